@@ -1,0 +1,818 @@
+/* core/config.c — the INI configuration: parsing with inih (line numbers, duplicate sections
+ * and keys, over-long lines), --set overrides, schema validation and the typed getters.
+ * Not the meaning of any key: which schemas a section is checked against is decided by the
+ * model builder and the plugins; this file only parses, checks and reads values. */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <locale.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "internal.h"
+
+static const char SYNTAX_ERROR[] = "syntax error: expected [section] or key = value";
+
+static glia_status nomem(struct glia_config *cfg)
+{
+    return glia_error(cfg->ctx, GLIA_ENOMEM, "out of memory");
+}
+
+/* ---- sections and entries ---------------------------------------------------------- */
+
+static void entry_clear(struct glia__entry *e)
+{
+    free(e->key);
+    free(e->value);
+    free(e->origin);
+}
+
+static void section_free(struct glia_section *s)
+{
+    for (int i = 0; i < s->n_entries; i++) entry_clear(&s->entries[i]);
+    free(s->entries);
+    for (int i = 0; i < s->n_list_items; i++) free(s->list_items[i]);
+    free(s->list_items);
+    free(s->name);
+    free(s);
+}
+
+void glia_config_free(struct glia_config *cfg)
+{
+    if (!cfg) return;
+    for (int i = 0; i < cfg->n_sections; i++) section_free(cfg->sections[i]);
+    free(cfg->sections);
+    free(cfg->path);
+    free(cfg);
+}
+
+/* The section whose name is the len bytes at name, or NULL. */
+static struct glia_section *find_n(struct glia_config *cfg, const char *name, size_t len)
+{
+    for (int i = 0; i < cfg->n_sections; i++) {
+        const char *n = cfg->sections[i]->name;
+        if (strncmp(n, name, len) == 0 && n[len] == '\0') return cfg->sections[i];
+    }
+    return NULL;
+}
+
+/* Appends an empty section named by the len bytes at name; NULL on ENOMEM (not recorded). */
+static struct glia_section *section_add(struct glia_config *cfg, const char *name, size_t len,
+                                        int line)
+{
+    if (glia__grow((void **)&cfg->sections, &cfg->cap_sections, cfg->n_sections + 1,
+                   sizeof *cfg->sections) != GLIA_OK)
+        return NULL;
+    struct glia_section *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->name = glia__strndup(name, len);
+    if (!s->name) {
+        free(s);
+        return NULL;
+    }
+    s->cfg = cfg;
+    s->line = line;
+    cfg->sections[cfg->n_sections++] = s;
+    return s;
+}
+
+struct glia_section *glia__config_find(struct glia_config *cfg, const char *name)
+{
+    return find_n(cfg, name, strlen(name));
+}
+
+struct glia_section *glia__config_section(struct glia_config *cfg, const char *name)
+{
+    struct glia_section *s = glia__config_find(cfg, name);
+    if (s) return s;
+    s = section_add(cfg, name, strlen(name), 0);
+    if (!s) nomem(cfg);
+    return s;
+}
+
+static struct glia__entry *entry_find(const struct glia_section *s, const char *key)
+{
+    for (int i = 0; i < s->n_entries; i++)
+        if (strcmp(s->entries[i].key, key) == 0) return &s->entries[i];
+    return NULL;
+}
+
+const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key)
+{
+    return entry_find(s, key);
+}
+
+/* Appends key = value (copied); returns the new entry, NULL on ENOMEM (not recorded). */
+static struct glia__entry *entry_add(struct glia_section *s, const char *key, const char *value,
+                                     int line)
+{
+    if (glia__grow((void **)&s->entries, &s->cap_entries, s->n_entries + 1, sizeof *s->entries) !=
+        GLIA_OK)
+        return NULL;
+    struct glia__entry *e = &s->entries[s->n_entries];
+    *e = (struct glia__entry){.key = glia__strdup(key), .value = glia__strdup(value), .line = line};
+    if (!e->key || !e->value) {
+        entry_clear(e);
+        return NULL;
+    }
+    s->n_entries++;
+    return e;
+}
+
+/* ---- parsing ------------------------------------------------------------------------- */
+
+/* inih does not report section headers and, without INI_HANDLER_LINENO, no line numbers
+ * either: the reader below hands inih one line at a time, so it counts lines and handles
+ * the [header] lines itself; inih's handler call for a key comes right after the reader
+ * returned the key's line. The reader also drops leading blanks, which turns off inih's
+ * multi-line values: an indented "key = value" stays a key, not a continuation. */
+struct parse {
+    struct glia_config *cfg;
+    FILE *file;                    /* the input: a file, or */
+    const char *text;              /* the rest of a string */
+    char *buf;                     /* getline's buffer (owned) */
+    size_t cap;
+    int line;                      /* the line last handed to inih */
+    struct glia_section *section;  /* the current section; NULL before the first header */
+    glia_status status;            /* the first error found here (inih finds the others) */
+    int error_line;
+};
+
+static void parse_fail(struct parse *p, glia_status status, const char *fmt, ...)
+    GLIA_PRINTF(3, 4);
+static void parse_fail(struct parse *p, glia_status status, const char *fmt, ...)
+{
+    char msg[GLIA__ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->status = status;
+    p->error_line = p->line;
+    glia_error(p->cfg->ctx, status, "%s:%d: %s", p->cfg->path, p->line, msg);
+}
+
+/* The next raw line (with its line ending) and its length; NULL at the end or on error. */
+static const char *next_line(struct parse *p, size_t *len)
+{
+    if (p->file) {
+        errno = 0;
+        ssize_t n = getline(&p->buf, &p->cap, p->file);
+        if (n < 0) {
+            if (ferror(p->file)) {
+                p->status = errno == ENOMEM ? GLIA_ENOMEM : GLIA_EIO;
+                glia_error(p->cfg->ctx, p->status, "cannot read %s: %s", p->cfg->path,
+                           strerror(errno ? errno : EIO));
+            }
+            return NULL;
+        }
+        *len = (size_t)n;
+        return p->buf;
+    }
+    if (!*p->text) return NULL;
+    const char *s = p->text, *nl = strchr(s, '\n');
+    *len = nl ? (size_t)(nl - s) + 1 : strlen(s);
+    p->text = s + *len;
+    return s;
+}
+
+/* Where inih's section header ends: the ']' or the start of an inline comment (a ';'
+ * after a blank), or the end of the line. */
+static const char *header_end(const char *s)
+{
+    bool was_space = false;
+    while (*s && *s != ']' && !(was_space && *s == ';')) {
+        was_space = isspace((unsigned char)*s);
+        s++;
+    }
+    return s;
+}
+
+/* A "[name]" line: starts a new section. A line without its ']' is left to inih, which
+ * reports it as a syntax error. Returns false after recording an error. */
+static bool section_header(struct parse *p, const char *line)
+{
+    const char *name = line + 1, *close = header_end(name);
+    if (*close != ']') return true;
+    const char *rest = close + 1;
+    while (isspace((unsigned char)*rest)) rest++;
+    while (name < close && isspace((unsigned char)*name)) name++;
+    size_t len = (size_t)(close - name);
+    while (len && isspace((unsigned char)name[len - 1])) len--;
+    if (len == 0) {
+        parse_fail(p, GLIA_ECONFIG, "syntax error: empty section name");
+        return false;
+    }
+    if (*rest && *rest != ';' && *rest != '#') {
+        parse_fail(p, GLIA_ECONFIG, "syntax error: unexpected text after [%.*s]", (int)len, name);
+        return false;
+    }
+    const struct glia_section *old = find_n(p->cfg, name, len);
+    if (old) {
+        parse_fail(p, GLIA_ECONFIG, "duplicate section [%s] (first at line %d)", old->name,
+                   old->line);
+        return false;
+    }
+    p->section = section_add(p->cfg, name, len, p->line);
+    if (!p->section) parse_fail(p, GLIA_ENOMEM, "out of memory");
+    return p->section != NULL;
+}
+
+/* inih's reader: copies one whole line (without its line ending and leading blanks) into
+ * str, which holds num bytes; a longer line is an error, not two lines. */
+static char *reader(char *str, int num, void *stream)
+{
+    struct parse *p = stream;
+    size_t len;
+    if (p->status) return NULL;
+    const char *s = next_line(p, &len);
+    if (!s) return NULL;
+    p->line++;
+    if (len && s[len - 1] == '\n') len--;
+    if (len && s[len - 1] == '\r') len--;
+    if (memchr(s, '\0', len)) {
+        parse_fail(p, GLIA_ECONFIG, "NUL character in line");
+        return NULL;
+    }
+    if (num < 1 || len > (size_t)num - 1) {
+        parse_fail(p, GLIA_ECONFIG, "line longer than %d characters", num - 1);
+        return NULL;
+    }
+    while (len && isspace((unsigned char)*s)) s++, len--;
+    memcpy(str, s, len);
+    str[len] = '\0';
+    if (str[0] == '[' && !section_header(p, str)) return NULL;
+    return str;
+}
+
+/* inih's handler, called for each "name = value" line (section is inih's copy of the
+ * header, possibly truncated: the reader's p->section is used instead). */
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+    struct parse *p = user;
+    if (p->status) return 0;
+    if (!*name) {
+        parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
+        return 0;
+    }
+    if (!p->section) {
+        parse_fail(p, GLIA_ECONFIG, "key '%s' is outside any [section]", name);
+        return 0;
+    }
+    const struct glia__entry *old = entry_find(p->section, name);
+    if (old) {
+        parse_fail(p, GLIA_ECONFIG, "[%s] %s: duplicate key (first at line %d)",
+                   p->section->name, name, old->line);
+        return 0;
+    }
+    if (!entry_add(p->section, name, value, p->line)) {
+        parse_fail(p, GLIA_ENOMEM, "out of memory");
+        return 0;
+    }
+    return 1;
+}
+
+/* The first error of the file: inih's syntax error (ret > 0, the line) when it comes before
+ * the one found by the reader or the handler. */
+static glia_status parse_result(struct parse *p, int ret)
+{
+    struct glia_config *cfg = p->cfg;
+    bool syntax_first = ret > 0 && (p->status == GLIA_OK ||
+                                    (p->status == GLIA_ECONFIG && ret < p->error_line));
+    if (syntax_first)
+        return glia_error(cfg->ctx, GLIA_ECONFIG, "%s:%d: %s", cfg->path, ret, SYNTAX_ERROR);
+    if (p->status) return p->status;
+    if (ret == -2) return nomem(cfg);
+    if (ret < 0)
+        return glia_error(cfg->ctx, GLIA_EINTERNAL, "%s: inih failed (%d)", cfg->path, ret);
+    return GLIA_OK;
+}
+
+static glia_status parse(struct glia_context *ctx, const char *name, FILE *file, const char *text,
+                         struct glia_config **out)
+{
+    *out = NULL;
+    struct glia_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg) return glia_error(ctx, GLIA_ENOMEM, "out of memory");
+    cfg->ctx = ctx;
+    cfg->path = glia__strdup(name);
+    if (!cfg->path) {
+        free(cfg);
+        return glia_error(ctx, GLIA_ENOMEM, "out of memory");
+    }
+    struct parse p = {.cfg = cfg, .file = file, .text = text};
+    int ret = ini_parse_stream(reader, &p, handler, &p);
+    free(p.buf);
+    glia_status st = parse_result(&p, ret);
+    if (st != GLIA_OK) {
+        glia_config_free(cfg);
+        return st;
+    }
+    *out = cfg;
+    return GLIA_OK;
+}
+
+glia_status glia_config_load(struct glia_context *ctx, const char *path, struct glia_config **out)
+{
+    GLIA_ASSERT(ctx && path && out);
+    *out = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f) return glia_error(ctx, GLIA_EIO, "cannot open %s: %s", path, strerror(errno));
+    glia_status st = parse(ctx, path, f, NULL, out);
+    fclose(f);
+    return st;
+}
+
+glia_status glia_config_parse_string(struct glia_context *ctx, const char *name, const char *text,
+                                     struct glia_config **out)
+{
+    GLIA_ASSERT(ctx && text && out);
+    return parse(ctx, name ? name : "<string>", NULL, text, out);
+}
+
+/* ---- --set ------------------------------------------------------------------------- */
+
+/* Sets key = value in section (created if absent), remembering origin (owned, taken). */
+static glia_status set_value(struct glia_config *cfg, const char *section, const char *key,
+                             const char *value, char *origin)
+{
+    struct glia_section *s = glia__config_section(cfg, section);
+    if (!s) return GLIA_ENOMEM;
+    struct glia__entry *e = entry_find(s, key);
+    if (e) {
+        char *v = glia__strdup(value);
+        if (!v) return nomem(cfg);
+        free(e->value);
+        e->value = v;
+    } else if (!(e = entry_add(s, key, value, 0))) {
+        return nomem(cfg);
+    }
+    e->line = 0;
+    free(e->origin);
+    e->origin = origin;
+    return GLIA_OK;
+}
+
+/* a is a writable copy of the assignment "section.key=value". */
+static glia_status set_split(struct glia_config *cfg, char *a, const char *assignment)
+{
+    char *eq = strchr(a, '=');
+    char *dot = eq ? memchr(a, '.', (size_t)(eq - a)) : NULL;
+    if (!dot) goto bad;
+    *dot = *eq = '\0';
+    const char *section = glia__trim(a), *key = glia__trim(dot + 1), *value = glia__trim(eq + 1);
+    if (!*section || !*key) goto bad;
+    size_t n = strlen(section) + strlen(key) + strlen(value) + sizeof "--set .=";
+    char *origin = malloc(n);
+    if (!origin) return nomem(cfg);
+    snprintf(origin, n, "--set %s.%s=%s", section, key, value);
+    glia_status st = set_value(cfg, section, key, value, origin);
+    if (st != GLIA_OK) free(origin);
+    return st;
+bad:
+    return glia_error(cfg->ctx, GLIA_EINVAL, "--set %s: expected section.key=value", assignment);
+}
+
+glia_status glia_config_set(struct glia_config *cfg, const char *assignment)
+{
+    GLIA_ASSERT(cfg && assignment);
+    char *a = glia__strdup(assignment);
+    if (!a) return nomem(cfg);
+    glia_status st = set_split(cfg, a, assignment);
+    free(a);
+    return st;
+}
+
+/* ---- places and messages ------------------------------------------------------------- */
+
+void glia__where(const struct glia_section *s, const char *key, char *buf, size_t n)
+{
+    const char *path = s->cfg->path;
+    const struct glia__entry *e = key ? entry_find(s, key) : NULL;
+    if (e && e->origin) {
+        snprintf(buf, n, "%s: [%s] %s: ", e->origin, s->name, key);
+    } else if (e && e->line > 0) {
+        snprintf(buf, n, "%s:%d: [%s] %s: ", path, e->line, s->name, key);
+    } else {
+        /* the section header; a section made by --set has no line */
+        char at[24] = "";
+        if (s->line > 0) snprintf(at, sizeof at, ":%d", s->line);
+        if (key)
+            snprintf(buf, n, "%s%s: [%s] %s: ", path, at, s->name, key);
+        else
+            snprintf(buf, n, "%s%s: [%s] ", path, at, s->name);
+    }
+}
+
+glia_status glia_section_error(const struct glia_section *s, const char *key, glia_status status,
+                               const char *fmt, ...)
+{
+    char buf[GLIA__ERRMSG_MAX];
+    glia__where(s, key, buf, sizeof buf);
+    size_t len = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, sizeof buf - len, fmt, ap);
+    va_end(ap);
+    return glia_error(s->cfg->ctx, status, "%s", buf);
+}
+
+const char *glia_section_name(const struct glia_section *s)
+{
+    return s->name;
+}
+
+/* Levenshtein distance of a and b, ignoring case; row holds strlen(b) + 1 elements. */
+static size_t edit_distance(const char *a, const char *b, size_t *row)
+{
+    size_t lb = strlen(b);
+    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    for (size_t i = 1; a[i - 1]; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            size_t best = diag + cost;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *glia__did_you_mean(const char *word, const char *const *candidates, int n)
+{
+    size_t wl = strlen(word), limit = wl / 3 > 1 ? wl / 3 : 1, longest = 0;
+    for (int i = 0; i < n; i++)
+        if (candidates[i] && strlen(candidates[i]) > longest) longest = strlen(candidates[i]);
+    size_t *row = malloc((longest + 1) * sizeof *row);
+    if (!row) return NULL;
+    const char *best = NULL;
+    size_t best_d = limit + 1;
+    for (int i = 0; i < n; i++) {
+        if (!candidates[i]) continue;
+        size_t cl = strlen(candidates[i]);
+        if ((cl > wl ? cl - wl : wl - cl) >= best_d) continue;  /* cannot be nearer */
+        size_t d = edit_distance(word, candidates[i], row);
+        if (d < best_d) {
+            best = candidates[i];
+            best_d = d;
+        }
+    }
+    free(row);
+    return best;
+}
+
+/* ---- splitting lists ----------------------------------------------------------------- */
+
+/* A split list in one allocation: the header, n + 1 item pointers, the split copy of the
+ * text, then the text as given and the key it belongs to (for reuse by the getter). */
+struct split {
+    int n;
+    const char *source, *key;
+    const char *items[];
+};
+
+/* Splits text at sep into trimmed items ("" gives none, "a,,b" an empty second item).
+ * key may be NULL. NULL on ENOMEM (not recorded). */
+static struct split *split_new(const char *text, char sep, const char *key)
+{
+    int n = 1;
+    for (const char *c = text; *c; c++) n += *c == sep;
+    size_t tl = strlen(text) + 1, kl = key ? strlen(key) + 1 : 0;
+    size_t head = sizeof(struct split) + (size_t)(n + 1) * sizeof(const char *);
+    struct split *sp = malloc(head + 2 * tl + kl);
+    if (!sp) return NULL;
+    char *copy = (char *)sp + head, *source = copy + tl;
+    memcpy(copy, text, tl);
+    memcpy(source, text, tl);
+    sp->source = source;
+    sp->key = key ? memcpy(source + tl, key, kl) : NULL;
+    sp->n = 0;
+    for (char *item = copy, *next; item; item = next) {
+        next = strchr(item, sep);
+        if (next) *next++ = '\0';
+        sp->items[sp->n++] = glia__trim(item);
+    }
+    if (sp->n == 1 && !*sp->items[0]) sp->n = 0;
+    sp->items[sp->n] = NULL;
+    return sp;
+}
+
+/* Writes the items joined by ", " into buf (truncated to n bytes). */
+static void join(char *buf, size_t n, const char *const *items, int k)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < k && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "", items[i]);
+}
+
+/* ---- values -------------------------------------------------------------------------- */
+
+enum { NUM_OK, NUM_BAD, NUM_RANGE, NUM_INFINITE };
+
+static int parse_int(const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end) return NUM_BAD;
+    if (errno == ERANGE) return NUM_RANGE;
+    *out = x;
+    return NUM_OK;
+}
+
+/* A decimal number as in C, whatever the program's locale; finite only. */
+static int parse_float(const char *v, double *out)
+{
+    char *end;
+    locale_t c = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    double x = c ? strtod_l(v, &end, c) : strtod(v, &end);
+    if (c) freelocale(c);
+    if (end == v || *end) return NUM_BAD;
+    if (!isfinite(x)) return NUM_INFINITE;
+    *out = x;
+    return NUM_OK;
+}
+
+/* 1 true, 0 false, -1 neither. */
+static int parse_bool(const char *v)
+{
+    static const char *const yes[] = {"on", "true", "yes", "1"};
+    static const char *const no[] = {"off", "false", "no", "0"};
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(yes); i++) {
+        if (strcasecmp(v, yes[i]) == 0) return 1;
+        if (strcasecmp(v, no[i]) == 0) return 0;
+    }
+    return -1;
+}
+
+static bool has_bounds(const struct glia_key *k)
+{
+    return k->min < k->max;
+}
+
+static glia_status out_of_range(const struct glia_section *s, const struct glia_key *k,
+                                const char *v)
+{
+    return glia_section_error(s, k->name, GLIA_ECONFIG, "%s is out of range [%.15g, %.15g]", v,
+                              k->min, k->max);
+}
+
+static glia_status check_int(const struct glia_section *s, const struct glia_key *k, const char *v)
+{
+    int64_t x = 0;
+    int r = parse_int(v, &x);
+    if (r == NUM_BAD)
+        return glia_section_error(s, k->name, GLIA_ECONFIG, "expected an integer, got '%s'", v);
+    if (r == NUM_OK && (!has_bounds(k) || (x >= k->min && x <= k->max))) return GLIA_OK;
+    if (has_bounds(k)) return out_of_range(s, k, v);
+    return glia_section_error(s, k->name, GLIA_ECONFIG, "%s does not fit in a 64-bit integer", v);
+}
+
+static glia_status check_float(const struct glia_section *s, const struct glia_key *k,
+                               const char *v)
+{
+    double x = 0;
+    int r = parse_float(v, &x);
+    if (r == NUM_BAD)
+        return glia_section_error(s, k->name, GLIA_ECONFIG, "expected a number, got '%s'", v);
+    if (r == NUM_INFINITE)
+        return glia_section_error(s, k->name, GLIA_ECONFIG, "expected a finite number, got '%s'",
+                                  v);
+    if (has_bounds(k) && (x < k->min || x > k->max)) return out_of_range(s, k, v);
+    return GLIA_OK;
+}
+
+static glia_status check_enum(const struct glia_section *s, const struct glia_key *k, const char *v)
+{
+    if (!k->choices)
+        return glia_section_error(s, k->name, GLIA_EINTERNAL, "schema error: enum without choices");
+    struct split *c = split_new(k->choices, '|', NULL);
+    if (!c) return nomem(s->cfg);
+    glia_status st = GLIA_OK;
+    int i = 0;
+    while (i < c->n && strcmp(c->items[i], v) != 0) i++;
+    if (i == c->n) {
+        char list[GLIA__ERRMSG_MAX / 2];
+        join(list, sizeof list, c->items, c->n);
+        const char *near = glia__did_you_mean(v, c->items, c->n);
+        st = glia_section_error(s, k->name, GLIA_ECONFIG, "expected one of %s, got '%s'%s%s%s",
+                                list, v, near ? "; did you mean '" : "", near ? near : "",
+                                near ? "'?" : "");
+    }
+    free(c);
+    return st;
+}
+
+static glia_status check_list(const struct glia_section *s, const struct glia_key *k,
+                              const char *v)
+{
+    struct split *l = split_new(v, ',', NULL);
+    if (!l) return nomem(s->cfg);
+    int empty = 0;
+    while (empty < l->n && *l->items[empty]) empty++;
+    int n = l->n;
+    free(l);
+    if (n == 0)
+        return glia_section_error(s, k->name, GLIA_ECONFIG,
+                                  "expected a comma-separated list, got ''");
+    if (empty < n)
+        return glia_section_error(s, k->name, GLIA_ECONFIG, "list item %d is empty in '%s'",
+                                  empty + 1, v);
+    return GLIA_OK;
+}
+
+static glia_status check_value(const struct glia_section *s, const struct glia_key *k,
+                               const char *v)
+{
+    switch (k->type) {
+    case GLIA_KEY_INT: return check_int(s, k, v);
+    case GLIA_KEY_FLOAT: return check_float(s, k, v);
+    case GLIA_KEY_BOOL:
+        if (parse_bool(v) >= 0) return GLIA_OK;
+        return glia_section_error(s, k->name, GLIA_ECONFIG, "expected on or off, got '%s'", v);
+    case GLIA_KEY_ENUM: return check_enum(s, k, v);
+    case GLIA_KEY_LIST: return check_list(s, k, v);
+    case GLIA_KEY_STRING:
+        if (*v) return GLIA_OK;
+        return glia_section_error(s, k->name, GLIA_ECONFIG, "empty value");
+    }
+    return glia_section_error(s, k->name, GLIA_EINTERNAL, "schema error: unknown key type %d",
+                              (int)k->type);
+}
+
+/* ---- validation ---------------------------------------------------------------------- */
+
+static const struct glia_key *key_in(const struct glia_key *const *schemas, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        for (const struct glia_key *k = schemas[i]; k->name; k++)
+            if (strcmp(k->name, key) == 0) return k;
+    return NULL;
+}
+
+/* The distinct key names of the schemas (malloc'd array, count in *count); NULL on ENOMEM. */
+static const char **key_names(const struct glia_key *const *schemas, int n, int *count)
+{
+    int total = 0;
+    for (int i = 0; i < n; i++)
+        for (const struct glia_key *k = schemas[i]; k->name; k++) total++;
+    const char **names = calloc((size_t)total + 1, sizeof *names);
+    if (!names) return NULL;
+    *count = 0;
+    for (int i = 0; i < n; i++)
+        for (const struct glia_key *k = schemas[i]; k->name; k++)
+            if (key_in(schemas, i, k->name) == NULL && key_in(&schemas[i], 1, k->name) == k)
+                names[(*count)++] = k->name;
+    return names;
+}
+
+static glia_status unknown_key(const struct glia_section *s, const struct glia_key *const *schemas,
+                               int n, const char *key)
+{
+    int count = 0;
+    const char **names = key_names(schemas, n, &count);
+    if (!names) return nomem(s->cfg);
+    const char *near = glia__did_you_mean(key, names, count);
+    glia_status st;
+    if (near) {
+        st = glia_section_error(s, key, GLIA_ECONFIG, "unknown key; did you mean '%s'?", near);
+    } else if (count == 0) {
+        st = glia_section_error(s, key, GLIA_ECONFIG, "unknown key (this section takes no keys)");
+    } else {
+        char list[GLIA__ERRMSG_MAX / 2];
+        join(list, sizeof list, names, count);
+        st = glia_section_error(s, key, GLIA_ECONFIG, "unknown key (valid: %s)", list);
+    }
+    free(names);
+    return st;
+}
+
+static glia_status check_required(const struct glia_section *s,
+                                  const struct glia_key *const *schemas, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (const struct glia_key *k = schemas[i]; k->name; k++) {
+            if (!k->required || entry_find(s, k->name)) continue;
+            if (k->doc && *k->doc)
+                return glia_section_error(s, k->name, GLIA_ECONFIG,
+                                          "missing required key (%s)", k->doc);
+            return glia_section_error(s, k->name, GLIA_ECONFIG, "missing required key");
+        }
+    return GLIA_OK;
+}
+
+glia_status glia__section_validate(struct glia_section *s, const struct glia_key *const *schemas,
+                                   int n_schemas)
+{
+    const struct glia_key *use[GLIA__MAX_SCHEMAS];
+    int n = 0;
+    for (int i = 0; i < n_schemas; i++) {
+        if (!schemas[i]) continue;
+        GLIA_ASSERT(n < GLIA__MAX_SCHEMAS);
+        use[n++] = schemas[i];
+    }
+    for (int i = 0; i < s->n_entries; i++) {
+        const struct glia__entry *e = &s->entries[i];
+        const struct glia_key *k = key_in(use, n, e->key);
+        glia_status st = k ? check_value(s, k, e->value) : unknown_key(s, use, n, e->key);
+        if (st != GLIA_OK) return st;
+    }
+    glia_status st = check_required(s, use, n);
+    if (st != GLIA_OK) return st;
+    for (int i = 0; i < n; i++) s->schemas[i] = use[i];
+    s->n_schemas = n;
+    return GLIA_OK;
+}
+
+/* ---- getters ------------------------------------------------------------------------- */
+
+/* The text of key (written, else its default, else NULL) and its schema entry. */
+static const char *value_of(const struct glia_section *s, const char *key,
+                            const struct glia_key **k)
+{
+    *k = key_in(s->schemas, s->n_schemas, key);
+    GLIA_ASSERT(*k != NULL && "glia_section_*: key not in the section's schema");
+    const struct glia__entry *e = entry_find(s, key);
+    return e ? e->value : (*k)->default_value;
+}
+
+bool glia_section_has(const struct glia_section *s, const char *key)
+{
+    return entry_find(s, key) != NULL;
+}
+
+int64_t glia_section_int(const struct glia_section *s, const char *key)
+{
+    const struct glia_key *k;
+    const char *v = value_of(s, key, &k);
+    GLIA_ASSERT(k->type == GLIA_KEY_INT);
+    int64_t x = 0;
+    int r = v ? parse_int(v, &x) : NUM_OK;
+    GLIA_ASSERT(r == NUM_OK && "value not validated");
+    return x;
+}
+
+double glia_section_float(const struct glia_section *s, const char *key)
+{
+    const struct glia_key *k;
+    const char *v = value_of(s, key, &k);
+    GLIA_ASSERT(k->type == GLIA_KEY_FLOAT || k->type == GLIA_KEY_INT);
+    double x = 0;
+    int r = v ? parse_float(v, &x) : NUM_OK;
+    GLIA_ASSERT(r == NUM_OK && "value not validated");
+    return x;
+}
+
+bool glia_section_bool(const struct glia_section *s, const char *key)
+{
+    const struct glia_key *k;
+    const char *v = value_of(s, key, &k);
+    GLIA_ASSERT(k->type == GLIA_KEY_BOOL);
+    int b = v ? parse_bool(v) : 0;
+    GLIA_ASSERT(b >= 0 && "value not validated");
+    return b == 1;
+}
+
+const char *glia_section_str(const struct glia_section *s, const char *key)
+{
+    const struct glia_key *k;
+    return value_of(s, key, &k);
+}
+
+/* Splits are kept until the config is freed, so items from earlier calls stay valid; a
+ * repeated call for the same key and text returns the same split. Returns -1 (error
+ * recorded, *items NULL) on ENOMEM. */
+int glia_section_list(const struct glia_section *s, const char *key, const char ***items)
+{
+    const struct glia_key *k;
+    const char *v = value_of(s, key, &k);
+    GLIA_ASSERT(k->type == GLIA_KEY_LIST || k->type == GLIA_KEY_STRING);
+    *items = NULL;
+    if (!v) return 0;
+    struct glia_section *w = (struct glia_section *)s;  /* sections are never const objects */
+    for (int i = 0; i < w->n_list_items; i++) {
+        struct split *sp = (struct split *)w->list_items[i];
+        if (strcmp(sp->key, key) == 0 && strcmp(sp->source, v) == 0) {
+            *items = sp->items;
+            return sp->n;
+        }
+    }
+    char **grown = realloc(w->list_items, (size_t)(w->n_list_items + 1) * sizeof *grown);
+    struct split *sp = grown ? split_new(v, ',', key) : NULL;
+    if (grown) w->list_items = grown;
+    if (!sp) {
+        nomem(w->cfg);
+        return -1;
+    }
+    w->list_items[w->n_list_items++] = (char *)sp;
+    *items = sp->items;
+    return sp->n;
+}

@@ -1,0 +1,241 @@
+/* core/context.c — the context: error message, log, status table, feature registry lookups.
+ * Not the loader (core/plugin.c) and not the backends (backends/). */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+const char *glia_strerror(glia_status s)
+{
+    switch (s) {
+#define GLIA__STATUS_TEXT(name, value, text) case GLIA_##name: return text;
+        GLIA_STATUS_MAP(GLIA__STATUS_TEXT)
+#undef GLIA__STATUS_TEXT
+    }
+    return "unknown status";
+}
+
+const char *glia_status_name(glia_status s)
+{
+    switch (s) {
+#define GLIA__STATUS_NAME(name, value, text) case GLIA_##name: return "GLIA_" #name;
+        GLIA_STATUS_MAP(GLIA__STATUS_NAME)
+#undef GLIA__STATUS_NAME
+    }
+    return "GLIA_UNKNOWN";
+}
+
+glia_status glia_context_new(struct glia_context **out)
+{
+    struct glia_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return GLIA_ENOMEM;
+    ctx->log = stderr;
+    ctx->level = GLIA_LOG_INFO;
+    glia_status s = glia__cpu_backend_register(ctx);
+    if (s) {
+        free(ctx->features);
+        free(ctx);
+        return s;
+    }
+    *out = ctx;
+    return GLIA_OK;
+}
+
+void glia_context_free(struct glia_context *ctx)
+{
+    if (!ctx) return;
+    glia__backends_close(ctx);
+    glia__plugins_unload(ctx);
+    for (int i = 0; i < ctx->n_paths; i++) free(ctx->paths[i]);
+    free(ctx->paths);
+    free(ctx->features);
+    free(ctx);
+}
+
+glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt, ...)
+{
+    if (!ctx) return s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+const char *glia_context_error(const struct glia_context *ctx) { return ctx ? ctx->error : ""; }
+void glia_context_clear_error(struct glia_context *ctx) { ctx->error[0] = '\0'; }
+
+void glia_log_set(struct glia_context *ctx, FILE *sink, enum glia_log_level level)
+{
+    ctx->log = sink;
+    ctx->level = level;
+}
+
+void glia_log(struct glia_context *ctx, enum glia_log_level level, const char *fmt, ...)
+{
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    if (!ctx || !ctx->log || level > ctx->level) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(ctx->log, "glia: %s: ", names[level]);
+    vfprintf(ctx->log, fmt, ap);
+    fputc('\n', ctx->log);
+    va_end(ap);
+}
+
+void glia__assert_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "glia: internal error: %s:%d: assertion '%s' failed\n", file, line, expr);
+    abort();
+}
+
+/* ---- registry lookups ---- */
+
+const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
+                                              const char *impl)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind != GLIA__FEAT_LAYER) continue;
+        const struct glia_layer_ops *o = f->ops;
+        if (strcmp(o->type, type) == 0 && (!impl || strcmp(o->impl, impl) == 0)) return o;
+    }
+    return NULL;
+}
+
+int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n)
+{
+    int count = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind != GLIA__FEAT_LAYER) continue;
+        const struct glia_layer_ops *o = f->ops;
+        if (strcmp(o->type, type) != 0) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", count ? ", " : "", o->impl);
+        count++;
+    }
+    return count;
+}
+
+const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind == GLIA__FEAT_OPTIMIZER &&
+            strcmp(((const struct glia_optimizer_ops *)f->ops)->name, name) == 0)
+            return f->ops;
+    }
+    return NULL;
+}
+
+const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum glia_device_type t)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind == GLIA__FEAT_BACKEND &&
+            ((const struct glia_backend_ops *)f->ops)->device_type == t)
+            return f->ops;
+    }
+    return NULL;
+}
+
+int glia__feature_names(struct glia_context *ctx, int kind, const char **names, int max)
+{
+    int n = 0;
+    for (int i = 0; i < ctx->n_features && n < max; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind != kind) continue;
+        const char *name = kind == GLIA__FEAT_LAYER ? ((const struct glia_layer_ops *)f->ops)->type
+                         : kind == GLIA__FEAT_OPTIMIZER
+                             ? ((const struct glia_optimizer_ops *)f->ops)->name
+                             : ((const struct glia_backend_ops *)f->ops)->name;
+        int dup = 0;
+        for (int j = 0; j < n; j++) dup |= strcmp(names[j], name) == 0;
+        if (!dup) names[n++] = name;
+    }
+    return n;
+}
+
+glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
+                             struct glia_backend **out)
+{
+    for (int i = 0; i < ctx->n_backends; i++) {
+        struct glia_backend *b = ctx->backends[i];
+        if (b->device.type == dev.type && b->device.index == dev.index) {
+            *out = b;
+            return GLIA_OK;
+        }
+    }
+    char name[32];
+    glia_device_str(dev, name, sizeof name);
+    const struct glia_backend_ops *ops = glia__find_backend(ctx, dev.type);
+    if (!ops) return glia_error(ctx, GLIA_EDEVICE, "no backend for device %s is loaded", name);
+    if (ctx->n_backends == (int)GLIA__ARRAY_LEN(ctx->backends))
+        return glia_error(ctx, GLIA_EDEVICE, "too many open devices");
+    struct glia_backend *b = calloc(1, sizeof *b);
+    if (!b) return GLIA_ENOMEM;
+    b->ops = ops;
+    b->device = dev;
+    b->ctx = ctx;
+    glia_status s = ops->open(ctx, dev.index, &b->priv);
+    if (s) {
+        free(b);
+        return s;
+    }
+    ctx->backends[ctx->n_backends++] = b;
+    *out = b;
+    return GLIA_OK;
+}
+
+void glia__backends_close(struct glia_context *ctx)
+{
+    for (int i = 0; i < ctx->n_backends; i++) {
+        struct glia_backend *b = ctx->backends[i];
+        if (b->ops->close) b->ops->close(b->priv);
+        free(b);
+    }
+    ctx->n_backends = 0;
+}
+
+glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool trans_b, int64_t M,
+                                  int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    return b->ops->gemm_f32(b->priv, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+glia_status glia_backend_sync(struct glia_backend *b)
+{
+    return b->ops->sync ? b->ops->sync(b->priv) : GLIA_OK;
+}
+
+glia_status glia_device_parse(const char *s, struct glia_device *out)
+{
+    if (strcmp(s, "cpu") == 0) {
+        *out = (struct glia_device){GLIA_DEVICE_CPU, 0};
+        return GLIA_OK;
+    }
+    if (strncmp(s, "cuda", 4) == 0) {
+        int idx = 0;
+        if (s[4] == ':') {
+            char *end;
+            long v = strtol(s + 5, &end, 10);
+            if (end == s + 5 || *end || v < 0 || v > 255) return GLIA_EINVAL;
+            idx = (int)v;
+        } else if (s[4]) {
+            return GLIA_EINVAL;
+        }
+        *out = (struct glia_device){GLIA_DEVICE_CUDA, idx};
+        return GLIA_OK;
+    }
+    return GLIA_EINVAL;
+}
+
+char *glia_device_str(struct glia_device d, char *buf, size_t n)
+{
+    if (d.type == GLIA_DEVICE_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", d.index);
+    return buf;
+}

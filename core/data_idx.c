@@ -1,0 +1,324 @@
+/* core/data_idx.c — the IDX reader (MNIST, Fashion-MNIST; raw or gzip) and batch gathering.
+ * Not a data pipeline: one-channel u8 images and u8 labels, loaded whole into memory. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include "internal.h"
+
+#define IDX_MAGIC_IMAGES 0x00000803u
+#define IDX_MAGIC_LABELS 0x00000801u
+#define IDX_MAX_PIXELS ((uint64_t)1 << 24)       /* rows * cols */
+#define IDX_MAX_SAMPLES ((uint64_t)1 << 31)
+#define IDX_FIRST_ALLOC ((int64_t)1 << 20)       /* the data buffer grows from here */
+#define IDX_CHUNK ((int64_t)1 << 30)             /* gzread takes an unsigned, returns an int */
+
+/* One open IDX file. */
+struct idx_file {
+    struct glia_context *ctx;
+    const char *path;
+    const char *kind;         /* "image" or "label", for messages */
+    gzFile gz;
+    uint32_t dims[3];
+    int ndim;
+};
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+/* gzerror's message without the "path: " prefix zlib puts in front of it. */
+static const char *gz_message(const struct idx_file *f, int *err)
+{
+    const char *msg = gzerror(f->gz, err);
+    size_t n = strlen(f->path);
+    if (msg && strncmp(msg, f->path, n) == 0 && strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
+    return msg && *msg ? msg : "unknown zlib error";
+}
+
+/* Turns zlib's error state into the context's one-line message. */
+static glia_status idx_stream_error(const struct idx_file *f, int err, const char *msg)
+{
+    if (err == Z_ERRNO) return glia_error(f->ctx, GLIA_EIO, "cannot read %s: %s", f->path, msg);
+    if (err == Z_MEM_ERROR)
+        return glia_error(f->ctx, GLIA_ENOMEM, "%s: out of memory while decompressing", f->path);
+    return glia_error(f->ctx, GLIA_EFORMAT, "%s: corrupt gzip data (%s)", f->path, msg);
+}
+
+/* Reads up to want bytes into buf; *got < want only at the end of the data. */
+static glia_status idx_read(struct idx_file *f, uint8_t *buf, int64_t want, int64_t *got)
+{
+    *got = 0;
+    while (*got < want) {
+        int64_t ask = want - *got < IDX_CHUNK ? want - *got : IDX_CHUNK;
+        int n = gzread(f->gz, buf + *got, (unsigned)ask);
+        int err = Z_OK;
+        const char *msg = n < 0 || n < ask ? gz_message(f, &err) : NULL;
+        if (err != Z_OK) return idx_stream_error(f, err, msg);
+        if (n < 0) return idx_stream_error(f, Z_DATA_ERROR, msg);
+        *got += n;
+        if (n < ask) break;
+    }
+    return GLIA_OK;
+}
+
+/* Reads and drops up to want bytes; *got says how many there were. */
+static glia_status idx_skip(struct idx_file *f, int64_t want, int64_t *got)
+{
+    uint8_t buf[1 << 16];
+    *got = 0;
+    while (*got < want) {
+        int64_t ask = want - *got < (int64_t)sizeof buf ? want - *got : (int64_t)sizeof buf;
+        int64_t n;
+        glia_status st = idx_read(f, buf, ask, &n);
+        if (st != GLIA_OK) return st;
+        *got += n;
+        if (n < ask) break;
+    }
+    return GLIA_OK;
+}
+
+/* Reads up to want bytes into a new buffer that grows as data arrives, so that a corrupt
+ * header claiming a huge size gives "truncated" rather than a huge allocation. */
+static glia_status idx_read_alloc(struct idx_file *f, int64_t want, const char *what,
+                                  uint8_t **out, int64_t *got)
+{
+    uint8_t *buf = NULL;
+    int64_t cap = 0;
+    *out = NULL;
+    *got = 0;
+    while (*got < want) {
+        if (*got == cap) {
+            int64_t next = cap < IDX_FIRST_ALLOC ? IDX_FIRST_ALLOC : cap * 2;
+            if (next > want) next = want;
+            uint8_t *p = (uint64_t)next > SIZE_MAX ? NULL : realloc(buf, (size_t)next);
+            if (!p) {
+                free(buf);
+                return glia_error(f->ctx, GLIA_ENOMEM, "%s: cannot allocate %lld bytes of %s",
+                                  f->path, (long long)next, what);
+            }
+            buf = p;
+            cap = next;
+        }
+        int64_t n;
+        glia_status st = idx_read(f, buf + *got, cap - *got, &n);
+        if (st != GLIA_OK) {
+            free(buf);
+            return st;
+        }
+        *got += n;
+        if (*got < cap) break;
+    }
+    *out = buf;
+    return GLIA_OK;
+}
+
+/* ---- files and headers ------------------------------------------------------------------ */
+
+static glia_status idx_open(struct glia_context *ctx, const char *path, const char *kind,
+                            struct idx_file *f)
+{
+    memset(f, 0, sizeof *f);
+    f->ctx = ctx;
+    f->path = path;
+    f->kind = kind;
+    errno = 0;
+    f->gz = gzopen(path, "rb");
+    if (!f->gz) {
+        if (errno == 0 || errno == ENOMEM)
+            return glia_error(ctx, GLIA_ENOMEM, "cannot open %s: out of memory", path);
+        return glia_error(ctx, GLIA_EIO, "cannot open %s: %s", path, strerror(errno));
+    }
+    gzbuffer(f->gz, 1 << 17);
+    return GLIA_OK;
+}
+
+static void idx_close(struct idx_file *f)
+{
+    if (f->gz) gzclose(f->gz);
+    f->gz = NULL;
+}
+
+static uint32_t be32(const uint8_t *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+/* Reads the magic number and checks it is the one of this kind of file. */
+static glia_status idx_magic(struct idx_file *f, uint32_t expected)
+{
+    uint8_t b[4];
+    int64_t got;
+    glia_status st = idx_read(f, b, 4, &got);
+    if (st != GLIA_OK) return st;
+    if (got == 0)
+        return glia_error(f->ctx, GLIA_EFORMAT, "%s: empty file (expected an IDX %s file)",
+                          f->path, f->kind);
+    if (got < 4)
+        return glia_error(f->ctx, GLIA_EFORMAT,
+                          "%s: truncated IDX header: expected 4 bytes of magic number, got %lld",
+                          f->path, (long long)got);
+    uint32_t magic = be32(b);
+    if (magic == expected) return GLIA_OK;
+    const char *hint = "";
+    if (magic == IDX_MAGIC_IMAGES) hint = "; it looks like an image file";
+    if (magic == IDX_MAGIC_LABELS) hint = "; it looks like a label file";
+    return glia_error(f->ctx, GLIA_EFORMAT, "%s: not an IDX %s file (magic 0x%08x, expected 0x%08x%s)",
+                      f->path, f->kind, magic, expected, hint);
+}
+
+/* Reads the ndim sizes after the magic number and checks none is zero. */
+static glia_status idx_dims(struct idx_file *f, int ndim)
+{
+    uint8_t b[12];
+    int64_t got;
+    glia_status st = idx_read(f, b, 4 * ndim, &got);
+    if (st != GLIA_OK) return st;
+    if (got < 4 * ndim)
+        return glia_error(f->ctx, GLIA_EFORMAT,
+                          "%s: truncated IDX header: expected %d bytes of sizes, got %lld", f->path,
+                          4 * ndim, (long long)got);
+    f->ndim = ndim;
+    for (int i = 0; i < ndim; i++) f->dims[i] = be32(b + 4 * i);
+    for (int i = 0; i < ndim; i++) {
+        if (f->dims[i] != 0) continue;
+        if (ndim == 3)
+            return glia_error(f->ctx, GLIA_EFORMAT,
+                              "%s: IDX header has a zero size (%u images of %u x %u)", f->path,
+                              f->dims[0], f->dims[1], f->dims[2]);
+        return glia_error(f->ctx, GLIA_EFORMAT, "%s: IDX header has a zero size (%u labels)",
+                          f->path, f->dims[0]);
+    }
+    return GLIA_OK;
+}
+
+/* Checks the sizes are ones a real data set could have. */
+static glia_status idx_plausible(const struct idx_file *f)
+{
+    if (f->dims[0] > IDX_MAX_SAMPLES)
+        return glia_error(f->ctx, GLIA_EFORMAT,
+                          "%s: IDX header claims %u %ss, more than %llu: the file is corrupt",
+                          f->path, f->dims[0], f->kind, (unsigned long long)IDX_MAX_SAMPLES);
+    if (f->ndim == 3 && (uint64_t)f->dims[1] * f->dims[2] > IDX_MAX_PIXELS)
+        return glia_error(f->ctx, GLIA_EFORMAT,
+                          "%s: IDX header claims %u x %u images, more than %llu pixels each: "
+                          "the file is corrupt",
+                          f->path, f->dims[1], f->dims[2], (unsigned long long)IDX_MAX_PIXELS);
+    return GLIA_OK;
+}
+
+static glia_status idx_open_header(struct glia_context *ctx, const char *path, bool images,
+                                   struct idx_file *f)
+{
+    glia_status st = idx_open(ctx, path, images ? "image" : "label", f);
+    if (st == GLIA_OK) st = idx_magic(f, images ? IDX_MAGIC_IMAGES : IDX_MAGIC_LABELS);
+    if (st == GLIA_OK) st = idx_dims(f, images ? 3 : 1);
+    if (st == GLIA_OK) st = idx_plausible(f);
+    return st;
+}
+
+/* ---- data ------------------------------------------------------------------------------- */
+
+/* Reads the first keep of the file's samples (of sample bytes each) into *out, then reads the
+ * rest to check the file holds exactly what its header says (and, for gzip, its checksum). */
+static glia_status idx_data(struct idx_file *f, int64_t keep, int64_t sample, const char *what,
+                            uint8_t **out)
+{
+    int64_t total = (int64_t)f->dims[0] * sample, got, rest, extra;
+    glia_status st = idx_read_alloc(f, keep * sample, what, out, &got);
+    if (st == GLIA_OK && got == keep * sample) st = idx_skip(f, total - got, &rest);
+    else rest = 0;
+    if (st == GLIA_OK && got + rest < total)
+        st = glia_error(f->ctx, GLIA_EFORMAT, "%s: truncated: expected %lld bytes of %s, got %lld",
+                        f->path, (long long)total, what, (long long)(got + rest));
+    if (st == GLIA_OK) st = idx_skip(f, INT64_MAX, &extra);
+    if (st == GLIA_OK && extra > 0)
+        st = glia_error(f->ctx, GLIA_EFORMAT,
+                        "%s: %lld byte%s of trailing data after the %u %ss its header announces",
+                        f->path, (long long)extra, extra == 1 ? "" : "s", f->dims[0], f->kind);
+    if (st != GLIA_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* Widens the kept labels to int32 and sets n_classes; 255 is refused (it would make 256). */
+static glia_status idx_labels(const struct idx_file *f, const uint8_t *raw,
+                              struct glia__dataset *d)
+{
+    d->labels = malloc((size_t)d->n * sizeof *d->labels);
+    if (!d->labels)
+        return glia_error(f->ctx, GLIA_ENOMEM, "%s: cannot allocate %lld labels", f->path,
+                          (long long)d->n);
+    int max = 0;
+    for (int64_t i = 0; i < d->n; i++) {
+        if (raw[i] == 255)
+            return glia_error(f->ctx, GLIA_EFORMAT,
+                              "label 255 at index %lld in %s is out of range 0..254", (long long)i,
+                              f->path);
+        d->labels[i] = raw[i];
+        if (raw[i] > max) max = raw[i];
+    }
+    d->n_classes = max + 1;
+    return GLIA_OK;
+}
+
+static glia_status idx_same_count(struct glia_context *ctx, const struct idx_file *im,
+                                  const struct idx_file *lb)
+{
+    if (im->dims[0] == lb->dims[0]) return GLIA_OK;
+    return glia_error(ctx, GLIA_EFORMAT, "images (%u) and labels (%u) counts differ: %s vs %s",
+                      im->dims[0], lb->dims[0], im->path, lb->path);
+}
+
+glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
+                           const char *labels_path, int64_t limit, struct glia__dataset *out)
+{
+    struct idx_file im, lb;
+    uint8_t *raw_labels = NULL;
+    memset(out, 0, sizeof *out);
+    memset(&lb, 0, sizeof lb);
+    glia_status st = idx_open_header(ctx, images_path, true, &im);
+    if (st == GLIA_OK) st = idx_open_header(ctx, labels_path, false, &lb);
+    if (st == GLIA_OK) st = idx_same_count(ctx, &im, &lb);
+    if (st == GLIA_OK) {
+        out->n = limit > 0 && limit < (int64_t)im.dims[0] ? limit : (int64_t)im.dims[0];
+        out->rows = (int)im.dims[1];
+        out->cols = (int)im.dims[2];
+        st = idx_data(&im, out->n, (int64_t)out->rows * out->cols, "pixel data", &out->images);
+    }
+    if (st == GLIA_OK) st = idx_data(&lb, out->n, 1, "labels", &raw_labels);
+    if (st == GLIA_OK) st = idx_labels(&lb, raw_labels, out);
+    free(raw_labels);
+    idx_close(&im);
+    idx_close(&lb);
+    if (st != GLIA_OK) glia__dataset_free(out);
+    return st;
+}
+
+void glia__dataset_free(struct glia__dataset *d)
+{
+    if (!d) return;
+    free(d->images);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- batches ---------------------------------------------------------------------------- */
+
+void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int64_t n,
+                          float mean, float std, float *x, int32_t *y)
+{
+    float table[256];                        /* every u8 value, normalized once */
+    for (int v = 0; v < 256; v++) table[v] = ((float)v / 255.0f - mean) / std;
+    const int64_t px = (int64_t)d->rows * d->cols;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *src = d->images + idx[i] * px;
+        if (x) {
+            float *dst = x + i * px;
+            for (int64_t j = 0; j < px; j++) dst[j] = table[src[j]];
+        }
+        if (y) y[i] = d->labels[idx[i]];
+    }
+}

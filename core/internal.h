@@ -1,0 +1,154 @@
+/* core/internal.h — libglia's private structures and functions shared between core files.
+ * Not installed and not part of the SDK: plugins see only include/glia. */
+#ifndef GLIA_CORE_INTERNAL_H
+#define GLIA_CORE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "glia/glia.h"
+
+#define GLIA__ERRMSG_MAX 1024
+#define GLIA__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- context and registry (core/context.c, core/plugin.c) ---- */
+
+struct glia__plugin {
+    char *name;
+    char *path;
+    void *handle;                            /* dlopen handle; NULL for built-ins */
+    const struct glia_plugin_desc *desc;
+};
+
+struct glia__feature {
+    int kind;                                /* GLIA__FEAT_* */
+    const void *ops;
+    int plugin;                              /* index into ctx->plugins; -1 built-in */
+};
+enum { GLIA__FEAT_LAYER = 1, GLIA__FEAT_OPTIMIZER, GLIA__FEAT_BACKEND };
+
+struct glia_registry {
+    struct glia_context *ctx;
+    int plugin;                              /* who is registering */
+};
+
+struct glia_context {
+    char error[GLIA__ERRMSG_MAX];
+    FILE *log;
+    enum glia_log_level level;
+    struct glia__plugin *plugins;
+    int n_plugins, cap_plugins;
+    struct glia__feature *features;
+    int n_features, cap_features;
+    char **paths;                            /* added search dirs */
+    int n_paths;
+    struct glia_backend *backends[4];        /* opened devices */
+    int n_backends;
+};
+
+const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
+                                              const char *impl);
+/* Writes the registered impl names of a type, comma separated, into buf. */
+int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n);
+const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name);
+const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum glia_device_type t);
+/* Names of all registered layer types / optimizers (for "did you mean"); returns count. */
+int glia__feature_names(struct glia_context *ctx, int kind, const char **names, int max);
+/* Registers the CPU backend (built into libglia). */
+glia_status glia__cpu_backend_register(struct glia_context *ctx);
+void glia__backends_close(struct glia_context *ctx);
+void glia__plugins_unload(struct glia_context *ctx);
+
+/* ---- configuration (core/config.c) ---- */
+
+struct glia__entry {
+    char *key;
+    char *value;
+    int line;                /* 0 when set from the command line */
+    char *origin;            /* "--set train.epochs=1" when from the command line, else NULL */
+};
+
+#define GLIA__MAX_SCHEMAS 4
+
+struct glia_section {
+    struct glia_config *cfg;
+    char *name;
+    int line;                            /* line of the [header]; 0 if made by --set or core */
+    struct glia__entry *entries;
+    int n_entries, cap_entries;
+    const struct glia_key *schemas[GLIA__MAX_SCHEMAS];  /* set by glia__section_validate */
+    int n_schemas;
+    char **list_items;                   /* storage for glia_section_list (owned) */
+    int n_list_items;
+};
+
+struct glia_config {
+    struct glia_context *ctx;
+    char *path;                          /* file name used in messages */
+    struct glia_section **sections;
+    int n_sections, cap_sections;
+};
+
+/* The section named `name`, or NULL. */
+struct glia_section *glia__config_find(struct glia_config *cfg, const char *name);
+/* The section named `name`, created empty (line 0) if absent. NULL only on ENOMEM. */
+struct glia_section *glia__config_section(struct glia_config *cfg, const char *name);
+/* The entry for key in s, or NULL. */
+const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
+/* Check every entry of s against the union of the given schemas: unknown keys (with a
+ * "did you mean"), values that do not parse or are out of range, missing required keys.
+ * On success the schemas are remembered for the getters. On failure the context error is
+ * one line naming file:line, [section] and key. */
+glia_status glia__section_validate(struct glia_section *s, const struct glia_key *const *schemas,
+                                   int n_schemas);
+/* The candidate nearest to word by edit distance if it is near enough, else NULL. */
+const char *glia__did_you_mean(const char *word, const char *const *candidates, int n);
+/* "file:line: " (or "--set a.b=c: ") prefix for key in s (key NULL: the section header). */
+void glia__where(const struct glia_section *s, const char *key, char *buf, size_t n);
+
+/* ---- random numbers (core/rng.c) ---- */
+
+struct glia_rng {
+    uint64_t s[4];
+};
+void glia__rng_seed(struct glia_rng *r, uint64_t seed);
+uint64_t glia__rng_next(struct glia_rng *r);
+double glia__rng_uniform(struct glia_rng *r);          /* [0, 1) */
+double glia__rng_normal(struct glia_rng *r);           /* N(0, 1) */
+uint64_t glia__hash_str(uint64_t h, const char *s);    /* FNV-1a step */
+/* Fisher-Yates permutation of 0..n-1 from seed. */
+void glia__permutation(int64_t *perm, int64_t n, uint64_t seed);
+
+/* ---- data (core/data_idx.c) ---- */
+
+/* An image classification set held in memory as loaded (u8 pixels, one channel). */
+struct glia__dataset {
+    int64_t n;            /* samples */
+    int rows, cols;       /* sample is 1 x rows x cols */
+    uint8_t *images;      /* n * rows * cols (owned) */
+    int32_t *labels;      /* n (owned) */
+    int n_classes;        /* max label + 1 */
+};
+
+/* Load an IDX image file (magic 0x00000803) and label file (0x00000801), raw or gzip.
+ * limit > 0 keeps only the first `limit` samples. Missing, unreadable, truncated or
+ * inconsistent files give one line naming the file and what is wrong. */
+glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
+                           const char *labels_path, int64_t limit, struct glia__dataset *out);
+void glia__dataset_free(struct glia__dataset *d);
+/* Gather samples idx[0..n) into x (n, 1, rows, cols) as (pixel/255 - mean) / std, and y. */
+void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int64_t n,
+                          float mean, float std, float *x, int32_t *y);
+
+/* ---- time ---- */
+double glia__now(void);   /* monotonic seconds */
+
+/* ---- string helpers (core/util.c) ---- */
+char *glia__strdup(const char *s);
+char *glia__strndup(const char *s, size_t n);
+char *glia__trim(char *s);  /* in place */
+/* Grow *p (of *cap elements of size sz) to hold at least need elements. */
+glia_status glia__grow(void **p, int *cap, int need, size_t sz);
+
+#endif

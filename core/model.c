@@ -1,0 +1,591 @@
+/* core/model.c — builds a model from a validated INI: core schemas, plugin resolution, the
+ * layer graph with shape inference, the flat parameter arena and its seeded init, the summary.
+ * Not the training loop (core/train.c) and not the INI parser (core/config.c). */
+#include <libgen.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+
+/* ---- core schemas ---- */
+
+static const struct glia_key runtime_keys[] = {
+    GLIA_KEY("device", GLIA_KEY_STRING, "auto", "auto | cpu | cuda | cuda:N (auto: cuda when usable, else cpu)"),
+    GLIA_KEY("seed", GLIA_KEY_INT, "1", "seed of weight init, shuffling and random layers", .min = 0, .max = 9.2e18),
+    GLIA_KEY("threads", GLIA_KEY_INT, "0", "CPU threads (0: OpenMP default, OMP_NUM_THREADS)", .min = 0, .max = 4096),
+    GLIA_KEY_END};
+
+static const struct glia_key data_keys[] = {
+    GLIA_KEY("format", GLIA_KEY_ENUM, "idx", "dataset file format", .choices = "idx"),
+    GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "IDX image file for training (raw or .gz)", .required = true),
+    GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "IDX label file for training", .required = true),
+    GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "IDX image file for evaluation", .required = true),
+    GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "IDX label file for evaluation", .required = true),
+    GLIA_KEY("batch_size", GLIA_KEY_INT, "64", "training mini-batch size", .min = 1, .max = 1 << 20),
+    GLIA_KEY("test_batch_size", GLIA_KEY_INT, "1000", "evaluation batch size", .min = 1, .max = 1 << 20),
+    GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch)"),
+    GLIA_KEY("mean", GLIA_KEY_FLOAT, "0.2860", "normalization: x = (pixel/255 - mean) / std"),
+    GLIA_KEY("std", GLIA_KEY_FLOAT, "0.3530", "normalization divisor", .min = 1e-12, .max = 1e12),
+    GLIA_KEY("train_samples", GLIA_KEY_INT, "0", "use only the first N training samples (0: all)", .min = 0, .max = 1e12),
+    GLIA_KEY("test_samples", GLIA_KEY_INT, "0", "use only the first N test samples (0: all)", .min = 0, .max = 1e12),
+    GLIA_KEY_END};
+
+static const struct glia_key train_keys[] = {
+    GLIA_KEY("epochs", GLIA_KEY_INT, "1", "passes over the training set", .min = 1, .max = 1e9),
+    GLIA_KEY("optimizer", GLIA_KEY_STRING, "sgd", "optimizer plugin; its keys go in [optimizer]"),
+    GLIA_KEY("lr", GLIA_KEY_FLOAT, "0.01", "learning rate", .min = 0, .max = 1e6),
+    GLIA_KEY("metrics", GLIA_KEY_STRING, NULL, "JSON-lines file, one object per epoch (--metrics overrides)"),
+    GLIA_KEY("log_every", GLIA_KEY_INT, "100", "steps between progress lines when not on a terminal", .min = 1, .max = 1e9),
+    GLIA_KEY_END};
+
+static const struct glia_key plugins_keys[] = {
+    GLIA_KEY("path", GLIA_KEY_LIST, NULL, "extra plugin folders, searched first (relative to this file)"),
+    GLIA_KEY("load", GLIA_KEY_LIST, NULL, "plugins to load by name or .so path"),
+    GLIA_KEY_END};
+
+static const struct glia_key layer_common_keys[] = {
+    GLIA_KEY("type", GLIA_KEY_STRING, NULL, "layer type (a plugin feature)", .required = true),
+    GLIA_KEY("inputs", GLIA_KEY_LIST, NULL, "input layers by name ('input' is the data); default: the previous layer"),
+    GLIA_KEY("impl", GLIA_KEY_STRING, "auto", "implementation: auto or a registered impl (glia plugins)"),
+    GLIA_KEY_END};
+
+static const char *const reserved[] = {"runtime", "data", "train", "optimizer", "plugins"};
+
+const struct glia_key *glia__core_schema(const char *section)
+{
+    if (!strcmp(section, "runtime")) return runtime_keys;
+    if (!strcmp(section, "data")) return data_keys;
+    if (!strcmp(section, "train")) return train_keys;
+    if (!strcmp(section, "plugins")) return plugins_keys;
+    if (!strcmp(section, "layer")) return layer_common_keys;
+    return NULL;
+}
+
+static bool is_reserved(const char *name)
+{
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(reserved); i++)
+        if (!strcmp(reserved[i], name)) return true;
+    return false;
+}
+
+/* ---- paths ---- */
+
+/* A relative path written in the file is relative to the file's folder; one given by --set
+ * is relative to the working directory. Returns an owned string. */
+char *glia__config_path(const struct glia_section *s, const char *key, const char *value)
+{
+    const struct glia__entry *e = glia__section_entry(s, key);
+    if (!value || value[0] == '/' || (e && e->origin) || !s->cfg->path) return glia__strdup(value);
+    char *copy = glia__strdup(s->cfg->path);
+    if (!copy) return NULL;
+    const char *dir = dirname(copy);
+    size_t n = strlen(dir) + strlen(value) + 2;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s/%s", dir, value);
+    free(copy);
+    return out;
+}
+
+/* ---- resolving features ---- */
+
+static glia_status suggest(struct glia_context *ctx, int kind, const char *word, char *buf, size_t n)
+{
+    const char *names[256];
+    glia_plugin_load_all(ctx);
+    int k = glia__feature_names(ctx, kind, names, 256);
+    const char *near = glia__did_you_mean(word, names, k);
+    if (near) snprintf(buf, n, "; did you mean '%s'?", near);
+    else buf[0] = '\0';
+    return GLIA_OK;
+}
+
+static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const struct glia_section *s,
+                                                  glia_status *st)
+{
+    const char *type = glia_section_str(s, "type");
+    const char *impl = glia_section_str(s, "impl");
+    if (!glia__find_layer(m->ctx, type, NULL)) {
+        glia_status ls = glia_plugin_load(m->ctx, type);
+        if (ls && ls != GLIA_ENOTFOUND) {  /* the plugin exists but was refused: say why */
+            char why[GLIA__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+            *st = glia_section_error(s, "type", ls, "%s", why);
+            return NULL;
+        }
+    }
+    if (!glia__find_layer(m->ctx, type, NULL)) {
+        char hint[300];
+        suggest(m->ctx, GLIA__FEAT_LAYER, type, hint, sizeof hint);
+        *st = glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'%s", type, hint);
+        return NULL;
+    }
+    const struct glia_layer_ops *ops = NULL;
+    if (!strcmp(impl, "auto")) {
+        for (int i = 0; i < m->ctx->n_features && !ops; i++) {
+            const struct glia__feature *f = &m->ctx->features[i];
+            const struct glia_layer_ops *o = f->ops;
+            if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == m->device.type)
+                ops = o;
+        }
+    } else {
+        ops = glia__find_layer(m->ctx, type, impl);
+    }
+    char have[256], dev[32];
+    glia__layer_impls(m->ctx, type, have, sizeof have);
+    if (!ops) {
+        *st = glia_section_error(s, "impl", GLIA_ECONFIG, "no impl '%s' of layer type '%s' for device %s (available: %s)",
+                                 impl, type, glia_device_str(m->device, dev, sizeof dev), have);
+        return NULL;
+    }
+    if (ops->device_type != m->device.type) {
+        *st = glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s",
+                                 impl, type, glia_device_str(m->device, dev, sizeof dev));
+        return NULL;
+    }
+    return ops;
+}
+
+/* ---- building ---- */
+
+static glia_status setup_plugins(struct glia_model *m)
+{
+    struct glia_section *s = glia__config_section(m->cfg, "plugins");
+    if (!s) return GLIA_ENOMEM;
+    const struct glia_key *sch[] = {plugins_keys};
+    glia_status st = glia__section_validate(s, sch, 1);
+    if (st) return st;
+    const char **items;
+    int n = glia_section_list(s, "path", &items);
+    for (int i = 0; i < n; i++) {
+        char *dir = glia__config_path(s, "path", items[i]);
+        if (!dir) return GLIA_ENOMEM;
+        st = glia_plugin_add_path(m->ctx, dir);
+        free(dir);
+        if (st) return st;
+    }
+    n = glia_section_list(s, "load", &items);
+    for (int i = 0; i < n; i++) {
+        char *p = strchr(items[i], '/') ? glia__config_path(s, "load", items[i]) : glia__strdup(items[i]);
+        if (!p) return GLIA_ENOMEM;
+        st = glia_plugin_load(m->ctx, p);
+        free(p);
+        if (st) {
+            char why[GLIA__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+            return glia_section_error(s, "load", st, "%s", why);
+        }
+    }
+    return GLIA_OK;
+}
+
+static glia_status setup_device(struct glia_model *m)
+{
+    struct glia_section *s = glia__config_section(m->cfg, "runtime");
+    if (!s) return GLIA_ENOMEM;
+    const char *dev = glia_section_str(s, "device");
+    if (!strcmp(dev, "auto")) {
+        /* CUDA is used when a backend for it is registered and opens; else the CPU. */
+        struct glia_device cuda = {GLIA_DEVICE_CUDA, 0};
+        struct glia_backend *b;
+        if (glia__find_backend(m->ctx, GLIA_DEVICE_CUDA) && glia_backend_get(m->ctx, cuda, &b) == GLIA_OK)
+            m->device = cuda;
+        else
+            m->device = (struct glia_device){GLIA_DEVICE_CPU, 0};
+    } else if (glia_device_parse(dev, &m->device)) {
+        return glia_section_error(s, "device", GLIA_ECONFIG, "expected auto, cpu, cuda or cuda:N, got '%s'", dev);
+    }
+    glia_status st = glia_backend_get(m->ctx, m->device, &m->backend);
+    if (st) {
+        char why[GLIA__ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+        if (m->device.type == GLIA_DEVICE_CUDA && !glia__find_backend(m->ctx, GLIA_DEVICE_CUDA))
+            snprintf(why, sizeof why, "this build of glia has no CUDA backend; use device = cpu or auto");
+        return glia_section_error(s, "device", GLIA_EDEVICE, "%s", why);
+    }
+    int threads = (int)glia_section_int(s, "threads");
+    if (threads > 0) omp_set_num_threads(threads);
+    m->seed = (uint64_t)glia_section_int(s, "seed");
+    return GLIA_OK;
+}
+
+static glia_status load_data(struct glia_model *m)
+{
+    struct glia_section *s = glia__config_find(m->cfg, "data");
+    char *paths[4] = {0};
+    static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < 4 && !st; i++)
+        if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
+    if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
+    if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
+    if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
+        st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
+                                m->test.rows, m->test.cols, m->train.rows, m->train.cols);
+    for (int i = 0; i < 4; i++) free(paths[i]);
+    if (st) return st;
+    m->batch = (int)glia_section_int(s, "batch_size");
+    m->test_batch = (int)glia_section_int(s, "test_batch_size");
+    m->shuffle = glia_section_bool(s, "shuffle");
+    m->mean = (float)glia_section_float(s, "mean");
+    m->std = (float)glia_section_float(s, "std");
+    m->n_classes = m->train.n_classes > m->test.n_classes ? m->train.n_classes : m->test.n_classes;
+    return GLIA_OK;
+}
+
+static glia_status setup_optimizer(struct glia_model *m)
+{
+    struct glia_section *t = glia__config_find(m->cfg, "train");
+    const char *name = glia_section_str(t, "optimizer");
+    if (!glia__find_optimizer(m->ctx, name)) {
+        glia_status ls = glia_plugin_load(m->ctx, name);
+        if (ls && ls != GLIA_ENOTFOUND) {
+            char why[GLIA__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+            return glia_section_error(t, "optimizer", ls, "%s", why);
+        }
+    }
+    const struct glia_optimizer_ops *ops = glia__find_optimizer(m->ctx, name);
+    if (!ops) {
+        char hint[300];
+        suggest(m->ctx, GLIA__FEAT_OPTIMIZER, name, hint, sizeof hint);
+        return glia_section_error(t, "optimizer", GLIA_ECONFIG, "unknown optimizer '%s'%s", name, hint);
+    }
+    struct glia_section *o = glia__config_section(m->cfg, "optimizer");
+    if (!o) return GLIA_ENOMEM;
+    const struct glia_key *sch[] = {ops->keys};
+    glia_status st = glia__section_validate(o, sch, 1);
+    if (st) return st;
+    m->opt.ops = ops;
+    m->opt.ctx = m->ctx;
+    st = ops->create(&m->opt, o);
+    if (st) {
+        m->opt.ops = NULL;
+        return st;
+    }
+    m->epochs = (int)glia_section_int(t, "epochs");
+    m->lr = glia_section_float(t, "lr");
+    m->log_every = (int)glia_section_int(t, "log_every");
+    return GLIA_OK;
+}
+
+static int node_index(const struct glia_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_nodes; i++)
+        if (!strcmp(m->nodes[i].layer.name, name)) return i;
+    return -1;
+}
+
+static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, const struct glia_section *s)
+{
+    const struct glia_layer_ops *ops = nd->layer.ops;
+    const char **items;
+    int n = glia_section_list(s, "inputs", &items);
+    if (n == 0) {
+        nd->n_in = 1;
+        nd->in[0] = m->n_nodes - 1;  /* the previous layer, or -1: the data */
+    } else {
+        if (n > GLIA__MAX_INPUTS)
+            return glia_section_error(s, "inputs", GLIA_ECONFIG, "%d inputs; at most %d are supported", n, GLIA__MAX_INPUTS);
+        for (int i = 0; i < n; i++) {
+            if (!strcmp(items[i], "input")) {
+                nd->in[i] = -1;
+                continue;
+            }
+            int k = node_index(m, items[i]);
+            if (k < 0) {
+                const char *names[GLIA__MAX_NODES + 1];
+                int c = 0;
+                for (int j = 0; j < m->n_nodes; j++) names[c++] = m->nodes[j].layer.name;
+                names[c++] = "input";
+                const char *near = glia__did_you_mean(items[i], names, c);
+                bool later = false;
+                for (int j = 0; j < m->cfg->n_sections; j++)
+                    later |= !strcmp(m->cfg->sections[j]->name, items[i]) && !is_reserved(items[i]);
+                if (later)
+                    return glia_section_error(s, "inputs", GLIA_ECONFIG, "layer '%s' is defined later; inputs must name earlier layers", items[i]);
+                if (near)
+                    return glia_section_error(s, "inputs", GLIA_ECONFIG, "unknown layer '%s'; did you mean '%s'?", items[i], near);
+                return glia_section_error(s, "inputs", GLIA_ECONFIG, "unknown layer '%s'", items[i]);
+            }
+            nd->in[i] = k;
+        }
+        nd->n_in = n;
+    }
+    if (nd->n_in < ops->min_inputs || (ops->max_inputs >= 0 && nd->n_in > ops->max_inputs)) {
+        if (ops->max_inputs < 0)
+            return glia_section_error(s, "inputs", GLIA_ECONFIG, "layer type '%s' takes at least %d inputs, got %d", ops->type, ops->min_inputs, nd->n_in);
+        return glia_section_error(s, "inputs", GLIA_ECONFIG, "layer type '%s' takes %d..%d inputs, got %d",
+                                  ops->type, ops->min_inputs, ops->max_inputs, nd->n_in);
+    }
+    return GLIA_OK;
+}
+
+static struct glia_shape in_shape_of(const struct glia_model *m, int producer, int64_t batch)
+{
+    if (producer < 0) {
+        int64_t d[4] = {batch, 1, m->train.rows, m->train.cols};
+        return glia_shape_make(4, d);
+    }
+    return m->nodes[producer].out_shape;
+}
+
+static glia_status add_layer(struct glia_model *m, struct glia_section *s)
+{
+    glia_status st;
+    if (!glia__section_entry(s, "type")) {
+        const char *near = glia__did_you_mean(s->name, reserved, (int)GLIA__ARRAY_LEN(reserved));
+        if (near)
+            return glia_section_error(s, NULL, GLIA_ECONFIG, "unknown section; did you mean [%s]?", near);
+        return glia_section_error(s, NULL, GLIA_ECONFIG, "a layer section needs a type = key (or is it a misspelt section?)");
+    }
+    if (m->n_nodes == GLIA__MAX_NODES)
+        return glia_section_error(s, NULL, GLIA_ECONFIG, "more than %d layers", GLIA__MAX_NODES);
+    /* type and impl are strings: readable before full validation. */
+    s->schemas[0] = layer_common_keys;
+    s->n_schemas = 1;
+    const struct glia_layer_ops *ops = resolve_layer(m, s, &st);
+    if (!ops) return st;
+    const struct glia_key *sch[] = {layer_common_keys, ops->keys};
+    if ((st = glia__section_validate(s, sch, 2))) return st;
+
+    struct glia__node *nd = &m->nodes[m->n_nodes];
+    memset(nd, 0, sizeof *nd);
+    nd->sec = s;
+    nd->layer.name = s->name;
+    nd->layer.ops = ops;
+    nd->layer.ctx = m->ctx;
+    nd->layer.backend = m->backend;
+    if ((st = wire_inputs(m, nd, s))) return st;
+    struct glia_shape in[GLIA__MAX_INPUTS];
+    for (int i = 0; i < nd->n_in; i++) in[i] = in_shape_of(m, nd->in[i], m->batch);
+    m->n_nodes++;  /* from here on the node is owned by the model (destroy on failure) */
+    glia_context_clear_error(m->ctx);
+    st = ops->create(&nd->layer, s, in, nd->n_in);
+    if (st) {
+        nd->created = false;
+        if (!glia_context_error(m->ctx)[0])
+            glia_section_error(s, NULL, st, "layer type '%s' refused this configuration (%s)", ops->type, glia_strerror(st));
+        return st;
+    }
+    nd->created = true;
+    st = ops->infer_shape(&nd->layer, in, nd->n_in, &nd->out_shape);
+    if (st) {
+        if (!glia_context_error(m->ctx)[0])
+            glia_section_error(s, NULL, st, "shape inference failed (%s)", glia_strerror(st));
+        return st;
+    }
+    nd->flops = ops->flops ? ops->flops(&nd->layer, in, nd->n_in) : 0;
+    return GLIA_OK;
+}
+
+static glia_status check_graph(struct glia_model *m)
+{
+    if (m->n_nodes == 0)
+        return glia_error(m->ctx, GLIA_ECONFIG, "%s: the model has no layers (add sections with type = ...)", m->cfg->path);
+    struct glia__node *last = &m->nodes[m->n_nodes - 1];
+    if (!(last->layer.ops->flags & GLIA_LAYER_LOSS))
+        return glia_section_error(last->sec, "type", GLIA_ECONFIG,
+                                  "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
+                                  last->layer.ops->type);
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0) m->nodes[nd->in[k]].n_consumers++;
+    }
+    for (int i = 0; i < m->n_nodes - 1; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        if (nd->layer.ops->flags & GLIA_LAYER_LOSS)
+            return glia_section_error(nd->sec, "type", GLIA_ECONFIG, "a loss layer must be the last layer");
+        if (nd->n_consumers == 0)
+            return glia_section_error(nd->sec, NULL, GLIA_ECONFIG, "the output of this layer is not used by any later layer");
+        if (!nd->layer.ops->backward)
+            return glia_section_error(nd->sec, "type", GLIA_EUNSUPPORTED, "layer type '%s' has no backward; it cannot be trained through", nd->layer.ops->type);
+    }
+    const struct glia_shape *logits = &m->nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
+    if (last->in[0] < 0 || logits->ndim != 2)
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the loss expects (N, classes) logits");
+    if (logits->dim[1] < m->n_classes)
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels",
+                                  (long long)logits->dim[1], m->n_classes);
+    return GLIA_OK;
+}
+
+static glia_status alloc_params(struct glia_model *m)
+{
+    int64_t total = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++)
+            total += glia_shape_numel(&m->nodes[i].layer.params[p].shape);
+    m->n_weights = total;
+    int64_t d1[1] = {total > 0 ? total : 1};
+    struct glia_shape flat = glia_shape_make(1, d1);
+    int ns = m->opt.ops->n_state;
+    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
+    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->g);
+    for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->state[k]);
+    if (st) return glia_error(m->ctx, st, "cannot allocate %lld parameters", (long long)total);
+    int64_t off = 0;
+    float *host = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    if (!host) return GLIA_ENOMEM;
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia_layer *l = &m->nodes[i].layer;
+        for (int p = 0; p < l->n_params; p++) {
+            struct glia_param *pa = &l->params[p];
+            int64_t n = glia_shape_numel(&pa->shape);
+            if ((st = glia_tensor_view(m->w, off, &pa->shape, &pa->value)) ||
+                (st = glia_tensor_view(m->g, off, &pa->shape, &pa->grad)))
+                break;
+            pa->grad_unset = true;
+            struct glia_rng r;
+            glia__rng_seed(&r, glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
+            for (int64_t j = 0; j < n; j++) {
+                double v = 0;
+                switch (pa->init.kind) {
+                case GLIA_INIT_ZEROS: v = 0; break;
+                case GLIA_INIT_CONST: v = pa->init.a; break;
+                case GLIA_INIT_UNIFORM: v = (2.0 * glia__rng_uniform(&r) - 1.0) * pa->init.a; break;
+                case GLIA_INIT_NORMAL: v = glia__rng_normal(&r) * pa->init.a; break;
+                }
+                host[off + j] = (float)v;
+            }
+            off += n;
+        }
+        if (st) break;
+    }
+    if (!st && total > 0) st = glia_tensor_from_host(m->w, host, (size_t)total * sizeof(float));
+    free(host);
+    return st;
+}
+
+glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
+                                 struct glia_param_init init, int *index)
+{
+    struct glia_param *p = realloc(l->params, (size_t)(l->n_params + 1) * sizeof *p);
+    if (!p) return GLIA_ENOMEM;
+    l->params = p;
+    struct glia_param *np = &p[l->n_params];
+    memset(np, 0, sizeof *np);
+    if (!(np->name = glia__strdup(name))) return GLIA_ENOMEM;
+    np->shape = *shape;
+    np->init = init;
+    np->decay = true;
+    np->grad_unset = true;
+    if (index) *index = l->n_params;
+    l->n_params++;
+    return GLIA_OK;
+}
+
+glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, struct glia_model **out)
+{
+    struct glia_model *m = calloc(1, sizeof *m);
+    if (!m) return GLIA_ENOMEM;
+    m->ctx = ctx;
+    m->cfg = cfg;
+    glia_status st = setup_plugins(m);
+    static const char *globals[] = {"runtime", "data", "train"};
+    for (int i = 0; i < 3 && !st; i++) {
+        struct glia_section *s = glia__config_section(cfg, globals[i]);
+        const struct glia_key *sch[] = {glia__core_schema(globals[i])};
+        st = s ? glia__section_validate(s, sch, 1) : GLIA_ENOMEM;
+    }
+    if (!st) st = setup_device(m);
+    if (!st) st = setup_optimizer(m);
+    if (!st) st = load_data(m);
+    for (int i = 0; i < cfg->n_sections && !st; i++)
+        if (!is_reserved(cfg->sections[i]->name)) st = add_layer(m, cfg->sections[i]);
+    if (!st) st = check_graph(m);
+    if (!st) st = alloc_params(m);
+    if (st) {
+        glia_model_free(m);
+        return st;
+    }
+    *out = m;
+    return GLIA_OK;
+}
+
+void glia_model_free(struct glia_model *m)
+{
+    if (!m) return;
+    glia__model_release_activations(m);
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia_layer *l = &m->nodes[i].layer;
+        if (m->nodes[i].created && l->ops->destroy) l->ops->destroy(l);
+        for (int p = 0; p < l->n_params; p++) {
+            free((char *)l->params[p].name);
+            glia_tensor_release(l->params[p].value);
+            glia_tensor_release(l->params[p].grad);
+        }
+        free(l->params);
+    }
+    if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
+    glia_tensor_release(m->w);
+    glia_tensor_release(m->g);
+    for (int k = 0; k < GLIA__MAX_STATE; k++) glia_tensor_release(m->state[k]);
+    glia__dataset_free(&m->train);
+    glia__dataset_free(&m->test);
+    free(m);
+}
+
+long long glia_model_param_count(const struct glia_model *m) { return m->n_weights; }
+
+long long glia_model_weights(const struct glia_model *m, float *dst, long long n)
+{
+    long long k = m->n_weights < n ? m->n_weights : n;
+    if (k <= 0) return 0;
+    float *all = malloc((size_t)m->n_weights * sizeof(float));
+    if (!all) return -1;
+    if (glia_tensor_to_host(m->w, all, (size_t)m->n_weights * sizeof(float))) k = -1;
+    else memcpy(dst, all, (size_t)k * sizeof(float));
+    free(all);
+    return k;
+}
+
+static void human(double v, char *buf, size_t n)
+{
+    if (v >= 1e9) snprintf(buf, n, "%.2fG", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, n, "%.2fM", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, n, "%.1fk", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+}
+
+void glia_model_summary(const struct glia_model *m, FILE *f)
+{
+    char dev[32], shp[96], fl[32];
+    fprintf(f, "model %s on %s, batch %d\n", m->cfg->path ? m->cfg->path : "(string)",
+            glia_device_str(m->device, dev, sizeof dev), m->batch);
+    fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "layer", "type", "impl", "output", "params", "FLOPs");
+    struct glia_shape in = in_shape_of(m, -1, 1);
+    struct glia_shape per = in;
+    per.ndim--;
+    memmove(per.dim, in.dim + 1, sizeof(int64_t) * (size_t)per.ndim);
+    fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "input", "data", "-", glia_shape_str(&per, shp, sizeof shp), "0", "-");
+    double total_flops = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia__node *nd = &m->nodes[i];
+        long long np = 0;
+        for (int p = 0; p < nd->layer.n_params; p++) np += glia_shape_numel(&nd->layer.params[p].shape);
+        struct glia_shape o = nd->out_shape;
+        if (!(nd->layer.ops->flags & GLIA_LAYER_LOSS) && o.ndim > 0) {
+            o.ndim--;
+            memmove(o.dim, nd->out_shape.dim + 1, sizeof(int64_t) * (size_t)o.ndim);
+        }
+        double per_sample = nd->layer.ops->flops ? (double)nd->flops / m->batch : -1;
+        if (per_sample >= 0) {
+            human(per_sample, fl, sizeof fl);
+            total_flops += per_sample;
+        } else {
+            snprintf(fl, sizeof fl, "-");
+        }
+        fprintf(f, "%-16s %-22s %-6s %-16s %10lld %10s\n", nd->layer.name, nd->layer.ops->type,
+                nd->layer.ops->impl, glia_shape_str(&o, shp, sizeof shp), np, fl);
+    }
+    human(total_flops, fl, sizeof fl);
+    fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward\n",
+            m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl);
+    fprintf(f, "data: %lld training samples, %lld test samples, %dx%d, %d classes; optimizer %s, lr %g, %d epochs\n",
+            (long long)m->train.n, (long long)m->test.n, m->train.rows, m->train.cols, m->n_classes,
+            m->opt.ops->name, m->lr, m->epochs);
+}
+
+const struct glia_key *glia_config_schema(const char *section) { return glia__core_schema(section); }

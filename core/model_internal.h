@@ -1,0 +1,57 @@
+/* core/model_internal.h — the model's private structure, shared by model.c and train.c.
+ * Not installed; the public face of a model is include/glia/model.h. */
+#ifndef GLIA_CORE_MODEL_INTERNAL_H
+#define GLIA_CORE_MODEL_INTERNAL_H
+
+#include "internal.h"
+
+#define GLIA__MAX_NODES 1024
+#define GLIA__MAX_INPUTS 16
+#define GLIA__MAX_STATE 4
+
+struct glia__node {
+    struct glia_layer layer;
+    struct glia_section *sec;        /* (borrowed) */
+    bool created;                    /* create succeeded: destroy is owed */
+    int n_in;
+    int in[GLIA__MAX_INPUTS];        /* producer node index; -1 is the data batch */
+    int n_consumers;
+    struct glia_shape out_shape;     /* at the configured batch size */
+    uint64_t flops;                  /* at the configured batch size */
+    struct glia_tensor *out_buf, *dout_buf;  /* sized for the largest batch */
+    struct glia_tensor *out, *dout;  /* views for the current batch */
+    bool grad_written;               /* dout written during this backward */
+};
+
+struct glia_model {
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_device device;
+    struct glia_backend *backend;
+    uint64_t seed;
+    struct glia__node nodes[GLIA__MAX_NODES];
+    int n_nodes;
+    /* data */
+    struct glia__dataset train, test;
+    int batch, test_batch, n_classes;
+    bool shuffle;
+    float mean, std;
+    /* training */
+    struct glia_optimizer opt;
+    int epochs, log_every;
+    double lr;
+    int64_t step;
+    /* parameters: flat arenas */
+    int64_t n_weights;
+    struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
+    /* activations */
+    int64_t act_batch;               /* batch the buffers were sized for (0: none) */
+    int64_t cur_batch;               /* batch the views currently have */
+    struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
+};
+
+const struct glia_key *glia__core_schema(const char *section);
+char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
+void glia__model_release_activations(struct glia_model *m);
+
+#endif

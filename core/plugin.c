@@ -1,0 +1,366 @@
+/* core/plugin.c — the plugin loader (search path, dlopen, descriptor and ABI checks, probe,
+ * init with rollback) and feature registration. Not the features themselves. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "internal.h"
+
+#define GLIA__END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+const char *glia_plugin_dir(void) { return GLIA_PLUGIN_DIR; }
+
+struct glia_context *glia_registry_context(struct glia_registry *r) { return r->ctx; }
+
+static const char *plugin_label(struct glia_registry *r)
+{
+    return r->plugin >= 0 ? r->ctx->plugins[r->plugin].path : "libglia";
+}
+
+static glia_status add_feature(struct glia_registry *r, int kind, const void *ops)
+{
+    struct glia_context *ctx = r->ctx;
+    if (glia__grow((void **)&ctx->features, &ctx->cap_features, ctx->n_features + 1,
+                   sizeof *ctx->features))
+        return GLIA_ENOMEM;
+    ctx->features[ctx->n_features++] = (struct glia__feature){kind, ops, r->plugin};
+    return GLIA_OK;
+}
+
+glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops)
+{
+    const char *who = plugin_label(r);
+    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_layer_ops, flops))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_layer: ops struct of %u bytes is smaller than ABI 1.0's %zu",
+                          who, ops ? ops->struct_size : 0, GLIA__END_OF(struct glia_layer_ops, flops));
+    if (!ops->type || !ops->impl || !ops->create || !ops->infer_shape || !ops->forward)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: layer '%s': type, impl, create, infer_shape and forward are required",
+                          who, ops->type ? ops->type : "?");
+    if (glia__find_layer(r->ctx, ops->type, ops->impl))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: layer type '%s' impl '%s' is already registered",
+                          who, ops->type, ops->impl);
+    return add_feature(r, GLIA__FEAT_LAYER, ops);
+}
+
+glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_optimizer_ops *ops)
+{
+    const char *who = plugin_label(r);
+    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_optimizer_ops, step))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_optimizer: ops struct too small for ABI 1.0", who);
+    if (!ops->name || !ops->create || !ops->step || ops->n_state < 0)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer: name, create and step are required", who);
+    if (glia__find_optimizer(r->ctx, ops->name))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: optimizer '%s' is already registered", who, ops->name);
+    return add_feature(r, GLIA__FEAT_OPTIMIZER, ops);
+}
+
+glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops)
+{
+    const char *who = plugin_label(r);
+    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_backend_ops, sync))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_backend: ops struct too small for ABI 1.0", who);
+    if (!ops->name || !ops->open || !ops->alloc || !ops->free || !ops->copy || !ops->gemm_f32)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: backend: name, open, alloc, free, copy and gemm_f32 are required", who);
+    if (glia__find_backend(r->ctx, ops->device_type))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: a backend for device type %d is already registered",
+                          who, (int)ops->device_type);
+    return add_feature(r, GLIA__FEAT_BACKEND, ops);
+}
+
+/* ---- search path ---- */
+
+glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir)
+{
+    for (int i = 0; i < ctx->n_paths; i++)
+        if (strcmp(ctx->paths[i], dir) == 0) return GLIA_OK;
+    char **p = realloc(ctx->paths, (size_t)(ctx->n_paths + 1) * sizeof *p);
+    if (!p) return GLIA_ENOMEM;
+    ctx->paths = p;
+    if (!(p[ctx->n_paths] = glia__strdup(dir))) return GLIA_ENOMEM;
+    ctx->n_paths++;
+    return GLIA_OK;
+}
+
+/* Calls fn(dir, arg) for each search directory in order until it returns non-zero. */
+static int each_dir(struct glia_context *ctx, int (*fn)(const char *dir, void *arg), void *arg)
+{
+    for (int i = 0; i < ctx->n_paths; i++)
+        if (fn(ctx->paths[i], arg)) return 1;
+    const char *env = getenv("GLIA_PLUGIN_PATH");
+    if (env && *env) {
+        char *copy = glia__strdup(env), *save = NULL;
+        if (copy) {
+            for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
+                if (*d && fn(d, arg)) {
+                    free(copy);
+                    return 1;
+                }
+            free(copy);
+        }
+    }
+    return fn(GLIA_PLUGIN_DIR, arg);
+}
+
+struct find_arg {
+    const char *name;
+    char path[4096];
+    char searched[2048];
+};
+
+static int find_in(const char *dir, void *argp)
+{
+    struct find_arg *a = argp;
+    struct stat st;
+    snprintf(a->path, sizeof a->path, "%s/%s.so", dir, a->name);
+    if (stat(a->path, &st) == 0) return 1;
+    size_t n = strlen(a->searched);
+    snprintf(a->searched + n, sizeof a->searched - n, "%s%s", n ? ", " : "", dir);
+    return 0;
+}
+
+static int loaded_index(struct glia_context *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->n_plugins; i++)
+        if (strcmp(ctx->plugins[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Drop every feature that plugin idx registered (rollback of a failed init). */
+static void remove_features(struct glia_context *ctx, int idx)
+{
+    int k = 0;
+    for (int i = 0; i < ctx->n_features; i++)
+        if (ctx->features[i].plugin != idx) ctx->features[k++] = ctx->features[i];
+    ctx->n_features = k;
+}
+
+static glia_status open_checked(struct glia_context *ctx, const char *path, const char *name,
+                                void **handle_out, const struct glia_plugin_desc **desc_out)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return glia_error(ctx, GLIA_EPLUGIN, "%s: cannot load plugin: %s", path, dlerror());
+    glia_plugin_entry_fn entry = (glia_plugin_entry_fn)dlsym(h, GLIA_PLUGIN_ENTRY_SYMBOL);
+    const struct glia_plugin_desc *d = entry ? entry() : NULL;
+    glia_status s = GLIA_OK;
+    size_t min = GLIA__END_OF(struct glia_plugin_desc, init);
+    if (!entry)
+        s = glia_error(ctx, GLIA_EPLUGIN, "%s: symbol %s not found: not a glia plugin", path,
+                       GLIA_PLUGIN_ENTRY_SYMBOL);
+    else if (!d)
+        s = glia_error(ctx, GLIA_EPLUGIN, "%s: %s returned no descriptor", path, GLIA_PLUGIN_ENTRY_SYMBOL);
+    else if (d->struct_size < 3 * sizeof(uint32_t))
+        s = glia_error(ctx, GLIA_EABI, "%s: %s: descriptor of %u bytes is too small", path,
+                       GLIA_PLUGIN_ENTRY_SYMBOL, d->struct_size);
+    else if (d->abi_major != GLIA_ABI_MAJOR || d->abi_minor > GLIA_ABI_MINOR)
+        s = glia_error(ctx, GLIA_EABI, "%s: %s: plugin ABI %u.%u, core ABI %d.%d (%s)", path,
+                       GLIA_PLUGIN_ENTRY_SYMBOL, d->abi_major, d->abi_minor, GLIA_ABI_MAJOR,
+                       GLIA_ABI_MINOR,
+                       d->abi_major != GLIA_ABI_MAJOR ? "major versions differ: rebuild the plugin against this glia"
+                                                      : "the plugin needs a newer glia");
+    else if (d->struct_size < min)
+        s = glia_error(ctx, GLIA_EABI, "%s: %s: descriptor of %u bytes is smaller than ABI %d.0's %zu",
+                       path, GLIA_PLUGIN_ENTRY_SYMBOL, d->struct_size, GLIA_ABI_MAJOR, min);
+    else if (!d->name || strcmp(d->name, name) != 0)
+        s = glia_error(ctx, GLIA_EPLUGIN, "%s: %s: descriptor name '%s' does not match file name '%s'",
+                       path, GLIA_PLUGIN_ENTRY_SYMBOL, d->name ? d->name : "(null)", name);
+    else if (!d->init)
+        s = glia_error(ctx, GLIA_EPLUGIN, "%s: %s: descriptor has no init function", path,
+                       GLIA_PLUGIN_ENTRY_SYMBOL);
+    if (s) {
+        dlclose(h);
+        return s;
+    }
+    *handle_out = h;
+    *desc_out = d;
+    return GLIA_OK;
+}
+
+static glia_status load_path(struct glia_context *ctx, const char *path, const char *name)
+{
+    if (loaded_index(ctx, name) >= 0) return GLIA_OK;
+    void *h = NULL;
+    const struct glia_plugin_desc *d = NULL;
+    glia_status s = open_checked(ctx, path, name, &h, &d);
+    if (s) return s;
+    if (d->struct_size >= GLIA__END_OF(struct glia_plugin_desc, probe) && d->probe) {
+        char why[512] = "";
+        s = d->probe(ctx, why, sizeof why);
+        if (s) {
+            dlclose(h);
+            return glia_error(ctx, GLIA_EPROBE, "%s: plugin '%s' refused this machine: %s", path, name,
+                              why[0] ? why : glia_strerror(s));
+        }
+    }
+    if (glia__grow((void **)&ctx->plugins, &ctx->cap_plugins, ctx->n_plugins + 1, sizeof *ctx->plugins)) {
+        dlclose(h);
+        return GLIA_ENOMEM;
+    }
+    int idx = ctx->n_plugins;
+    struct glia__plugin *p = &ctx->plugins[idx];
+    *p = (struct glia__plugin){glia__strdup(name), glia__strdup(path), h, d};
+    if (!p->name || !p->path) {
+        free(p->name);
+        free(p->path);
+        dlclose(h);
+        return GLIA_ENOMEM;
+    }
+    ctx->n_plugins++;
+    glia_context_clear_error(ctx);
+    struct glia_registry r = {ctx, idx};
+    s = d->init(&r);
+    if (s) {
+        char detail[GLIA__ERRMSG_MAX];
+        snprintf(detail, sizeof detail, "%s", ctx->error[0] ? ctx->error : glia_strerror(s));
+        remove_features(ctx, idx);
+        ctx->n_plugins--;
+        free(p->name);
+        free(p->path);
+        dlclose(h);
+        return glia_error(ctx, s, "%s: plugin '%s' init failed (%s): %s", path, name, glia_status_name(s), detail);
+    }
+    return GLIA_OK;
+}
+
+static void base_name(const char *path, char *out, size_t n)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, n, "%s", b);
+    size_t len = strlen(out);
+    if (len > 3 && strcmp(out + len - 3, ".so") == 0) out[len - 3] = '\0';
+}
+
+glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path)
+{
+    char name[256];
+    size_t len = strlen(name_or_path);
+    bool is_path = strchr(name_or_path, '/') || (len > 3 && strcmp(name_or_path + len - 3, ".so") == 0);
+    base_name(name_or_path, name, sizeof name);
+    if (loaded_index(ctx, name) >= 0) return GLIA_OK;
+    if (is_path) {
+        struct stat st;
+        if (stat(name_or_path, &st) != 0)
+            return glia_error(ctx, GLIA_ENOTFOUND, "plugin file %s not found", name_or_path);
+        return load_path(ctx, name_or_path, name);
+    }
+    struct find_arg *a = calloc(1, sizeof *a);
+    if (!a) return GLIA_ENOMEM;
+    a->name = name;
+    glia_status s;
+    if (each_dir(ctx, find_in, a)) s = load_path(ctx, a->path, name);
+    else s = glia_error(ctx, GLIA_ENOTFOUND, "plugin '%s' not found (searched: %s)", name, a->searched);
+    free(a);
+    return s;
+}
+
+static int load_dir(const char *dir, void *ctxp)
+{
+    struct glia_context *ctx = ctxp;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    char path[4096], name[256];
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 3 || strcmp(e->d_name + len - 3, ".so") != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        base_name(path, name, sizeof name);
+        if (loaded_index(ctx, name) >= 0) continue;
+        if (load_path(ctx, path, name)) glia_log(ctx, GLIA_LOG_WARN, "%s", ctx->error);
+    }
+    closedir(d);
+    return 0;
+}
+
+glia_status glia_plugin_load_all(struct glia_context *ctx)
+{
+    each_dir(ctx, load_dir, ctx);
+    glia_context_clear_error(ctx);
+    return GLIA_OK;
+}
+
+void glia__plugins_unload(struct glia_context *ctx)
+{
+    for (int i = ctx->n_plugins - 1; i >= 0; i--) {
+        struct glia__plugin *p = &ctx->plugins[i];
+        if (p->handle && !getenv("GLIA_NO_DLCLOSE")) dlclose(p->handle);
+        free(p->name);
+        free(p->path);
+    }
+    free(ctx->plugins);
+    ctx->plugins = NULL;
+    ctx->n_plugins = 0;
+}
+
+/* ---- describing what is loaded ---- */
+
+static const char *key_type_name(enum glia_key_type t)
+{
+    switch (t) {
+    case GLIA_KEY_INT: return "int";
+    case GLIA_KEY_FLOAT: return "float";
+    case GLIA_KEY_BOOL: return "bool";
+    case GLIA_KEY_STRING: return "string";
+    case GLIA_KEY_ENUM: return "enum";
+    case GLIA_KEY_LIST: return "list";
+    }
+    return "?";
+}
+
+void glia_keys_print(FILE *f, const struct glia_key *keys)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++) {
+        char def[160];
+        if (k->required) snprintf(def, sizeof def, "required");
+        else if (k->default_value) snprintf(def, sizeof def, "default %s", k->default_value);
+        else snprintf(def, sizeof def, "optional");
+        fprintf(f, "      %-18s %-6s %-18s %s", k->name, key_type_name(k->type), def, k->doc ? k->doc : "");
+        if (k->type == GLIA_KEY_ENUM && k->choices) fprintf(f, " (%s)", k->choices);
+        fputc('\n', f);
+    }
+}
+
+glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *only)
+{
+    int shown = 0;
+    for (int pi = -1; pi < ctx->n_plugins; pi++) {
+        const char *pname = pi < 0 ? "libglia" : ctx->plugins[pi].name;
+        bool want_plugin = !only || strcmp(only, pname) == 0;
+        bool header = false;
+        for (int i = 0; i < ctx->n_features; i++) {
+            const struct glia__feature *ft = &ctx->features[i];
+            if (ft->plugin != pi) continue;
+            const char *fname = ft->kind == GLIA__FEAT_LAYER ? ((const struct glia_layer_ops *)ft->ops)->type
+                              : ft->kind == GLIA__FEAT_OPTIMIZER
+                                  ? ((const struct glia_optimizer_ops *)ft->ops)->name
+                                  : ((const struct glia_backend_ops *)ft->ops)->name;
+            if (!want_plugin && strcmp(only, fname) != 0) continue;
+            if (!header) {
+                if (pi < 0) fprintf(f, "libglia (built in)\n");
+                else {
+                    const struct glia_plugin_desc *d = ctx->plugins[pi].desc;
+                    fprintf(f, "%s %s (%s) — %s\n    %s\n", d->name, d->version ? d->version : "",
+                            d->license ? d->license : "?", d->description ? d->description : "",
+                            ctx->plugins[pi].path);
+                }
+                header = true;
+            }
+            shown++;
+            if (ft->kind == GLIA__FEAT_LAYER) {
+                const struct glia_layer_ops *o = ft->ops;
+                fprintf(f, "  layer %s (impl %s): %s\n", o->type, o->impl, o->doc ? o->doc : "");
+                if (only) glia_keys_print(f, o->keys);
+            } else if (ft->kind == GLIA__FEAT_OPTIMIZER) {
+                const struct glia_optimizer_ops *o = ft->ops;
+                fprintf(f, "  optimizer %s: %s\n", o->name, o->doc ? o->doc : "");
+                if (only) glia_keys_print(f, o->keys);
+            } else {
+                fprintf(f, "  backend %s\n", fname);
+            }
+        }
+    }
+    if (only && !shown) return glia_error(ctx, GLIA_ENOTFOUND, "no plugin or feature named '%s' is loaded", only);
+    return GLIA_OK;
+}

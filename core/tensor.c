@@ -1,0 +1,240 @@
+/* core/tensor.c — tensor objects: shapes, views, refcounted storage from a backend allocator.
+ * Not maths: elementwise and GEMM kernels belong to backends and layer plugins. */
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+struct glia_storage {
+    struct glia_backend *backend;  /* (borrowed) allocator owner */
+    void *ptr;
+    size_t nbytes;
+    int refcount;
+};
+
+size_t glia_dtype_size(enum glia_dtype t)
+{
+    switch (t) {
+    case GLIA_F32: case GLIA_I32: return 4;
+    case GLIA_F16: case GLIA_BF16: return 2;
+    case GLIA_I64: return 8;
+    case GLIA_U8: return 1;
+    }
+    return 0;
+}
+
+const char *glia_dtype_name(enum glia_dtype t)
+{
+    static const char *n[] = {"f32", "f16", "bf16", "i32", "i64", "u8"};
+    return (unsigned)t < GLIA__ARRAY_LEN(n) ? n[t] : "?";
+}
+
+int64_t glia_shape_numel(const struct glia_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->dim[i];
+    return n;
+}
+
+bool glia_shape_equal(const struct glia_shape *a, const struct glia_shape *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dim[i] != b->dim[i]) return false;
+    return true;
+}
+
+struct glia_shape glia_shape_make(int ndim, const int64_t *dim)
+{
+    struct glia_shape s = {0};
+    GLIA_ASSERT(ndim >= 0 && ndim <= GLIA_MAX_DIMS);
+    s.ndim = ndim;
+    for (int i = 0; i < ndim; i++) s.dim[i] = dim[i];
+    return s;
+}
+
+char *glia_shape_str(const struct glia_shape *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->ndim && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? "x" : "", (long long)s->dim[i]);
+    if (s->ndim == 0) snprintf(buf, n, "scalar");
+    return buf;
+}
+
+static void set_contiguous(struct glia_tensor *t, const struct glia_shape *shape)
+{
+    t->shape = *shape;
+    int64_t st = 1;
+    for (int i = shape->ndim - 1; i >= 0; i--) {
+        t->stride[i] = st;
+        st *= shape->dim[i];
+    }
+}
+
+static bool shape_ok(const struct glia_shape *s)
+{
+    if (s->ndim < 0 || s->ndim > GLIA_MAX_DIMS) return false;
+    for (int i = 0; i < s->ndim; i++)
+        if (s->dim[i] < 0) return false;
+    return true;
+}
+
+glia_status glia_tensor_new(struct glia_backend *b, enum glia_dtype dtype,
+                            const struct glia_shape *shape, struct glia_tensor **out)
+{
+    if (!b || !shape_ok(shape) || !glia_dtype_size(dtype)) return GLIA_EINVAL;
+    size_t nbytes = (size_t)glia_shape_numel(shape) * glia_dtype_size(dtype);
+    struct glia_tensor *t = calloc(1, sizeof *t);
+    struct glia_storage *st = calloc(1, sizeof *st);
+    if (!t || !st) goto nomem;
+    if (b->ops->alloc(b->priv, nbytes ? nbytes : 1, &st->ptr)) goto nomem;
+    st->backend = b;
+    st->nbytes = nbytes;
+    st->refcount = 1;
+    t->dtype = dtype;
+    t->device = b->device;
+    t->data = st->ptr;
+    t->storage = st;
+    t->refcount = 1;
+    set_contiguous(t, shape);
+    *out = t;
+    return GLIA_OK;
+nomem:
+    free(t);
+    free(st);
+    return GLIA_ENOMEM;
+}
+
+glia_status glia_tensor_zeros(struct glia_backend *b, enum glia_dtype dtype,
+                              const struct glia_shape *shape, struct glia_tensor **out)
+{
+    glia_status s = glia_tensor_new(b, dtype, shape, out);
+    if (s) return s;
+    s = glia_tensor_fill_zero(*out);
+    if (s) {
+        glia_tensor_release(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+glia_status glia_tensor_view(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
+                             struct glia_tensor **out)
+{
+    if (!shape_ok(shape) || offset < 0) return GLIA_EINVAL;
+    size_t es = glia_dtype_size(t->dtype);
+    size_t start = (size_t)((char *)t->data - (char *)t->storage->ptr) + (size_t)offset * es;
+    if (start + (size_t)glia_shape_numel(shape) * es > t->storage->nbytes) return GLIA_EINVAL;
+    struct glia_tensor *v = calloc(1, sizeof *v);
+    if (!v) return GLIA_ENOMEM;
+    v->dtype = t->dtype;
+    v->device = t->device;
+    v->data = (char *)t->storage->ptr + start;
+    v->storage = t->storage;
+    v->storage->refcount++;
+    v->refcount = 1;
+    set_contiguous(v, shape);
+    *out = v;
+    return GLIA_OK;
+}
+
+glia_status glia_tensor_reshape(struct glia_tensor *t, const struct glia_shape *shape,
+                                struct glia_tensor **out)
+{
+    if (!glia_tensor_is_contiguous(t) || glia_shape_numel(shape) != glia_tensor_numel(t))
+        return GLIA_EINVAL;
+    return glia_tensor_view(t, 0, shape, out);
+}
+
+struct glia_tensor *glia_tensor_retain(struct glia_tensor *t)
+{
+    if (t) t->refcount++;
+    return t;
+}
+
+void glia_tensor_release(struct glia_tensor *t)
+{
+    if (!t || --t->refcount > 0) return;
+    struct glia_storage *st = t->storage;
+    if (st && --st->refcount == 0) {
+        st->backend->ops->free(st->backend->priv, st->ptr);
+        free(st);
+    }
+    free(t);
+}
+
+int64_t glia_tensor_numel(const struct glia_tensor *t) { return glia_shape_numel(&t->shape); }
+
+size_t glia_tensor_nbytes(const struct glia_tensor *t)
+{
+    return (size_t)glia_tensor_numel(t) * glia_dtype_size(t->dtype);
+}
+
+bool glia_tensor_is_contiguous(const struct glia_tensor *t)
+{
+    int64_t st = 1;
+    for (int i = t->shape.ndim - 1; i >= 0; i--) {
+        if (t->shape.dim[i] != 1 && t->stride[i] != st) return false;
+        st *= t->shape.dim[i];
+    }
+    return true;
+}
+
+struct glia_backend *glia_tensor_backend(const struct glia_tensor *t)
+{
+    return t->storage ? t->storage->backend : NULL;
+}
+
+glia_status glia_tensor_copy(struct glia_tensor *dst, const struct glia_tensor *src)
+{
+    if (dst->dtype != src->dtype || glia_tensor_numel(dst) != glia_tensor_numel(src) ||
+        !glia_tensor_is_contiguous(dst) || !glia_tensor_is_contiguous(src))
+        return GLIA_EINVAL;
+    struct glia_backend *bd = glia_tensor_backend(dst), *bs = glia_tensor_backend(src);
+    size_t n = glia_tensor_nbytes(src);
+    bool dh = dst->device.type == GLIA_DEVICE_CPU, sh = src->device.type == GLIA_DEVICE_CPU;
+    if (dh && sh) {
+        memmove(dst->data, src->data, n);
+        return GLIA_OK;
+    }
+    struct glia_backend *b = dh ? bs : bd;
+    if (!dh && !sh && bd != bs) return GLIA_EUNSUPPORTED;
+    return b->ops->copy(b->priv, dst->data, dh, src->data, sh, n);
+}
+
+glia_status glia_tensor_from_host(struct glia_tensor *t, const void *src, size_t nbytes)
+{
+    if (nbytes != glia_tensor_nbytes(t)) return GLIA_EINVAL;
+    struct glia_backend *b = glia_tensor_backend(t);
+    return b->ops->copy(b->priv, t->data, t->device.type == GLIA_DEVICE_CPU, src, true, nbytes);
+}
+
+glia_status glia_tensor_to_host(const struct glia_tensor *t, void *dst, size_t nbytes)
+{
+    if (nbytes != glia_tensor_nbytes(t)) return GLIA_EINVAL;
+    struct glia_backend *b = glia_tensor_backend(t);
+    return b->ops->copy(b->priv, dst, true, t->data, t->device.type == GLIA_DEVICE_CPU, nbytes);
+}
+
+glia_status glia_tensor_fill_zero(struct glia_tensor *t)
+{
+    struct glia_backend *b = glia_tensor_backend(t);
+    size_t n = glia_tensor_nbytes(t);
+    if (b->ops->memzero) return b->ops->memzero(b->priv, t->data, n);
+    void *z = calloc(1, n ? n : 1);
+    if (!z) return GLIA_ENOMEM;
+    glia_status s = glia_tensor_from_host(t, z, n);
+    free(z);
+    return s;
+}
+
+float *glia_tensor_f32(const struct glia_tensor *t)
+{
+    return t && t->dtype == GLIA_F32 && t->device.type == GLIA_DEVICE_CPU ? t->data : NULL;
+}
+
+int32_t *glia_tensor_i32(const struct glia_tensor *t)
+{
+    return t && t->dtype == GLIA_I32 && t->device.type == GLIA_DEVICE_CPU ? t->data : NULL;
+}

@@ -1,0 +1,400 @@
+/* core/train.c — running a built model: activation buffers, forward, layer-level backward,
+ * the optimizer step, the epoch loop with evaluation, progress and the metrics file.
+ * Not model construction (core/model.c). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "model_internal.h"
+
+void glia__model_release_activations(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        glia_tensor_release(nd->out);
+        glia_tensor_release(nd->dout);
+        glia_tensor_release(nd->out_buf);
+        glia_tensor_release(nd->dout_buf);
+        nd->out = nd->dout = nd->out_buf = nd->dout_buf = NULL;
+    }
+    glia_tensor_release(m->x);
+    glia_tensor_release(m->y);
+    glia_tensor_release(m->x_buf);
+    glia_tensor_release(m->y_buf);
+    glia_tensor_release(m->loss_scale);
+    m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = NULL;
+    m->act_batch = m->cur_batch = 0;
+}
+
+static struct glia_shape data_shape(const struct glia_model *m, int64_t n)
+{
+    int64_t d[4] = {n, 1, m->train.rows, m->train.cols};
+    return glia_shape_make(4, d);
+}
+
+/* Output shapes of every node for batch n, through each layer's infer_shape. */
+static glia_status infer_all(struct glia_model *m, int64_t n, struct glia_shape *shapes)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        struct glia_shape in[GLIA__MAX_INPUTS];
+        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? data_shape(m, n) : shapes[nd->in[k]];
+        glia_status st = nd->layer.ops->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
+        if (st) return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld", (long long)n);
+    }
+    return GLIA_OK;
+}
+
+static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
+{
+    glia__model_release_activations(m);
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
+    if (!shapes) return GLIA_ENOMEM;
+    glia_status st = infer_all(m, maxb, shapes);
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        int64_t d1[1] = {glia_shape_numel(&shapes[i])};
+        struct glia_shape flat = glia_shape_make(1, d1);
+        st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->out_buf);
+        if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->dout_buf);
+    }
+    free(shapes);
+    struct glia_shape xs = data_shape(m, maxb);
+    int64_t d1[1] = {maxb}, one[1] = {1};
+    struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
+    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &xs, &m->x_buf);
+    if (!st) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->y_buf);
+    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->loss_scale);
+    if (!st) {
+        float one_f = 1.0f;
+        st = glia_tensor_from_host(m->loss_scale, &one_f, sizeof one_f);
+    }
+    if (st) {
+        glia__model_release_activations(m);
+        return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
+    }
+    m->act_batch = maxb;
+    return GLIA_OK;
+}
+
+/* Point every activation view at batch n (n <= act_batch). */
+static glia_status set_batch(struct glia_model *m, int64_t n)
+{
+    if (n == m->cur_batch) return GLIA_OK;
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
+    if (!shapes) return GLIA_ENOMEM;
+    glia_status st = infer_all(m, n, shapes);
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        glia_tensor_release(nd->out);
+        glia_tensor_release(nd->dout);
+        nd->out = nd->dout = NULL;
+        st = glia_tensor_view(nd->out_buf, 0, &shapes[i], &nd->out);
+        if (!st) st = glia_tensor_view(nd->dout_buf, 0, &shapes[i], &nd->dout);
+    }
+    free(shapes);
+    glia_tensor_release(m->x);
+    glia_tensor_release(m->y);
+    m->x = m->y = NULL;
+    struct glia_shape xs = data_shape(m, n);
+    int64_t d1[1] = {n};
+    struct glia_shape ys = glia_shape_make(1, d1);
+    if (!st) st = glia_tensor_view(m->x_buf, 0, &xs, &m->x);
+    if (!st) st = glia_tensor_view(m->y_buf, 0, &ys, &m->y);
+    m->cur_batch = st ? 0 : n;
+    return st;
+}
+
+/* Copy samples idx[0..n) of d into the input tensors. */
+static glia_status load_batch(struct glia_model *m, const struct glia__dataset *d, const int64_t *idx,
+                              int64_t n, float *hx, int32_t *hy)
+{
+    glia_status st = set_batch(m, n);
+    if (st) return st;
+    float *x = glia_tensor_f32(m->x);
+    int32_t *y = glia_tensor_i32(m->y);
+    if (x && y) {  /* host-resident input: gather in place */
+        glia__dataset_gather(d, idx, n, m->mean, m->std, x, y);
+        return GLIA_OK;
+    }
+    glia__dataset_gather(d, idx, n, m->mean, m->std, hx, hy);
+    st = glia_tensor_from_host(m->x, hx, glia_tensor_nbytes(m->x));
+    if (!st) st = glia_tensor_from_host(m->y, hy, glia_tensor_nbytes(m->y));
+    return st;
+}
+
+static glia_status forward(struct glia_model *m, bool train)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        const struct glia_tensor *in[GLIA__MAX_INPUTS];
+        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
+        struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
+                             train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull, nd->layer.name)};
+        glia_status st = nd->layer.ops->forward(&nd->layer, &a);
+        if (st) {
+            if (!glia_context_error(m->ctx)[0])
+                glia_section_error(nd->sec, NULL, st, "forward failed (%s)", glia_strerror(st));
+            return st;
+        }
+    }
+    return GLIA_OK;
+}
+
+/* Whether node i (or anything feeding it) has parameters, i.e. needs a gradient. */
+static bool wants_grad(const struct glia_model *m, int i, signed char *memo)
+{
+    if (i < 0) return false;
+    if (memo[i]) return memo[i] > 0;
+    const struct glia__node *nd = &m->nodes[i];
+    bool w = nd->layer.n_params > 0;
+    for (int k = 0; k < nd->n_in && !w; k++) w = wants_grad(m, nd->in[k], memo);
+    memo[i] = w ? 1 : -1;
+    return w;
+}
+
+static glia_status backward(struct glia_model *m)
+{
+    signed char memo[GLIA__MAX_NODES] = {0};
+    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].grad_written = false;
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        struct glia__node *nd = &m->nodes[i];
+        if (!wants_grad(m, i, memo)) continue;
+        const struct glia_tensor *in[GLIA__MAX_INPUTS];
+        struct glia_tensor *din[GLIA__MAX_INPUTS];
+        bool acc[GLIA__MAX_INPUTS];
+        for (int k = 0; k < nd->n_in; k++) {
+            int p = nd->in[k];
+            in[k] = p < 0 ? m->x : m->nodes[p].out;
+            din[k] = wants_grad(m, p, memo) ? m->nodes[p].dout : NULL;
+            acc[k] = p >= 0 && m->nodes[p].grad_written;
+            for (int j = 0; j < k; j++) acc[k] |= din[k] && nd->in[j] == p;
+        }
+        bool is_loss = nd->layer.ops->flags & GLIA_LAYER_LOSS;
+        struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->loss_scale : nd->dout, din, acc,
+                             is_loss ? m->y : NULL};
+        glia_status st = nd->layer.ops->backward(&nd->layer, &a);
+        if (st) {
+            if (!glia_context_error(m->ctx)[0])
+                glia_section_error(nd->sec, NULL, st, "backward failed (%s)", glia_strerror(st));
+            return st;
+        }
+        for (int k = 0; k < nd->n_in; k++)
+            if (din[k]) m->nodes[nd->in[k]].grad_written = true;
+        for (int p = 0; p < nd->layer.n_params; p++) nd->layer.params[p].grad_unset = false;
+    }
+    return GLIA_OK;
+}
+
+static glia_status optimizer_step(struct glia_model *m)
+{
+    /* A parameter whose gradient no layer wrote this step has gradient zero. */
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++) {
+            struct glia_param *pa = &m->nodes[i].layer.params[p];
+            if (pa->grad_unset) {
+                glia_status st = glia_tensor_fill_zero(pa->grad);
+                if (st) return st;
+            }
+        }
+    float *state[GLIA__MAX_STATE];
+    for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
+    m->step++;
+    struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->lr, m->step, m->backend};
+    glia_status st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
+    if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.ops->name,
+                              (long long)m->step, glia_context_error(m->ctx));
+    /* set-to-none: the next backward writes instead of accumulating */
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++) m->nodes[i].layer.params[p].grad_unset = true;
+    return GLIA_OK;
+}
+
+static glia_status read_loss(struct glia_model *m, double *loss)
+{
+    float v;
+    glia_status st = glia_tensor_to_host(m->nodes[m->n_nodes - 1].out, &v, sizeof v);
+    *loss = v;
+    return st;
+}
+
+/* Number of rows of the logits whose argmax equals the label. */
+static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, int64_t *correct)
+{
+    const struct glia__node *loss = &m->nodes[m->n_nodes - 1];
+    const struct glia_tensor *logits = m->nodes[loss->in[0]].out;
+    int64_t n = logits->shape.dim[0], c = logits->shape.dim[1];
+    glia_status st = glia_tensor_to_host(logits, buf, glia_tensor_nbytes(logits));
+    if (!st) st = glia_tensor_to_host(m->y, hy, glia_tensor_nbytes(m->y));
+    if (st) return st;
+    int64_t ok = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *r = buf + i * c;
+        int64_t best = 0;
+        for (int64_t j = 1; j < c; j++)
+            if (r[j] > r[best]) best = j;
+        ok += best == hy[i];
+    }
+    *correct = ok;
+    return GLIA_OK;
+}
+
+struct scratch {
+    float *hx, *logits;
+    int32_t *hy;
+    int64_t *idx;
+};
+
+static void scratch_free(struct scratch *s)
+{
+    free(s->hx);
+    free(s->logits);
+    free(s->hy);
+    free(s->idx);
+}
+
+static glia_status scratch_alloc(struct glia_model *m, struct scratch *s)
+{
+    int64_t maxb = m->batch > m->test_batch ? m->batch : m->test_batch;
+    int64_t nmax = m->train.n > m->test.n ? m->train.n : m->test.n;
+    int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
+    s->hx = malloc(sizeof(float) * (size_t)(maxb * m->train.rows * m->train.cols));
+    s->logits = malloc(sizeof(float) * (size_t)(maxb * classes));
+    s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
+    s->idx = malloc(sizeof(int64_t) * (size_t)(nmax > 0 ? nmax : 1));
+    if (!s->hx || !s->logits || !s->hy || !s->idx) {
+        scratch_free(s);
+        return GLIA_ENOMEM;
+    }
+    if (m->act_batch < maxb) return alloc_activations(m, maxb);
+    return GLIA_OK;
+}
+
+static glia_status evaluate(struct glia_model *m, struct scratch *s, double *loss, double *acc)
+{
+    double sum = 0;
+    int64_t correct = 0, n = m->test.n;
+    for (int64_t i = 0; i < n; i++) s->idx[i] = i;
+    for (int64_t b = 0; b < n; b += m->test_batch) {
+        int64_t nb = n - b < m->test_batch ? n - b : m->test_batch;
+        glia_status st = load_batch(m, &m->test, s->idx + b, nb, s->hx, s->hy);
+        if (!st) st = forward(m, false);
+        double l;
+        int64_t c;
+        if (!st) st = read_loss(m, &l);
+        if (!st) st = count_correct(m, s->hy, s->logits, &c);
+        if (st) return st;
+        sum += l * (double)nb;
+        correct += c;
+    }
+    *loss = n ? sum / (double)n : 0;
+    *acc = n ? (double)correct / (double)n : 0;
+    return GLIA_OK;
+}
+
+glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy)
+{
+    struct scratch s = {0};
+    glia_status st = scratch_alloc(m, &s);
+    if (!st) st = evaluate(m, &s, loss, accuracy);
+    scratch_free(&s);
+    return st;
+}
+
+static void fmt_time(double s, char *buf, size_t n)
+{
+    long t = (long)(s + 0.5);
+    snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static FILE *open_metrics(struct glia_model *m, const char *override, glia_status *st)
+{
+    struct glia_section *t = glia__config_find(m->cfg, "train");
+    char *path = override ? glia__strdup(override)
+                          : glia__config_path(t, "metrics", glia_section_str(t, "metrics"));
+    *st = GLIA_OK;
+    if (!path) return NULL;
+    char *slash = strrchr(path, '/');
+    if (slash && slash != path) {  /* make the parent folders */
+        for (char *p = path + 1; p <= slash; p++)
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(path, 0777);
+                *p = '/';
+            }
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) *st = glia_error(m->ctx, GLIA_EIO, "cannot write metrics file %s: %s", path, strerror(errno));
+    free(path);
+    return f;
+}
+
+glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
+                             struct glia_epoch_result *results, int max_results)
+{
+    struct glia_train_options dflt = {0};
+    if (!opt) opt = &dflt;
+    FILE *out = opt->out ? opt->out : stdout;
+    struct scratch s = {0};
+    glia_status st = scratch_alloc(m, &s);
+    if (st) return st;
+    FILE *metrics = open_metrics(m, opt->metrics_path, &st);
+    if (st) {
+        scratch_free(&s);
+        return st;
+    }
+    int64_t n = m->train.n, steps = (n + m->batch - 1) / m->batch;
+    double t_start = glia__now(), test_loss = 0, test_acc = 0;
+    for (int epoch = 1; epoch <= m->epochs && !st; epoch++) {
+        double t0 = glia__now(), loss_sum = 0;
+        if (m->shuffle) glia__permutation(s.idx, n, m->seed + (uint64_t)epoch);
+        else for (int64_t i = 0; i < n; i++) s.idx[i] = i;
+        for (int64_t k = 0; k < steps && !st; k++) {
+            int64_t b = k * m->batch, nb = n - b < m->batch ? n - b : m->batch;
+            double l = 0;
+            st = load_batch(m, &m->train, s.idx + b, nb, s.hx, s.hy);
+            if (!st) st = forward(m, true);
+            if (!st) st = read_loss(m, &l);
+            if (!st && !isfinite(l))
+                st = glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch, (long long)k + 1);
+            if (!st) st = backward(m);
+            if (!st) st = optimizer_step(m);
+            if (st) break;
+            loss_sum += l * (double)nb;
+            double el = glia__now() - t0, rate = (double)(b + nb) / (el > 0 ? el : 1e-9);
+            char eta[32];
+            fmt_time((double)(n - b - nb) / rate, eta, sizeof eta);
+            if (opt->progress > 0)
+                fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
+                        (long long)k + 1, (long long)steps, l, rate, eta);
+            else if (opt->progress == 0 && ((k + 1) % m->log_every == 0))
+                fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs,
+                        (long long)k + 1, (long long)steps, l, rate, eta);
+            if (opt->progress >= 0) fflush(out);
+        }
+        if (st) break;
+        double train_s = glia__now() - t0;
+        st = evaluate(m, &s, &test_loss, &test_acc);
+        if (st) break;
+        struct glia_epoch_result r = {epoch, n ? loss_sum / (double)n : 0, test_loss, test_acc,
+                                      (double)n / (train_s > 0 ? train_s : 1e-9), glia__now() - t0};
+        if (results && epoch <= max_results) results[epoch - 1] = r;
+        if (opt->progress > 0) fprintf(out, "\r\033[K");
+        if (opt->progress >= 0)
+            fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f samples/s %.0f seconds %.2f\n",
+                    epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+        if (metrics) {
+            fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
+                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g}\n",
+                    epoch, (long long)m->step, m->lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+            fflush(metrics);
+        }
+    }
+    if (metrics && fclose(metrics) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
+    if (!st && opt->progress >= 0)
+        fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
+                (long long)m->step, test_loss, test_acc, glia__now() - t_start);
+    scratch_free(&s);
+    return st;
+}

@@ -1,0 +1,48 @@
+/* core/util.c — small string, memory and time helpers used across libglia.
+ * Not a general utility library: only what the core needs. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "internal.h"
+
+char *glia__strdup(const char *s)
+{
+    return s ? glia__strndup(s, strlen(s)) : NULL;
+}
+
+char *glia__strndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *glia__trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+glia_status glia__grow(void **p, int *cap, int need, size_t sz)
+{
+    if (need <= *cap) return GLIA_OK;
+    int c = *cap ? *cap : 8;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * sz);
+    if (!q) return GLIA_ENOMEM;
+    *p = q;
+    *cap = c;
+    return GLIA_OK;
+}
+
+double glia__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

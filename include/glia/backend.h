@@ -1,0 +1,72 @@
+/* glia/backend.h — what a device backend provides: memory, copies, and the primitives
+ * layers share (GEMM). Not layer code: each layer plugin implements its own ops. */
+#ifndef GLIA_BACKEND_H
+#define GLIA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct glia_context;
+struct glia_backend;
+
+/* Backend vtable. Every slot says whether it is optional and what the core does if NULL. */
+struct glia_backend_ops {
+    uint32_t struct_size;                 /* sizeof(struct glia_backend_ops) of the builder */
+    const char *name;                     /* "cpu", "cuda" */
+    enum glia_device_type device_type;    /* the devices this backend drives */
+    /* ABI 1.0 */
+    /* Open device `index` and return its private state. Required. */
+    glia_status (*open)(struct glia_context *ctx, int index, void **priv);
+    /* Release the private state. Optional: NULL means nothing to release. */
+    void (*close)(void *priv);
+    /* Allocate nbytes (aligned to 64) of device memory. Required. */
+    glia_status (*alloc)(void *priv, size_t nbytes, void **ptr);
+    /* Free memory from alloc. Required. */
+    void (*free)(void *priv, void *ptr);
+    /* Copy nbytes; each side is host or this device as the flags say. Required. */
+    glia_status (*copy)(void *priv, void *dst, bool dst_host, const void *src, bool src_host,
+                        size_t nbytes);
+    /* Set nbytes to zero. Optional: NULL makes the core copy zeros from the host. */
+    glia_status (*memzero)(void *priv, void *ptr, size_t nbytes);
+    /* Row-major f32 GEMM: C(M,N) = alpha * op(A)(M,K) @ op(B)(K,N) + beta * C, where
+     * op(X) is X or X^T per trans_*, and lda/ldb/ldc are row strides. Required. */
+    glia_status (*gemm_f32)(void *priv, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                            int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                            int64_t ldb, float beta, float *C, int64_t ldc);
+    /* Wait for all queued work on the device. Optional: NULL means work is synchronous. */
+    glia_status (*sync)(void *priv);
+};
+
+/* An opened device: ops + private state. Owned by the context; plugins borrow it. */
+struct glia_backend {
+    const struct glia_backend_ops *ops;
+    void *priv;
+    struct glia_device device;
+    struct glia_context *ctx;  /* (borrowed) */
+};
+
+/* The opened backend for a device; opened on first use and owned by ctx. */
+glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
+                             struct glia_backend **out /* (borrowed) */);
+
+/* Convenience wrappers over the vtable. */
+glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool trans_b, int64_t M,
+                                  int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+glia_status glia_backend_sync(struct glia_backend *b);
+
+/* Parse "cpu", "cuda", "cuda:1" into a device. */
+glia_status glia_device_parse(const char *s, struct glia_device *out);
+/* "cpu", "cuda:0" into buf; returns buf. */
+char *glia_device_str(struct glia_device d, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

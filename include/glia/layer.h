@@ -1,0 +1,130 @@
+/* glia/layer.h — the layer plugin interface: creation from a section, shape inference,
+ * forward and backward. Not the graph: the core wires layers and runs them in order. */
+#ifndef GLIA_LAYER_H
+#define GLIA_LAYER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "config.h"
+#include "tensor.h"
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Gradient contract (layer-level autograd)
+ * ----------------------------------------
+ * The core runs `backward` of each layer in reverse topological order.
+ *  - Input gradients: a layer WRITES (=) din[i] unless din_accumulate[i] is true, in which
+ *    case it ADDS (+=). The core asks for accumulation when the same tensor feeds several
+ *    layers and another consumer already wrote its gradient. din[i] == NULL means that input
+ *    needs no gradient (the data batch, labels): skip it.
+ *  - Parameter gradients: a layer ADDS (+=) into params[i].grad unless params[i].grad_unset
+ *    is true, in which case it WRITES (=). After the step the core marks every gradient unset
+ *    again instead of zeroing it ("set to none": no memset; the first writer writes).
+ *    glia_param_beta(p) gives the GEMM beta (0 or 1) that honours this.
+ *  - Forward in eval mode (train == false) must not keep anything for backward.
+ */
+
+/* How the core initializes a parameter (from the seeded RNG). */
+enum glia_init_kind {
+    GLIA_INIT_ZEROS = 0,
+    GLIA_INIT_CONST,      /* every element = a */
+    GLIA_INIT_UNIFORM,    /* U(-a, a) */
+    GLIA_INIT_NORMAL      /* N(0, a^2) */
+};
+
+struct glia_param_init {
+    enum glia_init_kind kind;
+    double a;
+};
+
+struct glia_param {
+    const char *name;             /* "weight" (owned by the core) */
+    struct glia_shape shape;
+    struct glia_param_init init;
+    bool decay;                   /* weight decay applies (default true) */
+    struct glia_tensor *value;    /* view into the weight arena (owned by the core) */
+    struct glia_tensor *grad;     /* view into the gradient arena (owned by the core) */
+    bool grad_unset;              /* see the contract above */
+};
+
+static inline float glia_param_beta(const struct glia_param *p) { return p->grad_unset ? 0.0f : 1.0f; }
+
+struct glia_layer_ops;
+
+/* A layer instance. The core owns it; the plugin owns `priv`. */
+struct glia_layer {
+    const char *name;                   /* section name (borrowed) */
+    const struct glia_layer_ops *ops;   /* (borrowed) */
+    struct glia_context *ctx;           /* (borrowed) */
+    struct glia_backend *backend;       /* device it runs on (borrowed) */
+    void *priv;                         /* the plugin's state */
+    int n_params;
+    struct glia_param *params;          /* declared with glia_layer_add_param (owned by core) */
+};
+
+/* Declare a parameter during `create`. Storage is assigned later by the core, in a flat
+ * arena; until then value/grad are NULL. Returns its index in l->params through *index. */
+glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
+                                 struct glia_param_init init, int *index);
+
+struct glia_fwd {
+    const struct glia_tensor *const *in;  /* n_in inputs (borrowed) */
+    int n_in;
+    struct glia_tensor *out;              /* preallocated, shape from infer_shape (borrowed) */
+    const struct glia_tensor *labels;     /* i32 (N): loss layers only, else NULL */
+    bool train;                           /* training mode (keep what backward needs) */
+    uint64_t seed;                        /* per-step seed for random layers */
+};
+
+struct glia_bwd {
+    const struct glia_tensor *const *in;  /* the forward inputs (borrowed) */
+    int n_in;
+    const struct glia_tensor *out;        /* the forward output (borrowed) */
+    const struct glia_tensor *dout;       /* dLoss/dout; for loss layers a 1-element scale */
+    struct glia_tensor *const *din;       /* n_in gradients to produce; NULL entries: skip */
+    const bool *din_accumulate;           /* n_in flags: += instead of = */
+    const struct glia_tensor *labels;     /* loss layers only */
+};
+
+enum glia_layer_flags {
+    GLIA_LAYER_LOSS = 1u << 0  /* output is a 1-element mean loss; input 0 are the logits */
+};
+
+/* Layer vtable. A plugin registers one per (type, impl). */
+struct glia_layer_ops {
+    uint32_t struct_size;            /* sizeof(struct glia_layer_ops) of the builder */
+    const char *type;                /* "linear": the `type =` that selects it */
+    const char *impl;                /* "cpu": the `impl =` that selects it */
+    const char *doc;                 /* one line */
+    const struct glia_key *keys;     /* the layer's own keys (NULL-terminated); may be NULL */
+    int min_inputs, max_inputs;      /* max_inputs < 0: unbounded */
+    uint32_t flags;                  /* enum glia_layer_flags */
+    enum glia_device_type device_type; /* where this impl runs */
+    /* ABI 1.0 */
+    /* Read keys, check input shapes (dim 0 is the batch), declare parameters, set l->priv.
+     * Required. Errors go through glia_section_error so they name file:line. */
+    glia_status (*create)(struct glia_layer *l, const struct glia_section *cfg,
+                          const struct glia_shape *in, int n_in);
+    /* Free l->priv. Optional: NULL means priv needs no freeing. */
+    void (*destroy)(struct glia_layer *l);
+    /* Output shape for these input shapes; pure, called whenever the batch size changes.
+     * Required. */
+    glia_status (*infer_shape)(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                               struct glia_shape *out);
+    /* Compute a->out from a->in. Required. */
+    glia_status (*forward)(struct glia_layer *l, const struct glia_fwd *a);
+    /* Gradients per the contract above. Optional: NULL means the layer has no gradient
+     * (the core refuses to train through it). */
+    glia_status (*backward)(struct glia_layer *l, const struct glia_bwd *a);
+    /* Forward multiply-adds x2 for these input shapes. Optional: NULL shows "-". */
+    uint64_t (*flops)(const struct glia_layer *l, const struct glia_shape *in, int n_in);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

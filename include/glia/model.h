@@ -1,0 +1,66 @@
+/* glia/model.h — the embedding API: load a model INI, check it, train and evaluate it.
+ * Not the CLI: `glia` is a thin program over these functions. */
+#ifndef GLIA_MODEL_H
+#define GLIA_MODEL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include "status.h"
+#include "log.h"
+#include "config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct glia_config;
+struct glia_model;
+
+/* Read and parse an INI file (syntax only). *out is (owned). */
+glia_status glia_config_load(struct glia_context *ctx, const char *path, struct glia_config **out);
+/* Parse INI text (tests); `name` stands for the file name in messages. */
+glia_status glia_config_parse_string(struct glia_context *ctx, const char *name, const char *text,
+                                     struct glia_config **out);
+/* Apply "section.key=value" (the CLI's --set); later overrides win. */
+glia_status glia_config_set(struct glia_config *cfg, const char *assignment);
+void glia_config_free(struct glia_config *cfg);
+/* The core's key schema of a global section ("runtime", "data", "train", "plugins") or of the
+ * keys every layer section has ("layer"); NULL for other names. */
+const struct glia_key *glia_config_schema(const char *section);
+
+/* Validate every section against its schema (loading plugins the model names), build the
+ * layer graph, infer shapes, allocate and initialize parameters from [runtime] seed.
+ * The config must outlive the model. *out is (owned). */
+glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg,
+                             struct glia_model **out);
+void glia_model_free(struct glia_model *m);
+
+/* Print the layer table (name, type, impl, output shape, params, FLOPs). */
+void glia_model_summary(const struct glia_model *m, FILE *f);
+/* Total number of parameter elements. */
+long long glia_model_param_count(const struct glia_model *m);
+/* Copy all weights (flat fp32, in arena order) to dst of n floats; returns the count. */
+long long glia_model_weights(const struct glia_model *m, float *dst, long long n);
+
+struct glia_train_options {
+    const char *metrics_path;  /* overrides [train] metrics when non-NULL */
+    int progress;              /* 1: redraw one line (terminal), 0: plain lines, -1: quiet */
+    FILE *out;                 /* progress and summary (default stdout) */
+};
+
+struct glia_epoch_result {
+    int epoch;
+    double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
+};
+
+/* Train per [train], evaluating on the test set after each epoch. If results is not NULL
+ * it receives up to max_results epoch results. */
+glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
+                             struct glia_epoch_result *results, int max_results);
+/* Evaluate on the test set. */
+glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

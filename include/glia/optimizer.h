@@ -1,0 +1,55 @@
+/* glia/optimizer.h — the optimizer plugin interface: one step over the flat parameter arena.
+ * Not the schedule: the core computes the learning rate and passes it in. */
+#ifndef GLIA_OPTIMIZER_H
+#define GLIA_OPTIMIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct glia_optimizer_ops;
+
+struct glia_optimizer {
+    const struct glia_optimizer_ops *ops;  /* (borrowed) */
+    struct glia_context *ctx;              /* (borrowed) */
+    void *priv;                            /* the plugin's state */
+};
+
+/* One step over n fp32 elements laid out flat: weights, gradients and n_state state
+ * arrays of n elements each (zero before the first step). */
+struct glia_opt_step {
+    float *w;
+    const float *g;
+    float *const *state;      /* n_state arrays (borrowed) */
+    size_t n;
+    const float *decay_mask;  /* n flags (1 or 0): weight decay applies; NULL: all */
+    double lr;
+    int64_t step;             /* 1 on the first step */
+    struct glia_backend *backend;
+};
+
+struct glia_optimizer_ops {
+    uint32_t struct_size;          /* sizeof(struct glia_optimizer_ops) of the builder */
+    const char *name;              /* "sgd": the `[train] optimizer =` that selects it */
+    const char *doc;               /* one line */
+    const struct glia_key *keys;   /* keys of the [optimizer] section; may be NULL */
+    int n_state;                   /* state arrays per parameter element */
+    enum glia_device_type device_type;
+    /* ABI 1.0 */
+    /* Read keys into o->priv. Required. */
+    glia_status (*create)(struct glia_optimizer *o, const struct glia_section *cfg);
+    /* Free o->priv. Optional: NULL means priv needs no freeing. */
+    void (*destroy)(struct glia_optimizer *o);
+    /* Update w from g in place. Required. */
+    glia_status (*step)(struct glia_optimizer *o, const struct glia_opt_step *s);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

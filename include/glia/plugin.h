@@ -1,0 +1,94 @@
+/* glia/plugin.h — the plugin descriptor, GLIA_PLUGIN_DEFINE and feature registration.
+ * Not the loader: the core finds, checks, probes and initializes plugins (see README). */
+#ifndef GLIA_PLUGIN_H
+#define GLIA_PLUGIN_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
+#include "version.h"
+#include "status.h"
+#include "layer.h"
+#include "optimizer.h"
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Handed to a plugin's init: where it registers its features. */
+struct glia_registry;
+
+/* The descriptor every plugin exports through GLIA_PLUGIN_ENTRY_SYMBOL. */
+struct glia_plugin_desc {
+    uint32_t struct_size;       /* sizeof(struct glia_plugin_desc) of the builder */
+    uint32_t abi_major;         /* GLIA_ABI_MAJOR of the SDK it was built with */
+    uint32_t abi_minor;         /* GLIA_ABI_MINOR of the SDK it was built with */
+    const char *name;           /* must equal the file name without ".so" */
+    const char *version;
+    const char *license;
+    const char *description;    /* one line */
+    /* ABI 1.0 */
+    /* Register features with glia_register_*. Required. On failure everything it
+     * registered is removed again and the plugin is unloaded. */
+    glia_status (*init)(struct glia_registry *r);
+    /* Say whether this machine can run the plugin (a CUDA plugin without a GPU says no).
+     * Optional: NULL means always. On refusal write the reason into why. */
+    glia_status (*probe)(struct glia_context *ctx, char *why, size_t why_size);
+};
+
+#define GLIA_PLUGIN_ENTRY_SYMBOL "glia_plugin_entry"
+typedef const struct glia_plugin_desc *(*glia_plugin_entry_fn)(void);
+
+#if defined(__GNUC__)
+#define GLIA_EXPORT __attribute__((visibility("default")))
+#else
+#define GLIA_EXPORT
+#endif
+
+#define GLIA__PLUGIN_DEFINE(name_, version_, license_, description_, init_, probe_)     \
+    GLIA_EXPORT const struct glia_plugin_desc *glia_plugin_entry(void);                \
+    GLIA_EXPORT const struct glia_plugin_desc *glia_plugin_entry(void)                 \
+    {                                                                                  \
+        static const struct glia_plugin_desc desc = {                                  \
+            sizeof(struct glia_plugin_desc), GLIA_ABI_MAJOR, GLIA_ABI_MINOR, #name_,   \
+            version_, license_, description_, init_, probe_};                          \
+        return &desc;                                                                  \
+    }
+
+/* One per plugin, at the end of its file. name is a bare word equal to the file name. */
+#define GLIA_PLUGIN_DEFINE(name, version, license, description, init) \
+    GLIA__PLUGIN_DEFINE(name, version, license, description, init, NULL)
+/* The same with a probe function. */
+#define GLIA_PLUGIN_DEFINE_PROBE(name, version, license, description, init, probe) \
+    GLIA__PLUGIN_DEFINE(name, version, license, description, init, probe)
+
+/* Registration, from init only. ops are (borrowed) and must outlive the plugin (static).
+ * A duplicate (same layer type and impl, same optimizer or backend name) is GLIA_EEXIST. */
+glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops);
+glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_optimizer_ops *ops);
+glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops);
+/* The context behind a registry (for glia_error and logging from init). */
+struct glia_context *glia_registry_context(struct glia_registry *r);
+
+/* Loading (used by the core and by programs embedding glia). `name_or_path` is a plugin
+ * name looked up in the search path, or a path to a .so. Loading an already loaded plugin
+ * is a no-op. On refusal the context error names the file, the symbol and both versions. */
+glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path);
+/* Search path, first match wins: directories added here (in order), then each entry of
+ * $GLIA_PLUGIN_PATH, then the installed plugin directory. */
+glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir);
+/* Load every plugin found in the search path; refusals are logged as warnings. */
+glia_status glia_plugin_load_all(struct glia_context *ctx);
+/* The installed plugin directory. */
+const char *glia_plugin_dir(void);
+/* Print loaded plugins and their features to f; with `only` (a plugin, layer type or
+ * optimizer name) print just that, with each key's type, default and doc. */
+glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *only);
+/* Print a key schema, one key a line (used by glia_plugin_print and `glia plugins`). */
+void glia_keys_print(FILE *f, const struct glia_key *keys);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,61 @@
+/* plugins/layers/flatten — reshapes (N, d1, d2, ...) into (N, d1*d2*...), on the CPU.
+ * Not a general reshape or transpose: the batch dimension is kept, order is row-major. */
+#include <glia/glia.h>
+#include <string.h>
+
+static glia_status flatten_create(struct glia_layer *l, const struct glia_section *cfg,
+                                  const struct glia_shape *in, int n_in)
+{
+    if (in[0].ndim < 1) return glia_section_error(cfg, NULL, GLIA_ESHAPE, "flatten needs a batch dimension");
+    return GLIA_OK;
+}
+
+static glia_status flatten_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                 struct glia_shape *out)
+{
+    int64_t n = in[0].dim[0];
+    *out = glia_shape_make(2, (int64_t[]){n, n ? glia_shape_numel(&in[0]) / n : 0});
+    return GLIA_OK;
+}
+
+/* y(N, C*H*W) = x(N, C, H, W) */
+static glia_status flatten_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    memcpy(glia_tensor_f32(a->out), glia_tensor_f32(a->in[0]), glia_tensor_nbytes(a->out));
+    return GLIA_OK;
+}
+
+/* dx (+)= dy, same memory order */
+static glia_status flatten_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    if (!a->din[0]) return GLIA_OK;
+    const float *dy = glia_tensor_f32(a->dout);
+    float *dx = glia_tensor_f32(a->din[0]);
+    int64_t n = glia_tensor_numel(a->dout);
+    if (!a->din_accumulate[0]) {
+        memcpy(dx, dy, (size_t)n * sizeof(float));
+        return GLIA_OK;
+    }
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) dx[i] += dy[i];
+    return GLIA_OK;
+}
+
+static const struct glia_layer_ops flatten_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "flatten",
+    .impl = "cpu",
+    .doc = "(N, ...) -> (N, features)",
+    .keys = NULL,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .device_type = GLIA_DEVICE_CPU,
+    .create = flatten_create,
+    .infer_shape = flatten_infer,
+    .forward = flatten_forward,
+    .backward = flatten_backward,
+};
+
+static glia_status flatten_init(struct glia_registry *r) { return glia_register_layer(r, &flatten_ops); }
+
+GLIA_PLUGIN_DEFINE(flatten, "1.0", "MIT", "flatten all but the batch dimension", flatten_init)

@@ -1,0 +1,69 @@
+/* plugins/layers/relu — rectified linear unit y = max(x, 0), any shape, on the CPU (OpenMP).
+ * Not leaky or parametric ReLU. */
+#include <glia/glia.h>
+
+static glia_status relu_create(struct glia_layer *l, const struct glia_section *cfg,
+                               const struct glia_shape *in, int n_in)
+{
+    return GLIA_OK;
+}
+
+static glia_status relu_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                              struct glia_shape *out)
+{
+    *out = in[0];
+    return GLIA_OK;
+}
+
+/* y(n) = max(x(n), 0) */
+static glia_status relu_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const float *x = glia_tensor_f32(a->in[0]);
+    float *y = glia_tensor_f32(a->out);
+    int64_t n = glia_tensor_numel(a->out);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    return GLIA_OK;
+}
+
+/* dx(n) (+)= dy(n) * [y(n) > 0] */
+static glia_status relu_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    if (!a->din[0]) return GLIA_OK;
+    const float *y = glia_tensor_f32(a->out), *dy = glia_tensor_f32(a->dout);
+    float *dx = glia_tensor_f32(a->din[0]);
+    int64_t n = glia_tensor_numel(a->out);
+    if (a->din_accumulate[0]) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    }
+    return GLIA_OK;
+}
+
+static uint64_t relu_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    return (uint64_t)glia_shape_numel(&in[0]);
+}
+
+static const struct glia_layer_ops relu_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "relu",
+    .impl = "cpu",
+    .doc = "y = max(x, 0)",
+    .keys = NULL,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .device_type = GLIA_DEVICE_CPU,
+    .create = relu_create,
+    .infer_shape = relu_infer,
+    .forward = relu_forward,
+    .backward = relu_backward,
+    .flops = relu_flops,
+};
+
+static glia_status relu_init(struct glia_registry *r) { return glia_register_layer(r, &relu_ops); }
+
+GLIA_PLUGIN_DEFINE(relu, "1.0", "MIT", "ReLU activation (CPU, OpenMP)", relu_init)

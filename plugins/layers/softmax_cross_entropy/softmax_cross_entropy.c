@@ -1,0 +1,110 @@
+/* plugins/layers/softmax_cross_entropy — mean cross-entropy of softmax(logits) against integer
+ * labels, on the CPU. Not a standalone softmax: the output is the scalar loss. */
+#include <glia/glia.h>
+#include <math.h>
+#include <stdlib.h>
+
+struct sce {
+    float *prob;       /* (N, C) softmax of the last training forward */
+    int64_t cap;
+};
+
+static glia_status sce_create(struct glia_layer *l, const struct glia_section *cfg,
+                              const struct glia_shape *in, int n_in)
+{
+    char buf[64];
+    if (in[0].ndim != 2)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "softmax_cross_entropy expects (N, classes) logits, got %s",
+                                  glia_shape_str(&in[0], buf, sizeof buf));
+    l->priv = calloc(1, sizeof(struct sce));
+    return l->priv ? GLIA_OK : GLIA_ENOMEM;
+}
+
+static void sce_destroy(struct glia_layer *l)
+{
+    struct sce *p = l->priv;
+    if (p) free(p->prob);
+    free(p);
+}
+
+static glia_status sce_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                             struct glia_shape *out)
+{
+    if (in[0].ndim != 2) return GLIA_ESHAPE;
+    *out = glia_shape_make(1, (int64_t[]){1});
+    return GLIA_OK;
+}
+
+/* loss(1) = mean_n -log softmax(x(N,C))[n, y(n)]; keeps prob(N,C) when training */
+static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct sce *p = l->priv;
+    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    const float *x = glia_tensor_f32(a->in[0]);
+    const int32_t *y = glia_tensor_i32(a->labels);
+    for (int64_t i = 0; i < N; i++)
+        if (y[i] < 0 || y[i] >= C)
+            return glia_error(l->ctx, GLIA_EINVAL, "[%s] label %d at batch row %lld is out of range for %lld classes",
+                              l->name, y[i], (long long)i, (long long)C);
+    if (a->train && p->cap < N * C) {
+        float *q = realloc(p->prob, sizeof(float) * (size_t)(N * C));
+        if (!q) return GLIA_ENOMEM;
+        p->prob = q;
+        p->cap = N * C;
+    }
+    double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int64_t i = 0; i < N; i++) {
+        const float *r = x + i * C;
+        float mx = r[0];
+        for (int64_t j = 1; j < C; j++) mx = r[j] > mx ? r[j] : mx;
+        double s = 0;
+        for (int64_t j = 0; j < C; j++) s += exp((double)(r[j] - mx));
+        double lse = log(s) + mx;
+        total += lse - r[y[i]];
+        if (a->train)
+            for (int64_t j = 0; j < C; j++) p->prob[i * C + j] = (float)exp((double)r[j] - lse);
+    }
+    glia_tensor_f32(a->out)[0] = (float)(total / (double)N);
+    return GLIA_OK;
+}
+
+/* dx(N,C) (+)= scale * (prob - onehot(y)) / N */
+static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    struct sce *p = l->priv;
+    if (!a->din[0]) return GLIA_OK;
+    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    const int32_t *y = glia_tensor_i32(a->labels);
+    float *dx = glia_tensor_f32(a->din[0]);
+    float k = glia_tensor_f32(a->dout)[0] / (float)N;
+    float beta = a->din_accumulate[0] ? 1.0f : 0.0f;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < C; j++) {
+            float g = k * (p->prob[i * C + j] - (j == y[i] ? 1.0f : 0.0f));
+            dx[i * C + j] = beta * dx[i * C + j] + g;
+        }
+    return GLIA_OK;
+}
+
+static const struct glia_layer_ops sce_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "softmax_cross_entropy",
+    .impl = "cpu",
+    .doc = "loss: mean cross-entropy of softmax(logits) and integer labels",
+    .keys = NULL,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_LOSS,
+    .device_type = GLIA_DEVICE_CPU,
+    .create = sce_create,
+    .destroy = sce_destroy,
+    .infer_shape = sce_infer,
+    .forward = sce_forward,
+    .backward = sce_backward,
+};
+
+static glia_status sce_init(struct glia_registry *r) { return glia_register_layer(r, &sce_ops); }
+
+GLIA_PLUGIN_DEFINE(softmax_cross_entropy, "1.0", "MIT", "softmax cross-entropy loss (CPU)", sce_init)

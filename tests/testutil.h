@@ -1,0 +1,71 @@
+/* tests/testutil.h — the shared CUnit harness of glia's test programs: a main() runner and
+ * small helpers for paths and temporary files. Not a test framework of its own. */
+#ifndef GLIA_TESTUTIL_H
+#define GLIA_TESTUTIL_H
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct glia_test {
+    const char *name;
+    void (*fn)(void);
+};
+
+/* Runs one suite of tests with CUnit's basic interface (verbose), prints its run summary,
+ * and returns the exit status: 0 all passed, 1 some failed, 77 skipped (skip_reason set). */
+static inline int glia_test_run(const char *suite, const struct glia_test *tests, int n)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite(suite, NULL, NULL);
+    for (int i = 0; i < n; i++) CU_add_test(s, tests[i].name, tests[i].fn);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_suites_failed();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    printf("\n");
+    return (failed || fails) ? 1 : 0;
+}
+
+#define GLIA_TEST_MAIN(suite, ...)                                                  \
+    int main(void)                                                                  \
+    {                                                                               \
+        static const struct glia_test tests_[] = {__VA_ARGS__};                    \
+        return glia_test_run(suite, tests_, (int)(sizeof tests_ / sizeof tests_[0])); \
+    }
+#define GLIA_TEST(fn) {#fn, fn}
+
+/* A path under $GLIA_TMPDIR (or /tmp) for this test's files, in a static buffer ring. */
+static inline const char *glia_test_tmp(const char *name)
+{
+    static char bufs[8][512];
+    static int k;
+    const char *d = getenv("GLIA_TMPDIR");
+    char *b = bufs[k++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", d && *d ? d : "/tmp", name);
+    return b;
+}
+
+/* A path under the source tree ($GLIA_SRCDIR, or "." when unset). */
+static inline const char *glia_test_src(const char *rel)
+{
+    static char bufs[8][512];
+    static int k;
+    const char *d = getenv("GLIA_SRCDIR");
+    char *b = bufs[k++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", d && *d ? d : ".", rel);
+    return b;
+}
+
+/* Writes text to path; returns 0 on success. */
+static inline int glia_test_write(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+#endif

@@ -1,0 +1,147 @@
+/* tools/glia.c — the glia command-line program: train, eval-free check, plugins, version.
+ * Not library code: this is the only place that decides exit codes and calls exit(). */
+#include <glia/glia.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--quiet]\n"
+            "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
+            "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
+            "                                          or runtime|data|train|plugins|layer)\n"
+            "       glia --version\n");
+}
+
+static int fail(struct glia_context *ctx, glia_status st)
+{
+    const char *msg = glia_context_error(ctx);
+    fprintf(stderr, "glia: %s\n", msg && *msg ? msg : glia_strerror(st));
+    return 1;
+}
+
+struct args {
+    const char *model, *metrics, *describe;
+    const char *sets[256];
+    int n_sets, quiet;
+};
+
+static int parse_args(int argc, char **argv, int first, struct args *a)
+{
+    for (int i = first; i < argc; i++) {
+        const char *s = argv[i];
+        if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe")) && i + 1 >= argc) {
+            fprintf(stderr, "glia: %s needs a value\n", s);
+            return 2;
+        }
+        if (!strcmp(s, "--set")) {
+            if (a->n_sets == 256) {
+                fprintf(stderr, "glia: too many --set options\n");
+                return 2;
+            }
+            a->sets[a->n_sets++] = argv[++i];
+        } else if (!strncmp(s, "--set=", 6)) {
+            if (a->n_sets < 256) a->sets[a->n_sets++] = s + 6;
+        } else if (!strcmp(s, "--metrics")) {
+            a->metrics = argv[++i];
+        } else if (!strcmp(s, "--describe")) {
+            a->describe = argv[++i];
+        } else if (!strcmp(s, "--quiet") || !strcmp(s, "-q")) {
+            a->quiet = 1;
+        } else if (s[0] == '-') {
+            fprintf(stderr, "glia: unknown option %s\n", s);
+            return 2;
+        } else if (!a->model) {
+            a->model = s;
+        } else {
+            fprintf(stderr, "glia: unexpected argument %s\n", s);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static int load_model(struct glia_context *ctx, const struct args *a, struct glia_config **cfg,
+                      struct glia_model **m)
+{
+    glia_status st = glia_config_load(ctx, a->model, cfg);
+    for (int i = 0; i < a->n_sets && !st; i++) st = glia_config_set(*cfg, a->sets[i]);
+    if (!st) st = glia_model_build(ctx, *cfg, m);
+    return st ? fail(ctx, st) : 0;
+}
+
+static int cmd_train(struct glia_context *ctx, const struct args *a, int check_only)
+{
+    if (!a->model) {
+        usage(stderr);
+        return 2;
+    }
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    int rc = load_model(ctx, a, &cfg, &m);
+    if (!rc) {
+        if (check_only) {
+            glia_model_summary(m, stdout);
+        } else {
+            if (!a->quiet) glia_model_summary(m, stdout);
+            struct glia_train_options o = {a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout};
+            glia_status st = glia_model_train(m, &o, NULL, 0);
+            if (st) rc = fail(ctx, st);
+        }
+    }
+    glia_model_free(m);
+    glia_config_free(cfg);
+    return rc;
+}
+
+static int cmd_plugins(struct glia_context *ctx, const struct args *a)
+{
+    glia_plugin_load_all(ctx);
+    if (a->describe) {
+        const struct glia_key *k = glia_config_schema(a->describe);
+        if (k) {
+            printf("[%s] keys (core)\n", !strcmp(a->describe, "layer") ? "<layer name>" : a->describe);
+            glia_keys_print(stdout, k);
+            return 0;
+        }
+    }
+    glia_status st = glia_plugin_print(ctx, stdout, a->describe);
+    return st ? fail(ctx, st) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("glia %s (plugin ABI %d.%d)\n", GLIA_VERSION_STRING, GLIA_ABI_MAJOR, GLIA_ABI_MINOR);
+        return 0;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    struct args a = {0};
+    int rc = parse_args(argc, argv, 2, &a);
+    if (rc) return rc;
+    struct glia_context *ctx;
+    if (glia_context_new(&ctx)) {
+        fprintf(stderr, "glia: out of memory\n");
+        return 1;
+    }
+    if (!strcmp(cmd, "train")) rc = cmd_train(ctx, &a, 0);
+    else if (!strcmp(cmd, "check")) rc = cmd_train(ctx, &a, 1);
+    else if (!strcmp(cmd, "plugins")) rc = cmd_plugins(ctx, &a);
+    else {
+        fprintf(stderr, "glia: unknown command '%s'\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    glia_context_free(ctx);
+    return rc;
+}
