@@ -1,7 +1,5 @@
-/* core/config.c — the INI configuration: parsing with inih (line numbers, duplicate sections
- * and keys, over-long lines), --set overrides, schema validation and the typed getters.
- * Not the meaning of any key: which schemas a section is checked against is decided by the
- * model builder and the plugins; this file only parses, checks and reads values. */
+/* core/config.c — INI configuration: inih parsing, file:line errors, --set, schema checks, getters.
+ * Not the meaning of any key: which schemas a section obeys is decided by the model and plugins. */
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
@@ -220,8 +218,9 @@ static bool section_header(struct parse *p, const char *line)
     return p->section != NULL;
 }
 
-/* inih's reader: copies one whole line (without its line ending and leading blanks) into
- * str, which holds num bytes; a longer line is an error, not two lines. */
+/* inih's reader: copies one whole line (without its line ending, a UTF-8 byte-order mark
+ * and leading blanks) into str, which holds num bytes; a longer line is an error, not two
+ * lines. */
 static char *reader(char *str, int num, void *stream)
 {
     struct parse *p = stream;
@@ -240,6 +239,7 @@ static char *reader(char *str, int num, void *stream)
         parse_fail(p, GLIA_ECONFIG, "line longer than %d characters", num - 1);
         return NULL;
     }
+    if (p->line == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, len -= 3;
     while (len && isspace((unsigned char)*s)) s++, len--;
     memcpy(str, s, len);
     str[len] = '\0';
@@ -425,24 +425,32 @@ const char *glia_section_name(const struct glia_section *s)
 }
 
 /* Levenshtein distance of a and b, ignoring case; row holds strlen(b) + 1 elements. */
+/* Optimal-string-alignment distance (Levenshtein plus adjacent transpositions, so "trian"
+ * is one edit from "train"), case-insensitive. row holds 3 * (strlen(b) + 1) entries. */
 static size_t edit_distance(const char *a, const char *b, size_t *row)
 {
-    size_t lb = strlen(b);
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
+    size_t lb = strlen(b), w = lb + 1;
+    size_t *prev2 = row, *prev = row + w, *cur = row + 2 * w;
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
     for (size_t i = 1; a[i - 1]; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        cur[0] = i;
+        int ca = tolower((unsigned char)a[i - 1]);
         for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            size_t best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            int cb = tolower((unsigned char)b[j - 1]);
+            size_t best = prev[j - 1] + (ca != cb);
+            if (prev[j] + 1 < best) best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best) best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && prev2[j - 2] + 1 < best)
+                best = prev2[j - 2] + 1;
+            cur[j] = best;
         }
+        size_t *t = prev2;
+        prev2 = prev;
+        prev = cur;
+        cur = t;
     }
-    return row[lb];
+    return prev[lb];
 }
 
 const char *glia__did_you_mean(const char *word, const char *const *candidates, int n)
@@ -450,7 +458,7 @@ const char *glia__did_you_mean(const char *word, const char *const *candidates, 
     size_t wl = strlen(word), limit = wl / 3 > 1 ? wl / 3 : 1, longest = 0;
     for (int i = 0; i < n; i++)
         if (candidates[i] && strlen(candidates[i]) > longest) longest = strlen(candidates[i]);
-    size_t *row = malloc((longest + 1) * sizeof *row);
+    size_t *row = malloc(3 * (longest + 1) * sizeof *row);
     if (!row) return NULL;
     const char *best = NULL;
     size_t best_d = limit + 1;

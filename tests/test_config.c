@@ -1,6 +1,5 @@
-/* tests/test_config.c — CUnit tests of core/config.c: INI parsing errors with file:line,
- * --set, schema validation messages, typed getters, defaults and lists.
- * Not a test of any real schema: the schemas here are small ones made for the tests. */
+/* tests/test_config.c — CUnit tests of core/config.c: parse errors, --set, schema checks, getters.
+ * Not a test of any real schema: the schemas here are small ones made for these tests. */
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -260,7 +259,7 @@ static void test_sections_in_order(void)
 {
     begin();
     struct glia_config *cfg = NULL;
-    const char *text = "; a model\n[runtime]\ndevice = cpu   ; inline comment\n\n"
+    const char *text = "\xEF\xBB\xBF; a model\n[runtime] ; comment\ndevice = cpu   ; inline\n\n"
                        "[conv1]\n  type = conv2d\n  size=3\nimpl: auto\n[FC]\n[fc]\n"
                        "path = a;b\n";
     CU_ASSERT_FATAL(glia_config_parse_string(ctx, "m.ini", text, &cfg) == GLIA_OK);
@@ -299,6 +298,12 @@ static void test_empty_input(void)
     CU_ASSERT_FATAL(glia_config_parse_string(ctx, NULL, "", &cfg) == GLIA_OK);
     CU_ASSERT(cfg->n_sections == 0);
     CU_ASSERT_STRING_EQUAL(cfg->path, "<string>");
+    glia_config_free(cfg);
+    /* a byte-order mark before the first header */
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "bom.ini", "\xEF\xBB\xBF[fc]\nx = 1\n", &cfg) ==
+                    GLIA_OK);
+    CU_ASSERT(cfg->n_sections == 1 && strcmp(cfg->sections[0]->name, "fc") == 0);
+    CU_ASSERT(cfg->sections[0]->n_entries == 1);
     glia_config_free(cfg);
     glia_config_free(NULL);
     end();

@@ -68,4 +68,31 @@ static inline int glia_test_write(const char *path, const char *text)
     return fclose(f);
 }
 
+/* Writes a raw IDX image file (n x rows x cols, u8) and label file. Sample i of class
+ * i % classes is dark with a bright pixel band whose place depends on the class and a
+ * little seeded noise, so a small model can learn it. Returns 0 on success. */
+static inline int glia_test_write_idx(const char *images, const char *labels, int n, int rows,
+                                      int cols, int classes, unsigned seed)
+{
+    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+    if (!fi || !fl) return -1;
+    unsigned char hi[16] = {0, 0, 8, 3, (unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                            (unsigned char)(n >> 8), (unsigned char)n, 0, 0, 0, (unsigned char)rows,
+                            0, 0, 0, (unsigned char)cols};
+    unsigned char hl[8] = {0, 0, 8, 1, (unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                           (unsigned char)(n >> 8), (unsigned char)n};
+    fwrite(hi, 1, 16, fi);
+    fwrite(hl, 1, 8, fl);
+    for (int i = 0; i < n; i++) {
+        int c = i % classes;
+        for (int p = 0; p < rows * cols; p++) {
+            seed = seed * 1103515245u + 12345u;
+            int noise = (int)((seed >> 16) % 60);
+            fputc((p % classes == c) ? 190 + noise : noise, fi);
+        }
+        fputc(c, fl);
+    }
+    return (fclose(fi) | fclose(fl)) ? -1 : 0;
+}
+
 #endif

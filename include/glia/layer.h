@@ -124,6 +124,26 @@ struct glia_layer_ops {
     uint64_t (*flops)(const struct glia_layer *l, const struct glia_shape *in, int n_in);
 };
 
+/* ---- testing a layer plugin ---- */
+
+struct glia_gradcheck_report {
+    int n_checked;          /* gradient elements compared with finite differences */
+    int n_skipped;          /* elements at a kink (one-sided slopes disagree), not compared */
+    double max_err;         /* max |analytic - numeric| / max(1, |analytic|, |numeric|) */
+    char worst[160];        /* where max_err occurred ("input 0 [12]", "param weight [3]") */
+};
+
+/* Builds the single layer described by `ini` (one section, e.g. "[l]\ntype = linear\n
+ * outputs = 3\n", loading its plugin), feeds it seeded N(0,1) inputs of the given shapes
+ * (loss layers also get random labels), and checks: (1) every input and parameter gradient
+ * against central finite differences of L = sum(out * r) for a fixed random r; (2) the
+ * gradient contract: din written (=) when not accumulating even over NaN garbage, added (+=)
+ * when accumulating; parameter gradients written when unset (NaN garbage), added when set.
+ * Returns GLIA_OK when every error is within tol, GLIA_ENUMERIC otherwise (the context error
+ * says where); other errors for bad configurations. The report may be NULL. */
+glia_status glia_layer_gradcheck(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
+                                 int n_in, uint64_t seed, double tol, struct glia_gradcheck_report *report);
+
 #ifdef __cplusplus
 }
 #endif

@@ -49,6 +49,13 @@ struct glia_optimizer_ops {
     glia_status (*step)(struct glia_optimizer *o, const struct glia_opt_step *s);
 };
 
+/* Creates optimizer `name` (loading its plugin) from the [optimizer] section of `ini`
+ * (may be NULL or "" for defaults), for tests and programs that drive the step themselves.
+ * *out is (owned): free with glia_optimizer_free. */
+glia_status glia_optimizer_new(struct glia_context *ctx, const char *name, const char *ini,
+                               struct glia_optimizer **out);
+void glia_optimizer_free(struct glia_optimizer *o);
+
 #ifdef __cplusplus
 }
 #endif

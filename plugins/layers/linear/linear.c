@@ -82,12 +82,12 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     if (!st && p->b >= 0) {
         struct glia_param *pb = &l->params[p->b];
         float *db = glia_tensor_f32(pb->grad);
-        float beta = glia_param_beta(pb);
+        bool add = !pb->grad_unset;
 #pragma omp parallel for schedule(static)
         for (int64_t j = 0; j < O; j++) {
             float s = 0;
             for (int64_t i = 0; i < N; i++) s += dy[i * O + j];
-            db[j] = beta * db[j] + s;
+            db[j] = add ? db[j] + s : s;  /* never 0 * old: old may be garbage */
         }
     }
     return st;

@@ -78,12 +78,12 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     const int32_t *y = glia_tensor_i32(a->labels);
     float *dx = glia_tensor_f32(a->din[0]);
     float k = glia_tensor_f32(a->dout)[0] / (float)N;
-    float beta = a->din_accumulate[0] ? 1.0f : 0.0f;
+    bool add = a->din_accumulate[0];
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < C; j++) {
             float g = k * (p->prob[i * C + j] - (j == y[i] ? 1.0f : 0.0f));
-            dx[i * C + j] = beta * dx[i * C + j] + g;
+            dx[i * C + j] = add ? dx[i * C + j] + g : g;
         }
     return GLIA_OK;
 }

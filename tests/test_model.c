@@ -1,0 +1,240 @@
+/* tests/test_model.c — building models from INI: a table of malformed models with the exact
+ * status and file:line message, --set overrides, the summary, and the glia program's exit
+ * codes and one-line errors. Not training (test_train.c). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include "testutil.h"
+#include <glia/glia.h>
+
+static char dir[512];
+
+/* The [data] section, lines 1-6; cases start at line 7. '@' stands for the data folder. */
+#define DATA "[data]\ntrain_images = @/tri\ntrain_labels = @/trl\ntest_images = @/tei\ntest_labels = @/tel\nbatch_size = 16\n"
+#define LOSS "[loss]\ntype = softmax_cross_entropy\n"
+
+static void make_data(void)
+{
+    const char *d = glia_test_tmp("model-data");
+    snprintf(dir, sizeof dir, "%s", d);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/tri", dir);
+    snprintf(b, sizeof b, "%s/trl", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 64, 4, 4, 4, 1) == 0);
+    snprintf(a, sizeof a, "%s/tei", dir);
+    snprintf(b, sizeof b, "%s/tel", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 32, 4, 4, 4, 2) == 0);
+}
+
+/* text with every '@' replaced by the data folder (static buffer) */
+static const char *expand(const char *text)
+{
+    static char ring[4][8192];
+    static int r;
+    char *out = ring[r++ % 4];
+    size_t k = 0;
+    for (const char *p = text; *p && k < sizeof ring[0] - 600; p++) {
+        if (*p == '@') k += (size_t)snprintf(out + k, sizeof ring[0] - k, "%s", dir);
+        else out[k++] = *p;
+    }
+    out[k] = '\0';
+    return out;
+}
+
+static glia_status build(const char *text, const char *set, struct glia_context *ctx, struct glia_model **m,
+                         struct glia_config **cfg)
+{
+    glia_status st = glia_config_parse_string(ctx, "m.ini", expand(text), cfg);
+    if (!st && set) st = glia_config_set(*cfg, set);
+    if (!st) st = glia_model_build(ctx, *cfg, m);
+    return st;
+}
+
+struct bad_case {
+    const char *text;
+    const char *set;
+    glia_status status;
+    const char *message;  /* must appear in the error */
+};
+
+static const struct bad_case bad_cases[] = {
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = lnear\noutputs = 4\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:10: [fc] type: unknown layer type 'lnear'; did you mean 'linear'?"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutput = 4\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:11: [fc] output: unknown key; did you mean 'outputs'?"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\n" LOSS, NULL, GLIA_ECONFIG,
+     "[fc] outputs: missing required key"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 0\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:11: [fc] outputs:"},
+    {DATA "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\ninputs = flt\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:12: [fc] inputs: unknown layer 'flt'; did you mean 'flat'?"},
+    {DATA "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\ninputs = loss\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:12: [fc] inputs: layer 'loss' is defined later; inputs must name earlier layers"},
+    {DATA "[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ESHAPE,
+     "m.ini:7: [fc] linear expects (N, features) input, got 16x1x4x4; put a flatten layer before it"},
+    {DATA "[trian]\nepochs = 2\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:7: [trian] unknown section; did you mean [train]?"},
+    {DATA "[train]\noptimizer = sgdd\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
+     GLIA_ECONFIG, "m.ini:8: [train] optimizer: unknown optimizer 'sgdd'; did you mean 'sgd'?"},
+    {DATA "[train]\nepochs = many\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
+     GLIA_ECONFIG, "m.ini:8: [train] epochs:"},
+    {DATA "[runtime]\ndevice = gpu\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
+     GLIA_ECONFIG, "m.ini:8: [runtime] device: expected auto, cpu, cuda or cuda:N, got 'gpu'"},
+    {DATA "[runtime]\ndevice = cuda\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
+     GLIA_EDEVICE, "m.ini:8: [runtime] device: this build of glia has no CUDA backend"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n", NULL, GLIA_ECONFIG,
+     "m.ini:10: [fc] type: the last layer must be a loss layer"},
+    {DATA "[f]\ntype = flatten\n[a]\ntype = linear\noutputs = 4\n[b]\ntype = linear\noutputs = 4\ninputs = f\n" LOSS,
+     NULL, GLIA_ECONFIG, "m.ini:9: [a] the output of this layer is not used by any later layer"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 2\n" LOSS, NULL, GLIA_ESHAPE,
+     "[loss] the model outputs 2 classes but the data has 4 labels"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\nimpl = cudnn\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:12: [fc] impl: no impl 'cudnn' of layer type 'linear' for device cpu (available: cpu)"},
+    {DATA "[optimizer]\nmomentum = fast\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
+     GLIA_ECONFIG, "m.ini:8: [optimizer] momentum:"},
+    {DATA "[plugins]\nload = nosuch\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
+     GLIA_ENOTFOUND, "m.ini:8: [plugins] load: plugin 'nosuch' not found (searched:"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "train.epoch=3", GLIA_ECONFIG,
+     "--set train.epoch=3: [train] epoch: unknown key; did you mean 'epochs'?"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "data.train_images=@/missing", GLIA_EIO,
+     "cannot open "},
+    {"[data]\ntrain_images = @/tri\n[f]\ntype = flatten\n" LOSS, NULL, GLIA_ECONFIG,
+     "[data] train_labels: missing required key"},
+    {"", NULL, GLIA_ECONFIG, "[data] train_images: missing required key"},
+};
+
+static void test_bad_models(void)
+{
+    make_data();
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const struct bad_case *c = &bad_cases[i];
+        struct glia_context *ctx;
+        struct glia_model *m = NULL;
+        struct glia_config *cfg = NULL;
+        CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+        glia_status st = build(c->text, c->set ? expand(c->set) : NULL, ctx, &m, &cfg);
+        const char *err = glia_context_error(ctx);
+        int ok = st == c->status && strstr(err, c->message) && !strchr(err, '\n');
+        if (!ok) printf("\n  case %zu: got %s \"%s\"\n  want %s \"%s\"\n", i, glia_status_name(st), err,
+                        glia_status_name(c->status), c->message);
+        CU_ASSERT(ok);
+        CU_ASSERT_PTR_NULL(m);
+        glia_model_free(m);
+        glia_config_free(cfg);
+        glia_context_free(ctx);
+    }
+}
+
+#define GOOD DATA "[train]\nepochs = 1\n[f]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 8\n[act]\ntype = relu\n[fc2]\ntype = linear\noutputs = 4\n" LOSS
+
+static void test_good_model(void)
+{
+    make_data();
+    struct glia_context *ctx;
+    struct glia_model *m = NULL;
+    struct glia_config *cfg = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = build(GOOD, NULL, ctx, &m, &cfg);
+    if (st) printf("\n  %s\n", glia_context_error(ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_param_count(m), 16 * 8 + 8 + 8 * 4 + 4);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    glia_model_summary(m, f);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "fc1              linear                 cpu    8                       136"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "total: 5 layers, 172 parameters"));
+    free(buf);
+    glia_model_free(m);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+static void test_set_overrides(void)
+{
+    make_data();
+    struct glia_context *ctx;
+    struct glia_model *m = NULL;
+    struct glia_config *cfg = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "m.ini", expand(GOOD), &cfg) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_config_set(cfg, "fc1.outputs=5"), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_config_set(cfg, "runtime.device=cpu"), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_config_set(cfg, "nonsense"), GLIA_EINVAL);
+    CU_ASSERT_EQUAL_FATAL(glia_model_build(ctx, cfg, &m), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_param_count(m), 16 * 5 + 5 + 5 * 4 + 4);
+    glia_model_free(m);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+/* Runs the glia program; returns its exit status and its stderr in err. */
+static int run_glia(const char *args, char *err, size_t n)
+{
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>%s >/dev/null", bin ? bin : "tools/glia", args, glia_test_tmp("cli.err"));
+    int rc = system(cmd);
+    FILE *f = fopen(glia_test_tmp("cli.err"), "r");
+    size_t k = f ? fread(err, 1, n - 1, f) : 0;
+    err[k] = '\0';
+    if (f) fclose(f);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static void test_cli_errors(void)
+{
+    make_data();
+    char err[4096], args[1024];
+    const char *bad = glia_test_tmp("bad.ini");
+    CU_ASSERT_FATAL(glia_test_write(bad, expand(DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutptus = 4\n" LOSS)) == 0);
+    snprintf(args, sizeof args, "train %s", bad);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "bad.ini:11: [fc] outptus: unknown key; did you mean 'outputs'?"));
+    snprintf(args, sizeof args, "check %s --set fc.outptus=4", bad);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+    snprintf(args, sizeof args, "train %s", glia_test_tmp("does-not-exist.ini"));
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot open"));
+    CU_ASSERT_EQUAL(run_glia("train", err, sizeof err), 2);
+    CU_ASSERT_EQUAL(run_glia("frobnicate x.ini", err, sizeof err), 2);
+    CU_ASSERT_EQUAL(run_glia("train x.ini --bogus", err, sizeof err), 2);
+    CU_ASSERT_EQUAL(run_glia("--version", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(run_glia("plugins --describe linear", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(run_glia("plugins --describe no_such_thing", err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+}
+
+static void test_cli_check(void)
+{
+    make_data();
+    const char *good = glia_test_tmp("good.ini");
+    CU_ASSERT_FATAL(glia_test_write(good, expand(GOOD)) == 0);
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "%s check %s", bin ? bin : "tools/glia", good);
+    FILE *p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    size_t k = fread(out, 1, sizeof out - 1, p);
+    out[k] = '\0';
+    CU_ASSERT_EQUAL(pclose(p), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "layer            type                   impl   output"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "fc2              linear                 cpu    4"));
+}
+
+GLIA_TEST_MAIN("model", GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),
+               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check))

@@ -1,0 +1,200 @@
+/* tests/test_train.c — training end to end on the CPU: bit-identical runs for one seed, the
+ * loss going down, evaluation leaving weights alone, the metrics file, and a short real
+ * Fashion-MNIST run. Not speed: timings belong in bench/. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include <glia/glia.h>
+
+static char dir[512];
+
+static void make_data(void)
+{
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("train-data"));
+    char cmd[600], a[600], b[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(a, sizeof a, "%s/tri", dir);
+    snprintf(b, sizeof b, "%s/trl", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 512, 6, 6, 5, 11) == 0);
+    snprintf(a, sizeof a, "%s/tei", dir);
+    snprintf(b, sizeof b, "%s/tel", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 200, 6, 6, 5, 12) == 0);
+}
+
+static const char *model_text(unsigned seed, int epochs)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = %u\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\ntest_batch_size = 64\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = %d\noptimizer = sgd\nlr = 0.05\n[optimizer]\nmomentum = 0.9\n"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             seed, dir, dir, dir, dir, epochs);
+    return buf;
+}
+
+struct run {
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_model *m;
+};
+
+static void open_run(struct run *r, const char *text)
+{
+    CU_ASSERT_FATAL(glia_context_new(&r->ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(r->ctx, "t.ini", text, &r->cfg) == GLIA_OK);
+    glia_status st = glia_model_build(r->ctx, r->cfg, &r->m);
+    if (st) printf("\n  %s\n", glia_context_error(r->ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+}
+
+static void close_run(struct run *r)
+{
+    glia_model_free(r->m);
+    glia_config_free(r->cfg);
+    glia_context_free(r->ctx);
+}
+
+static float *weights(struct run *r, long long *n)
+{
+    *n = glia_model_param_count(r->m);
+    float *w = malloc((size_t)*n * sizeof *w);
+    CU_ASSERT_FATAL(w != NULL);
+    CU_ASSERT_EQUAL(glia_model_weights(r->m, w, *n), *n);
+    return w;
+}
+
+static struct glia_train_options quiet = {NULL, -1, NULL};
+
+static void test_same_seed_bit_identical(void)
+{
+    make_data();
+    struct run a, b, c;
+    long long na, nb, nc;
+    open_run(&a, model_text(7, 2));
+    open_run(&b, model_text(7, 2));
+    open_run(&c, model_text(8, 2));
+    float *wa = weights(&a, &na), *wb = weights(&b, &nb), *wc = weights(&c, &nc);
+    CU_ASSERT_EQUAL(na, 36 * 16 + 16 + 16 * 5 + 5);
+    CU_ASSERT_EQUAL(memcmp(wa, wb, (size_t)na * 4), 0);   /* init: same seed, same bits */
+    CU_ASSERT_NOT_EQUAL(memcmp(wa, wc, (size_t)na * 4), 0);
+    free(wa);
+    free(wb);
+    free(wc);
+    struct glia_epoch_result ra[2], rb[2];
+    CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, rb, 2), GLIA_OK);
+    wa = weights(&a, &na);
+    wb = weights(&b, &nb);
+    CU_ASSERT_EQUAL(memcmp(wa, wb, (size_t)na * 4), 0);   /* trained: still the same bits */
+    CU_ASSERT_EQUAL(ra[1].train_loss, rb[1].train_loss);
+    CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
+    free(wa);
+    free(wb);
+    close_run(&a);
+    close_run(&b);
+    close_run(&c);
+}
+
+static void test_loss_goes_down(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, model_text(3, 4));
+    double l0, a0;
+    CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l0, &a0), GLIA_OK);
+    struct glia_epoch_result res[4];
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 4), GLIA_OK);
+    CU_ASSERT(res[3].train_loss < res[0].train_loss);
+    CU_ASSERT(res[3].test_loss < 0.5 * l0);
+    CU_ASSERT(res[3].test_accuracy > 0.9);
+    CU_ASSERT(a0 < 0.6);  /* before training it could not already solve the task */
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(res[i].epoch, i + 1);
+        CU_ASSERT(res[i].samples_per_s > 0);
+        CU_ASSERT(res[i].seconds > 0);
+    }
+    /* evaluation changes nothing */
+    long long n;
+    float *w1 = weights(&r, &n);
+    double l1, a1, l2, a2;
+    CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l1, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l2, &a2), GLIA_OK);
+    float *w2 = weights(&r, &n);
+    CU_ASSERT_EQUAL(memcmp(w1, w2, (size_t)n * 4), 0);
+    CU_ASSERT_EQUAL(l1, l2);
+    CU_ASSERT_DOUBLE_EQUAL(l1, res[3].test_loss, 1e-12);
+    free(w1);
+    free(w2);
+    close_run(&r);
+}
+
+static void test_metrics_file(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, model_text(5, 2));
+    const char *path = glia_test_tmp("metrics/run1/m.jsonl");
+    struct glia_train_options o = {path, -1, NULL};
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        n++;
+        static const char *keys[] = {"\"epoch\": ", "\"train_loss\": ", "\"test_loss\": ", "\"test_accuracy\": ",
+                                     "\"samples_per_s\": ", "\"seconds\": "};
+        for (int k = 0; k < 6; k++) CU_ASSERT_PTR_NOT_NULL(strstr(line, keys[k]));
+        CU_ASSERT_EQUAL(line[0], '{');
+        CU_ASSERT_PTR_NOT_NULL(strstr(line, "}\n"));
+        int epoch = 0;
+        CU_ASSERT_EQUAL(sscanf(line, "{\"epoch\": %d", &epoch), 1);
+        CU_ASSERT_EQUAL(epoch, n);
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL(n, 2);
+    close_run(&r);
+    /* an unwritable metrics path is a clear error before any training */
+    open_run(&r, model_text(5, 1));
+    struct glia_train_options bad = {"/proc/no/such/dir/m.jsonl", -1, NULL};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &bad, NULL, 0), GLIA_EIO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "cannot write metrics file /proc/no/such/dir/m.jsonl"));
+    close_run(&r);
+}
+
+static void test_fashion_mnist_subset(void)
+{
+    const char *d = "/usr/share/datasets/fashion-mnist";
+    char probe[256];
+    snprintf(probe, sizeof probe, "%s/train-images-idx3-ubyte.gz", d);
+    FILE *f = fopen(probe, "rb");
+    if (!f) {
+        printf("(Fashion-MNIST not installed: apt-get install dataset-fashion-mnist) ");
+        return;
+    }
+    fclose(f);
+    struct run r;
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/fmnist-mlp.ini"), &r.cfg) == GLIA_OK);
+    CU_ASSERT(glia_config_set(r.cfg, "data.train_samples=6000") == GLIA_OK);
+    CU_ASSERT(glia_config_set(r.cfg, "data.test_samples=2000") == GLIA_OK);
+    CU_ASSERT(glia_config_set(r.cfg, "train.epochs=1") == GLIA_OK);
+    CU_ASSERT(glia_config_set(r.cfg, "runtime.device=cpu") == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    struct glia_epoch_result res[1];
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 1), GLIA_OK);
+    printf("(test_accuracy %.4f after 6000 samples) ", res[0].test_accuracy);
+    CU_ASSERT(res[0].test_accuracy > 0.70);
+    CU_ASSERT(res[0].train_loss < 1.0);
+    close_run(&r);
+}
+
+GLIA_TEST_MAIN("train", GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
+               GLIA_TEST(test_metrics_file), GLIA_TEST(test_fashion_mnist_subset))
