@@ -210,6 +210,21 @@ static void test_cli_errors(void)
     CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
     CU_ASSERT_EQUAL(lines(err), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot open"));
+    /* a plugin built for another ABI: one line naming file, symbol and both versions */
+    const char *fx = getenv("GLIA_FIXTURES");
+    char text[2048], want[128];
+    snprintf(text, sizeof text, DATA "[plugins]\nload = %s/wrong_abi.so\n[f]\ntype = flatten\n" LOSS,
+             fx ? fx : "tests/fixtures/.libs");
+    const char *abi = glia_test_tmp("abi.ini");
+    CU_ASSERT_FATAL(glia_test_write(abi, expand(text)) == 0);
+    snprintf(args, sizeof args, "train %s", abi);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+    snprintf(want, sizeof want, "wrong_abi.so: glia_plugin_entry: plugin ABI %d.%d, core ABI %d.%d", GLIA_ABI_MAJOR + 1, 0,
+             GLIA_ABI_MAJOR, GLIA_ABI_MINOR);
+    if (!strstr(err, want)) printf("\n  got: %s", err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "abi.ini:8: [plugins] load:"));
     CU_ASSERT_EQUAL(run_glia("train", err, sizeof err), 2);
     CU_ASSERT_EQUAL(run_glia("frobnicate x.ini", err, sizeof err), 2);
     CU_ASSERT_EQUAL(run_glia("train x.ini --bogus", err, sizeof err), 2);
