@@ -24,6 +24,10 @@ template="$destdir$pkgdatadir/plugin-template"
 glia="$destdir$bindir/glia"
 pcdir="$destdir$libdir/pkgconfig"
 
+# The template is a project of its own: nothing of the calling make (its DESTDIR, which a
+# command-line DESTDIR=... passes down through MAKEFLAGS, its jobserver) may leak into it.
+unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES DESTDIR || true
+
 step "prefix $prefix${destdir:+ (staged under DESTDIR=$destdir)}"
 [ -d "$template" ] || fail "no plugin template at $template (run make install first)"
 [ -x "$glia" ] || fail "no installed glia program at $glia (run make install first)"
@@ -64,8 +68,8 @@ step "./configure --with-pluginsdir=$workdir/plugins (PKG_CONFIG_PATH=$PKG_CONFI
 step "make"
 make || fail "make of the plugin template"
 
-step "make install"
-make install || fail "make install of the plugin template"
+step "make install DESTDIR="
+make install DESTDIR= || fail "make install of the plugin template"
 [ -f "$workdir/plugins/softsign.so" ] || fail "make install did not put softsign.so into $workdir/plugins"
 
 step "$glia train softsign-mlp.ini"
@@ -78,3 +82,6 @@ summary=$(grep 'test_accuracy' "$log" | tail -n 1 || true)
 [ -n "$summary" ] || fail "glia train printed no summary line with test_accuracy (log: $log)"
 
 step "ok: $summary"
+# Leave no files behind in the build tree (distcheck's distcleancheck); kept on failure.
+cd /
+rm -rf "$workdir"
