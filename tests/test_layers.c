@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "internal.h"
+#include "model_internal.h"
 #include "testutil.h"
 
 static struct glia_context *ctx;
@@ -46,12 +47,216 @@ static void test_softmax_cross_entropy(void)
     check_ok("[loss]\ntype = softmax_cross_entropy\n", S(2, 1, 10, 0, 0), 8);
 }
 
+static void test_sigmoid(void)
+{
+    check_ok("[s]\ntype = sigmoid\n", S(2, 4, 6, 0, 0), 11);
+    check_ok("[s]\ntype = sigmoid\n", S(4, 2, 3, 2, 2), 12);
+    check_ok("[s]\ntype = sigmoid\n", S(3, 1, 5, 7, 0), 13);
+}
+
+static void test_tanh(void)
+{
+    check_ok("[t]\ntype = tanh\n", S(2, 4, 6, 0, 0), 21);
+    check_ok("[t]\ntype = tanh\n", S(4, 2, 3, 2, 2), 22);
+    check_ok("[t]\ntype = tanh\n", S(1, 17, 0, 0, 0), 23);
+}
+
+static void test_gelu(void)
+{
+    check_ok("[g]\ntype = gelu\n", S(2, 4, 6, 0, 0), 31);
+    check_ok("[g]\ntype = gelu\n", S(4, 2, 3, 2, 2), 32);
+    check_ok("[g]\ntype = gelu\n", S(3, 2, 4, 3, 0), 33);
+}
+
+static void test_leaky_relu(void)
+{
+    check_ok("[a]\ntype = leaky_relu\n", S(2, 4, 6, 0, 0), 41);
+    check_ok("[a]\ntype = leaky_relu\n", S(4, 2, 3, 2, 2), 42);
+    check_ok("[a]\ntype = leaky_relu\nnegative_slope = 0.2\n", S(2, 5, 4, 0, 0), 43);
+    check_ok("[a]\ntype = leaky_relu\nnegative_slope = 0.2\n", S(4, 3, 2, 2, 2), 44);
+    check_ok("[a]\ntype = leaky_relu\nnegative_slope = 0\n", S(2, 3, 5, 0, 0), 45);
+}
+
+static void test_leaky_relu_refuses_slope_out_of_range(void)
+{
+    struct glia_shape in = S(2, 3, 4, 0, 0);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[a]\ntype = leaky_relu\nnegative_slope = 2\n", &in, 1, 1, 1e-2, NULL),
+                    GLIA_ECONFIG);
+    if (!strstr(glia_context_error(ctx), "gradcheck.ini:3: [a] negative_slope:"))
+        printf("\n  got: %s\n", glia_context_error(ctx));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "gradcheck.ini:3: [a] negative_slope:"));
+    glia_context_free(ctx);
+}
+
+/* ---- forward values: the layer alone on the CPU backend, against reference values ---- */
+
+/* Builds the one layer of `ini` like the gradient checker does (load its plugin, validate its
+ * section, create), runs an eval-mode forward of the n values x on shape (1, n) and compares
+ * with want (absolute error <= 1e-6, relative <= 1e-6). */
+static void check_forward(const char *ini, const float *x, const float *want, int n)
+{
+    struct glia_config *cfg = NULL;
+    struct glia_backend *b;
+    struct glia_tensor *tx = NULL, *ty = NULL;
+    struct glia_shape sh = S(2, 1, n, 0, 0), os;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "forward.ini", ini, &cfg) == GLIA_OK);
+    struct glia_section *s = cfg->sections[0];
+    const char *type = glia__section_entry(s, "type")->value;
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, type) == GLIA_OK);
+    const struct glia_layer_ops *ops = glia__find_layer(ctx, type, "cpu");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
+    CU_ASSERT_EQUAL(ops->device_type, GLIA_DEVICE_CPU);
+    CU_ASSERT_PTR_NOT_NULL(ops->flops);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
+    struct glia_layer l = {.name = s->name, .ops = ops, .ctx = ctx, .backend = b};
+    CU_ASSERT_FATAL(ops->create(&l, s, &sh, 1) == GLIA_OK);
+    CU_ASSERT_FATAL(ops->infer_shape(&l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT(glia_shape_equal(&os, &sh));
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &tx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &os, &ty) == GLIA_OK);
+    memcpy(glia_tensor_f32(tx), x, (size_t)n * sizeof *x);
+    const struct glia_tensor *in[1] = {tx};
+    struct glia_fwd a = {in, 1, ty, NULL, false, 1};
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    const float *y = glia_tensor_f32(ty);
+    for (int i = 0; i < n; i++) {
+        bool ok = isfinite(y[i]) && fabs((double)y[i] - want[i]) <= 1e-6 * fmax(1.0, fabs(want[i]));
+        if (!ok) printf("\n  %s(%g) = %.9g, want %.9g", type, x[i], y[i], want[i]);
+        CU_ASSERT(ok);
+    }
+    if (ops->destroy) ops->destroy(&l);
+    glia_tensor_release(tx);
+    glia_tensor_release(ty);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+static void test_activation_forward_values(void)
+{
+    /* references in double precision (Python math.erf, math.exp, math.tanh) */
+    const float xg[] = {1.0f, -1.0f, 0.0f, 2.0f, -3.0f, 0.5f};
+    const float yg[] = {0.841344746f, -0.158655254f, 0.0f, 1.95449974f, -0.00404969409f, 0.345731231f};
+    check_forward("[g]\ntype = gelu\n", xg, yg, 6);
+    /* large |x| must saturate, not overflow to NaN */
+    const float xs[] = {0.0f, 2.0f, -2.0f, 10.0f, -10.0f, 1000.0f, -1000.0f};
+    const float ys[] = {0.5f, 0.880797078f, 0.119202922f, 0.999954602f, 4.53978687e-05f, 1.0f, 0.0f};
+    check_forward("[s]\ntype = sigmoid\n", xs, ys, 7);
+    const float xt[] = {0.5f, -1.0f, 0.0f, 3.0f, 100.0f, -100.0f};
+    const float yt[] = {0.462117157f, -0.761594156f, 0.0f, 0.995054754f, 1.0f, -1.0f};
+    check_forward("[t]\ntype = tanh\n", xt, yt, 6);
+    const float xl[] = {-2.0f, 3.0f, 0.0f, -0.5f};
+    const float yl[] = {-0.02f, 3.0f, 0.0f, -0.005f};
+    check_forward("[a]\ntype = leaky_relu\n", xl, yl, 4);
+    const float yl2[] = {-0.4f, 3.0f, 0.0f, -0.1f};
+    check_forward("[a]\ntype = leaky_relu\nnegative_slope = 0.2\n", xl, yl2, 4);
+}
+
 static void test_linear_refuses_4d_input(void)
 {
     struct glia_shape in = S(4, 2, 1, 3, 3);
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[fc]\ntype = linear\noutputs = 3\n", &in, 1, 1, 1e-2, NULL), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "gradcheck.ini:1: [fc] linear expects (N, features) input, got 2x1x3x3"));
+    glia_context_free(ctx);
+}
+
+static void check_multi(const char *ini, const struct glia_shape *in, int n, uint64_t seed)
+{
+    struct glia_gradcheck_report r;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = glia_layer_gradcheck(ctx, ini, in, n, seed, 2e-2, &r);
+    if (st) printf("\n  %s\n", glia_context_error(ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    CU_ASSERT(r.n_checked > 0);
+    glia_context_free(ctx);
+}
+
+static void test_dropout(void)
+{
+    check_ok("[d]\ntype = dropout\np = 0.3\n", S(2, 6, 7, 0, 0), 21);
+    check_ok("[d]\ntype = dropout\n", S(4, 2, 3, 2, 2), 22);
+    check_ok("[d]\ntype = dropout\np = 0\n", S(2, 3, 3, 0, 0), 23);
+}
+
+static void test_dropout_statistics(void)
+{
+    /* training: about p of the elements are zero, the rest scaled by 1/(1-p); eval: identity */
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "dropout") == GLIA_OK);
+    const struct glia_layer_ops *ops = glia__find_layer(ctx, "dropout", "cpu");
+    struct glia_backend *b;
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
+    struct glia_config *cfg;
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "d.ini", "[d]\ntype = dropout\np = 0.25\n", &cfg) == GLIA_OK);
+    struct glia_section *s = cfg->sections[0];
+    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
+    struct glia_shape sh = S(2, 100, 100, 0, 0);
+    struct glia_layer l = {.name = "d", .ops = ops, .ctx = ctx, .backend = b};
+    CU_ASSERT_FATAL(ops->create(&l, s, &sh, 1) == GLIA_OK);
+    struct glia_tensor *x, *y1, *y2;
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &y1) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &y2) == GLIA_OK);
+    for (int i = 0; i < 10000; i++) glia_tensor_f32(x)[i] = 1.0f;
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd a = {in, 1, y1, NULL, true, 99};
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    int zeros = 0, scaled = 0;
+    for (int i = 0; i < 10000; i++) {
+        float v = glia_tensor_f32(y1)[i];
+        zeros += v == 0.0f;
+        scaled += fabsf(v - 1.0f / 0.75f) < 1e-6f;
+    }
+    CU_ASSERT_EQUAL(zeros + scaled, 10000);
+    CU_ASSERT(zeros > 2300 && zeros < 2700);
+    a.out = y2;
+    a.seed = 100;  /* another step, another mask */
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_NOT_EQUAL(memcmp(y1->data, y2->data, glia_tensor_nbytes(y1)), 0);
+    a.seed = 99;   /* the same step seed, the same mask */
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(y1->data, y2->data, glia_tensor_nbytes(y1)), 0);
+    a.train = false;
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(x->data, y2->data, glia_tensor_nbytes(x)), 0);
+    ops->destroy(&l);
+    glia_tensor_release(x);
+    glia_tensor_release(y1);
+    glia_tensor_release(y2);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+static void test_add(void)
+{
+    struct glia_shape two[2] = {S(2, 3, 4, 0, 0), S(2, 3, 4, 0, 0)};
+    check_multi("[a]\ntype = add\n", two, 2, 31);
+    struct glia_shape three[3] = {S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2)};
+    check_multi("[a]\ntype = add\n", three, 3, 32);
+    struct glia_shape bad[2] = {S(2, 3, 4, 0, 0), S(2, 3, 5, 0, 0)};
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[a]\ntype = add\n", bad, 2, 1, 1e-2, NULL), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "add needs equal shapes: input 1 is 3x4, input 2 is 3x5"));
+    glia_context_free(ctx);
+}
+
+static void test_concat(void)
+{
+    struct glia_shape ch[2] = {S(4, 2, 3, 2, 2), S(4, 2, 1, 2, 2)};
+    check_multi("[c]\ntype = concat\n", ch, 2, 41);
+    struct glia_shape last[3] = {S(2, 3, 2, 0, 0), S(2, 3, 4, 0, 0), S(2, 3, 1, 0, 0)};
+    check_multi("[c]\ntype = concat\n", last, 3, 42);
+    struct glia_shape mid[2] = {S(3, 2, 3, 4, 0), S(3, 2, 3, 1, 0)};
+    check_multi("[c]\ntype = concat\naxis = 2\n", mid, 2, 43);
+    struct glia_shape bad[2] = {S(4, 2, 3, 2, 2), S(4, 2, 1, 2, 3)};
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[c]\ntype = concat\n", bad, 2, 1, 1e-2, NULL), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "concat along axis 1: input 1 is 2x3x2x2, input 2 is 2x1x2x3"));
     glia_context_free(ctx);
 }
 
@@ -130,7 +335,10 @@ static void test_checker_catches_write_over_garbage(void)
     expect_caught(&bad_unset_ops, "[b]\ntype = bad_unset\n", "gradcheck [b]: error inf");
 }
 
-GLIA_TEST_MAIN("layers", GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_flatten),
-               GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_linear_refuses_4d_input),
+GLIA_TEST_MAIN("layers", GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
+               GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
+               GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
+               GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_4d_input),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),
                GLIA_TEST(test_checker_catches_write_over_garbage))

@@ -167,6 +167,43 @@ static void test_metrics_file(void)
     close_run(&r);
 }
 
+/* A residual block with dropout: `act` feeds both fc2 and the add, so its gradient is the sum
+ * of two consumers' gradients (the core's accumulate path). */
+static const char *residual_text(unsigned seed)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = %u\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = 4\nlr = 0.05\n[optimizer]\nmomentum = 0.9\n"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+             "[fc2]\ntype = linear\noutputs = 16\n[res]\ntype = add\ninputs = act, fc2\n"
+             "[drop]\ntype = dropout\np = 0.2\n[fc3]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             seed, dir, dir, dir, dir);
+    return buf;
+}
+
+static void test_residual_dropout_model(void)
+{
+    make_data();
+    struct run a, b;
+    open_run(&a, residual_text(4));
+    open_run(&b, residual_text(4));
+    struct glia_epoch_result ra[4], rb[4];
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 4), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, rb, 4), GLIA_OK);
+    CU_ASSERT(ra[3].train_loss < ra[0].train_loss);
+    CU_ASSERT(ra[3].test_accuracy > 0.9);
+    long long n;
+    float *wa = weights(&a, &n), *wb = weights(&b, &n);
+    CU_ASSERT_EQUAL(memcmp(wa, wb, (size_t)n * 4), 0);  /* dropout masks are seeded too */
+    free(wa);
+    free(wb);
+    close_run(&a);
+    close_run(&b);
+}
+
 static void test_fashion_mnist_subset(void)
 {
     const char *d = "/usr/share/datasets/fashion-mnist";
@@ -197,4 +234,5 @@ static void test_fashion_mnist_subset(void)
 }
 
 GLIA_TEST_MAIN("train", GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
-               GLIA_TEST(test_metrics_file), GLIA_TEST(test_fashion_mnist_subset))
+               GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
+               GLIA_TEST(test_fashion_mnist_subset))
