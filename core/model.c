@@ -34,7 +34,14 @@ static const struct glia_key data_keys[] = {
 static const struct glia_key train_keys[] = {
     GLIA_KEY("epochs", GLIA_KEY_INT, "1", "passes over the training set", .min = 1, .max = 1e9),
     GLIA_KEY("optimizer", GLIA_KEY_STRING, "sgd", "optimizer plugin; its keys go in [optimizer]"),
-    GLIA_KEY("lr", GLIA_KEY_FLOAT, "0.01", "learning rate", .min = 0, .max = 1e6),
+    GLIA_KEY("lr", GLIA_KEY_FLOAT, "0.01", "base learning rate", .min = 0, .max = 1e6),
+    GLIA_KEY("schedule", GLIA_KEY_ENUM, "constant", "learning-rate schedule over epochs", .choices = "constant|step|cosine"),
+    GLIA_KEY("gamma", GLIA_KEY_FLOAT, "0.1", "step: multiply lr by gamma every step_epochs epochs", .min = 0, .max = 1e6),
+    GLIA_KEY("step_epochs", GLIA_KEY_INT, "1", "step: epochs between decays (StepLR step_size)", .min = 1, .max = 1e9),
+    GLIA_KEY("min_lr", GLIA_KEY_FLOAT, "0", "cosine: the lr reached after the last epoch", .min = 0, .max = 1e6),
+    GLIA_KEY("warmup_steps", GLIA_KEY_INT, "0", "linear warmup over the first N optimizer steps (lr * k/N)", .min = 0, .max = 1e12),
+    GLIA_KEY("clip_grad_norm", GLIA_KEY_FLOAT, "0", "scale gradients so their global L2 norm is at most this (0: off)", .min = 0, .max = 1e30),
+    GLIA_KEY("accumulate", GLIA_KEY_INT, "1", "micro-batches per optimizer step (gradients averaged)", .min = 1, .max = 1e6),
     GLIA_KEY("metrics", GLIA_KEY_STRING, NULL, "JSON-lines file, one object per epoch (--metrics overrides)"),
     GLIA_KEY("log_every", GLIA_KEY_INT, "100", "steps between progress lines when not on a terminal", .min = 1, .max = 1e9),
     GLIA_KEY_END};
@@ -265,6 +272,14 @@ static glia_status setup_optimizer(struct glia_model *m)
     }
     m->epochs = (int)glia_section_int(t, "epochs");
     m->lr = glia_section_float(t, "lr");
+    const char *sched = glia_section_str(t, "schedule");
+    m->schedule = !strcmp(sched, "step") ? GLIA__SCHED_STEP : !strcmp(sched, "cosine") ? GLIA__SCHED_COSINE : GLIA__SCHED_CONSTANT;
+    m->gamma = glia_section_float(t, "gamma");
+    m->step_epochs = (int)glia_section_int(t, "step_epochs");
+    m->min_lr = glia_section_float(t, "min_lr");
+    m->warmup_steps = glia_section_int(t, "warmup_steps");
+    m->clip_grad_norm = glia_section_float(t, "clip_grad_norm");
+    m->accumulate = (int)glia_section_int(t, "accumulate");
     m->log_every = (int)glia_section_int(t, "log_every");
     return GLIA_OK;
 }
@@ -583,9 +598,10 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     human(total_flops, fl, sizeof fl);
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward\n",
             m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl);
-    fprintf(f, "data: %lld training samples, %lld test samples, %dx%d, %d classes; optimizer %s, lr %g, %d epochs\n",
+    static const char *sched[] = {"constant", "step", "cosine"};
+    fprintf(f, "data: %lld training samples, %lld test samples, %dx%d, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
             (long long)m->train.n, (long long)m->test.n, m->train.rows, m->train.cols, m->n_classes,
-            m->opt.ops->name, m->lr, m->epochs);
+            m->opt.ops->name, m->lr, sched[m->schedule], m->epochs);
 }
 
 const struct glia_key *glia_config_schema(const char *section) { return glia__core_schema(section); }

@@ -9,6 +9,8 @@
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_STATE 4
 
+enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
+
 struct glia__node {
     struct glia_layer layer;
     struct glia_section *sec;        /* (borrowed) */
@@ -39,8 +41,13 @@ struct glia_model {
     /* training */
     struct glia_optimizer opt;
     int epochs, log_every;
-    double lr;
-    int64_t step;
+    double lr;                       /* base learning rate */
+    double cur_lr;                   /* learning rate of the last step */
+    enum glia__schedule schedule;
+    double gamma, min_lr, clip_grad_norm;
+    int step_epochs, accumulate;
+    int64_t warmup_steps;
+    int64_t step;                    /* optimizer steps taken */
     /* parameters: flat arenas */
     int64_t n_weights;
     struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
@@ -53,5 +60,7 @@ struct glia_model {
 const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
+/* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */
+double glia__model_lr(const struct glia_model *m, int epoch, int64_t step);
 
 #endif

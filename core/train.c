@@ -66,9 +66,9 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &xs, &m->x_buf);
     if (!st) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->y_buf);
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->loss_scale);
-    if (!st) {
-        float one_f = 1.0f;
-        st = glia_tensor_from_host(m->loss_scale, &one_f, sizeof one_f);
+    if (!st) {  /* with accumulation each micro-batch's loss counts 1/accumulate */
+        float scale = 1.0f / (float)m->accumulate;
+        st = glia_tensor_from_host(m->loss_scale, &scale, sizeof scale);
     }
     if (st) {
         glia__model_release_activations(m);
@@ -187,7 +187,37 @@ static glia_status backward(struct glia_model *m)
     return GLIA_OK;
 }
 
-static glia_status optimizer_step(struct glia_model *m)
+double glia__model_lr(const struct glia_model *m, int epoch, int64_t step)
+{
+    double lr = m->lr;
+    switch (m->schedule) {
+    case GLIA__SCHED_CONSTANT: break;
+    case GLIA__SCHED_STEP: lr *= pow(m->gamma, (double)((epoch - 1) / m->step_epochs)); break;
+    case GLIA__SCHED_COSINE:
+        lr = m->min_lr + (m->lr - m->min_lr) * 0.5 * (1.0 + cos(M_PI * (double)(epoch - 1) / (double)m->epochs));
+        break;
+    }
+    if (m->warmup_steps > 0 && step <= m->warmup_steps) lr *= (double)step / (double)m->warmup_steps;
+    return lr;
+}
+
+/* Scale all gradients so that their global L2 norm is at most max_norm
+ * (torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1). */
+static void clip_gradients(struct glia_model *m, double max_norm)
+{
+    float *g = m->g->data;
+    int64_t n = m->n_weights;
+    double sq = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sq)
+    for (int64_t i = 0; i < n; i++) sq += (double)g[i] * g[i];
+    double coef = max_norm / (sqrt(sq) + 1e-6);
+    if (coef >= 1.0) return;
+    float c = (float)coef;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) g[i] *= c;
+}
+
+static glia_status optimizer_step(struct glia_model *m, int epoch)
 {
     /* A parameter whose gradient no layer wrote this step has gradient zero. */
     for (int i = 0; i < m->n_nodes; i++)
@@ -201,7 +231,9 @@ static glia_status optimizer_step(struct glia_model *m)
     float *state[GLIA__MAX_STATE];
     for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
     m->step++;
-    struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->lr, m->step, m->backend};
+    if (m->clip_grad_norm > 0) clip_gradients(m, m->clip_grad_norm);
+    m->cur_lr = glia__model_lr(m, epoch, m->step);
+    struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->cur_lr, m->step, m->backend};
     glia_status st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
     if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.ops->name,
                               (long long)m->step, glia_context_error(m->ctx));
@@ -359,7 +391,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (!st && !isfinite(l))
                 st = glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch, (long long)k + 1);
             if (!st) st = backward(m);
-            if (!st) st = optimizer_step(m);
+            if (!st && ((k + 1) % m->accumulate == 0 || k == steps - 1)) st = optimizer_step(m, epoch);
             if (st) break;
             loss_sum += l * (double)nb;
             double el = glia__now() - t0, rate = (double)(b + nb) / (el > 0 ? el : 1e-9);
@@ -378,16 +410,16 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         st = evaluate(m, &s, &test_loss, &test_acc);
         if (st) break;
         struct glia_epoch_result r = {epoch, n ? loss_sum / (double)n : 0, test_loss, test_acc,
-                                      (double)n / (train_s > 0 ? train_s : 1e-9), glia__now() - t0};
+                                      (double)n / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr};
         if (results && epoch <= max_results) results[epoch - 1] = r;
         if (opt->progress > 0) fprintf(out, "\r\033[K");
         if (opt->progress >= 0)
-            fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f samples/s %.0f seconds %.2f\n",
-                    epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+            fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
+                    epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.lr, r.samples_per_s, r.seconds);
         if (metrics) {
             fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
                              "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g}\n",
-                    epoch, (long long)m->step, m->lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+                    epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
             fflush(metrics);
         }
     }

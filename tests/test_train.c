@@ -204,6 +204,117 @@ static void test_residual_dropout_model(void)
     close_run(&b);
 }
 
+/* The small MLP with extra [train] and [optimizer] lines and a batch size. */
+static const char *variant(int epochs, int batch, const char *train_extra, const char *opt_extra)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 9\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = %d\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = %d\nlr = 0.05\n%s[optimizer]\n%s"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, batch, epochs, train_extra, opt_extra);
+    return buf;
+}
+
+static void lr_per_epoch(const char *train_extra, int epochs, double *lr)
+{
+    struct run r;
+    struct glia_epoch_result res[8];
+    open_run(&r, variant(epochs, 32, train_extra, ""));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, epochs), GLIA_OK);
+    for (int e = 0; e < epochs; e++) lr[e] = res[e].lr;
+    close_run(&r);
+}
+
+static void test_lr_schedules(void)
+{
+    make_data();
+    double lr[8];
+    lr_per_epoch("", 2, lr);
+    CU_ASSERT_DOUBLE_EQUAL(lr[0], 0.05, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(lr[1], 0.05, 1e-12);
+    lr_per_epoch("schedule = step\ngamma = 0.5\n", 3, lr);
+    CU_ASSERT_DOUBLE_EQUAL(lr[0], 0.05, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(lr[1], 0.025, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(lr[2], 0.0125, 1e-12);
+    lr_per_epoch("schedule = step\ngamma = 0.1\nstep_epochs = 2\n", 3, lr);
+    CU_ASSERT_DOUBLE_EQUAL(lr[1], 0.05, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(lr[2], 0.005, 1e-12);
+    lr_per_epoch("schedule = cosine\nmin_lr = 0.01\n", 4, lr);
+    for (int e = 0; e < 4; e++)
+        CU_ASSERT_DOUBLE_EQUAL(lr[e], 0.01 + 0.04 * 0.5 * (1 + cos(M_PI * e / 4.0)), 1e-12);
+    /* warmup over 64 steps; 512 samples / 32 = 16 steps an epoch */
+    lr_per_epoch("schedule = step\ngamma = 0.5\nwarmup_steps = 64\n", 2, lr);
+    CU_ASSERT_DOUBLE_EQUAL(lr[0], 0.05 * 16 / 64, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(lr[1], 0.025 * 32 / 64, 1e-12);
+}
+
+/* distance between the weights before and after one epoch */
+static double weight_change(const char *text)
+{
+    struct run r;
+    long long n;
+    open_run(&r, text);
+    float *w0 = weights(&r, &n);
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    float *w1 = weights(&r, &n);
+    double d = 0;
+    for (long long i = 0; i < n; i++) d += ((double)w1[i] - w0[i]) * ((double)w1[i] - w0[i]);
+    free(w0);
+    free(w1);
+    close_run(&r);
+    return sqrt(d);
+}
+
+static void test_clip_grad_norm(void)
+{
+    make_data();
+    /* plain SGD: each of the 16 steps moves the weights by at most lr * max_norm */
+    double clipped = weight_change(variant(1, 32, "clip_grad_norm = 0.001\n", "momentum = 0\n"));
+    double free_ = weight_change(variant(1, 32, "", "momentum = 0\n"));
+    CU_ASSERT(clipped <= 16 * 0.05 * 0.001 * 1.0001);
+    CU_ASSERT(clipped > 0.5 * 16 * 0.05 * 0.001);
+    CU_ASSERT(free_ > 10 * clipped);
+}
+
+static void test_gradient_accumulation(void)
+{
+    make_data();
+    /* two micro-batches of 16 with averaged gradients = one batch of 32 */
+    struct run a, b;
+    long long n;
+    open_run(&a, variant(1, 32, "", "momentum = 0.9\n"));
+    open_run(&b, variant(1, 16, "accumulate = 2\n", "momentum = 0.9\n"));
+    CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, NULL, 0), GLIA_OK);
+    float *wa = weights(&a, &n), *wb = weights(&b, &n);
+    double maxd = 0;
+    for (long long i = 0; i < n; i++) maxd = fmax(maxd, fabs((double)wa[i] - wb[i]));
+    if (maxd > 1e-5) printf("\n  max difference %g\n", maxd);
+    CU_ASSERT(maxd <= 1e-5);
+    free(wa);
+    free(wb);
+    close_run(&a);
+    close_run(&b);
+    /* and without accumulation the batch of 16 trains differently (the check can fail) */
+    open_run(&a, variant(1, 32, "", "momentum = 0.9\n"));
+    open_run(&b, variant(1, 16, "", "momentum = 0.9\n"));
+    CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, NULL, 0), GLIA_OK);
+    wa = weights(&a, &n);
+    wb = weights(&b, &n);
+    maxd = 0;
+    for (long long i = 0; i < n; i++) maxd = fmax(maxd, fabs((double)wa[i] - wb[i]));
+    CU_ASSERT(maxd > 1e-3);
+    free(wa);
+    free(wb);
+    close_run(&a);
+    close_run(&b);
+}
+
 static void test_fashion_mnist_subset(void)
 {
     const char *d = "/usr/share/datasets/fashion-mnist";
@@ -235,4 +346,5 @@ static void test_fashion_mnist_subset(void)
 
 GLIA_TEST_MAIN("train", GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
+               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_fashion_mnist_subset))

@@ -51,6 +51,7 @@ struct glia_train_options {
 struct glia_epoch_result {
     int epoch;
     double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
+    double lr;                 /* learning rate of the epoch's last step */
 };
 
 /* Train per [train], evaluating on the test set after each epoch. If results is not NULL
