@@ -27,6 +27,13 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch)"),
     GLIA_KEY("mean", GLIA_KEY_FLOAT, "0.2860", "normalization: x = (pixel/255 - mean) / std"),
     GLIA_KEY("std", GLIA_KEY_FLOAT, "0.3530", "normalization divisor", .min = 1e-12, .max = 1e12),
+    GLIA_KEY("workers", GLIA_KEY_INT, "2", "loader threads (0: load in the training thread)", .min = 0, .max = 256),
+    GLIA_KEY("prefetch", GLIA_KEY_INT, "2", "batches each worker prepares ahead", .min = 1, .max = 1024),
+    GLIA_KEY("persistent_workers", GLIA_KEY_BOOL, "on", "keep loader threads alive between epochs"),
+    GLIA_KEY("pin_memory", GLIA_KEY_BOOL, "on", "page-locked batch buffers for device upload (no effect on the CPU backend)"),
+    GLIA_KEY("drop_last", GLIA_KEY_BOOL, "off", "drop the last training batch when it is smaller than batch_size"),
+    GLIA_KEY("random_crop_padding", GLIA_KEY_INT, "0", "augment: random crop from the image padded by N zero pixels (0: off)", .min = 0, .max = 1024),
+    GLIA_KEY("random_flip", GLIA_KEY_BOOL, "off", "augment: horizontal flip with probability 0.5"),
     GLIA_KEY("train_samples", GLIA_KEY_INT, "0", "use only the first N training samples (0: all)", .min = 0, .max = 1e12),
     GLIA_KEY("test_samples", GLIA_KEY_INT, "0", "use only the first N test samples (0: all)", .min = 0, .max = 1e12),
     GLIA_KEY_END};
@@ -236,6 +243,15 @@ static glia_status load_data(struct glia_model *m)
     m->shuffle = glia_section_bool(s, "shuffle");
     m->mean = (float)glia_section_float(s, "mean");
     m->std = (float)glia_section_float(s, "std");
+    m->workers = (int)glia_section_int(s, "workers");
+    m->prefetch = (int)glia_section_int(s, "prefetch");
+    m->persistent = glia_section_bool(s, "persistent_workers");
+    m->drop_last = glia_section_bool(s, "drop_last");
+    m->crop_padding = (int)glia_section_int(s, "random_crop_padding");
+    m->flip = glia_section_bool(s, "random_flip");
+    if (m->drop_last && m->train.n < m->batch)
+        return glia_section_error(s, "drop_last", GLIA_ECONFIG, "drop_last with %lld training samples and batch_size %d leaves no batch",
+                                  (long long)m->train.n, m->batch);
     m->n_classes = m->train.n_classes > m->test.n_classes ? m->train.n_classes : m->test.n_classes;
     return GLIA_OK;
 }

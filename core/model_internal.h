@@ -36,8 +36,9 @@ struct glia_model {
     /* data */
     struct glia__dataset train, test;
     int batch, test_batch, n_classes;
-    bool shuffle;
+    bool shuffle, persistent, drop_last, flip;
     float mean, std;
+    int workers, prefetch, crop_padding;
     /* training */
     struct glia_optimizer opt;
     int epochs, log_every;

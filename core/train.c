@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "loader.h"
 #include "model_internal.h"
 
 void glia__model_release_activations(struct glia_model *m)
@@ -106,21 +107,12 @@ static glia_status set_batch(struct glia_model *m, int64_t n)
     return st;
 }
 
-/* Copy samples idx[0..n) of d into the input tensors. */
-static glia_status load_batch(struct glia_model *m, const struct glia__dataset *d, const int64_t *idx,
-                              int64_t n, float *hx, int32_t *hy)
+/* Copy a loader batch (x: n x rows x cols, y: n) into the input tensors. */
+static glia_status put_batch(struct glia_model *m, const float *x, const int32_t *y, int64_t n)
 {
     glia_status st = set_batch(m, n);
-    if (st) return st;
-    float *x = glia_tensor_f32(m->x);
-    int32_t *y = glia_tensor_i32(m->y);
-    if (x && y) {  /* host-resident input: gather in place */
-        glia__dataset_gather(d, idx, n, m->mean, m->std, x, y);
-        return GLIA_OK;
-    }
-    glia__dataset_gather(d, idx, n, m->mean, m->std, hx, hy);
-    st = glia_tensor_from_host(m->x, hx, glia_tensor_nbytes(m->x));
-    if (!st) st = glia_tensor_from_host(m->y, hy, glia_tensor_nbytes(m->y));
+    if (!st) st = glia_tensor_from_host(m->x, x, glia_tensor_nbytes(m->x));
+    if (!st) st = glia_tensor_from_host(m->y, y, glia_tensor_nbytes(m->y));
     return st;
 }
 
@@ -273,44 +265,49 @@ static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, 
 }
 
 struct scratch {
-    float *hx, *logits;
+    float *logits;
     int32_t *hy;
-    int64_t *idx;
+    struct glia__loader train, test;
+    bool have_train, have_test;
 };
 
 static void scratch_free(struct scratch *s)
 {
-    free(s->hx);
     free(s->logits);
     free(s->hy);
-    free(s->idx);
+    if (s->have_train) glia__loader_free(&s->train);
+    if (s->have_test) glia__loader_free(&s->test);
 }
 
-static glia_status scratch_alloc(struct glia_model *m, struct scratch *s)
+static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool training)
 {
     int64_t maxb = m->batch > m->test_batch ? m->batch : m->test_batch;
-    int64_t nmax = m->train.n > m->test.n ? m->train.n : m->test.n;
     int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
-    s->hx = malloc(sizeof(float) * (size_t)(maxb * m->train.rows * m->train.cols));
     s->logits = malloc(sizeof(float) * (size_t)(maxb * classes));
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
-    s->idx = malloc(sizeof(int64_t) * (size_t)(nmax > 0 ? nmax : 1));
-    if (!s->hx || !s->logits || !s->hy || !s->idx) {
-        scratch_free(s);
-        return GLIA_ENOMEM;
+    glia_status st = s->logits && s->hy ? GLIA_OK : GLIA_ENOMEM;
+    struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
+                                     m->mean, m->std, m->seed};
+    if (!st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
+    if (training && !st) {
+        o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
+                                          m->flip, m->crop_padding, m->mean, m->std, m->seed};
+        if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
     }
-    if (m->act_batch < maxb) return alloc_activations(m, maxb);
-    return GLIA_OK;
+    if (!st && m->act_batch < maxb) st = alloc_activations(m, maxb);
+    return st;
 }
 
 static glia_status evaluate(struct glia_model *m, struct scratch *s, double *loss, double *acc)
 {
     double sum = 0;
-    int64_t correct = 0, n = m->test.n;
-    for (int64_t i = 0; i < n; i++) s->idx[i] = i;
-    for (int64_t b = 0; b < n; b += m->test_batch) {
-        int64_t nb = n - b < m->test_batch ? n - b : m->test_batch;
-        glia_status st = load_batch(m, &m->test, s->idx + b, nb, s->hx, s->hy);
+    int64_t correct = 0, n = 0, nb;
+    const float *x;
+    const int32_t *y;
+    glia_status st = glia__loader_start_epoch(&s->test, 1);
+    while (!st && glia__loader_next(&s->test, &x, &y, &nb)) {
+        st = put_batch(m, x, y, nb);
+        glia__loader_release(&s->test);
         if (!st) st = forward(m, false);
         double l;
         int64_t c;
@@ -319,16 +316,17 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
         if (st) return st;
         sum += l * (double)nb;
         correct += c;
+        n += nb;
     }
     *loss = n ? sum / (double)n : 0;
     *acc = n ? (double)correct / (double)n : 0;
-    return GLIA_OK;
+    return st;
 }
 
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy)
 {
     struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s);
+    glia_status st = scratch_alloc(m, &s, false);
     if (!st) st = evaluate(m, &s, loss, accuracy);
     scratch_free(&s);
     return st;
@@ -369,23 +367,28 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     if (!opt) opt = &dflt;
     FILE *out = opt->out ? opt->out : stdout;
     struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s);
-    if (st) return st;
+    glia_status st = scratch_alloc(m, &s, true);
+    if (st) {
+        scratch_free(&s);
+        return st;
+    }
     FILE *metrics = open_metrics(m, opt->metrics_path, &st);
     if (st) {
         scratch_free(&s);
         return st;
     }
-    int64_t n = m->train.n, steps = (n + m->batch - 1) / m->batch;
+    int64_t steps = s.train.n_batches_per_epoch, n = 0;
     double t_start = glia__now(), test_loss = 0, test_acc = 0;
     for (int epoch = 1; epoch <= m->epochs && !st; epoch++) {
         double t0 = glia__now(), loss_sum = 0;
-        if (m->shuffle) glia__permutation(s.idx, n, m->seed + (uint64_t)epoch);
-        else for (int64_t i = 0; i < n; i++) s.idx[i] = i;
-        for (int64_t k = 0; k < steps && !st; k++) {
-            int64_t b = k * m->batch, nb = n - b < m->batch ? n - b : m->batch;
+        int64_t b = 0, nb;
+        const float *bx;
+        const int32_t *by;
+        st = glia__loader_start_epoch(&s.train, epoch);
+        for (int64_t k = 0; !st && glia__loader_next(&s.train, &bx, &by, &nb); k++) {
             double l = 0;
-            st = load_batch(m, &m->train, s.idx + b, nb, s.hx, s.hy);
+            st = put_batch(m, bx, by, nb);
+            glia__loader_release(&s.train);
             if (!st) st = forward(m, true);
             if (!st) st = read_loss(m, &l);
             if (!st && !isfinite(l))
@@ -394,9 +397,10 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (!st && ((k + 1) % m->accumulate == 0 || k == steps - 1)) st = optimizer_step(m, epoch);
             if (st) break;
             loss_sum += l * (double)nb;
-            double el = glia__now() - t0, rate = (double)(b + nb) / (el > 0 ? el : 1e-9);
+            b += nb;
+            double el = glia__now() - t0, rate = (double)b / (el > 0 ? el : 1e-9);
             char eta[32];
-            fmt_time((double)(n - b - nb) / rate, eta, sizeof eta);
+            fmt_time((double)(steps - k - 1) * m->batch / rate, eta, sizeof eta);
             if (opt->progress > 0)
                 fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
                         (long long)k + 1, (long long)steps, l, rate, eta);
@@ -406,11 +410,12 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (opt->progress >= 0) fflush(out);
         }
         if (st) break;
-        double train_s = glia__now() - t0;
+        n = b;
+        double train_s = glia__now() - t0, wait_s = s.train.wait_s;
         st = evaluate(m, &s, &test_loss, &test_acc);
         if (st) break;
         struct glia_epoch_result r = {epoch, n ? loss_sum / (double)n : 0, test_loss, test_acc,
-                                      (double)n / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr};
+                                      (double)n / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s};
         if (results && epoch <= max_results) results[epoch - 1] = r;
         if (opt->progress > 0) fprintf(out, "\r\033[K");
         if (opt->progress >= 0)
@@ -418,8 +423,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
                     epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.lr, r.samples_per_s, r.seconds);
         if (metrics) {
             fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
-                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g}\n",
-                    epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds);
+                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g}\n",
+                    epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds, r.data_wait_s);
             fflush(metrics);
         }
     }

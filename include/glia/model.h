@@ -52,6 +52,7 @@ struct glia_epoch_result {
     int epoch;
     double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
     double lr;                 /* learning rate of the epoch's last step */
+    double data_wait_s;        /* time training steps waited for the data loader */
 };
 
 /* Train per [train], evaluating on the test set after each epoch. If results is not NULL

@@ -1,0 +1,248 @@
+/* core/loader.c — the data loader: worker threads filling per-worker rings of prefetched
+ * batches (normalized, optionally augmented), consumed in batch order, with the consumer's
+ * wait time measured. Not a file reader (core/data_idx.c) and not device upload (train.c).
+ *
+ * Batch b is made by worker b % W into slot (b / W) % prefetch of its ring, and each sample's
+ * augmentation is drawn from (seed, epoch, sample index): the batches, their order and their
+ * contents do not depend on the number of workers. */
+#include <stdlib.h>
+#include <string.h>
+#include "loader.h"
+
+struct slot {
+    float *x;
+    int32_t *y;
+    int64_t batch;   /* which batch it holds; -1: free */
+    bool ready;
+};
+
+struct worker {
+    struct glia__loader *L;
+    int index;
+    pthread_t thread;
+    bool running;
+    struct slot *ring;
+};
+
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One sample into x (1, rows, cols): random crop from the image padded by `pad` zero pixels,
+ * random horizontal flip, then (v/255 - mean)/std. */
+static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int32_t *y)
+{
+    const struct glia__dataset *d = L->d;
+    int rows = d->rows, cols = d->cols, pad = L->crop_padding;
+    const uint8_t *img = d->images + idx * (int64_t)rows * cols;
+    uint64_t r = mix(L->seed ^ mix((uint64_t)L->epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
+    int dy = 0, dx = 0, flip = 0;
+    if (pad > 0) {
+        dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;
+        dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
+    }
+    if (L->flip) flip = (int)((r >> 40) & 1);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            int si = i + dy, sj = (flip ? cols - 1 - j : j) + dx;
+            uint8_t v = (si >= 0 && si < rows && sj >= 0 && sj < cols) ? img[si * cols + sj] : 0;
+            x[i * cols + j] = L->table[v];
+        }
+    *y = d->labels[idx];
+}
+
+static int64_t batch_size_of(const struct glia__loader *L, int64_t b)
+{
+    int64_t start = b * L->batch, left = L->n - start;
+    return left < L->batch ? left : L->batch;
+}
+
+static void fill(const struct glia__loader *L, int64_t b, struct slot *s)
+{
+    int64_t n = batch_size_of(L, b), per = (int64_t)L->d->rows * L->d->cols;
+    const int64_t *idx = L->perm + b * L->batch;
+    if (L->workers == 0) {  /* the caller's thread: use OpenMP over the batch */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) make_sample(L, idx[i], s->x + i * per, s->y + i);
+    } else {
+        for (int64_t i = 0; i < n; i++) make_sample(L, idx[i], s->x + i * per, s->y + i);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct glia__loader *L = w->L;
+    pthread_mutex_lock(&L->mu);
+    int64_t gen = -1;
+    for (;;) {
+        while (!L->stop && L->generation == gen) pthread_cond_wait(&L->cv_work, &L->mu);
+        if (L->stop) break;
+        gen = L->generation;
+        for (int64_t b = w->index; b < L->n_batches && !L->stop && L->generation == gen; b += L->workers) {
+            struct slot *s = &w->ring[(b / L->workers) % L->prefetch];
+            while (!L->stop && L->generation == gen && s->batch != -1) pthread_cond_wait(&L->cv_free, &L->mu);
+            if (L->stop || L->generation != gen) break;
+            s->batch = b;
+            pthread_mutex_unlock(&L->mu);
+            fill(L, b, s);
+            pthread_mutex_lock(&L->mu);
+            s->ready = true;
+            pthread_cond_broadcast(&L->cv_ready);
+        }
+        if (!L->persistent) break;
+    }
+    pthread_mutex_unlock(&L->mu);
+    return NULL;
+}
+
+glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
+                              const struct glia__loader_options *o)
+{
+    memset(L, 0, sizeof *L);
+    L->ctx = ctx;
+    L->d = d;
+    L->batch = o->batch;
+    L->workers = o->workers;
+    L->prefetch = o->prefetch < 1 ? 1 : o->prefetch;
+    L->persistent = o->persistent;
+    L->drop_last = o->drop_last;
+    L->shuffle = o->shuffle;
+    L->crop_padding = o->crop_padding;
+    L->flip = o->flip;
+    L->seed = o->seed;
+    L->n_batches_per_epoch = o->drop_last ? d->n / o->batch : (d->n + o->batch - 1) / o->batch;
+    for (int v = 0; v < 256; v++) L->table[v] = ((float)v / 255.0f - o->mean) / o->std;
+    L->perm = malloc(sizeof(int64_t) * (size_t)(d->n > 0 ? d->n : 1));
+    int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
+    L->w = calloc((size_t)nw, sizeof *L->w);
+    if (!L->perm || !L->w) return glia__loader_free(L), GLIA_ENOMEM;
+    size_t per = (size_t)o->batch * (size_t)d->rows * (size_t)d->cols;
+    for (int i = 0; i < nw; i++) {
+        L->w[i].L = L;
+        L->w[i].index = i;
+        L->w[i].ring = calloc((size_t)ns, sizeof(struct slot));
+        if (!L->w[i].ring) return glia__loader_free(L), GLIA_ENOMEM;
+        for (int k = 0; k < ns; k++) {
+            struct slot *s = &L->w[i].ring[k];
+            s->batch = -1;
+            s->x = aligned_alloc(64, ((per * sizeof(float)) + 63) & ~(size_t)63);
+            s->y = malloc(sizeof(int32_t) * (size_t)o->batch);
+            if (!s->x || !s->y) return glia__loader_free(L), GLIA_ENOMEM;
+        }
+    }
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv_work, NULL);
+    pthread_cond_init(&L->cv_ready, NULL);
+    pthread_cond_init(&L->cv_free, NULL);
+    L->sync_ok = true;
+    L->generation = -1;
+    return GLIA_OK;
+}
+
+static void join_workers(struct glia__loader *L)
+{
+    for (int i = 0; i < L->workers; i++)
+        if (L->w[i].running) {
+            pthread_join(L->w[i].thread, NULL);
+            L->w[i].running = false;
+        }
+}
+
+glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch)
+{
+    if (L->shuffle) glia__permutation(L->perm, L->d->n, L->seed + (uint64_t)epoch);
+    else for (int64_t i = 0; i < L->d->n; i++) L->perm[i] = i;
+    pthread_mutex_lock(&L->mu);
+    L->epoch = epoch;
+    L->n = L->d->n;
+    L->n_batches = L->n_batches_per_epoch;
+    L->next = 0;
+    L->wait_s = 0;
+    for (int i = 0; i < (L->workers > 0 ? L->workers : 1); i++)
+        for (int k = 0; k < (L->workers > 0 ? L->prefetch : 1); k++) {
+            L->w[i].ring[k].batch = -1;
+            L->w[i].ring[k].ready = false;
+        }
+    L->generation++;
+    pthread_mutex_unlock(&L->mu);
+    if (L->workers == 0) return GLIA_OK;
+    if (!L->persistent) join_workers(L);
+    for (int i = 0; i < L->workers; i++) {
+        if (L->w[i].running) continue;
+        if (pthread_create(&L->w[i].thread, NULL, worker_main, &L->w[i]))
+            return glia_error(L->ctx, GLIA_EINTERNAL, "cannot start data loader worker %d", i);
+        L->w[i].running = true;
+    }
+    pthread_mutex_lock(&L->mu);
+    pthread_cond_broadcast(&L->cv_work);
+    pthread_mutex_unlock(&L->mu);
+    return GLIA_OK;
+}
+
+bool glia__loader_next(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n)
+{
+    if (L->next >= L->n_batches) return false;
+    int64_t b = L->next;
+    if (L->workers == 0) {
+        struct slot *s = &L->w[0].ring[0];
+        double t0 = glia__now();
+        fill(L, b, s);
+        L->wait_s += glia__now() - t0;  /* without workers the step waits for all loading */
+        *x = s->x;
+        *y = s->y;
+    } else {
+        struct slot *s = &L->w[b % L->workers].ring[(b / L->workers) % L->prefetch];
+        double t0 = glia__now();
+        pthread_mutex_lock(&L->mu);
+        while (!(s->ready && s->batch == b)) pthread_cond_wait(&L->cv_ready, &L->mu);
+        pthread_mutex_unlock(&L->mu);
+        L->wait_s += glia__now() - t0;
+        *x = s->x;
+        *y = s->y;
+    }
+    *n = batch_size_of(L, b);
+    return true;
+}
+
+void glia__loader_release(struct glia__loader *L)
+{
+    int64_t b = L->next++;
+    if (L->workers == 0) return;
+    struct slot *s = &L->w[b % L->workers].ring[(b / L->workers) % L->prefetch];
+    pthread_mutex_lock(&L->mu);
+    s->ready = false;
+    s->batch = -1;
+    pthread_cond_broadcast(&L->cv_free);
+    pthread_mutex_unlock(&L->mu);
+}
+
+void glia__loader_free(struct glia__loader *L)
+{
+    if (L->sync_ok) {
+        pthread_mutex_lock(&L->mu);
+        L->stop = true;
+        pthread_cond_broadcast(&L->cv_work);
+        pthread_cond_broadcast(&L->cv_free);
+        pthread_mutex_unlock(&L->mu);
+        join_workers(L);
+        pthread_mutex_destroy(&L->mu);
+        pthread_cond_destroy(&L->cv_work);
+        pthread_cond_destroy(&L->cv_ready);
+        pthread_cond_destroy(&L->cv_free);
+    }
+    int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
+    for (int i = 0; L->w && i < nw; i++) {
+        for (int k = 0; L->w[i].ring && k < ns; k++) {
+            free(L->w[i].ring[k].x);
+            free(L->w[i].ring[k].y);
+        }
+        free(L->w[i].ring);
+    }
+    free(L->w);
+    free(L->perm);
+    memset(L, 0, sizeof *L);
+}

@@ -1,0 +1,47 @@
+/* core/loader.h — the data loader's private interface (core/loader.c), used by train.c.
+ * Not installed. */
+#ifndef GLIA_CORE_LOADER_H
+#define GLIA_CORE_LOADER_H
+
+#include <pthread.h>
+#include "internal.h"
+
+struct glia__loader_options {
+    int batch, workers, prefetch;
+    bool persistent, drop_last, shuffle, flip;
+    int crop_padding;
+    float mean, std;
+    uint64_t seed;
+};
+
+struct worker;
+
+struct glia__loader {
+    struct glia_context *ctx;
+    const struct glia__dataset *d;
+    int batch, workers, prefetch, crop_padding;
+    bool persistent, drop_last, shuffle, flip;
+    uint64_t seed;
+    float table[256];              /* pixel value -> normalized float */
+    int64_t *perm;                 /* this epoch's sample order */
+    int64_t n, n_batches, n_batches_per_epoch, next;
+    int epoch;
+    int64_t generation;            /* bumped per epoch; workers follow it */
+    bool stop, sync_ok;
+    double wait_s;                 /* time glia__loader_next waited this epoch */
+    struct worker *w;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_ready, cv_free;
+};
+
+glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
+                              const struct glia__loader_options *o);
+/* Start an epoch (1-based): the order is a permutation from seed + epoch when shuffling. */
+glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch);
+/* The next batch in order (x: n x rows x cols floats, y: n labels), valid until
+ * glia__loader_release; false at the end of the epoch. */
+bool glia__loader_next(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n);
+void glia__loader_release(struct glia__loader *L);
+void glia__loader_free(struct glia__loader *L);
+
+#endif
