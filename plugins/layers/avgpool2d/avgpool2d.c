@@ -1,0 +1,149 @@
+/* plugins/layers/avgpool2d — 2-D average pooling of (N, C, H, W) on the CPU (OpenMP): a size x size
+ * window, a stride and a zero padding border counted in the mean (PyTorch's count_include_pad). Not ceil-mode. */
+#include <glia/glia.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct glia_key avgpool_keys[] = {
+    GLIA_KEY("size", GLIA_KEY_INT, "2", "window height and width", .min = 1, .max = 1 << 20),
+    GLIA_KEY("stride", GLIA_KEY_INT, "0", "window step (0: the window size)", .min = 0, .max = 1 << 20),
+    GLIA_KEY("padding", GLIA_KEY_INT, "0", "implicit zero border on each side (at most size/2)", .min = 0, .max = 1 << 20),
+    GLIA_KEY_END};
+
+struct avgpool {
+    int64_t k, s, p;
+};
+
+/* OH = (H + 2p - k)/s + 1 (floor), OW alike; GLIA_ESHAPE unless 4-D and the window fits the padded input */
+static glia_status pool_shape(const struct avgpool *m, const struct glia_shape *in, struct glia_shape *out)
+{
+    if (in->ndim != 4) return GLIA_ESHAPE;
+    int64_t hp = in->dim[2] + 2 * m->p, wp = in->dim[3] + 2 * m->p;
+    if (hp < m->k || wp < m->k) return GLIA_ESHAPE;
+    *out = glia_shape_make(4, (int64_t[]){in->dim[0], in->dim[1], (hp - m->k) / m->s + 1, (wp - m->k) / m->s + 1});
+    return GLIA_OK;
+}
+
+static glia_status avgpool_create(struct glia_layer *l, const struct glia_section *cfg,
+                                  const struct glia_shape *in, int n_in)
+{
+    int64_t k = glia_section_int(cfg, "size"), s = glia_section_int(cfg, "stride"), p = glia_section_int(cfg, "padding");
+    char a[64];
+    if (in[0].ndim != 4)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "avgpool2d expects (N, C, H, W) input, got %s",
+                                  glia_shape_str(&in[0], a, sizeof a));
+    if (p > k / 2)
+        return glia_section_error(cfg, "padding", GLIA_ECONFIG, "%lld is more than half the window size %lld",
+                                  (long long)p, (long long)k);
+    if (in[0].dim[2] + 2 * p < k || in[0].dim[3] + 2 * p < k)
+        return glia_section_error(cfg, "size", GLIA_ESHAPE, "window %lldx%lld is larger than the padded input %lldx%lld",
+                                  (long long)k, (long long)k, (long long)(in[0].dim[2] + 2 * p),
+                                  (long long)(in[0].dim[3] + 2 * p));
+    struct avgpool *m = malloc(sizeof *m);
+    if (!m) return GLIA_ENOMEM;
+    m->k = k;
+    m->s = s ? s : k;
+    m->p = p;
+    l->priv = m;
+    return GLIA_OK;
+}
+
+static void avgpool_destroy(struct glia_layer *l) { free(l->priv); }
+
+static glia_status avgpool_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                 struct glia_shape *out)
+{
+    return pool_shape(l->priv, &in[0], out);
+}
+
+/* y(N, C, OH, OW) = sum over i, j < k of x(N, C, oh*s - p + i, ow*s - p + j) / (k*k), padding = 0 */
+static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct avgpool *m = l->priv;
+    const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
+    int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
+    int64_t k = m->k, s = m->s, p = m->p;
+    float inv = 1.0f / (float)(k * k);
+    const float *x = glia_tensor_f32(a->in[0]);
+    float *y = glia_tensor_f32(a->out);
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * H * W;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
+            if (h0 < 0) h0 = 0;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
+                if (w0 < 0) w0 = 0;
+                float sum = 0.0f;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) sum += xp[h * W + w];
+                y[(pl * OH + oh) * OW + ow] = sum * inv;
+            }
+        }
+    }
+    return GLIA_OK;
+}
+
+/* dx(N, C, h, w) (+)= sum over the windows that hold (h, w) of dy(N, C, oh, ow) / (k*k);
+ * overlapping windows add up. Planes run in parallel, each plane's scatter is serial. */
+static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct avgpool *m = l->priv;
+    if (!a->din[0]) return GLIA_OK;
+    const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->dout->shape;
+    int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
+    int64_t k = m->k, s = m->s, p = m->p;
+    float inv = 1.0f / (float)(k * k);
+    const float *dy = glia_tensor_f32(a->dout);
+    float *dx = glia_tensor_f32(a->din[0]);
+    int add = a->din_accumulate[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        float *dxp = dx + pl * H * W;
+        const float *dyp = dy + pl * OH * OW;
+        if (!add) memset(dxp, 0, (size_t)(H * W) * sizeof *dxp);
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
+            if (h0 < 0) h0 = 0;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
+                if (w0 < 0) w0 = 0;
+                float g = dyp[oh * OW + ow] * inv;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) dxp[h * W + w] += g;
+            }
+        }
+    }
+    return GLIA_OK;
+}
+
+/* one add per window element */
+static uint64_t avgpool_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    const struct avgpool *m = l->priv;
+    struct glia_shape out;
+    if (pool_shape(m, &in[0], &out)) return 0;
+    return (uint64_t)(glia_shape_numel(&out) * m->k * m->k);
+}
+
+static const struct glia_layer_ops avgpool_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "avgpool2d",
+    .impl = "cpu",
+    .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted",
+    .keys = avgpool_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .device_type = GLIA_DEVICE_CPU,
+    .create = avgpool_create,
+    .destroy = avgpool_destroy,
+    .infer_shape = avgpool_infer,
+    .forward = avgpool_forward,
+    .backward = avgpool_backward,
+    .flops = avgpool_flops,
+};
+
+static glia_status avgpool_init(struct glia_registry *r) { return glia_register_layer(r, &avgpool_ops); }
+
+GLIA_PLUGIN_DEFINE(avgpool2d, "1.0", "MIT", "2-D average pooling (CPU, OpenMP)", avgpool_init)

@@ -1,0 +1,172 @@
+/* plugins/layers/maxpool2d — 2-D max pooling of (N, C, H, W) on the CPU (OpenMP): a size x size window,
+ * a stride and a -inf padding border. Not dilated, ceil-mode or adaptive pooling; returns no indices. */
+#include <glia/glia.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct glia_key maxpool_keys[] = {
+    GLIA_KEY("size", GLIA_KEY_INT, "2", "window height and width", .min = 1, .max = 1 << 20),
+    GLIA_KEY("stride", GLIA_KEY_INT, "0", "window step (0: the window size)", .min = 0, .max = 1 << 20),
+    GLIA_KEY("padding", GLIA_KEY_INT, "0", "implicit -inf border on each side (at most size/2)", .min = 0, .max = 1 << 20),
+    GLIA_KEY_END};
+
+struct maxpool {
+    int64_t k, s, p;
+    int64_t *argmax;   /* per output element: plane offset (h*W + w) of its max in the last training forward */
+    int64_t n_argmax;  /* elements of argmax kept for backward (0: none) */
+    int64_t cap;       /* elements allocated */
+};
+
+/* OH = (H + 2p - k)/s + 1 (floor), OW alike; GLIA_ESHAPE unless 4-D and the window fits the padded input */
+static glia_status pool_shape(const struct maxpool *m, const struct glia_shape *in, struct glia_shape *out)
+{
+    if (in->ndim != 4) return GLIA_ESHAPE;
+    int64_t hp = in->dim[2] + 2 * m->p, wp = in->dim[3] + 2 * m->p;
+    if (hp < m->k || wp < m->k) return GLIA_ESHAPE;
+    *out = glia_shape_make(4, (int64_t[]){in->dim[0], in->dim[1], (hp - m->k) / m->s + 1, (wp - m->k) / m->s + 1});
+    return GLIA_OK;
+}
+
+static glia_status maxpool_create(struct glia_layer *l, const struct glia_section *cfg,
+                                  const struct glia_shape *in, int n_in)
+{
+    int64_t k = glia_section_int(cfg, "size"), s = glia_section_int(cfg, "stride"), p = glia_section_int(cfg, "padding");
+    char a[64];
+    if (in[0].ndim != 4)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "maxpool2d expects (N, C, H, W) input, got %s",
+                                  glia_shape_str(&in[0], a, sizeof a));
+    if (p > k / 2)
+        return glia_section_error(cfg, "padding", GLIA_ECONFIG, "%lld is more than half the window size %lld",
+                                  (long long)p, (long long)k);
+    if (in[0].dim[2] + 2 * p < k || in[0].dim[3] + 2 * p < k)
+        return glia_section_error(cfg, "size", GLIA_ESHAPE, "window %lldx%lld is larger than the padded input %lldx%lld",
+                                  (long long)k, (long long)k, (long long)(in[0].dim[2] + 2 * p),
+                                  (long long)(in[0].dim[3] + 2 * p));
+    struct maxpool *m = calloc(1, sizeof *m);
+    if (!m) return GLIA_ENOMEM;
+    m->k = k;
+    m->s = s ? s : k;
+    m->p = p;
+    l->priv = m;
+    return GLIA_OK;
+}
+
+static void maxpool_destroy(struct glia_layer *l)
+{
+    struct maxpool *m = l->priv;
+    if (!m) return;
+    free(m->argmax);
+    free(m);
+}
+
+static glia_status maxpool_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                 struct glia_shape *out)
+{
+    return pool_shape(l->priv, &in[0], out);
+}
+
+/* y(N, C, OH, OW) = max over i, j < k of x(N, C, oh*s - p + i, ow*s - p + j), padding = -inf;
+ * training keeps the plane offset of the first max in scan order (a NaN wins, like PyTorch) */
+static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct maxpool *m = l->priv;
+    const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
+    int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
+    int64_t n = planes * OH * OW, k = m->k, s = m->s, p = m->p;
+    int64_t *arg = NULL;
+    m->n_argmax = 0;
+    if (a->train) {
+        if (n > m->cap) {
+            int64_t *g = realloc(m->argmax, (size_t)n * sizeof *g);
+            if (!g) return GLIA_ENOMEM;
+            m->argmax = g;
+            m->cap = n;
+        }
+        arg = m->argmax;
+        m->n_argmax = n;
+    }
+    const float *x = glia_tensor_f32(a->in[0]);
+    float *y = glia_tensor_f32(a->out);
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * H * W;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
+            if (h0 < 0) h0 = 0;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
+                if (w0 < 0) w0 = 0;
+                int64_t bi = h0 * W + w0;  /* padding <= size/2: every window holds an input element */
+                float best = xp[bi];
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        float v = xp[h * W + w];
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            bi = h * W + w;
+                        }
+                    }
+                int64_t o = (pl * OH + oh) * OW + ow;
+                y[o] = best;
+                if (arg) arg[o] = bi;
+            }
+        }
+    }
+    return GLIA_OK;
+}
+
+/* dx(N, C, H, W) (+)= sum of dy(N, C, OH, OW) over the outputs whose max x(N, C, h, w) was;
+ * overlapping windows add up. Planes run in parallel, each plane's scatter is serial. */
+static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct maxpool *m = l->priv;
+    if (!a->din[0]) return GLIA_OK;
+    const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->dout->shape;
+    int64_t planes = xs->dim[0] * xs->dim[1], HW = xs->dim[2] * xs->dim[3], OHW = ys->dim[2] * ys->dim[3];
+    if (m->n_argmax != planes * OHW)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] maxpool2d backward needs a training forward just before it", l->name);
+    const int64_t *arg = m->argmax;
+    const float *dy = glia_tensor_f32(a->dout);
+    float *dx = glia_tensor_f32(a->din[0]);
+    int add = a->din_accumulate[0];
+#pragma omp parallel for schedule(static)
+    for (int64_t pl = 0; pl < planes; pl++) {
+        float *dxp = dx + pl * HW;
+        const float *dyp = dy + pl * OHW;
+        const int64_t *ap = arg + pl * OHW;
+        if (!add) memset(dxp, 0, (size_t)HW * sizeof *dxp);
+        for (int64_t o = 0; o < OHW; o++) dxp[ap[o]] += dyp[o];
+    }
+    return GLIA_OK;
+}
+
+/* one compare per window element */
+static uint64_t maxpool_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    const struct maxpool *m = l->priv;
+    struct glia_shape out;
+    if (pool_shape(m, &in[0], &out)) return 0;
+    return (uint64_t)(glia_shape_numel(&out) * m->k * m->k);
+}
+
+static const struct glia_layer_ops maxpool_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "maxpool2d",
+    .impl = "cpu",
+    .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding",
+    .keys = maxpool_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .device_type = GLIA_DEVICE_CPU,
+    .create = maxpool_create,
+    .destroy = maxpool_destroy,
+    .infer_shape = maxpool_infer,
+    .forward = maxpool_forward,
+    .backward = maxpool_backward,
+    .flops = maxpool_flops,
+};
+
+static glia_status maxpool_init(struct glia_registry *r) { return glia_register_layer(r, &maxpool_ops); }
+
+GLIA_PLUGIN_DEFINE(maxpool2d, "1.0", "MIT", "2-D max pooling (CPU, OpenMP)", maxpool_init)
