@@ -1,22 +1,41 @@
-/* tests/test_optim.c — the sgd optimizer against torch.optim.SGD's update formula, computed
- * here in double precision, and its configuration errors. Not a convergence test. */
+/* tests/test_optim.c — the sgd, adam, adamw and adadelta optimizers against PyTorch's update
+ * formulas (torch.optim.SGD, Adam, AdamW, Adadelta), computed here in double precision, their
+ * defaults, and their configuration errors. Not a convergence test. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
 #include <glia/glia.h>
 
 #define N 257
+#define STEPS 6
+#define MAX_STATE 2
 
-struct sgd_cfg {
-    double mu, damp, wd;
+/* Hyperparameters of one reference run; each reference reads the fields it knows. */
+struct ocfg {
+    double mu, damp, wd;  /* sgd momentum and dampening; weight decay of every optimizer */
     int nesterov;
+    double b1, b2, eps;   /* adam, adamw */
+    double rho;           /* adadelta (eps above) */
 };
 
-/* Reference: torch.optim.SGD, one parameter vector, `steps` steps with gradients g(t). */
-static void reference(const struct sgd_cfg *c, double lr, double *w, double *buf, const float *g, int step)
+/* One reference step over N elements: st are the n_state reference state arrays, mask the
+ * weight decay flags (NULL: all). */
+typedef void (*ref_fn)(const struct ocfg *c, double lr, double *w, double *const *st,
+                       const float *g, const float *mask, int step);
+
+static double decay_of(const struct ocfg *c, const float *mask, int i)
 {
+    return mask ? mask[i] * c->wd : c->wd;
+}
+
+/* torch.optim.SGD */
+static void ref_sgd(const struct ocfg *c, double lr, double *w, double *const *st,
+                    const float *g, const float *mask, int step)
+{
+    double *buf = st[0];
     for (int i = 0; i < N; i++) {
-        double d = g[i] + c->wd * w[i];
+        double d = g[i] + decay_of(c, mask, i) * w[i];
         if (c->mu != 0) {
             buf[i] = step == 1 ? d : c->mu * buf[i] + (1 - c->damp) * d;
             d = c->nesterov ? d + c->mu * buf[i] : buf[i];
@@ -25,58 +44,142 @@ static void reference(const struct sgd_cfg *c, double lr, double *w, double *buf
     }
 }
 
-static void run_case(const char *ini, struct sgd_cfg c)
+/* Adam in the textbook form of torch.optim.Adam's documentation (m̂ = m / (1 − β1^t),
+ * v̂ = v / (1 − β2^t), w −= lr m̂ / (√v̂ + ε)); the plugin uses torch's rearranged form, equal
+ * in exact arithmetic. decoupled: AdamW (w *= 1 − lr wd first, g untouched); else L2 in g. */
+static void adam_common(const struct ocfg *c, double lr, double *w, double *const *st,
+                        const float *g, const float *mask, int step, int decoupled)
+{
+    double *m = st[0], *v = st[1];
+    for (int i = 0; i < N; i++) {
+        double d = g[i];
+        if (decoupled)
+            w[i] *= 1 - lr * decay_of(c, mask, i);
+        else
+            d += decay_of(c, mask, i) * w[i];
+        m[i] = c->b1 * m[i] + (1 - c->b1) * d;
+        v[i] = c->b2 * v[i] + (1 - c->b2) * d * d;
+        double mhat = m[i] / (1 - pow(c->b1, step)), vhat = v[i] / (1 - pow(c->b2, step));
+        w[i] -= lr * mhat / (sqrt(vhat) + c->eps);
+    }
+}
+
+static void ref_adam(const struct ocfg *c, double lr, double *w, double *const *st,
+                     const float *g, const float *mask, int step)
+{
+    adam_common(c, lr, w, st, g, mask, step, 0);
+}
+
+static void ref_adamw(const struct ocfg *c, double lr, double *w, double *const *st,
+                      const float *g, const float *mask, int step)
+{
+    adam_common(c, lr, w, st, g, mask, step, 1);
+}
+
+/* torch.optim.Adadelta: square_avg, acc_delta */
+static void ref_adadelta(const struct ocfg *c, double lr, double *w, double *const *st,
+                         const float *g, const float *mask, int step)
+{
+    double *sq = st[0], *acc = st[1];
+    (void)step;
+    for (int i = 0; i < N; i++) {
+        double d = g[i] + decay_of(c, mask, i) * w[i];
+        sq[i] = c->rho * sq[i] + (1 - c->rho) * d * d;
+        double delta = sqrt(acc[i] + c->eps) / sqrt(sq[i] + c->eps) * d;
+        acc[i] = c->rho * acc[i] + (1 - c->rho) * delta * delta;
+        w[i] -= lr * delta;
+    }
+}
+
+static unsigned next(unsigned *x)
+{
+    *x = *x * 1103515245u + 12345u;
+    return *x >> 16;
+}
+
+/* STEPS steps of optimizer `name` configured by `ini` against `ref` with `c`, from weights in
+ * [-2, 2), gradients in [-1.43, 1.43) (every 11th element 1000 times smaller, so that eps
+ * matters) and a learning rate lr0 that falls by a tenth a step, as a schedule would. Checks
+ * n_state, the weights (max abs error <= tol) and the state arrays (max error <= tol relative to
+ * the largest state value), and that the weights really moved. masked: every third element has
+ * decay mask 0. OPTIM_DEBUG=1 in the environment prints every run's errors and movement. */
+static void run_opt(const char *name, const char *ini, int n_state, ref_fn ref, struct ocfg c,
+                    int masked, double lr0, double tol)
 {
     struct glia_context *ctx;
     struct glia_optimizer *o;
+    char what[256];  /* name and ini on one line, for messages */
+    snprintf(what, sizeof what, "%s '%s'", name, ini);
+    for (char *p = what; *p; p++)
+        if (*p == '\n') *p = ' ';
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    glia_status st = glia_optimizer_new(ctx, "sgd", ini, &o);
+    glia_status st = glia_optimizer_new(ctx, name, ini, &o);
     if (st) printf("\n  %s\n", glia_context_error(ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_EQUAL(o->ops->n_state, 1);
-    float w[N], g[N], buf[N] = {0};
-    double rw[N], rbuf[N] = {0};
+    CU_ASSERT_STRING_EQUAL(o->ops->name, name);
+    CU_ASSERT_EQUAL_FATAL(o->ops->n_state, n_state);
+    static float w[N], g[N], mask[N], state[MAX_STATE][N];
+    static double rw[N], w0[N], rstate[MAX_STATE][N];
+    memset(state, 0, sizeof state);
+    memset(rstate, 0, sizeof rstate);
+    float *sp[MAX_STATE] = {state[0], state[1]};
+    double *rsp[MAX_STATE] = {rstate[0], rstate[1]};
     unsigned x = 12345;
     for (int i = 0; i < N; i++) {
-        x = x * 1103515245u + 12345u;
-        w[i] = (float)((int)(x >> 16) % 2000 - 1000) / 500.0f;
-        rw[i] = w[i];
+        w[i] = (float)((int)next(&x) % 2000 - 1000) / 500.0f;
+        rw[i] = w0[i] = w[i];
+        mask[i] = i % 3 == 0 ? 0.0f : 1.0f;
     }
-    double maxerr = 0;
-    for (int step = 1; step <= 5; step++) {
+    double maxerr = 0, maxserr = 0;
+    for (int step = 1; step <= STEPS; step++) {
         for (int i = 0; i < N; i++) {
-            x = x * 1103515245u + 12345u;
-            g[i] = (float)((int)(x >> 16) % 2000 - 1000) / 700.0f;
+            g[i] = (float)((int)next(&x) % 2000 - 1000) / 700.0f;
+            if (i % 11 == 0) g[i] *= 1e-3f;
         }
-        float *state[1] = {buf};
-        struct glia_opt_step s = {w, g, state, N, NULL, 0.1, step, NULL};
+        double lr = lr0 * (1 - 0.1 * (step - 1));
+        struct glia_opt_step s = {w, g, sp, N, masked ? mask : NULL, lr, step, NULL};
         CU_ASSERT_EQUAL(o->ops->step(o, &s), GLIA_OK);
-        reference(&c, 0.1, rw, rbuf, g, step);
+        ref(&c, lr, rw, rsp, g, masked ? mask : NULL, step);
         for (int i = 0; i < N; i++) maxerr = fmax(maxerr, fabs(w[i] - rw[i]));
+        for (int k = 0; k < n_state; k++) {
+            double err = 0, scale = 0;
+            for (int i = 0; i < N; i++) {
+                err = fmax(err, fabs(state[k][i] - rstate[k][i]));
+                scale = fmax(scale, fabs(rstate[k][i]));
+            }
+            maxserr = fmax(maxserr, scale > 0 ? err / scale : err);
+        }
     }
-    if (maxerr > 1e-5) printf("\n  %s: max error %g\n", ini, maxerr);
-    CU_ASSERT(maxerr <= 1e-5);
-    /* the update really moved the weights (the check above cannot pass vacuously) */
+    if (getenv("OPTIM_DEBUG") || !(maxerr <= tol) || !(maxserr <= tol))
+        printf("\n  %s: max error %g, state %g (tolerance %g)\n", what, maxerr, maxserr, tol);
+    CU_ASSERT(maxerr <= tol);
+    CU_ASSERT(maxserr <= tol);
+    /* the update really moved the weights, by far more than the tolerance, so the checks
+     * above cannot pass vacuously */
     double moved = 0;
-    for (int i = 0; i < N; i++) moved += fabs(rw[i]);
-    CU_ASSERT(moved > 1.0);
+    for (int i = 0; i < N; i++) moved = fmax(moved, fabs(rw[i] - w0[i]));
+    if (getenv("OPTIM_DEBUG") || !(moved > 100 * tol)) printf("\n  %s: weights moved %g\n", what, moved);
+    CU_ASSERT(moved > 100 * tol);
     glia_optimizer_free(o);
     glia_context_free(ctx);
 }
 
-static void test_plain(void) { run_case("", (struct sgd_cfg){0, 0, 0, 0}); }
-static void test_momentum(void) { run_case("[optimizer]\nmomentum = 0.9\n", (struct sgd_cfg){0.9, 0, 0, 0}); }
+/* ---- sgd ---- */
+static void run_sgd(const char *ini, struct ocfg c) { run_opt("sgd", ini, 1, ref_sgd, c, 0, 0.1, 1e-5); }
+
+static void test_plain(void) { run_sgd("", (struct ocfg){0}); }
+static void test_momentum(void) { run_sgd("[optimizer]\nmomentum = 0.9\n", (struct ocfg){.mu = 0.9}); }
 static void test_dampening(void)
 {
-    run_case("[optimizer]\nmomentum = 0.8\ndampening = 0.3\n", (struct sgd_cfg){0.8, 0.3, 0, 0});
+    run_sgd("[optimizer]\nmomentum = 0.8\ndampening = 0.3\n", (struct ocfg){.mu = 0.8, .damp = 0.3});
 }
 static void test_nesterov(void)
 {
-    run_case("[optimizer]\nmomentum = 0.9\nnesterov = on\n", (struct sgd_cfg){0.9, 0, 0, 1});
+    run_sgd("[optimizer]\nmomentum = 0.9\nnesterov = on\n", (struct ocfg){.mu = 0.9, .nesterov = 1});
 }
 static void test_weight_decay(void)
 {
-    run_case("[optimizer]\nmomentum = 0.5\nweight_decay = 0.01\n", (struct sgd_cfg){0.5, 0, 0.01, 0});
+    run_sgd("[optimizer]\nmomentum = 0.5\nweight_decay = 0.01\n", (struct ocfg){.mu = 0.5, .wd = 0.01});
 }
 
 static void test_decay_mask(void)
@@ -95,13 +198,134 @@ static void test_decay_mask(void)
     glia_context_free(ctx);
 }
 
-static void expect_error(const char *ini, glia_status want, const char *msg)
+/* ---- adam, adamw: torch's defaults are betas (0.9, 0.999), eps 1e-8, weight_decay 0 (Adam)
+ * and 0.01 (AdamW) ---- */
+#define ADAM_DEFAULTS .b1 = 0.9, .b2 = 0.999, .eps = 1e-8
+
+static void test_adam_defaults(void)
+{
+    run_opt("adam", "", 2, ref_adam, (struct ocfg){ADAM_DEFAULTS}, 0, 0.05, 1e-5);
+}
+static void test_adam_betas_eps(void)
+{
+    run_opt("adam", "[optimizer]\nbeta1 = 0.8\nbeta2 = 0.99\neps = 0.1\n", 2, ref_adam,
+            (struct ocfg){.b1 = 0.8, .b2 = 0.99, .eps = 0.1}, 0, 0.05, 1e-5);
+    run_opt("adam", "[optimizer]\nbeta1 = 0\nbeta2 = 0.5\neps = 1e-3\n", 2, ref_adam,
+            (struct ocfg){.b1 = 0, .b2 = 0.5, .eps = 1e-3}, 0, 0.05, 1e-5);
+}
+static void test_adam_weight_decay(void)
+{
+    run_opt("adam", "[optimizer]\nweight_decay = 0.1\n", 2, ref_adam,
+            (struct ocfg){ADAM_DEFAULTS, .wd = 0.1}, 0, 0.05, 1e-5);
+    run_opt("adam", "[optimizer]\nweight_decay = 0.5\n", 2, ref_adam,
+            (struct ocfg){ADAM_DEFAULTS, .wd = 0.5}, 1, 0.05, 1e-5);
+}
+static void test_adamw_defaults(void)
+{
+    run_opt("adamw", "", 2, ref_adamw, (struct ocfg){ADAM_DEFAULTS, .wd = 0.01}, 0, 0.05, 1e-5);
+}
+static void test_adamw_betas_eps(void)
+{
+    run_opt("adamw", "[optimizer]\nbeta1 = 0.5\nbeta2 = 0.9\neps = 0.01\nweight_decay = 0\n", 2,
+            ref_adamw, (struct ocfg){.b1 = 0.5, .b2 = 0.9, .eps = 0.01}, 0, 0.05, 1e-5);
+}
+static void test_adamw_weight_decay(void)
+{
+    /* lr wd = 0.025 a step: decoupled decay moves w by ~0.05, L2 in g would differ */
+    run_opt("adamw", "[optimizer]\nweight_decay = 0.5\n", 2, ref_adamw,
+            (struct ocfg){ADAM_DEFAULTS, .wd = 0.5}, 0, 0.05, 1e-5);
+    run_opt("adamw", "[optimizer]\nweight_decay = 0.5\n", 2, ref_adamw,
+            (struct ocfg){ADAM_DEFAULTS, .wd = 0.5}, 1, 0.05, 1e-5);
+}
+
+/* decay mask 0 leaves a weight with zero gradient exactly where it is (decoupled decay and
+ * L2 alike); mask 1 decays it */
+static void test_decay_mask_adam_adadelta(void)
+{
+    static const char *const names[] = {"adam", "adamw", "adadelta"};
+    for (int k = 0; k < 3; k++) {
+        struct glia_context *ctx;
+        struct glia_optimizer *o;
+        CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_optimizer_new(ctx, names[k], "[optimizer]\nweight_decay = 0.5\n", &o) == GLIA_OK);
+        float w[2] = {1, 1}, g[2] = {0, 0}, m[2] = {0}, v[2] = {0}, mask[2] = {1, 0};
+        float *state[2] = {m, v};
+        struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL};
+        CU_ASSERT_EQUAL(o->ops->step(o, &s), GLIA_OK);
+        if (!(w[0] < 1.0f) || w[1] != 1.0f) printf("\n  %s: w = %g %g\n", names[k], w[0], w[1]);
+        CU_ASSERT(w[0] < 1.0f);
+        CU_ASSERT_EQUAL(w[1], 1.0f);
+        if (k == 1) CU_ASSERT_DOUBLE_EQUAL(w[0], 0.95, 1e-6);  /* adamw: 1 - lr wd, g = 0 */
+        glia_optimizer_free(o);
+        glia_context_free(ctx);
+    }
+}
+
+/* ---- adadelta: torch's defaults rho 0.9, eps 1e-6, weight_decay 0, and lr 1.0 (glia takes lr
+ * from [train]; the runs below pass torch's 1.0) ---- */
+static void test_adadelta_defaults(void)
+{
+    run_opt("adadelta", "", 2, ref_adadelta, (struct ocfg){.rho = 0.9, .eps = 1e-6}, 0, 1.0, 1e-5);
+}
+static void test_adadelta_rho_eps(void)
+{
+    run_opt("adadelta", "[optimizer]\nrho = 0.5\neps = 1e-3\n", 2, ref_adadelta,
+            (struct ocfg){.rho = 0.5, .eps = 1e-3}, 0, 1.0, 1e-5);
+    /* the closed ends: rho 0 keeps no history, rho 1 never updates the averages (d = g) */
+    run_opt("adadelta", "[optimizer]\nrho = 0\n", 2, ref_adadelta, (struct ocfg){.rho = 0, .eps = 1e-6}, 0,
+            1.0, 1e-5);
+    run_opt("adadelta", "[optimizer]\nrho = 1\n", 2, ref_adadelta, (struct ocfg){.rho = 1, .eps = 1e-6}, 0,
+            0.1, 1e-5);
+}
+static void test_adadelta_weight_decay(void)
+{
+    run_opt("adadelta", "[optimizer]\nweight_decay = 0.1\n", 2, ref_adadelta,
+            (struct ocfg){.rho = 0.9, .eps = 1e-6, .wd = 0.1}, 0, 1.0, 1e-5);
+    run_opt("adadelta", "[optimizer]\nweight_decay = 0.5\n", 2, ref_adadelta,
+            (struct ocfg){.rho = 0.9, .eps = 1e-6, .wd = 0.5}, 1, 1.0, 1e-5);
+}
+
+/* The schema defaults are torch's (the formula runs cannot tell eps 1e-8 from 1e-7). */
+static double key_default(const struct glia_optimizer_ops *ops, const char *key)
+{
+    for (const struct glia_key *k = ops->keys; k && k->name; k++)
+        if (strcmp(k->name, key) == 0) return k->default_value ? strtod(k->default_value, NULL) : NAN;
+    return NAN;
+}
+
+static void test_defaults(void)
+{
+    static const struct {
+        const char *opt, *key;
+        double want;
+    } d[] = {
+        {"adam", "beta1", 0.9},     {"adam", "beta2", 0.999},  {"adam", "eps", 1e-8},
+        {"adam", "weight_decay", 0}, {"adamw", "beta1", 0.9},  {"adamw", "beta2", 0.999},
+        {"adamw", "eps", 1e-8},     {"adamw", "weight_decay", 0.01}, {"adadelta", "rho", 0.9},
+        {"adadelta", "eps", 1e-6},  {"adadelta", "weight_decay", 0},
+    };
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        struct glia_context *ctx;
+        struct glia_optimizer *o;
+        CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_optimizer_new(ctx, d[i].opt, NULL, &o) == GLIA_OK);
+        double got = key_default(o->ops, d[i].key);
+        if (got != d[i].want) printf("\n  %s %s: default %g, want %g\n", d[i].opt, d[i].key, got, d[i].want);
+        CU_ASSERT_EQUAL(got, d[i].want);
+        CU_ASSERT_EQUAL(o->ops->device_type, GLIA_DEVICE_CPU);
+        glia_optimizer_free(o);
+        glia_context_free(ctx);
+    }
+}
+
+/* ---- configuration errors ---- */
+static void expect_error(const char *name, const char *ini, glia_status want, const char *msg)
 {
     struct glia_context *ctx;
     struct glia_optimizer *o = NULL;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_EQUAL(glia_optimizer_new(ctx, "sgd", ini, &o), want);
-    if (!strstr(glia_context_error(ctx), msg)) printf("\n  got: %s\n", glia_context_error(ctx));
+    CU_ASSERT_EQUAL(glia_optimizer_new(ctx, name, ini, &o), want);
+    if (!strstr(glia_context_error(ctx), msg)) printf("\n  %s: got: %s\n", name, glia_context_error(ctx));
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msg));
     CU_ASSERT_PTR_NULL(o);
     glia_context_free(ctx);
@@ -109,14 +333,60 @@ static void expect_error(const char *ini, glia_status want, const char *msg)
 
 static void test_config_errors(void)
 {
-    expect_error("[optimizer]\nnesterov = on\n", GLIA_ECONFIG,
+    expect_error("sgd", "[optimizer]\nnesterov = on\n", GLIA_ECONFIG,
                  "optimizer.ini:2: [optimizer] nesterov: Nesterov momentum needs momentum > 0");
-    expect_error("[optimizer]\nmomentun = 0.9\n", GLIA_ECONFIG,
+    expect_error("sgd", "[optimizer]\nmomentun = 0.9\n", GLIA_ECONFIG,
                  "optimizer.ini:2: [optimizer] momentun: unknown key; did you mean 'momentum'?");
-    expect_error("[optimizer]\nmomentum = 1.5\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] momentum:");
-    expect_error("[optimizer]\nweight_decay = lots\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] weight_decay:");
+    expect_error("sgd", "[optimizer]\nmomentum = 1.5\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] momentum:");
+    expect_error("sgd", "[optimizer]\nweight_decay = lots\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] weight_decay:");
+}
+
+static void test_adam_config_errors(void)
+{
+    static const char *const names[] = {"adam", "adamw"};
+    for (int k = 0; k < 2; k++) {
+        const char *n = names[k];
+        expect_error(n, "[optimizer]\nbeta1 = 1.5\n", GLIA_ECONFIG,
+                     "optimizer.ini:2: [optimizer] beta1: 1.5 is out of range");
+        expect_error(n, "[optimizer]\nbeta2 = -0.1\n", GLIA_ECONFIG,
+                     "optimizer.ini:2: [optimizer] beta2: -0.1 is out of range");
+        /* 1 passes the closed schema bounds; the plugin refuses it as torch does */
+        expect_error(n, "[optimizer]\nbeta1 = 1\n", GLIA_ECONFIG,
+                     "optimizer.ini:2: [optimizer] beta1: 1 is out of range [0, 1)");
+        expect_error(n, "[optimizer]\nbeta1 = 0.9\nbeta2 = 1.0\n", GLIA_ECONFIG,
+                     "optimizer.ini:3: [optimizer] beta2: 1 is out of range [0, 1)");
+        expect_error(n, "[optimizer]\neps = 0\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] eps: 0 is out of range");
+        expect_error(n, "[optimizer]\nweight_decay = -0.01\n", GLIA_ECONFIG,
+                     "optimizer.ini:2: [optimizer] weight_decay: -0.01 is out of range");
+        expect_error(n, "[optimizer]\nbeta = 0.9\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] beta: unknown key");
+        expect_error(n, "[optimizer]\nbeta1 = lots\n", GLIA_ECONFIG,
+                     "optimizer.ini:2: [optimizer] beta1: expected a number");
+    }
+}
+
+static void test_adadelta_config_errors(void)
+{
+    expect_error("adadelta", "[optimizer]\nrho = 1.5\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] rho: 1.5 is out of range");
+    expect_error("adadelta", "[optimizer]\nrho = -0.1\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] rho: -0.1 is out of range");
+    expect_error("adadelta", "[optimizer]\neps = 0\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] eps: 0 is out of range");
+    expect_error("adadelta", "[optimizer]\nweight_decay = -1\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] weight_decay: -1 is out of range");
+    /* the learning rate is [train] lr, not an [optimizer] key */
+    expect_error("adadelta", "[optimizer]\nlr = 1.0\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] lr: unknown key");
+    expect_error("adadelta", "[optimizer]\nrh = 0.9\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] rh: unknown key; did you mean 'rho'?");
 }
 
 GLIA_TEST_MAIN("optim", GLIA_TEST(test_plain), GLIA_TEST(test_momentum), GLIA_TEST(test_dampening),
                GLIA_TEST(test_nesterov), GLIA_TEST(test_weight_decay), GLIA_TEST(test_decay_mask),
-               GLIA_TEST(test_config_errors))
+               GLIA_TEST(test_config_errors), GLIA_TEST(test_adam_defaults), GLIA_TEST(test_adam_betas_eps),
+               GLIA_TEST(test_adam_weight_decay), GLIA_TEST(test_adamw_defaults),
+               GLIA_TEST(test_adamw_betas_eps), GLIA_TEST(test_adamw_weight_decay),
+               GLIA_TEST(test_decay_mask_adam_adadelta), GLIA_TEST(test_adadelta_defaults),
+               GLIA_TEST(test_adadelta_rho_eps), GLIA_TEST(test_adadelta_weight_decay),
+               GLIA_TEST(test_defaults), GLIA_TEST(test_adam_config_errors),
+               GLIA_TEST(test_adadelta_config_errors))
