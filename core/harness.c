@@ -73,6 +73,11 @@ static void gc_free(struct gc *g)
         glia_tensor_release(g->l.params[p].grad);
     }
     free(g->l.params);
+    for (int p = 0; p < g->l.n_buffers; p++) {
+        free((char *)g->l.buffers[p].name);
+        glia_tensor_release(g->l.buffers[p].value);
+    }
+    free(g->l.buffers);
     for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
         glia_tensor_release(g->x[k]);
         glia_tensor_release(g->dx[k]);
@@ -134,6 +139,11 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
         st = glia_tensor_new(b, GLIA_F32, &pa->shape, &pa->value);
         if (!st) st = glia_tensor_new(b, GLIA_F32, &pa->shape, &pa->grad);
         if (!st) fill_normal(pa->value, &rng, 0.5);
+    }
+    for (int p = 0; p < g->l.n_buffers && !st; p++) {
+        struct glia_param *bu = &g->l.buffers[p];
+        st = glia_tensor_new(b, GLIA_F32, &bu->shape, &bu->value);
+        if (!st) glia__init_values(bu->value->data, glia_shape_numel(&bu->shape), bu->init, 0);
     }
     if (!st) st = glia_tensor_new(b, GLIA_F32, &os, &g->out);
     if (!st) st = glia_tensor_new(b, GLIA_F32, &os, &g->dout);

@@ -468,18 +468,8 @@ static glia_status alloc_params(struct glia_model *m)
                 (st = glia_tensor_view(m->g, off, &pa->shape, &pa->grad)))
                 break;
             pa->grad_unset = true;
-            struct glia_rng r;
-            glia__rng_seed(&r, glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
-            for (int64_t j = 0; j < n; j++) {
-                double v = 0;
-                switch (pa->init.kind) {
-                case GLIA_INIT_ZEROS: v = 0; break;
-                case GLIA_INIT_CONST: v = pa->init.a; break;
-                case GLIA_INIT_UNIFORM: v = (2.0 * glia__rng_uniform(&r) - 1.0) * pa->init.a; break;
-                case GLIA_INIT_NORMAL: v = glia__rng_normal(&r) * pa->init.a; break;
-                }
-                host[off + j] = (float)v;
-            }
+            glia__init_values(host + off, n, pa->init,
+                              glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
             off += n;
         }
         if (st) break;
@@ -489,22 +479,78 @@ static glia_status alloc_params(struct glia_model *m)
     return st;
 }
 
-glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
-                                 struct glia_param_init init, int *index)
+static glia_status add_entry(struct glia_param **arr, int *n, const char *name, const struct glia_shape *shape,
+                             struct glia_param_init init, int *index)
 {
-    struct glia_param *p = realloc(l->params, (size_t)(l->n_params + 1) * sizeof *p);
+    struct glia_param *p = realloc(*arr, (size_t)(*n + 1) * sizeof *p);
     if (!p) return GLIA_ENOMEM;
-    l->params = p;
-    struct glia_param *np = &p[l->n_params];
+    *arr = p;
+    struct glia_param *np = &p[*n];
     memset(np, 0, sizeof *np);
     if (!(np->name = glia__strdup(name))) return GLIA_ENOMEM;
     np->shape = *shape;
     np->init = init;
     np->decay = true;
     np->grad_unset = true;
-    if (index) *index = l->n_params;
-    l->n_params++;
+    if (index) *index = *n;
+    (*n)++;
     return GLIA_OK;
+}
+
+glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
+                                 struct glia_param_init init, int *index)
+{
+    return add_entry(&l->params, &l->n_params, name, shape, init, index);
+}
+
+glia_status glia_layer_add_buffer(struct glia_layer *l, const char *name, const struct glia_shape *shape,
+                                  struct glia_param_init init, int *index)
+{
+    return add_entry(&l->buffers, &l->n_buffers, name, shape, init, index);
+}
+
+void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint64_t seed)
+{
+    struct glia_rng r;
+    glia__rng_seed(&r, seed);
+    for (int64_t j = 0; j < n; j++) {
+        double v = 0;
+        switch (init.kind) {
+        case GLIA_INIT_ZEROS: v = 0; break;
+        case GLIA_INIT_CONST: v = init.a; break;
+        case GLIA_INIT_UNIFORM: v = (2.0 * glia__rng_uniform(&r) - 1.0) * init.a; break;
+        case GLIA_INIT_NORMAL: v = glia__rng_normal(&r) * init.a; break;
+        }
+        dst[j] = (float)v;
+    }
+}
+
+/* Buffers: one arena, views, initialized from their declared init. */
+static glia_status alloc_buffers(struct glia_model *m)
+{
+    int64_t total = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_buffers; p++) total += glia_shape_numel(&m->nodes[i].layer.buffers[p].shape);
+    m->n_buffer_values = total;
+    if (total == 0) return GLIA_OK;
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){total});
+    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->buf);
+    float *host = st ? NULL : malloc((size_t)total * sizeof(float));
+    if (!st && !host) st = GLIA_ENOMEM;
+    int64_t off = 0;
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        struct glia_layer *l = &m->nodes[i].layer;
+        for (int p = 0; p < l->n_buffers && !st; p++) {
+            struct glia_param *b = &l->buffers[p];
+            int64_t n = glia_shape_numel(&b->shape);
+            st = glia_tensor_view(m->buf, off, &b->shape, &b->value);
+            glia__init_values(host + off, n, b->init, 0);
+            off += n;
+        }
+    }
+    if (!st) st = glia_tensor_from_host(m->buf, host, (size_t)total * sizeof(float));
+    free(host);
+    return st;
 }
 
 glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, struct glia_model **out)
@@ -527,6 +573,7 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
         if (!is_reserved(cfg->sections[i]->name)) st = add_layer(m, cfg->sections[i]);
     if (!st) st = check_graph(m);
     if (!st) st = alloc_params(m);
+    if (!st) st = alloc_buffers(m);
     if (st) {
         glia_model_free(m);
         return st;
@@ -548,7 +595,13 @@ void glia_model_free(struct glia_model *m)
             glia_tensor_release(l->params[p].grad);
         }
         free(l->params);
+        for (int p = 0; p < l->n_buffers; p++) {
+            free((char *)l->buffers[p].name);
+            glia_tensor_release(l->buffers[p].value);
+        }
+        free(l->buffers);
     }
+    glia_tensor_release(m->buf);
     if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
     glia_tensor_release(m->w);
     glia_tensor_release(m->g);

@@ -52,6 +52,8 @@ struct glia_model {
     /* parameters: flat arenas */
     int64_t n_weights;
     struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
+    int64_t n_buffer_values;
+    struct glia_tensor *buf;         /* buffer arena (running statistics) */
     /* activations */
     int64_t act_batch;               /* batch the buffers were sized for (0: none) */
     int64_t cur_batch;               /* batch the views currently have */
@@ -61,6 +63,8 @@ struct glia_model {
 const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
+/* Fill dst with n values drawn per init from a generator seeded with seed. */
+void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint64_t seed);
 /* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */
 double glia__model_lr(const struct glia_model *m, int epoch, int64_t step);
 

@@ -64,12 +64,22 @@ struct glia_layer {
     void *priv;                         /* the plugin's state */
     int n_params;
     struct glia_param *params;          /* declared with glia_layer_add_param (owned by core) */
+    /* ABI 1.0 */
+    int n_buffers;
+    struct glia_param *buffers;         /* state that is not trained (BatchNorm's running
+                                           statistics): glia_layer_add_buffer; grad is NULL */
 };
 
 /* Declare a parameter during `create`. Storage is assigned later by the core, in a flat
  * arena; until then value/grad are NULL. Returns its index in l->params through *index. */
 glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
                                  struct glia_param_init init, int *index);
+
+/* Declare a buffer during `create`: state the layer updates itself (running statistics),
+ * initialized like a parameter, stored in its own arena, saved with the weights, never given
+ * to the optimizer. value is assigned later by the core; grad stays NULL. */
+glia_status glia_layer_add_buffer(struct glia_layer *l, const char *name, const struct glia_shape *shape,
+                                  struct glia_param_init init, int *index);
 
 struct glia_fwd {
     const struct glia_tensor *const *in;  /* n_in inputs (borrowed) */
