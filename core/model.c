@@ -58,13 +58,18 @@ static const struct glia_key plugins_keys[] = {
     GLIA_KEY("load", GLIA_KEY_LIST, NULL, "plugins to load by name or .so path"),
     GLIA_KEY_END};
 
+static const struct glia_key graph_keys[] = {
+    GLIA_KEY("drop_bias_before_norm", GLIA_KEY_BOOL, "on",
+             "remove the bias of a layer whose output goes only into a normalization layer"),
+    GLIA_KEY_END};
+
 static const struct glia_key layer_common_keys[] = {
     GLIA_KEY("type", GLIA_KEY_STRING, NULL, "layer type (a plugin feature)", .required = true),
     GLIA_KEY("inputs", GLIA_KEY_LIST, NULL, "input layers by name ('input' is the data); default: the previous layer"),
     GLIA_KEY("impl", GLIA_KEY_STRING, "auto", "implementation: auto or a registered impl (glia plugins)"),
     GLIA_KEY_END};
 
-static const char *const reserved[] = {"runtime", "data", "train", "optimizer", "plugins"};
+static const char *const reserved[] = {"runtime", "data", "train", "optimizer", "plugins", "graph"};
 
 const struct glia_key *glia__core_schema(const char *section)
 {
@@ -72,6 +77,7 @@ const struct glia_key *glia__core_schema(const char *section)
     if (!strcmp(section, "data")) return data_keys;
     if (!strcmp(section, "train")) return train_keys;
     if (!strcmp(section, "plugins")) return plugins_keys;
+    if (!strcmp(section, "graph")) return graph_keys;
     if (!strcmp(section, "layer")) return layer_common_keys;
     return NULL;
 }
@@ -361,7 +367,8 @@ static struct glia_shape in_shape_of(const struct glia_model *m, int producer, i
     return m->nodes[producer].out_shape;
 }
 
-static glia_status add_layer(struct glia_model *m, struct glia_section *s)
+/* Phase 1: resolve the layer's type and impl, validate its keys, wire its inputs. */
+static glia_status declare_layer(struct glia_model *m, struct glia_section *s)
 {
     glia_status st;
     if (!glia__section_entry(s, "type")) {
@@ -379,7 +386,6 @@ static glia_status add_layer(struct glia_model *m, struct glia_section *s)
     if (!ops) return st;
     const struct glia_key *sch[] = {layer_common_keys, ops->keys};
     if ((st = glia__section_validate(s, sch, 2))) return st;
-
     struct glia__node *nd = &m->nodes[m->n_nodes];
     memset(nd, 0, sizeof *nd);
     nd->sec = s;
@@ -388,13 +394,20 @@ static glia_status add_layer(struct glia_model *m, struct glia_section *s)
     nd->layer.ctx = m->ctx;
     nd->layer.backend = m->backend;
     if ((st = wire_inputs(m, nd, s))) return st;
+    m->n_nodes++;
+    return GLIA_OK;
+}
+
+/* Phase 3: create the layer with its input shapes and infer its output shape. */
+static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
+{
+    const struct glia_layer_ops *ops = nd->layer.ops;
+    struct glia_section *s = nd->sec;
     struct glia_shape in[GLIA__MAX_INPUTS];
     for (int i = 0; i < nd->n_in; i++) in[i] = in_shape_of(m, nd->in[i], m->batch);
-    m->n_nodes++;  /* from here on the node is owned by the model (destroy on failure) */
     glia_context_clear_error(m->ctx);
-    st = ops->create(&nd->layer, s, in, nd->n_in);
+    glia_status st = ops->create(&nd->layer, s, in, nd->n_in);
     if (st) {
-        nd->created = false;
         if (!glia_context_error(m->ctx)[0])
             glia_section_error(s, NULL, st, "layer type '%s' refused this configuration (%s)", ops->type, glia_strerror(st));
         return st;
@@ -407,6 +420,61 @@ static glia_status add_layer(struct glia_model *m, struct glia_section *s)
         return st;
     }
     nd->flops = ops->flops ? ops->flops(&nd->layer, in, nd->n_in) : 0;
+    return GLIA_OK;
+}
+
+/* Sets key = value in s on behalf of the core (a graph pass); origin names the pass. */
+static glia_status override_key(struct glia_section *s, const char *key, const char *value, const char *origin)
+{
+    for (int i = 0; i < s->n_entries; i++) {
+        struct glia__entry *e = &s->entries[i];
+        if (strcmp(e->key, key)) continue;
+        char *v = glia__strdup(value), *o = glia__strdup(origin);
+        if (!v || !o) return free(v), free(o), GLIA_ENOMEM;
+        free(e->value);
+        free(e->origin);
+        e->value = v;
+        e->origin = o;
+        return GLIA_OK;
+    }
+    if (glia__grow((void **)&s->entries, &s->cap_entries, s->n_entries + 1, sizeof *s->entries)) return GLIA_ENOMEM;
+    struct glia__entry *e = &s->entries[s->n_entries];
+    e->key = glia__strdup(key);
+    e->value = glia__strdup(value);
+    e->origin = glia__strdup(origin);
+    e->line = 0;
+    if (!e->key || !e->value || !e->origin) return free(e->key), free(e->value), free(e->origin), GLIA_ENOMEM;
+    s->n_entries++;
+    return GLIA_OK;
+}
+
+static bool has_bool_key(const struct glia_key *keys, const char *name)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++)
+        if (!strcmp(k->name, name) && k->type == GLIA_KEY_BOOL) return true;
+    return false;
+}
+
+/* Phase 2, pass drop_bias_before_norm: a layer with a `bias` key whose output goes only into
+ * one normalization layer loses its bias (the normalization subtracts it again). */
+static glia_status pass_drop_bias(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        if (!has_bool_key(nd->layer.ops->keys, "bias") || !glia_section_bool(nd->sec, "bias")) continue;
+        int consumer = -1, uses = 0;
+        for (int j = i + 1; j < m->n_nodes; j++)
+            for (int k = 0; k < m->nodes[j].n_in; k++)
+                if (m->nodes[j].in[k] == i) {
+                    consumer = j;
+                    uses++;
+                }
+        if (uses != 1 || !(m->nodes[consumer].layer.ops->flags & GLIA_LAYER_NORMALIZATION)) continue;
+        glia_status st = override_key(nd->sec, "bias", "off", "[graph] drop_bias_before_norm");
+        if (st) return st;
+        nd->bias_dropped_for = consumer;
+        nd->bias_dropped = true;
+    }
     return GLIA_OK;
 }
 
@@ -570,7 +638,15 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
     if (!st) st = setup_optimizer(m);
     if (!st) st = load_data(m);
     for (int i = 0; i < cfg->n_sections && !st; i++)
-        if (!is_reserved(cfg->sections[i]->name)) st = add_layer(m, cfg->sections[i]);
+        if (!is_reserved(cfg->sections[i]->name)) st = declare_layer(m, cfg->sections[i]);
+    struct glia_section *graph = st ? NULL : glia__config_section(cfg, "graph");
+    if (!st && !graph) st = GLIA_ENOMEM;
+    if (!st) {
+        const struct glia_key *sch[] = {graph_keys};
+        st = glia__section_validate(graph, sch, 1);
+    }
+    if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = pass_drop_bias(m);
+    for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
@@ -664,6 +740,11 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         fprintf(f, "%-16s %-22s %-6s %-16s %10lld %10s\n", nd->layer.name, nd->layer.ops->type,
                 nd->layer.ops->impl, glia_shape_str(&o, shp, sizeof shp), np, fl);
     }
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->nodes[i].bias_dropped)
+            fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
+                    m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
+                    m->nodes[m->nodes[i].bias_dropped_for].layer.ops->type);
     human(total_flops, fl, sizeof fl);
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward\n",
             m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl);

@@ -23,6 +23,8 @@ struct glia__node {
     struct glia_tensor *out_buf, *dout_buf;  /* sized for the largest batch */
     struct glia_tensor *out, *dout;  /* views for the current batch */
     bool grad_written;               /* dout written during this backward */
+    bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
+    int bias_dropped_for;            /* ... because this node normalizes its output */
 };
 
 struct glia_model {

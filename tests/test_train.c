@@ -315,6 +315,53 @@ static void test_gradient_accumulation(void)
     close_run(&b);
 }
 
+static const char *bn_text(const char *graph, const char *extra_consumer)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 21\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = 2\nlr = 0.05\n[optimizer]\nmomentum = 0.9\n%s"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[bn]\ntype = batchnorm\n[act]\ntype = relu\n%s"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, graph, extra_consumer);
+    return buf;
+}
+
+/* The drop_bias_before_norm pass: fc1 feeds only a batchnorm, so its bias goes; the trained
+ * model is the same as with the (useless) bias, because the normalization removes it. */
+static void test_drop_bias_before_norm(void)
+{
+    make_data();
+    struct run a, b, c;
+    open_run(&a, bn_text("", ""));
+    open_run(&b, bn_text("[graph]\ndrop_bias_before_norm = off\n", ""));
+    CU_ASSERT_EQUAL(glia_model_param_count(a.m), 36 * 16 + 2 * 16 + 16 * 5 + 5);
+    CU_ASSERT_EQUAL(glia_model_param_count(b.m), 36 * 16 + 16 + 2 * 16 + 16 * 5 + 5);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    glia_model_summary(a.m, f);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "graph pass drop_bias_before_norm: no bias in fc1 (its output goes only into bn, a batchnorm)"));
+    free(txt);
+    struct glia_epoch_result ra[2], rb[2];
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, rb, 2), GLIA_OK);
+    if (fabs(ra[1].test_loss - rb[1].test_loss) > 1e-3)
+        printf("\n  test loss %g with the pass, %g without\n", ra[1].test_loss, rb[1].test_loss);
+    CU_ASSERT(fabs(ra[1].test_loss - rb[1].test_loss) <= 1e-3);
+    CU_ASSERT(fabs(ra[1].test_accuracy - rb[1].test_accuracy) <= 0.01);
+    CU_ASSERT(ra[1].test_accuracy > 0.9);
+    close_run(&a);
+    close_run(&b);
+    /* fc1 also feeding another layer keeps its bias */
+    open_run(&c, bn_text("", "[side]\ntype = add\ninputs = fc1, act\n"));
+    CU_ASSERT_EQUAL(glia_model_param_count(c.m), 36 * 16 + 16 + 2 * 16 + 16 * 5 + 5);
+    close_run(&c);
+}
+
 static void test_fashion_mnist_subset(void)
 {
     const char *d = "/usr/share/datasets/fashion-mnist";
@@ -347,4 +394,5 @@ static void test_fashion_mnist_subset(void)
 GLIA_TEST_MAIN("train", GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
+               GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_fashion_mnist_subset))

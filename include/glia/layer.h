@@ -101,7 +101,8 @@ struct glia_bwd {
 };
 
 enum glia_layer_flags {
-    GLIA_LAYER_LOSS = 1u << 0  /* output is a 1-element mean loss; input 0 are the logits */
+    GLIA_LAYER_LOSS = 1u << 0,         /* output is a 1-element mean loss; input 0 are the logits */
+    GLIA_LAYER_NORMALIZATION = 1u << 1 /* subtracts a per-channel mean: a bias before it is useless */
 };
 
 /* Layer vtable. A plugin registers one per (type, impl). */

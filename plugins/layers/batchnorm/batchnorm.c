@@ -1,0 +1,229 @@
+/* plugins/layers/batchnorm — batch normalization on the CPU (OpenMP), PyTorch's BatchNorm1d for
+ * (N, C) and BatchNorm2d for (N, C, H, W): statistics per channel over N (and H, W), an optional
+ * learned affine transform, running statistics in layer buffers for eval. Not layer, group or
+ * instance normalization, and no cumulative moving average (PyTorch's momentum = None). */
+#include <glia/glia.h>
+#include <math.h>
+#include <stdlib.h>
+
+static const struct glia_key batchnorm_keys[] = {
+    GLIA_KEY("momentum", GLIA_KEY_FLOAT, "0.1", "running = (1 - momentum)*running + momentum*batch statistic",
+             .min = 0, .max = 1),
+    GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-5", "added to the variance before the square root", .min = 1e-12, .max = 1),
+    GLIA_KEY("affine", GLIA_KEY_BOOL, "on", "learned per-channel weight (gamma, init 1) and bias (beta, init 0)"),
+    GLIA_KEY("track_running_stats", GLIA_KEY_BOOL, "on",
+             "keep running mean and variance and use them in eval (off: batch statistics in eval too)"),
+    GLIA_KEY_END};
+
+struct batchnorm {
+    int64_t C;
+    double momentum, eps;
+    int w, b;           /* parameter indices; -1 without affine */
+    int rm, rv;         /* buffer indices; -1 without track_running_stats */
+    double *mean;       /* C: batch mean of the last training forward */
+    double *invstd;     /* C: 1/sqrt(biased batch variance + eps) of the last training forward */
+    int64_t kept;       /* elements of the input that mean/invstd belong to (0: none kept) */
+};
+
+/* N, C and the plane size HW (1 for (N, C)) of a 2-D or 4-D shape. */
+static void dims(const struct glia_shape *s, int64_t *N, int64_t *C, int64_t *HW)
+{
+    *N = s->dim[0];
+    *C = s->dim[1];
+    *HW = s->ndim == 4 ? s->dim[2] * s->dim[3] : 1;
+}
+
+static void batchnorm_destroy(struct glia_layer *l)
+{
+    struct batchnorm *p = l->priv;
+    if (!p) return;
+    free(p->mean);
+    free(p->invstd);
+    free(p);
+}
+
+static glia_status batchnorm_create(struct glia_layer *l, const struct glia_section *cfg,
+                                    const struct glia_shape *in, int n_in)
+{
+    char buf[64];
+    if (in[0].ndim != 2 && in[0].ndim != 4)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "batchnorm expects (N, C) or (N, C, H, W) input, got %s",
+                                  glia_shape_str(&in[0], buf, sizeof buf));
+    struct batchnorm *p = calloc(1, sizeof *p);
+    if (!p) return GLIA_ENOMEM;
+    l->priv = p;
+    p->C = in[0].dim[1];
+    p->momentum = glia_section_float(cfg, "momentum");
+    p->eps = glia_section_float(cfg, "eps");
+    p->w = p->b = p->rm = p->rv = -1;
+    p->mean = malloc((size_t)(p->C > 0 ? p->C : 1) * sizeof *p->mean);
+    p->invstd = malloc((size_t)(p->C > 0 ? p->C : 1) * sizeof *p->invstd);
+    struct glia_shape cs = glia_shape_make(1, (int64_t[]){p->C});
+    glia_status st = p->mean && p->invstd ? GLIA_OK : GLIA_ENOMEM;
+    if (glia_section_bool(cfg, "affine")) {
+        st = glia_layer_add_param(l, "weight", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &p->w);
+        if (!st) st = glia_layer_add_param(l, "bias", &cs, (struct glia_param_init){GLIA_INIT_ZEROS, 0.0}, &p->b);
+    }
+    if (!st && glia_section_bool(cfg, "track_running_stats")) {
+        st = glia_layer_add_buffer(l, "running_mean", &cs, (struct glia_param_init){GLIA_INIT_ZEROS, 0.0}, &p->rm);
+        if (!st)
+            st = glia_layer_add_buffer(l, "running_var", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &p->rv);
+    }
+    if (st) {  /* the core calls destroy only after a successful create */
+        batchnorm_destroy(l);
+        l->priv = NULL;
+    }
+    return st;
+}
+
+static glia_status batchnorm_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                   struct glia_shape *out)
+{
+    const struct batchnorm *p = l->priv;
+    if ((in[0].ndim != 2 && in[0].ndim != 4) || in[0].dim[1] != p->C) return GLIA_ESHAPE;
+    *out = in[0];
+    return GLIA_OK;
+}
+
+/* Training: per channel c over M = N*HW values, mean and biased variance (two passes, double, fixed
+ * order), y = (x - mean)/sqrt(var + eps)*gamma + beta; running mean and variance move toward the batch
+ * mean and the unbiased variance var*M/(M-1). Eval with running statistics: the same with those in
+ * place of the batch's, nothing kept or updated; eval without them: batch statistics, nothing kept. */
+static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct batchnorm *p = l->priv;
+    int64_t N, C, HW;
+    dims(&a->in[0]->shape, &N, &C, &HW);
+    int64_t M = N * HW;
+    p->kept = 0;
+    bool use_running = !a->train && p->rm >= 0;
+    if (a->train && M < 2) {
+        char buf[64];
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
+                          l->name, glia_shape_str(&a->in[0]->shape, buf, sizeof buf));
+    }
+    const float *x = glia_tensor_f32(a->in[0]);
+    float *y = glia_tensor_f32(a->out);
+    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
+    const float *beta = p->b >= 0 ? glia_tensor_f32(l->params[p->b].value) : NULL;
+    float *rmean = p->rm >= 0 ? glia_tensor_f32(l->buffers[p->rm].value) : NULL;
+    float *rvar = p->rv >= 0 ? glia_tensor_f32(l->buffers[p->rv].value) : NULL;
+    double mom = p->momentum, eps = p->eps;
+    bool update = a->train && rmean;
+    double *keep_mean = p->mean, *keep_invstd = p->invstd;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double mean, var;
+        if (use_running) {
+            mean = rmean[c];
+            var = rvar[c];
+        } else {
+            double s = 0, q = 0;
+            for (int64_t n = 0; n < N; n++) {
+                const float *xc = x + (n * C + c) * HW;
+                for (int64_t i = 0; i < HW; i++) s += xc[i];
+            }
+            mean = s / (double)M;
+            for (int64_t n = 0; n < N; n++) {
+                const float *xc = x + (n * C + c) * HW;
+                for (int64_t i = 0; i < HW; i++) {
+                    double d = xc[i] - mean;
+                    q += d * d;
+                }
+            }
+            var = q / (double)M;
+        }
+        double invstd = 1.0 / sqrt(var + eps);
+        if (a->train) {
+            keep_mean[c] = mean;
+            keep_invstd[c] = invstd;
+        }
+        if (update) {
+            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
+            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
+        }
+        float scale = (float)(invstd * (gamma ? gamma[c] : 1.0f)), shift = beta ? beta[c] : 0.0f, fm = (float)mean;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xc = x + (n * C + c) * HW;
+            float *yc = y + (n * C + c) * HW;
+            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm) * scale + shift;
+        }
+    }
+    if (a->train) p->kept = glia_tensor_numel(a->in[0]);
+    return GLIA_OK;
+}
+
+/* With x_hat = (x - mean)*invstd recomputed from the input and M = N*HW, per channel:
+ * dgamma (+)= sum(dy*x_hat); dbeta (+)= sum(dy);
+ * dx (+)= gamma*invstd/M * (M*dy - sum(dy) - x_hat*sum(dy*x_hat)).
+ * Channels run in parallel; each channel's sums are serial, in double, in a fixed order. */
+static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct batchnorm *p = l->priv;
+    int64_t N, C, HW;
+    dims(&a->in[0]->shape, &N, &C, &HW);
+    if (p->kept == 0 || p->kept != glia_tensor_numel(a->in[0]))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
+    int64_t M = N * HW;
+    const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
+    float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
+    bool add_dx = a->din_accumulate[0];
+    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
+    struct glia_param *pw = p->w >= 0 ? &l->params[p->w] : NULL, *pb = p->b >= 0 ? &l->params[p->b] : NULL;
+    float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
+    bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
+    const double *mean_c = p->mean, *invstd_c = p->invstd;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double mean = mean_c[c], invstd = invstd_c[c], sdy = 0, sdyx = 0;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
+            for (int64_t i = 0; i < HW; i++) {
+                sdy += dyc[i];
+                sdyx += dyc[i] * ((xc[i] - mean) * invstd);
+            }
+        }
+        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
+        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)sdy : (float)sdy;
+        if (!dx) continue;
+        double k = (gamma ? gamma[c] : 1.0) * invstd / (double)M;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
+            float *dxc = dx + (n * C + c) * HW;
+            for (int64_t i = 0; i < HW; i++) {
+                double xh = (xc[i] - mean) * invstd;
+                float g = (float)(k * ((double)M * dyc[i] - sdy - xh * sdyx));
+                dxc[i] = add_dx ? dxc[i] + g : g;
+            }
+        }
+    }
+    return GLIA_OK;
+}
+
+/* statistics (sum, squared deviation) and the normalization: about four multiply-adds per element */
+static uint64_t batchnorm_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    return 8u * (uint64_t)glia_shape_numel(&in[0]);
+}
+
+static const struct glia_layer_ops batchnorm_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "batchnorm",
+    .impl = "cpu",
+    .doc = "batch normalization of (N, C) or (N, C, H, W) per channel, running statistics for eval",
+    .keys = batchnorm_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_NORMALIZATION, /* subtracts the per-channel mean: a bias before it is useless */
+    .device_type = GLIA_DEVICE_CPU,
+    .create = batchnorm_create,
+    .destroy = batchnorm_destroy,
+    .infer_shape = batchnorm_infer,
+    .forward = batchnorm_forward,
+    .backward = batchnorm_backward,
+    .flops = batchnorm_flops,
+};
+
+static glia_status batchnorm_init(struct glia_registry *r) { return glia_register_layer(r, &batchnorm_ops); }
+
+GLIA_PLUGIN_DEFINE(batchnorm, "1.0", "MIT", "batch normalization 1d/2d (CPU)", batchnorm_init)

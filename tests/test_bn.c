@@ -1,0 +1,501 @@
+/* tests/test_bn.c — the batchnorm layer (BatchNorm1d on (N, C), BatchNorm2d on (N, C, H, W)):
+ * gradient checks, forward, backward and running statistics against a naive double reference
+ * written here, eval with and without running statistics, configuration errors. Not training. */
+#include <math.h>
+#include <string.h>
+#include "internal.h"
+#include "model_internal.h"
+#include "testutil.h"
+
+static struct glia_context *ctx;
+
+static struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int64_t dims[4] = {a, b, c, d};
+    return glia_shape_make(n, dims);
+}
+
+/* ---- gradient checks ---- */
+
+static void check_ok(const char *ini, struct glia_shape in, uint64_t seed)
+{
+    struct glia_gradcheck_report r;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = glia_layer_gradcheck(ctx, ini, &in, 1, seed, 2e-2, &r);
+    if (st) printf("\n  %s\n", glia_context_error(ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    CU_ASSERT(r.n_checked > 0);
+    CU_ASSERT(r.n_skipped * 10 <= r.n_checked);  /* smooth: no kinks */
+    glia_context_free(ctx);
+}
+
+static void test_gradcheck_1d(void)
+{
+    check_ok("[b]\ntype = batchnorm\n", S(2, 4, 3, 0, 0), 1);
+    check_ok("[b]\ntype = batchnorm\n", S(2, 7, 5, 0, 0), 2);
+    check_ok("[b]\ntype = batchnorm\n", S(2, 2, 4, 0, 0), 3);  /* two values per channel */
+    check_ok("[b]\ntype = batchnorm\naffine = off\n", S(2, 4, 3, 0, 0), 4);
+    check_ok("[b]\ntype = batchnorm\nmomentum = 0\n", S(2, 5, 3, 0, 0), 5);
+    check_ok("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-3\n", S(2, 6, 2, 0, 0), 6);
+    check_ok("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(2, 4, 3, 0, 0), 7);
+}
+
+static void test_gradcheck_2d(void)
+{
+    check_ok("[b]\ntype = batchnorm\n", S(4, 2, 3, 4, 5), 11);
+    check_ok("[b]\ntype = batchnorm\n", S(4, 3, 2, 3, 3), 12);
+    check_ok("[b]\ntype = batchnorm\n", S(4, 1, 3, 2, 1), 13);  /* batch of one: H*W values per channel */
+    check_ok("[b]\ntype = batchnorm\naffine = off\n", S(4, 2, 3, 4, 5), 14);
+    check_ok("[b]\ntype = batchnorm\nmomentum = 0.5\n", S(4, 3, 2, 3, 3), 15);
+    check_ok("[b]\ntype = batchnorm\naffine = off\ntrack_running_stats = off\n", S(4, 2, 2, 3, 2), 16);
+}
+
+/* ---- values: the layer alone on the CPU backend against a naive double reference ---- */
+
+struct built {
+    struct glia_config *cfg;
+    struct glia_backend *b;
+    const struct glia_layer_ops *ops;
+    struct glia_layer l;
+};
+
+static uint32_t lcg(uint32_t *st)
+{
+    *st = *st * 1103515245u + 12345u;
+    return *st >> 8;
+}
+
+static double unit(uint32_t *st) { return (double)(lcg(st) % 20001) / 10000.0 - 1.0; } /* [-1, 1] */
+
+/* Builds the one layer of `ini` for input shape `in` like the gradient checker does, then gives
+ * its parameters and buffers storage: buffers per their declared init, weight and bias seeded
+ * values away from their init (so that gamma and beta matter) unless by_init. */
+static void build(const char *ini, const struct glia_shape *in, bool by_init, uint32_t seed, struct built *B)
+{
+    memset(B, 0, sizeof *B);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "bn.ini", ini, &B->cfg) == GLIA_OK);
+    struct glia_section *s = B->cfg->sections[0];
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "batchnorm") == GLIA_OK);
+    B->ops = glia__find_layer(ctx, "batchnorm", "cpu");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
+    CU_ASSERT_EQUAL(B->ops->device_type, GLIA_DEVICE_CPU);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
+    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &B->b) == GLIA_OK);
+    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = ctx, .backend = B->b};
+    CU_ASSERT_FATAL(B->ops->create(&B->l, s, in, 1) == GLIA_OK);
+    for (int i = 0; i < B->l.n_params; i++) {
+        struct glia_param *p = &B->l.params[i];
+        CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->grad) == GLIA_OK);
+        float *v = glia_tensor_f32(p->value);
+        int64_t n = glia_tensor_numel(p->value);
+        if (by_init) glia__init_values(v, n, p->init, 0);
+        else
+            for (int64_t j = 0; j < n; j++) v[j] = (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
+    }
+    for (int i = 0; i < B->l.n_buffers; i++) {
+        struct glia_param *p = &B->l.buffers[i];
+        CU_ASSERT_PTR_NULL(p->grad);
+        CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
+        glia__init_values(glia_tensor_f32(p->value), glia_tensor_numel(p->value), p->init, 0);
+    }
+}
+
+static void unbuild(struct built *B)
+{
+    if (B->ops->destroy) B->ops->destroy(&B->l);
+    for (int i = 0; i < B->l.n_params; i++) {
+        free((char *)B->l.params[i].name);
+        glia_tensor_release(B->l.params[i].value);
+        glia_tensor_release(B->l.params[i].grad);
+    }
+    free(B->l.params);
+    for (int i = 0; i < B->l.n_buffers; i++) {
+        free((char *)B->l.buffers[i].name);
+        glia_tensor_release(B->l.buffers[i].value);
+    }
+    free(B->l.buffers);
+    glia_config_free(B->cfg);
+    glia_context_free(ctx);
+}
+
+/* The reference: per channel c, over the M = N*HW values x[n][c][i]. */
+struct ref {
+    int64_t N, C, HW;
+    double eps, momentum;
+    double *rmean, *rvar;  /* running statistics (C), PyTorch's update */
+};
+
+/* Batch mean and biased variance of channel c. */
+static void ref_stats(const struct ref *r, const float *x, int64_t c, double *mean, double *var)
+{
+    double s = 0, q = 0, M = (double)(r->N * r->HW);
+    for (int64_t n = 0; n < r->N; n++)
+        for (int64_t i = 0; i < r->HW; i++) s += x[(n * r->C + c) * r->HW + i];
+    *mean = s / M;
+    for (int64_t n = 0; n < r->N; n++)
+        for (int64_t i = 0; i < r->HW; i++) {
+            double d = x[(n * r->C + c) * r->HW + i] - *mean;
+            q += d * d;
+        }
+    *var = q / M;
+}
+
+/* y = (x - mean)/sqrt(var + eps)*gamma + beta with the batch's statistics (running: the running
+ * ones); a training forward (update) moves the running statistics toward the batch mean and the
+ * unbiased batch variance. gamma/beta NULL: 1 and 0. */
+static void ref_forward(struct ref *r, const float *x, const float *gamma, const float *beta, bool running,
+                        bool update, double *y)
+{
+    double M = (double)(r->N * r->HW);
+    for (int64_t c = 0; c < r->C; c++) {
+        double mean, var;
+        ref_stats(r, x, c, &mean, &var);
+        if (update) {
+            r->rmean[c] = (1 - r->momentum) * r->rmean[c] + r->momentum * mean;
+            r->rvar[c] = (1 - r->momentum) * r->rvar[c] + r->momentum * var * M / (M - 1);
+        }
+        if (running) {
+            mean = r->rmean[c];
+            var = r->rvar[c];
+        }
+        for (int64_t n = 0; n < r->N; n++)
+            for (int64_t i = 0; i < r->HW; i++) {
+                int64_t k = (n * r->C + c) * r->HW + i;
+                y[k] = (x[k] - mean) / sqrt(var + r->eps) * (gamma ? gamma[c] : 1.0) + (beta ? beta[c] : 0.0);
+            }
+    }
+}
+
+/* Gradients of a training forward: x_hat = (x - mean)/sigma, dgamma = sum(dy*x_hat), dbeta = sum(dy),
+ * dx = gamma/sigma * (dy - mean(dy) - x_hat*mean(dy*x_hat)). */
+static void ref_backward(const struct ref *r, const float *x, const float *dy, const float *gamma, double *dx,
+                         double *dgamma, double *dbeta)
+{
+    double M = (double)(r->N * r->HW);
+    for (int64_t c = 0; c < r->C; c++) {
+        double mean, var, sd = 0, sdx = 0;
+        ref_stats(r, x, c, &mean, &var);
+        double sigma = sqrt(var + r->eps);
+        for (int64_t n = 0; n < r->N; n++)
+            for (int64_t i = 0; i < r->HW; i++) {
+                int64_t k = (n * r->C + c) * r->HW + i;
+                sd += dy[k];
+                sdx += dy[k] * (x[k] - mean) / sigma;
+            }
+        dgamma[c] = sdx;
+        dbeta[c] = sd;
+        for (int64_t n = 0; n < r->N; n++)
+            for (int64_t i = 0; i < r->HW; i++) {
+                int64_t k = (n * r->C + c) * r->HW + i;
+                double xh = (x[k] - mean) / sigma;
+                dx[k] = (gamma ? gamma[c] : 1.0) / sigma * (dy[k] - sd / M - xh * sdx / M);
+            }
+    }
+}
+
+static bool close_tol(double got, double want, double tol)
+{
+    return isfinite(got) && fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+/* Counts (and prints the first few) elements of got that are not close to want + base. */
+static int compare(const char *what, const float *got, const double *want, double base, int64_t n, double tol)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!close_tol(got[i], want[i] + base, tol) && bad++ < 3)
+            printf("\n  %s[%lld] = %.9g, want %.9g", what, (long long)i, got[i], want[i] + base);
+    return bad;
+}
+
+/* Seeded input with a different mean and spread per channel. */
+static void fill_input(struct glia_tensor *t, int64_t C, int64_t HW, uint32_t *seed)
+{
+    float *d = glia_tensor_f32(t);
+    for (int64_t k = 0; k < glia_tensor_numel(t); k++) {
+        int64_t c = (k / HW) % C;
+        d[k] = (float)(1.5 * (double)c - 1.0 + (1.0 + 0.5 * (double)c) * unit(seed));
+    }
+}
+
+static struct glia_param *find(struct glia_param *arr, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(arr[i].name, name)) return &arr[i];
+    return NULL;
+}
+
+/* For the layer of `ini` (with its momentum, eps, affine and track_running_stats as given here) on
+ * shape sh: three training forwards (output and running statistics after the first and the third
+ * against the reference), backward after the third (write over NaN garbage, accumulate, NULL din),
+ * then eval forwards on a fresh input (running statistics or batch statistics), which must change
+ * nothing and keep nothing. */
+static void check_values(const char *ini, struct glia_shape sh, double momentum, double eps, bool affine, bool track,
+                         uint32_t seed)
+{
+    struct built B;
+    build(ini, &sh, false, seed, &B);
+    int64_t N = sh.dim[0], C = sh.dim[1], HW = sh.ndim == 4 ? sh.dim[2] * sh.dim[3] : 1, n = N * C * HW;
+    CU_ASSERT_EQUAL_FATAL(B.l.n_params, affine ? 2 : 0);
+    CU_ASSERT_EQUAL_FATAL(B.l.n_buffers, track ? 2 : 0);
+    struct glia_param *pw = find(B.l.params, B.l.n_params, "weight"), *pb = find(B.l.params, B.l.n_params, "bias");
+    struct glia_param *prm = find(B.l.buffers, B.l.n_buffers, "running_mean");
+    struct glia_param *prv = find(B.l.buffers, B.l.n_buffers, "running_var");
+    if (affine) CU_ASSERT_FATAL(pw && pb);
+    if (track) CU_ASSERT_FATAL(prm && prv);
+    struct glia_shape os;
+    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_shape_equal(&os, &sh));
+    CU_ASSERT_PTR_NOT_NULL(B.ops->flops);
+    if (B.ops->flops) CU_ASSERT(B.ops->flops(&B.l, &sh, 1) > 0);
+
+    struct glia_tensor *x[4], *y, *dy, *dx;
+    for (int k = 0; k < 4; k++) {
+        CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x[k]) == GLIA_OK);
+        fill_input(x[k], C, HW, &seed);
+    }
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &dy) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &dx) == GLIA_OK);
+    float *dyd = glia_tensor_f32(dy), *dxd = glia_tensor_f32(dx);
+    for (int64_t i = 0; i < n; i++) dyd[i] = (float)unit(&seed);
+    const float *gamma = pw ? glia_tensor_f32(pw->value) : NULL, *beta = pb ? glia_tensor_f32(pb->value) : NULL;
+
+    double *ry = malloc((size_t)n * sizeof *ry), *rdx = malloc((size_t)n * sizeof *rdx);
+    double *rm = calloc((size_t)C, sizeof *rm), *rv = malloc((size_t)C * sizeof *rv);
+    double *rdg = malloc((size_t)C * sizeof *rdg), *rdb = malloc((size_t)C * sizeof *rdb);
+    for (int64_t c = 0; c < C; c++) rv[c] = 1.0;
+    struct ref r = {N, C, HW, eps, momentum, rm, rv};
+    char what[160];
+
+    /* three training forwards */
+    const struct glia_tensor *in[1] = {NULL};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1};
+    for (int step = 0; step < 3; step++) {
+        in[0] = x[step];
+        ref_forward(&r, glia_tensor_f32(x[step]), gamma, beta, false, true, ry);
+        CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+        snprintf(what, sizeof what, "%s step %d y", ini, step + 1);
+        CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(y), ry, 0, n, 2e-5), 0);
+        if (track && step != 1) {
+            snprintf(what, sizeof what, "%s step %d running_mean", ini, step + 1);
+            CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(prm->value), rm, 0, C, 1e-5), 0);
+            snprintf(what, sizeof what, "%s step %d running_var", ini, step + 1);
+            CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(prv->value), rv, 0, C, 1e-5), 0);
+        }
+    }
+
+    /* backward of the third: write over NaN garbage, then accumulate over 0.5 */
+    ref_backward(&r, glia_tensor_f32(x[2]), dyd, gamma, rdx, rdg, rdb);
+    struct glia_tensor *din[1] = {dx};
+    bool acc[1] = {false};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+    for (int64_t i = 0; i < n; i++) dxd[i] = NAN;
+    for (int i = 0; i < B.l.n_params; i++) {
+        float *g = glia_tensor_f32(B.l.params[i].grad);
+        for (int64_t c = 0; c < C; c++) g[c] = NAN;
+        B.l.params[i].grad_unset = true;
+    }
+    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        double base = pass ? 0.5 : 0.0;
+        const char *mode = pass ? "accumulate" : "write";
+        snprintf(what, sizeof what, "%s dx (%s)", ini, mode);
+        CU_ASSERT_EQUAL(compare(what, dxd, rdx, base, n, 1e-4), 0);
+        if (affine) {
+            snprintf(what, sizeof what, "%s dweight (%s)", ini, mode);
+            CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(pw->grad), rdg, base, C, 1e-4), 0);
+            snprintf(what, sizeof what, "%s dbias (%s)", ini, mode);
+            CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(pb->grad), rdb, base, C, 1e-4), 0);
+        }
+        if (pass) break;
+        acc[0] = true;
+        for (int64_t i = 0; i < n; i++) dxd[i] = 0.5f;
+        for (int i = 0; i < B.l.n_params; i++) {
+            float *g = glia_tensor_f32(B.l.params[i].grad);
+            for (int64_t c = 0; c < C; c++) g[c] = 0.5f;
+            B.l.params[i].grad_unset = false;
+        }
+        CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    }
+    /* an input that needs no gradient: skipped, parameter gradients still come */
+    din[0] = NULL;
+    for (int i = 0; i < B.l.n_params; i++) B.l.params[i].grad_unset = true;
+    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    if (affine) {
+        snprintf(what, sizeof what, "%s dweight (no din)", ini);
+        CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(pw->grad), rdg, 0, C, 1e-4), 0);
+    }
+    din[0] = dx;
+
+    /* eval on a fresh input: running statistics (or the batch's without them); nothing changes */
+    float *snap_m = malloc((size_t)C * sizeof *snap_m), *snap_v = malloc((size_t)C * sizeof *snap_v);
+    if (track) {
+        memcpy(snap_m, glia_tensor_f32(prm->value), (size_t)C * sizeof *snap_m);
+        memcpy(snap_v, glia_tensor_f32(prv->value), (size_t)C * sizeof *snap_v);
+    }
+    in[0] = x[3];
+    fa.train = false;
+    ref_forward(&r, glia_tensor_f32(x[3]), gamma, beta, track, false, ry);
+    for (int rep = 0; rep < 2; rep++) {
+        CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+        snprintf(what, sizeof what, "%s eval %d y", ini, rep + 1);
+        CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(y), ry, 0, n, 2e-5), 0);
+        if (track) {
+            CU_ASSERT_EQUAL(memcmp(snap_m, glia_tensor_f32(prm->value), (size_t)C * sizeof *snap_m), 0);
+            CU_ASSERT_EQUAL(memcmp(snap_v, glia_tensor_f32(prv->value), (size_t)C * sizeof *snap_v), 0);
+        }
+    }
+    /* eval kept nothing: backward is refused */
+    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "batchnorm backward needs a training forward"));
+
+    free(snap_m);
+    free(snap_v);
+    free(ry);
+    free(rdx);
+    free(rm);
+    free(rv);
+    free(rdg);
+    free(rdb);
+    for (int k = 0; k < 4; k++) glia_tensor_release(x[k]);
+    glia_tensor_release(y);
+    glia_tensor_release(dy);
+    glia_tensor_release(dx);
+    unbuild(&B);
+}
+
+static void test_values_1d(void)
+{
+    check_values("[b]\ntype = batchnorm\n", S(2, 4, 3, 0, 0), 0.1, 1e-5, true, true, 1);
+    check_values("[b]\ntype = batchnorm\nmomentum = 0.3\n", S(2, 7, 5, 0, 0), 0.3, 1e-5, true, true, 2);
+    check_values("[b]\ntype = batchnorm\nmomentum = 1\neps = 0.01\n", S(2, 2, 3, 0, 0), 1.0, 0.01, true, true, 3);
+    check_values("[b]\ntype = batchnorm\nmomentum = 0\n", S(2, 5, 2, 0, 0), 0.0, 1e-5, true, true, 4);
+    check_values("[b]\ntype = batchnorm\naffine = off\n", S(2, 6, 4, 0, 0), 0.1, 1e-5, false, true, 5);
+    check_values("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(2, 6, 3, 0, 0), 0.1, 1e-5, true, false, 6);
+    check_values("[b]\ntype = batchnorm\nmomentum = 0.2\n", S(2, 64, 33, 0, 0), 0.2, 1e-5, true, true, 7);
+}
+
+static void test_values_2d(void)
+{
+    check_values("[b]\ntype = batchnorm\n", S(4, 2, 3, 4, 5), 0.1, 1e-5, true, true, 11);
+    check_values("[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 3, 2, 3, 3), 0.3, 1e-5, true, true, 12);
+    check_values("[b]\ntype = batchnorm\n", S(4, 1, 3, 2, 2), 0.1, 1e-5, true, true, 13);
+    check_values("[b]\ntype = batchnorm\naffine = off\neps = 0.1\n", S(4, 3, 4, 2, 3), 0.1, 0.1, false, true, 14);
+    check_values("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 2, 3, 3, 4), 0.1, 1e-5, true, false, 15);
+    check_values("[b]\ntype = batchnorm\naffine = off\ntrack_running_stats = off\n", S(4, 3, 2, 2, 5), 0.1, 1e-5,
+                 false, false, 16);
+    check_values("[b]\ntype = batchnorm\nmomentum = 0.05\n", S(4, 8, 16, 7, 9), 0.05, 1e-5, true, true, 17);
+}
+
+/* Declared parameters and buffers: names, shapes, inits (PyTorch's). */
+static void test_declarations(void)
+{
+    struct built B;
+    struct glia_shape sh = S(4, 2, 5, 3, 3);
+    build("[b]\ntype = batchnorm\n", &sh, true, 1, &B);
+    CU_ASSERT(B.ops->flags & GLIA_LAYER_NORMALIZATION);  /* the drop_bias_before_norm pass looks for it */
+    CU_ASSERT(!(B.ops->flags & GLIA_LAYER_LOSS));
+    CU_ASSERT_EQUAL_FATAL(B.l.n_params, 2);
+    CU_ASSERT_EQUAL_FATAL(B.l.n_buffers, 2);
+    const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
+    struct glia_param *e[4] = {&B.l.params[0], &B.l.params[1], &B.l.buffers[0], &B.l.buffers[1]};
+    enum glia_init_kind kinds[4] = {GLIA_INIT_CONST, GLIA_INIT_ZEROS, GLIA_INIT_ZEROS, GLIA_INIT_CONST};
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_STRING_EQUAL(e[i]->name, names[i]);
+        CU_ASSERT(e[i]->shape.ndim == 1 && e[i]->shape.dim[0] == 5);
+        CU_ASSERT_EQUAL(e[i]->init.kind, kinds[i]);
+        if (kinds[i] == GLIA_INIT_CONST) CU_ASSERT_DOUBLE_EQUAL(e[i]->init.a, 1.0, 0);
+    }
+    /* another channel count is refused by shape inference; another batch or plane is not */
+    struct glia_shape os, s2 = S(4, 7, 5, 1, 2), s3 = S(4, 2, 4, 3, 3), s4 = S(3, 2, 5, 3, 0);
+    CU_ASSERT_EQUAL(B.ops->infer_shape(&B.l, &s2, 1, &os), GLIA_OK);
+    CU_ASSERT(glia_shape_equal(&os, &s2));
+    CU_ASSERT_EQUAL(B.ops->infer_shape(&B.l, &s3, 1, &os), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(B.ops->infer_shape(&B.l, &s4, 1, &os), GLIA_ESHAPE);
+    unbuild(&B);
+}
+
+/* PyTorch: BatchNorm1d(1) on x = (1, 2, 3, 4)ᵀ gives (x - 2.5)/sqrt(1.25 + 1e-5), running_mean 0.25,
+ * running_var 0.9 + 0.1*5/3; eval of the same x uses those. Weight and bias at their init. */
+static void test_hand_computed(void)
+{
+    struct built B;
+    struct glia_shape sh = S(2, 4, 1, 0, 0);
+    build("[b]\ntype = batchnorm\n", &sh, true, 1, &B);
+    struct glia_tensor *x, *y;
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &y) == GLIA_OK);
+    for (int i = 0; i < 4; i++) glia_tensor_f32(x)[i] = (float)(i + 1);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1};
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    for (int i = 0; i < 4; i++) CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(y)[i], (i + 1 - 2.5) / sqrt(1.25 + 1e-5), 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.25, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[1].value)[0], 0.9 + 0.1 * 5.0 / 3.0, 1e-6);
+    fa.train = false;
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    double sd = sqrt(0.9 + 0.1 * 5.0 / 3.0 + 1e-5);
+    for (int i = 0; i < 4; i++) CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(y)[i], (i + 1 - 0.25) / sd, 1e-6);
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    unbuild(&B);
+}
+
+/* One value per channel in training (PyTorch raises); eval of the same batch is fine. */
+static void test_single_value_per_channel(void)
+{
+    struct built B;
+    struct glia_shape sh = S(2, 1, 3, 0, 0);
+    build("[b]\ntype = batchnorm\n", &sh, true, 1, &B);
+    struct glia_tensor *x, *y;
+    CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &y) == GLIA_OK);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1};
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[b] batchnorm needs more than 1 value per channel in training, got input 1x3"));
+    CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[1].value)[0], 1.0, 0);
+    fa.train = false;
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    unbuild(&B);
+}
+
+/* ---- configuration errors ---- */
+
+static void expect_error(const char *ini, struct glia_shape in, glia_status want, const char *msg)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = glia_layer_gradcheck(ctx, ini, &in, 1, 1, 1e-2, NULL);
+    CU_ASSERT_EQUAL(st, want);
+    if (st != want || !strstr(glia_context_error(ctx), msg))
+        printf("\n  got %s: %s\n", glia_status_name(st), glia_context_error(ctx));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msg));
+    glia_context_free(ctx);
+}
+
+static void test_config_errors(void)
+{
+    expect_error("[b]\ntype = batchnorm\n", S(3, 2, 3, 4, 0), GLIA_ESHAPE,
+                 "gradcheck.ini:1: [b] batchnorm expects (N, C) or (N, C, H, W) input, got 2x3x4");
+    expect_error("[b]\ntype = batchnorm\n", S(1, 8, 0, 0, 0), GLIA_ESHAPE,
+                 "gradcheck.ini:1: [b] batchnorm expects (N, C) or (N, C, H, W) input, got 8");
+    expect_error("[b]\ntype = batchnorm\nmomentum = 2\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:3: [b] momentum: 2 is out of range [0, 1]");
+    expect_error("[b]\ntype = batchnorm\naffine = off\nmomentum = -0.1\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:4: [b] momentum: ");
+    expect_error("[b]\ntype = batchnorm\neps = 0\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:3: [b] eps: 0 is out of range [1e-12, 1]");
+    expect_error("[b]\ntype = batchnorm\naffine = maybe\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:3: [b] affine: ");
+}
+
+GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d), GLIA_TEST(test_values_1d),
+               GLIA_TEST(test_values_2d), GLIA_TEST(test_declarations), GLIA_TEST(test_hand_computed),
+               GLIA_TEST(test_single_value_per_channel), GLIA_TEST(test_config_errors))
