@@ -82,7 +82,9 @@ static void *worker_main(void *arg)
         while (!L->stop && L->generation == gen) pthread_cond_wait(&L->cv_work, &L->mu);
         if (L->stop) break;
         gen = L->generation;
-        for (int64_t b = w->index; b < L->n_batches && !L->stop && L->generation == gen; b += L->workers) {
+        int64_t W = L->workers, first = L->next;  /* resumed epochs start at batch `first` */
+        int64_t b0 = first + ((w->index - first % W) % W + W) % W;
+        for (int64_t b = b0; b < L->n_batches && !L->stop && L->generation == gen; b += L->workers) {
             struct slot *s = &w->ring[(b / L->workers) % L->prefetch];
             while (!L->stop && L->generation == gen && s->batch != -1) pthread_cond_wait(&L->cv_free, &L->mu);
             if (L->stop || L->generation != gen) break;
@@ -152,7 +154,7 @@ static void join_workers(struct glia__loader *L)
         }
 }
 
-glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch)
+glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t first_batch)
 {
     if (L->shuffle) glia__permutation(L->perm, L->d->n, L->seed + (uint64_t)epoch);
     else for (int64_t i = 0; i < L->d->n; i++) L->perm[i] = i;
@@ -160,7 +162,7 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch)
     L->epoch = epoch;
     L->n = L->d->n;
     L->n_batches = L->n_batches_per_epoch;
-    L->next = 0;
+    L->next = first_batch < L->n_batches ? first_batch : L->n_batches;
     L->wait_s = 0;
     for (int i = 0; i < (L->workers > 0 ? L->workers : 1); i++)
         for (int k = 0; k < (L->workers > 0 ? L->prefetch : 1); k++) {

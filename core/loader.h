@@ -36,8 +36,9 @@ struct glia__loader {
 
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o);
-/* Start an epoch (1-based): the order is a permutation from seed + epoch when shuffling. */
-glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch);
+/* Start an epoch (1-based) at batch first_batch (0 normally; later when resuming): the order
+ * is a permutation from seed + epoch when shuffling. */
+glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t first_batch);
 /* The next batch in order (x: n x rows x cols floats, y: n labels), valid until
  * glia__loader_release; false at the end of the epoch. */
 bool glia__loader_next(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n);

@@ -50,6 +50,10 @@ static const struct glia_key train_keys[] = {
     GLIA_KEY("clip_grad_norm", GLIA_KEY_FLOAT, "0", "scale gradients so their global L2 norm is at most this (0: off)", .min = 0, .max = 1e30),
     GLIA_KEY("accumulate", GLIA_KEY_INT, "1", "micro-batches per optimizer step (gradients averaged)", .min = 1, .max = 1e6),
     GLIA_KEY("metrics", GLIA_KEY_STRING, NULL, "JSON-lines file, one object per epoch (--metrics overrides)"),
+    GLIA_KEY("checkpoint_dir", GLIA_KEY_STRING, NULL, "write checkpoints here (every checkpoint_every steps and at the end)"),
+    GLIA_KEY("checkpoint_every", GLIA_KEY_INT, "0", "optimizer steps between checkpoints (0: only at the end)", .min = 0, .max = 1e15),
+    GLIA_KEY("checkpoint_keep", GLIA_KEY_INT, "2", "step checkpoints kept (older ones are deleted; final.ckpt stays)", .min = 1, .max = 1e6),
+    GLIA_KEY("max_steps", GLIA_KEY_INT, "0", "stop after this many optimizer steps, with a checkpoint (0: no limit)", .min = 0, .max = 1e15),
     GLIA_KEY("log_every", GLIA_KEY_INT, "100", "steps between progress lines when not on a terminal", .min = 1, .max = 1e9),
     GLIA_KEY_END};
 
@@ -303,6 +307,12 @@ static glia_status setup_optimizer(struct glia_model *m)
     m->clip_grad_norm = glia_section_float(t, "clip_grad_norm");
     m->accumulate = (int)glia_section_int(t, "accumulate");
     m->log_every = (int)glia_section_int(t, "log_every");
+    m->checkpoint_every = glia_section_int(t, "checkpoint_every");
+    m->checkpoint_keep = (int)glia_section_int(t, "checkpoint_keep");
+    m->max_steps = glia_section_int(t, "max_steps");
+    if (glia_section_str(t, "checkpoint_dir") &&
+        !(m->checkpoint_dir = glia__config_path(t, "checkpoint_dir", glia_section_str(t, "checkpoint_dir"))))
+        return GLIA_ENOMEM;
     return GLIA_OK;
 }
 
@@ -678,6 +688,7 @@ void glia_model_free(struct glia_model *m)
         free(l->buffers);
     }
     glia_tensor_release(m->buf);
+    free(m->checkpoint_dir);
     if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
     glia_tensor_release(m->w);
     glia_tensor_release(m->g);

@@ -44,6 +44,9 @@ struct glia_model {
     /* training */
     struct glia_optimizer opt;
     int epochs, log_every;
+    char *checkpoint_dir;            /* (owned) NULL: no checkpoints */
+    int64_t checkpoint_every, max_steps;
+    int checkpoint_keep;
     double lr;                       /* base learning rate */
     double cur_lr;                   /* learning rate of the last step */
     enum glia__schedule schedule;
@@ -65,6 +68,19 @@ struct glia_model {
 const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
+
+/* ---- checkpoints (core/checkpoint.c) ---- */
+struct glia__resume {
+    int epoch;          /* the epoch in progress (1-based) */
+    int64_t batch;      /* the next batch of that epoch */
+    double loss_sum;    /* that epoch's training loss sum so far */
+    int64_t samples;    /* that epoch's samples so far */
+};
+uint64_t glia__model_fingerprint(const struct glia_model *m);
+glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int epoch, int64_t batch,
+                                  double loss_sum, int64_t samples);
+/* training: also optimizer state and position (into *out); else weights and buffers only. */
+glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool training, struct glia__resume *out);
 /* Fill dst with n values drawn per init from a generator seeded with seed. */
 void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint64_t seed);
 /* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */

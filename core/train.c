@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "loader.h"
 #include "model_internal.h"
 
@@ -304,7 +305,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
     int64_t correct = 0, n = 0, nb;
     const float *x;
     const int32_t *y;
-    glia_status st = glia__loader_start_epoch(&s->test, 1);
+    glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
     while (!st && glia__loader_next(&s->test, &x, &y, &nb)) {
         st = put_batch(m, x, y, nb);
         glia__loader_release(&s->test);
@@ -338,7 +339,7 @@ static void fmt_time(double s, char *buf, size_t n)
     snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-static FILE *open_metrics(struct glia_model *m, const char *override, glia_status *st)
+static FILE *open_metrics(struct glia_model *m, const char *override, bool append, glia_status *st)
 {
     struct glia_section *t = glia__config_find(m->cfg, "train");
     char *path = override ? glia__strdup(override)
@@ -354,10 +355,34 @@ static FILE *open_metrics(struct glia_model *m, const char *override, glia_statu
                 *p = '/';
             }
     }
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, append ? "a" : "w");
     if (!f) *st = glia_error(m->ctx, GLIA_EIO, "cannot write metrics file %s: %s", path, strerror(errno));
     free(path);
     return f;
+}
+
+/* Writes <checkpoint_dir>/<name>, creating the folder; keeps the last checkpoint_keep step files. */
+static glia_status save_checkpoint(struct glia_model *m, const char *name, int epoch, int64_t batch,
+                                   double loss_sum, int64_t samples, char **kept)
+{
+    if (!m->checkpoint_dir) return GLIA_OK;
+    mkdir(m->checkpoint_dir, 0777);
+    size_t n = strlen(m->checkpoint_dir) + strlen(name) + 2;
+    char *path = malloc(n);
+    if (!path) return GLIA_ENOMEM;
+    snprintf(path, n, "%s/%s", m->checkpoint_dir, name);
+    glia_status st = glia__checkpoint_save(m, path, epoch, batch, loss_sum, samples);
+    if (st || !kept) {
+        free(path);
+        return st;
+    }
+    if (kept[m->checkpoint_keep - 1]) {  /* ring full: drop the oldest */
+        unlink(kept[m->checkpoint_keep - 1]);
+        free(kept[m->checkpoint_keep - 1]);
+    }
+    memmove(kept + 1, kept, sizeof *kept * (size_t)(m->checkpoint_keep - 1));
+    kept[0] = path;
+    return GLIA_OK;
 }
 
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
@@ -372,20 +397,33 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         scratch_free(&s);
         return st;
     }
-    FILE *metrics = open_metrics(m, opt->metrics_path, &st);
-    if (st) {
+    struct glia__resume rs = {1, 0, 0, 0};
+    if (opt->resume && (st = glia__checkpoint_load(m, opt->resume, true, &rs))) {
         scratch_free(&s);
         return st;
     }
+    FILE *metrics = open_metrics(m, opt->metrics_path, opt->resume != NULL, &st);
+    char **kept = m->checkpoint_dir ? calloc((size_t)m->checkpoint_keep, sizeof *kept) : NULL;
+    if (!st && m->checkpoint_dir && !kept) st = GLIA_ENOMEM;
+    if (st) {
+        if (metrics) fclose(metrics);
+        scratch_free(&s);
+        return st;
+    }
+    if (opt->resume && opt->progress >= 0)
+        fprintf(out, "resuming from %s: epoch %d, batch %lld, step %lld\n", opt->resume, rs.epoch, (long long)rs.batch,
+                (long long)m->step);
     int64_t steps = s.train.n_batches_per_epoch, n = 0;
     double t_start = glia__now(), test_loss = 0, test_acc = 0;
-    for (int epoch = 1; epoch <= m->epochs && !st; epoch++) {
-        double t0 = glia__now(), loss_sum = 0;
-        int64_t b = 0, nb;
+    bool stopped = false;
+    for (int epoch = rs.epoch; epoch <= m->epochs && !st && !stopped; epoch++) {
+        bool resumed = epoch == rs.epoch && rs.batch > 0;
+        double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0;
+        int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
         const float *bx;
         const int32_t *by;
-        st = glia__loader_start_epoch(&s.train, epoch);
-        for (int64_t k = 0; !st && glia__loader_next(&s.train, &bx, &by, &nb); k++) {
+        st = glia__loader_start_epoch(&s.train, epoch, k0);
+        for (int64_t k = k0; !st && glia__loader_next(&s.train, &bx, &by, &nb); k++) {
             double l = 0;
             st = put_batch(m, bx, by, nb);
             glia__loader_release(&s.train);
@@ -394,11 +432,19 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (!st && !isfinite(l))
                 st = glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch, (long long)k + 1);
             if (!st) st = backward(m);
-            if (!st && ((k + 1) % m->accumulate == 0 || k == steps - 1)) st = optimizer_step(m, epoch);
+            bool stepped = !st && ((k + 1) % m->accumulate == 0 || k == steps - 1);
+            if (stepped) st = optimizer_step(m, epoch);
             if (st) break;
             loss_sum += l * (double)nb;
             b += nb;
-            double el = glia__now() - t0, rate = (double)b / (el > 0 ? el : 1e-9);
+            if (stepped && m->max_steps > 0 && m->step >= m->max_steps) stopped = true;
+            if (stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped)) {
+                char name[64];
+                snprintf(name, sizeof name, "step-%08lld.ckpt", (long long)m->step);
+                if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, kept))) break;
+            }
+            if (stopped) break;
+            double el = glia__now() - t0, rate = (double)(b - b_start) / (el > 0 ? el : 1e-9);
             char eta[32];
             fmt_time((double)(steps - k - 1) * m->batch / rate, eta, sizeof eta);
             if (opt->progress > 0)
@@ -410,12 +456,20 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (opt->progress >= 0) fflush(out);
         }
         if (st) break;
+        if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
+            if (opt->progress > 0) fprintf(out, "\r\033[K");
+            if (opt->progress >= 0)
+                fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/step-%08lld.ckpt\n",
+                        (long long)m->max_steps, epoch, m->checkpoint_dir ? m->checkpoint_dir : "(no checkpoint_dir)",
+                        (long long)m->step);
+            break;
+        }
         n = b;
         double train_s = glia__now() - t0, wait_s = s.train.wait_s;
         st = evaluate(m, &s, &test_loss, &test_acc);
         if (st) break;
         struct glia_epoch_result r = {epoch, n ? loss_sum / (double)n : 0, test_loss, test_acc,
-                                      (double)n / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s};
+                                      (double)(n - b_start) / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s};
         if (results && epoch <= max_results) results[epoch - 1] = r;
         if (opt->progress > 0) fprintf(out, "\r\033[K");
         if (opt->progress >= 0)
@@ -428,8 +482,11 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             fflush(metrics);
         }
     }
+    if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, NULL);
+    for (int i = 0; kept && i < m->checkpoint_keep; i++) free(kept[i]);
+    free(kept);
     if (metrics && fclose(metrics) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
-    if (!st && opt->progress >= 0)
+    if (!st && !stopped && opt->progress >= 0)
         fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
                 (long long)m->step, test_loss, test_acc, glia__now() - t_start);
     scratch_free(&s);

@@ -30,7 +30,7 @@ static uint64_t run(const struct glia__dataset *d, struct glia__loader_options o
     uint64_t h = 0xcbf29ce484222325ull;
     *batches = 0;
     for (int e = 1; e <= epochs; e++) {
-        CU_ASSERT_FATAL(glia__loader_start_epoch(&L, e) == GLIA_OK);
+        CU_ASSERT_FATAL(glia__loader_start_epoch(&L, e, 0) == GLIA_OK);
         const float *x;
         const int32_t *y;
         int64_t n;
@@ -84,7 +84,7 @@ static void test_epochs_reshuffle_and_cover(void)
     int32_t order[2][50];
     for (int e = 1; e <= 2; e++) {
         int seen[50] = {0}, k = 0;
-        CU_ASSERT_FATAL(glia__loader_start_epoch(&L, e) == GLIA_OK);
+        CU_ASSERT_FATAL(glia__loader_start_epoch(&L, e, 0) == GLIA_OK);
         const float *x;
         const int32_t *y;
         int64_t n;
@@ -132,7 +132,7 @@ static void test_augmentation(void)
     for (int mode = 0; mode < 2; mode++) {
         struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, 0, 1, 3};
         CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
-        CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1) == GLIA_OK);
+        CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
         const float *x;
         const int32_t *y;
         int64_t nb;
@@ -179,7 +179,7 @@ static void test_wait_time_and_early_stop(void)
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, 0, 1, 1};
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
-    CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1) == GLIA_OK);
+    CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
     const float *x;
     const int32_t *y;
     int64_t n;
@@ -189,7 +189,7 @@ static void test_wait_time_and_early_stop(void)
     /* stop after one batch while workers are blocked on full rings: must not hang */
     o.workers = 3;
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
-    CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1) == GLIA_OK);
+    CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
     CU_ASSERT(glia__loader_next(&L, &x, &y, &n));
     glia__loader_release(&L);
     glia__loader_free(&L);

@@ -68,7 +68,7 @@ static float *weights(struct run *r, long long *n)
     return w;
 }
 
-static struct glia_train_options quiet = {NULL, -1, NULL};
+static struct glia_train_options quiet = {NULL, -1, NULL, NULL};
 
 static void test_same_seed_bit_identical(void)
 {
@@ -139,7 +139,7 @@ static void test_metrics_file(void)
     struct run r;
     open_run(&r, model_text(5, 2));
     const char *path = glia_test_tmp("metrics/run1/m.jsonl");
-    struct glia_train_options o = {path, -1, NULL};
+    struct glia_train_options o = {path, -1, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     FILE *f = fopen(path, "r");
     CU_ASSERT_FATAL(f != NULL);
@@ -161,7 +161,7 @@ static void test_metrics_file(void)
     close_run(&r);
     /* an unwritable metrics path is a clear error before any training */
     open_run(&r, model_text(5, 1));
-    struct glia_train_options bad = {"/proc/no/such/dir/m.jsonl", -1, NULL};
+    struct glia_train_options bad = {"/proc/no/such/dir/m.jsonl", -1, NULL, NULL};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &bad, NULL, 0), GLIA_EIO);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "cannot write metrics file /proc/no/such/dir/m.jsonl"));
     close_run(&r);
@@ -362,6 +362,149 @@ static void test_drop_bias_before_norm(void)
     close_run(&c);
 }
 
+static const char *ckpt_text(const char *extra)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 31\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 24\nmean = 0.2\nstd = 0.3\nrandom_flip = on\n"
+             "[train]\nepochs = 3\noptimizer = adam\nlr = 0.01\nschedule = cosine\naccumulate = 2\ncheckpoint_dir = %s/ck\n%s"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[bn]\ntype = batchnorm\n[act]\ntype = relu\n"
+             "[drop]\ntype = dropout\np = 0.3\n[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, dir, extra);
+    return buf;
+}
+
+static void rm_ckpt(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/ck'", dir);
+    CU_ASSERT(system(cmd) == 0);
+}
+
+/* Stop after `stop` optimizer steps, resume from the checkpoint, and compare everything with
+ * the uninterrupted run: epoch losses, accuracies and final weights, bit for bit. */
+static void resume_case(int stop)
+{
+    rm_ckpt();
+    struct run a, b, c;
+    struct glia_epoch_result ra[3], rc[3];
+    long long n;
+    open_run(&a, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
+    float *wa = weights(&a, &n);
+    char extra[64], path[700];
+    snprintf(extra, sizeof extra, "max_steps = %d\n", stop);
+    open_run(&b, ckpt_text(extra));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, NULL, 0), GLIA_OK);
+    close_run(&b);
+    snprintf(path, sizeof path, "%s/ck/step-%08d.ckpt", dir, stop);
+    open_run(&c, ckpt_text(""));
+    struct glia_train_options o = {NULL, -1, NULL, path};
+    memset(rc, 0, sizeof rc);
+    glia_status st = glia_model_train(c.m, &o, rc, 3);
+    if (st) printf("\n  %s\n", glia_context_error(c.ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    float *wc = weights(&c, &n);
+    CU_ASSERT_EQUAL(memcmp(wa, wc, (size_t)n * 4), 0);
+    int first = stop / 11 + 1;  /* 512 samples / 24 = 22 batches = 11 steps an epoch */
+    for (int e = first; e <= 3; e++) {
+        CU_ASSERT_EQUAL(ra[e - 1].train_loss, rc[e - 1].train_loss);
+        CU_ASSERT_EQUAL(ra[e - 1].test_loss, rc[e - 1].test_loss);
+        CU_ASSERT_EQUAL(ra[e - 1].test_accuracy, rc[e - 1].test_accuracy);
+    }
+    free(wa);
+    free(wc);
+    close_run(&a);
+    close_run(&c);
+}
+
+static void test_resume_is_bit_exact(void)
+{
+    make_data();
+    resume_case(5);   /* mid-epoch 1 */
+    resume_case(11);  /* at the end of epoch 1, before its evaluation */
+    resume_case(17);  /* mid-epoch 2 */
+}
+
+static void expect_ckpt_error(const char *path, const char *text, glia_status want, const char *msg)
+{
+    struct run r;
+    open_run(&r, text);
+    struct glia_train_options o = {NULL, -1, NULL, path};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), want);
+    if (!strstr(glia_context_error(r.ctx), msg)) printf("\n  got: %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), msg));
+    close_run(&r);
+}
+
+static void test_checkpoint_errors_and_eval(void)
+{
+    make_data();
+    rm_ckpt();
+    struct run r;
+    struct glia_epoch_result res[3];
+    open_run(&r, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 3), GLIA_OK);
+    close_run(&r);
+    char final[700], cmd[2200], p[700];
+    snprintf(final, sizeof final, "%s/ck/final.ckpt", dir);
+    /* eval from the final checkpoint gives the last epoch's test result */
+    open_run(&r, ckpt_text(""));
+    double l, a;
+    CU_ASSERT_EQUAL(glia_model_load_checkpoint(r.m, final), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(l, res[2].test_loss);
+    CU_ASSERT_EQUAL(a, res[2].test_accuracy);
+    close_run(&r);
+    /* no checkpoint_every: no step files, just final.ckpt, and no temporary files */
+    snprintf(cmd, sizeof cmd, "test \"$(ls '%s/ck')\" = final.ckpt", dir);
+    CU_ASSERT(system(cmd) == 0);
+    /* truncated */
+    snprintf(p, sizeof p, "%s/ck/trunc.ckpt", dir);
+    snprintf(cmd, sizeof cmd, "head -c 1000 '%s' > '%s'", final, p);
+    CU_ASSERT(system(cmd) == 0);
+    expect_ckpt_error(p, ckpt_text(""), GLIA_EFORMAT, "trunc.ckpt: truncated checkpoint");
+    /* one byte flipped in the payload */
+    snprintf(p, sizeof p, "%s/ck/flip.ckpt", dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf '\\377' | dd of='%s' bs=1 seek=500 conv=notrunc 2>/dev/null", final, p, p);
+    CU_ASSERT(system(cmd) == 0);
+    expect_ckpt_error(p, ckpt_text(""), GLIA_EFORMAT, "flip.ckpt: corrupt checkpoint (CRC mismatch)");
+    /* foreign file */
+    snprintf(p, sizeof p, "%s/ck/foreign.ckpt", dir);
+    CU_ASSERT(glia_test_write(p, "PK\003\004 this is not a checkpoint at all, it is something else") == 0);
+    expect_ckpt_error(p, ckpt_text(""), GLIA_EFORMAT, "foreign.ckpt: not a glia checkpoint");
+    /* missing */
+    snprintf(p, sizeof p, "%s/ck/missing.ckpt", dir);
+    expect_ckpt_error(p, ckpt_text(""), GLIA_EIO, "cannot open checkpoint");
+    /* another model: fc1 wider */
+    char other[4096];
+    snprintf(other, sizeof other, "%s", ckpt_text(""));
+    char *w = strstr(other, "outputs = 16");
+    CU_ASSERT_FATAL(w != NULL);
+    memcpy(w, "outputs = 17", 12);
+    expect_ckpt_error(final, other, GLIA_EINVAL, "checkpoint of another model");
+    /* another optimizer */
+    snprintf(other, sizeof other, "%s", ckpt_text(""));
+    w = strstr(other, "optimizer = adam");
+    memcpy(w, "optimizer = sgd\n", 16);
+    expect_ckpt_error(final, other, GLIA_EINVAL, "checkpoint optimizer 'adam', the model's [train] optimizer is 'sgd'");
+}
+
+static void test_checkpoint_keep(void)
+{
+    make_data();
+    rm_ckpt();
+    struct run r;
+    open_run(&r, ckpt_text("checkpoint_every = 3\ncheckpoint_keep = 2\n"));
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    close_run(&r);
+    char cmd[900];  /* 33 steps: kept 30 and 33, plus final */
+    snprintf(cmd, sizeof cmd, "test \"$(ls '%s/ck' | tr '\\n' ' ')\" = 'final.ckpt step-00000030.ckpt step-00000033.ckpt '", dir);
+    CU_ASSERT(system(cmd) == 0);
+}
+
 static void test_fashion_mnist_subset(void)
 {
     const char *d = "/usr/share/datasets/fashion-mnist";
@@ -395,4 +538,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
+               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_fashion_mnist_subset))

@@ -8,7 +8,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--quiet]\n"
+            "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
+            "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
             "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
             "                                          or runtime|data|train|plugins|layer)\n"
@@ -23,7 +24,7 @@ static int fail(struct glia_context *ctx, glia_status st)
 }
 
 struct args {
-    const char *model, *metrics, *describe;
+    const char *model, *metrics, *describe, *resume, *checkpoint;
     const char *sets[256];
     int n_sets, quiet;
 };
@@ -32,7 +33,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
 {
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
-        if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe")) && i + 1 >= argc) {
+        if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe") || !strcmp(s, "--resume") ||
+             !strcmp(s, "--checkpoint")) && i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -44,6 +46,10 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->sets[a->n_sets++] = argv[++i];
         } else if (!strncmp(s, "--set=", 6)) {
             if (a->n_sets < 256) a->sets[a->n_sets++] = s + 6;
+        } else if (!strcmp(s, "--resume")) {
+            a->resume = argv[++i];
+        } else if (!strcmp(s, "--checkpoint")) {
+            a->checkpoint = argv[++i];
         } else if (!strcmp(s, "--metrics")) {
             a->metrics = argv[++i];
         } else if (!strcmp(s, "--describe")) {
@@ -86,10 +92,31 @@ static int cmd_train(struct glia_context *ctx, const struct args *a, int check_o
             glia_model_summary(m, stdout);
         } else {
             if (!a->quiet) glia_model_summary(m, stdout);
-            struct glia_train_options o = {a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout};
+            struct glia_train_options o = {a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout, a->resume};
             glia_status st = glia_model_train(m, &o, NULL, 0);
             if (st) rc = fail(ctx, st);
         }
+    }
+    glia_model_free(m);
+    glia_config_free(cfg);
+    return rc;
+}
+
+static int cmd_eval(struct glia_context *ctx, const struct args *a)
+{
+    if (!a->model || !a->checkpoint) {
+        fprintf(stderr, "glia: eval needs MODEL.ini and --checkpoint FILE\n");
+        return 2;
+    }
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    int rc = load_model(ctx, a, &cfg, &m);
+    if (!rc) {
+        double loss, acc;
+        glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
+        if (!st) st = glia_model_evaluate(m, &loss, &acc);
+        if (st) rc = fail(ctx, st);
+        else printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
     }
     glia_model_free(m);
     glia_config_free(cfg);
@@ -136,6 +163,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "train")) rc = cmd_train(ctx, &a, 0);
     else if (!strcmp(cmd, "check")) rc = cmd_train(ctx, &a, 1);
+    else if (!strcmp(cmd, "eval")) rc = cmd_eval(ctx, &a);
     else if (!strcmp(cmd, "plugins")) rc = cmd_plugins(ctx, &a);
     else {
         fprintf(stderr, "glia: unknown command '%s'\n", cmd);

@@ -46,6 +46,7 @@ struct glia_train_options {
     const char *metrics_path;  /* overrides [train] metrics when non-NULL */
     int progress;              /* 1: redraw one line (terminal), 0: plain lines, -1: quiet */
     FILE *out;                 /* progress and summary (default stdout) */
+    const char *resume;        /* checkpoint to continue from (NULL: start fresh) */
 };
 
 struct glia_epoch_result {
@@ -59,6 +60,8 @@ struct glia_epoch_result {
  * it receives up to max_results epoch results. */
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results);
+/* Load weights and buffers from a checkpoint written by training this model. */
+glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
 /* Evaluate on the test set. */
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy);
 

@@ -1,0 +1,208 @@
+/* core/checkpoint.c — checkpoint files: a versioned, CRC-checked binary snapshot of a model's
+ * weights, buffers, optimizer state and training position, written atomically.
+ * Not a general serialization library: one format, read back by the same model.
+ *
+ * Layout (little-endian):
+ *   header (40 bytes): "GLIACKPT", u32 version, u32 0x01020304, u64 payload bytes,
+ *                      u32 crc32(payload), u32 0, u64 model fingerprint
+ *   payload: u64 n_weights, u64 n_buffers, u32 n_state, u32 0, char optimizer[32],
+ *            i64 step, i32 epoch, i32 0, i64 next batch in epoch, u64 seed,
+ *            f64 loss sum of the epoch so far, i64 samples of the epoch so far,
+ *            f32 weights[n_weights], f32 buffers[n_buffers], f32 state[n_state][n_weights]
+ * Randomness in glia is a function of (seed, epoch, step, sample), so step, epoch and the
+ * batch position are the whole random state: a resumed run repeats the uninterrupted one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "model_internal.h"
+
+#define MAGIC "GLIACKPT"
+#define VERSION 1u
+#define HEADER 40
+
+struct meta {
+    uint64_t n_weights, n_buffers;
+    uint32_t n_state, pad0;
+    char optimizer[32];
+    int64_t step;
+    int32_t epoch, pad1;
+    int64_t batch;
+    uint64_t seed;
+    double loss_sum;
+    int64_t samples;
+};
+
+uint64_t glia__model_fingerprint(const struct glia_model *m)
+{
+    uint64_t h = glia__hash_str(0, "glia-model");
+    char buf[64];
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia_layer *l = &m->nodes[i].layer;
+        h = glia__hash_str(glia__hash_str(h, l->name), l->ops->type);
+        for (int p = 0; p < l->n_params; p++)
+            h = glia__hash_str(glia__hash_str(h, l->params[p].name), glia_shape_str(&l->params[p].shape, buf, sizeof buf));
+        for (int p = 0; p < l->n_buffers; p++)
+            h = glia__hash_str(glia__hash_str(h, l->buffers[p].name), glia_shape_str(&l->buffers[p].shape, buf, sizeof buf));
+    }
+    return h;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+/* Copy a device tensor's first n floats into dst. */
+static glia_status pull(const struct glia_tensor *t, float *dst, int64_t n)
+{
+    return n ? glia_tensor_to_host(t, dst, (size_t)n * sizeof(float)) : GLIA_OK;
+}
+
+glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int epoch, int64_t batch,
+                                  double loss_sum, int64_t samples)
+{
+    int ns = m->opt.ops->n_state;
+    size_t nfloat = (size_t)m->n_weights * (size_t)(1 + ns) + (size_t)m->n_buffer_values;
+    size_t payload = sizeof(struct meta) + nfloat * sizeof(float);
+    unsigned char *buf = malloc(HEADER + payload);
+    if (!buf) return glia_error(m->ctx, GLIA_ENOMEM, "checkpoint %s: out of memory", path);
+    struct meta mt = {(uint64_t)m->n_weights, (uint64_t)m->n_buffer_values, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
+                      batch, m->seed, loss_sum, samples};
+    snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.ops->name);
+    unsigned char *p = buf + HEADER;
+    memcpy(p, &mt, sizeof mt);
+    float *f = (float *)(p + sizeof mt);
+    glia_status st = pull(m->w, f, m->n_weights);
+    f += m->n_weights;
+    if (!st) st = pull(m->buf, f, m->n_buffer_values);
+    f += m->n_buffer_values;
+    for (int k = 0; k < ns && !st; k++, f += m->n_weights) st = pull(m->state[k], f, m->n_weights);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    memcpy(buf, MAGIC, 8);
+    put_u32(buf + 8, VERSION);
+    put_u32(buf + 12, 0x01020304u);
+    put_u64(buf + 16, payload);
+    put_u32(buf + 24, (uint32_t)crc32(0L, p, (uInt)payload));
+    put_u32(buf + 28, 0);
+    put_u64(buf + 32, glia__model_fingerprint(m));
+    /* atomic: temporary file in the same folder, fsync, rename, fsync the folder */
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp) {
+        free(buf);
+        return GLIA_ENOMEM;
+    }
+    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t left = HEADER + payload, off = 0;
+    while (fd >= 0 && left > 0) {
+        ssize_t w = write(fd, buf + off, left);
+        if (w <= 0) break;
+        off += (size_t)w;
+        left -= (size_t)w;
+    }
+    int err = fd < 0 ? errno : left ? (errno ? errno : EIO) : 0;
+    if (!err && fsync(fd)) err = errno;
+    if (fd >= 0 && close(fd) && !err) err = errno;
+    if (!err && rename(tmp, path)) err = errno;
+    free(buf);
+    if (err) {
+        unlink(tmp);
+        free(tmp);
+        return glia_error(m->ctx, GLIA_EIO, "cannot write checkpoint %s: %s", path, strerror(err));
+    }
+    free(tmp);
+    char *dcopy = glia__strdup(path);
+    if (dcopy) {
+        int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dcopy);
+    }
+    return GLIA_OK;
+}
+
+static glia_status bad(struct glia_model *m, const char *path, const char *what)
+{
+    return glia_error(m->ctx, GLIA_EFORMAT, "%s: %s", path, what);
+}
+
+glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool training, struct glia__resume *out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return glia_error(m->ctx, GLIA_EIO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    unsigned char h[HEADER];
+    size_t got = fread(h, 1, HEADER, f);
+    glia_status st = GLIA_OK;
+    uint32_t version, endian, crc;
+    uint64_t payload, fp;
+    memcpy(&version, h + 8, 4);
+    memcpy(&endian, h + 12, 4);
+    memcpy(&payload, h + 16, 8);
+    memcpy(&crc, h + 24, 4);
+    memcpy(&fp, h + 32, 8);
+    if (got < 8 || memcmp(h, MAGIC, 8)) st = bad(m, path, "not a glia checkpoint (no GLIACKPT signature)");
+    else if (got < HEADER) st = bad(m, path, "truncated checkpoint header");
+    else if (endian != 0x01020304u) st = bad(m, path, "checkpoint written on a machine of the other byte order");
+    else if (version != VERSION)
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: checkpoint format version %u, this glia reads version %u", path, version, VERSION);
+    else if (payload < sizeof(struct meta) || payload > ((uint64_t)1 << 40)) st = bad(m, path, "corrupt checkpoint header");
+    unsigned char *p = NULL;
+    if (!st && !(p = malloc(payload))) st = GLIA_ENOMEM;
+    if (!st && fread(p, 1, payload, f) != payload)
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: truncated checkpoint (%llu payload bytes expected)", path,
+                        (unsigned long long)payload);
+    if (!st && fgetc(f) != EOF) st = bad(m, path, "trailing bytes after the checkpoint");
+    fclose(f);
+    if (!st && (uint32_t)crc32(0L, p, (uInt)payload) != crc) st = bad(m, path, "corrupt checkpoint (CRC mismatch)");
+    struct meta mt;
+    if (!st) memcpy(&mt, p, sizeof mt);
+    if (!st && (fp != glia__model_fingerprint(m) || mt.n_weights != (uint64_t)m->n_weights ||
+                mt.n_buffers != (uint64_t)m->n_buffer_values))
+        st = glia_error(m->ctx, GLIA_EINVAL,
+                        "%s: checkpoint of another model (%llu parameters, %llu buffer values; this model has %lld and %lld, "
+                        "or its layer names, types or shapes differ)",
+                        path, (unsigned long long)mt.n_weights, (unsigned long long)mt.n_buffers,
+                        (long long)m->n_weights, (long long)m->n_buffer_values);
+    int ns = m->opt.ops->n_state;
+    if (!st && payload != sizeof mt + ((uint64_t)mt.n_weights * (1 + mt.n_state) + mt.n_buffers) * sizeof(float))
+        st = bad(m, path, "corrupt checkpoint (sizes do not add up)");
+    mt.optimizer[sizeof mt.optimizer - 1] = '\0';
+    if (!st && training && (strcmp(mt.optimizer, m->opt.ops->name) || (int)mt.n_state != ns))
+        st = glia_error(m->ctx, GLIA_EINVAL, "%s: checkpoint optimizer '%s', the model's [train] optimizer is '%s'", path,
+                        mt.optimizer, m->opt.ops->name);
+    if (!st) {
+        const float *fl = (const float *)(p + sizeof mt);
+        if (m->n_weights) st = glia_tensor_from_host(m->w, fl, (size_t)m->n_weights * sizeof(float));
+        fl += m->n_weights;
+        if (!st && m->n_buffer_values) st = glia_tensor_from_host(m->buf, fl, (size_t)m->n_buffer_values * sizeof(float));
+        fl += m->n_buffer_values;
+        for (int k = 0; k < ns && training && !st; k++, fl += m->n_weights)
+            st = glia_tensor_from_host(m->state[k], fl, (size_t)m->n_weights * sizeof(float));
+    }
+    if (!st && training) {
+        m->step = mt.step;
+        out->epoch = mt.epoch;
+        out->batch = mt.batch;
+        out->loss_sum = mt.loss_sum;
+        out->samples = mt.samples;
+        if (mt.seed != m->seed)
+            glia_log(m->ctx, GLIA_LOG_WARN, "%s: checkpoint seed %llu, [runtime] seed %llu: the resumed run uses %llu",
+                     path, (unsigned long long)mt.seed, (unsigned long long)m->seed, (unsigned long long)mt.seed);
+        m->seed = mt.seed;
+    }
+    free(p);
+    return st;
+}
+
+glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path)
+{
+    return glia__checkpoint_load(m, path, false, NULL);
+}
