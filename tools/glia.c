@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "plot.h"
 
 static void usage(FILE *f)
 {
@@ -13,6 +14,7 @@ static void usage(FILE *f)
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
             "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
             "                                          or runtime|data|train|plugins|layer)\n"
+            "       glia plot METRICS.jsonl [-o OUT.svg]\n"
             "       glia --version\n");
 }
 
@@ -138,6 +140,48 @@ static int cmd_plugins(struct glia_context *ctx, const struct args *a)
     return st ? fail(ctx, st) : 0;
 }
 
+/* glia plot FILE.jsonl [-o OUT.svg]: needs no context and no plugins. */
+static int cmd_plot(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "glia: %s needs a value\n", s);
+                return 2;
+            }
+            out = argv[++i];
+        } else if (s[0] == '-' && s[1]) {
+            fprintf(stderr, "glia: unknown option %s\n", s);
+            return 2;
+        } else if (!in) {
+            in = s;
+        } else {
+            fprintf(stderr, "glia: unexpected argument %s\n", s);
+            return 2;
+        }
+    }
+    if (!in) {
+        usage(stderr);
+        return 2;
+    }
+    char name[4096], err[8192];
+    if (!out) {
+        if (glia_plot_output_name(in, name, sizeof name)) {
+            fprintf(stderr, "glia: %s: file name too long\n", in);
+            return 2;
+        }
+        out = name;
+    }
+    if (glia_plot(in, out, err, sizeof err)) {
+        fprintf(stderr, "glia: %s\n", err);
+        return 1;
+    }
+    printf("wrote %s\n", out);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -153,6 +197,7 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
     struct args a = {0};
     int rc = parse_args(argc, argv, 2, &a);
     if (rc) return rc;
