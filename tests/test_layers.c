@@ -45,6 +45,46 @@ static void test_softmax_cross_entropy(void)
 {
     check_ok("[loss]\ntype = softmax_cross_entropy\n", S(2, 5, 4, 0, 0), 7);
     check_ok("[loss]\ntype = softmax_cross_entropy\n", S(2, 1, 10, 0, 0), 8);
+    check_ok("[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.1\n", S(2, 5, 4, 0, 0), 9);
+    check_ok("[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 1\n", S(2, 3, 6, 0, 0), 10);
+}
+
+/* torch: F.cross_entropy([[1, 2, 3]], [0], label_smoothing=0.2) = 2.2076059 (by the formula
+ * (1-e)(lse - x_y) + e mean_c(lse - x_c) with lse = 3.4076059) */
+static void test_label_smoothing_value(void)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "softmax_cross_entropy") == GLIA_OK);
+    const struct glia_layer_ops *ops = glia__find_layer(ctx, "softmax_cross_entropy", "cpu");
+    struct glia_backend *b;
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
+    struct glia_config *cfg;
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "l.ini", "[l]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.2\n", &cfg) == GLIA_OK);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    CU_ASSERT_FATAL(glia__section_validate(cfg->sections[0], sch, 2) == GLIA_OK);
+    struct glia_shape sh = S(2, 1, 3, 0, 0), one = S(1, 1, 0, 0, 0);
+    struct glia_layer l = {.name = "l", .ops = ops, .ctx = ctx, .backend = b};
+    CU_ASSERT_FATAL(ops->create(&l, cfg->sections[0], &sh, 1) == GLIA_OK);
+    struct glia_tensor *x, *y, *out;
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_I32, &one, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &one, &out) == GLIA_OK);
+    float xv[3] = {1, 2, 3};
+    memcpy(x->data, xv, sizeof xv);
+    glia_tensor_i32(y)[0] = 0;
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd a = {in, 1, out, y, false, 0};
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
+    double want = 0.8 * (lse - 1) + 0.2 * ((lse - 1) + (lse - 2) + (lse - 3)) / 3;
+    CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(out)[0], want, 1e-5);
+    CU_ASSERT_DOUBLE_EQUAL(want, 2.2076059, 1e-6);
+    ops->destroy(&l);
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    glia_tensor_release(out);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
 }
 
 static void test_sigmoid(void)
@@ -335,7 +375,7 @@ static void test_checker_catches_write_over_garbage(void)
     expect_caught(&bad_unset_ops, "[b]\ntype = bad_unset\n", "gradcheck [b]: error inf");
 }
 
-GLIA_TEST_MAIN("layers", GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
+GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
                GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_flatten),
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),

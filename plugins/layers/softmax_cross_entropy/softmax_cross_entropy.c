@@ -7,7 +7,13 @@
 struct sce {
     float *prob;       /* (N, C) softmax of the last training forward */
     int64_t cap;
+    float smoothing;   /* label smoothing epsilon */
 };
+
+static const struct glia_key sce_keys[] = {
+    GLIA_KEY("label_smoothing", GLIA_KEY_FLOAT, "0",
+             "target = (1 - e) onehot + e / classes (torch's label_smoothing)", .min = 0, .max = 1),
+    GLIA_KEY_END};
 
 static glia_status sce_create(struct glia_layer *l, const struct glia_section *cfg,
                               const struct glia_shape *in, int n_in)
@@ -16,8 +22,11 @@ static glia_status sce_create(struct glia_layer *l, const struct glia_section *c
     if (in[0].ndim != 2)
         return glia_section_error(cfg, NULL, GLIA_ESHAPE, "softmax_cross_entropy expects (N, classes) logits, got %s",
                                   glia_shape_str(&in[0], buf, sizeof buf));
-    l->priv = calloc(1, sizeof(struct sce));
-    return l->priv ? GLIA_OK : GLIA_ENOMEM;
+    struct sce *p = calloc(1, sizeof(struct sce));
+    if (!p) return GLIA_ENOMEM;
+    p->smoothing = (float)glia_section_float(cfg, "label_smoothing");
+    l->priv = p;
+    return GLIA_OK;
 }
 
 static void sce_destroy(struct glia_layer *l)
@@ -35,7 +44,8 @@ static glia_status sce_infer(const struct glia_layer *l, const struct glia_shape
     return GLIA_OK;
 }
 
-/* loss(1) = mean_n -log softmax(x(N,C))[n, y(n)]; keeps prob(N,C) when training */
+/* loss(1) = mean_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])], p = softmax(x(N,C));
+ * keeps prob(N,C) when training */
 static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct sce *p = l->priv;
@@ -60,8 +70,12 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
         for (int64_t j = 1; j < C; j++) mx = r[j] > mx ? r[j] : mx;
         double s = 0;
         for (int64_t j = 0; j < C; j++) s += exp((double)(r[j] - mx));
-        double lse = log(s) + mx;
-        total += lse - r[y[i]];
+        double lse = log(s) + mx, mean_nll = 0;
+        if (p->smoothing > 0) {
+            for (int64_t j = 0; j < C; j++) mean_nll += lse - r[j];
+            mean_nll /= (double)C;
+        }
+        total += (1.0 - p->smoothing) * (lse - r[y[i]]) + p->smoothing * mean_nll;
         if (a->train)
             for (int64_t j = 0; j < C; j++) p->prob[i * C + j] = (float)exp((double)r[j] - lse);
     }
@@ -69,7 +83,7 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     return GLIA_OK;
 }
 
-/* dx(N,C) (+)= scale * (prob - onehot(y)) / N */
+/* dx(N,C) (+)= scale * (prob - (1-e) onehot(y) - e/C) / N */
 static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     struct sce *p = l->priv;
@@ -79,10 +93,11 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     float *dx = glia_tensor_f32(a->din[0]);
     float k = glia_tensor_f32(a->dout)[0] / (float)N;
     bool add = a->din_accumulate[0];
+    float e = p->smoothing, off = e / (float)C;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < C; j++) {
-            float g = k * (p->prob[i * C + j] - (j == y[i] ? 1.0f : 0.0f));
+            float g = k * (p->prob[i * C + j] - (j == y[i] ? 1.0f - e : 0.0f) - off);
             dx[i * C + j] = add ? dx[i * C + j] + g : g;
         }
     return GLIA_OK;
@@ -93,7 +108,7 @@ static const struct glia_layer_ops sce_ops = {
     .type = "softmax_cross_entropy",
     .impl = "cpu",
     .doc = "loss: mean cross-entropy of softmax(logits) and integer labels",
-    .keys = NULL,
+    .keys = sce_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_LOSS,
