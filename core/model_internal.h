@@ -23,6 +23,7 @@ struct glia__node {
     struct glia_tensor *out_buf, *dout_buf;  /* sized for the largest batch */
     struct glia_tensor *out, *dout;  /* views for the current batch */
     bool grad_written;               /* dout written during this backward */
+    double t_fwd, t_bwd;             /* seconds spent, when profiling */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
     int bias_dropped_for;            /* ... because this node normalizes its output */
 };
@@ -60,9 +61,11 @@ struct glia_model {
     int64_t n_buffer_values;
     struct glia_tensor *buf;         /* buffer arena (running statistics) */
     /* activations */
-    int64_t act_batch;               /* batch the buffers were sized for (0: none) */
+ int64_t act_batch;               /* batch the buffers were sized for (0: none) */
     int64_t cur_batch;               /* batch the views currently have */
     struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
+    bool profiling;
+    double t_opt;
 };
 
 const struct glia_key *glia__core_schema(const char *section);

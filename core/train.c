@@ -125,7 +125,12 @@ static glia_status forward(struct glia_model *m, bool train)
         for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
         struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
                              train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull, nd->layer.name)};
+        double t0 = m->profiling ? glia__now() : 0;
         glia_status st = nd->layer.ops->forward(&nd->layer, &a);
+        if (m->profiling) {
+            glia_backend_sync(m->backend);
+            nd->t_fwd += glia__now() - t0;
+        }
         if (st) {
             if (!glia_context_error(m->ctx)[0])
                 glia_section_error(nd->sec, NULL, st, "forward failed (%s)", glia_strerror(st));
@@ -167,7 +172,12 @@ static glia_status backward(struct glia_model *m)
         bool is_loss = nd->layer.ops->flags & GLIA_LAYER_LOSS;
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->loss_scale : nd->dout, din, acc,
                              is_loss ? m->y : NULL};
+        double t0 = m->profiling ? glia__now() : 0;
         glia_status st = nd->layer.ops->backward(&nd->layer, &a);
+        if (m->profiling) {
+            glia_backend_sync(m->backend);
+            nd->t_bwd += glia__now() - t0;
+        }
         if (st) {
             if (!glia_context_error(m->ctx)[0])
                 glia_section_error(nd->sec, NULL, st, "backward failed (%s)", glia_strerror(st));
@@ -227,7 +237,12 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     if (m->clip_grad_norm > 0) clip_gradients(m, m->clip_grad_norm);
     m->cur_lr = glia__model_lr(m, epoch, m->step);
     struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->cur_lr, m->step, m->backend};
+    double t0 = m->profiling ? glia__now() : 0;
     glia_status st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
+    if (m->profiling) {
+        glia_backend_sync(m->backend);
+        m->t_opt += glia__now() - t0;
+    }
     if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.ops->name,
                               (long long)m->step, glia_context_error(m->ctx));
     /* set-to-none: the next backward writes instead of accumulating */
@@ -489,6 +504,62 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     if (!st && !stopped && opt->progress >= 0)
         fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
                 (long long)m->step, test_loss, test_acc, glia__now() - t_start);
+    scratch_free(&s);
+    return st;
+}
+
+glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f)
+{
+    struct scratch s = {0};
+    glia_status st = scratch_alloc(m, &s, true);
+    if (!st) st = glia__loader_start_epoch(&s.train, 1, 0);
+    int64_t total = s.have_train ? s.train.n_batches_per_epoch : 0;
+    if (!st && warmup + steps > total)
+        st = glia_error(m->ctx, GLIA_EINVAL, "profile: %d warm-up + %d steps, but an epoch has %lld batches", warmup, steps,
+                        (long long)total);
+    double t_all = 0, wait = 0, t_other = 0;
+    for (int k = 0; !st && k < warmup + steps; k++) {
+        if (k == warmup) {  /* start counting */
+            for (int i = 0; i < m->n_nodes; i++) m->nodes[i].t_fwd = m->nodes[i].t_bwd = 0;
+            m->t_opt = 0;
+            m->profiling = true;
+            wait = s.train.wait_s;
+            t_all = glia__now();
+        }
+        const float *bx;
+        const int32_t *by;
+        int64_t nb;
+        double t0 = glia__now();
+        if (!glia__loader_next(&s.train, &bx, &by, &nb)) break;
+        st = put_batch(m, bx, by, nb);
+        glia__loader_release(&s.train);
+        if (m->profiling) t_other += glia__now() - t0;
+        if (!st) st = forward(m, true);
+        if (!st) st = backward(m);
+        if (!st) st = optimizer_step(m, 1);
+    }
+    m->profiling = false;
+    if (!st) {
+        t_all = glia__now() - t_all;
+        wait = s.train.wait_s - wait;
+        double sum_layers = 0;
+        for (int i = 0; i < m->n_nodes; i++) sum_layers += m->nodes[i].t_fwd + m->nodes[i].t_bwd;
+        fprintf(f, "profile: %d training steps of batch %d after %d warm-up steps, %.1f ms a step, %.0f samples/s\n",
+                steps, m->batch, warmup, 1e3 * t_all / steps, (double)steps * m->batch / t_all);
+        fprintf(f, "%-16s %-22s %11s %11s %7s\n", "layer", "type", "forward ms", "backward ms", "share");
+        for (int i = 0; i < m->n_nodes; i++) {
+            const struct glia__node *nd = &m->nodes[i];
+            fprintf(f, "%-16s %-22s %11.3f %11.3f %6.1f%%\n", nd->layer.name, nd->layer.ops->type, 1e3 * nd->t_fwd / steps,
+                    1e3 * nd->t_bwd / steps, 100 * (nd->t_fwd + nd->t_bwd) / t_all);
+        }
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(optimizer)", m->opt.ops->name, 1e3 * m->t_opt / steps, "",
+                100 * m->t_opt / t_all);
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(input)", "loader wait + copy", 1e3 * t_other / steps, "",
+                100 * t_other / t_all);
+        double rest = t_all - sum_layers - m->t_opt - t_other;
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(other)", "core", 1e3 * rest / steps, "", 100 * rest / t_all);
+        (void)wait;
+    }
     scratch_free(&s);
     return st;
 }

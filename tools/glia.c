@@ -11,6 +11,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
+            "       glia profile MODEL.ini [--steps N] [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
             "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
             "                                          or runtime|data|train|plugins|layer)\n"
@@ -26,7 +27,7 @@ static int fail(struct glia_context *ctx, glia_status st)
 }
 
 struct args {
-    const char *model, *metrics, *describe, *resume, *checkpoint;
+    const char *model, *metrics, *describe, *resume, *checkpoint, *steps;
     const char *sets[256];
     int n_sets, quiet;
 };
@@ -36,7 +37,7 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe") || !strcmp(s, "--resume") ||
-             !strcmp(s, "--checkpoint")) && i + 1 >= argc) {
+             !strcmp(s, "--checkpoint") || !strcmp(s, "--steps")) && i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -48,6 +49,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->sets[a->n_sets++] = argv[++i];
         } else if (!strncmp(s, "--set=", 6)) {
             if (a->n_sets < 256) a->sets[a->n_sets++] = s + 6;
+        } else if (!strcmp(s, "--steps")) {
+            a->steps = argv[++i];
         } else if (!strcmp(s, "--resume")) {
             a->resume = argv[++i];
         } else if (!strcmp(s, "--checkpoint")) {
@@ -119,6 +122,26 @@ static int cmd_eval(struct glia_context *ctx, const struct args *a)
         if (!st) st = glia_model_evaluate(m, &loss, &acc);
         if (st) rc = fail(ctx, st);
         else printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
+    }
+    glia_model_free(m);
+    glia_config_free(cfg);
+    return rc;
+}
+
+static int cmd_profile(struct glia_context *ctx, const struct args *a)
+{
+    char *end = NULL;
+    long steps = a->steps ? strtol(a->steps, &end, 10) : 50;
+    if (!a->model || (a->steps && (*end || steps < 1 || steps > 1000000))) {
+        fprintf(stderr, "glia: profile needs MODEL.ini and an optional --steps N (1..1000000)\n");
+        return 2;
+    }
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    int rc = load_model(ctx, a, &cfg, &m);
+    if (!rc) {
+        glia_status st = glia_model_profile(m, (int)steps, 5, stdout);
+        if (st) rc = fail(ctx, st);
     }
     glia_model_free(m);
     glia_config_free(cfg);
@@ -209,6 +232,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "train")) rc = cmd_train(ctx, &a, 0);
     else if (!strcmp(cmd, "check")) rc = cmd_train(ctx, &a, 1);
     else if (!strcmp(cmd, "eval")) rc = cmd_eval(ctx, &a);
+    else if (!strcmp(cmd, "profile")) rc = cmd_profile(ctx, &a);
     else if (!strcmp(cmd, "plugins")) rc = cmd_plugins(ctx, &a);
     else {
         fprintf(stderr, "glia: unknown command '%s'\n", cmd);

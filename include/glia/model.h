@@ -60,6 +60,9 @@ struct glia_epoch_result {
  * it receives up to max_results epoch results. */
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results);
+/* Run warmup + steps training steps and print per-layer forward/backward times, the
+ * optimizer's and the input's, to f. The model's weights change as in training. */
+glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f);
 /* Load weights and buffers from a checkpoint written by training this model. */
 glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
 /* Evaluate on the test set. */
