@@ -249,6 +249,20 @@ static void test_cli_check(void)
     CU_ASSERT_EQUAL(pclose(p), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "layer            type                   impl   output"));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "fc2              linear                 cpu    4"));
+    /* profile: 64 samples in batches of 4 = 16 steps, enough for 5 warm-up + 3 */
+    snprintf(cmd, sizeof cmd, "%s profile %s --steps 3 --set data.batch_size=4", bin ? bin : "tools/glia", good);
+    p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    k = fread(out, 1, sizeof out - 1, p);
+    out[k] = '\0';
+    CU_ASSERT_EQUAL(pclose(p), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "profile: 3 training steps of batch 4 after 5 warm-up steps"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "fc1              linear"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "(optimizer)      sgd"));
+    char err[1024], args[1024];
+    snprintf(args, sizeof args, "profile %s --steps 30", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "profile: 5 warm-up + 30 steps, but an epoch has 4 batches"));
 }
 
 GLIA_TEST_MAIN("model", GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),

@@ -1,0 +1,1044 @@
+/* plugins/layers/pointwise/expr.c — the elementwise-expression IR: builder (hash-consing,
+ * constant folding, algebraic simplification, canonical operand order), parser, printers,
+ * hash, interpreters (double scalar, float blocks) and symbolic differentiation.
+ * Not the layer (pointwise.c). See expr.h for the IR's value semantics. */
+#include "expr.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPR_PI 3.14159265358979323846
+#define EXPR_2_SQRTPI 1.12837916709551257390 /* 2/sqrt(pi) */
+#define EXPR_MAX_DEPTH 200                  /* parser nesting limit */
+
+static const char *const op_names[EXPR_N_OPS] = {
+    [EXPR_CONST] = "const", [EXPR_VAR] = "var", [EXPR_NEG] = "neg", [EXPR_ADD] = "add",
+    [EXPR_SUB] = "sub", [EXPR_MUL] = "mul", [EXPR_DIV] = "div", [EXPR_POW] = "pow",
+    [EXPR_EXP] = "exp", [EXPR_LOG] = "log", [EXPR_SQRT] = "sqrt", [EXPR_TANH] = "tanh",
+    [EXPR_SIGMOID] = "sigmoid", [EXPR_ERF] = "erf", [EXPR_ABS] = "abs", [EXPR_SIGN] = "sign",
+    [EXPR_MAX] = "max", [EXPR_MIN] = "min", [EXPR_GE] = "ge", [EXPR_SELECT] = "select",
+};
+
+static int op_arity(enum expr_op op)
+{
+    switch (op) {
+    case EXPR_CONST: case EXPR_VAR: return 0;
+    case EXPR_ADD: case EXPR_SUB: case EXPR_MUL: case EXPR_DIV: case EXPR_POW:
+    case EXPR_MAX: case EXPR_MIN: case EXPR_GE: return 2;
+    case EXPR_SELECT: return 3;
+    default: return 1;
+    }
+}
+
+static bool op_commutative(enum expr_op op)
+{
+    return op == EXPR_ADD || op == EXPR_MUL || op == EXPR_MAX || op == EXPR_MIN;
+}
+
+/* ---- scalar semantics (constant folding, expr_eval1) ------------------------------------ */
+
+static double sigmoid_d(double a)
+{
+    double e = exp(-fabs(a));
+    return a >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+static double apply_d(enum expr_op op, double a, double b, double c)
+{
+    switch (op) {
+    case EXPR_NEG: return -a;
+    case EXPR_ADD: return a + b;
+    case EXPR_SUB: return a - b;
+    case EXPR_MUL: return a * b;
+    case EXPR_DIV: return a / b;
+    case EXPR_POW: return pow(a, b);
+    case EXPR_EXP: return exp(a);
+    case EXPR_LOG: return log(a);
+    case EXPR_SQRT: return sqrt(a);
+    case EXPR_TANH: return tanh(a);
+    case EXPR_SIGMOID: return sigmoid_d(a);
+    case EXPR_ERF: return erf(a);
+    case EXPR_ABS: return fabs(a);
+    case EXPR_SIGN: return (double)((a > 0) - (a < 0));
+    case EXPR_MAX: return a >= b || isnan(a) ? a : b; /* NaN from either side */
+    case EXPR_MIN: return a <= b || isnan(a) ? a : b;
+    case EXPR_GE: return a >= b ? 1.0 : 0.0;
+    case EXPR_SELECT: return a != 0 ? b : c;
+    default: return NAN;
+    }
+}
+
+/* ---- builder ------------------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    return h;
+}
+
+static uint64_t dbits(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static uint64_t node_key(const struct expr_node *nd)
+{
+    uint64_t h = mix64(0x6a09e667f3bcc908ull, (uint64_t)nd->op);
+    h = mix64(h, (uint64_t)(int64_t)nd->a);
+    h = mix64(h, (uint64_t)(int64_t)nd->b);
+    h = mix64(h, (uint64_t)(int64_t)nd->c);
+    h = mix64(h, (uint64_t)(int64_t)nd->var);
+    return mix64(h, dbits(nd->value));
+}
+
+static bool node_same(const struct expr_node *p, const struct expr_node *q)
+{
+    return p->op == q->op && p->a == q->a && p->b == q->b && p->c == q->c && p->var == q->var &&
+           dbits(p->value) == dbits(q->value);
+}
+
+static struct expr *ir_new(void)
+{
+    return calloc(1, sizeof(struct expr));
+}
+
+void expr_free(struct expr *ir)
+{
+    if (!ir) return;
+    free(ir->nodes);
+    free(ir->table);
+    free(ir);
+}
+
+static int table_rebuild(struct expr *e, int cap)
+{
+    int *t = malloc((size_t)cap * sizeof *t);
+    if (!t) return -1;
+    for (int i = 0; i < cap; i++) t[i] = -1;
+    for (int i = 0; i < e->n; i++) {
+        size_t h = (size_t)node_key(&e->nodes[i]) & (size_t)(cap - 1);
+        while (t[h] >= 0) h = (h + 1) & (size_t)(cap - 1);
+        t[h] = i;
+    }
+    free(e->table);
+    e->table = t;
+    e->table_cap = cap;
+    return 0;
+}
+
+/* The index of the node equal to nd, appending it when new; -1 when out of memory. */
+static int intern(struct expr *e, const struct expr_node *nd)
+{
+    if (!e->table || 2 * (e->n + 1) > e->table_cap)
+        if (table_rebuild(e, e->table_cap ? 2 * e->table_cap : 64)) return -1;
+    size_t mask = (size_t)(e->table_cap - 1), h = (size_t)node_key(nd) & mask;
+    for (; e->table[h] >= 0; h = (h + 1) & mask)
+        if (node_same(&e->nodes[e->table[h]], nd)) return e->table[h];
+    if (e->n == e->cap) {
+        int cap = e->cap ? 2 * e->cap : 32;
+        struct expr_node *nn = realloc(e->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return -1;
+        e->nodes = nn;
+        e->cap = cap;
+    }
+    e->nodes[e->n] = *nd;
+    e->table[h] = e->n;
+    return e->n++;
+}
+
+static int mk_const(struct expr *e, double v)
+{
+    if (v == 0) v = 0.0;   /* no -0 */
+    if (isnan(v)) v = NAN; /* one NaN */
+    struct expr_node nd = {.op = EXPR_CONST, .a = -1, .b = -1, .c = -1, .value = v, .var = -1};
+    return intern(e, &nd);
+}
+
+static int mk_var(struct expr *e, int var)
+{
+    struct expr_node nd = {.op = EXPR_VAR, .a = -1, .b = -1, .c = -1, .value = 0, .var = var};
+    return intern(e, &nd);
+}
+
+static bool is_const(const struct expr *e, int i, double *v)
+{
+    if (e->nodes[i].op != EXPR_CONST) return false;
+    if (v) *v = e->nodes[i].value;
+    return true;
+}
+
+static bool is_val(const struct expr *e, int i, double v)
+{
+    return e->nodes[i].op == EXPR_CONST && e->nodes[i].value == v;
+}
+
+static bool is_op(const struct expr *e, int i, enum expr_op op) { return e->nodes[i].op == op; }
+
+/* Canonical total order of structures: constants first, then operations (by op, then
+ * operands), variables last. Identical structures are one node (hash-consing), so the walk
+ * follows a single path: O(depth). */
+static int op_class(enum expr_op op) { return op == EXPR_CONST ? 0 : op == EXPR_VAR ? 2 : 1; }
+
+static int cmp_nodes(const struct expr *e, int i, int j)
+{
+    while (i != j) {
+        const struct expr_node *p = &e->nodes[i], *q = &e->nodes[j];
+        int ci = op_class(p->op), cj = op_class(q->op);
+        if (ci != cj) return ci < cj ? -1 : 1;
+        if (p->op != q->op) return p->op < q->op ? -1 : 1;
+        if (p->op == EXPR_CONST) {
+            if (p->value < q->value) return -1;
+            if (p->value > q->value) return 1;
+            return dbits(p->value) < dbits(q->value) ? -1 : 1; /* NaN */
+        }
+        if (p->op == EXPR_VAR) return p->var < q->var ? -1 : p->var > q->var ? 1 : 0;
+        if (p->a != q->a) { i = p->a; j = q->a; continue; }
+        if (p->b != q->b) { i = p->b; j = q->b; continue; }
+        i = p->c;
+        j = q->c;
+    }
+    return 0;
+}
+
+static int mk(struct expr *e, enum expr_op op, int a, int b, int c);
+static int mk1(struct expr *e, enum expr_op op, int a) { return mk(e, op, a, -1, -1); }
+static int mk2(struct expr *e, enum expr_op op, int a, int b) { return mk(e, op, a, b, -1); }
+
+/* The node for op(a, b, c), folded and simplified; -1 when out of memory (or an operand is
+ * -1). Rules only look at operand structure, so equal structures give equal nodes. */
+static int mk(struct expr *e, enum expr_op op, int a, int b, int c)
+{
+    int ar = op_arity(op);
+    if (a < 0 || (ar >= 2 && b < 0) || (ar >= 3 && c < 0)) return -1;
+    if (ar < 2) b = -1;
+    if (ar < 3) c = -1;
+    if (op_commutative(op) && cmp_nodes(e, a, b) > 0) {
+        int t = a;
+        a = b;
+        b = t;
+    }
+    double va = 0, vb = 0, vc = 0;
+    bool ka = is_const(e, a, &va), kb = ar >= 2 && is_const(e, b, &vb), kc = ar >= 3 && is_const(e, c, &vc);
+    if (ka && (ar < 2 || kb) && (ar < 3 || kc)) {
+        double v = apply_d(op, va, vb, vc);
+        if (isfinite(v)) return mk_const(e, v); /* 1/0, log(-1): kept as operations */
+    }
+    /* copies: building nodes below may move e->nodes */
+    const struct expr_node na = e->nodes[a], nb = ar >= 2 ? e->nodes[b] : e->nodes[a];
+    switch (op) {
+    case EXPR_NEG:
+        if (na.op == EXPR_NEG) return na.a;                                     /* --u = u */
+        if (na.op == EXPR_SUB) return mk2(e, EXPR_SUB, na.b, na.a);            /* -(u-v) = v-u */
+        if (na.op == EXPR_MUL && is_const(e, na.a, &va))                        /* -(c*u) = (-c)*u */
+            return mk2(e, EXPR_MUL, mk_const(e, -va), na.b);
+        break;
+    case EXPR_ADD:
+        if (is_val(e, a, 0)) return b;                                            /* 0+u = u */
+        if (a == b) return mk2(e, EXPR_MUL, mk_const(e, 2), a);                   /* u+u = 2*u */
+        if (nb.op == EXPR_NEG) return mk2(e, EXPR_SUB, a, nb.a);                /* u+(-v) = u-v */
+        if (na.op == EXPR_NEG) return mk2(e, EXPR_SUB, b, na.a);
+        break;
+    case EXPR_SUB:
+        if (is_val(e, b, 0)) return a;                                            /* u-0 = u */
+        if (is_val(e, a, 0)) return mk1(e, EXPR_NEG, b);                          /* 0-u = -u */
+        if (a == b) return mk_const(e, 0);                                        /* u-u = 0 */
+        if (kb) return mk2(e, EXPR_ADD, mk_const(e, -vb), a);                     /* u-c = -c+u */
+        if (nb.op == EXPR_NEG) return mk2(e, EXPR_ADD, a, nb.a);                /* u-(-v) = u+v */
+        break;
+    case EXPR_MUL:
+        if (ka && va == 0) return a;                                              /* 0*u = 0 */
+        if (ka && va == 1) return b;                                              /* 1*u = u */
+        if (ka && va == -1) return mk1(e, EXPR_NEG, b);                           /* -1*u = -u */
+        if (ka && nb.op == EXPR_MUL && is_const(e, nb.a, &vb) && isfinite(va * vb)) /* c*(d*u) = (cd)*u */
+            return mk2(e, EXPR_MUL, mk_const(e, va * vb), nb.b);
+        if (ka && nb.op == EXPR_NEG) return mk2(e, EXPR_MUL, mk_const(e, -va), nb.a);
+        if (na.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_MUL, na.a, b)); /* (-u)*v = -(u*v) */
+        if (nb.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_MUL, a, nb.a));
+        break;
+    case EXPR_DIV:
+        if (kb && vb == 1) return a;                                              /* u/1 = u */
+        if (ka && va == 0) return a;                                              /* 0/u = 0 */
+        if (na.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_DIV, na.a, b)); /* (-u)/v = -(u/v) */
+        if (nb.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_DIV, a, nb.a));
+        break;
+    case EXPR_POW:
+        if (kb && vb == 1) return a;                                              /* u^1 = u */
+        if (kb && vb == 0) return mk_const(e, 1);                                 /* u^0 = 1 */
+        if (ka && va == 1) return a;                                              /* 1^u = 1 */
+        break;
+    case EXPR_ABS:
+        if (na.op == EXPR_ABS) return a;                                          /* ||u|| = |u| */
+        if (na.op == EXPR_NEG) return mk1(e, EXPR_ABS, na.a);                     /* |-u| = |u| */
+        break;
+    case EXPR_MAX: case EXPR_MIN:
+        if (a == b) return a;
+        break;
+    case EXPR_GE:
+        if (a == b) return mk_const(e, 1);
+        break;
+    case EXPR_SELECT:
+        if (ka) return va != 0 ? b : c;
+        if (b == c) return b;
+        if (na.op == EXPR_GE && is_val(e, b, 1) && is_val(e, c, 0)) return a;  /* ge ? 1 : 0 = ge */
+        break;
+    default:
+        break;
+    }
+    struct expr_node nd = {.op = op, .a = a, .b = b, .c = c, .value = 0, .var = -1};
+    return intern(e, &nd);
+}
+
+/* Keeps only the nodes that `root` needs, numbered in post-order from root (operands in
+ * order), so equal canonical expressions give equal lists. 0, or -1 when out of memory. */
+static int finalize(struct expr *e, int root)
+{
+    if (root < 0) return -1;
+    int n = e->n;
+    int *map = malloc((size_t)n * sizeof *map), *stack = malloc((size_t)n * 2 * sizeof *stack);
+    struct expr_node *out = malloc((size_t)n * sizeof *out);
+    if (!map || !stack || !out) {
+        free(map);
+        free(stack);
+        free(out);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) map[i] = -1;
+    int m = 0, sp = 0;
+    /* iterative post-order: entries (node, next operand to visit) */
+    stack[sp++] = root;
+    stack[sp++] = 0;
+    while (sp) {
+        int i = stack[sp - 2], k = stack[sp - 1];
+        const struct expr_node *nd = &e->nodes[i];
+        int ops[3] = {nd->a, nd->b, nd->c};
+        if (k < op_arity(nd->op)) {
+            stack[sp - 1] = k + 1;
+            int o = ops[k];
+            if (map[o] < 0 && map[o] != -2) {
+                map[o] = -2; /* on the stack */
+                stack[sp++] = o;
+                stack[sp++] = 0;
+            }
+            continue;
+        }
+        sp -= 2;
+        struct expr_node c = *nd;
+        if (c.a >= 0) c.a = map[c.a];
+        if (c.b >= 0) c.b = map[c.b];
+        if (c.c >= 0) c.c = map[c.c];
+        out[m] = c;
+        map[i] = m++;
+    }
+    free(e->nodes);
+    free(e->table);
+    e->table = NULL;
+    e->table_cap = 0;
+    e->nodes = out;
+    e->n = e->cap = m;
+    e->out = m - 1;
+    e->vars_used = 0;
+    for (int i = 0; i < m; i++)
+        if (out[i].op == EXPR_VAR) e->vars_used |= 1u << out[i].var;
+    free(map);
+    free(stack);
+    return 0;
+}
+
+/* ---- parser --------------------------------------------------------------------------------- */
+
+struct fn_entry {
+    const char *name;
+    enum expr_op op;
+    int arity;
+};
+
+static const struct fn_entry functions[] = {
+    {"exp", EXPR_EXP, 1},   {"log", EXPR_LOG, 1}, {"sqrt", EXPR_SQRT, 1}, {"tanh", EXPR_TANH, 1},
+    {"sigmoid", EXPR_SIGMOID, 1}, {"erf", EXPR_ERF, 1}, {"abs", EXPR_ABS, 1}, {"sign", EXPR_SIGN, 1},
+    {"max", EXPR_MAX, 2},   {"min", EXPR_MIN, 2}, {"pow", EXPR_POW, 2},   {"ge", EXPR_GE, 2},
+    {"select", EXPR_SELECT, 3},
+};
+#define N_FUNCTIONS ((int)(sizeof functions / sizeof functions[0]))
+
+struct parser {
+    const char *s;
+    int pos;
+    int n_inputs;
+    int depth;
+    bool failed;
+    struct expr *e;
+    char *err;
+    size_t err_size;
+};
+
+static void perr(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void perr(struct parser *p, const char *fmt, ...)
+{
+    if (p->failed) return;
+    p->failed = true;
+    if (!p->err || !p->err_size) return;
+    int k = snprintf(p->err, p->err_size, "expr: ");
+    va_list ap;
+    va_start(ap, fmt);
+    if (k >= 0 && (size_t)k < p->err_size) vsnprintf(p->err + k, p->err_size - (size_t)k, fmt, ap);
+    va_end(ap);
+}
+
+static void skip_ws(struct parser *p)
+{
+    while (isspace((unsigned char)p->s[p->pos])) p->pos++;
+}
+
+static bool is_ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
+static bool is_ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* The token at pos, for messages: an identifier or number whole, else one character. */
+static void token_at(const struct parser *p, int pos, char *buf, size_t size)
+{
+    const char *s = p->s + pos;
+    int len = 1;
+    if (is_ident_start(*s) || isdigit((unsigned char)*s) || *s == '.')
+        while (is_ident_char(s[len]) || s[len] == '.') len++;
+    if (len > 32) len = 32;
+    snprintf(buf, size, "%.*s", len, s);
+}
+
+static void unexpected(struct parser *p)
+{
+    if (!p->s[p->pos]) {
+        perr(p, "unexpected end of expression at column %d", p->pos + 1);
+        return;
+    }
+    char tok[40];
+    token_at(p, p->pos, tok, sizeof tok);
+    perr(p, "unexpected '%s' at column %d", tok, p->pos + 1);
+}
+
+/* checks the result of a builder call */
+static int built(struct parser *p, int v)
+{
+    if (v < 0 && !p->failed) perr(p, "out of memory");
+    return p->failed ? -1 : v;
+}
+
+static int edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 31 || lb > 31) return 99;
+    int d[32][32];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1; /* a transposition is one edit */
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+static int parse_expr(struct parser *p);
+static int parse_unary(struct parser *p);
+
+static int parse_number(struct parser *p)
+{
+    const char *s = p->s;
+    int start = p->pos, i = p->pos, digits = 0;
+    while (isdigit((unsigned char)s[i])) i++, digits++;
+    if (s[i] == '.') {
+        i++;
+        while (isdigit((unsigned char)s[i])) i++, digits++;
+    }
+    bool bad = digits == 0;
+    if (!bad && (s[i] == 'e' || s[i] == 'E')) {
+        int j = i + 1;
+        if (s[j] == '+' || s[j] == '-') j++;
+        if (!isdigit((unsigned char)s[j])) bad = true;
+        while (isdigit((unsigned char)s[j])) j++;
+        i = j;
+    }
+    if (bad) {
+        char tok[40];
+        token_at(p, start, tok, sizeof tok);
+        perr(p, "bad number '%s' at column %d", tok, start + 1);
+        return -1;
+    }
+    char buf[64];
+    int len = i - start;
+    if (len >= (int)sizeof buf) {
+        perr(p, "number too long at column %d", start + 1);
+        return -1;
+    }
+    memcpy(buf, s + start, (size_t)len);
+    buf[len] = 0;
+    p->pos = i;
+    return built(p, mk_const(p->e, strtod(buf, NULL)));
+}
+
+static int parse_call(struct parser *p, const char *name, int name_pos)
+{
+    const struct fn_entry *fn = NULL;
+    for (int k = 0; k < N_FUNCTIONS; k++)
+        if (!strcmp(functions[k].name, name)) fn = &functions[k];
+    if (!fn) {
+        const char *best = NULL;
+        int bd = strlen(name) <= 4 ? 2 : 3; /* suggest within 1 edit for short names, 2 else */
+        for (int k = 0; k < N_FUNCTIONS; k++) {
+            int d = edit_distance(name, functions[k].name);
+            if (d < bd) {
+                bd = d;
+                best = functions[k].name;
+            }
+        }
+        if (best) perr(p, "unknown function '%s' (did you mean '%s'?)", name, best);
+        else perr(p, "unknown function '%s' at column %d", name, name_pos + 1);
+        return -1;
+    }
+    p->pos++; /* '(' */
+    int args[3], n = 0;
+    skip_ws(p);
+    if (p->s[p->pos] != ')') {
+        for (;;) {
+            int v = parse_expr(p);
+            if (v < 0) return -1;
+            if (n < 3) args[n] = v;
+            n++;
+            skip_ws(p);
+            if (p->s[p->pos] == ',') {
+                p->pos++;
+                continue;
+            }
+            break;
+        }
+    }
+    if (p->s[p->pos] != ')') {
+        if (!p->s[p->pos]) perr(p, "missing ')' at column %d", p->pos + 1);
+        else unexpected(p);
+        return -1;
+    }
+    p->pos++;
+    if (n != fn->arity) {
+        perr(p, "%s() takes %d argument%s, got %d at column %d", fn->name, fn->arity, fn->arity == 1 ? "" : "s", n,
+             name_pos + 1);
+        return -1;
+    }
+    return built(p, mk(p->e, fn->op, args[0], n > 1 ? args[1] : -1, n > 2 ? args[2] : -1));
+}
+
+static int parse_primary(struct parser *p)
+{
+    skip_ws(p);
+    const char *s = p->s;
+    char c = s[p->pos];
+    if (isdigit((unsigned char)c) || c == '.') return parse_number(p);
+    if (c == '(') {
+        int open = p->pos;
+        p->pos++;
+        if (++p->depth > EXPR_MAX_DEPTH) {
+            perr(p, "expression nested too deeply at column %d", open + 1);
+            return -1;
+        }
+        int v = parse_expr(p);
+        p->depth--;
+        if (v < 0) return -1;
+        skip_ws(p);
+        if (s[p->pos] != ')') {
+            if (!s[p->pos]) perr(p, "missing ')' for the '(' at column %d", open + 1);
+            else unexpected(p);
+            return -1;
+        }
+        p->pos++;
+        return v;
+    }
+    if (is_ident_start(c)) {
+        int start = p->pos, len = 0;
+        while (is_ident_char(s[p->pos])) p->pos++, len++;
+        char name[33];
+        snprintf(name, sizeof name, "%.*s", len > 32 ? 32 : len, s + start);
+        int after = p->pos;
+        skip_ws(p);
+        if (s[p->pos] == '(') {
+            if (++p->depth > EXPR_MAX_DEPTH) {
+                perr(p, "expression nested too deeply at column %d", p->pos + 1);
+                return -1;
+            }
+            if (len == 1 && strchr("xyzw", name[0])) {
+                perr(p, "expected an operator before '(' at column %d", p->pos + 1);
+                return -1;
+            }
+            int v = parse_call(p, name, start);
+            p->depth--;
+            return v;
+        }
+        p->pos = after;
+        static const char vars[EXPR_MAX_VARS + 1] = "xyzw";
+        if (len == 1 && strchr(vars, name[0])) {
+            int k = (int)(strchr(vars, name[0]) - vars);
+            if (k >= p->n_inputs) {
+                perr(p, "variable '%c' but the layer has %d input%s", name[0], p->n_inputs, p->n_inputs == 1 ? "" : "s");
+                return -1;
+            }
+            return built(p, mk_var(p->e, k));
+        }
+        if (!strcmp(name, "pi")) return built(p, mk_const(p->e, EXPR_PI));
+        for (int k = 0; k < N_FUNCTIONS; k++)
+            if (!strcmp(functions[k].name, name)) {
+                perr(p, "function '%s' needs '(' at column %d", name, after + 1);
+                return -1;
+            }
+        perr(p, "unknown name '%s' at column %d (variables are x, y, z, w)", name, start + 1);
+        return -1;
+    }
+    unexpected(p);
+    return -1;
+}
+
+/* power := primary ['^' unary]   (right-associative; the exponent may be signed) */
+static int parse_power(struct parser *p)
+{
+    int base = parse_primary(p);
+    if (base < 0) return -1;
+    skip_ws(p);
+    if (p->s[p->pos] != '^') return base;
+    p->pos++;
+    int ex = parse_unary(p);
+    if (ex < 0) return -1;
+    return built(p, mk2(p->e, EXPR_POW, base, ex));
+}
+
+/* unary := ('-' | '+') unary | power */
+static int parse_unary(struct parser *p)
+{
+    skip_ws(p);
+    char c = p->s[p->pos];
+    if (c != '-' && c != '+') return parse_power(p);
+    if (++p->depth > EXPR_MAX_DEPTH) {
+        perr(p, "expression nested too deeply at column %d", p->pos + 1);
+        return -1;
+    }
+    p->pos++;
+    int v = parse_unary(p);
+    p->depth--;
+    if (v < 0 || c == '+') return v;
+    return built(p, mk1(p->e, EXPR_NEG, v));
+}
+
+/* term := unary (('*' | '/') unary)* */
+static int parse_term(struct parser *p)
+{
+    int l = parse_unary(p);
+    while (l >= 0) {
+        skip_ws(p);
+        char c = p->s[p->pos];
+        if (c != '*' && c != '/') break;
+        p->pos++;
+        int r = parse_unary(p);
+        if (r < 0) return -1;
+        l = built(p, mk2(p->e, c == '*' ? EXPR_MUL : EXPR_DIV, l, r));
+    }
+    return l;
+}
+
+/* expr := term (('+' | '-') term)* */
+static int parse_expr(struct parser *p)
+{
+    int l = parse_term(p);
+    while (l >= 0) {
+        skip_ws(p);
+        char c = p->s[p->pos];
+        if (c != '+' && c != '-') break;
+        p->pos++;
+        int r = parse_term(p);
+        if (r < 0) return -1;
+        l = built(p, mk2(p->e, c == '+' ? EXPR_ADD : EXPR_SUB, l, r));
+    }
+    return l;
+}
+
+int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    if (err && err_size) err[0] = 0;
+    struct parser p = {.s = text ? text : "", .n_inputs = n_inputs, .err = err, .err_size = err_size};
+    if (!(p.e = ir_new())) {
+        perr(&p, "out of memory");
+        return -1;
+    }
+    skip_ws(&p);
+    if (!p.s[p.pos]) {
+        perr(&p, "empty expression");
+        expr_free(p.e);
+        return -1;
+    }
+    int root = parse_expr(&p);
+    if (root >= 0) {
+        skip_ws(&p);
+        if (p.s[p.pos]) {
+            unexpected(&p);
+            root = -1;
+        }
+    }
+    if (root >= 0 && finalize(p.e, root)) perr(&p, "out of memory");
+    if (p.failed) {
+        expr_free(p.e);
+        return -1;
+    }
+    *out = p.e;
+    return 0;
+}
+
+/* ---- differentiation ------------------------------------------------------------------------ */
+
+struct expr *expr_diff(const struct expr *ir, int var)
+{
+    struct expr *e = ir_new();
+    int *map = malloc((size_t)(ir->n ? ir->n : 1) * sizeof *map), *d = malloc((size_t)(ir->n ? ir->n : 1) * sizeof *d);
+    if (!e || !map || !d) goto fail;
+    int k0 = mk_const(e, 0), k1 = mk_const(e, 1);
+    if (k0 < 0 || k1 < 0) goto fail;
+    for (int i = 0; i < ir->n; i++) {
+        const struct expr_node *nd = &ir->nodes[i];
+        int A = nd->a >= 0 ? map[nd->a] : -1, B = nd->b >= 0 ? map[nd->b] : -1, C = nd->c >= 0 ? map[nd->c] : -1;
+        int dA = nd->a >= 0 ? d[nd->a] : -1, dB = nd->b >= 0 ? d[nd->b] : -1, dC = nd->c >= 0 ? d[nd->c] : -1;
+        int N;
+        if (nd->op == EXPR_CONST) N = mk_const(e, nd->value);
+        else if (nd->op == EXPR_VAR) N = mk_var(e, nd->var);
+        else N = mk(e, nd->op, A, B, C);
+        if (N < 0) goto fail;
+        map[i] = N;
+        int r;
+        switch (nd->op) {
+        case EXPR_CONST: r = k0; break;
+        case EXPR_VAR: r = nd->var == var ? k1 : k0; break;
+        case EXPR_NEG: r = mk1(e, EXPR_NEG, dA); break;
+        case EXPR_ADD: r = mk2(e, EXPR_ADD, dA, dB); break;
+        case EXPR_SUB: r = mk2(e, EXPR_SUB, dA, dB); break;
+        case EXPR_MUL: /* da*b + a*db */
+            r = mk2(e, EXPR_ADD, mk2(e, EXPR_MUL, dA, B), mk2(e, EXPR_MUL, A, dB));
+            break;
+        case EXPR_DIV: /* (da - (a/b)*db) / b */
+            r = mk2(e, EXPR_DIV, mk2(e, EXPR_SUB, dA, mk2(e, EXPR_MUL, N, dB)), B);
+            break;
+        case EXPR_POW: /* b a^(b-1) da [+ a^b log(a) db when b depends on var] */
+            r = mk2(e, EXPR_MUL, mk2(e, EXPR_MUL, B, mk2(e, EXPR_POW, A, mk2(e, EXPR_SUB, B, k1))), dA);
+            if (dB >= 0 && !is_val(e, dB, 0))
+                r = mk2(e, EXPR_ADD, r, mk2(e, EXPR_MUL, mk2(e, EXPR_MUL, N, mk1(e, EXPR_LOG, A)), dB));
+            break;
+        case EXPR_EXP: r = mk2(e, EXPR_MUL, N, dA); break;
+        case EXPR_LOG: r = mk2(e, EXPR_DIV, dA, A); break;
+        case EXPR_SQRT: r = mk2(e, EXPR_DIV, dA, mk2(e, EXPR_MUL, mk_const(e, 2), N)); break;
+        case EXPR_TANH: /* (1 - t^2) da */
+            r = mk2(e, EXPR_MUL, mk2(e, EXPR_SUB, k1, mk2(e, EXPR_MUL, N, N)), dA);
+            break;
+        case EXPR_SIGMOID: /* s (1 - s) da */
+            r = mk2(e, EXPR_MUL, mk2(e, EXPR_MUL, N, mk2(e, EXPR_SUB, k1, N)), dA);
+            break;
+        case EXPR_ERF: /* 2/sqrt(pi) exp(-a^2) da */
+            r = mk2(e, EXPR_MUL,
+                    mk2(e, EXPR_MUL, mk_const(e, EXPR_2_SQRTPI), mk1(e, EXPR_EXP, mk1(e, EXPR_NEG, mk2(e, EXPR_MUL, A, A)))),
+                    dA);
+            break;
+        case EXPR_ABS: r = mk2(e, EXPR_MUL, mk1(e, EXPR_SIGN, A), dA); break;
+        case EXPR_SIGN: case EXPR_GE: r = k0; break;
+        case EXPR_MAX: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, A, B), dA, dB); break; /* a >= b ? da : db */
+        case EXPR_MIN: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, B, A), dA, dB); break; /* a <= b ? da : db */
+        case EXPR_SELECT: r = mk(e, EXPR_SELECT, A, dB, dC); break;
+        default: r = -1; break;
+        }
+        if (r < 0) goto fail;
+        d[i] = r;
+    }
+    if (ir->n == 0 || finalize(e, d[ir->out])) goto fail;
+    free(map);
+    free(d);
+    return e;
+fail:
+    free(map);
+    free(d);
+    expr_free(e);
+    return NULL;
+}
+
+/* ---- printing ----------------------------------------------------------------------------- */
+
+struct wbuf {
+    char *buf;
+    size_t size, len;
+    bool over;
+};
+
+static void put(struct wbuf *w, const char *s)
+{
+    if (w->over) return;
+    size_t l = strlen(s);
+    if (w->len + l + 1 > w->size) {
+        if (w->size) {
+            size_t k = w->size - 1 - w->len;
+            memcpy(w->buf + w->len, s, k);
+            w->len += k;
+            w->buf[w->len] = 0;
+        }
+        w->over = true;
+        return;
+    }
+    memcpy(w->buf + w->len, s, l + 1);
+    w->len += l;
+}
+
+static void putf(struct wbuf *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(struct wbuf *w, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    put(w, tmp);
+}
+
+/* shortest text that reads back as v */
+static void put_number(struct wbuf *w, double v)
+{
+    if (v == EXPR_PI) {
+        put(w, "pi");
+        return;
+    }
+    char tmp[64];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    put(w, tmp);
+}
+
+enum { P_ADD = 1, P_MUL = 2, P_NEG = 3, P_POW = 4, P_ATOM = 5 };
+
+static int node_prec(const struct expr *e, int i)
+{
+    const struct expr_node *nd = &e->nodes[i];
+    switch (nd->op) {
+    case EXPR_CONST: return nd->value < 0 ? P_NEG : P_ATOM;
+    case EXPR_ADD: case EXPR_SUB: return P_ADD;
+    case EXPR_MUL: case EXPR_DIV: return P_MUL;
+    case EXPR_NEG: return P_NEG;
+    case EXPR_POW: return P_POW;
+    default: return P_ATOM;
+    }
+}
+
+static void pr(struct wbuf *w, const struct expr *e, int i, int min_prec)
+{
+    if (w->over) return;
+    const struct expr_node *nd = &e->nodes[i];
+    bool paren = node_prec(e, i) < min_prec;
+    if (paren) put(w, "(");
+    switch (nd->op) {
+    case EXPR_CONST: put_number(w, nd->value); break;
+    case EXPR_VAR: putf(w, "%c", "xyzw"[nd->var]); break;
+    case EXPR_NEG: put(w, "-"); pr(w, e, nd->a, P_NEG); break;
+    case EXPR_ADD:
+        if (is_op(e, nd->a, EXPR_CONST)) { /* constants go first in the IR, last in text */
+            double v = e->nodes[nd->a].value;
+            pr(w, e, nd->b, P_ADD);
+            put(w, v < 0 ? " - " : " + ");
+            put_number(w, fabs(v));
+        } else {
+            pr(w, e, nd->a, P_ADD);
+            put(w, " + ");
+            pr(w, e, nd->b, P_MUL);
+        }
+        break;
+    case EXPR_SUB: pr(w, e, nd->a, P_ADD); put(w, " - "); pr(w, e, nd->b, P_MUL); break;
+    case EXPR_MUL: pr(w, e, nd->a, P_MUL); put(w, " * "); pr(w, e, nd->b, P_NEG); break;
+    case EXPR_DIV: pr(w, e, nd->a, P_MUL); put(w, " / "); pr(w, e, nd->b, P_NEG); break;
+    case EXPR_POW: pr(w, e, nd->a, P_ATOM); put(w, "^"); pr(w, e, nd->b, P_NEG); break;
+    default: {
+        int ar = op_arity(nd->op), ops[3] = {nd->a, nd->b, nd->c};
+        put(w, op_names[nd->op]);
+        put(w, "(");
+        for (int k = 0; k < ar; k++) {
+            if (k) put(w, ", ");
+            pr(w, e, ops[k], 0);
+        }
+        put(w, ")");
+        break;
+    }
+    }
+    if (paren) put(w, ")");
+}
+
+int expr_print(const struct expr *ir, char *buf, size_t size)
+{
+    struct wbuf w = {buf, size, 0, size == 0};
+    if (size) buf[0] = 0;
+    if (ir->n) pr(&w, ir, ir->out, 0);
+    return w.over ? -1 : (int)w.len;
+}
+
+int expr_print_ssa(const struct expr *ir, char *buf, size_t size)
+{
+    struct wbuf w = {buf, size, 0, size == 0};
+    if (size) buf[0] = 0;
+    for (int i = 0; i < ir->n && !w.over; i++) {
+        const struct expr_node *nd = &ir->nodes[i];
+        putf(&w, "%%%d = %s", i, op_names[nd->op]);
+        if (nd->op == EXPR_CONST) {
+            put(&w, " ");
+            put_number(&w, nd->value);
+        } else if (nd->op == EXPR_VAR) {
+            putf(&w, " %c", "xyzw"[nd->var]);
+        } else {
+            int ops[3] = {nd->a, nd->b, nd->c};
+            for (int k = 0; k < op_arity(nd->op); k++) putf(&w, " %%%d", ops[k]);
+        }
+        put(&w, "\n");
+    }
+    return w.over ? -1 : (int)w.len;
+}
+
+uint64_t expr_hash(const struct expr *ir)
+{
+    uint64_t h = mix64(0x243f6a8885a308d3ull, (uint64_t)ir->n);
+    for (int i = 0; i < ir->n; i++) h = mix64(h, node_key(&ir->nodes[i]));
+    return mix64(h, (uint64_t)ir->out);
+}
+
+int expr_op_count(const struct expr *ir)
+{
+    int k = 0;
+    for (int i = 0; i < ir->n; i++) k += ir->nodes[i].op != EXPR_CONST && ir->nodes[i].op != EXPR_VAR;
+    return k;
+}
+
+int expr_count_op(const struct expr *ir, enum expr_op op)
+{
+    int k = 0;
+    for (int i = 0; i < ir->n; i++) k += ir->nodes[i].op == op;
+    return k;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+void expr_eval1_nodes(const struct expr *ir, const double *vars, double *r)
+{
+    for (int i = 0; i < ir->n; i++) {
+        const struct expr_node *nd = &ir->nodes[i];
+        if (nd->op == EXPR_CONST) r[i] = nd->value;
+        else if (nd->op == EXPR_VAR) r[i] = vars[nd->var];
+        else
+            r[i] = apply_d(nd->op, r[nd->a], nd->b >= 0 ? r[nd->b] : 0, nd->c >= 0 ? r[nd->c] : 0);
+    }
+}
+
+double expr_eval1(const struct expr *ir, const double *vars)
+{
+    if (!ir->n) return NAN;
+    double *r = malloc((size_t)ir->n * sizeof *r);
+    if (!r) return NAN;
+    expr_eval1_nodes(ir, vars, r);
+    double v = r[ir->out];
+    free(r);
+    return v;
+}
+
+/* Node i over m <= EXPR_BLOCK elements into dst. */
+static void eval_node(const struct expr_node *nd, const float *const *reg, float *restrict dst, int m)
+{
+    const float *A = nd->a >= 0 ? reg[nd->a] : NULL, *B = nd->b >= 0 ? reg[nd->b] : NULL;
+    const float *C = nd->c >= 0 ? reg[nd->c] : NULL;
+    switch (nd->op) {
+    case EXPR_NEG: for (int j = 0; j < m; j++) dst[j] = -A[j]; break;
+    case EXPR_ADD: for (int j = 0; j < m; j++) dst[j] = A[j] + B[j]; break;
+    case EXPR_SUB: for (int j = 0; j < m; j++) dst[j] = A[j] - B[j]; break;
+    case EXPR_MUL: for (int j = 0; j < m; j++) dst[j] = A[j] * B[j]; break;
+    case EXPR_DIV: for (int j = 0; j < m; j++) dst[j] = A[j] / B[j]; break;
+    case EXPR_POW: for (int j = 0; j < m; j++) dst[j] = powf(A[j], B[j]); break;
+    case EXPR_EXP: for (int j = 0; j < m; j++) dst[j] = expf(A[j]); break;
+    case EXPR_LOG: for (int j = 0; j < m; j++) dst[j] = logf(A[j]); break;
+    case EXPR_SQRT: for (int j = 0; j < m; j++) dst[j] = sqrtf(A[j]); break;
+    case EXPR_TANH: for (int j = 0; j < m; j++) dst[j] = tanhf(A[j]); break;
+    case EXPR_SIGMOID:
+        for (int j = 0; j < m; j++) {
+            float e = expf(-fabsf(A[j]));
+            dst[j] = A[j] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+        }
+        break;
+    case EXPR_ERF: for (int j = 0; j < m; j++) dst[j] = erff(A[j]); break;
+    case EXPR_ABS: for (int j = 0; j < m; j++) dst[j] = fabsf(A[j]); break;
+    case EXPR_SIGN: for (int j = 0; j < m; j++) dst[j] = (float)((A[j] > 0.0f) - (A[j] < 0.0f)); break;
+    case EXPR_MAX: for (int j = 0; j < m; j++) dst[j] = A[j] >= B[j] || A[j] != A[j] ? A[j] : B[j]; break;
+    case EXPR_MIN: for (int j = 0; j < m; j++) dst[j] = A[j] <= B[j] || A[j] != A[j] ? A[j] : B[j]; break;
+    case EXPR_GE: for (int j = 0; j < m; j++) dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
+    case EXPR_SELECT: for (int j = 0; j < m; j++) dst[j] = A[j] != 0.0f ? B[j] : C[j]; break;
+    default: for (int j = 0; j < m; j++) dst[j] = NAN; break;
+    }
+}
+
+int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, const float *scale,
+                 bool accumulate, float *out)
+{
+    if (n <= 0) return 0;
+    if (!ir->n) return -1;
+    int64_t nb = (n + EXPR_BLOCK - 1) / EXPR_BLOCK;
+    int fail = 0;
+#pragma omp parallel if (nb >= 16)
+    {
+        /* a register per node: constants filled once, variables point into the inputs */
+        float *scratch = malloc((size_t)ir->n * EXPR_BLOCK * sizeof *scratch);
+        const float **reg = malloc((size_t)ir->n * sizeof *reg);
+        if (!scratch || !reg) {
+#pragma omp atomic write
+            fail = 1;
+        } else {
+            for (int i = 0; i < ir->n; i++) {
+                reg[i] = scratch + (size_t)i * EXPR_BLOCK;
+                if (ir->nodes[i].op == EXPR_CONST)
+                    for (int j = 0; j < EXPR_BLOCK; j++) scratch[(size_t)i * EXPR_BLOCK + j] = (float)ir->nodes[i].value;
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nb; blk++) {
+            if (!scratch || !reg) continue;
+            int64_t start = blk * EXPR_BLOCK;
+            int m = (int)(n - start < EXPR_BLOCK ? n - start : EXPR_BLOCK);
+            for (int i = 0; i < ir->n; i++) {
+                const struct expr_node *nd = &ir->nodes[i];
+                if (nd->op == EXPR_VAR) reg[i] = vars[nd->var] + start;
+                else if (nd->op != EXPR_CONST) eval_node(nd, reg, scratch + (size_t)i * EXPR_BLOCK, m);
+            }
+            const float *res = reg[ir->out];
+            float *o = out + start;
+            if (scale) {
+                const float *s = scale + start;
+                if (accumulate)
+                    for (int j = 0; j < m; j++) o[j] += s[j] * res[j];
+                else
+                    for (int j = 0; j < m; j++) o[j] = s[j] * res[j];
+            } else if (accumulate) {
+                for (int j = 0; j < m; j++) o[j] += res[j];
+            } else {
+                for (int j = 0; j < m; j++) o[j] = res[j];
+            }
+        }
+        free(scratch);
+        free(reg);
+    }
+    return fail ? -1 : 0;
+}
+
+int expr_eval(const struct expr *ir, const float *const *vars, int64_t n, float *out)
+{
+    return expr_eval_ex(ir, vars, n, NULL, false, out);
+}

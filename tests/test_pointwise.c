@@ -1,0 +1,840 @@
+/* tests/test_pointwise.c — the expression IR of the pointwise layer (parser, errors, printing,
+ * common subexpressions, hashing, folding, evaluation, symbolic derivatives; expr.c is compiled
+ * into this program) and the pointwise layer itself (gradient checks, forward values, config
+ * errors). Not other layers. */
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include "internal.h"
+#include "model_internal.h"
+#include "testutil.h"
+#include "expr.h"
+
+static struct glia_context *ctx;
+
+static struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    int64_t dims[4] = {a, b, c, d};
+    return glia_shape_make(n, dims);
+}
+
+static struct expr *parse_ok(const char *text, int n_inputs)
+{
+    struct expr *e = NULL;
+    char err[256];
+    if (expr_parse(text, n_inputs, &e, err, sizeof err)) printf("\n  '%s': %s\n", text, err);
+    CU_ASSERT_PTR_NOT_NULL(e);
+    return e;
+}
+
+static const char *printed(const struct expr *e)
+{
+    static char buf[4][1024];
+    static int k;
+    char *b = buf[k++ % 4];
+    CU_ASSERT(expr_print(e, b, sizeof buf[0]) >= 0);
+    return b;
+}
+
+/* a small deterministic generator: uniform in [lo, hi) */
+static uint64_t rng_state = 0x1234567u;
+static double uni(double lo, double hi)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static bool close_to(double got, double want, double tol)
+{
+    return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+/* ---- parser ---- */
+
+static void check_value(const char *text, const double *v, double want)
+{
+    struct expr *e = parse_ok(text, 4);
+    if (!e) return;
+    double got = expr_eval1(e, v);
+    bool ok = close_to(got, want, 1e-12);
+    if (!ok) printf("\n  %s = %.17g, want %.17g (printed %s)\n", text, got, want, printed(e));
+    CU_ASSERT(ok);
+    expr_free(e);
+}
+
+static void test_parse_precedence(void)
+{
+    const double v[4] = {1.3, -0.7, 2.1, 0.4};
+    double x = v[0], y = v[1], z = v[2], w = v[3];
+    check_value("x + y * z", v, x + y * z);
+    check_value("(x + y) * z", v, (x + y) * z);
+    check_value("x - y - z", v, (x - y) - z);
+    check_value("x / y / z", v, (x / y) / z);
+    check_value("x - y * z / w", v, x - y * z / w);
+    check_value("-x^2", v, -(x * x));
+    check_value("-2^2", v, -4);
+    check_value("2^3^2", v, 512);
+    check_value("2^-1", v, 0.5);
+    check_value("x^-y * z", v, pow(x, -y) * z);
+    check_value("--x", v, x);
+    check_value("- -x + +y", v, x + y);
+    check_value("x*-y", v, -(x * y));
+    check_value("-(x + y) * -z", v, (x + y) * z);
+    check_value("1e-3 + 0.5 + .25 + 2. + 1E+2", v, 0.001 + 0.5 + 0.25 + 2 + 100);
+    check_value("2 * pi", v, 2 * 3.14159265358979323846);
+    check_value("pow(x, 3) + pow(w, y)", v, pow(x, 3) + pow(w, y));
+    check_value("max(x, y) - min(z, w)", v, fmax(x, y) - fmin(z, w));
+    check_value("exp(x) + log(z) + sqrt(w) + tanh(y) + erf(x) + abs(y)", v,
+                exp(x) + log(z) + sqrt(w) + tanh(y) + erf(x) + fabs(y));
+    check_value("sigmoid(y)", v, 1 / (1 + exp(-y)));
+    check_value(" x\t*\n( y+z ) ", v, x * (y + z));
+}
+
+static void check_error(const char *text, int n_inputs, const char *want)
+{
+    struct expr *e = (struct expr *)1;
+    char err[256];
+    CU_ASSERT_EQUAL(expr_parse(text, n_inputs, &e, err, sizeof err), -1);
+    CU_ASSERT_PTR_NULL(e);
+    if (strcmp(err, want)) printf("\n  '%s': got \"%s\", want \"%s\"\n", text, err, want);
+    CU_ASSERT_STRING_EQUAL(err, want);
+}
+
+static void test_parse_errors(void)
+{
+    check_error("x * 2 )", 1, "expr: unexpected ')' at column 7");
+    check_error("x * (1 + )", 1, "expr: unexpected ')' at column 10");
+    check_error("sigmod(x)", 1, "expr: unknown function 'sigmod' (did you mean 'sigmoid'?)");
+    check_error("x * tahn(x)", 1, "expr: unknown function 'tahn' (did you mean 'tanh'?)");
+    check_error("foo(x)", 1, "expr: unknown function 'foo' at column 1");
+    check_error("x + y", 1, "expr: variable 'y' but the layer has 1 input");
+    check_error("x * z", 2, "expr: variable 'z' but the layer has 2 inputs");
+    check_error("", 1, "expr: empty expression");
+    check_error("   ", 1, "expr: empty expression");
+    check_error("x +", 1, "expr: unexpected end of expression at column 4");
+    check_error("(x + 1", 1, "expr: missing ')' for the '(' at column 1");
+    check_error("max(x, 1", 1, "expr: missing ')' at column 9");
+    check_error("max(x)", 1, "expr: max() takes 2 arguments, got 1 at column 1");
+    check_error("2 * exp(x, x)", 1, "expr: exp() takes 1 argument, got 2 at column 5");
+    check_error("q + 1", 1, "expr: unknown name 'q' at column 1 (variables are x, y, z, w)");
+    check_error("sigmoid + 1", 1, "expr: function 'sigmoid' needs '(' at column 8");
+    check_error("2x", 1, "expr: unexpected 'x' at column 2");
+    check_error("x y", 2, "expr: unexpected 'y' at column 3");
+    check_error("x(2)", 1, "expr: expected an operator before '(' at column 2");
+    check_error("1e+ x", 1, "expr: bad number '1e' at column 1");
+    check_error("x $ 1", 1, "expr: unexpected '$' at column 3");
+    check_error("x ** 2", 1, "expr: unexpected '*' at column 4");
+    check_error("()", 1, "expr: unexpected ')' at column 2");
+    char deep[700];
+    memset(deep, '(', 300);
+    strcpy(deep + 300, "x");
+    memset(deep + 301, ')', 300);
+    deep[601] = 0;
+    check_error(deep, 1, "expr: expression nested too deeply at column 201");
+}
+
+/* ---- printing, CSE, hashing, folding ---- */
+
+static void check_print(const char *text, const char *want)
+{
+    struct expr *e = parse_ok(text, 4);
+    if (!e) return;
+    const char *got = printed(e);
+    if (strcmp(got, want)) printf("\n  '%s' printed \"%s\", want \"%s\"\n", text, got, want);
+    CU_ASSERT_STRING_EQUAL(got, want);
+    /* the canonical text reads back as the same IR */
+    struct expr *back = parse_ok(got, 4);
+    if (back) {
+        CU_ASSERT_STRING_EQUAL(printed(back), got);
+        CU_ASSERT_EQUAL(expr_hash(back), expr_hash(e));
+        CU_ASSERT_EQUAL(back->n, e->n);
+        expr_free(back);
+    }
+    expr_free(e);
+}
+
+static void test_print(void)
+{
+    check_print("x*sigmoid(x)", "sigmoid(x) * x");
+    check_print("x * y + z", "x * y + z");
+    check_print("x - 1", "x - 1");
+    check_print("x + -1", "x - 1");
+    check_print("1 + x", "x + 1");
+    check_print("2 * x", "2 * x");
+    check_print("x * 2", "2 * x");
+    check_print("-x*y", "-(x * y)");
+    check_print("pow(x, 2)", "x^2");
+    check_print("(-x)^2", "(-x)^2");
+    check_print("-x^2", "-x^2");
+    check_print("(-2)^x", "(-2)^x");
+    check_print("x^y^z", "x^y^z");
+    check_print("(x^y)^z", "(x^y)^z");
+    check_print("x^(y + 1)", "x^(y + 1)");
+    check_print("x^-y", "x^-y");
+    check_print("x - (y - z)", "x - (y - z)");
+    check_print("(x - y) - z", "x - y - z");
+    check_print("x / (y * z)", "x / (y * z)");
+    check_print("x * (y / z)", "y / z * x");
+    check_print("max(y, x)", "max(x, y)");
+    check_print("min(x*2, y)", "min(2 * x, y)");
+    check_print("0.1 * x", "0.1 * x");
+    check_print("x / 3", "x / 3");
+    check_print("pi * x", "pi * x");
+    check_print("1e-7 * x", "1e-07 * x");
+    check_print("exp(-(x*x))", "exp(-(x * x))");
+    check_print("log(1 + exp(x))", "log(exp(x) + 1)");
+    check_print("select(ge(x, y), z, w)", "select(ge(x, y), z, w)");
+    check_print("sign(x)", "sign(x)");
+    check_print("1 / 0 + x", "1 / 0 + x");
+    char buf[8];
+    struct expr *e = parse_ok("sigmoid(x) * x", 1);
+    CU_ASSERT_EQUAL(expr_print(e, buf, sizeof buf), -1); /* did not fit */
+    CU_ASSERT_STRING_EQUAL(buf, "sigmoid");
+    char ssa[256];
+    CU_ASSERT(expr_print_ssa(e, ssa, sizeof ssa) > 0);
+    CU_ASSERT_STRING_EQUAL(ssa, "%0 = var x\n%1 = sigmoid %0\n%2 = mul %1 %0\n");
+    expr_free(e);
+}
+
+static void test_cse(void)
+{
+    struct expr *e = parse_ok("x*sigmoid(x) + sigmoid(x)", 1);
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_SIGMOID), 1);
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_VAR), 1);
+    CU_ASSERT_EQUAL(e->n, 4); /* x, sigmoid, mul, add */
+    CU_ASSERT_EQUAL(expr_op_count(e), 3);
+    CU_ASSERT_EQUAL(e->out, e->n - 1);
+    for (int i = 0; i < e->n; i++) { /* SSA: operands come first */
+        CU_ASSERT(e->nodes[i].a < i);
+        CU_ASSERT(e->nodes[i].b < i);
+        CU_ASSERT(e->nodes[i].c < i);
+    }
+    expr_free(e);
+    /* commuted spellings are one node too */
+    e = parse_ok("exp(x*y) + exp(y*x) * tanh(x + y) - tanh(y + x)", 2);
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_EXP), 1);
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_TANH), 1);
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_MUL), 2);
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_ADD), 2);
+    CU_ASSERT_EQUAL(e->vars_used, 3u);
+    expr_free(e);
+}
+
+static void check_same(const char *a, const char *b, bool same)
+{
+    struct expr *ea = parse_ok(a, 4), *eb = parse_ok(b, 4);
+    if (!ea || !eb) {
+        expr_free(ea);
+        expr_free(eb);
+        return;
+    }
+    bool h = expr_hash(ea) == expr_hash(eb);
+    bool p = !strcmp(printed(ea), printed(eb));
+    if (h != same || p != same)
+        printf("\n  '%s' (%s) vs '%s' (%s): hash %s, want %s\n", a, printed(ea), b, printed(eb), h ? "equal" : "differs",
+               same ? "equal" : "different");
+    CU_ASSERT_EQUAL(h, same);
+    CU_ASSERT_EQUAL(p, same);
+    expr_free(ea);
+    expr_free(eb);
+}
+
+static void test_hash(void)
+{
+    check_same("x*sigmoid(x)", "sigmoid(x)*x", true);
+    check_same("x*sigmoid(x)", "((sigmoid((x))) * (x))", true);
+    check_same("x + y", "y + x", true);
+    check_same("exp(y) + exp(x)", "exp(x) + exp(y)", true);
+    check_same("2*x + 1", "1 + x*2", true);
+    check_same("x^2", "pow(x, 2)", true);
+    check_same("-x*x", "-(x*x)", true);
+    check_same("x*(-y)", "-(y*x)", true);
+    check_same("x - 1", "x + -1", true);
+    check_same("x - -y", "x + y", true);
+    check_same("x + x", "2 * x", true);
+    check_same("max(x, y) * z", "z * max(y, x)", true);
+    check_same("x * y * z", "z * (y * x)", true);
+    check_same("x * y * z", "x * (y * z)", false); /* associativity is not used */
+    check_same("x - y", "y - x", false);
+    check_same("x / y", "y / x", false);
+    check_same("x ^ y", "y ^ x", false);
+    check_same("x", "y", false);
+    check_same("x + 1", "x + 2", false);
+    check_same("max(x, y)", "min(x, y)", false);
+}
+
+static void test_constant_folding(void)
+{
+    struct expr *e = parse_ok("2 * 3 + 1", 1);
+    CU_ASSERT_EQUAL(e->n, 1);
+    CU_ASSERT_EQUAL(e->nodes[0].op, EXPR_CONST);
+    CU_ASSERT_EQUAL(e->nodes[0].value, 7.0);
+    expr_free(e);
+    check_print("x * 0", "0");
+    check_print("x * 1", "x");
+    check_print("x + 0", "x");
+    check_print("0 + x * 1 - 0", "x");
+    check_print("exp(0) * x", "x");
+    check_print("sqrt(4) * x + max(1, 2)", "2 * x + 2");
+    check_print("x - x", "0");
+    check_print("x^1 + y^0", "x + 1");
+    check_print("2 * (3 * x)", "6 * x");
+    check_print("-(-x)", "x");
+    check_print("-(x - y)", "y - x");
+    check_print("abs(-x)", "abs(x)");
+    check_print("1 - 1 / 2", "0.5");
+    check_print("log(-1)", "log(-1)"); /* not folded: NaN stays a runtime value */
+    e = parse_ok("log(-1) + 2*pi", 1);
+    double v[4] = {0};
+    CU_ASSERT(isnan(expr_eval1(e, v)));
+    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_CONST), 2); /* -1, 2pi */
+    expr_free(e);
+}
+
+/* A naive evaluator of the same grammar straight from the text, for checking the IR's folding
+ * and rewriting against: no IR, no simplification. */
+struct naive {
+    const char *s;
+    const double *v;
+};
+static double nv_expr(struct naive *n);
+static void nv_ws(struct naive *n)
+{
+    while (*n->s == ' ') n->s++;
+}
+static double nv_primary(struct naive *n)
+{
+    nv_ws(n);
+    if (*n->s == '(') {
+        n->s++;
+        double r = nv_expr(n);
+        nv_ws(n);
+        n->s++; /* ')' */
+        return r;
+    }
+    if ((*n->s >= '0' && *n->s <= '9') || *n->s == '.') {
+        char *end;
+        double r = strtod(n->s, &end);
+        n->s = end;
+        return r;
+    }
+    char name[16];
+    int k = 0;
+    while ((*n->s >= 'a' && *n->s <= 'z') && k < 15) name[k++] = *n->s++;
+    name[k] = 0;
+    if (k == 1) return n->v[strchr("xyzw", name[0]) - "xyzw"];
+    if (!strcmp(name, "pi")) return 3.14159265358979323846;
+    double a[3] = {0};
+    int na = 0;
+    nv_ws(n);
+    n->s++; /* '(' */
+    for (;;) {
+        a[na++] = nv_expr(n);
+        nv_ws(n);
+        if (*n->s++ != ',') break; /* ')' */
+    }
+    if (!strcmp(name, "exp")) return exp(a[0]);
+    if (!strcmp(name, "log")) return log(a[0]);
+    if (!strcmp(name, "sqrt")) return sqrt(a[0]);
+    if (!strcmp(name, "tanh")) return tanh(a[0]);
+    if (!strcmp(name, "sigmoid")) return 1 / (1 + exp(-a[0]));
+    if (!strcmp(name, "erf")) return erf(a[0]);
+    if (!strcmp(name, "abs")) return fabs(a[0]);
+    if (isnan(a[0]) || isnan(a[1])) return NAN;
+    if (!strcmp(name, "max")) return a[0] >= a[1] ? a[0] : a[1];
+    if (!strcmp(name, "min")) return a[0] <= a[1] ? a[0] : a[1];
+    if (!strcmp(name, "pow")) return pow(a[0], a[1]);
+    return NAN;
+}
+static double nv_unary(struct naive *n);
+static double nv_power(struct naive *n)
+{
+    double b = nv_primary(n);
+    nv_ws(n);
+    if (*n->s != '^') return b;
+    n->s++;
+    return pow(b, nv_unary(n));
+}
+static double nv_unary(struct naive *n)
+{
+    nv_ws(n);
+    if (*n->s == '-') {
+        n->s++;
+        return -nv_unary(n);
+    }
+    return nv_power(n);
+}
+static double nv_term(struct naive *n)
+{
+    double l = nv_unary(n);
+    for (;;) {
+        nv_ws(n);
+        char c = *n->s;
+        if (c != '*' && c != '/') return l;
+        n->s++;
+        double r = nv_unary(n);
+        l = c == '*' ? l * r : l / r;
+    }
+}
+static double nv_expr(struct naive *n)
+{
+    double l = nv_term(n);
+    for (;;) {
+        nv_ws(n);
+        char c = *n->s;
+        if (c != '+' && c != '-') return l;
+        n->s++;
+        double r = nv_term(n);
+        l = c == '+' ? l + r : l - r;
+    }
+}
+
+/* appends the NULL-terminated strings to buf (truncating) */
+static void cat(char *buf, size_t size, ...)
+{
+    va_list ap;
+    size_t len = 0;
+    va_start(ap, size);
+    for (const char *p; (p = va_arg(ap, const char *));)
+        for (; *p && len + 1 < size; p++) buf[len++] = *p;
+    va_end(ap);
+    buf[len] = 0;
+}
+
+/* a random expression over x, y (lots of repeats, constants 0, 1, -1 for the rewrites) */
+static void gen(char *buf, size_t size, int depth)
+{
+    static const char *leaves[] = {"x", "y", "x", "y", "0", "1", "2", "0.5", "3", "pi"};
+    static const char *un[] = {"-", "exp", "tanh", "sigmoid", "erf", "abs", "log", "sqrt"};
+    static const char *bin[] = {"+", "-", "*", "/", "^", "max", "min", "*", "+"};
+    static const char *powers[] = {"0", "1", "2", "3"};
+    char a[2048], b[2048];
+    int r = (int)uni(0, 10);
+    if (depth <= 0 || r < 3) {
+        cat(buf, size, leaves[(int)uni(0, 10)], NULL);
+        return;
+    }
+    if (r < 5) {
+        gen(a, sizeof a, depth - 1);
+        const char *f = un[(int)uni(0, 8)];
+        if (f[0] == '-') cat(buf, size, "-(", a, ")", NULL);
+        else cat(buf, size, f, "(", a, ")", NULL);
+        return;
+    }
+    gen(a, sizeof a, depth - 1);
+    gen(b, sizeof b, depth - 1);
+    const char *o = bin[(int)uni(0, 9)];
+    if (o[0] == '^') cat(buf, size, "(", a, ")^", powers[(int)uni(0, 4)], NULL); /* small integer powers */
+    else if (strlen(o) > 1) cat(buf, size, o, "(", a, ", ", b, ")", NULL);
+    else cat(buf, size, "(", a, ") ", o, " (", b, ")", NULL);
+}
+
+/* whether every node of e is finite at v */
+static bool all_finite(const struct expr *e, const double *v)
+{
+    double *regs = malloc((size_t)e->n * sizeof *regs);
+    bool finite = regs != NULL;
+    if (regs) expr_eval1_nodes(e, v, regs);
+    for (int i = 0; finite && i < e->n; i++) finite = isfinite(regs[i]);
+    free(regs);
+    return finite;
+}
+
+static void test_random_round_trip(void)
+{
+    /* random expressions: canonical print reads back to the same IR, and the IR (folded,
+     * rewritten, shared) computes what the text says; derivatives agree with differences */
+    int compared = 0, dcompared = 0;
+    for (int t = 0; t < 400; t++) {
+        char text[2048];
+        gen(text, sizeof text, 1 + t % 5);
+        struct expr *e = parse_ok(text, 2);
+        if (!e) continue;
+        char p1[8192];
+        CU_ASSERT_FATAL(expr_print(e, p1, sizeof p1) >= 0);
+        struct expr *back = parse_ok(p1, 2);
+        if (back) {
+            char p2[8192];
+            CU_ASSERT(expr_print(back, p2, sizeof p2) >= 0);
+            bool same = !strcmp(p1, p2) && expr_hash(back) == expr_hash(e) && back->n == e->n;
+            if (!same) printf("\n  %s -> %s -> %s\n", text, p1, p2);
+            CU_ASSERT(same);
+            expr_free(back);
+        }
+        int var = t % 2; /* d/dx, d/dy */
+        struct expr *dx = expr_diff(e, var);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dx);
+        for (int k = 0; k < 5; k++) {
+            double v[4] = {uni(-1.5, 1.5), uni(-1.5, 1.5), 0, 0};
+            struct naive nv = {text, v};
+            double want = nv_expr(&nv), got = expr_eval1(e, v);
+            if (!isfinite(want) || fabs(want) > 1e6) continue;
+            /* an infinite or NaN intermediate (1/0 under a saturating tanh or a max) is outside
+             * what the simplifier preserves (signed zeros, 0*u = 0), and makes the chain rule NaN
+             * (0 * inf), as in PyTorch */
+            if (!all_finite(e, v)) continue;
+            bool ok = close_to(got, want, 1e-9);
+            if (!ok) printf("\n  %s = %.17g, IR %s = %.17g at (%g, %g)\n", text, want, p1, got, v[0], v[1]);
+            CU_ASSERT(ok);
+            compared++;
+            /* derivative vs central difference where the function is smooth around v */
+            const double h = 1e-5;
+            double vp[4] = {v[0], v[1]}, vm[4] = {v[0], v[1]}, vp2[4] = {v[0], v[1]}, vm2[4] = {v[0], v[1]};
+            vp[var] += h;
+            vm[var] -= h;
+            vp2[var] += 2 * h;
+            vm2[var] -= 2 * h;
+            double fp = expr_eval1(e, vp), fm = expr_eval1(e, vm), fp2 = expr_eval1(e, vp2), fm2 = expr_eval1(e, vm2);
+            double num1 = (fp - fm) / (2 * h), num2 = (fp2 - fm2) / (4 * h);
+            if (!isfinite(num1) || !isfinite(num2) || !close_to(num1, num2, 1e-4)) continue; /* a kink or a pole */
+            if (!all_finite(dx, v)) continue; /* sqrt(max(0, x)) at x < 0: 0 / (2 * 0) */
+            double sym = expr_eval1(dx, v);
+            bool dok = close_to(sym, num1, 1e-3);
+            if (!dok)
+                printf("\n  d(%s)/d%c = %s: %.12g, numeric %.12g at (%g, %g)\n", p1, "xy"[var], printed(dx), sym, num1, v[0],
+                       v[1]);
+            CU_ASSERT(dok);
+            dcompared++;
+        }
+        expr_free(dx);
+        expr_free(e);
+    }
+    CU_ASSERT(compared > 800);
+    CU_ASSERT(dcompared > 600);
+}
+
+/* ---- evaluation against C math ---- */
+
+typedef double (*ref_fn)(const double *v);
+static double sg(double a) { return 1 / (1 + exp(-a)); }
+static double r0(const double *v) { return v[0] * sg(v[0]); }
+static double r1(const double *v) { return pow(tanh(v[0]), 2); }
+static double r2(const double *v) { return exp(-v[0] * v[0]); }
+static double r3(const double *v) { return log(1 + exp(v[0])); }
+static double r4(const double *v) { return v[0] / v[1]; }
+static double r5(const double *v) { return fmax(v[0], v[1]) * v[2]; }
+static double r6(const double *v) { return erf(v[0] / sqrt(2)); }
+static double r7(const double *v) { return pow(v[0], 3); }
+static double r8(const double *v) { return fabs(v[0]); }
+static double r9(const double *v) { return sqrt(1 + v[0] * v[0]) - fmin(v[1], v[2]) * v[3]; }
+static double r10(const double *v) { return pow(1 + v[0] * v[0], v[1]); }
+static double r11(const double *v) { return 0.5 * v[0] * (1 + erf(v[0] / sqrt(2))); }
+static double r12(const double *v) { return v[0] * tanh(v[1]) - v[2] * v[2] / (1 + v[3] * v[3]); }
+static double r13(const double *v) { return (v[0] >= v[1] ? v[2] : v[3]) + sg(-v[1]) * (v[0] < 0 ? -1 : v[0] > 0 ? 1 : 0); }
+
+static const struct {
+    const char *text;
+    ref_fn ref;
+} cases[] = {
+    {"x*sigmoid(x)", r0},       {"tanh(x)^2", r1},
+    {"exp(-x*x)", r2},          {"log(1+exp(x))", r3},
+    {"x/y", r4},                {"max(x,y)*z", r5},
+    {"erf(x/sqrt(2))", r6},     {"pow(x,3)", r7},
+    {"abs(x)", r8},             {"sqrt(1+x*x) - min(y,z)*w", r9},
+    {"pow(1 + x*x, y)", r10},   {"0.5*x*(1 + erf(x/sqrt(2)))", r11},
+    {"x*tanh(y) - z^2/(1+w*w)", r12}, {"select(ge(x, y), z, w) + sigmoid(-y) * sign(x)", r13},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void test_eval_against_libm(void)
+{
+    enum { N = 1000 }; /* not a multiple of the block */
+    static float in[4][N], out[N], acc[N], sc[N];
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < N; i++) in[k][i] = (float)uni(-3, 3);
+    for (int i = 0; i < N; i++) {
+        if (fabsf(in[1][i]) < 0.05f) in[1][i] = 0.5f; /* x/y */
+        sc[i] = (float)uni(-2, 2);
+    }
+    const float *vars[4] = {in[0], in[1], in[2], in[3]};
+    for (int c = 0; c < N_CASES; c++) {
+        struct expr *e = parse_ok(cases[c].text, 4);
+        if (!e) continue;
+        CU_ASSERT_EQUAL(expr_eval(e, vars, N, out), 0);
+        for (int i = 0; i < N; i++) acc[i] = 1.0f;
+        CU_ASSERT_EQUAL(expr_eval_ex(e, vars, N, sc, true, acc), 0);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            double v[4] = {in[0][i], in[1][i], in[2][i], in[3][i]};
+            double want = cases[c].ref(v), one = expr_eval1(e, v);
+            bool ok = close_to(out[i], want, 2e-5) && close_to(one, want, 1e-12) &&
+                      close_to(acc[i], 1.0 + sc[i] * want, 2e-5);
+            if (!ok && bad++ < 3)
+                printf("\n  %s at (%g, %g, %g, %g): float %.9g, double %.17g, want %.17g\n", cases[c].text, v[0], v[1], v[2],
+                       v[3], out[i], one, want);
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        expr_free(e);
+    }
+}
+
+static void test_eval_large_and_edge(void)
+{
+    /* many blocks (the OpenMP path), a constant result, an identity result, n = 0 */
+    int64_t n = 100003;
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(y);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)uni(-4, 4);
+    const float *vars[1] = {x};
+    struct expr *e = parse_ok("x * sigmoid(x) + tanh(x)", 1);
+    CU_ASSERT_EQUAL(expr_eval(e, vars, n, y), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v[4] = {x[i]};
+        bad += !close_to(y[i], expr_eval1(e, v), 2e-5);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(expr_eval(e, vars, 0, y), 0);
+    expr_free(e);
+    e = parse_ok("2 * pi", 1);
+    CU_ASSERT_EQUAL(expr_eval(e, vars, 300, y), 0);
+    CU_ASSERT(y[0] == (float)(2 * 3.14159265358979323846) && y[299] == y[0]);
+    expr_free(e);
+    e = parse_ok("x", 1);
+    CU_ASSERT_EQUAL(expr_eval(e, vars, n, y), 0);
+    CU_ASSERT_EQUAL(memcmp(x, y, (size_t)n * sizeof *x), 0);
+    expr_free(e);
+    /* sigmoid saturates without overflow */
+    float big[4] = {1000.0f, -1000.0f, 88.0f, -88.0f}, sy[4];
+    const float *bv[1] = {big};
+    e = parse_ok("sigmoid(x)", 1);
+    CU_ASSERT_EQUAL(expr_eval(e, bv, 4, sy), 0);
+    CU_ASSERT(sy[0] == 1.0f && sy[1] == 0.0f && sy[2] == 1.0f && sy[3] >= 0.0f && sy[3] < 1e-37f);
+    expr_free(e);
+    free(x);
+    free(y);
+}
+
+/* ---- symbolic derivatives ---- */
+
+static void check_diff_text(const char *text, int var, const char *want)
+{
+    struct expr *e = parse_ok(text, 4);
+    if (!e) return;
+    struct expr *d = expr_diff(e, var);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    const char *got = printed(d);
+    if (strcmp(got, want)) printf("\n  d(%s)/d%c = \"%s\", want \"%s\"\n", text, "xyzw"[var], got, want);
+    CU_ASSERT_STRING_EQUAL(got, want);
+    expr_free(d);
+    expr_free(e);
+}
+
+static void test_diff_rules(void)
+{
+    check_diff_text("x + y", 0, "1");
+    check_diff_text("x * y", 1, "x");
+    check_diff_text("3 * x + 2", 0, "3");
+    check_diff_text("pow(x, 3)", 0, "3 * x^2");
+    check_diff_text("x^y", 0, "x^(y - 1) * y");
+    check_diff_text("x^y", 1, "x^y * log(x)");
+    check_diff_text("abs(x)", 0, "sign(x)");
+    check_diff_text("sigmoid(x)", 0, "(1 - sigmoid(x)) * sigmoid(x)");
+    check_diff_text("tanh(x)", 0, "1 - tanh(x) * tanh(x)");
+    check_diff_text("exp(x)", 0, "exp(x)");
+    check_diff_text("log(x)", 0, "1 / x");
+    check_diff_text("sqrt(x)", 0, "1 / (2 * sqrt(x))");
+    check_diff_text("erf(x)", 0, "1.1283791670955126 * exp(-(x * x))");
+    check_diff_text("x / y", 0, "1 / y");
+    check_diff_text("x / y", 1, "-(x / y / y)");
+    check_diff_text("max(x, y)", 0, "ge(x, y)");
+    check_diff_text("max(x, y)", 1, "select(ge(x, y), 0, 1)");
+    check_diff_text("min(x, y)", 0, "ge(y, x)");
+    check_diff_text("max(x, 0)", 0, "select(ge(0, x), 0, 1)");
+    check_diff_text("x * sigmoid(x)", 2, "0");
+    check_diff_text("exp(-x*x)", 0, "-2 * x * exp(-(x * x))");
+    /* a constant exponent has no log term: no log of a negative base, no 0 * NaN */
+    struct expr *e = parse_ok("pow(x, 3)", 1), *d = expr_diff(e, 0);
+    CU_ASSERT_EQUAL(expr_count_op(d, EXPR_LOG), 0);
+    double v[4] = {-2};
+    CU_ASSERT_EQUAL(expr_eval1(d, v), 12.0);
+    expr_free(d);
+    expr_free(e);
+    /* derivatives share nodes with themselves: d(x*sigmoid(x)) has one sigmoid */
+    e = parse_ok("x * sigmoid(x)", 1);
+    d = expr_diff(e, 0);
+    CU_ASSERT_EQUAL(expr_count_op(d, EXPR_SIGMOID), 1);
+    expr_free(d);
+    expr_free(e);
+}
+
+static bool away_from_kinks(const char *text, const double *v)
+{
+    if (strstr(text, "abs") && fabs(v[0]) < 1e-3) return false;
+    if ((strstr(text, "max") || strstr(text, "min") || strstr(text, "ge(")) && fabs(v[0] - v[1]) < 1e-3) return false;
+    if (strstr(text, "sign") && fabs(v[0]) < 1e-3) return false;
+    if (strstr(text, "min(y,z)") && fabs(v[1] - v[2]) < 1e-3) return false;
+    return true;
+}
+
+static void test_diff_numeric(void)
+{
+    int checked = 0;
+    for (int c = 0; c < N_CASES; c++) {
+        struct expr *e = parse_ok(cases[c].text, 4);
+        if (!e) continue;
+        for (int var = 0; var < 4; var++) {
+            struct expr *d = expr_diff(e, var);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+            CU_ASSERT_EQUAL(d->vars_used & ~e->vars_used, 0u);
+            int bad = 0;
+            for (int t = 0; t < 200; t++) {
+                double v[4];
+                for (int k = 0; k < 4; k++) v[k] = uni(-2.5, 2.5);
+                if (fabs(v[1]) < 0.1) v[1] = 0.7; /* x/y */
+                if (!away_from_kinks(cases[c].text, v)) continue;
+                const double h = 1e-6;
+                double vp[4], vm[4];
+                memcpy(vp, v, sizeof v);
+                memcpy(vm, v, sizeof v);
+                vp[var] += h;
+                vm[var] -= h;
+                double num = (expr_eval1(e, vp) - expr_eval1(e, vm)) / (2 * h);
+                double sym = expr_eval1(d, v);
+                bool ok = close_to(sym, num, 1e-5);
+                if (!ok && bad++ < 3)
+                    printf("\n  d(%s)/d%c = %s at (%g, %g, %g, %g): symbolic %.12g, numeric %.12g\n", cases[c].text,
+                           "xyzw"[var], printed(d), v[0], v[1], v[2], v[3], sym, num);
+                checked++;
+            }
+            CU_ASSERT_EQUAL(bad, 0);
+            expr_free(d);
+        }
+        expr_free(e);
+    }
+    CU_ASSERT(checked > N_CASES * 4 * 150);
+}
+
+/* ---- the layer ---- */
+
+static void gradcheck_ok(const char *expr_text, const struct glia_shape *in, int n, uint64_t seed)
+{
+    char ini[256];
+    snprintf(ini, sizeof ini, "[p]\ntype = pointwise\nexpr = %s\n", expr_text);
+    struct glia_gradcheck_report r;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = glia_layer_gradcheck(ctx, ini, in, n, seed, 2e-2, &r);
+    if (st) printf("\n  %s: %s\n", expr_text, glia_context_error(ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    CU_ASSERT(r.n_checked > 0);
+    CU_ASSERT(r.n_skipped * 10 <= r.n_checked);
+    glia_context_free(ctx);
+}
+
+static void test_layer_gradcheck_one_input(void)
+{
+    struct glia_shape a = S(2, 3, 5, 0, 0), b = S(4, 2, 3, 2, 2);
+    const char *one[] = {"x * sigmoid(x)", "tanh(x)^2", "exp(-x*x)", "log(1+exp(x))", "sqrt(1+x*x)",
+                         "erf(x/sqrt(2))", "pow(x,3)", "abs(x)", "max(x, 0) - 0.1*min(x, 0)",
+                         "0.5*x*(1 + erf(x/sqrt(2)))", "x / (1 + x*x)", "2^x"};
+    for (int i = 0; i < (int)(sizeof one / sizeof one[0]); i++) {
+        gradcheck_ok(one[i], &a, 1, 100 + (uint64_t)i);
+        gradcheck_ok(one[i], &b, 1, 200 + (uint64_t)i);
+    }
+}
+
+static void test_layer_gradcheck_multi_input(void)
+{
+    struct glia_shape two[2] = {S(2, 3, 4, 0, 0), S(2, 3, 4, 0, 0)};
+    gradcheck_ok("x / (1 + y*y)", two, 2, 1);
+    gradcheck_ok("x * sigmoid(y)", two, 2, 2);
+    gradcheck_ok("max(x, y) * x", two, 2, 3);
+    gradcheck_ok("pow(1 + x*x, y)", two, 2, 4);
+    gradcheck_ok("x * 2", two, 2, 5); /* y unused: its gradient is written as 0 */
+    struct glia_shape three[3] = {S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2)};
+    gradcheck_ok("max(x,y)*z", three, 3, 6);
+    gradcheck_ok("x*tanh(y) - z^2", three, 3, 7);
+    gradcheck_ok("sqrt(1 + x*x + y*y) * sigmoid(z)", three, 3, 8);
+    struct glia_shape four[4] = {S(2, 5, 3, 0, 0), S(2, 5, 3, 0, 0), S(2, 5, 3, 0, 0), S(2, 5, 3, 0, 0)};
+    gradcheck_ok("x*y + z*w - min(x, w)", four, 4, 9);
+}
+
+/* Builds the layer like the gradient checker does and runs an eval-mode forward. */
+static void test_layer_forward_and_flops(void)
+{
+    enum { N = 7 };
+    struct glia_config *cfg = NULL;
+    struct glia_backend *b;
+    struct glia_shape sh = S(2, 1, N, 0, 0), os;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "forward.ini", "[p]\ntype = pointwise\nexpr = x * sigmoid(y) + 1\n",
+                                             &cfg) == GLIA_OK);
+    struct glia_section *s = cfg->sections[0];
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "pointwise") == GLIA_OK);
+    const struct glia_layer_ops *ops = glia__find_layer(ctx, "pointwise", "cpu");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
+    CU_ASSERT_EQUAL(ops->min_inputs, 1);
+    CU_ASSERT_EQUAL(ops->max_inputs, 4);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
+    struct glia_layer l = {.name = s->name, .ops = ops, .ctx = ctx, .backend = b};
+    struct glia_shape shs[2] = {sh, sh};
+    CU_ASSERT_FATAL(ops->create(&l, s, shs, 2) == GLIA_OK);
+    CU_ASSERT_FATAL(ops->infer_shape(&l, shs, 2, &os) == GLIA_OK);
+    CU_ASSERT(glia_shape_equal(&os, &sh));
+    CU_ASSERT_EQUAL(ops->flops(&l, shs, 2), 3u * N); /* sigmoid, mul, add */
+    struct glia_tensor *tx, *ty, *to;
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &tx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &ty) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &os, &to) == GLIA_OK);
+    const float xs[N] = {1, -1, 0, 2, -3, 0.5f, 100}, ys[N] = {0, 2, -2, 1000, -1000, 0.25f, -1};
+    memcpy(glia_tensor_f32(tx), xs, sizeof xs);
+    memcpy(glia_tensor_f32(ty), ys, sizeof ys);
+    const struct glia_tensor *in[2] = {tx, ty};
+    struct glia_fwd a = {in, 2, to, NULL, false, 1};
+    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    for (int i = 0; i < N; i++) {
+        double want = xs[i] * sg(ys[i]) + 1, got = glia_tensor_f32(to)[i];
+        bool ok = isfinite(got) && close_to(got, want, 1e-6);
+        if (!ok) printf("\n  [%d] %.9g, want %.9g\n", i, got, want);
+        CU_ASSERT(ok);
+    }
+    ops->destroy(&l);
+    glia_tensor_release(tx);
+    glia_tensor_release(ty);
+    glia_tensor_release(to);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+static void check_config_error(const char *ini, const struct glia_shape *in, int n, glia_status want_st, const char *want)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = glia_layer_gradcheck(ctx, ini, in, n, 1, 1e-2, NULL);
+    CU_ASSERT_EQUAL(st, want_st);
+    if (!strstr(glia_context_error(ctx), want)) printf("\n  got: %s\n  want: %s\n", glia_context_error(ctx), want);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), want));
+    glia_context_free(ctx);
+}
+
+static void test_layer_config_errors(void)
+{
+    struct glia_shape one = S(2, 3, 4, 0, 0), two[2] = {S(2, 3, 4, 0, 0), S(2, 3, 4, 0, 0)};
+    check_config_error("[p]\ntype = pointwise\nexpr = x * 2 )\n", &one, 1, GLIA_ECONFIG,
+                       "gradcheck.ini:3: [p] expr: unexpected ')' at column 7");
+    check_config_error("[p]\ntype = pointwise\n\nexpr = sigmod(x)\n", &one, 1, GLIA_ECONFIG,
+                       "gradcheck.ini:4: [p] expr: unknown function 'sigmod' (did you mean 'sigmoid'?)");
+    check_config_error("[p]\ntype = pointwise\nexpr = x + y\n", &one, 1, GLIA_ECONFIG,
+                       "gradcheck.ini:3: [p] expr: variable 'y' but the layer has 1 input");
+    check_config_error("[p]\ntype = pointwise\nexpr = x * y * z\n", two, 2, GLIA_ECONFIG,
+                       "gradcheck.ini:3: [p] expr: variable 'z' but the layer has 2 inputs");
+    check_config_error("[p]\ntype = pointwise\nexpr = max(x)\n", &one, 1, GLIA_ECONFIG,
+                       "gradcheck.ini:3: [p] expr: max() takes 2 arguments, got 1 at column 1");
+    /* a missing expr is the core's schema error */
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[p]\ntype = pointwise\n", &one, 1, 1, 1e-2, NULL), GLIA_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "expr"));
+    glia_context_free(ctx);
+    struct glia_shape bad[2] = {S(2, 3, 4, 0, 0), S(2, 3, 5, 0, 0)};
+    check_config_error("[p]\ntype = pointwise\nexpr = x + y\n", bad, 2, GLIA_ESHAPE,
+                       "pointwise needs equal shapes: input 1 is 3x4, input 2 is 3x5");
+}
+
+GLIA_TEST_MAIN("pointwise", GLIA_TEST(test_parse_precedence), GLIA_TEST(test_parse_errors), GLIA_TEST(test_print),
+               GLIA_TEST(test_cse), GLIA_TEST(test_hash), GLIA_TEST(test_constant_folding), GLIA_TEST(test_random_round_trip),
+               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_diff_rules),
+               GLIA_TEST(test_diff_numeric), GLIA_TEST(test_layer_gradcheck_one_input),
+               GLIA_TEST(test_layer_gradcheck_multi_input), GLIA_TEST(test_layer_forward_and_flops),
+               GLIA_TEST(test_layer_config_errors))
