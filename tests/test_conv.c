@@ -1,7 +1,8 @@
 /* tests/test_conv.c — the conv2d layer: finite-difference gradient checks over stride, padding,
  * dilation, groups, bias and batch size; forward and backward values against a naive direct
  * convolution written here (also across batch-size changes, which rebuild the oneDNN
- * primitives); configuration errors. Not a speed test. */
+ * primitives, and on shapes where oneDNN works in blocked layouts); configuration errors. Not a
+ * speed test. */
 #include <math.h>
 #include <string.h>
 #include "internal.h"
@@ -352,6 +353,77 @@ static void test_input_size_changes(void)
     glia_context_free(ctx);
 }
 
+/* Shapes where oneDNN picks its blocked layouts (nChw16c activations, OIhw16i16o weights):
+ * the layer reorders between them and the plain tensors, and accumulates through them. */
+static void test_blocked_layouts(void)
+{
+    /* N, C, H, W, F, k, s, p, d, g, bias */
+    check_values((struct cv){3, 1, 14, 14, 32, 3, 1, 0, 1, 1, true}, 111);   /* first layer: plain src */
+    check_values((struct cv){2, 32, 12, 12, 64, 3, 1, 0, 1, 1, true}, 112);  /* all blocked */
+    check_values((struct cv){2, 20, 9, 11, 24, 3, 2, 1, 1, 1, false}, 113); /* channels padded to 16 */
+    check_values((struct cv){2, 32, 8, 8, 48, 1, 1, 0, 1, 1, true}, 114);   /* 1x1 */
+    check_values((struct cv){2, 32, 10, 10, 64, 3, 1, 1, 1, 2, true}, 115); /* groups of 16 */
+    check_values((struct cv){2, 32, 9, 9, 32, 3, 1, 1, 1, 32, true}, 116);  /* depthwise, blocked */
+}
+
+/* Backward-weights reuses the input a training forward reordered; an eval forward or a
+ * training forward of another tensor in between must not leave it reading a stale copy. */
+static void test_kept_input(void)
+{
+    struct cv c = {2, 32, 10, 10, 32, 3, 1, 1, 1, 1, true};
+    char ini[512];
+    cv_ini(&c, ini, sizeof ini);
+    lcg_state = 9;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built t;
+    build(&t, ini, S4(c.N, c.C, c.H, c.W));
+    struct glia_shape xs = S4(c.N, c.C, c.H, c.W), ys = S4(c.N, c.F, c.H, c.W);
+    struct glia_tensor *x1, *x2, *y, *dx, *dy;
+    CU_ASSERT_FATAL(glia_tensor_new(t.b, GLIA_F32, &xs, &x1) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(t.b, GLIA_F32, &xs, &x2) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(t.b, GLIA_F32, &xs, &dx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(t.b, GLIA_F32, &ys, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(t.b, GLIA_F32, &ys, &dy) == GLIA_OK);
+    fill(x1, 0);
+    fill(x2, 0);
+    fill(dy, 0);
+    struct glia_param *pw = &t.l.params[0], *pb = &t.l.params[1];
+    int64_t nx = glia_tensor_numel(x1), nw = glia_tensor_numel(pw->value);
+    double *rdx = malloc((size_t)nx * sizeof *rdx), *rdw = malloc((size_t)nw * sizeof *rdw);
+    double *rdb = malloc((size_t)c.F * sizeof *rdb);
+    naive_backward(&c, glia_tensor_f32(x1), glia_tensor_f32(pw->value), glia_tensor_f32(dy), rdx, rdw, rdb);
+    const struct glia_tensor *in1[1] = {x1}, *in2[1] = {x2};
+    struct glia_tensor *din[1] = {dx};
+    bool acc[1] = {false};
+    struct glia_bwd ba = {in1, 1, y, dy, din, acc, NULL};
+    for (int round = 0; round < 3; round++) {
+        /* 0: train x1, eval x2; 1: train x2; 2: train x1 (the kept copy is right) */
+        struct glia_fwd f1 = {round == 1 ? in2 : in1, 1, y, NULL, true, 7};
+        struct glia_fwd f2 = {in2, 1, y, NULL, false, 7};
+        CU_ASSERT_EQUAL(t.ops->forward(&t.l, &f1), GLIA_OK);
+        if (round == 0) CU_ASSERT_EQUAL(t.ops->forward(&t.l, &f2), GLIA_OK);
+        fill(dx, NAN);
+        for (int i = 0; i < t.l.n_params; i++) {
+            fill(t.l.params[i].grad, NAN);
+            t.l.params[i].grad_unset = true;
+        }
+        CU_ASSERT_EQUAL(t.ops->backward(&t.l, &ba), GLIA_OK);
+        CU_ASSERT(close_all("dx", glia_tensor_f32(dx), rdx, 0, nx));
+        CU_ASSERT(close_all("dw", glia_tensor_f32(pw->grad), rdw, 0, nw));
+        CU_ASSERT(close_all("db", glia_tensor_f32(pb->grad), rdb, 0, c.F));
+    }
+    free(rdx);
+    free(rdw);
+    free(rdb);
+    glia_tensor_release(x1);
+    glia_tensor_release(x2);
+    glia_tensor_release(y);
+    glia_tensor_release(dx);
+    glia_tensor_release(dy);
+    unbuild(&t);
+    glia_context_free(ctx);
+}
+
 /* ---- configuration errors ---- */
 
 static void expect_error(const char *ini, struct glia_shape in, glia_status want, const char *msg)
@@ -394,4 +466,4 @@ static void test_config_errors(void)
 GLIA_TEST_MAIN("conv", GLIA_TEST(test_gradcheck_basic), GLIA_TEST(test_gradcheck_stride_dilation),
                GLIA_TEST(test_gradcheck_groups), GLIA_TEST(test_gradcheck_shapes),
                GLIA_TEST(test_values_against_naive), GLIA_TEST(test_input_size_changes),
-               GLIA_TEST(test_config_errors))
+               GLIA_TEST(test_blocked_layouts), GLIA_TEST(test_kept_input), GLIA_TEST(test_config_errors))

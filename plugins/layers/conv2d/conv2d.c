@@ -1,25 +1,52 @@
 /* plugins/layers/conv2d — 2-D convolution (cross-correlation, like PyTorch's Conv2d) on the CPU
  * with oneDNN primitives: forward, backward-data, backward-weights (+bias), with stride,
  * symmetric zero padding, dilation and groups. Input (N, C, H, W), output (N, filters, OH, OW).
- * Not a transposed convolution, and no asymmetric padding. All user memory stays in plain
- * row-major layouts (nchw, oihw / goihw, x); oneDNN picks an implementation for those. */
+ * Not a transposed convolution, and no asymmetric padding.
+ *
+ * The user tensors stay plain row-major (nchw, oihw / goihw, x), but the primitives are created
+ * with format "any" so that oneDNN picks its direct JIT kernels and their blocked layouts
+ * (nChw16c, OIhw16i16o, ...); reorders move data between the two only where the layouts differ,
+ * through intermediate buffers made once per input shape. A training forward keeps its
+ * reordered input for backward-weights; weights are reordered at every call (they change every
+ * step). Bias stays plain. */
 #include <glia/glia.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-/* Primitives and memory objects for one input shape. The memory objects have no buffer of
- * their own: each execution points them at the tensors of that call. */
+/* One tensor argument of a primitive, in the layout the primitive chose. mem == NULL: that is
+ * the user's plain layout, and the primitive reads or writes the user tensor itself. */
+struct slot {
+    dnnl_memory_desc_t md;
+    dnnl_memory_t mem;      /* a buffer in layout md; owned unless !own (then another slot's) */
+    bool own;
+    dnnl_primitive_t reo;   /* input: user -> mem; output: mem -> user (=) */
+    dnnl_primitive_t add;   /* output: mem -> user (+=); NULL: oneDNN has none, go through scratch */
+    bool serial;            /* small (weights): reorder on one thread */
+};
+
+/* Primitives, intermediate buffers and memory objects for one input shape. The user memory
+ * objects (x ... dy) have no buffer of their own: each execution points them at that call's
+ * tensors. */
 struct conv_cache {
-    bool valid, have_bwd;
+    bool valid;
     int64_t N, H, W, OH, OW;
-    dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
+    dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;  /* the user layouts */
     dnnl_primitive_desc_t fwd_pd, bwd_d_pd, bwd_w_pd;
     dnnl_primitive_t fwd, bwd_d, bwd_w;
     dnnl_memory_t x, w, b, y, dx, dw, db, dy;
-    float *dx_scratch;  /* N*C*H*W: input gradient to add when accumulating */
+    struct slot f_src, f_wei, f_dst;    /* forward */
+    struct slot d_ddst, d_wei, d_dsrc;  /* backward data */
+    struct slot w_src, w_ddst, w_dwei;  /* backward weights */
+    const float *kept;       /* f_src.mem holds this input, reordered by the last training forward */
+    dnnl_memory_t scratchpad; /* shared by all the primitives (user scratchpad mode) */
+    size_t scratchpad_size;
+    float *dx_scratch;       /* N*C*H*W: input gradient to add when accumulating */
 };
 
 struct conv2d {
@@ -27,6 +54,8 @@ struct conv2d {
     int w, b;                       /* parameter indices; b = -1 without bias */
     dnnl_engine_t engine;
     dnnl_stream_t stream;
+    dnnl_primitive_attr_t attr;     /* user scratchpad */
+    dnnl_primitive_attr_t attr_add; /* user scratchpad, sum post-op: reorders that accumulate */
     float *dw_scratch, *db_scratch; /* parameter gradients to add when already set */
     struct conv_cache c;
 };
@@ -64,15 +93,26 @@ static glia_status dnnl_fail(struct glia_layer *l, const char *what, dnnl_status
         }                                                     \
     } while (0)
 
+static void slot_free(struct slot *s)
+{
+    if (s->reo) dnnl_primitive_destroy(s->reo);
+    if (s->add) dnnl_primitive_destroy(s->add);
+    if (s->mem && s->own) dnnl_memory_destroy(s->mem);
+    memset(s, 0, sizeof *s);
+}
+
 static void cache_free(struct conv_cache *c)
 {
     dnnl_primitive_t prims[] = {c->fwd, c->bwd_d, c->bwd_w};
     dnnl_primitive_desc_t pds[] = {c->fwd_pd, c->bwd_d_pd, c->bwd_w_pd};
-    dnnl_memory_t mems[] = {c->x, c->w, c->b, c->y, c->dx, c->dw, c->db, c->dy};
+    dnnl_memory_t mems[] = {c->x, c->w, c->b, c->y, c->dx, c->dw, c->db, c->dy, c->scratchpad};
+    struct slot *slots[] = {&c->f_src, &c->f_wei, &c->f_dst, &c->d_ddst, &c->d_wei,
+                            &c->d_dsrc, &c->w_src, &c->w_ddst, &c->w_dwei};
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
         if (prims[i]) dnnl_primitive_destroy(prims[i]);
     for (size_t i = 0; i < sizeof pds / sizeof pds[0]; i++)
         if (pds[i]) dnnl_primitive_desc_destroy(pds[i]);
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_free(slots[i]);
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     free(c->dx_scratch);
@@ -86,14 +126,123 @@ static void log_impl(struct glia_layer *l, const char *what, const_dnnl_primitiv
         glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: oneDNN %s", l->name, what, impl);
 }
 
-/* Make the forward primitive (and the backward ones when need_bwd) for input (N, C, H, W). */
-static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool need_bwd)
+/* Grow the shared scratchpad to what pd needs. */
+static dnnl_status_t fit_scratchpad(struct conv2d *p, const_dnnl_primitive_desc_t pd)
+{
+    struct conv_cache *c = &p->c;
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t need = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (need <= c->scratchpad_size) return dnnl_success;
+    dnnl_memory_desc_t sd;
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&sd, 1, (dnnl_dims_t){(dnnl_dim_t)need}, dnnl_u8, dnnl_x);
+    dnnl_memory_t m = NULL;
+    if (s == dnnl_success) s = dnnl_memory_create(&m, &sd, p->engine, DNNL_MEMORY_ALLOCATE);
+    if (s != dnnl_success) return s;
+    if (c->scratchpad) dnnl_memory_destroy(c->scratchpad);
+    c->scratchpad = m;
+    c->scratchpad_size = need;
+    return dnnl_success;
+}
+
+/* Primitive (and the scratchpad it needs) from a descriptor: the convolutions... */
+static dnnl_status_t make_prim(struct conv2d *p, dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd)
+{
+    dnnl_status_t s = fit_scratchpad(p, pd);
+    return s == dnnl_success ? dnnl_primitive_create(prim, pd) : s;
+}
+
+/* A reorder of at most this many bytes runs on one thread: waking the OpenMP team costs more
+ * than copying that much (on a loaded machine, milliseconds against microseconds). */
+#define SERIAL_REORDER_BYTES (256 << 10)
+
+/* The calling thread's OpenMP team size while a serial reorder is made or run: oneDNN sizes a
+ * reorder's parallel loops from omp_get_max_threads(), some when made, some when run. */
+static int threads_begin(bool serial)
+{
+#ifdef _OPENMP
+    int n = omp_get_max_threads();
+    if (serial && n > 1) omp_set_num_threads(1);
+    return n;
+#else
+    (void)serial;
+    return 1;
+#endif
+}
+
+static void threads_end(bool serial, int n)
+{
+#ifdef _OPENMP
+    if (serial && n > 1) omp_set_num_threads(n);
+#else
+    (void)serial, (void)n;
+#endif
+}
+
+/* ... and the reorders. */
+static dnnl_status_t make_reorder(struct conv2d *p, dnnl_primitive_t *prim, const dnnl_memory_desc_t *from,
+                                  const dnnl_memory_desc_t *to, const_dnnl_primitive_attr_t attr, bool serial)
+{
+    dnnl_primitive_desc_t pd;
+    int nthr = threads_begin(serial);
+    dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from, p->engine, to, p->engine, attr);
+    if (s == dnnl_success) {
+        s = make_prim(p, prim, pd);
+        dnnl_primitive_desc_destroy(pd);
+    }
+    threads_end(serial, nthr);
+    return s;
+}
+
+/* Set up slot s for the argument of pd that query `what` names, whose user layout is user:
+ * nothing when pd uses that layout; otherwise a buffer (shared with a peer slot of the same
+ * layout whose contents never need to live at the same time) and the reorders to it (input)
+ * or from it (output). */
+static glia_status slot_init(struct glia_layer *l, struct slot *s, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
+                             const dnnl_memory_desc_t *user, bool input, struct slot *peer1, struct slot *peer2)
+{
+    struct conv2d *p = l->priv;
+    glia_status st = GLIA_OK;
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    if (!md) return glia_error(l->ctx, GLIA_EINTERNAL, "[%s] conv2d: oneDNN has no memory descriptor", l->name);
+    s->md = *md;
+    if (dnnl_memory_desc_equal(md, user)) return GLIA_OK;
+    struct slot *peers[2] = {peer1, peer2};
+    for (int i = 0; i < 2 && !s->mem; i++)
+        if (peers[i] && peers[i]->mem && dnnl_memory_desc_equal(&peers[i]->md, md)) s->mem = peers[i]->mem;
+    if (!s->mem) {
+        DNNL_TRY(dnnl_memory_create(&s->mem, md, p->engine, DNNL_MEMORY_ALLOCATE));
+        s->own = true;
+    }
+    s->serial = dnnl_memory_desc_get_size(user) <= SERIAL_REORDER_BYTES;
+    if (input) {
+        DNNL_TRY(make_reorder(p, &s->reo, user, md, p->attr, s->serial));
+    } else {
+        DNNL_TRY(make_reorder(p, &s->reo, md, user, p->attr, s->serial));
+        dnnl_status_t r = make_reorder(p, &s->add, md, user, p->attr_add, s->serial);
+        if (r != dnnl_success && r != dnnl_unimplemented) DNNL_TRY(r);
+        if (r != dnnl_success) s->add = NULL;  /* accumulate through scratch instead */
+    }
+    return GLIA_OK;
+fail:
+    return st;
+}
+
+/* Memory descriptor of dims with format "any" (the primitive chooses). */
+static dnnl_status_t any_md(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *like)
+{
+    return dnnl_memory_desc_init_by_tag(md, like->ndims, like->dims, dnnl_f32, dnnl_format_tag_any);
+}
+
+/* Make the forward primitive (and backward-data / backward-weights when asked) for input
+ * (N, C, H, W), with the buffers and reorders their layouts need. */
+static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool need_d, bool need_w)
 {
     struct conv2d *p = l->priv;
     struct conv_cache *c = &p->c;
     glia_status st = GLIA_OK;
     const dnnl_dims_t strides = {p->s, p->s}, dil = {p->d - 1, p->d - 1}, pad = {p->pad, p->pad};
     dnnl_convolution_desc_t cd;
+    dnnl_memory_desc_t src_any, wei_any, dst_any;
     if (!c->valid || c->N != N || c->H != H || c->W != W) {
         cache_free(c);
         c->N = N, c->H = H, c->W = W;
@@ -109,35 +258,63 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
             const dnnl_dims_t wd = {p->g, p->F / p->g, p->C / p->g, p->k, p->k};
             DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->wei_md, 5, wd, dnnl_f32, dnnl_goihw));
         }
+        DNNL_TRY(any_md(&src_any, &c->src_md));
+        DNNL_TRY(any_md(&wei_any, &c->wei_md));
+        DNNL_TRY(any_md(&dst_any, &c->dst_md));
         DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                                             &c->src_md, &c->wei_md, p->b >= 0 ? &c->bias_md : NULL,
-                                                             &c->dst_md, strides, dil, pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create(&c->fwd_pd, &cd, NULL, p->engine, NULL));
-        DNNL_TRY(dnnl_primitive_create(&c->fwd, c->fwd_pd));
+                                                             &src_any, &wei_any, p->b >= 0 ? &c->bias_md : NULL,
+                                                             &dst_any, strides, dil, pad, pad));
+        DNNL_TRY(dnnl_primitive_desc_create(&c->fwd_pd, &cd, p->attr, p->engine, NULL));
+        DNNL_TRY(make_prim(p, &c->fwd, c->fwd_pd));
         log_impl(l, "forward", c->fwd_pd);
         DNNL_TRY(dnnl_memory_create(&c->x, &c->src_md, p->engine, DNNL_MEMORY_NONE));
         DNNL_TRY(dnnl_memory_create(&c->w, &c->wei_md, p->engine, DNNL_MEMORY_NONE));
         DNNL_TRY(dnnl_memory_create(&c->y, &c->dst_md, p->engine, DNNL_MEMORY_NONE));
-        if (p->b >= 0) DNNL_TRY(dnnl_memory_create(&c->b, &c->bias_md, p->engine, DNNL_MEMORY_NONE));
-        c->valid = true;
-    }
-    if (need_bwd && !c->have_bwd) {
-        DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &c->src_md, &c->wei_md,
-                                                                  &c->dst_md, strides, dil, pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create(&c->bwd_d_pd, &cd, NULL, p->engine, c->fwd_pd));
-        DNNL_TRY(dnnl_primitive_create(&c->bwd_d, c->bwd_d_pd));
-        log_impl(l, "backward data", c->bwd_d_pd);
-        DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
-            &cd, dnnl_convolution_direct, &c->src_md, &c->wei_md, p->b >= 0 ? &c->bias_md : NULL, &c->dst_md,
-            strides, dil, pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create(&c->bwd_w_pd, &cd, NULL, p->engine, c->fwd_pd));
-        DNNL_TRY(dnnl_primitive_create(&c->bwd_w, c->bwd_w_pd));
-        log_impl(l, "backward weights", c->bwd_w_pd);
         DNNL_TRY(dnnl_memory_create(&c->dx, &c->src_md, p->engine, DNNL_MEMORY_NONE));
         DNNL_TRY(dnnl_memory_create(&c->dw, &c->wei_md, p->engine, DNNL_MEMORY_NONE));
         DNNL_TRY(dnnl_memory_create(&c->dy, &c->dst_md, p->engine, DNNL_MEMORY_NONE));
-        if (p->b >= 0) DNNL_TRY(dnnl_memory_create(&c->db, &c->bias_md, p->engine, DNNL_MEMORY_NONE));
-        c->have_bwd = true;
+        if (p->b >= 0) {
+            DNNL_TRY(dnnl_memory_create(&c->b, &c->bias_md, p->engine, DNNL_MEMORY_NONE));
+            DNNL_TRY(dnnl_memory_create(&c->db, &c->bias_md, p->engine, DNNL_MEMORY_NONE));
+        }
+        if ((st = slot_init(l, &c->f_src, c->fwd_pd, dnnl_query_src_md, &c->src_md, true, NULL, NULL)) ||
+            (st = slot_init(l, &c->f_wei, c->fwd_pd, dnnl_query_weights_md, &c->wei_md, true, NULL, NULL)) ||
+            (st = slot_init(l, &c->f_dst, c->fwd_pd, dnnl_query_dst_md, &c->dst_md, false, NULL, NULL)))
+            goto fail;
+        c->valid = true;
+    }
+    if (need_d || need_w) {
+        DNNL_TRY(any_md(&src_any, &c->src_md));
+        DNNL_TRY(any_md(&wei_any, &c->wei_md));
+        DNNL_TRY(any_md(&dst_any, &c->dst_md));
+    }
+    /* The forward descriptor is the hint, so the layouts agree with the forward's where the
+     * implementations allow: the diff_dst buffer reuses the forward's dst one (whose contents
+     * are dead after the forward), backward-weights reads the forward's reordered src. */
+    if (need_d && !c->bwd_d) {
+        DNNL_TRY(dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &src_any, &wei_any,
+                                                                  &dst_any, strides, dil, pad, pad));
+        DNNL_TRY(dnnl_primitive_desc_create(&c->bwd_d_pd, &cd, p->attr, p->engine, c->fwd_pd));
+        DNNL_TRY(make_prim(p, &c->bwd_d, c->bwd_d_pd));
+        log_impl(l, "backward data", c->bwd_d_pd);
+        if ((st = slot_init(l, &c->d_ddst, c->bwd_d_pd, dnnl_query_diff_dst_md, &c->dst_md, true, &c->f_dst,
+                            &c->w_ddst)) ||
+            (st = slot_init(l, &c->d_wei, c->bwd_d_pd, dnnl_query_weights_md, &c->wei_md, true, &c->f_wei, NULL)) ||
+            (st = slot_init(l, &c->d_dsrc, c->bwd_d_pd, dnnl_query_diff_src_md, &c->src_md, false, NULL, NULL)))
+            goto fail;
+    }
+    if (need_w && !c->bwd_w) {
+        DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
+            &cd, dnnl_convolution_direct, &src_any, &wei_any, p->b >= 0 ? &c->bias_md : NULL, &dst_any, strides,
+            dil, pad, pad));
+        DNNL_TRY(dnnl_primitive_desc_create(&c->bwd_w_pd, &cd, p->attr, p->engine, c->fwd_pd));
+        DNNL_TRY(make_prim(p, &c->bwd_w, c->bwd_w_pd));
+        log_impl(l, "backward weights", c->bwd_w_pd);
+        if ((st = slot_init(l, &c->w_src, c->bwd_w_pd, dnnl_query_src_md, &c->src_md, true, &c->f_src, NULL)) ||
+            (st = slot_init(l, &c->w_ddst, c->bwd_w_pd, dnnl_query_diff_dst_md, &c->dst_md, true, &c->d_ddst,
+                            &c->f_dst)) ||
+            (st = slot_init(l, &c->w_dwei, c->bwd_w_pd, dnnl_query_diff_weights_md, &c->wei_md, false, NULL, NULL)))
+            goto fail;
     }
     return GLIA_OK;
 fail:
@@ -148,12 +325,72 @@ fail:
 /* Point memory object m at ptr (the tensors are not written through const ones). */
 static dnnl_status_t bind(dnnl_memory_t m, const void *ptr) { return dnnl_memory_set_data_handle(m, (void *)ptr); }
 
+/* Execute prim with args (at most 7) and the shared scratchpad, to completion. */
 static glia_status run(struct glia_layer *l, dnnl_primitive_t prim, int n, const dnnl_exec_arg_t *args)
 {
     struct conv2d *p = l->priv;
     glia_status st = GLIA_OK;
-    DNNL_TRY(dnnl_primitive_execute(prim, p->stream, n, args));
+    dnnl_exec_arg_t a[8];
+    memcpy(a, args, (size_t)n * sizeof *a);
+    if (p->c.scratchpad) a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->c.scratchpad};
+    DNNL_TRY(dnnl_primitive_execute(prim, p->stream, n, a));
     DNNL_TRY(dnnl_stream_wait(p->stream));
+fail:
+    return st;
+}
+
+/* Reorder `from` into `to` with reo, one of slot s's. */
+static glia_status run_reorder(struct glia_layer *l, const struct slot *s, dnnl_primitive_t reo, dnnl_memory_t from,
+                               dnnl_memory_t to)
+{
+    int nthr = threads_begin(s->serial);
+    glia_status st = run(l, reo, 2, (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    threads_end(s->serial, nthr);
+    return st;
+}
+
+/* Input slot s ready for the primitive: user memory um (already bound) reordered into the
+ * slot's buffer when the layouts differ. Returns the memory object to pass. */
+static glia_status slot_in(struct glia_layer *l, struct slot *s, dnnl_memory_t um, dnnl_memory_t *arg)
+{
+    *arg = s->mem ? s->mem : um;
+    return s->mem ? run_reorder(l, s, s->reo, um, s->mem) : GLIA_OK;
+}
+
+/* dst[i] += src[i] */
+static void add_into(float *dst, const float *src, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* Output slot s: where the primitive writes (*arg) for the user tensor `user` of n elements
+ * (memory object um): its buffer, or the user tensor itself when the layouts agree, or scratch
+ * when it must be added. out_finish then writes (acc false) or adds (acc true) it into user. */
+static glia_status out_begin(struct glia_layer *l, struct slot *s, dnnl_memory_t um, float *user, bool acc,
+                             float *scratch, dnnl_memory_t *arg)
+{
+    glia_status st = GLIA_OK;
+    *arg = s->mem;
+    if (!s->mem) {
+        DNNL_TRY(bind(um, acc ? scratch : user));
+        *arg = um;
+    }
+fail:
+    return st;
+}
+
+static glia_status out_finish(struct glia_layer *l, struct slot *s, dnnl_memory_t um, float *user, bool acc,
+                              float *scratch, int64_t n)
+{
+    glia_status st = GLIA_OK;
+    if (s->mem) {
+        bool via_scratch = acc && !s->add;
+        DNNL_TRY(bind(um, via_scratch ? scratch : user));
+        if ((st = run_reorder(l, s, acc && s->add ? s->add : s->reo, s->mem, um))) return st;
+        if (!via_scratch) return GLIA_OK;
+    }
+    if (acc) add_into(user, scratch, n);
 fail:
     return st;
 }
@@ -163,6 +400,8 @@ static void conv2d_destroy(struct glia_layer *l)
     struct conv2d *p = l->priv;
     if (!p) return;
     cache_free(&p->c);
+    if (p->attr) dnnl_primitive_attr_destroy(p->attr);
+    if (p->attr_add) dnnl_primitive_attr_destroy(p->attr_add);
     if (p->stream) dnnl_stream_destroy(p->stream);
     if (p->engine) dnnl_engine_destroy(p->engine);
     free(p->dw_scratch);
@@ -215,6 +454,17 @@ static glia_status conv2d_create(struct glia_layer *l, const struct glia_section
     }
     DNNL_TRY(dnnl_engine_create(&p->engine, dnnl_cpu, 0));
     DNNL_TRY(dnnl_stream_create(&p->stream, p->engine, dnnl_stream_default_flags));
+    /* One scratchpad per layer, allocated with the primitives, instead of one per execution. */
+    DNNL_TRY(dnnl_primitive_attr_create(&p->attr));
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(p->attr, dnnl_scratchpad_mode_user));
+    DNNL_TRY(dnnl_primitive_attr_create(&p->attr_add));
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(p->attr_add, dnnl_scratchpad_mode_user));
+    dnnl_post_ops_t ops;
+    DNNL_TRY(dnnl_post_ops_create(&ops));
+    dnnl_status_t s = dnnl_post_ops_append_sum(ops, 1.0f);
+    if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(p->attr_add, ops);
+    dnnl_post_ops_destroy(ops);
+    DNNL_TRY(s);
     /* PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias. */
     struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)fan_in)};
     struct glia_shape ws = glia_shape_make(4, (int64_t[]){q.F, q.C / q.g, q.k, q.k});
@@ -253,27 +503,27 @@ static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a
     struct conv_cache *c = &p->c;
     const struct glia_tensor *x = a->in[0];
     glia_status st = check_input(l, x);
-    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], false);
+    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], false, false);
     if (st) return st;
+    c->kept = NULL;  /* f_src is about to be overwritten */
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
     DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->w].value)));
     DNNL_TRY(bind(c->y, glia_tensor_f32(a->out)));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->x}, {DNNL_ARG_WEIGHTS, c->w}, {DNNL_ARG_DST, c->y}};
+    dnnl_memory_t src, wei, dst = c->f_dst.mem ? c->f_dst.mem : c->y;
+    if ((st = slot_in(l, &c->f_src, c->x, &src)) || (st = slot_in(l, &c->f_wei, c->w, &wei))) return st;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
     int n = 3;
     if (p->b >= 0) {
         DNNL_TRY(bind(c->b, glia_tensor_f32(l->params[p->b].value)));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, c->b};
     }
-    return run(l, c->fwd, n, args);
+    if ((st = run(l, c->fwd, n, args))) return st;
+    if (c->f_dst.mem && (st = run_reorder(l, &c->f_dst, c->f_dst.reo, c->f_dst.mem, c->y))) return st;
+    /* training: backward-weights reads the reordered input instead of reordering it again */
+    if (a->train && c->f_src.mem) c->kept = glia_tensor_f32(x);
+    return GLIA_OK;
 fail:
     return st;
-}
-
-/* dst[i] += src[i] */
-static void add_into(float *dst, const float *src, int64_t n)
-{
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *a)
@@ -282,37 +532,51 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
     struct conv_cache *c = &p->c;
     const struct glia_tensor *x = a->in[0];
     glia_status st = check_input(l, x);
-    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], true);
+    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], a->din[0] != NULL, true);
     if (st) return st;
     DNNL_TRY(bind(c->dy, glia_tensor_f32(a->dout)));
-    /* input gradient: oneDNN overwrites diff_src, so accumulate through a scratch buffer */
+    dnnl_memory_t ddst_done = NULL; /* the buffer that already holds the reordered dout */
+    /* input gradient: oneDNN overwrites diff_src, so accumulate through a summing reorder or scratch */
     if (a->din[0]) {
         int64_t nx = glia_tensor_numel(x);
-        float *dx = glia_tensor_f32(a->din[0]), *target = dx;
-        if (a->din_accumulate[0]) {
-            if (!c->dx_scratch && !(c->dx_scratch = malloc((size_t)nx * sizeof(float)))) return GLIA_ENOMEM;
-            target = c->dx_scratch;
-        }
+        float *dx = glia_tensor_f32(a->din[0]);
+        bool acc = a->din_accumulate[0];
+        if (acc && !c->dx_scratch && (!c->d_dsrc.mem || !c->d_dsrc.add) &&
+            !(c->dx_scratch = malloc((size_t)nx * sizeof(float))))
+            return GLIA_ENOMEM;
         DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->w].value)));
-        DNNL_TRY(bind(c->dx, target));
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_WEIGHTS, c->w}, {DNNL_ARG_DIFF_SRC, c->dx}};
-        if ((st = run(l, c->bwd_d, 3, args))) return st;
-        if (target != dx) add_into(dx, target, nx);
+        dnnl_memory_t ddst, wei, dsrc;
+        if ((st = slot_in(l, &c->d_ddst, c->dy, &ddst)) || (st = slot_in(l, &c->d_wei, c->w, &wei)) ||
+            (st = out_begin(l, &c->d_dsrc, c->dx, dx, acc, c->dx_scratch, &dsrc)))
+            return st;
+        ddst_done = c->d_ddst.mem;
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DIFF_SRC, dsrc}};
+        if ((st = run(l, c->bwd_d, 3, args)) || (st = out_finish(l, &c->d_dsrc, c->dx, dx, acc, c->dx_scratch, nx)))
+            return st;
     }
-    /* parameter gradients: written straight into unset ones, through scratch into set ones */
+    /* parameter gradients: written into unset ones, added (summing reorder or scratch) into set ones */
     struct glia_param *pw = &l->params[p->w], *pb = p->b >= 0 ? &l->params[p->b] : NULL;
     float *dw = glia_tensor_f32(pw->grad), *db = pb ? glia_tensor_f32(pb->grad) : NULL;
-    float *dw_t = pw->grad_unset ? dw : p->dw_scratch, *db_t = pb && pb->grad_unset ? db : p->db_scratch;
+    bool acc_w = !pw->grad_unset;
+    float *db_t = pb && pb->grad_unset ? db : p->db_scratch;
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
-    DNNL_TRY(bind(c->dw, dw_t));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->x}, {DNNL_ARG_DIFF_DST, c->dy}, {DNNL_ARG_DIFF_WEIGHTS, c->dw}};
+    dnnl_memory_t src = c->w_src.mem ? c->w_src.mem : c->x, ddst = c->w_ddst.mem ? c->w_ddst.mem : c->dy, dwei;
+    if (c->w_src.mem && !(c->w_src.mem == c->f_src.mem && c->kept == glia_tensor_f32(x)) &&
+        (st = run_reorder(l, &c->w_src, c->w_src.reo, c->x, c->w_src.mem)))
+        return st;
+    if (c->w_ddst.mem && c->w_ddst.mem != ddst_done &&
+        (st = run_reorder(l, &c->w_ddst, c->w_ddst.reo, c->dy, c->w_ddst.mem)))
+        return st;
+    if ((st = out_begin(l, &c->w_dwei, c->dw, dw, acc_w, p->dw_scratch, &dwei))) return st;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_DIFF_WEIGHTS, dwei}};
     int n = 3;
     if (pb) {
         DNNL_TRY(bind(c->db, db_t));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, c->db};
     }
-    if ((st = run(l, c->bwd_w, n, args))) return st;
-    if (dw_t != dw) add_into(dw, dw_t, glia_tensor_numel(pw->grad));
+    if ((st = run(l, c->bwd_w, n, args)) ||
+        (st = out_finish(l, &c->w_dwei, c->dw, dw, acc_w, p->dw_scratch, glia_tensor_numel(pw->grad))))
+        return st;
     if (pb && db_t != db) add_into(db, db_t, p->F);
     return GLIA_OK;
 fail:
