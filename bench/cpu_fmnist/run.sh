@@ -13,8 +13,16 @@ glia=${GLIA:-./tools/glia}
 export GLIA_PLUGIN_PATH=${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}
 export OPENBLAS_CORETYPE=SkylakeX   # OpenBLAS misdetects some CPUs; give PyTorch its best
 out=$(mktemp -d)
+# Debian's python3-torch calls libblas.so.3: the reference BLAS unless OpenBLAS is installed
+# (apt-get install libopenblas0-pthread). Refuse to compare against the reference BLAS.
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)
+case "$blas" in
+*openblas*) ;;
+*) echo "PyTorch would use the reference BLAS ($blas): apt-get install libopenblas0-pthread" >&2; exit 1 ;;
+esac
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "glia: $($glia --version)   torch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')   threads: $threads   rounds: $rounds"
+echo "torch BLAS: $blas   OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
 for r in $(seq 1 "$rounds"); do
     OMP_NUM_THREADS=$threads "$glia" train share/glia/examples/fmnist-cnn.ini --quiet \
         --set train.epochs=1 --set runtime.device=cpu --set runtime.threads="$threads" \
