@@ -497,10 +497,14 @@ static glia_status check_graph(struct glia_model *m)
         return glia_section_error(last->sec, "type", GLIA_ECONFIG,
                                   "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
                                   last->layer.ops->type);
-    for (int i = 0; i < m->n_nodes; i++) {
+    for (int i = 0; i < m->n_nodes; i++) {  /* inputs come before their consumers */
         struct glia__node *nd = &m->nodes[i];
+        nd->needs_grad = nd->layer.n_params > 0;
         for (int k = 0; k < nd->n_in; k++)
-            if (nd->in[k] >= 0) m->nodes[nd->in[k]].n_consumers++;
+            if (nd->in[k] >= 0) {
+                m->nodes[nd->in[k]].n_consumers++;
+                nd->needs_grad |= m->nodes[nd->in[k]].needs_grad;
+            }
     }
     for (int i = 0; i < m->n_nodes - 1; i++) {
         struct glia__node *nd = &m->nodes[i];

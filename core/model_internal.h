@@ -18,6 +18,7 @@ struct glia__node {
     int n_in;
     int in[GLIA__MAX_INPUTS];        /* producer node index; -1 is the data batch */
     int n_consumers;
+    bool needs_grad;                 /* it or a layer feeding it has parameters: backward runs */
     struct glia_shape out_shape;     /* at the configured batch size */
     uint64_t flops;                  /* at the configured batch size */
     struct glia_tensor *out_buf, *dout_buf;  /* sized for the largest batch */

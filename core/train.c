@@ -140,32 +140,19 @@ static glia_status forward(struct glia_model *m, bool train)
     return GLIA_OK;
 }
 
-/* Whether node i (or anything feeding it) has parameters, i.e. needs a gradient. */
-static bool wants_grad(const struct glia_model *m, int i, signed char *memo)
-{
-    if (i < 0) return false;
-    if (memo[i]) return memo[i] > 0;
-    const struct glia__node *nd = &m->nodes[i];
-    bool w = nd->layer.n_params > 0;
-    for (int k = 0; k < nd->n_in && !w; k++) w = wants_grad(m, nd->in[k], memo);
-    memo[i] = w ? 1 : -1;
-    return w;
-}
-
 static glia_status backward(struct glia_model *m)
 {
-    signed char memo[GLIA__MAX_NODES] = {0};
     for (int i = 0; i < m->n_nodes; i++) m->nodes[i].grad_written = false;
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         struct glia__node *nd = &m->nodes[i];
-        if (!wants_grad(m, i, memo)) continue;
+        if (!nd->needs_grad) continue;
         const struct glia_tensor *in[GLIA__MAX_INPUTS];
         struct glia_tensor *din[GLIA__MAX_INPUTS];
         bool acc[GLIA__MAX_INPUTS];
         for (int k = 0; k < nd->n_in; k++) {
             int p = nd->in[k];
             in[k] = p < 0 ? m->x : m->nodes[p].out;
-            din[k] = wants_grad(m, p, memo) ? m->nodes[p].dout : NULL;
+            din[k] = p >= 0 && m->nodes[p].needs_grad ? m->nodes[p].dout : NULL;
             acc[k] = p >= 0 && m->nodes[p].grad_written;
             for (int j = 0; j < k; j++) acc[k] |= din[k] && nd->in[j] == p;
         }
