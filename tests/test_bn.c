@@ -3,17 +3,10 @@
  * written here, eval with and without running statistics, configuration errors. Not training. */
 #include <math.h>
 #include <string.h>
-#include "internal.h"
-#include "model_internal.h"
-#include "testutil.h"
+#include "layerutil.h"
 
 static struct glia_context *ctx;
 
-static struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    int64_t dims[4] = {a, b, c, d};
-    return glia_shape_make(n, dims);
-}
 
 /* ---- gradient checks ---- */
 
@@ -52,12 +45,6 @@ static void test_gradcheck_2d(void)
 
 /* ---- values: the layer alone on the CPU backend against a naive double reference ---- */
 
-struct built {
-    struct glia_config *cfg;
-    struct glia_backend *b;
-    const struct glia_layer_ops *ops;
-    struct glia_layer l;
-};
 
 static uint32_t lcg(uint32_t *st)
 {
@@ -67,59 +54,26 @@ static uint32_t lcg(uint32_t *st)
 
 static double unit(uint32_t *st) { return (double)(lcg(st) % 20001) / 10000.0 - 1.0; } /* [-1, 1] */
 
-/* Builds the one layer of `ini` for input shape `in` like the gradient checker does, then gives
- * its parameters and buffers storage: buffers per their declared init, weight and bias seeded
- * values away from their init (so that gamma and beta matter) unless by_init. */
+/* The layer of `ini` for input shape `in`, its buffers at their declared init, weight and bias
+ * at seeded values away from their init (so that gamma and beta matter) unless by_init. */
 static void build(const char *ini, const struct glia_shape *in, bool by_init, uint32_t seed, struct built *B)
 {
-    memset(B, 0, sizeof *B);
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "bn.ini", ini, &B->cfg) == GLIA_OK);
-    struct glia_section *s = B->cfg->sections[0];
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, "batchnorm") == GLIA_OK);
-    B->ops = glia__find_layer(ctx, "batchnorm", "cpu");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
-    CU_ASSERT_EQUAL(B->ops->device_type, GLIA_DEVICE_CPU);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &B->b) == GLIA_OK);
-    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = ctx, .backend = B->b};
-    CU_ASSERT_FATAL(B->ops->create(&B->l, s, in, 1) == GLIA_OK);
-    for (int i = 0; i < B->l.n_params; i++) {
-        struct glia_param *p = &B->l.params[i];
-        CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->grad) == GLIA_OK);
-        float *v = glia_tensor_f32(p->value);
-        int64_t n = glia_tensor_numel(p->value);
-        if (by_init) glia__init_values(v, n, p->init, 0);
-        else
-            for (int64_t j = 0; j < n; j++) v[j] = (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
-    }
-    for (int i = 0; i < B->l.n_buffers; i++) {
-        struct glia_param *p = &B->l.buffers[i];
-        CU_ASSERT_PTR_NULL(p->grad);
-        CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
-        glia__init_values(glia_tensor_f32(p->value), glia_tensor_numel(p->value), p->init, 0);
+    layer_build(ctx, ini, in, 1, B);
+    for (int i = 0; i < B->l.n_params && !by_init; i++) {
+        float *v = glia_tensor_f32(B->l.params[i].value);
+        for (int64_t j = 0; j < glia_tensor_numel(B->l.params[i].value); j++)
+            v[j] = (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
     }
 }
 
 static void unbuild(struct built *B)
 {
-    if (B->ops->destroy) B->ops->destroy(&B->l);
-    for (int i = 0; i < B->l.n_params; i++) {
-        free((char *)B->l.params[i].name);
-        glia_tensor_release(B->l.params[i].value);
-        glia_tensor_release(B->l.params[i].grad);
-    }
-    free(B->l.params);
-    for (int i = 0; i < B->l.n_buffers; i++) {
-        free((char *)B->l.buffers[i].name);
-        glia_tensor_release(B->l.buffers[i].value);
-    }
-    free(B->l.buffers);
-    glia_config_free(B->cfg);
+    layer_unbuild(B);
     glia_context_free(ctx);
 }
+
+
 
 /* The reference: per channel c, over the M = N*HW values x[n][c][i]. */
 struct ref {
@@ -469,16 +423,6 @@ static void test_single_value_per_channel(void)
 
 /* ---- configuration errors ---- */
 
-static void expect_error(const char *ini, struct glia_shape in, glia_status want, const char *msg)
-{
-    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    glia_status st = glia_layer_gradcheck(ctx, ini, &in, 1, 1, 1e-2, NULL);
-    CU_ASSERT_EQUAL(st, want);
-    if (st != want || !strstr(glia_context_error(ctx), msg))
-        printf("\n  got %s: %s\n", glia_status_name(st), glia_context_error(ctx));
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msg));
-    glia_context_free(ctx);
-}
 
 static void test_config_errors(void)
 {

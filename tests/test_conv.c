@@ -5,9 +5,7 @@
  * speed test. */
 #include <math.h>
 #include <string.h>
-#include "internal.h"
-#include "model_internal.h"
-#include "testutil.h"
+#include "layerutil.h"
 
 static struct glia_context *ctx;
 
@@ -103,6 +101,15 @@ static void fill(struct glia_tensor *t, float garbage)
     for (int64_t i = 0; i < glia_tensor_numel(t); i++) d[i] = isnan(garbage) ? garbage : frand();
 }
 
+/* The conv2d of `ini` in the file's context, every parameter filled with fill(.., 0). */
+static void build(struct built *t, const char *ini, struct glia_shape in)
+{
+    layer_build(ctx, ini, &in, 1, t);
+    for (int i = 0; i < t->l.n_params; i++) fill(t->l.params[i].value, 0);
+}
+
+static void unbuild(struct built *t) { layer_unbuild(t); }
+
 #define IDX4(a, b, c, d, B, C, D) ((((a) * (B) + (b)) * (C) + (c)) * (D) + (d))
 
 /* y (N, F, OH, OW) from x and w (F, C/g, k, k), in double. */
@@ -168,46 +175,8 @@ static bool close_all(const char *what, const float *got, const double *want, do
 }
 
 /* The layer built by hand, like the gradient checker does. */
-struct built {
-    struct glia_config *cfg;
-    struct glia_backend *b;
-    const struct glia_layer_ops *ops;
-    struct glia_layer l;
-};
 
-static void build(struct built *t, const char *ini, struct glia_shape in)
-{
-    memset(t, 0, sizeof *t);
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "conv.ini", ini, &t->cfg) == GLIA_OK);
-    struct glia_section *s = t->cfg->sections[0];
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, "conv2d") == GLIA_OK);
-    t->ops = glia__find_layer(ctx, "conv2d", "cpu");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(t->ops);
-    CU_ASSERT_EQUAL(t->ops->device_type, GLIA_DEVICE_CPU);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), t->ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &t->b) == GLIA_OK);
-    t->l = (struct glia_layer){.name = s->name, .ops = t->ops, .ctx = ctx, .backend = t->b};
-    CU_ASSERT_FATAL(t->ops->create(&t->l, s, &in, 1) == GLIA_OK);
-    for (int i = 0; i < t->l.n_params; i++) {
-        struct glia_param *p = &t->l.params[i];
-        CU_ASSERT_FATAL(glia_tensor_new(t->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_tensor_new(t->b, GLIA_F32, &p->shape, &p->grad) == GLIA_OK);
-        fill(p->value, 0);
-    }
-}
 
-static void unbuild(struct built *t)
-{
-    if (t->ops->destroy) t->ops->destroy(&t->l);
-    for (int i = 0; i < t->l.n_params; i++) {
-        free((char *)t->l.params[i].name);
-        glia_tensor_release(t->l.params[i].value);
-        glia_tensor_release(t->l.params[i].grad);
-    }
-    free(t->l.params);
-    glia_config_free(t->cfg);
-}
 
 /* Forward (eval and training) and backward (write, then accumulate) of the built layer with
  * batch c.N, against the naive reference. */
@@ -426,16 +395,6 @@ static void test_kept_input(void)
 
 /* ---- configuration errors ---- */
 
-static void expect_error(const char *ini, struct glia_shape in, glia_status want, const char *msg)
-{
-    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    glia_status st = glia_layer_gradcheck(ctx, ini, &in, 1, 1, 2e-2, NULL);
-    CU_ASSERT_EQUAL(st, want);
-    if (st != want || !strstr(glia_context_error(ctx), msg))
-        printf("\n  status %s, got: %s\n  want: %s", glia_status_name(st), glia_context_error(ctx), msg);
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msg));
-    glia_context_free(ctx);
-}
 
 static void test_config_errors(void)
 {

@@ -2,17 +2,10 @@
  * built-in layer, and proof that the checker catches broken layers. Not training tests. */
 #include <math.h>
 #include <string.h>
-#include "internal.h"
-#include "model_internal.h"
-#include "testutil.h"
+#include "layerutil.h"
 
 static struct glia_context *ctx;
 
-static struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    int64_t dims[4] = {a, b, c, d};
-    return glia_shape_make(n, dims);
-}
 
 static void check_ok(const char *ini, struct glia_shape in, uint64_t seed)
 {
@@ -53,37 +46,28 @@ static void test_softmax_cross_entropy(void)
  * (1-e)(lse - x_y) + e mean_c(lse - x_c) with lse = 3.4076059) */
 static void test_label_smoothing_value(void)
 {
-    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, "softmax_cross_entropy") == GLIA_OK);
-    const struct glia_layer_ops *ops = glia__find_layer(ctx, "softmax_cross_entropy", "cpu");
-    struct glia_backend *b;
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
-    struct glia_config *cfg;
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "l.ini", "[l]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.2\n", &cfg) == GLIA_OK);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(cfg->sections[0], sch, 2) == GLIA_OK);
     struct glia_shape sh = S(2, 1, 3, 0, 0), one = S(1, 1, 0, 0, 0);
-    struct glia_layer l = {.name = "l", .ops = ops, .ctx = ctx, .backend = b};
-    CU_ASSERT_FATAL(ops->create(&l, cfg->sections[0], &sh, 1) == GLIA_OK);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[l]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.2\n", &sh, 1, &B);
     struct glia_tensor *x, *y, *out;
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &x) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_I32, &one, &y) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &one, &out) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_I32, &one, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &one, &out) == GLIA_OK);
     float xv[3] = {1, 2, 3};
     memcpy(x->data, xv, sizeof xv);
     glia_tensor_i32(y)[0] = 0;
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd a = {in, 1, out, y, false, 0};
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &a), GLIA_OK);
     double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
     double want = 0.8 * (lse - 1) + 0.2 * ((lse - 1) + (lse - 2) + (lse - 3)) / 3;
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(out)[0], want, 1e-5);
     CU_ASSERT_DOUBLE_EQUAL(want, 2.2076059, 1e-6);
-    ops->destroy(&l);
     glia_tensor_release(x);
     glia_tensor_release(y);
     glia_tensor_release(out);
-    glia_config_free(cfg);
+    layer_unbuild(&B);
     glia_context_free(ctx);
 }
 
@@ -136,42 +120,31 @@ static void test_leaky_relu_refuses_slope_out_of_range(void)
  * with want (absolute error <= 1e-6, relative <= 1e-6). */
 static void check_forward(const char *ini, const float *x, const float *want, int n)
 {
-    struct glia_config *cfg = NULL;
-    struct glia_backend *b;
     struct glia_tensor *tx = NULL, *ty = NULL;
     struct glia_shape sh = S(2, 1, n, 0, 0), os;
+    struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "forward.ini", ini, &cfg) == GLIA_OK);
-    struct glia_section *s = cfg->sections[0];
-    const char *type = glia__section_entry(s, "type")->value;
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, type) == GLIA_OK);
-    const struct glia_layer_ops *ops = glia__find_layer(ctx, type, "cpu");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
-    CU_ASSERT_EQUAL(ops->device_type, GLIA_DEVICE_CPU);
+    layer_build(ctx, ini, &sh, 1, &B);
+    const struct glia_layer_ops *ops = B.ops;
+    const char *type = ops->type;
     CU_ASSERT_PTR_NOT_NULL(ops->flops);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
-    struct glia_layer l = {.name = s->name, .ops = ops, .ctx = ctx, .backend = b};
-    CU_ASSERT_FATAL(ops->create(&l, s, &sh, 1) == GLIA_OK);
-    CU_ASSERT_FATAL(ops->infer_shape(&l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     CU_ASSERT(glia_shape_equal(&os, &sh));
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &tx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &os, &ty) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &ty) == GLIA_OK);
     memcpy(glia_tensor_f32(tx), x, (size_t)n * sizeof *x);
     const struct glia_tensor *in[1] = {tx};
     struct glia_fwd a = {in, 1, ty, NULL, false, 1};
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(ops->forward(&B.l, &a), GLIA_OK);
     const float *y = glia_tensor_f32(ty);
     for (int i = 0; i < n; i++) {
         bool ok = isfinite(y[i]) && fabs((double)y[i] - want[i]) <= 1e-6 * fmax(1.0, fabs(want[i]));
         if (!ok) printf("\n  %s(%g) = %.9g, want %.9g", type, x[i], y[i], want[i]);
         CU_ASSERT(ok);
     }
-    if (ops->destroy) ops->destroy(&l);
     glia_tensor_release(tx);
     glia_tensor_release(ty);
-    glia_config_free(cfg);
+    layer_unbuild(&B);
     glia_context_free(ctx);
 }
 
@@ -225,19 +198,13 @@ static void test_dropout(void)
 static void test_dropout_statistics(void)
 {
     /* training: about p of the elements are zero, the rest scaled by 1/(1-p); eval: identity */
-    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, "dropout") == GLIA_OK);
-    const struct glia_layer_ops *ops = glia__find_layer(ctx, "dropout", "cpu");
-    struct glia_backend *b;
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
-    struct glia_config *cfg;
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "d.ini", "[d]\ntype = dropout\np = 0.25\n", &cfg) == GLIA_OK);
-    struct glia_section *s = cfg->sections[0];
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
     struct glia_shape sh = S(2, 100, 100, 0, 0);
-    struct glia_layer l = {.name = "d", .ops = ops, .ctx = ctx, .backend = b};
-    CU_ASSERT_FATAL(ops->create(&l, s, &sh, 1) == GLIA_OK);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[d]\ntype = dropout\np = 0.25\n", &sh, 1, &B);
+    const struct glia_layer_ops *ops = B.ops;
+    struct glia_backend *b = B.b;
+    struct glia_layer *l = &B.l;
     struct glia_tensor *x, *y1, *y2;
     CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &x) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &y1) == GLIA_OK);
@@ -245,7 +212,7 @@ static void test_dropout_statistics(void)
     for (int i = 0; i < 10000; i++) glia_tensor_f32(x)[i] = 1.0f;
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd a = {in, 1, y1, NULL, true, 99};
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(ops->forward(l, &a), GLIA_OK);
     int zeros = 0, scaled = 0;
     for (int i = 0; i < 10000; i++) {
         float v = glia_tensor_f32(y1)[i];
@@ -256,19 +223,18 @@ static void test_dropout_statistics(void)
     CU_ASSERT(zeros > 2300 && zeros < 2700);
     a.out = y2;
     a.seed = 100;  /* another step, another mask */
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(ops->forward(l, &a), GLIA_OK);
     CU_ASSERT_NOT_EQUAL(memcmp(y1->data, y2->data, glia_tensor_nbytes(y1)), 0);
     a.seed = 99;   /* the same step seed, the same mask */
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(ops->forward(l, &a), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(y1->data, y2->data, glia_tensor_nbytes(y1)), 0);
     a.train = false;
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(ops->forward(l, &a), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(x->data, y2->data, glia_tensor_nbytes(x)), 0);
-    ops->destroy(&l);
     glia_tensor_release(x);
     glia_tensor_release(y1);
     glia_tensor_release(y2);
-    glia_config_free(cfg);
+    layer_unbuild(&B);
     glia_context_free(ctx);
 }
 

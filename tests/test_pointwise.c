@@ -5,18 +5,11 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include "internal.h"
-#include "model_internal.h"
-#include "testutil.h"
+#include "layerutil.h"
 #include "expr.h"
 
 static struct glia_context *ctx;
 
-static struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)
-{
-    int64_t dims[4] = {a, b, c, d};
-    return glia_shape_make(n, dims);
-}
 
 static struct expr *parse_ok(const char *text, int n_inputs)
 {

@@ -2,16 +2,21 @@
  * forward and backward values against naive references written here, configuration errors. Not training. */
 #include <math.h>
 #include <string.h>
-#include "internal.h"
-#include "model_internal.h"
-#include "testutil.h"
+#include "layerutil.h"
 
 static struct glia_context *ctx;
 
-static struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)
+/* this file's layers build in their own context */
+static void build(const char *ini, const struct glia_shape *in, struct built *B)
 {
-    int64_t dims[4] = {a, b, c, d};
-    return glia_shape_make(n, dims);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, ini, in, 1, B);
+}
+
+static void unbuild(struct built *B)
+{
+    layer_unbuild(B);
+    glia_context_free(ctx);
 }
 
 /* ---- gradient checks ---- */
@@ -59,38 +64,9 @@ static void test_global_avgpool_gradcheck(void)
 
 /* ---- values: the layer alone on the CPU backend against naive references ---- */
 
-struct built {
-    struct glia_config *cfg;
-    struct glia_backend *b;
-    const struct glia_layer_ops *ops;
-    struct glia_layer l;
-};
 
 /* Builds the one layer of `ini` for input shape `in` like the gradient checker does. */
-static void build(const char *ini, const struct glia_shape *in, struct built *B)
-{
-    memset(B, 0, sizeof *B);
-    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "pool.ini", ini, &B->cfg) == GLIA_OK);
-    struct glia_section *s = B->cfg->sections[0];
-    const char *type = glia__section_entry(s, "type")->value;
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, type) == GLIA_OK);
-    B->ops = glia__find_layer(ctx, type, "cpu");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
-    CU_ASSERT_EQUAL(B->ops->device_type, GLIA_DEVICE_CPU);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &B->b) == GLIA_OK);
-    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = ctx, .backend = B->b};
-    CU_ASSERT_FATAL(B->ops->create(&B->l, s, in, 1) == GLIA_OK);
-}
 
-static void unbuild(struct built *B)
-{
-    if (B->ops->destroy) B->ops->destroy(&B->l);
-    glia_config_free(B->cfg);
-    glia_context_free(ctx);
-}
 
 enum kind { MAX, AVG, GLOBAL };
 
@@ -425,16 +401,6 @@ static void test_maxpool_eval_keeps_nothing(void)
 
 /* ---- configuration errors ---- */
 
-static void expect_error(const char *ini, struct glia_shape in, glia_status want, const char *msg)
-{
-    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    glia_status st = glia_layer_gradcheck(ctx, ini, &in, 1, 1, 1e-2, NULL);
-    CU_ASSERT_EQUAL(st, want);
-    if (st != want || !strstr(glia_context_error(ctx), msg))
-        printf("\n  got %s: %s\n", glia_status_name(st), glia_context_error(ctx));
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msg));
-    glia_context_free(ctx);
-}
 
 static void test_config_errors(void)
 {
