@@ -2,6 +2,7 @@
  * difference gradient checker with its gradient-contract checks, and glia_optimizer_new.
  * Not used by training: the model builds its layers in core/model.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "model_internal.h"
@@ -101,7 +102,22 @@ static void fill_value(struct glia_tensor *t, float v)
     for (int64_t i = 0; i < glia_tensor_numel(t); i++) d[i] = v;
 }
 
-static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_shape *in, int n_in, uint64_t seed)
+/* A new f32 tensor of shape s in format f (channels_last applies to 4-D shapes only). */
+static glia_status new_as(struct glia_backend *b, const struct glia_shape *s, enum glia_memory_format f,
+                          struct glia_tensor **out)
+{
+    if (f == GLIA_CONTIGUOUS || s->ndim != 4) return glia_tensor_new(b, GLIA_F32, s, out);
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){glia_shape_numel(s)});
+    struct glia_tensor *t;
+    glia_status st = glia_tensor_new(b, GLIA_F32, &flat, &t);
+    if (st) return st;
+    st = glia_tensor_view_as(t, 0, s, f, out);
+    glia_tensor_release(t);
+    return st;
+}
+
+static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_shape *in, int n_in, uint64_t seed,
+                            enum glia_memory_format fmt)
 {
     struct glia_context *ctx = g->ctx;
     struct glia_backend *b;
@@ -123,6 +139,9 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     g->l = (struct glia_layer){.name = s->name, .ops = ops, .ctx = ctx, .backend = b};
     g->n_in = n_in;
     g->is_loss = ops->flags & GLIA_LAYER_LOSS;
+    if (fmt != GLIA_CONTIGUOUS && !(ops->flags & GLIA_LAYER_CHANNELS_LAST))
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer type '%s' does not take %s tensors", ops->type,
+                          glia_memory_format_name(fmt));
     if ((st = ops->create(&g->l, s, in, n_in))) return st;
     g->created = true;
     struct glia_shape os;
@@ -130,8 +149,8 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
     for (int k = 0; k < n_in && !st; k++) {
-        st = glia_tensor_new(b, GLIA_F32, &in[k], &g->x[k]);
-        if (!st) st = glia_tensor_new(b, GLIA_F32, &in[k], &g->dx[k]);
+        st = new_as(b, &in[k], fmt, &g->x[k]);
+        if (!st) st = new_as(b, &in[k], fmt, &g->dx[k]);
         if (!st) fill_normal(g->x[k], &rng, 1.0);
     }
     for (int p = 0; p < g->l.n_params && !st; p++) {
@@ -145,9 +164,9 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
         st = glia_tensor_new(b, GLIA_F32, &bu->shape, &bu->value);
         if (!st) glia__init_values(bu->value->data, glia_shape_numel(&bu->shape), bu->init, 0);
     }
-    if (!st) st = glia_tensor_new(b, GLIA_F32, &os, &g->out);
-    if (!st) st = glia_tensor_new(b, GLIA_F32, &os, &g->dout);
-    if (!st) st = glia_tensor_new(b, GLIA_F32, &os, &g->r);
+    if (!st) st = new_as(b, &os, fmt, &g->out);
+    if (!st) st = new_as(b, &os, fmt, &g->dout);
+    if (!st) st = new_as(b, &os, fmt, &g->r);
     if (st) return st;
     fill_normal(g->r, &rng, 1.0);
     if (g->is_loss) {
@@ -259,12 +278,22 @@ static void contract_check(const struct glia_tensor *t, const float *ga, float b
 glia_status glia_layer_gradcheck(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
                                  int n_in, uint64_t seed, double tol, struct glia_gradcheck_report *report)
 {
+    return glia_layer_gradcheck_ex(ctx, ini, in, n_in, NULL, seed, tol, report);
+}
+
+glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
+                                    int n_in, const struct glia_gradcheck_options *opt, uint64_t seed,
+                                    double tol, struct glia_gradcheck_report *report)
+{
+    enum glia_memory_format fmt = GLIA_CONTIGUOUS;
+    if (opt && opt->struct_size >= offsetof(struct glia_gradcheck_options, memory_format) + sizeof opt->memory_format)
+        fmt = opt->memory_format;
     struct glia_gradcheck_report dummy;
     struct glia_gradcheck_report *rep = report ? report : &dummy;
     memset(rep, 0, sizeof *rep);
     struct gc g = {.ctx = ctx};
     float *ga_in[GLIA__MAX_INPUTS] = {0}, *ga_p[64] = {0};
-    glia_status st = gc_setup(&g, ini, in, n_in, seed);
+    glia_status st = gc_setup(&g, ini, in, n_in, seed, fmt);
     if (!st && !g.l.ops->backward) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer has no backward");
     if (!st && g.l.n_params > 64) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: more than 64 parameters");
     /* 1. write mode over NaN garbage */

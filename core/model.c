@@ -14,6 +14,8 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY("device", GLIA_KEY_STRING, "auto", "auto | cpu | cuda | cuda:N (auto: cuda when usable, else cpu)"),
     GLIA_KEY("seed", GLIA_KEY_INT, "1", "seed of weight init, shuffling and random layers", .min = 0, .max = 9.2e18),
     GLIA_KEY("threads", GLIA_KEY_INT, "0", "CPU threads (0: OpenMP default, OMP_NUM_THREADS)", .min = 0, .max = 4096),
+    GLIA_KEY("memory_format", GLIA_KEY_ENUM, "contiguous",
+             "layout of 4-D activations: contiguous (NCHW) or channels_last (NHWC)", .choices = "contiguous|channels_last"),
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
@@ -230,6 +232,7 @@ static glia_status setup_device(struct glia_model *m)
     int threads = (int)glia_section_int(s, "threads");
     if (threads > 0) omp_set_num_threads(threads);
     m->seed = (uint64_t)glia_section_int(s, "seed");
+    m->format = strcmp(glia_section_str(s, "memory_format"), "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
     return GLIA_OK;
 }
 
@@ -524,6 +527,27 @@ static glia_status check_graph(struct glia_model *m)
     return GLIA_OK;
 }
 
+/* Memory formats: a layer that takes either format (GLIA_LAYER_CHANNELS_LAST) works in the
+ * model's; any other layer, and the data batch, in contiguous NCHW. Where producer and
+ * consumer disagree on a 4-D tensor the edge converts, unless C or H*W is 1 (both formats
+ * are then the same bytes, and the edge only retags them). */
+static void plan_formats(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        bool any = m->format == GLIA_CHANNELS_LAST && (nd->layer.ops->flags & GLIA_LAYER_CHANNELS_LAST);
+        nd->out_fmt = any && nd->out_shape.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+        for (int k = 0; k < nd->n_in; k++) {
+            struct glia_shape s = in_shape_of(m, nd->in[k], m->batch);
+            enum glia_memory_format have = nd->in[k] < 0 ? GLIA_CONTIGUOUS : m->nodes[nd->in[k]].out_fmt;
+            nd->in_fmt[k] = any && s.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+            if (nd->in_fmt[k] == have) nd->edge[k] = GLIA__EDGE_DIRECT;
+            else if (s.dim[1] == 1 || s.dim[2] * s.dim[3] == 1) nd->edge[k] = GLIA__EDGE_RETAG;
+            else nd->edge[k] = GLIA__EDGE_CONVERT;
+        }
+    }
+}
+
 static glia_status alloc_params(struct glia_model *m)
 {
     int64_t total = 0;
@@ -662,6 +686,7 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
     if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = pass_drop_bias(m);
     for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
+    if (!st) plan_formats(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
     if (st) {
@@ -727,8 +752,8 @@ static void human(double v, char *buf, size_t n)
 void glia_model_summary(const struct glia_model *m, FILE *f)
 {
     char dev[32], shp[96], fl[32];
-    fprintf(f, "model %s on %s, batch %d\n", m->cfg->path ? m->cfg->path : "(string)",
-            glia_device_str(m->device, dev, sizeof dev), m->batch);
+    fprintf(f, "model %s on %s, batch %d, memory format %s\n", m->cfg->path ? m->cfg->path : "(string)",
+            glia_device_str(m->device, dev, sizeof dev), m->batch, glia_memory_format_name(m->format));
     fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "layer", "type", "impl", "output", "params", "FLOPs");
     struct glia_shape in = in_shape_of(m, -1, 1);
     struct glia_shape per = in;
@@ -760,6 +785,15 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
                     m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
                     m->nodes[m->nodes[i].bias_dropped_for].layer.ops->type);
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].edge[k] == GLIA__EDGE_CONVERT) {
+                const struct glia__node *nd = &m->nodes[i];
+                fprintf(f, "memory format: %s converts its input from %s (%s -> %s)\n", nd->layer.name,
+                        nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name,
+                        glia_memory_format_name(nd->in_fmt[k] == GLIA_CONTIGUOUS ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS),
+                        glia_memory_format_name(nd->in_fmt[k]));
+            }
     human(total_flops, fl, sizeof fl);
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward\n",
             m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl);

@@ -25,6 +25,15 @@ struct glia__node {
     struct glia_tensor *out, *dout;  /* views for the current batch */
     bool grad_written;               /* dout written during this backward */
     double t_fwd, t_bwd;             /* seconds spent, when profiling */
+    /* memory formats (see [runtime] memory_format) */
+    enum glia_memory_format out_fmt; /* of out and dout */
+    enum glia__edge { GLIA__EDGE_DIRECT = 0,  /* input k is the producer's tensor */
+                      GLIA__EDGE_RETAG,       /* the same memory seen in the other format (C or H*W is 1) */
+                      GLIA__EDGE_CONVERT      /* converted into cin[k]; its gradient back from cdin[k] */
+    } edge[GLIA__MAX_INPUTS];
+    enum glia_memory_format in_fmt[GLIA__MAX_INPUTS];   /* what the layer gets */
+    struct glia_tensor *cin_buf[GLIA__MAX_INPUTS], *cdin_buf[GLIA__MAX_INPUTS];  /* EDGE_CONVERT */
+    struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT) */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
     int bias_dropped_for;            /* ... because this node normalizes its output */
 };
@@ -35,6 +44,7 @@ struct glia_model {
     struct glia_device device;
     struct glia_backend *backend;
     uint64_t seed;
+    enum glia_memory_format format;  /* of 4-D activations between layers that take either */
     struct glia__node nodes[GLIA__MAX_NODES];
     int n_nodes;
     /* data */

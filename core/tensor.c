@@ -1,5 +1,6 @@
 /* core/tensor.c — tensor objects: shapes, views, refcounted storage from a backend allocator.
  * Not maths: elementwise and GEMM kernels belong to backends and layer plugins. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
@@ -72,6 +73,16 @@ static void set_contiguous(struct glia_tensor *t, const struct glia_shape *shape
     }
 }
 
+static void set_channels_last(struct glia_tensor *t, const struct glia_shape *shape)
+{
+    int64_t C = shape->dim[1], H = shape->dim[2], W = shape->dim[3];
+    t->shape = *shape;
+    t->stride[0] = H * W * C;
+    t->stride[1] = 1;
+    t->stride[2] = W * C;
+    t->stride[3] = C;
+}
+
 static bool shape_ok(const struct glia_shape *s)
 {
     if (s->ndim < 0 || s->ndim > GLIA_MAX_DIMS) return false;
@@ -122,7 +133,14 @@ glia_status glia_tensor_zeros(struct glia_backend *b, enum glia_dtype dtype,
 glia_status glia_tensor_view(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
                              struct glia_tensor **out)
 {
+    return glia_tensor_view_as(t, offset, shape, GLIA_CONTIGUOUS, out);
+}
+
+glia_status glia_tensor_view_as(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
+                                enum glia_memory_format f, struct glia_tensor **out)
+{
     if (!shape_ok(shape) || offset < 0) return GLIA_EINVAL;
+    if (f != GLIA_CONTIGUOUS && (f != GLIA_CHANNELS_LAST || shape->ndim != 4)) return GLIA_EINVAL;
     size_t es = glia_dtype_size(t->dtype);
     size_t start = (size_t)((char *)t->data - (char *)t->storage->ptr) + (size_t)offset * es;
     if (start + (size_t)glia_shape_numel(shape) * es > t->storage->nbytes) return GLIA_EINVAL;
@@ -134,7 +152,8 @@ glia_status glia_tensor_view(struct glia_tensor *t, int64_t offset, const struct
     v->storage = t->storage;
     v->storage->refcount++;
     v->refcount = 1;
-    set_contiguous(v, shape);
+    if (f == GLIA_CHANNELS_LAST) set_channels_last(v, shape);
+    else set_contiguous(v, shape);
     *out = v;
     return GLIA_OK;
 }
@@ -179,6 +198,19 @@ bool glia_tensor_is_contiguous(const struct glia_tensor *t)
         st *= t->shape.dim[i];
     }
     return true;
+}
+
+enum glia_memory_format glia_tensor_memory_format(const struct glia_tensor *t)
+{
+    if (t->shape.ndim != 4 || glia_tensor_is_contiguous(t)) return GLIA_CONTIGUOUS;
+    struct glia_tensor cl;
+    set_channels_last(&cl, &t->shape);
+    return memcmp(cl.stride, t->stride, 4 * sizeof(int64_t)) ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
+}
+
+const char *glia_memory_format_name(enum glia_memory_format f)
+{
+    return f == GLIA_CHANNELS_LAST ? "channels_last" : "contiguous";
 }
 
 struct glia_backend *glia_tensor_backend(const struct glia_tensor *t)
@@ -237,4 +269,61 @@ float *glia_tensor_f32(const struct glia_tensor *t)
 int32_t *glia_tensor_i32(const struct glia_tensor *t)
 {
     return t && t->dtype == GLIA_I32 && t->device.type == GLIA_DEVICE_CPU ? t->data : NULL;
+}
+
+/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1), in 32x32 tiles. */
+static void host_transpose(float *dst, const float *src, int64_t B, int64_t rows, int64_t cols, float beta)
+{
+    enum { T = 32 };
+    int64_t tr = (rows + T - 1) / T, tc = (cols + T - 1) / T;
+#pragma omp parallel for schedule(static) if (B * rows * cols > 32768)
+    for (int64_t job = 0; job < B * tr * tc; job++) {
+        int64_t b = job / (tr * tc), r0 = job / tc % tr * T, c0 = job % tc * T;
+        int64_t r1 = r0 + T < rows ? r0 + T : rows, c1 = c0 + T < cols ? c0 + T : cols;
+        const float *s = src + b * rows * cols;
+        float *d = dst + b * rows * cols;
+        for (int64_t c = c0; c < c1; c++)
+            for (int64_t r = r0; r < r1; r++) {
+                float v = s[r * cols + c];
+                d[c * rows + r] = beta != 0.0f ? d[c * rows + r] + v : v;
+            }
+    }
+}
+
+glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate)
+{
+    if (dst->dtype != GLIA_F32 || src->dtype != GLIA_F32 || !glia_shape_equal(&dst->shape, &src->shape) ||
+        dst->device.type != src->device.type || dst->device.index != src->device.index)
+        return GLIA_EINVAL;
+    enum glia_memory_format fd = glia_tensor_memory_format(dst), fs = glia_tensor_memory_format(src);
+    if ((fd == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(dst)) ||
+        (fs == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(src)))
+        return GLIA_EINVAL;
+    const struct glia_shape *s = &src->shape;
+    int64_t B = 1, rows = 1, cols = glia_shape_numel(s);  /* same layout: a copy, as 1 x n */
+    if (fd != fs) {
+        B = s->dim[0];
+        int64_t C = s->dim[1], HW = s->dim[2] * s->dim[3];
+        rows = fs == GLIA_CONTIGUOUS ? C : HW;   /* NCHW: (C, HW) per sample; NHWC: (HW, C) */
+        cols = fs == GLIA_CONTIGUOUS ? HW : C;
+    }
+    struct glia_backend *b = glia_tensor_backend(dst);
+    bool host = dst->device.type == GLIA_DEVICE_CPU;
+    if (fd == fs || rows == 1 || cols == 1) {  /* the same memory order */
+        if (!accumulate) return b->ops->copy(b->priv, dst->data, host, src->data, host, glia_tensor_nbytes(src));
+        B *= rows * cols, rows = cols = 1;      /* dst += src: a transpose of 1x1 blocks */
+    }
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (b->ops->struct_size > offsetof(struct glia_backend_ops, transpose_f32) && b->ops->transpose_f32)
+        return b->ops->transpose_f32(b->priv, dst->data, src->data, B, rows, cols, beta);
+    if (!host) return GLIA_EUNSUPPORTED;
+    if (rows == 1 && cols == 1) {
+        float *d = dst->data;
+        const float *x = src->data;
+#pragma omp parallel for schedule(static) if (B > 65536)
+        for (int64_t i = 0; i < B; i++) d[i] += x[i];
+        return GLIA_OK;
+    }
+    host_transpose(dst->data, src->data, B, rows, cols, beta);
+    return GLIA_OK;
 }

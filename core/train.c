@@ -19,6 +19,13 @@ void glia__model_release_activations(struct glia_model *m)
         glia_tensor_release(nd->out_buf);
         glia_tensor_release(nd->dout_buf);
         nd->out = nd->dout = nd->out_buf = nd->dout_buf = NULL;
+        for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
+            glia_tensor_release(nd->cin[k]);
+            glia_tensor_release(nd->cdin[k]);
+            glia_tensor_release(nd->cin_buf[k]);
+            glia_tensor_release(nd->cdin_buf[k]);
+            nd->cin[k] = nd->cdin[k] = nd->cin_buf[k] = nd->cdin_buf[k] = NULL;
+        }
     }
     glia_tensor_release(m->x);
     glia_tensor_release(m->y);
@@ -60,6 +67,13 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
         struct glia_shape flat = glia_shape_make(1, d1);
         st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->out_buf);
         if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->dout_buf);
+        for (int k = 0; k < nd->n_in && !st; k++) {  /* converted inputs and their gradients */
+            if (nd->edge[k] != GLIA__EDGE_CONVERT) continue;
+            struct glia_shape ps = nd->in[k] < 0 ? data_shape(m, maxb) : shapes[nd->in[k]];
+            struct glia_shape fk = glia_shape_make(1, (int64_t[]){glia_shape_numel(&ps)});
+            st = glia_tensor_new(m->backend, GLIA_F32, &fk, &nd->cin_buf[k]);
+            if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &fk, &nd->cdin_buf[k]);
+        }
     }
     free(shapes);
     struct glia_shape xs = data_shape(m, maxb);
@@ -92,8 +106,22 @@ static glia_status set_batch(struct glia_model *m, int64_t n)
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
-        st = glia_tensor_view(nd->out_buf, 0, &shapes[i], &nd->out);
-        if (!st) st = glia_tensor_view(nd->dout_buf, 0, &shapes[i], &nd->dout);
+        st = glia_tensor_view_as(nd->out_buf, 0, &shapes[i], nd->out_fmt, &nd->out);
+        if (!st) st = glia_tensor_view_as(nd->dout_buf, 0, &shapes[i], nd->out_fmt, &nd->dout);
+        for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
+            glia_tensor_release(nd->cin[k]);
+            glia_tensor_release(nd->cdin[k]);
+            nd->cin[k] = nd->cdin[k] = NULL;
+            if (nd->edge[k] == GLIA__EDGE_DIRECT) continue;
+            int p = nd->in[k];
+            struct glia_shape ps = p < 0 ? data_shape(m, n) : shapes[p];
+            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
+            st = glia_tensor_view_as(conv ? nd->cin_buf[k] : p < 0 ? m->x_buf : m->nodes[p].out_buf, 0, &ps,
+                                     nd->in_fmt[k], &nd->cin[k]);
+            if (!st && (conv || p >= 0))
+                st = glia_tensor_view_as(conv ? nd->cdin_buf[k] : m->nodes[p].dout_buf, 0, &ps, nd->in_fmt[k],
+                                         &nd->cdin[k]);
+        }
     }
     free(shapes);
     glia_tensor_release(m->x);
@@ -122,11 +150,16 @@ static glia_status forward(struct glia_model *m, bool train)
     for (int i = 0; i < m->n_nodes; i++) {
         struct glia__node *nd = &m->nodes[i];
         const struct glia_tensor *in[GLIA__MAX_INPUTS];
-        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
+        double t0 = m->profiling ? glia__now() : 0;
+        glia_status st = GLIA_OK;
+        for (int k = 0; k < nd->n_in && !st; k++) {
+            in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
+            if (nd->edge[k] == GLIA__EDGE_CONVERT) st = glia_tensor_convert(nd->cin[k], in[k], false);
+            if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
+        }
         struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
                              train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull, nd->layer.name)};
-        double t0 = m->profiling ? glia__now() : 0;
-        glia_status st = nd->layer.ops->forward(&nd->layer, &a);
+        if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
         if (m->profiling) {
             glia_backend_sync(m->backend);
             nd->t_fwd += glia__now() - t0;
@@ -148,19 +181,25 @@ static glia_status backward(struct glia_model *m)
         if (!nd->needs_grad) continue;
         const struct glia_tensor *in[GLIA__MAX_INPUTS];
         struct glia_tensor *din[GLIA__MAX_INPUTS];
-        bool acc[GLIA__MAX_INPUTS];
+        bool acc[GLIA__MAX_INPUTS], acc_conv[GLIA__MAX_INPUTS];
         for (int k = 0; k < nd->n_in; k++) {
             int p = nd->in[k];
-            in[k] = p < 0 ? m->x : m->nodes[p].out;
+            in[k] = nd->edge[k] != GLIA__EDGE_DIRECT ? nd->cin[k] : p < 0 ? m->x : m->nodes[p].out;
             din[k] = p >= 0 && m->nodes[p].needs_grad ? m->nodes[p].dout : NULL;
             acc[k] = p >= 0 && m->nodes[p].grad_written;
             for (int j = 0; j < k; j++) acc[k] |= din[k] && nd->in[j] == p;
+            if (din[k] && nd->edge[k] != GLIA__EDGE_DIRECT) din[k] = nd->cdin[k];
+            acc_conv[k] = acc[k];  /* a converted gradient is written whole, then added or written */
+            if (nd->edge[k] == GLIA__EDGE_CONVERT) acc[k] = false;
         }
         bool is_loss = nd->layer.ops->flags & GLIA_LAYER_LOSS;
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->loss_scale : nd->dout, din, acc,
                              is_loss ? m->y : NULL};
         double t0 = m->profiling ? glia__now() : 0;
         glia_status st = nd->layer.ops->backward(&nd->layer, &a);
+        for (int k = 0; k < nd->n_in && !st; k++)
+            if (din[k] && nd->edge[k] == GLIA__EDGE_CONVERT)
+                st = glia_tensor_convert(m->nodes[nd->in[k]].dout, din[k], acc_conv[k]);
         if (m->profiling) {
             glia_backend_sync(m->backend);
             nd->t_bwd += glia__now() - t0;

@@ -4,6 +4,7 @@
 #ifndef GLIA_LAYERUTIL_H
 #define GLIA_LAYERUTIL_H
 
+#include <math.h>
 #include <string.h>
 #include "internal.h"
 #include "model_internal.h"
@@ -71,6 +72,143 @@ static inline void layer_unbuild(struct built *B)
     }
     free(B->l.buffers);
     glia_config_free(B->cfg);
+}
+
+/* ---- memory formats ---- */
+
+/* A new f32 tensor of shape s laid out in format f (other than 4-D: contiguous). */
+static inline struct glia_tensor *tensor_as(struct glia_backend *b, struct glia_shape s, enum glia_memory_format f)
+{
+    struct glia_tensor *flat, *t = NULL;
+    struct glia_shape fs = glia_shape_make(1, (int64_t[]){glia_shape_numel(&s)});
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &fs, &flat) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_view_as(flat, 0, &s, s.ndim == 4 ? f : GLIA_CONTIGUOUS, &t) == GLIA_OK);
+    glia_tensor_release(flat);
+    return t;
+}
+
+/* Element (n, c, h, w) of a 4-D tensor, or element i of any other, read through its strides. */
+static inline float at4(const struct glia_tensor *t, int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    const float *d = glia_tensor_f32(t);
+    return d[n * t->stride[0] + c * t->stride[1] + h * t->stride[2] + w * t->stride[3]];
+}
+
+/* Largest |a - b| / max(1, |a|) over the logical elements of two tensors of one shape. */
+static inline double max_diff(const struct glia_tensor *a, const struct glia_tensor *b)
+{
+    double worst = 0;
+    if (a->shape.ndim != 4) {
+        const float *x = glia_tensor_f32(a), *y = glia_tensor_f32(b);
+        for (int64_t i = 0; i < glia_tensor_numel(a); i++) {
+            double e = fabs((double)x[i] - y[i]) / fmax(1.0, fabs(x[i]));
+            if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+        }
+        return worst;
+    }
+    const int64_t *d = a->shape.dim;
+    for (int64_t n = 0; n < d[0]; n++)
+        for (int64_t c = 0; c < d[1]; c++)
+            for (int64_t h = 0; h < d[2]; h++)
+                for (int64_t w = 0; w < d[3]; w++) {
+                    double x = at4(a, n, c, h, w), y = at4(b, n, c, h, w);
+                    double e = fabs(x - y) / fmax(1.0, fabs(x));
+                    if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+                }
+    return worst;
+}
+
+/* Runs the layer of `ini` (CPU impl) on the same random inputs, output gradient and weights in
+ * both memory formats -- a training forward and a backward (accumulate: onto gradients of 1) --
+ * and returns the largest difference of outputs, input gradients and parameter gradients.
+ * The layer must have GLIA_LAYER_CHANNELS_LAST. */
+static inline double format_diff(const char *ini, const struct glia_shape *in, int n_in, bool accumulate,
+                                 uint64_t seed)
+{
+    struct glia_context *c;
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    layer_build(c, ini, in, n_in, &B);
+    CU_ASSERT_FATAL(B.ops->flags & GLIA_LAYER_CHANNELS_LAST);
+    struct glia_shape os;
+    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, in, n_in, &os) == GLIA_OK);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, seed);
+    struct glia_tensor *x[2][GLIA__MAX_INPUTS], *dx[2][GLIA__MAX_INPUTS], *out[2], *dout[2], *dp[2][8];
+    for (int f = 0; f < 2; f++) {
+        for (int k = 0; k < n_in; k++) {
+            x[f][k] = tensor_as(B.b, in[k], f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS);
+            dx[f][k] = tensor_as(B.b, in[k], f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS);
+        }
+        out[f] = tensor_as(B.b, os, f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS);
+        dout[f] = tensor_as(B.b, os, f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS);
+    }
+    for (int k = 0; k < n_in; k++) {
+        float *d = glia_tensor_f32(x[0][k]);
+        for (int64_t i = 0; i < glia_tensor_numel(x[0][k]); i++) d[i] = (float)glia__rng_normal(&rng);
+        CU_ASSERT_FATAL(glia_tensor_convert(x[1][k], x[0][k], false) == GLIA_OK);
+    }
+    float *g = glia_tensor_f32(dout[0]);
+    for (int64_t i = 0; i < glia_tensor_numel(dout[0]); i++) g[i] = (float)glia__rng_normal(&rng);
+    CU_ASSERT_FATAL(glia_tensor_convert(dout[1], dout[0], false) == GLIA_OK);
+    CU_ASSERT_FATAL(B.l.n_params <= 8);
+    for (int p = 0; p < B.l.n_params; p++) {
+        float *w = glia_tensor_f32(B.l.params[p].value);
+        for (int64_t i = 0; i < glia_tensor_numel(B.l.params[p].value); i++) w[i] = (float)glia__rng_normal(&rng);
+    }
+    for (int f = 0; f < 2; f++) {
+        const struct glia_tensor *xi[GLIA__MAX_INPUTS];
+        bool acc[GLIA__MAX_INPUTS];
+        for (int k = 0; k < n_in; k++) {
+            xi[k] = x[f][k];
+            acc[k] = accumulate;
+            float *d = glia_tensor_f32(dx[f][k]);
+            for (int64_t i = 0; i < glia_tensor_numel(dx[f][k]); i++) d[i] = accumulate ? 1.0f : NAN;
+        }
+        for (int p = 0; p < B.l.n_params; p++) {
+            struct glia_param *pa = &B.l.params[p];
+            float *d = glia_tensor_f32(pa->grad);
+            for (int64_t i = 0; i < glia_tensor_numel(pa->grad); i++) d[i] = accumulate ? 1.0f : NAN;
+            pa->grad_unset = !accumulate;
+        }
+        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77};
+        CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+        struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL};
+        glia_status st = B.ops->backward(&B.l, &ba);
+        if (st) printf("\n  %s\n", glia_context_error(c));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        for (int p = 0; p < B.l.n_params; p++) {
+            struct glia_param *pa = &B.l.params[p];
+            dp[f][p] = tensor_as(B.b, pa->shape, GLIA_CONTIGUOUS);
+            memcpy(glia_tensor_f32(dp[f][p]), glia_tensor_f32(pa->grad), glia_tensor_nbytes(pa->grad));
+        }
+    }
+    double worst = max_diff(out[0], out[1]);
+    for (int k = 0; k < n_in; k++) worst = fmax(worst, max_diff(dx[0][k], dx[1][k]));
+    for (int p = 0; p < B.l.n_params; p++) worst = fmax(worst, max_diff(dp[0][p], dp[1][p]));
+    for (int f = 0; f < 2; f++) {
+        for (int k = 0; k < n_in; k++) glia_tensor_release(x[f][k]), glia_tensor_release(dx[f][k]);
+        for (int p = 0; p < B.l.n_params; p++) glia_tensor_release(dp[f][p]);
+        glia_tensor_release(out[f]);
+        glia_tensor_release(dout[f]);
+    }
+    layer_unbuild(&B);
+    glia_context_free(c);
+    return worst;
+}
+
+/* Gradient check of the layer of `ini` with channels_last tensors. */
+static inline void gradcheck_nhwc(const char *ini, const struct glia_shape *in, int n_in, uint64_t seed, double tol)
+{
+    struct glia_context *c;
+    struct glia_gradcheck_report r;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    struct glia_gradcheck_options o = {.struct_size = sizeof o, .memory_format = GLIA_CHANNELS_LAST};
+    glia_status st = glia_layer_gradcheck_ex(c, ini, in, n_in, &o, seed, tol, &r);
+    if (st) printf("\n  %s\n", glia_context_error(c));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    CU_ASSERT(r.n_checked > 0);
+    glia_context_free(c);
 }
 
 /* The layer of `ini` must be refused with status want and a message containing msg. */

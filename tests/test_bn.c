@@ -1,6 +1,7 @@
 /* tests/test_bn.c — the batchnorm layer (BatchNorm1d on (N, C), BatchNorm2d on (N, C, H, W)):
  * gradient checks, forward, backward and running statistics against a naive double reference
- * written here, eval with and without running statistics, configuration errors. Not training. */
+ * written here, eval with and without running statistics, configuration errors; channels_last
+ * (NHWC) tensors against contiguous ones, for batchnorm and for global_avgpool. Not training. */
 #include <math.h>
 #include <string.h>
 #include "layerutil.h"
@@ -421,6 +422,227 @@ static void test_single_value_per_channel(void)
     unbuild(&B);
 }
 
+/* ---- channels_last (NHWC): the same layer on the same logical values in both formats ---- */
+
+static void nhwc_check(const char *ini, struct glia_shape in, uint64_t seed)
+{
+    gradcheck_nhwc(ini, &in, 1, seed, 2e-2);
+}
+
+static void test_gradcheck_2d_nhwc(void)
+{
+    nhwc_check("[b]\ntype = batchnorm\n", S(4, 2, 3, 4, 5), 21);
+    nhwc_check("[b]\ntype = batchnorm\n", S(4, 3, 2, 3, 3), 22);
+    nhwc_check("[b]\ntype = batchnorm\naffine = off\n", S(4, 2, 3, 4, 5), 23);
+    nhwc_check("[b]\ntype = batchnorm\nmomentum = 0.5\n", S(4, 1, 3, 2, 3), 24);   /* batch of one */
+    nhwc_check("[b]\ntype = batchnorm\n", S(4, 5, 3, 1, 1), 25);                    /* H*W = 1 */
+    nhwc_check("[b]\ntype = batchnorm\naffine = off\n", S(4, 6, 2, 1, 1), 26);
+    nhwc_check("[b]\ntype = batchnorm\n", S(4, 3, 1, 2, 3), 27);                    /* C = 1 */
+    nhwc_check("[b]\ntype = batchnorm\naffine = off\n", S(4, 2, 1, 3, 2), 28);
+    nhwc_check("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 2, 4, 2, 3), 29);
+}
+
+static void test_global_avgpool_nhwc_gradcheck(void)
+{
+    nhwc_check("[g]\ntype = global_avgpool\n", S(4, 2, 3, 4, 5), 31);
+    nhwc_check("[g]\ntype = global_avgpool\n", S(4, 3, 5, 3, 1), 32);
+    nhwc_check("[g]\ntype = global_avgpool\n", S(4, 2, 4, 1, 1), 33);   /* H*W = 1 */
+    nhwc_check("[g]\ntype = global_avgpool\n", S(4, 3, 1, 2, 3), 34);   /* C = 1 */
+    nhwc_check("[g]\ntype = global_avgpool\n", S(4, 1, 70, 2, 2), 35);  /* more than one block of 64 channels */
+}
+
+/* format_diff over both accumulate modes for each (ini, shape). */
+static void diff_both(const char *ini, struct glia_shape in, uint64_t seed)
+{
+    for (int acc = 0; acc < 2; acc++) {
+        double d = format_diff(ini, &in, 1, acc, seed);
+        char buf[64];
+        if (!(d < 1e-5))
+            printf("\n  %s %s accumulate %d: NCHW and NHWC differ by %g\n", ini, glia_shape_str(&in, buf, sizeof buf),
+                   acc, d);
+        CU_ASSERT(d < 1e-5);
+    }
+}
+
+static void test_format_diff_nhwc(void)
+{
+    diff_both("[b]\ntype = batchnorm\n", S(4, 2, 3, 4, 5), 41);
+    diff_both("[b]\ntype = batchnorm\naffine = off\n", S(4, 3, 4, 2, 3), 42);
+    diff_both("[b]\ntype = batchnorm\n", S(4, 4, 7, 1, 1), 43);                       /* H*W = 1 */
+    diff_both("[b]\ntype = batchnorm\n", S(4, 3, 1, 3, 4), 44);                       /* C = 1 */
+    diff_both("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 2, 5, 3, 3), 45);
+    diff_both("[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 8, 130, 7, 9), 46);    /* 504 rows: 32 blocks */
+    diff_both("[b]\ntype = batchnorm\n", S(4, 5, 24, 17, 19), 47);                    /* 1615 rows: 64 blocks */
+    diff_both("[b]\ntype = batchnorm\n", S(4, 1, 3, 3, 5), 48);                       /* 15 rows: one block */
+}
+
+static void test_global_avgpool_nhwc_format_diff(void)
+{
+    diff_both("[g]\ntype = global_avgpool\n", S(4, 2, 3, 4, 5), 51);
+    diff_both("[g]\ntype = global_avgpool\n", S(4, 3, 1, 4, 4), 52);    /* C = 1 */
+    diff_both("[g]\ntype = global_avgpool\n", S(4, 3, 9, 1, 1), 53);    /* H*W = 1 */
+    diff_both("[g]\ntype = global_avgpool\n", S(4, 3, 130, 5, 6), 54); /* three blocks of channels, the last short */
+    diff_both("[g]\ntype = global_avgpool\n", S(4, 1, 64, 7, 7), 55);
+}
+
+/* global_avgpool on channels_last input against a double reference read through the strides;
+ * the gradient written over NaN, then accumulated onto itself. */
+static void test_global_avgpool_nhwc_values(void)
+{
+    struct glia_shape sh = S(4, 3, 70, 3, 5);
+    int64_t N = 3, C = 70, HW = 15;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built B;
+    layer_build(ctx, "[g]\ntype = global_avgpool\n", &sh, 1, &B);
+    struct glia_shape os = S(2, N, C, 0, 0);
+    struct glia_tensor *x = tensor_as(B.b, sh, GLIA_CHANNELS_LAST), *dx = tensor_as(B.b, sh, GLIA_CHANNELS_LAST);
+    struct glia_tensor *y = tensor_as(B.b, os, GLIA_CONTIGUOUS), *dy = tensor_as(B.b, os, GLIA_CONTIGUOUS);
+    CU_ASSERT_EQUAL(glia_tensor_memory_format(x), GLIA_CHANNELS_LAST);
+    uint32_t seed = 7;
+    float *xd = glia_tensor_f32(x), *dxd = glia_tensor_f32(dx), *yd = glia_tensor_f32(y), *dyd = glia_tensor_f32(dy);
+    for (int64_t i = 0; i < N * C * HW; i++) xd[i] = (float)unit(&seed), dxd[i] = NAN;
+    for (int64_t i = 0; i < N * C; i++) dyd[i] = (float)unit(&seed);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1};
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    int bad = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t h = 0; h < 3; h++)
+                for (int64_t w = 0; w < 5; w++) s += at4(x, n, c, h, w);
+            bad += !(fabs(yd[n * C + c] - s / HW) <= 1e-6);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+    struct glia_tensor *din[1] = {dx};
+    bool acc[1] = {false};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+    for (int pass = 0; pass < 2; pass++) {
+        CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+        bad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t h = 0; h < 3; h++)
+                    for (int64_t w = 0; w < 5; w++)
+                        bad += !(fabs(at4(dx, n, c, h, w) - (pass + 1) * dyd[n * C + c] / HW) <= 1e-6);
+        CU_ASSERT_EQUAL(bad, 0);
+        acc[0] = true;
+    }
+    glia_tensor_release(x);
+    glia_tensor_release(dx);
+    glia_tensor_release(y);
+    glia_tensor_release(dy);
+    unbuild(&B);
+}
+
+/* A tensor in format f holding the logical values of the contiguous src. */
+static struct glia_tensor *as_format(struct glia_backend *b, const struct glia_tensor *src, enum glia_memory_format f)
+{
+    struct glia_tensor *t = tensor_as(b, src->shape, f);
+    CU_ASSERT_FATAL(glia_tensor_convert(t, src, false) == GLIA_OK);
+    return t;
+}
+
+/* Two layers of `ini`, R always given contiguous tensors and L channels_last ones (alternate: L
+ * switches format every call), with the same weights: three training forwards and backwards of the
+ * same inputs (mean away from 0, variance away from 1, so the running statistics move), then two
+ * evals. Outputs, input and parameter gradients and the running statistics must agree after every
+ * call; the evals change no buffer, and a backward after them is refused. */
+static void check_formats_running(const char *ini, struct glia_shape sh, bool alternate, uint32_t seed)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built R, L;
+    layer_build(ctx, ini, &sh, 1, &R);
+    layer_build(ctx, ini, &sh, 1, &L);
+    CU_ASSERT_FATAL(R.l.n_params == L.l.n_params && R.l.n_buffers == L.l.n_buffers);
+    for (int i = 0; i < R.l.n_params; i++) {
+        float *v = glia_tensor_f32(R.l.params[i].value), *u = glia_tensor_f32(L.l.params[i].value);
+        for (int64_t j = 0; j < glia_tensor_numel(R.l.params[i].value); j++)
+            u[j] = v[j] = (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
+    }
+    int64_t n = glia_shape_numel(&sh), C = sh.dim[1];
+    struct glia_tensor *x, *dy, *y0, *dx0;
+    CU_ASSERT_FATAL(glia_tensor_new(R.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(R.b, GLIA_F32, &sh, &dy) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(R.b, GLIA_F32, &sh, &y0) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(R.b, GLIA_F32, &sh, &dx0) == GLIA_OK);
+    float *xd = glia_tensor_f32(x), *dyd = glia_tensor_f32(dy);
+    bool track = R.l.n_buffers == 2;
+    float *snap[2][2];  /* [layer][buffer] */
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 2; i++) snap[k][i] = malloc((size_t)C * sizeof(float));
+    for (int step = 0; step < 5; step++) {
+        bool train = step < 3;
+        enum glia_memory_format f = alternate && step % 2 ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t c = i / (sh.dim[2] * sh.dim[3]) % C;
+            xd[i] = (float)(0.3 * c - 0.5 + (1.5 + 0.25 * step) * unit(&seed));
+            dyd[i] = (float)unit(&seed);
+        }
+        struct glia_tensor *x1 = as_format(R.b, x, f), *dy1 = as_format(R.b, dy, f), *y1 = tensor_as(R.b, sh, f);
+        struct glia_tensor *dx1 = tensor_as(R.b, sh, f);
+        for (int k = 0; k < 2 && track; k++)
+            for (int i = 0; i < 2; i++)
+                memcpy(snap[k][i], glia_tensor_f32((k ? &L : &R)->l.buffers[i].value), (size_t)C * sizeof(float));
+        const struct glia_tensor *in0[1] = {x}, *in1[1] = {x1};
+        struct glia_fwd fa0 = {in0, 1, y0, NULL, train, 1}, fa1 = {in1, 1, y1, NULL, train, 1};
+        CU_ASSERT_EQUAL_FATAL(R.ops->forward(&R.l, &fa0), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(L.ops->forward(&L.l, &fa1), GLIA_OK);
+        double d = max_diff(y0, y1);
+        struct glia_tensor *din0[1] = {dx0}, *din1[1] = {dx1};
+        bool acc[1] = {false};
+        struct glia_bwd ba0 = {in0, 1, y0, dy, din0, acc, NULL}, ba1 = {in1, 1, y1, dy1, din1, acc, NULL};
+        if (train) {
+            for (int i = 0; i < R.l.n_params; i++) R.l.params[i].grad_unset = L.l.params[i].grad_unset = true;
+            CU_ASSERT_EQUAL_FATAL(R.ops->backward(&R.l, &ba0), GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(L.ops->backward(&L.l, &ba1), GLIA_OK);
+            d = fmax(d, max_diff(dx0, dx1));
+            for (int i = 0; i < R.l.n_params; i++) d = fmax(d, max_diff(R.l.params[i].grad, L.l.params[i].grad));
+        } else {
+            CU_ASSERT_EQUAL(L.ops->backward(&L.l, &ba1), GLIA_EINVAL);  /* eval kept nothing */
+        }
+        double db = 0;
+        int moved = 0, kept = 0;
+        for (int i = 0; i < R.l.n_buffers; i++) {
+            const float *r = glia_tensor_f32(R.l.buffers[i].value), *l = glia_tensor_f32(L.l.buffers[i].value);
+            db = fmax(db, max_diff(R.l.buffers[i].value, L.l.buffers[i].value));
+            for (int64_t c = 0; c < C; c++) {
+                moved += r[c] != snap[0][i][c] && l[c] != snap[1][i][c];
+                kept += r[c] == snap[0][i][c] && l[c] == snap[1][i][c];
+            }
+        }
+        if (!(d < 1e-5) || !(db < 1e-6))
+            printf("\n  %s step %d (%s, %s): outputs and gradients differ by %g, running statistics by %g\n", ini,
+                   step, train ? "train" : "eval", glia_memory_format_name(f), d, db);
+        CU_ASSERT(d < 1e-5);
+        CU_ASSERT(db < 1e-6);
+        if (track) CU_ASSERT_EQUAL(train ? moved : kept, 2 * C);  /* training moves every statistic, eval none */
+        glia_tensor_release(x1);
+        glia_tensor_release(dy1);
+        glia_tensor_release(y1);
+        glia_tensor_release(dx1);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 2; i++) free(snap[k][i]);
+    glia_tensor_release(x);
+    glia_tensor_release(dy);
+    glia_tensor_release(y0);
+    glia_tensor_release(dx0);
+    layer_unbuild(&R);
+    layer_unbuild(&L);
+    glia_context_free(ctx);
+}
+
+static void test_eval_nhwc(void)
+{
+    check_formats_running("[b]\ntype = batchnorm\n", S(4, 4, 3, 5, 6), false, 61);
+    check_formats_running("[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 4, 3, 5, 6), true, 62);
+    check_formats_running("[b]\ntype = batchnorm\naffine = off\nmomentum = 1\n", S(4, 6, 9, 1, 1), true, 63);
+    check_formats_running("[b]\ntype = batchnorm\n", S(4, 2, 1, 4, 4), false, 64);
+    check_formats_running("[b]\ntype = batchnorm\nmomentum = 0.2\n", S(4, 8, 70, 6, 5), true, 65);
+    check_formats_running("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 3, 5, 3, 4), true, 66);
+}
+
 /* ---- configuration errors ---- */
 
 
@@ -442,4 +664,7 @@ static void test_config_errors(void)
 
 GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d), GLIA_TEST(test_values_1d),
                GLIA_TEST(test_values_2d), GLIA_TEST(test_declarations), GLIA_TEST(test_hand_computed),
-               GLIA_TEST(test_single_value_per_channel), GLIA_TEST(test_config_errors))
+               GLIA_TEST(test_single_value_per_channel), GLIA_TEST(test_config_errors),
+               GLIA_TEST(test_gradcheck_2d_nhwc), GLIA_TEST(test_global_avgpool_nhwc_gradcheck),
+               GLIA_TEST(test_format_diff_nhwc), GLIA_TEST(test_global_avgpool_nhwc_format_diff),
+               GLIA_TEST(test_global_avgpool_nhwc_values), GLIA_TEST(test_eval_nhwc))

@@ -1,5 +1,6 @@
 /* tests/test_pool.c — the pooling layers maxpool2d, avgpool2d and global_avgpool: gradient checks,
- * forward and backward values against naive references written here, configuration errors. Not training. */
+ * forward and backward values against naive references written here (maxpool2d and avgpool2d also in
+ * channels_last), agreement of the two memory formats, configuration errors. Not training. */
 #include <math.h>
 #include <string.h>
 #include "layerutil.h"
@@ -60,6 +61,45 @@ static void test_global_avgpool_gradcheck(void)
     check_ok("[g]\ntype = global_avgpool\n", S(4, 1, 3, 4, 5), 21);
     check_ok("[g]\ntype = global_avgpool\n", S(4, 3, 2, 7, 7), 22);
     check_ok("[g]\ntype = global_avgpool\n", S(4, 3, 5, 1, 1), 23);
+}
+
+/* ---- channels_last: gradient checks and agreement with NCHW over the configurations above ---- */
+
+/* gradient check of the layer of `ini` on channels_last tensors, then format_diff (training forward and
+ * backward, write and accumulate) at most tol: selection and the NCHW summation order make it exact */
+static void check_nhwc(const char *ini, struct glia_shape in, uint64_t seed, double tol)
+{
+    gradcheck_nhwc(ini, &in, 1, seed, 2e-2);
+    for (int acc = 0; acc < 2; acc++) {
+        double d = format_diff(ini, &in, 1, acc, seed);
+        if (!(d <= tol)) printf("\n  %s: formats differ by %g (accumulate %d)", ini, d, acc);
+        CU_ASSERT(d <= tol);
+    }
+}
+
+static void test_maxpool_nhwc(void)
+{
+    check_nhwc("[p]\ntype = maxpool2d\n", S(4, 1, 1, 4, 4), 1, 0);
+    check_nhwc("[p]\ntype = maxpool2d\n", S(4, 3, 2, 5, 7), 2, 0);
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\n", S(4, 3, 2, 7, 6), 3, 0);
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 3\nstride = 1\npadding = 1\n", S(4, 1, 2, 5, 4), 4, 0);
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", S(4, 3, 1, 6, 5), 5, 0);
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 2\npadding = 1\n", S(4, 3, 2, 3, 5), 6, 0);
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 4\nstride = 3\npadding = 2\n", S(4, 1, 1, 9, 7), 7, 0);
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 1\nstride = 2\n", S(4, 3, 2, 5, 5), 8, 0);
+    /* more channels than a vector: the channel loop's remainder */
+    check_nhwc("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", S(4, 2, 19, 7, 6), 9, 0);
+}
+
+static void test_avgpool_nhwc(void)
+{
+    check_nhwc("[p]\ntype = avgpool2d\n", S(4, 1, 1, 4, 4), 11, 1e-6);
+    check_nhwc("[p]\ntype = avgpool2d\n", S(4, 3, 2, 5, 7), 12, 1e-6);
+    check_nhwc("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\n", S(4, 3, 2, 7, 6), 13, 1e-6);
+    check_nhwc("[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n", S(4, 1, 2, 5, 4), 14, 1e-6);
+    check_nhwc("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\npadding = 1\n", S(4, 3, 1, 6, 5), 15, 1e-6);
+    check_nhwc("[p]\ntype = avgpool2d\nsize = 4\nstride = 3\npadding = 2\n", S(4, 1, 1, 9, 7), 16, 1e-6);
+    check_nhwc("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\npadding = 1\n", S(4, 2, 19, 7, 6), 17, 1e-6);
 }
 
 /* ---- values: the layer alone on the CPU backend against naive references ---- */
@@ -139,12 +179,25 @@ static uint32_t lcg(uint32_t *st)
 
 static bool close_to(double got, double want) { return isfinite(got) && fabs(got - want) <= 1e-5 * fmax(1.0, fabs(want)); }
 
+/* dst = src unless they are one tensor (the layer runs on the NCHW tensors themselves) */
+static void convert(struct glia_tensor *dst, const struct glia_tensor *src)
+{
+    if (dst != src) CU_ASSERT_FATAL(glia_tensor_convert(dst, src, false) == GLIA_OK);
+}
+
+/* A tensor for the layer in format f: t itself when contiguous (or not 4-D), else a new channels_last one. */
+static struct glia_tensor *layer_tensor(struct built *B, struct glia_tensor *t, enum glia_memory_format f)
+{
+    return f == GLIA_CONTIGUOUS || t->shape.ndim != 4 ? glia_tensor_retain(t) : tensor_as(B->b, t->shape, f);
+}
+
 /* Runs the layer of `ini` (kind; k, s, p as its keys say) on shape (N, C, H, W) with seeded
  * inputs (ties: small integers, so windows often hold equal maxima) and compares the training
  * forward, the backward in write mode over NaN garbage and in accumulate mode, the eval forward,
- * and a NULL din with the naive references. */
+ * and a NULL din with the naive references. The layer's 4-D tensors are in format f (converted
+ * from and to the NCHW ones the references use). */
 static void check_values(const char *ini, enum kind kind, int k, int s, int p, struct glia_shape sh, bool ties,
-                         uint32_t seed)
+                         uint32_t seed, enum glia_memory_format f)
 {
     struct built B;
     build(ini, &sh, &B);
@@ -184,40 +237,52 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
         ref_plane_grad(kind, arg + pl * OHW, dyd + pl * OHW, H, W, rk, s, p, rdx + pl * HW);
     }
 
-    const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1};
+    struct glia_tensor *lx = layer_tensor(&B, x, f), *ly = layer_tensor(&B, y, f), *ly2 = layer_tensor(&B, y2, f);
+    struct glia_tensor *ldy = layer_tensor(&B, dy, f), *ldx = layer_tensor(&B, dx, f);
+    convert(lx, x);
+    convert(ldy, dy);
+    const struct glia_tensor *in[1] = {lx};
+    struct glia_fwd fa = {in, 1, ly, NULL, true, 1};
     CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    convert(y, ly);
     int bad = 0;
     for (int64_t i = 0; i < glia_tensor_numel(y); i++)
         if (!close_to(glia_tensor_f32(y)[i], ry[i]) && bad++ < 3)
-            printf("\n  %s: y[%lld] = %.9g, want %.9g", ini, (long long)i, glia_tensor_f32(y)[i], ry[i]);
+            printf("\n  %s (%s): y[%lld] = %.9g, want %.9g", ini, glia_memory_format_name(f), (long long)i,
+                   glia_tensor_f32(y)[i], ry[i]);
     CU_ASSERT_EQUAL(bad, 0);
 
-    struct glia_tensor *din[1] = {dx};
+    struct glia_tensor *din[1] = {ldx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+    struct glia_bwd ba = {in, 1, ly, ldy, din, acc, NULL};
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++) dxd[i] = NAN;
+    convert(ldx, dx);
     CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    convert(dx, ldx);
     bad = 0;
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++)
         if (!close_to(dxd[i], rdx[i]) && bad++ < 3)
-            printf("\n  %s: dx[%lld] = %.9g, want %.9g (write)", ini, (long long)i, dxd[i], rdx[i]);
+            printf("\n  %s (%s): dx[%lld] = %.9g, want %.9g (write)", ini, glia_memory_format_name(f), (long long)i,
+                   dxd[i], rdx[i]);
     CU_ASSERT_EQUAL(bad, 0);
     acc[0] = true;
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++) dxd[i] = 0.5f;
+    convert(ldx, dx);
     CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    convert(dx, ldx);
     bad = 0;
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++)
         if (!close_to(dxd[i], 0.5 + rdx[i]) && bad++ < 3)
-            printf("\n  %s: dx[%lld] = %.9g, want %.9g (accumulate)", ini, (long long)i, dxd[i], 0.5 + rdx[i]);
+            printf("\n  %s (%s): dx[%lld] = %.9g, want %.9g (accumulate)", ini, glia_memory_format_name(f),
+                   (long long)i, dxd[i], 0.5 + rdx[i]);
     CU_ASSERT_EQUAL(bad, 0);
     din[0] = NULL;  /* an input that needs no gradient: skipped */
     CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
 
-    fa.out = y2;
+    fa.out = ly2;
     fa.train = false;
     CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
-    CU_ASSERT_EQUAL(memcmp(y->data, y2->data, glia_tensor_nbytes(y)), 0);
+    CU_ASSERT_EQUAL(memcmp(ly->data, ly2->data, glia_tensor_nbytes(ly)), 0);
 
     free(ry);
     free(rdx);
@@ -227,36 +292,50 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
     glia_tensor_release(y2);
     glia_tensor_release(dy);
     glia_tensor_release(dx);
+    glia_tensor_release(lx);
+    glia_tensor_release(ly);
+    glia_tensor_release(ly2);
+    glia_tensor_release(ldy);
+    glia_tensor_release(ldx);
     unbuild(&B);
 }
 
 static void test_maxpool_values(void)
 {
-    for (int ties = 0; ties < 2; ties++) {
-        check_values("[p]\ntype = maxpool2d\n", MAX, 2, 2, 0, S(4, 1, 1, 4, 4), ties, 1);
-        check_values("[p]\ntype = maxpool2d\n", MAX, 2, 2, 0, S(4, 3, 2, 7, 5), ties, 2);
-        check_values("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\n", MAX, 3, 2, 0, S(4, 3, 2, 9, 8), ties, 3);
-        check_values("[p]\ntype = maxpool2d\nsize = 3\nstride = 1\npadding = 1\n", MAX, 3, 1, 1, S(4, 2, 3, 6, 7), ties, 4);
-        check_values("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", MAX, 3, 2, 1, S(4, 3, 2, 7, 6), ties, 5);
-        check_values("[p]\ntype = maxpool2d\nsize = 5\nstride = 2\npadding = 2\n", MAX, 5, 2, 2, S(4, 1, 1, 5, 9), ties, 6);
-    }
+    for (int f = GLIA_CONTIGUOUS; f <= GLIA_CHANNELS_LAST; f++)
+        for (int ties = 0; ties < 2; ties++) {
+            check_values("[p]\ntype = maxpool2d\n", MAX, 2, 2, 0, S(4, 1, 1, 4, 4), ties, 1, f);
+            check_values("[p]\ntype = maxpool2d\n", MAX, 2, 2, 0, S(4, 3, 2, 7, 5), ties, 2, f);
+            check_values("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\n", MAX, 3, 2, 0, S(4, 3, 2, 9, 8), ties, 3, f);
+            check_values("[p]\ntype = maxpool2d\nsize = 3\nstride = 1\npadding = 1\n", MAX, 3, 1, 1, S(4, 2, 3, 6, 7),
+                         ties, 4, f);
+            check_values("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", MAX, 3, 2, 1, S(4, 3, 2, 7, 6),
+                         ties, 5, f);
+            check_values("[p]\ntype = maxpool2d\nsize = 5\nstride = 2\npadding = 2\n", MAX, 5, 2, 2, S(4, 1, 1, 5, 9),
+                         ties, 6, f);
+        }
 }
 
 static void test_avgpool_values(void)
 {
-    check_values("[p]\ntype = avgpool2d\n", AVG, 2, 2, 0, S(4, 1, 1, 4, 4), false, 11);
-    check_values("[p]\ntype = avgpool2d\n", AVG, 2, 2, 0, S(4, 3, 2, 7, 5), false, 12);
-    check_values("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\n", AVG, 3, 2, 0, S(4, 3, 2, 9, 8), false, 13);
-    check_values("[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n", AVG, 3, 1, 1, S(4, 2, 3, 6, 7), false, 14);
-    check_values("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\npadding = 1\n", AVG, 3, 2, 1, S(4, 3, 2, 7, 6), false, 15);
-    check_values("[p]\ntype = avgpool2d\nsize = 5\nstride = 2\npadding = 2\n", AVG, 5, 2, 2, S(4, 1, 1, 5, 9), false, 16);
+    for (int f = GLIA_CONTIGUOUS; f <= GLIA_CHANNELS_LAST; f++) {
+        check_values("[p]\ntype = avgpool2d\n", AVG, 2, 2, 0, S(4, 1, 1, 4, 4), false, 11, f);
+        check_values("[p]\ntype = avgpool2d\n", AVG, 2, 2, 0, S(4, 3, 2, 7, 5), false, 12, f);
+        check_values("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\n", AVG, 3, 2, 0, S(4, 3, 2, 9, 8), false, 13, f);
+        check_values("[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n", AVG, 3, 1, 1, S(4, 2, 3, 6, 7),
+                     false, 14, f);
+        check_values("[p]\ntype = avgpool2d\nsize = 3\nstride = 2\npadding = 1\n", AVG, 3, 2, 1, S(4, 3, 2, 7, 6),
+                     false, 15, f);
+        check_values("[p]\ntype = avgpool2d\nsize = 5\nstride = 2\npadding = 2\n", AVG, 5, 2, 2, S(4, 1, 1, 5, 9),
+                     false, 16, f);
+    }
 }
 
 static void test_global_avgpool_values(void)
 {
-    check_values("[g]\ntype = global_avgpool\n", GLOBAL, 0, 0, 0, S(4, 1, 3, 4, 5), false, 21);
-    check_values("[g]\ntype = global_avgpool\n", GLOBAL, 0, 0, 0, S(4, 3, 2, 7, 7), false, 22);
-    check_values("[g]\ntype = global_avgpool\n", GLOBAL, 0, 0, 0, S(4, 2, 4, 1, 1), false, 23);
+    check_values("[g]\ntype = global_avgpool\n", GLOBAL, 0, 0, 0, S(4, 1, 3, 4, 5), false, 21, GLIA_CONTIGUOUS);
+    check_values("[g]\ntype = global_avgpool\n", GLOBAL, 0, 0, 0, S(4, 3, 2, 7, 7), false, 22, GLIA_CONTIGUOUS);
+    check_values("[g]\ntype = global_avgpool\n", GLOBAL, 0, 0, 0, S(4, 2, 4, 1, 1), false, 23, GLIA_CONTIGUOUS);
 }
 
 /* One plane (1, 1, H, W) through the layer: training forward into y, then backward of dy = 1
@@ -399,6 +478,60 @@ static void test_maxpool_eval_keeps_nothing(void)
     unbuild(&B);
 }
 
+static void test_maxpool_formats_alternate(void)
+{
+    /* one instance called in NCHW and NHWC in turn: backward uses the indices of the training forward
+     * just before it, and refuses those of the other format */
+    struct built B;
+    struct glia_shape sh = S(4, 2, 3, 5, 6), os;
+    build("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", &sh, &B);
+    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    struct glia_tensor *t[2][4];  /* [format][x, y, dy, dx] */
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 4; i++) t[f][i] = tensor_as(B.b, i == 0 || i == 3 ? sh : os, f);
+    uint32_t seed = 7;
+    float *xd = glia_tensor_f32(t[0][0]), *dyd = glia_tensor_f32(t[0][2]);
+    for (int64_t i = 0; i < glia_shape_numel(&sh); i++) xd[i] = (float)(lcg(&seed) % 20001) / 10000.0f - 1.0f;
+    for (int64_t i = 0; i < glia_shape_numel(&os); i++) dyd[i] = (float)(lcg(&seed) % 2001) / 1000.0f - 1.0f;
+    convert(t[1][0], t[0][0]);
+    convert(t[1][2], t[0][2]);
+    const struct glia_tensor *in[2][1] = {{t[0][0]}, {t[1][0]}};
+    struct glia_tensor *din[2][1] = {{t[0][3]}, {t[1][3]}};
+    bool acc[1] = {false};
+    struct glia_fwd fa[2] = {{in[0], 1, t[0][1], NULL, true, 1}, {in[1], 1, t[1][1], NULL, true, 1}};
+    struct glia_bwd ba[2] = {{in[0], 1, t[0][1], t[0][2], din[0], acc, NULL},
+                             {in[1], 1, t[1][1], t[1][2], din[1], acc, NULL}};
+    int64_t n = glia_shape_numel(&sh);
+    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    struct glia_tensor *back;
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &back) == GLIA_OK);
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[0]), GLIA_OK);
+    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[0]), GLIA_OK);
+    memcpy(want, glia_tensor_f32(t[0][3]), (size_t)n * sizeof *want);
+    for (int round = 0; round < 2; round++)
+        for (int f = 1; f >= 0; f--) {
+            CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[f]), GLIA_OK);
+            CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[!f]), GLIA_EINVAL);
+            CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), f ? "memory format (channels_last, got contiguous)"
+                                                                     : "memory format (contiguous, got channels_last)"));
+            CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[f]), GLIA_OK);
+            convert(back, t[f][3]);
+            memcpy(got, glia_tensor_f32(back), (size_t)n * sizeof *got);
+            CU_ASSERT_EQUAL(memcmp(got, want, (size_t)n * sizeof *got), 0);
+        }
+    /* an eval forward in the other format drops the indices */
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[1]), GLIA_OK);
+    fa[0].train = false;
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[0]), GLIA_OK);
+    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[1]), GLIA_EINVAL);
+    free(want);
+    free(got);
+    glia_tensor_release(back);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 4; i++) glia_tensor_release(t[f][i]);
+    unbuild(&B);
+}
+
 /* ---- configuration errors ---- */
 
 
@@ -424,7 +557,8 @@ static void test_config_errors(void)
 }
 
 GLIA_TEST_MAIN("pool", GLIA_TEST(test_maxpool_gradcheck), GLIA_TEST(test_avgpool_gradcheck),
-               GLIA_TEST(test_global_avgpool_gradcheck), GLIA_TEST(test_maxpool_values), GLIA_TEST(test_avgpool_values),
-               GLIA_TEST(test_global_avgpool_values), GLIA_TEST(test_hand_computed),
-               GLIA_TEST(test_maxpool_ties_and_overlap), GLIA_TEST(test_maxpool_eval_keeps_nothing),
+               GLIA_TEST(test_global_avgpool_gradcheck), GLIA_TEST(test_maxpool_nhwc), GLIA_TEST(test_avgpool_nhwc),
+               GLIA_TEST(test_maxpool_values), GLIA_TEST(test_avgpool_values), GLIA_TEST(test_global_avgpool_values),
+               GLIA_TEST(test_hand_computed), GLIA_TEST(test_maxpool_ties_and_overlap),
+               GLIA_TEST(test_maxpool_eval_keeps_nothing), GLIA_TEST(test_maxpool_formats_alternate),
                GLIA_TEST(test_config_errors))

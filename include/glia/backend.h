@@ -41,6 +41,12 @@ struct glia_backend_ops {
                             int64_t ldb, float beta, float *C, int64_t ldc);
     /* Wait for all queued work on the device. Optional: NULL means work is synchronous. */
     glia_status (*sync)(void *priv);
+    /* ABI 1.1 */
+    /* Batched f32 transpose: dst(B, cols, rows) = src(B, rows, cols)^T + beta * dst, beta 0 or
+     * 1 (NCHW <-> NHWC conversions). Optional: NULL makes the core loop over host memory
+     * (and refuse device memory). */
+    glia_status (*transpose_f32)(void *priv, float *dst, const float *src, int64_t B, int64_t rows,
+                                 int64_t cols, float beta);
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it. */

@@ -102,7 +102,12 @@ struct glia_bwd {
 
 enum glia_layer_flags {
     GLIA_LAYER_LOSS = 1u << 0,         /* output is a 1-element mean loss; input 0 are the logits */
-    GLIA_LAYER_NORMALIZATION = 1u << 1 /* subtracts a per-channel mean: a bias before it is useless */
+    GLIA_LAYER_NORMALIZATION = 1u << 1, /* subtracts a per-channel mean: a bias before it is useless */
+    /* ABI 1.1: the layer handles 4-D tensors in either memory format (it reads each tensor's
+     * format with glia_tensor_memory_format). With [runtime] memory_format = channels_last the
+     * core then hands it channels_last 4-D inputs, gradients and outputs. A layer without this
+     * flag only ever sees contiguous tensors: the core converts at its edges. */
+    GLIA_LAYER_CHANNELS_LAST = 1u << 2
 };
 
 /* Layer vtable. A plugin registers one per (type, impl). */
@@ -154,6 +159,18 @@ struct glia_gradcheck_report {
  * says where); other errors for bad configurations. The report may be NULL. */
 glia_status glia_layer_gradcheck(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
                                  int n_in, uint64_t seed, double tol, struct glia_gradcheck_report *report);
+
+/* Options of glia_layer_gradcheck_ex; zero-initialize, then set struct_size. (ABI 1.1) */
+struct glia_gradcheck_options {
+    uint32_t struct_size;                   /* sizeof(struct glia_gradcheck_options) */
+    enum glia_memory_format memory_format;  /* of the 4-D inputs, gradients and output; a
+                                               channels_last check needs GLIA_LAYER_CHANNELS_LAST */
+};
+
+/* glia_layer_gradcheck with options (NULL: the defaults, which are glia_layer_gradcheck's). */
+glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
+                                    int n_in, const struct glia_gradcheck_options *opt, uint64_t seed,
+                                    double tol, struct glia_gradcheck_report *report);
 
 #ifdef __cplusplus
 }

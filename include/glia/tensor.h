@@ -23,6 +23,13 @@ struct glia_device {
     int index;
 };
 
+/* How a 4-D activation (N, C, H, W) is laid out in memory. The shape is always given in
+ * NCHW order; the format only changes the strides (PyTorch's memory_format). */
+enum glia_memory_format {
+    GLIA_CONTIGUOUS = 0,      /* row-major NCHW: strides (CHW, HW, W, 1) */
+    GLIA_CHANNELS_LAST = 1    /* NHWC: strides (HWC, 1, WC, C); 4-D tensors only */
+};
+
 /* A shape; dim[0] is the batch dimension for activations. */
 struct glia_shape {
     int ndim;
@@ -67,12 +74,22 @@ glia_status glia_tensor_view(struct glia_tensor *t, int64_t offset, const struct
 glia_status glia_tensor_reshape(struct glia_tensor *t, const struct glia_shape *shape,
                                 struct glia_tensor **out);
 
+/* Like glia_tensor_view, laid out in format f (GLIA_CHANNELS_LAST needs a 4-D shape). (ABI 1.1) */
+glia_status glia_tensor_view_as(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
+                                enum glia_memory_format f, struct glia_tensor **out);
+
 struct glia_tensor *glia_tensor_retain(struct glia_tensor *t);
 void glia_tensor_release(struct glia_tensor *t);
 
 int64_t glia_tensor_numel(const struct glia_tensor *t);
 size_t glia_tensor_nbytes(const struct glia_tensor *t);
 bool glia_tensor_is_contiguous(const struct glia_tensor *t);
+/* The format of t: GLIA_CHANNELS_LAST when t is 4-D, not contiguous, and its strides are NHWC's;
+ * else GLIA_CONTIGUOUS. Where C or H*W is 1 both layouts are the same bytes: a channels_last
+ * tensor whose dims of size 1 do not matter reads as contiguous. (ABI 1.1) */
+enum glia_memory_format glia_tensor_memory_format(const struct glia_tensor *t);
+/* "contiguous" or "channels_last". (ABI 1.1) */
+const char *glia_memory_format_name(enum glia_memory_format f);
 /* The backend that owns t's storage (borrowed). */
 struct glia_backend *glia_tensor_backend(const struct glia_tensor *t);
 
@@ -82,6 +99,10 @@ glia_status glia_tensor_copy(struct glia_tensor *dst, const struct glia_tensor *
 glia_status glia_tensor_from_host(struct glia_tensor *t, const void *src, size_t nbytes);
 glia_status glia_tensor_to_host(const struct glia_tensor *t, void *dst, size_t nbytes);
 glia_status glia_tensor_fill_zero(struct glia_tensor *t);
+/* dst = src (accumulate: dst += src) for f32 tensors of the same shape on the same device
+ * whose formats may differ: converts between NCHW and NHWC (the backend's transpose_f32, or
+ * host loops when it has none). (ABI 1.1) */
+glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate);
 
 /* Typed access to host-resident f32/i32 tensor data (NULL if dtype or device differ). */
 float *glia_tensor_f32(const struct glia_tensor *t);

@@ -1,5 +1,6 @@
 /* plugins/layers/avgpool2d — 2-D average pooling of (N, C, H, W) on the CPU (OpenMP): a size x size
- * window, a stride and a zero padding border counted in the mean (PyTorch's count_include_pad). Not ceil-mode. */
+ * window, a stride and a zero padding border counted in the mean (PyTorch's count_include_pad), in NCHW
+ * (contiguous) or NHWC (channels_last) memory format. Not ceil-mode. */
 #include <glia/glia.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,33 @@ static glia_status avgpool_infer(const struct glia_layer *l, const struct glia_s
     return pool_shape(l->priv, &in[0], out);
 }
 
+/* y(N, OH, OW, C) = sum over i, j < k of x(N, oh*s - p + i, ow*s - p + j, C) / (k*k), padding = 0, summed in
+ * the NCHW path's order. Rows (n, oh) run in parallel; the channel loop is innermost. */
+static void avgpool_forward_nhwc(const struct avgpool *m, const float *x, float *y, int64_t N, int64_t C, int64_t H,
+                                 int64_t W, int64_t OH, int64_t OW)
+{
+    int64_t k = m->k, s = m->s, p = m->p;
+    float inv = 1.0f / (float)(k * k);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N * OH; r++) {
+        int64_t nb = r / OH, oh = r % OH;
+        int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
+        if (h0 < 0) h0 = 0;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
+            if (w0 < 0) w0 = 0;
+            float *yo = y + (r * OW + ow) * C;
+            for (int64_t c = 0; c < C; c++) yo[c] = 0.0f;
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t w = w0; w < w1; w++) {
+                    const float *xw = x + ((nb * H + h) * W + w) * C;
+                    for (int64_t c = 0; c < C; c++) yo[c] += xw[c];
+                }
+            for (int64_t c = 0; c < C; c++) yo[c] *= inv;
+        }
+    }
+}
+
 /* y(N, C, OH, OW) = sum over i, j < k of x(N, C, oh*s - p + i, ow*s - p + j) / (k*k), padding = 0 */
 static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
@@ -66,6 +94,10 @@ static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *
     float inv = 1.0f / (float)(k * k);
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
+    if (glia_tensor_memory_format(a->in[0]) == GLIA_CHANNELS_LAST) {
+        avgpool_forward_nhwc(m, x, y, xs->dim[0], xs->dim[1], H, W, OH, OW);
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * H * W;
@@ -85,6 +117,35 @@ static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *
     return GLIA_OK;
 }
 
+/* dx(N, h, w, C) (+)= sum over the windows that hold (h, w) of dy(N, oh, ow, C) / (k*k). Input rows (n, h) run
+ * in parallel, each gathering from the output rows whose windows hold h in (oh, ow) order, so overlapping
+ * windows add up in the order of the NCHW scatter; the channel loop is innermost. */
+static void avgpool_backward_nhwc(const struct avgpool *m, const float *dy, float *dx, int add, int64_t N, int64_t C,
+                                  int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+    int64_t k = m->k, s = m->s, p = m->p;
+    float inv = 1.0f / (float)(k * k);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N * H; r++) {
+        int64_t nb = r / H, h = r % H;
+        float *dxr = dx + r * W * C;
+        if (!add) memset(dxr, 0, (size_t)(W * C) * sizeof *dxr);
+        /* output rows oh with oh*s - p <= h < oh*s - p + k */
+        int64_t oh0 = h + p - k < 0 ? 0 : (h + p - k) / s + 1, oh1 = (h + p) / s + 1;
+        if (oh1 > OH) oh1 = OH;
+        for (int64_t oh = oh0; oh < oh1; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
+                if (w0 < 0) w0 = 0;
+                const float *dyo = dy + ((nb * OH + oh) * OW + ow) * C;
+                for (int64_t w = w0; w < w1; w++) {
+                    float *dxw = dxr + w * C;
+                    for (int64_t c = 0; c < C; c++) dxw[c] += dyo[c] * inv;
+                }
+            }
+    }
+}
+
 /* dx(N, C, h, w) (+)= sum over the windows that hold (h, w) of dy(N, C, oh, ow) / (k*k);
  * overlapping windows add up. Planes run in parallel, each plane's scatter is serial. */
 static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd *a)
@@ -98,6 +159,10 @@ static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd 
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
     int add = a->din_accumulate[0];
+    if (glia_tensor_memory_format(a->in[0]) == GLIA_CHANNELS_LAST) {
+        avgpool_backward_nhwc(m, dy, dx, add, xs->dim[0], xs->dim[1], H, W, OH, OW);
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * H * W;
@@ -131,10 +196,11 @@ static const struct glia_layer_ops avgpool_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "avgpool2d",
     .impl = "cpu",
-    .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted",
+    .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted; NCHW or NHWC",
     .keys = avgpool_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = avgpool_create,
     .destroy = avgpool_destroy,

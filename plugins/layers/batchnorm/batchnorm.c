@@ -1,7 +1,8 @@
 /* plugins/layers/batchnorm — batch normalization on the CPU (OpenMP), PyTorch's BatchNorm1d for
- * (N, C) and BatchNorm2d for (N, C, H, W): statistics per channel over N (and H, W), an optional
- * learned affine transform, running statistics in layer buffers for eval. Not layer, group or
- * instance normalization, and no cumulative moving average (PyTorch's momentum = None). */
+ * (N, C) and BatchNorm2d for (N, C, H, W) in either memory format (NCHW or channels_last NHWC):
+ * statistics per channel over N (and H, W), an optional learned affine transform, running
+ * statistics in layer buffers for eval. Not layer, group or instance normalization, and no
+ * cumulative moving average (PyTorch's momentum = None). */
 #include <glia/glia.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +24,37 @@ struct batchnorm {
     double *mean;       /* C: batch mean of the last training forward */
     double *invstd;     /* C: 1/sqrt(biased batch variance + eps) of the last training forward */
     int64_t kept;       /* elements of the input that mean/invstd belong to (0: none kept) */
+    double *part;       /* NHWC only, made on first use: (2*MAX_BLOCKS + 1)*C partial sums and per-channel terms */
+    float *coef;        /* NHWC only: 3*C, the forward's per-channel mean, scale and shift as float */
 };
+
+/* Channels_last (N, H, W, C) is M = N*H*W rows of C: the per-channel sums run over row blocks in
+ * parallel (at most MAX_BLOCKS of at least BLOCK_ROWS rows, fixed by M alone) into partial sums per
+ * block, then add up per channel in block order -- the same bits for any thread count. */
+#define MAX_BLOCKS 64
+#define BLOCK_ROWS 16
+
+static int64_t n_blocks(int64_t M)
+{
+    int64_t nb = (M + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    return nb < MAX_BLOCKS ? nb : MAX_BLOCKS;
+}
+
+/* The NHWC scratch of p, made once. */
+static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
+{
+    size_t C = (size_t)(p->C > 0 ? p->C : 1);
+    if (!p->part) p->part = malloc((2 * MAX_BLOCKS + 1) * C * sizeof *p->part);
+    if (!p->coef) p->coef = malloc(3 * C * sizeof *p->coef);
+    if (!p->part || !p->coef) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
+    return GLIA_OK;
+}
+
+/* Whether a 4-D tensor of the call is channels_last (2-D ones never are). */
+static bool is_nhwc(const struct glia_tensor *t)
+{
+    return t->shape.ndim == 4 && glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST;
+}
 
 /* N, C and the plane size HW (1 for (N, C)) of a 2-D or 4-D shape. */
 static void dims(const struct glia_shape *s, int64_t *N, int64_t *C, int64_t *HW)
@@ -39,6 +70,8 @@ static void batchnorm_destroy(struct glia_layer *l)
     if (!p) return;
     free(p->mean);
     free(p->invstd);
+    free(p->part);
+    free(p->coef);
     free(p);
 }
 
@@ -85,6 +118,93 @@ static glia_status batchnorm_infer(const struct glia_layer *l, const struct glia
     return GLIA_OK;
 }
 
+/* The channels_last forward, same semantics as batchnorm_forward's NCHW path below. With rows r of
+ * x(N,H,W,C) (M of them): per block of rows s(c) = sum x(r, c), mean(c) = sum of blocks' s / M; then
+ * likewise q(c) = sum (x(r, c) - mean(c))^2, var(c) = q / M (double, fixed order);
+ * y(N,H,W,C) = (x(N,H,W,C) - mean(C)) * scale(C) + shift(C). In eval p->mean and p->invstd are
+ * just scratch (kept stays 0). */
+static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct glia_fwd *a, int64_t M)
+{
+    struct batchnorm *p = l->priv;
+    glia_status st = nhwc_scratch(l, p);
+    if (st) return st;
+    int64_t C = p->C, nb = n_blocks(M);
+    bool use_running = !a->train && p->rm >= 0;
+    const float *x = glia_tensor_f32(a->in[0]);
+    float *y = glia_tensor_f32(a->out);
+    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
+    const float *beta = p->b >= 0 ? glia_tensor_f32(l->params[p->b].value) : NULL;
+    float *rmean = p->rm >= 0 ? glia_tensor_f32(l->buffers[p->rm].value) : NULL;
+    float *rvar = p->rv >= 0 ? glia_tensor_f32(l->buffers[p->rv].value) : NULL;
+    double mom = p->momentum, eps = p->eps;
+    bool update = a->train && rmean;
+    double *part = p->part, *mean = p->mean, *invstd = p->invstd;
+    float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
+    if (!use_running) {
+        /* s(block, C) = sum over the block's rows of x(r, C); mean(C) = sum over blocks / M */
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) {
+            double *s = part + b * C;
+            for (int64_t c = 0; c < C; c++) s[c] = 0;
+            for (int64_t r = b * M / nb; r < (b + 1) * M / nb; r++) {
+                const float *xr = x + r * C;
+                for (int64_t c = 0; c < C; c++) s[c] += xr[c];
+            }
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t b = 0; b < nb; b++) s += part[b * C + c];
+            mean[c] = s / (double)M;
+        }
+        /* q(block, C) = sum over the block's rows of (x(r, C) - mean(C))^2 */
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < nb; b++) {
+            double *q = part + b * C;
+            for (int64_t c = 0; c < C; c++) q[c] = 0;
+            for (int64_t r = b * M / nb; r < (b + 1) * M / nb; r++) {
+                const float *xr = x + r * C;
+                for (int64_t c = 0; c < C; c++) {
+                    double d = xr[c] - mean[c];
+                    q[c] += d * d;
+                }
+            }
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double m, var;
+        if (use_running) {
+            m = rmean[c];
+            var = rvar[c];
+        } else {
+            double q = 0;
+            for (int64_t b = 0; b < nb; b++) q += part[b * C + c];
+            m = mean[c];
+            var = q / (double)M;
+        }
+        double is = 1.0 / sqrt(var + eps);
+        mean[c] = m;
+        invstd[c] = is;
+        if (update) {
+            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * m);
+            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
+        }
+        fm[c] = (float)m;
+        scale[c] = (float)(is * (gamma ? gamma[c] : 1.0f));
+        shift[c] = beta ? beta[c] : 0.0f;
+    }
+    /* y(r, C) = (x(r, C) - mean(C)) * scale(C) + shift(C) */
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < M; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+    }
+    if (a->train) p->kept = glia_tensor_numel(a->in[0]);
+    return GLIA_OK;
+}
+
 /* Training: per channel c over M = N*HW values, mean and biased variance (two passes, double, fixed
  * order), y = (x - mean)/sqrt(var + eps)*gamma + beta; running mean and variance move toward the batch
  * mean and the unbiased variance var*M/(M-1). Eval with running statistics: the same with those in
@@ -102,6 +222,7 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
                           l->name, glia_shape_str(&a->in[0]->shape, buf, sizeof buf));
     }
+    if (is_nhwc(a->in[0])) return batchnorm_forward_nhwc(l, a, M);
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
     const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
@@ -153,18 +274,78 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     return GLIA_OK;
 }
 
+/* The channels_last backward, the same sums as batchnorm_backward's NCHW path below over the M rows
+ * of x(N,H,W,C) and dy(N,H,W,C): per block of rows partial sdy(C) and sdyx(C), added up per channel
+ * in block order (double); then dx(N,H,W,C) (+)= k(C) * (M*dy - sdy(C) - x_hat*sdyx(C)). */
+static glia_status batchnorm_backward_nhwc(struct glia_layer *l, const struct glia_bwd *a, int64_t M)
+{
+    struct batchnorm *p = l->priv;
+    glia_status st = nhwc_scratch(l, p);
+    if (st) return st;
+    int64_t C = p->C, nb = n_blocks(M);
+    const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
+    float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
+    bool add_dx = a->din_accumulate[0];
+    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
+    struct glia_param *pw = p->w >= 0 ? &l->params[p->w] : NULL, *pb = p->b >= 0 ? &l->params[p->b] : NULL;
+    float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
+    bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
+    const double *mean = p->mean, *invstd = p->invstd;
+    /* sdy (first C of each block's partials), sdyx (C after MAX_BLOCKS*C), k (C after 2*MAX_BLOCKS*C) */
+    double *sdy = p->part, *sdyx = p->part + MAX_BLOCKS * C, *k = p->part + 2 * MAX_BLOCKS * C;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        double *s = sdy + b * C, *sx = sdyx + b * C;
+        for (int64_t c = 0; c < C; c++) s[c] = sx[c] = 0;
+        for (int64_t r = b * M / nb; r < (b + 1) * M / nb; r++) {
+            const float *xr = x + r * C, *dyr = dy + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                s[c] += dyr[c];
+                sx[c] += dyr[c] * ((xr[c] - mean[c]) * invstd[c]);
+            }
+        }
+    }
+    /* the blocks' partials add up into block 0's */
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0, sx = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            s += sdy[b * C + c];
+            sx += sdyx[b * C + c];
+        }
+        sdy[c] = s;
+        sdyx[c] = sx;
+        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sx : (float)sx;  /* never 0 * old */
+        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)s : (float)s;
+        k[c] = (gamma ? gamma[c] : 1.0) * invstd[c] / (double)M;
+    }
+    if (!dx) return GLIA_OK;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < M; r++) {
+        const float *xr = x + r * C, *dyr = dy + r * C;
+        float *dxr = dx + r * C;
+        for (int64_t c = 0; c < C; c++) {
+            double xh = (xr[c] - mean[c]) * invstd[c];
+            float g = (float)(k[c] * ((double)M * dyr[c] - sdy[c] - xh * sdyx[c]));
+            dxr[c] = add_dx ? dxr[c] + g : g;
+        }
+    }
+    return GLIA_OK;
+}
+
 /* With x_hat = (x - mean)*invstd recomputed from the input and M = N*HW, per channel:
  * dgamma (+)= sum(dy*x_hat); dbeta (+)= sum(dy);
  * dx (+)= gamma*invstd/M * (M*dy - sum(dy) - x_hat*sum(dy*x_hat)).
  * Channels run in parallel; each channel's sums are serial, in double, in a fixed order. */
 static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct batchnorm *p = l->priv;
+    struct batchnorm *p = l->priv;
     int64_t N, C, HW;
     dims(&a->in[0]->shape, &N, &C, &HW);
     if (p->kept == 0 || p->kept != glia_tensor_numel(a->in[0]))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
     int64_t M = N * HW;
+    if (is_nhwc(a->in[0])) return batchnorm_backward_nhwc(l, a, M);
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
     bool add_dx = a->din_accumulate[0];
@@ -210,11 +391,12 @@ static const struct glia_layer_ops batchnorm_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "batchnorm",
     .impl = "cpu",
-    .doc = "batch normalization of (N, C) or (N, C, H, W) per channel, running statistics for eval",
+    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval",
     .keys = batchnorm_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_NORMALIZATION, /* subtracts the per-channel mean: a bias before it is useless */
+    /* subtracts the per-channel mean: a bias before it is useless; 4-D tensors in either memory format */
+    .flags = GLIA_LAYER_NORMALIZATION | GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = batchnorm_create,
     .destroy = batchnorm_destroy,

@@ -1,6 +1,8 @@
-/* plugins/layers/concat — joins N inputs along one axis (default 1, the channels), CPU.
- * Not a stack: the inputs keep their rank and must agree on every other dimension. */
+/* plugins/layers/concat — joins N inputs along one axis (default 1, the channels), CPU, in
+ * either memory format (NCHW or NHWC). Not a stack: the inputs keep their rank and must agree on
+ * every other dimension. */
 #include <glia/glia.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,13 +57,22 @@ static glia_status concat_infer(const struct glia_layer *l, const struct glia_sh
     return concat_shape(((const struct concat *)l->priv)->axis, in, n_in, out);
 }
 
-/* outer = prod(dims before axis); a block of input k is dim_k(axis) * inner elements */
-static void sizes(const struct glia_shape *s, int axis, int64_t *outer, int64_t *inner)
+/* outer = prod(dims stored before axis); a block of input k is dim_k(axis) * inner elements.
+ * Channels_last tensors store their dims in the order N, H, W, C. */
+static void sizes(const struct glia_tensor *t, int axis, int64_t *outer, int64_t *inner)
 {
+    static const int nhwc[4] = {0, 2, 3, 1};
+    const struct glia_shape *s = &t->shape;
+    bool cl = glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST;
+    int pos = 0;
+    while ((cl ? nhwc[pos] : pos) != axis) pos++;
     *outer = 1;
     *inner = 1;
-    for (int d = 0; d < axis; d++) *outer *= s->dim[d];
-    for (int d = axis + 1; d < s->ndim; d++) *inner *= s->dim[d];
+    for (int d = 0; d < s->ndim; d++) {
+        int64_t n = s->dim[cl ? nhwc[d] : d];
+        if (d < pos) *outer *= n;
+        else if (d > pos) *inner *= n;
+    }
 }
 
 /* y(outer, sum_k C_k, inner) = [x_1(outer, C_1, inner), ..., x_N(outer, C_N, inner)] */
@@ -69,7 +80,7 @@ static glia_status concat_forward(struct glia_layer *l, const struct glia_fwd *a
 {
     int axis = ((const struct concat *)l->priv)->axis;
     int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
-    sizes(&a->out->shape, axis, &outer, &inner);
+    sizes(a->out, axis, &outer, &inner);
     float *y = glia_tensor_f32(a->out);
     for (int k = 0; k < a->n_in; k++) {
         const float *x = glia_tensor_f32(a->in[k]);
@@ -87,7 +98,7 @@ static glia_status concat_backward(struct glia_layer *l, const struct glia_bwd *
 {
     int axis = ((const struct concat *)l->priv)->axis;
     int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
-    sizes(&a->out->shape, axis, &outer, &inner);
+    sizes(a->out, axis, &outer, &inner);
     const float *dy = glia_tensor_f32(a->dout);
     for (int k = 0; k < a->n_in; k++) {
         int64_t ck = a->in[k]->shape.dim[axis], blk = ck * inner;
@@ -114,6 +125,7 @@ static const struct glia_layer_ops concat_ops = {
     .keys = concat_keys,
     .min_inputs = 2,
     .max_inputs = -1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = concat_create,
     .destroy = concat_destroy,

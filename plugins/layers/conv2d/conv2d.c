@@ -3,9 +3,10 @@
  * symmetric zero padding, dilation and groups. Input (N, C, H, W), output (N, filters, OH, OW).
  * Not a transposed convolution, and no asymmetric padding.
  *
- * The user tensors stay plain row-major (nchw, oihw / goihw, x), but the primitives are created
- * with format "any" so that oneDNN picks its direct JIT kernels and their blocked layouts
- * (nChw16c, OIhw16i16o, ...); reorders move data between the two only where the layouts differ,
+ * The user tensors stay plain (nchw or, for channels_last tensors, nhwc; oihw / goihw; x). With
+ * nchw tensors the primitives are created with format "any" so that oneDNN picks its direct JIT
+ * kernels and their blocked layouts (nChw16c, OIhw16i16o, ...); with nhwc tensors its nhwc kernels
+ * read and write them directly. Reorders move data between the two only where the layouts differ,
  * through intermediate buffers made once per input shape. A training forward keeps its
  * reordered input for backward-weights; weights are reordered at every call (they change every
  * step). Bias stays plain. */
@@ -35,6 +36,7 @@ struct slot {
  * tensors. */
 struct conv_cache {
     bool valid;
+    bool nhwc;               /* the user tensors are channels_last */
     int64_t N, H, W, OH, OW;
     dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;  /* the user layouts */
     dnnl_primitive_desc_t fwd_pd, bwd_d_pd, bwd_w_pd;
@@ -233,9 +235,19 @@ static dnnl_status_t any_md(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *li
     return dnnl_memory_desc_init_by_tag(md, like->ndims, like->dims, dnnl_f32, dnnl_format_tag_any);
 }
 
+/* An activation's descriptor for the primitive: nhwc user tensors are used as they are (oneDNN
+ * has kernels for them), nchw ones leave the choice to oneDNN. */
+static dnnl_status_t act_md(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *user, bool nhwc)
+{
+    if (!nhwc) return any_md(md, user);
+    *md = *user;
+    return dnnl_success;
+}
+
 /* Make the forward primitive (and backward-data / backward-weights when asked) for input
- * (N, C, H, W), with the buffers and reorders their layouts need. */
-static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool need_d, bool need_w)
+ * (N, C, H, W) in format nchw or nhwc, with the buffers and reorders their layouts need. */
+static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc, bool need_d,
+                                bool need_w)
 {
     struct conv2d *p = l->priv;
     struct conv_cache *c = &p->c;
@@ -243,13 +255,14 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
     const dnnl_dims_t strides = {p->s, p->s}, dil = {p->d - 1, p->d - 1}, pad = {p->pad, p->pad};
     dnnl_convolution_desc_t cd;
     dnnl_memory_desc_t src_any, wei_any, dst_any;
-    if (!c->valid || c->N != N || c->H != H || c->W != W) {
+    if (!c->valid || c->N != N || c->H != H || c->W != W || c->nhwc != nhwc) {
         cache_free(c);
-        c->N = N, c->H = H, c->W = W;
+        c->N = N, c->H = H, c->W = W, c->nhwc = nhwc;
         c->OH = out_extent(p, H), c->OW = out_extent(p, W);
         const dnnl_dims_t sd = {N, p->C, H, W}, dd = {N, p->F, c->OH, c->OW}, bd = {p->F};
-        DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->src_md, 4, sd, dnnl_f32, dnnl_nchw));
-        DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->dst_md, 4, dd, dnnl_f32, dnnl_nchw));
+        dnnl_format_tag_t act = nhwc ? dnnl_nhwc : dnnl_nchw;
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->src_md, 4, sd, dnnl_f32, act));
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->dst_md, 4, dd, dnnl_f32, act));
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->bias_md, 1, bd, dnnl_f32, dnnl_x));
         if (p->g == 1) {
             const dnnl_dims_t wd = {p->F, p->C, p->k, p->k};
@@ -258,9 +271,9 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
             const dnnl_dims_t wd = {p->g, p->F / p->g, p->C / p->g, p->k, p->k};
             DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->wei_md, 5, wd, dnnl_f32, dnnl_goihw));
         }
-        DNNL_TRY(any_md(&src_any, &c->src_md));
+        DNNL_TRY(act_md(&src_any, &c->src_md, nhwc));
         DNNL_TRY(any_md(&wei_any, &c->wei_md));
-        DNNL_TRY(any_md(&dst_any, &c->dst_md));
+        DNNL_TRY(act_md(&dst_any, &c->dst_md, nhwc));
         DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
                                                              &src_any, &wei_any, p->b >= 0 ? &c->bias_md : NULL,
                                                              &dst_any, strides, dil, pad, pad));
@@ -284,9 +297,9 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
         c->valid = true;
     }
     if (need_d || need_w) {
-        DNNL_TRY(any_md(&src_any, &c->src_md));
+        DNNL_TRY(act_md(&src_any, &c->src_md, nhwc));
         DNNL_TRY(any_md(&wei_any, &c->wei_md));
-        DNNL_TRY(any_md(&dst_any, &c->dst_md));
+        DNNL_TRY(act_md(&dst_any, &c->dst_md, nhwc));
     }
     /* The forward descriptor is the hint, so the layouts agree with the forward's where the
      * implementations allow: the diff_dst buffer reuses the forward's dst one (whose contents
@@ -488,12 +501,27 @@ static glia_status conv2d_infer(const struct glia_layer *l, const struct glia_sh
     return GLIA_OK;
 }
 
-static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x)
+/* Both formats are the same bytes for t (C or H*W is 1): it reads as contiguous. */
+static bool either_format(const struct glia_tensor *t)
+{
+    return t->shape.dim[1] == 1 || t->shape.dim[2] * t->shape.dim[3] == 1;
+}
+
+/* x and y must be f32 host tensors (N, C, H, W), (N, F, OH, OW) in one format (where one of them
+ * is the same bytes in both, the other's counts); *nhwc says which. */
+static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y,
+                               bool *nhwc)
 {
     const struct conv2d *p = l->priv;
-    if (x->shape.ndim != 4 || x->shape.dim[1] != p->C || !glia_tensor_is_contiguous(x) || !glia_tensor_f32(x))
-        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a contiguous f32 (N, %lld, H, W) host tensor",
+    enum glia_memory_format fx = glia_tensor_memory_format(x), fy = glia_tensor_memory_format(y);
+    if (x->shape.ndim != 4 || x->shape.dim[1] != p->C || !glia_tensor_f32(x) ||
+        (fx == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(x)))
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs an f32 (N, %lld, H, W) host tensor",
                           l->name, (long long)p->C);
+    if (fx != fy && !either_format(fx == GLIA_CONTIGUOUS ? x : y))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: input is %s but output is %s", l->name,
+                          glia_memory_format_name(fx), glia_memory_format_name(fy));
+    *nhwc = fx == GLIA_CHANNELS_LAST || fy == GLIA_CHANNELS_LAST;
     return GLIA_OK;
 }
 
@@ -502,8 +530,9 @@ static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a
     struct conv2d *p = l->priv;
     struct conv_cache *c = &p->c;
     const struct glia_tensor *x = a->in[0];
-    glia_status st = check_input(l, x);
-    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], false, false);
+    bool nhwc;
+    glia_status st = check_input(l, x, a->out, &nhwc);
+    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, false, false);
     if (st) return st;
     c->kept = NULL;  /* f_src is about to be overwritten */
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
@@ -531,8 +560,13 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
     struct conv2d *p = l->priv;
     struct conv_cache *c = &p->c;
     const struct glia_tensor *x = a->in[0];
-    glia_status st = check_input(l, x);
-    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], a->din[0] != NULL, true);
+    bool nhwc;
+    glia_status st = check_input(l, x, a->dout, &nhwc);
+    if (!st && a->din[0] && glia_tensor_memory_format(a->din[0]) != glia_tensor_memory_format(x))
+        st = glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: input and its gradient differ in memory format", l->name);
+    if (!st && glia_tensor_memory_format(a->out) != glia_tensor_memory_format(a->dout))
+        st = glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: output and its gradient differ in memory format", l->name);
+    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, a->din[0] != NULL, true);
     if (st) return st;
     DNNL_TRY(bind(c->dy, glia_tensor_f32(a->dout)));
     dnnl_memory_t ddst_done = NULL; /* the buffer that already holds the reordered dout */
@@ -599,6 +633,7 @@ static const struct glia_layer_ops conv2d_ops = {
     .keys = conv2d_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = conv2d_create,
     .destroy = conv2d_destroy,

@@ -1,7 +1,8 @@
 /* plugins/layers/dropout — inverted dropout on the CPU: in training each element is kept with
  * probability 1-p and scaled by 1/(1-p); in eval it is the identity. Not spatial dropout.
- * The mask is counter-based (a hash of the step seed and the element index), so backward
- * recomputes it instead of storing it, and any device draws the same mask. */
+ * The mask is counter-based (a hash of the step seed and the element's logical NCHW index), so
+ * backward recomputes it instead of storing it, and any device and memory format (channels_last
+ * tensors are walked in NHWC order) draws the same mask. */
 #include <glia/glia.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,41 +45,62 @@ static inline float uniform_at(uint64_t seed, int64_t i)
     return (float)(z >> 40) * 0x1.0p-24f;
 }
 
-/* y(n) = keep(n) ? x(n) / (1-p) : 0 in training; y = x in eval */
+/* Calls body(i, j) for every element: i its offset in memory, j its logical (NCHW row-major)
+ * index, the mask's counter. Channels_last (N,H,W,C) memory is walked in memory order. */
+#define FOR_EACH(t, body)                                                                        \
+    do {                                                                                         \
+        const struct glia_shape *s_ = &(t)->shape;                                               \
+        if (glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST) {                                \
+            int64_t C_ = s_->dim[1], H_ = s_->dim[2], W_ = s_->dim[3];                           \
+            _Pragma("omp parallel for schedule(static)")                                         \
+            for (int64_t r_ = 0; r_ < s_->dim[0] * H_ * W_; r_++) {                              \
+                int64_t n_ = r_ / (H_ * W_), hw_ = r_ % (H_ * W_);                               \
+                for (int64_t c_ = 0; c_ < C_; c_++) {                                            \
+                    int64_t i = r_ * C_ + c_, j = (n_ * C_ + c_) * H_ * W_ + hw_;                \
+                    body;                                                                        \
+                }                                                                                \
+            }                                                                                    \
+        } else {                                                                                 \
+            int64_t n_ = glia_shape_numel(s_);                                                   \
+            _Pragma("omp parallel for simd schedule(static)")                                    \
+            for (int64_t i = 0; i < n_; i++) {                                                   \
+                int64_t j = i;                                                                   \
+                body;                                                                            \
+            }                                                                                    \
+        }                                                                                        \
+    } while (0)
+
+/* y(N,...) = keep(j) ? x / (1-p) : 0 in training; y = x in eval. Any shape and format. */
 static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct dropout *d = l->priv;
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
-    int64_t n = glia_tensor_numel(a->out);
     if (!a->train || d->p == 0.0f) {
-        memcpy(y, x, (size_t)n * sizeof *y);
+        memcpy(y, x, glia_tensor_nbytes(a->out));
         return GLIA_OK;
     }
     d->seed = a->seed;
     float p = d->p, scale = 1.0f / (1.0f - p);
     uint64_t seed = a->seed;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = uniform_at(seed, i) >= p ? x[i] * scale : 0.0f;
+    FOR_EACH(a->out, y[i] = uniform_at(seed, j) >= p ? x[i] * scale : 0.0f);
     return GLIA_OK;
 }
 
-/* dx(n) (+)= keep(n) ? dy(n) / (1-p) : 0, with the mask of the last training forward */
+/* dx(N,...) (+)= keep(j) ? dy / (1-p) : 0, with the mask of the last training forward */
 static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct dropout *d = l->priv;
     if (!a->din[0]) return GLIA_OK;
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
-    int64_t n = glia_tensor_numel(a->dout);
     float p = d->p, scale = 1.0f / (1.0f - p);
     uint64_t seed = d->seed;
     int add = a->din_accumulate[0], all = p == 0.0f;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float g = all ? dy[i] : uniform_at(seed, i) >= p ? dy[i] * scale : 0.0f;
+    FOR_EACH(a->dout, {
+        float g = all ? dy[i] : uniform_at(seed, j) >= p ? dy[i] * scale : 0.0f;
         dx[i] = add ? dx[i] + g : g;
-    }
+    });
     return GLIA_OK;
 }
 
@@ -90,6 +112,7 @@ static const struct glia_layer_ops dropout_ops = {
     .keys = dropout_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = dropout_create,
     .destroy = dropout_destroy,

@@ -1,5 +1,6 @@
 /* plugins/layers/flatten — reshapes (N, d1, d2, ...) into (N, d1*d2*...), on the CPU.
- * Not a general reshape or transpose: the batch dimension is kept, order is row-major. */
+ * Not a general reshape or transpose: the batch dimension is kept, order is row-major (NCHW,
+ * like PyTorch: a channels_last input is transposed, so the next layer's weights mean the same). */
 #include <glia/glia.h>
 #include <string.h>
 
@@ -18,17 +19,38 @@ static glia_status flatten_infer(const struct glia_layer *l, const struct glia_s
     return GLIA_OK;
 }
 
-/* y(N, C*H*W) = x(N, C, H, W) */
-static glia_status flatten_forward(struct glia_layer *l, const struct glia_fwd *a)
+/* t's (N, features) memory seen as the contiguous 4-D shape of x (N, C, H, W) */
+static glia_status as_4d(const struct glia_tensor *t, const struct glia_tensor *x, struct glia_tensor **out)
 {
-    memcpy(glia_tensor_f32(a->out), glia_tensor_f32(a->in[0]), glia_tensor_nbytes(a->out));
-    return GLIA_OK;
+    return glia_tensor_view((struct glia_tensor *)t, 0, &x->shape, out);
 }
 
-/* dx (+)= dy, same memory order */
+/* y(N, C*H*W) = x(N, C, H, W); from channels_last x(N, H, W, C) a transpose */
+static glia_status flatten_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct glia_tensor *x = a->in[0];
+    if (glia_tensor_memory_format(x) == GLIA_CONTIGUOUS) {
+        memcpy(glia_tensor_f32(a->out), glia_tensor_f32(x), glia_tensor_nbytes(a->out));
+        return GLIA_OK;
+    }
+    struct glia_tensor *y4;
+    glia_status st = as_4d(a->out, x, &y4);
+    if (!st) st = glia_tensor_convert(y4, x, false);
+    glia_tensor_release(y4);
+    return st;
+}
+
+/* dx (+)= dy in the layout of dx */
 static glia_status flatten_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     if (!a->din[0]) return GLIA_OK;
+    if (glia_tensor_memory_format(a->din[0]) == GLIA_CHANNELS_LAST) {
+        struct glia_tensor *dy4;
+        glia_status st = as_4d(a->dout, a->din[0], &dy4);
+        if (!st) st = glia_tensor_convert(a->din[0], dy4, a->din_accumulate[0]);
+        glia_tensor_release(dy4);
+        return st;
+    }
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
     int64_t n = glia_tensor_numel(a->dout);
@@ -49,6 +71,7 @@ static const struct glia_layer_ops flatten_ops = {
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = flatten_create,
     .infer_shape = flatten_infer,

@@ -70,6 +70,7 @@ static const struct glia_layer_ops gelu_ops = {
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
     .create = gelu_create,
     .infer_shape = gelu_infer,

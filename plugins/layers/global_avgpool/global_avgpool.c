@@ -1,5 +1,6 @@
 /* plugins/layers/global_avgpool — the mean over H and W of (N, C, H, W), giving (N, C), on the CPU
- * (OpenMP): AdaptiveAvgPool2d(1) then flatten. Not windowed pooling (see avgpool2d); no keys. */
+ * (OpenMP), from an input in either memory format (NCHW or channels_last NHWC; the output is 2-D):
+ * AdaptiveAvgPool2d(1) then flatten. Not windowed pooling (see avgpool2d); no keys. */
 #include <glia/glia.h>
 
 static glia_status gap_create(struct glia_layer *l, const struct glia_section *cfg,
@@ -20,6 +21,27 @@ static glia_status gap_infer(const struct glia_layer *l, const struct glia_shape
     return GLIA_OK;
 }
 
+/* Channels of a channels_last row that one thread sums or spreads at a time. */
+#define CBLOCK 64
+
+/* y(N, C) = sum over h, w of x(N, h, w, C) / (H*W): per sample and block of channels, the rows are
+ * added in h, w order in float, as the NCHW loop does, so both formats give the same bits. */
+static void gap_forward_nhwc(const float *x, float *y, int64_t N, int64_t C, int64_t HW, float inv)
+{
+    int64_t nc = (C + CBLOCK - 1) / CBLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < N * nc; t++) {
+        int64_t n = t / nc, c0 = t % nc * CBLOCK, c1 = c0 + CBLOCK < C ? c0 + CBLOCK : C;
+        float *yn = y + n * C;
+        for (int64_t c = c0; c < c1; c++) yn[c] = 0.0f;
+        for (int64_t i = 0; i < HW; i++) {
+            const float *xr = x + (n * HW + i) * C;
+            for (int64_t c = c0; c < c1; c++) yn[c] += xr[c];
+        }
+        for (int64_t c = c0; c < c1; c++) yn[c] *= inv;
+    }
+}
+
 /* y(N, C) = sum over h, w of x(N, C, h, w) / (H*W) */
 static glia_status gap_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
@@ -28,6 +50,10 @@ static glia_status gap_forward(struct glia_layer *l, const struct glia_fwd *a)
     float inv = 1.0f / (float)HW;
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
+    if (glia_tensor_memory_format(a->in[0]) == GLIA_CHANNELS_LAST) {
+        gap_forward_nhwc(x, y, xs->dim[0], xs->dim[1], HW, inv);
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * HW;
@@ -36,6 +62,20 @@ static glia_status gap_forward(struct glia_layer *l, const struct glia_fwd *a)
         y[pl] = sum * inv;
     }
     return GLIA_OK;
+}
+
+/* dx(N, h, w, C) (+)= dy(N, C) / (H*W), one row of C per (n, h, w) */
+static void gap_backward_nhwc(const float *dy, float *dx, int64_t N, int64_t C, int64_t HW, float inv, int add)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N * HW; r++) {
+        const float *dyn = dy + r / HW * C;
+        float *dxr = dx + r * C;
+        if (add)
+            for (int64_t c = 0; c < C; c++) dxr[c] += dyn[c] * inv;
+        else
+            for (int64_t c = 0; c < C; c++) dxr[c] = dyn[c] * inv;
+    }
 }
 
 /* dx(N, C, h, w) (+)= dy(N, C) / (H*W) */
@@ -48,6 +88,10 @@ static glia_status gap_backward(struct glia_layer *l, const struct glia_bwd *a)
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
     int add = a->din_accumulate[0];
+    if (glia_tensor_memory_format(a->din[0]) == GLIA_CHANNELS_LAST) {
+        gap_backward_nhwc(dy, dx, xs->dim[0], xs->dim[1], HW, inv, add);
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         float g = dy[pl] * inv, *dxp = dx + pl * HW;
@@ -69,10 +113,11 @@ static const struct glia_layer_ops gap_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "global_avgpool",
     .impl = "cpu",
-    .doc = "mean over H and W: (N, C, H, W) -> (N, C)",
+    .doc = "mean over H and W: (N, C, H, W) (NCHW or NHWC) -> (N, C)",
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = gap_create,
     .infer_shape = gap_infer,

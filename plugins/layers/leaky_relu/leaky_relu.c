@@ -75,6 +75,7 @@ static const struct glia_layer_ops leaky_relu_ops = {
     .keys = leaky_relu_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
     .create = leaky_relu_create,
     .destroy = leaky_relu_destroy,

@@ -1,5 +1,6 @@
 /* plugins/layers/maxpool2d — 2-D max pooling of (N, C, H, W) on the CPU (OpenMP): a size x size window,
- * a stride and a -inf padding border. Not dilated, ceil-mode or adaptive pooling; returns no indices. */
+ * a stride and a -inf padding border, in NCHW (contiguous) or NHWC (channels_last) memory format.
+ * Not dilated, ceil-mode or adaptive pooling; returns no indices. */
 #include <glia/glia.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,9 +14,11 @@ static const struct glia_key maxpool_keys[] = {
 
 struct maxpool {
     int64_t k, s, p;
-    int64_t *argmax;   /* per output element: plane offset (h*W + w) of its max in the last training forward */
+    int64_t *argmax;   /* per output element, in the output's memory order: plane offset (h*W + w) of its max
+                          in the last training forward */
     int64_t n_argmax;  /* elements of argmax kept for backward (0: none) */
     int64_t cap;       /* elements allocated */
+    enum glia_memory_format fmt;  /* memory format of that forward: the order of argmax */
 };
 
 /* OH = (H + 2p - k)/s + 1 (floor), OW alike; GLIA_ESHAPE unless 4-D and the window fits the padded input */
@@ -66,14 +69,62 @@ static glia_status maxpool_infer(const struct glia_layer *l, const struct glia_s
     return pool_shape(l->priv, &in[0], out);
 }
 
+/* y(N, OH, OW, C) = max over i, j < k of x(N, oh*s - p + i, ow*s - p + j, C), padding = -inf; arg (N, OH, OW, C)
+ * (NULL: eval) gets the plane offset h*W + w of the first max in scan order, a NaN winning, as in NCHW.
+ * Rows (n, oh) run in parallel; the channel loop is innermost. */
+static void maxpool_forward_nhwc(const struct maxpool *m, const float *x, float *y, int64_t *arg, int64_t N,
+                                 int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+    int64_t k = m->k, s = m->s, p = m->p;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N * OH; r++) {
+        int64_t nb = r / OH, oh = r % OH;
+        int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
+        if (h0 < 0) h0 = 0;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
+            if (w0 < 0) w0 = 0;
+            int64_t o = (r * OW + ow) * C;
+            float *yo = y + o;
+            const float *x0 = x + ((nb * H + h0) * W + w0) * C;  /* padding <= size/2: never empty */
+            for (int64_t c = 0; c < C; c++) yo[c] = x0[c];
+            if (arg) {
+                int64_t *ao = arg + o;
+                for (int64_t c = 0; c < C; c++) ao[c] = h0 * W + w0;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *xw = x + ((nb * H + h) * W + w) * C;
+                        int64_t bi = h * W + w;
+                        for (int64_t c = 0; c < C; c++) {
+                            float v = xw[c];
+                            bool up = v > yo[c] || isnan(v);
+                            yo[c] = up ? v : yo[c];
+                            ao[c] = up ? bi : ao[c];
+                        }
+                    }
+            } else {
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *xw = x + ((nb * H + h) * W + w) * C;
+                        for (int64_t c = 0; c < C; c++) {
+                            float v = xw[c];
+                            yo[c] = v > yo[c] || isnan(v) ? v : yo[c];
+                        }
+                    }
+            }
+        }
+    }
+}
+
 /* y(N, C, OH, OW) = max over i, j < k of x(N, C, oh*s - p + i, ow*s - p + j), padding = -inf;
- * training keeps the plane offset of the first max in scan order (a NaN wins, like PyTorch) */
+ * training keeps the plane offset of the first max in scan order (a NaN wins, like PyTorch) and the format */
 static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct maxpool *m = l->priv;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
     int64_t n = planes * OH * OW, k = m->k, s = m->s, p = m->p;
+    enum glia_memory_format fmt = glia_tensor_memory_format(a->in[0]);
     int64_t *arg = NULL;
     m->n_argmax = 0;
     if (a->train) {
@@ -85,9 +136,14 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
         }
         arg = m->argmax;
         m->n_argmax = n;
+        m->fmt = fmt;
     }
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
+    if (fmt == GLIA_CHANNELS_LAST) {
+        maxpool_forward_nhwc(m, x, y, arg, xs->dim[0], xs->dim[1], H, W, OH, OW);
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * H * W;
@@ -116,6 +172,47 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
     return GLIA_OK;
 }
 
+/* dx(N, H, W, C) (+)= sum of dy(N, OH, OW, C) over the outputs whose max x(N, h, w, C) was, arg (N, OH, OW, C).
+ * Without overlap (size <= stride) output rows scatter in parallel; with overlap input rows (n, h) run in
+ * parallel, each gathering from the output rows whose windows hold h in (oh, ow) order, so overlapping
+ * windows add up in the order of the NCHW scatter. */
+static void maxpool_backward_nhwc(const struct maxpool *m, const int64_t *arg, const float *dy, float *dx, int add,
+                                  int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
+{
+    int64_t k = m->k, s = m->s, p = m->p;
+    if (k <= s) {  /* windows do not overlap: each output row scatters into rows no other one touches */
+        if (!add) memset(dx, 0, (size_t)(N * H * W * C) * sizeof *dx);
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N * OH; r++) {
+            float *dxn = dx + r / OH * H * W * C;
+            const int64_t *ao = arg + r * OW * C;
+            const float *dyo = dy + r * OW * C;
+            for (int64_t ow = 0; ow < OW; ow++)
+                for (int64_t c = 0; c < C; c++) dxn[ao[ow * C + c] * C + c] += dyo[ow * C + c];
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N * H; r++) {
+        int64_t nb = r / H, h = r % H;
+        float *dxr = dx + r * W * C;
+        if (!add) memset(dxr, 0, (size_t)(W * C) * sizeof *dxr);
+        /* output rows oh with oh*s - p <= h < oh*s - p + k */
+        int64_t oh0 = h + p - k < 0 ? 0 : (h + p - k) / s + 1, oh1 = (h + p) / s + 1;
+        if (oh1 > OH) oh1 = OH;
+        for (int64_t oh = oh0; oh < oh1; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t o = ((nb * OH + oh) * OW + ow) * C;
+                const int64_t *ao = arg + o;
+                const float *dyo = dy + o;
+                for (int64_t c = 0; c < C; c++) {
+                    int64_t w = ao[c] - h * W;  /* in [0, W) when the max lies on row h */
+                    if (w >= 0 && w < W) dxr[w * C + c] += dyo[c];
+                }
+            }
+    }
+}
+
 /* dx(N, C, H, W) (+)= sum of dy(N, C, OH, OW) over the outputs whose max x(N, C, h, w) was;
  * overlapping windows add up. Planes run in parallel, each plane's scatter is serial. */
 static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd *a)
@@ -124,12 +221,22 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
     if (!a->din[0]) return GLIA_OK;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->dout->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], HW = xs->dim[2] * xs->dim[3], OHW = ys->dim[2] * ys->dim[3];
+    enum glia_memory_format fmt = glia_tensor_memory_format(a->in[0]);
     if (m->n_argmax != planes * OHW)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] maxpool2d backward needs a training forward just before it", l->name);
+    if (m->fmt != fmt)
+        return glia_error(l->ctx, GLIA_EINVAL,
+                          "[%s] maxpool2d backward needs a training forward just before it in its memory format "
+                          "(%s, got %s)", l->name, glia_memory_format_name(m->fmt), glia_memory_format_name(fmt));
     const int64_t *arg = m->argmax;
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
     int add = a->din_accumulate[0];
+    if (fmt == GLIA_CHANNELS_LAST) {
+        maxpool_backward_nhwc(m, arg, dy, dx, add, xs->dim[0], xs->dim[1], xs->dim[2], xs->dim[3], ys->dim[2],
+                              ys->dim[3]);
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         float *dxp = dx + pl * HW;
@@ -154,10 +261,11 @@ static const struct glia_layer_ops maxpool_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "maxpool2d",
     .impl = "cpu",
-    .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding",
+    .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding; NCHW or NHWC",
     .keys = maxpool_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = maxpool_create,
     .destroy = maxpool_destroy,

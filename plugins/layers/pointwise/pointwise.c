@@ -111,6 +111,7 @@ static const struct glia_layer_ops pointwise_ops = {
     .keys = pointwise_keys,
     .min_inputs = 1,
     .max_inputs = 4,
+    .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
     .create = pointwise_create,
     .destroy = pointwise_destroy,

@@ -63,6 +63,7 @@ static const struct glia_layer_ops sigmoid_ops = {
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
     .create = sigmoid_create,
     .infer_shape = sigmoid_infer,

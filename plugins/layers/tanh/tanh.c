@@ -58,6 +58,7 @@ static const struct glia_layer_ops tanh_ops = {
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
     .create = tanh_create,
     .infer_shape = tanh_infer,
