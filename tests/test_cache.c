@@ -1,0 +1,108 @@
+/* tests/test_cache.c — the CUDA backend's caching allocator (backends/cuda/cache.c) over malloc:
+ * size classes, reuse without raw allocations after warm-up, statistics, and the retry after
+ * giving cached blocks back when the raw allocator runs out. Not device memory: runs anywhere. */
+#include <stdlib.h>
+#include "testutil.h"
+#include "../backends/cuda/cache.h"
+
+struct raw {
+    size_t limit, held;   /* bytes the fake device has, bytes handed out */
+    int live;             /* blocks not freed */
+};
+
+/* malloc with the size kept in front of the block, against a byte limit */
+static int raw_alloc(void *user, size_t n, void **p)
+{
+    struct raw *r = user;
+    if (r->held + n > r->limit) return 1;
+    size_t *h = malloc(n + sizeof(size_t) * 2);
+    if (!h) return 1;
+    h[0] = n;
+    *p = h + 2;
+    r->held += n;
+    r->live++;
+    return 0;
+}
+
+static void raw_free(void *user, void *p)
+{
+    struct raw *r = user;
+    size_t *h = (size_t *)p - 2;
+    r->held -= h[0];
+    r->live--;
+    free(h);
+}
+
+static void test_classes(void)
+{
+    CU_ASSERT_EQUAL(glia__cache_class(0), 512);
+    CU_ASSERT_EQUAL(glia__cache_class(1), 512);
+    CU_ASSERT_EQUAL(glia__cache_class(512), 512);
+    CU_ASSERT_EQUAL(glia__cache_class(513), 1024);
+    CU_ASSERT_EQUAL(glia__cache_class(1 << 20), 1 << 20);
+    CU_ASSERT_EQUAL(glia__cache_class((1 << 20) + 1), (1 << 20) + (1 << 17));  /* 1 MiB + 1/8 */
+    CU_ASSERT_EQUAL(glia__cache_class(3u << 20), (3u << 20));
+    CU_ASSERT_EQUAL(glia__cache_class((3u << 20) + 1), (3u << 20) + (1u << 18));
+    for (size_t n = 1; n < (64u << 20); n = n * 3 + 7) {  /* never smaller, at most 12.5% + 512 B over */
+        size_t c = glia__cache_class(n);
+        CU_ASSERT(c >= n);
+        CU_ASSERT(c <= n + n / 8 + 512);
+    }
+}
+
+static void test_reuse_after_warmup(void)
+{
+    struct raw r = {1u << 30, 0, 0};
+    struct glia__cache *c = glia__cache_new(raw_alloc, raw_free, &r);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    static const size_t sizes[] = {100, 4096, 4000, 3u << 20, 777777, 100};
+    void *p[6];
+    for (int step = 0; step < 5; step++) {  /* the same requests every step, like training */
+        for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia__cache_alloc(c, sizes[i], &p[i]), 0);
+        for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia__cache_release(c, p[i]), 0);
+    }
+    struct glia__cache_stats s;
+    glia__cache_get_stats(c, &s);
+    CU_ASSERT_EQUAL(s.raw_allocs, 6);     /* 4000 and 4096 share a class but are live together */
+    CU_ASSERT_EQUAL(s.allocs, 30);
+    CU_ASSERT_EQUAL(s.hits, 24);
+    CU_ASSERT_EQUAL(s.current, 0);
+    size_t sum = 0;
+    for (int i = 0; i < 6; i++) sum += glia__cache_class(sizes[i]);
+    CU_ASSERT_EQUAL(s.peak, sum);
+    CU_ASSERT_EQUAL(s.reserved, sum);
+    CU_ASSERT_EQUAL(glia__cache_release(c, p[0]), -1);  /* not in use any more */
+    CU_ASSERT_EQUAL(glia__cache_release(c, &r), -1);    /* never a block */
+    glia__cache_trim(c);
+    glia__cache_get_stats(c, &s);
+    CU_ASSERT_EQUAL(s.reserved, 0);
+    CU_ASSERT_EQUAL(s.raw_frees, 6);
+    CU_ASSERT_EQUAL(r.live, 0);
+    glia__cache_free(c);
+}
+
+static void test_out_of_memory_trims_and_retries(void)
+{
+    struct raw r = {3 * 4096, 0, 0};
+    struct glia__cache *c = glia__cache_new(raw_alloc, raw_free, &r);
+    void *a, *b, *d;
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &a), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &b), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 512, &d), -1);   /* full, and nothing cached to give back */
+    CU_ASSERT_EQUAL(glia__cache_release(c, b), 0);        /* cached: the fake device stays full */
+    CU_ASSERT_EQUAL(r.held, 3 * 4096);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 1024, &d), 0);   /* the cached 8 KiB block goes back first */
+    struct glia__cache_stats s;
+    glia__cache_get_stats(c, &s);
+    CU_ASSERT_EQUAL(s.raw_frees, 1);
+    CU_ASSERT_EQUAL(s.reserved, 4096 + 1024);
+    CU_ASSERT_EQUAL(r.held, 4096 + 1024);
+    CU_ASSERT_EQUAL(s.current, 4096 + 1024);
+    CU_ASSERT_EQUAL(s.peak, 4096 + 8192);
+    glia__cache_free(c);                                   /* also the blocks still in use */
+    CU_ASSERT_EQUAL(r.live, 0);
+    CU_ASSERT_EQUAL(r.held, 0);
+}
+
+GLIA_TEST_MAIN("cache", GLIA_TEST(test_classes), GLIA_TEST(test_reuse_after_warmup),
+               GLIA_TEST(test_out_of_memory_trims_and_retries))
