@@ -1,6 +1,7 @@
 /* core/context.c — the context: error message, log, status table, feature registry lookups.
  * Not the loader (core/plugin.c) and not the backends (backends/). */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
@@ -209,6 +210,13 @@ glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool tra
 glia_status glia_backend_sync(struct glia_backend *b)
 {
     return b->ops->sync ? b->ops->sync(b->priv) : GLIA_OK;
+}
+
+glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out)
+{
+    if (b->ops->struct_size <= offsetof(struct glia_backend_ops, memory_stats) || !b->ops->memory_stats)
+        return GLIA_EUNSUPPORTED;
+    return b->ops->memory_stats(b->priv, out);
 }
 
 glia_status glia_device_parse(const char *s, struct glia_device *out)

@@ -205,28 +205,45 @@ static glia_status setup_plugins(struct glia_model *m)
     return GLIA_OK;
 }
 
+/* The CUDA backend is the plugin cuda.so: loaded on demand; on a machine without a usable GPU its
+ * probe refuses it. Returns GLIA_OK when a CUDA backend is registered, else the reason in why. */
+static glia_status load_cuda(struct glia_model *m, char *why, size_t n)
+{
+    if (glia__find_backend(m->ctx, GLIA_DEVICE_CUDA)) return GLIA_OK;
+    glia_status st = glia_plugin_load(m->ctx, "cuda");
+    if (st == GLIA_ENOTFOUND) snprintf(why, n, "this build of glia has no CUDA backend (plugin cuda.so)");
+    else if (st) snprintf(why, n, "%s", glia_context_error(m->ctx));
+    else if (!glia__find_backend(m->ctx, GLIA_DEVICE_CUDA)) {
+        snprintf(why, n, "plugin cuda.so registers no CUDA backend");
+        st = GLIA_EDEVICE;
+    }
+    return st;
+}
+
 static glia_status setup_device(struct glia_model *m)
 {
     struct glia_section *s = glia__config_section(m->cfg, "runtime");
     if (!s) return GLIA_ENOMEM;
     const char *dev = glia_section_str(s, "device");
+    char why[GLIA__ERRMSG_MAX];
     if (!strcmp(dev, "auto")) {
-        /* CUDA is used when a backend for it is registered and opens; else the CPU. */
+        /* CUDA when its backend loads and device 0 opens; else the CPU, saying why in one line. */
         struct glia_device cuda = {GLIA_DEVICE_CUDA, 0};
         struct glia_backend *b;
-        if (glia__find_backend(m->ctx, GLIA_DEVICE_CUDA) && glia_backend_get(m->ctx, cuda, &b) == GLIA_OK)
-            m->device = cuda;
-        else
-            m->device = (struct glia_device){GLIA_DEVICE_CPU, 0};
+        glia_status st = load_cuda(m, why, sizeof why);
+        if (!st && (st = glia_backend_get(m->ctx, cuda, &b))) snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+        m->device = st ? (struct glia_device){GLIA_DEVICE_CPU, 0} : cuda;
+        if (st && !(m->device_notice = malloc(strlen(why) + 40))) return GLIA_ENOMEM;
+        if (st) sprintf(m->device_notice, "device = auto: using cpu (%s)", why);  /* said once the model builds */
+        glia_context_clear_error(m->ctx);
     } else if (glia_device_parse(dev, &m->device)) {
         return glia_section_error(s, "device", GLIA_ECONFIG, "expected auto, cpu, cuda or cuda:N, got '%s'", dev);
     }
+    if (m->device.type == GLIA_DEVICE_CUDA && load_cuda(m, why, sizeof why))
+        return glia_section_error(s, "device", GLIA_EDEVICE, "%s", why);
     glia_status st = glia_backend_get(m->ctx, m->device, &m->backend);
     if (st) {
-        char why[GLIA__ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-        if (m->device.type == GLIA_DEVICE_CUDA && !glia__find_backend(m->ctx, GLIA_DEVICE_CUDA))
-            snprintf(why, sizeof why, "this build of glia has no CUDA backend; use device = cpu or auto");
         return glia_section_error(s, "device", GLIA_EDEVICE, "%s", why);
     }
     int threads = (int)glia_section_int(s, "threads");
@@ -693,6 +710,7 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
         glia_model_free(m);
         return st;
     }
+    if (m->device_notice) glia_log(ctx, GLIA_LOG_INFO, "%s", m->device_notice);
     *out = m;
     return GLIA_OK;
 }
@@ -718,6 +736,7 @@ void glia_model_free(struct glia_model *m)
     }
     glia_tensor_release(m->buf);
     free(m->checkpoint_dir);
+    free(m->device_notice);
     if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
     glia_tensor_release(m->w);
     glia_tensor_release(m->g);

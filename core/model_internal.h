@@ -43,6 +43,7 @@ struct glia_model {
     struct glia_config *cfg;
     struct glia_device device;
     struct glia_backend *backend;
+    char *device_notice;             /* (owned) why device = auto chose the CPU; NULL: it did not */
     uint64_t seed;
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
     struct glia__node nodes[GLIA__MAX_NODES];

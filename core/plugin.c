@@ -268,7 +268,9 @@ static int load_dir(const char *dir, void *ctxp)
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         base_name(path, name, sizeof name);
         if (loaded_index(ctx, name) >= 0) continue;
-        if (load_path(ctx, path, name)) glia_log(ctx, GLIA_LOG_WARN, "%s", ctx->error);
+        glia_status st = load_path(ctx, path, name);
+        /* a probe refusal (the CUDA plugin on a machine without a GPU) is normal: debug only */
+        if (st) glia_log(ctx, st == GLIA_EPROBE ? GLIA_LOG_DEBUG : GLIA_LOG_WARN, "%s", ctx->error);
     }
     closedir(d);
     return 0;

@@ -83,8 +83,6 @@ static const struct bad_case bad_cases[] = {
      GLIA_ECONFIG, "m.ini:8: [train] epochs:"},
     {DATA "[runtime]\ndevice = gpu\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
      GLIA_ECONFIG, "m.ini:8: [runtime] device: expected auto, cpu, cuda or cuda:N, got 'gpu'"},
-    {DATA "[runtime]\ndevice = cuda\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
-     GLIA_EDEVICE, "m.ini:8: [runtime] device: this build of glia has no CUDA backend"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n", NULL, GLIA_ECONFIG,
      "m.ini:10: [fc] type: the last layer must be a loss layer"},
     {DATA "[f]\ntype = flatten\n[a]\ntype = linear\noutputs = 4\n[b]\ntype = linear\noutputs = 4\ninputs = f\n" LOSS,
@@ -265,5 +263,60 @@ static void test_cli_check(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "profile: 5 warm-up + 30 steps, but an epoch has 4 batches"));
 }
 
-GLIA_TEST_MAIN("model", GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),
+/* device = cuda without a usable GPU (or without a CUDA build) is one clear error; device = auto
+ * then runs on the CPU and says why in one line. On a GPU machine both pick the GPU. */
+static void test_device_cuda_or_fallback(void)
+{
+    make_data();
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct glia_backend *gpu;
+    bool have_gpu = glia_plugin_load(ctx, "cuda") == GLIA_OK &&
+                    glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &gpu) == GLIA_OK;
+    glia_context_free(ctx);
+    static const char *net = "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS;
+    char text[1024];
+    snprintf(text, sizeof text, "%s[runtime]\ndevice = cuda\n%s", DATA, net);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = build(text, NULL, ctx, &m, &cfg);
+    if (!have_gpu) {
+        CU_ASSERT_EQUAL(st, GLIA_EDEVICE);
+        const char *e = glia_context_error(ctx);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e, "m.ini:8: [runtime] device: "));
+        CU_ASSERT(strstr(e, "this build of glia has no CUDA backend") || strstr(e, "plugin 'cuda' refused this machine"));
+        CU_ASSERT_PTR_NULL(strchr(e, '\n'));
+    } else if (!st) {
+        glia_model_free(m);
+    }
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+    snprintf(text, sizeof text, "%s[runtime]\ndevice = auto\n%s", DATA, net);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    char *log = NULL, *sum = NULL;
+    size_t len = 0, slen = 0;
+    FILE *f = open_memstream(&log, &len);
+    glia_log_set(ctx, f, GLIA_LOG_INFO);
+    st = build(text, NULL, ctx, &m, &cfg);
+    fclose(f);
+    if (!have_gpu) {
+        CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+        FILE *g = open_memstream(&sum, &slen);
+        glia_model_summary(m, g);
+        fclose(g);
+        CU_ASSERT_PTR_NOT_NULL(strstr(sum, " on cpu,"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(log, "device = auto: using cpu ("));
+        CU_ASSERT_EQUAL(strchr(log, '\n'), log + len - 1);  /* one line */
+        glia_model_free(m);
+    } else if (!st) {
+        glia_model_free(m);
+    }
+    free(log);
+    free(sum);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+GLIA_TEST_MAIN("model", GLIA_TEST(test_device_cuda_or_fallback), GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),
                GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check))

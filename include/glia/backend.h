@@ -15,6 +15,14 @@ extern "C" {
 struct glia_context;
 struct glia_backend;
 
+/* Device memory held by a backend's allocator (ABI 1.1). */
+struct glia_memory_stats {
+    size_t current;          /* bytes in tensors now */
+    size_t peak;             /* most bytes in tensors at once */
+    size_t reserved;         /* bytes held from the driver (in use + cached) */
+    uint64_t driver_allocs;  /* allocations from the driver so far (flat after warm-up) */
+};
+
 /* Backend vtable. Every slot says whether it is optional and what the core does if NULL. */
 struct glia_backend_ops {
     uint32_t struct_size;                 /* sizeof(struct glia_backend_ops) of the builder */
@@ -47,6 +55,13 @@ struct glia_backend_ops {
      * (and refuse device memory). */
     glia_status (*transpose_f32)(void *priv, float *dst, const float *src, int64_t B, int64_t rows,
                                  int64_t cols, float beta);
+    /* Fill *out with the allocator's figures. Optional: NULL means the backend keeps none
+     * (glia profile then prints no memory line). */
+    glia_status (*memory_stats)(void *priv, struct glia_memory_stats *out);
+    /* The native queue all of this backend's work is ordered on (a cudaStream_t for CUDA; see
+     * glia/cuda.h), for layers that launch their own work. Optional: NULL for backends whose
+     * work is synchronous. */
+    void *(*queue)(void *priv);
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it. */
@@ -66,6 +81,8 @@ glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool tra
                                   int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 glia_status glia_backend_sync(struct glia_backend *b);
+/* The allocator's figures; GLIA_EUNSUPPORTED when the backend keeps none. (ABI 1.1) */
+glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out);
 
 /* Parse "cpu", "cuda", "cuda:1" into a device. */
 glia_status glia_device_parse(const char *s, struct glia_device *out);

@@ -1,0 +1,58 @@
+/* backends/cuda/kernels.cu — the backend's kernels: the batched transpose behind NCHW <-> NHWC
+ * conversions. Not layer maths. */
+#include "kernels.h"
+
+#define TILE 32
+#define ROWS 8
+
+/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1): 32x32 tiles through shared
+ * memory so that both the reads and the writes are coalesced; blockIdx.z walks the batch. */
+__global__ void transpose_kernel(float *dst, const float *src, int64_t rows, int64_t cols, float beta)
+{
+    __shared__ float tile[TILE][TILE + 1];
+    int64_t b = blockIdx.z;
+    const float *s = src + b * rows * cols;
+    float *d = dst + b * rows * cols;
+    int64_t c = (int64_t)blockIdx.x * TILE + threadIdx.x;
+    for (int i = threadIdx.y; i < TILE; i += ROWS) {
+        int64_t r = (int64_t)blockIdx.y * TILE + i;
+        if (r < rows && c < cols) tile[i][threadIdx.x] = s[r * cols + c];
+    }
+    __syncthreads();
+    int64_t r = (int64_t)blockIdx.y * TILE + threadIdx.x;
+    for (int i = threadIdx.y; i < TILE; i += ROWS) {
+        int64_t cc = (int64_t)blockIdx.x * TILE + i;
+        if (r < rows && cc < cols) {
+            float v = tile[threadIdx.x][i];
+            d[cc * rows + r] = beta != 0.0f ? d[cc * rows + r] + v : v;
+        }
+    }
+}
+
+/* dst(n) = src(n) + beta * dst(n): the degenerate transpose of 1x1 blocks */
+__global__ void axpby_kernel(float *dst, const float *src, int64_t n, float beta)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = beta != 0.0f ? dst[i] + src[i] : src[i];
+}
+
+extern "C" cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_t B, int64_t rows, int64_t cols,
+                                            float beta, cudaStream_t s)
+{
+    if (B == 0 || rows == 0 || cols == 0) return cudaSuccess;
+    if (rows == 1 || cols == 1) {  /* the same memory order */
+        int64_t n = B * rows * cols, blocks = (n + 255) / 256;
+        axpby_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(dst, src, n, beta);
+        return cudaGetLastError();
+    }
+    if ((rows + TILE - 1) / TILE > 65535) return cudaErrorInvalidConfiguration;  /* gridDim.y */
+    for (int64_t b0 = 0; b0 < B; b0 += 65535) {  /* gridDim.z */
+        int64_t nb = B - b0 < 65535 ? B - b0 : 65535;
+        dim3 grid((unsigned)((cols + TILE - 1) / TILE), (unsigned)((rows + TILE - 1) / TILE), (unsigned)nb);
+        transpose_kernel<<<grid, dim3(TILE, ROWS), 0, s>>>(dst + b0 * rows * cols, src + b0 * rows * cols, rows, cols,
+                                                          beta);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}

@@ -1,0 +1,20 @@
+/* backends/cuda/kernels.h — the backend's own CUDA kernels, launched on a given stream (C entry
+ * points into kernels.cu). Not layer kernels: those belong to the layers' CUDA code. */
+#ifndef GLIA_CUDA_KERNELS_H
+#define GLIA_CUDA_KERNELS_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst(B, cols, rows) = src(B, rows, cols)^T + beta * dst, beta 0 or 1. */
+cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_t B, int64_t rows, int64_t cols, float beta,
+                                 cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

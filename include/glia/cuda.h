@@ -1,0 +1,27 @@
+/* glia/cuda.h — what CUDA layer plugins need from the CUDA backend: its stream. Installed only
+ * when glia is built with CUDA. Not a CUDA wrapper: plugins call the CUDA runtime themselves. */
+#ifndef GLIA_CUDA_H
+#define GLIA_CUDA_H
+
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The stream every kernel of backend b must run on (work on it is ordered); NULL when b is not a
+ * CUDA backend. Device memory comes from glia_tensor_new or b->ops->alloc, never cudaMalloc. */
+static inline cudaStream_t glia_cuda_stream(const struct glia_backend *b)
+{
+    if (!b || b->ops->device_type != GLIA_DEVICE_CUDA ||
+        b->ops->struct_size <= offsetof(struct glia_backend_ops, queue) || !b->ops->queue)
+        return NULL;
+    return (cudaStream_t)b->ops->queue(b->priv);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
