@@ -220,6 +220,31 @@ static glia_status load_cuda(struct glia_model *m, char *why, size_t n)
     return st;
 }
 
+/* Whether every layer type and the optimizer the file names has an impl for CUDA (loading their
+ * plugins); if not, why not. */
+static bool fits_cuda(struct glia_model *m, char *why, size_t n)
+{
+    for (int i = 0; i < m->cfg->n_sections; i++) {
+        const struct glia__entry *t = glia__section_entry(m->cfg->sections[i], "type");
+        if (is_reserved(m->cfg->sections[i]->name) || !t) continue;
+        if (!glia__find_layer(m->ctx, t->value, NULL)) glia_plugin_load(m->ctx, t->value);
+        bool ok = false;
+        for (int k = 0; k < m->ctx->n_features && !ok; k++) {
+            const struct glia__feature *f = &m->ctx->features[k];
+            ok = f->kind == GLIA__FEAT_LAYER && !strcmp(((const struct glia_layer_ops *)f->ops)->type, t->value) &&
+                 ((const struct glia_layer_ops *)f->ops)->device_type == GLIA_DEVICE_CUDA;
+        }
+        if (!ok) return snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", t->value, m->cfg->sections[i]->name), false;
+    }
+    struct glia_section *t = glia__config_find(m->cfg, "train");
+    const char *name = t ? glia_section_str(t, "optimizer") : "sgd";
+    if (!glia__find_optimizer(m->ctx, name)) glia_plugin_load(m->ctx, name);
+    const struct glia_optimizer_ops *o = glia__find_optimizer(m->ctx, name);
+    if (o && o->device_type != GLIA_DEVICE_CUDA)
+        return snprintf(why, n, "optimizer '%s' has no CUDA impl", name), false;
+    return true;
+}
+
 static glia_status setup_device(struct glia_model *m)
 {
     struct glia_section *s = glia__config_section(m->cfg, "runtime");
@@ -232,6 +257,7 @@ static glia_status setup_device(struct glia_model *m)
         struct glia_backend *b;
         glia_status st = load_cuda(m, why, sizeof why);
         if (!st && (st = glia_backend_get(m->ctx, cuda, &b))) snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+        if (!st && !fits_cuda(m, why, sizeof why)) st = GLIA_EUNSUPPORTED;
         m->device = st ? (struct glia_device){GLIA_DEVICE_CPU, 0} : cuda;
         if (st && !(m->device_notice = malloc(strlen(why) + 40))) return GLIA_ENOMEM;
         if (st) sprintf(m->device_notice, "device = auto: using cpu (%s)", why);  /* said once the model builds */

@@ -584,6 +584,11 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
                 100 * t_other / t_all);
         double rest = t_all - sum_layers - m->t_opt - t_other;
         fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(other)", "core", 1e3 * rest / steps, "", 100 * rest / t_all);
+        struct glia_memory_stats ms;
+        if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
+            fprintf(f, "device memory: %.1f MiB in tensors (peak %.1f), %.1f MiB held, %llu driver allocations\n",
+                    ms.current / 1048576.0, ms.peak / 1048576.0, ms.reserved / 1048576.0,
+                    (unsigned long long)ms.driver_allocs);
         (void)wait;
     }
     scratch_free(&s);
