@@ -126,6 +126,18 @@ static glia_status suggest(struct glia_context *ctx, int kind, const char *word,
     return GLIA_OK;
 }
 
+/* The first registered impl of layer type `type` that runs on device type t, or NULL. */
+static const struct glia_layer_ops *layer_for_device(struct glia_context *ctx, const char *type,
+                                                     enum glia_device_type t)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        const struct glia_layer_ops *o = f->ops;
+        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == t) return o;
+    }
+    return NULL;
+}
+
 static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const struct glia_section *s,
                                                   glia_status *st)
 {
@@ -146,17 +158,8 @@ static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const st
         *st = glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'%s", type, hint);
         return NULL;
     }
-    const struct glia_layer_ops *ops = NULL;
-    if (!strcmp(impl, "auto")) {
-        for (int i = 0; i < m->ctx->n_features && !ops; i++) {
-            const struct glia__feature *f = &m->ctx->features[i];
-            const struct glia_layer_ops *o = f->ops;
-            if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == m->device.type)
-                ops = o;
-        }
-    } else {
-        ops = glia__find_layer(m->ctx, type, impl);
-    }
+    const struct glia_layer_ops *ops =
+        strcmp(impl, "auto") ? glia__find_layer(m->ctx, type, impl) : layer_for_device(m->ctx, type, m->device.type);
     char have[256], dev[32];
     glia__layer_impls(m->ctx, type, have, sizeof have);
     if (!ops) {
@@ -228,20 +231,19 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
         const struct glia__entry *t = glia__section_entry(m->cfg->sections[i], "type");
         if (is_reserved(m->cfg->sections[i]->name) || !t) continue;
         if (!glia__find_layer(m->ctx, t->value, NULL)) glia_plugin_load(m->ctx, t->value);
-        bool ok = false;
-        for (int k = 0; k < m->ctx->n_features && !ok; k++) {
-            const struct glia__feature *f = &m->ctx->features[k];
-            ok = f->kind == GLIA__FEAT_LAYER && !strcmp(((const struct glia_layer_ops *)f->ops)->type, t->value) &&
-                 ((const struct glia_layer_ops *)f->ops)->device_type == GLIA_DEVICE_CUDA;
+        if (!layer_for_device(m->ctx, t->value, GLIA_DEVICE_CUDA)) {
+            snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", t->value, m->cfg->sections[i]->name);
+            return false;
         }
-        if (!ok) return snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", t->value, m->cfg->sections[i]->name), false;
     }
     struct glia_section *t = glia__config_find(m->cfg, "train");
     const char *name = t ? glia_section_str(t, "optimizer") : "sgd";
     if (!glia__find_optimizer(m->ctx, name)) glia_plugin_load(m->ctx, name);
     const struct glia_optimizer_ops *o = glia__find_optimizer(m->ctx, name);
-    if (o && o->device_type != GLIA_DEVICE_CUDA)
-        return snprintf(why, n, "optimizer '%s' has no CUDA impl", name), false;
+    if (o && o->device_type != GLIA_DEVICE_CUDA) {
+        snprintf(why, n, "optimizer '%s' has no CUDA impl", name);
+        return false;
+    }
     return true;
 }
 

@@ -21,21 +21,11 @@ static float *randv(int64_t n, uint64_t seed)
     return v;
 }
 
-static struct glia_tensor *dev_tensor(struct glia_backend *b, struct glia_shape s, enum glia_memory_format f)
-{
-    struct glia_tensor *flat, *t;
-    struct glia_shape fs = glia_shape_make(1, (int64_t[]){glia_shape_numel(&s)});
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &fs, &flat) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_view_as(flat, 0, &s, f, &t) == GLIA_OK);
-    glia_tensor_release(flat);
-    return t;
-}
-
 static void test_copy_and_zero(void)
 {
     int64_t n = 1000003;
     float *h = randv(n, 1), *back = malloc((size_t)n * sizeof *back);
-    struct glia_tensor *a = dev_tensor(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS), *b = dev_tensor(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
+    struct glia_tensor *a = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS), *b = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     CU_ASSERT_EQUAL(a->device.type, GLIA_DEVICE_CUDA);
     CU_ASSERT_PTR_NULL(glia_tensor_f32(a));  /* device memory is not host-readable */
     CU_ASSERT_EQUAL(glia_tensor_from_host(a, h, (size_t)n * 4), GLIA_OK);
@@ -62,9 +52,9 @@ static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float b
     float *want = malloc((size_t)(M * ldc) * sizeof *want), *got = malloc((size_t)(M * ldc) * sizeof *got);
     memcpy(want, C, (size_t)(M * ldc) * sizeof *want);
     CU_ASSERT_EQUAL(glia_backend_gemm_f32(cpu, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, want, ldc), GLIA_OK);
-    struct glia_tensor *dA = dev_tensor(gpu, S(1, ar * lda, 0, 0, 0), GLIA_CONTIGUOUS),
-                       *dB = dev_tensor(gpu, S(1, br * ldb, 0, 0, 0), GLIA_CONTIGUOUS),
-                       *dC = dev_tensor(gpu, S(1, M * ldc, 0, 0, 0), GLIA_CONTIGUOUS);
+    struct glia_tensor *dA = tensor_as(gpu, S(1, ar * lda, 0, 0, 0), GLIA_CONTIGUOUS),
+                       *dB = tensor_as(gpu, S(1, br * ldb, 0, 0, 0), GLIA_CONTIGUOUS),
+                       *dC = tensor_as(gpu, S(1, M * ldc, 0, 0, 0), GLIA_CONTIGUOUS);
     glia_tensor_from_host(dA, A, glia_tensor_nbytes(dA));
     glia_tensor_from_host(dB, B, glia_tensor_nbytes(dB));
     glia_tensor_from_host(dC, C, glia_tensor_nbytes(dC));
@@ -106,7 +96,7 @@ static void test_convert_on_device(void)
     float *x = randv(n, 41);
     memcpy(glia_tensor_f32(hc), x, (size_t)n * 4);
     CU_ASSERT_EQUAL(glia_tensor_convert(hl, hc, false), GLIA_OK);
-    struct glia_tensor *dc = dev_tensor(gpu, s, GLIA_CONTIGUOUS), *dl = dev_tensor(gpu, s, GLIA_CHANNELS_LAST);
+    struct glia_tensor *dc = tensor_as(gpu, s, GLIA_CONTIGUOUS), *dl = tensor_as(gpu, s, GLIA_CHANNELS_LAST);
     CU_ASSERT_EQUAL(glia_tensor_from_host(dc, x, (size_t)n * 4), GLIA_OK);
     CU_ASSERT_EQUAL(glia_tensor_convert(dl, dc, false), GLIA_OK);
     float *got = malloc((size_t)n * 4);
@@ -130,7 +120,7 @@ static void test_allocator_reuses_blocks(void)
     static const int64_t sizes[] = {1000, 65536, 3 << 20, 12345, 1000};
     for (int step = 0; step < 4; step++) {
         struct glia_tensor *t[5];
-        for (int i = 0; i < 5; i++) t[i] = dev_tensor(gpu, S(1, sizes[i], 0, 0, 0), GLIA_CONTIGUOUS);
+        for (int i = 0; i < 5; i++) t[i] = tensor_as(gpu, S(1, sizes[i], 0, 0, 0), GLIA_CONTIGUOUS);
         if (step == 0) CU_ASSERT_EQUAL(glia_backend_memory_stats(gpu, &s1), GLIA_OK);
         for (int i = 0; i < 5; i++) glia_tensor_release(t[i]);
     }

@@ -4,8 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
-#include <glia/glia.h>
+#include "modelutil.h"
 
 static char dir[512];
 
@@ -36,39 +35,6 @@ static const char *model_text(unsigned seed, int epochs)
              seed, dir, dir, dir, dir, epochs);
     return buf;
 }
-
-struct run {
-    struct glia_context *ctx;
-    struct glia_config *cfg;
-    struct glia_model *m;
-};
-
-static void open_run(struct run *r, const char *text)
-{
-    CU_ASSERT_FATAL(glia_context_new(&r->ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_config_parse_string(r->ctx, "t.ini", text, &r->cfg) == GLIA_OK);
-    glia_status st = glia_model_build(r->ctx, r->cfg, &r->m);
-    if (st) printf("\n  %s\n", glia_context_error(r->ctx));
-    CU_ASSERT_FATAL(st == GLIA_OK);
-}
-
-static void close_run(struct run *r)
-{
-    glia_model_free(r->m);
-    glia_config_free(r->cfg);
-    glia_context_free(r->ctx);
-}
-
-static float *weights(struct run *r, long long *n)
-{
-    *n = glia_model_param_count(r->m);
-    float *w = malloc((size_t)*n * sizeof *w);
-    CU_ASSERT_FATAL(w != NULL);
-    CU_ASSERT_EQUAL(glia_model_weights(r->m, w, *n), *n);
-    return w;
-}
-
-static struct glia_train_options quiet = {NULL, -1, NULL, NULL};
 
 static void test_same_seed_bit_identical(void)
 {

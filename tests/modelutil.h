@@ -1,0 +1,48 @@
+/* tests/modelutil.h — what the training test programs share: a whole model built from INI text
+ * (context, config, model), its weights, and quiet training options. Not single layers
+ * (layerutil.h). */
+#ifndef GLIA_MODELUTIL_H
+#define GLIA_MODELUTIL_H
+
+#include <stdlib.h>
+#include "testutil.h"
+#include <glia/glia.h>
+
+struct run {
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_model *m;
+};
+
+/* Builds the model of `text` (named t.ini in messages) in a new context; fails the test if it
+ * does not build. */
+static inline void open_run(struct run *r, const char *text)
+{
+    CU_ASSERT_FATAL(glia_context_new(&r->ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(r->ctx, "t.ini", text, &r->cfg) == GLIA_OK);
+    glia_status st = glia_model_build(r->ctx, r->cfg, &r->m);
+    if (st) printf("\n  %s\n", glia_context_error(r->ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+}
+
+static inline void close_run(struct run *r)
+{
+    glia_model_free(r->m);
+    glia_config_free(r->cfg);
+    glia_context_free(r->ctx);
+}
+
+/* All weights of the model (*n of them), malloc'ed. */
+static inline float *weights(struct run *r, long long *n)
+{
+    *n = glia_model_param_count(r->m);
+    float *w = malloc((size_t)*n * sizeof *w);
+    CU_ASSERT_FATAL(w != NULL);
+    CU_ASSERT_EQUAL(glia_model_weights(r->m, w, *n), *n);
+    return w;
+}
+
+/* Training without progress output. */
+static const struct glia_train_options quiet = {NULL, -1, NULL, NULL};
+
+#endif
