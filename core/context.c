@@ -120,13 +120,13 @@ int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, siz
     return count;
 }
 
-const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name)
+const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name, int t)
 {
     for (int i = 0; i < ctx->n_features; i++) {
         const struct glia__feature *f = &ctx->features[i];
-        if (f->kind == GLIA__FEAT_OPTIMIZER &&
-            strcmp(((const struct glia_optimizer_ops *)f->ops)->name, name) == 0)
-            return f->ops;
+        const struct glia_optimizer_ops *o = f->ops;
+        if (f->kind == GLIA__FEAT_OPTIMIZER && strcmp(o->name, name) == 0 && (t < 0 || (int)o->device_type == t))
+            return o;
     }
     return NULL;
 }
@@ -180,6 +180,7 @@ glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
     b->ops = ops;
     b->device = dev;
     b->ctx = ctx;
+    b->options = (struct glia_runtime_options){sizeof b->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30};
     glia_status s = ops->open(ctx, dev.index, &b->priv);
     if (s) {
         free(b);
@@ -214,9 +215,32 @@ glia_status glia_backend_sync(struct glia_backend *b)
 
 glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out)
 {
-    if (b->ops->struct_size <= offsetof(struct glia_backend_ops, memory_stats) || !b->ops->memory_stats)
-        return GLIA_EUNSUPPORTED;
+    if (!GLIA__HAS_SLOT(b->ops, memory_stats)) return GLIA_EUNSUPPORTED;
     return b->ops->memory_stats(b->priv, out);
+}
+
+glia_status glia_backend_configure(struct glia_backend *b, const struct glia_runtime_options *o)
+{
+    bool has = GLIA__HAS_SLOT(b->ops, configure);
+    if (!has && o->precision != GLIA_PRECISION_FP32)
+        return glia_error(b->ctx, GLIA_EUNSUPPORTED, "precision %s needs a CUDA device; the %s backend computes in fp32 only",
+                          glia_precision_name(o->precision), b->ops->name);
+    glia_status st = has ? b->ops->configure(b->priv, o) : GLIA_OK;
+    if (st) return st;
+    b->options = *o;
+    b->options.struct_size = sizeof b->options;
+    return GLIA_OK;
+}
+
+const char *glia_precision_name(enum glia_precision p)
+{
+    switch (p) {
+    case GLIA_PRECISION_FP32: return "fp32";
+    case GLIA_PRECISION_TF32: return "tf32";
+    case GLIA_PRECISION_BF16: return "bf16";
+    case GLIA_PRECISION_FP16: return "fp16";
+    }
+    return "?";
 }
 
 glia_status glia_device_parse(const char *s, struct glia_device *out)

@@ -17,13 +17,23 @@ struct owned_optimizer {
 glia_status glia_optimizer_new(struct glia_context *ctx, const char *name, const char *ini,
                                struct glia_optimizer **out)
 {
+    return glia_optimizer_new_for(ctx, name, ini, GLIA_DEVICE_CPU, out);
+}
+
+glia_status glia_optimizer_new_for(struct glia_context *ctx, const char *name, const char *ini,
+                                   enum glia_device_type device, struct glia_optimizer **out)
+{
     struct owned_optimizer *w = calloc(1, sizeof *w);
     if (!w) return GLIA_ENOMEM;
     glia_status st = glia_config_parse_string(ctx, "optimizer.ini", ini ? ini : "", &w->cfg);
     const struct glia_optimizer_ops *ops = NULL;
-    if (!st && !glia__find_optimizer(ctx, name)) st = glia_plugin_load(ctx, name);
-    if (!st && !(ops = glia__find_optimizer(ctx, name)))
-        st = glia_error(ctx, GLIA_ENOTFOUND, "plugin '%s' does not provide an optimizer named '%s'", name, name);
+    if (!st && !glia__find_optimizer(ctx, name, (int)device)) {
+        st = glia_plugin_load(ctx, name);
+        if (st == GLIA_ENOTFOUND && glia__find_optimizer(ctx, name, -1)) st = GLIA_OK;  /* another plugin has it */
+    }
+    if (!st && !(ops = glia__find_optimizer(ctx, name, (int)device)))
+        st = glia_error(ctx, GLIA_ENOTFOUND, "no optimizer named '%s' for device type %s is loaded", name,
+                        device == GLIA_DEVICE_CUDA ? "cuda" : "cpu");
     struct glia_section *s = st ? NULL : glia__config_section(w->cfg, "optimizer");
     if (!st && !s) st = GLIA_ENOMEM;
     if (!st) {
@@ -128,9 +138,10 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     struct glia_section *s = g->cfg->sections[0];
     const struct glia__entry *te = glia__section_entry(s, "type");
     if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
-    if (!glia__find_layer(ctx, te->value, NULL) && (st = glia_plugin_load(ctx, te->value))) return st;
     const struct glia__entry *ie = glia__section_entry(s, "impl");
     const char *impl = ie && strcmp(ie->value, "auto") ? ie->value : "cpu";
+    if (!glia__find_layer(ctx, te->value, impl) && (st = glia_plugin_load(ctx, te->value)) && st != GLIA_ENOTFOUND)
+        return st;
     const struct glia_layer_ops *ops = glia__find_layer(ctx, te->value, impl);
     if (!ops) return glia_section_error(s, "type", GLIA_ECONFIG, "no layer '%s' with impl '%s'", te->value, impl);
     const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
@@ -343,4 +354,260 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
     for (int p = 0; p < 64; p++) free(ga_p[p]);
     gc_free(&g);
     return st;
+}
+
+/* ---- one layer alone on a device (glia bench) ---- */
+
+struct glia_layer_run {
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_backend *b;
+    struct glia_layer l;
+    bool created;
+    bool trained;                    /* a training forward ran: backward may follow */
+    int n_in;
+    struct glia_shape in_shape[GLIA__MAX_INPUTS];
+    struct glia_tensor *x[GLIA__MAX_INPUTS], *dx[GLIA__MAX_INPUTS], *out, *dout, *labels;
+    uint64_t step;                   /* forwards so far: the per-step seed of random layers */
+};
+
+glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_device dev, struct glia_backend **out)
+{
+    if (dev.type == GLIA_DEVICE_CUDA && !glia__find_backend(ctx, GLIA_DEVICE_CUDA)) {
+        glia_status st = glia_plugin_load(ctx, "cuda");
+        if (st == GLIA_ENOTFOUND)
+            return glia_error(ctx, st, "this build of glia has no CUDA backend (plugin cuda.so not found)");
+        if (st) return st;  /* the probe's refusal, in the context error */
+        if (!glia__find_backend(ctx, GLIA_DEVICE_CUDA))
+            return glia_error(ctx, GLIA_EDEVICE, "plugin cuda.so registers no CUDA backend");
+    }
+    return glia_backend_get(ctx, dev, out);
+}
+
+/* The first registered impl of layer type `type` that runs on device type t, or NULL. */
+static const struct glia_layer_ops *impl_for_device(struct glia_context *ctx, const char *type, enum glia_device_type t)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        const struct glia_layer_ops *o = f->ops;
+        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == t) return o;
+    }
+    return NULL;
+}
+
+/* The impl of section s's layer for device dev (loading the type's plugin when no impl for dev is
+ * registered yet): the one `impl =` names, else the first for dev's type. */
+static glia_status run_resolve(struct glia_context *ctx, const struct glia_section *s, struct glia_device dev,
+                               const struct glia_layer_ops **out)
+{
+    const struct glia__entry *te = glia__section_entry(s, "type");
+    if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
+    const struct glia__entry *ie = glia__section_entry(s, "impl");
+    const char *impl = ie && strcmp(ie->value, "auto") ? ie->value : NULL;
+    bool have = impl ? glia__find_layer(ctx, te->value, impl) != NULL : impl_for_device(ctx, te->value, dev.type) != NULL;
+    if (!have) {
+        glia_status ls = glia_plugin_load(ctx, te->value);
+        if (ls && ls != GLIA_ENOTFOUND) return ls;
+        if (!glia__find_layer(ctx, te->value, NULL))
+            return glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'", te->value);
+    }
+    char avail[256], name[32];
+    glia__layer_impls(ctx, te->value, avail, sizeof avail);
+    glia_device_str(dev, name, sizeof name);
+    const struct glia_layer_ops *ops = impl ? glia__find_layer(ctx, te->value, impl) : impl_for_device(ctx, te->value, dev.type);
+    if (!ops && impl)
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "no impl '%s' of layer type '%s' (available: %s)", impl,
+                                  te->value, avail);
+    if (!ops)
+        return glia_section_error(s, "type", GLIA_ECONFIG, "layer type '%s' has no impl for device %s (available: %s)",
+                                  te->value, name, avail);
+    if (ops->device_type != dev.type)
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s", impl,
+                                  te->value, name);
+    *out = ops;
+    return GLIA_OK;
+}
+
+/* t = n values of N(0, 1) from rng (or all equal to v when rng is NULL), copied from the host. */
+static glia_status upload_f32(struct glia_tensor *t, struct glia_rng *rng, float v)
+{
+    int64_t n = glia_tensor_numel(t);
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    if (!h) return GLIA_ENOMEM;
+    for (int64_t i = 0; i < n; i++) h[i] = rng ? (float)glia__rng_normal(rng) : v;
+    glia_status st = glia_tensor_from_host(t, h, glia_tensor_nbytes(t));
+    free(h);
+    return st;
+}
+
+/* A parameter or buffer tensor holding its declared init, drawn from seed. */
+static glia_status upload_init(struct glia_backend *b, struct glia_param *p, uint64_t seed)
+{
+    int64_t n = glia_shape_numel(&p->shape);
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    if (!h) return GLIA_ENOMEM;
+    glia__init_values(h, n, p->init, seed);
+    glia_status st = glia_tensor_new(b, GLIA_F32, &p->shape, &p->value);
+    if (!st) st = glia_tensor_from_host(p->value, h, glia_tensor_nbytes(p->value));
+    free(h);
+    return st;
+}
+
+/* Parameters (seeded as core/model.c seeds them), their gradients, and buffers. */
+static glia_status run_params(struct glia_layer_run *r, uint64_t seed)
+{
+    glia_status st = GLIA_OK;
+    for (int p = 0; p < r->l.n_params && !st; p++) {
+        struct glia_param *pa = &r->l.params[p];
+        st = upload_init(r->b, pa, glia__hash_str(glia__hash_str(seed * 0x9e3779b97f4a7c15ull + 1, r->l.name), pa->name));
+        if (!st) st = glia_tensor_new(r->b, GLIA_F32, &pa->shape, &pa->grad);
+    }
+    for (int p = 0; p < r->l.n_buffers && !st; p++) st = upload_init(r->b, &r->l.buffers[p], 0);
+    return st;
+}
+
+/* Inputs, input gradients, output, output gradient and (loss layers) labels. */
+static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format fmt, uint64_t seed)
+{
+    struct glia_shape os;
+    glia_status st = r->l.ops->infer_shape(&r->l, r->in_shape, r->n_in, &os);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, seed);
+    for (int k = 0; k < r->n_in && !st; k++) {
+        st = new_as(r->b, &r->in_shape[k], fmt, &r->x[k]);
+        if (!st) st = new_as(r->b, &r->in_shape[k], fmt, &r->dx[k]);
+        if (!st) st = upload_f32(r->x[k], &rng, 0);
+    }
+    if (!st) st = new_as(r->b, &os, fmt, &r->out);
+    if (st) return st;
+    if (!(r->l.ops->flags & GLIA_LAYER_LOSS)) {
+        if (!(st = new_as(r->b, &os, fmt, &r->dout))) st = upload_f32(r->dout, &rng, 0);
+        return st;
+    }
+    struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
+    if ((st = glia_tensor_new(r->b, GLIA_F32, &one, &r->dout)) || (st = upload_f32(r->dout, NULL, 1.0f))) return st;
+    int64_t n = r->in_shape[0].dim[0], classes = r->in_shape[0].ndim > 1 ? r->in_shape[0].dim[1] : 1;
+    struct glia_shape ls = glia_shape_make(1, (int64_t[]){n});
+    int32_t *y = malloc((size_t)(n > 0 ? n : 1) * sizeof *y);
+    if (!y) return GLIA_ENOMEM;
+    for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(glia__rng_next(&rng) % (uint64_t)(classes > 0 ? classes : 1));
+    st = glia_tensor_new(r->b, GLIA_I32, &ls, &r->labels);
+    if (!st) st = glia_tensor_from_host(r->labels, y, (size_t)n * sizeof *y);
+    free(y);
+    return st;
+}
+
+static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct glia_device dev,
+                             const struct glia_shape *in, int n_in, enum glia_memory_format fmt, uint64_t seed)
+{
+    struct glia_context *ctx = r->ctx;
+    if (n_in < 1 || n_in > GLIA__MAX_INPUTS)
+        return glia_error(ctx, GLIA_EINVAL, "glia_layer_run_new: 1..%d inputs, got %d", GLIA__MAX_INPUTS, n_in);
+    glia_status st = glia_layer_run_backend_open(ctx, dev, &r->b);
+    if (!st) st = glia_config_parse_string(ctx, "layer.ini", ini, &r->cfg);
+    if (st) return st;
+    if (r->cfg->n_sections < 1) return glia_error(ctx, GLIA_EINVAL, "glia_layer_run_new: the INI text has no layer section");
+    struct glia_section *s = r->cfg->sections[0];
+    const struct glia_layer_ops *ops;
+    if ((st = run_resolve(ctx, s, dev, &ops))) return st;
+    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    if ((st = glia__section_validate(s, sch, 2))) return st;
+    if (fmt != GLIA_CONTIGUOUS && !(ops->flags & GLIA_LAYER_CHANNELS_LAST))
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s tensors", ops->type, ops->impl,
+                          glia_memory_format_name(fmt));
+    r->l = (struct glia_layer){.name = s->name, .ops = ops, .ctx = ctx, .backend = r->b};
+    r->n_in = n_in;
+    memcpy(r->in_shape, in, (size_t)n_in * sizeof *in);
+    if ((st = ops->create(&r->l, s, in, n_in))) return st;
+    r->created = true;
+    if ((st = run_params(r, seed))) return st;
+    return run_tensors(r, fmt, seed);
+}
+
+glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct glia_device dev,
+                               const struct glia_shape *in, int n_in, enum glia_memory_format fmt, uint64_t seed,
+                               struct glia_layer_run **out)
+{
+    *out = NULL;
+    struct glia_layer_run *r = calloc(1, sizeof *r);
+    if (!r) return GLIA_ENOMEM;
+    r->ctx = ctx;
+    glia_status st = run_setup(r, ini, dev, in, n_in, fmt, seed);
+    if (st) {
+        glia_layer_run_free(r);
+        return st;
+    }
+    *out = r;
+    return GLIA_OK;
+}
+
+glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
+{
+    const struct glia_tensor *in[GLIA__MAX_INPUTS];
+    for (int k = 0; k < r->n_in; k++) in[k] = r->x[k];
+    struct glia_fwd a = {in, r->n_in, r->out, r->labels, train, ++r->step};
+    glia_status st = r->l.ops->forward(&r->l, &a);
+    r->trained = !st && train;
+    return st;
+}
+
+glia_status glia_layer_run_backward(struct glia_layer_run *r)
+{
+    if (!r->l.ops->backward)
+        return glia_error(r->ctx, GLIA_EUNSUPPORTED, "layer type '%s' has no backward", r->l.ops->type);
+    if (!r->trained)
+        return glia_error(r->ctx, GLIA_EINVAL, "glia_layer_run_backward: run a training forward first");
+    const struct glia_tensor *in[GLIA__MAX_INPUTS];
+    bool acc[GLIA__MAX_INPUTS];
+    for (int k = 0; k < r->n_in; k++) {
+        in[k] = r->x[k];
+        acc[k] = false;
+    }
+    for (int p = 0; p < r->l.n_params; p++) r->l.params[p].grad_unset = true;
+    struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels};
+    return r->l.ops->backward(&r->l, &a);
+}
+
+glia_status glia_layer_run_sync(struct glia_layer_run *r) { return glia_backend_sync(r->b); }
+
+struct glia_layer *glia_layer_run_layer(struct glia_layer_run *r) { return &r->l; }
+struct glia_backend *glia_layer_run_backend(struct glia_layer_run *r) { return r->b; }
+struct glia_tensor *glia_layer_run_input(struct glia_layer_run *r, int k) { return k >= 0 && k < r->n_in ? r->x[k] : NULL; }
+struct glia_tensor *glia_layer_run_input_grad(struct glia_layer_run *r, int k)
+{
+    return k >= 0 && k < r->n_in ? r->dx[k] : NULL;
+}
+struct glia_tensor *glia_layer_run_output(struct glia_layer_run *r) { return r->out; }
+struct glia_tensor *glia_layer_run_output_grad(struct glia_layer_run *r) { return r->dout; }
+
+uint64_t glia_layer_run_flops(const struct glia_layer_run *r)
+{
+    return r->l.ops->flops ? r->l.ops->flops(&r->l, r->in_shape, r->n_in) : 0;
+}
+
+void glia_layer_run_free(struct glia_layer_run *r)
+{
+    if (!r) return;
+    if (r->b) glia_backend_sync(r->b);  /* queued work may still use the tensors */
+    if (r->created && r->l.ops->destroy) r->l.ops->destroy(&r->l);
+    for (int p = 0; p < r->l.n_params; p++) {
+        free((char *)r->l.params[p].name);
+        glia_tensor_release(r->l.params[p].value);
+        glia_tensor_release(r->l.params[p].grad);
+    }
+    free(r->l.params);
+    for (int p = 0; p < r->l.n_buffers; p++) {
+        free((char *)r->l.buffers[p].name);
+        glia_tensor_release(r->l.buffers[p].value);
+    }
+    free(r->l.buffers);
+    for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
+        glia_tensor_release(r->x[k]);
+        glia_tensor_release(r->dx[k]);
+    }
+    glia_tensor_release(r->out);
+    glia_tensor_release(r->dout);
+    glia_tensor_release(r->labels);
+    glia_config_free(r->cfg);
+    free(r);
 }

@@ -11,6 +11,9 @@
 
 #define GLIA__ERRMSG_MAX 1024
 #define GLIA__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Whether a backend's ops struct has slot `f` (its struct_size covers it) and sets it. */
+#define GLIA__HAS_SLOT(ops, f) \
+    ((ops)->struct_size >= offsetof(struct glia_backend_ops, f) + sizeof((ops)->f) && (ops)->f)
 
 /* ---- context and registry (core/context.c, core/plugin.c) ---- */
 
@@ -51,7 +54,8 @@ const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const ch
                                               const char *impl);
 /* Writes the registered impl names of a type, comma separated, into buf. */
 int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n);
-const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name);
+/* The optimizer `name` for device type t; any device when t < 0. */
+const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name, int t);
 const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum glia_device_type t);
 /* Names of all registered layer types / optimizers (for "did you mean"); returns count. */
 int glia__feature_names(struct glia_context *ctx, int kind, const char **names, int max);

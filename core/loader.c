@@ -116,6 +116,7 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->crop_padding = o->crop_padding;
     L->flip = o->flip;
     L->seed = o->seed;
+    L->pin = o->pin && GLIA__HAS_SLOT(o->pin->ops, host_alloc) && GLIA__HAS_SLOT(o->pin->ops, host_free) ? o->pin : NULL;
     L->n_batches_per_epoch = o->drop_last ? d->n / o->batch : (d->n + o->batch - 1) / o->batch;
     for (int v = 0; v < 256; v++) L->table[v] = ((float)v / 255.0f - o->mean) / o->std;
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n > 0 ? d->n : 1));
@@ -131,6 +132,12 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
         for (int k = 0; k < ns; k++) {
             struct slot *s = &L->w[i].ring[k];
             s->batch = -1;
+            if (L->pin) {
+                glia_status st = L->pin->ops->host_alloc(L->pin->priv, per * sizeof(float), (void **)&s->x);
+                if (!st) st = L->pin->ops->host_alloc(L->pin->priv, sizeof(int32_t) * (size_t)o->batch, (void **)&s->y);
+                if (st) return glia__loader_free(L), st;
+                continue;
+            }
             s->x = aligned_alloc(64, ((per * sizeof(float)) + 63) & ~(size_t)63);
             s->y = malloc(sizeof(int32_t) * (size_t)o->batch);
             if (!s->x || !s->y) return glia__loader_free(L), GLIA_ENOMEM;
@@ -239,8 +246,14 @@ void glia__loader_free(struct glia__loader *L)
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
     for (int i = 0; L->w && i < nw; i++) {
         for (int k = 0; L->w[i].ring && k < ns; k++) {
-            free(L->w[i].ring[k].x);
-            free(L->w[i].ring[k].y);
+            struct slot *s = &L->w[i].ring[k];
+            if (L->pin) {
+                if (s->x) L->pin->ops->host_free(L->pin->priv, s->x);
+                if (s->y) L->pin->ops->host_free(L->pin->priv, s->y);
+            } else {
+                free(s->x);
+                free(s->y);
+            }
         }
         free(L->w[i].ring);
     }

@@ -12,6 +12,7 @@ struct glia__loader_options {
     int crop_padding;
     float mean, std;
     uint64_t seed;
+    struct glia_backend *pin;      /* batch buffers from its host_alloc (page-locked); NULL: malloc */
 };
 
 struct worker;
@@ -29,6 +30,7 @@ struct glia__loader {
     int64_t generation;            /* bumped per epoch; workers follow it */
     bool stop, sync_ok;
     double wait_s;                 /* time glia__loader_next waited this epoch */
+    struct glia_backend *pin;      /* owner of page-locked batch buffers, or NULL */
     struct worker *w;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready, cv_free;

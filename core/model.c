@@ -16,6 +16,13 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY("threads", GLIA_KEY_INT, "0", "CPU threads (0: OpenMP default, OMP_NUM_THREADS)", .min = 0, .max = 4096),
     GLIA_KEY("memory_format", GLIA_KEY_ENUM, "contiguous",
              "layout of 4-D activations: contiguous (NCHW) or channels_last (NHWC)", .choices = "contiguous|channels_last"),
+    GLIA_KEY("precision", GLIA_KEY_ENUM, "fp32",
+             "GEMM/convolution math: fp32, tf32, bf16 or fp16 (fp32 master weights; fp16 scales the loss); CUDA only "
+             "beyond fp32", .choices = "fp32|tf32|bf16|fp16"),
+    GLIA_KEY("cudnn_benchmark", GLIA_KEY_BOOL, "on",
+             "time the convolution algorithms once per shape and keep the fastest (off: heuristics); CUDA only"),
+    GLIA_KEY("workspace_mb", GLIA_KEY_INT, "1024", "scratch memory a layer may use for a faster algorithm (MiB)",
+             .min = 0, .max = 1 << 20),
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
@@ -32,7 +39,7 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("workers", GLIA_KEY_INT, "2", "loader threads (0: load in the training thread)", .min = 0, .max = 256),
     GLIA_KEY("prefetch", GLIA_KEY_INT, "2", "batches each worker prepares ahead", .min = 1, .max = 1024),
     GLIA_KEY("persistent_workers", GLIA_KEY_BOOL, "on", "keep loader threads alive between epochs"),
-    GLIA_KEY("pin_memory", GLIA_KEY_BOOL, "on", "page-locked batch buffers for device upload (no effect on the CPU backend)"),
+    GLIA_KEY("pin_memory", GLIA_KEY_BOOL, "on", "page-locked batch buffers, copied to the device on a copy stream during the previous step (no effect on the CPU backend)"),
     GLIA_KEY("drop_last", GLIA_KEY_BOOL, "off", "drop the last training batch when it is smaller than batch_size"),
     GLIA_KEY("random_crop_padding", GLIA_KEY_INT, "0", "augment: random crop from the image padded by N zero pixels (0: off)", .min = 0, .max = 1024),
     GLIA_KEY("random_flip", GLIA_KEY_BOOL, "off", "augment: horizontal flip with probability 0.5"),
@@ -143,7 +150,9 @@ static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const st
 {
     const char *type = glia_section_str(s, "type");
     const char *impl = glia_section_str(s, "impl");
-    if (!glia__find_layer(m->ctx, type, NULL)) {
+    /* The plugin named like the type provides it, unless a plugin loaded already does (for this
+     * device: cuda.so registers CUDA impls of types whose CPU impls are in their own plugins). */
+    if (!layer_for_device(m->ctx, type, m->device.type)) {
         glia_status ls = glia_plugin_load(m->ctx, type);
         if (ls && ls != GLIA_ENOTFOUND) {  /* the plugin exists but was refused: say why */
             char why[GLIA__ERRMSG_MAX];
@@ -230,7 +239,7 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
     for (int i = 0; i < m->cfg->n_sections; i++) {
         const struct glia__entry *t = glia__section_entry(m->cfg->sections[i], "type");
         if (is_reserved(m->cfg->sections[i]->name) || !t) continue;
-        if (!glia__find_layer(m->ctx, t->value, NULL)) glia_plugin_load(m->ctx, t->value);
+        if (!layer_for_device(m->ctx, t->value, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, t->value);
         if (!layer_for_device(m->ctx, t->value, GLIA_DEVICE_CUDA)) {
             snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", t->value, m->cfg->sections[i]->name);
             return false;
@@ -238,9 +247,8 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
     }
     struct glia_section *t = glia__config_find(m->cfg, "train");
     const char *name = t ? glia_section_str(t, "optimizer") : "sgd";
-    if (!glia__find_optimizer(m->ctx, name)) glia_plugin_load(m->ctx, name);
-    const struct glia_optimizer_ops *o = glia__find_optimizer(m->ctx, name);
-    if (o && o->device_type != GLIA_DEVICE_CUDA) {
+    if (!glia__find_optimizer(m->ctx, name, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, name);
+    if (glia__find_optimizer(m->ctx, name, -1) && !glia__find_optimizer(m->ctx, name, GLIA_DEVICE_CUDA)) {
         snprintf(why, n, "optimizer '%s' has no CUDA impl", name);
         return false;
     }
@@ -278,6 +286,18 @@ static glia_status setup_device(struct glia_model *m)
     if (threads > 0) omp_set_num_threads(threads);
     m->seed = (uint64_t)glia_section_int(s, "seed");
     m->format = strcmp(glia_section_str(s, "memory_format"), "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
+    static const char *const prec[] = {"fp32", "tf32", "bf16", "fp16"};
+    const char *p = glia_section_str(s, "precision");
+    struct glia_runtime_options o = {sizeof o, GLIA_PRECISION_FP32, glia_section_bool(s, "cudnn_benchmark"),
+                                     (size_t)glia_section_int(s, "workspace_mb") << 20};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(p, prec[i])) o.precision = (enum glia_precision)i;
+    if ((st = glia_backend_configure(m->backend, &o))) {
+        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+        return glia_section_error(s, "precision", st, "%s", why);
+    }
+    m->precision = o.precision;
+    m->scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
     return GLIA_OK;
 }
 
@@ -304,6 +324,7 @@ static glia_status load_data(struct glia_model *m)
     m->workers = (int)glia_section_int(s, "workers");
     m->prefetch = (int)glia_section_int(s, "prefetch");
     m->persistent = glia_section_bool(s, "persistent_workers");
+    m->pin_memory = glia_section_bool(s, "pin_memory");
     m->drop_last = glia_section_bool(s, "drop_last");
     m->crop_padding = (int)glia_section_int(s, "random_crop_padding");
     m->flip = glia_section_bool(s, "random_flip");
@@ -318,7 +339,7 @@ static glia_status setup_optimizer(struct glia_model *m)
 {
     struct glia_section *t = glia__config_find(m->cfg, "train");
     const char *name = glia_section_str(t, "optimizer");
-    if (!glia__find_optimizer(m->ctx, name)) {
+    if (!glia__find_optimizer(m->ctx, name, (int)m->device.type)) {
         glia_status ls = glia_plugin_load(m->ctx, name);
         if (ls && ls != GLIA_ENOTFOUND) {
             char why[GLIA__ERRMSG_MAX];
@@ -326,7 +347,12 @@ static glia_status setup_optimizer(struct glia_model *m)
             return glia_section_error(t, "optimizer", ls, "%s", why);
         }
     }
-    const struct glia_optimizer_ops *ops = glia__find_optimizer(m->ctx, name);
+    const struct glia_optimizer_ops *ops = glia__find_optimizer(m->ctx, name, (int)m->device.type);
+    if (!ops && glia__find_optimizer(m->ctx, name, -1)) {
+        char dev[32];
+        return glia_section_error(t, "optimizer", GLIA_ECONFIG, "optimizer '%s' has no impl for device %s", name,
+                                  glia_device_str(m->device, dev, sizeof dev));
+    }
     if (!ops) {
         char hint[300];
         suggest(m->ctx, GLIA__FEAT_OPTIMIZER, name, hint, sizeof hint);
@@ -799,8 +825,9 @@ static void human(double v, char *buf, size_t n)
 void glia_model_summary(const struct glia_model *m, FILE *f)
 {
     char dev[32], shp[96], fl[32];
-    fprintf(f, "model %s on %s, batch %d, memory format %s\n", m->cfg->path ? m->cfg->path : "(string)",
-            glia_device_str(m->device, dev, sizeof dev), m->batch, glia_memory_format_name(m->format));
+    fprintf(f, "model %s on %s, batch %d, memory format %s, precision %s\n", m->cfg->path ? m->cfg->path : "(string)",
+            glia_device_str(m->device, dev, sizeof dev), m->batch, glia_memory_format_name(m->format),
+            glia_precision_name(m->precision));
     fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "layer", "type", "impl", "output", "params", "FLOPs");
     struct glia_shape in = in_shape_of(m, -1, 1);
     struct glia_shape per = in;

@@ -9,6 +9,17 @@
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_STATE 4
 
+/* Dynamic loss scaling (precision = fp16), torch.cuda.amp.GradScaler's rule: the loss is
+ * multiplied by `scale` before backward; a step whose gradients are not all finite is skipped
+ * and halves the scale; 2000 clean steps in a row double it. */
+struct glia__scaler {
+    double scale;        /* starts at 65536 */
+    int64_t clean;       /* clean steps since the scale last changed */
+    int64_t skipped;     /* steps skipped, in all */
+};
+/* Account for one step whose gradient sum of squares is sumsq; false: skip the step. */
+bool glia__scaler_update(struct glia__scaler *s, double sumsq);
+
 enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
 
 struct glia__node {
@@ -46,12 +57,13 @@ struct glia_model {
     char *device_notice;             /* (owned) why device = auto chose the CPU; NULL: it did not */
     uint64_t seed;
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
+    enum glia_precision precision;   /* [runtime] precision */
     struct glia__node nodes[GLIA__MAX_NODES];
     int n_nodes;
     /* data */
     struct glia__dataset train, test;
     int batch, test_batch, n_classes;
-    bool shuffle, persistent, drop_last, flip;
+    bool shuffle, persistent, drop_last, flip, pin_memory;
     float mean, std;
     int workers, prefetch, crop_padding;
     /* training */
@@ -76,6 +88,9 @@ struct glia_model {
  int64_t act_batch;               /* batch the buffers were sized for (0: none) */
     int64_t cur_batch;               /* batch the views currently have */
     struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
+    struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
+                                               stream: the next batch lands here during a step */
+    struct glia__scaler scaler;      /* precision = fp16; else its scale stays 1 */
     bool profiling;
     double t_opt;
 };

@@ -51,8 +51,9 @@ glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_o
         return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_optimizer: ops struct too small for ABI 1.0", who);
     if (!ops->name || !ops->create || !ops->step || ops->n_state < 0)
         return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer: name, create and step are required", who);
-    if (glia__find_optimizer(r->ctx, ops->name))
-        return glia_error(r->ctx, GLIA_EEXIST, "%s: optimizer '%s' is already registered", who, ops->name);
+    if (glia__find_optimizer(r->ctx, ops->name, (int)ops->device_type))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: optimizer '%s' for device type %d is already registered", who,
+                          ops->name, (int)ops->device_type);
     return add_feature(r, GLIA__FEAT_OPTIMIZER, ops);
 }
 

@@ -314,7 +314,7 @@ glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tenso
         B *= rows * cols, rows = cols = 1;      /* dst += src: a transpose of 1x1 blocks */
     }
     float beta = accumulate ? 1.0f : 0.0f;
-    if (b->ops->struct_size > offsetof(struct glia_backend_ops, transpose_f32) && b->ops->transpose_f32)
+    if (GLIA__HAS_SLOT(b->ops, transpose_f32))
         return b->ops->transpose_f32(b->priv, dst->data, src->data, B, rows, cols, beta);
     if (!host) return GLIA_EUNSUPPORTED;
     if (rows == 1 && cols == 1) {

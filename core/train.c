@@ -32,7 +32,9 @@ void glia__model_release_activations(struct glia_model *m)
     glia_tensor_release(m->x_buf);
     glia_tensor_release(m->y_buf);
     glia_tensor_release(m->loss_scale);
-    m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = NULL;
+    glia_tensor_release(m->stage_x);
+    glia_tensor_release(m->stage_y);
+    m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = m->stage_x = m->stage_y = NULL;
     m->act_batch = m->cur_batch = 0;
 }
 
@@ -55,12 +57,30 @@ static glia_status infer_all(struct glia_model *m, int64_t n, struct glia_shape 
     return GLIA_OK;
 }
 
+/* Whether the backend uploads batches on a copy stream of its own (then they go through stage_x/y). */
+static bool async_upload(const struct glia_model *m)
+{
+    return GLIA__HAS_SLOT(m->backend->ops, upload) && GLIA__HAS_SLOT(m->backend->ops, wait_copy);
+}
+
+/* The loss layer's output gradient: 1/accumulate (each micro-batch's loss counts that much),
+ * times the loss scale. */
+static glia_status write_loss_scale(struct glia_model *m)
+{
+    float v = (float)(m->scaler.scale / (double)m->accumulate);
+    return glia_tensor_from_host(m->loss_scale, &v, sizeof v);
+}
+
 static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
 {
+    /* Freed blocks go back to the device cache at once; a copy stream could write a reused one
+     * before queued work has read it, so let the device drain first. */
+    glia_status st = glia_backend_sync(m->backend);
+    if (st) return st;
     glia__model_release_activations(m);
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     if (!shapes) return GLIA_ENOMEM;
-    glia_status st = infer_all(m, maxb, shapes);
+    st = infer_all(m, maxb, shapes);
     for (int i = 0; i < m->n_nodes && !st; i++) {
         struct glia__node *nd = &m->nodes[i];
         int64_t d1[1] = {glia_shape_numel(&shapes[i])};
@@ -81,11 +101,10 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
     struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &xs, &m->x_buf);
     if (!st) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->y_buf);
+    if (!st && async_upload(m)) st = glia_tensor_new(m->backend, GLIA_F32, &xs, &m->stage_x);
+    if (!st && async_upload(m)) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->stage_y);
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->loss_scale);
-    if (!st) {  /* with accumulation each micro-batch's loss counts 1/accumulate */
-        float scale = 1.0f / (float)m->accumulate;
-        st = glia_tensor_from_host(m->loss_scale, &scale, sizeof scale);
-    }
+    if (!st) st = write_loss_scale(m);
     if (st) {
         glia__model_release_activations(m);
         return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
@@ -136,13 +155,73 @@ static glia_status set_batch(struct glia_model *m, int64_t n)
     return st;
 }
 
-/* Copy a loader batch (x: n x rows x cols, y: n) into the input tensors. */
-static glia_status put_batch(struct glia_model *m, const float *x, const int32_t *y, int64_t n)
+/* ---- feeding batches ----
+ * On a backend with its own copy stream (upload), batch k+1 is copied from the loader's
+ * (page-locked) buffer into stage_x/stage_y while step k computes: at the start of step k the
+ * staged batch k is copied device-to-device into x/y on the compute stream, then batch k+1's
+ * upload is started (ordered after that copy, so it cannot overwrite what step k reads), and the
+ * loader buffer is given back only once its upload is done. Elsewhere the batch is copied into
+ * x/y directly. */
+struct feed {
+    struct glia__loader *L;
+    bool staged;            /* a batch is uploading into stage_x/y (loader buffer still held) */
+    int64_t n;              /* its size */
+    uint64_t ticket;        /* its upload */
+};
+
+static glia_status feed_upload(struct glia_model *m, struct feed *f)
 {
-    glia_status st = set_batch(m, n);
-    if (!st) st = glia_tensor_from_host(m->x, x, glia_tensor_nbytes(m->x));
-    if (!st) st = glia_tensor_from_host(m->y, y, glia_tensor_nbytes(m->y));
+    const float *x;
+    const int32_t *y;
+    f->staged = glia__loader_next(f->L, &x, &y, &f->n);
+    if (!f->staged) return GLIA_OK;
+    struct glia_backend *b = m->backend;
+    uint64_t t;
+    size_t row = sizeof(float) * (size_t)m->train.rows * (size_t)m->train.cols;
+    glia_status st = b->ops->upload(b->priv, m->stage_x->data, x, row * (size_t)f->n, &t);
+    if (!st) st = b->ops->upload(b->priv, m->stage_y->data, y, sizeof(int32_t) * (size_t)f->n, &f->ticket);
     return st;
+}
+
+/* Start feeding an epoch of L (started already). */
+static glia_status feed_start(struct glia_model *m, struct feed *f, struct glia__loader *L)
+{
+    *f = (struct feed){L, false, 0, 0};
+    return async_upload(m) ? feed_upload(m, f) : GLIA_OK;
+}
+
+/* Put the next batch into m->x, m->y (views for its size); *more = false at the epoch's end. */
+static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, bool *more)
+{
+    glia_status st;
+    if (!async_upload(m)) {
+        const float *x;
+        const int32_t *y;
+        if (!(*more = glia__loader_next(f->L, &x, &y, n))) return GLIA_OK;
+        st = set_batch(m, *n);
+        if (!st) st = glia_tensor_from_host(m->x, x, glia_tensor_nbytes(m->x));
+        if (!st) st = glia_tensor_from_host(m->y, y, glia_tensor_nbytes(m->y));
+        glia__loader_release(f->L);
+        return st;
+    }
+    if (!(*more = f->staged)) return GLIA_OK;
+    struct glia_backend *b = m->backend;
+    *n = f->n;
+    st = b->ops->wait_copy(b->priv, f->ticket, true);  /* usually long done */
+    glia__loader_release(f->L);
+    f->staged = false;
+    if (!st) st = set_batch(m, *n);
+    if (!st) st = b->ops->copy(b->priv, m->x->data, false, m->stage_x->data, false, glia_tensor_nbytes(m->x));
+    if (!st) st = b->ops->copy(b->priv, m->y->data, false, m->stage_y->data, false, glia_tensor_nbytes(m->y));
+    if (!st) st = feed_upload(m, f);
+    return st;
+}
+
+/* Give back a batch still held when a loop stops early. */
+static void feed_stop(struct feed *f)
+{
+    if (f->staged) glia__loader_release(f->L);
+    f->staged = false;
 }
 
 static glia_status forward(struct glia_model *m, bool train)
@@ -230,20 +309,72 @@ double glia__model_lr(const struct glia_model *m, int epoch, int64_t step)
     return lr;
 }
 
-/* Scale all gradients so that their global L2 norm is at most max_norm
- * (torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1). */
-static void clip_gradients(struct glia_model *m, double max_norm)
+/* Sum of squares of the gradient arena, in double (non-finite when any gradient is). */
+static glia_status grad_sumsq(struct glia_model *m, double *out)
 {
-    float *g = m->g->data;
+    struct glia_backend *b = m->backend;
+    if (GLIA__HAS_SLOT(b->ops, sumsq_f32)) return b->ops->sumsq_f32(b->priv, m->g->data, (size_t)m->n_weights, out);
+    if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no sumsq_f32", b->ops->name);
+    const float *g = m->g->data;
     int64_t n = m->n_weights;
     double sq = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sq)
     for (int64_t i = 0; i < n; i++) sq += (double)g[i] * g[i];
-    double coef = max_norm / (sqrt(sq) + 1e-6);
-    if (coef >= 1.0) return;
-    float c = (float)coef;
+    *out = sq;
+    return GLIA_OK;
+}
+
+/* g *= c over the gradient arena. */
+static glia_status grad_scale(struct glia_model *m, float c)
+{
+    struct glia_backend *b = m->backend;
+    if (GLIA__HAS_SLOT(b->ops, scale_f32)) return b->ops->scale_f32(b->priv, m->g->data, (size_t)m->n_weights, c);
+    if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no scale_f32", b->ops->name);
+    float *g = m->g->data;
+    int64_t n = m->n_weights;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] *= c;
+    return GLIA_OK;
+}
+
+bool glia__scaler_update(struct glia__scaler *s, double sumsq)
+{
+    if (!isfinite(sumsq)) {
+        s->skipped++;
+        s->clean = 0;
+        s->scale *= 0.5;
+        return false;
+    }
+    if (++s->clean >= 2000) {
+        s->clean = 0;
+        s->scale *= 2.0;
+    }
+    return true;
+}
+
+/* The gradients were computed for the loss times the loss scale. Unscale them, and clip them so
+ * that their global L2 norm is at most clip_grad_norm (torch.nn.utils.clip_grad_norm_:
+ * coefficient max_norm / (norm + 1e-6), capped at 1), in one pass. With fp16 loss scaling a
+ * non-finite gradient skips the step (*skip). */
+static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
+{
+    *skip = false;
+    bool scaling = m->precision == GLIA_PRECISION_FP16;
+    if (!scaling && m->clip_grad_norm <= 0) return GLIA_OK;
+    double sq, used = m->scaler.scale;
+    glia_status st = grad_sumsq(m, &sq);
+    if (st) return st;
+    if (scaling) {
+        *skip = !glia__scaler_update(&m->scaler, sq);
+        if (*skip)
+            glia_log(m->ctx, GLIA_LOG_DEBUG, "fp16: non-finite gradients after step %lld; loss scale now %g",
+                     (long long)m->step, m->scaler.scale);
+        if (m->scaler.scale != used && (st = write_loss_scale(m))) return st;
+        if (*skip) return GLIA_OK;
+    }
+    double coef = 1.0 / used, norm = sqrt(sq) * coef;
+    if (m->clip_grad_norm > 0 && m->clip_grad_norm / (norm + 1e-6) < 1.0) coef *= m->clip_grad_norm / (norm + 1e-6);
+    return coef != 1.0 ? grad_scale(m, (float)coef) : GLIA_OK;
 }
 
 static glia_status optimizer_step(struct glia_model *m, int epoch)
@@ -257,17 +388,20 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
                 if (st) return st;
             }
         }
-    float *state[GLIA__MAX_STATE];
-    for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
-    m->step++;
-    if (m->clip_grad_norm > 0) clip_gradients(m, m->clip_grad_norm);
-    m->cur_lr = glia__model_lr(m, epoch, m->step);
-    struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->cur_lr, m->step, m->backend};
-    double t0 = m->profiling ? glia__now() : 0;
-    glia_status st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
-    if (m->profiling) {
-        glia_backend_sync(m->backend);
-        m->t_opt += glia__now() - t0;
+    bool skip;
+    glia_status st = unscale_and_clip(m, &skip);
+    if (!st && !skip) {
+        float *state[GLIA__MAX_STATE];
+        for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
+        m->step++;
+        m->cur_lr = glia__model_lr(m, epoch, m->step);
+        struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->cur_lr, m->step, m->backend};
+        double t0 = m->profiling ? glia__now() : 0;
+        st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
+        if (m->profiling) {
+            glia_backend_sync(m->backend);
+            m->t_opt += glia__now() - t0;
+        }
     }
     if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.ops->name,
                               (long long)m->step, glia_context_error(m->ctx));
@@ -329,11 +463,12 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
     glia_status st = s->logits && s->hy ? GLIA_OK : GLIA_ENOMEM;
     struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
-                                     m->mean, m->std, m->seed};
+                                     m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL};
     if (!st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
     if (training && !st) {
         o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
-                                          m->flip, m->crop_padding, m->mean, m->std, m->seed};
+                                          m->flip, m->crop_padding, m->mean, m->std, m->seed,
+                                          m->pin_memory ? m->backend : NULL};
         if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
     }
     if (!st && m->act_batch < maxb) st = alloc_activations(m, maxb);
@@ -344,22 +479,22 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
 {
     double sum = 0;
     int64_t correct = 0, n = 0, nb;
-    const float *x;
-    const int32_t *y;
+    struct feed f;
+    bool more = true;
     glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
-    while (!st && glia__loader_next(&s->test, &x, &y, &nb)) {
-        st = put_batch(m, x, y, nb);
-        glia__loader_release(&s->test);
-        if (!st) st = forward(m, false);
+    if (!st) st = feed_start(m, &f, &s->test);
+    while (!st && !(st = feed_next(m, &f, &nb, &more)) && more) {
+        st = forward(m, false);
         double l;
         int64_t c;
         if (!st) st = read_loss(m, &l);
         if (!st) st = count_correct(m, s->hy, s->logits, &c);
-        if (st) return st;
+        if (st) break;
         sum += l * (double)nb;
         correct += c;
         n += nb;
     }
+    feed_stop(&f);
     *loss = n ? sum / (double)n : 0;
     *acc = n ? (double)correct / (double)n : 0;
     return st;
@@ -461,14 +596,13 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         bool resumed = epoch == rs.epoch && rs.batch > 0;
         double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0;
         int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
-        const float *bx;
-        const int32_t *by;
+        struct feed f;
+        bool more = true;
         st = glia__loader_start_epoch(&s.train, epoch, k0);
-        for (int64_t k = k0; !st && glia__loader_next(&s.train, &bx, &by, &nb); k++) {
+        if (!st) st = feed_start(m, &f, &s.train);
+        for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
             double l = 0;
-            st = put_batch(m, bx, by, nb);
-            glia__loader_release(&s.train);
-            if (!st) st = forward(m, true);
+            st = forward(m, true);
             if (!st) st = read_loss(m, &l);
             if (!st && !isfinite(l))
                 st = glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch, (long long)k + 1);
@@ -496,6 +630,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
                         (long long)k + 1, (long long)steps, l, rate, eta);
             if (opt->progress >= 0) fflush(out);
         }
+        feed_stop(&f);
         if (st) break;
         if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
             if (opt->progress > 0) fprintf(out, "\r\033[K");
@@ -510,16 +645,23 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         st = evaluate(m, &s, &test_loss, &test_acc);
         if (st) break;
         struct glia_epoch_result r = {epoch, n ? loss_sum / (double)n : 0, test_loss, test_acc,
-                                      (double)(n - b_start) / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s};
+                                      (double)(n - b_start) / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s,
+                                      m->scaler.skipped, m->scaler.scale};
+        bool fp16 = m->precision == GLIA_PRECISION_FP16;
         if (results && epoch <= max_results) results[epoch - 1] = r;
         if (opt->progress > 0) fprintf(out, "\r\033[K");
         if (opt->progress >= 0)
             fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
                     epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.lr, r.samples_per_s, r.seconds);
+        if (opt->progress >= 0 && fp16)
+            fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", epoch, m->epochs, r.loss_scale,
+                    (long long)r.skipped_steps);
         if (metrics) {
             fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
-                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g}\n",
+                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
                     epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds, r.data_wait_s);
+            if (fp16) fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", r.loss_scale, (long long)r.skipped_steps);
+            fprintf(metrics, "}\n");
             fflush(metrics);
         }
     }
@@ -544,6 +686,8 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
         st = glia_error(m->ctx, GLIA_EINVAL, "profile: %d warm-up + %d steps, but an epoch has %lld batches", warmup, steps,
                         (long long)total);
     double t_all = 0, wait = 0, t_other = 0;
+    struct feed fd = {0};
+    if (!st) st = feed_start(m, &fd, &s.train);
     for (int k = 0; !st && k < warmup + steps; k++) {
         if (k == warmup) {  /* start counting */
             for (int i = 0; i < m->n_nodes; i++) m->nodes[i].t_fwd = m->nodes[i].t_bwd = 0;
@@ -552,18 +696,20 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
             wait = s.train.wait_s;
             t_all = glia__now();
         }
-        const float *bx;
-        const int32_t *by;
         int64_t nb;
+        bool more;
         double t0 = glia__now();
-        if (!glia__loader_next(&s.train, &bx, &by, &nb)) break;
-        st = put_batch(m, bx, by, nb);
-        glia__loader_release(&s.train);
-        if (m->profiling) t_other += glia__now() - t0;
+        if ((st = feed_next(m, &fd, &nb, &more)) || !more) break;
+        if (m->profiling) {
+            glia_backend_sync(m->backend);
+            t_other += glia__now() - t0;
+        }
         if (!st) st = forward(m, true);
         if (!st) st = backward(m);
         if (!st) st = optimizer_step(m, 1);
     }
+    feed_stop(&fd);
+    if (!st) st = glia_backend_sync(m->backend);
     m->profiling = false;
     if (!st) {
         t_all = glia__now() - t_all;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "modelutil.h"
+#include "model_internal.h"
 
 static char dir[512];
 
@@ -500,7 +501,49 @@ static void test_fashion_mnist_subset(void)
     close_run(&r);
 }
 
-GLIA_TEST_MAIN("train", GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
+/* fp16 loss scaling: 2000 clean steps double the scale, a non-finite gradient halves it and skips
+ * the step, and the count of clean steps starts again after either. */
+static void test_loss_scaler(void)
+{
+    struct glia__scaler s = {65536.0, 0, 0};
+    for (int i = 0; i < 1999; i++) CU_ASSERT_TRUE(glia__scaler_update(&s, 1.0 + i));
+    CU_ASSERT_EQUAL(s.scale, 65536.0);
+    CU_ASSERT_TRUE(glia__scaler_update(&s, 0.0));
+    CU_ASSERT_EQUAL(s.scale, 131072.0);
+    CU_ASSERT_EQUAL(s.clean, 0);
+    CU_ASSERT_FALSE(glia__scaler_update(&s, INFINITY));
+    CU_ASSERT_FALSE(glia__scaler_update(&s, NAN));
+    CU_ASSERT_EQUAL(s.scale, 32768.0);
+    CU_ASSERT_EQUAL(s.skipped, 2);
+    for (int i = 0; i < 1999; i++) glia__scaler_update(&s, 1.0);
+    CU_ASSERT_FALSE(glia__scaler_update(&s, -NAN));  /* a skip resets the clean run */
+    for (int i = 0; i < 1999; i++) glia__scaler_update(&s, 1.0);
+    CU_ASSERT_EQUAL(s.scale, 16384.0);
+    CU_ASSERT_TRUE(glia__scaler_update(&s, 1.0));
+    CU_ASSERT_EQUAL(s.scale, 32768.0);
+    CU_ASSERT_EQUAL(s.skipped, 3);
+}
+
+/* precision other than fp32 is refused on the CPU, naming the key. */
+static void test_precision_needs_cuda(void)
+{
+    make_data();
+    struct glia_context *c;
+    struct glia_config *cfg;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(c, "t.ini", model_text(1, 1), &cfg) == GLIA_OK);
+    CU_ASSERT(glia_config_set(cfg, "runtime.precision=bf16") == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_build(c, cfg, &m), GLIA_EUNSUPPORTED);
+    const char *e = glia_context_error(c);
+    if (!strstr(e, "[runtime] precision: precision bf16 needs a CUDA device")) printf("\n  got: %s\n", e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, "[runtime] precision: precision bf16 needs a CUDA device"));
+    glia_model_free(m);
+    glia_config_free(cfg);
+    glia_context_free(c);
+}
+
+GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),

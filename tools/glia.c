@@ -1,9 +1,10 @@
-/* tools/glia.c — the glia command-line program: train, eval-free check, plugins, version.
+/* tools/glia.c — the glia command-line program: train, eval, profile, check, plugins, plot, bench.
  * Not library code: this is the only place that decides exit codes and calls exit(). */
 #include <glia/glia.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "bench.h"
 #include "plot.h"
 
 static void usage(FILE *f)
@@ -16,6 +17,7 @@ static void usage(FILE *f)
             "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
             "                                          or runtime|data|train|plugins|layer)\n"
             "       glia plot METRICS.jsonl [-o OUT.svg]\n"
+            GLIA__BENCH_USAGE
             "       glia --version\n");
 }
 
@@ -221,6 +223,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "plot")) return cmd_plot(argc, argv);
+    if (!strcmp(cmd, "bench")) return glia__bench_main(argc - 2, argv + 2);
     struct args a = {0};
     int rc = parse_args(argc, argv, 2, &a);
     if (rc) return rc;

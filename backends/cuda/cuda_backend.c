@@ -1,46 +1,24 @@
 /* backends/cuda/cuda_backend.c — the CUDA backend plugin (cuda.so): device memory from a caching
  * allocator, one compute stream per device, copies, f32 GEMM through cuBLASLt, NCHW <-> NHWC
- * transposes; its probe refuses machines without a usable GPU. Not layer code: CUDA layers
- * register their own impls and borrow this backend's stream and memory (glia/cuda.h). */
+ * transposes, page-locked uploads on a copy stream; its probe refuses machines without a usable
+ * GPU. Not layer code: the CUDA impls of layers and optimizers that cuda.so registers live in
+ * their own files (conv.c, dense.c, norm_pool.c, pointwise.c, optim.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cache.h"
-#include "check.h"
+#include "cuda_internal.h"
 #include "kernels.h"
-#include <glia/cuda.h>
-
-#define WORKSPACE_BYTES ((size_t)32 << 20)  /* cuBLASLt workspace (what PyTorch gives it on Hopper) */
-#define N_PLANS 64
-
-/* One cuBLASLt GEMM configuration with its chosen algorithm. */
-struct plan {
-    bool valid;
-    bool ta, tb;
-    int64_t M, N, K, lda, ldb, ldc;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulAlgo_t algo;
-    uint64_t last_use;
-};
-
-struct cuda {
-    struct glia_context *ctx;        /* (borrowed) */
-    int device;
-    cudaStream_t stream;             /* compute: every kernel and copy of this backend */
-    cublasLtHandle_t lt;
-    void *workspace;                 /* WORKSPACE_BYTES from the cache */
-    struct glia__cache *cache;
-    pthread_mutex_t lock;            /* the cache (loader threads may allocate) */
-    struct plan plans[N_PLANS];
-    uint64_t uses;
-};
 
 glia_status glia__cuda_status(struct glia_context *ctx, cudaError_t e, const char *call, const char *file, int line)
 {
     return glia_error(ctx, GLIA_EDEVICE, "%s:%d: %s: %s (%s)", file, line, call, cudaGetErrorString(e),
                       cudaGetErrorName(e));
+}
+
+glia_status glia__cudnn_status(struct glia_context *ctx, cudnnStatus_t e, const char *call, const char *file, int line)
+{
+    return glia_error(ctx, GLIA_EDEVICE, "%s:%d: %s: %s", file, line, call, cudnnGetErrorString(e));
 }
 
 glia_status glia__cublas_status(struct glia_context *ctx, cublasStatus_t e, const char *call, const char *file,
@@ -53,7 +31,7 @@ glia_status glia__cublas_status(struct glia_context *ctx, cublasStatus_t e, cons
 
 static int raw_alloc(void *user, size_t n, void **p)
 {
-    struct cuda *c = user;
+    struct glia__cuda *c = user;
     if (cudaSetDevice(c->device) != cudaSuccess) return 1;
     if (cudaMalloc(p, n) != cudaSuccess) {
         cudaGetLastError();  /* clear the sticky-free out-of-memory error */
@@ -64,7 +42,7 @@ static int raw_alloc(void *user, size_t n, void **p)
 
 static void raw_free(void *user, void *p)
 {
-    struct cuda *c = user;
+    struct glia__cuda *c = user;
     cudaSetDevice(c->device);
     cudaDeviceSynchronize();  /* the block may still be read by queued work */
     cudaFree(p);
@@ -72,7 +50,7 @@ static void raw_free(void *user, void *p)
 
 static glia_status cuda_alloc(void *priv, size_t nbytes, void **ptr)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     pthread_mutex_lock(&c->lock);
     int r = glia__cache_alloc(c->cache, nbytes, ptr);
     struct glia__cache_stats s;
@@ -88,7 +66,7 @@ static glia_status cuda_alloc(void *priv, size_t nbytes, void **ptr)
  * next owner's work runs after the last user's. */
 static void cuda_free(void *priv, void *ptr)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     pthread_mutex_lock(&c->lock);
     glia__cache_release(c->cache, ptr);
     pthread_mutex_unlock(&c->lock);
@@ -96,7 +74,7 @@ static void cuda_free(void *priv, void *ptr)
 
 static glia_status cuda_memory_stats(void *priv, struct glia_memory_stats *out)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     struct glia__cache_stats s;
     pthread_mutex_lock(&c->lock);
     glia__cache_get_stats(c->cache, &s);
@@ -109,7 +87,7 @@ static glia_status cuda_memory_stats(void *priv, struct glia_memory_stats *out)
 
 static glia_status cuda_copy(void *priv, void *dst, bool dst_host, const void *src, bool src_host, size_t nbytes)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
     if (nbytes == 0) return GLIA_OK;
     if (dst_host && src_host) {
@@ -124,7 +102,7 @@ fail:
 
 static glia_status cuda_memzero(void *priv, void *ptr, size_t nbytes)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, cudaMemsetAsync(ptr, 0, nbytes, c->stream));
 fail:
@@ -133,7 +111,7 @@ fail:
 
 static glia_status cuda_sync(void *priv)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, cudaStreamSynchronize(c->stream));
 fail:
@@ -143,90 +121,105 @@ fail:
 static glia_status cuda_transpose(void *priv, float *dst, const float *src, int64_t B, int64_t rows, int64_t cols,
                                   float beta)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, glia__cuda_transpose(dst, src, B, rows, cols, beta, c->stream));
 fail:
     return st;
 }
 
-/* ---- GEMM ---- */
+/* ---- scratch, reductions, settings ---- */
 
-static void plan_free(struct plan *p)
+glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
 {
-    if (!p->valid) return;
-    cublasLtMatmulDescDestroy(p->desc);
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
-    memset(p, 0, sizeof *p);
+    if (nbytes > c->scratch_size) {
+        size_t n = nbytes + nbytes / 4;  /* grow by a quarter more, so that growth is rare */
+        if (c->scratch) cuda_free(c, c->scratch);
+        c->scratch = NULL;
+        c->scratch_size = 0;
+        glia_status st = cuda_alloc(c, n, &c->scratch);
+        if (st) return st;
+        c->scratch_size = n;
+    }
+    *out = c->scratch;
+    return GLIA_OK;
 }
 
-/* The plan for this GEMM: a cached one, or a new one (evicting the least recently used).
- * Row-major C(M,N) = op(A) op(B) is column-major C^T(N,M) = op(B)^T op(A)^T, so cuBLASLt gets
- * B as its first operand and A as its second. */
-static glia_status get_plan(struct cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
-                            int64_t ldb, int64_t ldc, struct plan **out)
+static glia_status cuda_sumsq(void *priv, const float *x, size_t n, double *out)
 {
+    struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
-    struct plan *p = &c->plans[0];
-    for (int i = 0; i < N_PLANS; i++) {
-        struct plan *q = &c->plans[i];
-        if (q->valid && q->ta == ta && q->tb == tb && q->M == M && q->N == N && q->K == K && q->lda == lda &&
-            q->ldb == ldb && q->ldc == ldc) {
-            q->last_use = ++c->uses;
-            *out = q;
-            return GLIA_OK;
-        }
-        if (!q->valid || (p->valid && q->last_use < p->last_use)) p = q;
-    }
-    plan_free(p);
-    *p = (struct plan){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc};
-    cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtMatmulPreference_t pref = NULL;
-    CUBLAS_TRY(c->ctx, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opb, sizeof opb));
-    CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opa, sizeof opa));
-    /* stored column-major: B is (N x K) untransposed or (K x N) transposed, A likewise */
-    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, tb ? K : N, tb ? N : K, ldb));
-    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, ta ? M : K, ta ? K : M, lda));
-    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, N, M, ldc));
-    p->valid = true;
-    size_t ws = WORKSPACE_BYTES;
-    CUBLAS_TRY(c->ctx, cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_TRY(c->ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                            sizeof ws));
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    CUBLAS_TRY(c->ctx, cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found));
-    if (found < 1) {
-        st = glia_error(c->ctx, GLIA_EUNSUPPORTED, "cuda:%d: cuBLASLt has no algorithm for a %lldx%lldx%lld f32 GEMM",
-                        c->device, (long long)M, (long long)N, (long long)K);
-        goto fail;
-    }
-    p->algo = h.algo;
-    p->last_use = ++c->uses;
-    cublasLtMatmulPreferenceDestroy(pref);
-    *out = p;
-    return GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_sumsq(c->reduce, x, (int64_t)n, c->stream));
+    CUDA_TRY(c->ctx, cudaMemcpyAsync(out, c->reduce, sizeof *out, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_TRY(c->ctx, cudaStreamSynchronize(c->stream));
 fail:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    plan_free(p);
     return st;
 }
 
-/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major, on the compute stream. */
-static glia_status cuda_gemm_f32(void *priv, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                                 int64_t ldc)
+static glia_status cuda_scale(void *priv, float *x, size_t n, float a)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
-    if (M == 0 || N == 0) return GLIA_OK;
-    struct plan *p = NULL;
-    if ((st = get_plan(c, ta, tb, M, N, K, lda, ldb, ldc, &p))) return st;
-    CUBLAS_TRY(c->ctx, cublasLtMatmul(c->lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
-                                      c->workspace, WORKSPACE_BYTES, c->stream));
+    CUDA_TRY(c->ctx, glia__cuda_scale(x, (int64_t)n, a, c->stream));
+fail:
+    return st;
+}
+
+/* Every precision runs on sm_80 and newer; bf16 and TF32 need it, fp16 tensor cores need sm_70. */
+static glia_status cuda_configure(void *priv, const struct glia_runtime_options *o)
+{
+    struct glia__cuda *c = priv;
+    if ((o->precision == GLIA_PRECISION_TF32 || o->precision == GLIA_PRECISION_BF16) && c->cc_major < 8)
+        return glia_error(c->ctx, GLIA_EUNSUPPORTED, "cuda:%d: precision %s needs compute capability 8.0 (this GPU has %d.%d)",
+                          c->device, glia_precision_name(o->precision), c->cc_major, c->cc_minor);
+    c->options = *o;
+    return GLIA_OK;
+}
+
+/* ---- the input pipeline: page-locked host buffers, uploads on the copy stream ---- */
+
+static glia_status cuda_host_alloc(void *priv, size_t nbytes, void **ptr)
+{
+    struct glia__cuda *c = priv;
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, cudaHostAlloc(ptr, nbytes ? nbytes : 1, cudaHostAllocDefault));
+fail:
+    return st;
+}
+
+static void cuda_host_free(void *priv, void *ptr)
+{
+    (void)priv;
+    if (ptr) cudaFreeHost(ptr);
+}
+
+#define N_COPY_EVENTS ((int)(sizeof ((struct glia__cuda *)0)->copy_events / sizeof(cudaEvent_t)))
+
+/* The copy stream first waits for the compute work queued so far (the destination may still be
+ * read by it), then copies; the ticket's event marks the copy's end. Tickets are reused after
+ * N_COPY_EVENTS uploads, so at most that many may be in flight. */
+static glia_status cuda_upload(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket)
+{
+    struct glia__cuda *c = priv;
+    glia_status st = GLIA_OK;
+    cudaEvent_t ev = c->copy_events[c->n_uploads % N_COPY_EVENTS];
+    CUDA_TRY(c->ctx, cudaEventRecord(ev, c->stream));
+    CUDA_TRY(c->ctx, cudaStreamWaitEvent(c->copy_stream, ev, 0));
+    CUDA_TRY(c->ctx, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, c->copy_stream));
+    CUDA_TRY(c->ctx, cudaEventRecord(ev, c->copy_stream));
+    *ticket = c->n_uploads++;
+fail:
+    return st;
+}
+
+static glia_status cuda_wait_copy(void *priv, uint64_t ticket, bool host)
+{
+    struct glia__cuda *c = priv;
+    glia_status st = GLIA_OK;
+    if (ticket + N_COPY_EVENTS < c->n_uploads) return GLIA_OK;  /* long done: its event was reused since */
+    cudaEvent_t ev = c->copy_events[ticket % N_COPY_EVENTS];
+    CUDA_TRY(c->ctx, cudaStreamWaitEvent(c->stream, ev, 0));
+    if (host) CUDA_TRY(c->ctx, cudaEventSynchronize(ev));
 fail:
     return st;
 }
@@ -235,12 +228,17 @@ fail:
 
 static void cuda_close(void *priv)
 {
-    struct cuda *c = priv;
+    struct glia__cuda *c = priv;
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
-    for (int i = 0; i < N_PLANS; i++) plan_free(&c->plans[i]);
+    if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
+    glia__cuda_gemm_close(c);
     if (c->lt) cublasLtDestroy(c->lt);
+    if (c->dnn) cudnnDestroy(c->dnn);
+    for (int i = 0; i < N_COPY_EVENTS; i++)
+        if (c->copy_events[i]) cudaEventDestroy(c->copy_events[i]);
+    if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     glia__cache_free(c->cache);
     pthread_mutex_destroy(&c->lock);
@@ -255,7 +253,7 @@ static glia_status cuda_open(struct glia_context *ctx, int index, void **priv)
     if (index < 0 || index >= n)
         return glia_error(ctx, GLIA_EDEVICE, "cuda:%d: this machine has %d CUDA device%s", index, n, n == 1 ? "" : "s");
     glia_status st = GLIA_OK;
-    struct cuda *c = calloc(1, sizeof *c);
+    struct glia__cuda *c = calloc(1, sizeof *c);
     if (!c) return GLIA_ENOMEM;
     c->ctx = ctx;
     c->device = index;
@@ -263,14 +261,23 @@ static glia_status cuda_open(struct glia_context *ctx, int index, void **priv)
     *priv = c;
     CUDA_TRY(ctx, cudaSetDevice(index));
     CUDA_TRY(ctx, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_TRY(ctx, cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < N_COPY_EVENTS; i++)
+        CUDA_TRY(ctx, cudaEventCreateWithFlags(&c->copy_events[i], cudaEventDisableTiming));
     CUBLAS_TRY(ctx, cublasLtCreate(&c->lt));
+    CUDNN_TRY(ctx, cudnnCreate(&c->dnn));
+    CUDNN_TRY(ctx, cudnnSetStream(c->dnn, c->stream));
+    c->options = (struct glia_runtime_options){sizeof c->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30};
     if (!(c->cache = glia__cache_new(raw_alloc, raw_free, c))) {
         st = GLIA_ENOMEM;
         goto fail;
     }
-    if ((st = cuda_alloc(c, WORKSPACE_BYTES, &c->workspace))) goto fail;
+    if ((st = cuda_alloc(c, GLIA__CUDA_LT_WORKSPACE, &c->lt_workspace))) goto fail;
+    if ((st = cuda_alloc(c, sizeof(double), (void **)&c->reduce))) goto fail;
     struct cudaDeviceProp prop;
     CUDA_TRY(ctx, cudaGetDeviceProperties(&prop, index));
+    c->cc_major = prop.major;
+    c->cc_minor = prop.minor;
     glia_log(ctx, GLIA_LOG_DEBUG, "cuda:%d: %s, compute capability %d.%d, %.1f GiB", index, prop.name, prop.major,
              prop.minor, prop.totalGlobalMem / 1073741824.0);
     return GLIA_OK;
@@ -280,7 +287,7 @@ fail:
     return st;
 }
 
-static void *cuda_queue(void *priv) { return ((struct cuda *)priv)->stream; }
+static void *cuda_queue(void *priv) { return ((struct glia__cuda *)priv)->stream; }
 
 static const struct glia_backend_ops cuda_ops = {
     .struct_size = sizeof(struct glia_backend_ops),
@@ -292,11 +299,18 @@ static const struct glia_backend_ops cuda_ops = {
     .free = cuda_free,
     .copy = cuda_copy,
     .memzero = cuda_memzero,
-    .gemm_f32 = cuda_gemm_f32,
+    .gemm_f32 = glia__cuda_gemm_f32,
     .sync = cuda_sync,
     .transpose_f32 = cuda_transpose,
     .memory_stats = cuda_memory_stats,
     .queue = cuda_queue,
+    .configure = cuda_configure,
+    .sumsq_f32 = cuda_sumsq,
+    .scale_f32 = cuda_scale,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .upload = cuda_upload,
+    .wait_copy = cuda_wait_copy,
 };
 
 /* A machine without a driver, or without a device, is refused with the runtime's reason. */
@@ -315,7 +329,16 @@ static glia_status cuda_probe(struct glia_context *ctx, char *why, size_t why_si
     return GLIA_OK;
 }
 
-static glia_status cuda_init(struct glia_registry *r) { return glia_register_backend(r, &cuda_ops); }
+static glia_status cuda_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_backend(r, &cuda_ops);
+    if (!st) st = glia__cuda_register_conv(r);
+    if (!st) st = glia__cuda_register_dense(r);
+    if (!st) st = glia__cuda_register_norm_pool(r);
+    if (!st) st = glia__cuda_register_pointwise(r);
+    if (!st) st = glia__cuda_register_optim(r);
+    return st;
+}
 
-GLIA_PLUGIN_DEFINE_PROBE(cuda, "1.0", "MIT", "CUDA backend: caching allocator, streams, cuBLASLt", cuda_init,
+GLIA_PLUGIN_DEFINE_PROBE(cuda, "1.0", "MIT", "CUDA backend: caching allocator, streams, cuBLASLt, cuDNN; CUDA layers and optimizers", cuda_init,
                          cuda_probe)

@@ -1,5 +1,6 @@
 /* backends/cuda/kernels.cu — the backend's kernels: the batched transpose behind NCHW <-> NHWC
- * conversions. Not layer maths. */
+ * conversions, and the sum of squares and scaling behind gradient clipping and loss scaling.
+ * Not layer maths. */
 #include "kernels.h"
 
 #define TILE 32
@@ -55,4 +56,45 @@ extern "C" cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
+}
+
+/* out[0] = sum x[i]^2 in double: one pass of 256-thread blocks, each adding its partial sum
+ * atomically (double atomicAdd: sm_60 and newer). */
+__global__ void sumsq_kernel(double *out, const float *x, int64_t n)
+{
+    __shared__ double part[256];
+    double s = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+extern "C" cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_t s)
+{
+    cudaError_t e = cudaMemsetAsync(out, 0, sizeof *out, s);
+    if (e != cudaSuccess || n == 0) return e;
+    int64_t blocks = (n + 255) / 256;
+    sumsq_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(out, x, n);
+    return cudaGetLastError();
+}
+
+/* x(n) *= a */
+__global__ void scale_kernel(float *x, int64_t n, float a)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+
+extern "C" cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream_t s)
+{
+    if (n == 0) return cudaSuccess;
+    int64_t blocks = (n + 255) / 256;
+    scale_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(x, n, a);
+    return cudaGetLastError();
 }

@@ -15,6 +15,24 @@ extern "C" {
 struct glia_context;
 struct glia_backend;
 
+/* How layers on a backend compute (ABI 1.2); set from [runtime] by the core. */
+enum glia_precision {
+    GLIA_PRECISION_FP32 = 0,  /* IEEE fp32 everywhere (no TF32) */
+    GLIA_PRECISION_TF32,      /* fp32 tensors; GEMM and convolution may round inputs to TF32 */
+    GLIA_PRECISION_BF16,      /* GEMM and convolution compute in bf16 (fp32 accumulation);
+                                 weights, activations between layers and the rest stay fp32 */
+    GLIA_PRECISION_FP16       /* the same in fp16; the core scales the loss dynamically */
+};
+
+/* The [runtime] settings a backend and its layers follow (ABI 1.2). */
+struct glia_runtime_options {
+    uint32_t struct_size;             /* sizeof(struct glia_runtime_options) of the builder */
+    enum glia_precision precision;
+    bool cudnn_benchmark;             /* time convolution algorithms once per shape (on) or take
+                                         the library's heuristic choice (off) */
+    size_t workspace_limit;           /* bytes a layer may borrow as scratch for a faster algorithm */
+};
+
 /* Device memory held by a backend's allocator (ABI 1.1). */
 struct glia_memory_stats {
     size_t current;          /* bytes in tensors now */
@@ -62,6 +80,28 @@ struct glia_backend_ops {
      * glia/cuda.h), for layers that launch their own work. Optional: NULL for backends whose
      * work is synchronous. */
     void *(*queue)(void *priv);
+    /* ABI 1.2 */
+    /* Take the [runtime] settings (precision, autotuning, workspace). Optional: NULL means the
+     * backend computes in fp32 only; the core then refuses other precisions. */
+    glia_status (*configure)(void *priv, const struct glia_runtime_options *o);
+    /* *out = sum of x[i]^2 over n f32 elements, accumulated in double; waits for the result.
+     * Non-finite when any element is. Optional: NULL makes the core read host memory (and
+     * refuse device memory). */
+    glia_status (*sumsq_f32)(void *priv, const float *x, size_t n, double *out);
+    /* x[i] *= a over n f32 elements. Optional: NULL as for sumsq_f32. */
+    glia_status (*scale_f32)(void *priv, float *x, size_t n, float a);
+    /* Page-locked host memory for buffers that are copied to the device (the loader's batches).
+     * Optional: NULL makes the core use malloc. host_free is required when host_alloc is set. */
+    glia_status (*host_alloc)(void *priv, size_t nbytes, void **ptr);
+    void (*host_free)(void *priv, void *ptr);
+    /* Start copying nbytes from host memory src (from host_alloc) to device memory dst on a copy
+     * stream, after the work queued so far, so that the copy overlaps work queued later; *ticket
+     * names the copy for wait_copy. Optional: NULL makes the core copy with `copy`. */
+    glia_status (*upload)(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket);
+    /* Make work queued from now on wait for copy `ticket` (without blocking the host), and when
+     * host is true also block the host until it is done (src may then be reused). Required when
+     * upload is set. */
+    glia_status (*wait_copy)(void *priv, uint64_t ticket, bool host);
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it. */
@@ -70,6 +110,8 @@ struct glia_backend {
     void *priv;
     struct glia_device device;
     struct glia_context *ctx;  /* (borrowed) */
+    /* ABI 1.2 */
+    struct glia_runtime_options options;  /* what layers on this device follow (read-only) */
 };
 
 /* The opened backend for a device; opened on first use and owned by ctx. */
@@ -83,6 +125,12 @@ glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool tra
 glia_status glia_backend_sync(struct glia_backend *b);
 /* The allocator's figures; GLIA_EUNSUPPORTED when the backend keeps none. (ABI 1.1) */
 glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out);
+
+/* Store o as b->options and hand it to the backend's configure; GLIA_EUNSUPPORTED (with the
+ * reason in the context error) when the backend cannot follow it. (ABI 1.2) */
+glia_status glia_backend_configure(struct glia_backend *b, const struct glia_runtime_options *o);
+/* "fp32", "tf32", "bf16", "fp16". (ABI 1.2) */
+const char *glia_precision_name(enum glia_precision p);
 
 /* Parse "cpu", "cuda", "cuda:1" into a device. */
 glia_status glia_device_parse(const char *s, struct glia_device *out);

@@ -172,6 +172,52 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
                                     int n_in, const struct glia_gradcheck_options *opt, uint64_t seed,
                                     double tol, struct glia_gradcheck_report *report);
 
+/* ---- running one layer alone on a device (benchmarks) (ABI 1.2) ---- */
+
+/* One layer built alone on a device with tensors of its own: inputs, output, output gradient,
+ * input and parameter gradients. What `glia bench` times; not a model (no graph, no optimizer). */
+struct glia_layer_run;
+
+/* The backend that layer runs on `dev` use, opened (for a CUDA device this loads plugin "cuda",
+ * whose probe refuses a machine without a usable GPU; the context error says why). Set its
+ * runtime options with glia_backend_configure before glia_layer_run_new: a layer may choose its
+ * algorithms from them when it first runs. */
+glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_device dev,
+                                        struct glia_backend **out /* (borrowed) */);
+
+/* Builds the single layer described by `ini` (one section, e.g. "[l]\ntype = conv2d\nfilters
+ * = 64\n", loading its plugin) on device dev: the impl its `impl =` key names (which must run on
+ * dev), else the first impl registered for dev's type. On the device it allocates n_in inputs of
+ * the given shapes (NCHW order) holding seeded N(0,1) values, the output, the output gradient
+ * (N(0,1); for a loss layer a 1-element scale of 1, plus random labels), the input gradients and
+ * the parameter gradients. Parameters hold their declared init drawn as a model with
+ * [runtime] seed = seed draws them; buffers their init. 4-D tensors are laid out in fmt
+ * (GLIA_CHANNELS_LAST needs a layer with GLIA_LAYER_CHANNELS_LAST).
+ * *out is (owned): free with glia_layer_run_free. */
+glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct glia_device dev,
+                               const struct glia_shape *in, int n_in, enum glia_memory_format fmt,
+                               uint64_t seed, struct glia_layer_run **out);
+/* Queues the layer's forward (train: training mode, keeping what backward needs). Does not wait
+ * for the device. */
+glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train);
+/* Queues the layer's backward; needs a training forward before it. Every input gradient and every
+ * parameter gradient is written (=), never accumulated ("set to none" each time). Does not wait. */
+glia_status glia_layer_run_backward(struct glia_layer_run *r);
+/* Waits until the device has done the queued work. */
+glia_status glia_layer_run_sync(struct glia_layer_run *r);
+
+/* What a run holds (borrowed; valid until glia_layer_run_free). Tensors live on the run's device:
+ * read them with glia_tensor_to_host. k out of range gives NULL. */
+struct glia_layer *glia_layer_run_layer(struct glia_layer_run *r);
+struct glia_backend *glia_layer_run_backend(struct glia_layer_run *r);
+struct glia_tensor *glia_layer_run_input(struct glia_layer_run *r, int k);
+struct glia_tensor *glia_layer_run_input_grad(struct glia_layer_run *r, int k);
+struct glia_tensor *glia_layer_run_output(struct glia_layer_run *r);
+struct glia_tensor *glia_layer_run_output_grad(struct glia_layer_run *r);
+/* Forward multiply-adds x2 at the run's shapes (the layer's flops); 0 when the layer has none. */
+uint64_t glia_layer_run_flops(const struct glia_layer_run *r);
+void glia_layer_run_free(struct glia_layer_run *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,8 @@ struct glia_epoch_result {
     double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
     double lr;                 /* learning rate of the epoch's last step */
     double data_wait_s;        /* time training steps waited for the data loader */
+    int64_t skipped_steps;     /* precision = fp16: steps skipped for inf/NaN gradients, in all */
+    double loss_scale;         /* precision = fp16: the loss scale at the epoch's end; else 1 */
 };
 
 /* Train per [train], evaluating on the test set after each epoch. If results is not NULL

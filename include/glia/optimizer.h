@@ -35,7 +35,8 @@ struct glia_opt_step {
 
 struct glia_optimizer_ops {
     uint32_t struct_size;          /* sizeof(struct glia_optimizer_ops) of the builder */
-    const char *name;              /* "sgd": the `[train] optimizer =` that selects it */
+    const char *name;              /* "sgd": the `[train] optimizer =` that selects it; one impl
+                                      per (name, device_type) */
     const char *doc;               /* one line */
     const struct glia_key *keys;   /* keys of the [optimizer] section; may be NULL */
     int n_state;                   /* state arrays per parameter element */
@@ -54,6 +55,9 @@ struct glia_optimizer_ops {
  * *out is (owned): free with glia_optimizer_free. */
 glia_status glia_optimizer_new(struct glia_context *ctx, const char *name, const char *ini,
                                struct glia_optimizer **out);
+/* The same for the impl of `name` that runs on device type `device` (ABI 1.2). */
+glia_status glia_optimizer_new_for(struct glia_context *ctx, const char *name, const char *ini,
+                                   enum glia_device_type device, struct glia_optimizer **out);
 void glia_optimizer_free(struct glia_optimizer *o);
 
 #ifdef __cplusplus

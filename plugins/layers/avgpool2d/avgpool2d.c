@@ -4,65 +4,34 @@
 #include <glia/glia.h>
 #include <stdlib.h>
 #include <string.h>
+#include "../maxpool2d/pool2d_desc.h"
 
-static const struct glia_key avgpool_keys[] = {
-    GLIA_KEY("size", GLIA_KEY_INT, "2", "window height and width", .min = 1, .max = 1 << 20),
-    GLIA_KEY("stride", GLIA_KEY_INT, "0", "window step (0: the window size)", .min = 0, .max = 1 << 20),
-    GLIA_KEY("padding", GLIA_KEY_INT, "0", "implicit zero border on each side (at most size/2)", .min = 0, .max = 1 << 20),
-    GLIA_KEY_END};
-
+/* the window; the shared infer_shape and flops read l->priv as this */
 struct avgpool {
-    int64_t k, s, p;
+    struct glia__pool2d_desc d;
 };
-
-/* OH = (H + 2p - k)/s + 1 (floor), OW alike; GLIA_ESHAPE unless 4-D and the window fits the padded input */
-static glia_status pool_shape(const struct avgpool *m, const struct glia_shape *in, struct glia_shape *out)
-{
-    if (in->ndim != 4) return GLIA_ESHAPE;
-    int64_t hp = in->dim[2] + 2 * m->p, wp = in->dim[3] + 2 * m->p;
-    if (hp < m->k || wp < m->k) return GLIA_ESHAPE;
-    *out = glia_shape_make(4, (int64_t[]){in->dim[0], in->dim[1], (hp - m->k) / m->s + 1, (wp - m->k) / m->s + 1});
-    return GLIA_OK;
-}
 
 static glia_status avgpool_create(struct glia_layer *l, const struct glia_section *cfg,
                                   const struct glia_shape *in, int n_in)
 {
-    int64_t k = glia_section_int(cfg, "size"), s = glia_section_int(cfg, "stride"), p = glia_section_int(cfg, "padding");
-    char a[64];
-    if (in[0].ndim != 4)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "avgpool2d expects (N, C, H, W) input, got %s",
-                                  glia_shape_str(&in[0], a, sizeof a));
-    if (p > k / 2)
-        return glia_section_error(cfg, "padding", GLIA_ECONFIG, "%lld is more than half the window size %lld",
-                                  (long long)p, (long long)k);
-    if (in[0].dim[2] + 2 * p < k || in[0].dim[3] + 2 * p < k)
-        return glia_section_error(cfg, "size", GLIA_ESHAPE, "window %lldx%lld is larger than the padded input %lldx%lld",
-                                  (long long)k, (long long)k, (long long)(in[0].dim[2] + 2 * p),
-                                  (long long)(in[0].dim[3] + 2 * p));
+    struct glia__pool2d_desc d;
+    glia_status st = glia__pool2d_describe(cfg, in, "avgpool2d", &d);
+    if (st) return st;
     struct avgpool *m = malloc(sizeof *m);
     if (!m) return GLIA_ENOMEM;
-    m->k = k;
-    m->s = s ? s : k;
-    m->p = p;
+    m->d = d;
     l->priv = m;
     return GLIA_OK;
 }
 
 static void avgpool_destroy(struct glia_layer *l) { free(l->priv); }
 
-static glia_status avgpool_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                 struct glia_shape *out)
-{
-    return pool_shape(l->priv, &in[0], out);
-}
-
 /* y(N, OH, OW, C) = sum over i, j < k of x(N, oh*s - p + i, ow*s - p + j, C) / (k*k), padding = 0, summed in
  * the NCHW path's order. Rows (n, oh) run in parallel; the channel loop is innermost. */
 static void avgpool_forward_nhwc(const struct avgpool *m, const float *x, float *y, int64_t N, int64_t C, int64_t H,
                                  int64_t W, int64_t OH, int64_t OW)
 {
-    int64_t k = m->k, s = m->s, p = m->p;
+    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
     float inv = 1.0f / (float)(k * k);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N * OH; r++) {
@@ -90,7 +59,7 @@ static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *
     const struct avgpool *m = l->priv;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
-    int64_t k = m->k, s = m->s, p = m->p;
+    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
     float inv = 1.0f / (float)(k * k);
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
@@ -123,7 +92,7 @@ static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *
 static void avgpool_backward_nhwc(const struct avgpool *m, const float *dy, float *dx, int add, int64_t N, int64_t C,
                                   int64_t H, int64_t W, int64_t OH, int64_t OW)
 {
-    int64_t k = m->k, s = m->s, p = m->p;
+    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
     float inv = 1.0f / (float)(k * k);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N * H; r++) {
@@ -154,7 +123,7 @@ static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd 
     if (!a->din[0]) return GLIA_OK;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->dout->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
-    int64_t k = m->k, s = m->s, p = m->p;
+    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
     float inv = 1.0f / (float)(k * k);
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
@@ -183,31 +152,22 @@ static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd 
     return GLIA_OK;
 }
 
-/* one add per window element */
-static uint64_t avgpool_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    const struct avgpool *m = l->priv;
-    struct glia_shape out;
-    if (pool_shape(m, &in[0], &out)) return 0;
-    return (uint64_t)(glia_shape_numel(&out) * m->k * m->k);
-}
-
 static const struct glia_layer_ops avgpool_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "avgpool2d",
     .impl = "cpu",
     .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted; NCHW or NHWC",
-    .keys = avgpool_keys,
+    .keys = glia__avgpool2d_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = avgpool_create,
     .destroy = avgpool_destroy,
-    .infer_shape = avgpool_infer,
+    .infer_shape = glia__pool2d_infer,
     .forward = avgpool_forward,
     .backward = avgpool_backward,
-    .flops = avgpool_flops,
+    .flops = glia__pool2d_flops,
 };
 
 static glia_status avgpool_init(struct glia_registry *r) { return glia_register_layer(r, &avgpool_ops); }

@@ -6,21 +6,10 @@
 #include <glia/glia.h>
 #include <math.h>
 #include <stdlib.h>
-
-static const struct glia_key batchnorm_keys[] = {
-    GLIA_KEY("momentum", GLIA_KEY_FLOAT, "0.1", "running = (1 - momentum)*running + momentum*batch statistic",
-             .min = 0, .max = 1),
-    GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-5", "added to the variance before the square root", .min = 1e-12, .max = 1),
-    GLIA_KEY("affine", GLIA_KEY_BOOL, "on", "learned per-channel weight (gamma, init 1) and bias (beta, init 0)"),
-    GLIA_KEY("track_running_stats", GLIA_KEY_BOOL, "on",
-             "keep running mean and variance and use them in eval (off: batch statistics in eval too)"),
-    GLIA_KEY_END};
+#include "batchnorm_desc.h"
 
 struct batchnorm {
-    int64_t C;
-    double momentum, eps;
-    int w, b;           /* parameter indices; -1 without affine */
-    int rm, rv;         /* buffer indices; -1 without track_running_stats */
+    struct glia__batchnorm_desc d;  /* first: the shared infer_shape and flops read it */
     double *mean;       /* C: batch mean of the last training forward */
     double *invstd;     /* C: 1/sqrt(biased batch variance + eps) of the last training forward */
     int64_t kept;       /* elements of the input that mean/invstd belong to (0: none kept) */
@@ -43,7 +32,7 @@ static int64_t n_blocks(int64_t M)
 /* The NHWC scratch of p, made once. */
 static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
 {
-    size_t C = (size_t)(p->C > 0 ? p->C : 1);
+    size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
     if (!p->part) p->part = malloc((2 * MAX_BLOCKS + 1) * C * sizeof *p->part);
     if (!p->coef) p->coef = malloc(3 * C * sizeof *p->coef);
     if (!p->part || !p->coef) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
@@ -78,44 +67,21 @@ static void batchnorm_destroy(struct glia_layer *l)
 static glia_status batchnorm_create(struct glia_layer *l, const struct glia_section *cfg,
                                     const struct glia_shape *in, int n_in)
 {
-    char buf[64];
-    if (in[0].ndim != 2 && in[0].ndim != 4)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "batchnorm expects (N, C) or (N, C, H, W) input, got %s",
-                                  glia_shape_str(&in[0], buf, sizeof buf));
     struct batchnorm *p = calloc(1, sizeof *p);
     if (!p) return GLIA_ENOMEM;
     l->priv = p;
-    p->C = in[0].dim[1];
-    p->momentum = glia_section_float(cfg, "momentum");
-    p->eps = glia_section_float(cfg, "eps");
-    p->w = p->b = p->rm = p->rv = -1;
-    p->mean = malloc((size_t)(p->C > 0 ? p->C : 1) * sizeof *p->mean);
-    p->invstd = malloc((size_t)(p->C > 0 ? p->C : 1) * sizeof *p->invstd);
-    struct glia_shape cs = glia_shape_make(1, (int64_t[]){p->C});
-    glia_status st = p->mean && p->invstd ? GLIA_OK : GLIA_ENOMEM;
-    if (glia_section_bool(cfg, "affine")) {
-        st = glia_layer_add_param(l, "weight", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &p->w);
-        if (!st) st = glia_layer_add_param(l, "bias", &cs, (struct glia_param_init){GLIA_INIT_ZEROS, 0.0}, &p->b);
-    }
-    if (!st && glia_section_bool(cfg, "track_running_stats")) {
-        st = glia_layer_add_buffer(l, "running_mean", &cs, (struct glia_param_init){GLIA_INIT_ZEROS, 0.0}, &p->rm);
-        if (!st)
-            st = glia_layer_add_buffer(l, "running_var", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &p->rv);
+    glia_status st = glia__batchnorm_describe(l, cfg, in, &p->d);
+    if (!st) {
+        size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
+        p->mean = malloc(C * sizeof *p->mean);
+        p->invstd = malloc(C * sizeof *p->invstd);
+        if (!p->mean || !p->invstd) st = GLIA_ENOMEM;
     }
     if (st) {  /* the core calls destroy only after a successful create */
         batchnorm_destroy(l);
         l->priv = NULL;
     }
     return st;
-}
-
-static glia_status batchnorm_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                   struct glia_shape *out)
-{
-    const struct batchnorm *p = l->priv;
-    if ((in[0].ndim != 2 && in[0].ndim != 4) || in[0].dim[1] != p->C) return GLIA_ESHAPE;
-    *out = in[0];
-    return GLIA_OK;
 }
 
 /* The channels_last forward, same semantics as batchnorm_forward's NCHW path below. With rows r of
@@ -128,15 +94,15 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
     struct batchnorm *p = l->priv;
     glia_status st = nhwc_scratch(l, p);
     if (st) return st;
-    int64_t C = p->C, nb = n_blocks(M);
-    bool use_running = !a->train && p->rm >= 0;
+    int64_t C = p->d.C, nb = n_blocks(M);
+    bool use_running = !a->train && p->d.rm >= 0;
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
-    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
-    const float *beta = p->b >= 0 ? glia_tensor_f32(l->params[p->b].value) : NULL;
-    float *rmean = p->rm >= 0 ? glia_tensor_f32(l->buffers[p->rm].value) : NULL;
-    float *rvar = p->rv >= 0 ? glia_tensor_f32(l->buffers[p->rv].value) : NULL;
-    double mom = p->momentum, eps = p->eps;
+    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
+    const float *beta = p->d.b >= 0 ? glia_tensor_f32(l->params[p->d.b].value) : NULL;
+    float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
+    float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
+    double mom = p->d.momentum, eps = p->d.eps;
     bool update = a->train && rmean;
     double *part = p->part, *mean = p->mean, *invstd = p->invstd;
     float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
@@ -216,7 +182,7 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     dims(&a->in[0]->shape, &N, &C, &HW);
     int64_t M = N * HW;
     p->kept = 0;
-    bool use_running = !a->train && p->rm >= 0;
+    bool use_running = !a->train && p->d.rm >= 0;
     if (a->train && M < 2) {
         char buf[64];
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
@@ -225,11 +191,11 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     if (is_nhwc(a->in[0])) return batchnorm_forward_nhwc(l, a, M);
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
-    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
-    const float *beta = p->b >= 0 ? glia_tensor_f32(l->params[p->b].value) : NULL;
-    float *rmean = p->rm >= 0 ? glia_tensor_f32(l->buffers[p->rm].value) : NULL;
-    float *rvar = p->rv >= 0 ? glia_tensor_f32(l->buffers[p->rv].value) : NULL;
-    double mom = p->momentum, eps = p->eps;
+    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
+    const float *beta = p->d.b >= 0 ? glia_tensor_f32(l->params[p->d.b].value) : NULL;
+    float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
+    float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
+    double mom = p->d.momentum, eps = p->d.eps;
     bool update = a->train && rmean;
     double *keep_mean = p->mean, *keep_invstd = p->invstd;
 #pragma omp parallel for schedule(static)
@@ -282,12 +248,12 @@ static glia_status batchnorm_backward_nhwc(struct glia_layer *l, const struct gl
     struct batchnorm *p = l->priv;
     glia_status st = nhwc_scratch(l, p);
     if (st) return st;
-    int64_t C = p->C, nb = n_blocks(M);
+    int64_t C = p->d.C, nb = n_blocks(M);
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
     bool add_dx = a->din_accumulate[0];
-    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
-    struct glia_param *pw = p->w >= 0 ? &l->params[p->w] : NULL, *pb = p->b >= 0 ? &l->params[p->b] : NULL;
+    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
+    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
     float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
     bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
     const double *mean = p->mean, *invstd = p->invstd;
@@ -349,8 +315,8 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
     bool add_dx = a->din_accumulate[0];
-    const float *gamma = p->w >= 0 ? glia_tensor_f32(l->params[p->w].value) : NULL;
-    struct glia_param *pw = p->w >= 0 ? &l->params[p->w] : NULL, *pb = p->b >= 0 ? &l->params[p->b] : NULL;
+    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
+    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
     float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
     bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
     const double *mean_c = p->mean, *invstd_c = p->invstd;
@@ -381,18 +347,12 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     return GLIA_OK;
 }
 
-/* statistics (sum, squared deviation) and the normalization: about four multiply-adds per element */
-static uint64_t batchnorm_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    return 8u * (uint64_t)glia_shape_numel(&in[0]);
-}
-
 static const struct glia_layer_ops batchnorm_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "batchnorm",
     .impl = "cpu",
     .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval",
-    .keys = batchnorm_keys,
+    .keys = glia__batchnorm_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     /* subtracts the per-channel mean: a bias before it is useless; 4-D tensors in either memory format */
@@ -400,10 +360,10 @@ static const struct glia_layer_ops batchnorm_ops = {
     .device_type = GLIA_DEVICE_CPU,
     .create = batchnorm_create,
     .destroy = batchnorm_destroy,
-    .infer_shape = batchnorm_infer,
+    .infer_shape = glia__batchnorm_infer,
     .forward = batchnorm_forward,
     .backward = batchnorm_backward,
-    .flops = batchnorm_flops,
+    .flops = glia__batchnorm_flops,
 };
 
 static glia_status batchnorm_init(struct glia_registry *r) { return glia_register_layer(r, &batchnorm_ops); }

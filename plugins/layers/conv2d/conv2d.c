@@ -9,13 +9,14 @@
  * read and write them directly. Reorders move data between the two only where the layouts differ,
  * through intermediate buffers made once per input shape. A training forward keeps its
  * reordered input for backward-weights; weights are reordered at every call (they change every
- * step). Bias stays plain. */
+ * step). Bias stays plain. Keys, their checks, parameters, shapes and flops are in conv2d_desc.c,
+ * shared with the CUDA impl in cuda.so. */
 #include <glia/glia.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include "conv2d_desc.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -52,8 +53,7 @@ struct conv_cache {
 };
 
 struct conv2d {
-    int64_t C, F, k, s, pad, d, g;  /* channels in, filters, kernel, stride, padding, dilation, groups */
-    int w, b;                       /* parameter indices; b = -1 without bias */
+    struct glia__conv2d_geom geom;  /* first: the shared infer_shape and flops read it */
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     dnnl_primitive_attr_t attr;     /* user scratchpad */
@@ -61,24 +61,6 @@ struct conv2d {
     float *dw_scratch, *db_scratch; /* parameter gradients to add when already set */
     struct conv_cache c;
 };
-
-static const struct glia_key conv2d_keys[] = {
-    GLIA_KEY("filters", GLIA_KEY_INT, NULL, "output channels", .required = true, .min = 1, .max = 1 << 30),
-    GLIA_KEY("size", GLIA_KEY_INT, "3", "kernel height and width", .min = 1, .max = 1 << 20),
-    GLIA_KEY("stride", GLIA_KEY_INT, "1", "step between kernel positions", .min = 1, .max = 1 << 20),
-    GLIA_KEY("padding", GLIA_KEY_INT, "0", "zeros added on every side of H and W", .min = 0, .max = 1 << 20),
-    GLIA_KEY("dilation", GLIA_KEY_INT, "1", "spacing between kernel taps (1: dense)", .min = 1, .max = 1 << 20),
-    GLIA_KEY("groups", GLIA_KEY_INT, "1", "channel groups; must divide input channels and filters", .min = 1,
-             .max = 1 << 30),
-    GLIA_KEY("bias", GLIA_KEY_BOOL, "on", "add a learned bias per filter"),
-    GLIA_KEY_END};
-
-/* Output extent of one spatial dimension; < 1 when the dilated kernel does not fit. */
-static int64_t out_extent(const struct conv2d *p, int64_t in)
-{
-    int64_t span = in + 2 * p->pad - p->d * (p->k - 1) - 1;
-    return span < 0 ? 0 : span / p->s + 1;
-}
 
 static glia_status dnnl_fail(struct glia_layer *l, const char *what, dnnl_status_t s)
 {
@@ -252,30 +234,31 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
     struct conv2d *p = l->priv;
     struct conv_cache *c = &p->c;
     glia_status st = GLIA_OK;
-    const dnnl_dims_t strides = {p->s, p->s}, dil = {p->d - 1, p->d - 1}, pad = {p->pad, p->pad};
+    const struct glia__conv2d_geom *g = &p->geom;
+    const dnnl_dims_t strides = {g->s, g->s}, dil = {g->d - 1, g->d - 1}, pad = {g->pad, g->pad};
     dnnl_convolution_desc_t cd;
     dnnl_memory_desc_t src_any, wei_any, dst_any;
     if (!c->valid || c->N != N || c->H != H || c->W != W || c->nhwc != nhwc) {
         cache_free(c);
         c->N = N, c->H = H, c->W = W, c->nhwc = nhwc;
-        c->OH = out_extent(p, H), c->OW = out_extent(p, W);
-        const dnnl_dims_t sd = {N, p->C, H, W}, dd = {N, p->F, c->OH, c->OW}, bd = {p->F};
+        c->OH = glia__conv2d_out_extent(g, H), c->OW = glia__conv2d_out_extent(g, W);
+        const dnnl_dims_t sd = {N, g->C, H, W}, dd = {N, g->F, c->OH, c->OW}, bd = {g->F};
         dnnl_format_tag_t act = nhwc ? dnnl_nhwc : dnnl_nchw;
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->src_md, 4, sd, dnnl_f32, act));
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->dst_md, 4, dd, dnnl_f32, act));
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->bias_md, 1, bd, dnnl_f32, dnnl_x));
-        if (p->g == 1) {
-            const dnnl_dims_t wd = {p->F, p->C, p->k, p->k};
+        if (g->g == 1) {
+            const dnnl_dims_t wd = {g->F, g->C, g->k, g->k};
             DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->wei_md, 4, wd, dnnl_f32, dnnl_oihw));
         } else {  /* (g, F/g, C/g, k, k): the same bytes as (F, C/g, k, k) row-major */
-            const dnnl_dims_t wd = {p->g, p->F / p->g, p->C / p->g, p->k, p->k};
+            const dnnl_dims_t wd = {g->g, g->F / g->g, g->C / g->g, g->k, g->k};
             DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->wei_md, 5, wd, dnnl_f32, dnnl_goihw));
         }
         DNNL_TRY(act_md(&src_any, &c->src_md, nhwc));
         DNNL_TRY(any_md(&wei_any, &c->wei_md));
         DNNL_TRY(act_md(&dst_any, &c->dst_md, nhwc));
         DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                                             &src_any, &wei_any, p->b >= 0 ? &c->bias_md : NULL,
+                                                             &src_any, &wei_any, g->b >= 0 ? &c->bias_md : NULL,
                                                              &dst_any, strides, dil, pad, pad));
         DNNL_TRY(dnnl_primitive_desc_create(&c->fwd_pd, &cd, p->attr, p->engine, NULL));
         DNNL_TRY(make_prim(p, &c->fwd, c->fwd_pd));
@@ -286,7 +269,7 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
         DNNL_TRY(dnnl_memory_create(&c->dx, &c->src_md, p->engine, DNNL_MEMORY_NONE));
         DNNL_TRY(dnnl_memory_create(&c->dw, &c->wei_md, p->engine, DNNL_MEMORY_NONE));
         DNNL_TRY(dnnl_memory_create(&c->dy, &c->dst_md, p->engine, DNNL_MEMORY_NONE));
-        if (p->b >= 0) {
+        if (g->b >= 0) {
             DNNL_TRY(dnnl_memory_create(&c->b, &c->bias_md, p->engine, DNNL_MEMORY_NONE));
             DNNL_TRY(dnnl_memory_create(&c->db, &c->bias_md, p->engine, DNNL_MEMORY_NONE));
         }
@@ -318,7 +301,7 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
     }
     if (need_w && !c->bwd_w) {
         DNNL_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
-            &cd, dnnl_convolution_direct, &src_any, &wei_any, p->b >= 0 ? &c->bias_md : NULL, &dst_any, strides,
+            &cd, dnnl_convolution_direct, &src_any, &wei_any, g->b >= 0 ? &c->bias_md : NULL, &dst_any, strides,
             dil, pad, pad));
         DNNL_TRY(dnnl_primitive_desc_create(&c->bwd_w_pd, &cd, p->attr, p->engine, c->fwd_pd));
         DNNL_TRY(make_prim(p, &c->bwd_w, c->bwd_w_pd));
@@ -426,38 +409,13 @@ static void conv2d_destroy(struct glia_layer *l)
 static glia_status conv2d_create(struct glia_layer *l, const struct glia_section *cfg,
                                  const struct glia_shape *in, int n_in)
 {
-    char buf[64];
-    if (in[0].ndim != 4)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "conv2d expects (N, C, H, W) input, got %s",
-                                  glia_shape_str(&in[0], buf, sizeof buf));
-    struct conv2d q = {
-        .C = in[0].dim[1],
-        .F = glia_section_int(cfg, "filters"),
-        .k = glia_section_int(cfg, "size"),
-        .s = glia_section_int(cfg, "stride"),
-        .pad = glia_section_int(cfg, "padding"),
-        .d = glia_section_int(cfg, "dilation"),
-        .g = glia_section_int(cfg, "groups"),
-        .b = -1,
-    };
-    if (q.C % q.g)
-        return glia_section_error(cfg, "groups", GLIA_ECONFIG, "%lld groups do not divide the %lld input channels",
-                                  (long long)q.g, (long long)q.C);
-    if (q.F % q.g)
-        return glia_section_error(cfg, "groups", GLIA_ECONFIG, "%lld groups do not divide the %lld filters",
-                                  (long long)q.g, (long long)q.F);
-    int64_t OH = out_extent(&q, in[0].dim[2]), OW = out_extent(&q, in[0].dim[3]);
-    if (OH < 1 || OW < 1)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE,
-                                  "conv2d output would be empty: input %lldx%lld with size %lld, dilation %lld, "
-                                  "padding %lld gives %lldx%lld",
-                                  (long long)in[0].dim[2], (long long)in[0].dim[3], (long long)q.k, (long long)q.d,
-                                  (long long)q.pad, (long long)OH, (long long)OW);
-    struct conv2d *p = malloc(sizeof *p);
+    struct glia__conv2d_geom q;
+    glia_status st = glia__conv2d_read(cfg, in, &q);
+    if (st) return st;
+    struct conv2d *p = calloc(1, sizeof *p);
     if (!p) return GLIA_ENOMEM;
-    *p = q;
+    p->geom = q;
     l->priv = p;
-    glia_status st = GLIA_OK;
     int64_t fan_in = q.C / q.g * q.k * q.k;
     p->dw_scratch = malloc((size_t)(q.F * fan_in) * sizeof(float));
     p->db_scratch = malloc((size_t)q.F * sizeof(float));
@@ -478,27 +436,11 @@ static glia_status conv2d_create(struct glia_layer *l, const struct glia_section
     if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(p->attr_add, ops);
     dnnl_post_ops_destroy(ops);
     DNNL_TRY(s);
-    /* PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias. */
-    struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)fan_in)};
-    struct glia_shape ws = glia_shape_make(4, (int64_t[]){q.F, q.C / q.g, q.k, q.k});
-    struct glia_shape bs = glia_shape_make(1, (int64_t[]){q.F});
-    if ((st = glia_layer_add_param(l, "weight", &ws, init, &p->w))) goto fail;
-    if (glia_section_bool(cfg, "bias") && (st = glia_layer_add_param(l, "bias", &bs, init, &p->b))) goto fail;
+    if ((st = glia__conv2d_add_params(l, &p->geom))) goto fail;
     return GLIA_OK;
 fail:
     conv2d_destroy(l);  /* the core calls destroy only after a successful create */
     return st;
-}
-
-static glia_status conv2d_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                struct glia_shape *out)
-{
-    const struct conv2d *p = l->priv;
-    if (in[0].ndim != 4 || in[0].dim[1] != p->C) return GLIA_ESHAPE;
-    int64_t OH = out_extent(p, in[0].dim[2]), OW = out_extent(p, in[0].dim[3]);
-    if (OH < 1 || OW < 1) return GLIA_ESHAPE;
-    *out = glia_shape_make(4, (int64_t[]){in[0].dim[0], p->F, OH, OW});
-    return GLIA_OK;
 }
 
 /* Both formats are the same bytes for t (C or H*W is 1): it reads as contiguous. */
@@ -514,10 +456,10 @@ static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x
 {
     const struct conv2d *p = l->priv;
     enum glia_memory_format fx = glia_tensor_memory_format(x), fy = glia_tensor_memory_format(y);
-    if (x->shape.ndim != 4 || x->shape.dim[1] != p->C || !glia_tensor_f32(x) ||
+    if (x->shape.ndim != 4 || x->shape.dim[1] != p->geom.C || !glia_tensor_f32(x) ||
         (fx == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(x)))
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs an f32 (N, %lld, H, W) host tensor",
-                          l->name, (long long)p->C);
+                          l->name, (long long)p->geom.C);
     if (fx != fy && !either_format(fx == GLIA_CONTIGUOUS ? x : y))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: input is %s but output is %s", l->name,
                           glia_memory_format_name(fx), glia_memory_format_name(fy));
@@ -536,14 +478,14 @@ static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a
     if (st) return st;
     c->kept = NULL;  /* f_src is about to be overwritten */
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
-    DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->w].value)));
+    DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->geom.w].value)));
     DNNL_TRY(bind(c->y, glia_tensor_f32(a->out)));
     dnnl_memory_t src, wei, dst = c->f_dst.mem ? c->f_dst.mem : c->y;
     if ((st = slot_in(l, &c->f_src, c->x, &src)) || (st = slot_in(l, &c->f_wei, c->w, &wei))) return st;
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
     int n = 3;
-    if (p->b >= 0) {
-        DNNL_TRY(bind(c->b, glia_tensor_f32(l->params[p->b].value)));
+    if (p->geom.b >= 0) {
+        DNNL_TRY(bind(c->b, glia_tensor_f32(l->params[p->geom.b].value)));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, c->b};
     }
     if ((st = run(l, c->fwd, n, args))) return st;
@@ -578,7 +520,7 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
         if (acc && !c->dx_scratch && (!c->d_dsrc.mem || !c->d_dsrc.add) &&
             !(c->dx_scratch = malloc((size_t)nx * sizeof(float))))
             return GLIA_ENOMEM;
-        DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->w].value)));
+        DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->geom.w].value)));
         dnnl_memory_t ddst, wei, dsrc;
         if ((st = slot_in(l, &c->d_ddst, c->dy, &ddst)) || (st = slot_in(l, &c->d_wei, c->w, &wei)) ||
             (st = out_begin(l, &c->d_dsrc, c->dx, dx, acc, c->dx_scratch, &dsrc)))
@@ -589,7 +531,7 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
             return st;
     }
     /* parameter gradients: written into unset ones, added (summing reorder or scratch) into set ones */
-    struct glia_param *pw = &l->params[p->w], *pb = p->b >= 0 ? &l->params[p->b] : NULL;
+    struct glia_param *pw = &l->params[p->geom.w], *pb = p->geom.b >= 0 ? &l->params[p->geom.b] : NULL;
     float *dw = glia_tensor_f32(pw->grad), *db = pb ? glia_tensor_f32(pb->grad) : NULL;
     bool acc_w = !pw->grad_unset;
     float *db_t = pb && pb->grad_unset ? db : p->db_scratch;
@@ -611,36 +553,28 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
     if ((st = run(l, c->bwd_w, n, args)) ||
         (st = out_finish(l, &c->w_dwei, c->dw, dw, acc_w, p->dw_scratch, glia_tensor_numel(pw->grad))))
         return st;
-    if (pb && db_t != db) add_into(db, db_t, p->F);
+    if (pb && db_t != db) add_into(db, db_t, p->geom.F);
     return GLIA_OK;
 fail:
     return st;
-}
-
-static uint64_t conv2d_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    const struct conv2d *p = l->priv;
-    uint64_t OH = (uint64_t)out_extent(p, in[0].dim[2]), OW = (uint64_t)out_extent(p, in[0].dim[3]);
-    return 2ull * (uint64_t)in[0].dim[0] * (uint64_t)p->F * OH * OW * (uint64_t)(p->C / p->g) *
-           (uint64_t)(p->k * p->k);
 }
 
 static const struct glia_layer_ops conv2d_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "conv2d",
     .impl = "cpu",
-    .doc = "2-D convolution, input (N, C, H, W) -> (N, filters, OH, OW); stride, padding, dilation, groups",
-    .keys = conv2d_keys,
+    .doc = GLIA__CONV2D_DOC,
+    .keys = glia__conv2d_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = conv2d_create,
     .destroy = conv2d_destroy,
-    .infer_shape = conv2d_infer,
+    .infer_shape = glia__conv2d_infer,
     .forward = conv2d_forward,
     .backward = conv2d_backward,
-    .flops = conv2d_flops,
+    .flops = glia__conv2d_flops,
 };
 
 static glia_status conv2d_init(struct glia_registry *r) { return glia_register_layer(r, &conv2d_ops); }

@@ -4,46 +4,8 @@
  * backward recomputes it instead of storing it, and any device and memory format (channels_last
  * tensors are walked in NHWC order) draws the same mask. */
 #include <glia/glia.h>
-#include <stdlib.h>
 #include <string.h>
-
-struct dropout {
-    float p;
-    uint64_t seed;  /* seed of the last training forward */
-};
-
-static const struct glia_key dropout_keys[] = {
-    GLIA_KEY("p", GLIA_KEY_FLOAT, "0.5", "probability of zeroing an element", .min = 0, .max = 0.999999),
-    GLIA_KEY_END};
-
-static glia_status dropout_create(struct glia_layer *l, const struct glia_section *cfg,
-                                  const struct glia_shape *in, int n_in)
-{
-    struct dropout *d = calloc(1, sizeof *d);
-    if (!d) return GLIA_ENOMEM;
-    d->p = (float)glia_section_float(cfg, "p");
-    l->priv = d;
-    return GLIA_OK;
-}
-
-static void dropout_destroy(struct glia_layer *l) { free(l->priv); }
-
-static glia_status dropout_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                 struct glia_shape *out)
-{
-    *out = in[0];
-    return GLIA_OK;
-}
-
-/* Uniform [0,1) from (seed, i): splitmix64 finalizer of a Weyl sequence. */
-static inline float uniform_at(uint64_t seed, int64_t i)
-{
-    uint64_t z = seed + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (float)(z >> 40) * 0x1.0p-24f;
-}
+#include "dropout_desc.h"
 
 /* Calls body(i, j) for every element: i its offset in memory, j its logical (NCHW row-major)
  * index, the mask's counter. Channels_last (N,H,W,C) memory is walked in memory order. */
@@ -73,7 +35,7 @@ static inline float uniform_at(uint64_t seed, int64_t i)
 /* y(N,...) = keep(j) ? x / (1-p) : 0 in training; y = x in eval. Any shape and format. */
 static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct dropout *d = l->priv;
+    struct glia__dropout *d = l->priv;
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
     if (!a->train || d->p == 0.0f) {
@@ -83,14 +45,14 @@ static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *
     d->seed = a->seed;
     float p = d->p, scale = 1.0f / (1.0f - p);
     uint64_t seed = a->seed;
-    FOR_EACH(a->out, y[i] = uniform_at(seed, j) >= p ? x[i] * scale : 0.0f);
+    FOR_EACH(a->out, y[i] = glia__dropout_uniform(seed, j) >= p ? x[i] * scale : 0.0f);
     return GLIA_OK;
 }
 
 /* dx(N,...) (+)= keep(j) ? dy / (1-p) : 0, with the mask of the last training forward */
 static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct dropout *d = l->priv;
+    const struct glia__dropout *d = l->priv;
     if (!a->din[0]) return GLIA_OK;
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
@@ -98,7 +60,7 @@ static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd 
     uint64_t seed = d->seed;
     int add = a->din_accumulate[0], all = p == 0.0f;
     FOR_EACH(a->dout, {
-        float g = all ? dy[i] : uniform_at(seed, j) >= p ? dy[i] * scale : 0.0f;
+        float g = all ? dy[i] : glia__dropout_uniform(seed, j) >= p ? dy[i] * scale : 0.0f;
         dx[i] = add ? dx[i] + g : g;
     });
     return GLIA_OK;
@@ -108,15 +70,15 @@ static const struct glia_layer_ops dropout_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "dropout",
     .impl = "cpu",
-    .doc = "inverted dropout (seeded, counter-based mask); identity in eval",
-    .keys = dropout_keys,
+    .doc = GLIA__DROPOUT_DOC,
+    .keys = glia__dropout_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
-    .create = dropout_create,
-    .destroy = dropout_destroy,
-    .infer_shape = dropout_infer,
+    .create = glia__dropout_create,
+    .destroy = glia__dropout_destroy,
+    .infer_shape = glia__dropout_infer,
     .forward = dropout_forward,
     .backward = dropout_backward,
 };

@@ -2,22 +2,8 @@
  * Not a general reshape or transpose: the batch dimension is kept, order is row-major (NCHW,
  * like PyTorch: a channels_last input is transposed, so the next layer's weights mean the same). */
 #include <glia/glia.h>
+#include "flatten_desc.h"
 #include <string.h>
-
-static glia_status flatten_create(struct glia_layer *l, const struct glia_section *cfg,
-                                  const struct glia_shape *in, int n_in)
-{
-    if (in[0].ndim < 1) return glia_section_error(cfg, NULL, GLIA_ESHAPE, "flatten needs a batch dimension");
-    return GLIA_OK;
-}
-
-static glia_status flatten_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                 struct glia_shape *out)
-{
-    int64_t n = in[0].dim[0];
-    *out = glia_shape_make(2, (int64_t[]){n, n ? glia_shape_numel(&in[0]) / n : 0});
-    return GLIA_OK;
-}
 
 /* t's (N, features) memory seen as the contiguous 4-D shape of x (N, C, H, W) */
 static glia_status as_4d(const struct glia_tensor *t, const struct glia_tensor *x, struct glia_tensor **out)
@@ -67,14 +53,14 @@ static const struct glia_layer_ops flatten_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "flatten",
     .impl = "cpu",
-    .doc = "(N, ...) -> (N, features)",
+    .doc = GLIA__FLATTEN_DOC,
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
-    .create = flatten_create,
-    .infer_shape = flatten_infer,
+    .create = glia__flatten_create,
+    .infer_shape = glia__flatten_infer,
     .forward = flatten_forward,
     .backward = flatten_backward,
 };

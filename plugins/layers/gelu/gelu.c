@@ -2,22 +2,10 @@
  * any shape, on the CPU (OpenMP). Not the tanh approximation (approximate='tanh'), not SiLU. */
 #include <glia/glia.h>
 #include <math.h>
+#include "../activation/activation_desc.h"
 
 #define GELU_INV_SQRT2 0.70710678118654752440f    /* 1 / sqrt(2) */
 #define GELU_INV_SQRT2PI 0.39894228040143267794f  /* 1 / sqrt(2 pi) */
-
-static glia_status gelu_create(struct glia_layer *l, const struct glia_section *cfg,
-                               const struct glia_shape *in, int n_in)
-{
-    return GLIA_OK;
-}
-
-static glia_status gelu_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                              struct glia_shape *out)
-{
-    *out = in[0];
-    return GLIA_OK;
-}
 
 /* y(n) = 0.5 * x(n) * (1 + erf(x(n) / sqrt(2))) */
 static glia_status gelu_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -56,27 +44,21 @@ static glia_status gelu_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-/* scale, erf, add, two multiplies: 5 per element (a transcendental counts as one). */
-static uint64_t gelu_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    return 5u * (uint64_t)glia_shape_numel(&in[0]);
-}
-
 static const struct glia_layer_ops gelu_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "gelu",
     .impl = "cpu",
-    .doc = "y = 0.5 x (1 + erf(x / sqrt(2)))",
+    .doc = GLIA__GELU_DOC,
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
-    .create = gelu_create,
-    .infer_shape = gelu_infer,
+    .create = glia__activation_create,
+    .infer_shape = glia__activation_infer,
     .forward = gelu_forward,
     .backward = gelu_backward,
-    .flops = gelu_flops,
+    .flops = glia__gelu_flops,
 };
 
 static glia_status gelu_init(struct glia_registry *r) { return glia_register_layer(r, &gelu_ops); }

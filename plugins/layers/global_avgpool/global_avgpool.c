@@ -2,24 +2,7 @@
  * (OpenMP), from an input in either memory format (NCHW or channels_last NHWC; the output is 2-D):
  * AdaptiveAvgPool2d(1) then flatten. Not windowed pooling (see avgpool2d); no keys. */
 #include <glia/glia.h>
-
-static glia_status gap_create(struct glia_layer *l, const struct glia_section *cfg,
-                              const struct glia_shape *in, int n_in)
-{
-    char a[64];
-    if (in[0].ndim != 4)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "global_avgpool expects (N, C, H, W) input, got %s",
-                                  glia_shape_str(&in[0], a, sizeof a));
-    return GLIA_OK;
-}
-
-static glia_status gap_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                             struct glia_shape *out)
-{
-    if (in[0].ndim != 4) return GLIA_ESHAPE;
-    *out = glia_shape_make(2, (int64_t[]){in[0].dim[0], in[0].dim[1]});
-    return GLIA_OK;
-}
+#include "global_avgpool_desc.h"
 
 /* Channels of a channels_last row that one thread sums or spreads at a time. */
 #define CBLOCK 64
@@ -103,12 +86,6 @@ static glia_status gap_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-/* one add per input element */
-static uint64_t gap_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    return (uint64_t)glia_shape_numel(&in[0]);
-}
-
 static const struct glia_layer_ops gap_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "global_avgpool",
@@ -119,11 +96,11 @@ static const struct glia_layer_ops gap_ops = {
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
-    .create = gap_create,
-    .infer_shape = gap_infer,
+    .create = glia__global_avgpool_create,
+    .infer_shape = glia__global_avgpool_infer,
     .forward = gap_forward,
     .backward = gap_backward,
-    .flops = gap_flops,
+    .flops = glia__global_avgpool_flops,
 };
 
 static glia_status gap_init(struct glia_registry *r) { return glia_register_layer(r, &gap_ops); }

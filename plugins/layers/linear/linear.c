@@ -1,56 +1,18 @@
 /* plugins/layers/linear — fully connected layer y = x W^T + b on the CPU (GEMM via the backend).
  * Not a batched or N-d matmul: the input must be (N, features); put a flatten before it. */
 #include <glia/glia.h>
-#include <math.h>
-#include <stdlib.h>
-
-struct linear {
-    int64_t in, out;
-    int w, b;  /* parameter indices; b = -1 without bias */
-};
-
-static const struct glia_key linear_keys[] = {
-    GLIA_KEY("outputs", GLIA_KEY_INT, NULL, "output features", .required = true, .min = 1, .max = 1 << 30),
-    GLIA_KEY("bias", GLIA_KEY_BOOL, "on", "add a learned bias"),
-    GLIA_KEY_END};
+#include "linear_desc.h"
 
 static glia_status linear_create(struct glia_layer *l, const struct glia_section *cfg,
                                  const struct glia_shape *in, int n_in)
 {
-    char buf[64];
-    if (in[0].ndim != 2)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "linear expects (N, features) input, got %s; put a flatten layer before it",
-                                  glia_shape_str(&in[0], buf, sizeof buf));
-    struct linear *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    l->priv = p;
-    p->in = in[0].dim[1];
-    p->out = glia_section_int(cfg, "outputs");
-    /* PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias. */
-    struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)p->in)};
-    struct glia_shape ws = glia_shape_make(2, (int64_t[]){p->out, p->in});
-    struct glia_shape bs = glia_shape_make(1, (int64_t[]){p->out});
-    glia_status st = glia_layer_add_param(l, "weight", &ws, init, &p->w);
-    p->b = -1;
-    if (!st && glia_section_bool(cfg, "bias")) st = glia_layer_add_param(l, "bias", &bs, init, &p->b);
-    return st;
-}
-
-static void linear_destroy(struct glia_layer *l) { free(l->priv); }
-
-static glia_status linear_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                struct glia_shape *out)
-{
-    const struct linear *p = l->priv;
-    if (in[0].ndim != 2 || in[0].dim[1] != p->in) return GLIA_ESHAPE;
-    *out = glia_shape_make(2, (int64_t[]){in[0].dim[0], p->out});
-    return GLIA_OK;
+    return glia__linear_create(l, cfg, in, n_in, sizeof(struct glia__linear));
 }
 
 /* y(N,O) = x(N,I) W(O,I)^T + b(O) */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct linear *p = l->priv;
+    const struct glia__linear *p = l->priv;
     int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *w = glia_tensor_f32(l->params[p->w].value);
     float *y = glia_tensor_f32(a->out);
@@ -67,7 +29,7 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
 /* dx(N,I) = dy(N,O) W(O,I);  dW(O,I) (+)= dy^T x;  db(O) (+)= sum_n dy */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct linear *p = l->priv;
+    const struct glia__linear *p = l->priv;
     int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     struct glia_param *pw = &l->params[p->w];
@@ -93,27 +55,21 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     return st;
 }
 
-static uint64_t linear_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    const struct linear *p = l->priv;
-    return 2ull * (uint64_t)in[0].dim[0] * (uint64_t)p->in * (uint64_t)p->out;
-}
-
 static const struct glia_layer_ops linear_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "linear",
     .impl = "cpu",
-    .doc = "fully connected: y = x W^T + b, input (N, features)",
-    .keys = linear_keys,
+    .doc = GLIA__LINEAR_DOC,
+    .keys = glia__linear_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .device_type = GLIA_DEVICE_CPU,
     .create = linear_create,
-    .destroy = linear_destroy,
-    .infer_shape = linear_infer,
+    .destroy = glia__linear_destroy,
+    .infer_shape = glia__linear_infer,
     .forward = linear_forward,
     .backward = linear_backward,
-    .flops = linear_flops,
+    .flops = glia__linear_flops,
 };
 
 static glia_status linear_init(struct glia_registry *r) { return glia_register_layer(r, &linear_ops); }

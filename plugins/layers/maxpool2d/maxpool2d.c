@@ -5,15 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const struct glia_key maxpool_keys[] = {
-    GLIA_KEY("size", GLIA_KEY_INT, "2", "window height and width", .min = 1, .max = 1 << 20),
-    GLIA_KEY("stride", GLIA_KEY_INT, "0", "window step (0: the window size)", .min = 0, .max = 1 << 20),
-    GLIA_KEY("padding", GLIA_KEY_INT, "0", "implicit -inf border on each side (at most size/2)", .min = 0, .max = 1 << 20),
-    GLIA_KEY_END};
+#include "pool2d_desc.h"
 
 struct maxpool {
-    int64_t k, s, p;
+    struct glia__pool2d_desc d;  /* first: the shared infer_shape and flops read it */
     int64_t *argmax;   /* per output element, in the output's memory order: plane offset (h*W + w) of its max
                           in the last training forward */
     int64_t n_argmax;  /* elements of argmax kept for backward (0: none) */
@@ -21,36 +16,15 @@ struct maxpool {
     enum glia_memory_format fmt;  /* memory format of that forward: the order of argmax */
 };
 
-/* OH = (H + 2p - k)/s + 1 (floor), OW alike; GLIA_ESHAPE unless 4-D and the window fits the padded input */
-static glia_status pool_shape(const struct maxpool *m, const struct glia_shape *in, struct glia_shape *out)
-{
-    if (in->ndim != 4) return GLIA_ESHAPE;
-    int64_t hp = in->dim[2] + 2 * m->p, wp = in->dim[3] + 2 * m->p;
-    if (hp < m->k || wp < m->k) return GLIA_ESHAPE;
-    *out = glia_shape_make(4, (int64_t[]){in->dim[0], in->dim[1], (hp - m->k) / m->s + 1, (wp - m->k) / m->s + 1});
-    return GLIA_OK;
-}
-
 static glia_status maxpool_create(struct glia_layer *l, const struct glia_section *cfg,
                                   const struct glia_shape *in, int n_in)
 {
-    int64_t k = glia_section_int(cfg, "size"), s = glia_section_int(cfg, "stride"), p = glia_section_int(cfg, "padding");
-    char a[64];
-    if (in[0].ndim != 4)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "maxpool2d expects (N, C, H, W) input, got %s",
-                                  glia_shape_str(&in[0], a, sizeof a));
-    if (p > k / 2)
-        return glia_section_error(cfg, "padding", GLIA_ECONFIG, "%lld is more than half the window size %lld",
-                                  (long long)p, (long long)k);
-    if (in[0].dim[2] + 2 * p < k || in[0].dim[3] + 2 * p < k)
-        return glia_section_error(cfg, "size", GLIA_ESHAPE, "window %lldx%lld is larger than the padded input %lldx%lld",
-                                  (long long)k, (long long)k, (long long)(in[0].dim[2] + 2 * p),
-                                  (long long)(in[0].dim[3] + 2 * p));
+    struct glia__pool2d_desc d;
+    glia_status st = glia__pool2d_describe(cfg, in, "maxpool2d", &d);
+    if (st) return st;
     struct maxpool *m = calloc(1, sizeof *m);
     if (!m) return GLIA_ENOMEM;
-    m->k = k;
-    m->s = s ? s : k;
-    m->p = p;
+    m->d = d;
     l->priv = m;
     return GLIA_OK;
 }
@@ -63,19 +37,13 @@ static void maxpool_destroy(struct glia_layer *l)
     free(m);
 }
 
-static glia_status maxpool_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                 struct glia_shape *out)
-{
-    return pool_shape(l->priv, &in[0], out);
-}
-
 /* y(N, OH, OW, C) = max over i, j < k of x(N, oh*s - p + i, ow*s - p + j, C), padding = -inf; arg (N, OH, OW, C)
  * (NULL: eval) gets the plane offset h*W + w of the first max in scan order, a NaN winning, as in NCHW.
  * Rows (n, oh) run in parallel; the channel loop is innermost. */
 static void maxpool_forward_nhwc(const struct maxpool *m, const float *x, float *y, int64_t *arg, int64_t N,
                                  int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
 {
-    int64_t k = m->k, s = m->s, p = m->p;
+    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N * OH; r++) {
         int64_t nb = r / OH, oh = r % OH;
@@ -123,7 +91,7 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
     struct maxpool *m = l->priv;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
-    int64_t n = planes * OH * OW, k = m->k, s = m->s, p = m->p;
+    int64_t n = planes * OH * OW, k = m->d.k, s = m->d.s, p = m->d.p;
     enum glia_memory_format fmt = glia_tensor_memory_format(a->in[0]);
     int64_t *arg = NULL;
     m->n_argmax = 0;
@@ -179,7 +147,7 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
 static void maxpool_backward_nhwc(const struct maxpool *m, const int64_t *arg, const float *dy, float *dx, int add,
                                   int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
 {
-    int64_t k = m->k, s = m->s, p = m->p;
+    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
     if (k <= s) {  /* windows do not overlap: each output row scatters into rows no other one touches */
         if (!add) memset(dx, 0, (size_t)(N * H * W * C) * sizeof *dx);
 #pragma omp parallel for schedule(static)
@@ -248,31 +216,22 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
     return GLIA_OK;
 }
 
-/* one compare per window element */
-static uint64_t maxpool_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    const struct maxpool *m = l->priv;
-    struct glia_shape out;
-    if (pool_shape(m, &in[0], &out)) return 0;
-    return (uint64_t)(glia_shape_numel(&out) * m->k * m->k);
-}
-
 static const struct glia_layer_ops maxpool_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "maxpool2d",
     .impl = "cpu",
     .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding; NCHW or NHWC",
-    .keys = maxpool_keys,
+    .keys = glia__maxpool2d_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST,
     .device_type = GLIA_DEVICE_CPU,
     .create = maxpool_create,
     .destroy = maxpool_destroy,
-    .infer_shape = maxpool_infer,
+    .infer_shape = glia__pool2d_infer,
     .forward = maxpool_forward,
     .backward = maxpool_backward,
-    .flops = maxpool_flops,
+    .flops = glia__pool2d_flops,
 };
 
 static glia_status maxpool_init(struct glia_registry *r) { return glia_register_layer(r, &maxpool_ops); }

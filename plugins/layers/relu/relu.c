@@ -1,19 +1,7 @@
 /* plugins/layers/relu — rectified linear unit y = max(x, 0), any shape, on the CPU (OpenMP).
  * Not leaky or parametric ReLU. */
 #include <glia/glia.h>
-
-static glia_status relu_create(struct glia_layer *l, const struct glia_section *cfg,
-                               const struct glia_shape *in, int n_in)
-{
-    return GLIA_OK;
-}
-
-static glia_status relu_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                              struct glia_shape *out)
-{
-    *out = in[0];
-    return GLIA_OK;
-}
+#include "../activation/activation_desc.h"
 
 /* y(n) = max(x(n), 0) */
 static glia_status relu_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -43,26 +31,21 @@ static glia_status relu_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-static uint64_t relu_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    return (uint64_t)glia_shape_numel(&in[0]);
-}
-
 static const struct glia_layer_ops relu_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "relu",
     .impl = "cpu",
-    .doc = "y = max(x, 0)",
+    .doc = GLIA__RELU_DOC,
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
-    .create = relu_create,
-    .infer_shape = relu_infer,
+    .create = glia__activation_create,
+    .infer_shape = glia__activation_infer,
     .forward = relu_forward,
     .backward = relu_backward,
-    .flops = relu_flops,
+    .flops = glia__relu_flops,
 };
 
 static glia_status relu_init(struct glia_registry *r) { return glia_register_layer(r, &relu_ops); }

@@ -2,19 +2,7 @@
  * Not hard sigmoid, not SiLU/swish (x * sigmoid(x)), not a fused sigmoid + binary cross-entropy. */
 #include <glia/glia.h>
 #include <math.h>
-
-static glia_status sigmoid_create(struct glia_layer *l, const struct glia_section *cfg,
-                                  const struct glia_shape *in, int n_in)
-{
-    return GLIA_OK;
-}
-
-static glia_status sigmoid_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                                 struct glia_shape *out)
-{
-    *out = in[0];
-    return GLIA_OK;
-}
+#include "../activation/activation_desc.h"
 
 /* y(n) = 1 / (1 + exp(-x(n)))
  * computed as 1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0 with e = exp(-|x|) <= 1,
@@ -49,27 +37,21 @@ static glia_status sigmoid_backward(struct glia_layer *l, const struct glia_bwd 
     return GLIA_OK;
 }
 
-/* exp, add, divide: 3 per element (a transcendental counts as one). */
-static uint64_t sigmoid_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    return 3u * (uint64_t)glia_shape_numel(&in[0]);
-}
-
 static const struct glia_layer_ops sigmoid_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "sigmoid",
     .impl = "cpu",
-    .doc = "y = 1 / (1 + exp(-x))",
+    .doc = GLIA__SIGMOID_DOC,
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
-    .create = sigmoid_create,
-    .infer_shape = sigmoid_infer,
+    .create = glia__activation_create,
+    .infer_shape = glia__activation_infer,
     .forward = sigmoid_forward,
     .backward = sigmoid_backward,
-    .flops = sigmoid_flops,
+    .flops = glia__sigmoid_flops,
 };
 
 static glia_status sigmoid_init(struct glia_registry *r) { return glia_register_layer(r, &sigmoid_ops); }

@@ -1,32 +1,20 @@
 /* plugins/layers/softmax_cross_entropy — mean cross-entropy of softmax(logits) against integer
  * labels, on the CPU. Not a standalone softmax: the output is the scalar loss. */
 #include <glia/glia.h>
+#include "softmax_cross_entropy_desc.h"
 #include <math.h>
 #include <stdlib.h>
 
 struct sce {
-    float *prob;       /* (N, C) softmax of the last training forward */
+    struct glia__sce d;  /* keys (first member) */
+    float *prob;         /* (N, C) softmax of the last training forward */
     int64_t cap;
-    float smoothing;   /* label smoothing epsilon */
 };
-
-static const struct glia_key sce_keys[] = {
-    GLIA_KEY("label_smoothing", GLIA_KEY_FLOAT, "0",
-             "target = (1 - e) onehot + e / classes (torch's label_smoothing)", .min = 0, .max = 1),
-    GLIA_KEY_END};
 
 static glia_status sce_create(struct glia_layer *l, const struct glia_section *cfg,
                               const struct glia_shape *in, int n_in)
 {
-    char buf[64];
-    if (in[0].ndim != 2)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "softmax_cross_entropy expects (N, classes) logits, got %s",
-                                  glia_shape_str(&in[0], buf, sizeof buf));
-    struct sce *p = calloc(1, sizeof(struct sce));
-    if (!p) return GLIA_ENOMEM;
-    p->smoothing = (float)glia_section_float(cfg, "label_smoothing");
-    l->priv = p;
-    return GLIA_OK;
+    return glia__sce_create(l, cfg, in, n_in, sizeof(struct sce));
 }
 
 static void sce_destroy(struct glia_layer *l)
@@ -34,14 +22,6 @@ static void sce_destroy(struct glia_layer *l)
     struct sce *p = l->priv;
     if (p) free(p->prob);
     free(p);
-}
-
-static glia_status sce_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                             struct glia_shape *out)
-{
-    if (in[0].ndim != 2) return GLIA_ESHAPE;
-    *out = glia_shape_make(1, (int64_t[]){1});
-    return GLIA_OK;
 }
 
 /* loss(1) = mean_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])], p = softmax(x(N,C));
@@ -71,11 +51,11 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
         double s = 0;
         for (int64_t j = 0; j < C; j++) s += exp((double)(r[j] - mx));
         double lse = log(s) + mx, mean_nll = 0;
-        if (p->smoothing > 0) {
+        if (p->d.smoothing > 0) {
             for (int64_t j = 0; j < C; j++) mean_nll += lse - r[j];
             mean_nll /= (double)C;
         }
-        total += (1.0 - p->smoothing) * (lse - r[y[i]]) + p->smoothing * mean_nll;
+        total += (1.0 - p->d.smoothing) * (lse - r[y[i]]) + p->d.smoothing * mean_nll;
         if (a->train)
             for (int64_t j = 0; j < C; j++) p->prob[i * C + j] = (float)exp((double)r[j] - lse);
     }
@@ -93,7 +73,7 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     float *dx = glia_tensor_f32(a->din[0]);
     float k = glia_tensor_f32(a->dout)[0] / (float)N;
     bool add = a->din_accumulate[0];
-    float e = p->smoothing, off = e / (float)C;
+    float e = p->d.smoothing, off = e / (float)C;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < C; j++) {
@@ -107,15 +87,15 @@ static const struct glia_layer_ops sce_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "softmax_cross_entropy",
     .impl = "cpu",
-    .doc = "loss: mean cross-entropy of softmax(logits) and integer labels",
-    .keys = sce_keys,
+    .doc = GLIA__SCE_DOC,
+    .keys = glia__sce_keys,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_LOSS,
     .device_type = GLIA_DEVICE_CPU,
     .create = sce_create,
     .destroy = sce_destroy,
-    .infer_shape = sce_infer,
+    .infer_shape = glia__sce_infer,
     .forward = sce_forward,
     .backward = sce_backward,
 };

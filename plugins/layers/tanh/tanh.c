@@ -2,19 +2,7 @@
  * Not hardtanh, not the tanh approximation of GELU (see plugins/layers/gelu). */
 #include <glia/glia.h>
 #include <math.h>
-
-static glia_status tanh_create(struct glia_layer *l, const struct glia_section *cfg,
-                               const struct glia_shape *in, int n_in)
-{
-    return GLIA_OK;
-}
-
-static glia_status tanh_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
-                              struct glia_shape *out)
-{
-    *out = in[0];
-    return GLIA_OK;
-}
+#include "../activation/activation_desc.h"
 
 /* y(n) = tanh(x(n)) */
 static glia_status tanh_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -44,27 +32,21 @@ static glia_status tanh_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-/* one tanh per element (a transcendental counts as one). */
-static uint64_t tanh_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
-{
-    return (uint64_t)glia_shape_numel(&in[0]);
-}
-
 static const struct glia_layer_ops tanh_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "tanh",
     .impl = "cpu",
-    .doc = "y = tanh(x)",
+    .doc = GLIA__TANH_DOC,
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
     .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
     .device_type = GLIA_DEVICE_CPU,
-    .create = tanh_create,
-    .infer_shape = tanh_infer,
+    .create = glia__activation_create,
+    .infer_shape = glia__activation_infer,
     .forward = tanh_forward,
     .backward = tanh_backward,
-    .flops = tanh_flops,
+    .flops = glia__tanh_flops,
 };
 
 static glia_status tanh_init(struct glia_registry *r) { return glia_register_layer(r, &tanh_ops); }

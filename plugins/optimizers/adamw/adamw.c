@@ -1,51 +1,18 @@
 /* plugins/optimizers/adamw — Adam with decoupled weight decay (w *= 1 - lr wd before the Adam
- * update), with PyTorch's torch.optim.AdamW update rule (amsgrad off, no maximize). Not L2 in
- * the gradient: that is adam's weight_decay; not a fused GPU kernel. */
+ * update), with PyTorch's torch.optim.AdamW update rule (amsgrad off, no maximize), on the CPU.
+ * Not L2 in the gradient: that is adam's weight_decay; not the CUDA step: that is
+ * backends/cuda/optim.c; keys and create are shared with it in adamw_desc.c. */
 #include <glia/glia.h>
 #include <math.h>
-#include <stdlib.h>
-
-struct adamw {
-    double beta1, beta2, weight_decay;
-    float eps;
-};
-
-static const struct glia_key adamw_keys[] = {
-    GLIA_KEY("beta1", GLIA_KEY_FLOAT, "0.9", "decay rate of the gradient mean, in [0, 1)", .min = 0, .max = 1),
-    GLIA_KEY("beta2", GLIA_KEY_FLOAT, "0.999", "decay rate of the squared gradient mean, in [0, 1)", .min = 0, .max = 1),
-    GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-8", "added to the denominator", .min = 1e-30, .max = 1),
-    GLIA_KEY("weight_decay", GLIA_KEY_FLOAT, "0.01", "decoupled decay: w *= 1 - lr weight_decay", .min = 0, .max = 1e6),
-    GLIA_KEY_END};
-
-static glia_status adamw_create(struct glia_optimizer *o, const struct glia_section *cfg)
-{
-    double b1 = glia_section_float(cfg, "beta1"), b2 = glia_section_float(cfg, "beta2");
-    /* the schema bounds are closed; torch.optim.AdamW also refuses a beta of 1 */
-    if (b1 >= 1) return glia_section_error(cfg, "beta1", GLIA_ECONFIG, "%.15g is out of range [0, 1)", b1);
-    if (b2 >= 1) return glia_section_error(cfg, "beta2", GLIA_ECONFIG, "%.15g is out of range [0, 1)", b2);
-    struct adamw *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    p->beta1 = b1;
-    p->beta2 = b2;
-    p->eps = (float)glia_section_float(cfg, "eps");
-    p->weight_decay = glia_section_float(cfg, "weight_decay");
-    o->priv = p;
-    return GLIA_OK;
-}
-
-static void adamw_destroy(struct glia_optimizer *o) { free(o->priv); }
+#include "adamw_desc.h"
 
 /* w *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  * w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)   (torch's order of operations) */
 static glia_status adamw_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
-    const struct adamw *p = o->priv;
-    double t = (double)s->step;
-    float b1 = (float)p->beta1, c1 = (float)(1 - p->beta1), b2 = (float)p->beta2,
-          c2 = (float)(1 - p->beta2), eps = p->eps;
-    float keep = (float)(1 - s->lr * p->weight_decay);  /* torch: param.mul_(1 - lr * wd) */
-    float step_size = (float)(s->lr / (1 - pow(p->beta1, t)));
-    float bc2_sqrt = (float)sqrt(1 - pow(p->beta2, t));
+    const struct glia__adamw_coef c = glia__adamw_coef(o->priv, s);
+    float b1 = c.b1, c1 = c.c1, b2 = c.b2, c2 = c.c2, eps = c.eps, keep = c.keep;
+    float step_size = c.step_size, bc2_sqrt = c.bc2_sqrt;
     float *w = s->w, *m = s->state[0], *v = s->state[1];
     const float *g = s->g, *mask = s->decay_mask;
     int64_t n = (int64_t)s->n;
@@ -66,11 +33,11 @@ static const struct glia_optimizer_ops adamw_ops = {
     .struct_size = sizeof(struct glia_optimizer_ops),
     .name = "adamw",
     .doc = "Adam with decoupled weight decay (torch.optim.AdamW rule)",
-    .keys = adamw_keys,
-    .n_state = 2,
+    .keys = glia__adamw_keys,
+    .n_state = GLIA__ADAMW_N_STATE,
     .device_type = GLIA_DEVICE_CPU,
-    .create = adamw_create,
-    .destroy = adamw_destroy,
+    .create = glia__adamw_create,
+    .destroy = glia__adamw_destroy,
     .step = adamw_step,
 };
 

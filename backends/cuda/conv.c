@@ -1,0 +1,705 @@
+/* backends/cuda/conv.c — conv2d on CUDA through cuDNN's legacy convolution API (impl "cudnn"):
+ * forward (+ bias), backward data, backward filter and bias, in fp32 (FMA only), tf32, bf16 and
+ * fp16, NCHW or NHWC, with algorithms chosen by cudnnFind*Ex timing (cudnn_benchmark on) or by
+ * cuDNN's heuristics (off), remembered per shape in a process-wide cache.
+ * Not the description (keys, checks, parameters, shapes: conv2d_desc.c, shared with the CPU
+ * plugin), and no transposed or asymmetrically padded convolution.
+ *
+ * Layouts: the weight parameter and its gradient stay (F, C/groups, k, k) — KCRS, the checkpoint
+ * format — always. With channels_last activations cuDNN gets a KRSC (NHWC) filter, which its
+ * fast NHWC kernels need: the weights are transposed into scratch at every call and the filter
+ * gradient transposed back (fused with the fp16/bf16 conversion where there is one).
+ *
+ * Precision: fp32 runs CUDNN_FMA_MATH (no TF32), tf32 CUDNN_TENSOR_OP_MATH on fp32 data; bf16 and
+ * fp16 convert x, w and dy into scratch, run cuDNN on that data type with fp32 accumulation
+ * (CUDNN_DATA_FLOAT compute, tensor-op math) and convert the results back to fp32, adding where
+ * the gradient contract asks. Bias and its gradient are fp32 in every precision. */
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_internal.h"
+#include "conv_kernels.h"
+#include "../../plugins/layers/conv2d/conv2d_desc.h"
+
+enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2, N_DIRS = 3 };
+
+static const char *const dir_name[N_DIRS] = {"forward", "backward data", "backward filter"};
+
+#define NONE SIZE_MAX  /* a scratch offset that is not used */
+#define MAX_PERF 16    /* more than any direction's algorithm count */
+
+/* Everything an algorithm choice depends on. All fields are int64_t so that the struct has no
+ * padding and compares with memcmp. */
+struct conv_key {
+    int64_t device, dir, precision, nhwc, benchmark, workspace_limit;
+    int64_t N, C, H, W, F, k, s, pad, d, g;
+};
+
+/* One direction's algorithm, the math type it runs with and the workspace it needs. */
+struct algo_choice {
+    int algo;
+    cudnnMathType_t math;
+    size_t workspace;
+};
+
+/* ---- the process-wide cache of choices (all layers, all devices; keyed by device) ---- */
+
+#define N_CACHED 1024
+
+struct cached_choice {
+    bool valid;
+    struct conv_key key;
+    struct algo_choice choice;
+    uint64_t last_use;
+};
+
+static struct cached_choice cached[N_CACHED];
+static uint64_t cache_uses;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool cache_find(const struct conv_key *k, struct algo_choice *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < N_CACHED && !found; i++)
+        if (cached[i].valid && !memcmp(&cached[i].key, k, sizeof *k)) {
+            cached[i].last_use = ++cache_uses;
+            *out = cached[i].choice;
+            found = true;
+        }
+    pthread_mutex_unlock(&cache_lock);
+    return found;
+}
+
+/* Store a choice, replacing the same key's or the least recently used entry. */
+static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
+{
+    pthread_mutex_lock(&cache_lock);
+    struct cached_choice *e = &cached[0];
+    for (int i = 0; i < N_CACHED; i++) {
+        struct cached_choice *q = &cached[i];
+        if (q->valid && !memcmp(&q->key, k, sizeof *k)) {
+            e = q;
+            break;
+        }
+        if (!q->valid || (e->valid && q->last_use < e->last_use)) e = q;
+    }
+    e->valid = true;
+    memcpy(&e->key, k, sizeof *k);
+    e->choice = *ch;
+    e->last_use = ++cache_uses;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* ---- the layer ---- */
+
+struct cuda_conv {
+    struct glia__conv2d_geom geom;   /* first: the shared infer_shape and flops read it */
+    cudnnTensorDescriptor_t x, y;    /* x / dx and y / dy in cuDNN's data type */
+    cudnnTensorDescriptor_t y32;     /* y / dy in fp32 (bias add, bias gradient) */
+    cudnnTensorDescriptor_t bias;    /* (1, F, 1, 1) fp32 */
+    cudnnFilterDescriptor_t w;       /* (F, C/groups, k, k), KCRS or KRSC, cuDNN's data type */
+    cudnnConvolutionDescriptor_t conv[N_DIRS];  /* one per direction: each has its math type */
+    bool valid;                      /* the descriptors describe `key` */
+    struct conv_key key;             /* the last call's (dir 0) */
+    bool chosen[N_DIRS];
+    struct algo_choice choice[N_DIRS];
+};
+
+/* What one forward or backward call works on. Scratch offsets are NONE when unused. */
+struct call {
+    bool lp;                         /* bf16 / fp16: cuDNN runs on converted copies */
+    bool nhwc;                       /* channels_last: cuDNN gets a KRSC filter */
+    enum glia__conv_type t;          /* cuDNN's data type */
+    size_t es;                       /* its element size */
+    const float *x, *w, *dy;         /* the fp32 operands (dy NULL in forward) */
+    int64_t nx, nw, ny;              /* element counts of x, w, y */
+    size_t o_x, o_w, o_dy, o_y, o_dx, o_dw;  /* converted operands and low-precision results */
+    size_t end;                      /* bytes of scratch before the workspace */
+    const void *cx, *cw, *cdy;       /* operands as cuDNN reads them (after prepare) */
+    void *ws;                        /* workspace and its size */
+    size_t ws_size;
+};
+
+static size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Reserve nbytes of scratch at the end of k's layout; returns their offset. */
+static size_t carve(struct call *k, size_t nbytes)
+{
+    size_t o = k->end;
+    k->end += align_up(nbytes);
+    return o;
+}
+
+static cudnnDataType_t data_type(enum glia_precision p)
+{
+    switch (p) {
+    case GLIA_PRECISION_BF16: return CUDNN_DATA_BFLOAT16;
+    case GLIA_PRECISION_FP16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+    }
+}
+
+static enum glia__conv_type conv_type(enum glia_precision p)
+{
+    switch (p) {
+    case GLIA_PRECISION_BF16: return GLIA__CONV_BF16;
+    case GLIA_PRECISION_FP16: return GLIA__CONV_F16;
+    default: return GLIA__CONV_F32;
+    }
+}
+
+/* The math type a precision asks for: fp32 FMA only (no TF32); tf32, bf16, fp16 tensor cores. */
+static cudnnMathType_t default_math(enum glia_precision p)
+{
+    return p == GLIA_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+}
+
+/* Whether an algorithm result of math type m may run at precision p (fp32: never TF32). */
+static bool math_ok(enum glia_precision p, cudnnMathType_t m)
+{
+    return p != GLIA_PRECISION_FP32 || m == CUDNN_FMA_MATH;
+}
+
+static const char *algo_name(int dir, int algo)
+{
+    static const char *const fwd[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
+                                      "fft", "fft_tiling", "winograd", "winograd_nonfused"};
+    static const char *const bwd_data[] = {"algo_0", "algo_1", "fft", "fft_tiling", "winograd", "winograd_nonfused"};
+    static const char *const bwd_filter[] = {"algo_0", "algo_1", "fft", "algo_3",
+                                             "winograd", "winograd_nonfused", "fft_tiling"};
+    if (algo < 0) return "?";
+    if (dir == FWD) return algo < (int)(sizeof fwd / sizeof *fwd) ? fwd[algo] : "?";
+    if (dir == BWD_DATA) return algo < (int)(sizeof bwd_data / sizeof *bwd_data) ? bwd_data[algo] : "?";
+    return algo < (int)(sizeof bwd_filter / sizeof *bwd_filter) ? bwd_filter[algo] : "?";
+}
+
+static const char *math_name(cudnnMathType_t m)
+{
+    switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor_op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor_op_allow_conversion";
+    case CUDNN_FMA_MATH: return "fma";
+    }
+    return "?";
+}
+
+static void cuda_conv_destroy(struct glia_layer *l)
+{
+    struct cuda_conv *p = l->priv;
+    if (!p) return;
+    if (p->x) cudnnDestroyTensorDescriptor(p->x);
+    if (p->y) cudnnDestroyTensorDescriptor(p->y);
+    if (p->y32) cudnnDestroyTensorDescriptor(p->y32);
+    if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
+    if (p->w) cudnnDestroyFilterDescriptor(p->w);
+    for (int i = 0; i < N_DIRS; i++)
+        if (p->conv[i]) cudnnDestroyConvolutionDescriptor(p->conv[i]);
+    free(p);
+    l->priv = NULL;
+}
+
+static glia_status cuda_conv_create(struct glia_layer *l, const struct glia_section *cfg,
+                                    const struct glia_shape *in, int n_in)
+{
+    struct glia__conv2d_geom q;
+    glia_status st = glia__conv2d_read(cfg, in, &q);
+    if (st) return st;
+    struct cuda_conv *p = calloc(1, sizeof *p);
+    if (!p) return GLIA_ENOMEM;
+    p->geom = q;
+    l->priv = p;
+    CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->x));
+    CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->y));
+    CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->y32));
+    CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->bias));
+    CUDNN_TRY(l->ctx, cudnnCreateFilterDescriptor(&p->w));
+    for (int i = 0; i < N_DIRS; i++) CUDNN_TRY(l->ctx, cudnnCreateConvolutionDescriptor(&p->conv[i]));
+    if ((st = glia__conv2d_add_params(l, &p->geom))) goto fail;
+    return GLIA_OK;
+fail:
+    cuda_conv_destroy(l);  /* the core calls destroy only after a successful create */
+    return st;
+}
+
+/* ---- checks ---- */
+
+/* Both formats are the same bytes for t (C or H*W is 1): it reads as contiguous. */
+static bool either_format(const struct glia_tensor *t)
+{
+    return t->shape.dim[1] == 1 || t->shape.dim[2] * t->shape.dim[3] == 1;
+}
+
+/* t (named what) must be a dense f32 CUDA tensor of shape (N, C, H, W) in either format. */
+static glia_status check_tensor(struct glia_layer *l, const struct glia_tensor *t, const char *what, int64_t N,
+                                int64_t C, int64_t H, int64_t W)
+{
+    char buf[64];
+    const struct glia_shape want = glia_shape_make(4, (int64_t[]){N, C, H, W});
+    if (t->dtype != GLIA_F32 || t->device.type != GLIA_DEVICE_CUDA || !glia_shape_equal(&t->shape, &want) ||
+        (glia_tensor_memory_format(t) == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(t)))
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: %s must be a dense f32 CUDA tensor of shape %s", l->name,
+                          what, glia_shape_str(&want, buf, sizeof buf));
+    return GLIA_OK;
+}
+
+/* The layout of a call's 4-D tensors t[0..n) (NULL entries skipped): channels_last when any of
+ * them is; then the contiguous ones must be those whose bytes are the same in both formats. */
+static glia_status call_format(struct glia_layer *l, const struct glia_tensor *const *t, int n, bool *nhwc)
+{
+    *nhwc = false;
+    for (int i = 0; i < n; i++)
+        if (t[i] && glia_tensor_memory_format(t[i]) == GLIA_CHANNELS_LAST) *nhwc = true;
+    for (int i = 0; i < n && *nhwc; i++)
+        if (t[i] && glia_tensor_memory_format(t[i]) == GLIA_CONTIGUOUS && !either_format(t[i]))
+            return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: its tensors mix contiguous and channels_last formats",
+                              l->name);
+    return GLIA_OK;
+}
+
+/* ---- descriptors for one call's shapes, format and options ---- */
+
+/* Set the descriptors for input (N, C, H, W) in the given layout under the backend's current
+ * options, unless they already hold that; a change forgets the layer's algorithm choices. */
+static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc)
+{
+    struct cuda_conv *p = l->priv;
+    const struct glia__conv2d_geom *g = &p->geom;
+    const struct glia_runtime_options *o = &l->backend->options;
+    glia_status st = GLIA_OK;
+    const struct conv_key key = {.device = glia__cuda_of(l->backend)->device, .precision = o->precision,
+                                 .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
+                                 .workspace_limit = (int64_t)o->workspace_limit, .N = N, .C = g->C, .H = H, .W = W,
+                                 .F = g->F, .k = g->k, .s = g->s, .pad = g->pad, .d = g->d, .g = g->g};
+    if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
+    p->valid = false;
+    memset(p->chosen, 0, sizeof p->chosen);
+    int64_t OH = glia__conv2d_out_extent(g, H), OW = glia__conv2d_out_extent(g, W);
+    if (N * g->C * H * W > INT_MAX || N * g->F * OH * OW > INT_MAX)
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED,
+                          "[%s] conv2d: cuDNN takes at most %d elements per tensor (input %lldx%lldx%lldx%lld, "
+                          "output %lldx%lldx%lldx%lld); use a smaller batch",
+                          l->name, INT_MAX, (long long)N, (long long)g->C, (long long)H, (long long)W, (long long)N,
+                          (long long)g->F, (long long)OH, (long long)OW);
+    cudnnDataType_t dt = data_type(o->precision);
+    cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->x, fmt, dt, (int)N, (int)g->C, (int)H, (int)W));
+    CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->y, fmt, dt, (int)N, (int)g->F, (int)OH, (int)OW));
+    CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->y32, fmt, CUDNN_DATA_FLOAT, (int)N, (int)g->F, (int)OH, (int)OW));
+    CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->bias, fmt, CUDNN_DATA_FLOAT, 1, (int)g->F, 1, 1));
+    CUDNN_TRY(l->ctx, cudnnSetFilter4dDescriptor(p->w, dt, fmt, (int)g->F, (int)(g->C / g->g), (int)g->k, (int)g->k));
+    for (int i = 0; i < N_DIRS; i++) {
+        CUDNN_TRY(l->ctx, cudnnSetConvolution2dDescriptor(p->conv[i], (int)g->pad, (int)g->pad, (int)g->s, (int)g->s,
+                                                          (int)g->d, (int)g->d, CUDNN_CROSS_CORRELATION,
+                                                          CUDNN_DATA_FLOAT));
+        CUDNN_TRY(l->ctx, cudnnSetConvolutionGroupCount(p->conv[i], (int)g->g));
+        CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[i], default_math(o->precision)));
+    }
+    p->key = key;
+    p->valid = true;
+fail:
+    return st;
+}
+
+/* ---- algorithm choice ---- */
+
+/* One result of cudnnGet*_v7 or cudnnFind*Ex, whichever direction. */
+struct perf {
+    int algo;
+    cudnnStatus_t status;
+    size_t memory;
+    cudnnMathType_t math;
+};
+
+/* r[0..n) = the direction-specific results f[0..n) */
+#define COPY_PERF(r, f, n)                                                                                  \
+    do {                                                                                                    \
+        for (int i_ = 0; i_ < (n); i_++)                                                                    \
+            (r)[i_] = (struct perf){(int)(f)[i_].algo, (f)[i_].status, (f)[i_].memory, (f)[i_].mathType};  \
+    } while (0)
+
+/* Workspace bytes that algo needs in direction dir with conv[dir]'s current math type. */
+static cudnnStatus_t workspace_of(struct glia__cuda *c, struct cuda_conv *p, int dir, int algo, size_t *out)
+{
+    switch (dir) {
+    case FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(c->dnn, p->x, p->w, p->conv[FWD], p->y,
+                                                       (cudnnConvolutionFwdAlgo_t)algo, out);
+    case BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, p->w, p->y, p->conv[BWD_DATA], p->x,
+                                                            (cudnnConvolutionBwdDataAlgo_t)algo, out);
+    default:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, p->x, p->y, p->conv[BWD_FILTER], p->w,
+                                                              (cudnnConvolutionBwdFilterAlgo_t)algo, out);
+    }
+}
+
+static int algo_count(int dir)
+{
+    return dir == FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+           : dir == BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                             : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+}
+
+/* The largest workspace any algorithm of dir needs, at most limit (what cudnnFind*Ex gets). */
+static size_t max_workspace(struct glia__cuda *c, struct cuda_conv *p, int dir, size_t limit)
+{
+    size_t most = 0;
+    for (int a = 0; a < algo_count(dir); a++) {
+        size_t n = 0;
+        if (workspace_of(c, p, dir, a, &n) == CUDNN_STATUS_SUCCESS && n > most) most = n;
+    }
+    return most < limit ? most : limit;
+}
+
+/* cuDNN's heuristic ranking for dir (no device work). */
+static glia_status heuristics(struct glia_layer *l, int dir, struct perf *r, int *n)
+{
+    struct cuda_conv *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    *n = 0;
+    if (dir == FWD) {
+        cudnnConvolutionFwdAlgoPerf_t f[MAX_PERF];
+        CUDNN_TRY(l->ctx,
+                  cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, p->x, p->w, p->conv[FWD], p->y, MAX_PERF, n, f));
+        COPY_PERF(r, f, *n);
+    } else if (dir == BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t f[MAX_PERF];
+        CUDNN_TRY(l->ctx, cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, p->w, p->y, p->conv[BWD_DATA], p->x,
+                                                                      MAX_PERF, n, f));
+        COPY_PERF(r, f, *n);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t f[MAX_PERF];
+        CUDNN_TRY(l->ctx, cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, p->x, p->y, p->conv[BWD_FILTER], p->w,
+                                                                        MAX_PERF, n, f));
+        COPY_PERF(r, f, *n);
+    }
+fail:
+    return st;
+}
+
+/* cuDNN's timed ranking for dir: runs every algorithm on k's prepared operands, writing into
+ * probe (scratch the size of dir's output, never a real tensor), with ws_size bytes of
+ * workspace at ws. Blocks until the timings are done. */
+static glia_status benchmark(struct glia_layer *l, const struct call *k, int dir, void *probe, void *ws,
+                             size_t ws_size, struct perf *r, int *n)
+{
+    struct cuda_conv *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    *n = 0;
+    if (dir == FWD) {
+        cudnnConvolutionFwdAlgoPerf_t f[MAX_PERF];
+        CUDNN_TRY(l->ctx, cudnnFindConvolutionForwardAlgorithmEx(c->dnn, p->x, k->cx, p->w, k->cw, p->conv[FWD], p->y,
+                                                                 probe, MAX_PERF, n, f, ws, ws_size));
+        COPY_PERF(r, f, *n);
+    } else if (dir == BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t f[MAX_PERF];
+        CUDNN_TRY(l->ctx, cudnnFindConvolutionBackwardDataAlgorithmEx(c->dnn, p->w, k->cw, p->y, k->cdy,
+                                                                      p->conv[BWD_DATA], p->x, probe, MAX_PERF, n, f,
+                                                                      ws, ws_size));
+        COPY_PERF(r, f, *n);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t f[MAX_PERF];
+        CUDNN_TRY(l->ctx, cudnnFindConvolutionBackwardFilterAlgorithmEx(c->dnn, p->x, k->cx, p->y, k->cdy,
+                                                                        p->conv[BWD_FILTER], p->w, probe, MAX_PERF, n,
+                                                                        f, ws, ws_size));
+        COPY_PERF(r, f, *n);
+    }
+fail:
+    return st;
+}
+
+/* The first of r[0..n) (best first) that succeeded, runs at this precision and whose workspace
+ * (asked again for its math type) fits in limit. */
+static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, size_t limit, struct algo_choice *out)
+{
+    struct cuda_conv *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    enum glia_precision prec = l->backend->options.precision;
+    for (int i = 0; i < n; i++) {
+        size_t need = 0;
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit || !math_ok(prec, r[i].math)) continue;
+        if (cudnnSetConvolutionMathType(p->conv[dir], r[i].math) != CUDNN_STATUS_SUCCESS ||
+            workspace_of(c, p, dir, r[i].algo, &need) != CUDNN_STATUS_SUCCESS || need > limit)
+            continue;
+        *out = (struct algo_choice){r[i].algo, r[i].math, need > r[i].memory ? need : r[i].memory};
+        return true;
+    }
+    return false;
+}
+
+/* Bytes of dir's output (what cudnnFind*Ex writes). */
+static size_t output_bytes(const struct call *k, int dir)
+{
+    return (size_t)(dir == FWD ? k->ny : dir == BWD_DATA ? k->nx : k->nw) * k->es;
+}
+
+/* Convert the operands k's layout puts in scratch at base; point cx, cw, cdy at what cuDNN reads. */
+static glia_status prepare(struct glia_layer *l, struct call *k, char *base)
+{
+    struct cuda_conv *p = l->priv;
+    const struct glia__conv2d_geom *g = &p->geom;
+    cudaStream_t s = glia__cuda_of(l->backend)->stream;
+    glia_status st = GLIA_OK;
+    k->cx = k->x, k->cw = k->w, k->cdy = k->dy;
+    if (k->o_x != NONE) {
+        CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_x, k->t, k->x, GLIA__CONV_F32, 1, 1, k->nx, 0.0f, s));
+        k->cx = base + k->o_x;
+    }
+    if (k->o_w != NONE) {  /* KCRS (F, C/g, k*k) -> KRSC (F, k*k, C/g) for NHWC, else a plain copy */
+        int64_t B = k->nhwc ? g->F : 1, rows = k->nhwc ? g->C / g->g : 1, cols = k->nw / B / rows;
+        CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_w, k->t, k->w, GLIA__CONV_F32, B, rows, cols, 0.0f, s));
+        k->cw = base + k->o_w;
+    }
+    if (k->o_dy != NONE) {
+        CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_dy, k->t, k->dy, GLIA__CONV_F32, 1, 1, k->ny, 0.0f, s));
+        k->cdy = base + k->o_dy;
+    }
+fail:
+    return st;
+}
+
+static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key, const struct algo_choice *ch)
+{
+    glia_log(l->ctx, GLIA_LOG_DEBUG,
+             "[%s] conv2d %s: cuDNN %s chose %s (%s math, %zu bytes of workspace) for input %lldx%lldx%lldx%lld "
+             "%s %s, %lld filters %lldx%lld stride %lld padding %lld dilation %lld groups %lld, workspace limit %lld",
+             l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics", algo_name(dir, ch->algo),
+             math_name(ch->math), ch->workspace, (long long)key->N, (long long)key->C, (long long)key->H,
+             (long long)key->W, key->nhwc ? "channels_last" : "contiguous",
+             glia_precision_name((enum glia_precision)key->precision), (long long)key->F, (long long)key->k,
+             (long long)key->k, (long long)key->s, (long long)key->pad, (long long)key->d, (long long)key->g,
+             (long long)key->workspace_limit);
+}
+
+static glia_status no_algorithm(struct glia_layer *l, int dir)
+{
+    return glia_error(l->ctx, GLIA_EUNSUPPORTED,
+                      "[%s] conv2d %s: cuDNN has no algorithm for this shape at precision %s within a workspace "
+                      "limit of %zu bytes",
+                      l->name, dir_name[dir], glia_precision_name(l->backend->options.precision),
+                      l->backend->options.workspace_limit);
+}
+
+/* Record dir's choice (made now, or found in the cache) and set its math type. */
+static glia_status use_choice(struct glia_layer *l, int dir, const struct algo_choice *ch)
+{
+    struct cuda_conv *p = l->priv;
+    glia_status st = GLIA_OK;
+    CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[dir], ch->math));
+    p->choice[dir] = *ch;
+    p->chosen[dir] = true;
+fail:
+    return st;
+}
+
+/* Make sure each direction in dirs (a bit mask) has its algorithm: from the layer, the cache, the
+ * heuristics, or timing (cudnn_benchmark); then take scratch for k's layout and the largest
+ * workspace those algorithms need, and prepare the operands in it. *base: the scratch. */
+static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, char **base)
+{
+    struct cuda_conv *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    const struct glia_runtime_options *o = &l->backend->options;
+    glia_status st = GLIA_OK;
+    unsigned tune = 0;
+    size_t tune_ws[N_DIRS] = {0}, tune_bytes = 0;
+    for (int d = 0; d < N_DIRS; d++) {
+        if (!(dirs & (1u << d)) || p->chosen[d]) continue;
+        struct conv_key key = p->key;
+        struct algo_choice ch;
+        key.dir = d;
+        if (cache_find(&key, &ch)) {
+            if ((st = use_choice(l, d, &ch))) return st;
+            continue;
+        }
+        CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[d], default_math(o->precision)));
+        if (o->cudnn_benchmark) {  /* timed below, once the operands are in scratch */
+            tune |= 1u << d;
+            tune_ws[d] = max_workspace(c, p, d, o->workspace_limit);
+            size_t need = align_up(output_bytes(k, d)) + tune_ws[d];
+            if (need > tune_bytes) tune_bytes = need;
+            continue;
+        }
+        struct perf r[MAX_PERF];
+        int n = 0;
+        if ((st = heuristics(l, d, r, &n))) return st;
+        if (!pick(l, d, r, n, o->workspace_limit, &ch)) return no_algorithm(l, d);
+        cache_put(&key, &ch);
+        log_choice(l, d, &key, &ch);
+        if ((st = use_choice(l, d, &ch))) return st;
+    }
+    char *b = NULL;
+    if (tune) {
+        if ((st = glia__cuda_scratch(c, k->end + tune_bytes, (void **)&b)) || (st = prepare(l, k, b))) return st;
+        for (int d = 0; d < N_DIRS; d++) {
+            if (!(tune & (1u << d))) continue;
+            struct conv_key key = p->key;
+            struct algo_choice ch;
+            struct perf r[MAX_PERF];
+            int n = 0;
+            char *probe = b + k->end, *ws = probe + align_up(output_bytes(k, d));
+            key.dir = d;
+            if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
+            if (!pick(l, d, r, n, tune_ws[d], &ch)) return no_algorithm(l, d);
+            cache_put(&key, &ch);
+            log_choice(l, d, &key, &ch);
+            if ((st = use_choice(l, d, &ch))) return st;
+        }
+    }
+    size_t ws = 0;
+    for (int d = 0; d < N_DIRS; d++)
+        if ((dirs & (1u << d)) && p->choice[d].workspace > ws) ws = p->choice[d].workspace;
+    char *run = NULL;
+    if (k->end + ws && (st = glia__cuda_scratch(c, k->end + ws, (void **)&run))) return st;
+    if ((!tune || run != b) && (st = prepare(l, k, run))) return st;  /* the timing's copies are still there */
+    k->ws = ws ? run + k->end : NULL;
+    k->ws_size = ws;
+    *base = run;
+fail:
+    return st;
+}
+
+/* ---- forward and backward ---- */
+
+/* The fields of k every call has: precision, layout, operands, sizes; no scratch yet. */
+static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const struct glia_tensor *x,
+                      const struct glia_tensor *y, const struct glia_tensor *dy)
+{
+    struct cuda_conv *p = l->priv;
+    enum glia_precision prec = l->backend->options.precision;
+    memset(k, 0, sizeof *k);
+    k->lp = prec == GLIA_PRECISION_BF16 || prec == GLIA_PRECISION_FP16;
+    k->nhwc = nhwc;
+    k->t = conv_type(prec);
+    k->es = k->lp ? 2 : 4;
+    k->x = x->data;
+    k->w = l->params[p->geom.w].value->data;
+    k->dy = dy ? dy->data : NULL;
+    k->nx = glia_tensor_numel(x);
+    k->nw = glia_tensor_numel(l->params[p->geom.w].value);
+    k->ny = glia_tensor_numel(y);
+    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = NONE;
+}
+
+static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct cuda_conv *p = l->priv;
+    const struct glia__conv2d_geom *g = &p->geom;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    const struct glia_tensor *x = a->in[0], *y = a->out;
+    glia_status st = GLIA_OK;
+    bool nhwc;
+    if (x->shape.ndim != 4)
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
+                          (long long)g->C);
+    int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
+    int64_t OH = glia__conv2d_out_extent(g, H), OW = glia__conv2d_out_extent(g, W);
+    if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
+        (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
+        (st = call_format(l, (const struct glia_tensor *[]){x, y}, 2, &nhwc)) || (st = plan(l, N, H, W, nhwc)))
+        return st;
+    struct call k;
+    call_init(l, &k, nhwc, x, y, NULL);
+    if (k.lp) k.o_x = carve(&k, (size_t)k.nx * k.es);
+    if (k.lp || k.nhwc) k.o_w = carve(&k, (size_t)k.nw * k.es);
+    if (k.lp) k.o_y = carve(&k, (size_t)k.ny * k.es);
+    char *base;
+    if ((st = setup(l, &k, 1u << FWD, &base))) return st;
+    const float one = 1.0f, zero = 0.0f;
+    void *out = k.lp ? base + k.o_y : y->data;
+    CUDNN_TRY(l->ctx, cudnnConvolutionForward(c->dnn, &one, p->x, k.cx, p->w, k.cw, p->conv[FWD],
+                                              (cudnnConvolutionFwdAlgo_t)p->choice[FWD].algo, k.ws, k.ws_size, &zero,
+                                              p->y, out));
+    if (k.lp) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
+    if (g->b >= 0)
+        CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, l->params[g->b].value->data, &one, p->y32, y->data));
+fail:
+    return st;
+}
+
+static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    struct cuda_conv *p = l->priv;
+    const struct glia__conv2d_geom *g = &p->geom;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    const struct glia_tensor *x = a->in[0], *y = a->out, *dy = a->dout;
+    struct glia_tensor *dx = a->din[0];
+    glia_status st = GLIA_OK;
+    bool nhwc;
+    if (x->shape.ndim != 4)
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
+                          (long long)g->C);
+    int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
+    int64_t OH = glia__conv2d_out_extent(g, H), OW = glia__conv2d_out_extent(g, W);
+    if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
+        (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
+        (st = check_tensor(l, dy, "the output gradient", N, g->F, OH, OW)) ||
+        (dx && (st = check_tensor(l, dx, "the input gradient", N, g->C, H, W))) ||
+        (st = call_format(l, (const struct glia_tensor *[]){x, y, dy, dx}, 4, &nhwc)) || (st = plan(l, N, H, W, nhwc)))
+        return st;
+    struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;
+    struct call k;
+    call_init(l, &k, nhwc, x, y, dy);
+    if (k.lp) k.o_dy = carve(&k, (size_t)k.ny * k.es);
+    if (dx && (k.lp || k.nhwc)) k.o_w = carve(&k, (size_t)k.nw * k.es);
+    if (k.lp) k.o_x = carve(&k, (size_t)k.nx * k.es);
+    if (dx && k.lp) k.o_dx = carve(&k, (size_t)k.nx * k.es);
+    if (k.lp || k.nhwc) k.o_dw = carve(&k, (size_t)k.nw * k.es);
+    char *base;
+    if ((st = setup(l, &k, (1u << BWD_FILTER) | (dx ? 1u << BWD_DATA : 0u), &base))) return st;
+    const float one = 1.0f, zero = 0.0f;
+    /* bias: summed over N, OH, OW of the fp32 output gradient */
+    if (pb) {
+        const float beta = glia_param_beta(pb);
+        CUDNN_TRY(l->ctx, cudnnConvolutionBackwardBias(c->dnn, &one, p->y32, dy->data, &beta, p->bias, pb->grad->data));
+    }
+    /* input gradient: cuDNN adds (beta 1) into an fp32 one; a low-precision one is added when converted */
+    if (dx) {
+        const float beta = a->din_accumulate[0] ? 1.0f : 0.0f;
+        void *out = k.lp ? base + k.o_dx : dx->data;
+        CUDNN_TRY(l->ctx, cudnnConvolutionBackwardData(c->dnn, &one, p->w, k.cw, p->y, k.cdy, p->conv[BWD_DATA],
+                                                       (cudnnConvolutionBwdDataAlgo_t)p->choice[BWD_DATA].algo, k.ws,
+                                                       k.ws_size, k.lp ? &zero : &beta, p->x, out));
+        if (k.lp)
+            CUDA_TRY(l->ctx, glia__conv_convert(dx->data, GLIA__CONV_F32, out, k.t, 1, 1, k.nx, beta, c->stream));
+    }
+    /* filter gradient: straight into the fp32 KCRS gradient, or through scratch (KRSC and/or low
+     * precision), transposed and converted back with the contract's beta */
+    const float beta = glia_param_beta(pw);
+    void *out = k.o_dw != NONE ? base + k.o_dw : pw->grad->data;
+    CUDNN_TRY(l->ctx, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, k.cx, p->y, k.cdy, p->conv[BWD_FILTER],
+                                                     (cudnnConvolutionBwdFilterAlgo_t)p->choice[BWD_FILTER].algo, k.ws,
+                                                     k.ws_size, k.o_dw != NONE ? &zero : &beta, p->w, out));
+    if (k.o_dw != NONE) {  /* KRSC (F, k*k, C/g) -> KCRS (F, C/g, k*k), or a plain conversion */
+        int64_t B = k.nhwc ? g->F : 1, rows = k.nhwc ? g->k * g->k : 1, cols = k.nw / B / rows;
+        CUDA_TRY(l->ctx, glia__conv_convert(pw->grad->data, GLIA__CONV_F32, out, k.t, B, rows, cols, beta, c->stream));
+    }
+fail:
+    return st;
+}
+
+static const struct glia_layer_ops cuda_conv_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "conv2d",
+    .impl = "cudnn",
+    .doc = GLIA__CONV2D_DOC " (cuDNN)",
+    .keys = glia__conv2d_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = cuda_conv_create,
+    .destroy = cuda_conv_destroy,
+    .infer_shape = glia__conv2d_infer,
+    .forward = cuda_conv_forward,
+    .backward = cuda_conv_backward,
+    .flops = glia__conv2d_flops,
+};
+
+glia_status glia__cuda_register_conv(struct glia_registry *r) { return glia_register_layer(r, &cuda_conv_ops); }

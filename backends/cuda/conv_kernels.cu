@@ -1,0 +1,82 @@
+/* backends/cuda/conv_kernels.cu — the CUDA conv2d's kernels: fp32 <-> fp16/bf16 conversion of
+ * activations, filters and gradients around the low-precision cuDNN calls, fused with the
+ * filter's KCRS <-> KRSC transpose for channels_last. Not the convolution (cuDNN, conv.c). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include "conv_kernels.h"
+
+#define THREADS 256
+#define MAX_BLOCKS 65536
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+
+/* dst(n) = src(n) (+ dst(n) when beta is 1), converted from Ti to To */
+template <typename To, typename Ti>
+__global__ void convert_kernel(To *dst, const Ti *src, int64_t n, float beta)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = to_float(src[i]);
+        dst[i] = from_float<To>(beta != 0.0f ? to_float(dst[i]) + v : v);
+    }
+}
+
+/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1), converted from Ti to To: one
+ * thread per dst element (coalesced writes, gathered reads; filters are small) */
+template <typename To, typename Ti>
+__global__ void transpose_convert_kernel(To *dst, const Ti *src, int64_t B, int64_t rows, int64_t cols, float beta)
+{
+    int64_t n = B * rows * cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i % rows, c = i / rows % cols, b = i / (rows * cols);
+        float v = to_float(src[(b * rows + r) * cols + c]);
+        dst[i] = from_float<To>(beta != 0.0f ? to_float(dst[i]) + v : v);
+    }
+}
+
+template <typename To, typename Ti>
+static cudaError_t launch(void *dst, const void *src, int64_t B, int64_t rows, int64_t cols, float beta,
+                          cudaStream_t s)
+{
+    int64_t n = B * rows * cols, blocks = (n + THREADS - 1) / THREADS;
+    unsigned grid = (unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS);
+    if (rows == 1 || cols == 1)
+        convert_kernel<To, Ti><<<grid, THREADS, 0, s>>>((To *)dst, (const Ti *)src, n, beta);
+    else
+        transpose_convert_kernel<To, Ti><<<grid, THREADS, 0, s>>>((To *)dst, (const Ti *)src, B, rows, cols, beta);
+    return cudaGetLastError();
+}
+
+template <typename To>
+static cudaError_t launch_from(void *dst, const void *src, enum glia__conv_type src_type, int64_t B, int64_t rows,
+                               int64_t cols, float beta, cudaStream_t s)
+{
+    switch (src_type) {
+    case GLIA__CONV_F32: return launch<To, float>(dst, src, B, rows, cols, beta, s);
+    case GLIA__CONV_F16: return launch<To, __half>(dst, src, B, rows, cols, beta, s);
+    case GLIA__CONV_BF16: return launch<To, __nv_bfloat16>(dst, src, B, rows, cols, beta, s);
+    }
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_type, const void *src,
+                                          enum glia__conv_type src_type, int64_t B, int64_t rows, int64_t cols,
+                                          float beta, cudaStream_t s)
+{
+    if (B <= 0 || rows <= 0 || cols <= 0) return cudaSuccess;
+    switch (dst_type) {
+    case GLIA__CONV_F32: return launch_from<float>(dst, src, src_type, B, rows, cols, beta, s);
+    case GLIA__CONV_F16: return launch_from<__half>(dst, src, src_type, B, rows, cols, beta, s);
+    case GLIA__CONV_BF16: return launch_from<__nv_bfloat16>(dst, src, src_type, B, rows, cols, beta, s);
+    }
+    return cudaErrorInvalidValue;
+}

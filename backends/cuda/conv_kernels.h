@@ -1,0 +1,32 @@
+/* backends/cuda/conv_kernels.h — the CUDA conv2d's own kernels (C entry points into
+ * conv_kernels.cu): fp32 <-> fp16/bf16 conversion, fused with the filter's KCRS <-> KRSC
+ * transpose where needed. Not the convolution itself: cuDNN does that (conv.c). */
+#ifndef GLIA_CUDA_CONV_KERNELS_H
+#define GLIA_CUDA_CONV_KERNELS_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types of glia__conv_convert's operands. */
+enum glia__conv_type {
+    GLIA__CONV_F32 = 0,
+    GLIA__CONV_F16 = 1,
+    GLIA__CONV_BF16 = 2
+};
+
+/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1; beta is 0 or 1), converting
+ * from src_type to dst_type (fp32 -> fp16/bf16 rounds to nearest even). rows == 1 or cols == 1
+ * is a plain element-wise conversion of B*rows*cols elements. dst is never read when beta is 0
+ * (it may hold NaN). dst and src must not overlap. */
+cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_type, const void *src,
+                               enum glia__conv_type src_type, int64_t B, int64_t rows, int64_t cols, float beta,
+                               cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

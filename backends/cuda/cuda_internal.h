@@ -1,0 +1,89 @@
+/* backends/cuda/cuda_internal.h — the CUDA backend's private state, shared by the files of
+ * cuda.so: the backend itself and the CUDA impls of layers and optimizers it registers.
+ * Not installed: out-of-tree CUDA plugins see only glia/cuda.h. */
+#ifndef GLIA_CUDA_INTERNAL_H
+#define GLIA_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <cudnn.h>
+#include <glia/glia.h>
+#include <glia/cuda.h>
+#include "cache.h"
+#include "check.h"
+
+#define GLIA__CUDA_LT_WORKSPACE ((size_t)32 << 20)  /* cuBLASLt workspace (PyTorch's on Hopper) */
+#define GLIA__CUDA_N_PLANS 64
+
+/* One cuBLASLt GEMM configuration with its chosen algorithm (gemm.c). */
+struct glia__cuda_plan {
+    bool valid;
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb, ldc;
+    int compute;                     /* cublasComputeType_t */
+    int epilogue;                    /* cublasLtEpilogue_t */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    uint64_t last_use;
+};
+
+struct glia__cuda {
+    struct glia_context *ctx;        /* (borrowed) */
+    int device;
+    int cc_major, cc_minor;          /* compute capability */
+    cudaStream_t stream;             /* compute: every kernel of this backend and its layers */
+    cudaStream_t copy_stream;        /* host -> device input copies (upload) */
+    cudaEvent_t copy_events[8];      /* ring: one per upload ticket in flight */
+    uint64_t n_uploads;
+    cublasLtHandle_t lt;
+    cudnnHandle_t dnn;               /* bound to `stream` */
+    void *lt_workspace;              /* GLIA__CUDA_LT_WORKSPACE from the cache */
+    void *scratch;                   /* glia__cuda_scratch: grows, never shrinks */
+    size_t scratch_size;
+    struct glia__cache *cache;
+    pthread_mutex_t lock;            /* the cache (loader threads may allocate) */
+    struct glia__cuda_plan plans[GLIA__CUDA_N_PLANS];
+    uint64_t uses;
+    double *reduce;                  /* 1 double of device memory for sumsq_f32 */
+    struct glia_runtime_options options;
+};
+
+/* The CUDA state behind backend b (which must be this plugin's). */
+static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b) { return (struct glia__cuda *)b->priv; }
+
+/* Scratch device memory of at least nbytes, valid until the next call (all users are ordered on
+ * the one stream, so a layer may use it for the duration of its forward or backward). */
+glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out);
+
+/* cuDNN calls turned into glia statuses, like CUDA_TRY. */
+glia_status glia__cudnn_status(struct glia_context *ctx, cudnnStatus_t e, const char *call, const char *file, int line);
+#define CUDNN_TRY(ctx, call)                                                       \
+    do {                                                                           \
+        cudnnStatus_t e_ = (call);                                                 \
+        if (e_ != CUDNN_STATUS_SUCCESS) {                                          \
+            st = glia__cudnn_status((ctx), e_, #call, __FILE__, __LINE__);         \
+            goto fail;                                                             \
+        }                                                                          \
+    } while (0)
+
+/* A kernel launch's error (launch configuration, earlier asynchronous fault) as a status. */
+#define CUDA_LAUNCH_TRY(ctx, what) CUDA_TRY(ctx, ((void)(what), cudaGetLastError()))
+
+/* ---- GEMM (gemm.c) ---- */
+/* The backend's gemm_f32 slot; computes in the precision of c->options. */
+glia_status glia__cuda_gemm_f32(void *priv, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                                int64_t ldc);
+void glia__cuda_gemm_close(struct glia__cuda *c);
+
+/* ---- what each op family registers (one file each) ---- */
+glia_status glia__cuda_register_conv(struct glia_registry *r);        /* conv.c: conv2d (cuDNN) */
+glia_status glia__cuda_register_dense(struct glia_registry *r);       /* dense.c: linear, softmax_cross_entropy,
+                                                                         flatten, dropout */
+glia_status glia__cuda_register_norm_pool(struct glia_registry *r);   /* norm_pool.c: batchnorm, maxpool2d,
+                                                                         avgpool2d, global_avgpool, concat */
+glia_status glia__cuda_register_pointwise(struct glia_registry *r);   /* pointwise.c: relu, leaky_relu, sigmoid,
+                                                                         tanh, gelu, add, pointwise (NVRTC) */
+glia_status glia__cuda_register_optim(struct glia_registry *r);       /* optim.c: sgd, adam, adamw, adadelta */
+
+#endif

@@ -1,0 +1,434 @@
+/* backends/cuda/dense.c — the CUDA impls of linear (cuBLASLt with a fused bias and bias-gradient
+ * epilogue), softmax_cross_entropy, flatten and dropout, registered by cuda.so with the keys,
+ * parameters and shapes of the CPU impls (the shared *_desc.c). Not the kernels
+ * (dense_kernels.cu) nor the GEMM plans (gemm.c). */
+#include <stdlib.h>
+#include "cuda_internal.h"
+#include "gemm.h"
+#include "dense_kernels.h"
+#include "../../plugins/layers/linear/linear_desc.h"
+#include "../../plugins/layers/softmax_cross_entropy/softmax_cross_entropy_desc.h"
+#include "../../plugins/layers/flatten/flatten_desc.h"
+#include "../../plugins/layers/dropout/dropout_desc.h"
+
+/* ---- shared checks ---- */
+
+/* t must be a dense (row-major) f32 tensor in CUDA memory. */
+static glia_status need_dense_f32(const struct glia_layer *l, const struct glia_tensor *t, const char *what)
+{
+    if (t && t->dtype == GLIA_F32 && t->device.type == GLIA_DEVICE_CUDA && glia_tensor_is_contiguous(t))
+        return GLIA_OK;
+    return glia_error(l->ctx, GLIA_EINVAL, "[%s] %s: expected a contiguous f32 tensor in CUDA memory", l->name, what);
+}
+
+/* t must be an f32 tensor in CUDA memory, in the memory format `f`. */
+static glia_status need_f32_in(const struct glia_layer *l, const struct glia_tensor *t, enum glia_memory_format f,
+                               const char *what)
+{
+    if (!t || t->dtype != GLIA_F32 || t->device.type != GLIA_DEVICE_CUDA)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] %s: expected an f32 tensor in CUDA memory", l->name, what);
+    if (glia_tensor_memory_format(t) != f || (f == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(t)))
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] %s is %s, the other tensors %s", l->name, what,
+                          glia_memory_format_name(glia_tensor_memory_format(t)), glia_memory_format_name(f));
+    return GLIA_OK;
+}
+
+static float *f32(const struct glia_tensor *t) { return (float *)t->data; }
+
+/* ---- linear ---- */
+
+static glia_status linear_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                 int n_in)
+{
+    return glia__linear_create(l, cfg, in, n_in, sizeof(struct glia__linear));
+}
+
+/* y(N,O) = x(N,I) W(O,I)^T + b(O): one cuBLASLt GEMM with the bias in its epilogue (or, where
+ * cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
+static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct glia__linear *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st;
+    if ((st = need_dense_f32(l, a->in[0], "input")) || (st = need_dense_f32(l, a->out, "output"))) return st;
+    int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
+    const float *x = f32(a->in[0]), *w = f32(l->params[p->w].value);
+    float *y = f32(a->out);
+    if (p->b < 0) return glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_PLAIN, NULL);
+    float *b = f32(l->params[p->b].value);
+    st = glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_BIAS, b);
+    if (st != GLIA_EUNSUPPORTED) return st;
+    if ((st = glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_PLAIN, NULL)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_bias_add(y, b, N, O, c->stream));
+fail:
+    return st;
+}
+
+/* dW(O,I) (+)= dy(N,O)^T x(N,I) and db(O) (+)= sum_n dy. When both gradients are unset (the
+ * first backward after a step) one GEMM writes both: cuBLASLt's BGRADB epilogue sums its B
+ * operand, which is dy^T here, over the GEMM's k (the batch). It only writes, so a set bias
+ * gradient (or a shape it has no algorithm for) takes the plain GEMM and a column-sum kernel. */
+static glia_status linear_param_grads(struct glia_layer *l, const float *dy, const float *x, int64_t N)
+{
+    const struct glia__linear *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    struct glia_param *pw = &l->params[p->w], *pb = p->b >= 0 ? &l->params[p->b] : NULL;
+    int64_t I = p->in, O = p->out;
+    float *dw = f32(pw->grad);
+    glia_status st = GLIA_OK;
+    if (N == 0) {  /* an empty sum: the GEMM has k = 0 */
+        if (pw->grad_unset) CUDA_TRY(l->ctx, cudaMemsetAsync(dw, 0, (size_t)(O * I) * sizeof(float), c->stream));
+    } else {
+        if (pb && pw->grad_unset && pb->grad_unset) {
+            st = glia__cuda_gemm_ex(c, true, false, O, I, N, 1.0f, dy, O, x, I, 0.0f, dw, I, GLIA__GEMM_BGRAD_A,
+                                    f32(pb->grad));
+            if (st != GLIA_EUNSUPPORTED) return st;
+        }
+        if ((st = glia__cuda_gemm_ex(c, true, false, O, I, N, 1.0f, dy, O, x, I, glia_param_beta(pw), dw, I,
+                                     GLIA__GEMM_PLAIN, NULL)))
+            return st;
+    }
+    if (pb) CUDA_TRY(l->ctx, glia__cuda_col_sum(f32(pb->grad), dy, N, O, glia_param_beta(pb), c->stream));
+fail:
+    return st;
+}
+
+/* dx(N,I) (+)= dy(N,O) W(O,I); then the parameter gradients */
+static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct glia__linear *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st;
+    if ((st = need_dense_f32(l, a->in[0], "input")) || (st = need_dense_f32(l, a->dout, "output gradient")) ||
+        (a->din[0] && (st = need_dense_f32(l, a->din[0], "input gradient"))))
+        return st;
+    int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
+    const float *dy = f32(a->dout);
+    if (a->din[0] &&
+        (st = glia__cuda_gemm_ex(c, false, false, N, I, O, 1.0f, dy, O, f32(l->params[p->w].value), I,
+                                 a->din_accumulate[0] ? 1.0f : 0.0f, f32(a->din[0]), I, GLIA__GEMM_PLAIN, NULL)))
+        return st;
+    return linear_param_grads(l, dy, f32(a->in[0]), N);
+}
+
+static const struct glia_layer_ops linear_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "linear",
+    .impl = "cuda",
+    .doc = GLIA__LINEAR_DOC,
+    .keys = glia__linear_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = linear_create,
+    .destroy = glia__linear_destroy,
+    .infer_shape = glia__linear_infer,
+    .forward = linear_forward,
+    .backward = linear_backward,
+    .flops = glia__linear_flops,
+};
+
+/* ---- softmax_cross_entropy ----
+ * The CPU impl refuses a label outside [0, classes) before computing anything. Here the labels
+ * are in device memory and looking at them would wait for the GPU, so the forward kernel checks
+ * them: a bad row's loss is NaN (so the mean loss is NaN at once) and its gradient row NaN, and
+ * the first bad (row, label) goes into a device flag that each forward copies to page-locked host
+ * memory behind an event. The layer's next forward or backward whose copy has landed (no waiting)
+ * returns GLIA_EINVAL naming the row, the label and that it was seen by an earlier forward, and
+ * re-arms the flag; destroy logs one that nothing reported. */
+
+struct sce_cuda {
+    struct glia__sce d;               /* keys (first member) */
+    struct glia_tensor *lse;          /* (cap) 8-byte slots holding doubles: the last training forward's
+                                         log-sum-exp per row, from which backward recomputes softmax */
+    int64_t cap;
+    struct glia_tensor *bad;          /* (1) 8 bytes: GLIA__SCE_NO_BAD_LABEL or the first (row << 32 | label) */
+    unsigned long long *bad_host;     /* page-locked copy of *bad */
+    cudaEvent_t copied;               /* after the latest copy into bad_host */
+    bool pending;                     /* a copy was queued that no call has looked at yet */
+    int64_t classes;                  /* C of the latest forward */
+};
+
+static glia_status sce_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                              int n_in)
+{
+    return glia__sce_create(l, cfg, in, n_in, sizeof(struct sce_cuda));
+}
+
+static glia_status sce_bad_label_error(struct glia_layer *l, const struct sce_cuda *p, unsigned long long v)
+{
+    return glia_error(l->ctx, GLIA_EINVAL,
+                      "[%s] label %d at batch row %lld is out of range for %lld classes (found on the GPU by an "
+                      "earlier forward, whose loss is NaN)",
+                      l->name, (int)(int32_t)(uint32_t)v, (long long)(v >> 32), (long long)p->classes);
+}
+
+/* Whether work queued now is being captured into a CUDA graph (events recorded there cannot be
+ * queried, and a replay does not call the layer: the flag is then copied and reported by the
+ * first call outside a capture). */
+static bool capturing(struct glia__cuda *c)
+{
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(c->stream, &s) == cudaSuccess && s != cudaStreamCaptureStatusNone;
+}
+
+/* Report a bad label seen by an earlier forward once its flag's copy has landed. */
+static glia_status sce_poll(struct glia_layer *l, struct sce_cuda *p)
+{
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    if (!p->pending || capturing(c)) return GLIA_OK;
+    cudaError_t e = cudaEventQuery(p->copied);
+    if (e == cudaErrorNotReady) return GLIA_OK;
+    CUDA_TRY(l->ctx, e);
+    p->pending = false;
+    unsigned long long v = *p->bad_host;
+    if (v == GLIA__SCE_NO_BAD_LABEL) return GLIA_OK;
+    *p->bad_host = GLIA__SCE_NO_BAD_LABEL;
+    CUDA_TRY(l->ctx, cudaMemsetAsync(p->bad->data, 0xff, sizeof v, c->stream));  /* re-arm */
+    return sce_bad_label_error(l, p, v);
+fail:
+    return st;
+}
+
+/* The flag, its host copy and event, made at the first forward. */
+static glia_status sce_init_flag(struct glia_layer *l, struct sce_cuda *p)
+{
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
+    if ((st = glia_tensor_new(l->backend, GLIA_I64, &one, &p->bad))) return st;
+    CUDA_TRY(l->ctx, cudaMemsetAsync(p->bad->data, 0xff, sizeof *p->bad_host, c->stream));
+    if ((st = l->backend->ops->host_alloc(l->backend->priv, sizeof *p->bad_host, (void **)&p->bad_host))) goto fail;
+    *p->bad_host = GLIA__SCE_NO_BAD_LABEL;
+    CUDA_TRY(l->ctx, cudaEventCreateWithFlags(&p->copied, cudaEventDisableTiming));
+    return GLIA_OK;
+fail:
+    if (p->bad_host) l->backend->ops->host_free(l->backend->priv, p->bad_host);
+    p->bad_host = NULL;
+    glia_tensor_release(p->bad);
+    p->bad = NULL;
+    return st;
+}
+
+static void sce_destroy(struct glia_layer *l)
+{
+    struct sce_cuda *p = l->priv;
+    if (!p) return;
+    if (p->pending && cudaEventSynchronize(p->copied) == cudaSuccess && *p->bad_host != GLIA__SCE_NO_BAD_LABEL) {
+        unsigned long long v = *p->bad_host;
+        glia_log(l->ctx, GLIA_LOG_ERROR,
+                 "[%s] label %d at batch row %lld is out of range for %lld classes (found on the GPU by the last "
+                 "forward, whose loss was NaN)",
+                 l->name, (int)(int32_t)(uint32_t)v, (long long)(v >> 32), (long long)p->classes);
+    }
+    if (p->copied) cudaEventDestroy(p->copied);
+    if (p->bad_host) l->backend->ops->host_free(l->backend->priv, p->bad_host);
+    glia_tensor_release(p->bad);
+    glia_tensor_release(p->lse);
+    free(p);
+}
+
+/* logits x(N,C) and labels y(N) in CUDA memory, of matching sizes */
+static glia_status sce_check(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y)
+{
+    glia_status st = need_dense_f32(l, x, "logits");
+    if (st) return st;
+    if (!y || y->dtype != GLIA_I32 || y->device.type != GLIA_DEVICE_CUDA || glia_tensor_numel(y) < x->shape.dim[0])
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] labels: expected at least %lld i32 labels in CUDA memory", l->name,
+                          (long long)x->shape.dim[0]);
+    return GLIA_OK;
+}
+
+/* loss(1) = mean_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])], p = softmax(x(N,C));
+ * keeps lse(N) when training */
+static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct sce_cuda *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st;
+    if ((st = sce_poll(l, p)) || (st = sce_check(l, a->in[0], a->labels)) ||
+        (st = need_dense_f32(l, a->out, "output")))
+        return st;
+    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    if (!p->bad && (st = sce_init_flag(l, p))) return st;
+    if (a->train && p->cap < N) {
+        glia_tensor_release(p->lse);
+        p->lse = NULL;
+        p->cap = 0;
+        struct glia_shape s = glia_shape_make(1, (int64_t[]){N});
+        if ((st = glia_tensor_new(l->backend, GLIA_I64, &s, &p->lse))) return st;
+        p->cap = N;
+    }
+    void *row;
+    if ((st = glia__cuda_scratch(c, (size_t)(N > 0 ? N : 1) * sizeof(double), &row))) return st;
+    p->classes = C;
+    CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row, p->bad->data,
+                                            f32(a->in[0]), a->labels->data, N, C, p->d.smoothing, c->stream));
+    if (!capturing(c)) {
+        CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
+                                         c->stream));
+        CUDA_TRY(l->ctx, cudaEventRecord(p->copied, c->stream));
+        p->pending = true;
+    }
+fail:
+    return st;
+}
+
+/* dx(N,C) (+)= scale * (softmax(x) - (1-e) onehot(y) - e/C) / N, scale = dout[0] read on the GPU */
+static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    struct sce_cuda *p = l->priv;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st;
+    if ((st = sce_poll(l, p))) return st;
+    if (!a->din[0]) return GLIA_OK;
+    if ((st = sce_check(l, a->in[0], a->labels)) || (st = need_dense_f32(l, a->din[0], "input gradient"))) return st;
+    if (!a->dout || a->dout->dtype != GLIA_F32 || a->dout->device.type != GLIA_DEVICE_CUDA ||
+        glia_tensor_numel(a->dout) < 1)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] the loss scale must be one f32 element in CUDA memory", l->name);
+    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    if (!p->lse || p->cap < N)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward of this batch", l->name);
+    CUDA_TRY(l->ctx, glia__cuda_sce_backward(f32(a->din[0]), f32(a->in[0]), p->lse->data, a->labels->data,
+                                             f32(a->dout), N, C, p->d.smoothing, a->din_accumulate[0] ? 1.0f : 0.0f,
+                                             c->stream));
+fail:
+    return st;
+}
+
+static const struct glia_layer_ops sce_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "softmax_cross_entropy",
+    .impl = "cuda",
+    .doc = GLIA__SCE_DOC,
+    .keys = glia__sce_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_LOSS,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = sce_create,
+    .destroy = sce_destroy,
+    .infer_shape = glia__sce_infer,
+    .forward = sce_forward,
+    .backward = sce_backward,
+};
+
+/* ---- flatten ----
+ * The output is always row-major (N, C*H*W), like the CPU impl: a channels_last input is
+ * transposed (the backend's transpose on the compute stream), a contiguous one copied. */
+
+/* t's memory seen as a contiguous tensor of shape s (the same element count) */
+static glia_status view_as(const struct glia_tensor *t, const struct glia_shape *s, struct glia_tensor **out)
+{
+    return glia_tensor_view((struct glia_tensor *)t, 0, s, out);
+}
+
+/* y(N, C*H*W) = x(N, C, H, W); from channels_last x(N, H, W, C) a transpose */
+static glia_status flatten_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct glia_tensor *y4;
+    glia_status st = view_as(a->out, &a->in[0]->shape, &y4);
+    if (!st) st = glia_tensor_convert(y4, a->in[0], false);
+    glia_tensor_release(y4);
+    return st;
+}
+
+/* dx (+)= dy in the layout of dx */
+static glia_status flatten_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    if (!a->din[0]) return GLIA_OK;
+    struct glia_tensor *dy4;
+    glia_status st = view_as(a->dout, &a->din[0]->shape, &dy4);
+    if (!st) st = glia_tensor_convert(a->din[0], dy4, a->din_accumulate[0]);
+    glia_tensor_release(dy4);
+    return st;
+}
+
+static const struct glia_layer_ops flatten_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "flatten",
+    .impl = "cuda",
+    .doc = GLIA__FLATTEN_DOC,
+    .keys = NULL,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = glia__flatten_create,
+    .infer_shape = glia__flatten_infer,
+    .forward = flatten_forward,
+    .backward = flatten_backward,
+};
+
+/* ---- dropout ----
+ * The CPU impl's mask (glia__dropout_uniform of the step seed and each element's logical NCHW
+ * index), so CPU and GPU runs drop the same elements in either memory format; backward recomputes
+ * it from the saved seed. */
+
+/* Launch the masked scaling over t's memory: y = (keep ? x * scale : 0) + beta y. */
+static glia_status dropout_launch(struct glia_layer *l, const struct glia_tensor *t, float *y, const float *x,
+                                  uint64_t seed, float beta)
+{
+    const struct glia__dropout *d = l->priv;
+    glia_status st = GLIA_OK;
+    bool cl = glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST;
+    int64_t C = cl ? t->shape.dim[1] : 1, HW = cl ? t->shape.dim[2] * t->shape.dim[3] : 1;
+    float scale = 1.0f / (1.0f - d->p);
+    CUDA_TRY(l->ctx, glia__cuda_dropout(y, x, glia_tensor_numel(t), cl, C, HW, seed, d->p, scale, beta,
+                                        glia__cuda_of(l->backend)->stream));
+fail:
+    return st;
+}
+
+/* y(N,...) = keep(j) ? x / (1-p) : 0 in training; y = x in eval. Any shape and format. */
+static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct glia__dropout *d = l->priv;
+    glia_status st;
+    enum glia_memory_format f = glia_tensor_memory_format(a->out);
+    if ((st = need_f32_in(l, a->out, f, "output")) || (st = need_f32_in(l, a->in[0], f, "input"))) return st;
+    if (!a->train || d->p == 0.0f) return glia_tensor_convert(a->out, a->in[0], false);
+    d->seed = a->seed;
+    return dropout_launch(l, a->out, f32(a->out), f32(a->in[0]), a->seed, 0.0f);
+}
+
+/* dx(N,...) (+)= keep(j) ? dy / (1-p) : 0, with the mask of the last training forward */
+static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct glia__dropout *d = l->priv;
+    if (!a->din[0]) return GLIA_OK;
+    glia_status st;
+    enum glia_memory_format f = glia_tensor_memory_format(a->dout);
+    if ((st = need_f32_in(l, a->dout, f, "output gradient")) || (st = need_f32_in(l, a->din[0], f, "input gradient")))
+        return st;
+    if (d->p == 0.0f) return glia_tensor_convert(a->din[0], a->dout, a->din_accumulate[0]);
+    return dropout_launch(l, a->dout, f32(a->din[0]), f32(a->dout), d->seed, a->din_accumulate[0] ? 1.0f : 0.0f);
+}
+
+static const struct glia_layer_ops dropout_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "dropout",
+    .impl = "cuda",
+    .doc = GLIA__DROPOUT_DOC,
+    .keys = glia__dropout_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = glia__dropout_create,
+    .destroy = glia__dropout_destroy,
+    .infer_shape = glia__dropout_infer,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};
+
+glia_status glia__cuda_register_dense(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer(r, &linear_ops);
+    if (!st) st = glia_register_layer(r, &sce_ops);
+    if (!st) st = glia_register_layer(r, &flatten_ops);
+    if (!st) st = glia_register_layer(r, &dropout_ops);
+    return st;
+}

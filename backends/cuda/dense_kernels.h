@@ -1,0 +1,47 @@
+/* backends/cuda/dense_kernels.h — the CUDA kernels of linear (bias add, bias gradient),
+ * softmax_cross_entropy and dropout, launched on a given stream (C entry points into
+ * dense_kernels.cu). Not the GEMMs (gemm.c) nor the layers' host logic (dense.c). */
+#ifndef GLIA_CUDA_DENSE_KERNELS_H
+#define GLIA_CUDA_DENSE_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* No bad label: the value of softmax_cross_entropy's label flag while every label was in range.
+ * Otherwise the flag holds (row << 32 | (uint32_t)label) of the first bad row. */
+#define GLIA__SCE_NO_BAD_LABEL UINT64_MAX
+
+/* y(N,O) += b(O) */
+cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, int64_t O, cudaStream_t s);
+
+/* db(O) = sum_n dy(N,O) + beta db, beta 0 or 1 (0: db is not read) */
+cudaError_t glia__cuda_col_sum(float *db, const float *dy, int64_t N, int64_t O, float beta, cudaStream_t s);
+
+/* loss(1) = mean_n [(1-e)(lse_n - x[n, y_n]) + e mean_c (lse_n - x[n, c])], lse_n = log sum_c exp x[n, c],
+ * from x(N,C) and labels y(N). row(N) is scratch (doubles); lse(N) (doubles) is kept for backward
+ * when not NULL. A label outside [0, C) makes its row's loss (so the mean) NaN and lowers *bad to
+ * (row << 32 | label) (atomic min; *bad starts at GLIA__SCE_NO_BAD_LABEL). */
+cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, unsigned long long *bad, const float *x,
+                                   const int32_t *y, int64_t N, int64_t C, float e, cudaStream_t s);
+
+/* dx(N,C) = dout[0] / N * (softmax(x) - (1-e) onehot(y) - e/C) + beta dx, beta 0 or 1, softmax from
+ * x(N,C) and the forward's lse(N); dout is device memory (1 element). Rows with a label outside
+ * [0, C) get NaN. */
+cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse, const int32_t *y, const float *dout,
+                                    int64_t N, int64_t C, float e, float beta, cudaStream_t s);
+
+/* y(n) = (keep(j) ? x * scale : 0) + beta y, beta 0 or 1, keep(j) = glia__dropout_uniform(seed, j) >= p
+ * with j the element's logical NCHW index: its offset, or for channels_last memory (N,H,W,C)
+ * with C channels and HW = H*W the offset mapped back to NCHW. */
+cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C, int64_t HW,
+                               uint64_t seed, float p, float scale, float beta, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

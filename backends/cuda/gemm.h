@@ -1,0 +1,30 @@
+/* backends/cuda/gemm.h — cuBLASLt GEMM with a fused epilogue (bias add, bias gradient) for the
+ * CUDA layers of cuda.so (gemm.c). Not the backend's gemm_f32 slot (cuda_internal.h), which is
+ * the same GEMM without an epilogue. */
+#ifndef GLIA_CUDA_GEMM_H
+#define GLIA_CUDA_GEMM_H
+
+#include "cuda_internal.h"
+
+/* What the GEMM does besides C = alpha op(A) op(B) + beta C, in row-major terms. */
+enum glia__gemm_epilogue {
+    GLIA__GEMM_PLAIN = 0,
+    /* C(M,N) = alpha op(A) op(B) + beta C + vec(N), vec broadcast over the M rows
+     * (cuBLASLt's BIAS: vec runs along the rows of its column-major D = C^T) */
+    GLIA__GEMM_BIAS,
+    /* also vec(M) = sum_k op(A)(m, k), written (=) whatever beta is: the column sums of A when
+     * ta (cuBLASLt's BGRADB: A is its second operand, B, and the sum runs over k) */
+    GLIA__GEMM_BGRAD_A
+};
+
+/* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major, row strides lda, ldb, ldc) with
+ * epilogue ep using vec (device memory; NULL for PLAIN), on the compute stream, in the precision
+ * of c->options. For an epilogue that cuBLASLt has no algorithm for (with these types, shape
+ * and alignment) it returns GLIA_EUNSUPPORTED without touching C or vec and WITHOUT recording a
+ * context error, so that the caller can take another way (a kernel); the answer is cached per
+ * shape. Other failures record an error as usual. */
+glia_status glia__cuda_gemm_ex(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                               int64_t ldc, enum glia__gemm_epilogue ep, float *vec);
+
+#endif

@@ -1,0 +1,508 @@
+/* backends/cuda/norm_pool.c — the CUDA impls ("cuda") of batchnorm, maxpool2d, avgpool2d, global_avgpool and
+ * concat: host logic (format checks, saved state, scratch, launches on the backend's stream) with the CPU
+ * plugins' keys, parameters, buffers and semantics (shared descriptions under plugins/layers). Not the
+ * kernels (norm_pool_kernels.cu); no cuDNN, so that results follow the CPU impls' definitions exactly. */
+#include <stdlib.h>
+#include "cuda_internal.h"
+#include "norm_pool_kernels.h"
+#include "../../plugins/layers/batchnorm/batchnorm_desc.h"
+#include "../../plugins/layers/concat/concat_desc.h"
+#include "../../plugins/layers/global_avgpool/global_avgpool_desc.h"
+#include "../../plugins/layers/maxpool2d/pool2d_desc.h"
+
+/* ---- shared helpers ---- */
+
+static float *dev(const struct glia_tensor *t) { return (float *)t->data; }
+
+/* Whether t's elements lie in memory in format f's order: dense NCHW (any rank) for GLIA_CONTIGUOUS, NHWC for
+ * GLIA_CHANNELS_LAST; a 4-D tensor whose C or H*W is 1 has both orders (the same bytes). */
+static bool in_order(const struct glia_tensor *t, enum glia_memory_format f)
+{
+    const int64_t *d = t->shape.dim;
+    if (glia_tensor_is_contiguous(t))
+        return f == GLIA_CONTIGUOUS || t->shape.ndim != 4 || d[1] == 1 || d[2] * d[3] == 1;
+    return f == GLIA_CHANNELS_LAST && t->shape.ndim == 4 && glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST;
+}
+
+/* The memory format of the call: that of t[0], checked against the other tensors (NULL entries skipped);
+ * GLIA_EUNSUPPORTED naming the layer when one is in another order or neither dense order. */
+static glia_status call_format(const struct glia_layer *l, const struct glia_tensor *const *t, int n,
+                               enum glia_memory_format *f)
+{
+    *f = glia_tensor_memory_format(t[0]);
+    for (int i = 0; i < n; i++)
+        if (t[i] && !in_order(t[i], *f))
+            return glia_error(l->ctx, GLIA_EUNSUPPORTED,
+                              "[%s] %s (cuda): tensors of one call must all be %s (dense NCHW or NHWC); tensor %d is not",
+                              l->name, l->ops->type, glia_memory_format_name(*f), i);
+    return GLIA_OK;
+}
+
+static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of(l->backend)->stream; }
+
+/* ---- batchnorm ---- */
+
+struct cuda_bn {
+    struct glia__batchnorm_desc d;  /* first: the shared infer_shape and flops read it */
+    struct glia_tensor *saved;      /* (2C) f32 on the device: mean(C), invstd(C) of the last training forward */
+    int64_t kept;                   /* elements of the input that saved belongs to (0: none kept) */
+};
+
+/* Splits per channel (see norm_pool_kernels.h): about 1024 blocks in all, at least `least` values of a
+ * channel per block, at most 2^22 (a block's count stays exact in float). A function of the shape only. */
+static int bn_splits(int64_t M, int64_t C, bool rows)
+{
+    int64_t units = rows ? (C + 31) / 32 : C, least = rows ? 64 : 512;
+    if (units < 1) units = 1;
+    int64_t S = (1024 + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
+    if (S > most) S = most;
+    if (S < need) S = need;
+    if (S < 1) S = 1;
+    return (int)(S < 65535 ? S : 65535);
+}
+
+/* x as (N, C, L): NCHW (N, C, H*W); channels_last and 2-D as rows (N*H*W, C, 1); also NCHW with H*W = 1. */
+static struct glia__bn_geom bn_geom(const struct glia_tensor *x, enum glia_memory_format f)
+{
+    const int64_t *d = x->shape.dim;
+    int64_t HW = x->shape.ndim == 4 ? d[2] * d[3] : 1;
+    struct glia__bn_geom g = {.N = d[0], .C = d[1], .L = HW};
+    if (f == GLIA_CHANNELS_LAST) {
+        g.N = d[0] * HW;
+        g.L = 1;
+    }
+    g.S = bn_splits(g.N * g.L, g.C, g.L == 1);
+    return g;
+}
+
+static void bn_destroy(struct glia_layer *l)
+{
+    struct cuda_bn *p = l->priv;
+    if (!p) return;
+    glia_tensor_release(p->saved);
+    free(p);
+}
+
+static glia_status bn_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                             int n_in)
+{
+    (void)n_in;
+    struct cuda_bn *p = calloc(1, sizeof *p);
+    if (!p) return GLIA_ENOMEM;
+    l->priv = p;
+    glia_status st = glia__batchnorm_describe(l, cfg, in, &p->d);
+    if (st) {  /* the core calls destroy only after a successful create */
+        bn_destroy(l);
+        l->priv = NULL;
+    }
+    return st;
+}
+
+/* Training: per channel over M = N*H*W values, Welford mean and biased variance (combined in double in a
+ * fixed order), y = (x - mean)*invstd*gamma + beta, mean and invstd kept for backward, running statistics
+ * moved toward the batch mean and the unbiased variance var*M/(M-1). Eval: the running statistics (or,
+ * without them, the batch's), nothing kept or updated. */
+static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct cuda_bn *p = l->priv;
+    const struct glia_tensor *x = a->in[0];
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (st) return st;
+    struct glia__bn_geom g = bn_geom(x, f);
+    int64_t C = g.C, M = g.N * g.L;
+    p->kept = 0;
+    if (a->train && M < 2) {
+        char buf[64];
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
+                          l->name, glia_shape_str(&x->shape, buf, sizeof buf));
+    }
+    bool use_running = !a->train && p->d.rm >= 0, update = a->train && p->d.rm >= 0;
+    if (a->train && !p->saved) {
+        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {2 * C}}, &p->saved);
+        if (st) return st;
+    }
+    void *scratch;
+    st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
+    if (st) return st;
+    float *pmean = scratch, *pm2 = pmean + g.S * C, *coef = pm2 + g.S * C;
+    float *smean = a->train ? dev(p->saved) : NULL, *sinvstd = a->train ? dev(p->saved) + C : NULL;
+    const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
+    const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
+    float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
+    float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
+    cudaStream_t s = stream_of(l);
+    if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, dev(x), g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, smean, sinvstd, rmean, rvar, gamma, beta, pmean, pm2, g, use_running,
+                                            update, p->d.momentum, p->d.eps, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
+    if (a->train) p->kept = glia_tensor_numel(x);
+fail:
+    return st;
+}
+
+/* With x_hat = (x - mean)*invstd from the kept statistics, per channel over its M values:
+ * dgamma (+)= sum(dy*x_hat); dbeta (+)= sum(dy); dx (+)= gamma*invstd/M * (M*dy - sum(dy) - x_hat*sum(dy*x_hat)). */
+static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    struct cuda_bn *p = l->priv;
+    const struct glia_tensor *x = a->in[0];
+    if (p->kept == 0 || p->kept != glia_tensor_numel(x))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
+    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
+    if (!pw && !pb && !a->din[0]) return GLIA_OK;
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
+    if (st) return st;
+    struct glia__bn_geom g = bn_geom(x, f);
+    int64_t C = g.C;
+    void *scratch;
+    st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
+    if (st) return st;
+    float *pdy = scratch, *pdyx = pdy + g.S * C, *coef = pdyx + g.S * C;
+    const float *mean = dev(p->saved), *invstd = dev(p->saved) + C, *gamma = pw ? dev(pw->value) : NULL;
+    cudaStream_t s = stream_of(l);
+    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), mean, invstd, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
+                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, invstd, pdy,
+                                                 pdyx, g, s));
+    if (a->din[0])
+        CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), mean, invstd,
+                                          coef, g, s));
+fail:
+    return st;
+}
+
+static const struct glia_layer_ops bn_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "batchnorm",
+    .impl = "cuda",
+    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval (CUDA)",
+    .keys = glia__batchnorm_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_NORMALIZATION | GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = bn_create,
+    .destroy = bn_destroy,
+    .infer_shape = glia__batchnorm_infer,
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .flops = glia__batchnorm_flops,
+};
+
+/* ---- maxpool2d and avgpool2d ---- */
+
+struct cuda_pool {
+    struct glia__pool2d_desc d;   /* first: the shared infer_shape and flops read it */
+    struct glia_tensor *arg;      /* maxpool: i32, per output element in its memory order, the plane offset
+                                     h*W + w of its max in the last training forward */
+    int64_t n_arg;                /* elements of arg kept for backward (0: none) */
+    enum glia_memory_format fmt;  /* memory format of that forward: the order of arg */
+};
+
+static glia_status pool_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                               int n_in)
+{
+    (void)n_in;
+    struct glia__pool2d_desc d;
+    glia_status st = glia__pool2d_describe(cfg, in, l->ops->type, &d);
+    if (st) return st;
+    struct cuda_pool *m = calloc(1, sizeof *m);
+    if (!m) return GLIA_ENOMEM;
+    m->d = d;
+    l->priv = m;
+    return GLIA_OK;
+}
+
+static void pool_destroy(struct glia_layer *l)
+{
+    struct cuda_pool *m = l->priv;
+    if (!m) return;
+    glia_tensor_release(m->arg);
+    free(m);
+}
+
+static struct glia__pool_geom pool_geom(const struct cuda_pool *m, const struct glia_shape *x,
+                                        const struct glia_shape *y, enum glia_memory_format f)
+{
+    return (struct glia__pool_geom){.N = x->dim[0], .C = x->dim[1], .H = x->dim[2], .W = x->dim[3], .OH = y->dim[2],
+                                    .OW = y->dim[3], .k = m->d.k, .s = m->d.s, .p = m->d.p,
+                                    .nhwc = f == GLIA_CHANNELS_LAST};
+}
+
+/* y(N, C, OH, OW) = max over the window of x(N, C, H, W), padding -inf; training keeps the plane offset of
+ * the first max in scan order (a NaN wins, like the CPU impl) and the format. */
+static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct cuda_pool *m = l->priv;
+    const struct glia_tensor *x = a->in[0];
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (st) return st;
+    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->out->shape, f);
+    int64_t n = glia_tensor_numel(a->out);
+    int32_t *arg = NULL;
+    m->n_arg = 0;
+    if (a->train) {
+        if (g.H * g.W > INT32_MAX)
+            return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] maxpool2d (cuda): planes of more than 2^31 elements",
+                              l->name);
+        if (!m->arg || glia_tensor_numel(m->arg) < n) {  /* re-made when the batch grows */
+            glia_tensor_release(m->arg);
+            m->arg = NULL;
+            st = glia_tensor_new(l->backend, GLIA_I32, &(struct glia_shape){1, {n}}, &m->arg);
+            if (st) return st;
+        }
+        arg = m->arg->data;
+    }
+    CUDA_TRY(l->ctx, glia__cuda_maxpool_forward(dev(a->out), arg, dev(x), g, stream_of(l)));
+    if (a->train) {
+        m->n_arg = n;
+        m->fmt = f;
+    }
+fail:
+    return st;
+}
+
+/* dx(N, C, H, W) (+)= sum of dy over the outputs whose max x(N, C, h, w) was (a gather: deterministic) */
+static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct cuda_pool *m = l->priv;
+    if (!a->din[0]) return GLIA_OK;
+    const struct glia_tensor *x = a->in[0];
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
+    if (st) return st;
+    if (m->n_arg != glia_tensor_numel(a->dout))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] maxpool2d backward needs a training forward just before it", l->name);
+    if (m->fmt != f)
+        return glia_error(l->ctx, GLIA_EINVAL,
+                          "[%s] maxpool2d backward needs a training forward just before it in its memory format "
+                          "(%s, got %s)", l->name, glia_memory_format_name(m->fmt), glia_memory_format_name(f));
+    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->dout->shape, f);
+    CUDA_TRY(l->ctx, glia__cuda_maxpool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout), m->arg->data, g,
+                                                 stream_of(l)));
+fail:
+    return st;
+}
+
+/* y(N, C, OH, OW) = sum over the window of x(N, C, H, W) / (k*k), zero padding counted */
+static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct cuda_pool *m = l->priv;
+    const struct glia_tensor *x = a->in[0];
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (st) return st;
+    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->out->shape, f);
+    CUDA_TRY(l->ctx, glia__cuda_avgpool_forward(dev(a->out), dev(x), 1.0f / (float)(m->d.k * m->d.k), g,
+                                                stream_of(l)));
+fail:
+    return st;
+}
+
+/* dx(N, C, h, w) (+)= sum over the windows that hold (h, w) of dy / (k*k) (a gather: deterministic) */
+static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct cuda_pool *m = l->priv;
+    if (!a->din[0]) return GLIA_OK;
+    const struct glia_tensor *x = a->in[0];
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
+    if (st) return st;
+    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->dout->shape, f);
+    CUDA_TRY(l->ctx, glia__cuda_avgpool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout),
+                                                 1.0f / (float)(m->d.k * m->d.k), g, stream_of(l)));
+fail:
+    return st;
+}
+
+static const struct glia_layer_ops maxpool_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "maxpool2d",
+    .impl = "cuda",
+    .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding; NCHW or NHWC (CUDA)",
+    .keys = glia__maxpool2d_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = pool_create,
+    .destroy = pool_destroy,
+    .infer_shape = glia__pool2d_infer,
+    .forward = maxpool_forward,
+    .backward = maxpool_backward,
+    .flops = glia__pool2d_flops,
+};
+
+static const struct glia_layer_ops avgpool_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "avgpool2d",
+    .impl = "cuda",
+    .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted; NCHW or NHWC (CUDA)",
+    .keys = glia__avgpool2d_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = pool_create,
+    .destroy = pool_destroy,
+    .infer_shape = glia__pool2d_infer,
+    .forward = avgpool_forward,
+    .backward = avgpool_backward,
+    .flops = glia__pool2d_flops,
+};
+
+/* ---- global_avgpool ---- */
+
+/* y(N, C) = sum over h, w of x(N, C, h, w) / (H*W) */
+static glia_status gap_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct glia_tensor *x = a->in[0];
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (st) return st;
+    const int64_t *d = x->shape.dim;
+    int64_t HW = d[2] * d[3];
+    CUDA_TRY(l->ctx, glia__cuda_gap_forward(dev(a->out), dev(x), d[0], d[1], HW, f == GLIA_CHANNELS_LAST,
+                                            1.0f / (float)HW, stream_of(l)));
+fail:
+    return st;
+}
+
+/* dx(N, C, h, w) (+)= dy(N, C) / (H*W) */
+static glia_status gap_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    if (!a->din[0]) return GLIA_OK;
+    enum glia_memory_format f;
+    glia_status st = call_format(l, (const struct glia_tensor *[]){a->din[0], a->in[0], a->dout}, 3, &f);
+    if (st) return st;
+    const int64_t *d = a->din[0]->shape.dim;
+    int64_t HW = d[2] * d[3];
+    CUDA_TRY(l->ctx, glia__cuda_gap_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout), d[0], d[1], HW,
+                                             f == GLIA_CHANNELS_LAST, 1.0f / (float)HW, stream_of(l)));
+fail:
+    return st;
+}
+
+static const struct glia_layer_ops gap_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "global_avgpool",
+    .impl = "cuda",
+    .doc = "mean over H and W: (N, C, H, W) (NCHW or NHWC) -> (N, C) (CUDA)",
+    .keys = NULL,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = glia__global_avgpool_create,
+    .infer_shape = glia__global_avgpool_infer,
+    .forward = gap_forward,
+    .backward = gap_backward,
+    .flops = glia__global_avgpool_flops,
+};
+
+/* ---- concat ---- */
+
+struct cuda_concat {
+    struct glia__concat_desc d;  /* first: the shared infer_shape reads it */
+};
+
+static glia_status concat_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                 int n_in)
+{
+    struct glia__concat_desc d;
+    glia_status st = glia__concat_describe(cfg, in, n_in, &d);
+    if (st) return st;
+    struct cuda_concat *c = malloc(sizeof *c);
+    if (!c) return GLIA_ENOMEM;
+    c->d = d;
+    l->priv = c;
+    return GLIA_OK;
+}
+
+static void concat_destroy(struct glia_layer *l) { free(l->priv); }
+
+/* The call's format (the output's, as on the CPU), checked against n more tensors t. */
+static glia_status concat_format(const struct glia_layer *l, const struct glia_tensor *out,
+                                 const struct glia_tensor *const *t, int n, enum glia_memory_format *f)
+{
+    *f = glia_tensor_memory_format(out);
+    const struct glia_tensor *both[2] = {out, NULL};
+    for (int k = 0; k < n; k++) {
+        both[1] = t[k];
+        glia_status st = call_format(l, both, 2, f);
+        if (st) return st;
+    }
+    return GLIA_OK;
+}
+
+/* y(outer, sum_k C_k, inner) = [x_1(outer, C_1, inner), ..., x_n(outer, C_n, inner)] in memory order: one
+ * strided copy per input */
+static glia_status concat_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    int axis = ((const struct cuda_concat *)l->priv)->d.axis;
+    enum glia_memory_format f;
+    glia_status st = concat_format(l, a->out, a->in, a->n_in, &f);
+    if (st) return st;
+    int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
+    glia__concat_sizes(a->out, axis, &outer, &inner);
+    for (int k = 0; k < a->n_in; k++) {
+        int64_t ck = a->in[k]->shape.dim[axis];
+        CUDA_TRY(l->ctx, glia__cuda_copy_rows(dev(a->out) + off * inner, ytotal * inner, dev(a->in[k]), ck * inner,
+                                              outer, ck * inner, false, stream_of(l)));
+        off += ck;
+    }
+fail:
+    return st;
+}
+
+/* dx_k (+)= the slice of dy that x_k filled */
+static glia_status concat_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    int axis = ((const struct cuda_concat *)l->priv)->d.axis;
+    enum glia_memory_format f;
+    glia_status st = concat_format(l, a->out, (const struct glia_tensor *const *)a->din, a->n_in, &f);
+    if (!st) st = concat_format(l, a->out, &a->dout, 1, &f);
+    if (st) return st;
+    int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
+    glia__concat_sizes(a->out, axis, &outer, &inner);
+    for (int k = 0; k < a->n_in; k++) {
+        int64_t ck = a->in[k]->shape.dim[axis];
+        if (a->din[k])
+            CUDA_TRY(l->ctx, glia__cuda_copy_rows(dev(a->din[k]), ck * inner, dev(a->dout) + off * inner,
+                                                  ytotal * inner, outer, ck * inner, a->din_accumulate[k],
+                                                  stream_of(l)));
+        off += ck;
+    }
+fail:
+    return st;
+}
+
+static const struct glia_layer_ops concat_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "concat",
+    .impl = "cuda",
+    .doc = "join 2 or more inputs along an axis (default 1: channels) (CUDA)",
+    .keys = glia__concat_keys,
+    .min_inputs = 2,
+    .max_inputs = -1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CUDA,
+    .create = concat_create,
+    .destroy = concat_destroy,
+    .infer_shape = glia__concat_infer,
+    .forward = concat_forward,
+    .backward = concat_backward,
+};
+
+glia_status glia__cuda_register_norm_pool(struct glia_registry *r)
+{
+    const struct glia_layer_ops *all[] = {&bn_ops, &maxpool_ops, &avgpool_ops, &gap_ops, &concat_ops};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        glia_status st = glia_register_layer(r, all[i]);
+        if (st) return st;
+    }
+    return GLIA_OK;
+}

@@ -1,0 +1,595 @@
+/* backends/cuda/norm_pool_kernels.cu — the kernels of the CUDA batchnorm (Welford statistics, normalization,
+ * gradients), max and average pooling (forward, and backward as a gather: deterministic), global average
+ * pooling and concat's strided copies. Not layer logic: norm_pool.c decides what to launch.
+ * Every reduction runs in an order fixed by the shape (no float atomics), so results are reproducible;
+ * the pooling kernels add in the CPU impls' order with explicit roundings (no contraction into FMAs). */
+#include <math.h>
+#include "norm_pool_kernels.h"
+
+/* Everything but the C entry points has internal linkage (an unnamed namespace), so that kernels and
+ * helpers cannot clash with those of the other .cu files of cuda.so. */
+namespace {
+
+#define THREADS 256
+#define MAX_BLOCKS 65536  /* grid-stride loops cap their grid here */
+
+/* Blocks of THREADS for n elements, capped. */
+static unsigned grid_for(int64_t n)
+{
+    int64_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
+}
+
+/* ---- index walks ---- */
+
+/* Walks j = j0, j0 + step, ... keeping c = (j / L) % C and i = j % L without a division per step (the
+ * channel of element j of x(N, C, L)). */
+struct ChanWalk {
+    int64_t i, c, si, sc, L, C;
+    __device__ ChanWalk(int64_t j0, int64_t step, int64_t L_, int64_t C_) : L(L_), C(C_)
+    {
+        int64_t o = j0 / L, so = step / L;
+        i = j0 - o * L;
+        c = o % C;
+        si = step - so * L;
+        sc = so % C;
+    }
+    __device__ void next()
+    {
+        i += si;
+        int64_t carry = 0;
+        if (i >= L) {
+            i -= L;
+            carry = 1;
+        }
+        c += sc + carry;  /* < 2C */
+        if (c >= C) c -= C;
+    }
+};
+
+/* Walks j = j0, j0 + step, ... keeping o = j / L and i = j % L (row and column of an (outer, L) array). */
+struct RowWalk {
+    int64_t o, i, so, si, L;
+    __device__ RowWalk(int64_t j0, int64_t step, int64_t L_) : L(L_)
+    {
+        o = j0 / L;
+        i = j0 - o * L;
+        so = step / L;
+        si = step - so * L;
+    }
+    __device__ void next()
+    {
+        i += si;
+        o += so;
+        if (i >= L) {
+            i -= L;
+            o++;
+        }
+    }
+};
+
+/* ---- batchnorm: the per-thread accumulators and their merges ----
+ * A state is a float3; Welford: (count, mean, m2); Sums: (unused, sum dy, sum dy*x_hat). */
+
+struct Welford {
+    const float *x;
+    __device__ float3 add(float3 v, int64_t e, int64_t c) const
+    {
+        (void)c;  /* the channel matters to GradSums only */
+        float xv = x[e], n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
+        return make_float3(n, m, v.z + d * (xv - m));
+    }
+    /* Chan et al.: the statistics of the union of a and b */
+    __device__ static float3 merge(float3 a, float3 b)
+    {
+        float n = a.x + b.x;
+        if (n == 0.0f) return a;
+        float d = b.y - a.y, f = b.x / n;
+        return make_float3(n, a.y + d * f, a.z + b.z + d * d * a.x * f);
+    }
+};
+
+struct GradSums {
+    const float *x, *dy, *mean, *invstd;
+    __device__ float3 add(float3 v, int64_t e, int64_t c) const
+    {
+        float g = dy[e];
+        return make_float3(0.0f, v.y + g, v.z + g * ((x[e] - mean[c]) * invstd[c]));
+    }
+    __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, a.z + b.z); }
+};
+
+__device__ static float3 shfl_down3(float3 v, int off)
+{
+    return make_float3(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off),
+                       __shfl_down_sync(0xffffffffu, v.z, off));
+}
+
+/* The merge of v over a 1-D block of THREADS threads, in a fixed tree order; valid in thread 0. */
+template <class Acc> __device__ static float3 block_merge(float3 v)
+{
+    __shared__ float3 warp_part[THREADS / 32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down3(v, off));
+    if (lane == 0) warp_part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < THREADS / 32 ? warp_part[lane] : make_float3(0.0f, 0.0f, 0.0f);
+        for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down3(v, off));
+    }
+    return v;
+}
+
+/* pa(S, C), pb(S, C) = the state (y, z) of split s = blockIdx.y of channel c = blockIdx.x of x(N, C, L),
+ * L > 1: THREADS threads walk the split's values j = n*L + i (consecutive threads, consecutive i). */
+template <class Acc>
+__global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+{
+    int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
+    int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
+    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    RowWalk w(j0 + threadIdx.x, THREADS, L);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c);
+    v = block_merge<Acc>(v);
+    if (threadIdx.x == 0) {
+        pa[s * C + c] = v.y;
+        pb[s * C + c] = v.z;
+    }
+}
+
+#define TILE_C 32  /* channels of a rows block (threadIdx.x) */
+#define TILE_R 8   /* row lanes of a rows block (threadIdx.y) */
+
+/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TILE_C, TILE_R) takes channels
+ * blockIdx.x*TILE_C + threadIdx.x and rows threadIdx.y, + TILE_R, ... of split s = blockIdx.y (a warp reads
+ * 32 consecutive channels of one row); the row lanes merge in order 0, 1, ... */
+template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc acc, int64_t M, int64_t C, int S)
+{
+    __shared__ float3 part[TILE_R][TILE_C];
+    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
+    int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
+    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    if (c < C)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c);
+    part[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int y = 1; y < TILE_R; y++) v = Acc::merge(v, part[y][threadIdx.x]);
+        pa[s * C + c] = v.y;
+        pb[s * C + c] = v.z;
+    }
+}
+
+template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
+{
+    if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
+    if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
+    if (g.L == 1) {
+        dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
+        bn_reduce_rows<Acc><<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+    } else {
+        if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
+        bn_reduce_planes<Acc><<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+    }
+    return cudaGetLastError();
+}
+
+/* coef(3, C), save_mean(C), save_invstd(C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) or rmean, rvar:
+ * one thread per channel, the splits combined in double in split order (see the header). */
+__global__ void bn_finalize(float *coef, float *save_mean, float *save_invstd, float *rmean, float *rvar,
+                            const float *gamma, const float *beta, const float *pmean, const float *pm2, int64_t C,
+                            int64_t M, int S, bool use_running, bool update, double mom, double eps)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double mean, var;
+        if (use_running) {
+            mean = rmean[c];
+            var = rvar[c];
+        } else {
+            double n = 0, m = 0, m2 = 0;
+            for (int s = 0; s < S; s++) {
+                double nb = (double)((s + 1) * M / S - s * M / S);
+                if (nb == 0) continue;
+                double nn = n + nb, d = (double)pmean[s * C + c] - m;
+                m += d * nb / nn;
+                m2 += (double)pm2[s * C + c] + d * d * n * nb / nn;
+                n = nn;
+            }
+            mean = m;
+            var = m2 > 0 ? m2 / (double)M : 0.0;
+        }
+        double invstd = 1.0 / sqrt(var + eps);
+        if (save_mean) save_mean[c] = (float)mean;
+        if (save_invstd) save_invstd[c] = (float)invstd;
+        if (update) {
+            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
+            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
+        }
+        coef[c] = (float)mean;
+        coef[C + c] = (float)(invstd * (gamma ? gamma[c] : 1.0f));
+        coef[2 * C + c] = beta ? beta[c] : 0.0f;
+    }
+}
+
+/* y(N, C, L) = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression */
+__global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    ChanWalk w(j0, step, L, C);
+    for (int64_t j = j0; j < n; j += step, w.next()) {
+        int64_t c = w.c;
+        y[j] = __fadd_rn(__fmul_rn(__fsub_rn(x[j], coef[c]), coef[C + c]), coef[2 * C + c]);
+    }
+}
+
+/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): one thread per channel, in double */
+__global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
+                                 const float *gamma, const float *invstd, const float *pdy, const float *pdyx,
+                                 int64_t C, int64_t M, int S)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double sdy = 0, sdyx = 0;
+        for (int s = 0; s < S; s++) {
+            sdy += pdy[s * C + c];
+            sdyx += pdyx[s * C + c];
+        }
+        if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
+        if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
+        double k = (gamma ? gamma[c] : 1.0) * (double)invstd[c] / (double)M;
+        coef[c] = (float)(k * (double)M);
+        coef[C + c] = (float)(k * sdy);
+        coef[2 * C + c] = (float)(k * sdyx);
+    }
+}
+
+/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat = (x - mean(c))*invstd(c) */
+__global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *mean, const float *invstd,
+                      const float *coef, int64_t n, int64_t C, int64_t L)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    ChanWalk w(j0, step, L, C);
+    for (int64_t j = j0; j < n; j += step, w.next()) {
+        int64_t c = w.c;
+        float xh = (x[j] - mean[c]) * invstd[c];
+        float g = coef[c] * dy[j] - coef[C + c] - xh * coef[2 * C + c];
+        dx[j] = add ? dx[j] + g : g;
+    }
+}
+
+/* ---- windowed pooling ----
+ * Index type I: int32_t when every index of the call fits, else int64_t (32-bit division is much faster). */
+
+template <typename I> struct Pool {
+    I N, C, H, W, OH, OW, k, s, p;
+    bool nhwc;
+    /* memory index of element (n, c, h, w) of an (N, C, h_n, w_n) tensor */
+    __device__ I at(I n, I c, I h, I w, I hn, I wn) const
+    {
+        return nhwc ? ((n * hn + h) * wn + w) * C + c : ((n * C + c) * hn + h) * wn + w;
+    }
+    /* (n, c, h, w) of memory index e of an (N, C, hn, wn) tensor */
+    __device__ void coords(I e, I hn, I wn, I *n, I *c, I *h, I *w) const
+    {
+        if (nhwc) {
+            *c = e % C;
+            e /= C;
+            *w = e % wn;
+            e /= wn;
+            *h = e % hn;
+            *n = e / hn;
+        } else {
+            *w = e % wn;
+            e /= wn;
+            *h = e % hn;
+            e /= hn;
+            *c = e % C;
+            *n = e / C;
+        }
+    }
+    /* the outputs whose windows hold input row h (or column): [*o0, *o1) */
+    __device__ void span(I h, I out, I *o0, I *o1) const
+    {
+        *o0 = h + p - k < 0 ? 0 : (h + p - k) / s + 1;
+        *o1 = (h + p) / s + 1;
+        if (*o1 > out) *o1 = out;
+    }
+};
+
+template <typename I> static Pool<I> pool_of(const struct glia__pool_geom &g)
+{
+    return Pool<I>{(I)g.N, (I)g.C, (I)g.H, (I)g.W, (I)g.OH, (I)g.OW, (I)g.k, (I)g.s, (I)g.p, g.nhwc};
+}
+
+/* Whether every index of the call fits int32_t: inputs, outputs, window arithmetic, and a grid-stride
+ * loop's last step past the end (at most MAX_BLOCKS * THREADS). */
+static bool pool_small(const struct glia__pool_geom &g)
+{
+    const int64_t lim = 0x7fffffff - (int64_t)MAX_BLOCKS * THREADS;
+    int64_t H = g.H + 2 * g.p, W = g.W + 2 * g.p;
+    return g.N * g.C * H * W < lim && g.N * g.C * g.OH * g.OW < lim && g.k < lim / 4 && g.s < lim / 4;
+}
+
+/* y(N, C, OH, OW) = max over the window of x(N, C, H, W); arg (if not NULL) = its plane offset. One
+ * thread per output, in y's memory order; the window scan and its tie rule are the CPU's. */
+template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const float *x, Pool<I> g)
+{
+    I total = g.N * g.C * g.OH * g.OW;
+    for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
+        I n, c, oh, ow;
+        g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
+        I h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
+        I h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
+        if (h0 < 0) h0 = 0;
+        if (w0 < 0) w0 = 0;
+        I bi = h0 * g.W + w0;  /* padding <= size/2: every window holds an input element */
+        float best = x[g.at(n, c, h0, w0, g.H, g.W)];
+        for (I h = h0; h < h1; h++)
+            for (I w = w0; w < w1; w++) {
+                float v = x[g.at(n, c, h, w, g.H, g.W)];
+                if (v > best || isnan(v)) {
+                    best = v;
+                    bi = h * g.W + w;
+                }
+            }
+        y[o] = best;
+        if (arg) arg[o] = (int32_t)bi;
+    }
+}
+
+/* dx(N, C, H, W) (+)= the dy of the outputs whose arg is this element: one thread per input element
+ * gathers over the windows holding it in (oh, ow) order, the order of the CPU's scatter. */
+template <typename I>
+__global__ void maxpool_bwd(float *dx, bool add, const float *dy, const int32_t *arg, Pool<I> g)
+{
+    I total = g.N * g.C * g.H * g.W;
+    for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
+        I n, c, h, w, oh0, oh1, ow0, ow1;
+        g.coords(e, g.H, g.W, &n, &c, &h, &w);
+        g.span(h, g.OH, &oh0, &oh1);
+        g.span(w, g.OW, &ow0, &ow1);
+        int32_t me = (int32_t)(h * g.W + w);
+        float acc = add ? dx[e] : 0.0f;
+        for (I oh = oh0; oh < oh1; oh++)
+            for (I ow = ow0; ow < ow1; ow++) {
+                I o = g.at(n, c, oh, ow, g.OH, g.OW);
+                if (arg[o] == me) acc = __fadd_rn(acc, dy[o]);
+            }
+        dx[e] = acc;
+    }
+}
+
+/* y(N, C, OH, OW) = (sum over the clipped window of x, in h, w order) * inv: one thread per output */
+template <typename I> __global__ void avgpool_fwd(float *y, const float *x, float inv, Pool<I> g)
+{
+    I total = g.N * g.C * g.OH * g.OW;
+    for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
+        I n, c, oh, ow;
+        g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
+        I h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
+        I h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
+        if (h0 < 0) h0 = 0;
+        if (w0 < 0) w0 = 0;
+        float sum = 0.0f;
+        for (I h = h0; h < h1; h++)
+            for (I w = w0; w < w1; w++) sum = __fadd_rn(sum, x[g.at(n, c, h, w, g.H, g.W)]);
+        y[o] = __fmul_rn(sum, inv);
+    }
+}
+
+/* dx(N, C, H, W) (+)= sum over the windows holding this element, in (oh, ow) order, of dy * inv */
+template <typename I> __global__ void avgpool_bwd(float *dx, bool add, const float *dy, float inv, Pool<I> g)
+{
+    I total = g.N * g.C * g.H * g.W;
+    for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
+        I n, c, h, w, oh0, oh1, ow0, ow1;
+        g.coords(e, g.H, g.W, &n, &c, &h, &w);
+        g.span(h, g.OH, &oh0, &oh1);
+        g.span(w, g.OW, &ow0, &ow1);
+        float acc = add ? dx[e] : 0.0f;
+        for (I oh = oh0; oh < oh1; oh++)
+            for (I ow = ow0; ow < ow1; ow++) acc = __fadd_rn(acc, __fmul_rn(dy[g.at(n, c, oh, ow, g.OH, g.OW)], inv));
+        dx[e] = acc;
+    }
+}
+
+/* ---- global average pooling ---- */
+
+/* y(P) = (sum over HW of x(P, HW)) * inv, P = N*C planes: one warp per plane, lanes strided over the
+ * plane, then a fixed shuffle tree. */
+__global__ void gap_fwd_planes(float *y, const float *x, int64_t P, int64_t HW, float inv)
+{
+    int lane = threadIdx.x & 31;
+    int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t pl = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); pl < P; pl += warps) {
+        const float *xp = x + pl * HW;
+        float sum = 0.0f;
+        for (int64_t i = lane; i < HW; i += 32) sum += xp[i];
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+        if (lane == 0) y[pl] = sum * inv;
+    }
+}
+
+/* y(N, C) = (sum over HW of x(N, HW, C)) * inv: block (TILE_C, TILE_R) takes channels
+ * blockIdx.x*TILE_C + threadIdx.x of samples blockIdx.y, + gridDim.y, ...; row lanes merge in order. */
+__global__ void gap_fwd_rows(float *y, const float *x, int64_t N, int64_t C, int64_t HW, float inv)
+{
+    __shared__ float part[TILE_R][TILE_C];
+    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x;
+    for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
+        float sum = 0.0f;
+        if (c < C)
+            for (int64_t i = threadIdx.y; i < HW; i += TILE_R) sum += x[(n * HW + i) * C + c];
+        part[threadIdx.y][threadIdx.x] = sum;
+        __syncthreads();
+        if (threadIdx.y == 0 && c < C) {
+            for (int r = 1; r < TILE_R; r++) sum += part[r][threadIdx.x];
+            y[n * C + c] = sum * inv;
+        }
+        __syncthreads();  /* part is rewritten by the next sample */
+    }
+}
+
+/* dx(N, C, HW) (+)= dy(N, C) * inv (nhwc: dx(N, HW, C)); one thread per element of dx */
+__global__ void gap_bwd(float *dx, bool add, const float *dy, int64_t n, int64_t C, int64_t HW, bool nhwc, float inv)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    /* NCHW: row o of (N*C, HW) is dy's index; NHWC: row o of (N*HW, C), column i: dy(o / HW, i) */
+    RowWalk w(j0, step, nhwc ? C : HW);
+    for (int64_t j = j0; j < n; j += step, w.next()) {
+        float g = dy[nhwc ? w.o / HW * C + w.i : w.o] * inv;
+        dx[j] = add ? dx[j] + g : g;
+    }
+}
+
+/* ---- concat ---- */
+
+__device__ static float4 operator+(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+/* dst(rows, width) (+)= src(rows, width), row pitches dpitch and spitch, in units of T (float or float4) */
+template <typename T>
+__global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, int64_t rows, int64_t width, bool add)
+{
+    int64_t n = rows * width, j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    RowWalk w(j0, step, width);
+    for (int64_t j = j0; j < n; j += step, w.next()) {
+        T v = src[w.o * spitch + w.i];
+        T *d = &dst[w.o * dpitch + w.i];
+        if (add) v = v + *d;
+        *d = v;
+    }
+}
+
+}  // namespace
+
+/* ---- the C entry points ---- */
+
+extern "C" cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g,
+                                           cudaStream_t st)
+{
+    return bn_reduce(pmean, pm2, Welford{x}, g, st);
+}
+
+extern "C" cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy,
+                                                const float *mean, const float *invstd, struct glia__bn_geom g,
+                                                cudaStream_t st)
+{
+    return bn_reduce(pdy, pdyx, GradSums{x, dy, mean, invstd}, g, st);
+}
+
+extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *save_mean, float *save_invstd, float *rmean,
+                                              float *rvar, const float *gamma, const float *beta, const float *pmean,
+                                              const float *pm2, struct glia__bn_geom g, bool use_running, bool update,
+                                              double momentum, double eps, cudaStream_t st)
+{
+    if (g.C == 0) return cudaSuccess;
+    bn_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, save_mean, save_invstd, rmean, rvar, gamma, beta, pmean, pm2,
+                                                   g.C, g.N * g.L, g.S, use_running, update, momentum, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, struct glia__bn_geom g,
+                                               cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.L;
+    if (n == 0) return cudaSuccess;
+    bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta,
+                                                   bool add_dbeta, const float *gamma, const float *invstd,
+                                                   const float *pdy, const float *pdyx, struct glia__bn_geom g,
+                                                   cudaStream_t st)
+{
+    if (g.C == 0) return cudaSuccess;
+    bn_grad_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, invstd, pdy,
+                                                        pdyx, g.C, g.N * g.L, g.S);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *mean,
+                                        const float *invstd, const float *coef, struct glia__bn_geom g, cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.L;
+    if (n == 0) return cudaSuccess;
+    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, mean, invstd, coef, n, g.C, g.L);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_maxpool_forward(float *y, int32_t *arg, const float *x, struct glia__pool_geom g,
+                                                  cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.OH * g.OW;
+    if (n == 0) return cudaSuccess;
+    if (pool_small(g)) maxpool_fwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, pool_of<int32_t>(g));
+    else maxpool_fwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, pool_of<int64_t>(g));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_maxpool_backward(float *dx, bool add, const float *dy, const int32_t *arg,
+                                                   struct glia__pool_geom g, cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.H * g.W;
+    if (n == 0) return cudaSuccess;
+    if (pool_small(g)) maxpool_bwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, pool_of<int32_t>(g));
+    else maxpool_bwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, pool_of<int64_t>(g));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_avgpool_forward(float *y, const float *x, float inv, struct glia__pool_geom g,
+                                                  cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.OH * g.OW;
+    if (n == 0) return cudaSuccess;
+    if (pool_small(g)) avgpool_fwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, pool_of<int32_t>(g));
+    else avgpool_fwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, pool_of<int64_t>(g));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_avgpool_backward(float *dx, bool add, const float *dy, float inv,
+                                                   struct glia__pool_geom g, cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.H * g.W;
+    if (n == 0) return cudaSuccess;
+    if (pool_small(g)) avgpool_bwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, pool_of<int32_t>(g));
+    else avgpool_bwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, pool_of<int64_t>(g));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_gap_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                                              float inv, cudaStream_t st)
+{
+    if (N * C == 0) return cudaSuccess;
+    if (nhwc) {
+        int64_t gx = (C + TILE_C - 1) / TILE_C;
+        if (gx > 0x7fffffff) return cudaErrorInvalidValue;
+        dim3 grid((unsigned)gx, (unsigned)(N < 65535 ? N : 65535));
+        gap_fwd_rows<<<grid, dim3(TILE_C, TILE_R), 0, st>>>(y, x, N, C, HW, inv);
+    } else {
+        int64_t blocks = (N * C + THREADS / 32 - 1) / (THREADS / 32);
+        gap_fwd_planes<<<(unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS), THREADS, 0, st>>>(y, x, N * C, HW, inv);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_gap_backward(float *dx, bool add, const float *dy, int64_t N, int64_t C, int64_t HW,
+                                               bool nhwc, float inv, cudaStream_t st)
+{
+    int64_t n = N * C * HW;
+    if (n == 0) return cudaSuccess;
+    gap_bwd<<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, n, C, HW, nhwc, inv);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_copy_rows(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t rows,
+                                            int64_t width, bool add, cudaStream_t st)
+{
+    if (rows == 0 || width == 0) return cudaSuccess;
+    bool vec = (dpitch | spitch | width) % 4 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
+    if (vec)
+        copy_rows<float4><<<grid_for(rows * width / 4), THREADS, 0, st>>>((float4 *)dst, dpitch / 4, (const float4 *)src,
+                                                                         spitch / 4, rows, width / 4, add);
+    else
+        copy_rows<float><<<grid_for(rows * width), THREADS, 0, st>>>(dst, dpitch, src, spitch, rows, width, add);
+    return cudaGetLastError();
+}

@@ -1,0 +1,94 @@
+/* backends/cuda/norm_pool_kernels.h — C entry points into norm_pool_kernels.cu: the kernels of the CUDA
+ * batchnorm, maxpool2d, avgpool2d, global_avgpool and concat, launched on a given stream. Not the layer
+ * logic (norm_pool.c checks shapes, keeps state and picks the arguments); each returns the launch's error. */
+#ifndef GLIA_CUDA_NORM_POOL_KERNELS_H
+#define GLIA_CUDA_NORM_POOL_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- batchnorm ----
+ * A batchnorm tensor is x(N, C, L) in memory: NCHW has L = H*W; channels_last (N, H, W, C) and 2-D (N, C)
+ * are "rows" x(M, C) with M = N*H*W (pass N = M, L = 1). Each channel's M = N*L values are cut into S
+ * splits of consecutive values (split s: [s*M/S, (s+1)*M/S)), fixed by the shape alone, so every sum
+ * runs in the same order on every call: results are reproducible (no float atomics). */
+struct glia__bn_geom {
+    int64_t N, C, L;  /* x(N, C, L); rows layout when L == 1 */
+    int S;            /* splits per channel, 1 <= S <= 65535 */
+};
+
+/* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x */
+cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g, cudaStream_t st);
+
+/* Per channel c, in double: mean and biased variance var from the partials (Chan's combination in split
+ * order; var = m2/M), or with use_running from rmean(C), rvar(C); invstd = 1/sqrt(var + eps).
+ * coef(3, C) = (mean, invstd*gamma, beta) as float (gamma 1 and beta 0 when NULL); save_mean(C),
+ * save_invstd(C) get mean and invstd unless NULL; with update, rmean = (1-mom)*rmean + mom*mean and
+ * rvar = (1-mom)*rvar + mom*var*M/(M-1). */
+cudaError_t glia__cuda_bn_finalize(float *coef, float *save_mean, float *save_invstd, float *rmean, float *rvar,
+                                   const float *gamma, const float *beta, const float *pmean, const float *pm2,
+                                   struct glia__bn_geom g, bool use_running, bool update, double momentum,
+                                   double eps, cudaStream_t st);
+
+/* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C) */
+cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, struct glia__bn_geom g,
+                                    cudaStream_t st);
+
+/* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*(x - mean(c))*invstd(c) */
+cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *mean,
+                                     const float *invstd, struct glia__bn_geom g, cudaStream_t st);
+
+/* Per channel c, in double from the partials in split order: sdy, sdyx; dgamma(C) (+)= sdyx and
+ * dbeta(C) (+)= sdy when not NULL (add_*: +=, else =); coef(3, C) = k*(M, sdy, sdyx) as float with
+ * k = gamma*invstd/M (gamma 1 when NULL). */
+cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
+                                        const float *gamma, const float *invstd, const float *pdy,
+                                        const float *pdyx, struct glia__bn_geom g, cudaStream_t st);
+
+/* dx(N, C, L) (+)= coef(0, C)*dy - coef(1, C) - (x - mean(C))*invstd(C)*coef(2, C) */
+cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *mean,
+                             const float *invstd, const float *coef, struct glia__bn_geom g, cudaStream_t st);
+
+/* ---- windowed pooling ---- */
+struct glia__pool_geom {
+    int64_t N, C, H, W, OH, OW;  /* x(N, C, H, W), y(N, C, OH, OW) */
+    int64_t k, s, p;             /* window, stride, padding (p <= k/2) */
+    bool nhwc;                   /* both in channels_last memory order, else NCHW */
+};
+
+/* y = max over the window of x (padding -inf; the first max in h, w order, the last NaN winning);
+ * arg (NULL: not kept) = its plane offset h*W + w, in y's memory order. Needs H*W < 2^31. */
+cudaError_t glia__cuda_maxpool_forward(float *y, int32_t *arg, const float *x, struct glia__pool_geom g,
+                                       cudaStream_t st);
+/* dx(N, C, H, W) (+)= sum in (oh, ow) order of dy over the windows whose arg is this element */
+cudaError_t glia__cuda_maxpool_backward(float *dx, bool add, const float *dy, const int32_t *arg,
+                                        struct glia__pool_geom g, cudaStream_t st);
+/* y = (sum over the clipped window of x, in h, w order) * inv, inv = 1/(k*k) (padding counts as 0) */
+cudaError_t glia__cuda_avgpool_forward(float *y, const float *x, float inv, struct glia__pool_geom g,
+                                       cudaStream_t st);
+/* dx(N, C, H, W) (+)= sum in (oh, ow) order over the windows holding this element of dy * inv */
+cudaError_t glia__cuda_avgpool_backward(float *dx, bool add, const float *dy, float inv, struct glia__pool_geom g,
+                                        cudaStream_t st);
+
+/* ---- global average pooling ---- */
+/* y(N, C) = sum over HW of x(N, C, HW) (nhwc: x(N, HW, C)) * inv */
+cudaError_t glia__cuda_gap_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW, bool nhwc, float inv,
+                                   cudaStream_t st);
+/* dx(N, C, HW) (nhwc: dx(N, HW, C)) (+)= dy(N, C) * inv */
+cudaError_t glia__cuda_gap_backward(float *dx, bool add, const float *dy, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                                    float inv, cudaStream_t st);
+
+/* ---- concat ---- */
+/* dst(rows, width) (+)= src(rows, width), rows dpitch and spitch elements apart */
+cudaError_t glia__cuda_copy_rows(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t rows,
+                                 int64_t width, bool add, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,413 @@
+/* backends/cuda/pointwise_jit.c — code generation (expression IR -> CUDA C), NVRTC compilation,
+ * loading through the CUDA runtime's library API (cudaLibraryLoadData: no driver API, so cuda.so
+ * loads on machines without a driver) and the process-wide module cache of the `pointwise` layer.
+ * Not the layer (pointwise.c). Generated code follows expr.h's value semantics node by node in
+ * float, compiled without FMA contraction, like the CPU interpreter. */
+#include "pointwise_jit.h"
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PW_THREADS 256
+#define PW_MAX_BLOCKS 65536
+
+/* ---- a growing string ---- */
+
+struct sbuf {
+    char *s;
+    size_t len, cap;
+    bool oom;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->s && b->len + (size_t)k < b->cap) {
+            b->len += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->len + (size_t)k + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+/* ---- code generation ---- */
+
+/* Helpers with expr.h's semantics: sigmoid without overflow, max/min that give NaN from either
+ * side, sign of 0 (and NaN) is 0. Plain IEEE float maths otherwise (no fast-math). */
+static const char preamble[] =
+    "__device__ __forceinline__ float glia_sigmoid(float a)\n"
+    "{\n"
+    "    float e = expf(-fabsf(a));\n"
+    "    return a >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);\n"
+    "}\n"
+    "__device__ __forceinline__ float glia_max(float a, float b) { return a >= b || a != a ? a : b; }\n"
+    "__device__ __forceinline__ float glia_min(float a, float b) { return a <= b || a != a ? a : b; }\n"
+    "__device__ __forceinline__ float glia_sign(float a) { return (float)((a > 0.0f) - (a < 0.0f)); }\n"
+    "#define GLIA_PW_LOOP(i) \\\n"
+    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; \\\n"
+    "         i += (long long)gridDim.x * blockDim.x)\n";
+
+/* The float constant as exact bits (NaN and infinities included), the value in a comment. */
+static void emit_const(struct sbuf *b, double value)
+{
+    float f = (float)value;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    sb_printf(b, "__int_as_float((int)0x%08xu); /* %.9g */\n", (unsigned)u, (double)f);
+}
+
+/* Node i of e as "const float v<i> = ...;": one statement per node, so every value is rounded to
+ * float as in the interpreter (expr_eval_ex). Variables are the preloaded in0..in3. */
+static void emit_node(struct sbuf *b, const struct expr *e, int i, const char *indent)
+{
+    const struct expr_node *nd = &e->nodes[i];
+    int a = nd->a, b2 = nd->b, c = nd->c;
+    sb_printf(b, "%sconst float v%d = ", indent, i);
+    switch (nd->op) {
+    case EXPR_CONST: emit_const(b, nd->value); return;
+    case EXPR_VAR: sb_printf(b, "in%d", nd->var); break;
+    case EXPR_NEG: sb_printf(b, "-v%d", a); break;
+    case EXPR_ADD: sb_printf(b, "v%d + v%d", a, b2); break;
+    case EXPR_SUB: sb_printf(b, "v%d - v%d", a, b2); break;
+    case EXPR_MUL: sb_printf(b, "v%d * v%d", a, b2); break;
+    case EXPR_DIV: sb_printf(b, "v%d / v%d", a, b2); break;
+    case EXPR_POW: sb_printf(b, "powf(v%d, v%d)", a, b2); break;
+    case EXPR_EXP: sb_printf(b, "expf(v%d)", a); break;
+    case EXPR_LOG: sb_printf(b, "logf(v%d)", a); break;
+    case EXPR_SQRT: sb_printf(b, "sqrtf(v%d)", a); break;
+    case EXPR_TANH: sb_printf(b, "tanhf(v%d)", a); break;
+    case EXPR_SIGMOID: sb_printf(b, "glia_sigmoid(v%d)", a); break;
+    case EXPR_ERF: sb_printf(b, "erff(v%d)", a); break;
+    case EXPR_ABS: sb_printf(b, "fabsf(v%d)", a); break;
+    case EXPR_SIGN: sb_printf(b, "glia_sign(v%d)", a); break;
+    case EXPR_MAX: sb_printf(b, "glia_max(v%d, v%d)", a, b2); break;
+    case EXPR_MIN: sb_printf(b, "glia_min(v%d, v%d)", a, b2); break;
+    case EXPR_GE: sb_printf(b, "v%d >= v%d ? 1.0f : 0.0f", a, b2); break;
+    case EXPR_SELECT: sb_printf(b, "v%d != 0.0f ? v%d : v%d", a, b2, c); break;
+    default: sb_printf(b, "__int_as_float(0x7fc00000)"); break;  /* no such op: NaN, as eval_node */
+    }
+    sb_printf(b, ";\n");
+}
+
+static void emit_expr(struct sbuf *b, const struct expr *e, const char *indent)
+{
+    for (int i = 0; i < e->n; i++) emit_node(b, e, i, indent);
+}
+
+/* Loads of the inputs that f uses (its derivatives use no others), before any store. */
+static void emit_loads(struct sbuf *b, const struct expr *f)
+{
+    for (int k = 0; k < EXPR_MAX_VARS; k++)
+        if (f->vars_used & (1u << k)) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
+}
+
+char *glia__pw_jit_source(const struct glia__pointwise *p)
+{
+    struct sbuf b = {0};
+    char text[512];
+    if (expr_print(p->f, text, sizeof text) < 0) strcpy(text + sizeof text - 5, "...");
+    for (char *q = text; *q; q++)
+        if (*q == '*' && q[1] == '/') *q = '.';  /* cannot close the comment */
+    sb_printf(&b, "/* glia pointwise, %d input%s: %s */\n", p->n_in, p->n_in == 1 ? "" : "s", text);
+    sb_printf(&b, "%s", preamble);
+
+    /* out(n) = f(x0(n), ..., x3(n)) */
+    sb_printf(&b, "extern \"C\" __global__ void glia_pw_forward(float *out, const float *x0, const float *x1,\n"
+                  "                                           const float *x2, const float *x3, long long n)\n"
+                  "{\n"
+                  "    GLIA_PW_LOOP(i) {\n");
+    emit_loads(&b, p->f);
+    emit_expr(&b, p->f, "        ");
+    sb_printf(&b, "        out[i] = v%d;\n    }\n}\n", p->f->out);
+
+    /* d_k(n) (+)= dy(n) * df/dx_k(x0(n), ..., x3(n)) for each d_k != NULL, in order of k */
+    sb_printf(&b, "extern \"C\" __global__ void glia_pw_backward(const float *dy, const float *x0, const float *x1,\n"
+                  "                                            const float *x2, const float *x3, float *d0, float *d1,\n"
+                  "                                            float *d2, float *d3, int acc, long long n)\n"
+                  "{\n"
+                  "    GLIA_PW_LOOP(i) {\n"
+                  "        const float g = dy[i];\n");
+    emit_loads(&b, p->f);
+    for (int k = 0; k < p->n_in && k < EXPR_MAX_VARS; k++) {
+        if (!p->df[k]) continue;
+        sb_printf(&b, "        if (d%d) {\n", k);
+        emit_expr(&b, p->df[k], "            ");
+        sb_printf(&b,
+                  "            const float r = g * v%d;\n"
+                  "            d%d[i] = (acc & %d) ? d%d[i] + r : r;\n"
+                  "        }\n",
+                  p->df[k]->out, k, 1 << k, k);
+    }
+    sb_printf(&b, "    }\n}\n");
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+/* ---- compilation ---- */
+
+/* The first line of NVRTC's log into buf ("" when there is none). */
+static void log_first_line(nvrtcProgram prog, char *buf, size_t size)
+{
+    buf[0] = 0;
+    size_t n = 0;
+    if (nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1) return;
+    char *log = malloc(n);
+    if (!log) return;
+    if (nvrtcGetProgramLog(prog, log) == NVRTC_SUCCESS) {
+        const char *s = log;
+        while (*s == '\n' || *s == '\r' || *s == ' ') s++;
+        size_t len = strcspn(s, "\r\n");
+        snprintf(buf, size, "%.*s", (int)len, s);
+    }
+    free(log);
+}
+
+/* The architecture to compile for: the device's own (SASS, *sass true) when this NVRTC knows it,
+ * else the newest older one as PTX for the driver to finish; 0 when there is none. */
+static int pick_arch(int device_arch, bool *sass)
+{
+    int n = 0, best = 0;
+    if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return 0;
+    int *archs = malloc((size_t)n * sizeof *archs);
+    if (!archs) return 0;
+    if (nvrtcGetSupportedArchs(archs) == NVRTC_SUCCESS)
+        for (int i = 0; i < n; i++)
+            if (archs[i] <= device_arch && archs[i] > best) best = archs[i];
+    free(archs);
+    *sass = best == device_arch;
+    return best;
+}
+
+/* Compiles src for device_arch into a new image (CUBIN, or NUL-terminated PTX) at *image. */
+static glia_status compile(const char *src, int device_arch, void **image, char *err, size_t err_size)
+{
+    *image = NULL;
+    bool sass = false;
+    int arch = pick_arch(device_arch, &sass);
+    if (!arch) {
+        snprintf(err, err_size, "NVRTC knows no GPU architecture at or below sm_%d", device_arch);
+        return GLIA_EUNSUPPORTED;
+    }
+    char arch_opt[48];
+    snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s_%d", sass ? "sm" : "compute", arch);
+    /* IEEE division and square root, denormals kept, no a*b+c contraction: per-node float
+     * rounding as in the CPU interpreter */
+    const char *opts[] = {arch_opt, "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true"};
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nvrtcCreateProgram(&prog, src, "glia_pointwise.cu", 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS) {
+        snprintf(err, err_size, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
+        return r == NVRTC_ERROR_OUT_OF_MEMORY ? GLIA_ENOMEM : GLIA_EDEVICE;
+    }
+    glia_status st = GLIA_OK;
+    r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+    if (r != NVRTC_SUCCESS) {
+        char line[400];
+        log_first_line(prog, line, sizeof line);
+        snprintf(err, err_size, "NVRTC could not compile it for %s: %s%s%s", arch_opt + 19, nvrtcGetErrorString(r),
+                 line[0] ? ": " : "", line);
+        st = GLIA_EDEVICE;
+        goto done;
+    }
+    size_t n = 0;
+    r = sass ? nvrtcGetCUBINSize(prog, &n) : nvrtcGetPTXSize(prog, &n);
+    if (r != NVRTC_SUCCESS || n == 0) {
+        snprintf(err, err_size, "NVRTC gave no %s: %s", sass ? "CUBIN" : "PTX", nvrtcGetErrorString(r));
+        st = GLIA_EDEVICE;
+        goto done;
+    }
+    char *img = malloc(n);
+    if (!img) {
+        snprintf(err, err_size, "out of memory");
+        st = GLIA_ENOMEM;
+        goto done;
+    }
+    r = sass ? nvrtcGetCUBIN(prog, img) : nvrtcGetPTX(prog, img);
+    if (r != NVRTC_SUCCESS) {
+        free(img);
+        snprintf(err, err_size, "NVRTC gave no %s: %s", sass ? "CUBIN" : "PTX", nvrtcGetErrorString(r));
+        st = GLIA_EDEVICE;
+        goto done;
+    }
+    *image = img;
+done:
+    nvrtcDestroyProgram(&prog);
+    return st;
+}
+
+/* ---- the process-wide cache: one loaded library per (expression, device architecture) ---- */
+
+struct pw_entry {
+    uint64_t hash;             /* of the expression and its input count */
+    int arch;                  /* the device's: cc_major * 10 + cc_minor */
+    char *source;              /* the generated text: the exact key */
+    cudaLibrary_t lib;         /* never unloaded: kernels are borrowed until the process ends */
+    struct glia__pw_kernels k;
+    struct pw_entry *next;
+};
+
+static pthread_mutex_t pw_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pw_entry *pw_cache;
+
+static struct pw_entry *cache_find(uint64_t hash, int arch, const char *source)
+{
+    for (struct pw_entry *e = pw_cache; e; e = e->next)
+        if (e->hash == hash && e->arch == arch && !strcmp(e->source, source)) return e;
+    return NULL;
+}
+
+/* Threads per block for a kernel that allows at most max: PW_THREADS, or whole warps below it. */
+static int block_threads(int max)
+{
+    if (max >= PW_THREADS) return PW_THREADS;
+    return max >= 32 ? max / 32 * 32 : (max > 0 ? max : 1);
+}
+
+/* Loads image as a library and finds both kernels into e. */
+static glia_status load(struct pw_entry *e, const void *image, char *err, size_t err_size)
+{
+    cudaError_t ce = cudaLibraryLoadData(&e->lib, image, NULL, NULL, 0, NULL, NULL, 0);
+    if (ce != cudaSuccess) {
+        snprintf(err, err_size, "cudaLibraryLoadData: %s (%s)", cudaGetErrorString(ce), cudaGetErrorName(ce));
+        (void)cudaGetLastError();  /* not left for the next launch check to find */
+        e->lib = NULL;
+        return GLIA_EDEVICE;
+    }
+    const char *name = "glia_pw_forward";
+    ce = cudaLibraryGetKernel(&e->k.forward, e->lib, name);
+    if (ce == cudaSuccess) {
+        name = "glia_pw_backward";
+        ce = cudaLibraryGetKernel(&e->k.backward, e->lib, name);
+    }
+    if (ce != cudaSuccess) {
+        snprintf(err, err_size, "cudaLibraryGetKernel(%s): %s (%s)", name, cudaGetErrorString(ce), cudaGetErrorName(ce));
+        goto fail;
+    }
+    /* loads both into the current device's context now (not at the first launch), and tells how
+     * many threads a block may have with their register use */
+    struct cudaFuncAttributes fa;
+    name = "glia_pw_forward";
+    ce = cudaFuncGetAttributes(&fa, (const void *)e->k.forward);
+    if (ce == cudaSuccess) {
+        e->k.forward_threads = block_threads(fa.maxThreadsPerBlock);
+        name = "glia_pw_backward";
+        ce = cudaFuncGetAttributes(&fa, (const void *)e->k.backward);
+        e->k.backward_threads = block_threads(fa.maxThreadsPerBlock);
+    }
+    if (ce != cudaSuccess) {
+        snprintf(err, err_size, "cudaFuncGetAttributes(%s): %s (%s)", name, cudaGetErrorString(ce), cudaGetErrorName(ce));
+        goto fail;
+    }
+    return GLIA_OK;
+fail:
+    (void)cudaGetLastError();
+    cudaLibraryUnload(e->lib);
+    e->lib = NULL;
+    return GLIA_EDEVICE;
+}
+
+static uint64_t key_hash(const struct glia__pointwise *p)
+{
+    return expr_hash(p->f) * 0x9e3779b97f4a7c15ull + (uint64_t)p->n_in;
+}
+
+glia_status glia__pw_jit_get(const struct glia__pointwise *p, int cc_major, int cc_minor, struct glia__pw_kernels *out,
+                             char *err, size_t err_size)
+{
+    err[0] = 0;
+    char *src = glia__pw_jit_source(p);
+    if (!src) {
+        snprintf(err, err_size, "out of memory");
+        return GLIA_ENOMEM;
+    }
+    uint64_t hash = key_hash(p);
+    int arch = cc_major * 10 + cc_minor;
+    glia_status st = GLIA_OK;
+    pthread_mutex_lock(&pw_lock);  /* held while compiling: each expression compiles once */
+    struct pw_entry *e = cache_find(hash, arch, src);
+    if (!e) {
+        void *image = NULL;
+        struct pw_entry *ne = calloc(1, sizeof *ne);
+        if (!ne) {
+            snprintf(err, err_size, "out of memory");
+            st = GLIA_ENOMEM;
+        }
+        if (!st) st = compile(src, arch, &image, err, err_size);
+        if (!st) st = load(ne, image, err, err_size);
+        free(image);
+        if (st) {
+            free(ne);
+        } else {
+            ne->hash = hash;
+            ne->arch = arch;
+            ne->source = src;
+            src = NULL;  /* owned by the entry */
+            ne->next = pw_cache;
+            pw_cache = e = ne;
+        }
+    }
+    if (e) *out = e->k;
+    pthread_mutex_unlock(&pw_lock);
+    free(src);
+    return st;
+}
+
+/* ---- launches ---- */
+
+static dim3 pw_grid(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    dim3 g = {(unsigned)(b < PW_MAX_BLOCKS ? b : PW_MAX_BLOCKS), 1, 1};
+    return g;
+}
+
+cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, const float *const *x, int64_t n,
+                                 cudaStream_t s)
+{
+    if (n <= 0) return cudaSuccess;
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    long long nn = (long long)n;
+    void *args[] = {&out, &x0, &x1, &x2, &x3, &nn};
+    dim3 block = {(unsigned)k->forward_threads, 1, 1};
+    return cudaLaunchKernel((const void *)k->forward, pw_grid(n, k->forward_threads), block, args, 0, s);
+}
+
+cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const *d, const bool *acc, const float *dy,
+                                  const float *const *x, int64_t n, cudaStream_t s)
+{
+    if (n <= 0) return cudaSuccess;
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    float *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3];
+    if (!d0 && !d1 && !d2 && !d3) return cudaSuccess;
+    int accmask = 0;
+    for (int j = 0; j < EXPR_MAX_VARS; j++)
+        if (d[j] && acc[j]) accmask |= 1 << j;
+    long long nn = (long long)n;
+    void *args[] = {(void *)&dy, &x0, &x1, &x2, &x3, &d0, &d1, &d2, &d3, &accmask, &nn};
+    dim3 block = {(unsigned)k->backward_threads, 1, 1};
+    return cudaLaunchKernel((const void *)k->backward, pw_grid(n, k->backward_threads), block, args, 0, s);
+}

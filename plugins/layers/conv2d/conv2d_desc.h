@@ -1,0 +1,40 @@
+/* plugins/layers/conv2d/conv2d_desc.h — what the CPU (oneDNN) and CUDA (cuDNN) impls of conv2d
+ * share: keys, geometry, create's key reading and parameters, shape inference, flops.
+ * Not the maths: each impl computes forward and backward in its own file. Not a plugin. */
+#ifndef GLIA_CONV2D_DESC_H
+#define GLIA_CONV2D_DESC_H
+
+#include <glia/glia.h>
+
+#define GLIA__CONV2D_DOC \
+    "2-D convolution, input (N, C, H, W) -> (N, filters, OH, OW); stride, padding, dilation, groups"
+
+/* The geometry of one conv2d layer. Each impl's l->priv starts with this struct (first member),
+ * so that glia__conv2d_infer and glia__conv2d_flops read it from l->priv. */
+struct glia__conv2d_geom {
+    int64_t C, F, k, s, pad, d, g;  /* channels in, filters, kernel, stride, padding, dilation, groups */
+    bool bias;                      /* bias = on */
+    int w, b;                       /* parameter indices; b = -1 without bias */
+};
+
+extern const struct glia_key glia__conv2d_keys[];
+
+/* Output extent of one spatial dimension; < 1 when the dilated kernel does not fit. */
+int64_t glia__conv2d_out_extent(const struct glia__conv2d_geom *g, int64_t in);
+
+/* Read the keys of cfg for input in[0] (N, C, H, W) into *g and check them (4-D input, groups
+ * dividing channels and filters, a non-empty output); errors name the section. Declares
+ * nothing: g->w = g->b = -1. */
+glia_status glia__conv2d_read(const struct glia_section *cfg, const struct glia_shape *in,
+                              struct glia__conv2d_geom *g);
+
+/* Declare "weight" (F, C/groups, k, k) and, with bias on, "bias" (F), in that order, both
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) like PyTorch; sets g->w and g->b. */
+glia_status glia__conv2d_add_params(struct glia_layer *l, struct glia__conv2d_geom *g);
+
+/* infer_shape and flops of both impls (l->priv starts with a struct glia__conv2d_geom). */
+glia_status glia__conv2d_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                               struct glia_shape *out);
+uint64_t glia__conv2d_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in);
+
+#endif

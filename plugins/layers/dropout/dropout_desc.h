@@ -1,0 +1,52 @@
+/* plugins/layers/dropout/dropout_desc.h — what the CPU and CUDA impls of dropout share: keys,
+ * settings, create, shape inference, and the counter-based mask itself (host and device code),
+ * so that every device and memory format draws the same mask. Not the loops over elements: each
+ * impl walks its own memory. Not a plugin. */
+#ifndef GLIA_DROPOUT_DESC_H
+#define GLIA_DROPOUT_DESC_H
+
+#include <stdint.h>
+#include <glia/glia.h>
+
+#ifdef __CUDACC__
+#define GLIA__DROPOUT_FN __host__ __device__ static inline
+#else
+#define GLIA__DROPOUT_FN static inline
+#endif
+
+#define GLIA__DROPOUT_DOC "inverted dropout (seeded, counter-based mask); identity in eval"
+
+/* The state of one dropout layer (l->priv of both impls). */
+struct glia__dropout {
+    float p;
+    uint64_t seed;  /* seed of the last training forward */
+};
+
+extern const struct glia_key glia__dropout_keys[];
+
+glia_status glia__dropout_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                 int n_in);
+void glia__dropout_destroy(struct glia_layer *l);
+/* out = in[0] */
+glia_status glia__dropout_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                struct glia_shape *out);
+
+/* Uniform [0,1) from (seed, i): splitmix64 finalizer of a Weyl sequence. Element j (its logical
+ * NCHW row-major index) is kept when glia__dropout_uniform(seed, j) >= p. */
+GLIA__DROPOUT_FN float glia__dropout_uniform(uint64_t seed, int64_t i)
+{
+    uint64_t z = seed + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);  /* 2^-24: exact */
+}
+
+/* The logical NCHW index of the element at offset i of a channels_last (N, H, W, C) tensor. */
+GLIA__DROPOUT_FN int64_t glia__dropout_nchw_index(int64_t i, int64_t C, int64_t HW)
+{
+    int64_t r = i / C, c = i % C, n = r / HW, hw = r % HW;
+    return (n * C + c) * HW + hw;
+}
+
+#endif

@@ -1,0 +1,295 @@
+/* tests/cudautil.h — what the GPU test programs share: a main() that skips without a GPU, and
+ * cuda_compare, which runs one layer's CPU impl and CUDA impl on equal inputs and weights.
+ * Not for machines without CUDA: every program using it exits 77 there. */
+#ifndef GLIA_CUDAUTIL_H
+#define GLIA_CUDAUTIL_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "layerutil.h"
+#include "build-config.h"
+
+static struct glia_context *cuda_ctx;
+static struct glia_backend *cuda_gpu, *cuda_cpu;
+
+struct cuda_case {
+    const char *ini;                  /* one layer section, e.g. "[l]\ntype = linear\noutputs = 7\n" */
+    const struct glia_shape *in;      /* n_in input shapes (NCHW order) */
+    int n_in;
+    enum glia_precision precision;    /* of the CUDA run (the CPU runs fp32) */
+    enum glia_memory_format format;   /* of the CUDA run's 4-D tensors (the CPU runs contiguous) */
+    bool eval;                        /* forward in eval mode only (no backward) */
+    bool accumulate;                  /* backward adds onto gradients of 1 (else writes over NaN) */
+    const char *impl;                 /* CUDA impl; NULL: the type's first CUDA impl */
+    uint64_t seed;                    /* of inputs, weights, output gradient, labels */
+};
+
+/* Largest |cpu - gpu| / max(1, |cpu|) of each group of tensors. */
+struct cuda_diff {
+    double out, din, dparam, buffers;
+};
+
+/* Default tolerances per precision of the CUDA run. */
+static inline double cuda_tol(enum glia_precision p)
+{
+    switch (p) {
+    case GLIA_PRECISION_TF32: return 5e-3;
+    case GLIA_PRECISION_BF16: return 4e-2;
+    case GLIA_PRECISION_FP16: return 5e-3;
+    default: return 1e-4;
+    }
+}
+
+/* One layer built on one device: its ops, the layer, and where its tensors live. */
+struct cuda_built {
+    struct glia_config *cfg;
+    const struct glia_layer_ops *ops;
+    struct glia_layer l;
+    struct glia_backend *b;
+};
+
+/* Builds the layer section of `ini` with the impl for backend b (impl NULL: the first impl of
+ * that device type). Parameter and buffer storage is allocated, contents undefined. */
+static inline void cuda_build(const char *ini, const char *impl, struct glia_backend *b, const struct glia_shape *in,
+                              int n_in, struct cuda_built *B)
+{
+    memset(B, 0, sizeof *B);
+    B->b = b;
+    CU_ASSERT_FATAL(glia_config_parse_string(cuda_ctx, "layer.ini", ini, &B->cfg) == GLIA_OK);
+    struct glia_section *s = B->cfg->sections[0];
+    const char *type = glia__section_entry(s, "type")->value;
+    CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, type) == GLIA_OK);  /* the CPU impl's plugin (no-op when loaded) */
+    for (int i = 0; i < cuda_ctx->n_features && !B->ops; i++) {
+        const struct glia__feature *f = &cuda_ctx->features[i];
+        const struct glia_layer_ops *o = f->ops;
+        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == b->device.type &&
+            (!impl || !strcmp(o->impl, impl)))
+            B->ops = o;
+    }
+    if (!B->ops) printf("\n  no %s impl of layer type '%s'\n", b->ops->name, type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
+    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
+    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = cuda_ctx, .backend = b};
+    glia_status st = B->ops->create(&B->l, s, in, n_in);
+    if (st) printf("\n  create: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    for (int i = 0; i < B->l.n_params; i++) {
+        struct glia_param *p = &B->l.params[i];
+        CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &p->shape, &p->grad) == GLIA_OK);
+    }
+    for (int i = 0; i < B->l.n_buffers; i++) {
+        struct glia_param *p = &B->l.buffers[i];
+        CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
+    }
+}
+
+static inline void cuda_unbuild(struct cuda_built *B)
+{
+    if (B->ops->destroy) B->ops->destroy(&B->l);
+    for (int i = 0; i < B->l.n_params; i++) {
+        free((char *)B->l.params[i].name);
+        glia_tensor_release(B->l.params[i].value);
+        glia_tensor_release(B->l.params[i].grad);
+    }
+    free(B->l.params);
+    for (int i = 0; i < B->l.n_buffers; i++) {
+        free((char *)B->l.buffers[i].name);
+        glia_tensor_release(B->l.buffers[i].value);
+    }
+    free(B->l.buffers);
+    glia_config_free(B->cfg);
+}
+
+/* A tensor of shape s in format f on backend b holding the host values v (logical NCHW order). */
+static inline struct glia_tensor *cuda_put(struct glia_backend *b, struct glia_shape s, enum glia_memory_format f,
+                                           const float *v)
+{
+    struct glia_tensor *h = tensor_as(cuda_cpu, s, GLIA_CONTIGUOUS), *hf = tensor_as(cuda_cpu, s, f);
+    memcpy(glia_tensor_f32(h), v, glia_tensor_nbytes(h));
+    CU_ASSERT_FATAL(glia_tensor_convert(hf, h, false) == GLIA_OK);
+    struct glia_tensor *t = tensor_as(b, s, f);
+    CU_ASSERT_FATAL(glia_tensor_from_host(t, glia_tensor_f32(hf), glia_tensor_nbytes(hf)) == GLIA_OK);
+    glia_tensor_release(h);
+    glia_tensor_release(hf);
+    return t;
+}
+
+/* A host tensor (in t's format) holding t's values. */
+static inline struct glia_tensor *cuda_get(const struct glia_tensor *t)
+{
+    enum glia_memory_format f = glia_tensor_memory_format(t);
+    struct glia_tensor *h = tensor_as(cuda_cpu, t->shape, f);
+    CU_ASSERT_FATAL(glia_tensor_to_host(t, glia_tensor_f32(h), glia_tensor_nbytes(h)) == GLIA_OK);
+    return h;
+}
+
+static inline void cuda_randn(struct glia_rng *r, float *v, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++) v[i] = scale * (float)glia__rng_normal(r);
+}
+
+static inline double cuda_diff_of(const struct glia_tensor *cpu, const struct glia_tensor *gpu)
+{
+    struct glia_tensor *h = cuda_get(gpu);
+    double d = max_diff(cpu, h);
+    glia_tensor_release(h);
+    return d;
+}
+
+/* Runs the layer's CPU impl (fp32, contiguous) and CUDA impl (k->precision, k->format) from equal
+ * weights, buffers, inputs, labels and output gradient; returns the largest differences. */
+static inline struct cuda_diff cuda_compare(const struct cuda_case *k)
+{
+    struct cuda_diff d = {0, 0, 0, 0};
+    struct glia_runtime_options o = cuda_gpu->options;
+    o.precision = k->precision;
+    CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+    struct cuda_built C, G;
+    cuda_build(k->ini, "cpu", cuda_cpu, k->in, k->n_in, &C);
+    cuda_build(k->ini, k->impl, cuda_gpu, k->in, k->n_in, &G);
+    CU_ASSERT_FATAL(C.l.n_params == G.l.n_params && C.l.n_buffers == G.l.n_buffers);
+    bool loss = C.ops->flags & GLIA_LAYER_LOSS;
+    enum glia_memory_format gf = (G.ops->flags & GLIA_LAYER_CHANNELS_LAST) ? k->format : GLIA_CONTIGUOUS;
+    struct glia_shape os;
+    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, k->in, k->n_in, &os) == GLIA_OK);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, k->seed);
+    /* weights and buffers: the same random values on both (buffers: positive, like variances) */
+    for (int p = 0; p < C.l.n_params + C.l.n_buffers; p++) {
+        bool buf = p >= C.l.n_params;
+        struct glia_param *pc = buf ? &C.l.buffers[p - C.l.n_params] : &C.l.params[p];
+        struct glia_param *pg = buf ? &G.l.buffers[p - C.l.n_params] : &G.l.params[p];
+        CU_ASSERT_FATAL(!strcmp(pc->name, pg->name) && glia_shape_equal(&pc->shape, &pg->shape));
+        int64_t n = glia_tensor_numel(pc->value);
+        float *v = glia_tensor_f32(pc->value);
+        cuda_randn(&rng, v, n, 0.5f);
+        if (buf)
+            for (int64_t i = 0; i < n; i++) v[i] = fabsf(v[i]) + 0.5f;
+        CU_ASSERT_FATAL(glia_tensor_from_host(pg->value, v, glia_tensor_nbytes(pc->value)) == GLIA_OK);
+    }
+    /* inputs, labels, output gradient */
+    struct glia_tensor *xc[GLIA__MAX_INPUTS], *xg[GLIA__MAX_INPUTS], *dxc[GLIA__MAX_INPUTS], *dxg[GLIA__MAX_INPUTS];
+    for (int i = 0; i < k->n_in; i++) {
+        int64_t n = glia_shape_numel(&k->in[i]);
+        float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        cuda_randn(&rng, v, n, 1.0f);
+        xc[i] = cuda_put(cuda_cpu, k->in[i], GLIA_CONTIGUOUS, v);
+        xg[i] = cuda_put(cuda_gpu, k->in[i], gf, v);
+        for (int64_t j = 0; j < n; j++) v[j] = k->accumulate ? 1.0f : NAN;
+        dxc[i] = cuda_put(cuda_cpu, k->in[i], GLIA_CONTIGUOUS, v);
+        dxg[i] = cuda_put(cuda_gpu, k->in[i], gf, v);
+        free(v);
+    }
+    struct glia_tensor *yc[2] = {NULL, NULL}, *yg[2] = {NULL, NULL};  /* labels */
+    if (loss) {
+        int64_t n = k->in[0].dim[0], classes = k->in[0].dim[1];
+        struct glia_shape ls = glia_shape_make(1, (int64_t[]){n});
+        int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) lab[j] = (int32_t)(glia__rng_next(&rng) % (uint64_t)classes);
+        CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_I32, &ls, &yc[0]) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I32, &ls, &yg[0]) == GLIA_OK);
+        glia_tensor_from_host(yc[0], lab, sizeof(int32_t) * (size_t)n);
+        glia_tensor_from_host(yg[0], lab, sizeof(int32_t) * (size_t)n);
+        free(lab);
+    }
+    int64_t on = glia_shape_numel(&os);
+    float *ov = malloc(sizeof(float) * (size_t)(on ? on : 1));
+    cuda_randn(&rng, ov, on, 1.0f);
+    if (loss) ov[0] = 0.5f;
+    struct glia_tensor *outc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *outg = tensor_as(cuda_gpu, os, gf);
+    struct glia_tensor *doutc = cuda_put(cuda_cpu, os, GLIA_CONTIGUOUS, ov), *doutg = cuda_put(cuda_gpu, os, gf, ov);
+    free(ov);
+    /* forward */
+    const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
+    for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
+    struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77}, fg = {ing, k->n_in, outg, yg[0], !k->eval, 77};
+    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
+    glia_status st = G.ops->forward(&G.l, &fg);
+    if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    d.out = cuda_diff_of(outc, outg);
+    /* backward */
+    if (!k->eval && C.ops->backward) {
+        CU_ASSERT_PTR_NOT_NULL_FATAL(G.ops->backward);
+        for (int p = 0; p < C.l.n_params; p++) {
+            struct glia_param *pc = &C.l.params[p], *pg = &G.l.params[p];
+            int64_t n = glia_tensor_numel(pc->grad);
+            float *g = glia_tensor_f32(pc->grad);
+            for (int64_t i = 0; i < n; i++) g[i] = k->accumulate ? 1.0f : NAN;
+            CU_ASSERT_FATAL(glia_tensor_from_host(pg->grad, g, glia_tensor_nbytes(pc->grad)) == GLIA_OK);
+            pc->grad_unset = pg->grad_unset = !k->accumulate;
+        }
+        bool acc[GLIA__MAX_INPUTS];
+        struct glia_tensor *dinc[GLIA__MAX_INPUTS], *ding[GLIA__MAX_INPUTS];
+        for (int i = 0; i < k->n_in; i++) acc[i] = k->accumulate, dinc[i] = dxc[i], ding[i] = dxg[i];
+        struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0]},
+                        bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0]};
+        CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
+        st = G.ops->backward(&G.l, &bg);
+        if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        for (int i = 0; i < k->n_in; i++) d.din = fmax(d.din, cuda_diff_of(dxc[i], dxg[i]));
+        for (int p = 0; p < C.l.n_params; p++) d.dparam = fmax(d.dparam, cuda_diff_of(C.l.params[p].grad, G.l.params[p].grad));
+    }
+    for (int p = 0; p < C.l.n_buffers; p++)
+        d.buffers = fmax(d.buffers, cuda_diff_of(C.l.buffers[p].value, G.l.buffers[p].value));
+    for (int i = 0; i < k->n_in; i++) {
+        glia_tensor_release(xc[i]), glia_tensor_release(xg[i]);
+        glia_tensor_release(dxc[i]), glia_tensor_release(dxg[i]);
+    }
+    glia_tensor_release(yc[0]), glia_tensor_release(yg[0]);
+    glia_tensor_release(outc), glia_tensor_release(outg), glia_tensor_release(doutc), glia_tensor_release(doutg);
+    cuda_unbuild(&C);
+    cuda_unbuild(&G);
+    return d;
+}
+
+/* cuda_compare with every difference at most tol. */
+static inline void cuda_expect(const struct cuda_case *k, double tol)
+{
+    struct cuda_diff d = cuda_compare(k);
+    bool ok = d.out <= tol && d.din <= tol && d.dparam <= tol && d.buffers <= tol;
+    if (!ok) {
+        char s[64];
+        printf("\n  %s  input %s, %s, %s, %s%s: out %.3g din %.3g dparam %.3g buffers %.3g (tol %.3g)\n", k->ini,
+               glia_shape_str(&k->in[0], s, sizeof s), glia_precision_name(k->precision),
+               glia_memory_format_name(k->format), k->eval ? "eval" : "train", k->accumulate ? ", accumulate" : "",
+               d.out, d.din, d.dparam, d.buffers, tol);
+    }
+    CU_ASSERT(ok);
+}
+
+/* Loads the CUDA backend; 77 (skip) when this build or machine has none. */
+static inline int cuda_setup(void)
+{
+#ifndef GLIA_HAVE_CUDA
+    printf("skipped: glia was built without CUDA\n");
+    return 77;
+#else
+    if (glia_context_new(&cuda_ctx)) return 1;
+    glia_status st = glia_plugin_load(cuda_ctx, "cuda");
+    if (!st) st = glia_backend_get(cuda_ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &cuda_gpu);
+    if (st) {
+        printf("skipped: no usable GPU: %s\n", glia_context_error(cuda_ctx));
+        glia_context_free(cuda_ctx);
+        return 77;
+    }
+    return glia_backend_get(cuda_ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cuda_cpu) ? 1 : 0;
+#endif
+}
+
+#define CUDA_TEST_MAIN(suite, ...)                                                       \
+    int main(void)                                                                       \
+    {                                                                                    \
+        int s_ = cuda_setup();                                                           \
+        if (s_) return s_;                                                               \
+        static const struct glia_test tests_[] = {__VA_ARGS__};                         \
+        int rc_ = glia_test_run(suite, tests_, (int)(sizeof tests_ / sizeof tests_[0])); \
+        glia_context_free(cuda_ctx);                                                     \
+        return rc_;                                                                      \
+    }
+
+#endif

@@ -1,0 +1,235 @@
+/* tests/test_cuda_conv.c — the cuDNN conv2d (impl "cudnn") against the CPU one on a GPU: shapes
+ * (3x3, stride 2, 1x1, 5x5, groups, depthwise, dilation, no bias, batch 1, odd channels, one
+ * input channel, 1x1 output), every precision, both memory formats, write and accumulate,
+ * cudnn_benchmark on and off, a zero workspace limit, eval forward, batch-size changes.
+ * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
+#include "cudautil.h"
+
+/* One convolution: input (N, C, H, W), filters F, kernel k, stride s, padding p, dilation d,
+ * groups g. */
+struct cv {
+    int64_t N, C, H, W, F, k, s, p, d, g;
+    bool bias;
+};
+
+static const struct cv cases[] = {
+    /* N, C, H, W, F, k, s, p, d, g, bias */
+    {2, 5, 9, 7, 8, 3, 1, 1, 1, 1, true},    /* 3x3 same, odd channels */
+    {3, 3, 11, 10, 6, 3, 2, 1, 1, 1, true},  /* stride 2 */
+    {2, 7, 6, 5, 16, 1, 1, 0, 1, 1, true},   /* 1x1 */
+    {2, 4, 7, 7, 8, 1, 2, 0, 1, 1, false},   /* 1x1 stride 2 (a shortcut), no bias */
+    {2, 3, 9, 9, 4, 5, 1, 2, 1, 1, true},    /* 5x5 */
+    {2, 6, 7, 7, 6, 3, 1, 1, 1, 3, true},    /* groups */
+    {2, 8, 6, 6, 8, 3, 1, 1, 1, 8, true},    /* depthwise */
+    {2, 3, 9, 8, 4, 3, 1, 2, 2, 1, false},   /* dilation 2, no bias */
+    {1, 3, 8, 8, 5, 3, 1, 1, 1, 1, true},    /* batch 1 */
+    {2, 1, 8, 8, 5, 3, 1, 1, 1, 1, true},    /* one input channel: its bytes are the same in both formats */
+    {2, 4, 3, 3, 7, 3, 1, 0, 1, 1, true},    /* 1x1 output: its bytes are the same in both formats */
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static int64_t out_extent(const struct cv *c, int64_t in) { return (in + 2 * c->p - c->d * (c->k - 1) - 1) / c->s + 1; }
+
+static void cv_ini(const struct cv *c, char *buf, size_t n)
+{
+    snprintf(buf, n, "[c]\ntype = conv2d\nfilters = %lld\nsize = %lld\nstride = %lld\npadding = %lld\n"
+                     "dilation = %lld\ngroups = %lld\nbias = %s\n",
+             (long long)c->F, (long long)c->k, (long long)c->s, (long long)c->p, (long long)c->d, (long long)c->g,
+             c->bias ? "on" : "off");
+}
+
+/* The longest sum of products behind one output element: forward C/g*k*k, backward data at most
+ * F/g*k*k, backward filter N*OH*OW. */
+static int64_t longest_sum(const struct cv *c)
+{
+    int64_t fwd = c->C / c->g * c->k * c->k, bwd_d = c->F / c->g * c->k * c->k;
+    int64_t bwd_w = c->N * out_extent(c, c->H) * out_extent(c, c->W);
+    int64_t n = fwd > bwd_d ? fwd : bwd_d;
+    return n > bwd_w ? n : bwd_w;
+}
+
+/* Tolerance of a case at precision p. fp32 runs FMA only (no TF32): cuda_tol's 1e-4 holds for
+ * every algorithm cuDNN may pick at these sizes, FFT and Winograd included (their fp32 error is
+ * ~1e-6..1e-5 relative here). tf32, bf16 and fp16 round both factors of every product (unit
+ * roundoff u: 2^-11 for tf32 and fp16, 2^-8 for bf16) and bf16/fp16 round the result once more:
+ * over a sum of n products of unit-size terms the error has a standard deviation of about
+ * 0.8 u sqrt(n), and the test measures it against max(1, |value|). So: max(cuda_tol(p),
+ * u (1 + 4 sqrt(n))), about 5 standard deviations, for n the case's longest sum. */
+static double tol_for(enum glia_precision p, const struct cv *c)
+{
+    double u = p == GLIA_PRECISION_BF16 ? 0x1p-8 : 0x1p-11;
+    if (p == GLIA_PRECISION_FP32) return cuda_tol(p);
+    return fmax(cuda_tol(p), u * (1.0 + 4.0 * sqrt((double)longest_sum(c))));
+}
+
+/* The GPU backend's runtime options (cuda_compare then sets the precision of each case). */
+static void configure(enum glia_precision p, bool benchmark, size_t workspace_limit)
+{
+    struct glia_runtime_options o = cuda_gpu->options;
+    o.precision = p;
+    o.cudnn_benchmark = benchmark;
+    o.workspace_limit = workspace_limit;
+    CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+}
+
+#define DEFAULT_WORKSPACE ((size_t)1 << 30)
+
+/* Every case at precision p in format f, writing and accumulating, with the current options. */
+static void run_cases(enum glia_precision p, enum glia_memory_format f, uint64_t seed)
+{
+    for (int i = 0; i < N_CASES; i++) {
+        const struct cv *c = &cases[i];
+        char ini[512];
+        cv_ini(c, ini, sizeof ini);
+        struct glia_shape in = S(4, c->N, c->C, c->H, c->W);
+        for (int acc = 0; acc < 2; acc++) {
+            struct cuda_case k = {.ini = ini, .in = &in, .n_in = 1, .precision = p, .format = f,
+                                  .accumulate = acc, .impl = "cudnn", .seed = seed + (uint64_t)(2 * i + acc)};
+            cuda_expect(&k, tol_for(p, c));
+        }
+    }
+}
+
+/* Both formats, cudnn_benchmark off (heuristics) then on (timed), at precision p. */
+static void run_precision(enum glia_precision p, uint64_t seed)
+{
+    for (int bench = 0; bench < 2; bench++) {
+        configure(p, bench, DEFAULT_WORKSPACE);
+        run_cases(p, GLIA_CONTIGUOUS, seed);
+        run_cases(p, GLIA_CHANNELS_LAST, seed + 100);
+    }
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
+static void test_fp32(void) { run_precision(GLIA_PRECISION_FP32, 1000); }
+static void test_tf32(void) { run_precision(GLIA_PRECISION_TF32, 2000); }
+static void test_bf16(void) { run_precision(GLIA_PRECISION_BF16, 3000); }
+static void test_fp16(void) { run_precision(GLIA_PRECISION_FP16, 4000); }
+
+/* No workspace at all: only the algorithms that need none (fp32 NCHW has them in every
+ * direction), chosen by heuristics and by timing. */
+static void test_zero_workspace(void)
+{
+    for (int bench = 0; bench < 2; bench++) {
+        configure(GLIA_PRECISION_FP32, bench, 0);
+        run_cases(GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, 5000);
+    }
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
+/* A forward in eval mode matches, in every precision and format. */
+static void test_eval(void)
+{
+    const enum glia_precision ps[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_TF32, GLIA_PRECISION_BF16,
+                                      GLIA_PRECISION_FP16};
+    for (int i = 0; i < 4; i++)
+        for (int f = 0; f < 2; f++) {
+            const struct cv *c = &cases[1];
+            char ini[512];
+            cv_ini(c, ini, sizeof ini);
+            struct glia_shape in = S(4, c->N, c->C, c->H, c->W);
+            struct cuda_case k = {.ini = ini, .in = &in, .n_in = 1, .precision = ps[i],
+                                  .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .eval = true,
+                                  .impl = "cudnn", .seed = 6000 + (uint64_t)(2 * i + f)};
+            cuda_expect(&k, tol_for(ps[i], c));
+        }
+}
+
+/* Random N(0, 1) values for a tensor of shape s on backend b in format f (the same values on
+ * the host in *v, which the caller frees). */
+static struct glia_tensor *random_tensor(struct glia_rng *r, struct glia_backend *b, struct glia_shape s,
+                                         enum glia_memory_format f, float **v)
+{
+    int64_t n = glia_shape_numel(&s);
+    if (!*v) {
+        *v = malloc(sizeof(float) * (size_t)n);
+        cuda_randn(r, *v, n, 1.0f);
+    }
+    return cuda_put(b, s, f, *v);
+}
+
+/* A tensor of shape s on b in format f filled with NaN (gradients to be written over). */
+static struct glia_tensor *nan_tensor(struct glia_backend *b, struct glia_shape s, enum glia_memory_format f)
+{
+    int64_t n = glia_shape_numel(&s);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] = NAN;
+    struct glia_tensor *t = cuda_put(b, s, f, v);
+    free(v);
+    return t;
+}
+
+/* One CPU and one CUDA layer run at batch sizes 3, 1, 3 in format f: the CUDA one re-makes its
+ * descriptors and finds its algorithms again when the batch changes, and keeps matching. */
+static void batch_change(enum glia_memory_format f)
+{
+    const char *ini = "[c]\ntype = conv2d\nfilters = 6\nsize = 3\nstride = 2\npadding = 1\n";
+    struct glia_shape in0 = S(4, 3, 5, 9, 8);
+    struct cuda_built C, G;
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+    cuda_build(ini, "cpu", cuda_cpu, &in0, 1, &C);
+    cuda_build(ini, "cudnn", cuda_gpu, &in0, 1, &G);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 7000 + (uint64_t)f);
+    for (int p = 0; p < C.l.n_params; p++) {
+        int64_t n = glia_tensor_numel(C.l.params[p].value);
+        float *v = glia_tensor_f32(C.l.params[p].value);
+        cuda_randn(&rng, v, n, 0.5f);
+        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p].value, v, glia_tensor_nbytes(C.l.params[p].value)) ==
+                        GLIA_OK);
+    }
+    for (int step = 0; step < 3; step++) {
+        struct glia_shape in = S(4, step == 1 ? 1 : 3, 3, 9, 8), os;
+        CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &in, 1, &os) == GLIA_OK);
+        float *xv = NULL, *dyv = NULL;
+        struct glia_tensor *xc = random_tensor(&rng, cuda_cpu, in, GLIA_CONTIGUOUS, &xv);
+        struct glia_tensor *xg = random_tensor(&rng, cuda_gpu, in, f, &xv);
+        struct glia_tensor *dyc = random_tensor(&rng, cuda_cpu, os, GLIA_CONTIGUOUS, &dyv);
+        struct glia_tensor *dyg = random_tensor(&rng, cuda_gpu, os, f, &dyv);
+        struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
+        struct glia_tensor *dxc = nan_tensor(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = nan_tensor(cuda_gpu, in, f);
+        const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
+        struct glia_fwd fc = {inc, 1, yc, NULL, true, 77}, fg = {ing, 1, yg, NULL, true, 77};
+        CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
+        glia_status st = G.ops->forward(&G.l, &fg);
+        if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        for (int p = 0; p < C.l.n_params; p++) {
+            int64_t n = glia_tensor_numel(C.l.params[p].grad);
+            float *g = glia_tensor_f32(C.l.params[p].grad);
+            for (int64_t i = 0; i < n; i++) g[i] = NAN;
+            CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p].grad, g, glia_tensor_nbytes(C.l.params[p].grad)) ==
+                            GLIA_OK);
+            C.l.params[p].grad_unset = G.l.params[p].grad_unset = true;
+        }
+        bool acc[1] = {false};
+        struct glia_tensor *dinc[1] = {dxc}, *ding[1] = {dxg};
+        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
+        CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
+        st = G.ops->backward(&G.l, &bg);
+        if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        double d_out = cuda_diff_of(yc, yg), d_in = cuda_diff_of(dxc, dxg), d_par = 0;
+        for (int p = 0; p < C.l.n_params; p++)
+            d_par = fmax(d_par, cuda_diff_of(C.l.params[p].grad, G.l.params[p].grad));
+        if (!(d_out <= 1e-4 && d_in <= 1e-4 && d_par <= 1e-4))
+            printf("\n  batch %lld, %s: out %.3g din %.3g dparam %.3g\n", (long long)in.dim[0],
+                   glia_memory_format_name(f), d_out, d_in, d_par);
+        CU_ASSERT(d_out <= 1e-4 && d_in <= 1e-4 && d_par <= 1e-4);
+        struct glia_tensor *all[] = {xc, xg, dyc, dyg, yc, yg, dxc, dxg};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+        free(xv);
+        free(dyv);
+    }
+    cuda_unbuild(&C);
+    cuda_unbuild(&G);
+}
+
+static void test_batch_change(void)
+{
+    batch_change(GLIA_CONTIGUOUS);
+    batch_change(GLIA_CHANNELS_LAST);
+}
+
+CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
+               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_batch_change))

@@ -1,0 +1,319 @@
+/* tests/test_cuda_dense.c — the CUDA linear, softmax_cross_entropy, flatten and dropout (and the
+ * cuBLASLt GEMM under them) against the CPU impls on a GPU. Not a gradient check: the CPU impls
+ * have theirs. Exits 77 (skipped) without a usable GPU or without the CUDA build. */
+#include "cudautil.h"
+
+static const enum glia_precision low_precisions[] = {GLIA_PRECISION_TF32, GLIA_PRECISION_BF16, GLIA_PRECISION_FP16};
+
+/* cuda.so registers CUDA impls of these types, so cuda_build would not load the CPU plugin. */
+static void need_cpu(const char *type)
+{
+    if (!glia__find_layer(cuda_ctx, type, "cpu")) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, type) == GLIA_OK);
+}
+
+static void set_precision(enum glia_precision p)
+{
+    struct glia_runtime_options o = cuda_gpu->options;
+    o.precision = p;
+    CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+}
+
+/* The case in every combination of write/accumulate. */
+static void expect_both_modes(struct cuda_case k, double tol)
+{
+    for (int acc = 0; acc < 2; acc++) {
+        k.accumulate = acc;
+        k.seed += 17;
+        cuda_expect(&k, tol);
+    }
+}
+
+/* ---- the GEMM slot: pointers aligned to 4 bytes only (parameters are packed in one arena) ---- */
+
+static void gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float beta)
+{
+    set_precision(GLIA_PRECISION_FP32);
+    int64_t na = M * K, nb = K * N, nc = M * N, lda = ta ? M : K, ldb = tb ? K : N;
+    struct glia_shape s = glia_shape_make(1, (int64_t[]){1 + na + nb + nc});
+    float *h = malloc(sizeof(float) * (size_t)(1 + na + nb + nc)), *ref = malloc(sizeof(float) * (size_t)nc);
+    struct glia_rng r;
+    glia__rng_seed(&r, (uint64_t)(M * 1000 + N * 10 + K));
+    cuda_randn(&r, h, 1 + na + nb + nc, 1.0f);
+    const float *A = h + 1, *B = A + na, *C0 = B + nb;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++)
+                acc += (double)(ta ? A[k * lda + m] : A[m * lda + k]) * (tb ? B[n * ldb + k] : B[k * ldb + n]);
+            ref[m * N + n] = (float)(acc + beta * C0[m * N + n]);
+        }
+    struct glia_tensor *t;
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &s, &t) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(t, h, glia_tensor_nbytes(t)) == GLIA_OK);
+    float *d = (float *)t->data + 1;  /* 4-byte aligned: A, B, C all off the 16-byte grid or on it by chance */
+    glia_status st = glia_backend_gemm_f32(cuda_gpu, ta, tb, M, N, K, 1.0f, d, lda, d + na, ldb, beta, d + na + nb, N);
+    if (st) printf("\n  gemm: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_to_host(t, h, glia_tensor_nbytes(t)) == GLIA_OK);
+    double worst = 0;
+    for (int64_t i = 0; i < nc; i++) worst = fmax(worst, fabs(h[1 + na + nb + i] - ref[i]) / fmax(1.0, fabs(ref[i])));
+    if (!(worst <= 1e-4)) printf("\n  gemm %c%c %lldx%lldx%lld beta %g: diff %g\n", ta ? 'T' : 'N', tb ? 'T' : 'N',
+                                 (long long)M, (long long)N, (long long)K, beta, worst);
+    CU_ASSERT(worst <= 1e-4);
+    glia_tensor_release(t);
+    free(h);
+    free(ref);
+}
+
+static void test_gemm_unaligned(void)
+{
+    gemm_case(false, true, 5, 7, 13, 0.0f);
+    gemm_case(false, false, 33, 17, 9, 1.0f);
+    gemm_case(true, false, 64, 130, 31, 0.0f);
+    gemm_case(true, true, 3, 1, 300, 1.0f);
+}
+
+/* ---- linear ---- */
+
+static void test_linear_fp32(void)
+{
+    need_cpu("linear");
+    static const struct {
+        const char *ini;
+        int64_t n, i;
+    } cs[] = {
+        {"[fc]\ntype = linear\noutputs = 7\n", 5, 13},
+        {"[fc]\ntype = linear\noutputs = 1\n", 1, 1},
+        {"[fc]\ntype = linear\noutputs = 33\nbias = off\n", 1, 37},
+        {"[fc]\ntype = linear\noutputs = 130\n", 67, 300},
+        {"[fc]\ntype = linear\noutputs = 10\nbias = off\n", 64, 784},
+        {"[fc]\ntype = linear\noutputs = 64\n", 128, 96},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        struct glia_shape in = S(2, cs[c].n, cs[c].i, 0, 0);
+        expect_both_modes((struct cuda_case){.ini = cs[c].ini, .in = &in, .n_in = 1, .seed = 100 + c},
+                          cuda_tol(GLIA_PRECISION_FP32));
+    }
+}
+
+/* Low precision rounds every GEMM operand (relative 2^-11 for TF32/fp16, 2^-8 for bf16), so the
+ * error of a sum of K products grows like sqrt(K): sizes stay small enough for cuda_tol. */
+static void test_linear_low_precision(void)
+{
+    need_cpu("linear");
+    static const struct {
+        const char *ini;
+        int64_t n, i;
+    } cs[] = {
+        {"[fc]\ntype = linear\noutputs = 7\n", 5, 13},
+        {"[fc]\ntype = linear\noutputs = 17\nbias = off\n", 1, 29},
+        {"[fc]\ntype = linear\noutputs = 9\n", 3, 21},
+    };
+    for (size_t p = 0; p < sizeof low_precisions / sizeof low_precisions[0]; p++)
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            struct glia_shape in = S(2, cs[c].n, cs[c].i, 0, 0);
+            expect_both_modes((struct cuda_case){.ini = cs[c].ini, .in = &in, .n_in = 1,
+                                                 .precision = low_precisions[p], .seed = 200 + c},
+                              cuda_tol(low_precisions[p]));
+        }
+    set_precision(GLIA_PRECISION_FP32);
+}
+
+static void test_linear_eval(void)
+{
+    need_cpu("linear");
+    struct glia_shape in = S(2, 3, 11, 0, 0);
+    cuda_expect(&(struct cuda_case){.ini = "[fc]\ntype = linear\noutputs = 5\n", .in = &in, .n_in = 1, .eval = true,
+                                    .seed = 300},
+                cuda_tol(GLIA_PRECISION_FP32));
+}
+
+/* Parameters as views into one arena at odd float offsets, as the model lays them out: the GEMM
+ * plans, the fused bias and the fused bias gradient must cope with 4-byte alignment. */
+static void test_linear_packed_params(void)
+{
+    need_cpu("linear");
+    set_precision(GLIA_PRECISION_FP32);
+    const char *ini = "[fc]\ntype = linear\noutputs = 7\n";
+    int64_t N = 6, I = 11, O = 7;
+    struct glia_shape in = S(2, N, I, 0, 0), os = S(2, N, O, 0, 0);
+    struct cuda_built C, G;
+    cuda_build(ini, "cpu", cuda_cpu, &in, 1, &C);
+    cuda_build(ini, "cuda", cuda_gpu, &in, 1, &G);
+    CU_ASSERT_FATAL(G.l.n_params == 2);
+    struct glia_shape arena = S(1, 1 + O * I + O, 0, 0, 0);
+    struct glia_tensor *wa, *ga;
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, &wa) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, &ga) == GLIA_OK);
+    struct glia_rng r;
+    glia__rng_seed(&r, 400);
+    int64_t off = 1;
+    for (int p = 0; p < 2; p++) {
+        struct glia_param *pg = &G.l.params[p], *pc = &C.l.params[p];
+        glia_tensor_release(pg->value);
+        glia_tensor_release(pg->grad);
+        CU_ASSERT_FATAL(glia_tensor_view(wa, off, &pg->shape, &pg->value) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_view(ga, off, &pg->shape, &pg->grad) == GLIA_OK);
+        off += glia_shape_numel(&pg->shape);
+        cuda_randn(&r, glia_tensor_f32(pc->value), glia_tensor_numel(pc->value), 0.5f);
+        CU_ASSERT_FATAL(glia_tensor_from_host(pg->value, glia_tensor_f32(pc->value), glia_tensor_nbytes(pc->value)) ==
+                        GLIA_OK);
+    }
+    float xv[6 * 11], dyv[6 * 7];
+    cuda_randn(&r, xv, N * I, 1.0f);
+    cuda_randn(&r, dyv, N * O, 1.0f);
+    struct glia_tensor *xc = cuda_put(cuda_cpu, in, GLIA_CONTIGUOUS, xv), *xg = cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, xv);
+    struct glia_tensor *dyc = cuda_put(cuda_cpu, os, GLIA_CONTIGUOUS, dyv), *dyg = cuda_put(cuda_gpu, os, GLIA_CONTIGUOUS, dyv);
+    struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
+    struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
+    const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
+    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1}, fg = {ig, 1, yg, NULL, true, 1};
+    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
+    CU_ASSERT_FATAL(G.ops->forward(&G.l, &fg) == GLIA_OK);
+    CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
+    for (int round = 0; round < 2; round++) {  /* write the gradients, then add onto them */
+        bool acc[1] = {round == 1};
+        for (int p = 0; p < 2; p++) C.l.params[p].grad_unset = G.l.params[p].grad_unset = round == 0;
+        struct glia_tensor *dc[1] = {dxc}, *dg[1] = {dxg};
+        struct glia_bwd bc = {ic, 1, yc, dyc, dc, acc, NULL}, bg = {ig, 1, yg, dyg, dg, acc, NULL};
+        CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
+        glia_status st = G.ops->backward(&G.l, &bg);
+        if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT(cuda_diff_of(dxc, dxg) <= 1e-5);
+        for (int p = 0; p < 2; p++) CU_ASSERT(cuda_diff_of(C.l.params[p].grad, G.l.params[p].grad) <= 1e-5);
+    }
+    glia_tensor_release(xc), glia_tensor_release(xg), glia_tensor_release(dyc), glia_tensor_release(dyg);
+    glia_tensor_release(yc), glia_tensor_release(yg), glia_tensor_release(dxc), glia_tensor_release(dxg);
+    glia_tensor_release(wa), glia_tensor_release(ga);
+    cuda_unbuild(&C);
+    cuda_unbuild(&G);
+}
+
+/* ---- softmax_cross_entropy ---- */
+
+static void test_sce(void)
+{
+    need_cpu("softmax_cross_entropy");
+    static const struct {
+        const char *ini;
+        int64_t n, c;
+    } cs[] = {
+        {"[loss]\ntype = softmax_cross_entropy\n", 1, 10},
+        {"[loss]\ntype = softmax_cross_entropy\n", 33, 7},
+        {"[loss]\ntype = softmax_cross_entropy\n", 64, 10},
+        {"[loss]\ntype = softmax_cross_entropy\n", 5, 1000},
+        {"[loss]\ntype = softmax_cross_entropy\n", 3, 1},
+        {"[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.1\n", 17, 37},
+        {"[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 1\n", 2, 6},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        struct glia_shape in = S(2, cs[c].n, cs[c].c, 0, 0);
+        struct cuda_case k = {.ini = cs[c].ini, .in = &in, .n_in = 1, .seed = 500 + c};
+        expect_both_modes(k, cuda_tol(GLIA_PRECISION_FP32));
+        k.eval = true;
+        cuda_expect(&k, cuda_tol(GLIA_PRECISION_FP32));
+    }
+    /* only GEMM and convolution follow the precision: the loss stays fp32 */
+    struct glia_shape in = S(2, 9, 13, 0, 0);
+    cuda_expect(&(struct cuda_case){.ini = "[loss]\ntype = softmax_cross_entropy\n", .in = &in, .n_in = 1,
+                                    .precision = GLIA_PRECISION_BF16, .seed = 550},
+                cuda_tol(GLIA_PRECISION_FP32));
+    set_precision(GLIA_PRECISION_FP32);
+}
+
+/* A label out of range: the forward cannot refuse it without waiting for the GPU, so its loss
+ * is NaN at once and the layer's next call after the flag reached the host returns GLIA_EINVAL. */
+static void test_sce_bad_label(void)
+{
+    set_precision(GLIA_PRECISION_FP32);
+    struct glia_shape in = S(2, 4, 5, 0, 0), ls = S(1, 4, 0, 0, 0), os = S(1, 1, 0, 0, 0);
+    struct cuda_built G;
+    cuda_build("[loss]\ntype = softmax_cross_entropy\n", "cuda", cuda_gpu, &in, 1, &G);
+    float xv[20], one = 1.0f, loss = 0;
+    struct glia_rng r;
+    glia__rng_seed(&r, 600);
+    cuda_randn(&r, xv, 20, 1.0f);
+    struct glia_tensor *x = cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, xv), *out = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
+    struct glia_tensor *dout = cuda_put(cuda_gpu, os, GLIA_CONTIGUOUS, &one), *dx = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
+    struct glia_tensor *bad, *good;
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I32, &ls, &bad) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I32, &ls, &good) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(bad, (int32_t[]){0, 7, 2, -1}, 4 * sizeof(int32_t)) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
+    const struct glia_tensor *ins[1] = {x};
+    struct glia_fwd fb = {ins, 1, out, bad, true, 1}, fg = {ins, 1, out, good, true, 2};
+    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
+    CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
+    CU_ASSERT(isnan(loss));
+    struct glia_tensor *din[1] = {dx};
+    bool acc[1] = {false};
+    struct glia_bwd b = {ins, 1, out, dout, din, acc, bad};
+    CU_ASSERT_EQUAL(G.ops->backward(&G.l, &b), GLIA_EINVAL);
+    const char *err = glia_context_error(cuda_ctx);
+    if (!strstr(err, "[loss] label 7 at batch row 1 is out of range for 5 classes")) printf("\n  got: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "[loss] label 7 at batch row 1 is out of range for 5 classes"));
+    /* reported once; good labels then give a finite loss and no error */
+    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fg), GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
+    CU_ASSERT(isfinite(loss));
+    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fg), GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
+    b.labels = good;
+    CU_ASSERT_EQUAL(G.ops->backward(&G.l, &b), GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
+    glia_tensor_release(x), glia_tensor_release(out), glia_tensor_release(dout), glia_tensor_release(dx);
+    glia_tensor_release(bad), glia_tensor_release(good);
+    cuda_unbuild(&G);
+}
+
+/* ---- flatten: copies and transposes, so exact ---- */
+
+static void test_flatten(void)
+{
+    need_cpu("flatten");
+    set_precision(GLIA_PRECISION_FP32);
+    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(4, 1, 17, 3, 1), S(4, 3, 1, 1, 1), S(3, 2, 9, 5, 0),
+                                        S(2, 4, 11, 0, 0)};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int f = 0; f < 2; f++)
+            expect_both_modes((struct cuda_case){.ini = "[f]\ntype = flatten\n", .in = &shapes[s], .n_in = 1,
+                                                 .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS,
+                                                 .seed = 700 + s},
+                              0.0);
+}
+
+/* ---- dropout: the CPU impl's mask, element for element ---- */
+
+static void test_dropout_same_mask(void)
+{
+    need_cpu("dropout");
+    set_precision(GLIA_PRECISION_FP32);
+    static const char *inis[] = {"[d]\ntype = dropout\np = 0.3\n", "[d]\ntype = dropout\n",
+                                 "[d]\ntype = dropout\np = 0\n", "[d]\ntype = dropout\np = 0.9\n"};
+    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(4, 1, 13, 3, 3), S(2, 6, 7, 0, 0), S(4, 3, 1, 1, 1)};
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int f = 0; f < 2; f++) {
+                struct cuda_case k = {.ini = inis[i], .in = &shapes[s], .n_in = 1,
+                                      .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .seed = 800 + s};
+                /* written: the same elements dropped, the same products -> bit-identical */
+                struct cuda_diff d = cuda_compare(&k);
+                if (d.out != 0 || d.din != 0)
+                    printf("\n  %s %s: out %g din %g\n", inis[i], glia_memory_format_name(k.format), d.out, d.din);
+                CU_ASSERT(d.out == 0 && d.din == 0);
+                k.accumulate = true;
+                cuda_expect(&k, 1e-6);
+                k.accumulate = false;
+                k.eval = true;  /* the identity */
+                d = cuda_compare(&k);
+                CU_ASSERT(d.out == 0);
+            }
+}
+
+CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_linear_fp32),
+               GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_eval), GLIA_TEST(test_linear_packed_params),
+               GLIA_TEST(test_sce), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_dropout_same_mask))

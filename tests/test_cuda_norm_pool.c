@@ -1,0 +1,385 @@
+/* tests/test_cuda_norm_pool.c — the CUDA impls of batchnorm, maxpool2d, avgpool2d, global_avgpool and concat
+ * against their CPU impls on a GPU: both memory formats, write and accumulate, train and eval, odd sizes,
+ * batch 1, overlapping and padded windows, ties, repeatability and refusals. Exits 77 (skipped) without a
+ * usable GPU or without the CUDA build. Not a test of the CPU semantics: test_bn, test_pool and test_layers. */
+#include "cudautil.h"
+
+static const enum glia_memory_format formats[2] = {GLIA_CONTIGUOUS, GLIA_CHANNELS_LAST};
+
+/* Every format x {write, accumulate} (and, with eval_too, an eval forward) of one layer and input set. */
+static void expect_all(const char *ini, const struct glia_shape *in, int n_in, bool eval_too, double tol)
+{
+    for (int f = 0; f < 2; f++) {
+        for (int acc = 0; acc < 2; acc++) {
+            struct cuda_case k = {.ini = ini, .in = in, .n_in = n_in, .format = formats[f], .accumulate = acc,
+                                  .seed = 11 + 7 * (uint64_t)acc + 3 * (uint64_t)f};
+            cuda_expect(&k, tol);
+        }
+        if (eval_too) {
+            struct cuda_case k = {.ini = ini, .in = in, .n_in = n_in, .format = formats[f], .eval = true, .seed = 5};
+            cuda_expect(&k, tol);
+        }
+    }
+}
+
+/* ---- batchnorm ---- */
+
+static void test_batchnorm(void)
+{
+    const char *inis[] = {
+        "[b]\ntype = batchnorm\n",
+        "[b]\ntype = batchnorm\nmomentum = 0.3\neps = 1e-3\n",
+        "[b]\ntype = batchnorm\naffine = off\n",
+        "[b]\ntype = batchnorm\ntrack_running_stats = off\n",
+    };
+    struct glia_shape shapes[] = {
+        S(4, 3, 7, 9, 5),    /* odd sizes */
+        S(4, 1, 5, 4, 6),    /* batch 1 */
+        S(4, 2, 1, 3, 3),    /* one channel: both formats are the same bytes */
+        S(4, 4, 6, 1, 1),    /* 1x1 planes */
+        S(4, 8, 40, 11, 13), /* several splits per channel in both layouts */
+        S(2, 6, 5, 0, 0),    /* BatchNorm1d */
+        S(2, 37, 70, 0, 0),  /* 2-D, more than one tile of channels */
+    };
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], &shapes[s], 1, true, 1e-4);
+}
+
+/* A batch of 1 in BatchNorm1d trains on one value per channel: refused like the CPU impl; eval runs. */
+static void test_batchnorm_batch1_2d(void)
+{
+    struct glia_shape s = S(2, 1, 5, 0, 0);
+    struct cuda_case k = {.ini = "[b]\ntype = batchnorm\n", .in = &s, .n_in = 1, .eval = true, .seed = 3};
+    cuda_expect(&k, 1e-4);
+    struct cuda_built G;
+    cuda_build(k.ini, "cuda", cuda_gpu, &s, 1, &G);
+    struct glia_tensor *x = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS), *y = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS);
+    const struct glia_tensor *xi[1] = {x};
+    struct glia_fwd fa = {xi, 1, y, NULL, true, 77};
+    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "more than 1 value per channel"));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    cuda_unbuild(&G);
+}
+
+/* ---- pooling ---- */
+
+static void test_maxpool(void)
+{
+    const char *inis[] = {
+        "[p]\ntype = maxpool2d\n",                                /* 2x2, stride 2 */
+        "[p]\ntype = maxpool2d\nsize = 3\nstride = 2\n",          /* overlapping windows */
+        "[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n",
+        "[p]\ntype = maxpool2d\nsize = 3\nstride = 1\npadding = 1\n",
+        "[p]\ntype = maxpool2d\nsize = 2\nstride = 3\n",          /* gaps between windows */
+        "[p]\ntype = maxpool2d\nsize = 5\nstride = 2\npadding = 2\n",
+    };
+    struct glia_shape shapes[] = {S(4, 3, 7, 9, 5), S(4, 1, 4, 6, 7), S(4, 2, 1, 8, 8), S(4, 2, 33, 10, 11)};
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], &shapes[s], 1, true, 1e-4);
+}
+
+static void test_avgpool(void)
+{
+    const char *inis[] = {
+        "[p]\ntype = avgpool2d\n",
+        "[p]\ntype = avgpool2d\nsize = 3\nstride = 2\n",
+        "[p]\ntype = avgpool2d\nsize = 3\nstride = 2\npadding = 1\n",
+        "[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n",
+        "[p]\ntype = avgpool2d\nsize = 2\nstride = 3\n",
+        "[p]\ntype = avgpool2d\nsize = 5\nstride = 2\npadding = 2\n",
+    };
+    struct glia_shape shapes[] = {S(4, 3, 7, 9, 5), S(4, 1, 4, 6, 7), S(4, 2, 1, 8, 8), S(4, 2, 33, 10, 11)};
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], &shapes[s], 1, true, 1e-4);
+}
+
+/* Whether two host tensors hold the same bits in every logical element, NaN equal to NaN. */
+static bool same_bits(const struct glia_tensor *a, const struct glia_tensor *b)
+{
+    if (a->shape.ndim != 4) {
+        const float *x = glia_tensor_f32(a), *y = glia_tensor_f32(b);
+        for (int64_t i = 0; i < glia_tensor_numel(a); i++)
+            if (memcmp(&x[i], &y[i], sizeof(float)) && !(isnan(x[i]) && isnan(y[i]))) return false;
+        return true;
+    }
+    const int64_t *d = a->shape.dim;
+    for (int64_t n = 0; n < d[0]; n++)
+        for (int64_t c = 0; c < d[1]; c++)
+            for (int64_t h = 0; h < d[2]; h++)
+                for (int64_t w = 0; w < d[3]; w++) {
+                    float x = at4(a, n, c, h, w), y = at4(b, n, c, h, w);
+                    if (memcmp(&x, &y, sizeof x) && !(isnan(x) && isnan(y))) return false;
+                }
+    return true;
+}
+
+/* The difference of CPU (contiguous) and CUDA (format f) host copies: max_diff, or with bits 0 when they
+ * are the same bits and INFINITY when not. */
+static double diff_of(const struct glia_tensor *cpu, const struct glia_tensor *gpu, bool bits)
+{
+    struct glia_tensor *h = cuda_get(gpu);
+    double d = bits ? (same_bits(cpu, h) ? 0.0 : INFINITY) : max_diff(cpu, h);
+    glia_tensor_release(h);
+    return d;
+}
+
+/* Like cuda_compare (a training forward and a backward of one-input layer `ini`), on the given input
+ * values v (logical NCHW order) instead of random ones; returns the largest difference of output, input
+ * gradient, parameter gradients and buffers (bits: whether any differs in a bit, see diff_of). */
+static double pair_run(const char *ini, struct glia_shape s, enum glia_memory_format f, bool accumulate,
+                       const float *v, bool bits)
+{
+    struct cuda_built C, G;
+    cuda_build(ini, "cpu", cuda_cpu, &s, 1, &C);
+    cuda_build(ini, "cuda", cuda_gpu, &s, 1, &G);
+    struct glia_shape os;
+    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &s, 1, &os) == GLIA_OK);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 99);
+    for (int p = 0; p < C.l.n_params + C.l.n_buffers; p++) {
+        bool buf = p >= C.l.n_params;
+        struct glia_param *pc = buf ? &C.l.buffers[p - C.l.n_params] : &C.l.params[p];
+        struct glia_param *pg = buf ? &G.l.buffers[p - C.l.n_params] : &G.l.params[p];
+        float *w = glia_tensor_f32(pc->value);
+        int64_t m = glia_tensor_numel(pc->value);
+        cuda_randn(&rng, w, m, 0.5f);
+        if (buf)
+            for (int64_t i = 0; i < m; i++) w[i] = fabsf(w[i]) + 0.5f;
+        CU_ASSERT_FATAL(glia_tensor_from_host(pg->value, w, glia_tensor_nbytes(pc->value)) == GLIA_OK);
+        if (!buf) {
+            float *gr = glia_tensor_f32(pc->grad);
+            for (int64_t i = 0; i < m; i++) gr[i] = accumulate ? 1.0f : NAN;
+            CU_ASSERT_FATAL(glia_tensor_from_host(pg->grad, gr, glia_tensor_nbytes(pc->grad)) == GLIA_OK);
+            pc->grad_unset = pg->grad_unset = !accumulate;
+        }
+    }
+    int64_t n = glia_shape_numel(&s), on = glia_shape_numel(&os);
+    float *d = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)on);
+    cuda_randn(&rng, g, on, 1.0f);
+    for (int64_t i = 0; i < n; i++) d[i] = accumulate ? 0.25f : NAN;
+    struct glia_tensor *xc = cuda_put(cuda_cpu, s, GLIA_CONTIGUOUS, v), *xg = cuda_put(cuda_gpu, s, f, v);
+    struct glia_tensor *dxc = cuda_put(cuda_cpu, s, GLIA_CONTIGUOUS, d), *dxg = cuda_put(cuda_gpu, s, f, d);
+    struct glia_tensor *dyc = cuda_put(cuda_cpu, os, GLIA_CONTIGUOUS, g), *dyg = cuda_put(cuda_gpu, os, f, g);
+    struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
+    const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
+    struct glia_tensor *dinc[1] = {dxc}, *ding[1] = {dxg};
+    bool acc[1] = {accumulate};
+    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77}, fg = {ing, 1, yg, NULL, true, 77};
+    struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
+    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK && C.ops->backward(&C.l, &bc) == GLIA_OK);
+    CU_ASSERT_FATAL(G.ops->forward(&G.l, &fg) == GLIA_OK && G.ops->backward(&G.l, &bg) == GLIA_OK);
+    double worst = fmax(diff_of(yc, yg, bits), diff_of(dxc, dxg, bits));
+    for (int p = 0; p < C.l.n_params; p++) worst = fmax(worst, diff_of(C.l.params[p].grad, G.l.params[p].grad, bits));
+    for (int p = 0; p < C.l.n_buffers; p++)
+        worst = fmax(worst, diff_of(C.l.buffers[p].value, G.l.buffers[p].value, bits));
+    struct glia_tensor *all[] = {xc, xg, dxc, dxg, dyc, dyg, yc, yg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    free(d);
+    free(g);
+    cuda_unbuild(&C);
+    cuda_unbuild(&G);
+    return worst;
+}
+
+/* Inputs far from zero (100 + N(0, 1)) over many splits: the statistics must keep the variance next to a
+ * large mean, as the CPU's double two-pass sums do. */
+static void test_batchnorm_offset(void)
+{
+    struct glia_shape s = S(4, 16, 24, 31, 29);
+    int64_t n = glia_shape_numel(&s);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 8);
+    for (int64_t i = 0; i < n; i++) v[i] = 100.0f + (float)glia__rng_normal(&rng);
+    for (int f = 0; f < 2; f++)
+        for (int acc = 0; acc < 2; acc++) {
+            double d = pair_run("[b]\ntype = batchnorm\n", s, formats[f], acc, v, false);
+            if (!(d <= 1e-4)) printf("\n  offset inputs, %s: diff %.3g\n", glia_memory_format_name(formats[f]), d);
+            CU_ASSERT(d <= 1e-4);
+        }
+    free(v);
+}
+
+/* maxpool2d on inputs of many ties (values 0, 1, 2) and a few NaNs: the CPU (contiguous) and CUDA
+ * outputs and input gradients must be the same bits -- the same element wins each window (the first max
+ * in scan order, the last NaN) and the same adds happen in the same order. */
+static void maxpool_ties(const char *ini, struct glia_shape s, enum glia_memory_format f, bool accumulate)
+{
+    int64_t n = glia_shape_numel(&s);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 5);
+    for (int64_t i = 0; i < n; i++) v[i] = glia__rng_next(&rng) % 97 == 0 ? NAN : (float)(glia__rng_next(&rng) % 3);
+    bool ok = pair_run(ini, s, f, accumulate, v, true) == 0.0;
+    if (!ok) printf("\n  ties: %s %s%s differ\n", ini, glia_memory_format_name(f), accumulate ? " accumulate" : "");
+    CU_ASSERT(ok);
+    free(v);
+}
+
+static void test_maxpool_ties(void)
+{
+    const char *inis[] = {"[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n",
+                          "[p]\ntype = maxpool2d\nsize = 2\n",
+                          "[p]\ntype = maxpool2d\nsize = 3\nstride = 1\n"};
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (int f = 0; f < 2; f++)
+            for (int acc = 0; acc < 2; acc++) maxpool_ties(inis[i], S(4, 3, 7, 9, 5), formats[f], acc);
+}
+
+static void test_global_avgpool(void)
+{
+    struct glia_shape shapes[] = {S(4, 3, 7, 9, 5), S(4, 1, 4, 6, 7), S(4, 2, 1, 8, 8), S(4, 5, 3, 1, 1),
+                                  S(4, 2, 70, 7, 7), S(4, 3, 5, 31, 33)};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        expect_all("[g]\ntype = global_avgpool\n", &shapes[s], 1, false, 1e-4);
+}
+
+/* ---- concat ---- */
+
+static void test_concat(void)
+{
+    struct glia_shape ch[3] = {S(4, 3, 2, 9, 5), S(4, 3, 5, 9, 5), S(4, 3, 1, 9, 5)};   /* channels, one of 1 */
+    struct glia_shape al[2] = {S(4, 2, 4, 8, 8), S(4, 2, 8, 8, 8)};                     /* float4 copies */
+    struct glia_shape hh[2] = {S(4, 3, 4, 2, 5), S(4, 3, 4, 7, 5)};
+    struct glia_shape ww[2] = {S(4, 1, 3, 4, 3), S(4, 1, 3, 4, 6)};
+    struct glia_shape d2[2] = {S(2, 5, 3, 0, 0), S(2, 5, 4, 0, 0)};
+    struct glia_shape d3[2] = {S(3, 2, 3, 4, 0), S(3, 2, 3, 7, 0)};
+    expect_all("[c]\ntype = concat\n", ch, 3, false, 0);
+    expect_all("[c]\ntype = concat\n", al, 2, false, 0);
+    expect_all("[c]\ntype = concat\naxis = 2\n", hh, 2, false, 0);
+    expect_all("[c]\ntype = concat\naxis = 3\n", ww, 2, false, 0);
+    expect_all("[c]\ntype = concat\n", d2, 2, false, 0);
+    expect_all("[c]\ntype = concat\naxis = 2\n", d3, 2, false, 0);
+}
+
+/* ---- repeatability and refusals ---- */
+
+/* The CUDA impl of `ini` twice on the same input (training forward and backward, gradients written):
+ * the same bits both times (no float atomics). */
+static void repeatable(const char *ini, struct glia_shape s, enum glia_memory_format f)
+{
+    struct cuda_built G;
+    cuda_build(ini, "cuda", cuda_gpu, &s, 1, &G);
+    struct glia_shape os;
+    CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, &s, 1, &os) == GLIA_OK);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 4);
+    int64_t n = glia_shape_numel(&s), on = glia_shape_numel(&os);
+    float *v = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)on);
+    for (int p = 0; p < G.l.n_params + G.l.n_buffers; p++) {
+        struct glia_param *pa = p < G.l.n_params ? &G.l.params[p] : &G.l.buffers[p - G.l.n_params];
+        int64_t m = glia_tensor_numel(pa->value);
+        float *w = malloc(sizeof(float) * (size_t)m);
+        for (int64_t i = 0; i < m; i++) w[i] = 1.0f + 0.25f * (float)glia__rng_normal(&rng);
+        CU_ASSERT_FATAL(glia_tensor_from_host(pa->value, w, sizeof(float) * (size_t)m) == GLIA_OK);
+        free(w);
+    }
+    cuda_randn(&rng, v, n, 3.0f);
+    cuda_randn(&rng, g, on, 1.0f);
+    struct glia_tensor *x = cuda_put(cuda_gpu, s, f, v), *dy = cuda_put(cuda_gpu, os, f, g);
+    struct glia_tensor *res[2][2 + 8];
+    int nres = 2 + (G.l.n_params < 8 ? G.l.n_params : 8);
+    for (int r = 0; r < 2; r++) {
+        struct glia_tensor *y = tensor_as(cuda_gpu, os, f), *dx = tensor_as(cuda_gpu, s, f);
+        const struct glia_tensor *in[1] = {x};
+        struct glia_tensor *din[1] = {dx};
+        bool acc[1] = {false};
+        for (int p = 0; p < G.l.n_params; p++) G.l.params[p].grad_unset = true;
+        struct glia_fwd fa = {in, 1, y, NULL, true, 77};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+        CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK && G.ops->backward(&G.l, &ba) == GLIA_OK);
+        res[r][0] = cuda_get(y);
+        res[r][1] = cuda_get(dx);
+        for (int p = 0; p + 2 < nres; p++) res[r][2 + p] = cuda_get(G.l.params[p].grad);
+        glia_tensor_release(y);
+        glia_tensor_release(dx);
+    }
+    for (int i = 0; i < nres; i++) {
+        bool same = !memcmp(glia_tensor_f32(res[0][i]), glia_tensor_f32(res[1][i]), glia_tensor_nbytes(res[0][i]));
+        if (!same) printf("\n  %s %s: result %d differs between two runs\n", ini, glia_memory_format_name(f), i);
+        CU_ASSERT(same);
+        glia_tensor_release(res[0][i]);
+        glia_tensor_release(res[1][i]);
+    }
+    glia_tensor_release(x);
+    glia_tensor_release(dy);
+    free(v);
+    free(g);
+    cuda_unbuild(&G);
+}
+
+static void test_repeatable(void)
+{
+    for (int f = 0; f < 2; f++) {
+        repeatable("[b]\ntype = batchnorm\n", S(4, 16, 48, 27, 25), formats[f]);
+        repeatable("[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 3, 5, 64, 61), formats[f]);
+        repeatable("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", S(4, 4, 16, 31, 33), formats[f]);
+        repeatable("[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n", S(4, 4, 16, 31, 33), formats[f]);
+        repeatable("[g]\ntype = global_avgpool\n", S(4, 4, 40, 31, 33), formats[f]);
+    }
+}
+
+/* Backward needs a training forward just before it (as on the CPU): after an eval forward it is refused. */
+static void test_backward_needs_training(void)
+{
+    const char *inis[] = {"[b]\ntype = batchnorm\n", "[p]\ntype = maxpool2d\n"};
+    struct glia_shape s = S(4, 2, 3, 4, 4);
+    for (size_t i = 0; i < 2; i++) {
+        struct cuda_built G;
+        cuda_build(inis[i], "cuda", cuda_gpu, &s, 1, &G);
+        struct glia_shape os;
+        CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, &s, 1, &os) == GLIA_OK);
+        struct glia_tensor *x = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS), *dx = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS);
+        struct glia_tensor *y = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), *dy = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
+        CU_ASSERT_FATAL(glia_tensor_fill_zero(x) == GLIA_OK && glia_tensor_fill_zero(dy) == GLIA_OK);
+        for (int p = 0; p < G.l.n_params; p++) {
+            CU_ASSERT_FATAL(glia_tensor_fill_zero(G.l.params[p].value) == GLIA_OK);
+            G.l.params[p].grad_unset = true;
+        }
+        for (int p = 0; p < G.l.n_buffers; p++) CU_ASSERT_FATAL(glia_tensor_fill_zero(G.l.buffers[p].value) == GLIA_OK);
+        const struct glia_tensor *in[1] = {x};
+        struct glia_tensor *din[1] = {dx};
+        bool acc[1] = {false};
+        struct glia_fwd fa = {in, 1, y, NULL, false, 77};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+        CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
+        CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "needs a training forward just before it"));
+        glia_tensor_release(x);
+        glia_tensor_release(dx);
+        glia_tensor_release(y);
+        glia_tensor_release(dy);
+        cuda_unbuild(&G);
+    }
+}
+
+/* The CUDA impls declare what the CPU impls declare: keys, inputs, flags (checkpoints and INI files are
+ * shared). */
+static void test_same_description(void)
+{
+    const char *types[] = {"batchnorm", "maxpool2d", "avgpool2d", "global_avgpool", "concat"};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        if (!glia__find_layer(cuda_ctx, types[t], "cpu")) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, types[t]) == GLIA_OK);
+        const struct glia_layer_ops *c = glia__find_layer(cuda_ctx, types[t], "cpu"),
+                                    *g = glia__find_layer(cuda_ctx, types[t], "cuda");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        CU_ASSERT_EQUAL(g->device_type, GLIA_DEVICE_CUDA);
+        CU_ASSERT_EQUAL(c->flags, g->flags);
+        CU_ASSERT_EQUAL(c->min_inputs, g->min_inputs);
+        CU_ASSERT_EQUAL(c->max_inputs, g->max_inputs);
+        int i = 0;
+        for (; c->keys && g->keys && c->keys[i].name && g->keys[i].name; i++) {
+            CU_ASSERT_STRING_EQUAL(c->keys[i].name, g->keys[i].name);
+            CU_ASSERT_STRING_EQUAL(c->keys[i].default_value, g->keys[i].default_value);
+        }
+        CU_ASSERT((!c->keys || !c->keys[i].name) && (!g->keys || !g->keys[i].name));
+    }
+}
+
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm),
+               GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_maxpool),
+               GLIA_TEST(test_avgpool), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
+               GLIA_TEST(test_concat), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))
