@@ -408,8 +408,11 @@ static glia_status run_resolve(struct glia_context *ctx, const struct glia_secti
     if (!have) {
         glia_status ls = glia_plugin_load(ctx, te->value);
         if (ls && ls != GLIA_ENOTFOUND) return ls;
-        if (!glia__find_layer(ctx, te->value, NULL))
-            return glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'", te->value);
+        if (!glia__find_layer(ctx, te->value, NULL)) {
+            char why[GLIA__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", ls ? glia_context_error(ctx) : "its plugin registers no such layer");
+            return glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s' (%s)", te->value, why);
+        }
     }
     char avail[256], name[32];
     glia__layer_impls(ctx, te->value, avail, sizeof avail);

@@ -1,7 +1,8 @@
 /* tests/test_cuda_conv.c — the cuDNN conv2d (impl "cudnn") against the CPU one on a GPU: shapes
  * (3x3, stride 2, 1x1, 5x5, groups, depthwise, dilation, no bias, batch 1, odd channels, one
  * input channel, 1x1 output), every precision, both memory formats, write and accumulate,
- * cudnn_benchmark on and off, a zero workspace limit, eval forward, batch-size changes.
+ * cudnn_benchmark on and off, a zero workspace limit, eval forward, batch-size changes, no input
+ * gradient (the first layer).
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
 #include "cudautil.h"
 
@@ -231,5 +232,80 @@ static void test_batch_change(void)
     batch_change(GLIA_CHANNELS_LAST);
 }
 
+/* Case c at precision p in format f with no input gradient asked (din[0] NULL: the first layer of
+ * a model): the parameter gradients still match, written over NaN (acc false) or added onto 1. */
+static void no_input_grad(const struct cv *c, enum glia_precision p, enum glia_memory_format f, bool acc, uint64_t seed)
+{
+    char ini[512];
+    cv_ini(c, ini, sizeof ini);
+    struct glia_shape in = S(4, c->N, c->C, c->H, c->W), os;
+    struct cuda_built C, G;
+    configure(p, true, DEFAULT_WORKSPACE);
+    cuda_build(ini, "cpu", cuda_cpu, &in, 1, &C);
+    cuda_build(ini, "cudnn", cuda_gpu, &in, 1, &G);
+    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &in, 1, &os) == GLIA_OK);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, seed);
+    for (int q = 0; q < C.l.n_params; q++) {
+        int64_t n = glia_tensor_numel(C.l.params[q].value);
+        float *v = glia_tensor_f32(C.l.params[q].value);
+        cuda_randn(&rng, v, n, 0.5f);
+        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[q].value, v, glia_tensor_nbytes(C.l.params[q].value)) ==
+                        GLIA_OK);
+    }
+    float *xv = NULL, *dyv = NULL;
+    struct glia_tensor *xc = random_tensor(&rng, cuda_cpu, in, GLIA_CONTIGUOUS, &xv);
+    struct glia_tensor *xg = random_tensor(&rng, cuda_gpu, in, f, &xv);
+    struct glia_tensor *dyc = random_tensor(&rng, cuda_cpu, os, GLIA_CONTIGUOUS, &dyv);
+    struct glia_tensor *dyg = random_tensor(&rng, cuda_gpu, os, f, &dyv);
+    struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
+    const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
+    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77}, fg = {ing, 1, yg, NULL, true, 77};
+    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
+    glia_status st = G.ops->forward(&G.l, &fg);
+    if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    for (int q = 0; q < C.l.n_params; q++) {
+        int64_t n = glia_tensor_numel(C.l.params[q].grad);
+        float *g = glia_tensor_f32(C.l.params[q].grad);
+        for (int64_t i = 0; i < n; i++) g[i] = acc ? 1.0f : NAN;
+        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[q].grad, g, glia_tensor_nbytes(C.l.params[q].grad)) ==
+                        GLIA_OK);
+        C.l.params[q].grad_unset = G.l.params[q].grad_unset = !acc;
+    }
+    bool accs[1] = {false};
+    struct glia_tensor *none[1] = {NULL};
+    struct glia_bwd bc = {inc, 1, yc, dyc, none, accs, NULL}, bg = {ing, 1, yg, dyg, none, accs, NULL};
+    CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
+    st = G.ops->backward(&G.l, &bg);
+    if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    double d = cuda_diff_of(yc, yg);
+    for (int q = 0; q < C.l.n_params; q++) d = fmax(d, cuda_diff_of(C.l.params[q].grad, G.l.params[q].grad));
+    if (!(d <= tol_for(p, c)))
+        printf("\n  %s  no input gradient, %s, %s%s: diff %.3g (tol %.3g)\n", ini, glia_precision_name(p),
+               glia_memory_format_name(f), acc ? ", accumulate" : "", d, tol_for(p, c));
+    CU_ASSERT(d <= tol_for(p, c));
+    struct glia_tensor *all[] = {xc, xg, dyc, dyg, yc, yg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    free(xv);
+    free(dyv);
+    cuda_unbuild(&C);
+    cuda_unbuild(&G);
+}
+
+static void test_no_input_grad(void)
+{
+    const enum glia_precision ps[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_BF16};
+    for (int i = 0; i < 2; i++)
+        for (int f = 0; f < 2; f++)
+            for (int acc = 0; acc < 2; acc++) {
+                const struct cv *c = &cases[f ? 5 : 0];  /* groups in channels_last: the filter transposes */
+                no_input_grad(c, ps[i], f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, acc, 8000 + (uint64_t)(4 * i + 2 * f + acc));
+            }
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
-               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_batch_change))
+               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_batch_change),
+               GLIA_TEST(test_no_input_grad))

@@ -1,7 +1,6 @@
-/* tools/bench.c — `glia bench conv`: one conv2d layer (64 -> 64 filters, 3x3, padding 1) on a
- * 32x64x64x64 input, timed forward and forward+backward for each autotuner setting, precision and
- * memory format, with the device synchronized around each timed loop. Not a training benchmark:
- * bench/gpu_fmnist compares whole training runs with PyTorch. */
+/* tools/bench.c — `glia bench conv`: a conv2d 64->64 3x3 on 32x64x64x64 timed forward and forward+backward
+ * per autotuner setting, precision and memory format (device synchronized around each timed loop).
+ * Not a training benchmark: bench/gpu_fmnist compares whole training runs with PyTorch. */
 #include <glia/glia.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -65,7 +64,8 @@ static int parse_conv_args(int argc, char **argv, struct conv_args *a)
             a->json = true;
             continue;
         }
-        if (strncmp(s, "--", 2) || i + 1 >= argc) return bad_usage(strncmp(s, "--", 2) ? "unexpected argument " : "a value is missing after ", s);
+        if (strncmp(s, "--", 2)) return bad_usage("unexpected argument ", s);
+        if (i + 1 >= argc) return bad_usage("a value is missing after ", s);
         const char *v = argv[++i];
         if (!strcmp(s, "--device")) {
             if (glia_device_parse(v, &a->dev)) return bad_usage("--device takes cpu, cuda or cuda:N, got ", v);

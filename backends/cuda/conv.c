@@ -157,10 +157,17 @@ static cudnnMathType_t default_math(enum glia_precision p)
     return p == GLIA_PRECISION_FP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 }
 
-/* Whether an algorithm result of math type m may run at precision p (fp32: never TF32). */
-static bool math_ok(enum glia_precision p, cudnnMathType_t m)
+/* The math type to run an algorithm result of math type m with at precision p; false when it may
+ * not run. fp32 never runs TF32: it takes FMA-only results, and runs a result reported as default
+ * math (asked for under the FMA-only descriptor) with CUDNN_FMA_MATH set explicitly. */
+static bool run_math(enum glia_precision p, cudnnMathType_t m, cudnnMathType_t *out)
 {
-    return p != GLIA_PRECISION_FP32 || m == CUDNN_FMA_MATH;
+    if (p != GLIA_PRECISION_FP32) {
+        *out = m;
+        return true;
+    }
+    *out = CUDNN_FMA_MATH;
+    return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 
 static const char *algo_name(int dir, int algo)
@@ -423,11 +430,12 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
     enum glia_precision prec = l->backend->options.precision;
     for (int i = 0; i < n; i++) {
         size_t need = 0;
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit || !math_ok(prec, r[i].math)) continue;
-        if (cudnnSetConvolutionMathType(p->conv[dir], r[i].math) != CUDNN_STATUS_SUCCESS ||
+        cudnnMathType_t math;
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit || !run_math(prec, r[i].math, &math)) continue;
+        if (cudnnSetConvolutionMathType(p->conv[dir], math) != CUDNN_STATUS_SUCCESS ||
             workspace_of(c, p, dir, r[i].algo, &need) != CUDNN_STATUS_SUCCESS || need > limit)
             continue;
-        *out = (struct algo_choice){r[i].algo, r[i].math, need > r[i].memory ? need : r[i].memory};
+        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory};
         return true;
     }
     return false;

@@ -44,7 +44,8 @@ static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of
 
 struct cuda_bn {
     struct glia__batchnorm_desc d;  /* first: the shared infer_shape and flops read it */
-    struct glia_tensor *saved;      /* (2C) f32 on the device: mean(C), invstd(C) of the last training forward */
+    struct glia_tensor *saved;      /* (3C) f32 on the device: mean_hi(C), mean_lo(C), invstd(C) of the last
+                                       training forward (the mean as a float pair: hi + lo) */
     int64_t kept;                   /* elements of the input that saved belongs to (0: none kept) */
 };
 
@@ -98,8 +99,9 @@ static glia_status bn_create(struct glia_layer *l, const struct glia_section *cf
     return st;
 }
 
-/* Training: per channel over M = N*H*W values, Welford mean and biased variance (combined in double in a
- * fixed order), y = (x - mean)*invstd*gamma + beta, mean and invstd kept for backward, running statistics
+/* Training: per channel over M = N*H*W values, Welford mean and biased variance (about a pivot, combined in
+ * double in a fixed order), y = (x - mean)*invstd*gamma + beta, mean (as a float pair) and invstd kept for
+ * backward, running statistics
  * moved toward the batch mean and the unbiased variance var*M/(M-1). Eval: the running statistics (or,
  * without them, the batch's), nothing kept or updated. */
 static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -119,22 +121,21 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     }
     bool use_running = !a->train && p->d.rm >= 0, update = a->train && p->d.rm >= 0;
     if (a->train && !p->saved) {
-        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {2 * C}}, &p->saved);
+        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {3 * C}}, &p->saved);
         if (st) return st;
     }
     void *scratch;
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
     if (st) return st;
     float *pmean = scratch, *pm2 = pmean + g.S * C, *coef = pm2 + g.S * C;
-    float *smean = a->train ? dev(p->saved) : NULL, *sinvstd = a->train ? dev(p->saved) + C : NULL;
     const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
     const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
     float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
     float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
     cudaStream_t s = stream_of(l);
     if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, dev(x), g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, smean, sinvstd, rmean, rvar, gamma, beta, pmean, pm2, g, use_running,
-                                            update, p->d.momentum, p->d.eps, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, rmean, rvar, gamma, beta, dev(x), pmean,
+                                            pm2, g, use_running, update, p->d.momentum, p->d.eps, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:
@@ -160,15 +161,14 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
     if (st) return st;
     float *pdy = scratch, *pdyx = pdy + g.S * C, *coef = pdyx + g.S * C;
-    const float *mean = dev(p->saved), *invstd = dev(p->saved) + C, *gamma = pw ? dev(pw->value) : NULL;
+    const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), mean, invstd, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), saved, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
-                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, invstd, pdy,
+                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, saved, pdy,
                                                  pdyx, g, s));
     if (a->din[0])
-        CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), mean, invstd,
-                                          coef, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef, g, s));
 fail:
     return st;
 }

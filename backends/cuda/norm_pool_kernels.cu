@@ -69,14 +69,18 @@ struct RowWalk {
 };
 
 /* ---- batchnorm: the per-thread accumulators and their merges ----
- * A state is a float3; Welford: (count, mean, m2); Sums: (unused, sum dy, sum dy*x_hat). */
+ * A state is a float3; Welford: (count, mean, m2) of x - pivot(c); Sums: (unused, sum dy, sum dy*x_hat).
+ * The pivot, x's first value of channel c (index c*L), keeps the float statistics of inputs with a
+ * large mean as accurate as those of centred ones (the shifted-data algorithm). */
 
 struct Welford {
     const float *x;
-    __device__ float3 add(float3 v, int64_t e, int64_t c) const
+    int64_t L;
+    __device__ float pivot(int64_t c) const { return x[c * L]; }
+    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
     {
         (void)c;  /* the channel matters to GradSums only */
-        float xv = x[e], n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
+        float xv = x[e] - k, n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
         return make_float3(n, m, v.z + d * (xv - m));
     }
     /* Chan et al.: the statistics of the union of a and b */
@@ -89,12 +93,21 @@ struct Welford {
     }
 };
 
+/* x_hat = ((x - mean_hi) - mean_lo) * invstd: the mean kept as a float pair loses nothing to float */
+__device__ static float x_hat(float x, const float *saved, int64_t c, int64_t C)
+{
+    return ((x - saved[c]) - saved[C + c]) * saved[2 * C + c];
+}
+
 struct GradSums {
-    const float *x, *dy, *mean, *invstd;
-    __device__ float3 add(float3 v, int64_t e, int64_t c) const
+    const float *x, *dy, *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd) */
+    int64_t C;
+    __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
+    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
     {
+        (void)k;
         float g = dy[e];
-        return make_float3(0.0f, v.y + g, v.z + g * ((x[e] - mean[c]) * invstd[c]));
+        return make_float3(0.0f, v.y + g, v.z + g * x_hat(x[e], saved, c, C));
     }
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, a.z + b.z); }
 };
@@ -128,8 +141,9 @@ __global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
     int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
     float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    float k = acc.pivot(c);
     RowWalk w(j0 + threadIdx.x, THREADS, L);
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c, k);
     v = block_merge<Acc>(v);
     if (threadIdx.x == 0) {
         pa[s * C + c] = v.y;
@@ -149,8 +163,10 @@ template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc ac
     int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
     int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
     float3 v = make_float3(0.0f, 0.0f, 0.0f);
-    if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c);
+    if (c < C) {
+        float k = acc.pivot(c);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c, k);
+    }
     part[threadIdx.y][threadIdx.x] = v;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
@@ -174,11 +190,12 @@ template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc,
     return cudaGetLastError();
 }
 
-/* coef(3, C), save_mean(C), save_invstd(C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) or rmean, rvar:
- * one thread per channel, the splits combined in double in split order (see the header). */
-__global__ void bn_finalize(float *coef, float *save_mean, float *save_invstd, float *rmean, float *rvar,
-                            const float *gamma, const float *beta, const float *pmean, const float *pm2, int64_t C,
-                            int64_t M, int S, bool use_running, bool update, double mom, double eps)
+/* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
+ * the pivot x(0, c, 0)) or rmean, rvar: one thread per channel, the splits combined in double in split
+ * order (see the header). */
+__global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                            const float *beta, const float *x, const float *pmean, const float *pm2, int64_t C,
+                            int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
 {
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         double mean, var;
@@ -195,12 +212,16 @@ __global__ void bn_finalize(float *coef, float *save_mean, float *save_invstd, f
                 m2 += (double)pm2[s * C + c] + d * d * n * nb / nn;
                 n = nn;
             }
-            mean = m;
+            mean = (M > 0 ? (double)x[c * L] : 0.0) + m;  /* the pivot back */
             var = m2 > 0 ? m2 / (double)M : 0.0;
         }
         double invstd = 1.0 / sqrt(var + eps);
-        if (save_mean) save_mean[c] = (float)mean;
-        if (save_invstd) save_invstd[c] = (float)invstd;
+        if (saved) {
+            float hi = (float)mean;
+            saved[c] = hi;
+            saved[C + c] = (float)(mean - (double)hi);
+            saved[2 * C + c] = (float)invstd;
+        }
         if (update) {
             rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
@@ -224,7 +245,7 @@ __global__ void bn_normalize(float *y, const float *x, const float *coef, int64_
 
 /* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): one thread per channel, in double */
 __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
-                                 const float *gamma, const float *invstd, const float *pdy, const float *pdyx,
+                                 const float *gamma, const float *saved, const float *pdy, const float *pdyx,
                                  int64_t C, int64_t M, int S)
 {
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
@@ -235,23 +256,22 @@ __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, fl
         }
         if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
         if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
-        double k = (gamma ? gamma[c] : 1.0) * (double)invstd[c] / (double)M;
+        double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / (double)M;
         coef[c] = (float)(k * (double)M);
         coef[C + c] = (float)(k * sdy);
         coef[2 * C + c] = (float)(k * sdyx);
     }
 }
 
-/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat = (x - mean(c))*invstd(c) */
-__global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *mean, const float *invstd,
-                      const float *coef, int64_t n, int64_t C, int64_t L)
+/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat from saved(3, C) */
+__global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved, const float *coef,
+                      int64_t n, int64_t C, int64_t L)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
     for (int64_t j = j0; j < n; j += step, w.next()) {
         int64_t c = w.c;
-        float xh = (x[j] - mean[c]) * invstd[c];
-        float g = coef[c] * dy[j] - coef[C + c] - xh * coef[2 * C + c];
+        float g = coef[c] * dy[j] - coef[C + c] - x_hat(x[j], saved, c, C) * coef[2 * C + c];
         dx[j] = add ? dx[j] + g : g;
     }
 }
@@ -433,10 +453,11 @@ __global__ void gap_fwd_rows(float *y, const float *x, int64_t N, int64_t C, int
 __global__ void gap_bwd(float *dx, bool add, const float *dy, int64_t n, int64_t C, int64_t HW, bool nhwc, float inv)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
-    /* NCHW: row o of (N*C, HW) is dy's index; NHWC: row o of (N*HW, C), column i: dy(o / HW, i) */
-    RowWalk w(j0, step, nhwc ? C : HW);
-    for (int64_t j = j0; j < n; j += step, w.next()) {
-        float g = dy[nhwc ? w.o / HW * C + w.i : w.o] * inv;
+    /* NCHW: row o of (N*C, HW) is dy's index; NHWC: dy(n, c) with n the row of (N, HW*C), c = j % C */
+    RowWalk w(j0, step, nhwc ? HW * C : HW);
+    ChanWalk cw(j0, step, 1, C);
+    for (int64_t j = j0; j < n; j += step, w.next(), cw.next()) {
+        float g = dy[nhwc ? w.o * C + cw.c : w.o] * inv;
         dx[j] = add ? dx[j] + g : g;
     }
 }
@@ -466,24 +487,23 @@ __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, 
 extern "C" cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g,
                                            cudaStream_t st)
 {
-    return bn_reduce(pmean, pm2, Welford{x}, g, st);
+    return bn_reduce(pmean, pm2, Welford{x, g.L}, g, st);
 }
 
 extern "C" cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy,
-                                                const float *mean, const float *invstd, struct glia__bn_geom g,
-                                                cudaStream_t st)
+                                                const float *saved, struct glia__bn_geom g, cudaStream_t st)
 {
-    return bn_reduce(pdy, pdyx, GradSums{x, dy, mean, invstd}, g, st);
+    return bn_reduce(pdy, pdyx, GradSums{x, dy, saved, g.C}, g, st);
 }
 
-extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *save_mean, float *save_invstd, float *rmean,
-                                              float *rvar, const float *gamma, const float *beta, const float *pmean,
-                                              const float *pm2, struct glia__bn_geom g, bool use_running, bool update,
-                                              double momentum, double eps, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                                              const float *beta, const float *x, const float *pmean, const float *pm2,
+                                              struct glia__bn_geom g, bool use_running, bool update, double momentum,
+                                              double eps, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, save_mean, save_invstd, rmean, rvar, gamma, beta, pmean, pm2,
-                                                   g.C, g.N * g.L, g.S, use_running, update, momentum, eps);
+    bn_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
+                                                   g.N * g.L, g.S, use_running, update, momentum, eps);
     return cudaGetLastError();
 }
 
@@ -497,22 +517,22 @@ extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const f
 }
 
 extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta,
-                                                   bool add_dbeta, const float *gamma, const float *invstd,
+                                                   bool add_dbeta, const float *gamma, const float *saved,
                                                    const float *pdy, const float *pdyx, struct glia__bn_geom g,
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_grad_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, invstd, pdy,
+    bn_grad_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
                                                         pdyx, g.C, g.N * g.L, g.S);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *mean,
-                                        const float *invstd, const float *coef, struct glia__bn_geom g, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
+                                        const float *coef, struct glia__bn_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, mean, invstd, coef, n, g.C, g.L);
+    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L);
     return cudaGetLastError();
 }
 

@@ -22,16 +22,18 @@ struct glia__bn_geom {
     int S;            /* splits per channel, 1 <= S <= 65535 */
 };
 
-/* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x */
+/* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x, less
+ * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean) */
 cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g, cudaStream_t st);
 
-/* Per channel c, in double: mean and biased variance var from the partials (Chan's combination in split
- * order; var = m2/M), or with use_running from rmean(C), rvar(C); invstd = 1/sqrt(var + eps).
- * coef(3, C) = (mean, invstd*gamma, beta) as float (gamma 1 and beta 0 when NULL); save_mean(C),
- * save_invstd(C) get mean and invstd unless NULL; with update, rmean = (1-mom)*rmean + mom*mean and
- * rvar = (1-mom)*rvar + mom*var*M/(M-1). */
-cudaError_t glia__cuda_bn_finalize(float *coef, float *save_mean, float *save_invstd, float *rmean, float *rvar,
-                                   const float *gamma, const float *beta, const float *pmean, const float *pm2,
+/* Per channel c, in double: mean (pivot added back) and biased variance var from the partials (Chan's
+ * combination in split order; var = m2/M), or with use_running from rmean(C), rvar(C);
+ * invstd = 1/sqrt(var + eps). coef(3, C) = (mean, invstd*gamma, beta) as float (gamma 1 and beta 0 when
+ * NULL); saved(3, C) (unless NULL) = (mean_hi, mean_lo, invstd), mean_hi + mean_lo the mean to about 48
+ * bits; with update, rmean = (1-mom)*rmean + mom*mean and rvar = (1-mom)*rvar + mom*var*M/(M-1).
+ * x is read (the pivots) unless use_running. */
+cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                                   const float *beta, const float *x, const float *pmean, const float *pm2,
                                    struct glia__bn_geom g, bool use_running, bool update, double momentum,
                                    double eps, cudaStream_t st);
 
@@ -39,20 +41,21 @@ cudaError_t glia__cuda_bn_finalize(float *coef, float *save_mean, float *save_in
 cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, struct glia__bn_geom g,
                                     cudaStream_t st);
 
-/* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*(x - mean(c))*invstd(c) */
-cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *mean,
-                                     const float *invstd, struct glia__bn_geom g, cudaStream_t st);
+/* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*x_hat, with saved(3, C) from the
+ * forward: x_hat = ((x - mean_hi(c)) - mean_lo(c))*invstd(c) */
+cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *saved,
+                                     struct glia__bn_geom g, cudaStream_t st);
 
 /* Per channel c, in double from the partials in split order: sdy, sdyx; dgamma(C) (+)= sdyx and
  * dbeta(C) (+)= sdy when not NULL (add_*: +=, else =); coef(3, C) = k*(M, sdy, sdyx) as float with
- * k = gamma*invstd/M (gamma 1 when NULL). */
+ * k = gamma*invstd/M (gamma 1 when NULL, invstd from saved(3, C)). */
 cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
-                                        const float *gamma, const float *invstd, const float *pdy,
+                                        const float *gamma, const float *saved, const float *pdy,
                                         const float *pdyx, struct glia__bn_geom g, cudaStream_t st);
 
-/* dx(N, C, L) (+)= coef(0, C)*dy - coef(1, C) - (x - mean(C))*invstd(C)*coef(2, C) */
-cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *mean,
-                             const float *invstd, const float *coef, struct glia__bn_geom g, cudaStream_t st);
+/* dx(N, C, L) (+)= coef(0, C)*dy - coef(1, C) - x_hat*coef(2, C), x_hat from saved(3, C) as above */
+cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
+                             const float *coef, struct glia__bn_geom g, cudaStream_t st);
 
 /* ---- windowed pooling ---- */
 struct glia__pool_geom {

@@ -16,7 +16,7 @@ steps=${STEPS:-50}
 warmup=${WARMUP:-10}
 batch=${BATCH:-32}
 bias=${BIAS:-on}
-export GLIA_PLUGIN_PATH=${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}
+export GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT INT TERM
 

@@ -38,7 +38,7 @@ fi
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
     [ -f "$DATA_DIR/$f" ] || { echo "run.sh: $DATA_DIR/$f not found: set DATA_DIR or run bench/gpu_fmnist/fetch-data.sh" >&2; exit 1; }
 done
-export GLIA_PLUGIN_PATH=${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}
+export GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT INT TERM
 

@@ -178,10 +178,10 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
  * input and parameter gradients. What `glia bench` times; not a model (no graph, no optimizer). */
 struct glia_layer_run;
 
-/* The backend that layer runs on `dev` use, opened (for a CUDA device this loads plugin "cuda",
- * whose probe refuses a machine without a usable GPU; the context error says why). Set its
- * runtime options with glia_backend_configure before glia_layer_run_new: a layer may choose its
- * algorithms from them when it first runs. */
+/* The backend of device dev, which layer runs on dev use, opened on first use (for a CUDA device
+ * this loads plugin "cuda", whose probe refuses a machine without a usable GPU; the context error
+ * says why). Set its runtime options with glia_backend_configure before glia_layer_run_new: a
+ * layer may choose its algorithms from them when it first runs. */
 glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_device dev,
                                         struct glia_backend **out /* (borrowed) */);
 
