@@ -419,6 +419,60 @@ static glia_status read_loss(struct glia_model *m, double *loss)
     return st;
 }
 
+/* ---- reading the training loss without stalling the device ----
+ * On a backend that downloads without blocking, step k's loss is copied to page-locked memory
+ * behind step k's work and read once step k+1 is queued, so the device always has the next step
+ * to run while the host waits. Elsewhere the loss is read right after the forward. */
+struct lagged_loss {
+    float *host;            /* one float from host_alloc; NULL: read synchronously */
+    bool pending;           /* a download is in flight */
+    int64_t k, nb;          /* its step (0-based in the epoch) and batch size */
+    uint64_t ticket;
+};
+
+static glia_status lagged_init(struct glia_model *m, struct lagged_loss *q)
+{
+    struct glia_backend *b = m->backend;
+    *q = (struct lagged_loss){0};
+    if (!GLIA__HAS_SLOT(b->ops, download) || !GLIA__HAS_SLOT(b->ops, wait_copy) || !GLIA__HAS_SLOT(b->ops, host_alloc))
+        return GLIA_OK;
+    return b->ops->host_alloc(b->priv, sizeof(float), (void **)&q->host);
+}
+
+static void lagged_free(struct glia_model *m, struct lagged_loss *q)
+{
+    if (q->host) m->backend->ops->host_free(m->backend->priv, q->host);
+    q->host = NULL;
+}
+
+/* Start reading step k's loss (batch nb). */
+static glia_status lagged_start(struct glia_model *m, struct lagged_loss *q, int64_t k, int64_t nb)
+{
+    struct glia_backend *b = m->backend;
+    q->k = k, q->nb = nb;
+    q->pending = true;
+    return b->ops->download(b->priv, q->host, m->nodes[m->n_nodes - 1].out->data, sizeof(float), &q->ticket);
+}
+
+/* The pending loss, once its download is done. */
+static glia_status lagged_finish(struct glia_model *m, struct lagged_loss *q, double *loss)
+{
+    q->pending = false;
+    glia_status st = m->backend->ops->wait_copy(m->backend->priv, q->ticket, true);
+    *loss = *q->host;
+    return st;
+}
+
+/* Add a step's loss to the epoch's sum; a non-finite loss stops training. */
+static glia_status account_loss(struct glia_model *m, double l, int64_t nb, int epoch, int64_t k, double *sum)
+{
+    if (!isfinite(l))
+        return glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch,
+                          (long long)k + 1);
+    *sum += l * (double)nb;
+    return GLIA_OK;
+}
+
 /* Number of rows of the logits whose argmax equals the label. */
 static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, int64_t *correct)
 {
@@ -592,28 +646,38 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     int64_t steps = s.train.n_batches_per_epoch, n = 0;
     double t_start = glia__now(), test_loss = 0, test_acc = 0;
     bool stopped = false;
+    struct lagged_loss lag;
+    st = lagged_init(m, &lag);
     for (int epoch = rs.epoch; epoch <= m->epochs && !st && !stopped; epoch++) {
         bool resumed = epoch == rs.epoch && rs.batch > 0;
-        double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0;
+        double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0, l = 0;  /* l: the last loss read */
         int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
         struct feed f;
         bool more = true;
         st = glia__loader_start_epoch(&s.train, epoch, k0);
         if (!st) st = feed_start(m, &f, &s.train);
         for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
-            double l = 0;
             st = forward(m, true);
-            if (!st) st = read_loss(m, &l);
-            if (!st && !isfinite(l))
-                st = glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch, (long long)k + 1);
+            if (!st && !lag.host) {  /* the loss of this step, now */
+                st = read_loss(m, &l);
+                if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
+            }
             if (!st) st = backward(m);
             bool stepped = !st && ((k + 1) % m->accumulate == 0 || k == steps - 1);
             if (stepped) st = optimizer_step(m, epoch);
+            if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
+                if (lag.pending && !(st = lagged_finish(m, &lag, &l)))
+                    st = account_loss(m, l, lag.nb, epoch, lag.k, &loss_sum);
+                if (!st) st = lagged_start(m, &lag, k, nb);
+            }
             if (st) break;
-            loss_sum += l * (double)nb;
             b += nb;
             if (stepped && m->max_steps > 0 && m->step >= m->max_steps) stopped = true;
-            if (stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped)) {
+            bool save = stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped);
+            if (save && lag.pending && !(st = lagged_finish(m, &lag, &l)))  /* the checkpoint holds every loss */
+                st = account_loss(m, l, lag.nb, epoch, lag.k, &loss_sum);
+            if (st) break;
+            if (save) {
                 char name[64];
                 snprintf(name, sizeof name, "step-%08lld.ckpt", (long long)m->step);
                 if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, kept))) break;
@@ -631,6 +695,9 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (opt->progress >= 0) fflush(out);
         }
         feed_stop(&f);
+        if (!st && lag.pending && !(st = lagged_finish(m, &lag, &l)))  /* the epoch's last loss */
+            st = account_loss(m, l, lag.nb, epoch, lag.k, &loss_sum);
+        lag.pending = false;
         if (st) break;
         if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
             if (opt->progress > 0) fprintf(out, "\r\033[K");
@@ -665,6 +732,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             fflush(metrics);
         }
     }
+    if (lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
+    lagged_free(m, &lag);
     if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, NULL);
     for (int i = 0; kept && i < m->checkpoint_keep; i++) free(kept[i]);
     free(kept);

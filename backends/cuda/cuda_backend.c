@@ -212,11 +212,29 @@ fail:
     return st;
 }
 
+/* The copy runs on the compute stream (after the work that produced src); its ticket shares the
+ * event ring with uploads. */
+static glia_status cuda_download(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket)
+{
+    struct glia__cuda *c = priv;
+    glia_status st = GLIA_OK;
+    cudaEvent_t ev = c->copy_events[c->n_uploads % N_COPY_EVENTS];
+    CUDA_TRY(c->ctx, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_TRY(c->ctx, cudaEventRecord(ev, c->stream));
+    *ticket = c->n_uploads++;
+fail:
+    return st;
+}
+
 static glia_status cuda_wait_copy(void *priv, uint64_t ticket, bool host)
 {
     struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
-    if (ticket + N_COPY_EVENTS < c->n_uploads) return GLIA_OK;  /* long done: its event was reused since */
+    if (ticket + N_COPY_EVENTS < c->n_uploads) {  /* its event was reused since: wait for everything */
+        CUDA_TRY(c->ctx, cudaStreamSynchronize(c->copy_stream));
+        CUDA_TRY(c->ctx, cudaStreamSynchronize(c->stream));
+        return GLIA_OK;
+    }
     cudaEvent_t ev = c->copy_events[ticket % N_COPY_EVENTS];
     CUDA_TRY(c->ctx, cudaStreamWaitEvent(c->stream, ev, 0));
     if (host) CUDA_TRY(c->ctx, cudaEventSynchronize(ev));
@@ -311,6 +329,7 @@ static const struct glia_backend_ops cuda_ops = {
     .host_free = cuda_host_free,
     .upload = cuda_upload,
     .wait_copy = cuda_wait_copy,
+    .download = cuda_download,
 };
 
 /* A machine without a driver, or without a device, is refused with the runtime's reason. */

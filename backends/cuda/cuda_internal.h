@@ -33,7 +33,7 @@ struct glia__cuda {
     int cc_major, cc_minor;          /* compute capability */
     cudaStream_t stream;             /* compute: every kernel of this backend and its layers */
     cudaStream_t copy_stream;        /* host -> device input copies (upload) */
-    cudaEvent_t copy_events[8];      /* ring: one per upload ticket in flight */
+    cudaEvent_t copy_events[16];     /* ring: one per upload/download ticket in flight */
     uint64_t n_uploads;
     cublasLtHandle_t lt;
     cudnnHandle_t dnn;               /* bound to `stream` */

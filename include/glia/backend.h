@@ -98,10 +98,16 @@ struct glia_backend_ops {
      * stream, after the work queued so far, so that the copy overlaps work queued later; *ticket
      * names the copy for wait_copy. Optional: NULL makes the core copy with `copy`. */
     glia_status (*upload)(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket);
-    /* Make work queued from now on wait for copy `ticket` (without blocking the host), and when
-     * host is true also block the host until it is done (src may then be reused). Required when
-     * upload is set. */
+    /* Make work queued from now on wait for copy `ticket` (from upload or download) without
+     * blocking the host, and when host is true also block the host until it is done (an upload's
+     * src may then be reused, a download's dst read). A backend may keep only the last few
+     * tickets apart (CUDA: 16); waiting on an older one waits for all queued work. Required when
+     * upload or download is set. */
     glia_status (*wait_copy)(void *priv, uint64_t ticket, bool host);
+    /* Start copying nbytes of device memory src to host memory dst (from host_alloc) after the
+     * work queued so far, without blocking; *ticket names the copy for wait_copy (host = true:
+     * dst is then valid). Optional: NULL makes the core read results with `copy`. */
+    glia_status (*download)(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket);
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it. */
