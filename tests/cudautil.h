@@ -88,18 +88,7 @@ static inline void cuda_build(const char *ini, const char *impl, struct glia_bac
 
 static inline void cuda_unbuild(struct cuda_built *B)
 {
-    if (B->ops->destroy) B->ops->destroy(&B->l);
-    for (int i = 0; i < B->l.n_params; i++) {
-        free((char *)B->l.params[i].name);
-        glia_tensor_release(B->l.params[i].value);
-        glia_tensor_release(B->l.params[i].grad);
-    }
-    free(B->l.params);
-    for (int i = 0; i < B->l.n_buffers; i++) {
-        free((char *)B->l.buffers[i].name);
-        glia_tensor_release(B->l.buffers[i].value);
-    }
-    free(B->l.buffers);
+    layer_destroy(&B->l);
     glia_config_free(B->cfg);
 }
 

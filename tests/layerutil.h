@@ -56,21 +56,27 @@ static inline void layer_build(struct glia_context *c, const char *ini, const st
     }
 }
 
+/* Destroys a layer built by hand and frees its parameters and buffers. */
+static inline void layer_destroy(struct glia_layer *l)
+{
+    if (l->ops->destroy) l->ops->destroy(l);
+    for (int i = 0; i < l->n_params; i++) {
+        free((char *)l->params[i].name);
+        glia_tensor_release(l->params[i].value);
+        glia_tensor_release(l->params[i].grad);
+    }
+    free(l->params);
+    for (int i = 0; i < l->n_buffers; i++) {
+        free((char *)l->buffers[i].name);
+        glia_tensor_release(l->buffers[i].value);
+    }
+    free(l->buffers);
+}
+
 /* Destroys the layer and frees what layer_build made (not the context). */
 static inline void layer_unbuild(struct built *B)
 {
-    if (B->ops->destroy) B->ops->destroy(&B->l);
-    for (int i = 0; i < B->l.n_params; i++) {
-        free((char *)B->l.params[i].name);
-        glia_tensor_release(B->l.params[i].value);
-        glia_tensor_release(B->l.params[i].grad);
-    }
-    free(B->l.params);
-    for (int i = 0; i < B->l.n_buffers; i++) {
-        free((char *)B->l.buffers[i].name);
-        glia_tensor_release(B->l.buffers[i].value);
-    }
-    free(B->l.buffers);
+    layer_destroy(&B->l);
     glia_config_free(B->cfg);
 }
 
