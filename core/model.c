@@ -772,6 +772,7 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
 void glia_model_free(struct glia_model *m)
 {
     if (!m) return;
+    if (m->backend) glia_backend_sync(m->backend);  /* queued work and copies may still use its memory */
     glia__model_release_activations(m);
     for (int i = 0; i < m->n_nodes; i++) {
         struct glia_layer *l = &m->nodes[i].layer;

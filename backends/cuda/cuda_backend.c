@@ -109,11 +109,13 @@ fail:
     return st;
 }
 
+/* Both streams: an upload in flight writes memory the caller may be about to free. */
 static glia_status cuda_sync(void *priv)
 {
     struct glia__cuda *c = priv;
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, cudaStreamSynchronize(c->stream));
+    CUDA_TRY(c->ctx, cudaStreamSynchronize(c->copy_stream));
 fail:
     return st;
 }
