@@ -104,6 +104,17 @@ const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const ch
     return NULL;
 }
 
+const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
+                                                  enum glia_device_type t)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        const struct glia_layer_ops *o = f->ops;
+        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == t) return o;
+    }
+    return NULL;
+}
+
 int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n)
 {
     int count = 0;
@@ -186,6 +197,11 @@ glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
         free(b);
         return s;
     }
+    if (GLIA__HAS_SLOT(ops, configure) && (s = ops->configure(b->priv, &b->options))) {  /* the defaults */
+        if (ops->close) ops->close(b->priv);
+        free(b);
+        return s;
+    }
     ctx->backends[ctx->n_backends++] = b;
     *out = b;
     return GLIA_OK;
@@ -217,6 +233,18 @@ glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory
 {
     if (!GLIA__HAS_SLOT(b->ops, memory_stats)) return GLIA_EUNSUPPORTED;
     return b->ops->memory_stats(b->priv, out);
+}
+
+glia_status glia__load_cuda(struct glia_context *ctx)
+{
+    if (glia__find_backend(ctx, GLIA_DEVICE_CUDA)) return GLIA_OK;
+    glia_status st = glia_plugin_load(ctx, "cuda");
+    if (st == GLIA_ENOTFOUND)
+        return glia_error(ctx, st, "this build of glia has no CUDA backend (plugin cuda.so not found)");
+    if (st) return st;  /* the probe's refusal, in the context error */
+    if (!glia__find_backend(ctx, GLIA_DEVICE_CUDA))
+        return glia_error(ctx, GLIA_EDEVICE, "plugin cuda.so registers no CUDA backend");
+    return GLIA_OK;
 }
 
 glia_status glia_backend_configure(struct glia_backend *b, const struct glia_runtime_options *o)

@@ -373,26 +373,8 @@ struct glia_layer_run {
 
 glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_device dev, struct glia_backend **out)
 {
-    if (dev.type == GLIA_DEVICE_CUDA && !glia__find_backend(ctx, GLIA_DEVICE_CUDA)) {
-        glia_status st = glia_plugin_load(ctx, "cuda");
-        if (st == GLIA_ENOTFOUND)
-            return glia_error(ctx, st, "this build of glia has no CUDA backend (plugin cuda.so not found)");
-        if (st) return st;  /* the probe's refusal, in the context error */
-        if (!glia__find_backend(ctx, GLIA_DEVICE_CUDA))
-            return glia_error(ctx, GLIA_EDEVICE, "plugin cuda.so registers no CUDA backend");
-    }
-    return glia_backend_get(ctx, dev, out);
-}
-
-/* The first registered impl of layer type `type` that runs on device type t, or NULL. */
-static const struct glia_layer_ops *impl_for_device(struct glia_context *ctx, const char *type, enum glia_device_type t)
-{
-    for (int i = 0; i < ctx->n_features; i++) {
-        const struct glia__feature *f = &ctx->features[i];
-        const struct glia_layer_ops *o = f->ops;
-        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == t) return o;
-    }
-    return NULL;
+    glia_status st = dev.type == GLIA_DEVICE_CUDA ? glia__load_cuda(ctx) : GLIA_OK;
+    return st ? st : glia_backend_get(ctx, dev, out);
 }
 
 /* The impl of section s's layer for device dev (loading the type's plugin when no impl for dev is
@@ -404,7 +386,7 @@ static glia_status run_resolve(struct glia_context *ctx, const struct glia_secti
     if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
     const struct glia__entry *ie = glia__section_entry(s, "impl");
     const char *impl = ie && strcmp(ie->value, "auto") ? ie->value : NULL;
-    bool have = impl ? glia__find_layer(ctx, te->value, impl) != NULL : impl_for_device(ctx, te->value, dev.type) != NULL;
+    bool have = impl ? glia__find_layer(ctx, te->value, impl) != NULL : glia__find_layer_for(ctx, te->value, dev.type) != NULL;
     if (!have) {
         glia_status ls = glia_plugin_load(ctx, te->value);
         if (ls && ls != GLIA_ENOTFOUND) return ls;
@@ -417,7 +399,7 @@ static glia_status run_resolve(struct glia_context *ctx, const struct glia_secti
     char avail[256], name[32];
     glia__layer_impls(ctx, te->value, avail, sizeof avail);
     glia_device_str(dev, name, sizeof name);
-    const struct glia_layer_ops *ops = impl ? glia__find_layer(ctx, te->value, impl) : impl_for_device(ctx, te->value, dev.type);
+    const struct glia_layer_ops *ops = impl ? glia__find_layer(ctx, te->value, impl) : glia__find_layer_for(ctx, te->value, dev.type);
     if (!ops && impl)
         return glia_section_error(s, "impl", GLIA_ECONFIG, "no impl '%s' of layer type '%s' (available: %s)", impl,
                                   te->value, avail);

@@ -52,6 +52,9 @@ struct glia_context {
 
 const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
                                               const char *impl);
+/* The first registered impl of layer type `type` that runs on device type t, or NULL. */
+const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
+                                                  enum glia_device_type t);
 /* Writes the registered impl names of a type, comma separated, into buf. */
 int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n);
 /* The optimizer `name` for device type t; any device when t < 0. */
@@ -62,6 +65,9 @@ int glia__feature_names(struct glia_context *ctx, int kind, const char **names, 
 /* Registers the CPU backend (built into libglia). */
 glia_status glia__cpu_backend_register(struct glia_context *ctx);
 void glia__backends_close(struct glia_context *ctx);
+/* Loads the CUDA backend plugin (cuda.so) unless a CUDA backend is registered; on failure the
+ * context error says why (not built, or the probe's refusal). */
+glia_status glia__load_cuda(struct glia_context *ctx);
 void glia__plugins_unload(struct glia_context *ctx);
 
 /* ---- configuration (core/config.c) ---- */

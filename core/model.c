@@ -133,18 +133,6 @@ static glia_status suggest(struct glia_context *ctx, int kind, const char *word,
     return GLIA_OK;
 }
 
-/* The first registered impl of layer type `type` that runs on device type t, or NULL. */
-static const struct glia_layer_ops *layer_for_device(struct glia_context *ctx, const char *type,
-                                                     enum glia_device_type t)
-{
-    for (int i = 0; i < ctx->n_features; i++) {
-        const struct glia__feature *f = &ctx->features[i];
-        const struct glia_layer_ops *o = f->ops;
-        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == t) return o;
-    }
-    return NULL;
-}
-
 static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const struct glia_section *s,
                                                   glia_status *st)
 {
@@ -152,7 +140,7 @@ static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const st
     const char *impl = glia_section_str(s, "impl");
     /* The plugin named like the type provides it, unless a plugin loaded already does (for this
      * device: cuda.so registers CUDA impls of types whose CPU impls are in their own plugins). */
-    if (!layer_for_device(m->ctx, type, m->device.type)) {
+    if (!glia__find_layer_for(m->ctx, type, m->device.type)) {
         glia_status ls = glia_plugin_load(m->ctx, type);
         if (ls && ls != GLIA_ENOTFOUND) {  /* the plugin exists but was refused: say why */
             char why[GLIA__ERRMSG_MAX];
@@ -168,7 +156,7 @@ static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const st
         return NULL;
     }
     const struct glia_layer_ops *ops =
-        strcmp(impl, "auto") ? glia__find_layer(m->ctx, type, impl) : layer_for_device(m->ctx, type, m->device.type);
+        strcmp(impl, "auto") ? glia__find_layer(m->ctx, type, impl) : glia__find_layer_for(m->ctx, type, m->device.type);
     char have[256], dev[32];
     glia__layer_impls(m->ctx, type, have, sizeof have);
     if (!ops) {
@@ -221,14 +209,8 @@ static glia_status setup_plugins(struct glia_model *m)
  * probe refuses it. Returns GLIA_OK when a CUDA backend is registered, else the reason in why. */
 static glia_status load_cuda(struct glia_model *m, char *why, size_t n)
 {
-    if (glia__find_backend(m->ctx, GLIA_DEVICE_CUDA)) return GLIA_OK;
-    glia_status st = glia_plugin_load(m->ctx, "cuda");
-    if (st == GLIA_ENOTFOUND) snprintf(why, n, "this build of glia has no CUDA backend (plugin cuda.so)");
-    else if (st) snprintf(why, n, "%s", glia_context_error(m->ctx));
-    else if (!glia__find_backend(m->ctx, GLIA_DEVICE_CUDA)) {
-        snprintf(why, n, "plugin cuda.so registers no CUDA backend");
-        st = GLIA_EDEVICE;
-    }
+    glia_status st = glia__load_cuda(m->ctx);
+    if (st) snprintf(why, n, "%s", glia_context_error(m->ctx));
     return st;
 }
 
@@ -239,8 +221,8 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
     for (int i = 0; i < m->cfg->n_sections; i++) {
         const struct glia__entry *t = glia__section_entry(m->cfg->sections[i], "type");
         if (is_reserved(m->cfg->sections[i]->name) || !t) continue;
-        if (!layer_for_device(m->ctx, t->value, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, t->value);
-        if (!layer_for_device(m->ctx, t->value, GLIA_DEVICE_CUDA)) {
+        if (!glia__find_layer_for(m->ctx, t->value, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, t->value);
+        if (!glia__find_layer_for(m->ctx, t->value, GLIA_DEVICE_CUDA)) {
             snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", t->value, m->cfg->sections[i]->name);
             return false;
         }
@@ -286,12 +268,11 @@ static glia_status setup_device(struct glia_model *m)
     if (threads > 0) omp_set_num_threads(threads);
     m->seed = (uint64_t)glia_section_int(s, "seed");
     m->format = strcmp(glia_section_str(s, "memory_format"), "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
-    static const char *const prec[] = {"fp32", "tf32", "bf16", "fp16"};
     const char *p = glia_section_str(s, "precision");
     struct glia_runtime_options o = {sizeof o, GLIA_PRECISION_FP32, glia_section_bool(s, "cudnn_benchmark"),
                                      (size_t)glia_section_int(s, "workspace_mb") << 20};
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(p, prec[i])) o.precision = (enum glia_precision)i;
+    for (int i = GLIA_PRECISION_FP32; i <= GLIA_PRECISION_FP16; i++)
+        if (!strcmp(p, glia_precision_name((enum glia_precision)i))) o.precision = (enum glia_precision)i;
     if ((st = glia_backend_configure(m->backend, &o))) {
         snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
         return glia_section_error(s, "precision", st, "%s", why);

@@ -473,6 +473,14 @@ static glia_status account_loss(struct glia_model *m, double l, int64_t nb, int 
     return GLIA_OK;
 }
 
+/* Wait for the pending loss, if any, and add it to the epoch's sum (*last: its value). */
+static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int epoch, double *last, double *sum)
+{
+    if (!q->pending) return GLIA_OK;
+    glia_status st = lagged_finish(m, q, last);
+    return st ? st : account_loss(m, *last, q->nb, epoch, q->k, sum);
+}
+
 /* Number of rows of the logits whose argmax equals the label. */
 static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, int64_t *correct)
 {
@@ -666,17 +674,14 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             bool stepped = !st && ((k + 1) % m->accumulate == 0 || k == steps - 1);
             if (stepped) st = optimizer_step(m, epoch);
             if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
-                if (lag.pending && !(st = lagged_finish(m, &lag, &l)))
-                    st = account_loss(m, l, lag.nb, epoch, lag.k, &loss_sum);
+                st = lagged_drain(m, &lag, epoch, &l, &loss_sum);
                 if (!st) st = lagged_start(m, &lag, k, nb);
             }
             if (st) break;
             b += nb;
             if (stepped && m->max_steps > 0 && m->step >= m->max_steps) stopped = true;
             bool save = stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped);
-            if (save && lag.pending && !(st = lagged_finish(m, &lag, &l)))  /* the checkpoint holds every loss */
-                st = account_loss(m, l, lag.nb, epoch, lag.k, &loss_sum);
-            if (st) break;
+            if (save && (st = lagged_drain(m, &lag, epoch, &l, &loss_sum))) break;  /* the checkpoint holds every loss */
             if (save) {
                 char name[64];
                 snprintf(name, sizeof name, "step-%08lld.ckpt", (long long)m->step);
@@ -695,8 +700,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (opt->progress >= 0) fflush(out);
         }
         feed_stop(&f);
-        if (!st && lag.pending && !(st = lagged_finish(m, &lag, &l)))  /* the epoch's last loss */
-            st = account_loss(m, l, lag.nb, epoch, lag.k, &loss_sum);
+        if (!st) st = lagged_drain(m, &lag, epoch, &l, &loss_sum);  /* the epoch's last loss */
         lag.pending = false;
         if (st) break;
         if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */

@@ -60,13 +60,8 @@ static inline void cuda_build(const char *ini, const char *impl, struct glia_bac
     struct glia_section *s = B->cfg->sections[0];
     const char *type = glia__section_entry(s, "type")->value;
     CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, type) == GLIA_OK);  /* the CPU impl's plugin (no-op when loaded) */
-    for (int i = 0; i < cuda_ctx->n_features && !B->ops; i++) {
-        const struct glia__feature *f = &cuda_ctx->features[i];
-        const struct glia_layer_ops *o = f->ops;
-        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == b->device.type &&
-            (!impl || !strcmp(o->impl, impl)))
-            B->ops = o;
-    }
+    B->ops = impl ? glia__find_layer(cuda_ctx, type, impl) : glia__find_layer_for(cuda_ctx, type, b->device.type);
+    if (B->ops && B->ops->device_type != b->device.type) B->ops = NULL;
     if (!B->ops) printf("\n  no %s impl of layer type '%s'\n", b->ops->name, type);
     CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
     const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};

@@ -287,7 +287,6 @@ static glia_status cuda_open(struct glia_context *ctx, int index, void **priv)
     CUBLAS_TRY(ctx, cublasLtCreate(&c->lt));
     CUDNN_TRY(ctx, cudnnCreate(&c->dnn));
     CUDNN_TRY(ctx, cudnnSetStream(c->dnn, c->stream));
-    c->options = (struct glia_runtime_options){sizeof c->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30};
     if (!(c->cache = glia__cache_new(raw_alloc, raw_free, c))) {
         st = GLIA_ENOMEM;
         goto fail;
