@@ -45,6 +45,7 @@ glia_status glia_context_new(struct glia_context **out)
 void glia_context_free(struct glia_context *ctx)
 {
     if (!ctx) return;
+    glia__comms_close(ctx);
     glia__backends_close(ctx);
     glia__plugins_unload(ctx);
     for (int i = 0; i < ctx->n_paths; i++) free(ctx->paths[i]);
@@ -153,16 +154,32 @@ const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum
     return NULL;
 }
 
+const char *glia__feature_name(const struct glia__feature *f)
+{
+    switch (f->kind) {
+    case GLIA__FEAT_LAYER: return ((const struct glia_layer_ops *)f->ops)->type;
+    case GLIA__FEAT_OPTIMIZER: return ((const struct glia_optimizer_ops *)f->ops)->name;
+    case GLIA__FEAT_BACKEND: return ((const struct glia_backend_ops *)f->ops)->name;
+    default: return ((const struct glia_comm_ops *)f->ops)->name;
+    }
+}
+
+const struct glia_comm_ops *glia__find_comm(struct glia_context *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind == GLIA__FEAT_COMM && strcmp(((const struct glia_comm_ops *)f->ops)->name, name) == 0) return f->ops;
+    }
+    return NULL;
+}
+
 int glia__feature_names(struct glia_context *ctx, int kind, const char **names, int max)
 {
     int n = 0;
     for (int i = 0; i < ctx->n_features && n < max; i++) {
         const struct glia__feature *f = &ctx->features[i];
         if (f->kind != kind) continue;
-        const char *name = kind == GLIA__FEAT_LAYER ? ((const struct glia_layer_ops *)f->ops)->type
-                         : kind == GLIA__FEAT_OPTIMIZER
-                             ? ((const struct glia_optimizer_ops *)f->ops)->name
-                             : ((const struct glia_backend_ops *)f->ops)->name;
+        const char *name = glia__feature_name(f);
         int dup = 0;
         for (int j = 0; j < n; j++) dup |= strcmp(names[j], name) == 0;
         if (!dup) names[n++] = name;

@@ -29,7 +29,9 @@ struct glia__feature {
     const void *ops;
     int plugin;                              /* index into ctx->plugins; -1 built-in */
 };
-enum { GLIA__FEAT_LAYER = 1, GLIA__FEAT_OPTIMIZER, GLIA__FEAT_BACKEND };
+enum { GLIA__FEAT_LAYER = 1, GLIA__FEAT_OPTIMIZER, GLIA__FEAT_BACKEND, GLIA__FEAT_COMM };
+/* The name a feature is looked up by (layer type, optimizer, backend or transport name). */
+const char *glia__feature_name(const struct glia__feature *f);
 
 struct glia_registry {
     struct glia_context *ctx;
@@ -48,6 +50,8 @@ struct glia_context {
     int n_paths;
     struct glia_backend *backends[4];        /* opened devices */
     int n_backends;
+    struct glia_comm *comms[4];              /* opened communicators, closed last first */
+    int n_comms;
 };
 
 const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
@@ -60,6 +64,10 @@ int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, siz
 /* The optimizer `name` for device type t; any device when t < 0. */
 const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name, int t);
 const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum glia_device_type t);
+/* The registered transport `name`, or NULL. */
+const struct glia_comm_ops *glia__find_comm(struct glia_context *ctx, const char *name);
+/* Closes every open communicator (core/comm.c). */
+void glia__comms_close(struct glia_context *ctx);
 /* Names of all registered layer types / optimizers (for "did you mean"); returns count. */
 int glia__feature_names(struct glia_context *ctx, int kind, const char **names, int max);
 /* Registers the CPU backend (built into libglia). */

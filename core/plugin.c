@@ -70,6 +70,23 @@ glia_status glia_register_backend(struct glia_registry *r, const struct glia_bac
     return add_feature(r, GLIA__FEAT_BACKEND, ops);
 }
 
+glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_ops *ops)
+{
+    const char *who = plugin_label(r);
+    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_comm_ops, wait))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_comm: ops struct too small for ABI 1.3", who);
+    if (!ops->name || !ops->open || !ops->close || !ops->all_reduce || !ops->broadcast || !ops->all_gather ||
+        !ops->reduce_scatter || !ops->barrier || !ops->wait)
+        return glia_error(r->ctx, GLIA_EINVAL,
+                          "%s: transport: name, open, close, all_reduce, broadcast, all_gather, reduce_scatter, barrier "
+                          "and wait are required", who);
+    if ((ops->group_begin == NULL) != (ops->group_end == NULL))
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: transport %s: group_begin and group_end go together", who, ops->name);
+    if (glia__find_comm(r->ctx, ops->name))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: transport '%s' is already registered", who, ops->name);
+    return add_feature(r, GLIA__FEAT_COMM, ops);
+}
+
 /* ---- search path ---- */
 
 glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir)
@@ -335,10 +352,7 @@ glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *onl
         for (int i = 0; i < ctx->n_features; i++) {
             const struct glia__feature *ft = &ctx->features[i];
             if (ft->plugin != pi) continue;
-            const char *fname = ft->kind == GLIA__FEAT_LAYER ? ((const struct glia_layer_ops *)ft->ops)->type
-                              : ft->kind == GLIA__FEAT_OPTIMIZER
-                                  ? ((const struct glia_optimizer_ops *)ft->ops)->name
-                                  : ((const struct glia_backend_ops *)ft->ops)->name;
+            const char *fname = glia__feature_name(ft);
             if (!want_plugin && strcmp(only, fname) != 0) continue;
             if (!header) {
                 if (pi < 0) fprintf(f, "libglia (built in)\n");
@@ -359,6 +373,9 @@ glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *onl
                 const struct glia_optimizer_ops *o = ft->ops;
                 fprintf(f, "  optimizer %s: %s\n", o->name, o->doc ? o->doc : "");
                 if (only) glia_keys_print(f, o->keys);
+            } else if (ft->kind == GLIA__FEAT_COMM) {
+                const struct glia_comm_ops *o = ft->ops;
+                fprintf(f, "  transport %s: %s\n", o->name, o->description ? o->description : "");
             } else {
                 fprintf(f, "  backend %s\n", fname);
             }

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "layer.h"
 #include "optimizer.h"
+#include "comm.h"
 #include "plugin.h"
 #include "model.h"
 

@@ -54,6 +54,7 @@ struct glia_param {
 static inline float glia_param_beta(const struct glia_param *p) { return p->grad_unset ? 0.0f : 1.0f; }
 
 struct glia_layer_ops;
+struct glia_comm;
 
 /* A layer instance. The core owns it; the plugin owns `priv`. */
 struct glia_layer {
@@ -68,6 +69,10 @@ struct glia_layer {
     int n_buffers;
     struct glia_param *buffers;         /* state that is not trained (BatchNorm's running
                                            statistics): glia_layer_add_buffer; grad is NULL */
+    /* ABI 1.3 */
+    struct glia_comm *comm;             /* the ranks this layer's batch is split over when the
+                                           model trains data-parallel (SyncBatchNorm exchanges
+                                           statistics through it); NULL otherwise (borrowed) */
 };
 
 /* Declare a parameter during `create`. Storage is assigned later by the core, in a flat

@@ -11,6 +11,7 @@
 #include "layer.h"
 #include "optimizer.h"
 #include "backend.h"
+#include "comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,8 @@ typedef const struct glia_plugin_desc *(*glia_plugin_entry_fn)(void);
 glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops);
 glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_optimizer_ops *ops);
 glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops);
+/* A communication transport (ABI 1.3); its name is the [distributed] transport value. */
+glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_ops *ops);
 /* The context behind a registry (for glia_error and logging from init). */
 struct glia_context *glia_registry_context(struct glia_registry *r);
 

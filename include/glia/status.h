@@ -24,7 +24,8 @@ extern "C" {
     X(EEXIST,      -12,  "already exists")                              \
     X(EPROBE,      -13,  "plugin refused this machine")                 \
     X(ENUMERIC,    -14,  "numerical error")                             \
-    X(EINTERNAL,   -15,  "internal error")
+    X(EINTERNAL,   -15,  "internal error")                              \
+    X(ETIMEDOUT,   -16,  "timed out")
 
 typedef enum glia_status {
 #define GLIA__STATUS_ENUM(name, value, text) GLIA_##name = (value),

@@ -14,7 +14,8 @@ extern "C" {
 
 #define GLIA_MAX_DIMS 8
 
-enum glia_dtype { GLIA_F32 = 0, GLIA_F16, GLIA_BF16, GLIA_I32, GLIA_I64, GLIA_U8 };
+enum glia_dtype { GLIA_F32 = 0, GLIA_F16, GLIA_BF16, GLIA_I32, GLIA_I64, GLIA_U8,
+                  GLIA_F64 /* ABI 1.3: sums exchanged between ranks */ };
 
 enum glia_device_type { GLIA_DEVICE_CPU = 0, GLIA_DEVICE_CUDA = 1 };
 
