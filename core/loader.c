@@ -101,6 +101,19 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+int64_t glia__shard(int64_t *order, int64_t n, int rank, int world, bool pad)
+{
+    if (world <= 1 || n == 0) return world <= 1 ? n : 0;
+    int64_t total = pad ? (n + world - 1) / world * world : n, k = 0;
+    /* padded order: order[0..n) then order[0], order[1], ... again; rank r takes every world-th */
+    int64_t *mine = malloc(sizeof *mine * (size_t)(total / world + 1));
+    if (!mine) return -1;
+    for (int64_t i = rank; i < total; i += world) mine[k++] = order[i % n];
+    memcpy(order, mine, sizeof *mine * (size_t)k);
+    free(mine);
+    return k;
+}
+
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o)
 {
@@ -117,7 +130,12 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->flip = o->flip;
     L->seed = o->seed;
     L->pin = o->pin && GLIA__HAS_SLOT(o->pin->ops, host_alloc) && GLIA__HAS_SLOT(o->pin->ops, host_free) ? o->pin : NULL;
-    L->n_batches_per_epoch = o->drop_last ? d->n / o->batch : (d->n + o->batch - 1) / o->batch;
+    L->world = o->world > 1 ? o->world : 1;
+    L->rank = L->world > 1 ? o->rank : 0;
+    L->pad = o->pad;
+    int64_t local = L->world == 1 ? d->n : L->pad ? (d->n + L->world - 1) / L->world
+                                                  : (d->n - L->rank + L->world - 1) / L->world;
+    L->n_batches_per_epoch = o->drop_last ? local / o->batch : (local + o->batch - 1) / o->batch;
     for (int v = 0; v < 256; v++) L->table[v] = ((float)v / 255.0f - o->mean) / o->std;
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n > 0 ? d->n : 1));
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
@@ -165,9 +183,11 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
 {
     if (L->shuffle) glia__permutation(L->perm, L->d->n, L->seed + (uint64_t)epoch);
     else for (int64_t i = 0; i < L->d->n; i++) L->perm[i] = i;
+    int64_t n = glia__shard(L->perm, L->d->n, L->rank, L->world, L->pad);
+    if (n < 0) return GLIA_ENOMEM;
     pthread_mutex_lock(&L->mu);
     L->epoch = epoch;
-    L->n = L->d->n;
+    L->n = n;
     L->n_batches = L->n_batches_per_epoch;
     L->next = first_batch < L->n_batches ? first_batch : L->n_batches;
     L->wait_s = 0;

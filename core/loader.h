@@ -13,6 +13,9 @@ struct glia__loader_options {
     float mean, std;
     uint64_t seed;
     struct glia_backend *pin;      /* batch buffers from its host_alloc (page-locked); NULL: malloc */
+    int rank, world;               /* data-parallel: this rank takes its shard of every epoch's order
+                                      (glia__shard); world 0 or 1: all samples */
+    bool pad;                      /* shards padded to equal size (training); else uneven (evaluation) */
 };
 
 struct worker;
@@ -31,6 +34,8 @@ struct glia__loader {
     bool stop, sync_ok;
     double wait_s;                 /* time glia__loader_next waited this epoch */
     struct glia_backend *pin;      /* owner of page-locked batch buffers, or NULL */
+    int rank, world;
+    bool pad;
     struct worker *w;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready, cv_free;
@@ -46,5 +51,11 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
 bool glia__loader_next(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n);
 void glia__loader_release(struct glia__loader *L);
 void glia__loader_free(struct glia__loader *L);
+/* Keeps rank's share of order[0..n) in place and returns its length (-1: no memory): every
+ * world-th element from position rank; with pad, the order is first extended by repeating its
+ * start until its length divides by world, so every rank gets the same count (PyTorch's
+ * DistributedSampler with drop_last = False). Pure. */
+int64_t glia__shard(int64_t *order, int64_t n, int rank, int world, bool pad);
+
 
 #endif

@@ -76,13 +76,27 @@ static const struct glia_key graph_keys[] = {
              "remove the bias of a layer whose output goes only into a normalization layer"),
     GLIA_KEY_END};
 
+static const struct glia_key distributed_keys[] = {
+    GLIA_KEY("mode", GLIA_KEY_ENUM, "none",
+             "none | ddp: one process per device, started by mpirun or srun, gradients all-reduced in buckets during "
+             "backward", .choices = "none|dp|ddp"),
+    GLIA_KEY("transport", GLIA_KEY_STRING, "auto", "auto (nccl for a CUDA device, else mpi) | mpi | nccl | a transport plugin"),
+    GLIA_KEY("bucket_mb", GLIA_KEY_FLOAT, "25", "ddp: gradient bucket size in MiB", .min = 1e-6, .max = 1e6),
+    GLIA_KEY("first_bucket_mb", GLIA_KEY_FLOAT, "1", "ddp: size of the first bucket (the last layers' gradients), so "
+             "communication starts early", .min = 1e-6, .max = 1e6),
+    GLIA_KEY("timeout_s", GLIA_KEY_FLOAT, "300", "a collective not done after this long fails the run (a rank died or "
+             "stalled)", .min = 0.01, .max = 1e9),
+    GLIA_KEY("rank_log", GLIA_KEY_STRING, NULL, "ddp: every rank writes its progress lines to this file; {rank} is "
+             "replaced by the rank (relative to this file)"),
+    GLIA_KEY_END};
+
 static const struct glia_key layer_common_keys[] = {
     GLIA_KEY("type", GLIA_KEY_STRING, NULL, "layer type (a plugin feature)", .required = true),
     GLIA_KEY("inputs", GLIA_KEY_LIST, NULL, "input layers by name ('input' is the data); default: the previous layer"),
     GLIA_KEY("impl", GLIA_KEY_STRING, "auto", "implementation: auto or a registered impl (glia plugins)"),
     GLIA_KEY_END};
 
-static const char *const reserved[] = {"runtime", "data", "train", "optimizer", "plugins", "graph"};
+static const char *const reserved[] = {"runtime", "data", "train", "optimizer", "plugins", "graph", "distributed"};
 
 const struct glia_key *glia__core_schema(const char *section)
 {
@@ -91,6 +105,7 @@ const struct glia_key *glia__core_schema(const char *section)
     if (!strcmp(section, "train")) return train_keys;
     if (!strcmp(section, "plugins")) return plugins_keys;
     if (!strcmp(section, "graph")) return graph_keys;
+    if (!strcmp(section, "distributed")) return distributed_keys;
     if (!strcmp(section, "layer")) return layer_common_keys;
     return NULL;
 }
@@ -237,15 +252,28 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
     return true;
 }
 
+/* This process's index among the ranks on its machine, from the launcher (0 when there is none). */
+static int launcher_local_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(vars); i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 static glia_status setup_device(struct glia_model *m)
 {
     struct glia_section *s = glia__config_section(m->cfg, "runtime");
     if (!s) return GLIA_ENOMEM;
     const char *dev = glia_section_str(s, "device");
     char why[GLIA__ERRMSG_MAX];
+    /* ddp: one process per GPU, so a bare "cuda" (or auto) means this rank's GPU on its machine */
+    int index = m->dist == GLIA__DIST_DDP ? launcher_local_rank() : 0;
     if (!strcmp(dev, "auto")) {
-        /* CUDA when its backend loads and device 0 opens; else the CPU, saying why in one line. */
-        struct glia_device cuda = {GLIA_DEVICE_CUDA, 0};
+        /* CUDA when its backend loads and the device opens; else the CPU, saying why in one line. */
+        struct glia_device cuda = {GLIA_DEVICE_CUDA, index};
         struct glia_backend *b;
         glia_status st = load_cuda(m, why, sizeof why);
         if (!st && (st = glia_backend_get(m->ctx, cuda, &b))) snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
@@ -256,6 +284,8 @@ static glia_status setup_device(struct glia_model *m)
         glia_context_clear_error(m->ctx);
     } else if (glia_device_parse(dev, &m->device)) {
         return glia_section_error(s, "device", GLIA_ECONFIG, "expected auto, cpu, cuda or cuda:N, got '%s'", dev);
+    } else if (!strcmp(dev, "cuda")) {
+        m->device.index = index;
     }
     if (m->device.type == GLIA_DEVICE_CUDA && load_cuda(m, why, sizeof why))
         return glia_section_error(s, "device", GLIA_EDEVICE, "%s", why);
@@ -471,6 +501,7 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
     struct glia_shape in[GLIA__MAX_INPUTS];
     for (int i = 0; i < nd->n_in; i++) in[i] = in_shape_of(m, nd->in[i], m->batch);
     glia_context_clear_error(m->ctx);
+    nd->layer.comm = m->comm;  /* SyncBatchNorm's ranks */
     glia_status st = ops->create(&nd->layer, s, in, nd->n_in);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
@@ -711,6 +742,36 @@ static glia_status alloc_buffers(struct glia_model *m)
     return st;
 }
 
+/* [distributed]: the mode, and for ddp the communicator (rank, world) and per-rank log. */
+static glia_status setup_distributed(struct glia_model *m)
+{
+    struct glia_section *s = glia__config_find(m->cfg, "distributed");
+    m->world = 1;
+    if (m->dist == GLIA__DIST_NONE) return GLIA_OK;
+    if (m->dist == GLIA__DIST_DP)
+        return glia_section_error(s, "mode", GLIA_EUNSUPPORTED, "mode = dp is not available in this build; use ddp");
+    const char *tr = glia_section_str(s, "transport");
+    glia_status st = glia_comm_open(m->ctx, tr, m->backend, glia_section_float(s, "timeout_s"), &m->comm);
+    if (st) {
+        char why[GLIA__ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+        return glia_section_error(s, "transport", st, "%s", why);
+    }
+    m->rank = m->comm->info.rank;
+    m->world = m->comm->info.world;
+    const char *log = glia_section_str(s, "rank_log");
+    if (log) {
+        char *path = glia__config_path(s, "rank_log", log), *at = path ? strstr(path, "{rank}") : NULL;
+        if (!path) return GLIA_ENOMEM;
+        size_t n = strlen(path) + 16;
+        if (!(m->rank_log = malloc(n))) return free(path), GLIA_ENOMEM;
+        if (at) snprintf(m->rank_log, n, "%.*s%d%s", (int)(at - path), path, m->rank, at + 6);
+        else snprintf(m->rank_log, n, "%s.%d", path, m->rank);
+        free(path);
+    }
+    return GLIA_OK;
+}
+
 glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, struct glia_model **out)
 {
     struct glia_model *m = calloc(1, sizeof *m);
@@ -718,13 +779,18 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
     m->ctx = ctx;
     m->cfg = cfg;
     glia_status st = setup_plugins(m);
-    static const char *globals[] = {"runtime", "data", "train"};
-    for (int i = 0; i < 3 && !st; i++) {
+    static const char *globals[] = {"runtime", "data", "train", "distributed"};
+    for (int i = 0; i < 4 && !st; i++) {
         struct glia_section *s = glia__config_section(cfg, globals[i]);
         const struct glia_key *sch[] = {glia__core_schema(globals[i])};
         st = s ? glia__section_validate(s, sch, 1) : GLIA_ENOMEM;
     }
+    if (!st) {
+        const char *mode = glia_section_str(glia__config_find(cfg, "distributed"), "mode");
+        m->dist = !strcmp(mode, "ddp") ? GLIA__DIST_DDP : !strcmp(mode, "dp") ? GLIA__DIST_DP : GLIA__DIST_NONE;
+    }
     if (!st) st = setup_device(m);
+    if (!st) st = setup_distributed(m);
     if (!st) st = setup_optimizer(m);
     if (!st) st = load_data(m);
     for (int i = 0; i < cfg->n_sections && !st; i++)
@@ -741,6 +807,10 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
     if (!st) plan_formats(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
+    if (!st && m->comm) {
+        struct glia_section *d = glia__config_find(cfg, "distributed");
+        st = glia__ddp_new(m, m->comm, glia_section_float(d, "bucket_mb"), glia_section_float(d, "first_bucket_mb"), &m->ddp);
+    }
     if (st) {
         glia_model_free(m);
         return st;
@@ -771,6 +841,8 @@ void glia_model_free(struct glia_model *m)
         free(l->buffers);
     }
     glia_tensor_release(m->buf);
+    glia__ddp_free(m->ddp);
+    free(m->rank_log);
     free(m->checkpoint_dir);
     free(m->device_notice);
     if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
@@ -810,6 +882,9 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     fprintf(f, "model %s on %s, batch %d, memory format %s, precision %s\n", m->cfg->path ? m->cfg->path : "(string)",
             glia_device_str(m->device, dev, sizeof dev), m->batch, glia_memory_format_name(m->format),
             glia_precision_name(m->precision));
+    if (m->ddp)
+        fprintf(f, "ddp: rank %d of %d over %s, batch %d per rank (%d in all), %d gradient buckets\n", m->rank, m->world,
+                m->comm->ops->name, m->batch, m->batch * m->world, glia__ddp_n_buckets(m->ddp));
     fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "layer", "type", "impl", "output", "params", "FLOPs");
     struct glia_shape in = in_shape_of(m, -1, 1);
     struct glia_shape per = in;

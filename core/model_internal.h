@@ -21,6 +21,7 @@ struct glia__scaler {
 bool glia__scaler_update(struct glia__scaler *s, double sumsq);
 
 enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
+enum glia__dist_mode { GLIA__DIST_NONE = 0, GLIA__DIST_DP, GLIA__DIST_DDP };
 
 struct glia__node {
     struct glia_layer layer;
@@ -93,6 +94,12 @@ struct glia_model {
     struct glia__scaler scaler;      /* precision = fp16; else its scale stays 1 */
     bool profiling;
     double t_opt;
+    /* [distributed] */
+    enum glia__dist_mode dist;
+    struct glia_comm *comm;          /* mode = ddp (borrowed from the context) */
+    struct glia__ddp *ddp;           /* mode = ddp (owned) */
+    int rank, world;                 /* this process in the job: 0 and 1 unless ddp */
+    char *rank_log;                  /* (owned) per-rank log file, or NULL */
 };
 
 const struct glia_key *glia__core_schema(const char *section);
@@ -115,5 +122,27 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
 void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint64_t seed);
 /* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */
 double glia__model_lr(const struct glia_model *m, int epoch, int64_t step);
+
+/* ---- data-parallel training (core/ddp.c) ---- */
+struct glia__ddp;
+/* Assigns n parameters (sizes in elements, in arena order) to buckets, walking from the last
+ * parameter to the first (the order backward writes them): a bucket closes once it holds at
+ * least first_bytes (bucket 0) or bytes (the others). Writes each parameter's bucket; returns the
+ * number of buckets. Pure. */
+int glia__ddp_buckets(const int64_t *sizes, int n, size_t elem_bytes, size_t first_bytes, size_t bytes, int *bucket_of);
+glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double bucket_mb, double first_mb,
+                          struct glia__ddp **out);
+void glia__ddp_free(struct glia__ddp *d);
+int glia__ddp_n_buckets(const struct glia__ddp *d);
+/* Checks that every rank built the same model, then broadcasts rank 0's weights and buffers. */
+glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d);
+/* Before a backward: reduce says whether its gradients are all-reduced (the last micro-step). */
+void glia__ddp_begin(struct glia__ddp *d, bool reduce);
+/* After node's backward: starts the buckets whose last gradient it wrote. */
+glia_status glia__ddp_node_done(struct glia_model *m, struct glia__ddp *d, int node);
+/* Before the optimizer: starts what is left, then waits for every bucket. */
+glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d);
+/* Seconds the host waited for buckets since the last call. */
+double glia__ddp_take_wait(struct glia__ddp *d);
 
 #endif

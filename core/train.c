@@ -237,7 +237,8 @@ static glia_status forward(struct glia_model *m, bool train)
             if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
         }
         struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
-                             train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull, nd->layer.name)};
+                             train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull +
+                                                       (uint64_t)m->rank * 0xd1b54a32d192ed03ull, nd->layer.name)};
         if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
         if (m->profiling) {
             glia_backend_sync(m->backend);
@@ -291,6 +292,7 @@ static glia_status backward(struct glia_model *m)
         for (int k = 0; k < nd->n_in; k++)
             if (din[k]) m->nodes[nd->in[k]].grad_written = true;
         for (int p = 0; p < nd->layer.n_params; p++) nd->layer.params[p].grad_unset = false;
+        if (m->ddp && (st = glia__ddp_node_done(m, m->ddp, i))) return st;  /* its buckets may start now */
     }
     return GLIA_OK;
 }
@@ -379,6 +381,11 @@ static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
 
 static glia_status optimizer_step(struct glia_model *m, int epoch)
 {
+    /* ddp: the gradients are the average over ranks once every bucket is in */
+    if (m->ddp) {
+        glia_status st = glia__ddp_finish(m, m->ddp);
+        if (st) return st;
+    }
     /* A parameter whose gradient no layer wrote this step has gradient zero. */
     for (int i = 0; i < m->n_nodes; i++)
         for (int p = 0; p < m->nodes[i].layer.n_params; p++) {
@@ -525,12 +532,12 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
     glia_status st = s->logits && s->hy ? GLIA_OK : GLIA_ENOMEM;
     struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
-                                     m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL};
+                                     m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false};
     if (!st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
     if (training && !st) {
         o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
                                           m->flip, m->crop_padding, m->mean, m->std, m->seed,
-                                          m->pin_memory ? m->backend : NULL};
+                                          m->pin_memory ? m->backend : NULL, m->rank, m->world, true};
         if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
     }
     if (!st && m->act_batch < maxb) st = alloc_activations(m, maxb);
@@ -557,8 +564,10 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
         n += nb;
     }
     feed_stop(&f);
-    *loss = n ? sum / (double)n : 0;
-    *acc = n ? (double)correct / (double)n : 0;
+    double tot[3] = {sum, (double)correct, (double)n};  /* ddp: each rank evaluated its shard */
+    if (!st && m->comm) st = glia_comm_all_reduce_sync(m->comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
+    *loss = tot[2] > 0 ? tot[0] / tot[2] : 0;
+    *acc = tot[2] > 0 ? tot[1] / tot[2] : 0;
     return st;
 }
 
@@ -580,9 +589,10 @@ static void fmt_time(double s, char *buf, size_t n)
 static FILE *open_metrics(struct glia_model *m, const char *override, bool append, glia_status *st)
 {
     struct glia_section *t = glia__config_find(m->cfg, "train");
+    *st = GLIA_OK;
+    if (m->rank != 0) return NULL;  /* ddp: rank 0 writes for all */
     char *path = override ? glia__strdup(override)
                           : glia__config_path(t, "metrics", glia_section_str(t, "metrics"));
-    *st = GLIA_OK;
     if (!path) return NULL;
     char *slash = strrchr(path, '/');
     if (slash && slash != path) {  /* make the parent folders */
@@ -603,7 +613,7 @@ static FILE *open_metrics(struct glia_model *m, const char *override, bool appen
 static glia_status save_checkpoint(struct glia_model *m, const char *name, int epoch, int64_t batch,
                                    double loss_sum, int64_t samples, char **kept)
 {
-    if (!m->checkpoint_dir) return GLIA_OK;
+    if (!m->checkpoint_dir || m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
     mkdir(m->checkpoint_dir, 0777);
     size_t n = strlen(m->checkpoint_dir) + strlen(name) + 2;
     char *path = malloc(n);
@@ -623,21 +633,96 @@ static glia_status save_checkpoint(struct glia_model *m, const char *name, int e
     return GLIA_OK;
 }
 
+/* ---- per-rank output (ddp) ----
+ * Rank 0 prints as a single process does; the other ranks print nothing, unless [distributed]
+ * rank_log is set: then every rank writes plain progress lines to its own file (rank 0 to its
+ * file and its usual output both). */
+static ssize_t tee_write(void *cookie, const char *buf, size_t n)
+{
+    FILE **f = cookie;
+    fwrite(buf, 1, n, f[0]);
+    fwrite(buf, 1, n, f[1]);
+    return (ssize_t)n;
+}
+
+static int tee_close(void *cookie)
+{
+    free(cookie);
+    return 0;
+}
+
+static glia_status open_rank_log(struct glia_model *m, const struct glia_train_options *opt,
+                                 struct glia_train_options *mine, FILE **log, FILE **tee)
+{
+    *mine = *opt;
+    *log = *tee = NULL;
+    if (m->rank_log && opt->progress >= 0) {
+        if (!(*log = fopen(m->rank_log, opt->resume ? "a" : "w")))
+            return glia_error(m->ctx, GLIA_EIO, "cannot write the rank log %s: %s", m->rank_log, strerror(errno));
+        mine->progress = 0;
+        mine->out = *log;
+        FILE **pair = m->rank == 0 ? malloc(2 * sizeof *pair) : NULL;
+        if (pair) {
+            pair[0] = opt->out ? opt->out : stdout;
+            pair[1] = *log;
+            *tee = fopencookie(pair, "w", (cookie_io_functions_t){NULL, tee_write, NULL, tee_close});
+            if (*tee) {
+                setvbuf(*tee, NULL, _IOLBF, 0);
+                mine->out = *tee;
+            } else {
+                free(pair);
+            }
+        }
+    } else if (m->rank != 0) {
+        mine->progress = -1;
+    }
+    return GLIA_OK;
+}
+
+static void close_rank_log(FILE *log, FILE *tee)
+{
+    if (tee) fclose(tee);
+    if (log) fclose(log);
+}
+
+/* An epoch's figures over all ranks (one rank: its own). */
+struct dist_epoch {
+    double loss_sum, samples;      /* training loss sum and samples, all ranks */
+    double run_samples;            /* samples trained in this run of the epoch (not before a resume) */
+    double comm_wait_s;            /* the most any rank waited for gradient buckets */
+    double step_s_min, step_s_max; /* mean step time of the fastest and the slowest rank */
+};
+
+static glia_status dist_epoch(struct glia_model *m, double loss_sum, int64_t samples, int64_t run_samples,
+                              double train_s, int64_t steps, struct dist_epoch *e)
+{
+    double step_s = steps > 0 ? train_s / (double)steps : 0, wait = m->ddp ? glia__ddp_take_wait(m->ddp) : 0;
+    double sums[3] = {loss_sum, (double)samples, (double)run_samples}, maxs[3] = {step_s, -step_s, wait};
+    glia_status st = GLIA_OK;
+    if (m->comm) st = glia_comm_all_reduce_sync(m->comm, sums, 3, GLIA_F64, GLIA_REDUCE_SUM);
+    if (!st && m->comm) st = glia_comm_all_reduce_sync(m->comm, maxs, 3, GLIA_F64, GLIA_REDUCE_MAX);
+    *e = (struct dist_epoch){sums[0], sums[1], sums[2], maxs[2], -maxs[1], maxs[0]};
+    return st;
+}
+
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
-    struct glia_train_options dflt = {0};
+    struct glia_train_options dflt = {0}, mine;
     if (!opt) opt = &dflt;
+    FILE *rank_log = NULL, *tee = NULL;
+    glia_status st = open_rank_log(m, opt, &mine, &rank_log, &tee);
+    if (st) return st;
+    opt = &mine;
     FILE *out = opt->out ? opt->out : stdout;
     struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s, true);
+    if (!st) st = scratch_alloc(m, &s, true);
+    struct glia__resume rs = {1, 0, 0, 0};
+    if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
+    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
     if (st) {
         scratch_free(&s);
-        return st;
-    }
-    struct glia__resume rs = {1, 0, 0, 0};
-    if (opt->resume && (st = glia__checkpoint_load(m, opt->resume, true, &rs))) {
-        scratch_free(&s);
+        close_rank_log(rank_log, tee);
         return st;
     }
     FILE *metrics = open_metrics(m, opt->metrics_path, opt->resume != NULL, &st);
@@ -670,9 +755,10 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
                 st = read_loss(m, &l);
                 if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
             }
+            bool stepped = (k + 1) % m->accumulate == 0 || k == steps - 1;
+            if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
             if (!st) st = backward(m);
-            bool stepped = !st && ((k + 1) % m->accumulate == 0 || k == steps - 1);
-            if (stepped) st = optimizer_step(m, epoch);
+            if (!st && stepped) st = optimizer_step(m, epoch);
             if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
                 st = lagged_drain(m, &lag, epoch, &l, &loss_sum);
                 if (!st) st = lagged_start(m, &lag, k, nb);
@@ -713,11 +799,14 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         }
         n = b;
         double train_s = glia__now() - t0, wait_s = s.train.wait_s;
-        st = evaluate(m, &s, &test_loss, &test_acc);
+        struct dist_epoch de;
+        st = dist_epoch(m, loss_sum, n, n - b_start, train_s, steps - k0, &de);
+        if (!st) st = evaluate(m, &s, &test_loss, &test_acc);
         if (st) break;
-        struct glia_epoch_result r = {epoch, n ? loss_sum / (double)n : 0, test_loss, test_acc,
-                                      (double)(n - b_start) / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s,
-                                      m->scaler.skipped, m->scaler.scale};
+        struct glia_epoch_result r = {epoch, de.samples ? de.loss_sum / de.samples : 0, test_loss, test_acc,
+                                      de.run_samples / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s,
+                                      m->scaler.skipped, m->scaler.scale, m->world, de.comm_wait_s, de.step_s_min,
+                                      de.step_s_max};
         bool fp16 = m->precision == GLIA_PRECISION_FP16;
         if (results && epoch <= max_results) results[epoch - 1] = r;
         if (opt->progress > 0) fprintf(out, "\r\033[K");
@@ -727,11 +816,17 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         if (opt->progress >= 0 && fp16)
             fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", epoch, m->epochs, r.loss_scale,
                     (long long)r.skipped_steps);
+        if (opt->progress >= 0 && m->ddp)
+            fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", epoch, m->epochs, r.world,
+                    r.comm_wait_s, 1e3 * r.step_s_min, 1e3 * r.step_s_max);
         if (metrics) {
             fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
                              "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
                     epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds, r.data_wait_s);
             if (fp16) fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", r.loss_scale, (long long)r.skipped_steps);
+            if (m->ddp)
+                fprintf(metrics, ", \"world\": %d, \"comm_wait_s\": %.6g, \"step_s_min\": %.6g, \"step_s_max\": %.6g", r.world,
+                        r.comm_wait_s, r.step_s_min, r.step_s_max);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
@@ -746,6 +841,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
                 (long long)m->step, test_loss, test_acc, glia__now() - t_start);
     scratch_free(&s);
+    close_rank_log(rank_log, tee);
     return st;
 }
 
@@ -778,6 +874,7 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
             t_other += glia__now() - t0;
         }
         if (!st) st = forward(m, true);
+        if (m->ddp) glia__ddp_begin(m->ddp, true);
         if (!st) st = backward(m);
         if (!st) st = optimizer_step(m, 1);
     }

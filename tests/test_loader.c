@@ -50,7 +50,7 @@ static uint64_t run(const struct glia__dataset *d, struct glia__loader_options o
 static void test_independent_of_workers(void)
 {
     struct glia__dataset d = make_set(203, 5, 4);
-    struct glia__loader_options o = {16, 0, 1, true, false, true, true, 2, 0.3f, 0.4f, 77, NULL};
+    struct glia__loader_options o = {16, 0, 1, true, false, true, true, 2, 0.3f, 0.4f, 77, NULL, 0, 1, false};
     int64_t nb0, nb;
     uint64_t ref = run(&d, o, 3, &nb0);
     CU_ASSERT_EQUAL(nb0, 3 * 13);
@@ -78,7 +78,7 @@ static void test_epochs_reshuffle_and_cover(void)
     for (int i = 0; i < 50; i++) d.labels[i] = i;  /* labels identify samples */
     struct glia_context *ctx;
     struct glia__loader L;
-    struct glia__loader_options o = {8, 2, 2, true, false, true, false, 0, 0, 1, 5, NULL};
+    struct glia__loader_options o = {8, 2, 2, true, false, true, false, 0, 0, 1, 5, NULL, 0, 1, false};
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     int32_t order[2][50];
@@ -109,7 +109,7 @@ static void test_drop_last(void)
 {
     struct glia__dataset d = make_set(100, 2, 2);
     int64_t nb;
-    struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, 0, 1, 1, NULL};
+    struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, 0, 1, 1, NULL, 0, 1, false};
     run(&d, o, 1, &nb);
     CU_ASSERT_EQUAL(nb, 3);
     o.drop_last = false;
@@ -130,7 +130,7 @@ static void test_augmentation(void)
     struct glia__loader L;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     for (int mode = 0; mode < 2; mode++) {
-        struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, 0, 1, 3, NULL};
+        struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, 0, 1, 3, NULL, 0, 1, false};
         CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
         CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
         const float *x;
@@ -177,7 +177,7 @@ static void test_wait_time_and_early_stop(void)
     struct glia_context *ctx;
     struct glia__loader L;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, 0, 1, 1, NULL};
+    struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, 0, 1, 1, NULL, 0, 1, false};
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
     const float *x;

@@ -56,6 +56,9 @@ struct glia_epoch_result {
     double data_wait_s;        /* time training steps waited for the data loader */
     int64_t skipped_steps;     /* precision = fp16: steps skipped for inf/NaN gradients, in all */
     double loss_scale;         /* precision = fp16: the loss scale at the epoch's end; else 1 */
+    int world;                 /* ranks training together (1 unless [distributed] mode = ddp) */
+    double comm_wait_s;        /* ddp: the most time a rank's steps waited for gradient all-reduces */
+    double step_s_min, step_s_max;  /* mean step time of the fastest and of the slowest rank */
 };
 
 /* Train per [train], evaluating on the test set after each epoch. If results is not NULL

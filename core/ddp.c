@@ -1,0 +1,215 @@
+/* core/ddp.c — DistributedDataParallel: gradient buckets over the flat gradient arena, each
+ * all-reduced (average) as soon as backward has written its last gradient; the start-of-training
+ * model check and broadcast. Not a transport (plugins/comm/), not the data sharding (loader.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+
+int glia__ddp_buckets(const int64_t *sizes, int n, size_t elem_bytes, size_t first_bytes, size_t bytes, int *bucket_of)
+{
+    int b = 0;
+    size_t filled = 0;
+    bool open = false;
+    for (int i = n - 1; i >= 0; i--) {  /* backward writes the last parameters first */
+        bucket_of[i] = b;
+        filled += (size_t)sizes[i] * elem_bytes;
+        open = true;
+        if (filled >= (b == 0 ? first_bytes : bytes)) {
+            b++;
+            filled = 0;
+            open = false;
+        }
+    }
+    return b + (open ? 1 : 0);
+}
+
+struct glia__ddp_bucket {
+    int64_t off, n;          /* its range of the gradient arena (elements) */
+    int params, pending;     /* parameters in it; those backward has not written yet */
+    bool launched;
+    uint64_t ticket;
+};
+
+struct glia__ddp {
+    struct glia_comm *comm;
+    int n_buckets, n_params;
+    struct glia__ddp_bucket *b;
+    int *bucket_of;          /* per parameter, in arena order */
+    int *param0;             /* per node: the arena index of its first parameter */
+    bool stage;              /* the transport takes host memory only: gradients go through host */
+    float *host;             /* staging copy of the gradient arena (stage) */
+    bool active;             /* this backward's gradients are all-reduced */
+    double wait_s;           /* time the host waited for buckets, this epoch */
+};
+
+void glia__ddp_free(struct glia__ddp *d)
+{
+    if (!d) return;
+    free(d->b);
+    free(d->bucket_of);
+    free(d->param0);
+    free(d->host);
+    free(d);
+}
+
+glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double bucket_mb, double first_mb,
+                          struct glia__ddp **out)
+{
+    struct glia__ddp *d = calloc(1, sizeof *d);
+    if (!d) return GLIA_ENOMEM;
+    d->comm = comm;
+    for (int i = 0; i < m->n_nodes; i++) d->n_params += m->nodes[i].layer.n_params;
+    int np = d->n_params > 0 ? d->n_params : 1;
+    int64_t *sizes = malloc(sizeof *sizes * (size_t)np);
+    d->bucket_of = malloc(sizeof *d->bucket_of * (size_t)np);
+    d->param0 = malloc(sizeof *d->param0 * (size_t)(m->n_nodes > 0 ? m->n_nodes : 1));
+    d->stage = m->backend->device.type != GLIA_DEVICE_CPU && !(comm->ops->memory & GLIA_COMM_DEVICE_MEMORY);
+    if (d->stage) d->host = malloc(sizeof(float) * (size_t)(m->n_weights > 0 ? m->n_weights : 1));
+    if (!sizes || !d->bucket_of || !d->param0 || (d->stage && !d->host)) {
+        free(sizes);
+        glia__ddp_free(d);
+        return GLIA_ENOMEM;
+    }
+    int k = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        d->param0[i] = k;
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++) sizes[k++] = glia_shape_numel(&m->nodes[i].layer.params[p].shape);
+    }
+    d->n_buckets = glia__ddp_buckets(sizes, d->n_params, sizeof(float), (size_t)(first_mb * 1048576.0),
+                                     (size_t)(bucket_mb * 1048576.0), d->bucket_of);
+    d->b = calloc((size_t)(d->n_buckets > 0 ? d->n_buckets : 1), sizeof *d->b);
+    if (!d->b) {
+        free(sizes);
+        glia__ddp_free(d);
+        return GLIA_ENOMEM;
+    }
+    int64_t off = 0;
+    for (int i = 0; i < d->n_params; i++) {  /* a bucket is a contiguous range: its params are adjacent */
+        struct glia__ddp_bucket *b = &d->b[d->bucket_of[i]];
+        if (b->params++ == 0) b->off = off;
+        b->n = off + sizes[i] - b->off;
+        off += sizes[i];
+    }
+    free(sizes);
+    *out = d;
+    return GLIA_OK;
+}
+
+int glia__ddp_n_buckets(const struct glia__ddp *d) { return d->n_buckets; }
+
+/* Start bucket k's all-reduce (average). */
+static glia_status launch(struct glia_model *m, struct glia__ddp *d, int k)
+{
+    struct glia__ddp_bucket *b = &d->b[k];
+    float *g = (float *)m->g->data + b->off;
+    b->launched = true;
+    if (!d->stage) return glia_comm_all_reduce(d->comm, g, (size_t)b->n, GLIA_F32, GLIA_REDUCE_AVG, &b->ticket);
+    struct glia_backend *be = m->backend;  /* through the host: the copy waits for backward so far */
+    glia_status st = be->ops->copy(be->priv, d->host + b->off, true, g, false, sizeof(float) * (size_t)b->n);
+    if (!st) st = glia_backend_sync(be);
+    if (!st) st = glia_comm_all_reduce(d->comm, d->host + b->off, (size_t)b->n, GLIA_F32, GLIA_REDUCE_AVG, &b->ticket);
+    return st;
+}
+
+void glia__ddp_begin(struct glia__ddp *d, bool reduce)
+{
+    d->active = reduce;
+    for (int k = 0; k < d->n_buckets; k++) {
+        d->b[k].pending = d->b[k].params;
+        d->b[k].launched = false;
+    }
+}
+
+glia_status glia__ddp_node_done(struct glia_model *m, struct glia__ddp *d, int node)
+{
+    if (!d->active) return GLIA_OK;
+    const struct glia_layer *l = &m->nodes[node].layer;
+    for (int p = 0; p < l->n_params; p++) {
+        int k = d->bucket_of[d->param0[node] + p];
+        if (--d->b[k].pending == 0) {
+            glia_status st = launch(m, d, k);
+            if (st) return st;
+        }
+    }
+    return GLIA_OK;
+}
+
+glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d)
+{
+    if (!d->active) return GLIA_OK;
+    glia_status st = GLIA_OK;
+    /* Buckets with parameters no layer wrote this step (they count as zero), in bucket order. */
+    for (int k = 0; k < d->n_buckets && !st; k++) {
+        if (d->b[k].launched) continue;
+        for (int i = 0; i < m->n_nodes && !st; i++)
+            for (int p = 0; p < m->nodes[i].layer.n_params && !st; p++) {
+                struct glia_param *pa = &m->nodes[i].layer.params[p];
+                if (d->bucket_of[d->param0[i] + p] == k && pa->grad_unset) {
+                    st = glia_tensor_fill_zero(pa->grad);
+                    pa->grad_unset = false;
+                }
+            }
+        if (!st) st = launch(m, d, k);
+    }
+    double t0 = glia__now();
+    struct glia_backend *be = m->backend;
+    for (int k = 0; k < d->n_buckets && !st; k++) {
+        struct glia__ddp_bucket *b = &d->b[k];
+        st = glia_comm_wait(d->comm, b->ticket, d->stage || be->device.type == GLIA_DEVICE_CPU);
+        if (!st && d->stage)
+            st = be->ops->copy(be->priv, (float *)m->g->data + b->off, false, d->host + b->off, true,
+                               sizeof(float) * (size_t)b->n);
+    }
+    if (!st && d->stage) st = glia_backend_sync(be);  /* the staging buffer is reused next step */
+    d->wait_s += glia__now() - t0;
+    d->active = false;
+    return st;
+}
+
+double glia__ddp_take_wait(struct glia__ddp *d)
+{
+    double w = d->wait_s;
+    d->wait_s = 0;
+    return w;
+}
+
+/* Blocking broadcast from rank 0 of a tensor of n f32 (staged through the host when needed). */
+static glia_status bcast(struct glia_comm *c, struct glia_tensor *t, int64_t n)
+{
+    if (n <= 0) return GLIA_OK;
+    uint64_t tk;
+    bool stage = t->device.type != GLIA_DEVICE_CPU && !(c->ops->memory & GLIA_COMM_DEVICE_MEMORY);
+    if (!stage) {
+        glia_status st = glia_comm_broadcast(c, t->data, (size_t)n, GLIA_F32, 0, &tk);
+        return st ? st : glia_comm_wait(c, tk, true);
+    }
+    float *h = malloc(sizeof(float) * (size_t)n);
+    if (!h) return GLIA_ENOMEM;
+    glia_status st = glia_tensor_to_host(t, h, sizeof(float) * (size_t)n);
+    if (!st) st = glia_comm_broadcast(c, h, (size_t)n, GLIA_F32, 0, &tk);
+    if (!st) st = glia_comm_wait(c, tk, true);
+    if (!st) st = glia_tensor_from_host(t, h, sizeof(float) * (size_t)n);
+    free(h);
+    return st;
+}
+
+glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
+{
+    struct glia_comm *c = d->comm;
+    int world = c->info.world;
+    uint64_t mine[2] = {glia__model_fingerprint(m), (uint64_t)m->n_weights}, tk;
+    uint64_t *all = malloc(sizeof mine * (size_t)world);
+    if (!all) return GLIA_ENOMEM;
+    glia_status st = glia_comm_all_gather(c, all, mine, 2, GLIA_I64, &tk);
+    if (!st) st = glia_comm_wait(c, tk, true);
+    for (int r = 1; r < world && !st; r++)
+        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+            st = glia_error(m->ctx, GLIA_ECONFIG,
+                            "rank %d built a different model than rank 0 (%lld parameters against %lld, layers or shapes "
+                            "differ): every rank must train the same model file",
+                            r, (long long)all[2 * r + 1], (long long)all[1]);
+    free(all);
+    if (!st) st = bcast(c, m->w, m->n_weights);
+    if (!st) st = bcast(c, m->buf, m->n_buffer_values);
+    return st;
+}
