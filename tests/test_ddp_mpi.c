@@ -1,0 +1,209 @@
+/* tests/test_ddp_mpi.c — DDP over the mpi transport with 2 ranks (the program starts itself
+ * through mpirun): training equals one process on the global batch, every rank ends with the
+ * same weights, a different model on one rank is refused, only rank 0 writes files.
+ * Not the transport's own tests (test_comm) and not rank failures (test_ddp_fault). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "model_internal.h"
+#include "modelutil.h"
+#include "mpiutil.h"
+
+static char dir[512];
+static char dist_extra[700];         /* more [distributed] keys for the next model */
+static struct glia_context *keeper;  /* holds MPI open for the whole program */
+static struct glia_comm *world;
+
+static void test_setup(void)
+{
+    CU_ASSERT_FATAL(glia_context_new(&keeper) == GLIA_OK);
+    struct glia_backend *cpu;
+    CU_ASSERT_FATAL(glia_backend_get(keeper, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    glia_status st = glia_comm_open(keeper, "mpi", cpu, 60, &world);
+    if (st) printf("\n  %s\n", glia_context_error(keeper));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(world->info.world, 2);
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("ddp-mpi"));
+    if (world->info.rank == 0) {  /* rank 0 writes the data, then everyone reads it */
+        char cmd[1200], a[600], b[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+        CU_ASSERT_FATAL(system(cmd) == 0);
+        snprintf(a, sizeof a, "%s/tri", dir);
+        snprintf(b, sizeof b, "%s/trl", dir);
+        CU_ASSERT_FATAL(glia_test_write_idx(a, b, 512, 6, 6, 5, 11) == 0);
+        snprintf(a, sizeof a, "%s/tei", dir);
+        snprintf(b, sizeof b, "%s/tel", dir);
+        CU_ASSERT_FATAL(glia_test_write_idx(a, b, 201, 6, 6, 5, 12) == 0);
+    }
+    uint64_t t;
+    CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_comm_wait(world, t, true) == GLIA_OK);
+}
+
+/* A small model: ddp with `batch` per rank, or one process with `batch`. extra goes at the end
+ * of [train]; layers replace the default MLP when not NULL. */
+static const char *model(bool ddp, int batch, int train_samples, const char *extra, const char *layers)
+{
+    static char buf[8192];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 5\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = %d\ntest_batch_size = 50\nmean = 0.2\nstd = 0.3\ntrain_samples = %d\n"
+             "[distributed]\nmode = %s\ntransport = mpi\ntimeout_s = 60\nbucket_mb = 0.001\nfirst_bucket_mb = 0.0005\n%s\n"
+             "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n%s\n[optimizer]\nmomentum = 0.9\n%s",
+             dir, dir, dir, dir, batch, train_samples, ddp ? "ddp" : "none", ddp ? dist_extra : "", extra ? extra : "",
+             layers ? layers
+                    : "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+                      "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n");
+    return buf;
+}
+
+/* Largest |a - b| / max(1, |b|). */
+static double rel_diff(const float *a, const float *b, long long n)
+{
+    double worst = 0;
+    for (long long i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i]));
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+/* Whether every rank holds the same n floats (bit for bit). */
+static bool same_on_all_ranks(const float *w, long long n)
+{
+    double *mx = malloc(sizeof(double) * (size_t)n), *mn = malloc(sizeof(double) * (size_t)n);
+    CU_ASSERT_FATAL(mx && mn);
+    for (long long i = 0; i < n; i++) mx[i] = mn[i] = w[i];
+    CU_ASSERT_FATAL(glia_comm_all_reduce_sync(world, mx, (size_t)n, GLIA_F64, GLIA_REDUCE_MAX) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_comm_all_reduce_sync(world, mn, (size_t)n, GLIA_F64, GLIA_REDUCE_MIN) == GLIA_OK);
+    bool same = true;
+    for (long long i = 0; i < n; i++) same &= mx[i] == mn[i];
+    free(mx);
+    free(mn);
+    return same;
+}
+
+/* DDP with batch b per rank against one process with batch 2b, after 2 epochs. */
+static void compare_with_global_batch(int b, int train_samples, const char *extra, const char *layers, double tol)
+{
+    struct run d, one;
+    open_run(&d, model(true, b, train_samples, extra, layers));
+    open_run(&one, model(false, 2 * b, train_samples, extra, layers));
+    CU_ASSERT_EQUAL(d.m->world, 2);
+    CU_ASSERT_EQUAL(d.m->rank, world->info.rank);
+    struct glia_epoch_result rd[2], r1[2];
+    glia_status st = glia_model_train(d.m, &quiet, rd, 2);
+    if (st) printf("\n  %s\n", glia_context_error(d.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_FATAL(glia_model_train(one.m, &quiet, r1, 2) == GLIA_OK);
+    CU_ASSERT_EQUAL(d.m->step, one.m->step);
+    long long nd, n1;
+    float *wd = weights(&d, &nd), *w1 = weights(&one, &n1);
+    CU_ASSERT_EQUAL_FATAL(nd, n1);
+    double e = rel_diff(wd, w1, nd);
+    if (!(e < tol)) printf("\n  weights differ by %g\n", e);
+    CU_ASSERT(e < tol);
+    CU_ASSERT(same_on_all_ranks(wd, nd));
+    for (int k = 0; k < 2; k++) {  /* the figures are the whole job's */
+        CU_ASSERT(fabs(rd[k].train_loss - r1[k].train_loss) < 1e-4);
+        CU_ASSERT(fabs(rd[k].test_loss - r1[k].test_loss) < 1e-4);
+        CU_ASSERT(fabs(rd[k].test_accuracy - r1[k].test_accuracy) < 1e-9);
+        CU_ASSERT_EQUAL(rd[k].world, 2);
+        CU_ASSERT(rd[k].step_s_max >= rd[k].step_s_min);
+        CU_ASSERT(rd[k].comm_wait_s >= 0);
+    }
+    free(wd);
+    free(w1);
+    close_run(&d);
+    close_run(&one);
+}
+
+static void test_ddp_equals_global_batch(void) { compare_with_global_batch(16, 0, NULL, NULL, 2e-5); }
+
+/* Accumulation: the micro-steps before the last keep their sums local; same result. */
+static void test_ddp_accumulate(void) { compare_with_global_batch(8, 0, "accumulate = 2", NULL, 2e-5); }
+
+/* A conv net with several buckets and a step schedule. */
+static void test_ddp_conv(void)
+{
+    compare_with_global_batch(8, 256, "schedule = step\ngamma = 0.5",
+                              "[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n[act]\ntype = relu\n"
+                              "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                              "[loss]\ntype = softmax_cross_entropy\n",
+                              1e-4);
+}
+
+/* Every rank must build the same model; the mismatch is named on every rank. */
+static void test_ddp_different_models_refused(void)
+{
+    char layers[256];
+    snprintf(layers, sizeof layers,
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = %d\n[fc2]\ntype = linear\noutputs = 5\n"
+             "[loss]\ntype = softmax_cross_entropy\n",
+             world->info.rank == 0 ? 16 : 17);
+    struct run d;
+    open_run(&d, model(true, 16, 0, NULL, layers));
+    glia_status st = glia_model_train(d.m, &quiet, NULL, 0);
+    CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
+    const char *e = glia_context_error(d.ctx);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, "rank 1 built a different model than rank 0"));
+    close_run(&d);
+}
+
+/* Uneven shards (500 samples over 2 ranks of batch 16 is padded); only rank 0 writes the
+ * checkpoints and metrics; each rank writes its own log. */
+static void test_ddp_files_and_padding(void)
+{
+    char extra[1200];
+    snprintf(extra, sizeof extra, "checkpoint_dir = %s/ckpt\nmetrics = %s/metrics.jsonl\n", dir, dir);
+    snprintf(dist_extra, sizeof dist_extra, "rank_log = %s/rank-{rank}.log", dir);
+    struct run d;
+    open_run(&d, model(true, 16, 500, extra, NULL));
+    dist_extra[0] = '\0';
+    struct glia_train_options o = quiet;
+    o.progress = 0;
+    o.out = fopen("/dev/null", "w");
+    CU_ASSERT_FATAL(glia_model_train(d.m, &o, NULL, 0) == GLIA_OK);
+    fclose(o.out);
+    CU_ASSERT_EQUAL(d.m->step, 2 * 16);  /* 250 samples a rank: 16 batches an epoch */
+    uint64_t t;
+    CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_comm_wait(world, t, true) == GLIA_OK);
+    char path[700];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/ckpt/final.ckpt", dir);
+    CU_ASSERT_EQUAL(stat(path, &sb), 0);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    int lines = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"world\": 2"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"comm_wait_s\""));
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL(lines, 2);  /* one writer, one line an epoch */
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/rank-%d.log", dir, r);
+        f = fopen(path, "r");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        bool epoch_line = false;
+        while (fgets(line, sizeof line, f)) epoch_line |= strstr(line, "epoch 2/2 train_loss") != NULL;
+        fclose(f);
+        CU_ASSERT(epoch_line);
+    }
+    CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);  /* rank 0 checks before anyone moves on */
+    CU_ASSERT_FATAL(glia_comm_wait(world, t, true) == GLIA_OK);
+    close_run(&d);
+}
+
+static void test_teardown(void) { glia_context_free(keeper); }
+
+GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equals_global_batch),
+                   GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv),
+                   GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_files_and_padding),
+                   GLIA_TEST(test_teardown))
