@@ -1,0 +1,93 @@
+/* tests/test_ddp_fault.c — a rank that dies or stalls during DDP training never leaves the
+ * others hanging: `mpirun -np 2 glia train` ends, non-zero, soon after [distributed] timeout_s,
+ * with a message naming the cause. Runs the real CLI; the fault fixture layer plays the rank. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include "build-config.h"
+#include "testutil.h"
+#include "internal.h"
+
+static char dir[512];
+
+static void make_files(const char *how)
+{
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("ddp-fault"));
+    char cmd[1200], a[600], b[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(a, sizeof a, "%s/tri", dir);
+    snprintf(b, sizeof b, "%s/trl", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 512, 6, 6, 5, 11) == 0);
+    const char *fx = getenv("GLIA_FIXTURES");
+    snprintf(a, sizeof a, "%s/%s.ini", dir, how);
+    FILE *f = fopen(a, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fprintf(f,
+            "[runtime]\ndevice = cpu\n[plugins]\nload = %s/fault.so\n"
+            "[data]\ntrain_images = tri\ntrain_labels = trl\ntest_images = tri\ntest_labels = trl\nbatch_size = 8\n"
+            "[distributed]\nmode = ddp\ntransport = mpi\ntimeout_s = 3\n"
+            "[train]\nepochs = 1\nlr = 0.05\n"
+            "[flat]\ntype = flatten\n[fault]\ntype = fault\nrank = 1\nstep = 4\nhow = %s\n"
+            "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+            fx ? fx : ".", how);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+}
+
+/* Runs the job (bounded by an outer 120 s timeout); returns its exit status, *secs its duration
+ * and out what it printed. */
+static int run_job(const char *how, double *secs, char *out, size_t n)
+{
+    make_files(how);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && timeout 120 %s --allow-run-as-root --oversubscribe -np 2 %s train %s.ini 2>&1",
+             dir, GLIA_MPIRUN, getenv("GLIA_BIN"), how);
+    double t0 = glia__now();
+    FILE *p = popen(cmd, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    size_t k = fread(out, 1, n - 1, p);
+    out[k] = '\0';
+    int status = pclose(p);
+    *secs = glia__now() - t0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* A stalled rank: the other one gives up after timeout_s and says why. */
+static void test_stalled_rank_times_out(void)
+{
+    char out[16384];
+    double s;
+    int rc = run_job("stall", &s, out, sizeof out);
+    if (rc == 0 || !strstr(out, "within 3")) printf("\n  exit %d after %.1f s:\n%s\n", rc, s, out);
+    CU_ASSERT_NOT_EQUAL(rc, 0);
+    CU_ASSERT_NOT_EQUAL(rc, 124);        /* not ended by the outer timeout */
+    CU_ASSERT(s < 60);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "within 3"));  /* "... did not finish within 3 s ..." */
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "rank 0"));
+}
+
+/* A killed rank: the job ends (the launcher or the timeout stops the other rank). */
+static void test_killed_rank_ends_the_job(void)
+{
+    char out[16384];
+    double s;
+    int rc = run_job("kill", &s, out, sizeof out);
+    bool said = strstr(out, "signal 9") || strstr(out, "Killed") || strstr(out, "within 3");
+    if (rc == 0 || !said) printf("\n  exit %d after %.1f s:\n%s\n", rc, s, out);
+    CU_ASSERT_NOT_EQUAL(rc, 0);
+    CU_ASSERT_NOT_EQUAL(rc, 124);
+    CU_ASSERT(s < 60);
+    CU_ASSERT(said);
+}
+
+int main(void)
+{
+#ifndef GLIA_MPIRUN
+    printf("skipped: this build has no mpirun\n");
+    return 77;
+#else
+    static const struct glia_test tests[] = {GLIA_TEST(test_stalled_rank_times_out), GLIA_TEST(test_killed_rank_ends_the_job)};
+    return glia_test_run("ddp_fault", tests, 2);
+#endif
+}
