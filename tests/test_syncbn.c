@@ -306,9 +306,11 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         }
         bool ok = d_y <= tol && d_dx <= tol && d_run <= tol && d_par <= tol;
         if (!ok) {
-            char s[64];
+            char s[64], one_line[256];
+            snprintf(one_line, sizeof one_line, "%s", k->ini);
+            for (char *q = one_line; *q; q++) *q = *q == '\n' ? ' ' : *q;
             printf("\n  rank %d of %d, %s(sync on %s, %s, rows %lld..%lld of %s%s) step %d: y %g, dx %g, running %g, "
-                   "dgamma/dbeta %g (tol %g)\n", c->info.rank, world, k->ini, c->ops->name,
+                   "dgamma/dbeta %g (tol %g)\n", c->info.rank, world, one_line, c->ops->name,
                    glia_memory_format_name(k->format), (long long)k->r0, (long long)k->r1 - 1,
                    glia_shape_str(&whole, s, sizeof s), k->accumulate ? ", accumulate" : "", step, d_y, d_dx, d_run,
                    d_par, tol);
