@@ -337,7 +337,9 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         glia_tensor_release(Px), glia_tensor_release(Sx), glia_tensor_release(Sy);
     }
     double one = 1;
-    CU_ASSERT_FATAL(glia_comm_all_reduce_sync(hc, &one, 1, GLIA_F64, GLIA_REDUCE_SUM) == GLIA_OK);
+    glia_status st = glia_comm_all_reduce_sync(hc, &one, 1, GLIA_F64, GLIA_REDUCE_SUM);
+    if (st) printf("\n  rank %d: the ranks out of step after the eval: %s\n", c->info.rank, glia_context_error(ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
     CU_ASSERT_EQUAL(one, (double)world);
     free(X), free(DY), free(out);
     glia_tensor_release(Pdx), glia_tensor_release(Py);
