@@ -1,6 +1,6 @@
-/* backends/cuda/norm_pool.c — the CUDA impls ("cuda") of batchnorm, maxpool2d, avgpool2d, global_avgpool and
- * concat: host logic (format checks, saved state, scratch, launches on the backend's stream) with the CPU
- * plugins' keys, parameters, buffers and semantics (shared descriptions under plugins/layers). Not the
+/* backends/cuda/norm_pool.c — the CUDA impls ("cuda") of batchnorm (and SyncBatchNorm), maxpool2d, avgpool2d,
+ * global_avgpool and concat: host logic (format checks, saved state, scratch, launches on the backend's stream)
+ * with the CPU plugins' keys, parameters, buffers and semantics (shared descriptions under plugins/layers). Not the
  * kernels (norm_pool_kernels.cu); no cuDNN, so that results follow the CPU impls' definitions exactly. */
 #include <stdlib.h>
 #include "cuda_internal.h"
@@ -47,6 +47,9 @@ struct cuda_bn {
     struct glia_tensor *saved;      /* (3C) f32 on the device: mean_hi(C), mean_lo(C), invstd(C) of the last
                                        training forward (the mean as a float pair: hi + lo) */
     int64_t kept;                   /* elements of the input that saved belongs to (0: none kept) */
+    struct glia_tensor *sums;       /* sync: (2C + 1) f64 on the device, the sums exchanged between ranks */
+    double count;                   /* values per channel over all ranks of the last training forward if it
+                                       synced, else 0 */
 };
 
 /* Splits per channel (see norm_pool_kernels.h): about 1024 blocks in all, at least `least` values of a
@@ -81,6 +84,7 @@ static void bn_destroy(struct glia_layer *l)
     struct cuda_bn *p = l->priv;
     if (!p) return;
     glia_tensor_release(p->saved);
+    glia_tensor_release(p->sums);
     free(p);
 }
 
@@ -99,6 +103,87 @@ static glia_status bn_create(struct glia_layer *l, const struct glia_section *cf
     return st;
 }
 
+/* ---- SyncBatchNorm (key sync; batchnorm_desc.h says when it applies and what it computes) ---- */
+
+/* Scratch of a sync call: 2 partial sums (S, C) in double, then coef(3, C) in float. */
+static size_t sync_scratch_bytes(struct glia__bn_geom g)
+{
+    return (size_t)(2 * g.S * g.C) * sizeof(double) + (size_t)(3 * g.C) * sizeof(float);
+}
+
+/* Training over all ranks: per split sums of x and x^2 in double, added per channel in split order into
+ * sums(2C + 1) with this rank's count, summed over the ranks (glia__batchnorm_exchange: staged through the
+ * host when the transport takes host memory only), the global count N read back; then the statistics
+ * (mean = sum x / N, var = sum x^2 / N - mean^2), running statistics toward mean and var*N/(N-1), saved and
+ * coef from the global sums, and the normalization as without sync. */
+static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *a, struct glia__bn_geom g)
+{
+    struct cuda_bn *p = l->priv;
+    const struct glia_tensor *x = a->in[0];
+    int64_t C = g.C;
+    glia_status st = GLIA_OK;
+    if (!p->saved) st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {3 * C}}, &p->saved);
+    if (!st && !p->sums) st = glia_tensor_new(l->backend, GLIA_F64, &(struct glia_shape){1, {2 * C + 1}}, &p->sums);
+    void *scratch;
+    if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
+    if (st) return st;
+    double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data, n = 0;
+    float *coef = (float *)(pb + g.S * C);
+    const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
+    const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
+    float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
+    float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
+    cudaStream_t s = stream_of(l);
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
+    if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
+    CUDA_TRY(l->ctx, cudaMemcpyAsync(&n, sums + 2 * C, sizeof n, cudaMemcpyDeviceToHost, s));
+    CUDA_TRY(l->ctx, cudaStreamSynchronize(s));
+    if (n < 2) {
+        char buf[64];
+        return glia_error(l->ctx, GLIA_ESHAPE,
+                          "[%s] batchnorm needs more than 1 value per channel in training, got %.0f over %d ranks "
+                          "(input %s here)", l->name, n, l->comm->info.world,
+                          glia_shape_str(&x->shape, buf, sizeof buf));
+    }
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), rmean, rvar, gamma, beta, sums, n, g,
+                                                 rmean != NULL, p->d.momentum, p->d.eps, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
+    p->kept = glia_tensor_numel(x);
+    p->count = n;
+fail:
+    return st;
+}
+
+/* Backward after a forward that synced, with N its count over all ranks: per split sums of dy and dy*x_hat
+ * in double, added per channel into sums(2C); dgamma (+)= sum dy*x_hat and dbeta (+)= sum dy of this rank;
+ * with an input gradient, sums summed over the ranks and dx (+)= gamma*invstd/N * (N*dy - sum dy -
+ * x_hat*sum dy*x_hat) with those (glia__cuda_bn_dx). */
+static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd *a, struct glia__bn_geom g)
+{
+    struct cuda_bn *p = l->priv;
+    const struct glia_tensor *x = a->in[0];
+    int64_t C = g.C;
+    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
+    void *scratch;
+    glia_status st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
+    if (st) return st;
+    double *pdy = scratch, *pdyx = pdy + g.S * C, *sums = p->sums->data;
+    float *coef = (float *)(pdyx + g.S * C);
+    const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
+    cudaStream_t s = stream_of(l);
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, dev(x), dev(a->dout), saved, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
+                                                pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, pdy, pdyx, false,
+                                                g, s));
+    if (!a->din[0]) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
+    if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C), "gradient sums"))) return st;
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_grad_coef(coef, gamma, saved, sums, p->count, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef, g, s));
+fail:
+    return st;
+}
+
 /* Training: per channel over M = N*H*W values, Welford mean and biased variance (about a pivot, combined in
  * double in a fixed order), y = (x - mean)*invstd*gamma + beta, mean (as a float pair) and invstd kept for
  * backward, running statistics
@@ -114,6 +199,8 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     struct glia__bn_geom g = bn_geom(x, f);
     int64_t C = g.C, M = g.N * g.L;
     p->kept = 0;
+    p->count = 0;
+    if (glia__batchnorm_syncs(l, &p->d, a->train)) return bn_forward_sync(l, a, g);
     if (a->train && M < 2) {
         char buf[64];
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
@@ -156,6 +243,7 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
     if (st) return st;
     struct glia__bn_geom g = bn_geom(x, f);
+    if (p->count > 0) return bn_backward_sync(l, a, g);
     int64_t C = g.C;
     void *scratch;
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
@@ -177,7 +265,8 @@ static const struct glia_layer_ops bn_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "batchnorm",
     .impl = "cuda",
-    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval (CUDA)",
+    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval, "
+           "SyncBatchNorm over ranks with sync (CUDA)",
     .keys = glia__batchnorm_keys,
     .min_inputs = 1,
     .max_inputs = 1,

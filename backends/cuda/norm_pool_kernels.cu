@@ -1,6 +1,7 @@
 /* backends/cuda/norm_pool_kernels.cu — the kernels of the CUDA batchnorm (Welford statistics, normalization,
- * gradients), max and average pooling (forward, and backward as a gather: deterministic), global average
- * pooling and concat's strided copies. Not layer logic: norm_pool.c decides what to launch.
+ * gradients; SyncBatchNorm's sums in double), max and average pooling (forward, and backward as a gather:
+ * deterministic), global average pooling and concat's strided copies. Not layer logic: norm_pool.c decides what
+ * to launch.
  * Every reduction runs in an order fixed by the shape (no float atomics), so results are reproducible;
  * the pooling kernels add in the CPU impls' order with explicit roundings (no contraction into FMAs). */
 #include <math.h>
@@ -276,6 +277,133 @@ __global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, cons
     }
 }
 
+/* ---- SyncBatchNorm: per-split sums in double ----
+ * A state is a double2: forward (sum x, sum x*x), backward (sum dy, sum dy*x_hat); states merge by adding,
+ * in a fixed tree order. The splits and their walks are those of bn_reduce_planes and bn_reduce_rows. */
+
+struct SyncSums {
+    const float *x, *dy, *saved;  /* dy NULL: forward; saved(3, C) for x_hat */
+    int64_t C;
+    __device__ double2 add(double2 v, int64_t e, int64_t c) const
+    {
+        if (!dy) {
+            double xv = x[e];
+            return make_double2(v.x + xv, v.y + xv * xv);
+        }
+        double g = dy[e];
+        return make_double2(v.x + g, v.y + g * (double)x_hat(x[e], saved, c, C));
+    }
+};
+
+__device__ static double2 add2(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
+
+__device__ static double2 shfl_down2(double2 v, int off)
+{
+    return make_double2(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off));
+}
+
+/* The sum of v over a 1-D block of THREADS threads, in a fixed tree order; valid in thread 0. */
+__device__ static double2 block_sum2(double2 v)
+{
+    __shared__ double2 warp_part[THREADS / 32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) v = add2(v, shfl_down2(v, off));
+    if (lane == 0) warp_part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < THREADS / 32 ? warp_part[lane] : make_double2(0.0, 0.0);
+        for (int off = 16; off > 0; off >>= 1) v = add2(v, shfl_down2(v, off));
+    }
+    return v;
+}
+
+/* pa(S, C), pb(S, C) = the sums of split s = blockIdx.y of channel c = blockIdx.x of x(N, C, L), L > 1 */
+__global__ void sync_sums_planes(double *pa, double *pb, SyncSums acc, int64_t N, int64_t C, int64_t L, int S)
+{
+    int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
+    int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
+    double2 v = make_double2(0.0, 0.0);
+    RowWalk w(j0 + threadIdx.x, THREADS, L);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c);
+    v = block_sum2(v);
+    if (threadIdx.x == 0) {
+        pa[s * C + c] = v.x;
+        pb[s * C + c] = v.y;
+    }
+}
+
+/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TILE_C, TILE_R) as in bn_reduce_rows */
+__global__ void sync_sums_rows(double *pa, double *pb, SyncSums acc, int64_t M, int64_t C, int S)
+{
+    __shared__ double2 part[TILE_R][TILE_C];
+    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
+    int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
+    double2 v = make_double2(0.0, 0.0);
+    if (c < C)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c);
+    part[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int y = 1; y < TILE_R; y++) v = add2(v, part[y][threadIdx.x]);
+        pa[s * C + c] = v.x;
+        pb[s * C + c] = v.y;
+    }
+}
+
+/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): one thread per channel, the
+ * splits in order (none when M = 0: this rank has no values) */
+__global__ void sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
+                             const double *pa, const double *pb, bool count, int64_t C, int64_t M, int S)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double a = 0, b = 0;
+        for (int s = 0; s < S && M > 0; s++) {
+            a += pa[s * C + c];
+            b += pb[s * C + c];
+        }
+        sums[c] = a;
+        sums[C + c] = b;
+        if (count && c == 0) sums[2 * C] = (double)M;
+        if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)b : (float)b;  /* never 0 * old */
+        if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)a : (float)a;
+    }
+}
+
+/* coef(3, C), saved(3, C), rmean(C), rvar(C) from sums(2, C) over n values per channel: one thread per channel */
+__global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                              const float *beta, const double *sums, double n, int64_t C, bool update, double mom,
+                              double eps)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double mean = sums[c] / n, var = sums[C + c] / n - mean * mean;
+        if (var < 0) var = 0;  /* rounding, for a constant channel */
+        double invstd = 1.0 / sqrt(var + eps);
+        float hi = (float)mean;
+        saved[c] = hi;
+        saved[C + c] = (float)(mean - (double)hi);
+        saved[2 * C + c] = (float)invstd;
+        if (update) {
+            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
+            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * n / (n - 1.0));
+        }
+        coef[c] = (float)mean;
+        coef[C + c] = (float)(invstd * (gamma ? gamma[c] : 1.0f));
+        coef[2 * C + c] = beta ? beta[c] : 0.0f;
+    }
+}
+
+/* coef(3, C) from sums(2, C) over n values per channel: one thread per channel, as bn_grad_finalize */
+__global__ void sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums, double n,
+                               int64_t C)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / n;
+        coef[c] = (float)(k * n);
+        coef[C + c] = (float)(k * sums[c]);
+        coef[2 * C + c] = (float)(k * sums[C + c]);
+    }
+}
+
 /* ---- windowed pooling ----
  * Index type I: int32_t when every index of the call fits, else int64_t (32-bit division is much faster). */
 
@@ -533,6 +661,52 @@ extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, con
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
     bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy,
+                                                   const float *saved, struct glia__bn_geom g, cudaStream_t st)
+{
+    if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;  /* sync_collect reads no split then */
+    if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
+    SyncSums acc{x, dy, saved, g.C};
+    if (g.L == 1) {
+        dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
+        sync_sums_rows<<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+    } else {
+        if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
+        sync_sums_planes<<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta,
+                                                  bool add_dbeta, const double *pa, const double *pb, bool count,
+                                                  struct glia__bn_geom g, cudaStream_t st)
+{
+    if (g.C == 0) return cudaSuccess;
+    sync_collect<<<grid_for(g.C), THREADS, 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
+                                                    g.N * g.L, g.S);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_sync_finalize(float *coef, float *saved, float *rmean, float *rvar,
+                                                   const float *gamma, const float *beta, const double *sums, double n,
+                                                   struct glia__bn_geom g, bool update, double momentum, double eps,
+                                                   cudaStream_t st)
+{
+    if (g.C == 0) return cudaSuccess;
+    sync_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, sums, n, g.C, update,
+                                                     momentum, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_bn_sync_grad_coef(float *coef, const float *gamma, const float *saved,
+                                                    const double *sums, double n, struct glia__bn_geom g,
+                                                    cudaStream_t st)
+{
+    if (g.C == 0) return cudaSuccess;
+    sync_grad_coef<<<grid_for(g.C), THREADS, 0, st>>>(coef, gamma, saved, sums, n, g.C);
     return cudaGetLastError();
 }
 

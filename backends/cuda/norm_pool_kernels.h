@@ -57,6 +57,34 @@ cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dga
 cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
                              const float *coef, struct glia__bn_geom g, cudaStream_t st);
 
+/* ---- SyncBatchNorm (batchnorm with sync; the sums in double, each in an order fixed by the shape) ---- */
+
+/* pa(S, C), pb(S, C) = sums over split s of channel c in double: without dy, of x and x*x; with dy (like x),
+ * of dy and dy*x_hat, x_hat from saved(3, C) as above */
+cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy, const float *saved,
+                                        struct glia__bn_geom g, cudaStream_t st);
+
+/* sums(2, C) = per channel the splits of pa(S, C), pb(S, C) added in split order; with count, also
+ * sums[2C] = N*L (this rank's values per channel); dgamma(C) (+)= sums(1, C) and dbeta(C) (+)= sums(0, C)
+ * as float when not NULL (add_*: +=, else =) */
+cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
+                                       const double *pa, const double *pb, bool count, struct glia__bn_geom g,
+                                       cudaStream_t st);
+
+/* From sums(2, C) = (sum x, sum x^2) over n values per channel (all ranks), per channel in double:
+ * mean = sum x / n, var = max(sum x^2 / n - mean^2, 0), invstd = 1/sqrt(var + eps); coef(3, C) and saved(3, C)
+ * as glia__cuda_bn_finalize writes them; with update, rmean = (1-mom)*rmean + mom*mean and
+ * rvar = (1-mom)*rvar + mom*var*n/(n-1). */
+cudaError_t glia__cuda_bn_sync_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                                        const float *beta, const double *sums, double n, struct glia__bn_geom g,
+                                        bool update, double momentum, double eps, cudaStream_t st);
+
+/* coef(3, C) = k*(n, sum dy, sum dy*x_hat) as float, k = gamma*invstd/n (gamma 1 when NULL, invstd from
+ * saved(3, C)), from sums(2, C) = (sum dy, sum dy*x_hat) over n values per channel (all ranks): what
+ * glia__cuda_bn_dx takes */
+cudaError_t glia__cuda_bn_sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums,
+                                         double n, struct glia__bn_geom g, cudaStream_t st);
+
 /* ---- windowed pooling ---- */
 struct glia__pool_geom {
     int64_t N, C, H, W, OH, OW;  /* x(N, C, H, W), y(N, C, OH, OW) */

@@ -1,8 +1,9 @@
 /* plugins/layers/batchnorm — batch normalization on the CPU (OpenMP), PyTorch's BatchNorm1d for
  * (N, C) and BatchNorm2d for (N, C, H, W) in either memory format (NCHW or channels_last NHWC):
  * statistics per channel over N (and H, W), an optional learned affine transform, running
- * statistics in layer buffers for eval. Not layer, group or instance normalization, and no
- * cumulative moving average (PyTorch's momentum = None). */
+ * statistics in layer buffers for eval; with key sync, SyncBatchNorm (statistics over the ranks of a
+ * data-parallel job). Not layer, group or instance normalization, and no cumulative moving average
+ * (PyTorch's momentum = None). */
 #include <glia/glia.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,8 +14,10 @@ struct batchnorm {
     double *mean;       /* C: batch mean of the last training forward */
     double *invstd;     /* C: 1/sqrt(biased batch variance + eps) of the last training forward */
     int64_t kept;       /* elements of the input that mean/invstd belong to (0: none kept) */
-    double *part;       /* NHWC only, made on first use: (2*MAX_BLOCKS + 1)*C partial sums and per-channel terms */
-    float *coef;        /* NHWC only: 3*C, the forward's per-channel mean, scale and shift as float */
+    double *part;       /* NHWC and sync only, made on first use: (2*MAX_BLOCKS + 1)*C partial sums and per-channel terms */
+    float *coef;        /* NHWC and sync only: 3*C, the forward's per-channel mean, scale and shift as float */
+    double *sums;       /* sync only (made by create): 2*C + 1, the sums exchanged between ranks */
+    double count;       /* values per channel over all ranks of the last training forward if it synced, else 0 */
 };
 
 /* Channels_last (N, H, W, C) is M = N*H*W rows of C: the per-channel sums run over row blocks in
@@ -29,7 +32,7 @@ static int64_t n_blocks(int64_t M)
     return nb < MAX_BLOCKS ? nb : MAX_BLOCKS;
 }
 
-/* The NHWC scratch of p, made once. */
+/* The scratch of p's NHWC and sync paths, made once. */
 static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
 {
     size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
@@ -61,6 +64,7 @@ static void batchnorm_destroy(struct glia_layer *l)
     free(p->invstd);
     free(p->part);
     free(p->coef);
+    free(p->sums);
     free(p);
 }
 
@@ -75,13 +79,204 @@ static glia_status batchnorm_create(struct glia_layer *l, const struct glia_sect
         size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
         p->mean = malloc(C * sizeof *p->mean);
         p->invstd = malloc(C * sizeof *p->invstd);
-        if (!p->mean || !p->invstd) st = GLIA_ENOMEM;
+        if (p->d.sync) p->sums = malloc((2 * C + 1) * sizeof *p->sums);
+        if (!p->mean || !p->invstd || (p->d.sync && !p->sums)) st = GLIA_ENOMEM;
     }
     if (st) {  /* the core calls destroy only after a successful create */
         batchnorm_destroy(l);
         l->priv = NULL;
     }
     return st;
+}
+
+/* ---- SyncBatchNorm (key sync; batchnorm_desc.h says when it applies and what it computes) ---- */
+
+/* s(2, C) = per channel c over the M = N*HW values of x(N, C, HW) (nhwc: the rows of x(M, C)), in double:
+ * without dy (s(0, c), s(1, c)) = (sum x, sum x^2); with dy(like x), (sum dy, sum dy*x_hat), x_hat =
+ * (x - mean(c))*invstd(c) from p. NCHW: a channel per thread, serial; NHWC: per block of rows into p->part,
+ * then the blocks in order -- the same bits for any thread count. */
+static void local_sums(struct batchnorm *p, const float *x, const float *dy, int64_t N, int64_t HW, bool nhwc,
+                       double *s)
+{
+    int64_t C = p->d.C;
+    const double *mean = p->mean, *invstd = p->invstd;
+    if (!nhwc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < C; c++) {
+            double a = 0, b = 0;
+            for (int64_t n = 0; n < N; n++) {
+                const float *xc = x + (n * C + c) * HW;
+                if (!dy) {
+                    for (int64_t i = 0; i < HW; i++) {
+                        a += xc[i];
+                        b += (double)xc[i] * xc[i];
+                    }
+                } else {
+                    const float *dyc = dy + (n * C + c) * HW;
+                    for (int64_t i = 0; i < HW; i++) {
+                        a += dyc[i];
+                        b += dyc[i] * ((xc[i] - mean[c]) * invstd[c]);
+                    }
+                }
+            }
+            s[c] = a;
+            s[C + c] = b;
+        }
+        return;
+    }
+    int64_t M = N * HW, nb = n_blocks(M);
+    double *pa = p->part, *pb = p->part + MAX_BLOCKS * C;  /* pa(nb, C), pb(nb, C) */
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < nb; k++) {
+        double *a = pa + k * C, *b = pb + k * C;
+        for (int64_t c = 0; c < C; c++) a[c] = b[c] = 0;
+        for (int64_t r = k * M / nb; r < (k + 1) * M / nb; r++) {
+            const float *xr = x + r * C;
+            if (!dy) {
+                for (int64_t c = 0; c < C; c++) {
+                    a[c] += xr[c];
+                    b[c] += (double)xr[c] * xr[c];
+                }
+            } else {
+                const float *dyr = dy + r * C;
+                for (int64_t c = 0; c < C; c++) {
+                    a[c] += dyr[c];
+                    b[c] += dyr[c] * ((xr[c] - mean[c]) * invstd[c]);
+                }
+            }
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        double a = 0, b = 0;
+        for (int64_t k = 0; k < nb; k++) {
+            a += pa[k * C + c];
+            b += pb[k * C + c];
+        }
+        s[c] = a;
+        s[C + c] = b;
+    }
+}
+
+/* Training forward over all ranks: s(2C + 1) = this rank's (sum x(C), sum x^2(C), M) summed over the ranks;
+ * with N = s(2C): mean = s(0, c)/N, var = s(1, c)/N - mean^2 (biased), running statistics toward mean and
+ * var*N/(N-1); y(like x) = (x - mean)*invstd*gamma + beta; the global mean and invstd kept for backward. */
+static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct glia_fwd *a)
+{
+    struct batchnorm *p = l->priv;
+    glia_status st = nhwc_scratch(l, p);
+    if (st) return st;
+    int64_t N, C, HW;
+    dims(&a->in[0]->shape, &N, &C, &HW);
+    bool nhwc = is_nhwc(a->in[0]);
+    const float *x = glia_tensor_f32(a->in[0]);
+    float *y = glia_tensor_f32(a->out);
+    double *s = p->sums;
+    local_sums(p, x, NULL, N, HW, nhwc, s);
+    s[2 * C] = (double)(N * HW);
+    if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C + 1), "statistics"))) return st;
+    double M = s[2 * C];
+    if (M < 2) {
+        char buf[64];
+        return glia_error(l->ctx, GLIA_ESHAPE,
+                          "[%s] batchnorm needs more than 1 value per channel in training, got %.0f over %d ranks "
+                          "(input %s here)", l->name, M, l->comm->info.world,
+                          glia_shape_str(&a->in[0]->shape, buf, sizeof buf));
+    }
+    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
+    const float *beta = p->d.b >= 0 ? glia_tensor_f32(l->params[p->d.b].value) : NULL;
+    float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
+    float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
+    double mom = p->d.momentum, eps = p->d.eps, *mean = p->mean, *invstd = p->invstd;
+    float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
+    for (int64_t c = 0; c < C; c++) {
+        double m = s[c] / M, var = s[C + c] / M - m * m;
+        if (var < 0) var = 0;  /* rounding, for a constant channel */
+        mean[c] = m;
+        invstd[c] = 1.0 / sqrt(var + eps);
+        if (rmean) {
+            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * m);
+            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * M / (M - 1));
+        }
+        fm[c] = (float)m;
+        scale[c] = (float)(invstd[c] * (gamma ? gamma[c] : 1.0f));
+        shift[c] = beta ? beta[c] : 0.0f;
+    }
+    if (nhwc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N * HW; r++) {
+            const float *xr = x + r * C;
+            float *yr = y + r * C;
+            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+        }
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < N * C; j++) {
+            int64_t c = j % C;
+            const float *xc = x + j * HW;
+            float *yc = y + j * HW;
+            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm[c]) * scale[c] + shift[c];
+        }
+    }
+    p->kept = glia_tensor_numel(a->in[0]);
+    p->count = M;
+    return GLIA_OK;
+}
+
+/* Backward after a forward that synced, with N its count over all ranks: dgamma (+)= sum dy*x_hat and
+ * dbeta (+)= sum dy over this rank's values; with a->din[0], s(2C) = those sums summed over the ranks, and
+ * dx (+)= gamma*invstd/N * (N*dy - s(0, c) - x_hat*s(1, c)). */
+static glia_status batchnorm_backward_sync(struct glia_layer *l, const struct glia_bwd *a)
+{
+    struct batchnorm *p = l->priv;
+    glia_status st = nhwc_scratch(l, p);
+    if (st) return st;
+    int64_t N, C, HW;
+    dims(&a->in[0]->shape, &N, &C, &HW);
+    bool nhwc = is_nhwc(a->in[0]);
+    const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
+    float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
+    bool add_dx = a->din_accumulate[0];
+    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
+    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
+    float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
+    bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
+    double *s = p->sums, M = p->count, *k = p->part + 2 * MAX_BLOCKS * C;
+    const double *mean = p->mean, *invstd = p->invstd;
+    local_sums(p, x, dy, N, HW, nhwc, s);
+    for (int64_t c = 0; c < C; c++) {  /* this rank's sums: DDP averages parameter gradients over ranks */
+        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)s[C + c] : (float)s[C + c];  /* never 0 * old */
+        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)s[c] : (float)s[c];
+    }
+    if (!dx) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
+    if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C), "gradient sums"))) return st;
+    for (int64_t c = 0; c < C; c++) k[c] = (gamma ? gamma[c] : 1.0) * invstd[c] / M;
+    const double *sdy = s, *sdyx = s + C;
+    if (nhwc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N * HW; r++) {
+            const float *xr = x + r * C, *dyr = dy + r * C;
+            float *dxr = dx + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                double xh = (xr[c] - mean[c]) * invstd[c];
+                float g = (float)(k[c] * (M * dyr[c] - sdy[c] - xh * sdyx[c]));
+                dxr[c] = add_dx ? dxr[c] + g : g;
+            }
+        }
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < N * C; j++) {
+            int64_t c = j % C;
+            const float *xc = x + j * HW, *dyc = dy + j * HW;
+            float *dxc = dx + j * HW;
+            for (int64_t i = 0; i < HW; i++) {
+                double xh = (xc[i] - mean[c]) * invstd[c];
+                float g = (float)(k[c] * (M * dyc[i] - sdy[c] - xh * sdyx[c]));
+                dxc[i] = add_dx ? dxc[i] + g : g;
+            }
+        }
+    }
+    return GLIA_OK;
 }
 
 /* The channels_last forward, same semantics as batchnorm_forward's NCHW path below. With rows r of
@@ -182,6 +377,8 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     dims(&a->in[0]->shape, &N, &C, &HW);
     int64_t M = N * HW;
     p->kept = 0;
+    p->count = 0;
+    if (glia__batchnorm_syncs(l, &p->d, a->train)) return batchnorm_forward_sync(l, a);
     bool use_running = !a->train && p->d.rm >= 0;
     if (a->train && M < 2) {
         char buf[64];
@@ -310,6 +507,7 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     dims(&a->in[0]->shape, &N, &C, &HW);
     if (p->kept == 0 || p->kept != glia_tensor_numel(a->in[0]))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
+    if (p->count > 0) return batchnorm_backward_sync(l, a);
     int64_t M = N * HW;
     if (is_nhwc(a->in[0])) return batchnorm_backward_nhwc(l, a, M);
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
@@ -351,7 +549,8 @@ static const struct glia_layer_ops batchnorm_ops = {
     .struct_size = sizeof(struct glia_layer_ops),
     .type = "batchnorm",
     .impl = "cpu",
-    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval",
+    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval, "
+           "SyncBatchNorm over ranks with sync",
     .keys = glia__batchnorm_keys,
     .min_inputs = 1,
     .max_inputs = 1,

@@ -1,5 +1,7 @@
 /* plugins/layers/batchnorm/batchnorm_desc.c — the batchnorm description shared by the CPU plugin and
- * cuda.so: keys, create's checks and declarations, infer_shape, flops. Not the maths. */
+ * cuda.so: keys, create's checks and declarations, infer_shape, flops, and SyncBatchNorm's exchange
+ * between ranks. Not the maths. */
+#include <stdio.h>
 #include "batchnorm_desc.h"
 
 const struct glia_key glia__batchnorm_keys[] = {
@@ -9,6 +11,9 @@ const struct glia_key glia__batchnorm_keys[] = {
     GLIA_KEY("affine", GLIA_KEY_BOOL, "on", "learned per-channel weight (gamma, init 1) and bias (beta, init 0)"),
     GLIA_KEY("track_running_stats", GLIA_KEY_BOOL, "on",
              "keep running mean and variance and use them in eval (off: batch statistics in eval too)"),
+    GLIA_KEY("sync", GLIA_KEY_BOOL, "off",
+             "SyncBatchNorm: in training, batch statistics over all ranks of [distributed] mode = ddp "
+             "(eval and a single process: this rank's batch)"),
     GLIA_KEY_END};
 
 glia_status glia__batchnorm_describe(struct glia_layer *l, const struct glia_section *cfg,
@@ -21,6 +26,7 @@ glia_status glia__batchnorm_describe(struct glia_layer *l, const struct glia_sec
     d->C = in[0].dim[1];
     d->momentum = glia_section_float(cfg, "momentum");
     d->eps = glia_section_float(cfg, "eps");
+    d->sync = glia_section_bool(cfg, "sync");
     d->w = d->b = d->rm = d->rv = -1;
     struct glia_shape cs = glia_shape_make(1, (int64_t[]){d->C});
     glia_status st = GLIA_OK;
@@ -34,6 +40,20 @@ glia_status glia__batchnorm_describe(struct glia_layer *l, const struct glia_sec
             st = glia_layer_add_buffer(l, "running_var", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &d->rv);
     }
     return st;
+}
+
+bool glia__batchnorm_syncs(const struct glia_layer *l, const struct glia__batchnorm_desc *d, bool train)
+{
+    return train && d->sync && l->comm && l->comm->info.world > 1;
+}
+
+glia_status glia__batchnorm_exchange(struct glia_layer *l, double *buf, size_t count, const char *what)
+{
+    glia_status st = glia_comm_all_reduce_sync(l->comm, buf, count, GLIA_F64, GLIA_REDUCE_SUM);
+    if (!st) return GLIA_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", glia_context_error(l->ctx));
+    return glia_error(l->ctx, st, "[%s] batchnorm (sync) %s: %s", l->name, what, why);
 }
 
 glia_status glia__batchnorm_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
