@@ -14,7 +14,9 @@
 /* Every MPI call of the process runs on the communication thread: it initializes MPI (when the
  * program has not), executes the queued calls of all communicators in issue order with blocking
  * collectives, and finalizes MPI when the last communicator closes. The issuing thread only
- * queues calls and waits on their sequence numbers (tickets). */
+ * queues calls and waits on their sequence numbers (tickets). Calls of different communicators
+ * share the one queue, so every rank must interleave them in the same order (a single-threaded
+ * program does). A wait that times out leaves its call queued: a later wait may see it finish. */
 
 enum kind { OPEN, ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER, BARRIER, CLOSE };
 static const char *const kind_name[] = {"open", "all-reduce", "broadcast", "all-gather", "reduce-scatter", "barrier",
@@ -22,6 +24,7 @@ static const char *const kind_name[] = {"open", "all-reduce", "broadcast", "all-
 
 struct comm {
     struct glia_context *ctx;      /* of the issuing side (borrowed) */
+    struct glia_backend *b;        /* (borrowed) */
     MPI_Comm mc;                   /* this communicator's duplicate of MPI_COMM_WORLD */
     struct glia_comm_info info;
     double timeout_s;
@@ -295,13 +298,14 @@ static struct timespec deadline(double s)
     return t;
 }
 
-/* Waits (lock held) until call seq of c is done or the time is up (never, for timeout_s <= 0);
- * true when done. */
+/* Waits (lock held) until call seq of c is done or the time is up (never, for timeout_s <= 0 or
+ * beyond 30 years); true when done. */
 static bool wait_done(struct comm *c, uint64_t seq, double timeout_s)
 {
-    struct timespec dl = deadline(timeout_s > 0 ? timeout_s : 0);
+    bool forever = !(timeout_s > 0 && timeout_s < 1e9);
+    struct timespec dl = deadline(forever ? 0 : timeout_s);
     while (c->done < seq)
-        if (timeout_s <= 0) pthread_cond_wait(&g.done, &g.lock);
+        if (forever) pthread_cond_wait(&g.done, &g.lock);
         else if (pthread_cond_timedwait(&g.done, &g.lock, &dl) == ETIMEDOUT) return c->done >= seq;
     return true;
 }
@@ -388,7 +392,7 @@ static glia_status mpi_open(struct glia_context *ctx, const struct glia_comm_ope
         free(c), free(k), free(kc);
         return GLIA_ENOMEM;
     }
-    *c = (struct comm){.ctx = ctx, .mc = MPI_COMM_NULL, .info = {-1, 0, -1, 0}, .timeout_s = a->timeout_s};
+    *c = (struct comm){.ctx = ctx, .b = a->backend, .mc = MPI_COMM_NULL, .info = {-1, 0, -1, 0}, .timeout_s = a->timeout_s};
     if (g.phase == IDLE) {
         int e = pthread_create(&g.thread, NULL, thread_main, NULL);
         if (e) {
@@ -443,10 +447,12 @@ static glia_status check_types(struct comm *c, enum kind kind, enum glia_dtype d
     return GLIA_OK;
 }
 
-/* Queues a call (or holds it back in a group) and returns its ticket. */
+/* Queues a call (or holds it back in a group) and returns its ticket. Device work queued before
+ * (a download into a host buffer) is waited for first. */
 static glia_status issue(struct comm *c, struct call k, uint64_t *ticket)
 {
     glia_status st = check_types(c, k.kind, k.dt, k.op);
+    if (!st) st = glia_backend_sync(c->b);
     if (st) return st;
     if ((k.kind == ALL_GATHER || k.kind == REDUCE_SCATTER) && k.count > INT_MAX)
         return glia_error(c->ctx, GLIA_EUNSUPPORTED, "rank %d of %d: mpi %s: %zu elements per rank is more than MPI's "
