@@ -856,6 +856,12 @@ void glia_model_free(struct glia_model *m)
 
 long long glia_model_param_count(const struct glia_model *m) { return m->n_weights; }
 
+int glia_model_rank(const struct glia_model *m, int *world)
+{
+    if (world) *world = m->world;
+    return m->rank;
+}
+
 long long glia_model_weights(const struct glia_model *m, float *dst, long long n)
 {
     long long k = m->n_weights < n ? m->n_weights : n;

@@ -690,13 +690,14 @@ struct dist_epoch {
     double loss_sum, samples;      /* training loss sum and samples, all ranks */
     double run_samples;            /* samples trained in this run of the epoch (not before a resume) */
     double comm_wait_s;            /* the most any rank waited for gradient buckets */
-    double step_s_min, step_s_max; /* mean step time of the fastest and the slowest rank */
+    double step_s_min, step_s_max; /* mean step time without comm waits, fastest and slowest rank */
 };
 
 static glia_status dist_epoch(struct glia_model *m, double loss_sum, int64_t samples, int64_t run_samples,
                               double train_s, int64_t steps, struct dist_epoch *e)
 {
-    double step_s = steps > 0 ? train_s / (double)steps : 0, wait = m->ddp ? glia__ddp_take_wait(m->ddp) : 0;
+    /* a rank's own work per step: its waits for the others left out, so a slow rank stands out */
+    double wait = m->ddp ? glia__ddp_take_wait(m->ddp) : 0, step_s = steps > 0 ? (train_s - wait) / (double)steps : 0;
     double sums[3] = {loss_sum, (double)samples, (double)run_samples}, maxs[3] = {step_s, -step_s, wait};
     glia_status st = GLIA_OK;
     if (m->comm) st = glia_comm_all_reduce_sync(m->comm, sums, 3, GLIA_F64, GLIA_REDUCE_SUM);

@@ -1,6 +1,7 @@
 /* tests/test_ddp_mpi.c — DDP over the mpi transport with 2 ranks (the program starts itself
  * through mpirun): training equals one process on the global batch, every rank ends with the
- * same weights, a different model on one rank is refused, only rank 0 writes files.
+ * same weights, SyncBatchNorm sees the global batch, a different model on one rank is refused,
+ * only rank 0 writes files.
  * Not the transport's own tests (test_comm) and not rank failures (test_ddp_fault). */
 #include <math.h>
 #include <stdlib.h>
@@ -135,6 +136,17 @@ static void test_ddp_conv(void)
                               1e-4);
 }
 
+/* SyncBatchNorm: the statistics of the whole job's batch, as batchnorm sees it in one process. */
+static void test_ddp_syncbn(void)
+{
+    compare_with_global_batch(8, 256, NULL,
+                              "[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n"
+                              "[bn]\ntype = batchnorm\nsync = on\n[act]\ntype = relu\n"
+                              "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                              "[loss]\ntype = softmax_cross_entropy\n",
+                              1e-4);
+}
+
 /* Every rank must build the same model; the mismatch is named on every rank. */
 static void test_ddp_different_models_refused(void)
 {
@@ -204,6 +216,6 @@ static void test_ddp_files_and_padding(void)
 static void test_teardown(void) { glia_context_free(keeper); }
 
 GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equals_global_batch),
-                   GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv),
+                   GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv), GLIA_TEST(test_ddp_syncbn),
                    GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_files_and_padding),
                    GLIA_TEST(test_teardown))

@@ -95,10 +95,11 @@ static int cmd_train(struct glia_context *ctx, const struct args *a, int check_o
     struct glia_model *m = NULL;
     int rc = load_model(ctx, a, &cfg, &m);
     if (!rc) {
+        bool lead = glia_model_rank(m, NULL) == 0;  /* ddp: rank 0 speaks for the job */
         if (check_only) {
-            glia_model_summary(m, stdout);
+            if (lead) glia_model_summary(m, stdout);
         } else {
-            if (!a->quiet) glia_model_summary(m, stdout);
+            if (!a->quiet && lead) glia_model_summary(m, stdout);
             struct glia_train_options o = {a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout, a->resume};
             glia_status st = glia_model_train(m, &o, NULL, 0);
             if (st) rc = fail(ctx, st);
@@ -123,7 +124,7 @@ static int cmd_eval(struct glia_context *ctx, const struct args *a)
         glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
         if (!st) st = glia_model_evaluate(m, &loss, &acc);
         if (st) rc = fail(ctx, st);
-        else printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
+        else if (glia_model_rank(m, NULL) == 0) printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
     }
     glia_model_free(m);
     glia_config_free(cfg);
@@ -142,7 +143,9 @@ static int cmd_profile(struct glia_context *ctx, const struct args *a)
     struct glia_model *m = NULL;
     int rc = load_model(ctx, a, &cfg, &m);
     if (!rc) {
-        glia_status st = glia_model_profile(m, (int)steps, 5, stdout);
+        FILE *out = glia_model_rank(m, NULL) == 0 ? stdout : fopen("/dev/null", "w");
+        glia_status st = out ? glia_model_profile(m, (int)steps, 5, out) : GLIA_EIO;
+        if (out && out != stdout) fclose(out);
         if (st) rc = fail(ctx, st);
     }
     glia_model_free(m);

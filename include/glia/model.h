@@ -37,6 +37,9 @@ void glia_model_free(struct glia_model *m);
 
 /* Print the layer table (name, type, impl, output shape, params, FLOPs). */
 void glia_model_summary(const struct glia_model *m, FILE *f);
+/* This process's rank in a data-parallel job (0 when there is none); *world (may be NULL) gets
+ * the number of ranks. Programs print only on rank 0. */
+int glia_model_rank(const struct glia_model *m, int *world);
 /* Total number of parameter elements. */
 long long glia_model_param_count(const struct glia_model *m);
 /* Copy all weights (flat fp32, in arena order) to dst of n floats; returns the count. */
@@ -58,7 +61,8 @@ struct glia_epoch_result {
     double loss_scale;         /* precision = fp16: the loss scale at the epoch's end; else 1 */
     int world;                 /* ranks training together (1 unless [distributed] mode = ddp) */
     double comm_wait_s;        /* ddp: the most time a rank's steps waited for gradient all-reduces */
-    double step_s_min, step_s_max;  /* mean step time of the fastest and of the slowest rank */
+    double step_s_min, step_s_max;  /* mean step time without the comm waits, of the fastest and of
+                                       the slowest rank (a spread means the ranks are unbalanced) */
 };
 
 /* Train per [train], evaluating on the test set after each epoch. If results is not NULL
