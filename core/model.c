@@ -79,13 +79,15 @@ static const struct glia_key graph_keys[] = {
 static const struct glia_key distributed_keys[] = {
     GLIA_KEY("mode", GLIA_KEY_ENUM, "none",
              "none | ddp: one process per device, started by mpirun or srun, gradients all-reduced in buckets during "
-             "backward", .choices = "none|dp|ddp"),
+             "backward | dp: one process drives the devices listed in devices", .choices = "none|dp|ddp"),
     GLIA_KEY("transport", GLIA_KEY_STRING, "auto", "auto (nccl for a CUDA device, else mpi) | mpi | nccl | a transport plugin"),
     GLIA_KEY("bucket_mb", GLIA_KEY_FLOAT, "25", "ddp: gradient bucket size in MiB", .min = 1e-6, .max = 1e6),
     GLIA_KEY("first_bucket_mb", GLIA_KEY_FLOAT, "1", "ddp: size of the first bucket (the last layers' gradients), so "
              "communication starts early", .min = 1e-6, .max = 1e6),
     GLIA_KEY("timeout_s", GLIA_KEY_FLOAT, "300", "a collective not done after this long fails the run (a rank died or "
              "stalled)", .min = 0.01, .max = 1e9),
+    GLIA_KEY("devices", GLIA_KEY_LIST, NULL, "dp: the devices one process drives, e.g. cuda:0, cuda:1 (N is cuda:N; "
+             "cpu, cpu for tests)"),
     GLIA_KEY("rank_log", GLIA_KEY_STRING, NULL, "ddp: every rank writes its progress lines to this file; {rank} is "
              "replaced by the rank (relative to this file)"),
     GLIA_KEY_END};
@@ -271,7 +273,9 @@ static glia_status setup_device(struct glia_model *m)
     char why[GLIA__ERRMSG_MAX];
     /* ddp: one process per GPU, so a bare "cuda" (or auto) means this rank's GPU on its machine */
     int index = m->dist == GLIA__DIST_DDP ? launcher_local_rank() : 0;
-    if (!strcmp(dev, "auto")) {
+    if (m->forced) {
+        m->device = m->forced_device;
+    } else if (!strcmp(dev, "auto")) {
         /* CUDA when its backend loads and the device opens; else the CPU, saying why in one line. */
         struct glia_device cuda = {GLIA_DEVICE_CUDA, index};
         struct glia_backend *b;
@@ -312,8 +316,22 @@ static glia_status setup_device(struct glia_model *m)
     return GLIA_OK;
 }
 
+/* A dp replica computes on batches the model it copies hands it: same settings, no samples. */
+static void borrow_data(struct glia_model *m, const struct glia_model *like)
+{
+    m->train = (struct glia__dataset){like->train.n, like->train.rows, like->train.cols, NULL, NULL, like->train.n_classes};
+    m->test = (struct glia__dataset){like->test.n, like->test.rows, like->test.cols, NULL, NULL, like->test.n_classes};
+    m->batch = like->batch;
+    m->test_batch = like->test_batch;
+    m->n_classes = like->n_classes;
+    m->mean = like->mean;
+    m->std = like->std;
+    m->workers = 0;
+}
+
 static glia_status load_data(struct glia_model *m)
 {
+    if (m->like) return borrow_data(m, m->like), GLIA_OK;
     struct glia_section *s = glia__config_find(m->cfg, "data");
     char *paths[4] = {0};
     static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
@@ -748,8 +766,7 @@ static glia_status setup_distributed(struct glia_model *m)
     struct glia_section *s = glia__config_find(m->cfg, "distributed");
     m->world = 1;
     if (m->dist == GLIA__DIST_NONE) return GLIA_OK;
-    if (m->dist == GLIA__DIST_DP)
-        return glia_section_error(s, "mode", GLIA_EUNSUPPORTED, "mode = dp is not available in this build; use ddp");
+    if (m->dist == GLIA__DIST_DP) return GLIA_OK;  /* devices: see dp_devices */
     const char *tr = glia_section_str(s, "transport");
     glia_status st = glia_comm_open(m->ctx, tr, m->backend, glia_section_float(s, "timeout_s"), &m->comm);
     if (st) {
@@ -772,12 +789,51 @@ static glia_status setup_distributed(struct glia_model *m)
     return GLIA_OK;
 }
 
+/* mode = dp: [distributed] devices into devs ("cpu", "cuda", "cuda:N", or N for cuda:N). */
+static glia_status dp_devices(struct glia_model *m, struct glia_device *devs, int *n)
+{
+    struct glia_section *s = glia__config_find(m->cfg, "distributed");
+    const char **items;
+    *n = glia_section_list(s, "devices", &items);
+    if (*n < 1)
+        return glia_section_error(s, "mode", GLIA_ECONFIG, "mode = dp needs devices = (e.g. cuda:0, cuda:1, or cpu, cpu)");
+    if (*n > GLIA__MAX_REPLICAS)
+        return glia_section_error(s, "devices", GLIA_ECONFIG, "%d devices; dp drives at most %d", *n, GLIA__MAX_REPLICAS);
+    for (int i = 0; i < *n; i++) {
+        char *end;
+        long k = strtol(items[i], &end, 10);
+        if (items[i][0] >= '0' && items[i][0] <= '9' && !*end && k < 1024) devs[i] = (struct glia_device){GLIA_DEVICE_CUDA, (int)k};
+        else if (glia_device_parse(items[i], &devs[i]))
+            return glia_section_error(s, "devices", GLIA_ECONFIG, "expected cpu, cuda, cuda:N or N, got '%s'", items[i]);
+        if (i > 0 && devs[i].type != devs[0].type)
+            return glia_section_error(s, "devices", GLIA_ECONFIG, "dp devices must all be of one type ('%s' and '%s')",
+                                      items[0], items[i]);
+    }
+    return GLIA_OK;
+}
+
+static glia_status build(struct glia_context *ctx, struct glia_config *cfg, const struct glia_model *like,
+                         const struct glia_device *dev, struct glia_model **out);
+
 glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, struct glia_model **out)
+{
+    return build(ctx, cfg, NULL, NULL, out);
+}
+
+/* Builds the model of cfg; a dp replica (like set) on device *dev with like's data settings. */
+static glia_status build(struct glia_context *ctx, struct glia_config *cfg, const struct glia_model *like,
+                         const struct glia_device *dev, struct glia_model **out)
 {
     struct glia_model *m = calloc(1, sizeof *m);
     if (!m) return GLIA_ENOMEM;
     m->ctx = ctx;
     m->cfg = cfg;
+    m->like = like;
+    m->n_replicas = 1;
+    m->loss_weight = 1;
+    if (dev) m->forced = true, m->forced_device = *dev;
+    struct glia_device devs[GLIA__MAX_REPLICAS];
+    int n_devs = 0;
     glia_status st = setup_plugins(m);
     static const char *globals[] = {"runtime", "data", "train", "distributed"};
     for (int i = 0; i < 4 && !st; i++) {
@@ -788,6 +844,11 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
     if (!st) {
         const char *mode = glia_section_str(glia__config_find(cfg, "distributed"), "mode");
         m->dist = !strcmp(mode, "ddp") ? GLIA__DIST_DDP : !strcmp(mode, "dp") ? GLIA__DIST_DP : GLIA__DIST_NONE;
+        if (like) m->dist = GLIA__DIST_NONE;  /* a replica is driven by its model */
+    }
+    if (!st && m->dist == GLIA__DIST_DP && !(st = dp_devices(m, devs, &n_devs))) {
+        m->forced = true;
+        m->forced_device = devs[0];
     }
     if (!st) st = setup_device(m);
     if (!st) st = setup_distributed(m);
@@ -810,6 +871,12 @@ glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, 
     if (!st && m->comm) {
         struct glia_section *d = glia__config_find(cfg, "distributed");
         st = glia__ddp_new(m, m->comm, glia_section_float(d, "bucket_mb"), glia_section_float(d, "first_bucket_mb"), &m->ddp);
+    }
+    for (int r = 1; r < n_devs && !st; r++) {  /* dp: the other devices' copies */
+        if (!(st = build(ctx, cfg, m, &devs[r], &m->replica[r]))) {
+            m->replica[r]->rank = r;  /* its own dropout masks */
+            m->n_replicas = r + 1;
+        }
     }
     if (st) {
         glia_model_free(m);
@@ -842,6 +909,8 @@ void glia_model_free(struct glia_model *m)
     }
     glia_tensor_release(m->buf);
     glia__ddp_free(m->ddp);
+    for (int r = 1; r < m->n_replicas; r++) glia_model_free(m->replica[r]);
+    glia_tensor_release(m->one);
     free(m->rank_log);
     free(m->checkpoint_dir);
     free(m->device_notice);
@@ -888,6 +957,12 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     fprintf(f, "model %s on %s, batch %d, memory format %s, precision %s\n", m->cfg->path ? m->cfg->path : "(string)",
             glia_device_str(m->device, dev, sizeof dev), m->batch, glia_memory_format_name(m->format),
             glia_precision_name(m->precision));
+    if (m->n_replicas > 1) {
+        fprintf(f, "dp: batch %d split over %d devices:", m->batch, m->n_replicas);
+        for (int r = 0; r < m->n_replicas; r++)
+            fprintf(f, " %s", glia_device_str(r ? m->replica[r]->device : m->device, dev, sizeof dev));
+        fprintf(f, "\n");
+    }
     if (m->ddp)
         fprintf(f, "ddp: rank %d of %d over %s, batch %d per rank (%d in all), %d gradient buckets\n", m->rank, m->world,
                 m->comm->ops->name, m->batch, m->batch * m->world, glia__ddp_n_buckets(m->ddp));

@@ -8,6 +8,7 @@
 #define GLIA__MAX_NODES 1024
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_STATE 4
+#define GLIA__MAX_REPLICAS 16
 
 /* Dynamic loss scaling (precision = fp16), torch.cuda.amp.GradScaler's rule: the loss is
  * multiplied by `scale` before backward; a step whose gradients are not all finite is skipped
@@ -100,6 +101,17 @@ struct glia_model {
     struct glia__ddp *ddp;           /* mode = ddp (owned) */
     int rank, world;                 /* this process in the job: 0 and 1 unless ddp */
     char *rank_log;                  /* (owned) per-rank log file, or NULL */
+    /* mode = dp: this model computes chunk[0] of each batch on its device, replica[r] (owned)
+     * chunk[r] on device r; gradients are added into this model's, which steps and hands its
+     * weights and buffers back to the replicas */
+    int n_replicas;                  /* devices driven (1 without dp) */
+    struct glia_model *replica[GLIA__MAX_REPLICAS];  /* [0] unused */
+    int64_t chunk[GLIA__MAX_REPLICAS];
+    struct glia_tensor *one;         /* a device 1.0f, for adding gradients with gemm_f32 */
+    double loss_weight;              /* the share of the batch this model's loss stands for */
+    bool forced;                     /* build on forced_device, not [runtime] device (dp) */
+    struct glia_device forced_device;
+    const struct glia_model *like;   /* while a replica builds: the model whose data it borrows */
 };
 
 const struct glia_key *glia__core_schema(const char *section);

@@ -64,10 +64,10 @@ static bool async_upload(const struct glia_model *m)
 }
 
 /* The loss layer's output gradient: 1/accumulate (each micro-batch's loss counts that much),
- * times the loss scale. */
+ * times the loss scale, times the share of the batch this model computed (dp). */
 static glia_status write_loss_scale(struct glia_model *m)
 {
-    float v = (float)(m->scaler.scale / (double)m->accumulate);
+    float v = (float)(m->scaler.scale * m->loss_weight / (double)m->accumulate);
     return glia_tensor_from_host(m->loss_scale, &v, sizeof v);
 }
 
@@ -423,7 +423,119 @@ static glia_status read_loss(struct glia_model *m, double *loss)
     float v;
     glia_status st = glia_tensor_to_host(m->nodes[m->n_nodes - 1].out, &v, sizeof v);
     *loss = v;
+    if (m->n_replicas > 1 && m->loss_weight < 1) {  /* dp: the whole batch's mean over the chunks */
+        *loss = v * m->loss_weight;
+        for (int r = 1; r < m->n_replicas && !st; r++) {
+            struct glia_model *p = m->replica[r];
+            if (!m->chunk[r]) continue;
+            st = glia_tensor_to_host(p->nodes[p->n_nodes - 1].out, &v, sizeof v);
+            *loss += v * p->loss_weight;
+        }
+    }
     return st;
+}
+
+/* ---- mode = dp: one process, several devices ----
+ * A training batch is split into chunks of ceil(n / devices) rows (torch.nn.DataParallel's
+ * scatter); the model computes the first chunk on its device and each replica the next ones
+ * on its own, with its loss weighted by its share of the batch, so that the gradients added
+ * into the model's are those of the whole batch. The replicas start every step from the model's
+ * weights and buffers (their own running statistics are dropped, as in DataParallel). */
+
+/* dst += src over the f32 elements of a parameter gradient. */
+static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struct glia_tensor *src)
+{
+    int64_t n = glia_tensor_numel(dst);
+    if (dst->device.type == GLIA_DEVICE_CPU && src->device.type == GLIA_DEVICE_CPU) {
+        float *d = glia_tensor_f32(dst);
+        const float *x = glia_tensor_f32(src);
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] += x[i];
+        return GLIA_OK;
+    }
+    glia_status st = GLIA_OK;
+    struct glia_tensor *tmp = NULL;
+    if (src->device.type != dst->device.type || src->device.index != dst->device.index) {  /* bring it over first */
+        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = glia_tensor_copy(tmp, src);
+        src = tmp;
+    }
+    if (!st && !m->one) {
+        float one = 1;
+        int64_t d1[1] = {1};
+        struct glia_shape s1 = glia_shape_make(1, d1);
+        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->one))) st = glia_tensor_from_host(m->one, &one, sizeof one);
+    }
+    /* dst(1, n) = 1(1, 1) @ src(1, n) + dst */
+    if (!st) st = glia_backend_gemm_f32(m->backend, false, false, 1, n, 1, 1.0f, m->one->data, 1, src->data, n, 1.0f, dst->data, n);
+    glia_tensor_release(tmp);
+    return st;
+}
+
+/* Split batch n (in m->x, m->y) over the devices and run every chunk's forward. */
+static glia_status dp_forward(struct glia_model *m, int64_t n)
+{
+    int R = m->n_replicas;
+    int64_t per = (n + R - 1) / R, row = (int64_t)m->train.rows * m->train.cols;
+    glia_status st = GLIA_OK;
+    for (int r = 0; r < R; r++) m->chunk[r] = r * per >= n ? 0 : (n - r * per < per ? n - r * per : per);
+    for (int r = 1; r < R && !st; r++) {
+        struct glia_model *p = m->replica[r];
+        if (!m->chunk[r]) continue;
+        if (p->act_batch < m->act_batch) st = alloc_activations(p, m->act_batch);
+        if (!st) st = set_batch(p, m->chunk[r]);
+        if (!st) st = glia_tensor_copy(p->w, m->w);  /* this step's weights and buffers */
+        if (!st && m->n_buffer_values) st = glia_tensor_copy(p->buf, m->buf);
+        struct glia_tensor *xs = NULL, *ys = NULL;
+        if (!st) st = glia_tensor_view(m->x_buf, r * per * row, &p->x->shape, &xs);
+        if (!st) st = glia_tensor_view(m->y_buf, r * per, &p->y->shape, &ys);
+        if (!st) st = glia_tensor_copy(p->x, xs);
+        if (!st) st = glia_tensor_copy(p->y, ys);
+        glia_tensor_release(xs);
+        glia_tensor_release(ys);
+        p->loss_weight = (double)m->chunk[r] / (double)n;
+        p->accumulate = m->accumulate;
+        p->scaler = m->scaler;
+        p->step = m->step;
+        if (!st) st = write_loss_scale(p);
+    }
+    m->loss_weight = (double)m->chunk[0] / (double)n;
+    if (!st) st = set_batch(m, m->chunk[0]);
+    if (!st) st = write_loss_scale(m);
+    for (int r = 0; r < R && !st; r++)
+        if (m->chunk[r]) st = forward(r ? m->replica[r] : m, true);
+    return st;
+}
+
+/* Every chunk's backward, then the replicas' gradients added into the model's. */
+static glia_status dp_backward(struct glia_model *m)
+{
+    glia_status st = GLIA_OK;
+    for (int r = 0; r < m->n_replicas && !st; r++)
+        if (m->chunk[r]) st = backward(r ? m->replica[r] : m);
+    for (int r = 1; r < m->n_replicas && !st; r++) {
+        struct glia_model *p = m->replica[r];
+        if (!m->chunk[r]) continue;
+        for (int i = 0; i < m->n_nodes && !st; i++)
+            for (int k = 0; k < m->nodes[i].layer.n_params && !st; k++) {
+                struct glia_param *dst = &m->nodes[i].layer.params[k], *src = &p->nodes[i].layer.params[k];
+                if (src->grad_unset) continue;  /* nothing written there */
+                st = dst->grad_unset ? glia_tensor_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
+                dst->grad_unset = false;
+                src->grad_unset = true;  /* the replica writes afresh next time */
+            }
+    }
+    return st;
+}
+
+/* A training forward of the batch in m->x (n rows), on one device or split over dp's. */
+static glia_status train_forward(struct glia_model *m, int64_t n)
+{
+    return m->n_replicas > 1 ? dp_forward(m, n) : forward(m, true);
+}
+
+static glia_status train_backward(struct glia_model *m)
+{
+    return m->n_replicas > 1 ? dp_backward(m) : backward(m);
 }
 
 /* ---- reading the training loss without stalling the device ----
@@ -441,6 +553,7 @@ static glia_status lagged_init(struct glia_model *m, struct lagged_loss *q)
 {
     struct glia_backend *b = m->backend;
     *q = (struct lagged_loss){0};
+    if (m->n_replicas > 1) return GLIA_OK;  /* dp: the loss is summed over the devices' chunks */
     if (!GLIA__HAS_SLOT(b->ops, download) || !GLIA__HAS_SLOT(b->ops, wait_copy) || !GLIA__HAS_SLOT(b->ops, host_alloc))
         return GLIA_OK;
     return b->ops->host_alloc(b->priv, sizeof(float), (void **)&q->host);
@@ -550,6 +663,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
     int64_t correct = 0, n = 0, nb;
     struct feed f;
     bool more = true;
+    m->loss_weight = 1;  /* dp: evaluation runs whole batches on the model's device */
     glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
     if (!st) st = feed_start(m, &f, &s->test);
     while (!st && !(st = feed_next(m, &f, &nb, &more)) && more) {
@@ -751,14 +865,14 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         st = glia__loader_start_epoch(&s.train, epoch, k0);
         if (!st) st = feed_start(m, &f, &s.train);
         for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
-            st = forward(m, true);
+            st = train_forward(m, nb);
             if (!st && !lag.host) {  /* the loss of this step, now */
                 st = read_loss(m, &l);
                 if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
             }
             bool stepped = (k + 1) % m->accumulate == 0 || k == steps - 1;
             if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
-            if (!st) st = backward(m);
+            if (!st) st = train_backward(m);
             if (!st && stepped) st = optimizer_step(m, epoch);
             if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
                 st = lagged_drain(m, &lag, epoch, &l, &loss_sum);
@@ -874,9 +988,9 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
             glia_backend_sync(m->backend);
             t_other += glia__now() - t0;
         }
-        if (!st) st = forward(m, true);
+        if (!st) st = train_forward(m, nb);
         if (m->ddp) glia__ddp_begin(m->ddp, true);
-        if (!st) st = backward(m);
+        if (!st) st = train_backward(m);
         if (!st) st = optimizer_step(m, 1);
     }
     feed_stop(&fd);

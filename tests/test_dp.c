@@ -1,0 +1,109 @@
+/* tests/test_dp.c — mode = dp in one process: a batch split over several CPU "devices" trains
+ * to the weights of one device on the whole batch (even and uneven splits, accumulation, a conv
+ * net), and [distributed] devices errors. Not ddp (test_ddp_mpi). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+#include "modelutil.h"
+
+static char dir[512];
+
+static void make_data(void)
+{
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("dp-data"));
+    char cmd[600], a[600], b[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(a, sizeof a, "%s/tri", dir);
+    snprintf(b, sizeof b, "%s/trl", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 300, 6, 6, 5, 11) == 0);
+    snprintf(a, sizeof a, "%s/tei", dir);
+    snprintf(b, sizeof b, "%s/tel", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 100, 6, 6, 5, 12) == 0);
+}
+
+static const char *model(const char *dist, int batch, const char *train_extra, const char *layers)
+{
+    static char buf[8192];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 3\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = %d\ntest_batch_size = 40\nmean = 0.2\nstd = 0.3\n"
+             "[distributed]\n%s\n[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n%s\n[optimizer]\nmomentum = 0.9\n%s",
+             dir, dir, dir, dir, batch, dist, train_extra,
+             layers ? layers
+                    : "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+                      "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n");
+    return buf;
+}
+
+static void compare(const char *devices, int batch, const char *train_extra, const char *layers)
+{
+    make_data();
+    char dist[256];
+    snprintf(dist, sizeof dist, "mode = dp\ndevices = %s", devices);
+    struct run dp, one;
+    open_run(&dp, model(dist, batch, train_extra, layers));
+    open_run(&one, model("mode = none", batch, train_extra, layers));
+    CU_ASSERT(dp.m->n_replicas > 1);
+    struct glia_epoch_result rd[2], r1[2];
+    glia_status st = glia_model_train(dp.m, &quiet, rd, 2);
+    if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_FATAL(glia_model_train(one.m, &quiet, r1, 2) == GLIA_OK);
+    long long nd, n1;
+    float *wd = weights(&dp, &nd), *w1 = weights(&one, &n1);
+    CU_ASSERT_EQUAL_FATAL(nd, n1);
+    double worst = 0;
+    for (long long i = 0; i < nd; i++) worst = fmax(worst, fabs((double)wd[i] - w1[i]) / fmax(1.0, fabs(w1[i])));
+    if (!(worst < 2e-5)) printf("\n  weights differ by %g\n", worst);
+    CU_ASSERT(worst < 2e-5);
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT(fabs(rd[k].train_loss - r1[k].train_loss) < 1e-5);
+        CU_ASSERT(fabs(rd[k].test_accuracy - r1[k].test_accuracy) < 1e-9);
+    }
+    free(wd);
+    free(w1);
+    close_run(&dp);
+    close_run(&one);
+}
+
+static void test_two_devices(void) { compare("cpu, cpu", 32, "", NULL); }
+/* batch 10 over 3: chunks 4, 4, 2, with gradients accumulated over 2 batches */
+static void test_three_devices_uneven(void) { compare("cpu, cpu, cpu", 10, "accumulate = 2", NULL); }
+/* batch 7 over 4 devices: chunks 2, 2, 2, 1; the last batch (300 % 7 = 6 rows) leaves one device idle */
+static void test_idle_device(void) { compare("cpu, cpu, cpu, cpu", 7, "", NULL); }
+
+static void test_conv_dropout_free_net(void)
+{
+    compare("cpu, cpu", 16, "schedule = step\ngamma = 0.5",
+            "[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n[act]\ntype = relu\n[pool]\ntype = maxpool2d\n"
+            "size = 2\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n");
+}
+
+static void expect_error(const char *dist, const char *want)
+{
+    make_data();
+    struct glia_context *c;
+    struct glia_config *cfg;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(c, "t.ini", model(dist, 8, "", NULL), &cfg) == GLIA_OK);
+    CU_ASSERT_NOT_EQUAL(glia_model_build(c, cfg, &m), GLIA_OK);
+    const char *e = glia_context_error(c);
+    if (!strstr(e, want)) printf("\n  got: %s\n", e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, want));
+    glia_config_free(cfg);
+    glia_context_free(c);
+}
+
+static void test_errors(void)
+{
+    expect_error("mode = dp", "t.ini:14: [distributed] mode: mode = dp needs devices");
+    expect_error("mode = dp\ndevices = cpu, gpu", "t.ini:15: [distributed] devices: expected cpu, cuda, cuda:N or N, got 'gpu'");
+    expect_error("mode = dp\ndevices = cpu, 0", "must all be of one type");
+}
+
+GLIA_TEST_MAIN("dp", GLIA_TEST(test_two_devices), GLIA_TEST(test_three_devices_uneven), GLIA_TEST(test_idle_device),
+               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_errors))
