@@ -45,6 +45,8 @@ static inline int mpi_relaunch(char **argv, int ranks)
     snprintf(np, sizeof np, "%d", ranks);
     char *args[] = {(char *)GLIA_MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", np, argv[0], NULL};
     fflush(stdout);
+    /* containers often forbid the cross-process reads of Open MPI's shared-memory fast path */
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
     execv(GLIA_MPIRUN, args);
     perror("exec " GLIA_MPIRUN);
     return 1;
