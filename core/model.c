@@ -831,6 +831,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     m->like = like;
     m->n_replicas = 1;
     m->loss_weight = 1;
+    m->weights_step = -1;
     if (dev) m->forced = true, m->forced_device = *dev;
     struct glia_device devs[GLIA__MAX_REPLICAS];
     int n_devs = 0;

@@ -483,8 +483,9 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         if (!m->chunk[r]) continue;
         if (p->act_batch < m->act_batch) st = alloc_activations(p, m->act_batch);
         if (!st) st = set_batch(p, m->chunk[r]);
-        if (!st) st = glia_tensor_copy(p->w, m->w);  /* this step's weights and buffers */
-        if (!st && m->n_buffer_values) st = glia_tensor_copy(p->buf, m->buf);
+        if (!st && p->weights_step != m->step) st = glia_tensor_copy(p->w, m->w);  /* changed by a step */
+        if (!st) p->weights_step = m->step;
+        if (!st && m->n_buffer_values) st = glia_tensor_copy(p->buf, m->buf);  /* changed by every forward */
         struct glia_tensor *xs = NULL, *ys = NULL;
         if (!st) st = glia_tensor_view(m->x_buf, r * per * row, &p->x->shape, &xs);
         if (!st) st = glia_tensor_view(m->y_buf, r * per, &p->y->shape, &ys);
@@ -493,7 +494,6 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         glia_tensor_release(xs);
         glia_tensor_release(ys);
         p->loss_weight = (double)m->chunk[r] / (double)n;
-        p->accumulate = m->accumulate;
         p->scaler = m->scaler;
         p->step = m->step;
         if (!st) st = write_loss_scale(p);
@@ -504,6 +504,12 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
     for (int r = 0; r < R && !st; r++)
         if (m->chunk[r]) st = forward(r ? m->replica[r] : m, true);
     return st;
+}
+
+/* The replicas copy the model's weights at their next forward (they were loaded or broadcast). */
+static void dp_weights_changed(struct glia_model *m)
+{
+    for (int r = 1; r < m->n_replicas; r++) m->replica[r]->weights_step = -1;
 }
 
 /* Every chunk's backward, then the replicas' gradients added into the model's. */
@@ -835,6 +841,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     struct glia__resume rs = {1, 0, 0, 0};
     if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
     if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
+    dp_weights_changed(m);
     if (st) {
         scratch_free(&s);
         close_rank_log(rank_log, tee);
@@ -964,6 +971,7 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
 {
     struct scratch s = {0};
     glia_status st = scratch_alloc(m, &s, true);
+    dp_weights_changed(m);
     if (!st) st = glia__loader_start_epoch(&s.train, 1, 0);
     int64_t total = s.have_train ? s.train.n_batches_per_epoch : 0;
     if (!st && warmup + steps > total)

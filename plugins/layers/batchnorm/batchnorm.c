@@ -16,7 +16,7 @@ struct batchnorm {
     int64_t kept;       /* elements of the input that mean/invstd belong to (0: none kept) */
     double *part;       /* NHWC and sync only, made on first use: (2*MAX_BLOCKS + 1)*C partial sums and per-channel terms */
     float *coef;        /* NHWC and sync only: 3*C, the forward's per-channel mean, scale and shift as float */
-    double *sums;       /* sync only (made by create): 2*C + 1, the sums exchanged between ranks */
+    double *sums;       /* 2*C + 1: backward's gradient sums; with sync, the sums exchanged between ranks */
     double count;       /* values per channel over all ranks of the last training forward if it synced, else 0 */
 };
 
@@ -79,8 +79,8 @@ static glia_status batchnorm_create(struct glia_layer *l, const struct glia_sect
         size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
         p->mean = malloc(C * sizeof *p->mean);
         p->invstd = malloc(C * sizeof *p->invstd);
-        if (p->d.sync) p->sums = malloc((2 * C + 1) * sizeof *p->sums);
-        if (!p->mean || !p->invstd || (p->d.sync && !p->sums)) st = GLIA_ENOMEM;
+        p->sums = malloc((2 * C + 1) * sizeof *p->sums);
+        if (!p->mean || !p->invstd || !p->sums) st = GLIA_ENOMEM;
     }
     if (st) {  /* the core calls destroy only after a successful create */
         batchnorm_destroy(l);
@@ -89,7 +89,8 @@ static glia_status batchnorm_create(struct glia_layer *l, const struct glia_sect
     return st;
 }
 
-/* ---- SyncBatchNorm (key sync; batchnorm_desc.h says when it applies and what it computes) ---- */
+/* ---- per-channel sums (backward; SyncBatchNorm's forward) and SyncBatchNorm (key sync;
+ * batchnorm_desc.h says when it applies and what it computes) ---- */
 
 /* s(2, C) = per channel c over the M = N*HW values of x(N, C, HW) (nhwc: the rows of x(M, C)), in double:
  * without dy (s(0, c), s(1, c)) = (sum x, sum x^2); with dy(like x), (sum dy, sum dy*x_hat), x_hat =
@@ -220,62 +221,6 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
     }
     p->kept = glia_tensor_numel(a->in[0]);
     p->count = M;
-    return GLIA_OK;
-}
-
-/* Backward after a forward that synced, with N its count over all ranks: dgamma (+)= sum dy*x_hat and
- * dbeta (+)= sum dy over this rank's values; with a->din[0], s(2C) = those sums summed over the ranks, and
- * dx (+)= gamma*invstd/N * (N*dy - s(0, c) - x_hat*s(1, c)). */
-static glia_status batchnorm_backward_sync(struct glia_layer *l, const struct glia_bwd *a)
-{
-    struct batchnorm *p = l->priv;
-    glia_status st = nhwc_scratch(l, p);
-    if (st) return st;
-    int64_t N, C, HW;
-    dims(&a->in[0]->shape, &N, &C, &HW);
-    bool nhwc = is_nhwc(a->in[0]);
-    const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
-    float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
-    bool add_dx = a->din_accumulate[0];
-    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
-    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
-    float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
-    bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
-    double *s = p->sums, M = p->count, *k = p->part + 2 * MAX_BLOCKS * C;
-    const double *mean = p->mean, *invstd = p->invstd;
-    local_sums(p, x, dy, N, HW, nhwc, s);
-    for (int64_t c = 0; c < C; c++) {  /* this rank's sums: DDP averages parameter gradients over ranks */
-        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)s[C + c] : (float)s[C + c];  /* never 0 * old */
-        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)s[c] : (float)s[c];
-    }
-    if (!dx) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
-    if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C), "gradient sums"))) return st;
-    for (int64_t c = 0; c < C; c++) k[c] = (gamma ? gamma[c] : 1.0) * invstd[c] / M;
-    const double *sdy = s, *sdyx = s + C;
-    if (nhwc) {
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < N * HW; r++) {
-            const float *xr = x + r * C, *dyr = dy + r * C;
-            float *dxr = dx + r * C;
-            for (int64_t c = 0; c < C; c++) {
-                double xh = (xr[c] - mean[c]) * invstd[c];
-                float g = (float)(k[c] * (M * dyr[c] - sdy[c] - xh * sdyx[c]));
-                dxr[c] = add_dx ? dxr[c] + g : g;
-            }
-        }
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < N * C; j++) {
-            int64_t c = j % C;
-            const float *xc = x + j * HW, *dyc = dy + j * HW;
-            float *dxc = dx + j * HW;
-            for (int64_t i = 0; i < HW; i++) {
-                double xh = (xc[i] - mean[c]) * invstd[c];
-                float g = (float)(k[c] * (M * dyc[i] - sdy[c] - xh * sdyx[c]));
-                dxc[i] = add_dx ? dxc[i] + g : g;
-            }
-        }
-    }
     return GLIA_OK;
 }
 
@@ -437,69 +382,12 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     return GLIA_OK;
 }
 
-/* The channels_last backward, the same sums as batchnorm_backward's NCHW path below over the M rows
- * of x(N,H,W,C) and dy(N,H,W,C): per block of rows partial sdy(C) and sdyx(C), added up per channel
- * in block order (double); then dx(N,H,W,C) (+)= k(C) * (M*dy - sdy(C) - x_hat*sdyx(C)). */
-static glia_status batchnorm_backward_nhwc(struct glia_layer *l, const struct glia_bwd *a, int64_t M)
-{
-    struct batchnorm *p = l->priv;
-    glia_status st = nhwc_scratch(l, p);
-    if (st) return st;
-    int64_t C = p->d.C, nb = n_blocks(M);
-    const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
-    float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
-    bool add_dx = a->din_accumulate[0];
-    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
-    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
-    float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
-    bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
-    const double *mean = p->mean, *invstd = p->invstd;
-    /* sdy (first C of each block's partials), sdyx (C after MAX_BLOCKS*C), k (C after 2*MAX_BLOCKS*C) */
-    double *sdy = p->part, *sdyx = p->part + MAX_BLOCKS * C, *k = p->part + 2 * MAX_BLOCKS * C;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nb; b++) {
-        double *s = sdy + b * C, *sx = sdyx + b * C;
-        for (int64_t c = 0; c < C; c++) s[c] = sx[c] = 0;
-        for (int64_t r = b * M / nb; r < (b + 1) * M / nb; r++) {
-            const float *xr = x + r * C, *dyr = dy + r * C;
-            for (int64_t c = 0; c < C; c++) {
-                s[c] += dyr[c];
-                sx[c] += dyr[c] * ((xr[c] - mean[c]) * invstd[c]);
-            }
-        }
-    }
-    /* the blocks' partials add up into block 0's */
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < C; c++) {
-        double s = 0, sx = 0;
-        for (int64_t b = 0; b < nb; b++) {
-            s += sdy[b * C + c];
-            sx += sdyx[b * C + c];
-        }
-        sdy[c] = s;
-        sdyx[c] = sx;
-        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sx : (float)sx;  /* never 0 * old */
-        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)s : (float)s;
-        k[c] = (gamma ? gamma[c] : 1.0) * invstd[c] / (double)M;
-    }
-    if (!dx) return GLIA_OK;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < M; r++) {
-        const float *xr = x + r * C, *dyr = dy + r * C;
-        float *dxr = dx + r * C;
-        for (int64_t c = 0; c < C; c++) {
-            double xh = (xr[c] - mean[c]) * invstd[c];
-            float g = (float)(k[c] * ((double)M * dyr[c] - sdy[c] - xh * sdyx[c]));
-            dxr[c] = add_dx ? dxr[c] + g : g;
-        }
-    }
-    return GLIA_OK;
-}
-
-/* With x_hat = (x - mean)*invstd recomputed from the input and M = N*HW, per channel:
- * dgamma (+)= sum(dy*x_hat); dbeta (+)= sum(dy);
- * dx (+)= gamma*invstd/M * (M*dy - sum(dy) - x_hat*sum(dy*x_hat)).
- * Channels run in parallel; each channel's sums are serial, in double, in a fixed order. */
+/* With x_hat = (x - mean)*invstd recomputed from the input and M the forward's count (N*HW, or with
+ * sync the count over all ranks), per channel:
+ * dgamma (+)= sum(dy*x_hat); dbeta (+)= sum(dy) -- over this rank's values (DDP averages parameter
+ * gradients over the ranks afterwards);
+ * dx (+)= gamma*invstd/M * (M*dy - sum(dy) - x_hat*sum(dy*x_hat)), with sync the two sums over all ranks.
+ * The sums are local_sums's (double, in a fixed order). */
 static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     struct batchnorm *p = l->priv;
@@ -507,9 +395,9 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     dims(&a->in[0]->shape, &N, &C, &HW);
     if (p->kept == 0 || p->kept != glia_tensor_numel(a->in[0]))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
-    if (p->count > 0) return batchnorm_backward_sync(l, a);
-    int64_t M = N * HW;
-    if (is_nhwc(a->in[0])) return batchnorm_backward_nhwc(l, a, M);
+    glia_status st = nhwc_scratch(l, p);
+    if (st) return st;
+    bool nhwc = is_nhwc(a->in[0]), synced = p->count > 0;
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
     bool add_dx = a->din_accumulate[0];
@@ -517,27 +405,36 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
     float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
     bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
-    const double *mean_c = p->mean, *invstd_c = p->invstd;
-#pragma omp parallel for schedule(static)
+    double *s = p->sums, M = synced ? p->count : (double)(N * HW), *k = p->part + 2 * MAX_BLOCKS * C;
+    const double *mean = p->mean, *invstd = p->invstd, *sdy = s, *sdyx = s + C;
+    local_sums(p, x, dy, N, HW, nhwc, s);
     for (int64_t c = 0; c < C; c++) {
-        double mean = mean_c[c], invstd = invstd_c[c], sdy = 0, sdyx = 0;
-        for (int64_t n = 0; n < N; n++) {
-            const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
-            for (int64_t i = 0; i < HW; i++) {
-                sdy += dyc[i];
-                sdyx += dyc[i] * ((xc[i] - mean) * invstd);
+        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sdyx[c] : (float)sdyx[c];  /* never 0 * old */
+        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)sdy[c] : (float)sdy[c];
+    }
+    if (!dx) return GLIA_OK;  /* with sync the same on every rank (one model): none of them exchanges */
+    if (synced && (st = glia__batchnorm_exchange(l, s, (size_t)(2 * C), "gradient sums"))) return st;
+    for (int64_t c = 0; c < C; c++) k[c] = (gamma ? gamma[c] : 1.0) * invstd[c] / M;
+    if (nhwc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N * HW; r++) {
+            const float *xr = x + r * C, *dyr = dy + r * C;
+            float *dxr = dx + r * C;
+            for (int64_t c = 0; c < C; c++) {
+                double xh = (xr[c] - mean[c]) * invstd[c];
+                float g = (float)(k[c] * (M * dyr[c] - sdy[c] - xh * sdyx[c]));
+                dxr[c] = add_dx ? dxr[c] + g : g;
             }
         }
-        if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
-        if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)sdy : (float)sdy;
-        if (!dx) continue;
-        double k = (gamma ? gamma[c] : 1.0) * invstd / (double)M;
-        for (int64_t n = 0; n < N; n++) {
-            const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
-            float *dxc = dx + (n * C + c) * HW;
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < N * C; j++) {
+            int64_t c = j % C;
+            const float *xc = x + j * HW, *dyc = dy + j * HW;
+            float *dxc = dx + j * HW;
             for (int64_t i = 0; i < HW; i++) {
-                double xh = (xc[i] - mean) * invstd;
-                float g = (float)(k * ((double)M * dyc[i] - sdy - xh * sdyx));
+                double xh = (xc[i] - mean[c]) * invstd[c];
+                float g = (float)(k[c] * (M * dyc[i] - sdy[c] - xh * sdyx[c]));
                 dxc[i] = add_dx ? dxc[i] + g : g;
             }
         }
