@@ -301,6 +301,8 @@ void glia__dataset_free(struct glia__dataset *d)
     if (!d) return;
     free(d->images);
     free(d->labels);
+    free(d->offsets);
+    free(d->ids);
     memset(d, 0, sizeof *d);
 }
 

@@ -138,16 +138,35 @@ uint64_t glia__hash_str(uint64_t h, const char *s);    /* FNV-1a step */
 /* Fisher-Yates permutation of 0..n-1 from seed. */
 void glia__permutation(int64_t *perm, int64_t n, uint64_t seed);
 
-/* ---- data (core/data_idx.c) ---- */
+/* ---- data (core/data_idx.c, core/data_tokens.c) ---- */
 
-/* An image classification set held in memory as loaded (u8 pixels, one channel). */
+/* A classification set held in memory as loaded: images (u8 pixels, one channel) or, for
+ * format = tokens, variable-length sequences of token ids. */
 struct glia__dataset {
     int64_t n;            /* samples */
-    int rows, cols;       /* sample is 1 x rows x cols */
-    uint8_t *images;      /* n * rows * cols (owned) */
+    int rows, cols;       /* images: a sample is 1 x rows x cols; tokens: rows = 1, cols = the
+                             longest sample (the padded length a batch can reach) */
+    uint8_t *images;      /* n * rows * cols (owned); NULL for tokens */
     int32_t *labels;      /* n (owned) */
     int n_classes;        /* max label + 1 */
+    bool tokens;          /* format = tokens */
+    int64_t *offsets;     /* tokens: sample i is ids[offsets[i] .. offsets[i+1]) (n + 1, owned) */
+    int32_t *ids;         /* tokens: every sample's ids, 1 .. vocab-1; 0 is padding (owned) */
 };
+
+/* Length of sample i of a token set. */
+static inline int64_t glia__sample_len(const struct glia__dataset *d, int64_t i)
+{
+    return d->offsets[i + 1] - d->offsets[i];
+}
+
+/* Load a token file (raw or gzip): one sample per line, the label then the sample's token ids,
+ * all decimal integers separated by blanks; blank lines and lines starting with '#' are
+ * skipped. Ids are 1 .. vocab-1 (0 is the padding id); samples longer than max_length
+ * (> 0) keep their first max_length ids; limit > 0 keeps the first `limit` samples. Bad lines
+ * give one line naming file:line and what is wrong. */
+glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_t vocab, int64_t max_length,
+                              int64_t limit, struct glia__dataset *out);
 
 /* Load an IDX image file (magic 0x00000803) and label file (0x00000801), raw or gzip.
  * limit > 0 keeps only the first `limit` samples. Missing, unreadable, truncated or

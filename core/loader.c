@@ -10,9 +10,11 @@
 #include "loader.h"
 
 struct slot {
-    float *x;
+    void *x;         /* f32 images or i32 token ids */
     int32_t *y;
     int64_t batch;   /* which batch it holds; -1: free */
+    int64_t len;     /* tokens: the batch's padded length */
+    int64_t real;    /* tokens: ids in it that are not padding */
     bool ready;
 };
 
@@ -60,15 +62,40 @@ static int64_t batch_size_of(const struct glia__loader *L, int64_t b)
     return left < L->batch ? left : L->batch;
 }
 
+/* A token batch into s: (n, len) ids padded with 0, len the longest sample rounded up to
+ * pad_multiple (at least 1). */
+static void fill_tokens(const struct glia__loader *L, const int64_t *idx, int64_t n, struct slot *s)
+{
+    const struct glia__dataset *d = L->d;
+    int64_t len = 1, real = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = glia__sample_len(d, idx[i]);
+        real += k;
+        if (k > len) len = k;
+    }
+    len = (len + L->pad_multiple - 1) / L->pad_multiple * L->pad_multiple;
+    if (len > L->max_len) len = L->max_len;
+    int32_t *x = s->x;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = glia__sample_len(d, idx[i]);
+        memcpy(x + i * len, d->ids + d->offsets[idx[i]], sizeof(int32_t) * (size_t)k);
+        memset(x + i * len + k, 0, sizeof(int32_t) * (size_t)(len - k));
+        s->y[i] = d->labels[idx[i]];
+    }
+    s->len = len;
+    s->real = real;
+}
+
 static void fill(const struct glia__loader *L, int64_t b, struct slot *s)
 {
     int64_t n = batch_size_of(L, b), per = (int64_t)L->d->rows * L->d->cols;
     const int64_t *idx = L->perm + b * L->batch;
+    if (L->d->tokens) return fill_tokens(L, idx, n, s);
     if (L->workers == 0) {  /* the caller's thread: use OpenMP over the batch */
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) make_sample(L, idx[i], s->x + i * per, s->y + i);
+        for (int64_t i = 0; i < n; i++) make_sample(L, idx[i], (float *)s->x + i * per, s->y + i);
     } else {
-        for (int64_t i = 0; i < n; i++) make_sample(L, idx[i], s->x + i * per, s->y + i);
+        for (int64_t i = 0; i < n; i++) make_sample(L, idx[i], (float *)s->x + i * per, s->y + i);
     }
 }
 
@@ -114,6 +141,47 @@ int64_t glia__shard(int64_t *order, int64_t n, int rank, int world, bool pad)
     return k;
 }
 
+struct keyed {
+    int64_t len, pos, sample;
+};
+
+static int by_length(const void *a, const void *b)
+{
+    const struct keyed *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;  /* longest first */
+    return (x->pos > y->pos) - (x->pos < y->pos);            /* stable */
+}
+
+glia_status glia__group_by_length(int64_t *order, int64_t n, const struct glia__dataset *d, int64_t group,
+                                  int64_t batch, bool shuffle, uint64_t seed)
+{
+    if (n <= 1) return GLIA_OK;
+    if (group < 1) group = 1;
+    if (batch < 1) batch = 1;
+    int64_t run = group < n ? group : n, whole = n / batch;
+    struct keyed *k = malloc(sizeof *k * (size_t)run);
+    int64_t *perm = shuffle && whole > 1 ? malloc(sizeof *perm * (size_t)whole) : NULL;
+    int64_t *copy = perm ? malloc(sizeof *copy * (size_t)(whole * batch)) : NULL;
+    if (!k || (shuffle && whole > 1 && (!perm || !copy))) {
+        free(k), free(perm), free(copy);
+        return GLIA_ENOMEM;
+    }
+    for (int64_t start = 0; start < n; start += group) {
+        int64_t m = n - start < group ? n - start : group;
+        for (int64_t i = 0; i < m; i++) k[i] = (struct keyed){glia__sample_len(d, order[start + i]), i, order[start + i]};
+        qsort(k, (size_t)m, sizeof *k, by_length);
+        for (int64_t i = 0; i < m; i++) order[start + i] = k[i].sample;
+    }
+    if (perm) {
+        glia__permutation(perm, whole, seed);
+        memcpy(copy, order, sizeof *copy * (size_t)(whole * batch));
+        for (int64_t b = 0; b < whole; b++)
+            memcpy(order + b * batch, copy + perm[b] * batch, sizeof *copy * (size_t)batch);
+    }
+    free(k), free(perm), free(copy);
+    return GLIA_OK;
+}
+
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o)
 {
@@ -133,15 +201,19 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->world = o->world > 1 ? o->world : 1;
     L->rank = L->world > 1 ? o->rank : 0;
     L->pad = o->pad;
+    L->group = o->group && d->tokens;
+    L->group_batches = o->group_batches > 0 ? o->group_batches : 1;
+    L->pad_multiple = o->pad_multiple > 0 ? o->pad_multiple : 1;
+    L->max_len = d->tokens ? ((int64_t)d->cols + L->pad_multiple - 1) / L->pad_multiple * L->pad_multiple : d->cols;
     int64_t local = L->world == 1 ? d->n : L->pad ? (d->n + L->world - 1) / L->world
                                                   : (d->n - L->rank + L->world - 1) / L->world;
     L->n_batches_per_epoch = o->drop_last ? local / o->batch : (local + o->batch - 1) / o->batch;
     for (int v = 0; v < 256; v++) L->table[v] = ((float)v / 255.0f - o->mean) / o->std;
-    L->perm = malloc(sizeof(int64_t) * (size_t)(d->n > 0 ? d->n : 1));
+    L->perm = malloc(sizeof(int64_t) * (size_t)(d->n + L->world));  /* room for the padding (group) */
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
     L->w = calloc((size_t)nw, sizeof *L->w);
     if (!L->perm || !L->w) return glia__loader_free(L), GLIA_ENOMEM;
-    size_t per = (size_t)o->batch * (size_t)d->rows * (size_t)d->cols;
+    size_t per = (size_t)o->batch * (size_t)(d->tokens ? L->max_len : (int64_t)d->rows * d->cols);
     for (int i = 0; i < nw; i++) {
         L->w[i].L = L;
         L->w[i].index = i;
@@ -183,7 +255,19 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
 {
     if (L->shuffle) glia__permutation(L->perm, L->d->n, L->seed + (uint64_t)epoch);
     else for (int64_t i = 0; i < L->d->n; i++) L->perm[i] = i;
-    int64_t n = glia__shard(L->perm, L->d->n, L->rank, L->world, L->pad);
+    int64_t n = L->d->n;
+    if (L->group) {  /* pad first, sort runs of the job's batches, then each rank its share of each */
+        int64_t total = L->pad && n > 0 ? (n + L->world - 1) / L->world * L->world : n;
+        for (int64_t i = n; i < total; i++) L->perm[i] = L->perm[i % n];
+        int64_t job_batch = (int64_t)L->batch * L->world;
+        glia_status st = glia__group_by_length(L->perm, total, L->d, L->pad ? L->group_batches * job_batch : total,
+                                               job_batch, L->shuffle && L->pad,
+                                               mix(L->seed ^ mix((uint64_t)epoch + 0x51ed27ull)));
+        if (st) return st;
+        n = glia__shard(L->perm, total, L->rank, L->world, false);
+    } else {
+        n = glia__shard(L->perm, n, L->rank, L->world, L->pad);
+    }
     if (n < 0) return GLIA_ENOMEM;
     pthread_mutex_lock(&L->mu);
     L->epoch = epoch;
@@ -191,6 +275,7 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
     L->n_batches = L->n_batches_per_epoch;
     L->next = first_batch < L->n_batches ? first_batch : L->n_batches;
     L->wait_s = 0;
+    L->slots = L->real = 0;
     for (int i = 0; i < (L->workers > 0 ? L->workers : 1); i++)
         for (int k = 0; k < (L->workers > 0 ? L->prefetch : 1); k++) {
             L->w[i].ring[k].batch = -1;
@@ -212,28 +297,27 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
     return GLIA_OK;
 }
 
-bool glia__loader_next(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n)
+bool glia__loader_next(struct glia__loader *L, struct glia__batch *out)
 {
     if (L->next >= L->n_batches) return false;
     int64_t b = L->next;
+    struct slot *s;
+    double t0 = glia__now();
     if (L->workers == 0) {
-        struct slot *s = &L->w[0].ring[0];
-        double t0 = glia__now();
-        fill(L, b, s);
-        L->wait_s += glia__now() - t0;  /* without workers the step waits for all loading */
-        *x = s->x;
-        *y = s->y;
+        s = &L->w[0].ring[0];
+        fill(L, b, s);  /* without workers the step waits for all loading */
     } else {
-        struct slot *s = &L->w[b % L->workers].ring[(b / L->workers) % L->prefetch];
-        double t0 = glia__now();
+        s = &L->w[b % L->workers].ring[(b / L->workers) % L->prefetch];
         pthread_mutex_lock(&L->mu);
         while (!(s->ready && s->batch == b)) pthread_cond_wait(&L->cv_ready, &L->mu);
         pthread_mutex_unlock(&L->mu);
-        L->wait_s += glia__now() - t0;
-        *x = s->x;
-        *y = s->y;
     }
-    *n = batch_size_of(L, b);
+    L->wait_s += glia__now() - t0;
+    *out = (struct glia__batch){s->x, s->y, batch_size_of(L, b), L->d->tokens ? s->len : L->d->cols};
+    if (L->d->tokens) {
+        L->slots += out->n * out->len;
+        L->real += s->real;
+    }
     return true;
 }
 

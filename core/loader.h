@@ -16,6 +16,23 @@ struct glia__loader_options {
     int rank, world;               /* data-parallel: this rank takes its shard of every epoch's order
                                       (glia__shard); world 0 or 1: all samples */
     bool pad;                      /* shards padded to equal size (training); else uneven (evaluation) */
+    /* token sets */
+    bool group;                    /* group_by_length: batches of similar lengths (glia__group_by_length);
+                                      with pad (training) runs of group_batches batches of the whole
+                                      job are sorted and the batches shuffled; without (evaluation)
+                                      the whole set is sorted */
+    int group_batches;
+    int pad_multiple;              /* a batch's padded length is a multiple of this (>= 1) */
+};
+
+/* One batch, valid until glia__loader_release. */
+struct glia__batch {
+    const void *x;                 /* images: f32 (n, 1, rows, cols) normalized;
+                                      tokens: i32 (n, len), each sample's ids then 0s */
+    const int32_t *y;              /* labels (n) */
+    int64_t n;                     /* samples */
+    int64_t len;                   /* tokens: the padded length (the longest sample, rounded up to
+                                      pad_multiple); images: cols */
 };
 
 struct worker;
@@ -36,6 +53,10 @@ struct glia__loader {
     struct glia_backend *pin;      /* owner of page-locked batch buffers, or NULL */
     int rank, world;
     bool pad;
+    bool group;
+    int group_batches, pad_multiple;
+    int64_t max_len;               /* tokens: the longest padded length a batch can have */
+    int64_t slots, real;           /* tokens: this epoch's batch elements (n * len) and real ids so far */
     struct worker *w;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready, cv_free;
@@ -46,9 +67,13 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
 /* Start an epoch (1-based) at batch first_batch (0 normally; later when resuming): the order
  * is a permutation from seed + epoch when shuffling. */
 glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t first_batch);
-/* The next batch in order (x: n x rows x cols floats, y: n labels), valid until
- * glia__loader_release; false at the end of the epoch. */
-bool glia__loader_next(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n);
+/* The next batch in order, valid until glia__loader_release; false at the end of the epoch. */
+bool glia__loader_next(struct glia__loader *L, struct glia__batch *b);
+/* Bytes of one sample of batch b's x. */
+static inline size_t glia__batch_row_bytes(const struct glia__batch *b, const struct glia__dataset *d)
+{
+    return 4 * (size_t)(d->tokens ? b->len : (int64_t)d->rows * d->cols);
+}
 void glia__loader_release(struct glia__loader *L);
 void glia__loader_free(struct glia__loader *L);
 /* Keeps rank's share of order[0..n) in place and returns its length (-1: no memory): every
@@ -56,6 +81,13 @@ void glia__loader_free(struct glia__loader *L);
  * start until its length divides by world, so every rank gets the same count (PyTorch's
  * DistributedSampler with drop_last = False). Pure. */
 int64_t glia__shard(int64_t *order, int64_t n, int rank, int world, bool pad);
+/* Length-grouped order (group_by_length, a bucketing sampler): order[0..n) is cut into runs of
+ * `group` samples, each sorted by decreasing length of d's samples (ties keep their order);
+ * then, with shuffle, the whole batches of `batch` consecutive samples are put in an order drawn
+ * from seed, a last partial batch staying last. Batches then hold samples of similar lengths
+ * while every epoch still sees a new order. GLIA_ENOMEM or GLIA_OK. Pure. */
+glia_status glia__group_by_length(int64_t *order, int64_t n, const struct glia__dataset *d, int64_t group,
+                                  int64_t batch, bool shuffle, uint64_t seed);
 
 
 #endif

@@ -26,11 +26,24 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
-    GLIA_KEY("format", GLIA_KEY_ENUM, "idx", "dataset file format", .choices = "idx"),
-    GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "IDX image file for training (raw or .gz)", .required = true),
-    GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "IDX label file for training", .required = true),
-    GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "IDX image file for evaluation", .required = true),
-    GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "IDX label file for evaluation", .required = true),
+    GLIA_KEY("format", GLIA_KEY_ENUM, "idx", "dataset files: idx (images) or tokens (lines of a label then token ids)",
+             .choices = "idx|tokens"),
+    GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for training (raw or .gz); required"),
+    GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for training; required"),
+    GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for evaluation; required"),
+    GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for evaluation; required"),
+    GLIA_KEY("train", GLIA_KEY_STRING, NULL, "format = tokens: token file for training (raw or .gz); required"),
+    GLIA_KEY("test", GLIA_KEY_STRING, NULL, "format = tokens: token file for evaluation; required"),
+    GLIA_KEY("vocab", GLIA_KEY_INT, "0", "format = tokens: token ids are 1 .. vocab-1 (0 pads); required", .min = 0,
+             .max = 1 << 30),
+    GLIA_KEY("max_length", GLIA_KEY_INT, "0", "format = tokens: keep the first N ids of longer samples (0: all)", .min = 0,
+             .max = 1 << 24),
+    GLIA_KEY("pad_to_multiple", GLIA_KEY_INT, "1", "format = tokens: a batch is padded to a length that is a multiple of N",
+             .min = 1, .max = 1 << 16),
+    GLIA_KEY("group_by_length", GLIA_KEY_BOOL, "off",
+             "format = tokens: batches of samples of similar lengths (runs of group_size batches sorted by length, "
+             "then the batches shuffled); evaluation sorted by length"),
+    GLIA_KEY("group_size", GLIA_KEY_INT, "50", "group_by_length: batches per sorted run", .min = 1, .max = 1 << 20),
     GLIA_KEY("batch_size", GLIA_KEY_INT, "64", "training mini-batch size", .min = 1, .max = 1 << 20),
     GLIA_KEY("test_batch_size", GLIA_KEY_INT, "1000", "evaluation batch size", .min = 1, .max = 1 << 20),
     GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch)"),
@@ -319,8 +332,10 @@ static glia_status setup_device(struct glia_model *m)
 /* A dp replica computes on batches the model it copies hands it: same settings, no samples. */
 static void borrow_data(struct glia_model *m, const struct glia_model *like)
 {
-    m->train = (struct glia__dataset){like->train.n, like->train.rows, like->train.cols, NULL, NULL, like->train.n_classes};
-    m->test = (struct glia__dataset){like->test.n, like->test.rows, like->test.cols, NULL, NULL, like->test.n_classes};
+    m->train = (struct glia__dataset){.n = like->train.n, .rows = like->train.rows, .cols = like->train.cols,
+                                      .n_classes = like->train.n_classes, .tokens = like->train.tokens};
+    m->test = (struct glia__dataset){.n = like->test.n, .rows = like->test.rows, .cols = like->test.cols,
+                                     .n_classes = like->test.n_classes, .tokens = like->test.tokens};
     m->batch = like->batch;
     m->test_batch = like->test_batch;
     m->n_classes = like->n_classes;
@@ -329,22 +344,76 @@ static void borrow_data(struct glia_model *m, const struct glia_model *like)
     m->workers = 0;
 }
 
+/* The keys of [data] that only one format reads: setting one for the other format is an error. */
+static const char *const idx_only[] = {"train_images", "train_labels", "test_images", "test_labels", "mean", "std",
+                                       "random_crop_padding", "random_flip"};
+static const char *const tokens_only[] = {"train", "test", "vocab", "max_length", "pad_to_multiple", "group_by_length",
+                                          "group_size"};
+
+static glia_status check_format_keys(struct glia_section *s, bool tokens)
+{
+    const char *const *other = tokens ? idx_only : tokens_only;
+    size_t n_other = tokens ? GLIA__ARRAY_LEN(idx_only) : GLIA__ARRAY_LEN(tokens_only);
+    for (size_t i = 0; i < n_other; i++)
+        if (glia__section_entry(s, other[i]))
+            return glia_section_error(s, other[i], GLIA_ECONFIG, "'%s' applies to format = %s, not %s", other[i],
+                                      tokens ? "idx" : "tokens", tokens ? "tokens" : "idx");
+    static const char *const need_idx[] = {"train_images", "train_labels", "test_images", "test_labels"};
+    static const char *const need_tokens[] = {"train", "test", "vocab"};
+    const char *const *need = tokens ? need_tokens : need_idx;
+    for (size_t i = 0; i < (tokens ? GLIA__ARRAY_LEN(need_tokens) : GLIA__ARRAY_LEN(need_idx)); i++)
+        if (!glia__section_entry(s, need[i]))
+            return glia_section_error(s, need[i], GLIA_ECONFIG, "missing required key (format = %s)",
+                                      tokens ? "tokens" : "idx");
+    if (tokens && glia_section_int(s, "vocab") < 2)
+        return glia_section_error(s, "vocab", GLIA_ECONFIG, "vocab must be at least 2 (id 0 is padding)");
+    return GLIA_OK;
+}
+
+static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
+{
+    char *paths[2] = {glia__config_path(s, "train", glia_section_str(s, "train")),
+                      glia__config_path(s, "test", glia_section_str(s, "test"))};
+    int64_t vocab = glia_section_int(s, "vocab"), max_length = glia_section_int(s, "max_length");
+    glia_status st = paths[0] && paths[1] ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = glia__tokens_load(m->ctx, paths[0], vocab, max_length, glia_section_int(s, "train_samples"), &m->train);
+    if (!st) st = glia__tokens_load(m->ctx, paths[1], vocab, max_length, glia_section_int(s, "test_samples"), &m->test);
+    free(paths[0]);
+    free(paths[1]);
+    if (st) return st;
+    /* one padded length bounds every batch of both sets: activations are sized for it */
+    int64_t mult = glia_section_int(s, "pad_to_multiple"), longest = m->train.cols > m->test.cols ? m->train.cols : m->test.cols;
+    longest = (longest + mult - 1) / mult * mult;
+    if (longest > INT32_MAX) return glia_section_error(s, "pad_to_multiple", GLIA_ECONFIG, "a padded length of %lld is too long", (long long)longest);
+    m->train.cols = m->test.cols = (int)longest;
+    m->pad_multiple = (int)mult;
+    m->group_by_length = glia_section_bool(s, "group_by_length");
+    m->group_size = (int)glia_section_int(s, "group_size");
+    return GLIA_OK;
+}
+
 static glia_status load_data(struct glia_model *m)
 {
     if (m->like) return borrow_data(m, m->like), GLIA_OK;
     struct glia_section *s = glia__config_find(m->cfg, "data");
-    char *paths[4] = {0};
-    static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
-    glia_status st = GLIA_OK;
-    for (int i = 0; i < 4 && !st; i++)
-        if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
-    if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
-    if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
-    if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
-        st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
-                                m->test.rows, m->test.cols, m->train.rows, m->train.cols);
-    for (int i = 0; i < 4; i++) free(paths[i]);
+    bool tokens = !strcmp(glia_section_str(s, "format"), "tokens");
+    glia_status st = check_format_keys(s, tokens);
     if (st) return st;
+    if (tokens) {
+        if ((st = load_tokens(m, s))) return st;
+    } else {
+        char *paths[4] = {0};
+        static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+        for (int i = 0; i < 4 && !st; i++)
+            if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
+        if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
+        if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
+        if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
+            st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
+                                    m->test.rows, m->test.cols, m->train.rows, m->train.cols);
+        for (int i = 0; i < 4; i++) free(paths[i]);
+        if (st) return st;
+    }
     m->batch = (int)glia_section_int(s, "batch_size");
     m->test_batch = (int)glia_section_int(s, "test_batch_size");
     m->shuffle = glia_section_bool(s, "shuffle");
@@ -473,10 +542,7 @@ static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, cons
 
 static struct glia_shape in_shape_of(const struct glia_model *m, int producer, int64_t batch)
 {
-    if (producer < 0) {
-        int64_t d[4] = {batch, 1, m->train.rows, m->train.cols};
-        return glia_shape_make(4, d);
-    }
+    if (producer < 0) return glia__data_shape(m, batch, m->train.cols);
     return m->nodes[producer].out_shape;
 }
 
@@ -1011,9 +1077,15 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward\n",
             m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl);
     static const char *sched[] = {"constant", "step", "cosine"};
-    fprintf(f, "data: %lld training samples, %lld test samples, %dx%d, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
-            (long long)m->train.n, (long long)m->test.n, m->train.rows, m->train.cols, m->n_classes,
-            m->opt.ops->name, m->lr, sched[m->schedule], m->epochs);
+    char shape[64];
+    if (m->train.tokens)
+        snprintf(shape, sizeof shape, "token sequences up to %d%s", m->train.cols,
+                 m->group_by_length ? ", grouped by length" : "");
+    else
+        snprintf(shape, sizeof shape, "%dx%d", m->train.rows, m->train.cols);
+    fprintf(f, "data: %lld training samples, %lld test samples, %s, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
+            (long long)m->train.n, (long long)m->test.n, shape, m->n_classes, m->opt.ops->name, m->lr, sched[m->schedule],
+            m->epochs);
 }
 
 const struct glia_key *glia_config_schema(const char *section) { return glia__core_schema(section); }

@@ -68,6 +68,8 @@ struct glia_model {
     bool shuffle, persistent, drop_last, flip, pin_memory;
     float mean, std;
     int workers, prefetch, crop_padding;
+    int pad_multiple, group_size;    /* tokens: [data] pad_to_multiple, group_size */
+    bool group_by_length;            /* tokens: [data] group_by_length */
     /* training */
     struct glia_optimizer opt;
     int epochs, log_every;
@@ -89,6 +91,7 @@ struct glia_model {
     /* activations */
  int64_t act_batch;               /* batch the buffers were sized for (0: none) */
     int64_t cur_batch;               /* batch the views currently have */
+    int64_t cur_len;                 /* tokens: the padded length they have */
     struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
     struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
                                                stream: the next batch lands here during a step */
@@ -114,6 +117,13 @@ struct glia_model {
     struct glia_device forced_device;
     const struct glia_model *like;   /* while a replica builds: the model whose data it borrows */
 };
+
+/* The data batch's shape: images (n, 1, rows, cols); tokens (n, len). */
+static inline struct glia_shape glia__data_shape(const struct glia_model *m, int64_t n, int64_t len)
+{
+    if (m->train.tokens) return glia_shape_make(2, (int64_t[]){n, len});
+    return glia_shape_make(4, (int64_t[]){n, 1, m->train.rows, m->train.cols});
+}
 
 const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);

@@ -35,27 +35,30 @@ void glia__model_release_activations(struct glia_model *m)
     glia_tensor_release(m->stage_x);
     glia_tensor_release(m->stage_y);
     m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = m->stage_x = m->stage_y = NULL;
-    m->act_batch = m->cur_batch = 0;
+    m->act_batch = m->cur_batch = m->cur_len = 0;
 }
 
-static struct glia_shape data_shape(const struct glia_model *m, int64_t n)
-{
-    int64_t d[4] = {n, 1, m->train.rows, m->train.cols};
-    return glia_shape_make(4, d);
-}
-
-/* Output shapes of every node for batch n, through each layer's infer_shape. */
-static glia_status infer_all(struct glia_model *m, int64_t n, struct glia_shape *shapes)
+/* Output shapes of every node for a data batch of shape (n, len) (tokens) or n images, through
+ * each layer's infer_shape. */
+static glia_status infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes)
 {
     for (int i = 0; i < m->n_nodes; i++) {
         struct glia__node *nd = &m->nodes[i];
         struct glia_shape in[GLIA__MAX_INPUTS];
-        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? data_shape(m, n) : shapes[nd->in[k]];
+        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? glia__data_shape(m, n, len) : shapes[nd->in[k]];
         glia_status st = nd->layer.ops->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
-        if (st) return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld", (long long)n);
+        if (st) {
+            if (m->train.tokens)
+                return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld of length %lld",
+                                          (long long)n, (long long)len);
+            return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld", (long long)n);
+        }
     }
     return GLIA_OK;
 }
+
+/* The data batch's element type: token ids or pixels. */
+static enum glia_dtype data_dtype(const struct glia_model *m) { return m->train.tokens ? GLIA_I32 : GLIA_F32; }
 
 /* Whether the backend uploads batches on a copy stream of its own (then they go through stage_x/y). */
 static bool async_upload(const struct glia_model *m)
@@ -80,7 +83,7 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
     glia__model_release_activations(m);
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     if (!shapes) return GLIA_ENOMEM;
-    st = infer_all(m, maxb, shapes);
+    st = infer_all(m, maxb, m->train.cols, shapes);  /* activations grow with the length: the longest */
     for (int i = 0; i < m->n_nodes && !st; i++) {
         struct glia__node *nd = &m->nodes[i];
         int64_t d1[1] = {glia_shape_numel(&shapes[i])};
@@ -89,19 +92,19 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
         if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->dout_buf);
         for (int k = 0; k < nd->n_in && !st; k++) {  /* converted inputs and their gradients */
             if (nd->edge[k] != GLIA__EDGE_CONVERT) continue;
-            struct glia_shape ps = nd->in[k] < 0 ? data_shape(m, maxb) : shapes[nd->in[k]];
+            struct glia_shape ps = nd->in[k] < 0 ? glia__data_shape(m, maxb, m->train.cols) : shapes[nd->in[k]];
             struct glia_shape fk = glia_shape_make(1, (int64_t[]){glia_shape_numel(&ps)});
             st = glia_tensor_new(m->backend, GLIA_F32, &fk, &nd->cin_buf[k]);
             if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &fk, &nd->cdin_buf[k]);
         }
     }
     free(shapes);
-    struct glia_shape xs = data_shape(m, maxb);
+    struct glia_shape xs = glia__data_shape(m, maxb, m->train.cols);
     int64_t d1[1] = {maxb}, one[1] = {1};
     struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
-    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &xs, &m->x_buf);
+    if (!st) st = glia_tensor_new(m->backend, data_dtype(m), &xs, &m->x_buf);
     if (!st) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->y_buf);
-    if (!st && async_upload(m)) st = glia_tensor_new(m->backend, GLIA_F32, &xs, &m->stage_x);
+    if (!st && async_upload(m)) st = glia_tensor_new(m->backend, data_dtype(m), &xs, &m->stage_x);
     if (!st && async_upload(m)) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->stage_y);
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->loss_scale);
     if (!st) st = write_loss_scale(m);
@@ -113,13 +116,14 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
     return GLIA_OK;
 }
 
-/* Point every activation view at batch n (n <= act_batch). */
-static glia_status set_batch(struct glia_model *m, int64_t n)
+/* Point every activation view at batch n (n <= act_batch) of length len (tokens; images: any). */
+static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len)
 {
-    if (n == m->cur_batch) return GLIA_OK;
+    if (!m->train.tokens) len = m->train.cols;
+    if (n == m->cur_batch && len == m->cur_len) return GLIA_OK;
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     if (!shapes) return GLIA_ENOMEM;
-    glia_status st = infer_all(m, n, shapes);
+    glia_status st = infer_all(m, n, len, shapes);
     for (int i = 0; i < m->n_nodes && !st; i++) {
         struct glia__node *nd = &m->nodes[i];
         glia_tensor_release(nd->out);
@@ -133,7 +137,7 @@ static glia_status set_batch(struct glia_model *m, int64_t n)
             nd->cin[k] = nd->cdin[k] = NULL;
             if (nd->edge[k] == GLIA__EDGE_DIRECT) continue;
             int p = nd->in[k];
-            struct glia_shape ps = p < 0 ? data_shape(m, n) : shapes[p];
+            struct glia_shape ps = p < 0 ? glia__data_shape(m, n, len) : shapes[p];
             bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
             st = glia_tensor_view_as(conv ? nd->cin_buf[k] : p < 0 ? m->x_buf : m->nodes[p].out_buf, 0, &ps,
                                      nd->in_fmt[k], &nd->cin[k]);
@@ -146,12 +150,13 @@ static glia_status set_batch(struct glia_model *m, int64_t n)
     glia_tensor_release(m->x);
     glia_tensor_release(m->y);
     m->x = m->y = NULL;
-    struct glia_shape xs = data_shape(m, n);
+    struct glia_shape xs = glia__data_shape(m, n, len);
     int64_t d1[1] = {n};
     struct glia_shape ys = glia_shape_make(1, d1);
     if (!st) st = glia_tensor_view(m->x_buf, 0, &xs, &m->x);
     if (!st) st = glia_tensor_view(m->y_buf, 0, &ys, &m->y);
     m->cur_batch = st ? 0 : n;
+    m->cur_len = st ? 0 : len;
     return st;
 }
 
@@ -165,28 +170,26 @@ static glia_status set_batch(struct glia_model *m, int64_t n)
 struct feed {
     struct glia__loader *L;
     bool staged;            /* a batch is uploading into stage_x/y (loader buffer still held) */
-    int64_t n;              /* its size */
+    struct glia__batch b;   /* its size and length */
     uint64_t ticket;        /* its upload */
 };
 
 static glia_status feed_upload(struct glia_model *m, struct feed *f)
 {
-    const float *x;
-    const int32_t *y;
-    f->staged = glia__loader_next(f->L, &x, &y, &f->n);
+    f->staged = glia__loader_next(f->L, &f->b);
     if (!f->staged) return GLIA_OK;
     struct glia_backend *b = m->backend;
     uint64_t t;
-    size_t row = sizeof(float) * (size_t)m->train.rows * (size_t)m->train.cols;
-    glia_status st = b->ops->upload(b->priv, m->stage_x->data, x, row * (size_t)f->n, &t);
-    if (!st) st = b->ops->upload(b->priv, m->stage_y->data, y, sizeof(int32_t) * (size_t)f->n, &f->ticket);
+    size_t row = glia__batch_row_bytes(&f->b, f->L->d);
+    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &t);
+    if (!st) st = b->ops->upload(b->priv, m->stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
     return st;
 }
 
 /* Start feeding an epoch of L (started already). */
 static glia_status feed_start(struct glia_model *m, struct feed *f, struct glia__loader *L)
 {
-    *f = (struct feed){L, false, 0, 0};
+    *f = (struct feed){.L = L};
     return async_upload(m) ? feed_upload(m, f) : GLIA_OK;
 }
 
@@ -195,22 +198,22 @@ static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, b
 {
     glia_status st;
     if (!async_upload(m)) {
-        const float *x;
-        const int32_t *y;
-        if (!(*more = glia__loader_next(f->L, &x, &y, n))) return GLIA_OK;
-        st = set_batch(m, *n);
-        if (!st) st = glia_tensor_from_host(m->x, x, glia_tensor_nbytes(m->x));
-        if (!st) st = glia_tensor_from_host(m->y, y, glia_tensor_nbytes(m->y));
+        struct glia__batch bt;
+        if (!(*more = glia__loader_next(f->L, &bt))) return GLIA_OK;
+        *n = bt.n;
+        st = set_batch(m, bt.n, bt.len);
+        if (!st) st = glia_tensor_from_host(m->x, bt.x, glia_tensor_nbytes(m->x));
+        if (!st) st = glia_tensor_from_host(m->y, bt.y, glia_tensor_nbytes(m->y));
         glia__loader_release(f->L);
         return st;
     }
     if (!(*more = f->staged)) return GLIA_OK;
     struct glia_backend *b = m->backend;
-    *n = f->n;
+    *n = f->b.n;
     st = b->ops->wait_copy(b->priv, f->ticket, true);  /* usually long done */
     glia__loader_release(f->L);
     f->staged = false;
-    if (!st) st = set_batch(m, *n);
+    if (!st) st = set_batch(m, f->b.n, f->b.len);
     if (!st) st = b->ops->copy(b->priv, m->x->data, false, m->stage_x->data, false, glia_tensor_nbytes(m->x));
     if (!st) st = b->ops->copy(b->priv, m->y->data, false, m->stage_y->data, false, glia_tensor_nbytes(m->y));
     if (!st) st = feed_upload(m, f);
@@ -475,14 +478,14 @@ static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struc
 static glia_status dp_forward(struct glia_model *m, int64_t n)
 {
     int R = m->n_replicas;
-    int64_t per = (n + R - 1) / R, row = (int64_t)m->train.rows * m->train.cols;
+    int64_t per = (n + R - 1) / R, row = glia_shape_numel(&m->x->shape) / (n > 0 ? n : 1);
     glia_status st = GLIA_OK;
     for (int r = 0; r < R; r++) m->chunk[r] = r * per >= n ? 0 : (n - r * per < per ? n - r * per : per);
     for (int r = 1; r < R && !st; r++) {
         struct glia_model *p = m->replica[r];
         if (!m->chunk[r]) continue;
         if (p->act_batch < m->act_batch) st = alloc_activations(p, m->act_batch);
-        if (!st) st = set_batch(p, m->chunk[r]);
+        if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
         if (!st && p->weights_step != m->step) st = glia_tensor_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
         if (!st && m->n_buffer_values) st = glia_tensor_copy(p->buf, m->buf);  /* changed by every forward */
@@ -499,7 +502,7 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         if (!st) st = write_loss_scale(p);
     }
     m->loss_weight = (double)m->chunk[0] / (double)n;
-    if (!st) st = set_batch(m, m->chunk[0]);
+    if (!st) st = set_batch(m, m->chunk[0], m->cur_len);
     if (!st) st = write_loss_scale(m);
     for (int r = 0; r < R && !st; r++)
         if (m->chunk[r]) st = forward(r ? m->replica[r] : m, true);
@@ -651,12 +654,14 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
     glia_status st = s->logits && s->hy ? GLIA_OK : GLIA_ENOMEM;
     struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
-                                     m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false};
+                                     m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false,
+                                     m->group_by_length, m->group_size, m->pad_multiple};
     if (!st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
     if (training && !st) {
         o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
                                           m->flip, m->crop_padding, m->mean, m->std, m->seed,
-                                          m->pin_memory ? m->backend : NULL, m->rank, m->world, true};
+                                          m->pin_memory ? m->backend : NULL, m->rank, m->world, true,
+                                          m->group_by_length, m->group_size, m->pad_multiple};
         if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
     }
     if (!st && m->act_batch < maxb) st = alloc_activations(m, maxb);
@@ -811,18 +816,21 @@ struct dist_epoch {
     double run_samples;            /* samples trained in this run of the epoch (not before a resume) */
     double comm_wait_s;            /* the most any rank waited for gradient buckets */
     double step_s_min, step_s_max; /* mean step time without comm waits, fastest and slowest rank */
+    double pad_frac;               /* tokens: the share of the batches' elements that was padding */
 };
 
-static glia_status dist_epoch(struct glia_model *m, double loss_sum, int64_t samples, int64_t run_samples,
-                              double train_s, int64_t steps, struct dist_epoch *e)
+static glia_status dist_epoch(struct glia_model *m, const struct glia__loader *L, double loss_sum, int64_t samples,
+                              int64_t run_samples, double train_s, int64_t steps, struct dist_epoch *e)
 {
     /* a rank's own work per step: its waits for the others left out, so a slow rank stands out */
     double wait = m->ddp ? glia__ddp_take_wait(m->ddp) : 0, step_s = steps > 0 ? (train_s - wait) / (double)steps : 0;
-    double sums[3] = {loss_sum, (double)samples, (double)run_samples}, maxs[3] = {step_s, -step_s, wait};
+    double sums[5] = {loss_sum, (double)samples, (double)run_samples, (double)L->slots, (double)L->real};
+    double maxs[3] = {step_s, -step_s, wait};
     glia_status st = GLIA_OK;
-    if (m->comm) st = glia_comm_all_reduce_sync(m->comm, sums, 3, GLIA_F64, GLIA_REDUCE_SUM);
+    if (m->comm) st = glia_comm_all_reduce_sync(m->comm, sums, 5, GLIA_F64, GLIA_REDUCE_SUM);
     if (!st && m->comm) st = glia_comm_all_reduce_sync(m->comm, maxs, 3, GLIA_F64, GLIA_REDUCE_MAX);
-    *e = (struct dist_epoch){sums[0], sums[1], sums[2], maxs[2], -maxs[1], maxs[0]};
+    *e = (struct dist_epoch){sums[0], sums[1], sums[2], maxs[2], -maxs[1], maxs[0],
+                             sums[3] > 0 ? 1 - sums[4] / sums[3] : 0};
     return st;
 }
 
@@ -922,7 +930,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         n = b;
         double train_s = glia__now() - t0, wait_s = s.train.wait_s;
         struct dist_epoch de;
-        st = dist_epoch(m, loss_sum, n, n - b_start, train_s, steps - k0, &de);
+        st = dist_epoch(m, &s.train, loss_sum, n, n - b_start, train_s, steps - k0, &de);
         if (!st) st = evaluate(m, &s, &test_loss, &test_acc);
         if (st) break;
         struct glia_epoch_result r = {epoch, de.samples ? de.loss_sum / de.samples : 0, test_loss, test_acc,
@@ -938,6 +946,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         if (opt->progress >= 0 && fp16)
             fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", epoch, m->epochs, r.loss_scale,
                     (long long)r.skipped_steps);
+        if (opt->progress >= 0 && m->train.tokens)
+            fprintf(out, "epoch %d/%d padding %.1f%% of the batches' tokens\n", epoch, m->epochs, 100 * de.pad_frac);
         if (opt->progress >= 0 && m->ddp)
             fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", epoch, m->epochs, r.world,
                     r.comm_wait_s, 1e3 * r.step_s_min, 1e3 * r.step_s_max);
@@ -945,6 +955,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
                              "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
                     epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds, r.data_wait_s);
+            if (m->train.tokens) fprintf(metrics, ", \"pad_frac\": %.6g", de.pad_frac);
             if (fp16) fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", r.loss_scale, (long long)r.skipped_steps);
             if (m->ddp)
                 fprintf(metrics, ", \"world\": %d, \"comm_wait_s\": %.6g, \"step_s_min\": %.6g, \"step_s_max\": %.6g", r.world,

@@ -228,7 +228,7 @@ static void test_gather(void)
 static void test_gather_parallel(void)
 {
     enum { M = 1000, R = 7, C = 5 };
-    struct glia__dataset d = {M, R, C, malloc(M * R * C), malloc(M * sizeof(int32_t)), 10};
+    struct glia__dataset d = {.n = M, .rows = R, .cols = C, .images = malloc(M * R * C), .labels = malloc(M * sizeof(int32_t)), .n_classes = 10};
     int64_t *idx = malloc(2 * M * sizeof *idx);
     float *x = malloc(2 * M * R * C * sizeof *x), *x2 = malloc(2 * M * R * C * sizeof *x2);
     int32_t *y = malloc(2 * M * sizeof *y);

@@ -8,6 +8,15 @@
 #include "modelutil.h"
 
 /* Every bucket is a run of adjacent parameters, numbered from the last parameter backwards. */
+/* The next batch as (x, y, n): image sets. */
+static bool next_batch(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n)
+{
+    struct glia__batch b;
+    if (!glia__loader_next(L, &b)) return false;
+    *x = b.x, *y = b.y, *n = b.n;
+    return true;
+}
+
 static void check_contiguous(const int *bucket_of, int n, int n_buckets)
 {
     CU_ASSERT_EQUAL(bucket_of[n - 1], 0);
@@ -139,7 +148,7 @@ static void test_loader_shards_epoch(void)
     int seen[11] = {0};
     for (int rank = 0; rank < 2; rank++) {
         struct glia__loader L;
-        struct glia__loader_options o = {4, 1, 2, true, false, true, false, 0, 0, 1, 9, NULL, rank, 2, true};
+        struct glia__loader_options o = {4, 1, 2, true, false, true, false, 0, 0, 1, 9, NULL, rank, 2, true, false, 0, 0};
         CU_ASSERT_FATAL(glia__loader_init(&L, c, &d, &o) == GLIA_OK);
         CU_ASSERT_EQUAL(L.n_batches_per_epoch, 2);  /* 6 samples each (11 padded to 12): 4 + 2 */
         CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 3, 0) == GLIA_OK);
@@ -149,7 +158,7 @@ static void test_loader_shards_epoch(void)
         const float *x;
         const int32_t *y;
         int64_t got = 0;
-        while (glia__loader_next(&L, &x, &y, &n)) {
+        while (next_batch(&L, &x, &y, &n)) {
             for (int64_t i = 0; i < n; i++, got++) {
                 int64_t pos = 2 * got + rank;  /* this rank's samples: every other position */
                 CU_ASSERT_EQUAL(y[i], d.labels[perm[pos % 11]]);

@@ -95,4 +95,31 @@ static inline int glia_test_write_idx(const char *images, const char *labels, in
     return (fclose(fi) | fclose(fl)) ? -1 : 0;
 }
 
+/* Writes a token file of n samples (label then ids, one per line). Sample i is of class
+ * i % classes: ids drawn from classes+1 .. vocab-1 with the marker id class+1 at one random
+ * place, so a model that pools over positions can learn it. Lengths are skewed like text: most
+ * near minlen, a few up to maxlen. Returns 0 on success. */
+static inline int glia_test_write_tokens(const char *path, int n, int vocab, int classes, int minlen, int maxlen,
+                                         unsigned seed)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    for (int i = 0; i < n; i++) {
+        int c = i % classes;
+        seed = seed * 1103515245u + 12345u;
+        double u = (double)((seed >> 8) % 10000) / 10000.0;
+        int len = minlen + (int)((double)(maxlen - minlen) * u * u * u);
+        seed = seed * 1103515245u + 12345u;
+        int at = (int)((seed >> 8) % (unsigned)len);
+        fprintf(f, "%d", c);
+        for (int j = 0; j < len; j++) {
+            seed = seed * 1103515245u + 12345u;
+            int id = j == at ? c + 1 : classes + 1 + (int)((seed >> 8) % (unsigned)(vocab - classes - 1));
+            fprintf(f, " %d", id);
+        }
+        fputc('\n', f);
+    }
+    return fclose(f) ? -1 : 0;
+}
+
 #endif

@@ -1,0 +1,157 @@
+/* core/data_tokens.c — the token-file reader ([data] format = tokens): labelled variable-length
+ * sequences of token ids, text (raw or gzip), loaded whole into memory. Not a tokenizer. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include "internal.h"
+
+#define TOK_MAX_LABEL 65535          /* labels are class indices */
+#define TOK_MAX_SAMPLES ((int64_t)1 << 31)
+
+struct reader {
+    struct glia_context *ctx;
+    const char *path;
+    gzFile gz;
+    char *line;
+    size_t cap;
+    int64_t lineno;
+};
+
+/* Next line into r->line (without its newline); *eof at the end. */
+static glia_status next_line(struct reader *r, bool *eof)
+{
+    size_t len = 0;
+    *eof = false;
+    for (;;) {
+        if (len + 2 > r->cap) {
+            size_t cap = r->cap ? r->cap * 2 : 4096;
+            char *p = realloc(r->line, cap);
+            if (!p) return glia_error(r->ctx, GLIA_ENOMEM, "%s:%lld: out of memory reading a line", r->path, (long long)r->lineno + 1);
+            r->line = p, r->cap = cap;
+        }
+        if (!gzgets(r->gz, r->line + len, (int)(r->cap - len > INT_MAX ? INT_MAX : r->cap - len))) {
+            int err = Z_OK;
+            const char *msg = gzerror(r->gz, &err);
+            if (err != Z_OK && err != Z_STREAM_END)
+                return glia_error(r->ctx, err == Z_ERRNO ? GLIA_EIO : GLIA_EFORMAT, "%s: %s: %s", r->path,
+                                  err == Z_ERRNO ? "read error" : "corrupt gzip data", err == Z_ERRNO ? strerror(errno) : msg);
+            if (len == 0) return *eof = true, GLIA_OK;
+            break;  /* a last line without a newline */
+        }
+        len += strlen(r->line + len);
+        if (len > 0 && r->line[len - 1] == '\n') break;
+        if (gzeof(r->gz)) break;
+    }
+    r->lineno++;
+    while (len > 0 && (r->line[len - 1] == '\n' || r->line[len - 1] == '\r')) r->line[--len] = '\0';
+    if (memchr(r->line, '\0', len) != NULL || strlen(r->line) != len)
+        return glia_error(r->ctx, GLIA_EFORMAT, "%s:%lld: a NUL byte: not a token file", r->path, (long long)r->lineno);
+    return GLIA_OK;
+}
+
+/* Parses the next decimal integer at *p; false at the end of the line. */
+static glia_status next_int(struct reader *r, char **p, long long *v, bool *got, const char *what)
+{
+    char *s = *p;
+    while (*s == ' ' || *s == '\t') s++;
+    *got = *s != '\0';
+    if (!*got) return GLIA_OK;
+    errno = 0;
+    char *end;
+    *v = strtoll(s, &end, 10);
+    if (end == s || (*end && *end != ' ' && *end != '\t') || errno == ERANGE) {
+        int n = (int)strcspn(s, " \t");
+        return glia_error(r->ctx, GLIA_EFORMAT, "%s:%lld: %s '%.*s' is not an integer", r->path, (long long)r->lineno, what,
+                          n > 40 ? 40 : n, s);
+    }
+    *p = end;
+    return GLIA_OK;
+}
+
+static glia_status grow(void **p, int64_t *cap, int64_t need, size_t sz)
+{
+    if (need <= *cap) return GLIA_OK;
+    int64_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * sz);
+    if (!q) return GLIA_ENOMEM;
+    *p = q, *cap = c;
+    return GLIA_OK;
+}
+
+glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_t vocab, int64_t max_length,
+                              int64_t limit, struct glia__dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    struct reader r = {ctx, path, NULL, NULL, 0, 0};
+    if (!(r.gz = gzopen(path, "rb")))
+        return glia_error(ctx, errno == ENOMEM ? GLIA_ENOMEM : GLIA_EIO, "cannot open token file %s: %s", path,
+                          errno ? strerror(errno) : "out of memory");
+    int64_t cap_s = 0, cap_o = 0, cap_t = 0, n = 0, total = 0, longest = 0;
+    int max_label = -1;
+    glia_status st = GLIA_OK;
+    out->tokens = true;
+    while (!st && (limit <= 0 || n < limit)) {
+        bool eof, got;
+        if ((st = next_line(&r, &eof)) || eof) break;
+        char *p = r.line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p || *p == '#') continue;
+        long long v;
+        if ((st = next_int(&r, &p, &v, &got, "label"))) break;
+        if (v < 0 || v > TOK_MAX_LABEL) {
+            st = glia_error(ctx, GLIA_EFORMAT, "%s:%lld: label %lld is out of range 0..%d", path, (long long)r.lineno, v,
+                            TOK_MAX_LABEL);
+            break;
+        }
+        if (n + 1 >= TOK_MAX_SAMPLES) {
+            st = glia_error(ctx, GLIA_EFORMAT, "%s:%lld: more than %lld samples", path, (long long)r.lineno,
+                            (long long)TOK_MAX_SAMPLES - 1);
+            break;
+        }
+        if (grow((void **)&out->labels, &cap_s, n + 1, sizeof *out->labels) ||
+            grow((void **)&out->offsets, &cap_o, n + 2, sizeof *out->offsets)) {  /* offsets: n + 1 entries */
+            st = glia_error(ctx, GLIA_ENOMEM, "%s: cannot allocate %lld samples", path, (long long)n + 1);
+            break;
+        }
+        out->offsets[n] = total;
+        out->labels[n] = (int32_t)v;
+        if ((int)v > max_label) max_label = (int)v;
+        int64_t len = 0;
+        for (;;) {
+            if ((st = next_int(&r, &p, &v, &got, "token id")) || !got) break;
+            if (v < 1 || v >= vocab) {
+                st = glia_error(ctx, GLIA_EFORMAT, "%s:%lld: token id %lld is out of range 1..%lld (%s)", path,
+                                (long long)r.lineno, v, (long long)vocab - 1,
+                                v == 0 ? "0 is the padding id" : "[data] vocab sets the range");
+                break;
+            }
+            if (max_length > 0 && len >= max_length) continue;  /* truncated */
+            if (grow((void **)&out->ids, &cap_t, total + 1, sizeof *out->ids)) {
+                st = glia_error(ctx, GLIA_ENOMEM, "%s: cannot allocate %lld token ids", path, (long long)total + 1);
+                break;
+            }
+            out->ids[total++] = (int32_t)v;
+            len++;
+        }
+        if (len > longest) longest = len;
+        n++;
+        out->offsets[n] = total;
+    }
+    if (!st && gzclose(r.gz) != Z_OK) st = glia_error(ctx, GLIA_EIO, "%s: error closing the file", path);
+    else if (st) gzclose(r.gz);
+    free(r.line);
+    if (!st && n == 0) st = glia_error(ctx, GLIA_EFORMAT, "%s: no samples (expected lines 'label id id ...')", path);
+    if (!st && longest > INT_MAX) st = glia_error(ctx, GLIA_EFORMAT, "%s: a sample of %lld ids is too long", path, (long long)longest);
+    if (st) {
+        glia__dataset_free(out);
+        return st;
+    }
+    out->n = n;
+    out->rows = 1;
+    out->cols = (int)(longest > 0 ? longest : 1);
+    out->n_classes = max_label + 1;
+    return GLIA_OK;
+}
