@@ -584,6 +584,11 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
     struct glia_section *s = nd->sec;
     struct glia_shape in[GLIA__MAX_INPUTS];
     for (int i = 0; i < nd->n_in; i++) in[i] = in_shape_of(m, nd->in[i], m->batch);
+    for (int k = 0; k < nd->n_in && m->train.tokens; k++)  /* the token batch holds ids, not floats */
+        if (nd->in[k] < 0 && !(ops->flags & GLIA_LAYER_TOKEN_INPUT))
+            return glia_section_error(s, glia__section_entry(s, "inputs") ? "inputs" : NULL, GLIA_ECONFIG,
+                                      "layer type '%s' cannot read the token batch of [data] format = tokens (I32 ids); "
+                                      "start with an embedding layer", ops->type);
     glia_context_clear_error(m->ctx);
     nd->layer.comm = m->comm;  /* SyncBatchNorm's ranks */
     glia_status st = ops->create(&nd->layer, s, in, nd->n_in);

@@ -291,6 +291,8 @@ static void test_config_keys(void)
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\nmean = 0.5\n", "t.ini:7: [data] mean: 'mean' applies to format = idx, not tokens"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 1\n", "t.ini:6: [data] vocab: vocab must be at least 2"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 3\n", "token id 3 is out of range 1..2"},
+        {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\n",
+         "t.ini:7: [fc] layer type 'linear' cannot read the token batch of [data] format = tokens (I32 ids); start with an embedding layer"},
         {"train_images = %s\ntrain_labels = %s\ntest_images = a\ntest_labels = b\ngroup_by_length = on\n",
          "t.ini:7: [data] group_by_length: 'group_by_length' applies to format = tokens, not idx"},
         {"train_images = %s\ntest_images = %s\ntest_labels = b\n", "t.ini:2: [data] train_labels: missing required key (format = idx)"},

@@ -112,7 +112,11 @@ enum glia_layer_flags {
      * format with glia_tensor_memory_format). With [runtime] memory_format = channels_last the
      * core then hands it channels_last 4-D inputs, gradients and outputs. A layer without this
      * flag only ever sees contiguous tensors: the core converts at its edges. */
-    GLIA_LAYER_CHANNELS_LAST = 1u << 2
+    GLIA_LAYER_CHANNELS_LAST = 1u << 2,
+    /* ABI 1.4: the layer reads the token batch of a [data] format = tokens set: an I32 tensor
+     * (N, L) of ids, 0 for padding, L changing from batch to batch. The core refuses to feed that
+     * batch to a layer without this flag (it would read the ids as floats). */
+    GLIA_LAYER_TOKEN_INPUT = 1u << 3
 };
 
 /* Layer vtable. A plugin registers one per (type, impl). */
