@@ -13,6 +13,7 @@
 
 static char dir[512];
 static char dist_extra[700];         /* more [distributed] keys for the next model */
+static bool tokens;                  /* the next model reads the token files, grouped by length */
 static struct glia_context *keeper;  /* holds MPI open for the whole program */
 static struct glia_comm *world;
 
@@ -36,6 +37,10 @@ static void test_setup(void)
         snprintf(a, sizeof a, "%s/tei", dir);
         snprintf(b, sizeof b, "%s/tel", dir);
         CU_ASSERT_FATAL(glia_test_write_idx(a, b, 201, 6, 6, 5, 12) == 0);
+        snprintf(a, sizeof a, "%s/tok_train", dir);
+        CU_ASSERT_FATAL(glia_test_write_tokens(a, 300, 40, 5, 2, 50, 13) == 0);
+        snprintf(a, sizeof a, "%s/tok_test", dir);
+        CU_ASSERT_FATAL(glia_test_write_tokens(a, 101, 40, 5, 2, 50, 14) == 0);
     }
     uint64_t t;
     CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);
@@ -46,14 +51,19 @@ static void test_setup(void)
  * of [train]; layers replace the default MLP when not NULL. */
 static const char *model(bool ddp, int batch, int train_samples, const char *extra, const char *layers)
 {
-    static char buf[8192];
+    static char buf[8192], files[2048];
+    if (tokens)
+        snprintf(files, sizeof files, "format = tokens\ntrain = %s/tok_train\ntest = %s/tok_test\nvocab = 40\n"
+                 "group_by_length = on\ngroup_size = 2\n", dir, dir);
+    else
+        snprintf(files, sizeof files, "train_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\n"
+                 "test_labels = %s/tel\nmean = 0.2\nstd = 0.3\n", dir, dir, dir, dir);
     snprintf(buf, sizeof buf,
              "[runtime]\ndevice = cpu\nseed = 5\n"
-             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
-             "batch_size = %d\ntest_batch_size = 50\nmean = 0.2\nstd = 0.3\ntrain_samples = %d\n"
+             "[data]\n%sbatch_size = %d\ntest_batch_size = 50\ntrain_samples = %d\n"
              "[distributed]\nmode = %s\ntransport = mpi\ntimeout_s = 60\nbucket_mb = 0.001\nfirst_bucket_mb = 0.0005\n%s\n"
              "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n%s\n[optimizer]\nmomentum = 0.9\n%s",
-             dir, dir, dir, dir, batch, train_samples, ddp ? "ddp" : "none", ddp ? dist_extra : "", extra ? extra : "",
+             files, batch, train_samples, ddp ? "ddp" : "none", ddp ? dist_extra : "", extra ? extra : "",
              layers ? layers
                     : "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
                       "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n");
@@ -147,6 +157,21 @@ static void test_ddp_syncbn(void)
                               1e-4);
 }
 
+/* Token data grouped by length: every rank takes its share of each of the job's sorted batches and
+ * pads it to its own longest sample; the result is still the global batch's (a text CNN: the
+ * padding adds nothing), and the epoch's padding share is the job's. */
+static void test_ddp_tokens_grouped(void)
+{
+    tokens = true;
+    compare_with_global_batch(6, 0, NULL,
+                              "[emb]\ntype = embedding\nvocab = 40\ndim = 8\n"
+                              "[conv]\ntype = conv2d\nfilters = 6\nsize_h = 1\nsize_w = 3\npadding_h = 0\npadding_w = 1\n"
+                              "[act]\ntype = relu\n[pool]\ntype = seq_pool\ninputs = act, input\nmode = max\n"
+                              "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+                              1e-4);
+    tokens = false;
+}
+
 /* Every rank must build the same model; the mismatch is named on every rank. */
 static void test_ddp_different_models_refused(void)
 {
@@ -216,6 +241,6 @@ static void test_ddp_files_and_padding(void)
 static void test_teardown(void) { glia_context_free(keeper); }
 
 GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equals_global_batch),
-                   GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv), GLIA_TEST(test_ddp_syncbn),
+                   GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv), GLIA_TEST(test_ddp_syncbn), GLIA_TEST(test_ddp_tokens_grouped),
                    GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_files_and_padding),
                    GLIA_TEST(test_teardown))
