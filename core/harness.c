@@ -126,8 +126,10 @@ static glia_status new_as(struct glia_backend *b, const struct glia_shape *s, en
     return st;
 }
 
+/* Inputs whose bit is set in int_inputs are i32 ids drawn uniformly from [0, int_high), without a gradient
+ * tensor (dx NULL); the others N(0,1) floats in format fmt. */
 static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_shape *in, int n_in, uint64_t seed,
-                            enum glia_memory_format fmt)
+                            enum glia_memory_format fmt, uint32_t int_inputs, int32_t int_high)
 {
     struct glia_context *ctx = g->ctx;
     struct glia_backend *b;
@@ -135,6 +137,10 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     if (st) return st;
     if (g->cfg->n_sections < 1) return glia_error(ctx, GLIA_EINVAL, "gradcheck: the INI text has no layer section");
     if (n_in < 1 || n_in > GLIA__MAX_INPUTS) return glia_error(ctx, GLIA_EINVAL, "gradcheck: 1..%d inputs", GLIA__MAX_INPUTS);
+    if (int_inputs >> n_in)
+        return glia_error(ctx, GLIA_EINVAL, "gradcheck: int_inputs 0x%x names an input beyond the %d given", int_inputs, n_in);
+    if (int_inputs && int_high <= 0)
+        return glia_error(ctx, GLIA_EINVAL, "gradcheck: int_inputs needs int_high > 0, got %d", (int)int_high);
     struct glia_section *s = g->cfg->sections[0];
     const struct glia__entry *te = glia__section_entry(s, "type");
     if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
@@ -160,6 +166,14 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
     for (int k = 0; k < n_in && !st; k++) {
+        if ((int_inputs >> k) & 1u) {  /* ids: no gradient tensor, never perturbed */
+            if (!(st = glia_tensor_new(b, GLIA_I32, &in[k], &g->x[k]))) {
+                int32_t *v = glia_tensor_i32(g->x[k]);
+                for (int64_t i = 0; i < glia_shape_numel(&in[k]); i++)
+                    v[i] = (int32_t)(glia__rng_next(&rng) % (uint64_t)int_high);
+            }
+            continue;
+        }
         st = new_as(b, &in[k], fmt, &g->x[k]);
         if (!st) st = new_as(b, &in[k], fmt, &g->dx[k]);
         if (!st) fill_normal(g->x[k], &rng, 1.0);
@@ -297,31 +311,39 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
                                     double tol, struct glia_gradcheck_report *report)
 {
     enum glia_memory_format fmt = GLIA_CONTIGUOUS;
+    uint32_t int_inputs = 0;
+    int32_t int_high = 0;
     if (opt && opt->struct_size >= offsetof(struct glia_gradcheck_options, memory_format) + sizeof opt->memory_format)
         fmt = opt->memory_format;
+    if (opt && opt->struct_size >= offsetof(struct glia_gradcheck_options, int_high) + sizeof opt->int_high) {
+        int_inputs = opt->int_inputs;
+        int_high = opt->int_high;
+    }
     struct glia_gradcheck_report dummy;
     struct glia_gradcheck_report *rep = report ? report : &dummy;
     memset(rep, 0, sizeof *rep);
     struct gc g = {.ctx = ctx};
     float *ga_in[GLIA__MAX_INPUTS] = {0}, *ga_p[64] = {0};
-    glia_status st = gc_setup(&g, ini, in, n_in, seed, fmt);
+    glia_status st = gc_setup(&g, ini, in, n_in, seed, fmt, int_inputs, int_high);
     if (!st && !g.l.ops->backward) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer has no backward");
     if (!st && g.l.n_params > 64) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: more than 64 parameters");
     /* 1. write mode over NaN garbage */
-    for (int k = 0; k < n_in && !st; k++) fill_value(g.dx[k], NAN);
+    for (int k = 0; k < n_in && !st; k++)
+        if (g.dx[k]) fill_value(g.dx[k], NAN);
     for (int p = 0; p < g.l.n_params && !st; p++) {
         fill_value(g.l.params[p].grad, NAN);
         g.l.params[p].grad_unset = true;
     }
     if (!st) st = gc_backward(&g, false);
     for (int k = 0; k < n_in && !st; k++)
-        if (!(ga_in[k] = snapshot(g.dx[k]))) st = GLIA_ENOMEM;
+        if (g.dx[k] && !(ga_in[k] = snapshot(g.dx[k]))) st = GLIA_ENOMEM;
     for (int p = 0; p < g.l.n_params && !st; p++)
         if (!(ga_p[p] = snapshot(g.l.params[p].grad))) st = GLIA_ENOMEM;
     /* 2. finite differences */
     struct cmp c = {tol, rep, false};
     char what[96];
     for (int k = 0; k < n_in && !st; k++) {
+        if (!g.dx[k]) continue;
         snprintf(what, sizeof what, "input %d", k);
         st = fd_check(&g, g.x[k], ga_in[k], what, &c);
     }
@@ -333,7 +355,8 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
         st = glia_error(ctx, GLIA_ENUMERIC, "gradcheck [%s]: error %.3g > %.3g at %s", g.l.name, rep->max_err, tol, rep->worst);
     /* 3. accumulate mode over a base of 1 */
     if (!st) {
-        for (int k = 0; k < n_in; k++) fill_value(g.dx[k], 1.0f);
+        for (int k = 0; k < n_in; k++)
+            if (g.dx[k]) fill_value(g.dx[k], 1.0f);
         for (int p = 0; p < g.l.n_params; p++) {
             fill_value(g.l.params[p].grad, 1.0f);
             g.l.params[p].grad_unset = false;
@@ -341,6 +364,7 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
         st = gc_backward(&g, true);
         bool bad = false;
         for (int k = 0; k < n_in && !st && !bad; k++) {
+            if (!g.dx[k]) continue;
             snprintf(what, sizeof what, "[%s] input %d", g.l.name, k);
             contract_check(g.dx[k], ga_in[k], 1.0f, what, ctx, &bad);
         }

@@ -124,8 +124,10 @@ static inline double cuda_diff_of(const struct glia_tensor *cpu, const struct gl
 }
 
 /* Runs the layer's CPU impl (fp32, contiguous) and CUDA impl (k->precision, k->format) from equal
- * weights, buffers, inputs, labels and output gradient; returns the largest differences. */
-static inline struct cuda_diff cuda_compare(const struct cuda_case *k)
+ * weights, buffers, inputs, labels and output gradient; returns the largest differences. The inputs
+ * named in the bit mask int_inputs are i32 ids in [0, int_high) instead (token batches: the same ids
+ * on both, no gradient). */
+static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint32_t int_inputs, int32_t int_high)
 {
     struct cuda_diff d = {0, 0, 0, 0};
     struct glia_runtime_options o = cuda_gpu->options;
@@ -158,6 +160,17 @@ static inline struct cuda_diff cuda_compare(const struct cuda_case *k)
     struct glia_tensor *xc[GLIA__MAX_INPUTS], *xg[GLIA__MAX_INPUTS], *dxc[GLIA__MAX_INPUTS], *dxg[GLIA__MAX_INPUTS];
     for (int i = 0; i < k->n_in; i++) {
         int64_t n = glia_shape_numel(&k->in[i]);
+        if ((int_inputs >> i) & 1u) {
+            int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+            for (int64_t j = 0; j < n; j++) ids[j] = (int32_t)(glia__rng_next(&rng) % (uint64_t)int_high);
+            CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_I32, &k->in[i], &xc[i]) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I32, &k->in[i], &xg[i]) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_from_host(xc[i], ids, sizeof(int32_t) * (size_t)n) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_from_host(xg[i], ids, sizeof(int32_t) * (size_t)n) == GLIA_OK);
+            dxc[i] = dxg[i] = NULL;
+            free(ids);
+            continue;
+        }
         float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
         cuda_randn(&rng, v, n, 1.0f);
         xc[i] = cuda_put(cuda_cpu, k->in[i], GLIA_CONTIGUOUS, v);
@@ -215,7 +228,8 @@ static inline struct cuda_diff cuda_compare(const struct cuda_case *k)
         st = G.ops->backward(&G.l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
-        for (int i = 0; i < k->n_in; i++) d.din = fmax(d.din, cuda_diff_of(dxc[i], dxg[i]));
+        for (int i = 0; i < k->n_in; i++)
+            if (dxc[i]) d.din = fmax(d.din, cuda_diff_of(dxc[i], dxg[i]));
         for (int p = 0; p < C.l.n_params; p++) d.dparam = fmax(d.dparam, cuda_diff_of(C.l.params[p].grad, G.l.params[p].grad));
     }
     for (int p = 0; p < C.l.n_buffers; p++)
@@ -231,10 +245,13 @@ static inline struct cuda_diff cuda_compare(const struct cuda_case *k)
     return d;
 }
 
-/* cuda_compare with every difference at most tol. */
-static inline void cuda_expect(const struct cuda_case *k, double tol)
+/* cuda_compare_ids with f32 inputs only. */
+static inline struct cuda_diff cuda_compare(const struct cuda_case *k) { return cuda_compare_ids(k, 0, 0); }
+
+/* cuda_compare_ids with every difference at most tol. */
+static inline void cuda_expect_ids(const struct cuda_case *k, uint32_t int_inputs, int32_t int_high, double tol)
 {
-    struct cuda_diff d = cuda_compare(k);
+    struct cuda_diff d = cuda_compare_ids(k, int_inputs, int_high);
     bool ok = d.out <= tol && d.din <= tol && d.dparam <= tol && d.buffers <= tol;
     if (!ok) {
         char s[64];
@@ -245,6 +262,9 @@ static inline void cuda_expect(const struct cuda_case *k, double tol)
     }
     CU_ASSERT(ok);
 }
+
+/* cuda_compare with every difference at most tol. */
+static inline void cuda_expect(const struct cuda_case *k, double tol) { cuda_expect_ids(k, 0, 0, tol); }
 
 /* Loads the CUDA backend; 77 (skip) when this build or machine has none. */
 static inline int cuda_setup(void)

@@ -357,6 +357,7 @@ static glia_status cuda_init(struct glia_registry *r)
     if (!st) st = glia__cuda_register_norm_pool(r);
     if (!st) st = glia__cuda_register_pointwise(r);
     if (!st) st = glia__cuda_register_optim(r);
+    if (!st) st = glia__cuda_register_seq(r);
     return st;
 }
 

@@ -85,5 +85,6 @@ glia_status glia__cuda_register_norm_pool(struct glia_registry *r);   /* norm_po
 glia_status glia__cuda_register_pointwise(struct glia_registry *r);   /* pointwise.c: relu, leaky_relu, sigmoid,
                                                                          tanh, gelu, add, pointwise (NVRTC) */
 glia_status glia__cuda_register_optim(struct glia_registry *r);       /* optim.c: sgd, adam, adamw, adadelta */
+glia_status glia__cuda_register_seq(struct glia_registry *r);         /* seq.c: embedding, seq_pool */
 
 #endif

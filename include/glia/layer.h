@@ -164,6 +164,7 @@ struct glia_gradcheck_report {
  * against central finite differences of L = sum(out * r) for a fixed random r; (2) the
  * gradient contract: din written (=) when not accumulating even over NaN garbage, added (+=)
  * when accumulating; parameter gradients written when unset (NaN garbage), added when set.
+ * Inputs named in the options' int_inputs are i32 ids instead, with no gradient (glia_layer_gradcheck_ex).
  * Returns GLIA_OK when every error is within tol, GLIA_ENUMERIC otherwise (the context error
  * says where); other errors for bad configurations. The report may be NULL. */
 glia_status glia_layer_gradcheck(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
@@ -174,6 +175,10 @@ struct glia_gradcheck_options {
     uint32_t struct_size;                   /* sizeof(struct glia_gradcheck_options) */
     enum glia_memory_format memory_format;  /* of the 4-D inputs, gradients and output; a
                                                channels_last check needs GLIA_LAYER_CHANNELS_LAST */
+    /* ABI 1.4 */
+    uint32_t int_inputs;    /* bit k: input k is an I32 tensor of seeded uniform ids in [0, int_high)
+                               (token batches): it gets no gradient (its din is NULL) and is not perturbed */
+    int32_t int_high;       /* > 0 when int_inputs != 0 */
 };
 
 /* glia_layer_gradcheck with options (NULL: the defaults, which are glia_layer_gradcheck's). */
@@ -201,7 +206,8 @@ glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_de
  * (N(0,1); for a loss layer a 1-element scale of 1, plus random labels), the input gradients and
  * the parameter gradients. Parameters hold their declared init drawn as a model with
  * [runtime] seed = seed draws them; buffers their init. 4-D tensors are laid out in fmt
- * (GLIA_CHANNELS_LAST needs a layer with GLIA_LAYER_CHANNELS_LAST).
+ * (GLIA_CHANNELS_LAST needs a layer with GLIA_LAYER_CHANNELS_LAST). Inputs are f32 only: a layer that
+ * takes i32 token ids (embedding, seq_pool) refuses them in its forward (GLIA_EINVAL naming it).
  * *out is (owned): free with glia_layer_run_free. */
 glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct glia_device dev,
                                const struct glia_shape *in, int n_in, enum glia_memory_format fmt,

@@ -1,0 +1,114 @@
+/* plugins/layers/embedding — a learned lookup table on the CPU (OpenMP): token ids (N, L) i32 give the rows
+ * weight[token] as (N, dim, 1, L), nn.Embedding followed by a transpose to channels first, in NCHW or
+ * channels_last memory. Not max_norm, sparse gradients or a pretrained table. */
+#include <glia/glia.h>
+#include <string.h>
+#include <omp.h>
+#include "embedding_desc.h"
+
+/* GLIA_EINVAL naming the first token (in n, l order) not in [0, vocab) (padding_idx is -1 or in it). */
+static glia_status check_range(const struct glia_layer *l, const int32_t *tok, int64_t N, int64_t L)
+{
+    const struct glia__embedding_desc *d = l->priv;
+    int64_t bad = N * L;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+    for (int64_t i = 0; i < N * L; i++)
+        if ((tok[i] < 0 || tok[i] >= d->vocab) && i < bad) bad = i;  /* padding_idx is -1 or a token id */
+    if (bad == N * L) return GLIA_OK;
+    return glia_error(l->ctx, GLIA_EINVAL, "[%s] token %d at (%lld, %lld) of the (%lld, %lld) batch is not in [0, %lld)",
+                      l->name, (int)tok[bad], (long long)(bad / L), (long long)(bad % L), (long long)N, (long long)L,
+                      (long long)d->vocab);
+}
+
+/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)); padding gives zeros */
+static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct glia__embedding_desc *d = l->priv;
+    glia_status st = glia__embedding_check_tokens(l, a->in[0]);
+    if (st) return st;
+    int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1], D = d->dim;
+    const int32_t *tok = glia_tensor_i32(a->in[0]);
+    if ((st = check_range(l, tok, N, L))) return st;
+    const float *w = glia_tensor_f32(l->params[d->w].value);
+    float *y = glia_tensor_f32(a->out);
+    if (glia_tensor_memory_format(a->out) == GLIA_CHANNELS_LAST) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < N * L; i++) {
+            float *yr = y + i * D;
+            if (tok[i] == d->pad) memset(yr, 0, (size_t)D * sizeof *yr);
+            else memcpy(yr, w + (int64_t)tok[i] * D, (size_t)D * sizeof *yr);
+        }
+        return GLIA_OK;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const int32_t *tn = tok + n * L;
+        float *yn = y + n * D * L;
+        for (int64_t l0 = 0; l0 < L; l0++) {
+            float *yc = yn + l0;
+            if (tn[l0] == d->pad)
+                for (int64_t c = 0; c < D; c++) yc[c * L] = 0.0f;
+            else {
+                const float *wr = w + (int64_t)tn[l0] * D;
+                for (int64_t c = 0; c < D; c++) yc[c * L] = wr[c];
+            }
+        }
+    }
+    return GLIA_OK;
+}
+
+/* dweight(vocab, dim) (+)= sum over the positions (n, l) holding token t != padding of dy(N, dim, 1, L)[n, :, 0, l].
+ * Deterministic: each thread owns a range of table rows and adds into them in (n, l) order, so a row's sum
+ * does not depend on the thread count. Written: the thread's rows are zeroed first. No input gradient. */
+static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct glia__embedding_desc *d = l->priv;
+    glia_status st = glia__embedding_check_tokens(l, a->in[0]);
+    if (st) return st;
+    struct glia_param *pw = &l->params[d->w];
+    int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1], D = d->dim, V = d->vocab;
+    const int32_t *tok = glia_tensor_i32(a->in[0]);
+    const float *dy = glia_tensor_f32(a->dout);
+    float *dw = glia_tensor_f32(pw->grad);
+    bool cl = glia_tensor_memory_format(a->dout) == GLIA_CHANNELS_LAST, unset = pw->grad_unset;
+#pragma omp parallel
+    {
+        int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t v0 = V * t / nt, v1 = V * (t + 1) / nt;
+        if (unset && v1 > v0) memset(dw + v0 * D, 0, (size_t)((v1 - v0) * D) * sizeof *dw);
+        for (int64_t i = 0; i < N * L && v1 > v0; i++) {
+            int64_t v = tok[i];
+            if (v == d->pad || v < v0 || v >= v1) continue;
+            float *g = dw + v * D;
+            if (cl) {
+                const float *r = dy + i * D;
+                for (int64_t c = 0; c < D; c++) g[c] += r[c];
+            } else {
+                const float *r = dy + (i / L) * D * L + i % L;
+                for (int64_t c = 0; c < D; c++) g[c] += r[c * L];
+            }
+        }
+    }
+    return GLIA_OK;
+}
+
+static const struct glia_layer_ops emb_ops = {
+    .struct_size = sizeof(struct glia_layer_ops),
+    .type = "embedding",
+    .impl = "cpu",
+    .doc = GLIA__EMBEDDING_DOC,
+    .keys = glia__embedding_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .flags = GLIA_LAYER_CHANNELS_LAST,
+    .device_type = GLIA_DEVICE_CPU,
+    .create = glia__embedding_create,
+    .destroy = glia__embedding_destroy,
+    .infer_shape = glia__embedding_infer,
+    .forward = emb_forward,
+    .backward = emb_backward,
+};
+
+static glia_status emb_init(struct glia_registry *r) { return glia_register_layer(r, &emb_ops); }
+
+GLIA_PLUGIN_DEFINE(embedding, "1.0", "MIT", "token embedding table (CPU, OpenMP)", emb_init)

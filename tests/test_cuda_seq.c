@@ -1,0 +1,143 @@
+/* tests/test_cuda_seq.c — the CUDA impls of embedding and seq_pool against their CPU impls on a GPU, on fresh
+ * random token batches: both memory formats, write and accumulate, train and eval, padding, rows of padding only,
+ * many repeats of few tokens (the atomic scatter); out-of-range tokens (zeros on CUDA) and the max mode's
+ * refusal after eval. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
+ * semantics: test_seq. */
+#include "cudautil.h"
+
+static const enum glia_memory_format formats[2] = {GLIA_CONTIGUOUS, GLIA_CHANNELS_LAST};
+
+/* Every format x {write, accumulate}, and an eval forward, of one layer whose inputs named in ints hold ids in
+ * [0, high). */
+static void expect_all(const char *ini, const struct glia_shape *in, int n_in, uint32_t ints, int32_t high)
+{
+    for (int f = 0; f < 2; f++) {
+        for (int acc = 0; acc < 2; acc++) {
+            struct cuda_case k = {.ini = ini, .in = in, .n_in = n_in, .format = formats[f], .accumulate = acc,
+                                  .seed = 21 + 7 * (uint64_t)acc + 3 * (uint64_t)f};
+            cuda_expect_ids(&k, ints, high, 1e-4);
+        }
+        struct cuda_case k = {.ini = ini, .in = in, .n_in = n_in, .format = formats[f], .eval = true, .seed = 5};
+        cuda_expect_ids(&k, ints, high, 1e-4);
+    }
+}
+
+static void test_embedding(void)
+{
+    struct {
+        const char *ini;
+        struct glia_shape in;
+        int32_t high;
+    } cases[] = {
+        {"[e]\ntype = embedding\nvocab = 7\ndim = 3\n", S(2, 4, 9, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 5\ndim = 4\npadding_idx = -1\n", S(2, 1, 33, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 5\ndim = 8\npadding_idx = 3\n", S(2, 3, 1, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\n", S(2, 16, 128, 0, 0), 1000},
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\n", S(2, 32, 200, 0, 0), 3},  /* many repeats */
+        {"[e]\ntype = embedding\nvocab = 50\ndim = 1\n", S(2, 8, 17, 0, 0), 50},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_all(cases[i].ini, &cases[i].in, 1, 1u, cases[i].high);
+}
+
+static void test_seq_pool(void)
+{
+    const char *inis[] = {
+        "[p]\ntype = seq_pool\n",
+        "[p]\ntype = seq_pool\nmode = max\n",
+        "[p]\ntype = seq_pool\npad_id = 2\n",
+        "[p]\ntype = seq_pool\nmode = max\npad_id = 1\n",
+    };
+    struct {
+        struct glia_shape in[2];
+        int32_t high;
+    } cases[] = {
+        {{S(4, 16, 3, 1, 2), S(2, 16, 2, 0, 0)}, 2},     /* a quarter of the rows padding only */
+        {{S(4, 4, 5, 1, 7), S(2, 4, 7, 0, 0)}, 3},
+        {{S(4, 16, 130, 1, 5), S(2, 16, 5, 0, 0)}, 3},
+        {{S(4, 2, 64, 1, 200), S(2, 2, 200, 0, 0)}, 50},
+        {{S(4, 3, 2, 1, 4), S(2, 3, 4, 0, 0)}, 1},       /* every row padding only (pad_id 0) */
+    };
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) expect_all(inis[i], cases[c].in, 2, 2u, cases[c].high);
+}
+
+/* A token outside [0, vocab) reads as zeros on CUDA (the CPU refuses it) and gets no gradient. */
+static void test_embedding_out_of_range(void)
+{
+    struct glia_shape ts = S(2, 2, 3, 0, 0), os;
+    const int32_t tv[6] = {1, 7, 3, -2, 2, 0};
+    const float w[8] = {10, 11, 20, 21, 30, 31, 40, 41};
+    struct cuda_built G;
+    cuda_build("[e]\ntype = embedding\nvocab = 4\ndim = 2\n", "cuda", cuda_gpu, &ts, 1, &G);
+    CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, &ts, 1, &os) == GLIA_OK);
+    struct glia_param *pw = &G.l.params[0];
+    CU_ASSERT_FATAL(glia_tensor_from_host(pw->value, w, sizeof w) == GLIA_OK);
+    struct glia_tensor *tok, *y = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I32, &ts, &tok) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(tok, tv, sizeof tv) == GLIA_OK);
+    float ones[12];
+    for (int i = 0; i < 12; i++) ones[i] = 1.0f;
+    struct glia_tensor *dy = cuda_put(cuda_gpu, os, GLIA_CONTIGUOUS, ones);
+    const struct glia_tensor *in[1] = {tok};
+    struct glia_tensor *din[1] = {NULL};
+    bool acc[1] = {false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+    pw->grad_unset = true;
+    CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
+    CU_ASSERT_FATAL(G.ops->backward(&G.l, &ba) == GLIA_OK);
+    float yh[12], gh[8];
+    CU_ASSERT_FATAL(glia_tensor_to_host(y, yh, sizeof yh) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_to_host(pw->grad, gh, sizeof gh) == GLIA_OK);
+    for (int n = 0; n < 2; n++)
+        for (int d = 0; d < 2; d++)
+            for (int l = 0; l < 3; l++) {
+                int t = tv[n * 3 + l];
+                float want = t <= 0 || t >= 4 ? 0.0f : w[t * 2 + d];
+                CU_ASSERT_EQUAL(yh[(n * 2 + d) * 3 + l], want);
+            }
+    const float gw[8] = {0, 0, 1, 1, 1, 1, 1, 1};  /* rows 1, 2, 3 once each; padding row 0 and 7, -2 nothing */
+    for (int i = 0; i < 8; i++) CU_ASSERT_EQUAL(gh[i], gw[i]);
+    glia_tensor_release(tok);
+    glia_tensor_release(y);
+    glia_tensor_release(dy);
+    cuda_unbuild(&G);
+}
+
+/* seq_pool (max) keeps nothing in eval: a backward after it is refused; a training forward of a bigger batch
+ * re-makes what it keeps. */
+static void test_seq_pool_eval_keeps_nothing(void)
+{
+    struct glia_shape small[2] = {S(4, 2, 3, 1, 4), S(2, 2, 4, 0, 0)}, big[2] = {S(4, 5, 3, 1, 4), S(2, 5, 4, 0, 0)};
+    struct cuda_built G;
+    cuda_build("[p]\ntype = seq_pool\nmode = max\n", "cuda", cuda_gpu, small, 2, &G);
+    for (int b = 0; b < 2; b++) {
+        const struct glia_shape *in = b ? big : small;
+        struct glia_shape os;
+        CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, in, 2, &os) == GLIA_OK);
+        struct glia_tensor *x, *tok, *dx, *y, *dy;
+        CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_F32, &in[0], &x) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_F32, &in[0], &dx) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_I32, &in[1], &tok) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_F32, &os, &y) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_F32, &os, &dy) == GLIA_OK);
+        const struct glia_tensor *xi[2] = {x, tok};
+        struct glia_tensor *din[2] = {dx, NULL};
+        bool acc[2] = {false, false};
+        struct glia_fwd fa = {xi, 2, y, NULL, false, 1};
+        struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL};
+        CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "[p] seq_pool (max) backward needs a training forward"));
+        fa.train = true;
+        CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_sync(cuda_gpu), GLIA_OK);
+        struct glia_tensor *all[] = {x, tok, dx, y, dy};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    }
+    cuda_unbuild(&G);
+}
+
+CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_seq_pool), GLIA_TEST(test_embedding_out_of_range),
+               GLIA_TEST(test_seq_pool_eval_keeps_nothing))
