@@ -1,50 +1,61 @@
 /* tests/test_cuda_conv.c — the cuDNN conv2d (impl "cudnn") against the CPU one on a GPU: shapes
  * (3x3, stride 2, 1x1, 5x5, groups, depthwise, dilation, no bias, batch 1, odd channels, one
- * input channel, 1x1 output), every precision, both memory formats, write and accumulate,
- * cudnn_benchmark on and off, a zero workspace limit, eval forward, batch-size changes, no input
- * gradient (the first layer).
+ * input channel, 1x1 output, rectangular kernels and padding: 1x3 over token sequences, 3x1,
+ * 2x5), every precision, both memory formats, write and accumulate, cudnn_benchmark on and off,
+ * a zero workspace limit, eval forward, batch-size and length changes, no input gradient (the
+ * first layer).
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
 #include "cudautil.h"
 
-/* One convolution: input (N, C, H, W), filters F, kernel k, stride s, padding p, dilation d,
- * groups g. */
+/* One convolution: input (N, C, H, W), filters F, kernel k (height) x kw (width), stride s,
+ * padding p (of H) and pw (of W), dilation d, groups g. */
 struct cv {
     int64_t N, C, H, W, F, k, s, p, d, g;
     bool bias;
+    int64_t kw, pw;
 };
 
 static const struct cv cases[] = {
-    /* N, C, H, W, F, k, s, p, d, g, bias */
-    {2, 5, 9, 7, 8, 3, 1, 1, 1, 1, true},    /* 3x3 same, odd channels */
-    {3, 3, 11, 10, 6, 3, 2, 1, 1, 1, true},  /* stride 2 */
-    {2, 7, 6, 5, 16, 1, 1, 0, 1, 1, true},   /* 1x1 */
-    {2, 4, 7, 7, 8, 1, 2, 0, 1, 1, false},   /* 1x1 stride 2 (a shortcut), no bias */
-    {2, 3, 9, 9, 4, 5, 1, 2, 1, 1, true},    /* 5x5 */
-    {2, 6, 7, 7, 6, 3, 1, 1, 1, 3, true},    /* groups */
-    {2, 8, 6, 6, 8, 3, 1, 1, 1, 8, true},    /* depthwise */
-    {2, 3, 9, 8, 4, 3, 1, 2, 2, 1, false},   /* dilation 2, no bias */
-    {1, 3, 8, 8, 5, 3, 1, 1, 1, 1, true},    /* batch 1 */
-    {2, 1, 8, 8, 5, 3, 1, 1, 1, 1, true},    /* one input channel: its bytes are the same in both formats */
-    {2, 4, 3, 3, 7, 3, 1, 0, 1, 1, true},    /* 1x1 output: its bytes are the same in both formats */
+    /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw */
+    {2, 5, 9, 7, 8, 3, 1, 1, 1, 1, true, 3, 1},    /* 3x3 same, odd channels */
+    {3, 3, 11, 10, 6, 3, 2, 1, 1, 1, true, 3, 1},  /* stride 2 */
+    {2, 7, 6, 5, 16, 1, 1, 0, 1, 1, true, 1, 0},   /* 1x1 */
+    {2, 4, 7, 7, 8, 1, 2, 0, 1, 1, false, 1, 0},   /* 1x1 stride 2 (a shortcut), no bias */
+    {2, 3, 9, 9, 4, 5, 1, 2, 1, 1, true, 5, 2},    /* 5x5 */
+    {2, 6, 7, 7, 6, 3, 1, 1, 1, 3, true, 3, 1},    /* groups */
+    {2, 8, 6, 6, 8, 3, 1, 1, 1, 8, true, 3, 1},    /* depthwise */
+    {2, 3, 9, 8, 4, 3, 1, 2, 2, 1, false, 3, 2},   /* dilation 2, no bias */
+    {1, 3, 8, 8, 5, 3, 1, 1, 1, 1, true, 3, 1},    /* batch 1 */
+    {2, 1, 8, 8, 5, 3, 1, 1, 1, 1, true, 3, 1},    /* one input channel: its bytes are the same in both formats */
+    {2, 4, 3, 3, 7, 3, 1, 0, 1, 1, true, 3, 0},    /* 1x1 output: its bytes are the same in both formats */
+    {2, 6, 1, 17, 8, 1, 1, 0, 1, 1, true, 3, 1},   /* 1x3, padding (0, 1): a token convolution */
+    {2, 5, 7, 6, 4, 3, 1, 1, 1, 1, false, 1, 0},   /* 3x1, padding (1, 0) */
+    {2, 4, 6, 9, 6, 2, 2, 0, 1, 2, true, 5, 2},    /* 2x5 strided, grouped, padding (0, 2) */
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
-static int64_t out_extent(const struct cv *c, int64_t in) { return (in + 2 * c->p - c->d * (c->k - 1) - 1) / c->s + 1; }
+static int64_t out_h(const struct cv *c, int64_t in) { return (in + 2 * c->p - c->d * (c->k - 1) - 1) / c->s + 1; }
+static int64_t out_w(const struct cv *c, int64_t in) { return (in + 2 * c->pw - c->d * (c->kw - 1) - 1) / c->s + 1; }
 
+/* Square cases write size and padding, rectangular ones size_h, size_w, padding_h, padding_w. */
 static void cv_ini(const struct cv *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "[c]\ntype = conv2d\nfilters = %lld\nsize = %lld\nstride = %lld\npadding = %lld\n"
-                     "dilation = %lld\ngroups = %lld\nbias = %s\n",
-             (long long)c->F, (long long)c->k, (long long)c->s, (long long)c->p, (long long)c->d, (long long)c->g,
-             c->bias ? "on" : "off");
+    int len = snprintf(buf, n, "[c]\ntype = conv2d\nfilters = %lld\nstride = %lld\ndilation = %lld\ngroups = %lld\n"
+                               "bias = %s\n",
+                       (long long)c->F, (long long)c->s, (long long)c->d, (long long)c->g, c->bias ? "on" : "off");
+    if (c->k == c->kw && c->p == c->pw)
+        snprintf(buf + len, n - (size_t)len, "size = %lld\npadding = %lld\n", (long long)c->k, (long long)c->p);
+    else
+        snprintf(buf + len, n - (size_t)len, "size_h = %lld\nsize_w = %lld\npadding_h = %lld\npadding_w = %lld\n",
+                 (long long)c->k, (long long)c->kw, (long long)c->p, (long long)c->pw);
 }
 
-/* The longest sum of products behind one output element: forward C/g*k*k, backward data at most
- * F/g*k*k, backward filter N*OH*OW. */
+/* The longest sum of products behind one output element: forward C/g*kh*kw, backward data at
+ * most F/g*kh*kw, backward filter N*OH*OW. */
 static int64_t longest_sum(const struct cv *c)
 {
-    int64_t fwd = c->C / c->g * c->k * c->k, bwd_d = c->F / c->g * c->k * c->k;
-    int64_t bwd_w = c->N * out_extent(c, c->H) * out_extent(c, c->W);
+    int64_t fwd = c->C / c->g * c->k * c->kw, bwd_d = c->F / c->g * c->k * c->kw;
+    int64_t bwd_w = c->N * out_h(c, c->H) * out_w(c, c->W);
     int64_t n = fwd > bwd_d ? fwd : bwd_d;
     return n > bwd_w ? n : bwd_w;
 }
@@ -160,18 +171,18 @@ static struct glia_tensor *nan_tensor(struct glia_backend *b, struct glia_shape 
     return t;
 }
 
-/* One CPU and one CUDA layer run at batch sizes 3, 1, 3 in format f: the CUDA one re-makes its
- * descriptors and finds its algorithms again when the batch changes, and keeps matching. */
-static void batch_change(enum glia_memory_format f)
+/* One CPU and one CUDA layer of `ini` run on inputs of shapes in[0..n) in turn, in format f: the
+ * CUDA one sets its descriptors again when the shape changes, takes the algorithms of a shape it
+ * has seen from the cache or finds new ones, and keeps matching. */
+static void shape_changes(const char *ini, const struct glia_shape *shapes, int n_shapes, enum glia_memory_format f,
+                          uint64_t seed)
 {
-    const char *ini = "[c]\ntype = conv2d\nfilters = 6\nsize = 3\nstride = 2\npadding = 1\n";
-    struct glia_shape in0 = S(4, 3, 5, 9, 8);
     struct cuda_built C, G;
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
-    cuda_build(ini, "cpu", cuda_cpu, &in0, 1, &C);
-    cuda_build(ini, "cudnn", cuda_gpu, &in0, 1, &G);
+    cuda_build(ini, "cpu", cuda_cpu, &shapes[0], 1, &C);
+    cuda_build(ini, "cudnn", cuda_gpu, &shapes[0], 1, &G);
     struct glia_rng rng;
-    glia__rng_seed(&rng, 7000 + (uint64_t)f);
+    glia__rng_seed(&rng, seed);
     for (int p = 0; p < C.l.n_params; p++) {
         int64_t n = glia_tensor_numel(C.l.params[p].value);
         float *v = glia_tensor_f32(C.l.params[p].value);
@@ -179,8 +190,8 @@ static void batch_change(enum glia_memory_format f)
         CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p].value, v, glia_tensor_nbytes(C.l.params[p].value)) ==
                         GLIA_OK);
     }
-    for (int step = 0; step < 3; step++) {
-        struct glia_shape in = S(4, step == 1 ? 1 : 3, 3, 9, 8), os;
+    for (int step = 0; step < n_shapes; step++) {
+        struct glia_shape in = shapes[step], os;
         CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &in, 1, &os) == GLIA_OK);
         float *xv = NULL, *dyv = NULL;
         struct glia_tensor *xc = random_tensor(&rng, cuda_cpu, in, GLIA_CONTIGUOUS, &xv);
@@ -214,7 +225,8 @@ static void batch_change(enum glia_memory_format f)
         for (int p = 0; p < C.l.n_params; p++)
             d_par = fmax(d_par, cuda_diff_of(C.l.params[p].grad, G.l.params[p].grad));
         if (!(d_out <= 1e-4 && d_in <= 1e-4 && d_par <= 1e-4))
-            printf("\n  batch %lld, %s: out %.3g din %.3g dparam %.3g\n", (long long)in.dim[0],
+            printf("\n  %s  input %lldx%lldx%lldx%lld, %s: out %.3g din %.3g dparam %.3g\n", ini,
+                   (long long)in.dim[0], (long long)in.dim[1], (long long)in.dim[2], (long long)in.dim[3],
                    glia_memory_format_name(f), d_out, d_in, d_par);
         CU_ASSERT(d_out <= 1e-4 && d_in <= 1e-4 && d_par <= 1e-4);
         struct glia_tensor *all[] = {xc, xg, dyc, dyg, yc, yg, dxc, dxg};
@@ -226,10 +238,20 @@ static void batch_change(enum glia_memory_format f)
     cuda_unbuild(&G);
 }
 
-static void test_batch_change(void)
+/* Batch sizes 3, 1, 3 under a 3x3 stride 2; lengths 16, 9, 16, 23, 9 and a batch change under
+ * a 1x3 with padding (0, 1) (variable-length token sequences). */
+static void test_shape_change(void)
 {
-    batch_change(GLIA_CONTIGUOUS);
-    batch_change(GLIA_CHANNELS_LAST);
+    const struct glia_shape batches[] = {S(4, 3, 3, 9, 8), S(4, 1, 3, 9, 8), S(4, 3, 3, 9, 8)};
+    const struct glia_shape lengths[] = {S(4, 3, 8, 1, 16), S(4, 3, 8, 1, 9), S(4, 3, 8, 1, 16), S(4, 3, 8, 1, 23),
+                                         S(4, 3, 8, 1, 9), S(4, 5, 8, 1, 9)};
+    for (int f = 0; f < 2; f++) {
+        enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+        shape_changes("[c]\ntype = conv2d\nfilters = 6\nsize = 3\nstride = 2\npadding = 1\n", batches, 3, fmt,
+                      7000 + (uint64_t)f);
+        shape_changes("[c]\ntype = conv2d\nfilters = 12\nsize_h = 1\nsize_w = 3\npadding_w = 1\n", lengths, 6, fmt,
+                      7100 + (uint64_t)f);
+    }
 }
 
 /* Case c at precision p in format f with no input gradient asked (din[0] NULL: the first layer of
@@ -307,5 +329,5 @@ static void test_no_input_grad(void)
 }
 
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
-               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_batch_change),
+               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad))

@@ -2,10 +2,16 @@
  * forward (+ bias), backward data, backward filter and bias, in fp32 (FMA only), tf32, bf16 and
  * fp16, NCHW or NHWC, with algorithms chosen by cudnnFind*Ex timing (cudnn_benchmark on) or by
  * cuDNN's heuristics (off), remembered per shape in a process-wide cache.
+ * Kernels and padding may be rectangular (kh x kw, ph and pw); stride and dilation are square.
  * Not the description (keys, checks, parameters, shapes: conv2d_desc.c, shared with the CPU
- * plugin), and no transposed or asymmetrically padded convolution.
+ * plugin), and no transposed convolution or padding that differs between the two sides of a
+ * dimension.
  *
- * Layouts: the weight parameter and its gradient stay (F, C/groups, k, k) — KCRS, the checkpoint
+ * Shape changes (variable batch or sequence length): the descriptors are set again for the new
+ * shape (host calls only); the algorithm choices of every shape seen stay in the process-wide
+ * cache, so a shape that comes back is neither timed nor ranked again.
+ *
+ * Layouts: the weight parameter and its gradient stay (F, C/groups, kh, kw) — KCRS, the checkpoint
  * format — always. With channels_last activations cuDNN gets a KRSC (NHWC) filter, which its
  * fast NHWC kernels need: the weights are transposed into scratch at every call and the filter
  * gradient transposed back (fused with the fp16/bf16 conversion where there is one).
@@ -34,7 +40,7 @@ static const char *const dir_name[N_DIRS] = {"forward", "backward data", "backwa
  * padding and compares with memcmp. */
 struct conv_key {
     int64_t device, dir, precision, nhwc, benchmark, workspace_limit;
-    int64_t N, C, H, W, F, k, s, pad, d, g;
+    int64_t N, C, H, W, F, kh, kw, s, ph, pw, d, g;
 };
 
 /* One direction's algorithm, the math type it runs with and the workspace it needs. */
@@ -100,7 +106,7 @@ struct cuda_conv {
     cudnnTensorDescriptor_t x, y;    /* x / dx and y / dy in cuDNN's data type */
     cudnnTensorDescriptor_t y32;     /* y / dy in fp32 (bias add, bias gradient) */
     cudnnTensorDescriptor_t bias;    /* (1, F, 1, 1) fp32 */
-    cudnnFilterDescriptor_t w;       /* (F, C/groups, k, k), KCRS or KRSC, cuDNN's data type */
+    cudnnFilterDescriptor_t w;       /* (F, C/groups, kh, kw), KCRS or KRSC, cuDNN's data type */
     cudnnConvolutionDescriptor_t conv[N_DIRS];  /* one per direction: each has its math type */
     bool valid;                      /* the descriptors describe `key` */
     struct conv_key key;             /* the last call's (dir 0) */
@@ -280,11 +286,12 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     const struct conv_key key = {.device = glia__cuda_of(l->backend)->device, .precision = o->precision,
                                  .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
                                  .workspace_limit = (int64_t)o->workspace_limit, .N = N, .C = g->C, .H = H, .W = W,
-                                 .F = g->F, .k = g->k, .s = g->s, .pad = g->pad, .d = g->d, .g = g->g};
+                                 .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s, .ph = g->ph, .pw = g->pw,
+                                 .d = g->d, .g = g->g};
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
-    int64_t OH = glia__conv2d_out_extent(g, H), OW = glia__conv2d_out_extent(g, W);
+    int64_t OH = glia__conv2d_out_h(g, H), OW = glia__conv2d_out_w(g, W);
     if (N * g->C * H * W > INT_MAX || N * g->F * OH * OW > INT_MAX)
         return glia_error(l->ctx, GLIA_EUNSUPPORTED,
                           "[%s] conv2d: cuDNN takes at most %d elements per tensor (input %lldx%lldx%lldx%lld, "
@@ -297,9 +304,10 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->y, fmt, dt, (int)N, (int)g->F, (int)OH, (int)OW));
     CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->y32, fmt, CUDNN_DATA_FLOAT, (int)N, (int)g->F, (int)OH, (int)OW));
     CUDNN_TRY(l->ctx, cudnnSetTensor4dDescriptor(p->bias, fmt, CUDNN_DATA_FLOAT, 1, (int)g->F, 1, 1));
-    CUDNN_TRY(l->ctx, cudnnSetFilter4dDescriptor(p->w, dt, fmt, (int)g->F, (int)(g->C / g->g), (int)g->k, (int)g->k));
+    CUDNN_TRY(l->ctx,
+              cudnnSetFilter4dDescriptor(p->w, dt, fmt, (int)g->F, (int)(g->C / g->g), (int)g->kh, (int)g->kw));
     for (int i = 0; i < N_DIRS; i++) {
-        CUDNN_TRY(l->ctx, cudnnSetConvolution2dDescriptor(p->conv[i], (int)g->pad, (int)g->pad, (int)g->s, (int)g->s,
+        CUDNN_TRY(l->ctx, cudnnSetConvolution2dDescriptor(p->conv[i], (int)g->ph, (int)g->pw, (int)g->s, (int)g->s,
                                                           (int)g->d, (int)g->d, CUDNN_CROSS_CORRELATION,
                                                           CUDNN_DATA_FLOAT));
         CUDNN_TRY(l->ctx, cudnnSetConvolutionGroupCount(p->conv[i], (int)g->g));
@@ -459,7 +467,7 @@ static glia_status prepare(struct glia_layer *l, struct call *k, char *base)
         CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_x, k->t, k->x, GLIA__CONV_F32, 1, 1, k->nx, 0.0f, s));
         k->cx = base + k->o_x;
     }
-    if (k->o_w != NONE) {  /* KCRS (F, C/g, k*k) -> KRSC (F, k*k, C/g) for NHWC, else a plain copy */
+    if (k->o_w != NONE) {  /* KCRS (F, C/g, kh*kw) -> KRSC (F, kh*kw, C/g) for NHWC, else a plain copy */
         int64_t B = k->nhwc ? g->F : 1, rows = k->nhwc ? g->C / g->g : 1, cols = k->nw / B / rows;
         CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_w, k->t, k->w, GLIA__CONV_F32, B, rows, cols, 0.0f, s));
         k->cw = base + k->o_w;
@@ -476,13 +484,14 @@ static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key
 {
     glia_log(l->ctx, GLIA_LOG_DEBUG,
              "[%s] conv2d %s: cuDNN %s chose %s (%s math, %zu bytes of workspace) for input %lldx%lldx%lldx%lld "
-             "%s %s, %lld filters %lldx%lld stride %lld padding %lld dilation %lld groups %lld, workspace limit %lld",
+             "%s %s, %lld filters %lldx%lld stride %lld padding %lldx%lld dilation %lld groups %lld, "
+             "workspace limit %lld",
              l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics", algo_name(dir, ch->algo),
              math_name(ch->math), ch->workspace, (long long)key->N, (long long)key->C, (long long)key->H,
              (long long)key->W, key->nhwc ? "channels_last" : "contiguous",
-             glia_precision_name((enum glia_precision)key->precision), (long long)key->F, (long long)key->k,
-             (long long)key->k, (long long)key->s, (long long)key->pad, (long long)key->d, (long long)key->g,
-             (long long)key->workspace_limit);
+             glia_precision_name((enum glia_precision)key->precision), (long long)key->F, (long long)key->kh,
+             (long long)key->kw, (long long)key->s, (long long)key->ph, (long long)key->pw, (long long)key->d,
+             (long long)key->g, (long long)key->workspace_limit);
 }
 
 static glia_status no_algorithm(struct glia_layer *l, int dir)
@@ -607,7 +616,7 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
                           (long long)g->C);
     int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
-    int64_t OH = glia__conv2d_out_extent(g, H), OW = glia__conv2d_out_extent(g, W);
+    int64_t OH = glia__conv2d_out_h(g, H), OW = glia__conv2d_out_w(g, W);
     if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
         (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
         (st = call_format(l, (const struct glia_tensor *[]){x, y}, 2, &nhwc)) || (st = plan(l, N, H, W, nhwc)))
@@ -644,7 +653,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
                           (long long)g->C);
     int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
-    int64_t OH = glia__conv2d_out_extent(g, H), OW = glia__conv2d_out_extent(g, W);
+    int64_t OH = glia__conv2d_out_h(g, H), OW = glia__conv2d_out_w(g, W);
     if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
         (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
         (st = check_tensor(l, dy, "the output gradient", N, g->F, OH, OW)) ||
@@ -684,8 +693,8 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     CUDNN_TRY(l->ctx, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, k.cx, p->y, k.cdy, p->conv[BWD_FILTER],
                                                      (cudnnConvolutionBwdFilterAlgo_t)p->choice[BWD_FILTER].algo, k.ws,
                                                      k.ws_size, k.o_dw != NONE ? &zero : &beta, p->w, out));
-    if (k.o_dw != NONE) {  /* KRSC (F, k*k, C/g) -> KCRS (F, C/g, k*k), or a plain conversion */
-        int64_t B = k.nhwc ? g->F : 1, rows = k.nhwc ? g->k * g->k : 1, cols = k.nw / B / rows;
+    if (k.o_dw != NONE) {  /* KRSC (F, kh*kw, C/g) -> KCRS (F, C/g, kh*kw), or a plain conversion */
+        int64_t B = k.nhwc ? g->F : 1, rows = k.nhwc ? g->kh * g->kw : 1, cols = k.nw / B / rows;
         CUDA_TRY(l->ctx, glia__conv_convert(pw->grad->data, GLIA__CONV_F32, out, k.t, B, rows, cols, beta, c->stream));
     }
 fail:

@@ -1,16 +1,20 @@
 /* plugins/layers/conv2d — 2-D convolution (cross-correlation, like PyTorch's Conv2d) on the CPU
- * with oneDNN primitives: forward, backward-data, backward-weights (+bias), with stride,
- * symmetric zero padding, dilation and groups. Input (N, C, H, W), output (N, filters, OH, OW).
- * Not a transposed convolution, and no asymmetric padding.
+ * with oneDNN primitives: forward, backward-data, backward-weights (+bias), with square or
+ * rectangular kernels (kh, kw), zero padding (ph on top and bottom, pw left and right), stride,
+ * dilation and groups. Input (N, C, H, W), output (N, filters, OH, OW).
+ * Not a transposed convolution, and no padding that differs between the two sides of a dimension.
  *
  * The user tensors stay plain (nchw or, for channels_last tensors, nhwc; oihw / goihw; x). With
  * nchw tensors the primitives are created with format "any" so that oneDNN picks its direct JIT
  * kernels and their blocked layouts (nChw16c, OIhw16i16o, ...); with nhwc tensors its nhwc kernels
  * read and write them directly. Reorders move data between the two only where the layouts differ,
- * through intermediate buffers made once per input shape. A training forward keeps its
- * reordered input for backward-weights; weights are reordered at every call (they change every
- * step). Bias stays plain. Keys, their checks, parameters, shapes and flops are in conv2d_desc.c,
- * shared with the CUDA impl in cuda.so. */
+ * through intermediate buffers made once per input shape. The primitives and buffers of the
+ * last N_SHAPES input shapes stay cached (the least recently used replaced), so that inputs whose
+ * size changes from batch to batch (variable-length sequences) do not rebuild them at every
+ * call. A training forward keeps its reordered input for the backward-weights of that shape;
+ * weights are reordered at every call (they change every step). Bias stays plain. Keys, their
+ * checks, parameters, shapes and flops are in conv2d_desc.c, shared with the CUDA impl in
+ * cuda.so. */
 #include <glia/glia.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +43,7 @@ struct conv_cache {
     bool valid;
     bool nhwc;               /* the user tensors are channels_last */
     int64_t N, H, W, OH, OW;
+    uint64_t last_use;       /* the layer's use count when this entry was last used */
     dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;  /* the user layouts */
     dnnl_primitive_desc_t fwd_pd, bwd_d_pd, bwd_w_pd;
     dnnl_primitive_t fwd, bwd_d, bwd_w;
@@ -46,11 +51,13 @@ struct conv_cache {
     struct slot f_src, f_wei, f_dst;    /* forward */
     struct slot d_ddst, d_wei, d_dsrc;  /* backward data */
     struct slot w_src, w_ddst, w_dwei;  /* backward weights */
-    const float *kept;       /* f_src.mem holds this input, reordered by the last training forward */
-    dnnl_memory_t scratchpad; /* shared by all the primitives (user scratchpad mode) */
-    size_t scratchpad_size;
+    const float *kept;       /* f_src.mem holds this input, reordered by the last training forward of
+                                this shape, for the backward that follows it; NULL: nothing kept */
     float *dx_scratch;       /* N*C*H*W: input gradient to add when accumulating */
 };
+
+/* Input shapes whose primitives a layer keeps. */
+#define N_SHAPES 8
 
 struct conv2d {
     struct glia__conv2d_geom geom;  /* first: the shared infer_shape and flops read it */
@@ -59,7 +66,10 @@ struct conv2d {
     dnnl_primitive_attr_t attr;     /* user scratchpad */
     dnnl_primitive_attr_t attr_add; /* user scratchpad, sum post-op: reorders that accumulate */
     float *dw_scratch, *db_scratch; /* parameter gradients to add when already set */
-    struct conv_cache c;
+    dnnl_memory_t scratchpad;       /* shared by all the primitives of all shapes (user scratchpad mode) */
+    size_t scratchpad_size;
+    uint64_t uses;                  /* calls so far: the clock of the least-recently-used choice */
+    struct conv_cache c[N_SHAPES];
 };
 
 static glia_status dnnl_fail(struct glia_layer *l, const char *what, dnnl_status_t s)
@@ -89,7 +99,7 @@ static void cache_free(struct conv_cache *c)
 {
     dnnl_primitive_t prims[] = {c->fwd, c->bwd_d, c->bwd_w};
     dnnl_primitive_desc_t pds[] = {c->fwd_pd, c->bwd_d_pd, c->bwd_w_pd};
-    dnnl_memory_t mems[] = {c->x, c->w, c->b, c->y, c->dx, c->dw, c->db, c->dy, c->scratchpad};
+    dnnl_memory_t mems[] = {c->x, c->w, c->b, c->y, c->dx, c->dw, c->db, c->dy};
     struct slot *slots[] = {&c->f_src, &c->f_wei, &c->f_dst, &c->d_ddst, &c->d_wei,
                             &c->d_dsrc, &c->w_src, &c->w_ddst, &c->w_dwei};
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
@@ -110,21 +120,21 @@ static void log_impl(struct glia_layer *l, const char *what, const_dnnl_primitiv
         glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: oneDNN %s", l->name, what, impl);
 }
 
-/* Grow the shared scratchpad to what pd needs. */
+/* Grow the shared scratchpad to what pd needs. (Primitives get it at execution, so the other
+ * shapes' primitives take the bigger one from then on.) */
 static dnnl_status_t fit_scratchpad(struct conv2d *p, const_dnnl_primitive_desc_t pd)
 {
-    struct conv_cache *c = &p->c;
     const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t need = md ? dnnl_memory_desc_get_size(md) : 0;
-    if (need <= c->scratchpad_size) return dnnl_success;
+    if (need <= p->scratchpad_size) return dnnl_success;
     dnnl_memory_desc_t sd;
     dnnl_status_t s = dnnl_memory_desc_init_by_tag(&sd, 1, (dnnl_dims_t){(dnnl_dim_t)need}, dnnl_u8, dnnl_x);
     dnnl_memory_t m = NULL;
     if (s == dnnl_success) s = dnnl_memory_create(&m, &sd, p->engine, DNNL_MEMORY_ALLOCATE);
     if (s != dnnl_success) return s;
-    if (c->scratchpad) dnnl_memory_destroy(c->scratchpad);
-    c->scratchpad = m;
-    c->scratchpad_size = need;
+    if (p->scratchpad) dnnl_memory_destroy(p->scratchpad);
+    p->scratchpad = m;
+    p->scratchpad_size = need;
     return dnnl_success;
 }
 
@@ -226,32 +236,51 @@ static dnnl_status_t act_md(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *us
     return dnnl_success;
 }
 
+/* The cache entry of input (N, C, H, W) in format nchw or nhwc: the one made for that shape
+ * before, or a free one, or else the least recently used one, cleared. */
+static struct conv_cache *cache_entry(struct conv2d *p, int64_t N, int64_t H, int64_t W, bool nhwc)
+{
+    struct conv_cache *e = &p->c[0];
+    for (int i = 0; i < N_SHAPES; i++) {
+        struct conv_cache *c = &p->c[i];
+        if (c->valid && c->N == N && c->H == H && c->W == W && c->nhwc == nhwc) {
+            e = c;
+            break;
+        }
+        if (!c->valid || (e->valid && c->last_use < e->last_use)) e = c;
+    }
+    if (!(e->valid && e->N == N && e->H == H && e->W == W && e->nhwc == nhwc)) cache_free(e);
+    e->last_use = ++p->uses;
+    return e;
+}
+
 /* Make the forward primitive (and backward-data / backward-weights when asked) for input
- * (N, C, H, W) in format nchw or nhwc, with the buffers and reorders their layouts need. */
+ * (N, C, H, W) in format nchw or nhwc, with the buffers and reorders their layouts need, in
+ * that shape's cache entry (*out). */
 static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc, bool need_d,
-                                bool need_w)
+                                bool need_w, struct conv_cache **out)
 {
     struct conv2d *p = l->priv;
-    struct conv_cache *c = &p->c;
+    struct conv_cache *c = cache_entry(p, N, H, W, nhwc);
     glia_status st = GLIA_OK;
     const struct glia__conv2d_geom *g = &p->geom;
-    const dnnl_dims_t strides = {g->s, g->s}, dil = {g->d - 1, g->d - 1}, pad = {g->pad, g->pad};
+    const dnnl_dims_t strides = {g->s, g->s}, dil = {g->d - 1, g->d - 1}, pad = {g->ph, g->pw};
     dnnl_convolution_desc_t cd;
     dnnl_memory_desc_t src_any, wei_any, dst_any;
-    if (!c->valid || c->N != N || c->H != H || c->W != W || c->nhwc != nhwc) {
-        cache_free(c);
+    *out = c;
+    if (!c->valid) {
         c->N = N, c->H = H, c->W = W, c->nhwc = nhwc;
-        c->OH = glia__conv2d_out_extent(g, H), c->OW = glia__conv2d_out_extent(g, W);
+        c->OH = glia__conv2d_out_h(g, H), c->OW = glia__conv2d_out_w(g, W);
         const dnnl_dims_t sd = {N, g->C, H, W}, dd = {N, g->F, c->OH, c->OW}, bd = {g->F};
         dnnl_format_tag_t act = nhwc ? dnnl_nhwc : dnnl_nchw;
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->src_md, 4, sd, dnnl_f32, act));
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->dst_md, 4, dd, dnnl_f32, act));
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->bias_md, 1, bd, dnnl_f32, dnnl_x));
         if (g->g == 1) {
-            const dnnl_dims_t wd = {g->F, g->C, g->k, g->k};
+            const dnnl_dims_t wd = {g->F, g->C, g->kh, g->kw};
             DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->wei_md, 4, wd, dnnl_f32, dnnl_oihw));
-        } else {  /* (g, F/g, C/g, k, k): the same bytes as (F, C/g, k, k) row-major */
-            const dnnl_dims_t wd = {g->g, g->F / g->g, g->C / g->g, g->k, g->k};
+        } else {  /* (g, F/g, C/g, kh, kw): the same bytes as (F, C/g, kh, kw) row-major */
+            const dnnl_dims_t wd = {g->g, g->F / g->g, g->C / g->g, g->kh, g->kw};
             DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->wei_md, 5, wd, dnnl_f32, dnnl_goihw));
         }
         DNNL_TRY(act_md(&src_any, &c->src_md, nhwc));
@@ -315,6 +344,7 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
     return GLIA_OK;
 fail:
     cache_free(c);
+    *out = NULL;
     return st;
 }
 
@@ -328,7 +358,7 @@ static glia_status run(struct glia_layer *l, dnnl_primitive_t prim, int n, const
     glia_status st = GLIA_OK;
     dnnl_exec_arg_t a[8];
     memcpy(a, args, (size_t)n * sizeof *a);
-    if (p->c.scratchpad) a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->c.scratchpad};
+    if (p->scratchpad) a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratchpad};
     DNNL_TRY(dnnl_primitive_execute(prim, p->stream, n, a));
     DNNL_TRY(dnnl_stream_wait(p->stream));
 fail:
@@ -395,7 +425,8 @@ static void conv2d_destroy(struct glia_layer *l)
 {
     struct conv2d *p = l->priv;
     if (!p) return;
-    cache_free(&p->c);
+    for (int i = 0; i < N_SHAPES; i++) cache_free(&p->c[i]);
+    if (p->scratchpad) dnnl_memory_destroy(p->scratchpad);
     if (p->attr) dnnl_primitive_attr_destroy(p->attr);
     if (p->attr_add) dnnl_primitive_attr_destroy(p->attr_add);
     if (p->stream) dnnl_stream_destroy(p->stream);
@@ -416,7 +447,7 @@ static glia_status conv2d_create(struct glia_layer *l, const struct glia_section
     if (!p) return GLIA_ENOMEM;
     p->geom = q;
     l->priv = p;
-    int64_t fan_in = q.C / q.g * q.k * q.k;
+    int64_t fan_in = q.C / q.g * q.kh * q.kw;
     p->dw_scratch = malloc((size_t)(q.F * fan_in) * sizeof(float));
     p->db_scratch = malloc((size_t)q.F * sizeof(float));
     if (!p->dw_scratch || !p->db_scratch) {
@@ -470,11 +501,11 @@ static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x
 static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct conv2d *p = l->priv;
-    struct conv_cache *c = &p->c;
+    struct conv_cache *c;
     const struct glia_tensor *x = a->in[0];
     bool nhwc;
     glia_status st = check_input(l, x, a->out, &nhwc);
-    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, false, false);
+    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, false, false, &c);
     if (st) return st;
     c->kept = NULL;  /* f_src is about to be overwritten */
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
@@ -500,7 +531,7 @@ fail:
 static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     struct conv2d *p = l->priv;
-    struct conv_cache *c = &p->c;
+    struct conv_cache *c;
     const struct glia_tensor *x = a->in[0];
     bool nhwc;
     glia_status st = check_input(l, x, a->dout, &nhwc);
@@ -508,7 +539,8 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
         st = glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: input and its gradient differ in memory format", l->name);
     if (!st && glia_tensor_memory_format(a->out) != glia_tensor_memory_format(a->dout))
         st = glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: output and its gradient differ in memory format", l->name);
-    if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, a->din[0] != NULL, true);
+    if (!st)
+        st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, a->din[0] != NULL, true, &c);
     if (st) return st;
     DNNL_TRY(bind(c->dy, glia_tensor_f32(a->dout)));
     dnnl_memory_t ddst_done = NULL; /* the buffer that already holds the reordered dout */
@@ -537,9 +569,9 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
     float *db_t = pb && pb->grad_unset ? db : p->db_scratch;
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
     dnnl_memory_t src = c->w_src.mem ? c->w_src.mem : c->x, ddst = c->w_ddst.mem ? c->w_ddst.mem : c->dy, dwei;
-    if (c->w_src.mem && !(c->w_src.mem == c->f_src.mem && c->kept == glia_tensor_f32(x)) &&
-        (st = run_reorder(l, &c->w_src, c->w_src.reo, c->x, c->w_src.mem)))
-        return st;
+    bool reuse = c->w_src.mem && c->w_src.mem == c->f_src.mem && c->kept == glia_tensor_f32(x);
+    c->kept = NULL;  /* serves this backward only; a reorder below overwrites the buffer anyway */
+    if (c->w_src.mem && !reuse && (st = run_reorder(l, &c->w_src, c->w_src.reo, c->x, c->w_src.mem))) return st;
     if (c->w_ddst.mem && c->w_ddst.mem != ddst_done &&
         (st = run_reorder(l, &c->w_ddst, c->w_ddst.reo, c->dy, c->w_ddst.mem)))
         return st;
