@@ -51,7 +51,7 @@ static void test_setup(void)
  * of [train]; layers replace the default MLP when not NULL. */
 static const char *model(bool ddp, int batch, int train_samples, const char *extra, const char *layers)
 {
-    static char buf[8192], files[2048];
+    static char buf[8192], files[4096];
     if (tokens)
         snprintf(files, sizeof files, "format = tokens\ntrain = %s/tok_train\ntest = %s/tok_test\nvocab = 40\n"
                  "group_by_length = on\ngroup_size = 2\n", dir, dir);

@@ -28,7 +28,7 @@ static const char *text(const char *data, const char *train, bool conv, const ch
              "[runtime]\ndevice = cpu\nseed = 3\n"
              "[data]\nformat = tokens\ntrain = %s/train.txt\ntest = %s/test.txt\nvocab = 40\nbatch_size = 16\n"
              "test_batch_size = 50\n%s\n"
-             "[train]\nepochs = 3\noptimizer = adam\nlr = 0.01\n%s\n"
+             "[train]\noptimizer = adam\nlr = 0.01\n%s\n"
              "[emb]\ntype = embedding\nvocab = 40\ndim = 12\n%s"
              "[pool]\ntype = seq_pool\ninputs = %s, input\nmode = %s\n"
              "[fc]\ntype = linear\noutputs = 4\n[loss]\ntype = softmax_cross_entropy\n",
@@ -59,7 +59,7 @@ static void test_learns_and_grouping_pads_less(void)
     double pad[2];
     for (int g = 0; g < 2; g++) {
         struct run r;
-        open_run(&r, text(g ? "group_by_length = on\ngroup_size = 4" : "", "", true, "max"));
+        open_run(&r, text(g ? "group_by_length = on\ngroup_size = 4" : "", "epochs = 3", true, "max"));
         struct glia_epoch_result res[3];
         const char *metrics = glia_test_tmp(g ? "tokens-metrics-1.jsonl" : "tokens-metrics-0.jsonl");
         struct glia_train_options o = quiet;
@@ -115,16 +115,16 @@ static void test_resume_is_bit_exact(void)
     char ck[700], train[800], path[800];
     snprintf(ck, sizeof ck, "%s/ck", dir);
     struct run a, b, c;
-    open_run(&a, text("group_by_length = on\ngroup_size = 3", "", true, "max"));
+    open_run(&a, text("group_by_length = on\ngroup_size = 3", "epochs = 2", true, "max"));
     CU_ASSERT_FATAL(glia_model_train(a.m, &quiet, NULL, 0) == GLIA_OK);
     long long n;
     float *wa = weights(&a, &n);
-    snprintf(train, sizeof train, "checkpoint_dir = %s\nmax_steps = 50", ck);  /* 38 steps an epoch */
+    snprintf(train, sizeof train, "epochs = 2\ncheckpoint_dir = %s\nmax_steps = 50", ck);  /* 38 steps an epoch */
     open_run(&b, text("group_by_length = on\ngroup_size = 3", train, true, "max"));
     CU_ASSERT_FATAL(glia_model_train(b.m, &quiet, NULL, 0) == GLIA_OK);
     close_run(&b);
     snprintf(path, sizeof path, "%s/step-%08d.ckpt", ck, 50);
-    open_run(&c, text("group_by_length = on\ngroup_size = 3", "", true, "max"));
+    open_run(&c, text("group_by_length = on\ngroup_size = 3", "epochs = 2", true, "max"));
     struct glia_train_options o = quiet;
     o.resume = path;
     glia_status st = glia_model_train(c.m, &o, NULL, 0);
