@@ -7,6 +7,7 @@
 #include "modelutil.h"
 
 static char dir[512];
+static const char *runtime_extra = "";  /* more [runtime] keys for the next model */
 
 static void make_data(void)
 {
@@ -25,14 +26,14 @@ static const char *text(const char *data, const char *train, bool conv, const ch
 {
     static char buf[4096];
     snprintf(buf, sizeof buf,
-             "[runtime]\ndevice = cpu\nseed = 3\n"
+             "[runtime]\ndevice = cpu\nseed = 3\n%s\n"
              "[data]\nformat = tokens\ntrain = %s/train.txt\ntest = %s/test.txt\nvocab = 40\nbatch_size = 16\n"
              "test_batch_size = 50\n%s\n"
              "[train]\noptimizer = adam\nlr = 0.01\n%s\n"
              "[emb]\ntype = embedding\nvocab = 40\ndim = 12\n%s"
              "[pool]\ntype = seq_pool\ninputs = %s, input\nmode = %s\n"
              "[fc]\ntype = linear\noutputs = 4\n[loss]\ntype = softmax_cross_entropy\n",
-             dir, dir, data, train,
+             runtime_extra, dir, dir, data, train,
              conv ? "[conv]\ntype = conv2d\nfilters = 16\nsize_h = 1\nsize_w = 3\npadding_h = 0\npadding_w = 1\n"
                     "[act]\ntype = relu\n"
                   : "",
@@ -162,5 +163,29 @@ static void test_dp_replicas(void)
     free(w[1]);
 }
 
+/* memory_format = channels_last: the embedding writes (N, L, dim) rows, the convolution runs NHWC,
+ * the token batch reaches seq_pool untouched; the weights equal the contiguous run's. */
+static void test_channels_last(void)
+{
+    make_data();
+    float *w[2];
+    long long n;
+    for (int k = 0; k < 2; k++) {
+        struct run r;
+        runtime_extra = k ? "memory_format = channels_last" : "";
+        open_run(&r, text("group_by_length = on", "epochs = 1", true, "max"));
+        runtime_extra = "";
+        CU_ASSERT_FATAL(glia_model_train(r.m, &quiet, NULL, 0) == GLIA_OK);
+        w[k] = weights(&r, &n);
+        close_run(&r);
+    }
+    double worst = 0;
+    for (long long i = 0; i < n; i++) worst = fmax(worst, fabs((double)w[0][i] - w[1][i]) / fmax(1, fabs(w[0][i])));
+    if (!(worst < 1e-4)) printf("\n  channels_last weights differ by %g\n", worst);
+    CU_ASSERT(worst < 1e-4);
+    free(w[0]);
+    free(w[1]);
+}
+
 GLIA_TEST_MAIN("train_tokens", GLIA_TEST(test_learns_and_grouping_pads_less), GLIA_TEST(test_padding_does_not_change_results),
-               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_dp_replicas))
+               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_dp_replicas), GLIA_TEST(test_channels_last))
