@@ -1,14 +1,18 @@
 /* core/checkpoint.c — checkpoint files: a versioned, CRC-checked binary snapshot of a model's
- * weights, buffers, optimizer state and training position, written atomically.
+ * weights, buffers, optimizer state, training position and loss scaler, written atomically.
  * Not a general serialization library: one format, read back by the same model.
  *
- * Layout (little-endian):
+ * Layout (little-endian), version 2:
  *   header (40 bytes): "GLIACKPT", u32 version, u32 0x01020304, u64 payload bytes,
  *                      u32 crc32(payload), u32 0, u64 model fingerprint
  *   payload: u64 n_weights, u64 n_buffers, u32 n_state, u32 0, char optimizer[32],
  *            i64 step, i32 epoch, i32 0, i64 next batch in epoch, u64 seed,
  *            f64 loss sum of the epoch so far, i64 samples of the epoch so far,
+ *            loss scaler: f64 scale, i64 clean steps, i64 skipped steps, u32 1 when the run
+ *            scaled its loss (precision = fp16) else 0, u32 0,
  *            f32 weights[n_weights], f32 buffers[n_buffers], f32 state[n_state][n_weights]
+ * Version 1 is the same without the loss scaler; it still loads (an fp16 run resumed from it
+ * starts its loss scaler afresh). Newer versions are refused.
  * Randomness in glia is a function of (seed, epoch, step, sample), so step, epoch and the
  * batch position are the whole random state: a resumed run repeats the uninterrupted one. */
 #include <errno.h>
@@ -21,7 +25,7 @@
 #include "model_internal.h"
 
 #define MAGIC "GLIACKPT"
-#define VERSION 1u
+#define VERSION 2u
 #define HEADER 40
 
 struct meta {
@@ -34,6 +38,13 @@ struct meta {
     uint64_t seed;
     double loss_sum;
     int64_t samples;
+};
+
+/* The loss scaler's state (version 2 on), after struct meta. */
+struct scaler_rec {
+    double scale;
+    int64_t clean, skipped;
+    uint32_t on, pad0;  /* on: the saving run scaled its loss (fp16) */
 };
 
 uint64_t glia__model_fingerprint(const struct glia_model *m)
@@ -65,15 +76,17 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
 {
     int ns = m->opt.ops->n_state;
     size_t nfloat = (size_t)m->n_weights * (size_t)(1 + ns) + (size_t)m->n_buffer_values;
-    size_t payload = sizeof(struct meta) + nfloat * sizeof(float);
+    size_t payload = sizeof(struct meta) + sizeof(struct scaler_rec) + nfloat * sizeof(float);
     unsigned char *buf = malloc(HEADER + payload);
     if (!buf) return glia_error(m->ctx, GLIA_ENOMEM, "checkpoint %s: out of memory", path);
     struct meta mt = {(uint64_t)m->n_weights, (uint64_t)m->n_buffer_values, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
                       batch, m->seed, loss_sum, samples};
     snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.ops->name);
+    struct scaler_rec sc = {m->scaler.scale, m->scaler.clean, m->scaler.skipped, m->precision == GLIA_PRECISION_FP16, 0};
     unsigned char *p = buf + HEADER;
     memcpy(p, &mt, sizeof mt);
-    float *f = (float *)(p + sizeof mt);
+    memcpy(p + sizeof mt, &sc, sizeof sc);
+    float *f = (float *)(p + sizeof mt + sizeof sc);
     glia_status st = pull(m->w, f, m->n_weights);
     f += m->n_weights;
     if (!st) st = pull(m->buf, f, m->n_buffer_values);
@@ -129,6 +142,14 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     return GLIA_OK;
 }
 
+/* The loss layer's output gradient holds the loss scale once the activations exist: write the
+ * restored one there (the value core/train.c's write_loss_scale writes). */
+static glia_status write_loss_scale(struct glia_model *m)
+{
+    float v = (float)(m->scaler.scale * m->loss_weight / (double)m->accumulate);
+    return m->loss_scale ? glia_tensor_from_host(m->loss_scale, &v, sizeof v) : GLIA_OK;
+}
+
 static glia_status bad(struct glia_model *m, const char *path, const char *what)
 {
     return glia_error(m->ctx, GLIA_EFORMAT, "%s: %s", path, what);
@@ -151,8 +172,9 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     if (got < 8 || memcmp(h, MAGIC, 8)) st = bad(m, path, "not a glia checkpoint (no GLIACKPT signature)");
     else if (got < HEADER) st = bad(m, path, "truncated checkpoint header");
     else if (endian != 0x01020304u) st = bad(m, path, "checkpoint written on a machine of the other byte order");
-    else if (version != VERSION)
-        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: checkpoint format version %u, this glia reads version %u", path, version, VERSION);
+    else if (version < 1 || version > VERSION)
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: checkpoint format version %u, this glia reads versions 1 to %u", path,
+                        version, VERSION);
     else if (payload < sizeof(struct meta) || payload > ((uint64_t)1 << 40)) st = bad(m, path, "corrupt checkpoint header");
     unsigned char *p = NULL;
     if (!st && !(p = malloc(payload))) st = GLIA_ENOMEM;
@@ -172,14 +194,17 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
                         path, (unsigned long long)mt.n_weights, (unsigned long long)mt.n_buffers,
                         (long long)m->n_weights, (long long)m->n_buffer_values);
     int ns = m->opt.ops->n_state;
-    if (!st && payload != sizeof mt + ((uint64_t)mt.n_weights * (1 + mt.n_state) + mt.n_buffers) * sizeof(float))
+    struct scaler_rec sc = {0};
+    size_t head = sizeof mt + (version >= 2 ? sizeof sc : 0);  /* bytes before the floats */
+    if (!st && payload != head + ((uint64_t)mt.n_weights * (1 + mt.n_state) + mt.n_buffers) * sizeof(float))
         st = bad(m, path, "corrupt checkpoint (sizes do not add up)");
+    if (!st && version >= 2) memcpy(&sc, p + sizeof mt, sizeof sc);
     mt.optimizer[sizeof mt.optimizer - 1] = '\0';
     if (!st && training && (strcmp(mt.optimizer, m->opt.ops->name) || (int)mt.n_state != ns))
         st = glia_error(m->ctx, GLIA_EINVAL, "%s: checkpoint optimizer '%s', the model's [train] optimizer is '%s'", path,
                         mt.optimizer, m->opt.ops->name);
     if (!st) {
-        const float *fl = (const float *)(p + sizeof mt);
+        const float *fl = (const float *)(p + head);
         if (m->n_weights) st = glia_tensor_from_host(m->w, fl, (size_t)m->n_weights * sizeof(float));
         fl += m->n_weights;
         if (!st && m->n_buffer_values) st = glia_tensor_from_host(m->buf, fl, (size_t)m->n_buffer_values * sizeof(float));
@@ -197,6 +222,12 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
             glia_log(m->ctx, GLIA_LOG_WARN, "%s: checkpoint seed %llu, [runtime] seed %llu: the resumed run uses %llu",
                      path, (unsigned long long)mt.seed, (unsigned long long)m->seed, (unsigned long long)mt.seed);
         m->seed = mt.seed;
+        /* the loss scaler goes on where it was when both runs scale their loss (fp16); else this
+         * run's stays as it starts (65536 with fp16, 1 without) */
+        if (sc.on && m->precision == GLIA_PRECISION_FP16) {
+            m->scaler = (struct glia__scaler){sc.scale, sc.clean, sc.skipped};
+            st = write_loss_scale(m);
+        }
     }
     free(p);
     return st;

@@ -472,6 +472,180 @@ static void test_checkpoint_keep(void)
     CU_ASSERT(system(cmd) == 0);
 }
 
+/* ---- the fp16 loss scaler in checkpoints ----
+ * The CPU computes in fp32 only, so these runs switch the model's loss scaling on by hand
+ * (m->precision = fp16 is all that precision = fp16 adds to a training step besides the math). */
+
+static void scale_loss(struct run *r, struct glia__scaler s)
+{
+    r->m->precision = GLIA_PRECISION_FP16;
+    r->m->scaler = s;
+}
+
+static bool scaler_is(const struct glia__scaler *s, double scale, int64_t clean, int64_t skipped)
+{
+    if (s->scale == scale && s->clean == clean && s->skipped == skipped) return true;
+    printf("\n  loss scaler %g, %lld clean, %lld skipped; want %g, %lld, %lld\n", s->scale, (long long)s->clean,
+           (long long)s->skipped, scale, (long long)clean, (long long)skipped);
+    return false;
+}
+
+/* A run stopped after 17 steps and resumed goes on with the scaler where it was (1024 with 1990
+ * clean steps and 3 skipped at the start: doubled at step 10), not at a fresh 65536, and ends
+ * where the uninterrupted run does: scale, counts, epoch results and weights. */
+static void test_resume_keeps_loss_scaler(void)
+{
+    make_data();
+    rm_ckpt();
+    const struct glia__scaler start = {1024.0, 1990, 3}, fresh = {65536.0, 0, 0};
+    struct run a, b, c;
+    struct glia_epoch_result ra[3], rc[3];
+    long long n;
+    open_run(&a, ckpt_text(""));
+    scale_loss(&a, start);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
+    CU_ASSERT(scaler_is(&a.m->scaler, 2048.0, 23, 3));  /* 33 steps */
+    open_run(&b, ckpt_text("max_steps = 17\n"));
+    scale_loss(&b, start);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, NULL, 0), GLIA_OK);
+    CU_ASSERT(scaler_is(&b.m->scaler, 2048.0, 7, 3));
+    close_run(&b);
+    char path[700];
+    snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
+    open_run(&c, ckpt_text(""));
+    scale_loss(&c, fresh);
+    struct glia_train_options o = {NULL, -1, NULL, path};
+    glia_status st = glia_model_train(c.m, &o, rc, 3);
+    if (st) printf("\n  %s\n", glia_context_error(c.ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    CU_ASSERT(scaler_is(&c.m->scaler, 2048.0, 23, 3));
+    for (int e = 2; e <= 3; e++) {
+        CU_ASSERT_EQUAL(rc[e - 1].loss_scale, ra[e - 1].loss_scale);
+        CU_ASSERT_EQUAL(rc[e - 1].skipped_steps, ra[e - 1].skipped_steps);
+        CU_ASSERT_EQUAL(rc[e - 1].train_loss, ra[e - 1].train_loss);
+    }
+    float *wa = weights(&a, &n), *wc = weights(&c, &n);
+    CU_ASSERT_EQUAL(memcmp(wa, wc, (size_t)n * 4), 0);  /* the loss was scaled by the restored scale */
+    free(wa);
+    free(wc);
+    close_run(&a);
+    close_run(&c);
+}
+
+/* CRC-32 (zlib's) of n bytes. */
+static uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+    }
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* The file at path (*n bytes), malloc'ed. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n);
+    CU_ASSERT_FATAL(b && fread(b, 1, *n, f) == *n);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_FATAL(fwrite(b, 1, n, f) == n);
+    fclose(f);
+}
+
+/* Saved and loaded directly: the scaler comes back only into a run that scales its loss, from a
+ * run that did; a version 1 file (no scaler) still loads, leaving the scaler as it starts; a
+ * newer version is refused. */
+static void test_checkpoint_loss_scaler(void)
+{
+    make_data();
+    rm_ckpt();
+    char cmd[700], p16[700], p32[700], pv1[700], pv3[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/ck'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(p16, sizeof p16, "%s/ck/fp16.ckpt", dir);
+    snprintf(p32, sizeof p32, "%s/ck/fp32.ckpt", dir);
+    snprintf(pv1, sizeof pv1, "%s/ck/v1.ckpt", dir);
+    snprintf(pv3, sizeof pv3, "%s/ck/v3.ckpt", dir);
+    const struct glia__scaler saved = {512.0, 37, 5}, fresh = {65536.0, 0, 0};
+    struct run r;
+    struct glia__resume rs;
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, saved);
+    r.m->step = 42;
+    float *wm = glia_tensor_f32(r.m->w);  /* weights no fresh model has */
+    for (int64_t i = 0; i < r.m->n_weights; i++) wm[i] = 0.25f * wm[i] + 0.001f * (float)(i % 7);
+    CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p16, 2, 6, 1.5, 144), GLIA_OK);
+    r.m->precision = GLIA_PRECISION_FP32;
+    CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p32, 2, 6, 1.5, 144), GLIA_OK);
+    long long n;
+    float *w0 = weights(&r, &n);
+    close_run(&r);
+    /* fp16 -> fp16: restored, with the training position */
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, fresh);
+    CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p16, true, &rs), GLIA_OK);
+    CU_ASSERT(scaler_is(&r.m->scaler, 512.0, 37, 5));
+    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.loss_sum == 1.5 && rs.samples == 144);
+    close_run(&r);
+    /* fp16 -> fp32 run, and fp32 -> fp16 run: each keeps its own start */
+    open_run(&r, ckpt_text(""));
+    CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p16, true, &rs), GLIA_OK);
+    CU_ASSERT(scaler_is(&r.m->scaler, 1.0, 0, 0));
+    close_run(&r);
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, fresh);
+    CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p32, true, &rs), GLIA_OK);
+    CU_ASSERT(scaler_is(&r.m->scaler, 65536.0, 0, 0));
+    close_run(&r);
+    /* version 1: the same file without the 32 scaler bytes after the 104 of the position */
+    size_t len;
+    unsigned char *b = slurp(p16, &len);
+    const size_t header = 40, meta = 104, rec = 32;
+    CU_ASSERT_FATAL(len > header + meta + rec);
+    uint32_t v = 2, crc;
+    uint64_t payload;
+    CU_ASSERT_EQUAL(memcmp(b + 8, &v, 4), 0);
+    memmove(b + header + meta, b + header + meta + rec, len - header - meta - rec);
+    len -= rec;
+    v = 1;
+    payload = len - header;
+    crc = crc32_of(b + header, payload);
+    memcpy(b + 8, &v, 4);
+    memcpy(b + 16, &payload, 8);
+    memcpy(b + 24, &crc, 4);
+    spit(pv1, b, len);
+    v = 3;
+    memcpy(b + 8, &v, 4);
+    spit(pv3, b, len);
+    free(b);
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, fresh);
+    glia_status st = glia__checkpoint_load(r.m, pv1, true, &rs);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    CU_ASSERT(scaler_is(&r.m->scaler, 65536.0, 0, 0));
+    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
+    float *w1 = weights(&r, &n);
+    CU_ASSERT_EQUAL(memcmp(w0, w1, (size_t)n * 4), 0);
+    free(w1);
+    close_run(&r);
+    expect_ckpt_error(pv3, ckpt_text(""), GLIA_EFORMAT, "v3.ckpt: checkpoint format version 3, this glia reads versions 1 to 2");
+    free(w0);
+}
+
 static void test_fashion_mnist_subset(void)
 {
     const char *d = "/usr/share/datasets/fashion-mnist";
@@ -548,4 +722,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
+               GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
                GLIA_TEST(test_fashion_mnist_subset))
