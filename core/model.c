@@ -729,7 +729,7 @@ static glia_status alloc_params(struct glia_model *m)
     m->n_weights = total;
     int64_t d1[1] = {total > 0 ? total : 1};
     struct glia_shape flat = glia_shape_make(1, d1);
-    int ns = m->opt.ops->n_state;
+    int ns = m->like ? 0 : m->opt.ops->n_state;  /* a dp replica never steps: no optimizer state */
     glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->g);
     for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->state[k]);

@@ -484,7 +484,7 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
     for (int r = 1; r < R && !st; r++) {
         struct glia_model *p = m->replica[r];
         if (!m->chunk[r]) continue;
-        if (p->act_batch < m->act_batch) st = alloc_activations(p, m->act_batch);
+        if (p->act_batch < (m->batch + R - 1) / R) st = alloc_activations(p, (m->batch + R - 1) / R);  /* its chunks */
         if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
         if (!st && p->weights_step != m->step) st = glia_tensor_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
@@ -868,7 +868,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
                 (long long)m->step);
     int64_t steps = s.train.n_batches_per_epoch, n = 0;
     double t_start = glia__now(), test_loss = 0, test_acc = 0;
-    bool stopped = false;
+    bool stopped = false, line_open = false;  /* line_open: a progress line waits for its end */
     struct lagged_loss lag;
     st = lagged_init(m, &lag);
     for (int epoch = rs.epoch; epoch <= m->epochs && !st && !stopped; epoch++) {
@@ -914,6 +914,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
                 fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs,
                         (long long)k + 1, (long long)steps, l, rate, eta);
             if (opt->progress >= 0) fflush(out);
+            line_open = opt->progress > 0;
         }
         feed_stop(&f);
         if (!st) st = lagged_drain(m, &lag, epoch, &l, &loss_sum);  /* the epoch's last loss */
@@ -940,6 +941,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         bool fp16 = m->precision == GLIA_PRECISION_FP16;
         if (results && epoch <= max_results) results[epoch - 1] = r;
         if (opt->progress > 0) fprintf(out, "\r\033[K");
+        line_open = false;
         if (opt->progress >= 0)
             fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
                     epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.lr, r.samples_per_s, r.seconds);
@@ -965,6 +967,10 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         }
     }
     if (lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
+    if (st && line_open) {  /* the caller's error message goes on a line of its own */
+        fputc('\n', out);
+        fflush(out);
+    }
     lagged_free(m, &lag);
     if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, NULL);
     for (int i = 0; kept && i < m->checkpoint_keep; i++) free(kept[i]);

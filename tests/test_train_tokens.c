@@ -187,5 +187,39 @@ static void test_channels_last(void)
     free(w[1]);
 }
 
+/* An embedding whose vocab is smaller than the data's fails at the first batch holding a larger
+ * id, with a message naming the layer and the token; a progress line drawn by then is ended, so
+ * that the caller's error message starts a line of its own. */
+static void test_error_ends_progress_line(void)
+{
+    make_data();
+    char path[700], text[4096];
+    snprintf(path, sizeof path, "%s/late.txt", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 40; i++) fprintf(f, "%d 1 2 %d\n", i % 2, i == 37 ? 30 : 3);  /* id 30 in batch 5 */
+    fclose(f);
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\n[data]\nformat = tokens\ntrain = %s\ntest = %s\nvocab = 40\nbatch_size = 8\n"
+             "shuffle = off\n[emb]\ntype = embedding\nvocab = 10\ndim = 4\n[pool]\ntype = seq_pool\ninputs = emb, input\n"
+             "[fc]\ntype = linear\noutputs = 2\n[loss]\ntype = softmax_cross_entropy\n",
+             path, path);
+    struct run r;
+    open_run(&r, text);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&txt, &len);
+    struct glia_train_options o = {NULL, 1, out, NULL};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_EINVAL);
+    fclose(out);
+    if (!strstr(glia_context_error(r.ctx), "[emb] token 30 at (5, 2) of the (8, 3) batch")) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "[emb] token 30 at (5, 2) of the (8, 3) batch"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "\repoch 1/1  step 4/5"));
+    CU_ASSERT(len > 0 && txt[len - 1] == '\n');
+    free(txt);
+    close_run(&r);
+}
+
 GLIA_TEST_MAIN("train_tokens", GLIA_TEST(test_learns_and_grouping_pads_less), GLIA_TEST(test_padding_does_not_change_results),
-               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_dp_replicas), GLIA_TEST(test_channels_last))
+               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_dp_replicas), GLIA_TEST(test_channels_last),
+               GLIA_TEST(test_error_ends_progress_line))
