@@ -1079,8 +1079,10 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
                         glia_memory_format_name(nd->in_fmt[k]));
             }
     human(total_flops, fl, sizeof fl);
-    fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward\n",
-            m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl);
+    char at[48] = "";
+    if (m->train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->train.cols);
+    fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward%s\n",
+            m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl, at);
     static const char *sched[] = {"constant", "step", "cosine"};
     char shape[64];
     if (m->train.tokens)
