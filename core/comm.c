@@ -146,25 +146,38 @@ glia_status glia_comm_wait(struct glia_comm *c, uint64_t ticket, bool host)
     return checked(c, "wait", c->ops->wait(c->priv, ticket, host));
 }
 
-glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
-                                      enum glia_reduce_op op)
+/* One blocking collective in place on p (count values of dt): an all-reduce with op, or with
+ * root >= 0 a broadcast from root. Memory of c's backend goes through a host copy when the
+ * transport takes host memory only. */
+static glia_status in_place_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
+                                 enum glia_reduce_op op, int root)
 {
     uint64_t t;
     struct glia_backend *b = c->backend;
     bool stage = b->device.type != GLIA_DEVICE_CPU && !(c->ops->memory & GLIA_COMM_DEVICE_MEMORY);
-    if (!stage) {
-        glia_status st = glia_comm_all_reduce(c, p, count, dt, op, &t);
-        return st ? st : glia_comm_wait(c, t, true);
-    }
     size_t nbytes = count * glia_dtype_size(dt);
-    void *h = malloc(nbytes ? nbytes : 1);
+    void *h = stage ? malloc(nbytes ? nbytes : 1) : p;
     if (!h) return GLIA_ENOMEM;
-    glia_status st = b->ops->copy(b->priv, h, true, p, false, nbytes);
-    if (!st) st = glia_backend_sync(b);
-    if (!st) st = glia_comm_all_reduce(c, h, count, dt, op, &t);
+    glia_status st = GLIA_OK;
+    if (stage) st = b->ops->copy(b->priv, h, true, p, false, nbytes);
+    if (stage && !st) st = glia_backend_sync(b);
+    if (!st) st = root >= 0 ? glia_comm_broadcast(c, h, count, dt, root, &t) : glia_comm_all_reduce(c, h, count, dt, op, &t);
     if (!st) st = glia_comm_wait(c, t, true);
-    if (!st) st = b->ops->copy(b->priv, p, false, h, true, nbytes);
-    if (!st) st = glia_backend_sync(b);  /* h is freed next */
-    free(h);
+    if (stage && !st) st = b->ops->copy(b->priv, p, false, h, true, nbytes);
+    if (stage && !st) st = glia_backend_sync(b);  /* h is freed next */
+    if (stage) free(h);
     return st;
+}
+
+glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
+                                      enum glia_reduce_op op)
+{
+    return in_place_sync(c, p, count, dt, op, -1);
+}
+
+glia_status glia_comm_broadcast_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root)
+{
+    if (root < 0)  /* in_place_sync would all-reduce */
+        return glia_error(c->ctx, GLIA_EINVAL, "broadcast: root %d is not a rank of %d", root, c->info.world);
+    return in_place_sync(c, p, count, dt, GLIA_REDUCE_SUM, root);
 }

@@ -173,26 +173,6 @@ double glia__ddp_take_wait(struct glia__ddp *d)
     return w;
 }
 
-/* Blocking broadcast from rank 0 of a tensor of n f32 (staged through the host when needed). */
-static glia_status bcast(struct glia_comm *c, struct glia_tensor *t, int64_t n)
-{
-    if (n <= 0) return GLIA_OK;
-    uint64_t tk;
-    bool stage = t->device.type != GLIA_DEVICE_CPU && !(c->ops->memory & GLIA_COMM_DEVICE_MEMORY);
-    if (!stage) {
-        glia_status st = glia_comm_broadcast(c, t->data, (size_t)n, GLIA_F32, 0, &tk);
-        return st ? st : glia_comm_wait(c, tk, true);
-    }
-    float *h = malloc(sizeof(float) * (size_t)n);
-    if (!h) return GLIA_ENOMEM;
-    glia_status st = glia_tensor_to_host(t, h, sizeof(float) * (size_t)n);
-    if (!st) st = glia_comm_broadcast(c, h, (size_t)n, GLIA_F32, 0, &tk);
-    if (!st) st = glia_comm_wait(c, tk, true);
-    if (!st) st = glia_tensor_from_host(t, h, sizeof(float) * (size_t)n);
-    free(h);
-    return st;
-}
-
 glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
 {
     struct glia_comm *c = d->comm;
@@ -209,7 +189,7 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
                             "differ): every rank must train the same model file",
                             r, (long long)all[2 * r + 1], (long long)all[1]);
     free(all);
-    if (!st) st = bcast(c, m->w, m->n_weights);
-    if (!st) st = bcast(c, m->buf, m->n_buffer_values);
+    if (!st && m->n_weights) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->n_weights, GLIA_F32, 0);
+    if (!st && m->n_buffer_values) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->n_buffer_values, GLIA_F32, 0);
     return st;
 }

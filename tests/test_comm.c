@@ -218,6 +218,11 @@ static void test_all_reduce_sync(void)
     CU_ASSERT_EQUAL(glia_comm_all_reduce_sync(comm, s, 2, GLIA_F64, GLIA_REDUCE_SUM), GLIA_OK);
     CU_ASSERT_DOUBLE_EQUAL(s[0], 0.75, 1e-15);
     CU_ASSERT_DOUBLE_EQUAL(s[1], 3.0, 1e-15);
+    int32_t v[3] = {rank, 10 * rank, -rank};
+    CU_ASSERT_EQUAL(glia_comm_broadcast_sync(comm, v, 3, GLIA_I32, 2), GLIA_OK);  /* rank 2's values everywhere */
+    CU_ASSERT(v[0] == 2 && v[1] == 20 && v[2] == -2);
+    CU_ASSERT_EQUAL(glia_comm_broadcast_sync(comm, v, 3, GLIA_I32, -1), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(glia_comm_broadcast_sync(comm, v, 3, GLIA_I32, WORLD), GLIA_EINVAL);
 }
 
 /* A second context's communicator, its calls interleaved with the first one's. */

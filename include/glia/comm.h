@@ -125,6 +125,9 @@ glia_status glia_comm_wait(struct glia_comm *c, uint64_t ticket, bool host);
  * statistics). */
 glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
                                       enum glia_reduce_op op);
+/* Blocking broadcast from rank root of count values of type dt at p, in place, staged like
+ * glia_comm_all_reduce_sync (ABI 1.4). */
+glia_status glia_comm_broadcast_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root);
 
 /* "sum", "avg", "max", "min". */
 const char *glia_reduce_op_name(enum glia_reduce_op op);
