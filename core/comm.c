@@ -50,11 +50,15 @@ glia_status glia_comm_open(struct glia_context *ctx, const char *transport, stru
                           glia_device_str(b->device, d, sizeof d));
     }
     struct glia_comm *boot = NULL;
-    if (!(ops->memory & GLIA_COMM_HOST_MEMORY)) {  /* a device-only transport starts through mpi */
+    if (!(ops->memory & GLIA_COMM_HOST_MEMORY)) {  /* a device-only transport starts through a host one */
         struct glia_backend *cpu;
+        const char *via = glia__launcher_world() > 1 ? "mpi" : "self";  /* one process needs no MPI */
         if ((st = glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu))) return st;
-        if ((st = glia_comm_open(ctx, "mpi", cpu, timeout_s, &boot)))
-            return glia_error(ctx, st, "transport '%s' exchanges its setup over mpi: %s", transport, glia_context_error(ctx));
+        if ((st = glia_comm_open(ctx, via, cpu, timeout_s, &boot))) {
+            char why[GLIA__ERRMSG_MAX - 96];
+            snprintf(why, sizeof why, "%s", glia_context_error(ctx));
+            return glia_error(ctx, st, "transport '%s' exchanges its setup over %s: %s", transport, via, why);
+        }
     }
     if (ctx->n_comms == (int)GLIA__ARRAY_LEN(ctx->comms)) return glia_error(ctx, GLIA_EINVAL, "too many communicators");
     struct glia_comm *c = calloc(1, sizeof *c);
@@ -76,6 +80,19 @@ glia_status glia_comm_open(struct glia_context *ctx, const char *transport, stru
     ctx->comms[ctx->n_comms++] = c;
     *out = c;
     return GLIA_OK;
+}
+
+int glia__launcher_world(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                       "WORLD_SIZE"};
+    int world = 1;
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(vars); i++) {
+        const char *v = getenv(vars[i]);
+        if (!strcmp(vars[i], "SLURM_NTASKS") && !getenv("SLURM_STEP_ID")) continue;  /* an allocation, not srun */
+        if (v && atoi(v) > world) world = atoi(v);
+    }
+    return world;
 }
 
 void glia__comms_close(struct glia_context *ctx)
@@ -147,37 +164,50 @@ glia_status glia_comm_wait(struct glia_comm *c, uint64_t ticket, bool host)
 }
 
 /* One blocking collective in place on p (count values of dt): an all-reduce with op, or with
- * root >= 0 a broadcast from root. Memory of c's backend goes through a host copy when the
- * transport takes host memory only. */
+ * root >= 0 a broadcast from root. p is memory of c's backend, or host memory when host is set;
+ * it goes through a host copy when the transport takes host memory only, through a copy on the
+ * backend when it takes device memory only. */
 static glia_status in_place_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
-                                 enum glia_reduce_op op, int root)
+                                 enum glia_reduce_op op, int root, bool host)
 {
     uint64_t t;
     struct glia_backend *b = c->backend;
-    bool stage = b->device.type != GLIA_DEVICE_CPU && !(c->ops->memory & GLIA_COMM_DEVICE_MEMORY);
+    bool cpu = b->device.type == GLIA_DEVICE_CPU;
+    bool to_host = !host && !cpu && !(c->ops->memory & GLIA_COMM_DEVICE_MEMORY);
+    bool to_device = host && !(c->ops->memory & GLIA_COMM_HOST_MEMORY);
     size_t nbytes = count * glia_dtype_size(dt);
-    void *h = stage ? malloc(nbytes ? nbytes : 1) : p;
-    if (!h) return GLIA_ENOMEM;
+    void *buf = p;
+    struct glia_tensor *dev = NULL;
     glia_status st = GLIA_OK;
-    if (stage) st = b->ops->copy(b->priv, h, true, p, false, nbytes);
-    if (stage && !st) st = glia_backend_sync(b);
-    if (!st) st = root >= 0 ? glia_comm_broadcast(c, h, count, dt, root, &t) : glia_comm_all_reduce(c, h, count, dt, op, &t);
+    if (to_host && !(buf = malloc(nbytes ? nbytes : 1))) return GLIA_ENOMEM;
+    if (to_device && !(st = glia_tensor_new(b, dt, &(struct glia_shape){1, {count ? (int64_t)count : 1}}, &dev)))
+        buf = dev->data;
+    if (!st && (to_host || to_device)) st = b->ops->copy(b->priv, buf, to_host || cpu, p, host || cpu, nbytes);
+    if (!st && (to_host || to_device)) st = glia_backend_sync(b);
+    if (!st) st = root >= 0 ? glia_comm_broadcast(c, buf, count, dt, root, &t) : glia_comm_all_reduce(c, buf, count, dt, op, &t);
     if (!st) st = glia_comm_wait(c, t, true);
-    if (stage && !st) st = b->ops->copy(b->priv, p, false, h, true, nbytes);
-    if (stage && !st) st = glia_backend_sync(b);  /* h is freed next */
-    if (stage) free(h);
+    if (!st && (to_host || to_device)) st = b->ops->copy(b->priv, p, host || cpu, buf, to_host || cpu, nbytes);
+    if (!st && (to_host || to_device)) st = glia_backend_sync(b);  /* buf is freed next */
+    if (to_host) free(buf);
+    glia_tensor_release(dev);
     return st;
+}
+
+glia_status glia__comm_all_reduce_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
+                                       enum glia_reduce_op op)
+{
+    return in_place_sync(c, p, count, dt, op, -1, true);
 }
 
 glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
                                       enum glia_reduce_op op)
 {
-    return in_place_sync(c, p, count, dt, op, -1);
+    return in_place_sync(c, p, count, dt, op, -1, false);
 }
 
 glia_status glia_comm_broadcast_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root)
 {
     if (root < 0)  /* in_place_sync would all-reduce */
         return glia_error(c->ctx, GLIA_EINVAL, "broadcast: root %d is not a rank of %d", root, c->info.world);
-    return in_place_sync(c, p, count, dt, GLIA_REDUCE_SUM, root);
+    return in_place_sync(c, p, count, dt, GLIA_REDUCE_SUM, root, false);
 }

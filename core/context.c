@@ -33,6 +33,7 @@ glia_status glia_context_new(struct glia_context **out)
     ctx->log = stderr;
     ctx->level = GLIA_LOG_INFO;
     glia_status s = glia__cpu_backend_register(ctx);
+    if (!s) s = glia__self_comm_register(ctx);
     if (s) {
         free(ctx->features);
         free(ctx);

@@ -177,11 +177,13 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
 {
     struct glia_comm *c = d->comm;
     int world = c->info.world;
-    uint64_t mine[2] = {glia__model_fingerprint(m), (uint64_t)m->n_weights}, tk;
-    uint64_t *all = malloc(sizeof mine * (size_t)world);
+    /* an all-gather of (fingerprint, size) as a sum of slots that only their rank fills: host
+     * memory, through whatever memory the transport takes */
+    int64_t *all = calloc(2 * (size_t)world, sizeof *all);
     if (!all) return GLIA_ENOMEM;
-    glia_status st = glia_comm_all_gather(c, all, mine, 2, GLIA_I64, &tk);
-    if (!st) st = glia_comm_wait(c, tk, true);
+    all[2 * c->info.rank] = (int64_t)glia__model_fingerprint(m);
+    all[2 * c->info.rank + 1] = m->n_weights;
+    glia_status st = glia__comm_all_reduce_host(c, all, 2 * (size_t)world, GLIA_I64, GLIA_REDUCE_SUM);
     for (int r = 1; r < world && !st; r++)
         if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
             st = glia_error(m->ctx, GLIA_ECONFIG,

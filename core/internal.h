@@ -72,6 +72,15 @@ void glia__comms_close(struct glia_context *ctx);
 int glia__feature_names(struct glia_context *ctx, int kind, const char **names, int max);
 /* Registers the CPU backend (built into libglia). */
 glia_status glia__cpu_backend_register(struct glia_context *ctx);
+/* The built-in "self" transport (core/comm_self.c): one process, rank 0 of 1. */
+glia_status glia__self_comm_register(struct glia_context *ctx);
+/* The job's size as the launcher that started this process says (mpirun, srun, torchrun-style
+ * WORLD_SIZE); 1 when none did. */
+int glia__launcher_world(void);
+/* Blocking all-reduce of count values of dt in HOST memory p over c, whatever memory c's
+ * transport takes (a transport of device memory only gets a copy on c's backend). */
+glia_status glia__comm_all_reduce_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
+                                       enum glia_reduce_op op);
 void glia__backends_close(struct glia_context *ctx);
 /* Loads the CUDA backend plugin (cuda.so) unless a CUDA backend is registered; on failure the
  * context error says why (not built, or the probe's refusal). */

@@ -690,7 +690,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
     }
     feed_stop(&f);
     double tot[3] = {sum, (double)correct, (double)n};  /* ddp: each rank evaluated its shard */
-    if (!st && m->comm) st = glia_comm_all_reduce_sync(m->comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
+    if (!st && m->comm) st = glia__comm_all_reduce_host(m->comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
     *loss = tot[2] > 0 ? tot[0] / tot[2] : 0;
     *acc = tot[2] > 0 ? tot[1] / tot[2] : 0;
     return st;
@@ -827,8 +827,8 @@ static glia_status dist_epoch(struct glia_model *m, const struct glia__loader *L
     double sums[5] = {loss_sum, (double)samples, (double)run_samples, (double)L->slots, (double)L->real};
     double maxs[3] = {step_s, -step_s, wait};
     glia_status st = GLIA_OK;
-    if (m->comm) st = glia_comm_all_reduce_sync(m->comm, sums, 5, GLIA_F64, GLIA_REDUCE_SUM);
-    if (!st && m->comm) st = glia_comm_all_reduce_sync(m->comm, maxs, 3, GLIA_F64, GLIA_REDUCE_MAX);
+    if (m->comm) st = glia__comm_all_reduce_host(m->comm, sums, 5, GLIA_F64, GLIA_REDUCE_SUM);
+    if (!st && m->comm) st = glia__comm_all_reduce_host(m->comm, maxs, 3, GLIA_F64, GLIA_REDUCE_MAX);
     *e = (struct dist_epoch){sums[0], sums[1], sums[2], maxs[2], -maxs[1], maxs[0],
                              sums[3] > 0 ? 1 - sums[4] / sums[3] : 0};
     return st;

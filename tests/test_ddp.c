@@ -1,5 +1,6 @@
-/* tests/test_ddp.c — the pure parts of data-parallel training in one process: gradient bucket
- * assignment, the distributed sampler's shards, and [distributed] configuration errors.
+/* tests/test_ddp.c — data-parallel training in one process: gradient bucket assignment, the
+ * distributed sampler's shards, [distributed] configuration errors, the built-in self transport
+ * and a device-memory-only transport (as nccl) started through it.
  * Not multi-process training: tests/test_ddp_mpi.c runs that under mpirun. */
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +8,6 @@
 #include "model_internal.h"
 #include "modelutil.h"
 
-/* Every bucket is a run of adjacent parameters, numbered from the last parameter backwards. */
 /* The next batch as (x, y, n): image sets. */
 static bool next_batch(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n)
 {
@@ -17,6 +17,7 @@ static bool next_batch(struct glia__loader *L, const float **x, const int32_t **
     return true;
 }
 
+/* Every bucket is a run of adjacent parameters, numbered from the last parameter backwards. */
 static void check_contiguous(const int *bucket_of, int n, int n_buckets)
 {
     CU_ASSERT_EQUAL(bucket_of[n - 1], 0);
@@ -206,6 +207,73 @@ static void test_config_errors(void)
     expect_error("timeout = 5", "[distributed]", "timeout_s");  /* did you mean */
 }
 
-GLIA_TEST_MAIN("ddp", GLIA_TEST(test_buckets_reverse_order_and_caps), GLIA_TEST(test_buckets_edges),
+/* The built-in self transport: rank 0 of 1; reductions and broadcasts leave the data, gathers copy. */
+static void test_self_transport(void)
+{
+    struct glia_context *ctx;
+    struct glia_backend *cpu;
+    struct glia_comm *c;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_comm_open(ctx, "self", cpu, 5, &c) == GLIA_OK);
+    CU_ASSERT(c->info.rank == 0 && c->info.world == 1 && c->info.local_world == 1);
+    float v[4] = {1, -2, 3.5f, 4}, w[4] = {0};
+    uint64_t t;
+    CU_ASSERT_EQUAL(glia_comm_all_reduce_sync(c, v, 4, GLIA_F32, GLIA_REDUCE_AVG), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_comm_broadcast_sync(c, v, 4, GLIA_F32, 0), GLIA_OK);
+    CU_ASSERT(v[0] == 1 && v[1] == -2 && v[2] == 3.5f && v[3] == 4);
+    CU_ASSERT_EQUAL(glia_comm_all_gather(c, w, v, 4, GLIA_F32, &t), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_comm_wait(c, t, true), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(v, w, sizeof v), 0);
+    memset(w, 0, sizeof w);
+    CU_ASSERT_EQUAL(glia_comm_reduce_scatter(c, w, v, 3, GLIA_F32, GLIA_REDUCE_SUM, &t), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_comm_barrier(c, &t), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_comm_wait(c, t, true), GLIA_OK);
+    CU_ASSERT(w[0] == 1 && w[2] == 3.5f && w[3] == 0);
+    CU_ASSERT_EQUAL(glia_comm_broadcast_sync(c, v, 4, GLIA_F32, 1), GLIA_EINVAL);  /* no rank 1 */
+    glia_context_free(ctx);
+}
+
+/* A transport of device memory only (nccl's kind) opened by a process no launcher started: it
+ * starts through self, not mpi, and DDP training through it (world 1) stages every host array it
+ * reduces onto the backend and ends with the weights of training without DDP. */
+static void test_device_only_transport(void)
+{
+    const char *fx = getenv("GLIA_FIXTURES");
+    char dir[600], img[700], lab[700], text[4096];
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("ddp-devonly"));
+    snprintf(img, sizeof img, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(img) == 0);
+    snprintf(img, sizeof img, "%s/img", dir);
+    snprintf(lab, sizeof lab, "%s/lab", dir);
+    CU_ASSERT_FATAL(glia_test_write_idx(img, lab, 96, 4, 4, 3, 5) == 0);
+    unsetenv("GLIA_DEVONLY_BOOT");
+    float *w[2];
+    long long n;
+    for (int k = 0; k < 2; k++) {
+        snprintf(text, sizeof text,
+                 "[runtime]\ndevice = cpu\n[plugins]\nload = %s/devonly.so\n"
+                 "[data]\ntrain_images = %s\ntrain_labels = %s\ntest_images = %s\ntest_labels = %s\nbatch_size = 16\n"
+                 "[distributed]\nmode = %s\ntransport = devonly\nbucket_mb = 0.0001\n"
+                 "[train]\nepochs = 2\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 3\n"
+                 "[loss]\ntype = softmax_cross_entropy\n",
+                 fx ? fx : "tests/fixtures/.libs", img, lab, img, lab, k ? "ddp" : "none");
+        struct run r;
+        open_run(&r, text);
+        glia_status st = glia_model_train(r.m, &quiet, NULL, 0);
+        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        w[k] = weights(&r, &n);
+        close_run(&r);
+    }
+    const char *boot = getenv("GLIA_DEVONLY_BOOT");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(boot);
+    CU_ASSERT_STRING_EQUAL(boot, "self");
+    CU_ASSERT_EQUAL(memcmp(w[0], w[1], (size_t)n * sizeof(float)), 0);
+    free(w[0]);
+    free(w[1]);
+}
+
+GLIA_TEST_MAIN("ddp", GLIA_TEST(test_self_transport), GLIA_TEST(test_device_only_transport), GLIA_TEST(test_buckets_reverse_order_and_caps), GLIA_TEST(test_buckets_edges),
                GLIA_TEST(test_buckets_random), GLIA_TEST(test_shard_padded), GLIA_TEST(test_shard_unpadded),
                GLIA_TEST(test_loader_shards_epoch), GLIA_TEST(test_config_errors))

@@ -101,7 +101,9 @@ struct glia_comm {
 
 /* The communicator of `transport` ("mpi", "nccl", or "auto": nccl for a CUDA backend when it
  * is available, else mpi) for backend b, opened on first use (loading the transport's plugin;
- * nccl bootstraps through mpi). A second call with the same arguments returns the same one. */
+ * a transport of device memory only, like nccl, bootstraps through mpi, or through the built-in
+ * "self" transport (one process, rank 0 of 1) when no launcher started several ranks). A second
+ * call with the same arguments returns the same one. */
 glia_status glia_comm_open(struct glia_context *ctx, const char *transport, struct glia_backend *b,
                            double timeout_s, struct glia_comm **out /* (borrowed) */);
 

@@ -1,5 +1,6 @@
 /* plugins/comm/nccl — the "nccl" transport: NCCL collectives on device memory of a CUDA backend, on a
- * stream of its own ordered after the backend's stream by events. Not the bootstrap: NCCL's unique id travels over mpi. */
+ * stream of its own ordered after the backend's stream by events. Not the bootstrap: NCCL's unique id travels over
+ * the core's bootstrap communicator (mpi, or self for a job of one process). */
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -127,8 +128,8 @@ static glia_status start(struct nc *n, struct glia_comm *boot)
     if (st) {
         char why[400];
         snprintf(why, sizeof why, "%s", glia_context_error(boot->ctx));
-        return glia_error(n->ctx, st, "rank %d of %d: nccl open: exchanging NCCL's unique id over mpi: %s", n->rank,
-                          n->world, why);
+        return glia_error(n->ctx, st, "rank %d of %d: nccl open: exchanging NCCL's unique id over %s: %s", n->rank,
+                          n->world, boot->ops->name, why);
     }
     if (!h.ok)
         return glia_error(n->ctx, GLIA_EDEVICE, "rank %d of %d: nccl open: rank 0 could not make NCCL's unique id: %s",
