@@ -1,0 +1,114 @@
+#!/bin/sh
+# bench/gpu_acceptance.sh — the GPU checks of glia in stages that each fit a short session on a lent GPU
+# machine: build against pip-installed cuDNN/NCCL wheels, the test suite with the GPU tests, training
+# the examples on device = cuda (one process, DataParallel on devices 0,0, NCCL DDP with one rank, the
+# token model), and the side-by-side benchmarks. Every stage writes its logs under OUTDIR. Not a test
+# and not CI: run it from the checkout on a machine with a GPU.
+#   usage: bench/gpu_acceptance.sh STAGE OUTDIR     STAGE: build | test | train | bench | all
+#   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc)
+#   a bare machine: make gpu-kit/ here first (bench/gpu_kit.sh) and carry it; build then uses its generated
+#   build system, oneDNN, inih, CUnit and zlib, and its Fashion-MNIST files (bench/data)
+set -eu
+[ $# -eq 2 ] || { echo "usage: $0 build|test|train|bench|all OUTDIR" >&2; exit 2; }
+stage=$1
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+jobs=${JOBS:-$(nproc)}
+export GLIA_PLUGIN_PATH="$PWD/stage/plugins"
+[ ! -d gpu-kit/deps/lib ] || export LD_LIBRARY_PATH="$PWD/gpu-kit/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log() { echo "== $*" | tee -a "$out/summary.txt"; }
+
+versions() {
+    {
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+        nvcc --version | tail -n 1 || true
+        "$python" -c 'import torch; print("pytorch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())))' || true
+        [ -x tools/glia ] && tools/glia --version || true
+    } > "$out/versions.txt" 2>&1
+    cat "$out/versions.txt"
+}
+
+build() {
+    nv=$("$python" -c 'import nvidia, os; print(list(nvidia.__path__)[0])')
+    log "build with cuDNN $nv/cudnn and NCCL $nv/nccl"
+    set --
+    if [ -f gpu-kit/deps.tar.gz ]; then  # a bare machine: generated build files and libraries from the kit
+        kit=$PWD/gpu-kit
+        tar xzf "$kit/build-files.tar.gz"
+        rm -rf "$kit/deps" && mkdir -p "$kit/deps" && tar xzf "$kit/deps.tar.gz" -C "$kit/deps"
+        mkdir -p bench/data && cp "$kit"/data/*.gz bench/data/
+        export LD_LIBRARY_PATH="$kit/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # oneDNN's OpenCL loader
+        set -- --disable-maintainer-mode CPPFLAGS="-I$kit/deps/include" LDFLAGS="-L$kit/deps/lib -Wl,-rpath,$kit/deps/lib" \
+            INIH_CFLAGS="-I$kit/deps/include" INIH_LIBS="-L$kit/deps/lib -linih" \
+            ZLIB_CFLAGS="-I$kit/deps/include" ZLIB_LIBS="-L$kit/deps/lib -lz"
+    else
+        ./bootstrap > "$out/build.log" 2>&1
+    fi
+    { ./configure --with-cudnn="$nv/cudnn" --with-nccl="$nv/nccl" "$@" && make -j"$jobs"; } >> "$out/build.log" 2>&1 \
+        || { tail -n 30 "$out/build.log"; exit 1; }
+    grep -A12 '^glia .* configured' "$out/build.log" | tee -a "$out/summary.txt" || true
+    versions
+}
+
+tests() {
+    log "make check"
+    rc=0
+    make -j"$jobs" check > "$out/check.log" 2>&1 || rc=$?
+    tests/summary.sh "$rc" | tee -a "$out/summary.txt" || true
+    mkdir -p "$out/tests"
+    cp tests/*.log "$out/tests/" 2>/dev/null || true
+}
+
+train_one() {  # name ini args...
+    name=$1 ini=$2
+    shift 2
+    log "train $name: $ini $*"
+    tools/glia train "$ini" --quiet --metrics "$out/train-$name.jsonl" "$@" > "$out/train-$name.txt" 2>&1 \
+        || echo "FAILED: $(tail -n 1 "$out/train-$name.txt")" | tee -a "$out/summary.txt"
+    tail -n 1 "$out/train-$name.jsonl" 2>/dev/null | tee -a "$out/summary.txt" || true
+}
+
+train() {
+    [ -f bench/data/train-images-idx3-ubyte.gz ] && d=bench/data || d=/usr/share/datasets/fashion-mnist
+    set -- --set data.train_images="$d/train-images-idx3-ubyte.gz" --set data.train_labels="$d/train-labels-idx1-ubyte.gz" \
+        --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz"
+    train_one cnn share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda "$@"
+    train_one resnet share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda "$@"
+    train_one cnn-1epoch share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 "$@"
+    train_one cnn-dp00 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
+        --set distributed.mode=dp --set distributed.devices=0,0 "$@"
+    train_one cnn-ddp-nccl1 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
+        --set distributed.mode=ddp --set distributed.transport=nccl "$@"
+    train_one cnn-cpu-1epoch share/glia/examples/fmnist-cnn.ini --set runtime.device=cpu --set train.epochs=1 "$@"
+    [ -f bench/data/tokens/train.txt ] || "$python" bench/length_bucket/gen_tokens.py bench/data/tokens
+    train_one text-cnn bench/length_bucket/text-cnn.ini --set runtime.device=cuda --set data.group_by_length=on
+}
+
+bench() {
+    mkdir -p "$out/results"
+    log "bench/gpu_conv"
+    bench/gpu_conv/run.sh 3 > "$out/results/gpu_conv.txt" 2>&1 || echo "gpu_conv FAILED" | tee -a "$out/summary.txt"
+    tail -n 25 "$out/results/gpu_conv.txt" >> "$out/summary.txt"
+    log "bench/gpu_fmnist"
+    bench/gpu_fmnist/run.sh --rounds 1 > "$out/results/gpu_fmnist.txt" 2>&1 || echo "gpu_fmnist FAILED" | tee -a "$out/summary.txt"
+    tail -n 12 "$out/results/gpu_fmnist.txt" >> "$out/summary.txt"
+    log "bench/ddp_overhead"
+    bench/ddp_overhead/run.sh --device cuda --out "$out/results/ddp_overhead-cuda.txt" > "$out/results/ddp_overhead.log" 2>&1 \
+        || echo "ddp_overhead FAILED" | tee -a "$out/summary.txt"
+    tail -n 8 "$out/results/ddp_overhead.log" >> "$out/summary.txt"
+    log "bench/length_bucket"
+    bench/length_bucket/run.sh --device cuda --rounds 2 --out "$out/results/length_bucket-cuda.txt" \
+        > "$out/results/length_bucket.log" 2>&1 || echo "length_bucket FAILED" | tee -a "$out/summary.txt"
+    tail -n 12 "$out/results/length_bucket.log" >> "$out/summary.txt"
+}
+
+case "$stage" in
+build) build ;;
+test) tests ;;
+train) train ;;
+bench) bench ;;
+all) build && tests && train && bench ;;
+*) echo "$0: unknown stage $stage (build, test, train, bench or all)" >&2; exit 2 ;;
+esac
