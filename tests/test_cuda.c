@@ -296,6 +296,10 @@ static void test_allocator_reuses_blocks(void)
 
 static int setup(void)
 {
+#ifndef GLIA_HAVE_CUDA
+    printf("test_cuda: skipped: glia was built without CUDA\n");
+    return 77;
+#endif
     if (glia_context_new(&ctx)) return 1;
     if (glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu)) return 1;
     glia_status st = glia_plugin_load(ctx, "cuda");
@@ -309,10 +313,6 @@ static int setup(void)
 
 int main(void)
 {
-#ifndef GLIA_HAVE_CUDA
-    printf("test_cuda: skipped: glia was built without CUDA\n");
-    return 77;
-#else
     int s = setup();
     if (s) {
         glia_context_free(ctx);
@@ -325,5 +325,4 @@ int main(void)
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;
-#endif
 }
