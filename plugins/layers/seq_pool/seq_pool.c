@@ -53,6 +53,27 @@ static inline bool takes_max(float v, float best, int32_t arg)
     return arg < 0 || v > best || (isnan(v) && !isnan(best));
 }
 
+/* The position of the max of x(L) over the l with tok(L) != pad, the first of equal ones; a NaN
+ * wins (the first); -1 when no l is valid. takes_max's rule in two passes that vectorize: the
+ * max and whether a NaN occurs, then the first position holding it. */
+static int32_t first_max(const float *x, const int32_t *tok, int64_t L, int64_t pad)
+{
+    float m = -INFINITY;
+    int any = 0, nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : any, nan)
+    for (int64_t i = 0; i < L; i++) {
+        int valid = tok[i] != pad;
+        float v = x[i];
+        any |= valid;
+        nan |= valid & (v != v);
+        m = valid && v > m ? v : m;
+    }
+    if (!any) return -1;
+    for (int64_t i = 0; i < L; i++)
+        if (tok[i] != pad && (nan ? x[i] != x[i] : x[i] == m)) return (int32_t)i;
+    return -1;  /* not reached: some valid position holds m */
+}
+
 /* y(N, C) = masked mean or max over l of x(N, L, C) (channels_last), per sample and block of channels, positions
  * in l order as in NCHW (the same bits); arg (N, C) (NULL: eval) gets the max's position */
 static void sp_forward_nhwc(const struct seq_pool *p, const float *x, const int32_t *tok, float *y, int32_t *arg,
@@ -115,18 +136,15 @@ static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
         for (int64_t pl = 0; pl < n; pl++) {
             const float *xp = x + pl * L;
             const int32_t *tn = tok + pl / C * L;
-            float acc = 0.0f;
-            int32_t bi = -1;
-            for (int64_t i = 0; i < L; i++) {
-                if (tn[i] == pad) continue;
-                if (!p->d.max) acc += xp[i];
-                else if (takes_max(xp[i], acc, bi)) acc = xp[i], bi = (int32_t)i;
-            }
             if (!p->d.max) {
+                float acc = 0.0f;
+                for (int64_t i = 0; i < L; i++)
+                    if (tn[i] != pad) acc += xp[i];
                 int64_t k = count_valid(tn, L, pad);
                 y[pl] = k > 0 ? acc / (float)k : 0.0f;
             } else {
-                y[pl] = acc;  /* 0 when no position is valid */
+                int32_t bi = first_max(xp, tn, L, pad);
+                y[pl] = bi < 0 ? 0.0f : xp[bi];  /* 0 when no position is valid */
                 if (arg) arg[pl] = bi;
             }
         }
@@ -173,11 +191,19 @@ static glia_status sp_backward(struct glia_layer *l, const struct glia_bwd *a)
     for (int64_t pl = 0; pl < N * C; pl++) {
         const int32_t *tn = tok + pl / C * L;
         float *dxp = dx + pl * L;
-        float k = mx ? 1.0f : (float)count_valid(tn, L, pad);
-        for (int64_t i = 0; i < L; i++) {
-            bool valid = tn[i] != pad;
-            float g = !valid ? 0.0f : mx ? (arg[pl] == i ? dy[pl] : 0.0f) : dy[pl] / k;
-            dxp[i] = add ? dxp[i] + g : g;
+        if (mx) {  /* the gradient goes to the kept position only */
+            if (!add) memset(dxp, 0, sizeof *dxp * (size_t)L);
+            if (arg[pl] >= 0) dxp[arg[pl]] = add ? dxp[arg[pl]] + dy[pl] : dy[pl];
+            continue;
+        }
+        int64_t k = count_valid(tn, L, pad);
+        float g = k > 0 ? dy[pl] / (float)k : 0.0f;
+        if (add) {
+#pragma omp simd
+            for (int64_t i = 0; i < L; i++) dxp[i] += tn[i] != pad ? g : 0.0f;
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < L; i++) dxp[i] = tn[i] != pad ? g : 0.0f;
         }
     }
     return GLIA_OK;
