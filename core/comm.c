@@ -59,6 +59,9 @@ glia_status glia_comm_open(struct glia_context *ctx, const char *transport, stru
             snprintf(why, sizeof why, "%s", glia_context_error(ctx));
             return glia_error(ctx, st, "transport '%s' exchanges its setup over %s: %s", transport, via, why);
         }
+        if (!strcmp(via, "self"))
+            glia_log(ctx, GLIA_LOG_INFO, "transport %s: one process (no launcher of several ranks in the environment)",
+                     transport);
     }
     if (ctx->n_comms == (int)GLIA__ARRAY_LEN(ctx->comms)) return glia_error(ctx, GLIA_EINVAL, "too many communicators");
     struct glia_comm *c = calloc(1, sizeof *c);

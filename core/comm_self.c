@@ -12,7 +12,10 @@ struct self {
 static glia_status self_open(struct glia_context *ctx, const struct glia_comm_open_args *a, struct glia_comm_info *info,
                              void **priv)
 {
-    (void)ctx;
+    if (glia__launcher_world() > 1)  /* each rank would train alone, silently */
+        return glia_error(ctx, GLIA_ECONFIG,
+                          "transport self is a job of one process, but the launcher started %d ranks: use mpi or nccl",
+                          glia__launcher_world());
     struct self *s = malloc(sizeof *s);
     if (!s) return GLIA_ENOMEM;
     s->b = a->backend;

@@ -31,23 +31,29 @@ static glia_status next_line(struct reader *r, bool *eof)
             if (!p) return glia_error(r->ctx, GLIA_ENOMEM, "%s:%lld: out of memory reading a line", r->path, (long long)r->lineno + 1);
             r->line = p, r->cap = cap;
         }
-        if (!gzgets(r->gz, r->line + len, (int)(r->cap - len > INT_MAX ? INT_MAX : r->cap - len))) {
+        size_t room = r->cap - len > INT_MAX ? INT_MAX : r->cap - len;
+        if (!gzgets(r->gz, r->line + len, (int)room)) {
             int err = Z_OK;
             const char *msg = gzerror(r->gz, &err);
+            size_t n = strlen(r->path);  /* zlib's message may start with "path: " */
+            if (msg && !strncmp(msg, r->path, n) && !strncmp(msg + n, ": ", 2)) msg += n + 2;
             if (err != Z_OK && err != Z_STREAM_END)
-                return glia_error(r->ctx, err == Z_ERRNO ? GLIA_EIO : GLIA_EFORMAT, "%s: %s: %s", r->path,
-                                  err == Z_ERRNO ? "read error" : "corrupt gzip data", err == Z_ERRNO ? strerror(errno) : msg);
+                return glia_error(r->ctx, err == Z_ERRNO ? GLIA_EIO : GLIA_EFORMAT, "%s:%lld: %s: %s", r->path,
+                                  (long long)r->lineno + 1, err == Z_ERRNO ? "read error" : "corrupt gzip data",
+                                  err == Z_ERRNO ? strerror(errno) : msg);
             if (len == 0) return *eof = true, GLIA_OK;
             break;  /* a last line without a newline */
         }
-        len += strlen(r->line + len);
+        size_t k = strlen(r->line + len);
+        len += k;
         if (len > 0 && r->line[len - 1] == '\n') break;
         if (gzeof(r->gz)) break;
+        if (k + 1 < room)  /* gzgets stopped at neither a newline, the end nor a full buffer: a NUL */
+            return glia_error(r->ctx, GLIA_EFORMAT, "%s:%lld: a NUL byte: not a token file", r->path,
+                              (long long)r->lineno + 1);
     }
     r->lineno++;
     while (len > 0 && (r->line[len - 1] == '\n' || r->line[len - 1] == '\r')) r->line[--len] = '\0';
-    if (memchr(r->line, '\0', len) != NULL || strlen(r->line) != len)
-        return glia_error(r->ctx, GLIA_EFORMAT, "%s:%lld: a NUL byte: not a token file", r->path, (long long)r->lineno);
     return GLIA_OK;
 }
 
@@ -144,6 +150,8 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
     else if (st) gzclose(r.gz);
     free(r.line);
     if (!st && n == 0) st = glia_error(ctx, GLIA_EFORMAT, "%s: no samples (expected lines 'label id id ...')", path);
+    if (!st && !out->ids && !(out->ids = malloc(sizeof *out->ids)))  /* every sample empty: still a valid pointer */
+        st = glia_error(ctx, GLIA_ENOMEM, "%s: out of memory", path);
     if (!st && longest > INT_MAX) st = glia_error(ctx, GLIA_EFORMAT, "%s: a sample of %lld ids is too long", path, (long long)longest);
     if (st) {
         glia__dataset_free(out);

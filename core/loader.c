@@ -263,12 +263,12 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
         glia_status st = glia__group_by_length(L->perm, total, L->d, L->pad ? L->group_batches * job_batch : total,
                                                job_batch, L->shuffle && L->pad,
                                                mix(L->seed ^ mix((uint64_t)epoch + 0x51ed27ull)));
-        if (st) return st;
+        if (st) return glia_error(L->ctx, st, "loader: cannot group %lld samples by length: out of memory", (long long)total);
         n = glia__shard(L->perm, total, L->rank, L->world, false);
     } else {
         n = glia__shard(L->perm, n, L->rank, L->world, L->pad);
     }
-    if (n < 0) return GLIA_ENOMEM;
+    if (n < 0) return glia_error(L->ctx, GLIA_ENOMEM, "loader: cannot shard %lld samples: out of memory", (long long)L->d->n);
     pthread_mutex_lock(&L->mu);
     L->epoch = epoch;
     L->n = n;

@@ -848,6 +848,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     if (!st) st = scratch_alloc(m, &s, true);
     struct glia__resume rs = {1, 0, 0, 0};
     if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
+    if (!st && opt->resume) s.train.seed = s.test.seed = m->seed;  /* the order of the run that wrote it */
     if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
     dp_weights_changed(m);
     if (st) {

@@ -232,6 +232,14 @@ static void test_self_transport(void)
     CU_ASSERT(w[0] == 1 && w[2] == 3.5f && w[3] == 0);
     CU_ASSERT_EQUAL(glia_comm_broadcast_sync(c, v, 4, GLIA_F32, 1), GLIA_EINVAL);  /* no rank 1 */
     glia_context_free(ctx);
+    /* under a launcher of several ranks, self refuses: each rank would train alone */
+    setenv("WORLD_SIZE", "2", 1);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_comm_open(ctx, "self", cpu, 5, &c), GLIA_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "the launcher started 2 ranks"));
+    unsetenv("WORLD_SIZE");
+    glia_context_free(ctx);
 }
 
 /* A transport of device memory only (nccl's kind) opened by a process no launcher started: it
@@ -248,6 +256,8 @@ static void test_device_only_transport(void)
     snprintf(lab, sizeof lab, "%s/lab", dir);
     CU_ASSERT_FATAL(glia_test_write_idx(img, lab, 96, 4, 4, 3, 5) == 0);
     unsetenv("GLIA_DEVONLY_BOOT");
+    static const char *const launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof launcher / sizeof *launcher; i++) unsetenv(launcher[i]);  /* a process started alone */
     float *w[2];
     long long n;
     for (int k = 0; k < 2; k++) {

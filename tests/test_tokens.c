@@ -34,6 +34,10 @@ static void test_read(void)
     CU_ASSERT_EQUAL(d.ids[d.offsets[0] + 2], 7);
     CU_ASSERT_EQUAL(d.ids[d.offsets[1]], 9);
     glia__dataset_free(&d);
+    /* samples with a label only: empty sequences, still a valid set */
+    CU_ASSERT_EQUAL_FATAL(load("1\n0\n", 10, 0, 0, &d), GLIA_OK);
+    CU_ASSERT(d.n == 2 && d.cols == 1 && d.ids != NULL && glia__sample_len(&d, 1) == 0);
+    glia__dataset_free(&d);
     /* max_length keeps the first ids; limit the first samples */
     CU_ASSERT_EQUAL_FATAL(load("1 1 2 3 4 5\n0 6 7\n1 8\n", 10, 2, 2, &d), GLIA_OK);
     CU_ASSERT_EQUAL(d.n, 2);
@@ -86,6 +90,14 @@ static void test_errors(void)
     expect_error("-1 2 3\n", 10, "glia_tokens.txt:1: label -1 is out of range");
     expect_error("1 2 99999999999999999999\n", 10, "is not an integer");
     expect_error("# nothing\n\n", 10, "glia_tokens.txt: no samples");
+    static const char nul[] = "1 2\n5 3\0junk\n7 8 9\n";  /* a NUL inside line 2 */
+    const char *p = glia_test_tmp("glia_tokens_nul.txt");
+    FILE *f = fopen(p, "wb");
+    CU_ASSERT_FATAL(f && fwrite(nul, 1, sizeof nul - 1, f) == sizeof nul - 1);
+    fclose(f);
+    struct glia__dataset d0;
+    CU_ASSERT_EQUAL(glia__tokens_load(ctx, p, 10, 0, 0, &d0), GLIA_EFORMAT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "glia_tokens_nul.txt:2: a NUL byte: not a token file"));
     struct glia__dataset d;
     CU_ASSERT_NOT_EQUAL(glia__tokens_load(ctx, "/nonexistent/t.txt", 10, 0, 0, &d), GLIA_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "cannot open token file /nonexistent/t.txt"));
