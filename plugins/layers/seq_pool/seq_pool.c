@@ -56,8 +56,9 @@ static inline bool takes_max(float v, float best, int32_t arg)
 /* The position of the max of x(L) over the l with tok(L) != pad, the first of equal ones; a NaN
  * wins (the first); -1 when no l is valid. takes_max's rule in two passes that vectorize: the
  * max and whether a NaN occurs, then the first position holding it. */
-static int32_t first_max(const float *x, const int32_t *tok, int64_t L, int64_t pad)
+static int32_t first_max(const float *x, const int32_t *tok, int64_t L, int64_t pad64)
 {
+    const int32_t pad = (int32_t)pad64;  /* pad_id is an int32 (its key's range): one lane width */
     float m = -INFINITY;
     int any = 0, nan = 0;
 #pragma omp simd reduction(max : m) reduction(| : any, nan)
