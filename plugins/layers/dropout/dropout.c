@@ -60,7 +60,8 @@ static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd 
     uint64_t seed = d->seed;
     int add = a->din_accumulate[0], all = p == 0.0f;
     FOR_EACH(a->dout, {
-        float g = all ? dy[i] : glia__dropout_uniform(seed, j) >= p ? dy[i] * scale : 0.0f;
+        float v = dy[i];  /* loaded unconditionally: the select then vectorizes without masked loads */
+        float g = all ? v : glia__dropout_uniform(seed, j) >= p ? v * scale : 0.0f;
         dx[i] = add ? dx[i] + g : g;
     });
     return GLIA_OK;
