@@ -339,6 +339,7 @@ static void borrow_data(struct glia_model *m, const struct glia_model *like)
     m->batch = like->batch;
     m->test_batch = like->test_batch;
     m->n_classes = like->n_classes;
+    m->vocab = like->vocab;
     m->mean = like->mean;
     m->std = like->std;
     m->workers = 0;
@@ -387,6 +388,7 @@ static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
     if (longest > INT32_MAX) return glia_section_error(s, "pad_to_multiple", GLIA_ECONFIG, "a padded length of %lld is too long", (long long)longest);
     m->train.cols = m->test.cols = (int)longest;
     m->pad_multiple = (int)mult;
+    m->vocab = vocab;
     m->group_by_length = glia_section_bool(s, "group_by_length");
     m->group_size = (int)glia_section_int(s, "group_size");
     return GLIA_OK;
@@ -589,6 +591,11 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
             return glia_section_error(s, glia__section_entry(s, "inputs") ? "inputs" : NULL, GLIA_ECONFIG,
                                       "layer type '%s' cannot read the token batch of [data] format = tokens (I32 ids); "
                                       "start with an embedding layer", ops->type);
+    if (m->train.tokens && (ops->flags & GLIA_LAYER_TOKEN_INPUT) && glia__section_entry(s, "vocab") &&
+        glia_section_int(s, "vocab") < m->vocab)  /* a table too small for the data's ids */
+        return glia_section_error(s, "vocab", GLIA_ECONFIG, "%lld is smaller than [data] vocab = %lld: ids up to %lld "
+                                  "would be out of range", (long long)glia_section_int(s, "vocab"), (long long)m->vocab,
+                                  (long long)m->vocab - 1);
     glia_context_clear_error(m->ctx);
     nd->layer.comm = m->comm;  /* SyncBatchNorm's ranks */
     glia_status st = ops->create(&nd->layer, s, in, nd->n_in);

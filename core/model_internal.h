@@ -69,6 +69,7 @@ struct glia_model {
     float mean, std;
     int workers, prefetch, crop_padding;
     int pad_multiple, group_size;    /* tokens: [data] pad_to_multiple, group_size */
+    int64_t vocab;                   /* tokens: [data] vocab (ids are below it) */
     bool group_by_length;            /* tokens: [data] group_by_length */
     /* training */
     struct glia_optimizer opt;
