@@ -142,14 +142,6 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     return GLIA_OK;
 }
 
-/* The loss layer's output gradient holds the loss scale once the activations exist: write the
- * restored one there (the value core/train.c's write_loss_scale writes). */
-static glia_status write_loss_scale(struct glia_model *m)
-{
-    float v = (float)(m->scaler.scale * m->loss_weight / (double)m->accumulate);
-    return m->loss_scale ? glia_tensor_from_host(m->loss_scale, &v, sizeof v) : GLIA_OK;
-}
-
 static glia_status bad(struct glia_model *m, const char *path, const char *what)
 {
     return glia_error(m->ctx, GLIA_EFORMAT, "%s: %s", path, what);
@@ -224,10 +216,8 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
         m->seed = mt.seed;
         /* the loss scaler goes on where it was when both runs scale their loss (fp16); else this
          * run's stays as it starts (65536 with fp16, 1 without) */
-        if (sc.on && m->precision == GLIA_PRECISION_FP16) {
+        if (sc.on && m->precision == GLIA_PRECISION_FP16)
             m->scaler = (struct glia__scaler){sc.scale, sc.clean, sc.skipped};
-            st = write_loss_scale(m);
-        }
     }
     free(p);
     return st;

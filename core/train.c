@@ -484,7 +484,8 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
     for (int r = 1; r < R && !st; r++) {
         struct glia_model *p = m->replica[r];
         if (!m->chunk[r]) continue;
-        if (p->act_batch < (m->batch + R - 1) / R) st = alloc_activations(p, (m->batch + R - 1) / R);  /* its chunks */
+        int64_t most = (m->batch + R - 1) / R;  /* its largest chunk */
+        if (p->act_batch < most) st = alloc_activations(p, most);
         if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
         if (!st && p->weights_step != m->step) st = glia_tensor_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
@@ -848,7 +849,10 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     if (!st) st = scratch_alloc(m, &s, true);
     struct glia__resume rs = {1, 0, 0, 0};
     if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
-    if (!st && opt->resume) s.train.seed = s.test.seed = m->seed;  /* the order of the run that wrote it */
+    if (!st && opt->resume) {  /* what derives from the loaded state: the data order, the loss scale */
+        s.train.seed = s.test.seed = m->seed;
+        st = write_loss_scale(m);
+    }
     if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
     dp_weights_changed(m);
     if (st) {

@@ -139,9 +139,9 @@ static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
             const int32_t *tn = tok + pl / C * L;
             if (!p->d.max) {
                 float acc = 0.0f;
+                int64_t k = 0;  /* valid positions, counted in the same pass */
                 for (int64_t i = 0; i < L; i++)
-                    if (tn[i] != pad) acc += xp[i];
-                int64_t k = count_valid(tn, L, pad);
+                    if (tn[i] != pad) acc += xp[i], k++;
                 y[pl] = k > 0 ? acc / (float)k : 0.0f;
             } else {
                 int32_t bi = first_max(xp, tn, L, pad);
