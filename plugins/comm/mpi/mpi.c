@@ -31,7 +31,7 @@ struct comm {
     uint64_t issued, done;         /* calls issued and finished: ticket t is done when t <= done */
     uint64_t failed;               /* the first call that failed (0: none); later ones are skipped */
     glia_status fail_status;
-    char err[400];                 /* what failed, written by the thread */
+    char err[512];                 /* what failed, written by the thread */
     int group;                     /* group_begin depth */
     struct call *gh, *gt;          /* calls held back until group_end */
     bool abandoned;                /* close gave up waiting: the thread frees it after its close */
@@ -337,13 +337,14 @@ static void leave(struct comm *c, struct call *k)
         g.tail = c->gt;
         c->gh = c->gt = NULL;
     }
-    if ((k->final = --g.n_open == 0)) g.phase = ENDING;
-    k->seq = ++c->issued;
+    bool final = k->final = --g.n_open == 0;  /* k is the thread's from here: it frees k when done */
+    if (final) g.phase = ENDING;
+    uint64_t seq = k->seq = ++c->issued;
     enqueue(k);
-    bool done = !g.stuck && wait_done(c, k->seq, c->timeout_s);
+    bool done = !g.stuck && wait_done(c, seq, c->timeout_s);
     if (!done) {
         c->abandoned = true;
-        if (k->final) {
+        if (final) {
             pthread_detach(g.thread);
             g.phase = LEFT;
         }
@@ -351,7 +352,7 @@ static void leave(struct comm *c, struct call *k)
         return;
     }
     pthread_mutex_unlock(&g.lock);
-    if (k->final) {
+    if (final) {
         pthread_join(g.thread, NULL);
         pthread_mutex_lock(&g.lock);
         g.phase = IDLE;
