@@ -245,8 +245,10 @@ static void base_name(const char *path, char *out, size_t n)
 {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
-    snprintf(out, n, "%s", b);
-    size_t len = strlen(out);
+    size_t len = strlen(b);
+    if (len >= n) len = n - 1;  /* names are short; a longer one is cut, never overrun */
+    memcpy(out, b, len);
+    out[len] = '\0';
     if (len > 3 && strcmp(out + len - 3, ".so") == 0) out[len - 3] = '\0';
 }
 

@@ -503,7 +503,7 @@ static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a
     struct conv2d *p = l->priv;
     struct conv_cache *c;
     const struct glia_tensor *x = a->in[0];
-    bool nhwc;
+    bool nhwc = false;  /* set by check_input; initialised for gcc -O3's flow analysis */
     glia_status st = check_input(l, x, a->out, &nhwc);
     if (!st) st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, false, false, &c);
     if (st) return st;
@@ -533,7 +533,7 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
     struct conv2d *p = l->priv;
     struct conv_cache *c;
     const struct glia_tensor *x = a->in[0];
-    bool nhwc;
+    bool nhwc = false;  /* set by check_input; initialised for gcc -O3's flow analysis */
     glia_status st = check_input(l, x, a->dout, &nhwc);
     if (!st && a->din[0] && glia_tensor_memory_format(a->din[0]) != glia_tensor_memory_format(x))
         st = glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: input and its gradient differ in memory format", l->name);
