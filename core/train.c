@@ -179,9 +179,9 @@ static glia_status feed_upload(struct glia_model *m, struct feed *f)
     f->staged = glia__loader_next(f->L, &f->b);
     if (!f->staged) return GLIA_OK;
     struct glia_backend *b = m->backend;
-    uint64_t t;
     size_t row = glia__batch_row_bytes(&f->b, f->L->d);
-    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &t);
+    /* f->ticket names the last copy queued from the loader's buffer (the copy stream runs in order) */
+    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &f->ticket);
     if (!st) st = b->ops->upload(b->priv, m->stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
     return st;
 }
@@ -220,11 +220,17 @@ static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, b
     return st;
 }
 
-/* Give back a batch still held when a loop stops early. */
-static void feed_stop(struct feed *f)
+/* Give back a batch still held when a loop stops early, once its upload has stopped reading the
+ * loader's buffer (a worker refills the buffer as soon as it is given back). */
+static glia_status feed_stop(struct glia_model *m, struct feed *f)
 {
-    if (f->staged) glia__loader_release(f->L);
+    glia_status st = GLIA_OK;
+    if (f->staged) {
+        st = m->backend->ops->wait_copy(m->backend->priv, f->ticket, true);
+        glia__loader_release(f->L);
+    }
     f->staged = false;
+    return st;
 }
 
 static glia_status forward(struct glia_model *m, bool train)
@@ -673,7 +679,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
 {
     double sum = 0;
     int64_t correct = 0, n = 0, nb;
-    struct feed f;
+    struct feed f = {0};  /* feed_stop reads it when the epoch fails to start */
     bool more = true;
     m->loss_weight = 1;  /* dp: evaluation runs whole batches on the model's device */
     glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
@@ -689,7 +695,8 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
         correct += c;
         n += nb;
     }
-    feed_stop(&f);
+    glia_status fs = feed_stop(m, &f);
+    if (!st) st = fs;
     double tot[3] = {sum, (double)correct, (double)n};  /* ddp: each rank evaluated its shard */
     if (!st && m->comm) st = glia__comm_all_reduce_host(m->comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
     *loss = tot[2] > 0 ? tot[0] / tot[2] : 0;
@@ -880,7 +887,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         bool resumed = epoch == rs.epoch && rs.batch > 0;
         double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0, l = 0;  /* l: the last loss read */
         int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
-        struct feed f;
+        struct feed f = {0};
         bool more = true;
         st = glia__loader_start_epoch(&s.train, epoch, k0);
         if (!st) st = feed_start(m, &f, &s.train);
@@ -921,7 +928,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (opt->progress >= 0) fflush(out);
             line_open = opt->progress > 0;
         }
-        feed_stop(&f);
+        glia_status fs = feed_stop(m, &f);
+        if (!st) st = fs;
         if (!st) st = lagged_drain(m, &lag, epoch, &l, &loss_sum);  /* the epoch's last loss */
         lag.pending = false;
         if (st) break;
@@ -1023,7 +1031,8 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
         if (!st) st = train_backward(m);
         if (!st) st = optimizer_step(m, 1);
     }
-    feed_stop(&fd);
+    glia_status fs = feed_stop(m, &fd);
+    if (!st) st = fs;
     if (!st) st = glia_backend_sync(m->backend);
     m->profiling = false;
     if (!st) {
