@@ -451,6 +451,24 @@ static glia_status read_loss(struct glia_model *m, double *loss)
  * into the model's are those of the whole batch. The replicas start every step from the model's
  * weights and buffers (their own running statistics are dropped, as in DataParallel). */
 
+/* dst = src between the model and a replica. glia_tensor_copy stays within one device (or copies
+ * to or from the host); between two devices the bytes go through the host: reading src waits for
+ * the work queued on its device, and the write is done before this returns. */
+static glia_status dp_copy(struct glia_tensor *dst, const struct glia_tensor *src)
+{
+    if (dst->device.type == GLIA_DEVICE_CPU || src->device.type == GLIA_DEVICE_CPU ||
+        glia_tensor_backend(dst) == glia_tensor_backend(src))
+        return glia_tensor_copy(dst, src);
+    size_t n = glia_tensor_nbytes(src);
+    if (dst->dtype != src->dtype || glia_tensor_numel(dst) != glia_tensor_numel(src)) return GLIA_EINVAL;
+    void *h = malloc(n ? n : 1);
+    if (!h) return GLIA_ENOMEM;
+    glia_status st = glia_tensor_to_host(src, h, n);
+    if (!st) st = glia_tensor_from_host(dst, h, n);
+    free(h);
+    return st;
+}
+
 /* dst += src over the f32 elements of a parameter gradient. */
 static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struct glia_tensor *src)
 {
@@ -465,7 +483,7 @@ static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struc
     glia_status st = GLIA_OK;
     struct glia_tensor *tmp = NULL;
     if (src->device.type != dst->device.type || src->device.index != dst->device.index) {  /* bring it over first */
-        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = glia_tensor_copy(tmp, src);
+        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = dp_copy(tmp, src);
         src = tmp;
     }
     if (!st && !m->one) {
@@ -493,14 +511,14 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         int64_t most = (m->batch + R - 1) / R;  /* its largest chunk */
         if (p->act_batch < most) st = alloc_activations(p, most);
         if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
-        if (!st && p->weights_step != m->step) st = glia_tensor_copy(p->w, m->w);  /* changed by a step */
+        if (!st && p->weights_step != m->step) st = dp_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
-        if (!st && m->n_buffer_values) st = glia_tensor_copy(p->buf, m->buf);  /* changed by every forward */
+        if (!st && m->n_buffer_values) st = dp_copy(p->buf, m->buf);  /* changed by every forward */
         struct glia_tensor *xs = NULL, *ys = NULL;
         if (!st) st = glia_tensor_view(m->x_buf, r * per * row, &p->x->shape, &xs);
         if (!st) st = glia_tensor_view(m->y_buf, r * per, &p->y->shape, &ys);
-        if (!st) st = glia_tensor_copy(p->x, xs);
-        if (!st) st = glia_tensor_copy(p->y, ys);
+        if (!st) st = dp_copy(p->x, xs);
+        if (!st) st = dp_copy(p->y, ys);
         glia_tensor_release(xs);
         glia_tensor_release(ys);
         p->loss_weight = (double)m->chunk[r] / (double)n;
@@ -535,7 +553,7 @@ static glia_status dp_backward(struct glia_model *m)
             for (int k = 0; k < m->nodes[i].layer.n_params && !st; k++) {
                 struct glia_param *dst = &m->nodes[i].layer.params[k], *src = &p->nodes[i].layer.params[k];
                 if (src->grad_unset) continue;  /* nothing written there */
-                st = dst->grad_unset ? glia_tensor_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
+                st = dst->grad_unset ? dp_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
                 dst->grad_unset = false;
                 src->grad_unset = true;  /* the replica writes afresh next time */
             }
