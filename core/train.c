@@ -179,9 +179,9 @@ static glia_status feed_upload(struct glia_model *m, struct feed *f)
     f->staged = glia__loader_next(f->L, &f->b);
     if (!f->staged) return GLIA_OK;
     struct glia_backend *b = m->backend;
-    uint64_t t;
     size_t row = glia__batch_row_bytes(&f->b, f->L->d);
-    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &t);
+    /* f->ticket names the last copy queued from the loader's buffer (the copy stream runs in order) */
+    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &f->ticket);
     if (!st) st = b->ops->upload(b->priv, m->stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
     return st;
 }
@@ -220,11 +220,17 @@ static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, b
     return st;
 }
 
-/* Give back a batch still held when a loop stops early. */
-static void feed_stop(struct feed *f)
+/* Give back a batch still held when a loop stops early, once its upload has stopped reading the
+ * loader's buffer (a worker refills the buffer as soon as it is given back). */
+static glia_status feed_stop(struct glia_model *m, struct feed *f)
 {
-    if (f->staged) glia__loader_release(f->L);
+    glia_status st = GLIA_OK;
+    if (f->staged) {
+        st = m->backend->ops->wait_copy(m->backend->priv, f->ticket, true);
+        glia__loader_release(f->L);
+    }
     f->staged = false;
+    return st;
 }
 
 static glia_status forward(struct glia_model *m, bool train)
@@ -445,6 +451,24 @@ static glia_status read_loss(struct glia_model *m, double *loss)
  * into the model's are those of the whole batch. The replicas start every step from the model's
  * weights and buffers (their own running statistics are dropped, as in DataParallel). */
 
+/* dst = src between the model and a replica. glia_tensor_copy stays within one device (or copies
+ * to or from the host); between two devices the bytes go through the host: reading src waits for
+ * the work queued on its device, and the write is done before this returns. */
+static glia_status dp_copy(struct glia_tensor *dst, const struct glia_tensor *src)
+{
+    if (dst->device.type == GLIA_DEVICE_CPU || src->device.type == GLIA_DEVICE_CPU ||
+        glia_tensor_backend(dst) == glia_tensor_backend(src))
+        return glia_tensor_copy(dst, src);
+    size_t n = glia_tensor_nbytes(src);
+    if (dst->dtype != src->dtype || glia_tensor_numel(dst) != glia_tensor_numel(src)) return GLIA_EINVAL;
+    void *h = malloc(n ? n : 1);
+    if (!h) return GLIA_ENOMEM;
+    glia_status st = glia_tensor_to_host(src, h, n);
+    if (!st) st = glia_tensor_from_host(dst, h, n);
+    free(h);
+    return st;
+}
+
 /* dst += src over the f32 elements of a parameter gradient. */
 static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struct glia_tensor *src)
 {
@@ -459,7 +483,7 @@ static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struc
     glia_status st = GLIA_OK;
     struct glia_tensor *tmp = NULL;
     if (src->device.type != dst->device.type || src->device.index != dst->device.index) {  /* bring it over first */
-        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = glia_tensor_copy(tmp, src);
+        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = dp_copy(tmp, src);
         src = tmp;
     }
     if (!st && !m->one) {
@@ -487,14 +511,14 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         int64_t most = (m->batch + R - 1) / R;  /* its largest chunk */
         if (p->act_batch < most) st = alloc_activations(p, most);
         if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
-        if (!st && p->weights_step != m->step) st = glia_tensor_copy(p->w, m->w);  /* changed by a step */
+        if (!st && p->weights_step != m->step) st = dp_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
-        if (!st && m->n_buffer_values) st = glia_tensor_copy(p->buf, m->buf);  /* changed by every forward */
+        if (!st && m->n_buffer_values) st = dp_copy(p->buf, m->buf);  /* changed by every forward */
         struct glia_tensor *xs = NULL, *ys = NULL;
         if (!st) st = glia_tensor_view(m->x_buf, r * per * row, &p->x->shape, &xs);
         if (!st) st = glia_tensor_view(m->y_buf, r * per, &p->y->shape, &ys);
-        if (!st) st = glia_tensor_copy(p->x, xs);
-        if (!st) st = glia_tensor_copy(p->y, ys);
+        if (!st) st = dp_copy(p->x, xs);
+        if (!st) st = dp_copy(p->y, ys);
         glia_tensor_release(xs);
         glia_tensor_release(ys);
         p->loss_weight = (double)m->chunk[r] / (double)n;
@@ -529,7 +553,7 @@ static glia_status dp_backward(struct glia_model *m)
             for (int k = 0; k < m->nodes[i].layer.n_params && !st; k++) {
                 struct glia_param *dst = &m->nodes[i].layer.params[k], *src = &p->nodes[i].layer.params[k];
                 if (src->grad_unset) continue;  /* nothing written there */
-                st = dst->grad_unset ? glia_tensor_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
+                st = dst->grad_unset ? dp_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
                 dst->grad_unset = false;
                 src->grad_unset = true;  /* the replica writes afresh next time */
             }
@@ -673,7 +697,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
 {
     double sum = 0;
     int64_t correct = 0, n = 0, nb;
-    struct feed f;
+    struct feed f = {0};  /* feed_stop reads it when the epoch fails to start */
     bool more = true;
     m->loss_weight = 1;  /* dp: evaluation runs whole batches on the model's device */
     glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
@@ -689,7 +713,8 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
         correct += c;
         n += nb;
     }
-    feed_stop(&f);
+    glia_status fs = feed_stop(m, &f);
+    if (!st) st = fs;
     double tot[3] = {sum, (double)correct, (double)n};  /* ddp: each rank evaluated its shard */
     if (!st && m->comm) st = glia__comm_all_reduce_host(m->comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
     *loss = tot[2] > 0 ? tot[0] / tot[2] : 0;
@@ -880,7 +905,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         bool resumed = epoch == rs.epoch && rs.batch > 0;
         double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0, l = 0;  /* l: the last loss read */
         int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
-        struct feed f;
+        struct feed f = {0};
         bool more = true;
         st = glia__loader_start_epoch(&s.train, epoch, k0);
         if (!st) st = feed_start(m, &f, &s.train);
@@ -921,7 +946,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (opt->progress >= 0) fflush(out);
             line_open = opt->progress > 0;
         }
-        feed_stop(&f);
+        glia_status fs = feed_stop(m, &f);
+        if (!st) st = fs;
         if (!st) st = lagged_drain(m, &lag, epoch, &l, &loss_sum);  /* the epoch's last loss */
         lag.pending = false;
         if (st) break;
@@ -1023,7 +1049,8 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
         if (!st) st = train_backward(m);
         if (!st) st = optimizer_step(m, 1);
     }
-    feed_stop(&fd);
+    glia_status fs = feed_stop(m, &fd);
+    if (!st) st = fs;
     if (!st) st = glia_backend_sync(m->backend);
     m->profiling = false;
     if (!st) {

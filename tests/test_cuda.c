@@ -249,13 +249,14 @@ static void test_precisions_train_and_memory_is_flat(void)
     }
 }
 
-static void test_convert_on_device(void)
+/* Shape s converted NCHW -> NHWC on the device equals the CPU's conversion; back, accumulating
+ * onto the original, it is twice the original. */
+static void convert_case(struct glia_shape s, uint64_t seed)
 {
-    struct glia_shape s = S(4, 5, 19, 33, 35);
     int64_t n = glia_shape_numel(&s);
     struct glia_tensor *hc = tensor_as(cpu, s, GLIA_CONTIGUOUS), *hl = tensor_as(cpu, s, GLIA_CHANNELS_LAST),
                        *hb = tensor_as(cpu, s, GLIA_CONTIGUOUS);
-    float *x = randv(n, 41);
+    float *x = randv(n, seed);
     memcpy(glia_tensor_f32(hc), x, (size_t)n * 4);
     CU_ASSERT_EQUAL(glia_tensor_convert(hl, hc, false), GLIA_OK);
     struct glia_tensor *dc = tensor_as(gpu, s, GLIA_CONTIGUOUS), *dl = tensor_as(gpu, s, GLIA_CHANNELS_LAST);
@@ -273,6 +274,13 @@ static void test_convert_on_device(void)
     glia_tensor_release(hc), glia_tensor_release(hl), glia_tensor_release(hb);
     glia_tensor_release(dc), glia_tensor_release(dl);
     free(x), free(got);
+}
+
+/* The second shape's NHWC -> NCHW transpose has more row tiles (H*W / 32) than gridDim.y holds. */
+static void test_convert_on_device(void)
+{
+    convert_case(S(4, 5, 19, 33, 35), 41);
+    convert_case(S(4, 1, 3, 1, 2100007), 42);
 }
 
 static void test_allocator_reuses_blocks(void)

@@ -7,7 +7,8 @@
 #define ROWS 8
 
 /* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1): 32x32 tiles through shared
- * memory so that both the reads and the writes are coalesced; blockIdx.z walks the batch. */
+ * memory so that both the reads and the writes are coalesced; blockIdx.z walks the batch and
+ * blockIdx.y strides over the row tiles (gridDim.y stops at 65535, rows may need more tiles). */
 __global__ void transpose_kernel(float *dst, const float *src, int64_t rows, int64_t cols, float beta)
 {
     __shared__ float tile[TILE][TILE + 1];
@@ -15,18 +16,21 @@ __global__ void transpose_kernel(float *dst, const float *src, int64_t rows, int
     const float *s = src + b * rows * cols;
     float *d = dst + b * rows * cols;
     int64_t c = (int64_t)blockIdx.x * TILE + threadIdx.x;
-    for (int i = threadIdx.y; i < TILE; i += ROWS) {
-        int64_t r = (int64_t)blockIdx.y * TILE + i;
-        if (r < rows && c < cols) tile[i][threadIdx.x] = s[r * cols + c];
-    }
-    __syncthreads();
-    int64_t r = (int64_t)blockIdx.y * TILE + threadIdx.x;
-    for (int i = threadIdx.y; i < TILE; i += ROWS) {
-        int64_t cc = (int64_t)blockIdx.x * TILE + i;
-        if (r < rows && cc < cols) {
-            float v = tile[threadIdx.x][i];
-            d[cc * rows + r] = beta != 0.0f ? d[cc * rows + r] + v : v;
+    for (int64_t r0 = (int64_t)blockIdx.y * TILE; r0 < rows; r0 += (int64_t)gridDim.y * TILE) {
+        for (int i = threadIdx.y; i < TILE; i += ROWS) {
+            int64_t r = r0 + i;
+            if (r < rows && c < cols) tile[i][threadIdx.x] = s[r * cols + c];
         }
+        __syncthreads();
+        int64_t r = r0 + threadIdx.x;
+        for (int i = threadIdx.y; i < TILE; i += ROWS) {
+            int64_t cc = (int64_t)blockIdx.x * TILE + i;
+            if (r < rows && cc < cols) {
+                float v = tile[threadIdx.x][i];
+                d[cc * rows + r] = beta != 0.0f ? d[cc * rows + r] + v : v;
+            }
+        }
+        __syncthreads();  /* every read of the tile is done before the next row tile is loaded */
     }
 }
 
@@ -46,10 +50,10 @@ extern "C" cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_
         axpby_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(dst, src, n, beta);
         return cudaGetLastError();
     }
-    if ((rows + TILE - 1) / TILE > 65535) return cudaErrorInvalidConfiguration;  /* gridDim.y */
+    int64_t row_tiles = (rows + TILE - 1) / TILE;
     for (int64_t b0 = 0; b0 < B; b0 += 65535) {  /* gridDim.z */
         int64_t nb = B - b0 < 65535 ? B - b0 : 65535;
-        dim3 grid((unsigned)((cols + TILE - 1) / TILE), (unsigned)((rows + TILE - 1) / TILE), (unsigned)nb);
+        dim3 grid((unsigned)((cols + TILE - 1) / TILE), (unsigned)(row_tiles < 65535 ? row_tiles : 65535), (unsigned)nb);
         transpose_kernel<<<grid, dim3(TILE, ROWS), 0, s>>>(dst + b0 * rows * cols, src + b0 * rows * cols, rows, cols,
                                                           beta);
         cudaError_t e = cudaGetLastError();
