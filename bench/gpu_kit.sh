@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 kit=gpu-kit
-[ -f configure ] || ./bootstrap
+./bootstrap  # always: a configure older than configure.ac or a Makefile.am would be packed stale
 rm -rf "$kit"
 mkdir -p "$kit/stage/include" "$kit/stage/lib" "$kit/data"
 tar czf "$kit/build-files.tar.gz" configure Makefile.in aclocal.m4 build-aux m4 core/build-config.h.in
