@@ -486,13 +486,19 @@ static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struc
         if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = dp_copy(tmp, src);
         src = tmp;
     }
+    struct glia_backend *b = m->backend;
+    if (!st && GLIA__HAS_SLOT(b->ops, transpose_f32)) {  /* dst(1, n) = src(1, n)^T + dst: an exact f32 add */
+        st = b->ops->transpose_f32(b->priv, dst->data, src->data, 1, 1, n, 1.0f);
+        glia_tensor_release(tmp);
+        return st;
+    }
     if (!st && !m->one) {
         float one = 1;
         int64_t d1[1] = {1};
         struct glia_shape s1 = glia_shape_make(1, d1);
         if (!(st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->one))) st = glia_tensor_from_host(m->one, &one, sizeof one);
     }
-    /* dst(1, n) = 1(1, 1) @ src(1, n) + dst */
+    /* dst(1, n) = 1(1, 1) @ src(1, n) + dst (a backend's GEMM may round in its precision) */
     if (!st) st = glia_backend_gemm_f32(m->backend, false, false, 1, n, 1, 1.0f, m->one->data, 1, src->data, n, 1.0f, dst->data, n);
     glia_tensor_release(tmp);
     return st;

@@ -88,6 +88,7 @@ static glia_status cuda_memory_stats(void *priv, struct glia_memory_stats *out)
 static glia_status cuda_copy(void *priv, void *dst, bool dst_host, const void *src, bool src_host, size_t nbytes)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     if (nbytes == 0) return GLIA_OK;
     if (dst_host && src_host) {
@@ -103,6 +104,7 @@ fail:
 static glia_status cuda_memzero(void *priv, void *ptr, size_t nbytes)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, cudaMemsetAsync(ptr, 0, nbytes, c->stream));
 fail:
@@ -113,6 +115,7 @@ fail:
 static glia_status cuda_sync(void *priv)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, cudaStreamSynchronize(c->stream));
     CUDA_TRY(c->ctx, cudaStreamSynchronize(c->copy_stream));
@@ -124,6 +127,7 @@ static glia_status cuda_transpose(void *priv, float *dst, const float *src, int6
                                   float beta)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, glia__cuda_transpose(dst, src, B, rows, cols, beta, c->stream));
 fail:
@@ -150,6 +154,7 @@ glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
 static glia_status cuda_sumsq(void *priv, const float *x, size_t n, double *out)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, glia__cuda_sumsq(c->reduce, x, (int64_t)n, c->stream));
     CUDA_TRY(c->ctx, cudaMemcpyAsync(out, c->reduce, sizeof *out, cudaMemcpyDeviceToHost, c->stream));
@@ -161,6 +166,7 @@ fail:
 static glia_status cuda_scale(void *priv, float *x, size_t n, float a)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, glia__cuda_scale(x, (int64_t)n, a, c->stream));
 fail:
@@ -178,13 +184,15 @@ static glia_status cuda_configure(void *priv, const struct glia_runtime_options 
     return GLIA_OK;
 }
 
-/* ---- the input pipeline: page-locked host buffers, uploads on the copy stream ---- */
+/* ---- the input pipeline: page-locked host buffers, uploads on the copy stream ----
+ * Buffers are portable: page-locked for every device, since dp replicas on other GPUs read them. */
 
 static glia_status cuda_host_alloc(void *priv, size_t nbytes, void **ptr)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
-    CUDA_TRY(c->ctx, cudaHostAlloc(ptr, nbytes ? nbytes : 1, cudaHostAllocDefault));
+    CUDA_TRY(c->ctx, cudaHostAlloc(ptr, nbytes ? nbytes : 1, cudaHostAllocPortable));
 fail:
     return st;
 }
@@ -203,6 +211,7 @@ static void cuda_host_free(void *priv, void *ptr)
 static glia_status cuda_upload(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     cudaEvent_t ev = c->copy_events[c->n_uploads % N_COPY_EVENTS];
     CUDA_TRY(c->ctx, cudaEventRecord(ev, c->stream));
@@ -219,6 +228,7 @@ fail:
 static glia_status cuda_download(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     cudaEvent_t ev = c->copy_events[c->n_uploads % N_COPY_EVENTS];
     CUDA_TRY(c->ctx, cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, c->stream));
@@ -231,6 +241,7 @@ fail:
 static glia_status cuda_wait_copy(void *priv, uint64_t ticket, bool host)
 {
     struct glia__cuda *c = priv;
+    glia__cuda_use(c);
     glia_status st = GLIA_OK;
     if (ticket + N_COPY_EVENTS < c->n_uploads) {  /* its event was reused since: wait for everything */
         CUDA_TRY(c->ctx, cudaStreamSynchronize(c->copy_stream));
@@ -306,7 +317,12 @@ fail:
     return st;
 }
 
-static void *cuda_queue(void *priv) { return ((struct glia__cuda *)priv)->stream; }
+/* The stream, with its device made current for the caller's launches. */
+static void *cuda_queue(void *priv)
+{
+    glia__cuda_use(priv);
+    return ((struct glia__cuda *)priv)->stream;
+}
 
 static const struct glia_backend_ops cuda_ops = {
     .struct_size = sizeof(struct glia_backend_ops),

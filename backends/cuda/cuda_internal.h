@@ -48,8 +48,21 @@ struct glia__cuda {
     struct glia_runtime_options options;
 };
 
-/* The CUDA state behind backend b (which must be this plugin's). */
-static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b) { return (struct glia__cuda *)b->priv; }
+/* Makes c's device the calling thread's current one, as every launch, copy and library call on
+ * c's streams needs when one process drives several GPUs (mode = dp); a no-op on one device. */
+static inline void glia__cuda_use(const struct glia__cuda *c)
+{
+    int d;
+    if (cudaGetDevice(&d) != cudaSuccess || d != c->device) cudaSetDevice(c->device);
+}
+
+/* The CUDA state behind backend b (which must be this plugin's), its device made current. */
+static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b)
+{
+    struct glia__cuda *c = (struct glia__cuda *)b->priv;
+    glia__cuda_use(c);
+    return c;
+}
 
 /* Scratch device memory of at least nbytes, valid until the next call (all users are ordered on
  * the one stream, so a layer may use it for the duration of its forward or backward). */

@@ -197,6 +197,7 @@ glia_status glia__cuda_gemm_f32(void *priv, bool ta, bool tb, int64_t M, int64_t
                                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                                  int64_t ldc)
 {
+    glia__cuda_use(priv);
     return glia__cuda_gemm_ex(priv, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, GLIA__GEMM_PLAIN, NULL);
 }
 
