@@ -166,6 +166,14 @@ glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d)
     return st;
 }
 
+glia_status glia__ddp_settle(struct glia__ddp *d)
+{
+    glia_status st = GLIA_OK;
+    for (int k = 0; k < d->n_buckets && !st; k++)
+        if (d->b[k].ticket) st = glia_comm_wait(d->comm, d->b[k].ticket, true);
+    return st;
+}
+
 double glia__ddp_take_wait(struct glia__ddp *d)
 {
     double w = d->wait_s;

@@ -167,6 +167,9 @@ glia_status glia__ddp_node_done(struct glia_model *m, struct glia__ddp *d, int n
 /* Before the optimizer: starts what is left, then waits for every bucket. */
 glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d);
 /* Seconds the host waited for buckets since the last call. */
+/* Waits on the host until the last step's bucket all-reduces are done, and fails if any failed or
+ * timed out (a checkpoint is written only from weights updated with fully reduced gradients). */
+glia_status glia__ddp_settle(struct glia__ddp *d);
 double glia__ddp_take_wait(struct glia__ddp *d);
 
 #endif

@@ -771,12 +771,14 @@ static glia_status save_checkpoint(struct glia_model *m, const char *name, int e
                                    double loss_sum, int64_t samples, char **kept)
 {
     if (!m->checkpoint_dir || m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
+    glia_status st = m->ddp ? glia__ddp_settle(m->ddp) : GLIA_OK;
+    if (st) return st;
     mkdir(m->checkpoint_dir, 0777);
     size_t n = strlen(m->checkpoint_dir) + strlen(name) + 2;
     char *path = malloc(n);
     if (!path) return GLIA_ENOMEM;
     snprintf(path, n, "%s/%s", m->checkpoint_dir, name);
-    glia_status st = glia__checkpoint_save(m, path, epoch, batch, loss_sum, samples);
+    st = glia__checkpoint_save(m, path, epoch, batch, loss_sum, samples);
     if (st || !kept) {
         free(path);
         return st;

@@ -11,11 +11,12 @@
 #include <nccl.h>
 #include <glia/glia.h>
 #include <glia/cuda.h>
+#include "watchdog.h"
 
 /* Completion events kept apart. Ticket t is ring slot t % RING; once RING later calls have reused
  * its slot, waiting for t waits for the newest call in that slot, which runs after t on the
  * comm stream (in issue order), so it is correct and at worst waits a little longer. */
-#define RING 64
+#define RING GLIA__WATCH_RING
 
 struct nc {
     struct glia_context *ctx;     /* (borrowed) */
@@ -34,6 +35,11 @@ struct nc {
     uint64_t group_first;         /* the first ticket of the open group */
     int *scratch;                 /* int(1) on the device, the barrier's all-reduce */
     char dead[512];               /* why the communicator was aborted ("" while alive) */
+    /* Fails the communicator when its oldest unfinished call is older than timeout_s, even while
+     * this process waits in a stream synchronization (the abort makes NCCL's kernels return).
+     * Its lock is held around every call of the ops below. */
+    struct glia__watchdog wd;
+    bool watching;                /* wd is set up */
 };
 
 static double now(void)
@@ -148,6 +154,7 @@ static glia_status start(struct nc *n, struct glia_comm *boot)
 /* Releases everything; a communicator still busy after timeout_s (a peer died) is aborted, never waited for longer. */
 static void destroy(struct nc *n)
 {
+    if (n->watching) glia__watch_fini(&n->wd);
     cudaSetDevice(n->device);
     if (n->comm) {
         ncclResult_t r = ncclCommFinalize(n->comm);  /* flushes the queued calls */
@@ -170,6 +177,43 @@ static void destroy(struct nc *n)
     free(n);
 }
 
+/* ---- the watchdog's view (its lock held) ---- */
+
+static enum glia__watch_state watch_query(void *user, uint64_t t)
+{
+    struct nc *n = user;
+    if (!n->comm) return GLIA__WATCH_DONE;  /* aborted already: every later call fails on its own */
+    cudaSetDevice(n->device);
+    cudaError_t q = cudaEventQuery(n->done[t % RING]);
+    if (q == cudaSuccess) return GLIA__WATCH_DONE;
+    if (q != cudaErrorNotReady) {
+        cudaGetLastError();  /* this thread's copy of it; the owner meets the error on its own calls */
+        return GLIA__WATCH_PENDING;
+    }
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess || (r != ncclSuccess && r != ncclInProgress))
+        return GLIA__WATCH_FAILED;
+    return GLIA__WATCH_PENDING;
+}
+
+static void watch_expire(void *user, uint64_t t, double waited, bool failed)
+{
+    struct nc *n = user;
+    if (failed) {
+        ncclResult_t r = ncclSuccess;
+        ncclCommGetAsyncError(n->comm, &r);
+        snprintf(n->dead, sizeof n->dead, "rank %d of %d: nccl %s failed: NCCL says %s (communicator aborted)", n->rank,
+                 n->world, n->whats[t % RING], ncclGetErrorString(r));
+    } else {
+        snprintf(n->dead, sizeof n->dead, "rank %d of %d: nccl %s did not finish within %g s (waited %.1f s): another "
+                 "rank died or stalled (communicator aborted)", n->rank, n->world, n->whats[t % RING], n->timeout_s,
+                 waited);
+    }
+    glia_log(n->ctx, GLIA_LOG_ERROR, "%s", n->dead);
+    ncclCommAbort(n->comm);
+    n->comm = NULL;
+}
+
 static glia_status nccl_open(struct glia_context *ctx, const struct glia_comm_open_args *a, struct glia_comm_info *info,
                              void **priv)
 {
@@ -188,6 +232,13 @@ static glia_status nccl_open(struct glia_context *ctx, const struct glia_comm_op
     n->compute = compute;
     snprintf(n->what, sizeof n->what, "open on cuda:%d", n->device);
     glia_status st = start(n, boot);
+    if (!st) {
+        double period = n->timeout_s / 10 < 0.01 ? 0.01 : n->timeout_s / 10 > 1 ? 1 : n->timeout_s / 10;
+        int e = glia__watch_init(&n->wd, n->timeout_s, period, watch_query, watch_expire, n);
+        if (e) st = glia_error(ctx, GLIA_EINTERNAL, "rank %d of %d: nccl open: cannot start the watchdog thread: %s",
+                               n->rank, n->world, strerror(e));
+        n->watching = !e;
+    }
     if (st) {
         destroy(n);
         return st;
@@ -248,13 +299,16 @@ static glia_status issued(struct nc *n, uint64_t *ticket)
 {
     uint64_t t = ++n->issued;
     snprintf(n->whats[t % RING], sizeof n->whats[0], "%s", n->what);
-    if (!n->group) CUDA_CHECK(cudaEventRecord(n->done[t % RING], n->stream));
+    if (!n->group) {
+        CUDA_CHECK(cudaEventRecord(n->done[t % RING], n->stream));
+        glia__watch_issued(&n->wd, t);
+    }
     *ticket = t;
     return GLIA_OK;
 }
 
 /* buf(count) = op over ranks of buf(count), in place */
-static glia_status nccl_all_reduce(void *priv, void *buf, size_t count, enum glia_dtype dt, enum glia_reduce_op op,
+static glia_status all_reduce_locked(void *priv, void *buf, size_t count, enum glia_dtype dt, enum glia_reduce_op op,
                                    uint64_t *ticket)
 {
     struct nc *n = priv;
@@ -266,7 +320,7 @@ static glia_status nccl_all_reduce(void *priv, void *buf, size_t count, enum gli
 }
 
 /* buf(count) = root's buf(count) */
-static glia_status nccl_broadcast(void *priv, void *buf, size_t count, enum glia_dtype dt, int root, uint64_t *ticket)
+static glia_status broadcast_locked(void *priv, void *buf, size_t count, enum glia_dtype dt, int root, uint64_t *ticket)
 {
     struct nc *n = priv;
     ncclDataType_t t;
@@ -277,7 +331,7 @@ static glia_status nccl_broadcast(void *priv, void *buf, size_t count, enum glia
 }
 
 /* dst(world, count)[r] = rank r's src(count) */
-static glia_status nccl_all_gather(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
+static glia_status all_gather_locked(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
                                    uint64_t *ticket)
 {
     struct nc *n = priv;
@@ -289,7 +343,7 @@ static glia_status nccl_all_gather(void *priv, void *dst, const void *src, size_
 }
 
 /* dst(count) = op over ranks of src(world, count)[this rank] */
-static glia_status nccl_reduce_scatter(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
+static glia_status reduce_scatter_locked(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
                                        enum glia_reduce_op op, uint64_t *ticket)
 {
     struct nc *n = priv;
@@ -301,7 +355,7 @@ static glia_status nccl_reduce_scatter(void *priv, void *dst, const void *src, s
 }
 
 /* An all-reduce of one int: done on a rank when every rank has reached it. */
-static glia_status nccl_barrier(void *priv, uint64_t *ticket)
+static glia_status barrier_locked(void *priv, uint64_t *ticket)
 {
     struct nc *n = priv;
     ncclDataType_t t;
@@ -311,7 +365,7 @@ static glia_status nccl_barrier(void *priv, uint64_t *ticket)
     return issued(n, ticket);
 }
 
-static glia_status nccl_group_begin(void *priv)
+static glia_status group_begin_locked(void *priv)
 {
     struct nc *n = priv;
     snprintf(n->what, sizeof n->what, "group_begin");
@@ -322,7 +376,7 @@ static glia_status nccl_group_begin(void *priv)
 }
 
 /* Launches the group's calls at once and records the completion of each of its tickets. */
-static glia_status nccl_group_end(void *priv)
+static glia_status group_end_locked(void *priv)
 {
     struct nc *n = priv;
     snprintf(n->what, sizeof n->what, "group_end (calls #%llu to #%llu)", (unsigned long long)n->group_first,
@@ -333,14 +387,17 @@ static glia_status nccl_group_end(void *priv)
     NCCL_CHECK(ncclGroupEnd());
     if (n->group) return GLIA_OK;
     CUDA_CHECK(cudaSetDevice(n->device));
-    for (uint64_t t = n->group_first; t <= n->issued && t < n->group_first + RING; t++)
+    uint64_t first = n->issued >= RING && n->issued - RING + 1 > n->group_first ? n->issued - RING + 1 : n->group_first;
+    for (uint64_t t = first; t <= n->issued; t++) {  /* the newest RING: an older ticket's slot is theirs now */
         CUDA_CHECK(cudaEventRecord(n->done[t % RING], n->stream));
+        glia__watch_issued(&n->wd, t);
+    }
     return GLIA_OK;
 }
 
 /* Makes the backend's stream wait for call `ticket`; with host, polls its event (and NCCL's
  * state) until it is done, aborting the communicator after timeout_s. */
-static glia_status nccl_wait(void *priv, uint64_t ticket, bool host)
+static glia_status wait_locked(void *priv, uint64_t ticket, bool host)
 {
     struct nc *n = priv;
     if (ticket == 0) return GLIA_OK;
@@ -361,6 +418,7 @@ static glia_status nccl_wait(void *priv, uint64_t ticket, bool host)
         cudaError_t q = cudaEventQuery(e);
         if (q == cudaSuccess) return GLIA_OK;
         if (q != cudaErrorNotReady) return cuda_fail(n, q, "cudaEventQuery(done)", __FILE__, __LINE__);
+        if (n->dead[0]) return glia_error(n->ctx, GLIA_EDEVICE, "%s", n->dead);  /* the watchdog aborted it */
         ncclResult_t r = ncclSuccess, a = ncclCommGetAsyncError(n->comm, &r);
         if (a != ncclSuccess) r = a;
         if (r != ncclSuccess && r != ncclInProgress)
@@ -370,9 +428,46 @@ static glia_status nccl_wait(void *priv, uint64_t ticket, bool host)
         if (n->timeout_s > 0 && w > n->timeout_s)
             return abort_comm(n, GLIA_ETIMEDOUT, "did not finish within %g s: another rank died or stalled "
                               "(communicator aborted)", n->timeout_s);
+        pthread_mutex_unlock(&n->wd.lock);  /* the watchdog may look meanwhile */
         nap(w);
+        pthread_mutex_lock(&n->wd.lock);
     }
 }
+
+/* ---- the ops: each call holds the watchdog's lock ---- */
+
+#define LOCKED(call)                             \
+    do {                                         \
+        struct nc *n_ = priv;                    \
+        pthread_mutex_lock(&n_->wd.lock);        \
+        glia_status st_ = (call);                \
+        pthread_mutex_unlock(&n_->wd.lock);      \
+        return st_;                              \
+    } while (0)
+
+static glia_status nccl_all_reduce(void *priv, void *buf, size_t count, enum glia_dtype dt, enum glia_reduce_op op,
+                                   uint64_t *ticket)
+{
+    LOCKED(all_reduce_locked(priv, buf, count, dt, op, ticket));
+}
+static glia_status nccl_broadcast(void *priv, void *buf, size_t count, enum glia_dtype dt, int root, uint64_t *ticket)
+{
+    LOCKED(broadcast_locked(priv, buf, count, dt, root, ticket));
+}
+static glia_status nccl_all_gather(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
+                                   uint64_t *ticket)
+{
+    LOCKED(all_gather_locked(priv, dst, src, count, dt, ticket));
+}
+static glia_status nccl_reduce_scatter(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
+                                       enum glia_reduce_op op, uint64_t *ticket)
+{
+    LOCKED(reduce_scatter_locked(priv, dst, src, count, dt, op, ticket));
+}
+static glia_status nccl_barrier(void *priv, uint64_t *ticket) { LOCKED(barrier_locked(priv, ticket)); }
+static glia_status nccl_group_begin(void *priv) { LOCKED(group_begin_locked(priv)); }
+static glia_status nccl_group_end(void *priv) { LOCKED(group_end_locked(priv)); }
+static glia_status nccl_wait(void *priv, uint64_t ticket, bool host) { LOCKED(wait_locked(priv, ticket, host)); }
 
 static const struct glia_comm_ops nccl_ops = {
     .struct_size = sizeof(struct glia_comm_ops),
