@@ -4,13 +4,14 @@
 # the examples on device = cuda (one process, DataParallel on devices 0,0, NCCL DDP with one rank, the
 # token model), and the side-by-side benchmarks. Every stage writes its logs under OUTDIR. Not a test
 # and not CI: run it from the checkout on a machine with a GPU.
-#   usage: bench/gpu_acceptance.sh STAGE OUTDIR     STAGE: build | test | train | bench | all
+#   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench
+#          ("test train" runs both, in that order), or all
 #   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc); GPU_TESTS=1: the test
 #   stage runs only the programs that use the GPU. test, train and bench build first on a tree without a build.
 #   a bare machine: make gpu-kit/ here first (bench/gpu_kit.sh) and carry it; build then uses its generated
 #   build system, oneDNN, inih, CUnit and zlib, and its Fashion-MNIST files (bench/data)
 set -eu
-[ $# -eq 2 ] || { echo "usage: $0 build|test|train|bench|all OUTDIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: $0 'build|test|train|bench ...'|all OUTDIR" >&2; exit 2; }
 stage=$1
 mkdir -p "$2"
 out=$(cd "$2" && pwd)
@@ -126,11 +127,18 @@ bench() {
     tail -n 12 "$out/results/length_bucket.log" >> "$out/summary.txt"
 }
 
-case "$stage" in
-build) build ;;
-test) tests ;;
-train) train ;;
-bench) bench ;;
-all) build && tests && train && bench ;;
-*) echo "$0: unknown stage $stage (build, test, train, bench or all)" >&2; exit 2 ;;
-esac
+[ "$stage" = all ] && stage="build test train bench"
+for one in $stage; do
+    case "$one" in build | test | train | bench) ;;
+    *) echo "$0: unknown stage $one (build, test, train, bench or all)" >&2; exit 2 ;;
+    esac
+done
+for one in $stage; do  # several stages in one call: "test train"
+    case "$one" in
+    build) build ;;
+    test) tests ;;
+    train) train ;;
+    bench) bench ;;
+    *) echo "$0: unknown stage $one (build, test, train, bench or all)" >&2; exit 2 ;;
+    esac
+done
