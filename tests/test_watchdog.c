@@ -13,6 +13,9 @@ struct fake {
     uint64_t expired_t;
     double expired_waited;
     bool expired_failed;
+    int n_released;
+    bool lock_free_at_release;    /* the watchdog's lock was not held when release ran */
+    pthread_mutex_t *lock;
 };
 
 static enum glia__watch_state fake_query(void *user, uint64_t t)
@@ -32,12 +35,23 @@ static void fake_expire(void *user, uint64_t t, double waited, bool failed)
     f->expired_failed = failed;
 }
 
+static void fake_release(void *user)
+{
+    struct fake *f = user;
+    for (int i = 0; i < 1000 && !f->lock_free_at_release; i++) {  /* the test's thread may hold it a moment */
+        f->lock_free_at_release = pthread_mutex_trylock(f->lock) == 0;
+        if (f->lock_free_at_release) pthread_mutex_unlock(f->lock);
+        else usleep(1000);
+    }
+    f->n_released++;
+}
+
 /* A watchdog without its thread (timeout 0 starts none), with the timeout set after: the tests
  * drive glia__watch_scan with made-up times. */
 static void setup(struct glia__watchdog *w, struct fake *f, double timeout_s)
 {
     memset(f, 0, sizeof *f);
-    CU_ASSERT_EQUAL_FATAL(glia__watch_init(w, 0, 1, fake_query, fake_expire, f), 0);
+    CU_ASSERT_EQUAL_FATAL(glia__watch_init(w, 0, 1, fake_query, fake_expire, NULL, f), 0);
     CU_ASSERT_FALSE(w->running);
     w->timeout_s = timeout_s;
 }
@@ -147,7 +161,8 @@ static void test_thread_expires_a_stuck_call(void)
     struct glia__watchdog w;
     struct fake f;
     memset(&f, 0, sizeof f);
-    CU_ASSERT_EQUAL_FATAL(glia__watch_init(&w, 0.05, 0.01, fake_query, fake_expire, &f), 0);
+    f.lock = &w.lock;
+    CU_ASSERT_EQUAL_FATAL(glia__watch_init(&w, 0.05, 0.01, fake_query, fake_expire, fake_release, &f), 0);
     CU_ASSERT_TRUE(w.running);
     pthread_mutex_lock(&w.lock);
     glia__watch_issued(&w, 1);
@@ -162,10 +177,13 @@ static void test_thread_expires_a_stuck_call(void)
     CU_ASSERT_EQUAL(expired, 1);
     CU_ASSERT_EQUAL(f.expired_t, 1);
     CU_ASSERT(f.expired_waited > 0.05);
-    glia__watch_fini(&w);
+    glia__watch_fini(&w);  /* joins: release has run */
+    CU_ASSERT_EQUAL(f.n_released, 1);
+    CU_ASSERT_TRUE(f.lock_free_at_release);
 
     memset(&f, 0, sizeof f);
-    CU_ASSERT_EQUAL_FATAL(glia__watch_init(&w, 3600, 0.01, fake_query, fake_expire, &f), 0);
+    f.lock = &w.lock;
+    CU_ASSERT_EQUAL_FATAL(glia__watch_init(&w, 3600, 0.01, fake_query, fake_expire, fake_release, &f), 0);
     pthread_mutex_lock(&w.lock);
     glia__watch_issued(&w, 1);
     pthread_mutex_unlock(&w.lock);
@@ -179,6 +197,7 @@ static void test_thread_expires_a_stuck_call(void)
     CU_ASSERT(asked >= 1);
     glia__watch_fini(&w);  /* returns: the thread stops while the call is pending */
     CU_ASSERT_EQUAL(f.n_expired, 0);
+    CU_ASSERT_EQUAL(f.n_released, 0);
 }
 
 GLIA_TEST_MAIN("watchdog", GLIA_TEST(test_done_calls_never_expire), GLIA_TEST(test_oldest_pending_call_expires_once),

@@ -40,6 +40,9 @@ struct nc {
      * Its lock is held around every call of the ops below. */
     struct glia__watchdog wd;
     bool watching;                /* wd is set up */
+    char why[160];                /* what the watchdog saw fail: "NCCL says ..." or "CUDA says ..." */
+    bool abort_pending;           /* expired inside an open group: the outermost group_end aborts */
+    ncclComm_t aborting;          /* expired: the watchdog aborts it without its lock (then NULL) */
 };
 
 static double now(void)
@@ -187,31 +190,49 @@ static enum glia__watch_state watch_query(void *user, uint64_t t)
     cudaError_t q = cudaEventQuery(n->done[t % RING]);
     if (q == cudaSuccess) return GLIA__WATCH_DONE;
     if (q != cudaErrorNotReady) {
-        cudaGetLastError();  /* this thread's copy of it; the owner meets the error on its own calls */
-        return GLIA__WATCH_PENDING;
-    }
-    ncclResult_t r = ncclSuccess;
-    if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess || (r != ncclSuccess && r != ncclInProgress))
+        snprintf(n->why, sizeof n->why, "CUDA says %s (%s)", cudaGetErrorString(q), cudaGetErrorName(q));
+        cudaGetLastError();  /* this thread's copy of it */
         return GLIA__WATCH_FAILED;
+    }
+    ncclResult_t r = ncclSuccess, a = ncclCommGetAsyncError(n->comm, &r);
+    if (a != ncclSuccess) r = a;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        snprintf(n->why, sizeof n->why, "NCCL says %s", ncclGetErrorString(r));
+        return GLIA__WATCH_FAILED;
+    }
     return GLIA__WATCH_PENDING;
 }
 
+/* Marks the communicator failed; the abort itself happens in watch_release, or, inside an open
+ * group (NCCL's group state belongs to the owner's thread), at the owner's outermost group_end. */
 static void watch_expire(void *user, uint64_t t, double waited, bool failed)
 {
     struct nc *n = user;
-    if (failed) {
-        ncclResult_t r = ncclSuccess;
-        ncclCommGetAsyncError(n->comm, &r);
-        snprintf(n->dead, sizeof n->dead, "rank %d of %d: nccl %s failed: NCCL says %s (communicator aborted)", n->rank,
-                 n->world, n->whats[t % RING], ncclGetErrorString(r));
-    } else {
+    if (failed)
+        snprintf(n->dead, sizeof n->dead, "rank %d of %d: nccl %s failed: %s (communicator aborted)", n->rank, n->world,
+                 n->whats[t % RING], n->why);
+    else
         snprintf(n->dead, sizeof n->dead, "rank %d of %d: nccl %s did not finish within %g s (waited %.1f s): another "
                  "rank died or stalled (communicator aborted)", n->rank, n->world, n->whats[t % RING], n->timeout_s,
                  waited);
-    }
     glia_log(n->ctx, GLIA_LOG_ERROR, "%s", n->dead);
-    ncclCommAbort(n->comm);
-    n->comm = NULL;
+    if (n->group) {
+        n->abort_pending = true;
+    } else {
+        n->aborting = n->comm;
+        n->comm = NULL;
+    }
+}
+
+/* The abort, without the lock: NCCL's abort may take a while (it ends the kernels in flight,
+ * which lets the owner's stream waits return). */
+static void watch_release(void *user)
+{
+    struct nc *n = user;
+    if (!n->aborting) return;
+    cudaSetDevice(n->device);
+    ncclCommAbort(n->aborting);
+    n->aborting = NULL;
 }
 
 static glia_status nccl_open(struct glia_context *ctx, const struct glia_comm_open_args *a, struct glia_comm_info *info,
@@ -234,7 +255,7 @@ static glia_status nccl_open(struct glia_context *ctx, const struct glia_comm_op
     glia_status st = start(n, boot);
     if (!st) {
         double period = n->timeout_s / 10 < 0.01 ? 0.01 : n->timeout_s / 10 > 1 ? 1 : n->timeout_s / 10;
-        int e = glia__watch_init(&n->wd, n->timeout_s, period, watch_query, watch_expire, n);
+        int e = glia__watch_init(&n->wd, n->timeout_s, period, watch_query, watch_expire, watch_release, n);
         if (e) st = glia_error(ctx, GLIA_EINTERNAL, "rank %d of %d: nccl open: cannot start the watchdog thread: %s",
                                n->rank, n->world, strerror(e));
         n->watching = !e;
@@ -384,6 +405,13 @@ static glia_status group_end_locked(void *priv)
     if (n->group == 0)
         return glia_error(n->ctx, GLIA_EINVAL, "rank %d of %d: nccl group_end without group_begin", n->rank, n->world);
     n->group--;
+    if (!n->group && n->abort_pending) {  /* the watchdog expired it inside the group */
+        ncclGroupEnd();
+        ncclCommAbort(n->comm);
+        n->comm = NULL;
+        n->abort_pending = false;
+        return glia_error(n->ctx, GLIA_EDEVICE, "%s", n->dead);
+    }
     NCCL_CHECK(ncclGroupEnd());
     if (n->group) return GLIA_OK;
     CUDA_CHECK(cudaSetDevice(n->device));
@@ -415,15 +443,15 @@ static glia_status wait_locked(void *priv, uint64_t ticket, bool host)
     CUDA_CHECK(cudaStreamWaitEvent(n->compute, e, 0));
     if (!host) return GLIA_OK;
     for (double t0 = now();;) {
-        cudaError_t q = cudaEventQuery(e);
-        if (q == cudaSuccess) return GLIA_OK;
-        if (q != cudaErrorNotReady) return cuda_fail(n, q, "cudaEventQuery(done)", __FILE__, __LINE__);
         if (n->dead[0]) return glia_error(n->ctx, GLIA_EDEVICE, "%s", n->dead);  /* the watchdog aborted it */
+        cudaError_t q = cudaEventQuery(e);  /* an aborted call's event completes too: dead is checked first */
+        if (q != cudaSuccess && q != cudaErrorNotReady) return cuda_fail(n, q, "cudaEventQuery(done)", __FILE__, __LINE__);
         ncclResult_t r = ncclSuccess, a = ncclCommGetAsyncError(n->comm, &r);
         if (a != ncclSuccess) r = a;
         if (r != ncclSuccess && r != ncclInProgress)
             return abort_comm(n, GLIA_EDEVICE, "failed: NCCL says %s: %s", ncclGetErrorString(r),
                               ncclGetLastError(n->comm));
+        if (q == cudaSuccess) return GLIA_OK;
         double w = now() - t0;
         if (n->timeout_s > 0 && w > n->timeout_s)
             return abort_comm(n, GLIA_ETIMEDOUT, "did not finish within %g s: another rank died or stalled "

@@ -27,9 +27,12 @@ struct glia__watchdog {
     /* The state of call t (lock held). Once RING later calls reuse its slot it asks about the newest
      * call in that slot, which finishes after t. */
     enum glia__watch_state (*query)(void *user, uint64_t t);
-    /* Call t failed, or has waited `waited` seconds (> timeout_s): abort the communicator (lock held;
-     * called once). */
+    /* Call t failed, or has waited `waited` seconds (> timeout_s): mark the communicator failed
+     * (lock held; called once). */
     void (*expire)(void *user, uint64_t t, double waited, bool failed);
+    /* Then, with the lock let go: the slow part of failing it (NCCL's abort), so that the owner
+     * meets the failure at once instead of waiting for the lock. Optional. */
+    void (*release)(void *user);
     void *user;
 };
 
@@ -72,7 +75,9 @@ static inline void *glia__watch_main(void *arg)
         while (!w->stop && e != ETIMEDOUT) e = pthread_cond_timedwait(&w->wake, &w->lock, &ts);
         if (!w->stop && glia__watch_scan(w, glia__watch_now())) break;
     }
+    bool expired = w->expired;
     pthread_mutex_unlock(&w->lock);
+    if (expired && w->release) w->release(w->user);
     return NULL;
 }
 
@@ -80,10 +85,11 @@ static inline void *glia__watch_main(void *arg)
  * period_s. Returns 0 or an errno. */
 static inline int glia__watch_init(struct glia__watchdog *w, double timeout_s, double period_s,
                                    enum glia__watch_state (*query)(void *, uint64_t),
-                                   void (*expire)(void *, uint64_t, double, bool), void *user)
+                                   void (*expire)(void *, uint64_t, double, bool), void (*release)(void *),
+                                   void *user)
 {
     *w = (struct glia__watchdog){.timeout_s = timeout_s, .period_s = period_s, .query = query, .expire = expire,
-                                 .user = user};
+                                 .release = release, .user = user};
     pthread_condattr_t ca;
     int e = pthread_mutex_init(&w->lock, NULL);
     if (e) return e;
@@ -111,7 +117,7 @@ static inline void glia__watch_issued(struct glia__watchdog *w, uint64_t t)
     w->issued = t;
 }
 
-/* Stops the thread and releases w (lock not held). */
+/* Stops the thread (after its release, if it expired) and releases w (lock not held). */
 static inline void glia__watch_fini(struct glia__watchdog *w)
 {
     pthread_mutex_lock(&w->lock);
