@@ -2,7 +2,8 @@
  * process on one GPU: the nccl transport (world 1, started through self) with every call on device
  * memory and its ordering against the backend's stream, DDP over nccl against plain training, dp
  * with two replicas on one GPU against one device, and the page-locked input pipeline (workers,
- * prefetch, a stop in mid-epoch) against loading in the training thread. Exits 77 (skipped) without
+ * prefetch, a stop in mid-epoch) against loading in the training thread, and the nccl watchdog failing
+ * a call that outlasts its timeout. Exits 77 (skipped) without
  * a usable GPU or without the CUDA build. Not several ranks (NCCL needs a GPU per rank). */
 #include <math.h>
 #include <stdlib.h>
@@ -265,6 +266,47 @@ static void test_input_pipeline(void)
     }
 }
 
+/* The watchdog: a call queued behind GPU work that outlasts timeout_s (a run of large GEMMs stands
+ * in for a peer that never arrives) fails the communicator, the host wait reports the timeout, and
+ * every later call is refused with the same message. Its own context: a failed communicator is not
+ * reused. */
+static void test_nccl_watchdog(void)
+{
+    struct glia_context *c2 = NULL;
+    struct glia_backend *g2 = NULL;
+    struct glia_comm *c = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&c2) == GLIA_OK);
+    glia_status st = glia_plugin_load(c2, "cuda");
+    if (!st) st = glia_backend_get(c2, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &g2);
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    st = glia_comm_open(c2, "nccl", g2, 0.05, &c);
+    if (st == GLIA_ENOTFOUND) {
+        printf("skipped (%s) ", glia_context_error(c2));
+        glia_context_free(c2);
+        return;
+    }
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    enum { M = 8192, REPEAT = 64 };  /* 70 TFLOP: over 0.1 s even with TF32 on an H100 */
+    struct glia_tensor *a = NULL, *b = NULL, *y = NULL, *x = NULL;
+    struct glia_shape sq = {2, {M, M}}, one = {1, {1}};
+    CU_ASSERT_FATAL(glia_tensor_zeros(g2, GLIA_F32, &sq, &a) == GLIA_OK && glia_tensor_zeros(g2, GLIA_F32, &sq, &b) == GLIA_OK &&
+                    glia_tensor_zeros(g2, GLIA_F32, &sq, &y) == GLIA_OK && glia_tensor_zeros(g2, GLIA_F32, &one, &x) == GLIA_OK);
+    for (int i = 0; i < REPEAT; i++)
+        CU_ASSERT_EQUAL(glia_backend_gemm_f32(g2, false, false, M, M, M, 1.0f, a->data, M, b->data, M, 0.0f, y->data, M),
+                        GLIA_OK);
+    uint64_t t = 0;
+    CU_ASSERT_EQUAL(glia_comm_all_reduce(c, x->data, 1, GLIA_F32, GLIA_REDUCE_SUM, &t), GLIA_OK);
+    st = glia_comm_wait(c, t, true);
+    CU_ASSERT_NOT_EQUAL(st, GLIA_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(c2), "did not finish within"));
+    if (st) printf("(%s) ", glia_context_error(c2));
+    CU_ASSERT_NOT_EQUAL(glia_comm_all_reduce(c, x->data, 1, GLIA_F32, GLIA_REDUCE_SUM, &t), GLIA_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(c2), "aborted"));
+    CU_ASSERT_EQUAL(glia_backend_sync(g2), GLIA_OK);  /* the GEMMs end; the backend is unharmed */
+    glia_tensor_release(a), glia_tensor_release(b), glia_tensor_release(y), glia_tensor_release(x);
+    glia_context_free(c2);
+}
+
 static int setup(void)
 {
 #ifndef GLIA_HAVE_CUDA
@@ -292,7 +334,7 @@ int main(void)
         return s;
     }
     static const struct glia_test tests[] = {GLIA_TEST(test_nccl_calls), GLIA_TEST(test_ddp_over_nccl),
-                                             GLIA_TEST(test_dp_two_replicas), GLIA_TEST(test_input_pipeline)};
+                                             GLIA_TEST(test_dp_two_replicas), GLIA_TEST(test_input_pipeline), GLIA_TEST(test_nccl_watchdog)};
     int rc = glia_test_run("cuda_dist", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;
