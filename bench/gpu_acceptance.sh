@@ -64,7 +64,7 @@ ensure_built() {
 
 # GPU_TESTS=1 runs only the test programs that use the GPU (the CPU suite runs in CI anyway).
 GPU_PROGRAMS="tests/test_cuda tests/test_cuda_conv tests/test_cuda_dense tests/test_cuda_norm_pool tests/test_cuda_pointwise
- tests/test_cuda_optim tests/test_cuda_seq tests/test_syncbn tests/test_dp tests/test_layer_run tests/test_model tests/test_tensor
+ tests/test_cuda_optim tests/test_cuda_seq tests/test_cuda_dist tests/test_syncbn tests/test_dp tests/test_layer_run tests/test_model tests/test_tensor
  tests/test_cache tests/test_config"
 
 tests() {
