@@ -24,6 +24,38 @@ bool glia__scaler_update(struct glia__scaler *s, double sumsq);
 enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
 enum glia__dist_mode { GLIA__DIST_NONE = 0, GLIA__DIST_DP, GLIA__DIST_DDP };
 
+/* ---- the profile's Chrome trace (core/trace.c) ----
+ * glia profile --trace records one complete event per layer forward and backward, input,
+ * gradient wait (ddp), optimizer step and enclosing step, and writes them as a Chrome trace. */
+enum glia__trace_cat { GLIA__TRACE_STEP = 0, GLIA__TRACE_INPUT, GLIA__TRACE_FORWARD, GLIA__TRACE_BACKWARD,
+                       GLIA__TRACE_COMM, GLIA__TRACE_OPTIMIZER };
+struct glia__trace_event {
+    enum glia__trace_cat cat;
+    const char *name;            /* (borrowed) a layer's or the optimizer's name; NULL: the category's */
+    const char *type, *impl;     /* (borrowed) the layer's, or NULL */
+    struct glia_shape shape;     /* forward: the output's shape; ndim 0: none */
+    int64_t step;                /* the counted step it belongs to, from 1 */
+    int64_t batch;               /* step events: the batch's samples */
+    double t0, t1;               /* glia__now() seconds */
+};
+struct glia__trace {
+    double t_base;               /* glia__now() when the first counted step began: ts 0 */
+    int64_t step;                /* the step being recorded */
+    struct glia__trace_event *ev;  /* (owned) */
+    size_t n, cap;
+    bool lost;                   /* an event could not be stored (out of memory) */
+};
+glia_status glia__trace_reserve(struct glia__trace *t, size_t n);
+/* Appends an event of the current step; NULL (and t->lost) when out of memory. */
+struct glia__trace_event *glia__trace_add(struct glia__trace *t, enum glia__trace_cat cat, const char *name,
+                                          double t0, double t1);
+void glia__trace_free(struct glia__trace *t);
+/* {"traceEvents":[...],"displayTimeUnit":"ms"}: ts and dur in microseconds after t_base with 3
+ * decimals, pid the rank; -1 when writing f failed. */
+int glia__trace_write(const struct glia__trace *t, FILE *f, int pid);
+/* s as a JSON string, quotes included: '"', '\\' and control characters escaped. */
+void glia__json_string(FILE *f, const char *s);
+
 struct glia__node {
     struct glia_layer layer;
     struct glia_section *sec;        /* (borrowed) */
@@ -99,6 +131,7 @@ struct glia_model {
     struct glia__scaler scaler;      /* precision = fp16; else its scale stays 1 */
     bool profiling;
     double t_opt;
+    struct glia__trace *trace;       /* (borrowed) while profiling with a trace: events go here */
     /* [distributed] */
     enum glia__dist_mode dist;
     struct glia_comm *comm;          /* mode = ddp (borrowed from the context) */

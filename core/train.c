@@ -233,6 +233,16 @@ static glia_status feed_stop(struct glia_model *m, struct feed *f)
     return st;
 }
 
+/* Profiling with a trace: an event for node's forward or backward that ran from t0 to t1. */
+static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const struct glia__node *nd, double t0, double t1)
+{
+    struct glia__trace_event *e = m->trace ? glia__trace_add(m->trace, cat, nd->layer.name, t0, t1) : NULL;
+    if (!e) return;
+    e->type = nd->layer.ops->type;
+    e->impl = nd->layer.ops->impl;
+    if (cat == GLIA__TRACE_FORWARD && nd->out) e->shape = nd->out->shape;
+}
+
 static glia_status forward(struct glia_model *m, bool train)
 {
     for (int i = 0; i < m->n_nodes; i++) {
@@ -251,7 +261,9 @@ static glia_status forward(struct glia_model *m, bool train)
         if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
         if (m->profiling) {
             glia_backend_sync(m->backend);
-            nd->t_fwd += glia__now() - t0;
+            double t1 = glia__now();
+            nd->t_fwd += t1 - t0;
+            trace_layer(m, GLIA__TRACE_FORWARD, nd, t0, t1);
         }
         if (st) {
             if (!glia_context_error(m->ctx)[0])
@@ -291,7 +303,9 @@ static glia_status backward(struct glia_model *m)
                 st = glia_tensor_convert(m->nodes[nd->in[k]].dout, din[k], acc_conv[k]);
         if (m->profiling) {
             glia_backend_sync(m->backend);
-            nd->t_bwd += glia__now() - t0;
+            double t1 = glia__now();
+            nd->t_bwd += t1 - t0;
+            trace_layer(m, GLIA__TRACE_BACKWARD, nd, t0, t1);
         }
         if (st) {
             if (!glia_context_error(m->ctx)[0])
@@ -392,8 +406,10 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
 {
     /* ddp: the gradients are the average over ranks once every bucket is in */
     if (m->ddp) {
+        double t0 = glia__now();
         glia_status st = glia__ddp_finish(m, m->ddp);
         if (st) return st;
+        if (m->profiling && m->trace) glia__trace_add(m->trace, GLIA__TRACE_COMM, "gradient wait", t0, glia__now());
     }
     /* A parameter whose gradient no layer wrote this step has gradient zero. */
     for (int i = 0; i < m->n_nodes; i++)
@@ -416,7 +432,9 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
         st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
         if (m->profiling) {
             glia_backend_sync(m->backend);
-            m->t_opt += glia__now() - t0;
+            double t1 = glia__now();
+            m->t_opt += t1 - t0;
+            if (m->trace) glia__trace_add(m->trace, GLIA__TRACE_OPTIMIZER, m->opt.ops->name, t0, t1);
         }
     }
     if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.ops->name,
@@ -1025,6 +1043,26 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
 
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f)
 {
+    return glia_model_profile_trace(m, steps, warmup, f, NULL);
+}
+
+glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup, FILE *f, const char *trace_path)
+{
+    if (steps < 1 || warmup < 0)
+        return glia_error(m->ctx, GLIA_EINVAL, "profile: steps must be 1 or more and warm-up 0 or more (got %d and %d)",
+                          steps, warmup);
+    struct glia__trace trace = {0};
+    FILE *tf = NULL;
+    if (trace_path && m->rank == 0) {  /* ddp: rank 0 writes for all; opened first, so a bad path costs no run */
+        if (!(tf = fopen(trace_path, "w")))
+            return glia_error(m->ctx, GLIA_EIO, "cannot write trace file %s: %s", trace_path, strerror(errno));
+        size_t per_step = 2 * (size_t)m->n_nodes + 4;
+        size_t want = steps > 0 ? (size_t)steps * per_step : 0;
+        if (glia__trace_reserve(&trace, want < ((size_t)1 << 16) ? want : (size_t)1 << 16)) {
+            fclose(tf);
+            return glia_error(m->ctx, GLIA_ENOMEM, "profile: out of memory for the trace");
+        }
+    }
     struct scratch s = {0};
     glia_status st = scratch_alloc(m, &s, true);
     dp_weights_changed(m);
@@ -1043,26 +1081,53 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
             m->profiling = true;
             wait = s.train.wait_s;
             t_all = glia__now();
+            if (tf) m->trace = &trace;
         }
         int64_t nb;
         bool more;
         double t0 = glia__now();
-        if ((st = feed_next(m, &fd, &nb, &more)) || !more) break;
+        size_t step_ev = trace.n;  /* the step's own event comes first, its end filled in below */
+        if (m->trace) {
+            trace.step = k - warmup + 1;
+            if (trace.step == 1) trace.t_base = t0;
+            glia__trace_add(&trace, GLIA__TRACE_STEP, NULL, t0, t0);
+        }
+        if ((st = feed_next(m, &fd, &nb, &more)) || !more) {
+            trace.n = step_ev;
+            break;
+        }
         if (m->profiling) {
             glia_backend_sync(m->backend);
-            t_other += glia__now() - t0;
+            double t1 = glia__now();
+            t_other += t1 - t0;
+            if (m->trace) glia__trace_add(&trace, GLIA__TRACE_INPUT, "input", t0, t1);
         }
         if (!st) st = train_forward(m, nb);
         if (m->ddp) glia__ddp_begin(m->ddp, true);
         if (!st) st = train_backward(m);
         if (!st) st = optimizer_step(m, 1);
+        if (m->trace && step_ev < trace.n && trace.ev[step_ev].cat == GLIA__TRACE_STEP) {
+            trace.ev[step_ev].t1 = glia__now();
+            trace.ev[step_ev].batch = nb;
+        }
     }
     glia_status fs = feed_stop(m, &fd);
     if (!st) st = fs;
     if (!st) st = glia_backend_sync(m->backend);
+    double t_end = glia__now();
     m->profiling = false;
+    m->trace = NULL;
+    if (!st && trace.lost) st = glia_error(m->ctx, GLIA_ENOMEM, "profile: out of memory recording the trace");
+    if (tf) {
+        if (!st && glia__trace_write(&trace, tf, m->rank))
+            st = glia_error(m->ctx, GLIA_EIO, "writing trace file %s failed", trace_path);
+        if (fclose(tf) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing trace file %s failed", trace_path);
+        if (st) remove(trace_path);  /* no half-written trace left behind */
+    }
+    size_t n_events = trace.n;
+    glia__trace_free(&trace);
     if (!st) {
-        t_all = glia__now() - t_all;
+        t_all = t_end - t_all;
         wait = s.train.wait_s - wait;
         double sum_layers = 0;
         for (int i = 0; i < m->n_nodes; i++) sum_layers += m->nodes[i].t_fwd + m->nodes[i].t_bwd;
@@ -1085,6 +1150,7 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
             fprintf(f, "device memory: %.1f MiB in tensors (peak %.1f), %.1f MiB held, %llu driver allocations\n",
                     ms.current / 1048576.0, ms.peak / 1048576.0, ms.reserved / 1048576.0,
                     (unsigned long long)ms.driver_allocs);
+        if (tf) fprintf(f, "trace: %zu events in %s\n", n_events, trace_path);
         (void)wait;
     }
     scratch_free(&s);

@@ -1,7 +1,7 @@
 /* tests/test_ddp_mpi.c — DDP over the mpi transport with 2 ranks (the program starts itself
  * through mpirun): training equals one process on the global batch, every rank ends with the
  * same weights, SyncBatchNorm sees the global batch, a different model on one rank is refused,
- * only rank 0 writes files.
+ * only rank 0 writes files (checkpoints, metrics, the profile's trace).
  * Not the transport's own tests (test_comm) and not rank failures (test_ddp_fault). */
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include "model_internal.h"
 #include "modelutil.h"
 #include "mpiutil.h"
+#include "traceutil.h"
 
 static char dir[512];
 static char dist_extra[700];         /* more [distributed] keys for the next model */
@@ -238,9 +239,41 @@ static void test_ddp_files_and_padding(void)
     close_run(&d);
 }
 
+/* glia profile --trace under ddp: rank 0 writes the trace, with the gradient wait between the
+ * last backward and the optimizer in every step; rank 1 writes nothing. */
+static void test_ddp_profile_trace(void)
+{
+    struct run d;
+    open_run(&d, model(true, 16, 0, NULL, NULL));
+    int rank = world->info.rank;
+    char path[700], mine[700];
+    snprintf(path, sizeof path, "%s/trace-rank%%d.json", dir);
+    snprintf(mine, sizeof mine, path, rank);
+    remove(mine);
+    FILE *f = fopen("/dev/null", "w");
+    glia_status st = glia_model_profile_trace(d.m, 3, 2, f, mine);
+    fclose(f);
+    if (st) printf("\n  %s\n", glia_context_error(d.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    struct stat sb;
+    if (rank == 0) {
+        static const char *const fwd[] = {"flat", "fc1", "act", "fc2", "loss"};
+        static const char *const bwd[] = {"loss", "fc2", "act", "fc1"};
+        struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", true, 0};
+        CU_ASSERT_EQUAL(trace_check(mine, &e), 0);
+    } else {
+        CU_ASSERT_NOT_EQUAL(stat(mine, &sb), 0);  /* rank 0 writes for the job */
+    }
+    uint64_t t;
+    CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_comm_wait(world, t, true) == GLIA_OK);
+    close_run(&d);
+}
+
 static void test_teardown(void) { glia_context_free(keeper); }
 
 GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equals_global_batch),
                    GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv), GLIA_TEST(test_ddp_syncbn), GLIA_TEST(test_ddp_tokens_grouped),
                    GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_files_and_padding),
+                   GLIA_TEST(test_ddp_profile_trace),
                    GLIA_TEST(test_teardown))

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include "testutil.h"
+#include "traceutil.h"
 #include <glia/glia.h>
 
 static char dir[512];
@@ -261,6 +262,38 @@ static void test_cli_check(void)
     snprintf(args, sizeof args, "profile %s --steps 30", good);
     CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "profile: 5 warm-up + 30 steps, but an epoch has 4 batches"));
+    /* --trace: a Chrome trace of the 3 counted steps (flatten, the first layer, has no backward) */
+    const char *trace = glia_test_tmp("cli-trace.json");
+    remove(trace);
+    snprintf(cmd, sizeof cmd, "%s profile %s --steps 3 --set data.batch_size=4 --set runtime.device=cpu --trace %s", bin ? bin : "tools/glia", good, trace);
+    p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    k = fread(out, 1, sizeof out - 1, p);
+    out[k] = '\0';
+    CU_ASSERT_EQUAL(pclose(p), 0);
+    char want[800];
+    snprintf(want, sizeof want, "trace: 36 events in %s\n", trace);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    static const char *const fwd[] = {"f", "fc1", "act", "fc2", "loss"};
+    static const char *const bwd[] = {"loss", "fc2", "act", "fc1"};
+    struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", false, 0};
+    CU_ASSERT_EQUAL(trace_check(trace, &e), 0);
+    /* a trace path that cannot be written: one line naming it */
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/no-such-folder/t.json", dir);
+    snprintf(args, sizeof args, "profile %s --steps 3 --set data.batch_size=4 --set runtime.device=cpu --trace %s", good, bad);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+    snprintf(want, sizeof want, "glia: cannot write trace file %s: No such file or directory", bad);
+    if (!strstr(err, want)) printf("\n  got: %s", err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, want));
+    /* --trace belongs to profile */
+    snprintf(args, sizeof args, "train %s --trace %s", good, trace);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --trace is an option of profile only, not of train\n");
+    snprintf(args, sizeof args, "profile %s --trace", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --trace needs a value\n");
 }
 
 /* device = cuda without a usable GPU (or without a CUDA build) is one clear error; device = auto

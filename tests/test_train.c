@@ -6,6 +6,7 @@
 #include <string.h>
 #include "modelutil.h"
 #include "model_internal.h"
+#include "traceutil.h"
 
 static char dir[512];
 
@@ -717,7 +718,104 @@ static void test_precision_needs_cuda(void)
     glia_context_free(c);
 }
 
-GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
+/* glia_model_profile_trace: the Chrome trace has, for each counted step, the step, the input, every
+ * layer's forward, the backward of every layer whose backward runs (not the flatten before the
+ * first layer with parameters: nothing needs its input gradient) and the optimizer, inside the
+ * step; a layer name with a quote and a backslash comes out escaped. */
+static void test_profile_trace(void)
+{
+    make_data();
+    char text[4096];
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\nseed = 4\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\n[train]\noptimizer = sgd\nlr = 0.05\n"
+             "[flat]\ntype = flatten\n[fc\"1\\x]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir);
+    struct run r;
+    open_run(&r, text);
+    const char *path = glia_test_tmp("profile-trace.json");
+    remove(path);
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    glia_status st = glia_model_profile_trace(r.m, 3, 5, f, path);
+    fclose(f);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    char want[800];
+    snprintf(want, sizeof want, "trace: 36 events in %s\n", path);  /* 3 x (5 + 4 + 3) */
+    CU_ASSERT_PTR_NOT_NULL(strstr(table, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(table, "profile: 3 training steps of batch 32 after 5 warm-up steps"));
+    free(table);
+    static const char *const fwd[] = {"flat", "fc\"1\\x", "act", "fc2", "loss"};
+    static const char *const bwd[] = {"loss", "fc2", "act", "fc\"1\\x"};
+    struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", false, 0};
+    CU_ASSERT_EQUAL(trace_check(path, &e), 0);
+    char *raw = json_read_file(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+    CU_ASSERT_PTR_NOT_NULL(strstr(raw, "{\"name\":\"fc\\\"1\\\\x\",\"cat\":\"forward\",\"ph\":\"X\","));
+    CU_ASSERT_PTR_NOT_NULL(strstr(raw, "\"args\":{\"step\":1,\"type\":\"linear\",\"impl\":\"cpu\",\"output\":\"32x16\"}"));
+    free(raw);
+    /* a trace path that cannot be written: one line naming it, before any step is taken */
+    int64_t steps_before = r.m->step;
+    long long n;
+    float *w0 = weights(&r, &n);
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/no-such-folder/t.json", dir);
+    CU_ASSERT_EQUAL(glia_model_profile_trace(r.m, 3, 5, stdout, bad), GLIA_EIO);
+    const char *msg = glia_context_error(r.ctx);
+    snprintf(want, sizeof want, "cannot write trace file %s: ", bad);
+    if (!strstr(msg, want)) printf("\n  got: %s\n", msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+    CU_ASSERT_PTR_NULL(strchr(msg, '\n'));
+    CU_ASSERT_EQUAL(r.m->step, steps_before);
+    float *w1 = weights(&r, &n);
+    CU_ASSERT_EQUAL(memcmp(w0, w1, (size_t)n * sizeof *w0), 0);
+    free(w0);
+    free(w1);
+    /* the table alone, as before: no trace */
+    f = fopen("/dev/null", "w");
+    CU_ASSERT_EQUAL(glia_model_profile(r.m, 2, 1, f), GLIA_OK);
+    fclose(f);
+    CU_ASSERT_EQUAL(r.m->step, steps_before + 3);
+    close_run(&r);
+}
+
+/* The trace's JSON strings: quote, backslash and control characters escaped; read back the same. */
+static void test_json_string(void)
+{
+    static const char *const cases[][2] = {
+        {"plain", "\"plain\""},
+        {"a\"b\\c", "\"a\\\"b\\\\c\""},
+        {"t\tn\nr\r\x01\x1f\x7f", "\"t\\tn\\nr\\r\\u0001\\u001f\\u007f\""},
+        {"caf\xc3\xa9", "\"caf\xc3\xa9\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&out, &len);
+        glia__json_string(f, cases[i][0]);
+        fclose(f);
+        CU_ASSERT_STRING_EQUAL(out, cases[i][1]);
+        struct jv v;
+        CU_ASSERT_FATAL(json_parse(out, &v));
+        CU_ASSERT_EQUAL(v.t, J_STR);
+        CU_ASSERT_STRING_EQUAL(v.str, cases[i][0]);
+        jv_free(&v);
+        free(out);
+    }
+    /* the reader the trace tests rely on refuses what is not JSON */
+    static const char *const bad[] = {"{\"a\":1,}", "[1 2]", "\"a\tb\"", "\"\\x\"", "01", "{\"a\"}", "[1]x", "\"open", "-", "1.", "nul"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct jv v;
+        CU_ASSERT_FALSE(json_parse(bad[i], &v));
+    }
+}
+
+GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
+               GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),

@@ -12,7 +12,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
-            "       glia profile MODEL.ini [--steps N] [--set SECTION.KEY=VALUE]...\n"
+            "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
             "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
             "                                          or runtime|data|train|plugins|layer)\n"
@@ -29,7 +29,7 @@ static int fail(struct glia_context *ctx, glia_status st)
 }
 
 struct args {
-    const char *model, *metrics, *describe, *resume, *checkpoint, *steps;
+    const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace;
     const char *sets[256];
     int n_sets, quiet;
 };
@@ -39,7 +39,7 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe") || !strcmp(s, "--resume") ||
-             !strcmp(s, "--checkpoint") || !strcmp(s, "--steps")) && i + 1 >= argc) {
+             !strcmp(s, "--checkpoint") || !strcmp(s, "--steps") || !strcmp(s, "--trace")) && i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -53,6 +53,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             if (a->n_sets < 256) a->sets[a->n_sets++] = s + 6;
         } else if (!strcmp(s, "--steps")) {
             a->steps = argv[++i];
+        } else if (!strcmp(s, "--trace")) {
+            a->trace = argv[++i];
         } else if (!strcmp(s, "--resume")) {
             a->resume = argv[++i];
         } else if (!strcmp(s, "--checkpoint")) {
@@ -144,7 +146,7 @@ static int cmd_profile(struct glia_context *ctx, const struct args *a)
     int rc = load_model(ctx, a, &cfg, &m);
     if (!rc) {
         FILE *out = glia_model_rank(m, NULL) == 0 ? stdout : fopen("/dev/null", "w");
-        glia_status st = out ? glia_model_profile(m, (int)steps, 5, out) : GLIA_EIO;
+        glia_status st = out ? glia_model_profile_trace(m, (int)steps, 5, out, a->trace) : GLIA_EIO;
         if (out && out != stdout) fclose(out);
         if (st) rc = fail(ctx, st);
     }
@@ -230,6 +232,10 @@ int main(int argc, char **argv)
     struct args a = {0};
     int rc = parse_args(argc, argv, 2, &a);
     if (rc) return rc;
+    if (a.trace && strcmp(cmd, "profile")) {
+        fprintf(stderr, "glia: --trace is an option of profile only, not of %s\n", cmd);
+        return 2;
+    }
     struct glia_context *ctx;
     if (glia_context_new(&ctx)) {
         fprintf(stderr, "glia: out of memory\n");

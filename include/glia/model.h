@@ -72,6 +72,16 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
 /* Run warmup + steps training steps and print per-layer forward/backward times, the
  * optimizer's and the input's, to f. The model's weights change as in training. */
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f);
+/* glia_model_profile, and when trace_path is not NULL also a Chrome trace (Trace Event Format
+ * JSON, for chrome://tracing or ui.perfetto.dev) written to trace_path: one complete event per
+ * counted step ("step", enclosing the rest), input wait and copy ("input"), layer forward
+ * ("forward"; args type, impl, output shape) and backward ("backward"; layers whose backward
+ * runs), ddp gradient wait ("comm") and optimizer step ("optimizer"; none for a step that fp16
+ * loss scaling skips); ts and dur in microseconds from the first counted step's start; pid is the
+ * rank. trace_path (borrowed) is opened before the run (a path that cannot be written fails at
+ * once, naming it) and removed if the run fails. Under ddp only rank 0 writes it; the other
+ * ranks ignore trace_path. */
+glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup, FILE *f, const char *trace_path);
 /* Load weights and buffers from a checkpoint written by training this model. */
 glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
 /* Evaluate on the test set. */
