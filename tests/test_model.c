@@ -287,10 +287,24 @@ static void test_cli_check(void)
     snprintf(want, sizeof want, "glia: cannot write trace file %s: No such file or directory", bad);
     if (!strstr(err, want)) printf("\n  got: %s", err);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, want));
-    /* --trace belongs to profile */
+    /* --trace belongs to profile; each command refuses the options it does not take */
     snprintf(args, sizeof args, "train %s --trace %s", good, trace);
     CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
-    CU_ASSERT_STRING_EQUAL(err, "glia: --trace is an option of profile only, not of train\n");
+    CU_ASSERT_STRING_EQUAL(err, "glia: --trace is not an option of train (see glia --help)\n");
+    snprintf(args, sizeof args, "train %s --steps 3", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --steps is not an option of train (see glia --help)\n");
+    snprintf(args, sizeof args, "check %s --quiet", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --quiet is not an option of check (see glia --help)\n");
+    snprintf(args, sizeof args, "eval %s --resume x.ckpt", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --resume is not an option of eval (see glia --help)\n");
+    snprintf(args, sizeof args, "profile %s --metrics m.jsonl", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --metrics is not an option of profile (see glia --help)\n");
+    CU_ASSERT_EQUAL(run_glia("plugins --set a.b=1", err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --set is not an option of plugins (see glia --help)\n");
     snprintf(args, sizeof args, "profile %s --trace", good);
     CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
     CU_ASSERT_STRING_EQUAL(err, "glia: --trace needs a value\n");

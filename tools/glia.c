@@ -78,6 +78,38 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
     return 0;
 }
 
+/* The first option given that command cmd does not take (NULL: none, or cmd is unknown). */
+static const char *refused_option(const char *cmd, const struct args *a)
+{
+    static const struct {
+        const char *cmd, *takes;  /* the options it takes, each followed by a space */
+    } table[] = {
+        {"train", "--set --metrics --resume --quiet "},
+        {"check", "--set "},
+        {"eval", "--set --checkpoint "},
+        {"profile", "--set --steps --trace "},
+        {"plugins", "--describe "},
+    };
+    const struct {
+        const char *name;
+        bool given;
+    } given[] = {
+        {"--set ", a->n_sets > 0},         {"--metrics ", a->metrics != NULL}, {"--resume ", a->resume != NULL},
+        {"--quiet ", a->quiet != 0},       {"--checkpoint ", a->checkpoint != NULL},
+        {"--steps ", a->steps != NULL},    {"--trace ", a->trace != NULL},     {"--describe ", a->describe != NULL},
+    };
+    static char name[16];
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(cmd, table[i].cmd)) continue;
+        for (size_t k = 0; k < sizeof given / sizeof given[0]; k++)
+            if (given[k].given && !strstr(table[i].takes, given[k].name)) {
+                snprintf(name, sizeof name, "%.*s", (int)strlen(given[k].name) - 1, given[k].name);
+                return name;
+            }
+    }
+    return NULL;
+}
+
 static int load_model(struct glia_context *ctx, const struct args *a, struct glia_config **cfg,
                       struct glia_model **m)
 {
@@ -232,8 +264,9 @@ int main(int argc, char **argv)
     struct args a = {0};
     int rc = parse_args(argc, argv, 2, &a);
     if (rc) return rc;
-    if (a.trace && strcmp(cmd, "profile")) {
-        fprintf(stderr, "glia: --trace is an option of profile only, not of %s\n", cmd);
+    const char *bad = refused_option(cmd, &a);
+    if (bad) {
+        fprintf(stderr, "glia: %s is not an option of %s (see glia --help)\n", bad, cmd);
         return 2;
     }
     struct glia_context *ctx;
