@@ -1065,6 +1065,7 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
     }
     struct scratch s = {0};
     glia_status st = scratch_alloc(m, &s, true);
+    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* as training does: same model, rank 0's weights */
     dp_weights_changed(m);
     if (!st) st = glia__loader_start_epoch(&s.train, 1, 0);
     int64_t total = s.have_train ? s.train.n_batches_per_epoch : 0;
