@@ -407,6 +407,20 @@ static void test_hand_computed(void)
                   16);
 }
 
+/* NaN wins a window, and the last NaN in row-major order takes the gradient, in the 2x2 path and
+ * in the general one (the CUDA impl follows the same rule). */
+static void test_maxpool_nan(void)
+{
+    float x[16] = {1, NAN, 3, 4, 5, 6, NAN, NAN, 0, 0, 0, 0, 0, 0, 0, 0}, y[4], dx[16];
+    run_plane("[p]\ntype = maxpool2d\n", 4, 4, x, y, 4, dx);
+    CU_ASSERT(isnan(y[0]) && isnan(y[1]) && y[2] == 0 && y[3] == 0);
+    expect_floats("nan 2x2 dx", dx, (const float[]){0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0}, 16);
+    float x2[6] = {1, NAN, NAN, 5, 6, 2}, y2[2], dx2[6];
+    run_plane("[p]\ntype = maxpool2d\nstride = 1\n", 2, 3, x2, y2, 2, dx2);
+    CU_ASSERT(isnan(y2[0]) && isnan(y2[1]));
+    expect_floats("nan stride 1 dx", dx2, (const float[]){0, 1, 1, 0, 0, 0}, 6);
+}
+
 static void test_maxpool_ties_and_overlap(void)
 {
     /* ties: each 2x2 window of a constant 3x3 plane (stride 1) sends its gradient to its first
@@ -559,6 +573,6 @@ static void test_config_errors(void)
 GLIA_TEST_MAIN("pool", GLIA_TEST(test_maxpool_gradcheck), GLIA_TEST(test_avgpool_gradcheck),
                GLIA_TEST(test_global_avgpool_gradcheck), GLIA_TEST(test_maxpool_nhwc), GLIA_TEST(test_avgpool_nhwc),
                GLIA_TEST(test_maxpool_values), GLIA_TEST(test_avgpool_values), GLIA_TEST(test_global_avgpool_values),
-               GLIA_TEST(test_hand_computed), GLIA_TEST(test_maxpool_ties_and_overlap),
+               GLIA_TEST(test_hand_computed), GLIA_TEST(test_maxpool_nan), GLIA_TEST(test_maxpool_ties_and_overlap),
                GLIA_TEST(test_maxpool_eval_keeps_nothing), GLIA_TEST(test_maxpool_formats_alternate),
                GLIA_TEST(test_config_errors))

@@ -112,6 +112,26 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
         maxpool_forward_nhwc(m, x, y, arg, xs->dim[0], xs->dim[1], H, W, OH, OW);
         return GLIA_OK;
     }
+    if (k == 2 && s == 2 && p == 0) {  /* the common 2x2 window: the same comparisons, unrolled */
+#pragma omp parallel for schedule(static)
+        for (int64_t pl = 0; pl < planes; pl++) {
+            const float *xp = x + pl * H * W;
+            for (int64_t oh = 0; oh < OH; oh++) {
+                const float *r0 = xp + 2 * oh * W, *r1 = r0 + W;
+                int64_t o = (pl * OH + oh) * OW, i0 = 2 * oh * W;
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    float best = r0[2 * ow], v;
+                    int64_t bi = i0 + 2 * ow;
+                    if ((v = r0[2 * ow + 1]) > best || isnan(v)) best = v, bi = i0 + 2 * ow + 1;
+                    if ((v = r1[2 * ow]) > best || isnan(v)) best = v, bi = i0 + W + 2 * ow;
+                    if ((v = r1[2 * ow + 1]) > best || isnan(v)) best = v, bi = i0 + W + 2 * ow + 1;
+                    y[o + ow] = best;
+                    if (arg) arg[o + ow] = bi;
+                }
+            }
+        }
+        return GLIA_OK;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * H * W;
