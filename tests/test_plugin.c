@@ -1,11 +1,13 @@
 /* tests/test_plugin.c — CUnit tests of the plugin loader against the fixture plugins in
  * tests/fixtures (good, wrong ABI, newer minor, name mismatch, no entry, failing init, probe
- * refusal, not a shared object). Not a test of any real plugin's features. */
+ * refusal, not a shared object), and the checks of the register calls. Not a test of any real
+ * plugin's features. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <glia/glia.h>
+#include "internal.h"
 #include "testutil.h"
 
 /* The folder holding the built fixture .so files. */
@@ -232,6 +234,99 @@ static void test_load_all(void)
     glia_context_free(ctx);
 }
 
+/* ---- what the register calls refuse: a struct of an older ABI, a missing required slot, a
+ * second registration of the same thing; each error names the registering plugin ---- */
+
+static glia_status l_create(struct glia_layer *l, const struct glia_section *c, const struct glia_shape *in, int n)
+{
+    (void)l, (void)c, (void)in, (void)n;
+    return GLIA_OK;
+}
+static glia_status l_infer(const struct glia_layer *l, const struct glia_shape *in, int n, struct glia_shape *out)
+{
+    (void)l, (void)in, (void)n, (void)out;
+    return GLIA_OK;
+}
+static glia_status l_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    (void)l, (void)a;
+    return GLIA_OK;
+}
+static glia_status o_create(struct glia_optimizer *o, const struct glia_section *c)
+{
+    (void)o, (void)c;
+    return GLIA_OK;
+}
+static glia_status o_step(struct glia_optimizer *o, const struct glia_opt_step *s)
+{
+    (void)o, (void)s;
+    return GLIA_OK;
+}
+
+static glia_status c_group(void *priv)
+{
+    (void)priv;
+    return GLIA_OK;
+}
+
+/* The status of call, with the context's message holding every piece of want (NULL-ended). */
+static void expect_refusal(struct glia_context *ctx, glia_status got, glia_status want_st, const char *const *want)
+{
+    CU_ASSERT_EQUAL(got, want_st);
+    const char *msg = glia_context_error(ctx);
+    for (; *want; want++) {
+        if (!strstr(msg, *want)) printf("\n  message '%s' lacks '%s'", msg, *want);
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, *want));
+    }
+}
+
+static void test_register_refusals(void)
+{
+    struct glia_context *ctx = new_ctx();
+    struct glia_registry r = {ctx, -1};
+    struct glia_layer_ops lay = {.struct_size = sizeof lay, .type = "probe_layer", .impl = "cpu", .create = l_create,
+                                 .infer_shape = l_infer, .forward = l_forward};
+    CU_ASSERT_EQUAL(glia_register_layer(&r, &lay), GLIA_OK);
+    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EEXIST,
+                   (const char *[]){"libglia", "'probe_layer'", "already registered", NULL});
+    struct glia_layer_ops no_fwd = lay;
+    no_fwd.impl = "other", no_fwd.forward = NULL;
+    expect_refusal(ctx, glia_register_layer(&r, &no_fwd), GLIA_EINVAL, (const char *[]){"forward are required", NULL});
+    struct glia_layer_ops old = lay;
+    old.impl = "old", old.struct_size = 8;
+    expect_refusal(ctx, glia_register_layer(&r, &old), GLIA_EABI, (const char *[]){"8 bytes", "ABI 1.0", NULL});
+    expect_refusal(ctx, glia_register_layer(&r, NULL), GLIA_EABI, (const char *[]){"glia_register_layer", NULL});
+
+    struct glia_optimizer_ops opt = {.struct_size = sizeof opt, .name = "probe_opt", .create = o_create, .step = o_step};
+    CU_ASSERT_EQUAL(glia_register_optimizer(&r, &opt), GLIA_OK);
+    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EEXIST, (const char *[]){"'probe_opt'", NULL});
+    struct glia_optimizer_ops no_step = opt;
+    no_step.name = "probe_opt2", no_step.step = NULL;
+    expect_refusal(ctx, glia_register_optimizer(&r, &no_step), GLIA_EINVAL, (const char *[]){"step are required", NULL});
+    no_step.step = o_step, no_step.struct_size = 4;
+    expect_refusal(ctx, glia_register_optimizer(&r, &no_step), GLIA_EABI, (const char *[]){"too small", NULL});
+
+    struct glia_backend_ops be = {.struct_size = sizeof be, .name = "probe_backend"};  /* no open, alloc, ... */
+    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EINVAL, (const char *[]){"gemm_f32 are required", NULL});
+    be.struct_size = 4;
+    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EABI, (const char *[]){"too small", NULL});
+
+    struct glia_comm_ops cm = {.struct_size = sizeof cm, .name = "probe_comm"};  /* no calls */
+    expect_refusal(ctx, glia_register_comm(&r, &cm), GLIA_EINVAL, (const char *[]){"wait are required", NULL});
+    cm.struct_size = 4;
+    expect_refusal(ctx, glia_register_comm(&r, &cm), GLIA_EABI, (const char *[]){"ABI 1.3", NULL});
+    /* the transport that is built in already holds its name */
+    const struct glia_comm_ops *self = NULL;
+    for (int i = 0; i < ctx->n_features && !self; i++)
+        if (ctx->features[i].kind == GLIA__FEAT_COMM) self = ctx->features[i].ops;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(self);
+    expect_refusal(ctx, glia_register_comm(&r, self), GLIA_EEXIST, (const char *[]){"already registered", NULL});
+    struct glia_comm_ops half = *self;
+    half.name = "probe_half", half.group_begin = c_group, half.group_end = NULL;
+    expect_refusal(ctx, glia_register_comm(&r, &half), GLIA_EINVAL, (const char *[]){"go together", NULL});
+    glia_context_free(ctx);
+}
+
 GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_good_by_path),
                GLIA_TEST(test_good_by_name),
@@ -243,4 +338,5 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_failing_init),
                GLIA_TEST(test_probe_refuse),
                GLIA_TEST(test_not_a_shared_object),
-               GLIA_TEST(test_load_all))
+               GLIA_TEST(test_load_all),
+               GLIA_TEST(test_register_refusals))
