@@ -3,6 +3,7 @@
 #ifndef GLIA_CORE_MODEL_INTERNAL_H
 #define GLIA_CORE_MODEL_INTERNAL_H
 
+#include <signal.h>
 #include "internal.h"
 
 #define GLIA__MAX_NODES 1024
@@ -108,6 +109,7 @@ struct glia_model {
     int epochs, log_every;
     char *checkpoint_dir;            /* (owned) NULL: no checkpoints */
     int64_t checkpoint_every, max_steps;
+    volatile sig_atomic_t stop_requested;  /* glia_model_request_stop (a signal handler may set it) */
     int checkpoint_keep;
     double lr;                       /* base learning rate */
     double cur_lr;                   /* learning rate of the last step */

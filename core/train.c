@@ -445,6 +445,25 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     return GLIA_OK;
 }
 
+void glia_model_request_stop(struct glia_model *m)
+{
+    if (m) m->stop_requested = 1;
+}
+
+#define STOP_POLL 10  /* ddp: the ranks agree on a stop request every this many optimizer steps */
+
+/* Whether training stops after this optimizer step for glia_model_request_stop: at once in one
+ * process; under ddp every STOP_POLL-th step, when any rank asked (a one-int all-reduce), so that
+ * all ranks stop at the same step. */
+static bool stop_agreed(struct glia_model *m, glia_status *st)
+{
+    if (!m->ddp) return m->stop_requested != 0;
+    if (m->step % STOP_POLL) return false;
+    int32_t any = m->stop_requested != 0;
+    *st = glia__comm_all_reduce_host(m->comm, &any, 1, GLIA_I32, GLIA_REDUCE_MAX);
+    return !*st && any;
+}
+
 static glia_status read_loss(struct glia_model *m, double *loss)
 {
     float v;
@@ -886,7 +905,7 @@ static glia_status dist_epoch(struct glia_model *m, const struct glia__loader *L
     return st;
 }
 
-glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
+static glia_status train_run(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
     struct glia_train_options dflt = {0}, mine;
@@ -925,6 +944,7 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     int64_t steps = s.train.n_batches_per_epoch, n = 0;
     double t_start = glia__now(), test_loss = 0, test_acc = 0;
     bool stopped = false, line_open = false;  /* line_open: a progress line waits for its end */
+    bool interrupted = false;                  /* stopped by glia_model_request_stop */
     struct lagged_loss lag;
     st = lagged_init(m, &lag);
     for (int epoch = rs.epoch; epoch <= m->epochs && !st && !stopped; epoch++) {
@@ -952,6 +972,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
             if (st) break;
             b += nb;
             if (stepped && m->max_steps > 0 && m->step >= m->max_steps) stopped = true;
+            if (stepped && !stopped && stop_agreed(m, &st)) stopped = interrupted = true;
+            if (st) break;
             bool save = stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped);
             if (save && (st = lagged_drain(m, &lag, epoch, &l, &loss_sum))) break;  /* the checkpoint holds every loss */
             if (save) {
@@ -979,6 +1001,8 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         if (st) break;
         if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
             if (opt->progress > 0) fprintf(out, "\r\033[K");
+            line_open = false;
+            if (interrupted) break;  /* said by the error */
             if (opt->progress >= 0)
                 fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/step-%08lld.ckpt\n",
                         (long long)m->max_steps, epoch, m->checkpoint_dir ? m->checkpoint_dir : "(no checkpoint_dir)",
@@ -1029,6 +1053,12 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
         fflush(out);
     }
     lagged_free(m, &lag);
+    if (!st && interrupted && m->checkpoint_dir)
+        st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/step-%08lld.ckpt",
+                        (long long)m->step, m->checkpoint_dir, (long long)m->step);
+    else if (!st && interrupted)
+        st = glia_error(m->ctx, GLIA_EINTERRUPTED,
+                        "interrupted at step %lld: nothing was saved ([train] checkpoint_dir is not set)", (long long)m->step);
     if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, NULL);
     for (int i = 0; kept && i < m->checkpoint_keep; i++) free(kept[i]);
     free(kept);
@@ -1038,6 +1068,14 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
                 (long long)m->step, test_loss, test_acc, glia__now() - t_start);
     scratch_free(&s);
     close_rank_log(rank_log, tee);
+    return st;
+}
+
+glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
+                             struct glia_epoch_result *results, int max_results)
+{
+    glia_status st = train_run(m, opt, results, max_results);
+    m->stop_requested = 0;
     return st;
 }
 

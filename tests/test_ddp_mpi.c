@@ -239,6 +239,46 @@ static void test_ddp_files_and_padding(void)
     close_run(&d);
 }
 
+/* glia_model_request_stop on rank 1 only: both ranks stop at the same step (they agree every 10
+ * optimizer steps), rank 0 writes that step's checkpoint, and resuming from it on both ranks ends
+ * with the weights of the uninterrupted run. */
+static void test_ddp_request_stop(void)
+{
+    char extra[800], path[900];
+    snprintf(extra, sizeof extra, "checkpoint_dir = %s/stopck\n", dir);
+    struct run a, b, c;
+    open_run(&a, model(true, 16, 500, extra, NULL));
+    CU_ASSERT_FATAL(glia_model_train(a.m, &quiet, NULL, 0) == GLIA_OK);
+    long long n;
+    float *wa = weights(&a, &n);
+    open_run(&b, model(true, 16, 500, extra, NULL));
+    if (world->info.rank == 1) glia_model_request_stop(b.m);
+    glia_status st = glia_model_train(b.m, &quiet, NULL, 0);
+    CU_ASSERT_EQUAL(st, GLIA_EINTERRUPTED);
+    CU_ASSERT_EQUAL(b.m->step, 10);
+    snprintf(path, sizeof path, "%s/stopck/step-00000010.ckpt", dir);
+    char want[1000];
+    snprintf(want, sizeof want, "interrupted at step 10: continue with --resume %s", path);
+    if (strcmp(glia_context_error(b.ctx), want)) printf("\n  rank %d: %s\n", world->info.rank, glia_context_error(b.ctx));
+    CU_ASSERT_STRING_EQUAL(glia_context_error(b.ctx), want);
+    close_run(&b);
+    uint64_t t;
+    CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);  /* rank 0 has written it */
+    CU_ASSERT_FATAL(glia_comm_wait(world, t, true) == GLIA_OK);
+    open_run(&c, model(true, 16, 500, extra, NULL));
+    struct glia_train_options o = quiet;
+    o.resume = path;
+    st = glia_model_train(c.m, &o, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(c.ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    float *wc = weights(&c, &n);
+    double e = rel_diff(wc, wa, n);
+    if (e != 0) printf("\n  resumed weights differ by %g\n", e);
+    CU_ASSERT_EQUAL(e, 0);
+    free(wa), free(wc);
+    close_run(&a), close_run(&c);
+}
+
 /* glia profile --trace under ddp: rank 0 writes the trace, with the gradient wait between the
  * last backward and the optimizer in every step; rank 1 writes nothing. */
 static void test_ddp_profile_trace(void)
@@ -275,5 +315,5 @@ static void test_teardown(void) { glia_context_free(keeper); }
 GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equals_global_batch),
                    GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv), GLIA_TEST(test_ddp_syncbn), GLIA_TEST(test_ddp_tokens_grouped),
                    GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_files_and_padding),
-                   GLIA_TEST(test_ddp_profile_trace),
+                   GLIA_TEST(test_ddp_profile_trace), GLIA_TEST(test_ddp_request_stop),
                    GLIA_TEST(test_teardown))

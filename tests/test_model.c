@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 #include "testutil.h"
 #include "traceutil.h"
 #include <glia/glia.h>
@@ -233,6 +236,67 @@ static void test_cli_errors(void)
     CU_ASSERT_EQUAL(lines(err), 1);
 }
 
+/* glia train on SIGTERM: it stops at the next optimizer step, writes that step's checkpoint, says
+ * how to go on and exits with 128 + 15; the checkpoint is whole (glia eval reads it). */
+static void test_cli_sigterm(void)
+{
+    make_data();
+    const char *good = glia_test_tmp("sig.ini"), *bin = getenv("GLIA_BIN"), *errp = glia_test_tmp("sig.err");
+    CU_ASSERT_FATAL(glia_test_write(good, expand(GOOD)) == 0);
+    char ck[700], cmd[2400];
+    snprintf(ck, sizeof ck, "%s/sig-ck", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ck);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    char epochs[] = "train.epochs=1000000", every[] = "train.log_every=1", ckset[800];
+    snprintf(ckset, sizeof ckset, "train.checkpoint_dir=%s", ck);
+    int out[2];
+    CU_ASSERT_FATAL(pipe(out) == 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        dup2(out[1], STDOUT_FILENO);
+        int e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (e >= 0) dup2(e, STDERR_FILENO);
+        close(out[0]);
+        char *argv[] = {(char *)(bin ? bin : "tools/glia"), "train", (char *)good, "--set", epochs, "--set", every,
+                        "--set", ckset, NULL};
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(out[1]);
+    FILE *f = fdopen(out[0], "r");
+    char line[512];
+    bool stepping = false, sent = false;
+    alarm(600);  /* a program that never stops fails this test instead of hanging it */
+    while (fgets(line, sizeof line, f)) {  /* the first progress line: it is training; then signal, read to the end */
+        if (!sent && strstr(line, " step ")) stepping = true;
+        if (stepping && !sent) sent = kill(pid, SIGTERM) == 0;
+    }
+    fclose(f);
+    int status = 0;
+    CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+    alarm(0);
+    CU_ASSERT(sent);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM);
+    char err[2048] = "";
+    FILE *ef = fopen(errp, "r");
+    size_t k = ef ? fread(err, 1, sizeof err - 1, ef) : 0;
+    err[k] = '\0';
+    if (ef) fclose(ef);
+    char want[800];
+    snprintf(want, sizeof want, ": continue with --resume %s/step-", ck);
+    const char *at = strstr(err, want);
+    if (!at) printf("\n  stderr: %s", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "glia: interrupted at step "));
+    char path[900];
+    CU_ASSERT_FATAL(sscanf(at + strlen(": continue with --resume "), "%899s", path) == 1);
+    CU_ASSERT_EQUAL(access(path, R_OK), 0);
+    char args[2000];
+    snprintf(args, sizeof args, "eval %s --checkpoint %s", good, path);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 0);
+}
+
 static void test_cli_check(void)
 {
     make_data();
@@ -366,4 +430,4 @@ static void test_device_cuda_or_fallback(void)
 }
 
 GLIA_TEST_MAIN("model", GLIA_TEST(test_device_cuda_or_fallback), GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),
-               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check))
+               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check), GLIA_TEST(test_cli_sigterm))

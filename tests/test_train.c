@@ -388,6 +388,49 @@ static void resume_case(int stop)
     close_run(&c);
 }
 
+/* glia_model_request_stop before training: it stops at the first optimizer step (accumulate = 2:
+ * after two batches), writes that step's checkpoint and says how to go on; resuming from it gives
+ * the uninterrupted run bit for bit. The request is cleared on return. */
+static void test_request_stop(void)
+{
+    make_data();
+    rm_ckpt();
+    struct run a, b, c;
+    long long n;
+    open_run(&a, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_OK);
+    float *wa = weights(&a, &n);
+    open_run(&b, ckpt_text(""));
+    glia_model_request_stop(b.m);
+    CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, NULL, 0), GLIA_EINTERRUPTED);
+    char want[800], path[700];
+    snprintf(path, sizeof path, "%s/ck/step-00000001.ckpt", dir);
+    snprintf(want, sizeof want, "interrupted at step 1: continue with --resume %s", path);
+    if (strcmp(glia_context_error(b.ctx), want)) printf("\n  got: %s\n", glia_context_error(b.ctx));
+    CU_ASSERT_STRING_EQUAL(glia_context_error(b.ctx), want);
+    close_run(&b);
+    open_run(&c, ckpt_text(""));
+    struct glia_train_options o = {NULL, -1, NULL, path};
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
+    float *wc = weights(&c, &n);
+    CU_ASSERT_EQUAL(memcmp(wa, wc, (size_t)n * 4), 0);
+    free(wa), free(wc);
+    close_run(&a), close_run(&c);
+    /* without a checkpoint_dir it says that nothing was saved; a request does not outlive its run */
+    char text[4096], *cd;
+    snprintf(text, sizeof text, "%s", ckpt_text(""));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cd = strstr(text, "checkpoint_dir = "));
+    memmove(cd, strchr(cd, '\n') + 1, strlen(strchr(cd, '\n') + 1) + 1);
+    struct run d;
+    open_run(&d, text);
+    glia_model_request_stop(d.m);
+    CU_ASSERT_EQUAL(glia_model_train(d.m, &quiet, NULL, 0), GLIA_EINTERRUPTED);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(d.ctx),
+                           "interrupted at step 1: nothing was saved ([train] checkpoint_dir is not set)");
+    CU_ASSERT_EQUAL(glia_model_train(d.m, &quiet, NULL, 0), GLIA_OK);
+    close_run(&d);
+}
+
 static void test_resume_is_bit_exact(void)
 {
     make_data();
@@ -819,6 +862,6 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
-               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
+               GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
                GLIA_TEST(test_fashion_mnist_subset))

@@ -1,6 +1,7 @@
 /* tools/glia.c — the glia command-line program: train, eval, profile, check, plugins, plot, bench.
  * Not library code: this is the only place that decides exit codes and calls exit(). */
 #include <glia/glia.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -119,6 +120,39 @@ static int load_model(struct glia_context *ctx, const struct args *a, struct gli
     return st ? fail(ctx, st) : 0;
 }
 
+/* ---- stopping cleanly on SIGINT / SIGTERM ----
+ * The first signal asks training to stop at the next optimizer step, write that step's checkpoint
+ * and exit with 128 + the signal's number; a second one ends the program at once. */
+static struct glia_model *volatile stop_model;
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    if (stop_model) glia_model_request_stop(stop_model);
+    static const char msg[] = "\nglia: stopping after this step (a checkpoint is written where checkpoint_dir is set); "
+                              "send the signal again to quit at once\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(struct glia_model *m)
+{
+    stop_model = m;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static int cmd_train(struct glia_context *ctx, const struct args *a, int check_only)
 {
     if (!a->model) {
@@ -135,8 +169,10 @@ static int cmd_train(struct glia_context *ctx, const struct args *a, int check_o
         } else {
             if (!a->quiet && lead) glia_model_summary(m, stdout);
             struct glia_train_options o = {a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout, a->resume};
+            catch_stop_signals(m);
             glia_status st = glia_model_train(m, &o, NULL, 0);
             if (st) rc = fail(ctx, st);
+            if (st == GLIA_EINTERRUPTED && stop_signal) rc = 128 + stop_signal;
         }
     }
     glia_model_free(m);

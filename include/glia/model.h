@@ -69,6 +69,12 @@ struct glia_epoch_result {
  * it receives up to max_results epoch results. */
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results);
+/* Ask a running glia_model_train to stop at the next optimizer step: it writes that step's
+ * checkpoint (where [train] checkpoint_dir is set) and returns GLIA_EINTERRUPTED with a message
+ * naming the checkpoint to --resume from. Under ddp a request on any rank stops every rank at the
+ * same step: the ranks agree every 10 optimizer steps. Only sets a flag, so it may be called from
+ * a signal handler or another thread; the flag is cleared when glia_model_train returns. */
+void glia_model_request_stop(struct glia_model *m);
 /* Run warmup + steps training steps and print per-layer forward/backward times, the
  * optimizer's and the input's, to f. The model's weights change as in training. */
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f);

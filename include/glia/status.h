@@ -25,7 +25,8 @@ extern "C" {
     X(EPROBE,      -13,  "plugin refused this machine")                 \
     X(ENUMERIC,    -14,  "numerical error")                             \
     X(EINTERNAL,   -15,  "internal error")                              \
-    X(ETIMEDOUT,   -16,  "timed out")
+    X(ETIMEDOUT,   -16,  "timed out")                                   \
+    X(EINTERRUPTED,-17,  "interrupted")
 
 typedef enum glia_status {
 #define GLIA__STATUS_ENUM(name, value, text) GLIA_##name = (value),
