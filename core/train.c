@@ -453,11 +453,12 @@ void glia_model_request_stop(struct glia_model *m)
 #define STOP_POLL 10  /* ddp: the ranks agree on a stop request every this many optimizer steps */
 
 /* Whether training stops after this optimizer step for glia_model_request_stop: at once in one
- * process; under ddp every STOP_POLL-th step, when any rank asked (a one-int all-reduce), so that
- * all ranks stop at the same step. */
+ * process; under ddp with several ranks every STOP_POLL-th step, when any rank asked (a one-int
+ * all-reduce; with nccl it waits for the queued work, once in STOP_POLL steps), so that all ranks
+ * stop at the same step. */
 static bool stop_agreed(struct glia_model *m, glia_status *st)
 {
-    if (!m->ddp) return m->stop_requested != 0;
+    if (!m->ddp || m->world == 1) return m->stop_requested != 0;
     if (m->step % STOP_POLL) return false;
     int32_t any = m->stop_requested != 0;
     *st = glia__comm_all_reduce_host(m->comm, &any, 1, GLIA_I32, GLIA_REDUCE_MAX);
