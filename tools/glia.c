@@ -82,31 +82,28 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
 /* The first option given that command cmd does not take (NULL: none, or cmd is unknown). */
 static const char *refused_option(const char *cmd, const struct args *a)
 {
+    enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128 };
     static const struct {
-        const char *cmd, *takes;  /* the options it takes, each followed by a space */
+        const char *cmd;
+        unsigned takes;
     } table[] = {
-        {"train", "--set --metrics --resume --quiet "},
-        {"check", "--set "},
-        {"eval", "--set --checkpoint "},
-        {"profile", "--set --steps --trace "},
-        {"plugins", "--describe "},
+        {"train", SET | METRICS | RESUME | QUIET}, {"check", SET}, {"eval", SET | CHECKPOINT},
+        {"profile", SET | STEPS | TRACE},          {"plugins", DESCRIBE},
     };
     const struct {
         const char *name;
+        unsigned bit;
         bool given;
     } given[] = {
-        {"--set ", a->n_sets > 0},         {"--metrics ", a->metrics != NULL}, {"--resume ", a->resume != NULL},
-        {"--quiet ", a->quiet != 0},       {"--checkpoint ", a->checkpoint != NULL},
-        {"--steps ", a->steps != NULL},    {"--trace ", a->trace != NULL},     {"--describe ", a->describe != NULL},
+        {"--set", SET, a->n_sets > 0},        {"--metrics", METRICS, a->metrics != NULL},
+        {"--resume", RESUME, a->resume != NULL}, {"--quiet", QUIET, a->quiet != 0},
+        {"--checkpoint", CHECKPOINT, a->checkpoint != NULL}, {"--steps", STEPS, a->steps != NULL},
+        {"--trace", TRACE, a->trace != NULL}, {"--describe", DESCRIBE, a->describe != NULL},
     };
-    static char name[16];
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].cmd)) continue;
         for (size_t k = 0; k < sizeof given / sizeof given[0]; k++)
-            if (given[k].given && !strstr(table[i].takes, given[k].name)) {
-                snprintf(name, sizeof name, "%.*s", (int)strlen(given[k].name) - 1, given[k].name);
-                return name;
-            }
+            if (given[k].given && !(table[i].takes & given[k].bit)) return given[k].name;
     }
     return NULL;
 }

@@ -330,7 +330,7 @@ static glia_status issued(struct nc *n, uint64_t *ticket)
 
 /* buf(count) = op over ranks of buf(count), in place */
 static glia_status all_reduce_locked(void *priv, void *buf, size_t count, enum glia_dtype dt, enum glia_reduce_op op,
-                                   uint64_t *ticket)
+                                     uint64_t *ticket)
 {
     struct nc *n = priv;
     ncclDataType_t t;
@@ -353,7 +353,7 @@ static glia_status broadcast_locked(void *priv, void *buf, size_t count, enum gl
 
 /* dst(world, count)[r] = rank r's src(count) */
 static glia_status all_gather_locked(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
-                                   uint64_t *ticket)
+                                     uint64_t *ticket)
 {
     struct nc *n = priv;
     ncclDataType_t t;
@@ -365,7 +365,7 @@ static glia_status all_gather_locked(void *priv, void *dst, const void *src, siz
 
 /* dst(count) = op over ranks of src(world, count)[this rank] */
 static glia_status reduce_scatter_locked(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,
-                                       enum glia_reduce_op op, uint64_t *ticket)
+                                         enum glia_reduce_op op, uint64_t *ticket)
 {
     struct nc *n = priv;
     ncclDataType_t t;
