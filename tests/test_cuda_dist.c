@@ -17,6 +17,16 @@
 static struct glia_context *ctx;
 static struct glia_backend *gpu;
 
+/* A new context in *c (left for the caller to free when a later step fails) with the CUDA backend of
+ * device 0 in *g. */
+static glia_status open_gpu(struct glia_context **c, struct glia_backend **g)
+{
+    glia_status st = glia_context_new(c);
+    if (!st) st = glia_plugin_load(*c, "cuda");
+    if (!st) st = glia_backend_get(*c, (struct glia_device){GLIA_DEVICE_CUDA, 0}, g);
+    return st;
+}
+
 /* ---- the nccl transport ---- */
 
 /* The nccl communicator of the GPU, or NULL when this build has no nccl plugin (said, not failed). */
@@ -275,11 +285,8 @@ static void test_nccl_watchdog(void)
     struct glia_context *c2 = NULL;
     struct glia_backend *g2 = NULL;
     struct glia_comm *c = NULL;
-    CU_ASSERT_FATAL(glia_context_new(&c2) == GLIA_OK);
-    glia_status st = glia_plugin_load(c2, "cuda");
-    if (!st) st = glia_backend_get(c2, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &g2);
-    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
-    st = glia_comm_open(c2, "nccl", g2, 0.05, &c);
+    CU_ASSERT_EQUAL_FATAL(open_gpu(&c2, &g2), GLIA_OK);
+    glia_status st = glia_comm_open(c2, "nccl", g2, 0.05, &c);
     if (st == GLIA_ENOTFOUND) {
         printf("skipped (%s) ", glia_context_error(c2));
         glia_context_free(c2);
@@ -316,9 +323,8 @@ static int setup(void)
     static const char *const launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS",
                                            "WORLD_SIZE"};
     for (size_t i = 0; i < sizeof launcher / sizeof *launcher; i++) unsetenv(launcher[i]);  /* one process: self */
-    if (glia_context_new(&ctx)) return 1;
-    glia_status st = glia_plugin_load(ctx, "cuda");
-    if (!st) st = glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &gpu);
+    glia_status st = open_gpu(&ctx, &gpu);
+    if (!ctx) return 1;
     if (st) {
         printf("test_cuda_dist: skipped: %s\n", glia_context_error(ctx));
         return 77;

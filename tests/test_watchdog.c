@@ -154,6 +154,20 @@ static void test_no_timeout_never_expires(void)
     glia__watch_fini(&w);
 }
 
+/* *count, read under the watchdog's lock, once it is not 0 (about 0.06 s here; at most 10 s on a
+ * loaded machine before giving up with 0). */
+static int poll_count(struct glia__watchdog *w, const int *count)
+{
+    int v = 0;
+    for (int i = 0; i < 1000 && !v; i++) {
+        usleep(10000);
+        pthread_mutex_lock(&w->lock);
+        v = *count;
+        pthread_mutex_unlock(&w->lock);
+    }
+    return v;
+}
+
 /* The thread: a call that never finishes is expired by the watchdog's own looks, under its lock;
  * fini stops a thread that is still watching too. */
 static void test_thread_expires_a_stuck_call(void)
@@ -167,14 +181,7 @@ static void test_thread_expires_a_stuck_call(void)
     pthread_mutex_lock(&w.lock);
     glia__watch_issued(&w, 1);
     pthread_mutex_unlock(&w.lock);
-    int expired = 0;
-    for (int i = 0; i < 1000 && !expired; i++) {  /* up to 10 s on a loaded machine; about 0.06 s */
-        usleep(10000);
-        pthread_mutex_lock(&w.lock);
-        expired = f.n_expired;
-        pthread_mutex_unlock(&w.lock);
-    }
-    CU_ASSERT_EQUAL(expired, 1);
+    CU_ASSERT_EQUAL(poll_count(&w, &f.n_expired), 1);
     CU_ASSERT_EQUAL(f.expired_t, 1);
     CU_ASSERT(f.expired_waited > 0.05);
     glia__watch_fini(&w);  /* joins: release has run */
@@ -187,14 +194,7 @@ static void test_thread_expires_a_stuck_call(void)
     pthread_mutex_lock(&w.lock);
     glia__watch_issued(&w, 1);
     pthread_mutex_unlock(&w.lock);
-    int asked = 0;
-    for (int i = 0; i < 1000 && !asked; i++) {  /* it looks at the pending call */
-        usleep(10000);
-        pthread_mutex_lock(&w.lock);
-        asked = f.n_asked;
-        pthread_mutex_unlock(&w.lock);
-    }
-    CU_ASSERT(asked >= 1);
+    CU_ASSERT(poll_count(&w, &f.n_asked) >= 1);  /* it looks at the pending call */
     glia__watch_fini(&w);  /* returns: the thread stops while the call is pending */
     CU_ASSERT_EQUAL(f.n_expired, 0);
     CU_ASSERT_EQUAL(f.n_released, 0);
