@@ -5,8 +5,7 @@
 #include <cuda_fp16.h>
 #include "conv_kernels.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65536
+#include "launch.cuh"
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -47,8 +46,8 @@ template <typename To, typename Ti>
 static cudaError_t launch(void *dst, const void *src, int64_t B, int64_t rows, int64_t cols, float beta,
                           cudaStream_t s)
 {
-    int64_t n = B * rows * cols, blocks = (n + THREADS - 1) / THREADS;
-    unsigned grid = (unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS);
+    int64_t n = B * rows * cols;
+    unsigned grid = grid_for(n);
     if (rows == 1 || cols == 1)
         convert_kernel<To, Ti><<<grid, THREADS, 0, s>>>((To *)dst, (const Ti *)src, n, beta);
     else

@@ -5,14 +5,7 @@
 #include "dense_kernels.h"
 #include "../../plugins/layers/dropout/dropout_desc.h"
 
-#define THREADS 256
-
-/* Blocks for a grid-stride loop over n elements. */
-static unsigned blocks_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
-}
+#include "launch.cuh"
 
 #define GRID_STRIDE(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
@@ -26,7 +19,7 @@ __global__ void bias_add_kernel(float *y, const float *b, int64_t N, int64_t O)
 extern "C" cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, int64_t O, cudaStream_t s)
 {
     if (N * O == 0) return cudaSuccess;
-    bias_add_kernel<<<blocks_for(N * O), THREADS, 0, s>>>(y, b, N, O);
+    bias_add_kernel<<<grid_for(N * O), THREADS, 0, s>>>(y, b, N, O);
     return cudaGetLastError();
 }
 
@@ -126,7 +119,7 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
                                               cudaStream_t s)
 {
     if (N > 0) {
-        sce_rows_kernel<<<blocks_for(N * 32), THREADS, 0, s>>>(row, lse, bad, x, y, N, C, e);
+        sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, x, y, N, C, e);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
@@ -162,7 +155,7 @@ extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const 
 {
     if (N * C == 0) return cudaSuccess;
     float off = e / (float)C;
-    sce_backward_kernel<<<blocks_for(N * C), THREADS, 0, s>>>(dx, x, lse, y, dout, N, C, e, off, beta);
+    sce_backward_kernel<<<grid_for(N * C), THREADS, 0, s>>>(dx, x, lse, y, dout, N, C, e, off, beta);
     return cudaGetLastError();
 }
 
@@ -182,6 +175,6 @@ extern "C" cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, b
                                           int64_t HW, uint64_t seed, float p, float scale, float beta, cudaStream_t s)
 {
     if (n == 0) return cudaSuccess;
-    dropout_kernel<<<blocks_for(n), THREADS, 0, s>>>(y, x, n, channels_last, C, HW, seed, p, scale, beta);
+    dropout_kernel<<<grid_for(n), THREADS, 0, s>>>(y, x, n, channels_last, C, HW, seed, p, scale, beta);
     return cudaGetLastError();
 }

@@ -7,19 +7,11 @@
 #include <math.h>
 #include "norm_pool_kernels.h"
 
+#include "launch.cuh"
+
 /* Everything but the C entry points has internal linkage (an unnamed namespace), so that kernels and
  * helpers cannot clash with those of the other .cu files of cuda.so. */
 namespace {
-
-#define THREADS 256
-#define MAX_BLOCKS 65536  /* grid-stride loops cap their grid here */
-
-/* Blocks of THREADS for n elements, capped. */
-static unsigned grid_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
-}
 
 /* ---- index walks ---- */
 

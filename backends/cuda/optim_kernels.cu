@@ -6,8 +6,7 @@
  * a step gives the CPU's results bit for bit when the CPU code is not contracted either. */
 #include "optim_kernels.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65535  /* the grid-stride loop covers the rest */
+#include "launch.cuh"
 
 static __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
 static __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
@@ -88,17 +87,11 @@ static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct gl
     }
 }
 
-static unsigned blocks_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
-}
-
 extern "C" cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia__cuda_sgd_scalars k,
                                            cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    sgd_kernel<<<blocks_for(a.n), THREADS, 0, s>>>(a, k);
+    sgd_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
     return cudaGetLastError();
 }
 
@@ -106,7 +99,7 @@ extern "C" cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, stru
                                             cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    adam_kernel<<<blocks_for(a.n), THREADS, 0, s>>>(a, k);
+    adam_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
     return cudaGetLastError();
 }
 
@@ -114,7 +107,7 @@ extern "C" cudaError_t glia__cuda_adamw_step(struct glia__cuda_opt_arrays a, str
                                              cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    adamw_kernel<<<blocks_for(a.n), THREADS, 0, s>>>(a, k);
+    adamw_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
     return cudaGetLastError();
 }
 
@@ -122,6 +115,6 @@ extern "C" cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, 
                                                 cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    adadelta_kernel<<<blocks_for(a.n), THREADS, 0, s>>>(a, k);
+    adadelta_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
     return cudaGetLastError();
 }

@@ -3,20 +3,11 @@
  * the same float expressions as the CPU plugins. Not the `pointwise` layer (NVRTC, pointwise_jit.c). */
 #include "pointwise_kernels.h"
 
-#define THREADS 256
-#define MAX_BLOCKS 65536
+#include "launch.cuh"
 #define ADD_MAX 8   /* inputs (outputs in backward) per add launch; more take several launches */
 
 #define GELU_INV_SQRT2 0.70710678118654752440f    /* 1 / sqrt(2) */
 #define GELU_INV_SQRT2PI 0.39894228040143267794f  /* 1 / sqrt(2 pi) */
-
-/* Blocks for `work` threads' worth of items, capped (the loops stride over the rest). */
-static unsigned grid_for(int64_t work)
-{
-    int64_t b = (work + THREADS - 1) / THREADS;
-    if (b < 1) b = 1;
-    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
-}
 
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 

@@ -6,19 +6,11 @@
 #include <math.h>
 #include "seq_kernels.h"
 
+#include "launch.cuh"
+
 /* Everything but the C entry points has internal linkage (an unnamed namespace), so that kernels and
  * helpers cannot clash with those of the other .cu files of cuda.so. */
 namespace {
-
-#define THREADS 256
-#define MAX_BLOCKS 65536  /* grid-stride loops cap their grid here */
-
-/* Blocks of THREADS for n elements, capped. */
-static unsigned grid_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
-}
 
 /* Element j of y(N, D, 1, L) (nhwc: y(N, 1, L, D)) as its position p = n*L + l and feature d. */
 __device__ static void emb_index(int64_t j, int64_t L, int64_t D, bool nhwc, int64_t *p, int64_t *d)
