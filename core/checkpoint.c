@@ -11,6 +11,7 @@
  *            loss scaler: f64 scale, i64 clean steps, i64 skipped steps, u32 1 when the run
  *            scaled its loss (precision = fp16) else 0, u32 0,
  *            f32 weights[n_weights], f32 buffers[n_buffers], f32 state[n_state][n_weights]
+ *   (packed in arena order: the arenas' alignment padding is not stored)
  * Version 1 is the same without the loss scaler; it still loads (an fp16 run resumed from it
  * starts its loss scaler afresh). Newer versions are refused.
  * Randomness in glia is a function of (seed, epoch, step, sample), so step, epoch and the
@@ -65,10 +66,26 @@ uint64_t glia__model_fingerprint(const struct glia_model *m)
 static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
 static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 
-/* Copy a device tensor's first n floats into dst. */
-static glia_status pull(const struct glia_tensor *t, float *dst, int64_t n)
+/* dst = the values of arena tensor t, packed; tmp holds a->len floats. */
+static glia_status pull(const struct glia_tensor *t, const struct glia__arena *a, float *dst, float *tmp)
 {
-    return n ? glia_tensor_to_host(t, dst, (size_t)n * sizeof(float)) : GLIA_OK;
+    if (!a->n) return GLIA_OK;
+    glia_status st = glia_tensor_to_host(t, tmp, sizeof(float) * (size_t)a->len);
+    if (!st) glia__arena_pack(a, tmp, dst);
+    return st;
+}
+
+/* arena tensor t = the packed values src, zero padding; tmp holds a->len floats. */
+static glia_status push(struct glia_tensor *t, const struct glia__arena *a, const float *src, float *tmp)
+{
+    if (!a->n) return GLIA_OK;
+    glia__arena_unpack(a, src, tmp);
+    return glia_tensor_from_host(t, tmp, sizeof(float) * (size_t)a->len);
+}
+
+static float *arena_tmp(const struct glia_model *m)
+{
+    return malloc(sizeof(float) * (size_t)(m->wa.len > m->ba.len ? m->wa.len : m->ba.len));
 }
 
 glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int epoch, int64_t batch,
@@ -78,7 +95,12 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     size_t nfloat = (size_t)m->n_weights * (size_t)(1 + ns) + (size_t)m->n_buffer_values;
     size_t payload = sizeof(struct meta) + sizeof(struct scaler_rec) + nfloat * sizeof(float);
     unsigned char *buf = malloc(HEADER + payload);
-    if (!buf) return glia_error(m->ctx, GLIA_ENOMEM, "checkpoint %s: out of memory", path);
+    float *at = arena_tmp(m);
+    if (!buf || !at) {
+        free(buf);
+        free(at);
+        return glia_error(m->ctx, GLIA_ENOMEM, "checkpoint %s: out of memory", path);
+    }
     struct meta mt = {(uint64_t)m->n_weights, (uint64_t)m->n_buffer_values, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
                       batch, m->seed, loss_sum, samples};
     snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.ops->name);
@@ -87,11 +109,12 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     memcpy(p, &mt, sizeof mt);
     memcpy(p + sizeof mt, &sc, sizeof sc);
     float *f = (float *)(p + sizeof mt + sizeof sc);
-    glia_status st = pull(m->w, f, m->n_weights);
+    glia_status st = pull(m->w, &m->wa, f, at);
     f += m->n_weights;
-    if (!st) st = pull(m->buf, f, m->n_buffer_values);
+    if (!st) st = pull(m->buf, &m->ba, f, at);
     f += m->n_buffer_values;
-    for (int k = 0; k < ns && !st; k++, f += m->n_weights) st = pull(m->state[k], f, m->n_weights);
+    for (int k = 0; k < ns && !st; k++, f += m->n_weights) st = pull(m->state[k], &m->wa, f, at);
+    free(at);
     if (st) {
         free(buf);
         return st;
@@ -195,15 +218,17 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     if (!st && training && (strcmp(mt.optimizer, m->opt.ops->name) || (int)mt.n_state != ns))
         st = glia_error(m->ctx, GLIA_EINVAL, "%s: checkpoint optimizer '%s', the model's [train] optimizer is '%s'", path,
                         mt.optimizer, m->opt.ops->name);
+    float *tmp = st ? NULL : arena_tmp(m);
+    if (!st && !tmp) st = GLIA_ENOMEM;
     if (!st) {
         const float *fl = (const float *)(p + head);
-        if (m->n_weights) st = glia_tensor_from_host(m->w, fl, (size_t)m->n_weights * sizeof(float));
+        st = push(m->w, &m->wa, fl, tmp);
         fl += m->n_weights;
-        if (!st && m->n_buffer_values) st = glia_tensor_from_host(m->buf, fl, (size_t)m->n_buffer_values * sizeof(float));
+        if (!st) st = push(m->buf, &m->ba, fl, tmp);
         fl += m->n_buffer_values;
-        for (int k = 0; k < ns && training && !st; k++, fl += m->n_weights)
-            st = glia_tensor_from_host(m->state[k], fl, (size_t)m->n_weights * sizeof(float));
+        for (int k = 0; k < ns && training && !st; k++, fl += m->n_weights) st = push(m->state[k], &m->wa, fl, tmp);
     }
+    free(tmp);
     if (!st && training) {
         m->step = mt.step;
         out->epoch = mt.epoch;

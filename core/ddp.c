@@ -64,7 +64,7 @@ glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double b
     d->bucket_of = malloc(sizeof *d->bucket_of * (size_t)np);
     d->param0 = malloc(sizeof *d->param0 * (size_t)(m->n_nodes > 0 ? m->n_nodes : 1));
     d->stage = m->backend->device.type != GLIA_DEVICE_CPU && !(comm->ops->memory & GLIA_COMM_DEVICE_MEMORY);
-    if (d->stage) d->host = malloc(sizeof(float) * (size_t)(m->n_weights > 0 ? m->n_weights : 1));
+    if (d->stage) d->host = malloc(sizeof(float) * (size_t)m->wa.len);
     if (!sizes || !d->bucket_of || !d->param0 || (d->stage && !d->host)) {
         free(sizes);
         glia__ddp_free(d);
@@ -83,12 +83,10 @@ glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double b
         glia__ddp_free(d);
         return GLIA_ENOMEM;
     }
-    int64_t off = 0;
     for (int i = 0; i < d->n_params; i++) {  /* a bucket is a contiguous range: its params are adjacent */
         struct glia__ddp_bucket *b = &d->b[d->bucket_of[i]];
-        if (b->params++ == 0) b->off = off;
-        b->n = off + sizes[i] - b->off;
-        off += sizes[i];
+        if (b->params++ == 0) b->off = m->wa.off[i];
+        b->n = m->wa.off[i] + sizes[i] - b->off;  /* the zero padding between them included */
     }
     free(sizes);
     *out = d;
@@ -199,7 +197,7 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
                             "differ): every rank must train the same model file",
                             r, (long long)all[2 * r + 1], (long long)all[1]);
     free(all);
-    if (!st && m->n_weights) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->n_weights, GLIA_F32, 0);
-    if (!st && m->n_buffer_values) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->n_buffer_values, GLIA_F32, 0);
+    if (!st && m->n_weights) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->wa.len, GLIA_F32, 0);
+    if (!st && m->n_buffer_values) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->ba.len, GLIA_F32, 0);
     return st;
 }

@@ -109,6 +109,8 @@ static const struct glia_key layer_common_keys[] = {
     GLIA_KEY("type", GLIA_KEY_STRING, NULL, "layer type (a plugin feature)", .required = true),
     GLIA_KEY("inputs", GLIA_KEY_LIST, NULL, "input layers by name ('input' is the data); default: the previous layer"),
     GLIA_KEY("impl", GLIA_KEY_STRING, "auto", "implementation: auto or a registered impl (glia plugins)"),
+    GLIA_KEY("weight_decay", GLIA_KEY_BOOL, "on", "off: the optimizer's weight_decay skips this layer's parameters "
+             "(a PyTorch param group with weight_decay 0)"),
     GLIA_KEY_END};
 
 static const char *const reserved[] = {"runtime", "data", "train", "optimizer", "plugins", "graph", "distributed"};
@@ -605,6 +607,8 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
         return st;
     }
     nd->created = true;
+    if (!glia_section_bool(s, "weight_decay"))  /* like a PyTorch param group with weight_decay 0 */
+        for (int p = 0; p < nd->layer.n_params; p++) nd->layer.params[p].decay = false;
     st = ops->infer_shape(&nd->layer, in, nd->n_in, &nd->out_shape);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
@@ -727,40 +731,131 @@ static void plan_formats(struct glia_model *m)
     }
 }
 
-static glia_status alloc_params(struct glia_model *m)
+glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count)
 {
-    int64_t total = 0;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++)
-            total += glia_shape_numel(&m->nodes[i].layer.params[p].shape);
-    m->n_weights = total;
-    int64_t d1[1] = {total > 0 ? total : 1};
-    struct glia_shape flat = glia_shape_make(1, d1);
-    int ns = m->like ? 0 : m->opt.ops->n_state;  /* a dp replica never steps: no optimizer state */
-    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
-    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->g);
-    for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->state[k]);
-    if (st) return glia_error(m->ctx, st, "cannot allocate %lld parameters", (long long)total);
-    int64_t off = 0;
-    float *host = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
-    if (!host) return GLIA_ENOMEM;
+    memset(a, 0, sizeof *a);
+    a->off = malloc(sizeof *a->off * (size_t)(count > 0 ? count : 1));
+    a->size = malloc(sizeof *a->size * (size_t)(count > 0 ? count : 1));
+    if (!a->off || !a->size) {
+        glia__arena_free(a);
+        return GLIA_ENOMEM;
+    }
+    a->count = count;
+    int64_t at = 0;
+    for (int i = 0; i < count; i++) {
+        at = (at + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN;
+        a->off[i] = at;
+        a->size[i] = sizes[i];
+        at += sizes[i];
+        a->n += sizes[i];
+    }
+    a->len = at > 0 ? at : 1;
+    return GLIA_OK;
+}
+
+void glia__arena_free(struct glia__arena *a)
+{
+    free(a->off);
+    free(a->size);
+    memset(a, 0, sizeof *a);
+}
+
+void glia__arena_pack(const struct glia__arena *a, const float *full, float *compact)
+{
+    for (int i = 0; i < a->count; compact += a->size[i], i++)
+        memcpy(compact, full + a->off[i], sizeof(float) * (size_t)a->size[i]);
+}
+
+void glia__arena_unpack(const struct glia__arena *a, const float *compact, float *full)
+{
+    memset(full, 0, sizeof(float) * (size_t)a->len);
+    for (int i = 0; i < a->count; compact += a->size[i], i++)
+        memcpy(full + a->off[i], compact, sizeof(float) * (size_t)a->size[i]);
+}
+
+/* The layers' tensors of one kind (params or buffers), in arena order. */
+static int arena_tensors(struct glia_model *m, bool buffers, struct glia_param **out)
+{
+    int k = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         struct glia_layer *l = &m->nodes[i].layer;
-        for (int p = 0; p < l->n_params; p++) {
-            struct glia_param *pa = &l->params[p];
-            int64_t n = glia_shape_numel(&pa->shape);
-            if ((st = glia_tensor_view(m->w, off, &pa->shape, &pa->value)) ||
-                (st = glia_tensor_view(m->g, off, &pa->shape, &pa->grad)))
+        int n = buffers ? l->n_buffers : l->n_params;
+        for (int p = 0; p < n; p++, k++)
+            if (out) out[k] = buffers ? &l->buffers[p] : &l->params[p];
+    }
+    return k;
+}
+
+/* Plans the arena of the params (or buffers); *list gets them in arena order (free it). */
+static glia_status plan_arena(struct glia_model *m, bool buffers, struct glia__arena *a, struct glia_param ***list)
+{
+    int n = arena_tensors(m, buffers, NULL);
+    struct glia_param **ps = malloc(sizeof *ps * (size_t)(n > 0 ? n : 1));
+    int64_t *sizes = malloc(sizeof *sizes * (size_t)(n > 0 ? n : 1));
+    glia_status st = ps && sizes ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) {
+        arena_tensors(m, buffers, ps);
+        for (int i = 0; i < n; i++) sizes[i] = glia_shape_numel(&ps[i]->shape);
+        st = glia__arena_plan(a, sizes, n);
+    }
+    free(sizes);
+    if (st) free(ps);
+    else *list = ps;
+    return st;
+}
+
+/* The decay mask over the weight arena, when some parameter has decay off. */
+static glia_status alloc_decay_mask(struct glia_model *m, struct glia_param **ps)
+{
+    bool any = false;
+    for (int i = 0; i < m->wa.count; i++) any |= !ps[i]->decay;
+    if (!any || m->like) return GLIA_OK;  /* a dp replica never steps */
+    float *host = malloc(sizeof(float) * (size_t)m->wa.len);
+    if (!host) return GLIA_ENOMEM;
+    for (int64_t j = 0; j < m->wa.len; j++) host[j] = 1.0f;
+    for (int i = 0; i < m->wa.count; i++)
+        if (!ps[i]->decay)
+            for (int64_t j = 0; j < m->wa.size[i]; j++) host[m->wa.off[i] + j] = 0.0f;
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
+    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->decay_mask);
+    if (!st) st = glia_tensor_from_host(m->decay_mask, host, sizeof(float) * (size_t)m->wa.len);
+    free(host);
+    return st;
+}
+
+static glia_status alloc_params(struct glia_model *m)
+{
+    struct glia_param **ps;
+    glia_status st = plan_arena(m, false, &m->wa, &ps);
+    if (st) return st;
+    m->n_weights = m->wa.n;
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
+    int ns = m->like ? 0 : m->opt.ops->n_state;  /* a dp replica never steps: no optimizer state */
+    st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
+    if (!st) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->g);  /* the padding's gradient is zero */
+    for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->state[k]);
+    if (!st) st = alloc_decay_mask(m, ps);
+    float *host = st ? NULL : calloc((size_t)m->wa.len, sizeof(float));
+    if (st || !host) {
+        free(ps);
+        return glia_error(m->ctx, st ? st : GLIA_ENOMEM, "cannot allocate %lld parameters", (long long)m->wa.n);
+    }
+    int k = 0;
+    for (int i = 0; i < m->n_nodes && !st; i++) {
+        struct glia_layer *l = &m->nodes[i].layer;
+        for (int p = 0; p < l->n_params && !st; p++, k++) {
+            struct glia_param *pa = ps[k];
+            if ((st = glia_tensor_view(m->w, m->wa.off[k], &pa->shape, &pa->value)) ||
+                (st = glia_tensor_view(m->g, m->wa.off[k], &pa->shape, &pa->grad)))
                 break;
             pa->grad_unset = true;
-            glia__init_values(host + off, n, pa->init,
+            glia__init_values(host + m->wa.off[k], m->wa.size[k], pa->init,
                               glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
-            off += n;
         }
-        if (st) break;
     }
-    if (!st && total > 0) st = glia_tensor_from_host(m->w, host, (size_t)total * sizeof(float));
+    if (!st) st = glia_tensor_from_host(m->w, host, (size_t)m->wa.len * sizeof(float));
     free(host);
+    free(ps);
     return st;
 }
 
@@ -813,28 +908,25 @@ void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint6
 /* Buffers: one arena, views, initialized from their declared init. */
 static glia_status alloc_buffers(struct glia_model *m)
 {
-    int64_t total = 0;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_buffers; p++) total += glia_shape_numel(&m->nodes[i].layer.buffers[p].shape);
-    m->n_buffer_values = total;
-    if (total == 0) return GLIA_OK;
-    struct glia_shape flat = glia_shape_make(1, (int64_t[]){total});
-    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->buf);
-    float *host = st ? NULL : malloc((size_t)total * sizeof(float));
-    if (!st && !host) st = GLIA_ENOMEM;
-    int64_t off = 0;
-    for (int i = 0; i < m->n_nodes && !st; i++) {
-        struct glia_layer *l = &m->nodes[i].layer;
-        for (int p = 0; p < l->n_buffers && !st; p++) {
-            struct glia_param *b = &l->buffers[p];
-            int64_t n = glia_shape_numel(&b->shape);
-            st = glia_tensor_view(m->buf, off, &b->shape, &b->value);
-            glia__init_values(host + off, n, b->init, 0);
-            off += n;
-        }
+    struct glia_param **bs;
+    glia_status st = plan_arena(m, true, &m->ba, &bs);
+    if (st) return st;
+    m->n_buffer_values = m->ba.n;
+    if (m->ba.n == 0) {
+        free(bs);
+        return GLIA_OK;
     }
-    if (!st) st = glia_tensor_from_host(m->buf, host, (size_t)total * sizeof(float));
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->ba.len});
+    st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->buf);
+    float *host = st ? NULL : calloc((size_t)m->ba.len, sizeof(float));
+    if (!st && !host) st = GLIA_ENOMEM;
+    for (int k = 0; k < m->ba.count && !st; k++) {
+        st = glia_tensor_view(m->buf, m->ba.off[k], &bs[k]->shape, &bs[k]->value);
+        glia__init_values(host + m->ba.off[k], m->ba.size[k], bs[k]->init, 0);
+    }
+    if (!st) st = glia_tensor_from_host(m->buf, host, (size_t)m->ba.len * sizeof(float));
     free(host);
+    free(bs);
     return st;
 }
 
@@ -996,6 +1088,9 @@ void glia_model_free(struct glia_model *m)
     if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
     glia_tensor_release(m->w);
     glia_tensor_release(m->g);
+    glia_tensor_release(m->decay_mask);
+    glia__arena_free(&m->wa);
+    glia__arena_free(&m->ba);
     for (int k = 0; k < GLIA__MAX_STATE; k++) glia_tensor_release(m->state[k]);
     glia__dataset_free(&m->train);
     glia__dataset_free(&m->test);
@@ -1014,11 +1109,15 @@ long long glia_model_weights(const struct glia_model *m, float *dst, long long n
 {
     long long k = m->n_weights < n ? m->n_weights : n;
     if (k <= 0) return 0;
-    float *all = malloc((size_t)m->n_weights * sizeof(float));
-    if (!all) return -1;
-    if (glia_tensor_to_host(m->w, all, (size_t)m->n_weights * sizeof(float))) k = -1;
-    else memcpy(dst, all, (size_t)k * sizeof(float));
-    free(all);
+    float *full = malloc(sizeof(float) * (size_t)(m->wa.len + m->wa.n));
+    if (!full) return -1;
+    float *packed = full + m->wa.len;
+    if (glia_tensor_to_host(m->w, full, sizeof(float) * (size_t)m->wa.len)) k = -1;
+    else {
+        glia__arena_pack(&m->wa, full, packed);
+        memcpy(dst, packed, (size_t)k * sizeof(float));
+    }
+    free(full);
     return k;
 }
 

@@ -84,6 +84,23 @@ struct glia__node {
     int bias_dropped_for;            /* ... because this node normalizes its output */
 };
 
+/* A flat arena of `count` tensors with `n` values in all: tensor i lies at off[i] (a multiple of
+ * GLIA__ARENA_ALIGN floats, 256 bytes, what cuDNN and cuBLASLt's vectorized kernels want); the
+ * padding between them is zero and stays zero (no layer writes it, a zero gradient never moves it).
+ * Checkpoints and glia_model_weights hold the n values packed, in arena order. */
+#define GLIA__ARENA_ALIGN 64
+struct glia__arena {
+    int count;
+    int64_t n, len;          /* values; floats including the padding (at least 1) */
+    int64_t *off, *size;     /* count each (owned) */
+};
+glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count);
+void glia__arena_free(struct glia__arena *a);
+/* compact(n) = the values of full(len), in order */
+void glia__arena_pack(const struct glia__arena *a, const float *full, float *compact);
+/* full(len) = compact(n) spread to the offsets, zero padding */
+void glia__arena_unpack(const struct glia__arena *a, const float *compact, float *full);
+
 struct glia_model {
     struct glia_context *ctx;
     struct glia_config *cfg;
@@ -118,10 +135,13 @@ struct glia_model {
     int step_epochs, accumulate;
     int64_t warmup_steps;
     int64_t step;                    /* optimizer steps taken */
-    /* parameters: flat arenas */
-    int64_t n_weights;
+    /* parameters: flat arenas, each parameter at a multiple of GLIA__ARENA_ALIGN floats */
+    int64_t n_weights;               /* parameter values (the padding not counted) */
+    struct glia__arena wa;           /* where each parameter lies in w, g and state[] */
     struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
+    struct glia_tensor *decay_mask;  /* wa.len flags, 0 where a parameter has decay off; NULL: all on */
     int64_t n_buffer_values;
+    struct glia__arena ba;           /* where each buffer lies in buf */
     struct glia_tensor *buf;         /* buffer arena (running statistics) */
     /* activations */
  int64_t act_batch;               /* batch the buffers were sized for (0: none) */

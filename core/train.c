@@ -338,10 +338,10 @@ double glia__model_lr(const struct glia_model *m, int epoch, int64_t step)
 static glia_status grad_sumsq(struct glia_model *m, double *out)
 {
     struct glia_backend *b = m->backend;
-    if (GLIA__HAS_SLOT(b->ops, sumsq_f32)) return b->ops->sumsq_f32(b->priv, m->g->data, (size_t)m->n_weights, out);
+    if (GLIA__HAS_SLOT(b->ops, sumsq_f32)) return b->ops->sumsq_f32(b->priv, m->g->data, (size_t)m->wa.len, out);
     if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no sumsq_f32", b->ops->name);
     const float *g = m->g->data;
-    int64_t n = m->n_weights;
+    int64_t n = m->wa.len;
     double sq = 0;
 #pragma omp parallel for schedule(static) reduction(+ : sq)
     for (int64_t i = 0; i < n; i++) sq += (double)g[i] * g[i];
@@ -353,10 +353,10 @@ static glia_status grad_sumsq(struct glia_model *m, double *out)
 static glia_status grad_scale(struct glia_model *m, float c)
 {
     struct glia_backend *b = m->backend;
-    if (GLIA__HAS_SLOT(b->ops, scale_f32)) return b->ops->scale_f32(b->priv, m->g->data, (size_t)m->n_weights, c);
+    if (GLIA__HAS_SLOT(b->ops, scale_f32)) return b->ops->scale_f32(b->priv, m->g->data, (size_t)m->wa.len, c);
     if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no scale_f32", b->ops->name);
     float *g = m->g->data;
-    int64_t n = m->n_weights;
+    int64_t n = m->wa.len;
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] *= c;
     return GLIA_OK;
@@ -427,7 +427,8 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
         for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
         m->step++;
         m->cur_lr = glia__model_lr(m, epoch, m->step);
-        struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->n_weights, NULL, m->cur_lr, m->step, m->backend};
+        struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->wa.len,
+                                  m->decay_mask ? m->decay_mask->data : NULL, m->cur_lr, m->step, m->backend};
         double t0 = m->profiling ? glia__now() : 0;
         st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
         if (m->profiling) {

@@ -630,7 +630,8 @@ static void test_checkpoint_loss_scaler(void)
     scale_loss(&r, saved);
     r.m->step = 42;
     float *wm = glia_tensor_f32(r.m->w);  /* weights no fresh model has */
-    for (int64_t i = 0; i < r.m->n_weights; i++) wm[i] = 0.25f * wm[i] + 0.001f * (float)(i % 7);
+    for (int t = 0; t < r.m->wa.count; t++)
+        for (int64_t i = r.m->wa.off[t]; i < r.m->wa.off[t] + r.m->wa.size[t]; i++) wm[i] = 0.25f * wm[i] + 0.001f * (float)(i % 7);
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p16, 2, 6, 1.5, 144), GLIA_OK);
     r.m->precision = GLIA_PRECISION_FP32;
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p32, 2, 6, 1.5, 144), GLIA_OK);
@@ -857,10 +858,128 @@ static void test_json_string(void)
     }
 }
 
+/* The arena plan: each tensor at a multiple of GLIA__ARENA_ALIGN floats, zero padding between,
+ * pack and unpack inverse to each other. */
+static void test_arena_plan(void)
+{
+    const int64_t sizes[] = {10, 64, 1, 0, 130}, off[] = {0, 64, 128, 192, 192};
+    struct glia__arena a;
+    CU_ASSERT_EQUAL_FATAL(glia__arena_plan(&a, sizes, 5), GLIA_OK);
+    for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL(a.off[i], off[i]);
+    CU_ASSERT_EQUAL(a.n, 205);
+    CU_ASSERT_EQUAL(a.len, 322);
+    float packed[205], full[322], back[205];
+    bool used[322] = {false};
+    for (int i = 0; i < 205; i++) packed[i] = (float)i + 1;
+    for (int i = 0; i < 322; i++) full[i] = -1;
+    glia__arena_unpack(&a, packed, full);
+    int k = 0;
+    for (int i = 0; i < 5; i++)
+        for (int64_t j = 0; j < sizes[i]; j++, k++) {
+            CU_ASSERT_EQUAL(full[off[i] + j], packed[k]);
+            used[off[i] + j] = true;
+        }
+    for (int i = 0; i < 322; i++)
+        if (!used[i]) CU_ASSERT_EQUAL(full[i], 0.0f);
+    glia__arena_pack(&a, full, back);
+    CU_ASSERT_EQUAL(memcmp(back, packed, sizeof packed), 0);
+    glia__arena_free(&a);
+    CU_ASSERT_EQUAL_FATAL(glia__arena_plan(&a, NULL, 0), GLIA_OK);
+    CU_ASSERT(a.n == 0 && a.len == 1);
+    glia__arena_free(&a);
+}
+
+/* floats of arena tensor t's padding that are not zero (a->len of them in full) */
+static int nonzero_padding(const struct glia__arena *a, const float *full)
+{
+    int bad = 0;
+    for (int i = 0; i <= a->count; i++) {
+        int64_t from = i ? a->off[i - 1] + a->size[i - 1] : 0, to = i < a->count ? a->off[i] : a->len;
+        for (int64_t j = from; j < to; j++) bad += full[j] != 0.0f;
+    }
+    return bad;
+}
+
+/* Every parameter, gradient and buffer starts on a 256-byte boundary of its arena (the CPU
+ * allocator gives the arena 64 bytes); the padding stays zero through training. */
+static void test_arena_alignment(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, bn_text("", ""));
+    struct glia_model *m = r.m;
+    CU_ASSERT_EQUAL((uintptr_t)m->w->data % 64, 0);
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia_layer *l = &m->nodes[i].layer;
+        for (int p = 0; p < l->n_params; p++, n++) {
+            CU_ASSERT_EQUAL(((char *)l->params[p].value->data - (char *)m->w->data) % 256, 0);
+            CU_ASSERT_EQUAL(((char *)l->params[p].grad->data - (char *)m->g->data) % 256, 0);
+        }
+        for (int p = 0; p < l->n_buffers; p++)
+            CU_ASSERT_EQUAL(((char *)l->buffers[p].value->data - (char *)m->buf->data) % 256, 0);
+    }
+    CU_ASSERT_EQUAL(n, m->wa.count);
+    CU_ASSERT(m->wa.len > m->wa.n && m->ba.len > m->ba.n);  /* this model has padding to check */
+    CU_ASSERT_PTR_NULL(m->decay_mask);  /* weight decay everywhere: no mask */
+    CU_ASSERT_EQUAL(glia_model_train(m, &quiet, NULL, 0), GLIA_OK);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->wa, glia_tensor_f32(m->w)), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->wa, glia_tensor_f32(m->g)), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->wa, glia_tensor_f32(m->state[0])), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->ba, glia_tensor_f32(m->buf)), 0);
+    close_run(&r);
+}
+
+/* The weights after one optimizer step of `opt` with weight_decay = wd, fc1's off or not. */
+static float *one_step(const char *opt, const char *wd, bool fc1_off, long long *n)
+{
+    char text[4096];
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\nseed = 9\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = 1\nmax_steps = 1\noptimizer = %s\nlr = 0.05\n[optimizer]\nweight_decay = %s\n"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n%s[act]\ntype = relu\n"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, opt, wd, fc1_off ? "weight_decay = off\n" : "");
+    struct run r;
+    open_run(&r, text);
+    CU_ASSERT_EQUAL(r.m->decay_mask != NULL, fc1_off);
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    CU_ASSERT_EQUAL(r.m->step, 1);
+    float *w = weights(&r, n);
+    close_run(&r);
+    return w;
+}
+
+/* [layer] weight_decay = off: after one step that layer's weights are those of a run without
+ * weight decay, and the other layers' are not; with it on they are not either. */
+static void test_layer_weight_decay_off(void)
+{
+    make_data();
+    const char *opts[] = {"sgd", "adam", "adamw", "adadelta"};
+    const size_t fc1 = (36 * 16 + 16) * sizeof(float);  /* fc1's weight and bias come first */
+    for (int i = 0; i < 4; i++) {
+        long long n0, n1, n2;
+        float *none = one_step(opts[i], "0", false, &n0), *off = one_step(opts[i], "0.5", true, &n1),
+              *on = one_step(opts[i], "0.5", false, &n2);
+        CU_ASSERT_FATAL(n0 == n1 && n1 == n2);
+        size_t rest = (size_t)n0 * sizeof(float) - fc1;
+        CU_ASSERT_EQUAL(memcmp(off, none, fc1), 0);
+        CU_ASSERT_NOT_EQUAL(memcmp((char *)off + fc1, (char *)none + fc1, rest), 0);
+        CU_ASSERT_NOT_EQUAL(memcmp(on, none, fc1), 0);
+        CU_ASSERT_EQUAL(memcmp((char *)on + fc1, (char *)off + fc1, rest), 0);  /* fc2 decays alike */
+        free(none);
+        free(off);
+        free(on);
+    }
+}
+
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
-               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_gradient_accumulation),
+               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan),
+               GLIA_TEST(test_arena_alignment), GLIA_TEST(test_layer_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
