@@ -133,12 +133,6 @@ for one in $stage; do
     *) echo "$0: unknown stage $one (build, test, train, bench or all)" >&2; exit 2 ;;
     esac
 done
-for one in $stage; do  # several stages in one call: "test train"
-    case "$one" in
-    build) build ;;
-    test) tests ;;
-    train) train ;;
-    bench) bench ;;
-    *) echo "$0: unknown stage $one (build, test, train, bench or all)" >&2; exit 2 ;;
-    esac
+for one in $stage; do  # several stages in one call: "test train" (checked above)
+    case "$one" in build) build ;; test) tests ;; train) train ;; bench) bench ;; esac
 done

@@ -4,18 +4,9 @@
  * Not multi-process training: tests/test_ddp_mpi.c runs that under mpirun. */
 #include <stdlib.h>
 #include <string.h>
-#include "loader.h"
+#include "loaderutil.h"
 #include "model_internal.h"
 #include "modelutil.h"
-
-/* The next batch as (x, y, n): image sets. */
-static bool next_batch(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n)
-{
-    struct glia__batch b;
-    if (!glia__loader_next(L, &b)) return false;
-    *x = b.x, *y = b.y, *n = b.n;
-    return true;
-}
 
 /* Every bucket is a run of adjacent parameters, numbered from the last parameter backwards. */
 static void check_contiguous(const int *bucket_of, int n, int n_buckets)

@@ -2,17 +2,8 @@
  * prefetch depth and persistence; drop_last; seeded augmentation; early shutdown.
  * Not the IDX reader (test_data.c). */
 #include <string.h>
-#include "loader.h"
+#include "loaderutil.h"
 #include "testutil.h"
-
-/* The next batch as (x, y, n): image sets. */
-static bool next_batch(struct glia__loader *L, const float **x, const int32_t **y, int64_t *n)
-{
-    struct glia__batch b;
-    if (!glia__loader_next(L, &b)) return false;
-    *x = b.x, *y = b.y, *n = b.n;
-    return true;
-}
 
 static struct glia__dataset make_set(int n, int rows, int cols)
 {
