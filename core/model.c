@@ -71,6 +71,8 @@ static const struct glia_key train_keys[] = {
     GLIA_KEY("warmup_steps", GLIA_KEY_INT, "0", "linear warmup over the first N optimizer steps (lr * k/N)", .min = 0, .max = 1e12),
     GLIA_KEY("clip_grad_norm", GLIA_KEY_FLOAT, "0", "scale gradients so their global L2 norm is at most this (0: off)", .min = 0, .max = 1e30),
     GLIA_KEY("accumulate", GLIA_KEY_INT, "1", "micro-batches per optimizer step (gradients averaged)", .min = 1, .max = 1e6),
+    GLIA_KEY("weight_decay_1d", GLIA_KEY_BOOL, "on", "off: the optimizer's weight_decay skips 1-D parameters (biases, "
+             "normalization scales and shifts), as many recipes do"),
     GLIA_KEY("metrics", GLIA_KEY_STRING, NULL, "JSON-lines file, one object per epoch (--metrics overrides)"),
     GLIA_KEY("checkpoint_dir", GLIA_KEY_STRING, NULL, "write checkpoints here (every checkpoint_every steps and at the end)"),
     GLIA_KEY("checkpoint_every", GLIA_KEY_INT, "0", "optimizer steps between checkpoints (0: only at the end)", .min = 0, .max = 1e15),
@@ -482,6 +484,7 @@ static glia_status setup_optimizer(struct glia_model *m)
     m->warmup_steps = glia_section_int(t, "warmup_steps");
     m->clip_grad_norm = glia_section_float(t, "clip_grad_norm");
     m->accumulate = (int)glia_section_int(t, "accumulate");
+    m->decay_1d = glia_section_bool(t, "weight_decay_1d");
     m->log_every = (int)glia_section_int(t, "log_every");
     m->checkpoint_every = glia_section_int(t, "checkpoint_every");
     m->checkpoint_keep = (int)glia_section_int(t, "checkpoint_keep");
@@ -607,8 +610,9 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
         return st;
     }
     nd->created = true;
-    if (!glia_section_bool(s, "weight_decay"))  /* like a PyTorch param group with weight_decay 0 */
-        for (int p = 0; p < nd->layer.n_params; p++) nd->layer.params[p].decay = false;
+    bool decay = glia_section_bool(s, "weight_decay");  /* off: a PyTorch param group with weight_decay 0 */
+    for (int p = 0; p < nd->layer.n_params; p++)
+        if (!decay || (!m->decay_1d && nd->layer.params[p].shape.ndim == 1)) nd->layer.params[p].decay = false;
     st = ops->infer_shape(&nd->layer, in, nd->n_in, &nd->out_shape);
     if (st) {
         if (!glia_context_error(m->ctx)[0])

@@ -132,6 +132,7 @@ struct glia_model {
     double cur_lr;                   /* learning rate of the last step */
     enum glia__schedule schedule;
     double gamma, min_lr, clip_grad_norm;
+    bool decay_1d;                   /* [train] weight_decay_1d */
     int step_epochs, accumulate;
     int64_t warmup_steps;
     int64_t step;                    /* optimizer steps taken */

@@ -930,21 +930,22 @@ static void test_arena_alignment(void)
     close_run(&r);
 }
 
-/* The weights after one optimizer step of `opt` with weight_decay = wd, fc1's off or not. */
-static float *one_step(const char *opt, const char *wd, bool fc1_off, long long *n)
+/* The weights after one optimizer step of `opt` with weight_decay = wd; `train` and `fc1` are extra
+ * lines of [train] and [fc1]. A decay mask is there when `masked`. */
+static float *one_step(const char *opt, const char *wd, const char *train, const char *fc1, bool masked, long long *n)
 {
     char text[4096];
     snprintf(text, sizeof text,
              "[runtime]\ndevice = cpu\nseed = 9\n"
              "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
              "batch_size = 32\nmean = 0.2\nstd = 0.3\n"
-             "[train]\nepochs = 1\nmax_steps = 1\noptimizer = %s\nlr = 0.05\n[optimizer]\nweight_decay = %s\n"
+             "[train]\nepochs = 1\nmax_steps = 1\noptimizer = %s\nlr = 0.05\n%s[optimizer]\nweight_decay = %s\n"
              "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n%s[act]\ntype = relu\n"
              "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
-             dir, dir, dir, dir, opt, wd, fc1_off ? "weight_decay = off\n" : "");
+             dir, dir, dir, dir, opt, train, wd, fc1);
     struct run r;
     open_run(&r, text);
-    CU_ASSERT_EQUAL(r.m->decay_mask != NULL, fc1_off);
+    CU_ASSERT_EQUAL(r.m->decay_mask != NULL, masked);
     CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
     CU_ASSERT_EQUAL(r.m->step, 1);
     float *w = weights(&r, n);
@@ -952,26 +953,35 @@ static float *one_step(const char *opt, const char *wd, bool fc1_off, long long 
     return w;
 }
 
-/* [layer] weight_decay = off: after one step that layer's weights are those of a run without
- * weight decay, and the other layers' are not; with it on they are not either. */
-static void test_layer_weight_decay_off(void)
+/* Whether floats [from, to) of a and b are the same bits. */
+static bool same(const float *a, const float *b, int from, int to)
+{
+    return !memcmp(a + from, b + from, sizeof(float) * (size_t)(to - from));
+}
+
+/* Parameters a decay mask leaves alone move after one step as in a run without weight decay, and
+ * the others do not: [fc1] weight_decay = off, then [train] weight_decay_1d = off (the biases). */
+static void test_weight_decay_off(void)
 {
     make_data();
     const char *opts[] = {"sgd", "adam", "adamw", "adadelta"};
-    const size_t fc1 = (36 * 16 + 16) * sizeof(float);  /* fc1's weight and bias come first */
+    enum { W1 = 0, B1 = 576, W2 = 592, B2 = 672, END = 677 };  /* fc1 weight, bias; fc2 weight, bias (packed) */
     for (int i = 0; i < 4; i++) {
-        long long n0, n1, n2;
-        float *none = one_step(opts[i], "0", false, &n0), *off = one_step(opts[i], "0.5", true, &n1),
-              *on = one_step(opts[i], "0.5", false, &n2);
-        CU_ASSERT_FATAL(n0 == n1 && n1 == n2);
-        size_t rest = (size_t)n0 * sizeof(float) - fc1;
-        CU_ASSERT_EQUAL(memcmp(off, none, fc1), 0);
-        CU_ASSERT_NOT_EQUAL(memcmp((char *)off + fc1, (char *)none + fc1, rest), 0);
-        CU_ASSERT_NOT_EQUAL(memcmp(on, none, fc1), 0);
-        CU_ASSERT_EQUAL(memcmp((char *)on + fc1, (char *)off + fc1, rest), 0);  /* fc2 decays alike */
+        long long n0, n1, n2, n3;
+        float *none = one_step(opts[i], "0", "", "", false, &n0), *on = one_step(opts[i], "0.5", "", "", false, &n1),
+              *fc1 = one_step(opts[i], "0.5", "", "weight_decay = off\n", true, &n2),
+              *d1 = one_step(opts[i], "0.5", "weight_decay_1d = off\n", "", true, &n3);
+        CU_ASSERT_FATAL(n0 == END && n1 == END && n2 == END && n3 == END);
+        CU_ASSERT(same(fc1, none, W1, W2));   /* fc1: no decay */
+        CU_ASSERT(!same(fc1, none, W2, B2));  /* fc2: decay */
+        CU_ASSERT(same(fc1, on, W2, END));    /* fc2 decays as with no mask */
+        CU_ASSERT(!same(on, none, W1, B1) && !same(on, none, B1, W2) && !same(on, none, B2, END));
+        CU_ASSERT(same(d1, none, B1, W2) && same(d1, none, B2, END));  /* the biases: no decay */
+        CU_ASSERT(same(d1, on, W1, B1) && same(d1, on, W2, B2));       /* the weights: decay */
         free(none);
-        free(off);
         free(on);
+        free(fc1);
+        free(d1);
     }
 }
 
@@ -979,7 +989,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan),
-               GLIA_TEST(test_arena_alignment), GLIA_TEST(test_layer_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
+               GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
