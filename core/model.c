@@ -1188,6 +1188,14 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
                         glia_memory_format_name(nd->in_fmt[k] == GLIA_CONTIGUOUS ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS),
                         glia_memory_format_name(nd->in_fmt[k]));
             }
+    if (m->decay_mask) {  /* which parameters the optimizer's weight_decay skips */
+        fprintf(f, "no weight decay:");
+        for (int i = 0; i < m->n_nodes; i++)
+            for (int p = 0; p < m->nodes[i].layer.n_params; p++)
+                if (!m->nodes[i].layer.params[p].decay)
+                    fprintf(f, " %s.%s", m->nodes[i].layer.name, m->nodes[i].layer.params[p].name);
+        fprintf(f, "\n");
+    }
     human(total_flops, fl, sizeof fl);
     char at[48] = "";
     if (m->train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->train.cols);

@@ -983,6 +983,26 @@ static void test_weight_decay_off(void)
         free(fc1);
         free(d1);
     }
+    /* glia check lists the parameters left alone */
+    for (int k = 0; k < 2; k++) {
+        char text[4096], *txt = NULL;
+        size_t len = 0;
+        snprintf(text, sizeof text,
+                 "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\n"
+                 "test_labels = %s/tel\n[train]\n%s"
+                 "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n%s[fc2]\ntype = linear\noutputs = 5\n"
+                 "[loss]\ntype = softmax_cross_entropy\n",
+                 dir, dir, dir, dir, k ? "weight_decay_1d = off\n" : "", k ? "weight_decay = off\n" : "");
+        struct run r;
+        open_run(&r, text);
+        FILE *f = open_memstream(&txt, &len);
+        glia_model_summary(r.m, f);
+        fclose(f);
+        if (k) CU_ASSERT_PTR_NOT_NULL(strstr(txt, "\nno weight decay: fc1.weight fc1.bias fc2.bias\n"))
+        else CU_ASSERT_PTR_NULL(strstr(txt, "no weight decay"));
+        free(txt);
+        close_run(&r);
+    }
 }
 
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
