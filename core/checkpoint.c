@@ -19,8 +19,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "model_internal.h"
@@ -28,6 +30,7 @@
 #define MAGIC "GLIACKPT"
 #define VERSION 2u
 #define HEADER 40
+#define MAX_STEP ((int64_t)1 << 62)   /* optimizer steps a checkpoint may count (far from overflow) */
 
 struct meta {
     uint64_t n_weights, n_buffers;
@@ -191,6 +194,11 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
         st = glia_error(m->ctx, GLIA_EFORMAT, "%s: checkpoint format version %u, this glia reads versions 1 to %u", path,
                         version, VERSION);
     else if (payload < sizeof(struct meta) || payload > ((uint64_t)1 << 40)) st = bad(m, path, "corrupt checkpoint header");
+    /* a payload size the file does not hold is refused before it is allocated */
+    struct stat sb;
+    if (!st && fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size - HEADER < payload)
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: truncated checkpoint (%llu payload bytes expected, %llu present)", path,
+                        (unsigned long long)payload, (unsigned long long)sb.st_size - HEADER);
     unsigned char *p = NULL;
     if (!st && !(p = malloc(payload))) st = GLIA_ENOMEM;
     if (!st && fread(p, 1, payload, f) != payload)
@@ -214,6 +222,13 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     if (!st && payload != head + ((uint64_t)mt.n_weights * (1 + mt.n_state) + mt.n_buffers) * sizeof(float))
         st = bad(m, path, "corrupt checkpoint (sizes do not add up)");
     if (!st && version >= 2) memcpy(&sc, p + sizeof mt, sizeof sc);
+    /* what a run writes: a resumed run indexes its data order with batch and counts on from step */
+    if (!st && (mt.epoch < 1 || mt.batch < 0 || mt.samples < 0 || mt.step < 0 || mt.step > MAX_STEP))
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: corrupt checkpoint (epoch %d, batch %lld, samples %lld, step %lld)",
+                        path, (int)mt.epoch, (long long)mt.batch, (long long)mt.samples, (long long)mt.step);
+    if (!st && sc.on && !(isfinite(sc.scale) && sc.scale > 0 && sc.clean >= 0 && sc.skipped >= 0))
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: corrupt checkpoint (loss scale %g, %lld clean and %lld skipped steps)",
+                        path, sc.scale, (long long)sc.clean, (long long)sc.skipped);
     mt.optimizer[sizeof mt.optimizer - 1] = '\0';
     if (!st && training && (strcmp(mt.optimizer, m->opt.ops->name) || (int)mt.n_state != ns))
         st = glia_error(m->ctx, GLIA_EINVAL, "%s: checkpoint optimizer '%s', the model's [train] optimizer is '%s'", path,

@@ -115,6 +115,7 @@ static void test_parse_errors(void)
     check_error("x y", 2, "expr: unexpected 'y' at column 3");
     check_error("x(2)", 1, "expr: expected an operator before '(' at column 2");
     check_error("1e+ x", 1, "expr: bad number '1e' at column 1");
+    check_error("x * 23e11111111 ^ x", 1, "expr: number '23e11111111' out of range at column 5");
     check_error("x $ 1", 1, "expr: unexpected '$' at column 3");
     check_error("x ** 2", 1, "expr: unexpected '*' at column 4");
     check_error("()", 1, "expr: unexpected ')' at column 2");
@@ -124,6 +125,14 @@ static void test_parse_errors(void)
     memset(deep + 301, ')', 300);
     deep[601] = 0;
     check_error(deep, 1, "expr: expression nested too deeply at column 201");
+    /* exponents nest to the right; a long chain of sums nests its IR: both bounded */
+    static char chain[5000];
+    for (int i = 0; i < 300; i++) memcpy(chain + 2 * i, "x^", 2);
+    strcpy(chain + 600, "x");
+    check_error(chain, 1, "expr: expression nested too deeply at column 402");
+    for (int i = 0; i < 1200; i++) memcpy(chain + 4 * i, "x+y*", 4);
+    strcpy(chain + 4800, "x");
+    check_error(chain, 2, "expr: expression longer than 4096 characters");
 }
 
 /* ---- printing, CSE, hashing, folding ---- */

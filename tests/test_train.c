@@ -691,6 +691,80 @@ static void test_checkpoint_loss_scaler(void)
     free(w0);
 }
 
+/* Writes b (len bytes) to path with value v (n bytes) at payload offset off, the CRC fixed. */
+static void spit_patched(const char *path, const unsigned char *b, size_t len, size_t off, const void *v, size_t n)
+{
+    const size_t header = 40;
+    unsigned char *c = malloc(len);
+    CU_ASSERT_FATAL(c != NULL);
+    memcpy(c, b, len);
+    memcpy(c + header + off, v, n);
+    uint32_t crc = crc32_of(c + header, len - header);
+    memcpy(c + 24, &crc, 4);
+    spit(path, c, len);
+    free(c);
+}
+
+/* Checkpoints that are whole (their CRC matches) but hold what no run writes: a payload size
+ * beyond the file is refused before it is allocated, and a training position or loss scaler
+ * out of range before a resumed run uses it (a negative batch indexed the data order before
+ * it, a very negative epoch ran for ever). */
+static void test_checkpoint_corrupt_fields(void)
+{
+    make_data();
+    rm_ckpt();
+    char cmd[700], p[700], bad[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/ck'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(p, sizeof p, "%s/ck/pos.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/ck/bad.ckpt", dir);
+    struct run r;
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, (struct glia__scaler){512.0, 37, 5});
+    r.m->step = 42;
+    CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p, 2, 6, 1.5, 144), GLIA_OK);
+    size_t len;
+    unsigned char *b = slurp(p, &len);
+    /* the header's payload size: 512 GiB, in a file of a few KiB */
+    uint64_t huge = (uint64_t)1 << 39;
+    memcpy(cmd, b, 40);
+    memcpy(b + 16, &huge, 8);
+    spit(bad, b, len);
+    memcpy(b, cmd, 40);
+    char want[200];
+    snprintf(want, sizeof want, "bad.ckpt: truncated checkpoint (549755813888 payload bytes expected, %zu present)", len - 40);
+    CU_ASSERT_EQUAL(glia_model_load_checkpoint(r.m, bad), GLIA_EFORMAT);
+    if (!strstr(glia_context_error(r.ctx), want)) printf("\n  got: %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), want));
+    close_run(&r);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, want);
+    /* the position (payload offsets: step 56, epoch 64, batch 72, samples 96) */
+    int64_t neg = -5, big = INT64_MAX;
+    int32_t epoch = INT32_MIN + 1;
+    spit_patched(bad, b, len, 72, &neg, 8);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "bad.ckpt: corrupt checkpoint (epoch 2, batch -5, samples 144, step 42)");
+    spit_patched(bad, b, len, 64, &epoch, 4);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "bad.ckpt: corrupt checkpoint (epoch -2147483647, batch 6,");
+    spit_patched(bad, b, len, 96, &neg, 8);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "samples -5, step 42)");
+    spit_patched(bad, b, len, 56, &big, 8);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "step 9223372036854775807)");
+    /* the loss scaler (offset 104) of a run that scaled its loss */
+    double scale = -1;
+    spit_patched(bad, b, len, 104, &scale, 8);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "bad.ckpt: corrupt checkpoint (loss scale -1, 37 clean and 5 skipped steps)");
+    scale = NAN;
+    spit_patched(bad, b, len, 104, &scale, 8);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "bad.ckpt: corrupt checkpoint (loss scale nan,");
+    /* unpatched, it resumes */
+    struct run c;
+    open_run(&c, ckpt_text(""));
+    struct glia_train_options o = {NULL, -1, NULL, p};
+    CU_ASSERT_EQUAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
+    close_run(&c);
+    free(b);
+}
+
 static void test_fashion_mnist_subset(void)
 {
     const char *d = "/usr/share/datasets/fashion-mnist";
@@ -1013,4 +1087,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
+               GLIA_TEST(test_checkpoint_corrupt_fields),
                GLIA_TEST(test_fashion_mnist_subset))

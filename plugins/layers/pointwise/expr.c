@@ -14,6 +14,7 @@
 #define EXPR_PI 3.14159265358979323846
 #define EXPR_2_SQRTPI 1.12837916709551257390 /* 2/sqrt(pi) */
 #define EXPR_MAX_DEPTH 200                  /* parser nesting limit */
+#define EXPR_MAX_LEN 4096                   /* characters of an expression */
 
 static const char *const op_names[EXPR_N_OPS] = {
     [EXPR_CONST] = "const", [EXPR_VAR] = "var", [EXPR_NEG] = "neg", [EXPR_ADD] = "add",
@@ -483,8 +484,13 @@ static int parse_number(struct parser *p)
     }
     memcpy(buf, s + start, (size_t)len);
     buf[len] = 0;
+    double v = strtod(buf, NULL);
+    if (!isfinite(v)) { /* constants are finite: one that overflowed would print as "inf" */
+        perr(p, "number '%s' out of range at column %d", buf, start + 1);
+        return -1;
+    }
     p->pos = i;
-    return built(p, mk_const(p->e, strtod(buf, NULL)));
+    return built(p, mk_const(p->e, v));
 }
 
 static int parse_call(struct parser *p, const char *name, int name_pos)
@@ -612,8 +618,13 @@ static int parse_power(struct parser *p)
     if (base < 0) return -1;
     skip_ws(p);
     if (p->s[p->pos] != '^') return base;
+    if (++p->depth > EXPR_MAX_DEPTH) { /* x^x^x^... nests to the right */
+        perr(p, "expression nested too deeply at column %d", p->pos + 1);
+        return -1;
+    }
     p->pos++;
     int ex = parse_unary(p);
+    p->depth--;
     if (ex < 0) return -1;
     return built(p, mk2(p->e, EXPR_POW, base, ex));
 }
@@ -679,6 +690,11 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
     skip_ws(&p);
     if (!p.s[p.pos]) {
         perr(&p, "empty expression");
+        expr_free(p.e);
+        return -1;
+    }
+    if (strlen(p.s) > EXPR_MAX_LEN) { /* bounds the IR's depth, which printing recurses over */
+        perr(&p, "expression longer than %d characters", EXPR_MAX_LEN);
         expr_free(p.e);
         return -1;
     }
