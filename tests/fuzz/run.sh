@@ -37,9 +37,11 @@ fi
 # ---- libglia and the plugins ------------------------------------------------------------
 cd "$B/src"
 [ -x configure ] || ./bootstrap >/dev/null 2>&1
-if [ ! -f Makefile ]; then
-    ./configure -q CC="$CC" CFLAGS="$CFLAGS_FUZZ -fsanitize=fuzzer-no-link" LDFLAGS="$SAN" \
-        --without-cuda --without-mpi >/dev/null
+if [ ! -f .fuzz-configured ]; then  # (a copied tree may hold another configuration's outputs)
+    ./configure CC="$CC" CFLAGS="$CFLAGS_FUZZ -fsanitize=fuzzer-no-link" LDFLAGS="$SAN" \
+        --without-cuda --without-mpi >"$B/configure.log" 2>&1 || { tail "$B/configure.log"; exit 1; }
+    make -s clean >/dev/null
+    touch .fuzz-configured
 fi
 make -s -j2 >/dev/null
 
@@ -51,7 +53,7 @@ for t in $targets; do
         expr) extra="plugins/layers/pointwise/expr.c -lm" ;;
         plot) extra="tools/plot.c -lm" ;;
     esac
-    $CC $CFLAGS_FUZZ -fsanitize=fuzzer -std=gnu11 -D_GNU_SOURCE -Iinclude -Icore -Itools \
+    $CC $CFLAGS_FUZZ -fsanitize=fuzzer -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Icore -Itools \
         -Iplugins/layers/pointwise "tests/fuzz/fuzz_$t.c" $extra \
         -L.libs -lglia -Wl,-rpath,"$B/src/.libs" -lz -o "$B/fuzz_$t"
 done
@@ -78,7 +80,7 @@ done
 [ "$secs" -gt 0 ] || exit 0
 export GLIA_PLUGIN_PATH="$B/src/stage/plugins" OMP_NUM_THREADS=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-echo "fuzzing $targets for ${secs}s each, $par at a time, in $B"
+echo "fuzzing $(echo $targets) for ${secs}s each, $par at a time, in $B"
 for t in $targets; do echo "$t"; done |
     xargs -P "$par" -I{} sh -c '
         t={}; B=$1; secs=$2
