@@ -125,14 +125,26 @@ static void test_parse_errors(void)
     memset(deep + 301, ')', 300);
     deep[601] = 0;
     check_error(deep, 1, "expr: expression nested too deeply at column 201");
-    /* exponents nest to the right; a long chain of sums nests its IR: both bounded */
-    static char chain[5000];
+    /* exponents nest to the right; a long chain of divisions nests its IR (which printing
+     * recurses over): both bounded, and an IR at the bound prints and reads back */
+    static char chain[2100];
     for (int i = 0; i < 300; i++) memcpy(chain + 2 * i, "x^", 2);
     strcpy(chain + 600, "x");
     check_error(chain, 1, "expr: expression nested too deeply at column 402");
-    for (int i = 0; i < 1200; i++) memcpy(chain + 4 * i, "x+y*", 4);
-    strcpy(chain + 4800, "x");
-    check_error(chain, 2, "expr: expression longer than 4096 characters");
+    chain[0] = 'x';
+    for (int i = 0; i < 1001; i++) memcpy(chain + 1 + 2 * i, "/y", 2);
+    chain[2003] = 0;
+    check_error(chain, 2, "expr: expression nested too deeply (1001 levels of operations, at most 1000)");
+    chain[2001] = 0;
+    struct expr *e = parse_ok(chain, 2);
+    if (e) {
+        static char text[4096];
+        CU_ASSERT_EQUAL(expr_print(e, text, sizeof text), 1 + 4 * 1000);  /* "x / y / y ..." */
+        struct expr *back = parse_ok(text, 2);
+        CU_ASSERT(back && expr_hash(back) == expr_hash(e));
+        expr_free(back);
+        expr_free(e);
+    }
 }
 
 /* ---- printing, CSE, hashing, folding ---- */

@@ -14,7 +14,7 @@
 #define EXPR_PI 3.14159265358979323846
 #define EXPR_2_SQRTPI 1.12837916709551257390 /* 2/sqrt(pi) */
 #define EXPR_MAX_DEPTH 200                  /* parser nesting limit */
-#define EXPR_MAX_LEN 4096                   /* characters of an expression */
+#define EXPR_MAX_IR_DEPTH 1000              /* operations nested in the built IR */
 
 static const char *const op_names[EXPR_N_OPS] = {
     [EXPR_CONST] = "const", [EXPR_VAR] = "var", [EXPR_NEG] = "neg", [EXPR_ADD] = "add",
@@ -352,6 +352,24 @@ static int finalize(struct expr *e, int root)
     free(map);
     free(stack);
     return 0;
+}
+
+/* The most operations on a path from a variable or constant to the result (printing recurses
+ * that deep); -1 when out of memory. Operands come before their users. */
+static int ir_depth(const struct expr *e)
+{
+    int *d = malloc((size_t)(e->n > 0 ? e->n : 1) * sizeof *d), max = 0;
+    if (!d) return -1;
+    for (int i = 0; i < e->n; i++) {
+        const struct expr_node *nd = &e->nodes[i];
+        int ops[3] = {nd->a, nd->b, nd->c}, k = 0;
+        for (int j = 0; j < op_arity(nd->op); j++)
+            if (d[ops[j]] > k) k = d[ops[j]];
+        d[i] = nd->op == EXPR_CONST || nd->op == EXPR_VAR ? 0 : k + 1;
+        if (d[i] > max) max = d[i];
+    }
+    free(d);
+    return max;
 }
 
 /* ---- parser --------------------------------------------------------------------------------- */
@@ -693,11 +711,6 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
         expr_free(p.e);
         return -1;
     }
-    if (strlen(p.s) > EXPR_MAX_LEN) { /* bounds the IR's depth, which printing recurses over */
-        perr(&p, "expression longer than %d characters", EXPR_MAX_LEN);
-        expr_free(p.e);
-        return -1;
-    }
     int root = parse_expr(&p);
     if (root >= 0) {
         skip_ws(&p);
@@ -707,6 +720,12 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
         }
     }
     if (root >= 0 && finalize(p.e, root)) perr(&p, "out of memory");
+    if (!p.failed) {
+        int depth = ir_depth(p.e);
+        if (depth > EXPR_MAX_IR_DEPTH)
+            perr(&p, "expression nested too deeply (%d levels of operations, at most %d)", depth, EXPR_MAX_IR_DEPTH);
+        if (depth < 0) perr(&p, "out of memory");
+    }
     if (p.failed) {
         expr_free(p.e);
         return -1;

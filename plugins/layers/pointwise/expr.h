@@ -63,9 +63,9 @@ struct expr {
 
 /* Parses text into *out (free with expr_free). Variables x, y, z, w are inputs 0..3; using one
  * at or beyond n_inputs is an error. On error returns -1, *out = NULL and writes a one-line
- * message starting "expr: " to err (e.g. "expr: unexpected ')' at column 7"). Text longer than
- * 4096 characters, nesting deeper than 200 (parentheses, calls, signs, exponents) and numbers
- * beyond the range of a double are refused. */
+ * message starting "expr: " to err (e.g. "expr: unexpected ')' at column 7"). Text nested deeper
+ * than 200 (parentheses, calls, signs, exponents), an IR deeper than 1000 operations (a long
+ * chain such as x/y/y/.../y) and numbers beyond the range of a double are refused. */
 int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, size_t err_size);
 
 void expr_free(struct expr *ir);
