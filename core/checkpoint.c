@@ -95,7 +95,7 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
                                   double loss_sum, int64_t samples)
 {
     int ns = m->opt.ops->n_state;
-    size_t nfloat = (size_t)m->n_weights * (size_t)(1 + ns) + (size_t)m->n_buffer_values;
+    size_t nfloat = (size_t)m->wa.n * (size_t)(1 + ns) + (size_t)m->ba.n;
     size_t payload = sizeof(struct meta) + sizeof(struct scaler_rec) + nfloat * sizeof(float);
     unsigned char *buf = malloc(HEADER + payload);
     float *at = arena_tmp(m);
@@ -104,7 +104,7 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
         free(at);
         return glia_error(m->ctx, GLIA_ENOMEM, "checkpoint %s: out of memory", path);
     }
-    struct meta mt = {(uint64_t)m->n_weights, (uint64_t)m->n_buffer_values, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
+    struct meta mt = {(uint64_t)m->wa.n, (uint64_t)m->ba.n, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
                       batch, m->seed, loss_sum, samples};
     snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.ops->name);
     struct scaler_rec sc = {m->scaler.scale, m->scaler.clean, m->scaler.skipped, m->precision == GLIA_PRECISION_FP16, 0};
@@ -113,10 +113,10 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     memcpy(p + sizeof mt, &sc, sizeof sc);
     float *f = (float *)(p + sizeof mt + sizeof sc);
     glia_status st = pull(m->w, &m->wa, f, at);
-    f += m->n_weights;
+    f += m->wa.n;
     if (!st) st = pull(m->buf, &m->ba, f, at);
-    f += m->n_buffer_values;
-    for (int k = 0; k < ns && !st; k++, f += m->n_weights) st = pull(m->state[k], &m->wa, f, at);
+    f += m->ba.n;
+    for (int k = 0; k < ns && !st; k++, f += m->wa.n) st = pull(m->state[k], &m->wa, f, at);
     free(at);
     if (st) {
         free(buf);
@@ -209,13 +209,13 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     if (!st && (uint32_t)crc32(0L, p, (uInt)payload) != crc) st = bad(m, path, "corrupt checkpoint (CRC mismatch)");
     struct meta mt;
     if (!st) memcpy(&mt, p, sizeof mt);
-    if (!st && (fp != glia__model_fingerprint(m) || mt.n_weights != (uint64_t)m->n_weights ||
-                mt.n_buffers != (uint64_t)m->n_buffer_values))
+    if (!st && (fp != glia__model_fingerprint(m) || mt.n_weights != (uint64_t)m->wa.n ||
+                mt.n_buffers != (uint64_t)m->ba.n))
         st = glia_error(m->ctx, GLIA_EINVAL,
                         "%s: checkpoint of another model (%llu parameters, %llu buffer values; this model has %lld and %lld, "
                         "or its layer names, types or shapes differ)",
                         path, (unsigned long long)mt.n_weights, (unsigned long long)mt.n_buffers,
-                        (long long)m->n_weights, (long long)m->n_buffer_values);
+                        (long long)m->wa.n, (long long)m->ba.n);
     int ns = m->opt.ops->n_state;
     struct scaler_rec sc = {0};
     size_t head = sizeof mt + (version >= 2 ? sizeof sc : 0);  /* bytes before the floats */
@@ -238,10 +238,10 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     if (!st) {
         const float *fl = (const float *)(p + head);
         st = push(m->w, &m->wa, fl, tmp);
-        fl += m->n_weights;
+        fl += m->wa.n;
         if (!st) st = push(m->buf, &m->ba, fl, tmp);
-        fl += m->n_buffer_values;
-        for (int k = 0; k < ns && training && !st; k++, fl += m->n_weights) st = push(m->state[k], &m->wa, fl, tmp);
+        fl += m->ba.n;
+        for (int k = 0; k < ns && training && !st; k++, fl += m->wa.n) st = push(m->state[k], &m->wa, fl, tmp);
     }
     free(tmp);
     if (!st && training) {

@@ -58,37 +58,28 @@ glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double b
     struct glia__ddp *d = calloc(1, sizeof *d);
     if (!d) return GLIA_ENOMEM;
     d->comm = comm;
-    for (int i = 0; i < m->n_nodes; i++) d->n_params += m->nodes[i].layer.n_params;
-    int np = d->n_params > 0 ? d->n_params : 1;
-    int64_t *sizes = malloc(sizeof *sizes * (size_t)np);
-    d->bucket_of = malloc(sizeof *d->bucket_of * (size_t)np);
+    d->n_params = m->wa.count;  /* the arena holds the parameters in order, with their sizes */
+    d->bucket_of = malloc(sizeof *d->bucket_of * (size_t)(d->n_params > 0 ? d->n_params : 1));
     d->param0 = malloc(sizeof *d->param0 * (size_t)(m->n_nodes > 0 ? m->n_nodes : 1));
     d->stage = m->backend->device.type != GLIA_DEVICE_CPU && !(comm->ops->memory & GLIA_COMM_DEVICE_MEMORY);
     if (d->stage) d->host = malloc(sizeof(float) * (size_t)m->wa.len);
-    if (!sizes || !d->bucket_of || !d->param0 || (d->stage && !d->host)) {
-        free(sizes);
+    if (!d->bucket_of || !d->param0 || (d->stage && !d->host)) {
         glia__ddp_free(d);
         return GLIA_ENOMEM;
     }
-    int k = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        d->param0[i] = k;
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++) sizes[k++] = glia_shape_numel(&m->nodes[i].layer.params[p].shape);
-    }
-    d->n_buckets = glia__ddp_buckets(sizes, d->n_params, sizeof(float), (size_t)(first_mb * 1048576.0),
+    for (int i = 0, k = 0; i < m->n_nodes; k += m->nodes[i].layer.n_params, i++) d->param0[i] = k;
+    d->n_buckets = glia__ddp_buckets(m->wa.size, d->n_params, sizeof(float), (size_t)(first_mb * 1048576.0),
                                      (size_t)(bucket_mb * 1048576.0), d->bucket_of);
     d->b = calloc((size_t)(d->n_buckets > 0 ? d->n_buckets : 1), sizeof *d->b);
     if (!d->b) {
-        free(sizes);
         glia__ddp_free(d);
         return GLIA_ENOMEM;
     }
     for (int i = 0; i < d->n_params; i++) {  /* a bucket is a contiguous range: its params are adjacent */
         struct glia__ddp_bucket *b = &d->b[d->bucket_of[i]];
         if (b->params++ == 0) b->off = m->wa.off[i];
-        b->n = m->wa.off[i] + sizes[i] - b->off;  /* the zero padding between them included */
+        b->n = m->wa.off[i] + m->wa.size[i] - b->off;  /* the zero padding between them included */
     }
-    free(sizes);
     *out = d;
     return GLIA_OK;
 }
@@ -188,7 +179,7 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
     int64_t *all = calloc(2 * (size_t)world, sizeof *all);
     if (!all) return GLIA_ENOMEM;
     all[2 * c->info.rank] = (int64_t)glia__model_fingerprint(m);
-    all[2 * c->info.rank + 1] = m->n_weights;
+    all[2 * c->info.rank + 1] = m->wa.n;
     glia_status st = glia__comm_all_reduce_host(c, all, 2 * (size_t)world, GLIA_I64, GLIA_REDUCE_SUM);
     for (int r = 1; r < world && !st; r++)
         if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
@@ -197,7 +188,7 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
                             "differ): every rank must train the same model file",
                             r, (long long)all[2 * r + 1], (long long)all[1]);
     free(all);
-    if (!st && m->n_weights) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->wa.len, GLIA_F32, 0);
-    if (!st && m->n_buffer_values) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->ba.len, GLIA_F32, 0);
+    if (!st && m->wa.n) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->wa.len, GLIA_F32, 0);
+    if (!st && m->ba.n) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->ba.len, GLIA_F32, 0);
     return st;
 }

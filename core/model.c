@@ -832,7 +832,6 @@ static glia_status alloc_params(struct glia_model *m)
     struct glia_param **ps;
     glia_status st = plan_arena(m, false, &m->wa, &ps);
     if (st) return st;
-    m->n_weights = m->wa.n;
     struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
     int ns = m->like ? 0 : m->opt.ops->n_state;  /* a dp replica never steps: no optimizer state */
     st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
@@ -915,7 +914,6 @@ static glia_status alloc_buffers(struct glia_model *m)
     struct glia_param **bs;
     glia_status st = plan_arena(m, true, &m->ba, &bs);
     if (st) return st;
-    m->n_buffer_values = m->ba.n;
     if (m->ba.n == 0) {
         free(bs);
         return GLIA_OK;
@@ -1101,7 +1099,7 @@ void glia_model_free(struct glia_model *m)
     free(m);
 }
 
-long long glia_model_param_count(const struct glia_model *m) { return m->n_weights; }
+long long glia_model_param_count(const struct glia_model *m) { return m->wa.n; }
 
 int glia_model_rank(const struct glia_model *m, int *world)
 {
@@ -1111,7 +1109,7 @@ int glia_model_rank(const struct glia_model *m, int *world)
 
 long long glia_model_weights(const struct glia_model *m, float *dst, long long n)
 {
-    long long k = m->n_weights < n ? m->n_weights : n;
+    long long k = m->wa.n < n ? m->wa.n : n;
     if (k <= 0) return 0;
     float *full = malloc(sizeof(float) * (size_t)(m->wa.len + m->wa.n));
     if (!full) return -1;
@@ -1200,7 +1198,7 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     char at[48] = "";
     if (m->train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->train.cols);
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward%s\n",
-            m->n_nodes, (long long)m->n_weights, m->n_weights * 4.0 / 1e6, fl, at);
+            m->n_nodes, (long long)m->wa.n, m->wa.n * 4.0 / 1e6, fl, at);
     static const char *sched[] = {"constant", "step", "cosine"};
     char shape[64];
     if (m->train.tokens)

@@ -137,12 +137,10 @@ struct glia_model {
     int64_t warmup_steps;
     int64_t step;                    /* optimizer steps taken */
     /* parameters: flat arenas, each parameter at a multiple of GLIA__ARENA_ALIGN floats */
-    int64_t n_weights;               /* parameter values (the padding not counted) */
-    struct glia__arena wa;           /* where each parameter lies in w, g and state[] */
+    struct glia__arena wa;           /* where each parameter lies in w, g and state[]; wa.n values */
     struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
     struct glia_tensor *decay_mask;  /* wa.len flags, 0 where a parameter has decay off; NULL: all on */
-    int64_t n_buffer_values;
-    struct glia__arena ba;           /* where each buffer lies in buf */
+    struct glia__arena ba;           /* where each buffer lies in buf; ba.n values */
     struct glia_tensor *buf;         /* buffer arena (running statistics) */
     /* activations */
  int64_t act_batch;               /* batch the buffers were sized for (0: none) */

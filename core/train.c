@@ -430,7 +430,7 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
         struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->wa.len,
                                   m->decay_mask ? m->decay_mask->data : NULL, m->cur_lr, m->step, m->backend};
         double t0 = m->profiling ? glia__now() : 0;
-        st = m->n_weights ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
+        st = m->wa.n ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
         if (m->profiling) {
             glia_backend_sync(m->backend);
             double t1 = glia__now();
@@ -558,7 +558,7 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
         if (!st && p->weights_step != m->step) st = dp_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
-        if (!st && m->n_buffer_values) st = dp_copy(p->buf, m->buf);  /* changed by every forward */
+        if (!st && m->ba.n) st = dp_copy(p->buf, m->buf);  /* changed by every forward */
         struct glia_tensor *xs = NULL, *ys = NULL;
         if (!st) st = glia_tensor_view(m->x_buf, r * per * row, &p->x->shape, &xs);
         if (!st) st = glia_tensor_view(m->y_buf, r * per, &p->y->shape, &ys);
