@@ -202,10 +202,11 @@ static int pick_arch(int device_arch, bool *sass)
     return best;
 }
 
-/* Compiles src for device_arch into a new image (CUBIN, or NUL-terminated PTX) at *image. */
-static glia_status compile(const char *src, int device_arch, void **image, char *err, size_t err_size)
+glia_status glia__pw_jit_compile(const char *src, int device_arch, void **image, size_t *size, bool *cubin, char *err,
+                                 size_t err_size)
 {
     *image = NULL;
+    *size = 0;
     bool sass = false;
     int arch = pick_arch(device_arch, &sass);
     if (!arch) {
@@ -254,6 +255,8 @@ static glia_status compile(const char *src, int device_arch, void **image, char 
         goto done;
     }
     *image = img;
+    *size = n;
+    *cubin = sass;
 done:
     nvrtcDestroyProgram(&prog);
     return st;
@@ -351,12 +354,14 @@ glia_status glia__pw_jit_get(const struct glia__pointwise *p, int cc_major, int 
     struct pw_entry *e = cache_find(hash, arch, src);
     if (!e) {
         void *image = NULL;
+        size_t image_size = 0;
+        bool cubin = false;
         struct pw_entry *ne = calloc(1, sizeof *ne);
         if (!ne) {
             snprintf(err, err_size, "out of memory");
             st = GLIA_ENOMEM;
         }
-        if (!st) st = compile(src, arch, &image, err, err_size);
+        if (!st) st = glia__pw_jit_compile(src, arch, &image, &image_size, &cubin, err, err_size);
         if (!st) st = load(ne, image, err, err_size);
         free(image);
         if (st) {

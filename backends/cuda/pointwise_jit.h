@@ -24,6 +24,13 @@ struct glia__pw_kernels {
  * memory. Deterministic: equal expressions give equal text. */
 char *glia__pw_jit_source(const struct glia__pointwise *p);
 
+/* Compiles src (glia__pw_jit_source's text) with NVRTC for a device of architecture device_arch
+ * (cc_major * 10 + cc_minor) into a new image at *image (free it) of *size bytes: CUBIN (*cubin
+ * true) when this NVRTC knows that architecture, else NUL-terminated PTX for the newest older one
+ * (the driver finishes it). Needs no GPU. On error writes one line to err. */
+glia_status glia__pw_jit_compile(const char *src, int device_arch, void **image, size_t *size, bool *cubin, char *err,
+                                 size_t err_size);
+
 /* The kernels of p for a device of compute capability cc_major.cc_minor: from the cache, or
  * generated, compiled and loaded (then cached); loaded on the calling thread's current device. On error writes one line to err (NVRTC's
  * status and the first line of its log, or the failed load). Thread-safe. */

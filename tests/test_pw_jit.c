@@ -1,0 +1,238 @@
+/* tests/test_pw_jit.c — the `pointwise` layer's CUDA code generator without a GPU: NVRTC compiles
+ * the generated kernels (CUBIN, PTX fallback, refusal), and the same source built for the host
+ * computes exactly what the CPU interpreter computes. Not the GPU run (test_cuda_pointwise). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "../backends/cuda/pointwise_jit.h"
+
+/* Expressions that together use every op, constants NaN / inf / -0, and 1 to 4 inputs. */
+static const struct {
+    const char *text;
+    int n_in;
+} cases[] = {
+    {"x * sigmoid(x)", 1},
+    {"0.5*x*(1 + erf(x/sqrt(2)))", 1},
+    {"tanh(x)^2 + exp(-x*x) - log(1 + abs(x))", 1},
+    {"sign(x) * sqrt(abs(x)) + (0/0) * ge(x, 100) + min(x, 1/0)", 1},
+    {"x / y + pow(abs(x), y) - (-0)", 2},
+    {"max(x, y) * z - min(y, z) / (1 + x*x)", 3},
+    {"select(ge(x, y), z, w) + sigmoid(-y) * sign(x)", 4},
+    {"x*tanh(y) - z^2/(1+w*w) + log(1+exp(x))", 4},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void build(int i, struct glia__pointwise *p)
+{
+    char err[256];
+    memset(p, 0, sizeof *p);
+    p->n_in = cases[i].n_in;
+    int rc = expr_parse(cases[i].text, p->n_in, &p->f, err, sizeof err);
+    if (rc) printf("\n  %s: %s\n", cases[i].text, err);
+    CU_ASSERT_FATAL(rc == 0);
+    for (int k = 0; k < p->n_in; k++) CU_ASSERT_FATAL((p->df[k] = expr_diff(p->f, k)) != NULL);
+}
+
+static void clear(struct glia__pointwise *p)
+{
+    expr_free(p->f);
+    for (int k = 0; k < EXPR_MAX_VARS; k++) expr_free(p->df[k]);
+}
+
+/* ---- NVRTC ---- */
+
+static void test_nvrtc_compiles_every_case(void)
+{
+    for (int i = 0; i < N_CASES; i++) {
+        struct glia__pointwise p;
+        build(i, &p);
+        char *src = glia__pw_jit_source(&p);
+        CU_ASSERT_FATAL(src != NULL);
+        static const int archs[] = {80, 90};
+        for (int a = 0; a < 2; a++) {
+            void *img = NULL;
+            size_t size = 0;
+            bool cubin = false;
+            char err[512] = "";
+            glia_status st = glia__pw_jit_compile(src, archs[a], &img, &size, &cubin, err, sizeof err);
+            if (st) printf("\n  %s for sm_%d: %s\n", cases[i].text, archs[a], err);
+            CU_ASSERT(st == GLIA_OK);
+            CU_ASSERT(cubin);  /* NVRTC 13 knows sm_80 and sm_90: machine code, not PTX */
+            CU_ASSERT(size > 4 && img && !memcmp(img, "\177ELF", 4));
+            free(img);
+        }
+        free(src);
+        clear(&p);
+    }
+}
+
+/* A device newer than every architecture NVRTC knows gets PTX of the newest one, with both
+ * kernels in it; a device older than all of them is refused with the reason. */
+static void test_nvrtc_ptx_fallback_and_refusal(void)
+{
+    struct glia__pointwise p;
+    build(6, &p);
+    char *src = glia__pw_jit_source(&p);
+    CU_ASSERT_FATAL(src != NULL);
+    void *img = NULL;
+    size_t size = 0;
+    bool cubin = true;
+    char err[512] = "";
+    CU_ASSERT(glia__pw_jit_compile(src, 999, &img, &size, &cubin, err, sizeof err) == GLIA_OK);
+    CU_ASSERT(!cubin);
+    CU_ASSERT_FATAL(img != NULL && size > 0);
+    CU_ASSERT(((char *)img)[size - 1] == 0);
+    CU_ASSERT(strstr(img, ".entry glia_pw_forward") != NULL);
+    CU_ASSERT(strstr(img, ".entry glia_pw_backward") != NULL);
+    CU_ASSERT(strstr(img, ".target sm_") != NULL);
+    free(img);
+
+    img = NULL;
+    CU_ASSERT(glia__pw_jit_compile(src, 10, &img, &size, &cubin, err, sizeof err) == GLIA_EUNSUPPORTED);
+    CU_ASSERT(img == NULL);
+    CU_ASSERT(strstr(err, "no GPU architecture at or below sm_10") != NULL);
+
+    /* source that is not CUDA C: NVRTC's status and the first line of its log */
+    CU_ASSERT(glia__pw_jit_compile("extern \"C\" __global__ void k(float *x) { x[0] = nosuch(1); }", 90, &img, &size,
+                                   &cubin, err, sizeof err) == GLIA_EDEVICE);
+    CU_ASSERT(strstr(err, "NVRTC could not compile it for sm_90") != NULL);
+    CU_ASSERT(strstr(err, "nosuch") != NULL);
+    free(src);
+    clear(&p);
+}
+
+/* ---- the generated source run on the host ---- */
+
+/* What the CUDA C of a generated kernel needs to be host C++: a grid of one thread that walks
+ * every element, and __int_as_float. */
+static const char host_shim[] =
+    "#include <math.h>\n"
+    "#include <string.h>\n"
+    "#define __global__\n"
+    "#define __device__\n"
+    "#define __forceinline__ inline\n"
+    "struct glia_dim3 { unsigned x, y, z; };\n"
+    "static const glia_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};\n"
+    "static const glia_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
+    "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }\n";
+
+typedef void (*fwd_fn)(float *, const float *, const float *, const float *, const float *, long long);
+typedef void (*bwd_fn)(const float *, const float *, const float *, const float *, const float *, float *, float *,
+                       float *, float *, int, long long);
+
+/* Builds src with the shim into a shared object and opens it; NULL (after a message) on failure. */
+static void *host_build(const char *src, int id)
+{
+    char cc[256], so[256], cmd[1024];
+    snprintf(cc, sizeof cc, "%s", glia_test_tmp(""));
+    snprintf(cc + strlen(cc), sizeof cc - strlen(cc), "pw_jit_%d_%d.cc", (int)getpid(), id);
+    snprintf(so, sizeof so, "%.*s.so", (int)(strlen(cc) - 3), cc);
+    FILE *f = fopen(cc, "w");
+    if (!f) return NULL;
+    fputs(host_shim, f);
+    fputs(src, f);
+    fclose(f);
+    /* GLIA_TEST_CXX has no contraction, no fast maths: one float rounding per node, as in the
+     * interpreter; -O0 so that no constant reaches a libm call (gcc turns powf(v, 2) into v * v,
+     * which differs from glibc's powf in the last bit) */
+    snprintf(cmd, sizeof cmd, "%s -x c++ -O0 -shared -o '%s' '%s'",
+             GLIA_TEST_CXX, so, cc);
+    int rc = system(cmd);
+    if (rc) printf("\n  '%s' exited with %d\n", cmd, rc);
+    void *h = rc ? NULL : dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!rc && !h) printf("\n  dlopen: %s\n", dlerror());
+    remove(cc);
+    remove(so);
+    return h;
+}
+
+/* Inputs mixing ordinary values with the edge cases of every op: zeros of both signs,
+ * infinities, NaN, ties for max/min/ge, large arguments of exp and sigmoid. */
+static void fill(float *v, int n, uint64_t seed)
+{
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, 0.5f, 100.0f, -100.0f, 1e-30f, 88.7f,
+                                    -104.0f, INFINITY, -INFINITY, NAN};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(seed >> 33);
+        v[i] = r % 4 == 0 ? special[(r >> 2) % (uint32_t)ns] : (float)((double)(r >> 2) / 134217728.0 * 6.0 - 3.0);
+    }
+}
+
+static bool same(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || !memcmp(&a, &b, sizeof a);
+}
+
+/* Count of elements where got and want differ (NaN equals NaN, and 0 is not -0); prints the first. */
+static int mismatches(const char *what, const char *text, const float *got, const float *want, int n)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (!same(got[i], want[i]) && !bad++)
+            printf("\n  %s of '%s' at %d: jit %.9g, interpreter %.9g\n", what, text, i, (double)got[i], (double)want[i]);
+    return bad;
+}
+
+enum { NE = 4099 };  /* not a multiple of the interpreter's block */
+
+static void test_host_run_equals_interpreter(void)
+{
+    static float x[EXPR_MAX_VARS][NE], dy[NE], got[EXPR_MAX_VARS][NE], want[EXPR_MAX_VARS][NE];
+    for (int i = 0; i < N_CASES; i++) {
+        struct glia__pointwise p;
+        build(i, &p);
+        char *src = glia__pw_jit_source(&p);
+        CU_ASSERT_FATAL(src != NULL);
+        void *h = host_build(src, i);
+        CU_ASSERT(h != NULL);
+        fwd_fn fwd = h ? (fwd_fn)(uintptr_t)dlsym(h, "glia_pw_forward") : NULL;
+        bwd_fn bwd = h ? (bwd_fn)(uintptr_t)dlsym(h, "glia_pw_backward") : NULL;
+        CU_ASSERT(!h || (fwd && bwd));
+        if (!fwd || !bwd) goto next;
+        for (int k = 0; k < EXPR_MAX_VARS; k++) fill(x[k], NE, 17 + 31 * (uint64_t)k + 1000 * (uint64_t)i);
+        fill(dy, NE, 99 + (uint64_t)i);
+        const float *xs[EXPR_MAX_VARS] = {x[0], x[1], x[2], x[3]};
+
+        /* forward */
+        fwd(got[0], x[0], x[1], x[2], x[3], NE);
+        CU_ASSERT(expr_eval(p.f, xs, NE, want[0]) == 0);
+        CU_ASSERT_EQUAL(mismatches("forward", cases[i].text, got[0], want[0], NE), 0);
+
+        /* backward: every input, written (acc 0) then accumulated onto that (acc all) */
+        int all = (1 << p.n_in) - 1;
+        for (int pass = 0; pass < 2; pass++) {
+            bwd(dy, x[0], x[1], x[2], x[3], got[0], p.n_in > 1 ? got[1] : NULL, p.n_in > 2 ? got[2] : NULL,
+                p.n_in > 3 ? got[3] : NULL, pass ? all : 0, NE);
+            for (int k = 0; k < p.n_in; k++)
+                CU_ASSERT(expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, want[k]) == 0);
+            for (int k = 0; k < p.n_in; k++)
+                CU_ASSERT_EQUAL(mismatches(pass ? "accumulated gradient" : "gradient", cases[i].text, got[k], want[k], NE), 0);
+        }
+
+        /* some gradients only, the last one accumulating; with two or more inputs, input 0's and
+         * input 1's gradients in one tensor (an input fed twice): d0 written, then d1 added */
+        if (p.n_in > 1) {
+            for (int j = 0; j < NE; j++) got[0][j] = want[0][j] = 0.25f;
+            bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE);
+            CU_ASSERT(expr_eval_ex(p.df[0], xs, NE, dy, false, want[0]) == 0);
+            CU_ASSERT(expr_eval_ex(p.df[1], xs, NE, dy, true, want[0]) == 0);
+            CU_ASSERT_EQUAL(mismatches("aliased gradient", cases[i].text, got[0], want[0], NE), 0);
+        }
+        for (int j = 0; j < NE; j++) got[p.n_in - 1][j] = want[p.n_in - 1][j] = -3.0f;
+        bwd(dy, x[0], x[1], x[2], x[3], p.n_in == 1 ? got[0] : NULL, p.n_in == 2 ? got[1] : NULL,
+            p.n_in == 3 ? got[2] : NULL, p.n_in == 4 ? got[3] : NULL, 1 << (p.n_in - 1), NE);
+        CU_ASSERT(expr_eval_ex(p.df[p.n_in - 1], xs, NE, dy, true, want[p.n_in - 1]) == 0);
+        CU_ASSERT_EQUAL(mismatches("one gradient", cases[i].text, got[p.n_in - 1], want[p.n_in - 1], NE), 0);
+    next:
+        if (h) dlclose(h);
+        free(src);
+        clear(&p);
+    }
+}
+
+GLIA_TEST_MAIN("pointwise jit", GLIA_TEST(test_nvrtc_compiles_every_case), GLIA_TEST(test_nvrtc_ptx_fallback_and_refusal),
+               GLIA_TEST(test_host_run_equals_interpreter))
