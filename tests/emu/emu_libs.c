@@ -1,0 +1,686 @@
+/* tests/emu/emu_libs.c — reference implementations, on the CPU, of the cuDNN and cuBLASLt calls the
+ * CUDA backend makes, following their documented semantics (column-major cuBLASLt with transposes,
+ * bias and bias-gradient epilogues; cuDNN's legacy convolution API with NCHW/NHWC descriptors,
+ * groups, alpha/beta), checking that the descriptors agree with each other and saying on stderr what
+ * does not. Not fast and not cuDNN: two "algorithms" that compute alike, no workspace use, loops in double. */
+#include <cublasLt.h>
+#include <cudnn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* emu_runtime.c: runs what is queued on a stream, so that a library call computing now sees it */
+void glia_emu_flush_stream(cudaStream_t s);
+
+/* ---- element access for the three data types ---- */
+
+static double load(int type, const void *p, int64_t i)
+{
+    switch (type) {
+    case 1: {  /* bf16 */
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    case 2: return (double)((const _Float16 *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+static void store(int type, void *p, int64_t i, double v)
+{
+    switch (type) {
+    case 1: {  /* bf16, round to nearest even */
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
+        else u += 0x7fffu + ((u >> 16) & 1u);
+        ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+        break;
+    }
+    case 2: ((_Float16 *)p)[i] = (_Float16)v; break;
+    default: ((float *)p)[i] = (float)v; break;
+    }
+}
+
+/* ---- cuBLASLt ---- */
+
+struct cublasLtContext {
+    int dummy;
+};
+struct emu_desc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t ta, tb;
+    cublasLtEpilogue_t epilogue;
+    void *bias;
+};
+struct emu_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+
+static int lt_type(cudaDataType_t t)
+{
+    return t == CUDA_R_16BF ? 1 : t == CUDA_R_16F ? 2 : t == CUDA_R_32F ? 0 : -1;
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+    *h = calloc(1, sizeof **h);
+    return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasLtGetStatusString(cublasStatus_t s)
+{
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
+                                                                                                   : "CUBLAS_STATUS_INVALID_VALUE";
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale)
+{
+    struct emu_desc *e = calloc(1, sizeof *e);
+    if (!e) return CUBLAS_STATUS_ALLOC_FAILED;
+    e->compute = compute;
+    e->scale = scale;
+    e->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    *d = (cublasLtMatmulDesc_t)(void *)e;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *buf,
+                                              size_t size)
+{
+    struct emu_desc *e = (struct emu_desc *)(void *)d;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        if (size != sizeof e->ta) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->ta, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        if (size != sizeof e->tb) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->tb, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (size != sizeof e->epilogue) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->epilogue, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (size != sizeof e->bias) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->bias, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        fprintf(stderr, "emu: cublasLtMatmulDescSetAttribute: attribute %d not emulated\n", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld)
+{
+    if (lt_type(type) < 0 || ld < (int64_t)(rows ? rows : 1)) {
+        fprintf(stderr, "emu: cublasLtMatrixLayoutCreate: type %d, %llu x %llu with ld %lld\n", (int)type,
+                (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    struct emu_layout *e = malloc(sizeof *e);
+    if (!e) return CUBLAS_STATUS_ALLOC_FAILED;
+    *e = (struct emu_layout){type, rows, cols, ld};
+    *l = (cublasLtMatrixLayout_t)(void *)e;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+struct emu_pref {
+    int dummy;
+};
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    *p = (cublasLtMatmulPreference_t)calloc(1, 64);
+    return *p ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t size)
+{
+    (void)p;
+    (void)buf;
+    (void)attr;
+    return size == 4 || size == 8 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* m, n, k of D = op(A) op(B) from the layouts, or -1 (after a message) when they disagree. */
+static int lt_shape(const struct emu_desc *e, const struct emu_layout *a, const struct emu_layout *b,
+                    const struct emu_layout *c, const struct emu_layout *d, int64_t *m, int64_t *n, int64_t *k)
+{
+    *m = (int64_t)d->rows;
+    *n = (int64_t)d->cols;
+    int64_t am = e->ta == CUBLAS_OP_N ? (int64_t)a->rows : (int64_t)a->cols;
+    int64_t ak = e->ta == CUBLAS_OP_N ? (int64_t)a->cols : (int64_t)a->rows;
+    int64_t bk = e->tb == CUBLAS_OP_N ? (int64_t)b->rows : (int64_t)b->cols;
+    int64_t bn = e->tb == CUBLAS_OP_N ? (int64_t)b->cols : (int64_t)b->rows;
+    *k = ak;
+    if (am != *m || bn != *n || ak != bk || c->rows != d->rows || c->cols != d->cols) {
+        fprintf(stderr, "emu: cublasLtMatmul: op(A) %lldx%lld, op(B) %lldx%lld, C %llux%llu, D %llux%llu do not agree\n",
+                (long long)am, (long long)ak, (long long)bk, (long long)bn, (unsigned long long)c->rows,
+                (unsigned long long)c->cols, (unsigned long long)d->rows, (unsigned long long)d->cols);
+        return -1;
+    }
+    return 0;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A,
+                                              cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                              cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t r[],
+                                              int *found)
+{
+    (void)h;
+    (void)pref;
+    int64_t m, n, k;
+    const struct emu_desc *e = (const struct emu_desc *)(void *)desc;
+    if (requested < 1 || lt_shape(e, (void *)A, (void *)B, (void *)C, (void *)D, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&r[0], 0, sizeof r[0]);
+    r[0].state = CUBLAS_STATUS_SUCCESS;
+    r[0].wavesCount = 1.0f;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_size, cudaStream_t s)
+{
+    (void)h;
+    (void)algo;
+    (void)ws;
+    (void)ws_size;
+    glia_emu_flush_stream(s);
+    const struct emu_desc *e = (const struct emu_desc *)(void *)desc;
+    const struct emu_layout *la = (void *)Adesc, *lb = (void *)Bdesc, *lc = (void *)Cdesc, *ld = (void *)Ddesc;
+    int64_t m, n, k;
+    if (lt_shape(e, la, lb, lc, ld, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (e->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (C != D && lc->ld != ld->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
+    double al = *(const float *)alpha, be = *(const float *)beta;
+    int ta = lt_type(la->type), tb = lt_type(lb->type), tc = lt_type(lc->type), td = lt_type(ld->type);
+    bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
+         bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb) {
+        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d not emulated\n", (int)e->epilogue);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if ((bias || bgrada || bgradb) && !e->bias) {
+        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d without a bias pointer\n", (int)e->epilogue);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    double *out = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *out);
+    if (!out) return CUBLAS_STATUS_ALLOC_FAILED;
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double a = load(ta, A, e->ta == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld);
+                double b = load(tb, B, e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld);
+                acc += a * b;
+            }
+            double v = al * acc + (be != 0 ? be * load(tc, C, i + j * lc->ld) : 0);
+            if (bias) v += ((const float *)e->bias)[i];
+            out[i + j * m] = v;
+        }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) store(td, D, i + j * ld->ld, out[i + j * m]);
+    free(out);
+    /* bias gradients: the sum over the GEMM's k of op(A) (one per row of D) or op(B) (one per column) */
+    if (bgrada)
+        for (int64_t i = 0; i < m; i++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++) acc += load(ta, A, e->ta == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld);
+            ((float *)e->bias)[i] = (float)acc;
+        }
+    if (bgradb)
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++) acc += load(tb, B, e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld);
+            ((float *)e->bias)[j] = (float)acc;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- cuDNN ---- */
+
+struct cudnnContext {
+    cudaStream_t stream;  /* every call computes after what is queued there */
+};
+struct cudnnTensorStruct {
+    int set, type;
+    cudnnTensorFormat_t format;
+    int n, c, h, w;
+};
+struct cudnnFilterStruct {
+    int set, type;
+    cudnnTensorFormat_t format;
+    int k, c, h, w;
+};
+struct cudnnConvolutionStruct {
+    int set, pad_h, pad_w, u, v, dil_h, dil_w, groups;
+    cudnnConvolutionMode_t mode;
+    cudnnDataType_t compute;
+    cudnnMathType_t math;
+};
+
+static int dnn_type(cudnnDataType_t t)
+{
+    return t == CUDNN_DATA_BFLOAT16 ? 1 : t == CUDNN_DATA_HALF ? 2 : t == CUDNN_DATA_FLOAT ? 0 : -1;
+}
+
+const char *cudnnGetErrorString(cudnnStatus_t s)
+{
+    return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED"
+                                                                                               : "CUDNN_STATUS_BAD_PARAM";
+}
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
+{
+    *h = calloc(1, sizeof **h);
+    return *h ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
+{
+    free(h);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
+{
+    *d = calloc(1, sizeof **d);
+    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
+{
+    free(d);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
+{
+    *d = calloc(1, sizeof **d);
+    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
+{
+    free(d);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
+{
+    *d = calloc(1, sizeof **d);
+    if (*d) (*d)->groups = 1;
+    return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
+{
+    free(d);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n, int c,
+                                         int h, int w)
+{
+    if (dnn_type(t) < 0 || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || n < 1 || c < 1 || h < 1 || w < 1)
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = (struct cudnnTensorStruct){1, dnn_type(t), f, n, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k, int c,
+                                         int h, int w)
+{
+    if (dnn_type(t) < 0 || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || k < 1 || c < 1 || h < 1 || w < 1)
+        return CUDNN_STATUS_BAD_PARAM;
+    *d = (struct cudnnFilterStruct){1, dnn_type(t), f, k, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u, int v, int dil_h,
+                                              int dil_w, cudnnConvolutionMode_t mode, cudnnDataType_t compute)
+{
+    if (pad_h < 0 || pad_w < 0 || u < 1 || v < 1 || dil_h < 1 || dil_w < 1 || dnn_type(compute) < 0) return CUDNN_STATUS_BAD_PARAM;
+    d->set = 1;
+    d->pad_h = pad_h;
+    d->pad_w = pad_w;
+    d->u = u;
+    d->v = v;
+    d->dil_h = dil_h;
+    d->dil_w = dil_w;
+    d->mode = mode;
+    d->compute = compute;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int g)
+{
+    if (g < 1) return CUDNN_STATUS_BAD_PARAM;
+    d->groups = g;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m)
+{
+    d->math = m;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* Offsets of element (n, c, h, w) of a tensor and (k, c, r, s) of a filter in their formats. */
+static int64_t toff(const struct cudnnTensorStruct *t, int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    return t->format == CUDNN_TENSOR_NHWC ? ((n * t->h + h) * t->w + w) * t->c + c : ((n * t->c + c) * t->h + h) * t->w + w;
+}
+static int64_t foff(const struct cudnnFilterStruct *f, int64_t k, int64_t c, int64_t r, int64_t s)
+{
+    return f->format == CUDNN_TENSOR_NHWC ? ((k * f->h + r) * f->w + s) * f->c + c : ((k * f->c + c) * f->h + r) * f->w + s;
+}
+
+/* Checks that x, w, y and the convolution agree (y as cudnnGetConvolution2dForwardOutputDim gives it). */
+static int conv_check(const char *call, const struct cudnnTensorStruct *x, const struct cudnnFilterStruct *w,
+                      const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y)
+{
+    if (!x->set || !w->set || !cv->set || !y->set) {
+        fprintf(stderr, "emu: %s: a descriptor was never set\n", call);
+        return -1;
+    }
+    int oh = (x->h + 2 * cv->pad_h - (cv->dil_h * (w->h - 1) + 1)) / cv->u + 1;
+    int ow = (x->w + 2 * cv->pad_w - (cv->dil_w * (w->w - 1) + 1)) / cv->v + 1;
+    if (x->c != w->c * cv->groups || w->k % cv->groups || y->n != x->n || y->c != w->k || y->h != oh || y->w != ow ||
+        x->type != y->type || x->type != w->type) {
+        fprintf(stderr,
+                "emu: %s: x (%d,%d,%d,%d) type %d, w (%d,%d,%d,%d) type %d, groups %d, pad %d,%d stride %d,%d dilation %d,%d "
+                "give y (%d,%d,%d,%d), not (%d,%d,%d,%d) type %d\n",
+                call, x->n, x->c, x->h, x->w, x->type, w->k, w->c, w->h, w->w, w->type, cv->groups, cv->pad_h, cv->pad_w, cv->u,
+                cv->v, cv->dil_h, cv->dil_w, x->n, w->k, oh, ow, y->n, y->c, y->h, y->w, y->type);
+        return -1;
+    }
+    if (x->format != y->format) {
+        fprintf(stderr, "emu: %s: x and y in different formats\n", call);
+        return -1;
+    }
+    return 0;
+}
+
+enum conv_dir { FWD, BWD_DATA, BWD_FILTER };
+
+/* One pass over every (n, k, oh, ow, c, r, s) term, accumulating into the destination's doubles. */
+static void conv_terms(enum conv_dir dir, const struct cudnnTensorStruct *x, const struct cudnnFilterStruct *w,
+                       const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y, const void *px,
+                       const void *pw, const void *py, double *acc)
+{
+    int kg = w->k / cv->groups;
+    for (int n = 0; n < x->n; n++)
+        for (int k = 0; k < w->k; k++) {
+            int g = k / kg;
+            for (int oh = 0; oh < y->h; oh++)
+                for (int ow = 0; ow < y->w; ow++) {
+                    int64_t yo = toff(y, n, k, oh, ow);
+                    double yv = dir == FWD ? 0 : load(y->type, py, yo), sum = 0;
+                    for (int c = 0; c < w->c; c++)
+                        for (int r = 0; r < w->h; r++)
+                            for (int s = 0; s < w->w; s++) {
+                                int ih = oh * cv->u - cv->pad_h + r * cv->dil_h, iw = ow * cv->v - cv->pad_w + s * cv->dil_w;
+                                if (ih < 0 || ih >= x->h || iw < 0 || iw >= x->w) continue;
+                                /* CUDNN_CONVOLUTION flips the filter; CROSS_CORRELATION does not */
+                                int fr = cv->mode == CUDNN_CONVOLUTION ? w->h - 1 - r : r;
+                                int fs = cv->mode == CUDNN_CONVOLUTION ? w->w - 1 - s : s;
+                                int64_t xo = toff(x, n, g * w->c + c, ih, iw), wo = foff(w, k, c, fr, fs);
+                                if (dir == FWD) sum += load(x->type, px, xo) * load(w->type, pw, wo);
+                                else if (dir == BWD_DATA) acc[xo] += yv * load(w->type, pw, wo);
+                                else acc[wo] += yv * load(x->type, px, xo);
+                            }
+                    if (dir == FWD) acc[yo] = sum;
+                }
+        }
+}
+
+static cudnnStatus_t conv_run(enum conv_dir dir, const void *alpha, const void *beta, const struct cudnnTensorStruct *x,
+                              const void *px, const struct cudnnFilterStruct *w, const void *pw,
+                              const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y, const void *py,
+                              void *dst)
+{
+    static const char *const names[] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
+    if (conv_check(names[dir], x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
+    int64_t n = dir == FWD ? (int64_t)y->n * y->c * y->h * y->w
+                : dir == BWD_DATA ? (int64_t)x->n * x->c * x->h * x->w
+                                  : (int64_t)w->k * w->c * w->h * w->w;
+    int type = dir == BWD_FILTER ? w->type : dir == FWD ? y->type : x->type;
+    double *acc = calloc((size_t)n, sizeof *acc);
+    if (!acc) return CUDNN_STATUS_ALLOC_FAILED;
+    conv_terms(dir, x, w, cv, y, px, pw, py, acc);
+    /* alpha and beta are float for float, half and bf16 data (double only for double data) */
+    double al = *(const float *)alpha, be = *(const float *)beta;
+    for (int64_t i = 0; i < n; i++) store(type, dst, i, al * acc[i] + (be != 0 ? be * load(type, dst, i) : 0));
+    free(acc);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
+                                      const cudnnFilterDescriptor_t wd, const void *w, const cudnnConvolutionDescriptor_t cd,
+                                      cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_size, const void *beta,
+                                      const cudnnTensorDescriptor_t yd, void *y)
+{
+    glia_emu_flush_stream(h->stream);
+    (void)algo;
+    (void)ws;
+    (void)ws_size;
+    return conv_run(FWD, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
+}
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd, const void *w,
+                                           const cudnnTensorDescriptor_t dyd, const void *dy, const cudnnConvolutionDescriptor_t cd,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void *ws, size_t ws_size, const void *beta,
+                                           const cudnnTensorDescriptor_t dxd, void *dx)
+{
+    glia_emu_flush_stream(h->stream);
+    (void)algo;
+    (void)ws;
+    (void)ws_size;
+    return conv_run(BWD_DATA, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
+}
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
+                                             const cudnnTensorDescriptor_t dyd, const void *dy,
+                                             const cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
+                                             size_t ws_size, const void *beta, const cudnnFilterDescriptor_t dwd, void *dw)
+{
+    glia_emu_flush_stream(h->stream);
+    (void)algo;
+    (void)ws;
+    (void)ws_size;
+    return conv_run(BWD_FILTER, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
+}
+
+/* C = alpha A + beta C, A broadcast over dimensions where it has size 1 */
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t ad, const void *A,
+                             const void *beta, const cudnnTensorDescriptor_t cd, void *C)
+{
+    glia_emu_flush_stream(h->stream);
+    if ((ad->n != 1 && ad->n != cd->n) || (ad->c != 1 && ad->c != cd->c) || (ad->h != 1 && ad->h != cd->h) ||
+        (ad->w != 1 && ad->w != cd->w)) {
+        fprintf(stderr, "emu: cudnnAddTensor: A (%d,%d,%d,%d) does not broadcast to C (%d,%d,%d,%d)\n", ad->n, ad->c, ad->h, ad->w,
+                cd->n, cd->c, cd->h, cd->w);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    double al = *(const float *)alpha, be = *(const float *)beta;
+    for (int n = 0; n < cd->n; n++)
+        for (int c = 0; c < cd->c; c++)
+            for (int y = 0; y < cd->h; y++)
+                for (int x = 0; x < cd->w; x++) {
+                    int64_t o = toff(cd, n, c, y, x);
+                    double a = load(ad->type, A, toff(ad, ad->n == 1 ? 0 : n, ad->c == 1 ? 0 : c, ad->h == 1 ? 0 : y, ad->w == 1 ? 0 : x));
+                    store(cd->type, C, o, al * a + (be != 0 ? be * load(cd->type, C, o) : 0));
+                }
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* db(1,C,1,1) = alpha sum over n, h, w of dy + beta db */
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t dyd, const void *dy,
+                                           const void *beta, const cudnnTensorDescriptor_t dbd, void *db)
+{
+    glia_emu_flush_stream(h->stream);
+    if (dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1) {
+        fprintf(stderr, "emu: cudnnConvolutionBackwardBias: db (%d,%d,%d,%d) for dy (%d,%d,%d,%d)\n", dbd->n, dbd->c, dbd->h,
+                dbd->w, dyd->n, dyd->c, dyd->h, dyd->w);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    double al = *(const float *)alpha, be = *(const float *)beta;
+    for (int c = 0; c < dyd->c; c++) {
+        double s = 0;
+        for (int n = 0; n < dyd->n; n++)
+            for (int y = 0; y < dyd->h; y++)
+                for (int x = 0; x < dyd->w; x++) s += load(dyd->type, dy, toff(dyd, n, c, y, x));
+        store(dbd->type, db, c, al * s + (be != 0 ? be * load(dbd->type, db, c) : 0));
+    }
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- algorithm choice: two algorithms; Find*Ex clobbers its output buffer as cuDNN may ---- */
+
+#define EMU_WS 4096
+
+static void clobber(void *p, int64_t bytes) { memset(p, 0xff, (size_t)bytes); }  /* NaN in every type */
+
+static int64_t tbytes(const struct cudnnTensorStruct *t) { return (int64_t)t->n * t->c * t->h * t->w * (t->type ? 2 : 4); }
+static int64_t fbytes(const struct cudnnFilterStruct *f) { return (int64_t)f->k * f->c * f->h * f->w * (f->type ? 2 : 4); }
+
+/* Two results, as cuDNN gives several: a faster one that needs EMU_WS bytes of workspace, then
+ * one that needs none (cuDNN always has one). */
+#define PERF_TWO(r, n, got, fast, slow, cv)                                   \
+    do {                                                                      \
+        if ((n) < 1) return CUDNN_STATUS_BAD_PARAM;                           \
+        *(got) = (n) < 2 ? 1 : 2;                                             \
+        for (int i_ = 0; i_ < *(got); i_++) {                                 \
+            memset(&(r)[i_], 0, sizeof(r)[i_]);                               \
+            (r)[i_].algo = i_ ? (slow) : (fast);                              \
+            (r)[i_].status = CUDNN_STATUS_SUCCESS;                            \
+            (r)[i_].time = i_ ? 2.0f : 1.0f;                                  \
+            (r)[i_].memory = i_ ? 0 : EMU_WS;                                 \
+            (r)[i_].determinism = CUDNN_DETERMINISTIC;                        \
+            (r)[i_].mathType = (cv)->math;                                    \
+        }                                                                     \
+    } while (0)
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                     const cudnnFilterDescriptor_t wd, const cudnnConvolutionDescriptor_t cd,
+                                                     const cudnnTensorDescriptor_t yd, const int n, int *got,
+                                                     cudnnConvolutionFwdAlgoPerf_t *r)
+{
+    (void)h;
+    if (conv_check("cudnnGetConvolutionForwardAlgorithm_v7", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
+    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, cd);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
+                                                          const cudnnTensorDescriptor_t dyd, const cudnnConvolutionDescriptor_t cd,
+                                                          const cudnnTensorDescriptor_t dxd, const int n, int *got,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t *r)
+{
+    (void)h;
+    if (conv_check("cudnnGetConvolutionBackwardDataAlgorithm_v7", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
+    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, cd);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                            const cudnnTensorDescriptor_t dyd, const cudnnConvolutionDescriptor_t cd,
+                                                            const cudnnFilterDescriptor_t dwd, const int n, int *got,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t *r)
+{
+    (void)h;
+    if (conv_check("cudnnGetConvolutionBackwardFilterAlgorithm_v7", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
+    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, cd);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
+                                                     const cudnnFilterDescriptor_t wd, const void *w,
+                                                     const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t yd, void *y,
+                                                     const int n, int *got, cudnnConvolutionFwdAlgoPerf_t *r, void *ws,
+                                                     size_t ws_size)
+{
+    glia_emu_flush_stream(h->stream);
+    (void)x;
+    (void)w;
+    (void)ws;
+    (void)ws_size;
+    cudnnStatus_t st = cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, n, got, r);
+    if (!st) clobber(y, tbytes(yd));
+    return st;
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const cudnnFilterDescriptor_t wd, const void *w,
+                                                          const cudnnTensorDescriptor_t dyd, const void *dy,
+                                                          const cudnnConvolutionDescriptor_t cd, const cudnnTensorDescriptor_t dxd,
+                                                          void *dx, const int n, int *got, cudnnConvolutionBwdDataAlgoPerf_t *r,
+                                                          void *ws, size_t ws_size)
+{
+    glia_emu_flush_stream(h->stream);
+    (void)w;
+    (void)dy;
+    (void)ws;
+    (void)ws_size;
+    cudnnStatus_t st = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, dyd, cd, dxd, n, got, r);
+    if (!st) clobber(dx, tbytes(dxd));
+    return st;
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
+                                                            const cudnnTensorDescriptor_t dyd, const void *y,
+                                                            const cudnnConvolutionDescriptor_t cd,
+                                                            const cudnnFilterDescriptor_t dwd, void *dw, const int n, int *got,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t *r, void *ws, size_t ws_size)
+{
+    glia_emu_flush_stream(h->stream);
+    (void)x;
+    (void)y;
+    (void)ws;
+    (void)ws_size;
+    cudnnStatus_t st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, dyd, cd, dwd, n, got, r);
+    if (!st) clobber(dw, fbytes(dwd));
+    return st;
+}
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                      const cudnnFilterDescriptor_t wd, const cudnnConvolutionDescriptor_t cd,
+                                                      const cudnnTensorDescriptor_t yd, cudnnConvolutionFwdAlgo_t algo, size_t *size)
+{
+    (void)h;
+    if (conv_check("cudnnGetConvolutionForwardWorkspaceSize", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
+    *size = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? 0 : EMU_WS;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
+                                                           const cudnnTensorDescriptor_t dyd, const cudnnConvolutionDescriptor_t cd,
+                                                           const cudnnTensorDescriptor_t dxd, cudnnConvolutionBwdDataAlgo_t algo,
+                                                           size_t *size)
+{
+    (void)h;
+    if (conv_check("cudnnGetConvolutionBackwardDataWorkspaceSize", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
+    *size = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? 0 : EMU_WS;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                             const cudnnTensorDescriptor_t dyd,
+                                                             const cudnnConvolutionDescriptor_t cd,
+                                                             const cudnnFilterDescriptor_t dwd, cudnnConvolutionBwdFilterAlgo_t algo,
+                                                             size_t *size)
+{
+    (void)h;
+    if (conv_check("cudnnGetConvolutionBackwardFilterWorkspaceSize", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
+    *size = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? 0 : EMU_WS;
+    return CUDNN_STATUS_SUCCESS;
+}

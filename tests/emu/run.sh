@@ -1,0 +1,65 @@
+#!/bin/bash
+# tests/emu/run.sh — runs the GPU test programs on the CPU against an emulated CUDA: the backend's host
+# code from the build as it is, its kernels rebuilt as host C++ (cuda_emu.h), the CUDA runtime,
+# cuDNN and cuBLASLt from emu_runtime.c and emu_libs.c. Not part of make check and not a GPU: it
+# finds wrong indexing, descriptors, layouts and barriers in code that has never met a GPU, not
+# stream-ordering or performance problems. The pointwise layer's NVRTC kernels cannot run here.
+#
+#   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
+#                                            GPU program but test_cuda_dist)
+# Output and the emulated plugin folder go to ${GLIA_EMU_DIR:-/tmp/glia-emu}.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+top=$PWD
+out=${GLIA_EMU_DIR:-/tmp/glia-emu}
+asan=""
+if [ "${1:-}" = "--asan" ]; then asan="-fsanitize=address -fno-omit-frame-pointer"; shift; fi
+tests=("$@")
+[ ${#tests[@]} -gt 0 ] || tests=(test_cuda test_cuda_conv test_cuda_dense test_cuda_norm_pool test_cuda_pointwise
+                                 test_cuda_optim test_cuda_seq test_layer_run)
+[ -e backends/cuda/.libs/cuda.so ] || { echo "run.sh: no backends/cuda/.libs/cuda.so: configure with CUDA and build first" >&2; exit 2; }
+
+q() { make -s -f Makefile -f - q <<<"q: ; @echo \$($1)"; }
+cuda_dir=$(q CUDA_DIR)
+cxx=${CXX:-g++}
+cc=${CC:-gcc}
+mkdir -p "$out/obj" "$out/plugins" "$out/tmp"
+inc=(-I"$top/include" -I"$top/backends/cuda" -iquote "$top/backends/cuda" -I"$cuda_dir/include")
+flags=(-O1 -g -fPIC -ffp-contract=off -fno-fast-math $asan)
+
+objs=()
+for lo in $(q backends_cuda_cuda_la_OBJECTS); do
+    base=$(basename "$lo" .lo)
+    src=backends/cuda/$base.cu
+    if [ -e "$src" ]; then
+        # kernel<<<grid, block, smem, stream>>>(args) -> glia_emu_launch("kernel", grid, block, smem, stream, kernel, args)
+        perl -pe 's/\b([A-Za-z_]\w*(?:<[^<>;()]*>)?)<<<(.*?)>>>\(/glia_emu_launch("$1", $2, $1, /g' "$src" >"$out/obj/$base.cc"
+        $cxx -std=c++17 "${flags[@]}" -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -include "$top/tests/emu/cuda_emu.h" \
+            "${inc[@]}" -c -o "$out/obj/$base.o" "$out/obj/$base.cc"
+        objs+=("$out/obj/$base.o")
+    else
+        objs+=("$(dirname "$lo")/.libs/$base.o")
+    fi
+done
+for f in emu_runtime emu_libs; do
+    $cc -std=gnu11 "${flags[@]}" -Wall -Wextra -Wno-deprecated-declarations -I"$cuda_dir/include" \
+        -c -o "$out/obj/$f.o" "tests/emu/$f.c"
+    objs+=("$out/obj/$f.o")
+done
+$cxx -shared -Wl,-Bsymbolic $asan -o "$out/plugins/cuda.so" "${objs[@]}" -L"$top/.libs" -lglia \
+    -L"$cuda_dir/lib64" -Wl,-rpath,"$cuda_dir/lib64" -lnvrtc -lpthread -lm
+for p in stage/plugins/*.so; do
+    [ "$(basename "$p")" = cuda.so ] || ln -sfn "$top/$p" "$out/plugins/$(basename "$p")"
+done
+
+export GLIA_PLUGIN_PATH=$out/plugins GLIA_FIXTURES=$top/tests/fixtures/.libs GLIA_SRCDIR=$top GLIA_TMPDIR=$out/tmp \
+    GLIA_BIN=$top/tools/glia
+[ -z "$asan" ] || export LD_PRELOAD=$($cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
+pass=0 fail=0
+for t in "${tests[@]}"; do
+    make -s "tests/$t" >/dev/null
+    if "tests/$t" >"$out/$t.log" 2>&1; then pass=$((pass + 1)); r=PASS; else r="FAIL ($?)"; fail=$((fail + 1)); fi
+    echo "$r: $t   ($(grep -E '^ +asserts' "$out/$t.log" | tr -s ' ' || true))"
+done
+echo "$pass passed, $fail failed (logs in $out)"
+[ "$fail" -eq 0 ]
