@@ -290,8 +290,8 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 
 /* ---- memory, streams and events ----
  * Every stream is a queue of operations (kernels, copies, memsets, event records, waits on events).
- * By default each call runs at once. With GLIA_EMU_DEFER=1 nothing runs until the host has to see
- * it: a stream synchronization, an event synchronization, an event query (each query moves the
+ * By default each call runs at once. With GLIA_EMU_DEFER (see deferring) a stream's work runs only
+ * when the host has to see it: a stream synchronization, an event synchronization, an event query (each query moves the
  * event's stream one operation on), a copy between device memory and pageable host memory (which
  * CUDA makes synchronous), cudaFree and cudaDeviceSynchronize. A stream that waits on an event runs
  * the recording stream up to it first. So a missing wait, a host read of a pinned buffer before its
@@ -352,6 +352,7 @@ struct op {
     struct op *next;
 };
 struct emu_stream {
+    int index;  /* in order of creation */
     struct op *head, *tail;
     unsigned long long queued, done;  /* operations queued and run so far */
     struct emu_stream *next_stream;
@@ -361,15 +362,19 @@ struct emu_event {
     unsigned long long at;
 };
 static struct emu_stream *streams;
-static int defer = -1;
+static int n_streams_made, defer = -1;
 
-static bool deferring(void)
+/* Whether s's work waits until it must run: GLIA_EMU_DEFER=1 every stream's, 2 every stream's but
+ * the first made (the backend's compute stream runs at once, its copy stream lags: a compute that
+ * does not wait for its upload reads old data), 3 only the first's (a copy that does not wait for
+ * the compute still reading its destination overwrites it). */
+static bool deferring(const struct emu_stream *s)
 {
     if (defer < 0) {
         const char *e = getenv("GLIA_EMU_DEFER");
-        defer = e && *e == '1';
+        defer = e && *e >= '1' && *e <= '3' ? *e - '0' : 0;
     }
-    return defer;
+    return defer == 1 || (defer == 2 && s->index != 0) || (defer == 3 && s->index == 0);
 }
 
 static void flush(struct emu_stream *s, unsigned long long upto);
@@ -428,7 +433,7 @@ static cudaError_t submit(cudaStream_t st, struct op o)
     else s->head = q;
     s->tail = q;
     s->queued++;
-    if (!deferring()) flush(s, s->queued);
+    if (!deferring(s)) flush(s, s->queued);
     return ret();
 }
 
@@ -510,6 +515,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int flags)
     (void)flags;
     struct emu_stream *s = calloc(1, sizeof *s);
     if (!s) return cudaErrorMemoryAllocation;
+    s->index = n_streams_made++;
     s->next_stream = streams;
     streams = s;
     *st = (cudaStream_t)(void *)s;
