@@ -154,14 +154,7 @@ static char dir[512];
 
 static void make_data(void)
 {
-    snprintf(dir, sizeof dir, "%s", glia_test_tmp("cuda-dist-data"));
-    char cmd[600], a[600], b[600];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    CU_ASSERT_FATAL(system(cmd) == 0);
-    snprintf(a, sizeof a, "%s/tri", dir), snprintf(b, sizeof b, "%s/trl", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 640, 12, 12, 5, 21) == 0);
-    snprintf(a, sizeof a, "%s/tei", dir), snprintf(b, sizeof b, "%s/tel", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 200, 12, 12, 5, 22) == 0);
+    CU_ASSERT_FATAL(glia_test_idx_set(dir, sizeof dir, "cuda-dist-data", 640, 200, 12, 5, 21) == 0);
 }
 
 /* A model on the GPU in fp32 with cuDNN's heuristic algorithms: [data] and [train] extras, the

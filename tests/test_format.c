@@ -160,16 +160,7 @@ static char dir[512];
 
 static void make_data(void)
 {
-    snprintf(dir, sizeof dir, "%s", glia_test_tmp("format-data"));
-    char cmd[600], a[600], b[600];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    CU_ASSERT_FATAL(system(cmd) == 0);
-    snprintf(a, sizeof a, "%s/tri", dir);
-    snprintf(b, sizeof b, "%s/trl", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 256, 8, 8, 4, 21) == 0);
-    snprintf(a, sizeof a, "%s/tei", dir);
-    snprintf(b, sizeof b, "%s/tel", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 96, 8, 8, 4, 22) == 0);
+    CU_ASSERT_FATAL(glia_test_idx_set(dir, sizeof dir, "format-data", 256, 96, 8, 4, 21) == 0);
 }
 
 /* A residual CNN with every layer that takes either format, and flatten + linear after it. */

@@ -19,18 +19,7 @@ static char dir[512];
 
 static void make_data(void)
 {
-    const char *d = glia_test_tmp("model-data");
-    snprintf(dir, sizeof dir, "%s", d);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    CU_ASSERT_FATAL(system(cmd) == 0);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/tri", dir);
-    snprintf(b, sizeof b, "%s/trl", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 64, 4, 4, 4, 1) == 0);
-    snprintf(a, sizeof a, "%s/tei", dir);
-    snprintf(b, sizeof b, "%s/tel", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 32, 4, 4, 4, 2) == 0);
+    CU_ASSERT_FATAL(glia_test_idx_set(dir, sizeof dir, "model-data", 64, 32, 4, 4, 1) == 0);
 }
 
 /* text with every '@' replaced by the data folder (static buffer) */

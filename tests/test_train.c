@@ -12,16 +12,7 @@ static char dir[512];
 
 static void make_data(void)
 {
-    snprintf(dir, sizeof dir, "%s", glia_test_tmp("train-data"));
-    char cmd[600], a[600], b[600];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    CU_ASSERT_FATAL(system(cmd) == 0);
-    snprintf(a, sizeof a, "%s/tri", dir);
-    snprintf(b, sizeof b, "%s/trl", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 512, 6, 6, 5, 11) == 0);
-    snprintf(a, sizeof a, "%s/tei", dir);
-    snprintf(b, sizeof b, "%s/tel", dir);
-    CU_ASSERT_FATAL(glia_test_write_idx(a, b, 200, 6, 6, 5, 12) == 0);
+    CU_ASSERT_FATAL(glia_test_idx_set(dir, sizeof dir, "train-data", 512, 200, 6, 5, 11) == 0);
 }
 
 static const char *model_text(unsigned seed, int epochs)

@@ -4,6 +4,8 @@
 #define GLIA_TESTUTIL_H
 
 #include <CUnit/Basic.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +95,21 @@ static inline int glia_test_write_idx(const char *images, const char *labels, in
         fputc(c, fl);
     }
     return (fclose(fi) | fclose(fl)) ? -1 : 0;
+}
+
+/* Makes the folder $GLIA_TMPDIR/name (its path into dir) holding an IDX training set tri/trl of
+ * n_train side x side images and a test set tei/tel of n_test, of `classes` classes, written with
+ * seeds seed and seed + 1. Returns 0 on success. */
+static inline int glia_test_idx_set(char *dir, size_t dir_size, const char *name, int n_train, int n_test, int side,
+                                    int classes, unsigned seed)
+{
+    char a[600], b[600];
+    snprintf(dir, dir_size, "%s", glia_test_tmp(name));
+    if (mkdir(dir, 0777) && errno != EEXIST) return -1;
+    snprintf(a, sizeof a, "%s/tri", dir), snprintf(b, sizeof b, "%s/trl", dir);
+    if (glia_test_write_idx(a, b, n_train, side, side, classes, seed)) return -1;
+    snprintf(a, sizeof a, "%s/tei", dir), snprintf(b, sizeof b, "%s/tel", dir);
+    return glia_test_write_idx(a, b, n_test, side, side, classes, seed + 1);
 }
 
 /* Writes a token file of n samples (label then ids, one per line). Sample i is of class
