@@ -93,10 +93,5 @@ static inline void glia_emu_launch(const char *name, dim3 g, dim3 b, size_t smem
     using C = decltype(call);
     glia_emu_submit(name, g, b, smem, s, [](void *c) { (*(C *)c)(); }, new C(call), [](void *c) { delete (C *)c; });
 }
-template <typename... P, typename... A>
-static inline void glia_emu_launch(const char *name, dim3 g, dim3 b, void (*f)(P...), A... a)
-{
-    glia_emu_launch(name, g, b, 0, (cudaStream_t)0, f, a...);
-}
 
 #endif

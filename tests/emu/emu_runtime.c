@@ -170,9 +170,8 @@ static int run_block(const char *name, int nt)
     }
 }
 
-static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*fn)(void *), void *arg)
+static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*fn)(void *), void *arg)
 {
-    (void)s;
     unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
     if (!g.x || !g.y || !g.z || !nt || nt > EMU_MAX_THREADS || b.z > 64 || g.x > 0x7fffffffu || g.y > 65535 ||
         g.z > 65535 || smem > 48 * 1024) {
@@ -382,7 +381,7 @@ static void flush(struct emu_stream *s, unsigned long long upto);
 static void run_op(struct op *o)
 {
     switch (o->kind) {
-    case OP_KERNEL: glia_emu_run(o->name, o->g, o->b, o->smem, NULL, o->fn, o->arg); break;
+    case OP_KERNEL: glia_emu_run(o->name, o->g, o->b, o->smem, o->fn, o->arg); break;
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
     case OP_SET: memset(o->dst, o->value, o->n); break;
     case OP_WAIT: flush(o->other, o->upto); break;
