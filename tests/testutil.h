@@ -15,13 +15,47 @@ struct glia_test {
     void (*fn)(void);
 };
 
+/* Whether test `name` runs under $GLIA_TESTS, a comma-separated list of test names: a name with a
+ * leading '-' is left out; when some name has no '-', only the names listed without one run. Unset
+ * or empty: every test runs. */
+static inline int glia_test_selected(const char *name)
+{
+    const char *list = getenv("GLIA_TESTS");
+    if (!list || !*list) return 1;
+    size_t len = strlen(name);
+    int any_plain = 0, listed = 0;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        int minus = n && *p == '-';
+        const char *w = p + minus;
+        size_t wn = n - (size_t)minus;
+        if (wn == len && !strncmp(w, name, len)) {
+            if (minus) return 0;
+            listed = 1;
+        }
+        if (wn && !minus) any_plain = 1;
+        p += n + (e != NULL);
+    }
+    return listed || !any_plain;
+}
+
 /* Runs one suite of tests with CUnit's basic interface (verbose), prints its run summary,
- * and returns the exit status: 0 all passed, 1 some failed, 77 skipped (skip_reason set). */
+ * and returns the exit status: 0 all passed, 1 some failed. $GLIA_TESTS chooses the tests
+ * (glia_test_selected); those it leaves out are named on one line before the run. */
 static inline int glia_test_run(const char *suite, const struct glia_test *tests, int n)
 {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite(suite, NULL, NULL);
-    for (int i = 0; i < n; i++) CU_add_test(s, tests[i].name, tests[i].fn);
+    int left_out = 0;
+    for (int i = 0; i < n; i++) {
+        if (glia_test_selected(tests[i].name)) {
+            CU_add_test(s, tests[i].name, tests[i].fn);
+        } else {
+            printf("%s %s", left_out++ ? "," : "left out by GLIA_TESTS:", tests[i].name);
+        }
+    }
+    if (left_out) printf("\n");
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_suites_failed();
