@@ -672,12 +672,28 @@ static glia_status account_loss(struct glia_model *m, double l, int64_t nb, int 
     return GLIA_OK;
 }
 
-/* Wait for the pending loss, if any, and add it to the epoch's sum (*last: its value). */
-static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int epoch, double *last, double *sum)
+/* Wait for the pending loss, if any, and add it to the epoch's sum (*last: its value, *last_k: its step). */
+static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int epoch, double *last, int64_t *last_k,
+                                double *sum)
 {
     if (!q->pending) return GLIA_OK;
     glia_status st = lagged_finish(m, q, last);
+    *last_k = q->k;
     return st ? st : account_loss(m, *last, q->nb, epoch, q->k, sum);
+}
+
+/* The progress line of step k (0-based in the epoch) with its loss l: redrawn in place on a terminal,
+ * every log_every steps otherwise. */
+static void progress_line(FILE *out, int progress, const struct glia_model *m, int epoch, int64_t k, int64_t steps,
+                          double l, double rate, const char *eta)
+{
+    if (progress > 0)
+        fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
+                (long long)k + 1, (long long)steps, l, rate, eta);
+    else if (progress == 0 && ((k + 1) % m->log_every == 0))
+        fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs, (long long)k + 1,
+                (long long)steps, l, rate, eta);
+    if (progress >= 0) fflush(out);
 }
 
 /* Number of rows of the logits whose argmax equals the label. */
@@ -953,6 +969,7 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
         bool resumed = epoch == rs.epoch && rs.batch > 0;
         double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0, l = 0;  /* l: the last loss read */
         int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
+        int64_t l_k = -1, shown_k = -1;  /* the step whose loss l is (a lagged loss is a step late); the last shown */
         struct feed f = {0};
         bool more = true;
         st = glia__loader_start_epoch(&s.train, epoch, k0);
@@ -962,13 +979,14 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             if (!st && !lag.host) {  /* the loss of this step, now */
                 st = read_loss(m, &l);
                 if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
+                l_k = k;
             }
             bool stepped = (k + 1) % m->accumulate == 0 || k == steps - 1;
             if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
             if (!st) st = train_backward(m);
             if (!st && stepped) st = optimizer_step(m, epoch);
             if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
-                st = lagged_drain(m, &lag, epoch, &l, &loss_sum);
+                st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);
                 if (!st) st = lagged_start(m, &lag, k, nb);
             }
             if (st) break;
@@ -977,7 +995,7 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             if (stepped && !stopped && stop_agreed(m, &st)) stopped = interrupted = true;
             if (st) break;
             bool save = stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped);
-            if (save && (st = lagged_drain(m, &lag, epoch, &l, &loss_sum))) break;  /* the checkpoint holds every loss */
+            if (save && (st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum))) break;  /* the checkpoint holds every loss */
             if (save) {
                 char name[64];
                 snprintf(name, sizeof name, "step-%08lld.ckpt", (long long)m->step);
@@ -987,20 +1005,21 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             double el = glia__now() - t0, rate = (double)(b - b_start) / (el > 0 ? el : 1e-9);
             char eta[32];
             fmt_time((double)(steps - k - 1) * m->batch / rate, eta, sizeof eta);
-            if (opt->progress > 0)
-                fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
-                        (long long)k + 1, (long long)steps, l, rate, eta);
-            else if (opt->progress == 0 && ((k + 1) % m->log_every == 0))
-                fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs,
-                        (long long)k + 1, (long long)steps, l, rate, eta);
-            if (opt->progress >= 0) fflush(out);
-            line_open = opt->progress > 0;
+            if (l_k > shown_k) {  /* a lagged loss: the line of the step before this one */
+                progress_line(out, opt->progress, m, epoch, l_k, steps, l, rate, eta);
+                shown_k = l_k;
+                line_open = opt->progress > 0;
+            }
         }
         glia_status fs = feed_stop(m, &f);
         if (!st) st = fs;
-        if (!st) st = lagged_drain(m, &lag, epoch, &l, &loss_sum);  /* the epoch's last loss */
+        if (!st) st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);  /* the epoch's last loss */
         lag.pending = false;
         if (st) break;
+        if (!stopped && l_k > shown_k && opt->progress == 0) {  /* its line, when lagged (a terminal's is redrawn below) */
+            double el = glia__now() - t0;
+            progress_line(out, opt->progress, m, epoch, l_k, steps, l, (double)(b - b_start) / (el > 0 ? el : 1e-9), "0:00");
+        }
         if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
             if (opt->progress > 0) fprintf(out, "\r\033[K");
             line_open = false;

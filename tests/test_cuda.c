@@ -212,6 +212,51 @@ static void test_training_matches_cpu(void)
         }
 }
 
+/* Trains text with plain progress lines and keeps each line's (epoch, step, loss) in e[], k[], l[]
+ * (at most max); returns how many. */
+static int progress_of(const char *text, int *e, long long *k, double *l, int max)
+{
+    struct run r;
+    open_run(&r, text);
+    FILE *f = tmpfile();
+    CU_ASSERT_FATAL(f != NULL);
+    struct glia_train_options o = {NULL, 0, f, NULL};
+    glia_status st = glia_model_train(r.m, &o, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    rewind(f);
+    char line[256];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f))
+        if (sscanf(line, "epoch %d/%*d step %lld/%*d loss %lf", &e[n], &k[n], &l[n]) == 3) n++;
+    fclose(f);
+    close_run(&r);
+    return n;
+}
+
+/* The GPU reads each step's loss one step late (so the host never stalls the device); its
+ * progress lines still name each step with that step's own loss, as the CPU's do. */
+static void test_progress_lines_match_cpu(void)
+{
+    make_data();
+    enum { MAX = 64 };
+    int ea[MAX], eb[MAX];
+    long long ka[MAX], kb[MAX];
+    double la[MAX], lb[MAX];
+    int na = progress_of(cnn_text("cpu", "", "sgd\nlr = 0.01\nlog_every = 1"), ea, ka, la, MAX);
+    int nb = progress_of(cnn_text("cuda", "precision = fp32", "sgd\nlr = 0.01\nlog_every = 1"), eb, kb, lb, MAX);
+    CU_ASSERT_EQUAL(na, 40);  /* 2 epochs of 640 / 32 steps */
+    CU_ASSERT_EQUAL_FATAL(nb, na);
+    int bad = 0;
+    for (int i = 0; i < na; i++) {
+        bool ok = ea[i] == eb[i] && ka[i] == kb[i] && ka[i] == i % 20 + 1 && fabs(la[i] - lb[i]) <= 1e-3 * fmax(1, la[i]);
+        if (!ok && !bad++)
+            printf("\n  line %d: cpu epoch %d step %lld loss %.4f, gpu epoch %d step %lld loss %.4f\n", i, ea[i], ka[i],
+                   la[i], eb[i], kb[i], lb[i]);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 /* Low precisions train too (the loss goes down); after the first epoch no step asks the driver
  * for memory; fp16 reports its loss scale. */
 static void test_precisions_train_and_memory_is_flat(void)
@@ -322,6 +367,7 @@ int main(void)
     static const struct glia_test tests[] = {GLIA_TEST(test_copy_and_zero), GLIA_TEST(test_gemm_matches_cpu),
                                              GLIA_TEST(test_convert_on_device), GLIA_TEST(test_allocator_reuses_blocks),
                                              GLIA_TEST(test_reduce_scale_upload), GLIA_TEST(test_training_matches_cpu),
+                                             GLIA_TEST(test_progress_lines_match_cpu),
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
