@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <type_traits>
+#include <utility>
 
 #undef __global__
 #undef __device__
@@ -92,6 +94,21 @@ static inline void glia_emu_launch(const char *name, dim3 g, dim3 b, size_t smem
     auto call = [=]() { f(a...); };  /* the arguments by value: the launch may run later */
     using C = decltype(call);
     glia_emu_submit(name, g, b, smem, s, [](void *c) { (*(C *)c)(); }, new C(call), [](void *c) { delete (C *)c; });
+}
+
+/* cudaLaunchKernel's form, for kernels built at run time (emu_jit.c): the arguments from their
+ * addresses in a, copied now, then launched as above. */
+template <typename... P, size_t... I>
+static inline void glia_emu_launch_args_(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*f)(P...),
+                                         void **a, std::index_sequence<I...>)
+{
+    glia_emu_launch(name, g, b, smem, s, f, *(const std::decay_t<P> *)a[I]...);
+}
+template <typename... P>
+static inline void glia_emu_launch_args(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*f)(P...),
+                                        void **a)
+{
+    glia_emu_launch_args_(name, g, b, smem, s, f, a, std::index_sequence_for<P...>{});
 }
 
 #endif

@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* emu_runtime.c: runs what is queued on a stream, so that a library call computing now sees it */
-void glia_emu_flush_stream(cudaStream_t s);
+#include "emu.h"
 
 /* ---- element access for the three data types ---- */
 
@@ -72,21 +71,25 @@ static int lt_type(cudaDataType_t t)
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
+    GLIA_EMU_GUARD;
     *h = calloc(1, sizeof **h);
     return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
 {
+    GLIA_EMU_GUARD;
     free(h);
     return CUBLAS_STATUS_SUCCESS;
 }
 const char *cublasLtGetStatusString(cublasStatus_t s)
 {
+    GLIA_EMU_GUARD;
     return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
                                                                                                    : "CUBLAS_STATUS_INVALID_VALUE";
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale)
 {
+    GLIA_EMU_GUARD;
     struct emu_desc *e = calloc(1, sizeof *e);
     if (!e) return CUBLAS_STATUS_ALLOC_FAILED;
     e->compute = compute;
@@ -97,12 +100,14 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
 {
+    GLIA_EMU_GUARD;
     free(d);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void *buf,
                                               size_t size)
 {
+    GLIA_EMU_GUARD;
     struct emu_desc *e = (struct emu_desc *)(void *)d;
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA:
@@ -128,6 +133,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld)
 {
+    GLIA_EMU_GUARD;
     if (lt_type(type) < 0 || ld < (int64_t)(rows ? rows : 1)) {
         fprintf(stderr, "emu: cublasLtMatrixLayoutCreate: type %d, %llu x %llu with ld %lld\n", (int)type,
                 (unsigned long long)rows, (unsigned long long)cols, (long long)ld);
@@ -141,6 +147,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataTyp
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
 {
+    GLIA_EMU_GUARD;
     free(l);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -149,17 +156,20 @@ struct emu_pref {
 };
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
 {
+    GLIA_EMU_GUARD;
     *p = (cublasLtMatmulPreference_t)calloc(1, 64);
     return *p ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
 {
+    GLIA_EMU_GUARD;
     free(p);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void *buf, size_t size)
 {
+    GLIA_EMU_GUARD;
     (void)p;
     (void)buf;
     (void)attr;
@@ -191,6 +201,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t r[],
                                               int *found)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     (void)pref;
     int64_t m, n, k;
@@ -208,6 +219,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               const void *C, cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_size, cudaStream_t s)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     (void)algo;
     (void)ws;
@@ -293,58 +305,69 @@ static int dnn_type(cudnnDataType_t t)
 
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
+    GLIA_EMU_GUARD;
     return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED"
                                                                                                : "CUDNN_STATUS_BAD_PARAM";
 }
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
 {
+    GLIA_EMU_GUARD;
     *h = calloc(1, sizeof **h);
     return *h ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
 }
 cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
 {
+    GLIA_EMU_GUARD;
     free(h);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 {
+    GLIA_EMU_GUARD;
     h->stream = s;
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
 {
+    GLIA_EMU_GUARD;
     *d = calloc(1, sizeof **d);
     return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
 {
+    GLIA_EMU_GUARD;
     free(d);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
 {
+    GLIA_EMU_GUARD;
     *d = calloc(1, sizeof **d);
     return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
 {
+    GLIA_EMU_GUARD;
     free(d);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
 {
+    GLIA_EMU_GUARD;
     *d = calloc(1, sizeof **d);
     if (*d) (*d)->groups = 1;
     return *d ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
 {
+    GLIA_EMU_GUARD;
     free(d);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n, int c,
                                          int h, int w)
 {
+    GLIA_EMU_GUARD;
     if (dnn_type(t) < 0 || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || n < 1 || c < 1 || h < 1 || w < 1)
         return CUDNN_STATUS_BAD_PARAM;
     *d = (struct cudnnTensorStruct){1, dnn_type(t), f, n, c, h, w};
@@ -353,6 +376,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k, int c,
                                          int h, int w)
 {
+    GLIA_EMU_GUARD;
     if (dnn_type(t) < 0 || (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) || k < 1 || c < 1 || h < 1 || w < 1)
         return CUDNN_STATUS_BAD_PARAM;
     *d = (struct cudnnFilterStruct){1, dnn_type(t), f, k, c, h, w};
@@ -361,6 +385,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w, int u, int v, int dil_h,
                                               int dil_w, cudnnConvolutionMode_t mode, cudnnDataType_t compute)
 {
+    GLIA_EMU_GUARD;
     if (pad_h < 0 || pad_w < 0 || u < 1 || v < 1 || dil_h < 1 || dil_w < 1 || dnn_type(compute) < 0) return CUDNN_STATUS_BAD_PARAM;
     d->set = 1;
     d->pad_h = pad_h;
@@ -375,12 +400,14 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, in
 }
 cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int g)
 {
+    GLIA_EMU_GUARD;
     if (g < 1) return CUDNN_STATUS_BAD_PARAM;
     d->groups = g;
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m)
 {
+    GLIA_EMU_GUARD;
     d->math = m;
     return CUDNN_STATUS_SUCCESS;
 }
@@ -480,6 +507,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
                                       cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_size, const void *beta,
                                       const cudnnTensorDescriptor_t yd, void *y)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     (void)algo;
     (void)ws;
@@ -491,6 +519,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                            cudnnConvolutionBwdDataAlgo_t algo, void *ws, size_t ws_size, const void *beta,
                                            const cudnnTensorDescriptor_t dxd, void *dx)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     (void)algo;
     (void)ws;
@@ -502,6 +531,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              const cudnnConvolutionDescriptor_t cd, cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
                                              size_t ws_size, const void *beta, const cudnnFilterDescriptor_t dwd, void *dw)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     (void)algo;
     (void)ws;
@@ -513,6 +543,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t ad, const void *A,
                              const void *beta, const cudnnTensorDescriptor_t cd, void *C)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     if ((ad->n != 1 && ad->n != cd->n) || (ad->c != 1 && ad->c != cd->c) || (ad->h != 1 && ad->h != cd->h) ||
         (ad->w != 1 && ad->w != cd->w)) {
@@ -536,6 +567,7 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, const cudnnTens
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t dyd, const void *dy,
                                            const void *beta, const cudnnTensorDescriptor_t dbd, void *db)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     if (dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1) {
         fprintf(stderr, "emu: cudnnConvolutionBackwardBias: db (%d,%d,%d,%d) for dy (%d,%d,%d,%d)\n", dbd->n, dbd->c, dbd->h,
@@ -584,6 +616,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudn
                                                      const cudnnTensorDescriptor_t yd, const int n, int *got,
                                                      cudnnConvolutionFwdAlgoPerf_t *r)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionForwardAlgorithm_v7", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
     PERF_TWO(r, n, got, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, cd);
@@ -594,6 +627,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const
                                                           const cudnnTensorDescriptor_t dxd, const int n, int *got,
                                                           cudnnConvolutionBwdDataAlgoPerf_t *r)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardDataAlgorithm_v7", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
     PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, cd);
@@ -604,6 +638,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, con
                                                             const cudnnFilterDescriptor_t dwd, const int n, int *got,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t *r)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardFilterAlgorithm_v7", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
     PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, cd);
@@ -615,6 +650,7 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudn
                                                      const int n, int *got, cudnnConvolutionFwdAlgoPerf_t *r, void *ws,
                                                      size_t ws_size)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     (void)x;
     (void)w;
@@ -630,6 +666,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const
                                                           void *dx, const int n, int *got, cudnnConvolutionBwdDataAlgoPerf_t *r,
                                                           void *ws, size_t ws_size)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     (void)w;
     (void)dy;
@@ -645,6 +682,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
                                                             const cudnnFilterDescriptor_t dwd, void *dw, const int n, int *got,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t *r, void *ws, size_t ws_size)
 {
+    GLIA_EMU_GUARD;
     glia_emu_flush_stream(h->stream);
     (void)x;
     (void)y;
@@ -658,6 +696,7 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cud
                                                       const cudnnFilterDescriptor_t wd, const cudnnConvolutionDescriptor_t cd,
                                                       const cudnnTensorDescriptor_t yd, cudnnConvolutionFwdAlgo_t algo, size_t *size)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionForwardWorkspaceSize", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
     *size = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? 0 : EMU_WS;
@@ -668,6 +707,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, cons
                                                            const cudnnTensorDescriptor_t dxd, cudnnConvolutionBwdDataAlgo_t algo,
                                                            size_t *size)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardDataWorkspaceSize", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
     *size = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? 0 : EMU_WS;
@@ -679,6 +719,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, co
                                                              const cudnnFilterDescriptor_t dwd, cudnnConvolutionBwdFilterAlgo_t algo,
                                                              size_t *size)
 {
+    GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardFilterWorkspaceSize", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
     *size = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? 0 : EMU_WS;

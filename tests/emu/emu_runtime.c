@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "emu.h"
 
 #if !defined(__x86_64__)
 #error "the emulation's fiber switch is written for x86-64"
@@ -208,10 +209,13 @@ static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*f
 
 /* ---- the runtime ---- */
 
+pthread_mutex_t glia_emu_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
 static cudaError_t ret(void) { return sticky; }
 
 cudaError_t cudaGetLastError(void)
 {
+    GLIA_EMU_GUARD;
     cudaError_t e = last_error;
     last_error = sticky;
     return e;
@@ -219,6 +223,7 @@ cudaError_t cudaGetLastError(void)
 cudaError_t cudaPeekAtLastError(void) { return last_error; }
 const char *cudaGetErrorString(cudaError_t e)
 {
+    GLIA_EMU_GUARD;
     switch (e) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
@@ -230,6 +235,7 @@ const char *cudaGetErrorString(cudaError_t e)
 }
 const char *cudaGetErrorName(cudaError_t e)
 {
+    GLIA_EMU_GUARD;
     switch (e) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
@@ -242,23 +248,27 @@ const char *cudaGetErrorName(cudaError_t e)
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
+    GLIA_EMU_GUARD;
     *n = 1;
     return cudaSuccess;
 }
 static int cur_device;
 cudaError_t cudaSetDevice(int d)
 {
+    GLIA_EMU_GUARD;
     if (d != 0) return cudaErrorInvalidDevice;
     cur_device = d;
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d)
 {
+    GLIA_EMU_GUARD;
     *d = cur_device;
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
+    GLIA_EMU_GUARD;
     if (d != 0) return cudaErrorInvalidDevice;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "glia CPU emulation of sm_90");
@@ -275,6 +285,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 }
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
 {
+    GLIA_EMU_GUARD;
     (void)a;
     (void)d;
     *v = 0;
@@ -282,6 +293,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
 }
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
+    GLIA_EMU_GUARD;
     *free_b = (size_t)7 << 30;
     *total = (size_t)8 << 30;
     return cudaSuccess;
@@ -410,6 +422,7 @@ static void flush_all(void)
  * cuBLASLt calls compute when called, in their stream's order. */
 void glia_emu_flush_stream(cudaStream_t st)
 {
+    GLIA_EMU_GUARD;
     struct emu_stream *s = (struct emu_stream *)(void *)st;
     if (s) flush(s, s->queued);
     else flush_all();
@@ -439,11 +452,27 @@ static cudaError_t submit(cudaStream_t st, struct op o)
 void glia_emu_submit(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*fn)(void *), void *arg,
                      void (*drop)(void *))
 {
+    GLIA_EMU_GUARD;
     submit(s, (struct op){.kind = OP_KERNEL, .name = name, .g = g, .b = b, .smem = smem, .fn = fn, .arg = arg, .drop = drop});
+}
+
+void glia_emu_submit_host(const char *name, cudaStream_t s, void (*fn)(void *), void *arg, void (*drop)(void *))
+{
+    glia_emu_submit(name, (dim3){1, 1, 1}, (dim3){1, 1, 1}, 0, s, fn, arg, drop);
+}
+
+bool glia_emu_is_device(const void *p, size_t n)
+{
+    GLIA_EMU_GUARD;
+    for (size_t i = 0; i < n_ranges; i++)
+        if (ranges[i].kind == M_DEVICE && (const char *)p >= ranges[i].p && (const char *)p < ranges[i].p + ranges[i].n)
+            return n <= (size_t)(ranges[i].p + ranges[i].n - (const char *)p);
+    return false;
 }
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
+    GLIA_EMU_GUARD;
     *p = malloc(n ? n : 1);
     if (*p && track(*p, n ? n : 1, M_DEVICE)) {
         free(*p);
@@ -453,6 +482,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
 }
 cudaError_t cudaFree(void *p)
 {
+    GLIA_EMU_GUARD;
     flush_all();  /* cudaFree waits for the device */
     untrack(p);
     free(p);
@@ -460,6 +490,7 @@ cudaError_t cudaFree(void *p)
 }
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 {
+    GLIA_EMU_GUARD;
     (void)flags;
     *p = malloc(n ? n : 1);
     if (*p && track(*p, n ? n : 1, M_PINNED)) {
@@ -471,6 +502,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
 cudaError_t cudaFreeHost(void *p)
 {
+    GLIA_EMU_GUARD;
     flush_all();
     untrack(p);
     free(p);
@@ -478,6 +510,7 @@ cudaError_t cudaFreeHost(void *p)
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t st)
 {
+    GLIA_EMU_GUARD;
     (void)k;
     if (!n) return ret();
     /* between the device and pageable host memory CUDA copies synchronously */
@@ -493,6 +526,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
+    GLIA_EMU_GUARD;
     flush_all();
     memmove(dst, src, n);
     (void)k;
@@ -500,10 +534,12 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
+    GLIA_EMU_GUARD;
     return submit(s, (struct op){.kind = OP_SET, .dst = p, .value = v, .n = n});
 }
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
+    GLIA_EMU_GUARD;
     flush_all();
     memset(p, v, n);
     return ret();
@@ -511,6 +547,7 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int flags)
 {
+    GLIA_EMU_GUARD;
     (void)flags;
     struct emu_stream *s = calloc(1, sizeof *s);
     if (!s) return cudaErrorMemoryAllocation;
@@ -523,6 +560,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int flags)
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t st)
 {
+    GLIA_EMU_GUARD;
     struct emu_stream *s = (struct emu_stream *)(void *)st;
     if (!s) return cudaErrorInvalidResourceHandle;
     flush(s, s->queued);  /* queued work still completes */
@@ -536,6 +574,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t st)
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t st)
 {
+    GLIA_EMU_GUARD;
     struct emu_stream *s = (struct emu_stream *)(void *)st;
     if (s) flush(s, s->queued);
     else flush_all();
@@ -543,6 +582,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st)
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int flags)
 {
+    GLIA_EMU_GUARD;
     (void)flags;
     struct emu_event *e = (struct emu_event *)(void *)ev;
     if (!e->s) return ret();
@@ -550,17 +590,20 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int fl
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
 {
+    GLIA_EMU_GUARD;
     (void)s;
     *st = cudaStreamCaptureStatusNone;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void)
 {
+    GLIA_EMU_GUARD;
     flush_all();
     return ret();
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags)
 {
+    GLIA_EMU_GUARD;
     (void)flags;
     struct emu_event *e = calloc(1, sizeof *e);
     if (!e) return cudaErrorMemoryAllocation;
@@ -570,11 +613,13 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags)
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
+    GLIA_EMU_GUARD;
     free(e);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
 {
+    GLIA_EMU_GUARD;
     struct emu_event *e = (struct emu_event *)(void *)ev;
     struct emu_stream *s = (struct emu_stream *)(void *)st;
     if (!s) flush_all();
@@ -584,6 +629,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
 }
 cudaError_t cudaEventQuery(cudaEvent_t ev)
 {
+    GLIA_EMU_GUARD;
     struct emu_event *e = (struct emu_event *)(void *)ev;
     if (!e->s || e->s->done >= e->at) return ret();
     flush(e->s, e->s->done + 1);  /* the device moves on while the host polls */
@@ -591,59 +637,18 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 {
+    GLIA_EMU_GUARD;
     struct emu_event *e = (struct emu_event *)(void *)ev;
     if (e->s) flush(e->s, e->at);
     return ret();
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
+    GLIA_EMU_GUARD;
     (void)a;
     (void)b;
     *ms = 0.0f;
     return ret();
-}
-
-/* NVRTC-compiled kernels cannot run here: the pointwise layer reports the load as failed. */
-cudaError_t cudaLibraryLoadData(cudaLibrary_t *lib, const void *code, enum cudaJitOption *jo, void **jv, unsigned int nj,
-                                enum cudaLibraryOption *lo, void **lv, unsigned int nl)
-{
-    (void)lib;
-    (void)code;
-    (void)jo;
-    (void)jv;
-    (void)nj;
-    (void)lo;
-    (void)lv;
-    (void)nl;
-    return last_error = cudaErrorNotSupported;
-}
-cudaError_t cudaLibraryUnload(cudaLibrary_t lib)
-{
-    (void)lib;
-    return cudaSuccess;
-}
-cudaError_t cudaLibraryGetKernel(cudaKernel_t *k, cudaLibrary_t lib, const char *name)
-{
-    (void)k;
-    (void)lib;
-    (void)name;
-    return cudaErrorNotSupported;
-}
-cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *f)
-{
-    (void)a;
-    (void)f;
-    return cudaErrorNotSupported;
-}
-cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t smem, cudaStream_t s)
-{
-    (void)f;
-    (void)g;
-    (void)b;
-    (void)args;
-    (void)smem;
-    (void)s;
-    return cudaErrorNotSupported;
 }
 
 __attribute__((destructor)) static void report(void)

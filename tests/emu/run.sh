@@ -1,12 +1,15 @@
 #!/bin/bash
 # tests/emu/run.sh — runs the GPU test programs on the CPU against an emulated CUDA: the backend's host
 # code from the build as it is, its kernels rebuilt as host C++ (cuda_emu.h), the CUDA runtime,
-# cuDNN and cuBLASLt from emu_runtime.c and emu_libs.c. Not part of make check and not a GPU: it
-# finds wrong indexing, descriptors, layouts and barriers in code that has never met a GPU, not
-# stream-ordering or performance problems. The pointwise layer's NVRTC kernels cannot run here.
+# cuDNN, cuBLASLt and a one-rank NCCL from emu_runtime.c, emu_libs.c and emu_nccl.c (one library
+# that the emulated cuda.so and nccl.so share). Not part of make check and not a GPU: it finds wrong
+# indexing, descriptors, layouts, barriers and missing stream waits (GLIA_EMU_DEFER) in code that
+# has never met a GPU, not performance problems. The pointwise layer's NVRTC kernels cannot run here,
+# nor several NCCL ranks.
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
-#                                            GPU program but test_cuda_dist)
+#                                            GPU program, test_cuda_dist without its watchdog test)
+# $GLIA_TESTS, when set, chooses the tests inside each program (see tests/testutil.h).
 # Output and the emulated plugin folder go to ${GLIA_EMU_DIR:-/tmp/glia-emu}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,7 +19,7 @@ asan=""
 if [ "${1:-}" = "--asan" ]; then asan="-fsanitize=address -fno-omit-frame-pointer"; shift; fi
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(test_cuda test_cuda_conv test_cuda_dense test_cuda_norm_pool test_cuda_pointwise
-                                 test_cuda_optim test_cuda_seq test_layer_run)
+                                 test_cuda_optim test_cuda_seq test_cuda_dist test_layer_run)
 [ -e backends/cuda/.libs/cuda.so ] || { echo "run.sh: no backends/cuda/.libs/cuda.so: configure with CUDA and build first" >&2; exit 2; }
 
 q() { make -s -f Makefile -f - q <<<"q: ; @echo \$($1)"; }
@@ -41,24 +44,40 @@ for lo in $(q backends_cuda_cuda_la_OBJECTS); do
         objs+=("$(dirname "$lo")/.libs/$base.o")
     fi
 done
-for f in emu_runtime emu_libs; do
-    $cc -std=gnu11 "${flags[@]}" -Wall -Wextra -Wno-deprecated-declarations -I"$cuda_dir/include" \
+# the emulated CUDA runtime, cuDNN, cuBLASLt and NCCL: one library that cuda.so and nccl.so share
+emu=()
+for f in emu_runtime emu_libs emu_nccl emu_jit; do
+    $cc -std=gnu11 "${flags[@]}" -Wall -Wextra -Wno-deprecated-declarations -I"$cuda_dir/include" $(q NCCL_CFLAGS) \
         -c -o "$out/obj/$f.o" "tests/emu/$f.c"
-    objs+=("$out/obj/$f.o")
+    emu+=("$out/obj/$f.o")
 done
-$cxx -shared -Wl,-Bsymbolic $asan -o "$out/plugins/cuda.so" "${objs[@]}" -L"$top/.libs" -lglia \
+mkdir -p "$out/lib"
+rm -f "$out/plugins/"*.so  # links to the staged plugins: never write through them
+$cc -shared $asan -o "$out/lib/libglia-cudaemu.so" "${emu[@]}" -ldl -lpthread -lm
+emulib=(-L"$out/lib" -Wl,-rpath,"$out/lib" -lglia-cudaemu)
+$cxx -shared -Wl,-Bsymbolic $asan -o "$out/plugins/cuda.so" "${objs[@]}" -L"$top/.libs" -lglia "${emulib[@]}" \
     -L"$cuda_dir/lib64" -Wl,-rpath,"$cuda_dir/lib64" -lnvrtc -lpthread -lm
+nccl_o=plugins/comm/nccl/.libs/nccl_la-nccl.o
+if [ -e "$nccl_o" ]; then
+    $cc -shared -Wl,-Bsymbolic $asan -o "$out/plugins/nccl.so" "$nccl_o" -L"$top/.libs" -lglia "${emulib[@]}" -lpthread
+fi
 for p in stage/plugins/*.so; do
-    [ "$(basename "$p")" = cuda.so ] || ln -sfn "$top/$p" "$out/plugins/$(basename "$p")"
+    [ -e "$out/plugins/$(basename "$p")" ] && [ ! -L "$out/plugins/$(basename "$p")" ] || ln -sfn "$top/$p" "$out/plugins/$(basename "$p")"
 done
 
+# how emu_jit.c builds the source of NVRTC's kernels for the host
+export GLIA_EMU_JIT_CXX="$cxx -std=c++17 ${flags[*]} -shared -w -include $top/tests/emu/cuda_emu.h -I$cuda_dir/include -x c++" \
+    GLIA_EMU_JIT_LIBS="-x none -L$out/lib -Wl,-rpath,$out/lib -lglia-cudaemu" GLIA_EMU_JIT_DIR=$out/tmp
 export GLIA_PLUGIN_PATH=$out/plugins GLIA_FIXTURES=$top/tests/fixtures/.libs GLIA_SRCDIR=$top GLIA_TMPDIR=$out/tmp \
     GLIA_BIN=$top/tools/glia
 [ -z "$asan" ] || export LD_PRELOAD=$($cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
 pass=0 fail=0
 for t in "${tests[@]}"; do
     make -s "tests/$t" >/dev/null
-    if "tests/$t" >"$out/$t.log" 2>&1; then pass=$((pass + 1)); r=PASS; else r="FAIL ($?)"; fail=$((fail + 1)); fi
+    sel=${GLIA_TESTS:-}
+    # the watchdog test stands in for a stalled peer with 70 TFLOP of GEMMs, far too many for the CPU
+    [ "$t" != test_cuda_dist ] || [ -n "$sel" ] || sel=-test_nccl_watchdog
+    if GLIA_TESTS=$sel "tests/$t" >"$out/$t.log" 2>&1; then pass=$((pass + 1)); r=PASS; else r="FAIL ($?)"; fail=$((fail + 1)); fi
     echo "$r: $t   ($(grep -E '^ +asserts' "$out/$t.log" | tr -s ' ' || true))"
 done
 echo "$pass passed, $fail failed (logs in $out)"
