@@ -1,11 +1,11 @@
 #!/bin/bash
 # tests/emu/run.sh — runs the GPU test programs on the CPU against an emulated CUDA: the backend's host
 # code from the build as it is, its kernels rebuilt as host C++ (cuda_emu.h), the CUDA runtime,
-# cuDNN, cuBLASLt and a one-rank NCCL from emu_runtime.c, emu_libs.c and emu_nccl.c (one library
-# that the emulated cuda.so and nccl.so share). Not part of make check and not a GPU: it finds wrong
-# indexing, descriptors, layouts, barriers and missing stream waits (GLIA_EMU_DEFER) in code that
-# has never met a GPU, not performance problems. The pointwise layer's NVRTC kernels cannot run here,
-# nor several NCCL ranks.
+# cuDNN, cuBLASLt, a one-rank NCCL and NVRTC's kernels built for the host from emu_runtime.c,
+# emu_libs.c, emu_nccl.c and emu_jit.c (one library that the emulated cuda.so and nccl.so share).
+# Not part of make check and not a GPU: it finds wrong indexing, descriptors, layouts, arguments,
+# barriers and missing stream waits (GLIA_EMU_DEFER) in code that has never met a GPU, not
+# performance problems. Several NCCL ranks cannot run here.
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
 #                                            GPU program, test_cuda_dist without its watchdog test)
