@@ -682,20 +682,6 @@ static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int
     return st ? st : account_loss(m, *last, q->nb, epoch, q->k, sum);
 }
 
-/* The progress line of step k (0-based in the epoch) with its loss l: redrawn in place on a terminal,
- * every log_every steps otherwise. */
-static void progress_line(FILE *out, int progress, const struct glia_model *m, int epoch, int64_t k, int64_t steps,
-                          double l, double rate, const char *eta)
-{
-    if (progress > 0)
-        fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
-                (long long)k + 1, (long long)steps, l, rate, eta);
-    else if (progress == 0 && ((k + 1) % m->log_every == 0))
-        fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs, (long long)k + 1,
-                (long long)steps, l, rate, eta);
-    if (progress >= 0) fflush(out);
-}
-
 /* Number of rows of the logits whose argmax equals the label. */
 static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, int64_t *correct)
 {
@@ -796,6 +782,25 @@ static void fmt_time(double s, char *buf, size_t n)
 {
     long t = (long)(s + 0.5);
     snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The progress line of step k (0-based in the epoch) with its loss l: redrawn in place on a terminal,
+ * every log_every steps otherwise. The rate is of the samples trained since t0; the ETA is for the
+ * `left` steps still to run. */
+static void progress_line(FILE *out, int progress, const struct glia_model *m, int epoch, int64_t k, int64_t steps,
+                          double l, int64_t samples, double t0, int64_t left)
+{
+    if (progress < 0 || (progress == 0 && (k + 1) % m->log_every != 0)) return;
+    double el = glia__now() - t0, rate = (double)samples / (el > 0 ? el : 1e-9);
+    char eta[32];
+    fmt_time((double)left * m->batch / rate, eta, sizeof eta);
+    if (progress > 0)
+        fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
+                (long long)k + 1, (long long)steps, l, rate, eta);
+    else
+        fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs, (long long)k + 1,
+                (long long)steps, l, rate, eta);
+    fflush(out);
 }
 
 static FILE *open_metrics(struct glia_model *m, const char *override, bool append, glia_status *st)
@@ -1002,11 +1007,8 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
                 if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, kept))) break;
             }
             if (stopped) break;
-            double el = glia__now() - t0, rate = (double)(b - b_start) / (el > 0 ? el : 1e-9);
-            char eta[32];
-            fmt_time((double)(steps - k - 1) * m->batch / rate, eta, sizeof eta);
             if (l_k > shown_k) {  /* a lagged loss: the line of the step before this one */
-                progress_line(out, opt->progress, m, epoch, l_k, steps, l, rate, eta);
+                progress_line(out, opt->progress, m, epoch, l_k, steps, l, b - b_start, t0, steps - k - 1);
                 shown_k = l_k;
                 line_open = opt->progress > 0;
             }
@@ -1016,10 +1018,8 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
         if (!st) st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);  /* the epoch's last loss */
         lag.pending = false;
         if (st) break;
-        if (!stopped && l_k > shown_k && opt->progress == 0) {  /* its line, when lagged (a terminal's is redrawn below) */
-            double el = glia__now() - t0;
-            progress_line(out, opt->progress, m, epoch, l_k, steps, l, (double)(b - b_start) / (el > 0 ? el : 1e-9), "0:00");
-        }
+        if (!stopped && l_k > shown_k && opt->progress == 0)  /* its line, when lagged (a terminal's is redrawn below) */
+            progress_line(out, opt->progress, m, epoch, l_k, steps, l, b - b_start, t0, 0);
         if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
             if (opt->progress > 0) fprintf(out, "\r\033[K");
             line_open = false;

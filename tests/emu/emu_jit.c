@@ -258,6 +258,5 @@ cudaError_t cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t 
     struct kernel *k = as_kernel(f);
     if (!k) return cudaErrorInvalidDeviceFunction;
     k->entry(g, b, smem, s, args);  /* copies the arguments now: the launch may run later */
-    cudaError_t e = cudaPeekAtLastError();
-    return e;
+    return cudaPeekAtLastError();
 }

@@ -43,10 +43,16 @@ static size_t type_size(ncclDataType_t t)
     }
 }
 
+/* ncclSuccess when c is a communicator; otherwise the ncclInvalidArgument to return from call. */
+static ncclResult_t unknown(struct ncclComm *c, const char *call)
+{
+    return c && c->magic == EMU_MAGIC ? ncclSuccess : fail(NULL, ncclInvalidArgument, "%s: not a communicator", call);
+}
+
 /* A communicator that may be used now: known, not finalized, not mid-call, on the current device. */
 static ncclResult_t usable(struct ncclComm *c, const char *call)
 {
-    if (!c || c->magic != EMU_MAGIC) return fail(NULL, ncclInvalidArgument, "%s: not a communicator", call);
+    if (unknown(c, call)) return ncclInvalidArgument;
     if (c->finalized) return fail(c, ncclInvalidUsage, "%s: the communicator was finalized", call);
     if (c->in_progress)
         return fail(c, ncclInvalidUsage,
@@ -164,7 +170,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e)
 {
     GLIA_EMU_GUARD;
-    if (!c || c->magic != EMU_MAGIC) return fail(NULL, ncclInvalidArgument, "%s: not a communicator", "ncclCommGetAsyncError");
+    if (unknown(c, "ncclCommGetAsyncError")) return ncclInvalidArgument;
     *e = c->in_progress ? ncclInProgress : ncclSuccess;
     c->in_progress = 0;  /* the next poll finds it settled */
     return ncclSuccess;
@@ -194,7 +200,7 @@ static void forget(struct ncclComm *c)
 ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
     GLIA_EMU_GUARD;
-    if (!c || c->magic != EMU_MAGIC) return fail(NULL, ncclInvalidArgument, "%s: not a communicator", "ncclCommDestroy");
+    if (unknown(c, "ncclCommDestroy")) return ncclInvalidArgument;
     if (c->in_progress) return fail(c, ncclInvalidUsage, "%s: the communicator is still in progress", "ncclCommDestroy");
     forget(c);
     return ncclSuccess;
@@ -204,7 +210,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 {
     GLIA_EMU_GUARD;
     if (!c) return ncclSuccess;
-    if (c->magic != EMU_MAGIC) return fail(NULL, ncclInvalidArgument, "%s: not a communicator", "ncclCommAbort");
+    if (unknown(c, "ncclCommAbort")) return ncclInvalidArgument;
     forget(c);
     return ncclSuccess;
 }

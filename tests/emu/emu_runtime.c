@@ -338,11 +338,17 @@ static void untrack(void *p)
             return;
         }
 }
-static int kind_of(const void *p)
+/* The tracked block holding p, or NULL (pageable host memory). */
+static const struct range *range_of(const void *p)
 {
     for (size_t i = 0; i < n_ranges; i++)
-        if ((const char *)p >= ranges[i].p && (const char *)p < ranges[i].p + ranges[i].n) return ranges[i].kind;
-    return 0;  /* pageable host memory */
+        if ((const char *)p >= ranges[i].p && (const char *)p < ranges[i].p + ranges[i].n) return &ranges[i];
+    return NULL;
+}
+static int kind_of(const void *p)
+{
+    const struct range *r = range_of(p);
+    return r ? r->kind : 0;
 }
 
 enum op_kind { OP_KERNEL, OP_COPY, OP_SET, OP_WAIT };
@@ -464,10 +470,8 @@ void glia_emu_submit_host(const char *name, cudaStream_t s, void (*fn)(void *), 
 bool glia_emu_is_device(const void *p, size_t n)
 {
     GLIA_EMU_GUARD;
-    for (size_t i = 0; i < n_ranges; i++)
-        if (ranges[i].kind == M_DEVICE && (const char *)p >= ranges[i].p && (const char *)p < ranges[i].p + ranges[i].n)
-            return n <= (size_t)(ranges[i].p + ranges[i].n - (const char *)p);
-    return false;
+    const struct range *r = range_of(p);
+    return r && r->kind == M_DEVICE && n <= (size_t)(r->p + r->n - (const char *)p);
 }
 
 cudaError_t cudaMalloc(void **p, size_t n)
@@ -516,9 +520,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     /* between the device and pageable host memory CUDA copies synchronously */
     int kd = kind_of(dst), ks = kind_of(src);
     if ((kd == M_DEVICE && !ks) || (ks == M_DEVICE && !kd)) {
-        struct emu_stream *s = (struct emu_stream *)(void *)st;
-        if (s) flush(s, s->queued);
-        else flush_all();
+        glia_emu_flush_stream(st);
         memmove(dst, src, n);
         return ret();
     }
@@ -575,9 +577,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t st)
 cudaError_t cudaStreamSynchronize(cudaStream_t st)
 {
     GLIA_EMU_GUARD;
-    struct emu_stream *s = (struct emu_stream *)(void *)st;
-    if (s) flush(s, s->queued);
-    else flush_all();
+    glia_emu_flush_stream(st);
     return ret();
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int flags)
