@@ -3,7 +3,7 @@
  * input channel, 1x1 output, rectangular kernels and padding: 1x3 over token sequences, 3x1,
  * 2x5), every precision, both memory formats, write and accumulate, cudnn_benchmark on and off,
  * a zero workspace limit, eval forward, batch-size and length changes, no input gradient (the
- * first layer).
+ * first layer), the autotuner's workspace given back.
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
 #include "cudautil.h"
 
@@ -328,6 +328,86 @@ static void test_no_input_grad(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* The largest "N bytes of workspace" among the algorithm choices logged in f, and how many. */
+static size_t chosen_workspace(FILE *f, int *n)
+{
+    char line[2048];
+    size_t most = 0;
+    *n = 0;
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        const char *w = strstr(line, " bytes of workspace");
+        if (!w) continue;
+        while (w > line && w[-1] >= '0' && w[-1] <= '9') w--;
+        size_t v = (size_t)strtoull(w, NULL, 10);
+        if (v > most) most = v;
+        ++*n;
+    }
+    return most;
+}
+
+/* cudnn_benchmark offers cuDNN the largest workspace any algorithm asks for (up to workspace_mb);
+ * afterwards only what the chosen algorithms run with stays allocated. On a backend of its own (a
+ * fresh cache and scratch), a forward and backward at a shape tuned here first: the bytes in use
+ * grow by at most twice the largest chosen workspace (from the debug log), not by the timing's. */
+static void test_tuning_workspace_given_back(void)
+{
+    struct glia_context *ctx;
+    struct glia_backend *b;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "cuda") == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &b) == GLIA_OK);
+    struct glia_runtime_options o = b->options;
+    o.precision = GLIA_PRECISION_FP32;
+    o.cudnn_benchmark = true;
+    o.workspace_limit = DEFAULT_WORKSPACE;
+    CU_ASSERT_FATAL(glia_backend_configure(b, &o) == GLIA_OK);
+    const char *ini = "[c]\ntype = conv2d\nfilters = 24\nsize = 3\npadding = 1\n";
+    struct glia_shape in = S(4, 5, 24, 19, 17), os = S(4, 5, 24, 19, 17);  /* a shape no other test tunes */
+    struct cuda_built G;
+    cuda_build(ini, "cudnn", b, &in, 1, &G);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 9000);
+    for (int q = 0; q < G.l.n_params; q++) {
+        float *v = NULL;
+        glia_tensor_release(G.l.params[q].value);
+        G.l.params[q].value = random_tensor(&rng, b, G.l.params[q].shape, GLIA_CONTIGUOUS, &v);
+        G.l.params[q].grad_unset = true;
+        free(v);
+    }
+    float *xv = NULL, *dyv = NULL;
+    struct glia_tensor *x = random_tensor(&rng, b, in, GLIA_CONTIGUOUS, &xv);
+    struct glia_tensor *dy = random_tensor(&rng, b, os, GLIA_CONTIGUOUS, &dyv);
+    struct glia_tensor *y = tensor_as(b, os, GLIA_CONTIGUOUS), *dx = tensor_as(b, in, GLIA_CONTIGUOUS);
+    struct glia_memory_stats s0, s1;
+    CU_ASSERT_FATAL(glia_backend_memory_stats(b, &s0) == GLIA_OK);
+    FILE *log = tmpfile();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    glia_log_set(cuda_ctx, log, GLIA_LOG_DEBUG);  /* the layer's context: where its choices are logged */
+    const struct glia_tensor *ins[1] = {x};
+    struct glia_tensor *dins[1] = {dx};
+    bool accs[1] = {false};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1};
+    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL};
+    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &f), GLIA_OK);
+    CU_ASSERT_EQUAL(G.ops->backward(&G.l, &bw), GLIA_OK);
+    glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
+    CU_ASSERT_FATAL(glia_backend_memory_stats(b, &s1) == GLIA_OK);
+    int n;
+    size_t ws = chosen_workspace(log, &n), grown = s1.current > s0.current ? s1.current - s0.current : 0;
+    fclose(log);
+    CU_ASSERT_EQUAL(n, 3);  /* forward, backward data, backward filter */
+    if (!(grown <= 2 * ws + ((size_t)1 << 20)))
+        printf("\n  after autotuning %zu bytes more in use; the chosen algorithms need %zu\n", grown, ws);
+    CU_ASSERT(grown <= 2 * ws + ((size_t)1 << 20));
+    struct glia_tensor *all[] = {x, dy, y, dx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    free(xv);
+    free(dyv);
+    cuda_unbuild(&G);
+    glia_context_free(ctx);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
-               GLIA_TEST(test_no_input_grad))
+               GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back))

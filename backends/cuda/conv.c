@@ -516,8 +516,9 @@ fail:
 }
 
 /* Make sure each direction in dirs (a bit mask) has its algorithm: from the layer, the cache, the
- * heuristics, or timing (cudnn_benchmark); then take scratch for k's layout and the largest
- * workspace those algorithms need, and prepare the operands in it. *base: the scratch. */
+ * heuristics, or timing (cudnn_benchmark, whose larger scratch is then given back); then take
+ * scratch for k's layout and the largest workspace those algorithms need, and prepare the
+ * operands in it. *base: the scratch. */
 static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, char **base)
 {
     struct cuda_conv *p = l->priv;
@@ -573,8 +574,9 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
     for (int d = 0; d < N_DIRS; d++)
         if ((dirs & (1u << d)) && p->choice[d].workspace > ws) ws = p->choice[d].workspace;
     char *run = NULL;
+    bool kept = tune && !glia__cuda_scratch_shrink(c, k->end + ws);  /* the timing's scratch, unless given back */
     if (k->end + ws && (st = glia__cuda_scratch(c, k->end + ws, (void **)&run))) return st;
-    if ((!tune || run != b) && (st = prepare(l, k, run))) return st;  /* the timing's copies are still there */
+    if ((!kept || run != b) && (st = prepare(l, k, run))) return st;  /* a kept one holds the timing's copies */
     k->ws = ws ? run + k->end : NULL;
     k->ws_size = ws;
     *base = run;

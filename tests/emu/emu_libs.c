@@ -588,6 +588,11 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, c
 /* ---- algorithm choice: two algorithms; Find*Ex clobbers its output buffer as cuDNN may ---- */
 
 #define EMU_WS 4096
+#define EMU_WS_FFT ((size_t)64 << 20)
+
+/* An algorithm's workspace: none for the one without, much more for the FFT ones (never among the
+ * results here), as on a GPU: autotuning offers cuDNN the largest an algorithm asks for. */
+static size_t emu_ws(bool none, bool fft) { return none ? 0 : fft ? EMU_WS_FFT : EMU_WS; }
 
 static void clobber(void *p, int64_t bytes) { memset(p, 0xff, (size_t)bytes); }  /* NaN in every type */
 
@@ -699,7 +704,8 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cud
     GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionForwardWorkspaceSize", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
-    *size = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ? 0 : EMU_WS;
+    *size = emu_ws(algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                   algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
@@ -710,7 +716,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, cons
     GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardDataWorkspaceSize", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
-    *size = algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ? 0 : EMU_WS;
+    *size = emu_ws(algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                   algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -722,6 +729,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, co
     GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardFilterWorkspaceSize", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
-    *size = algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ? 0 : EMU_WS;
+    *size = emu_ws(algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0,
+                   algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING);
     return CUDNN_STATUS_SUCCESS;
 }
