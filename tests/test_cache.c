@@ -1,6 +1,6 @@
 /* tests/test_cache.c — the CUDA backend's caching allocator (backends/cuda/cache.c) over malloc:
- * size classes, reuse without raw allocations after warm-up, statistics, and the retry after
- * giving cached blocks back when the raw allocator runs out. Not device memory: runs anywhere. */
+ * size classes, reuse without raw allocations after warm-up, statistics, the retry after
+ * giving cached blocks back when the raw allocator runs out, and a block given straight back. Not device memory: runs anywhere. */
 #include <stdlib.h>
 #include "testutil.h"
 #include "../backends/cuda/cache.h"
@@ -104,5 +104,38 @@ static void test_out_of_memory_trims_and_retries(void)
     CU_ASSERT_EQUAL(r.held, 0);
 }
 
+/* A block given back goes to the raw allocator, not to the cache; the cached blocks stay. */
+static void test_give_back(void)
+{
+    struct raw r = {1u << 30, 0, 0};
+    struct glia__cache *c = glia__cache_new(raw_alloc, raw_free, &r);
+    void *big, *small, *other;
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 64u << 20, &big), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &small), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &other), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, other), 0);  /* cached */
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, big), 0);
+    struct glia__cache_stats s;
+    glia__cache_get_stats(c, &s);
+    CU_ASSERT_EQUAL(r.held, 4096 + 8192);
+    CU_ASSERT_EQUAL(r.live, 2);
+    CU_ASSERT_EQUAL(s.current, 4096);
+    CU_ASSERT_EQUAL(s.reserved, 4096 + 8192);
+    CU_ASSERT_EQUAL(s.peak, (64u << 20) + 4096 + 8192);
+    CU_ASSERT_EQUAL(s.raw_frees, 1);
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, big), -1);    /* gone */
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, other), -1);  /* cached, not in use */
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &big), 0);  /* the cached block still serves */
+    CU_ASSERT_PTR_EQUAL(big, other);
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, small), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, big), 0);
+    glia__cache_trim(c);
+    CU_ASSERT_EQUAL(r.live, 0);
+    glia__cache_get_stats(c, &s);
+    CU_ASSERT_EQUAL(s.reserved, 0);
+    CU_ASSERT_EQUAL(s.current, 0);
+    glia__cache_free(c);
+}
+
 GLIA_TEST_MAIN("cache", GLIA_TEST(test_classes), GLIA_TEST(test_reuse_after_warmup),
-               GLIA_TEST(test_out_of_memory_trims_and_retries))
+               GLIA_TEST(test_out_of_memory_trims_and_retries), GLIA_TEST(test_give_back))

@@ -106,4 +106,18 @@ int glia__cache_release(struct glia__cache *c, void *p)
     return -1;
 }
 
+int glia__cache_give_back(struct glia__cache *c, void *p)
+{
+    for (size_t i = c->n; i-- > 0;)
+        if (c->b[i].ptr == p && c->b[i].in_use) {
+            c->rf(c->user, p);
+            c->st.current -= c->b[i].size;
+            c->st.reserved -= c->b[i].size;
+            c->st.raw_frees++;
+            c->b[i] = c->b[--c->n];
+            return 0;
+        }
+    return -1;
+}
+
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s) { *s = c->st; }

@@ -37,6 +37,9 @@ size_t glia__cache_class(size_t nbytes);
 int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p);
 /* Return a block from glia__cache_alloc to the cache. 0, or -1 when p is not a block in use. */
 int glia__cache_release(struct glia__cache *c, void *p);
+/* Give a block from glia__cache_alloc straight back to the raw allocator, not to the cache (a
+ * large block used once). 0, or -1 when p is not a block in use. */
+int glia__cache_give_back(struct glia__cache *c, void *p);
 /* Give the cached (free) blocks back to the raw allocator. */
 void glia__cache_trim(struct glia__cache *c);
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s);

@@ -154,12 +154,11 @@ glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
 bool glia__cuda_scratch_shrink(struct glia__cuda *c, size_t nbytes)
 {
     if (!c->scratch || c->scratch_size / 2 <= nbytes) return false;
-    cuda_free(c, c->scratch);
+    pthread_mutex_lock(&c->lock);
+    glia__cache_give_back(c->cache, c->scratch);  /* raw_free waits for the queued work that reads it */
+    pthread_mutex_unlock(&c->lock);
     c->scratch = NULL;
     c->scratch_size = 0;
-    pthread_mutex_lock(&c->lock);
-    glia__cache_trim(c->cache);  /* raw_free waits for the device: queued work may still read a block */
-    pthread_mutex_unlock(&c->lock);
     return true;
 }
 

@@ -67,10 +67,10 @@ static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b)
 /* Scratch device memory of at least nbytes, valid until the next call (all users are ordered on
  * the one stream, so a layer may use it for the duration of its forward or backward). */
 glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out);
-/* Give the scratch back when it is more than twice nbytes, and the cache's free blocks with it, to the
- * driver (the next glia__cuda_scratch takes a block of the size asked then); true when it did. For after autotuning,
- * whose workspace may be far larger than what the chosen algorithms run with; it waits for the
- * device, so never in a step after warm-up. */
+/* Give the scratch back to the driver when it is more than twice nbytes (the next glia__cuda_scratch
+ * takes a block of the size asked then); true when it did. For after autotuning, whose workspace
+ * may be far larger than what the chosen algorithms run with; it waits for the device, so never
+ * in a step after warm-up. */
 bool glia__cuda_scratch_shrink(struct glia__cuda *c, size_t nbytes);
 
 /* cuDNN calls turned into glia statuses, like CUDA_TRY. */
