@@ -95,29 +95,29 @@ done:
     return 0;
 }
 
-int glia__cache_release(struct glia__cache *c, void *p)
+/* The block in use at p, or NULL; no longer in use when found (its bytes leave `current`). */
+static struct block *take_back(struct glia__cache *c, void *p)
 {
     for (size_t i = c->n; i-- > 0;)
         if (c->b[i].ptr == p && c->b[i].in_use) {
             c->b[i].in_use = false;
             c->st.current -= c->b[i].size;
-            return 0;
+            return &c->b[i];
         }
-    return -1;
+    return NULL;
 }
+
+int glia__cache_release(struct glia__cache *c, void *p) { return take_back(c, p) ? 0 : -1; }
 
 int glia__cache_give_back(struct glia__cache *c, void *p)
 {
-    for (size_t i = c->n; i-- > 0;)
-        if (c->b[i].ptr == p && c->b[i].in_use) {
-            c->rf(c->user, p);
-            c->st.current -= c->b[i].size;
-            c->st.reserved -= c->b[i].size;
-            c->st.raw_frees++;
-            c->b[i] = c->b[--c->n];
-            return 0;
-        }
-    return -1;
+    struct block *k = take_back(c, p);
+    if (!k) return -1;
+    c->rf(c->user, p);
+    c->st.reserved -= k->size;
+    c->st.raw_frees++;
+    *k = c->b[--c->n];
+    return 0;
 }
 
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s) { *s = c->st; }
