@@ -1194,6 +1194,13 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
                     fprintf(f, " %s.%s", m->nodes[i].layer.name, m->nodes[i].layer.params[p].name);
         fprintf(f, "\n");
     }
+    struct glia__act_plan pl;  /* shape inference only: the model does not change */
+    if (!glia__act_plan((struct glia_model *)m, m->batch, m->test_batch, &pl)) {
+        fprintf(f, "activation memory: training %.1f MB kept for backward and %.1f MB of gradients (%.1f MB unshared) "
+                "at batch %d; evaluation %.1f MB (%.1f MB unshared) at batch %d\n", pl.kept * 4e-6, pl.grad * 4e-6,
+                pl.grad_unshared * 4e-6, m->batch, pl.eval * 4e-6, pl.eval_unshared * 4e-6, m->test_batch);
+        glia__act_plan_free(&pl);
+    }
     human(total_flops, fl, sizeof fl);
     char at[48] = "";
     if (m->train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->train.cols);

@@ -67,8 +67,10 @@ struct glia__node {
     bool needs_grad;                 /* it or a layer feeding it has parameters: backward runs */
     struct glia_shape out_shape;     /* at the configured batch size */
     uint64_t flops;                  /* at the configured batch size */
-    struct glia_tensor *out_buf, *dout_buf;  /* sized for the largest batch */
-    struct glia_tensor *out, *dout;  /* views for the current batch */
+    struct glia_tensor *out_buf;     /* training: the output, kept for backward (sized for act_batch) */
+    struct glia_tensor *out, *dout;  /* views for the current batch: the output (in out_buf, or in the
+                                        evaluation block) and its gradient (in the gradient block; NULL in
+                                        evaluation and where no gradient flows) */
     bool grad_written;               /* dout written during this backward */
     double t_fwd, t_bwd;             /* seconds spent, when profiling */
     /* memory formats (see [runtime] memory_format) */
@@ -78,8 +80,9 @@ struct glia__node {
                       GLIA__EDGE_CONVERT      /* converted into cin[k]; its gradient back from cdin[k] */
     } edge[GLIA__MAX_INPUTS];
     enum glia_memory_format in_fmt[GLIA__MAX_INPUTS];   /* what the layer gets */
-    struct glia_tensor *cin_buf[GLIA__MAX_INPUTS], *cdin_buf[GLIA__MAX_INPUTS];  /* EDGE_CONVERT */
-    struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT) */
+    struct glia_tensor *cin_buf[GLIA__MAX_INPUTS];  /* EDGE_CONVERT, training: the converted input */
+    struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT); cdin in the
+                                                                             gradient block, or NULL */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
     int bias_dropped_for;            /* ... because this node normalizes its output */
 };
@@ -101,6 +104,17 @@ void glia__arena_pack(const struct glia__arena *a, const float *full, float *com
 /* full(len) = compact(n) spread to the offsets, zero padding */
 void glia__arena_unpack(const struct glia__arena *a, const float *compact, float *full);
 
+/* Plan slots per node: its output (k = -1), then each of its converted inputs k. */
+#define GLIA__PLAN_SLOTS (GLIA__MAX_INPUTS + 1)
+#define GLIA__PLAN_SLOT(i, k) ((i) * GLIA__PLAN_SLOTS + 1 + (k))
+/* Where a model's activations live (sizes in floats). Training keeps every output (and converted input) for
+ * backward, each in a buffer of its own (kept); the output gradients, and the gradients of converted inputs, share
+ * one block (grad, at grad_off[GLIA__PLAN_SLOT(i, k)]; grad_unshared: the sum of their sizes). Evaluation runs
+ * forward only, its outputs and converted inputs sharing one block (eval, eval_off; eval_unshared). */
+struct glia__act_plan {
+    int64_t kept, grad, grad_unshared, eval, eval_unshared;
+    int64_t *grad_off, *eval_off;    /* n_nodes * GLIA__PLAN_SLOTS each (owned) */
+};
 struct glia_model {
     struct glia_context *ctx;
     struct glia_config *cfg;
@@ -143,9 +157,14 @@ struct glia_model {
     struct glia__arena ba;           /* where each buffer lies in buf; ba.n values */
     struct glia_tensor *buf;         /* buffer arena (running statistics) */
     /* activations */
- int64_t act_batch;               /* batch the buffers were sized for (0: none) */
+    int64_t act_batch;               /* training batch the buffers were sized for (0: none) */
+    int64_t eval_batch;              /* evaluation batch the evaluation block was sized for (0: none) */
     int64_t cur_batch;               /* batch the views currently have */
     int64_t cur_len;                 /* tokens: the padded length they have */
+    bool cur_train;                  /* the views are training's (else evaluation's) */
+    struct glia__act_plan plan;      /* where the shared blocks' buffers lie (core/memplan.c) */
+    struct glia_tensor *grad_block;  /* training: output gradients, shared by lifetime (NULL: none) */
+    struct glia_tensor *eval_block;  /* evaluation: outputs, shared by lifetime (NULL: none) */
     struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
     struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
                                                stream: the next batch lands here during a step */
@@ -183,6 +202,20 @@ static inline struct glia_shape glia__data_shape(const struct glia_model *m, int
 const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
+
+/* ---- activation memory (core/memplan.c) ---- */
+/* Offsets off[i] (floats, multiples of GLIA__ARENA_ALIGN) for n buffers of size[i] floats (0: none, offset 0), each
+ * alive from moment first[i] to last[i] inclusive, such that two buffers alive at a common moment never overlap;
+ * returns the block's length in floats (-1: out of memory). Largest first, each at the lowest offset that fits.
+ * Pure. */
+int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, int64_t *off);
+/* Output shapes of every node for a data batch of shape (n, len) (tokens) or n images, through each layer's
+ * infer_shape. */
+glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes);
+/* The plan for a training batch of train_batch (0: no training) and an evaluation batch of eval_batch (0: none),
+ * at the longest token length. */
+glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t eval_batch, struct glia__act_plan *p);
+void glia__act_plan_free(struct glia__act_plan *p);
 
 /* ---- checkpoints (core/checkpoint.c) ---- */
 struct glia__resume {

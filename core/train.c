@@ -17,16 +17,17 @@ void glia__model_release_activations(struct glia_model *m)
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
         glia_tensor_release(nd->out_buf);
-        glia_tensor_release(nd->dout_buf);
-        nd->out = nd->dout = nd->out_buf = nd->dout_buf = NULL;
+        nd->out = nd->dout = nd->out_buf = NULL;
         for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);
             glia_tensor_release(nd->cin_buf[k]);
-            glia_tensor_release(nd->cdin_buf[k]);
-            nd->cin[k] = nd->cdin[k] = nd->cin_buf[k] = nd->cdin_buf[k] = NULL;
+            nd->cin[k] = nd->cdin[k] = nd->cin_buf[k] = NULL;
         }
     }
+    glia_tensor_release(m->grad_block);
+    glia_tensor_release(m->eval_block);
+    glia__act_plan_free(&m->plan);
     glia_tensor_release(m->x);
     glia_tensor_release(m->y);
     glia_tensor_release(m->x_buf);
@@ -34,27 +35,9 @@ void glia__model_release_activations(struct glia_model *m)
     glia_tensor_release(m->loss_scale);
     glia_tensor_release(m->stage_x);
     glia_tensor_release(m->stage_y);
+    m->grad_block = m->eval_block = NULL;
     m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = m->stage_x = m->stage_y = NULL;
-    m->act_batch = m->cur_batch = m->cur_len = 0;
-}
-
-/* Output shapes of every node for a data batch of shape (n, len) (tokens) or n images, through
- * each layer's infer_shape. */
-static glia_status infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes)
-{
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia__node *nd = &m->nodes[i];
-        struct glia_shape in[GLIA__MAX_INPUTS];
-        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? glia__data_shape(m, n, len) : shapes[nd->in[k]];
-        glia_status st = nd->layer.ops->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
-        if (st) {
-            if (m->train.tokens)
-                return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld of length %lld",
-                                          (long long)n, (long long)len);
-            return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld", (long long)n);
-        }
-    }
-    return GLIA_OK;
+    m->act_batch = m->eval_batch = m->cur_batch = m->cur_len = 0;
 }
 
 /* The data batch's element type: token ids or pixels. */
@@ -74,31 +57,40 @@ static glia_status write_loss_scale(struct glia_model *m)
     return glia_tensor_from_host(m->loss_scale, &v, sizeof v);
 }
 
-static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
+/* A new 1-D f32 tensor of n floats (at least one). */
+static glia_status new_flat(struct glia_model *m, int64_t n, struct glia_tensor **out)
+{
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){n > 0 ? n : 1});
+    return glia_tensor_new(m->backend, GLIA_F32, &flat, out);
+}
+
+/* Buffers for training batches of up to tb samples (0: none) and evaluation batches of up to eb (0: none), after
+ * glia__act_plan: each output, and each converted input, kept for backward in a buffer of its own; the gradients in
+ * one shared block; evaluation's outputs in another. */
+static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t eb)
 {
     /* Freed blocks go back to the device cache at once; a copy stream could write a reused one
      * before queued work has read it, so let the device drain first. */
     glia_status st = glia_backend_sync(m->backend);
     if (st) return st;
     glia__model_release_activations(m);
+    int64_t maxb = tb > eb ? tb : eb;
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     if (!shapes) return GLIA_ENOMEM;
-    st = infer_all(m, maxb, m->train.cols, shapes);  /* activations grow with the length: the longest */
-    for (int i = 0; i < m->n_nodes && !st; i++) {
+    st = glia__act_plan(m, tb, eb, &m->plan);
+    if (!st && tb > 0) st = glia__infer_all(m, tb, m->train.cols, shapes);  /* activations grow with the length */
+    for (int i = 0; i < m->n_nodes && !st && tb > 0; i++) {
         struct glia__node *nd = &m->nodes[i];
-        int64_t d1[1] = {glia_shape_numel(&shapes[i])};
-        struct glia_shape flat = glia_shape_make(1, d1);
-        st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->out_buf);
-        if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &nd->dout_buf);
-        for (int k = 0; k < nd->n_in && !st; k++) {  /* converted inputs and their gradients */
+        st = new_flat(m, glia_shape_numel(&shapes[i]), &nd->out_buf);
+        for (int k = 0; k < nd->n_in && !st; k++) {  /* converted inputs */
             if (nd->edge[k] != GLIA__EDGE_CONVERT) continue;
-            struct glia_shape ps = nd->in[k] < 0 ? glia__data_shape(m, maxb, m->train.cols) : shapes[nd->in[k]];
-            struct glia_shape fk = glia_shape_make(1, (int64_t[]){glia_shape_numel(&ps)});
-            st = glia_tensor_new(m->backend, GLIA_F32, &fk, &nd->cin_buf[k]);
-            if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &fk, &nd->cdin_buf[k]);
+            struct glia_shape ps = nd->in[k] < 0 ? glia__data_shape(m, tb, m->train.cols) : shapes[nd->in[k]];
+            st = new_flat(m, glia_shape_numel(&ps), &nd->cin_buf[k]);
         }
     }
     free(shapes);
+    if (!st && tb > 0) st = new_flat(m, m->plan.grad, &m->grad_block);
+    if (!st && eb > 0) st = new_flat(m, m->plan.eval, &m->eval_block);
     struct glia_shape xs = glia__data_shape(m, maxb, m->train.cols);
     int64_t d1[1] = {maxb}, one[1] = {1};
     struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
@@ -112,38 +104,65 @@ static glia_status alloc_activations(struct glia_model *m, int64_t maxb)
         glia__model_release_activations(m);
         return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
     }
-    m->act_batch = maxb;
+    m->act_batch = tb;
+    m->eval_batch = eb;
     return GLIA_OK;
 }
 
-/* Point every activation view at batch n (n <= act_batch) of length len (tokens; images: any). */
-static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len)
+/* Buffers for at least tb training and eb evaluation samples per batch (kept when large enough). */
+static glia_status need_activations(struct glia_model *m, int64_t tb, int64_t eb)
+{
+    if (m->act_batch >= tb && m->eval_batch >= eb) return GLIA_OK;
+    return alloc_activations(m, tb > m->act_batch ? tb : m->act_batch, eb > m->eval_batch ? eb : m->eval_batch);
+}
+
+/* *out = the part of block from offset off, of shape s in format f. */
+static glia_status view(struct glia_tensor *block, int64_t off, const struct glia_shape *s, enum glia_memory_format f,
+                        struct glia_tensor **out)
+{
+    return glia_tensor_view_as(block, off, s, f, out);
+}
+
+/* Point every activation view at batch n (n <= act_batch in training, eval_batch in evaluation) of length len
+ * (tokens; images: any). */
+static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len, bool train)
 {
     if (!m->train.tokens) len = m->train.cols;
-    if (n == m->cur_batch && len == m->cur_len) return GLIA_OK;
+    if (n == m->cur_batch && len == m->cur_len && train == m->cur_train) return GLIA_OK;
+    if (n > (train ? m->act_batch : m->eval_batch))
+        return glia_error(m->ctx, GLIA_EINVAL, "batch of %lld exceeds the %lld the activations were sized for",
+                          (long long)n, (long long)(train ? m->act_batch : m->eval_batch));
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     if (!shapes) return GLIA_ENOMEM;
-    glia_status st = infer_all(m, n, len, shapes);
+    glia_status st = glia__infer_all(m, n, len, shapes);
+    const int64_t *goff = m->plan.grad_off, *eoff = m->plan.eval_off;
     for (int i = 0; i < m->n_nodes && !st; i++) {
         struct glia__node *nd = &m->nodes[i];
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
-        st = glia_tensor_view_as(nd->out_buf, 0, &shapes[i], nd->out_fmt, &nd->out);
-        if (!st) st = glia_tensor_view_as(nd->dout_buf, 0, &shapes[i], nd->out_fmt, &nd->dout);
+        int o = GLIA__PLAN_SLOT(i, -1);
+        bool grad = i < m->n_nodes - 1 && nd->needs_grad;  /* its output gradient is written */
+        st = train ? view(nd->out_buf, 0, &shapes[i], nd->out_fmt, &nd->out)
+                   : view(m->eval_block, eoff[o], &shapes[i], nd->out_fmt, &nd->out);
+        if (!st && train && grad) st = view(m->grad_block, goff[o], &shapes[i], nd->out_fmt, &nd->dout);
         for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);
             nd->cin[k] = nd->cdin[k] = NULL;
             if (nd->edge[k] == GLIA__EDGE_DIRECT) continue;
-            int p = nd->in[k];
+            int p = nd->in[k], c = GLIA__PLAN_SLOT(i, k), po = GLIA__PLAN_SLOT(p, -1);
             struct glia_shape ps = p < 0 ? glia__data_shape(m, n, len) : shapes[p];
-            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
-            st = glia_tensor_view_as(conv ? nd->cin_buf[k] : p < 0 ? m->x_buf : m->nodes[p].out_buf, 0, &ps,
-                                     nd->in_fmt[k], &nd->cin[k]);
-            if (!st && (conv || p >= 0))
-                st = glia_tensor_view_as(conv ? nd->cdin_buf[k] : m->nodes[p].dout_buf, 0, &ps, nd->in_fmt[k],
-                                         &nd->cdin[k]);
+            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT, pgrad = p >= 0 && p < m->n_nodes - 1 && m->nodes[p].needs_grad;
+            if (train) {
+                st = view(conv ? nd->cin_buf[k] : p < 0 ? m->x_buf : m->nodes[p].out_buf, 0, &ps, nd->in_fmt[k],
+                          &nd->cin[k]);
+                if (!st && pgrad) st = view(m->grad_block, goff[conv ? c : po], &ps, nd->in_fmt[k], &nd->cdin[k]);
+            } else {
+                st = conv ? view(m->eval_block, eoff[c], &ps, nd->in_fmt[k], &nd->cin[k])
+                     : p < 0 ? view(m->x_buf, 0, &ps, nd->in_fmt[k], &nd->cin[k])
+                             : view(m->eval_block, eoff[po], &ps, nd->in_fmt[k], &nd->cin[k]);
+            }
         }
     }
     free(shapes);
@@ -157,6 +176,7 @@ static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len)
     if (!st) st = glia_tensor_view(m->y_buf, 0, &ys, &m->y);
     m->cur_batch = st ? 0 : n;
     m->cur_len = st ? 0 : len;
+    m->cur_train = train;
     return st;
 }
 
@@ -172,6 +192,7 @@ struct feed {
     bool staged;            /* a batch is uploading into stage_x/y (loader buffer still held) */
     struct glia__batch b;   /* its size and length */
     uint64_t ticket;        /* its upload */
+    bool train;             /* training batches (else evaluation's): which activations they go into */
 };
 
 static glia_status feed_upload(struct glia_model *m, struct feed *f)
@@ -186,10 +207,10 @@ static glia_status feed_upload(struct glia_model *m, struct feed *f)
     return st;
 }
 
-/* Start feeding an epoch of L (started already). */
-static glia_status feed_start(struct glia_model *m, struct feed *f, struct glia__loader *L)
+/* Start feeding an epoch of L (started already), for training or evaluation. */
+static glia_status feed_start(struct glia_model *m, struct feed *f, struct glia__loader *L, bool train)
 {
-    *f = (struct feed){.L = L};
+    *f = (struct feed){.L = L, .train = train};
     return async_upload(m) ? feed_upload(m, f) : GLIA_OK;
 }
 
@@ -201,7 +222,7 @@ static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, b
         struct glia__batch bt;
         if (!(*more = glia__loader_next(f->L, &bt))) return GLIA_OK;
         *n = bt.n;
-        st = set_batch(m, bt.n, bt.len);
+        st = set_batch(m, bt.n, bt.len, f->train);
         if (!st) st = glia_tensor_from_host(m->x, bt.x, glia_tensor_nbytes(m->x));
         if (!st) st = glia_tensor_from_host(m->y, bt.y, glia_tensor_nbytes(m->y));
         glia__loader_release(f->L);
@@ -213,7 +234,7 @@ static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, b
     st = b->ops->wait_copy(b->priv, f->ticket, true);  /* usually long done */
     glia__loader_release(f->L);
     f->staged = false;
-    if (!st) st = set_batch(m, f->b.n, f->b.len);
+    if (!st) st = set_batch(m, f->b.n, f->b.len, f->train);
     if (!st) st = b->ops->copy(b->priv, m->x->data, false, m->stage_x->data, false, glia_tensor_nbytes(m->x));
     if (!st) st = b->ops->copy(b->priv, m->y->data, false, m->stage_y->data, false, glia_tensor_nbytes(m->y));
     if (!st) st = feed_upload(m, f);
@@ -554,8 +575,8 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         struct glia_model *p = m->replica[r];
         if (!m->chunk[r]) continue;
         int64_t most = (m->batch + R - 1) / R;  /* its largest chunk */
-        if (p->act_batch < most) st = alloc_activations(p, most);
-        if (!st) st = set_batch(p, m->chunk[r], m->cur_len);
+        st = need_activations(p, most, 0);
+        if (!st) st = set_batch(p, m->chunk[r], m->cur_len, true);
         if (!st && p->weights_step != m->step) st = dp_copy(p->w, m->w);  /* changed by a step */
         if (!st) p->weights_step = m->step;
         if (!st && m->ba.n) st = dp_copy(p->buf, m->buf);  /* changed by every forward */
@@ -572,7 +593,7 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         if (!st) st = write_loss_scale(p);
     }
     m->loss_weight = (double)m->chunk[0] / (double)n;
-    if (!st) st = set_batch(m, m->chunk[0], m->cur_len);
+    if (!st) st = set_batch(m, m->chunk[0], m->cur_len, true);
     if (!st) st = write_loss_scale(m);
     for (int r = 0; r < R && !st; r++)
         if (m->chunk[r]) st = forward(r ? m->replica[r] : m, true);
@@ -736,7 +757,7 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
                                           m->group_by_length, m->group_size, m->pad_multiple};
         if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
     }
-    if (!st && m->act_batch < maxb) st = alloc_activations(m, maxb);
+    if (!st) st = need_activations(m, training ? m->batch : 0, m->test_batch);
     return st;
 }
 
@@ -748,7 +769,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
     bool more = true;
     m->loss_weight = 1;  /* dp: evaluation runs whole batches on the model's device */
     glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
-    if (!st) st = feed_start(m, &f, &s->test);
+    if (!st) st = feed_start(m, &f, &s->test, false);
     while (!st && !(st = feed_next(m, &f, &nb, &more)) && more) {
         st = forward(m, false);
         double l;
@@ -978,7 +999,7 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
         struct feed f = {0};
         bool more = true;
         st = glia__loader_start_epoch(&s.train, epoch, k0);
-        if (!st) st = feed_start(m, &f, &s.train);
+        if (!st) st = feed_start(m, &f, &s.train, true);
         for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
             st = train_forward(m, nb);
             if (!st && !lag.host) {  /* the loss of this step, now */
@@ -1133,7 +1154,7 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
                         (long long)total);
     double t_all = 0, wait = 0, t_other = 0;
     struct feed fd = {0};
-    if (!st) st = feed_start(m, &fd, &s.train);
+    if (!st) st = feed_start(m, &fd, &s.train, true);
     for (int k = 0; !st && k < warmup + steps; k++) {
         if (k == warmup) {  /* start counting */
             for (int i = 0; i < m->n_nodes; i++) m->nodes[i].t_fwd = m->nodes[i].t_bwd = 0;

@@ -954,6 +954,133 @@ static void test_arena_plan(void)
     glia__arena_free(&a);
 }
 
+/* Whether memplan's offsets keep every two buffers alive at a common moment apart, are aligned, and fit in len. */
+static bool plan_ok(int n, const int64_t *size, const int *first, const int *last, const int64_t *off, int64_t len)
+{
+    int64_t need = 0;
+    for (int i = 0; i < n; i++) {
+        if (size[i] <= 0) continue;
+        if (off[i] % GLIA__ARENA_ALIGN || off[i] < 0 || off[i] + size[i] > len) return false;
+        need = size[i] > need ? size[i] : need;
+        for (int j = 0; j < i; j++)
+            if (size[j] > 0 && first[j] <= last[i] && first[i] <= last[j] && off[i] < off[j] + size[j] &&
+                off[j] < off[i] + size[i])
+                return false;
+    }
+    return len >= need;
+}
+
+/* A chain (each buffer alive from its moment to the next) needs two buffers' worth; buffers alive at one moment
+ * need the sum; none needs nothing. */
+static void test_memplan_shapes(void)
+{
+    int64_t size[6] = {100, 100, 100, 100, 100, 100}, off[6];
+    int first[6], last[6];
+    for (int i = 0; i < 6; i++) first[i] = i, last[i] = i + 1;
+    int64_t len = glia__memplan(6, size, first, last, off);
+    CU_ASSERT_EQUAL(len, 2 * 128);  /* 100 floats round up to 128 */
+    CU_ASSERT(plan_ok(6, size, first, last, off, len));
+    for (int i = 0; i < 6; i++) first[i] = 0, last[i] = 5;
+    len = glia__memplan(6, size, first, last, off);
+    CU_ASSERT_EQUAL(len, 6 * 128);
+    CU_ASSERT(plan_ok(6, size, first, last, off, len));
+    int64_t zero[3] = {0, 0, 0};
+    CU_ASSERT_EQUAL(glia__memplan(3, zero, first, last, off), 0);
+    CU_ASSERT(off[0] == 0 && off[1] == 0 && off[2] == 0);
+    /* a small buffer fits in the gap that a large one's death leaves under a long-lived one */
+    int64_t s2[3] = {1000, 64, 64}, o2[3];
+    int f2[3] = {0, 0, 2}, l2[3] = {1, 3, 3};
+    len = glia__memplan(3, s2, f2, l2, o2);
+    CU_ASSERT(plan_ok(3, s2, f2, l2, o2, len));
+    CU_ASSERT_EQUAL(len, 1024 + 64);
+    CU_ASSERT_EQUAL(o2[2], 0);
+}
+
+/* Random sizes and lifetimes: the rules hold, and the plan is never larger than no sharing. */
+static void test_memplan_random(void)
+{
+    enum { N = 60 };
+    uint64_t r = 12345;
+    for (int t = 0; t < 200; t++) {
+        int64_t size[N], off[N], sum = 0;
+        int first[N], last[N];
+        int n = 1 + t % N;
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            size[i] = (int64_t)(r >> 33) % 5000 * ((r >> 20) % 7 != 0);  /* some zero */
+            first[i] = (int)((r >> 13) % 40);
+            last[i] = first[i] + (int)((r >> 7) % 8);
+            sum += (size[i] + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN;
+        }
+        int64_t len = glia__memplan(n, size, first, last, off);
+        CU_ASSERT(plan_ok(n, size, first, last, off, len));
+        CU_ASSERT(len <= sum);
+        int64_t again[N];
+        CU_ASSERT_EQUAL(glia__memplan(n, size, first, last, again), len);
+        CU_ASSERT_EQUAL(memcmp(again, off, sizeof(int64_t) * (size_t)n), 0);
+    }
+}
+
+static const char *memory_model_text(int test_batch)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 3\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\ntest_batch_size = %d\nworkers = 0\n"
+             "[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n"
+             "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[r1]\ntype = relu\n"
+             "[c2]\ntype = conv2d\nfilters = 4\npadding = 1\n[r2]\ntype = relu\n"
+             "[c3]\ntype = conv2d\nfilters = 4\npadding = 1\n[sum]\ntype = add\ninputs = r1, c3\n[r3]\ntype = relu\n"
+             "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, test_batch);
+    return buf;
+}
+
+/* Gradients share one block by lifetime, evaluation's outputs another: training gives the same weights whatever
+ * the evaluation batch, evaluation the same loss and accuracy, and the blocks are smaller than the buffers
+ * one by one. Evaluating a model that never trained makes no training buffers. */
+static void test_activation_memory_shared(void)
+{
+    make_data();
+    struct run a, b, c;
+    struct glia_epoch_result ra, rb;
+    open_run(&a, memory_model_text(7));    /* evaluation batches smaller than training's */
+    open_run(&b, memory_model_text(200));  /* the whole test set at once */
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, &rb, 1), GLIA_OK);
+    long long na, nb;
+    float *wa = weights(&a, &na), *wb = weights(&b, &nb);
+    CU_ASSERT_EQUAL_FATAL(na, nb);
+    CU_ASSERT_EQUAL(memcmp(wa, wb, sizeof(float) * (size_t)na), 0);
+    CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
+    CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-5 * fmax(1, ra.test_loss));
+    CU_ASSERT_EQUAL(ra.test_accuracy, rb.test_accuracy);
+    const struct glia__act_plan *p = &b.m->plan;
+    CU_ASSERT(p->grad > 0 && p->grad < p->grad_unshared);
+    CU_ASSERT(p->eval > 0 && p->eval < p->eval_unshared);
+    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->grad_block), p->grad);
+    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->eval_block), p->eval);
+    CU_ASSERT(b.m->act_batch == 32 && b.m->eval_batch == 200);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    glia_model_summary(b.m, f);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "activation memory: training "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "at batch 32; evaluation "));
+    free(text);
+    open_run(&c, memory_model_text(200));  /* evaluation only: the same numbers as b's before training */
+    double loss, acc;
+    CU_ASSERT_EQUAL(glia_model_evaluate(c.m, &loss, &acc), GLIA_OK);
+    CU_ASSERT(c.m->act_batch == 0 && c.m->grad_block == NULL && c.m->eval_block != NULL);
+    free(wa);
+    free(wb);
+    close_run(&a);
+    close_run(&b);
+    close_run(&c);
+}
+
 /* floats of arena tensor t's padding that are not zero (a->len of them in full) */
 static int nonzero_padding(const struct glia__arena *a, const float *full)
 {
@@ -1073,7 +1200,8 @@ static void test_weight_decay_off(void)
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
-               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan),
+               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random),
+               GLIA_TEST(test_activation_memory_shared),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

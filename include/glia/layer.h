@@ -26,6 +26,11 @@ extern "C" {
  *    again instead of zeroing it ("set to none": no memset; the first writer writes).
  *    glia_param_beta(p) gives the GEMM beta (0 or 1) that honours this.
  *  - Forward in eval mode (train == false) must not keep anything for backward.
+ *  - Lifetimes: the inputs and the output of a training forward are left untouched until that
+ *    layer's backward has run (it may read them there). Everything else lives only during the
+ *    call: the output gradient and the input gradients of a backward, and the tensors of an
+ *    eval-mode forward, share memory with other layers' tensors at other moments (the core
+ *    plans that memory), so a layer keeps no pointer to them.
  */
 
 /* How the core initializes a parameter (from the seeded RNG). */

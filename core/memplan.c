@@ -1,0 +1,161 @@
+/* core/memplan.c — where a model's activation gradients and its evaluation activations live: one block each,
+ * in which buffers whose lifetimes overlap never share bytes and the others do. Plans only (offsets and sizes);
+ * core/train.c allocates the blocks and points the layers' tensors into them. */
+#include <stdlib.h>
+#include "model_internal.h"
+
+static int64_t aligned(int64_t n) { return (n + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN; }
+
+struct span {
+    int64_t lo, hi;  /* floats [lo, hi) */
+};
+
+static int by_lo(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, int64_t *off)
+{
+    int *order = malloc(sizeof *order * (size_t)(n > 0 ? n : 1));
+    struct span *busy = malloc(sizeof *busy * (size_t)(n > 0 ? n : 1));
+    if (!order || !busy) return free(order), free(busy), -1;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        off[i] = 0;
+        if (size[i] > 0) order[m++] = i;
+    }
+    for (int a = 1; a < m; a++) {  /* largest first; equal sizes in index order (stable: the plan is reproducible) */
+        int v = order[a], b = a;
+        for (; b > 0 && size[order[b - 1]] < size[v]; b--) order[b] = order[b - 1];
+        order[b] = v;
+    }
+    int64_t total = 0;
+    for (int a = 0; a < m; a++) {
+        int i = order[a], nb = 0;
+        for (int c = 0; c < a; c++) {  /* the placed buffers alive at some moment of i's life */
+            int j = order[c];
+            if (first[j] <= last[i] && first[i] <= last[j]) busy[nb++] = (struct span){off[j], off[j] + aligned(size[j])};
+        }
+        qsort(busy, (size_t)nb, sizeof *busy, by_lo);
+        int64_t at = 0, need = aligned(size[i]);
+        for (int c = 0; c < nb && busy[c].lo < at + need; c++)  /* the lowest gap that fits */
+            if (busy[c].hi > at) at = busy[c].hi;
+        off[i] = at;
+        if (at + need > total) total = at + need;
+    }
+    free(order);
+    free(busy);
+    return total;
+}
+
+glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        struct glia_shape in[GLIA__MAX_INPUTS];
+        for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? glia__data_shape(m, n, len) : shapes[nd->in[k]];
+        glia_status st = nd->layer.ops->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
+        if (st) {
+            if (m->train.tokens)
+                return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld of length %lld",
+                                          (long long)n, (long long)len);
+            return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld", (long long)n);
+        }
+    }
+    return GLIA_OK;
+}
+
+/* Whether node i's output gradient is ever written: it or a layer before it has parameters, and it is not the loss
+ * (whose output gradient is the loss scale). */
+static bool has_grad(const struct glia_model *m, int i) { return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad; }
+
+/* Sizes (floats) and lifetimes (node indices, inclusive) of the buffers of one plan, slot GLIA__PLAN_SLOT(i, -1)
+ * for node i's output and GLIA__PLAN_SLOT(i, k) for its converted input k. Training gradients: node i's output
+ * gradient is written first by the backward of its last consumer and read last by its own; a converted input's
+ * gradient lives during its node's backward. Evaluation outputs: from the node's forward to its last consumer's,
+ * the loss and the logits to the end (they are read after the forward); a converted input during its node's. */
+static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool grads,
+                      int64_t *size, int *first, int *last)
+{
+    int N = m->n_nodes;
+    for (int s = 0; s < N * GLIA__PLAN_SLOTS; s++) size[s] = 0, first[s] = last[s] = 0;
+    for (int i = 0; i < N; i++) {
+        const struct glia__node *nd = &m->nodes[i];
+        int o = GLIA__PLAN_SLOT(i, -1);
+        first[o] = last[o] = i;
+        size[o] = grads && !has_grad(m, i) ? 0 : glia_shape_numel(&shapes[i]);
+        if (!grads && i == N - 1) last[o] = N;
+        for (int k = 0; k < nd->n_in; k++) {
+            int p = nd->in[k];
+            if (p >= 0 && last[GLIA__PLAN_SLOT(p, -1)] < i) last[GLIA__PLAN_SLOT(p, -1)] = i;
+            if (!grads && i == N - 1 && p >= 0) last[GLIA__PLAN_SLOT(p, -1)] = N;
+            if (nd->edge[k] != GLIA__EDGE_CONVERT || (grads && !has_grad(m, p))) continue;
+            int c = GLIA__PLAN_SLOT(i, k);
+            first[c] = last[c] = i;
+            struct glia_shape xs = glia__data_shape(m, n, m->train.cols);
+            size[c] = glia_shape_numel(p < 0 ? &xs : &shapes[p]);
+        }
+    }
+}
+
+/* One plan (gradients or evaluation) at batch n into off (owned by the caller's plan); *len its block, *sum the
+ * floats without sharing. */
+static glia_status plan_one(struct glia_model *m, int64_t n, bool grads, int64_t *off, int64_t *len, int64_t *sum)
+{
+    int S = m->n_nodes * GLIA__PLAN_SLOTS;
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
+    int64_t *size = malloc(sizeof *size * (size_t)S);
+    int *first = malloc(sizeof *first * (size_t)S), *last = malloc(sizeof *last * (size_t)S);
+    glia_status st = shapes && size && first && last ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = glia__infer_all(m, n, m->train.cols, shapes);  /* activations grow with the length: the longest */
+    if (!st) {
+        lifetimes(m, shapes, n, grads, size, first, last);
+        *sum = 0;
+        for (int s = 0; s < S; s++) *sum += size[s] > 0 ? aligned(size[s]) : 0;
+        *len = glia__memplan(S, size, first, last, off);
+        if (*len < 0) st = GLIA_ENOMEM;
+    }
+    free(shapes);
+    free(size);
+    free(first);
+    free(last);
+    return st;
+}
+
+glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t eval_batch, struct glia__act_plan *p)
+{
+    *p = (struct glia__act_plan){0};
+    size_t S = (size_t)m->n_nodes * GLIA__PLAN_SLOTS;
+    p->grad_off = calloc(S ? S : 1, sizeof *p->grad_off);
+    p->eval_off = calloc(S ? S : 1, sizeof *p->eval_off);
+    if (!p->grad_off || !p->eval_off) return glia__act_plan_free(p), GLIA_ENOMEM;
+    glia_status st = GLIA_OK;
+    if (train_batch > 0) {
+        struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
+        if (!shapes) st = GLIA_ENOMEM;
+        if (!st) st = glia__infer_all(m, train_batch, m->train.cols, shapes);
+        for (int i = 0; i < m->n_nodes && !st; i++) {  /* kept for backward, each its own */
+            const struct glia__node *nd = &m->nodes[i];
+            p->kept += aligned(glia_shape_numel(&shapes[i]));
+            for (int k = 0; k < nd->n_in; k++) {
+                if (nd->edge[k] != GLIA__EDGE_CONVERT) continue;
+                struct glia_shape xs = glia__data_shape(m, train_batch, m->train.cols);
+                p->kept += aligned(glia_shape_numel(nd->in[k] < 0 ? &xs : &shapes[nd->in[k]]));
+            }
+        }
+        free(shapes);
+        if (!st) st = plan_one(m, train_batch, true, p->grad_off, &p->grad, &p->grad_unshared);
+    }
+    if (!st && eval_batch > 0) st = plan_one(m, eval_batch, false, p->eval_off, &p->eval, &p->eval_unshared);
+    if (st) glia__act_plan_free(p);
+    return st;
+}
+
+void glia__act_plan_free(struct glia__act_plan *p)
+{
+    free(p->grad_off);
+    free(p->eval_off);
+    p->grad_off = p->eval_off = NULL;
+}
