@@ -739,7 +739,9 @@ static void scratch_free(struct scratch *s)
     if (s->have_test) glia__loader_free(&s->test);
 }
 
-static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool training)
+/* What a run needs: the loaders, the host copies of logits and labels, and the activations, for training and/or
+ * evaluation. */
+static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool training, bool evaluating)
 {
     int64_t maxb = m->batch > m->test_batch ? m->batch : m->test_batch;
     int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
@@ -749,7 +751,7 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
     struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
                                      m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false,
                                      m->group_by_length, m->group_size, m->pad_multiple};
-    if (!st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
+    if (evaluating && !st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
     if (training && !st) {
         o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
                                           m->flip, m->crop_padding, m->mean, m->std, m->seed,
@@ -757,7 +759,7 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
                                           m->group_by_length, m->group_size, m->pad_multiple};
         if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
     }
-    if (!st) st = need_activations(m, training ? m->batch : 0, m->test_batch);
+    if (!st) st = need_activations(m, training ? m->batch : 0, evaluating ? m->test_batch : 0);
     return st;
 }
 
@@ -793,7 +795,7 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy)
 {
     struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s, false);
+    glia_status st = scratch_alloc(m, &s, false, true);
     if (!st) st = evaluate(m, &s, loss, accuracy);
     scratch_free(&s);
     return st;
@@ -960,7 +962,7 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
     opt = &mine;
     FILE *out = opt->out ? opt->out : stdout;
     struct scratch s = {0};
-    if (!st) st = scratch_alloc(m, &s, true);
+    if (!st) st = scratch_alloc(m, &s, true, true);
     struct glia__resume rs = {1, 0, 0, 0};
     if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
     if (!st && opt->resume) {  /* what derives from the loaded state: the data order, the loss scale */
@@ -1085,6 +1087,9 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             if (m->ddp)
                 fprintf(metrics, ", \"world\": %d, \"comm_wait_s\": %.6g, \"step_s_min\": %.6g, \"step_s_max\": %.6g", r.world,
                         r.comm_wait_s, r.step_s_min, r.step_s_max);
+            struct glia_memory_stats ms;  /* a device backend: the most memory its tensors held so far */
+            if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
+                fprintf(metrics, ", \"device_peak_mb\": %.6g", ms.peak / 1048576.0);
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
@@ -1144,7 +1149,7 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
         }
     }
     struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s, true);
+    glia_status st = scratch_alloc(m, &s, true, false);
     if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* as training does: same model, rank 0's weights */
     dp_weights_changed(m);
     if (!st) st = glia__loader_start_epoch(&s.train, 1, 0);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "layerutil.h"
 #include "modelutil.h"
+#include "model_internal.h"
 #include <glia/glia.h>
 #include "build-config.h"
 
@@ -287,6 +288,47 @@ static void test_precisions_train_and_memory_is_flat(void)
     }
 }
 
+/* On a GPU the metrics file reports the device's peak memory in tensors: growing over the epochs, never above what
+ * the allocator says afterwards, and at least the activation memory the model planned (all of it is allocated at
+ * once). */
+static void test_metrics_report_device_peak(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, cnn_text("cuda", "precision = fp32", "sgd\nlr = 0.01"));
+    const char *path = glia_test_tmp("cuda-metrics.jsonl");
+    struct glia_train_options o = {path, -1, NULL, NULL};
+    glia_status st = glia_model_train(r.m, &o, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char line[1024];
+    double peak[2] = {0, 0};
+    int n = 0;
+    while (n < 2 && fgets(line, sizeof line, f)) {
+        const char *k = strstr(line, "\"device_peak_mb\": ");
+        CU_ASSERT_PTR_NOT_NULL(k);
+        if (k) peak[n] = atof(k + strlen("\"device_peak_mb\": "));
+        n++;
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL(n, 2);
+    struct glia_memory_stats ms;
+    struct glia_backend *b;
+    CU_ASSERT_FATAL(glia_backend_get(r.ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &b) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_memory_stats(b, &ms), GLIA_OK);
+    const struct glia__act_plan *p = &r.m->plan;
+    double planned = 4.0 * (double)(p->kept + p->grad + p->eval) / 1048576.0;
+    if (!(peak[0] >= planned && peak[1] >= peak[0] && peak[1] <= ms.peak / 1048576.0 + 1e-3))
+        printf("\n  peaks %g, %g MiB; allocator %g MiB; activations planned %g MiB\n", peak[0], peak[1],
+               ms.peak / 1048576.0, planned);
+    CU_ASSERT(peak[0] >= planned && planned > 0);
+    CU_ASSERT(peak[1] >= peak[0]);
+    CU_ASSERT(peak[1] <= ms.peak / 1048576.0 + 1e-3);  /* the file has 6 digits */
+    close_run(&r);
+}
+
 /* Shape s converted NCHW -> NHWC on the device equals the CPU's conversion; back, accumulating
  * onto the original, it is twice the original. */
 static void convert_case(struct glia_shape s, uint64_t seed)
@@ -368,7 +410,8 @@ int main(void)
                                              GLIA_TEST(test_convert_on_device), GLIA_TEST(test_allocator_reuses_blocks),
                                              GLIA_TEST(test_reduce_scale_upload), GLIA_TEST(test_training_matches_cpu),
                                              GLIA_TEST(test_progress_lines_match_cpu),
-                                             GLIA_TEST(test_precisions_train_and_memory_is_flat)};
+                                             GLIA_TEST(test_precisions_train_and_memory_is_flat),
+                                             GLIA_TEST(test_metrics_report_device_peak)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

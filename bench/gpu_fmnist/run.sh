@@ -74,21 +74,28 @@ with gzip.open(f'{data}/train-images-idx3-ubyte.gz', 'rb') as f:
     n = struct.unpack('>I', f.read(8)[4:8])[0]
 n = min(n, limit) if limit > 0 else n
 def epochs(path, side):
-    """(train seconds, test accuracy) per epoch."""
+    """(train seconds, test accuracy, peak device MiB or None) per epoch."""
     rows = [json.loads(l) for l in open(path) if l.strip()]
-    return [(n / e['samples_per_s'] if side == 'glia' else e['train_seconds'], e['test_accuracy']) for e in rows]
+    return [(n / e['samples_per_s'] if side == 'glia' else e['train_seconds'], e['test_accuracy'],
+             e.get('device_peak_mb')) for e in rows]
 med = statistics.median
 print()
-print(f"training samples per epoch: {n}; medians over {rounds} rounds; epoch s counts training only (no evaluation)")
-print(f"{'model':8} {'side':8} {'epoch 1 s':>10} {'later epochs s':>15} {'samples/s':>10} {'test acc (last)':>16}")
+print(f"training samples per epoch: {n}; medians over {rounds} rounds; epoch s counts training only (no evaluation);")
+print("peak MiB: the most device memory in tensors at once (glia's allocator, torch.cuda.max_memory_allocated)")
+print(f"{'model':8} {'side':8} {'epoch 1 s':>10} {'later epochs s':>15} {'samples/s':>10} {'test acc (last)':>16} {'peak MiB':>9}")
 for m in models:
-    res = {}
+    res, mem = {}, {}
     for side in ('glia', 'torch'):
         runs = [epochs(f'{out}/{side}-{m}-{r}.jsonl', side) for r in range(1, rounds + 1)]
         first = med(run[0][0] for run in runs)
         later = med(med(e[0] for e in run[1:]) if len(run) > 1 else run[0][0] for run in runs)
         acc = med(run[-1][1] for run in runs)
+        peaks = [run[-1][2] for run in runs if run[-1][2] is not None]
+        mem[side] = med(peaks) if peaks else None
         res[side] = later
-        print(f"{m:8} {side if side == 'glia' else 'pytorch':8} {first:10.2f} {later:15.2f} {n / later:10.0f} {acc:16.4f}")
+        peak = f"{mem[side]:9.1f}" if mem[side] is not None else f"{'-':>9}"
+        print(f"{m:8} {side if side == 'glia' else 'pytorch':8} {first:10.2f} {later:15.2f} {n / later:10.0f} {acc:16.4f} {peak}")
     print(f"{m:8} ratio glia/pytorch, epoch time (later epochs): {res['glia'] / res['torch']:.3f}   (< 1.0: glia is faster)")
+    if mem['glia'] and mem['torch']:
+        print(f"{m:8} ratio glia/pytorch, peak device memory:       {mem['glia'] / mem['torch']:.3f}   (< 1.0: glia uses less)")
 PY

@@ -202,7 +202,8 @@ def main():
                 correct += (model(x).argmax(1) == y.to(dev, non_blocking=True)).sum()
         print(json.dumps({'epoch': epoch, 'lr': lr, 'train_loss': loss_sum.item() / n_train,
                           'test_accuracy': correct.item() / n_test, 'train_seconds': train_s,
-                          'samples_per_s': n_train / train_s, 'torch': torch.__version__}), flush=True)
+                          'samples_per_s': n_train / train_s, 'torch': torch.__version__,
+                          'device_peak_mb': torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None}), flush=True)
 
 
 if __name__ == '__main__':
