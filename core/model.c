@@ -1195,7 +1195,9 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         fprintf(f, "\n");
     }
     struct glia__act_plan pl;  /* shape inference only: the model does not change */
-    if (!glia__act_plan((struct glia_model *)m, m->batch, m->test_batch, &pl)) {
+    if (glia__act_plan((struct glia_model *)m, m->batch, m->test_batch, &pl)) {
+        glia_context_clear_error(m->ctx);  /* the line is left out; training reports the error */
+    } else {
         fprintf(f, "activation memory: training %.1f MB kept for backward and %.1f MB of gradients (%.1f MB unshared) "
                 "at batch %d; evaluation %.1f MB (%.1f MB unshared) at batch %d\n", pl.kept * 4e-6, pl.grad * 4e-6,
                 pl.grad_unshared * 4e-6, m->batch, pl.eval * 4e-6, pl.eval_unshared * 4e-6, m->test_batch);

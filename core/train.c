@@ -75,10 +75,11 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
     if (st) return st;
     glia__model_release_activations(m);
     int64_t maxb = tb > eb ? tb : eb;
+    if ((st = glia__act_plan(m, tb, eb, &m->plan)))  /* else a layer's shape error says why */
+        return st == GLIA_ENOMEM ? glia_error(m->ctx, st, "out of memory planning the activations") : st;
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
-    if (!shapes) return GLIA_ENOMEM;
-    st = glia__act_plan(m, tb, eb, &m->plan);
-    if (!st && tb > 0) st = glia__infer_all(m, tb, m->train.cols, shapes);  /* activations grow with the length */
+    if (!shapes) return glia__model_release_activations(m), GLIA_ENOMEM;
+    if (tb > 0) st = glia__infer_all(m, tb, m->train.cols, shapes);  /* activations grow with the length */
     for (int i = 0; i < m->n_nodes && !st && tb > 0; i++) {
         struct glia__node *nd = &m->nodes[i];
         st = new_flat(m, glia_shape_numel(&shapes[i]), &nd->out_buf);
