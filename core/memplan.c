@@ -1,6 +1,7 @@
-/* core/memplan.c — where a model's activation gradients and its evaluation activations live: one block each,
- * in which buffers whose lifetimes overlap never share bytes and the others do. Plans only (offsets and sizes);
- * core/train.c allocates the blocks and points the layers' tensors into them. */
+/* core/memplan.c — where a model's activations and their gradients live: one block, in which buffers whose
+ * lifetimes overlap never share bytes and the others do, planned once for a training step and once for an
+ * evaluation forward (they never run at once). Plans only (offsets and sizes); core/train.c allocates the block and
+ * points the layers' tensors into it. */
 #include <stdlib.h>
 #include "model_internal.h"
 
@@ -71,38 +72,64 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
  * (whose output gradient is the loss scale). */
 static bool has_grad(const struct glia_model *m, int i) { return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad; }
 
-/* Sizes (floats) and lifetimes (node indices, inclusive) of the buffers of one plan, slot GLIA__PLAN_SLOT(i, -1)
- * for node i's output and GLIA__PLAN_SLOT(i, k) for its converted input k. Training gradients: node i's output
- * gradient is written first by the backward of its last consumer and read last by its own; a converted input's
- * gradient lives during its node's backward. Evaluation outputs: from the node's forward to its last consumer's,
- * the loss and the logits to the end (they are read after the forward); a converted input during its node's. */
-static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool grads,
+/* Whether node j's backward runs and reads its output; its inputs. (Every layer may: the contract in glia/layer.h.) */
+static bool bwd_reads_out(const struct glia_model *m, int j) { return m->nodes[j].needs_grad; }
+static bool bwd_reads_in(const struct glia_model *m, int j) { return m->nodes[j].needs_grad; }
+
+static void grow(int *last, int t)
+{
+    if (*last < t) *last = t;
+}
+
+/* Sizes (floats) and lifetimes (moments, inclusive) of the buffers of one plan at batch n (shapes), in slots
+ * GLIA__PLAN_VALUE(i, k) (node i's output, k = -1, or its converted input k) and GLIA__PLAN_GRAD(i, k) (their
+ * gradients). Evaluation: node i's forward is moment i; an output lives from its forward to its last reader's, the
+ * loss and the logits to moment N (they are read after the forward). Training: forward i at moment i, then backward
+ * j at moment 2N-1-j; an output also lives until the backwards that read it (its own and its consumers'), the loss
+ * to moment 2N; a gradient from the backward of its last consumer (the first to write it) to its own. */
+static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool train,
                       int64_t *size, int *first, int *last)
 {
     int N = m->n_nodes;
     for (int s = 0; s < N * GLIA__PLAN_SLOTS; s++) size[s] = 0, first[s] = last[s] = 0;
+    struct glia_shape xs = glia__data_shape(m, n, m->train.cols);
     for (int i = 0; i < N; i++) {
         const struct glia__node *nd = &m->nodes[i];
-        int o = GLIA__PLAN_SLOT(i, -1);
+        int T = 2 * N - 1 - i;  /* this node's backward */
+        int o = GLIA__PLAN_VALUE(i, -1), g = GLIA__PLAN_GRAD(i, -1);
+        size[o] = glia_shape_numel(&shapes[i]);
         first[o] = last[o] = i;
-        size[o] = grads && !has_grad(m, i) ? 0 : glia_shape_numel(&shapes[i]);
-        if (!grads && i == N - 1) last[o] = N;
+        if (i == N - 1) last[o] = train ? 2 * N : N;
+        if (train && bwd_reads_out(m, i)) grow(&last[o], T);
+        if (train && has_grad(m, i)) {
+            size[g] = size[o];
+            first[g] = T;  /* lowered below by each consumer */
+            last[g] = T;
+        }
         for (int k = 0; k < nd->n_in; k++) {
             int p = nd->in[k];
-            if (p >= 0 && last[GLIA__PLAN_SLOT(p, -1)] < i) last[GLIA__PLAN_SLOT(p, -1)] = i;
-            if (!grads && i == N - 1 && p >= 0) last[GLIA__PLAN_SLOT(p, -1)] = N;
-            if (nd->edge[k] != GLIA__EDGE_CONVERT || (grads && !has_grad(m, p))) continue;
-            int c = GLIA__PLAN_SLOT(i, k);
-            first[c] = last[c] = i;
-            struct glia_shape xs = glia__data_shape(m, n, m->train.cols);
+            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
+            if (p >= 0) {
+                int po = GLIA__PLAN_VALUE(p, -1), pg = GLIA__PLAN_GRAD(p, -1);
+                grow(&last[po], i == N - 1 ? (train ? 2 * N : N) : i);  /* the loss's inputs: read after it too */
+                if (train && !conv && bwd_reads_in(m, i)) grow(&last[po], T);
+                if (train && has_grad(m, p) && first[pg] > T) first[pg] = T;
+            }
+            if (!conv) continue;
+            int c = GLIA__PLAN_VALUE(i, k), cg = GLIA__PLAN_GRAD(i, k);
             size[c] = glia_shape_numel(p < 0 ? &xs : &shapes[p]);
+            first[c] = last[c] = i;
+            if (train && bwd_reads_in(m, i)) last[c] = T;
+            if (train && has_grad(m, p)) {
+                size[cg] = size[c];
+                first[cg] = last[cg] = T;
+            }
         }
     }
 }
 
-/* One plan (gradients or evaluation) at batch n into off (owned by the caller's plan); *len its block, *sum the
- * floats without sharing. */
-static glia_status plan_one(struct glia_model *m, int64_t n, bool grads, int64_t *off, int64_t *len, int64_t *sum)
+/* One plan (training or evaluation) at batch n into off; *len its block, *sum the floats without sharing. */
+static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t *off, int64_t *len, int64_t *sum)
 {
     int S = m->n_nodes * GLIA__PLAN_SLOTS;
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
@@ -111,7 +138,7 @@ static glia_status plan_one(struct glia_model *m, int64_t n, bool grads, int64_t
     glia_status st = shapes && size && first && last ? GLIA_OK : GLIA_ENOMEM;
     if (!st) st = glia__infer_all(m, n, m->train.cols, shapes);  /* activations grow with the length: the longest */
     if (!st) {
-        lifetimes(m, shapes, n, grads, size, first, last);
+        lifetimes(m, shapes, n, train, size, first, last);
         *sum = 0;
         for (int s = 0; s < S; s++) *sum += size[s] > 0 ? aligned(size[s]) : 0;
         *len = glia__memplan(S, size, first, last, off);
@@ -128,34 +155,20 @@ glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t ev
 {
     *p = (struct glia__act_plan){0};
     size_t S = (size_t)m->n_nodes * GLIA__PLAN_SLOTS;
-    p->grad_off = calloc(S ? S : 1, sizeof *p->grad_off);
+    p->train_off = calloc(S ? S : 1, sizeof *p->train_off);
     p->eval_off = calloc(S ? S : 1, sizeof *p->eval_off);
-    if (!p->grad_off || !p->eval_off) return glia__act_plan_free(p), GLIA_ENOMEM;
+    if (!p->train_off || !p->eval_off) return glia__act_plan_free(p), GLIA_ENOMEM;
     glia_status st = GLIA_OK;
-    if (train_batch > 0) {
-        struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
-        if (!shapes) st = GLIA_ENOMEM;
-        if (!st) st = glia__infer_all(m, train_batch, m->train.cols, shapes);
-        for (int i = 0; i < m->n_nodes && !st; i++) {  /* kept for backward, each its own */
-            const struct glia__node *nd = &m->nodes[i];
-            p->kept += aligned(glia_shape_numel(&shapes[i]));
-            for (int k = 0; k < nd->n_in; k++) {
-                if (nd->edge[k] != GLIA__EDGE_CONVERT) continue;
-                struct glia_shape xs = glia__data_shape(m, train_batch, m->train.cols);
-                p->kept += aligned(glia_shape_numel(nd->in[k] < 0 ? &xs : &shapes[nd->in[k]]));
-            }
-        }
-        free(shapes);
-        if (!st) st = plan_one(m, train_batch, true, p->grad_off, &p->grad, &p->grad_unshared);
-    }
+    if (train_batch > 0) st = plan_one(m, train_batch, true, p->train_off, &p->train, &p->train_unshared);
     if (!st && eval_batch > 0) st = plan_one(m, eval_batch, false, p->eval_off, &p->eval, &p->eval_unshared);
+    p->len = p->train > p->eval ? p->train : p->eval;
     if (st) glia__act_plan_free(p);
     return st;
 }
 
 void glia__act_plan_free(struct glia__act_plan *p)
 {
-    free(p->grad_off);
+    free(p->train_off);
     free(p->eval_off);
-    p->grad_off = p->eval_off = NULL;
+    p->train_off = p->eval_off = NULL;
 }

@@ -1198,9 +1198,9 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     if (glia__act_plan((struct glia_model *)m, m->batch, m->test_batch, &pl)) {
         glia_context_clear_error(m->ctx);  /* the line is left out; training reports the error */
     } else {
-        fprintf(f, "activation memory: training %.1f MB kept for backward and %.1f MB of gradients (%.1f MB unshared) "
-                "at batch %d; evaluation %.1f MB (%.1f MB unshared) at batch %d\n", pl.kept * 4e-6, pl.grad * 4e-6,
-                pl.grad_unshared * 4e-6, m->batch, pl.eval * 4e-6, pl.eval_unshared * 4e-6, m->test_batch);
+        fprintf(f, "activation memory: %.1f MB, shared by a training step at batch %d (%.1f MB; %.1f MB if nothing "
+                "were shared) and evaluation at batch %d (%.1f MB; %.1f MB)\n", pl.len * 4e-6, m->batch, pl.train * 4e-6,
+                pl.train_unshared * 4e-6, m->test_batch, pl.eval * 4e-6, pl.eval_unshared * 4e-6);
         glia__act_plan_free(&pl);
     }
     human(total_flops, fl, sizeof fl);

@@ -67,10 +67,8 @@ struct glia__node {
     bool needs_grad;                 /* it or a layer feeding it has parameters: backward runs */
     struct glia_shape out_shape;     /* at the configured batch size */
     uint64_t flops;                  /* at the configured batch size */
-    struct glia_tensor *out_buf;     /* training: the output, kept for backward (sized for act_batch) */
-    struct glia_tensor *out, *dout;  /* views for the current batch: the output (in out_buf, or in the
-                                        evaluation block) and its gradient (in the gradient block; NULL in
-                                        evaluation and where no gradient flows) */
+    struct glia_tensor *out, *dout;  /* views into the model's act_block for the current batch: the output
+                                        and its gradient (NULL in evaluation and where no gradient flows) */
     bool grad_written;               /* dout written during this backward */
     double t_fwd, t_bwd;             /* seconds spent, when profiling */
     /* memory formats (see [runtime] memory_format) */
@@ -80,9 +78,8 @@ struct glia__node {
                       GLIA__EDGE_CONVERT      /* converted into cin[k]; its gradient back from cdin[k] */
     } edge[GLIA__MAX_INPUTS];
     enum glia_memory_format in_fmt[GLIA__MAX_INPUTS];   /* what the layer gets */
-    struct glia_tensor *cin_buf[GLIA__MAX_INPUTS];  /* EDGE_CONVERT, training: the converted input */
-    struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT); cdin in the
-                                                                             gradient block, or NULL */
+    struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT) into act_block
+                                                                             (cin of the data batch: into x_buf) */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
     int bias_dropped_for;            /* ... because this node normalizes its output */
 };
@@ -104,16 +101,16 @@ void glia__arena_pack(const struct glia__arena *a, const float *full, float *com
 /* full(len) = compact(n) spread to the offsets, zero padding */
 void glia__arena_unpack(const struct glia__arena *a, const float *compact, float *full);
 
-/* Plan slots per node: its output (k = -1), then each of its converted inputs k. */
-#define GLIA__PLAN_SLOTS (GLIA__MAX_INPUTS + 1)
-#define GLIA__PLAN_SLOT(i, k) ((i) * GLIA__PLAN_SLOTS + 1 + (k))
-/* Where a model's activations live (sizes in floats). Training keeps every output (and converted input) for
- * backward, each in a buffer of its own (kept); the output gradients, and the gradients of converted inputs, share
- * one block (grad, at grad_off[GLIA__PLAN_SLOT(i, k)]; grad_unshared: the sum of their sizes). Evaluation runs
- * forward only, its outputs and converted inputs sharing one block (eval, eval_off; eval_unshared). */
+/* Plan slots per node: its output (k = -1) and each converted input k, then the gradients of the same. */
+#define GLIA__PLAN_SLOTS (2 * (GLIA__MAX_INPUTS + 1))
+#define GLIA__PLAN_VALUE(i, k) ((i) * GLIA__PLAN_SLOTS + 1 + (k))
+#define GLIA__PLAN_GRAD(i, k) ((i) * GLIA__PLAN_SLOTS + GLIA__MAX_INPUTS + 2 + (k))
+/* Where a model's activations live, in floats: one block of len, which a training step at the training batch uses
+ * as train_off says (its outputs, converted inputs and their gradients; train floats, train_unshared if each had its
+ * own) and an evaluation forward at the evaluation batch as eval_off says (eval, eval_unshared). */
 struct glia__act_plan {
-    int64_t kept, grad, grad_unshared, eval, eval_unshared;
-    int64_t *grad_off, *eval_off;    /* n_nodes * GLIA__PLAN_SLOTS each (owned) */
+    int64_t len, train, train_unshared, eval, eval_unshared;
+    int64_t *train_off, *eval_off;   /* n_nodes * GLIA__PLAN_SLOTS each (owned) */
 };
 struct glia_model {
     struct glia_context *ctx;
@@ -162,9 +159,8 @@ struct glia_model {
     int64_t cur_batch;               /* batch the views currently have */
     int64_t cur_len;                 /* tokens: the padded length they have */
     bool cur_train;                  /* the views are training's (else evaluation's) */
-    struct glia__act_plan plan;      /* where the shared blocks' buffers lie (core/memplan.c) */
-    struct glia_tensor *grad_block;  /* training: output gradients, shared by lifetime (NULL: none) */
-    struct glia_tensor *eval_block;  /* evaluation: outputs, shared by lifetime (NULL: none) */
+    struct glia__act_plan plan;      /* where each activation lies in act_block (core/memplan.c) */
+    struct glia_tensor *act_block;   /* the activations and their gradients (NULL: none yet) */
     struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
     struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
                                                stream: the next batch lands here during a step */

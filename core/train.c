@@ -16,17 +16,14 @@ void glia__model_release_activations(struct glia_model *m)
         struct glia__node *nd = &m->nodes[i];
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
-        glia_tensor_release(nd->out_buf);
-        nd->out = nd->dout = nd->out_buf = NULL;
+        nd->out = nd->dout = NULL;
         for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);
-            glia_tensor_release(nd->cin_buf[k]);
-            nd->cin[k] = nd->cdin[k] = nd->cin_buf[k] = NULL;
+            nd->cin[k] = nd->cdin[k] = NULL;
         }
     }
-    glia_tensor_release(m->grad_block);
-    glia_tensor_release(m->eval_block);
+    glia_tensor_release(m->act_block);
     glia__act_plan_free(&m->plan);
     glia_tensor_release(m->x);
     glia_tensor_release(m->y);
@@ -35,7 +32,7 @@ void glia__model_release_activations(struct glia_model *m)
     glia_tensor_release(m->loss_scale);
     glia_tensor_release(m->stage_x);
     glia_tensor_release(m->stage_y);
-    m->grad_block = m->eval_block = NULL;
+    m->act_block = NULL;
     m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = m->stage_x = m->stage_y = NULL;
     m->act_batch = m->eval_batch = m->cur_batch = m->cur_len = 0;
 }
@@ -64,9 +61,8 @@ static glia_status new_flat(struct glia_model *m, int64_t n, struct glia_tensor 
     return glia_tensor_new(m->backend, GLIA_F32, &flat, out);
 }
 
-/* Buffers for training batches of up to tb samples (0: none) and evaluation batches of up to eb (0: none), after
- * glia__act_plan: each output, and each converted input, kept for backward in a buffer of its own; the gradients in
- * one shared block; evaluation's outputs in another. */
+/* Buffers for training batches of up to tb samples (0: none) and evaluation batches of up to eb (0: none): the
+ * activation block of glia__act_plan, the data batch and labels (and their upload targets), the loss scale. */
 static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t eb)
 {
     /* Freed blocks go back to the device cache at once; a copy stream could write a reused one
@@ -77,21 +73,7 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
     int64_t maxb = tb > eb ? tb : eb;
     if ((st = glia__act_plan(m, tb, eb, &m->plan)))  /* else a layer's shape error says why */
         return st == GLIA_ENOMEM ? glia_error(m->ctx, st, "out of memory planning the activations") : st;
-    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
-    if (!shapes) return glia__model_release_activations(m), GLIA_ENOMEM;
-    if (tb > 0) st = glia__infer_all(m, tb, m->train.cols, shapes);  /* activations grow with the length */
-    for (int i = 0; i < m->n_nodes && !st && tb > 0; i++) {
-        struct glia__node *nd = &m->nodes[i];
-        st = new_flat(m, glia_shape_numel(&shapes[i]), &nd->out_buf);
-        for (int k = 0; k < nd->n_in && !st; k++) {  /* converted inputs */
-            if (nd->edge[k] != GLIA__EDGE_CONVERT) continue;
-            struct glia_shape ps = nd->in[k] < 0 ? glia__data_shape(m, tb, m->train.cols) : shapes[nd->in[k]];
-            st = new_flat(m, glia_shape_numel(&ps), &nd->cin_buf[k]);
-        }
-    }
-    free(shapes);
-    if (!st && tb > 0) st = new_flat(m, m->plan.grad, &m->grad_block);
-    if (!st && eb > 0) st = new_flat(m, m->plan.eval, &m->eval_block);
+    st = new_flat(m, m->plan.len, &m->act_block);
     struct glia_shape xs = glia__data_shape(m, maxb, m->train.cols);
     int64_t d1[1] = {maxb}, one[1] = {1};
     struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
@@ -117,15 +99,15 @@ static glia_status need_activations(struct glia_model *m, int64_t tb, int64_t eb
     return alloc_activations(m, tb > m->act_batch ? tb : m->act_batch, eb > m->eval_batch ? eb : m->eval_batch);
 }
 
-/* *out = the part of block from offset off, of shape s in format f. */
-static glia_status view(struct glia_tensor *block, int64_t off, const struct glia_shape *s, enum glia_memory_format f,
+/* *out = the part of the activation block from offset off, of shape s in format f. */
+static glia_status view(struct glia_model *m, int64_t off, const struct glia_shape *s, enum glia_memory_format f,
                         struct glia_tensor **out)
 {
-    return glia_tensor_view_as(block, off, s, f, out);
+    return glia_tensor_view_as(m->act_block, off, s, f, out);
 }
 
 /* Point every activation view at batch n (n <= act_batch in training, eval_batch in evaluation) of length len
- * (tokens; images: any). */
+ * (tokens; images: any), where the plan of that mode puts them. */
 static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len, bool train)
 {
     if (!m->train.tokens) len = m->train.cols;
@@ -136,34 +118,29 @@ static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len, bool 
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     if (!shapes) return GLIA_ENOMEM;
     glia_status st = glia__infer_all(m, n, len, shapes);
-    const int64_t *goff = m->plan.grad_off, *eoff = m->plan.eval_off;
+    const int64_t *off = train ? m->plan.train_off : m->plan.eval_off;
     for (int i = 0; i < m->n_nodes && !st; i++) {
         struct glia__node *nd = &m->nodes[i];
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
-        int o = GLIA__PLAN_SLOT(i, -1);
-        bool grad = i < m->n_nodes - 1 && nd->needs_grad;  /* its output gradient is written */
-        st = train ? view(nd->out_buf, 0, &shapes[i], nd->out_fmt, &nd->out)
-                   : view(m->eval_block, eoff[o], &shapes[i], nd->out_fmt, &nd->out);
-        if (!st && train && grad) st = view(m->grad_block, goff[o], &shapes[i], nd->out_fmt, &nd->dout);
+        bool grad = train && i < m->n_nodes - 1 && nd->needs_grad;  /* its output gradient is written */
+        st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, &nd->out);
+        if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, &nd->dout);
         for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);
             nd->cin[k] = nd->cdin[k] = NULL;
             if (nd->edge[k] == GLIA__EDGE_DIRECT) continue;
-            int p = nd->in[k], c = GLIA__PLAN_SLOT(i, k), po = GLIA__PLAN_SLOT(p, -1);
+            int p = nd->in[k];
             struct glia_shape ps = p < 0 ? glia__data_shape(m, n, len) : shapes[p];
-            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT, pgrad = p >= 0 && p < m->n_nodes - 1 && m->nodes[p].needs_grad;
-            if (train) {
-                st = view(conv ? nd->cin_buf[k] : p < 0 ? m->x_buf : m->nodes[p].out_buf, 0, &ps, nd->in_fmt[k],
-                          &nd->cin[k]);
-                if (!st && pgrad) st = view(m->grad_block, goff[conv ? c : po], &ps, nd->in_fmt[k], &nd->cdin[k]);
-            } else {
-                st = conv ? view(m->eval_block, eoff[c], &ps, nd->in_fmt[k], &nd->cin[k])
-                     : p < 0 ? view(m->x_buf, 0, &ps, nd->in_fmt[k], &nd->cin[k])
-                             : view(m->eval_block, eoff[po], &ps, nd->in_fmt[k], &nd->cin[k]);
-            }
+            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
+            bool pgrad = train && p >= 0 && p < m->n_nodes - 1 && m->nodes[p].needs_grad;
+            if (conv) st = view(m, off[GLIA__PLAN_VALUE(i, k)], &ps, nd->in_fmt[k], &nd->cin[k]);
+            else if (p < 0) st = glia_tensor_view_as(m->x_buf, 0, &ps, nd->in_fmt[k], &nd->cin[k]);
+            else st = view(m, off[GLIA__PLAN_VALUE(p, -1)], &ps, nd->in_fmt[k], &nd->cin[k]);
+            if (!st && pgrad)
+                st = view(m, off[conv ? GLIA__PLAN_GRAD(i, k) : GLIA__PLAN_GRAD(p, -1)], &ps, nd->in_fmt[k], &nd->cdin[k]);
         }
     }
     free(shapes);

@@ -1038,9 +1038,9 @@ static const char *memory_model_text(int test_batch)
     return buf;
 }
 
-/* Gradients share one block by lifetime, evaluation's outputs another: training gives the same weights whatever
- * the evaluation batch, evaluation the same loss and accuracy, and the blocks are smaller than the buffers
- * one by one. Evaluating a model that never trained makes no training buffers. */
+/* Activations and gradients share one block by lifetime, training's and evaluation's: training gives the same
+ * weights whatever the evaluation batch, evaluation the same loss and accuracy, and each plan is smaller than its
+ * buffers one by one. Evaluating a model that never trained plans no training step. */
 static void test_activation_memory_shared(void)
 {
     make_data();
@@ -1058,23 +1058,24 @@ static void test_activation_memory_shared(void)
     CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-5 * fmax(1, ra.test_loss));
     CU_ASSERT_EQUAL(ra.test_accuracy, rb.test_accuracy);
     const struct glia__act_plan *p = &b.m->plan;
-    CU_ASSERT(p->grad > 0 && p->grad < p->grad_unshared);
+    CU_ASSERT(p->train > 0 && p->train < p->train_unshared);
     CU_ASSERT(p->eval > 0 && p->eval < p->eval_unshared);
-    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->grad_block), p->grad);
-    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->eval_block), p->eval);
+    CU_ASSERT_EQUAL(p->len, p->train > p->eval ? p->train : p->eval);
+    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->act_block), p->len);
     CU_ASSERT(b.m->act_batch == 32 && b.m->eval_batch == 200);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     glia_model_summary(b.m, f);
     fclose(f);
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "activation memory: training "));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "at batch 32; evaluation "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "activation memory: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "shared by a training step at batch 32 ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "evaluation at batch 200 ("));
     free(text);
     open_run(&c, memory_model_text(200));  /* evaluation only: the same numbers as b's before training */
     double loss, acc;
     CU_ASSERT_EQUAL(glia_model_evaluate(c.m, &loss, &acc), GLIA_OK);
-    CU_ASSERT(c.m->act_batch == 0 && c.m->grad_block == NULL && c.m->eval_block != NULL);
+    CU_ASSERT(c.m->act_batch == 0 && c.m->plan.train == 0 && c.m->plan.len == c.m->plan.eval);
     free(wa);
     free(wb);
     close_run(&a);
