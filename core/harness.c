@@ -204,6 +204,43 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     return GLIA_OK;
 }
 
+/* A stand-in for t (shape, format, backend) whose every byte is 0xff (f32 NaN): what a backward that its layer's
+ * GLIA_LAYER_BWD_NO_INPUT / _NO_OUTPUT flags say does not read the values of gets instead of t, so that a wrong flag
+ * makes its gradients wrong. */
+static glia_status poisoned_like(const struct glia_tensor *t, struct glia_tensor **out)
+{
+    size_t n = glia_tensor_nbytes(t);
+    void *h = malloc(n ? n : 1);
+    if (!h) return GLIA_ENOMEM;
+    memset(h, 0xff, n);
+    glia_status st = t->dtype == GLIA_F32 ? new_as(glia_tensor_backend(t), &t->shape, glia_tensor_memory_format(t), out)
+                                          : glia_tensor_new(glia_tensor_backend(t), t->dtype, &t->shape, out);
+    if (!st) st = glia_tensor_from_host(*out, h, n);
+    free(h);
+    return st;
+}
+
+/* Runs l's backward on a with NaN stand-ins for the inputs and the output whose values its flags say it does not
+ * read. */
+static glia_status flagged_backward(struct glia_layer *l, struct glia_bwd a)
+{
+    uint32_t f = l->ops->flags;
+    struct glia_tensor *sub[GLIA__MAX_INPUTS + 1] = {0};
+    const struct glia_tensor *in[GLIA__MAX_INPUTS];
+    glia_status st = GLIA_OK;
+    for (int k = 0; k < a.n_in && k < GLIA__MAX_INPUTS; k++) {
+        in[k] = a.in[k];
+        if ((f & GLIA_LAYER_BWD_NO_INPUT) && !st && !(st = poisoned_like(a.in[k], &sub[k]))) in[k] = sub[k];
+    }
+    if ((f & GLIA_LAYER_BWD_NO_OUTPUT) && !st && !(st = poisoned_like(a.out, &sub[GLIA__MAX_INPUTS])))
+        a.out = sub[GLIA__MAX_INPUTS];
+    a.in = in;
+    if (!st) st = l->ops->backward(l, &a);
+    if (!st) st = glia_backend_sync(l->backend);  /* the stand-ins are read before they go */
+    for (int k = 0; k <= GLIA__MAX_INPUTS; k++) glia_tensor_release(sub[k]);
+    return st;
+}
+
 /* L = sum(out * r) after a training-mode forward. */
 static glia_status gc_loss(struct gc *g, double *L)
 {
@@ -231,7 +268,7 @@ static glia_status gc_backward(struct gc *g, bool accumulate)
         acc[k] = accumulate;
     }
     struct glia_bwd a = {in, g->n_in, g->out, g->dout, g->dx, acc, g->labels};
-    return g->l.ops->backward(&g->l, &a);
+    return flagged_backward(&g->l, a);
 }
 
 struct cmp {
@@ -574,7 +611,7 @@ glia_status glia_layer_run_backward(struct glia_layer_run *r)
     }
     for (int p = 0; p < r->l.n_params; p++) r->l.params[p].grad_unset = true;
     struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels};
-    return r->l.ops->backward(&r->l, &a);
+    return flagged_backward(&r->l, a);
 }
 
 glia_status glia_layer_run_sync(struct glia_layer_run *r) { return glia_backend_sync(r->b); }

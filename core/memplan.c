@@ -72,9 +72,15 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
  * (whose output gradient is the loss scale). */
 static bool has_grad(const struct glia_model *m, int i) { return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad; }
 
-/* Whether node j's backward runs and reads its output; its inputs. (Every layer may: the contract in glia/layer.h.) */
-static bool bwd_reads_out(const struct glia_model *m, int j) { return m->nodes[j].needs_grad; }
-static bool bwd_reads_in(const struct glia_model *m, int j) { return m->nodes[j].needs_grad; }
+/* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_LAYER_BWD_NO_...). */
+static bool bwd_reads_out(const struct glia_model *m, int j)
+{
+    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_OUTPUT);
+}
+static bool bwd_reads_in(const struct glia_model *m, int j)
+{
+    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_INPUT);
+}
 
 static void grow(int *last, int t)
 {

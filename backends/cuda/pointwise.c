@@ -104,7 +104,7 @@ ACT_PASSES(tanh, GLIA__ACT_TANH)
 ACT_PASSES(gelu, GLIA__ACT_GELU)
 #undef ACT_PASSES
 
-#define ACT_OPS(name, doc_, keys_, create_, destroy_)                                          \
+#define ACT_OPS(name, doc_, keys_, create_, destroy_, flags_)                                        \
     static const struct glia_layer_ops name##_ops = {                                          \
         .struct_size = sizeof(struct glia_layer_ops),                                          \
         .type = #name,                                                                         \
@@ -113,7 +113,7 @@ ACT_PASSES(gelu, GLIA__ACT_GELU)
         .keys = keys_,                                                                         \
         .min_inputs = 1,                                                                       \
         .max_inputs = 1,                                                                       \
-        .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */                \
+        .flags = GLIA_LAYER_CHANNELS_LAST | (flags_), /* elementwise: any format */             \
         .device_type = GLIA_DEVICE_CUDA,                                                       \
         .create = create_,                                                                     \
         .destroy = destroy_,                                                                   \
@@ -122,11 +122,12 @@ ACT_PASSES(gelu, GLIA__ACT_GELU)
         .backward = name##_backward,                                                           \
         .flops = glia__##name##_flops,                                                         \
     };
-ACT_OPS(relu, GLIA__RELU_DOC, NULL, glia__activation_create, NULL)
-ACT_OPS(leaky_relu, GLIA__LEAKY_RELU_DOC, glia__leaky_relu_keys, glia__leaky_relu_create, glia__leaky_relu_destroy)
-ACT_OPS(sigmoid, GLIA__SIGMOID_DOC, NULL, glia__activation_create, NULL)
-ACT_OPS(tanh, GLIA__TANH_DOC, NULL, glia__activation_create, NULL)
-ACT_OPS(gelu, GLIA__GELU_DOC, NULL, glia__activation_create, NULL)
+ACT_OPS(relu, GLIA__RELU_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_INPUT)
+ACT_OPS(leaky_relu, GLIA__LEAKY_RELU_DOC, glia__leaky_relu_keys, glia__leaky_relu_create, glia__leaky_relu_destroy,
+        GLIA_LAYER_BWD_NO_OUTPUT)
+ACT_OPS(sigmoid, GLIA__SIGMOID_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_INPUT)
+ACT_OPS(tanh, GLIA__TANH_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_INPUT)
+ACT_OPS(gelu, GLIA__GELU_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_OUTPUT)
 #undef ACT_OPS
 
 /* ---- add ---- */
@@ -195,7 +196,7 @@ static const struct glia_layer_ops add_ops = {
     .keys = NULL,
     .min_inputs = 2,
     .max_inputs = -1,
-    .flags = GLIA_LAYER_CHANNELS_LAST, /* elementwise: any memory format */
+    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT, /* any format */
     .device_type = GLIA_DEVICE_CUDA,
     .create = glia__add_create,
     .infer_shape = glia__add_infer,

@@ -121,7 +121,15 @@ enum glia_layer_flags {
     /* ABI 1.4: the layer reads the token batch of a [data] format = tokens set: an I32 tensor
      * (N, L) of ids, 0 for padding, L changing from batch to batch. The core refuses to feed that
      * batch to a layer without this flag (it would read the ids as floats). */
-    GLIA_LAYER_TOKEN_INPUT = 1u << 3
+    GLIA_LAYER_TOKEN_INPUT = 1u << 3,
+    /* ABI 1.5: what backward does not read. Without them the core keeps every input and the
+     * output of a training forward until the layer's backward has run; with them it can give
+     * that memory to other tensors as soon as the forwards that read it are done (as PyTorch's
+     * autograd frees what no backward saved). Shapes and formats may still be read; only the
+     * values are gone. The layer tests (glia_layer_gradcheck, glia_layer_run) hand such a
+     * backward NaN-filled stand-ins, so a wrong flag fails them. */
+    GLIA_LAYER_BWD_NO_INPUT = 1u << 4,  /* backward reads no input's values (add, flatten, pooling by mean) */
+    GLIA_LAYER_BWD_NO_OUTPUT = 1u << 5  /* backward does not read the output's values (linear, conv2d) */
 };
 
 /* Layer vtable. A plugin registers one per (type, impl). */

@@ -452,7 +452,7 @@ static const struct glia_layer_ops batchnorm_ops = {
     .min_inputs = 1,
     .max_inputs = 1,
     /* subtracts the per-channel mean: a bias before it is useless; 4-D tensors in either memory format */
-    .flags = GLIA_LAYER_NORMALIZATION | GLIA_LAYER_CHANNELS_LAST,
+    .flags = GLIA_LAYER_NORMALIZATION | GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT,
     .device_type = GLIA_DEVICE_CPU,
     .create = batchnorm_create,
     .destroy = batchnorm_destroy,

@@ -63,6 +63,7 @@ static const struct glia_layer_ops linear_ops = {
     .keys = glia__linear_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_LAYER_BWD_NO_OUTPUT,
     .device_type = GLIA_DEVICE_CPU,
     .create = linear_create,
     .destroy = glia__linear_destroy,
