@@ -68,10 +68,6 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
     return GLIA_OK;
 }
 
-/* Whether node i's output gradient is ever written: it or a layer before it has parameters, and it is not the loss
- * (whose output gradient is the loss scale). */
-static bool has_grad(const struct glia_model *m, int i) { return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad; }
-
 /* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_LAYER_BWD_NO_...). */
 static bool bwd_reads_out(const struct glia_model *m, int j)
 {
@@ -96,7 +92,7 @@ static void grow(int *last, int t)
 static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool train,
                       int64_t *size, int *first, int *last)
 {
-    int N = m->n_nodes;
+    int N = m->n_nodes, end = train ? 2 * N : N;  /* after the step: the loss (and logits) are read then */
     for (int s = 0; s < N * GLIA__PLAN_SLOTS; s++) size[s] = 0, first[s] = last[s] = 0;
     struct glia_shape xs = glia__data_shape(m, n, m->train.cols);
     for (int i = 0; i < N; i++) {
@@ -105,9 +101,9 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         int o = GLIA__PLAN_VALUE(i, -1), g = GLIA__PLAN_GRAD(i, -1);
         size[o] = glia_shape_numel(&shapes[i]);
         first[o] = last[o] = i;
-        if (i == N - 1) last[o] = train ? 2 * N : N;
+        if (i == N - 1) last[o] = end;
         if (train && bwd_reads_out(m, i)) grow(&last[o], T);
-        if (train && has_grad(m, i)) {
+        if (train && glia__has_grad(m, i)) {
             size[g] = size[o];
             first[g] = T;  /* lowered below by each consumer */
             last[g] = T;
@@ -117,16 +113,16 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
             if (p >= 0) {
                 int po = GLIA__PLAN_VALUE(p, -1), pg = GLIA__PLAN_GRAD(p, -1);
-                grow(&last[po], i == N - 1 ? (train ? 2 * N : N) : i);  /* the loss's inputs: read after it too */
+                grow(&last[po], i == N - 1 ? end : i);  /* the loss's inputs: read after it too */
                 if (train && !conv && bwd_reads_in(m, i)) grow(&last[po], T);
-                if (train && has_grad(m, p) && first[pg] > T) first[pg] = T;
+                if (train && glia__has_grad(m, p) && first[pg] > T) first[pg] = T;
             }
             if (!conv) continue;
             int c = GLIA__PLAN_VALUE(i, k), cg = GLIA__PLAN_GRAD(i, k);
             size[c] = glia_shape_numel(p < 0 ? &xs : &shapes[p]);
             first[c] = last[c] = i;
             if (train && bwd_reads_in(m, i)) last[c] = T;
-            if (train && has_grad(m, p)) {
+            if (train && glia__has_grad(m, p)) {
                 size[cg] = size[c];
                 first[cg] = last[cg] = T;
             }

@@ -208,6 +208,12 @@ int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *l
 /* Output shapes of every node for a data batch of shape (n, len) (tokens) or n images, through each layer's
  * infer_shape. */
 glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes);
+/* Whether node i's output gradient is ever written: it or a layer before it has parameters, and it is not the loss
+ * (whose output gradient is the loss scale); false for the data batch (i < 0). */
+static inline bool glia__has_grad(const struct glia_model *m, int i)
+{
+    return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad;
+}
 /* The plan for a training batch of train_batch (0: no training) and an evaluation batch of eval_batch (0: none),
  * at the longest token length. */
 glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t eval_batch, struct glia__act_plan *p);

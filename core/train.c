@@ -124,7 +124,7 @@ static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len, bool 
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
-        bool grad = train && i < m->n_nodes - 1 && nd->needs_grad;  /* its output gradient is written */
+        bool grad = train && glia__has_grad(m, i);
         st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, &nd->out);
         if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, &nd->dout);
         for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
@@ -135,7 +135,7 @@ static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len, bool 
             int p = nd->in[k];
             struct glia_shape ps = p < 0 ? glia__data_shape(m, n, len) : shapes[p];
             bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
-            bool pgrad = train && p >= 0 && p < m->n_nodes - 1 && m->nodes[p].needs_grad;
+            bool pgrad = train && glia__has_grad(m, p);
             if (conv) st = view(m, off[GLIA__PLAN_VALUE(i, k)], &ps, nd->in_fmt[k], &nd->cin[k]);
             else if (p < 0) st = glia_tensor_view_as(m->x_buf, 0, &ps, nd->in_fmt[k], &nd->cin[k]);
             else st = view(m, off[GLIA__PLAN_VALUE(p, -1)], &ps, nd->in_fmt[k], &nd->cin[k]);

@@ -27,7 +27,8 @@ extern "C" {
  *    glia_param_beta(p) gives the GEMM beta (0 or 1) that honours this.
  *  - Forward in eval mode (train == false) must not keep anything for backward.
  *  - Lifetimes: the inputs and the output of a training forward are left untouched until that
- *    layer's backward has run (it may read them there). Everything else lives only during the
+ *    layer's backward has run (it may read them there), except what its GLIA_LAYER_BWD_NO_INPUT /
+ *    _NO_OUTPUT flags say backward does not read. Everything else lives only during the
  *    call: the output gradient and the input gradients of a backward, and the tensors of an
  *    eval-mode forward, share memory with other layers' tensors at other moments (the core
  *    plans that memory), so a layer keeps no pointer to them.
