@@ -198,6 +198,9 @@ static void test_print(void)
     check_print("exp(-(x*x))", "exp(-(x * x))");
     check_print("log(1 + exp(x))", "log(exp(x) + 1)");
     check_print("select(ge(x, y), z, w)", "select(ge(x, y), z, w)");
+    check_print("select(gt(x, y), z, w)", "select(gt(x, y), z, w)");
+    check_print("select(gt(x, 0), 1, 0)", "gt(x, 0)");
+    check_print("gt(x, x) + ge(x, x)", "1");
     check_print("sign(x)", "sign(x)");
     check_print("1 / 0 + x", "1 / 0 + x");
     char buf[8];
@@ -535,6 +538,7 @@ static double r10(const double *v) { return pow(1 + v[0] * v[0], v[1]); }
 static double r11(const double *v) { return 0.5 * v[0] * (1 + erf(v[0] / sqrt(2))); }
 static double r12(const double *v) { return v[0] * tanh(v[1]) - v[2] * v[2] / (1 + v[3] * v[3]); }
 static double r13(const double *v) { return (v[0] >= v[1] ? v[2] : v[3]) + sg(-v[1]) * (v[0] < 0 ? -1 : v[0] > 0 ? 1 : 0); }
+static double r14(const double *v) { return (v[0] + v[1] > 0 ? v[0] + v[1] : 0) * (v[2] > v[3] ? 1 : 0.25); }
 
 static const struct {
     const char *text;
@@ -547,6 +551,7 @@ static const struct {
     {"abs(x)", r8},             {"sqrt(1+x*x) - min(y,z)*w", r9},
     {"pow(1 + x*x, y)", r10},   {"0.5*x*(1 + erf(x/sqrt(2)))", r11},
     {"x*tanh(y) - z^2/(1+w*w)", r12}, {"select(ge(x, y), z, w) + sigmoid(-y) * sign(x)", r13},
+    {"select(gt(x + y, 0), x + y, 0) * select(gt(z, w), 1, 0.25)", r14},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -580,6 +585,28 @@ static void test_eval_against_libm(void)
         CU_ASSERT_EQUAL(bad, 0);
         expr_free(e);
     }
+}
+
+/* gt is false when either side is NaN, so select(gt(x, 0), x, 0) is the relu layer's
+ * x > 0 ? x : 0 (NaN gives 0, -0 gives +0), and its derivative is 0 at 0 */
+static void test_gt_relu_semantics(void)
+{
+    const float x[6] = {NAN, -0.0f, 0.0f, -2.0f, 3.0f, 1e-30f};
+    float y[6], dy[6];
+    const float *vars[1] = {x};
+    struct expr *e = parse_ok("select(gt(x, 0), x, 0)", 1), *d = e ? expr_diff(e, 0) : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    CU_ASSERT_EQUAL(expr_eval(e, vars, 6, y), 0);
+    CU_ASSERT_EQUAL(expr_eval(d, vars, 6, dy), 0);
+    for (int i = 0; i < 6; i++) {
+        float want = x[i] > 0.0f ? x[i] : 0.0f;
+        CU_ASSERT_EQUAL(memcmp(&y[i], &want, sizeof want), 0);
+        CU_ASSERT_EQUAL(dy[i], x[i] > 0.0f ? 1.0f : 0.0f);
+        double v[4] = {x[i]};
+        CU_ASSERT_EQUAL(expr_eval1(e, v), x[i] > 0.0f ? (double)x[i] : 0.0);
+    }
+    expr_free(d);
+    expr_free(e);
 }
 
 static void test_eval_large_and_edge(void)
@@ -656,6 +683,8 @@ static void test_diff_rules(void)
     check_diff_text("max(x, y)", 1, "select(ge(x, y), 0, 1)");
     check_diff_text("min(x, y)", 0, "ge(y, x)");
     check_diff_text("max(x, 0)", 0, "select(ge(0, x), 0, 1)");
+    check_diff_text("gt(x, y)", 0, "0");
+    check_diff_text("select(gt(x, 0), x, 0.01 * x)", 0, "select(gt(x, 0), 1, 0.01)");
     check_diff_text("x * sigmoid(x)", 2, "0");
     check_diff_text("exp(-x*x)", 0, "-2 * x * exp(-(x * x))");
     /* a constant exponent has no log term: no log of a negative base, no 0 * NaN */
@@ -677,6 +706,7 @@ static bool away_from_kinks(const char *text, const double *v)
 {
     if (strstr(text, "abs") && fabs(v[0]) < 1e-3) return false;
     if ((strstr(text, "max") || strstr(text, "min") || strstr(text, "ge(")) && fabs(v[0] - v[1]) < 1e-3) return false;
+    if (strstr(text, "gt(") && (fabs(v[0] + v[1]) < 1e-3 || fabs(v[2] - v[3]) < 1e-3)) return false;
     if (strstr(text, "sign") && fabs(v[0]) < 1e-3) return false;
     if (strstr(text, "min(y,z)") && fabs(v[1] - v[2]) < 1e-3) return false;
     return true;
@@ -848,7 +878,8 @@ static void test_layer_config_errors(void)
 
 GLIA_TEST_MAIN("pointwise", GLIA_TEST(test_parse_precedence), GLIA_TEST(test_parse_errors), GLIA_TEST(test_print),
                GLIA_TEST(test_cse), GLIA_TEST(test_hash), GLIA_TEST(test_constant_folding), GLIA_TEST(test_random_round_trip),
-               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_diff_rules),
+               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_gt_relu_semantics),
+               GLIA_TEST(test_diff_rules),
                GLIA_TEST(test_diff_numeric), GLIA_TEST(test_layer_gradcheck_one_input),
                GLIA_TEST(test_layer_gradcheck_multi_input), GLIA_TEST(test_layer_forward_and_flops),
                GLIA_TEST(test_layer_config_errors))

@@ -20,6 +20,7 @@ static const struct {
     {"x / y + pow(abs(x), y) - (-0)", 2},
     {"max(x, y) * z - min(y, z) / (1 + x*x)", 3},
     {"select(ge(x, y), z, w) + sigmoid(-y) * sign(x)", 4},
+    {"select(gt(x + y, 0), x + y, 0) + gt(0/0, x) + gt(x, 0/0)", 2},
     {"x*tanh(y) - z^2/(1+w*w) + log(1+exp(x))", 4},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))

@@ -104,6 +104,7 @@ static void emit_node(struct sbuf *b, const struct expr *e, int i, const char *i
     case EXPR_MAX: sb_printf(b, "glia_max(v%d, v%d)", a, b2); break;
     case EXPR_MIN: sb_printf(b, "glia_min(v%d, v%d)", a, b2); break;
     case EXPR_GE: sb_printf(b, "v%d >= v%d ? 1.0f : 0.0f", a, b2); break;
+    case EXPR_GT: sb_printf(b, "v%d > v%d ? 1.0f : 0.0f", a, b2); break;
     case EXPR_SELECT: sb_printf(b, "v%d != 0.0f ? v%d : v%d", a, b2, c); break;
     default: sb_printf(b, "__int_as_float(0x7fc00000)"); break;  /* no such op: NaN, as eval_node */
     }

@@ -22,6 +22,7 @@ static const char *const op_names[EXPR_N_OPS] = {
     [EXPR_EXP] = "exp", [EXPR_LOG] = "log", [EXPR_SQRT] = "sqrt", [EXPR_TANH] = "tanh",
     [EXPR_SIGMOID] = "sigmoid", [EXPR_ERF] = "erf", [EXPR_ABS] = "abs", [EXPR_SIGN] = "sign",
     [EXPR_MAX] = "max", [EXPR_MIN] = "min", [EXPR_GE] = "ge", [EXPR_SELECT] = "select",
+    [EXPR_GT] = "gt",
 };
 
 static int op_arity(enum expr_op op)
@@ -29,7 +30,7 @@ static int op_arity(enum expr_op op)
     switch (op) {
     case EXPR_CONST: case EXPR_VAR: return 0;
     case EXPR_ADD: case EXPR_SUB: case EXPR_MUL: case EXPR_DIV: case EXPR_POW:
-    case EXPR_MAX: case EXPR_MIN: case EXPR_GE: return 2;
+    case EXPR_MAX: case EXPR_MIN: case EXPR_GE: case EXPR_GT: return 2;
     case EXPR_SELECT: return 3;
     default: return 1;
     }
@@ -68,6 +69,7 @@ static double apply_d(enum expr_op op, double a, double b, double c)
     case EXPR_MAX: return a >= b || isnan(a) ? a : b; /* NaN from either side */
     case EXPR_MIN: return a <= b || isnan(a) ? a : b;
     case EXPR_GE: return a >= b ? 1.0 : 0.0;
+    case EXPR_GT: return a > b ? 1.0 : 0.0;
     case EXPR_SELECT: return a != 0 ? b : c;
     default: return NAN;
     }
@@ -286,10 +288,13 @@ static int mk(struct expr *e, enum expr_op op, int a, int b, int c)
     case EXPR_GE:
         if (a == b) return mk_const(e, 1);
         break;
+    case EXPR_GT:
+        if (a == b) return mk_const(e, 0);                                       /* also for NaN */
+        break;
     case EXPR_SELECT:
         if (ka) return va != 0 ? b : c;
         if (b == c) return b;
-        if (na.op == EXPR_GE && is_val(e, b, 1) && is_val(e, c, 0)) return a;  /* ge ? 1 : 0 = ge */
+        if ((na.op == EXPR_GE || na.op == EXPR_GT) && is_val(e, b, 1) && is_val(e, c, 0)) return a; /* = a */
         break;
     default:
         break;
@@ -384,7 +389,7 @@ static const struct fn_entry functions[] = {
     {"exp", EXPR_EXP, 1},   {"log", EXPR_LOG, 1}, {"sqrt", EXPR_SQRT, 1}, {"tanh", EXPR_TANH, 1},
     {"sigmoid", EXPR_SIGMOID, 1}, {"erf", EXPR_ERF, 1}, {"abs", EXPR_ABS, 1}, {"sign", EXPR_SIGN, 1},
     {"max", EXPR_MAX, 2},   {"min", EXPR_MIN, 2}, {"pow", EXPR_POW, 2},   {"ge", EXPR_GE, 2},
-    {"select", EXPR_SELECT, 3},
+    {"gt", EXPR_GT, 2},     {"select", EXPR_SELECT, 3},
 };
 #define N_FUNCTIONS ((int)(sizeof functions / sizeof functions[0]))
 
@@ -786,7 +791,7 @@ struct expr *expr_diff(const struct expr *ir, int var)
                     dA);
             break;
         case EXPR_ABS: r = mk2(e, EXPR_MUL, mk1(e, EXPR_SIGN, A), dA); break;
-        case EXPR_SIGN: case EXPR_GE: r = k0; break;
+        case EXPR_SIGN: case EXPR_GE: case EXPR_GT: r = k0; break;
         case EXPR_MAX: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, A, B), dA, dB); break; /* a >= b ? da : db */
         case EXPR_MIN: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, B, A), dA, dB); break; /* a <= b ? da : db */
         case EXPR_SELECT: r = mk(e, EXPR_SELECT, A, dB, dC); break;
@@ -1016,6 +1021,7 @@ static void eval_node(const struct expr_node *nd, const float *const *reg, float
     case EXPR_MAX: for (int j = 0; j < m; j++) dst[j] = A[j] >= B[j] || A[j] != A[j] ? A[j] : B[j]; break;
     case EXPR_MIN: for (int j = 0; j < m; j++) dst[j] = A[j] <= B[j] || A[j] != A[j] ? A[j] : B[j]; break;
     case EXPR_GE: for (int j = 0; j < m; j++) dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
+    case EXPR_GT: for (int j = 0; j < m; j++) dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
     case EXPR_SELECT: for (int j = 0; j < m; j++) dst[j] = A[j] != 0.0f ? B[j] : C[j]; break;
     default: for (int j = 0; j < m; j++) dst[j] = NAN; break;
     }

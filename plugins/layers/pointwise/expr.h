@@ -19,7 +19,8 @@
  *   POW pow(a, b); EXP LOG SQRT TANH ERF ABS as in C; SIGMOID 1/(1+exp(-a)), computed so that
  *   exp cannot overflow; SIGN (a>0)-(a<0); MAX a>=b ? a : b and MIN a<=b ? a : b, except that
  *   a NaN on either side gives NaN (so that operand order does not matter);
- *   GE a>=b ? 1 : 0; SELECT a != 0 ? b : c (the only three-operand node).
+ *   GE a>=b ? 1 : 0; GT a>b ? 1 : 0 (0 when either is NaN); SELECT a != 0 ? b : c (the only
+ *   three-operand node).
  */
 #ifndef GLIA_POINTWISE_EXPR_H
 #define GLIA_POINTWISE_EXPR_H
@@ -39,7 +40,7 @@ enum expr_op {
     EXPR_CONST = 0, EXPR_VAR,
     EXPR_NEG, EXPR_ADD, EXPR_SUB, EXPR_MUL, EXPR_DIV, EXPR_POW,
     EXPR_EXP, EXPR_LOG, EXPR_SQRT, EXPR_TANH, EXPR_SIGMOID, EXPR_ERF, EXPR_ABS, EXPR_SIGN,
-    EXPR_MAX, EXPR_MIN, EXPR_GE, EXPR_SELECT,
+    EXPR_MAX, EXPR_MIN, EXPR_GE, EXPR_SELECT, EXPR_GT,
     EXPR_N_OPS
 };
 
