@@ -55,9 +55,10 @@ uint64_t glia__model_fingerprint(const struct glia_model *m)
 {
     uint64_t h = glia__hash_str(0, "glia-model");
     char buf[64];
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia_layer *l = &m->nodes[i].layer;
-        h = glia__hash_str(glia__hash_str(h, l->name), l->ops->type);
+    for (int i = 0; i < m->n_decl; i++) {  /* as declared: fused layers hash as the layers they were */
+        const struct glia_layer *l = &m->nodes[m->decl[i].node].layer;
+        h = glia__hash_str(glia__hash_str(h, m->decl[i].name), m->decl[i].type);
+        if (strcmp(l->name, m->decl[i].name)) continue;  /* merged into a later layer: no parameters */
         for (int p = 0; p < l->n_params; p++)
             h = glia__hash_str(glia__hash_str(h, l->params[p].name), glia_shape_str(&l->params[p].shape, buf, sizeof buf));
         for (int p = 0; p < l->n_buffers; p++)

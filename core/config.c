@@ -76,6 +76,23 @@ static struct glia_section *section_add(struct glia_config *cfg, const char *nam
     return s;
 }
 
+struct glia_section *glia__section_new(struct glia_config *cfg, const char *name, int line)
+{
+    struct glia_section *s = calloc(1, sizeof *s);
+    if (!s || !(s->name = glia__strdup(name))) {
+        free(s);
+        return NULL;
+    }
+    s->cfg = cfg;
+    s->line = line;
+    return s;
+}
+
+void glia__section_free(struct glia_section *s)
+{
+    if (s) section_free(s);
+}
+
 struct glia_section *glia__config_find(struct glia_config *cfg, const char *name)
 {
     return find_n(cfg, name, strlen(name));

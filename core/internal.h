@@ -121,6 +121,10 @@ struct glia_config {
 struct glia_section *glia__config_find(struct glia_config *cfg, const char *name);
 /* The section named `name`, created empty (line 0) if absent. NULL only on ENOMEM. */
 struct glia_section *glia__config_section(struct glia_config *cfg, const char *name);
+/* A section of cfg's file that is not in cfg (a graph pass's layer; line: where its messages
+ * point), or NULL when out of memory; free it with glia__section_free. */
+struct glia_section *glia__section_new(struct glia_config *cfg, const char *name, int line);
+void glia__section_free(struct glia_section *s);
 /* The entry for key in s, or NULL. */
 const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
 /* Check every entry of s against the union of the given schemas: unknown keys (with a

@@ -1,6 +1,7 @@
 /* core/model.c — builds a model from a validated INI: core schemas, plugin resolution, the
  * layer graph with shape inference, the flat parameter arena and its seeded init, the summary.
  * Not the training loop (core/train.c) and not the INI parser (core/config.c). */
+#include <ctype.h>
 #include <libgen.h>
 #include <math.h>
 #include <omp.h>
@@ -89,6 +90,9 @@ static const struct glia_key plugins_keys[] = {
 static const struct glia_key graph_keys[] = {
     GLIA_KEY("drop_bias_before_norm", GLIA_KEY_BOOL, "on",
              "remove the bias of a layer whose output goes only into a normalization layer"),
+    GLIA_KEY("fuse_pointwise", GLIA_KEY_ENUM, "auto",
+             "run a chain of elementwise layers (relu, leaky_relu, sigmoid, tanh, gelu, add, pointwise) as one pointwise "
+             "layer: auto (on for CUDA, where it is one compiled kernel) | on | off", .choices = "auto|on|off"),
     GLIA_KEY_END};
 
 static const struct glia_key distributed_keys[] = {
@@ -580,6 +584,7 @@ static glia_status declare_layer(struct glia_model *m, struct glia_section *s)
     nd->layer.ctx = m->ctx;
     nd->layer.backend = m->backend;
     if ((st = wire_inputs(m, nd, s))) return st;
+    m->decl[m->n_decl++] = (struct glia__decl){.name = s->name, .type = ops->type, .node = m->n_nodes};
     m->n_nodes++;
     return GLIA_OK;
 }
@@ -678,15 +683,10 @@ static glia_status pass_drop_bias(struct glia_model *m)
     return GLIA_OK;
 }
 
-static glia_status check_graph(struct glia_model *m)
+/* Each node's consumer count, and whether a gradient flows through it. */
+static void link_nodes(struct glia_model *m)
 {
-    if (m->n_nodes == 0)
-        return glia_error(m->ctx, GLIA_ECONFIG, "%s: the model has no layers (add sections with type = ...)", m->cfg->path);
-    struct glia__node *last = &m->nodes[m->n_nodes - 1];
-    if (!(last->layer.ops->flags & GLIA_LAYER_LOSS))
-        return glia_section_error(last->sec, "type", GLIA_ECONFIG,
-                                  "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
-                                  last->layer.ops->type);
+    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].n_consumers = 0;
     for (int i = 0; i < m->n_nodes; i++) {  /* inputs come before their consumers */
         struct glia__node *nd = &m->nodes[i];
         nd->needs_grad = nd->layer.n_params > 0;
@@ -696,6 +696,18 @@ static glia_status check_graph(struct glia_model *m)
                 nd->needs_grad |= m->nodes[nd->in[k]].needs_grad;
             }
     }
+}
+
+static glia_status check_graph(struct glia_model *m)
+{
+    if (m->n_nodes == 0)
+        return glia_error(m->ctx, GLIA_ECONFIG, "%s: the model has no layers (add sections with type = ...)", m->cfg->path);
+    struct glia__node *last = &m->nodes[m->n_nodes - 1];
+    if (!(last->layer.ops->flags & GLIA_LAYER_LOSS))
+        return glia_section_error(last->sec, "type", GLIA_ECONFIG,
+                                  "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
+                                  last->layer.ops->type);
+    link_nodes(m);
     for (int i = 0; i < m->n_nodes - 1; i++) {
         struct glia__node *nd = &m->nodes[i];
         if (nd->layer.ops->flags & GLIA_LAYER_LOSS)
@@ -712,6 +724,340 @@ static glia_status check_graph(struct glia_model *m)
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels",
                                   (long long)logits->dim[1], m->n_classes);
     return GLIA_OK;
+}
+
+/* ---- pass fuse_pointwise ---------------------------------------------------------------- */
+
+/* A chain of elementwise layers whose intermediate outputs feed only the next one becomes one
+ * `pointwise` layer: its expression is the layers' own, nested. While it is built the text names
+ * producers as {k} (node k; {-1}: the data batch); the layer gets them as x, y, z, w. */
+#define FUSE_MAX_TEXT 2000   /* characters of a fused expression */
+#define FUSE_MAX_DEPTH 60    /* its parentheses' nesting (the parser takes 200) */
+#define FUSE_MAX_VARS 4      /* the pointwise layer's inputs */
+static const char fuse_origin[] = "[graph] fuse_pointwise";
+
+struct fbuf {
+    char *p;
+    size_t n, cap;
+    bool nomem;
+};
+
+static void fb_put(struct fbuf *b, const char *s, size_t n)
+{
+    if (b->nomem) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = (b->n + n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->nomem = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void fb_str(struct fbuf *b, const char *s) { fb_put(b, s, strlen(s)); }
+
+static void fb_token(struct fbuf *b, int producer)
+{
+    char t[16];
+    snprintf(t, sizeof t, "{%d}", producer);
+    fb_str(b, t);
+}
+
+/* The text (owned) or NULL on nomem. */
+static char *fb_done(struct fbuf *b)
+{
+    if (b->nomem || !b->p) {
+        free(b->p);
+        return NULL;
+    }
+    return b->p;
+}
+
+/* Node i's function of its producers as text over {k}; NULL when it is not a layer the pass
+ * fuses (*st = GLIA_OK) or out of memory (*st set). A layer with an impl chosen in its section
+ * keeps it. */
+static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
+{
+    const struct glia__node *nd = &m->nodes[i];
+    const char *type = nd->layer.ops->type;
+    struct fbuf b = {0};
+    *st = GLIA_OK;
+    if (nd->own_sec || strcmp(glia_section_str(nd->sec, "impl"), "auto") || nd->layer.n_params || nd->layer.n_buffers)
+        return NULL;
+    if (!strcmp(type, "relu") || !strcmp(type, "leaky_relu")) {  /* x > 0 ? x : s x; NaN gives 0 like the layer */
+        fb_str(&b, "select(gt(");
+        fb_token(&b, nd->in[0]);
+        fb_str(&b, ", 0), ");
+        fb_token(&b, nd->in[0]);
+        if (type[0] == 'l') {
+            char s[48];
+            snprintf(s, sizeof s, ", %.9g * ", (double)(float)glia_section_float(nd->sec, "negative_slope"));
+            fb_str(&b, s);
+            fb_token(&b, nd->in[0]);
+            fb_str(&b, ")");
+        } else {
+            fb_str(&b, ", 0)");
+        }
+    } else if (!strcmp(type, "sigmoid") || !strcmp(type, "tanh")) {
+        fb_str(&b, type);
+        fb_str(&b, "(");
+        fb_token(&b, nd->in[0]);
+        fb_str(&b, ")");
+    } else if (!strcmp(type, "gelu")) {  /* the exact form, as the layer computes it */
+        fb_str(&b, "0.5 * ");
+        fb_token(&b, nd->in[0]);
+        fb_str(&b, " * (1 + erf(");
+        fb_token(&b, nd->in[0]);
+        fb_str(&b, " * 0.70710678118654752))");
+    } else if (!strcmp(type, "add")) {
+        for (int k = 0; k < nd->n_in; k++) {
+            if (k) fb_str(&b, " + ");
+            fb_token(&b, nd->in[k]);
+        }
+    } else if (!strcmp(type, "pointwise")) {  /* its variables x y z w become its producers */
+        const char *t = glia_section_str(nd->sec, "expr");
+        while (*t) {
+            size_t w = 0;
+            while (isalnum((unsigned char)t[w]) || t[w] == '_' || t[w] == '.') w++;
+            const char *v = w == 1 ? strchr("xyzw", t[0]) : NULL;
+            if (v && v - "xyzw" < nd->n_in) fb_token(&b, nd->in[v - "xyzw"]);
+            else fb_put(&b, t, w ? w : 1);
+            t += w ? w : 1;
+        }
+    } else {
+        return NULL;
+    }
+    char *r = fb_done(&b);
+    if (!r) *st = GLIA_ENOMEM;
+    return r;
+}
+
+/* Reads the token at t ("{k}"): its producer, and the text after it in *end. */
+static int fuse_token(const char *t, const char **end)
+{
+    char *e;
+    long k = strtol(t + 1, &e, 10);
+    *end = e + 1;  /* past '}' */
+    return (int)k;
+}
+
+/* with is a call f(...) or a token {k}: it needs no parentheses as an operand */
+static bool fuse_atomic(const char *with)
+{
+    const char *t = with;
+    if (*t == '{') return strchr(t, '}') && !strchr(t, '}')[1];
+    while (isalpha((unsigned char)*t)) t++;
+    if (t == with || *t != '(') return false;
+    int depth = 0;
+    for (; *t; t++) {
+        depth += (*t == '(') - (*t == ')');
+        if (depth == 0) return !t[1];
+    }
+    return false;
+}
+
+/* text with each {i} replaced by (with); NULL when out of memory. */
+static char *fuse_subst(const char *text, int i, const char *with)
+{
+    struct fbuf b = {0};
+    for (const char *t = text; *t;) {
+        const char *end;
+        if (*t == '{' && fuse_token(t, &end) == i) {
+            /* a whole argument of a call needs no parentheses of its own */
+            bool arg = t > text && (t[-1] == '(' || (t[-1] == ' ' && t - 1 > text && t[-2] == ',')) &&
+                       (*end == ')' || *end == ',');
+            arg |= fuse_atomic(with);
+            if (!arg) fb_str(&b, "(");
+            fb_str(&b, with);
+            if (!arg) fb_str(&b, ")");
+            t = end;
+        } else {
+            fb_put(&b, t++, 1);
+        }
+    }
+    return fb_done(&b);
+}
+
+/* The distinct producers named in text, in order of appearance (at most max; returns how many
+ * there are, which may be more). */
+static int fuse_producers(const char *text, int *prod, int max)
+{
+    int n = 0;
+    for (const char *t = text; (t = strchr(t, '{'));) {
+        int k = fuse_token(t, &t), seen = 0;
+        for (int j = 0; j < n && j < max; j++) seen |= prod[j] == k;
+        if (seen) continue;
+        if (n < max) prod[n] = k;
+        n++;
+    }
+    return n;
+}
+
+static bool fuse_fits(const char *text)
+{
+    int depth = 0, deepest = 0, prod[FUSE_MAX_VARS];
+    for (const char *t = text; *t; t++) {
+        depth += (*t == '(') - (*t == ')');
+        if (depth > deepest) deepest = depth;
+    }
+    return strlen(text) <= FUSE_MAX_TEXT && deepest <= FUSE_MAX_DEPTH &&
+           fuse_producers(text, prod, FUSE_MAX_VARS) <= FUSE_MAX_VARS;
+}
+
+/* The one node that reads node i's output (possibly more than once), or -1. */
+static int only_consumer(const struct glia_model *m, int i)
+{
+    int c = -1;
+    for (int j = i + 1; j < m->n_nodes; j++)
+        for (int k = 0; k < m->nodes[j].n_in; k++)
+            if (m->nodes[j].in[k] == i) {
+                if (c >= 0 && c != j) return -1;
+                c = j;
+            }
+    return c;
+}
+
+static void destroy_layer(struct glia__node *nd)
+{
+    struct glia_layer *l = &nd->layer;
+    if (nd->created && l->ops->destroy) l->ops->destroy(l);
+    nd->created = false;
+    for (int p = 0; p < l->n_params; p++) {
+        free((char *)l->params[p].name);
+        glia_tensor_release(l->params[p].value);
+        glia_tensor_release(l->params[p].grad);
+    }
+    free(l->params);
+    for (int p = 0; p < l->n_buffers; p++) {
+        free((char *)l->buffers[p].name);
+        glia_tensor_release(l->buffers[p].value);
+    }
+    free(l->buffers);
+    l->params = NULL;
+    l->buffers = NULL;
+    l->n_params = l->n_buffers = 0;
+}
+
+/* Node j becomes a pointwise layer computing text (over {k}), in its place and under its name. */
+static glia_status make_fused(struct glia_model *m, int j, const char *text)
+{
+    struct glia__node *nd = &m->nodes[j];
+    int prod[FUSE_MAX_VARS], n = fuse_producers(text, prod, FUSE_MAX_VARS);
+    struct fbuf b = {0};
+    for (const char *t = text; *t;) {
+        if (*t != '{') {
+            fb_put(&b, t++, 1);
+            continue;
+        }
+        int k = fuse_token(t, &t), v = 0;
+        while (prod[v] != k) v++;
+        fb_put(&b, &"xyzw"[v], 1);
+    }
+    char *expr = fb_done(&b);
+    struct glia_section *s = expr ? glia__section_new(m->cfg, nd->sec->name, nd->sec->line) : NULL;
+    glia_status st = s ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = override_key(s, "type", "pointwise", fuse_origin);
+    if (!st) st = override_key(s, "expr", expr, fuse_origin);
+    free(expr);
+    if (s) {  /* type and impl readable before validation */
+        s->schemas[0] = layer_common_keys;
+        s->n_schemas = 1;
+    }
+    const struct glia_layer_ops *ops = st ? NULL : resolve_layer(m, s, &st);
+    if (ops) {
+        const struct glia_key *sch[] = {layer_common_keys, ops->keys};
+        st = glia__section_validate(s, sch, 2);
+    }
+    if (st) {
+        glia__section_free(s);
+        return st;
+    }
+    destroy_layer(nd);
+    memset(&nd->layer, 0, sizeof nd->layer);
+    nd->layer.name = s->name;
+    nd->layer.ops = ops;
+    nd->layer.ctx = m->ctx;
+    nd->layer.backend = m->backend;
+    nd->sec = nd->own_sec = s;
+    nd->n_in = n;
+    memcpy(nd->in, prod, sizeof *prod * (size_t)n);
+    if ((st = create_layer(m, nd))) {
+        char why[GLIA__ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+        glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", why, fuse_origin);
+    }
+    return st;
+}
+
+static bool fuse_pointwise_on(const struct glia_model *m, const struct glia_section *graph)
+{
+    const char *v = glia_section_str(graph, "fuse_pointwise");
+    return !strcmp(v, "on") || (!strcmp(v, "auto") && m->device.type != GLIA_DEVICE_CPU);
+}
+
+/* Phase 3, after the graph is checked as written: chains of fusible layers, each feeding only
+ * the next, become one pointwise layer named like the chain's last; the others move up. */
+static glia_status pass_fuse_pointwise(struct glia_model *m)
+{
+    int n = m->n_nodes, into[GLIA__MAX_NODES], map[GLIA__MAX_NODES];
+    char **text = calloc((size_t)n, sizeof *text);
+    bool *grew = calloc((size_t)n, sizeof *grew);
+    glia_status st = text && grew ? GLIA_OK : GLIA_ENOMEM;
+    for (int j = 0; j < n && !st; j++) {  /* producers first: text[i] is i's whole chain */
+        into[j] = -1;
+        if (!(text[j] = fuse_text(m, j, &st))) continue;
+        for (int k = 0; k < m->nodes[j].n_in && !st; k++) {
+            int i = m->nodes[j].in[k];
+            if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j) continue;
+            char *t = fuse_subst(text[j], i, text[i]);
+            if (!t) st = GLIA_ENOMEM;
+            else if (!fuse_fits(t)) free(t);
+            else {
+                free(text[j]);
+                text[j] = t;
+                into[i] = j;
+                grew[j] = true;
+            }
+        }
+    }
+    for (int j = 0; j < n && !st; j++)
+        if (grew[j] && into[j] < 0) st = make_fused(m, j, text[j]);
+    if (!st) {
+        int w = 0;
+        for (int i = 0; i < n; i++) {
+            if (into[i] >= 0) {
+                destroy_layer(&m->nodes[i]);
+                map[i] = -1;
+                continue;
+            }
+            map[i] = w;
+            if (w != i) m->nodes[w] = m->nodes[i];  /* layers keep no pointer to their struct (layer.h) */
+            w++;
+        }
+        m->n_nodes = w;
+        for (int i = 0; i < w; i++) {
+            struct glia__node *nd = &m->nodes[i];
+            for (int k = 0; k < nd->n_in; k++)
+                if (nd->in[k] >= 0) nd->in[k] = map[nd->in[k]];
+            if (nd->bias_dropped) nd->bias_dropped_for = map[nd->bias_dropped_for];
+        }
+        for (int d = 0; d < m->n_decl; d++) {
+            int i = m->decl[d].node;
+            while (into[i] >= 0) i = into[i];
+            m->decl[d].node = map[i];
+        }
+        link_nodes(m);
+    }
+    for (int j = 0; text && j < n; j++) free(text[j]);
+    free(text);
+    free(grew);
+    return st;
 }
 
 /* Memory formats: a layer that takes either format (GLIA_LAYER_CHANNELS_LAST) works in the
@@ -1038,6 +1384,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = pass_drop_bias(m);
     for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
+    if (!st && fuse_pointwise_on(m, graph)) st = pass_fuse_pointwise(m);
     if (!st) plan_formats(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
@@ -1066,19 +1413,8 @@ void glia_model_free(struct glia_model *m)
     if (m->backend) glia_backend_sync(m->backend);  /* queued work and copies may still use its memory */
     glia__model_release_activations(m);
     for (int i = 0; i < m->n_nodes; i++) {
-        struct glia_layer *l = &m->nodes[i].layer;
-        if (m->nodes[i].created && l->ops->destroy) l->ops->destroy(l);
-        for (int p = 0; p < l->n_params; p++) {
-            free((char *)l->params[p].name);
-            glia_tensor_release(l->params[p].value);
-            glia_tensor_release(l->params[p].grad);
-        }
-        free(l->params);
-        for (int p = 0; p < l->n_buffers; p++) {
-            free((char *)l->buffers[p].name);
-            glia_tensor_release(l->buffers[p].value);
-        }
-        free(l->buffers);
+        destroy_layer(&m->nodes[i]);
+        glia__section_free(m->nodes[i].own_sec);
     }
     glia_tensor_release(m->buf);
     glia__ddp_free(m->ddp);
@@ -1177,6 +1513,20 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
                     m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
                     m->nodes[m->nodes[i].bias_dropped_for].layer.ops->type);
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia__node *nd = &m->nodes[i];
+        if (!nd->own_sec) continue;
+        fprintf(f, "graph pass fuse_pointwise:");
+        for (int d = 0, first = 1; d < m->n_decl; d++)
+            if (m->decl[d].node == i) {
+                fprintf(f, "%s %s (%s)", first ? "" : " +", m->decl[d].name, m->decl[d].type);
+                first = 0;
+            }
+        fprintf(f, " run as one pointwise layer %s = %s of", nd->layer.name, glia_section_str(nd->sec, "expr"));
+        for (int k = 0; k < nd->n_in; k++)
+            fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name);
+        fprintf(f, "\n");
+    }
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].edge[k] == GLIA__EDGE_CONVERT) {

@@ -82,6 +82,15 @@ struct glia__node {
                                                                              (cin of the data batch: into x_buf) */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
     int bias_dropped_for;            /* ... because this node normalizes its output */
+    struct glia_section *own_sec;    /* (owned) sec, when a graph pass made it (fuse_pointwise); else NULL */
+};
+
+/* A layer section of the model file as declared, before graph passes merged any: the model's
+ * fingerprint (checkpoints, ddp's same-model check) hashes these, so a model with fused layers
+ * and the same model without fusion read each other's checkpoints. */
+struct glia__decl {
+    const char *name, *type;         /* (borrowed: the config's section, the layer's ops) */
+    int node;                        /* the node that computes it now */
 };
 
 /* A flat arena of `count` tensors with `n` values in all: tensor i lies at off[i] (a multiple of
@@ -123,6 +132,8 @@ struct glia_model {
     enum glia_precision precision;   /* [runtime] precision */
     struct glia__node nodes[GLIA__MAX_NODES];
     int n_nodes;
+    struct glia__decl decl[GLIA__MAX_NODES];
+    int n_decl;
     /* data */
     struct glia__dataset train, test;
     int batch, test_batch, n_classes;

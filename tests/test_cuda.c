@@ -183,7 +183,8 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
 }
 
 /* The same model, data and seed on the CPU and the GPU (fp32, both formats) end with the same
- * weights within float tolerance, for every optimizer. */
+ * weights within float tolerance, for every optimizer. On the GPU add and g run as one fused
+ * pointwise layer ([graph] fuse_pointwise = auto). */
 static void test_training_matches_cpu(void)
 {
     make_data();
@@ -198,6 +199,8 @@ static void test_training_matches_cpu(void)
             char extra[128];
             snprintf(extra, sizeof extra, "precision = fp32\n%s", fmts[f]);
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
+            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 1);  /* fuse_pointwise = auto: add and g as one layer */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[4].layer.ops->type, "pointwise");  /* c1 b1 r1 c2 g */
             long long na, nb;
             float *wa = weights(&a, &na), *wb = weights(&b, &nb);
             CU_ASSERT_EQUAL_FATAL(na, nb);

@@ -1083,6 +1083,132 @@ static void test_activation_memory_shared(void)
     close_run(&c);
 }
 
+/* A model with a chain of every elementwise layer the fuse_pointwise pass merges: sig -> p -> sum
+ * -> lr -> g -> t -> j -> k, fed by the convolutions a and b and by r2, a relu that feeds two
+ * layers (so it stays a layer of its own). lr_extra goes into lr's section. */
+static const char *fuse_model_text(const char *graph, const char *lr_extra)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 9\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\ntest_batch_size = 64\nworkers = 0\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n[optimizer]\nmomentum = 0.9\n%s"
+             "[a]\ntype = conv2d\nfilters = 3\npadding = 1\n"
+             "[b]\ntype = conv2d\nfilters = 3\npadding = 1\ninputs = input\n"
+             "[sig]\ntype = sigmoid\ninputs = a\n"
+             "[p]\ntype = pointwise\nexpr = x * 2 - y / (1 + w * w)\ninputs = sig, b, a, b\n"
+             "[sum]\ntype = add\ninputs = p, b\n"
+             "[lr]\ntype = leaky_relu\nnegative_slope = 0.1\n%s"
+             "[g]\ntype = gelu\n[t]\ntype = tanh\n"
+             "[r2]\ntype = relu\ninputs = b\n"
+             "[j]\ntype = add\ninputs = r2, t\n[k]\ntype = add\ninputs = j, r2, a\n"
+             "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, graph, lr_extra);
+    return buf;
+}
+
+static char *summary_of(const struct glia_model *m)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    glia_model_summary(m, f);
+    fclose(f);
+    return text;
+}
+
+/* The fuse_pointwise pass: the chain runs as one pointwise layer that trains like the layers it
+ * replaces (within float rounding), the model keeps its fingerprint (checkpoints of either load in
+ * the other), and it leaves alone a layer with two consumers, a layer whose impl is chosen, and a
+ * chain with more than four inputs. auto fuses only on a GPU. */
+static void test_fuse_pointwise(void)
+{
+    make_data();
+    struct run on, off, au, pin, wide, wide_off;
+    open_run(&on, fuse_model_text("[graph]\nfuse_pointwise = on\n", ""));
+    open_run(&off, fuse_model_text("[graph]\nfuse_pointwise = off\n", ""));
+    open_run(&au, fuse_model_text("", ""));
+    CU_ASSERT_EQUAL(off.m->n_nodes, 14);
+    CU_ASSERT_EQUAL(au.m->n_nodes, 14);  /* auto on the CPU */
+    CU_ASSERT_EQUAL(on.m->n_nodes, 7);   /* a b r2 k flat fc loss */
+    CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.name, "k");
+    CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.ops->type, "pointwise");
+    CU_ASSERT_EQUAL(on.m->nodes[3].n_in, 3);
+    CU_ASSERT_STRING_EQUAL(on.m->nodes[2].layer.ops->type, "relu");
+    CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
+    char *text = summary_of(on.m);
+    const char *want = "graph pass fuse_pointwise: sig (sigmoid) + p (pointwise) + sum (add) + lr (leaky_relu) + g (gelu) "
+                       "+ t (tanh) + j (add) + k (add) run as one pointwise layer k = ";
+    if (!strstr(text, want)) printf("\n%s", text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, " of x = r2, y = a, z = b\n"));
+    free(text);
+    struct glia_epoch_result ra, rb;
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
+    long long na, nb;
+    float *wa = weights(&on, &na), *wb = weights(&off, &nb);
+    CU_ASSERT_EQUAL_FATAL(na, nb);
+    double worst = 0;
+    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    if (!(worst <= 1e-4)) printf("\n  fused and unfused weights differ by %g\n", worst);
+    CU_ASSERT(worst <= 1e-4);
+    CU_ASSERT(worst > 0 || ra.train_loss == rb.train_loss);
+    CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-4 * fmax(1, rb.test_loss));
+    char path[600];
+    snprintf(path, sizeof path, "%s/fused.ckpt", dir);
+    CU_ASSERT_EQUAL(glia__checkpoint_save(on.m, path, 1, 0, 0, 0), GLIA_OK);
+    glia_status st = glia_model_load_checkpoint(au.m, path);
+    if (st) printf("\n  %s\n", glia_context_error(au.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    float *wc = weights(&au, &nb);
+    CU_ASSERT_EQUAL(memcmp(wa, wc, sizeof(float) * (size_t)na), 0);
+    remove(path);
+    free(wa), free(wb), free(wc);
+    close_run(&on), close_run(&off), close_run(&au);
+    /* lr's impl is chosen: sig p sum become one layer, g t j k another, lr stays between them */
+    open_run(&pin, fuse_model_text("[graph]\nfuse_pointwise = on\n", "impl = cpu\n"));
+    CU_ASSERT_EQUAL(pin.m->n_nodes, 9);
+    text = summary_of(pin.m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "fuse_pointwise: sig (sigmoid) + p (pointwise) + sum (add) run as one pointwise "
+                                        "layer sum = (sigmoid(x) * 2 - y / (1 + y * y)) + y of x = a, y = b\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "fuse_pointwise: g (gelu) + t (tanh) + j (add) + k (add) run as one"));
+    free(text);
+    close_run(&pin);
+    /* a relu of a five-input sum would take five inputs: left as it is */
+    static const char five[] = "[c1]\ntype = conv2d\nfilters = 1\nsize = 1\ninputs = input\n"
+                               "[c2]\ntype = conv2d\nfilters = 1\nsize = 1\ninputs = input\n"
+                               "[c3]\ntype = conv2d\nfilters = 1\nsize = 1\ninputs = input\n"
+                               "[c4]\ntype = conv2d\nfilters = 1\nsize = 1\ninputs = input\n"
+                               "[c5]\ntype = conv2d\nfilters = 1\nsize = 1\ninputs = input\n"
+                               "[s5]\ntype = add\ninputs = c1, c2, c3, c4, c5\n[rr]\ntype = relu\n"
+                               "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
+    char wtext[4096];
+    snprintf(wtext, sizeof wtext, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
+             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = on\n%s", dir, dir, dir,
+             dir, five);
+    open_run(&wide, wtext);
+    snprintf(wtext, sizeof wtext, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
+             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = off\n%s", dir, dir,
+             dir, dir, five);
+    open_run(&wide_off, wtext);
+    CU_ASSERT_EQUAL(wide.m->n_nodes, wide_off.m->n_nodes);
+    close_run(&wide), close_run(&wide_off);
+    /* a value other than auto, on, off is refused with the key named */
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "t.ini", fuse_model_text("[graph]\nfuse_pointwise = yes\n", ""), &cfg) ==
+                    GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_build(ctx, cfg, &m), GLIA_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[graph] fuse_pointwise"));
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
 /* floats of arena tensor t's padding that are not zero (a->len of them in full) */
 static int nonzero_padding(const struct glia__arena *a, const float *full)
 {
@@ -1203,7 +1329,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random),
-               GLIA_TEST(test_activation_memory_shared),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

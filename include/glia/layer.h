@@ -62,7 +62,9 @@ static inline float glia_param_beta(const struct glia_param *p) { return p->grad
 struct glia_layer_ops;
 struct glia_comm;
 
-/* A layer instance. The core owns it; the plugin owns `priv`. */
+/* A layer instance. The core owns it; the plugin owns `priv`. The core may move this struct
+ * after `create` (graph passes drop layers and the others move up): every call gets it anew,
+ * and a plugin keeps no pointer to it, only to what `priv` holds. */
 struct glia_layer {
     const char *name;                   /* section name (borrowed) */
     const struct glia_layer_ops *ops;   /* (borrowed) */
