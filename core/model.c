@@ -944,10 +944,11 @@ static void destroy_layer(struct glia__node *nd)
     l->n_params = l->n_buffers = 0;
 }
 
-/* Node j becomes a pointwise layer computing text (over {k}), in its place and under its name. */
+/* Node j becomes a pointwise layer computing text (over {k}), in its place and under its name.
+ * On failure node j is as it was. */
 static glia_status make_fused(struct glia_model *m, int j, const char *text)
 {
-    struct glia__node *nd = &m->nodes[j];
+    struct glia__node *nd = &m->nodes[j], f = *nd;
     int prod[FUSE_MAX_VARS], n = fuse_producers(text, prod, FUSE_MAX_VARS);
     struct fbuf b = {0};
     for (const char *t = text; *t;) {
@@ -974,36 +975,33 @@ static glia_status make_fused(struct glia_model *m, int j, const char *text)
         const struct glia_key *sch[] = {layer_common_keys, ops->keys};
         st = glia__section_validate(s, sch, 2);
     }
+    if (!st) {
+        f.layer = (struct glia_layer){.name = s->name, .ops = ops, .ctx = m->ctx, .backend = m->backend};
+        f.sec = f.own_sec = s;
+        f.created = false;
+        f.n_in = n;
+        memcpy(f.in, prod, sizeof *prod * (size_t)n);
+        if ((st = create_layer(m, &f))) destroy_layer(&f);
+    }
     if (st) {
         glia__section_free(s);
         return st;
     }
-    destroy_layer(nd);
-    memset(&nd->layer, 0, sizeof nd->layer);
-    nd->layer.name = s->name;
-    nd->layer.ops = ops;
-    nd->layer.ctx = m->ctx;
-    nd->layer.backend = m->backend;
-    nd->sec = nd->own_sec = s;
-    nd->n_in = n;
-    memcpy(nd->in, prod, sizeof *prod * (size_t)n);
-    if ((st = create_layer(m, nd))) {
-        char why[GLIA__ERRMSG_MAX];
-        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-        glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", why, fuse_origin);
-    }
-    return st;
+    destroy_layer(nd);  /* the chain's last layer, replaced */
+    *nd = f;            /* layers keep no pointer to their struct (layer.h) */
+    return GLIA_OK;
 }
 
-static bool fuse_pointwise_on(const struct glia_model *m, const struct glia_section *graph)
+/* 0: no fusion; 1: fuse where the fused layer can be made (auto on a GPU); 2: fuse (on) */
+static int fuse_pointwise_mode(const struct glia_model *m, const struct glia_section *graph)
 {
     const char *v = glia_section_str(graph, "fuse_pointwise");
-    return !strcmp(v, "on") || (!strcmp(v, "auto") && m->device.type != GLIA_DEVICE_CPU);
+    return !strcmp(v, "on") ? 2 : !strcmp(v, "auto") && m->device.type != GLIA_DEVICE_CPU ? 1 : 0;
 }
 
 /* Phase 3, after the graph is checked as written: chains of fusible layers, each feeding only
  * the next, become one pointwise layer named like the chain's last; the others move up. */
-static glia_status pass_fuse_pointwise(struct glia_model *m)
+static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
 {
     int n = m->n_nodes, into[GLIA__MAX_NODES], map[GLIA__MAX_NODES];
     char **text = calloc((size_t)n, sizeof *text);
@@ -1026,9 +1024,27 @@ static glia_status pass_fuse_pointwise(struct glia_model *m)
             }
         }
     }
-    for (int j = 0; j < n && !st; j++)
-        if (grew[j] && into[j] < 0) st = make_fused(m, j, text[j]);
+    for (int j = 0; j < n && !st; j++) {
+        if (!grew[j] || into[j] >= 0 || !(st = make_fused(m, j, text[j]))) continue;
+        if (st == GLIA_ENOMEM || on) {
+            char why[GLIA__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+            glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", why, fuse_origin);
+            break;
+        }
+        /* auto: the chain stays as written */
+        glia_log(m->ctx, GLIA_LOG_WARN, "%s = auto leaves the layers before [%s] as they are: %s", fuse_origin,
+                 m->nodes[j].layer.name, glia_context_error(m->ctx));
+        glia_context_clear_error(m->ctx);
+        st = GLIA_OK;
+        for (int i = 0; i < j; i++) {
+            int r = i;
+            while (into[r] >= 0) r = into[r];
+            if (r == j) into[i] = -1;  /* left in place, unfused */
+        }
+    }
     if (!st) {
+
         int w = 0;
         for (int i = 0; i < n; i++) {
             if (into[i] >= 0) {
@@ -1384,7 +1400,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = pass_drop_bias(m);
     for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
-    if (!st && fuse_pointwise_on(m, graph)) st = pass_fuse_pointwise(m);
+    if (!st && fuse_pointwise_mode(m, graph)) st = pass_fuse_pointwise(m, fuse_pointwise_mode(m, graph) == 2);
     if (!st) plan_formats(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);

@@ -786,10 +786,12 @@ static void test_layer_gradcheck_multi_input(void)
     gradcheck_ok("max(x, y) * x", two, 2, 3);
     gradcheck_ok("pow(1 + x*x, y)", two, 2, 4);
     gradcheck_ok("x * 2", two, 2, 5); /* y unused: its gradient is written as 0 */
+    gradcheck_ok("select(gt(x + y, 0), x + y, 0)", two, 2, 10); /* equal derivatives: y's copied from x's */
     struct glia_shape three[3] = {S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2)};
     gradcheck_ok("max(x,y)*z", three, 3, 6);
     gradcheck_ok("x*tanh(y) - z^2", three, 3, 7);
     gradcheck_ok("sqrt(1 + x*x + y*y) * sigmoid(z)", three, 3, 8);
+    gradcheck_ok("tanh(x + z + y) * 3", three, 3, 11);
     struct glia_shape four[4] = {S(2, 5, 3, 0, 0), S(2, 5, 3, 0, 0), S(2, 5, 3, 0, 0), S(2, 5, 3, 0, 0)};
     gradcheck_ok("x*y + z*w - min(x, w)", four, 4, 9);
 }

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "modelutil.h"
 #include "model_internal.h"
 #include "traceutil.h"
@@ -1196,10 +1198,51 @@ static void test_fuse_pointwise(void)
     open_run(&wide_off, wtext);
     CU_ASSERT_EQUAL(wide.m->n_nodes, wide_off.m->n_nodes);
     close_run(&wide), close_run(&wide_off);
-    /* a value other than auto, on, off is refused with the key named */
     struct glia_context *ctx;
     struct glia_config *cfg;
     struct glia_model *m = NULL;
+    /* without a pointwise plugin, on cannot make the fused layer: a clear error; off builds */
+    const char *plugins = getenv("GLIA_PLUGIN_PATH");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(plugins);
+    char *saved = strdup(plugins), pdir[600], from[1200], to[1200];
+    snprintf(pdir, sizeof pdir, "%s/plugins-no-pointwise", dir);
+    mkdir(pdir, 0755);
+    static const char *const keep[] = {"conv2d", "sigmoid", "tanh", "flatten", "linear", "softmax_cross_entropy", "sgd"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(from, sizeof from, "%s/%s.so", saved, keep[i]);
+        snprintf(to, sizeof to, "%s/%s.so", pdir, keep[i]);
+        unlink(to);
+        CU_ASSERT_EQUAL(symlink(from, to), 0);
+    }
+    setenv("GLIA_PLUGIN_PATH", pdir, 1);
+    static const char chain[] = "[a]\ntype = conv2d\nfilters = 2\n[s]\ntype = sigmoid\n[t]\ntype = tanh\n"
+                                "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
+    for (int on = 0; on < 2; on++) {
+        CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+        snprintf(wtext, sizeof wtext, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
+                 "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = %s\n%s", dir, dir,
+                 dir, dir, on ? "on" : "off", chain);
+        CU_ASSERT_FATAL(glia_config_parse_string(ctx, "t.ini", wtext, &cfg) == GLIA_OK);
+        glia_status st = glia_model_build(ctx, cfg, &m);
+        if (on) {
+            CU_ASSERT_NOT_EQUAL(st, GLIA_OK);
+            const char *msg = glia_context_error(ctx);
+            if (!strstr(msg, "[t] type: unknown layer type 'pointwise'") ||
+                !strstr(msg, "(a layer made by [graph] fuse_pointwise; off runs the layers one by one)"))
+                printf("\n  %s\n", msg);
+            CU_ASSERT_PTR_NOT_NULL(strstr(msg, "[t] type: unknown layer type 'pointwise'"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(msg, "(a layer made by [graph] fuse_pointwise; off runs the layers one by one)"));
+        } else {
+            CU_ASSERT_EQUAL(st, GLIA_OK);
+            glia_model_free(m);
+        }
+        m = NULL;
+        glia_config_free(cfg);
+        glia_context_free(ctx);
+    }
+    setenv("GLIA_PLUGIN_PATH", saved, 1);
+    free(saved);
+    /* a value other than auto, on, off is refused with the key named */
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_FATAL(glia_config_parse_string(ctx, "t.ini", fuse_model_text("[graph]\nfuse_pointwise = yes\n", ""), &cfg) ==
                     GLIA_OK);

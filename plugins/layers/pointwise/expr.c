@@ -955,6 +955,18 @@ uint64_t expr_hash(const struct expr *ir)
     return mix64(h, (uint64_t)ir->out);
 }
 
+bool expr_same(const struct expr *a, const struct expr *b)
+{
+    if (a->n != b->n || a->out != b->out) return false;
+    for (int i = 0; i < a->n; i++) {
+        const struct expr_node *x = &a->nodes[i], *y = &b->nodes[i];
+        if (x->op != y->op || x->a != y->a || x->b != y->b || x->c != y->c || x->var != y->var ||
+            memcmp(&x->value, &y->value, sizeof x->value))
+            return false;
+    }
+    return true;
+}
+
 int expr_op_count(const struct expr *ir)
 {
     int k = 0;
@@ -994,36 +1006,40 @@ double expr_eval1(const struct expr *ir, const double *vars)
 }
 
 /* Node i over m <= EXPR_BLOCK elements into dst. */
+/* a loop over a block's elements, vectorized (-O2 alone leaves loops with a remainder scalar) */
+#define FOR_J _Pragma("omp simd") for (int j = 0; j < m; j++)
+
 static void eval_node(const struct expr_node *nd, const float *const *reg, float *restrict dst, int m)
 {
     const float *A = nd->a >= 0 ? reg[nd->a] : NULL, *B = nd->b >= 0 ? reg[nd->b] : NULL;
     const float *C = nd->c >= 0 ? reg[nd->c] : NULL;
     switch (nd->op) {
-    case EXPR_NEG: for (int j = 0; j < m; j++) dst[j] = -A[j]; break;
-    case EXPR_ADD: for (int j = 0; j < m; j++) dst[j] = A[j] + B[j]; break;
-    case EXPR_SUB: for (int j = 0; j < m; j++) dst[j] = A[j] - B[j]; break;
-    case EXPR_MUL: for (int j = 0; j < m; j++) dst[j] = A[j] * B[j]; break;
-    case EXPR_DIV: for (int j = 0; j < m; j++) dst[j] = A[j] / B[j]; break;
-    case EXPR_POW: for (int j = 0; j < m; j++) dst[j] = powf(A[j], B[j]); break;
-    case EXPR_EXP: for (int j = 0; j < m; j++) dst[j] = expf(A[j]); break;
-    case EXPR_LOG: for (int j = 0; j < m; j++) dst[j] = logf(A[j]); break;
-    case EXPR_SQRT: for (int j = 0; j < m; j++) dst[j] = sqrtf(A[j]); break;
-    case EXPR_TANH: for (int j = 0; j < m; j++) dst[j] = tanhf(A[j]); break;
+    case EXPR_NEG: FOR_J dst[j] = -A[j]; break;
+    case EXPR_ADD: FOR_J dst[j] = A[j] + B[j]; break;
+    case EXPR_SUB: FOR_J dst[j] = A[j] - B[j]; break;
+    case EXPR_MUL: FOR_J dst[j] = A[j] * B[j]; break;
+    case EXPR_DIV: FOR_J dst[j] = A[j] / B[j]; break;
+    case EXPR_POW: FOR_J dst[j] = powf(A[j], B[j]); break;
+    case EXPR_EXP: FOR_J dst[j] = expf(A[j]); break;
+    case EXPR_LOG: FOR_J dst[j] = logf(A[j]); break;
+    case EXPR_SQRT: FOR_J dst[j] = sqrtf(A[j]); break;
+    case EXPR_TANH: FOR_J dst[j] = tanhf(A[j]); break;
     case EXPR_SIGMOID:
-        for (int j = 0; j < m; j++) {
+        FOR_J {
             float e = expf(-fabsf(A[j]));
             dst[j] = A[j] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
         }
         break;
-    case EXPR_ERF: for (int j = 0; j < m; j++) dst[j] = erff(A[j]); break;
-    case EXPR_ABS: for (int j = 0; j < m; j++) dst[j] = fabsf(A[j]); break;
-    case EXPR_SIGN: for (int j = 0; j < m; j++) dst[j] = (float)((A[j] > 0.0f) - (A[j] < 0.0f)); break;
-    case EXPR_MAX: for (int j = 0; j < m; j++) dst[j] = A[j] >= B[j] || A[j] != A[j] ? A[j] : B[j]; break;
-    case EXPR_MIN: for (int j = 0; j < m; j++) dst[j] = A[j] <= B[j] || A[j] != A[j] ? A[j] : B[j]; break;
-    case EXPR_GE: for (int j = 0; j < m; j++) dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
-    case EXPR_GT: for (int j = 0; j < m; j++) dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
-    case EXPR_SELECT: for (int j = 0; j < m; j++) dst[j] = A[j] != 0.0f ? B[j] : C[j]; break;
-    default: for (int j = 0; j < m; j++) dst[j] = NAN; break;
+    case EXPR_ERF: FOR_J dst[j] = erff(A[j]); break;
+    case EXPR_ABS: FOR_J dst[j] = fabsf(A[j]); break;
+    case EXPR_SIGN: FOR_J dst[j] = (float)((A[j] > 0.0f) - (A[j] < 0.0f)); break;
+    /* both operands loaded before the choice, so that it is a blend, not a branch */
+    case EXPR_MAX: FOR_J { float a = A[j], b = B[j]; dst[j] = a >= b || a != a ? a : b; } break;
+    case EXPR_MIN: FOR_J { float a = A[j], b = B[j]; dst[j] = a <= b || a != a ? a : b; } break;
+    case EXPR_GE: FOR_J dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
+    case EXPR_GT: FOR_J dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
+    case EXPR_SELECT: FOR_J { float b = B[j], c = C[j]; dst[j] = A[j] != 0.0f ? b : c; } break;
+    default: FOR_J dst[j] = NAN; break;
     }
 }
 
@@ -1064,13 +1080,13 @@ int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, con
             if (scale) {
                 const float *s = scale + start;
                 if (accumulate)
-                    for (int j = 0; j < m; j++) o[j] += s[j] * res[j];
+                    FOR_J o[j] += s[j] * res[j];
                 else
-                    for (int j = 0; j < m; j++) o[j] = s[j] * res[j];
+                    FOR_J o[j] = s[j] * res[j];
             } else if (accumulate) {
-                for (int j = 0; j < m; j++) o[j] += res[j];
+                FOR_J o[j] += res[j];
             } else {
-                for (int j = 0; j < m; j++) o[j] = res[j];
+                FOR_J o[j] = res[j];
             }
         }
         free(scratch);

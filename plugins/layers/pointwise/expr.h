@@ -84,6 +84,9 @@ int expr_print_ssa(const struct expr *ir, char *buf, size_t size);
 /* 64-bit hash of the canonical IR: equal IRs hash equal. */
 uint64_t expr_hash(const struct expr *ir);
 
+/* a and b are the same function (the same canonical node list). */
+bool expr_same(const struct expr *a, const struct expr *b);
+
 /* Nodes that compute (not variables, not constants): the cost per element. */
 int expr_op_count(const struct expr *ir);
 

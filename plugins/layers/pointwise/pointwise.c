@@ -3,6 +3,7 @@
  * backward interprets its symbolic derivatives, built once at create. Not broadcasting: every
  * input has the output's shape. Not a fuser of other layers. */
 #include <glia/glia.h>
+#include <string.h>
 #include "pointwise_desc.h"
 
 /* y(n) = f(x_1(n), ..., x_k(n)) */
@@ -24,10 +25,24 @@ static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bw
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) vars[k] = glia_tensor_f32(a->in[k]);
     const float *dy = glia_tensor_f32(a->dout);
     int64_t n = glia_tensor_numel(a->dout);
+    int done[EXPR_MAX_VARS];  /* an input whose gradient holds dy * df/dx_k alone, or -1 */
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) {
+        done[k] = -1;
         if (!a->din[k]) continue;
-        if (expr_eval_ex(p->df[k], vars, n, dy, a->din_accumulate[k], glia_tensor_f32(a->din[k])))
+        float *dk = glia_tensor_f32(a->din[k]);
+        int same = -1;  /* the same derivative already computed (x + y: both 1) */
+        for (int j = 0; j < k && same < 0; j++)
+            if (done[j] >= 0 && expr_same(p->df[j], p->df[k])) same = j;
+        if (same >= 0) {
+            const float *dj = glia_tensor_f32(a->din[same]);
+            if (a->din_accumulate[k])
+                for (int64_t i = 0; i < n; i++) dk[i] += dj[i];
+            else if (dk != dj)
+                memcpy(dk, dj, sizeof *dk * (size_t)n);
+        } else if (expr_eval_ex(p->df[k], vars, n, dy, a->din_accumulate[k], dk)) {
             return glia_error(l->ctx, GLIA_ENOMEM, "pointwise [%s]: out of memory", l->name);
+        }
+        if (!a->din_accumulate[k]) done[k] = k;
     }
     return GLIA_OK;
 }
