@@ -735,6 +735,7 @@ static glia_status check_graph(struct glia_model *m)
 #define FUSE_MAX_DEPTH 60    /* its parentheses' nesting (the parser takes 200) */
 #define FUSE_MAX_VARS 4      /* the pointwise layer's inputs */
 static const char fuse_origin[] = "[graph] fuse_pointwise";
+static const char fuse_vars[] = "xyzw";  /* the pointwise layer's inputs 1..4 */
 
 struct fbuf {
     char *p;
@@ -790,7 +791,9 @@ static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
     *st = GLIA_OK;
     if (nd->own_sec || strcmp(glia_section_str(nd->sec, "impl"), "auto") || nd->layer.n_params || nd->layer.n_buffers)
         return NULL;
-    if (!strcmp(type, "relu") || !strcmp(type, "leaky_relu")) {  /* x > 0 ? x : s x; NaN gives 0 like the layer */
+    /* x > 0 ? x : s x; NaN gives 0 like the layer. Backward multiplies dy by the derivative, so an
+     * inf in dy gives NaN where the layer gives 0 (x <= 0): fp16 skips such a step either way. */
+    if (!strcmp(type, "relu") || !strcmp(type, "leaky_relu")) {
         fb_str(&b, "select(gt(");
         fb_token(&b, nd->in[0]);
         fb_str(&b, ", 0), ");
@@ -825,8 +828,8 @@ static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
         while (*t) {
             size_t w = 0;
             while (isalnum((unsigned char)t[w]) || t[w] == '_' || t[w] == '.') w++;
-            const char *v = w == 1 ? strchr("xyzw", t[0]) : NULL;
-            if (v && v - "xyzw" < nd->n_in) fb_token(&b, nd->in[v - "xyzw"]);
+            const char *v = w == 1 && t[0] ? strchr(fuse_vars, t[0]) : NULL;
+            if (v && v - fuse_vars < nd->n_in) fb_token(&b, nd->in[v - fuse_vars]);
             else fb_put(&b, t, w ? w : 1);
             t += w ? w : 1;
         }
@@ -958,7 +961,7 @@ static glia_status make_fused(struct glia_model *m, int j, const char *text)
         }
         int k = fuse_token(t, &t), v = 0;
         while (prod[v] != k) v++;
-        fb_put(&b, &"xyzw"[v], 1);
+        fb_put(&b, &fuse_vars[v], 1);
     }
     char *expr = fb_done(&b);
     struct glia_section *s = expr ? glia__section_new(m->cfg, nd->sec->name, nd->sec->line) : NULL;
@@ -990,6 +993,14 @@ static glia_status make_fused(struct glia_model *m, int j, const char *text)
     destroy_layer(nd);  /* the chain's last layer, replaced */
     *nd = f;            /* layers keep no pointer to their struct (layer.h) */
     return GLIA_OK;
+}
+
+/* Whether m has a fused layer named name. */
+static bool fused_in(const struct glia_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->nodes[i].own_sec && !strcmp(m->nodes[i].layer.name, name)) return true;
+    return false;
 }
 
 /* 0: no fusion; 1: fuse where the fused layer can be made (auto on a GPU); 2: fuse (on) */
@@ -1025,16 +1036,20 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
         }
     }
     for (int j = 0; j < n && !st; j++) {
-        if (!grew[j] || into[j] >= 0 || !(st = make_fused(m, j, text[j]))) continue;
-        if (st == GLIA_ENOMEM || on) {
+        if (!grew[j] || into[j] >= 0) continue;
+        bool follow = m->like != NULL;  /* a dp replica fuses what its model fused, so their layers pair up */
+        if (follow && !fused_in(m->like, m->nodes[j].layer.name)) st = GLIA_EUNSUPPORTED;
+        else if (!(st = make_fused(m, j, text[j]))) continue;
+        if (st == GLIA_ENOMEM || on || (follow && st != GLIA_EUNSUPPORTED)) {
             char why[GLIA__ERRMSG_MAX];
             snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
             glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", why, fuse_origin);
             break;
         }
         /* auto: the chain stays as written */
-        glia_log(m->ctx, GLIA_LOG_WARN, "%s = auto leaves the layers before [%s] as they are: %s", fuse_origin,
-                 m->nodes[j].layer.name, glia_context_error(m->ctx));
+        if (!follow)
+            glia_log(m->ctx, GLIA_LOG_WARN, "%s = auto leaves the layers before [%s] as they are: %s", fuse_origin,
+                     m->nodes[j].layer.name, glia_context_error(m->ctx));
         glia_context_clear_error(m->ctx);
         st = GLIA_OK;
         for (int i = 0; i < j; i++) {

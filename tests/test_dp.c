@@ -38,6 +38,7 @@ static void compare(const char *devices, int batch, const char *train_extra, con
     open_run(&dp, model(dist, batch, train_extra, layers));
     open_run(&one, model("mode = none", batch, train_extra, layers));
     CU_ASSERT(dp.m->n_replicas > 1);
+    for (int r = 1; r < dp.m->n_replicas; r++) CU_ASSERT_EQUAL(dp.m->replica[r]->n_nodes, dp.m->n_nodes);
     struct glia_epoch_result rd[2], r1[2];
     glia_status st = glia_model_train(dp.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
@@ -73,6 +74,16 @@ static void test_conv_dropout_free_net(void)
             "size = 2\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n");
 }
 
+/* a residual add + relu fused into one pointwise layer on every device */
+static void test_fused_residual(void)
+{
+    compare("cpu, cpu", 16, "",
+            "[graph]\nfuse_pointwise = on\n[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n"
+            "[c2]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n[sum]\ntype = add\ninputs = conv, c2\n"
+            "[act]\ntype = relu\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+            "[loss]\ntype = softmax_cross_entropy\n");
+}
+
 static void expect_error(const char *dist, const char *want)
 {
     make_data();
@@ -97,4 +108,4 @@ static void test_errors(void)
 }
 
 GLIA_TEST_MAIN("dp", GLIA_TEST(test_two_devices), GLIA_TEST(test_three_devices_uneven), GLIA_TEST(test_idle_device),
-               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_errors))
+               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_errors))

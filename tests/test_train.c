@@ -1252,6 +1252,39 @@ static void test_fuse_pointwise(void)
     glia_context_free(ctx);
 }
 
+/* A pointwise layer fed twice by one layer (its gradients share a buffer) trains like add on the
+ * same inputs: inputs 1 and 3 have equal derivatives, and 3's must not be read from the buffer
+ * that input 2 has added into. */
+static void test_pointwise_shared_input(void)
+{
+    make_data();
+    char text[4096];
+    float *w[2];
+    long long n[2];
+    for (int v = 0; v < 2; v++) {
+        snprintf(text, sizeof text, "[runtime]\ndevice = cpu\nseed = 4\n"
+                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+                 "batch_size = 32\nworkers = 0\nmean = 0.2\nstd = 0.3\n"
+                 "[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n"
+                 "[c1]\ntype = conv2d\nfilters = 2\npadding = 1\n[c2]\ntype = conv2d\nfilters = 2\npadding = 1\ninputs = input\n"
+                 "[s]\n%s\ninputs = c1, c1, c2\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                 "[loss]\ntype = softmax_cross_entropy\n", dir, dir, dir, dir,
+                 v ? "type = pointwise\nexpr = x + y + z" : "type = add");
+        struct run r;
+        struct glia_epoch_result res;
+        open_run(&r, text);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, &res, 1), GLIA_OK);
+        w[v] = weights(&r, &n[v]);
+        close_run(&r);
+    }
+    CU_ASSERT_EQUAL_FATAL(n[0], n[1]);
+    double worst = 0;
+    for (long long i = 0; i < n[0]; i++) worst = fmax(worst, fabs((double)w[0][i] - w[1][i]));
+    if (!(worst <= 1e-6)) printf("\n  pointwise and add differ by %g\n", worst);
+    CU_ASSERT(worst <= 1e-6);
+    free(w[0]), free(w[1]);
+}
+
 /* floats of arena tensor t's padding that are not zero (a->len of them in full) */
 static int nonzero_padding(const struct glia__arena *a, const float *full)
 {
@@ -1372,7 +1405,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

@@ -42,6 +42,8 @@ static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bw
         } else if (expr_eval_ex(p->df[k], vars, n, dy, a->din_accumulate[k], dk)) {
             return glia_error(l->ctx, GLIA_ENOMEM, "pointwise [%s]: out of memory", l->name);
         }
+        for (int j = 0; j < k; j++)  /* an input fed by the same layer shares the buffer: no longer its own */
+            if (done[j] >= 0 && glia_tensor_f32(a->din[j]) == dk) done[j] = -1;
         if (!a->din_accumulate[k]) done[k] = k;
     }
     return GLIA_OK;
