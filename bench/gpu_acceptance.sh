@@ -98,6 +98,10 @@ train() {
         --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz"
     train_one cnn share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda "$@"
     train_one resnet share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda "$@"
+    # the fuse_pointwise pass (auto: on for CUDA) against the layers one by one, one epoch each
+    train_one resnet-1epoch share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda --set train.epochs=1 "$@"
+    train_one resnet-1epoch-nofuse share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda --set train.epochs=1 \
+        --set graph.fuse_pointwise=off "$@"
     train_one cnn-1epoch share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 "$@"
     train_one cnn-dp00 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
         --set distributed.mode=dp --set distributed.devices=0,0 "$@"
