@@ -77,18 +77,7 @@ struct gc {
 
 static void gc_free(struct gc *g)
 {
-    if (g->created && g->l.ops->destroy) g->l.ops->destroy(&g->l);
-    for (int p = 0; p < g->l.n_params; p++) {
-        free((char *)g->l.params[p].name);
-        glia_tensor_release(g->l.params[p].value);
-        glia_tensor_release(g->l.params[p].grad);
-    }
-    free(g->l.params);
-    for (int p = 0; p < g->l.n_buffers; p++) {
-        free((char *)g->l.buffers[p].name);
-        glia_tensor_release(g->l.buffers[p].value);
-    }
-    free(g->l.buffers);
+    glia__layer_release(&g->l, g->created);
     for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
         glia_tensor_release(g->x[k]);
         glia_tensor_release(g->dx[k]);
@@ -635,18 +624,7 @@ void glia_layer_run_free(struct glia_layer_run *r)
 {
     if (!r) return;
     if (r->b) glia_backend_sync(r->b);  /* queued work may still use the tensors */
-    if (r->created && r->l.ops->destroy) r->l.ops->destroy(&r->l);
-    for (int p = 0; p < r->l.n_params; p++) {
-        free((char *)r->l.params[p].name);
-        glia_tensor_release(r->l.params[p].value);
-        glia_tensor_release(r->l.params[p].grad);
-    }
-    free(r->l.params);
-    for (int p = 0; p < r->l.n_buffers; p++) {
-        free((char *)r->l.buffers[p].name);
-        glia_tensor_release(r->l.buffers[p].value);
-    }
-    free(r->l.buffers);
+    glia__layer_release(&r->l, r->created);
     for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
         glia_tensor_release(r->x[k]);
         glia_tensor_release(r->dx[k]);

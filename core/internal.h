@@ -125,6 +125,10 @@ struct glia_section *glia__config_section(struct glia_config *cfg, const char *n
  * point), or NULL when out of memory; free it with glia__section_free. */
 struct glia_section *glia__section_new(struct glia_config *cfg, const char *name, int line);
 void glia__section_free(struct glia_section *s);
+
+/* Destroys layer l (its ops' destroy, when created) and frees its parameters and buffers, which
+ * it leaves empty. */
+void glia__layer_release(struct glia_layer *l, bool created);
 /* The entry for key in s, or NULL. */
 const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
 /* Check every entry of s against the union of the given schemas: unknown keys (with a

@@ -737,47 +737,17 @@ static glia_status check_graph(struct glia_model *m)
 static const char fuse_origin[] = "[graph] fuse_pointwise";
 static const char fuse_vars[] = "xyzw";  /* the pointwise layer's inputs 1..4 */
 
-struct fbuf {
-    char *p;
-    size_t n, cap;
-    bool nomem;
-};
-
-static void fb_put(struct fbuf *b, const char *s, size_t n)
+/* The text written to f, a stream of open_memstream(text, ...) (f NULL: it could not be opened):
+ * *text (owned), or NULL when out of memory. */
+static char *fuse_close(FILE *f, char **text)
 {
-    if (b->nomem) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->n + n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->nomem = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void fb_str(struct fbuf *b, const char *s) { fb_put(b, s, strlen(s)); }
-
-static void fb_token(struct fbuf *b, int producer)
-{
-    char t[16];
-    snprintf(t, sizeof t, "{%d}", producer);
-    fb_str(b, t);
-}
-
-/* The text (owned) or NULL on nomem. */
-static char *fb_done(struct fbuf *b)
-{
-    if (b->nomem || !b->p) {
-        free(b->p);
+    if (!f) return NULL;
+    bool bad = ferror(f);
+    if (fclose(f) || bad) {
+        free(*text);
         return NULL;
     }
-    return b->p;
+    return *text;
 }
 
 /* Node i's function of its producers as text over {k}; NULL when it is not a layer the pass
@@ -785,58 +755,43 @@ static char *fb_done(struct fbuf *b)
  * keeps it. */
 static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
 {
+    static const char *const fusible[] = {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "add", "pointwise"};
     const struct glia__node *nd = &m->nodes[i];
     const char *type = nd->layer.ops->type;
-    struct fbuf b = {0};
+    int t = 0, x = nd->in[0];
+    while (t < (int)GLIA__ARRAY_LEN(fusible) && strcmp(type, fusible[t])) t++;
     *st = GLIA_OK;
-    if (nd->own_sec || strcmp(glia_section_str(nd->sec, "impl"), "auto") || nd->layer.n_params || nd->layer.n_buffers)
+    if (t == (int)GLIA__ARRAY_LEN(fusible) || nd->own_sec || strcmp(glia_section_str(nd->sec, "impl"), "auto") ||
+        nd->layer.n_params || nd->layer.n_buffers)
         return NULL;
-    /* x > 0 ? x : s x; NaN gives 0 like the layer. Backward multiplies dy by the derivative, so an
-     * inf in dy gives NaN where the layer gives 0 (x <= 0): fp16 skips such a step either way. */
-    if (!strcmp(type, "relu") || !strcmp(type, "leaky_relu")) {
-        fb_str(&b, "select(gt(");
-        fb_token(&b, nd->in[0]);
-        fb_str(&b, ", 0), ");
-        fb_token(&b, nd->in[0]);
-        if (type[0] == 'l') {
-            char s[48];
-            snprintf(s, sizeof s, ", %.9g * ", (double)(float)glia_section_float(nd->sec, "negative_slope"));
-            fb_str(&b, s);
-            fb_token(&b, nd->in[0]);
-            fb_str(&b, ")");
-        } else {
-            fb_str(&b, ", 0)");
-        }
-    } else if (!strcmp(type, "sigmoid") || !strcmp(type, "tanh")) {
-        fb_str(&b, type);
-        fb_str(&b, "(");
-        fb_token(&b, nd->in[0]);
-        fb_str(&b, ")");
-    } else if (!strcmp(type, "gelu")) {  /* the exact form, as the layer computes it */
-        fb_str(&b, "0.5 * ");
-        fb_token(&b, nd->in[0]);
-        fb_str(&b, " * (1 + erf(");
-        fb_token(&b, nd->in[0]);
-        fb_str(&b, " * 0.70710678118654752))");
-    } else if (!strcmp(type, "add")) {
-        for (int k = 0; k < nd->n_in; k++) {
-            if (k) fb_str(&b, " + ");
-            fb_token(&b, nd->in[k]);
-        }
-    } else if (!strcmp(type, "pointwise")) {  /* its variables x y z w become its producers */
-        const char *t = glia_section_str(nd->sec, "expr");
-        while (*t) {
+    char *text = NULL;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    /* relu, leaky_relu: x > 0 ? x : s x; NaN gives 0 like the layer. Backward multiplies dy by the
+     * derivative, so an inf in dy gives NaN where the layer gives 0 (x <= 0): fp16 skips such a
+     * step either way. gelu: the exact form, as the layer computes it. */
+    if (f && t == 0) {
+        fprintf(f, "select(gt({%d}, 0), {%d}, 0)", x, x);
+    } else if (f && t == 1) {
+        fprintf(f, "select(gt({%d}, 0), {%d}, %.9g * {%d})", x, x,
+                (double)(float)glia_section_float(nd->sec, "negative_slope"), x);
+    } else if (f && t <= 3) {
+        fprintf(f, "%s({%d})", type, x);
+    } else if (f && t == 4) {
+        fprintf(f, "0.5 * {%d} * (1 + erf({%d} * 0.70710678118654752))", x, x);
+    } else if (f && t == 5) {
+        for (int k = 0; k < nd->n_in; k++) fprintf(f, "%s{%d}", k ? " + " : "", nd->in[k]);
+    } else if (f) {  /* pointwise: its variables x y z w become its producers */
+        for (const char *e = glia_section_str(nd->sec, "expr"); *e;) {
             size_t w = 0;
-            while (isalnum((unsigned char)t[w]) || t[w] == '_' || t[w] == '.') w++;
-            const char *v = w == 1 && t[0] ? strchr(fuse_vars, t[0]) : NULL;
-            if (v && v - fuse_vars < nd->n_in) fb_token(&b, nd->in[v - fuse_vars]);
-            else fb_put(&b, t, w ? w : 1);
-            t += w ? w : 1;
+            while (isalnum((unsigned char)e[w]) || e[w] == '_' || e[w] == '.') w++;
+            const char *v = w == 1 ? strchr(fuse_vars, e[0]) : NULL;
+            if (v && v - fuse_vars < nd->n_in) fprintf(f, "{%d}", nd->in[v - fuse_vars]);
+            else fwrite(e, 1, w ? w : 1, f);
+            e += w ? w : 1;
         }
-    } else {
-        return NULL;
     }
-    char *r = fb_done(&b);
+    char *r = fuse_close(f, &text);
     if (!r) *st = GLIA_ENOMEM;
     return r;
 }
@@ -868,23 +823,23 @@ static bool fuse_atomic(const char *with)
 /* text with each {i} replaced by (with); NULL when out of memory. */
 static char *fuse_subst(const char *text, int i, const char *with)
 {
-    struct fbuf b = {0};
-    for (const char *t = text; *t;) {
+    char *out = NULL;
+    size_t len;
+    FILE *f = open_memstream(&out, &len);
+    for (const char *t = text; f && *t;) {
         const char *end;
         if (*t == '{' && fuse_token(t, &end) == i) {
             /* a whole argument of a call needs no parentheses of its own */
             bool arg = t > text && (t[-1] == '(' || (t[-1] == ' ' && t - 1 > text && t[-2] == ',')) &&
                        (*end == ')' || *end == ',');
             arg |= fuse_atomic(with);
-            if (!arg) fb_str(&b, "(");
-            fb_str(&b, with);
-            if (!arg) fb_str(&b, ")");
+            fprintf(f, arg ? "%s" : "(%s)", with);
             t = end;
         } else {
-            fb_put(&b, t++, 1);
+            fputc(*t++, f);
         }
     }
-    return fb_done(&b);
+    return fuse_close(f, &out);
 }
 
 /* The distinct producers named in text, in order of appearance (at most max; returns how many
@@ -928,23 +883,8 @@ static int only_consumer(const struct glia_model *m, int i)
 
 static void destroy_layer(struct glia__node *nd)
 {
-    struct glia_layer *l = &nd->layer;
-    if (nd->created && l->ops->destroy) l->ops->destroy(l);
+    glia__layer_release(&nd->layer, nd->created);
     nd->created = false;
-    for (int p = 0; p < l->n_params; p++) {
-        free((char *)l->params[p].name);
-        glia_tensor_release(l->params[p].value);
-        glia_tensor_release(l->params[p].grad);
-    }
-    free(l->params);
-    for (int p = 0; p < l->n_buffers; p++) {
-        free((char *)l->buffers[p].name);
-        glia_tensor_release(l->buffers[p].value);
-    }
-    free(l->buffers);
-    l->params = NULL;
-    l->buffers = NULL;
-    l->n_params = l->n_buffers = 0;
 }
 
 /* Node j becomes a pointwise layer computing text (over {k}), in its place and under its name.
@@ -953,17 +893,19 @@ static glia_status make_fused(struct glia_model *m, int j, const char *text)
 {
     struct glia__node *nd = &m->nodes[j], f = *nd;
     int prod[FUSE_MAX_VARS], n = fuse_producers(text, prod, FUSE_MAX_VARS);
-    struct fbuf b = {0};
-    for (const char *t = text; *t;) {
+    char *expr = NULL;
+    size_t len;
+    FILE *fe = open_memstream(&expr, &len);
+    for (const char *t = text; fe && *t;) {
         if (*t != '{') {
-            fb_put(&b, t++, 1);
+            fputc(*t++, fe);
             continue;
         }
         int k = fuse_token(t, &t), v = 0;
         while (prod[v] != k) v++;
-        fb_put(&b, &fuse_vars[v], 1);
+        fputc(fuse_vars[v], fe);
     }
-    char *expr = fb_done(&b);
+    expr = fuse_close(fe, &expr);
     struct glia_section *s = expr ? glia__section_new(m->cfg, nd->sec->name, nd->sec->line) : NULL;
     glia_status st = s ? GLIA_OK : GLIA_ENOMEM;
     if (!st) st = override_key(s, "type", "pointwise", fuse_origin);
@@ -1257,6 +1199,24 @@ static glia_status add_entry(struct glia_param **arr, int *n, const char *name, 
     return GLIA_OK;
 }
 
+void glia__layer_release(struct glia_layer *l, bool created)
+{
+    if (created && l->ops->destroy) l->ops->destroy(l);
+    for (int p = 0; p < l->n_params; p++) {
+        free((char *)l->params[p].name);
+        glia_tensor_release(l->params[p].value);
+        glia_tensor_release(l->params[p].grad);
+    }
+    free(l->params);
+    for (int p = 0; p < l->n_buffers; p++) {
+        free((char *)l->buffers[p].name);
+        glia_tensor_release(l->buffers[p].value);
+    }
+    free(l->buffers);
+    l->params = l->buffers = NULL;
+    l->n_params = l->n_buffers = 0;
+}
+
 glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
                                  struct glia_param_init init, int *index)
 {
@@ -1415,7 +1375,8 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = pass_drop_bias(m);
     for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
-    if (!st && fuse_pointwise_mode(m, graph)) st = pass_fuse_pointwise(m, fuse_pointwise_mode(m, graph) == 2);
+    int fuse = st ? 0 : fuse_pointwise_mode(m, graph);
+    if (fuse) st = pass_fuse_pointwise(m, fuse == 2);
     if (!st) plan_formats(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);

@@ -1110,6 +1110,16 @@ static const char *fuse_model_text(const char *graph, const char *lr_extra)
     return buf;
 }
 
+/* layers on the test data, fuse_pointwise = mode */
+static const char *fuse_small_text(const char *mode, const char *layers)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
+             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = %s\n%s", dir, dir, dir,
+             dir, mode, layers);
+    return buf;
+}
+
 static char *summary_of(const struct glia_model *m)
 {
     char *text = NULL;
@@ -1187,15 +1197,8 @@ static void test_fuse_pointwise(void)
                                "[c5]\ntype = conv2d\nfilters = 1\nsize = 1\ninputs = input\n"
                                "[s5]\ntype = add\ninputs = c1, c2, c3, c4, c5\n[rr]\ntype = relu\n"
                                "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
-    char wtext[4096];
-    snprintf(wtext, sizeof wtext, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
-             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = on\n%s", dir, dir, dir,
-             dir, five);
-    open_run(&wide, wtext);
-    snprintf(wtext, sizeof wtext, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
-             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = off\n%s", dir, dir,
-             dir, dir, five);
-    open_run(&wide_off, wtext);
+    open_run(&wide, fuse_small_text("on", five));
+    open_run(&wide_off, fuse_small_text("off", five));
     CU_ASSERT_EQUAL(wide.m->n_nodes, wide_off.m->n_nodes);
     close_run(&wide), close_run(&wide_off);
     struct glia_context *ctx;
@@ -1219,10 +1222,7 @@ static void test_fuse_pointwise(void)
                                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
     for (int on = 0; on < 2; on++) {
         CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-        snprintf(wtext, sizeof wtext, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
-                 "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = %s\n%s", dir, dir,
-                 dir, dir, on ? "on" : "off", chain);
-        CU_ASSERT_FATAL(glia_config_parse_string(ctx, "t.ini", wtext, &cfg) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_config_parse_string(ctx, "t.ini", fuse_small_text(on ? "on" : "off", chain), &cfg) == GLIA_OK);
         glia_status st = glia_model_build(ctx, cfg, &m);
         if (on) {
             CU_ASSERT_NOT_EQUAL(st, GLIA_OK);

@@ -25,14 +25,14 @@ static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bw
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) vars[k] = glia_tensor_f32(a->in[k]);
     const float *dy = glia_tensor_f32(a->dout);
     int64_t n = glia_tensor_numel(a->dout);
-    int done[EXPR_MAX_VARS];  /* an input whose gradient holds dy * df/dx_k alone, or -1 */
+    bool own[EXPR_MAX_VARS];  /* input k's gradient holds dy * df/dx_k alone */
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) {
-        done[k] = -1;
+        own[k] = false;
         if (!a->din[k]) continue;
         float *dk = glia_tensor_f32(a->din[k]);
         int same = -1;  /* the same derivative already computed (x + y: both 1) */
         for (int j = 0; j < k && same < 0; j++)
-            if (done[j] >= 0 && expr_same(p->df[j], p->df[k])) same = j;
+            if (own[j] && (p->same_df[k] >> j & 1)) same = j;
         if (same >= 0) {
             const float *dj = glia_tensor_f32(a->din[same]);
             if (a->din_accumulate[k])
@@ -43,8 +43,8 @@ static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bw
             return glia_error(l->ctx, GLIA_ENOMEM, "pointwise [%s]: out of memory", l->name);
         }
         for (int j = 0; j < k; j++)  /* an input fed by the same layer shares the buffer: no longer its own */
-            if (done[j] >= 0 && glia_tensor_f32(a->din[j]) == dk) done[j] = -1;
-        if (!a->din_accumulate[k]) done[k] = k;
+            if (own[j] && glia_tensor_f32(a->din[j]) == dk) own[j] = false;
+        own[k] = !a->din_accumulate[k];
     }
     return GLIA_OK;
 }

@@ -38,11 +38,14 @@ glia_status glia__pointwise_build(struct glia_layer *l, const struct glia_sectio
         const char *msg = strncmp(err, "expr: ", 6) ? err : err + 6;
         return glia_section_error(cfg, "expr", GLIA_ECONFIG, "%s", msg);
     }
-    for (int k = 0; k < n_in && k < EXPR_MAX_VARS; k++)
+    for (int k = 0; k < n_in && k < EXPR_MAX_VARS; k++) {
         if (!(p->df[k] = expr_diff(p->f, k))) {
             glia__pointwise_clear(p);
             return glia_error(l->ctx, GLIA_ENOMEM, "pointwise: out of memory");
         }
+        p->same_df[k] = 0;
+        for (int j = 0; j < k; j++) p->same_df[k] |= (unsigned)expr_same(p->df[j], p->df[k]) << j;
+    }
     return GLIA_OK;
 }
 

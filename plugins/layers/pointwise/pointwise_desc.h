@@ -14,6 +14,7 @@
 struct glia__pointwise {
     struct expr *f;                    /* y = f(x, y, z, w) */
     struct expr *df[EXPR_MAX_VARS];    /* df / d input k, for k < n_in */
+    unsigned same_df[EXPR_MAX_VARS];   /* bit j (j < k): df[j] is the same function as df[k] */
     int n_in;
 };
 
