@@ -106,6 +106,16 @@ const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const ch
     return NULL;
 }
 
+unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia_layer_ops *ops)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->kind == GLIA__FEAT_LAYER && f->ops == ops)
+            return f->plugin >= 0 ? ctx->plugins[f->plugin].desc->abi_minor : GLIA_ABI_MINOR;
+    }
+    return GLIA_ABI_MINOR;
+}
+
 const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
                                                   enum glia_device_type t)
 {

@@ -56,6 +56,8 @@ struct glia_context {
 
 const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
                                               const char *impl);
+/* GLIA_ABI_MINOR of the SDK the plugin registering ops was built with (built-ins: this core's). */
+unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia_layer_ops *ops);
 /* The first registered impl of layer type `type` that runs on device type t, or NULL. */
 const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
                                                   enum glia_device_type t);

@@ -17,7 +17,19 @@ static int by_lo(const void *a, const void *b)
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, int64_t *off)
+/* Whether buffers i and j are alive at a common moment (either life of each). */
+static bool meet(int i, int j, const int *first, const int *last, const int *first2, const int *last2)
+{
+    int fi[2] = {first[i], first2 ? first2[i] : -1}, li[2] = {last[i], last2 ? last2[i] : -1};
+    int fj[2] = {first[j], first2 ? first2[j] : -1}, lj[2] = {last[j], last2 ? last2[j] : -1};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            if (fi[a] >= 0 && fj[b] >= 0 && fj[b] <= li[a] && fi[a] <= lj[b]) return true;
+    return false;
+}
+
+int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, const int *first2,
+                      const int *last2, int64_t *off)
 {
     int *order = malloc(sizeof *order * (size_t)(n > 0 ? n : 1));
     struct span *busy = malloc(sizeof *busy * (size_t)(n > 0 ? n : 1));
@@ -37,7 +49,7 @@ int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *l
         int i = order[a], nb = 0;
         for (int c = 0; c < a; c++) {  /* the placed buffers alive at some moment of i's life */
             int j = order[c];
-            if (first[j] <= last[i] && first[i] <= last[j]) busy[nb++] = (struct span){off[j], off[j] + aligned(size[j])};
+            if (meet(i, j, first, last, first2, last2)) busy[nb++] = (struct span){off[j], off[j] + aligned(size[j])};
         }
         qsort(busy, (size_t)nb, sizeof *busy, by_lo);
         int64_t at = 0, need = aligned(size[i]);
@@ -86,23 +98,36 @@ static void grow(int *last, int t)
 /* Sizes (floats) and lifetimes (moments, inclusive) of the buffers of one plan at batch n (shapes), in slots
  * GLIA__PLAN_VALUE(i, k) (node i's output, k = -1, or its converted input k) and GLIA__PLAN_GRAD(i, k) (their
  * gradients). Evaluation: node i's forward is moment i; an output lives from its forward to its last reader's, the
- * loss and the logits to moment N (they are read after the forward). Training: forward i at moment i, then backward
- * j at moment 2N-1-j; an output also lives until the backwards that read it (its own and its consumers'), the loss
- * to moment 2N; a gradient from the backward of its last consumer (the first to write it) to its own. */
+ * loss and the logits to moment N (they are read after the forward). Training: forward i at moment i, then the
+ * backward walk from moment N: backward j at B[j], and where a checkpointed segment ends at j, first the forward of
+ * its recompute nodes again, k at R[k] (without checkpointing B[j] = 2N-1-j). An output lives until the backwards and
+ * recomputations that read it (its own and its consumers'), the loss to the end of the step; a recompute node's
+ * output instead lives from its forward to its last forward reader's, and again from R to its last reader in the
+ * walk (its second life, first2/last2). A gradient lives from the backward of its last consumer (the first to write
+ * it) to its own. */
 static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool train,
-                      int64_t *size, int *first, int *last)
+                      int64_t *size, int *first, int *last, int *first2, int *last2, int *B, int *R)
 {
-    int N = m->n_nodes, end = train ? 2 * N : N;  /* after the step: the loss (and logits) are read then */
-    for (int s = 0; s < N * GLIA__PLAN_SLOTS; s++) size[s] = 0, first[s] = last[s] = 0;
+    int N = m->n_nodes, t = N;
+    for (int j = N - 1; j >= 0 && train; j--) {
+        for (int k = j - m->nodes[j].recompute_n; k < j; k++)
+            if (m->nodes[k].recompute) R[k] = t++;
+        B[j] = t++;
+    }
+    int end = train ? t : N;  /* after the step: the loss (and logits) are read then */
+    for (int s = 0; s < N * GLIA__PLAN_SLOTS; s++) size[s] = 0, first[s] = last[s] = 0, first2[s] = last2[s] = -1;
     struct glia_shape xs = glia__data_shape(m, n, m->train.cols);
     for (int i = 0; i < N; i++) {
         const struct glia__node *nd = &m->nodes[i];
-        int T = 2 * N - 1 - i;  /* this node's backward */
+        bool again = train && nd->recompute;  /* its forward runs again at R[i] */
+        int T = train ? B[i] : 0;
         int o = GLIA__PLAN_VALUE(i, -1), g = GLIA__PLAN_GRAD(i, -1);
         size[o] = glia_shape_numel(&shapes[i]);
         first[o] = last[o] = i;
+        if (again) first2[o] = last2[o] = R[i];
+        int *walk = again ? &last2[o] : &last[o];  /* the life that the backward walk's readers extend */
         if (i == N - 1) last[o] = end;
-        if (train && bwd_reads_out(m, i)) grow(&last[o], T);
+        if (train && bwd_reads_out(m, i)) grow(walk, T);
         if (train && glia__has_grad(m, i)) {
             size[g] = size[o];
             first[g] = T;  /* lowered below by each consumer */
@@ -113,15 +138,18 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
             if (p >= 0) {
                 int po = GLIA__PLAN_VALUE(p, -1), pg = GLIA__PLAN_GRAD(p, -1);
+                int *pwalk = train && m->nodes[p].recompute ? &last2[po] : &last[po];
                 grow(&last[po], i == N - 1 ? end : i);  /* the loss's inputs: read after it too */
-                if (train && !conv && bwd_reads_in(m, i)) grow(&last[po], T);
+                if (again) grow(pwalk, R[i]);
+                if (train && !conv && bwd_reads_in(m, i)) grow(pwalk, T);
                 if (train && glia__has_grad(m, p) && first[pg] > T) first[pg] = T;
             }
             if (!conv) continue;
             int c = GLIA__PLAN_VALUE(i, k), cg = GLIA__PLAN_GRAD(i, k);
             size[c] = glia_shape_numel(p < 0 ? &xs : &shapes[p]);
             first[c] = last[c] = i;
-            if (train && bwd_reads_in(m, i)) last[c] = T;
+            if (again) first2[c] = last2[c] = R[i];
+            if (train && bwd_reads_in(m, i)) grow(again ? &last2[c] : &last[c], T);
             if (train && glia__has_grad(m, p)) {
                 size[cg] = size[c];
                 first[cg] = last[cg] = T;
@@ -137,19 +165,24 @@ static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
     int64_t *size = malloc(sizeof *size * (size_t)S);
     int *first = malloc(sizeof *first * (size_t)S), *last = malloc(sizeof *last * (size_t)S);
-    glia_status st = shapes && size && first && last ? GLIA_OK : GLIA_ENOMEM;
+    int *first2 = malloc(sizeof *first2 * (size_t)S), *last2 = malloc(sizeof *last2 * (size_t)S);
+    int *moments = malloc(sizeof *moments * (size_t)(2 * m->n_nodes));  /* B and R of lifetimes */
+    glia_status st = shapes && size && first && last && first2 && last2 && moments ? GLIA_OK : GLIA_ENOMEM;
     if (!st) st = glia__infer_all(m, n, m->train.cols, shapes);  /* activations grow with the length: the longest */
     if (!st) {
-        lifetimes(m, shapes, n, train, size, first, last);
+        lifetimes(m, shapes, n, train, size, first, last, first2, last2, moments, moments + m->n_nodes);
         *sum = 0;
         for (int s = 0; s < S; s++) *sum += size[s] > 0 ? aligned(size[s]) : 0;
-        *len = glia__memplan(S, size, first, last, off);
+        *len = glia__memplan(S, size, first, last, first2, last2, off);
         if (*len < 0) st = GLIA_ENOMEM;
     }
     free(shapes);
     free(size);
     free(first);
     free(last);
+    free(first2);
+    free(last2);
+    free(moments);
     return st;
 }
 

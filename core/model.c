@@ -93,6 +93,10 @@ static const struct glia_key graph_keys[] = {
     GLIA_KEY("fuse_pointwise", GLIA_KEY_ENUM, "auto",
              "run a chain of elementwise layers (relu, leaky_relu, sigmoid, tanh, gelu, add, pointwise) as one pointwise "
              "layer: auto (on for CUDA, where it is one compiled kernel) | on | off", .choices = "auto|on|off"),
+    GLIA_KEY("checkpoint_segments", GLIA_KEY_INT, "0",
+             "activation checkpointing: cut the model into N segments; a training step keeps only each segment's last "
+             "output and runs the rest of its forward again in backward (less memory, more compute; 0: off)",
+             .min = 0, .max = GLIA__MAX_NODES),
     GLIA_KEY_END};
 
 static const struct glia_key distributed_keys[] = {
@@ -1001,7 +1005,6 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
         }
     }
     if (!st) {
-
         int w = 0;
         for (int i = 0; i < n; i++) {
             if (into[i] >= 0) {
@@ -1031,6 +1034,75 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
     free(text);
     free(grew);
     return st;
+}
+
+/* ---- pass checkpoint_segments ------------------------------------------------------------ */
+
+static const char ckpt_origin[] = "[graph] checkpoint_segments";
+
+/* Whether a node's forward may run again in backward: its plugin knows glia_fwd.recompute (ABI 1.6), or it keeps
+ * no lasting state that a second forward would move twice. */
+static bool recomputable(const struct glia_model *m, const struct glia__node *nd)
+{
+    return nd->layer.n_buffers == 0 || glia__layer_abi_minor(m->ctx, nd->layer.ops) >= 6;
+}
+
+/* Phase 4, activation checkpointing (torch.utils.checkpoint.checkpoint_sequential): cut the graph into `segments`
+ * runs of layers of about equal activation memory, each cut after a layer whose output alone carries everything the
+ * later layers read (the data batch aside). In every segment but the last, a training step keeps only the output of
+ * the segment's last layer; the others' forward runs again just before that layer's backward. A dp replica cuts
+ * where its model did. */
+static glia_status pass_checkpoint(struct glia_model *m, const struct glia_section *graph)
+{
+    int want = (int)glia_section_int(graph, "checkpoint_segments"), n = m->n_nodes;
+    m->ckpt_segments = 1;
+    if (want < 2) return GLIA_OK;
+    if (m->like) {
+        for (int i = 0; i < n; i++) {
+            m->nodes[i].recompute = m->like->nodes[i].recompute;
+            m->nodes[i].recompute_n = m->like->nodes[i].recompute_n;
+            m->nodes[i].cut = m->like->nodes[i].cut;
+        }
+        m->ckpt_segments = m->like->ckpt_segments;
+        return GLIA_OK;
+    }
+    int last_reader[GLIA__MAX_NODES];
+    double total = 0, cum = 0;
+    for (int i = 0; i < n; i++) {
+        last_reader[i] = i;
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) last_reader[m->nodes[i].in[k]] = i;
+        if (i + 1 < n) total += (double)glia_shape_numel(&m->nodes[i].out_shape);
+    }
+    int reach = -1, prev = -1, segs = 1;  /* reach: the last reader of any node before c */
+    for (int c = 0; c + 1 < n && segs < want; c++) {
+        cum += (double)glia_shape_numel(&m->nodes[c].out_shape);
+        bool cut = reach <= c;
+        if (last_reader[c] > reach) reach = last_reader[c];
+        if (!cut || cum < total * segs / want) continue;
+        int kept = 0;
+        for (int j = prev + 1; j < c; j++) {
+            struct glia__node *nd = &m->nodes[j];
+            if (recomputable(m, nd)) nd->recompute = true;
+            else if (++kept == 1)
+                glia_log(m->ctx, GLIA_LOG_INFO, "%s: [%s] keeps its output: its plugin was built against ABI 1.%u and "
+                         "has buffers, so it cannot run forward twice", ckpt_origin, nd->layer.name,
+                         glia__layer_abi_minor(m->ctx, nd->layer.ops));
+        }
+        m->nodes[c].recompute_n = c - prev - 1;
+        m->nodes[c].cut = true;
+        prev = c;
+        segs++;
+    }
+    m->ckpt_segments = segs;
+    if (segs == 1)
+        return glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
+                                  "no layer's output alone carries what the layers after it read: nothing to cut "
+                                  "(0 turns checkpointing off)");
+    if (segs < want)
+        glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segments, as many as the graph has places to cut", ckpt_origin,
+                 want, segs);
+    return GLIA_OK;
 }
 
 /* Memory formats: a layer that takes either format (GLIA_LAYER_CHANNELS_LAST) works in the
@@ -1377,6 +1449,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) st = check_graph(m);
     int fuse = st ? 0 : fuse_pointwise_mode(m, graph);
     if (fuse) st = pass_fuse_pointwise(m, fuse == 2);
+    if (!st) st = pass_checkpoint(m, graph);
     if (!st) plan_formats(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
@@ -1518,6 +1591,21 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         for (int k = 0; k < nd->n_in; k++)
             fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name);
         fprintf(f, "\n");
+    }
+    if (m->ckpt_segments > 1) {
+        fprintf(f, "graph pass checkpoint_segments: %d segments, cut after", m->ckpt_segments);
+        for (int i = 0, cuts = 0; i < m->n_nodes; i++)
+            if (m->nodes[i].cut) fprintf(f, "%s %s", cuts++ ? "," : "", m->nodes[i].layer.name);
+        fprintf(f, "; a training step runs the forward of");
+        for (int i = 0, any = 0; i < m->n_nodes; i++)
+            if (m->nodes[i].recompute) {
+                int j = i;
+                while (j + 1 < m->n_nodes && m->nodes[j + 1].recompute) j++;
+                fprintf(f, "%s %s", any++ ? "," : "", m->nodes[i].layer.name);
+                if (j > i) fprintf(f, " .. %s (%d layers)", m->nodes[j].layer.name, j - i + 1);
+                i = j;
+            }
+        fprintf(f, " again in backward\n");
     }
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)

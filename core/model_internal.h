@@ -29,7 +29,7 @@ enum glia__dist_mode { GLIA__DIST_NONE = 0, GLIA__DIST_DP, GLIA__DIST_DDP };
  * glia profile --trace records one complete event per layer forward and backward, input,
  * gradient wait (ddp), optimizer step and enclosing step, and writes them as a Chrome trace. */
 enum glia__trace_cat { GLIA__TRACE_STEP = 0, GLIA__TRACE_INPUT, GLIA__TRACE_FORWARD, GLIA__TRACE_BACKWARD,
-                       GLIA__TRACE_COMM, GLIA__TRACE_OPTIMIZER };
+                       GLIA__TRACE_COMM, GLIA__TRACE_OPTIMIZER, GLIA__TRACE_RECOMPUTE };
 struct glia__trace_event {
     enum glia__trace_cat cat;
     const char *name;            /* (borrowed) a layer's or the optimizer's name; NULL: the category's */
@@ -83,6 +83,12 @@ struct glia__node {
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
     int bias_dropped_for;            /* ... because this node normalizes its output */
     struct glia_section *own_sec;    /* (owned) sec, when a graph pass made it (fuse_pointwise); else NULL */
+    /* pass checkpoint_segments: a training step drops this node's output after the forward and runs its forward
+     * again during backward (recompute) ... */
+    bool recompute;
+    bool cut;                        /* a segment ends here */
+    int recompute_n;                 /* ... the recompute nodes among the recompute_n before this one, which ends a
+                                        segment, run again just before this node's backward; 0: none */
 };
 
 /* A layer section of the model file as declared, before graph passes merged any: the model's
@@ -197,6 +203,7 @@ struct glia_model {
     bool forced;                     /* build on forced_device, not [runtime] device (dp) */
     struct glia_device forced_device;
     const struct glia_model *like;   /* while a replica builds: the model whose data it borrows */
+    int ckpt_segments;               /* [graph] checkpoint_segments as cut (1: no checkpointing) */
 };
 
 /* The data batch's shape: images (n, 1, rows, cols); tokens (n, len). */
@@ -212,10 +219,12 @@ void glia__model_release_activations(struct glia_model *m);
 
 /* ---- activation memory (core/memplan.c) ---- */
 /* Offsets off[i] (floats, multiples of GLIA__ARENA_ALIGN) for n buffers of size[i] floats (0: none, offset 0), each
- * alive from moment first[i] to last[i] inclusive, such that two buffers alive at a common moment never overlap;
- * returns the block's length in floats (-1: out of memory). Largest first, each at the lowest offset that fits.
- * Pure. */
-int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, int64_t *off);
+ * alive from moment first[i] to last[i] inclusive and, when first2 is not NULL and first2[i] >= 0, again from
+ * first2[i] to last2[i] (a recomputed activation: [graph] checkpoint_segments), such that two buffers alive at a
+ * common moment never overlap; returns the block's length in floats (-1: out of memory). Largest first, each at the
+ * lowest offset that fits. Pure. */
+int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, const int *first2,
+                      const int *last2, int64_t *off);
 /* Output shapes of every node for a data batch of shape (n, len) (tokens) or n images, through each layer's
  * infer_shape. */
 glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes);

@@ -5,7 +5,7 @@
 #include <string.h>
 #include "model_internal.h"
 
-static const char *const cat_name[] = {"step", "input", "forward", "backward", "comm", "optimizer"};
+static const char *const cat_name[] = {"step", "input", "forward", "backward", "comm", "optimizer", "recompute"};
 
 glia_status glia__trace_reserve(struct glia__trace *t, size_t n)
 {

@@ -239,38 +239,43 @@ static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const st
     if (!e) return;
     e->type = nd->layer.ops->type;
     e->impl = nd->layer.ops->impl;
-    if (cat == GLIA__TRACE_FORWARD && nd->out) e->shape = nd->out->shape;
+    if ((cat == GLIA__TRACE_FORWARD || cat == GLIA__TRACE_RECOMPUTE) && nd->out) e->shape = nd->out->shape;
+}
+
+/* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments). */
+static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute)
+{
+    struct glia__node *nd = &m->nodes[i];
+    const struct glia_tensor *in[GLIA__MAX_INPUTS];
+    double t0 = m->profiling ? glia__now() : 0;
+    glia_status st = GLIA_OK;
+    for (int k = 0; k < nd->n_in && !st; k++) {
+        in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
+        if (nd->edge[k] == GLIA__EDGE_CONVERT) st = glia_tensor_convert(nd->cin[k], in[k], false);
+        if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
+    }
+    struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
+                         train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull +
+                                                   (uint64_t)m->rank * 0xd1b54a32d192ed03ull, nd->layer.name),
+                         recompute};
+    if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
+    if (m->profiling) {  /* a recomputation is part of the backward */
+        glia_backend_sync(m->backend);
+        double t1 = glia__now();
+        *(recompute ? &nd->t_bwd : &nd->t_fwd) += t1 - t0;
+        trace_layer(m, recompute ? GLIA__TRACE_RECOMPUTE : GLIA__TRACE_FORWARD, nd, t0, t1);
+    }
+    if (st && !glia_context_error(m->ctx)[0])
+        glia_section_error(nd->sec, NULL, st, "%s failed (%s)", recompute ? "forward run again in backward" : "forward",
+                           glia_strerror(st));
+    return st;
 }
 
 static glia_status forward(struct glia_model *m, bool train)
 {
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia__node *nd = &m->nodes[i];
-        const struct glia_tensor *in[GLIA__MAX_INPUTS];
-        double t0 = m->profiling ? glia__now() : 0;
-        glia_status st = GLIA_OK;
-        for (int k = 0; k < nd->n_in && !st; k++) {
-            in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
-            if (nd->edge[k] == GLIA__EDGE_CONVERT) st = glia_tensor_convert(nd->cin[k], in[k], false);
-            if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
-        }
-        struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
-                             train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull +
-                                                       (uint64_t)m->rank * 0xd1b54a32d192ed03ull, nd->layer.name)};
-        if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
-        if (m->profiling) {
-            glia_backend_sync(m->backend);
-            double t1 = glia__now();
-            nd->t_fwd += t1 - t0;
-            trace_layer(m, GLIA__TRACE_FORWARD, nd, t0, t1);
-        }
-        if (st) {
-            if (!glia_context_error(m->ctx)[0])
-                glia_section_error(nd->sec, NULL, st, "forward failed (%s)", glia_strerror(st));
-            return st;
-        }
-    }
-    return GLIA_OK;
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < m->n_nodes && !st; i++) st = forward_node(m, i, train, false);
+    return st;
 }
 
 static glia_status backward(struct glia_model *m)
@@ -278,6 +283,10 @@ static glia_status backward(struct glia_model *m)
     for (int i = 0; i < m->n_nodes; i++) m->nodes[i].grad_written = false;
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         struct glia__node *nd = &m->nodes[i];
+        for (int j = i - nd->recompute_n; j < i; j++) {  /* this segment's dropped outputs, again */
+            glia_status st = m->nodes[j].recompute ? forward_node(m, j, true, true) : GLIA_OK;
+            if (st) return st;
+        }
         if (!nd->needs_grad) continue;
         const struct glia_tensor *in[GLIA__MAX_INPUTS];
         struct glia_tensor *din[GLIA__MAX_INPUTS];
@@ -1197,6 +1206,8 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
         for (int i = 0; i < m->n_nodes; i++) sum_layers += m->nodes[i].t_fwd + m->nodes[i].t_bwd;
         fprintf(f, "profile: %d training steps of batch %d after %d warm-up steps, %.1f ms a step, %.0f samples/s\n",
                 steps, m->batch, warmup, 1e3 * t_all / steps, (double)steps * m->batch / t_all);
+        if (m->ckpt_segments > 1)
+            fprintf(f, "([graph] checkpoint_segments: a recomputed layer's backward ms includes its forward run again)\n");
         fprintf(f, "%-16s %-22s %11s %11s %7s\n", "layer", "type", "forward ms", "backward ms", "share");
         for (int i = 0; i < m->n_nodes; i++) {
             const struct glia__node *nd = &m->nodes[i];

@@ -299,7 +299,7 @@ static void test_ddp_profile_trace(void)
     if (rank == 0) {
         static const char *const fwd[] = {"flat", "fc1", "act", "fc2", "loss"};
         static const char *const bwd[] = {"loss", "fc2", "act", "fc1"};
-        struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", true, 0};
+        struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", true, 0, 0, NULL};
         CU_ASSERT_EQUAL(trace_check(mine, &e), 0);
     } else {
         CU_ASSERT_NOT_EQUAL(stat(mine, &sb), 0);  /* rank 0 writes for the job */

@@ -329,7 +329,7 @@ static void test_cli_check(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
     static const char *const fwd[] = {"f", "fc1", "act", "fc2", "loss"};
     static const char *const bwd[] = {"loss", "fc2", "act", "fc1"};
-    struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", false, 0};
+    struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", false, 0, 0, NULL};
     CU_ASSERT_EQUAL(trace_check(trace, &e), 0);
     /* a trace path that cannot be written: one line naming it */
     char bad[700];

@@ -829,7 +829,7 @@ static void test_layer_forward_and_flops(void)
     memcpy(glia_tensor_f32(tx), xs, sizeof xs);
     memcpy(glia_tensor_f32(ty), ys, sizeof ys);
     const struct glia_tensor *in[2] = {tx, ty};
-    struct glia_fwd a = {in, 2, to, NULL, false, 1};
+    struct glia_fwd a = {in, 2, to, NULL, false, 1, false};
     CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
     for (int i = 0; i < N; i++) {
         double want = xs[i] * sg(ys[i]) + 1, got = glia_tensor_f32(to)[i];

@@ -863,7 +863,7 @@ static void test_profile_trace(void)
     free(table);
     static const char *const fwd[] = {"flat", "fc\"1\\x", "act", "fc2", "loss"};
     static const char *const bwd[] = {"loss", "fc2", "act", "fc\"1\\x"};
-    struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", false, 0};
+    struct trace_expect e = {3, 5, fwd, 4, bwd, "sgd", false, 0, 0, NULL};
     CU_ASSERT_EQUAL(trace_check(path, &e), 0);
     char *raw = json_read_file(path);
     CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
@@ -957,8 +957,18 @@ static void test_arena_plan(void)
     glia__arena_free(&a);
 }
 
+/* Whether buffers i and j, each alive in [f, l] and again in [f2, l2] when f2 >= 0, live at a common moment. */
+static bool lives_meet(int i, int j, const int *f, const int *l, const int *f2, const int *l2)
+{
+    if (f[j] <= l[i] && f[i] <= l[j]) return true;
+    if (!f2) return false;
+    return (f2[i] >= 0 && f[j] <= l2[i] && f2[i] <= l[j]) || (f2[j] >= 0 && f2[j] <= l[i] && f[i] <= l2[j]) ||
+           (f2[i] >= 0 && f2[j] >= 0 && f2[j] <= l2[i] && f2[i] <= l2[j]);
+}
+
 /* Whether memplan's offsets keep every two buffers alive at a common moment apart, are aligned, and fit in len. */
-static bool plan_ok(int n, const int64_t *size, const int *first, const int *last, const int64_t *off, int64_t len)
+static bool plan_ok(int n, const int64_t *size, const int *first, const int *last, const int *first2, const int *last2,
+                    const int64_t *off, int64_t len)
 {
     int64_t need = 0;
     for (int i = 0; i < n; i++) {
@@ -966,7 +976,7 @@ static bool plan_ok(int n, const int64_t *size, const int *first, const int *las
         if (off[i] % GLIA__ARENA_ALIGN || off[i] < 0 || off[i] + size[i] > len) return false;
         need = size[i] > need ? size[i] : need;
         for (int j = 0; j < i; j++)
-            if (size[j] > 0 && first[j] <= last[i] && first[i] <= last[j] && off[i] < off[j] + size[j] &&
+            if (size[j] > 0 && lives_meet(i, j, first, last, first2, last2) && off[i] < off[j] + size[j] &&
                 off[j] < off[i] + size[i])
                 return false;
     }
@@ -980,48 +990,69 @@ static void test_memplan_shapes(void)
     int64_t size[6] = {100, 100, 100, 100, 100, 100}, off[6];
     int first[6], last[6];
     for (int i = 0; i < 6; i++) first[i] = i, last[i] = i + 1;
-    int64_t len = glia__memplan(6, size, first, last, off);
+    int64_t len = glia__memplan(6, size, first, last, NULL, NULL, off);
     CU_ASSERT_EQUAL(len, 2 * 128);  /* 100 floats round up to 128 */
-    CU_ASSERT(plan_ok(6, size, first, last, off, len));
+    CU_ASSERT(plan_ok(6, size, first, last, NULL, NULL, off, len));
     for (int i = 0; i < 6; i++) first[i] = 0, last[i] = 5;
-    len = glia__memplan(6, size, first, last, off);
+    len = glia__memplan(6, size, first, last, NULL, NULL, off);
     CU_ASSERT_EQUAL(len, 6 * 128);
-    CU_ASSERT(plan_ok(6, size, first, last, off, len));
+    CU_ASSERT(plan_ok(6, size, first, last, NULL, NULL, off, len));
     int64_t zero[3] = {0, 0, 0};
-    CU_ASSERT_EQUAL(glia__memplan(3, zero, first, last, off), 0);
+    CU_ASSERT_EQUAL(glia__memplan(3, zero, first, last, NULL, NULL, off), 0);
     CU_ASSERT(off[0] == 0 && off[1] == 0 && off[2] == 0);
     /* a small buffer fits in the gap that a large one's death leaves under a long-lived one */
     int64_t s2[3] = {1000, 64, 64}, o2[3];
     int f2[3] = {0, 0, 2}, l2[3] = {1, 3, 3};
-    len = glia__memplan(3, s2, f2, l2, o2);
-    CU_ASSERT(plan_ok(3, s2, f2, l2, o2, len));
+    len = glia__memplan(3, s2, f2, l2, NULL, NULL, o2);
+    CU_ASSERT(plan_ok(3, s2, f2, l2, NULL, NULL, o2, len));
     CU_ASSERT_EQUAL(len, 1024 + 64);
     CU_ASSERT_EQUAL(o2[2], 0);
 }
 
-/* Random sizes and lifetimes: the rules hold, and the plan is never larger than no sharing. */
+/* Random sizes and lifetimes, some buffers with a second life (a recomputed activation): the rules hold, and the
+ * plan is never larger than no sharing. */
 static void test_memplan_random(void)
 {
     enum { N = 60 };
     uint64_t r = 12345;
-    for (int t = 0; t < 200; t++) {
+    for (int t = 0; t < 400; t++) {
         int64_t size[N], off[N], sum = 0;
-        int first[N], last[N];
+        int first[N], last[N], first2[N], last2[N];
         int n = 1 + t % N;
+        bool two = t >= 200;
         for (int i = 0; i < n; i++) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;
             size[i] = (int64_t)(r >> 33) % 5000 * ((r >> 20) % 7 != 0);  /* some zero */
             first[i] = (int)((r >> 13) % 40);
             last[i] = first[i] + (int)((r >> 7) % 8);
+            first2[i] = (r >> 3) % 3 ? -1 : last[i] + 1 + (int)((r >> 26) % 30);
+            last2[i] = first2[i] + (int)((r >> 40) % 6);
             sum += (size[i] + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN;
         }
-        int64_t len = glia__memplan(n, size, first, last, off);
-        CU_ASSERT(plan_ok(n, size, first, last, off, len));
+        const int *f2 = two ? first2 : NULL, *l2 = two ? last2 : NULL;
+        int64_t len = glia__memplan(n, size, first, last, f2, l2, off);
+        CU_ASSERT(plan_ok(n, size, first, last, f2, l2, off, len));
         CU_ASSERT(len <= sum);
         int64_t again[N];
-        CU_ASSERT_EQUAL(glia__memplan(n, size, first, last, again), len);
+        CU_ASSERT_EQUAL(glia__memplan(n, size, first, last, f2, l2, again), len);
         CU_ASSERT_EQUAL(memcmp(again, off, sizeof(int64_t) * (size_t)n), 0);
     }
+}
+
+/* A buffer with two lives shares bytes with one alive in the gap between them, and not with one alive in either. */
+static void test_memplan_two_lives(void)
+{
+    int64_t size[3] = {128, 128, 128}, off[3];
+    int first[3] = {0, 2, 1}, last[3] = {1, 2, 4}, first2[3] = {3, -1, -1}, last2[3] = {5, -1, -1};
+    int64_t len = glia__memplan(3, size, first, last, first2, last2, off);
+    CU_ASSERT(plan_ok(3, size, first, last, first2, last2, off, len));
+    CU_ASSERT_EQUAL(len, 2 * 128);  /* 0 and 1 share: 1 lives at 2, between 0's lives; 2 meets both */
+    CU_ASSERT_EQUAL(off[0], off[1]);
+    CU_ASSERT_NOT_EQUAL(off[0], off[2]);
+    last[1] = 3;  /* now 1 meets 0's second life */
+    len = glia__memplan(3, size, first, last, first2, last2, off);
+    CU_ASSERT(plan_ok(3, size, first, last, first2, last2, off, len));
+    CU_ASSERT_EQUAL(len, 3 * 128);
 }
 
 static const char *memory_model_text(int test_batch)
@@ -1252,6 +1283,131 @@ static void test_fuse_pointwise(void)
     glia_context_free(ctx);
 }
 
+/* A model with batchnorm, a residual, dropout and forward_counter (a fixture built against ABI 1.5 with a buffer
+ * that counts its training forwards), checkpointed into `segments`. */
+static const char *ckpt_model_text(int segments)
+{
+    static char buf[4096];
+    const char *fix = getenv("GLIA_FIXTURES") && *getenv("GLIA_FIXTURES") ? getenv("GLIA_FIXTURES") : "tests/fixtures/.libs";
+    snprintf(buf, sizeof buf,
+             "[plugins]\npath = %s\n[runtime]\ndevice = cpu\nseed = 5\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\nworkers = 0\nmean = 0.2\nstd = 0.3\n"
+             "[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n[optimizer]\nmomentum = 0.9\n"
+             "[graph]\ncheckpoint_segments = %d\n"
+             "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[bn1]\ntype = batchnorm\n[r1]\ntype = relu\n"
+             "[cnt]\ntype = forward_counter\n[c2]\ntype = conv2d\nfilters = 4\npadding = 1\n[bn2]\ntype = batchnorm\n"
+             "[sum]\ntype = add\ninputs = cnt, bn2\n[r2]\ntype = relu\n[drop]\ntype = dropout\np = 0.2\n"
+             "[c3]\ntype = conv2d\nfilters = 4\npadding = 1\n[r3]\ntype = relu\n"
+             "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             fix, dir, dir, dir, dir, segments);
+    return buf;
+}
+
+static int node_named(const struct glia_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_nodes; i++)
+        if (!strcmp(m->nodes[i].layer.name, name)) return i;
+    CU_FAIL("no such node");
+    return 0;
+}
+
+/* The model's buffers (running statistics, counters), in node order, malloc'ed; *n of them. */
+static float *buffers(const struct glia_model *m, int64_t *n)
+{
+    *n = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int b = 0; b < m->nodes[i].layer.n_buffers; b++) *n += glia_tensor_numel(m->nodes[i].layer.buffers[b].value);
+    float *v = malloc(sizeof *v * (size_t)(*n ? *n : 1)), *at = v;
+    CU_ASSERT_FATAL(v != NULL);
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int b = 0; b < m->nodes[i].layer.n_buffers; b++) {
+            const struct glia_tensor *t = m->nodes[i].layer.buffers[b].value;
+            memcpy(at, glia_tensor_f32(t), sizeof *v * (size_t)glia_tensor_numel(t));
+            at += glia_tensor_numel(t);
+        }
+    return v;
+}
+
+/* Activation checkpointing changes memory, not results: the same weights and running statistics bit for bit with
+ * 0, 2 and 5 segments (batchnorm's recomputation moves no statistic twice, dropout draws the same mask again), a
+ * layer from an ABI 1.5 plugin with a buffer is never run twice, the cuts never fall inside the residual, the
+ * training plan shrinks, and the profile's trace shows each recomputation inside the backward. */
+static void test_checkpoint_segments(void)
+{
+    make_data();
+    const int segs[3] = {0, 2, 5};
+    struct run r[3];
+    float *w[3], *buf[3];
+    long long nw[3];
+    int64_t nb[3];
+    for (int v = 0; v < 3; v++) {
+        open_run(&r[v], ckpt_model_text(segs[v]));
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(r[v].m, &quiet, NULL, 1), GLIA_OK);
+        w[v] = weights(&r[v], &nw[v]);
+        buf[v] = buffers(r[v].m, &nb[v]);
+        CU_ASSERT_EQUAL(r[v].m->ckpt_segments, v ? segs[v] : 1);
+        /* forward_counter's buffer counts one training forward per step */
+        const struct glia_model *m = r[v].m;
+        CU_ASSERT_EQUAL(glia_tensor_f32(m->nodes[node_named(m, "cnt")].layer.buffers[0].value)[0], (float)(512 / 32));
+        for (int c = 0; c < m->n_nodes; c++) {  /* a cut: no edge from before it to after it but its own */
+            if (!m->nodes[c].cut) continue;
+            for (int i = c + 1; i < m->n_nodes; i++)
+                for (int k = 0; k < m->nodes[i].n_in; k++) CU_ASSERT(m->nodes[i].in[k] < 0 || m->nodes[i].in[k] >= c);
+        }
+        for (int i = node_named(m, "cnt") + 1; i <= node_named(m, "bn2"); i++) CU_ASSERT(!m->nodes[i].cut);
+    }
+    for (int v = 1; v < 3; v++) {
+        CU_ASSERT_EQUAL_FATAL(nw[v], nw[0]);
+        CU_ASSERT_EQUAL(memcmp(w[v], w[0], sizeof(float) * (size_t)nw[0]), 0);
+        CU_ASSERT_EQUAL_FATAL(nb[v], nb[0]);
+        CU_ASSERT_EQUAL(memcmp(buf[v], buf[0], sizeof(float) * (size_t)nb[0]), 0);
+        CU_ASSERT(r[v].m->plan.train < r[0].m->plan.train);
+    }
+    /* what the test relies on: with 2 segments the counter sits inside a recomputed run, kept; with 5, dropout and
+     * a batchnorm run again */
+    const struct glia_model *m2 = r[1].m, *m5 = r[2].m;
+    CU_ASSERT(m2->nodes[node_named(m2, "r1")].recompute && m2->nodes[node_named(m2, "c2")].recompute);
+    CU_ASSERT(!m2->nodes[node_named(m2, "cnt")].recompute && !m2->nodes[node_named(m2, "cnt")].cut);
+    CU_ASSERT(m5->nodes[node_named(m5, "drop")].recompute && m5->nodes[node_named(m5, "bn1")].recompute);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    glia_model_summary(r[1].m, f);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "graph pass checkpoint_segments: 2 segments, cut after sum; a training step runs "
+                                        "the forward of c1 .. r1 (3 layers), c2 .. bn2 (2 layers) again in backward\n"));
+    free(text);
+    /* the trace: 2 segments recompute c1, bn1, r1, c2, bn2 just before sum's backward */
+    const char *path = glia_test_tmp("ckpt-trace.json");
+    f = fopen("/dev/null", "w");
+    glia_status st = glia_model_profile_trace(r[1].m, 2, 1, f, path);
+    fclose(f);
+    if (st) printf("\n  %s\n", glia_context_error(r[1].ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    static const char *const fwd[] = {"c1", "bn1", "r1", "cnt", "c2", "bn2", "sum", "r2", "drop", "c3", "r3", "flat", "fc", "loss"};
+    static const char *const bwd[] = {"loss", "fc", "flat", "r3", "c3", "drop", "r2", "sum", "bn2", "c2", "cnt", "r1", "bn1", "c1"};
+    static const char *const rec[] = {"c1", "bn1", "r1", "c2", "bn2"};
+    struct trace_expect e = {2, 14, fwd, 14, bwd, "sgd", false, 0, 5, rec};
+    CU_ASSERT_EQUAL(trace_check(path, &e), 0);
+    remove(path);
+    for (int v = 0; v < 3; v++) {
+        free(w[v]);
+        free(buf[v]);
+        close_run(&r[v]);
+    }
+    /* a negative count is refused with the key named */
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "t.ini", ckpt_model_text(-1), &cfg) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_build(ctx, cfg, &m), GLIA_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "checkpoint_segments"));
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
 /* A pointwise layer fed twice by one layer (its gradients share a buffer) trains like add on the
  * same inputs: inputs 1 and 3 have equal derivatives, and 3's must not be read from the buffer
  * that input 2 has added into. */
@@ -1404,8 +1560,8 @@ static void test_weight_decay_off(void)
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
-               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

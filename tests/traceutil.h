@@ -15,6 +15,8 @@ struct trace_expect {
     const char *optimizer;
     bool comm;               /* ddp: a "comm" event (gradient wait) each step */
     int pid;
+    int n_rec;
+    const char *const *rec;  /* layers whose forward runs again in backward (checkpoint_segments), in order */
 };
 
 static int trace_problems;
@@ -53,7 +55,7 @@ static int trace_check(const char *path, const struct trace_expect *e)
     const char *unit = trace_str(&root, "displayTimeUnit");
     if (!ev || ev->t != J_ARR) trace_problem("no traceEvents array", -1);
     if (!unit || strcmp(unit, "ms")) trace_problem("displayTimeUnit is not \"ms\"", -1);
-    int per_step = e->n_fwd + e->n_bwd + 3 + (e->comm ? 1 : 0);  /* + step, input, optimizer */
+    int per_step = e->n_fwd + e->n_bwd + e->n_rec + 3 + (e->comm ? 1 : 0);  /* + step, input, optimizer */
     if (ev && ev->t == J_ARR && ev->n != e->steps * per_step) {
         char msg[128];
         snprintf(msg, sizeof msg, "%d events, not %d x %d", ev->n, e->steps, per_step);
@@ -73,7 +75,7 @@ static int trace_check(const char *path, const struct trace_expect *e)
         if (s0 < prev_step_end) trace_problem("the step starts before the last one ended", i - 1);
         prev_step_end = s1;
         long long end = s0;  /* the last event's end: the next starts after it */
-        int f = 0, b = 0, inputs = 0, opts = 0, comms = 0;
+        int f = 0, b = 0, rc = 0, inputs = 0, opts = 0, comms = 0;
         for (; i < ev->n; i++) {
             const struct jv *x = &ev->items[i];
             const struct jv *args = json_get(x, "args"), *step = json_get(args, "step");
@@ -104,6 +106,12 @@ static int trace_check(const char *path, const struct trace_expect *e)
                 if (b >= e->n_bwd || strcmp(xn, e->bwd[b])) trace_problem("not the next layer's backward", i);
                 if (!trace_str(args, "type") || !trace_str(args, "impl")) trace_problem("backward without type or impl", i);
                 b++;
+            } else if (!strcmp(xc, "recompute")) {
+                if (rc >= e->n_rec || strcmp(xn, e->rec[rc])) trace_problem("not the next layer's recomputation", i);
+                if (!trace_str(args, "type") || !trace_str(args, "impl") || !trace_str(args, "output"))
+                    trace_problem("recomputation without type, impl or output", i);
+                if (!b || b == e->n_bwd) trace_problem("recomputation outside backward", i);
+                rc++;
             } else if (!strcmp(xc, "comm")) {
                 comms++;
                 if (b != e->n_bwd || opts) trace_problem("comm not between backward and optimizer", i);
@@ -114,7 +122,7 @@ static int trace_check(const char *path, const struct trace_expect *e)
                 trace_problem("unknown cat", i);
             }
         }
-        if (f != e->n_fwd || b != e->n_bwd || inputs != 1 || opts != 1 || comms != (e->comm ? 1 : 0))
+        if (f != e->n_fwd || b != e->n_bwd || rc != e->n_rec || inputs != 1 || opts != 1 || comms != (e->comm ? 1 : 0))
             trace_problem("a step without all its events", i - 1);
     }
     if (ev && ev->t == J_ARR && i != ev->n) trace_problem("events after the last step", i);

@@ -147,7 +147,7 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
                           glia_shape_str(&x->shape, buf, sizeof buf));
     }
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), rmean, rvar, gamma, beta, sums, n, g,
-                                                 rmean != NULL, p->d.momentum, p->d.eps, s));
+                                                 rmean != NULL && !a->recompute, p->d.momentum, p->d.eps, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
     p->kept = glia_tensor_numel(x);
     p->count = n;
@@ -206,7 +206,7 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
                           l->name, glia_shape_str(&x->shape, buf, sizeof buf));
     }
-    bool use_running = !a->train && p->d.rm >= 0, update = a->train && p->d.rm >= 0;
+    bool use_running = !a->train && p->d.rm >= 0, update = a->train && !a->recompute && p->d.rm >= 0;
     if (a->train && !p->saved) {
         st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {3 * C}}, &p->saved);
         if (st) return st;

@@ -32,6 +32,12 @@ extern "C" {
  *    call: the output gradient and the input gradients of a backward, and the tensors of an
  *    eval-mode forward, share memory with other layers' tensors at other moments (the core
  *    plans that memory), so a layer keeps no pointer to them.
+ *  - Recomputation (ABI 1.6): with activation checkpointing the core may run a layer's training
+ *    forward a second time, with `recompute` set, just before its backward, on the same input
+ *    values and seed; the output must come out the same (what backward reads is what this
+ *    second forward kept). A layer whose training forward changes lasting state (buffers such
+ *    as running statistics) leaves it alone when `recompute` is set. A layer built against an
+ *    older SDK that has buffers is never recomputed (the core keeps its output instead).
  */
 
 /* How the core initializes a parameter (from the seeded RNG). */
@@ -101,6 +107,10 @@ struct glia_fwd {
     const struct glia_tensor *labels;     /* i32 (N): loss layers only, else NULL */
     bool train;                           /* training mode (keep what backward needs) */
     uint64_t seed;                        /* per-step seed for random layers */
+    /* ABI 1.6 */
+    bool recompute;                       /* a training forward run again during backward
+                                             ([graph] checkpoint_segments): same inputs, same seed;
+                                             change no lasting state (running statistics) twice */
 };
 
 struct glia_bwd {

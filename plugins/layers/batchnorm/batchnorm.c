@@ -195,7 +195,7 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
         if (var < 0) var = 0;  /* rounding, for a constant channel */
         mean[c] = m;
         invstd[c] = 1.0 / sqrt(var + eps);
-        if (rmean) {
+        if (rmean && !a->recompute) {
             rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * m);
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * M / (M - 1));
         }
@@ -243,7 +243,7 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
     float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
     float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
     double mom = p->d.momentum, eps = p->d.eps;
-    bool update = a->train && rmean;
+    bool update = a->train && !a->recompute && rmean;  /* a recomputation moves nothing twice */
     double *part = p->part, *mean = p->mean, *invstd = p->invstd;
     float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
     if (!use_running) {
@@ -338,7 +338,7 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
     float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
     double mom = p->d.momentum, eps = p->d.eps;
-    bool update = a->train && rmean;
+    bool update = a->train && !a->recompute && rmean;  /* a recomputation moves nothing twice */
     double *keep_mean = p->mean, *keep_invstd = p->invstd;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < C; c++) {
