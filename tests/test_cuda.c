@@ -184,7 +184,8 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
 
 /* The same model, data and seed on the CPU and the GPU (fp32, both formats) end with the same
  * weights within float tolerance, for every optimizer. On the GPU add and g run as one fused
- * pointwise layer ([graph] fuse_pointwise = auto). */
+ * pointwise layer ([graph] fuse_pointwise = auto); the channels_last runs also recompute two of
+ * their three segments in backward ([graph] checkpoint_segments = 3: batchnorm, dropout). */
 static void test_training_matches_cpu(void)
 {
     make_data();
@@ -196,9 +197,10 @@ static void test_training_matches_cpu(void)
             struct run a, b;
             struct glia_epoch_result ra[2], rb[2];
             train_run(&a, cnn_text("cpu", "", opts[o]), ra);
-            char extra[128];
-            snprintf(extra, sizeof extra, "precision = fp32\n%s", fmts[f]);
+            char extra[160];  /* channels_last also with activation checkpointing (a [graph] section after [runtime]) */
+            snprintf(extra, sizeof extra, "precision = fp32\n%s%s", fmts[f], f ? "\n[graph]\ncheckpoint_segments = 3" : "");
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
+            CU_ASSERT_EQUAL(b.m->ckpt_segments, f ? 3 : 1);
             CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 1);  /* fuse_pointwise = auto: add and g as one layer */
             CU_ASSERT_STRING_EQUAL(b.m->nodes[4].layer.ops->type, "pointwise");  /* c1 b1 r1 c2 g */
             long long na, nb;

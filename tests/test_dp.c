@@ -38,7 +38,14 @@ static void compare(const char *devices, int batch, const char *train_extra, con
     open_run(&dp, model(dist, batch, train_extra, layers));
     open_run(&one, model("mode = none", batch, train_extra, layers));
     CU_ASSERT(dp.m->n_replicas > 1);
-    for (int r = 1; r < dp.m->n_replicas; r++) CU_ASSERT_EQUAL(dp.m->replica[r]->n_nodes, dp.m->n_nodes);
+    for (int r = 1; r < dp.m->n_replicas; r++) {
+        CU_ASSERT_EQUAL(dp.m->replica[r]->n_nodes, dp.m->n_nodes);
+        CU_ASSERT_EQUAL(dp.m->replica[r]->ckpt_segments, dp.m->ckpt_segments);
+        for (int i = 0; i < dp.m->n_nodes; i++)
+            CU_ASSERT(dp.m->replica[r]->nodes[i].recompute == dp.m->nodes[i].recompute &&
+                      dp.m->replica[r]->nodes[i].cut == dp.m->nodes[i].cut);
+    }
+    if (layers && strstr(layers, "checkpoint_segments")) CU_ASSERT(dp.m->ckpt_segments > 1);
     struct glia_epoch_result rd[2], r1[2];
     glia_status st = glia_model_train(dp.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
@@ -84,6 +91,17 @@ static void test_fused_residual(void)
             "[loss]\ntype = softmax_cross_entropy\n");
 }
 
+/* activation checkpointing in the model and every replica, cut at the same places; 3 devices, uneven chunks */
+static void test_checkpointed(void)
+{
+    compare("cpu, cpu, cpu", 10, "",
+            "[graph]\ncheckpoint_segments = 3\n[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n"
+            "[act]\ntype = relu\n[c2]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n[sum]\ntype = add\n"
+            "inputs = act, c2\n[a2]\ntype = relu\n[c3]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n"
+            "[a3]\ntype = relu\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+            "[loss]\ntype = softmax_cross_entropy\n");
+}
+
 static void expect_error(const char *dist, const char *want)
 {
     make_data();
@@ -108,4 +126,5 @@ static void test_errors(void)
 }
 
 GLIA_TEST_MAIN("dp", GLIA_TEST(test_two_devices), GLIA_TEST(test_three_devices_uneven), GLIA_TEST(test_idle_device),
-               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_errors))
+               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_checkpointed),
+               GLIA_TEST(test_errors))
