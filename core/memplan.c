@@ -80,16 +80,6 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
     return GLIA_OK;
 }
 
-/* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_LAYER_BWD_NO_...). */
-static bool bwd_reads_out(const struct glia_model *m, int j)
-{
-    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_OUTPUT);
-}
-static bool bwd_reads_in(const struct glia_model *m, int j)
-{
-    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_INPUT);
-}
-
 static void grow(int *last, int t)
 {
     if (*last < t) *last = t;
@@ -127,7 +117,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         if (again) first2[o] = last2[o] = R[i];
         int *walk = again ? &last2[o] : &last[o];  /* the life that the backward walk's readers extend */
         if (i == N - 1) last[o] = end;
-        if (train && bwd_reads_out(m, i)) grow(walk, T);
+        if (train && glia__bwd_reads_out(m, i)) grow(walk, T);
         if (train && glia__has_grad(m, i)) {
             size[g] = size[o];
             first[g] = T;  /* lowered below by each consumer */
@@ -141,7 +131,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
                 int *pwalk = train && m->nodes[p].recompute ? &last2[po] : &last[po];
                 grow(&last[po], i == N - 1 ? end : i);  /* the loss's inputs: read after it too */
                 if (again) grow(pwalk, R[i]);
-                if (train && !conv && bwd_reads_in(m, i)) grow(pwalk, T);
+                if (train && !conv && glia__bwd_reads_in(m, i)) grow(pwalk, T);
                 if (train && glia__has_grad(m, p) && first[pg] > T) first[pg] = T;
             }
             if (!conv) continue;
@@ -149,7 +139,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             size[c] = glia_shape_numel(p < 0 ? &xs : &shapes[p]);
             first[c] = last[c] = i;
             if (again) first2[c] = last2[c] = R[i];
-            if (train && bwd_reads_in(m, i)) grow(again ? &last2[c] : &last[c], T);
+            if (train && glia__bwd_reads_in(m, i)) grow(again ? &last2[c] : &last[c], T);
             if (train && glia__has_grad(m, p)) {
                 size[cg] = size[c];
                 first[cg] = last[cg] = T;
@@ -184,6 +174,51 @@ static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t
     free(last2);
     free(moments);
     return st;
+}
+
+int64_t glia__train_plan_len(struct glia_model *m, int64_t n)
+{
+    int64_t *off = malloc(sizeof *off * (size_t)m->n_nodes * GLIA__PLAN_SLOTS), len = -1, sum;
+    if (off && plan_one(m, n, true, off, &len, &sum)) len = -1;
+    free(off);
+    return len;
+}
+
+int64_t glia__train_live_peak(struct glia_model *m, int64_t n, double *area)
+{
+    int N = m->n_nodes, S = N * GLIA__PLAN_SLOTS, T = 3 * N + 2;  /* moments: N forwards, N backwards, N recomputes */
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)N);
+    int64_t *size = malloc(sizeof *size * (size_t)S), *delta = calloc((size_t)T + 1, sizeof *delta), peak = -1;
+    int *first = malloc(sizeof *first * (size_t)S), *last = malloc(sizeof *last * (size_t)S);
+    int *first2 = malloc(sizeof *first2 * (size_t)S), *last2 = malloc(sizeof *last2 * (size_t)S);
+    int *moments = malloc(sizeof *moments * (size_t)(2 * N));
+    if (shapes && size && delta && first && last && first2 && last2 && moments &&
+        !glia__infer_all(m, n, m->train.cols, shapes)) {
+        lifetimes(m, shapes, n, true, size, first, last, first2, last2, moments, moments + N);
+        *area = 0;
+        for (int s = 0; s < S; s++) {
+            if (size[s] <= 0) continue;
+            int64_t a = aligned(size[s]);
+            delta[first[s]] += a, delta[last[s] + 1] -= a;
+            *area += (double)a * (last[s] - first[s] + 1);
+            if (first2[s] < 0) continue;
+            delta[first2[s]] += a, delta[last2[s] + 1] -= a;
+            *area += (double)a * (last2[s] - first2[s] + 1);
+        }
+        int64_t live = 0;
+        peak = 0;
+        for (int t = 0; t <= T; t++)
+            if ((live += delta[t]) > peak) peak = live;
+    }
+    free(shapes);
+    free(size);
+    free(delta);
+    free(first);
+    free(last);
+    free(first2);
+    free(last2);
+    free(moments);
+    return peak;
 }
 
 glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t eval_batch, struct glia__act_plan *p)

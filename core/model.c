@@ -1040,22 +1040,49 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
 
 static const char ckpt_origin[] = "[graph] checkpoint_segments";
 
-/* Whether a node's forward may run again in backward: its plugin knows glia_fwd.recompute (ABI 1.6), or it keeps
- * no lasting state that a second forward would move twice. */
+/* Whether a node's forward may run again in backward: its plugin knows glia_fwd.recompute (ABI 1.6). An older one
+ * never agreed that a second forward gives the same output (its own random state, say). */
 static bool recomputable(const struct glia_model *m, const struct glia__node *nd)
 {
-    return nd->layer.n_buffers == 0 || glia__layer_abi_minor(m->ctx, nd->layer.ops) >= 6;
+    return glia__layer_abi_minor(m->ctx, nd->layer.ops) >= 6;
 }
 
-/* Phase 4, activation checkpointing (torch.utils.checkpoint.checkpoint_sequential): cut the graph into `segments`
- * runs of layers of about equal activation memory, each cut after a layer whose output alone carries everything the
- * later layers read (the data batch aside). In every segment but the last, a training step keeps only the output of
- * the segment's last layer; the others' forward runs again just before that layer's backward. A dp replica cuts
- * where its model did. */
+/* Marks the segments that the cuts cut[0..n) (node indices, ascending) make: in each but the last, the nodes before
+ * the cut whose output something in backward reads (their own backward, a consumer's backward through a direct or
+ * retagged edge, a consumer's second forward) run forward again, those that can; the others' outputs die after the
+ * forward (or, not recomputable, live on). */
+static void mark_segments(struct glia_model *m, const int *cut, int n)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        m->nodes[i].recompute = m->nodes[i].cut = false;
+        m->nodes[i].recompute_n = 0;
+    }
+    for (int k = 0, prev = -1; k < n; prev = cut[k++]) {
+        m->nodes[cut[k]].recompute_n = cut[k] - prev - 1;
+        m->nodes[cut[k]].cut = true;
+        for (int j = cut[k] - 1; j > prev; j--) {  /* consumers first: only the segment and its cut read j */
+            bool needed = glia__bwd_reads_out(m, j);
+            for (int i = j + 1; i <= cut[k] && !needed; i++)
+                for (int e = 0; e < m->nodes[i].n_in; e++)
+                    if (m->nodes[i].in[e] == j &&
+                        (m->nodes[i].recompute || (m->nodes[i].edge[e] != GLIA__EDGE_CONVERT && glia__bwd_reads_in(m, i))))
+                        needed = true;
+            m->nodes[j].recompute = needed && recomputable(m, &m->nodes[j]);
+        }
+    }
+}
+
+/* Phase 4, activation checkpointing (as torch.utils.checkpoint.checkpoint_sequential): cut the graph into at most
+ * `checkpoint_segments` segments, each cut after a layer whose output alone carries everything the later layers read
+ * (the data batch aside). In every segment but the last, a training step keeps only the output of the segment's last
+ * layer; the others' forward runs again just before that layer's backward. The cuts are chosen one at a time, each
+ * the one that makes the training step's activation plan (core/memplan.c) smallest; a cut that saves nothing is not
+ * made. A dp replica cuts where its model did. */
 static glia_status pass_checkpoint(struct glia_model *m, const struct glia_section *graph)
 {
     int want = (int)glia_section_int(graph, "checkpoint_segments"), n = m->n_nodes;
     m->ckpt_segments = 1;
+    m->ckpt_asked = want;
     if (want < 2) return GLIA_OK;
     if (m->like) {
         for (int i = 0; i < n; i++) {
@@ -1064,44 +1091,88 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
             m->nodes[i].cut = m->like->nodes[i].cut;
         }
         m->ckpt_segments = m->like->ckpt_segments;
+        memcpy(m->ckpt_plan, m->like->ckpt_plan, sizeof m->ckpt_plan);
         return GLIA_OK;
     }
-    int last_reader[GLIA__MAX_NODES];
-    double total = 0, cum = 0;
+    int last_reader[GLIA__MAX_NODES], cut[GLIA__MAX_NODES] = {0}, n_cut = 0, n_can = 0;
+    bool can[GLIA__MAX_NODES];  /* a cut may follow node c */
     for (int i = 0; i < n; i++) {
         last_reader[i] = i;
         for (int k = 0; k < m->nodes[i].n_in; k++)
             if (m->nodes[i].in[k] >= 0) last_reader[m->nodes[i].in[k]] = i;
-        if (i + 1 < n) total += (double)glia_shape_numel(&m->nodes[i].out_shape);
     }
-    int reach = -1, prev = -1, segs = 1;  /* reach: the last reader of any node before c */
-    for (int c = 0; c + 1 < n && segs < want; c++) {
-        cum += (double)glia_shape_numel(&m->nodes[c].out_shape);
-        bool cut = reach <= c;
+    for (int c = 0, reach = -1; c < n; c++) {  /* reach: the last reader of any node before c */
+        can[c] = c + 1 < n && reach <= c;
+        n_can += can[c];
         if (last_reader[c] > reach) reach = last_reader[c];
-        if (!cut || cum < total * segs / want) continue;
-        int kept = 0;
-        for (int j = prev + 1; j < c; j++) {
-            struct glia__node *nd = &m->nodes[j];
-            if (recomputable(m, nd)) nd->recompute = true;
-            else if (++kept == 1)
-                glia_log(m->ctx, GLIA_LOG_INFO, "%s: [%s] keeps its output: its plugin was built against ABI 1.%u and "
-                         "has buffers, so it cannot run forward twice", ckpt_origin, nd->layer.name,
-                         glia__layer_abi_minor(m->ctx, nd->layer.ops));
-        }
-        m->nodes[c].recompute_n = c - prev - 1;
-        m->nodes[c].cut = true;
-        prev = c;
-        segs++;
     }
-    m->ckpt_segments = segs;
-    if (segs == 1)
+    /* Greedy on the most floats alive at once (the plan's floor, cheap to find): add the cut that gives the smallest
+     * peak, and of equal peaks the smallest area (shorter lives: the peak often falls only once two cuts are made);
+     * then drop each cut whose loss leaves the peak as low. */
+    double area, best_area;
+    int64_t best = glia__train_live_peak(m, m->batch, &best_area);
+    while (best >= 0 && n_cut + 1 < want) {
+        int pick = -1, at = 0;
+        int64_t pick_peak = best;
+        double pick_area = best_area;
+        for (int c = 0; c < n; c++) {
+            if (!can[c]) continue;
+            int k = 0, trial[GLIA__MAX_NODES];
+            while (k < n_cut && cut[k] < c) trial[k] = cut[k], k++;
+            if (k < n_cut && cut[k] == c) continue;
+            trial[k] = c;
+            memcpy(trial + k + 1, cut + k, sizeof *cut * (size_t)(n_cut - k));
+            mark_segments(m, trial, n_cut + 1);
+            int64_t peak = glia__train_live_peak(m, m->batch, &area);
+            if (peak < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+            if (peak < pick_peak || (peak == pick_peak && area < pick_area))
+                pick_peak = peak, pick_area = area, pick = c, at = k;
+        }
+        if (pick < 0) break;
+        memmove(cut + at + 1, cut + at, sizeof *cut * (size_t)(n_cut - at));
+        cut[at] = pick;
+        n_cut++;
+        best = pick_peak, best_area = pick_area;
+    }
+    for (int k = n_cut - 1; k >= 0 && best >= 0; k--) {  /* cuts the peak does not need */
+        int trial[GLIA__MAX_NODES];
+        memcpy(trial, cut, sizeof *cut * (size_t)k);
+        memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(n_cut - k - 1));
+        mark_segments(m, trial, n_cut - 1);
+        int64_t peak = glia__train_live_peak(m, m->batch, &area);
+        if (peak >= 0 && peak <= best) memcpy(cut, trial, sizeof *cut * (size_t)--n_cut), best = peak;
+    }
+    /* the plans themselves, without and with the cuts; cuts that do not make the plan smaller are not made */
+    mark_segments(m, cut, 0);
+    m->ckpt_plan[0] = best < 0 ? -1 : glia__train_plan_len(m, m->batch);
+    mark_segments(m, cut, n_cut);
+    m->ckpt_plan[1] = m->ckpt_plan[0] < 0 ? -1 : glia__train_plan_len(m, m->batch);
+    for (int k = n_cut - 1; k >= 0 && m->ckpt_plan[1] >= 0; k--) {  /* and cuts the plan does not need */
+        int trial[GLIA__MAX_NODES];
+        memcpy(trial, cut, sizeof *cut * (size_t)k);
+        memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(n_cut - k - 1));
+        mark_segments(m, trial, n_cut - 1);
+        int64_t len = glia__train_plan_len(m, m->batch);
+        if (len >= 0 && len <= m->ckpt_plan[1]) memcpy(cut, trial, sizeof *cut * (size_t)--n_cut), m->ckpt_plan[1] = len;
+    }
+    if (m->ckpt_plan[1] < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+    if (m->ckpt_plan[1] >= m->ckpt_plan[0]) n_cut = 0, m->ckpt_plan[1] = m->ckpt_plan[0];
+    mark_segments(m, cut, n_cut);
+    m->ckpt_segments = n_cut + 1;
+    for (int j = 0; n_cut && j < cut[n_cut - 1]; j++)  /* in a checkpointed segment, yet kept */
+        if (!m->nodes[j].cut && !recomputable(m, &m->nodes[j]))
+            glia_log(m->ctx, GLIA_LOG_INFO, "%s: [%s] keeps its output: its plugin was built against ABI 1.%u, before "
+                     "a layer could be asked to run forward twice", ckpt_origin, m->nodes[j].layer.name,
+                     glia__layer_abi_minor(m->ctx, m->nodes[j].layer.ops));
+    if (n_can == 0)
         return glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
                                   "no layer's output alone carries what the layers after it read: nothing to cut "
                                   "(0 turns checkpointing off)");
-    if (segs < want)
-        glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segments, as many as the graph has places to cut", ckpt_origin,
-                 want, segs);
+    if (m->ckpt_segments < want)
+        glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->ckpt_segments,
+                 m->ckpt_segments > 1 ? "s" : "",
+                 m->ckpt_segments > 1 ? "another cut would not make the activations smaller"
+                                      : "no cut makes a training step's activations smaller in this model");
     return GLIA_OK;
 }
 
@@ -1449,8 +1520,8 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) st = check_graph(m);
     int fuse = st ? 0 : fuse_pointwise_mode(m, graph);
     if (fuse) st = pass_fuse_pointwise(m, fuse == 2);
-    if (!st) st = pass_checkpoint(m, graph);
     if (!st) plan_formats(m);
+    if (!st) st = pass_checkpoint(m, graph);  /* plans memory: after the edges' conversions are known */
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
     if (!st && m->comm) {
@@ -1592,12 +1663,16 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name);
         fprintf(f, "\n");
     }
+    if (m->ckpt_asked > 1 && m->ckpt_segments == 1)
+        fprintf(f, "graph pass checkpoint_segments: no cut makes a training step's activations smaller than %.1f MB "
+                "(batch %d); none made\n", 4e-6 * (double)m->ckpt_plan[0], m->batch);
     if (m->ckpt_segments > 1) {
         fprintf(f, "graph pass checkpoint_segments: %d segments, cut after", m->ckpt_segments);
         for (int i = 0, cuts = 0; i < m->n_nodes; i++)
             if (m->nodes[i].cut) fprintf(f, "%s %s", cuts++ ? "," : "", m->nodes[i].layer.name);
         fprintf(f, "; a training step runs the forward of");
-        for (int i = 0, any = 0; i < m->n_nodes; i++)
+        int any = 0;
+        for (int i = 0; i < m->n_nodes; i++)
             if (m->nodes[i].recompute) {
                 int j = i;
                 while (j + 1 < m->n_nodes && m->nodes[j + 1].recompute) j++;
@@ -1605,7 +1680,8 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
                 if (j > i) fprintf(f, " .. %s (%d layers)", m->nodes[j].layer.name, j - i + 1);
                 i = j;
             }
-        fprintf(f, " again in backward\n");
+        fprintf(f, "%s again in backward: %.1f MB of activations instead of %.1f MB (batch %d)\n", any ? "" : " no layer",
+                4e-6 * (double)m->ckpt_plan[1], 4e-6 * (double)m->ckpt_plan[0], m->batch);
     }
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_in; k++)

@@ -203,7 +203,8 @@ struct glia_model {
     bool forced;                     /* build on forced_device, not [runtime] device (dp) */
     struct glia_device forced_device;
     const struct glia_model *like;   /* while a replica builds: the model whose data it borrows */
-    int ckpt_segments;               /* [graph] checkpoint_segments as cut (1: no checkpointing) */
+    int ckpt_asked, ckpt_segments;   /* [graph] checkpoint_segments, and as cut (1: no checkpointing) */
+    int64_t ckpt_plan[2];            /* the training plan at the configured batch without and with the cuts (floats) */
 };
 
 /* The data batch's shape: images (n, 1, rows, cols); tokens (n, len). */
@@ -225,6 +226,12 @@ void glia__model_release_activations(struct glia_model *m);
  * lowest offset that fits. Pure. */
 int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *last, const int *first2,
                       const int *last2, int64_t *off);
+/* The floats of a training step's activation plan at batch n (the longest length) as the nodes are marked now; -1 on
+ * an error. */
+int64_t glia__train_plan_len(struct glia_model *m, int64_t n);
+/* The most floats (aligned) alive at one moment of that training step, which no plan can go below, in O(nodes); -1 on
+ * an error. *area: the sum over its buffers of floats times moments alive. */
+int64_t glia__train_live_peak(struct glia_model *m, int64_t n, double *area);
 /* Output shapes of every node for a data batch of shape (n, len) (tokens) or n images, through each layer's
  * infer_shape. */
 glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes);
@@ -233,6 +240,15 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
 static inline bool glia__has_grad(const struct glia_model *m, int i)
 {
     return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad;
+}
+/* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_LAYER_BWD_NO_...). */
+static inline bool glia__bwd_reads_out(const struct glia_model *m, int j)
+{
+    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_OUTPUT);
+}
+static inline bool glia__bwd_reads_in(const struct glia_model *m, int j)
+{
+    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_INPUT);
 }
 /* The plan for a training batch of train_batch (0: no training) and an evaluation batch of eval_batch (0: none),
  * at the longest token length. */

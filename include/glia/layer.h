@@ -33,11 +33,12 @@ extern "C" {
  *    eval-mode forward, share memory with other layers' tensors at other moments (the core
  *    plans that memory), so a layer keeps no pointer to them.
  *  - Recomputation (ABI 1.6): with activation checkpointing the core may run a layer's training
- *    forward a second time, with `recompute` set, just before its backward, on the same input
- *    values and seed; the output must come out the same (what backward reads is what this
- *    second forward kept). A layer whose training forward changes lasting state (buffers such
- *    as running statistics) leaves it alone when `recompute` is set. A layer built against an
- *    older SDK that has buffers is never recomputed (the core keeps its output instead).
+ *    forward a second time, with `recompute` set, during backward (before the backward of the
+ *    last layer of its segment, and so before its own), on the same input values and seed; the
+ *    output must come out the same (what backward reads is what this second forward kept). A
+ *    layer whose training forward changes lasting state (buffers such as running statistics)
+ *    leaves it alone when `recompute` is set. A layer built against an older SDK is never
+ *    recomputed (the core keeps its output instead).
  */
 
 /* How the core initializes a parameter (from the seeded RNG). */
