@@ -391,6 +391,15 @@ static void test_hand_computed(void)
     for (int i = 0; i < 4; i++) CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(y)[i], (i + 1 - 2.5) / sqrt(1.25 + 1e-5), 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.25, 1e-7);
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[1].value)[0], 0.9 + 0.1 * 5.0 / 3.0, 1e-6);
+    /* the same forward run again in backward (checkpoint_segments): the same output, the statistics moved once */
+    float y1[4], rm = glia_tensor_f32(B.l.buffers[0].value)[0], rv = glia_tensor_f32(B.l.buffers[1].value)[0];
+    memcpy(y1, glia_tensor_f32(y), sizeof y1);
+    memset(glia_tensor_f32(y), 0, sizeof y1);
+    fa.recompute = true;
+    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(y1, glia_tensor_f32(y), sizeof y1), 0);
+    CU_ASSERT(glia_tensor_f32(B.l.buffers[0].value)[0] == rm && glia_tensor_f32(B.l.buffers[1].value)[0] == rv);
+    fa.recompute = false;
     fa.train = false;
     CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
     double sd = sqrt(0.9 + 0.1 * 5.0 / 3.0 + 1e-5);
