@@ -148,32 +148,50 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
     }
 }
 
+/* The buffers of one plan at batch n: lifetimes' output. */
+struct lives {
+    int S;                            /* slots: n_nodes * GLIA__PLAN_SLOTS */
+    int64_t *size;
+    int *first, *last, *first2, *last2;
+};
+
+static void lives_free(struct lives *L)
+{
+    free(L->size);
+    free(L->first);
+    free(L->last);
+    free(L->first2);
+    free(L->last2);
+}
+
+/* *L for a training step or an evaluation forward at batch n (the longest length). */
+static glia_status lives_of(struct glia_model *m, int64_t n, bool train, struct lives *L)
+{
+    int N = m->n_nodes, S = N * GLIA__PLAN_SLOTS;
+    *L = (struct lives){S, malloc(sizeof *L->size * (size_t)S), malloc(sizeof(int) * (size_t)S),
+                        malloc(sizeof(int) * (size_t)S), malloc(sizeof(int) * (size_t)S), malloc(sizeof(int) * (size_t)S)};
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)N);
+    int *moments = malloc(sizeof *moments * (size_t)(2 * N));  /* B and R of lifetimes */
+    glia_status st = shapes && moments && L->size && L->first && L->last && L->first2 && L->last2 ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = glia__infer_all(m, n, m->train.cols, shapes);  /* activations grow with the length: the longest */
+    if (!st) lifetimes(m, shapes, n, train, L->size, L->first, L->last, L->first2, L->last2, moments, moments + N);
+    free(shapes);
+    free(moments);
+    if (st) lives_free(L);
+    return st;
+}
+
 /* One plan (training or evaluation) at batch n into off; *len its block, *sum the floats without sharing. */
 static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t *off, int64_t *len, int64_t *sum)
 {
-    int S = m->n_nodes * GLIA__PLAN_SLOTS;
-    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
-    int64_t *size = malloc(sizeof *size * (size_t)S);
-    int *first = malloc(sizeof *first * (size_t)S), *last = malloc(sizeof *last * (size_t)S);
-    int *first2 = malloc(sizeof *first2 * (size_t)S), *last2 = malloc(sizeof *last2 * (size_t)S);
-    int *moments = malloc(sizeof *moments * (size_t)(2 * m->n_nodes));  /* B and R of lifetimes */
-    glia_status st = shapes && size && first && last && first2 && last2 && moments ? GLIA_OK : GLIA_ENOMEM;
-    if (!st) st = glia__infer_all(m, n, m->train.cols, shapes);  /* activations grow with the length: the longest */
-    if (!st) {
-        lifetimes(m, shapes, n, train, size, first, last, first2, last2, moments, moments + m->n_nodes);
-        *sum = 0;
-        for (int s = 0; s < S; s++) *sum += size[s] > 0 ? aligned(size[s]) : 0;
-        *len = glia__memplan(S, size, first, last, first2, last2, off);
-        if (*len < 0) st = GLIA_ENOMEM;
-    }
-    free(shapes);
-    free(size);
-    free(first);
-    free(last);
-    free(first2);
-    free(last2);
-    free(moments);
-    return st;
+    struct lives L;
+    glia_status st = lives_of(m, n, train, &L);
+    if (st) return st;
+    *sum = 0;
+    for (int s = 0; s < L.S; s++) *sum += L.size[s] > 0 ? aligned(L.size[s]) : 0;
+    *len = glia__memplan(L.S, L.size, L.first, L.last, L.first2, L.last2, off);
+    lives_free(&L);
+    return *len < 0 ? GLIA_ENOMEM : GLIA_OK;
 }
 
 int64_t glia__train_plan_len(struct glia_model *m, int64_t n)
@@ -186,38 +204,25 @@ int64_t glia__train_plan_len(struct glia_model *m, int64_t n)
 
 int64_t glia__train_live_peak(struct glia_model *m, int64_t n, double *area)
 {
-    int N = m->n_nodes, S = N * GLIA__PLAN_SLOTS, T = 3 * N + 2;  /* moments: N forwards, N backwards, N recomputes */
-    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)N);
-    int64_t *size = malloc(sizeof *size * (size_t)S), *delta = calloc((size_t)T + 1, sizeof *delta), peak = -1;
-    int *first = malloc(sizeof *first * (size_t)S), *last = malloc(sizeof *last * (size_t)S);
-    int *first2 = malloc(sizeof *first2 * (size_t)S), *last2 = malloc(sizeof *last2 * (size_t)S);
-    int *moments = malloc(sizeof *moments * (size_t)(2 * N));
-    if (shapes && size && delta && first && last && first2 && last2 && moments &&
-        !glia__infer_all(m, n, m->train.cols, shapes)) {
-        lifetimes(m, shapes, n, true, size, first, last, first2, last2, moments, moments + N);
-        *area = 0;
-        for (int s = 0; s < S; s++) {
-            if (size[s] <= 0) continue;
-            int64_t a = aligned(size[s]);
-            delta[first[s]] += a, delta[last[s] + 1] -= a;
-            *area += (double)a * (last[s] - first[s] + 1);
-            if (first2[s] < 0) continue;
-            delta[first2[s]] += a, delta[last2[s] + 1] -= a;
-            *area += (double)a * (last2[s] - first2[s] + 1);
-        }
-        int64_t live = 0;
-        peak = 0;
-        for (int t = 0; t <= T; t++)
-            if ((live += delta[t]) > peak) peak = live;
+    int T = 3 * m->n_nodes + 2;  /* moments: N forwards, N backwards, N recomputes */
+    int64_t *delta = calloc((size_t)T + 1, sizeof *delta), peak = -1, live = 0;
+    struct lives L;
+    if (!delta || lives_of(m, n, true, &L)) return free(delta), -1;
+    *area = 0;
+    for (int s = 0; s < L.S; s++) {
+        if (L.size[s] <= 0) continue;
+        int64_t a = aligned(L.size[s]);
+        delta[L.first[s]] += a, delta[L.last[s] + 1] -= a;
+        *area += (double)a * (L.last[s] - L.first[s] + 1);
+        if (L.first2[s] < 0) continue;
+        delta[L.first2[s]] += a, delta[L.last2[s] + 1] -= a;
+        *area += (double)a * (L.last2[s] - L.first2[s] + 1);
     }
-    free(shapes);
-    free(size);
+    peak = 0;
+    for (int t = 0; t <= T; t++)
+        if ((live += delta[t]) > peak) peak = live;
+    lives_free(&L);
     free(delta);
-    free(first);
-    free(last);
-    free(first2);
-    free(last2);
-    free(moments);
     return peak;
 }
 

@@ -1072,12 +1072,34 @@ static void mark_segments(struct glia_model *m, const int *cut, int n)
     }
 }
 
+/* A training step's activation cost with the nodes marked as now: the real plan (real) or the most floats alive at
+ * once (the plan's floor, in O(nodes)), with *area the floats times moments alive; -1 when out of memory. */
+static int64_t ckpt_cost(struct glia_model *m, bool real, double *area)
+{
+    return real ? glia__train_plan_len(m, m->batch) : glia__train_live_peak(m, m->batch, area);
+}
+
+/* Drops, last first, each of the *n cuts whose loss leaves the cost (ckpt_cost) at most *best; the nodes stay marked
+ * for the cuts left. */
+static void drop_unneeded_cuts(struct glia_model *m, int *cut, int *n, int64_t *best, bool real)
+{
+    double area;
+    for (int k = *n - 1; k >= 0 && *best >= 0; k--) {
+        int trial[GLIA__MAX_NODES];
+        memcpy(trial, cut, sizeof *cut * (size_t)k);
+        memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(*n - k - 1));
+        mark_segments(m, trial, *n - 1);
+        int64_t c = ckpt_cost(m, real, &area);
+        if (c >= 0 && c <= *best) memcpy(cut, trial, sizeof *cut * (size_t)--*n), *best = c;
+    }
+    mark_segments(m, cut, *n);
+}
+
 /* Phase 4, activation checkpointing (as torch.utils.checkpoint.checkpoint_sequential): cut the graph into at most
  * `checkpoint_segments` segments, each cut after a layer whose output alone carries everything the later layers read
  * (the data batch aside). In every segment but the last, a training step keeps only the output of the segment's last
- * layer; the others' forward runs again just before that layer's backward. The cuts are chosen one at a time, each
- * the one that makes the training step's activation plan (core/memplan.c) smallest; a cut that saves nothing is not
- * made. A dp replica cuts where its model did. */
+ * layer; the others' forward runs again just before that layer's backward. The cuts are chosen by the training step's
+ * activation plan (core/memplan.c); a cut that saves nothing is not made. A dp replica cuts where its model did. */
 static glia_status pass_checkpoint(struct glia_model *m, const struct glia_section *graph)
 {
     int want = (int)glia_section_int(graph, "checkpoint_segments"), n = m->n_nodes;
@@ -1106,11 +1128,15 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
         n_can += can[c];
         if (last_reader[c] > reach) reach = last_reader[c];
     }
+    if (n_can == 0)
+        return glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
+                                  "no layer's output alone carries what the layers after it read: nothing to cut "
+                                  "(0 turns checkpointing off)");
     /* Greedy on the most floats alive at once (the plan's floor, cheap to find): add the cut that gives the smallest
      * peak, and of equal peaks the smallest area (shorter lives: the peak often falls only once two cuts are made);
      * then drop each cut whose loss leaves the peak as low. */
     double area, best_area;
-    int64_t best = glia__train_live_peak(m, m->batch, &best_area);
+    int64_t best = ckpt_cost(m, false, &best_area);
     while (best >= 0 && n_cut + 1 < want) {
         int pick = -1, at = 0;
         int64_t pick_peak = best;
@@ -1123,7 +1149,7 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
             trial[k] = c;
             memcpy(trial + k + 1, cut + k, sizeof *cut * (size_t)(n_cut - k));
             mark_segments(m, trial, n_cut + 1);
-            int64_t peak = glia__train_live_peak(m, m->batch, &area);
+            int64_t peak = ckpt_cost(m, false, &area);
             if (peak < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
             if (peak < pick_peak || (peak == pick_peak && area < pick_area))
                 pick_peak = peak, pick_area = area, pick = c, at = k;
@@ -1134,27 +1160,14 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
         n_cut++;
         best = pick_peak, best_area = pick_area;
     }
-    for (int k = n_cut - 1; k >= 0 && best >= 0; k--) {  /* cuts the peak does not need */
-        int trial[GLIA__MAX_NODES];
-        memcpy(trial, cut, sizeof *cut * (size_t)k);
-        memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(n_cut - k - 1));
-        mark_segments(m, trial, n_cut - 1);
-        int64_t peak = glia__train_live_peak(m, m->batch, &area);
-        if (peak >= 0 && peak <= best) memcpy(cut, trial, sizeof *cut * (size_t)--n_cut), best = peak;
-    }
-    /* the plans themselves, without and with the cuts; cuts that do not make the plan smaller are not made */
+    drop_unneeded_cuts(m, cut, &n_cut, &best, false);
+    /* the plans themselves, without and with the cuts; then cuts the plan does not need go too, and cuts that do not
+     * make the plan smaller are not made */
     mark_segments(m, cut, 0);
-    m->ckpt_plan[0] = best < 0 ? -1 : glia__train_plan_len(m, m->batch);
+    m->ckpt_plan[0] = best < 0 ? -1 : ckpt_cost(m, true, &area);
     mark_segments(m, cut, n_cut);
-    m->ckpt_plan[1] = m->ckpt_plan[0] < 0 ? -1 : glia__train_plan_len(m, m->batch);
-    for (int k = n_cut - 1; k >= 0 && m->ckpt_plan[1] >= 0; k--) {  /* and cuts the plan does not need */
-        int trial[GLIA__MAX_NODES];
-        memcpy(trial, cut, sizeof *cut * (size_t)k);
-        memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(n_cut - k - 1));
-        mark_segments(m, trial, n_cut - 1);
-        int64_t len = glia__train_plan_len(m, m->batch);
-        if (len >= 0 && len <= m->ckpt_plan[1]) memcpy(cut, trial, sizeof *cut * (size_t)--n_cut), m->ckpt_plan[1] = len;
-    }
+    m->ckpt_plan[1] = m->ckpt_plan[0] < 0 ? -1 : ckpt_cost(m, true, &area);
+    drop_unneeded_cuts(m, cut, &n_cut, &m->ckpt_plan[1], true);
     if (m->ckpt_plan[1] < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
     if (m->ckpt_plan[1] >= m->ckpt_plan[0]) n_cut = 0, m->ckpt_plan[1] = m->ckpt_plan[0];
     mark_segments(m, cut, n_cut);
@@ -1164,10 +1177,6 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
             glia_log(m->ctx, GLIA_LOG_INFO, "%s: [%s] keeps its output: its plugin was built against ABI 1.%u, before "
                      "a layer could be asked to run forward twice", ckpt_origin, m->nodes[j].layer.name,
                      glia__layer_abi_minor(m->ctx, m->nodes[j].layer.ops));
-    if (n_can == 0)
-        return glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
-                                  "no layer's output alone carries what the layers after it read: nothing to cut "
-                                  "(0 turns checkpointing off)");
     if (m->ckpt_segments < want)
         glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->ckpt_segments,
                  m->ckpt_segments > 1 ? "s" : "",

@@ -231,7 +231,7 @@ static void test_model_converts_for_nchw_only_layer(void)
         "[c2]\ntype = conv2d\nfilters = 4\npadding = 1\n[sum]\ntype = add\ninputs = sm, c2\n"
         "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n[loss]\ntype = softmax_cross_entropy\n";
     char ta[4096], tb[4096];
-    const char *fix = getenv("GLIA_FIXTURES") && *getenv("GLIA_FIXTURES") ? getenv("GLIA_FIXTURES") : "tests/fixtures/.libs";
+    const char *fix = glia_test_fixtures();
     snprintf(ta, sizeof ta, fmt, fix, "contiguous", dir, dir, dir, dir);
     snprintf(tb, sizeof tb, fmt, fix, "channels_last", dir, dir, dir, dir);
     struct run a, b;

@@ -1288,7 +1288,7 @@ static void test_fuse_pointwise(void)
 static const char *ckpt_model_text(int segments)
 {
     static char buf[4096];
-    const char *fix = getenv("GLIA_FIXTURES") && *getenv("GLIA_FIXTURES") ? getenv("GLIA_FIXTURES") : "tests/fixtures/.libs";
+    const char *fix = glia_test_fixtures();
     snprintf(buf, sizeof buf,
              "[plugins]\npath = %s\n[runtime]\ndevice = cpu\nseed = 5\n"
              "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"

@@ -84,6 +84,13 @@ static inline const char *glia_test_tmp(const char *name)
     return b;
 }
 
+/* The folder holding the built fixture plugins ($GLIA_FIXTURES, or tests/fixtures/.libs). */
+static inline const char *glia_test_fixtures(void)
+{
+    const char *d = getenv("GLIA_FIXTURES");
+    return d && *d ? d : "tests/fixtures/.libs";
+}
+
 /* A path under the source tree ($GLIA_SRCDIR, or "." when unset). */
 static inline const char *glia_test_src(const char *rel)
 {
