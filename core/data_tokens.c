@@ -158,6 +158,7 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
         return st;
     }
     out->n = n;
+    out->channels = 1;
     out->rows = 1;
     out->cols = (int)(longest > 0 ? longest : 1);
     out->n_classes = max_label + 1;

@@ -157,15 +157,18 @@ uint64_t glia__hash_str(uint64_t h, const char *s);    /* FNV-1a step */
 /* Fisher-Yates permutation of 0..n-1 from seed. */
 void glia__permutation(int64_t *perm, int64_t n, uint64_t seed);
 
-/* ---- data (core/data_idx.c, core/data_tokens.c) ---- */
+/* ---- data (core/data_image.c, core/data_tokens.c) ---- */
 
-/* A classification set held in memory as loaded: images (u8 pixels, one channel) or, for
+#define GLIA__MAX_CHANNELS 3   /* image channels a data set may have (IDX: 1, CIFAR: 3) */
+
+/* A classification set held in memory as loaded: images (u8 pixels, planar channels) or, for
  * format = tokens, variable-length sequences of token ids. */
 struct glia__dataset {
     int64_t n;            /* samples */
-    int rows, cols;       /* images: a sample is 1 x rows x cols; tokens: rows = 1, cols = the
+    int channels;         /* images: 1 (IDX) or 3 (CIFAR); tokens: 1 */
+    int rows, cols;       /* images: a sample is channels x rows x cols; tokens: rows = 1, cols = the
                              longest sample (the padded length a batch can reach) */
-    uint8_t *images;      /* n * rows * cols (owned); NULL for tokens */
+    uint8_t *images;      /* n * channels * rows * cols (owned); NULL for tokens */
     int32_t *labels;      /* n (owned) */
     int n_classes;        /* max label + 1 */
     bool tokens;          /* format = tokens */
@@ -192,10 +195,23 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
  * inconsistent files give one line naming the file and what is wrong. */
 glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
                            const char *labels_path, int64_t limit, struct glia__dataset *out);
+/* Load CIFAR binary batch files (raw or gzip) in the order given: records of a label byte
+ * (CIFAR-10) or a coarse and a fine label byte (cifar100), then 3072 bytes of 3x32x32 planar RGB
+ * pixels. cifar100 keeps the fine labels (0..99) or, with coarse, the coarse ones (0..19);
+ * n_classes is 10, 100 or 20 whatever labels occur. limit > 0 keeps the first `limit` records of
+ * the files taken together; every file is still read whole and checked. A file that is not a
+ * whole number of records, or a label out of range, gives one line naming the file and record. */
+glia_status glia__cifar_load(struct glia_context *ctx, const char *const *paths, int n_paths, bool cifar100,
+                             bool coarse, int64_t limit, struct glia__dataset *out);
 void glia__dataset_free(struct glia__dataset *d);
-/* Gather samples idx[0..n) into x (n, 1, rows, cols) as (pixel/255 - mean) / std, and y. */
+
+/* Per-channel normalization of u8 pixels: x = (pixel/255 - mean[c]) / std[c]. */
+struct glia__norm {
+    float mean[GLIA__MAX_CHANNELS], std[GLIA__MAX_CHANNELS];
+};
+/* Gather samples idx[0..n) into x (n, channels, rows, cols), normalized by nm, and y. */
 void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int64_t n,
-                          float mean, float std, float *x, int32_t *y);
+                          const struct glia__norm *nm, float *x, int32_t *y);
 
 /* ---- time ---- */
 double glia__now(void);   /* monotonic seconds */

@@ -1,6 +1,6 @@
 /* core/loader.c — the data loader: worker threads filling per-worker rings of prefetched
  * batches (normalized, optionally augmented), consumed in batch order, with the consumer's
- * wait time measured. Not a file reader (core/data_idx.c) and not device upload (train.c).
+ * wait time measured. Not a file reader (core/data_image.c) and not device upload (train.c).
  *
  * Batch b is made by worker b % W into slot (b / W) % prefetch of its ring, and each sample's
  * augmentation is drawn from (seed, epoch, sample index): the batches, their order and their
@@ -33,13 +33,14 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* One sample into x (1, rows, cols): random crop from the image padded by `pad` zero pixels,
- * random horizontal flip, then (v/255 - mean)/std. */
+/* One sample into x (channels, rows, cols): random crop from the image padded by `pad` zero
+ * pixels, random horizontal flip (the same for every channel), then (v/255 - mean[c])/std[c]. */
 static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int32_t *y)
 {
     const struct glia__dataset *d = L->d;
     int rows = d->rows, cols = d->cols, pad = L->crop_padding;
-    const uint8_t *img = d->images + idx * (int64_t)rows * cols;
+    const int64_t px = (int64_t)rows * cols;
+    const uint8_t *img = d->images + idx * d->channels * px;
     uint64_t r = mix(L->seed ^ mix((uint64_t)L->epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
     int dy = 0, dx = 0, flip = 0;
     if (pad > 0) {
@@ -47,12 +48,13 @@ static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int
         dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
     }
     if (L->flip) flip = (int)((r >> 40) & 1);
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            int si = i + dy, sj = (flip ? cols - 1 - j : j) + dx;
-            uint8_t v = (si >= 0 && si < rows && sj >= 0 && sj < cols) ? img[si * cols + sj] : 0;
-            x[i * cols + j] = L->table[v];
-        }
+    for (int c = 0; c < d->channels; c++, img += px, x += px)
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < cols; j++) {
+                int si = i + dy, sj = (flip ? cols - 1 - j : j) + dx;
+                uint8_t v = (si >= 0 && si < rows && sj >= 0 && sj < cols) ? img[si * cols + sj] : 0;
+                x[i * cols + j] = L->table[c][v];
+            }
     *y = d->labels[idx];
 }
 
@@ -88,7 +90,7 @@ static void fill_tokens(const struct glia__loader *L, const int64_t *idx, int64_
 
 static void fill(const struct glia__loader *L, int64_t b, struct slot *s)
 {
-    int64_t n = batch_size_of(L, b), per = (int64_t)L->d->rows * L->d->cols;
+    int64_t n = batch_size_of(L, b), per = (int64_t)L->d->channels * L->d->rows * L->d->cols;
     const int64_t *idx = L->perm + b * L->batch;
     if (L->d->tokens) return fill_tokens(L, idx, n, s);
     if (L->workers == 0) {  /* the caller's thread: use OpenMP over the batch */
@@ -208,12 +210,13 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     int64_t local = L->world == 1 ? d->n : L->pad ? (d->n + L->world - 1) / L->world
                                                   : (d->n - L->rank + L->world - 1) / L->world;
     L->n_batches_per_epoch = o->drop_last ? local / o->batch : (local + o->batch - 1) / o->batch;
-    for (int v = 0; v < 256; v++) L->table[v] = ((float)v / 255.0f - o->mean) / o->std;
+    for (int c = 0; c < d->channels && !d->tokens; c++)
+        for (int v = 0; v < 256; v++) L->table[c][v] = ((float)v / 255.0f - o->norm.mean[c]) / o->norm.std[c];
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n + L->world));  /* room for the padding (group) */
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
     L->w = calloc((size_t)nw, sizeof *L->w);
     if (!L->perm || !L->w) return glia__loader_free(L), GLIA_ENOMEM;
-    size_t per = (size_t)o->batch * (size_t)(d->tokens ? L->max_len : (int64_t)d->rows * d->cols);
+    size_t per = (size_t)o->batch * (size_t)(d->tokens ? L->max_len : (int64_t)d->channels * d->rows * d->cols);
     for (int i = 0; i < nw; i++) {
         L->w[i].L = L;
         L->w[i].index = i;

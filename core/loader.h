@@ -10,7 +10,7 @@ struct glia__loader_options {
     int batch, workers, prefetch;
     bool persistent, drop_last, shuffle, flip;
     int crop_padding;
-    float mean, std;
+    struct glia__norm norm;
     uint64_t seed;
     struct glia_backend *pin;      /* batch buffers from its host_alloc (page-locked); NULL: malloc */
     int rank, world;               /* data-parallel: this rank takes its shard of every epoch's order
@@ -27,7 +27,7 @@ struct glia__loader_options {
 
 /* One batch, valid until glia__loader_release. */
 struct glia__batch {
-    const void *x;                 /* images: f32 (n, 1, rows, cols) normalized;
+    const void *x;                 /* images: f32 (n, channels, rows, cols) normalized;
                                       tokens: i32 (n, len), each sample's ids then 0s */
     const int32_t *y;              /* labels (n) */
     int64_t n;                     /* samples */
@@ -43,7 +43,7 @@ struct glia__loader {
     int batch, workers, prefetch, crop_padding;
     bool persistent, drop_last, shuffle, flip;
     uint64_t seed;
-    float table[256];              /* pixel value -> normalized float */
+    float table[GLIA__MAX_CHANNELS][256]; /* channel, pixel value -> normalized float */
     int64_t *perm;                 /* this epoch's sample order */
     int64_t n, n_batches, n_batches_per_epoch, next;
     int epoch;
@@ -72,7 +72,7 @@ bool glia__loader_next(struct glia__loader *L, struct glia__batch *b);
 /* Bytes of one sample of batch b's x. */
 static inline size_t glia__batch_row_bytes(const struct glia__batch *b, const struct glia__dataset *d)
 {
-    return 4 * (size_t)(d->tokens ? b->len : (int64_t)d->rows * d->cols);
+    return 4 * (size_t)(d->tokens ? b->len : (int64_t)d->channels * d->rows * d->cols);
 }
 void glia__loader_release(struct glia__loader *L);
 void glia__loader_free(struct glia__loader *L);

@@ -2,6 +2,7 @@
  * layer graph with shape inference, the flat parameter arena and its seeded init, the summary.
  * Not the training loop (core/train.c) and not the INI parser (core/config.c). */
 #include <ctype.h>
+#include <glob.h>
 #include <libgen.h>
 #include <math.h>
 #include <omp.h>
@@ -27,14 +28,17 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
-    GLIA_KEY("format", GLIA_KEY_ENUM, "idx", "dataset files: idx (images) or tokens (lines of a label then token ids)",
-             .choices = "idx|tokens"),
+    GLIA_KEY("format", GLIA_KEY_ENUM, "idx",
+             "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches)",
+             .choices = "idx|tokens|cifar10|cifar100"),
     GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for training (raw or .gz); required"),
     GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for training; required"),
     GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for evaluation; required"),
     GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for evaluation; required"),
-    GLIA_KEY("train", GLIA_KEY_STRING, NULL, "format = tokens: token file for training (raw or .gz); required"),
-    GLIA_KEY("test", GLIA_KEY_STRING, NULL, "format = tokens: token file for evaluation; required"),
+    GLIA_KEY("train", GLIA_KEY_STRING, NULL,
+             "format = tokens: token file for training (raw or .gz); cifar10, cifar100: comma-separated batch files; required"),
+    GLIA_KEY("test", GLIA_KEY_STRING, NULL, "format = tokens, cifar10, cifar100: the evaluation file(s); required"),
+    GLIA_KEY("coarse_labels", GLIA_KEY_BOOL, "off", "format = cifar100: train on the 20 coarse labels instead of the 100 fine ones"),
     GLIA_KEY("vocab", GLIA_KEY_INT, "0", "format = tokens: token ids are 1 .. vocab-1 (0 pads); required", .min = 0,
              .max = 1 << 30),
     GLIA_KEY("max_length", GLIA_KEY_INT, "0", "format = tokens: keep the first N ids of longer samples (0: all)", .min = 0,
@@ -48,8 +52,12 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("batch_size", GLIA_KEY_INT, "64", "training mini-batch size", .min = 1, .max = 1 << 20),
     GLIA_KEY("test_batch_size", GLIA_KEY_INT, "1000", "evaluation batch size", .min = 1, .max = 1 << 20),
     GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch)"),
-    GLIA_KEY("mean", GLIA_KEY_FLOAT, "0.2860", "normalization: x = (pixel/255 - mean) / std"),
-    GLIA_KEY("std", GLIA_KEY_FLOAT, "0.3530", "normalization divisor", .min = 1e-12, .max = 1e12),
+    GLIA_KEY("mean", GLIA_KEY_LIST, NULL,
+             "normalization x = (pixel/255 - mean) / std: one value, or one per channel (default: the data set's, "
+             "idx 0.2860 (Fashion-MNIST), cifar10 0.4914, 0.4822, 0.4465, cifar100 0.5071, 0.4865, 0.4409)"),
+    GLIA_KEY("std", GLIA_KEY_LIST, NULL,
+             "normalization divisor: one value, or one per channel (default: idx 0.3530, cifar10 0.2470, 0.2435, 0.2616, "
+             "cifar100 0.2673, 0.2564, 0.2762)"),
     GLIA_KEY("workers", GLIA_KEY_INT, "2", "loader threads (0: load in the training thread)", .min = 0, .max = 256),
     GLIA_KEY("prefetch", GLIA_KEY_INT, "2", "batches each worker prepares ahead", .min = 1, .max = 1024),
     GLIA_KEY("persistent_workers", GLIA_KEY_BOOL, "on", "keep loader threads alive between epochs"),
@@ -344,43 +352,189 @@ static glia_status setup_device(struct glia_model *m)
 /* A dp replica computes on batches the model it copies hands it: same settings, no samples. */
 static void borrow_data(struct glia_model *m, const struct glia_model *like)
 {
-    m->train = (struct glia__dataset){.n = like->train.n, .rows = like->train.rows, .cols = like->train.cols,
-                                      .n_classes = like->train.n_classes, .tokens = like->train.tokens};
-    m->test = (struct glia__dataset){.n = like->test.n, .rows = like->test.rows, .cols = like->test.cols,
-                                     .n_classes = like->test.n_classes, .tokens = like->test.tokens};
+    m->train = (struct glia__dataset){.n = like->train.n, .channels = like->train.channels, .rows = like->train.rows,
+                                      .cols = like->train.cols, .n_classes = like->train.n_classes,
+                                      .tokens = like->train.tokens};
+    m->test = (struct glia__dataset){.n = like->test.n, .channels = like->test.channels, .rows = like->test.rows,
+                                     .cols = like->test.cols, .n_classes = like->test.n_classes,
+                                     .tokens = like->test.tokens};
     m->batch = like->batch;
     m->test_batch = like->test_batch;
     m->n_classes = like->n_classes;
     m->vocab = like->vocab;
-    m->mean = like->mean;
-    m->std = like->std;
+    m->norm = like->norm;
     m->workers = 0;
 }
 
-/* The keys of [data] that only one format reads: setting one for the other format is an error. */
-static const char *const idx_only[] = {"train_images", "train_labels", "test_images", "test_labels", "mean", "std",
-                                       "random_crop_padding", "random_flip"};
-static const char *const tokens_only[] = {"train", "test", "vocab", "max_length", "pad_to_multiple", "group_by_length",
-                                          "group_size"};
+/* [data] format: what the files are. */
+enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, N_FORMATS };
+static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100"};
+#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
+#define CIFAR_FORMATS (1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
 
-static glia_status check_format_keys(struct glia_section *s, bool tokens)
+/* The keys of [data] that only some formats read (setting one for another format is an error),
+ * and those some formats require. */
+static const struct format_key {
+    const char *key;
+    unsigned formats, required;  /* masks of 1 << format */
+} format_keys[] = {
+    {"train_images", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"train_labels", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"test_images", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"test_labels", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"train", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
+    {"test", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
+    {"vocab", 1u << FMT_TOKENS, 1u << FMT_TOKENS},
+    {"max_length", 1u << FMT_TOKENS, 0},
+    {"pad_to_multiple", 1u << FMT_TOKENS, 0},
+    {"group_by_length", 1u << FMT_TOKENS, 0},
+    {"group_size", 1u << FMT_TOKENS, 0},
+    {"coarse_labels", 1u << FMT_CIFAR100, 0},
+    {"mean", IMAGE_FORMATS, 0},
+    {"std", IMAGE_FORMATS, 0},
+    {"random_crop_padding", IMAGE_FORMATS, 0},
+    {"random_flip", IMAGE_FORMATS, 0},
+};
+
+/* "idx", "idx or cifar10", "idx, cifar10 or cifar100" from a mask of formats. */
+static void format_list(unsigned mask, char *buf, size_t size)
 {
-    const char *const *other = tokens ? idx_only : tokens_only;
-    size_t n_other = tokens ? GLIA__ARRAY_LEN(idx_only) : GLIA__ARRAY_LEN(tokens_only);
-    for (size_t i = 0; i < n_other; i++)
-        if (glia__section_entry(s, other[i]))
-            return glia_section_error(s, other[i], GLIA_ECONFIG, "'%s' applies to format = %s, not %s", other[i],
-                                      tokens ? "idx" : "tokens", tokens ? "tokens" : "idx");
-    static const char *const need_idx[] = {"train_images", "train_labels", "test_images", "test_labels"};
-    static const char *const need_tokens[] = {"train", "test", "vocab"};
-    const char *const *need = tokens ? need_tokens : need_idx;
-    for (size_t i = 0; i < (tokens ? GLIA__ARRAY_LEN(need_tokens) : GLIA__ARRAY_LEN(need_idx)); i++)
-        if (!glia__section_entry(s, need[i]))
-            return glia_section_error(s, need[i], GLIA_ECONFIG, "missing required key (format = %s)",
-                                      tokens ? "tokens" : "idx");
-    if (tokens && glia_section_int(s, "vocab") < 2)
+    int n = 0, total = 0;
+    for (int f = 0; f < N_FORMATS; f++) total += (mask >> f) & 1;
+    buf[0] = 0;
+    for (int f = 0; f < N_FORMATS; f++)
+        if ((mask >> f) & 1) {
+            size_t at = strlen(buf);
+            snprintf(buf + at, size - at, "%s%s", n == 0 ? "" : n == total - 1 ? " or " : ", ", format_names[f]);
+            n++;
+        }
+}
+
+static glia_status check_format_keys(struct glia_section *s, enum data_format fmt)
+{
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(format_keys); i++) {
+        const struct format_key *k = &format_keys[i];
+        if (glia__section_entry(s, k->key) && !((k->formats >> fmt) & 1)) {
+            char list[64];
+            format_list(k->formats, list, sizeof list);
+            return glia_section_error(s, k->key, GLIA_ECONFIG, "'%s' applies to format = %s, not %s", k->key, list,
+                                      format_names[fmt]);
+        }
+    }
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(format_keys); i++)
+        if (!glia__section_entry(s, format_keys[i].key) && ((format_keys[i].required >> fmt) & 1))
+            return glia_section_error(s, format_keys[i].key, GLIA_ECONFIG, "missing required key (format = %s)",
+                                      format_names[fmt]);
+    if (fmt == FMT_TOKENS && glia_section_int(s, "vocab") < 2)
         return glia_section_error(s, "vocab", GLIA_ECONFIG, "vocab must be at least 2 (id 0 is padding)");
     return GLIA_OK;
+}
+
+/* [data] mean or std into v[0..channels): one number for every channel or one per channel; the
+ * data set's own values (def) when the key is not written. */
+static glia_status norm_values(struct glia_section *s, const char *key, int channels, const float *def, float *v)
+{
+    const char **items;
+    int n = glia__section_entry(s, key) ? glia_section_list(s, key, &items) : 0;
+    if (n < 0) return GLIA_ENOMEM;
+    if (n == 0) return memcpy(v, def, sizeof(float) * (size_t)channels), GLIA_OK;
+    if (n != 1 && n != channels) {
+        if (channels == 1)
+            return glia_section_error(s, key, GLIA_ECONFIG, "expected 1 value (the images have one channel), got %d", n);
+        return glia_section_error(s, key, GLIA_ECONFIG, "expected 1 value or %d (one per channel), got %d", channels, n);
+    }
+    for (int c = 0; c < n; c++) {
+        char *end;
+        double x = strtod(items[c], &end);
+        bool is_std = !strcmp(key, "std");
+        if (end == items[c] || *end || !isfinite(x))
+            return glia_section_error(s, key, GLIA_ECONFIG, "'%s' is not a number", items[c]);
+        if (is_std ? !(x >= 1e-12 && x <= 1e12) : fabs(x) > 1e12)
+            return glia_section_error(s, key, GLIA_ECONFIG, "%s is out of range [%g, %g]", items[c], is_std ? 1e-12 : -1e12,
+                                      1e12);
+        for (int k = n == 1 ? 0 : c; k < (n == 1 ? channels : c + 1); k++) v[k] = (float)x;
+    }
+    return GLIA_OK;
+}
+
+/* The normalization of every image format when [data] does not give one: each data set's
+ * training-set statistics (Fashion-MNIST for idx; pixel/255 per channel). */
+static const float default_mean[N_FORMATS][GLIA__MAX_CHANNELS] = {
+    [FMT_IDX] = {0.2860f}, [FMT_CIFAR10] = {0.4914f, 0.4822f, 0.4465f}, [FMT_CIFAR100] = {0.5071f, 0.4865f, 0.4409f}};
+static const float default_std[N_FORMATS][GLIA__MAX_CHANNELS] = {
+    [FMT_IDX] = {0.3530f}, [FMT_CIFAR10] = {0.2470f, 0.2435f, 0.2616f}, [FMT_CIFAR100] = {0.2673f, 0.2564f, 0.2762f}};
+
+/* A growing list of owned paths. */
+struct paths {
+    char **p;
+    int n, cap;
+};
+
+static bool paths_add(struct paths *l, char *path)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        char **p = realloc(l->p, sizeof *p * (size_t)cap);
+        if (!p) return free(path), false;
+        l->p = p, l->cap = cap;
+    }
+    l->p[l->n++] = path;
+    return true;
+}
+
+static void paths_free(struct paths *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->p[i]);
+    free(l->p);
+}
+
+/* The files a [data] key lists (comma-separated, relative to the file's folder), each item that
+ * holds *, ? or [ replaced by the files it matches, in name order. */
+static glia_status file_list(struct glia_section *s, const char *key, struct paths *out)
+{
+    const char **items;
+    int n = glia_section_list(s, key, &items);
+    if (n < 0) return GLIA_ENOMEM;
+    for (int k = 0; k < n; k++) {
+        char *path = *items[k] ? glia__config_path(s, key, items[k]) : NULL;
+        if (!*items[k]) return glia_section_error(s, key, GLIA_ECONFIG, "list item %d is empty", k + 1);
+        if (!path) return GLIA_ENOMEM;
+        if (!strpbrk(items[k], "*?[")) {
+            if (!paths_add(out, path)) return GLIA_ENOMEM;
+            continue;
+        }
+        glob_t g;
+        int r = glob(path, GLOB_ERR, NULL, &g);
+        glia_status st = GLIA_OK;
+        if (r == GLOB_NOMATCH) st = glia_section_error(s, key, GLIA_ECONFIG, "no file matches '%s'", path);
+        else if (r == GLOB_NOSPACE) st = GLIA_ENOMEM;
+        else if (r) st = glia_section_error(s, key, GLIA_EIO, "cannot read the folders of '%s'", path);
+        for (size_t f = 0; !st && f < g.gl_pathc; f++) {
+            char *one = glia__strdup(g.gl_pathv[f]);
+            if (!one || !paths_add(out, one)) st = GLIA_ENOMEM;
+        }
+        globfree(&g);
+        free(path);
+        if (st) return st;
+    }
+    return GLIA_OK;
+}
+
+static glia_status load_cifar(struct glia_model *m, struct glia_section *s, bool cifar100)
+{
+    static const char *const keys[2] = {"train", "test"};
+    struct glia__dataset *sets[2] = {&m->train, &m->test};
+    bool coarse = cifar100 && glia_section_bool(s, "coarse_labels");
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        struct paths l = {0};
+        st = file_list(s, keys[i], &l);
+        if (!st)
+            st = glia__cifar_load(m->ctx, (const char *const *)l.p, l.n, cifar100, coarse,
+                                  glia_section_int(s, i == 0 ? "train_samples" : "test_samples"), sets[i]);
+        paths_free(&l);
+    }
+    return st;
 }
 
 static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
@@ -406,33 +560,41 @@ static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
     return GLIA_OK;
 }
 
+static glia_status load_idx(struct glia_model *m, struct glia_section *s)
+{
+    char *paths[4] = {0};
+    static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < 4 && !st; i++)
+        if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
+    if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
+    if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
+    if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
+        st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
+                                m->test.rows, m->test.cols, m->train.rows, m->train.cols);
+    for (int i = 0; i < 4; i++) free(paths[i]);
+    return st;
+}
+
 static glia_status load_data(struct glia_model *m)
 {
     if (m->like) return borrow_data(m, m->like), GLIA_OK;
     struct glia_section *s = glia__config_find(m->cfg, "data");
-    bool tokens = !strcmp(glia_section_str(s, "format"), "tokens");
-    glia_status st = check_format_keys(s, tokens);
+    enum data_format fmt = FMT_IDX;
+    while (fmt < N_FORMATS - 1 && strcmp(glia_section_str(s, "format"), format_names[fmt])) fmt++;
+    glia_status st = check_format_keys(s, fmt);
     if (st) return st;
-    if (tokens) {
-        if ((st = load_tokens(m, s))) return st;
-    } else {
-        char *paths[4] = {0};
-        static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
-        for (int i = 0; i < 4 && !st; i++)
-            if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
-        if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
-        if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
-        if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
-            st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
-                                    m->test.rows, m->test.cols, m->train.rows, m->train.cols);
-        for (int i = 0; i < 4; i++) free(paths[i]);
-        if (st) return st;
-    }
+    int channels = fmt == FMT_IDX ? 1 : 3;  /* of the image formats */
+    if (fmt != FMT_TOKENS && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->norm.mean)))
+        st = norm_values(s, "std", channels, default_std[fmt], m->norm.std);
+    if (st) return st;
+    if (fmt == FMT_TOKENS) st = load_tokens(m, s);
+    else if (fmt == FMT_IDX) st = load_idx(m, s);
+    else st = load_cifar(m, s, fmt == FMT_CIFAR100);
+    if (st) return st;
     m->batch = (int)glia_section_int(s, "batch_size");
     m->test_batch = (int)glia_section_int(s, "test_batch_size");
     m->shuffle = glia_section_bool(s, "shuffle");
-    m->mean = (float)glia_section_float(s, "mean");
-    m->std = (float)glia_section_float(s, "std");
     m->workers = (int)glia_section_int(s, "workers");
     m->prefetch = (int)glia_section_int(s, "prefetch");
     m->persistent = glia_section_bool(s, "persistent_workers");
@@ -1728,6 +1890,8 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     if (m->train.tokens)
         snprintf(shape, sizeof shape, "token sequences up to %d%s", m->train.cols,
                  m->group_by_length ? ", grouped by length" : "");
+    else if (m->train.channels > 1)
+        snprintf(shape, sizeof shape, "%dx%dx%d", m->train.channels, m->train.rows, m->train.cols);
     else
         snprintf(shape, sizeof shape, "%dx%d", m->train.rows, m->train.cols);
     fprintf(f, "data: %lld training samples, %lld test samples, %s, %d classes; optimizer %s, lr %g (%s), %d epochs\n",

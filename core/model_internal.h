@@ -144,7 +144,7 @@ struct glia_model {
     struct glia__dataset train, test;
     int batch, test_batch, n_classes;
     bool shuffle, persistent, drop_last, flip, pin_memory;
-    float mean, std;
+    struct glia__norm norm;          /* images: [data] mean, std per channel */
     int workers, prefetch, crop_padding;
     int pad_multiple, group_size;    /* tokens: [data] pad_to_multiple, group_size */
     int64_t vocab;                   /* tokens: [data] vocab (ids are below it) */
@@ -207,11 +207,11 @@ struct glia_model {
     int64_t ckpt_plan[2];            /* the training plan at the configured batch without and with the cuts (floats) */
 };
 
-/* The data batch's shape: images (n, 1, rows, cols); tokens (n, len). */
+/* The data batch's shape: images (n, channels, rows, cols); tokens (n, len). */
 static inline struct glia_shape glia__data_shape(const struct glia_model *m, int64_t n, int64_t len)
 {
     if (m->train.tokens) return glia_shape_make(2, (int64_t[]){n, len});
-    return glia_shape_make(4, (int64_t[]){n, 1, m->train.rows, m->train.cols});
+    return glia_shape_make(4, (int64_t[]){n, m->train.channels, m->train.rows, m->train.cols});
 }
 
 const struct glia_key *glia__core_schema(const char *section);

@@ -736,12 +736,12 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
     glia_status st = s->logits && s->hy ? GLIA_OK : GLIA_ENOMEM;
     struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
-                                     m->mean, m->std, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false,
+                                     m->norm, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false,
                                      m->group_by_length, m->group_size, m->pad_multiple};
     if (evaluating && !st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
     if (training && !st) {
         o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
-                                          m->flip, m->crop_padding, m->mean, m->std, m->seed,
+                                          m->flip, m->crop_padding, m->norm, m->seed,
                                           m->pin_memory ? m->backend : NULL, m->rank, m->world, true,
                                           m->group_by_length, m->group_size, m->pad_multiple};
         if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;

@@ -207,7 +207,8 @@ static void test_gather(void)
     float x[3 * PX];
     int32_t y[3] = {-1, -1, -1};
     const float mean = 0.25f, std = 0.5f;
-    glia__dataset_gather(&d, idx, 3, mean, std, x, y);
+    const struct glia__norm nm = {{mean}, {std}};
+    glia__dataset_gather(&d, idx, 3, &nm, x, y);
     int bad = 0;
     for (int i = 0; i < 3; i++) {
         for (int j = 0; j < PX; j++) {
@@ -219,7 +220,7 @@ static void test_gather(void)
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_DOUBLE_EQUAL(x[0], (0.0 - 0.25) / 0.5, 1e-6);      /* image 4 pixel 0 is 0 */
     CU_ASSERT_DOUBLE_EQUAL(x[1], (1.0 - 0.25) / 0.5, 1e-6);      /* image 4 pixel 1 is 255 */
-    glia__dataset_gather(&d, idx, 0, mean, std, NULL, NULL);       /* nothing to do */
+    glia__dataset_gather(&d, idx, 0, &nm, NULL, NULL);       /* nothing to do */
     glia__dataset_free(&d);
     glia_context_free(ctx);
 }
@@ -228,7 +229,7 @@ static void test_gather(void)
 static void test_gather_parallel(void)
 {
     enum { M = 1000, R = 7, C = 5 };
-    struct glia__dataset d = {.n = M, .rows = R, .cols = C, .images = malloc(M * R * C), .labels = malloc(M * sizeof(int32_t)), .n_classes = 10};
+    struct glia__dataset d = {.n = M, .channels = 1, .rows = R, .cols = C, .images = malloc(M * R * C), .labels = malloc(M * sizeof(int32_t)), .n_classes = 10};
     int64_t *idx = malloc(2 * M * sizeof *idx);
     float *x = malloc(2 * M * R * C * sizeof *x), *x2 = malloc(2 * M * R * C * sizeof *x2);
     int32_t *y = malloc(2 * M * sizeof *y);
@@ -236,8 +237,9 @@ static void test_gather_parallel(void)
     for (int i = 0; i < M * R * C; i++) d.images[i] = (uint8_t)(i * 7 + i / 13);
     for (int i = 0; i < M; i++) d.labels[i] = i % 10;
     for (int i = 0; i < 2 * M; i++) idx[i] = (i * 389) % M;
-    glia__dataset_gather(&d, idx, 2 * M, 0.1307f, 0.3081f, x, y);
-    glia__dataset_gather(&d, idx, 2 * M, 0.1307f, 0.3081f, x2, NULL);
+    const struct glia__norm nm = {{0.1307f}, {0.3081f}};
+    glia__dataset_gather(&d, idx, 2 * M, &nm, x, y);
+    glia__dataset_gather(&d, idx, 2 * M, &nm, x2, NULL);
     int bad = 0;
     for (int i = 0; i < 2 * M; i++) {
         for (int j = 0; j < R * C; j++) {

@@ -7,7 +7,7 @@
 
 static struct glia__dataset make_set(int n, int rows, int cols)
 {
-    struct glia__dataset d = {.n = n, .rows = rows, .cols = cols, .images = malloc((size_t)n * rows * cols),
+    struct glia__dataset d = {.n = n, .channels = 1, .rows = rows, .cols = cols, .images = malloc((size_t)n * rows * cols),
                               .labels = malloc(sizeof(int32_t) * (size_t)n), .n_classes = 10};
     for (int64_t i = 0; i < (int64_t)n * rows * cols; i++) d.images[i] = (uint8_t)((i * 7 + i / 13) % 251);
     for (int i = 0; i < n; i++) d.labels[i] = i % 10;
@@ -51,7 +51,7 @@ static uint64_t run(const struct glia__dataset *d, struct glia__loader_options o
 static void test_independent_of_workers(void)
 {
     struct glia__dataset d = make_set(203, 5, 4);
-    struct glia__loader_options o = {16, 0, 1, true, false, true, true, 2, 0.3f, 0.4f, 77, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {16, 0, 1, true, false, true, true, 2, {{0.3f}, {0.4f}}, 77, NULL, 0, 1, false, false, 0, 0};
     int64_t nb0, nb;
     uint64_t ref = run(&d, o, 3, &nb0);
     CU_ASSERT_EQUAL(nb0, 3 * 13);
@@ -79,7 +79,7 @@ static void test_epochs_reshuffle_and_cover(void)
     for (int i = 0; i < 50; i++) d.labels[i] = i;  /* labels identify samples */
     struct glia_context *ctx;
     struct glia__loader L;
-    struct glia__loader_options o = {8, 2, 2, true, false, true, false, 0, 0, 1, 5, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {8, 2, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, 0, 1, false, false, 0, 0};
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     int32_t order[2][50];
@@ -110,7 +110,7 @@ static void test_drop_last(void)
 {
     struct glia__dataset d = make_set(100, 2, 2);
     int64_t nb;
-    struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, 0, 1, 1, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0};
     run(&d, o, 1, &nb);
     CU_ASSERT_EQUAL(nb, 3);
     o.drop_last = false;
@@ -131,7 +131,7 @@ static void test_augmentation(void)
     struct glia__loader L;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     for (int mode = 0; mode < 2; mode++) {
-        struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, 0, 1, 3, NULL, 0, 1, false, false, 0, 0};
+        struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, {{0}, {1, 1, 1}}, 3, NULL, 0, 1, false, false, 0, 0};
         CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
         CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
         const float *x = NULL;
@@ -178,7 +178,7 @@ static void test_wait_time_and_early_stop(void)
     struct glia_context *ctx;
     struct glia__loader L;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, 0, 1, 1, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0};
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
     const float *x;

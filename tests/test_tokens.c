@@ -107,7 +107,7 @@ static void test_errors(void)
 /* A token set whose sample i has length lens[i] (ids all 1) and label i. */
 static struct glia__dataset make_set(int n, const int64_t *lens)
 {
-    struct glia__dataset d = {.n = n, .rows = 1, .tokens = true};
+    struct glia__dataset d = {.n = n, .channels = 1, .rows = 1, .tokens = true};
     d.offsets = malloc(sizeof(int64_t) * (size_t)(n + 1));
     d.labels = malloc(sizeof(int32_t) * (size_t)n);
     d.offsets[0] = 0;
@@ -227,7 +227,7 @@ static void test_loader_tokens(void)
     double pad[2][2];
     for (int group = 0; group < 2; group++)
         for (int workers = 0; workers < 3; workers += 2) {
-            struct glia__loader_options o = {16, workers, 2, true, false, true, false, 0, 0, 1, 5, NULL, 0, 1, true,
+            struct glia__loader_options o = {16, workers, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, 0, 1, true,
                                              group, 4, 4};
             struct epoch_stats e = {0};
             run_epoch(&d, o, 1, &e);
@@ -261,7 +261,7 @@ static void test_loader_tokens_ranks(void)
     int64_t len_of[W][16], count[N] = {0};
     int nb[W] = {0};
     for (int r = 0; r < W; r++) {
-        struct glia__loader_options o = {B, 1, 2, true, false, true, false, 0, 0, 1, 5, NULL, r, W, true, true, 2, 1};
+        struct glia__loader_options o = {B, 1, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, r, W, true, true, 2, 1};
         struct glia__loader L;
         CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
         CU_ASSERT_EQUAL(L.n_batches_per_epoch, 11);  /* 101 padded to 102: 51 each, 10 of 5 + 1 */
@@ -300,7 +300,7 @@ static void test_config_keys(void)
         const char *data, *want;
     } cases[] = {
         {"format = tokens\ntrain = %s\ntest = %s\n", "t.ini:2: [data] vocab: missing required key (format = tokens)"},
-        {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\nmean = 0.5\n", "t.ini:7: [data] mean: 'mean' applies to format = idx, not tokens"},
+        {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\nmean = 0.5\n", "t.ini:7: [data] mean: 'mean' applies to format = idx, cifar10 or cifar100, not tokens"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 1\n", "t.ini:6: [data] vocab: vocab must be at least 2"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 3\n", "token id 3 is out of range 1..2"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\n",

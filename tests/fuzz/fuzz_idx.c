@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_idx.c — libFuzzer harness of the IDX reader (core/data_idx.c, glia__idx_load):
+/* tests/fuzz/fuzz_idx.c — libFuzzer harness of the IDX reader (core/data_image.c, glia__idx_load):
  * an image file and a label file, raw or gzip, then gathering every loaded sample.
  * Not a check of the pixel values: an input passes when it loads a consistent set or fails with
  * an error.
@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int32_t *y = malloc((size_t)d.n * sizeof *y);
     if (!idx || !x || !y) fuzz_die("out of memory", NULL);
     for (int64_t i = 0; i < d.n; i++) idx[i] = d.n - 1 - i;
-    glia__dataset_gather(&d, idx, d.n, 0.5f, 0.25f, x, y);
+    glia__dataset_gather(&d, idx, d.n, &(struct glia__norm){{0.5f}, {0.25f}}, x, y);
     for (int64_t i = 0; i < d.n; i++)
         if (y[i] < 0 || y[i] >= d.n_classes) fuzz_die("label out of range", NULL);
     free(idx), free(x), free(y);

@@ -13,6 +13,7 @@
 #define IDX_MAX_SAMPLES ((uint64_t)1 << 31)
 #define IDX_FIRST_ALLOC ((int64_t)1 << 20)       /* the data buffer grows from here */
 #define IDX_CHUNK ((int64_t)1 << 30)             /* gzread takes an unsigned, returns an int */
+#define CIFAR_PIXELS (3 * 32 * 32)                /* a record's planar RGB image */
 
 /* One open IDX file. */
 struct idx_file {
@@ -283,6 +284,7 @@ glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
     if (st == GLIA_OK) st = idx_same_count(ctx, &im, &lb);
     if (st == GLIA_OK) {
         out->n = limit > 0 && limit < (int64_t)im.dims[0] ? limit : (int64_t)im.dims[0];
+        out->channels = 1;
         out->rows = (int)im.dims[1];
         out->cols = (int)im.dims[2];
         st = idx_data(&im, out->n, (int64_t)out->rows * out->cols, "pixel data", &out->images);
@@ -293,6 +295,73 @@ glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
     idx_close(&im);
     idx_close(&lb);
     if (st != GLIA_OK) glia__dataset_free(out);
+    return st;
+}
+
+/* ---- CIFAR ------------------------------------------------------------------------------ */
+
+/* Checks the labels of records [0, n) of rec bytes each in buf (file record `first` onwards) and
+ * appends their images and labels to d. */
+static glia_status cifar_append(struct glia_context *ctx, const char *path, const uint8_t *buf, int64_t n,
+                                int rec, bool coarse, int64_t first, struct glia__dataset *d)
+{
+    if (n == 0) return GLIA_OK;
+    uint8_t *im = realloc(d->images, (size_t)(d->n + n) * CIFAR_PIXELS);
+    if (im) d->images = im;
+    int32_t *lb = im ? realloc(d->labels, (size_t)(d->n + n) * sizeof *lb) : NULL;
+    if (lb) d->labels = lb;
+    if (!im || !lb) return glia_error(ctx, GLIA_ENOMEM, "%s: cannot allocate %lld CIFAR images", path, (long long)(d->n + n));
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *r = buf + i * rec;
+        for (int k = 0; k < rec - CIFAR_PIXELS; k++) {  /* CIFAR-100: coarse (< 20) then fine (< 100) */
+            int limit = rec == CIFAR_PIXELS + 1 ? 10 : k == 0 ? 20 : 100;
+            if (r[k] >= limit)
+                return glia_error(ctx, GLIA_EFORMAT, "%s: record %lld has %slabel %u, out of range 0..%d", path,
+                                  (long long)(first + i), rec == CIFAR_PIXELS + 1 ? "" : k == 0 ? "coarse " : "fine ",
+                                  r[k], limit - 1);
+        }
+        d->labels[d->n + i] = r[rec == CIFAR_PIXELS + 1 || coarse ? 0 : 1];
+        memcpy(d->images + (d->n + i) * CIFAR_PIXELS, r + rec - CIFAR_PIXELS, CIFAR_PIXELS);
+    }
+    d->n += n;
+    return GLIA_OK;
+}
+
+/* Reads one batch file whole: keeps its first `keep` records (< 0: all) and checks it is a whole
+ * number of records. */
+static glia_status cifar_file(struct glia_context *ctx, const char *path, bool cifar100, bool coarse, int64_t keep,
+                              struct glia__dataset *d)
+{
+    const int rec = CIFAR_PIXELS + (cifar100 ? 2 : 1), other = CIFAR_PIXELS + (cifar100 ? 1 : 2);
+    struct idx_file f;
+    uint8_t *buf = NULL;
+    int64_t got = 0, rest = 0;
+    glia_status st = idx_open(ctx, path, "CIFAR batch", &f);
+    if (!st) st = idx_read_alloc(&f, keep < 0 ? INT64_MAX / 2 : keep * rec, "CIFAR records", &buf, &got);
+    if (!st) st = idx_skip(&f, INT64_MAX, &rest);
+    int64_t total = got + rest;
+    if (!st && total == 0)
+        st = glia_error(ctx, GLIA_EFORMAT, "%s: empty file (expected CIFAR-%d records of %d bytes)", path,
+                        cifar100 ? 100 : 10, rec);
+    if (!st && total % rec)
+        st = glia_error(ctx, GLIA_EFORMAT, "%s: %lld bytes are not a whole number of %d-byte CIFAR-%d records "
+                        "(the last has %lld bytes)%s", path, (long long)total, rec, cifar100 ? 100 : 10,
+                        (long long)(total % rec), total % other ? "" : cifar100 ? "; it looks like CIFAR-10: format = cifar10"
+                        : "; it looks like CIFAR-100: format = cifar100");
+    if (!st) st = cifar_append(ctx, path, buf, got / rec, rec, coarse, 0, d);
+    free(buf);
+    idx_close(&f);
+    return st;
+}
+
+glia_status glia__cifar_load(struct glia_context *ctx, const char *const *paths, int n_paths, bool cifar100,
+                             bool coarse, int64_t limit, struct glia__dataset *out)
+{
+    *out = (struct glia__dataset){.channels = 3, .rows = 32, .cols = 32, .n_classes = !cifar100 ? 10 : coarse ? 20 : 100};
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < n_paths && !st; i++)
+        st = cifar_file(ctx, paths[i], cifar100, coarse, limit > 0 ? (out->n < limit ? limit - out->n : 0) : -1, out);
+    if (st) glia__dataset_free(out);
     return st;
 }
 
@@ -309,17 +378,19 @@ void glia__dataset_free(struct glia__dataset *d)
 /* ---- batches ---------------------------------------------------------------------------- */
 
 void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int64_t n,
-                          float mean, float std, float *x, int32_t *y)
+                          const struct glia__norm *nm, float *x, int32_t *y)
 {
-    float table[256];                        /* every u8 value, normalized once */
-    for (int v = 0; v < 256; v++) table[v] = ((float)v / 255.0f - mean) / std;
-    const int64_t px = (int64_t)d->rows * d->cols;
+    float table[GLIA__MAX_CHANNELS][256];    /* every u8 value, normalized once per channel */
+    for (int c = 0; c < d->channels; c++)
+        for (int v = 0; v < 256; v++) table[c][v] = ((float)v / 255.0f - nm->mean[c]) / nm->std[c];
+    const int64_t px = (int64_t)d->rows * d->cols, per = d->channels * px;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        const uint8_t *src = d->images + idx[i] * px;
+        const uint8_t *src = d->images + idx[i] * per;
         if (x) {
-            float *dst = x + i * px;
-            for (int64_t j = 0; j < px; j++) dst[j] = table[src[j]];
+            float *dst = x + i * per;
+            for (int c = 0; c < d->channels; c++)
+                for (int64_t j = 0; j < px; j++) dst[c * px + j] = table[c][src[c * px + j]];
         }
         if (y) y[i] = d->labels[idx[i]];
     }

@@ -1,0 +1,82 @@
+/* tests/fuzz/fuzz_cifar.c — libFuzzer harness of the CIFAR binary reader (core/data_image.c,
+ * glia__cifar_load): two batch files, raw or gzip, then gathering every loaded sample.
+ * Not a check of the pixel values: an input passes when it loads a consistent set or fails with
+ * an error.
+ *
+ * Input: a flag byte (bit 0: gzip the first file, bit 1: read as CIFAR-100, bit 2: coarse labels,
+ * bits 3-7: the record limit, 0 for all), two bytes (big-endian) giving the first file's length,
+ * the first file, and the second (the rest). The harness offers valid files as seeds. */
+#include "internal.h"
+#include "fuzzutil.h"
+
+static struct glia_context *ctx;
+
+static void seed(const char *name, int flags, const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
+{
+    uint8_t *s = malloc(3 + na + nb);
+    if (!s) fuzz_die("out of memory", NULL);
+    s[0] = (uint8_t)flags;
+    s[1] = (uint8_t)(na >> 8);
+    s[2] = (uint8_t)na;
+    memcpy(s + 3, a, na);
+    memcpy(s + 3 + na, b, nb);
+    fuzz_seed(name, s, 3 + na + nb);
+    free(s);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    if (glia_context_new(&ctx)) fuzz_die("glia_context_new failed", NULL);
+    enum { R10 = 3073, R100 = 3074 };
+    static uint8_t a[2 * R100], b[R100];
+    for (size_t i = 0; i < sizeof a; i++) a[i] = (uint8_t)(i * 31 + i / 7);
+    a[0] = 3, a[R10] = 9, b[0] = 0;              /* CIFAR-10 labels */
+    seed("cifar10", 0, a, 2 * R10, b, R10);
+    seed("cifar10-limit", 2 << 3, a, 2 * R10, b, R10);
+    a[0] = 4, a[1] = 77, a[R100] = 19, a[R100 + 1] = 99, b[0] = 1, b[1] = 5;  /* coarse, fine */
+    seed("cifar100", 2, a, 2 * R100, b, R100);
+    seed("cifar100-coarse", 6, a, 2 * R100, b, R100);
+    size_t gz;
+    uint8_t *z = fuzz_slurp(fuzz_write(fuzz_path("seed.gz"), a, 2 * R100, 1), &gz);
+    if (!z) fuzz_die("cannot read back the gzip seed", NULL);
+    seed("gzip-file", 2, z, gz, b, R100);
+    free(z);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 3) return 0;
+    int flags = data[0];
+    size_t na = (size_t)data[1] << 8 | data[2];
+    data += 3, size -= 3;
+    if (na > size) na = size;
+    const char *paths[2] = {fuzz_write(fuzz_path("a"), data, na, flags & 1), NULL};
+    paths[1] = fuzz_write(fuzz_path("b"), data + na, size - na, 0);
+    bool cifar100 = flags & 2, coarse = flags & 4;
+    int limit = flags >> 3;
+    struct glia__dataset d;
+    glia_context_clear_error(ctx);
+    glia_status st = glia__cifar_load(ctx, paths, 2, cifar100, coarse, limit, &d);
+    if (st) {
+        if (!*glia_context_error(ctx)) fuzz_die("a failed load left no error message", glia_strerror(st));
+        if (d.n || d.images || d.labels) fuzz_die("a failed load left samples", NULL);
+        return 0;
+    }
+    int classes = !cifar100 ? 10 : coarse ? 20 : 100;
+    if (d.n < 1 || d.channels != 3 || d.rows != 32 || d.cols != 32 || d.n_classes != classes || !d.images ||
+        !d.labels || (limit && d.n > limit))
+        fuzz_die("inconsistent data set", NULL);
+    int64_t *idx = malloc((size_t)d.n * sizeof *idx);
+    float *x = malloc((size_t)d.n * 3072 * sizeof *x);
+    int32_t *y = malloc((size_t)d.n * sizeof *y);
+    if (!idx || !x || !y) fuzz_die("out of memory", NULL);
+    for (int64_t i = 0; i < d.n; i++) idx[i] = d.n - 1 - i;
+    glia__dataset_gather(&d, idx, d.n, &(struct glia__norm){{0.5f, 0.4f, 0.3f}, {0.25f, 0.2f, 0.1f}}, x, y);
+    for (int64_t i = 0; i < d.n; i++)
+        if (y[i] < 0 || y[i] >= d.n_classes) fuzz_die("label out of range", NULL);
+    free(idx), free(x), free(y);
+    glia__dataset_free(&d);
+    return 0;
+}
