@@ -216,6 +216,7 @@ struct syncase {
     bool no_dx;                /* the input needs no gradient */
     int steps;                 /* training steps, each on new values */
     uint32_t seed;
+    bool recompute;            /* the sync layer's forward runs again ([graph] checkpoint_segments) before backward */
 };
 
 /* The sync layer S (on backend sb, communicator c) runs k->steps training steps on this rank's rows, the
@@ -280,6 +281,19 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         struct glia_bwd Sb = {Sin, 1, Sy, Sdy, Sdin, acc, NULL}, Pb = {Pin, 1, Py, Pdy, Pdin, acc, NULL};
         int calls = loop_calls;
         glia_status st = S.ops->forward(&S.l, &Sf);
+        if (!st && k->recompute) {  /* the same output again, from the statistics already exchanged */
+            float *first = malloc((size_t)nm * sizeof(float));
+            CU_ASSERT_FATAL(first != NULL);
+            get(Sy, first);
+            int before = loop_calls;
+            struct glia_fwd again = Sf;
+            again.recompute = true;
+            st = S.ops->forward(&S.l, &again);
+            CU_ASSERT_EQUAL(loop_calls, before);
+            get(Sy, out);
+            CU_ASSERT(memcmp(first, out, (size_t)nm * sizeof(float)) == 0);
+            free(first);
+        }
         if (!st) st = S.ops->backward(&S.l, &Sb);
         if (st) printf("\n  rank %d: sync layer: %s\n", c->info.rank, glia_context_error(ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
@@ -354,9 +368,9 @@ static void test_world1_is_plain(void)
 {
     struct glia_comm *c = open_comm("loop1", (setup(), cpu));
     run_case(c, cpu, &(struct syncase){"[b]\ntype = batchnorm\n", S(4, 6, 3, 4, 4), 1, 0, 6, GLIA_CONTIGUOUS,
-                                        false, false, 2, 1}, 0);
+                                        false, false, 2, 1, false}, 0);
     run_case(c, cpu, &(struct syncase){"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 6, 3, 4, 4), 1, 0, 6,
-                                        GLIA_CHANNELS_LAST, true, false, 2, 2}, 0);
+                                        GLIA_CHANNELS_LAST, true, false, 2, 2, false}, 0);
 }
 
 /* 3 identical ranks: the statistics and gradient sums of the whole batch (3 copies), in both formats */
@@ -364,19 +378,23 @@ static void test_replicas_are_whole_batch(void)
 {
     struct glia_comm *c = open_comm("loop3", (setup(), cpu));
     const struct syncase k[] = {
-        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 11},
-        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CHANNELS_LAST, false, false, 2, 12},
+        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 11, false},
+        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CHANNELS_LAST, false, false, 2, 12, false},
         {"[b]\ntype = batchnorm\nmomentum = 0.3\neps = 1e-3\n", S(4, 6, 5, 3, 2), 3, 0, 2, GLIA_CHANNELS_LAST, true,
-         false, 2, 13},
-        {"[b]\ntype = batchnorm\naffine = off\n", S(4, 9, 2, 5, 3), 3, 0, 3, GLIA_CONTIGUOUS, true, false, 2, 14},
-        {"[b]\ntype = batchnorm\n", S(4, 6, 4, 2, 2), 3, 0, 2, GLIA_CONTIGUOUS, false, true, 2, 15},  /* no dx */
+         false, 2, 13, false},
+        {"[b]\ntype = batchnorm\naffine = off\n", S(4, 9, 2, 5, 3), 3, 0, 3, GLIA_CONTIGUOUS, true, false, 2, 14, false},
+        {"[b]\ntype = batchnorm\n", S(4, 6, 4, 2, 2), 3, 0, 2, GLIA_CONTIGUOUS, false, true, 2, 15, false},  /* no dx */
         {"[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 6, 3, 3, 3), 3, 0, 2, GLIA_CHANNELS_LAST,
-         false, false, 2, 16},
-        {"[b]\ntype = batchnorm\n", S(2, 12, 5, 0, 0), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 17},  /* (N, C) */
+         false, false, 2, 16, false},
+        {"[b]\ntype = batchnorm\n", S(2, 12, 5, 0, 0), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 17, false},  /* (N, C) */
         /* one value per channel here: plain BatchNorm refuses it, the 3 ranks together have 3 */
-        {"[b]\ntype = batchnorm\n", S(2, 3, 4, 0, 0), 3, 0, 1, GLIA_CONTIGUOUS, false, false, 2, 18},
-        {"[b]\ntype = batchnorm\n", S(4, 3, 4, 1, 1), 3, 0, 1, GLIA_CHANNELS_LAST, true, false, 2, 19},
-        {"[b]\ntype = batchnorm\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, false, false, 2, 20},  /* 126 rows */
+        {"[b]\ntype = batchnorm\n", S(2, 3, 4, 0, 0), 3, 0, 1, GLIA_CONTIGUOUS, false, false, 2, 18, false},
+        {"[b]\ntype = batchnorm\n", S(4, 3, 4, 1, 1), 3, 0, 1, GLIA_CHANNELS_LAST, true, false, 2, 19, false},
+        {"[b]\ntype = batchnorm\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, false, false, 2, 20, false},  /* 126 rows */
+        /* recomputed before backward: no second exchange, running statistics moved once */
+        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 21, true},
+        {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 6, 5, 3, 2), 3, 0, 2, GLIA_CHANNELS_LAST, true, false, 2, 22,
+         true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, cpu, &k[i], 1e-5);
 }
@@ -446,14 +464,18 @@ static void test_cuda_replicas(void)
     }
     struct glia_comm *c = open_comm("loop3", gpu);
     const struct syncase k[] = {
-        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 31},
-        {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CHANNELS_LAST, true, false, 2, 32},
-        {"[b]\ntype = batchnorm\naffine = off\n", S(2, 9, 40, 0, 0), 3, 0, 3, GLIA_CONTIGUOUS, false, true, 2, 33},
-        {"[b]\ntype = batchnorm\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, false, false, 2, 34},
+        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 31, false},
+        {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CHANNELS_LAST, true, false, 2, 32, false},
+        {"[b]\ntype = batchnorm\naffine = off\n", S(2, 9, 40, 0, 0), 3, 0, 3, GLIA_CONTIGUOUS, false, true, 2, 33, false},
+        {"[b]\ntype = batchnorm\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, false, false, 2, 34, false},
+        {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 35, true},
+        {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, true, false, 2, 36,
+         true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, gpu, &k[i], 1e-4);
-    struct glia_comm *one = open_comm("loop1", gpu);  /* world 1: today's CUDA path, no exchange */
-    run_case(one, gpu, &k[1], 1e-4);
+    struct glia_comm *one = open_comm("loop1", gpu);  /* world 1: the plain CUDA path, no exchange */
+    run_case(one, gpu, &(struct syncase){"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 4, 3, 4, 4), 1, 0, 4,
+                                          GLIA_CHANNELS_LAST, true, false, 2, 37, false}, 1e-4);
 }
 
 /* ---- two MPI ranks ---- */
@@ -465,12 +487,14 @@ static void test_two_ranks(void)
     CU_ASSERT_EQUAL_FATAL(c->info.world, 2);
     int64_t r0 = c->info.rank == 0 ? 0 : 3, r1 = c->info.rank == 0 ? 3 : 8;
     const struct syncase k[] = {
-        {"[b]\ntype = batchnorm\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CONTIGUOUS, false, false, 2, 41},
+        {"[b]\ntype = batchnorm\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CONTIGUOUS, false, false, 2, 41, false},
         {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CHANNELS_LAST, true, false, 2,
-         42},
-        {"[b]\ntype = batchnorm\neps = 1e-3\n", S(2, 8, 5, 0, 0), 1, r0, r1, GLIA_CONTIGUOUS, false, true, 2, 43},
+         42, false},
+        {"[b]\ntype = batchnorm\neps = 1e-3\n", S(2, 8, 5, 0, 0), 1, r0, r1, GLIA_CONTIGUOUS, false, true, 2, 43, false},
         {"[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CONTIGUOUS, true,
-         false, 1, 44},
+         false, 1, 44, false},
+        {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CHANNELS_LAST, false, false, 2,
+         45, true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, cpu, &k[i], 1e-5);
 }

@@ -50,6 +50,9 @@ struct cuda_bn {
     struct glia_tensor *sums;       /* sync: (2C + 1) f64 on the device, the sums exchanged between ranks */
     double count;                   /* values per channel over all ranks of the last training forward if it
                                        synced, else 0 */
+    bool fresh;                     /* sums hold the statistics the last training forward exchanged, no
+                                       backward since: a recompute of it (the same batch) uses them without
+                                       exchanging */
 };
 
 /* Splits per channel (see norm_pool_kernels.h): about 1024 blocks in all, at least `least` values of a
@@ -115,8 +118,10 @@ static size_t sync_scratch_bytes(struct glia__bn_geom g)
  * sums(2C + 1) with this rank's count, summed over the ranks (glia__batchnorm_exchange: staged through the
  * host when the transport takes host memory only), the global count N read back; then the statistics
  * (mean = sum x / N, var = sum x^2 / N - mean^2), running statistics toward mean and var*N/(N-1), saved and
- * coef from the global sums, and the normalization as without sync. */
-static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *a, struct glia__bn_geom g)
+ * coef from the global sums, and the normalization as without sync. reuse_n > 0 (a recompute of the last
+ * forward, whose count that is): sums as that forward left them, nothing summed or exchanged again. */
+static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *a, struct glia__bn_geom g,
+                                   double reuse_n)
 {
     struct cuda_bn *p = l->priv;
     const struct glia_tensor *x = a->in[0];
@@ -127,18 +132,20 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     void *scratch;
     if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
     if (st) return st;
-    double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data, n = 0;
+    double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data, n = reuse_n;
     float *coef = (float *)(pb + g.S * C);
     const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
     const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
     float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
     float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
-    if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
-    CUDA_TRY(l->ctx, cudaMemcpyAsync(&n, sums + 2 * C, sizeof n, cudaMemcpyDeviceToHost, s));
-    CUDA_TRY(l->ctx, cudaStreamSynchronize(s));
+    if (reuse_n == 0) {  /* else sums still hold this batch's statistics over the ranks */
+        CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
+        if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
+        CUDA_TRY(l->ctx, cudaMemcpyAsync(&n, sums + 2 * C, sizeof n, cudaMemcpyDeviceToHost, s));
+        CUDA_TRY(l->ctx, cudaStreamSynchronize(s));
+    }
     if (n < 2) {
         char buf[64];
         return glia_error(l->ctx, GLIA_ESHAPE,
@@ -151,6 +158,7 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
     p->kept = glia_tensor_numel(x);
     p->count = n;
+    p->fresh = true;
 fail:
     return st;
 }
@@ -198,9 +206,11 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (st) return st;
     struct glia__bn_geom g = bn_geom(x, f);
     int64_t C = g.C, M = g.N * g.L;
+    double reuse_n = a->recompute && p->fresh && p->kept == glia_tensor_numel(x) ? p->count : 0;
     p->kept = 0;
     p->count = 0;
-    if (glia__batchnorm_syncs(l, &p->d, a->train)) return bn_forward_sync(l, a, g);
+    p->fresh = false;
+    if (glia__batchnorm_syncs(l, &p->d, a->train)) return bn_forward_sync(l, a, g, reuse_n);
     if (a->train && M < 2) {
         char buf[64];
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
@@ -237,6 +247,7 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     const struct glia_tensor *x = a->in[0];
     if (p->kept == 0 || p->kept != glia_tensor_numel(x))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
+    p->fresh = false;  /* a synced backward sums into p->sums */
     struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
     if (!pw && !pb && !a->din[0]) return GLIA_OK;
     enum glia_memory_format f;

@@ -18,6 +18,8 @@ struct batchnorm {
     float *coef;        /* NHWC and sync only: 3*C, the forward's per-channel mean, scale and shift as float */
     double *sums;       /* 2*C + 1: backward's gradient sums; with sync, the sums exchanged between ranks */
     double count;       /* values per channel over all ranks of the last training forward if it synced, else 0 */
+    bool fresh;         /* sums hold the statistics the last training forward exchanged, no backward since: a
+                           recompute of it (glia_fwd.recompute, the same batch) uses them without exchanging */
 };
 
 /* Channels_last (N, H, W, C) is M = N*H*W rows of C: the per-channel sums run over row blocks in
@@ -159,10 +161,11 @@ static void local_sums(struct batchnorm *p, const float *x, const float *dy, int
     }
 }
 
-/* Training forward over all ranks: s(2C + 1) = this rank's (sum x(C), sum x^2(C), M) summed over the ranks;
+/* Training forward over all ranks (with reuse, a recompute of the last one: s as that one left it, no
+ * exchange): s(2C + 1) = this rank's (sum x(C), sum x^2(C), M) summed over the ranks;
  * with N = s(2C): mean = s(0, c)/N, var = s(1, c)/N - mean^2 (biased), running statistics toward mean and
  * var*N/(N-1); y(like x) = (x - mean)*invstd*gamma + beta; the global mean and invstd kept for backward. */
-static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct glia_fwd *a)
+static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct glia_fwd *a, bool reuse)
 {
     struct batchnorm *p = l->priv;
     glia_status st = nhwc_scratch(l, p);
@@ -173,9 +176,11 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
     double *s = p->sums;
-    local_sums(p, x, NULL, N, HW, nhwc, s);
-    s[2 * C] = (double)(N * HW);
-    if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C + 1), "statistics"))) return st;
+    if (!reuse) {
+        local_sums(p, x, NULL, N, HW, nhwc, s);
+        s[2 * C] = (double)(N * HW);
+        if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C + 1), "statistics"))) return st;
+    }
     double M = s[2 * C];
     if (M < 2) {
         char buf[64];
@@ -221,6 +226,7 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
     }
     p->kept = glia_tensor_numel(a->in[0]);
     p->count = M;
+    p->fresh = true;
     return GLIA_OK;
 }
 
@@ -321,9 +327,11 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     int64_t N, C, HW;
     dims(&a->in[0]->shape, &N, &C, &HW);
     int64_t M = N * HW;
+    bool reuse = a->recompute && p->fresh && p->kept == glia_tensor_numel(a->in[0]);
     p->kept = 0;
     p->count = 0;
-    if (glia__batchnorm_syncs(l, &p->d, a->train)) return batchnorm_forward_sync(l, a);
+    p->fresh = false;
+    if (glia__batchnorm_syncs(l, &p->d, a->train)) return batchnorm_forward_sync(l, a, reuse);
     bool use_running = !a->train && p->d.rm >= 0;
     if (a->train && M < 2) {
         char buf[64];
@@ -395,6 +403,7 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     dims(&a->in[0]->shape, &N, &C, &HW);
     if (p->kept == 0 || p->kept != glia_tensor_numel(a->in[0]))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
+    p->fresh = false;  /* a synced backward sums into p->sums */
     glia_status st = nhwc_scratch(l, p);
     if (st) return st;
     bool nhwc = is_nhwc(a->in[0]), synced = p->count > 0;
