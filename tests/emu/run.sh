@@ -8,7 +8,8 @@
 # performance problems. Several NCCL ranks cannot run here.
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
-#                                            GPU program, test_cuda_dist without its watchdog test)
+#                                            GPU program, test_cuda_dist without its watchdog test,
+#                                            and the GPU tests of test_syncbn and test_model)
 # $GLIA_TESTS, when set, chooses the tests inside each program (see tests/testutil.h).
 # Output and the emulated plugin folder go to ${GLIA_EMU_DIR:-/tmp/glia-emu}.
 set -euo pipefail
@@ -19,7 +20,7 @@ asan=""
 if [ "${1:-}" = "--asan" ]; then asan="-fsanitize=address -fno-omit-frame-pointer"; shift; fi
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(test_cuda test_cuda_conv test_cuda_dense test_cuda_norm_pool test_cuda_pointwise
-                                 test_cuda_optim test_cuda_seq test_cuda_dist test_layer_run)
+                                 test_cuda_optim test_cuda_seq test_cuda_dist test_layer_run test_syncbn test_model)
 [ -e backends/cuda/.libs/cuda.so ] || { echo "run.sh: no backends/cuda/.libs/cuda.so: configure with CUDA and build first" >&2; exit 2; }
 
 q() { make -s -f Makefile -f - q <<<"q: ; @echo \$($1)"; }
@@ -77,6 +78,9 @@ for t in "${tests[@]}"; do
     sel=${GLIA_TESTS:-}
     # the watchdog test stands in for a stalled peer with 70 TFLOP of GEMMs, far too many for the CPU
     [ "$t" != test_cuda_dist ] || [ -n "$sel" ] || sel=-test_nccl_watchdog
+    # of the CPU programs, only their tests that take the GPU (the rest run in make check)
+    [ "$t" != test_syncbn ] || [ -n "$sel" ] || sel=test_cuda_replicas
+    [ "$t" != test_model ] || [ -n "$sel" ] || sel=test_device_cuda_or_fallback
     if GLIA_TESTS=$sel "tests/$t" >"$out/$t.log" 2>&1; then pass=$((pass + 1)); r=PASS; else r="FAIL ($?)"; fail=$((fail + 1)); fi
     echo "$r: $t   ($(grep -E '^ +asserts' "$out/$t.log" | tr -s ' ' || true))"
 done
