@@ -238,7 +238,7 @@ static void test_self_transport(void)
  * reduces onto the backend and ends with the weights of training without DDP. */
 static void test_device_only_transport(void)
 {
-    const char *fx = getenv("GLIA_FIXTURES");
+    const char *fx = glia_test_fixtures();
     char dir[600], img[700], lab[700], text[4096];
     snprintf(dir, sizeof dir, "%s", glia_test_tmp("ddp-devonly"));
     snprintf(img, sizeof img, "mkdir -p '%s'", dir);
@@ -258,7 +258,7 @@ static void test_device_only_transport(void)
                  "[distributed]\nmode = %s\ntransport = devonly\nbucket_mb = 0.0001\n"
                  "[train]\nepochs = 2\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 3\n"
                  "[loss]\ntype = softmax_cross_entropy\n",
-                 fx ? fx : "tests/fixtures/.libs", img, lab, img, lab, k ? "ddp" : "none");
+                 fx, img, lab, img, lab, k ? "ddp" : "none");
         struct run r;
         open_run(&r, text);
         glia_status st = glia_model_train(r.m, &quiet, NULL, 0);

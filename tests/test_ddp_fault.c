@@ -20,7 +20,7 @@ static void make_files(const char *how)
     snprintf(a, sizeof a, "%s/tri", dir);
     snprintf(b, sizeof b, "%s/trl", dir);
     CU_ASSERT_FATAL(glia_test_write_idx(a, b, 512, 6, 6, 5, 11) == 0);
-    const char *fx = getenv("GLIA_FIXTURES");
+    const char *fx = glia_test_fixtures();
     snprintf(a, sizeof a, "%s/%s.ini", dir, how);
     FILE *f = fopen(a, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
@@ -31,7 +31,7 @@ static void make_files(const char *how)
             "[train]\nepochs = 1\nlr = 0.05\n"
             "[flat]\ntype = flatten\n[fault]\ntype = fault\nrank = 1\nstep = 4\nhow = %s\n"
             "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
-            fx ? fx : ".", how);
+            fx, how);
     CU_ASSERT_FATAL(fclose(f) == 0);
 }
 

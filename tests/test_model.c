@@ -202,10 +202,10 @@ static void test_cli_errors(void)
     CU_ASSERT_EQUAL(lines(err), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot open"));
     /* a plugin built for another ABI: one line naming file, symbol and both versions */
-    const char *fx = getenv("GLIA_FIXTURES");
+    const char *fx = glia_test_fixtures();
     char text[2048], want[128];
     snprintf(text, sizeof text, DATA "[plugins]\nload = %s/wrong_abi.so\n[f]\ntype = flatten\n" LOSS,
-             fx ? fx : "tests/fixtures/.libs");
+             fx);
     const char *abi = glia_test_tmp("abi.ini");
     CU_ASSERT_FATAL(glia_test_write(abi, expand(text)) == 0);
     snprintf(args, sizeof args, "train %s", abi);

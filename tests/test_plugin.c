@@ -10,20 +10,13 @@
 #include "internal.h"
 #include "testutil.h"
 
-/* The folder holding the built fixture .so files. */
-static const char *fixtures_dir(void)
-{
-    const char *d = getenv("GLIA_FIXTURES");
-    return d && *d ? d : "tests/fixtures/.libs";
-}
-
-/* "$GLIA_FIXTURES/<name>.so" in a static buffer ring. */
+/* glia_test_fixtures()/<name>.so in a static buffer ring. */
 static const char *fixture(const char *name)
 {
     static char bufs[8][1024];
     static int k;
     char *b = bufs[k++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s.so", fixtures_dir(), name);
+    snprintf(b, sizeof bufs[0], "%s/%s.so", glia_test_fixtures(), name);
     return b;
 }
 
@@ -69,7 +62,7 @@ static void test_good_by_path(void)
     CU_ASSERT(load(ctx, fixture("good"), GLIA_OK) == GLIA_OK);
     /* Already loaded: a no-op, by path and by name. */
     CU_ASSERT(load(ctx, fixture("good"), GLIA_OK) == GLIA_OK);
-    CU_ASSERT(glia_plugin_add_path(ctx, fixtures_dir()) == GLIA_OK);
+    CU_ASSERT(glia_plugin_add_path(ctx, glia_test_fixtures()) == GLIA_OK);
     CU_ASSERT(load(ctx, "good", GLIA_OK) == GLIA_OK);
     glia_context_free(ctx);
 }
@@ -77,7 +70,7 @@ static void test_good_by_path(void)
 static void test_good_by_name(void)
 {
     struct glia_context *ctx = new_ctx();
-    CU_ASSERT(glia_plugin_add_path(ctx, fixtures_dir()) == GLIA_OK);
+    CU_ASSERT(glia_plugin_add_path(ctx, glia_test_fixtures()) == GLIA_OK);
     CU_ASSERT(load(ctx, "good", GLIA_OK) == GLIA_OK);
     CU_ASSERT(load(ctx, "good", GLIA_OK) == GLIA_OK);
     CU_ASSERT(load(ctx, fixture("good"), GLIA_OK) == GLIA_OK);
@@ -87,12 +80,12 @@ static void test_good_by_name(void)
 static void test_not_found(void)
 {
     struct glia_context *ctx = new_ctx();
-    CU_ASSERT(glia_plugin_add_path(ctx, fixtures_dir()) == GLIA_OK);
+    CU_ASSERT(glia_plugin_add_path(ctx, glia_test_fixtures()) == GLIA_OK);
     CU_ASSERT(load(ctx, "no_such_plugin_here", GLIA_ENOTFOUND) == GLIA_ENOTFOUND);
     ASSERT_MSG_HAS(ctx, "no_such_plugin_here");
     /* The message names the searched folders: the added one, $GLIA_PLUGIN_PATH's, and the
      * installed plugin folder. */
-    ASSERT_MSG_HAS(ctx, fixtures_dir());
+    ASSERT_MSG_HAS(ctx, glia_test_fixtures());
     const char *env = getenv("GLIA_PLUGIN_PATH");
     if (env && *env) {
         char *copy = strdup(env), *save = NULL;
@@ -212,7 +205,7 @@ static void test_load_all(void)
     FILE *log = tmpfile();
     CU_ASSERT_FATAL(log != NULL);
     glia_log_set(ctx, log, GLIA_LOG_WARN);
-    CU_ASSERT(glia_plugin_add_path(ctx, fixtures_dir()) == GLIA_OK);
+    CU_ASSERT(glia_plugin_add_path(ctx, glia_test_fixtures()) == GLIA_OK);
     glia_status st = glia_plugin_load_all(ctx);
     if (st != GLIA_OK)
         fprintf(stderr, "\n  glia_plugin_load_all = %s: %s\n", glia_status_name(st),
