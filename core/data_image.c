@@ -300,12 +300,21 @@ glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
 
 /* ---- CIFAR ------------------------------------------------------------------------------ */
 
-/* Checks the labels of records [0, n) of rec bytes each in buf (file record `first` onwards) and
- * appends their images and labels to d. */
+/* A record's label bytes, in order: CIFAR-10's one, CIFAR-100's coarse then fine. */
+struct cifar_label {
+    int classes;
+    const char *name;  /* in messages */
+};
+static const struct cifar_label cifar10_labels[1] = {{10, ""}}, cifar100_labels[2] = {{20, "coarse "}, {100, "fine "}};
+
+/* Checks the labels of the n records of rec bytes each in buf and appends their images and the
+ * labels at byte `keep` of each to d. */
 static glia_status cifar_append(struct glia_context *ctx, const char *path, const uint8_t *buf, int64_t n,
-                                int rec, bool coarse, int64_t first, struct glia__dataset *d)
+                                int rec, int keep, struct glia__dataset *d)
 {
     if (n == 0) return GLIA_OK;
+    int n_labels = rec - CIFAR_PIXELS;
+    const struct cifar_label *lab = n_labels == 1 ? cifar10_labels : cifar100_labels;
     uint8_t *im = realloc(d->images, (size_t)(d->n + n) * CIFAR_PIXELS);
     if (im) d->images = im;
     int32_t *lb = im ? realloc(d->labels, (size_t)(d->n + n) * sizeof *lb) : NULL;
@@ -313,15 +322,12 @@ static glia_status cifar_append(struct glia_context *ctx, const char *path, cons
     if (!im || !lb) return glia_error(ctx, GLIA_ENOMEM, "%s: cannot allocate %lld CIFAR images", path, (long long)(d->n + n));
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *r = buf + i * rec;
-        for (int k = 0; k < rec - CIFAR_PIXELS; k++) {  /* CIFAR-100: coarse (< 20) then fine (< 100) */
-            int limit = rec == CIFAR_PIXELS + 1 ? 10 : k == 0 ? 20 : 100;
-            if (r[k] >= limit)
+        for (int k = 0; k < n_labels; k++)
+            if (r[k] >= lab[k].classes)
                 return glia_error(ctx, GLIA_EFORMAT, "%s: record %lld has %slabel %u, out of range 0..%d", path,
-                                  (long long)(first + i), rec == CIFAR_PIXELS + 1 ? "" : k == 0 ? "coarse " : "fine ",
-                                  r[k], limit - 1);
-        }
-        d->labels[d->n + i] = r[rec == CIFAR_PIXELS + 1 || coarse ? 0 : 1];
-        memcpy(d->images + (d->n + i) * CIFAR_PIXELS, r + rec - CIFAR_PIXELS, CIFAR_PIXELS);
+                                  (long long)i, lab[k].name, r[k], lab[k].classes - 1);
+        d->labels[d->n + i] = r[keep];
+        memcpy(d->images + (d->n + i) * CIFAR_PIXELS, r + n_labels, CIFAR_PIXELS);
     }
     d->n += n;
     return GLIA_OK;
@@ -348,7 +354,7 @@ static glia_status cifar_file(struct glia_context *ctx, const char *path, bool c
                         "(the last has %lld bytes)%s", path, (long long)total, rec, cifar100 ? 100 : 10,
                         (long long)(total % rec), total % other ? "" : cifar100 ? "; it looks like CIFAR-10: format = cifar10"
                         : "; it looks like CIFAR-100: format = cifar100");
-    if (!st) st = cifar_append(ctx, path, buf, got / rec, rec, coarse, 0, d);
+    if (!st) st = cifar_append(ctx, path, buf, got / rec, rec, cifar100 && !coarse ? 1 : 0, d);
     free(buf);
     idx_close(&f);
     return st;

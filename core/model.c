@@ -438,6 +438,7 @@ static glia_status norm_values(struct glia_section *s, const char *key, int chan
     int n = glia__section_entry(s, key) ? glia_section_list(s, key, &items) : 0;
     if (n < 0) return GLIA_ENOMEM;
     if (n == 0) return memcpy(v, def, sizeof(float) * (size_t)channels), GLIA_OK;
+    bool is_std = !strcmp(key, "std");
     if (n != 1 && n != channels) {
         if (channels == 1)
             return glia_section_error(s, key, GLIA_ECONFIG, "expected 1 value (the images have one channel), got %d", n);
@@ -446,14 +447,14 @@ static glia_status norm_values(struct glia_section *s, const char *key, int chan
     for (int c = 0; c < n; c++) {
         char *end;
         double x = strtod(items[c], &end);
-        bool is_std = !strcmp(key, "std");
         if (end == items[c] || *end || !isfinite(x))
             return glia_section_error(s, key, GLIA_ECONFIG, "'%s' is not a number", items[c]);
         if (is_std ? !(x >= 1e-12 && x <= 1e12) : fabs(x) > 1e12)
             return glia_section_error(s, key, GLIA_ECONFIG, "%s is out of range [%g, %g]", items[c], is_std ? 1e-12 : -1e12,
                                       1e12);
-        for (int k = n == 1 ? 0 : c; k < (n == 1 ? channels : c + 1); k++) v[k] = (float)x;
+        v[c] = (float)x;
     }
+    for (int c = n; c < channels; c++) v[c] = v[0];  /* one value: every channel's */
     return GLIA_OK;
 }
 
@@ -496,8 +497,8 @@ static glia_status file_list(struct glia_section *s, const char *key, struct pat
     int n = glia_section_list(s, key, &items);
     if (n < 0) return GLIA_ENOMEM;
     for (int k = 0; k < n; k++) {
-        char *path = *items[k] ? glia__config_path(s, key, items[k]) : NULL;
         if (!*items[k]) return glia_section_error(s, key, GLIA_ECONFIG, "list item %d is empty", k + 1);
+        char *path = glia__config_path(s, key, items[k]);
         if (!path) return GLIA_ENOMEM;
         if (!strpbrk(items[k], "*?[")) {
             if (!paths_add(out, path)) return GLIA_ENOMEM;

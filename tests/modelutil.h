@@ -32,6 +32,22 @@ static inline void close_run(struct run *r)
     glia_context_free(r->ctx);
 }
 
+/* The model of `text` (named t.ini in messages) must not build, with an error holding `want`. */
+static inline void expect_build_error(const char *text, const char *want)
+{
+    struct glia_context *c;
+    struct glia_config *cfg;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(c, "t.ini", text, &cfg) == GLIA_OK);
+    CU_ASSERT_NOT_EQUAL(glia_model_build(c, cfg, &m), GLIA_OK);
+    const char *e = glia_context_error(c);
+    if (!strstr(e, want)) printf("\n  got '%s', want '%s'\n", e, want);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, want));
+    glia_config_free(cfg);
+    glia_context_free(c);
+}
+
 /* All weights of the model (*n of them), malloc'ed. */
 static inline float *weights(struct run *r, long long *n)
 {

@@ -4,8 +4,7 @@
 #include <string.h>
 #include <zlib.h>
 #include "loader.h"
-#include "testutil.h"
-#include <glia/glia.h>
+#include "modelutil.h"
 
 static struct glia_context *ctx;
 
@@ -314,17 +313,7 @@ static void test_config_keys(void)
         snprintf(data, sizeof data, cases[i].data, tok, tok);
         snprintf(text, sizeof text, "\n[data]\n%s[fc]\ntype = linear\noutputs = 2\n[loss]\ntype = softmax_cross_entropy\n",
                  data);
-        struct glia_context *c;
-        struct glia_config *cfg;
-        struct glia_model *m = NULL;
-        CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_config_parse_string(c, "t.ini", text, &cfg) == GLIA_OK);
-        CU_ASSERT_NOT_EQUAL(glia_model_build(c, cfg, &m), GLIA_OK);
-        const char *e = glia_context_error(c);
-        if (!strstr(e, cases[i].want)) printf("\n  case %zu: got '%s', want '%s'\n", i, e, cases[i].want);
-        CU_ASSERT_PTR_NOT_NULL(strstr(e, cases[i].want));
-        glia_config_free(cfg);
-        glia_context_free(c);
+        expect_build_error(text, cases[i].want);
     }
 }
 

@@ -11,19 +11,6 @@
 
 static struct glia_context *ctx;
 
-static void seed(const char *name, int flags, const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
-{
-    uint8_t *s = malloc(3 + na + nb);
-    if (!s) fuzz_die("out of memory", NULL);
-    s[0] = (uint8_t)flags;
-    s[1] = (uint8_t)(na >> 8);
-    s[2] = (uint8_t)na;
-    memcpy(s + 3, a, na);
-    memcpy(s + 3 + na, b, nb);
-    fuzz_seed(name, s, 3 + na + nb);
-    free(s);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
@@ -32,28 +19,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     static uint8_t a[2 * R100], b[R100];
     for (size_t i = 0; i < sizeof a; i++) a[i] = (uint8_t)(i * 31 + i / 7);
     a[0] = 3, a[R10] = 9, b[0] = 0;              /* CIFAR-10 labels */
-    seed("cifar10", 0, a, 2 * R10, b, R10);
-    seed("cifar10-limit", 2 << 3, a, 2 * R10, b, R10);
+    fuzz_seed_two_files("cifar10", 0, a, 2 * R10, b, R10);
+    fuzz_seed_two_files("cifar10-limit", 2 << 3, a, 2 * R10, b, R10);
     a[0] = 4, a[1] = 77, a[R100] = 19, a[R100 + 1] = 99, b[0] = 1, b[1] = 5;  /* coarse, fine */
-    seed("cifar100", 2, a, 2 * R100, b, R100);
-    seed("cifar100-coarse", 6, a, 2 * R100, b, R100);
+    fuzz_seed_two_files("cifar100", 2, a, 2 * R100, b, R100);
+    fuzz_seed_two_files("cifar100-coarse", 6, a, 2 * R100, b, R100);
     size_t gz;
     uint8_t *z = fuzz_slurp(fuzz_write(fuzz_path("seed.gz"), a, 2 * R100, 1), &gz);
     if (!z) fuzz_die("cannot read back the gzip seed", NULL);
-    seed("gzip-file", 2, z, gz, b, R100);
+    fuzz_seed_two_files("gzip-file", 2, z, gz, b, R100);
     free(z);
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 3) return 0;
-    int flags = data[0];
-    size_t na = (size_t)data[1] << 8 | data[2];
-    data += 3, size -= 3;
-    if (na > size) na = size;
+    int flags;
+    size_t na, nb;
+    if (!fuzz_two_files(&data, size, &flags, &na, &nb)) return 0;
     const char *paths[2] = {fuzz_write(fuzz_path("a"), data, na, flags & 1), NULL};
-    paths[1] = fuzz_write(fuzz_path("b"), data + na, size - na, 0);
+    paths[1] = fuzz_write(fuzz_path("b"), data + na, nb, 0);
     bool cifar100 = flags & 2, coarse = flags & 4;
     int limit = flags >> 3;
     struct glia__dataset d;

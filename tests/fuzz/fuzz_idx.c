@@ -11,19 +11,6 @@
 
 static struct glia_context *ctx;
 
-static void seed_pair(const char *name, int flags, const uint8_t *im, size_t ni, const uint8_t *lb, size_t nl)
-{
-    uint8_t *b = malloc(3 + ni + nl);
-    if (!b) fuzz_die("out of memory", NULL);
-    b[0] = (uint8_t)flags;
-    b[1] = (uint8_t)(ni >> 8);
-    b[2] = (uint8_t)ni;
-    memcpy(b + 3, im, ni);
-    memcpy(b + 3 + ni, lb, nl);
-    fuzz_seed(name, b, 3 + ni + nl);
-    free(b);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
@@ -31,15 +18,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     uint8_t im[16 + 6 * 5 * 4], lb[8 + 6];
     size_t ni, nl;
     fuzz_idx_bytes(6, 5, 4, 3, im, &ni, lb, &nl);
-    seed_pair("raw", 0, im, ni, lb, nl);
-    seed_pair("gzip-by-harness", 3, im, ni, lb, nl);
-    seed_pair("limit-2", 2 << 2, im, ni, lb, nl);
+    fuzz_seed_two_files("raw", 0, im, ni, lb, nl);
+    fuzz_seed_two_files("gzip-by-harness", 3, im, ni, lb, nl);
+    fuzz_seed_two_files("limit-2", 2 << 2, im, ni, lb, nl);
     /* gzip files given as they are: the fuzzer then also mutates the compressed bytes */
     size_t gi, gl;
     uint8_t *zi = fuzz_slurp(fuzz_write(fuzz_path("seed-i.gz"), im, ni, 1), &gi);
     uint8_t *zl = fuzz_slurp(fuzz_write(fuzz_path("seed-l.gz"), lb, nl, 1), &gl);
     if (!zi || !zl) fuzz_die("cannot read back the gzip seeds", NULL);
-    seed_pair("gzip-files", 0, zi, gi, zl, gl);
+    fuzz_seed_two_files("gzip-files", 0, zi, gi, zl, gl);
     free(zi);
     free(zl);
     return 0;
@@ -47,13 +34,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 3) return 0;
-    int flags = data[0];
-    size_t ni = (size_t)data[1] << 8 | data[2];
-    data += 3, size -= 3;
-    if (ni > size) ni = size;
+    int flags;
+    size_t ni, nl;
+    if (!fuzz_two_files(&data, size, &flags, &ni, &nl)) return 0;
     const char *im = fuzz_write(fuzz_path("images"), data, ni, flags & 1);
-    const char *lb = fuzz_write(fuzz_path("labels"), data + ni, size - ni, flags & 2);
+    const char *lb = fuzz_write(fuzz_path("labels"), data + ni, nl, flags & 2);
     struct glia__dataset d;
     glia_context_clear_error(ctx);
     glia_status st = glia__idx_load(ctx, im, lb, flags >> 2, &d);

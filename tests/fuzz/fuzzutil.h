@@ -5,6 +5,7 @@
 #define GLIA_FUZZUTIL_H
 
 #include <ftw.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,6 +127,35 @@ static inline void fuzz_seed(const char *name, const void *data, size_t n)
     char p[1024];
     snprintf(p, sizeof p, "%s/%s", d, name);
     fuzz_write(p, data, n, 0);
+}
+
+/* The input of the two-file harnesses (fuzz_idx, fuzz_cifar): a flag byte, two bytes (big-endian)
+ * giving the first file's length, the first file, and the second (the rest). */
+static inline void fuzz_seed_two_files(const char *name, int flags, const uint8_t *a, size_t na, const uint8_t *b,
+                                       size_t nb)
+{
+    uint8_t *s = malloc(3 + na + nb);
+    if (!s) fuzz_die("out of memory", NULL);
+    s[0] = (uint8_t)flags;
+    s[1] = (uint8_t)(na >> 8);
+    s[2] = (uint8_t)na;
+    memcpy(s + 3, a, na);
+    memcpy(s + 3 + na, b, nb);
+    fuzz_seed(name, s, 3 + na + nb);
+    free(s);
+}
+
+/* Splits such an input: its flags, and the first file's bytes data[0..*na), the second's after them
+ * (*nb bytes). False when the input is too short to hold the header. */
+static inline bool fuzz_two_files(const uint8_t **data, size_t size, int *flags, size_t *na, size_t *nb)
+{
+    if (size < 3) return false;
+    *flags = (*data)[0];
+    *na = (size_t)(*data)[1] << 8 | (*data)[2];
+    *data += 3, size -= 3;
+    if (*na > size) *na = size;
+    *nb = size - *na;
+    return true;
 }
 
 /* A whole file into a malloc'ed buffer (*n bytes); NULL when it cannot be read. */
