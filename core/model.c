@@ -922,7 +922,7 @@ static char *fuse_close(FILE *f, char **text)
  * keeps it. */
 static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
 {
-    static const char *const fusible[] = {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "add", "pointwise"};
+    static const char *const fusible[] = {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "add", "dropout", "pointwise"};
     const struct glia__node *nd = &m->nodes[i];
     const char *type = nd->layer.ops->type;
     int t = 0, x = nd->in[0];
@@ -948,6 +948,12 @@ static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
         fprintf(f, "0.5 * {%d} * (1 + erf({%d} * 0.70710678118654752))", x, x);
     } else if (f && t == 5) {
         for (int k = 0; k < nd->n_in; k++) fprintf(f, "%s{%d}", k ? " + " : "", nd->in[k]);
+    } else if (f && t == 6) {  /* the layer's mask: see pass_fuse_pointwise; p reads back exactly */
+        double p = glia_section_float(nd->sec, "p");
+        char num[32];
+        snprintf(num, sizeof num, "%.15g", p);
+        if (strtod(num, NULL) != p) snprintf(num, sizeof num, "%.17g", p);
+        fprintf(f, "dropout({%d}, %s)", x, num);
     } else if (f) {  /* pointwise: its variables x y z w become its producers */
         for (const char *e = glia_section_str(nd->sec, "expr"); *e;) {
             size_t w = 0;
@@ -1120,7 +1126,9 @@ static int fuse_pointwise_mode(const struct glia_model *m, const struct glia_sec
 }
 
 /* Phase 3, after the graph is checked as written: chains of fusible layers, each feeding only
- * the next, become one pointwise layer named like the chain's last; the others move up. */
+ * the next, become one pointwise layer named like the chain's last; the others move up. A
+ * dropout (or a pointwise layer with dropout()) only ends a chain: the fused layer then has its
+ * name, so it draws the mask that layer draws unfused (the step's seed hashed with the name). */
 static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
 {
     int n = m->n_nodes, into[GLIA__MAX_NODES], map[GLIA__MAX_NODES];
@@ -1132,7 +1140,7 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
         if (!(text[j] = fuse_text(m, j, &st))) continue;
         for (int k = 0; k < m->nodes[j].n_in && !st; k++) {
             int i = m->nodes[j].in[k];
-            if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j) continue;
+            if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j || strstr(text[i], "dropout(")) continue;
             char *t = fuse_subst(text[j], i, text[i]);
             if (!t) st = GLIA_ENOMEM;
             else if (!fuse_fits(t)) free(t);

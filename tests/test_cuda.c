@@ -156,7 +156,8 @@ static void make_data(void)
     CU_ASSERT_FATAL(glia_test_idx_set(dir, sizeof dir, "cuda-data", 640, 200, 12, 5, 11) == 0);
 }
 
-/* A small residual CNN with every layer family: conv, BN, pooling, dropout, concat, add, linear. */
+/* A small residual CNN with every layer family: conv, BN, pooling, dropout, concat, add, linear. On a
+ * GPU fuse_pointwise = auto fuses add + g and rd + d (a dropout under its own name). */
 static const char *cnn_text(const char *device, const char *runtime_extra, const char *optimizer)
 {
     static char buf[4096];
@@ -168,7 +169,7 @@ static const char *cnn_text(const char *device, const char *runtime_extra, const
              "[c1]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\n[b1]\ntype = batchnorm\n[r1]\ntype = relu\n"
              "[c2]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\n[add]\ntype = add\ninputs = c2, r1\n"
              "[g]\ntype = gelu\n[p]\ntype = maxpool2d\nsize = 2\n[a]\ntype = avgpool2d\nsize = 2\ninputs = g\n"
-             "[cat]\ntype = concat\ninputs = p, a\n[d]\ntype = dropout\np = 0.2\n[f]\ntype = flatten\n"
+             "[cat]\ntype = concat\ninputs = p, a\n[rd]\ntype = relu\n[d]\ntype = dropout\np = 0.2\n[f]\ntype = flatten\n"
              "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
              device, runtime_extra, dir, dir, dir, dir, optimizer);
     return buf;
@@ -184,8 +185,9 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
 
 /* The same model, data and seed on the CPU and the GPU (fp32, both formats) end with the same
  * weights within float tolerance, for every optimizer. On the GPU add and g run as one fused
- * pointwise layer ([graph] fuse_pointwise = auto); the channels_last runs also recompute two of
- * their segments in backward ([graph] checkpoint_segments = 3). */
+ * pointwise layer ([graph] fuse_pointwise = auto), and rd and d as another that drops what the
+ * CPU's dropout layer drops; the channels_last runs also recompute two of their segments in
+ * backward ([graph] checkpoint_segments = 3). */
 static void test_training_matches_cpu(void)
 {
     make_data();
@@ -201,8 +203,10 @@ static void test_training_matches_cpu(void)
             snprintf(extra, sizeof extra, "precision = fp32\n%s%s", fmts[f], f ? "\n[graph]\ncheckpoint_segments = 3" : "");
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
             CU_ASSERT(f ? b.m->ckpt_segments > 1 : b.m->ckpt_segments == 1);
-            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 1);  /* fuse_pointwise = auto: add and g as one layer */
+            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 2);  /* fuse_pointwise = auto: add + g, rd + d */
             CU_ASSERT_STRING_EQUAL(b.m->nodes[4].layer.ops->type, "pointwise");  /* c1 b1 r1 c2 g */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[8].layer.ops->type, "pointwise");  /* p a cat d */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[8].layer.name, "d");
             long long na, nb;
             float *wa = weights(&a, &na), *wb = weights(&b, &nb);
             CU_ASSERT_EQUAL_FATAL(na, nb);

@@ -265,6 +265,8 @@ static const struct pw_expr pw_exprs[] = {
     {"x * y + y * z + z * x", 3},
     {"min(x, y) * max(z, w) - sign(x) * w / (abs(y) + 1)", 4},
     {"x * sigmoid(y) + tanh(z) * w - pi", 4},
+    {"dropout(x * sigmoid(x), 0.3)", 1},  /* the CPU impl's mask in either format */
+    {"dropout(x + y, 0.5) * z", 3},
 };
 #define N_PW ((int)(sizeof pw_exprs / sizeof pw_exprs[0]))
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "layerutil.h"
 #include "expr.h"
+#include "../dropout/dropout_desc.h"
 
 static struct glia_context *ctx;
 
@@ -571,7 +572,7 @@ static void test_eval_against_libm(void)
         if (!e) continue;
         CU_ASSERT_EQUAL(expr_eval(e, vars, N, out), 0);
         for (int i = 0; i < N; i++) acc[i] = 1.0f;
-        CU_ASSERT_EQUAL(expr_eval_ex(e, vars, N, sc, true, acc), 0);
+        CU_ASSERT_EQUAL(expr_eval_ex(e, vars, N, sc, true, NULL, acc), 0);
         int bad = 0;
         for (int i = 0; i < N; i++) {
             double v[4] = {in[0][i], in[1][i], in[2][i], in[3][i]};
@@ -845,6 +846,130 @@ static void test_layer_forward_and_flops(void)
     glia_context_free(ctx);
 }
 
+/* ---- dropout() ---- */
+
+/* Parsing, printing, folding, derivative and the one-mask rule of dropout(a, p); the interpreter's
+ * mask in training, eval and channels_last order. */
+static void test_dropout_expr(void)
+{
+    check_print("dropout(x * 2, 0.25)", "dropout(2 * x, 0.25)");
+    check_print("dropout(x, 0)", "x");                         /* nothing dropped */
+    check_print("dropout(0 * y, 0.5) + x", "x");               /* 0 stays 0 */
+    check_print("dropout(x, 0.5) + dropout(x, 0.5)", "2 * dropout(x, 0.5)");  /* one node */
+    check_print("x * dropout(1, 1/4)", "dropout(1, 0.25) * x");  /* not folded to a constant */
+    check_error("dropout(x, y)", 2, "expr: dropout()'s probability must be a number in [0, 1) at column 1");
+    check_error("x + dropout(x, 1)", 1, "expr: dropout()'s probability must be a number in [0, 1) at column 5");
+    check_error("dropout(x, -0.5)", 1, "expr: dropout()'s probability must be a number in [0, 1) at column 1");
+    check_error("dropout(x, 0.99999999999)", 1, "expr: dropout()'s probability must be a number in [0, 1) at column 1");
+    check_error("dropout(x)", 1, "expr: dropout() takes 2 arguments, got 1 at column 1");
+    check_error("dropout(x, 0.5) + dropout(y, 0.5)", 2,
+                "expr: dropout() of different inputs or probabilities: one expression draws one mask");
+    check_error("dropout(dropout(x, 0.5), 0.5)", 1,
+                "expr: dropout() of different inputs or probabilities: one expression draws one mask");
+    check_error("dropout(x, 0.5) * dropout(x, 0.25)", 1,
+                "expr: dropout() of different inputs or probabilities: one expression draws one mask");
+    struct expr *e = parse_ok("dropout(x * x + y, 0.5)", 2), *dx = e ? expr_diff(e, 0) : NULL, *dy = e ? expr_diff(e, 1) : NULL;
+    CU_ASSERT_FATAL(dx && dy);
+    CU_ASSERT_STRING_EQUAL(printed(dx), "dropout(2 * x, 0.5)");  /* linear: the same mask */
+    CU_ASSERT_STRING_EQUAL(printed(dy), "dropout(1, 0.5)");
+    double v[4] = {3, 4, 0, 0};
+    CU_ASSERT_EQUAL(expr_eval1(e, v), 13.0);  /* the double interpreter: eval */
+    char ssa[256];
+    CU_ASSERT(expr_print_ssa(dy, ssa, sizeof ssa) > 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ssa, "= dropout %0 p=0.5"));
+
+    /* the interpreter: the dropout layer's loop, element by element */
+    enum { N = 2, C = 3, H = 4, W = 5, NE = N * C * H * W };
+    static float x[NE], y[NE], out[NE], g[NE];
+    for (int i = 0; i < NE; i++) x[i] = (float)uni(-2, 2), y[i] = (float)uni(-2, 2), g[i] = (float)uni(-1, 1);
+    const float *vars[2] = {x, y};
+    const float p = 0.5f, scale = 1.0f / (1.0f - p);
+    uint64_t seed = 0x5eed;
+    for (int fmt = 0; fmt < 2; fmt++) {  /* contiguous; channels_last: the counter is the NCHW index */
+        struct expr_site site = {.seed = seed, .train = true, .C = fmt ? C : 0, .HW = fmt ? H * W : 0};
+        CU_ASSERT_EQUAL(expr_eval_ex(e, vars, NE, NULL, false, &site, out), 0);
+        int bad = 0, dropped = 0;
+        for (int i = 0; i < NE; i++) {
+            int64_t j = fmt ? glia__dropout_nchw_index(i, C, H * W) : i;
+            float a = x[i] * x[i] + y[i], want = glia__dropout_uniform(seed, j) >= p ? a * scale : 0.0f;
+            bad += memcmp(&out[i], &want, sizeof want) != 0;
+            dropped += want == 0.0f;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT(dropped > NE / 4 && dropped < 3 * NE / 4);
+        /* backward: dy * dropout(1) = the same mask on the gradient, accumulated */
+        for (int i = 0; i < NE; i++) out[i] = 1.0f;
+        CU_ASSERT_EQUAL(expr_eval_ex(dy, vars, NE, g, true, &site, out), 0);
+        bad = 0;
+        for (int i = 0; i < NE; i++) {
+            int64_t j = fmt ? glia__dropout_nchw_index(i, C, H * W) : i;
+            float want = 1.0f + g[i] * (glia__dropout_uniform(seed, j) >= p ? scale : 0.0f);
+            bad += memcmp(&out[i], &want, sizeof want) != 0;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+    /* eval (and no site): the identity */
+    struct expr_site eval = {.seed = seed, .train = false};
+    CU_ASSERT_EQUAL(expr_eval_ex(e, vars, NE, NULL, false, &eval, out), 0);
+    int bad = 0;
+    for (int i = 0; i < NE; i++) bad += out[i] != x[i] * x[i] + y[i];
+    CU_ASSERT_EQUAL(expr_eval(e, vars, NE, g), 0);
+    for (int i = 0; i < NE; i++) bad += g[i] != out[i];
+    CU_ASSERT_EQUAL(bad, 0);
+    expr_free(e);
+    expr_free(dx);
+    expr_free(dy);
+}
+
+/* A pointwise layer `dropout(x, p)` and a dropout layer given the same step seed drop the same
+ * elements with the same values, forward and backward, in both memory formats; in eval both are
+ * the identity. */
+static void test_layer_dropout_matches_dropout_layer(void)
+{
+    struct glia_shape sh = S(4, 2, 3, 4, 5);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built pw, dr;
+    layer_build(ctx, "[d]\ntype = pointwise\nexpr = dropout(x, 0.3)\n", &sh, 1, &pw);
+    layer_build(ctx, "[d]\ntype = dropout\np = 0.3\n", &sh, 1, &dr);
+    for (int f = 0; f < 2; f++) {
+        enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+        struct glia_tensor *x = tensor_as(pw.b, sh, fmt), *dy = tensor_as(pw.b, sh, fmt);
+        struct glia_tensor *y[2] = {tensor_as(pw.b, sh, fmt), tensor_as(pw.b, sh, fmt)};
+        struct glia_tensor *dx[2] = {tensor_as(pw.b, sh, fmt), tensor_as(pw.b, sh, fmt)};
+        int64_t n = glia_tensor_numel(x);
+        for (int64_t i = 0; i < n; i++) glia_tensor_f32(x)[i] = (float)uni(-3, 3), glia_tensor_f32(dy)[i] = (float)uni(-1, 1);
+        struct built *B[2] = {&pw, &dr};
+        for (int train = 0; train < 2; train++) {
+            for (int k = 0; k < 2; k++) {
+                const struct glia_tensor *in[1] = {x};
+                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false};
+                CU_ASSERT_EQUAL(B[k]->ops->forward(&B[k]->l, &a), GLIA_OK);
+                if (!train) continue;
+                struct glia_tensor *din[1] = {dx[k]};
+                bool acc[1] = {false};
+                struct glia_bwd bw = {in, 1, y[k], dy, din, acc, NULL};
+                CU_ASSERT_EQUAL(B[k]->ops->backward(&B[k]->l, &bw), GLIA_OK);
+            }
+            CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y[0]), glia_tensor_f32(y[1]), sizeof(float) * (size_t)n), 0);
+            if (train) {  /* a dropped gradient is dy * 0 fused, which is -0 where dy < 0: equal, not the same bits */
+                int differ = 0;
+                for (int64_t i = 0; i < n; i++) differ += glia_tensor_f32(dx[0])[i] != glia_tensor_f32(dx[1])[i];
+                CU_ASSERT_EQUAL(differ, 0);
+                int zeros = 0;
+                for (int64_t i = 0; i < n; i++) zeros += glia_tensor_f32(y[0])[i] == 0.0f;
+                CU_ASSERT(zeros > n / 10 && zeros < n / 2);  /* p = 0.3 of 120 */
+            } else {
+                CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y[0]), glia_tensor_f32(x), sizeof(float) * (size_t)n), 0);
+            }
+        }
+        glia_tensor_release(x), glia_tensor_release(dy);
+        for (int k = 0; k < 2; k++) glia_tensor_release(y[k]), glia_tensor_release(dx[k]);
+    }
+    layer_unbuild(&pw);
+    layer_unbuild(&dr);
+    glia_context_free(ctx);
+}
+
 static void check_config_error(const char *ini, const struct glia_shape *in, int n, glia_status want_st, const char *want)
 {
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
@@ -884,4 +1009,5 @@ GLIA_TEST_MAIN("pointwise", GLIA_TEST(test_parse_precedence), GLIA_TEST(test_par
                GLIA_TEST(test_diff_rules),
                GLIA_TEST(test_diff_numeric), GLIA_TEST(test_layer_gradcheck_one_input),
                GLIA_TEST(test_layer_gradcheck_multi_input), GLIA_TEST(test_layer_forward_and_flops),
-               GLIA_TEST(test_layer_config_errors))
+               GLIA_TEST(test_layer_config_errors), GLIA_TEST(test_dropout_expr),
+               GLIA_TEST(test_layer_dropout_matches_dropout_layer))

@@ -22,6 +22,8 @@ static const struct {
     {"select(ge(x, y), z, w) + sigmoid(-y) * sign(x)", 4},
     {"select(gt(x + y, 0), x + y, 0) + gt(0/0, x) + gt(x, 0/0)", 2},
     {"x*tanh(y) - z^2/(1+w*w) + log(1+exp(x))", 4},
+    {"dropout(select(gt(x, 0), x, 0), 0.5)", 1},
+    {"dropout(x * tanh(y), 0.3) + z", 3},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -119,9 +121,14 @@ static const char host_shim[] =
     "static const glia_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
     "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }\n";
 
-typedef void (*fwd_fn)(float *, const float *, const float *, const float *, const float *, long long);
+typedef void (*fwd_fn)(float *, const float *, const float *, const float *, const float *, long long,
+                       unsigned long long, int, long long, long long);
 typedef void (*bwd_fn)(const float *, const float *, const float *, const float *, const float *, float *, float *,
-                       float *, float *, int, long long);
+                       float *, float *, int, long long, unsigned long long, int, long long, long long);
+
+/* Where dropout() draws its mask: training over contiguous and channels_last memory, and eval. */
+static const struct expr_site sites[] = {
+    {.seed = 11, .train = true}, {.seed = 12, .train = true, .C = 5, .HW = 7}, {.seed = 13, .train = false}};
 
 /* Builds src with the shim into a shared object and opens it; NULL (after a message) on failure. */
 static void *host_build(const char *src, int id)
@@ -198,36 +205,40 @@ static void test_host_run_equals_interpreter(void)
         fill(dy, NE, 99 + (uint64_t)i);
         const float *xs[EXPR_MAX_VARS] = {x[0], x[1], x[2], x[3]};
 
-        /* forward */
-        fwd(got[0], x[0], x[1], x[2], x[3], NE);
-        CU_ASSERT(expr_eval(p.f, xs, NE, want[0]) == 0);
-        CU_ASSERT_EQUAL(mismatches("forward", cases[i].text, got[0], want[0], NE), 0);
+        for (int si = 0; si < (int)(sizeof sites / sizeof sites[0]); si++) {
+            const struct expr_site *st = &sites[si], train = {st->seed, true, st->C, st->HW};  /* backward trains */
+            /* forward */
+            fwd(got[0], x[0], x[1], x[2], x[3], NE, st->seed, st->train, st->C, st->HW);
+            CU_ASSERT(expr_eval_ex(p.f, xs, NE, NULL, false, st, want[0]) == 0);
+            CU_ASSERT_EQUAL(mismatches("forward", cases[i].text, got[0], want[0], NE), 0);
 
-        /* backward: every input, written (acc 0) then accumulated onto that (acc all) */
-        int all = (1 << p.n_in) - 1;
-        for (int pass = 0; pass < 2; pass++) {
-            bwd(dy, x[0], x[1], x[2], x[3], got[0], p.n_in > 1 ? got[1] : NULL, p.n_in > 2 ? got[2] : NULL,
-                p.n_in > 3 ? got[3] : NULL, pass ? all : 0, NE);
-            for (int k = 0; k < p.n_in; k++)
-                CU_ASSERT(expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, want[k]) == 0);
-            for (int k = 0; k < p.n_in; k++)
-                CU_ASSERT_EQUAL(mismatches(pass ? "accumulated gradient" : "gradient", cases[i].text, got[k], want[k], NE), 0);
-        }
+            /* backward: every input, written (acc 0) then accumulated onto that (acc all) */
+            int all = (1 << p.n_in) - 1;
+            for (int pass = 0; pass < 2; pass++) {
+                bwd(dy, x[0], x[1], x[2], x[3], got[0], p.n_in > 1 ? got[1] : NULL, p.n_in > 2 ? got[2] : NULL,
+                    p.n_in > 3 ? got[3] : NULL, pass ? all : 0, NE, st->seed, 1, st->C, st->HW);
+                for (int k = 0; k < p.n_in; k++)
+                    CU_ASSERT(expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, &train, want[k]) == 0);
+                for (int k = 0; k < p.n_in; k++)
+                    CU_ASSERT_EQUAL(mismatches(pass ? "accumulated gradient" : "gradient", cases[i].text, got[k], want[k], NE), 0);
+            }
 
-        /* some gradients only, the last one accumulating; with two or more inputs, input 0's and
-         * input 1's gradients in one tensor (an input fed twice): d0 written, then d1 added */
-        if (p.n_in > 1) {
-            for (int j = 0; j < NE; j++) got[0][j] = want[0][j] = 0.25f;
-            bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE);
-            CU_ASSERT(expr_eval_ex(p.df[0], xs, NE, dy, false, want[0]) == 0);
-            CU_ASSERT(expr_eval_ex(p.df[1], xs, NE, dy, true, want[0]) == 0);
-            CU_ASSERT_EQUAL(mismatches("aliased gradient", cases[i].text, got[0], want[0], NE), 0);
+            /* some gradients only, the last one accumulating; with two or more inputs, input 0's and
+             * input 1's gradients in one tensor (an input fed twice): d0 written, then d1 added */
+            if (p.n_in > 1) {
+                for (int j = 0; j < NE; j++) got[0][j] = want[0][j] = 0.25f;
+                bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE, st->seed, 1, st->C, st->HW);
+                CU_ASSERT(expr_eval_ex(p.df[0], xs, NE, dy, false, &train, want[0]) == 0);
+                CU_ASSERT(expr_eval_ex(p.df[1], xs, NE, dy, true, &train, want[0]) == 0);
+                CU_ASSERT_EQUAL(mismatches("aliased gradient", cases[i].text, got[0], want[0], NE), 0);
+            }
+            for (int j = 0; j < NE; j++) got[p.n_in - 1][j] = want[p.n_in - 1][j] = -3.0f;
+            bwd(dy, x[0], x[1], x[2], x[3], p.n_in == 1 ? got[0] : NULL, p.n_in == 2 ? got[1] : NULL,
+                p.n_in == 3 ? got[2] : NULL, p.n_in == 4 ? got[3] : NULL, 1 << (p.n_in - 1), NE, st->seed, 1, st->C,
+                st->HW);
+            CU_ASSERT(expr_eval_ex(p.df[p.n_in - 1], xs, NE, dy, true, &train, want[p.n_in - 1]) == 0);
+            CU_ASSERT_EQUAL(mismatches("one gradient", cases[i].text, got[p.n_in - 1], want[p.n_in - 1], NE), 0);
         }
-        for (int j = 0; j < NE; j++) got[p.n_in - 1][j] = want[p.n_in - 1][j] = -3.0f;
-        bwd(dy, x[0], x[1], x[2], x[3], p.n_in == 1 ? got[0] : NULL, p.n_in == 2 ? got[1] : NULL,
-            p.n_in == 3 ? got[2] : NULL, p.n_in == 4 ? got[3] : NULL, 1 << (p.n_in - 1), NE);
-        CU_ASSERT(expr_eval_ex(p.df[p.n_in - 1], xs, NE, dy, true, want[p.n_in - 1]) == 0);
-        CU_ASSERT_EQUAL(mismatches("one gradient", cases[i].text, got[p.n_in - 1], want[p.n_in - 1], NE), 0);
     next:
         if (h) dlclose(h);
         free(src);

@@ -1283,6 +1283,48 @@ static void test_fuse_pointwise(void)
     glia_context_free(ctx);
 }
 
+/* Dropout in fused chains: relu + dropout, and tanh + a pointwise layer with dropout(), each
+ * fused under the dropout's name, so they draw the masks the layers draw unfused and train to the
+ * same weights; a layer with dropout ends its chain (j + pr fuse after them, not into them). */
+static void test_fuse_dropout(void)
+{
+    make_data();
+    static const char layers[] = "[a]\ntype = conv2d\nfilters = 3\npadding = 1\n[r]\ntype = relu\n[d]\ntype = dropout\np = 0.4\n"
+                                 "[b]\ntype = conv2d\nfilters = 3\npadding = 1\ninputs = input\n[t]\ntype = tanh\n"
+                                 "[pd]\ntype = pointwise\nexpr = dropout(x * 2, 0.3)\n"
+                                 "[j]\ntype = add\ninputs = d, pd\n[pr]\ntype = relu\n"
+                                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                                 "[loss]\ntype = softmax_cross_entropy\n";
+    struct run on, off;
+    open_run(&on, fuse_small_text("on", layers));
+    open_run(&off, fuse_small_text("off", layers));
+    CU_ASSERT_EQUAL(off.m->n_nodes, 11);
+    CU_ASSERT_EQUAL_FATAL(on.m->n_nodes, 8);  /* a d b pd pr flat fc loss */
+    char *text = summary_of(on.m);
+    static const char *const want[] = {
+        "fuse_pointwise: r (relu) + d (dropout) run as one pointwise layer d = dropout(select(gt(x, 0), x, 0), 0.4) of x = a\n",
+        "fuse_pointwise: t (tanh) + pd (pointwise) run as one pointwise layer pd = dropout(tanh(x) * 2, 0.3) of x = b\n",
+        "fuse_pointwise: j (add) + pr (relu) run as one pointwise layer pr = select(gt(x + y, 0), x + y, 0) of x = d, y = pd\n"};
+    for (int k = 0; k < 3; k++) {
+        if (!strstr(text, want[k])) printf("\n  want: %s%s", want[k], text);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want[k]));
+    }
+    free(text);
+    struct glia_epoch_result ra, rb;
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
+    long long na, nb;
+    float *wa = weights(&on, &na), *wb = weights(&off, &nb);
+    CU_ASSERT_EQUAL_FATAL(na, nb);
+    double worst = 0;
+    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    if (!(worst <= 1e-5)) printf("\n  fused and unfused weights differ by %g\n", worst);
+    CU_ASSERT(worst <= 1e-5);
+    CU_ASSERT(fabs(ra.train_loss - rb.train_loss) <= 1e-5 * fmax(1, rb.train_loss));
+    free(wa), free(wb);
+    close_run(&on), close_run(&off);
+}
+
 /* A model with batchnorm, a residual, dropout and forward_counter (a fixture built against ABI 1.5 with a buffer
  * that counts its training forwards), checkpointed into `segments`. */
 static const char *ckpt_model_text(int segments)
@@ -1563,7 +1605,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

@@ -251,10 +251,10 @@ static void pw_destroy(struct glia_layer *l)
     l->priv = NULL;
 }
 
-/* y(n) = f(x_1(n), ..., x_k(n)) */
+/* y(n) = f(x_1(n), ..., x_k(n)); dropout() draws its mask from the step's seed */
 static glia_status pw_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct cuda_pointwise *p = l->priv;
+    struct cuda_pointwise *p = l->priv;
     const float *x[EXPR_MAX_VARS] = {0};
     struct operands o = {.n = glia_tensor_numel(a->out)};
     glia_status st = check_operand(l, &o, a->out, "output");
@@ -265,12 +265,15 @@ static glia_status pw_forward(struct glia_layer *l, const struct glia_fwd *a)
         x[k] = dev_f32(a->in[k]);
     }
     if (st) return st;
-    CUDA_TRY(l->ctx, glia__pw_jit_forward(&p->k, dev_f32(a->out), x, o.n, stream_of(l)));
+    if (a->train) p->desc.seed = a->seed;
+    struct expr_site site = glia__pointwise_site(a->out, a->seed, a->train);
+    CUDA_TRY(l->ctx, glia__pw_jit_forward(&p->k, dev_f32(a->out), x, o.n, &site, stream_of(l)));
 fail:
     return st;
 }
 
-/* dx_k(n) (+)= dy(n) * df/dx_k(x_1(n), ..., x_k(n)), all k in one pass */
+/* dx_k(n) (+)= dy(n) * df/dx_k(x_1(n), ..., x_k(n)), all k in one pass, with the last training
+ * forward's mask */
 static glia_status pw_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct cuda_pointwise *p = l->priv;
@@ -291,7 +294,8 @@ static glia_status pw_backward(struct glia_layer *l, const struct glia_bwd *a)
         acc[k] = a->din_accumulate[k];
     }
     if (st) return st;
-    CUDA_TRY(l->ctx, glia__pw_jit_backward(&p->k, d, acc, dev_f32(a->dout), x, o.n, stream_of(l)));
+    struct expr_site site = glia__pointwise_site(a->dout, p->desc.seed, true);
+    CUDA_TRY(l->ctx, glia__pw_jit_backward(&p->k, d, acc, dev_f32(a->dout), x, o.n, &site, stream_of(l)));
 fail:
     return st;
 }

@@ -4,6 +4,7 @@
  * Not the layer (pointwise.c). Generated code follows expr.h's value semantics node by node in
  * float, compiled without FMA contraction, like the CPU interpreter. */
 #include "pointwise_jit.h"
+#include "../../plugins/layers/dropout/dropout_desc.h"
 #include <nvrtc.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -68,13 +69,27 @@ static const char preamble[] =
     "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; \\\n"
     "         i += (long long)gridDim.x * blockDim.x)\n";
 
+/* dropout(): the dropout layer's mask functions, from the one definition in dropout_desc.h */
+static const char dropout_preamble[] =
+    "__device__ __forceinline__ float glia_dropout_uniform(unsigned long long seed, long long i)\n"
+    "{\n    " GLIA__STR(GLIA__DROPOUT_UNIFORM_BODY(unsigned long long)) "\n}\n"
+    "__device__ __forceinline__ long long glia_dropout_nchw(long long i, long long C, long long HW)\n"
+    "{\n    " GLIA__STR(GLIA__DROPOUT_NCHW_BODY(long long)) "\n}\n";
+
+/* The float as exact bits, an expression. */
+static void emit_float(struct sbuf *b, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    sb_printf(b, "__int_as_float((int)0x%08xu)", (unsigned)u);
+}
+
 /* The float constant as exact bits (NaN and infinities included), the value in a comment. */
 static void emit_const(struct sbuf *b, double value)
 {
     float f = (float)value;
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    sb_printf(b, "__int_as_float((int)0x%08xu); /* %.9g */\n", (unsigned)u, (double)f);
+    emit_float(b, f);
+    sb_printf(b, "; /* %.9g */\n", (double)f);
 }
 
 /* Node i of e as "const float v<i> = ...;": one statement per node, so every value is rounded to
@@ -106,6 +121,15 @@ static void emit_node(struct sbuf *b, const struct expr *e, int i, const char *i
     case EXPR_GE: sb_printf(b, "v%d >= v%d ? 1.0f : 0.0f", a, b2); break;
     case EXPR_GT: sb_printf(b, "v%d > v%d ? 1.0f : 0.0f", a, b2); break;
     case EXPR_SELECT: sb_printf(b, "v%d != 0.0f ? v%d : v%d", a, b2, c); break;
+    case EXPR_DROPOUT: { /* the dropout layer's loop body over the element's logical index */
+        float p = (float)nd->value;
+        sb_printf(b, "!train ? v%d : glia_dropout_uniform(seed, C > 0 ? glia_dropout_nchw(i, C, HW) : i) >= ", a);
+        emit_float(b, p);
+        sb_printf(b, " ? v%d * ", a);
+        emit_float(b, 1.0f / (1.0f - p));
+        sb_printf(b, " : 0.0f");
+        break;
+    }
     default: sb_printf(b, "__int_as_float(0x7fc00000)"); break;  /* no such op: NaN, as eval_node */
     }
     sb_printf(b, ";\n");
@@ -132,10 +156,13 @@ char *glia__pw_jit_source(const struct glia__pointwise *p)
         if (*q == '*' && q[1] == '/') *q = '.';  /* cannot close the comment */
     sb_printf(&b, "/* glia pointwise, %d input%s: %s */\n", p->n_in, p->n_in == 1 ? "" : "s", text);
     sb_printf(&b, "%s", preamble);
+    if (expr_count_op(p->f, EXPR_DROPOUT)) sb_printf(&b, "%s", dropout_preamble);
 
-    /* out(n) = f(x0(n), ..., x3(n)) */
+    /* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW: dropout()'s mask (struct expr_site) */
     sb_printf(&b, "extern \"C\" __global__ void glia_pw_forward(float *out, const float *x0, const float *x1,\n"
-                  "                                           const float *x2, const float *x3, long long n)\n"
+                  "                                           const float *x2, const float *x3, long long n,\n"
+                  "                                           unsigned long long seed, int train, long long C,\n"
+                  "                                           long long HW)\n"
                   "{\n"
                   "    GLIA_PW_LOOP(i) {\n");
     emit_loads(&b, p->f);
@@ -145,7 +172,9 @@ char *glia__pw_jit_source(const struct glia__pointwise *p)
     /* d_k(n) (+)= dy(n) * df/dx_k(x0(n), ..., x3(n)) for each d_k != NULL, in order of k */
     sb_printf(&b, "extern \"C\" __global__ void glia_pw_backward(const float *dy, const float *x0, const float *x1,\n"
                   "                                            const float *x2, const float *x3, float *d0, float *d1,\n"
-                  "                                            float *d2, float *d3, int acc, long long n)\n"
+                  "                                            float *d2, float *d3, int acc, long long n,\n"
+                  "                                            unsigned long long seed, int train, long long C,\n"
+                  "                                            long long HW)\n"
                   "{\n"
                   "    GLIA_PW_LOOP(i) {\n"
                   "        const float g = dy[i];\n");
@@ -392,18 +421,20 @@ static dim3 pw_grid(int64_t n, int threads)
 }
 
 cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, const float *const *x, int64_t n,
-                                 cudaStream_t s)
+                                 const struct expr_site *site, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
-    long long nn = (long long)n;
-    void *args[] = {&out, &x0, &x1, &x2, &x3, &nn};
+    long long nn = (long long)n, C = site ? site->C : 0, HW = site ? site->HW : 0;
+    unsigned long long seed = site ? site->seed : 0;
+    int train = site && site->train;
+    void *args[] = {&out, &x0, &x1, &x2, &x3, &nn, &seed, &train, &C, &HW};
     dim3 block = {(unsigned)k->forward_threads, 1, 1};
     return cudaLaunchKernel((const void *)k->forward, pw_grid(n, k->forward_threads), block, args, 0, s);
 }
 
 cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const *d, const bool *acc, const float *dy,
-                                  const float *const *x, int64_t n, cudaStream_t s)
+                                  const float *const *x, int64_t n, const struct expr_site *site, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
@@ -412,8 +443,10 @@ cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const
     int accmask = 0;
     for (int j = 0; j < EXPR_MAX_VARS; j++)
         if (d[j] && acc[j]) accmask |= 1 << j;
-    long long nn = (long long)n;
-    void *args[] = {(void *)&dy, &x0, &x1, &x2, &x3, &d0, &d1, &d2, &d3, &accmask, &nn};
+    long long nn = (long long)n, C = site ? site->C : 0, HW = site ? site->HW : 0;
+    unsigned long long seed = site ? site->seed : 0;
+    int train = site && site->train;
+    void *args[] = {(void *)&dy, &x0, &x1, &x2, &x3, &d0, &d1, &d2, &d3, &accmask, &nn, &seed, &train, &C, &HW};
     dim3 block = {(unsigned)k->backward_threads, 1, 1};
     return cudaLaunchKernel((const void *)k->backward, pw_grid(n, k->backward_threads), block, args, 0, s);
 }

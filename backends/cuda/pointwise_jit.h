@@ -37,14 +37,15 @@ glia_status glia__pw_jit_compile(const char *src, int device_arch, void **image,
 glia_status glia__pw_jit_get(const struct glia__pointwise *p, int cc_major, int cc_minor, struct glia__pw_kernels *out,
                              char *err, size_t err_size);
 
-/* out(n) = f(x_0(n), ...) on stream s; x holds EXPR_MAX_VARS pointers (unused ones may be NULL). */
+/* out(n) = f(x_0(n), ...) on stream s; x holds EXPR_MAX_VARS pointers (unused ones may be NULL);
+ * site: where dropout() draws its mask (expr.h). */
 cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, const float *const *x, int64_t n,
-                                 cudaStream_t s);
+                                 const struct expr_site *site, cudaStream_t s);
 
 /* d_k(n) = dy(n) * df/dx_k(x_0(n), ...) (+= when acc[k]) for each k with d[k] != NULL; d, acc and x
- * hold EXPR_MAX_VARS entries. One pass: each element's inputs are read once, the d_k written in
+ * hold EXPR_MAX_VARS entries; site as for forward (training). One pass: each element's inputs are read once, the d_k written in
  * order of k (two d_k may be the same tensor). */
 cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const *d, const bool *acc, const float *dy,
-                                  const float *const *x, int64_t n, cudaStream_t s);
+                                  const float *const *x, int64_t n, const struct expr_site *site, cudaStream_t s);
 
 #endif

@@ -3,6 +3,7 @@
  * hash, interpreters (double scalar, float blocks) and symbolic differentiation.
  * Not the layer (pointwise.c). See expr.h for the IR's value semantics. */
 #include "expr.h"
+#include "../dropout/dropout_desc.h"  /* the dropout layer's mask, which dropout() draws */
 
 #include <ctype.h>
 #include <math.h>
@@ -22,7 +23,7 @@ static const char *const op_names[EXPR_N_OPS] = {
     [EXPR_EXP] = "exp", [EXPR_LOG] = "log", [EXPR_SQRT] = "sqrt", [EXPR_TANH] = "tanh",
     [EXPR_SIGMOID] = "sigmoid", [EXPR_ERF] = "erf", [EXPR_ABS] = "abs", [EXPR_SIGN] = "sign",
     [EXPR_MAX] = "max", [EXPR_MIN] = "min", [EXPR_GE] = "ge", [EXPR_SELECT] = "select",
-    [EXPR_GT] = "gt",
+    [EXPR_GT] = "gt", [EXPR_DROPOUT] = "dropout",
 };
 
 static int op_arity(enum expr_op op)
@@ -71,6 +72,7 @@ static double apply_d(enum expr_op op, double a, double b, double c)
     case EXPR_GE: return a >= b ? 1.0 : 0.0;
     case EXPR_GT: return a > b ? 1.0 : 0.0;
     case EXPR_SELECT: return a != 0 ? b : c;
+    case EXPR_DROPOUT: return a; /* as in eval */
     default: return NAN;
     }
 }
@@ -204,6 +206,7 @@ static int cmp_nodes(const struct expr *e, int i, int j)
             return dbits(p->value) < dbits(q->value) ? -1 : 1; /* NaN */
         }
         if (p->op == EXPR_VAR) return p->var < q->var ? -1 : p->var > q->var ? 1 : 0;
+        if (p->op == EXPR_DROPOUT && dbits(p->value) != dbits(q->value)) return p->value < q->value ? -1 : 1;
         if (p->a != q->a) { i = p->a; j = q->a; continue; }
         if (p->b != q->b) { i = p->b; j = q->b; continue; }
         i = p->c;
@@ -216,12 +219,22 @@ static int mk(struct expr *e, enum expr_op op, int a, int b, int c);
 static int mk1(struct expr *e, enum expr_op op, int a) { return mk(e, op, a, -1, -1); }
 static int mk2(struct expr *e, enum expr_op op, int a, int b) { return mk(e, op, a, b, -1); }
 
+/* dropout(a, p): a random mask is never folded, except where it cannot matter */
+static int mk_dropout(struct expr *e, int a, double p)
+{
+    if (a < 0) return -1;
+    if (p == 0 || is_val(e, a, 0)) return a; /* dropout(u, 0) = u, dropout(0, p) = 0 */
+    struct expr_node nd = {.op = EXPR_DROPOUT, .a = a, .b = -1, .c = -1, .value = p, .var = -1};
+    return intern(e, &nd);
+}
+
 /* The node for op(a, b, c), folded and simplified; -1 when out of memory (or an operand is
- * -1). Rules only look at operand structure, so equal structures give equal nodes. */
+ * -1). Rules only look at operand structure, so equal structures give equal nodes. Not for
+ * EXPR_DROPOUT (mk_dropout). */
 static int mk(struct expr *e, enum expr_op op, int a, int b, int c)
 {
     int ar = op_arity(op);
-    if (a < 0 || (ar >= 2 && b < 0) || (ar >= 3 && c < 0)) return -1;
+    if (a < 0 || (ar >= 2 && b < 0) || (ar >= 3 && c < 0) || op == EXPR_DROPOUT) return -1;
     if (ar < 2) b = -1;
     if (ar < 3) c = -1;
     if (op_commutative(op) && cmp_nodes(e, a, b) > 0) {
@@ -389,7 +402,7 @@ static const struct fn_entry functions[] = {
     {"exp", EXPR_EXP, 1},   {"log", EXPR_LOG, 1}, {"sqrt", EXPR_SQRT, 1}, {"tanh", EXPR_TANH, 1},
     {"sigmoid", EXPR_SIGMOID, 1}, {"erf", EXPR_ERF, 1}, {"abs", EXPR_ABS, 1}, {"sign", EXPR_SIGN, 1},
     {"max", EXPR_MAX, 2},   {"min", EXPR_MIN, 2}, {"pow", EXPR_POW, 2},   {"ge", EXPR_GE, 2},
-    {"gt", EXPR_GT, 2},     {"select", EXPR_SELECT, 3},
+    {"gt", EXPR_GT, 2},     {"select", EXPR_SELECT, 3}, {"dropout", EXPR_DROPOUT, 2},
 };
 #define N_FUNCTIONS ((int)(sizeof functions / sizeof functions[0]))
 
@@ -563,6 +576,14 @@ static int parse_call(struct parser *p, const char *name, int name_pos)
              name_pos + 1);
         return -1;
     }
+    if (fn->op == EXPR_DROPOUT) { /* p: a number, so that the mask is the dropout layer's */
+        double v;
+        if (!is_const(p->e, args[1], &v) || !(v >= 0 && (float)v < 1.0f)) {
+            perr(p, "dropout()'s probability must be a number in [0, 1) at column %d", name_pos + 1);
+            return -1;
+        }
+        return built(p, mk_dropout(p->e, args[0], v));
+    }
     return built(p, mk(p->e, fn->op, args[0], n > 1 ? args[1] : -1, n > 2 ? args[2] : -1));
 }
 
@@ -730,6 +751,8 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
         if (depth > EXPR_MAX_IR_DEPTH)
             perr(&p, "expression nested too deeply (%d levels of operations, at most %d)", depth, EXPR_MAX_IR_DEPTH);
         if (depth < 0) perr(&p, "out of memory");
+        if (expr_count_op(p.e, EXPR_DROPOUT) > 1)
+            perr(&p, "dropout() of different inputs or probabilities: one expression draws one mask");
     }
     if (p.failed) {
         expr_free(p.e);
@@ -755,6 +778,7 @@ struct expr *expr_diff(const struct expr *ir, int var)
         int N;
         if (nd->op == EXPR_CONST) N = mk_const(e, nd->value);
         else if (nd->op == EXPR_VAR) N = mk_var(e, nd->var);
+        else if (nd->op == EXPR_DROPOUT) N = mk_dropout(e, A, nd->value);
         else N = mk(e, nd->op, A, B, C);
         if (N < 0) goto fail;
         map[i] = N;
@@ -795,6 +819,7 @@ struct expr *expr_diff(const struct expr *ir, int var)
         case EXPR_MAX: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, A, B), dA, dB); break; /* a >= b ? da : db */
         case EXPR_MIN: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, B, A), dA, dB); break; /* a <= b ? da : db */
         case EXPR_SELECT: r = mk(e, EXPR_SELECT, A, dB, dC); break;
+        case EXPR_DROPOUT: r = mk_dropout(e, dA, nd->value); break; /* linear in a: the same mask */
         default: r = -1; break;
         }
         if (r < 0) goto fail;
@@ -904,6 +929,7 @@ static void pr(struct wbuf *w, const struct expr *e, int i, int min_prec)
     case EXPR_MUL: pr(w, e, nd->a, P_MUL); put(w, " * "); pr(w, e, nd->b, P_NEG); break;
     case EXPR_DIV: pr(w, e, nd->a, P_MUL); put(w, " / "); pr(w, e, nd->b, P_NEG); break;
     case EXPR_POW: pr(w, e, nd->a, P_ATOM); put(w, "^"); pr(w, e, nd->b, P_NEG); break;
+    case EXPR_DROPOUT: put(w, "dropout("); pr(w, e, nd->a, 0); put(w, ", "); put_number(w, nd->value); put(w, ")"); break;
     default: {
         int ar = op_arity(nd->op), ops[3] = {nd->a, nd->b, nd->c};
         put(w, op_names[nd->op]);
@@ -942,6 +968,10 @@ int expr_print_ssa(const struct expr *ir, char *buf, size_t size)
         } else {
             int ops[3] = {nd->a, nd->b, nd->c};
             for (int k = 0; k < op_arity(nd->op); k++) putf(&w, " %%%d", ops[k]);
+            if (nd->op == EXPR_DROPOUT) {
+                put(&w, " p=");
+                put_number(&w, nd->value);
+            }
         }
         put(&w, "\n");
     }
@@ -1009,7 +1039,9 @@ double expr_eval1(const struct expr *ir, const double *vars)
 /* a loop over a block's elements, vectorized (-O2 alone leaves loops with a remainder scalar) */
 #define FOR_J _Pragma("omp simd") for (int j = 0; j < m; j++)
 
-static void eval_node(const struct expr_node *nd, const float *const *reg, float *restrict dst, int m)
+/* start: the block's first element; site: see expr_eval_ex */
+static void eval_node(const struct expr_node *nd, const float *const *reg, float *restrict dst, int m, int64_t start,
+                      const struct expr_site *site)
 {
     const float *A = nd->a >= 0 ? reg[nd->a] : NULL, *B = nd->b >= 0 ? reg[nd->b] : NULL;
     const float *C = nd->c >= 0 ? reg[nd->c] : NULL;
@@ -1039,12 +1071,25 @@ static void eval_node(const struct expr_node *nd, const float *const *reg, float
     case EXPR_GE: FOR_J dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
     case EXPR_GT: FOR_J dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
     case EXPR_SELECT: FOR_J { float b = B[j], c = C[j]; dst[j] = A[j] != 0.0f ? b : c; } break;
+    case EXPR_DROPOUT:
+        if (!site || !site->train) {
+            FOR_J dst[j] = A[j];
+        } else { /* the dropout layer's loop body: the same mask and the same float product */
+            float p = (float)nd->value, scale = 1.0f / (1.0f - p);
+            uint64_t seed = site->seed;
+            int64_t Cc = site->C, HW = site->HW;
+            FOR_J {
+                int64_t i = start + j, k = Cc > 0 ? glia__dropout_nchw_index(i, Cc, HW) : i;
+                dst[j] = glia__dropout_uniform(seed, k) >= p ? A[j] * scale : 0.0f;
+            }
+        }
+        break;
     default: FOR_J dst[j] = NAN; break;
     }
 }
 
 int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, const float *scale,
-                 bool accumulate, float *out)
+                 bool accumulate, const struct expr_site *site, float *out)
 {
     if (n <= 0) return 0;
     if (!ir->n) return -1;
@@ -1073,7 +1118,7 @@ int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, con
             for (int i = 0; i < ir->n; i++) {
                 const struct expr_node *nd = &ir->nodes[i];
                 if (nd->op == EXPR_VAR) reg[i] = vars[nd->var] + start;
-                else if (nd->op != EXPR_CONST) eval_node(nd, reg, scratch + (size_t)i * EXPR_BLOCK, m);
+                else if (nd->op != EXPR_CONST) eval_node(nd, reg, scratch + (size_t)i * EXPR_BLOCK, m, start, site);
             }
             const float *res = reg[ir->out];
             float *o = out + start;
@@ -1097,5 +1142,5 @@ int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, con
 
 int expr_eval(const struct expr *ir, const float *const *vars, int64_t n, float *out)
 {
-    return expr_eval_ex(ir, vars, n, NULL, false, out);
+    return expr_eval_ex(ir, vars, n, NULL, false, NULL, out);
 }

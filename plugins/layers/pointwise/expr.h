@@ -21,6 +21,13 @@
  *   a NaN on either side gives NaN (so that operand order does not matter);
  *   GE a>=b ? 1 : 0; GT a>b ? 1 : 0 (0 when either is NaN); SELECT a != 0 ? b : c (the only
  *   three-operand node).
+ *   DROPOUT (text `dropout(a, p)`, p a number in [0, 1) kept in `value`): the dropout layer's
+ *   inverted dropout of a, with its mask: in training, keep ? a * s : 0, where s = 1/(1-p) and
+ *   keep = glia__dropout_uniform(seed, j) >= p, both in float, j the element's logical NCHW index
+ *   (struct expr_site); a where no site is given or it is not training (eval), and in the double
+ *   interpreters (expr_eval1). Never constant-folded except dropout(0, p) = 0 and dropout(a, 0)
+ *   = a. Its derivative is dropout(da, p): the same mask. An expression holds at most one
+ *   DROPOUT node apart from those its derivatives build from it, so a layer draws one mask.
  */
 #ifndef GLIA_POINTWISE_EXPR_H
 #define GLIA_POINTWISE_EXPR_H
@@ -40,14 +47,14 @@ enum expr_op {
     EXPR_CONST = 0, EXPR_VAR,
     EXPR_NEG, EXPR_ADD, EXPR_SUB, EXPR_MUL, EXPR_DIV, EXPR_POW,
     EXPR_EXP, EXPR_LOG, EXPR_SQRT, EXPR_TANH, EXPR_SIGMOID, EXPR_ERF, EXPR_ABS, EXPR_SIGN,
-    EXPR_MAX, EXPR_MIN, EXPR_GE, EXPR_SELECT, EXPR_GT,
+    EXPR_MAX, EXPR_MIN, EXPR_GE, EXPR_SELECT, EXPR_GT, EXPR_DROPOUT,
     EXPR_N_OPS
 };
 
 struct expr_node {
     enum expr_op op;
     int a, b, c;      /* operand node indices, each < this node's index; -1 when unused */
-    double value;     /* EXPR_CONST */
+    double value;     /* EXPR_CONST: the constant; EXPR_DROPOUT: p */
     int var;          /* EXPR_VAR: 0..EXPR_MAX_VARS-1; -1 otherwise */
 };
 
@@ -102,13 +109,23 @@ void expr_eval1_nodes(const struct expr *ir, const double *vars, double *regs);
 
 /* Elementwise over float arrays: out[i] = f(vars[0][i], vars[1][i], ...) for i < n. vars needs
  * an array for each variable the IR uses. Evaluated in blocks of EXPR_BLOCK elements, node by
- * node, with OpenMP over blocks. Returns 0, or -1 when out of memory. */
+ * node, with OpenMP over blocks; dropout() as in eval. Returns 0, or -1 when out of memory. */
 int expr_eval(const struct expr *ir, const float *const *vars, int64_t n, float *out);
 
+/* Where dropout() draws its mask: the layer's seed of this training step, and how an element's
+ * offset in memory maps to its logical NCHW index (the mask's counter). */
+struct expr_site {
+    uint64_t seed;
+    bool train;        /* false: dropout() is the identity (eval) */
+    int64_t C, HW;     /* C > 0: channels_last (N,H,W,C) memory of C channels and H*W pixels;
+                          C == 0: the offset is the index */
+};
+
 /* Like expr_eval, but out[i] = scale[i] * f(...) (scale may be NULL: 1), and when accumulate
- * is true out[i] += that instead. out is only read when accumulating. */
+ * is true out[i] += that instead. out is only read when accumulating. site (NULL: eval) places
+ * the elements for dropout(). */
 int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, const float *scale,
-                 bool accumulate, float *out);
+                 bool accumulate, const struct expr_site *site, float *out);
 
 #ifdef __cplusplus
 }

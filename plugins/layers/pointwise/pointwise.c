@@ -6,18 +6,20 @@
 #include <string.h>
 #include "pointwise_desc.h"
 
-/* y(n) = f(x_1(n), ..., x_k(n)) */
+/* y(n) = f(x_1(n), ..., x_k(n)); dropout() draws its mask from the step's seed */
 static glia_status pointwise_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct glia__pointwise *p = l->priv;
+    struct glia__pointwise *p = l->priv;
     const float *vars[EXPR_MAX_VARS] = {0};
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) vars[k] = glia_tensor_f32(a->in[k]);
-    if (expr_eval(p->f, vars, glia_tensor_numel(a->out), glia_tensor_f32(a->out)))
+    if (a->train) p->seed = a->seed;
+    struct expr_site site = glia__pointwise_site(a->out, a->seed, a->train);
+    if (expr_eval_ex(p->f, vars, glia_tensor_numel(a->out), NULL, false, &site, glia_tensor_f32(a->out)))
         return glia_error(l->ctx, GLIA_ENOMEM, "pointwise [%s]: out of memory", l->name);
     return GLIA_OK;
 }
 
-/* dx_k(n) (+)= dy(n) * df/dx_k(x_1(n), ..., x_k(n)) */
+/* dx_k(n) (+)= dy(n) * df/dx_k(x_1(n), ..., x_k(n)), with the last training forward's mask */
 static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia__pointwise *p = l->priv;
@@ -25,6 +27,7 @@ static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bw
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) vars[k] = glia_tensor_f32(a->in[k]);
     const float *dy = glia_tensor_f32(a->dout);
     int64_t n = glia_tensor_numel(a->dout);
+    struct expr_site site = glia__pointwise_site(a->dout, p->seed, true);
     bool own[EXPR_MAX_VARS];  /* input k's gradient holds dy * df/dx_k alone */
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) {
         own[k] = false;
@@ -39,7 +42,7 @@ static glia_status pointwise_backward(struct glia_layer *l, const struct glia_bw
                 for (int64_t i = 0; i < n; i++) dk[i] += dj[i];
             else if (dk != dj)
                 memcpy(dk, dj, sizeof *dk * (size_t)n);
-        } else if (expr_eval_ex(p->df[k], vars, n, dy, a->din_accumulate[k], dk)) {
+        } else if (expr_eval_ex(p->df[k], vars, n, dy, a->din_accumulate[k], &site, dk)) {
             return glia_error(l->ctx, GLIA_ENOMEM, "pointwise [%s]: out of memory", l->name);
         }
         for (int j = 0; j < k; j++)  /* an input fed by the same layer shares the buffer: no longer its own */

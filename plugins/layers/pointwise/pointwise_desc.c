@@ -70,6 +70,16 @@ void glia__pointwise_destroy(struct glia_layer *l)
     l->priv = NULL;
 }
 
+struct expr_site glia__pointwise_site(const struct glia_tensor *t, uint64_t seed, bool train)
+{
+    struct expr_site s = {.seed = seed, .train = train};
+    if (glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST) {
+        s.C = t->shape.dim[1];
+        s.HW = t->shape.dim[2] * t->shape.dim[3];
+    }
+    return s;
+}
+
 glia_status glia__pointwise_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
                                   struct glia_shape *out)
 {
