@@ -20,7 +20,9 @@ static void eval_all(const struct expr *ir)
         vars[v] = in[v];
     }
     for (int i = 0; i < N; i++) scale[i] = 0.5f;
-    if (expr_eval(ir, vars, N, out) || expr_eval_ex(ir, vars, N, scale, true, &(struct expr_site){.seed = 7, .train = true}, out)) fuzz_die("expr_eval: out of memory", NULL);
+    struct expr_site site = {.seed = 7, .train = true, .C = 3, .HW = 7};  /* dropout() in channels_last order */
+    if (expr_eval(ir, vars, N, out) || expr_eval_ex(ir, vars, N, scale, true, &site, out))
+        fuzz_die("expr_eval: out of memory", NULL);
     double p[EXPR_MAX_VARS] = {0.5, -2, 0, 1e30};
     (void)expr_eval1(ir, p);
     (void)expr_op_count(ir);
