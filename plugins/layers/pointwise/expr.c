@@ -1078,9 +1078,10 @@ static void eval_node(const struct expr_node *nd, const float *const *reg, float
             float p = (float)nd->value, scale = 1.0f / (1.0f - p);
             uint64_t seed = site->seed;
             int64_t Cc = site->C, HW = site->HW;
-            FOR_J {
-                int64_t i = start + j, k = Cc > 0 ? glia__dropout_nchw_index(i, Cc, HW) : i;
-                dst[j] = glia__dropout_uniform(seed, k) >= p ? A[j] * scale : 0.0f;
+            if (Cc > 0) {
+                FOR_J dst[j] = glia__dropout_uniform(seed, glia__dropout_nchw_index(start + j, Cc, HW)) >= p ? A[j] * scale : 0.0f;
+            } else {
+                FOR_J dst[j] = glia__dropout_uniform(seed, start + j) >= p ? A[j] * scale : 0.0f;
             }
         }
         break;
