@@ -948,7 +948,9 @@ static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
         fprintf(f, "0.5 * {%d} * (1 + erf({%d} * 0.70710678118654752))", x, x);
     } else if (f && t == 5) {
         for (int k = 0; k < nd->n_in; k++) fprintf(f, "%s{%d}", k ? " + " : "", nd->in[k]);
-    } else if (f && t == 6) {  /* the layer's mask: see pass_fuse_pointwise; p reads back exactly */
+    } else if (f && t == 6) {  /* the layer's mask: see pass_fuse_pointwise; p reads back exactly. Backward
+                                * multiplies dy by the masked derivative: an inf or NaN dy at a dropped
+                                * element gives NaN where the layer gives 0, as for relu above */
         double p = glia_section_float(nd->sec, "p");
         char num[32];
         snprintf(num, sizeof num, "%.15g", p);
@@ -1039,6 +1041,18 @@ static bool fuse_fits(const char *text)
     }
     return strlen(text) <= FUSE_MAX_TEXT && deepest <= FUSE_MAX_DEPTH &&
            fuse_producers(text, prod, FUSE_MAX_VARS) <= FUSE_MAX_VARS;
+}
+
+/* Whether a chain's text calls dropout(), however spaced ("dropout (x, 0.5)" parses too). */
+static bool fuse_has_dropout(const char *text)
+{
+    for (const char *t = text; (t = strstr(t, "dropout")); t += 7) {
+        const char *e = t + 7;
+        while (isspace((unsigned char)*e)) e++;
+        bool word = t == text || !(isalnum((unsigned char)t[-1]) || t[-1] == '_');
+        if (word && *e == '(') return true;
+    }
+    return false;
 }
 
 /* The one node that reads node i's output (possibly more than once), or -1. */
@@ -1140,7 +1154,7 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
         if (!(text[j] = fuse_text(m, j, &st))) continue;
         for (int k = 0; k < m->nodes[j].n_in && !st; k++) {
             int i = m->nodes[j].in[k];
-            if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j || strstr(text[i], "dropout(")) continue;
+            if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j || fuse_has_dropout(text[i])) continue;
             char *t = fuse_subst(text[j], i, text[i]);
             if (!t) st = GLIA_ENOMEM;
             else if (!fuse_fits(t)) free(t);

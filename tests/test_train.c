@@ -1285,7 +1285,8 @@ static void test_fuse_pointwise(void)
 
 /* Dropout in fused chains: relu + dropout, and tanh + a pointwise layer with dropout(), each
  * fused under the dropout's name, so they draw the masks the layers draw unfused and train to the
- * same weights; a layer with dropout ends its chain (j + pr fuse after them, not into them). */
+ * same weights (within float rounding); a layer with dropout ends its chain (j + pr fuse after
+ * them, not into them). */
 static void test_fuse_dropout(void)
 {
     make_data();
@@ -1321,6 +1322,31 @@ static void test_fuse_dropout(void)
     if (!(worst <= 1e-5)) printf("\n  fused and unfused weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-5);
     CU_ASSERT(fabs(ra.train_loss - rb.train_loss) <= 1e-5 * fmax(1, rb.train_loss));
+    free(wa), free(wb);
+    close_run(&on), close_run(&off);
+    /* dropout() spelled with a space stays under its layer's name too, and a pointwise layer with
+     * dropout() feeding relu + dropout builds (no two masks in one expression) and trains alike */
+    static const char spaced[] = "[a]\ntype = conv2d\nfilters = 3\npadding = 1\n"
+                                 "[pd]\ntype = pointwise\nexpr = dropout (x * 2, 0.5)\n[r]\ntype = relu\n"
+                                 "[d2]\ntype = dropout\np = 0.2\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                                 "[loss]\ntype = softmax_cross_entropy\n";
+    open_run(&on, fuse_small_text("on", spaced));
+    open_run(&off, fuse_small_text("off", spaced));
+    CU_ASSERT_EQUAL(on.m->n_nodes, off.m->n_nodes - 1);  /* a pd d2 flat fc loss */
+    text = summary_of(on.m);
+    const char *want2 = "fuse_pointwise: r (relu) + d2 (dropout) run as one pointwise layer d2 = "
+                        "dropout(select(gt(x, 0), x, 0), 0.2) of x = pd\n";
+    if (!strstr(text, want2)) printf("\n  want: %s%s", want2, text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want2));
+    free(text);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
+    wa = weights(&on, &na), wb = weights(&off, &nb);
+    CU_ASSERT_EQUAL_FATAL(na, nb);
+    worst = 0;
+    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    if (!(worst <= 1e-5)) printf("\n  fused and unfused weights differ by %g\n", worst);
+    CU_ASSERT(worst <= 1e-5);
     free(wa), free(wb);
     close_run(&on), close_run(&off);
 }

@@ -81,8 +81,9 @@ void expr_free(struct expr *ir);
 /* The derivative of ir with respect to variable var, a new IR (NULL when out of memory). */
 struct expr *expr_diff(const struct expr *ir, int var);
 
-/* Canonical text of the result ("sigmoid(x) * x"), which parses back to the same IR. Returns
- * its length, or -1 when it did not fit (buf then holds a NUL-terminated prefix). */
+/* Canonical text of the result ("sigmoid(x) * x"); the text of a parsed expression parses back
+ * to the same IR (a derivative's may hold two dropout() nodes, which the parser refuses).
+ * Returns its length, or -1 when it did not fit (buf then holds a NUL-terminated prefix). */
 int expr_print(const struct expr *ir, char *buf, size_t size);
 
 /* One line per node ("%2 = mul %1 %0"), for debugging. Same return as expr_print. */
