@@ -1324,6 +1324,34 @@ static void test_fuse_dropout(void)
     CU_ASSERT(fabs(ra.train_loss - rb.train_loss) <= 1e-5 * fmax(1, rb.train_loss));
     free(wa), free(wb);
     close_run(&on), close_run(&off);
+    /* channels_last, with the fused layers recomputed in backward ([graph] checkpoint_segments):
+     * the recomputation draws the forward's mask */
+    static const char deep[] = "[a]\ntype = conv2d\nfilters = 4\npadding = 1\n[r]\ntype = relu\n[d]\ntype = dropout\np = 0.4\n"
+                               "[c]\ntype = conv2d\nfilters = 4\npadding = 1\n[r2]\ntype = relu\n[d2]\ntype = dropout\np = 0.3\n"
+                               "[e]\ntype = conv2d\nfilters = 4\npadding = 1\n[r3]\ntype = relu\n[flat]\ntype = flatten\n"
+                               "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
+    char cl[2][4096];
+    for (int k = 0; k < 2; k++)
+        snprintf(cl[k], sizeof cl[k], "[runtime]\ndevice = cpu\nmemory_format = channels_last\n[data]\ntrain_images = %s/tri\n"
+                 "train_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n"
+                 "[graph]\nfuse_pointwise = %s\ncheckpoint_segments = 2\n%s", dir, dir, dir, dir, k ? "off" : "on", deep);
+    open_run(&on, cl[0]);
+    open_run(&off, cl[1]);
+    CU_ASSERT(on.m->ckpt_segments > 1 && off.m->ckpt_segments > 1);
+    int recomputed = 0;
+    for (int i = 0; i < on.m->n_nodes; i++)
+        recomputed += on.m->nodes[i].recompute && !strcmp(on.m->nodes[i].layer.ops->type, "pointwise");
+    CU_ASSERT(recomputed > 0);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
+    wa = weights(&on, &na), wb = weights(&off, &nb);
+    CU_ASSERT_EQUAL_FATAL(na, nb);
+    worst = 0;
+    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    if (!(worst <= 1e-5)) printf("\n  channels_last, checkpointed: fused and unfused weights differ by %g\n", worst);
+    CU_ASSERT(worst <= 1e-5);
+    free(wa), free(wb);
+    close_run(&on), close_run(&off);
     /* dropout() spelled with a space stays under its layer's name too, and a pointwise layer with
      * dropout() feeding relu + dropout builds (no two masks in one expression) and trains alike */
     static const char spaced[] = "[a]\ntype = conv2d\nfilters = 3\npadding = 1\n"
