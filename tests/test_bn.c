@@ -655,6 +655,77 @@ static void test_eval_nhwc(void)
 /* ---- configuration errors ---- */
 
 
+/* ---- activation = relu ---- */
+
+/* batchnorm with activation = relu against batchnorm then a relu layer, on the same input and
+ * parameters: the same output bits in training and eval, and the same dx, dgamma and dbeta bits
+ * (the fused backward masks dy where the unfused relu does), in both memory formats. */
+static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t seed)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built fu, bn, re;
+    layer_build(ctx, "[b]\ntype = batchnorm\nactivation = relu\nmomentum = 0.3\n", &sh, 1, &fu);
+    layer_build(ctx, "[b]\ntype = batchnorm\nmomentum = 0.3\n", &sh, 1, &bn);
+    layer_build(ctx, "[r]\ntype = relu\n", &sh, 1, &re);
+    for (int i = 0; i < fu.l.n_params; i++)
+        for (int64_t j = 0; j < glia_tensor_numel(fu.l.params[i].value); j++)
+            glia_tensor_f32(fu.l.params[i].value)[j] = glia_tensor_f32(bn.l.params[i].value)[j] =
+                (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
+    struct glia_backend *b = fu.b;
+    struct glia_tensor *x = tensor_as(b, sh, f), *dy = tensor_as(b, sh, f), *y1 = tensor_as(b, sh, f),
+                       *y2 = tensor_as(b, sh, f), *yr = tensor_as(b, sh, f), *dmid = tensor_as(b, sh, f),
+                       *dx1 = tensor_as(b, sh, f), *dx2 = tensor_as(b, sh, f);
+    int64_t n = glia_tensor_numel(x);
+    size_t bytes = sizeof(float) * (size_t)n;
+    for (int64_t i = 0; i < n; i++) glia_tensor_f32(x)[i] = (float)(2 * unit(&seed)), glia_tensor_f32(dy)[i] = (float)unit(&seed);
+    for (int train = 1; train >= 0; train--) {
+        const struct glia_tensor *in[1] = {x}, *mid[1] = {y2};
+        bool acc[1] = {false};
+        struct glia_fwd a1 = {in, 1, y1, NULL, train, 1, false}, a2 = {in, 1, y2, NULL, train, 1, false},
+                        ar = {mid, 1, yr, NULL, train, 1, false};
+        CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
+        CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
+        CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+        CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
+        if (!train) break;
+        int zeros = 0;
+        for (int64_t i = 0; i < n; i++) zeros += glia_tensor_f32(y1)[i] == 0.0f;
+        CU_ASSERT(zeros > n / 5 && zeros < 4 * n / 5);  /* the relu cuts */
+        struct glia_tensor *d1[1] = {dx1}, *dm[1] = {dmid}, *d2[1] = {dx2};
+        for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
+        struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL},
+                        b2 = {in, 1, y2, dmid, d2, acc, NULL};
+        CU_ASSERT_EQUAL(fu.ops->backward(&fu.l, &b1), GLIA_OK);
+        CU_ASSERT_EQUAL(re.ops->backward(&re.l, &br), GLIA_OK);
+        CU_ASSERT_EQUAL(bn.ops->backward(&bn.l, &b2), GLIA_OK);
+        CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(dx1), glia_tensor_f32(dx2), bytes), 0);
+        for (int i = 0; i < fu.l.n_params; i++)
+            CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(fu.l.params[i].grad), glia_tensor_f32(bn.l.params[i].grad),
+                                   sizeof(float) * (size_t)glia_tensor_numel(fu.l.params[i].grad)), 0);
+    }
+    for (int i = 0; i < fu.l.n_buffers; i++)  /* the running statistics moved alike */
+        CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(fu.l.buffers[i].value), glia_tensor_f32(bn.l.buffers[i].value),
+                               sizeof(float) * (size_t)glia_tensor_numel(fu.l.buffers[i].value)), 0);
+    struct glia_tensor *all[] = {x, dy, y1, y2, yr, dmid, dx1, dx2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    layer_unbuild(&fu);
+    layer_unbuild(&bn);
+    layer_unbuild(&re);
+    glia_context_free(ctx);
+}
+
+static void test_relu_activation(void)
+{
+    relu_case(S(2, 16, 5, 0, 0), GLIA_CONTIGUOUS, 61);
+    relu_case(S(4, 4, 3, 5, 6), GLIA_CONTIGUOUS, 62);
+    relu_case(S(4, 4, 3, 5, 6), GLIA_CHANNELS_LAST, 63);
+    relu_case(S(4, 8, 130, 7, 9), GLIA_CHANNELS_LAST, 64);  /* 504 rows: 32 blocks */
+    check_ok("[b]\ntype = batchnorm\nactivation = relu\n", S(2, 6, 3, 0, 0), 65);
+    check_ok("[b]\ntype = batchnorm\nactivation = relu\n", S(4, 3, 2, 3, 3), 66);
+    nhwc_check("[b]\ntype = batchnorm\nactivation = relu\n", S(4, 2, 3, 4, 5), 67);
+    diff_both("[b]\ntype = batchnorm\nactivation = relu\n", S(4, 2, 3, 4, 5), 68);
+}
+
 static void test_config_errors(void)
 {
     expect_error("[b]\ntype = batchnorm\n", S(3, 2, 3, 4, 0), GLIA_ESHAPE,
@@ -669,6 +740,8 @@ static void test_config_errors(void)
                  "gradcheck.ini:3: [b] eps: 0 is out of range [1e-12, 1]");
     expect_error("[b]\ntype = batchnorm\naffine = maybe\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG,
                  "gradcheck.ini:3: [b] affine: ");
+    expect_error("[b]\ntype = batchnorm\nactivation = gelu\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:3: [b] activation: ");
 }
 
 GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d), GLIA_TEST(test_values_1d),
@@ -676,4 +749,5 @@ GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d),
                GLIA_TEST(test_single_value_per_channel), GLIA_TEST(test_config_errors),
                GLIA_TEST(test_gradcheck_2d_nhwc), GLIA_TEST(test_global_avgpool_nhwc_gradcheck),
                GLIA_TEST(test_format_diff_nhwc), GLIA_TEST(test_global_avgpool_nhwc_format_diff),
-               GLIA_TEST(test_global_avgpool_nhwc_values), GLIA_TEST(test_eval_nhwc))
+               GLIA_TEST(test_global_avgpool_nhwc_values), GLIA_TEST(test_eval_nhwc),
+               GLIA_TEST(test_relu_activation))

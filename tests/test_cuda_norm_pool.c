@@ -31,6 +31,7 @@ static void test_batchnorm(void)
         "[b]\ntype = batchnorm\nmomentum = 0.3\neps = 1e-3\n",
         "[b]\ntype = batchnorm\naffine = off\n",
         "[b]\ntype = batchnorm\ntrack_running_stats = off\n",
+        "[b]\ntype = batchnorm\nactivation = relu\n",
     };
     struct glia_shape shapes[] = {
         S(4, 3, 7, 9, 5),    /* odd sizes */

@@ -395,6 +395,11 @@ static void test_replicas_are_whole_batch(void)
         {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 21, true},
         {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 6, 5, 3, 2), 3, 0, 2, GLIA_CHANNELS_LAST, true, false, 2, 22,
          true},
+        /* activation = relu: the gradient sums of the masked dy */
+        {"[b]\ntype = batchnorm\nactivation = relu\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 23,
+         false},
+        {"[b]\ntype = batchnorm\nactivation = relu\nmomentum = 0.3\n", S(4, 6, 5, 3, 2), 3, 0, 2, GLIA_CHANNELS_LAST, true,
+         false, 2, 24, true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, cpu, &k[i], 1e-5);
 }
@@ -471,6 +476,10 @@ static void test_cuda_replicas(void)
         {"[b]\ntype = batchnorm\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 35, true},
         {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, true, false, 2, 36,
          true},
+        {"[b]\ntype = batchnorm\nactivation = relu\n", S(4, 12, 3, 4, 4), 3, 0, 4, GLIA_CONTIGUOUS, false, false, 2, 38,
+         false},
+        {"[b]\ntype = batchnorm\nactivation = relu\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, true, false, 2, 39,
+         true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, gpu, &k[i], 1e-4);
     struct glia_comm *one = open_comm("loop1", gpu);  /* world 1: the plain CUDA path, no exchange */
@@ -495,6 +504,8 @@ static void test_two_ranks(void)
          false, 1, 44, false},
         {"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CHANNELS_LAST, false, false, 2,
          45, true},
+        {"[b]\ntype = batchnorm\nactivation = relu\n", S(4, 8, 3, 4, 4), 1, r0, r1, GLIA_CHANNELS_LAST, false, false, 2,
+         46, false},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, cpu, &k[i], 1e-5);
 }

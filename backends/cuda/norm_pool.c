@@ -45,7 +45,8 @@ static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of
 struct cuda_bn {
     struct glia__batchnorm_desc d;  /* first: the shared infer_shape and flops read it */
     struct glia_tensor *saved;      /* (3C) f32 on the device: mean_hi(C), mean_lo(C), invstd(C) of the last
-                                       training forward (the mean as a float pair: hi + lo) */
+                                       training forward (the mean as a float pair: hi + lo); with activation =
+                                       relu (6C): then that forward's coef(3, C), for backward's relu mask */
     int64_t kept;                   /* elements of the input that saved belongs to (0: none kept) */
     struct glia_tensor *sums;       /* sync: (2C + 1) f64 on the device, the sums exchanged between ranks */
     double count;                   /* values per channel over all ranks of the last training forward if it
@@ -108,6 +109,21 @@ static glia_status bn_create(struct glia_layer *l, const struct glia_section *cf
 
 /* ---- SyncBatchNorm (key sync; batchnorm_desc.h says when it applies and what it computes) ---- */
 
+/* Floats of p->saved: (3, C), or (6, C) with activation = relu. */
+static int64_t saved_len(const struct cuda_bn *p) { return (p->d.relu ? 6 : 3) * p->d.C; }
+
+/* With activation = relu, a training forward's coef(3, C) into saved(3..5, C): backward's mask. */
+static glia_status keep_coef(struct glia_layer *l, const float *coef, int64_t C)
+{
+    const struct cuda_bn *p = l->priv;
+    glia_status st = GLIA_OK;
+    if (p->d.relu)
+        CUDA_TRY(l->ctx, cudaMemcpyAsync(dev(p->saved) + 3 * C, coef, sizeof(float) * (size_t)(3 * C),
+                                         cudaMemcpyDeviceToDevice, stream_of(l)));
+fail:
+    return st;
+}
+
 /* Scratch of a sync call: 2 partial sums (S, C) in double, then coef(3, C) in float. */
 static size_t sync_scratch_bytes(struct glia__bn_geom g)
 {
@@ -127,7 +143,7 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     const struct glia_tensor *x = a->in[0];
     int64_t C = g.C;
     glia_status st = GLIA_OK;
-    if (!p->saved) st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {3 * C}}, &p->saved);
+    if (!p->saved) st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {saved_len(p)}}, &p->saved);
     if (!st && !p->sums) st = glia_tensor_new(l->backend, GLIA_F64, &(struct glia_shape){1, {2 * C + 1}}, &p->sums);
     void *scratch;
     if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
@@ -140,7 +156,7 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
     cudaStream_t s = stream_of(l);
     if (reuse_n == 0) {  /* else sums still hold this batch's statistics over the ranks */
-        CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, false, g, s));
         CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
         if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
         CUDA_TRY(l->ctx, cudaMemcpyAsync(&n, sums + 2 * C, sizeof n, cudaMemcpyDeviceToHost, s));
@@ -155,7 +171,8 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     }
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), rmean, rvar, gamma, beta, sums, n, g,
                                                  rmean != NULL && !a->recompute, p->d.momentum, p->d.eps, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
+    if ((st = keep_coef(l, coef, C))) goto fail;
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, p->d.relu, g, s));
     p->kept = glia_tensor_numel(x);
     p->count = n;
     p->fresh = true;
@@ -180,14 +197,15 @@ static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd 
     float *coef = (float *)(pdyx + g.S * C);
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, dev(x), dev(a->dout), saved, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, dev(x), dev(a->dout), saved, p->d.relu, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, pdy, pdyx, false,
                                                 g, s));
     if (!a->din[0]) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
     if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C), "gradient sums"))) return st;
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_grad_coef(coef, gamma, saved, sums, p->count, g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
+                                      p->d.relu, g, s));
 fail:
     return st;
 }
@@ -218,7 +236,7 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     }
     bool use_running = !a->train && p->d.rm >= 0, update = a->train && !a->recompute && p->d.rm >= 0;
     if (a->train && !p->saved) {
-        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {3 * C}}, &p->saved);
+        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {saved_len(p)}}, &p->saved);
         if (st) return st;
     }
     void *scratch;
@@ -233,7 +251,8 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, dev(x), g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, rmean, rvar, gamma, beta, dev(x), pmean,
                                             pm2, g, use_running, update, p->d.momentum, p->d.eps, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, g, s));
+    if (a->train && (st = keep_coef(l, coef, C))) goto fail;
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, p->d.relu, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:
     return st;
@@ -262,12 +281,13 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     float *pdy = scratch, *pdyx = pdy + g.S * C, *coef = pdyx + g.S * C;
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), saved, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), saved, p->d.relu, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
                                                  pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, saved, pdy,
                                                  pdyx, g, s));
     if (a->din[0])
-        CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
+                                          p->d.relu, g, s));
 fail:
     return st;
 }

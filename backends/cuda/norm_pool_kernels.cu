@@ -92,14 +92,23 @@ __device__ static float x_hat(float x, const float *saved, int64_t c, int64_t C)
     return ((x - saved[c]) - saved[C + c]) * saved[2 * C + c];
 }
 
+/* activation = relu: dy where the forward's y = (x - f(0, c))*f(1, c) + f(2, c), rounded as bn_normalize
+ * rounds it, was > 0, else 0, with f(3, C) the forward's coef kept at saved(3..5, C); dy without relu */
+__device__ static float relu_dy(float dy, float x, const float *saved, int64_t c, int64_t C, bool relu)
+{
+    const float *f = saved + 3 * C;
+    return relu && !(__fadd_rn(__fmul_rn(__fsub_rn(x, f[c]), f[C + c]), f[2 * C + c]) > 0.0f) ? 0.0f : dy;
+}
+
 struct GradSums {
-    const float *x, *dy, *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd) */
+    const float *x, *dy, *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd); with relu (6, C) */
     int64_t C;
+    bool relu;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
     __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
     {
         (void)k;
-        float g = dy[e];
+        float g = relu_dy(dy[e], x[e], saved, c, C, relu);
         return make_float3(0.0f, v.y + g, v.z + g * x_hat(x[e], saved, c, C));
     }
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, a.z + b.z); }
@@ -225,14 +234,16 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
     }
 }
 
-/* y(N, C, L) = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression */
-__global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L)
+/* y(N, C, L) = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with
+ * relu, max(0, y) (NaN: 0) */
+__global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
     for (int64_t j = j0; j < n; j += step, w.next()) {
         int64_t c = w.c;
-        y[j] = __fadd_rn(__fmul_rn(__fsub_rn(x[j], coef[c]), coef[C + c]), coef[2 * C + c]);
+        float v = __fadd_rn(__fmul_rn(__fsub_rn(x[j], coef[c]), coef[C + c]), coef[2 * C + c]);
+        y[j] = relu && !(v > 0.0f) ? 0.0f : v;
     }
 }
 
@@ -256,15 +267,16 @@ __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, fl
     }
 }
 
-/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat from saved(3, C) */
+/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat from saved(3, C); dy masked with relu */
 __global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved, const float *coef,
-                      int64_t n, int64_t C, int64_t L)
+                      int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
     for (int64_t j = j0; j < n; j += step, w.next()) {
         int64_t c = w.c;
-        float g = coef[c] * dy[j] - coef[C + c] - x_hat(x[j], saved, c, C) * coef[2 * C + c];
+        float d = relu_dy(dy[j], x[j], saved, c, C, relu);
+        float g = coef[c] * d - coef[C + c] - x_hat(x[j], saved, c, C) * coef[2 * C + c];
         dx[j] = add ? dx[j] + g : g;
     }
 }
@@ -274,15 +286,16 @@ __global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, cons
  * in a fixed tree order. The splits and their walks are those of bn_reduce_planes and bn_reduce_rows. */
 
 struct SyncSums {
-    const float *x, *dy, *saved;  /* dy NULL: forward; saved(3, C) for x_hat */
+    const float *x, *dy, *saved;  /* dy NULL: forward; saved(3, C) for x_hat, (6, C) with relu */
     int64_t C;
+    bool relu;                    /* dy masked by the forward's relu */
     __device__ double2 add(double2 v, int64_t e, int64_t c) const
     {
         if (!dy) {
             double xv = x[e];
             return make_double2(v.x + xv, v.y + xv * xv);
         }
-        double g = dy[e];
+        double g = relu_dy(dy[e], x[e], saved, c, C, relu);
         return make_double2(v.x + g, v.y + g * (double)x_hat(x[e], saved, c, C));
     }
 };
@@ -611,9 +624,9 @@ extern "C" cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float
 }
 
 extern "C" cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy,
-                                                const float *saved, struct glia__bn_geom g, cudaStream_t st)
+                                                const float *saved, bool relu, struct glia__bn_geom g, cudaStream_t st)
 {
-    return bn_reduce(pdy, pdyx, GradSums{x, dy, saved, g.C}, g, st);
+    return bn_reduce(pdy, pdyx, GradSums{x, dy, saved, g.C, relu}, g, st);
 }
 
 extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
@@ -627,12 +640,12 @@ extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, struct glia__bn_geom g,
-                                               cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu,
+                                               struct glia__bn_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L);
+    bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L, relu);
     return cudaGetLastError();
 }
 
@@ -648,20 +661,21 @@ extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, b
 }
 
 extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
-                                        const float *coef, struct glia__bn_geom g, cudaStream_t st)
+                                        const float *coef, bool relu, struct glia__bn_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L);
+    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L, relu);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy,
-                                                   const float *saved, struct glia__bn_geom g, cudaStream_t st)
+                                                   const float *saved, bool relu, struct glia__bn_geom g,
+                                                   cudaStream_t st)
 {
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;  /* sync_collect reads no split then */
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
-    SyncSums acc{x, dy, saved, g.C};
+    SyncSums acc{x, dy, saved, g.C, relu};
     if (g.L == 1) {
         dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
         sync_sums_rows<<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);

@@ -37,14 +37,17 @@ cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, floa
                                    struct glia__bn_geom g, bool use_running, bool update, double momentum,
                                    double eps, cudaStream_t st);
 
-/* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C) */
-cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, struct glia__bn_geom g,
+/* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C); with relu (activation = relu) then
+ * max(0, y), NaN giving 0 */
+cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu, struct glia__bn_geom g,
                                     cudaStream_t st);
 
 /* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*x_hat, with saved(3, C) from the
- * forward: x_hat = ((x - mean_hi(c)) - mean_lo(c))*invstd(c) */
+ * forward: x_hat = ((x - mean_hi(c)) - mean_lo(c))*invstd(c). With relu, saved is (6, C), rows 3..5 the
+ * forward's coef, and dy counts only where that forward's y was > 0 (here and in glia__cuda_bn_dx and
+ * glia__cuda_bn_sync_partials). */
 cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *saved,
-                                     struct glia__bn_geom g, cudaStream_t st);
+                                     bool relu, struct glia__bn_geom g, cudaStream_t st);
 
 /* Per channel c, in double from the partials in split order: sdy, sdyx; dgamma(C) (+)= sdyx and
  * dbeta(C) (+)= sdy when not NULL (add_*: +=, else =); coef(3, C) = k*(M, sdy, sdyx) as float with
@@ -55,14 +58,14 @@ cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dga
 
 /* dx(N, C, L) (+)= coef(0, C)*dy - coef(1, C) - x_hat*coef(2, C), x_hat from saved(3, C) as above */
 cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
-                             const float *coef, struct glia__bn_geom g, cudaStream_t st);
+                             const float *coef, bool relu, struct glia__bn_geom g, cudaStream_t st);
 
 /* ---- SyncBatchNorm (batchnorm with sync; the sums in double, each in an order fixed by the shape) ---- */
 
 /* pa(S, C), pb(S, C) = sums over split s of channel c in double: without dy, of x and x*x; with dy (like x),
  * of dy and dy*x_hat, x_hat from saved(3, C) as above */
 cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy, const float *saved,
-                                        struct glia__bn_geom g, cudaStream_t st);
+                                        bool relu, struct glia__bn_geom g, cudaStream_t st);
 
 /* sums(2, C) = per channel the splits of pa(S, C), pb(S, C) added in split order; with count, also
  * sums[2C] = N*L (this rank's values per channel); dgamma(C) (+)= sums(1, C) and dbeta(C) (+)= sums(0, C)

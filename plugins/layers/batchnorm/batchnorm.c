@@ -44,6 +44,20 @@ static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
     return GLIA_OK;
 }
 
+/* y = (x - m) * sc + sh, then with activation = relu max(0, y) (NaN gives 0, as the relu layer) */
+static inline float bn_out(float x, float m, float sc, float sh, bool relu)
+{
+    float v = (x - m) * sc + sh;
+    return relu && !(v > 0.0f) ? 0.0f : v;
+}
+
+/* dy where the forward's y (recomputed from x with its float coefficients coef(3, C): mean, scale,
+ * shift) passed the relu, else 0; dy itself without activation = relu */
+static inline float bn_dy(float dy, float x, const float *coef, int64_t c, int64_t C, bool relu)
+{
+    return relu && !((x - coef[c]) * coef[C + c] + coef[2 * C + c] > 0.0f) ? 0.0f : dy;
+}
+
 /* Whether a 4-D tensor of the call is channels_last (2-D ones never are). */
 static bool is_nhwc(const struct glia_tensor *t)
 {
@@ -103,6 +117,8 @@ static void local_sums(struct batchnorm *p, const float *x, const float *dy, int
 {
     int64_t C = p->d.C;
     const double *mean = p->mean, *invstd = p->invstd;
+    const float *coef = p->coef;  /* the forward's, for activation = relu's mask */
+    bool relu = p->d.relu;
     if (!nhwc) {
 #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < C; c++) {
@@ -117,8 +133,9 @@ static void local_sums(struct batchnorm *p, const float *x, const float *dy, int
                 } else {
                     const float *dyc = dy + (n * C + c) * HW;
                     for (int64_t i = 0; i < HW; i++) {
-                        a += dyc[i];
-                        b += dyc[i] * ((xc[i] - mean[c]) * invstd[c]);
+                        float g = bn_dy(dyc[i], xc[i], coef, c, C, relu);
+                        a += g;
+                        b += g * ((xc[i] - mean[c]) * invstd[c]);
                     }
                 }
             }
@@ -143,8 +160,9 @@ static void local_sums(struct batchnorm *p, const float *x, const float *dy, int
             } else {
                 const float *dyr = dy + r * C;
                 for (int64_t c = 0; c < C; c++) {
-                    a[c] += dyr[c];
-                    b[c] += dyr[c] * ((xr[c] - mean[c]) * invstd[c]);
+                    float g = bn_dy(dyr[c], xr[c], coef, c, C, relu);
+                    a[c] += g;
+                    b[c] += g * ((xr[c] - mean[c]) * invstd[c]);
                 }
             }
         }
@@ -195,6 +213,7 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
     float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
     double mom = p->d.momentum, eps = p->d.eps, *mean = p->mean, *invstd = p->invstd;
     float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
+    bool relu = p->d.relu;
     for (int64_t c = 0; c < C; c++) {
         double m = s[c] / M, var = s[C + c] / M - m * m;
         if (var < 0) var = 0;  /* rounding, for a constant channel */
@@ -213,7 +232,7 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
         for (int64_t r = 0; r < N * HW; r++) {
             const float *xr = x + r * C;
             float *yr = y + r * C;
-            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+            for (int64_t c = 0; c < C; c++) yr[c] = bn_out(xr[c], fm[c], scale[c], shift[c], relu);
         }
     } else {
 #pragma omp parallel for schedule(static)
@@ -221,7 +240,7 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
             int64_t c = j % C;
             const float *xc = x + j * HW;
             float *yc = y + j * HW;
-            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm[c]) * scale[c] + shift[c];
+            for (int64_t i = 0; i < HW; i++) yc[i] = bn_out(xc[i], fm[c], scale[c], shift[c], relu);
         }
     }
     p->kept = glia_tensor_numel(a->in[0]);
@@ -306,12 +325,13 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
         scale[c] = (float)(is * (gamma ? gamma[c] : 1.0f));
         shift[c] = beta ? beta[c] : 0.0f;
     }
-    /* y(r, C) = (x(r, C) - mean(C)) * scale(C) + shift(C) */
+    /* y(r, C) = (x(r, C) - mean(C)) * scale(C) + shift(C) (then relu) */
+    bool relu = p->d.relu;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < M; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
-        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+        for (int64_t c = 0; c < C; c++) yr[c] = bn_out(xr[c], fm[c], scale[c], shift[c], relu);
     }
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
     return GLIA_OK;
@@ -339,6 +359,10 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
                           l->name, glia_shape_str(&a->in[0]->shape, buf, sizeof buf));
     }
     if (is_nhwc(a->in[0])) return batchnorm_forward_nhwc(l, a, M);
+    bool relu = p->d.relu;
+    glia_status st = relu ? nhwc_scratch(l, p) : GLIA_OK;  /* coef: the mask's coefficients for backward */
+    if (st) return st;
+    float *coef = p->coef;
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
     const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
@@ -380,10 +404,11 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
         }
         float scale = (float)(invstd * (gamma ? gamma[c] : 1.0f)), shift = beta ? beta[c] : 0.0f, fm = (float)mean;
+        if (relu) coef[c] = fm, coef[C + c] = scale, coef[2 * C + c] = shift;
         for (int64_t n = 0; n < N; n++) {
             const float *xc = x + (n * C + c) * HW;
             float *yc = y + (n * C + c) * HW;
-            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm) * scale + shift;
+            for (int64_t i = 0; i < HW; i++) yc[i] = bn_out(xc[i], fm, scale, shift, relu);
         }
     }
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
@@ -416,6 +441,8 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
     double *s = p->sums, M = synced ? p->count : (double)(N * HW), *k = p->part + 2 * MAX_BLOCKS * C;
     const double *mean = p->mean, *invstd = p->invstd, *sdy = s, *sdyx = s + C;
+    const float *fc = p->coef;  /* activation = relu: the forward's coefficients for the mask */
+    bool relu = p->d.relu;
     local_sums(p, x, dy, N, HW, nhwc, s);
     for (int64_t c = 0; c < C; c++) {
         if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sdyx[c] : (float)sdyx[c];  /* never 0 * old */
@@ -431,7 +458,7 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
             float *dxr = dx + r * C;
             for (int64_t c = 0; c < C; c++) {
                 double xh = (xr[c] - mean[c]) * invstd[c];
-                float g = (float)(k[c] * (M * dyr[c] - sdy[c] - xh * sdyx[c]));
+                float g = (float)(k[c] * (M * bn_dy(dyr[c], xr[c], fc, c, C, relu) - sdy[c] - xh * sdyx[c]));
                 dxr[c] = add_dx ? dxr[c] + g : g;
             }
         }
@@ -443,7 +470,7 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
             float *dxc = dx + j * HW;
             for (int64_t i = 0; i < HW; i++) {
                 double xh = (xc[i] - mean[c]) * invstd[c];
-                float g = (float)(k[c] * (M * dyc[i] - sdy[c] - xh * sdyx[c]));
+                float g = (float)(k[c] * (M * bn_dy(dyc[i], xc[i], fc, c, C, relu) - sdy[c] - xh * sdyx[c]));
                 dxc[i] = add_dx ? dxc[i] + g : g;
             }
         }

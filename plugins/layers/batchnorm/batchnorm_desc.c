@@ -2,6 +2,7 @@
  * cuda.so: keys, create's checks and declarations, infer_shape, flops, and SyncBatchNorm's exchange
  * between ranks. Not the maths. */
 #include <stdio.h>
+#include <string.h>
 #include "batchnorm_desc.h"
 
 const struct glia_key glia__batchnorm_keys[] = {
@@ -14,6 +15,9 @@ const struct glia_key glia__batchnorm_keys[] = {
     GLIA_KEY("sync", GLIA_KEY_BOOL, "off",
              "SyncBatchNorm: in training, batch statistics over all ranks of [distributed] mode = ddp "
              "(eval and a single process: this rank's batch)"),
+    GLIA_KEY("activation", GLIA_KEY_ENUM, "none",
+             "relu: y = relu(batchnorm(x)) in the same pass over the data (what [graph] fuse_pointwise makes of a "
+             "batchnorm read only by a relu) | none", .choices = "none|relu"),
     GLIA_KEY_END};
 
 glia_status glia__batchnorm_describe(struct glia_layer *l, const struct glia_section *cfg,
@@ -27,6 +31,7 @@ glia_status glia__batchnorm_describe(struct glia_layer *l, const struct glia_sec
     d->momentum = glia_section_float(cfg, "momentum");
     d->eps = glia_section_float(cfg, "eps");
     d->sync = glia_section_bool(cfg, "sync");
+    d->relu = !strcmp(glia_section_str(cfg, "activation"), "relu");
     d->w = d->b = d->rm = d->rv = -1;
     struct glia_shape cs = glia_shape_make(1, (int64_t[]){d->C});
     glia_status st = GLIA_OK;
