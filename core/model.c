@@ -99,8 +99,9 @@ static const struct glia_key graph_keys[] = {
     GLIA_KEY("drop_bias_before_norm", GLIA_KEY_BOOL, "on",
              "remove the bias of a layer whose output goes only into a normalization layer"),
     GLIA_KEY("fuse_pointwise", GLIA_KEY_ENUM, "auto",
-             "run a chain of elementwise layers (relu, leaky_relu, sigmoid, tanh, gelu, add, pointwise) as one pointwise "
-             "layer: auto (on for CUDA, where it is one compiled kernel) | on | off", .choices = "auto|on|off"),
+             "run a chain of elementwise layers (relu, leaky_relu, sigmoid, tanh, gelu, add, dropout, pointwise) as one "
+             "pointwise layer, and a batchnorm + relu as a batchnorm with activation = relu: auto (on for CUDA, where it "
+             "saves kernels) | on | off", .choices = "auto|on|off"),
     GLIA_KEY("checkpoint_segments", GLIA_KEY_INT, "0",
              "activation checkpointing: cut the model into N segments; a training step keeps only each segment's last "
              "output and runs the rest of its forward again in backward (less memory, more compute; 0: off)",
@@ -1139,16 +1140,85 @@ static int fuse_pointwise_mode(const struct glia_model *m, const struct glia_sec
     return !strcmp(v, "on") ? 2 : !strcmp(v, "auto") && m->device.type != GLIA_DEVICE_CPU ? 1 : 0;
 }
 
+/* Removes every node i with into[i] >= 0, merged into node into[i] (a chain: into[into[i]] may be
+ * set too): whatever read node i now reads the node its chain ends in, declarations follow, and
+ * the others move up. */
+static void drop_nodes(struct glia_model *m, const int *into)
+{
+    int n = m->n_nodes, map[GLIA__MAX_NODES], w = 0;
+    for (int i = 0; i < n; i++) {
+        if (into[i] >= 0) {
+            destroy_layer(&m->nodes[i]);
+            map[i] = -1;
+            continue;
+        }
+        map[i] = w;
+        if (w != i) m->nodes[w] = m->nodes[i];  /* layers keep no pointer to their struct (layer.h) */
+        w++;
+    }
+    for (int i = 0; i < n; i++) {
+        int r = i;
+        while (into[r] >= 0) r = into[r];
+        map[i] = map[r];
+    }
+    m->n_nodes = w;
+    for (int i = 0; i < w; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0) nd->in[k] = map[nd->in[k]];
+        if (nd->bias_dropped) nd->bias_dropped_for = map[nd->bias_dropped_for];
+    }
+    for (int d = 0; d < m->n_decl; d++) m->decl[d].node = map[m->decl[d].node];
+    link_nodes(m);
+}
+
+static bool has_key(const struct glia_key *keys, const char *name)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++)
+        if (!strcmp(k->name, name)) return true;
+    return false;
+}
+
+/* Phase 3, before the chains below: a relu whose input is a batchnorm that nothing else reads
+ * becomes that batchnorm's activation = relu (one pass over the data instead of two, forward and
+ * backward, and no relu output kept); the batchnorm keeps its name, its parameters and its place,
+ * and what read the relu reads it. A relu with an impl chosen in its section stays. The key is set
+ * in the batchnorm's section (a dp replica, built from the same file, fuses it too). */
+static glia_status pass_fuse_bn_relu(struct glia_model *m)
+{
+    int n = m->n_nodes, into[GLIA__MAX_NODES], fused = 0;
+    glia_status st = GLIA_OK;
+    for (int j = 0; j < GLIA__MAX_NODES; j++) into[j] = -1;
+    for (int j = 0; j < n && !st; j++) {
+        const struct glia__node *r = &m->nodes[j];
+        int i = r->in[0];
+        if (strcmp(r->layer.ops->type, "relu") || r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") ||
+            r->n_in != 1 || i < 0 || strcmp(m->nodes[i].layer.ops->type, "batchnorm") || only_consumer(m, i) != j ||
+            !has_key(m->nodes[i].layer.ops->keys, "activation") || m->nodes[i].own_sec)
+            continue;
+        struct glia__node *b = &m->nodes[i];
+        if ((st = override_key(b->sec, "activation", "relu", fuse_origin))) break;
+        destroy_layer(b);
+        if ((st = create_layer(m, b))) break;
+        b->relu_fused = true;
+        into[j] = i;
+        fused++;
+    }
+    if (!st && fused) drop_nodes(m, into);
+    return st;
+}
+
 /* Phase 3, after the graph is checked as written: chains of fusible layers, each feeding only
  * the next, become one pointwise layer named like the chain's last; the others move up. A
  * dropout (or a pointwise layer with dropout()) only ends a chain: the fused layer then has its
  * name, so it draws the mask that layer draws unfused (the step's seed hashed with the name). */
 static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
 {
-    int n = m->n_nodes, into[GLIA__MAX_NODES], map[GLIA__MAX_NODES];
+    int n = m->n_nodes, into[GLIA__MAX_NODES];
     char **text = calloc((size_t)n, sizeof *text);
     bool *grew = calloc((size_t)n, sizeof *grew);
     glia_status st = text && grew ? GLIA_OK : GLIA_ENOMEM;
+    for (int j = 0; j < GLIA__MAX_NODES; j++) into[j] = -1;
     for (int j = 0; j < n && !st; j++) {  /* producers first: text[i] is i's whole chain */
         into[j] = -1;
         if (!(text[j] = fuse_text(m, j, &st))) continue;
@@ -1189,32 +1259,7 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
             if (r == j) into[i] = -1;  /* left in place, unfused */
         }
     }
-    if (!st) {
-        int w = 0;
-        for (int i = 0; i < n; i++) {
-            if (into[i] >= 0) {
-                destroy_layer(&m->nodes[i]);
-                map[i] = -1;
-                continue;
-            }
-            map[i] = w;
-            if (w != i) m->nodes[w] = m->nodes[i];  /* layers keep no pointer to their struct (layer.h) */
-            w++;
-        }
-        m->n_nodes = w;
-        for (int i = 0; i < w; i++) {
-            struct glia__node *nd = &m->nodes[i];
-            for (int k = 0; k < nd->n_in; k++)
-                if (nd->in[k] >= 0) nd->in[k] = map[nd->in[k]];
-            if (nd->bias_dropped) nd->bias_dropped_for = map[nd->bias_dropped_for];
-        }
-        for (int d = 0; d < m->n_decl; d++) {
-            int i = m->decl[d].node;
-            while (into[i] >= 0) i = into[i];
-            m->decl[d].node = map[i];
-        }
-        link_nodes(m);
-    }
+    if (!st) drop_nodes(m, into);
     for (int j = 0; text && j < n; j++) free(text[j]);
     free(text);
     free(grew);
@@ -1713,7 +1758,8 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
     int fuse = st ? 0 : fuse_pointwise_mode(m, graph);
-    if (fuse) st = pass_fuse_pointwise(m, fuse == 2);
+    if (fuse) st = pass_fuse_bn_relu(m);
+    if (fuse && !st) st = pass_fuse_pointwise(m, fuse == 2);
     if (!st) plan_formats(m);
     if (!st) st = pass_checkpoint(m, graph);  /* plans memory: after the edges' conversions are known */
     if (!st) st = alloc_params(m);
@@ -1843,6 +1889,17 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
                     m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
                     m->nodes[m->nodes[i].bias_dropped_for].layer.ops->type);
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia__node *nd = &m->nodes[i];
+        if (!nd->relu_fused) continue;
+        fprintf(f, "graph pass fuse_pointwise:");
+        for (int d = 0, first = 1; d < m->n_decl; d++)
+            if (m->decl[d].node == i) {
+                fprintf(f, "%s %s (%s)", first ? "" : " +", m->decl[d].name, m->decl[d].type);
+                first = 0;
+            }
+        fprintf(f, " run as batchnorm %s with activation = relu\n", nd->layer.name);
+    }
     for (int i = 0; i < m->n_nodes; i++) {
         const struct glia__node *nd = &m->nodes[i];
         if (!nd->own_sec) continue;

@@ -81,6 +81,7 @@ struct glia__node {
     struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT) into act_block
                                                                              (cin of the data batch: into x_buf) */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
+    bool relu_fused;                 /* a batchnorm that a relu after it became part of ([graph] fuse_pointwise) */
     int bias_dropped_for;            /* ... because this node normalizes its output */
     struct glia_section *own_sec;    /* (owned) sec, when a graph pass made it (fuse_pointwise); else NULL */
     /* pass checkpoint_segments: a training step drops this node's output after the forward and runs its forward

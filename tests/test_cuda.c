@@ -157,7 +157,8 @@ static void make_data(void)
 }
 
 /* A small residual CNN with every layer family: conv, BN, pooling, dropout, concat, add, linear. On a
- * GPU fuse_pointwise = auto fuses add + g and rd + d (a dropout under its own name). */
+ * GPU fuse_pointwise = auto makes r1 b1's activation and fuses add + g and rd + d (a dropout under
+ * its own name). */
 static const char *cnn_text(const char *device, const char *runtime_extra, const char *optimizer)
 {
     static char buf[4096];
@@ -184,10 +185,10 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
 }
 
 /* The same model, data and seed on the CPU and the GPU (fp32, both formats) end with the same
- * weights within float tolerance, for every optimizer. On the GPU add and g run as one fused
- * pointwise layer ([graph] fuse_pointwise = auto), and rd and d as another that drops what the
- * CPU's dropout layer drops; the channels_last runs also recompute two of their segments in
- * backward ([graph] checkpoint_segments = 3). */
+ * weights within float tolerance, for every optimizer. On the GPU ([graph] fuse_pointwise = auto)
+ * b1 runs with activation = relu in place of b1 + r1, add and g run as one fused pointwise layer,
+ * and rd and d as another that drops what the CPU's dropout layer drops; the channels_last runs
+ * also recompute two of their segments in backward ([graph] checkpoint_segments = 3). */
 static void test_training_matches_cpu(void)
 {
     make_data();
@@ -203,10 +204,11 @@ static void test_training_matches_cpu(void)
             snprintf(extra, sizeof extra, "precision = fp32\n%s%s", fmts[f], f ? "\n[graph]\ncheckpoint_segments = 3" : "");
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
             CU_ASSERT(f ? b.m->ckpt_segments > 1 : b.m->ckpt_segments == 1);
-            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 2);  /* fuse_pointwise = auto: add + g, rd + d */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[4].layer.ops->type, "pointwise");  /* c1 b1 r1 c2 g */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[8].layer.ops->type, "pointwise");  /* p a cat d */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[8].layer.name, "d");
+            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 3);  /* fuse_pointwise = auto: b1 + r1, add + g, rd + d */
+            CU_ASSERT(b.m->nodes[1].relu_fused);                                 /* c1 b1 */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[3].layer.ops->type, "pointwise");  /* c2 g */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.ops->type, "pointwise");  /* p a cat d */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.name, "d");
             long long na, nb;
             float *wa = weights(&a, &na), *wb = weights(&b, &nb);
             CU_ASSERT_EQUAL_FATAL(na, nb);

@@ -1379,6 +1379,70 @@ static void test_fuse_dropout(void)
     close_run(&on), close_run(&off);
 }
 
+/* A relu read after a batchnorm that nothing else reads becomes the batchnorm's activation = relu:
+ * the same losses and weights as the layers apart (the fused layer computes their bits), in both
+ * memory formats, and checkpoints move between the two; a batchnorm read by two layers, and a relu
+ * whose impl is chosen, stay as written. */
+static void test_fuse_bn_relu(void)
+{
+    make_data();
+    static const char layers[] = "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[b1]\ntype = batchnorm\n[r1]\ntype = relu\n"
+                                 "[c2]\ntype = conv2d\nfilters = 4\npadding = 1\n[b2]\ntype = batchnorm\n[r2]\ntype = relu\n"
+                                 "[s]\ntype = concat\ninputs = b2, r2\n"                /* b2 is read twice: stays */
+                                 "[c3]\ntype = conv2d\nfilters = 4\npadding = 1\n[b3]\ntype = batchnorm\n"
+                                 "[r3]\ntype = relu\nimpl = cpu\n"                      /* its impl chosen: stays */
+                                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                                 "[loss]\ntype = softmax_cross_entropy\n";
+    for (int f = 0; f < 2; f++) {
+        char text[2][4096];
+        for (int k = 0; k < 2; k++)
+            snprintf(text[k], sizeof text[k], "[runtime]\ndevice = cpu\nmemory_format = %s\n[data]\ntrain_images = %s/tri\n"
+                     "train_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n"
+                     "[graph]\nfuse_pointwise = %s\n%s", f ? "channels_last" : "contiguous", dir, dir, dir, dir,
+                     k ? "off" : "on", layers);
+        struct run on, off;
+        open_run(&on, text[0]);
+        open_run(&off, text[1]);
+        CU_ASSERT_EQUAL(off.m->n_nodes, 13);
+        CU_ASSERT_EQUAL_FATAL(on.m->n_nodes, 12);  /* r1 is part of b1 */
+        CU_ASSERT_STRING_EQUAL(on.m->nodes[1].layer.name, "b1");
+        CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.name, "b2");
+        CU_ASSERT_STRING_EQUAL(on.m->nodes[7].layer.name, "b3");
+        CU_ASSERT(on.m->nodes[1].relu_fused && !on.m->nodes[3].relu_fused && !on.m->nodes[7].relu_fused);
+        CU_ASSERT_EQUAL(on.m->nodes[2].in[0], 1);  /* c2 reads b1 */
+        CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
+        char *sum = summary_of(on.m);
+        const char *want = "graph pass fuse_pointwise: b1 (batchnorm) + r1 (relu) run as batchnorm b1 with activation = relu\n";
+        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
+        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+        CU_ASSERT_PTR_NULL(strstr(sum, "b2 (batchnorm) +"));
+        CU_ASSERT_PTR_NULL(strstr(sum, "b3 (batchnorm) +"));
+        free(sum);
+        struct glia_epoch_result ra, rb;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
+        long long na, nb;
+        float *wa = weights(&on, &na), *wb = weights(&off, &nb);
+        CU_ASSERT_EQUAL_FATAL(na, nb);
+        double worst = 0;
+        for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+        if (!(worst <= 1e-6)) printf("\n  %s: fused and unfused weights differ by %g\n", f ? "channels_last" : "contiguous", worst);
+        CU_ASSERT(worst <= 1e-6);
+        CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-6 * fmax(1, rb.test_loss));
+        char path[600];
+        snprintf(path, sizeof path, "%s/bnrelu.ckpt", dir);
+        CU_ASSERT_EQUAL(glia__checkpoint_save(on.m, path, 1, 0, 0, 0), GLIA_OK);
+        glia_status st = glia_model_load_checkpoint(off.m, path);
+        if (st) printf("\n  %s\n", glia_context_error(off.ctx));
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        float *wc = weights(&off, &nb);
+        CU_ASSERT_EQUAL(memcmp(wa, wc, sizeof(float) * (size_t)na), 0);
+        remove(path);
+        free(wa), free(wb), free(wc);
+        close_run(&on), close_run(&off);
+    }
+}
+
 /* A model with batchnorm, a residual, dropout and forward_counter (a fixture built against ABI 1.5 with a buffer
  * that counts its training forwards), checkpointed into `segments`. */
 static const char *ckpt_model_text(int segments)
@@ -1659,7 +1723,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
