@@ -7,6 +7,7 @@
 #include <glia/glia.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "batchnorm_desc.h"
 
 struct batchnorm {
@@ -44,18 +45,30 @@ static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
     return GLIA_OK;
 }
 
-/* y = (x - m) * sc + sh, then with activation = relu max(0, y) (NaN gives 0, as the relu layer) */
-static inline float bn_out(float x, float m, float sc, float sh, bool relu)
+/* g where v > 0, else +0 (also for a NaN v), as the relu layer: by a bit mask, no branch (the
+ * relu's cut is random, a branch on it mispredicts half the time) */
+static inline float keep_if_positive(float g, float v)
 {
-    float v = (x - m) * sc + sh;
-    return relu && !(v > 0.0f) ? 0.0f : v;
+    uint32_t u;
+    memcpy(&u, &g, sizeof u);
+    u &= -(uint32_t)(v > 0.0f);
+    memcpy(&g, &u, sizeof g);
+    return g;
+}
+
+/* With activation = relu, y(n) = max(0, y(n)) over n values just written (still in cache): a
+ * separate loop, so that the normalization's loop stays as it is without relu */
+static void relu_inplace(float *y, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = keep_if_positive(y[i], y[i]);
 }
 
 /* dy where the forward's y (recomputed from x with its float coefficients coef(3, C): mean, scale,
  * shift) passed the relu, else 0; dy itself without activation = relu */
 static inline float bn_dy(float dy, float x, const float *coef, int64_t c, int64_t C, bool relu)
 {
-    return relu && !((x - coef[c]) * coef[C + c] + coef[2 * C + c] > 0.0f) ? 0.0f : dy;
+    return relu ? keep_if_positive(dy, (x - coef[c]) * coef[C + c] + coef[2 * C + c]) : dy;
 }
 
 /* Whether a 4-D tensor of the call is channels_last (2-D ones never are). */
@@ -113,12 +126,11 @@ static glia_status batchnorm_create(struct glia_layer *l, const struct glia_sect
  * (x - mean(c))*invstd(c) from p. NCHW: a channel per thread, serial; NHWC: per block of rows into p->part,
  * then the blocks in order -- the same bits for any thread count. */
 static void local_sums(struct batchnorm *p, const float *x, const float *dy, int64_t N, int64_t HW, bool nhwc,
-                       double *s)
+                       bool relu, double *s)
 {
     int64_t C = p->d.C;
     const double *mean = p->mean, *invstd = p->invstd;
-    const float *coef = p->coef;  /* the forward's, for activation = relu's mask */
-    bool relu = p->d.relu;
+    const float *coef = p->coef;  /* the forward's, for relu's mask (dy not masked yet) */
     if (!nhwc) {
 #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < C; c++) {
@@ -195,7 +207,7 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
     float *y = glia_tensor_f32(a->out);
     double *s = p->sums;
     if (!reuse) {
-        local_sums(p, x, NULL, N, HW, nhwc, s);
+        local_sums(p, x, NULL, N, HW, nhwc, false, s);
         s[2 * C] = (double)(N * HW);
         if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C + 1), "statistics"))) return st;
     }
@@ -232,7 +244,8 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
         for (int64_t r = 0; r < N * HW; r++) {
             const float *xr = x + r * C;
             float *yr = y + r * C;
-            for (int64_t c = 0; c < C; c++) yr[c] = bn_out(xr[c], fm[c], scale[c], shift[c], relu);
+            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+            if (relu) relu_inplace(yr, C);
         }
     } else {
 #pragma omp parallel for schedule(static)
@@ -240,7 +253,8 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
             int64_t c = j % C;
             const float *xc = x + j * HW;
             float *yc = y + j * HW;
-            for (int64_t i = 0; i < HW; i++) yc[i] = bn_out(xc[i], fm[c], scale[c], shift[c], relu);
+            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm[c]) * scale[c] + shift[c];
+            if (relu) relu_inplace(yc, HW);
         }
     }
     p->kept = glia_tensor_numel(a->in[0]);
@@ -331,7 +345,8 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
     for (int64_t r = 0; r < M; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
-        for (int64_t c = 0; c < C; c++) yr[c] = bn_out(xr[c], fm[c], scale[c], shift[c], relu);
+        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+        if (relu) relu_inplace(yr, C);
     }
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
     return GLIA_OK;
@@ -408,11 +423,39 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
         for (int64_t n = 0; n < N; n++) {
             const float *xc = x + (n * C + c) * HW;
             float *yc = y + (n * C + c) * HW;
-            for (int64_t i = 0; i < HW; i++) yc[i] = bn_out(xc[i], fm, scale, shift, relu);
+            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm) * scale + shift;
+            if (relu) relu_inplace(yc, HW);
         }
     }
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
     return GLIA_OK;
+}
+
+/* d(like x) = dy where the forward's y (recomputed from x with coef(3, C)) passed the relu, else +0;
+ * d may be dy itself */
+static void mask_dy(float *d, const float *dy, const float *x, const float *coef, int64_t N, int64_t C, int64_t HW,
+                    bool nhwc)
+{
+    if (nhwc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N * HW; r++) {
+            const float *xr = x + r * C, *dyr = dy + r * C;
+            float *dr = d + r * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] = keep_if_positive(dyr[c], (xr[c] - coef[c]) * coef[C + c] + coef[2 * C + c]);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < N * C; j++) {
+        int64_t c = j % C;
+        float m = coef[c], sc = coef[C + c], sh = coef[2 * C + c];
+        const float *xc = x + j * HW, *dyc = dy + j * HW;
+        float *dc = d + j * HW;
+#pragma omp simd
+        for (int64_t i = 0; i < HW; i++) dc[i] = keep_if_positive(dyc[i], (xc[i] - m) * sc + sh);
+    }
 }
 
 /* With x_hat = (x - mean)*invstd recomputed from the input and M the forward's count (N*HW, or with
@@ -443,7 +486,12 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     const double *mean = p->mean, *invstd = p->invstd, *sdy = s, *sdyx = s + C;
     const float *fc = p->coef;  /* activation = relu: the forward's coefficients for the mask */
     bool relu = p->d.relu;
-    local_sums(p, x, dy, N, HW, nhwc, s);
+    if (relu && dx && !add_dx) {  /* dx = masked dy first (one vectorized pass), then dy is dx, masked */
+        mask_dy(dx, dy, x, fc, N, C, HW, nhwc);
+        dy = dx;
+        relu = false;
+    }
+    local_sums(p, x, dy, N, HW, nhwc, relu, s);
     for (int64_t c = 0; c < C; c++) {
         if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sdyx[c] : (float)sdyx[c];  /* never 0 * old */
         if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)sdy[c] : (float)sdy[c];
