@@ -71,10 +71,11 @@ glia_status glia__batchnorm_infer(const struct glia_layer *l, const struct glia_
     return GLIA_OK;
 }
 
-/* statistics (sum, squared deviation) and the normalization: about four multiply-adds per element */
+/* statistics (sum, squared deviation) and the normalization: about four multiply-adds per element;
+ * with activation = relu one more operation, the relu layer's count */
 uint64_t glia__batchnorm_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
 {
-    (void)l;
     (void)n_in;
-    return 8u * (uint64_t)glia_shape_numel(&in[0]);
+    const struct glia__batchnorm_desc *d = l->priv;
+    return (d && d->relu ? 9u : 8u) * (uint64_t)glia_shape_numel(&in[0]);
 }
