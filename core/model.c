@@ -821,11 +821,18 @@ static glia_status override_key(struct glia_section *s, const char *key, const c
     return GLIA_OK;
 }
 
-static bool has_bool_key(const struct glia_key *keys, const char *name)
+/* The key called name in keys, or NULL. */
+static const struct glia_key *find_key(const struct glia_key *keys, const char *name)
 {
     for (const struct glia_key *k = keys; k && k->name; k++)
-        if (!strcmp(k->name, name) && k->type == GLIA_KEY_BOOL) return true;
-    return false;
+        if (!strcmp(k->name, name)) return k;
+    return NULL;
+}
+
+static bool has_bool_key(const struct glia_key *keys, const char *name)
+{
+    const struct glia_key *k = find_key(keys, name);
+    return k && k->type == GLIA_KEY_BOOL;
 }
 
 /* Phase 2, pass drop_bias_before_norm: a layer with a `bias` key whose output goes only into
@@ -1172,13 +1179,6 @@ static void drop_nodes(struct glia_model *m, const int *into)
     link_nodes(m);
 }
 
-static bool has_key(const struct glia_key *keys, const char *name)
-{
-    for (const struct glia_key *k = keys; k && k->name; k++)
-        if (!strcmp(k->name, name)) return true;
-    return false;
-}
-
 /* Phase 3, before the chains below: a relu whose input is a batchnorm that nothing else reads
  * becomes that batchnorm's activation = relu (one pass over the data instead of two, forward and
  * backward, and no relu output kept); the batchnorm keeps its name, its parameters and its place,
@@ -1194,7 +1194,7 @@ static glia_status pass_fuse_bn_relu(struct glia_model *m)
         int i = r->in[0];
         if (strcmp(r->layer.ops->type, "relu") || r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") ||
             r->n_in != 1 || i < 0 || strcmp(m->nodes[i].layer.ops->type, "batchnorm") || only_consumer(m, i) != j ||
-            !has_key(m->nodes[i].layer.ops->keys, "activation") || m->nodes[i].own_sec)
+            !find_key(m->nodes[i].layer.ops->keys, "activation") || m->nodes[i].own_sec)
             continue;
         struct glia__node *b = &m->nodes[i];
         if ((st = override_key(b->sec, "activation", "relu", fuse_origin))) break;
@@ -1843,6 +1843,17 @@ static void human(double v, char *buf, size_t n)
     else snprintf(buf, n, "%.0f", v);
 }
 
+/* "graph pass fuse_pointwise: a (type) + b (type)": the layers as written that node i computes */
+static void fused_layers(FILE *f, const struct glia_model *m, int i)
+{
+    fprintf(f, "graph pass fuse_pointwise:");
+    for (int d = 0, first = 1; d < m->n_decl; d++)
+        if (m->decl[d].node == i) {
+            fprintf(f, "%s %s (%s)", first ? "" : " +", m->decl[d].name, m->decl[d].type);
+            first = 0;
+        }
+}
+
 void glia_model_summary(const struct glia_model *m, FILE *f)
 {
     char dev[32], shp[96], fl[32];
@@ -1889,26 +1900,15 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
                     m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
                     m->nodes[m->nodes[i].bias_dropped_for].layer.ops->type);
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia__node *nd = &m->nodes[i];
-        if (!nd->relu_fused) continue;
-        fprintf(f, "graph pass fuse_pointwise:");
-        for (int d = 0, first = 1; d < m->n_decl; d++)
-            if (m->decl[d].node == i) {
-                fprintf(f, "%s %s (%s)", first ? "" : " +", m->decl[d].name, m->decl[d].type);
-                first = 0;
-            }
-        fprintf(f, " run as batchnorm %s with activation = relu\n", nd->layer.name);
-    }
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->nodes[i].relu_fused) {
+            fused_layers(f, m, i);
+            fprintf(f, " run as batchnorm %s with activation = relu\n", m->nodes[i].layer.name);
+        }
     for (int i = 0; i < m->n_nodes; i++) {
         const struct glia__node *nd = &m->nodes[i];
         if (!nd->own_sec) continue;
-        fprintf(f, "graph pass fuse_pointwise:");
-        for (int d = 0, first = 1; d < m->n_decl; d++)
-            if (m->decl[d].node == i) {
-                fprintf(f, "%s %s (%s)", first ? "" : " +", m->decl[d].name, m->decl[d].type);
-                first = 0;
-            }
+        fused_layers(f, m, i);
         fprintf(f, " run as one pointwise layer %s = %s of", nd->layer.name, glia_section_str(nd->sec, "expr"));
         for (int k = 0; k < nd->n_in; k++)
             fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name);

@@ -4,6 +4,7 @@
 #ifndef GLIA_MODELUTIL_H
 #define GLIA_MODELUTIL_H
 
+#include <math.h>
 #include <stdlib.h>
 #include "testutil.h"
 #include <glia/glia.h>
@@ -56,6 +57,30 @@ static inline float *weights(struct run *r, long long *n)
     CU_ASSERT_FATAL(w != NULL);
     CU_ASSERT_EQUAL(glia_model_weights(r->m, w, *n), *n);
     return w;
+}
+
+/* Largest |a - b| / max(1, |b|) over the weights of two runs of one model (as many weights). */
+static inline double weight_diff(struct run *a, struct run *b)
+{
+    long long na, nb;
+    float *wa = weights(a, &na), *wb = weights(b, &nb);
+    CU_ASSERT_EQUAL_FATAL(na, nb);
+    double worst = 0;
+    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    free(wa);
+    free(wb);
+    return worst;
+}
+
+/* Whether a and b hold the same weights, bit for bit. */
+static inline bool same_weights(struct run *a, struct run *b)
+{
+    long long na, nb;
+    float *wa = weights(a, &na), *wb = weights(b, &nb);
+    bool same = na == nb && !memcmp(wa, wb, sizeof(float) * (size_t)na);
+    free(wa);
+    free(wb);
+    return same;
 }
 
 /* Training without progress output. */

@@ -190,18 +190,6 @@ static void train(struct run *r, const char *text, struct glia_epoch_result *res
     CU_ASSERT_FATAL(st == GLIA_OK);
 }
 
-/* Largest |a - b| / max(1, |b|) over the weights of two runs of one model. */
-static double weight_diff(struct run *a, struct run *b)
-{
-    long long na, nb;
-    float *wa = weights(a, &na), *wb = weights(b, &nb);
-    CU_ASSERT_EQUAL_FATAL(na, nb);
-    double worst = 0;
-    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
-    free(wa), free(wb);
-    return worst;
-}
-
 /* DDP through nccl (world 1, many small buckets launched during backward, SyncBatchNorm on) ends
  * where training without it does, also with accumulation and clipping. */
 static void test_ddp_over_nccl(void)

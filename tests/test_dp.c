@@ -51,19 +51,13 @@ static void compare(const char *devices, int batch, const char *train_extra, con
     if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     CU_ASSERT_FATAL(glia_model_train(one.m, &quiet, r1, 2) == GLIA_OK);
-    long long nd, n1;
-    float *wd = weights(&dp, &nd), *w1 = weights(&one, &n1);
-    CU_ASSERT_EQUAL_FATAL(nd, n1);
-    double worst = 0;
-    for (long long i = 0; i < nd; i++) worst = fmax(worst, fabs((double)wd[i] - w1[i]) / fmax(1.0, fabs(w1[i])));
+    double worst = weight_diff(&dp, &one);
     if (!(worst < 2e-5)) printf("\n  weights differ by %g\n", worst);
     CU_ASSERT(worst < 2e-5);
     for (int k = 0; k < 2; k++) {
         CU_ASSERT(fabs(rd[k].train_loss - r1[k].train_loss) < 1e-5);
         CU_ASSERT(fabs(rd[k].test_accuracy - r1[k].test_accuracy) < 1e-9);
     }
-    free(wd);
-    free(w1);
     close_run(&dp);
     close_run(&one);
 }

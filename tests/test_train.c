@@ -1141,15 +1141,17 @@ static const char *fuse_model_text(const char *graph, const char *lr_extra)
     return buf;
 }
 
-/* layers on the test data, fuse_pointwise = mode */
-static const char *fuse_small_text(const char *mode, const char *layers)
+/* layers on the test data, fuse_pointwise = mode; runtime and graph: more lines of those sections */
+static const char *fuse_text_in(const char *runtime, const char *mode, const char *graph, const char *layers)
 {
     static char buf[4096];
-    snprintf(buf, sizeof buf, "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
-             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = %s\n%s", dir, dir, dir,
-             dir, mode, layers);
+    snprintf(buf, sizeof buf, "[runtime]\ndevice = cpu\n%s[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
+             "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n[graph]\nfuse_pointwise = %s\n%s%s", runtime, dir,
+             dir, dir, dir, mode, graph, layers);
     return buf;
 }
+
+static const char *fuse_small_text(const char *mode, const char *layers) { return fuse_text_in("", mode, "", layers); }
 
 static char *summary_of(const struct glia_model *m)
 {
@@ -1191,11 +1193,7 @@ static void test_fuse_pointwise(void)
     struct glia_epoch_result ra, rb;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-    long long na, nb;
-    float *wa = weights(&on, &na), *wb = weights(&off, &nb);
-    CU_ASSERT_EQUAL_FATAL(na, nb);
-    double worst = 0;
-    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    double worst = weight_diff(&on, &off);
     if (!(worst <= 1e-4)) printf("\n  fused and unfused weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-4);
     CU_ASSERT(worst > 0 || ra.train_loss == rb.train_loss);
@@ -1206,10 +1204,8 @@ static void test_fuse_pointwise(void)
     glia_status st = glia_model_load_checkpoint(au.m, path);
     if (st) printf("\n  %s\n", glia_context_error(au.ctx));
     CU_ASSERT_EQUAL(st, GLIA_OK);
-    float *wc = weights(&au, &nb);
-    CU_ASSERT_EQUAL(memcmp(wa, wc, sizeof(float) * (size_t)na), 0);
+    CU_ASSERT(same_weights(&au, &on));
     remove(path);
-    free(wa), free(wb), free(wc);
     close_run(&on), close_run(&off), close_run(&au);
     /* lr's impl is chosen: sig p sum become one layer, g t j k another, lr stays between them */
     open_run(&pin, fuse_model_text("[graph]\nfuse_pointwise = on\n", "impl = cpu\n"));
@@ -1314,15 +1310,10 @@ static void test_fuse_dropout(void)
     struct glia_epoch_result ra, rb;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-    long long na, nb;
-    float *wa = weights(&on, &na), *wb = weights(&off, &nb);
-    CU_ASSERT_EQUAL_FATAL(na, nb);
-    double worst = 0;
-    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    double worst = weight_diff(&on, &off);
     if (!(worst <= 1e-5)) printf("\n  fused and unfused weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-5);
     CU_ASSERT(fabs(ra.train_loss - rb.train_loss) <= 1e-5 * fmax(1, rb.train_loss));
-    free(wa), free(wb);
     close_run(&on), close_run(&off);
     /* channels_last, with the fused layers recomputed in backward ([graph] checkpoint_segments):
      * the recomputation draws the forward's mask */
@@ -1330,13 +1321,8 @@ static void test_fuse_dropout(void)
                                "[c]\ntype = conv2d\nfilters = 4\npadding = 1\n[r2]\ntype = relu\n[d2]\ntype = dropout\np = 0.3\n"
                                "[e]\ntype = conv2d\nfilters = 4\npadding = 1\n[r3]\ntype = relu\n[flat]\ntype = flatten\n"
                                "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
-    char cl[2][4096];
-    for (int k = 0; k < 2; k++)
-        snprintf(cl[k], sizeof cl[k], "[runtime]\ndevice = cpu\nmemory_format = channels_last\n[data]\ntrain_images = %s/tri\n"
-                 "train_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n"
-                 "[graph]\nfuse_pointwise = %s\ncheckpoint_segments = 2\n%s", dir, dir, dir, dir, k ? "off" : "on", deep);
-    open_run(&on, cl[0]);
-    open_run(&off, cl[1]);
+    open_run(&on, fuse_text_in("memory_format = channels_last\n", "on", "checkpoint_segments = 2\n", deep));
+    open_run(&off, fuse_text_in("memory_format = channels_last\n", "off", "checkpoint_segments = 2\n", deep));
     CU_ASSERT(on.m->ckpt_segments > 1 && off.m->ckpt_segments > 1);
     int recomputed = 0;
     for (int i = 0; i < on.m->n_nodes; i++)
@@ -1344,13 +1330,9 @@ static void test_fuse_dropout(void)
     CU_ASSERT(recomputed > 0);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-    wa = weights(&on, &na), wb = weights(&off, &nb);
-    CU_ASSERT_EQUAL_FATAL(na, nb);
-    worst = 0;
-    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    worst = weight_diff(&on, &off);
     if (!(worst <= 1e-5)) printf("\n  channels_last, checkpointed: fused and unfused weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-5);
-    free(wa), free(wb);
     close_run(&on), close_run(&off);
     /* dropout() spelled with a space stays under its layer's name too, and a pointwise layer with
      * dropout() feeding relu + dropout builds (no two masks in one expression) and trains alike */
@@ -1369,13 +1351,9 @@ static void test_fuse_dropout(void)
     free(text);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-    wa = weights(&on, &na), wb = weights(&off, &nb);
-    CU_ASSERT_EQUAL_FATAL(na, nb);
-    worst = 0;
-    for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+    worst = weight_diff(&on, &off);
     if (!(worst <= 1e-5)) printf("\n  fused and unfused weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-5);
-    free(wa), free(wb);
     close_run(&on), close_run(&off);
 }
 
@@ -1394,15 +1372,10 @@ static void test_fuse_bn_relu(void)
                                  "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
                                  "[loss]\ntype = softmax_cross_entropy\n";
     for (int f = 0; f < 2; f++) {
-        char text[2][4096];
-        for (int k = 0; k < 2; k++)
-            snprintf(text[k], sizeof text[k], "[runtime]\ndevice = cpu\nmemory_format = %s\n[data]\ntrain_images = %s/tri\n"
-                     "train_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n"
-                     "[graph]\nfuse_pointwise = %s\n%s", f ? "channels_last" : "contiguous", dir, dir, dir, dir,
-                     k ? "off" : "on", layers);
+        const char *fmt = f ? "memory_format = channels_last\n" : "memory_format = contiguous\n";
         struct run on, off;
-        open_run(&on, text[0]);
-        open_run(&off, text[1]);
+        open_run(&on, fuse_text_in(fmt, "on", "", layers));
+        open_run(&off, fuse_text_in(fmt, "off", "", layers));
         CU_ASSERT_EQUAL(off.m->n_nodes, 13);
         CU_ASSERT_EQUAL_FATAL(on.m->n_nodes, 12);  /* r1 is part of b1 */
         CU_ASSERT_STRING_EQUAL(on.m->nodes[1].layer.name, "b1");
@@ -1421,11 +1394,7 @@ static void test_fuse_bn_relu(void)
         struct glia_epoch_result ra, rb;
         CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-        long long na, nb;
-        float *wa = weights(&on, &na), *wb = weights(&off, &nb);
-        CU_ASSERT_EQUAL_FATAL(na, nb);
-        double worst = 0;
-        for (long long i = 0; i < na; i++) worst = fmax(worst, fabs((double)wa[i] - wb[i]) / fmax(1.0, fabs(wb[i])));
+        double worst = weight_diff(&on, &off);
         if (!(worst <= 1e-6)) printf("\n  %s: fused and unfused weights differ by %g\n", f ? "channels_last" : "contiguous", worst);
         CU_ASSERT(worst <= 1e-6);
         CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-6 * fmax(1, rb.test_loss));
@@ -1435,10 +1404,8 @@ static void test_fuse_bn_relu(void)
         glia_status st = glia_model_load_checkpoint(off.m, path);
         if (st) printf("\n  %s\n", glia_context_error(off.ctx));
         CU_ASSERT_EQUAL(st, GLIA_OK);
-        float *wc = weights(&off, &nb);
-        CU_ASSERT_EQUAL(memcmp(wa, wc, sizeof(float) * (size_t)na), 0);
+        CU_ASSERT(same_weights(&off, &on));  /* the fused run's weights, loaded */
         remove(path);
-        free(wa), free(wb), free(wc);
         close_run(&on), close_run(&off);
     }
 }

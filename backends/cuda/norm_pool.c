@@ -112,18 +112,6 @@ static glia_status bn_create(struct glia_layer *l, const struct glia_section *cf
 /* Floats of p->saved: (3, C), or (6, C) with activation = relu. */
 static int64_t saved_len(const struct cuda_bn *p) { return (p->d.relu ? 6 : 3) * p->d.C; }
 
-/* With activation = relu, a training forward's coef(3, C) into saved(3..5, C): backward's mask. */
-static glia_status keep_coef(struct glia_layer *l, const float *coef, int64_t C)
-{
-    const struct cuda_bn *p = l->priv;
-    glia_status st = GLIA_OK;
-    if (p->d.relu)
-        CUDA_TRY(l->ctx, cudaMemcpyAsync(dev(p->saved) + 3 * C, coef, sizeof(float) * (size_t)(3 * C),
-                                         cudaMemcpyDeviceToDevice, stream_of(l)));
-fail:
-    return st;
-}
-
 /* Scratch of a sync call: 2 partial sums (S, C) in double, then coef(3, C) in float. */
 static size_t sync_scratch_bytes(struct glia__bn_geom g)
 {
@@ -149,7 +137,8 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
     if (st) return st;
     double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data, n = reuse_n;
-    float *coef = (float *)(pb + g.S * C);
+    /* with activation = relu, coef is kept for backward's mask in saved(3..5, C) */
+    float *coef = p->d.relu ? dev(p->saved) + 3 * C : (float *)(pb + g.S * C);
     const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
     const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
     float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
@@ -171,7 +160,6 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     }
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), rmean, rvar, gamma, beta, sums, n, g,
                                                  rmean != NULL && !a->recompute, p->d.momentum, p->d.eps, s));
-    if ((st = keep_coef(l, coef, C))) goto fail;
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, p->d.relu, g, s));
     p->kept = glia_tensor_numel(x);
     p->count = n;
@@ -243,6 +231,7 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
     if (st) return st;
     float *pmean = scratch, *pm2 = pmean + g.S * C, *coef = pm2 + g.S * C;
+    if (a->train && p->d.relu) coef = dev(p->saved) + 3 * C;  /* kept for backward's mask */
     const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
     const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
     float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
@@ -251,7 +240,6 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, dev(x), g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, rmean, rvar, gamma, beta, dev(x), pmean,
                                             pm2, g, use_running, update, p->d.momentum, p->d.eps, s));
-    if (a->train && (st = keep_coef(l, coef, C))) goto fail;
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, p->d.relu, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:
