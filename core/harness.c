@@ -235,7 +235,7 @@ static glia_status gc_loss(struct gc *g, double *L)
 {
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     for (int k = 0; k < g->n_in; k++) in[k] = g->x[k];
-    struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, 1234, false};
+    struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, glia_seed(1234, 0), false, 1234, NULL};
     glia_status st = g->l.ops->forward(&g->l, &a);
     if (st) return st;
     const float *o = glia_tensor_f32(g->out), *r = glia_tensor_f32(g->r);
@@ -580,7 +580,8 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
 {
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     for (int k = 0; k < r->n_in; k++) in[k] = r->x[k];
-    struct glia_fwd a = {in, r->n_in, r->out, r->labels, train, ++r->step, false};
+    ++r->step;
+    struct glia_fwd a = {in, r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL};
     glia_status st = r->l.ops->forward(&r->l, &a);
     r->trained = !st && train;
     return st;

@@ -25,6 +25,9 @@ static const struct glia_key runtime_keys[] = {
              "time the convolution algorithms once per shape and keep the fastest (off: heuristics); CUDA only"),
     GLIA_KEY("workspace_mb", GLIA_KEY_INT, "1024", "scratch memory a layer may use for a faster algorithm (MiB)",
              .min = 0, .max = 1 << 20),
+    GLIA_KEY("cuda_graph", GLIA_KEY_BOOL, "off",
+             "replay each training batch shape's forward and backward from a CUDA graph (one launch) once it has run "
+             "once; CUDA only, not with [distributed] mode"),
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
@@ -1703,6 +1706,45 @@ static glia_status dp_devices(struct glia_model *m, struct glia_device *devs, in
     return GLIA_OK;
 }
 
+/* [runtime] cuda_graph = on: set up where it can work, else a clear refusal (or, where device = auto fell back to
+ * the CPU, a notice that it has nothing to do). */
+static glia_status setup_cuda_graph(struct glia_model *m)
+{
+    struct glia_section *s = glia__config_section(m->cfg, "runtime");
+    if (!s) return GLIA_ENOMEM;
+    if (m->like || !glia_section_bool(s, "cuda_graph")) return GLIA_OK;  /* dp replicas never capture */
+    const struct glia_backend_ops *b = m->backend->ops;
+    if (!GLIA__HAS_SLOT(b, capture_begin) || !b->capture_begin) {
+        if (m->device_notice) {  /* said with it, in its line */
+            static const char more[] = "; cuda_graph = on has nothing to capture there";
+            char *n = realloc(m->device_notice, strlen(m->device_notice) + sizeof more);
+            if (!n) return GLIA_ENOMEM;
+            m->device_notice = strcat(n, more);
+            return GLIA_OK;
+        }
+        return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
+                                  "the %s backend cannot capture CUDA graphs (set cuda_graph = off or device = cuda)",
+                                  b->name);
+    }
+    if (m->dist != GLIA__DIST_NONE)
+        return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
+                                  "not with [distributed] mode = %s: its communication runs between the layers (set "
+                                  "cuda_graph = off)",
+                                  m->dist == GLIA__DIST_DDP ? "ddp" : "dp");
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia_layer_ops *o = m->nodes[i].layer.ops;
+        if (!(o->flags & GLIA_LAYER_CAPTURABLE) || glia__layer_abi_minor(m->ctx, o) < 7)
+            return glia_section_error(m->nodes[i].sec, NULL, GLIA_ECONFIG,
+                                      "layer type %s (impl %s) cannot be captured into a CUDA graph; set [runtime] "
+                                      "cuda_graph = off",
+                                      o->type, o->impl);
+    }
+    struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
+    glia_status st = glia_tensor_new(m->backend, GLIA_I64, &one, &m->step_dev);
+    m->cuda_graph = !st;
+    return st;
+}
+
 static glia_status build(struct glia_context *ctx, struct glia_config *cfg, const struct glia_model *like,
                          const struct glia_device *dev, struct glia_model **out);
 
@@ -1762,6 +1804,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (fuse && !st) st = pass_fuse_pointwise(m, fuse == 2);
     if (!st) plan_formats(m);
     if (!st) st = pass_checkpoint(m, graph);  /* plans memory: after the edges' conversions are known */
+    if (!st) st = setup_cuda_graph(m);
     if (!st) st = alloc_params(m);
     if (!st) st = alloc_buffers(m);
     if (!st && m->comm) {
@@ -1787,6 +1830,8 @@ void glia_model_free(struct glia_model *m)
 {
     if (!m) return;
     if (m->backend) glia_backend_sync(m->backend);  /* queued work and copies may still use its memory */
+    glia__model_free_graphs(m);
+    glia_tensor_release(m->step_dev);
     glia__model_release_activations(m);
     for (int i = 0; i < m->n_nodes; i++) {
         destroy_layer(&m->nodes[i]);

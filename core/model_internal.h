@@ -10,6 +10,7 @@
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_STATE 4
 #define GLIA__MAX_REPLICAS 16
+#define GLIA__MAX_GRAPHS 4    /* training batch shapes replayed from CUDA graphs ([runtime] cuda_graph) */
 
 /* Dynamic loss scaling (precision = fp16), torch.cuda.amp.GradScaler's rule: the loss is
  * multiplied by `scale` before backward; a step whose gradients are not all finite is skipped
@@ -128,6 +129,17 @@ struct glia__act_plan {
     int64_t len, train, train_unshared, eval, eval_unshared;
     int64_t *train_off, *eval_off;   /* n_nodes * GLIA__PLAN_SLOTS each (owned) */
 };
+/* [runtime] cuda_graph: the training forward and backward of one batch shape (n, len) and gradient state (acc:
+ * the parameters' gradients are being accumulated), run once as it comes, then captured, then replayed. */
+struct glia__graph {
+    int64_t n, len;
+    bool acc;
+    enum { GLIA__GRAPH_SEEN, GLIA__GRAPH_READY, GLIA__GRAPH_FAILED } state;
+    void *exec;                      /* READY: the backend's graph (owned) */
+    bool *written;                   /* READY: per parameter (in node order), whether the captured backward
+                                        wrote its gradient (a replay leaves it set) (owned) */
+};
+
 struct glia_model {
     struct glia_context *ctx;
     struct glia_config *cfg;
@@ -206,6 +218,13 @@ struct glia_model {
     const struct glia_model *like;   /* while a replica builds: the model whose data it borrows */
     int ckpt_asked, ckpt_segments;   /* [graph] checkpoint_segments, and as cut (1: no checkpointing) */
     int64_t ckpt_plan[2];            /* the training plan at the configured batch without and with the cuts (floats) */
+    /* [runtime] cuda_graph (core/train.c) */
+    bool cuda_graph;                 /* on, and this model can be captured */
+    bool capturing;                  /* a training step is being captured: forwards get step_at */
+    struct glia__graph graphs[GLIA__MAX_GRAPHS];
+    int n_graphs;
+    struct glia_tensor *step_dev;    /* i64 (1) on the device: the step a replay draws its seeds from */
+    int64_t graph_replays;           /* training passes replayed so far */
 };
 
 /* The data batch's shape: images (n, channels, rows, cols); tokens (n, len). */
@@ -218,6 +237,8 @@ static inline struct glia_shape glia__data_shape(const struct glia_model *m, int
 const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
+/* Frees the CUDA graphs of [runtime] cuda_graph (core/train.c). */
+void glia__model_free_graphs(struct glia_model *m);
 
 /* ---- activation memory (core/memplan.c) ---- */
 /* Offsets off[i] (floats, multiples of GLIA__ARENA_ALIGN) for n buffers of size[i] floats (0: none, offset 0), each

@@ -35,6 +35,7 @@ void glia__model_release_activations(struct glia_model *m)
     m->act_block = NULL;
     m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = m->stage_x = m->stage_y = NULL;
     m->act_batch = m->eval_batch = m->cur_batch = m->cur_len = 0;
+    glia__model_free_graphs(m);  /* they read and write the activations just given back */
 }
 
 /* The data batch's element type: token ids or pixels. */
@@ -254,10 +255,17 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
         if (nd->edge[k] == GLIA__EDGE_CONVERT) st = glia_tensor_convert(nd->cin[k], in[k], false);
         if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
     }
-    struct glia_fwd a = {in, nd->n_in, nd->out, (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
-                         train, glia__hash_str(m->seed + (uint64_t)m->step * 0x9e3779b97f4a7c15ull +
-                                                   (uint64_t)m->rank * 0xd1b54a32d192ed03ull, nd->layer.name),
-                         recompute};
+    /* the layer's key (its name, the run's seed, the rank) and the step give the seed of its masks */
+    uint64_t key = glia__hash_str(m->seed + (uint64_t)m->rank * 0xd1b54a32d192ed03ull, nd->layer.name);
+    struct glia_fwd a = {in,
+                         nd->n_in,
+                         nd->out,
+                         (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
+                         train,
+                         glia_seed(key, m->step),
+                         recompute,
+                         key,
+                         m->capturing ? m->step_dev->data : NULL};
     if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
     if (m->profiling) {  /* a recomputation is part of the backward */
         glia_backend_sync(m->backend);
@@ -612,6 +620,135 @@ static glia_status dp_backward(struct glia_model *m)
             }
     }
     return st;
+}
+
+/* ---- [runtime] cuda_graph: training passes replayed from CUDA graphs ----
+ * Each batch shape (n, len), with the parameters' gradients unset or being accumulated, runs its
+ * first training pass (forward and backward) as it comes: that sizes the buffers layers make
+ * lazily, compiles kernels and times convolution algorithms. Its second pass is captured into a
+ * graph, and every pass from then on is one launch of it. The graph reads the batch from x and y
+ * and keeps the activations where the views of that shape put them (fixed while the activations
+ * are: freeing them frees the graphs); random layers draw from the step in step_dev, written
+ * before each launch. A pass that cannot be captured runs as it comes, with a notice, and its
+ * shape is not tried again. The optimizer step stays outside: it is one launch already, and its
+ * scalars (learning rate, bias corrections) change every step. */
+
+void glia__model_free_graphs(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_graphs; i++) {
+        struct glia__graph *g = &m->graphs[i];
+        if (g->exec) m->backend->ops->graph_free(m->backend->priv, g->exec);
+        free(g->written);
+    }
+    m->n_graphs = 0;
+}
+
+/* Number of parameters of the model (in node order: the order of glia__graph.written). */
+static int n_params(const struct glia_model *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) n += m->nodes[i].layer.n_params;
+    return n;
+}
+
+/* Copy the parameters' grad_unset flags out of (save) or into the model. */
+static void grad_flags(struct glia_model *m, bool *flags, bool save)
+{
+    int k = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++, k++) {
+            bool *u = &m->nodes[i].layer.params[p].grad_unset;
+            if (save) flags[k] = *u;
+            else *u = flags[k];
+        }
+}
+
+/* The graph entry of this pass: NULL (a pass to run as it comes) when the shape is new (then remembered, while
+ * there is room). */
+static struct glia__graph *graph_entry(struct glia_model *m, int64_t n)
+{
+    bool acc = false;  /* a micro-step after the first of an accumulation: the backward adds */
+    for (int i = 0; i < m->n_nodes && !acc; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++) acc |= !m->nodes[i].layer.params[p].grad_unset;
+    for (int i = 0; i < m->n_graphs; i++) {
+        struct glia__graph *g = &m->graphs[i];
+        if (g->n == n && g->len == m->cur_len && g->acc == acc) return g;
+    }
+    if (m->n_graphs < GLIA__MAX_GRAPHS)
+        m->graphs[m->n_graphs++] = (struct glia__graph){.n = n, .len = m->cur_len, .acc = acc, .state = GLIA__GRAPH_SEEN};
+    return NULL;
+}
+
+static glia_status forward(struct glia_model *m, bool train);
+static glia_status backward(struct glia_model *m);
+
+/* Capture the training pass of g's shape; g->state says whether it worked. The host-side state a pass changes (the
+ * gradients' flags) is put back as it was: the captured work has not run. Only out of memory is an error. */
+static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
+{
+    struct glia_backend *b = m->backend;
+    int np = n_params(m);
+    bool *before = malloc(sizeof *before * (size_t)(np ? np : 1));
+    g->written = malloc(sizeof *g->written * (size_t)(np ? np : 1));
+    if (!before || !g->written) {
+        free(before);
+        return GLIA_ENOMEM;
+    }
+    grad_flags(m, before, true);
+    glia_status st = b->ops->capture_begin(b->priv);
+    if (!st) {
+        m->capturing = true;
+        st = forward(m, true);
+        if (!st) st = backward(m);
+        m->capturing = false;
+        glia_status se = b->ops->capture_end(b->priv, &g->exec);  /* ends it whatever happened */
+        if (!st) st = se;
+    }
+    grad_flags(m, g->written, true);  /* unset flags after the pass: written is their negation */
+    for (int k = 0; k < np; k++) g->written[k] = !g->written[k];
+    grad_flags(m, before, false);
+    free(before);
+    if (!st) {
+        g->state = GLIA__GRAPH_READY;
+        return GLIA_OK;
+    }
+    if (g->exec) b->ops->graph_free(b->priv, g->exec);
+    g->exec = NULL;
+    g->state = GLIA__GRAPH_FAILED;
+    glia_log(m->ctx, GLIA_LOG_WARN, "cuda_graph: the training pass of a batch of %lld could not be captured (%s); "
+                                    "it runs without a graph",
+             (long long)g->n, glia_context_error(m->ctx)[0] ? glia_context_error(m->ctx) : glia_strerror(st));
+    glia_context_clear_error(m->ctx);
+    return GLIA_OK;
+}
+
+/* One launch of g's graph for this step. */
+static glia_status graph_replay(struct glia_model *m, struct glia__graph *g)
+{
+    struct glia_backend *b = m->backend;
+    glia_status st = b->ops->write_u64(b->priv, m->step_dev->data, (uint64_t)m->step);
+    if (!st) st = b->ops->graph_launch(b->priv, g->exec);
+    if (st) return glia_error(m->ctx, st, "cuda_graph: replaying the training pass of a batch of %lld failed: %s",
+                              (long long)g->n, glia_context_error(m->ctx));
+    int k = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++, k++)
+            if (g->written[k]) m->nodes[i].layer.params[p].grad_unset = false;
+    m->graph_replays++;
+    return GLIA_OK;
+}
+
+/* The training forward and backward of the batch in m->x (n rows) with cuda_graph on: replayed, captured now and
+ * replayed, or run as it comes. */
+static glia_status train_pass(struct glia_model *m, int64_t n)
+{
+    struct glia__graph *g = graph_entry(m, n);
+    glia_status st = GLIA_OK;
+    if (g && g->state == GLIA__GRAPH_SEEN) st = graph_capture(m, g);
+    if (st) return st;
+    if (g && g->state == GLIA__GRAPH_READY) return graph_replay(m, g);
+    st = forward(m, true);
+    return st ? st : backward(m);
 }
 
 /* A training forward of the batch in m->x (n rows), on one device or split over dp's. */
@@ -990,15 +1127,19 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
         st = glia__loader_start_epoch(&s.train, epoch, k0);
         if (!st) st = feed_start(m, &f, &s.train, true);
         for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
-            st = train_forward(m, nb);
-            if (!st && !lag.host) {  /* the loss of this step, now */
-                st = read_loss(m, &l);
-                if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
-                l_k = k;
-            }
             bool stepped = (k + 1) % m->accumulate == 0 || k == steps - 1;
-            if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
-            if (!st) st = train_backward(m);
+            if (m->cuda_graph && lag.host) {
+                st = train_pass(m, nb);  /* its loss is read a step late, as below */
+            } else {
+                st = train_forward(m, nb);
+                if (!st && !lag.host) {  /* the loss of this step, now */
+                    st = read_loss(m, &l);
+                    if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
+                    l_k = k;
+                }
+                if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
+                if (!st) st = train_backward(m);
+            }
             if (!st && stepped) st = optimizer_step(m, epoch);
             if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
                 st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);
@@ -1100,6 +1241,13 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
     if (!st && !stopped && opt->progress >= 0)
         fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
                 (long long)m->step, test_loss, test_acc, glia__now() - t_start);
+    if (m->cuda_graph) {
+        int ready = 0;
+        for (int i = 0; i < m->n_graphs; i++) ready += m->graphs[i].state == GLIA__GRAPH_READY;
+        glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: %lld training passes replayed from %d graph%s", (long long)m->graph_replays,
+                 ready, ready == 1 ? "" : "s");
+        glia__model_free_graphs(m);  /* what they held goes back to the allocator */
+    }
     scratch_free(&s);
     close_rank_log(rank_log, tee);
     return st;

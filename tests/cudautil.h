@@ -202,7 +202,8 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     /* forward */
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
     for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
-    struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false}, fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false};
+    struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false, 0, NULL},
+                    fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false, 0, NULL};
     CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.ops->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));

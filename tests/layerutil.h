@@ -177,7 +177,7 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
             for (int64_t i = 0; i < glia_tensor_numel(pa->grad); i++) d[i] = accumulate ? 1.0f : NAN;
             pa->grad_unset = !accumulate;
         }
-        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false};
+        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL};
         CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
         struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL};
         glia_status st = B.ops->backward(&B.l, &ba);

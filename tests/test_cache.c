@@ -1,6 +1,7 @@
 /* tests/test_cache.c — the CUDA backend's caching allocator (backends/cuda/cache.c) over malloc:
  * size classes, reuse without raw allocations after warm-up, statistics, the retry after
- * giving cached blocks back when the raw allocator runs out, and a block given straight back. Not device memory: runs anywhere. */
+ * giving cached blocks back when the raw allocator runs out, a block given straight back, and what
+ * CUDA graphs hold. Not device memory: runs anywhere. */
 #include <stdlib.h>
 #include "testutil.h"
 #include "../backends/cuda/cache.h"
@@ -137,5 +138,55 @@ static void test_give_back(void)
     glia__cache_free(c);
 }
 
+/* CUDA graphs: a block in use when a capture begins (old), or handed out during it (mid), is held
+ * when released while a graph lives: not handed out again, not trimmed, not given back; a block
+ * made after the capture is cached as usual. Once the last graph is freed, held blocks serve
+ * requests again. A capture that made no graph holds nothing. */
+static void test_graph_holds_pinned_blocks(void)
+{
+    struct raw r = {1u << 30, 0, 0};
+    struct glia__cache *c = glia__cache_new(raw_alloc, raw_free, &r);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    void *old, *mid, *tmp, *late, *q;
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &old), 0);
+    glia__cache_capture_begin(c);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &mid), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &tmp), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, tmp), 0);  /* freed inside the capture: the graph's own order */
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &q), 0);
+    CU_ASSERT_PTR_EQUAL(q, tmp);                      /* reused within the capture */
+    glia__cache_capture_end(c, true);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &late), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, old), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, mid), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, late), 0);
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, q), 0);  /* held, not given back */
+    CU_ASSERT_EQUAL(r.live, 4);
+    glia__cache_trim(c);                              /* only late goes */
+    CU_ASSERT_EQUAL(r.live, 3);
+    void *p1, *p2;
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &p1), 0);
+    CU_ASSERT(p1 != old && p1 != mid);                /* a new block: both are held */
+    CU_ASSERT_EQUAL(r.live, 4);
+    glia__cache_graph_freed(c);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &p2), 0);
+    CU_ASSERT(p2 == old || p2 == mid);                /* no longer held */
+    CU_ASSERT_EQUAL(r.live, 4);
+    CU_ASSERT_EQUAL(glia__cache_release(c, p1), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, p2), 0);
+    /* a failed capture: nothing held */
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &p1), 0);
+    glia__cache_capture_begin(c);
+    glia__cache_capture_end(c, false);
+    CU_ASSERT_EQUAL(glia__cache_release(c, p1), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &p2), 0);
+    CU_ASSERT_PTR_EQUAL(p2, p1);
+    CU_ASSERT_EQUAL(glia__cache_release(c, p2), 0);
+    glia__cache_trim(c);
+    CU_ASSERT_EQUAL(r.live, 0);
+    glia__cache_free(c);
+}
+
 GLIA_TEST_MAIN("cache", GLIA_TEST(test_classes), GLIA_TEST(test_reuse_after_warmup),
-               GLIA_TEST(test_out_of_memory_trims_and_retries), GLIA_TEST(test_give_back))
+               GLIA_TEST(test_out_of_memory_trims_and_retries), GLIA_TEST(test_give_back),
+               GLIA_TEST(test_graph_holds_pinned_blocks))

@@ -201,7 +201,7 @@ static void shape_changes(const char *ini, const struct glia_shape *shapes, int 
         struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
         struct glia_tensor *dxc = nan_tensor(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = nan_tensor(cuda_gpu, in, f);
         const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-        struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false}, fg = {ing, 1, yg, NULL, true, 77, false};
+        struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL};
         CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
         glia_status st = G.ops->forward(&G.l, &fg);
         if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -282,7 +282,7 @@ static void no_input_grad(const struct cv *c, enum glia_precision p, enum glia_m
     struct glia_tensor *dyg = random_tensor(&rng, cuda_gpu, os, f, &dyv);
     struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
     const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false}, fg = {ing, 1, yg, NULL, true, 77, false};
+    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL};
     CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.ops->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -387,7 +387,7 @@ static void test_tuning_workspace_given_back(void)
     const struct glia_tensor *ins[1] = {x};
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
-    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL};
     struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL};
     CU_ASSERT_EQUAL(G.ops->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.ops->backward(&G.l, &bw), GLIA_OK);

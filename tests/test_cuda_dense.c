@@ -167,7 +167,7 @@ static void test_linear_packed_params(void)
     struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
     struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
     const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
-    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false}, fg = {ig, 1, yg, NULL, true, 1, false};
+    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL};
     CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
     CU_ASSERT_FATAL(G.ops->forward(&G.l, &fg) == GLIA_OK);
     CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
@@ -242,7 +242,7 @@ static void test_sce_bad_label(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(bad, (int32_t[]){0, 7, 2, -1}, 4 * sizeof(int32_t)) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
     const struct glia_tensor *ins[1] = {x};
-    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false}, fg = {ins, 1, out, good, true, 2, false};
+    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL};
     CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);

@@ -81,7 +81,7 @@ static void test_embedding_out_of_range(void)
     const struct glia_tensor *in[1] = {tok};
     struct glia_tensor *din[1] = {NULL};
     bool acc[1] = {false};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
     pw->grad_unset = true;
     CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
@@ -124,7 +124,7 @@ static void test_seq_pool_eval_keeps_nothing(void)
         const struct glia_tensor *xi[2] = {x, tok};
         struct glia_tensor *din[2] = {dx, NULL};
         bool acc[2] = {false, false};
-        struct glia_fwd fa = {xi, 2, y, NULL, false, 1, false};
+        struct glia_fwd fa = {xi, 2, y, NULL, false, 1, false, 0, NULL};
         struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL};
         CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_OK);
         CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_EINVAL);

@@ -416,6 +416,33 @@ static void test_device_cuda_or_fallback(void)
     free(sum);
     glia_config_free(cfg);
     glia_context_free(ctx);
+
+    /* cuda_graph = on: the CPU backend refuses it, naming the key; device = auto falling back to
+     * the CPU says so in its one line */
+    snprintf(text, sizeof text, "%s[runtime]\ndevice = cpu\ncuda_graph = on\n%s", DATA, net);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_EQUAL(build(text, NULL, ctx, &m, &cfg), GLIA_ECONFIG);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(ctx), "m.ini:9: [runtime] cuda_graph: the cpu backend cannot capture CUDA "
+                                                    "graphs (set cuda_graph = off or device = cuda)");
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+    snprintf(text, sizeof text, "%s[runtime]\ndevice = auto\ncuda_graph = on\n%s", DATA, net);
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    log = NULL;
+    f = open_memstream(&log, &len);
+    glia_log_set(ctx, f, GLIA_LOG_INFO);
+    st = build(text, NULL, ctx, &m, &cfg);
+    fclose(f);
+    if (!have_gpu) {
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        CU_ASSERT_PTR_NOT_NULL(strstr(log, "device = auto: using cpu ("));
+        CU_ASSERT_PTR_NOT_NULL(strstr(log, "); cuda_graph = on has nothing to capture there\n"));
+        CU_ASSERT_EQUAL(strchr(log, '\n'), log + len - 1);  /* one line */
+    }
+    if (!st) glia_model_free(m);
+    free(log);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
 }
 
 GLIA_TEST_MAIN("model", GLIA_TEST(test_device_cuda_or_fallback), GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),

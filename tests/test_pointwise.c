@@ -830,7 +830,7 @@ static void test_layer_forward_and_flops(void)
     memcpy(glia_tensor_f32(tx), xs, sizeof xs);
     memcpy(glia_tensor_f32(ty), ys, sizeof ys);
     const struct glia_tensor *in[2] = {tx, ty};
-    struct glia_fwd a = {in, 2, to, NULL, false, 1, false};
+    struct glia_fwd a = {in, 2, to, NULL, false, 1, false, 0, NULL};
     CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
     for (int i = 0; i < N; i++) {
         double want = xs[i] * sg(ys[i]) + 1, got = glia_tensor_f32(to)[i];
@@ -942,7 +942,7 @@ static void test_layer_dropout_matches_dropout_layer(void)
         for (int train = 0; train < 2; train++) {
             for (int k = 0; k < 2; k++) {
                 const struct glia_tensor *in[1] = {x};
-                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false};
+                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false, 0, NULL};
                 CU_ASSERT_EQUAL(B[k]->ops->forward(&B[k]->l, &a), GLIA_OK);
                 if (!train) continue;
                 struct glia_tensor *din[1] = {dx[k]};

@@ -122,13 +122,18 @@ static const char host_shim[] =
     "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }\n";
 
 typedef void (*fwd_fn)(float *, const float *, const float *, const float *, const float *, long long,
-                       unsigned long long, int, long long, long long);
+                       unsigned long long, int, long long, long long, unsigned long long, const long long *);
 typedef void (*bwd_fn)(const float *, const float *, const float *, const float *, const float *, float *, float *,
-                       float *, float *, int, long long, unsigned long long, int, long long, long long);
+                       float *, float *, int, long long, unsigned long long, int, long long, long long,
+                       unsigned long long, const long long *);
 
-/* Where dropout() draws its mask: training over contiguous and channels_last memory, and eval. */
-static const struct expr_site sites[] = {
-    {.seed = 11, .train = true}, {.seed = 12, .train = true, .C = 5, .HW = 7}, {.seed = 13, .train = false}};
+/* Where dropout() draws its mask: training over contiguous and channels_last memory, eval, and a
+ * launch captured into a CUDA graph (its seed from the key and the step at step_at, not seed). */
+static const int64_t captured_step = 41;
+static const struct expr_site sites[] = {{.seed = 11, .train = true},
+                                         {.seed = 12, .train = true, .C = 5, .HW = 7},
+                                         {.seed = 13, .train = false},
+                                         {.seed = 14, .train = true, .C = 3, .HW = 5, .key = 0x5eed, .step_at = &captured_step}};
 
 /* Builds src with the shim into a shared object and opens it; NULL (after a message) on failure. */
 static void *host_build(const char *src, int id)
@@ -206,17 +211,23 @@ static void test_host_run_equals_interpreter(void)
         const float *xs[EXPR_MAX_VARS] = {x[0], x[1], x[2], x[3]};
 
         for (int si = 0; si < (int)(sizeof sites / sizeof sites[0]); si++) {
-            const struct expr_site *st = &sites[si], train = {st->seed, true, st->C, st->HW};  /* backward trains */
+            const struct expr_site *st = &sites[si];
+            /* the interpreter's site: the seed a captured launch computes (glia_seed on the host) */
+            struct expr_site in = *st, train;
+            if (st->step_at) in.seed = glia_seed(st->key, *st->step_at), in.step_at = NULL;
+            train = in;
+            train.train = true;  /* backward trains */
+            const long long *at = (const long long *)st->step_at;
             /* forward */
-            fwd(got[0], x[0], x[1], x[2], x[3], NE, st->seed, st->train, st->C, st->HW);
-            CU_ASSERT(expr_eval_ex(p.f, xs, NE, NULL, false, st, want[0]) == 0);
+            fwd(got[0], x[0], x[1], x[2], x[3], NE, st->seed, st->train, st->C, st->HW, st->key, at);
+            CU_ASSERT(expr_eval_ex(p.f, xs, NE, NULL, false, &in, want[0]) == 0);
             CU_ASSERT_EQUAL(mismatches("forward", cases[i].text, got[0], want[0], NE), 0);
 
             /* backward: every input, written (acc 0) then accumulated onto that (acc all) */
             int all = (1 << p.n_in) - 1;
             for (int pass = 0; pass < 2; pass++) {
                 bwd(dy, x[0], x[1], x[2], x[3], got[0], p.n_in > 1 ? got[1] : NULL, p.n_in > 2 ? got[2] : NULL,
-                    p.n_in > 3 ? got[3] : NULL, pass ? all : 0, NE, st->seed, 1, st->C, st->HW);
+                    p.n_in > 3 ? got[3] : NULL, pass ? all : 0, NE, st->seed, 1, st->C, st->HW, st->key, at);
                 for (int k = 0; k < p.n_in; k++)
                     CU_ASSERT(expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, &train, want[k]) == 0);
                 for (int k = 0; k < p.n_in; k++)
@@ -227,7 +238,7 @@ static void test_host_run_equals_interpreter(void)
              * input 1's gradients in one tensor (an input fed twice): d0 written, then d1 added */
             if (p.n_in > 1) {
                 for (int j = 0; j < NE; j++) got[0][j] = want[0][j] = 0.25f;
-                bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE, st->seed, 1, st->C, st->HW);
+                bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE, st->seed, 1, st->C, st->HW, st->key, at);
                 CU_ASSERT(expr_eval_ex(p.df[0], xs, NE, dy, false, &train, want[0]) == 0);
                 CU_ASSERT(expr_eval_ex(p.df[1], xs, NE, dy, true, &train, want[0]) == 0);
                 CU_ASSERT_EQUAL(mismatches("aliased gradient", cases[i].text, got[0], want[0], NE), 0);
@@ -235,7 +246,7 @@ static void test_host_run_equals_interpreter(void)
             for (int j = 0; j < NE; j++) got[p.n_in - 1][j] = want[p.n_in - 1][j] = -3.0f;
             bwd(dy, x[0], x[1], x[2], x[3], p.n_in == 1 ? got[0] : NULL, p.n_in == 2 ? got[1] : NULL,
                 p.n_in == 3 ? got[2] : NULL, p.n_in == 4 ? got[3] : NULL, 1 << (p.n_in - 1), NE, st->seed, 1, st->C,
-                st->HW);
+                st->HW, st->key, at);
             CU_ASSERT(expr_eval_ex(p.df[p.n_in - 1], xs, NE, dy, true, &train, want[p.n_in - 1]) == 0);
             CU_ASSERT_EQUAL(mismatches("one gradient", cases[i].text, got[p.n_in - 1], want[p.n_in - 1], NE), 0);
         }

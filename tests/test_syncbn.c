@@ -277,7 +277,7 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         const struct glia_tensor *Sin[1] = {Sx}, *Pin[1] = {Px};
         struct glia_tensor *Sdin[1] = {k->no_dx ? NULL : Sdx}, *Pdin[1] = {k->no_dx ? NULL : Pdx};
         bool acc[1] = {k->accumulate};
-        struct glia_fwd Sf = {Sin, 1, Sy, NULL, true, 1, false}, Pf = {Pin, 1, Py, NULL, true, 1, false};
+        struct glia_fwd Sf = {Sin, 1, Sy, NULL, true, 1, false, 0, NULL}, Pf = {Pin, 1, Py, NULL, true, 1, false, 0, NULL};
         struct glia_bwd Sb = {Sin, 1, Sy, Sdy, Sdin, acc, NULL}, Pb = {Pin, 1, Py, Pdy, Pdin, acc, NULL};
         int calls = loop_calls;
         glia_status st = S.ops->forward(&S.l, &Sf);
@@ -337,7 +337,7 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         struct glia_tensor *Px = put(cpu, whole, GLIA_CONTIGUOUS, X), *Sx = put(sb, mine, k->format, X + off);
         struct glia_tensor *Sy = tensor_as(sb, mine, k->format);
         const struct glia_tensor *Sin[1] = {Sx}, *Pin[1] = {Px};
-        struct glia_fwd Sf = {Sin, 1, Sy, NULL, false, 1, false}, Pf = {Pin, 1, Py, NULL, false, 1, false};
+        struct glia_fwd Sf = {Sin, 1, Sy, NULL, false, 1, false, 0, NULL}, Pf = {Pin, 1, Py, NULL, false, 1, false, 0, NULL};
         int calls = loop_calls;
         CU_ASSERT_FATAL(S.ops->forward(&S.l, &Sf) == GLIA_OK);
         CU_ASSERT_EQUAL(loop_calls, calls);
@@ -417,7 +417,7 @@ static void test_exchange_failure(void)
     for (int i = 0; i < 24; i++) v[i] = (float)i, dy[i] = (float)(i % 5);
     struct glia_tensor *x = put(cpu, sh, GLIA_CONTIGUOUS, v), *y = tensor_as(cpu, sh, GLIA_CONTIGUOUS);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
     loop_fail = true;
     CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_EIO);
     loop_fail = false;

@@ -9,6 +9,7 @@ struct block {
     void *ptr;
     size_t size;   /* class size */
     bool in_use;
+    bool pinned;   /* in use during a capture: a live graph may read or write it */
 };
 
 struct glia__cache {
@@ -18,7 +19,12 @@ struct glia__cache {
     struct block *b;
     size_t n, cap;
     struct glia__cache_stats st;
+    bool capturing;
+    int graphs;    /* live graphs: while there are any, a pinned block out of use is held, not handed out */
 };
+
+/* Whether block k is out of use but kept for a live graph. */
+static bool held(const struct glia__cache *c, const struct block *k) { return !k->in_use && k->pinned && c->graphs > 0; }
 
 struct glia__cache *glia__cache_new(glia__raw_alloc_fn ra, glia__raw_free_fn rf, void *user)
 {
@@ -52,7 +58,7 @@ void glia__cache_trim(struct glia__cache *c)
 {
     size_t k = 0;
     for (size_t i = 0; i < c->n; i++) {
-        if (c->b[i].in_use) {
+        if (c->b[i].in_use || held(c, &c->b[i])) {
             c->b[k++] = c->b[i];
             continue;
         }
@@ -67,8 +73,9 @@ int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p)
 {
     size_t size = glia__cache_class(nbytes);
     for (size_t i = 0; i < c->n; i++)
-        if (!c->b[i].in_use && c->b[i].size == size) {
+        if (!c->b[i].in_use && c->b[i].size == size && !held(c, &c->b[i])) {
             c->b[i].in_use = true;
+            c->b[i].pinned |= c->capturing;
             c->st.hits++;
             *p = c->b[i].ptr;
             goto done;
@@ -84,7 +91,7 @@ int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p)
         glia__cache_trim(c);  /* cached blocks of other classes may be what the device lacks */
         if (c->ra(c->user, size, p)) return -1;
     }
-    c->b[c->n++] = (struct block){*p, size, true};
+    c->b[c->n++] = (struct block){*p, size, true, c->capturing};
     c->st.raw_allocs++;
     c->st.reserved += size;
     if (c->st.reserved > c->st.peak_reserved) c->st.peak_reserved = c->st.reserved;
@@ -113,11 +120,30 @@ int glia__cache_give_back(struct glia__cache *c, void *p)
 {
     struct block *k = take_back(c, p);
     if (!k) return -1;
+    if (held(c, k)) return 0;  /* given back with the last graph */
     c->rf(c->user, p);
     c->st.reserved -= k->size;
     c->st.raw_frees++;
     *k = c->b[--c->n];
     return 0;
+}
+
+void glia__cache_capture_begin(struct glia__cache *c)
+{
+    c->capturing = true;
+    for (size_t i = 0; i < c->n; i++) c->b[i].pinned |= c->b[i].in_use;
+}
+
+void glia__cache_capture_end(struct glia__cache *c, bool made)
+{
+    c->capturing = false;
+    c->graphs += made;
+}
+
+void glia__cache_graph_freed(struct glia__cache *c)
+{
+    if (c->graphs > 0 && --c->graphs == 0)
+        for (size_t i = 0; i < c->n; i++) c->b[i].pinned = false;
 }
 
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s) { *s = c->st; }

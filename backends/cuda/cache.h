@@ -5,6 +5,7 @@
 #ifndef GLIA_CUDA_CACHE_H
 #define GLIA_CUDA_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,8 +41,16 @@ int glia__cache_release(struct glia__cache *c, void *p);
 /* Give a block from glia__cache_alloc straight back to the raw allocator, not to the cache (a
  * large block used once). 0, or -1 when p is not a block in use. */
 int glia__cache_give_back(struct glia__cache *c, void *p);
-/* Give the cached (free) blocks back to the raw allocator. */
+/* Give the cached (free) blocks back to the raw allocator (not those held for a graph). */
 void glia__cache_trim(struct glia__cache *c);
+/* CUDA graphs: the blocks in use when a capture begins, and those handed out during it, are
+ * pinned: a graph made from the capture may use them at every replay. While any graph lives, a
+ * pinned block that is released is held (neither handed out again nor given back) instead of
+ * cached; once the last graph is freed, the pins go and held blocks are cached blocks again.
+ * capture_end says whether the capture made a graph (one more live graph). */
+void glia__cache_capture_begin(struct glia__cache *c);
+void glia__cache_capture_end(struct glia__cache *c, bool made);
+void glia__cache_graph_freed(struct glia__cache *c);
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s);
 
 #endif

@@ -266,6 +266,77 @@ fail:
     return st;
 }
 
+/* ---- CUDA graphs ([runtime] cuda_graph) ----
+ * The compute stream is captured in thread-local mode, so a call that would synchronize or read
+ * results on the host fails the capture (and the core runs that pass as it comes) instead of
+ * running outside the graph. The allocator pins what a graph may touch (cache.h). */
+
+static glia_status cuda_capture_begin(void *priv)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    pthread_mutex_lock(&c->lock);
+    glia__cache_capture_begin(c->cache);
+    pthread_mutex_unlock(&c->lock);
+fail:
+    return st;
+}
+
+static glia_status cuda_capture_end(void *priv, void **graph)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    const char *call = "cudaStreamEndCapture(c->stream, &g)";
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e == cudaSuccess) {
+        call = "cudaGraphInstantiate(&x, g, 0)";
+        e = cudaGraphInstantiate(&x, g, 0);
+    }
+    if (g) cudaGraphDestroy(g);
+    pthread_mutex_lock(&c->lock);
+    glia__cache_capture_end(c->cache, e == cudaSuccess);
+    pthread_mutex_unlock(&c->lock);
+    *graph = e == cudaSuccess ? (void *)x : NULL;
+    if (e == cudaSuccess) return GLIA_OK;
+    cudaGetLastError();  /* not sticky: the stream works as before */
+    return glia__cuda_status(c->ctx, e, call, __FILE__, __LINE__);
+}
+
+static glia_status cuda_graph_launch(void *priv, void *graph)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, cudaGraphLaunch((cudaGraphExec_t)graph, c->stream));
+fail:
+    return st;
+}
+
+static void cuda_graph_free(void *priv, void *graph)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    cudaStreamSynchronize(c->stream);  /* its replays are done */
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    pthread_mutex_lock(&c->lock);
+    glia__cache_graph_freed(c->cache);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static glia_status cuda_write_u64(void *priv, void *dst, uint64_t v)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_write_u64(dst, v, c->stream));
+fail:
+    return st;
+}
+
 /* ---- device ---- */
 
 static void cuda_close(void *priv)
@@ -358,6 +429,11 @@ static const struct glia_backend_ops cuda_ops = {
     .upload = cuda_upload,
     .wait_copy = cuda_wait_copy,
     .download = cuda_download,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .write_u64 = cuda_write_u64,
 };
 
 /* A machine without a driver, or without a device, is refused with the runtime's reason. */

@@ -120,7 +120,7 @@ static const struct glia_layer_ops linear_ops = {
     .keys = glia__linear_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_BWD_NO_OUTPUT,
+    .flags = GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
     .device_type = GLIA_DEVICE_CUDA,
     .create = linear_create,
     .destroy = glia__linear_destroy,
@@ -165,9 +165,10 @@ static glia_status sce_bad_label_error(struct glia_layer *l, const struct sce_cu
                       l->name, (int)(int32_t)(uint32_t)v, (long long)(v >> 32), (long long)p->classes);
 }
 
-/* Whether work queued now is being captured into a CUDA graph (events recorded there cannot be
- * queried, and a replay does not call the layer: the flag is then copied and reported by the
- * first call outside a capture). */
+/* Whether work queued now is being captured into a CUDA graph ([runtime] cuda_graph): the flag's
+ * copy and its event are then captured too (an external event record: each replay records it),
+ * but a replay does not call the layer, so a bad label seen by a replay is reported by the next
+ * call outside a graph (evaluation) or when the layer is destroyed. */
 static bool capturing(struct glia__cuda *c)
 {
     enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
@@ -217,7 +218,8 @@ static void sce_destroy(struct glia_layer *l)
 {
     struct sce_cuda *p = l->priv;
     if (!p) return;
-    if (p->pending && cudaEventSynchronize(p->copied) == cudaSuccess && *p->bad_host != GLIA__SCE_NO_BAD_LABEL) {
+    if (p->pending && cudaStreamSynchronize(glia__cuda_of(l->backend)->stream) == cudaSuccess &&
+        *p->bad_host != GLIA__SCE_NO_BAD_LABEL) {  /* the whole stream: graph replays may still run */
         unsigned long long v = *p->bad_host;
         glia_log(l->ctx, GLIA_LOG_ERROR,
                  "[%s] label %d at batch row %lld is out of range for %lld classes (found on the GPU by the last "
@@ -267,12 +269,11 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     p->classes = C;
     CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row, p->bad->data,
                                             f32(a->in[0]), a->labels->data, N, C, p->d.smoothing, c->stream));
-    if (!capturing(c)) {
-        CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
-                                         c->stream));
-        CUDA_TRY(l->ctx, cudaEventRecord(p->copied, c->stream));
-        p->pending = true;
-    }
+    CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
+                                     c->stream));
+    CUDA_TRY(l->ctx, cudaEventRecordWithFlags(p->copied, c->stream,
+                                              capturing(c) ? cudaEventRecordExternal : cudaEventRecordDefault));
+    p->pending = true;
 fail:
     return st;
 }
@@ -307,7 +308,7 @@ static const struct glia_layer_ops sce_ops = {
     .keys = glia__sce_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_LOSS | GLIA_LAYER_BWD_NO_OUTPUT,
+    .flags = GLIA_LAYER_LOSS | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
     .device_type = GLIA_DEVICE_CUDA,
     .create = sce_create,
     .destroy = sce_destroy,
@@ -355,7 +356,7 @@ static const struct glia_layer_ops flatten_ops = {
     .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT,
+    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
     .device_type = GLIA_DEVICE_CUDA,
     .create = glia__flatten_create,
     .infer_shape = glia__flatten_infer,
@@ -366,11 +367,11 @@ static const struct glia_layer_ops flatten_ops = {
 /* ---- dropout ----
  * The CPU impl's mask (glia__dropout_uniform of the step seed and each element's logical NCHW
  * index), so CPU and GPU runs drop the same elements in either memory format; backward recomputes
- * it from the saved seed. */
+ * it from the saved seed (a captured step's: from the step a replay is handed). */
 
 /* Launch the masked scaling over t's memory: y = (keep ? x * scale : 0) + beta y. */
 static glia_status dropout_launch(struct glia_layer *l, const struct glia_tensor *t, float *y, const float *x,
-                                  uint64_t seed, float beta)
+                                  struct glia__seed_at seed, float beta)
 {
     const struct glia__dropout *d = l->priv;
     glia_status st = GLIA_OK;
@@ -391,8 +392,8 @@ static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *
     enum glia_memory_format f = glia_tensor_memory_format(a->out);
     if ((st = need_f32_in(l, a->out, f, "output")) || (st = need_f32_in(l, a->in[0], f, "input"))) return st;
     if (!a->train || d->p == 0.0f) return glia_tensor_convert(a->out, a->in[0], false);
-    d->seed = a->seed;
-    return dropout_launch(l, a->out, f32(a->out), f32(a->in[0]), a->seed, 0.0f);
+    d->seed = glia__seed_of(a);
+    return dropout_launch(l, a->out, f32(a->out), f32(a->in[0]), d->seed, 0.0f);
 }
 
 /* dx(N,...) (+)= keep(j) ? dy / (1-p) : 0, with the mask of the last training forward */
@@ -416,7 +417,7 @@ static const struct glia_layer_ops dropout_ops = {
     .keys = glia__dropout_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT,
+    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
     .device_type = GLIA_DEVICE_CUDA,
     .create = glia__dropout_create,
     .destroy = glia__dropout_destroy,

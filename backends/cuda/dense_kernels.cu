@@ -160,9 +160,10 @@ extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const 
 }
 
 /* y(n) = (keep(j) ? x * scale : 0) + beta y, j the logical NCHW index of offset i */
-__global__ void dropout_kernel(float *y, const float *x, int64_t n, bool cl, int64_t C, int64_t HW, uint64_t seed,
-                               float p, float scale, float beta)
+__global__ void dropout_kernel(float *y, const float *x, int64_t n, bool cl, int64_t C, int64_t HW,
+                               struct glia__seed_at at, float p, float scale, float beta)
 {
+    uint64_t seed = at.step_at ? glia_seed(at.key, *at.step_at) : at.seed;
     GRID_STRIDE(i, n)
     {
         int64_t j = cl ? glia__dropout_nchw_index(i, C, HW) : i;
@@ -172,7 +173,8 @@ __global__ void dropout_kernel(float *y, const float *x, int64_t n, bool cl, int
 }
 
 extern "C" cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C,
-                                          int64_t HW, uint64_t seed, float p, float scale, float beta, cudaStream_t s)
+                                          int64_t HW, struct glia__seed_at seed, float p, float scale, float beta,
+                                          cudaStream_t s)
 {
     if (n == 0) return cudaSuccess;
     dropout_kernel<<<grid_for(n), THREADS, 0, s>>>(y, x, n, channels_last, C, HW, seed, p, scale, beta);

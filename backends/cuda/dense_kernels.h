@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include "../../plugins/layers/dropout/dropout_desc.h"  /* struct glia__seed_at */
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,9 +38,10 @@ cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse
 
 /* y(n) = (keep(j) ? x * scale : 0) + beta y, beta 0 or 1, keep(j) = glia__dropout_uniform(seed, j) >= p
  * with j the element's logical NCHW index: its offset, or for channels_last memory (N,H,W,C)
- * with C channels and HW = H*W the offset mapped back to NCHW. */
+ * with C channels and HW = H*W the offset mapped back to NCHW; seed resolved on the device
+ * (struct glia__seed_at). */
 cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C, int64_t HW,
-                               uint64_t seed, float p, float scale, float beta, cudaStream_t s);
+                               struct glia__seed_at seed, float p, float scale, float beta, cudaStream_t s);
 
 #ifdef __cplusplus
 }

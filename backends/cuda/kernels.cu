@@ -102,3 +102,12 @@ extern "C" cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream
     scale_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(x, n, a);
     return cudaGetLastError();
 }
+
+/* dst(1) = v: a value handed to work queued later (a graph replay's step) without host memory */
+__global__ void write_u64_kernel(unsigned long long *dst, unsigned long long v) { *dst = v; }
+
+extern "C" cudaError_t glia__cuda_write_u64(uint64_t *dst, uint64_t v, cudaStream_t s)
+{
+    write_u64_kernel<<<1, 1, 0, s>>>((unsigned long long *)dst, (unsigned long long)v);
+    return cudaGetLastError();
+}

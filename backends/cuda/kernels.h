@@ -18,6 +18,8 @@ cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_t B, int64_
 cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_t s);
 /* x(n) *= a */
 cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream_t s);
+/* dst(1) = v, v carried by the launch */
+cudaError_t glia__cuda_write_u64(uint64_t *dst, uint64_t v, cudaStream_t s);
 
 #ifdef __cplusplus
 }

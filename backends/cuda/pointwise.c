@@ -113,7 +113,7 @@ ACT_PASSES(gelu, GLIA__ACT_GELU)
         .keys = keys_,                                                                         \
         .min_inputs = 1,                                                                       \
         .max_inputs = 1,                                                                       \
-        .flags = GLIA_LAYER_CHANNELS_LAST | (flags_), /* elementwise: any format */             \
+        .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_CAPTURABLE | (flags_), /* any format */ \
         .device_type = GLIA_DEVICE_CUDA,                                                       \
         .create = create_,                                                                     \
         .destroy = destroy_,                                                                   \
@@ -196,7 +196,7 @@ static const struct glia_layer_ops add_ops = {
     .keys = NULL,
     .min_inputs = 2,
     .max_inputs = -1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT, /* any format */
+    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE, /* any format */
     .device_type = GLIA_DEVICE_CUDA,
     .create = glia__add_create,
     .infer_shape = glia__add_infer,
@@ -265,8 +265,8 @@ static glia_status pw_forward(struct glia_layer *l, const struct glia_fwd *a)
         x[k] = dev_f32(a->in[k]);
     }
     if (st) return st;
-    if (a->train) p->desc.seed = a->seed;
-    struct expr_site site = glia__pointwise_site(a->out, a->seed, a->train);
+    if (a->train) p->desc.seed = glia__seed_of(a);
+    struct expr_site site = glia__pointwise_site(a->out, glia__seed_of(a), a->train);
     CUDA_TRY(l->ctx, glia__pw_jit_forward(&p->k, dev_f32(a->out), x, o.n, &site, stream_of(l)));
 fail:
     return st;
@@ -308,7 +308,7 @@ static const struct glia_layer_ops pointwise_ops = {
     .keys = glia__pointwise_keys,
     .min_inputs = 1,
     .max_inputs = 4,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT, /* any memory format; backward reads the inputs */
+    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE, /* any memory format; backward reads the inputs */
     .device_type = GLIA_DEVICE_CUDA,
     .create = pw_create,
     .destroy = pw_destroy,

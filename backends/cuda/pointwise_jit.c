@@ -71,6 +71,8 @@ static const char preamble[] =
 
 /* dropout(): the dropout layer's mask functions, from the one definition in dropout_desc.h */
 static const char dropout_preamble[] =
+    "__device__ __forceinline__ unsigned long long glia_seed(unsigned long long key, long long step)\n"
+    "{\n    " GLIA__STR(GLIA_SEED_BODY(unsigned long long)) "\n}\n"
     "__device__ __forceinline__ float glia_dropout_uniform(unsigned long long seed, long long i)\n"
     "{\n    " GLIA__STR(GLIA__DROPOUT_UNIFORM_BODY(unsigned long long)) "\n}\n"
     "__device__ __forceinline__ long long glia_dropout_nchw(long long i, long long C, long long HW)\n"
@@ -147,6 +149,13 @@ static void emit_loads(struct sbuf *b, const struct expr *f)
         if (f->vars_used & (1u << k)) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
 }
 
+/* With dropout(): a captured launch's seed, from the step that each replay is handed. */
+static void emit_seed(struct sbuf *b, const struct expr *f)
+{
+    if (expr_count_op(f, EXPR_DROPOUT)) sb_printf(b, "    if (step_at) seed = glia_seed(key, *step_at);\n");
+    else sb_printf(b, "    (void)key;\n    (void)step_at;\n");
+}
+
 char *glia__pw_jit_source(const struct glia__pointwise *p)
 {
     struct sbuf b = {0};
@@ -158,13 +167,15 @@ char *glia__pw_jit_source(const struct glia__pointwise *p)
     sb_printf(&b, "%s", preamble);
     if (expr_count_op(p->f, EXPR_DROPOUT)) sb_printf(&b, "%s", dropout_preamble);
 
-    /* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW: dropout()'s mask (struct expr_site) */
+    /* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct expr_site) */
     sb_printf(&b, "extern \"C\" __global__ void glia_pw_forward(float *out, const float *x0, const float *x1,\n"
                   "                                           const float *x2, const float *x3, long long n,\n"
                   "                                           unsigned long long seed, int train, long long C,\n"
-                  "                                           long long HW)\n"
-                  "{\n"
-                  "    GLIA_PW_LOOP(i) {\n");
+                  "                                           long long HW, unsigned long long key,\n"
+                  "                                           const long long *step_at)\n"
+                  "{\n");
+    emit_seed(&b, p->f);
+    sb_printf(&b, "    GLIA_PW_LOOP(i) {\n");
     emit_loads(&b, p->f);
     emit_expr(&b, p->f, "        ");
     sb_printf(&b, "        out[i] = v%d;\n    }\n}\n", p->f->out);
@@ -174,9 +185,11 @@ char *glia__pw_jit_source(const struct glia__pointwise *p)
                   "                                            const float *x2, const float *x3, float *d0, float *d1,\n"
                   "                                            float *d2, float *d3, int acc, long long n,\n"
                   "                                            unsigned long long seed, int train, long long C,\n"
-                  "                                            long long HW)\n"
-                  "{\n"
-                  "    GLIA_PW_LOOP(i) {\n"
+                  "                                            long long HW, unsigned long long key,\n"
+                  "                                            const long long *step_at)\n"
+                  "{\n");
+    emit_seed(&b, p->f);
+    sb_printf(&b, "    GLIA_PW_LOOP(i) {\n"
                   "        const float g = dy[i];\n");
     emit_loads(&b, p->f);
     for (int k = 0; k < p->n_in && k < EXPR_MAX_VARS; k++) {
@@ -426,9 +439,10 @@ cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, c
     if (n <= 0) return cudaSuccess;
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
     long long nn = (long long)n, C = site ? site->C : 0, HW = site ? site->HW : 0;
-    unsigned long long seed = site ? site->seed : 0;
+    unsigned long long seed = site ? site->seed : 0, key = site ? site->key : 0;
+    const int64_t *step_at = site ? site->step_at : NULL;
     int train = site && site->train;
-    void *args[] = {&out, &x0, &x1, &x2, &x3, &nn, &seed, &train, &C, &HW};
+    void *args[] = {&out, &x0, &x1, &x2, &x3, &nn, &seed, &train, &C, &HW, &key, &step_at};
     dim3 block = {(unsigned)k->forward_threads, 1, 1};
     return cudaLaunchKernel((const void *)k->forward, pw_grid(n, k->forward_threads), block, args, 0, s);
 }
@@ -444,9 +458,11 @@ cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const
     for (int j = 0; j < EXPR_MAX_VARS; j++)
         if (d[j] && acc[j]) accmask |= 1 << j;
     long long nn = (long long)n, C = site ? site->C : 0, HW = site ? site->HW : 0;
-    unsigned long long seed = site ? site->seed : 0;
+    unsigned long long seed = site ? site->seed : 0, key = site ? site->key : 0;
+    const int64_t *step_at = site ? site->step_at : NULL;
     int train = site && site->train;
-    void *args[] = {(void *)&dy, &x0, &x1, &x2, &x3, &d0, &d1, &d2, &d3, &accmask, &nn, &seed, &train, &C, &HW};
+    void *args[] = {(void *)&dy, &x0, &x1, &x2, &x3, &d0, &d1, &d2, &d3, &accmask, &nn, &seed, &train, &C, &HW, &key,
+                    &step_at};
     dim3 block = {(unsigned)k->backward_threads, 1, 1};
     return cudaLaunchKernel((const void *)k->backward, pw_grid(n, k->backward_threads), block, args, 0, s);
 }

@@ -108,6 +108,22 @@ struct glia_backend_ops {
      * work queued so far, without blocking; *ticket names the copy for wait_copy (host = true:
      * dst is then valid). Optional: NULL makes the core read results with `copy`. */
     glia_status (*download)(void *priv, void *dst, const void *src, size_t nbytes, uint64_t *ticket);
+    /* ABI 1.7: CUDA graphs ([runtime] cuda_graph); the five slots are set together or not at all. */
+    /* Start capturing the work queued from now on into a graph instead of running it. Optional:
+     * NULL means the backend cannot capture; the core then runs every step as it comes. */
+    glia_status (*capture_begin)(void *priv);
+    /* End the capture: *graph = a graph of the work queued since capture_begin, to replay. On an
+     * error (some of it cannot be captured) none of that work has run, and queueing works as
+     * before. Memory in use during a capture is not given to anything else while any graph
+     * lives. Required with capture_begin. */
+    glia_status (*capture_end)(void *priv, void **graph);
+    /* Queue a replay of graph: its work runs again, on the same memory. Required with capture_begin. */
+    glia_status (*graph_launch)(void *priv, void *graph);
+    /* Free graph once its queued replays are done. Required with capture_begin. */
+    void (*graph_free)(void *priv, void *graph);
+    /* Queue *(uint64_t *)dst = v, v carried by the call (dst: 8 bytes of device memory; how the
+     * core hands a replay its step). Required with capture_begin. */
+    glia_status (*write_u64)(void *priv, void *dst, uint64_t v);
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it. */

@@ -107,12 +107,33 @@ struct glia_fwd {
     struct glia_tensor *out;              /* preallocated, shape from infer_shape (borrowed) */
     const struct glia_tensor *labels;     /* i32 (N): loss layers only, else NULL */
     bool train;                           /* training mode (keep what backward needs) */
-    uint64_t seed;                        /* per-step seed for random layers */
+    uint64_t seed;                        /* per-step seed for random layers:
+                                             glia_seed(seed_key, step) */
     /* ABI 1.6 */
     bool recompute;                       /* a training forward run again during backward
                                              ([graph] checkpoint_segments): same inputs, same seed;
                                              change no lasting state (running statistics) twice */
+    /* ABI 1.7 */
+    uint64_t seed_key;                    /* the layer's key: seed == glia_seed(seed_key, step) */
+    const int64_t *step_at;               /* NULL, or, while the step is being captured into a
+                                             CUDA graph ([runtime] cuda_graph), the device address
+                                             of the step that a replay runs: seed is only the
+                                             captured step's, so random kernels compute
+                                             glia_seed(seed_key, *step_at) on the device */
 };
+
+/* The seed of a random layer at a training step, from its key (ABI 1.7): a splitmix64-style
+ * mix, written once as a macro body so that device code (CUDA, NVRTC text) computes the same
+ * bits. U64 names the unsigned 64-bit type; key and step are in scope. */
+#define GLIA_SEED_BODY(U64)                                                                  \
+    U64 z = key ^ ((U64)step * 0xd6e8feb86659fd93ull);                                      \
+    z = (z ^ (z >> 32)) * 0xd6e8feb86659fd93ull;                                              \
+    z = (z ^ (z >> 32)) * 0xd6e8feb86659fd93ull;                                              \
+    return z ^ (z >> 32);
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline uint64_t glia_seed(uint64_t key, int64_t step) { GLIA_SEED_BODY(uint64_t) }
 
 struct glia_bwd {
     const struct glia_tensor *const *in;  /* the forward inputs (borrowed) */
@@ -143,7 +164,13 @@ enum glia_layer_flags {
      * values are gone. The layer tests (glia_layer_gradcheck, glia_layer_run) hand such a
      * backward NaN-filled stand-ins, so a wrong flag fails them. */
     GLIA_LAYER_BWD_NO_INPUT = 1u << 4,  /* backward reads no input's values (add, flatten, pooling by mean) */
-    GLIA_LAYER_BWD_NO_OUTPUT = 1u << 5  /* backward does not read the output's values (linear, conv2d) */
+    GLIA_LAYER_BWD_NO_OUTPUT = 1u << 5, /* backward does not read the output's values (linear, conv2d) */
+    /* ABI 1.7: a training forward and backward of this impl can be captured into a CUDA graph
+     * ([runtime] cuda_graph) and replayed: they only queue work on the backend's queue (no
+     * host synchronization, no reading results on the host), keep no host state that a later
+     * call needs and a replay would not update, and a random impl follows step_at. The core
+     * captures a model only when every layer has it. */
+    GLIA_LAYER_CAPTURABLE = 1u << 6
 };
 
 /* Layer vtable. A plugin registers one per (type, impl). */

@@ -42,7 +42,7 @@ static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *
         memcpy(y, x, glia_tensor_nbytes(a->out));
         return GLIA_OK;
     }
-    d->seed = a->seed;
+    d->seed = glia__seed_of(a);
     float p = d->p, scale = 1.0f / (1.0f - p);
     uint64_t seed = a->seed;
     FOR_EACH(a->out, y[i] = glia__dropout_uniform(seed, j) >= p ? x[i] * scale : 0.0f);
@@ -57,7 +57,7 @@ static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd 
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
     float p = d->p, scale = 1.0f / (1.0f - p);
-    uint64_t seed = d->seed;
+    uint64_t seed = d->seed.seed;  /* the CPU never captures: step_at is NULL */
     int add = a->din_accumulate[0], all = p == 0.0f;
     FOR_EACH(a->dout, {
         float v = dy[i];  /* loaded unconditionally: the select then vectorizes without masked loads */

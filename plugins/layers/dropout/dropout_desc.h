@@ -16,11 +16,25 @@
 
 #define GLIA__DROPOUT_DOC "inverted dropout (seeded, counter-based mask); identity in eval"
 
+/* The seed a random kernel draws from: seed, or, when step_at is set (the forward was captured
+ * into a CUDA graph: struct glia_fwd), glia_seed(key, *step_at) read on the device at each replay. */
+struct glia__seed_at {
+    uint64_t seed, key;
+    const int64_t *step_at;
+};
+
 /* The state of one dropout layer (l->priv of both impls). */
 struct glia__dropout {
     float p;
-    uint64_t seed;  /* seed of the last training forward */
+    struct glia__seed_at seed;  /* of the last training forward */
 };
+
+/* A forward's seed as kernels take it. */
+static inline struct glia__seed_at glia__seed_of(const struct glia_fwd *a)
+{
+    struct glia__seed_at s = {a->seed, a->seed_key, a->step_at};
+    return s;
+}
 
 extern const struct glia_key glia__dropout_keys[];
 

@@ -120,6 +120,9 @@ struct expr_site {
     bool train;        /* false: dropout() is the identity (eval) */
     int64_t C, HW;     /* C > 0: channels_last (N,H,W,C) memory of C channels and H*W pixels;
                           C == 0: the offset is the index */
+    uint64_t key;            /* step_at set (a forward captured into a CUDA graph): the seed is */
+    const int64_t *step_at;  /* glia_seed(key, *step_at), read on the device by generated kernels
+                                (the interpreter runs on the host: it needs step_at NULL) */
 };
 
 /* Like expr_eval, but out[i] = scale[i] * f(...) (scale may be NULL: 1), and when accumulate

@@ -70,9 +70,9 @@ void glia__pointwise_destroy(struct glia_layer *l)
     l->priv = NULL;
 }
 
-struct expr_site glia__pointwise_site(const struct glia_tensor *t, uint64_t seed, bool train)
+struct expr_site glia__pointwise_site(const struct glia_tensor *t, struct glia__seed_at seed, bool train)
 {
-    struct expr_site s = {.seed = seed, .train = train};
+    struct expr_site s = {.seed = seed.seed, .train = train, .key = seed.key, .step_at = seed.step_at};
     if (glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST) {
         s.C = t->shape.dim[1];
         s.HW = t->shape.dim[2] * t->shape.dim[3];

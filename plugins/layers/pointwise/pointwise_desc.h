@@ -6,6 +6,7 @@
 
 #include <glia/glia.h>
 #include "expr.h"
+#include "../dropout/dropout_desc.h"  /* struct glia__seed_at */
 
 #define GLIA__POINTWISE_DOC \
     "elementwise expression of 1 to 4 inputs of one shape (expr = x * sigmoid(x)), symbolic backward"
@@ -16,7 +17,7 @@ struct glia__pointwise {
     struct expr *df[EXPR_MAX_VARS];    /* df / d input k, for k < n_in */
     unsigned same_df[EXPR_MAX_VARS];   /* bit j (j < k): df[j] is the same function as df[k] */
     int n_in;
-    uint64_t seed;                     /* of the last training forward: backward's dropout() mask */
+    struct glia__seed_at seed;         /* of the last training forward: backward's dropout() mask */
 };
 
 extern const struct glia_key glia__pointwise_keys[];
@@ -34,7 +35,7 @@ glia_status glia__pointwise_create(struct glia_layer *l, const struct glia_secti
 void glia__pointwise_destroy(struct glia_layer *l);
 
 /* Where t's elements draw dropout()'s mask (expr.h): seed, train, and t's memory format. */
-struct expr_site glia__pointwise_site(const struct glia_tensor *t, uint64_t seed, bool train);
+struct expr_site glia__pointwise_site(const struct glia_tensor *t, struct glia__seed_at seed, bool train);
 
 /* The output has the inputs' (common) shape; GLIA_ESHAPE when they differ. */
 glia_status glia__pointwise_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
