@@ -103,6 +103,11 @@ train() {
     train_one resnet-1epoch-nofuse share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda --set train.epochs=1 \
         --set graph.fuse_pointwise=off "$@"
     train_one cnn-1epoch share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 "$@"
+    # [runtime] cuda_graph: the same epoch replayed from CUDA graphs (the same accuracy as cnn-1epoch)
+    train_one cnn-1epoch-graph share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
+        --set runtime.cuda_graph=on "$@"
+    train_one resnet-1epoch-graph share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda --set train.epochs=1 \
+        --set runtime.cuda_graph=on "$@"
     train_one cnn-dp00 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
         --set distributed.mode=dp --set distributed.devices=0,0 "$@"
     train_one cnn-ddp-nccl1 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
@@ -121,6 +126,10 @@ bench() {
     log "bench/gpu_fmnist"
     bench/gpu_fmnist/run.sh --rounds 1 > "$out/results/gpu_fmnist.txt" 2>&1 || echo "gpu_fmnist FAILED" | tee -a "$out/summary.txt"
     tail -n 12 "$out/results/gpu_fmnist.txt" >> "$out/summary.txt"
+    log "bench/gpu_fmnist --cuda-graph on"
+    bench/gpu_fmnist/run.sh --rounds 1 --cuda-graph on > "$out/results/gpu_fmnist-graph.txt" 2>&1 \
+        || echo "gpu_fmnist --cuda-graph on FAILED" | tee -a "$out/summary.txt"
+    tail -n 12 "$out/results/gpu_fmnist-graph.txt" >> "$out/summary.txt"
     log "bench/ddp_overhead"
     bench/ddp_overhead/run.sh --device cuda --out "$out/results/ddp_overhead-cuda.txt" > "$out/results/ddp_overhead.log" 2>&1 \
         || echo "ddp_overhead FAILED" | tee -a "$out/summary.txt"

@@ -6,13 +6,14 @@
 # installed).
 #   usage: bench/gpu_fmnist/run.sh [--rounds N] [--epochs N] [--precision fp32|tf32|bf16|fp16]
 #          [--memory-format contiguous|channels_last] [--cudnn-benchmark on|off] [--models "cnn resnet"]
-#          [--device cuda|cpu] [--train-samples N] [--test-samples N]
-#   defaults: 3 rounds, the INI files' epochs, bf16, channels_last, cudnn_benchmark on, cuda, all samples
+#          [--device cuda|cpu] [--train-samples N] [--test-samples N] [--cuda-graph on|off]
+#   defaults: 3 rounds, the INI files' epochs, bf16, channels_last, cudnn_benchmark on, cuda, all samples,
+#   cuda_graph off (on: glia replays its training passes from CUDA graphs; PyTorch runs as before)
 #   environment: PYTHON (python3) with torch; GLIA (./tools/glia); DATA_DIR (bench/data when it holds
 #   the dataset, else /usr/share/datasets/fashion-mnist)
 set -eu
 cd "$(dirname "$0")/../.."
-rounds=3 epochs=0 precision=bf16 format=channels_last bench=on models="cnn resnet" device=cuda
+rounds=3 epochs=0 precision=bf16 format=channels_last bench=on models="cnn resnet" device=cuda graph=off
 train_samples=0 test_samples=0
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --device) device=$2 ;;
     --train-samples) train_samples=$2 ;;
     --test-samples) test_samples=$2 ;;
+    --cuda-graph) graph=$2 ;;
     *) echo "run.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
     esac
     shift 2
@@ -45,13 +47,14 @@ trap 'rm -rf "$out"' EXIT INT TERM
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1) || gpu=""
 echo "gpu, driver: ${gpu:-none (nvidia-smi found no GPU)}"
 "$python" -c 'import torch; print("pytorch %s, CUDA %s, cuDNN %s" % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version()))'
-echo "$("$glia" --version); device $device, precision $precision, memory_format $format, cudnn_benchmark $bench"
+echo "$("$glia" --version); device $device, precision $precision, memory_format $format, cudnn_benchmark $bench, cuda_graph $graph"
 echo "data $DATA_DIR; $rounds rounds; epochs: $([ "$epochs" = 0 ] && echo "as in the INI files" || echo "$epochs")"
 
 for r in $(seq 1 "$rounds"); do
     for m in $models; do
         set -- --set runtime.device="$device" --set runtime.precision="$precision" \
             --set runtime.memory_format="$format" --set runtime.cudnn_benchmark="$bench" --set runtime.seed="$r" \
+            --set runtime.cuda_graph="$graph" \
             --set data.train_images="$DATA_DIR/train-images-idx3-ubyte.gz" \
             --set data.train_labels="$DATA_DIR/train-labels-idx1-ubyte.gz" \
             --set data.test_images="$DATA_DIR/t10k-images-idx3-ubyte.gz" \
