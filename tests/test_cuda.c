@@ -335,6 +335,87 @@ static void test_metrics_report_device_peak(void)
     close_run(&r);
 }
 
+/* cnn_text with another batch size and [train] keys added. */
+static const char *cnn_text_with(const char *runtime_extra, const char *optimizer, int batch, const char *train_extra)
+{
+    static char buf[4096];
+    char opt[256];
+    snprintf(opt, sizeof opt, "%s", optimizer);
+    char *sec = strstr(opt, "\n[optimizer]");  /* [train] keys go before the optimizer's section */
+    char tail[128] = "";
+    if (sec) snprintf(tail, sizeof tail, "%s", sec), *sec = 0;
+    char both[512];
+    snprintf(both, sizeof both, "%s\n%s%s", opt, train_extra, tail);
+    snprintf(buf, sizeof buf, "%s", cnn_text("cuda", runtime_extra, both));
+    char *b = strstr(buf, "batch_size = 32\n");
+    CU_ASSERT_FATAL(b != NULL);
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", b + strlen("batch_size = 32\n"));
+    snprintf(b, sizeof buf - (size_t)(b - buf), "batch_size = %d\n%s", batch, rest);
+    return buf;
+}
+
+/* [runtime] cuda_graph = on trains exactly as off: the same kernels in the same order, so the same
+ * weights bit for bit and the same evaluation, while every pass of a batch shape after its first is
+ * one graph launch: the full batches and the last, smaller one of an epoch (two shapes), with a
+ * dropout and a fused dropout drawing each step's mask from the step a replay is handed, batchnorm
+ * (with relu) updating its statistics, activation checkpointing recomputing inside the graph, fp16's
+ * loss scaler and clipping outside it, and gradient accumulation (two graphs: the first micro-step
+ * writes the gradients, the second adds). */
+static void test_cuda_graph_trains_the_same(void)
+{
+    make_data();
+    static const struct {
+        const char *runtime, *optimizer, *train;
+        int batch, accumulate;
+    } cases[] = {
+        {"precision = fp32", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "", 48, 1},
+        {"precision = fp16\nmemory_format = channels_last\n[graph]\ncheckpoint_segments = 3", "adam\nlr = 0.001",
+         "clip_grad_norm = 1.0\n", 48, 1},
+        {"precision = bf16", "adamw\nlr = 0.001", "", 32, 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char rt[256], acc[96];
+        snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
+        struct run a, b;
+        struct glia_epoch_result ra[2], rb[2];
+        snprintf(rt, sizeof rt, "cuda_graph = off\n%s", cases[c].runtime);
+        train_run(&a, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc), ra);
+        snprintf(rt, sizeof rt, "cuda_graph = on\n%s", cases[c].runtime);
+        char *log = NULL;
+        size_t len = 0;
+        open_run(&b, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc));
+        FILE *f = open_memstream(&log, &len);
+        glia_log_set(b.ctx, f, GLIA_LOG_INFO);
+        glia_status st = glia_model_train(b.m, &quiet, rb, 2);
+        fclose(f);
+        if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT(b.m->cuda_graph);
+        /* each shape's (and gradient state's) first pass runs as it comes, every later one is a replay */
+        int64_t n = b.m->train.n, full = n / cases[c].batch, part = n % cases[c].batch > 0;
+        int64_t passes = 2 * (full + part), shapes = (1 + part) * (cases[c].accumulate > 1 ? 2 : 1);
+        CU_ASSERT_EQUAL(b.m->graph_replays, passes - shapes);
+        char want[96];
+        snprintf(want, sizeof want, "cuda_graph: %lld training passes replayed from %lld graph%s\n",
+                 (long long)(passes - shapes), (long long)shapes, shapes == 1 ? "" : "s");
+        if (!log || !strstr(log, want)) printf("\n  log: %s\n  want: %s", log ? log : "", want);
+        CU_ASSERT_PTR_NOT_NULL(log ? strstr(log, want) : NULL);
+        CU_ASSERT_EQUAL(b.m->n_graphs, 0);  /* freed when training ends */
+        if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
+        CU_ASSERT(same_weights(&a, &b));
+        CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
+        CU_ASSERT_EQUAL(ra[1].train_loss, rb[1].train_loss);
+        CU_ASSERT_EQUAL(ra[1].skipped_steps, rb[1].skipped_steps);
+        free(log);
+        close_run(&a), close_run(&b);
+    }
+    /* refused with data parallelism, naming the key */
+    expect_build_error(cnn_text("cuda", "cuda_graph = on\n[distributed]\nmode = dp\ndevices = 0,0", "sgd\nlr = 0.01"),
+                       "t.ini:4: [runtime] cuda_graph: not with [distributed] mode = dp: its communication runs between "
+                       "the layers (set cuda_graph = off)");
+}
+
 /* Shape s converted NCHW -> NHWC on the device equals the CPU's conversion; back, accumulating
  * onto the original, it is twice the original. */
 static void convert_case(struct glia_shape s, uint64_t seed)
@@ -417,7 +498,8 @@ int main(void)
                                              GLIA_TEST(test_reduce_scale_upload), GLIA_TEST(test_training_matches_cpu),
                                              GLIA_TEST(test_progress_lines_match_cpu),
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
-                                             GLIA_TEST(test_metrics_report_device_peak)};
+                                             GLIA_TEST(test_metrics_report_device_peak),
+                                             GLIA_TEST(test_cuda_graph_trains_the_same)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;
