@@ -2,6 +2,7 @@
  * every transpose combination and precision, NCHW <-> NHWC conversion on the device, the caching
  * allocator's reuse, the reduction/scaling/upload slots, and whole models trained on both. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
  * fallback of device = auto and the refusal of device = cuda run everywhere (test_cuda_fallback). */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -416,6 +417,45 @@ static void test_cuda_graph_trains_the_same(void)
                        "the layers (set cuda_graph = off)");
 }
 
+/* A pass that cannot be captured runs as it comes, with one warning per batch shape, and training
+ * ends as without graphs. Only under the CPU emulation of CUDA (tests/emu), whose captures all fail
+ * when GLIA_EMU_FAIL_CAPTURE is set: a GPU captures this model. */
+static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
+{
+    void *emu = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    if (!emu) {
+        printf("(not under the emulation: nothing to check) ");
+        return;
+    }
+    dlclose(emu);
+    make_data();
+    struct run a, b;
+    struct glia_epoch_result ra[2], rb[2];
+    train_run(&a, cnn_text_with("precision = fp32", "sgd\nlr = 0.01", 48, ""), ra);
+    setenv("GLIA_EMU_FAIL_CAPTURE", "1", 1);
+    char *log = NULL;
+    size_t len = 0;
+    open_run(&b, cnn_text_with("precision = fp32\ncuda_graph = on", "sgd\nlr = 0.01", 48, ""));
+    FILE *f = open_memstream(&log, &len);
+    glia_log_set(b.ctx, f, GLIA_LOG_INFO);
+    glia_status st = glia_model_train(b.m, &quiet, rb, 2);
+    fclose(f);
+    unsetenv("GLIA_EMU_FAIL_CAPTURE");
+    if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_EQUAL(b.m->graph_replays, 0);
+    int warned = 0;
+    for (const char *p = log; (p = strstr(p, "could not be captured")); p++) warned++;
+    CU_ASSERT_EQUAL(warned, 2);  /* the full batches and the last one, once each */
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "cuda_graph: the training pass of a batch of 48 could not be captured ("));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "); it runs without a graph\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "cuda_graph: 0 training passes replayed from 0 graphs\n"));
+    CU_ASSERT(same_weights(&a, &b));
+    CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
+    free(log);
+    close_run(&a), close_run(&b);
+}
+
 /* Shape s converted NCHW -> NHWC on the device equals the CPU's conversion; back, accumulating
  * onto the original, it is twice the original. */
 static void convert_case(struct glia_shape s, uint64_t seed)
@@ -499,7 +539,8 @@ int main(void)
                                              GLIA_TEST(test_progress_lines_match_cpu),
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
                                              GLIA_TEST(test_metrics_report_device_peak),
-                                             GLIA_TEST(test_cuda_graph_trains_the_same)};
+                                             GLIA_TEST(test_cuda_graph_trains_the_same),
+                                             GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

@@ -36,9 +36,10 @@ extern dim3 glia_emu_block_dim, glia_emu_grid_dim;
 void glia_emu_syncthreads(void);
 /* mode 0 down, 1 xor, 2 up, 3 idx */
 uint64_t glia_emu_shfl(unsigned mask, uint64_t v, int mode, int arg, int width);
-/* Queues fn(arg) as a kernel of grid x block threads on stream s; drop(arg) once it has run. */
-void glia_emu_submit(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void (*fn)(void *), void *arg,
-                     void (*drop)(void *));
+/* Queues fn(arg) as a kernel of grid x block threads on stream s, or records it into s's stream
+ * capture (each launch of the graph runs it again with the same arg); drop(arg) once nothing needs it. */
+cudaError_t glia_emu_submit(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, void (*fn)(void *),
+                            void *arg, void (*drop)(void *));
 }
 
 #define threadIdx (glia_emu_cur->tid)
@@ -91,7 +92,7 @@ static inline long long __double_as_longlong(double d) { long long i; memcpy(&i,
 template <typename... P, typename... A>
 static inline void glia_emu_launch(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*f)(P...), A... a)
 {
-    auto call = [=]() { f(a...); };  /* the arguments by value: the launch may run later */
+    auto call = [=]() { f(a...); };  /* the arguments by value: the launch may run later, and again in a graph */
     using C = decltype(call);
     glia_emu_submit(name, g, b, smem, s, [](void *c) { (*(C *)c)(); }, new C(call), [](void *c) { delete (C *)c; });
 }

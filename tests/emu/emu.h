@@ -1,6 +1,6 @@
 /* tests/emu/emu.h — what the emulation's C files share: the one lock around the emulated runtime and
- * libraries, and the stream calls emu_libs.c and emu_nccl.c make into emu_runtime.c. Not seen by the
- * backend's code, which calls the CUDA, cuDNN, cuBLASLt and NCCL APIs only. */
+ * libraries, and the stream calls emu_libs.c, emu_nccl.c and emu_jit.c make into emu_runtime.c. Not
+ * seen by the backend's code, which calls the CUDA, cuDNN, cuBLASLt and NCCL APIs only. */
 #ifndef GLIA_EMU_H
 #define GLIA_EMU_H
 
@@ -18,11 +18,24 @@ static inline void glia_emu_unlock_(pthread_mutex_t **m) { pthread_mutex_unlock(
     pthread_mutex_t *glia_emu_guard_ __attribute__((cleanup(glia_emu_unlock_), unused)) = \
         (pthread_mutex_lock(&glia_emu_mutex), &glia_emu_mutex)
 
-/* Runs what is queued on stream s (every stream for NULL), so that a library call computing now sees it. */
+/* Runs what is queued on stream s (every stream for NULL), so that what the caller does next sees it. */
 void glia_emu_flush_stream(cudaStream_t s);
-/* Queues fn(arg) on stream s as a one-thread kernel named name; drop(arg) once it has run. */
-void glia_emu_submit_host(const char *name, cudaStream_t s, void (*fn)(void *), void *arg, void (*drop)(void *));
+/* Runs what is queued on stream s (every stream for NULL), as the host waiting for it in `call`
+ * would: cudaErrorStreamCaptureUnsupported, and the capture invalidated, when s is capturing. */
+cudaError_t glia_emu_host_sync(cudaStream_t s, const char *call);
+/* For a call that a GPU refuses while a stream captures (in global mode, or in thread-local mode
+ * from this thread; not if this thread is relaxed): cudaErrorStreamCaptureUnsupported, every such
+ * capture invalidated; otherwise cudaSuccess. */
+cudaError_t glia_emu_unsafe(const char *call);
+/* Queues fn(arg) on stream s as a one-thread kernel named name, or records it into s's capture:
+ * then fn runs once per launch of the graph, all with the same arg. drop(arg) once nothing needs
+ * arg any more (at once when the call fails). Returns what submitting gave (an invalidated
+ * capture's cudaErrorStreamCaptureInvalidated, or the sticky error). */
+cudaError_t glia_emu_submit_host(const char *name, cudaStream_t s, void (*fn)(void *), void *arg, void (*drop)(void *));
 /* Whether [p, p + n) lies inside one block of emulated device memory. */
 bool glia_emu_is_device(const void *p, size_t n);
+/* How many graphs (captures under way, graphs, execs and launches still queued) are alive: their
+ * kernels must stay loaded. */
+unsigned long glia_emu_graphs_alive(void);
 
 #endif

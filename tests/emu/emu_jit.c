@@ -2,7 +2,8 @@
  * calls pass through), each CUBIN or PTX image it hands out is remembered with its CUDA C source, and
  * cudaLibraryLoadData of such an image builds that source as host C++ against cuda_emu.h (the
  * command in $GLIA_EMU_JIT_CXX, set by run.sh) and loads it; cudaLaunchKernel queues the kernel like
- * any other. Not a loader of images from elsewhere: those are refused as unsupported. */
+ * any other (or records it into a stream capture: a library stays loaded while any graph lives).
+ * Not a loader of images from elsewhere: those are refused as unsupported. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -218,8 +219,11 @@ cudaError_t cudaLibraryUnload(cudaLibrary_t lib)
 {
     GLIA_EMU_GUARD;
     struct library *L = (struct library *)(void *)lib;
+    cudaError_t e = glia_emu_unsafe("cudaLibraryUnload");
+    if (e) return e;
     glia_emu_flush_stream(NULL);  /* its kernels may still be queued */
-    if (L->dl) dlclose(L->dl);
+    /* a graph may hold its kernels' code and argument blocks: the code stays while any graph lives */
+    if (L->dl && !glia_emu_graphs_alive()) dlclose(L->dl);
     free(L);
     return cudaSuccess;
 }

@@ -2,7 +2,11 @@
  * CUDA backend makes, following their documented semantics (column-major cuBLASLt with transposes,
  * bias and bias-gradient epilogues; cuDNN's legacy convolution API with NCHW/NHWC descriptors,
  * groups, alpha/beta), checking that the descriptors agree with each other and saying on stderr what
- * does not. Not fast and not cuDNN: two "algorithms" that compute alike, no workspace use, loops in double. */
+ * does not. Each computing call checks its arguments when called, copies what it needs (descriptors
+ * by value, alpha and beta from their host pointers, data pointers) and queues the computation on its
+ * stream, so that it runs in the stream's order and can be captured into a CUDA graph and launched
+ * again; cudnnFind*AlgorithmEx synchronize and so fail on a capturing stream. Not fast and not cuDNN:
+ * two "algorithms" that compute alike, no workspace use, loops in double. */
 #include <cublasLt.h>
 #include <cudnn.h>
 #include <stdbool.h>
@@ -46,6 +50,26 @@ static void store(int type, void *p, int64_t i, double v)
     }
 }
 
+/* A heap copy of the n bytes at p: a call's arguments for its queued computation, freed with free(). */
+static void *dup_args(const void *p, size_t n)
+{
+    void *q = malloc(n);
+    if (q) memcpy(q, p, n);
+    return q;
+}
+
+/* The doubles a queued computation accumulates into: there is no status to return by then. */
+static double *alloc_acc(const char *call, int64_t n, bool zero)
+{
+    size_t k = (size_t)(n > 0 ? n : 1);
+    double *p = zero ? calloc(k, sizeof *p) : malloc(k * sizeof *p);
+    if (!p) {
+        fprintf(stderr, "emu: %s: out of memory for %lld doubles\n", call, (long long)n);
+        abort();
+    }
+    return p;
+}
+
 /* ---- cuBLASLt ---- */
 
 struct cublasLtContext {
@@ -84,8 +108,13 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
 const char *cublasLtGetStatusString(cublasStatus_t s)
 {
     GLIA_EMU_GUARD;
-    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED"
-                                                                                                   : "CUBLAS_STATUS_INVALID_VALUE";
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    default: return "CUBLAS_STATUS_INVALID_VALUE";
+    }
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale)
 {
@@ -214,37 +243,29 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
-                              cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
-                              const void *C, cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_size, cudaStream_t s)
-{
-    GLIA_EMU_GUARD;
-    (void)h;
-    (void)algo;
-    (void)ws;
-    (void)ws_size;
-    glia_emu_flush_stream(s);
-    const struct emu_desc *e = (const struct emu_desc *)(void *)desc;
-    const struct emu_layout *la = (void *)Adesc, *lb = (void *)Bdesc, *lc = (void *)Cdesc, *ld = (void *)Ddesc;
+/* A cublasLtMatmul's arguments as they were at the call. */
+struct lt_call {
+    struct emu_desc e;
+    struct emu_layout la, lb, lc, ld;
+    double al, be;
+    const void *A, *B, *C;
+    void *D;
     int64_t m, n, k;
-    if (lt_shape(e, la, lb, lc, ld, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (e->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (C != D && lc->ld != ld->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
-    double al = *(const float *)alpha, be = *(const float *)beta;
+};
+
+/* D = alpha op(A) op(B) + beta C (+ bias), then the bias gradient the epilogue asks for. */
+static void lt_exec(void *arg)
+{
+    const struct lt_call *c = arg;
+    const struct emu_desc *e = &c->e;
+    const struct emu_layout *la = &c->la, *lb = &c->lb, *lc = &c->lc, *ld = &c->ld;
+    const void *A = c->A, *B = c->B, *C = c->C;
+    int64_t m = c->m, n = c->n, k = c->k;
+    double al = c->al, be = c->be;
     int ta = lt_type(la->type), tb = lt_type(lb->type), tc = lt_type(lc->type), td = lt_type(ld->type);
     bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
          bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
-    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb) {
-        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d not emulated\n", (int)e->epilogue);
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if ((bias || bgrada || bgradb) && !e->bias) {
-        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d without a bias pointer\n", (int)e->epilogue);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    double *out = malloc((size_t)(m * n > 0 ? m * n : 1) * sizeof *out);
-    if (!out) return CUBLAS_STATUS_ALLOC_FAILED;
+    double *out = alloc_acc("cublasLtMatmul", m * n, false);
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) {
             double acc = 0;
@@ -258,7 +279,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             out[i + j * m] = v;
         }
     for (int64_t j = 0; j < n; j++)
-        for (int64_t i = 0; i < m; i++) store(td, D, i + j * ld->ld, out[i + j * m]);
+        for (int64_t i = 0; i < m; i++) store(td, c->D, i + j * ld->ld, out[i + j * m]);
     free(out);
     /* bias gradients: the sum over the GEMM's k of op(A) (one per row of D) or op(B) (one per column) */
     if (bgrada)
@@ -273,7 +294,41 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             for (int64_t p = 0; p < k; p++) acc += load(tb, B, e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld);
             ((float *)e->bias)[j] = (float)acc;
         }
-    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Checks the call now and queues lt_exec on s with a copy of everything it reads. */
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_size, cudaStream_t s)
+{
+    GLIA_EMU_GUARD;
+    (void)h;
+    (void)algo;
+    (void)ws;
+    (void)ws_size;
+    const struct emu_desc *e = (const struct emu_desc *)(void *)desc;
+    const struct emu_layout *la = (void *)Adesc, *lb = (void *)Bdesc, *lc = (void *)Cdesc, *ld = (void *)Ddesc;
+    struct lt_call c = {.e = *e, .la = *la, .lb = *lb, .lc = *lc, .ld = *ld, .A = A, .B = B, .C = C, .D = D};
+    if (lt_shape(e, la, lb, lc, ld, &c.m, &c.n, &c.k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (e->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (C != D && lc->ld != ld->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
+    bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
+         bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb) {
+        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d not emulated\n", (int)e->epilogue);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if ((bias || bgrada || bgradb) && !e->bias) {
+        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d without a bias pointer\n", (int)e->epilogue);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    c.al = *(const float *)alpha;  /* host scalars: read now, as cuBLASLt does */
+    c.be = *(const float *)beta;
+    void *arg = dup_args(&c, sizeof c);
+    if (!arg) return CUBLAS_STATUS_ALLOC_FAILED;
+    return glia_emu_submit_host("cublasLtMatmul", s, lt_exec, arg, free) ? CUBLAS_STATUS_EXECUTION_FAILED
+                                                                         : CUBLAS_STATUS_SUCCESS;
 }
 
 /* ---- cuDNN ---- */
@@ -306,8 +361,13 @@ static int dnn_type(cudnnDataType_t t)
 const char *cudnnGetErrorString(cudnnStatus_t s)
 {
     GLIA_EMU_GUARD;
-    return s == CUDNN_STATUS_SUCCESS ? "CUDNN_STATUS_SUCCESS" : s == CUDNN_STATUS_NOT_SUPPORTED ? "CUDNN_STATUS_NOT_SUPPORTED"
-                                                                                               : "CUDNN_STATUS_BAD_PARAM";
+    switch (s) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED: return "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED";
+    case CUDNN_STATUS_EXECUTION_FAILED_CUDART: return "CUDNN_STATUS_EXECUTION_FAILED_CUDART";
+    default: return "CUDNN_STATUS_BAD_PARAM";
+    }
 }
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
 {
@@ -481,25 +541,51 @@ static void conv_terms(enum conv_dir dir, const struct cudnnTensorStruct *x, con
         }
 }
 
-static cudnnStatus_t conv_run(enum conv_dir dir, const void *alpha, const void *beta, const struct cudnnTensorStruct *x,
-                              const void *px, const struct cudnnFilterStruct *w, const void *pw,
-                              const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y, const void *py,
-                              void *dst)
+/* A convolution's arguments as they were at the call. */
+struct conv_call {
+    enum conv_dir dir;
+    struct cudnnTensorStruct x, y;
+    struct cudnnFilterStruct w;
+    struct cudnnConvolutionStruct cv;
+    double al, be;
+    const void *px, *pw, *py;
+    void *dst;
+};
+
+static const char *const conv_names[] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
+                                         "cudnnConvolutionBackwardFilter"};
+
+/* dst = alpha conv + beta dst, for the direction's destination (y, dx or dw). */
+static void conv_exec(void *arg)
 {
-    static const char *const names[] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
-    if (conv_check(names[dir], x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
+    const struct conv_call *c = arg;
+    enum conv_dir dir = c->dir;
+    const struct cudnnTensorStruct *x = &c->x, *y = &c->y;
+    const struct cudnnFilterStruct *w = &c->w;
     int64_t n = dir == FWD ? (int64_t)y->n * y->c * y->h * y->w
                 : dir == BWD_DATA ? (int64_t)x->n * x->c * x->h * x->w
                                   : (int64_t)w->k * w->c * w->h * w->w;
     int type = dir == BWD_FILTER ? w->type : dir == FWD ? y->type : x->type;
-    double *acc = calloc((size_t)n, sizeof *acc);
-    if (!acc) return CUDNN_STATUS_ALLOC_FAILED;
-    conv_terms(dir, x, w, cv, y, px, pw, py, acc);
-    /* alpha and beta are float for float, half and bf16 data (double only for double data) */
-    double al = *(const float *)alpha, be = *(const float *)beta;
-    for (int64_t i = 0; i < n; i++) store(type, dst, i, al * acc[i] + (be != 0 ? be * load(type, dst, i) : 0));
+    double *acc = alloc_acc(conv_names[dir], n, true);
+    conv_terms(dir, x, w, &c->cv, y, c->px, c->pw, c->py, acc);
+    for (int64_t i = 0; i < n; i++) store(type, c->dst, i, c->al * acc[i] + (c->be != 0 ? c->be * load(type, c->dst, i) : 0));
     free(acc);
-    return CUDNN_STATUS_SUCCESS;
+}
+
+/* Checks the descriptors now and queues conv_exec on h's stream with a copy of them. */
+static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, const void *alpha, const void *beta,
+                              const struct cudnnTensorStruct *x, const void *px, const struct cudnnFilterStruct *w,
+                              const void *pw, const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y,
+                              const void *py, void *dst)
+{
+    if (conv_check(conv_names[dir], x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
+    /* alpha and beta are float for float, half and bf16 data (double only for double data); host
+     * scalars, read now */
+    struct conv_call c = {dir, *x, *y, *w, *cv, *(const float *)alpha, *(const float *)beta, px, pw, py, dst};
+    void *arg = dup_args(&c, sizeof c);
+    if (!arg) return CUDNN_STATUS_ALLOC_FAILED;
+    return glia_emu_submit_host(conv_names[dir], h->stream, conv_exec, arg, free) ? CUDNN_STATUS_EXECUTION_FAILED_CUDART
+                                                                                  : CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
@@ -508,11 +594,10 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
                                       const cudnnTensorDescriptor_t yd, void *y)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
     (void)algo;
     (void)ws;
     (void)ws_size;
-    return conv_run(FWD, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
+    return conv_run(h, FWD, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd, const void *w,
                                            const cudnnTensorDescriptor_t dyd, const void *dy, const cudnnConvolutionDescriptor_t cd,
@@ -520,11 +605,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                            const cudnnTensorDescriptor_t dxd, void *dx)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
     (void)algo;
     (void)ws;
     (void)ws_size;
-    return conv_run(BWD_DATA, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
+    return conv_run(h, BWD_DATA, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
                                              const cudnnTensorDescriptor_t dyd, const void *dy,
@@ -532,11 +616,39 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              size_t ws_size, const void *beta, const cudnnFilterDescriptor_t dwd, void *dw)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
     (void)algo;
     (void)ws;
     (void)ws_size;
-    return conv_run(BWD_FILTER, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
+    return conv_run(h, BWD_FILTER, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
+}
+
+/* A cudnnAddTensor's or cudnnConvolutionBackwardBias's arguments as they were at the call. */
+struct tensor_call {
+    struct cudnnTensorStruct a, c;  /* A and C, or dy and db */
+    double al, be;
+    const void *pa;
+    void *pc;
+};
+
+static void *tensor_args(const struct cudnnTensorStruct *a, const void *pa, const struct cudnnTensorStruct *c, void *pc,
+                         const void *alpha, const void *beta)
+{
+    struct tensor_call t = {*a, *c, *(const float *)alpha, *(const float *)beta, pa, pc};
+    return dup_args(&t, sizeof t);
+}
+
+static void add_tensor_exec(void *arg)
+{
+    const struct tensor_call *t = arg;
+    const struct cudnnTensorStruct *ad = &t->a, *cd = &t->c;
+    for (int n = 0; n < cd->n; n++)
+        for (int c = 0; c < cd->c; c++)
+            for (int y = 0; y < cd->h; y++)
+                for (int x = 0; x < cd->w; x++) {
+                    int64_t o = toff(cd, n, c, y, x);
+                    double a = load(ad->type, t->pa, toff(ad, ad->n == 1 ? 0 : n, ad->c == 1 ? 0 : c, ad->h == 1 ? 0 : y, ad->w == 1 ? 0 : x));
+                    store(cd->type, t->pc, o, t->al * a + (t->be != 0 ? t->be * load(cd->type, t->pc, o) : 0));
+                }
 }
 
 /* C = alpha A + beta C, A broadcast over dimensions where it has size 1 */
@@ -544,23 +656,29 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void *alpha, const cudnnTens
                              const void *beta, const cudnnTensorDescriptor_t cd, void *C)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
     if ((ad->n != 1 && ad->n != cd->n) || (ad->c != 1 && ad->c != cd->c) || (ad->h != 1 && ad->h != cd->h) ||
         (ad->w != 1 && ad->w != cd->w)) {
         fprintf(stderr, "emu: cudnnAddTensor: A (%d,%d,%d,%d) does not broadcast to C (%d,%d,%d,%d)\n", ad->n, ad->c, ad->h, ad->w,
                 cd->n, cd->c, cd->h, cd->w);
         return CUDNN_STATUS_BAD_PARAM;
     }
-    double al = *(const float *)alpha, be = *(const float *)beta;
-    for (int n = 0; n < cd->n; n++)
-        for (int c = 0; c < cd->c; c++)
-            for (int y = 0; y < cd->h; y++)
-                for (int x = 0; x < cd->w; x++) {
-                    int64_t o = toff(cd, n, c, y, x);
-                    double a = load(ad->type, A, toff(ad, ad->n == 1 ? 0 : n, ad->c == 1 ? 0 : c, ad->h == 1 ? 0 : y, ad->w == 1 ? 0 : x));
-                    store(cd->type, C, o, al * a + (be != 0 ? be * load(cd->type, C, o) : 0));
-                }
-    return CUDNN_STATUS_SUCCESS;
+    void *arg = tensor_args(ad, A, cd, C, alpha, beta);
+    if (!arg) return CUDNN_STATUS_ALLOC_FAILED;
+    return glia_emu_submit_host("cudnnAddTensor", h->stream, add_tensor_exec, arg, free) ? CUDNN_STATUS_EXECUTION_FAILED_CUDART
+                                                                                         : CUDNN_STATUS_SUCCESS;
+}
+
+static void bias_grad_exec(void *arg)
+{
+    const struct tensor_call *t = arg;
+    const struct cudnnTensorStruct *dyd = &t->a, *dbd = &t->c;
+    for (int c = 0; c < dyd->c; c++) {
+        double s = 0;
+        for (int n = 0; n < dyd->n; n++)
+            for (int y = 0; y < dyd->h; y++)
+                for (int x = 0; x < dyd->w; x++) s += load(dyd->type, t->pa, toff(dyd, n, c, y, x));
+        store(dbd->type, t->pc, c, t->al * s + (t->be != 0 ? t->be * load(dbd->type, t->pc, c) : 0));
+    }
 }
 
 /* db(1,C,1,1) = alpha sum over n, h, w of dy + beta db */
@@ -568,24 +686,20 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void *alpha, c
                                            const void *beta, const cudnnTensorDescriptor_t dbd, void *db)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
     if (dbd->n != 1 || dbd->c != dyd->c || dbd->h != 1 || dbd->w != 1) {
         fprintf(stderr, "emu: cudnnConvolutionBackwardBias: db (%d,%d,%d,%d) for dy (%d,%d,%d,%d)\n", dbd->n, dbd->c, dbd->h,
                 dbd->w, dyd->n, dyd->c, dyd->h, dyd->w);
         return CUDNN_STATUS_BAD_PARAM;
     }
-    double al = *(const float *)alpha, be = *(const float *)beta;
-    for (int c = 0; c < dyd->c; c++) {
-        double s = 0;
-        for (int n = 0; n < dyd->n; n++)
-            for (int y = 0; y < dyd->h; y++)
-                for (int x = 0; x < dyd->w; x++) s += load(dyd->type, dy, toff(dyd, n, c, y, x));
-        store(dbd->type, db, c, al * s + (be != 0 ? be * load(dbd->type, db, c) : 0));
-    }
-    return CUDNN_STATUS_SUCCESS;
+    void *arg = tensor_args(dyd, dy, dbd, db, alpha, beta);
+    if (!arg) return CUDNN_STATUS_ALLOC_FAILED;
+    return glia_emu_submit_host("cudnnConvolutionBackwardBias", h->stream, bias_grad_exec, arg, free)
+               ? CUDNN_STATUS_EXECUTION_FAILED_CUDART
+               : CUDNN_STATUS_SUCCESS;
 }
 
-/* ---- algorithm choice: two algorithms; Find*Ex clobbers its output buffer as cuDNN may ---- */
+/* ---- algorithm choice: two algorithms; Find*Ex synchronizes its stream (so a capturing one refuses it)
+ * and clobbers its output buffer as cuDNN may ---- */
 
 #define EMU_WS 4096
 #define EMU_WS_FFT ((size_t)64 << 20)
@@ -656,7 +770,7 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudn
                                                      size_t ws_size)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
+    if (glia_emu_host_sync(h->stream, "cudnnFindConvolutionForwardAlgorithmEx")) return CUDNN_STATUS_EXECUTION_FAILED_CUDART;
     (void)x;
     (void)w;
     (void)ws;
@@ -672,7 +786,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const
                                                           void *ws, size_t ws_size)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
+    if (glia_emu_host_sync(h->stream, "cudnnFindConvolutionBackwardDataAlgorithmEx")) return CUDNN_STATUS_EXECUTION_FAILED_CUDART;
     (void)w;
     (void)dy;
     (void)ws;
@@ -688,7 +802,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
                                                             cudnnConvolutionBwdFilterAlgoPerf_t *r, void *ws, size_t ws_size)
 {
     GLIA_EMU_GUARD;
-    glia_emu_flush_stream(h->stream);
+    if (glia_emu_host_sync(h->stream, "cudnnFindConvolutionBackwardFilterAlgorithmEx")) return CUDNN_STATUS_EXECUTION_FAILED_CUDART;
     (void)x;
     (void)y;
     (void)ws;

@@ -2,6 +2,7 @@
  * rank whose collectives are copies queued on the caller's stream, groups that launch nothing before
  * their outermost end, and the nonblocking protocol (each call of a nonblocking communicator answers
  * ncclInProgress until ncclCommGetAsyncError has been polled, and a call made before that is refused).
+ * A collective on a capturing stream is recorded into its graph like any other stream work.
  * Not several ranks: a communicator of more than one rank is refused at init, so no peer can stall. */
 #include <nccl.h>
 #include <stdint.h>
@@ -83,10 +84,14 @@ static void run_copy(void *arg)
     if (k->n && k->dst != k->src) memmove(k->dst, k->src, k->n);
 }
 
-static void launch(struct copy *k)
+/* Queues k on its stream (or records it into the stream's capture: each launch of the graph copies
+ * again); k is freed when nothing needs it. A refusal (an invalidated capture) is ncclUnhandledCudaError. */
+static ncclResult_t launch(struct copy *k, const char *call)
 {
-    if (!k->comm->blocking) k->comm->in_progress = 1;
-    glia_emu_submit_host("nccl", k->stream, run_copy, k, free);
+    struct ncclComm *c = k->comm;
+    if (!c->blocking) c->in_progress = 1;
+    cudaError_t e = glia_emu_submit_host("nccl", k->stream, run_copy, k, free);
+    return e == cudaSuccess ? ncclSuccess : fail(c, ncclUnhandledCudaError, "%s: its stream refused the copy", call);
 }
 
 /* Queues dst = src (n bytes) on stream for communicator c, now or at the group's end. */
@@ -106,8 +111,8 @@ static ncclResult_t collective(struct ncclComm *c, const char *call, void *dst, 
         group_last = k;
         return ncclSuccess;
     }
-    launch(k);
-    return c->blocking ? ncclSuccess : ncclInProgress;
+    r = launch(k, call);
+    return r ? r : c->blocking ? ncclSuccess : ncclInProgress;
 }
 
 ncclResult_t ncclGroupStart(void)
@@ -122,14 +127,15 @@ ncclResult_t ncclGroupEnd(void)
     GLIA_EMU_GUARD;
     if (group_depth == 0) return fail(NULL, ncclInvalidUsage, "%s without ncclGroupStart", "ncclGroupEnd");
     if (--group_depth) return ncclSuccess;
-    ncclResult_t r = ncclSuccess;
+    ncclResult_t r = ncclSuccess, err = ncclSuccess;
     for (struct copy *k = group_head, *next; k; k = next) {
         next = k->next;
         if (!k->comm->blocking) r = ncclInProgress;
-        launch(k);
+        ncclResult_t e = launch(k, "ncclGroupEnd");
+        if (e && !err) err = e;
     }
     group_head = group_last = NULL;
-    return r;
+    return err ? err : r;
 }
 
 /* ---- communicators ---- */

@@ -1,8 +1,11 @@
 /* tests/emu/emu_runtime.c — the CPU emulation of CUDA used by tests/emu/run.sh: the runtime calls the
- * backend makes (device memory is host memory, streams and events complete at once) and the kernel
- * runner (blocks one after another, a block's threads as fibers that switch at __syncthreads and warp
- * shuffles, a barrier no thread can reach reported as a deadlock). Not a GPU model: no timing, no
- * concurrency between streams, and a real GPU's ordering bugs do not show here. */
+ * backend makes (device memory is host memory, streams and events complete at once or when the host
+ * must see them), stream capture into CUDA graphs and their launches (a graph is the sequence of
+ * operations captured, replayed with the same arguments; what a GPU refuses during a capture fails
+ * with its error and invalidates the capture), and the kernel runner (blocks one after another, a
+ * block's threads as fibers that switch at __syncthreads and warp shuffles, a barrier no thread can
+ * reach reported as a deadlock). Not a GPU model: no timing, no concurrency between streams, and a
+ * real GPU's ordering bugs show only as far as GLIA_EMU_DEFER makes them. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
@@ -230,6 +233,16 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorLaunchFailure: return "unspecified launch failure (emulation: deadlock)";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorNotSupported: return "operation not supported (emulation)";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
     default: return "error (emulation)";
     }
 }
@@ -242,6 +255,16 @@ const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureMerge: return "cudaErrorStreamCaptureMerge";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
     default: return "cudaErrorUnknown";
     }
 }
@@ -302,8 +325,8 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 /* ---- memory, streams and events ----
  * Every stream is a queue of operations (kernels, copies, memsets, event records, waits on events).
  * By default each call runs at once. With GLIA_EMU_DEFER (see deferring) a stream's work runs only
- * when the host has to see it: a stream synchronization, an event synchronization, an event query (each query moves the
- * event's stream one operation on), a copy between device memory and pageable host memory (which
+ * when the host has to see it: a stream or event synchronization, a stream or event query (each query moves the
+ * stream one operation on), a copy between device memory and pageable host memory (which
  * CUDA makes synchronous), cudaFree and cudaDeviceSynchronize. A stream that waits on an event runs
  * the recording stream up to it first. So a missing wait, a host read of a pinned buffer before its
  * copy finished, or a pinned buffer rewritten while its upload is queued gives a wrong value here
@@ -351,8 +374,12 @@ static int kind_of(const void *p)
     return r ? r->kind : 0;
 }
 
-enum op_kind { OP_KERNEL, OP_COPY, OP_SET, OP_WAIT };
+/* OP_RECORD and OP_EVENT_WAIT exist only in graphs: a cudaEventRecordExternal or cudaEventWaitExternal
+ * captured, done again by each launch when it reaches them */
+enum op_kind { OP_KERNEL, OP_COPY, OP_SET, OP_WAIT, OP_RECORD, OP_EVENT_WAIT };
 struct emu_stream;
+struct emu_event;
+struct oplist;
 struct op {
     enum op_kind kind;
     const char *name;
@@ -366,20 +393,44 @@ struct op {
     int value;
     struct emu_stream *other;  /* OP_WAIT: run it up to `upto` */
     unsigned long long upto;
+    struct emu_event *event;   /* OP_RECORD, OP_EVENT_WAIT */
+    struct oplist *owner;      /* a graph's operation: that list owns arg (and drops it), not the op */
     struct op *next;
 };
+
+/* A graph's operations in the order they were captured, shared by the graph, every exec made from
+ * it and every operation a launch queued (each holds a reference): their argument blocks are
+ * dropped when the last of those is gone, so each launch reuses them. */
+struct oplist {
+    long refs;
+    size_t n, cap;
+    struct op *ops;
+};
+static unsigned long n_oplists;  /* alive: while any is, emu_jit.c keeps libraries loaded */
+
+#define CAP_MEMBERS 16
+struct capture;
 struct emu_stream {
     int index;  /* in order of creation */
+    unsigned flags;
     struct op *head, *tail;
     unsigned long long queued, done;  /* operations queued and run so far */
+    struct capture *cap;              /* the capture it takes part in, or NULL */
+    int member;                       /* its index among cap's streams (0: it began the capture) */
     struct emu_stream *next_stream;
 };
 struct emu_event {
-    struct emu_stream *s;  /* NULL: never recorded, or recorded on the default stream */
+    struct emu_stream *s;  /* NULL: never recorded, recorded on the default stream or in a capture */
     unsigned long long at;
+    bool recorded;
+    unsigned long long cap_id;                /* recorded last inside capture cap_id (0: outside one) */
+    unsigned long long clock[CAP_MEMBERS];    /* then: how much of each stream's captured work it follows */
 };
-static struct emu_stream *streams;
+static struct emu_stream *streams, *destroyed;
 static int n_streams_made, defer = -1;
+static unsigned long long n_graph_launches;
+
+static struct emu_stream *stream_of(cudaStream_t st) { return (struct emu_stream *)(void *)st; }
 
 /* Whether s's work waits until it must run: GLIA_EMU_DEFER=1 every stream's, 2 every stream's but
  * the first made (the backend's compute stream runs at once, its copy stream lags: a compute that
@@ -394,6 +445,53 @@ static bool deferring(const struct emu_stream *s)
     return defer == 1 || (defer == 2 && s->index != 0) || (defer == 3 && s->index == 0);
 }
 
+/* An error from an API call: cudaGetLastError reports it too, as on a GPU (not sticky). */
+static cudaError_t set_error(cudaError_t e)
+{
+    last_error = e;
+    return e;
+}
+
+static void oplist_unref(struct oplist *l);
+
+/* Gives up o's hold on its argument block: drops it, or the reference to the graph list owning it. */
+static void release(struct op *o)
+{
+    if (o->owner) oplist_unref(o->owner);
+    else if (o->drop) o->drop(o->arg);
+}
+
+static struct oplist *oplist_new(void)
+{
+    struct oplist *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->refs = 1;
+    n_oplists++;
+    return l;
+}
+static void oplist_unref(struct oplist *l)
+{
+    if (--l->refs) return;
+    for (size_t i = 0; i < l->n; i++) release(&l->ops[i]);
+    free(l->ops);
+    free(l);
+    n_oplists--;
+}
+/* Appends o to l, which takes over o's hold on its argument block. */
+static int oplist_append(struct oplist *l, const struct op *o)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        struct op *p = realloc(l->ops, cap * sizeof *p);
+        if (!p) return -1;
+        l->ops = p;
+        l->cap = cap;
+    }
+    l->ops[l->n] = *o;
+    l->ops[l->n++].next = NULL;
+    return 0;
+}
+
 static void flush(struct emu_stream *s, unsigned long long upto);
 
 static void run_op(struct op *o)
@@ -403,8 +501,9 @@ static void run_op(struct op *o)
     case OP_COPY: memmove(o->dst, o->src, o->n); break;
     case OP_SET: memset(o->dst, o->value, o->n); break;
     case OP_WAIT: flush(o->other, o->upto); break;
+    case OP_RECORD: case OP_EVENT_WAIT: break;  /* done when launched (cudaGraphLaunch) */
     }
-    if (o->drop) o->drop(o->arg);
+    release(o);
 }
 
 /* Runs s's operations until `upto` of them have run. */
@@ -424,27 +523,229 @@ static void flush_all(void)
     for (struct emu_stream *s = streams; s; s = s->next_stream) flush(s, s->queued);
 }
 
-/* Runs what is queued on stream s (every stream for the default one): emu_libs.c's cuDNN and
- * cuBLASLt calls compute when called, in their stream's order. */
+/* ---- stream capture ----
+ * cudaStreamBeginCapture runs what its stream has queued, then records instead of running: every
+ * operation later submitted to the stream, or to a stream that joined the capture by waiting on an
+ * event recorded inside it, is appended to one list in the order submitted (an order every
+ * dependency between them allows), and cudaStreamEndCapture hands the list over as the graph. An
+ * event record or wait with cudaEventRecordExternal or cudaEventWaitExternal is a node of the list
+ * too, which each launch does again in its place. What a GPU refuses during a capture fails here
+ * with its error and invalidates the capture (its cudaStreamEndCapture then gives
+ * cudaErrorStreamCaptureInvalidated and no graph): synchronizing or querying a capturing stream or
+ * an event recorded in a capture, a dependency on work outside the capture, and the potentially
+ * unsafe calls, where the capture's and the calling thread's modes forbid them (see forbids), which
+ * wait for the device or look at its progress: cudaDeviceSynchronize, cudaMemcpy, cudaMemset,
+ * cudaFree, cudaFreeHost, cudaLibraryUnload, and cudaEventQuery and cudaEventSynchronize of any event.
+ * Joins are checked with a vector clock per stream: clock[i][j] is how many of stream j's captured
+ * operations stream i's next one follows, and a capture ends only when its first stream follows
+ * every other stream's last operation. Not emulated: the graph's nodes and edges (a graph is a
+ * sequence here, so a missing edge between two forked streams shows only as a missing join). */
+
+struct emu_graph;
+struct capture {
+    unsigned long long id;
+    enum cudaStreamCaptureMode mode;
+    pthread_t thread;                       /* that began it */
+    bool invalid;
+    int n;                                  /* streams taking part; member[0] began it */
+    struct emu_stream *member[CAP_MEMBERS]; /* NULL: destroyed during the capture */
+    unsigned long long clock[CAP_MEMBERS][CAP_MEMBERS];
+    struct emu_graph *graph;                /* what it records into */
+    struct capture *next;
+};
+static struct capture *captures;  /* those under way */
+static unsigned long long n_captures;
+static __thread enum cudaStreamCaptureMode thread_mode = cudaStreamCaptureModeGlobal;
+
+#define GRAPH_MAGIC 0x67726170u
+#define EXEC_MAGIC 0x65786563u
+/* A cudaGraph_t (magic GRAPH_MAGIC) or a cudaGraphExec_t (EXEC_MAGIC): a reference to a list. */
+struct emu_graph {
+    unsigned magic;
+    struct oplist *ops;
+};
+
+static struct emu_graph *graph_new(unsigned magic, struct oplist *ops)
+{
+    struct emu_graph *g = malloc(sizeof *g);
+    if (g) *g = (struct emu_graph){magic, ops};
+    return g;
+}
+static void graph_free(struct emu_graph *g)
+{
+    g->magic = 0;
+    oplist_unref(g->ops);
+    free(g);
+}
+static struct emu_graph *as_graph(const void *h, unsigned magic)
+{
+    struct emu_graph *g = (struct emu_graph *)(uintptr_t)h;
+    return g && g->magic == magic ? g : NULL;
+}
+
+static struct capture *capture_find(unsigned long long id)
+{
+    for (struct capture *c = captures; c; c = c->next)
+        if (c->id == id) return c;
+    return NULL;
+}
+
+/* Marks c invalidated, saying why on stderr the first time. */
+static void invalidate(struct capture *c, const char *why)
+{
+    if (!c->invalid) fprintf(stderr, "emu: %s invalidates stream capture %llu\n", why, c->id);
+    c->invalid = true;
+}
+
+/* Whether c forbids this thread the potentially unsafe calls (cudaThreadExchangeStreamCaptureMode):
+ * a capture not begun relaxed forbids them to its own thread, and one begun in global mode to every
+ * thread in global mode; a thread in relaxed mode may make them. */
+static bool forbids(const struct capture *c)
+{
+    if (thread_mode == cudaStreamCaptureModeRelaxed || c->mode == cudaStreamCaptureModeRelaxed) return false;
+    if (pthread_equal(c->thread, pthread_self())) return true;
+    return c->mode == cudaStreamCaptureModeGlobal && thread_mode == cudaStreamCaptureModeGlobal;
+}
+
+/* For a potentially unsafe call: cudaErrorStreamCaptureUnsupported, with the captures that forbid
+ * it invalidated, or cudaSuccess. */
+cudaError_t glia_emu_unsafe(const char *call)
+{
+    GLIA_EMU_GUARD;
+    bool hit = false;
+    for (struct capture *c = captures; c; c = c->next)
+        if (forbids(c)) {
+            invalidate(c, call);
+            hit = true;
+        }
+    return hit ? set_error(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
+
+/* Whether a stream made without cudaStreamNonBlocking takes part in c (the legacy default stream
+ * would then depend on captured work). */
+static bool blocks_legacy(const struct capture *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->member[i] && !(c->member[i]->flags & cudaStreamNonBlocking)) return true;
+    return false;
+}
+
+/* For a use of the legacy default stream: cudaErrorStreamCaptureImplicit, with the captures of
+ * blocking streams invalidated, or cudaSuccess. */
+static cudaError_t legacy_check(const char *call)
+{
+    bool hit = false;
+    for (struct capture *c = captures; c; c = c->next)
+        if (blocks_legacy(c)) {
+            invalidate(c, call);
+            hit = true;
+        }
+    return hit ? set_error(cudaErrorStreamCaptureImplicit) : cudaSuccess;
+}
+
+/* For a call that waits for stream s: cudaErrorStreamCaptureUnsupported, with its capture
+ * invalidated, when s captures; for the legacy stream (NULL) as legacy_check. */
+static cudaError_t sync_check(struct emu_stream *s, const char *call)
+{
+    if (!s) return legacy_check(call);
+    if (!s->cap) return cudaSuccess;
+    invalidate(s->cap, call);
+    return set_error(cudaErrorStreamCaptureUnsupported);
+}
+
+/* Makes s take part in c, following what clock says (NULL: nothing). What s had queued runs
+ * first: it is no part of the capture. */
+static int capture_join(struct capture *c, struct emu_stream *s, const unsigned long long *clock)
+{
+    if (c->n == CAP_MEMBERS) return -1;
+    flush(s, s->queued);
+    s->cap = c;
+    s->member = c->n;
+    c->member[c->n] = s;
+    if (clock) memcpy(c->clock[c->n], clock, sizeof c->clock[0]);
+    c->n++;
+    return 0;
+}
+
+/* Ends c: its streams run their work again; its graph is the caller's. */
+static void capture_end(struct capture *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->member[i]) c->member[i]->cap = NULL;
+    for (struct capture **p = &captures; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    free(c);
+}
+
+/* The first stream of c whose last captured operation c's first stream does not follow (forked
+ * and never joined back), or -1. */
+static int unjoined(const struct capture *c)
+{
+    for (int j = 1; j < c->n; j++)
+        if (c->clock[0][j] < c->clock[j][j]) return j;
+    return -1;
+}
+
+/* Records o into the capture s takes part in. */
+static cudaError_t capture_op(struct emu_stream *s, struct op *o)
+{
+    struct capture *c = s->cap;
+    if (!c->invalid && oplist_append(c->graph->ops, o)) invalidate(c, "running out of memory");
+    if (c->invalid) {
+        release(o);
+        return set_error(cudaErrorStreamCaptureInvalidated);
+    }
+    c->clock[s->member][s->member]++;
+    return ret();
+}
+
+/* ---- submitting work ---- */
+
 void glia_emu_flush_stream(cudaStream_t st)
 {
     GLIA_EMU_GUARD;
-    struct emu_stream *s = (struct emu_stream *)(void *)st;
+    struct emu_stream *s = stream_of(st);
     if (s) flush(s, s->queued);
     else flush_all();
 }
 
-/* Queues o on s (the default stream, NULL, runs at once after every other stream). */
+/* Runs what is queued on stream s (every stream for NULL) as the host waiting for it would:
+ * cudaErrorStreamCaptureUnsupported, and the capture invalidated, when s captures. */
+cudaError_t glia_emu_host_sync(cudaStream_t st, const char *call)
+{
+    GLIA_EMU_GUARD;
+    struct emu_stream *s = stream_of(st);
+    cudaError_t e = sync_check(s, call);
+    if (e) return e;
+    if (s) flush(s, s->queued);
+    else flush_all();
+    return ret();
+}
+
+/* Queues o on s (the default stream, NULL, runs at once after every other stream), or records it
+ * when s captures. o's argument block is given up on failure. */
 static cudaError_t submit(cudaStream_t st, struct op o)
 {
-    struct emu_stream *s = (struct emu_stream *)(void *)st;
+    struct emu_stream *s = stream_of(st);
     if (!s) {
+        cudaError_t e = legacy_check("work on the legacy default stream");
+        if (e) {
+            release(&o);
+            return e;
+        }
         flush_all();
         run_op(&o);
         return ret();
     }
+    if (s->cap) return capture_op(s, &o);
     struct op *q = malloc(sizeof *q);
-    if (!q) return cudaErrorMemoryAllocation;
+    if (!q) {
+        release(&o);
+        return cudaErrorMemoryAllocation;
+    }
     *q = o;
     q->next = NULL;
     if (s->tail) s->tail->next = q;
@@ -455,16 +756,16 @@ static cudaError_t submit(cudaStream_t st, struct op o)
     return ret();
 }
 
-void glia_emu_submit(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*fn)(void *), void *arg,
-                     void (*drop)(void *))
+cudaError_t glia_emu_submit(const char *name, dim3 g, dim3 b, size_t smem, cudaStream_t s, void (*fn)(void *), void *arg,
+                            void (*drop)(void *))
 {
     GLIA_EMU_GUARD;
-    submit(s, (struct op){.kind = OP_KERNEL, .name = name, .g = g, .b = b, .smem = smem, .fn = fn, .arg = arg, .drop = drop});
+    return submit(s, (struct op){.kind = OP_KERNEL, .name = name, .g = g, .b = b, .smem = smem, .fn = fn, .arg = arg, .drop = drop});
 }
 
-void glia_emu_submit_host(const char *name, cudaStream_t s, void (*fn)(void *), void *arg, void (*drop)(void *))
+cudaError_t glia_emu_submit_host(const char *name, cudaStream_t s, void (*fn)(void *), void *arg, void (*drop)(void *))
 {
-    glia_emu_submit(name, (dim3){1, 1, 1}, (dim3){1, 1, 1}, 0, s, fn, arg, drop);
+    return glia_emu_submit(name, (dim3){1, 1, 1}, (dim3){1, 1, 1}, 0, s, fn, arg, drop);
 }
 
 bool glia_emu_is_device(const void *p, size_t n)
@@ -473,6 +774,14 @@ bool glia_emu_is_device(const void *p, size_t n)
     const struct range *r = range_of(p);
     return r && r->kind == M_DEVICE && n <= (size_t)(r->p + r->n - (const char *)p);
 }
+
+unsigned long glia_emu_graphs_alive(void)
+{
+    GLIA_EMU_GUARD;
+    return n_oplists;
+}
+
+/* ---- memory ---- */
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
@@ -487,6 +796,8 @@ cudaError_t cudaMalloc(void **p, size_t n)
 cudaError_t cudaFree(void *p)
 {
     GLIA_EMU_GUARD;
+    cudaError_t e = glia_emu_unsafe("cudaFree");
+    if (e) return e;
     flush_all();  /* cudaFree waits for the device */
     untrack(p);
     free(p);
@@ -507,6 +818,8 @@ cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); 
 cudaError_t cudaFreeHost(void *p)
 {
     GLIA_EMU_GUARD;
+    cudaError_t e = glia_emu_unsafe("cudaFreeHost");
+    if (e) return e;
     flush_all();
     untrack(p);
     free(p);
@@ -517,10 +830,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     GLIA_EMU_GUARD;
     (void)k;
     if (!n) return ret();
-    /* between the device and pageable host memory CUDA copies synchronously */
+    /* between the device and pageable host memory CUDA copies synchronously: no capture can hold it */
     int kd = kind_of(dst), ks = kind_of(src);
     if ((kd == M_DEVICE && !ks) || (ks == M_DEVICE && !kd)) {
-        glia_emu_flush_stream(st);
+        cudaError_t e = glia_emu_host_sync(st, "cudaMemcpyAsync between device and pageable host memory");
+        if (e) return e;
         memmove(dst, src, n);
         return ret();
     }
@@ -529,9 +843,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
     GLIA_EMU_GUARD;
+    (void)k;
+    cudaError_t e = glia_emu_unsafe("cudaMemcpy");
+    if (e || (e = legacy_check("cudaMemcpy"))) return e;
     flush_all();
     memmove(dst, src, n);
-    (void)k;
     return ret();
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
@@ -542,65 +858,318 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
     GLIA_EMU_GUARD;
+    cudaError_t e = glia_emu_unsafe("cudaMemset");
+    if (e || (e = legacy_check("cudaMemset"))) return e;
     flush_all();
     memset(p, v, n);
     return ret();
 }
 
+/* ---- streams ---- */
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned int flags)
 {
     GLIA_EMU_GUARD;
-    (void)flags;
     struct emu_stream *s = calloc(1, sizeof *s);
     if (!s) return cudaErrorMemoryAllocation;
     s->index = n_streams_made++;
+    s->flags = flags;
     s->next_stream = streams;
     streams = s;
     *st = (cudaStream_t)(void *)s;
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+/* A capturing stream being destroyed: its capture is invalidated, and abandoned when it began it. */
+static void leave_capture(struct emu_stream *s)
+{
+    struct capture *c = s->cap;
+    invalidate(c, "cudaStreamDestroy of a capturing stream");
+    if (s->member) {
+        c->member[s->member] = NULL;
+        return;
+    }
+    graph_free(c->graph);
+    capture_end(c);
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t st)
 {
     GLIA_EMU_GUARD;
-    struct emu_stream *s = (struct emu_stream *)(void *)st;
+    struct emu_stream *s = stream_of(st);
     if (!s) return cudaErrorInvalidResourceHandle;
+    if (s->cap) leave_capture(s);
     flush(s, s->queued);  /* queued work still completes */
     for (struct emu_stream **p = &streams; *p; p = &(*p)->next_stream)
         if (*p == s) {
             *p = s->next_stream;
             break;
         }
-    free(s);
+    /* kept, not freed: events recorded on it and other streams' queued waits on them may still
+     * point at it, and find all its work done */
+    s->next_stream = destroyed;
+    destroyed = s;
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t st)
 {
-    GLIA_EMU_GUARD;
-    glia_emu_flush_stream(st);
-    return ret();
+    return glia_emu_host_sync(st, "cudaStreamSynchronize");
 }
+cudaError_t cudaStreamQuery(cudaStream_t st)
+{
+    GLIA_EMU_GUARD;
+    struct emu_stream *s = stream_of(st);
+    cudaError_t e = sync_check(s, "cudaStreamQuery");
+    if (e) return e;
+    if (!s) {
+        flush_all();
+        return ret();
+    }
+    if (s->done < s->queued) flush(s, s->done + 1);  /* the device moves on while the host polls */
+    return s->done >= s->queued ? ret() : cudaErrorNotReady;
+}
+
+/* s (NULL: the legacy stream) waits on e, last recorded inside a capture. */
+static cudaError_t wait_captured(struct emu_stream *s, const struct emu_event *e)
+{
+    struct capture *c = capture_find(e->cap_id);
+    if (!c) {
+        fprintf(stderr, "emu: cudaStreamWaitEvent on an event last recorded in a capture that has ended\n");
+        if (!s || !s->cap) return set_error(cudaErrorCapturedEvent);
+        invalidate(s->cap, "cudaStreamWaitEvent on an event of an ended capture");
+        return set_error(cudaErrorStreamCaptureIsolation);
+    }
+    if (!s) {
+        invalidate(c, "the legacy default stream waiting on an event recorded in a capture");
+        return set_error(cudaErrorStreamCaptureImplicit);
+    }
+    if (s->cap && s->cap != c) {
+        invalidate(s->cap, "cudaStreamWaitEvent between two captures");
+        invalidate(c, "cudaStreamWaitEvent between two captures");
+        return set_error(cudaErrorStreamCaptureMerge);
+    }
+    if (!s->cap && capture_join(c, s, e->clock)) {
+        invalidate(c, "a stream joining a capture that has as many streams as the emulation allows");
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
+    unsigned long long *clock = c->clock[s->member];
+    for (int j = 0; j < CAP_MEMBERS; j++)
+        if (e->clock[j] > clock[j]) clock[j] = e->clock[j];
+    return c->invalid ? set_error(cudaErrorStreamCaptureInvalidated) : ret();
+}
+
+/* Stream st (not capturing) waits for what e was last recorded after, outside a capture. */
+static cudaError_t wait_now(cudaStream_t st, const struct emu_event *e)
+{
+    if (e->cap_id || !e->s) return ret();
+    return submit(st, (struct op){.kind = OP_WAIT, .other = e->s, .upto = e->at});
+}
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int flags)
 {
     GLIA_EMU_GUARD;
-    (void)flags;
     struct emu_event *e = (struct emu_event *)(void *)ev;
-    if (!e->s) return ret();
-    return submit(st, (struct op){.kind = OP_WAIT, .other = e->s, .upto = e->at});
-}
-cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
-{
-    GLIA_EMU_GUARD;
-    (void)s;
-    *st = cudaStreamCaptureStatusNone;
-    return cudaSuccess;
+    struct emu_stream *s = stream_of(st);
+    if (flags & ~(unsigned)cudaEventWaitExternal) return set_error(cudaErrorInvalidValue);
+    if (s && s->cap && (flags & cudaEventWaitExternal))  /* a node of the graph: each launch waits then */
+        return capture_op(s, &(struct op){.kind = OP_EVENT_WAIT, .event = e});
+    if (e->cap_id) return wait_captured(s, e);
+    if (s && s->cap) {
+        if (!e->recorded) return ret();  /* a never recorded event is no dependency */
+        invalidate(s->cap, "cudaStreamWaitEvent on an event recorded outside the capture");
+        return set_error(cudaErrorStreamCaptureIsolation);
+    }
+    return wait_now(st, e);
 }
 cudaError_t cudaDeviceSynchronize(void)
 {
     GLIA_EMU_GUARD;
+    cudaError_t e = glia_emu_unsafe("cudaDeviceSynchronize");
+    if (e) return e;
     flush_all();
     return ret();
 }
+
+/* ---- capture and graphs ---- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCaptureMode mode)
+{
+    GLIA_EMU_GUARD;
+    struct emu_stream *s = stream_of(st);
+    if (!s) return set_error(cudaErrorStreamCaptureUnsupported);  /* not the legacy stream */
+    if (s->cap) return set_error(cudaErrorIllegalState);
+    if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal && mode != cudaStreamCaptureModeRelaxed)
+        return set_error(cudaErrorInvalidValue);
+    struct capture *c = calloc(1, sizeof *c);
+    struct oplist *l = c ? oplist_new() : NULL;
+    struct emu_graph *g = l ? graph_new(GRAPH_MAGIC, l) : NULL;
+    if (!g) {
+        if (l) oplist_unref(l);
+        free(c);
+        return set_error(cudaErrorMemoryAllocation);
+    }
+    c->id = ++n_captures;
+    c->mode = mode;
+    c->thread = pthread_self();
+    c->graph = g;
+    capture_join(c, s, NULL);
+    c->next = captures;
+    captures = c;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph)
+{
+    GLIA_EMU_GUARD;
+    struct emu_stream *s = stream_of(st);
+    if (!graph) return set_error(cudaErrorInvalidValue);
+    if (!s || !s->cap) return set_error(cudaErrorIllegalState);
+    struct capture *c = s->cap;
+    if (s->member) {
+        invalidate(c, "cudaStreamEndCapture on a stream that did not begin the capture");
+        return set_error(cudaErrorStreamCaptureUnmatched);
+    }
+    int j = unjoined(c);
+    if (j >= 0 && !c->invalid)
+        fprintf(stderr, "emu: cudaStreamEndCapture: stream %d forked from capture %llu and was never joined back\n",
+                c->member[j] ? c->member[j]->index : -1, c->id);
+    if (getenv("GLIA_EMU_FAIL_CAPTURE") && !c->invalid)  /* tests: a capture that something spoilt */
+        invalidate(c, "GLIA_EMU_FAIL_CAPTURE is set");
+    cudaError_t e = c->invalid ? cudaErrorStreamCaptureInvalidated : j >= 0 ? cudaErrorStreamCaptureUnjoined : cudaSuccess;
+    struct emu_graph *g = c->graph;
+    capture_end(c);
+    *graph = NULL;
+    if (e) {
+        graph_free(g);
+        return set_error(e);
+    }
+    *graph = (cudaGraph_t)(void *)g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t st, enum cudaStreamCaptureStatus *status)
+{
+    GLIA_EMU_GUARD;
+    struct emu_stream *s = stream_of(st);
+    if (!status) return set_error(cudaErrorInvalidValue);
+    *status = cudaStreamCaptureStatusNone;
+    if (!s) {
+        for (struct capture *c = captures; c; c = c->next)
+            if (blocks_legacy(c)) return set_error(cudaErrorStreamCaptureImplicit);  /* not invalidated */
+        return cudaSuccess;
+    }
+    if (s->cap) *status = s->cap->invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+/* The capture's status, id and graph; no dependency nodes (the emulation's graphs have none). */
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t st, enum cudaStreamCaptureStatus *status, unsigned long long *id,
+                                     cudaGraph_t *graph, const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
+                                     size_t *n_deps)
+{
+    GLIA_EMU_GUARD;
+    cudaError_t e = cudaStreamIsCapturing(st, status);
+    if (e || *status != cudaStreamCaptureStatusActive) return e;
+    const struct capture *c = stream_of(st)->cap;
+    if (id) *id = c->id;
+    if (graph) *graph = (cudaGraph_t)(void *)c->graph;
+    if (deps) *deps = NULL;
+    if (edges) *edges = NULL;
+    if (n_deps) *n_deps = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    GLIA_EMU_GUARD;
+    if (!mode || (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+                  *mode != cudaStreamCaptureModeRelaxed))
+        return set_error(cudaErrorInvalidValue);
+    enum cudaStreamCaptureMode old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
+    return cudaSuccess;
+}
+
+/* Whether g is the graph of a capture still under way (not to be instantiated or destroyed). */
+static bool capturing_into(const struct emu_graph *g)
+{
+    for (struct capture *c = captures; c; c = c->next)
+        if (c->graph == g) return true;
+    return false;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    GLIA_EMU_GUARD;
+    (void)flags;
+    struct emu_graph *g = as_graph(graph, GRAPH_MAGIC);
+    if (!exec || !g || capturing_into(g)) return set_error(cudaErrorInvalidValue);
+    struct emu_graph *x = graph_new(EXEC_MAGIC, g->ops);
+    if (!x) return set_error(cudaErrorMemoryAllocation);
+    g->ops->refs++;
+    *exec = (cudaGraphExec_t)(void *)x;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    return cudaGraphInstantiate(exec, graph, flags);
+}
+
+static cudaError_t record_now(struct emu_event *e, struct emu_stream *s);
+
+/* Submits l's operation o to stream st again, as a launch of the graph does: an external event
+ * record or wait is done now, in its place (or stays one in a graph st is capturing); the others
+ * are queued holding a reference to the list that owns their argument block. */
+static cudaError_t replay(struct oplist *l, const struct op *o, cudaStream_t st)
+{
+    struct emu_stream *s = stream_of(st);
+    if (o->kind == OP_RECORD || o->kind == OP_EVENT_WAIT) {
+        struct op q = *o;
+        if (s && s->cap) return capture_op(s, &q);
+        return o->kind == OP_RECORD ? record_now(o->event, s) : wait_now(st, o->event);
+    }
+    struct op q = *o;
+    if (!q.owner) q.owner = l;
+    q.owner->refs++;
+    return submit(st, q);
+}
+
+/* Queues each of the graph's operations on the stream in order, as if submitted again now. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st)
+{
+    GLIA_EMU_GUARD;
+    struct emu_graph *x = as_graph(exec, EXEC_MAGIC);
+    if (!x) return set_error(cudaErrorInvalidResourceHandle);
+    struct oplist *l = x->ops;
+    n_graph_launches++;
+    for (size_t i = 0; i < l->n; i++) {
+        cudaError_t e = replay(l, &l->ops[i], st);
+        if (e) return e;
+    }
+    return ret();
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    GLIA_EMU_GUARD;
+    struct emu_graph *x = as_graph(exec, EXEC_MAGIC);
+    if (!x) return set_error(cudaErrorInvalidValue);
+    graph_free(x);  /* queued launches keep their operations alive */
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    GLIA_EMU_GUARD;
+    struct emu_graph *g = as_graph(graph, GRAPH_MAGIC);
+    if (!g || capturing_into(g)) return set_error(cudaErrorInvalidValue);
+    graph_free(g);
+    return cudaSuccess;
+}
+
+/* ---- events ---- */
+
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags)
 {
     GLIA_EMU_GUARD;
@@ -617,20 +1186,61 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     free(e);
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
+/* e marks what stream s (not capturing; NULL: the legacy stream) has been given so far. */
+static cudaError_t record_now(struct emu_event *e, struct emu_stream *s)
+{
+    if (!s) {
+        cudaError_t r = legacy_check("cudaEventRecord on the legacy default stream");
+        if (r) return r;
+        flush_all();
+    }
+    *e = (struct emu_event){.s = s, .at = s ? s->queued : 0, .recorded = true};
+    return ret();
+}
+
+/* cudaEventRecordExternal in a capture: a node of the graph, recording e at each launch (e itself
+ * is left as it was); outside one, a plain record. */
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t ev, cudaStream_t st, unsigned int flags)
 {
     GLIA_EMU_GUARD;
     struct emu_event *e = (struct emu_event *)(void *)ev;
-    struct emu_stream *s = (struct emu_stream *)(void *)st;
-    if (!s) flush_all();
-    e->s = s;
-    e->at = s ? s->queued : 0;
-    return ret();
+    struct emu_stream *s = stream_of(st);
+    if (flags & ~(unsigned)cudaEventRecordExternal) return set_error(cudaErrorInvalidValue);
+    if (!s || !s->cap) return record_now(e, s);
+    if (flags & cudaEventRecordExternal) return capture_op(s, &(struct op){.kind = OP_RECORD, .event = e});
+    /* it marks the capture's progress: usable only by waits inside the capture */
+    *e = (struct emu_event){.recorded = true, .cap_id = s->cap->id};
+    memcpy(e->clock, s->cap->clock[s->member], sizeof e->clock);
+    return s->cap->invalid ? set_error(cudaErrorStreamCaptureInvalidated) : ret();
 }
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) { return cudaEventRecordWithFlags(ev, st, 0); }
+
+/* A host wait on, or query of, e, last recorded inside a capture: cudaErrorCapturedEvent, in any
+ * capture mode, and the capture invalidated if still under way. */
+static cudaError_t captured_event(const struct emu_event *e, const char *call)
+{
+    struct capture *c = capture_find(e->cap_id);
+    if (c) invalidate(c, call);
+    else fprintf(stderr, "emu: %s of an event last recorded inside a stream capture\n", call);
+    return set_error(cudaErrorCapturedEvent);
+}
+
+/* Whether the host may look at e now: cudaEventQuery and cudaEventSynchronize are among the calls a
+ * global capture forbids (even on an event recorded outside it), and an event last recorded inside
+ * a capture never tells the host anything. */
+static cudaError_t event_check(const struct emu_event *e, const char *call)
+{
+    cudaError_t r = glia_emu_unsafe(call);
+    if (r) return r;
+    return e->cap_id ? captured_event(e, call) : cudaSuccess;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t ev)
 {
     GLIA_EMU_GUARD;
     struct emu_event *e = (struct emu_event *)(void *)ev;
+    cudaError_t r = event_check(e, "cudaEventQuery");
+    if (r) return r;
     if (!e->s || e->s->done >= e->at) return ret();
     flush(e->s, e->s->done + 1);  /* the device moves on while the host polls */
     return e->s->done >= e->at ? ret() : cudaErrorNotReady;
@@ -639,6 +1249,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 {
     GLIA_EMU_GUARD;
     struct emu_event *e = (struct emu_event *)(void *)ev;
+    cudaError_t r = event_check(e, "cudaEventSynchronize");
+    if (r) return r;
     if (e->s) flush(e->s, e->at);
     return ret();
 }
@@ -654,5 +1266,5 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 __attribute__((destructor)) static void report(void)
 {
     if (getenv("GLIA_EMU_STATS"))
-        fprintf(stderr, "emu: %llu launches, %llu threads\n", n_launches, n_threads_run);
+        fprintf(stderr, "emu: %llu launches, %llu threads, %llu graph launches\n", n_launches, n_threads_run, n_graph_launches);
 }

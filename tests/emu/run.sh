@@ -1,11 +1,13 @@
 #!/bin/bash
 # tests/emu/run.sh — runs the GPU test programs on the CPU against an emulated CUDA: the backend's host
-# code from the build as it is, its kernels rebuilt as host C++ (cuda_emu.h), the CUDA runtime,
-# cuDNN, cuBLASLt, a one-rank NCCL and NVRTC's kernels built for the host from emu_runtime.c,
-# emu_libs.c, emu_nccl.c and emu_jit.c (one library that the emulated cuda.so and nccl.so share).
-# Not part of make check and not a GPU: it finds wrong indexing, descriptors, layouts, arguments,
-# barriers and missing stream waits (GLIA_EMU_DEFER) in code that has never met a GPU, not
-# performance problems. Several NCCL ranks cannot run here.
+# code from the build as it is, its kernels rebuilt as host C++ (cuda_emu.h), the CUDA runtime
+# (with stream capture and CUDA graphs), cuDNN, cuBLASLt, a one-rank NCCL and NVRTC's kernels built
+# for the host from emu_runtime.c, emu_libs.c, emu_nccl.c and emu_jit.c (one library that the
+# emulated cuda.so and nccl.so share). Not part of make check and not a GPU: it finds wrong indexing,
+# descriptors, layouts, arguments, barriers, missing stream waits (GLIA_EMU_DEFER) and calls a GPU
+# refuses during a stream capture in code that has never met a GPU, not performance problems.
+# Several NCCL ranks cannot run here. GLIA_EMU_STATS=1 prints the kernel and graph launches run.
+# GLIA_EMU_FAIL_CAPTURE=1 makes every stream capture fail at its end (what a failed capture does).
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
 #                                            GPU program, test_cuda_dist without its watchdog test,
