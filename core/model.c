@@ -1830,9 +1830,8 @@ void glia_model_free(struct glia_model *m)
 {
     if (!m) return;
     if (m->backend) glia_backend_sync(m->backend);  /* queued work and copies may still use its memory */
-    glia__model_free_graphs(m);
+    glia__model_release_activations(m);  /* and the graphs that use them */
     glia_tensor_release(m->step_dev);
-    glia__model_release_activations(m);
     for (int i = 0; i < m->n_nodes; i++) {
         destroy_layer(&m->nodes[i]);
         glia__section_free(m->nodes[i].own_sec);

@@ -265,8 +265,9 @@ static glia_status pw_forward(struct glia_layer *l, const struct glia_fwd *a)
         x[k] = dev_f32(a->in[k]);
     }
     if (st) return st;
-    if (a->train) p->desc.seed = glia__seed_of(a);
-    struct expr_site site = glia__pointwise_site(a->out, glia__seed_of(a), a->train);
+    struct glia__seed_at seed = glia__seed_of(a);
+    if (a->train) p->desc.seed = seed;
+    struct expr_site site = glia__pointwise_site(a->out, seed, a->train);
     CUDA_TRY(l->ctx, glia__pw_jit_forward(&p->k, dev_f32(a->out), x, o.n, &site, stream_of(l)));
 fail:
     return st;

@@ -12,8 +12,9 @@ static glia_status pointwise_forward(struct glia_layer *l, const struct glia_fwd
     struct glia__pointwise *p = l->priv;
     const float *vars[EXPR_MAX_VARS] = {0};
     for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS; k++) vars[k] = glia_tensor_f32(a->in[k]);
-    if (a->train) p->seed = glia__seed_of(a);
-    struct expr_site site = glia__pointwise_site(a->out, glia__seed_of(a), a->train);
+    struct glia__seed_at seed = glia__seed_of(a);
+    if (a->train) p->seed = seed;
+    struct expr_site site = glia__pointwise_site(a->out, seed, a->train);
     if (expr_eval_ex(p->f, vars, glia_tensor_numel(a->out), NULL, false, &site, glia_tensor_f32(a->out)))
         return glia_error(l->ctx, GLIA_ENOMEM, "pointwise [%s]: out of memory", l->name);
     return GLIA_OK;
