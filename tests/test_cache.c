@@ -1,7 +1,7 @@
 /* tests/test_cache.c — the CUDA backend's caching allocator (backends/cuda/cache.c) over malloc:
  * size classes, reuse without raw allocations after warm-up, statistics, the retry after
  * giving cached blocks back when the raw allocator runs out, a block given straight back, and what
- * CUDA graphs hold. Not device memory: runs anywhere. */
+ * CUDA graphs hold (and that a capture frees nothing). Not device memory: runs anywhere. */
 #include <stdlib.h>
 #include "testutil.h"
 #include "../backends/cuda/cache.h"
@@ -187,6 +187,39 @@ static void test_graph_holds_pinned_blocks(void)
     glia__cache_free(c);
 }
 
+/* During a capture nothing goes back to the raw allocator (cudaFree would end it): a block given back
+ * is kept (held once the graph is made), trim frees nothing, and running out fails at once instead of
+ * trimming and retrying. */
+static void test_capture_frees_nothing(void)
+{
+    struct raw r = {3 * 4096, 0, 0};
+    struct glia__cache *c = glia__cache_new(raw_alloc, raw_free, &r);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    void *cached, *big, *again, *p;
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &cached), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, cached), 0);
+    glia__cache_capture_begin(c);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &big), 0);
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, big), 0);
+    glia__cache_trim(c);
+    CU_ASSERT_EQUAL(r.live, 2);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &again), 0);  /* within the capture: reused */
+    CU_ASSERT_PTR_EQUAL(again, big);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &p), -1);     /* no room, and cached stays */
+    CU_ASSERT_EQUAL(r.live, 2);
+    CU_ASSERT_EQUAL(glia__cache_release(c, again), 0);
+    glia__cache_capture_end(c, true);
+    glia__cache_trim(c);                                      /* cached goes; big is held */
+    CU_ASSERT_EQUAL(r.live, 1);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &p), -1);      /* big is the graph's */
+    glia__cache_graph_freed(c);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &p), 0);
+    CU_ASSERT_PTR_EQUAL(p, big);
+    CU_ASSERT_EQUAL(glia__cache_give_back(c, p), 0);
+    CU_ASSERT_EQUAL(r.live, 0);
+    glia__cache_free(c);
+}
+
 GLIA_TEST_MAIN("cache", GLIA_TEST(test_classes), GLIA_TEST(test_reuse_after_warmup),
                GLIA_TEST(test_out_of_memory_trims_and_retries), GLIA_TEST(test_give_back),
-               GLIA_TEST(test_graph_holds_pinned_blocks))
+               GLIA_TEST(test_graph_holds_pinned_blocks), GLIA_TEST(test_capture_frees_nothing))

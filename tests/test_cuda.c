@@ -1,6 +1,6 @@
 /* tests/test_cuda.c — the CUDA backend against the CPU one on a GPU: copies, memzero, GEMM in
  * every transpose combination and precision, NCHW <-> NHWC conversion on the device, the caching
- * allocator's reuse, the reduction/scaling/upload slots, and whole models trained on both. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
+ * allocator's reuse (and its allocations during a graph capture), the reduction/scaling/upload slots, and whole models trained on both. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
  * fallback of device = auto and the refusal of device = cuda run everywhere (test_cuda_fallback). */
 #include <dlfcn.h>
 #include <math.h>
@@ -417,6 +417,40 @@ static void test_cuda_graph_trains_the_same(void)
                        "the layers (set cuda_graph = off)");
 }
 
+/* A layer without GLIA_LAYER_CAPTURABLE (the fixture nchw_softsign's impl staged, which computes on the
+ * host) makes cuda_graph = on refuse the model, naming the layer's section; with cuda_graph = off the
+ * model trains on the GPU as the same model with the cpu impl does on the CPU. */
+static void test_cuda_graph_refuses_uncapturable_layers(void)
+{
+    make_data();
+    static const char *fmt =
+        "[plugins]\npath = %s\n[runtime]\ndevice = %s\nseed = 3\nprecision = fp32\ncuda_graph = %s\n"
+        "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+        "batch_size = 32\nshuffle = off\n[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n"
+        "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[sm]\ntype = nchw_softsign\n"
+        "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
+    const char *fix = glia_test_fixtures();
+    char text[4096];
+    snprintf(text, sizeof text, fmt, fix, "cuda", "on", dir, dir, dir, dir);
+    int line = 1;
+    for (const char *q = text; q < strstr(text, "[sm]"); q++) line += *q == '\n';
+    char want[256];
+    snprintf(want, sizeof want, "t.ini:%d: [sm] layer type nchw_softsign (impl staged) cannot be captured into a CUDA "
+                                "graph; set [runtime] cuda_graph = off", line);
+    expect_build_error(text, want);
+    struct run a, b;
+    struct glia_epoch_result ra[2], rb[2];
+    snprintf(text, sizeof text, fmt, fix, "cpu", "off", dir, dir, dir, dir);
+    train_run(&a, text, ra);
+    snprintf(text, sizeof text, fmt, fix, "cuda", "off", dir, dir, dir, dir);
+    train_run(&b, text, rb);
+    CU_ASSERT_STRING_EQUAL(b.m->nodes[1].layer.ops->impl, "staged");
+    double worst = weight_diff(&b, &a);
+    if (!(worst <= 1e-3)) printf("\n  weights differ by %g\n", worst);
+    CU_ASSERT(worst <= 1e-3);
+    close_run(&a), close_run(&b);
+}
+
 /* A pass that cannot be captured runs as it comes, with one warning per batch shape, and training
  * ends as without graphs. Only under the CPU emulation of CUDA (tests/emu), whose captures all fail
  * when GLIA_EMU_FAIL_CAPTURE is set: a GPU captures this model. */
@@ -509,6 +543,52 @@ static void test_allocator_reuses_blocks(void)
     CU_ASSERT(s2.reserved >= s2.current);
 }
 
+/* A capture may allocate: the block is new from the driver (cudaMalloc in relaxed mode, which a capture
+ * allows), the graph keeps using it at every replay, and a block released during the capture is held for
+ * the graph, not handed out again. */
+static void test_graph_capture_allocates(void)
+{
+    int64_t n0 = 4099, n = 5123457;  /* n: a size class nothing else here uses */
+    float *h = randv(n0, 5), *back = malloc((size_t)n * 4);
+    struct glia_tensor *x = tensor_as(gpu, S(1, n0, 0, 0, 0), GLIA_CONTIGUOUS);
+    CU_ASSERT_EQUAL_FATAL(glia_tensor_from_host(x, h, (size_t)n0 * 4), GLIA_OK);
+    struct glia_memory_stats s0, s1;
+    CU_ASSERT_EQUAL_FATAL(glia_backend_memory_stats(gpu, &s0), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(gpu->ops->capture_begin(gpu->priv), GLIA_OK);
+    struct glia_tensor *y = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
+    struct glia_tensor *t = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
+    void *t_data = t->data;
+    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, t->data, false, x->data, false, (size_t)n0 * 4), GLIA_OK);
+    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n0, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, y->data, false, t->data, false, (size_t)n0 * 4), GLIA_OK);
+    glia_tensor_release(t);  /* during the capture: held for the graph */
+    void *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(gpu->ops->capture_end(gpu->priv, &g), GLIA_OK);
+    CU_ASSERT_FATAL(g != NULL);
+    CU_ASSERT_EQUAL(glia_backend_memory_stats(gpu, &s1), GLIA_OK);
+    CU_ASSERT_EQUAL(s1.driver_allocs, s0.driver_allocs + 2);
+    struct glia_tensor *u = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
+    CU_ASSERT(u->data != t_data && u->data != y->data);
+    CU_ASSERT_EQUAL(gpu->ops->memzero(gpu->priv, u->data, (size_t)n * 4), GLIA_OK);  /* may not reach the graph's */
+    for (int round = 0; round < 2; round++) {
+        if (round) {
+            for (int64_t i = 0; i < n0; i++) h[i] = -h[i];
+            CU_ASSERT_EQUAL(glia_tensor_from_host(x, h, (size_t)n0 * 4), GLIA_OK);
+        }
+        CU_ASSERT_EQUAL(gpu->ops->graph_launch(gpu->priv, g), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_tensor_to_host(y, back, (size_t)n * 4), GLIA_OK);
+        int bad = 0;
+        for (int64_t i = 0; i < n0; i++) bad += back[i] != 2.0f * h[i];
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+    gpu->ops->graph_free(gpu->priv, g);
+    glia_tensor_release(u);
+    glia_tensor_release(y);
+    glia_tensor_release(x);
+    free(h);
+    free(back);
+}
+
 static int setup(void)
 {
 #ifndef GLIA_HAVE_CUDA
@@ -540,7 +620,9 @@ int main(void)
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
                                              GLIA_TEST(test_metrics_report_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),
-                                             GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes)};
+                                             GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),
+                                             GLIA_TEST(test_cuda_graph_refuses_uncapturable_layers),
+                                             GLIA_TEST(test_graph_capture_allocates)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

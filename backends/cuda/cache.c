@@ -56,6 +56,7 @@ size_t glia__cache_class(size_t nbytes)
 
 void glia__cache_trim(struct glia__cache *c)
 {
+    if (c->capturing) return;  /* a raw free would end the capture */
     size_t k = 0;
     for (size_t i = 0; i < c->n; i++) {
         if (c->b[i].in_use || held(c, &c->b[i])) {
@@ -88,6 +89,7 @@ int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p)
         c->cap = cap;
     }
     if (c->ra(c->user, size, p)) {
+        if (c->capturing) return -1;
         glia__cache_trim(c);  /* cached blocks of other classes may be what the device lacks */
         if (c->ra(c->user, size, p)) return -1;
     }
@@ -120,7 +122,7 @@ int glia__cache_give_back(struct glia__cache *c, void *p)
 {
     struct block *k = take_back(c, p);
     if (!k) return -1;
-    if (held(c, k)) return 0;  /* given back with the last graph */
+    if (held(c, k) || c->capturing) return 0;  /* given back with the last graph, or cached */
     c->rf(c->user, p);
     c->st.reserved -= k->size;
     c->st.raw_frees++;

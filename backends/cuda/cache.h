@@ -34,7 +34,8 @@ void glia__cache_free(struct glia__cache *c);
  * steps per power of two (at most 12.5% slack). */
 size_t glia__cache_class(size_t nbytes);
 /* A block of at least nbytes: a cached one of the same class, else a raw one; when the raw
- * allocator fails, the cached blocks are given back and it is tried once more. 0 on success. */
+ * allocator fails, the cached blocks are given back and it is tried once more (not during a
+ * capture). 0 on success. */
 int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p);
 /* Return a block from glia__cache_alloc to the cache. 0, or -1 when p is not a block in use. */
 int glia__cache_release(struct glia__cache *c, void *p);
@@ -47,7 +48,9 @@ void glia__cache_trim(struct glia__cache *c);
  * pinned: a graph made from the capture may use them at every replay. While any graph lives, a
  * pinned block that is released is held (neither handed out again nor given back) instead of
  * cached; once the last graph is freed, the pins go and held blocks are cached blocks again.
- * capture_end says whether the capture made a graph (one more live graph). */
+ * During a capture nothing goes back to the raw allocator (cudaFree would end the capture):
+ * give_back caches the block and trim does nothing. capture_end says whether the capture made a
+ * graph (one more live graph). */
 void glia__cache_capture_begin(struct glia__cache *c);
 void glia__cache_capture_end(struct glia__cache *c, bool made);
 void glia__cache_graph_freed(struct glia__cache *c);

@@ -29,11 +29,18 @@ glia_status glia__cublas_status(struct glia_context *ctx, cublasStatus_t e, cons
 
 /* ---- memory ---- */
 
+/* During a capture the calling thread allocates in relaxed mode: cudaMalloc is not stream-ordered, so
+ * a capture forbids it, but a block that stays allocated while the graph lives (the cache holds it,
+ * cache.h) is what the graph needs. The caller holds c->lock. */
 static int raw_alloc(void *user, size_t n, void **p)
 {
     struct glia__cuda *c = user;
     if (cudaSetDevice(c->device) != cudaSuccess) return 1;
-    if (cudaMalloc(p, n) != cudaSuccess) {
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (c->capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaMalloc(p, n);
+    if (c->capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
         cudaGetLastError();  /* clear the sticky-free out-of-memory error */
         return 1;
     }
@@ -279,6 +286,7 @@ static glia_status cuda_capture_begin(void *priv)
     CUDA_TRY(c->ctx, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     pthread_mutex_lock(&c->lock);
     glia__cache_capture_begin(c->cache);
+    c->capturing = true;
     pthread_mutex_unlock(&c->lock);
 fail:
     return st;
@@ -299,6 +307,7 @@ static glia_status cuda_capture_end(void *priv, void **graph)
     if (g) cudaGraphDestroy(g);
     pthread_mutex_lock(&c->lock);
     glia__cache_capture_end(c->cache, e == cudaSuccess);
+    c->capturing = false;
     pthread_mutex_unlock(&c->lock);
     *graph = e == cudaSuccess ? (void *)x : NULL;
     if (e == cudaSuccess) return GLIA_OK;

@@ -42,6 +42,7 @@ struct glia__cuda {
     size_t scratch_size;
     struct glia__cache *cache;
     pthread_mutex_t lock;            /* the cache (loader threads may allocate) */
+    bool capturing;                  /* the compute stream is being captured (under lock) */
     struct glia__cuda_plan plans[GLIA__CUDA_N_PLANS];
     uint64_t uses;
     double *reduce;                  /* 1 double of device memory for sumsq_f32 */

@@ -534,8 +534,9 @@ static void flush_all(void)
  * cudaErrorStreamCaptureInvalidated and no graph): synchronizing or querying a capturing stream or
  * an event recorded in a capture, a dependency on work outside the capture, and the potentially
  * unsafe calls, where the capture's and the calling thread's modes forbid them (see forbids), which
- * wait for the device or look at its progress: cudaDeviceSynchronize, cudaMemcpy, cudaMemset,
- * cudaFree, cudaFreeHost, cudaLibraryUnload, and cudaEventQuery and cudaEventSynchronize of any event.
+ * wait for the device or look at its progress, or allocate outside stream order: cudaDeviceSynchronize,
+ * cudaMemcpy, cudaMemset, cudaMalloc, cudaHostAlloc, cudaFree, cudaFreeHost, cudaLibraryUnload, and
+ * cudaEventQuery and cudaEventSynchronize of any event.
  * Joins are checked with a vector clock per stream: clock[i][j] is how many of stream j's captured
  * operations stream i's next one follows, and a capture ends only when its first stream follows
  * every other stream's last operation. Not emulated: the graph's nodes and edges (a graph is a
@@ -786,6 +787,8 @@ unsigned long glia_emu_graphs_alive(void)
 cudaError_t cudaMalloc(void **p, size_t n)
 {
     GLIA_EMU_GUARD;
+    cudaError_t e = glia_emu_unsafe("cudaMalloc");
+    if (e) return e;
     *p = malloc(n ? n : 1);
     if (*p && track(*p, n ? n : 1, M_DEVICE)) {
         free(*p);
@@ -807,6 +810,8 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 {
     GLIA_EMU_GUARD;
     (void)flags;
+    cudaError_t e = glia_emu_unsafe("cudaHostAlloc");
+    if (e) return e;
     *p = malloc(n ? n : 1);
     if (*p && track(*p, n ? n : 1, M_PINNED)) {
         free(*p);

@@ -35,14 +35,21 @@ static int64_t n_blocks(int64_t M)
     return nb < MAX_BLOCKS ? nb : MAX_BLOCKS;
 }
 
-/* The scratch of p's NHWC and sync paths, made once. */
+/* p's per-channel coefficients coef(3, C), made once: the NHWC and sync paths, and the NCHW one with
+ * activation = relu (the mask's coefficients for backward). */
+static glia_status coef_scratch(struct glia_layer *l, struct batchnorm *p)
+{
+    if (!p->coef) p->coef = malloc(3 * (size_t)(p->d.C > 0 ? p->d.C : 1) * sizeof *p->coef);
+    return p->coef ? GLIA_OK : glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
+}
+
+/* The scratch of p's NHWC and sync paths (coef, and the blocks' partial sums), made once. */
 static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
 {
     size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
     if (!p->part) p->part = malloc((2 * MAX_BLOCKS + 1) * C * sizeof *p->part);
-    if (!p->coef) p->coef = malloc(3 * C * sizeof *p->coef);
-    if (!p->part || !p->coef) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
-    return GLIA_OK;
+    if (!p->part) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
+    return coef_scratch(l, p);
 }
 
 /* g where v > 0, else +0 (also for a NaN v), as the relu layer: by a bit mask, no branch (the
@@ -375,7 +382,7 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     }
     if (is_nhwc(a->in[0])) return batchnorm_forward_nhwc(l, a, M);
     bool relu = p->d.relu;
-    glia_status st = relu ? nhwc_scratch(l, p) : GLIA_OK;  /* coef: the mask's coefficients for backward */
+    glia_status st = relu ? coef_scratch(l, p) : GLIA_OK;
     if (st) return st;
     float *coef = p->coef;
     const float *x = glia_tensor_f32(a->in[0]);
