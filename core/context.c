@@ -219,7 +219,7 @@ glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
     b->ops = ops;
     b->device = dev;
     b->ctx = ctx;
-    b->options = (struct glia_runtime_options){sizeof b->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30};
+    b->options = (struct glia_runtime_options){sizeof b->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30, false};
     glia_status s = ops->open(ctx, dev.index, &b->priv);
     if (s) {
         free(b);

@@ -25,6 +25,10 @@ static const struct glia_key runtime_keys[] = {
              "time the convolution algorithms once per shape and keep the fastest (off: heuristics); CUDA only"),
     GLIA_KEY("workspace_mb", GLIA_KEY_INT, "1024", "scratch memory a layer may use for a faster algorithm (MiB)",
              .min = 0, .max = 1 << 20),
+    GLIA_KEY("deterministic", GLIA_KEY_BOOL, "off",
+             "only algorithms that give the same bits every run: cuDNN convolution algorithms cuDNN marks "
+             "deterministic, the CUDA embedding's weight gradient summed in a fixed order; the CPU is deterministic "
+             "either way"),
     GLIA_KEY("cuda_graph", GLIA_KEY_BOOL, "off",
              "replay each training batch shape's forward and backward from a CUDA graph (one launch) once it has run "
              "once; CUDA only, not with [distributed] mode"),
@@ -341,7 +345,8 @@ static glia_status setup_device(struct glia_model *m)
     m->format = strcmp(glia_section_str(s, "memory_format"), "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
     const char *p = glia_section_str(s, "precision");
     struct glia_runtime_options o = {sizeof o, GLIA_PRECISION_FP32, glia_section_bool(s, "cudnn_benchmark"),
-                                     (size_t)glia_section_int(s, "workspace_mb") << 20};
+                                     (size_t)glia_section_int(s, "workspace_mb") << 20,
+                                     glia_section_bool(s, "deterministic")};
     for (int i = GLIA_PRECISION_FP32; i <= GLIA_PRECISION_FP16; i++)
         if (!strcmp(p, glia_precision_name((enum glia_precision)i))) o.precision = (enum glia_precision)i;
     if ((st = glia_backend_configure(m->backend, &o))) {

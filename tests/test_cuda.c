@@ -356,8 +356,9 @@ static const char *cnn_text_with(const char *runtime_extra, const char *optimize
     return buf;
 }
 
-/* [runtime] cuda_graph = on trains exactly as off: the same kernels in the same order, so the same
- * weights bit for bit and the same evaluation, while every pass of a batch shape after its first is
+/* [runtime] cuda_graph = on trains exactly as off: the same kernels in the same order, so (with
+ * deterministic = on: cuDNN's atomics-based algorithms round differently each run) the same weights bit for
+ * bit and the same evaluation, while every pass of a batch shape after its first is
  * one graph launch: the full batches and the last, smaller one of an epoch (two shapes), with a
  * dropout and a fused dropout drawing each step's mask from the step a replay is handed, batchnorm
  * (with relu) updating its statistics, activation checkpointing recomputing inside the graph, fp16's
@@ -380,9 +381,9 @@ static void test_cuda_graph_trains_the_same(void)
         snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
         struct run a, b;
         struct glia_epoch_result ra[2], rb[2];
-        snprintf(rt, sizeof rt, "cuda_graph = off\n%s", cases[c].runtime);
+        snprintf(rt, sizeof rt, "cuda_graph = off\ndeterministic = on\n%s", cases[c].runtime);
         train_run(&a, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc), ra);
-        snprintf(rt, sizeof rt, "cuda_graph = on\n%s", cases[c].runtime);
+        snprintf(rt, sizeof rt, "cuda_graph = on\ndeterministic = on\n%s", cases[c].runtime);
         char *log = NULL;
         size_t len = 0;
         open_run(&b, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc));
@@ -465,11 +466,11 @@ static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
     make_data();
     struct run a, b;
     struct glia_epoch_result ra[2], rb[2];
-    train_run(&a, cnn_text_with("precision = fp32", "sgd\nlr = 0.01", 48, ""), ra);
+    train_run(&a, cnn_text_with("precision = fp32\ndeterministic = on", "sgd\nlr = 0.01", 48, ""), ra);
     setenv("GLIA_EMU_FAIL_CAPTURE", "1", 1);
     char *log = NULL;
     size_t len = 0;
-    open_run(&b, cnn_text_with("precision = fp32\ncuda_graph = on", "sgd\nlr = 0.01", 48, ""));
+    open_run(&b, cnn_text_with("precision = fp32\ndeterministic = on\ncuda_graph = on", "sgd\nlr = 0.01", 48, ""));
     FILE *f = open_memstream(&log, &len);
     glia_log_set(b.ctx, f, GLIA_LOG_INFO);
     glia_status st = glia_model_train(b.m, &quiet, rb, 2);

@@ -2,7 +2,7 @@
  * (3x3, stride 2, 1x1, 5x5, groups, depthwise, dilation, no bias, batch 1, odd channels, one
  * input channel, 1x1 output, rectangular kernels and padding: 1x3 over token sequences, 3x1,
  * 2x5), every precision, both memory formats, write and accumulate, cudnn_benchmark on and off,
- * a zero workspace limit, eval forward, batch-size and length changes, no input gradient (the
+ * a zero workspace limit, [runtime] deterministic (the same bits twice), eval forward, batch-size and length changes, no input gradient (the
  * first layer), the autotuner's workspace given back.
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
 #include "cudautil.h"
@@ -81,6 +81,7 @@ static void configure(enum glia_precision p, bool benchmark, size_t workspace_li
     o.precision = p;
     o.cudnn_benchmark = benchmark;
     o.workspace_limit = workspace_limit;
+    o.deterministic = false;
     CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
 }
 
@@ -126,6 +127,29 @@ static void test_zero_workspace(void)
         configure(GLIA_PRECISION_FP32, bench, 0);
         run_cases(GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, 5000);
     }
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
+/* [runtime] deterministic = on: only the algorithms cuDNN calls deterministic (not those that add with
+ * atomics), so a training forward and backward twice on the same input give the same bits; by heuristics and by
+ * timing, fp32 and bf16, both formats, a grouped strided case too. */
+static void test_deterministic(void)
+{
+    const enum glia_precision ps[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_BF16};
+    for (int i = 0; i < 2; i++)
+        for (int bench = 0; bench < 2; bench++) {
+            configure(ps[i], bench, DEFAULT_WORKSPACE);
+            struct glia_runtime_options o = cuda_gpu->options;
+            o.deterministic = true;
+            CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+            for (int f = 0; f < 2; f++) {
+                enum glia_memory_format mf = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+                cuda_repeatable("cudnn", "[c]\ntype = conv2d\nfilters = 16\nsize = 3\npadding = 1\n", S(4, 8, 8, 14, 14),
+                                mf);
+                cuda_repeatable("cudnn", "[c]\ntype = conv2d\nfilters = 8\nsize = 3\nstride = 2\ngroups = 2\n",
+                                S(4, 4, 8, 13, 11), mf);
+            }
+        }
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
@@ -409,5 +433,5 @@ static void test_tuning_workspace_given_back(void)
 }
 
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
-               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
+               GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back))

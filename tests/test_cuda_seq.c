@@ -1,6 +1,6 @@
 /* tests/test_cuda_seq.c — the CUDA impls of embedding and seq_pool against their CPU impls on a GPU, on fresh
  * random token batches: both memory formats, write and accumulate, train and eval, padding, rows of padding only,
- * many repeats of few tokens (the atomic scatter); out-of-range tokens (zeros on CUDA) and the max mode's
+ * many repeats of few tokens (the atomic scatter; with [runtime] deterministic the CPU's bits); out-of-range tokens (zeros on CUDA) and the max mode's
  * refusal after eval. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
  * semantics: test_seq. */
 #include "cudautil.h"
@@ -59,6 +59,37 @@ static void test_seq_pool(void)
     };
     for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) expect_all(inis[i], cases[c].in, 2, 2u, cases[c].high);
+}
+
+/* [runtime] deterministic = on: the embedding's weight gradient adds in position order, as the CPU impl does, so
+ * it is the CPU's bits (many repeats of few tokens, padding, both formats, write and accumulate). */
+static void test_embedding_deterministic(void)
+{
+    struct glia_runtime_options o = cuda_gpu->options;
+    o.deterministic = true;
+    CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+    struct {
+        const char *ini;
+        struct glia_shape in;
+        int32_t high;
+    } cases[] = {
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\n", S(2, 32, 200, 0, 0), 3},
+        {"[e]\ntype = embedding\nvocab = 7\ndim = 3\n", S(2, 4, 9, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 5000\ndim = 1\npadding_idx = -1\n", S(2, 8, 300, 0, 0), 40},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 2; f++)
+            for (int acc = 0; acc < 2; acc++) {
+                struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .format = formats[f],
+                                      .accumulate = acc, .seed = 90 + (uint64_t)(4 * i) + (uint64_t)(2 * f + acc)};
+                struct cuda_diff d = cuda_compare_ids(&k, 1u, cases[i].high);
+                if (d.out != 0 || d.dparam != 0)
+                    printf("\n  %s %s%s: out differs by %g, weight gradient by %g\n", cases[i].ini,
+                           glia_memory_format_name(formats[f]), acc ? ", accumulate" : "", d.out, d.dparam);
+                CU_ASSERT(d.out == 0 && d.dparam == 0);
+            }
+    o.deterministic = false;
+    CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
 }
 
 /* A token outside [0, vocab) reads as zeros on CUDA (the CPU refuses it) and gets no gradient. */
@@ -139,5 +170,6 @@ static void test_seq_pool_eval_keeps_nothing(void)
     cuda_unbuild(&G);
 }
 
-CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_seq_pool), GLIA_TEST(test_embedding_out_of_range),
+CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool),
+               GLIA_TEST(test_embedding_out_of_range),
                GLIA_TEST(test_seq_pool_eval_keeps_nothing))

@@ -114,7 +114,7 @@ static glia_status measure(struct glia_context *ctx, struct glia_backend *b, con
                            struct row rows[N_PASS], char *impl, size_t impl_size, uint64_t *flops)
 {
     for (int p = 0; p < N_PASS; p++) rows[p].ms = -1, rows[p].note[0] = '\0';
-    struct glia_runtime_options o = {sizeof o, conf_precision(c), conf_tune(c), (size_t)1 << 30};
+    struct glia_runtime_options o = {sizeof o, conf_precision(c), conf_tune(c), (size_t)1 << 30, false};
     glia_status st = glia_backend_configure(b, &o);
     if (st == GLIA_EUNSUPPORTED) {
         for (int p = 0; p < N_PASS; p++) {

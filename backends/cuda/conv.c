@@ -39,7 +39,7 @@ static const char *const dir_name[N_DIRS] = {"forward", "backward data", "backwa
 /* Everything an algorithm choice depends on. All fields are int64_t so that the struct has no
  * padding and compares with memcmp. */
 struct conv_key {
-    int64_t device, dir, precision, nhwc, benchmark, workspace_limit;
+    int64_t device, dir, precision, nhwc, benchmark, workspace_limit, deterministic;
     int64_t N, C, H, W, F, kh, kw, s, ph, pw, d, g;
 };
 
@@ -285,7 +285,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     glia_status st = GLIA_OK;
     const struct conv_key key = {.device = glia__cuda_of(l->backend)->device, .precision = o->precision,
                                  .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
-                                 .workspace_limit = (int64_t)o->workspace_limit, .N = N, .C = g->C, .H = H, .W = W,
+                                 .workspace_limit = (int64_t)o->workspace_limit, .deterministic = o->deterministic, .N = N, .C = g->C, .H = H, .W = W,
                                  .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s, .ph = g->ph, .pw = g->pw,
                                  .d = g->d, .g = g->g};
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
@@ -327,13 +327,15 @@ struct perf {
     cudnnStatus_t status;
     size_t memory;
     cudnnMathType_t math;
+    bool deterministic;  /* cuDNN says the algorithm gives the same bits every run (no atomics) */
 };
 
 /* r[0..n) = the direction-specific results f[0..n) */
 #define COPY_PERF(r, f, n)                                                                                  \
     do {                                                                                                    \
         for (int i_ = 0; i_ < (n); i_++)                                                                    \
-            (r)[i_] = (struct perf){(int)(f)[i_].algo, (f)[i_].status, (f)[i_].memory, (f)[i_].mathType};  \
+            (r)[i_] = (struct perf){(int)(f)[i_].algo, (f)[i_].status, (f)[i_].memory, (f)[i_].mathType,   \
+                                    (f)[i_].determinism == CUDNN_DETERMINISTIC};                           \
     } while (0)
 
 /* Workspace bytes that algo needs in direction dir with conv[dir]'s current math type. */
@@ -429,8 +431,8 @@ fail:
     return st;
 }
 
-/* The first of r[0..n) (best first) that succeeded, runs at this precision and whose workspace
- * (asked again for its math type) fits in limit. */
+/* The first of r[0..n) (best first) that succeeded, runs at this precision, is deterministic when
+ * [runtime] deterministic asks for it, and whose workspace (asked again for its math type) fits in limit. */
 static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, size_t limit, struct algo_choice *out)
 {
     struct cuda_conv *p = l->priv;
@@ -439,7 +441,9 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
     for (int i = 0; i < n; i++) {
         size_t need = 0;
         cudnnMathType_t math;
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit || !run_math(prec, r[i].math, &math)) continue;
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit || !run_math(prec, r[i].math, &math) ||
+            (l->backend->options.deterministic && !r[i].deterministic))
+            continue;
         if (cudnnSetConvolutionMathType(p->conv[dir], math) != CUDNN_STATUS_SUCCESS ||
             workspace_of(c, p, dir, r[i].algo, &need) != CUDNN_STATUS_SUCCESS || need > limit)
             continue;
@@ -483,10 +487,11 @@ fail:
 static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key, const struct algo_choice *ch)
 {
     glia_log(l->ctx, GLIA_LOG_DEBUG,
-             "[%s] conv2d %s: cuDNN %s chose %s (%s math, %zu bytes of workspace) for input %lldx%lldx%lldx%lld "
+             "[%s] conv2d %s: cuDNN %s chose %s%s (%s math, %zu bytes of workspace) for input %lldx%lldx%lldx%lld "
              "%s %s, %lld filters %lldx%lld stride %lld padding %lldx%lld dilation %lld groups %lld, "
              "workspace limit %lld",
-             l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics", algo_name(dir, ch->algo),
+             l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics", key->deterministic ? "deterministic " : "",
+             algo_name(dir, ch->algo),
              math_name(ch->math), ch->workspace, (long long)key->N, (long long)key->C, (long long)key->H,
              (long long)key->W, key->nhwc ? "channels_last" : "contiguous",
              glia_precision_name((enum glia_precision)key->precision), (long long)key->F, (long long)key->kh,
@@ -497,10 +502,10 @@ static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key
 static glia_status no_algorithm(struct glia_layer *l, int dir)
 {
     return glia_error(l->ctx, GLIA_EUNSUPPORTED,
-                      "[%s] conv2d %s: cuDNN has no algorithm for this shape at precision %s within a workspace "
+                      "[%s] conv2d %s: cuDNN has no %salgorithm for this shape at precision %s within a workspace "
                       "limit of %zu bytes",
-                      l->name, dir_name[dir], glia_precision_name(l->backend->options.precision),
-                      l->backend->options.workspace_limit);
+                      l->name, dir_name[dir], l->backend->options.deterministic ? "deterministic " : "",
+                      glia_precision_name(l->backend->options.precision), l->backend->options.workspace_limit);
 }
 
 /* Record dir's choice (made now, or found in the cache) and set its math type. */

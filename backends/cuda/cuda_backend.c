@@ -394,7 +394,7 @@ static glia_status cuda_open(struct glia_context *ctx, int index, void **priv)
         goto fail;
     }
     if ((st = cuda_alloc(c, GLIA__CUDA_LT_WORKSPACE, &c->lt_workspace))) goto fail;
-    if ((st = cuda_alloc(c, sizeof(double), (void **)&c->reduce))) goto fail;
+    if ((st = cuda_alloc(c, (1 + GLIA__SUMSQ_BLOCKS) * sizeof(double), (void **)&c->reduce))) goto fail;
     struct cudaDeviceProp prop;
     CUDA_TRY(ctx, cudaGetDeviceProperties(&prop, index));
     c->cc_major = prop.major;

@@ -45,7 +45,7 @@ struct glia__cuda {
     bool capturing;                  /* the compute stream is being captured (under lock) */
     struct glia__cuda_plan plans[GLIA__CUDA_N_PLANS];
     uint64_t uses;
-    double *reduce;                  /* 1 double of device memory for sumsq_f32 */
+    double *reduce;                  /* device memory for sumsq_f32: the sum, then the blocks' parts */
     struct glia_runtime_options options;
 };
 

@@ -62,29 +62,44 @@ extern "C" cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_
     return cudaSuccess;
 }
 
-/* out[0] = sum x[i]^2 in double: one pass of 256-thread blocks, each adding its partial sum
- * atomically (double atomicAdd: sm_60 and newer). */
-__global__ void sumsq_kernel(double *out, const float *x, int64_t n)
+/* part(gridDim.x) = sum x[i]^2 in double per block of 256 threads (a grid-stride loop, then a tree). */
+__global__ void sumsq_part_kernel(double *part, const float *x, int64_t n)
 {
-    __shared__ double part[256];
+    __shared__ double sh[256];
     double s = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         s += (double)x[i] * x[i];
-    part[threadIdx.x] = s;
+    sh[threadIdx.x] = s;
     __syncthreads();
     for (int k = 128; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
         __syncthreads();
     }
-    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+/* out[0] = sum of part(nb), one block in a fixed order (no atomics: the same bits every run) */
+__global__ void sumsq_total_kernel(double *out, const double *part, int nb)
+{
+    __shared__ double sh[256];
+    double s = 0;
+    for (int i = (int)threadIdx.x; i < nb; i += (int)blockDim.x) s += part[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = sh[0];
 }
 
 extern "C" cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_t s)
 {
-    cudaError_t e = cudaMemsetAsync(out, 0, sizeof *out, s);
-    if (e != cudaSuccess || n == 0) return e;
+    if (n == 0) return cudaMemsetAsync(out, 0, sizeof *out, s);
     int64_t blocks = (n + 255) / 256;
-    sumsq_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(out, x, n);
+    int nb = (int)(blocks < GLIA__SUMSQ_BLOCKS ? blocks : GLIA__SUMSQ_BLOCKS);
+    sumsq_part_kernel<<<(unsigned)nb, 256, 0, s>>>(out + 1, x, n);
+    sumsq_total_kernel<<<1, 256, 0, s>>>(out, out + 1, nb);
     return cudaGetLastError();
 }
 

@@ -14,7 +14,9 @@ extern "C" {
 cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_t B, int64_t rows, int64_t cols, float beta,
                                  cudaStream_t s);
 
-/* out(1) = sum of x(n)^2, in double; out is device memory. */
+/* out[0] = sum of x(n)^2, in double, in an order fixed by n (the same bits every run); out is device memory of
+ * 1 + GLIA__SUMSQ_BLOCKS doubles (the rest: the blocks' partial sums). */
+#define GLIA__SUMSQ_BLOCKS 1024
 cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_t s);
 /* x(n) *= a */
 cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream_t s);

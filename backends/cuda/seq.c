@@ -65,7 +65,7 @@ static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
     cudaStream_t s = stream_of(l);
     if (pw->grad_unset) CUDA_TRY(l->ctx, cudaMemsetAsync(dev(pw->grad), 0, glia_tensor_nbytes(pw->grad), s));
     CUDA_TRY(l->ctx, glia__cuda_embedding_backward(dev(pw->grad), dev(a->dout), a->in[0]->data, N, L, d->vocab, d->dim,
-                                                   d->pad, f == GLIA_CHANNELS_LAST, s));
+                                                   d->pad, f == GLIA_CHANNELS_LAST, l->backend->options.deterministic, s));
 fail:
     return st;
 }

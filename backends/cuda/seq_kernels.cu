@@ -1,8 +1,9 @@
-/* backends/cuda/seq_kernels.cu — the kernels of the CUDA embedding (row gather, atomicAdd scatter of the weight
- * gradient) and seq_pool (masked mean or max per (n, c), the gradient as one thread per element). Not layer
+/* backends/cuda/seq_kernels.cu — the kernels of the CUDA embedding (row gather, atomicAdd or ordered scatter of the
+ * weight gradient) and seq_pool (masked mean or max per (n, c), the gradient as one thread per element). Not layer
  * logic: seq.c decides what to launch.
  * seq_pool adds in the CPU impl's order (l ascending, in float) and divides by the count as it does, so its
- * results are the CPU's bits; the embedding's weight gradient adds in a varying order. */
+ * results are the CPU's bits; the embedding's weight gradient adds in a varying order, or with [runtime]
+ * deterministic in the CPU's (its bits). */
 #include <math.h>
 #include "seq_kernels.h"
 
@@ -46,6 +47,22 @@ __global__ void emb_bwd(float *dw, const float *dy, const int32_t *tok, int64_t 
         emb_index(j, L, D, nhwc, &p, &d);
         int64_t t = tok[p];
         if (t != pad && t >= 0 && t < V) atomicAdd(&dw[t * D + d], dy[j]);
+    }
+}
+
+/* dw(V, D)[tok(N, L)] += dy(N, D, 1, L) for valid tokens, in position order: one thread per (d, slice), where
+ * slice s of S owns the rows v with v % S == s and walks every position, adding those of its rows. */
+__global__ void emb_bwd_ordered(float *dw, const float *dy, const int32_t *tok, int64_t P, int64_t L, int64_t V,
+                                int64_t D, int64_t S, int64_t pad, bool nhwc)
+{
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < D * S; j += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s = j / D, d = j - s * D;
+        for (int64_t p = 0; p < P; p++) {
+            int64_t t = tok[p];
+            if (t == pad || t < 0 || t >= V || t % S != s) continue;
+            int64_t n = p / L;
+            dw[t * D + d] += dy[nhwc ? p * D + d : (n * D + d) * L + (p - n * L)];
+        }
     }
 }
 
@@ -137,11 +154,17 @@ extern "C" cudaError_t glia__cuda_embedding_forward(float *y, const float *w, co
 
 extern "C" cudaError_t glia__cuda_embedding_backward(float *dw, const float *dy, const int32_t *tok, int64_t N,
                                                      int64_t L, int64_t V, int64_t D, int64_t pad, bool nhwc,
-                                                     cudaStream_t st)
+                                                     bool deterministic, cudaStream_t st)
 {
     int64_t n = N * D * L;
     if (n == 0) return cudaSuccess;
-    emb_bwd<<<grid_for(n), THREADS, 0, st>>>(dw, dy, tok, n, L, V, D, pad, nhwc);
+    if (deterministic) {  /* slices enough for about 8192 threads, at most one per row */
+        int64_t S = (8192 + D - 1) / D;
+        if (S > V) S = V;
+        emb_bwd_ordered<<<grid_for(D * S), THREADS, 0, st>>>(dw, dy, tok, N * L, L, V, D, S, pad, nhwc);
+    } else {
+        emb_bwd<<<grid_for(n), THREADS, 0, st>>>(dw, dy, tok, n, L, V, D, pad, nhwc);
+    }
     return cudaGetLastError();
 }
 

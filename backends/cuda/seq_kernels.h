@@ -20,9 +20,11 @@ extern "C" {
 /* y = w[tok] per position, zeros for padding and out-of-range tokens */
 cudaError_t glia__cuda_embedding_forward(float *y, const float *w, const int32_t *tok, int64_t N, int64_t L, int64_t V,
                                          int64_t D, int64_t pad, bool nhwc, cudaStream_t st);
-/* dw[tok] += dy per position (atomicAdd: the order of the additions to one row varies from run to run) */
+/* dw[tok] += dy per position: with atomicAdd (the order of the additions to one row varies from run to run), or
+ * deterministic, in position order as the CPU impl adds (its bits) */
 cudaError_t glia__cuda_embedding_backward(float *dw, const float *dy, const int32_t *tok, int64_t N, int64_t L,
-                                          int64_t V, int64_t D, int64_t pad, bool nhwc, cudaStream_t st);
+                                          int64_t V, int64_t D, int64_t pad, bool nhwc, bool deterministic,
+                                          cudaStream_t st);
 
 /* ---- seq_pool ----
  * x, dx (N, C, 1, L), or with nhwc (N, 1, L, C) in memory; tok(N, L) i32; y, dy (N, C). Position l of sample n

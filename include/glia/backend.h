@@ -31,6 +31,9 @@ struct glia_runtime_options {
     bool cudnn_benchmark;             /* time convolution algorithms once per shape (on) or take
                                          the library's heuristic choice (off) */
     size_t workspace_limit;           /* bytes a layer may borrow as scratch for a faster algorithm */
+    /* ABI 1.8 */
+    bool deterministic;               /* only algorithms whose results do not depend on timing (no float
+                                         atomics): the same inputs give the same bits every run */
 };
 
 /* Device memory held by a backend's allocator (ABI 1.1). */

@@ -9,6 +9,7 @@
  * two "algorithms" that compute alike, no workspace use, loops in double. */
 #include <cublasLt.h>
 #include <cudnn.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,21 @@ static double load(int type, const void *p, int64_t i)
     }
     case 2: return (double)((const _Float16 *)p)[i];
     default: return ((const float *)p)[i];
+    }
+}
+
+/* Element i of p (just stored from v) rounded to its other neighbor around v instead, when v falls between two
+ * values of the type: what a different order of additions can give. */
+static void round_other_way(int type, void *p, int64_t i, double v)
+{
+    double got = load(type, p, i);
+    if (got == v || got == 0 || !isfinite(got) || !isfinite(v) || (got < 0) != (v < 0)) return;
+    if (type == 1 || type == 2) {  /* bf16, half: sign and magnitude, so the magnitude's next or previous bits */
+        uint16_t *h = (uint16_t *)p + i;
+        *h = (uint16_t)(fabs(v) > fabs(got) ? *h + 1 : *h - 1);
+    } else {
+        float *f = (float *)p + i;
+        *f = nextafterf(*f, v > got ? INFINITY : -INFINITY);
     }
 }
 
@@ -544,6 +560,7 @@ static void conv_terms(enum conv_dir dir, const struct cudnnTensorStruct *x, con
 /* A convolution's arguments as they were at the call. */
 struct conv_call {
     enum conv_dir dir;
+    bool racy;  /* an algorithm cuDNN calls non-deterministic (see conv_exec) */
     struct cudnnTensorStruct x, y;
     struct cudnnFilterStruct w;
     struct cudnnConvolutionStruct cv;
@@ -568,12 +585,26 @@ static void conv_exec(void *arg)
     int type = dir == BWD_FILTER ? w->type : dir == FWD ? y->type : x->type;
     double *acc = alloc_acc(conv_names[dir], n, true);
     conv_terms(dir, x, w, &c->cv, y, c->px, c->pw, c->py, acc);
-    for (int64_t i = 0; i < n; i++) store(type, c->dst, i, c->al * acc[i] + (c->be != 0 ? c->be * load(type, c->dst, i) : 0));
+    /* a non-deterministic algorithm (float atomics on a GPU) rounds differently from run to run: here each
+     * call of one rounds about a quarter of the inexact elements, picked by a hash of the call's number and the
+     * element's, the other way */
+    static uint64_t racy_calls;
+    uint64_t call = c->racy ? __atomic_fetch_add(&racy_calls, 1, __ATOMIC_RELAXED) : 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = c->al * acc[i] + (c->be != 0 ? c->be * load(type, c->dst, i) : 0);
+        store(type, c->dst, i, v);
+        if (c->racy) {
+            uint64_t z = (call << 32 ^ (uint64_t)i) + 0x9e3779b97f4a7c15u;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+            if (((z ^ (z >> 31)) & 3) == 0) round_other_way(type, c->dst, i, v);
+        }
+    }
     free(acc);
 }
 
 /* Checks the descriptors now and queues conv_exec on h's stream with a copy of them. */
-static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, const void *alpha, const void *beta,
+static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, const void *alpha, const void *beta,
                               const struct cudnnTensorStruct *x, const void *px, const struct cudnnFilterStruct *w,
                               const void *pw, const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y,
                               const void *py, void *dst)
@@ -581,7 +612,7 @@ static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, const void *al
     if (conv_check(conv_names[dir], x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
     /* alpha and beta are float for float, half and bf16 data (double only for double data); host
      * scalars, read now */
-    struct conv_call c = {dir, *x, *y, *w, *cv, *(const float *)alpha, *(const float *)beta, px, pw, py, dst};
+    struct conv_call c = {dir, racy, *x, *y, *w, *cv, *(const float *)alpha, *(const float *)beta, px, pw, py, dst};
     void *arg = dup_args(&c, sizeof c);
     if (!arg) return CUDNN_STATUS_ALLOC_FAILED;
     return glia_emu_submit_host(conv_names[dir], h->stream, conv_exec, arg, free) ? CUDNN_STATUS_EXECUTION_FAILED_CUDART
@@ -597,7 +628,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
     (void)algo;
     (void)ws;
     (void)ws_size;
-    return conv_run(h, FWD, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
+    return conv_run(h, FWD, false, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd, const void *w,
                                            const cudnnTensorDescriptor_t dyd, const void *dy, const cudnnConvolutionDescriptor_t cd,
@@ -605,10 +636,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                            const cudnnTensorDescriptor_t dxd, void *dx)
 {
     GLIA_EMU_GUARD;
-    (void)algo;
     (void)ws;
     (void)ws_size;
-    return conv_run(h, BWD_DATA, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
+    return conv_run(h, BWD_DATA, algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
                                              const cudnnTensorDescriptor_t dyd, const void *dy,
@@ -616,10 +646,10 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              size_t ws_size, const void *beta, const cudnnFilterDescriptor_t dwd, void *dw)
 {
     GLIA_EMU_GUARD;
-    (void)algo;
     (void)ws;
     (void)ws_size;
-    return conv_run(h, BWD_FILTER, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
+    return conv_run(h, BWD_FILTER,
+                    algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
 }
 
 /* A cudnnAddTensor's or cudnnConvolutionBackwardBias's arguments as they were at the call. */
@@ -713,21 +743,23 @@ static void clobber(void *p, int64_t bytes) { memset(p, 0xff, (size_t)bytes); } 
 static int64_t tbytes(const struct cudnnTensorStruct *t) { return (int64_t)t->n * t->c * t->h * t->w * (t->type ? 2 : 4); }
 static int64_t fbytes(const struct cudnnFilterStruct *f) { return (int64_t)f->k * f->c * f->h * f->w * (f->type ? 2 : 4); }
 
-/* Two results, as cuDNN gives several: a faster one that needs EMU_WS bytes of workspace, then
- * one that needs none (cuDNN always has one). */
-#define PERF_TWO(r, n, got, fast, slow, cv)                                   \
-    do {                                                                      \
-        if ((n) < 1) return CUDNN_STATUS_BAD_PARAM;                           \
-        *(got) = (n) < 2 ? 1 : 2;                                             \
-        for (int i_ = 0; i_ < *(got); i_++) {                                 \
-            memset(&(r)[i_], 0, sizeof(r)[i_]);                               \
-            (r)[i_].algo = i_ ? (slow) : (fast);                              \
-            (r)[i_].status = CUDNN_STATUS_SUCCESS;                            \
-            (r)[i_].time = i_ ? 2.0f : 1.0f;                                  \
-            (r)[i_].memory = i_ ? 0 : EMU_WS;                                 \
-            (r)[i_].determinism = CUDNN_DETERMINISTIC;                        \
-            (r)[i_].mathType = (cv)->math;                                    \
-        }                                                                     \
+/* Two results, as cuDNN gives several, fastest first: for the forward one that needs EMU_WS bytes of
+ * workspace, then one that needs none (cuDNN always has one); for the backward directions algorithm 0,
+ * which needs none and which cuDNN calls non-deterministic (float atomics; it often wins on small shapes),
+ * then algorithm 1, deterministic, with EMU_WS. */
+#define PERF_TWO(r, n, got, fast, slow, cv, fast_ws, fast_det)                                        \
+    do {                                                                                              \
+        if ((n) < 1) return CUDNN_STATUS_BAD_PARAM;                                                   \
+        *(got) = (n) < 2 ? 1 : 2;                                                                     \
+        for (int i_ = 0; i_ < *(got); i_++) {                                                         \
+            memset(&(r)[i_], 0, sizeof(r)[i_]);                                                       \
+            (r)[i_].algo = i_ ? (slow) : (fast);                                                      \
+            (r)[i_].status = CUDNN_STATUS_SUCCESS;                                                    \
+            (r)[i_].time = i_ ? 2.0f : 1.0f;                                                          \
+            (r)[i_].memory = i_ ? EMU_WS - (fast_ws) : (fast_ws);                                     \
+            (r)[i_].determinism = i_ || (fast_det) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC; \
+            (r)[i_].mathType = (cv)->math;                                                            \
+        }                                                                                             \
     } while (0)
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -738,7 +770,8 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudn
     GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionForwardAlgorithm_v7", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
-    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, cd);
+    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, cd,
+             EMU_WS, true);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
@@ -749,7 +782,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const
     GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardDataAlgorithm_v7", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
-    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, cd);
+    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, cd, 0, false);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -760,7 +793,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, con
     GLIA_EMU_GUARD;
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardFilterAlgorithm_v7", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
-    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, cd);
+    PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, cd, 0, false);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
