@@ -55,13 +55,16 @@ void glia_context_free(struct glia_context *ctx)
     free(ctx);
 }
 
+/* Formatted aside first: an argument may be the context's error itself (a message wrapping the one before). */
 glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt, ...)
 {
     if (!ctx) return s;
+    char buf[sizeof ctx->error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(ctx->error, buf, sizeof buf);
     return s;
 }
 

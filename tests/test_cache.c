@@ -182,6 +182,31 @@ static void test_graph_holds_pinned_blocks(void)
     CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &p2), 0);
     CU_ASSERT_PTR_EQUAL(p2, p1);
     CU_ASSERT_EQUAL(glia__cache_release(c, p2), 0);
+    /* a failed capture while a graph lives: what it pinned (in use at its start, or made during it) is not
+     * held; what the live graph pinned still is */
+    void *g1, *f1, *f2, *q1, *q2;
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 4096, &p1), 0);
+    glia__cache_capture_begin(c);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 16384, &g1), 0);
+    glia__cache_capture_end(c, true);
+    CU_ASSERT_EQUAL(glia__cache_release(c, g1), 0);          /* held by the graph */
+    CU_ASSERT_EQUAL(glia__cache_release(c, p1), 0);          /* held too */
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &f1), 0);
+    glia__cache_capture_begin(c);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 32768, &f2), 0);
+    glia__cache_capture_end(c, false);
+    CU_ASSERT_EQUAL(glia__cache_release(c, f1), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, f2), 0);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 8192, &q1), 0);
+    CU_ASSERT_PTR_EQUAL(q1, f1);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 32768, &q2), 0);
+    CU_ASSERT_PTR_EQUAL(q2, f2);
+    CU_ASSERT_EQUAL(glia__cache_alloc(c, 16384, &p2), 0);
+    CU_ASSERT(p2 != g1);                                      /* still the graph's */
+    CU_ASSERT_EQUAL(glia__cache_release(c, q1), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, q2), 0);
+    CU_ASSERT_EQUAL(glia__cache_release(c, p2), 0);
+    glia__cache_graph_freed(c);
     glia__cache_trim(c);
     CU_ASSERT_EQUAL(r.live, 0);
     glia__cache_free(c);

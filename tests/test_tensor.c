@@ -1,5 +1,5 @@
 /* tests/test_tensor.c — tensors (shapes, views, refcounts, copies), devices, the status table
- * and the seeded RNG. Not layer maths. */
+ * (and an error message wrapping the one before) and the seeded RNG. Not layer maths. */
 #include <math.h>
 #include <string.h>
 #include "internal.h"
@@ -126,6 +126,13 @@ static void test_status_table(void)
 #undef CHECK
     CU_ASSERT(codes > 10);
     CU_ASSERT_STRING_EQUAL(glia_strerror((glia_status)-999), "unknown status");
+    /* a message may wrap the one before it, passed as an argument */
+    struct glia_context *c;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_error(c, GLIA_EDEVICE, "inner %d", 7), GLIA_EDEVICE);
+    CU_ASSERT_EQUAL(glia_error(c, GLIA_EIO, "outer: %s (%s)", glia_context_error(c), "x"), GLIA_EIO);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(c), "outer: inner 7 (x)");
+    glia_context_free(c);
 }
 
 static void test_rng(void)

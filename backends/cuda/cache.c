@@ -10,6 +10,7 @@ struct block {
     size_t size;   /* class size */
     bool in_use;
     bool pinned;   /* in use during a capture: a live graph may read or write it */
+    bool fresh;    /* pinned by the capture under way (unpinned again if it makes no graph) */
 };
 
 struct glia__cache {
@@ -22,6 +23,13 @@ struct glia__cache {
     bool capturing;
     int graphs;    /* live graphs: while there are any, a pinned block out of use is held, not handed out */
 };
+
+/* During a capture, block k (in use) is pinned; fresh when this capture pinned it. */
+static void pin(struct glia__cache *c, struct block *k)
+{
+    if (!c->capturing || k->pinned) return;
+    k->pinned = k->fresh = true;
+}
 
 /* Whether block k is out of use but kept for a live graph. */
 static bool held(const struct glia__cache *c, const struct block *k) { return !k->in_use && k->pinned && c->graphs > 0; }
@@ -76,7 +84,7 @@ int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p)
     for (size_t i = 0; i < c->n; i++)
         if (!c->b[i].in_use && c->b[i].size == size && !held(c, &c->b[i])) {
             c->b[i].in_use = true;
-            c->b[i].pinned |= c->capturing;
+            pin(c, &c->b[i]);
             c->st.hits++;
             *p = c->b[i].ptr;
             goto done;
@@ -93,7 +101,8 @@ int glia__cache_alloc(struct glia__cache *c, size_t nbytes, void **p)
         glia__cache_trim(c);  /* cached blocks of other classes may be what the device lacks */
         if (c->ra(c->user, size, p)) return -1;
     }
-    c->b[c->n++] = (struct block){*p, size, true, c->capturing};
+    c->b[c->n++] = (struct block){*p, size, true, false, false};
+    pin(c, &c->b[c->n - 1]);
     c->st.raw_allocs++;
     c->st.reserved += size;
     if (c->st.reserved > c->st.peak_reserved) c->st.peak_reserved = c->st.reserved;
@@ -133,19 +142,24 @@ int glia__cache_give_back(struct glia__cache *c, void *p)
 void glia__cache_capture_begin(struct glia__cache *c)
 {
     c->capturing = true;
-    for (size_t i = 0; i < c->n; i++) c->b[i].pinned |= c->b[i].in_use;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->b[i].in_use) pin(c, &c->b[i]);
 }
 
 void glia__cache_capture_end(struct glia__cache *c, bool made)
 {
     c->capturing = false;
     c->graphs += made;
+    for (size_t i = 0; i < c->n; i++) {
+        if (!made && c->b[i].fresh) c->b[i].pinned = false;  /* no graph uses it */
+        c->b[i].fresh = false;
+    }
 }
 
 void glia__cache_graph_freed(struct glia__cache *c)
 {
     if (c->graphs > 0 && --c->graphs == 0)
-        for (size_t i = 0; i < c->n; i++) c->b[i].pinned = false;
+        for (size_t i = 0; i < c->n; i++) c->b[i].pinned = c->b[i].fresh;  /* a capture under way keeps its pins */
 }
 
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s) { *s = c->st; }

@@ -50,7 +50,7 @@ void glia__cache_trim(struct glia__cache *c);
  * cached; once the last graph is freed, the pins go and held blocks are cached blocks again.
  * During a capture nothing goes back to the raw allocator (cudaFree would end the capture):
  * give_back caches the block and trim does nothing. capture_end says whether the capture made a
- * graph (one more live graph). */
+ * graph (one more live graph); one that made none unpins what it pinned. */
 void glia__cache_capture_begin(struct glia__cache *c);
 void glia__cache_capture_end(struct glia__cache *c, bool made);
 void glia__cache_graph_freed(struct glia__cache *c);

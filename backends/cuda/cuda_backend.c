@@ -304,6 +304,11 @@ static glia_status cuda_capture_end(void *priv, void **graph)
         call = "cudaGraphInstantiate(&x, g, 0)";
         e = cudaGraphInstantiate(&x, g, 0);
     }
+    if (e == cudaSuccess) {  /* on the device now, not at the first launch */
+        call = "cudaGraphUpload(x, c->stream)";
+        e = cudaGraphUpload(x, c->stream);
+        if (e != cudaSuccess) cudaGraphExecDestroy(x);
+    }
     if (g) cudaGraphDestroy(g);
     pthread_mutex_lock(&c->lock);
     glia__cache_capture_end(c->cache, e == cudaSuccess);

@@ -27,7 +27,8 @@ glia_status glia_context_new(struct glia_context **out /* (owned) */);
 void glia_context_free(struct glia_context *ctx);
 
 /* Records a one-line error message ("model.ini:12: [fc] outputs: ...") and returns s,
- * so that `return glia_error(ctx, GLIA_ECONFIG, "...")` reads naturally. */
+ * so that `return glia_error(ctx, GLIA_ECONFIG, "...")` reads naturally. An argument may be
+ * glia_context_error(ctx): the message then wraps the one before it. */
 glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt, ...)
     GLIA_PRINTF(3, 4);
 /* The last error message (borrowed; "" when none). */

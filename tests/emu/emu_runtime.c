@@ -1142,6 +1142,14 @@ static cudaError_t replay(struct oplist *l, const struct op *o, cudaStream_t st)
 }
 
 /* Queues each of the graph's operations on the stream in order, as if submitted again now. */
+/* Nothing to upload here: checks the graph only (a launch on st runs it). */
+cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t st)
+{
+    GLIA_EMU_GUARD;
+    (void)st;
+    return as_graph(exec, EXEC_MAGIC) ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
+}
+
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t st)
 {
     GLIA_EMU_GUARD;
