@@ -396,12 +396,16 @@ bool glia__scaler_update(struct glia__scaler *s, double sumsq)
 /* The gradients were computed for the loss times the loss scale. Unscale them, and clip them so
  * that their global L2 norm is at most clip_grad_norm (torch.nn.utils.clip_grad_norm_:
  * coefficient max_norm / (norm + 1e-6), capped at 1), in one pass. With fp16 loss scaling a
- * non-finite gradient skips the step (*skip). */
+ * non-finite gradient skips the step (*skip), which the host must know; without it a backend with
+ * clip_f32 clips on the device, the host not waiting for the norm. */
 static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
 {
     *skip = false;
     bool scaling = m->precision == GLIA_PRECISION_FP16;
     if (!scaling && m->clip_grad_norm <= 0) return GLIA_OK;
+    struct glia_backend *b = m->backend;
+    if (!scaling && GLIA__HAS_SLOT(b->ops, clip_f32) && b->ops->clip_f32)  /* on the device: no wait for the norm */
+        return b->ops->clip_f32(b->priv, m->g->data, (size_t)m->wa.len, m->clip_grad_norm);
     double sq, used = m->scaler.scale;
     glia_status st = grad_sumsq(m, &sq);
     if (st) return st;

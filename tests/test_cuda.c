@@ -1,6 +1,6 @@
 /* tests/test_cuda.c — the CUDA backend against the CPU one on a GPU: copies, memzero, GEMM in
  * every transpose combination and precision, NCHW <-> NHWC conversion on the device, the caching
- * allocator's reuse (and its allocations during a graph capture), the reduction/scaling/upload slots, and whole models trained on both. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
+ * allocator's reuse (and its allocations during a graph capture), the reduction/scaling/clipping/upload slots, and whole models trained on both. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
  * fallback of device = auto and the refusal of device = cuda run everywhere (test_cuda_fallback). */
 #include <dlfcn.h>
 #include <math.h>
@@ -148,6 +148,42 @@ static void test_reduce_scale_upload(void)
     free(h), free(back);
 }
 
+/* clip_f32 scales on the device by what the host computes from sumsq_f32 (the same bits as sumsq_f32 then
+ * scale_f32): clipped when the norm is above max_norm, untouched below it, all zeros and NaN for an inf (its
+ * coefficient is 0), untouched for a NaN. */
+static void test_clip_on_device(void)
+{
+    int64_t n = 300007;
+    size_t nb = (size_t)n * 4;
+    float *h = randv(n, 9), *want = malloc(nb), *got = malloc(nb);
+    struct glia_tensor *a = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS), *b = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
+    for (int c = 0; c < 4; c++) {
+        if (c == 2) h[123] = INFINITY;
+        if (c == 3) h[123] = NAN;
+        CU_ASSERT_EQUAL(glia_tensor_from_host(a, h, nb), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_tensor_from_host(b, h, nb), GLIA_OK);
+        double sq = 0;
+        CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, a->data, (size_t)n, &sq), GLIA_OK);
+        double norm = sqrt(sq), max_norm = c == 1 ? 2 * norm : c >= 2 ? 1.0 : 0.5 * norm;
+        double r = max_norm / (norm + 1e-6);
+        if (r < 1.0) CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, a->data, (size_t)n, (float)r), GLIA_OK);
+        CU_ASSERT_EQUAL(gpu->ops->clip_f32(gpu->priv, b->data, (size_t)n, max_norm), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_tensor_to_host(a, want, nb), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_tensor_to_host(b, got, nb), GLIA_OK);
+        int bad = 0, changed = 0;
+        for (int64_t i = 0; i < n; i++) {
+            bad += memcmp(&want[i], &got[i], 4) != 0;
+            changed += memcmp(&got[i], &h[i], 4) != 0;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT(c == 0 || c == 2 ? changed > n / 2 : changed == 0);
+        if (c == 2) CU_ASSERT(isnan(got[123]) && got[0] == 0.0f);
+    }
+    glia_tensor_release(a);
+    glia_tensor_release(b);
+    free(h), free(want), free(got);
+}
+
 /* ---- training on the GPU ---- */
 
 static char dir[512];
@@ -193,7 +229,7 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
 static void test_training_matches_cpu(void)
 {
     make_data();
-    static const char *const opts[] = {"sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "adam\nlr = 0.001",
+    static const char *const opts[] = {"sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "adam\nlr = 0.001\nclip_grad_norm = 0.5",
                                        "adamw\nlr = 0.001", "adadelta\nlr = 1.0"};
     static const char *const fmts[] = {"memory_format = contiguous", "memory_format = channels_last"};
     for (int o = 0; o < 4; o++)
@@ -616,7 +652,8 @@ int main(void)
     }
     static const struct glia_test tests[] = {GLIA_TEST(test_copy_and_zero), GLIA_TEST(test_gemm_matches_cpu),
                                              GLIA_TEST(test_convert_on_device), GLIA_TEST(test_allocator_reuses_blocks),
-                                             GLIA_TEST(test_reduce_scale_upload), GLIA_TEST(test_training_matches_cpu),
+                                             GLIA_TEST(test_reduce_scale_upload), GLIA_TEST(test_clip_on_device),
+                                             GLIA_TEST(test_training_matches_cpu),
                                              GLIA_TEST(test_progress_lines_match_cpu),
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
                                              GLIA_TEST(test_metrics_report_device_peak),

@@ -191,6 +191,16 @@ fail:
     return st;
 }
 
+static glia_status cuda_clip(void *priv, float *x, size_t n, double max_norm)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_clip(x, (int64_t)n, max_norm, c->reduce, c->stream));
+fail:
+    return st;
+}
+
 /* Every precision runs on sm_80 and newer; bf16 and TF32 need it, fp16 tensor cores need sm_70. */
 static glia_status cuda_configure(void *priv, const struct glia_runtime_options *o)
 {
@@ -448,6 +458,7 @@ static const struct glia_backend_ops cuda_ops = {
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
     .write_u64 = cuda_write_u64,
+    .clip_f32 = cuda_clip,
 };
 
 /* A machine without a driver, or without a device, is refused with the runtime's reason. */

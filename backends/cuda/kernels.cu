@@ -103,6 +103,26 @@ extern "C" cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, 
     return cudaGetLastError();
 }
 
+/* x(n) *= (float)r when r = max_norm / (sqrt(sum[0]) + 1e-6) < 1 (in double, as the host computes it; a NaN
+ * sum leaves x as it is) */
+__global__ void clip_kernel(float *x, int64_t n, const double *sum, double max_norm)
+{
+    double r = max_norm / (sqrt(sum[0]) + 1e-6);
+    if (!(r < 1.0)) return;
+    float c = (float)r;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= c;
+}
+
+extern "C" cudaError_t glia__cuda_clip(float *x, int64_t n, double max_norm, double *work, cudaStream_t s)
+{
+    cudaError_t e = glia__cuda_sumsq(work, x, n, s);
+    if (e != cudaSuccess || n == 0) return e;
+    int64_t blocks = (n + 255) / 256;
+    clip_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(x, n, work, max_norm);
+    return cudaGetLastError();
+}
+
 /* x(n) *= a */
 __global__ void scale_kernel(float *x, int64_t n, float a)
 {

@@ -18,6 +18,9 @@ cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_t B, int64_
  * 1 + GLIA__SUMSQ_BLOCKS doubles (the rest: the blocks' partial sums). */
 #define GLIA__SUMSQ_BLOCKS 1024
 cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_t s);
+/* x(n) *= (float)r where r = max_norm / (sqrt(sum x^2) + 1e-6) < 1, the sum as glia__cuda_sumsq's into
+ * work (its size); the host never waits */
+cudaError_t glia__cuda_clip(float *x, int64_t n, double max_norm, double *work, cudaStream_t s);
 /* x(n) *= a */
 cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream_t s);
 /* dst(1) = v, v carried by the launch */

@@ -127,6 +127,11 @@ struct glia_backend_ops {
     /* Queue *(uint64_t *)dst = v, v carried by the call (dst: 8 bytes of device memory; how the
      * core hands a replay its step). Required with capture_begin. */
     glia_status (*write_u64)(void *priv, void *dst, uint64_t v);
+    /* ABI 1.8 */
+    /* x[i] *= (float)r over n f32 elements when r = max_norm / (sqrt(sum of x[i]^2 in double) + 1e-6)
+     * is below 1 (torch.nn.utils.clip_grad_norm_), all on the device: the host does not wait for
+     * the norm. Optional: NULL makes the core read the norm (sumsq_f32) and scale (scale_f32). */
+    glia_status (*clip_f32)(void *priv, float *x, size_t n, double max_norm);
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it. */
