@@ -162,4 +162,6 @@ void glia__cache_graph_freed(struct glia__cache *c)
         for (size_t i = 0; i < c->n; i++) c->b[i].pinned = c->b[i].fresh;  /* a capture under way keeps its pins */
 }
 
+bool glia__cache_capturing(const struct glia__cache *c) { return c->capturing; }
+
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s) { *s = c->st; }

@@ -54,6 +54,8 @@ void glia__cache_trim(struct glia__cache *c);
 void glia__cache_capture_begin(struct glia__cache *c);
 void glia__cache_capture_end(struct glia__cache *c, bool made);
 void glia__cache_graph_freed(struct glia__cache *c);
+/* Whether a capture is under way (between capture_begin and capture_end). */
+bool glia__cache_capturing(const struct glia__cache *c);
 void glia__cache_get_stats(const struct glia__cache *c, struct glia__cache_stats *s);
 
 #endif

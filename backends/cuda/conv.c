@@ -285,9 +285,9 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     glia_status st = GLIA_OK;
     const struct conv_key key = {.device = glia__cuda_of(l->backend)->device, .precision = o->precision,
                                  .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
-                                 .workspace_limit = (int64_t)o->workspace_limit, .deterministic = o->deterministic, .N = N, .C = g->C, .H = H, .W = W,
-                                 .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s, .ph = g->ph, .pw = g->pw,
-                                 .d = g->d, .g = g->g};
+                                 .workspace_limit = (int64_t)o->workspace_limit, .deterministic = o->deterministic,
+                                 .N = N, .C = g->C, .H = H, .W = W, .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s,
+                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g};
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
@@ -490,9 +490,8 @@ static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key
              "[%s] conv2d %s: cuDNN %s chose %s%s (%s math, %zu bytes of workspace) for input %lldx%lldx%lldx%lld "
              "%s %s, %lld filters %lldx%lld stride %lld padding %lldx%lld dilation %lld groups %lld, "
              "workspace limit %lld",
-             l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics", key->deterministic ? "deterministic " : "",
-             algo_name(dir, ch->algo),
-             math_name(ch->math), ch->workspace, (long long)key->N, (long long)key->C, (long long)key->H,
+             l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics",
+             key->deterministic ? "deterministic " : "", algo_name(dir, ch->algo), math_name(ch->math), ch->workspace, (long long)key->N, (long long)key->C, (long long)key->H,
              (long long)key->W, key->nhwc ? "channels_last" : "contiguous",
              glia_precision_name((enum glia_precision)key->precision), (long long)key->F, (long long)key->kh,
              (long long)key->kw, (long long)key->s, (long long)key->ph, (long long)key->pw, (long long)key->d,

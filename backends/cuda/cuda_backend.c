@@ -36,10 +36,11 @@ static int raw_alloc(void *user, size_t n, void **p)
 {
     struct glia__cuda *c = user;
     if (cudaSetDevice(c->device) != cudaSuccess) return 1;
+    bool capturing = glia__cache_capturing(c->cache);
     enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    if (c->capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaMalloc(p, n);
-    if (c->capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
     if (e != cudaSuccess) {
         cudaGetLastError();  /* clear the sticky-free out-of-memory error */
         return 1;
@@ -296,7 +297,6 @@ static glia_status cuda_capture_begin(void *priv)
     CUDA_TRY(c->ctx, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     pthread_mutex_lock(&c->lock);
     glia__cache_capture_begin(c->cache);
-    c->capturing = true;
     pthread_mutex_unlock(&c->lock);
 fail:
     return st;
@@ -322,7 +322,6 @@ static glia_status cuda_capture_end(void *priv, void **graph)
     if (g) cudaGraphDestroy(g);
     pthread_mutex_lock(&c->lock);
     glia__cache_capture_end(c->cache, e == cudaSuccess);
-    c->capturing = false;
     pthread_mutex_unlock(&c->lock);
     *graph = e == cudaSuccess ? (void *)x : NULL;
     if (e == cudaSuccess) return GLIA_OK;

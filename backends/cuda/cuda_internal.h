@@ -42,7 +42,6 @@ struct glia__cuda {
     size_t scratch_size;
     struct glia__cache *cache;
     pthread_mutex_t lock;            /* the cache (loader threads may allocate) */
-    bool capturing;                  /* the compute stream is being captured (under lock) */
     struct glia__cuda_plan plans[GLIA__CUDA_N_PLANS];
     uint64_t uses;
     double *reduce;                  /* device memory for sumsq_f32: the sum, then the blocks' parts */

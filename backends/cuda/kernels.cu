@@ -62,35 +62,36 @@ extern "C" cudaError_t glia__cuda_transpose(float *dst, const float *src, int64_
     return cudaSuccess;
 }
 
+/* The sum of the 256 threads' s in a fixed tree order, in thread 0 (the others get their subtree's). */
+__device__ static double block_sum_256(double s)
+{
+    __shared__ double sh[256];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = 128; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    return sh[threadIdx.x];
+}
+
 /* part(gridDim.x) = sum x[i]^2 in double per block of 256 threads (a grid-stride loop, then a tree). */
 __global__ void sumsq_part_kernel(double *part, const float *x, int64_t n)
 {
-    __shared__ double sh[256];
     double s = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         s += (double)x[i] * x[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = 128; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+    s = block_sum_256(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-/* out[0] = sum of part(nb), one block in a fixed order (no atomics: the same bits every run) */
+/* out[0] = sum of part(nb), one block of 256 threads in a fixed order (no atomics: the same bits every run) */
 __global__ void sumsq_total_kernel(double *out, const double *part, int nb)
 {
-    __shared__ double sh[256];
     double s = 0;
     for (int i = (int)threadIdx.x; i < nb; i += (int)blockDim.x) s += part[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = 128; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[0] = sh[0];
+    s = block_sum_256(s);
+    if (threadIdx.x == 0) out[0] = s;
 }
 
 extern "C" cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_t s)
