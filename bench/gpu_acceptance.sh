@@ -7,7 +7,8 @@
 #   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench
 #          ("test train" runs both, in that order), or all
 #   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc); GPU_TESTS=1: the test
-#   stage runs only the programs that use the GPU. test, train and bench build first on a tree without a build.
+#   stage runs only the programs that use the GPU; TEST_TIMEOUT (600): seconds one test program may run.
+#   test, train and bench build first on a tree without a build.
 #   a bare machine: make gpu-kit/ here first (bench/gpu_kit.sh) and carry it; build then uses its generated
 #   build system, oneDNN, inih, CUnit and zlib, and its Fashion-MNIST files (bench/data)
 set -eu
@@ -70,12 +71,13 @@ GPU_PROGRAMS="tests/test_cuda tests/test_cuda_conv tests/test_cuda_dense tests/t
 tests() {
     ensure_built
     rc=0
+    limit="timeout ${TEST_TIMEOUT:-600}"  # a program that hangs on the GPU fails instead of taking the stage
     if [ "${GPU_TESTS:-0}" = 1 ]; then
         log "make check, the GPU programs only"
-        make -j"$jobs" check TESTS="$(echo $GPU_PROGRAMS)" > "$out/check.log" 2>&1 || rc=$?
+        make -j"$jobs" check TESTS="$(echo $GPU_PROGRAMS)" LOG_COMPILER="$limit" > "$out/check.log" 2>&1 || rc=$?
     else
         log "make check"
-        make -j"$jobs" check > "$out/check.log" 2>&1 || rc=$?
+        make -j"$jobs" check LOG_COMPILER="$limit" > "$out/check.log" 2>&1 || rc=$?
     fi
     tests/summary.sh "$rc" | tee -a "$out/summary.txt" || true
     mkdir -p "$out/tests"
