@@ -217,7 +217,7 @@ static void test_channels_normalized_and_augmented(void)
     CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
     const float *bx = NULL;
     const int32_t *by = NULL;
-    int64_t nb;
+    int64_t nb = 0;
     CU_ASSERT_FATAL(next_batch(&L, &bx, &by, &nb));
     CU_ASSERT_EQUAL_FATAL(nb, n);
     int flipped = 0, shifted = 0, unmatched = 0;  /* no shuffling: sample s is record s */

@@ -109,7 +109,7 @@ static void test_epochs_reshuffle_and_cover(void)
 static void test_drop_last(void)
 {
     struct glia__dataset d = make_set(100, 2, 2);
-    int64_t nb;
+    int64_t nb = 0;
     struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0};
     run(&d, o, 1, &nb);
     CU_ASSERT_EQUAL(nb, 3);
@@ -136,7 +136,7 @@ static void test_augmentation(void)
         CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
         const float *x = NULL;
         const int32_t *y;
-        int64_t nb;
+        int64_t nb = 0;
         CU_ASSERT_FATAL(next_batch(&L, &x, &y, &nb));
         int plain = 0, changed = 0;
         for (int s = 0; s < n; s++) {
