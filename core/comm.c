@@ -63,7 +63,7 @@ glia_status glia_comm_open(struct glia_context *ctx, const char *transport, stru
             glia_log(ctx, GLIA_LOG_INFO, "transport %s: one process (no launcher of several ranks in the environment)",
                      transport);
     }
-    if (ctx->n_comms == (int)GLIA__ARRAY_LEN(ctx->comms)) return glia_error(ctx, GLIA_EINVAL, "too many communicators");
+    if (glia__grow((void **)&ctx->comms, &ctx->cap_comms, ctx->n_comms + 1, sizeof *ctx->comms)) return GLIA_ENOMEM;
     struct glia_comm *c = calloc(1, sizeof *c);
     if (!c) return GLIA_ENOMEM;
     *c = (struct glia_comm){ops, NULL, {0, 1, 0, 1}, b, ctx, timeout_s};
@@ -104,7 +104,9 @@ void glia__comms_close(struct glia_context *ctx)
         ctx->comms[i]->ops->close(ctx->comms[i]->priv);
         free(ctx->comms[i]);
     }
-    ctx->n_comms = 0;
+    free(ctx->comms);
+    ctx->comms = NULL;
+    ctx->n_comms = ctx->cap_comms = 0;
 }
 
 /* A failed call's status, with a context error naming the transport and the call. */

@@ -215,8 +215,8 @@ glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
     glia_device_str(dev, name, sizeof name);
     const struct glia_backend_ops *ops = glia__find_backend(ctx, dev.type);
     if (!ops) return glia_error(ctx, GLIA_EDEVICE, "no backend for device %s is loaded", name);
-    if (ctx->n_backends == (int)GLIA__ARRAY_LEN(ctx->backends))
-        return glia_error(ctx, GLIA_EDEVICE, "too many open devices");
+    if (glia__grow((void **)&ctx->backends, &ctx->cap_backends, ctx->n_backends + 1, sizeof *ctx->backends))
+        return GLIA_ENOMEM;
     struct glia_backend *b = calloc(1, sizeof *b);
     if (!b) return GLIA_ENOMEM;
     b->ops = ops;
@@ -245,7 +245,9 @@ void glia__backends_close(struct glia_context *ctx)
         if (b->ops->close) b->ops->close(b->priv);
         free(b);
     }
-    ctx->n_backends = 0;
+    free(ctx->backends);
+    ctx->backends = NULL;
+    ctx->n_backends = ctx->cap_backends = 0;
 }
 
 glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool trans_b, int64_t M,

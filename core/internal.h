@@ -48,10 +48,10 @@ struct glia_context {
     int n_features, cap_features;
     char **paths;                            /* added search dirs */
     int n_paths;
-    struct glia_backend *backends[4];        /* opened devices */
-    int n_backends;
-    struct glia_comm *comms[4];              /* opened communicators, closed last first */
-    int n_comms;
+    struct glia_backend **backends;          /* opened devices (any number: DataParallel on 8 GPUs opens 9) */
+    int n_backends, cap_backends;
+    struct glia_comm **comms;                /* opened communicators, closed last first */
+    int n_comms, cap_comms;
 };
 
 const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,

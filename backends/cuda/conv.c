@@ -123,6 +123,8 @@ struct call {
     const float *x, *w, *dy;         /* the fp32 operands (dy NULL in forward) */
     int64_t nx, nw, ny;              /* element counts of x, w, y */
     size_t o_x, o_w, o_dy, o_y, o_dx, o_dw;  /* converted operands and low-precision results */
+    size_t o_db;                     /* the bias gradient's partial sums (bias_splits x F floats) */
+    int bias_splits;
     size_t end;                      /* bytes of scratch before the workspace */
     const void *cx, *cw, *cdy;       /* operands as cuDNN reads them (after prepare) */
     void *ws;                        /* workspace and its size */
@@ -607,7 +609,7 @@ static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const str
     k->nx = glia_tensor_numel(x);
     k->nw = glia_tensor_numel(l->params[p->geom.w].value);
     k->ny = glia_tensor_numel(y);
-    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = NONE;
+    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = NONE;
 }
 
 static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -674,14 +676,17 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     if (k.lp) k.o_x = carve(&k, (size_t)k.nx * k.es);
     if (dx && k.lp) k.o_dx = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_dw = carve(&k, (size_t)k.nw * k.es);
+    if (pb) {
+        k.bias_splits = glia__conv_bias_splits(N, g->F, OH * OW, k.nhwc);
+        k.o_db = carve(&k, (size_t)k.bias_splits * (size_t)g->F * sizeof(float));
+    }
     char *base;
     if ((st = setup(l, &k, (1u << BWD_FILTER) | (dx ? 1u << BWD_DATA : 0u), &base))) return st;
     const float one = 1.0f, zero = 0.0f;
-    /* bias: summed over N, OH, OW of the fp32 output gradient */
-    if (pb) {
-        const float beta = glia_param_beta(pb);
-        CUDNN_TRY(l->ctx, cudnnConvolutionBackwardBias(c->dnn, &one, p->y32, dy->data, &beta, p->bias, pb->grad->data));
-    }
+    /* bias: summed over N, OH, OW of the fp32 output gradient, in a fixed order */
+    if (pb)
+        CUDA_TRY(l->ctx, glia__conv_bias_grad(pb->grad->data, (float *)(base + k.o_db), dy->data, N, g->F, OH * OW,
+                                              k.nhwc, k.bias_splits, glia_param_beta(pb), c->stream));
     /* input gradient: cuDNN adds (beta 1) into an fp32 one; a low-precision one is added when converted */
     if (dx) {
         const float beta = a->din_accumulate[0] ? 1.0f : 0.0f;
