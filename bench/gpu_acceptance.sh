@@ -18,6 +18,7 @@ mkdir -p "$2"
 out=$(cd "$2" && pwd)
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
+export PYTHON="$python"  # the benchmarks' PyTorch side (theirs defaults to Debian's /usr/bin/python3)
 jobs=${JOBS:-$(nproc)}
 export GLIA_PLUGIN_PATH="$PWD/stage/plugins"
 [ ! -d gpu-kit/deps/lib ] || export LD_LIBRARY_PATH="$PWD/gpu-kit/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
