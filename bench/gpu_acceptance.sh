@@ -117,11 +117,13 @@ train() {
         --set runtime.cuda_graph=on "$@"
     train_one resnet-1epoch-graph share/glia/examples/fmnist-resnet.ini --set runtime.device=cuda --set train.epochs=1 \
         --set runtime.cuda_graph=on "$@"
-    # [runtime] deterministic: with it the graph run is the same bits as the run without (equal losses)
-    train_one cnn-1epoch-det share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
-        --set runtime.deterministic=on "$@"
-    train_one cnn-1epoch-det-graph share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
-        --set runtime.deterministic=on --set runtime.cuda_graph=on "$@"
+    # [runtime] deterministic with the heuristics' choice: the graph run is the same bits as the run without (equal losses)
+    for m in cnn resnet; do
+        train_one $m-1epoch-det share/glia/examples/fmnist-$m.ini --set runtime.device=cuda --set train.epochs=1 \
+            --set runtime.deterministic=on --set runtime.cudnn_benchmark=off "$@"
+        train_one $m-1epoch-det-graph share/glia/examples/fmnist-$m.ini --set runtime.device=cuda --set train.epochs=1 \
+            --set runtime.deterministic=on --set runtime.cudnn_benchmark=off --set runtime.cuda_graph=on "$@"
+    done
     train_one cnn-dp00 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \
         --set distributed.mode=dp --set distributed.devices=0,0 "$@"
     train_one cnn-ddp-nccl1 share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set train.epochs=1 \

@@ -27,8 +27,8 @@ static const struct glia_key runtime_keys[] = {
              .min = 0, .max = 1 << 20),
     GLIA_KEY("deterministic", GLIA_KEY_BOOL, "off",
              "only algorithms that give the same bits every run: cuDNN convolution algorithms cuDNN marks "
-             "deterministic, the CUDA embedding's weight gradient summed in a fixed order; the CPU is deterministic "
-             "either way"),
+             "deterministic, the CUDA embedding's weight gradient summed in a fixed order (with cudnn_benchmark = off "
+             "a run repeats bit for bit); the CPU is deterministic either way"),
     GLIA_KEY("cuda_graph", GLIA_KEY_BOOL, "off",
              "replay each training batch shape's forward and backward from a CUDA graph (one launch) once it has run "
              "once; CUDA only, not with [distributed] mode"),
@@ -355,6 +355,10 @@ static glia_status setup_device(struct glia_model *m)
     }
     m->precision = o.precision;
     m->scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
+    if (m->device.type == GLIA_DEVICE_CUDA && o.deterministic && o.cudnn_benchmark)
+        glia_log(m->ctx, GLIA_LOG_INFO,
+                 "[runtime] deterministic = on with cudnn_benchmark = on: every algorithm chosen is deterministic, but "
+                 "the timing may choose others in another run; cudnn_benchmark = off repeats a run bit for bit");
     return GLIA_OK;
 }
 

@@ -392,6 +392,27 @@ static void test_device_cuda_or_fallback(void)
     }
     glia_config_free(cfg);
     glia_context_free(ctx);
+    /* on a GPU, deterministic = on says once that timing may choose other (deterministic) algorithms in
+     * another run, unless cudnn_benchmark = off */
+    for (int bench = 0; have_gpu && bench < 2; bench++) {
+        snprintf(text, sizeof text, "%s[runtime]\ndevice = cuda\ndeterministic = on\ncudnn_benchmark = %s\n%s", DATA,
+                 bench ? "on" : "off", net);
+        CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+        char *dlog = NULL;
+        size_t dlen = 0;
+        FILE *df = open_memstream(&dlog, &dlen);
+        glia_log_set(ctx, df, GLIA_LOG_INFO);
+        CU_ASSERT_EQUAL(build(text, NULL, ctx, &m, &cfg), GLIA_OK);
+        fclose(df);
+        const char *said = strstr(dlog, "deterministic = on with cudnn_benchmark = on: every algorithm chosen is "
+                                        "deterministic, but the timing may choose others in another run");
+        CU_ASSERT(bench ? said != NULL : said == NULL);
+        free(dlog);
+        glia_model_free(m);
+        m = NULL;
+        glia_config_free(cfg);
+        glia_context_free(ctx);
+    }
     snprintf(text, sizeof text, "%s[runtime]\ndevice = auto\n%s", DATA, net);
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     char *log = NULL, *sum = NULL;
