@@ -1,7 +1,7 @@
 /* tests/test_cuda_conv.c — the cuDNN conv2d (impl "cudnn") against the CPU one on a GPU: shapes
  * (3x3, stride 2, 1x1, 5x5, groups, depthwise, dilation, no bias, batch 1, odd channels, one
  * input channel, 1x1 output, rectangular kernels and padding: 1x3 over token sequences, 3x1,
- * 2x5), every precision, both memory formats, write and accumulate, cudnn_benchmark on and off,
+ * 2x5; outputs large enough for the bias gradient's several splits and channel tiles), every precision, both memory formats, write and accumulate, cudnn_benchmark on and off,
  * a zero workspace limit, [runtime] deterministic (the same bits twice), eval forward, batch-size and length changes, no input gradient (the
  * first layer), the autotuner's workspace given back.
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
@@ -31,6 +31,8 @@ static const struct cv cases[] = {
     {2, 6, 1, 17, 8, 1, 1, 0, 1, 1, true, 3, 1},   /* 1x3, padding (0, 1): a token convolution */
     {2, 5, 7, 6, 4, 3, 1, 1, 1, 1, false, 1, 0},   /* 3x1, padding (1, 0) */
     {2, 4, 6, 9, 6, 2, 2, 0, 1, 2, true, 5, 2},    /* 2x5 strided, grouped, padding (0, 2) */
+    {4, 2, 40, 40, 5, 3, 1, 1, 1, 1, true, 3, 1},  /* 6400 positions a channel: the bias gradient adds splits */
+    {3, 2, 30, 30, 40, 3, 1, 1, 1, 1, true, 3, 1}, /* 40 filters: two channel tiles of the NHWC bias gradient */
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
