@@ -21,7 +21,11 @@ python=${PYTHON:-python3}
 export PYTHON="$python"  # the benchmarks' PyTorch side (theirs defaults to Debian's /usr/bin/python3)
 jobs=${JOBS:-$(nproc)}
 export GLIA_PLUGIN_PATH="$PWD/stage/plugins"
-[ ! -d gpu-kit/deps/lib ] || export LD_LIBRARY_PATH="$PWD/gpu-kit/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the kit's libraries, unpacked again when a warm machine got the kit anew beside an earlier build
+if [ -f gpu-kit/deps.tar.gz ]; then
+    [ -d gpu-kit/deps/lib ] || { mkdir -p gpu-kit/deps && tar xzf gpu-kit/deps.tar.gz -C gpu-kit/deps; }
+    export LD_LIBRARY_PATH="$PWD/gpu-kit/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
 
 versions() {
@@ -42,9 +46,7 @@ build() {
     if [ -f gpu-kit/deps.tar.gz ]; then  # a bare machine: generated build files and libraries from the kit
         kit=$PWD/gpu-kit
         tar xzf "$kit/build-files.tar.gz"
-        rm -rf "$kit/deps" && mkdir -p "$kit/deps" && tar xzf "$kit/deps.tar.gz" -C "$kit/deps"
         mkdir -p bench/data && cp "$kit"/data/*.gz bench/data/
-        export LD_LIBRARY_PATH="$kit/deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # oneDNN's OpenCL loader
         set -- --disable-maintainer-mode CPPFLAGS="-I$kit/deps/include" LDFLAGS="-L$kit/deps/lib -Wl,-rpath,$kit/deps/lib" \
             INIH_CFLAGS="-I$kit/deps/include" INIH_LIBS="-L$kit/deps/lib -linih" \
             ZLIB_CFLAGS="-I$kit/deps/include" ZLIB_LIBS="-L$kit/deps/lib -lz"
