@@ -404,7 +404,7 @@ static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
     bool scaling = m->precision == GLIA_PRECISION_FP16;
     if (!scaling && m->clip_grad_norm <= 0) return GLIA_OK;
     struct glia_backend *b = m->backend;
-    if (!scaling && GLIA__HAS_SLOT(b->ops, clip_f32) && b->ops->clip_f32)  /* on the device: no wait for the norm */
+    if (!scaling && GLIA__HAS_SLOT(b->ops, clip_f32))  /* on the device: no wait for the norm */
         return b->ops->clip_f32(b->priv, m->g->data, (size_t)m->wa.len, m->clip_grad_norm);
     double sq, used = m->scaler.scale;
     glia_status st = grad_sumsq(m, &sq);

@@ -27,6 +27,7 @@
 #include <string.h>
 #include "cuda_internal.h"
 #include "conv_kernels.h"
+#include "norm_pool_kernels.h"
 #include "../../plugins/layers/conv2d/conv2d_desc.h"
 
 enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2, N_DIRS = 3 };
@@ -104,7 +105,7 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 struct cuda_conv {
     struct glia__conv2d_geom geom;   /* first: the shared infer_shape and flops read it */
     cudnnTensorDescriptor_t x, y;    /* x / dx and y / dy in cuDNN's data type */
-    cudnnTensorDescriptor_t y32;     /* y / dy in fp32 (bias add, bias gradient) */
+    cudnnTensorDescriptor_t y32;     /* y in fp32 (the bias add) */
     cudnnTensorDescriptor_t bias;    /* (1, F, 1, 1) fp32 */
     cudnnFilterDescriptor_t w;       /* (F, C/groups, kh, kw), KCRS or KRSC, cuDNN's data type */
     cudnnConvolutionDescriptor_t conv[N_DIRS];  /* one per direction: each has its math type */
@@ -123,8 +124,8 @@ struct call {
     const float *x, *w, *dy;         /* the fp32 operands (dy NULL in forward) */
     int64_t nx, nw, ny;              /* element counts of x, w, y */
     size_t o_x, o_w, o_dy, o_y, o_dx, o_dw;  /* converted operands and low-precision results */
-    size_t o_db;                     /* the bias gradient's partial sums (bias_splits x F floats) */
-    int bias_splits;
+    size_t o_db;                     /* the bias gradient's partial sums (bias.S x F floats) */
+    struct glia__bn_geom bias;       /* dy as the per-channel sums take it */
     size_t end;                      /* bytes of scratch before the workspace */
     const void *cx, *cw, *cdy;       /* operands as cuDNN reads them (after prepare) */
     void *ws;                        /* workspace and its size */
@@ -493,9 +494,10 @@ static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key
              "%s %s, %lld filters %lldx%lld stride %lld padding %lldx%lld dilation %lld groups %lld, "
              "workspace limit %lld",
              l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics",
-             key->deterministic ? "deterministic " : "", algo_name(dir, ch->algo), math_name(ch->math), ch->workspace, (long long)key->N, (long long)key->C, (long long)key->H,
-             (long long)key->W, key->nhwc ? "channels_last" : "contiguous",
-             glia_precision_name((enum glia_precision)key->precision), (long long)key->F, (long long)key->kh,
+             key->deterministic ? "deterministic " : "", algo_name(dir, ch->algo), math_name(ch->math), ch->workspace,
+             (long long)key->N, (long long)key->C, (long long)key->H, (long long)key->W,
+             key->nhwc ? "channels_last" : "contiguous", glia_precision_name((enum glia_precision)key->precision),
+             (long long)key->F, (long long)key->kh,
              (long long)key->kw, (long long)key->s, (long long)key->ph, (long long)key->pw, (long long)key->d,
              (long long)key->g, (long long)key->workspace_limit);
 }
@@ -677,16 +679,16 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     if (dx && k.lp) k.o_dx = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_dw = carve(&k, (size_t)k.nw * k.es);
     if (pb) {
-        k.bias_splits = glia__conv_bias_splits(N, g->F, OH * OW, k.nhwc);
-        k.o_db = carve(&k, (size_t)k.bias_splits * (size_t)g->F * sizeof(float));
+        k.bias = k.nhwc ? glia__cuda_bn_geom(N * OH * OW, g->F, 1) : glia__cuda_bn_geom(N, g->F, OH * OW);
+        k.o_db = carve(&k, (size_t)k.bias.S * (size_t)g->F * sizeof(float));
     }
     char *base;
     if ((st = setup(l, &k, (1u << BWD_FILTER) | (dx ? 1u << BWD_DATA : 0u), &base))) return st;
     const float one = 1.0f, zero = 0.0f;
-    /* bias: summed over N, OH, OW of the fp32 output gradient, in a fixed order */
+    /* bias: summed over N, OH, OW of the fp32 output gradient, in a fixed order (the batchnorm's reduction) */
     if (pb)
-        CUDA_TRY(l->ctx, glia__conv_bias_grad(pb->grad->data, (float *)(base + k.o_db), dy->data, N, g->F, OH * OW,
-                                              k.nhwc, k.bias_splits, glia_param_beta(pb), c->stream));
+        CUDA_TRY(l->ctx, glia__cuda_channel_sum(pb->grad->data, (float *)(base + k.o_db), dy->data, k.bias,
+                                                glia_param_beta(pb), c->stream));
     /* input gradient: cuDNN adds (beta 1) into an fp32 one; a low-precision one is added when converted */
     if (dx) {
         const float beta = a->din_accumulate[0] ? 1.0f : 0.0f;

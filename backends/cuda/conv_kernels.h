@@ -1,10 +1,9 @@
 /* backends/cuda/conv_kernels.h — the CUDA conv2d's own kernels (C entry points into
  * conv_kernels.cu): fp32 <-> fp16/bf16 conversion, fused with the filter's KCRS <-> KRSC
- * transpose where needed; the bias gradient. Not the convolution itself: cuDNN does that (conv.c). */
+ * transpose where needed. Not the convolution itself: cuDNN does that (conv.c). */
 #ifndef GLIA_CUDA_CONV_KERNELS_H
 #define GLIA_CUDA_CONV_KERNELS_H
 
-#include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -26,16 +25,6 @@ enum glia__conv_type {
 cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_type, const void *src,
                                enum glia__conv_type src_type, int64_t B, int64_t rows, int64_t cols, float beta,
                                cudaStream_t s);
-
-/* The number of splits S glia__conv_bias_grad takes for dy(N, F, L) (nhwc: (N, L, F)); its part
- * scratch holds S*F floats. */
-int glia__conv_bias_splits(int64_t N, int64_t F, int64_t L, bool nhwc);
-
-/* db(F) = sum over n, l of dy (+ db when beta is 1; beta 0 or 1; db is never read when beta is 0)
- * for dy(N, F, L) in NCHW or dy(N, L, F) when nhwc: per split partial sums into part(S, F), then
- * the splits added in order in double. Deterministic (a fixed order of additions). */
-cudaError_t glia__conv_bias_grad(float *db, float *part, const float *dy, int64_t N, int64_t F, int64_t L,
-                                 bool nhwc, int S, float beta, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -56,31 +56,12 @@ struct cuda_bn {
                                        exchanging */
 };
 
-/* Splits per channel (see norm_pool_kernels.h): about 1024 blocks in all, at least `least` values of a
- * channel per block, at most 2^22 (a block's count stays exact in float). A function of the shape only. */
-static int bn_splits(int64_t M, int64_t C, bool rows)
-{
-    int64_t units = rows ? (C + 31) / 32 : C, least = rows ? 64 : 512;
-    if (units < 1) units = 1;
-    int64_t S = (1024 + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
-    if (S > most) S = most;
-    if (S < need) S = need;
-    if (S < 1) S = 1;
-    return (int)(S < 65535 ? S : 65535);
-}
-
 /* x as (N, C, L): NCHW (N, C, H*W); channels_last and 2-D as rows (N*H*W, C, 1); also NCHW with H*W = 1. */
 static struct glia__bn_geom bn_geom(const struct glia_tensor *x, enum glia_memory_format f)
 {
     const int64_t *d = x->shape.dim;
     int64_t HW = x->shape.ndim == 4 ? d[2] * d[3] : 1;
-    struct glia__bn_geom g = {.N = d[0], .C = d[1], .L = HW};
-    if (f == GLIA_CHANNELS_LAST) {
-        g.N = d[0] * HW;
-        g.L = 1;
-    }
-    g.S = bn_splits(g.N * g.L, g.C, g.L == 1);
-    return g;
+    return f == GLIA_CHANNELS_LAST ? glia__cuda_bn_geom(d[0] * HW, d[1], 1) : glia__cuda_bn_geom(d[0], d[1], HW);
 }
 
 static void bn_destroy(struct glia_layer *l)

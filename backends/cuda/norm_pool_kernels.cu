@@ -114,6 +114,18 @@ struct GradSums {
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, a.z + b.z); }
 };
 
+/* Plain sums of x per channel (the conv2d bias gradient): (unused, sum x, unused). */
+struct ChannelSum {
+    const float *x;
+    __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
+    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    {
+        (void)c, (void)k;
+        return make_float3(0.0f, v.y + x[e], 0.0f);
+    }
+    __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, 0.0f); }
+};
+
 __device__ static float3 shfl_down3(float3 v, int off)
 {
     return make_float3(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off),
@@ -135,8 +147,8 @@ template <class Acc> __device__ static float3 block_merge(float3 v)
     return v;
 }
 
-/* pa(S, C), pb(S, C) = the state (y, z) of split s = blockIdx.y of channel c = blockIdx.x of x(N, C, L),
- * L > 1: THREADS threads walk the split's values j = n*L + i (consecutive threads, consecutive i). */
+/* pa(S, C), pb(S, C) (pb may be NULL) = the state (y, z) of split s = blockIdx.y of channel c = blockIdx.x of
+ * x(N, C, L), L > 1: THREADS threads walk the split's values j = n*L + i (consecutive threads, consecutive i). */
 template <class Acc>
 __global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
 {
@@ -149,7 +161,7 @@ __global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64
     v = block_merge<Acc>(v);
     if (threadIdx.x == 0) {
         pa[s * C + c] = v.y;
-        pb[s * C + c] = v.z;
+        if (pb) pb[s * C + c] = v.z;
     }
 }
 
@@ -174,7 +186,7 @@ template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc ac
     if (threadIdx.y == 0 && c < C) {
         for (int y = 1; y < TILE_R; y++) v = Acc::merge(v, part[y][threadIdx.x]);
         pa[s * C + c] = v.y;
-        pb[s * C + c] = v.z;
+        if (pb) pb[s * C + c] = v.z;
     }
 }
 
@@ -613,9 +625,46 @@ __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, 
     }
 }
 
+/* y(C) = the splits of part(S, C) added in order in double (+ y when beta is 1): a thread a channel. */
+__global__ void channel_total(float *y, const float *part, int64_t C, int S, float beta)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double t = 0.0;
+        for (int s = 0; s < S; s++) t += part[(int64_t)s * C + c];
+        y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
+    }
+}
+
 }  // namespace
 
 /* ---- the C entry points ---- */
+
+/* About 1024 blocks in all, at least `least` values of a channel per block, at most 2^22 (a block's count
+ * stays exact in float). A function of the shape only. */
+extern "C" struct glia__bn_geom glia__cuda_bn_geom(int64_t N, int64_t C, int64_t L)
+{
+    int64_t M = N * L;
+    bool rows = L == 1;
+    int64_t units = rows ? (C + 31) / 32 : C, least = rows ? 64 : 512;
+    if (units < 1) units = 1;
+    int64_t S = (1024 + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
+    if (S > most) S = most;
+    if (S < need) S = need;
+    if (S < 1) S = 1;
+    struct glia__bn_geom g = {N, C, L, (int)(S < 65535 ? S : 65535)};
+    return g;
+}
+
+extern "C" cudaError_t glia__cuda_channel_sum(float *y, float *part, const float *x, struct glia__bn_geom g,
+                                              float beta, cudaStream_t st)
+{
+    if (g.C == 0) return cudaSuccess;
+    if (g.N * g.L == 0) return beta != 0.0f ? cudaSuccess : cudaMemsetAsync(y, 0, (size_t)g.C * sizeof *y, st);
+    cudaError_t e = bn_reduce(part, (float *)NULL, ChannelSum{x}, g, st);
+    if (e != cudaSuccess) return e;
+    channel_total<<<grid_for(g.C), THREADS, 0, st>>>(y, part, g.C, g.S, beta);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g,
                                            cudaStream_t st)

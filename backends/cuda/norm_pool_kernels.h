@@ -1,5 +1,6 @@
 /* backends/cuda/norm_pool_kernels.h — C entry points into norm_pool_kernels.cu: the kernels of the CUDA
- * batchnorm, maxpool2d, avgpool2d, global_avgpool and concat, launched on a given stream. Not the layer
+ * batchnorm (and its per-channel sums, which conv2d's bias gradient uses), maxpool2d, avgpool2d,
+ * global_avgpool and concat, launched on a given stream. Not the layer
  * logic (norm_pool.c checks shapes, keeps state and picks the arguments); each returns the launch's error. */
 #ifndef GLIA_CUDA_NORM_POOL_KERNELS_H
 #define GLIA_CUDA_NORM_POOL_KERNELS_H
@@ -21,6 +22,15 @@ struct glia__bn_geom {
     int64_t N, C, L;  /* x(N, C, L); rows layout when L == 1 */
     int S;            /* splits per channel, 1 <= S <= 65535 */
 };
+
+/* The geometry of x(N, C, L), with its splits chosen from the shape alone. */
+struct glia__bn_geom glia__cuda_bn_geom(int64_t N, int64_t C, int64_t L);
+
+/* y(C) = the sum over n and l of x(N, C, L) (+ y when beta is 1; beta 0 or 1; y is not read when beta is 0):
+ * per split into part(S, C) floats, then the splits in order in double; the same bits every run (the
+ * conv2d bias gradient). */
+cudaError_t glia__cuda_channel_sum(float *y, float *part, const float *x, struct glia__bn_geom g, float beta,
+                                   cudaStream_t st);
 
 /* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x, less
  * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean) */
