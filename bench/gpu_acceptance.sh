@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 export PYTHON="$python"  # the benchmarks' PyTorch side (theirs defaults to Debian's /usr/bin/python3)
 jobs=${JOBS:-$(nproc)}
-export GLIA_PLUGIN_PATH="$PWD/stage/plugins"
+export GLIA_PLUGIN_PATH="$PWD/stage/plugins" GLIA_PLUGIN_SYSTEM_PATH=  # this build's plugins, never an installed glia's
 # the kit's libraries, unpacked again when a warm machine got the kit anew beside an earlier build
 if [ -f gpu-kit/deps.tar.gz ]; then
     [ -d gpu-kit/deps/lib ] || { mkdir -p gpu-kit/deps && tar xzf gpu-kit/deps.tar.gz -C gpu-kit/deps; }

@@ -101,24 +101,30 @@ glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir)
     return GLIA_OK;
 }
 
-/* Calls fn(dir, arg) for each search directory in order until it returns non-zero. */
+/* Calls fn(dir, arg) for each folder of a colon-separated list until it returns non-zero. */
+static int each_listed(const char *list, int (*fn)(const char *dir, void *arg), void *arg)
+{
+    char *copy = glia__strdup(list), *save = NULL;
+    int found = 0;
+    if (!copy) return 0;
+    for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save))
+        if (*d) found = fn(d, arg);
+    free(copy);
+    return found;
+}
+
+/* Calls fn(dir, arg) for each search directory in order until it returns non-zero: the added
+ * ones, $GLIA_PLUGIN_PATH's, then the installed folder, or $GLIA_PLUGIN_SYSTEM_PATH's folders
+ * instead of it when that is set (set and empty: none, so a build tree never sees an
+ * installed glia). */
 static int each_dir(struct glia_context *ctx, int (*fn)(const char *dir, void *arg), void *arg)
 {
     for (int i = 0; i < ctx->n_paths; i++)
         if (fn(ctx->paths[i], arg)) return 1;
     const char *env = getenv("GLIA_PLUGIN_PATH");
-    if (env && *env) {
-        char *copy = glia__strdup(env), *save = NULL;
-        if (copy) {
-            for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
-                if (*d && fn(d, arg)) {
-                    free(copy);
-                    return 1;
-                }
-            free(copy);
-        }
-    }
-    return fn(GLIA_PLUGIN_DIR, arg);
+    if (env && each_listed(env, fn, arg)) return 1;
+    const char *sys = getenv("GLIA_PLUGIN_SYSTEM_PATH");
+    return sys ? each_listed(sys, fn, arg) : fn(GLIA_PLUGIN_DIR, arg);
 }
 
 struct find_arg {

@@ -94,8 +94,44 @@ static void test_not_found(void)
             if (*d) ASSERT_MSG_HAS(ctx, d);
         free(copy);
     }
+    /* The tests run with GLIA_PLUGIN_SYSTEM_PATH set and empty: no installed folder. Unset,
+     * the installed folder is searched; set to a folder, that folder is searched instead. */
+    const char *sys = getenv("GLIA_PLUGIN_SYSTEM_PATH");
+    char *saved = sys ? strdup(sys) : NULL;
+    if (sys) CU_ASSERT_PTR_NULL(strstr(glia_context_error(ctx), glia_plugin_dir()));
+    unsetenv("GLIA_PLUGIN_SYSTEM_PATH");
+    CU_ASSERT(load(ctx, "no_such_plugin_here", GLIA_ENOTFOUND) == GLIA_ENOTFOUND);
     ASSERT_MSG_HAS(ctx, glia_plugin_dir());
+    setenv("GLIA_PLUGIN_SYSTEM_PATH", "/nonexistent-glia-a:/nonexistent-glia-b", 1);
+    CU_ASSERT(load(ctx, "no_such_plugin_here", GLIA_ENOTFOUND) == GLIA_ENOTFOUND);
+    ASSERT_MSG_HAS(ctx, "/nonexistent-glia-a");
+    ASSERT_MSG_HAS(ctx, "/nonexistent-glia-b");
+    CU_ASSERT_PTR_NULL(strstr(glia_context_error(ctx), glia_plugin_dir()));
+    if (saved) setenv("GLIA_PLUGIN_SYSTEM_PATH", saved, 1);
+    else unsetenv("GLIA_PLUGIN_SYSTEM_PATH");
+    free(saved);
     glia_context_free(ctx);
+}
+
+/* A folder of $GLIA_PLUGIN_SYSTEM_PATH is searched (after the added folders and
+ * $GLIA_PLUGIN_PATH) in place of the installed one. */
+static void test_system_path(void)
+{
+    const char *sys = getenv("GLIA_PLUGIN_SYSTEM_PATH");
+    char *saved = sys ? strdup(sys) : NULL;
+    char list[1200];
+    snprintf(list, sizeof list, "/nonexistent-glia-a:%s", glia_test_fixtures());
+    setenv("GLIA_PLUGIN_SYSTEM_PATH", list, 1);
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT(load(ctx, "good", GLIA_OK) == GLIA_OK);
+    glia_context_free(ctx);
+    setenv("GLIA_PLUGIN_SYSTEM_PATH", "", 1);
+    ctx = new_ctx();
+    CU_ASSERT(load(ctx, "good", GLIA_ENOTFOUND) == GLIA_ENOTFOUND);
+    glia_context_free(ctx);
+    if (saved) setenv("GLIA_PLUGIN_SYSTEM_PATH", saved, 1);
+    else unsetenv("GLIA_PLUGIN_SYSTEM_PATH");
+    free(saved);
 }
 
 static void test_wrong_abi(void)
@@ -324,6 +360,7 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_good_by_path),
                GLIA_TEST(test_good_by_name),
                GLIA_TEST(test_not_found),
+               GLIA_TEST(test_system_path),
                GLIA_TEST(test_wrong_abi),
                GLIA_TEST(test_newer_minor),
                GLIA_TEST(test_name_mismatch),

@@ -79,7 +79,8 @@ struct glia_context *glia_registry_context(struct glia_registry *r);
  * is a no-op. On refusal the context error names the file, the symbol and both versions. */
 glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path);
 /* Search path, first match wins: directories added here (in order), then each entry of
- * $GLIA_PLUGIN_PATH, then the installed plugin directory. */
+ * $GLIA_PLUGIN_PATH, then the installed plugin directory, or instead of it each entry of
+ * $GLIA_PLUGIN_SYSTEM_PATH when that variable is set (set and empty: no installed folder). */
 glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir);
 /* Load every plugin found in the search path; refusals are logged as warnings. */
 glia_status glia_plugin_load_all(struct glia_context *ctx);

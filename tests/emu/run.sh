@@ -71,7 +71,7 @@ done
 # how emu_jit.c builds the source of NVRTC's kernels for the host
 export GLIA_EMU_JIT_CXX="$cxx -std=c++17 ${flags[*]} -shared -w -include $top/tests/emu/cuda_emu.h -I$cuda_dir/include -x c++" \
     GLIA_EMU_JIT_LIBS="-x none -L$out/lib -Wl,-rpath,$out/lib -lglia-cudaemu" GLIA_EMU_JIT_DIR=$out/tmp
-export GLIA_PLUGIN_PATH=$out/plugins GLIA_FIXTURES=$top/tests/fixtures/.libs GLIA_SRCDIR=$top GLIA_TMPDIR=$out/tmp \
+export GLIA_PLUGIN_PATH=$out/plugins GLIA_PLUGIN_SYSTEM_PATH= GLIA_FIXTURES=$top/tests/fixtures/.libs GLIA_SRCDIR=$top GLIA_TMPDIR=$out/tmp \
     GLIA_BIN=$top/tools/glia
 [ -z "$asan" ] || export LD_PRELOAD=$($cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
 pass=0 fail=0
