@@ -7,7 +7,8 @@
 #   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench
 #          ("test train" runs both, in that order), or all
 #   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc); GPU_TESTS=1: the test
-#   stage runs only the programs that use the GPU; TEST_TIMEOUT (600): seconds one test program may run.
+#   stage runs only the programs that use the GPU; TEST_TIMEOUT (600): seconds one test program may run;
+#   REPEAT (1): the test stage runs the suite that many times (the programs run in parallel each time).
 #   test, train and bench build first on a tree without a build.
 #   a bare machine: make gpu-kit/ here first (bench/gpu_kit.sh) and carry it; build then uses its generated
 #   build system, oneDNN, inih, CUnit and zlib, and its Fashion-MNIST files (bench/data)
@@ -81,16 +82,22 @@ tests() {
         log "the tests do not build with -Werror here (check-build.log): building them without it"
         make -j"$jobs" check TESTS= WARN_CFLAGS="-Wall -Wextra -Wno-unused-parameter" >> "$out/check-build.log" 2>&1 || rc=$?
     fi
-    if [ "${GPU_TESTS:-0}" = 1 ]; then
-        log "make check, the GPU programs only"
-        make -j"$jobs" check TESTS="$(echo $GPU_PROGRAMS)" LOG_COMPILER="$limit" > "$out/check.log" 2>&1 || rc=$?
-    else
-        log "make check"
-        make -j"$jobs" check LOG_COMPILER="$limit" > "$out/check.log" 2>&1 || rc=$?
-    fi
-    tests/summary.sh "$rc" | tee -a "$out/summary.txt" || true
-    mkdir -p "$out/tests"
-    cp tests/*.log "$out/tests/" 2>/dev/null || true
+    all=0
+    for run in $(seq "${REPEAT:-1}"); do  # the programs in parallel, REPEAT times over
+        rc=0
+        if [ "${GPU_TESTS:-0}" = 1 ]; then
+            log "make check, the GPU programs only (run $run of ${REPEAT:-1})"
+            make -j"$jobs" check TESTS="$(echo $GPU_PROGRAMS)" LOG_COMPILER="$limit" > "$out/check.log" 2>&1 || rc=$?
+        else
+            log "make check (run $run of ${REPEAT:-1})"
+            make -j"$jobs" check LOG_COMPILER="$limit" > "$out/check.log" 2>&1 || rc=$?
+        fi
+        tests/summary.sh "$rc" > "$out/summary-run.txt" || all=1
+        tee -a "$out/summary.txt" < "$out/summary-run.txt"
+        mkdir -p "$out/tests/$run"
+        cp tests/*.log "$out/tests/$run/" 2>/dev/null || true
+    done
+    [ "${REPEAT:-1}" -eq 1 ] || log "$REPEAT runs: $([ $all -eq 0 ] && echo all passed || echo SOME FAILED)"
 }
 
 train_one() {  # name ini args...

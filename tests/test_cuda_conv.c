@@ -3,7 +3,9 @@
  * input channel, 1x1 output, rectangular kernels and padding: 1x3 over token sequences, 3x1,
  * 2x5; outputs large enough for the bias gradient's several splits and channel tiles), every precision, both memory formats, write and accumulate, cudnn_benchmark on and off,
  * a zero workspace limit, [runtime] deterministic (the same bits twice), eval forward, batch-size and length changes, no input gradient (the
- * first layer), the autotuner's workspace given back.
+ * first layer), the autotuner's workspace given back. Every element of every result is held to an
+ * error bound from its own terms (their count and magnitudes), whatever algorithm the autotuner
+ * picks: a busy GPU makes it pick others.
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
 #include "cudautil.h"
 
@@ -52,28 +54,130 @@ static void cv_ini(const struct cv *c, char *buf, size_t n)
                  (long long)c->k, (long long)c->kw, (long long)c->p, (long long)c->pw);
 }
 
-/* The longest sum of products behind one output element: forward C/g*kh*kw, backward data at
- * most F/g*kh*kw, backward filter N*OH*OW. */
-static int64_t longest_sum(const struct cv *c)
+/* ---- error bounds ----
+ * The CPU (fp32) and the GPU compute each result as a sum of terms: out = bias + sum x w,
+ * din = sum dy w, dweight = sum x dy, dbias = sum dy, each plus the 1 already there when
+ * accumulating. Their difference is bounded element by element by what that element's terms t
+ * (computed here in double) allow:
+ *  - tf32, bf16 and fp16 round both factors of every product to unit roundoff u_in (2^-11, 2^-8,
+ *    2^-11): an error sum t (d1 + d2), |d| <= u_in, random with a standard deviation of about
+ *    0.8 u_in sqrt(sum t^2), or biased by about u_in |sum t| where the hardware truncates;
+ *  - bf16 and fp16 store the result once more rounded: u_out |sum t|;
+ *  - both sides add in fp32 in an order and by an algorithm (direct, GEMM, FFT, Winograd, split
+ *    reductions) that the autotuner picks, differently on a busy GPU: about u_32 sqrt(n) sqrt(sum t^2)
+ *    for n terms of random signs added one by one or in parts, and u_32 sum |t| times the growth
+ *    of the transforms (FFT, Winograd) that first mix the terms.
+ * bound = 8 (u_in (sqrt(sum t^2) + |sum t|) + u_out |sum t|) + 64 u_32 (sqrt(n) sqrt(sum t^2) + sum |t|):
+ * about ten standard deviations of the roundings of inputs and results, and a factor 64 for the
+ * order and the transforms. In fp32 a wrong index, a missed or a doubled term is off by a whole
+ * term, many times the bound at these sizes; the other precisions' bounds are their roundings. */
+struct terms {
+    double *sum, *abs, *sq;
+    int64_t *n, len;
+};
+
+static void terms_init(struct terms *t, int64_t len)
 {
-    int64_t fwd = c->C / c->g * c->k * c->kw, bwd_d = c->F / c->g * c->k * c->kw;
-    int64_t bwd_w = c->N * out_h(c, c->H) * out_w(c, c->W);
-    int64_t n = fwd > bwd_d ? fwd : bwd_d;
-    return n > bwd_w ? n : bwd_w;
+    t->len = len;
+    t->sum = calloc((size_t)len, sizeof(double));
+    t->abs = calloc((size_t)len, sizeof(double));
+    t->sq = calloc((size_t)len, sizeof(double));
+    t->n = calloc((size_t)len, sizeof(int64_t));
+    CU_ASSERT_FATAL(t->sum && t->abs && t->sq && t->n);
 }
 
-/* Tolerance of a case at precision p. fp32 runs FMA only (no TF32): cuda_tol's 1e-4 holds for
- * every algorithm cuDNN may pick at these sizes, FFT and Winograd included (their fp32 error is
- * ~1e-6..1e-5 relative here). tf32, bf16 and fp16 round both factors of every product (unit
- * roundoff u: 2^-11 for tf32 and fp16, 2^-8 for bf16) and bf16/fp16 round the result once more:
- * over a sum of n products of unit-size terms the error has a standard deviation of about
- * 0.8 u sqrt(n), and the test measures it against max(1, |value|). So: max(cuda_tol(p),
- * u (1 + 4 sqrt(n))), about 5 standard deviations, for n the case's longest sum. */
-static double tol_for(enum glia_precision p, const struct cv *c)
+static void terms_free(struct terms *t) { free(t->sum), free(t->abs), free(t->sq), free(t->n); }
+
+static void terms_add(struct terms *t, int64_t i, double v)
 {
-    double u = p == GLIA_PRECISION_BF16 ? 0x1p-8 : 0x1p-11;
-    if (p == GLIA_PRECISION_FP32) return cuda_tol(p);
-    return fmax(cuda_tol(p), u * (1.0 + 4.0 * sqrt((double)longest_sum(c))));
+    t->sum[i] += v;
+    t->abs[i] += fabs(v);
+    t->sq[i] += v * v;
+    t->n[i]++;
+}
+
+/* The terms of out (N, F, OH, OW), din (N, C, H, W), dweight (F, C/g, kh, kw) and dbias (F) of
+ * case c from host x (N, C, H, W), w (F, C/g, kh, kw), b (F) or NULL, dy (N, F, OH, OW) or NULL
+ * (no backward), the gradients starting at `start` (0 written, 1 accumulated). */
+static void conv_terms(struct terms r[4], const struct cv *c, const float *x, const float *w, const float *b,
+                       const float *dy, double start)
+{
+    const int64_t OH = out_h(c, c->H), OW = out_w(c, c->W), Cg = c->C / c->g, Fg = c->F / c->g;
+    terms_init(&r[0], c->N * c->F * OH * OW);
+    terms_init(&r[1], c->N * c->C * c->H * c->W);
+    terms_init(&r[2], c->F * Cg * c->k * c->kw);
+    terms_init(&r[3], c->F);
+    for (int64_t n = 0; n < c->N; n++)
+        for (int64_t f = 0; f < c->F; f++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t o = ((n * c->F + f) * OH + oh) * OW + ow;
+                    const double g = dy ? dy[o] : 0;
+                    if (b) terms_add(&r[0], o, b[f]);
+                    if (b && dy) terms_add(&r[3], f, g);
+                    for (int64_t ci = 0; ci < Cg; ci++)
+                        for (int64_t i = 0; i < c->k; i++)
+                            for (int64_t j = 0; j < c->kw; j++) {
+                                int64_t ih = oh * c->s - c->p + i * c->d, iw = ow * c->s - c->pw + j * c->d;
+                                if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W) continue;
+                                int64_t xi = ((n * c->C + f / Fg * Cg + ci) * c->H + ih) * c->W + iw;
+                                int64_t wi = ((f * Cg + ci) * c->k + i) * c->kw + j;
+                                terms_add(&r[0], o, (double)x[xi] * w[wi]);
+                                if (!dy) continue;
+                                terms_add(&r[1], xi, g * w[wi]);
+                                terms_add(&r[2], wi, (double)x[xi] * g);
+                            }
+                }
+    for (int q = 1; q < 4 && start != 0; q++)
+        for (int64_t i = 0; i < r[q].len; i++) terms_add(&r[q], i, start);
+}
+
+/* The error bound above for one element at precision p. */
+static double bound_of(const struct terms *t, int64_t i, enum glia_precision p)
+{
+    double u_in = p == GLIA_PRECISION_FP32 ? 0 : p == GLIA_PRECISION_BF16 ? 0x1p-8 : 0x1p-11;
+    double u_out = p == GLIA_PRECISION_BF16 ? 0x1p-8 : p == GLIA_PRECISION_FP16 ? 0x1p-11 : 0;
+    double v = fabs(t->sum[i]);
+    double q = sqrt(t->sq[i]);
+    return 8 * (u_in * (q + v) + u_out * v) + 64 * 0x1p-24 * (sqrt((double)t->n[i]) * q + t->abs[i]);
+}
+
+/* A tensor's values on the host in logical (contiguous) order; the caller frees them. */
+static float *host_values(const struct glia_tensor *t)
+{
+    struct glia_tensor *h = cuda_get(t), *c = tensor_as(cuda_cpu, t->shape, GLIA_CONTIGUOUS);
+    CU_ASSERT_FATAL(glia_tensor_convert(c, h, false) == GLIA_OK);
+    size_t n = glia_tensor_nbytes(c);
+    float *v = malloc(n ? n : 1);
+    CU_ASSERT_FATAL(v != NULL);
+    memcpy(v, glia_tensor_f32(c), n);
+    glia_tensor_release(h);
+    glia_tensor_release(c);
+    return v;
+}
+
+/* Whether every element of the CPU's and the GPU's result `what` differ by at most its bound;
+ * the worst element is named when one does not. */
+static bool within_bound(const char *label, const char *what, const struct glia_tensor *cpu,
+                         const struct glia_tensor *gpu, const struct terms *t, enum glia_precision p)
+{
+    float *a = host_values(cpu), *b = host_values(gpu);
+    CU_ASSERT_FATAL(glia_tensor_numel(cpu) == t->len);
+    int64_t worst = -1;
+    double ratio = 0;
+    for (int64_t i = 0; i < t->len; i++) {
+        double d = fabs((double)a[i] - b[i]), r = d / bound_of(t, i, p);
+        if (d == 0) r = 0;  /* exact, also where the bound is 0 (an input no window reads) */
+        if (!(r <= ratio)) ratio = r, worst = i;
+        if (isnan(r)) break;
+    }
+    bool ok = ratio <= 1;
+    if (!ok)
+        printf("\n  %s: %s[%lld] cpu %.9g gpu %.9g: differ by %.3g, bound %.3g (%lld terms, sum %.6g, "
+               "sum |t| %.6g)\n", label, what, (long long)worst, a[worst], b[worst], fabs((double)a[worst] - b[worst]),
+               bound_of(t, worst, p), (long long)t->n[worst], t->sum[worst], t->abs[worst]);
+    free(a), free(b);
+    return ok;
 }
 
 /* The GPU backend's runtime options (cuda_compare then sets the precision of each case). */
@@ -89,20 +193,127 @@ static void configure(enum glia_precision p, bool benchmark, size_t workspace_li
 
 #define DEFAULT_WORKSPACE ((size_t)1 << 30)
 
+/* Random N(0, scale^2) host values of shape s; the caller frees them. */
+static float *random_values(struct glia_rng *r, struct glia_shape s, float scale)
+{
+    int64_t n = glia_shape_numel(&s);
+    float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    CU_ASSERT_FATAL(v != NULL);
+    cuda_randn(r, v, n, scale);
+    return v;
+}
+
+/* A tensor of shape s on b in format f filled with v (gradients to be written over: NaN). */
+static struct glia_tensor *filled_tensor(struct glia_backend *b, struct glia_shape s, enum glia_memory_format f, float v)
+{
+    int64_t n = glia_shape_numel(&s);
+    float *h = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) h[i] = v;
+    struct glia_tensor *t = cuda_put(b, s, f, h);
+    free(h);
+    return t;
+}
+
+/* What one pass runs: a training forward and backward, or an eval forward; the backward writes
+ * its gradients over NaN or adds them onto 1 (acc), and computes an input gradient or not (the
+ * first layer of a model). */
+struct pass {
+    bool eval, acc, no_din;
+};
+
+/* One pass of case c through the CPU layer C and the CUDA layer G (both built for c, equal
+ * weights): fresh random input and output gradient from rng, the GPU's tensors in format f, each
+ * result checked against the CPU's within its error bound at the backend's precision p. */
+static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_built *G, enum glia_precision p,
+                      enum glia_memory_format f, struct pass k, struct glia_rng *rng, const char *ini)
+{
+    struct glia_shape in = S(4, c->N, c->C, c->H, c->W), os = S(4, c->N, c->F, out_h(c, c->H), out_w(c, c->W));
+    char label[800], s[64];
+    snprintf(label, sizeof label, "%s  input %s, %s, %s, %s%s%s", ini, glia_shape_str(&in, s, sizeof s),
+             glia_precision_name(p), glia_memory_format_name(f), k.eval ? "eval" : "train", k.acc ? ", accumulate" : "",
+             k.no_din ? ", no input gradient" : "");
+    float *xv = random_values(rng, in, 1.0f), *dyv = random_values(rng, os, 1.0f);
+    struct glia_tensor *xc = cuda_put(cuda_cpu, in, GLIA_CONTIGUOUS, xv), *xg = cuda_put(cuda_gpu, in, f, xv);
+    struct glia_tensor *dyc = cuda_put(cuda_cpu, os, GLIA_CONTIGUOUS, dyv), *dyg = cuda_put(cuda_gpu, os, f, dyv);
+    struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
+    float start = k.acc ? 1.0f : NAN;
+    struct glia_tensor *dxc = filled_tensor(cuda_cpu, in, GLIA_CONTIGUOUS, start), *dxg = filled_tensor(cuda_gpu, in, f, start);
+    const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
+    struct glia_fwd fc = {inc, 1, yc, NULL, !k.eval, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, !k.eval, 77, false, 0, NULL};
+    CU_ASSERT_FATAL(C->ops->forward(&C->l, &fc) == GLIA_OK);
+    glia_status st = G->ops->forward(&G->l, &fg);
+    if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    if (!k.eval) {
+        for (int q = 0; q < C->l.n_params; q++) {
+            struct glia_param *pc = &C->l.params[q], *pg = &G->l.params[q];
+            float *g = glia_tensor_f32(pc->grad);
+            for (int64_t i = 0; i < glia_tensor_numel(pc->grad); i++) g[i] = start;
+            CU_ASSERT_FATAL(glia_tensor_from_host(pg->grad, g, glia_tensor_nbytes(pc->grad)) == GLIA_OK);
+            pc->grad_unset = pg->grad_unset = !k.acc;
+        }
+        bool acc[1] = {k.acc};
+        struct glia_tensor *dinc[1] = {k.no_din ? NULL : dxc}, *ding[1] = {k.no_din ? NULL : dxg};
+        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
+        CU_ASSERT_FATAL(C->ops->backward(&C->l, &bc) == GLIA_OK);
+        st = G->ops->backward(&G->l, &bg);
+        if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+    }
+    const float *wv = glia_tensor_f32(C->l.params[0].value), *bv = c->bias ? glia_tensor_f32(C->l.params[1].value) : NULL;
+    struct terms t[4];
+    conv_terms(t, c, xv, wv, bv, k.eval ? NULL : dyv, k.acc ? 1.0 : 0.0);
+    CU_ASSERT(within_bound(label, "out", yc, yg, &t[0], p));
+    if (!k.eval && !k.no_din) CU_ASSERT(within_bound(label, "din", dxc, dxg, &t[1], p));
+    if (!k.eval) CU_ASSERT(within_bound(label, "dweight", C->l.params[0].grad, G->l.params[0].grad, &t[2], p));
+    if (!k.eval && c->bias) CU_ASSERT(within_bound(label, "dbias", C->l.params[1].grad, G->l.params[1].grad, &t[3], p));
+    for (int q = 0; q < 4; q++) terms_free(&t[q]);
+    struct glia_tensor *all[] = {xc, xg, dyc, dyg, yc, yg, dxc, dxg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    free(xv), free(dyv);
+}
+
+/* Builds the CPU and the CUDA layer of case c with equal random weights (N(0, 0.25)) from rng. */
+static void conv_build(const struct cv *c, const char *ini, struct cuda_built *C, struct cuda_built *G,
+                       struct glia_rng *rng)
+{
+    struct glia_shape in = S(4, c->N, c->C, c->H, c->W);
+    cuda_build(ini, "cpu", cuda_cpu, &in, 1, C);
+    cuda_build(ini, "cudnn", cuda_gpu, &in, 1, G);
+    CU_ASSERT_FATAL(C->l.n_params == G->l.n_params && C->l.n_params == (c->bias ? 2 : 1));
+    for (int q = 0; q < C->l.n_params; q++) {
+        float *v = random_values(rng, C->l.params[q].shape, 0.5f);
+        memcpy(glia_tensor_f32(C->l.params[q].value), v, glia_tensor_nbytes(C->l.params[q].value));
+        CU_ASSERT_FATAL(glia_tensor_from_host(G->l.params[q].value, v, glia_tensor_nbytes(C->l.params[q].value)) ==
+                        GLIA_OK);
+        free(v);
+    }
+}
+
+/* Case c, one pass k at precision p in format f with the backend's other options as they are. */
+static void conv_check(const struct cv *c, enum glia_precision p, enum glia_memory_format f, struct pass k,
+                       uint64_t seed)
+{
+    struct glia_runtime_options o = cuda_gpu->options;
+    o.precision = p;
+    CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+    char ini[512];
+    cv_ini(c, ini, sizeof ini);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, seed);
+    struct cuda_built C, G;
+    conv_build(c, ini, &C, &G, &rng);
+    conv_pass(c, &C, &G, p, f, k, &rng, ini);
+    cuda_unbuild(&C);
+    cuda_unbuild(&G);
+}
+
 /* Every case at precision p in format f, writing and accumulating, with the current options. */
 static void run_cases(enum glia_precision p, enum glia_memory_format f, uint64_t seed)
 {
-    for (int i = 0; i < N_CASES; i++) {
-        const struct cv *c = &cases[i];
-        char ini[512];
-        cv_ini(c, ini, sizeof ini);
-        struct glia_shape in = S(4, c->N, c->C, c->H, c->W);
-        for (int acc = 0; acc < 2; acc++) {
-            struct cuda_case k = {.ini = ini, .in = &in, .n_in = 1, .precision = p, .format = f,
-                                  .accumulate = acc, .impl = "cudnn", .seed = seed + (uint64_t)(2 * i + acc)};
-            cuda_expect(&k, tol_for(p, c));
-        }
-    }
+    for (int i = 0; i < N_CASES; i++)
+        for (int acc = 0; acc < 2; acc++)
+            conv_check(&cases[i], p, f, (struct pass){.acc = acc}, seed + (uint64_t)(2 * i + acc));
 }
 
 /* Both formats, cudnn_benchmark off (heuristics) then on (timed), at precision p. */
@@ -161,104 +372,30 @@ static void test_eval(void)
     const enum glia_precision ps[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_TF32, GLIA_PRECISION_BF16,
                                       GLIA_PRECISION_FP16};
     for (int i = 0; i < 4; i++)
-        for (int f = 0; f < 2; f++) {
-            const struct cv *c = &cases[1];
-            char ini[512];
-            cv_ini(c, ini, sizeof ini);
-            struct glia_shape in = S(4, c->N, c->C, c->H, c->W);
-            struct cuda_case k = {.ini = ini, .in = &in, .n_in = 1, .precision = ps[i],
-                                  .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .eval = true,
-                                  .impl = "cudnn", .seed = 6000 + (uint64_t)(2 * i + f)};
-            cuda_expect(&k, tol_for(ps[i], c));
-        }
+        for (int f = 0; f < 2; f++)
+            conv_check(&cases[1], ps[i], f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, (struct pass){.eval = true},
+                       6000 + (uint64_t)(2 * i + f));
 }
 
-/* Random N(0, 1) values for a tensor of shape s on backend b in format f (the same values on
- * the host in *v, which the caller frees). */
-static struct glia_tensor *random_tensor(struct glia_rng *r, struct glia_backend *b, struct glia_shape s,
-                                         enum glia_memory_format f, float **v)
-{
-    int64_t n = glia_shape_numel(&s);
-    if (!*v) {
-        *v = malloc(sizeof(float) * (size_t)n);
-        cuda_randn(r, *v, n, 1.0f);
-    }
-    return cuda_put(b, s, f, *v);
-}
-
-/* A tensor of shape s on b in format f filled with NaN (gradients to be written over). */
-static struct glia_tensor *nan_tensor(struct glia_backend *b, struct glia_shape s, enum glia_memory_format f)
-{
-    int64_t n = glia_shape_numel(&s);
-    float *v = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = NAN;
-    struct glia_tensor *t = cuda_put(b, s, f, v);
-    free(v);
-    return t;
-}
-
-/* One CPU and one CUDA layer of `ini` run on inputs of shapes in[0..n) in turn, in format f: the
- * CUDA one sets its descriptors again when the shape changes, takes the algorithms of a shape it
- * has seen from the cache or finds new ones, and keeps matching. */
-static void shape_changes(const char *ini, const struct glia_shape *shapes, int n_shapes, enum glia_memory_format f,
+/* One CPU and one CUDA layer of geometry c run on inputs of shapes (N, c->C, H, W) in[0..n) in
+ * turn, in format f: the CUDA one sets its descriptors again when the shape changes, takes the
+ * algorithms of a shape it has seen from the cache or finds new ones, and keeps matching. */
+static void shape_changes(const struct cv *c, const struct glia_shape *shapes, int n_shapes, enum glia_memory_format f,
                           uint64_t seed)
 {
-    struct cuda_built C, G;
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
-    cuda_build(ini, "cpu", cuda_cpu, &shapes[0], 1, &C);
-    cuda_build(ini, "cudnn", cuda_gpu, &shapes[0], 1, &G);
+    struct cv at = *c;
+    at.N = shapes[0].dim[0], at.H = shapes[0].dim[2], at.W = shapes[0].dim[3];
+    char ini[512];
+    cv_ini(c, ini, sizeof ini);
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
-    for (int p = 0; p < C.l.n_params; p++) {
-        int64_t n = glia_tensor_numel(C.l.params[p].value);
-        float *v = glia_tensor_f32(C.l.params[p].value);
-        cuda_randn(&rng, v, n, 0.5f);
-        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p].value, v, glia_tensor_nbytes(C.l.params[p].value)) ==
-                        GLIA_OK);
-    }
+    struct cuda_built C, G;
+    conv_build(&at, ini, &C, &G, &rng);
     for (int step = 0; step < n_shapes; step++) {
-        struct glia_shape in = shapes[step], os;
-        CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &in, 1, &os) == GLIA_OK);
-        float *xv = NULL, *dyv = NULL;
-        struct glia_tensor *xc = random_tensor(&rng, cuda_cpu, in, GLIA_CONTIGUOUS, &xv);
-        struct glia_tensor *xg = random_tensor(&rng, cuda_gpu, in, f, &xv);
-        struct glia_tensor *dyc = random_tensor(&rng, cuda_cpu, os, GLIA_CONTIGUOUS, &dyv);
-        struct glia_tensor *dyg = random_tensor(&rng, cuda_gpu, os, f, &dyv);
-        struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
-        struct glia_tensor *dxc = nan_tensor(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = nan_tensor(cuda_gpu, in, f);
-        const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-        struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL};
-        CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
-        glia_status st = G.ops->forward(&G.l, &fg);
-        if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
-        CU_ASSERT_FATAL(st == GLIA_OK);
-        for (int p = 0; p < C.l.n_params; p++) {
-            int64_t n = glia_tensor_numel(C.l.params[p].grad);
-            float *g = glia_tensor_f32(C.l.params[p].grad);
-            for (int64_t i = 0; i < n; i++) g[i] = NAN;
-            CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p].grad, g, glia_tensor_nbytes(C.l.params[p].grad)) ==
-                            GLIA_OK);
-            C.l.params[p].grad_unset = G.l.params[p].grad_unset = true;
-        }
-        bool acc[1] = {false};
-        struct glia_tensor *dinc[1] = {dxc}, *ding[1] = {dxg};
-        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
-        CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
-        st = G.ops->backward(&G.l, &bg);
-        if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
-        CU_ASSERT_FATAL(st == GLIA_OK);
-        double d_out = cuda_diff_of(yc, yg), d_in = cuda_diff_of(dxc, dxg), d_par = 0;
-        for (int p = 0; p < C.l.n_params; p++)
-            d_par = fmax(d_par, cuda_diff_of(C.l.params[p].grad, G.l.params[p].grad));
-        if (!(d_out <= 1e-4 && d_in <= 1e-4 && d_par <= 1e-4))
-            printf("\n  %s  input %lldx%lldx%lldx%lld, %s: out %.3g din %.3g dparam %.3g\n", ini,
-                   (long long)in.dim[0], (long long)in.dim[1], (long long)in.dim[2], (long long)in.dim[3],
-                   glia_memory_format_name(f), d_out, d_in, d_par);
-        CU_ASSERT(d_out <= 1e-4 && d_in <= 1e-4 && d_par <= 1e-4);
-        struct glia_tensor *all[] = {xc, xg, dyc, dyg, yc, yg, dxc, dxg};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
-        free(xv);
-        free(dyv);
+        CU_ASSERT_FATAL(shapes[step].dim[1] == c->C);
+        at.N = shapes[step].dim[0], at.H = shapes[step].dim[2], at.W = shapes[step].dim[3];
+        conv_pass(&at, &C, &G, GLIA_PRECISION_FP32, f, (struct pass){0}, &rng, ini);
     }
     cuda_unbuild(&C);
     cuda_unbuild(&G);
@@ -268,80 +405,21 @@ static void shape_changes(const char *ini, const struct glia_shape *shapes, int 
  * a 1x3 with padding (0, 1) (variable-length token sequences). */
 static void test_shape_change(void)
 {
+    /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw: N, H and W come from the shapes */
+    const struct cv strided = {0, 3, 0, 0, 6, 3, 2, 1, 1, 1, true, 3, 1};
+    const struct cv tokens = {0, 8, 0, 0, 12, 1, 1, 0, 1, 1, true, 3, 1};
     const struct glia_shape batches[] = {S(4, 3, 3, 9, 8), S(4, 1, 3, 9, 8), S(4, 3, 3, 9, 8)};
     const struct glia_shape lengths[] = {S(4, 3, 8, 1, 16), S(4, 3, 8, 1, 9), S(4, 3, 8, 1, 16), S(4, 3, 8, 1, 23),
                                          S(4, 3, 8, 1, 9), S(4, 5, 8, 1, 9)};
     for (int f = 0; f < 2; f++) {
         enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
-        shape_changes("[c]\ntype = conv2d\nfilters = 6\nsize = 3\nstride = 2\npadding = 1\n", batches, 3, fmt,
-                      7000 + (uint64_t)f);
-        shape_changes("[c]\ntype = conv2d\nfilters = 12\nsize_h = 1\nsize_w = 3\npadding_w = 1\n", lengths, 6, fmt,
-                      7100 + (uint64_t)f);
+        shape_changes(&strided, batches, 3, fmt, 7000 + (uint64_t)f);
+        shape_changes(&tokens, lengths, 6, fmt, 7100 + (uint64_t)f);
     }
 }
 
-/* Case c at precision p in format f with no input gradient asked (din[0] NULL: the first layer of
- * a model): the parameter gradients still match, written over NaN (acc false) or added onto 1. */
-static void no_input_grad(const struct cv *c, enum glia_precision p, enum glia_memory_format f, bool acc, uint64_t seed)
-{
-    char ini[512];
-    cv_ini(c, ini, sizeof ini);
-    struct glia_shape in = S(4, c->N, c->C, c->H, c->W), os;
-    struct cuda_built C, G;
-    configure(p, true, DEFAULT_WORKSPACE);
-    cuda_build(ini, "cpu", cuda_cpu, &in, 1, &C);
-    cuda_build(ini, "cudnn", cuda_gpu, &in, 1, &G);
-    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &in, 1, &os) == GLIA_OK);
-    struct glia_rng rng;
-    glia__rng_seed(&rng, seed);
-    for (int q = 0; q < C.l.n_params; q++) {
-        int64_t n = glia_tensor_numel(C.l.params[q].value);
-        float *v = glia_tensor_f32(C.l.params[q].value);
-        cuda_randn(&rng, v, n, 0.5f);
-        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[q].value, v, glia_tensor_nbytes(C.l.params[q].value)) ==
-                        GLIA_OK);
-    }
-    float *xv = NULL, *dyv = NULL;
-    struct glia_tensor *xc = random_tensor(&rng, cuda_cpu, in, GLIA_CONTIGUOUS, &xv);
-    struct glia_tensor *xg = random_tensor(&rng, cuda_gpu, in, f, &xv);
-    struct glia_tensor *dyc = random_tensor(&rng, cuda_cpu, os, GLIA_CONTIGUOUS, &dyv);
-    struct glia_tensor *dyg = random_tensor(&rng, cuda_gpu, os, f, &dyv);
-    struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, f);
-    const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL};
-    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
-    glia_status st = G.ops->forward(&G.l, &fg);
-    if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
-    CU_ASSERT_FATAL(st == GLIA_OK);
-    for (int q = 0; q < C.l.n_params; q++) {
-        int64_t n = glia_tensor_numel(C.l.params[q].grad);
-        float *g = glia_tensor_f32(C.l.params[q].grad);
-        for (int64_t i = 0; i < n; i++) g[i] = acc ? 1.0f : NAN;
-        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[q].grad, g, glia_tensor_nbytes(C.l.params[q].grad)) ==
-                        GLIA_OK);
-        C.l.params[q].grad_unset = G.l.params[q].grad_unset = !acc;
-    }
-    bool accs[1] = {false};
-    struct glia_tensor *none[1] = {NULL};
-    struct glia_bwd bc = {inc, 1, yc, dyc, none, accs, NULL}, bg = {ing, 1, yg, dyg, none, accs, NULL};
-    CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
-    st = G.ops->backward(&G.l, &bg);
-    if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
-    CU_ASSERT_FATAL(st == GLIA_OK);
-    double d = cuda_diff_of(yc, yg);
-    for (int q = 0; q < C.l.n_params; q++) d = fmax(d, cuda_diff_of(C.l.params[q].grad, G.l.params[q].grad));
-    if (!(d <= tol_for(p, c)))
-        printf("\n  %s  no input gradient, %s, %s%s: diff %.3g (tol %.3g)\n", ini, glia_precision_name(p),
-               glia_memory_format_name(f), acc ? ", accumulate" : "", d, tol_for(p, c));
-    CU_ASSERT(d <= tol_for(p, c));
-    struct glia_tensor *all[] = {xc, xg, dyc, dyg, yc, yg};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
-    free(xv);
-    free(dyv);
-    cuda_unbuild(&C);
-    cuda_unbuild(&G);
-}
-
+/* With no input gradient asked (din[0] NULL: the first layer of a model) the parameter gradients
+ * still match, written over NaN or added onto 1. */
 static void test_no_input_grad(void)
 {
     const enum glia_precision ps[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_BF16};
@@ -349,7 +427,9 @@ static void test_no_input_grad(void)
         for (int f = 0; f < 2; f++)
             for (int acc = 0; acc < 2; acc++) {
                 const struct cv *c = &cases[f ? 5 : 0];  /* groups in channels_last: the filter transposes */
-                no_input_grad(c, ps[i], f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, acc, 8000 + (uint64_t)(4 * i + 2 * f + acc));
+                configure(ps[i], true, DEFAULT_WORKSPACE);
+                conv_check(c, ps[i], f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, (struct pass){.acc = acc, .no_din = true},
+                           8000 + (uint64_t)(4 * i + 2 * f + acc));
             }
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
@@ -395,15 +475,15 @@ static void test_tuning_workspace_given_back(void)
     struct glia_rng rng;
     glia__rng_seed(&rng, 9000);
     for (int q = 0; q < G.l.n_params; q++) {
-        float *v = NULL;
+        float *v = random_values(&rng, G.l.params[q].shape, 1.0f);
         glia_tensor_release(G.l.params[q].value);
-        G.l.params[q].value = random_tensor(&rng, b, G.l.params[q].shape, GLIA_CONTIGUOUS, &v);
+        G.l.params[q].value = cuda_put(b, G.l.params[q].shape, GLIA_CONTIGUOUS, v);
         G.l.params[q].grad_unset = true;
         free(v);
     }
-    float *xv = NULL, *dyv = NULL;
-    struct glia_tensor *x = random_tensor(&rng, b, in, GLIA_CONTIGUOUS, &xv);
-    struct glia_tensor *dy = random_tensor(&rng, b, os, GLIA_CONTIGUOUS, &dyv);
+    float *xv = random_values(&rng, in, 1.0f), *dyv = random_values(&rng, os, 1.0f);
+    struct glia_tensor *x = cuda_put(b, in, GLIA_CONTIGUOUS, xv);
+    struct glia_tensor *dy = cuda_put(b, os, GLIA_CONTIGUOUS, dyv);
     struct glia_tensor *y = tensor_as(b, os, GLIA_CONTIGUOUS), *dx = tensor_as(b, in, GLIA_CONTIGUOUS);
     struct glia_memory_stats s0, s1;
     CU_ASSERT_FATAL(glia_backend_memory_stats(b, &s0) == GLIA_OK);
