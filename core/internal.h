@@ -88,6 +88,14 @@ void glia__backends_close(struct glia_context *ctx);
  * context error says why (not built, or the probe's refusal). */
 glia_status glia__load_cuda(struct glia_context *ctx);
 void glia__plugins_unload(struct glia_context *ctx);
+/* The search folders in order, comma separated, into buf (what a plugin looked up by name was
+ * looked for in). */
+void glia__plugin_searched(struct glia_context *ctx, char *buf, size_t n);
+/* The plugin file name (without ".so") in the search folders nearest to word, into out, for a
+ * "did you mean": read from the folders' listings, nothing is loaded. False when none is near. */
+bool glia__plugin_file_near(struct glia_context *ctx, const char *word, char *out, size_t n);
+/* The file a loaded plugin came from, or NULL when no plugin of that name is loaded. */
+const char *glia__plugin_path(struct glia_context *ctx, const char *name);
 
 /* ---- configuration (core/config.c) ---- */
 

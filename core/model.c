@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "model_internal.h"
 
 /* ---- core schemas ---- */
@@ -98,8 +99,9 @@ static const struct glia_key train_keys[] = {
     GLIA_KEY_END};
 
 static const struct glia_key plugins_keys[] = {
-    GLIA_KEY("path", GLIA_KEY_LIST, NULL, "extra plugin folders, searched first (relative to this file)"),
-    GLIA_KEY("load", GLIA_KEY_LIST, NULL, "plugins to load by name or .so path"),
+    GLIA_KEY("path", GLIA_KEY_LIST, NULL, "extra plugin folders, searched first (relative to this file; each must exist)"),
+    GLIA_KEY("load", GLIA_KEY_LIST, NULL,
+             "plugins to load: a name (looked up in the plugin folders) or a .so file (relative to this file)"),
     GLIA_KEY_END};
 
 static const struct glia_key graph_keys[] = {
@@ -168,33 +170,128 @@ char *glia__config_path(const struct glia_section *s, const char *key, const cha
 {
     const struct glia__entry *e = glia__section_entry(s, key);
     if (!value || value[0] == '/' || (e && e->origin) || !s->cfg->path) return glia__strdup(value);
+    while (value[0] == '.' && value[1] == '/') value += 2 + strspn(value + 2, "/");  /* "./x": dir/x, not dir/./x */
     char *copy = glia__strdup(s->cfg->path);
     if (!copy) return NULL;
     const char *dir = dirname(copy);
     size_t n = strlen(dir) + strlen(value) + 2;
     char *out = malloc(n);
-    if (out) snprintf(out, n, "%s/%s", dir, value);
+    if (out && !strcmp(value, ".")) snprintf(out, n, "%s", dir);
+    else if (out) snprintf(out, n, "%s/%s", dir, value);
     free(copy);
     return out;
 }
 
+/* ---- plugins the file names ---- */
+
+/* Whether a value naming a plugin names its file (a '/' or ".so", as glia_plugin_load reads it)
+ * rather than a name looked up in the search folders. */
+static bool is_plugin_file(const char *v)
+{
+    size_t len = strlen(v);
+    return strchr(v, '/') || (len > 3 && !strcmp(v + len - 3, ".so"));
+}
+
+/* The feature a layer's type, [train] optimizer or [distributed] transport value names: the value,
+ * or for a plugin file the plugin's name (its file name without ".so"), into buf. */
+static const char *feature_of(const char *v, char *buf, size_t n)
+{
+    if (!v || !is_plugin_file(v)) return v;
+    const char *b = strrchr(v, '/');
+    b = b ? b + 1 : v;
+    size_t len = strlen(b);
+    if (len > 3 && !strcmp(b + len - 3, ".so")) len -= 3;
+    snprintf(buf, n, "%.*s", (int)len, b);
+    return buf;
+}
+
+/* Loads the plugin that key's value names: a file is relative to the model file's folder (or to
+ * the working directory when --set gave it; never looked up by dlopen), a name is looked up in
+ * the search folders. A failure is the key's error. */
+static glia_status load_named(struct glia_context *ctx, const struct glia_section *s, const char *key, const char *value)
+{
+    char *p = is_plugin_file(value) ? glia__config_path(s, key, value) : glia__strdup(value);
+    if (!p) return GLIA_ENOMEM;
+    glia_status st = glia_plugin_load(ctx, p);
+    free(p);
+    if (!st) return GLIA_OK;
+    char why[GLIA__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", glia_context_error(ctx));
+    return glia_section_error(s, key, st, "%s", why);
+}
+
+glia_status glia_config_load_plugins(struct glia_context *ctx, struct glia_config *cfg)
+{
+    struct glia_section *s = glia__config_section(cfg, "plugins");
+    if (!s) return GLIA_ENOMEM;
+    const struct glia_key *sch[] = {plugins_keys};
+    glia_status st = glia__section_validate(s, sch, 1);
+    if (st) return st;
+    const char **items;
+    int n = glia_section_list(s, "path", &items);
+    for (int i = 0; i < n && !st; i++) {
+        char *dir = glia__config_path(s, "path", items[i]);
+        if (!dir) return GLIA_ENOMEM;
+        struct stat sb;
+        /* a folder that is not there is a typo or a step not done: searching on without it would
+         * find another plugin of the same name, or none with a misleading message */
+        if (stat(dir, &sb) != 0) st = glia_section_error(s, "path", GLIA_ENOTFOUND, "folder %s does not exist", dir);
+        else if (!S_ISDIR(sb.st_mode)) st = glia_section_error(s, "path", GLIA_ENOTFOUND, "%s is not a folder", dir);
+        else st = glia_plugin_add_path(ctx, dir);
+        free(dir);
+    }
+    n = glia_section_list(s, "load", &items);
+    for (int i = 0; i < n && !st; i++) st = load_named(ctx, s, "load", items[i]);
+    return st;
+}
+
+/* [plugins], then each plugin file that a layer's type, [train] optimizer or [distributed]
+ * transport names (all of them, whatever the run needs: a model file names its code up front). */
+static glia_status setup_plugins(struct glia_model *m)
+{
+    glia_status st = glia_config_load_plugins(m->ctx, m->cfg);
+    for (int i = 0; i < m->cfg->n_sections && !st; i++) {
+        struct glia_section *s = m->cfg->sections[i];
+        const char *key = !strcmp(s->name, "train") ? "optimizer" : !strcmp(s->name, "distributed") ? "transport"
+                          : is_reserved(s->name)     ? NULL
+                                                     : "type";
+        const struct glia__entry *e = key ? glia__section_entry(s, key) : NULL;
+        if (e && is_plugin_file(e->value)) st = load_named(m->ctx, s, key, e->value);
+    }
+    return st;
+}
+
 /* ---- resolving features ---- */
 
-static glia_status suggest(struct glia_context *ctx, int kind, const char *word, char *buf, size_t n)
+/* The tail of the error line for an unknown feature `name` (a layer type or an optimizer: what):
+ * the nearest known name, and where its plugin was looked for. Nothing is loaded for the hint:
+ * it comes from the registered features, else from the .so file names in the search folders. */
+static void unknown_why(struct glia_context *ctx, int kind, const char *what, const char *name, char *buf, size_t n)
 {
-    const char *names[256];
-    glia_plugin_load_all(ctx);
-    int k = glia__feature_names(ctx, kind, names, 256);
-    const char *near = glia__did_you_mean(word, names, k);
-    if (near) snprintf(buf, n, "; did you mean '%s'?", near);
-    else buf[0] = '\0';
-    return GLIA_OK;
+    const char *names[256], *from = glia__plugin_path(ctx, name);
+    char near[256] = "";
+    const char *hit = glia__did_you_mean(name, names, glia__feature_names(ctx, kind, names, 256));
+    if (hit) snprintf(near, sizeof near, "%s", hit);
+    else if (!glia__plugin_file_near(ctx, name, near, sizeof near) || !strcmp(near, name)) near[0] = '\0';
+    /* the hint first: a long folder list may be cut at the message's end */
+    int k = near[0] ? snprintf(buf, n, "; did you mean '%s'?", near) : 0;
+    if (k < 0 || (size_t)k >= n) return;
+    if (from) {
+        snprintf(buf + k, n - (size_t)k, " (plugin %s registers no %s '%s')", from, what, name);
+    } else {
+        char dirs[GLIA__ERRMSG_MAX];
+        glia__plugin_searched(ctx, dirs, sizeof dirs);
+        if (snprintf(buf + k, n - (size_t)k, " (no loaded plugin registers it, and there is no %s.so in %s)", name,
+                     dirs) >= (int)(n - (size_t)k))
+            glia_log(ctx, GLIA_LOG_DEBUG, "searched for %s.so in %s", name, dirs);  /* the whole list, cut above */
+    }
 }
 
 static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const struct glia_section *s,
                                                   glia_status *st)
 {
-    const char *type = glia_section_str(s, "type");
+    char fb[256];
+    const char *type = feature_of(glia_section_str(s, "type"), fb, sizeof fb);
     const char *impl = glia_section_str(s, "impl");
     /* The plugin named like the type provides it, unless a plugin loaded already does (for this
      * device: cuda.so registers CUDA impls of types whose CPU impls are in their own plugins). */
@@ -208,9 +305,9 @@ static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const st
         }
     }
     if (!glia__find_layer(m->ctx, type, NULL)) {
-        char hint[300];
-        suggest(m->ctx, GLIA__FEAT_LAYER, type, hint, sizeof hint);
-        *st = glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'%s", type, hint);
+        char why[GLIA__ERRMSG_MAX];
+        unknown_why(m->ctx, GLIA__FEAT_LAYER, "layer type", type, why, sizeof why);
+        *st = glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'%s", type, why);
         return NULL;
     }
     const struct glia_layer_ops *ops =
@@ -232,37 +329,6 @@ static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const st
 
 /* ---- building ---- */
 
-static glia_status setup_plugins(struct glia_model *m)
-{
-    struct glia_section *s = glia__config_section(m->cfg, "plugins");
-    if (!s) return GLIA_ENOMEM;
-    const struct glia_key *sch[] = {plugins_keys};
-    glia_status st = glia__section_validate(s, sch, 1);
-    if (st) return st;
-    const char **items;
-    int n = glia_section_list(s, "path", &items);
-    for (int i = 0; i < n; i++) {
-        char *dir = glia__config_path(s, "path", items[i]);
-        if (!dir) return GLIA_ENOMEM;
-        st = glia_plugin_add_path(m->ctx, dir);
-        free(dir);
-        if (st) return st;
-    }
-    n = glia_section_list(s, "load", &items);
-    for (int i = 0; i < n; i++) {
-        char *p = strchr(items[i], '/') ? glia__config_path(s, "load", items[i]) : glia__strdup(items[i]);
-        if (!p) return GLIA_ENOMEM;
-        st = glia_plugin_load(m->ctx, p);
-        free(p);
-        if (st) {
-            char why[GLIA__ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-            return glia_section_error(s, "load", st, "%s", why);
-        }
-    }
-    return GLIA_OK;
-}
-
 /* The CUDA backend is the plugin cuda.so: loaded on demand; on a machine without a usable GPU its
  * probe refuses it. Returns GLIA_OK when a CUDA backend is registered, else the reason in why. */
 static glia_status load_cuda(struct glia_model *m, char *why, size_t n)
@@ -279,14 +345,17 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
     for (int i = 0; i < m->cfg->n_sections; i++) {
         const struct glia__entry *t = glia__section_entry(m->cfg->sections[i], "type");
         if (is_reserved(m->cfg->sections[i]->name) || !t) continue;
-        if (!glia__find_layer_for(m->ctx, t->value, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, t->value);
-        if (!glia__find_layer_for(m->ctx, t->value, GLIA_DEVICE_CUDA)) {
-            snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", t->value, m->cfg->sections[i]->name);
+        char fb[256];
+        const char *type = feature_of(t->value, fb, sizeof fb);
+        if (!glia__find_layer_for(m->ctx, type, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, type);
+        if (!glia__find_layer_for(m->ctx, type, GLIA_DEVICE_CUDA)) {
+            snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", type, m->cfg->sections[i]->name);
             return false;
         }
     }
     struct glia_section *t = glia__config_find(m->cfg, "train");
-    const char *name = t ? glia_section_str(t, "optimizer") : "sgd";
+    char fb[256];
+    const char *name = t ? feature_of(glia_section_str(t, "optimizer"), fb, sizeof fb) : "sgd";
     if (!glia__find_optimizer(m->ctx, name, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, name);
     if (glia__find_optimizer(m->ctx, name, -1) && !glia__find_optimizer(m->ctx, name, GLIA_DEVICE_CUDA)) {
         snprintf(why, n, "optimizer '%s' has no CUDA impl", name);
@@ -626,7 +695,8 @@ static glia_status load_data(struct glia_model *m)
 static glia_status setup_optimizer(struct glia_model *m)
 {
     struct glia_section *t = glia__config_find(m->cfg, "train");
-    const char *name = glia_section_str(t, "optimizer");
+    char fb[256];
+    const char *name = feature_of(glia_section_str(t, "optimizer"), fb, sizeof fb);
     if (!glia__find_optimizer(m->ctx, name, (int)m->device.type)) {
         glia_status ls = glia_plugin_load(m->ctx, name);
         if (ls && ls != GLIA_ENOTFOUND) {
@@ -642,9 +712,9 @@ static glia_status setup_optimizer(struct glia_model *m)
                                   glia_device_str(m->device, dev, sizeof dev));
     }
     if (!ops) {
-        char hint[300];
-        suggest(m->ctx, GLIA__FEAT_OPTIMIZER, name, hint, sizeof hint);
-        return glia_section_error(t, "optimizer", GLIA_ECONFIG, "unknown optimizer '%s'%s", name, hint);
+        char why[GLIA__ERRMSG_MAX];
+        unknown_why(m->ctx, GLIA__FEAT_OPTIMIZER, "optimizer", name, why, sizeof why);
+        return glia_section_error(t, "optimizer", GLIA_ECONFIG, "unknown optimizer '%s'%s", name, why);
     }
     struct glia_section *o = glia__config_section(m->cfg, "optimizer");
     if (!o) return GLIA_ENOMEM;
@@ -1670,7 +1740,8 @@ static glia_status setup_distributed(struct glia_model *m)
     m->world = 1;
     if (m->dist == GLIA__DIST_NONE) return GLIA_OK;
     if (m->dist == GLIA__DIST_DP) return GLIA_OK;  /* devices: see dp_devices */
-    const char *tr = glia_section_str(s, "transport");
+    char fb[256];
+    const char *tr = feature_of(glia_section_str(s, "transport"), fb, sizeof fb);
     glia_status st = glia_comm_open(m->ctx, tr, m->backend, glia_section_float(s, "timeout_s"), &m->comm);
     if (st) {
         char why[GLIA__ERRMSG_MAX];

@@ -133,15 +133,92 @@ struct find_arg {
     char searched[2048];
 };
 
+/* Appends dir to a comma-separated list (cut at the buffer's end, never overrun). */
+static void list_append(char *list, size_t size, const char *dir)
+{
+    size_t n = strlen(list);
+    if (n + 1 < size) snprintf(list + n, size - n, "%s%s", n ? ", " : "", dir);
+}
+
 static int find_in(const char *dir, void *argp)
 {
     struct find_arg *a = argp;
     struct stat st;
     snprintf(a->path, sizeof a->path, "%s/%s.so", dir, a->name);
     if (stat(a->path, &st) == 0) return 1;
-    size_t n = strlen(a->searched);
-    snprintf(a->searched + n, sizeof a->searched - n, "%s%s", n ? ", " : "", dir);
+    list_append(a->searched, sizeof a->searched, dir);
     return 0;
+}
+
+struct searched_arg {
+    char *buf;
+    size_t n;
+};
+
+static int add_searched(const char *dir, void *argp)
+{
+    struct searched_arg *a = argp;
+    list_append(a->buf, a->n, dir);
+    return 0;
+}
+
+void glia__plugin_searched(struct glia_context *ctx, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    struct searched_arg a = {buf, n};
+    each_dir(ctx, add_searched, &a);
+}
+
+/* Whether file name e is a plugin's (ends in ".so" after at least one character). */
+static bool is_so_name(const char *e)
+{
+    size_t len = strlen(e);
+    return len > 3 && strcmp(e + len - 3, ".so") == 0;
+}
+
+/* The .so files of one folder in name order (plugins load in the same order on every machine,
+ * so which of two plugins registering one name wins does not depend on the file system). *out
+ * is owned (free each entry, then the array); a folder that cannot be read has none. */
+static int so_files(const char *dir, struct dirent ***out)
+{
+    int n = scandir(dir, out, NULL, alphasort);
+    if (n < 0) return *out = NULL, 0;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (is_so_name((*out)[i]->d_name)) (*out)[k++] = (*out)[i];
+        else free((*out)[i]);
+    return k;
+}
+
+struct names_arg {
+    char **names;          /* owned */
+    int n, cap;
+};
+
+static int collect_names(const char *dir, void *argp)
+{
+    struct names_arg *a = argp;
+    struct dirent **files;
+    int n = so_files(dir, &files);
+    for (int i = 0; i < n; i++) {
+        if (!glia__grow((void **)&a->names, &a->cap, a->n + 1, sizeof *a->names) &&
+            (a->names[a->n] = strndup(files[i]->d_name, strlen(files[i]->d_name) - 3)))
+            a->n++;
+        free(files[i]);
+    }
+    free(files);
+    return 0;
+}
+
+bool glia__plugin_file_near(struct glia_context *ctx, const char *word, char *out, size_t n)
+{
+    struct names_arg a = {NULL, 0, 0};
+    each_dir(ctx, collect_names, &a);
+    const char *near = glia__did_you_mean(word, (const char *const *)a.names, a.n);
+    if (near) snprintf(out, n, "%s", near);
+    for (int i = 0; i < a.n; i++) free(a.names[i]);
+    free(a.names);
+    return near != NULL;
 }
 
 static int loaded_index(struct glia_context *ctx, const char *name)
@@ -149,6 +226,12 @@ static int loaded_index(struct glia_context *ctx, const char *name)
     for (int i = 0; i < ctx->n_plugins; i++)
         if (strcmp(ctx->plugins[i].name, name) == 0) return i;
     return -1;
+}
+
+const char *glia__plugin_path(struct glia_context *ctx, const char *name)
+{
+    int i = loaded_index(ctx, name);
+    return i < 0 ? NULL : ctx->plugins[i].path;
 }
 
 /* Drop every feature that plugin idx registered (rollback of a failed init). */
@@ -261,15 +344,20 @@ static void base_name(const char *path, char *out, size_t n)
 glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path)
 {
     char name[256];
-    size_t len = strlen(name_or_path);
-    bool is_path = strchr(name_or_path, '/') || (len > 3 && strcmp(name_or_path + len - 3, ".so") == 0);
+    bool is_path = strchr(name_or_path, '/') || is_so_name(name_or_path);
     base_name(name_or_path, name, sizeof name);
     if (loaded_index(ctx, name) >= 0) return GLIA_OK;
     if (is_path) {
+        /* dlopen looks a name without a '/' up in LD_LIBRARY_PATH and the system's library
+         * folders: "x.so" is the file x.so of the working directory, so it gets its "./". */
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s%s", strchr(name_or_path, '/') ? "" : "./", name_or_path) >=
+            sizeof path)
+            return glia_error(ctx, GLIA_EINVAL, "plugin path %.64s... is too long", name_or_path);
         struct stat st;
-        if (stat(name_or_path, &st) != 0)
-            return glia_error(ctx, GLIA_ENOTFOUND, "plugin file %s not found", name_or_path);
-        return load_path(ctx, name_or_path, name);
+        if (stat(path, &st) != 0)
+            return glia_error(ctx, GLIA_ENOTFOUND, "plugin file %s not found", path);
+        return load_path(ctx, path, name);
     }
     struct find_arg *a = calloc(1, sizeof *a);
     if (!a) return GLIA_ENOMEM;
@@ -284,21 +372,19 @@ glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path)
 static int load_dir(const char *dir, void *ctxp)
 {
     struct glia_context *ctx = ctxp;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
+    struct dirent **files;
+    int n = so_files(dir, &files);
     char path[4096], name[256];
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len <= 3 || strcmp(e->d_name + len - 3, ".so") != 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]->d_name);
+        free(files[i]);
         base_name(path, name, sizeof name);
         if (loaded_index(ctx, name) >= 0) continue;
         glia_status st = load_path(ctx, path, name);
         /* a probe refusal (the CUDA plugin on a machine without a GPU) is normal: debug only */
         if (st) glia_log(ctx, st == GLIA_EPROBE ? GLIA_LOG_DEBUG : GLIA_LOG_WARN, "%s", ctx->error);
     }
-    closedir(d);
+    free(files);
     return 0;
 }
 
@@ -352,8 +438,18 @@ void glia_keys_print(FILE *f, const struct glia_key *keys)
 
 glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *only)
 {
+    /* libglia's own features first, then the plugins by name (not in the order they loaded) */
+    int *order = malloc(((size_t)ctx->n_plugins + 1) * sizeof *order);
+    if (!order) return GLIA_ENOMEM;
+    order[0] = -1;
+    for (int i = 0; i < ctx->n_plugins; i++) {  /* insertion sort: a few dozen plugins */
+        int k = i + 1;
+        for (; k > 1 && strcmp(ctx->plugins[order[k - 1]].name, ctx->plugins[i].name) > 0; k--) order[k] = order[k - 1];
+        order[k] = i;
+    }
     int shown = 0;
-    for (int pi = -1; pi < ctx->n_plugins; pi++) {
+    for (int oi = 0; oi <= ctx->n_plugins; oi++) {
+        int pi = order[oi];
         const char *pname = pi < 0 ? "libglia" : ctx->plugins[pi].name;
         bool want_plugin = !only || strcmp(only, pname) == 0;
         bool header = false;
@@ -389,6 +485,7 @@ glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *onl
             }
         }
     }
+    free(order);
     if (only && !shown) return glia_error(ctx, GLIA_ENOTFOUND, "no plugin or feature named '%s' is loaded", only);
     return GLIA_OK;
 }

@@ -263,12 +263,61 @@ static void test_checker_finds_errors(void)
     readme = saved;
 }
 
+/* A command's synopsis on line p: from "glia " to the first run of two spaces or the line's end,
+ * into out; false when the line holds no "glia ". */
+static bool synopsis(const char *p, char *out, size_t n)
+{
+    const char *end = strchr(p, '\n');
+    const char *g = strstr(p, "glia ");
+    if (!g || (end && g > end)) return false;
+    const char *e = g;
+    while (*e && *e != '\n' && strncmp(e, "  ", 2)) e++;
+    size_t len = (size_t)(e - g);
+    if (len >= n) len = n - 1;
+    memcpy(out, g, len);
+    out[len] = '\0';
+    return true;
+}
+
+/* Every command of the README's command-line block has the synopsis `glia --help` prints for it. */
+static void test_command_lines(void)
+{
+    if (!readme) load_readme();
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[1100], usage[8192];
+    snprintf(cmd, sizeof cmd, "%s --help", bin ? bin : "tools/glia");
+    FILE *p = popen(cmd, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    size_t k = fread(usage, 1, sizeof usage - 1, p);
+    usage[k] = '\0';
+    CU_ASSERT_EQUAL(pclose(p), 0);
+    const char *b = strstr(readme, "## Command line\n\n```\n"), *e = b ? strstr(b + 20, "```") : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    int n = 0;
+    for (const char *r = b + 20; r && r < e; r = strchr(r, '\n'), r = r ? r + 1 : NULL) {
+        char doc[512], prog[512] = "", word[64];
+        if (strncmp(r, "glia ", 5) || !synopsis(r, doc, sizeof doc) || sscanf(doc, "glia %63s", word) != 1) continue;
+        n++;
+        for (const char *u = usage; u && *u; u = strchr(u, '\n'), u = u ? u + 1 : NULL) {
+            char mine[512], w[64];
+            if (synopsis(u, mine, sizeof mine) && sscanf(mine, "glia %63s", w) == 1 && !strcmp(w, word)) {
+                snprintf(prog, sizeof prog, "%s", mine);
+                break;
+            }
+        }
+        if (strcmp(doc, prog)) printf("\n  README.md: '%s'\n  glia --help: '%s'", doc, prog);
+        CU_ASSERT_STRING_EQUAL(doc, prog);
+    }
+    CU_ASSERT(n >= 7);  /* the block was found and read */
+}
+
 int main(void)
 {
     static const struct glia_test tests[] = {
         GLIA_TEST(test_core_sections),
         GLIA_TEST(test_layers_and_optimizers),
         GLIA_TEST(test_checker_finds_errors),
+        GLIA_TEST(test_command_lines),
     };
     int rc = glia_test_run("docs", tests, (int)(sizeof tests / sizeof tests[0]));
     free(readme);

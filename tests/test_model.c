@@ -3,6 +3,7 @@
  * codes and one-line errors. Not training (test_train.c). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -466,5 +467,213 @@ static void test_device_cuda_or_fallback(void)
     glia_context_free(ctx);
 }
 
+/* ---- plugins a model file names: where each is loaded from, and what is not loaded ---- */
+
+/* A new folder glia_test_tmp(name) holding a copy of the marker fixture (its constructor appends a
+ * line to $GLIA_TEST_MARKER when it is dlopened): a copy of its own, so each case loads afresh. */
+static const char *marker_dir(const char *name)
+{
+    static char bufs[4][600];
+    static int k;
+    char *d = bufs[k++ % 4], from[700], to[700], buf[65536];
+    snprintf(d, sizeof bufs[0], "%s", glia_test_tmp(name));
+    mkdir(d, 0755);
+    snprintf(from, sizeof from, "%s/marker.so", glia_test_fixtures());
+    snprintf(to, sizeof to, "%s/marker.so", d);
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    CU_ASSERT_FATAL(in && out);
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) CU_ASSERT_FATAL(fwrite(buf, 1, n, out) == n);
+    fclose(in);
+    CU_ASSERT_FATAL(fclose(out) == 0);
+    return d;
+}
+
+/* Builds the model file dir/m.ini holding text ('@': the data folder), with an optional --set, in a
+ * new context; returns the status and the one-line error in err. */
+static glia_status build_file(const char *dir, const char *text, const char *set, char *err, size_t n)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/m.ini", dir);
+    CU_ASSERT_FATAL(glia_test_write(path, expand(text)) == 0);
+    struct glia_context *ctx;
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_status st = glia_config_load(ctx, path, &cfg);
+    if (!st && set) st = glia_config_set(cfg, set);
+    if (!st) st = glia_model_build(ctx, cfg, &m);
+    snprintf(err, n, "%s", st ? glia_context_error(ctx) : "");
+    CU_ASSERT(!st || strchr(err, '\n') == NULL);
+    glia_model_free(m);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+    return st;
+}
+
+/* Whether the marker fixture was loaded since the marker file was last removed. */
+static bool marker_loaded(void) { return access(glia_test_tmp("plugin.marker"), F_OK) == 0; }
+
+#define ASSERT_ERR(err, want)                                                  \
+    do {                                                                       \
+        if (!strstr((err), (want))) printf("\n  got: %s\n  want: %s", (err), (want)); \
+        CU_ASSERT_PTR_NOT_NULL(strstr((err), (want)));                         \
+    } while (0)
+
+#define NET "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS
+
+/* type, [train] optimizer, [plugins] load and [distributed] transport naming a .so: relative to the
+ * model file's folder (the working directory is elsewhere), or to the working directory for --set,
+ * and a bare "marker.so" is never handed to dlopen as it is (that would search the system). */
+static void test_plugin_files_resolve(void)
+{
+    make_data();
+    char err[2048], want[1400];
+    setenv("GLIA_TEST_MARKER", glia_test_tmp("plugin.marker"), 1);
+    remove(glia_test_tmp("plugin.marker"));
+    const char *d = marker_dir("pf-type");
+    CU_ASSERT_EQUAL(build_file(d, DATA "[runtime]\ndevice = cpu\n[train]\noptimizer = marker.so\n[f]\ntype = flatten\n"
+                                       "[mk]\ntype = ./marker.so\n[fc]\ntype = linear\noutputs = 4\n" LOSS,
+                               NULL, err, sizeof err),
+                    GLIA_OK);
+    if (err[0]) printf("\n  %s", err);
+    CU_ASSERT(marker_loaded());
+
+    remove(glia_test_tmp("plugin.marker"));
+    d = marker_dir("pf-load");
+    CU_ASSERT_EQUAL(build_file(d, DATA "[runtime]\ndevice = cpu\n[plugins]\nload = marker.so\n[f]\ntype = flatten\n"
+                                       "[mk]\ntype = marker\n[fc]\ntype = linear\noutputs = 4\n" LOSS,
+                               NULL, err, sizeof err),
+                    GLIA_OK);
+    if (err[0]) printf("\n  %s", err);
+    CU_ASSERT(marker_loaded());
+
+    /* --set: the working directory's marker.so, not the model file's folder's (it has none) */
+    remove(glia_test_tmp("plugin.marker"));
+    d = marker_dir("pf-set");
+    char sub[700], old[4096];
+    snprintf(sub, sizeof sub, "%s/sub", d);
+    mkdir(sub, 0755);
+    CU_ASSERT_FATAL(getcwd(old, sizeof old) != NULL);
+    CU_ASSERT_FATAL(chdir(d) == 0);
+    glia_status st = build_file(sub, DATA "[runtime]\ndevice = cpu\n[f]\ntype = flatten\n[mk]\ntype = relu\n[fc]\n"
+                                          "type = linear\noutputs = 4\n" LOSS, "mk.type=marker.so", err, sizeof err);
+    CU_ASSERT_FATAL(chdir(old) == 0);
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    if (err[0]) printf("\n  %s", err);
+    CU_ASSERT(marker_loaded());
+
+    /* a transport file is loaded with the rest; this one registers no transport of its name */
+    remove(glia_test_tmp("plugin.marker"));
+    d = marker_dir("pf-transport");
+    CU_ASSERT_EQUAL(build_file(d, DATA "[runtime]\ndevice = cpu\n[distributed]\nmode = ddp\ntransport = ./marker.so\n" NET,
+                               NULL, err, sizeof err),
+                    GLIA_EPLUGIN);
+    CU_ASSERT(marker_loaded());
+    snprintf(want, sizeof want, "%s/m.ini:11: [distributed] transport: plugin marker.so registers no transport named 'marker'", d);
+    ASSERT_ERR(err, want);
+
+    /* a file that is not there: named with the model file's folder */
+    CU_ASSERT_EQUAL(build_file(d, DATA "[train]\noptimizer = sub/nope.so\n" NET, NULL, err, sizeof err), GLIA_ENOTFOUND);
+    snprintf(want, sizeof want, "%s/m.ini:8: [train] optimizer: plugin file %s/sub/nope.so not found", d, d);
+    ASSERT_ERR(err, want);
+    remove(glia_test_tmp("plugin.marker"));
+    unsetenv("GLIA_TEST_MARKER");
+}
+
+/* A name not found says which folders were searched, for each key that names a plugin; a [plugins]
+ * path folder that is not there is an error; a "did you mean" loads nothing. */
+static void test_plugin_not_found(void)
+{
+    make_data();
+    char err[2048], want[1400];
+    setenv("GLIA_TEST_MARKER", glia_test_tmp("plugin.marker"), 1);
+    remove(glia_test_tmp("plugin.marker"));
+    const char *d = marker_dir("pf-search");
+    CU_ASSERT_EQUAL(build_file(d, DATA "[plugins]\npath = ./nosuch\n" NET, NULL, err, sizeof err), GLIA_ENOTFOUND);
+    snprintf(want, sizeof want, "%s/m.ini:8: [plugins] path: folder %s/nosuch does not exist", d, d);
+    ASSERT_ERR(err, want);
+    CU_ASSERT_EQUAL(build_file(d, DATA "[plugins]\npath = m.ini\n" NET, NULL, err, sizeof err), GLIA_ENOTFOUND);
+    snprintf(want, sizeof want, "%s/m.ini:8: [plugins] path: %s/m.ini is not a folder", d, d);
+    ASSERT_ERR(err, want);
+
+    static const struct {
+        const char *text, *key, *want;
+    } cases[] = {
+        {"[plugins]\npath = .\nload = xyzzy\n" NET, "[plugins] load", "plugin 'xyzzy' not found (searched: %s, "},
+        {"[plugins]\npath = .\n[mk]\ntype = xyzzy\n" NET, "[mk] type",
+         "unknown layer type 'xyzzy' (no loaded plugin registers it, and there is no xyzzy.so in %s, "},
+        {"[plugins]\npath = .\n[train]\noptimizer = xyzzy\n" NET, "[train] optimizer",
+         "unknown optimizer 'xyzzy' (no loaded plugin registers it, and there is no xyzzy.so in %s, "},
+        {"[plugins]\npath = .\n[distributed]\nmode = ddp\ntransport = xyzzy\n" NET, "[distributed] transport",
+         "[plugin 'xyzzy' not found (searched: %s, "},
+        /* did you mean: from the file names, without loading marker.so (nor any other) */
+        {"[plugins]\npath = .\n[mk]\ntype = markr\n" NET, "[mk] type", "unknown layer type 'markr'; did you mean 'marker'? ("},
+        {"[plugins]\npath = .\n[mk]\ntype = reluu\n" NET, "[mk] type", "unknown layer type 'reluu'; did you mean 'relu'? ("},
+        {"[plugins]\npath = .\n[train]\noptimizer = markerr\n" NET, "[train] optimizer",
+         "unknown optimizer 'markerr'; did you mean 'marker'? ("},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024], tail[700];
+        snprintf(text, sizeof text, "%s%s", DATA, cases[i].text);
+        glia_status st = build_file(d, text, NULL, err, sizeof err);
+        CU_ASSERT(st == GLIA_ENOTFOUND || st == GLIA_ECONFIG);
+        snprintf(tail, sizeof tail, cases[i].want, d);
+        ASSERT_ERR(err, cases[i].key);
+        ASSERT_ERR(err, tail);
+        if (strstr(cases[i].want, "%s")) ASSERT_ERR(err, glia_plugin_dir());
+        if (marker_loaded()) printf("\n  case %zu loaded marker.so", i);
+        CU_ASSERT_FALSE(marker_loaded());
+    }
+    unsetenv("GLIA_TEST_MARKER");
+}
+
+/* glia check loads what the model names (its constructor runs); glia plugins sees a model file's
+ * [plugins] path when given the file. */
+static void test_cli_plugins(void)
+{
+    make_data();
+    char err[2048], args[1400], model[700];
+    setenv("GLIA_TEST_MARKER", glia_test_tmp("plugin.marker"), 1);
+    remove(glia_test_tmp("plugin.marker"));
+    const char *d = marker_dir("pf-cli");
+    snprintf(model, sizeof model, "%s/m.ini", d);
+    CU_ASSERT_FATAL(glia_test_write(model, expand(DATA "[runtime]\ndevice = cpu\n[plugins]\npath = .\n[f]\ntype = flatten\n"
+                                                       "[mk]\ntype = ./marker.so\n[fc]\ntype = linear\noutputs = 4\n"
+                                                       LOSS)) == 0);
+    snprintf(args, sizeof args, "check %s", model);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 0);
+    CU_ASSERT(marker_loaded());
+    CU_ASSERT_EQUAL(run_glia("plugins --describe marker", err, sizeof err), 1);
+    CU_ASSERT_STRING_EQUAL(err, "glia: no plugin or feature named 'marker' is loaded\n");
+    snprintf(args, sizeof args, "plugins --describe marker %s", model);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 0);
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[2000], out[16384];
+    snprintf(cmd, sizeof cmd, "%s plugins %s", bin ? bin : "tools/glia", model);
+    FILE *p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    size_t k = fread(out, 1, sizeof out - 1, p);
+    out[k] = '\0';
+    CU_ASSERT_EQUAL(pclose(p), 0);
+    char want[800];
+    snprintf(want, sizeof want, "\nmarker 1.0 (MIT) — loader fixture: says when it is loaded\n    %s/marker.so\n"
+                                "  layer marker (impl cpu): loader fixture: y = x\n", d);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    /* by name: linear comes before marker, marker before relu */
+    const char *lin = strstr(out, "\nlinear "), *mk = strstr(out, "\nmarker "), *relu = strstr(out, "\nrelu ");
+    CU_ASSERT(lin && mk && relu && lin < mk && mk < relu);
+    /* a model whose [plugins] path is not there: one line */
+    CU_ASSERT_FATAL(glia_test_write(model, "[plugins]\npath = gone\n") == 0);
+    snprintf(args, sizeof args, "plugins %s", model);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(lines(err), 1);
+    snprintf(want, sizeof want, "glia: %s:2: [plugins] path: folder %s/gone does not exist\n", model, d);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    remove(glia_test_tmp("plugin.marker"));
+    unsetenv("GLIA_TEST_MARKER");
+}
+
 GLIA_TEST_MAIN("model", GLIA_TEST(test_device_cuda_or_fallback), GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),
-               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check), GLIA_TEST(test_cli_sigterm))
+               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check), GLIA_TEST(test_cli_sigterm),
+               GLIA_TEST(test_plugin_files_resolve), GLIA_TEST(test_plugin_not_found), GLIA_TEST(test_cli_plugins))

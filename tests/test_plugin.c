@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <glia/glia.h>
 #include "internal.h"
 #include "testutil.h"
@@ -263,6 +265,95 @@ static void test_load_all(void)
     glia_context_free(ctx);
 }
 
+/* Copies file from to to; 0 on success. */
+static int copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    char buf[65536];
+    size_t n;
+    int bad = !in || !out;
+    while (!bad && (n = fread(buf, 1, sizeof buf, in)) > 0) bad = fwrite(buf, 1, n, out) != n;
+    if (in) fclose(in);
+    if (out && fclose(out)) bad = 1;
+    return bad ? -1 : 0;
+}
+
+/* "marker.so" (no '/') is the file of the working directory: dlopen would look the bare name up in
+ * LD_LIBRARY_PATH and the system's library folders instead, where it is not. */
+static void test_bare_so_name_is_a_file(void)
+{
+    char dir[600], old[4096];
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("bare-so"));
+    mkdir(dir, 0755);
+    char path[700];
+    snprintf(path, sizeof path, "%s/marker.so", dir);
+    CU_ASSERT_FATAL(copy_file(fixture("marker"), path) == 0);
+    CU_ASSERT_FATAL(getcwd(old, sizeof old) != NULL);
+    CU_ASSERT_FATAL(chdir(dir) == 0);
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT(load(ctx, "marker.so", GLIA_OK) == GLIA_OK);
+    const char *from = glia__plugin_path(ctx, "marker");
+    CU_ASSERT(from && !strcmp(from, "./marker.so"));
+    CU_ASSERT(load(ctx, "no_such.so", GLIA_ENOTFOUND) == GLIA_ENOTFOUND);
+    ASSERT_MSG_HAS(ctx, "plugin file ./no_such.so not found");
+    glia_context_free(ctx);
+    CU_ASSERT_FATAL(chdir(old) == 0);
+    remove(path);
+}
+
+/* glia_plugin_print lists libglia, then the plugins by name, whatever order they loaded in. */
+static void test_print_sorted(void)
+{
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT(load(ctx, fixture("marker"), GLIA_OK) == GLIA_OK);
+    CU_ASSERT(load(ctx, fixture("good"), GLIA_OK) == GLIA_OK);
+    CU_ASSERT(load(ctx, fixture("forward_counter"), GLIA_OK) == GLIA_OK);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT(glia_plugin_print(ctx, f, NULL) == GLIA_OK);
+    fclose(f);
+    const char *lib = strstr(text, "libglia (built in)"), *fc = strstr(text, "\nforward_counter "),
+               *good = strstr(text, "\ngood "), *mk = strstr(text, "\nmarker ");
+    if (!(lib && fc && good && mk && lib < fc && fc < good && good < mk)) printf("\n  not sorted:\n%s", text);
+    CU_ASSERT(lib && fc && good && mk && lib < fc && fc < good && good < mk);
+    free(text);
+    glia_context_free(ctx);
+}
+
+/* The search folders in order, for messages; and the plugin file nearest to a word, read from the
+ * folders' listings without loading anything (marker's constructor would write the marker file). */
+static void test_searched_and_near(void)
+{
+    const char *marker = glia_test_tmp("near.marker");
+    remove(marker);
+    setenv("GLIA_TEST_MARKER", marker, 1);
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("near-dir"));
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/marker.so", dir);
+    CU_ASSERT_FATAL(copy_file(fixture("marker"), path) == 0);
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT(glia_plugin_add_path(ctx, dir) == GLIA_OK);
+    char buf[2048], near[64];
+    glia__plugin_searched(ctx, buf, sizeof buf);
+    CU_ASSERT(!strncmp(buf, dir, strlen(dir)) && !strncmp(buf + strlen(dir), ", ", 2));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, glia_plugin_dir()));
+    CU_ASSERT(glia__plugin_file_near(ctx, "markr", near, sizeof near));
+    CU_ASSERT_STRING_EQUAL(near, "marker");
+    CU_ASSERT_FALSE(glia__plugin_file_near(ctx, "zzzzzzzzzz", near, sizeof near));
+    CU_ASSERT_EQUAL(ctx->n_plugins, 0);
+    CU_ASSERT_EQUAL(access(marker, F_OK), -1);
+    /* the marker works: loading writes it */
+    CU_ASSERT(load(ctx, "marker", GLIA_OK) == GLIA_OK);
+    CU_ASSERT_EQUAL(access(marker, F_OK), 0);
+    glia_context_free(ctx);
+    unsetenv("GLIA_TEST_MARKER");
+    remove(marker);
+    remove(path);
+}
+
 /* ---- what the register calls refuse: a struct of an older ABI, a missing required slot, a
  * second registration of the same thing; each error names the registering plugin ---- */
 
@@ -369,4 +460,7 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_probe_refuse),
                GLIA_TEST(test_not_a_shared_object),
                GLIA_TEST(test_load_all),
+               GLIA_TEST(test_bare_so_name_is_a_file),
+               GLIA_TEST(test_print_sorted),
+               GLIA_TEST(test_searched_and_near),
                GLIA_TEST(test_register_refusals))

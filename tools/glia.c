@@ -15,8 +15,8 @@ static void usage(FILE *f)
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
             "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
-            "       glia plugins [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
-            "                                          or runtime|data|train|plugins|layer)\n"
+            "       glia plugins [MODEL.ini] [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
+            "                                   or runtime|data|train|plugins|layer; MODEL.ini: its [plugins] too)\n"
             "       glia plot METRICS.jsonl [-o OUT.svg]\n"
             GLIA__BENCH_USAGE
             "       glia --version\n");
@@ -220,8 +220,17 @@ static int cmd_profile(struct glia_context *ctx, const struct args *a)
     return rc;
 }
 
+/* glia plugins [MODEL.ini] [--describe NAME]: loads every plugin in the search path (what was
+ * asked for), with a model file's [plugins] path folders first and its load plugins. */
 static int cmd_plugins(struct glia_context *ctx, const struct args *a)
 {
+    if (a->model) {
+        struct glia_config *cfg = NULL;
+        glia_status st = glia_config_load(ctx, a->model, &cfg);
+        if (!st) st = glia_config_load_plugins(ctx, cfg);
+        glia_config_free(cfg);
+        if (st) return fail(ctx, st);
+    }
     glia_plugin_load_all(ctx);
     if (a->describe) {
         const struct glia_key *k = glia_config_schema(a->describe);

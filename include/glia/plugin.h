@@ -75,19 +75,24 @@ glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_o
 struct glia_context *glia_registry_context(struct glia_registry *r);
 
 /* Loading (used by the core and by programs embedding glia). `name_or_path` is a plugin
- * name looked up in the search path, or a path to a .so. Loading an already loaded plugin
- * is a no-op. On refusal the context error names the file, the symbol and both versions. */
+ * name looked up in the search path, or a path to a .so (it has a '/' or ends in ".so"; a
+ * relative one is relative to the working directory: "x.so" is ./x.so, never looked up in the
+ * system's library path). Loading runs the plugin's code: dlopen runs its constructors before
+ * its descriptor is checked. Loading an already loaded plugin is a no-op. On refusal the
+ * context error names the file, the symbol and both versions. */
 glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path);
 /* Search path, first match wins: directories added here (in order), then each entry of
  * $GLIA_PLUGIN_PATH, then the installed plugin directory, or instead of it each entry of
  * $GLIA_PLUGIN_SYSTEM_PATH when that variable is set (set and empty: no installed folder). */
 glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir);
-/* Load every plugin found in the search path; refusals are logged as warnings. */
+/* Load every plugin found in the search path (each folder's in file-name order); refusals are
+ * logged as warnings. */
 glia_status glia_plugin_load_all(struct glia_context *ctx);
 /* The installed plugin directory. */
 const char *glia_plugin_dir(void);
-/* Print loaded plugins and their features to f; with `only` (a plugin, layer type or
- * optimizer name) print just that, with each key's type, default and doc. */
+/* Print loaded plugins (libglia's own features first, then the plugins by name) and their
+ * features to f; with `only` (a plugin, layer type or optimizer name) print just that, with
+ * each key's type, default and doc. */
 glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *only);
 /* Print a key schema, one key a line (used by glia_plugin_print and `glia plugins`). */
 void glia_keys_print(FILE *f, const struct glia_key *keys);
