@@ -621,7 +621,7 @@ static void test_plugin_not_found(void)
         snprintf(tail, sizeof tail, cases[i].want, d);
         ASSERT_ERR(err, cases[i].key);
         ASSERT_ERR(err, tail);
-        if (strstr(cases[i].want, "%s")) ASSERT_ERR(err, glia_plugin_dir());
+        if (strstr(cases[i].want, "%s")) ASSERT_ERR(err, getenv("GLIA_PLUGIN_PATH"));  /* and on */
         if (marker_loaded()) printf("\n  case %zu loaded marker.so", i);
         CU_ASSERT_FALSE(marker_loaded());
     }

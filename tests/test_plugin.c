@@ -337,7 +337,12 @@ static void test_searched_and_near(void)
     struct glia_context *ctx = new_ctx();
     CU_ASSERT(glia_plugin_add_path(ctx, dir) == GLIA_OK);
     char buf[2048], near[64];
+    const char *sys = getenv("GLIA_PLUGIN_SYSTEM_PATH");  /* the tests' own: set and empty */
+    char *saved = sys ? strdup(sys) : NULL;
+    unsetenv("GLIA_PLUGIN_SYSTEM_PATH");  /* the installed folder comes last */
     glia__plugin_searched(ctx, buf, sizeof buf);
+    if (saved) setenv("GLIA_PLUGIN_SYSTEM_PATH", saved, 1);
+    free(saved);
     CU_ASSERT(!strncmp(buf, dir, strlen(dir)) && !strncmp(buf + strlen(dir), ", ", 2));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, glia_plugin_dir()));
     CU_ASSERT(glia__plugin_file_near(ctx, "markr", near, sizeof near));
