@@ -2,9 +2,9 @@
  * weights, buffers, optimizer state, training position and loss scaler, written atomically.
  * Not a general serialization library: one format, read back by the same model.
  *
- * Layout (little-endian), version 2:
+ * Layout (little-endian), version 3:
  *   header (40 bytes): "GLIACKPT", u32 version, u32 0x01020304, u64 payload bytes,
- *                      u32 crc32(payload), u32 0, u64 model fingerprint
+ *                      u32 crc32(payload), u32 crc32(header bytes 0-27 and 32-39), u64 model fingerprint
  *   payload: u64 n_weights, u64 n_buffers, u32 n_state, u32 0, char optimizer[32],
  *            i64 step, i32 epoch, i32 0, i64 next batch in epoch, u64 seed,
  *            f64 loss sum of the epoch so far, i64 samples of the epoch so far,
@@ -12,8 +12,11 @@
  *            scaled its loss (precision = fp16) else 0, u32 0,
  *            f32 weights[n_weights], f32 buffers[n_buffers], f32 state[n_state][n_weights]
  *   (packed in arena order: the arenas' alignment padding is not stored)
- * Version 1 is the same without the loss scaler; it still loads (an fp16 run resumed from it
- * starts its loss scaler afresh). Newer versions are refused.
+ * So every header byte is checked: the signature, the header's CRC, then what it says. Version 2
+ * is version 3 with bytes 28-31 zero (no header CRC: they must be zero, and its fingerprint is
+ * checked only against the model); version 1 is version 2 without the loss scaler (an fp16 run
+ * resumed from it starts its loss scaler afresh). Both still load. Newer versions are refused;
+ * they keep this header, so a newer file is told from a corrupt one by its header CRC.
  * Randomness in glia is a function of (seed, epoch, step, sample), so step, epoch and the
  * batch position are the whole random state: a resumed run repeats the uninterrupted one. */
 #include <errno.h>
@@ -28,8 +31,9 @@
 #include "model_internal.h"
 
 #define MAGIC "GLIACKPT"
-#define VERSION 2u
+#define VERSION 3u
 #define HEADER 40
+#define ENDIAN 0x01020304u
 #define MAX_STEP ((int64_t)1 << 62)   /* optimizer steps a checkpoint may count (far from overflow) */
 
 struct meta {
@@ -69,6 +73,12 @@ uint64_t glia__model_fingerprint(const struct glia_model *m)
 
 static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
 static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+/* The header's CRC (version 3 on): every header byte but its own four. */
+static uint32_t header_crc(const unsigned char *h)
+{
+    return (uint32_t)crc32(crc32(0L, h, 28), h + 32, 8);
+}
 
 /* dst = the values of arena tensor t, packed; tmp holds a->len floats. */
 static glia_status pull(const struct glia_tensor *t, const struct glia__arena *a, float *dst, float *tmp)
@@ -125,11 +135,11 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     }
     memcpy(buf, MAGIC, 8);
     put_u32(buf + 8, VERSION);
-    put_u32(buf + 12, 0x01020304u);
+    put_u32(buf + 12, ENDIAN);
     put_u64(buf + 16, payload);
     put_u32(buf + 24, (uint32_t)crc32(0L, p, (uInt)payload));
-    put_u32(buf + 28, 0);
     put_u64(buf + 32, glia__model_fingerprint(m));
+    put_u32(buf + 28, header_crc(buf));
     /* atomic: temporary file in the same folder, fsync, rename, fsync the folder */
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);
@@ -181,16 +191,23 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     unsigned char h[HEADER];
     size_t got = fread(h, 1, HEADER, f);
     glia_status st = GLIA_OK;
-    uint32_t version, endian, crc;
+    uint32_t version, endian, crc, hcrc;
     uint64_t payload, fp;
     memcpy(&version, h + 8, 4);
     memcpy(&endian, h + 12, 4);
     memcpy(&payload, h + 16, 8);
     memcpy(&crc, h + 24, 4);
+    memcpy(&hcrc, h + 28, 4);
     memcpy(&fp, h + 32, 8);
+    bool old = version == 1 || version == 2;  /* no header CRC: bytes 28-31 are zero */
     if (got < 8 || memcmp(h, MAGIC, 8)) st = bad(m, path, "not a glia checkpoint (no GLIACKPT signature)");
     else if (got < HEADER) st = bad(m, path, "truncated checkpoint header");
-    else if (endian != 0x01020304u) st = bad(m, path, "checkpoint written on a machine of the other byte order");
+    else if (endian == 0x04030201u) st = bad(m, path, "checkpoint written on a machine of the other byte order");
+    else if (old && hcrc)
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: corrupt checkpoint header (version %u, but bytes 28-31 are not zero)",
+                        path, version);
+    else if (!old && hcrc != header_crc(h)) st = bad(m, path, "corrupt checkpoint header (CRC mismatch)");
+    else if (endian != ENDIAN) st = bad(m, path, "corrupt checkpoint header (byte-order mark)");
     else if (version < 1 || version > VERSION)
         st = glia_error(m->ctx, GLIA_EFORMAT, "%s: checkpoint format version %u, this glia reads versions 1 to %u", path,
                         version, VERSION);

@@ -581,6 +581,16 @@ static uint32_t crc32_of(const unsigned char *p, size_t n)
     return c ^ 0xFFFFFFFFu;
 }
 
+/* Sets a version 3 header's CRC (bytes 28-31: CRC-32 of the other 36 header bytes). */
+static void fix_header_crc(unsigned char *h)
+{
+    unsigned char t[36];
+    memcpy(t, h, 28);
+    memcpy(t + 28, h + 32, 8);
+    uint32_t c = crc32_of(t, sizeof t);
+    memcpy(h + 28, &c, 4);
+}
+
 /* The file at path (*n bytes), malloc'ed. */
 static unsigned char *slurp(const char *path, size_t *n)
 {
@@ -604,19 +614,20 @@ static void spit(const char *path, const unsigned char *b, size_t n)
 }
 
 /* Saved and loaded directly: the scaler comes back only into a run that scales its loss, from a
- * run that did; a version 1 file (no scaler) still loads, leaving the scaler as it starts; a
- * newer version is refused. */
+ * run that did; a version 2 file (no header CRC) and a version 1 file (no scaler either) still
+ * load, the latter leaving the scaler as it starts; a newer version is refused. */
 static void test_checkpoint_loss_scaler(void)
 {
     make_data();
     rm_ckpt();
-    char cmd[700], p16[700], p32[700], pv1[700], pv3[700];
+    char cmd[700], p16[700], p32[700], pv1[700], pv2[700], pv4[700];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/ck'", dir);
     CU_ASSERT_FATAL(system(cmd) == 0);
     snprintf(p16, sizeof p16, "%s/ck/fp16.ckpt", dir);
     snprintf(p32, sizeof p32, "%s/ck/fp32.ckpt", dir);
     snprintf(pv1, sizeof pv1, "%s/ck/v1.ckpt", dir);
-    snprintf(pv3, sizeof pv3, "%s/ck/v3.ckpt", dir);
+    snprintf(pv2, sizeof pv2, "%s/ck/v2.ckpt", dir);
+    snprintf(pv4, sizeof pv4, "%s/ck/v4.ckpt", dir);
     const struct glia__scaler saved = {512.0, 37, 5}, fresh = {65536.0, 0, 0};
     struct run r;
     struct glia__resume rs;
@@ -649,14 +660,27 @@ static void test_checkpoint_loss_scaler(void)
     CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p32, true, &rs), GLIA_OK);
     CU_ASSERT(scaler_is(&r.m->scaler, 65536.0, 0, 0));
     close_run(&r);
-    /* version 1: the same file without the 32 scaler bytes after the 104 of the position */
+    /* version 2: the same file with bytes 28-31 zero (a header CRC there is refused) */
     size_t len;
     unsigned char *b = slurp(p16, &len);
     const size_t header = 40, meta = 104, rec = 32;
     CU_ASSERT_FATAL(len > header + meta + rec);
-    uint32_t v = 2, crc;
+    uint32_t v = 3, crc, zero = 0;
     uint64_t payload;
     CU_ASSERT_EQUAL(memcmp(b + 8, &v, 4), 0);
+    v = 2;
+    memcpy(b + 8, &v, 4);
+    spit(pv2, b, len);
+    expect_ckpt_error(pv2, ckpt_text(""), GLIA_EFORMAT, "v2.ckpt: corrupt checkpoint header (version 2, but bytes 28-31 are not zero)");
+    memcpy(b + 28, &zero, 4);
+    spit(pv2, b, len);
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, fresh);
+    CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, pv2, true, &rs), GLIA_OK);
+    CU_ASSERT(scaler_is(&r.m->scaler, 512.0, 37, 5));
+    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
+    close_run(&r);
+    /* version 1: version 2 without the 32 scaler bytes after the 104 of the position */
     memmove(b + header + meta, b + header + meta + rec, len - header - meta - rec);
     len -= rec;
     v = 1;
@@ -666,9 +690,11 @@ static void test_checkpoint_loss_scaler(void)
     memcpy(b + 16, &payload, 8);
     memcpy(b + 24, &crc, 4);
     spit(pv1, b, len);
-    v = 3;
+    /* a newer version, its header whole */
+    v = 4;
     memcpy(b + 8, &v, 4);
-    spit(pv3, b, len);
+    fix_header_crc(b);
+    spit(pv4, b, len);
     free(b);
     open_run(&r, ckpt_text(""));
     scale_loss(&r, fresh);
@@ -681,11 +707,11 @@ static void test_checkpoint_loss_scaler(void)
     CU_ASSERT_EQUAL(memcmp(w0, w1, (size_t)n * 4), 0);
     free(w1);
     close_run(&r);
-    expect_ckpt_error(pv3, ckpt_text(""), GLIA_EFORMAT, "v3.ckpt: checkpoint format version 3, this glia reads versions 1 to 2");
+    expect_ckpt_error(pv4, ckpt_text(""), GLIA_EFORMAT, "v4.ckpt: checkpoint format version 4, this glia reads versions 1 to 3");
     free(w0);
 }
 
-/* Writes b (len bytes) to path with value v (n bytes) at payload offset off, the CRC fixed. */
+/* Writes b (len bytes) to path with value v (n bytes) at payload offset off, the CRCs fixed. */
 static void spit_patched(const char *path, const unsigned char *b, size_t len, size_t off, const void *v, size_t n)
 {
     const size_t header = 40;
@@ -695,6 +721,7 @@ static void spit_patched(const char *path, const unsigned char *b, size_t len, s
     memcpy(c + header + off, v, n);
     uint32_t crc = crc32_of(c + header, len - header);
     memcpy(c + 24, &crc, 4);
+    fix_header_crc(c);
     spit(path, c, len);
     free(c);
 }
@@ -719,10 +746,11 @@ static void test_checkpoint_corrupt_fields(void)
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p, 2, 6, 1.5, 144), GLIA_OK);
     size_t len;
     unsigned char *b = slurp(p, &len);
-    /* the header's payload size: 512 GiB, in a file of a few KiB */
+    /* the header's payload size: 512 GiB, in a file of a few KiB (the header's CRC matching) */
     uint64_t huge = (uint64_t)1 << 39;
     memcpy(cmd, b, 40);
     memcpy(b + 16, &huge, 8);
+    fix_header_crc(b);
     spit(bad, b, len);
     memcpy(b, cmd, 40);
     char want[200];
@@ -756,6 +784,46 @@ static void test_checkpoint_corrupt_fields(void)
     struct glia_train_options o = {NULL, -1, NULL, p};
     CU_ASSERT_EQUAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
     close_run(&c);
+    free(b);
+}
+
+/* Every header byte is checked (format version 3 gives the header a CRC of its own): any one bit
+ * flipped in the 40 is refused, in the signature as not a checkpoint, elsewhere as a corrupt
+ * header, before its payload size or fingerprint is believed (bytes 28-31 were not read at all,
+ * and a flipped fingerprint read as another model's). */
+static void test_checkpoint_header_bits(void)
+{
+    make_data();
+    rm_ckpt();
+    char cmd[700], p[700], bad[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/ck'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(p, sizeof p, "%s/ck/h.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/ck/hbad.ckpt", dir);
+    struct run r;
+    open_run(&r, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p, 2, 6, 1.5, 144), GLIA_OK);
+    size_t len;
+    unsigned char *b = slurp(p, &len);
+    int missed = 0;
+    for (int byte = 0; byte < 40; byte++)
+        for (int bit = 0; bit < 8; bit++) {
+            b[byte] ^= (unsigned char)(1u << bit);
+            spit(bad, b, len);
+            b[byte] ^= (unsigned char)(1u << bit);
+            glia_status st = glia_model_load_checkpoint(r.m, bad);
+            const char *want = byte < 8 ? "hbad.ckpt: not a glia checkpoint" : "hbad.ckpt: corrupt checkpoint header";
+            if (st != GLIA_EFORMAT || !strstr(glia_context_error(r.ctx), want)) {
+                if (!missed++) printf("\n  byte %d bit %d: %s (%s)\n", byte, bit, glia_strerror(st), glia_context_error(r.ctx));
+            }
+        }
+    CU_ASSERT_EQUAL(missed, 0);
+    CU_ASSERT_EQUAL(glia_model_load_checkpoint(r.m, p), GLIA_OK);
+    close_run(&r);
+    /* resuming says the same: the fingerprint's first byte */
+    b[32] ^= 1;
+    spit(bad, b, len);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "hbad.ckpt: corrupt checkpoint header (CRC mismatch)");
     free(b);
 }
 
@@ -1695,5 +1763,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
-               GLIA_TEST(test_checkpoint_corrupt_fields),
+               GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
                GLIA_TEST(test_fashion_mnist_subset))
