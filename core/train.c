@@ -977,6 +977,24 @@ static FILE *open_metrics(struct glia_model *m, const char *override, bool appen
     return f;
 }
 
+/* A resumed run that the settings leave nothing to do (the checkpoint is at or past [train] epochs
+ * or max_steps, e.g. --set train.epochs=1 on a later checkpoint) says so, and trains, evaluates
+ * and writes nothing: what it would print as the run's results would not be any run's. As
+ * Lightning, which stops at once when max_epochs or max_steps is reached. */
+static bool nothing_left(const struct glia_model *m, const struct glia_train_options *opt, const struct glia__resume *rs,
+                         FILE *out)
+{
+    bool epochs = rs->epoch > m->epochs, steps = m->max_steps > 0 && m->step >= m->max_steps;
+    if ((epochs || steps) && opt->progress >= 0) {
+        fprintf(out, "nothing to do: %s is at step %lld, ", opt->resume, (long long)m->step);
+        if (steps) fprintf(out, "[train] max_steps = %lld", (long long)m->max_steps);
+        else if (rs->batch == 0) fprintf(out, "after epoch %d, and [train] epochs = %d", rs->epoch - 1, m->epochs);
+        else fprintf(out, "in epoch %d, past [train] epochs = %d", rs->epoch, m->epochs);
+        fprintf(out, " (raise it to train on)\n");
+    }
+    return epochs || steps;
+}
+
 /* Writes <checkpoint_dir>/<name>, creating the folder; keeps the last checkpoint_keep step files. */
 static glia_status save_checkpoint(struct glia_model *m, const char *name, int epoch, int64_t batch,
                                    double loss_sum, int64_t samples, char **kept)
@@ -1093,13 +1111,14 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
     if (!st) st = scratch_alloc(m, &s, true, true);
     struct glia__resume rs = {1, 0, 0, 0};
     if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
-    if (!st && opt->resume) {  /* what derives from the loaded state: the data order, the loss scale */
+    bool done = !st && opt->resume && nothing_left(m, opt, &rs, out);
+    if (!st && opt->resume && !done) {  /* what derives from the loaded state: the data order, the loss scale */
         s.train.seed = s.test.seed = m->seed;
         st = write_loss_scale(m);
     }
-    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
+    if (!st && !done && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
     dp_weights_changed(m);
-    if (st) {
+    if (st || done) {
         scratch_free(&s);
         close_rank_log(rank_log, tee);
         return st;
@@ -1179,10 +1198,12 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             if (opt->progress > 0) fprintf(out, "\r\033[K");
             line_open = false;
             if (interrupted) break;  /* said by the error */
-            if (opt->progress >= 0)
+            if (opt->progress >= 0 && m->checkpoint_dir)
                 fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/step-%08lld.ckpt\n",
-                        (long long)m->max_steps, epoch, m->checkpoint_dir ? m->checkpoint_dir : "(no checkpoint_dir)",
-                        (long long)m->step);
+                        (long long)m->max_steps, epoch, m->checkpoint_dir, (long long)m->step);
+            else if (opt->progress >= 0)
+                fprintf(out, "stopped at max_steps = %lld (epoch %d); nothing was saved ([train] checkpoint_dir is not set)\n",
+                        (long long)m->max_steps, epoch);
             break;
         }
         n = b;

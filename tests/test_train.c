@@ -345,6 +345,16 @@ static void rm_ckpt(void)
     CU_ASSERT(system(cmd) == 0);
 }
 
+/* text with its first `from` replaced by `to` (a static buffer). */
+static const char *edited(const char *text, const char *from, const char *to)
+{
+    static char buf[4096];
+    const char *at = strstr(text, from);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return buf;
+}
+
 /* Stop after `stop` optimizer steps, resume from the checkpoint, and compare everything with
  * the uninterrupted run: epoch losses, accuracies and final weights, bit for bit. */
 static void resume_case(int stop)
@@ -825,6 +835,88 @@ static void test_checkpoint_header_bits(void)
     spit(bad, b, len);
     expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "hbad.ckpt: corrupt checkpoint header (CRC mismatch)");
     free(b);
+}
+
+/* What glia_model_train printed (progress 0) resuming from ckpt with the model of text; its
+ * status in *st. Malloc'ed. */
+static char *resume_output(const char *text, const char *ckpt, struct glia_epoch_result *res, glia_status *st)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    struct run r;
+    open_run(&r, text);
+    struct glia_train_options o = {NULL, 0, f, ckpt};
+    *st = glia_model_train(r.m, &o, res, 3);
+    if (*st) printf("\n  %s\n", glia_context_error(r.ctx));
+    close_run(&r);
+    fclose(f);
+    return out;
+}
+
+/* Resuming a run that the settings leave nothing to do (--set train.epochs=1 on an epoch-2
+ * checkpoint; the end of its epochs or max_steps reached) says so in one line and trains,
+ * evaluates, prints and writes nothing: it printed "done: 1 epochs ... test_accuracy 0.0000" and
+ * wrote a final.ckpt. Also: max_steps without checkpoint_dir says that nothing was saved. */
+static void test_resume_nothing_left(void)
+{
+    make_data();
+    rm_ckpt();
+    struct run r;
+    open_run(&r, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);  /* final.ckpt: step 33 */
+    close_run(&r);
+    open_run(&r, ckpt_text("max_steps = 17\n"));  /* step-00000017.ckpt: in epoch 2 */
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    close_run(&r);
+    char final[700], step[700], text[4096], want[1000];
+    snprintf(final, sizeof final, "%s/ck/final.ckpt", dir);
+    snprintf(step, sizeof step, "%s/ck/step-00000017.ckpt", dir);
+    size_t n0, n1;
+    unsigned char *before = slurp(final, &n0);
+    struct {
+        const char *ckpt, *from, *to, *says;
+    } c[] = {
+        {final, "epochs = 3", "epochs = 2", "is at step 33, after epoch 3, and [train] epochs = 2"},
+        {final, "epochs = 3", "epochs = 3", "is at step 33, after epoch 3, and [train] epochs = 3"},
+        {step, "epochs = 3", "epochs = 1", "is at step 17, in epoch 2, past [train] epochs = 1"},
+        {step, "epochs = 3", "epochs = 3\nmax_steps = 17", "is at step 17, [train] max_steps = 17"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        snprintf(text, sizeof text, "%s", edited(ckpt_text(""), c[i].from, c[i].to));
+        struct glia_epoch_result res[3] = {{.epoch = -7}};
+        glia_status st;
+        char *out = resume_output(text, c[i].ckpt, res, &st);
+        snprintf(want, sizeof want, "nothing to do: %s %s (raise it to train on)\n", c[i].ckpt, c[i].says);
+        if (strcmp(out, want)) printf("\n  got: %s", out);
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        CU_ASSERT_STRING_EQUAL(out, want);
+        CU_ASSERT_EQUAL(res[0].epoch, -7);  /* no results: none was made */
+        free(out);
+    }
+    unsigned char *after = slurp(final, &n1);  /* final.ckpt was not written again */
+    CU_ASSERT(n0 == n1 && !memcmp(before, after, n0));
+    free(before);
+    free(after);
+    snprintf(step, sizeof step, "%s/ck/step-00000018.ckpt", dir);
+    CU_ASSERT_NOT_EQUAL(access(step, F_OK), 0);
+    /* max_steps without checkpoint_dir: nothing to resume from */
+    snprintf(text, sizeof text, "%s", ckpt_text("max_steps = 5\n"));
+    char *cd = strstr(text, "checkpoint_dir = ");
+    memmove(cd, strchr(cd, '\n') + 1, strlen(strchr(cd, '\n') + 1) + 1);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    open_run(&r, text);
+    struct glia_train_options o = {NULL, 0, f, NULL};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
+    close_run(&r);
+    fclose(f);
+    const char *said = "stopped at max_steps = 5 (epoch 1); nothing was saved ([train] checkpoint_dir is not set)\n";
+    if (strcmp(out, said)) printf("\n  got: %s", out);
+    CU_ASSERT_STRING_EQUAL(out, said);
+    free(out);
 }
 
 static void test_fashion_mnist_subset(void)
@@ -1764,4 +1856,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
                GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
+               GLIA_TEST(test_resume_nothing_left),
                GLIA_TEST(test_fashion_mnist_subset))
