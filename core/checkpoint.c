@@ -19,13 +19,18 @@
  * they keep this header, so a newer file is told from a corrupt one by its header CRC.
  * Randomness in glia is a function of (seed, epoch, step, sample), so step, epoch and the
  * batch position are the whole random state: a resumed run repeats the uninterrupted one. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "model_internal.h"
@@ -78,6 +83,127 @@ static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static uint32_t header_crc(const unsigned char *h)
 {
     return (uint32_t)crc32(crc32(0L, h, 28), h + 32, 8);
+}
+
+/* ---- temporaries ----
+ * A checkpoint is written to <path>.tmp.<host>.<pid> and renamed: the name says which process on
+ * which host writes it, so a later run can remove what a killed one left (glia__checkpoint_sweep)
+ * without touching what a live glia writes into the same folder, on this host or another one
+ * sharing it. */
+
+/* This host's name as temporaries carry it: letters, digits, '.', '-' and '_'; others become '_'. */
+static void host_name(char *buf, size_t n)
+{
+    if (gethostname(buf, n) || !buf[0]) snprintf(buf, n, "unknown-host");
+    buf[n - 1] = '\0';
+    for (char *c = buf; *c; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("._-", *c)) *c = '_';
+}
+
+char *glia__checkpoint_tmp_name(const char *path, long pid)
+{
+    char host[256];
+    host_name(host, sizeof host);
+    size_t n = strlen(path) + strlen(host) + 32;
+    char *t = malloc(n);
+    if (t) snprintf(t, n, "%s.tmp.%s.%ld", path, host, pid);
+    return t;
+}
+
+/* The writer of this number is gone: no process of it runs here (a number another process took
+ * since counts as alive: the file waits for a later sweep), or it is ours, left by an earlier
+ * run (in a container glia often has the same number each time), as this process writes no
+ * checkpoint while it sweeps. */
+static bool process_gone(const char *digits)
+{
+    char *end;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (!isdigit((unsigned char)*digits) || *end || errno || pid <= 0 || pid > INT_MAX) return false;
+    return pid == (long)getpid() || (kill((pid_t)pid, 0) && errno == ESRCH);
+}
+
+/* A temporary no live writer will rename: <x>.ckpt.tmp.<this host>.<pid> of a process that is
+ * gone, or the name glia used before hosts were in it, <x>.ckpt.tmp<pid>, whose process is gone
+ * here and which has not changed for a day (its host is unknown: a writer elsewhere may share
+ * the number, but none takes a day to write a checkpoint). */
+static bool stale_tmp(int dfd, const char *name, const char *host)
+{
+    const char *t = strstr(name, ".ckpt.tmp");
+    if (!t) return false;
+    t += strlen(".ckpt.tmp");
+    if (*t == '.') {
+        size_t hl = strlen(host);
+        return !strncmp(t + 1, host, hl) && t[1 + hl] == '.' && process_gone(t + 2 + hl);
+    }
+    struct stat sb;
+    return process_gone(t) && !fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode) &&
+           difftime(time(NULL), sb.st_mtime) > 86400;
+}
+
+/* step-<digits>.ckpt: its step in *step. */
+static bool step_file(const char *name, int64_t *step)
+{
+    const char *d = name + strlen("step-");
+    char *end;
+    if (strncmp(name, "step-", 5) || !isdigit((unsigned char)*d)) return false;
+    errno = 0;
+    long long v = strtoll(d, &end, 10);
+    if (errno || strcmp(end, ".ckpt")) return false;
+    *step = v;
+    return true;
+}
+
+struct step_entry {
+    int64_t step;
+    char *name;  /* (owned) */
+};
+
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = ((const struct step_entry *)a)->step, y = ((const struct step_entry *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void remove_file(struct glia_model *m, int dfd, const char *dir, const char *name, int *removed)
+{
+    if (!unlinkat(dfd, name, 0)) (*removed)++;
+    else if (errno != ENOENT)  /* ENOENT: another run's sweep was first */
+        glia_log(m->ctx, GLIA_LOG_WARN, "cannot remove %s/%s: %s", dir, name, strerror(errno));
+}
+
+void glia__checkpoint_sweep(struct glia_model *m, const char *dir, int64_t step, int keep)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char host[256];
+    host_name(host, sizeof host);
+    struct step_entry *files = NULL;
+    int n = 0, cap = 0, stale = 0, pruned = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (stale_tmp(dirfd(d), e->d_name, host)) {
+            remove_file(m, dirfd(d), dir, e->d_name, &stale);
+        } else if (keep > 0 && step_file(e->d_name, &s) && s <= step) {
+            char *name = glia__strdup(e->d_name);
+            if (!name || glia__grow((void **)&files, &cap, n + 1, sizeof *files)) {
+                free(name);
+                break;  /* out of memory: nothing is pruned this time */
+            }
+            files[n++] = (struct step_entry){s, name};
+        }
+    }
+    if (!e) {  /* read to the end: the list is whole */
+        if (n > 1) qsort(files, (size_t)n, sizeof *files, newest_first);
+        for (int i = keep; i < n; i++) remove_file(m, dirfd(d), dir, files[i].name, &pruned);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) free(files[i].name);
+    free(files);
+    if (stale)
+        glia_log(m->ctx, GLIA_LOG_INFO, "%s: removed %d temporary file%s that killed runs left", dir, stale,
+                 stale == 1 ? "" : "s");
 }
 
 /* dst = the values of arena tensor t, packed; tmp holds a->len floats. */
@@ -141,13 +267,11 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     put_u64(buf + 32, glia__model_fingerprint(m));
     put_u32(buf + 28, header_crc(buf));
     /* atomic: temporary file in the same folder, fsync, rename, fsync the folder */
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
+    char *tmp = glia__checkpoint_tmp_name(path, (long)getpid());
     if (!tmp) {
         free(buf);
         return GLIA_ENOMEM;
     }
-    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     size_t left = HEADER + payload, off = 0;
     while (fd >= 0 && left > 0) {

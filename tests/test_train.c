@@ -4,7 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "modelutil.h"
 #include "model_internal.h"
@@ -835,6 +838,101 @@ static void test_checkpoint_header_bits(void)
     spit(bad, b, len);
     expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "hbad.ckpt: corrupt checkpoint header (CRC mismatch)");
     free(b);
+}
+
+/* A checkpoint_dir whose parent folders do not exist is made with them; one that cannot be
+ * written is refused, naming the key and the folder, before the first step (it was found when
+ * final.ckpt was written, after the whole run). */
+static void test_checkpoint_dir_made(void)
+{
+    make_data();
+    rm_ckpt();
+    char ck[700], file[800], want[1000];
+    snprintf(ck, sizeof ck, "%s/ck/a/b", dir);
+    struct run r;
+    open_run(&r, edited(ckpt_text("max_steps = 3\n"), "/ck\n", "/ck/a/b\n"));
+    glia_status st = glia_model_train(r.m, &quiet, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    close_run(&r);
+    snprintf(file, sizeof file, "%s/step-00000003.ckpt", ck);
+    CU_ASSERT_EQUAL(access(file, R_OK), 0);
+    /* a regular file where a folder should be */
+    snprintf(file, sizeof file, "%s/ck/a/file", dir);
+    CU_ASSERT_FATAL(glia_test_write(file, "not a folder\n") == 0);
+    open_run(&r, edited(ckpt_text(""), "/ck\n", "/ck/a/file/sub\n"));
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_EIO);
+    snprintf(want, sizeof want, "t.ini:19: [train] checkpoint_dir: cannot write checkpoints into %s/sub: Not a directory", file);
+    if (strcmp(glia_context_error(r.ctx), want)) printf("\n  got: %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_STRING_EQUAL(glia_context_error(r.ctx), want);
+    CU_ASSERT_EQUAL(r.m->step, 0);  /* not one step was trained */
+    close_run(&r);
+}
+
+/* checkpoint_keep keeps the folder's newest step files whoever wrote them (a resumed run left the
+ * stopped run's: they piled up); a later step's file stays. Temporaries that a killed glia of
+ * this host left are removed (also one of this process's number, from an earlier run); those of
+ * live processes and of other hosts stay, and so do recent ones of the name without a host. */
+static void test_checkpoint_sweep(void)
+{
+    make_data();
+    rm_ckpt();
+    const char *every = "checkpoint_every = 3\ncheckpoint_keep = 2\n";
+    char extra[200], path[1200];
+    snprintf(extra, sizeof extra, "%smax_steps = 17\n", every);
+    struct run r;
+    open_run(&r, ckpt_text(extra));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);  /* step-15, step-17 */
+    close_run(&r);
+    pid_t dead = fork();  /* a process that is gone */
+    CU_ASSERT_FATAL(dead >= 0);
+    if (!dead) _exit(0);
+    CU_ASSERT_FATAL(waitpid(dead, NULL, 0) == dead);
+    struct {
+        char name[300];
+        bool stays;
+    } f[7] = {{"", false}, {"", true}, {"", true}, {"", false}, {"", true}, {"step-00000099.ckpt", true}, {"", false}};
+    snprintf(path, sizeof path, "%s/ck/step-00000016.ckpt", dir);
+    char *mine = glia__checkpoint_tmp_name(path, (long)dead), *live = glia__checkpoint_tmp_name(path, (long)getppid()),
+         *own = glia__checkpoint_tmp_name(path, (long)getpid());
+    CU_ASSERT_FATAL(mine && live && own);
+    char tail[32];
+    snprintf(tail, sizeof tail, ".%ld", (long)dead);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mine, ".ckpt.tmp."));  /* <path>.tmp.<host>.<pid> */
+    CU_ASSERT_STRING_EQUAL(mine + strlen(mine) - strlen(tail), tail);
+    snprintf(f[0].name, sizeof f[0].name, "%s", strrchr(mine, '/') + 1);
+    snprintf(f[1].name, sizeof f[1].name, "%s", strrchr(live, '/') + 1);
+    snprintf(f[2].name, sizeof f[2].name, "step-00000016.ckpt.tmp.glia-test-other-host.%ld", (long)dead);
+    snprintf(f[3].name, sizeof f[3].name, "step-00000014.ckpt.tmp%ld", (long)dead);  /* two days old */
+    snprintf(f[4].name, sizeof f[4].name, "step-00000013.ckpt.tmp%ld", (long)dead);
+    snprintf(f[6].name, sizeof f[6].name, "%s", strrchr(own, '/') + 1);  /* an earlier process of this number */
+    free(mine);
+    free(live);
+    free(own);
+    for (int i = 0; i < 7; i++) {
+        snprintf(path, sizeof path, "%s/ck/%.299s", dir, f[i].name);
+        CU_ASSERT_FATAL(glia_test_write(path, "x") == 0);
+        if (i == 3) {
+            struct timespec t[2] = {{time(NULL) - 2 * 86400, 0}, {time(NULL) - 2 * 86400, 0}};
+            CU_ASSERT_FATAL(utimensat(AT_FDCWD, path, t, 0) == 0);
+        }
+    }
+    snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
+    open_run(&r, ckpt_text(every));
+    struct glia_train_options o = {NULL, -1, NULL, path};
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);  /* on to step 33 */
+    close_run(&r);
+    static const char *const steps[] = {"15", "17", "27", "30", "33"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/ck/step-000000%s.ckpt", dir, steps[i]);
+        if ((access(path, F_OK) == 0) != (i >= 3)) printf("\n  %s %s\n", path, i >= 3 ? "missing" : "kept");
+        CU_ASSERT((access(path, F_OK) == 0) == (i >= 3));
+    }
+    for (int i = 0; i < 7; i++) {
+        snprintf(path, sizeof path, "%s/ck/%.299s", dir, f[i].name);
+        if ((access(path, F_OK) == 0) != f[i].stays) printf("\n  %s %s\n", path, f[i].stays ? "removed" : "kept");
+        CU_ASSERT((access(path, F_OK) == 0) == f[i].stays);
+    }
 }
 
 /* What glia_model_train printed (progress 0) resuming from ckpt with the model of text; its
@@ -1856,5 +1954,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
                GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
-               GLIA_TEST(test_resume_nothing_left),
+               GLIA_TEST(test_checkpoint_dir_made), GLIA_TEST(test_checkpoint_sweep), GLIA_TEST(test_resume_nothing_left),
                GLIA_TEST(test_fashion_mnist_subset))
