@@ -2,9 +2,9 @@
  * weights, buffers, optimizer state, training position and loss scaler, written atomically.
  * Not a general serialization library: one format, read back by the same model.
  *
- * Layout (little-endian), version 2:
+ * Layout (little-endian), version 3:
  *   header (40 bytes): "GLIACKPT", u32 version, u32 0x01020304, u64 payload bytes,
- *                      u32 crc32(payload), u32 0, u64 model fingerprint
+ *                      u32 crc32(payload), u32 crc32(header bytes 0-27 and 32-39), u64 model fingerprint
  *   payload: u64 n_weights, u64 n_buffers, u32 n_state, u32 0, char optimizer[32],
  *            i64 step, i32 epoch, i32 0, i64 next batch in epoch, u64 seed,
  *            f64 loss sum of the epoch so far, i64 samples of the epoch so far,
@@ -12,24 +12,33 @@
  *            scaled its loss (precision = fp16) else 0, u32 0,
  *            f32 weights[n_weights], f32 buffers[n_buffers], f32 state[n_state][n_weights]
  *   (packed in arena order: the arenas' alignment padding is not stored)
- * Version 1 is the same without the loss scaler; it still loads (an fp16 run resumed from it
- * starts its loss scaler afresh). Newer versions are refused.
+ * So every header byte is checked: the signature, the header's CRC, then what it says. Version 2
+ * is version 3 with bytes 28-31 zero (no header CRC: they must be zero, and its fingerprint is
+ * checked only against the model); version 1 is version 2 without the loss scaler (an fp16 run
+ * resumed from it starts its loss scaler afresh). Both still load. Newer versions are refused;
+ * they keep this header, so a newer file is told from a corrupt one by its header CRC.
  * Randomness in glia is a function of (seed, epoch, step, sample), so step, epoch and the
  * batch position are the whole random state: a resumed run repeats the uninterrupted one. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "model_internal.h"
 
 #define MAGIC "GLIACKPT"
-#define VERSION 2u
+#define VERSION 3u
 #define HEADER 40
+#define ENDIAN 0x01020304u
 #define MAX_STEP ((int64_t)1 << 62)   /* optimizer steps a checkpoint may count (far from overflow) */
 
 struct meta {
@@ -69,6 +78,133 @@ uint64_t glia__model_fingerprint(const struct glia_model *m)
 
 static void put_u32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
 static void put_u64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+/* The header's CRC (version 3 on): every header byte but its own four. */
+static uint32_t header_crc(const unsigned char *h)
+{
+    return (uint32_t)crc32(crc32(0L, h, 28), h + 32, 8);
+}
+
+/* ---- temporaries ----
+ * A checkpoint is written to <path>.tmp.<host>.<pid> and renamed: the name says which process on
+ * which host writes it, so a later run can remove what a killed one left (glia__checkpoint_sweep)
+ * without touching what a live glia writes into the same folder, on this host or another one
+ * sharing it. */
+
+/* This host's name as temporaries carry it: letters, digits, '.', '-' and '_'; others become '_'. */
+static void host_name(char *buf, size_t n)
+{
+    if (gethostname(buf, n) || !buf[0]) snprintf(buf, n, "unknown-host");
+    buf[n - 1] = '\0';
+    for (char *c = buf; *c; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("._-", *c)) *c = '_';
+}
+
+char *glia__checkpoint_tmp_name(const char *path, long pid)
+{
+    char host[256];
+    host_name(host, sizeof host);
+    size_t n = strlen(path) + strlen(host) + 32;
+    char *t = malloc(n);
+    if (t) snprintf(t, n, "%s.tmp.%s.%ld", path, host, pid);
+    return t;
+}
+
+/* The writer of this number is gone: no process of it runs here (a number another process took
+ * since counts as alive: the file waits for a later sweep), or it is ours, left by an earlier
+ * run (in a container glia often has the same number each time), as this process writes no
+ * checkpoint while it sweeps. */
+static bool process_gone(const char *digits)
+{
+    char *end;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (!isdigit((unsigned char)*digits) || *end || errno || pid <= 0 || pid > INT_MAX) return false;
+    return pid == (long)getpid() || (kill((pid_t)pid, 0) && errno == ESRCH);
+}
+
+/* A temporary no live writer will rename: <x>.ckpt.tmp.<this host>.<pid> of a process that is
+ * gone, or the name glia used before hosts were in it, <x>.ckpt.tmp<pid>, whose process is gone
+ * here and which has not changed for a day (its host is unknown: a writer elsewhere may share
+ * the number, but none takes a day to write a checkpoint). */
+static bool stale_tmp(int dfd, const char *name, const char *host)
+{
+    const char *t = strstr(name, ".ckpt.tmp");
+    if (!t) return false;
+    t += strlen(".ckpt.tmp");
+    if (*t == '.') {
+        size_t hl = strlen(host);
+        return !strncmp(t + 1, host, hl) && t[1 + hl] == '.' && process_gone(t + 2 + hl);
+    }
+    struct stat sb;
+    return process_gone(t) && !fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) && S_ISREG(sb.st_mode) &&
+           difftime(time(NULL), sb.st_mtime) > 86400;
+}
+
+/* step-<digits>.ckpt: its step in *step. */
+static bool step_file(const char *name, int64_t *step)
+{
+    const char *d = name + strlen("step-");
+    char *end;
+    if (strncmp(name, "step-", 5) || !isdigit((unsigned char)*d)) return false;
+    errno = 0;
+    long long v = strtoll(d, &end, 10);
+    if (errno || strcmp(end, ".ckpt")) return false;
+    *step = v;
+    return true;
+}
+
+struct step_entry {
+    int64_t step;
+    char *name;  /* (owned) */
+};
+
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = ((const struct step_entry *)a)->step, y = ((const struct step_entry *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void remove_file(struct glia_model *m, int dfd, const char *dir, const char *name, int *removed)
+{
+    if (!unlinkat(dfd, name, 0)) (*removed)++;
+    else if (errno != ENOENT)  /* ENOENT: another run's sweep was first */
+        glia_log(m->ctx, GLIA_LOG_WARN, "cannot remove %s/%s: %s", dir, name, strerror(errno));
+}
+
+void glia__checkpoint_sweep(struct glia_model *m, const char *dir, int64_t step, int keep)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char host[256];
+    host_name(host, sizeof host);
+    struct step_entry *files = NULL;
+    int n = 0, cap = 0, stale = 0, pruned = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (stale_tmp(dirfd(d), e->d_name, host)) {
+            remove_file(m, dirfd(d), dir, e->d_name, &stale);
+        } else if (keep > 0 && step_file(e->d_name, &s) && s <= step) {
+            char *name = glia__strdup(e->d_name);
+            if (!name || glia__grow((void **)&files, &cap, n + 1, sizeof *files)) {
+                free(name);
+                break;  /* out of memory: nothing is pruned this time */
+            }
+            files[n++] = (struct step_entry){s, name};
+        }
+    }
+    if (!e) {  /* read to the end: the list is whole */
+        if (n > 1) qsort(files, (size_t)n, sizeof *files, newest_first);
+        for (int i = keep; i < n; i++) remove_file(m, dirfd(d), dir, files[i].name, &pruned);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) free(files[i].name);
+    free(files);
+    if (stale)
+        glia_log(m->ctx, GLIA_LOG_INFO, "%s: removed %d temporary file%s that killed runs left", dir, stale,
+                 stale == 1 ? "" : "s");
+}
 
 /* dst = the values of arena tensor t, packed; tmp holds a->len floats. */
 static glia_status pull(const struct glia_tensor *t, const struct glia__arena *a, float *dst, float *tmp)
@@ -125,19 +261,17 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     }
     memcpy(buf, MAGIC, 8);
     put_u32(buf + 8, VERSION);
-    put_u32(buf + 12, 0x01020304u);
+    put_u32(buf + 12, ENDIAN);
     put_u64(buf + 16, payload);
     put_u32(buf + 24, (uint32_t)crc32(0L, p, (uInt)payload));
-    put_u32(buf + 28, 0);
     put_u64(buf + 32, glia__model_fingerprint(m));
+    put_u32(buf + 28, header_crc(buf));
     /* atomic: temporary file in the same folder, fsync, rename, fsync the folder */
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
+    char *tmp = glia__checkpoint_tmp_name(path, (long)getpid());
     if (!tmp) {
         free(buf);
         return GLIA_ENOMEM;
     }
-    snprintf(tmp, plen + 16, "%s.tmp%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     size_t left = HEADER + payload, off = 0;
     while (fd >= 0 && left > 0) {
@@ -181,16 +315,23 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     unsigned char h[HEADER];
     size_t got = fread(h, 1, HEADER, f);
     glia_status st = GLIA_OK;
-    uint32_t version, endian, crc;
+    uint32_t version, endian, crc, hcrc;
     uint64_t payload, fp;
     memcpy(&version, h + 8, 4);
     memcpy(&endian, h + 12, 4);
     memcpy(&payload, h + 16, 8);
     memcpy(&crc, h + 24, 4);
+    memcpy(&hcrc, h + 28, 4);
     memcpy(&fp, h + 32, 8);
+    bool old = version == 1 || version == 2;  /* no header CRC: bytes 28-31 are zero */
     if (got < 8 || memcmp(h, MAGIC, 8)) st = bad(m, path, "not a glia checkpoint (no GLIACKPT signature)");
     else if (got < HEADER) st = bad(m, path, "truncated checkpoint header");
-    else if (endian != 0x01020304u) st = bad(m, path, "checkpoint written on a machine of the other byte order");
+    else if (endian == 0x04030201u) st = bad(m, path, "checkpoint written on a machine of the other byte order");
+    else if (old && hcrc)
+        st = glia_error(m->ctx, GLIA_EFORMAT, "%s: corrupt checkpoint header (version %u, but bytes 28-31 are not zero)",
+                        path, version);
+    else if (!old && hcrc != header_crc(h)) st = bad(m, path, "corrupt checkpoint header (CRC mismatch)");
+    else if (endian != ENDIAN) st = bad(m, path, "corrupt checkpoint header (byte-order mark)");
     else if (version < 1 || version > VERSION)
         st = glia_error(m->ctx, GLIA_EFORMAT, "%s: checkpoint format version %u, this glia reads versions 1 to %u", path,
                         version, VERSION);

@@ -224,10 +224,13 @@ void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int
 /* ---- time ---- */
 double glia__now(void);   /* monotonic seconds */
 
-/* ---- string helpers (core/util.c) ---- */
+/* ---- string and file helpers (core/util.c) ---- */
 char *glia__strdup(const char *s);
 char *glia__strndup(const char *s, size_t n);
 char *glia__trim(char *s);  /* in place */
+/* mkdir -p of the folders on the way to path's last '/' ("a/b/c.txt" and "a/b/" make a and a/b);
+ * 0, or the errno of the first folder that could not be made. */
+int glia__mkdir_parents(const char *path);
 /* Grow *p (of *cap elements of size sz) to hold at least need elements. */
 glia_status glia__grow(void **p, int *cap, int need, size_t sz);
 

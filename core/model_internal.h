@@ -289,6 +289,15 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
                                   double loss_sum, int64_t samples);
 /* training: also optimizer state and position (into *out); else weights and buffers only. */
 glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool training, struct glia__resume *out);
+/* A step checkpoint's file name in checkpoint_dir (glia__checkpoint_sweep reads any step-<digits>.ckpt). */
+#define GLIA__STEP_CKPT "step-%08lld.ckpt"
+/* The temporary a checkpoint at path is written to by process pid of this host (owned; NULL: no memory). */
+char *glia__checkpoint_tmp_name(const char *path, long pid);
+/* In folder dir: removes the temporaries that dead writers of this host left, and, keep > 0, the
+ * step files beyond the newest `keep` of those at step <= `step`, whoever wrote them. Files of
+ * later steps (a run resumed from an earlier checkpoint finds them) stay until its steps pass them.
+ * Not while this process writes a checkpoint into dir: its own temporaries count as left over. */
+void glia__checkpoint_sweep(struct glia_model *m, const char *dir, int64_t step, int keep);
 /* Fill dst with n values drawn per init from a generator seeded with seed. */
 void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint64_t seed);
 /* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */

@@ -2,10 +2,10 @@
  * the optimizer step, the epoch loop with evaluation, progress and the metrics file.
  * Not model construction (core/model.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "loader.h"
 #include "model_internal.h"
@@ -962,45 +962,74 @@ static FILE *open_metrics(struct glia_model *m, const char *override, bool appen
     char *path = override ? glia__strdup(override)
                           : glia__config_path(t, "metrics", glia_section_str(t, "metrics"));
     if (!path) return NULL;
-    char *slash = strrchr(path, '/');
-    if (slash && slash != path) {  /* make the parent folders */
-        for (char *p = path + 1; p <= slash; p++)
-            if (*p == '/') {
-                *p = '\0';
-                mkdir(path, 0777);
-                *p = '/';
-            }
-    }
+    glia__mkdir_parents(path);  /* what fails is said by fopen */
     FILE *f = fopen(path, append ? "a" : "w");
     if (!f) *st = glia_error(m->ctx, GLIA_EIO, "cannot write metrics file %s: %s", path, strerror(errno));
     free(path);
     return f;
 }
 
-/* Writes <checkpoint_dir>/<name>, creating the folder; keeps the last checkpoint_keep step files. */
+/* A resumed run that the settings leave nothing to do (the checkpoint is at or past [train] epochs
+ * or max_steps, e.g. --set train.epochs=1 on a later checkpoint) says so, and trains, evaluates
+ * and writes nothing: what it would print as the run's results would not be any run's. As
+ * Lightning, which stops at once when max_epochs or max_steps is reached. */
+static bool nothing_left(const struct glia_model *m, const struct glia_train_options *opt, const struct glia__resume *rs,
+                         FILE *out)
+{
+    bool epochs = rs->epoch > m->epochs, steps = m->max_steps > 0 && m->step >= m->max_steps;
+    if ((epochs || steps) && opt->progress >= 0) {
+        fprintf(out, "nothing to do: %s is at step %lld, ", opt->resume, (long long)m->step);
+        if (steps) fprintf(out, "[train] max_steps = %lld", (long long)m->max_steps);
+        else if (rs->batch == 0) fprintf(out, "after epoch %d, and [train] epochs = %d", rs->epoch - 1, m->epochs);
+        else fprintf(out, "in epoch %d, past [train] epochs = %d", rs->epoch, m->epochs);
+        fprintf(out, " (raise it to train on)\n");
+    }
+    return epochs || steps;
+}
+
+/* Before the first step: checkpoint_dir exists (made with its parents) and takes files, so a
+ * folder that cannot be written fails now, not at the end of the run; and the temporaries that
+ * killed runs left in it are removed. */
+static glia_status checkpoint_dir_ready(struct glia_model *m)
+{
+    if (!m->checkpoint_dir || m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
+    size_t n = strlen(m->checkpoint_dir) + 16;
+    char *probe = malloc(n), *tmp = NULL;
+    if (probe) snprintf(probe, n, "%s/probe.ckpt", m->checkpoint_dir);
+    if (probe) tmp = glia__checkpoint_tmp_name(probe, (long)getpid());  /* a sweep removes it if we die */
+    free(probe);
+    if (!tmp) return GLIA_ENOMEM;
+    int err = glia__mkdir_parents(tmp), fd = -1;
+    if (!err && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) err = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    if (err)
+        return glia_section_error(glia__config_find(m->cfg, "train"), "checkpoint_dir", GLIA_EIO,
+                                  "cannot write checkpoints into %s: %s", m->checkpoint_dir, strerror(err));
+    glia__checkpoint_sweep(m, m->checkpoint_dir, 0, 0);
+    return GLIA_OK;
+}
+
+/* Writes <checkpoint_dir>/<name>; a step file (step) leaves the newest checkpoint_keep of the
+ * folder's step files. */
 static glia_status save_checkpoint(struct glia_model *m, const char *name, int epoch, int64_t batch,
-                                   double loss_sum, int64_t samples, char **kept)
+                                   double loss_sum, int64_t samples, bool step)
 {
     if (!m->checkpoint_dir || m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
     glia_status st = m->ddp ? glia__ddp_settle(m->ddp) : GLIA_OK;
     if (st) return st;
-    mkdir(m->checkpoint_dir, 0777);
     size_t n = strlen(m->checkpoint_dir) + strlen(name) + 2;
     char *path = malloc(n);
     if (!path) return GLIA_ENOMEM;
     snprintf(path, n, "%s/%s", m->checkpoint_dir, name);
+    glia__mkdir_parents(path);  /* removed while the run went on: made again (what fails is said below) */
     st = glia__checkpoint_save(m, path, epoch, batch, loss_sum, samples);
-    if (st || !kept) {
-        free(path);
-        return st;
-    }
-    if (kept[m->checkpoint_keep - 1]) {  /* ring full: drop the oldest */
-        unlink(kept[m->checkpoint_keep - 1]);
-        free(kept[m->checkpoint_keep - 1]);
-    }
-    memmove(kept + 1, kept, sizeof *kept * (size_t)(m->checkpoint_keep - 1));
-    kept[0] = path;
-    return GLIA_OK;
+    free(path);
+    if (!st && step) glia__checkpoint_sweep(m, m->checkpoint_dir, m->step, m->checkpoint_keep);
+    return st;
 }
 
 /* ---- per-rank output (ddp) ----
@@ -1093,23 +1122,24 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
     if (!st) st = scratch_alloc(m, &s, true, true);
     struct glia__resume rs = {1, 0, 0, 0};
     if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
-    if (!st && opt->resume) {  /* what derives from the loaded state: the data order, the loss scale */
+    bool done = !st && opt->resume && nothing_left(m, opt, &rs, out);
+    if (!st && opt->resume && !done) {  /* what derives from the loaded state: the data order, the loss scale */
         s.train.seed = s.test.seed = m->seed;
         st = write_loss_scale(m);
     }
-    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
+    if (!st && !done && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
     dp_weights_changed(m);
-    if (st) {
+    if (st || done) {
         scratch_free(&s);
         close_rank_log(rank_log, tee);
         return st;
     }
-    FILE *metrics = open_metrics(m, opt->metrics_path, opt->resume != NULL, &st);
-    char **kept = m->checkpoint_dir ? calloc((size_t)m->checkpoint_keep, sizeof *kept) : NULL;
-    if (!st && m->checkpoint_dir && !kept) st = GLIA_ENOMEM;
+    st = checkpoint_dir_ready(m);
+    FILE *metrics = st ? NULL : open_metrics(m, opt->metrics_path, opt->resume != NULL, &st);
     if (st) {
         if (metrics) fclose(metrics);
         scratch_free(&s);
+        close_rank_log(rank_log, tee);
         return st;
     }
     if (opt->resume && opt->progress >= 0)
@@ -1158,8 +1188,8 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             if (save && (st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum))) break;  /* the checkpoint holds every loss */
             if (save) {
                 char name[64];
-                snprintf(name, sizeof name, "step-%08lld.ckpt", (long long)m->step);
-                if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, kept))) break;
+                snprintf(name, sizeof name, GLIA__STEP_CKPT, (long long)m->step);
+                if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, true))) break;
             }
             if (stopped) break;
             if (l_k > shown_k) {  /* a lagged loss: the line of the step before this one */
@@ -1179,10 +1209,12 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             if (opt->progress > 0) fprintf(out, "\r\033[K");
             line_open = false;
             if (interrupted) break;  /* said by the error */
-            if (opt->progress >= 0)
-                fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/step-%08lld.ckpt\n",
-                        (long long)m->max_steps, epoch, m->checkpoint_dir ? m->checkpoint_dir : "(no checkpoint_dir)",
-                        (long long)m->step);
+            if (opt->progress >= 0 && m->checkpoint_dir)
+                fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/" GLIA__STEP_CKPT "\n",
+                        (long long)m->max_steps, epoch, m->checkpoint_dir, (long long)m->step);
+            else if (opt->progress >= 0)
+                fprintf(out, "stopped at max_steps = %lld (epoch %d); nothing was saved ([train] checkpoint_dir is not set)\n",
+                        (long long)m->max_steps, epoch);
             break;
         }
         n = b;
@@ -1233,14 +1265,12 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
     }
     lagged_free(m, &lag);
     if (!st && interrupted && m->checkpoint_dir)
-        st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/step-%08lld.ckpt",
+        st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/" GLIA__STEP_CKPT,
                         (long long)m->step, m->checkpoint_dir, (long long)m->step);
     else if (!st && interrupted)
         st = glia_error(m->ctx, GLIA_EINTERRUPTED,
                         "interrupted at step %lld: nothing was saved ([train] checkpoint_dir is not set)", (long long)m->step);
-    if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, NULL);
-    for (int i = 0; kept && i < m->checkpoint_keep; i++) free(kept[i]);
-    free(kept);
+    if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, false);
     if (metrics && fclose(metrics) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
     if (!st && !stopped && opt->progress >= 0)
         fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,

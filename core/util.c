@@ -1,8 +1,10 @@
-/* core/util.c — small string, memory and time helpers used across libglia.
+/* core/util.c — small string, memory, folder and time helpers used across libglia.
  * Not a general utility library: only what the core needs. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include "internal.h"
 
@@ -38,6 +40,25 @@ glia_status glia__grow(void **p, int *cap, int need, size_t sz)
     *p = q;
     *cap = c;
     return GLIA_OK;
+}
+
+int glia__mkdir_parents(const char *path)
+{
+    char *p = glia__strdup(path);
+    if (!p) return ENOMEM;
+    int err = 0;
+    for (char *c = p + 1; *c && !err; c++) {
+        if (*c != '/' || c[-1] == '/') continue;  /* "a//b" names a once */
+        *c = '\0';
+        if (mkdir(p, 0777) && errno != EEXIST) {
+            int e = errno;
+            struct stat sb;  /* an existing folder may refuse mkdir with EACCES or EROFS rather than EEXIST */
+            if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) err = e;
+        }
+        *c = '/';
+    }
+    free(p);
+    return err;
 }
 
 double glia__now(void)

@@ -4,7 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "modelutil.h"
 #include "model_internal.h"
@@ -345,6 +348,16 @@ static void rm_ckpt(void)
     CU_ASSERT(system(cmd) == 0);
 }
 
+/* text with its first `from` replaced by `to` (a static buffer). */
+static const char *edited(const char *text, const char *from, const char *to)
+{
+    static char buf[4096];
+    const char *at = strstr(text, from);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return buf;
+}
+
 /* Stop after `stop` optimizer steps, resume from the checkpoint, and compare everything with
  * the uninterrupted run: epoch losses, accuracies and final weights, bit for bit. */
 static void resume_case(int stop)
@@ -581,6 +594,16 @@ static uint32_t crc32_of(const unsigned char *p, size_t n)
     return c ^ 0xFFFFFFFFu;
 }
 
+/* Sets a version 3 header's CRC (bytes 28-31: CRC-32 of the other 36 header bytes). */
+static void fix_header_crc(unsigned char *h)
+{
+    unsigned char t[36];
+    memcpy(t, h, 28);
+    memcpy(t + 28, h + 32, 8);
+    uint32_t c = crc32_of(t, sizeof t);
+    memcpy(h + 28, &c, 4);
+}
+
 /* The file at path (*n bytes), malloc'ed. */
 static unsigned char *slurp(const char *path, size_t *n)
 {
@@ -604,19 +627,20 @@ static void spit(const char *path, const unsigned char *b, size_t n)
 }
 
 /* Saved and loaded directly: the scaler comes back only into a run that scales its loss, from a
- * run that did; a version 1 file (no scaler) still loads, leaving the scaler as it starts; a
- * newer version is refused. */
+ * run that did; a version 2 file (no header CRC) and a version 1 file (no scaler either) still
+ * load, the latter leaving the scaler as it starts; a newer version is refused. */
 static void test_checkpoint_loss_scaler(void)
 {
     make_data();
     rm_ckpt();
-    char cmd[700], p16[700], p32[700], pv1[700], pv3[700];
+    char cmd[700], p16[700], p32[700], pv1[700], pv2[700], pv4[700];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/ck'", dir);
     CU_ASSERT_FATAL(system(cmd) == 0);
     snprintf(p16, sizeof p16, "%s/ck/fp16.ckpt", dir);
     snprintf(p32, sizeof p32, "%s/ck/fp32.ckpt", dir);
     snprintf(pv1, sizeof pv1, "%s/ck/v1.ckpt", dir);
-    snprintf(pv3, sizeof pv3, "%s/ck/v3.ckpt", dir);
+    snprintf(pv2, sizeof pv2, "%s/ck/v2.ckpt", dir);
+    snprintf(pv4, sizeof pv4, "%s/ck/v4.ckpt", dir);
     const struct glia__scaler saved = {512.0, 37, 5}, fresh = {65536.0, 0, 0};
     struct run r;
     struct glia__resume rs;
@@ -649,14 +673,27 @@ static void test_checkpoint_loss_scaler(void)
     CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p32, true, &rs), GLIA_OK);
     CU_ASSERT(scaler_is(&r.m->scaler, 65536.0, 0, 0));
     close_run(&r);
-    /* version 1: the same file without the 32 scaler bytes after the 104 of the position */
+    /* version 2: the same file with bytes 28-31 zero (a header CRC there is refused) */
     size_t len;
     unsigned char *b = slurp(p16, &len);
     const size_t header = 40, meta = 104, rec = 32;
     CU_ASSERT_FATAL(len > header + meta + rec);
-    uint32_t v = 2, crc;
+    uint32_t v = 3, crc, zero = 0;
     uint64_t payload;
     CU_ASSERT_EQUAL(memcmp(b + 8, &v, 4), 0);
+    v = 2;
+    memcpy(b + 8, &v, 4);
+    spit(pv2, b, len);
+    expect_ckpt_error(pv2, ckpt_text(""), GLIA_EFORMAT, "v2.ckpt: corrupt checkpoint header (version 2, but bytes 28-31 are not zero)");
+    memcpy(b + 28, &zero, 4);
+    spit(pv2, b, len);
+    open_run(&r, ckpt_text(""));
+    scale_loss(&r, fresh);
+    CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, pv2, true, &rs), GLIA_OK);
+    CU_ASSERT(scaler_is(&r.m->scaler, 512.0, 37, 5));
+    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
+    close_run(&r);
+    /* version 1: version 2 without the 32 scaler bytes after the 104 of the position */
     memmove(b + header + meta, b + header + meta + rec, len - header - meta - rec);
     len -= rec;
     v = 1;
@@ -666,9 +703,11 @@ static void test_checkpoint_loss_scaler(void)
     memcpy(b + 16, &payload, 8);
     memcpy(b + 24, &crc, 4);
     spit(pv1, b, len);
-    v = 3;
+    /* a newer version, its header whole */
+    v = 4;
     memcpy(b + 8, &v, 4);
-    spit(pv3, b, len);
+    fix_header_crc(b);
+    spit(pv4, b, len);
     free(b);
     open_run(&r, ckpt_text(""));
     scale_loss(&r, fresh);
@@ -681,11 +720,11 @@ static void test_checkpoint_loss_scaler(void)
     CU_ASSERT_EQUAL(memcmp(w0, w1, (size_t)n * 4), 0);
     free(w1);
     close_run(&r);
-    expect_ckpt_error(pv3, ckpt_text(""), GLIA_EFORMAT, "v3.ckpt: checkpoint format version 3, this glia reads versions 1 to 2");
+    expect_ckpt_error(pv4, ckpt_text(""), GLIA_EFORMAT, "v4.ckpt: checkpoint format version 4, this glia reads versions 1 to 3");
     free(w0);
 }
 
-/* Writes b (len bytes) to path with value v (n bytes) at payload offset off, the CRC fixed. */
+/* Writes b (len bytes) to path with value v (n bytes) at payload offset off, the CRCs fixed. */
 static void spit_patched(const char *path, const unsigned char *b, size_t len, size_t off, const void *v, size_t n)
 {
     const size_t header = 40;
@@ -695,6 +734,7 @@ static void spit_patched(const char *path, const unsigned char *b, size_t len, s
     memcpy(c + header + off, v, n);
     uint32_t crc = crc32_of(c + header, len - header);
     memcpy(c + 24, &crc, 4);
+    fix_header_crc(c);
     spit(path, c, len);
     free(c);
 }
@@ -719,10 +759,11 @@ static void test_checkpoint_corrupt_fields(void)
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p, 2, 6, 1.5, 144), GLIA_OK);
     size_t len;
     unsigned char *b = slurp(p, &len);
-    /* the header's payload size: 512 GiB, in a file of a few KiB */
+    /* the header's payload size: 512 GiB, in a file of a few KiB (the header's CRC matching) */
     uint64_t huge = (uint64_t)1 << 39;
     memcpy(cmd, b, 40);
     memcpy(b + 16, &huge, 8);
+    fix_header_crc(b);
     spit(bad, b, len);
     memcpy(b, cmd, 40);
     char want[200];
@@ -757,6 +798,223 @@ static void test_checkpoint_corrupt_fields(void)
     CU_ASSERT_EQUAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
     close_run(&c);
     free(b);
+}
+
+/* Every header byte is checked (format version 3 gives the header a CRC of its own): any one bit
+ * flipped in the 40 is refused, in the signature as not a checkpoint, elsewhere as a corrupt
+ * header, before its payload size or fingerprint is believed (bytes 28-31 were not read at all,
+ * and a flipped fingerprint read as another model's). */
+static void test_checkpoint_header_bits(void)
+{
+    make_data();
+    rm_ckpt();
+    char cmd[700], p[700], bad[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/ck'", dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(p, sizeof p, "%s/ck/h.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/ck/hbad.ckpt", dir);
+    struct run r;
+    open_run(&r, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p, 2, 6, 1.5, 144), GLIA_OK);
+    size_t len;
+    unsigned char *b = slurp(p, &len);
+    int missed = 0;
+    for (int byte = 0; byte < 40; byte++)
+        for (int bit = 0; bit < 8; bit++) {
+            b[byte] ^= (unsigned char)(1u << bit);
+            spit(bad, b, len);
+            b[byte] ^= (unsigned char)(1u << bit);
+            glia_status st = glia_model_load_checkpoint(r.m, bad);
+            const char *want = byte < 8 ? "hbad.ckpt: not a glia checkpoint" : "hbad.ckpt: corrupt checkpoint header";
+            if (st != GLIA_EFORMAT || !strstr(glia_context_error(r.ctx), want)) {
+                if (!missed++) printf("\n  byte %d bit %d: %s (%s)\n", byte, bit, glia_strerror(st), glia_context_error(r.ctx));
+            }
+        }
+    CU_ASSERT_EQUAL(missed, 0);
+    CU_ASSERT_EQUAL(glia_model_load_checkpoint(r.m, p), GLIA_OK);
+    close_run(&r);
+    /* resuming says the same: the fingerprint's first byte */
+    b[32] ^= 1;
+    spit(bad, b, len);
+    expect_ckpt_error(bad, ckpt_text(""), GLIA_EFORMAT, "hbad.ckpt: corrupt checkpoint header (CRC mismatch)");
+    free(b);
+}
+
+/* A checkpoint_dir whose parent folders do not exist is made with them; one that cannot be
+ * written is refused, naming the key and the folder, before the first step (it was found when
+ * final.ckpt was written, after the whole run). */
+static void test_checkpoint_dir_made(void)
+{
+    make_data();
+    rm_ckpt();
+    char ck[700], file[800], want[1000];
+    snprintf(ck, sizeof ck, "%s/ck/a/b", dir);
+    struct run r;
+    open_run(&r, edited(ckpt_text("max_steps = 3\n"), "/ck\n", "/ck/a/b\n"));
+    glia_status st = glia_model_train(r.m, &quiet, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    close_run(&r);
+    snprintf(file, sizeof file, "%s/step-00000003.ckpt", ck);
+    CU_ASSERT_EQUAL(access(file, R_OK), 0);
+    /* a regular file where a folder should be */
+    snprintf(file, sizeof file, "%s/ck/a/file", dir);
+    CU_ASSERT_FATAL(glia_test_write(file, "not a folder\n") == 0);
+    open_run(&r, edited(ckpt_text(""), "/ck\n", "/ck/a/file/sub\n"));
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_EIO);
+    snprintf(want, sizeof want, "t.ini:19: [train] checkpoint_dir: cannot write checkpoints into %s/sub: Not a directory", file);
+    if (strcmp(glia_context_error(r.ctx), want)) printf("\n  got: %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_STRING_EQUAL(glia_context_error(r.ctx), want);
+    CU_ASSERT_EQUAL(r.m->step, 0);  /* not one step was trained */
+    close_run(&r);
+}
+
+/* checkpoint_keep keeps the folder's newest step files whoever wrote them (a resumed run left the
+ * stopped run's: they piled up); a later step's file stays. Temporaries that a killed glia of
+ * this host left are removed (also one of this process's number, from an earlier run); those of
+ * live processes and of other hosts stay, and so do recent ones of the name without a host. */
+static void test_checkpoint_sweep(void)
+{
+    make_data();
+    rm_ckpt();
+    const char *every = "checkpoint_every = 3\ncheckpoint_keep = 2\n";
+    char extra[200], path[1200];
+    snprintf(extra, sizeof extra, "%smax_steps = 17\n", every);
+    struct run r;
+    open_run(&r, ckpt_text(extra));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);  /* step-15, step-17 */
+    close_run(&r);
+    pid_t dead = fork();  /* a process that is gone */
+    CU_ASSERT_FATAL(dead >= 0);
+    if (!dead) _exit(0);
+    CU_ASSERT_FATAL(waitpid(dead, NULL, 0) == dead);
+    struct {
+        char name[300];
+        bool stays;
+    } f[7] = {{"", false}, {"", true}, {"", true}, {"", false}, {"", true}, {"step-00000099.ckpt", true}, {"", false}};
+    snprintf(path, sizeof path, "%s/ck/step-00000016.ckpt", dir);
+    char *mine = glia__checkpoint_tmp_name(path, (long)dead), *live = glia__checkpoint_tmp_name(path, (long)getppid()),
+         *own = glia__checkpoint_tmp_name(path, (long)getpid());
+    CU_ASSERT_FATAL(mine && live && own);
+    char tail[32];
+    snprintf(tail, sizeof tail, ".%ld", (long)dead);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mine, ".ckpt.tmp."));  /* <path>.tmp.<host>.<pid> */
+    CU_ASSERT_STRING_EQUAL(mine + strlen(mine) - strlen(tail), tail);
+    snprintf(f[0].name, sizeof f[0].name, "%s", strrchr(mine, '/') + 1);
+    snprintf(f[1].name, sizeof f[1].name, "%s", strrchr(live, '/') + 1);
+    snprintf(f[2].name, sizeof f[2].name, "step-00000016.ckpt.tmp.glia-test-other-host.%ld", (long)dead);
+    snprintf(f[3].name, sizeof f[3].name, "step-00000014.ckpt.tmp%ld", (long)dead);  /* two days old */
+    snprintf(f[4].name, sizeof f[4].name, "step-00000013.ckpt.tmp%ld", (long)dead);
+    snprintf(f[6].name, sizeof f[6].name, "%s", strrchr(own, '/') + 1);  /* an earlier process of this number */
+    free(mine);
+    free(live);
+    free(own);
+    for (int i = 0; i < 7; i++) {
+        snprintf(path, sizeof path, "%s/ck/%.299s", dir, f[i].name);
+        CU_ASSERT_FATAL(glia_test_write(path, "x") == 0);
+        if (i == 3) {
+            struct timespec t[2] = {{time(NULL) - 2 * 86400, 0}, {time(NULL) - 2 * 86400, 0}};
+            CU_ASSERT_FATAL(utimensat(AT_FDCWD, path, t, 0) == 0);
+        }
+    }
+    snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
+    open_run(&r, ckpt_text(every));
+    struct glia_train_options o = {NULL, -1, NULL, path};
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);  /* on to step 33 */
+    close_run(&r);
+    static const char *const steps[] = {"15", "17", "27", "30", "33"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/ck/step-000000%s.ckpt", dir, steps[i]);
+        if ((access(path, F_OK) == 0) != (i >= 3)) printf("\n  %s %s\n", path, i >= 3 ? "missing" : "kept");
+        CU_ASSERT((access(path, F_OK) == 0) == (i >= 3));
+    }
+    for (int i = 0; i < 7; i++) {
+        snprintf(path, sizeof path, "%s/ck/%.299s", dir, f[i].name);
+        if ((access(path, F_OK) == 0) != f[i].stays) printf("\n  %s %s\n", path, f[i].stays ? "removed" : "kept");
+        CU_ASSERT((access(path, F_OK) == 0) == f[i].stays);
+    }
+}
+
+/* What glia_model_train printed (progress 0) resuming from ckpt with the model of text; its
+ * status in *st. Malloc'ed. */
+static char *resume_output(const char *text, const char *ckpt, struct glia_epoch_result *res, glia_status *st)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    struct run r;
+    open_run(&r, text);
+    struct glia_train_options o = {NULL, 0, f, ckpt};
+    *st = glia_model_train(r.m, &o, res, 3);
+    if (*st) printf("\n  %s\n", glia_context_error(r.ctx));
+    close_run(&r);
+    fclose(f);
+    return out;
+}
+
+/* Resuming a run that the settings leave nothing to do (--set train.epochs=1 on an epoch-2
+ * checkpoint; the end of its epochs or max_steps reached) says so in one line and trains,
+ * evaluates, prints and writes nothing: it printed "done: 1 epochs ... test_accuracy 0.0000" and
+ * wrote a final.ckpt. Also: max_steps without checkpoint_dir says that nothing was saved. */
+static void test_resume_nothing_left(void)
+{
+    make_data();
+    rm_ckpt();
+    struct run r;
+    open_run(&r, ckpt_text(""));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);  /* final.ckpt: step 33 */
+    close_run(&r);
+    open_run(&r, ckpt_text("max_steps = 17\n"));  /* step-00000017.ckpt: in epoch 2 */
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    close_run(&r);
+    char final[700], step[700], text[4096], want[1000];
+    snprintf(final, sizeof final, "%s/ck/final.ckpt", dir);
+    snprintf(step, sizeof step, "%s/ck/step-00000017.ckpt", dir);
+    size_t n0, n1;
+    unsigned char *before = slurp(final, &n0);
+    struct {
+        const char *ckpt, *from, *to, *says;
+    } c[] = {
+        {final, "epochs = 3", "epochs = 2", "is at step 33, after epoch 3, and [train] epochs = 2"},
+        {final, "epochs = 3", "epochs = 3", "is at step 33, after epoch 3, and [train] epochs = 3"},
+        {step, "epochs = 3", "epochs = 1", "is at step 17, in epoch 2, past [train] epochs = 1"},
+        {step, "epochs = 3", "epochs = 3\nmax_steps = 17", "is at step 17, [train] max_steps = 17"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        snprintf(text, sizeof text, "%s", edited(ckpt_text(""), c[i].from, c[i].to));
+        struct glia_epoch_result res[3] = {{.epoch = -7}};
+        glia_status st;
+        char *out = resume_output(text, c[i].ckpt, res, &st);
+        snprintf(want, sizeof want, "nothing to do: %s %s (raise it to train on)\n", c[i].ckpt, c[i].says);
+        if (strcmp(out, want)) printf("\n  got: %s", out);
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        CU_ASSERT_STRING_EQUAL(out, want);
+        CU_ASSERT_EQUAL(res[0].epoch, -7);  /* no results: none was made */
+        free(out);
+    }
+    unsigned char *after = slurp(final, &n1);  /* final.ckpt was not written again */
+    CU_ASSERT(n0 == n1 && !memcmp(before, after, n0));
+    free(before);
+    free(after);
+    snprintf(step, sizeof step, "%s/ck/step-00000018.ckpt", dir);
+    CU_ASSERT_NOT_EQUAL(access(step, F_OK), 0);
+    /* max_steps without checkpoint_dir: nothing to resume from */
+    snprintf(text, sizeof text, "%s", ckpt_text("max_steps = 5\n"));
+    char *cd = strstr(text, "checkpoint_dir = ");
+    memmove(cd, strchr(cd, '\n') + 1, strlen(strchr(cd, '\n') + 1) + 1);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    open_run(&r, text);
+    struct glia_train_options o = {NULL, 0, f, NULL};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
+    close_run(&r);
+    fclose(f);
+    const char *said = "stopped at max_steps = 5 (epoch 1); nothing was saved ([train] checkpoint_dir is not set)\n";
+    if (strcmp(out, said)) printf("\n  got: %s", out);
+    CU_ASSERT_STRING_EQUAL(out, said);
+    free(out);
 }
 
 static void test_fashion_mnist_subset(void)
@@ -1695,5 +1953,6 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_ne
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
-               GLIA_TEST(test_checkpoint_corrupt_fields),
+               GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
+               GLIA_TEST(test_checkpoint_dir_made), GLIA_TEST(test_checkpoint_sweep), GLIA_TEST(test_resume_nothing_left),
                GLIA_TEST(test_fashion_mnist_subset))

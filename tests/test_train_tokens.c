@@ -191,8 +191,8 @@ static void test_channels_last(void)
     free(w[1]);
 }
 
-/* A run that fails while a progress line is drawn (its checkpoint cannot be written at step 3)
- * ends that line, so that the caller's error message starts a line of its own. And an embedding
+/* A run that fails while a progress line is drawn (its checkpoint cannot be written at step 3: a
+ * folder has the file's name) ends that line, so that the caller's error message starts a line of its own. And an embedding
  * whose table is smaller than the data's vocab is refused when the model is built. */
 static void test_error_ends_progress_line(void)
 {
@@ -205,10 +205,10 @@ static void test_error_ends_progress_line(void)
     fclose(f);
     static const char *fmt =
         "[runtime]\ndevice = cpu\n[data]\nformat = tokens\ntrain = %s\ntest = %s\nvocab = 40\nbatch_size = 8\n"
-        "shuffle = off\n[train]\ncheckpoint_dir = %s/ck\ncheckpoint_every = 3\n[emb]\ntype = embedding\nvocab = %d\n"
+        "shuffle = off\n[train]\ncheckpoint_dir = %s/late-ck\ncheckpoint_every = 3\n[emb]\ntype = embedding\nvocab = %d\n"
         "dim = 4\n[pool]\ntype = seq_pool\ninputs = emb, input\n[fc]\ntype = linear\noutputs = 2\n"
         "[loss]\ntype = softmax_cross_entropy\n";
-    snprintf(text, sizeof text, fmt, path, path, path, 10);  /* the data's ids reach 39 */
+    snprintf(text, sizeof text, fmt, path, path, dir, 10);  /* the data's ids reach 39 */
     struct glia_context *c;
     struct glia_config *cfg;
     struct glia_model *bad = NULL;
@@ -218,7 +218,10 @@ static void test_error_ends_progress_line(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(c), "t.ini:15: [emb] vocab: 10 is smaller than [data] vocab = 40"));
     glia_config_free(cfg);
     glia_context_free(c);
-    snprintf(text, sizeof text, fmt, path, path, path, 40);  /* checkpoint_dir under a file: no folder */
+    snprintf(text, sizeof text, fmt, path, path, dir, 40);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/late-ck' && mkdir -p '%s/late-ck/step-00000003.ckpt'", dir, dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
     struct run r;
     open_run(&r, text);
     char *txt = NULL;
@@ -227,7 +230,7 @@ static void test_error_ends_progress_line(void)
     struct glia_train_options o = {NULL, 1, out, NULL};
     CU_ASSERT_NOT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     fclose(out);
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "late.txt/ck"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "late-ck/step-00000003.ckpt: Is a directory"));
     CU_ASSERT_PTR_NOT_NULL(strstr(txt, "\repoch 1/1  step 2/5"));
     CU_ASSERT(len > 0 && txt[len - 1] == '\n');
     free(txt);

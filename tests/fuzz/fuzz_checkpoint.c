@@ -4,10 +4,10 @@
  * error, and a resumed run ends.
  *
  * Input: a flag byte, then the checkpoint file. Flag bit 0: the harness rewrites the header's
- * payload size and CRC to match the bytes given, so that mutations reach the payload's checks;
+ * payload size and CRCs to match the bytes given, so that mutations reach the payload's checks;
  * bit 1: resume training from it (else load it for evaluation). On start the harness trains the
- * model two optimizer steps and offers the checkpoint it writes (and the same as a version 1
- * file) as seeds. */
+ * model two optimizer steps and offers the checkpoint it writes (and the same as version 2 and
+ * version 1 files) as seeds. */
 #include <glia/glia.h>
 #include "fuzzutil.h"
 
@@ -39,16 +39,20 @@ static glia_status open_model(struct glia_config **c, struct glia_model **m)
     return st;
 }
 
+/* The payload size and CRC, and from version 3 on the header's CRC (versions 1 and 2: zero). */
 static void fix_header(uint8_t *b, size_t n)
 {
     uint64_t payload = n - HEADER;
-    uint32_t crc = (uint32_t)crc32(0L, b + HEADER, (uInt)payload);
+    uint32_t crc = (uint32_t)crc32(0L, b + HEADER, (uInt)payload), version, hcrc = 0;
     memcpy(b + 16, &payload, 8);
     memcpy(b + 24, &crc, 4);
+    memcpy(&version, b + 8, 4);
+    if (version >= 3) hcrc = (uint32_t)crc32(crc32(0L, b, 28), b + 32, 8);
+    memcpy(b + 28, &hcrc, 4);
 }
 
-/* Trains two steps with a checkpoint_dir and offers the checkpoint (and a version 1 copy) as
- * seeds, each with the four flag values. */
+/* Trains two steps with a checkpoint_dir and offers the checkpoint (and version 2 and 1 copies)
+ * as seeds, each with the four flag values. */
 static void make_seeds(void)
 {
     char extra[700];
@@ -64,9 +68,13 @@ static void make_seeds(void)
     size_t n;
     uint8_t *ck = fuzz_slurp(fuzz_path("ck/step-00000002.ckpt"), &n);
     if (!ck || n < HEADER + META + SCALER) fuzz_die("no seed checkpoint", fuzz_path("ck/step-00000002.ckpt"));
-    uint8_t *seed = malloc(n + 1);
-    if (!seed) fuzz_die("out of memory", NULL);
-    /* version 1: no loss-scaler record */
+    uint8_t *seed = malloc(n + 1), *v2 = malloc(n);
+    if (!seed || !v2) fuzz_die("out of memory", NULL);
+    /* version 2: no header CRC */
+    memcpy(v2, ck, n);
+    v2[8] = 2;
+    fix_header(v2, n);
+    /* version 1: no loss-scaler record either */
     size_t n1 = n - SCALER;
     uint8_t *v1 = malloc(n1);
     if (!v1) fuzz_die("out of memory", NULL);
@@ -74,16 +82,20 @@ static void make_seeds(void)
     memcpy(v1 + HEADER + META, ck + HEADER + META + SCALER, n1 - HEADER - META);
     v1[8] = 1;
     fix_header(v1, n1);
-    const char *names[2][4] = {{"v2-load", "v2-load-fix", "v2-resume", "v2-resume-fix"},
+    const char *names[3][4] = {{"v3-load", "v3-load-fix", "v3-resume", "v3-resume-fix"},
+                               {"v2-load", "v2-load-fix", "v2-resume", "v2-resume-fix"},
                                {"v1-load", "v1-load-fix", "v1-resume", "v1-resume-fix"}};
     for (int flags = 0; flags < 4; flags++) {
         seed[0] = (uint8_t)flags;
         memcpy(seed + 1, ck, n);
         fuzz_seed(names[0][flags], seed, n + 1);
+        memcpy(seed + 1, v2, n);
+        fuzz_seed(names[1][flags], seed, n + 1);
         memcpy(seed + 1, v1, n1);
-        fuzz_seed(names[1][flags], seed, n1 + 1);
+        fuzz_seed(names[2][flags], seed, n1 + 1);
     }
     free(seed);
+    free(v2);
     free(v1);
     free(ck);
 }
