@@ -91,6 +91,10 @@ void glia__plugins_unload(struct glia_context *ctx);
 
 /* ---- configuration (core/config.c) ---- */
 
+/* The longest line of a model file, and the longest --set, in characters (line ending excluded);
+ * a longer one is an error, so reading never holds more than this of a file that has no newline. */
+#define GLIA__CONFIG_LINE_MAX 65536
+
 struct glia__entry {
     char *key;
     char *value;
