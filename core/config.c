@@ -33,6 +33,7 @@ static void section_free(struct glia_section *s)
     for (int i = 0; i < s->n_list_items; i++) free(s->list_items[i]);
     free(s->list_items);
     free(s->name);
+    free(s->origin);
     free(s);
 }
 
@@ -327,12 +328,16 @@ static void shown(const char *assignment, char *buf, size_t n)
     else snprintf(buf, n, "%.*s...", SET_SHOWN - 3, assignment);
 }
 
-/* Sets key = value in section (created if absent), remembering origin (owned, taken). */
+/* Sets key = value in section (created if absent), remembering origin ("--set a.b=c", owned,
+ * taken); a section it creates keeps a copy, so that messages about it point at this --set. */
 static glia_status set_value(struct glia_config *cfg, const char *section, const char *key,
                              const char *value, char *origin)
 {
-    struct glia_section *s = glia__config_section(cfg, section);
-    if (!s) return GLIA_ENOMEM;
+    struct glia_section *s = glia__config_find(cfg, section);
+    if (!s) {
+        if (!(s = glia__config_section(cfg, section))) return GLIA_ENOMEM;
+        if (!(s->origin = glia__strdup(origin))) return nomem(cfg);
+    }
     struct glia__entry *e = entry_find(s, key);
     if (e) {
         char *v = glia__strdup(value);
@@ -398,8 +403,13 @@ void glia__where(const struct glia_section *s, const char *key, char *buf, size_
         snprintf(buf, n, "%s: [%s] %s: ", e->origin, s->name, key);
     } else if (e && e->line > 0) {
         snprintf(buf, n, "%s:%d: [%s] %s: ", path, e->line, s->name, key);
+    } else if (s->origin) {  /* a section made by --set: that --set */
+        if (key)
+            snprintf(buf, n, "%s: [%s] %s: ", s->origin, s->name, key);
+        else
+            snprintf(buf, n, "%s: [%s] ", s->origin, s->name);
     } else {
-        /* the section header; a section made by --set has no line */
+        /* the section header; a section the core made has no line */
         char at[24] = "";
         if (s->line > 0) snprintf(at, sizeof at, ":%d", s->line);
         if (key)

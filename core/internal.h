@@ -108,6 +108,7 @@ struct glia_section {
     struct glia_config *cfg;
     char *name;
     int line;                            /* line of the [header]; 0 if made by --set or core */
+    char *origin;                        /* the --set that made it ("--set fc.type=linear"), else NULL */
     struct glia__entry *entries;
     int n_entries, cap_entries;
     const struct glia_key *schemas[GLIA__MAX_SCHEMAS];  /* set by glia__section_validate */

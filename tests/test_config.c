@@ -203,7 +203,7 @@ static const struct bad_case bad_cases[] = {
     {"--set unknown key", "[train]\n", "train.epoch = 2", GLIA_ECONFIG,
      "--set train.epoch=2: [train] epoch: unknown key; did you mean 'epochs'?"},
     {"--set section misses a key", "[train]\n", "fc.type=linear", GLIA_ECONFIG,
-     "model.ini: [fc] outputs: missing required key (number of outputs)"},
+     "--set fc.type=linear: [fc] outputs: missing required key (number of outputs)"},
 };
 
 static void test_bad_inputs(void)
@@ -377,10 +377,15 @@ static void test_where(void)
     glia__where(s, "outputs", buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "--set fc.outputs=7: [fc] outputs: ");
     CU_ASSERT(glia_config_set(cfg, "new.key=v") == GLIA_OK);
-    glia__where(glia__config_find(cfg, "new"), NULL, buf, sizeof buf);
-    CU_ASSERT_STRING_EQUAL(buf, "model.ini: [new] ");
+    CU_ASSERT(glia_config_set(cfg, "new.more=w") == GLIA_OK);
+    glia__where(glia__config_find(cfg, "new"), NULL, buf, sizeof buf);  /* the --set that made it */
+    CU_ASSERT_STRING_EQUAL(buf, "--set new.key=v: [new] ");
     glia__where(glia__config_find(cfg, "new"), "other", buf, sizeof buf);
-    CU_ASSERT_STRING_EQUAL(buf, "model.ini: [new] other: ");
+    CU_ASSERT_STRING_EQUAL(buf, "--set new.key=v: [new] other: ");
+    glia__where(glia__config_find(cfg, "new"), "more", buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "--set new.more=w: [new] more: ");
+    glia__where(glia__config_section(cfg, "core"), NULL, buf, sizeof buf);  /* made by the core */
+    CU_ASSERT_STRING_EQUAL(buf, "model.ini: [core] ");
     glia__where(s, "outputs", buf, 8);
     CU_ASSERT_STRING_EQUAL(buf, "--set f");
     glia_config_free(cfg);
