@@ -741,6 +741,9 @@ static struct glia_shape in_shape_of(const struct glia_model *m, int producer, i
 static glia_status declare_layer(struct glia_model *m, struct glia_section *s)
 {
     glia_status st;
+    if (!strcmp(s->name, "input"))  /* inputs = input is the data batch: a layer so named would hide it */
+        return glia_section_error(s, NULL, GLIA_ECONFIG, "'input' is reserved: `inputs = input` names the data batch; "
+                                  "give this layer another name");
     if (!glia__section_entry(s, "type")) {
         const char *near = glia__did_you_mean(s->name, reserved, (int)GLIA__ARRAY_LEN(reserved));
         if (near)
