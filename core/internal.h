@@ -176,6 +176,8 @@ struct glia__dataset {
     uint8_t *images;      /* n * channels * rows * cols (owned); NULL for tokens */
     int32_t *labels;      /* n (owned) */
     int n_classes;        /* max label + 1 */
+    char *classes_why;    /* where n_classes comes from, for messages: "label 9 at index 17 of PATH",
+                             "PATH:18", "CIFAR-10 has 10 classes" (owned; NULL when out of memory) */
     bool tokens;          /* format = tokens */
     int64_t *offsets;     /* tokens: sample i is ids[offsets[i] .. offsets[i+1]) (n + 1, owned) */
     int32_t *ids;         /* tokens: every sample's ids, 1 .. vocab-1; 0 is padding (owned) */
@@ -186,6 +188,15 @@ static inline int64_t glia__sample_len(const struct glia__dataset *d, int64_t i)
 {
     return d->offsets[i + 1] - d->offsets[i];
 }
+
+/* A data file opened for reading (core/zfile.c): raw, or gzip of one or more members, decompressed
+ * as it is read. Every error is one line naming the file (opening, reading, corrupt or truncated
+ * gzip data, bytes after the gzip data that are not another member). */
+struct glia__zfile;
+glia_status glia__zfile_open(struct glia_context *ctx, const char *path, struct glia__zfile **out);
+/* Reads up to want bytes of data into buf; *got < want only at the end of the data. */
+glia_status glia__zfile_read(struct glia__zfile *f, void *buf, size_t want, size_t *got);
+void glia__zfile_close(struct glia__zfile *f);
 
 /* Load a token file (raw or gzip): one sample per line, the label then the sample's token ids,
  * all decimal integers separated by blanks; blank lines and lines starting with '#' are
@@ -225,6 +236,8 @@ double glia__now(void);   /* monotonic seconds */
 char *glia__strdup(const char *s);
 char *glia__strndup(const char *s, size_t n);
 char *glia__trim(char *s);  /* in place */
+/* A new string formatted as printf does (owned); NULL when out of memory. */
+char *glia__printf(const char *fmt, ...) GLIA_PRINTF(1, 2);
 /* Grow *p (of *cap elements of size sz) to hold at least need elements. */
 glia_status glia__grow(void **p, int *cap, int need, size_t sz);
 

@@ -910,9 +910,12 @@ static glia_status check_graph(struct glia_model *m)
     const struct glia_shape *logits = &m->nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
     if (last->in[0] < 0 || logits->ndim != 2)
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the loss expects (N, classes) logits");
-    if (logits->dim[1] < m->n_classes)
-        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels",
-                                  (long long)logits->dim[1], m->n_classes);
+    if (logits->dim[1] < m->n_classes) {  /* name a label it cannot give */
+        const struct glia__dataset *d = m->train.n_classes >= m->test.n_classes ? &m->train : &m->test;
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels%s%s%s",
+                                  (long long)logits->dim[1], m->n_classes, d->classes_why ? " (" : "",
+                                  d->classes_why ? d->classes_why : "", d->classes_why ? ")" : "");
+    }
     return GLIA_OK;
 }
 

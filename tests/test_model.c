@@ -87,7 +87,7 @@ static const struct bad_case bad_cases[] = {
     {DATA "[f]\ntype = flatten\n[a]\ntype = linear\noutputs = 4\n[b]\ntype = linear\noutputs = 4\ninputs = f\n" LOSS,
      NULL, GLIA_ECONFIG, "m.ini:9: [a] the output of this layer is not used by any later layer"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 2\n" LOSS, NULL, GLIA_ESHAPE,
-     "[loss] the model outputs 2 classes but the data has 4 labels"},
+     "[loss] the model outputs 2 classes but the data has 4 labels (label 3 at index 3 of /"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\nimpl = cudnn\n" LOSS, "runtime.device=cpu", GLIA_ECONFIG,
      "m.ini:12: [fc] impl: no impl 'cudnn' of layer type 'linear' for device cpu (available: cpu)"},
     {DATA "[optimizer]\nmomentum = fast\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
