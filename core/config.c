@@ -432,6 +432,19 @@ glia_status glia_section_error(const struct glia_section *s, const char *key, gl
     return glia_error(s->cfg->ctx, status, "%s", buf);
 }
 
+glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
+{
+    char what[GLIA__ERRMSG_MAX], why[GLIA__ERRMSG_MAX], human[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(why, sizeof why, "%s", glia_context_error(s->cfg->ctx));
+    glia__bytes_str(bytes, human, sizeof human);
+    return glia_section_error(s, key, GLIA_ENOMEM, "%s need %.0f bytes (%s): cannot allocate%s%s%s", what, bytes, human,
+                              *why ? " (" : "", why, *why ? ")" : "");
+}
+
 const char *glia_section_name(const struct glia_section *s)
 {
     return s->name;

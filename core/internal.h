@@ -148,6 +148,12 @@ glia_status glia__section_validate(struct glia_section *s, const struct glia_key
 const char *glia__did_you_mean(const char *word, const char *const *candidates, int n);
 /* "file:line: " (or "--set a.b=c: ") prefix for key in s (key NULL: the section header). */
 void glia__where(const struct glia_section *s, const char *key, char *buf, size_t n);
+/* An allocation that a configuration value scales failed (or cannot be asked for): records
+ * "WHERE: WHAT need B bytes (H): cannot allocate (WHY)", WHERE as glia_section_error names s and
+ * key, WHAT from fmt, B the bytes, H them readable ("365.2 GB"), WHY the context's message when it
+ * has one (the backend's reason: clear it before the allocation), and returns GLIA_ENOMEM. */
+glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
+    GLIA_PRINTF(4, 5);
 
 /* ---- random numbers (core/rng.c) ---- */
 
@@ -236,6 +242,8 @@ double glia__now(void);   /* monotonic seconds */
 char *glia__strdup(const char *s);
 char *glia__strndup(const char *s, size_t n);
 char *glia__trim(char *s);  /* in place */
+/* bytes in decimal units, as the model summary writes them: "512 bytes", "6.2 GB". */
+void glia__bytes_str(double bytes, char *buf, size_t n);
 /* A new string formatted as printf does (owned); NULL when out of memory. */
 char *glia__printf(const char *fmt, ...) GLIA_PRINTF(1, 2);
 /* Grow *p (of *cap elements of size sz) to hold at least need elements. */

@@ -22,6 +22,18 @@ char *glia__strndup(const char *s, size_t n)
     return d;
 }
 
+void glia__bytes_str(double bytes, char *buf, size_t n)
+{
+    static const char *const unit[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB"};
+    if (bytes < 1000) {
+        snprintf(buf, n, "%.0f bytes", bytes);
+        return;
+    }
+    int u = 0;
+    for (bytes /= 1000; bytes >= 999.95 && u < 6; u++) bytes /= 1000;
+    snprintf(buf, n, "%.1f %s", bytes, unit[u]);
+}
+
 char *glia__printf(const char *fmt, ...)
 {
     va_list ap;
