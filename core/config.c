@@ -182,6 +182,8 @@ static glia_status next_line(struct parse *p, ptrdiff_t *len)
     p->line++;
     while ((c = next_char(p)) != EOF && c != '\n') {
         if (c == '\0') return parse_fail(p, GLIA_ECONFIG, "a NUL byte: this is not a text (INI) file");
+        if ((c < 0x20 && !strchr("\t\r\f\v", c)) || c == 0x7f)  /* binary data, not text */
+            return parse_fail(p, GLIA_ECONFIG, "a control byte (0x%02x): this is not a text (INI) file", c);
         if (n == max + 1)  /* max characters and a '\r' that was not the line ending */
             return parse_fail(p, GLIA_ECONFIG, "line longer than %zu characters", max);
         p->buf[n++] = (char)c;

@@ -664,6 +664,12 @@ static void test_file_errors(void)
     expect("NUL byte", glia_config_load(ctx, path, &cfg), GLIA_ECONFIG, want, false);
     remove(path);
 
+    path = glia_test_tmp("ctl.ini");
+    CU_ASSERT_FATAL(glia_test_write(path, "[a]\t; tab\n\t x = 1\f\v\r\ny = \x1b[1m\n") == 0);
+    snprintf(want, sizeof want, "%s:3: a control byte (0x1b): this is not a text (INI) file", path);
+    expect("control byte", glia_config_load(ctx, path, &cfg), GLIA_ECONFIG, want, false);
+    remove(path);
+
     /* endless input: refused at its first line, having read no more than a line may hold */
     expect("/dev/zero", glia_config_load(ctx, "/dev/zero", &cfg), GLIA_ECONFIG,
            "/dev/zero:1: a NUL byte: this is not a text (INI) file", false);
