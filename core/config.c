@@ -286,11 +286,12 @@ static glia_status parse(struct glia_context *ctx, const char *name, FILE *file,
 {
     *out = NULL;
     struct glia_config *cfg = calloc(1, sizeof *cfg);
-    if (!cfg) return glia_error(ctx, GLIA_ENOMEM, "out of memory");
+    if (!cfg) return glia_error(ctx, GLIA_ENOMEM, "cannot read %s: out of memory", name);
     cfg->ctx = ctx;
     cfg->path = glia__strdup(name);
     struct parse p = {.cfg = cfg, .file = file, .text = text, .buf = malloc(GLIA__CONFIG_LINE_MAX + 2)};
-    glia_status st = cfg->path && p.buf ? parse_lines(&p) : glia_error(ctx, GLIA_ENOMEM, "out of memory");
+    glia_status st = cfg->path && p.buf ? parse_lines(&p)
+                                        : glia_error(ctx, GLIA_ENOMEM, "cannot read %s: out of memory", name);
     free(p.buf);
     if (st != GLIA_OK) {
         glia_config_free(cfg);
