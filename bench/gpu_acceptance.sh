@@ -11,7 +11,7 @@
 #   REPEAT (1): the test stage runs the suite that many times (the programs run in parallel each time).
 #   test, train and bench build first on a tree without a build.
 #   a bare machine: make gpu-kit/ here first (bench/gpu_kit.sh) and carry it; build then uses its generated
-#   build system, oneDNN, inih, CUnit and zlib, and its Fashion-MNIST files (bench/data)
+#   build system, oneDNN, CUnit and zlib, and its Fashion-MNIST files (bench/data)
 set -eu
 [ $# -eq 2 ] || { echo "usage: $0 'build|test|train|bench ...'|all OUTDIR" >&2; exit 2; }
 stage=$1
@@ -49,7 +49,6 @@ build() {
         tar xzf "$kit/build-files.tar.gz"
         mkdir -p bench/data && cp "$kit"/data/*.gz bench/data/
         set -- --disable-maintainer-mode CPPFLAGS="-I$kit/deps/include" LDFLAGS="-L$kit/deps/lib -Wl,-rpath,$kit/deps/lib" \
-            INIH_CFLAGS="-I$kit/deps/include" INIH_LIBS="-L$kit/deps/lib -linih" \
             ZLIB_CFLAGS="-I$kit/deps/include" ZLIB_LIBS="-L$kit/deps/lib -lz"
     else
         ./bootstrap > "$out/build.log" 2>&1

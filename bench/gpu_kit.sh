@@ -2,7 +2,7 @@
 # bench/gpu_kit.sh — packs what a bare GPU machine lacks to build and check glia into gpu-kit/
 # (git-ignored), so that it travels with the checkout: the generated build system (configure,
 # Makefile.in, build-aux/: no autotools needed there), the headers and shared libraries of oneDNN,
-# inih, CUnit and zlib (with oneDNN's OpenCL loader) from this Debian 12 machine, and the
+# CUnit and zlib (with oneDNN's OpenCL loader) from this Debian 12 machine, and the
 # Fashion-MNIST files. Not an installer: bench/gpu_acceptance.sh build unpacks and uses it.
 #   usage: bench/gpu_kit.sh      (run from a bootstrapped tree on a machine with the -dev packages)
 set -eu
@@ -13,8 +13,8 @@ rm -rf "$kit"
 mkdir -p "$kit/stage/include" "$kit/stage/lib" "$kit/data"
 tar czf "$kit/build-files.tar.gz" configure Makefile.in aclocal.m4 build-aux m4 core/build-config.h.in
 inc=/usr/include lib=/usr/lib/x86_64-linux-gnu
-cp -a "$inc/oneapi" "$inc"/dnnl*.h "$inc/ini.h" "$inc/CUnit" "$inc/zlib.h" "$inc/zconf.h" "$kit/stage/include/"
-for l in libdnnl.so libinih.so libcunit.so libz.so libOpenCL.so; do
+cp -a "$inc/oneapi" "$inc"/dnnl*.h "$inc/CUnit" "$inc/zlib.h" "$inc/zconf.h" "$kit/stage/include/"
+for l in libdnnl.so libcunit.so libz.so libOpenCL.so; do
     real=$(readlink -f "$lib/$l")
     cp "$real" "$kit/stage/lib/"
     for link in "$lib/$l" "$lib/$l".[0-9]*; do  # the names that point at it

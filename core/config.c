@@ -1,8 +1,7 @@
-/* core/config.c — INI configuration: inih parsing, file:line errors, --set, schema checks, getters.
+/* core/config.c — INI configuration: parsing, file:line errors, --set, schema checks, getters.
  * Not the meaning of any key: which schemas a section obeys is decided by the model and plugins. */
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
@@ -34,6 +33,7 @@ static void section_free(struct glia_section *s)
     for (int i = 0; i < s->n_list_items; i++) free(s->list_items[i]);
     free(s->list_items);
     free(s->name);
+    free(s->origin);
     free(s);
 }
 
@@ -138,173 +138,147 @@ static struct glia__entry *entry_add(struct glia_section *s, const char *key, co
 
 /* ---- parsing ------------------------------------------------------------------------- */
 
-/* inih does not report section headers and, without INI_HANDLER_LINENO, no line numbers
- * either: the reader below hands inih one line at a time, so it counts lines and handles
- * the [header] lines itself; inih's handler call for a key comes right after the reader
- * returned the key's line. The reader also drops leading blanks, which turns off inih's
- * multi-line values: an indented "key = value" stays a key, not a continuation. */
+/* The INI dialect inih reads, parsed here one line at a time so that a line may be long (up to
+ * GLIA__CONFIG_LINE_MAX characters), nothing is read past the first error, and errors carry
+ * their line: "; " and "# " start comment lines, "[name]" a section, "key = value" (or
+ * "key: value") an entry; a ';' after a blank starts an inline comment. Leading blanks are
+ * dropped, so an indented "key = value" is a key, not a continuation of the value above. */
 struct parse {
     struct glia_config *cfg;
     FILE *file;                    /* the input: a file, or */
     const char *text;              /* the rest of a string */
-    char *buf;                     /* getline's buffer (owned) */
-    size_t cap;
-    int line;                      /* the line last handed to inih */
+    char *buf;                     /* the current line (owned): GLIA__CONFIG_LINE_MAX + 2 bytes */
+    int line;                      /* its number */
     struct glia_section *section;  /* the current section; NULL before the first header */
-    glia_status status;            /* the first error found here (inih finds the others) */
-    int error_line;
 };
 
-static void parse_fail(struct parse *p, glia_status status, const char *fmt, ...)
+static glia_status parse_fail(struct parse *p, glia_status status, const char *fmt, ...)
     GLIA_PRINTF(3, 4);
-static void parse_fail(struct parse *p, glia_status status, const char *fmt, ...)
+static glia_status parse_fail(struct parse *p, glia_status status, const char *fmt, ...)
 {
     char msg[GLIA__ERRMSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    p->status = status;
-    p->error_line = p->line;
-    glia_error(p->cfg->ctx, status, "%s:%d: %s", p->cfg->path, p->line, msg);
+    return glia_error(p->cfg->ctx, status, "%s:%d: %s", p->cfg->path, p->line, msg);
 }
 
-/* The next raw line (with its line ending) and its length; NULL at the end or on error. */
-static const char *next_line(struct parse *p, size_t *len)
+static int next_char(struct parse *p)
 {
-    if (p->file) {
-        errno = 0;
-        ssize_t n = getline(&p->buf, &p->cap, p->file);
-        if (n < 0) {
-            if (ferror(p->file)) {
-                p->status = errno == ENOMEM ? GLIA_ENOMEM : GLIA_EIO;
-                glia_error(p->cfg->ctx, p->status, "cannot read %s: %s", p->cfg->path,
-                           strerror(errno ? errno : EIO));
-            }
-            return NULL;
-        }
-        *len = (size_t)n;
-        return p->buf;
-    }
-    if (!*p->text) return NULL;
-    const char *s = p->text, *nl = strchr(s, '\n');
-    *len = nl ? (size_t)(nl - s) + 1 : strlen(s);
-    p->text = s + *len;
-    return s;
+    if (p->file) return getc(p->file);
+    return *p->text ? (unsigned char)*p->text++ : EOF;
 }
 
-/* Where inih's section header ends: the ']' or the start of an inline comment (a ';'
- * after a blank), or the end of the line. */
-static const char *header_end(const char *s)
+/* Reads the next line into p->buf without its line ending ("\n" or "\r\n"); *len < 0 at the
+ * end of the input. Reads no further than the limit: a stream without a newline (/dev/zero, a
+ * binary file) ends in an error, not in all of memory. */
+static glia_status next_line(struct parse *p, ptrdiff_t *len)
+{
+    const size_t max = GLIA__CONFIG_LINE_MAX;
+    size_t n = 0;
+    int c;
+    errno = 0;
+    p->line++;
+    while ((c = next_char(p)) != EOF && c != '\n') {
+        if (c == '\0') return parse_fail(p, GLIA_ECONFIG, "a NUL byte: this is not a text (INI) file");
+        if ((c < 0x20 && !strchr("\t\r\f\v", c)) || c == 0x7f)  /* binary data, not text */
+            return parse_fail(p, GLIA_ECONFIG, "a control byte (0x%02x): this is not a text (INI) file", c);
+        if (n == max + 1)  /* max characters and a '\r' that was not the line ending */
+            return parse_fail(p, GLIA_ECONFIG, "line longer than %zu characters", max);
+        p->buf[n++] = (char)c;
+    }
+    if (c == EOF && p->file && ferror(p->file)) {
+        int e = errno ? errno : EIO;
+        return glia_error(p->cfg->ctx, e == ENOMEM ? GLIA_ENOMEM : GLIA_EIO, "cannot read %s: %s", p->cfg->path,
+                          strerror(e));
+    }
+    if (c == EOF && n == 0) {
+        p->line--;
+        *len = -1;
+        return GLIA_OK;
+    }
+    if (n && p->buf[n - 1] == '\r') n--;
+    if (n > max) return parse_fail(p, GLIA_ECONFIG, "line longer than %zu characters", max);
+    p->buf[n] = '\0';
+    *len = (ptrdiff_t)n;
+    return GLIA_OK;
+}
+
+/* Where a section name (chars "]") or a key (chars "=:") ends: at one of chars, or where an
+ * inline comment starts (a ';' after a blank), or at the end of s. */
+static char *find_end(char *s, const char *chars)
 {
     bool was_space = false;
-    while (*s && *s != ']' && !(was_space && *s == ';')) {
+    while (*s && !(chars && strchr(chars, *s)) && !(was_space && *s == ';')) {
         was_space = isspace((unsigned char)*s);
         s++;
     }
     return s;
 }
 
-/* A "[name]" line: starts a new section. A line without its ']' is left to inih, which
- * reports it as a syntax error. Returns false after recording an error. */
-static bool section_header(struct parse *p, const char *line)
+/* s without trailing blanks (in place). */
+static char *rstrip(char *s)
 {
-    const char *name = line + 1, *close = header_end(name);
-    if (*close != ']') return true;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+/* A "[name]" line: starts a new section. */
+static glia_status section_header(struct parse *p, char *line)
+{
+    char *name = line + 1, *close = find_end(name, "]");
+    if (*close != ']') return parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
     const char *rest = close + 1;
     while (isspace((unsigned char)*rest)) rest++;
     while (name < close && isspace((unsigned char)*name)) name++;
     size_t len = (size_t)(close - name);
     while (len && isspace((unsigned char)name[len - 1])) len--;
-    if (len == 0) {
-        parse_fail(p, GLIA_ECONFIG, "syntax error: empty section name");
-        return false;
-    }
-    if (*rest && *rest != ';' && *rest != '#') {
-        parse_fail(p, GLIA_ECONFIG, "syntax error: unexpected text after [%.*s]", (int)len, name);
-        return false;
-    }
+    if (len == 0) return parse_fail(p, GLIA_ECONFIG, "syntax error: empty section name");
+    if (*rest && *rest != ';' && *rest != '#')
+        return parse_fail(p, GLIA_ECONFIG, "syntax error: unexpected text after [%.*s]", (int)len, name);
     const struct glia_section *old = find_n(p->cfg, name, len);
-    if (old) {
-        parse_fail(p, GLIA_ECONFIG, "duplicate section [%s] (first at line %d)", old->name,
-                   old->line);
-        return false;
-    }
+    if (old)
+        return parse_fail(p, GLIA_ECONFIG, "duplicate section [%s] (first at line %d)", old->name, old->line);
     p->section = section_add(p->cfg, name, len, p->line);
-    if (!p->section) parse_fail(p, GLIA_ENOMEM, "out of memory");
-    return p->section != NULL;
+    return p->section ? GLIA_OK : parse_fail(p, GLIA_ENOMEM, "out of memory");
 }
 
-/* inih's reader: copies one whole line (without its line ending, a UTF-8 byte-order mark
- * and leading blanks) into str, which holds num bytes; a longer line is an error, not two
- * lines. */
-static char *reader(char *str, int num, void *stream)
+/* A "name = value" line (name and value trimmed, the value without its inline comment). */
+static glia_status entry_line(struct parse *p, char *line)
 {
-    struct parse *p = stream;
-    size_t len;
-    if (p->status) return NULL;
-    const char *s = next_line(p, &len);
-    if (!s) return NULL;
-    p->line++;
-    if (len && s[len - 1] == '\n') len--;
-    if (len && s[len - 1] == '\r') len--;
-    if (memchr(s, '\0', len)) {
-        parse_fail(p, GLIA_ECONFIG, "NUL character in line");
-        return NULL;
-    }
-    if (num < 1 || len > (size_t)num - 1) {
-        parse_fail(p, GLIA_ECONFIG, "line longer than %d characters", num - 1);
-        return NULL;
-    }
-    if (p->line == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, len -= 3;
-    while (len && isspace((unsigned char)*s)) s++, len--;
-    memcpy(str, s, len);
-    str[len] = '\0';
-    if (str[0] == '[' && !section_header(p, str)) return NULL;
-    return str;
-}
-
-/* inih's handler, called for each "name = value" line (section is inih's copy of the
- * header, possibly truncated: the reader's p->section is used instead). */
-static int handler(void *user, const char *section, const char *name, const char *value)
-{
-    struct parse *p = user;
-    if (p->status) return 0;
-    if (!*name) {
-        parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
-        return 0;
-    }
-    if (!p->section) {
-        parse_fail(p, GLIA_ECONFIG, "key '%s' is outside any [section]", name);
-        return 0;
-    }
+    char *end = find_end(line, "=:");
+    if (*end != '=' && *end != ':') return parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
+    *end = '\0';
+    char *name = rstrip(line), *value = end + 1;
+    *find_end(value, NULL) = '\0';
+    while (isspace((unsigned char)*value)) value++;
+    rstrip(value);
+    if (!*name) return parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
+    if (!p->section) return parse_fail(p, GLIA_ECONFIG, "key '%s' is outside any [section]", name);
     const struct glia__entry *old = entry_find(p->section, name);
-    if (old) {
-        parse_fail(p, GLIA_ECONFIG, "[%s] %s: duplicate key (first at line %d)",
-                   p->section->name, name, old->line);
-        return 0;
-    }
-    if (!entry_add(p->section, name, value, p->line)) {
-        parse_fail(p, GLIA_ENOMEM, "out of memory");
-        return 0;
-    }
-    return 1;
+    if (old)
+        return parse_fail(p, GLIA_ECONFIG, "[%s] %s: duplicate key (first at line %d)", p->section->name, name,
+                          old->line);
+    if (!entry_add(p->section, name, value, p->line)) return parse_fail(p, GLIA_ENOMEM, "out of memory");
+    return GLIA_OK;
 }
 
-/* The first error of the file: inih's syntax error (ret > 0, the line) when it comes before
- * the one found by the reader or the handler. */
-static glia_status parse_result(struct parse *p, int ret)
+/* Parses every line; stops at the first error. */
+static glia_status parse_lines(struct parse *p)
 {
-    struct glia_config *cfg = p->cfg;
-    bool syntax_first = ret > 0 && (p->status == GLIA_OK ||
-                                    (p->status == GLIA_ECONFIG && ret < p->error_line));
-    if (syntax_first)
-        return glia_error(cfg->ctx, GLIA_ECONFIG, "%s:%d: %s", cfg->path, ret, SYNTAX_ERROR);
-    if (p->status) return p->status;
-    if (ret == -2) return nomem(cfg);
-    if (ret < 0)
-        return glia_error(cfg->ctx, GLIA_EINTERNAL, "%s: inih failed (%d)", cfg->path, ret);
-    return GLIA_OK;
+    for (;;) {
+        ptrdiff_t len = -1;
+        glia_status st = next_line(p, &len);
+        if (st || len < 0) return st;
+        char *s = p->buf;
+        if (p->line == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3;  /* a UTF-8 byte-order mark */
+        while (isspace((unsigned char)*s)) s++;
+        if (!*s || *s == ';' || *s == '#') continue;
+        st = *s == '[' ? section_header(p, s) : entry_line(p, s);
+        if (st) return st;
+    }
 }
 
 static glia_status parse(struct glia_context *ctx, const char *name, FILE *file, const char *text,
@@ -312,17 +286,13 @@ static glia_status parse(struct glia_context *ctx, const char *name, FILE *file,
 {
     *out = NULL;
     struct glia_config *cfg = calloc(1, sizeof *cfg);
-    if (!cfg) return glia_error(ctx, GLIA_ENOMEM, "out of memory");
+    if (!cfg) return glia_error(ctx, GLIA_ENOMEM, "cannot read %s: out of memory", name);
     cfg->ctx = ctx;
     cfg->path = glia__strdup(name);
-    if (!cfg->path) {
-        free(cfg);
-        return glia_error(ctx, GLIA_ENOMEM, "out of memory");
-    }
-    struct parse p = {.cfg = cfg, .file = file, .text = text};
-    int ret = ini_parse_stream(reader, &p, handler, &p);
+    struct parse p = {.cfg = cfg, .file = file, .text = text, .buf = malloc(GLIA__CONFIG_LINE_MAX + 2)};
+    glia_status st = cfg->path && p.buf ? parse_lines(&p)
+                                        : glia_error(ctx, GLIA_ENOMEM, "cannot read %s: out of memory", name);
     free(p.buf);
-    glia_status st = parse_result(&p, ret);
     if (st != GLIA_OK) {
         glia_config_free(cfg);
         return st;
@@ -351,12 +321,26 @@ glia_status glia_config_parse_string(struct glia_context *ctx, const char *name,
 
 /* ---- --set ------------------------------------------------------------------------- */
 
-/* Sets key = value in section (created if absent), remembering origin (owned, taken). */
+/* An assignment as messages show it: whole, or its start and "..." when longer than an error
+ * line can hold beside the message. */
+#define SET_SHOWN 100
+static void shown(const char *assignment, char *buf, size_t n)
+{
+    size_t len = strlen(assignment);
+    if (len <= SET_SHOWN) snprintf(buf, n, "%s", assignment);
+    else snprintf(buf, n, "%.*s...", SET_SHOWN - 3, assignment);
+}
+
+/* Sets key = value in section (created if absent), remembering origin ("--set a.b=c", owned,
+ * taken); a section it creates keeps a copy, so that messages about it point at this --set. */
 static glia_status set_value(struct glia_config *cfg, const char *section, const char *key,
                              const char *value, char *origin)
 {
-    struct glia_section *s = glia__config_section(cfg, section);
-    if (!s) return GLIA_ENOMEM;
+    struct glia_section *s = glia__config_find(cfg, section);
+    if (!s) {
+        if (!(s = glia__config_section(cfg, section))) return GLIA_ENOMEM;
+        if (!(s->origin = glia__strdup(origin))) return nomem(cfg);
+    }
     struct glia__entry *e = entry_find(s, key);
     if (e) {
         char *v = glia__strdup(value);
@@ -382,19 +366,29 @@ static glia_status set_split(struct glia_config *cfg, char *a, const char *assig
     const char *section = glia__trim(a), *key = glia__trim(dot + 1), *value = glia__trim(eq + 1);
     if (!*section || !*key) goto bad;
     size_t n = strlen(section) + strlen(key) + strlen(value) + sizeof "--set .=";
-    char *origin = malloc(n);
-    if (!origin) return nomem(cfg);
-    snprintf(origin, n, "--set %s.%s=%s", section, key, value);
+    char *full = malloc(n), *origin = malloc(SET_SHOWN + 1);
+    if (!full || !origin) return free(full), free(origin), nomem(cfg);
+    snprintf(full, n, "--set %s.%s=%s", section, key, value);
+    shown(full, origin, SET_SHOWN + 1);
+    free(full);
     glia_status st = set_value(cfg, section, key, value, origin);
     if (st != GLIA_OK) free(origin);
     return st;
-bad:
-    return glia_error(cfg->ctx, GLIA_EINVAL, "--set %s: expected section.key=value", assignment);
+bad:;
+    char show[SET_SHOWN + 1];
+    shown(assignment, show, sizeof show);
+    return glia_error(cfg->ctx, GLIA_EINVAL, "--set %s: expected section.key=value", show);
 }
 
 glia_status glia_config_set(struct glia_config *cfg, const char *assignment)
 {
     GLIA_ASSERT(cfg && assignment);
+    if (strlen(assignment) > GLIA__CONFIG_LINE_MAX) {
+        char show[SET_SHOWN + 1];
+        shown(assignment, show, sizeof show);
+        return glia_error(cfg->ctx, GLIA_EINVAL, "--set %s: longer than %d characters", show,
+                          GLIA__CONFIG_LINE_MAX);
+    }
     char *a = glia__strdup(assignment);
     if (!a) return nomem(cfg);
     glia_status st = set_split(cfg, a, assignment);
@@ -412,8 +406,13 @@ void glia__where(const struct glia_section *s, const char *key, char *buf, size_
         snprintf(buf, n, "%s: [%s] %s: ", e->origin, s->name, key);
     } else if (e && e->line > 0) {
         snprintf(buf, n, "%s:%d: [%s] %s: ", path, e->line, s->name, key);
+    } else if (s->origin) {  /* a section made by --set: that --set */
+        if (key)
+            snprintf(buf, n, "%s: [%s] %s: ", s->origin, s->name, key);
+        else
+            snprintf(buf, n, "%s: [%s] ", s->origin, s->name);
     } else {
-        /* the section header; a section made by --set has no line */
+        /* the section header; a section the core made has no line */
         char at[24] = "";
         if (s->line > 0) snprintf(at, sizeof at, ":%d", s->line);
         if (key)
@@ -434,6 +433,19 @@ glia_status glia_section_error(const struct glia_section *s, const char *key, gl
     vsnprintf(buf + len, sizeof buf - len, fmt, ap);
     va_end(ap);
     return glia_error(s->cfg->ctx, status, "%s", buf);
+}
+
+glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
+{
+    char what[GLIA__ERRMSG_MAX], why[GLIA__ERRMSG_MAX], human[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(why, sizeof why, "%s", glia_context_error(s->cfg->ctx));
+    glia__bytes_str(bytes, human, sizeof human);
+    return glia_section_error(s, key, GLIA_ENOMEM, "%s need %.0f bytes (%s): cannot allocate%s%s%s", what, bytes, human,
+                              *why ? " (" : "", why, *why ? ")" : "");
 }
 
 const char *glia_section_name(const struct glia_section *s)

@@ -1,10 +1,8 @@
-/* core/data_idx.c — the IDX reader (MNIST, Fashion-MNIST; raw or gzip) and batch gathering.
- * Not a data pipeline: one-channel u8 images and u8 labels, loaded whole into memory. */
-#include <errno.h>
+/* core/data_image.c — the IDX (MNIST, Fashion-MNIST) and CIFAR readers, raw or gzip, and batch gathering.
+ * Not a data pipeline: u8 images and labels, loaded whole into memory. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 #include "internal.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u
@@ -12,7 +10,6 @@
 #define IDX_MAX_PIXELS ((uint64_t)1 << 24)       /* rows * cols */
 #define IDX_MAX_SAMPLES ((uint64_t)1 << 31)
 #define IDX_FIRST_ALLOC ((int64_t)1 << 20)       /* the data buffer grows from here */
-#define IDX_CHUNK ((int64_t)1 << 30)             /* gzread takes an unsigned, returns an int */
 #define CIFAR_PIXELS (3 * 32 * 32)                /* a record's planar RGB image */
 
 /* One open IDX file. */
@@ -20,46 +17,20 @@ struct idx_file {
     struct glia_context *ctx;
     const char *path;
     const char *kind;         /* "image" or "label", for messages */
-    gzFile gz;
+    struct glia__zfile *zf;
     uint32_t dims[3];
     int ndim;
 };
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-/* gzerror's message without the "path: " prefix zlib puts in front of it. */
-static const char *gz_message(const struct idx_file *f, int *err)
-{
-    const char *msg = gzerror(f->gz, err);
-    size_t n = strlen(f->path);
-    if (msg && strncmp(msg, f->path, n) == 0 && strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
-    return msg && *msg ? msg : "unknown zlib error";
-}
-
-/* Turns zlib's error state into the context's one-line message. */
-static glia_status idx_stream_error(const struct idx_file *f, int err, const char *msg)
-{
-    if (err == Z_ERRNO) return glia_error(f->ctx, GLIA_EIO, "cannot read %s: %s", f->path, msg);
-    if (err == Z_MEM_ERROR)
-        return glia_error(f->ctx, GLIA_ENOMEM, "%s: out of memory while decompressing", f->path);
-    return glia_error(f->ctx, GLIA_EFORMAT, "%s: corrupt gzip data (%s)", f->path, msg);
-}
-
 /* Reads up to want bytes into buf; *got < want only at the end of the data. */
 static glia_status idx_read(struct idx_file *f, uint8_t *buf, int64_t want, int64_t *got)
 {
-    *got = 0;
-    while (*got < want) {
-        int64_t ask = want - *got < IDX_CHUNK ? want - *got : IDX_CHUNK;
-        int n = gzread(f->gz, buf + *got, (unsigned)ask);
-        int err = Z_OK;
-        const char *msg = n < 0 || n < ask ? gz_message(f, &err) : NULL;
-        if (err != Z_OK) return idx_stream_error(f, err, msg);
-        if (n < 0) return idx_stream_error(f, Z_DATA_ERROR, msg);
-        *got += n;
-        if (n < ask) break;
-    }
-    return GLIA_OK;
+    size_t n = 0;
+    glia_status st = glia__zfile_read(f->zf, buf, (size_t)want, &n);
+    *got = (int64_t)n;
+    return st;
 }
 
 /* Reads and drops up to want bytes; *got says how many there were. */
@@ -122,21 +93,13 @@ static glia_status idx_open(struct glia_context *ctx, const char *path, const ch
     f->ctx = ctx;
     f->path = path;
     f->kind = kind;
-    errno = 0;
-    f->gz = gzopen(path, "rb");
-    if (!f->gz) {
-        if (errno == 0 || errno == ENOMEM)
-            return glia_error(ctx, GLIA_ENOMEM, "cannot open %s: out of memory", path);
-        return glia_error(ctx, GLIA_EIO, "cannot open %s: %s", path, strerror(errno));
-    }
-    gzbuffer(f->gz, 1 << 17);
-    return GLIA_OK;
+    return glia__zfile_open(ctx, path, &f->zf);
 }
 
 static void idx_close(struct idx_file *f)
 {
-    if (f->gz) gzclose(f->gz);
-    f->gz = NULL;
+    glia__zfile_close(f->zf);
+    f->zf = NULL;
 }
 
 static uint32_t be32(const uint8_t *b)
@@ -252,15 +215,16 @@ static glia_status idx_labels(const struct idx_file *f, const uint8_t *raw,
         return glia_error(f->ctx, GLIA_ENOMEM, "%s: cannot allocate %lld labels", f->path,
                           (long long)d->n);
     int max = 0;
+    int64_t at = 0;
     for (int64_t i = 0; i < d->n; i++) {
         if (raw[i] == 255)
-            return glia_error(f->ctx, GLIA_EFORMAT,
-                              "label 255 at index %lld in %s is out of range 0..254", (long long)i,
-                              f->path);
+            return glia_error(f->ctx, GLIA_EFORMAT, "%s: label 255 at index %lld is out of range 0..254", f->path,
+                              (long long)i);
         d->labels[i] = raw[i];
-        if (raw[i] > max) max = raw[i];
+        if (raw[i] > max) max = raw[i], at = i;
     }
     d->n_classes = max + 1;
+    d->classes_why = glia__printf("label %d at index %lld of %s", max, (long long)at, f->path);
     return GLIA_OK;
 }
 
@@ -364,6 +328,8 @@ glia_status glia__cifar_load(struct glia_context *ctx, const char *const *paths,
                              bool coarse, int64_t limit, struct glia__dataset *out)
 {
     *out = (struct glia__dataset){.channels = 3, .rows = 32, .cols = 32, .n_classes = !cifar100 ? 10 : coarse ? 20 : 100};
+    out->classes_why = glia__printf("CIFAR-%s has %d classes", cifar100 ? coarse ? "100 (coarse labels)" : "100" : "10",
+                                    out->n_classes);
     glia_status st = GLIA_OK;
     for (int i = 0; i < n_paths && !st; i++)
         st = cifar_file(ctx, paths[i], cifar100, coarse, limit > 0 ? (out->n < limit ? limit - out->n : 0) : -1, out);
@@ -378,6 +344,7 @@ void glia__dataset_free(struct glia__dataset *d)
     free(d->labels);
     free(d->offsets);
     free(d->ids);
+    free(d->classes_why);
     memset(d, 0, sizeof *d);
 }
 

@@ -4,7 +4,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 #include "internal.h"
 
 #define TOK_MAX_LABEL 65535          /* labels are class indices */
@@ -13,10 +12,13 @@
 struct reader {
     struct glia_context *ctx;
     const char *path;
-    gzFile gz;
+    struct glia__zfile *zf;
     char *line;
     size_t cap;
     int64_t lineno;
+    char in[1 << 16];     /* read ahead: in[at .. have) */
+    size_t at, have;
+    bool end;             /* the file has no more */
 };
 
 /* Next line into r->line (without its newline); *eof at the end. */
@@ -25,33 +27,32 @@ static glia_status next_line(struct reader *r, bool *eof)
     size_t len = 0;
     *eof = false;
     for (;;) {
-        if (len + 2 > r->cap) {
-            size_t cap = r->cap ? r->cap * 2 : 4096;
+        if (r->at == r->have) {
+            if (r->end) break;
+            glia_status st = glia__zfile_read(r->zf, r->in, sizeof r->in, &r->have);
+            if (st) return st;
+            r->at = 0;
+            r->end = r->have < sizeof r->in;
+            if (r->have == 0) break;
+        }
+        const char *s = r->in + r->at, *nl = memchr(s, '\n', r->have - r->at);
+        size_t k = nl ? (size_t)(nl - s) + 1 : r->have - r->at;
+        if (len + k + 1 > r->cap) {
+            size_t cap = r->cap ? r->cap : 4096;
+            while (cap < len + k + 1) cap *= 2;
             char *p = realloc(r->line, cap);
             if (!p) return glia_error(r->ctx, GLIA_ENOMEM, "%s:%lld: out of memory reading a line", r->path, (long long)r->lineno + 1);
             r->line = p, r->cap = cap;
         }
-        size_t room = r->cap - len > INT_MAX ? INT_MAX : r->cap - len;
-        if (!gzgets(r->gz, r->line + len, (int)room)) {
-            int err = Z_OK;
-            const char *msg = gzerror(r->gz, &err);
-            size_t n = strlen(r->path);  /* zlib's message may start with "path: " */
-            if (msg && !strncmp(msg, r->path, n) && !strncmp(msg + n, ": ", 2)) msg += n + 2;
-            if (err != Z_OK && err != Z_STREAM_END)
-                return glia_error(r->ctx, err == Z_ERRNO ? GLIA_EIO : GLIA_EFORMAT, "%s:%lld: %s: %s", r->path,
-                                  (long long)r->lineno + 1, err == Z_ERRNO ? "read error" : "corrupt gzip data",
-                                  err == Z_ERRNO ? strerror(errno) : msg);
-            if (len == 0) return *eof = true, GLIA_OK;
-            break;  /* a last line without a newline */
-        }
-        size_t k = strlen(r->line + len);
+        memcpy(r->line + len, s, k);
         len += k;
-        if (len > 0 && r->line[len - 1] == '\n') break;
-        if (gzeof(r->gz)) break;
-        if (k + 1 < room)  /* gzgets stopped at neither a newline, the end nor a full buffer: a NUL */
-            return glia_error(r->ctx, GLIA_EFORMAT, "%s:%lld: a NUL byte: not a token file", r->path,
-                              (long long)r->lineno + 1);
+        r->at += k;
+        if (nl) break;
     }
+    if (len == 0) return *eof = true, GLIA_OK;  /* a last line without a newline is still a line */
+    r->line[len] = '\0';
+    if (memchr(r->line, '\0', len))
+        return glia_error(r->ctx, GLIA_EFORMAT, "%s:%lld: a NUL byte: not a token file", r->path, (long long)r->lineno + 1);
     r->lineno++;
     while (len > 0 && (r->line[len - 1] == '\n' || r->line[len - 1] == '\r')) r->line[--len] = '\0';
     return GLIA_OK;
@@ -91,13 +92,12 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
                               int64_t limit, struct glia__dataset *out)
 {
     memset(out, 0, sizeof *out);
-    struct reader r = {ctx, path, NULL, NULL, 0, 0};
-    if (!(r.gz = gzopen(path, "rb")))
-        return glia_error(ctx, errno == ENOMEM ? GLIA_ENOMEM : GLIA_EIO, "cannot open token file %s: %s", path,
-                          errno ? strerror(errno) : "out of memory");
+    struct reader r = {.ctx = ctx, .path = path};
+    glia_status st = glia__zfile_open(ctx, path, &r.zf);
+    if (st) return st;
     int64_t cap_s = 0, cap_o = 0, cap_t = 0, n = 0, total = 0, longest = 0;
     int max_label = -1;
-    glia_status st = GLIA_OK;
+    int64_t max_line = 0;
     out->tokens = true;
     while (!st && (limit <= 0 || n < limit)) {
         bool eof, got;
@@ -124,7 +124,10 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
         }
         out->offsets[n] = total;
         out->labels[n] = (int32_t)v;
-        if ((int)v > max_label) max_label = (int)v;
+        if ((int)v > max_label) {
+            max_label = (int)v;
+            max_line = r.lineno;
+        }
         int64_t len = 0;
         for (;;) {
             if ((st = next_int(&r, &p, &v, &got, "token id")) || !got) break;
@@ -146,8 +149,7 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
         n++;
         out->offsets[n] = total;
     }
-    if (!st && gzclose(r.gz) != Z_OK) st = glia_error(ctx, GLIA_EIO, "%s: error closing the file", path);
-    else if (st) gzclose(r.gz);
+    glia__zfile_close(r.zf);
     free(r.line);
     if (!st && n == 0) st = glia_error(ctx, GLIA_EFORMAT, "%s: no samples (expected lines 'label id id ...')", path);
     if (!st && !out->ids && !(out->ids = malloc(sizeof *out->ids)))  /* every sample empty: still a valid pointer */
@@ -162,5 +164,6 @@ glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_
     out->rows = 1;
     out->cols = (int)(longest > 0 ? longest : 1);
     out->n_classes = max_label + 1;
+    out->classes_why = glia__printf("label %d at %s:%lld", max_label, path, (long long)max_line);
     return GLIA_OK;
 }

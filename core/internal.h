@@ -99,6 +99,10 @@ const char *glia__plugin_path(struct glia_context *ctx, const char *name);
 
 /* ---- configuration (core/config.c) ---- */
 
+/* The longest line of a model file, and the longest --set, in characters (line ending excluded);
+ * a longer one is an error, so reading never holds more than this of a file that has no newline. */
+#define GLIA__CONFIG_LINE_MAX 65536
+
 struct glia__entry {
     char *key;
     char *value;
@@ -112,6 +116,7 @@ struct glia_section {
     struct glia_config *cfg;
     char *name;
     int line;                            /* line of the [header]; 0 if made by --set or core */
+    char *origin;                        /* the --set that made it ("--set fc.type=linear"), else NULL */
     struct glia__entry *entries;
     int n_entries, cap_entries;
     const struct glia_key *schemas[GLIA__MAX_SCHEMAS];  /* set by glia__section_validate */
@@ -151,6 +156,12 @@ glia_status glia__section_validate(struct glia_section *s, const struct glia_key
 const char *glia__did_you_mean(const char *word, const char *const *candidates, int n);
 /* "file:line: " (or "--set a.b=c: ") prefix for key in s (key NULL: the section header). */
 void glia__where(const struct glia_section *s, const char *key, char *buf, size_t n);
+/* An allocation that a configuration value scales failed (or cannot be asked for): records
+ * "WHERE: WHAT need B bytes (H): cannot allocate (WHY)", WHERE as glia_section_error names s and
+ * key, WHAT from fmt, B the bytes, H them readable ("365.2 GB"), WHY the context's message when it
+ * has one (the backend's reason: clear it before the allocation), and returns GLIA_ENOMEM. */
+glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
+    GLIA_PRINTF(4, 5);
 
 /* ---- random numbers (core/rng.c) ---- */
 
@@ -179,6 +190,8 @@ struct glia__dataset {
     uint8_t *images;      /* n * channels * rows * cols (owned); NULL for tokens */
     int32_t *labels;      /* n (owned) */
     int n_classes;        /* max label + 1 */
+    char *classes_why;    /* where n_classes comes from, for messages: "label 9 at index 17 of PATH",
+                             "PATH:18", "CIFAR-10 has 10 classes" (owned; NULL when out of memory) */
     bool tokens;          /* format = tokens */
     int64_t *offsets;     /* tokens: sample i is ids[offsets[i] .. offsets[i+1]) (n + 1, owned) */
     int32_t *ids;         /* tokens: every sample's ids, 1 .. vocab-1; 0 is padding (owned) */
@@ -189,6 +202,15 @@ static inline int64_t glia__sample_len(const struct glia__dataset *d, int64_t i)
 {
     return d->offsets[i + 1] - d->offsets[i];
 }
+
+/* A data file opened for reading (core/zfile.c): raw, or gzip of one or more members, decompressed
+ * as it is read. Every error is one line naming the file (opening, reading, corrupt or truncated
+ * gzip data, bytes after the gzip data that are not another member). */
+struct glia__zfile;
+glia_status glia__zfile_open(struct glia_context *ctx, const char *path, struct glia__zfile **out);
+/* Reads up to want bytes of data into buf; *got < want only at the end of the data. */
+glia_status glia__zfile_read(struct glia__zfile *f, void *buf, size_t want, size_t *got);
+void glia__zfile_close(struct glia__zfile *f);
 
 /* Load a token file (raw or gzip): one sample per line, the label then the sample's token ids,
  * all decimal integers separated by blanks; blank lines and lines starting with '#' are
@@ -231,6 +253,10 @@ char *glia__trim(char *s);  /* in place */
 /* mkdir -p of the folders on the way to path's last '/' ("a/b/c.txt" and "a/b/" make a and a/b);
  * 0, or the errno of the first folder that could not be made. */
 int glia__mkdir_parents(const char *path);
+/* bytes in decimal units, as the model summary writes them: "512 bytes", "6.2 GB". */
+void glia__bytes_str(double bytes, char *buf, size_t n);
+/* A new string formatted as printf does (owned); NULL when out of memory. */
+char *glia__printf(const char *fmt, ...) GLIA_PRINTF(1, 2);
 /* Grow *p (of *cap elements of size sz) to hold at least need elements. */
 glia_status glia__grow(void **p, int *cap, int need, size_t sz);
 

@@ -184,6 +184,25 @@ glia_status glia__group_by_length(int64_t *order, int64_t n, const struct glia__
     return GLIA_OK;
 }
 
+/* The longest padded length of a token batch (images: cols). */
+static int64_t max_len_of(const struct glia__dataset *d, const struct glia__loader_options *o)
+{
+    int64_t mult = o->pad_multiple > 0 ? o->pad_multiple : 1;
+    return d->tokens ? ((int64_t)d->cols + mult - 1) / mult * mult : d->cols;
+}
+
+/* Floats (or ids) of one batch buffer's x. */
+static size_t slot_floats(const struct glia__dataset *d, const struct glia__loader_options *o)
+{
+    return (size_t)o->batch * (size_t)(d->tokens ? max_len_of(d, o) : (int64_t)d->channels * d->rows * d->cols);
+}
+
+double glia__loader_bytes(const struct glia__dataset *d, const struct glia__loader_options *o, int *buffers)
+{
+    *buffers = o->workers > 0 ? o->workers * (o->prefetch > 1 ? o->prefetch : 1) : 1;
+    return *buffers * (4.0 * (double)slot_floats(d, o) + 4.0 * o->batch);
+}
+
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o)
 {
@@ -206,7 +225,7 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->group = o->group && d->tokens;
     L->group_batches = o->group_batches > 0 ? o->group_batches : 1;
     L->pad_multiple = o->pad_multiple > 0 ? o->pad_multiple : 1;
-    L->max_len = d->tokens ? ((int64_t)d->cols + L->pad_multiple - 1) / L->pad_multiple * L->pad_multiple : d->cols;
+    L->max_len = max_len_of(d, o);
     int64_t local = L->world == 1 ? d->n : L->pad ? (d->n + L->world - 1) / L->world
                                                   : (d->n - L->rank + L->world - 1) / L->world;
     L->n_batches_per_epoch = o->drop_last ? local / o->batch : (local + o->batch - 1) / o->batch;
@@ -215,8 +234,10 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n + L->world));  /* room for the padding (group) */
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
     L->w = calloc((size_t)nw, sizeof *L->w);
-    if (!L->perm || !L->w) return glia__loader_free(L), GLIA_ENOMEM;
-    size_t per = (size_t)o->batch * (size_t)(d->tokens ? L->max_len : (int64_t)d->channels * d->rows * d->cols);
+    if (!L->perm || !L->w)
+        return glia__loader_free(L), glia_error(ctx, GLIA_ENOMEM, "loader: cannot allocate the order of %lld samples",
+                                                (long long)d->n);
+    size_t per = slot_floats(d, o);
     for (int i = 0; i < nw; i++) {
         L->w[i].L = L;
         L->w[i].index = i;

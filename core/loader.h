@@ -62,8 +62,12 @@ struct glia__loader {
     pthread_cond_t cv_work, cv_ready, cv_free;
 };
 
+/* Out of memory for the batch buffers: GLIA_ENOMEM without a message (the caller knows which key sets
+ * their size: glia__loader_bytes). */
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o);
+/* The bytes of the batch buffers glia__loader_init allocates for d and o, and how many buffers. */
+double glia__loader_bytes(const struct glia__dataset *d, const struct glia__loader_options *o, int *buffers);
 /* Start an epoch (1-based) at batch first_batch (0 normally; later when resuming): the order
  * is a permutation from seed + epoch when shuffling. */
 glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t first_batch);

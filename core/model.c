@@ -811,6 +811,9 @@ static struct glia_shape in_shape_of(const struct glia_model *m, int producer, i
 static glia_status declare_layer(struct glia_model *m, struct glia_section *s)
 {
     glia_status st;
+    if (!strcmp(s->name, "input"))  /* inputs = input is the data batch: a layer so named would hide it */
+        return glia_section_error(s, NULL, GLIA_ECONFIG, "'input' is reserved: `inputs = input` names the data batch; "
+                                  "give this layer another name");
     if (!glia__section_entry(s, "type")) {
         const char *near = glia__did_you_mean(s->name, reserved, (int)GLIA__ARRAY_LEN(reserved));
         if (near)
@@ -839,6 +842,49 @@ static glia_status declare_layer(struct glia_model *m, struct glia_section *s)
     return GLIA_OK;
 }
 
+/* Refuses a parameter or buffer of the layer that has more elements than a tensor may have. */
+static glia_status check_param_sizes(const struct glia__node *nd)
+{
+    const struct glia_layer *l = &nd->layer;
+    glia_context_clear_error(l->ctx);
+    for (int p = 0; p < l->n_params + l->n_buffers; p++) {
+        const struct glia_param *pa = p < l->n_params ? &l->params[p] : &l->buffers[p - l->n_params];
+        double n = glia__numel_d(&pa->shape);
+        if (n <= (double)GLIA__MAX_ELEMENTS) continue;
+        char shp[256];
+        return glia__alloc_error(nd->sec, NULL, 4 * n, "%s '%s', %s, has %.4g elements, more than a tensor may have (%s); "
+                                 "its values would", p < l->n_params ? "parameter" : "buffer", pa->name,
+                                 glia_shape_str(&pa->shape, shp, sizeof shp), n, GLIA__MAX_ELEMENTS_TEXT);
+    }
+    return GLIA_OK;
+}
+
+/* Refuses an output s of node nd with more elements than a tensor may have, at the batch that [data] key sets. */
+static glia_status check_output_size(struct glia_model *m, const struct glia__node *nd, const struct glia_shape *s,
+                                     int64_t batch, const char *key)
+{
+    double n = glia__numel_d(s);
+    if (n <= (double)GLIA__MAX_ELEMENTS) return GLIA_OK;
+    glia_context_clear_error(m->ctx);
+    char shp[256];
+    glia_shape_str(s, shp, sizeof shp);
+    return glia__alloc_error(nd->sec, NULL, 4 * n, "its output at batch %lld ([data] %s), %s, has %.4g elements, more "
+                             "than a tensor may have (%s); it would", (long long)batch, key, shp, n,
+                             GLIA__MAX_ELEMENTS_TEXT);
+}
+
+/* The outputs at the evaluation batch, where it is larger than the training batch (create_layer checked those). */
+static glia_status check_eval_sizes(struct glia_model *m)
+{
+    if (m->test_batch <= m->batch) return GLIA_OK;
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
+    if (!shapes) return GLIA_ENOMEM;
+    glia_status st = glia__infer_all(m, m->test_batch, m->train.cols, shapes);
+    for (int i = 0; i < m->n_nodes && !st; i++) st = check_output_size(m, &m->nodes[i], &shapes[i], m->test_batch, "test_batch_size");
+    free(shapes);
+    return st;
+}
+
 /* Phase 3: create the layer with its input shapes and infer its output shape. */
 static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
 {
@@ -865,6 +911,7 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
         return st;
     }
     nd->created = true;
+    if ((st = check_param_sizes(nd))) return st;
     bool decay = glia_section_bool(s, "weight_decay");  /* off: a PyTorch param group with weight_decay 0 */
     for (int p = 0; p < nd->layer.n_params; p++)
         if (!decay || (!m->decay_1d && nd->layer.params[p].shape.ndim == 1)) nd->layer.params[p].decay = false;
@@ -874,6 +921,7 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
             glia_section_error(s, NULL, st, "shape inference failed (%s)", glia_strerror(st));
         return st;
     }
+    if ((st = check_output_size(m, nd, &nd->out_shape, m->batch, "batch_size"))) return st;
     nd->flops = ops->flops ? ops->flops(&nd->layer, in, nd->n_in) : 0;
     return GLIA_OK;
 }
@@ -977,9 +1025,12 @@ static glia_status check_graph(struct glia_model *m)
     const struct glia_shape *logits = &m->nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
     if (last->in[0] < 0 || logits->ndim != 2)
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the loss expects (N, classes) logits");
-    if (logits->dim[1] < m->n_classes)
-        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels",
-                                  (long long)logits->dim[1], m->n_classes);
+    if (logits->dim[1] < m->n_classes) {  /* name a label it cannot give */
+        const struct glia__dataset *d = m->train.n_classes >= m->test.n_classes ? &m->train : &m->test;
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels%s%s%s",
+                                  (long long)logits->dim[1], m->n_classes, d->classes_why ? " (" : "",
+                                  d->classes_why ? d->classes_why : "", d->classes_why ? ")" : "");
+    }
     return GLIA_OK;
 }
 
@@ -1610,6 +1661,24 @@ static glia_status alloc_decay_mask(struct glia_model *m, struct glia_param **ps
     return st;
 }
 
+/* The parameters (or buffers) cannot be allocated: the error names the layer that holds most of them. with says
+ * what comes with them ("with their gradients"). */
+static glia_status arena_error(struct glia_model *m, bool buffers, double bytes, const char *with)
+{
+    int big = 0;
+    int64_t most = -1, all = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const struct glia_layer *l = &m->nodes[i].layer;
+        int64_t n = 0;
+        for (int p = 0; p < (buffers ? l->n_buffers : l->n_params); p++)
+            n += glia_shape_numel(buffers ? &l->buffers[p].shape : &l->params[p].shape);
+        if (n > most) most = n, big = i;
+        all += n;
+    }
+    return glia__alloc_error(m->nodes[big].sec, NULL, bytes, "%lld %s (%lld of them this layer's)%s",
+                             (long long)all, buffers ? "buffer values" : "parameters", (long long)most, with);
+}
+
 static glia_status alloc_params(struct glia_model *m)
 {
     struct glia_param **ps;
@@ -1617,14 +1686,19 @@ static glia_status alloc_params(struct glia_model *m)
     if (st) return st;
     struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
     int ns = m->like ? 0 : m->opt.ops->n_state;  /* a dp replica never steps: no optimizer state */
-    st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
+    glia_context_clear_error(m->ctx);
+    if (m->wa.len > GLIA__MAX_ELEMENTS) st = GLIA_ENOMEM;  /* one tensor: see GLIA__MAX_ELEMENTS */
+    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
     if (!st) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->g);  /* the padding's gradient is zero */
     for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->state[k]);
     if (!st) st = alloc_decay_mask(m, ps);
     float *host = st ? NULL : calloc((size_t)m->wa.len, sizeof(float));
     if (st || !host) {
         free(ps);
-        return glia_error(m->ctx, st ? st : GLIA_ENOMEM, "cannot allocate %lld parameters", (long long)m->wa.n);
+        if (st && st != GLIA_ENOMEM) return st;
+        char with[64] = " with their gradients";
+        if (ns) snprintf(with, sizeof with, " with their gradients and %d optimizer state%s", ns, ns > 1 ? "s" : "");
+        return arena_error(m, false, 4.0 * (double)m->wa.len * (2 + ns), with);
     }
     int k = 0;
     for (int i = 0; i < m->n_nodes && !st; i++) {
@@ -1720,9 +1794,11 @@ static glia_status alloc_buffers(struct glia_model *m)
         return GLIA_OK;
     }
     struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->ba.len});
-    st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->buf);
+    glia_context_clear_error(m->ctx);
+    st = m->ba.len > GLIA__MAX_ELEMENTS ? GLIA_ENOMEM : glia_tensor_new(m->backend, GLIA_F32, &flat, &m->buf);
     float *host = st ? NULL : calloc((size_t)m->ba.len, sizeof(float));
     if (!st && !host) st = GLIA_ENOMEM;
+    if (st == GLIA_ENOMEM) st = arena_error(m, true, 4.0 * (double)m->ba.len, "");
     for (int k = 0; k < m->ba.count && !st; k++) {
         st = glia_tensor_view(m->buf, m->ba.off[k], &bs[k]->shape, &bs[k]->value);
         glia__init_values(host + m->ba.off[k], m->ba.size[k], bs[k]->init, 0);
@@ -1879,6 +1955,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = pass_drop_bias(m);
     for (int i = 0; i < m->n_nodes && !st; i++) st = create_layer(m, &m->nodes[i]);
     if (!st) st = check_graph(m);
+    if (!st) st = check_eval_sizes(m);
     int fuse = st ? 0 : fuse_pointwise_mode(m, graph);
     if (fuse) st = pass_fuse_bn_relu(m);
     if (fuse && !st) st = pass_fuse_pointwise(m, fuse == 2);
@@ -1889,7 +1966,10 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) st = alloc_buffers(m);
     if (!st && m->comm) {
         struct glia_section *d = glia__config_find(cfg, "distributed");
+        glia_context_clear_error(m->ctx);
         st = glia__ddp_new(m, m->comm, glia_section_float(d, "bucket_mb"), glia_section_float(d, "first_bucket_mb"), &m->ddp);
+        if (st == GLIA_ENOMEM && !glia_context_error(ctx)[0])  /* mostly its host copy of the gradients */
+            st = arena_error(m, false, 4.0 * (double)m->wa.len, " with a host copy of their gradients for the all-reduce");
     }
     for (int r = 1; r < n_devs && !st; r++) {  /* dp: the other devices' copies */
         if (!(st = build(ctx, cfg, m, &devs[r], &m->replica[r]))) {

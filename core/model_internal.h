@@ -227,6 +227,20 @@ struct glia_model {
     int64_t graph_replays;           /* training passes replayed so far */
 };
 
+/* The most elements one tensor of a model may have: 2^45, 140 TB of f32, beyond any machine. A model
+ * with a larger parameter or layer output is refused when it is built, which also keeps every sum of
+ * sizes the core computes (arenas, activation plans) within int64. */
+#define GLIA__MAX_ELEMENTS ((int64_t)1 << 45)
+#define GLIA__MAX_ELEMENTS_TEXT "2^45"
+
+/* The element count of s, as a double: no overflow, whatever the dims. */
+static inline double glia__numel_d(const struct glia_shape *s)
+{
+    double n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= (double)s->dim[i];
+    return n;
+}
+
 /* The data batch's shape: images (n, channels, rows, cols); tokens (n, len). */
 static inline struct glia_shape glia__data_shape(const struct glia_model *m, int64_t n, int64_t len)
 {

@@ -95,7 +95,13 @@ glia_status glia_tensor_new(struct glia_backend *b, enum glia_dtype dtype,
                             const struct glia_shape *shape, struct glia_tensor **out)
 {
     if (!b || !shape_ok(shape) || !glia_dtype_size(dtype)) return GLIA_EINVAL;
-    size_t nbytes = (size_t)glia_shape_numel(shape) * glia_dtype_size(dtype);
+    /* a size that overflows, or more bytes than an allocation can have, is out of memory (not a small buffer) */
+    int64_t numel = 1;
+    size_t nbytes;
+    for (int i = 0; i < shape->ndim; i++)
+        if (__builtin_mul_overflow(numel, shape->dim[i], &numel)) return GLIA_ENOMEM;
+    if (__builtin_mul_overflow((size_t)numel, glia_dtype_size(dtype), &nbytes) || nbytes > PTRDIFF_MAX)
+        return GLIA_ENOMEM;
     struct glia_tensor *t = calloc(1, sizeof *t);
     struct glia_storage *st = calloc(1, sizeof *st);
     if (!t || !st) goto nomem;

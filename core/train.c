@@ -74,7 +74,8 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
     int64_t maxb = tb > eb ? tb : eb;
     if ((st = glia__act_plan(m, tb, eb, &m->plan)))  /* else a layer's shape error says why */
         return st == GLIA_ENOMEM ? glia_error(m->ctx, st, "out of memory planning the activations") : st;
-    st = new_flat(m, m->plan.len, &m->act_block);
+    glia_context_clear_error(m->ctx);
+    st = m->plan.len > GLIA__MAX_ELEMENTS ? GLIA_ENOMEM : new_flat(m, m->plan.len, &m->act_block);
     struct glia_shape xs = glia__data_shape(m, maxb, m->train.cols);
     int64_t d1[1] = {maxb}, one[1] = {1};
     struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
@@ -85,8 +86,15 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->loss_scale);
     if (!st) st = write_loss_scale(m);
     if (st) {
+        /* the block, the batch and its labels (twice with an upload stage): named by the batch size that makes
+         * the larger plan */
+        bool train = tb > 0 && m->plan.train >= m->plan.eval;
+        double bytes = 4.0 * ((double)m->plan.len + (async_upload(m) ? 2 : 1) * (glia__numel_d(&xs) + (double)maxb));
         glia__model_release_activations(m);
-        return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
+        if (st != GLIA_ENOMEM) return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
+        return glia__alloc_error(glia__config_find(m->cfg, "data"), train ? "batch_size" : "test_batch_size", bytes,
+                                 "the activations of %s at batch %lld", train ? "a training step" : "evaluation",
+                                 (long long)(train ? tb : eb));
     }
     m->act_batch = tb;
     m->eval_batch = eb;
@@ -867,6 +875,20 @@ static void scratch_free(struct scratch *s)
     if (s->have_test) glia__loader_free(&s->test);
 }
 
+/* The loader of d and o that glia__loader_init could not make (st): out of memory for its batch buffers names the
+ * [data] key that sets their size. */
+static glia_status loader_error(struct glia_model *m, glia_status st, const struct glia__dataset *d,
+                                const struct glia__loader_options *o, const char *key)
+{
+    if (st != GLIA_ENOMEM || glia_context_error(m->ctx)[0]) return st;
+    int n;
+    double bytes = glia__loader_bytes(d, o, &n);
+    char how[80] = "";
+    if (o->workers > 0) snprintf(how, sizeof how, " (%d worker%s x prefetch %d)", o->workers, o->workers > 1 ? "s" : "", o->prefetch);
+    return glia__alloc_error(glia__config_find(m->cfg, "data"), key, bytes, "the loader's %d batch buffer%s%s of %d samples",
+                             n, n > 1 ? "s" : "", how, o->batch);
+}
+
 /* What a run needs: the loaders, the host copies of logits and labels, and the activations, for training and/or
  * evaluation. */
 static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool training, bool evaluating)
@@ -875,17 +897,24 @@ static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool t
     int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
     s->logits = malloc(sizeof(float) * (size_t)(maxb * classes));
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
-    glia_status st = s->logits && s->hy ? GLIA_OK : GLIA_ENOMEM;
+    glia_context_clear_error(m->ctx);
+    glia_status st = s->logits && s->hy ? GLIA_OK : glia__alloc_error(
+        glia__config_find(m->cfg, "data"), m->batch >= m->test_batch ? "batch_size" : "test_batch_size",
+        4.0 * (double)maxb * ((double)classes + 1), "host copies of the logits and labels of a batch of %lld", (long long)maxb);
     struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
                                      m->norm, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false,
                                      m->group_by_length, m->group_size, m->pad_multiple};
-    if (evaluating && !st && !(st = glia__loader_init(&s->test, m->ctx, &m->test, &o))) s->have_test = true;
+    if (evaluating && !st) {
+        st = loader_error(m, glia__loader_init(&s->test, m->ctx, &m->test, &o), &m->test, &o, "test_batch_size");
+        s->have_test = !st;
+    }
     if (training && !st) {
         o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
                                           m->flip, m->crop_padding, m->norm, m->seed,
                                           m->pin_memory ? m->backend : NULL, m->rank, m->world, true,
                                           m->group_by_length, m->group_size, m->pad_multiple};
-        if (!(st = glia__loader_init(&s->train, m->ctx, &m->train, &o))) s->have_train = true;
+        st = loader_error(m, glia__loader_init(&s->train, m->ctx, &m->train, &o), &m->train, &o, "batch_size");
+        s->have_train = !st;
     }
     if (!st) st = need_activations(m, training ? m->batch : 0, evaluating ? m->test_batch : 0);
     return st;

@@ -2,6 +2,8 @@
  * Not a general utility library: only what the core needs. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +22,32 @@ char *glia__strndup(const char *s, size_t n)
     memcpy(d, s, n);
     d[n] = '\0';
     return d;
+}
+
+void glia__bytes_str(double bytes, char *buf, size_t n)
+{
+    static const char *const unit[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB"};
+    if (bytes < 1000) {
+        snprintf(buf, n, "%.0f bytes", bytes);
+        return;
+    }
+    int u = 0;
+    for (bytes /= 1000; bytes >= 999.95 && u < 6; u++) bytes /= 1000;
+    snprintf(buf, n, "%.1f %s", bytes, unit[u]);
+}
+
+char *glia__printf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
 }
 
 char *glia__trim(char *s)

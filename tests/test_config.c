@@ -203,7 +203,7 @@ static const struct bad_case bad_cases[] = {
     {"--set unknown key", "[train]\n", "train.epoch = 2", GLIA_ECONFIG,
      "--set train.epoch=2: [train] epoch: unknown key; did you mean 'epochs'?"},
     {"--set section misses a key", "[train]\n", "fc.type=linear", GLIA_ECONFIG,
-     "model.ini: [fc] outputs: missing required key (number of outputs)"},
+     "--set fc.type=linear: [fc] outputs: missing required key (number of outputs)"},
 };
 
 static void test_bad_inputs(void)
@@ -243,13 +243,63 @@ static glia_status long_line(int n, const char *eol)
 static void test_long_lines(void)
 {
     begin();
-    /* inih's buffer is 200 bytes: 199 characters and the terminating NUL */
-    CU_ASSERT(long_line(189, "\n") == GLIA_OK);
-    CU_ASSERT(long_line(189, "\r\n") == GLIA_OK);
-    expect("over-long line", long_line(190, "\n"), GLIA_ECONFIG,
-           "model.ini:3: line longer than 199 characters", false);
-    expect("much longer line", long_line(5000, ""), GLIA_ECONFIG,
-           "model.ini:3: line longer than 199 characters", false);
+    /* GLIA__CONFIG_LINE_MAX characters, the line ending not counted */
+    const int most = GLIA__CONFIG_LINE_MAX - 10;
+    CU_ASSERT(long_line(5000, "\n") == GLIA_OK);
+    CU_ASSERT(long_line(most, "\n") == GLIA_OK);
+    CU_ASSERT(long_line(most, "\r\n") == GLIA_OK);
+    expect("over-long line", long_line(most + 1, "\n"), GLIA_ECONFIG,
+           "model.ini:3: line longer than 65536 characters", false);
+    expect("over-long line, \\r\\n", long_line(most + 1, "\r\n"), GLIA_ECONFIG,
+           "model.ini:3: line longer than 65536 characters", false);
+    expect("much longer line", long_line(3 * most, ""), GLIA_ECONFIG,
+           "model.ini:3: line longer than 65536 characters", false);
+    /* a comment is a line too */
+    size_t n = GLIA__CONFIG_LINE_MAX + 64;
+    char *text = malloc(n + 1);
+    CU_ASSERT_FATAL(text != NULL);
+    memset(text, ';', n);
+    text[n] = '\0';
+    memcpy(text, "[a]\nx = 1\n", 10);
+    struct glia_config *cfg = NULL;
+    expect("long comment", glia_config_parse_string(ctx, "model.ini", text, &cfg), GLIA_ECONFIG,
+           "model.ini:3: line longer than 65536 characters", false);
+    text[10 + GLIA__CONFIG_LINE_MAX] = '\n';
+    CU_ASSERT(glia_config_parse_string(ctx, "model.ini", text, &cfg) == GLIA_OK);
+    glia_config_free(cfg);
+    free(text);
+    end();
+}
+
+/* A --set as long as a line may be is taken whole; a longer one is refused, and messages show
+ * a long one's start. */
+static void test_long_set(void)
+{
+    begin();
+    size_t n = GLIA__CONFIG_LINE_MAX + 1;
+    char *a = malloc(n + 1);
+    CU_ASSERT_FATAL(a != NULL);
+    memset(a, 'x', n);
+    memcpy(a, "train.metrics=", 14);
+    a[n] = '\0';
+    struct glia_config *cfg = NULL;
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "model.ini", "[train]\n", &cfg) == GLIA_OK);
+    glia_status st = glia_config_set(cfg, a);
+    CU_ASSERT(st == GLIA_EINVAL);
+    const char *err = glia_context_error(ctx);
+    CU_ASSERT(strncmp(err, "--set train.metrics=xxx", 23) == 0);
+    CU_ASSERT(strstr(err, "...: longer than 65536 characters") != NULL && strlen(err) < 200);
+    a[n - 1] = '\0';
+    CU_ASSERT(glia_config_set(cfg, a) == GLIA_OK);
+    struct glia_section *s = glia__config_find(cfg, "train");
+    const struct glia__entry *e = glia__section_entry(s, "metrics");
+    CU_ASSERT_FATAL(e != NULL);
+    CU_ASSERT(strlen(e->value) == n - 1 - 14);
+    CU_ASSERT(strlen(e->origin) == 100 && strcmp(e->origin + 97, "...") == 0);
+    st = glia_section_error(s, "metrics", GLIA_ECONFIG, "the message");
+    CU_ASSERT(strstr(glia_context_error(ctx), "...: [train] metrics: the message") != NULL);
+    glia_config_free(cfg);
+    free(a);
     end();
 }
 
@@ -327,10 +377,15 @@ static void test_where(void)
     glia__where(s, "outputs", buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "--set fc.outputs=7: [fc] outputs: ");
     CU_ASSERT(glia_config_set(cfg, "new.key=v") == GLIA_OK);
-    glia__where(glia__config_find(cfg, "new"), NULL, buf, sizeof buf);
-    CU_ASSERT_STRING_EQUAL(buf, "model.ini: [new] ");
+    CU_ASSERT(glia_config_set(cfg, "new.more=w") == GLIA_OK);
+    glia__where(glia__config_find(cfg, "new"), NULL, buf, sizeof buf);  /* the --set that made it */
+    CU_ASSERT_STRING_EQUAL(buf, "--set new.key=v: [new] ");
     glia__where(glia__config_find(cfg, "new"), "other", buf, sizeof buf);
-    CU_ASSERT_STRING_EQUAL(buf, "model.ini: [new] other: ");
+    CU_ASSERT_STRING_EQUAL(buf, "--set new.key=v: [new] other: ");
+    glia__where(glia__config_find(cfg, "new"), "more", buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "--set new.more=w: [new] more: ");
+    glia__where(glia__config_section(cfg, "core"), NULL, buf, sizeof buf);  /* made by the core */
+    CU_ASSERT_STRING_EQUAL(buf, "model.ini: [core] ");
     glia__where(s, "outputs", buf, 8);
     CU_ASSERT_STRING_EQUAL(buf, "--set f");
     glia_config_free(cfg);
@@ -605,9 +660,44 @@ static void test_file_errors(void)
     CU_ASSERT_FATAL(f != NULL);
     fwrite("[a]\nx = 1\x00y\n", 1, 12, f);
     fclose(f);
-    snprintf(want, sizeof want, "%s:2: NUL character in line", path);
+    snprintf(want, sizeof want, "%s:2: a NUL byte: this is not a text (INI) file", path);
     expect("NUL byte", glia_config_load(ctx, path, &cfg), GLIA_ECONFIG, want, false);
     remove(path);
+
+    path = glia_test_tmp("ctl.ini");
+    CU_ASSERT_FATAL(glia_test_write(path, "[a]\t; tab\n\t x = 1\f\v\r\ny = \x1b[1m\n") == 0);
+    snprintf(want, sizeof want, "%s:3: a control byte (0x1b): this is not a text (INI) file", path);
+    expect("control byte", glia_config_load(ctx, path, &cfg), GLIA_ECONFIG, want, false);
+    remove(path);
+
+    /* endless input: refused at its first line, having read no more than a line may hold */
+    expect("/dev/zero", glia_config_load(ctx, "/dev/zero", &cfg), GLIA_ECONFIG,
+           "/dev/zero:1: a NUL byte: this is not a text (INI) file", false);
+    int fd[2];
+    CU_ASSERT_FATAL(pipe(fd) == 0);
+    const size_t total = (size_t)16 << 20;
+    pid_t writer = fork();
+    CU_ASSERT_FATAL(writer >= 0);
+    if (writer == 0) {  /* 16 MiB of 'x' without a newline */
+        close(fd[0]);
+        char x[4096];
+        memset(x, 'x', sizeof x);
+        for (size_t done = 0; done < total; done += sizeof x)
+            if (write(fd[1], x, sizeof x) != (ssize_t)sizeof x) _exit(1);
+        _exit(0);
+    }
+    close(fd[1]);
+    char name[64];
+    snprintf(name, sizeof name, "/dev/fd/%d", fd[0]);
+    snprintf(want, sizeof want, "%s:1: line longer than 65536 characters", name);
+    expect("endless line", glia_config_load(ctx, name, &cfg), GLIA_ECONFIG, want, false);
+    size_t rest = 0;
+    char buf[1 << 16];
+    for (ssize_t k; (k = read(fd[0], buf, sizeof buf)) > 0;) rest += (size_t)k;
+    close(fd[0]);
+    CU_ASSERT(rest + 2 * GLIA__CONFIG_LINE_MAX > total);  /* what glia read: the line and a buffer */
+    int status;
+    CU_ASSERT(waitpid(writer, &status, 0) == writer && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
     path = glia_test_tmp("dup.ini");
     CU_ASSERT_FATAL(glia_test_write(path, "[fc]\ntype = a\n[fc]\n") == 0);
@@ -618,7 +708,7 @@ static void test_file_errors(void)
 }
 
 GLIA_TEST_MAIN("config", GLIA_TEST(test_bad_inputs),
-               GLIA_TEST(test_long_lines), GLIA_TEST(test_sections_in_order),
+               GLIA_TEST(test_long_lines), GLIA_TEST(test_long_set), GLIA_TEST(test_sections_in_order),
                GLIA_TEST(test_empty_input), GLIA_TEST(test_where),
                GLIA_TEST(test_section_error), GLIA_TEST(test_set_override),
                GLIA_TEST(test_set_creates_section), GLIA_TEST(test_defaults),

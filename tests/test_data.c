@@ -429,6 +429,78 @@ static void test_trailing_data(void)
     glia_context_free(ctx);
 }
 
+/* The bytes of a gzip file of b[0..n): one member (gzopen's). *len its size; NULL on failure. */
+static uint8_t *gzip_member(const uint8_t *b, size_t n, long *len)
+{
+    const char *tmp = glia_test_tmp("member.gz");
+    gzFile f = gzopen(tmp, "wb");
+    if (!f) return NULL;
+    int ok = gzwrite(f, b, (unsigned)n) == (int)n;
+    if (gzclose(f) != Z_OK || !ok) return NULL;
+    return slurp(tmp, len);
+}
+
+/* gzip files made of several members read as their concatenation (as gzip -d does); bytes after
+ * the last member that do not start another are refused, naming the file and how many there are. */
+static void test_gzip_members(void)
+{
+    struct glia_context *ctx = new_ctx();
+    const char *im = glia_test_tmp("gm-images.gz"), *lb = glia_test_tmp("gm-labels.gz");
+    write_good(im, lb, 0);
+    long n_im, n_lb;
+    uint8_t *raw_im = slurp(im, &n_im), *raw_lb = slurp(lb, &n_lb);
+    CU_ASSERT_FATAL(raw_im && raw_lb && n_im > 40);
+    /* the image file in three members (the header split in two), the labels in two */
+    long cut[4] = {0, 5, n_im / 2, n_im}, k1, k2, k3;
+    uint8_t *m1 = gzip_member(raw_im + cut[0], (size_t)(cut[1] - cut[0]), &k1);
+    uint8_t *m2 = gzip_member(raw_im + cut[1], (size_t)(cut[2] - cut[1]), &k2);
+    uint8_t *m3 = gzip_member(raw_im + cut[2], (size_t)(cut[3] - cut[2]), &k3);
+    CU_ASSERT_FATAL(m1 && m2 && m3);
+    uint8_t *all = malloc((size_t)(k1 + k2 + k3 + 16));
+    CU_ASSERT_FATAL(all != NULL);
+    memcpy(all, m1, (size_t)k1), memcpy(all + k1, m2, (size_t)k2), memcpy(all + k1 + k2, m3, (size_t)k3);
+    CU_ASSERT_EQUAL_FATAL(spit(im, all, k1 + k2 + k3), 0);
+    long l1, l2;
+    uint8_t *n1 = gzip_member(raw_lb, 3, &l1), *n2 = gzip_member(raw_lb + 3, (size_t)(n_lb - 3), &l2);
+    CU_ASSERT_FATAL(n1 && n2);
+    uint8_t *labels = malloc((size_t)(l1 + l2));
+    CU_ASSERT_FATAL(labels != NULL);
+    memcpy(labels, n1, (size_t)l1), memcpy(labels + l1, n2, (size_t)l2);
+    CU_ASSERT_EQUAL_FATAL(spit(lb, labels, l1 + l2), 0);
+    struct glia__dataset d;
+    CU_ASSERT_EQUAL_FATAL(glia__idx_load(ctx, im, lb, 0, &d), GLIA_OK);
+    check_known(&d, N, 8);
+    glia__dataset_free(&d);
+    /* then bytes that are no gzip member: junk, one byte of the magic, zeros */
+    static const struct {
+        const char *bytes;
+        long n;
+        const char *want;
+    } tails[] = {
+        {"junk!", 5, ": 5 bytes of trailing data after the gzip data (not another gzip member)"},
+        {"\x1f", 1, ": 1 byte of trailing data after the gzip data"},
+        {"\0\0\0\0", 4, ": 4 bytes of trailing data after the gzip data"},
+        {"\x1f\x8b\x08junk", 7, ": corrupt gzip data ("},  /* starts like a member: read as one */
+    };
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        memcpy(all + k1 + k2 + k3, tails[i].bytes, (size_t)tails[i].n);
+        CU_ASSERT_EQUAL_FATAL(spit(im, all, k1 + k2 + k3 + tails[i].n), 0);
+        expect_fail(ctx, im, lb, 0, GLIA_EFORMAT, im, tails[i].want, NULL);
+    }
+    /* a single member with junk after it, and after the labels (read whole even with a limit) */
+    CU_ASSERT_EQUAL_FATAL(spit(im, m3, k3), 0);
+    write_good(im, lb, 1);
+    long g;
+    uint8_t *good = slurp(lb, &g), *bad = malloc((size_t)g + 3);
+    CU_ASSERT_FATAL(good && bad);
+    memcpy(bad, good, (size_t)g), memcpy(bad + g, "\n\n\n", 3);
+    CU_ASSERT_EQUAL_FATAL(spit(lb, bad, g + 3), 0);
+    expect_fail(ctx, im, lb, 2, GLIA_EFORMAT, lb, ": 3 bytes of trailing data after the gzip data", NULL);
+    free(good), free(bad), free(all), free(labels);
+    free(m1), free(m2), free(m3), free(n1), free(n2), free(raw_im), free(raw_lb);
+    glia_context_free(ctx);
+}
+
 static void test_zero_dims(void)
 {
     struct glia_context *ctx = new_ctx();
@@ -483,7 +555,7 @@ static void test_label_range(void)
     struct idx_spec b = labels_spec();
     g_labels[2] = 255;
     CU_ASSERT_EQUAL_FATAL(write_idx(lb, 0, &b), 0);
-    expect_fail(ctx, im, lb, 0, GLIA_EFORMAT, lb, "label 255 at index 2 in ", "out of range 0..254");
+    expect_fail(ctx, im, lb, 0, GLIA_EFORMAT, lb, ": label 255 at index 2 is out of range 0..254", NULL);
     struct glia__dataset d;                 /* the bad label lies past the limit */
     CU_ASSERT_EQUAL_FATAL(glia__idx_load(ctx, im, lb, 2, &d), GLIA_OK);
     CU_ASSERT_EQUAL(d.n_classes, 4);
@@ -493,6 +565,9 @@ static void test_label_range(void)
     CU_ASSERT_EQUAL_FATAL(glia__idx_load(ctx, im, lb, 0, &d), GLIA_OK);
     CU_ASSERT_EQUAL(d.n_classes, 255);
     CU_ASSERT_EQUAL(d.labels[2], 254);
+    char want[600];  /* where the class count comes from, for the model's messages */
+    snprintf(want, sizeof want, "label 254 at index 2 of %s", lb);
+    CU_ASSERT(d.classes_why && !strcmp(d.classes_why, want));
     glia__dataset_free(&d);
     glia_context_free(ctx);
 }
@@ -588,6 +663,6 @@ GLIA_TEST_MAIN("data", GLIA_TEST(test_load_raw), GLIA_TEST(test_load_gzip), GLIA
                GLIA_TEST(test_gather_parallel), GLIA_TEST(test_missing_file),
                GLIA_TEST(test_directory), GLIA_TEST(test_wrong_magic), GLIA_TEST(test_truncated),
                GLIA_TEST(test_corrupt_gzip), GLIA_TEST(test_count_mismatch),
-               GLIA_TEST(test_trailing_data), GLIA_TEST(test_zero_dims),
+               GLIA_TEST(test_trailing_data), GLIA_TEST(test_gzip_members), GLIA_TEST(test_zero_dims),
                GLIA_TEST(test_absurd_sizes), GLIA_TEST(test_label_range),
                GLIA_TEST(test_permutation), GLIA_TEST(test_fashion_mnist))

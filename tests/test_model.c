@@ -69,6 +69,12 @@ static const struct bad_case bad_cases[] = {
      "m.ini:12: [fc] inputs: layer 'loss' is defined later; inputs must name earlier layers"},
     {DATA "[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ESHAPE,
      "m.ini:7: [fc] linear expects (N, features) input, got 16x1x4x4; put a flatten layer before it"},
+    {DATA "[f]\ntype = flatten\n[input]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:9: [input] 'input' is reserved: `inputs = input` names the data batch; give this layer another name"},
+    {DATA "[input]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\ninputs = input\n" LOSS, NULL, GLIA_ECONFIG,
+     "m.ini:7: [input] 'input' is reserved"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "input.type=relu", GLIA_ECONFIG,
+     "--set input.type=relu: [input] 'input' is reserved"},
     {DATA "[trian]\nepochs = 2\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ECONFIG,
      "m.ini:7: [trian] unknown section; did you mean [train]?"},
     {DATA "[train]\noptimizer = sgdd\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
@@ -82,7 +88,7 @@ static const struct bad_case bad_cases[] = {
     {DATA "[f]\ntype = flatten\n[a]\ntype = linear\noutputs = 4\n[b]\ntype = linear\noutputs = 4\ninputs = f\n" LOSS,
      NULL, GLIA_ECONFIG, "m.ini:9: [a] the output of this layer is not used by any later layer"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 2\n" LOSS, NULL, GLIA_ESHAPE,
-     "[loss] the model outputs 2 classes but the data has 4 labels"},
+     "[loss] the model outputs 2 classes but the data has 4 labels (label 3 at index 3 of /"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\nimpl = cudnn\n" LOSS, "runtime.device=cpu", GLIA_ECONFIG,
      "m.ini:12: [fc] impl: no impl 'cudnn' of layer type 'linear' for device cpu (available: cpu)"},
     {DATA "[optimizer]\nmomentum = fast\n[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL,
@@ -91,8 +97,21 @@ static const struct bad_case bad_cases[] = {
      GLIA_ENOTFOUND, "m.ini:8: [plugins] load: plugin 'nosuch' not found (searched:"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "train.epoch=3", GLIA_ECONFIG,
      "--set train.epoch=3: [train] epoch: unknown key; did you mean 'epochs'?"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "foo.bar=1", GLIA_ECONFIG,
+     "--set foo.bar=1: [foo] a layer section needs a type = key"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "trian.epochs=1", GLIA_ECONFIG,
+     "--set trian.epochs=1: [trian] unknown section; did you mean [train]?"},
     {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\n" LOSS, "data.train_images=@/missing", GLIA_EIO,
      "cannot open "},
+    /* tensors larger than any machine holds: refused when built, naming the layer and the size */
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 1073741824\n[fc2]\ntype = linear\noutputs = 1073741824\n"
+     LOSS, NULL, GLIA_ENOMEM, "m.ini:12: [fc2] parameter 'weight', 1073741824x1073741824, has 1.153e+18 elements, more "
+     "than a tensor may have (2^45); its values would need 4611686018427387904 bytes (4.6 EB): cannot allocate"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 1073741824\n" LOSS, "data.batch_size=1048576", GLIA_ENOMEM,
+     "m.ini:9: [fc] its output at batch 1048576 ([data] batch_size), 1048576x1073741824, has 1.126e+15 elements, more "
+     "than a tensor may have (2^45); it would need 4503599627370496 bytes (4.5 PB): cannot allocate"},
+    {DATA "[f]\ntype = flatten\n[fc]\ntype = linear\noutputs = 1073741824\n" LOSS, "data.test_batch_size=1048576",
+     GLIA_ENOMEM, "m.ini:9: [fc] its output at batch 1048576 ([data] test_batch_size), 1048576x1073741824, has"},
     {"[data]\ntrain_images = @/tri\n[f]\ntype = flatten\n" LOSS, NULL, GLIA_ECONFIG,
      "[data] train_labels: missing required key"},
     {"", NULL, GLIA_ECONFIG, "[data] train_images: missing required key"},
@@ -224,6 +243,68 @@ static void test_cli_errors(void)
     CU_ASSERT_EQUAL(run_glia("plugins --describe linear", err, sizeof err), 0);
     CU_ASSERT_EQUAL(run_glia("plugins --describe no_such_thing", err, sizeof err), 1);
     CU_ASSERT_EQUAL(lines(err), 1);
+}
+
+/* Runs the glia program with its address space limited to 1 GB (ulimit -v), so that an allocation of
+ * many GB fails on any machine; returns its exit status and its stderr in err. */
+static int run_glia_1gb(const char *args, char *err, size_t n)
+{
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "ulimit -v 1000000 && %s %s 2>%s >/dev/null", bin ? bin : "tools/glia", args,
+             glia_test_tmp("cli.err"));
+    int rc = system(cmd);
+    FILE *f = fopen(glia_test_tmp("cli.err"), "r");
+    size_t k = f ? fread(err, 1, n - 1, f) : 0;
+    err[k] = '\0';
+    if (f) fclose(f);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Memory that a key scales and that cannot be had: one line naming the key (or the layer) and the bytes, for the
+ * parameters, the activations of training and of evaluation, the loader's batch buffers and the host copies of the
+ * logits. */
+static void test_cli_out_of_memory(void)
+{
+    make_data();
+    char big[sizeof dir], err[4096], args[1400];
+    snprintf(big, sizeof big, "%s", dir);
+    CU_ASSERT_FATAL(glia_test_idx_set(big, sizeof big, "model-data-64", 64, 32, 64, 4, 1) == 0);
+    char path[600], small[sizeof dir];  /* copies: glia_test_tmp's buffers are reused */
+    snprintf(path, sizeof path, "%s", glia_test_tmp("oom.ini"));
+    snprintf(small, sizeof small, "%s", dir);
+    CU_ASSERT_FATAL(glia_test_write(path, expand("[data]\ntrain_images = @/tri\ntrain_labels = @/trl\ntest_images = @/tei\n"
+                                                 "test_labels = @/tel\nbatch_size = 1048576\n[runtime]\ndevice = cpu\n[f]\ntype = flatten\n[fc1]\ntype = linear\n"
+                                                 "outputs = 4096\n[act]\ntype = relu\n[fc2]\ntype = linear\noutputs = 4\n" LOSS)) == 0);
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        {"check %s --set fc1.outputs=100000000 --set data.batch_size=16", "oom.ini:11: [fc1] 2100000004 parameters (1700000000 of them this "
+                                                 "layer's) with their gradients and 1 optimizer state need 25200000048 "
+                                                 "bytes (25.2 GB): cannot allocate"},
+        {"train %s", "oom.ini:6: [data] batch_size: the activations of a training step at batch 1048576 need "
+                     "51694797056 bytes (51.7 GB): cannot allocate"},
+        {"train %s --set data.batch_size=16 --set data.test_batch_size=1048576", "--set data.test_batch_size=1048576: "
+         "[data] test_batch_size: the activations of evaluation at batch 1048576 need "},
+        {"train %s --set fc2.outputs=100000 --set fc1.outputs=4",
+         "oom.ini:6: [data] batch_size: host copies of the logits and labels of a batch of 1048576 need 419434594304 "
+         "bytes (419.4 GB): cannot allocate"},
+        {"train %s --set fc1.outputs=4 --set data.train_images=@/tri --set data.train_labels=@/trl --set "
+         "data.test_images=@/tei --set data.test_labels=@/tel",
+         "oom.ini:6: [data] batch_size: the loader's 4 batch buffers (2 workers x prefetch 2) of 1048576 samples need "
+         "68736253952 bytes (68.7 GB): cannot allocate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a[1200];
+        snprintf(a, sizeof a, cases[i].args, path);
+        snprintf(dir, sizeof dir, "%s", i == 4 ? big : small);  /* the 64x64 images */
+        snprintf(args, sizeof args, "%s", expand(a));
+        int rc = run_glia_1gb(args, err, sizeof err);
+        bool ok = rc == 1 && lines(err) == 1 && strstr(err, cases[i].want);
+        if (!ok) printf("\n  case %zu: exit %d, got %s  want %s\n", i, rc, err, cases[i].want);
+        CU_ASSERT(ok);
+    }
+    make_data();
 }
 
 /* glia train on SIGTERM: it stops at the next optimizer step, writes that step's checkpoint, says
@@ -675,5 +756,6 @@ static void test_cli_plugins(void)
 }
 
 GLIA_TEST_MAIN("model", GLIA_TEST(test_device_cuda_or_fallback), GLIA_TEST(test_bad_models), GLIA_TEST(test_good_model), GLIA_TEST(test_set_overrides),
-               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check), GLIA_TEST(test_cli_sigterm),
-               GLIA_TEST(test_plugin_files_resolve), GLIA_TEST(test_plugin_not_found), GLIA_TEST(test_cli_plugins))
+               GLIA_TEST(test_cli_errors), GLIA_TEST(test_cli_check), GLIA_TEST(test_cli_out_of_memory),
+               GLIA_TEST(test_cli_sigterm), GLIA_TEST(test_plugin_files_resolve), GLIA_TEST(test_plugin_not_found),
+               GLIA_TEST(test_cli_plugins))

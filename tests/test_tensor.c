@@ -33,6 +33,15 @@ static void test_new_and_strides(void)
     glia_tensor_release(t);
     struct glia_shape bad = glia_shape_make(2, (int64_t[]){2, -1});
     CU_ASSERT_EQUAL(glia_tensor_new(cpu, GLIA_F32, &bad, &t), GLIA_EINVAL);
+    /* sizes whose element or byte count overflows: out of memory, not a wrapped small buffer */
+    static const int64_t huge[][3] = {{(int64_t)1 << 40, (int64_t)1 << 40, 1}, {(int64_t)1 << 32, (int64_t)1 << 32, 1},
+                                      {(int64_t)1 << 62, 2, 1}, {(int64_t)1 << 61, 1, 1}, {3, (int64_t)1 << 61, 1}};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        struct glia_shape h = glia_shape_make(3, huge[i]);
+        t = NULL;
+        CU_ASSERT_EQUAL(glia_tensor_new(cpu, GLIA_F32, &h, &t), GLIA_ENOMEM);
+        CU_ASSERT_PTR_NULL(t);
+    }
     glia_context_free(ctx);
 }
 

@@ -54,7 +54,26 @@ static void test_read(void)
     CU_ASSERT_EQUAL_FATAL(glia__tokens_load(ctx, gz, 5, 0, 0, &d), GLIA_OK);
     CU_ASSERT_EQUAL(d.n, 2);
     CU_ASSERT_EQUAL(glia__sample_len(&d, 1), 3);
+    char want[700];  /* the largest label's place: what the model's class-count message names */
+    snprintf(want, sizeof want, "label 3 at %s:1", gz);
+    CU_ASSERT(d.classes_why && !strcmp(d.classes_why, want));
     glia__dataset_free(&d);
+    /* a second gzip member is more of the file; other bytes after the gzip data are refused */
+    g = gzopen(gz, "ab");
+    CU_ASSERT_FATAL(g != NULL);
+    gzputs(g, "\n2 3\n");
+    gzclose(g);
+    CU_ASSERT_EQUAL_FATAL(glia__tokens_load(ctx, gz, 5, 0, 0, &d), GLIA_OK);
+    CU_ASSERT_EQUAL(d.n, 3);
+    CU_ASSERT_EQUAL(d.labels[2], 2);
+    glia__dataset_free(&d);
+    FILE *f = fopen(gz, "ab");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs("4 4 4\n", f);
+    fclose(f);
+    CU_ASSERT_EQUAL(glia__tokens_load(ctx, gz, 5, 0, 0, &d), GLIA_EFORMAT);
+    snprintf(want, sizeof want, "%s: 6 bytes of trailing data after the gzip data", gz);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), want));
     /* a line longer than the reader's first buffer */
     size_t big = 50000;
     char *text = malloc(big * 2 + 8);
@@ -99,7 +118,7 @@ static void test_errors(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "glia_tokens_nul.txt:2: a NUL byte: not a token file"));
     struct glia__dataset d;
     CU_ASSERT_NOT_EQUAL(glia__tokens_load(ctx, "/nonexistent/t.txt", 10, 0, 0, &d), GLIA_OK);
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "cannot open token file /nonexistent/t.txt"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "cannot open /nonexistent/t.txt: No such file or directory"));
     glia_context_free(ctx);
 }
 

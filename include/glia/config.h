@@ -1,5 +1,5 @@
 /* glia/config.h — INI configuration: key schemas and read access to a validated section.
- * Not the parser: the core reads the file (inih), validates every key against the schema
+ * Not the parser: the core reads the file, validates every key against the schema
  * of its owner (core or plugin), and only then hands sections to plugins. */
 #ifndef GLIA_CONFIG_H
 #define GLIA_CONFIG_H

@@ -61,7 +61,8 @@ struct glia_shape glia_shape_make(int ndim, const int64_t *dim);
 char *glia_shape_str(const struct glia_shape *s, char *buf, size_t n);
 
 /* New contiguous (row-major) tensor from backend b's allocator, contents undefined.
- * *out is (owned): release with glia_tensor_release. */
+ * *out is (owned): release with glia_tensor_release. GLIA_ENOMEM when the allocator refuses, or
+ * when the element or byte count overflows (then nothing is asked of the allocator). */
 glia_status glia_tensor_new(struct glia_backend *b, enum glia_dtype dtype,
                             const struct glia_shape *shape, struct glia_tensor **out);
 /* New contiguous tensor filled with zeros. */
