@@ -954,11 +954,12 @@ static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
     char *text = NULL;
     size_t len;
     FILE *f = open_memstream(&text, &len);
-    /* relu, leaky_relu: x > 0 ? x : s x; NaN gives 0 like the layer. Backward multiplies dy by the
+    /* relu: the expression's relu(), the layer's values and gradient (NaN passes, -0 stays -0);
+     * leaky_relu: x > 0 ? x : s x, NaN gives NaN like the layer. Backward multiplies dy by the
      * derivative, so an inf in dy gives NaN where the layer gives 0 (x <= 0): fp16 skips such a
      * step either way. gelu: the exact form, as the layer computes it. */
     if (f && t == 0) {
-        fprintf(f, "select(gt({%d}, 0), {%d}, 0)", x, x);
+        fprintf(f, "relu({%d})", x);
     } else if (f && t == 1) {
         fprintf(f, "select(gt({%d}, 0), {%d}, %.9g * {%d})", x, x,
                 (double)(float)glia_section_float(nd->sec, "negative_slope"), x);

@@ -714,6 +714,100 @@ static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t 
     glia_context_free(ctx);
 }
 
+/* The offset of logical element (n, c, i) of an (N, C) or (N, C, H, W) tensor (i < H*W) in format f. */
+static int64_t at_nci(struct glia_shape sh, enum glia_memory_format f, int64_t n, int64_t c, int64_t i)
+{
+    int64_t C = sh.dim[1], HW = sh.ndim == 4 ? sh.dim[2] * sh.dim[3] : 1;
+    return f == GLIA_CHANNELS_LAST && sh.ndim == 4 ? (n * HW + i) * C + c : (n * C + c) * HW + i;
+}
+
+static int64_t count_nan(const struct glia_tensor *t)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < glia_tensor_numel(t); i++) k += isnan(glia_tensor_f32(t)[i]);
+    return k;
+}
+
+/* activation = relu lets NaN through as the relu layer (and torch.relu) does. Eval with fresh running
+ * statistics: one NaN, one +inf and one -inf among the inputs give NaN, +inf and +0 alone, the bits of
+ * batchnorm then relu. Training with a NaN in channel 0: that channel's mean is NaN, so its outputs,
+ * its dx and dgamma are NaN, and its dbeta is the plain sum of dy there (the relu passes every NaN y's
+ * gradient), as torch's BatchNorm2d then relu give; the other channels are untouched. Before, the fused
+ * relu turned the NaNs into zeros. */
+static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint32_t seed)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built fu, bn, re;
+    layer_build(ctx, "[b]\ntype = batchnorm\nactivation = relu\n", &sh, 1, &fu);
+    layer_build(ctx, "[b]\ntype = batchnorm\n", &sh, 1, &bn);
+    layer_build(ctx, "[r]\ntype = relu\n", &sh, 1, &re);
+    for (int i = 0; i < fu.l.n_params; i++)
+        for (int64_t j = 0; j < glia_tensor_numel(fu.l.params[i].value); j++)
+            glia_tensor_f32(fu.l.params[i].value)[j] = glia_tensor_f32(bn.l.params[i].value)[j] =
+                (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
+    struct glia_backend *b = fu.b;
+    struct glia_tensor *x = tensor_as(b, sh, f), *dy = tensor_as(b, sh, f), *y1 = tensor_as(b, sh, f),
+                       *y2 = tensor_as(b, sh, f), *yr = tensor_as(b, sh, f), *dmid = tensor_as(b, sh, f),
+                       *dx1 = tensor_as(b, sh, f), *dx2 = tensor_as(b, sh, f);
+    int64_t n = glia_tensor_numel(x), N = sh.dim[0], HW = n / (N * sh.dim[1]);
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *xv = glia_tensor_f32(x);
+    for (int64_t i = 0; i < n; i++) xv[i] = (float)(2 * unit(&seed)), glia_tensor_f32(dy)[i] = (float)unit(&seed);
+    const struct glia_tensor *in[1] = {x}, *mid[1] = {y2};
+    bool acc[1] = {false};
+    struct glia_fwd a1 = {in, 1, y1, NULL, false, 1, false, 0, NULL}, a2 = {in, 1, y2, NULL, false, 1, false, 0, NULL},
+                    ar = {mid, 1, yr, NULL, false, 1, false, 0, NULL};
+    int64_t pn = at_nci(sh, f, 0, 1, 0), pi = at_nci(sh, f, N - 1, 2, HW - 1), pm = at_nci(sh, f, 1, 0, 0);
+    xv[pn] = NAN, xv[pi] = INFINITY, xv[pm] = -INFINITY;
+    CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
+    CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
+    const float *y = glia_tensor_f32(y1);
+    CU_ASSERT(count_nan(y1) == 1 && isnan(y[pn]));
+    CU_ASSERT(y[pi] == INFINITY && y[pm] == 0.0f && !signbit(y[pm]));
+    /* training: a NaN in channel 0 only */
+    xv[pn] = 0.5f, xv[pi] = 0.25f, xv[pm] = -0.5f, xv[at_nci(sh, f, N - 1, 0, HW / 2)] = NAN;
+    a1.train = a2.train = ar.train = true;
+    CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
+    CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
+    CU_ASSERT_EQUAL(count_nan(y1), N * HW);
+    for (int64_t k = 0; k < N; k++) CU_ASSERT(isnan(y[at_nci(sh, f, k, 0, 0)]));
+    struct glia_tensor *d1[1] = {dx1}, *dm[1] = {dmid}, *d2[1] = {dx2};
+    for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
+    struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL},
+                    b2 = {in, 1, y2, dmid, d2, acc, NULL};
+    CU_ASSERT_EQUAL(fu.ops->backward(&fu.l, &b1), GLIA_OK);
+    CU_ASSERT_EQUAL(re.ops->backward(&re.l, &br), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.ops->backward(&bn.l, &b2), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(dx1), glia_tensor_f32(dx2), bytes), 0);
+    CU_ASSERT_EQUAL(count_nan(dx1), N * HW);
+    for (int i = 0; i < fu.l.n_params; i++)
+        CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(fu.l.params[i].grad), glia_tensor_f32(bn.l.params[i].grad),
+                               sizeof(float) * (size_t)glia_tensor_numel(fu.l.params[i].grad)), 0);
+    double sdy = 0;
+    for (int64_t k = 0; k < N; k++)
+        for (int64_t i = 0; i < HW; i++) sdy += glia_tensor_f32(dy)[at_nci(sh, f, k, 0, i)];
+    const float *dgamma = glia_tensor_f32(fu.l.params[0].grad), *dbeta = glia_tensor_f32(fu.l.params[1].grad);
+    CU_ASSERT(isnan(dgamma[0]) && !isnan(dgamma[1]) && !isnan(dbeta[1]));
+    CU_ASSERT(fabs(dbeta[0] - sdy) <= 1e-5);
+    struct glia_tensor *all[] = {x, dy, y1, y2, yr, dmid, dx1, dx2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    layer_unbuild(&fu);
+    layer_unbuild(&bn);
+    layer_unbuild(&re);
+    glia_context_free(ctx);
+}
+
+static void test_relu_activation_nan(void)
+{
+    relu_nan_case(S(2, 6, 3, 0, 0), GLIA_CONTIGUOUS, 71);
+    relu_nan_case(S(4, 3, 3, 2, 3), GLIA_CONTIGUOUS, 72);
+    relu_nan_case(S(4, 3, 3, 2, 3), GLIA_CHANNELS_LAST, 73);
+}
+
 static void test_relu_activation(void)
 {
     relu_case(S(2, 16, 5, 0, 0), GLIA_CONTIGUOUS, 61);
@@ -750,4 +844,4 @@ GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d),
                GLIA_TEST(test_gradcheck_2d_nhwc), GLIA_TEST(test_global_avgpool_nhwc_gradcheck),
                GLIA_TEST(test_format_diff_nhwc), GLIA_TEST(test_global_avgpool_nhwc_format_diff),
                GLIA_TEST(test_global_avgpool_nhwc_values), GLIA_TEST(test_eval_nhwc),
-               GLIA_TEST(test_relu_activation))
+               GLIA_TEST(test_relu_activation), GLIA_TEST(test_relu_activation_nan))

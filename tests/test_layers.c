@@ -168,6 +168,57 @@ static void test_activation_forward_values(void)
     check_forward("[a]\ntype = leaky_relu\nnegative_slope = 0.2\n", xl, yl2, 4);
 }
 
+/* relu at the edges, against torch.relu (float32 and float64 agree): NaN gives NaN and passes the
+ * gradient (torch's threshold_backward: dy unless y <= 0), -0 stays -0 with gradient 0, +inf passes,
+ * -inf gives +0. The gradient is a select, not a product: an inf or NaN dy where y <= 0 gives 0.
+ * Bits are compared, so a NaN turned into 0 or a -0 into +0 fails. */
+static void test_relu_edges(void)
+{
+    enum { n = 9 };
+    const float x[n] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1.5f, -1.5f, 1e-45f, -1e-45f};
+    const float want_y[n] = {NAN, -0.0f, 0.0f, INFINITY, 0.0f, 1.5f, 0.0f, 1e-45f, 0.0f};
+    const float dy[n] = {NAN, INFINITY, -2.0f, INFINITY, NAN, 2.0f, INFINITY, -1.0f, NAN};
+    const float want_dx[n] = {NAN, 0.0f, 0.0f, INFINITY, 0.0f, 2.0f, 0.0f, -1.0f, 0.0f};
+    struct glia_shape sh = S(2, 1, n, 0, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[r]\ntype = relu\n", &sh, 1, &B);
+    struct glia_tensor *tx, *ty, *tdy, *tdx;
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &ty) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tdy) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tdx) == GLIA_OK);
+    memcpy(glia_tensor_f32(tx), x, sizeof x);
+    memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
+    const struct glia_tensor *in[1] = {tx};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+    const float *y = glia_tensor_f32(ty), *dx = glia_tensor_f32(tdx);
+    for (int i = 0; i < n; i++) {
+        bool same = memcmp(&y[i], &want_y[i], sizeof y[i]) == 0 || (isnan(y[i]) && isnan(want_y[i]));
+        if (!same) printf("\n  relu(%g) = %g, want %g", x[i], y[i], want_y[i]);
+        CU_ASSERT(same && !signbit(y[i]) == !signbit(want_y[i]));
+    }
+    struct glia_tensor *din[1] = {tdx};
+    for (int add = 0; add < 2; add++) {
+        bool acc[1] = {add};
+        for (int i = 0; i < n; i++) glia_tensor_f32(tdx)[i] = add ? 0.0f : NAN;  /* written over garbage, or += */
+        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL};
+        CU_ASSERT_FATAL(B.ops->backward(&B.l, &ba) == GLIA_OK);
+        for (int i = 0; i < n; i++) {
+            bool same = dx[i] == want_dx[i] || (isnan(dx[i]) && isnan(want_dx[i]));
+            if (!same) printf("\n  relu'(%g) * %g = %g, want %g (accumulate %d)", x[i], dy[i], dx[i], want_dx[i], add);
+            CU_ASSERT(same);
+        }
+    }
+    glia_tensor_release(tx);
+    glia_tensor_release(ty);
+    glia_tensor_release(tdy);
+    glia_tensor_release(tdx);
+    layer_unbuild(&B);
+    glia_context_free(ctx);
+}
+
 static void test_linear_refuses_4d_input(void)
 {
     struct glia_shape in = S(4, 2, 1, 3, 3);
@@ -342,7 +393,7 @@ static void test_checker_catches_write_over_garbage(void)
 }
 
 GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
-               GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
                GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_4d_input),

@@ -48,14 +48,14 @@ cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, floa
                                    double eps, cudaStream_t st);
 
 /* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C); with relu (activation = relu) then
- * max(0, y), NaN giving 0 */
+ * y < 0 ? 0 : y, the relu layer's (NaN stays NaN, -0 stays -0) */
 cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu, struct glia__bn_geom g,
                                     cudaStream_t st);
 
 /* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*x_hat, with saved(3, C) from the
  * forward: x_hat = ((x - mean_hi(c)) - mean_lo(c))*invstd(c). With relu, saved is (6, C), rows 3..5 the
- * forward's coef, and dy counts only where that forward's y was > 0 (here and in glia__cuda_bn_dx and
- * glia__cuda_bn_sync_partials). */
+ * forward's coef, and dy counts unless that forward's y was <= 0 (a NaN y passes it, as the relu layer's
+ * gradient does; here and in glia__cuda_bn_dx and glia__cuda_bn_sync_partials). */
 cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *saved,
                                      bool relu, struct glia__bn_geom g, cudaStream_t st);
 

@@ -52,30 +52,34 @@ static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
     return coef_scratch(l, p);
 }
 
-/* g where v > 0, else +0 (also for a NaN v), as the relu layer: by a bit mask, no branch (the
- * relu's cut is random, a branch on it mispredicts half the time) */
-static inline float keep_if_positive(float g, float v)
+/* g unless v <= 0 (so also for a NaN v), else +0, as the relu layer's backward: by a bit mask, no
+ * branch (the relu's cut is random, a branch on it mispredicts half the time) */
+static inline float relu_grad(float g, float v)
 {
     uint32_t u;
     memcpy(&u, &g, sizeof u);
-    u &= -(uint32_t)(v > 0.0f);
+    u &= -(uint32_t)!(v <= 0.0f);
     memcpy(&g, &u, sizeof g);
     return g;
 }
 
-/* With activation = relu, y(n) = max(0, y(n)) over n values just written (still in cache): a
- * separate loop, so that the normalization's loop stays as it is without relu */
+/* With activation = relu, y(n) = y(n) < 0 ? 0 : y(n) over n values just written (still in cache), as
+ * the relu layer (NaN stays NaN, -0 stays -0): a separate loop, so that the normalization's loop stays as
+ * it is without relu */
 static void relu_inplace(float *y, int64_t n)
 {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) y[i] = keep_if_positive(y[i], y[i]);
+    for (int64_t i = 0; i < n; i++) {
+        float v = y[i];
+        y[i] = v < 0.0f ? 0.0f : v;
+    }
 }
 
 /* dy where the forward's y (recomputed from x with its float coefficients coef(3, C): mean, scale,
- * shift) passed the relu, else 0; dy itself without activation = relu */
+ * shift) passed the relu's gradient (y positive or NaN), else 0; dy itself without activation = relu */
 static inline float bn_dy(float dy, float x, const float *coef, int64_t c, int64_t C, bool relu)
 {
-    return relu ? keep_if_positive(dy, (x - coef[c]) * coef[C + c] + coef[2 * C + c]) : dy;
+    return relu ? relu_grad(dy, (x - coef[c]) * coef[C + c] + coef[2 * C + c]) : dy;
 }
 
 /* Whether a 4-D tensor of the call is channels_last (2-D ones never are). */
@@ -438,8 +442,8 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     return GLIA_OK;
 }
 
-/* d(like x) = dy where the forward's y (recomputed from x with coef(3, C)) passed the relu, else +0;
- * d may be dy itself */
+/* d(like x) = dy where the forward's y (recomputed from x with coef(3, C)) passed the relu's gradient,
+ * else +0; d may be dy itself */
 static void mask_dy(float *d, const float *dy, const float *x, const float *coef, int64_t N, int64_t C, int64_t HW,
                     bool nhwc)
 {
@@ -450,7 +454,7 @@ static void mask_dy(float *d, const float *dy, const float *x, const float *coef
             float *dr = d + r * C;
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] = keep_if_positive(dyr[c], (xr[c] - coef[c]) * coef[C + c] + coef[2 * C + c]);
+                dr[c] = relu_grad(dyr[c], (xr[c] - coef[c]) * coef[C + c] + coef[2 * C + c]);
         }
         return;
     }
@@ -461,7 +465,7 @@ static void mask_dy(float *d, const float *dy, const float *x, const float *coef
         const float *xc = x + j * HW, *dyc = dy + j * HW;
         float *dc = d + j * HW;
 #pragma omp simd
-        for (int64_t i = 0; i < HW; i++) dc[i] = keep_if_positive(dyc[i], (xc[i] - m) * sc + sh);
+        for (int64_t i = 0; i < HW; i++) dc[i] = relu_grad(dyc[i], (xc[i] - m) * sc + sh);
     }
 }
 
