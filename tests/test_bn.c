@@ -552,6 +552,68 @@ static struct glia_tensor *as_format(struct glia_backend *b, const struct glia_t
     return t;
 }
 
+/* Inputs with a large mean and a small spread (channel means 100, -37.5 and 1000, spread 1e-3), where the
+ * float nearest the mean is off by up to 3.8e-6 (3e-5 at 1000), a large part of a std: the outputs must
+ * still be the double formula's within 1e-5 (training, then eval on the running statistics of momentum 1
+ * or, without them, on the batch's; with and without activation = relu; either memory format). Normalizing by the float mean
+ * alone was off by up to 0.05 here (the channel of mean 1000). */
+static void large_mean_case(const char *ini, struct glia_shape sh, enum glia_memory_format f, double eps, bool track,
+                            bool relu, uint32_t seed)
+{
+    struct built B;
+    build(ini, &sh, false, seed, &B);
+    int64_t N = sh.dim[0], C = sh.dim[1], HW = sh.ndim == 4 ? sh.dim[2] * sh.dim[3] : 1, n = N * C * HW;
+    static const double means[3] = {100.0, -37.5, 1000.0};
+    struct glia_tensor *xc = tensor_as(B.b, sh, GLIA_CONTIGUOUS), *yc = tensor_as(B.b, sh, GLIA_CONTIGUOUS);
+    float *v = glia_tensor_f32(xc);
+    for (int64_t k = 0; k < n; k++) v[k] = (float)(means[(k / HW) % C % 3] + 1e-3 * unit(&seed));
+    struct glia_tensor *x = as_format(B.b, xc, f), *y = tensor_as(B.b, sh, f);
+    const float *gamma = glia_tensor_f32(B.l.params[0].value), *beta = glia_tensor_f32(B.l.params[1].value);
+    double *ry = malloc((size_t)n * sizeof *ry), *rm = calloc((size_t)C, sizeof *rm), *rv = malloc((size_t)C * sizeof *rv);
+    for (int64_t c = 0; c < C; c++) rv[c] = 1.0;
+    struct ref r = {N, C, HW, eps, 1.0, rm, rv};
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
+    char what[200];
+    for (int pass = 0; pass < 2; pass++) {  /* training, then eval (on the running statistics, or the batch's) */
+        fa.train = pass == 0;
+        bool running = pass == 1 && track;
+        if (running)
+            for (int64_t c = 0; c < C; c++)  /* the buffers as the layer stored them (floats) */
+                rm[c] = glia_tensor_f32(B.l.buffers[0].value)[c], rv[c] = glia_tensor_f32(B.l.buffers[1].value)[c];
+        ref_forward(&r, v, gamma, beta, running, false, ry);
+        if (relu)
+            for (int64_t k = 0; k < n; k++) ry[k] = ry[k] < 0 ? 0 : ry[k];
+        CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_convert(yc, y, false) == GLIA_OK);
+        snprintf(what, sizeof what, "%s %s pass %d y", ini, glia_memory_format_name(f), pass);
+        CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(yc), ry, 0, n, 1e-5), 0);
+    }
+    free(ry);
+    free(rm);
+    free(rv);
+    glia_tensor_release(x);
+    glia_tensor_release(xc);
+    glia_tensor_release(y);
+    glia_tensor_release(yc);
+    unbuild(&B);
+}
+
+static void test_large_mean(void)
+{
+    for (int f = 0; f < 2; f++) {
+        enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+        large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-8\n", S(4, 4, 3, 5, 6), fmt, 1e-8, true, false, 81);
+        large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\n", S(4, 2, 3, 7, 9), fmt, 1e-5, true, false, 82);
+        large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-8\nactivation = relu\n", S(4, 3, 3, 4, 4), fmt,
+                        1e-8, true, true, 83);
+        large_mean_case("[b]\ntype = batchnorm\neps = 1e-8\ntrack_running_stats = off\n", S(4, 2, 3, 4, 5), fmt, 1e-8,
+                        false, false, 84);
+    }
+    large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-8\n", S(2, 64, 6, 0, 0), GLIA_CONTIGUOUS, 1e-8, true,
+                    false, 85);
+}
+
 /* Two layers of `ini`, R always given contiguous tensors and L channels_last ones (alternate: L
  * switches format every call), with the same weights: three training forwards and backwards of the
  * same inputs (mean away from 0, variance away from 1, so the running statistics move), then two
@@ -844,4 +906,5 @@ GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d),
                GLIA_TEST(test_gradcheck_2d_nhwc), GLIA_TEST(test_global_avgpool_nhwc_gradcheck),
                GLIA_TEST(test_format_diff_nhwc), GLIA_TEST(test_global_avgpool_nhwc_format_diff),
                GLIA_TEST(test_global_avgpool_nhwc_values), GLIA_TEST(test_eval_nhwc),
-               GLIA_TEST(test_relu_activation), GLIA_TEST(test_relu_activation_nan))
+               GLIA_TEST(test_relu_activation), GLIA_TEST(test_relu_activation_nan),
+               GLIA_TEST(test_large_mean))

@@ -228,6 +228,33 @@ static void test_batchnorm_offset(void)
     free(v);
 }
 
+/* Inputs with a large mean and a small spread (channel means 100, -37.5 and 1000, spread 1e-3): both impls
+ * subtract the float nearest the mean and fold the rest of it into the shift, so their outputs agree to float
+ * rounding, where that float alone would be off by up to 0.05 (mean 1000, eps 1e-8); with activation = relu
+ * the masks agree too. */
+static void test_batchnorm_large_mean(void)
+{
+    const char *inis[] = {"[b]\ntype = batchnorm\neps = 1e-8\n", "[b]\ntype = batchnorm\n",
+                          "[b]\ntype = batchnorm\neps = 1e-8\nactivation = relu\n"};
+    const struct glia_shape shapes[] = {S(4, 4, 3, 5, 6), S(4, 6, 6, 1, 1), S(2, 16, 6, 0, 0)};
+    static const double means[3] = {100.0, -37.5, 1000.0};
+    for (int k = 0; k < 3; k++) {
+        struct glia_shape s = shapes[k];
+        int64_t n = glia_shape_numel(&s), C = s.dim[1], HW = s.ndim == 4 ? s.dim[2] * s.dim[3] : 1;
+        float *v = malloc(sizeof(float) * (size_t)n);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 31 + (uint64_t)k);
+        for (int64_t i = 0; i < n; i++) v[i] = (float)(means[(i / HW) % C % 3] + 1e-3 * (2 * glia__rng_uniform(&rng) - 1));
+        for (int i = 0; i < 3; i++)
+            for (int f = 0; f < 2; f++) {
+                double d = pair_run(inis[i], s, formats[f], false, v, CMP_TOL);
+                if (!(d <= 1e-5)) printf("\n  large mean, %s %s: diff %.3g\n", inis[i], glia_memory_format_name(formats[f]), d);
+                CU_ASSERT(d <= 1e-5);
+            }
+        free(v);
+    }
+}
+
 /* activation = relu lets a NaN through as the relu layer does (the CPU impl: test_bn): with a NaN in channel
  * 0 of a training batch, channel 0's outputs, input gradients, dgamma and running statistics are NaN and its
  * dbeta is the sum of dy, where the CPU has them; the other channels match it as without a NaN. */
@@ -378,7 +405,7 @@ static void test_same_description(void)
     }
 }
 
-CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_relu_nan),
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
                GLIA_TEST(test_concat), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

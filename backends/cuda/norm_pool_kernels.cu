@@ -205,6 +205,17 @@ template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc,
     return cudaGetLastError();
 }
 
+/* coef(3, C) of channel c for y = (x - mean)*s + beta, s = invstd*gamma in double, as the CPU's bn_coef:
+ * (hi, (float)s, (float)(beta - (mean - hi)*s)) with hi = (float)mean. bn_normalize's x - hi is exact near the
+ * mean and the mean's bits below float's count through the shift (a mean of 100 and a std of 1e-3 are
+ * normalized to float rounding, not to 0.4% of a std); a float mean (the running one) gives shift = beta. */
+__device__ static void normalize_coef(float *coef, int64_t c, int64_t C, double mean, float hi, double s, float beta)
+{
+    coef[c] = hi;
+    coef[C + c] = (float)s;
+    coef[2 * C + c] = (float)((double)beta - (mean - (double)hi) * s);
+}
+
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
  * the pivot x(0, c, 0)) or rmean, rvar: one thread per channel, the splits combined in double in split
  * order (see the header). */
@@ -231,8 +242,8 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
             var = m2 < 0 ? 0.0 : m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
         double invstd = 1.0 / sqrt(var + eps);
+        float hi = (float)mean;
         if (saved) {
-            float hi = (float)mean;
             saved[c] = hi;
             saved[C + c] = (float)(mean - (double)hi);
             saved[2 * C + c] = (float)invstd;
@@ -241,9 +252,7 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
             rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
         }
-        coef[c] = (float)mean;
-        coef[C + c] = (float)(invstd * (gamma ? gamma[c] : 1.0f));
-        coef[2 * C + c] = beta ? beta[c] : 0.0f;
+        normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
     }
 }
 
@@ -404,9 +413,7 @@ __global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rv
             rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * n / (n - 1.0));
         }
-        coef[c] = (float)mean;
-        coef[C + c] = (float)(invstd * (gamma ? gamma[c] : 1.0f));
-        coef[2 * C + c] = beta ? beta[c] : 0.0f;
+        normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
     }
 }
 
