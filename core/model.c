@@ -1566,8 +1566,8 @@ static glia_status alloc_params(struct glia_model *m)
                 (st = glia_tensor_view(m->g, m->wa.off[k], &pa->shape, &pa->grad)))
                 break;
             pa->grad_unset = true;
-            glia__init_values(host + m->wa.off[k], m->wa.size[k], pa->init,
-                              glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
+            glia__init_param(l, p, host + m->wa.off[k],
+                             glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
         }
     }
     if (!st) st = glia_tensor_from_host(m->w, host, (size_t)m->wa.len * sizeof(float));
@@ -1638,6 +1638,12 @@ void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint6
         }
         dst[j] = (float)v;
     }
+}
+
+void glia__init_param(const struct glia_layer *l, int p, float *dst, uint64_t seed)
+{
+    glia__init_values(dst, glia_shape_numel(&l->params[p].shape), l->params[p].init, seed);
+    if (GLIA__HAS_LAYER_SLOT(l->ops, init_param)) l->ops->init_param(l, p, dst);
 }
 
 /* Buffers: one arena, views, initialized from their declared init. */

@@ -377,6 +377,56 @@ static void expect_caught(const struct glia_layer_ops *ops, const char *ini, con
     glia_context_free(ctx);
 }
 
+/* ---- the init_param slot (ABI 1.9) ---- */
+
+/* a layer with parameters "a" (3) and "b" (2), both init 1.5, whose init_param sets b to 42 + its index */
+static glia_status two_params_create(struct glia_layer *l, const struct glia_section *c, const struct glia_shape *in,
+                                     int n)
+{
+    struct glia_shape s3 = S(1, 3, 0, 0, 0), s2 = S(1, 2, 0, 0, 0);
+    glia_status st = glia_layer_add_param(l, "a", &s3, (struct glia_param_init){GLIA_INIT_CONST, 1.5}, NULL);
+    return st ? st : glia_layer_add_param(l, "b", &s2, (struct glia_param_init){GLIA_INIT_CONST, 1.5}, NULL);
+}
+static void set_b(const struct glia_layer *l, int index, float *values)
+{
+    if (!strcmp(l->params[index].name, "b"))
+        for (int i = 0; i < 2; i++) values[i] = 42.0f + (float)i;
+}
+static const struct glia_layer_ops init_new_ops = {
+    .struct_size = sizeof(struct glia_layer_ops), .type = "init_new", .impl = "cpu", .min_inputs = 1,
+    .max_inputs = 1, .create = two_params_create, .infer_shape = id_infer, .forward = id_forward,
+    .init_param = set_b};
+/* built against ABI 1.8: the struct ends before init_param, so whatever follows it is not read */
+static const struct glia_layer_ops init_old_ops = {
+    .struct_size = offsetof(struct glia_layer_ops, init_param), .type = "init_old", .impl = "cpu",
+    .min_inputs = 1, .max_inputs = 1, .create = two_params_create, .infer_shape = id_infer,
+    .forward = id_forward, .init_param = set_b};
+
+/* The core draws a parameter's declared init, then hands it to the layer's init_param (for each parameter,
+ * with its index), unless the layer's struct_size ends before the slot. */
+static void test_init_param_slot(void)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct glia_registry r = {ctx, -1};
+    CU_ASSERT_FATAL(glia_register_layer(&r, &init_new_ops) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_layer(&r, &init_old_ops) == GLIA_OK);
+    struct glia_shape in = S(2, 2, 3, 0, 0);
+    const char *inis[2] = {"[l]\ntype = init_new\n", "[l]\ntype = init_old\n"};
+    for (int k = 0; k < 2; k++) {
+        struct glia_layer_run *run;
+        glia_status st = glia_layer_run_new(ctx, inis[k], (struct glia_device){GLIA_DEVICE_CPU, 0}, &in, 1,
+                                            GLIA_CONTIGUOUS, 1, &run);
+        if (st) printf("\n  %s\n", glia_context_error(ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        const struct glia_layer *l = glia_layer_run_layer(run);
+        const float *a = glia_tensor_f32(l->params[0].value), *b = glia_tensor_f32(l->params[1].value);
+        CU_ASSERT(a[0] == 1.5f && a[1] == 1.5f && a[2] == 1.5f);
+        CU_ASSERT(k == 0 ? b[0] == 42.0f && b[1] == 43.0f : b[0] == 1.5f && b[1] == 1.5f);
+        glia_layer_run_free(run);
+    }
+    glia_context_free(ctx);
+}
+
 static void test_checker_catches_wrong_gradient(void)
 {
     expect_caught(&bad_scale_ops, "[b]\ntype = bad_scale\n", "gradcheck [b]: error");
@@ -398,4 +448,4 @@ GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_d
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
                GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_4d_input),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),
-               GLIA_TEST(test_checker_catches_write_over_garbage))
+               GLIA_TEST(test_checker_catches_write_over_garbage), GLIA_TEST(test_init_param_slot))
