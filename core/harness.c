@@ -475,13 +475,16 @@ static glia_status upload_f32(struct glia_tensor *t, struct glia_rng *rng, float
     return st;
 }
 
-/* A parameter or buffer tensor holding its declared init, drawn from seed. */
-static glia_status upload_init(struct glia_backend *b, struct glia_param *p, uint64_t seed)
+/* Parameter `index` of l (or with index -1 the buffer p) as a tensor holding its declared init, drawn from
+ * seed (a parameter's adjusted by the layer's init_param, as a model does). */
+static glia_status upload_init(struct glia_backend *b, const struct glia_layer *l, int index, struct glia_param *p,
+                               uint64_t seed)
 {
     int64_t n = glia_shape_numel(&p->shape);
     float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
     if (!h) return GLIA_ENOMEM;
-    glia__init_values(h, n, p->init, seed);
+    if (index >= 0) glia__init_param(l, index, h, seed);
+    else glia__init_values(h, n, p->init, seed);
     glia_status st = glia_tensor_new(b, GLIA_F32, &p->shape, &p->value);
     if (!st) st = glia_tensor_from_host(p->value, h, glia_tensor_nbytes(p->value));
     free(h);
@@ -494,10 +497,11 @@ static glia_status run_params(struct glia_layer_run *r, uint64_t seed)
     glia_status st = GLIA_OK;
     for (int p = 0; p < r->l.n_params && !st; p++) {
         struct glia_param *pa = &r->l.params[p];
-        st = upload_init(r->b, pa, glia__hash_str(glia__hash_str(seed * 0x9e3779b97f4a7c15ull + 1, r->l.name), pa->name));
+        st = upload_init(r->b, &r->l, p, pa,
+                         glia__hash_str(glia__hash_str(seed * 0x9e3779b97f4a7c15ull + 1, r->l.name), pa->name));
         if (!st) st = glia_tensor_new(r->b, GLIA_F32, &pa->shape, &pa->grad);
     }
-    for (int p = 0; p < r->l.n_buffers && !st; p++) st = upload_init(r->b, &r->l.buffers[p], 0);
+    for (int p = 0; p < r->l.n_buffers && !st; p++) st = upload_init(r->b, &r->l, -1, &r->l.buffers[p], 0);
     return st;
 }
 

@@ -1075,11 +1075,12 @@ static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
     char *text = NULL;
     size_t len;
     FILE *f = open_memstream(&text, &len);
-    /* relu, leaky_relu: x > 0 ? x : s x; NaN gives 0 like the layer. Backward multiplies dy by the
+    /* relu: the expression's relu(), the layer's values and gradient (NaN passes, -0 stays -0);
+     * leaky_relu: x > 0 ? x : s x, NaN gives NaN like the layer. Backward multiplies dy by the
      * derivative, so an inf in dy gives NaN where the layer gives 0 (x <= 0): fp16 skips such a
      * step either way. gelu: the exact form, as the layer computes it. */
     if (f && t == 0) {
-        fprintf(f, "select(gt({%d}, 0), {%d}, 0)", x, x);
+        fprintf(f, "relu({%d})", x);
     } else if (f && t == 1) {
         fprintf(f, "select(gt({%d}, 0), {%d}, %.9g * {%d})", x, x,
                 (double)(float)glia_section_float(nd->sec, "negative_slope"), x);
@@ -1709,8 +1710,8 @@ static glia_status alloc_params(struct glia_model *m)
                 (st = glia_tensor_view(m->g, m->wa.off[k], &pa->shape, &pa->grad)))
                 break;
             pa->grad_unset = true;
-            glia__init_values(host + m->wa.off[k], m->wa.size[k], pa->init,
-                              glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
+            glia__init_param(l, p, host + m->wa.off[k],
+                             glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
         }
     }
     if (!st) st = glia_tensor_from_host(m->w, host, (size_t)m->wa.len * sizeof(float));
@@ -1781,6 +1782,12 @@ void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint6
         }
         dst[j] = (float)v;
     }
+}
+
+void glia__init_param(const struct glia_layer *l, int p, float *dst, uint64_t seed)
+{
+    glia__init_values(dst, glia_shape_numel(&l->params[p].shape), l->params[p].init, seed);
+    if (GLIA__HAS_LAYER_SLOT(l->ops, init_param)) l->ops->init_param(l, p, dst);
 }
 
 /* Buffers: one arena, views, initialized from their declared init. */

@@ -25,7 +25,8 @@ struct built {
 
 /* Builds the one layer section of `ini` (its CPU impl, loading its plugin) in context c for
  * the given input shapes. Parameters and buffers get storage holding their declared init
- * (seed 0); parameter gradients are allocated, contents undefined. */
+ * (seed 0; a parameter's as the layer's init_param adjusts it); parameter gradients are
+ * allocated, contents undefined. */
 static inline void layer_build(struct glia_context *c, const char *ini, const struct glia_shape *in, int n_in,
                                struct built *B)
 {
@@ -46,7 +47,7 @@ static inline void layer_build(struct glia_context *c, const char *ini, const st
         struct glia_param *p = &B->l.params[i];
         CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
         CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->grad) == GLIA_OK);
-        glia__init_values(glia_tensor_f32(p->value), glia_tensor_numel(p->value), p->init, 0);
+        glia__init_param(&B->l, i, glia_tensor_f32(p->value), 0);
     }
     for (int i = 0; i < B->l.n_buffers; i++) {
         struct glia_param *p = &B->l.buffers[i];

@@ -552,6 +552,68 @@ static struct glia_tensor *as_format(struct glia_backend *b, const struct glia_t
     return t;
 }
 
+/* Inputs with a large mean and a small spread (channel means 100, -37.5 and 1000, spread 1e-3), where the
+ * float nearest the mean is off by up to 3.8e-6 (3e-5 at 1000), a large part of a std: the outputs must
+ * still be the double formula's within 1e-5 (training, then eval on the running statistics of momentum 1
+ * or, without them, on the batch's; with and without activation = relu; either memory format). Normalizing by the float mean
+ * alone was off by up to 0.05 here (the channel of mean 1000). */
+static void large_mean_case(const char *ini, struct glia_shape sh, enum glia_memory_format f, double eps, bool track,
+                            bool relu, uint32_t seed)
+{
+    struct built B;
+    build(ini, &sh, false, seed, &B);
+    int64_t N = sh.dim[0], C = sh.dim[1], HW = sh.ndim == 4 ? sh.dim[2] * sh.dim[3] : 1, n = N * C * HW;
+    static const double means[3] = {100.0, -37.5, 1000.0};
+    struct glia_tensor *xc = tensor_as(B.b, sh, GLIA_CONTIGUOUS), *yc = tensor_as(B.b, sh, GLIA_CONTIGUOUS);
+    float *v = glia_tensor_f32(xc);
+    for (int64_t k = 0; k < n; k++) v[k] = (float)(means[(k / HW) % C % 3] + 1e-3 * unit(&seed));
+    struct glia_tensor *x = as_format(B.b, xc, f), *y = tensor_as(B.b, sh, f);
+    const float *gamma = glia_tensor_f32(B.l.params[0].value), *beta = glia_tensor_f32(B.l.params[1].value);
+    double *ry = malloc((size_t)n * sizeof *ry), *rm = calloc((size_t)C, sizeof *rm), *rv = malloc((size_t)C * sizeof *rv);
+    for (int64_t c = 0; c < C; c++) rv[c] = 1.0;
+    struct ref r = {N, C, HW, eps, 1.0, rm, rv};
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
+    char what[200];
+    for (int pass = 0; pass < 2; pass++) {  /* training, then eval (on the running statistics, or the batch's) */
+        fa.train = pass == 0;
+        bool running = pass == 1 && track;
+        if (running)
+            for (int64_t c = 0; c < C; c++)  /* the buffers as the layer stored them (floats) */
+                rm[c] = glia_tensor_f32(B.l.buffers[0].value)[c], rv[c] = glia_tensor_f32(B.l.buffers[1].value)[c];
+        ref_forward(&r, v, gamma, beta, running, false, ry);
+        if (relu)
+            for (int64_t k = 0; k < n; k++) ry[k] = ry[k] < 0 ? 0 : ry[k];
+        CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_convert(yc, y, false) == GLIA_OK);
+        snprintf(what, sizeof what, "%s %s pass %d y", ini, glia_memory_format_name(f), pass);
+        CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(yc), ry, 0, n, 1e-5), 0);
+    }
+    free(ry);
+    free(rm);
+    free(rv);
+    glia_tensor_release(x);
+    glia_tensor_release(xc);
+    glia_tensor_release(y);
+    glia_tensor_release(yc);
+    unbuild(&B);
+}
+
+static void test_large_mean(void)
+{
+    for (int f = 0; f < 2; f++) {
+        enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+        large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-8\n", S(4, 4, 3, 5, 6), fmt, 1e-8, true, false, 81);
+        large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\n", S(4, 2, 3, 7, 9), fmt, 1e-5, true, false, 82);
+        large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-8\nactivation = relu\n", S(4, 3, 3, 4, 4), fmt,
+                        1e-8, true, true, 83);
+        large_mean_case("[b]\ntype = batchnorm\neps = 1e-8\ntrack_running_stats = off\n", S(4, 2, 3, 4, 5), fmt, 1e-8,
+                        false, false, 84);
+    }
+    large_mean_case("[b]\ntype = batchnorm\nmomentum = 1\neps = 1e-8\n", S(2, 64, 6, 0, 0), GLIA_CONTIGUOUS, 1e-8, true,
+                    false, 85);
+}
+
 /* Two layers of `ini`, R always given contiguous tensors and L channels_last ones (alternate: L
  * switches format every call), with the same weights: three training forwards and backwards of the
  * same inputs (mean away from 0, variance away from 1, so the running statistics move), then two
@@ -714,6 +776,100 @@ static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t 
     glia_context_free(ctx);
 }
 
+/* The offset of logical element (n, c, i) of an (N, C) or (N, C, H, W) tensor (i < H*W) in format f. */
+static int64_t at_nci(struct glia_shape sh, enum glia_memory_format f, int64_t n, int64_t c, int64_t i)
+{
+    int64_t C = sh.dim[1], HW = sh.ndim == 4 ? sh.dim[2] * sh.dim[3] : 1;
+    return f == GLIA_CHANNELS_LAST && sh.ndim == 4 ? (n * HW + i) * C + c : (n * C + c) * HW + i;
+}
+
+static int64_t count_nan(const struct glia_tensor *t)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < glia_tensor_numel(t); i++) k += isnan(glia_tensor_f32(t)[i]);
+    return k;
+}
+
+/* activation = relu lets NaN through as the relu layer (and torch.relu) does. Eval with fresh running
+ * statistics: one NaN, one +inf and one -inf among the inputs give NaN, +inf and +0 alone, the bits of
+ * batchnorm then relu. Training with a NaN in channel 0: that channel's mean is NaN, so its outputs,
+ * its dx and dgamma are NaN, and its dbeta is the plain sum of dy there (the relu passes every NaN y's
+ * gradient), as torch's BatchNorm2d then relu give; the other channels are untouched. Before, the fused
+ * relu turned the NaNs into zeros. */
+static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint32_t seed)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct built fu, bn, re;
+    layer_build(ctx, "[b]\ntype = batchnorm\nactivation = relu\n", &sh, 1, &fu);
+    layer_build(ctx, "[b]\ntype = batchnorm\n", &sh, 1, &bn);
+    layer_build(ctx, "[r]\ntype = relu\n", &sh, 1, &re);
+    for (int i = 0; i < fu.l.n_params; i++)
+        for (int64_t j = 0; j < glia_tensor_numel(fu.l.params[i].value); j++)
+            glia_tensor_f32(fu.l.params[i].value)[j] = glia_tensor_f32(bn.l.params[i].value)[j] =
+                (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
+    struct glia_backend *b = fu.b;
+    struct glia_tensor *x = tensor_as(b, sh, f), *dy = tensor_as(b, sh, f), *y1 = tensor_as(b, sh, f),
+                       *y2 = tensor_as(b, sh, f), *yr = tensor_as(b, sh, f), *dmid = tensor_as(b, sh, f),
+                       *dx1 = tensor_as(b, sh, f), *dx2 = tensor_as(b, sh, f);
+    int64_t n = glia_tensor_numel(x), N = sh.dim[0], HW = n / (N * sh.dim[1]);
+    size_t bytes = sizeof(float) * (size_t)n;
+    float *xv = glia_tensor_f32(x);
+    for (int64_t i = 0; i < n; i++) xv[i] = (float)(2 * unit(&seed)), glia_tensor_f32(dy)[i] = (float)unit(&seed);
+    const struct glia_tensor *in[1] = {x}, *mid[1] = {y2};
+    bool acc[1] = {false};
+    struct glia_fwd a1 = {in, 1, y1, NULL, false, 1, false, 0, NULL}, a2 = {in, 1, y2, NULL, false, 1, false, 0, NULL},
+                    ar = {mid, 1, yr, NULL, false, 1, false, 0, NULL};
+    int64_t pn = at_nci(sh, f, 0, 1, 0), pi = at_nci(sh, f, N - 1, 2, HW - 1), pm = at_nci(sh, f, 1, 0, 0);
+    xv[pn] = NAN, xv[pi] = INFINITY, xv[pm] = -INFINITY;
+    CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
+    CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
+    const float *y = glia_tensor_f32(y1);
+    CU_ASSERT(count_nan(y1) == 1 && isnan(y[pn]));
+    CU_ASSERT(y[pi] == INFINITY && y[pm] == 0.0f && !signbit(y[pm]));
+    /* training: a NaN in channel 0 only */
+    xv[pn] = 0.5f, xv[pi] = 0.25f, xv[pm] = -0.5f, xv[at_nci(sh, f, N - 1, 0, HW / 2)] = NAN;
+    a1.train = a2.train = ar.train = true;
+    CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
+    CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
+    CU_ASSERT_EQUAL(count_nan(y1), N * HW);
+    for (int64_t k = 0; k < N; k++) CU_ASSERT(isnan(y[at_nci(sh, f, k, 0, 0)]));
+    struct glia_tensor *d1[1] = {dx1}, *dm[1] = {dmid}, *d2[1] = {dx2};
+    for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
+    struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL},
+                    b2 = {in, 1, y2, dmid, d2, acc, NULL};
+    CU_ASSERT_EQUAL(fu.ops->backward(&fu.l, &b1), GLIA_OK);
+    CU_ASSERT_EQUAL(re.ops->backward(&re.l, &br), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.ops->backward(&bn.l, &b2), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(dx1), glia_tensor_f32(dx2), bytes), 0);
+    CU_ASSERT_EQUAL(count_nan(dx1), N * HW);
+    for (int i = 0; i < fu.l.n_params; i++)
+        CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(fu.l.params[i].grad), glia_tensor_f32(bn.l.params[i].grad),
+                               sizeof(float) * (size_t)glia_tensor_numel(fu.l.params[i].grad)), 0);
+    double sdy = 0;
+    for (int64_t k = 0; k < N; k++)
+        for (int64_t i = 0; i < HW; i++) sdy += glia_tensor_f32(dy)[at_nci(sh, f, k, 0, i)];
+    const float *dgamma = glia_tensor_f32(fu.l.params[0].grad), *dbeta = glia_tensor_f32(fu.l.params[1].grad);
+    CU_ASSERT(isnan(dgamma[0]) && !isnan(dgamma[1]) && !isnan(dbeta[1]));
+    CU_ASSERT(fabs(dbeta[0] - sdy) <= 1e-5);
+    struct glia_tensor *all[] = {x, dy, y1, y2, yr, dmid, dx1, dx2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    layer_unbuild(&fu);
+    layer_unbuild(&bn);
+    layer_unbuild(&re);
+    glia_context_free(ctx);
+}
+
+static void test_relu_activation_nan(void)
+{
+    relu_nan_case(S(2, 6, 3, 0, 0), GLIA_CONTIGUOUS, 71);
+    relu_nan_case(S(4, 3, 3, 2, 3), GLIA_CONTIGUOUS, 72);
+    relu_nan_case(S(4, 3, 3, 2, 3), GLIA_CHANNELS_LAST, 73);
+}
+
 static void test_relu_activation(void)
 {
     relu_case(S(2, 16, 5, 0, 0), GLIA_CONTIGUOUS, 61);
@@ -750,4 +906,5 @@ GLIA_TEST_MAIN("bn", GLIA_TEST(test_gradcheck_1d), GLIA_TEST(test_gradcheck_2d),
                GLIA_TEST(test_gradcheck_2d_nhwc), GLIA_TEST(test_global_avgpool_nhwc_gradcheck),
                GLIA_TEST(test_format_diff_nhwc), GLIA_TEST(test_global_avgpool_nhwc_format_diff),
                GLIA_TEST(test_global_avgpool_nhwc_values), GLIA_TEST(test_eval_nhwc),
-               GLIA_TEST(test_relu_activation))
+               GLIA_TEST(test_relu_activation), GLIA_TEST(test_relu_activation_nan),
+               GLIA_TEST(test_large_mean))

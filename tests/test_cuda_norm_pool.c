@@ -116,21 +116,46 @@ static bool same_bits(const struct glia_tensor *a, const struct glia_tensor *b)
     return true;
 }
 
-/* The difference of CPU (contiguous) and CUDA (format f) host copies: max_diff, or with bits 0 when they
- * are the same bits and INFINITY when not. */
-static double diff_of(const struct glia_tensor *cpu, const struct glia_tensor *gpu, bool bits)
+/* How pair_run compares: max_diff (a NaN anywhere is INFINITY), the same bits, or max_diff over the
+ * elements that are not NaN on both sides (NaN against a number is INFINITY). */
+enum cmp { CMP_TOL, CMP_BITS, CMP_TOL_NAN };
+
+/* max_diff where NaN equals NaN */
+static double nan_diff(const struct glia_tensor *a, const struct glia_tensor *b)
+{
+    double worst = 0;
+    int64_t n = glia_tensor_numel(a);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *d = a->shape.dim;
+        double x, y;
+        if (a->shape.ndim == 4) {
+            int64_t w = i % d[3], h = i / d[3] % d[2], c = i / (d[3] * d[2]) % d[1], k = i / (d[3] * d[2] * d[1]);
+            x = at4(a, k, c, h, w), y = at4(b, k, c, h, w);
+        } else {
+            x = glia_tensor_f32(a)[i], y = glia_tensor_f32(b)[i];
+        }
+        if (isnan(x) && isnan(y)) continue;
+        double e = fabs(x - y) / fmax(1.0, fabs(x));
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+/* The difference of CPU (contiguous) and CUDA (format f) host copies by cmp (CMP_BITS: 0 when they are
+ * the same bits and INFINITY when not). */
+static double diff_of(const struct glia_tensor *cpu, const struct glia_tensor *gpu, enum cmp cmp)
 {
     struct glia_tensor *h = cuda_get(gpu);
-    double d = bits ? (same_bits(cpu, h) ? 0.0 : INFINITY) : max_diff(cpu, h);
+    double d = cmp == CMP_BITS ? (same_bits(cpu, h) ? 0.0 : INFINITY) : cmp == CMP_TOL ? max_diff(cpu, h) : nan_diff(cpu, h);
     glia_tensor_release(h);
     return d;
 }
 
 /* Like cuda_compare (a training forward and a backward of one-input layer `ini`), on the given input
  * values v (logical NCHW order) instead of random ones; returns the largest difference of output, input
- * gradient, parameter gradients and buffers (bits: whether any differs in a bit, see diff_of). */
+ * gradient, parameter gradients and buffers, compared by cmp (see diff_of). */
 static double pair_run(const char *ini, struct glia_shape s, enum glia_memory_format f, bool accumulate,
-                       const float *v, bool bits)
+                       const float *v, enum cmp bits)
 {
     struct cuda_built C, G;
     cuda_build(ini, "cpu", cuda_cpu, &s, 1, &C);
@@ -196,11 +221,62 @@ static void test_batchnorm_offset(void)
     for (int64_t i = 0; i < n; i++) v[i] = 100.0f + (float)glia__rng_normal(&rng);
     for (int f = 0; f < 2; f++)
         for (int acc = 0; acc < 2; acc++) {
-            double d = pair_run("[b]\ntype = batchnorm\n", s, formats[f], acc, v, false);
+            double d = pair_run("[b]\ntype = batchnorm\n", s, formats[f], acc, v, CMP_TOL);
             if (!(d <= 1e-4)) printf("\n  offset inputs, %s: diff %.3g\n", glia_memory_format_name(formats[f]), d);
             CU_ASSERT(d <= 1e-4);
         }
     free(v);
+}
+
+/* Inputs with a large mean and a small spread (channel means 100, -37.5 and 1000, spread 1e-3): both impls
+ * subtract the float nearest the mean and fold the rest of it into the shift, so their outputs agree to float
+ * rounding, where that float alone would be off by up to 0.05 (mean 1000, eps 1e-8); with activation = relu
+ * the masks agree too. */
+static void test_batchnorm_large_mean(void)
+{
+    const char *inis[] = {"[b]\ntype = batchnorm\neps = 1e-8\n", "[b]\ntype = batchnorm\n",
+                          "[b]\ntype = batchnorm\neps = 1e-8\nactivation = relu\n"};
+    const struct glia_shape shapes[] = {S(4, 4, 3, 5, 6), S(4, 6, 6, 1, 1), S(2, 16, 6, 0, 0)};
+    static const double means[3] = {100.0, -37.5, 1000.0};
+    for (int k = 0; k < 3; k++) {
+        struct glia_shape s = shapes[k];
+        int64_t n = glia_shape_numel(&s), C = s.dim[1], HW = s.ndim == 4 ? s.dim[2] * s.dim[3] : 1;
+        float *v = malloc(sizeof(float) * (size_t)n);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 31 + (uint64_t)k);
+        for (int64_t i = 0; i < n; i++) v[i] = (float)(means[(i / HW) % C % 3] + 1e-3 * (2 * glia__rng_uniform(&rng) - 1));
+        for (int i = 0; i < 3; i++)
+            for (int f = 0; f < 2; f++) {
+                double d = pair_run(inis[i], s, formats[f], false, v, CMP_TOL);
+                if (!(d <= 1e-5)) printf("\n  large mean, %s %s: diff %.3g\n", inis[i], glia_memory_format_name(formats[f]), d);
+                CU_ASSERT(d <= 1e-5);
+            }
+        free(v);
+    }
+}
+
+/* activation = relu lets a NaN through as the relu layer does (the CPU impl: test_bn): with a NaN in channel
+ * 0 of a training batch, channel 0's outputs, input gradients, dgamma and running statistics are NaN and its
+ * dbeta is the sum of dy, where the CPU has them; the other channels match it as without a NaN. */
+static void test_batchnorm_relu_nan(void)
+{
+    const struct glia_shape shapes[] = {S(4, 3, 3, 5, 4), S(4, 2, 4, 1, 1), S(2, 9, 5, 0, 0)};
+    for (int k = 0; k < 3; k++) {
+        struct glia_shape s = shapes[k];
+        int64_t n = glia_shape_numel(&s), HW = s.ndim == 4 ? s.dim[2] * s.dim[3] : 1;
+        float *v = malloc(sizeof(float) * (size_t)n);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 21 + (uint64_t)k);
+        cuda_randn(&rng, v, n, 1.0f);
+        v[(s.dim[0] - 1) * s.dim[1] * HW + HW / 2] = NAN;  /* (N - 1, 0, middle) */
+        for (int f = 0; f < 2; f++)
+            for (int acc = 0; acc < 2; acc++) {
+                double d = pair_run("[b]\ntype = batchnorm\nactivation = relu\n", s, formats[f], acc, v, CMP_TOL_NAN);
+                if (!(d <= 1e-4)) printf("\n  NaN input, %s, acc %d: diff %.3g\n", glia_memory_format_name(formats[f]), acc, d);
+                CU_ASSERT(d <= 1e-4);
+            }
+        free(v);
+    }
 }
 
 /* maxpool2d on inputs of many ties (values 0, 1, 2) and a few NaNs: the CPU (contiguous) and CUDA
@@ -213,7 +289,7 @@ static void maxpool_ties(const char *ini, struct glia_shape s, enum glia_memory_
     struct glia_rng rng;
     glia__rng_seed(&rng, 5);
     for (int64_t i = 0; i < n; i++) v[i] = glia__rng_next(&rng) % 97 == 0 ? NAN : (float)(glia__rng_next(&rng) % 3);
-    bool ok = pair_run(ini, s, f, accumulate, v, true) == 0.0;
+    bool ok = pair_run(ini, s, f, accumulate, v, CMP_BITS) == 0.0;
     if (!ok) printf("\n  ties: %s %s%s differ\n", ini, glia_memory_format_name(f), accumulate ? " accumulate" : "");
     CU_ASSERT(ok);
     free(v);
@@ -329,7 +405,7 @@ static void test_same_description(void)
     }
 }
 
-CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm),
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
                GLIA_TEST(test_concat), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

@@ -217,6 +217,53 @@ static void test_activation_edges(void)
             }
 }
 
+/* The relu layer and the expression relu(x) on the GPU against torch.relu's values at its edges (bits:
+ * NaN stays NaN, -0 stays -0, -inf gives +0) and its gradient (dy where y > 0 or y is NaN, else 0; the
+ * layer selects, so an inf or NaN dy where y <= 0 gives 0, while the expression multiplies dy by its slope
+ * and is compared on finite dy). */
+static void test_relu_torch_values(void)
+{
+    cpu_plugins();
+    enum { n = 9 };
+    static const float x[n] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1.5f, -1.5f, 1e-45f, -1e-45f};
+    static const float want_y[n] = {NAN, -0.0f, 0.0f, INFINITY, 0.0f, 1.5f, 0.0f, 1e-45f, 0.0f};
+    static const float dy_layer[n] = {NAN, INFINITY, -2.0f, INFINITY, NAN, 2.0f, INFINITY, -1.0f, NAN};
+    static const float want_layer[n] = {NAN, 0.0f, 0.0f, INFINITY, 0.0f, 2.0f, 0.0f, -1.0f, 0.0f};
+    static const float dy_expr[n] = {3.0f, 4.0f, 5.0f, -6.0f, 7.0f, 8.0f, 9.0f, -10.0f, 11.0f};
+    static const float want_expr[n] = {3.0f, 0.0f, 0.0f, -6.0f, 0.0f, 8.0f, 0.0f, -10.0f, 0.0f};
+    const char *inis[2] = {"[l]\ntype = relu\n", "[l]\ntype = pointwise\nexpr = relu(x)\n"};
+    struct glia_shape s = S(2, 1, n, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        struct cuda_built G;
+        cuda_build(inis[k], NULL, cuda_gpu, &s, 1, &G);
+        CU_ASSERT_EQUAL(G.ops->device_type, GLIA_DEVICE_CUDA);
+        float nan_fill[n];
+        for (int i = 0; i < n; i++) nan_fill[i] = NAN;
+        struct glia_tensor *tx = cuda_put(cuda_gpu, s, NCHW, x), *ty = cuda_put(cuda_gpu, s, NCHW, nan_fill);
+        struct glia_tensor *tdy = cuda_put(cuda_gpu, s, NCHW, k ? dy_expr : dy_layer);
+        struct glia_tensor *tdx = cuda_put(cuda_gpu, s, NCHW, nan_fill);
+        const struct glia_tensor *in[1] = {tx};
+        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
+        CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
+        struct glia_tensor *din[1] = {tdx};
+        bool acc[1] = {false};
+        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL};
+        CU_ASSERT_FATAL(G.ops->backward(&G.l, &ba) == GLIA_OK);
+        struct glia_tensor *hy = cuda_get(ty), *hdx = cuda_get(tdx);
+        const float *y = glia_tensor_f32(hy), *dx = glia_tensor_f32(hdx), *want_dx = k ? want_expr : want_layer;
+        for (int i = 0; i < n; i++) {
+            bool ok = isnan(want_y[i]) ? isnan(y[i]) : !memcmp(&y[i], &want_y[i], sizeof y[i]);
+            bool gok = isnan(want_dx[i]) ? isnan(dx[i]) : dx[i] == want_dx[i];
+            if (!ok || !gok)
+                printf("\n  %s: x %g: y %g (want %g), dx %g (want %g)", inis[k], x[i], y[i], want_y[i], dx[i], want_dx[i]);
+            CU_ASSERT(ok && gok);
+        }
+        struct glia_tensor *all[] = {tx, ty, tdy, tdx, hy, hdx};
+        for (int i = 0; i < 6; i++) glia_tensor_release(all[i]);
+        cuda_unbuild(&G);
+    }
+}
+
 /* ---- add ---- */
 
 static void test_add(void)
@@ -321,7 +368,8 @@ static void test_pointwise_special_values(void)
                                 NAN, 5.0f, 0.0f, INFINITY, -INFINITY, -7.0f, 0.0f, -1.0f, 1.0f, -0.5f, 0.0f, 3.0f};
     const float *vals[2] = {x, y};
     const char *exprs[] = {"max(x, y)", "min(x, y)", "max(y, x) * 2", "sign(x) + sign(y)", "select(x, y, 2)",
-                           "ge(x, y) * 3 + x", "sigmoid(x) + sigmoid(y)", "x / y", "abs(x) - abs(y)"};
+                           "ge(x, y) * 3 + x", "sigmoid(x) + sigmoid(y)", "x / y", "abs(x) - abs(y)",
+                           "relu(x) + relu(y) * 2", "relu(x * y)"};
     char ini[128];
     for (int e = 0; e < (int)(sizeof exprs / sizeof exprs[0]); e++)
         for (int acc = 0; acc < 2; acc++) {
@@ -357,6 +405,6 @@ static void test_pointwise_bad_expr(void)
 }
 
 CUDA_TEST_MAIN("cuda_pointwise", GLIA_TEST(test_activations), GLIA_TEST(test_activations_large_eval_tf32),
-               GLIA_TEST(test_activation_edges), GLIA_TEST(test_add), GLIA_TEST(test_pointwise_exprs),
+               GLIA_TEST(test_activation_edges), GLIA_TEST(test_relu_torch_values), GLIA_TEST(test_add), GLIA_TEST(test_pointwise_exprs),
                GLIA_TEST(test_pointwise_grad_modes), GLIA_TEST(test_pointwise_special_values),
                GLIA_TEST(test_pointwise_bad_expr))

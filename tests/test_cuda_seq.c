@@ -1,7 +1,7 @@
 /* tests/test_cuda_seq.c — the CUDA impls of embedding and seq_pool against their CPU impls on a GPU, on fresh
  * random token batches: both memory formats, write and accumulate, train and eval, padding, rows of padding only,
- * many repeats of few tokens (the atomic scatter; with [runtime] deterministic the CPU's bits); out-of-range tokens (zeros on CUDA) and the max mode's
- * refusal after eval. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
+ * many repeats of few tokens (the atomic scatter; with [runtime] deterministic the CPU's bits); out-of-range tokens (zeros on CUDA),
+ * the padding row's init and the max mode's refusal after eval. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
  * semantics: test_seq. */
 #include "cudautil.h"
 
@@ -124,7 +124,7 @@ static void test_embedding_out_of_range(void)
         for (int d = 0; d < 2; d++)
             for (int l = 0; l < 3; l++) {
                 int t = tv[n * 3 + l];
-                float want = t <= 0 || t >= 4 ? 0.0f : w[t * 2 + d];
+                float want = t < 0 || t >= 4 ? 0.0f : w[t * 2 + d];  /* padding (0) reads its row, as nn.Embedding */
                 CU_ASSERT_EQUAL(yh[(n * 2 + d) * 3 + l], want);
             }
     const float gw[8] = {0, 0, 1, 1, 1, 1, 1, 1};  /* rows 1, 2, 3 once each; padding row 0 and 7, -2 nothing */
@@ -133,6 +133,26 @@ static void test_embedding_out_of_range(void)
     glia_tensor_release(y);
     glia_tensor_release(dy);
     cuda_unbuild(&G);
+}
+
+/* The weight a CUDA embedding starts from (glia_layer_run_new on the GPU, as a model draws it): N(0, 1) with the
+ * padding_idx row zeroed, the other rows the draws of the same layer without padding. */
+static void test_embedding_padding_init(void)
+{
+    struct glia_shape ts = S(2, 2, 3, 0, 0);
+    const char *inis[2] = {"[e]\ntype = embedding\nvocab = 5\ndim = 3\npadding_idx = -1\n",
+                           "[e]\ntype = embedding\nvocab = 5\ndim = 3\npadding_idx = 4\n"};
+    float w[2][15];
+    for (int k = 0; k < 2; k++) {
+        struct glia_layer_run *r;
+        glia_status st = glia_layer_run_new(cuda_ctx, inis[k], cuda_gpu->device, &ts, 1, GLIA_CONTIGUOUS, 9, &r);
+        if (st) printf("\n  %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT_EQUAL(glia_layer_run_layer(r)->ops->device_type, GLIA_DEVICE_CUDA);
+        CU_ASSERT_FATAL(glia_tensor_to_host(glia_layer_run_layer(r)->params[0].value, w[k], sizeof w[k]) == GLIA_OK);
+        glia_layer_run_free(r);
+    }
+    for (int i = 0; i < 15; i++) CU_ASSERT(i / 3 == 4 ? w[1][i] == 0.0f : w[1][i] == w[0][i] && w[0][i] != 0.0f);
 }
 
 /* seq_pool (max) keeps nothing in eval: a backward after it is refused; a training forward of a bigger batch
@@ -171,5 +191,5 @@ static void test_seq_pool_eval_keeps_nothing(void)
 }
 
 CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool),
-               GLIA_TEST(test_embedding_out_of_range),
+               GLIA_TEST(test_embedding_out_of_range), GLIA_TEST(test_embedding_padding_init),
                GLIA_TEST(test_seq_pool_eval_keeps_nothing))

@@ -168,6 +168,57 @@ static void test_activation_forward_values(void)
     check_forward("[a]\ntype = leaky_relu\nnegative_slope = 0.2\n", xl, yl2, 4);
 }
 
+/* relu at the edges, against torch.relu (float32 and float64 agree): NaN gives NaN and passes the
+ * gradient (torch's threshold_backward: dy unless y <= 0), -0 stays -0 with gradient 0, +inf passes,
+ * -inf gives +0. The gradient is a select, not a product: an inf or NaN dy where y <= 0 gives 0.
+ * Bits are compared, so a NaN turned into 0 or a -0 into +0 fails. */
+static void test_relu_edges(void)
+{
+    enum { n = 9 };
+    const float x[n] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1.5f, -1.5f, 1e-45f, -1e-45f};
+    const float want_y[n] = {NAN, -0.0f, 0.0f, INFINITY, 0.0f, 1.5f, 0.0f, 1e-45f, 0.0f};
+    const float dy[n] = {NAN, INFINITY, -2.0f, INFINITY, NAN, 2.0f, INFINITY, -1.0f, NAN};
+    const float want_dx[n] = {NAN, 0.0f, 0.0f, INFINITY, 0.0f, 2.0f, 0.0f, -1.0f, 0.0f};
+    struct glia_shape sh = S(2, 1, n, 0, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[r]\ntype = relu\n", &sh, 1, &B);
+    struct glia_tensor *tx, *ty, *tdy, *tdx;
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &ty) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tdy) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tdx) == GLIA_OK);
+    memcpy(glia_tensor_f32(tx), x, sizeof x);
+    memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
+    const struct glia_tensor *in[1] = {tx};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+    const float *y = glia_tensor_f32(ty), *dx = glia_tensor_f32(tdx);
+    for (int i = 0; i < n; i++) {
+        bool same = memcmp(&y[i], &want_y[i], sizeof y[i]) == 0 || (isnan(y[i]) && isnan(want_y[i]));
+        if (!same) printf("\n  relu(%g) = %g, want %g", x[i], y[i], want_y[i]);
+        CU_ASSERT(same && !signbit(y[i]) == !signbit(want_y[i]));
+    }
+    struct glia_tensor *din[1] = {tdx};
+    for (int add = 0; add < 2; add++) {
+        bool acc[1] = {add};
+        for (int i = 0; i < n; i++) glia_tensor_f32(tdx)[i] = add ? 0.0f : NAN;  /* written over garbage, or += */
+        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL};
+        CU_ASSERT_FATAL(B.ops->backward(&B.l, &ba) == GLIA_OK);
+        for (int i = 0; i < n; i++) {
+            bool same = dx[i] == want_dx[i] || (isnan(dx[i]) && isnan(want_dx[i]));
+            if (!same) printf("\n  relu'(%g) * %g = %g, want %g (accumulate %d)", x[i], dy[i], dx[i], want_dx[i], add);
+            CU_ASSERT(same);
+        }
+    }
+    glia_tensor_release(tx);
+    glia_tensor_release(ty);
+    glia_tensor_release(tdy);
+    glia_tensor_release(tdx);
+    layer_unbuild(&B);
+    glia_context_free(ctx);
+}
+
 static void test_linear_refuses_4d_input(void)
 {
     struct glia_shape in = S(4, 2, 1, 3, 3);
@@ -326,6 +377,56 @@ static void expect_caught(const struct glia_layer_ops *ops, const char *ini, con
     glia_context_free(ctx);
 }
 
+/* ---- the init_param slot (ABI 1.9) ---- */
+
+/* a layer with parameters "a" (3) and "b" (2), both init 1.5, whose init_param sets b to 42 + its index */
+static glia_status two_params_create(struct glia_layer *l, const struct glia_section *c, const struct glia_shape *in,
+                                     int n)
+{
+    struct glia_shape s3 = S(1, 3, 0, 0, 0), s2 = S(1, 2, 0, 0, 0);
+    glia_status st = glia_layer_add_param(l, "a", &s3, (struct glia_param_init){GLIA_INIT_CONST, 1.5}, NULL);
+    return st ? st : glia_layer_add_param(l, "b", &s2, (struct glia_param_init){GLIA_INIT_CONST, 1.5}, NULL);
+}
+static void set_b(const struct glia_layer *l, int index, float *values)
+{
+    if (!strcmp(l->params[index].name, "b"))
+        for (int i = 0; i < 2; i++) values[i] = 42.0f + (float)i;
+}
+static const struct glia_layer_ops init_new_ops = {
+    .struct_size = sizeof(struct glia_layer_ops), .type = "init_new", .impl = "cpu", .min_inputs = 1,
+    .max_inputs = 1, .create = two_params_create, .infer_shape = id_infer, .forward = id_forward,
+    .init_param = set_b};
+/* built against ABI 1.8: the struct ends before init_param, so whatever follows it is not read */
+static const struct glia_layer_ops init_old_ops = {
+    .struct_size = offsetof(struct glia_layer_ops, init_param), .type = "init_old", .impl = "cpu",
+    .min_inputs = 1, .max_inputs = 1, .create = two_params_create, .infer_shape = id_infer,
+    .forward = id_forward, .init_param = set_b};
+
+/* The core draws a parameter's declared init, then hands it to the layer's init_param (for each parameter,
+ * with its index), unless the layer's struct_size ends before the slot. */
+static void test_init_param_slot(void)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct glia_registry r = {ctx, -1};
+    CU_ASSERT_FATAL(glia_register_layer(&r, &init_new_ops) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_layer(&r, &init_old_ops) == GLIA_OK);
+    struct glia_shape in = S(2, 2, 3, 0, 0);
+    const char *inis[2] = {"[l]\ntype = init_new\n", "[l]\ntype = init_old\n"};
+    for (int k = 0; k < 2; k++) {
+        struct glia_layer_run *run;
+        glia_status st = glia_layer_run_new(ctx, inis[k], (struct glia_device){GLIA_DEVICE_CPU, 0}, &in, 1,
+                                            GLIA_CONTIGUOUS, 1, &run);
+        if (st) printf("\n  %s\n", glia_context_error(ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        const struct glia_layer *l = glia_layer_run_layer(run);
+        const float *a = glia_tensor_f32(l->params[0].value), *b = glia_tensor_f32(l->params[1].value);
+        CU_ASSERT(a[0] == 1.5f && a[1] == 1.5f && a[2] == 1.5f);
+        CU_ASSERT(k == 0 ? b[0] == 42.0f && b[1] == 43.0f : b[0] == 1.5f && b[1] == 1.5f);
+        glia_layer_run_free(run);
+    }
+    glia_context_free(ctx);
+}
+
 static void test_checker_catches_wrong_gradient(void)
 {
     expect_caught(&bad_scale_ops, "[b]\ntype = bad_scale\n", "gradcheck [b]: error");
@@ -342,9 +443,9 @@ static void test_checker_catches_write_over_garbage(void)
 }
 
 GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
-               GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
                GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_4d_input),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),
-               GLIA_TEST(test_checker_catches_write_over_garbage))
+               GLIA_TEST(test_checker_catches_write_over_garbage), GLIA_TEST(test_init_param_slot))

@@ -540,6 +540,7 @@ static double r11(const double *v) { return 0.5 * v[0] * (1 + erf(v[0] / sqrt(2)
 static double r12(const double *v) { return v[0] * tanh(v[1]) - v[2] * v[2] / (1 + v[3] * v[3]); }
 static double r13(const double *v) { return (v[0] >= v[1] ? v[2] : v[3]) + sg(-v[1]) * (v[0] < 0 ? -1 : v[0] > 0 ? 1 : 0); }
 static double r14(const double *v) { return (v[0] + v[1] > 0 ? v[0] + v[1] : 0) * (v[2] > v[3] ? 1 : 0.25); }
+static double r15(const double *v) { return (v[0] - v[1] < 0 ? 0 : v[0] - v[1]) * v[2]; }
 
 static const struct {
     const char *text;
@@ -553,6 +554,7 @@ static const struct {
     {"pow(1 + x*x, y)", r10},   {"0.5*x*(1 + erf(x/sqrt(2)))", r11},
     {"x*tanh(y) - z^2/(1+w*w)", r12}, {"select(ge(x, y), z, w) + sigmoid(-y) * sign(x)", r13},
     {"select(gt(x + y, 0), x + y, 0) * select(gt(z, w), 1, 0.25)", r14},
+    {"relu(x - y) * z", r15},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -588,9 +590,9 @@ static void test_eval_against_libm(void)
     }
 }
 
-/* gt is false when either side is NaN, so select(gt(x, 0), x, 0) is the relu layer's
- * x > 0 ? x : 0 (NaN gives 0, -0 gives +0), and its derivative is 0 at 0 */
-static void test_gt_relu_semantics(void)
+/* gt is false when either side is NaN: select(gt(x, 0), x, 0) gives 0 for NaN, +0 for -0, and its
+ * derivative is 0 at 0 */
+static void test_gt_semantics(void)
 {
     const float x[6] = {NAN, -0.0f, 0.0f, -2.0f, 3.0f, 1e-30f};
     float y[6], dy[6];
@@ -608,6 +610,38 @@ static void test_gt_relu_semantics(void)
     }
     expr_free(d);
     expr_free(e);
+}
+
+/* relu(x) is torch.relu (the relu layer, and what fuse_pointwise makes of one): NaN gives NaN, -0 stays
+ * -0, -inf gives +0; its derivative passes where x > 0 or x is NaN and is 0 at +-0 (torch's
+ * threshold_backward). Values from torch 1.13 (float32 and float64 agree); bits compared. */
+static void test_relu_semantics(void)
+{
+    enum { n = 9 };
+    const float x[n] = {NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1.5f, -1.5f, 1e-45f, -1e-45f};
+    const float want_y[n] = {NAN, -0.0f, 0.0f, INFINITY, 0.0f, 1.5f, 0.0f, 1e-45f, 0.0f};
+    const float want_d[n] = {1, 0, 0, 1, 0, 1, 0, 1, 0};
+    float y[n], dy[n];
+    const float *vars[1] = {x};
+    struct expr *e = parse_ok("relu(x)", 1), *d = e ? expr_diff(e, 0) : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    CU_ASSERT_STRING_EQUAL(printed(e), "relu(x)");
+    CU_ASSERT_EQUAL(expr_op_count(e), 1);
+    CU_ASSERT_EQUAL(expr_eval(e, vars, n, y), 0);
+    CU_ASSERT_EQUAL(expr_eval(d, vars, n, dy), 0);
+    for (int i = 0; i < n; i++) {
+        bool same = isnan(want_y[i]) ? isnan(y[i]) : memcmp(&y[i], &want_y[i], sizeof y[i]) == 0;
+        if (!same) printf("\n  relu(%g) = %g, want %g", x[i], y[i], want_y[i]);
+        CU_ASSERT(same);
+        CU_ASSERT_EQUAL(dy[i], want_d[i]);
+        double v[4] = {x[i]}, r = expr_eval1(e, v);
+        CU_ASSERT(isnan(want_y[i]) ? isnan(r) : r == want_y[i] && !signbit(r) == !signbit(want_y[i]));
+        CU_ASSERT_EQUAL(expr_eval1(d, v), want_d[i]);
+    }
+    expr_free(d);
+    expr_free(e);
+    check_print("relu(relu(x))", "relu(x)");
+    check_print("relu(-2) + relu(3) + x", "x + 3");
 }
 
 static void test_eval_large_and_edge(void)
@@ -684,6 +718,8 @@ static void test_diff_rules(void)
     check_diff_text("max(x, y)", 1, "select(ge(x, y), 0, 1)");
     check_diff_text("min(x, y)", 0, "ge(y, x)");
     check_diff_text("max(x, 0)", 0, "select(ge(0, x), 0, 1)");
+    check_diff_text("relu(x)", 0, "select(ge(0, x), 0, 1)");
+    check_diff_text("relu(x * y)", 1, "select(ge(0, x * y), 0, x)");
     check_diff_text("gt(x, y)", 0, "0");
     check_diff_text("select(gt(x, 0), x, 0.01 * x)", 0, "select(gt(x, 0), 1, 0.01)");
     check_diff_text("x * sigmoid(x)", 2, "0");
@@ -709,6 +745,7 @@ static bool away_from_kinks(const char *text, const double *v)
     if ((strstr(text, "max") || strstr(text, "min") || strstr(text, "ge(")) && fabs(v[0] - v[1]) < 1e-3) return false;
     if (strstr(text, "gt(") && (fabs(v[0] + v[1]) < 1e-3 || fabs(v[2] - v[3]) < 1e-3)) return false;
     if (strstr(text, "sign") && fabs(v[0]) < 1e-3) return false;
+    if (strstr(text, "relu(x - y)") && fabs(v[0] - v[1]) < 1e-3) return false;
     if (strstr(text, "min(y,z)") && fabs(v[1] - v[2]) < 1e-3) return false;
     return true;
 }
@@ -788,6 +825,7 @@ static void test_layer_gradcheck_multi_input(void)
     gradcheck_ok("pow(1 + x*x, y)", two, 2, 4);
     gradcheck_ok("x * 2", two, 2, 5); /* y unused: its gradient is written as 0 */
     gradcheck_ok("select(gt(x + y, 0), x + y, 0)", two, 2, 10); /* equal derivatives: y's copied from x's */
+    gradcheck_ok("relu(x + y) * x", two, 2, 12);
     struct glia_shape three[3] = {S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2)};
     gradcheck_ok("max(x,y)*z", three, 3, 6);
     gradcheck_ok("x*tanh(y) - z^2", three, 3, 7);
@@ -1005,7 +1043,7 @@ static void test_layer_config_errors(void)
 
 GLIA_TEST_MAIN("pointwise", GLIA_TEST(test_parse_precedence), GLIA_TEST(test_parse_errors), GLIA_TEST(test_print),
                GLIA_TEST(test_cse), GLIA_TEST(test_hash), GLIA_TEST(test_constant_folding), GLIA_TEST(test_random_round_trip),
-               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_gt_relu_semantics),
+               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_gt_semantics), GLIA_TEST(test_relu_semantics),
                GLIA_TEST(test_diff_rules),
                GLIA_TEST(test_diff_numeric), GLIA_TEST(test_layer_gradcheck_one_input),
                GLIA_TEST(test_layer_gradcheck_multi_input), GLIA_TEST(test_layer_forward_and_flops),

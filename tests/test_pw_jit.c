@@ -24,6 +24,8 @@ static const struct {
     {"x*tanh(y) - z^2/(1+w*w) + log(1+exp(x))", 4},
     {"dropout(select(gt(x, 0), x, 0), 0.5)", 1},
     {"dropout(x * tanh(y), 0.3) + z", 3},
+    {"relu(x - y) * z + relu(y)", 3},
+    {"dropout(relu(x), 0.5)", 1},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -58,13 +58,16 @@ static void fill(struct glia_tensor *t, float v)
 
 /* ---- gradient checks ---- */
 
+/* The ids drawn here are in [0, 5): padding_idx is outside them, since its row's gradient is by design not the
+ * derivative (nn.Embedding's padding_idx gets none while the output reads it); check_embedding_values checks
+ * padding. */
 static void test_embedding_gradcheck(void)
 {
     const char *inis[] = {
-        "[e]\ntype = embedding\nvocab = 7\ndim = 3\n",                      /* padding_idx 0; rows 5, 6 unused */
+        "[e]\ntype = embedding\nvocab = 7\ndim = 3\npadding_idx = 6\n",     /* rows 5, 6 unused */
         "[e]\ntype = embedding\nvocab = 5\ndim = 4\npadding_idx = -1\n",    /* no padding: row 0 learns */
-        "[e]\ntype = embedding\nvocab = 5\ndim = 2\npadding_idx = 3\n",
-        "[e]\ntype = embedding\nvocab = 5\ndim = 1\n",                      /* dim 1: both formats are one layout */
+        "[e]\ntype = embedding\nvocab = 6\ndim = 2\npadding_idx = 5\n",
+        "[e]\ntype = embedding\nvocab = 5\ndim = 1\npadding_idx = -1\n",    /* dim 1: both formats are one layout */
     };
     struct glia_shape shapes[] = {S(2, 4, 5, 0, 0), S(2, 1, 9, 0, 0), S(2, 3, 1, 0, 0)};
     for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
@@ -99,8 +102,9 @@ static void test_seq_pool_gradcheck(void)
 
 /* ---- embedding: values ---- */
 
-/* vocab 4, dim 2, rows (10, 11), (20, 21), (30, 31), (40, 41); tokens (2, 3) = (1, 0, 3), (2, 2, 0). Row 0 is
- * padding unless padding_idx = -1: then it is read like the others. */
+/* vocab 4, dim 2, rows (10, 11), (20, 21), (30, 31), (40, 41); tokens (2, 3) = (1, 0, 3), (2, 2, 0). As in
+ * nn.Embedding the padding_idx row is looked up like any other (here it holds values: weights trained or loaded
+ * elsewhere) and gets no gradient; padding_idx = -1: every row learns. */
 static void check_embedding_values(int pad, enum glia_memory_format f)
 {
     char ini[128];
@@ -125,8 +129,7 @@ static void check_embedding_values(int pad, enum glia_memory_format f)
         for (int d = 0; d < 2; d++)
             for (int l = 0; l < 3; l++) {
                 int t = tv[n * 3 + l];
-                float want = t == pad ? 0.0f : w[t * 2 + d];
-                CU_ASSERT_EQUAL(at4(y, n, d, 0, l), want);
+                CU_ASSERT_EQUAL(at4(y, n, d, 0, l), w[t * 2 + d]);
             }
     /* backward: dy(n, d, 0, l) = 100n + 10d + l + 1; dweight row v = sum over the positions of token v */
     float dyv[12];
@@ -170,6 +173,39 @@ static void test_embedding_values(void)
         check_embedding_values(-1, formats[f]);
         check_embedding_values(2, formats[f]);
     }
+}
+
+/* The weight's init: N(0, 1), its padding_idx row zeroed (nn.Embedding's reset_parameters), the other rows the
+ * same draws as without padding; padding_idx = -1 zeroes nothing. Through glia_layer_run_new (the core's init of
+ * a parameter, the layer's init_param slot after it) and through the hand-built layer of the value tests. */
+static void test_embedding_padding_init(void)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    struct glia_device cpu = {GLIA_DEVICE_CPU, 0};
+    struct glia_shape ts = S(2, 2, 3, 0, 0);
+    const char *inis[3] = {"[e]\ntype = embedding\nvocab = 6\ndim = 4\npadding_idx = -1\n",
+                           "[e]\ntype = embedding\nvocab = 6\ndim = 4\npadding_idx = 2\n",
+                           "[e]\ntype = embedding\nvocab = 6\ndim = 4\n"};  /* padding_idx 0 by default */
+    const int pads[3] = {-1, 2, 0};
+    float w[3][24];
+    for (int k = 0; k < 3; k++) {
+        struct glia_layer_run *r;
+        glia_status st = glia_layer_run_new(ctx, inis[k], cpu, &ts, 1, GLIA_CONTIGUOUS, 7, &r);
+        if (st) printf("\n  %s\n", glia_context_error(ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        struct glia_layer *l = glia_layer_run_layer(r);
+        CU_ASSERT_FATAL(glia_tensor_to_host(l->params[0].value, w[k], sizeof w[k]) == GLIA_OK);
+        glia_layer_run_free(r);
+        for (int i = 0; i < 24; i++) {
+            bool zero = i / 4 == pads[k];
+            CU_ASSERT(zero ? w[k][i] == 0.0f && !signbit(w[k][i]) : w[k][i] != 0.0f && w[k][i] == w[0][i]);
+        }
+        struct built B;
+        layer_build(ctx, inis[k], &ts, 1, &B);
+        for (int i = 0; i < 24; i++) CU_ASSERT((glia_tensor_f32(B.l.params[0].value)[i] == 0.0f) == (i / 4 == pads[k]));
+        layer_unbuild(&B);
+    }
+    glia_context_free(ctx);
 }
 
 /* A token outside [0, vocab) is refused with its value and position; -1 is one even with padding_idx = -1. */
@@ -505,7 +541,7 @@ static void test_dtype_errors(void)
 static void test_gradcheck_options(void)
 {
     struct glia_shape ts = S(2, 2, 3, 0, 0);
-    const char *ini = "[e]\ntype = embedding\nvocab = 4\ndim = 2\n";
+    const char *ini = "[e]\ntype = embedding\nvocab = 4\ndim = 2\npadding_idx = -1\n";  /* ids 0..3 all checked */
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     struct glia_gradcheck_options o = {.struct_size = sizeof o, .int_inputs = 2, .int_high = 4};
     CU_ASSERT_EQUAL(glia_layer_gradcheck_ex(ctx, ini, &ts, 1, &o, 1, 1e-2, NULL), GLIA_EINVAL);
@@ -524,7 +560,7 @@ static void test_gradcheck_options(void)
 }
 
 GLIA_TEST_MAIN("seq", GLIA_TEST(test_embedding_gradcheck), GLIA_TEST(test_seq_pool_gradcheck),
-               GLIA_TEST(test_embedding_values), GLIA_TEST(test_embedding_out_of_range),
+               GLIA_TEST(test_embedding_values), GLIA_TEST(test_embedding_padding_init), GLIA_TEST(test_embedding_out_of_range),
                GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool_values),
                GLIA_TEST(test_shorter_sequences), GLIA_TEST(test_config_errors), GLIA_TEST(test_dtype_errors),
                GLIA_TEST(test_gradcheck_options))

@@ -361,6 +361,52 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
     layer_unbuild(&P);
 }
 
+/* SyncBatchNorm of inputs with a large mean and a small spread (channel means 1000, -250 and 100, spread
+ * 1e-2) over communicator c of identical ranks (whose statistics are this rank's): a training forward's
+ * output against the double formula within tol. The float nearest a mean of 1000 is off by up to 3e-5,
+ * 0.5% of the std here: folding the rest of the mean into the shift keeps the outputs at float rounding. */
+static void sync_large_mean(struct glia_comm *c, struct glia_backend *b, enum glia_memory_format f, double tol)
+{
+    struct glia_shape sh = S(4, 4, 3, 3, 3);
+    int64_t N = sh.dim[0], C = sh.dim[1], HW = sh.dim[2] * sh.dim[3], n = N * C * HW;
+    static const double means[3] = {1000.0, -250.0, 100.0};
+    struct built L;
+    build("[b]\ntype = batchnorm\nsync = on\n", b, &sh, &L);
+    L.l.comm = c;
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    uint32_t seed = 51;
+    for (int64_t k = 0; k < n; k++) x[k] = (float)(means[(k / HW) % C] + 1e-2 * unit(&seed));
+    struct glia_tensor *tx = put(b, sh, f, x), *ty = tensor_as(b, sh, f);
+    const struct glia_tensor *in[1] = {tx};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
+    glia_status st = L.ops->forward(&L.l, &fa);
+    if (st) printf("\n  %s\n", glia_context_error(ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    get(ty, y);
+    double worst = 0;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double m = 0, v = 0;
+        for (int64_t k = 0; k < N; k++)
+            for (int64_t i = 0; i < HW; i++) m += x[(k * C + ch) * HW + i];
+        m /= (double)(N * HW);
+        for (int64_t k = 0; k < N; k++)
+            for (int64_t i = 0; i < HW; i++) v += (x[(k * C + ch) * HW + i] - m) * (x[(k * C + ch) * HW + i] - m);
+        v /= (double)(N * HW);
+        for (int64_t k = 0; k < N; k++)
+            for (int64_t i = 0; i < HW; i++) {
+                int64_t j = (k * C + ch) * HW + i;
+                worst = fmax(worst, fabs(y[j] - (x[j] - m) / sqrt(v + 1e-5)));
+            }
+    }
+    if (!(worst <= tol)) printf("\n  large mean, sync on %s (%s): y off by %g (tol %g)\n", c->ops->name, b->ops->name, worst, tol);
+    CU_ASSERT(worst <= tol);
+    glia_tensor_release(tx);
+    glia_tensor_release(ty);
+    free(x);
+    free(y);
+    layer_unbuild(&L);
+}
+
 /* ---- one process ---- */
 
 /* world 1: sync on is plain BatchNorm exactly (the same code path, bit for bit) and never communicates */
@@ -402,6 +448,8 @@ static void test_replicas_are_whole_batch(void)
          false, 2, 24, true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, cpu, &k[i], 1e-5);
+    sync_large_mean(c, cpu, GLIA_CONTIGUOUS, 1e-5);
+    sync_large_mean(c, cpu, GLIA_CHANNELS_LAST, 1e-5);
 }
 
 /* A failing exchange fails the layer, and the message names the layer, the exchange, rank and transport. */
@@ -482,6 +530,8 @@ static void test_cuda_replicas(void)
          true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, gpu, &k[i], 1e-4);
+    sync_large_mean(c, gpu, GLIA_CONTIGUOUS, 1e-5);
+    sync_large_mean(c, gpu, GLIA_CHANNELS_LAST, 1e-5);
     struct glia_comm *one = open_comm("loop1", gpu);  /* world 1: the plain CUDA path, no exchange */
     run_case(one, gpu, &(struct syncase){"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 4, 3, 4, 4), 1, 0, 4,
                                           GLIA_CHANNELS_LAST, true, false, 2, 37, false}, 1e-4);

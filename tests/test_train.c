@@ -1557,9 +1557,9 @@ static void test_fuse_dropout(void)
     CU_ASSERT_EQUAL_FATAL(on.m->n_nodes, 8);  /* a d b pd pr flat fc loss */
     char *text = summary_of(on.m);
     static const char *const want[] = {
-        "fuse_pointwise: r (relu) + d (dropout) run as one pointwise layer d = dropout(select(gt(x, 0), x, 0), 0.4) of x = a\n",
+        "fuse_pointwise: r (relu) + d (dropout) run as one pointwise layer d = dropout(relu(x), 0.4) of x = a\n",
         "fuse_pointwise: t (tanh) + pd (pointwise) run as one pointwise layer pd = dropout(tanh(x) * 2, 0.3) of x = b\n",
-        "fuse_pointwise: j (add) + pr (relu) run as one pointwise layer pr = select(gt(x + y, 0), x + y, 0) of x = d, y = pd\n"};
+        "fuse_pointwise: j (add) + pr (relu) run as one pointwise layer pr = relu(x + y) of x = d, y = pd\n"};
     for (int k = 0; k < 3; k++) {
         if (!strstr(text, want[k])) printf("\n  want: %s%s", want[k], text);
         CU_ASSERT_PTR_NOT_NULL(strstr(text, want[k]));
@@ -1603,7 +1603,7 @@ static void test_fuse_dropout(void)
     CU_ASSERT_EQUAL(on.m->n_nodes, off.m->n_nodes - 1);  /* a pd d2 flat fc loss */
     text = summary_of(on.m);
     const char *want2 = "fuse_pointwise: r (relu) + d2 (dropout) run as one pointwise layer d2 = "
-                        "dropout(select(gt(x, 0), x, 0), 0.2) of x = pd\n";
+                        "dropout(relu(x), 0.2) of x = pd\n";
     if (!strstr(text, want2)) printf("\n  want: %s%s", want2, text);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, want2));
     free(text);

@@ -82,7 +82,8 @@ static void test_learns_and_grouping_pads_less(void)
 }
 
 /* Padding to a multiple of 16 instead of 1 changes every batch's length, not the result: the
- * embedding gives padding zero vectors and seq_pool skips it. Without a convolution the sums run
+ * embedding's padding row (token 0) starts at zero and gets no gradient, so padding reads zero
+ * vectors, and seq_pool skips it. Without a convolution the sums run
  * in the same order: bit for bit; with one, within float rounding. */
 static void test_padding_does_not_change_results(void)
 {
@@ -107,6 +108,28 @@ static void test_padding_does_not_change_results(void)
             free(w[0]);
             free(w[1]);
         }
+}
+
+/* The embedding's padding_idx row (token 0, the tokens format's padding) as nn.Embedding keeps it: zero at
+ * init and still zero after an epoch of adam (it gets no gradient), while the other rows are drawn and learn. */
+static void test_padding_row_stays_zero(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, text("", "epochs = 1", false, "mean"));
+    long long n;
+    float *w0 = weights(&r, &n);  /* emb's weight (40, 12) comes first */
+    CU_ASSERT_FATAL(glia_model_train(r.m, &quiet, NULL, 0) == GLIA_OK);
+    float *w1 = weights(&r, &n);
+    int zero0 = 0, zero1 = 0, moved = 0;
+    for (int i = 0; i < 12; i++) zero0 += w0[i] == 0.0f, zero1 += w1[i] == 0.0f;
+    for (int i = 12; i < 40 * 12; i++) moved += w0[i] != w1[i] && w0[i] != 0.0f;
+    CU_ASSERT_EQUAL(zero0, 12);
+    CU_ASSERT_EQUAL(zero1, 12);
+    CU_ASSERT(moved > 100);
+    free(w0);
+    free(w1);
+    close_run(&r);
 }
 
 /* Stop after some steps, resume from the checkpoint: the same weights as the uninterrupted run
@@ -238,5 +261,6 @@ static void test_error_ends_progress_line(void)
 }
 
 GLIA_TEST_MAIN("train_tokens", GLIA_TEST(test_learns_and_grouping_pads_less), GLIA_TEST(test_padding_does_not_change_results),
+               GLIA_TEST(test_padding_row_stays_zero),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_dp_replicas), GLIA_TEST(test_channels_last),
                GLIA_TEST(test_error_ends_progress_line))

@@ -92,12 +92,13 @@ __device__ static float x_hat(float x, const float *saved, int64_t c, int64_t C)
     return ((x - saved[c]) - saved[C + c]) * saved[2 * C + c];
 }
 
-/* activation = relu: dy where the forward's y = (x - f(0, c))*f(1, c) + f(2, c), rounded as bn_normalize
- * rounds it, was > 0, else 0, with f(3, C) the forward's coef kept at saved(3..5, C); dy without relu */
+/* activation = relu: dy unless the forward's y = (x - f(0, c))*f(1, c) + f(2, c), rounded as bn_normalize
+ * rounds it, was <= 0 (a NaN y passes dy, as the relu layer's backward), else 0, with f(3, C) the forward's
+ * coef kept at saved(3..5, C); dy without relu */
 __device__ static float relu_dy(float dy, float x, const float *saved, int64_t c, int64_t C, bool relu)
 {
     const float *f = saved + 3 * C;
-    return relu && !(__fadd_rn(__fmul_rn(__fsub_rn(x, f[c]), f[C + c]), f[2 * C + c]) > 0.0f) ? 0.0f : dy;
+    return relu && __fadd_rn(__fmul_rn(__fsub_rn(x, f[c]), f[C + c]), f[2 * C + c]) <= 0.0f ? 0.0f : dy;
 }
 
 struct GradSums {
@@ -204,6 +205,17 @@ template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc,
     return cudaGetLastError();
 }
 
+/* coef(3, C) of channel c for y = (x - mean)*s + beta, s = invstd*gamma in double, as the CPU's bn_coef:
+ * (hi, (float)s, (float)(beta - (mean - hi)*s)) with hi = (float)mean. bn_normalize's x - hi is exact near the
+ * mean and the mean's bits below float's count through the shift (a mean of 100 and a std of 1e-3 are
+ * normalized to float rounding, not to 0.4% of a std); a float mean (the running one) gives shift = beta. */
+__device__ static void normalize_coef(float *coef, int64_t c, int64_t C, double mean, float hi, double s, float beta)
+{
+    coef[c] = hi;
+    coef[C + c] = (float)s;
+    coef[2 * C + c] = (float)((double)beta - (mean - (double)hi) * s);
+}
+
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
  * the pivot x(0, c, 0)) or rmean, rvar: one thread per channel, the splits combined in double in split
  * order (see the header). */
@@ -227,11 +239,11 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
                 n = nn;
             }
             mean = (M > 0 ? (double)x[c * L] : 0.0) + m;  /* the pivot back */
-            var = m2 > 0 ? m2 / (double)M : 0.0;
+            var = m2 < 0 ? 0.0 : m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
         double invstd = 1.0 / sqrt(var + eps);
+        float hi = (float)mean;
         if (saved) {
-            float hi = (float)mean;
             saved[c] = hi;
             saved[C + c] = (float)(mean - (double)hi);
             saved[2 * C + c] = (float)invstd;
@@ -240,14 +252,12 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
             rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
         }
-        coef[c] = (float)mean;
-        coef[C + c] = (float)(invstd * (gamma ? gamma[c] : 1.0f));
-        coef[2 * C + c] = beta ? beta[c] : 0.0f;
+        normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
     }
 }
 
 /* y(N, C, L) = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with
- * relu, max(0, y) (NaN: 0) */
+ * relu, y < 0 ? 0 : y (the relu layer's: NaN stays NaN, -0 stays -0) */
 __global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
@@ -255,7 +265,7 @@ __global__ void bn_normalize(float *y, const float *x, const float *coef, int64_
     for (int64_t j = j0; j < n; j += step, w.next()) {
         int64_t c = w.c;
         float v = __fadd_rn(__fmul_rn(__fsub_rn(x[j], coef[c]), coef[C + c]), coef[2 * C + c]);
-        y[j] = relu && !(v > 0.0f) ? 0.0f : v;
+        y[j] = relu && v < 0.0f ? 0.0f : v;
     }
 }
 
@@ -403,9 +413,7 @@ __global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rv
             rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
             rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * n / (n - 1.0));
         }
-        coef[c] = (float)mean;
-        coef[C + c] = (float)(invstd * (gamma ? gamma[c] : 1.0f));
-        coef[2 * C + c] = beta ? beta[c] : 0.0f;
+        normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
     }
 }
 

@@ -38,24 +38,26 @@ cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct
 
 /* Per channel c, in double: mean (pivot added back) and biased variance var from the partials (Chan's
  * combination in split order; var = m2/M), or with use_running from rmean(C), rvar(C);
- * invstd = 1/sqrt(var + eps). coef(3, C) = (mean, invstd*gamma, beta) as float (gamma 1 and beta 0 when
- * NULL); saved(3, C) (unless NULL) = (mean_hi, mean_lo, invstd), mean_hi + mean_lo the mean to about 48
- * bits; with update, rmean = (1-mom)*rmean + mom*mean and rvar = (1-mom)*rvar + mom*var*M/(M-1).
- * x is read (the pivots) unless use_running. */
+ * invstd = 1/sqrt(var + eps). coef(3, C) = (mean_hi, s, beta - mean_lo*s) as float with s = invstd*gamma
+ * (gamma 1 and beta 0 when NULL), mean_hi = (float)mean and mean_lo = mean - mean_hi in double (the x - mean_hi
+ * of glia__cuda_bn_normalize is exact near the mean; the low bits count through the shift); saved(3, C)
+ * (unless NULL) = (mean_hi, mean_lo, invstd), mean_hi + mean_lo the mean to about 48 bits; with update,
+ * rmean = (1-mom)*rmean + mom*mean and rvar = (1-mom)*rvar + mom*var*M/(M-1). x is read (the pivots) unless
+ * use_running. */
 cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
                                    const float *beta, const float *x, const float *pmean, const float *pm2,
                                    struct glia__bn_geom g, bool use_running, bool update, double momentum,
                                    double eps, cudaStream_t st);
 
-/* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C); with relu (activation = relu) then
- * max(0, y), NaN giving 0 */
+/* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C), each step rounded to float as on the
+ * CPU; with relu (activation = relu) then y < 0 ? 0 : y, the relu layer's (NaN stays NaN, -0 stays -0) */
 cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu, struct glia__bn_geom g,
                                     cudaStream_t st);
 
 /* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*x_hat, with saved(3, C) from the
  * forward: x_hat = ((x - mean_hi(c)) - mean_lo(c))*invstd(c). With relu, saved is (6, C), rows 3..5 the
- * forward's coef, and dy counts only where that forward's y was > 0 (here and in glia__cuda_bn_dx and
- * glia__cuda_bn_sync_partials). */
+ * forward's coef, and dy counts unless that forward's y was <= 0 (a NaN y passes it, as the relu layer's
+ * gradient does; here and in glia__cuda_bn_dx and glia__cuda_bn_sync_partials). */
 cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *saved,
                                      bool relu, struct glia__bn_geom g, cudaStream_t st);
 

@@ -123,6 +123,7 @@ static void emit_node(struct sbuf *b, const struct expr *e, int i, const char *i
     case EXPR_GE: sb_printf(b, "v%d >= v%d ? 1.0f : 0.0f", a, b2); break;
     case EXPR_GT: sb_printf(b, "v%d > v%d ? 1.0f : 0.0f", a, b2); break;
     case EXPR_SELECT: sb_printf(b, "v%d != 0.0f ? v%d : v%d", a, b2, c); break;
+    case EXPR_RELU: sb_printf(b, "v%d < 0.0f ? 0.0f : v%d", a, a); break;
     case EXPR_DROPOUT: { /* the dropout layer's loop body over the element's logical index */
         float p = (float)nd->value;
         sb_printf(b, "!train ? v%d : glia_dropout_uniform(seed, C > 0 ? glia_dropout_nchw(i, C, HW) : i) >= ", a);

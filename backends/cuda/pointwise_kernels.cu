@@ -13,10 +13,11 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* ---- the activations: fwd(x) and bwd(dy, saved), as in the CPU plugins ---- */
 
+/* NaN passes (forward and gradient) and -0 stays -0, as torch.relu; gradient 0 at y = +-0 */
 struct Relu {
     float slope;
-    __device__ float fwd(float x) const { return x > 0.0f ? x : 0.0f; }
-    __device__ float bwd(float dy, float y) const { return y > 0.0f ? dy : 0.0f; }  /* 0 at y = 0 */
+    __device__ float fwd(float x) const { return x < 0.0f ? 0.0f : x; }
+    __device__ float bwd(float dy, float y) const { return y <= 0.0f ? 0.0f : dy; }
 };
 
 struct LeakyRelu {

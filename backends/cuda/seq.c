@@ -35,8 +35,8 @@ static glia_status call_format(const struct glia_layer *l, const struct glia_ten
 
 /* ---- embedding ---- */
 
-/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)); zeros for padding and for
- * tokens outside [0, vocab) */
+/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)), padding_idx's row like any
+ * other; zeros for tokens outside [0, vocab) */
 static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia__embedding_desc *d = l->priv;
@@ -46,13 +46,13 @@ static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (st) return st;
     int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1];
     CUDA_TRY(l->ctx, glia__cuda_embedding_forward(dev(a->out), dev(l->params[d->w].value), a->in[0]->data, N, L,
-                                                  d->vocab, d->dim, d->pad, f == GLIA_CHANNELS_LAST, stream_of(l)));
+                                                  d->vocab, d->dim, f == GLIA_CHANNELS_LAST, stream_of(l)));
 fail:
     return st;
 }
 
-/* dweight(vocab, dim) (+)= dy(N, dim, 1, L) scattered to the rows of the valid tokens (zeroed first when unset);
- * no input gradient */
+/* dweight(vocab, dim) (+)= dy(N, dim, 1, L) scattered to the rows of the valid tokens other than padding_idx
+ * (zeroed first when unset); no input gradient */
 static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia__embedding_desc *d = l->priv;
@@ -85,6 +85,7 @@ static const struct glia_layer_ops emb_ops = {
     .infer_shape = glia__embedding_infer,
     .forward = emb_forward,
     .backward = emb_backward,
+    .init_param = glia__embedding_init_param,
 };
 
 /* ---- seq_pool ---- */

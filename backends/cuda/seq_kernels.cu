@@ -26,15 +26,16 @@ __device__ static void emb_index(int64_t j, int64_t L, int64_t D, bool nhwc, int
     }
 }
 
-/* y(N, D, 1, L) = w(V, D)[tok(N, L)]; zeros for padding and out-of-range tokens. One thread per element of y. */
+/* y(N, D, 1, L) = w(V, D)[tok(N, L)] (padding_idx's row like any other, as nn.Embedding); zeros for out-of-range
+ * tokens. One thread per element of y. */
 __global__ void emb_fwd(float *y, const float *w, const int32_t *tok, int64_t n, int64_t L, int64_t V, int64_t D,
-                        int64_t pad, bool nhwc)
+                        bool nhwc)
 {
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
         int64_t p, d;
         emb_index(j, L, D, nhwc, &p, &d);
         int64_t t = tok[p];
-        y[j] = t != pad && t >= 0 && t < V ? w[t * D + d] : 0.0f;
+        y[j] = t >= 0 && t < V ? w[t * D + d] : 0.0f;
     }
 }
 
@@ -144,11 +145,11 @@ __global__ void sp_bwd(float *dx, bool add, const float *dy, const int32_t *arg,
 /* ---- the C entry points ---- */
 
 extern "C" cudaError_t glia__cuda_embedding_forward(float *y, const float *w, const int32_t *tok, int64_t N, int64_t L,
-                                                    int64_t V, int64_t D, int64_t pad, bool nhwc, cudaStream_t st)
+                                                    int64_t V, int64_t D, bool nhwc, cudaStream_t st)
 {
     int64_t n = N * D * L;
     if (n == 0) return cudaSuccess;
-    emb_fwd<<<grid_for(n), THREADS, 0, st>>>(y, w, tok, n, L, V, D, pad, nhwc);
+    emb_fwd<<<grid_for(n), THREADS, 0, st>>>(y, w, tok, n, L, V, D, nhwc);
     return cudaGetLastError();
 }
 

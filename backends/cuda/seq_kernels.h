@@ -14,12 +14,13 @@ extern "C" {
 
 /* ---- embedding ----
  * tok(N, L) i32; w, dw (V, D); y, dy (N, D, 1, L), or with nhwc (N, 1, L, D) in memory. A token equal to pad
- * (-1: none) reads as zeros and gets no gradient; so does a token outside [0, V) (the CPU impl refuses it:
- * a kernel cannot report it without a synchronization). */
+ * (-1: none) reads its row like any other and gets no gradient (nn.Embedding's padding_idx); a token outside
+ * [0, V) reads as zeros and gets no gradient (the CPU impl refuses it: a kernel cannot report it without a
+ * synchronization). */
 
-/* y = w[tok] per position, zeros for padding and out-of-range tokens */
+/* y = w[tok] per position, zeros for out-of-range tokens */
 cudaError_t glia__cuda_embedding_forward(float *y, const float *w, const int32_t *tok, int64_t N, int64_t L, int64_t V,
-                                         int64_t D, int64_t pad, bool nhwc, cudaStream_t st);
+                                         int64_t D, bool nhwc, cudaStream_t st);
 /* dw[tok] += dy per position: with atomicAdd (the order of the additions to one row varies from run to run), or
  * deterministic, in position order as the CPU impl adds (its bits) */
 cudaError_t glia__cuda_embedding_backward(float *dw, const float *dy, const int32_t *tok, int64_t N, int64_t L,

@@ -201,6 +201,14 @@ struct glia_layer_ops {
     glia_status (*backward)(struct glia_layer *l, const struct glia_bwd *a);
     /* Forward multiply-adds x2 for these input shapes. Optional: NULL shows "-". */
     uint64_t (*flops)(const struct glia_layer *l, const struct glia_shape *in, int n_in);
+    /* ABI 1.9 */
+    /* Adjusts the initial values of parameter params[index], as PyTorch's reset_parameters does
+     * after drawing them: the core calls it once the parameter's declared init has been drawn into
+     * values (host memory, its numel floats in logical order), before they reach the device and
+     * before a checkpoint or rank 0's broadcast may replace them (a model, glia_layer_run_new; not
+     * the gradient checker, which draws its own). Optional: NULL keeps the drawn values. embedding
+     * zeroes its padding_idx row. */
+    void (*init_param)(const struct glia_layer *l, int index, float *values);
 };
 
 /* ---- testing a layer plugin ---- */
@@ -259,9 +267,10 @@ glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_de
  * the given shapes (NCHW order) holding seeded N(0,1) values, the output, the output gradient
  * (N(0,1); for a loss layer a 1-element scale of 1, plus random labels), the input gradients and
  * the parameter gradients. Parameters hold their declared init drawn as a model with
- * [runtime] seed = seed draws them; buffers their init. 4-D tensors are laid out in fmt
- * (GLIA_CHANNELS_LAST needs a layer with GLIA_LAYER_CHANNELS_LAST). Inputs are f32 only: a layer that
- * takes i32 token ids (embedding, seq_pool) refuses them in its forward (GLIA_EINVAL naming it).
+ * [runtime] seed = seed draws them (then adjusted by init_param, ABI 1.9); buffers their init.
+ * 4-D tensors are laid out in fmt (GLIA_CHANNELS_LAST needs a layer with GLIA_LAYER_CHANNELS_LAST).
+ * Inputs are f32 only: a layer that takes i32 token ids (embedding, seq_pool) refuses them in its
+ * forward (GLIA_EINVAL naming it).
  * *out is (owned): free with glia_layer_run_free. */
 glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct glia_device dev,
                                const struct glia_shape *in, int n_in, enum glia_memory_format fmt,

@@ -17,8 +17,8 @@ struct glia__batchnorm_desc {
     int rm, rv;         /* buffer indices of running_mean and running_var; -1 without track_running_stats */
     bool sync;          /* key sync: SyncBatchNorm (see glia__batchnorm_syncs) */
     bool relu;          /* key activation = relu: y = relu(BN(x)) where v = BN(x) is rounded as without it
-                           (relu(v) = v > 0 ? v : 0); backward passes dy only where v > 0, v recomputed from
-                           the input with the forward's float coefficients */
+                           (relu(v) = v < 0 ? 0 : v, the relu layer's: NaN stays NaN); backward passes dy
+                           unless v <= 0, v recomputed from the input with the forward's float coefficients */
 };
 
 /* Checks that in[0] is (N, C) or (N, C, H, W), reads the keys of cfg into *d and declares the

@@ -1,6 +1,7 @@
 /* plugins/layers/embedding — a learned lookup table on the CPU (OpenMP): token ids (N, L) i32 give the rows
  * weight[token] as (N, dim, 1, L), nn.Embedding followed by a transpose to channels first, in NCHW or
- * channels_last memory. Not max_norm, sparse gradients or a pretrained table. */
+ * channels_last memory; padding_idx as nn.Embedding's (a row that starts at zero, is looked up like any
+ * other and gets no gradient). Not max_norm, sparse gradients or a pretrained table. */
 #include <glia/glia.h>
 #include <string.h>
 #include <omp.h>
@@ -20,7 +21,8 @@ static glia_status check_range(const struct glia_layer *l, const int32_t *tok, i
                       (long long)d->vocab);
 }
 
-/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)); padding gives zeros */
+/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)); padding_idx is a row
+ * like the others (zeros unless trained weights from elsewhere say otherwise), as in nn.Embedding */
 static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia__embedding_desc *d = l->priv;
@@ -33,11 +35,7 @@ static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
     float *y = glia_tensor_f32(a->out);
     if (glia_tensor_memory_format(a->out) == GLIA_CHANNELS_LAST) {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N * L; i++) {
-            float *yr = y + i * D;
-            if (tok[i] == d->pad) memset(yr, 0, (size_t)D * sizeof *yr);
-            else memcpy(yr, w + (int64_t)tok[i] * D, (size_t)D * sizeof *yr);
-        }
+        for (int64_t i = 0; i < N * L; i++) memcpy(y + i * D, w + (int64_t)tok[i] * D, (size_t)D * sizeof *y);
         return GLIA_OK;
     }
 #pragma omp parallel for schedule(static)
@@ -46,20 +44,17 @@ static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
         float *yn = y + n * D * L;
         for (int64_t l0 = 0; l0 < L; l0++) {
             float *yc = yn + l0;
-            if (tn[l0] == d->pad)
-                for (int64_t c = 0; c < D; c++) yc[c * L] = 0.0f;
-            else {
-                const float *wr = w + (int64_t)tn[l0] * D;
-                for (int64_t c = 0; c < D; c++) yc[c * L] = wr[c];
-            }
+            const float *wr = w + (int64_t)tn[l0] * D;
+            for (int64_t c = 0; c < D; c++) yc[c * L] = wr[c];
         }
     }
     return GLIA_OK;
 }
 
-/* dweight(vocab, dim) (+)= sum over the positions (n, l) holding token t != padding of dy(N, dim, 1, L)[n, :, 0, l].
- * Deterministic: each thread owns a range of table rows and adds into them in (n, l) order, so a row's sum
- * does not depend on the thread count. Written: the thread's rows are zeroed first. No input gradient. */
+/* dweight(vocab, dim) (+)= sum over the positions (n, l) holding token t of dy(N, dim, 1, L)[n, :, 0, l], except
+ * t = padding_idx, whose row's gradient stays 0 (nn.Embedding's). Deterministic: each thread owns a range of
+ * table rows and adds into them in (n, l) order, so a row's sum does not depend on the thread count. Written:
+ * the thread's rows are zeroed first. No input gradient. */
 static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia__embedding_desc *d = l->priv;
@@ -107,6 +102,7 @@ static const struct glia_layer_ops emb_ops = {
     .infer_shape = glia__embedding_infer,
     .forward = emb_forward,
     .backward = emb_backward,
+    .init_param = glia__embedding_init_param,
 };
 
 static glia_status emb_init(struct glia_registry *r) { return glia_register_layer(r, &emb_ops); }

@@ -1,15 +1,17 @@
 /* plugins/layers/embedding/embedding_desc.c — the shared description of embedding (compiled into the CPU
- * plugin and into cuda.so): keys, create, output shape, the token dtype check. Not the lookup. */
+ * plugin and into cuda.so): keys, create, output shape, the padding row's init, the token dtype check.
+ * Not the lookup. */
 #include "embedding_desc.h"
 #include <stdlib.h>
+#include <string.h>
 
 const struct glia_key glia__embedding_keys[] = {
     GLIA_KEY("vocab", GLIA_KEY_INT, NULL, "rows of the table: token ids are in [0, vocab)", .required = true, .min = 1,
              .max = 1 << 30),
     GLIA_KEY("dim", GLIA_KEY_INT, NULL, "features per token (output channels)", .required = true, .min = 1,
              .max = 1 << 30),
-    GLIA_KEY("padding_idx", GLIA_KEY_INT, "0", "token giving a zero vector and no gradient (-1: none)", .min = -1,
-             .max = 1 << 30),
+    GLIA_KEY("padding_idx", GLIA_KEY_INT, "0", "token whose row starts at zero and gets no gradient (-1: none)",
+             .min = -1, .max = 1 << 30),
     GLIA_KEY_END};
 
 glia_status glia__embedding_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
@@ -41,6 +43,12 @@ glia_status glia__embedding_create(struct glia_layer *l, const struct glia_secti
 }
 
 void glia__embedding_destroy(struct glia_layer *l) { free(l->priv); }
+
+void glia__embedding_init_param(const struct glia_layer *l, int index, float *values)
+{
+    const struct glia__embedding_desc *d = l->priv;
+    if (index == d->w && d->pad >= 0) memset(values + d->pad * d->dim, 0, (size_t)d->dim * sizeof *values);
+}
 
 glia_status glia__embedding_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
                                   struct glia_shape *out)

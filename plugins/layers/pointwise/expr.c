@@ -23,7 +23,7 @@ static const char *const op_names[EXPR_N_OPS] = {
     [EXPR_EXP] = "exp", [EXPR_LOG] = "log", [EXPR_SQRT] = "sqrt", [EXPR_TANH] = "tanh",
     [EXPR_SIGMOID] = "sigmoid", [EXPR_ERF] = "erf", [EXPR_ABS] = "abs", [EXPR_SIGN] = "sign",
     [EXPR_MAX] = "max", [EXPR_MIN] = "min", [EXPR_GE] = "ge", [EXPR_SELECT] = "select",
-    [EXPR_GT] = "gt", [EXPR_DROPOUT] = "dropout",
+    [EXPR_GT] = "gt", [EXPR_DROPOUT] = "dropout", [EXPR_RELU] = "relu",
 };
 
 static int op_arity(enum expr_op op)
@@ -73,6 +73,7 @@ static double apply_d(enum expr_op op, double a, double b, double c)
     case EXPR_GT: return a > b ? 1.0 : 0.0;
     case EXPR_SELECT: return a != 0 ? b : c;
     case EXPR_DROPOUT: return a; /* as in eval */
+    case EXPR_RELU: return a < 0 ? 0.0 : a;
     default: return NAN;
     }
 }
@@ -291,6 +292,9 @@ static int mk(struct expr *e, enum expr_op op, int a, int b, int c)
         if (kb && vb == 0) return mk_const(e, 1);                                 /* u^0 = 1 */
         if (ka && va == 1) return a;                                              /* 1^u = 1 */
         break;
+    case EXPR_RELU:
+        if (na.op == EXPR_RELU) return a;                                         /* relu(relu(u)) = relu(u) */
+        break;
     case EXPR_ABS:
         if (na.op == EXPR_ABS) return a;                                          /* ||u|| = |u| */
         if (na.op == EXPR_NEG) return mk1(e, EXPR_ABS, na.a);                     /* |-u| = |u| */
@@ -403,6 +407,7 @@ static const struct fn_entry functions[] = {
     {"sigmoid", EXPR_SIGMOID, 1}, {"erf", EXPR_ERF, 1}, {"abs", EXPR_ABS, 1}, {"sign", EXPR_SIGN, 1},
     {"max", EXPR_MAX, 2},   {"min", EXPR_MIN, 2}, {"pow", EXPR_POW, 2},   {"ge", EXPR_GE, 2},
     {"gt", EXPR_GT, 2},     {"select", EXPR_SELECT, 3}, {"dropout", EXPR_DROPOUT, 2},
+    {"relu", EXPR_RELU, 1},
 };
 #define N_FUNCTIONS ((int)(sizeof functions / sizeof functions[0]))
 
@@ -820,6 +825,7 @@ struct expr *expr_diff(const struct expr *ir, int var)
         case EXPR_MIN: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, B, A), dA, dB); break; /* a <= b ? da : db */
         case EXPR_SELECT: r = mk(e, EXPR_SELECT, A, dB, dC); break;
         case EXPR_DROPOUT: r = mk_dropout(e, dA, nd->value); break; /* linear in a: the same mask */
+        case EXPR_RELU: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, k0, A), k0, dA); break; /* a <= 0 ? 0 : da */
         default: r = -1; break;
         }
         if (r < 0) goto fail;
@@ -1071,6 +1077,7 @@ static void eval_node(const struct expr_node *nd, const float *const *reg, float
     case EXPR_GE: FOR_J dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
     case EXPR_GT: FOR_J dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
     case EXPR_SELECT: FOR_J { float b = B[j], c = C[j]; dst[j] = A[j] != 0.0f ? b : c; } break;
+    case EXPR_RELU: FOR_J { float a = A[j]; dst[j] = a < 0.0f ? 0.0f : a; } break;
     case EXPR_DROPOUT:
         if (!site || !site->train) {
             FOR_J dst[j] = A[j];

@@ -20,7 +20,9 @@
  *   exp cannot overflow; SIGN (a>0)-(a<0); MAX a>=b ? a : b and MIN a<=b ? a : b, except that
  *   a NaN on either side gives NaN (so that operand order does not matter);
  *   GE a>=b ? 1 : 0; GT a>b ? 1 : 0 (0 when either is NaN); SELECT a != 0 ? b : c (the only
- *   three-operand node).
+ *   three-operand node); RELU a < 0 ? 0 : a, torch.relu (NaN gives NaN, -0 gives -0), whose
+ *   derivative is select(ge(0, a), 0, da): the gradient passes where a > 0 or a is NaN, as
+ *   torch's threshold_backward, and not at +-0.
  *   DROPOUT (text `dropout(a, p)`, p a number in [0, 1) kept in `value`): the dropout layer's
  *   inverted dropout of a, with its mask: in training, keep ? a * s : 0, where s = 1/(1-p) and
  *   keep = glia__dropout_uniform(seed, j) >= p, both in float, j the element's logical NCHW index
@@ -47,7 +49,7 @@ enum expr_op {
     EXPR_CONST = 0, EXPR_VAR,
     EXPR_NEG, EXPR_ADD, EXPR_SUB, EXPR_MUL, EXPR_DIV, EXPR_POW,
     EXPR_EXP, EXPR_LOG, EXPR_SQRT, EXPR_TANH, EXPR_SIGMOID, EXPR_ERF, EXPR_ABS, EXPR_SIGN,
-    EXPR_MAX, EXPR_MIN, EXPR_GE, EXPR_SELECT, EXPR_GT, EXPR_DROPOUT,
+    EXPR_MAX, EXPR_MIN, EXPR_GE, EXPR_SELECT, EXPR_GT, EXPR_DROPOUT, EXPR_RELU,
     EXPR_N_OPS
 };
 

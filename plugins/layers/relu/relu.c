@@ -1,21 +1,26 @@
-/* plugins/layers/relu — rectified linear unit y = max(x, 0), any shape, on the CPU (OpenMP).
- * Not leaky or parametric ReLU. */
+/* plugins/layers/relu — rectified linear unit y = max(x, 0), any shape, on the CPU (OpenMP), with
+ * PyTorch's edge cases (NaN in, NaN out). Not leaky or parametric ReLU. */
 #include <glia/glia.h>
 #include "../activation/activation_desc.h"
 
-/* y(n) = max(x(n), 0) */
+/* y(n) = x(n) < 0 ? 0 : x(n), torch.relu's clamp_min: NaN stays NaN (a diverging run shows it) and
+ * -0 stays -0. One compare and a blend, like x > 0 ? x : 0. */
 static glia_status relu_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
     int64_t n = glia_tensor_numel(a->out);
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = v < 0.0f ? 0.0f : v;
+    }
     return GLIA_OK;
 }
 
-/* dx(n) (+)= dy(n) * [y(n) > 0]. dy is read unconditionally: a select between loaded values
- * vectorizes plainly, where `y > 0 ? dy[i] : 0` makes the compiler use masked loads. */
+/* dx(n) (+)= y(n) <= 0 ? 0 : dy(n), torch's threshold_backward: dy passes where y is positive or NaN,
+ * 0 at y = +-0. dy is read unconditionally: a select between loaded values vectorizes plainly, where
+ * `y <= 0 ? 0 : dy[i]` makes the compiler use masked loads. */
 static glia_status relu_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     if (!a->din[0]) return GLIA_OK;
@@ -26,13 +31,13 @@ static glia_status relu_backward(struct glia_layer *l, const struct glia_bwd *a)
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float g = dy[i];
-            dx[i] += y[i] > 0.0f ? g : 0.0f;
+            dx[i] += y[i] <= 0.0f ? 0.0f : g;
         }
     } else {
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) {
             float g = dy[i];
-            dx[i] = y[i] > 0.0f ? g : 0.0f;
+            dx[i] = y[i] <= 0.0f ? 0.0f : g;
         }
     }
     return GLIA_OK;
