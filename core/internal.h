@@ -17,6 +17,8 @@
 
 /* ---- context and registry (core/context.c, core/plugin.c) ---- */
 
+#define GLIA__MAX_STATE 4   /* an optimizer's state arrays (glia_optimizer_ops.n_state) */
+
 struct glia__plugin {
     char *name;
     char *path;
@@ -90,6 +92,10 @@ glia_status glia__load_cuda(struct glia_context *ctx);
 void glia__plugins_unload(struct glia_context *ctx);
 
 /* ---- configuration (core/config.c) ---- */
+
+/* The keys of core section `section` ("runtime", "data", ...; "layer": the keys every layer section has), or NULL
+ * (core/model.c). */
+const struct glia_key *glia__core_schema(const char *section);
 
 struct glia__entry {
     char *key;

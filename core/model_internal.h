@@ -8,7 +8,6 @@
 
 #define GLIA__MAX_NODES 1024
 #define GLIA__MAX_INPUTS 16
-#define GLIA__MAX_STATE 4
 #define GLIA__MAX_REPLICAS 16
 #define GLIA__MAX_GRAPHS 4    /* training batch shapes replayed from CUDA graphs ([runtime] cuda_graph) */
 
@@ -234,7 +233,6 @@ static inline struct glia_shape glia__data_shape(const struct glia_model *m, int
     return glia_shape_make(4, (int64_t[]){n, m->train.channels, m->train.rows, m->train.cols});
 }
 
-const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
 /* Frees the CUDA graphs of [runtime] cuda_graph (core/train.c). */

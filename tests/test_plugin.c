@@ -320,6 +320,49 @@ static void test_register_refusals(void)
     glia_context_free(ctx);
 }
 
+/* A key declared twice in a layer's or an optimizer's schema is refused when it is registered, naming the plugin, the
+ * type and the key (the second declaration would never be read, and --describe would show both); so is a layer key
+ * that every layer section has already (the core's would win), and an optimizer with more state arrays than the
+ * core keeps. */
+static void test_register_refuses_duplicate_keys(void)
+{
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT_EQUAL(load(ctx, fixture("dup_key"), GLIA_EINVAL), GLIA_EINVAL);
+    char want[1200];
+    snprintf(want, sizeof want, "%s: layer type 'fixture_dup_key' impl 'cpu': key 'units' is declared twice in its keys",
+             fixture("dup_key"));
+    ASSERT_MSG_HAS(ctx, want);
+    CU_ASSERT_PTR_NULL(glia__find_layer(ctx, "fixture_dup_key", "cpu"));
+
+    struct glia_registry r = {ctx, -1};
+    static const struct glia_key twice[] = {GLIA_KEY("beta", GLIA_KEY_FLOAT, "0.9", "a"),
+                                            GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-8", "b"),
+                                            GLIA_KEY("beta", GLIA_KEY_FLOAT, "0.99", "c"), GLIA_KEY_END};
+    struct glia_optimizer_ops opt = {.struct_size = sizeof opt, .name = "dup_opt", .keys = twice, .create = o_create,
+                                     .step = o_step};
+    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EINVAL,
+                   (const char *[]){"libglia: optimizer 'dup_opt': key 'beta' is declared twice in its keys", NULL});
+    CU_ASSERT_PTR_NULL(glia__find_optimizer(ctx, "dup_opt", -1));
+    opt.keys = twice + 1;  /* eps, beta: fine */
+    opt.n_state = 5;
+    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EINVAL,
+                   (const char *[]){"optimizer 'dup_opt': n_state 5, at most 4 state arrays are supported", NULL});
+    opt.n_state = 4;
+    CU_ASSERT_EQUAL(glia_register_optimizer(&r, &opt), GLIA_OK);
+
+    static const struct glia_key impl_again[] = {GLIA_KEY("impl", GLIA_KEY_STRING, "fast", "mine"), GLIA_KEY_END};
+    struct glia_layer_ops lay = {.struct_size = sizeof lay, .type = "dup_layer", .impl = "cpu", .keys = impl_again,
+                                 .create = l_create, .infer_shape = l_infer, .forward = l_forward};
+    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EINVAL,
+                   (const char *[]){"layer type 'dup_layer' impl 'cpu': key 'impl' is declared again (every layer "
+                                    "section has type, inputs, impl and weight_decay already)", NULL});
+    lay.keys = twice;
+    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EINVAL, (const char *[]){"key 'beta' is declared twice", NULL});
+    lay.keys = twice + 1;
+    CU_ASSERT_EQUAL(glia_register_layer(&r, &lay), GLIA_OK);
+    glia_context_free(ctx);
+}
+
 GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_good_by_path),
                GLIA_TEST(test_good_by_name),
@@ -332,4 +375,5 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_probe_refuse),
                GLIA_TEST(test_not_a_shared_object),
                GLIA_TEST(test_load_all),
-               GLIA_TEST(test_register_refusals))
+               GLIA_TEST(test_register_refusals),
+               GLIA_TEST(test_register_refuses_duplicate_keys))
