@@ -40,12 +40,7 @@ glia_status glia_optimizer_new_for(struct glia_context *ctx, const char *name, c
         const struct glia_key *sch[] = {ops->keys};
         st = glia__section_validate(s, sch, 1);
     }
-    if (!st) {
-        w->o.ops = ops;
-        w->o.ctx = ctx;
-        st = ops->create(&w->o, s);
-        if (st) w->o.ops = NULL;
-    }
+    if (!st) st = glia__optimizer_create(&w->o, ops, ctx, s);
     if (st) {
         glia_optimizer_free(&w->o);
         return st;
@@ -148,8 +143,7 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     if (fmt != GLIA_CONTIGUOUS && !(ops->flags & GLIA_LAYER_CHANNELS_LAST))
         return glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer type '%s' does not take %s tensors", ops->type,
                           glia_memory_format_name(fmt));
-    if ((st = ops->create(&g->l, s, in, n_in))) return st;
-    g->created = true;
+    if ((st = glia__layer_create(&g->l, s, in, n_in, &g->created))) return st;
     struct glia_shape os;
     if ((st = ops->infer_shape(&g->l, in, n_in, &os))) return st;
     struct glia_rng rng;
@@ -553,8 +547,7 @@ static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct g
     r->l = (struct glia_layer){.name = s->name, .ops = ops, .ctx = ctx, .backend = r->b};
     r->n_in = n_in;
     memcpy(r->in_shape, in, (size_t)n_in * sizeof *in);
-    if ((st = ops->create(&r->l, s, in, n_in))) return st;
-    r->created = true;
+    if ((st = glia__layer_create(&r->l, s, in, n_in, &r->created))) return st;
     if ((st = run_params(r, seed))) return st;
     return run_tensors(r, fmt, seed);
 }

@@ -60,6 +60,11 @@ const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const ch
                                               const char *impl);
 /* GLIA_ABI_MINOR of the SDK the plugin registering ops was built with (built-ins: this core's). */
 unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia_layer_ops *ops);
+/* The name of the plugin that registered ops (of any feature), or "libglia" for a built-in one. */
+const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops);
+/* glia__section_misread for the create of layer l or optimizer o from s: names the type or optimizer and its plugin. */
+glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s);
+glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s);
 /* The first registered impl of layer type `type` that runs on device type t, or NULL. */
 const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
                                                   enum glia_device_type t);
@@ -116,6 +121,10 @@ struct glia_section {
     int n_schemas;
     char **list_items;                   /* storage for glia_section_list (owned) */
     int n_list_items;
+    /* the first getter call that could not be answered (a key its schemas do not declare, a getter of another type,
+     * a default that does not parse): what it asked, and the key; "" when none (glia__section_misread) */
+    char misread[192];
+    char misread_key[64];
 };
 
 struct glia_config {
@@ -137,6 +146,16 @@ void glia__section_free(struct glia_section *s);
 /* Destroys layer l (its ops' destroy, when created) and frees its parameters and buffers, which
  * it leaves empty. */
 void glia__layer_release(struct glia_layer *l, bool created);
+/* Runs l's create from s, as glia/layer.h promises: a create that fails leaves l->priv NULL and what it declared
+ * (parameters, buffers) freed, and is owed no destroy; *created says whether destroy is owed. A create that read s
+ * with a getter that could not answer fails too (glia__layer_misread), even when it returned GLIA_OK (destroy is then
+ * owed). */
+glia_status glia__layer_create(struct glia_layer *l, struct glia_section *s, const struct glia_shape *in, int n_in,
+                               bool *created);
+/* *o = optimizer ops created from s (ctx: its context), as glia/optimizer.h promises: after a failed create *o is
+ * zero (no destroy is owed, o->ops is NULL); a create that read s wrongly fails too, with o->ops set (destroy owed). */
+glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_ops *ops,
+                                   struct glia_context *ctx, struct glia_section *s);
 /* The entry for key in s, or NULL. */
 const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
 /* Check every entry of s against the union of the given schemas: unknown keys (with a
@@ -145,6 +164,12 @@ const struct glia__entry *glia__section_entry(const struct glia_section *s, cons
  * one line naming file:line, [section] and key. */
 glia_status glia__section_validate(struct glia_section *s, const struct glia_key *const *schemas,
                                    int n_schemas);
+/* A plugin call (create) read s with a getter that could not answer (a key its schemas do not declare, the getter of
+ * another type, a default that does not parse): GLIA_EPLUGIN with one line naming file:line, [section], the key, who
+ * (the layer type or optimizer and its plugin) and what it asked; else GLIA_OK. */
+glia_status glia__section_misread(const struct glia_section *s, const char *who);
+/* Forgets the mark, before a plugin call that reads s. */
+void glia__section_misread_clear(struct glia_section *s);
 /* The candidate nearest to word by edit distance if it is near enough, else NULL. */
 const char *glia__did_you_mean(const char *word, const char *const *candidates, int n);
 /* "file:line: " (or "--set a.b=c: ") prefix for key in s (key NULL: the section header). */

@@ -651,13 +651,7 @@ static glia_status setup_optimizer(struct glia_model *m)
     const struct glia_key *sch[] = {ops->keys};
     glia_status st = glia__section_validate(o, sch, 1);
     if (st) return st;
-    m->opt.ops = ops;
-    m->opt.ctx = m->ctx;
-    st = ops->create(&m->opt, o);
-    if (st) {
-        m->opt.ops = NULL;
-        return st;
-    }
+    if ((st = glia__optimizer_create(&m->opt, ops, m->ctx, o))) return st;
     m->epochs = (int)glia_section_int(t, "epochs");
     m->lr = glia_section_float(t, "lr");
     const char *sched = glia_section_str(t, "schedule");
@@ -788,13 +782,12 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
                                   (long long)m->vocab - 1);
     glia_context_clear_error(m->ctx);
     nd->layer.comm = m->comm;  /* SyncBatchNorm's ranks */
-    glia_status st = ops->create(&nd->layer, s, in, nd->n_in);
+    glia_status st = glia__layer_create(&nd->layer, s, in, nd->n_in, &nd->created);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
             glia_section_error(s, NULL, st, "layer type '%s' refused this configuration (%s)", ops->type, glia_strerror(st));
         return st;
     }
-    nd->created = true;
     bool decay = glia_section_bool(s, "weight_decay");  /* off: a PyTorch param group with weight_decay 0 */
     for (int p = 0; p < nd->layer.n_params; p++)
         if (!decay || (!m->decay_1d && nd->layer.params[p].shape.ndim == 1)) nd->layer.params[p].decay = false;
@@ -1609,6 +1602,31 @@ void glia__layer_release(struct glia_layer *l, bool created)
     free(l->buffers);
     l->params = l->buffers = NULL;
     l->n_params = l->n_buffers = 0;
+}
+
+glia_status glia__layer_create(struct glia_layer *l, struct glia_section *s, const struct glia_shape *in, int n_in,
+                               bool *created)
+{
+    glia__section_misread_clear(s);
+    glia_status st = l->ops->create(l, s, in, n_in);
+    *created = st == GLIA_OK;
+    if (st) {  /* destroy is owed only for a create that succeeded (layer.h): what it declared goes now */
+        glia__layer_release(l, false);
+        l->priv = NULL;
+    }
+    glia_status mis = glia__layer_misread(l, s);  /* the wrong read, not what followed from it, is the error */
+    return mis ? mis : st;
+}
+
+glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_ops *ops,
+                                   struct glia_context *ctx, struct glia_section *s)
+{
+    *o = (struct glia_optimizer){.ops = ops, .ctx = ctx};
+    glia__section_misread_clear(s);
+    glia_status st = ops->create(o, s);
+    glia_status mis = glia__optimizer_misread(o, s);
+    if (st) *o = (struct glia_optimizer){0};  /* no destroy after a failed create (optimizer.h) */
+    return mis ? mis : st;
 }
 
 glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,

@@ -363,6 +363,62 @@ static void test_register_refuses_duplicate_keys(void)
     glia_context_free(ctx);
 }
 
+/* careless.so's count of destroy calls (the plugin is loaded in ctx). */
+static int destroys(void)
+{
+    void *h = dlopen(fixture("careless"), RTLD_NOW | RTLD_NOLOAD);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    int *n = dlsym(h, "careless_destroys");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(n);
+    int v = *n;
+    dlclose(h);
+    return v;
+}
+
+/* glia_layer_gradcheck of one careless layer section on (2, 3) inputs; its status, the message in *msg. */
+static glia_status careless_check(struct glia_context *ctx, const char *ini)
+{
+    struct glia_shape in = glia_shape_make(2, (int64_t[]){2, 3});
+    glia_context_clear_error(ctx);
+    return glia_layer_gradcheck(ctx, ini, &in, 1, 3, 1e-3, NULL);
+}
+
+/* What layer.h and optimizer.h promise about create and destroy: destroy runs once for every create that returned
+ * GLIA_OK, also when the core refuses the layer afterwards, and never after a failed create (which frees its own
+ * state; the core frees the parameters it declared). A create that reads a key its schema does not declare is
+ * refused, naming plugin, type, section and key, instead of aborting the program. */
+static void test_create_destroy_and_misread(void)
+{
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT_FATAL(load(ctx, fixture("careless"), GLIA_OK) == GLIA_OK);
+    int d0 = destroys();
+    CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_ok\noutputs = 4\n"), GLIA_OK);
+    CU_ASSERT_EQUAL(destroys(), d0 + 1);
+    CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_fail\noutputs = 4\n"), GLIA_ECONFIG);
+    ASSERT_MSG_HAS(ctx, "gradcheck.ini:3: [fc] outputs: careless_fail refuses every configuration");
+    CU_ASSERT_EQUAL(destroys(), d0 + 1);  /* none after the failed create; its weight is freed by the core */
+    CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_misread\noutputs = 4\n"), GLIA_EPLUGIN);
+    ASSERT_MSG_HAS(ctx, "gradcheck.ini:1: [fc] outputz: layer type 'careless_misread' impl 'cpu' (plugin careless): "
+                        "glia_section_int reads key 'outputz', which is not among the keys it declares");
+    CU_ASSERT_EQUAL(destroys(), d0 + 2);  /* its create returned GLIA_OK: destroy was owed */
+    struct glia_layer_run *run = NULL;
+    struct glia_shape in = glia_shape_make(2, (int64_t[]){2, 3});
+    CU_ASSERT_EQUAL(glia_layer_run_new(ctx, "[fc]\ntype = careless_misread\noutputs = 4\n",
+                                       (struct glia_device){GLIA_DEVICE_CPU, 0}, &in, 1, GLIA_CONTIGUOUS, 1, &run),
+                    GLIA_EPLUGIN);
+    CU_ASSERT_PTR_NULL(run);
+    CU_ASSERT_EQUAL(destroys(), d0 + 3);
+
+    struct glia_optimizer *o = NULL;
+    CU_ASSERT_EQUAL(glia_optimizer_new(ctx, "careless_opt", "[optimizer]\nfail = on\n", &o), GLIA_ECONFIG);
+    ASSERT_MSG_HAS(ctx, "careless_opt refuses on request");
+    CU_ASSERT_EQUAL(destroys(), d0 + 3);
+    CU_ASSERT_EQUAL_FATAL(glia_optimizer_new(ctx, "careless_opt", NULL, &o), GLIA_OK);
+    glia_optimizer_free(o);
+    CU_ASSERT_EQUAL(destroys(), d0 + 4);
+    glia_context_free(ctx);
+}
+
 GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_good_by_path),
                GLIA_TEST(test_good_by_name),
@@ -376,4 +432,5 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_not_a_shared_object),
                GLIA_TEST(test_load_all),
                GLIA_TEST(test_register_refusals),
-               GLIA_TEST(test_register_refuses_duplicate_keys))
+               GLIA_TEST(test_register_refuses_duplicate_keys),
+               GLIA_TEST(test_create_destroy_and_misread))

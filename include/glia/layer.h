@@ -185,10 +185,16 @@ struct glia_layer_ops {
     enum glia_device_type device_type; /* where this impl runs */
     /* ABI 1.0 */
     /* Read keys, check input shapes (dim 0 is the batch), declare parameters, set l->priv.
-     * Required. Errors go through glia_section_error so they name file:line. */
+     * Required. Errors go through glia_section_error so they name file:line.
+     * A create that fails frees what it allocated itself: destroy never runs after a failed create.
+     * The core then sets l->priv back to NULL and frees the parameters and buffers it declared.
+     * A getter that cannot answer (a key the schema does not declare: glia/config.h) fails the
+     * create even when it returned GLIA_OK; destroy is then owed as after any successful create. */
     glia_status (*create)(struct glia_layer *l, const struct glia_section *cfg,
                           const struct glia_shape *in, int n_in);
-    /* Free l->priv. Optional: NULL means priv needs no freeing. */
+    /* Free l->priv. Optional: NULL means priv needs no freeing. Runs exactly once for every create
+     * that returned GLIA_OK, when the layer goes (also when the core refuses the layer after its
+     * create, or a graph pass replaces it), and never for a create that failed. */
     void (*destroy)(struct glia_layer *l);
     /* Output shape for these input shapes; pure, called whenever the batch size changes.
      * Required. */
