@@ -175,6 +175,29 @@ const char *glia__did_you_mean(const char *word, const char *const *candidates, 
 /* "file:line: " (or "--set a.b=c: ") prefix for key in s (key NULL: the section header). */
 void glia__where(const struct glia_section *s, const char *key, char *buf, size_t n);
 
+/* ---- guard values (core/guard.c) ----
+ * The gradient checker and [runtime] debug_checks surround every tensor a layer call writes with GLIA__GUARD floats on
+ * each side, which the tensor's allocation leaves free (the activation plan, the arenas and the checker's own tensors
+ * do): glia__guard_fill writes guard values there before the call, glia__guard_check reads them back after it and names
+ * the layer and tensor that a write reached, glia__guard_clear puts zeros back (an arena's padding must stay zero). */
+#define GLIA__GUARD 256         /* floats on each side (a multiple of GLIA__ARENA_ALIGN: tensors stay aligned) */
+#define GLIA__GUARD_TEXT 96
+struct glia__guarded {
+    struct glia_tensor *t;              /* (borrowed) */
+    char role[GLIA__GUARD_TEXT];        /* in messages: "its output", "the gradient of its parameter 'weight'" */
+    char name[GLIA__GUARD_TEXT];        /* "out", "dx", "weight.grad" */
+};
+/* What layer l's forward writes (out, its buffers) into g (1 + l->n_buffers entries); returns how many. */
+int glia__guard_forward(const struct glia_layer *l, struct glia_tensor *out, struct glia__guarded *g);
+/* What its backward writes (the non-NULL din, its parameters' gradients) into g (n_in + l->n_params entries). */
+int glia__guard_backward(const struct glia_layer *l, struct glia_tensor *const *din, int n_in, struct glia__guarded *g);
+glia_status glia__guard_fill(const struct glia__guarded *g, int n);
+glia_status glia__guard_clear(const struct glia__guarded *g, int n);
+/* GLIA_EPLUGIN when call ("forward", "backward") of l reached a guard: one line naming s's file:line and [section],
+ * how far the write went, the layer and the tensor with its shape. */
+glia_status glia__guard_check(const struct glia_layer *l, const struct glia_section *s, const char *call,
+                              const struct glia__guarded *g, int n);
+
 /* ---- random numbers (core/rng.c) ---- */
 
 struct glia_rng {

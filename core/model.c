@@ -32,6 +32,9 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY("cuda_graph", GLIA_KEY_BOOL, "off",
              "replay each training batch shape's forward and backward from a CUDA graph (one launch) once it has run "
              "once; CUDA only, not with [distributed] mode"),
+    GLIA_KEY("debug_checks", GLIA_KEY_BOOL, "off",
+             "surround every tensor a layer call writes (outputs, input and parameter gradients, buffers) with guard "
+             "values and stop, naming the layer and the tensor, when a call wrote outside one; slower"),
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
@@ -354,6 +357,7 @@ static glia_status setup_device(struct glia_model *m)
         return glia_section_error(s, "precision", st, "%s", why);
     }
     m->precision = o.precision;
+    m->debug_checks = glia_section_bool(s, "debug_checks");
     m->scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
     if (m->device.type == GLIA_DEVICE_CUDA && o.deterministic && o.cudnn_benchmark)
         glia_log(m->ctx, GLIA_LOG_INFO,
@@ -1443,6 +1447,11 @@ static void plan_formats(struct glia_model *m)
 
 glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count)
 {
+    return glia__arena_plan_gap(a, sizes, count, 0);
+}
+
+glia_status glia__arena_plan_gap(struct glia__arena *a, const int64_t *sizes, int count, int64_t gap)
+{
     memset(a, 0, sizeof *a);
     a->off = malloc(sizeof *a->off * (size_t)(count > 0 ? count : 1));
     a->size = malloc(sizeof *a->size * (size_t)(count > 0 ? count : 1));
@@ -1453,12 +1462,13 @@ glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int co
     a->count = count;
     int64_t at = 0;
     for (int i = 0; i < count; i++) {
-        at = (at + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN;
+        at = (at + (i ? gap : 0) + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN + gap;
         a->off[i] = at;
         a->size[i] = sizes[i];
         at += sizes[i];
         a->n += sizes[i];
     }
+    at += count ? gap : 0;
     a->len = at > 0 ? at : 1;
     return GLIA_OK;
 }
@@ -1506,7 +1516,7 @@ static glia_status plan_arena(struct glia_model *m, bool buffers, struct glia__a
     if (!st) {
         arena_tensors(m, buffers, ps);
         for (int i = 0; i < n; i++) sizes[i] = glia_shape_numel(&ps[i]->shape);
-        st = glia__arena_plan(a, sizes, n);
+        st = glia__arena_plan_gap(a, sizes, n, m->debug_checks ? GLIA__GUARD : 0);
     }
     free(sizes);
     if (st) free(ps);
@@ -1753,6 +1763,10 @@ static glia_status setup_cuda_graph(struct glia_model *m)
                                   "the %s backend cannot capture CUDA graphs (set cuda_graph = off or device = cuda)",
                                   b->name);
     }
+    if (m->debug_checks)
+        return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
+                                  "not with debug_checks = on: a replayed step would run without its checks (set "
+                                  "cuda_graph = off or debug_checks = off)");
     if (m->dist != GLIA__DIST_NONE)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "not with [distributed] mode = %s: its communication runs between the layers (set "

@@ -111,6 +111,9 @@ struct glia__arena {
     int64_t *off, *size;     /* count each (owned) */
 };
 glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count);
+/* The same with at least `gap` floats of padding (a multiple of GLIA__ARENA_ALIGN) before each tensor and after it
+ * that belong to no other tensor: room for guard values ([runtime] debug_checks). */
+glia_status glia__arena_plan_gap(struct glia__arena *a, const int64_t *sizes, int count, int64_t gap);
 void glia__arena_free(struct glia__arena *a);
 /* compact(n) = the values of full(len), in order */
 void glia__arena_pack(const struct glia__arena *a, const float *full, float *compact);
@@ -148,6 +151,7 @@ struct glia_model {
     uint64_t seed;
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
     enum glia_precision precision;   /* [runtime] precision */
+    bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
     struct glia__node nodes[GLIA__MAX_NODES];
     int n_nodes;
     struct glia__decl decl[GLIA__MAX_NODES];

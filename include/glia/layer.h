@@ -220,8 +220,12 @@ struct glia_gradcheck_report {
 
 /* Builds the single layer described by `ini` (one section, e.g. "[l]\ntype = linear\n
  * outputs = 3\n", loading its plugin), feeds it seeded N(0,1) inputs of the given shapes
- * (loss layers also get random labels), and checks: (1) every input and parameter gradient
- * against central finite differences of L = sum(out * r) for a fixed random r; (2) the
+ * (loss layers also get random labels), and checks: (0) after every call, that the layer wrote
+ * nothing just outside its output, input gradients, parameter gradients or buffers (guard
+ * values on either side of each; a write there fails the check with GLIA_EPLUGIN, naming the
+ * call, the tensor and how far it went, as [runtime] debug_checks does in training); (1) every
+ * input and parameter gradient against central finite differences of L = sum(out * r) for a
+ * fixed random r; (2) the
  * gradient contract: din written (=) when not accumulating even over NaN garbage, added (+=)
  * when accumulating; parameter gradients written when unset (NaN garbage), added when set.
  * Inputs named in the options' int_inputs are i32 ids instead, with no gradient (glia_layer_gradcheck_ex).
