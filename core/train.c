@@ -480,7 +480,7 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     bool skip;
     glia_status st = unscale_and_clip(m, &skip);
     if (!st && !skip) {
-        float *state[GLIA__MAX_STATE];
+        float *state[GLIA__MAX_STATE] = {0};  /* past n_state: NULL, never stack garbage */
         for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
         m->step++;
         m->cur_lr = glia__model_lr(m, epoch, m->step);

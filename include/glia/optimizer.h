@@ -21,7 +21,7 @@ struct glia_optimizer {
 };
 
 /* One step over n fp32 elements laid out flat: weights, gradients and n_state state
- * arrays of n elements each (zero before the first step). */
+ * arrays of n elements each (zero before the first step; state[k] for k >= n_state is NULL). */
 struct glia_opt_step {
     float *w;
     const float *g;
