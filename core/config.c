@@ -771,57 +771,91 @@ glia_status glia__section_validate(struct glia_section *s, const struct glia_key
 
 /* ---- getters ------------------------------------------------------------------------- */
 
-/* The text of key (written, else its default, else NULL) and its schema entry. */
-static const char *value_of(const struct glia_section *s, const char *key,
+/* Marks s with the first getter call that cannot be answered: the key, and what went wrong. The getter then returns
+ * 0, false or NULL, and the core refuses the plugin call that asked (glia__section_misread). */
+static void misread(const struct glia_section *s, const char *key, const char *fmt, ...) GLIA_PRINTF(3, 4);
+static void misread(const struct glia_section *s, const char *key, const char *fmt, ...)
+{
+    struct glia_section *w = (struct glia_section *)s;  /* sections are never const objects */
+    if (w->misread[0]) return;
+    snprintf(w->misread_key, sizeof w->misread_key, "%s", key ? key : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->misread, sizeof w->misread, fmt, ap);
+    va_end(ap);
+}
+
+static const char *const type_names[] = {"?", "int", "float", "bool", "string", "enum", "list"};
+
+static const char *type_name(enum glia_key_type t)
+{
+    return t >= GLIA_KEY_INT && t <= GLIA_KEY_LIST ? type_names[t] : type_names[0];
+}
+
+/* The text of key (written, else its default, else NULL) and its schema entry, when the schemas of s declare key
+ * with one of the types getter reads (a bit mask of 1 << GLIA_KEY_*); else NULL, with s marked. */
+static const char *value_of(const struct glia_section *s, const char *key, const char *getter, unsigned types,
                             const struct glia_key **k)
 {
-    *k = key_in(s->schemas, s->n_schemas, key);
-    GLIA_ASSERT(*k != NULL && "glia_section_*: key not in the section's schema");
+    *k = key ? key_in(s->schemas, s->n_schemas, key) : NULL;
+    if (!*k) {
+        misread(s, key, "%s reads key '%s', which is not among the keys it declares", getter, key ? key : "(null)");
+        return NULL;
+    }
+    if (!(types >> (*k)->type & 1u)) {
+        misread(s, key, "%s reads key '%s', which it declares as %s", getter, key, type_name((*k)->type));
+        *k = NULL;
+        return NULL;
+    }
     const struct glia__entry *e = entry_find(s, key);
     return e ? e->value : (*k)->default_value;
 }
 
+/* Marks s when the text v of key k does not parse (only a schema's default can get here: written values are
+ * checked when the section is validated); true when it parsed. */
+static bool parsed(const struct glia_section *s, const struct glia_key *k, const char *v, bool ok)
+{
+    if (!ok) misread(s, k->name, "key '%s' has default '%s', which is not a valid %s", k->name, v, type_name(k->type));
+    return ok;
+}
+
 bool glia_section_has(const struct glia_section *s, const char *key)
 {
-    return entry_find(s, key) != NULL;
+    if (key && !key_in(s->schemas, s->n_schemas, key))
+        misread(s, key, "glia_section_has asks for key '%s', which is not among the keys it declares", key);
+    return key && entry_find(s, key) != NULL;
 }
 
 int64_t glia_section_int(const struct glia_section *s, const char *key)
 {
     const struct glia_key *k;
-    const char *v = value_of(s, key, &k);
-    GLIA_ASSERT(k->type == GLIA_KEY_INT);
+    const char *v = value_of(s, key, "glia_section_int", 1u << GLIA_KEY_INT, &k);
     int64_t x = 0;
-    int r = v ? parse_int(v, &x) : NUM_OK;
-    GLIA_ASSERT(r == NUM_OK && "value not validated");
+    if (v && !parsed(s, k, v, parse_int(v, &x) == NUM_OK)) x = 0;
     return x;
 }
 
 double glia_section_float(const struct glia_section *s, const char *key)
 {
     const struct glia_key *k;
-    const char *v = value_of(s, key, &k);
-    GLIA_ASSERT(k->type == GLIA_KEY_FLOAT || k->type == GLIA_KEY_INT);
+    const char *v = value_of(s, key, "glia_section_float", 1u << GLIA_KEY_FLOAT | 1u << GLIA_KEY_INT, &k);
     double x = 0;
-    int r = v ? parse_float(v, &x) : NUM_OK;
-    GLIA_ASSERT(r == NUM_OK && "value not validated");
+    if (v && !parsed(s, k, v, parse_float(v, &x) == NUM_OK)) x = 0;
     return x;
 }
 
 bool glia_section_bool(const struct glia_section *s, const char *key)
 {
     const struct glia_key *k;
-    const char *v = value_of(s, key, &k);
-    GLIA_ASSERT(k->type == GLIA_KEY_BOOL);
+    const char *v = value_of(s, key, "glia_section_bool", 1u << GLIA_KEY_BOOL, &k);
     int b = v ? parse_bool(v) : 0;
-    GLIA_ASSERT(b >= 0 && "value not validated");
-    return b == 1;
+    return v && parsed(s, k, v, b >= 0) && b == 1;
 }
 
 const char *glia_section_str(const struct glia_section *s, const char *key)
 {
     const struct glia_key *k;
-    return value_of(s, key, &k);
+    return value_of(s, key, "glia_section_str", ~0u, &k);
 }
 
 /* Splits are kept until the config is freed, so items from earlier calls stay valid; a
@@ -830,8 +864,7 @@ const char *glia_section_str(const struct glia_section *s, const char *key)
 int glia_section_list(const struct glia_section *s, const char *key, const char ***items)
 {
     const struct glia_key *k;
-    const char *v = value_of(s, key, &k);
-    GLIA_ASSERT(k->type == GLIA_KEY_LIST || k->type == GLIA_KEY_STRING);
+    const char *v = value_of(s, key, "glia_section_list", 1u << GLIA_KEY_LIST | 1u << GLIA_KEY_STRING, &k);
     *items = NULL;
     if (!v) return 0;
     struct glia_section *w = (struct glia_section *)s;  /* sections are never const objects */
@@ -852,4 +885,15 @@ int glia_section_list(const struct glia_section *s, const char *key, const char 
     w->list_items[w->n_list_items++] = (char *)sp;
     *items = sp->items;
     return sp->n;
+}
+
+glia_status glia__section_misread(const struct glia_section *s, const char *who)
+{
+    if (!s || !s->misread[0]) return GLIA_OK;
+    return glia_section_error(s, s->misread_key[0] ? s->misread_key : NULL, GLIA_EPLUGIN, "%s: %s", who, s->misread);
+}
+
+void glia__section_misread_clear(struct glia_section *s)
+{
+    if (s) s->misread[0] = s->misread_key[0] = '\0';
 }

@@ -119,6 +119,30 @@ unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia
     return GLIA_ABI_MINOR;
 }
 
+const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        if (f->ops == ops) return f->plugin >= 0 ? ctx->plugins[f->plugin].name : "libglia";
+    }
+    return "libglia";
+}
+
+glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s)
+{
+    char who[256];
+    snprintf(who, sizeof who, "layer type '%s' impl '%s' (plugin %s)", l->ops->type, l->ops->impl,
+             glia__ops_plugin(l->ctx, l->ops));
+    return glia__section_misread(s, who);
+}
+
+glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s)
+{
+    char who[256];
+    snprintf(who, sizeof who, "optimizer '%s' (plugin %s)", o->ops->name, glia__ops_plugin(o->ctx, o->ops));
+    return glia__section_misread(s, who);
+}
+
 const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
                                                   enum glia_device_type t)
 {

@@ -40,12 +40,7 @@ glia_status glia_optimizer_new_for(struct glia_context *ctx, const char *name, c
         const struct glia_key *sch[] = {ops->keys};
         st = glia__section_validate(s, sch, 1);
     }
-    if (!st) {
-        w->o.ops = ops;
-        w->o.ctx = ctx;
-        st = ops->create(&w->o, s);
-        if (st) w->o.ops = NULL;
-    }
+    if (!st) st = glia__optimizer_create(&w->o, ops, ctx, s);
     if (st) {
         glia_optimizer_free(&w->o);
         return st;
@@ -73,6 +68,7 @@ struct gc {
     int n_in;
     struct glia_tensor *x[GLIA__MAX_INPUTS], *dx[GLIA__MAX_INPUTS], *out, *dout, *r, *labels;
     bool is_loss;
+    struct glia__guarded *guard;  /* room for what one call writes (owned) */
 };
 
 static void gc_free(struct gc *g)
@@ -87,6 +83,7 @@ static void gc_free(struct gc *g)
     glia_tensor_release(g->r);
     glia_tensor_release(g->labels);
     glia_config_free(g->cfg);
+    free(g->guard);
 }
 
 static void fill_normal(struct glia_tensor *t, struct glia_rng *rng, double scale)
@@ -111,6 +108,20 @@ static glia_status new_as(struct glia_backend *b, const struct glia_shape *s, en
     glia_status st = glia_tensor_new(b, GLIA_F32, &flat, &t);
     if (st) return st;
     st = glia_tensor_view_as(t, 0, s, f, out);
+    glia_tensor_release(t);
+    return st;
+}
+
+/* A new f32 tensor like new_as, with GLIA__GUARD floats of its own on each side for guard values (what a layer
+ * writes: glia__guard_*). */
+static glia_status guarded_new(struct glia_backend *b, const struct glia_shape *s, enum glia_memory_format f,
+                               struct glia_tensor **out)
+{
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){glia_shape_numel(s) + 2 * GLIA__GUARD});
+    struct glia_tensor *t;
+    glia_status st = glia_tensor_new(b, GLIA_F32, &flat, &t);
+    if (st) return st;
+    st = glia_tensor_view_as(t, GLIA__GUARD, s, s->ndim == 4 ? f : GLIA_CONTIGUOUS, out);
     glia_tensor_release(t);
     return st;
 }
@@ -148,8 +159,7 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     if (fmt != GLIA_CONTIGUOUS && !(ops->flags & GLIA_LAYER_CHANNELS_LAST))
         return glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer type '%s' does not take %s tensors", ops->type,
                           glia_memory_format_name(fmt));
-    if ((st = ops->create(&g->l, s, in, n_in))) return st;
-    g->created = true;
+    if ((st = glia__layer_create(&g->l, s, in, n_in, &g->created))) return st;
     struct glia_shape os;
     if ((st = ops->infer_shape(&g->l, in, n_in, &os))) return st;
     struct glia_rng rng;
@@ -164,21 +174,23 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
             continue;
         }
         st = new_as(b, &in[k], fmt, &g->x[k]);
-        if (!st) st = new_as(b, &in[k], fmt, &g->dx[k]);
+        if (!st) st = guarded_new(b, &in[k], fmt, &g->dx[k]);
         if (!st) fill_normal(g->x[k], &rng, 1.0);
     }
     for (int p = 0; p < g->l.n_params && !st; p++) {
         struct glia_param *pa = &g->l.params[p];
         st = glia_tensor_new(b, GLIA_F32, &pa->shape, &pa->value);
-        if (!st) st = glia_tensor_new(b, GLIA_F32, &pa->shape, &pa->grad);
+        if (!st) st = guarded_new(b, &pa->shape, GLIA_CONTIGUOUS, &pa->grad);
         if (!st) fill_normal(pa->value, &rng, 0.5);
     }
     for (int p = 0; p < g->l.n_buffers && !st; p++) {
         struct glia_param *bu = &g->l.buffers[p];
-        st = glia_tensor_new(b, GLIA_F32, &bu->shape, &bu->value);
+        st = guarded_new(b, &bu->shape, GLIA_CONTIGUOUS, &bu->value);
         if (!st) glia__init_values(bu->value->data, glia_shape_numel(&bu->shape), bu->init, 0);
     }
-    if (!st) st = new_as(b, &os, fmt, &g->out);
+    g->guard = st ? NULL : malloc(sizeof *g->guard * (size_t)(1 + g->l.n_buffers + n_in + g->l.n_params));
+    if (!st && !g->guard) st = GLIA_ENOMEM;
+    if (!st) st = guarded_new(b, &os, fmt, &g->out);
     if (!st) st = new_as(b, &os, fmt, &g->dout);
     if (!st) st = new_as(b, &os, fmt, &g->r);
     if (st) return st;
@@ -230,13 +242,24 @@ static glia_status flagged_backward(struct glia_layer *l, struct glia_bwd a)
     return st;
 }
 
+/* After a call of the layer (status st) between guard values around the first n of g->guard: the error of a write
+ * that reached them, else st. */
+static glia_status gc_guard_check(struct gc *g, const char *call, int n, glia_status st)
+{
+    glia_status gs = glia__guard_check(&g->l, g->cfg->sections[0], call, g->guard, n);
+    return gs ? gs : st;
+}
+
 /* L = sum(out * r) after a training-mode forward. */
 static glia_status gc_loss(struct gc *g, double *L)
 {
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     for (int k = 0; k < g->n_in; k++) in[k] = g->x[k];
     struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, glia_seed(1234, 0), false, 1234, NULL};
-    glia_status st = g->l.ops->forward(&g->l, &a);
+    int n = glia__guard_forward(&g->l, g->out, g->guard);
+    glia_status st = glia__guard_fill(g->guard, n);
+    if (!st) st = g->l.ops->forward(&g->l, &a);
+    st = gc_guard_check(g, "forward", n, st);
     if (st) return st;
     const float *o = glia_tensor_f32(g->out), *r = glia_tensor_f32(g->r);
     double s = 0;
@@ -257,7 +280,9 @@ static glia_status gc_backward(struct gc *g, bool accumulate)
         acc[k] = accumulate;
     }
     struct glia_bwd a = {in, g->n_in, g->out, g->dout, g->dx, acc, g->labels};
-    return flagged_backward(&g->l, a);
+    int n = glia__guard_backward(&g->l, g->dx, g->n_in, g->guard);
+    if ((st = glia__guard_fill(g->guard, n))) return st;
+    return gc_guard_check(g, "backward", n, flagged_backward(&g->l, a));
 }
 
 struct cmp {
@@ -557,8 +582,7 @@ static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct g
     r->l = (struct glia_layer){.name = s->name, .ops = ops, .ctx = ctx, .backend = r->b};
     r->n_in = n_in;
     memcpy(r->in_shape, in, (size_t)n_in * sizeof *in);
-    if ((st = ops->create(&r->l, s, in, n_in))) return st;
-    r->created = true;
+    if ((st = glia__layer_create(&r->l, s, in, n_in, &r->created))) return st;
     if ((st = run_params(r, seed))) return st;
     return run_tensors(r, fmt, seed);
 }

@@ -20,6 +20,8 @@
 
 /* ---- context and registry (core/context.c, core/plugin.c) ---- */
 
+#define GLIA__MAX_STATE 4   /* an optimizer's state arrays (glia_optimizer_ops.n_state) */
+
 struct glia__plugin {
     char *name;
     char *path;
@@ -61,6 +63,11 @@ const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const ch
                                               const char *impl);
 /* GLIA_ABI_MINOR of the SDK the plugin registering ops was built with (built-ins: this core's). */
 unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia_layer_ops *ops);
+/* The name of the plugin that registered ops (of any feature), or "libglia" for a built-in one. */
+const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops);
+/* glia__section_misread for the create of layer l or optimizer o from s: names the type or optimizer and its plugin. */
+glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s);
+glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s);
 /* The first registered impl of layer type `type` that runs on device type t, or NULL. */
 const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
                                                   enum glia_device_type t);
@@ -105,6 +112,9 @@ const char *glia__plugin_path(struct glia_context *ctx, const char *name);
 /* The longest line of a model file, and the longest --set, in characters (line ending excluded);
  * a longer one is an error, so reading never holds more than this of a file that has no newline. */
 #define GLIA__CONFIG_LINE_MAX 65536
+/* The keys of core section `section` ("runtime", "data", ...; "layer": the keys every layer section has), or NULL
+ * (core/model.c). */
+const struct glia_key *glia__core_schema(const char *section);
 
 struct glia__entry {
     char *key;
@@ -126,6 +136,10 @@ struct glia_section {
     int n_schemas;
     char **list_items;                   /* storage for glia_section_list (owned) */
     int n_list_items;
+    /* the first getter call that could not be answered (a key its schemas do not declare, a getter of another type,
+     * a default that does not parse): what it asked, and the key; "" when none (glia__section_misread) */
+    char misread[192];
+    char misread_key[64];
 };
 
 struct glia_config {
@@ -147,6 +161,16 @@ void glia__section_free(struct glia_section *s);
 /* Destroys layer l (its ops' destroy, when created) and frees its parameters and buffers, which
  * it leaves empty. */
 void glia__layer_release(struct glia_layer *l, bool created);
+/* Runs l's create from s, as glia/layer.h promises: a create that fails leaves l->priv NULL and what it declared
+ * (parameters, buffers) freed, and is owed no destroy; *created says whether destroy is owed. A create that read s
+ * with a getter that could not answer fails too (glia__layer_misread), even when it returned GLIA_OK (destroy is then
+ * owed). */
+glia_status glia__layer_create(struct glia_layer *l, struct glia_section *s, const struct glia_shape *in, int n_in,
+                               bool *created);
+/* *o = optimizer ops created from s (ctx: its context), as glia/optimizer.h promises: after a failed create *o is
+ * zero (no destroy is owed, o->ops is NULL); a create that read s wrongly fails too, with o->ops set (destroy owed). */
+glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_ops *ops,
+                                   struct glia_context *ctx, struct glia_section *s);
 /* The entry for key in s, or NULL. */
 const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
 /* Check every entry of s against the union of the given schemas: unknown keys (with a
@@ -155,6 +179,12 @@ const struct glia__entry *glia__section_entry(const struct glia_section *s, cons
  * one line naming file:line, [section] and key. */
 glia_status glia__section_validate(struct glia_section *s, const struct glia_key *const *schemas,
                                    int n_schemas);
+/* A plugin call (create) read s with a getter that could not answer (a key its schemas do not declare, the getter of
+ * another type, a default that does not parse): GLIA_EPLUGIN with one line naming file:line, [section], the key, who
+ * (the layer type or optimizer and its plugin) and what it asked; else GLIA_OK. */
+glia_status glia__section_misread(const struct glia_section *s, const char *who);
+/* Forgets the mark, before a plugin call that reads s. */
+void glia__section_misread_clear(struct glia_section *s);
 /* The candidate nearest to word by edit distance if it is near enough, else NULL. */
 const char *glia__did_you_mean(const char *word, const char *const *candidates, int n);
 /* "file:line: " (or "--set a.b=c: ") prefix for key in s (key NULL: the section header). */
@@ -165,6 +195,29 @@ void glia__where(const struct glia_section *s, const char *key, char *buf, size_
  * has one (the backend's reason: clear it before the allocation), and returns GLIA_ENOMEM. */
 glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
     GLIA_PRINTF(4, 5);
+
+/* ---- guard values (core/guard.c) ----
+ * The gradient checker and [runtime] debug_checks surround every tensor a layer call writes with GLIA__GUARD floats on
+ * each side, which the tensor's allocation leaves free (the activation plan, the arenas and the checker's own tensors
+ * do): glia__guard_fill writes guard values there before the call, glia__guard_check reads them back after it and names
+ * the layer and tensor that a write reached, glia__guard_clear puts zeros back (an arena's padding must stay zero). */
+#define GLIA__GUARD 256         /* floats on each side (a multiple of GLIA__ARENA_ALIGN: tensors stay aligned) */
+#define GLIA__GUARD_TEXT 96
+struct glia__guarded {
+    struct glia_tensor *t;              /* (borrowed) */
+    char role[GLIA__GUARD_TEXT];        /* in messages: "its output", "the gradient of its parameter 'weight'" */
+    char name[GLIA__GUARD_TEXT];        /* "out", "dx", "weight.grad" */
+};
+/* What layer l's forward writes (out, its buffers) into g (1 + l->n_buffers entries); returns how many. */
+int glia__guard_forward(const struct glia_layer *l, struct glia_tensor *out, struct glia__guarded *g);
+/* What its backward writes (the non-NULL din, its parameters' gradients) into g (n_in + l->n_params entries). */
+int glia__guard_backward(const struct glia_layer *l, struct glia_tensor *const *din, int n_in, struct glia__guarded *g);
+glia_status glia__guard_fill(const struct glia__guarded *g, int n);
+glia_status glia__guard_clear(const struct glia__guarded *g, int n);
+/* GLIA_EPLUGIN when call ("forward", "backward") of l reached a guard: one line naming s's file:line and [section],
+ * how far the write went, the layer and the tensor with its shape. */
+glia_status glia__guard_check(const struct glia_layer *l, const struct glia_section *s, const char *call,
+                              const struct glia__guarded *g, int n);
 
 /* ---- random numbers (core/rng.c) ---- */
 

@@ -181,15 +181,23 @@ static glia_status lives_of(struct glia_model *m, int64_t n, bool train, struct 
     return st;
 }
 
-/* One plan (training or evaluation) at batch n into off; *len its block, *sum the floats without sharing. */
+/* One plan (training or evaluation) at batch n into off; *len its block, *sum the floats without sharing. With
+ * [runtime] debug_checks each buffer gets GLIA__GUARD floats of its own on either side, for the guard values around
+ * what a layer writes (core/guard.c): nothing else alive at the same moment lies there. */
 static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t *off, int64_t *len, int64_t *sum)
 {
     struct lives L;
     glia_status st = lives_of(m, n, train, &L);
     if (st) return st;
+    int64_t guard = m->debug_checks ? GLIA__GUARD : 0;
     *sum = 0;
-    for (int s = 0; s < L.S; s++) *sum += L.size[s] > 0 ? aligned(L.size[s]) : 0;
+    for (int s = 0; s < L.S; s++) {
+        if (L.size[s] > 0) L.size[s] += 2 * guard;
+        *sum += L.size[s] > 0 ? aligned(L.size[s]) : 0;
+    }
     *len = glia__memplan(L.S, L.size, L.first, L.last, L.first2, L.last2, off);
+    for (int s = 0; s < L.S; s++)
+        if (L.size[s] > 0) off[s] += guard;
     lives_free(&L);
     return *len < 0 ? GLIA_ENOMEM : GLIA_OK;
 }

@@ -33,6 +33,9 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY("cuda_graph", GLIA_KEY_BOOL, "off",
              "replay each training batch shape's forward and backward from a CUDA graph (one launch) once it has run "
              "once; CUDA only, not with [distributed] mode"),
+    GLIA_KEY("debug_checks", GLIA_KEY_BOOL, "off",
+             "surround every tensor a layer call writes (outputs, input and parameter gradients, buffers) with guard "
+             "values and stop, naming the layer and the tensor, when a call wrote outside one; slower"),
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {
@@ -423,6 +426,7 @@ static glia_status setup_device(struct glia_model *m)
         return glia_section_error(s, "precision", st, "%s", why);
     }
     m->precision = o.precision;
+    m->debug_checks = glia_section_bool(s, "debug_checks");
     m->scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
     if (m->device.type == GLIA_DEVICE_CUDA && o.deterministic && o.cudnn_benchmark)
         glia_log(m->ctx, GLIA_LOG_INFO,
@@ -721,13 +725,7 @@ static glia_status setup_optimizer(struct glia_model *m)
     const struct glia_key *sch[] = {ops->keys};
     glia_status st = glia__section_validate(o, sch, 1);
     if (st) return st;
-    m->opt.ops = ops;
-    m->opt.ctx = m->ctx;
-    st = ops->create(&m->opt, o);
-    if (st) {
-        m->opt.ops = NULL;
-        return st;
-    }
+    if ((st = glia__optimizer_create(&m->opt, ops, m->ctx, o))) return st;
     m->epochs = (int)glia_section_int(t, "epochs");
     m->lr = glia_section_float(t, "lr");
     const char *sched = glia_section_str(t, "schedule");
@@ -904,13 +902,12 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
                                   (long long)m->vocab - 1);
     glia_context_clear_error(m->ctx);
     nd->layer.comm = m->comm;  /* SyncBatchNorm's ranks */
-    glia_status st = ops->create(&nd->layer, s, in, nd->n_in);
+    glia_status st = glia__layer_create(&nd->layer, s, in, nd->n_in, &nd->created);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
             glia_section_error(s, NULL, st, "layer type '%s' refused this configuration (%s)", ops->type, glia_strerror(st));
         return st;
     }
-    nd->created = true;
     if ((st = check_param_sizes(nd))) return st;
     bool decay = glia_section_bool(s, "weight_decay");  /* off: a PyTorch param group with weight_decay 0 */
     for (int p = 0; p < nd->layer.n_params; p++)
@@ -1572,6 +1569,11 @@ static void plan_formats(struct glia_model *m)
 
 glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count)
 {
+    return glia__arena_plan_gap(a, sizes, count, 0);
+}
+
+glia_status glia__arena_plan_gap(struct glia__arena *a, const int64_t *sizes, int count, int64_t gap)
+{
     memset(a, 0, sizeof *a);
     a->off = malloc(sizeof *a->off * (size_t)(count > 0 ? count : 1));
     a->size = malloc(sizeof *a->size * (size_t)(count > 0 ? count : 1));
@@ -1582,12 +1584,13 @@ glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int co
     a->count = count;
     int64_t at = 0;
     for (int i = 0; i < count; i++) {
-        at = (at + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN;
+        at = (at + (i ? gap : 0) + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN + gap;
         a->off[i] = at;
         a->size[i] = sizes[i];
         at += sizes[i];
         a->n += sizes[i];
     }
+    at += count ? gap : 0;
     a->len = at > 0 ? at : 1;
     return GLIA_OK;
 }
@@ -1635,7 +1638,7 @@ static glia_status plan_arena(struct glia_model *m, bool buffers, struct glia__a
     if (!st) {
         arena_tensors(m, buffers, ps);
         for (int i = 0; i < n; i++) sizes[i] = glia_shape_numel(&ps[i]->shape);
-        st = glia__arena_plan(a, sizes, n);
+        st = glia__arena_plan_gap(a, sizes, n, m->debug_checks ? GLIA__GUARD : 0);
     }
     free(sizes);
     if (st) free(ps);
@@ -1754,6 +1757,31 @@ void glia__layer_release(struct glia_layer *l, bool created)
     free(l->buffers);
     l->params = l->buffers = NULL;
     l->n_params = l->n_buffers = 0;
+}
+
+glia_status glia__layer_create(struct glia_layer *l, struct glia_section *s, const struct glia_shape *in, int n_in,
+                               bool *created)
+{
+    glia__section_misread_clear(s);
+    glia_status st = l->ops->create(l, s, in, n_in);
+    *created = st == GLIA_OK;
+    if (st) {  /* destroy is owed only for a create that succeeded (layer.h): what it declared goes now */
+        glia__layer_release(l, false);
+        l->priv = NULL;
+    }
+    glia_status mis = glia__layer_misread(l, s);  /* the wrong read, not what followed from it, is the error */
+    return mis ? mis : st;
+}
+
+glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_ops *ops,
+                                   struct glia_context *ctx, struct glia_section *s)
+{
+    *o = (struct glia_optimizer){.ops = ops, .ctx = ctx};
+    glia__section_misread_clear(s);
+    glia_status st = ops->create(o, s);
+    glia_status mis = glia__optimizer_misread(o, s);
+    if (st) *o = (struct glia_optimizer){0};  /* no destroy after a failed create (optimizer.h) */
+    return mis ? mis : st;
 }
 
 glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
@@ -1889,6 +1917,10 @@ static glia_status setup_cuda_graph(struct glia_model *m)
                                   "the %s backend cannot capture CUDA graphs (set cuda_graph = off or device = cuda)",
                                   b->name);
     }
+    if (m->debug_checks)
+        return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
+                                  "not with debug_checks = on: a replayed step would run without its checks (set "
+                                  "cuda_graph = off or debug_checks = off)");
     if (m->dist != GLIA__DIST_NONE)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "not with [distributed] mode = %s: its communication runs between the layers (set "

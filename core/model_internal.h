@@ -8,7 +8,6 @@
 
 #define GLIA__MAX_NODES 1024
 #define GLIA__MAX_INPUTS 16
-#define GLIA__MAX_STATE 4
 #define GLIA__MAX_REPLICAS 16
 #define GLIA__MAX_GRAPHS 4    /* training batch shapes replayed from CUDA graphs ([runtime] cuda_graph) */
 
@@ -112,6 +111,9 @@ struct glia__arena {
     int64_t *off, *size;     /* count each (owned) */
 };
 glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count);
+/* The same with at least `gap` floats of padding (a multiple of GLIA__ARENA_ALIGN) before each tensor and after it
+ * that belong to no other tensor: room for guard values ([runtime] debug_checks). */
+glia_status glia__arena_plan_gap(struct glia__arena *a, const int64_t *sizes, int count, int64_t gap);
 void glia__arena_free(struct glia__arena *a);
 /* compact(n) = the values of full(len), in order */
 void glia__arena_pack(const struct glia__arena *a, const float *full, float *compact);
@@ -149,6 +151,7 @@ struct glia_model {
     uint64_t seed;
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
     enum glia_precision precision;   /* [runtime] precision */
+    bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
     struct glia__node nodes[GLIA__MAX_NODES];
     int n_nodes;
     struct glia__decl decl[GLIA__MAX_NODES];
@@ -248,7 +251,6 @@ static inline struct glia_shape glia__data_shape(const struct glia_model *m, int
     return glia_shape_make(4, (int64_t[]){n, m->train.channels, m->train.rows, m->train.cols});
 }
 
-const struct glia_key *glia__core_schema(const char *section);
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 void glia__model_release_activations(struct glia_model *m);
 /* Frees the CUDA graphs of [runtime] cuda_graph (core/train.c). */

@@ -29,6 +29,20 @@ static glia_status add_feature(struct glia_registry *r, int kind, const void *op
     return GLIA_OK;
 }
 
+/* The first key of schema keys whose name an earlier entry (or, for a layer, the core's keys every layer has, in
+ * common) declares already, or NULL: the later declaration would never be read (the first match wins), and
+ * `glia plugins --describe` would show both. */
+static const char *declared_twice(const struct glia_key *keys, const struct glia_key *common)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++) {
+        for (const struct glia_key *c = common; c && c->name; c++)
+            if (!strcmp(c->name, k->name)) return k->name;
+        for (const struct glia_key *e = keys; e < k; e++)
+            if (!strcmp(e->name, k->name)) return k->name;
+    }
+    return NULL;
+}
+
 glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops)
 {
     const char *who = plugin_label(r);
@@ -41,6 +55,14 @@ glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer
     if (glia__find_layer(r->ctx, ops->type, ops->impl))
         return glia_error(r->ctx, GLIA_EEXIST, "%s: layer type '%s' impl '%s' is already registered",
                           who, ops->type, ops->impl);
+    const char *twice = declared_twice(ops->keys, NULL);
+    if (twice)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: layer type '%s' impl '%s': key '%s' is declared twice in its keys",
+                          who, ops->type, ops->impl, twice);
+    if ((twice = declared_twice(ops->keys, glia__core_schema("layer"))))
+        return glia_error(r->ctx, GLIA_EINVAL,
+                          "%s: layer type '%s' impl '%s': key '%s' is declared again (every layer section has type, "
+                          "inputs, impl and weight_decay already)", who, ops->type, ops->impl, twice);
     return add_feature(r, GLIA__FEAT_LAYER, ops);
 }
 
@@ -51,6 +73,13 @@ glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_o
         return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_optimizer: ops struct too small for ABI 1.0", who);
     if (!ops->name || !ops->create || !ops->step || ops->n_state < 0)
         return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer: name, create and step are required", who);
+    if (ops->n_state > GLIA__MAX_STATE)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer '%s': n_state %d, at most %d state arrays are supported",
+                          who, ops->name, ops->n_state, GLIA__MAX_STATE);
+    const char *twice = declared_twice(ops->keys, NULL);
+    if (twice)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer '%s': key '%s' is declared twice in its keys", who,
+                          ops->name, twice);
     if (glia__find_optimizer(r->ctx, ops->name, (int)ops->device_type))
         return glia_error(r->ctx, GLIA_EEXIST, "%s: optimizer '%s' for device type %d is already registered", who,
                           ops->name, (int)ops->device_type);

@@ -251,6 +251,34 @@ static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const st
     if ((cat == GLIA__TRACE_FORWARD || cat == GLIA__TRACE_RECOMPUTE) && nd->out) e->shape = nd->out->shape;
 }
 
+/* [runtime] debug_checks: *g = the guards around what a call of nd writes (its output and buffers for a forward,
+ * din NULL; else din and its parameters' gradients), filled; *g NULL with debug_checks off. */
+static glia_status guards_fill(const struct glia_model *m, const struct glia__node *nd, struct glia_tensor *const *din,
+                               struct glia__guarded **g, int *n)
+{
+    *g = NULL;
+    *n = 0;
+    if (!m->debug_checks) return GLIA_OK;
+    const struct glia_layer *l = &nd->layer;
+    if (!(*g = malloc(sizeof **g * (size_t)(1 + l->n_buffers + nd->n_in + l->n_params)))) return GLIA_ENOMEM;
+    *n = din ? glia__guard_backward(l, din, nd->n_in, *g) : glia__guard_forward(l, nd->out, *g);
+    glia_status st = glia__guard_fill(*g, *n);
+    if (st) free(*g), *g = NULL;
+    return st;
+}
+
+/* After the call guards_fill prepared (status st): a write that reached a guard is the error; else the guard floats
+ * are zero again (between parameters they are the arenas' padding, which must stay zero) and st stands. Frees g. */
+static glia_status guards_check(const struct glia__node *nd, const char *call, struct glia__guarded *g, int n,
+                                glia_status st)
+{
+    if (!g) return st;
+    glia_status gs = glia__guard_check(&nd->layer, nd->sec, call, g, n);
+    if (!gs) gs = glia__guard_clear(g, n);
+    free(g);
+    return gs ? gs : st;
+}
+
 /* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments). */
 static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute)
 {
@@ -274,7 +302,13 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          recompute,
                          key,
                          m->capturing ? m->step_dev->data : NULL};
-    if (!st) st = nd->layer.ops->forward(&nd->layer, &a);
+    struct glia__guarded *guards;
+    int n_guards;
+    if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);
+    if (!st) {
+        st = nd->layer.ops->forward(&nd->layer, &a);
+        st = guards_check(nd, recompute ? "forward (run again in backward)" : "forward", guards, n_guards, st);
+    }
     if (m->profiling) {  /* a recomputation is part of the backward */
         glia_backend_sync(m->backend);
         double t1 = glia__now();
@@ -321,7 +355,10 @@ static glia_status backward(struct glia_model *m)
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->loss_scale : nd->dout, din, acc,
                              is_loss ? m->y : NULL};
         double t0 = m->profiling ? glia__now() : 0;
-        glia_status st = nd->layer.ops->backward(&nd->layer, &a);
+        struct glia__guarded *guards;
+        int n_guards;
+        glia_status st = guards_fill(m, nd, din, &guards, &n_guards);
+        if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.ops->backward(&nd->layer, &a));
         for (int k = 0; k < nd->n_in && !st; k++)
             if (din[k] && nd->edge[k] == GLIA__EDGE_CONVERT)
                 st = glia_tensor_convert(m->nodes[nd->in[k]].dout, din[k], acc_conv[k]);
@@ -451,7 +488,7 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     bool skip;
     glia_status st = unscale_and_clip(m, &skip);
     if (!st && !skip) {
-        float *state[GLIA__MAX_STATE];
+        float *state[GLIA__MAX_STATE] = {0};  /* past n_state: NULL, never stack garbage */
         for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
         m->step++;
         m->cur_lr = glia__model_lr(m, epoch, m->step);

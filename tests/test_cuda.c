@@ -643,6 +643,46 @@ static int setup(void)
     return 0;
 }
 
+/* [runtime] debug_checks on the GPU: the guard values are written and read through the backend's copy slot, so
+ * device memory is checked as host memory is. The residual CNN trains to the same weights with it on as off; the
+ * CUDA impl of the fixture careless_row (which writes with the backend's gemm and copy slots) is named when its
+ * backward writes a row too many into its input gradient; cuda_graph = on is refused with it. */
+static void test_debug_checks_on_device(void)
+{
+    make_data();
+    struct run a, b;
+    struct glia_epoch_result ra[2], rb[2];
+    static const char *rt = "precision = fp32\ndeterministic = on\ncudnn_benchmark = off";
+    char extra[256];
+    train_run(&a, cnn_text("cuda", rt, "sgd\nlr = 0.01"), ra);
+    snprintf(extra, sizeof extra, "%s\ndebug_checks = on", rt);
+    train_run(&b, cnn_text("cuda", extra, "sgd\nlr = 0.01"), rb);
+    CU_ASSERT(b.m->plan.len > a.m->plan.len);
+    if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
+    CU_ASSERT(same_weights(&a, &b));
+    CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
+    close_run(&a), close_run(&b);
+    char text[4096];
+    snprintf(text, sizeof text,
+             "[plugins]\nload = %s/careless.so\n[runtime]\ndevice = cuda\ndebug_checks = on\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\n[train]\nepochs = 1\n"
+             "[f]\ntype = flatten\n[fc0]\ntype = linear\noutputs = 64\n[fc]\ntype = careless_row\noutputs = 8\n"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             glia_test_fixtures(), dir, dir, dir, dir);
+    open_run(&a, text);
+    CU_ASSERT_STRING_EQUAL(a.m->nodes[2].layer.ops->impl, "cuda");
+    CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_EPLUGIN);
+    const char *want = "t.ini:19: [fc] backward wrote 64 floats past the end of its input gradient (layer 'fc', tensor "
+                       "dx, 32x64)";
+    if (strcmp(glia_context_error(a.ctx), want)) printf("\n  got %s\n", glia_context_error(a.ctx));
+    CU_ASSERT_STRING_EQUAL(glia_context_error(a.ctx), want);
+    close_run(&a);
+    expect_build_error(cnn_text("cuda", "cuda_graph = on\ndebug_checks = on", "sgd\nlr = 0.01"),
+                       "t.ini:4: [runtime] cuda_graph: not with debug_checks = on: a replayed step would run without its "
+                       "checks (set cuda_graph = off or debug_checks = off)");
+}
+
 int main(void)
 {
     int s = setup();
@@ -660,7 +700,8 @@ int main(void)
                                              GLIA_TEST(test_cuda_graph_trains_the_same),
                                              GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),
                                              GLIA_TEST(test_cuda_graph_refuses_uncapturable_layers),
-                                             GLIA_TEST(test_graph_capture_allocates)};
+                                             GLIA_TEST(test_graph_capture_allocates),
+                                             GLIA_TEST(test_debug_checks_on_device)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

@@ -452,6 +452,105 @@ static void test_register_refusals(void)
     glia_context_free(ctx);
 }
 
+/* A key declared twice in a layer's or an optimizer's schema is refused when it is registered, naming the plugin, the
+ * type and the key (the second declaration would never be read, and --describe would show both); so is a layer key
+ * that every layer section has already (the core's would win), and an optimizer with more state arrays than the
+ * core keeps. */
+static void test_register_refuses_duplicate_keys(void)
+{
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT_EQUAL(load(ctx, fixture("dup_key"), GLIA_EINVAL), GLIA_EINVAL);
+    char want[1200];
+    snprintf(want, sizeof want, "%s: layer type 'fixture_dup_key' impl 'cpu': key 'units' is declared twice in its keys",
+             fixture("dup_key"));
+    ASSERT_MSG_HAS(ctx, want);
+    CU_ASSERT_PTR_NULL(glia__find_layer(ctx, "fixture_dup_key", "cpu"));
+
+    struct glia_registry r = {ctx, -1};
+    static const struct glia_key twice[] = {GLIA_KEY("beta", GLIA_KEY_FLOAT, "0.9", "a"),
+                                            GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-8", "b"),
+                                            GLIA_KEY("beta", GLIA_KEY_FLOAT, "0.99", "c"), GLIA_KEY_END};
+    struct glia_optimizer_ops opt = {.struct_size = sizeof opt, .name = "dup_opt", .keys = twice, .create = o_create,
+                                     .step = o_step};
+    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EINVAL,
+                   (const char *[]){"libglia: optimizer 'dup_opt': key 'beta' is declared twice in its keys", NULL});
+    CU_ASSERT_PTR_NULL(glia__find_optimizer(ctx, "dup_opt", -1));
+    opt.keys = twice + 1;  /* eps, beta: fine */
+    opt.n_state = 5;
+    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EINVAL,
+                   (const char *[]){"optimizer 'dup_opt': n_state 5, at most 4 state arrays are supported", NULL});
+    opt.n_state = 4;
+    CU_ASSERT_EQUAL(glia_register_optimizer(&r, &opt), GLIA_OK);
+
+    static const struct glia_key impl_again[] = {GLIA_KEY("impl", GLIA_KEY_STRING, "fast", "mine"), GLIA_KEY_END};
+    struct glia_layer_ops lay = {.struct_size = sizeof lay, .type = "dup_layer", .impl = "cpu", .keys = impl_again,
+                                 .create = l_create, .infer_shape = l_infer, .forward = l_forward};
+    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EINVAL,
+                   (const char *[]){"layer type 'dup_layer' impl 'cpu': key 'impl' is declared again (every layer "
+                                    "section has type, inputs, impl and weight_decay already)", NULL});
+    lay.keys = twice;
+    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EINVAL, (const char *[]){"key 'beta' is declared twice", NULL});
+    lay.keys = twice + 1;
+    CU_ASSERT_EQUAL(glia_register_layer(&r, &lay), GLIA_OK);
+    glia_context_free(ctx);
+}
+
+/* careless.so's count of destroy calls (the plugin is loaded in ctx). */
+static int destroys(void)
+{
+    void *h = dlopen(fixture("careless"), RTLD_NOW | RTLD_NOLOAD);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    int *n = dlsym(h, "careless_destroys");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(n);
+    int v = *n;
+    dlclose(h);
+    return v;
+}
+
+/* glia_layer_gradcheck of one careless layer section on (2, 3) inputs; its status, the message in *msg. */
+static glia_status careless_check(struct glia_context *ctx, const char *ini)
+{
+    struct glia_shape in = glia_shape_make(2, (int64_t[]){2, 3});
+    glia_context_clear_error(ctx);
+    return glia_layer_gradcheck(ctx, ini, &in, 1, 3, 1e-3, NULL);
+}
+
+/* What layer.h and optimizer.h promise about create and destroy: destroy runs once for every create that returned
+ * GLIA_OK, also when the core refuses the layer afterwards, and never after a failed create (which frees its own
+ * state; the core frees the parameters it declared). A create that reads a key its schema does not declare is
+ * refused, naming plugin, type, section and key, instead of aborting the program. */
+static void test_create_destroy_and_misread(void)
+{
+    struct glia_context *ctx = new_ctx();
+    CU_ASSERT_FATAL(load(ctx, fixture("careless"), GLIA_OK) == GLIA_OK);
+    int d0 = destroys();
+    CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_ok\noutputs = 4\n"), GLIA_OK);
+    CU_ASSERT_EQUAL(destroys(), d0 + 1);
+    CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_fail\noutputs = 4\n"), GLIA_ECONFIG);
+    ASSERT_MSG_HAS(ctx, "gradcheck.ini:3: [fc] outputs: careless_fail refuses every configuration");
+    CU_ASSERT_EQUAL(destroys(), d0 + 1);  /* none after the failed create; its weight is freed by the core */
+    CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_misread\noutputs = 4\n"), GLIA_EPLUGIN);
+    ASSERT_MSG_HAS(ctx, "gradcheck.ini:1: [fc] outputz: layer type 'careless_misread' impl 'cpu' (plugin careless): "
+                        "glia_section_int reads key 'outputz', which is not among the keys it declares");
+    CU_ASSERT_EQUAL(destroys(), d0 + 2);  /* its create returned GLIA_OK: destroy was owed */
+    struct glia_layer_run *run = NULL;
+    struct glia_shape in = glia_shape_make(2, (int64_t[]){2, 3});
+    CU_ASSERT_EQUAL(glia_layer_run_new(ctx, "[fc]\ntype = careless_misread\noutputs = 4\n",
+                                       (struct glia_device){GLIA_DEVICE_CPU, 0}, &in, 1, GLIA_CONTIGUOUS, 1, &run),
+                    GLIA_EPLUGIN);
+    CU_ASSERT_PTR_NULL(run);
+    CU_ASSERT_EQUAL(destroys(), d0 + 3);
+
+    struct glia_optimizer *o = NULL;
+    CU_ASSERT_EQUAL(glia_optimizer_new(ctx, "careless_opt", "[optimizer]\nfail = on\n", &o), GLIA_ECONFIG);
+    ASSERT_MSG_HAS(ctx, "careless_opt refuses on request");
+    CU_ASSERT_EQUAL(destroys(), d0 + 3);
+    CU_ASSERT_EQUAL_FATAL(glia_optimizer_new(ctx, "careless_opt", NULL, &o), GLIA_OK);
+    glia_optimizer_free(o);
+    CU_ASSERT_EQUAL(destroys(), d0 + 4);
+    glia_context_free(ctx);
+}
+
 GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_good_by_path),
                GLIA_TEST(test_good_by_name),
@@ -468,4 +567,6 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_bare_so_name_is_a_file),
                GLIA_TEST(test_print_sorted),
                GLIA_TEST(test_searched_and_near),
-               GLIA_TEST(test_register_refusals))
+               GLIA_TEST(test_register_refusals),
+               GLIA_TEST(test_register_refuses_duplicate_keys),
+               GLIA_TEST(test_create_destroy_and_misread))

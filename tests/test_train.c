@@ -1668,6 +1668,48 @@ static void test_fuse_bn_relu(void)
     }
 }
 
+/* An optimizer without state (n_state = 0: the fixture plugin good's fixture_opt, w -= lr g, as a user writes plain
+ * SGD) trains: the same weights bit for bit as sgd without momentum, through gradient accumulation, clipping, dp and
+ * a checkpoint resumed in the middle of the run. */
+static void test_stateless_optimizer(void)
+{
+    make_data();
+    static const char *fmt =
+        "[plugins]\nload = %s/good.so\n[runtime]\ndevice = cpu\nseed = 9\n"
+        "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+        "batch_size = 32\nworkers = 0\nmean = 0.2\nstd = 0.3\n"
+        "[train]\nepochs = 2\noptimizer = %s\nlr = 0.05\naccumulate = 2\nclip_grad_norm = 0.5\nmax_steps = %d\n"
+        "checkpoint_dir = %s/%s\n[distributed]\nmode = %s\ndevices = cpu, cpu\n"
+        "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+        "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
+    const char *fix = glia_test_fixtures(), *modes[] = {"none", "dp"};
+    char text[8192], ck[700];
+    for (int k = 0; k < 2; k++) {
+        struct run a, b, c;
+        snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "sgd", 0, dir, "ck-sgd", modes[k]);
+        open_run(&a, text);
+        CU_ASSERT_EQUAL_FATAL(a.m->opt.ops->n_state, 1);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_OK);
+        /* the same run in two halves: 5 steps, then resumed from the checkpoint of step 5 */
+        snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "fixture_opt", 5, dir, "ck-plain", modes[k]);
+        open_run(&b, text);
+        CU_ASSERT_EQUAL_FATAL(b.m->opt.ops->n_state, 0);
+        glia_status st = glia_model_train(b.m, &quiet, NULL, 0);
+        if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+        CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+        snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "fixture_opt", 0, dir, "ck-plain", modes[k]);
+        open_run(&c, text);
+        snprintf(ck, sizeof ck, "%s/ck-plain/step-00000005.ckpt", dir);
+        struct glia_train_options o = {NULL, -1, NULL, ck};
+        st = glia_model_train(c.m, &o, NULL, 0);
+        if (st) printf("\n  %s\n", glia_context_error(c.ctx));
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        if (!same_weights(&a, &c)) printf("\n  mode %s: weights differ by %g\n", modes[k], weight_diff(&c, &a));
+        CU_ASSERT(same_weights(&a, &c));
+        close_run(&a), close_run(&b), close_run(&c);
+    }
+}
+
 /* A model with batchnorm, a residual, dropout and forward_counter (a fixture built against ABI 1.5 with a buffer
  * that counts its training forwards), checkpointed into `segments`. */
 static const char *ckpt_model_text(int segments)
@@ -1944,7 +1986,7 @@ static void test_weight_decay_off(void)
     }
 }
 
-GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
+GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),

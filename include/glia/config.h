@@ -44,10 +44,16 @@ struct glia_key {
 struct glia_section;
 
 const char *glia_section_name(const struct glia_section *s);
-/* Whether the key was written in the file or by --set (not just defaulted). */
+/* Whether the key was written in the file or by --set (not just defaulted); a key the schema
+ * does not declare marks the section as the getters do. */
 bool glia_section_has(const struct glia_section *s, const char *key);
-/* Typed values; a key not written gives its schema default. Asking for a key that is not
- * in the section's schema is a programming error (GLIA_ASSERT). */
+/* Typed values; a key not written gives its schema default. A getter that cannot answer
+ * (a key the section's schema does not declare, a key of another type, a schema default that
+ * does not parse) returns 0, false or NULL (a list: no items) and marks the section with its
+ * first such call: the core then refuses the plugin call that asked (create), with one line
+ * naming the file, the [section], the key, the layer type or optimizer, and its plugin.
+ * glia_section_float also reads int keys; glia_section_str any key; glia_section_list list and
+ * string keys. */
 int64_t glia_section_int(const struct glia_section *s, const char *key);
 double glia_section_float(const struct glia_section *s, const char *key);
 bool glia_section_bool(const struct glia_section *s, const char *key);

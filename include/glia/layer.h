@@ -185,10 +185,16 @@ struct glia_layer_ops {
     enum glia_device_type device_type; /* where this impl runs */
     /* ABI 1.0 */
     /* Read keys, check input shapes (dim 0 is the batch), declare parameters, set l->priv.
-     * Required. Errors go through glia_section_error so they name file:line. */
+     * Required. Errors go through glia_section_error so they name file:line.
+     * A create that fails frees what it allocated itself: destroy never runs after a failed create.
+     * The core then sets l->priv back to NULL and frees the parameters and buffers it declared.
+     * A getter that cannot answer (a key the schema does not declare: glia/config.h) fails the
+     * create even when it returned GLIA_OK; destroy is then owed as after any successful create. */
     glia_status (*create)(struct glia_layer *l, const struct glia_section *cfg,
                           const struct glia_shape *in, int n_in);
-    /* Free l->priv. Optional: NULL means priv needs no freeing. */
+    /* Free l->priv. Optional: NULL means priv needs no freeing. Runs exactly once for every create
+     * that returned GLIA_OK, when the layer goes (also when the core refuses the layer after its
+     * create, or a graph pass replaces it), and never for a create that failed. */
     void (*destroy)(struct glia_layer *l);
     /* Output shape for these input shapes; pure, called whenever the batch size changes.
      * Required. */
@@ -222,8 +228,12 @@ struct glia_gradcheck_report {
 
 /* Builds the single layer described by `ini` (one section, e.g. "[l]\ntype = linear\n
  * outputs = 3\n", loading its plugin), feeds it seeded N(0,1) inputs of the given shapes
- * (loss layers also get random labels), and checks: (1) every input and parameter gradient
- * against central finite differences of L = sum(out * r) for a fixed random r; (2) the
+ * (loss layers also get random labels), and checks: (0) after every call, that the layer wrote
+ * nothing just outside its output, input gradients, parameter gradients or buffers (guard
+ * values on either side of each; a write there fails the check with GLIA_EPLUGIN, naming the
+ * call, the tensor and how far it went, as [runtime] debug_checks does in training); (1) every
+ * input and parameter gradient against central finite differences of L = sum(out * r) for a
+ * fixed random r; (2) the
  * gradient contract: din written (=) when not accumulating even over NaN garbage, added (+=)
  * when accumulating; parameter gradients written when unset (NaN garbage), added when set.
  * Inputs named in the options' int_inputs are i32 ids instead, with no gradient (glia_layer_gradcheck_ex).

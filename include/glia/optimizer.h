@@ -21,7 +21,7 @@ struct glia_optimizer {
 };
 
 /* One step over n fp32 elements laid out flat: weights, gradients and n_state state
- * arrays of n elements each (zero before the first step). */
+ * arrays of n elements each (zero before the first step; state[k] for k >= n_state is NULL). */
 struct glia_opt_step {
     float *w;
     const float *g;
@@ -39,12 +39,15 @@ struct glia_optimizer_ops {
                                       per (name, device_type) */
     const char *doc;               /* one line */
     const struct glia_key *keys;   /* keys of the [optimizer] section; may be NULL */
-    int n_state;                   /* state arrays per parameter element */
+    int n_state;                   /* state arrays per parameter element: 0 (plain SGD) to 4 */
     enum glia_device_type device_type;
     /* ABI 1.0 */
-    /* Read keys into o->priv. Required. */
+    /* Read keys into o->priv. Required. As a layer's create (glia/layer.h): a create that fails
+     * frees what it allocated itself (no destroy follows; o->priv is NULL again), and a getter
+     * that cannot answer fails it even when it returned GLIA_OK. */
     glia_status (*create)(struct glia_optimizer *o, const struct glia_section *cfg);
-    /* Free o->priv. Optional: NULL means priv needs no freeing. */
+    /* Free o->priv. Optional: NULL means priv needs no freeing. Runs exactly once for every
+     * create that returned GLIA_OK, never for a failed one. */
     void (*destroy)(struct glia_optimizer *o);
     /* Update w from g in place. Required. */
     glia_status (*step)(struct glia_optimizer *o, const struct glia_opt_step *s);

@@ -65,7 +65,10 @@ typedef const struct glia_plugin_desc *(*glia_plugin_entry_fn)(void);
     GLIA__PLUGIN_DEFINE(name, version, license, description, init, probe)
 
 /* Registration, from init only. ops are (borrowed) and must outlive the plugin (static).
- * A duplicate (same layer type and impl, same optimizer or backend name) is GLIA_EEXIST. */
+ * A duplicate (same layer type and impl, same optimizer or backend name) is GLIA_EEXIST.
+ * A schema that declares a key twice (for a layer: or declares one of the keys every layer
+ * section has, type, inputs, impl, weight_decay), and an optimizer with n_state above 4, are
+ * GLIA_EINVAL, naming the plugin, the type or optimizer, and the key. */
 glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops);
 glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_optimizer_ops *ops);
 glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops);
