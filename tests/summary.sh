@@ -26,5 +26,10 @@ for trs in tests/test_*.trs; do
         failed=$((failed + 1))
     fi
 done
+if [ "$make_status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+    # make check failed outside the tests (a build error): the counts above may be an older run's
+    echo "make check exited with status $make_status before its tests all ran: see its output above"
+    failed=1
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$make_status" -eq 0 ] && [ "$failed" -eq 0 ] && [ $((passed + skipped)) -gt 0 ]

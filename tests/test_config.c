@@ -1,5 +1,8 @@
 /* tests/test_config.c — CUnit tests of core/config.c: parse errors, --set, schema checks, getters.
  * Not a test of any real schema: the schemas here are small ones made for these tests. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "internal.h"
 #include "testutil.h"
 
