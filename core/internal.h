@@ -20,7 +20,7 @@
 
 /* ---- context and registry (core/context.c, core/plugin.c) ---- */
 
-#define GLIA__MAX_STATE 4   /* an optimizer's state arrays (glia_optimizer_ops.n_state) */
+#define GLIA__MAX_STATE GLIA_OPTIMIZER_MAX_STATE  /* an optimizer's state arrays (glia_optimizer_ops.n_state) */
 
 struct glia__plugin {
     char *name;

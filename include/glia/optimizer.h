@@ -20,8 +20,12 @@ struct glia_optimizer {
     void *priv;                            /* the plugin's state */
 };
 
+/* The most state arrays an optimizer may have (glia_optimizer_ops.n_state). */
+#define GLIA_OPTIMIZER_MAX_STATE 4
+
 /* One step over n fp32 elements laid out flat: weights, gradients and n_state state
- * arrays of n elements each (zero before the first step; state[k] for k >= n_state is NULL). */
+ * arrays of n elements each (zero before the first step; state[k] for n_state <= k <
+ * GLIA_OPTIMIZER_MAX_STATE is NULL). */
 struct glia_opt_step {
     float *w;
     const float *g;
@@ -39,7 +43,7 @@ struct glia_optimizer_ops {
                                       per (name, device_type) */
     const char *doc;               /* one line */
     const struct glia_key *keys;   /* keys of the [optimizer] section; may be NULL */
-    int n_state;                   /* state arrays per parameter element: 0 (plain SGD) to 4 */
+    int n_state;                   /* state arrays per parameter element: 0 (plain SGD) to GLIA_OPTIMIZER_MAX_STATE */
     enum glia_device_type device_type;
     /* ABI 1.0 */
     /* Read keys into o->priv. Required. As a layer's create (glia/layer.h): a create that fails
