@@ -48,8 +48,10 @@ struct glia_comm_open_args {
 /* A transport. Calls are asynchronous: each one is queued behind the calls before it (one
  * stream per communicator, in issue order), runs after the work queued so far on the backend,
  * and returns a ticket; wait orders later work, or the host, after the ticket. Every rank must
- * issue the same calls in the same order with the same counts. Buffers must stay valid until
- * the call's ticket is waited for. */
+ * issue the same calls in the same order with the same counts (mpi checks that before each call
+ * touches its buffers and fails it on every rank, naming both sides; nccl does not, as that
+ * would cost a host sync per call). Buffers must stay valid until the call's ticket is waited
+ * for. */
 struct glia_comm_ops {
     uint32_t struct_size;            /* sizeof(struct glia_comm_ops) of the builder */
     const char *name;                /* "mpi", "nccl": the [distributed] transport value */
