@@ -204,6 +204,13 @@ glia_status glia__comm_all_reduce_host(struct glia_comm *c, void *p, size_t coun
     return in_place_sync(c, p, count, dt, op, -1, true);
 }
 
+glia_status glia__comm_broadcast_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root)
+{
+    if (root < 0 || root >= c->info.world)
+        return glia_error(c->ctx, GLIA_EINVAL, "broadcast: root %d is not a rank of %d", root, c->info.world);
+    return in_place_sync(c, p, count, dt, GLIA_REDUCE_SUM, root, true);
+}
+
 glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
                                       enum glia_reduce_op op)
 {

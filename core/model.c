@@ -1820,6 +1820,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
         struct glia_section *d = glia__config_find(cfg, "distributed");
         st = glia__ddp_new(m, m->comm, glia_section_float(d, "bucket_mb"), glia_section_float(d, "first_bucket_mb"), &m->ddp);
     }
+    if (!st && m->comm && m->world > 1) st = glia__ddp_check_settings(m);  /* before any rank exchanges more */
     for (int r = 1; r < n_devs && !st; r++) {  /* dp: the other devices' copies */
         if (!(st = build(ctx, cfg, m, &devs[r], &m->replica[r]))) {
             m->replica[r]->rank = r;  /* its own dropout masks */
