@@ -317,6 +317,10 @@ int main(int argc, char **argv)
         usage(stderr);
         rc = 2;
     }
+    /* An error on this rank of a job of several: the others may be waiting for it in a collective
+     * (a data file only this rank lacks); end them all now rather than after [distributed]
+     * timeout_s. Returns only when there is no such job or its transport cannot end it. */
+    if (rc == 1) glia_comm_abort_job(ctx, rc);
     glia_context_free(ctx);
     return rc;
 }

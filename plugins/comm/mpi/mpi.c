@@ -21,9 +21,9 @@
  * (agree): a rank that is a call ahead or behind, or passes another count, would otherwise
  * receive into a buffer of another size. */
 
-enum kind { OPEN, ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER, BARRIER, CLOSE };
+enum kind { OPEN, ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER, BARRIER, CLOSE, ABORT };
 static const char *const kind_name[] = {"open", "all-reduce", "broadcast", "all-gather", "reduce-scatter", "barrier",
-                                        "close"};
+                                        "close", "abort"};
 #define MISMATCH (-1)  /* run()'s answer when the ranks entered different collectives (MPI's codes are >= 0) */
 
 struct comm {
@@ -248,12 +248,13 @@ static int run(struct call *k, char *err, size_t n)
     struct comm *c = k->c;
     MPI_Datatype t = mpi_type(k->dt);
     size_t esize = glia_dtype_size(k->dt);
-    if (k->kind != OPEN && k->kind != CLOSE) {
+    if (k->kind != OPEN && k->kind != CLOSE && k->kind != ABORT) {
         int rc = agree(k, err, n);
         if (rc != MPI_SUCCESS) return rc;
     }
     switch (k->kind) {
     case OPEN: return run_open(c, err, n);
+    case ABORT: MPI_TRY(MPI_Abort, (MPI_COMM_WORLD, k->root)); return MPI_SUCCESS;  /* returns only when it failed */
     case ALL_REDUCE:  /* in place, in pieces of at most INT_MAX elements */
         for (size_t off = 0; off < k->count; off += INT_MAX) {
             int m = (int)(k->count - off < INT_MAX ? k->count - off : INT_MAX);
@@ -325,7 +326,7 @@ static void *thread_main(void *arg)
         if (!(g.head = k->next)) g.tail = NULL;
         g.current = k;
         struct comm *c = k->c;
-        bool skip = c->failed && k->kind != CLOSE;  /* after a failure the communicator is broken */
+        bool skip = c->failed && k->kind != CLOSE && k->kind != ABORT;  /* after a failure the communicator is broken */
         pthread_mutex_unlock(&g.lock);
 
         char err[300] = "";
@@ -646,6 +647,25 @@ static glia_status mpi_wait(void *priv, uint64_t ticket, bool host)
     return st;
 }
 
+/* MPI_Abort of MPI_COMM_WORLD: on the communication thread when it is idle (MPI is called from
+ * that thread only), else from this thread, the communication thread being in a call that may
+ * never end (a peer that stalled). Returns only when MPI could not end the job. */
+static void mpi_abort(void *priv, int status)
+{
+    struct comm *c = priv;
+    pthread_mutex_lock(&g.lock);
+    struct call *k = g.phase == RUNNING && !g.current && !g.head && g.mpi_up > 0 ? new_call(c, ABORT) : NULL;
+    if (k) {
+        k->root = status;
+        k->seq = ++c->issued;
+        enqueue(k);
+        wait_done(c, k->seq, 10);  /* MPI_Abort does not come back; if it hangs, try from here */
+    }
+    bool up = g.mpi_up > 0 && !g.finalized;
+    pthread_mutex_unlock(&g.lock);
+    if (up) MPI_Abort(MPI_COMM_WORLD, status);
+}
+
 static const struct glia_comm_ops mpi_ops = {
     .struct_size = sizeof(struct glia_comm_ops),
     .name = "mpi",
@@ -662,6 +682,7 @@ static const struct glia_comm_ops mpi_ops = {
     .group_begin = mpi_group_begin,
     .group_end = mpi_group_end,
     .wait = mpi_wait,
+    .abort = mpi_abort,
 };
 
 static glia_status mpi_init(struct glia_registry *r) { return glia_register_comm(r, &mpi_ops); }
