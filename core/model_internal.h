@@ -167,7 +167,8 @@ struct glia_model {
     int epochs, log_every;
     char *checkpoint_dir;            /* (owned) NULL: no checkpoints */
     int64_t checkpoint_every, max_steps;
-    volatile sig_atomic_t stop_requested;  /* glia_model_request_stop (a signal handler may set it) */
+    volatile sig_atomic_t stop_requested;  /* glia_model_request_stop's code (a signal handler may set it) */
+    int stop_code;                         /* the code that stopped the last training (all ranks agree) */
     int checkpoint_keep;
     double lr;                       /* base learning rate */
     double cur_lr;                   /* learning rate of the last step */

@@ -1,7 +1,8 @@
 /* tests/test_ddp_fault.c — a rank that dies, stalls or fails during DDP never leaves the others
  * hanging: `mpirun -np 2 glia train` ends, non-zero, soon after [distributed] timeout_s, or at once
  * when the rank saw an error, with a message naming the cause; ranks started with different
- * settings are refused. Runs the real CLI; the fault fixture layer plays the rank. */
+ * settings are refused; SIGTERM to one rank stops all with one exit status. Runs the real CLI; the
+ * fault fixture layer plays the rank. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,36 @@ static void test_different_settings_refused(void)
     CU_ASSERT(said);
 }
 
+/* SIGTERM to rank 1 only: both ranks stop at the same step (the 10th, where they agree) and both
+ * exit with 128 + SIGTERM, the signalled rank and the other alike. Each rank's status is written
+ * by a shell around it, so that no rank's exit ends the job under the other. */
+static void test_sigterm_on_one_rank(void)
+{
+    char out[16384], path[700];
+    double s;
+    make_files("term");
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/status.%d", dir, r);
+        remove(path);
+    }
+    int rc = run_mpi("-np 2 sh -c '\"%s\" train term.ini; echo $? > status.$OMPI_COMM_WORLD_RANK'", &s, out, sizeof out);
+    int status[2] = {-1, -1};
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/status.%d", dir, r);
+        FILE *f = fopen(path, "r");
+        if (!f || fscanf(f, "%d", &status[r]) != 1) status[r] = -1;
+        if (f) fclose(f);
+    }
+    const char *stop = strstr(out, "interrupted at step 10");
+    bool both = stop && strstr(stop + 1, "interrupted at step 10");
+    if (rc || status[0] != 143 || status[1] != 143 || !both)
+        printf("\n  exit %d after %.1f s, ranks %d and %d:\n%s\n", rc, s, status[0], status[1], out);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(status[0], 143);
+    CU_ASSERT_EQUAL(status[1], 143);
+    CU_ASSERT(both);
+}
+
 int main(void)
 {
 #ifndef GLIA_MPIRUN
@@ -136,7 +167,8 @@ int main(void)
 #else
     static const struct glia_test tests[] = {GLIA_TEST(test_stalled_rank_times_out), GLIA_TEST(test_killed_rank_ends_the_job),
                                              GLIA_TEST(test_failing_rank_ends_the_job),
-                                             GLIA_TEST(test_different_settings_refused)};
-    return glia_test_run("ddp_fault", tests, 4);
+                                             GLIA_TEST(test_different_settings_refused),
+                                             GLIA_TEST(test_sigterm_on_one_rank)};
+    return glia_test_run("ddp_fault", tests, 5);
 #endif
 }
