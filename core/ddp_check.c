@@ -153,8 +153,7 @@ static bool first_difference(const char *a, size_t na, const char *b, size_t nb,
 static glia_status refuse(struct glia_model *m, int r, const char *const d[4])
 {
     char vals[128] = "";
-    const char *v0 = d[2] ? d[2] : d[0][0] ? "no such section" : "none";
-    const char *vr = d[3] ? d[3] : d[0][0] ? "no such section" : "none";
+    const char *v0 = d[2] ? d[2] : "absent", *vr = d[3] ? d[3] : "absent";
     if (strlen(v0) <= 40 && strlen(vr) <= 40) snprintf(vals, sizeof vals, " (%s vs %s)", v0, vr);
     static const char why[] = "every rank of a ddp job must run with the same settings (README, Multi-GPU: the keys "
                               "that may differ)";

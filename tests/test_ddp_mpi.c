@@ -202,6 +202,14 @@ static void test_ddp_different_models_refused(void)
     CU_ASSERT_EQUAL(build_with_set(model(true, 16, 0, NULL, layers), NULL, e, sizeof e), GLIA_ECONFIG);
     if (!strstr(e, "[fc1] outputs: ranks 0 and 1 differ (16 vs 17)")) printf("\n  %s\n", e);
     CU_ASSERT_PTR_NOT_NULL(strstr(e, "[fc1] outputs: ranks 0 and 1 differ (16 vs 17)"));
+    /* the same sections in another order: another graph */
+    snprintf(layers, sizeof layers, "[flat]\ntype = flatten\n%s%s[fc2]\ntype = linear\noutputs = 5\n"
+             "[loss]\ntype = softmax_cross_entropy\n",
+             world->info.rank == 0 ? "[fc1]\ntype = linear\noutputs = 16\n" : "[act]\ntype = relu\n",
+             world->info.rank == 0 ? "[act]\ntype = relu\n" : "[fc1]\ntype = linear\noutputs = 16\n");
+    CU_ASSERT_EQUAL(build_with_set(model(true, 16, 0, NULL, layers), NULL, e, sizeof e), GLIA_ECONFIG);
+    if (!strstr(e, "t.ini: ranks 0 and 1 list the same sections in a different order")) printf("\n  %s\n", e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, "t.ini: ranks 0 and 1 list the same sections in a different order"));
 }
 
 /* Settings that change what the replicas compute must be the same on every rank: one of them
