@@ -109,6 +109,19 @@ void glia__comms_close(struct glia_context *ctx)
     ctx->n_comms = ctx->cap_comms = 0;
 }
 
+glia_status glia_comm_abort_job(struct glia_context *ctx, int status)
+{
+    bool several = false;
+    for (int i = 0; i < ctx->n_comms; i++) {
+        struct glia_comm *c = ctx->comms[i];
+        if (c->info.world < 2) continue;
+        several = true;
+        if (GLIA__HAS_COMM_SLOT(c->ops, abort)) c->ops->abort(c->priv, status);  /* returns only when it failed */
+    }
+    return several ? glia_error(ctx, GLIA_EUNSUPPORTED, "no transport of this job could end it")
+                   : glia_error(ctx, GLIA_ENOTFOUND, "no communicator over several ranks is open");
+}
+
 /* A failed call's status, with a context error naming the transport and the call. */
 static glia_status checked(struct glia_comm *c, const char *call, glia_status st)
 {
@@ -202,6 +215,13 @@ glia_status glia__comm_all_reduce_host(struct glia_comm *c, void *p, size_t coun
                                        enum glia_reduce_op op)
 {
     return in_place_sync(c, p, count, dt, op, -1, true);
+}
+
+glia_status glia__comm_broadcast_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root)
+{
+    if (root < 0 || root >= c->info.world)
+        return glia_error(c->ctx, GLIA_EINVAL, "broadcast: root %d is not a rank of %d", root, c->info.world);
+    return in_place_sync(c, p, count, dt, GLIA_REDUCE_SUM, root, true);
 }
 
 glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,

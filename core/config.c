@@ -858,6 +858,37 @@ const char *glia_section_str(const struct glia_section *s, const char *key)
     return value_of(s, key, "glia_section_str", ~0u, &k);
 }
 
+/* x in the fewest digits that read back as x (0.1, not 0.10000000000000001). */
+static void shortest(char *buf, size_t n, double x)
+{
+    double back;
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, x);
+        if (parse_float(buf, &back) == NUM_OK && back == x) return;
+    }
+}
+
+glia_status glia__section_canonical(const struct glia_section *s, const struct glia_key *k, char **out)
+{
+    const struct glia__entry *e = entry_find(s, k->name);
+    const char *v = e ? e->value : k->default_value;
+    char num[64];
+    *out = NULL;
+    if (!v) return GLIA_OK;
+    int64_t i;
+    double x;
+    int b;
+    if (k->type == GLIA_KEY_INT && parse_int(v, &i) == NUM_OK) snprintf(num, sizeof num, "%lld", (long long)i), v = num;
+    else if (k->type == GLIA_KEY_FLOAT && parse_float(v, &x) == NUM_OK) shortest(num, sizeof num, x), v = num;
+    else if (k->type == GLIA_KEY_BOOL && (b = parse_bool(v)) >= 0) v = b ? "on" : "off";
+    if (k->type != GLIA_KEY_LIST) return (*out = glia__strdup(v)) ? GLIA_OK : GLIA_ENOMEM;
+    struct split *sp = split_new(v, ',', NULL);
+    size_t n = strlen(v) + 2 * (sp ? (size_t)sp->n : 0) + 1;  /* ", " between trimmed items */
+    if (sp && (*out = malloc(n))) join(*out, n, sp->items, sp->n);
+    free(sp);
+    return *out ? GLIA_OK : GLIA_ENOMEM;
+}
+
 /* Splits are kept until the config is freed, so items from earlier calls stay valid; a
  * repeated call for the same key and text returns the same split. Returns -1 (error
  * recorded, *items NULL) on ENOMEM. */

@@ -174,19 +174,25 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
 {
     struct glia_comm *c = d->comm;
     int world = c->info.world;
-    /* an all-gather of (fingerprint, size) as a sum of slots that only their rank fills: host
-     * memory, through whatever memory the transport takes */
-    int64_t *all = calloc(2 * (size_t)world, sizeof *all);
+    /* an all-gather of (fingerprint, size, step) as a sum of slots that only their rank fills:
+     * host memory, through whatever memory the transport takes */
+    int64_t *all = calloc(3 * (size_t)world, sizeof *all);
     if (!all) return GLIA_ENOMEM;
-    all[2 * c->info.rank] = (int64_t)glia__model_fingerprint(m);
-    all[2 * c->info.rank + 1] = m->wa.n;
-    glia_status st = glia__comm_all_reduce_host(c, all, 2 * (size_t)world, GLIA_I64, GLIA_REDUCE_SUM);
+    all[3 * c->info.rank] = (int64_t)glia__model_fingerprint(m);
+    all[3 * c->info.rank + 1] = m->wa.n;
+    all[3 * c->info.rank + 2] = m->step;
+    glia_status st = glia__comm_all_reduce_host(c, all, 3 * (size_t)world, GLIA_I64, GLIA_REDUCE_SUM);
     for (int r = 1; r < world && !st; r++)
-        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+        if (all[3 * r] != all[0] || all[3 * r + 1] != all[1])
             st = glia_error(m->ctx, GLIA_ECONFIG,
                             "rank %d built a different model than rank 0 (%lld parameters against %lld, layers or shapes "
                             "differ): every rank must train the same model file",
-                            r, (long long)all[2 * r + 1], (long long)all[1]);
+                            r, (long long)all[3 * r + 1], (long long)all[1]);
+        else if (all[3 * r + 2] != all[2])  /* a --resume on some ranks only, or from other checkpoints */
+            st = glia_error(m->ctx, GLIA_ECONFIG,
+                            "rank %d starts at step %lld, rank 0 at step %lld: every rank must --resume from the same "
+                            "checkpoint, or none",
+                            r, (long long)all[3 * r + 2], (long long)all[2]);
     free(all);
     if (!st && m->wa.n) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->wa.len, GLIA_F32, 0);
     if (!st && m->ba.n) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->ba.len, GLIA_F32, 0);

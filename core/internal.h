@@ -17,6 +17,9 @@
 /* The same for a layer's ops. */
 #define GLIA__HAS_LAYER_SLOT(ops, f) \
     ((ops)->struct_size >= offsetof(struct glia_layer_ops, f) + sizeof((ops)->f) && (ops)->f)
+/* The same for a transport's ops. */
+#define GLIA__HAS_COMM_SLOT(ops, f) \
+    ((ops)->struct_size >= offsetof(struct glia_comm_ops, f) + sizeof((ops)->f) && (ops)->f)
 
 /* ---- context and registry (core/context.c, core/plugin.c) ---- */
 
@@ -93,6 +96,8 @@ int glia__launcher_world(void);
  * transport takes (a transport of device memory only gets a copy on c's backend). */
 glia_status glia__comm_all_reduce_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
                                        enum glia_reduce_op op);
+/* The same for a broadcast from rank root. */
+glia_status glia__comm_broadcast_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root);
 void glia__backends_close(struct glia_context *ctx);
 /* Loads the CUDA backend plugin (cuda.so) unless a CUDA backend is registered; on failure the
  * context error says why (not built, or the probe's refusal). */
@@ -151,6 +156,11 @@ struct glia_config {
 
 /* The section named `name`, or NULL. */
 struct glia_section *glia__config_find(struct glia_config *cfg, const char *name);
+/* The effective value of key k of validated section s as text that is the same wherever the value
+ * is: integers and floats printed again (0.10 is 0.1), booleans on or off, list items trimmed and
+ * joined by ", ", other text as written. *out (owned) is NULL when the key is neither written nor
+ * defaulted. */
+glia_status glia__section_canonical(const struct glia_section *s, const struct glia_key *k, char **out);
 /* The section named `name`, created empty (line 0) if absent. NULL only on ENOMEM. */
 struct glia_section *glia__config_section(struct glia_config *cfg, const char *name);
 /* A section of cfg's file that is not in cfg (a graph pass's layer; line: where its messages

@@ -2010,6 +2010,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
         if (st == GLIA_ENOMEM && !glia_context_error(ctx)[0])  /* mostly its host copy of the gradients */
             st = arena_error(m, false, 4.0 * (double)m->wa.len, " with a host copy of their gradients for the all-reduce");
     }
+    if (!st && m->comm && m->world > 1) st = glia__ddp_check_settings(m);  /* before any rank exchanges more */
     for (int r = 1; r < n_devs && !st; r++) {  /* dp: the other devices' copies */
         if (!(st = build(ctx, cfg, m, &devs[r], &m->replica[r]))) {
             m->replica[r]->rank = r;  /* its own dropout masks */

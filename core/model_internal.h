@@ -170,7 +170,8 @@ struct glia_model {
     int epochs, log_every;
     char *checkpoint_dir;            /* (owned) NULL: no checkpoints */
     int64_t checkpoint_every, max_steps;
-    volatile sig_atomic_t stop_requested;  /* glia_model_request_stop (a signal handler may set it) */
+    volatile sig_atomic_t stop_requested;  /* glia_model_request_stop's code (a signal handler may set it) */
+    int stop_code;                         /* the code that stopped the last training (all ranks agree) */
     int checkpoint_keep;
     double lr;                       /* base learning rate */
     double cur_lr;                   /* learning rate of the last step */
@@ -333,8 +334,15 @@ glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double b
                           struct glia__ddp **out);
 void glia__ddp_free(struct glia__ddp *d);
 int glia__ddp_n_buckets(const struct glia__ddp *d);
-/* Checks that every rank built the same model, then broadcasts rank 0's weights and buffers. */
+/* Checks that every rank built the same model from the same point (the step a --resume gave),
+ * then broadcasts rank 0's weights and buffers. */
 glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d);
+/* Checks that every rank of m's job runs with the same settings (core/ddp_check.c); on every rank
+ * a difference fails with one line naming the first differing key, its two values and the ranks. */
+glia_status glia__ddp_check_settings(struct glia_model *m);
+/* Per-rank key i of that check (the keys it skips): its section, and its name in *key; NULL past
+ * the last. */
+const char *glia__ddp_per_rank_key(int i, const char **key);
 /* Before a backward: reduce says whether its gradients are all-reduced (the last micro-step). */
 void glia__ddp_begin(struct glia__ddp *d, bool reduce);
 /* After node's backward: starts the buckets whose last gradient it wrote. */

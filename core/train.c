@@ -516,19 +516,27 @@ void glia_model_request_stop(struct glia_model *m)
     if (m) m->stop_requested = 1;
 }
 
+void glia_model_request_stop_code(struct glia_model *m, int code)
+{
+    if (m) m->stop_requested = code < 1 ? 1 : code > 255 ? 255 : code;
+}
+
+int glia_model_stop_code(const struct glia_model *m) { return m ? m->stop_code : 0; }
+
 #define STOP_POLL 10  /* ddp: the ranks agree on a stop request every this many optimizer steps */
 
 /* Whether training stops after this optimizer step for glia_model_request_stop: at once in one
  * process; under ddp with several ranks every STOP_POLL-th step, when any rank asked (a one-int
- * all-reduce; with nccl it waits for the queued work, once in STOP_POLL steps), so that all ranks
- * stop at the same step. */
+ * all-reduce of the codes, the largest wins; with nccl it waits for the queued work, once in
+ * STOP_POLL steps), so that all ranks stop at the same step with the same code. */
 static bool stop_agreed(struct glia_model *m, glia_status *st)
 {
-    if (!m->ddp || m->world == 1) return m->stop_requested != 0;
-    if (m->step % STOP_POLL) return false;
-    int32_t any = m->stop_requested != 0;
-    *st = glia__comm_all_reduce_host(m->comm, &any, 1, GLIA_I32, GLIA_REDUCE_MAX);
-    return !*st && any;
+    bool ranks = m->ddp && m->world > 1;
+    if (ranks && m->step % STOP_POLL) return false;
+    int32_t code = m->stop_requested;
+    if (ranks && (*st = glia__comm_all_reduce_host(m->comm, &code, 1, GLIA_I32, GLIA_REDUCE_MAX))) return false;
+    m->stop_code = code;
+    return code != 0;
 }
 
 static glia_status read_loss(struct glia_model *m, double *loss)
@@ -1356,6 +1364,7 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
+    m->stop_code = 0;
     glia_status st = train_run(m, opt, results, max_results);
     m->stop_requested = 0;
     return st;

@@ -1,5 +1,6 @@
 /* tests/test_comm.c — the mpi transport across 3 ranks: every collective with values that depend on the
- * rank, tickets, groups, two communicators at once, errors and a timeout. Not DDP or SyncBatchNorm. */
+ * rank, tickets, groups, two communicators at once, errors, ranks in different collectives and a
+ * timeout. Not DDP or SyncBatchNorm. */
 #include <glia/glia.h>
 #include <math.h>
 #include <time.h>
@@ -269,6 +270,60 @@ static void test_errors(void)
     DONE(glia_comm_barrier(comm, &t_));  /* the refused calls were not queued: still in step */
 }
 
+/* The error of a wait on comm c of context x must be `st` and hold every string of want. */
+static void expect_wait_error(struct glia_context *x, struct glia_comm *c, uint64_t t, glia_status want_st,
+                              const char *const *want)
+{
+    glia_status st = glia_comm_wait(c, t, true);
+    CU_ASSERT_EQUAL(st, want_st);
+    for (int i = 0; want[i]; i++) {
+        bool ok = strstr(glia_context_error(x), want[i]) != NULL;
+        if (!ok) printf("\n  rank %d: want '%s' in '%s'\n", rank, want[i], glia_context_error(x));
+        CU_ASSERT(ok);
+    }
+}
+
+/* Ranks entering different collectives: rank 0 all-reduces 2 f64 while the others all-reduce 64
+ * f32 (a rank whose epoch ended early against ranks still reducing gradients). Every rank fails
+ * the call, naming both sides, before any buffer is touched; the communicator stays failed and
+ * the others go on. Then rank 2 is one call ahead (an extra barrier): caught by the numbers. */
+static void test_mismatch(void)
+{
+    struct glia_context *x = NULL, *y = NULL;
+    struct glia_comm *c = open_mpi(&x, TIMEOUT);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    double small[2] = {1, 2};
+    float big[64];
+    for (int i = 0; i < 64; i++) big[i] = (float)(rank + i);
+    uint64_t t;
+    if (rank == 0) CU_ASSERT_EQUAL_FATAL(glia_comm_all_reduce(c, small, 2, GLIA_F64, GLIA_REDUCE_SUM, &t), GLIA_OK);
+    if (rank != 0) CU_ASSERT_EQUAL_FATAL(glia_comm_all_reduce(c, big, 64, GLIA_F32, GLIA_REDUCE_AVG, &t), GLIA_OK);
+    char who[32];
+    snprintf(who, sizeof who, "rank %d of %d", rank, WORLD);
+    const char *mine = rank == 0 ? "mpi all-reduce #2 (2 f64, sum) does not match" : "mpi all-reduce #2 (64 f32, avg) does not match";
+    const char *other = rank == 0 ? "rank 1's all-reduce #2 (64 f32, avg)" : "rank 0's all-reduce #2 (2 f64, sum)";
+    expect_wait_error(x, c, t, GLIA_EINVAL, (const char *const[]){who, mine, other, NULL});
+    CU_ASSERT(small[0] == 1 && small[1] == 2);  /* untouched */
+    bool same = true;
+    for (int i = 0; i < 64; i++) same &= big[i] == (float)(rank + i);
+    CU_ASSERT(same);
+    CU_ASSERT_EQUAL_FATAL(glia_comm_barrier(c, &t), GLIA_OK);  /* a failed communicator fails its later calls */
+    CU_ASSERT_EQUAL(glia_comm_wait(c, t, true), GLIA_EINVAL);
+    DONE(glia_comm_barrier(comm, &t_));  /* the others are in step */
+
+    struct glia_comm *d = open_mpi(&y, TIMEOUT);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    float f[4] = {1, 2, 3, 4};
+    if (rank == 2) CU_ASSERT_EQUAL_FATAL(glia_comm_barrier(d, &t), GLIA_OK);
+    if (rank == 2) expect_wait_error(y, d, t, GLIA_EINVAL, (const char *const[]){"mpi barrier #2 does not match rank 0's all-reduce #2 (4 f32, sum)", NULL});
+    CU_ASSERT_EQUAL_FATAL(glia_comm_all_reduce(d, f, 4, GLIA_F32, GLIA_REDUCE_SUM, &t), GLIA_OK);
+    if (rank != 2) expect_wait_error(y, d, t, GLIA_EINVAL, (const char *const[]){"mpi all-reduce #2 (4 f32, sum) does not match rank 2's barrier #2", NULL});
+    CU_ASSERT(f[0] == 1 && f[3] == 4);
+    glia_context_free(y);
+    glia_context_free(x);
+    DONE(glia_comm_barrier(comm, &t_));
+}
+
 static double now(void)
 {
     struct timespec t;
@@ -319,4 +374,4 @@ GLIA_MPI_TEST_MAIN("comm", WORLD, GLIA_TEST(test_open), GLIA_TEST(test_all_reduc
                    GLIA_TEST(test_all_gather), GLIA_TEST(test_reduce_scatter), GLIA_TEST(test_barrier),
                    GLIA_TEST(test_in_flight), GLIA_TEST(test_count_zero), GLIA_TEST(test_group),
                    GLIA_TEST(test_all_reduce_sync), GLIA_TEST(test_second_comm), GLIA_TEST(test_errors),
-                   GLIA_TEST(test_timeout), GLIA_TEST(test_free))
+                   GLIA_TEST(test_mismatch), GLIA_TEST(test_timeout), GLIA_TEST(test_free))

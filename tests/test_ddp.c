@@ -1,6 +1,6 @@
 /* tests/test_ddp.c — data-parallel training in one process: gradient bucket assignment, the
- * distributed sampler's shards, [distributed] configuration errors, the built-in self transport
- * and a device-memory-only transport (as nccl) started through it.
+ * distributed sampler's shards, [distributed] configuration errors, the built-in self transport,
+ * a device-memory-only transport (as nccl) started through it and the host exchanges staged for it.
  * Not multi-process training: tests/test_ddp_mpi.c runs that under mpirun. */
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +233,37 @@ static void test_self_transport(void)
     glia_context_free(ctx);
 }
 
+/* The host exchanges of ddp's start-up check (all-reduce of i64, broadcast of u8 bytes) go
+ * through a device copy for a transport of device memory only, as with nccl: the devonly fixture
+ * refuses host stack buffers. glia_comm_abort_job has no job of several ranks to end here: it
+ * says so and returns. */
+static void test_host_exchanges_staged(void)
+{
+    struct glia_context *ctx;
+    struct glia_backend *cpu;
+    struct glia_comm *c;
+    char path[600];
+    snprintf(path, sizeof path, "%s/devonly.so", glia_test_fixtures());
+    static const char *const launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof launcher / sizeof *launcher; i++) unsetenv(launcher[i]);  /* it boots through self */
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, path) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    glia_status st = glia_comm_open(ctx, "devonly", cpu, 5, &c);
+    if (st) printf("\n  %s\n", glia_context_error(ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    char bytes[13] = "ab\0cd\0ef\0gh\0";
+    int64_t sums[3] = {-7, 1ll << 40, 3};
+    CU_ASSERT_EQUAL(glia__comm_broadcast_host(c, bytes, sizeof bytes, GLIA_U8, 0), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(bytes, "ab\0cd\0ef\0gh\0", sizeof bytes), 0);
+    CU_ASSERT_EQUAL(glia__comm_all_reduce_host(c, sums, 3, GLIA_I64, GLIA_REDUCE_SUM), GLIA_OK);
+    CU_ASSERT(sums[0] == -7 && sums[1] == 1ll << 40 && sums[2] == 3);
+    CU_ASSERT_EQUAL(glia__comm_broadcast_host(c, bytes, sizeof bytes, GLIA_U8, 1), GLIA_EINVAL);  /* no rank 1 */
+    CU_ASSERT_EQUAL(glia_comm_abort_job(ctx, 1), GLIA_ENOTFOUND);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "no communicator over several ranks"));
+    glia_context_free(ctx);
+}
+
 /* A transport of device memory only (nccl's kind) opened by a process no launcher started: it
  * starts through self, not mpi, and DDP training through it (world 1) stages every host array it
  * reduces onto the backend and ends with the weights of training without DDP. */
@@ -275,6 +306,7 @@ static void test_device_only_transport(void)
     free(w[1]);
 }
 
-GLIA_TEST_MAIN("ddp", GLIA_TEST(test_self_transport), GLIA_TEST(test_device_only_transport), GLIA_TEST(test_buckets_reverse_order_and_caps), GLIA_TEST(test_buckets_edges),
+GLIA_TEST_MAIN("ddp", GLIA_TEST(test_self_transport), GLIA_TEST(test_host_exchanges_staged),
+               GLIA_TEST(test_device_only_transport), GLIA_TEST(test_buckets_reverse_order_and_caps), GLIA_TEST(test_buckets_edges),
                GLIA_TEST(test_buckets_random), GLIA_TEST(test_shard_padded), GLIA_TEST(test_shard_unpadded),
                GLIA_TEST(test_loader_shards_epoch), GLIA_TEST(test_config_errors))

@@ -1,7 +1,8 @@
 /* tests/test_ddp_mpi.c — DDP over the mpi transport with 2 ranks (the program starts itself
  * through mpirun): training equals one process on the global batch, every rank ends with the
- * same weights, SyncBatchNorm sees the global batch, a different model on one rank is refused,
- * only rank 0 writes files (checkpoints, metrics, the profile's trace).
+ * same weights, SyncBatchNorm sees the global batch, a different model, different settings or a
+ * --resume on one rank only are refused, only rank 0 writes files (checkpoints, metrics, the
+ * profile's trace).
  * Not the transport's own tests (test_comm) and not rank failures (test_ddp_fault). */
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +36,9 @@ static void test_setup(void)
         snprintf(a, sizeof a, "%s/tri", dir);
         snprintf(b, sizeof b, "%s/trl", dir);
         CU_ASSERT_FATAL(glia_test_write_idx(a, b, 512, 6, 6, 5, 11) == 0);
+        snprintf(a, sizeof a, "%s/tri400", dir);
+        snprintf(b, sizeof b, "%s/trl400", dir);
+        CU_ASSERT_FATAL(glia_test_write_idx(a, b, 400, 6, 6, 5, 11) == 0);
         snprintf(a, sizeof a, "%s/tei", dir);
         snprintf(b, sizeof b, "%s/tel", dir);
         CU_ASSERT_FATAL(glia_test_write_idx(a, b, 201, 6, 6, 5, 12) == 0);
@@ -173,21 +177,78 @@ static void test_ddp_tokens_grouped(void)
     tokens = false;
 }
 
+/* Builds text on every rank, with the assignments of sets (--set's form, NULL-terminated; sets
+ * may be NULL) applied on rank 1 only; returns the build's status, its error in err. */
+static glia_status build_with_set(const char *text, const char *const *sets, char *err, size_t n)
+{
+    struct run r = {0};
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_parse_string(r.ctx, "t.ini", text, &r.cfg) == GLIA_OK);
+    for (int i = 0; sets && sets[i] && world->info.rank == 1; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    snprintf(err, n, "%s", glia_context_error(r.ctx));
+    close_run(&r);
+    return st;
+}
+
 /* Every rank must build the same model; the mismatch is named on every rank. */
 static void test_ddp_different_models_refused(void)
 {
-    char layers[256];
+    char layers[256], e[1024];
     snprintf(layers, sizeof layers,
              "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = %d\n[fc2]\ntype = linear\noutputs = 5\n"
              "[loss]\ntype = softmax_cross_entropy\n",
              world->info.rank == 0 ? 16 : 17);
-    struct run d;
-    open_run(&d, model(true, 16, 0, NULL, layers));
-    glia_status st = glia_model_train(d.m, &quiet, NULL, 0);
-    CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
-    const char *e = glia_context_error(d.ctx);
-    CU_ASSERT_PTR_NOT_NULL(strstr(e, "rank 1 built a different model than rank 0"));
-    close_run(&d);
+    CU_ASSERT_EQUAL(build_with_set(model(true, 16, 0, NULL, layers), NULL, e, sizeof e), GLIA_ECONFIG);
+    if (!strstr(e, "[fc1] outputs: ranks 0 and 1 differ (16 vs 17)")) printf("\n  %s\n", e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, "[fc1] outputs: ranks 0 and 1 differ (16 vs 17)"));
+    /* the same sections in another order: another graph */
+    snprintf(layers, sizeof layers, "[flat]\ntype = flatten\n%s%s[fc2]\ntype = linear\noutputs = 5\n"
+             "[loss]\ntype = softmax_cross_entropy\n",
+             world->info.rank == 0 ? "[fc1]\ntype = linear\noutputs = 16\n" : "[act]\ntype = relu\n",
+             world->info.rank == 0 ? "[act]\ntype = relu\n" : "[fc1]\ntype = linear\noutputs = 16\n");
+    CU_ASSERT_EQUAL(build_with_set(model(true, 16, 0, NULL, layers), NULL, e, sizeof e), GLIA_ECONFIG);
+    if (!strstr(e, "t.ini: ranks 0 and 1 list the same sections in a different order")) printf("\n  %s\n", e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, "t.ini: ranks 0 and 1 list the same sections in a different order"));
+}
+
+/* Settings that change what the replicas compute must be the same on every rank: one of them
+ * different on rank 1 is refused on both ranks at build, naming the key, both values and the ranks
+ * (before, the ranks trained apart, or ran into each other's collectives). Per-rank keys, the same
+ * value written otherwise, and no difference at all build. */
+static void test_ddp_different_settings_refused(void)
+{
+    static const char *const cases[][2] = {
+        {"train.lr=0.1", "[train] lr: ranks 0 and 1 differ (0.05 vs 0.1)"},
+        {"runtime.seed=6", "[runtime] seed: ranks 0 and 1 differ (5 vs 6)"},
+        {"optimizer.nesterov=on", "[optimizer] nesterov: ranks 0 and 1 differ (off vs on)"},
+        {"data.shuffle=off", "[data] shuffle: ranks 0 and 1 differ (on vs off)"},
+        {"data.batch_size=8", "[data] batch_size: ranks 0 and 1 differ (16 vs 8)"},
+        {"data.train_samples=256", "[data] train_samples: ranks 0 and 1 differ (0 vs 256)"},
+        {"graph.fuse_pointwise=off", "[graph] fuse_pointwise: ranks 0 and 1 differ (auto vs off)"},
+    };
+    const char *text = model(true, 16, 0, NULL, NULL);
+    char e[1024];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        glia_status st = build_with_set(text, (const char *const[]){cases[i][0], NULL}, e, sizeof e);
+        bool ok = st == GLIA_ECONFIG && strstr(e, cases[i][1]);
+        if (!ok) printf("\n  rank %d, --set %s: %s: %s\n", world->info.rank, cases[i][0], glia_status_name(st), e);
+        CU_ASSERT(ok);
+    }
+    /* data files of another size (their paths may differ: the sizes are compared) */
+    char images[700], labels[700];
+    snprintf(images, sizeof images, "data.train_images=%s/tri400", dir);
+    snprintf(labels, sizeof labels, "data.train_labels=%s/trl400", dir);
+    CU_ASSERT_EQUAL(build_with_set(text, (const char *const[]){images, labels, NULL}, e, sizeof e), GLIA_ECONFIG);
+    const char *want = "ranks 0 and 1 differ in the training set (512 samples of 1x6x6, 5 classes vs 400 samples of "
+                       "1x6x6, 5 classes)";
+    if (!strstr(e, want)) printf("\n  %s\n", e);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e, want));
+    static const char *const same[] = {"train.lr=0.050", "data.shuffle=true", "data.workers=0", "runtime.threads=1",
+                                       "distributed.timeout_s=30", "data.pin_memory=off", NULL};
+    glia_status st = build_with_set(text, same, e, sizeof e);
+    if (st) printf("\n  rank %d: %s\n", world->info.rank, e);
+    CU_ASSERT_EQUAL(st, GLIA_OK);
 }
 
 /* Uneven shards (500 samples over 2 ranks of batch 16 is padded); only rank 0 writes the
@@ -279,6 +340,25 @@ static void test_ddp_request_stop(void)
     close_run(&a), close_run(&c);
 }
 
+/* A --resume on rank 1 only (the checkpoint of test_ddp_request_stop): the ranks would start at
+ * different steps and meet in different collectives; refused on both ranks when training starts. */
+static void test_ddp_resume_on_one_rank_refused(void)
+{
+    char extra[800], path[900];
+    snprintf(extra, sizeof extra, "checkpoint_dir = %s/stopck\n", dir);
+    snprintf(path, sizeof path, "%s/stopck/step-00000010.ckpt", dir);
+    struct run d;
+    open_run(&d, model(true, 16, 500, extra, NULL));
+    struct glia_train_options o = quiet;
+    o.resume = world->info.rank == 1 ? path : NULL;
+    glia_status st = glia_model_train(d.m, &o, NULL, 0);
+    const char *want = "rank 1 starts at step 10, rank 0 at step 0: every rank must --resume from the same checkpoint";
+    if (!strstr(glia_context_error(d.ctx), want)) printf("\n  %s\n", glia_context_error(d.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(d.ctx), want));
+    close_run(&d);
+}
+
 /* glia profile --trace under ddp: rank 0 writes the trace, with the gradient wait between the
  * last backward and the optimizer in every step; rank 1 writes nothing. */
 static void test_ddp_profile_trace(void)
@@ -314,6 +394,8 @@ static void test_teardown(void) { glia_context_free(keeper); }
 
 GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equals_global_batch),
                    GLIA_TEST(test_ddp_accumulate), GLIA_TEST(test_ddp_conv), GLIA_TEST(test_ddp_syncbn), GLIA_TEST(test_ddp_tokens_grouped),
-                   GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_files_and_padding),
+                   GLIA_TEST(test_ddp_different_models_refused), GLIA_TEST(test_ddp_different_settings_refused),
+                   GLIA_TEST(test_ddp_files_and_padding),
                    GLIA_TEST(test_ddp_profile_trace), GLIA_TEST(test_ddp_request_stop),
+                   GLIA_TEST(test_ddp_resume_on_one_rank_refused),
                    GLIA_TEST(test_teardown))

@@ -1,7 +1,8 @@
 /* tests/test_docs.c — checks README.md's INI reference against the schemas the program uses: every
- * key of every core section, layer type and optimizer is documented, with its type and default.
- * Not a check of the prose: only the reference tables are read. */
-#include "internal.h"
+ * key of every core section, layer type and optimizer is documented, with its type and default;
+ * and the list of ddp's per-rank keys against the start-up check's. Not a check of the prose: only
+ * the reference tables and that list are read. */
+#include "model_internal.h"
 #include "testutil.h"
 
 static char *readme;
@@ -239,6 +240,32 @@ static void test_layers_and_optimizers(void)
     glia_context_free(ctx);
 }
 
+/* README's per-rank keys of a ddp job ("`[section] key`" between "Per-rank keys" and "When training
+ * starts") are the keys the start-up check of the ranks' settings skips, no more, no fewer. */
+static void test_ddp_per_rank_keys(void)
+{
+    if (!readme) load_readme();
+    const char *b = strstr(readme, "Per-rank keys, which may differ");
+    const char *e = b ? strstr(b, "When training starts") : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    int listed = 0, known = 0, bad = 0;
+    for (const char *p = b; (p = strstr(p, "`[")) && p < e; p++) listed++;
+    const char *key, *section;
+    for (; (section = glia__ddp_per_rank_key(known, &key)); known++) {
+        char tick[96];
+        snprintf(tick, sizeof tick, "`[%s] %s`", section, key);
+        const char *at = strstr(b, tick);
+        if (!at || at > e) {
+            printf("\n  README.md: per-rank key %s is not listed", tick);
+            bad++;
+        }
+    }
+    CU_ASSERT(known > 10);
+    if (listed != known) printf("\n  README.md lists %d per-rank keys, the check skips %d", listed, known);
+    CU_ASSERT_EQUAL(listed, known);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 /* The checker itself: a key missing from a table, a wrong type and a wrong default are each found. */
 static void test_checker_finds_errors(void)
 {
@@ -318,6 +345,7 @@ int main(void)
         GLIA_TEST(test_layers_and_optimizers),
         GLIA_TEST(test_checker_finds_errors),
         GLIA_TEST(test_command_lines),
+        GLIA_TEST(test_ddp_per_rank_keys),
     };
     int rc = glia_test_run("docs", tests, (int)(sizeof tests / sizeof tests[0]));
     free(readme);

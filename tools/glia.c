@@ -119,7 +119,9 @@ static int load_model(struct glia_context *ctx, const struct args *a, struct gli
 
 /* ---- stopping cleanly on SIGINT / SIGTERM ----
  * The first signal asks training to stop at the next optimizer step, write that step's checkpoint
- * and exit with 128 + the signal's number; a second one ends the program at once. */
+ * and exit with 128 + the signal's number; a second one ends the program at once. Under ddp the
+ * ranks agree on the stop and on the signal (the largest number wins), so every rank exits with
+ * the same status, the signalled one and the others alike. */
 static struct glia_model *volatile stop_model;
 static volatile sig_atomic_t stop_signal;
 
@@ -131,7 +133,7 @@ static void on_stop_signal(int sig)
         return;
     }
     stop_signal = sig;
-    if (stop_model) glia_model_request_stop(stop_model);
+    if (stop_model) glia_model_request_stop_code(stop_model, sig);
     static const char msg[] = "\nglia: stopping after this step (a checkpoint is written where checkpoint_dir is set); "
                               "send the signal again to quit at once\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -169,7 +171,7 @@ static int cmd_train(struct glia_context *ctx, const struct args *a, int check_o
             catch_stop_signals(m);
             glia_status st = glia_model_train(m, &o, NULL, 0);
             if (st) rc = fail(ctx, st);
-            if (st == GLIA_EINTERRUPTED && stop_signal) rc = 128 + stop_signal;
+            if (st == GLIA_EINTERRUPTED && glia_model_stop_code(m)) rc = 128 + glia_model_stop_code(m);  /* every rank alike */
         }
     }
     glia_model_free(m);
@@ -326,6 +328,10 @@ int main(int argc, char **argv)
         usage(stderr);
         rc = 2;
     }
+    /* An error on this rank of a job of several: the others may be waiting for it in a collective
+     * (a data file only this rank lacks); end them all now rather than after [distributed]
+     * timeout_s. Returns only when there is no such job or its transport cannot end it. */
+    if (rc == 1) glia_comm_abort_job(ctx, rc);
     glia_context_free(ctx);
     return rc;
 }

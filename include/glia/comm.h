@@ -1,6 +1,6 @@
 /* glia/comm.h — the communication ABI: collectives among the processes (ranks) of one job, and
  * the transport plugins that carry them (mpi, nccl). Not the training modes: DDP and DP are in
- * the core and use this API. (ABI 1.3) */
+ * the core and use this API. (ABI 1.3; abort: ABI 1.9) */
 #ifndef GLIA_COMM_H
 #define GLIA_COMM_H
 
@@ -48,8 +48,10 @@ struct glia_comm_open_args {
 /* A transport. Calls are asynchronous: each one is queued behind the calls before it (one
  * stream per communicator, in issue order), runs after the work queued so far on the backend,
  * and returns a ticket; wait orders later work, or the host, after the ticket. Every rank must
- * issue the same calls in the same order with the same counts. Buffers must stay valid until
- * the call's ticket is waited for. */
+ * issue the same calls in the same order with the same counts (mpi checks that before each call
+ * touches its buffers and fails it on every rank, naming both sides; nccl does not, as that
+ * would cost a host sync per call). Buffers must stay valid until the call's ticket is waited
+ * for. */
 struct glia_comm_ops {
     uint32_t struct_size;            /* sizeof(struct glia_comm_ops) of the builder */
     const char *name;                /* "mpi", "nccl": the [distributed] transport value */
@@ -86,6 +88,14 @@ struct glia_comm_ops {
      * the host until it is done, failing with GLIA_ETIMEDOUT (and a context error naming the
      * call) when that takes longer than the open's timeout_s. Required. */
     glia_status (*wait)(void *priv, uint64_t ticket, bool host);
+    /* ABI 1.9 */
+    /* End every process of the job at once (MPI_Abort), with exit status `status` where the
+     * launcher passes one on: for a program whose rank failed while the others may wait for it in
+     * a collective. Callable from any thread, also while a call of this communicator is stuck.
+     * Does not return when it worked. The core never calls it on its own; glia_comm_abort_job
+     * does, for a program. Optional: NULL means the transport cannot end the job, and
+     * glia_comm_abort_job tries the context's other communicators (nccl's bootstrap over mpi). */
+    void (*abort)(void *priv, int status);
 };
 
 /* An open communicator. Owned by the context that opened it (closed by glia_context_free,
@@ -130,6 +140,14 @@ glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count
 /* Blocking broadcast from rank root of count values of type dt at p, in place, staged like
  * glia_comm_all_reduce_sync (ABI 1.4). */
 glia_status glia_comm_broadcast_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root);
+
+/* Ends the whole job at once, every rank of it, through the first open communicator of ctx over
+ * several ranks whose transport has abort (ABI 1.9). For a program (the glia command) after an
+ * error on this rank that the others may not see: without it they wait in their next collective
+ * until timeout_s. status: the exit status, where the launcher passes it on. Returns only when no
+ * communicator could end the job: GLIA_ENOTFOUND when ctx has none over several ranks,
+ * GLIA_EUNSUPPORTED when no transport of theirs can. Library code never calls it. */
+glia_status glia_comm_abort_job(struct glia_context *ctx, int status);
 
 /* "sum", "avg", "max", "min". */
 const char *glia_reduce_op_name(enum glia_reduce_op op);

@@ -80,6 +80,14 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
  * same step: the ranks agree every 10 optimizer steps. Only sets a flag, so it may be called from
  * a signal handler or another thread; the flag is cleared when glia_model_train returns. */
 void glia_model_request_stop(struct glia_model *m);
+/* glia_model_request_stop with a code from 1 to 255 (the glia command passes the signal's
+ * number). Under ddp the ranks agree on the largest code any of them asked with (ABI 1.9). */
+void glia_model_request_stop_code(struct glia_model *m, int code);
+/* The code of the request that stopped the last glia_model_train (it returned
+ * GLIA_EINTERRUPTED): 1 for glia_model_request_stop; under ddp the largest code any rank asked
+ * with, the same on every rank, so that every rank can exit alike. 0 when no request stopped it.
+ * (ABI 1.9) */
+int glia_model_stop_code(const struct glia_model *m);
 /* Run warmup + steps training steps and print per-layer forward/backward times, the
  * optimizer's and the input's, to f. The model's weights change as in training. */
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f);

@@ -16,11 +16,15 @@
  * collectives, and finalizes MPI when the last communicator closes. The issuing thread only
  * queues calls and waits on their sequence numbers (tickets). Calls of different communicators
  * share the one queue, so every rank must interleave them in the same order (a single-threaded
- * program does). A wait that times out leaves its call queued: a later wait may see it finish. */
+ * program does). A wait that times out leaves its call queued: a later wait may see it finish.
+ * Before a collective touches its buffers the ranks check that they all entered the same one
+ * (agree): a rank that is a call ahead or behind, or passes another count, would otherwise
+ * receive into a buffer of another size. */
 
-enum kind { OPEN, ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER, BARRIER, CLOSE };
+enum kind { OPEN, ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER, BARRIER, CLOSE, ABORT };
 static const char *const kind_name[] = {"open", "all-reduce", "broadcast", "all-gather", "reduce-scatter", "barrier",
-                                        "close"};
+                                        "close", "abort"};
+#define MISMATCH (-1)  /* run()'s answer when the ranks entered different collectives (MPI's codes are >= 0) */
 
 struct comm {
     struct glia_context *ctx;      /* of the issuing side (borrowed) */
@@ -175,14 +179,82 @@ static int run_open(struct comm *c, char *err, size_t n)
     return rc == MPI_SUCCESS ? rc : mpi_fail(rc, "MPI_Comm_rank/size (node)", err, n);
 }
 
-/* Runs call k with blocking MPI; on failure writes what failed into err and returns MPI's code. */
+static void describe(const struct call *k, char *buf, size_t n);
+
+/* What every rank's call must match: kind, number, count, dtype, op, root. */
+enum { SIG_FIELDS = 6 };
+static void signature(const struct call *k, int64_t f[SIG_FIELDS])
+{
+    f[0] = k->kind, f[1] = (int64_t)k->seq, f[2] = (int64_t)k->count, f[3] = k->dt, f[4] = k->op, f[5] = k->root;
+}
+
+/* A hash of the signature (splitmix64 steps). */
+static int64_t signature_hash(const int64_t f[SIG_FIELDS])
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < SIG_FIELDS; i++) {
+        h += (uint64_t)f[i] + 0x9e3779b97f4a7c15ull;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+        h ^= h >> 31;
+    }
+    return (int64_t)h;
+}
+
+/* Before collective k touches its buffers: whether every rank entered the same call. One
+ * all-reduce (max) of this rank's hash and its complement: both come back unchanged exactly when
+ * no rank has a larger hash or a smaller one, and every rank sees the same answer. When they differ,
+ * an all-gather of the signatures lets every rank name the first rank whose call is not its own
+ * (in err); returns MISMATCH then. The collective itself is the same on every rank, so the check
+ * is safe whatever the calls were. */
+static int agree(const struct call *k, char *err, size_t n)
+{
+    struct comm *c = k->c;
+    int64_t f[SIG_FIELDS], h[2];
+    signature(k, f);
+    h[0] = signature_hash(f), h[1] = ~h[0];
+    int64_t mine = h[0];
+    MPI_TRY(MPI_Allreduce, (MPI_IN_PLACE, h, 2, MPI_INT64_T, MPI_MAX, c->mc));
+    if (h[0] == mine && h[1] == ~mine) return MPI_SUCCESS;
+    int64_t *all = malloc(sizeof *all * SIG_FIELDS * (size_t)c->info.world);
+    if (!all) {
+        snprintf(err, n, "does not match another rank's call (out of memory naming it)");
+        return MISMATCH;
+    }
+    int rc = MPI_Allgather(f, SIG_FIELDS, MPI_INT64_T, all, SIG_FIELDS, MPI_INT64_T, c->mc);
+    int other = -1;
+    for (int r = 0; r < c->info.world && rc == MPI_SUCCESS && other < 0; r++)
+        if (memcmp(all + (size_t)r * SIG_FIELDS, f, sizeof f)) other = r;
+    if (rc != MPI_SUCCESS) {
+        mpi_fail(rc, "MPI_Allgather (naming the ranks' calls)", err, n);
+        snprintf(err + strlen(err), n - strlen(err), "; the ranks' calls differ");
+    } else {
+        const int64_t *o = all + (size_t)(other < 0 ? 0 : other) * SIG_FIELDS;
+        struct call them = {.kind = (enum kind)o[0], .seq = (uint64_t)o[1], .count = (size_t)o[2],
+                            .dt = (enum glia_dtype)o[3], .op = (enum glia_reduce_op)o[4], .root = (int)o[5]};
+        char what[160] = "a call of its own";
+        if ((size_t)them.kind < sizeof kind_name / sizeof kind_name[0]) describe(&them, what, sizeof what);
+        snprintf(err, n, "does not match rank %d's %s: the ranks issued different collectives (do they run with the "
+                 "same settings?); no data was exchanged", other, what);
+    }
+    free(all);
+    return MISMATCH;
+}
+
+/* Runs call k with blocking MPI; on failure writes what failed into err and returns MPI's code
+ * (MISMATCH when the ranks entered different collectives). */
 static int run(struct call *k, char *err, size_t n)
 {
     struct comm *c = k->c;
     MPI_Datatype t = mpi_type(k->dt);
     size_t esize = glia_dtype_size(k->dt);
+    if (k->kind != OPEN && k->kind != CLOSE && k->kind != ABORT) {
+        int rc = agree(k, err, n);
+        if (rc != MPI_SUCCESS) return rc;
+    }
     switch (k->kind) {
     case OPEN: return run_open(c, err, n);
+    case ABORT: MPI_TRY(MPI_Abort, (MPI_COMM_WORLD, k->root)); return MPI_SUCCESS;  /* returns only when it failed */
     case ALL_REDUCE:  /* in place, in pieces of at most INT_MAX elements */
         for (size_t off = 0; off < k->count; off += INT_MAX) {
             int m = (int)(k->count - off < INT_MAX ? k->count - off : INT_MAX);
@@ -254,7 +326,7 @@ static void *thread_main(void *arg)
         if (!(g.head = k->next)) g.tail = NULL;
         g.current = k;
         struct comm *c = k->c;
-        bool skip = c->failed && k->kind != CLOSE;  /* after a failure the communicator is broken */
+        bool skip = c->failed && k->kind != CLOSE && k->kind != ABORT;  /* after a failure the communicator is broken */
         pthread_mutex_unlock(&g.lock);
 
         char err[300] = "";
@@ -265,9 +337,10 @@ static void *thread_main(void *arg)
             char what[160];
             describe(k, what, sizeof what);
             c->failed = k->seq;
-            c->fail_status = k->kind == OPEN ? GLIA_EUNSUPPORTED : GLIA_EIO;
+            c->fail_status = rc == MISMATCH ? GLIA_EINVAL : k->kind == OPEN ? GLIA_EUNSUPPORTED : GLIA_EIO;
             char w[32];
-            snprintf(c->err, sizeof c->err, "%s: mpi %s failed: %s", who(c, w, sizeof w), what, err);
+            snprintf(c->err, sizeof c->err, "%s: mpi %s %s%s", who(c, w, sizeof w), what, rc == MISMATCH ? "" : "failed: ",
+                     err);
         }
         c->done = k->seq;
         g.current = NULL;
@@ -574,6 +647,25 @@ static glia_status mpi_wait(void *priv, uint64_t ticket, bool host)
     return st;
 }
 
+/* MPI_Abort of MPI_COMM_WORLD: on the communication thread when it is idle (MPI is called from
+ * that thread only), else from this thread, the communication thread being in a call that may
+ * never end (a peer that stalled). Returns only when MPI could not end the job. */
+static void mpi_abort(void *priv, int status)
+{
+    struct comm *c = priv;
+    pthread_mutex_lock(&g.lock);
+    struct call *k = g.phase == RUNNING && !g.current && !g.head && g.mpi_up > 0 ? new_call(c, ABORT) : NULL;
+    if (k) {
+        k->root = status;
+        k->seq = ++c->issued;
+        enqueue(k);
+        wait_done(c, k->seq, 10);  /* MPI_Abort does not come back; if it hangs, try from here */
+    }
+    bool up = g.mpi_up > 0 && !g.finalized;
+    pthread_mutex_unlock(&g.lock);
+    if (up) MPI_Abort(MPI_COMM_WORLD, status);
+}
+
 static const struct glia_comm_ops mpi_ops = {
     .struct_size = sizeof(struct glia_comm_ops),
     .name = "mpi",
@@ -590,6 +682,7 @@ static const struct glia_comm_ops mpi_ops = {
     .group_begin = mpi_group_begin,
     .group_end = mpi_group_end,
     .wait = mpi_wait,
+    .abort = mpi_abort,
 };
 
 static glia_status mpi_init(struct glia_registry *r) { return glia_register_comm(r, &mpi_ops); }
