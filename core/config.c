@@ -217,14 +217,6 @@ static char *find_end(char *s, const char *chars)
     return s;
 }
 
-/* s without trailing blanks (in place). */
-static char *rstrip(char *s)
-{
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
-    return s;
-}
-
 /* A "[name]" line: starts a new section. */
 static glia_status section_header(struct parse *p, char *line)
 {
@@ -251,10 +243,9 @@ static glia_status entry_line(struct parse *p, char *line)
     char *end = find_end(line, "=:");
     if (*end != '=' && *end != ':') return parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
     *end = '\0';
-    char *name = rstrip(line), *value = end + 1;
+    char *name = glia__trim(line), *value = end + 1;
     *find_end(value, NULL) = '\0';
-    while (isspace((unsigned char)*value)) value++;
-    rstrip(value);
+    value = glia__trim(value);
     if (!*name) return parse_fail(p, GLIA_ECONFIG, "%s", SYNTAX_ERROR);
     if (!p->section) return parse_fail(p, GLIA_ECONFIG, "key '%s' is outside any [section]", name);
     const struct glia__entry *old = entry_find(p->section, name);
