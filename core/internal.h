@@ -111,6 +111,12 @@ void glia__plugin_searched(struct glia_context *ctx, char *buf, size_t n);
 bool glia__plugin_file_near(struct glia_context *ctx, const char *word, char *out, size_t n);
 /* The file a loaded plugin came from, or NULL when no plugin of that name is loaded. */
 const char *glia__plugin_path(struct glia_context *ctx, const char *name);
+/* Whether a value naming a plugin names its file (it has a '/' or ends in ".so", as
+ * glia_plugin_load reads it) rather than a name looked up in the search folders. */
+bool glia__plugin_is_file(const char *name_or_path);
+/* A plugin's name from its name or file: the file name without ".so", into out (cut at n - 1
+ * characters, never overrun). */
+void glia__plugin_base_name(const char *path, char *out, size_t n);
 
 /* ---- configuration (core/config.c) ---- */
 

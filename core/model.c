@@ -187,24 +187,12 @@ char *glia__config_path(const struct glia_section *s, const char *key, const cha
 
 /* ---- plugins the file names ---- */
 
-/* Whether a value naming a plugin names its file (a '/' or ".so", as glia_plugin_load reads it)
- * rather than a name looked up in the search folders. */
-static bool is_plugin_file(const char *v)
-{
-    size_t len = strlen(v);
-    return strchr(v, '/') || (len > 3 && !strcmp(v + len - 3, ".so"));
-}
-
 /* The feature a layer's type, [train] optimizer or [distributed] transport value names: the value,
  * or for a plugin file the plugin's name (its file name without ".so"), into buf. */
 static const char *feature_of(const char *v, char *buf, size_t n)
 {
-    if (!v || !is_plugin_file(v)) return v;
-    const char *b = strrchr(v, '/');
-    b = b ? b + 1 : v;
-    size_t len = strlen(b);
-    if (len > 3 && !strcmp(b + len - 3, ".so")) len -= 3;
-    snprintf(buf, n, "%.*s", (int)len, b);
+    if (!v || !glia__plugin_is_file(v)) return v;
+    glia__plugin_base_name(v, buf, n);
     return buf;
 }
 
@@ -213,7 +201,7 @@ static const char *feature_of(const char *v, char *buf, size_t n)
  * the search folders. A failure is the key's error. */
 static glia_status load_named(struct glia_context *ctx, const struct glia_section *s, const char *key, const char *value)
 {
-    char *p = is_plugin_file(value) ? glia__config_path(s, key, value) : glia__strdup(value);
+    char *p = glia__plugin_is_file(value) ? glia__config_path(s, key, value) : glia__strdup(value);
     if (!p) return GLIA_ENOMEM;
     glia_status st = glia_plugin_load(ctx, p);
     free(p);
@@ -259,7 +247,7 @@ static glia_status setup_plugins(struct glia_model *m)
                           : is_reserved(s->name)     ? NULL
                                                      : "type";
         const struct glia__entry *e = key ? glia__section_entry(s, key) : NULL;
-        if (e && is_plugin_file(e->value)) st = load_named(m->ctx, s, key, e->value);
+        if (e && glia__plugin_is_file(e->value)) st = load_named(m->ctx, s, key, e->value);
     }
     return st;
 }

@@ -205,6 +205,11 @@ static bool is_so_name(const char *e)
     return len > 3 && strcmp(e + len - 3, ".so") == 0;
 }
 
+bool glia__plugin_is_file(const char *name_or_path)
+{
+    return strchr(name_or_path, '/') || is_so_name(name_or_path);
+}
+
 /* The .so files of one folder in name order (plugins load in the same order on every machine,
  * so which of two plugins registering one name wins does not depend on the file system). *out
  * is owned (free each entry, then the array); a folder that cannot be read has none. */
@@ -359,7 +364,7 @@ static glia_status load_path(struct glia_context *ctx, const char *path, const c
     return GLIA_OK;
 }
 
-static void base_name(const char *path, char *out, size_t n)
+void glia__plugin_base_name(const char *path, char *out, size_t n)
 {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
@@ -373,8 +378,8 @@ static void base_name(const char *path, char *out, size_t n)
 glia_status glia_plugin_load(struct glia_context *ctx, const char *name_or_path)
 {
     char name[256];
-    bool is_path = strchr(name_or_path, '/') || is_so_name(name_or_path);
-    base_name(name_or_path, name, sizeof name);
+    bool is_path = glia__plugin_is_file(name_or_path);
+    glia__plugin_base_name(name_or_path, name, sizeof name);
     if (loaded_index(ctx, name) >= 0) return GLIA_OK;
     if (is_path) {
         /* dlopen looks a name without a '/' up in LD_LIBRARY_PATH and the system's library
@@ -407,7 +412,7 @@ static int load_dir(const char *dir, void *ctxp)
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]->d_name);
         free(files[i]);
-        base_name(path, name, sizeof name);
+        glia__plugin_base_name(path, name, sizeof name);
         if (loaded_index(ctx, name) >= 0) continue;
         glia_status st = load_path(ctx, path, name);
         /* a probe refusal (the CUDA plugin on a machine without a GPU) is normal: debug only */
