@@ -140,7 +140,7 @@ static struct glia__entry *entry_add(struct glia_section *s, const char *key, co
 
 /* The INI dialect inih reads, parsed here one line at a time so that a line may be long (up to
  * GLIA__CONFIG_LINE_MAX characters), nothing is read past the first error, and errors carry
- * their line: "; " and "# " start comment lines, "[name]" a section, "key = value" (or
+ * their line: a line starting with ';' or '#' is a comment, "[name]" a section, "key = value" (or
  * "key: value") an entry; a ';' after a blank starts an inline comment. Leading blanks are
  * dropped, so an indented "key = value" is a key, not a continuation of the value above. */
 struct parse {

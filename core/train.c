@@ -1201,7 +1201,9 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
         s.train.seed = s.test.seed = m->seed;
         st = write_loss_scale(m);
     }
-    if (!st && !done && m->ddp) st = glia__ddp_start(m, m->ddp);  /* same model everywhere, rank 0's weights */
+    /* same model and step everywhere, rank 0's weights; also when there is nothing to do, so that a
+     * rank resumed from another step fails with the others instead of leaving them waiting */
+    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);
     dp_weights_changed(m);
     if (st || done) {
         scratch_free(&s);

@@ -25,6 +25,7 @@ static glia_status fill(struct glia__zfile *f, size_t *n)
 {
     if (f->z.avail_in && f->z.next_in != f->in) memmove(f->in, f->z.next_in, f->z.avail_in);
     f->z.next_in = f->in;
+    errno = 0;
     *n = fread(f->in + f->z.avail_in, 1, ZF_BUF - f->z.avail_in, f->f);
     f->z.avail_in += (uInt)*n;
     if (*n == 0 && ferror(f->f))
@@ -149,6 +150,7 @@ glia_status glia__zfile_read(struct glia__zfile *f, void *buf, size_t want, size
             memcpy(out + *got, f->z.next_in, n);
             f->z.next_in += n, f->z.avail_in -= (uInt)n;
         } else {
+            errno = 0;
             n = fread(out + *got, 1, ask, f->f);
             if (n == 0 && ferror(f->f))
                 return glia_error(f->ctx, GLIA_EIO, "cannot read %s: %s", f->path, strerror(errno ? errno : EIO));

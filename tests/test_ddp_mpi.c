@@ -359,6 +359,25 @@ static void test_ddp_resume_on_one_rank_refused(void)
     close_run(&d);
 }
 
+/* The same when rank 0's checkpoint leaves it nothing to do (at max_steps) and rank 1 starts
+ * afresh: rank 0 must not return alone and leave rank 1 waiting for it. */
+static void test_ddp_resume_done_on_one_rank_refused(void)
+{
+    char extra[800], path[900];
+    snprintf(extra, sizeof extra, "checkpoint_dir = %s/stopck\nmax_steps = 10\n", dir);
+    snprintf(path, sizeof path, "%s/stopck/step-00000010.ckpt", dir);
+    struct run d;
+    open_run(&d, model(true, 16, 500, extra, NULL));
+    struct glia_train_options o = quiet;
+    o.resume = world->info.rank == 0 ? path : NULL;
+    glia_status st = glia_model_train(d.m, &o, NULL, 0);
+    const char *want = "rank 1 starts at step 0, rank 0 at step 10: every rank must --resume from the same checkpoint";
+    if (!strstr(glia_context_error(d.ctx), want)) printf("\n  %s\n", glia_context_error(d.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(d.ctx), want));
+    close_run(&d);
+}
+
 /* glia profile --trace under ddp: rank 0 writes the trace, with the gradient wait between the
  * last backward and the optimizer in every step; rank 1 writes nothing. */
 static void test_ddp_profile_trace(void)
@@ -398,4 +417,5 @@ GLIA_MPI_TEST_MAIN("ddp_mpi", 2, GLIA_TEST(test_setup), GLIA_TEST(test_ddp_equal
                    GLIA_TEST(test_ddp_files_and_padding),
                    GLIA_TEST(test_ddp_profile_trace), GLIA_TEST(test_ddp_request_stop),
                    GLIA_TEST(test_ddp_resume_on_one_rank_refused),
+                   GLIA_TEST(test_ddp_resume_done_on_one_rank_refused),
                    GLIA_TEST(test_teardown))
