@@ -340,42 +340,38 @@ static void test_ddp_request_stop(void)
     close_run(&a), close_run(&c);
 }
 
-/* A --resume on rank 1 only (the checkpoint of test_ddp_request_stop): the ranks would start at
- * different steps and meet in different collectives; refused on both ranks when training starts. */
-static void test_ddp_resume_on_one_rank_refused(void)
+/* Training with [train] checkpoint_dir plus `more`, rank `resuming` alone resumed from step 10 (the
+ * checkpoint of test_ddp_request_stop): refused on both ranks with `want`. */
+static void resume_mismatch_refused(const char *more, int resuming, const char *want)
 {
     char extra[800], path[900];
-    snprintf(extra, sizeof extra, "checkpoint_dir = %s/stopck\n", dir);
+    snprintf(extra, sizeof extra, "checkpoint_dir = %s/stopck\n%s", dir, more);
     snprintf(path, sizeof path, "%s/stopck/step-00000010.ckpt", dir);
     struct run d;
     open_run(&d, model(true, 16, 500, extra, NULL));
     struct glia_train_options o = quiet;
-    o.resume = world->info.rank == 1 ? path : NULL;
+    o.resume = world->info.rank == resuming ? path : NULL;
     glia_status st = glia_model_train(d.m, &o, NULL, 0);
-    const char *want = "rank 1 starts at step 10, rank 0 at step 0: every rank must --resume from the same checkpoint";
     if (!strstr(glia_context_error(d.ctx), want)) printf("\n  %s\n", glia_context_error(d.ctx));
     CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(d.ctx), want));
     close_run(&d);
 }
 
+/* A --resume on rank 1 only: the ranks would start at different steps and meet in different
+ * collectives; refused on both ranks when training starts. */
+static void test_ddp_resume_on_one_rank_refused(void)
+{
+    resume_mismatch_refused("", 1, "rank 1 starts at step 10, rank 0 at step 0: every rank must --resume from the "
+                                   "same checkpoint");
+}
+
 /* The same when rank 0's checkpoint leaves it nothing to do (at max_steps) and rank 1 starts
  * afresh: rank 0 must not return alone and leave rank 1 waiting for it. */
 static void test_ddp_resume_done_on_one_rank_refused(void)
 {
-    char extra[800], path[900];
-    snprintf(extra, sizeof extra, "checkpoint_dir = %s/stopck\nmax_steps = 10\n", dir);
-    snprintf(path, sizeof path, "%s/stopck/step-00000010.ckpt", dir);
-    struct run d;
-    open_run(&d, model(true, 16, 500, extra, NULL));
-    struct glia_train_options o = quiet;
-    o.resume = world->info.rank == 0 ? path : NULL;
-    glia_status st = glia_model_train(d.m, &o, NULL, 0);
-    const char *want = "rank 1 starts at step 0, rank 0 at step 10: every rank must --resume from the same checkpoint";
-    if (!strstr(glia_context_error(d.ctx), want)) printf("\n  %s\n", glia_context_error(d.ctx));
-    CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(d.ctx), want));
-    close_run(&d);
+    resume_mismatch_refused("max_steps = 10\n", 0, "rank 1 starts at step 0, rank 0 at step 10: every rank must "
+                                                   "--resume from the same checkpoint");
 }
 
 /* glia profile --trace under ddp: rank 0 writes the trace, with the gradient wait between the
