@@ -231,7 +231,7 @@ static float *arena_tmp(const struct glia_model *m)
 glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int epoch, int64_t batch,
                                   double loss_sum, int64_t samples)
 {
-    int ns = m->opt.ops->n_state;
+    int ns = m->opt.type->n_state;
     size_t nfloat = (size_t)m->wa.n * (size_t)(1 + ns) + (size_t)m->ba.n;
     size_t payload = sizeof(struct meta) + sizeof(struct scaler_rec) + nfloat * sizeof(float);
     unsigned char *buf = malloc(HEADER + payload);
@@ -243,7 +243,7 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
     }
     struct meta mt = {(uint64_t)m->wa.n, (uint64_t)m->ba.n, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
                       batch, m->seed, loss_sum, samples};
-    snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.ops->name);
+    snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.type->name);
     struct scaler_rec sc = {m->scaler.scale, m->scaler.clean, m->scaler.skipped, m->precision == GLIA_PRECISION_FP16, 0};
     unsigned char *p = buf + HEADER;
     memcpy(p, &mt, sizeof mt);
@@ -358,7 +358,7 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
                         "or its layer names, types or shapes differ)",
                         path, (unsigned long long)mt.n_weights, (unsigned long long)mt.n_buffers,
                         (long long)m->wa.n, (long long)m->ba.n);
-    int ns = m->opt.ops->n_state;
+    int ns = m->opt.type->n_state;
     struct scaler_rec sc = {0};
     size_t head = sizeof mt + (version >= 2 ? sizeof sc : 0);  /* bytes before the floats */
     if (!st && payload != head + ((uint64_t)mt.n_weights * (1 + mt.n_state) + mt.n_buffers) * sizeof(float))
@@ -372,9 +372,9 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
         st = glia_error(m->ctx, GLIA_EFORMAT, "%s: corrupt checkpoint (loss scale %g, %lld clean and %lld skipped steps)",
                         path, sc.scale, (long long)sc.clean, (long long)sc.skipped);
     mt.optimizer[sizeof mt.optimizer - 1] = '\0';
-    if (!st && training && (strcmp(mt.optimizer, m->opt.ops->name) || (int)mt.n_state != ns))
+    if (!st && training && (strcmp(mt.optimizer, m->opt.type->name) || (int)mt.n_state != ns))
         st = glia_error(m->ctx, GLIA_EINVAL, "%s: checkpoint optimizer '%s', the model's [train] optimizer is '%s'", path,
-                        mt.optimizer, m->opt.ops->name);
+                        mt.optimizer, m->opt.type->name);
     float *tmp = st ? NULL : arena_tmp(m);
     if (!st && !tmp) st = GLIA_ENOMEM;
     if (!st) {

@@ -97,26 +97,34 @@ void glia__assert_fail(const char *expr, const char *file, int line)
 
 /* ---- registry lookups ---- */
 
-const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
-                                              const char *impl)
+const struct glia_layer_type *glia__find_type(struct glia_context *ctx, const char *name)
 {
     for (int i = 0; i < ctx->n_features; i++) {
         const struct glia__feature *f = &ctx->features[i];
-        if (f->kind != GLIA__FEAT_LAYER) continue;
-        const struct glia_layer_ops *o = f->ops;
-        if (strcmp(o->type, type) == 0 && (!impl || strcmp(o->impl, impl) == 0)) return o;
+        if (f->kind == GLIA__FEAT_TYPE && !strcmp(((const struct glia_layer_type *)f->ops)->name, name)) return f->ops;
     }
     return NULL;
 }
 
-unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia_layer_ops *ops)
+const struct glia_kernel *glia__find_kernel(struct glia_context *ctx, const char *type, const char *impl)
 {
     for (int i = 0; i < ctx->n_features; i++) {
         const struct glia__feature *f = &ctx->features[i];
-        if (f->kind == GLIA__FEAT_LAYER && f->ops == ops)
-            return f->plugin >= 0 ? ctx->plugins[f->plugin].desc->abi_minor : GLIA_ABI_MINOR;
+        if (f->kind != GLIA__FEAT_KERNEL) continue;
+        const struct glia_kernel *k = f->ops;
+        if (!strcmp(k->type, type) && (!impl || !strcmp(k->impl, impl))) return k;
     }
-    return GLIA_ABI_MINOR;
+    return NULL;
+}
+
+const struct glia_kernel *glia__find_kernel_for(struct glia_context *ctx, const char *type, enum glia_device_type t)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        const struct glia_kernel *k = f->ops;
+        if (f->kind == GLIA__FEAT_KERNEL && !strcmp(k->type, type) && k->device_type == t) return k;
+    }
+    return NULL;
 }
 
 const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops)
@@ -131,27 +139,15 @@ const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops)
 glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s)
 {
     char who[256];
-    snprintf(who, sizeof who, "layer type '%s' impl '%s' (plugin %s)", l->ops->type, l->ops->impl,
-             glia__ops_plugin(l->ctx, l->ops));
+    snprintf(who, sizeof who, "layer type '%s' (plugin %s)", l->type->name, glia__ops_plugin(l->ctx, l->type));
     return glia__section_misread(s, who);
 }
 
 glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s)
 {
     char who[256];
-    snprintf(who, sizeof who, "optimizer '%s' (plugin %s)", o->ops->name, glia__ops_plugin(o->ctx, o->ops));
+    snprintf(who, sizeof who, "optimizer '%s' (plugin %s)", o->type->name, glia__ops_plugin(o->ctx, o->type));
     return glia__section_misread(s, who);
-}
-
-const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
-                                                  enum glia_device_type t)
-{
-    for (int i = 0; i < ctx->n_features; i++) {
-        const struct glia__feature *f = &ctx->features[i];
-        const struct glia_layer_ops *o = f->ops;
-        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, type) && o->device_type == t) return o;
-    }
-    return NULL;
 }
 
 int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n)
@@ -160,23 +156,33 @@ int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, siz
     buf[0] = '\0';
     for (int i = 0; i < ctx->n_features; i++) {
         const struct glia__feature *f = &ctx->features[i];
-        if (f->kind != GLIA__FEAT_LAYER) continue;
-        const struct glia_layer_ops *o = f->ops;
-        if (strcmp(o->type, type) != 0) continue;
+        if (f->kind != GLIA__FEAT_KERNEL) continue;
+        const struct glia_kernel *k = f->ops;
+        if (strcmp(k->type, type) != 0) continue;
         size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", count ? ", " : "", o->impl);
+        snprintf(buf + len, n - len, "%s%s", count ? ", " : "", k->impl);
         count++;
     }
     return count;
 }
 
-const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name, int t)
+const struct glia_optimizer_type *glia__find_optimizer_type(struct glia_context *ctx, const char *name)
 {
     for (int i = 0; i < ctx->n_features; i++) {
         const struct glia__feature *f = &ctx->features[i];
-        const struct glia_optimizer_ops *o = f->ops;
-        if (f->kind == GLIA__FEAT_OPTIMIZER && strcmp(o->name, name) == 0 && (t < 0 || (int)o->device_type == t))
-            return o;
+        if (f->kind == GLIA__FEAT_OPTIMIZER && !strcmp(((const struct glia_optimizer_type *)f->ops)->name, name))
+            return f->ops;
+    }
+    return NULL;
+}
+
+const struct glia_optimizer_kernel *glia__find_optimizer_kernel(struct glia_context *ctx, const char *name, int t)
+{
+    for (int i = 0; i < ctx->n_features; i++) {
+        const struct glia__feature *f = &ctx->features[i];
+        const struct glia_optimizer_kernel *k = f->ops;
+        if (f->kind == GLIA__FEAT_OPT_KERNEL && !strcmp(k->type, name) && (t < 0 || (int)k->device_type == t))
+            return k;
     }
     return NULL;
 }
@@ -195,8 +201,10 @@ const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum
 const char *glia__feature_name(const struct glia__feature *f)
 {
     switch (f->kind) {
-    case GLIA__FEAT_LAYER: return ((const struct glia_layer_ops *)f->ops)->type;
-    case GLIA__FEAT_OPTIMIZER: return ((const struct glia_optimizer_ops *)f->ops)->name;
+    case GLIA__FEAT_TYPE: return ((const struct glia_layer_type *)f->ops)->name;
+    case GLIA__FEAT_KERNEL: return ((const struct glia_kernel *)f->ops)->type;
+    case GLIA__FEAT_OPTIMIZER: return ((const struct glia_optimizer_type *)f->ops)->name;
+    case GLIA__FEAT_OPT_KERNEL: return ((const struct glia_optimizer_kernel *)f->ops)->type;
     case GLIA__FEAT_BACKEND: return ((const struct glia_backend_ops *)f->ops)->name;
     default: return ((const struct glia_comm_ops *)f->ops)->name;
     }

@@ -26,21 +26,21 @@ glia_status glia_optimizer_new_for(struct glia_context *ctx, const char *name, c
     struct owned_optimizer *w = calloc(1, sizeof *w);
     if (!w) return GLIA_ENOMEM;
     glia_status st = glia_config_parse_string(ctx, "optimizer.ini", ini ? ini : "", &w->cfg);
-    const struct glia_optimizer_ops *ops = NULL;
-    if (!st && !glia__find_optimizer(ctx, name, (int)device)) {
-        st = glia_plugin_load(ctx, name);
-        if (st == GLIA_ENOTFOUND && glia__find_optimizer(ctx, name, -1)) st = GLIA_OK;  /* another plugin has it */
-    }
-    if (!st && !(ops = glia__find_optimizer(ctx, name, (int)device)))
-        st = glia_error(ctx, GLIA_ENOTFOUND, "no optimizer named '%s' for device type %s is loaded", name,
+    const struct glia_optimizer_type *ot = NULL;
+    const struct glia_optimizer_kernel *ok = NULL;
+    if (!st && !glia__find_optimizer_type(ctx, name)) st = glia_plugin_load(ctx, name);
+    if (!st && !(ot = glia__find_optimizer_type(ctx, name)))
+        st = glia_error(ctx, GLIA_ENOTFOUND, "no optimizer named '%s' is loaded (its plugin registers none)", name);
+    if (!st && !(ok = glia__find_optimizer_kernel(ctx, name, (int)device)))
+        st = glia_error(ctx, GLIA_ENOTFOUND, "optimizer '%s' has no kernel for device type %s", name,
                         device == GLIA_DEVICE_CUDA ? "cuda" : "cpu");
     struct glia_section *s = st ? NULL : glia__config_section(w->cfg, "optimizer");
     if (!st && !s) st = GLIA_ENOMEM;
     if (!st) {
-        const struct glia_key *sch[] = {ops->keys};
+        const struct glia_key *sch[] = {ot->keys};
         st = glia__section_validate(s, sch, 1);
     }
-    if (!st) st = glia__optimizer_create(&w->o, ops, ctx, s);
+    if (!st) st = glia__optimizer_create(&w->o, ot, ok, ctx, s);
     if (st) {
         glia_optimizer_free(&w->o);
         return st;
@@ -53,7 +53,7 @@ void glia_optimizer_free(struct glia_optimizer *o)
 {
     if (!o) return;
     struct owned_optimizer *w = (struct owned_optimizer *)o;
-    if (o->ops && o->ops->destroy) o->ops->destroy(o);
+    glia__optimizer_release(o);
     glia_config_free(w->cfg);
     free(w);
 }
@@ -128,6 +128,42 @@ static glia_status guarded_new(struct glia_backend *b, const struct glia_shape *
 
 /* Inputs whose bit is set in int_inputs are i32 ids drawn uniformly from [0, int_high), without a gradient
  * tensor (dx NULL); the others N(0,1) floats in format fmt. */
+/* The type and kernel of section s's layer for device dev (loading the type's plugin when the type is not registered
+ * yet) into l: the kernel `impl =` names, else the first for dev's type. */
+static glia_status run_resolve(struct glia_context *ctx, const struct glia_section *s, struct glia_device dev,
+                               struct glia_layer *l)
+{
+    const struct glia__entry *te = glia__section_entry(s, "type");
+    if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
+    const struct glia__entry *ie = glia__section_entry(s, "impl");
+    const char *impl = ie && strcmp(ie->value, "auto") ? ie->value : NULL;
+    if (!glia__find_type(ctx, te->value)) {
+        glia_status ls = glia_plugin_load(ctx, te->value);
+        if (ls && ls != GLIA_ENOTFOUND) return ls;
+        if (!glia__find_type(ctx, te->value)) {
+            char why[GLIA__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", ls ? glia_context_error(ctx) : "its plugin registers no such type");
+            return glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s' (%s)", te->value, why);
+        }
+    }
+    char avail[256], name[32];
+    glia__layer_impls(ctx, te->value, avail, sizeof avail);
+    glia_device_str(dev, name, sizeof name);
+    const struct glia_kernel *k = impl ? glia__find_kernel(ctx, te->value, impl) : glia__find_kernel_for(ctx, te->value, dev.type);
+    if (!k && impl)
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "no kernel '%s' of layer type '%s' (available: %s)", impl,
+                                  te->value, avail[0] ? avail : "none");
+    if (!k)
+        return glia_section_error(s, "type", GLIA_ECONFIG, "layer type '%s' has no kernel for device %s (available: %s)",
+                                  te->value, name, avail[0] ? avail : "none");
+    if (k->device_type != dev.type)
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s", impl,
+                                  te->value, name);
+    l->type = glia__find_type(ctx, te->value);
+    l->kernel = k;
+    return GLIA_OK;
+}
+
 static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_shape *in, int n_in, uint64_t seed,
                             enum glia_memory_format fmt, uint32_t int_inputs, int32_t int_high)
 {
@@ -142,26 +178,20 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     if (int_inputs && int_high <= 0)
         return glia_error(ctx, GLIA_EINVAL, "gradcheck: int_inputs needs int_high > 0, got %d", (int)int_high);
     struct glia_section *s = g->cfg->sections[0];
-    const struct glia__entry *te = glia__section_entry(s, "type");
-    if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
-    const struct glia__entry *ie = glia__section_entry(s, "impl");
-    const char *impl = ie && strcmp(ie->value, "auto") ? ie->value : "cpu";
-    if (!glia__find_layer(ctx, te->value, impl) && (st = glia_plugin_load(ctx, te->value)) && st != GLIA_ENOTFOUND)
-        return st;
-    const struct glia_layer_ops *ops = glia__find_layer(ctx, te->value, impl);
-    if (!ops) return glia_section_error(s, "type", GLIA_ECONFIG, "no layer '%s' with impl '%s'", te->value, impl);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    struct glia_layer rl = {0};
+    if ((st = run_resolve(ctx, s, (struct glia_device){GLIA_DEVICE_CPU, 0}, &rl))) return st;
+    const struct glia_key *sch[] = {glia__core_schema("layer"), rl.type->keys};
     if ((st = glia__section_validate(s, sch, 2))) return st;
     if ((st = glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b))) return st;
-    g->l = (struct glia_layer){.name = s->name, .ops = ops, .ctx = ctx, .backend = b};
+    g->l = (struct glia_layer){.name = s->name, .type = rl.type, .kernel = rl.kernel, .ctx = ctx, .backend = b};
     g->n_in = n_in;
-    g->is_loss = ops->flags & GLIA_LAYER_LOSS;
-    if (fmt != GLIA_CONTIGUOUS && !(ops->flags & GLIA_LAYER_CHANNELS_LAST))
-        return glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer type '%s' does not take %s tensors", ops->type,
-                          glia_memory_format_name(fmt));
+    g->is_loss = rl.type->flags & GLIA_TYPE_LOSS;
+    if (fmt != GLIA_CONTIGUOUS && !(rl.kernel->flags & GLIA_KERNEL_CHANNELS_LAST))
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: kernel '%s' of layer type '%s' does not take %s tensors",
+                          rl.kernel->impl, rl.type->name, glia_memory_format_name(fmt));
     if ((st = glia__layer_create(&g->l, s, in, n_in, &g->created))) return st;
     struct glia_shape os;
-    if ((st = ops->infer_shape(&g->l, in, n_in, &os))) return st;
+    if ((st = rl.type->infer_shape(&g->l, in, n_in, &os))) return st;
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
     for (int k = 0; k < n_in && !st; k++) {
@@ -206,7 +236,7 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
 }
 
 /* A stand-in for t (shape, format, backend) whose every byte is 0xff (f32 NaN): what a backward that its layer's
- * GLIA_LAYER_BWD_NO_INPUT / _NO_OUTPUT flags say does not read the values of gets instead of t, so that a wrong flag
+ * GLIA_KERNEL_BWD_NO_INPUT / _NO_OUTPUT flags say does not read the values of gets instead of t, so that a wrong flag
  * makes its gradients wrong. */
 static glia_status poisoned_like(const struct glia_tensor *t, struct glia_tensor **out)
 {
@@ -225,18 +255,18 @@ static glia_status poisoned_like(const struct glia_tensor *t, struct glia_tensor
  * read. */
 static glia_status flagged_backward(struct glia_layer *l, struct glia_bwd a)
 {
-    uint32_t f = l->ops->flags;
+    uint32_t f = l->kernel->flags;
     struct glia_tensor *sub[GLIA__MAX_INPUTS + 1] = {0};
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     glia_status st = GLIA_OK;
     for (int k = 0; k < a.n_in && k < GLIA__MAX_INPUTS; k++) {
         in[k] = a.in[k];
-        if ((f & GLIA_LAYER_BWD_NO_INPUT) && !st && !(st = poisoned_like(a.in[k], &sub[k]))) in[k] = sub[k];
+        if ((f & GLIA_KERNEL_BWD_NO_INPUT) && !st && !(st = poisoned_like(a.in[k], &sub[k]))) in[k] = sub[k];
     }
-    if ((f & GLIA_LAYER_BWD_NO_OUTPUT) && !st && !(st = poisoned_like(a.out, &sub[GLIA__MAX_INPUTS])))
+    if ((f & GLIA_KERNEL_BWD_NO_OUTPUT) && !st && !(st = poisoned_like(a.out, &sub[GLIA__MAX_INPUTS])))
         a.out = sub[GLIA__MAX_INPUTS];
     a.in = in;
-    if (!st) st = l->ops->backward(l, &a);
+    if (!st) st = l->kernel->backward(l, &a);
     if (!st) st = glia_backend_sync(l->backend);  /* the stand-ins are read before they go */
     for (int k = 0; k <= GLIA__MAX_INPUTS; k++) glia_tensor_release(sub[k]);
     return st;
@@ -258,7 +288,7 @@ static glia_status gc_loss(struct gc *g, double *L)
     struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, glia_seed(1234, 0), false, 1234, NULL};
     int n = glia__guard_forward(&g->l, g->out, g->guard);
     glia_status st = glia__guard_fill(g->guard, n);
-    if (!st) st = g->l.ops->forward(&g->l, &a);
+    if (!st) st = g->l.kernel->forward(&g->l, &a);
     st = gc_guard_check(g, "forward", n, st);
     if (st) return st;
     const float *o = glia_tensor_f32(g->out), *r = glia_tensor_f32(g->r);
@@ -376,7 +406,7 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
     struct gc g = {.ctx = ctx};
     float *ga_in[GLIA__MAX_INPUTS] = {0}, *ga_p[64] = {0};
     glia_status st = gc_setup(&g, ini, in, n_in, seed, fmt, int_inputs, int_high);
-    if (!st && !g.l.ops->backward) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer has no backward");
+    if (!st && !g.l.kernel->backward) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: layer has no backward");
     if (!st && g.l.n_params > 64) st = glia_error(ctx, GLIA_EUNSUPPORTED, "gradcheck: more than 64 parameters");
     /* 1. write mode over NaN garbage */
     for (int k = 0; k < n_in && !st; k++)
@@ -452,42 +482,6 @@ glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_de
     return st ? st : glia_backend_get(ctx, dev, out);
 }
 
-/* The impl of section s's layer for device dev (loading the type's plugin when no impl for dev is
- * registered yet): the one `impl =` names, else the first for dev's type. */
-static glia_status run_resolve(struct glia_context *ctx, const struct glia_section *s, struct glia_device dev,
-                               const struct glia_layer_ops **out)
-{
-    const struct glia__entry *te = glia__section_entry(s, "type");
-    if (!te) return glia_section_error(s, NULL, GLIA_ECONFIG, "missing type");
-    const struct glia__entry *ie = glia__section_entry(s, "impl");
-    const char *impl = ie && strcmp(ie->value, "auto") ? ie->value : NULL;
-    bool have = impl ? glia__find_layer(ctx, te->value, impl) != NULL : glia__find_layer_for(ctx, te->value, dev.type) != NULL;
-    if (!have) {
-        glia_status ls = glia_plugin_load(ctx, te->value);
-        if (ls && ls != GLIA_ENOTFOUND) return ls;
-        if (!glia__find_layer(ctx, te->value, NULL)) {
-            char why[GLIA__ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", ls ? glia_context_error(ctx) : "its plugin registers no such layer");
-            return glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s' (%s)", te->value, why);
-        }
-    }
-    char avail[256], name[32];
-    glia__layer_impls(ctx, te->value, avail, sizeof avail);
-    glia_device_str(dev, name, sizeof name);
-    const struct glia_layer_ops *ops = impl ? glia__find_layer(ctx, te->value, impl) : glia__find_layer_for(ctx, te->value, dev.type);
-    if (!ops && impl)
-        return glia_section_error(s, "impl", GLIA_ECONFIG, "no impl '%s' of layer type '%s' (available: %s)", impl,
-                                  te->value, avail);
-    if (!ops)
-        return glia_section_error(s, "type", GLIA_ECONFIG, "layer type '%s' has no impl for device %s (available: %s)",
-                                  te->value, name, avail);
-    if (ops->device_type != dev.type)
-        return glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s", impl,
-                                  te->value, name);
-    *out = ops;
-    return GLIA_OK;
-}
-
 /* t = n values of N(0, 1) from rng (or all equal to v when rng is NULL), copied from the host. */
 static glia_status upload_f32(struct glia_tensor *t, struct glia_rng *rng, float v)
 {
@@ -534,7 +528,7 @@ static glia_status run_params(struct glia_layer_run *r, uint64_t seed)
 static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format fmt, uint64_t seed)
 {
     struct glia_shape os;
-    glia_status st = r->l.ops->infer_shape(&r->l, r->in_shape, r->n_in, &os);
+    glia_status st = r->l.type->infer_shape(&r->l, r->in_shape, r->n_in, &os);
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
     for (int k = 0; k < r->n_in && !st; k++) {
@@ -544,7 +538,7 @@ static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format
     }
     if (!st) st = new_as(r->b, &os, fmt, &r->out);
     if (st) return st;
-    if (!(r->l.ops->flags & GLIA_LAYER_LOSS)) {
+    if (!(r->l.type->flags & GLIA_TYPE_LOSS)) {
         if (!(st = new_as(r->b, &os, fmt, &r->dout))) st = upload_f32(r->dout, &rng, 0);
         return st;
     }
@@ -572,14 +566,14 @@ static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct g
     if (st) return st;
     if (r->cfg->n_sections < 1) return glia_error(ctx, GLIA_EINVAL, "glia_layer_run_new: the INI text has no layer section");
     struct glia_section *s = r->cfg->sections[0];
-    const struct glia_layer_ops *ops;
-    if ((st = run_resolve(ctx, s, dev, &ops))) return st;
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    struct glia_layer rl = {0};
+    if ((st = run_resolve(ctx, s, dev, &rl))) return st;
+    const struct glia_key *sch[] = {glia__core_schema("layer"), rl.type->keys};
     if ((st = glia__section_validate(s, sch, 2))) return st;
-    if (fmt != GLIA_CONTIGUOUS && !(ops->flags & GLIA_LAYER_CHANNELS_LAST))
-        return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s tensors", ops->type, ops->impl,
-                          glia_memory_format_name(fmt));
-    r->l = (struct glia_layer){.name = s->name, .ops = ops, .ctx = ctx, .backend = r->b};
+    if (fmt != GLIA_CONTIGUOUS && !(rl.kernel->flags & GLIA_KERNEL_CHANNELS_LAST))
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s tensors", rl.type->name,
+                          rl.kernel->impl, glia_memory_format_name(fmt));
+    r->l = (struct glia_layer){.name = s->name, .type = rl.type, .kernel = rl.kernel, .ctx = ctx, .backend = r->b};
     r->n_in = n_in;
     memcpy(r->in_shape, in, (size_t)n_in * sizeof *in);
     if ((st = glia__layer_create(&r->l, s, in, n_in, &r->created))) return st;
@@ -610,15 +604,16 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
     for (int k = 0; k < r->n_in; k++) in[k] = r->x[k];
     ++r->step;
     struct glia_fwd a = {in, r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL};
-    glia_status st = r->l.ops->forward(&r->l, &a);
+    glia_status st = r->l.kernel->forward(&r->l, &a);
     r->trained = !st && train;
     return st;
 }
 
 glia_status glia_layer_run_backward(struct glia_layer_run *r)
 {
-    if (!r->l.ops->backward)
-        return glia_error(r->ctx, GLIA_EUNSUPPORTED, "layer type '%s' has no backward", r->l.ops->type);
+    if (!r->l.kernel->backward)
+        return glia_error(r->ctx, GLIA_EUNSUPPORTED, "layer type '%s' (kernel %s) has no backward", r->l.type->name,
+                          r->l.kernel->impl);
     if (!r->trained)
         return glia_error(r->ctx, GLIA_EINVAL, "glia_layer_run_backward: run a training forward first");
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
@@ -629,7 +624,7 @@ glia_status glia_layer_run_backward(struct glia_layer_run *r)
     }
     for (int p = 0; p < r->l.n_params; p++) r->l.params[p].grad_unset = true;
     struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels};
-    return r->l.ops->backward(&r->l, &a);  /* as a model runs it: queued, no stand-ins, no wait (what bench times) */
+    return r->l.kernel->backward(&r->l, &a);  /* as a model runs it: queued, no stand-ins, no wait (what bench times) */
 }
 
 glia_status glia_layer_run_sync(struct glia_layer_run *r) { return glia_backend_sync(r->b); }
@@ -646,7 +641,7 @@ struct glia_tensor *glia_layer_run_output_grad(struct glia_layer_run *r) { retur
 
 uint64_t glia_layer_run_flops(const struct glia_layer_run *r)
 {
-    return r->l.ops->flops ? r->l.ops->flops(&r->l, r->in_shape, r->n_in) : 0;
+    return r->l.type->flops ? r->l.type->flops(&r->l, r->in_shape, r->n_in) : 0;
 }
 
 void glia_layer_run_free(struct glia_layer_run *r)

@@ -14,16 +14,13 @@
 /* Whether a backend's ops struct has slot `f` (its struct_size covers it) and sets it. */
 #define GLIA__HAS_SLOT(ops, f) \
     ((ops)->struct_size >= offsetof(struct glia_backend_ops, f) + sizeof((ops)->f) && (ops)->f)
-/* The same for a layer's ops. */
-#define GLIA__HAS_LAYER_SLOT(ops, f) \
-    ((ops)->struct_size >= offsetof(struct glia_layer_ops, f) + sizeof((ops)->f) && (ops)->f)
 /* The same for a transport's ops. */
 #define GLIA__HAS_COMM_SLOT(ops, f) \
     ((ops)->struct_size >= offsetof(struct glia_comm_ops, f) + sizeof((ops)->f) && (ops)->f)
 
 /* ---- context and registry (core/context.c, core/plugin.c) ---- */
 
-#define GLIA__MAX_STATE GLIA_OPTIMIZER_MAX_STATE  /* an optimizer's state arrays (glia_optimizer_ops.n_state) */
+#define GLIA__MAX_STATE GLIA_OPTIMIZER_MAX_STATE  /* an optimizer's state arrays (glia_optimizer_type.n_state) */
 
 struct glia__plugin {
     char *name;
@@ -37,8 +34,10 @@ struct glia__feature {
     const void *ops;
     int plugin;                              /* index into ctx->plugins; -1 built-in */
 };
-enum { GLIA__FEAT_LAYER = 1, GLIA__FEAT_OPTIMIZER, GLIA__FEAT_BACKEND, GLIA__FEAT_COMM };
-/* The name a feature is looked up by (layer type, optimizer, backend or transport name). */
+enum { GLIA__FEAT_TYPE = 1, GLIA__FEAT_KERNEL, GLIA__FEAT_OPTIMIZER, GLIA__FEAT_OPT_KERNEL, GLIA__FEAT_BACKEND,
+       GLIA__FEAT_COMM };
+/* The name a feature is looked up by (layer type, optimizer, backend or transport name; a kernel's
+ * type or optimizer). */
 const char *glia__feature_name(const struct glia__feature *f);
 
 struct glia_registry {
@@ -62,22 +61,23 @@ struct glia_context {
     int n_comms, cap_comms;
 };
 
-const struct glia_layer_ops *glia__find_layer(struct glia_context *ctx, const char *type,
-                                              const char *impl);
-/* GLIA_ABI_MINOR of the SDK the plugin registering ops was built with (built-ins: this core's). */
-unsigned glia__layer_abi_minor(const struct glia_context *ctx, const struct glia_layer_ops *ops);
+/* The layer type `name`, or NULL. */
+const struct glia_layer_type *glia__find_type(struct glia_context *ctx, const char *name);
+/* The kernel `impl` of layer type `type` (the first of any impl when impl is NULL), or NULL. */
+const struct glia_kernel *glia__find_kernel(struct glia_context *ctx, const char *type, const char *impl);
+/* The first registered kernel of layer type `type` that runs on device type t, or NULL. */
+const struct glia_kernel *glia__find_kernel_for(struct glia_context *ctx, const char *type, enum glia_device_type t);
 /* The name of the plugin that registered ops (of any feature), or "libglia" for a built-in one. */
 const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops);
 /* glia__section_misread for the create of layer l or optimizer o from s: names the type or optimizer and its plugin. */
 glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s);
 glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s);
-/* The first registered impl of layer type `type` that runs on device type t, or NULL. */
-const struct glia_layer_ops *glia__find_layer_for(struct glia_context *ctx, const char *type,
-                                                  enum glia_device_type t);
-/* Writes the registered impl names of a type, comma separated, into buf. */
+/* Writes the registered kernel (impl) names of a layer type, comma separated, into buf; returns their count. */
 int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n);
-/* The optimizer `name` for device type t; any device when t < 0. */
-const struct glia_optimizer_ops *glia__find_optimizer(struct glia_context *ctx, const char *name, int t);
+/* The optimizer `name`, or NULL. */
+const struct glia_optimizer_type *glia__find_optimizer_type(struct glia_context *ctx, const char *name);
+/* The kernel of optimizer `name` for device type t (any device when t < 0), or NULL. */
+const struct glia_optimizer_kernel *glia__find_optimizer_kernel(struct glia_context *ctx, const char *name, int t);
 const struct glia_backend_ops *glia__find_backend(struct glia_context *ctx, enum glia_device_type t);
 /* The registered transport `name`, or NULL. */
 const struct glia_comm_ops *glia__find_comm(struct glia_context *ctx, const char *name);
@@ -177,16 +177,19 @@ void glia__section_free(struct glia_section *s);
 /* Destroys layer l (its ops' destroy, when created) and frees its parameters and buffers, which
  * it leaves empty. */
 void glia__layer_release(struct glia_layer *l, bool created);
-/* Runs l's create from s, as glia/layer.h promises: a create that fails leaves l->priv NULL and what it declared
- * (parameters, buffers) freed, and is owed no destroy; *created says whether destroy is owed. A create that read s
- * with a getter that could not answer fails too (glia__layer_misread), even when it returned GLIA_OK (destroy is then
- * owed). */
+/* Creates layer l (its type and kernel set) from s, as glia/layer.h promises: allocates l->attrs, runs the type's
+ * create, then allocates l->state and runs the kernel's prepare. On failure nothing is owed (what the create or prepare
+ * left is undone here, including the type's destroy after a create that succeeded) and *created is false; a create
+ * that read s with a getter that could not answer fails too (glia__layer_misread), even when it returned GLIA_OK. */
 glia_status glia__layer_create(struct glia_layer *l, struct glia_section *s, const struct glia_shape *in, int n_in,
                                bool *created);
-/* *o = optimizer ops created from s (ctx: its context), as glia/optimizer.h promises: after a failed create *o is
- * zero (no destroy is owed, o->ops is NULL); a create that read s wrongly fails too, with o->ops set (destroy owed). */
-glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_ops *ops,
-                                   struct glia_context *ctx, struct glia_section *s);
+/* *o = optimizer `type` with `kernel`, created from s (ctx: its context), as glia/optimizer.h promises: after a
+ * failure (also a create that read s wrongly) *o is zero and nothing is owed. */
+glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_type *type,
+                                   const struct glia_optimizer_kernel *kernel, struct glia_context *ctx,
+                                   struct glia_section *s);
+/* Undoes a successful glia__optimizer_create (nothing for a zero *o). */
+void glia__optimizer_release(struct glia_optimizer *o);
 /* The entry for key in s, or NULL. */
 const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
 /* Check every entry of s against the union of the given schemas: unknown keys (with a

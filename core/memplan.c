@@ -69,7 +69,7 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
         struct glia__node *nd = &m->nodes[i];
         struct glia_shape in[GLIA__MAX_INPUTS];
         for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? glia__data_shape(m, n, len) : shapes[nd->in[k]];
-        glia_status st = nd->layer.ops->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
+        glia_status st = nd->layer.type->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
         if (st) {
             if (m->train.tokens)
                 return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld of length %lld",

@@ -278,44 +278,40 @@ static void unknown_why(struct glia_context *ctx, int kind, const char *what, co
     }
 }
 
-static const struct glia_layer_ops *resolve_layer(struct glia_model *m, const struct glia_section *s,
-                                                  glia_status *st)
+/* The type and kernel a layer section names (its type =, its impl = or the model's device), loading the plugin
+ * named like the type unless a loaded one registers the type already. */
+static glia_status resolve_layer(struct glia_model *m, const struct glia_section *s, struct glia_layer *l)
 {
     char fb[256];
     const char *type = feature_of(glia_section_str(s, "type"), fb, sizeof fb);
     const char *impl = glia_section_str(s, "impl");
-    /* The plugin named like the type provides it, unless a plugin loaded already does (for this
-     * device: cuda.so registers CUDA impls of types whose CPU impls are in their own plugins). */
-    if (!glia__find_layer_for(m->ctx, type, m->device.type)) {
+    if (!glia__find_type(m->ctx, type)) {
         glia_status ls = glia_plugin_load(m->ctx, type);
         if (ls && ls != GLIA_ENOTFOUND) {  /* the plugin exists but was refused: say why */
             char why[GLIA__ERRMSG_MAX];
             snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-            *st = glia_section_error(s, "type", ls, "%s", why);
-            return NULL;
+            return glia_section_error(s, "type", ls, "%s", why);
         }
     }
-    if (!glia__find_layer(m->ctx, type, NULL)) {
+    const struct glia_layer_type *t = glia__find_type(m->ctx, type);
+    if (!t) {
         char why[GLIA__ERRMSG_MAX];
-        unknown_why(m->ctx, GLIA__FEAT_LAYER, "layer type", type, why, sizeof why);
-        *st = glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'%s", type, why);
-        return NULL;
+        unknown_why(m->ctx, GLIA__FEAT_TYPE, "layer type", type, why, sizeof why);
+        return glia_section_error(s, "type", GLIA_ECONFIG, "unknown layer type '%s'%s", type, why);
     }
-    const struct glia_layer_ops *ops =
-        strcmp(impl, "auto") ? glia__find_layer(m->ctx, type, impl) : glia__find_layer_for(m->ctx, type, m->device.type);
+    const struct glia_kernel *k =
+        strcmp(impl, "auto") ? glia__find_kernel(m->ctx, type, impl) : glia__find_kernel_for(m->ctx, type, m->device.type);
     char have[256], dev[32];
     glia__layer_impls(m->ctx, type, have, sizeof have);
-    if (!ops) {
-        *st = glia_section_error(s, "impl", GLIA_ECONFIG, "no impl '%s' of layer type '%s' for device %s (available: %s)",
-                                 impl, type, glia_device_str(m->device, dev, sizeof dev), have);
-        return NULL;
-    }
-    if (ops->device_type != m->device.type) {
-        *st = glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s",
-                                 impl, type, glia_device_str(m->device, dev, sizeof dev));
-        return NULL;
-    }
-    return ops;
+    if (!k)
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "no kernel '%s' of layer type '%s' for device %s (available: %s)",
+                                  impl, type, glia_device_str(m->device, dev, sizeof dev), have[0] ? have : "none");
+    if (k->device_type != m->device.type)
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s",
+                                  impl, type, glia_device_str(m->device, dev, sizeof dev));
+    l->type = t;
+    l->kernel = k;
+    return GLIA_OK;
 }
 
 /* ---- building ---- */
@@ -338,18 +334,18 @@ static bool fits_cuda(struct glia_model *m, char *why, size_t n)
         if (is_reserved(m->cfg->sections[i]->name) || !t) continue;
         char fb[256];
         const char *type = feature_of(t->value, fb, sizeof fb);
-        if (!glia__find_layer_for(m->ctx, type, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, type);
-        if (!glia__find_layer_for(m->ctx, type, GLIA_DEVICE_CUDA)) {
-            snprintf(why, n, "layer type '%s' of [%s] has no CUDA impl", type, m->cfg->sections[i]->name);
+        if (!glia__find_type(m->ctx, type)) glia_plugin_load(m->ctx, type);
+        if (!glia__find_kernel_for(m->ctx, type, GLIA_DEVICE_CUDA)) {
+            snprintf(why, n, "layer type '%s' of [%s] has no CUDA kernel", type, m->cfg->sections[i]->name);
             return false;
         }
     }
     struct glia_section *t = glia__config_find(m->cfg, "train");
     char fb[256];
     const char *name = t ? feature_of(glia_section_str(t, "optimizer"), fb, sizeof fb) : "sgd";
-    if (!glia__find_optimizer(m->ctx, name, GLIA_DEVICE_CUDA)) glia_plugin_load(m->ctx, name);
-    if (glia__find_optimizer(m->ctx, name, -1) && !glia__find_optimizer(m->ctx, name, GLIA_DEVICE_CUDA)) {
-        snprintf(why, n, "optimizer '%s' has no CUDA impl", name);
+    if (!glia__find_optimizer_type(m->ctx, name)) glia_plugin_load(m->ctx, name);
+    if (glia__find_optimizer_type(m->ctx, name) && !glia__find_optimizer_kernel(m->ctx, name, GLIA_DEVICE_CUDA)) {
+        snprintf(why, n, "optimizer '%s' has no CUDA kernel", name);
         return false;
     }
     return true;
@@ -689,7 +685,7 @@ static glia_status setup_optimizer(struct glia_model *m)
     struct glia_section *t = glia__config_find(m->cfg, "train");
     char fb[256];
     const char *name = feature_of(glia_section_str(t, "optimizer"), fb, sizeof fb);
-    if (!glia__find_optimizer(m->ctx, name, (int)m->device.type)) {
+    if (!glia__find_optimizer_type(m->ctx, name)) {
         glia_status ls = glia_plugin_load(m->ctx, name);
         if (ls && ls != GLIA_ENOTFOUND) {
             char why[GLIA__ERRMSG_MAX];
@@ -697,23 +693,24 @@ static glia_status setup_optimizer(struct glia_model *m)
             return glia_section_error(t, "optimizer", ls, "%s", why);
         }
     }
-    const struct glia_optimizer_ops *ops = glia__find_optimizer(m->ctx, name, (int)m->device.type);
-    if (!ops && glia__find_optimizer(m->ctx, name, -1)) {
+    const struct glia_optimizer_type *ot = glia__find_optimizer_type(m->ctx, name);
+    const struct glia_optimizer_kernel *ok = glia__find_optimizer_kernel(m->ctx, name, (int)m->device.type);
+    if (ot && !ok) {
         char dev[32];
-        return glia_section_error(t, "optimizer", GLIA_ECONFIG, "optimizer '%s' has no impl for device %s", name,
+        return glia_section_error(t, "optimizer", GLIA_ECONFIG, "optimizer '%s' has no kernel for device %s", name,
                                   glia_device_str(m->device, dev, sizeof dev));
     }
-    if (!ops) {
+    if (!ot) {
         char why[GLIA__ERRMSG_MAX];
         unknown_why(m->ctx, GLIA__FEAT_OPTIMIZER, "optimizer", name, why, sizeof why);
         return glia_section_error(t, "optimizer", GLIA_ECONFIG, "unknown optimizer '%s'%s", name, why);
     }
     struct glia_section *o = glia__config_section(m->cfg, "optimizer");
     if (!o) return GLIA_ENOMEM;
-    const struct glia_key *sch[] = {ops->keys};
+    const struct glia_key *sch[] = {ot->keys};
     glia_status st = glia__section_validate(o, sch, 1);
     if (st) return st;
-    if ((st = glia__optimizer_create(&m->opt, ops, m->ctx, o))) return st;
+    if ((st = glia__optimizer_create(&m->opt, ot, ok, m->ctx, o))) return st;
     m->epochs = (int)glia_section_int(t, "epochs");
     m->lr = glia_section_float(t, "lr");
     const char *sched = glia_section_str(t, "schedule");
@@ -744,7 +741,7 @@ static int node_index(const struct glia_model *m, const char *name)
 
 static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, const struct glia_section *s)
 {
-    const struct glia_layer_ops *ops = nd->layer.ops;
+    const struct glia_layer_type *ops = nd->layer.type;
     const char **items;
     int n = glia_section_list(s, "inputs", &items);
     if (n == 0) {
@@ -780,9 +777,9 @@ static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, cons
     }
     if (nd->n_in < ops->min_inputs || (ops->max_inputs >= 0 && nd->n_in > ops->max_inputs)) {
         if (ops->max_inputs < 0)
-            return glia_section_error(s, "inputs", GLIA_ECONFIG, "layer type '%s' takes at least %d inputs, got %d", ops->type, ops->min_inputs, nd->n_in);
+            return glia_section_error(s, "inputs", GLIA_ECONFIG, "layer type '%s' takes at least %d inputs, got %d", ops->name, ops->min_inputs, nd->n_in);
         return glia_section_error(s, "inputs", GLIA_ECONFIG, "layer type '%s' takes %d..%d inputs, got %d",
-                                  ops->type, ops->min_inputs, ops->max_inputs, nd->n_in);
+                                  ops->name, ops->min_inputs, ops->max_inputs, nd->n_in);
     }
     return GLIA_OK;
 }
@@ -811,19 +808,20 @@ static glia_status declare_layer(struct glia_model *m, struct glia_section *s)
     /* type and impl are strings: readable before full validation. */
     s->schemas[0] = layer_common_keys;
     s->n_schemas = 1;
-    const struct glia_layer_ops *ops = resolve_layer(m, s, &st);
-    if (!ops) return st;
-    const struct glia_key *sch[] = {layer_common_keys, ops->keys};
+    struct glia_layer rl = {0};
+    if ((st = resolve_layer(m, s, &rl))) return st;
+    const struct glia_key *sch[] = {layer_common_keys, rl.type->keys};
     if ((st = glia__section_validate(s, sch, 2))) return st;
     struct glia__node *nd = &m->nodes[m->n_nodes];
     memset(nd, 0, sizeof *nd);
     nd->sec = s;
     nd->layer.name = s->name;
-    nd->layer.ops = ops;
+    nd->layer.type = rl.type;
+    nd->layer.kernel = rl.kernel;
     nd->layer.ctx = m->ctx;
     nd->layer.backend = m->backend;
     if ((st = wire_inputs(m, nd, s))) return st;
-    m->decl[m->n_decl++] = (struct glia__decl){.name = s->name, .type = ops->type, .node = m->n_nodes};
+    m->decl[m->n_decl++] = (struct glia__decl){.name = s->name, .type = rl.type->name, .node = m->n_nodes};
     m->n_nodes++;
     return GLIA_OK;
 }
@@ -874,16 +872,16 @@ static glia_status check_eval_sizes(struct glia_model *m)
 /* Phase 3: create the layer with its input shapes and infer its output shape. */
 static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
 {
-    const struct glia_layer_ops *ops = nd->layer.ops;
+    const struct glia_layer_type *ops = nd->layer.type;
     struct glia_section *s = nd->sec;
     struct glia_shape in[GLIA__MAX_INPUTS];
     for (int i = 0; i < nd->n_in; i++) in[i] = in_shape_of(m, nd->in[i], m->batch);
     for (int k = 0; k < nd->n_in && m->train.tokens; k++)  /* the token batch holds ids, not floats */
-        if (nd->in[k] < 0 && !(ops->flags & GLIA_LAYER_TOKEN_INPUT))
+        if (nd->in[k] < 0 && !(ops->flags & GLIA_TYPE_TOKEN_INPUT))
             return glia_section_error(s, glia__section_entry(s, "inputs") ? "inputs" : NULL, GLIA_ECONFIG,
                                       "layer type '%s' cannot read the token batch of [data] format = tokens (I32 ids); "
-                                      "start with an embedding layer", ops->type);
-    if (m->train.tokens && (ops->flags & GLIA_LAYER_TOKEN_INPUT) && glia__section_entry(s, "vocab") &&
+                                      "start with an embedding layer", ops->name);
+    if (m->train.tokens && (ops->flags & GLIA_TYPE_TOKEN_INPUT) && glia__section_entry(s, "vocab") &&
         glia_section_int(s, "vocab") < m->vocab)  /* a table too small for the data's ids */
         return glia_section_error(s, "vocab", GLIA_ECONFIG, "%lld is smaller than [data] vocab = %lld: ids up to %lld "
                                   "would be out of range", (long long)glia_section_int(s, "vocab"), (long long)m->vocab,
@@ -893,7 +891,7 @@ static glia_status create_layer(struct glia_model *m, struct glia__node *nd)
     glia_status st = glia__layer_create(&nd->layer, s, in, nd->n_in, &nd->created);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
-            glia_section_error(s, NULL, st, "layer type '%s' refused this configuration (%s)", ops->type, glia_strerror(st));
+            glia_section_error(s, NULL, st, "layer type '%s' refused this configuration (%s)", ops->name, glia_strerror(st));
         return st;
     }
     if ((st = check_param_sizes(nd))) return st;
@@ -956,7 +954,7 @@ static glia_status pass_drop_bias(struct glia_model *m)
 {
     for (int i = 0; i < m->n_nodes; i++) {
         struct glia__node *nd = &m->nodes[i];
-        if (!has_bool_key(nd->layer.ops->keys, "bias") || !glia_section_bool(nd->sec, "bias")) continue;
+        if (!has_bool_key(nd->layer.type->keys, "bias") || !glia_section_bool(nd->sec, "bias")) continue;
         int consumer = -1, uses = 0;
         for (int j = i + 1; j < m->n_nodes; j++)
             for (int k = 0; k < m->nodes[j].n_in; k++)
@@ -964,7 +962,7 @@ static glia_status pass_drop_bias(struct glia_model *m)
                     consumer = j;
                     uses++;
                 }
-        if (uses != 1 || !(m->nodes[consumer].layer.ops->flags & GLIA_LAYER_NORMALIZATION)) continue;
+        if (uses != 1 || !(m->nodes[consumer].layer.type->flags & GLIA_TYPE_NORMALIZATION)) continue;
         glia_status st = override_key(nd->sec, "bias", "off", "[graph] drop_bias_before_norm");
         if (st) return st;
         nd->bias_dropped_for = consumer;
@@ -993,19 +991,20 @@ static glia_status check_graph(struct glia_model *m)
     if (m->n_nodes == 0)
         return glia_error(m->ctx, GLIA_ECONFIG, "%s: the model has no layers (add sections with type = ...)", m->cfg->path);
     struct glia__node *last = &m->nodes[m->n_nodes - 1];
-    if (!(last->layer.ops->flags & GLIA_LAYER_LOSS))
+    if (!(last->layer.type->flags & GLIA_TYPE_LOSS))
         return glia_section_error(last->sec, "type", GLIA_ECONFIG,
                                   "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
-                                  last->layer.ops->type);
+                                  last->layer.type->name);
     link_nodes(m);
     for (int i = 0; i < m->n_nodes - 1; i++) {
         struct glia__node *nd = &m->nodes[i];
-        if (nd->layer.ops->flags & GLIA_LAYER_LOSS)
+        if (nd->layer.type->flags & GLIA_TYPE_LOSS)
             return glia_section_error(nd->sec, "type", GLIA_ECONFIG, "a loss layer must be the last layer");
         if (nd->n_consumers == 0)
             return glia_section_error(nd->sec, NULL, GLIA_ECONFIG, "the output of this layer is not used by any later layer");
-        if (!nd->layer.ops->backward)
-            return glia_section_error(nd->sec, "type", GLIA_EUNSUPPORTED, "layer type '%s' has no backward; it cannot be trained through", nd->layer.ops->type);
+        if (!nd->layer.kernel->backward)
+            return glia_section_error(nd->sec, "type", GLIA_EUNSUPPORTED, "layer type '%s' (kernel %s) has no backward; it "
+                                      "cannot be trained through", nd->layer.type->name, nd->layer.kernel->impl);
     }
     const struct glia_shape *logits = &m->nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
     if (last->in[0] < 0 || logits->ndim != 2)
@@ -1043,56 +1042,38 @@ static char *fuse_close(FILE *f, char **text)
     return *text;
 }
 
-/* Node i's function of its producers as text over {k}; NULL when it is not a layer the pass
- * fuses (*st = GLIA_OK) or out of memory (*st set). A layer with an impl chosen in its section
- * keeps it. */
+/* Node i's function of its producers as text over {k}: its type's pointwise expression (glia/layer.h) with x, y,
+ * z, w (inputs 0..3) replaced by its producers; NULL when it is not a layer the pass fuses (*st = GLIA_OK) or out of
+ * memory (*st set). A layer with an impl chosen in its section keeps it, and one with parameters or buffers is more
+ * than its expression. */
 static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
 {
-    static const char *const fusible[] = {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "add", "dropout", "pointwise"};
     const struct glia__node *nd = &m->nodes[i];
-    const char *type = nd->layer.ops->type;
-    int t = 0, x = nd->in[0];
-    while (t < (int)GLIA__ARRAY_LEN(fusible) && strcmp(type, fusible[t])) t++;
+    const struct glia_layer_type *t = nd->layer.type;
     *st = GLIA_OK;
-    if (t == (int)GLIA__ARRAY_LEN(fusible) || nd->own_sec || strcmp(glia_section_str(nd->sec, "impl"), "auto") ||
-        nd->layer.n_params || nd->layer.n_buffers)
+    if (!t->pointwise || nd->n_in > (int)sizeof fuse_vars - 1 || nd->own_sec ||
+        strcmp(glia_section_str(nd->sec, "impl"), "auto") || nd->layer.n_params || nd->layer.n_buffers)
         return NULL;
-    char *text = NULL;
+    int need = t->pointwise(&nd->layer, nd->n_in, NULL, 0);
+    if (need < 0) return NULL;
+    char *e = malloc((size_t)need + 1), *text = NULL;
     size_t len;
-    FILE *f = open_memstream(&text, &len);
-    /* relu: the expression's relu(), the layer's values and gradient (NaN passes, -0 stays -0);
-     * leaky_relu: x > 0 ? x : s x, NaN gives NaN like the layer. Backward multiplies dy by the
-     * derivative, so an inf in dy gives NaN where the layer gives 0 (x <= 0): fp16 skips such a
-     * step either way. gelu: the exact form, as the layer computes it. */
-    if (f && t == 0) {
-        fprintf(f, "relu({%d})", x);
-    } else if (f && t == 1) {
-        fprintf(f, "select(gt({%d}, 0), {%d}, %.9g * {%d})", x, x,
-                (double)(float)glia_section_float(nd->sec, "negative_slope"), x);
-    } else if (f && t <= 3) {
-        fprintf(f, "%s({%d})", type, x);
-    } else if (f && t == 4) {
-        fprintf(f, "0.5 * {%d} * (1 + erf({%d} * 0.70710678118654752))", x, x);
-    } else if (f && t == 5) {
-        for (int k = 0; k < nd->n_in; k++) fprintf(f, "%s{%d}", k ? " + " : "", nd->in[k]);
-    } else if (f && t == 6) {  /* the layer's mask: see pass_fuse_pointwise; p reads back exactly. Backward
-                                * multiplies dy by the masked derivative: an inf or NaN dy at a dropped
-                                * element gives NaN where the layer gives 0, as for relu above */
-        double p = glia_section_float(nd->sec, "p");
-        char num[32];
-        snprintf(num, sizeof num, "%.15g", p);
-        if (strtod(num, NULL) != p) snprintf(num, sizeof num, "%.17g", p);
-        fprintf(f, "dropout({%d}, %s)", x, num);
-    } else if (f) {  /* pointwise: its variables x y z w become its producers */
-        for (const char *e = glia_section_str(nd->sec, "expr"); *e;) {
-            size_t w = 0;
-            while (isalnum((unsigned char)e[w]) || e[w] == '_' || e[w] == '.') w++;
-            const char *v = w == 1 ? strchr(fuse_vars, e[0]) : NULL;
-            if (v && v - fuse_vars < nd->n_in) fprintf(f, "{%d}", nd->in[v - fuse_vars]);
-            else fwrite(e, 1, w ? w : 1, f);
-            e += w ? w : 1;
-        }
+    FILE *f = e ? open_memstream(&text, &len) : NULL;
+    if (f && t->pointwise(&nd->layer, nd->n_in, e, (size_t)need + 1) != need) {  /* not pure: the pass keeps it */
+        fclose(f);
+        free(text);
+        free(e);
+        return NULL;
     }
+    for (const char *c = e; f && *c;) {  /* its variables x y z w become its producers */
+        size_t w = 0;
+        while (isalnum((unsigned char)c[w]) || c[w] == '_' || c[w] == '.') w++;
+        const char *v = w == 1 ? strchr(fuse_vars, c[0]) : NULL;
+        if (v && v - fuse_vars < nd->n_in) fprintf(f, "{%d}", nd->in[v - fuse_vars]);
+        else fwrite(c, 1, w ? w : 1, f);
+        c += w ? w : 1;
+    }
+    free(e);
     char *r = fuse_close(f, &text);
     if (!r) *st = GLIA_ENOMEM;
     return r;
@@ -1229,13 +1210,15 @@ static glia_status make_fused(struct glia_model *m, int j, const char *text)
         s->schemas[0] = layer_common_keys;
         s->n_schemas = 1;
     }
-    const struct glia_layer_ops *ops = st ? NULL : resolve_layer(m, s, &st);
-    if (ops) {
-        const struct glia_key *sch[] = {layer_common_keys, ops->keys};
+    struct glia_layer rl = {0};
+    if (!st) st = resolve_layer(m, s, &rl);
+    if (!st) {
+        const struct glia_key *sch[] = {layer_common_keys, rl.type->keys};
         st = glia__section_validate(s, sch, 2);
     }
     if (!st) {
-        f.layer = (struct glia_layer){.name = s->name, .ops = ops, .ctx = m->ctx, .backend = m->backend};
+        f.layer = (struct glia_layer){.name = s->name, .type = rl.type, .kernel = rl.kernel, .ctx = m->ctx,
+                                      .backend = m->backend};
         f.sec = f.own_sec = s;
         f.created = false;
         f.n_in = n;
@@ -1298,12 +1281,35 @@ static void drop_nodes(struct glia_model *m, const int *into)
     link_nodes(m);
 }
 
-/* Phase 3, before the chains below: a relu whose input is a batchnorm that nothing else reads
- * becomes that batchnorm's activation = relu (one pass over the data instead of two, forward and
- * backward, and no relu output kept); the batchnorm keeps its name, its parameters and its place,
- * and what read the relu reads it. A relu with an impl chosen in its section stays. The key is set
- * in the batchnorm's section (a dp replica, built from the same file, fuses it too). */
-static glia_status pass_fuse_bn_relu(struct glia_model *m)
+/* Whether section s sets one of the keys of its type (keys), beyond those every layer has. */
+static bool layer_sets_keys(const struct glia_section *s, const struct glia_key *keys)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++)
+        if (glia__section_entry(s, k->name)) return true;
+    return false;
+}
+
+/* Whether enum key `key` of keys offers the choice `value`. */
+static bool key_has_choice(const struct glia_key *keys, const char *key, const char *value)
+{
+    const struct glia_key *k = find_key(keys, key);
+    if (!k || k->type != GLIA_KEY_ENUM || !k->choices) return false;
+    size_t n = strlen(value);
+    for (const char *c = k->choices; c;) {
+        if (!strncmp(c, value, n) && (c[n] == '|' || c[n] == '\0')) return true;
+        c = strchr(c, '|');
+        if (c) c++;
+    }
+    return false;
+}
+
+/* Phase 3, before the chains below: a layer whose input is a layer of a type with GLIA_TYPE_FUSIBLE_ACTIVATION
+ * (batchnorm) that nothing else reads, and whose own type that one's `activation` key offers (relu), becomes its
+ * activation (one pass over the data instead of two, forward and backward, and no activation output kept); the
+ * producer keeps its name, its parameters and its place, and what read the activation reads it. An activation with an
+ * impl or any other key set in its section stays. The key is set in the producer's section (a dp replica, built from
+ * the same file, fuses it too). */
+static glia_status pass_fuse_activation(struct glia_model *m)
 {
     int n = m->n_nodes, into[GLIA__MAX_NODES], fused = 0;
     glia_status st = GLIA_OK;
@@ -1311,15 +1317,16 @@ static glia_status pass_fuse_bn_relu(struct glia_model *m)
     for (int j = 0; j < n && !st; j++) {
         const struct glia__node *r = &m->nodes[j];
         int i = r->in[0];
-        if (strcmp(r->layer.ops->type, "relu") || r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") ||
-            r->n_in != 1 || i < 0 || strcmp(m->nodes[i].layer.ops->type, "batchnorm") || only_consumer(m, i) != j ||
-            !find_key(m->nodes[i].layer.ops->keys, "activation") || m->nodes[i].own_sec)
+        if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 ||
+            !(m->nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
+            m->nodes[i].own_sec || !key_has_choice(m->nodes[i].layer.type->keys, "activation", r->layer.type->name) ||
+            layer_sets_keys(r->sec, r->layer.type->keys) || strcmp(glia_section_str(m->nodes[i].sec, "activation"), "none"))
             continue;
         struct glia__node *b = &m->nodes[i];
-        if ((st = override_key(b->sec, "activation", "relu", fuse_origin))) break;
+        if ((st = override_key(b->sec, "activation", r->layer.type->name, fuse_origin))) break;
         destroy_layer(b);
         if ((st = create_layer(m, b))) break;
-        b->relu_fused = true;
+        b->act_fused = true;
         into[j] = i;
         fused++;
     }
@@ -1389,17 +1396,10 @@ static glia_status pass_fuse_pointwise(struct glia_model *m, bool on)
 
 static const char ckpt_origin[] = "[graph] checkpoint_segments";
 
-/* Whether a node's forward may run again in backward: its plugin knows glia_fwd.recompute (ABI 1.6). An older one
- * never agreed that a second forward gives the same output (its own random state, say). */
-static bool recomputable(const struct glia_model *m, const struct glia__node *nd)
-{
-    return glia__layer_abi_minor(m->ctx, nd->layer.ops) >= 6;
-}
-
 /* Marks the segments that the cuts cut[0..n) (node indices, ascending) make: in each but the last, the nodes before
  * the cut whose output something in backward reads (their own backward, a consumer's backward through a direct or
  * retagged edge, a consumer's second forward) run forward again, those that can; the others' outputs die after the
- * forward (or, not recomputable, live on). */
+ * forward. */
 static void mark_segments(struct glia_model *m, const int *cut, int n)
 {
     for (int i = 0; i < m->n_nodes; i++) {
@@ -1416,7 +1416,7 @@ static void mark_segments(struct glia_model *m, const int *cut, int n)
                     if (m->nodes[i].in[e] == j &&
                         (m->nodes[i].recompute || (m->nodes[i].edge[e] != GLIA__EDGE_CONVERT && glia__bwd_reads_in(m, i))))
                         needed = true;
-            m->nodes[j].recompute = needed && recomputable(m, &m->nodes[j]);
+            m->nodes[j].recompute = needed;
         }
     }
 }
@@ -1522,10 +1522,6 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
     mark_segments(m, cut, n_cut);
     m->ckpt_segments = n_cut + 1;
     for (int j = 0; n_cut && j < cut[n_cut - 1]; j++)  /* in a checkpointed segment, yet kept */
-        if (!m->nodes[j].cut && !recomputable(m, &m->nodes[j]))
-            glia_log(m->ctx, GLIA_LOG_INFO, "%s: [%s] keeps its output: its plugin was built against ABI 1.%u, before "
-                     "a layer could be asked to run forward twice", ckpt_origin, m->nodes[j].layer.name,
-                     glia__layer_abi_minor(m->ctx, m->nodes[j].layer.ops));
     if (m->ckpt_segments < want)
         glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->ckpt_segments,
                  m->ckpt_segments > 1 ? "s" : "",
@@ -1534,7 +1530,7 @@ static glia_status pass_checkpoint(struct glia_model *m, const struct glia_secti
     return GLIA_OK;
 }
 
-/* Memory formats: a layer that takes either format (GLIA_LAYER_CHANNELS_LAST) works in the
+/* Memory formats: a layer that takes either format (GLIA_KERNEL_CHANNELS_LAST) works in the
  * model's; any other layer, and the data batch, in contiguous NCHW. Where producer and
  * consumer disagree on a 4-D tensor the edge converts, unless C or H*W is 1 (both formats
  * are then the same bytes, and the edge only retags them). */
@@ -1542,7 +1538,7 @@ static void plan_formats(struct glia_model *m)
 {
     for (int i = 0; i < m->n_nodes; i++) {
         struct glia__node *nd = &m->nodes[i];
-        bool any = m->format == GLIA_CHANNELS_LAST && (nd->layer.ops->flags & GLIA_LAYER_CHANNELS_LAST);
+        bool any = m->format == GLIA_CHANNELS_LAST && (nd->layer.kernel->flags & GLIA_KERNEL_CHANNELS_LAST);
         nd->out_fmt = any && nd->out_shape.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
         for (int k = 0; k < nd->n_in; k++) {
             struct glia_shape s = in_shape_of(m, nd->in[k], m->batch);
@@ -1677,7 +1673,7 @@ static glia_status alloc_params(struct glia_model *m)
     glia_status st = plan_arena(m, false, &m->wa, &ps);
     if (st) return st;
     struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
-    int ns = m->like ? 0 : m->opt.ops->n_state;  /* a dp replica never steps: no optimizer state */
+    int ns = m->like ? 0 : m->opt.type->n_state;  /* a dp replica never steps: no optimizer state */
     glia_context_clear_error(m->ctx);
     if (m->wa.len > GLIA__MAX_ELEMENTS) st = GLIA_ENOMEM;  /* one tensor: see GLIA__MAX_ELEMENTS */
     if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
@@ -1729,9 +1725,16 @@ static glia_status add_entry(struct glia_param **arr, int *n, const char *name, 
     return GLIA_OK;
 }
 
-void glia__layer_release(struct glia_layer *l, bool created)
+/* Undoes a successful type create: the type's destroy, then its attrs. */
+static void type_release(struct glia_layer *l)
 {
-    if (created && l->ops->destroy) l->ops->destroy(l);
+    if (l->type->destroy) l->type->destroy(l);
+    free(l->attrs);
+    l->attrs = NULL;
+}
+
+static void params_release(struct glia_layer *l)
+{
     for (int p = 0; p < l->n_params; p++) {
         free((char *)l->params[p].name);
         glia_tensor_release(l->params[p].value);
@@ -1747,29 +1750,75 @@ void glia__layer_release(struct glia_layer *l, bool created)
     l->n_params = l->n_buffers = 0;
 }
 
+void glia__layer_release(struct glia_layer *l, bool created)
+{
+    if (created) {
+        if (l->kernel->destroy) l->kernel->destroy(l);
+        free(l->state);
+        l->state = NULL;
+        type_release(l);
+    }
+    params_release(l);
+}
+
 glia_status glia__layer_create(struct glia_layer *l, struct glia_section *s, const struct glia_shape *in, int n_in,
                                bool *created)
 {
+    *created = false;
+    l->attrs = l->state = NULL;
+    if (l->type->attrs_size && !(l->attrs = calloc(1, l->type->attrs_size)))
+        return glia_section_error(s, NULL, GLIA_ENOMEM, "out of memory for the attributes of layer type '%s'",
+                                  l->type->name);
     glia__section_misread_clear(s);
-    glia_status st = l->ops->create(l, s, in, n_in);
-    *created = st == GLIA_OK;
-    if (st) {  /* destroy is owed only for a create that succeeded (layer.h): what it declared goes now */
-        glia__layer_release(l, false);
-        l->priv = NULL;
-    }
+    glia_status st = l->type->create(l, s, in, n_in);
     glia_status mis = glia__layer_misread(l, s);  /* the wrong read, not what followed from it, is the error */
+    if (!st && mis) type_release(l);              /* destroy was owed: it runs now */
+    if (st) {  /* no destroy after a failed create (layer.h) */
+        free(l->attrs);
+        l->attrs = NULL;
+    }
+    if (st || mis) {
+        params_release(l);
+        return mis ? mis : st;
+    }
+    if (l->kernel->state_size && !(l->state = calloc(1, l->kernel->state_size)))
+        st = glia_section_error(s, NULL, GLIA_ENOMEM, "out of memory for the state of kernel '%s' of layer type '%s'",
+                                l->kernel->impl, l->type->name);
+    if (!st && l->kernel->prepare) st = l->kernel->prepare(l, in, n_in);
+    if (st) {  /* no kernel destroy after a failed prepare */
+        free(l->state);
+        l->state = NULL;
+        type_release(l);
+        params_release(l);
+        return st;
+    }
+    *created = true;
+    return GLIA_OK;
+}
+
+glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_type *type,
+                                   const struct glia_optimizer_kernel *kernel, struct glia_context *ctx,
+                                   struct glia_section *s)
+{
+    *o = (struct glia_optimizer){.type = type, .kernel = kernel, .ctx = ctx};
+    if (type->attrs_size && !(o->attrs = calloc(1, type->attrs_size)))
+        return glia_section_error(s, NULL, GLIA_ENOMEM, "out of memory for the settings of optimizer '%s'", type->name);
+    glia__section_misread_clear(s);
+    glia_status st = type->create(o, s);
+    glia_status mis = glia__optimizer_misread(o, s);
+    if (!st && mis && type->destroy) type->destroy(o);
+    if (st || mis) {
+        free(o->attrs);
+        *o = (struct glia_optimizer){0};  /* no destroy after a failed create (optimizer.h) */
+    }
     return mis ? mis : st;
 }
 
-glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_optimizer_ops *ops,
-                                   struct glia_context *ctx, struct glia_section *s)
+void glia__optimizer_release(struct glia_optimizer *o)
 {
-    *o = (struct glia_optimizer){.ops = ops, .ctx = ctx};
-    glia__section_misread_clear(s);
-    glia_status st = ops->create(o, s);
-    glia_status mis = glia__optimizer_misread(o, s);
-    if (st) *o = (struct glia_optimizer){0};  /* no destroy after a failed create (optimizer.h) */
-    return mis ? mis : st;
+    if (o->type && o->type->destroy) o->type->destroy(o);
+    free(o->attrs);
+    *o = (struct glia_optimizer){0};
 }
 
 glia_status glia_layer_add_param(struct glia_layer *l, const char *name, const struct glia_shape *shape,
@@ -1803,7 +1852,7 @@ void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint6
 void glia__init_param(const struct glia_layer *l, int p, float *dst, uint64_t seed)
 {
     glia__init_values(dst, glia_shape_numel(&l->params[p].shape), l->params[p].init, seed);
-    if (GLIA__HAS_LAYER_SLOT(l->ops, init_param)) l->ops->init_param(l, p, dst);
+    if (l->type->init_param) l->type->init_param(l, p, dst);
 }
 
 /* Buffers: one arena, views, initialized from their declared init. */
@@ -1915,12 +1964,12 @@ static glia_status setup_cuda_graph(struct glia_model *m)
                                   "cuda_graph = off)",
                                   m->dist == GLIA__DIST_DDP ? "ddp" : "dp");
     for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia_layer_ops *o = m->nodes[i].layer.ops;
-        if (!(o->flags & GLIA_LAYER_CAPTURABLE) || glia__layer_abi_minor(m->ctx, o) < 7)
+        const struct glia_layer *l = &m->nodes[i].layer;
+        if (!(l->kernel->flags & GLIA_KERNEL_CAPTURABLE))
             return glia_section_error(m->nodes[i].sec, NULL, GLIA_ECONFIG,
                                       "layer type %s (impl %s) cannot be captured into a CUDA graph; set [runtime] "
                                       "cuda_graph = off",
-                                      o->type, o->impl);
+                                      l->type->name, l->kernel->impl);
     }
     struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
     glia_status st = glia_tensor_new(m->backend, GLIA_I64, &one, &m->step_dev);
@@ -1984,7 +2033,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) st = check_graph(m);
     if (!st) st = check_eval_sizes(m);
     int fuse = st ? 0 : fuse_pointwise_mode(m, graph);
-    if (fuse) st = pass_fuse_bn_relu(m);
+    if (fuse) st = pass_fuse_activation(m);
     if (fuse && !st) st = pass_fuse_pointwise(m, fuse == 2);
     if (!st) plan_formats(m);
     if (!st) st = pass_checkpoint(m, graph);  /* plans memory: after the edges' conversions are known */
@@ -2031,7 +2080,7 @@ void glia_model_free(struct glia_model *m)
     free(m->rank_log);
     free(m->checkpoint_dir);
     free(m->device_notice);
-    if (m->opt.ops && m->opt.ops->destroy) m->opt.ops->destroy(&m->opt);
+    glia__optimizer_release(&m->opt);
     glia_tensor_release(m->w);
     glia_tensor_release(m->g);
     glia_tensor_release(m->decay_mask);
@@ -2113,29 +2162,30 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         long long np = 0;
         for (int p = 0; p < nd->layer.n_params; p++) np += glia_shape_numel(&nd->layer.params[p].shape);
         struct glia_shape o = nd->out_shape;
-        if (!(nd->layer.ops->flags & GLIA_LAYER_LOSS) && o.ndim > 0) {
+        if (!(nd->layer.type->flags & GLIA_TYPE_LOSS) && o.ndim > 0) {
             o.ndim--;
             memmove(o.dim, nd->out_shape.dim + 1, sizeof(int64_t) * (size_t)o.ndim);
         }
-        double per_sample = nd->layer.ops->flops ? (double)nd->flops / m->batch : -1;
+        double per_sample = nd->layer.type->flops ? (double)nd->flops / m->batch : -1;
         if (per_sample >= 0) {
             human(per_sample, fl, sizeof fl);
             total_flops += per_sample;
         } else {
             snprintf(fl, sizeof fl, "-");
         }
-        fprintf(f, "%-16s %-22s %-6s %-16s %10lld %10s\n", nd->layer.name, nd->layer.ops->type,
-                nd->layer.ops->impl, glia_shape_str(&o, shp, sizeof shp), np, fl);
+        fprintf(f, "%-16s %-22s %-6s %-16s %10lld %10s\n", nd->layer.name, nd->layer.type->name,
+                nd->layer.kernel->impl, glia_shape_str(&o, shp, sizeof shp), np, fl);
     }
     for (int i = 0; i < m->n_nodes; i++)
         if (m->nodes[i].bias_dropped)
             fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
                     m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
-                    m->nodes[m->nodes[i].bias_dropped_for].layer.ops->type);
+                    m->nodes[m->nodes[i].bias_dropped_for].layer.type->name);
     for (int i = 0; i < m->n_nodes; i++)
-        if (m->nodes[i].relu_fused) {
+        if (m->nodes[i].act_fused) {
             fused_layers(f, m, i);
-            fprintf(f, " run as batchnorm %s with activation = relu\n", m->nodes[i].layer.name);
+            fprintf(f, " run as %s %s with activation = %s\n", m->nodes[i].layer.type->name, m->nodes[i].layer.name,
+                    glia_section_str(m->nodes[i].sec, "activation"));
         }
     for (int i = 0; i < m->n_nodes; i++) {
         const struct glia__node *nd = &m->nodes[i];
@@ -2207,7 +2257,7 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     else
         snprintf(shape, sizeof shape, "%dx%d", m->train.rows, m->train.cols);
     fprintf(f, "data: %lld training samples, %lld test samples, %s, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
-            (long long)m->train.n, (long long)m->test.n, shape, m->n_classes, m->opt.ops->name, m->lr, sched[m->schedule],
+            (long long)m->train.n, (long long)m->test.n, shape, m->n_classes, m->opt.type->name, m->lr, sched[m->schedule],
             m->epochs);
 }
 

@@ -81,7 +81,8 @@ struct glia__node {
     struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT) into act_block
                                                                              (cin of the data batch: into x_buf) */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
-    bool relu_fused;                 /* a batchnorm that a relu after it became part of ([graph] fuse_pointwise) */
+    bool act_fused;                  /* a layer that the activation after it became part of ([graph] fuse_pointwise:
+                                        GLIA_TYPE_FUSIBLE_ACTIVATION) */
     int bias_dropped_for;            /* ... because this node normalizes its output */
     struct glia_section *own_sec;    /* (owned) sec, when a graph pass made it (fuse_pointwise); else NULL */
     /* pass checkpoint_segments: a training step drops this node's output after the forward and runs its forward
@@ -280,14 +281,14 @@ static inline bool glia__has_grad(const struct glia_model *m, int i)
 {
     return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad;
 }
-/* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_LAYER_BWD_NO_...). */
+/* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_KERNEL_BWD_NO_...). */
 static inline bool glia__bwd_reads_out(const struct glia_model *m, int j)
 {
-    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_OUTPUT);
+    return m->nodes[j].needs_grad && !(m->nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_OUTPUT);
 }
 static inline bool glia__bwd_reads_in(const struct glia_model *m, int j)
 {
-    return m->nodes[j].needs_grad && !(m->nodes[j].layer.ops->flags & GLIA_LAYER_BWD_NO_INPUT);
+    return m->nodes[j].needs_grad && !(m->nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_INPUT);
 }
 /* The plan for a training batch of train_batch (0: no training) and an evaluation batch of eval_batch (0: none),
  * at the longest token length. */

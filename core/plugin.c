@@ -43,47 +43,78 @@ static const char *declared_twice(const struct glia_key *keys, const struct glia
     return NULL;
 }
 
-glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops)
+glia_status glia_register_layer_type(struct glia_registry *r, const struct glia_layer_type *t)
 {
     const char *who = plugin_label(r);
-    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_layer_ops, flops))
-        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_layer: ops struct of %u bytes is smaller than ABI 1.0's %zu",
-                          who, ops ? ops->struct_size : 0, GLIA__END_OF(struct glia_layer_ops, flops));
-    if (!ops->type || !ops->impl || !ops->create || !ops->infer_shape || !ops->forward)
-        return glia_error(r->ctx, GLIA_EINVAL, "%s: layer '%s': type, impl, create, infer_shape and forward are required",
-                          who, ops->type ? ops->type : "?");
-    if (glia__find_layer(r->ctx, ops->type, ops->impl))
-        return glia_error(r->ctx, GLIA_EEXIST, "%s: layer type '%s' impl '%s' is already registered",
-                          who, ops->type, ops->impl);
-    const char *twice = declared_twice(ops->keys, NULL);
+    if (!t || t->struct_size < GLIA__END_OF(struct glia_layer_type, pointwise))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_layer_type: struct of %u bytes is smaller than ABI 2.0's %zu",
+                          who, t ? t->struct_size : 0, GLIA__END_OF(struct glia_layer_type, pointwise));
+    if (!t->name || !t->create || !t->infer_shape)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: layer type '%s': name, create and infer_shape are required", who,
+                          t->name ? t->name : "?");
+    if (glia__find_type(r->ctx, t->name))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: layer type '%s' is already registered (by %s)", who, t->name,
+                          glia__ops_plugin(r->ctx, glia__find_type(r->ctx, t->name)));
+    const char *twice = declared_twice(t->keys, NULL);
     if (twice)
-        return glia_error(r->ctx, GLIA_EINVAL, "%s: layer type '%s' impl '%s': key '%s' is declared twice in its keys",
-                          who, ops->type, ops->impl, twice);
-    if ((twice = declared_twice(ops->keys, glia__core_schema("layer"))))
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: layer type '%s': key '%s' is declared twice in its keys", who,
+                          t->name, twice);
+    if ((twice = declared_twice(t->keys, glia__core_schema("layer"))))
         return glia_error(r->ctx, GLIA_EINVAL,
-                          "%s: layer type '%s' impl '%s': key '%s' is declared again (every layer section has type, "
-                          "inputs, impl and weight_decay already)", who, ops->type, ops->impl, twice);
-    return add_feature(r, GLIA__FEAT_LAYER, ops);
+                          "%s: layer type '%s': key '%s' is declared again (every layer section has type, "
+                          "inputs, impl and weight_decay already)", who, t->name, twice);
+    return add_feature(r, GLIA__FEAT_TYPE, t);
 }
 
-glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_optimizer_ops *ops)
+glia_status glia_register_kernel(struct glia_registry *r, const struct glia_kernel *k)
 {
     const char *who = plugin_label(r);
-    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_optimizer_ops, step))
-        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_optimizer: ops struct too small for ABI 1.0", who);
-    if (!ops->name || !ops->create || !ops->step || ops->n_state < 0)
-        return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer: name, create and step are required", who);
-    if (ops->n_state > GLIA__MAX_STATE)
+    if (!k || k->struct_size < GLIA__END_OF(struct glia_kernel, backward))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_kernel: struct of %u bytes is smaller than ABI 2.0's %zu",
+                          who, k ? k->struct_size : 0, GLIA__END_OF(struct glia_kernel, backward));
+    if (!k->type || !k->impl || !k->forward)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: kernel '%s' of layer type '%s': type, impl and forward are required",
+                          who, k->impl ? k->impl : "?", k->type ? k->type : "?");
+    if (!strcmp(k->impl, "auto"))
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: kernel of layer type '%s': impl 'auto' is the core's (the model's "
+                          "device picks)", who, k->type);
+    if (glia__find_kernel(r->ctx, k->type, k->impl))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: kernel '%s' of layer type '%s' is already registered (by %s)", who,
+                          k->impl, k->type, glia__ops_plugin(r->ctx, glia__find_kernel(r->ctx, k->type, k->impl)));
+    return add_feature(r, GLIA__FEAT_KERNEL, k);
+}
+
+glia_status glia_register_optimizer_type(struct glia_registry *r, const struct glia_optimizer_type *t)
+{
+    const char *who = plugin_label(r);
+    if (!t || t->struct_size < GLIA__END_OF(struct glia_optimizer_type, destroy))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_optimizer_type: struct too small for ABI 2.0", who);
+    if (!t->name || !t->create || t->n_state < 0)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer '%s': name and create are required, n_state >= 0", who,
+                          t->name ? t->name : "?");
+    if (t->n_state > GLIA__MAX_STATE)
         return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer '%s': n_state %d, at most %d state arrays are supported",
-                          who, ops->name, ops->n_state, GLIA__MAX_STATE);
-    const char *twice = declared_twice(ops->keys, NULL);
+                          who, t->name, t->n_state, GLIA__MAX_STATE);
+    const char *twice = declared_twice(t->keys, NULL);
     if (twice)
         return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer '%s': key '%s' is declared twice in its keys", who,
-                          ops->name, twice);
-    if (glia__find_optimizer(r->ctx, ops->name, (int)ops->device_type))
-        return glia_error(r->ctx, GLIA_EEXIST, "%s: optimizer '%s' for device type %d is already registered", who,
-                          ops->name, (int)ops->device_type);
-    return add_feature(r, GLIA__FEAT_OPTIMIZER, ops);
+                          t->name, twice);
+    if (glia__find_optimizer_type(r->ctx, t->name))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: optimizer '%s' is already registered", who, t->name);
+    return add_feature(r, GLIA__FEAT_OPTIMIZER, t);
+}
+
+glia_status glia_register_optimizer_kernel(struct glia_registry *r, const struct glia_optimizer_kernel *k)
+{
+    const char *who = plugin_label(r);
+    if (!k || k->struct_size < GLIA__END_OF(struct glia_optimizer_kernel, step))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_optimizer_kernel: struct too small for ABI 2.0", who);
+    if (!k->type || !k->step)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: optimizer kernel: type and step are required", who);
+    if (glia__find_optimizer_kernel(r->ctx, k->type, (int)k->device_type))
+        return glia_error(r->ctx, GLIA_EEXIST, "%s: a kernel of optimizer '%s' for device type %d is already registered",
+                          who, k->type, (int)k->device_type);
+    return add_feature(r, GLIA__FEAT_OPT_KERNEL, k);
 }
 
 glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops)
@@ -444,6 +475,8 @@ void glia__plugins_unload(struct glia_context *ctx)
 
 /* ---- describing what is loaded ---- */
 
+static const char *device_type_name(enum glia_device_type t) { return t == GLIA_DEVICE_CUDA ? "cuda" : "cpu"; }
+
 static const char *key_type_name(enum glia_key_type t)
 {
     switch (t) {
@@ -503,14 +536,21 @@ glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *onl
                 header = true;
             }
             shown++;
-            if (ft->kind == GLIA__FEAT_LAYER) {
-                const struct glia_layer_ops *o = ft->ops;
-                fprintf(f, "  layer %s (impl %s): %s\n", o->type, o->impl, o->doc ? o->doc : "");
-                if (only) glia_keys_print(f, o->keys);
+            if (ft->kind == GLIA__FEAT_TYPE) {
+                const struct glia_layer_type *t = ft->ops;
+                fprintf(f, "  layer %s: %s\n", t->name, t->doc ? t->doc : "");
+                if (only) glia_keys_print(f, t->keys);
+            } else if (ft->kind == GLIA__FEAT_KERNEL) {
+                const struct glia_kernel *k = ft->ops;
+                fprintf(f, "  kernel %s impl %s (%s)%s%s\n", k->type, k->impl, device_type_name(k->device_type),
+                        k->doc ? ": " : "", k->doc ? k->doc : "");
             } else if (ft->kind == GLIA__FEAT_OPTIMIZER) {
-                const struct glia_optimizer_ops *o = ft->ops;
-                fprintf(f, "  optimizer %s: %s\n", o->name, o->doc ? o->doc : "");
-                if (only) glia_keys_print(f, o->keys);
+                const struct glia_optimizer_type *t = ft->ops;
+                fprintf(f, "  optimizer %s: %s\n", t->name, t->doc ? t->doc : "");
+                if (only) glia_keys_print(f, t->keys);
+            } else if (ft->kind == GLIA__FEAT_OPT_KERNEL) {
+                const struct glia_optimizer_kernel *k = ft->ops;
+                fprintf(f, "  optimizer kernel %s (%s)\n", k->type, device_type_name(k->device_type));
             } else if (ft->kind == GLIA__FEAT_COMM) {
                 const struct glia_comm_ops *o = ft->ops;
                 fprintf(f, "  transport %s: %s\n", o->name, o->description ? o->description : "");

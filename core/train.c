@@ -246,8 +246,8 @@ static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const st
 {
     struct glia__trace_event *e = m->trace ? glia__trace_add(m->trace, cat, nd->layer.name, t0, t1) : NULL;
     if (!e) return;
-    e->type = nd->layer.ops->type;
-    e->impl = nd->layer.ops->impl;
+    e->type = nd->layer.type->name;
+    e->impl = nd->layer.kernel->impl;
     if ((cat == GLIA__TRACE_FORWARD || cat == GLIA__TRACE_RECOMPUTE) && nd->out) e->shape = nd->out->shape;
 }
 
@@ -296,7 +296,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     struct glia_fwd a = {in,
                          nd->n_in,
                          nd->out,
-                         (nd->layer.ops->flags & GLIA_LAYER_LOSS) ? m->y : NULL,
+                         (nd->layer.type->flags & GLIA_TYPE_LOSS) ? m->y : NULL,
                          train,
                          glia_seed(key, m->step),
                          recompute,
@@ -306,7 +306,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     int n_guards;
     if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);
     if (!st) {
-        st = nd->layer.ops->forward(&nd->layer, &a);
+        st = nd->layer.kernel->forward(&nd->layer, &a);
         st = guards_check(nd, recompute ? "forward (run again in backward)" : "forward", guards, n_guards, st);
     }
     if (m->profiling) {  /* a recomputation is part of the backward */
@@ -351,14 +351,14 @@ static glia_status backward(struct glia_model *m)
             acc_conv[k] = acc[k];  /* a converted gradient is written whole, then added or written */
             if (nd->edge[k] == GLIA__EDGE_CONVERT) acc[k] = false;
         }
-        bool is_loss = nd->layer.ops->flags & GLIA_LAYER_LOSS;
+        bool is_loss = nd->layer.type->flags & GLIA_TYPE_LOSS;
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->loss_scale : nd->dout, din, acc,
                              is_loss ? m->y : NULL};
         double t0 = m->profiling ? glia__now() : 0;
         struct glia__guarded *guards;
         int n_guards;
         glia_status st = guards_fill(m, nd, din, &guards, &n_guards);
-        if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.ops->backward(&nd->layer, &a));
+        if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.kernel->backward(&nd->layer, &a));
         for (int k = 0; k < nd->n_in && !st; k++)
             if (din[k] && nd->edge[k] == GLIA__EDGE_CONVERT)
                 st = glia_tensor_convert(m->nodes[nd->in[k]].dout, din[k], acc_conv[k]);
@@ -489,21 +489,21 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     glia_status st = unscale_and_clip(m, &skip);
     if (!st && !skip) {
         float *state[GLIA__MAX_STATE] = {0};  /* past n_state: NULL, never stack garbage */
-        for (int k = 0; k < m->opt.ops->n_state; k++) state[k] = m->state[k]->data;
+        for (int k = 0; k < m->opt.type->n_state; k++) state[k] = m->state[k]->data;
         m->step++;
         m->cur_lr = glia__model_lr(m, epoch, m->step);
         struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->wa.len,
                                   m->decay_mask ? m->decay_mask->data : NULL, m->cur_lr, m->step, m->backend};
         double t0 = m->profiling ? glia__now() : 0;
-        st = m->wa.n ? m->opt.ops->step(&m->opt, &s) : GLIA_OK;
+        st = m->wa.n ? m->opt.kernel->step(&m->opt, &s) : GLIA_OK;
         if (m->profiling) {
             glia_backend_sync(m->backend);
             double t1 = glia__now();
             m->t_opt += t1 - t0;
-            if (m->trace) glia__trace_add(m->trace, GLIA__TRACE_OPTIMIZER, m->opt.ops->name, t0, t1);
+            if (m->trace) glia__trace_add(m->trace, GLIA__TRACE_OPTIMIZER, m->opt.type->name, t0, t1);
         }
     }
-    if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.ops->name,
+    if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.type->name,
                               (long long)m->step, glia_context_error(m->ctx));
     /* set-to-none: the next backward writes instead of accumulating */
     for (int i = 0; i < m->n_nodes; i++)
@@ -1470,10 +1470,10 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
         fprintf(f, "%-16s %-22s %11s %11s %7s\n", "layer", "type", "forward ms", "backward ms", "share");
         for (int i = 0; i < m->n_nodes; i++) {
             const struct glia__node *nd = &m->nodes[i];
-            fprintf(f, "%-16s %-22s %11.3f %11.3f %6.1f%%\n", nd->layer.name, nd->layer.ops->type, 1e3 * nd->t_fwd / steps,
+            fprintf(f, "%-16s %-22s %11.3f %11.3f %6.1f%%\n", nd->layer.name, nd->layer.type->name, 1e3 * nd->t_fwd / steps,
                     1e3 * nd->t_bwd / steps, 100 * (nd->t_fwd + nd->t_bwd) / t_all);
         }
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(optimizer)", m->opt.ops->name, 1e3 * m->t_opt / steps, "",
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(optimizer)", m->opt.type->name, 1e3 * m->t_opt / steps, "",
                 100 * m->t_opt / t_all);
         fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(input)", "loader wait + copy", 1e3 * t_other / steps, "",
                 100 * t_other / t_all);

@@ -27,12 +27,12 @@ extern "C" {
  *    glia_param_beta(p) gives the GEMM beta (0 or 1) that honours this.
  *  - Forward in eval mode (train == false) must not keep anything for backward.
  *  - Lifetimes: the inputs and the output of a training forward are left untouched until that
- *    layer's backward has run (it may read them there), except what its GLIA_LAYER_BWD_NO_INPUT /
+ *    layer's backward has run (it may read them there), except what its kernel's GLIA_KERNEL_BWD_NO_INPUT /
  *    _NO_OUTPUT flags say backward does not read. Everything else lives only during the
  *    call: the output gradient and the input gradients of a backward, and the tensors of an
  *    eval-mode forward, share memory with other layers' tensors at other moments (the core
  *    plans that memory), so a layer keeps no pointer to them.
- *  - Recomputation (ABI 1.6): with activation checkpointing the core may run a layer's training
+ *  - Recomputation: with activation checkpointing the core may run a layer's training
  *    forward a second time, with `recompute` set, during backward (before the backward of the
  *    last layer of its segment, and so before its own), on the same input values and seed; the
  *    output must come out the same (what backward reads is what this second forward kept). A
@@ -66,28 +66,34 @@ struct glia_param {
 
 static inline float glia_param_beta(const struct glia_param *p) { return p->grad_unset ? 0.0f : 1.0f; }
 
-struct glia_layer_ops;
+struct glia_layer_type;
+struct glia_kernel;
 struct glia_comm;
 
-/* A layer instance. The core owns it; the plugin owns `priv`. The core may move this struct
- * after `create` (graph passes drop layers and the others move up): every call gets it anew,
- * and a plugin keeps no pointer to it, only to what `priv` holds. */
+/* A layer instance. The core owns it; its type owns `attrs`, its kernel owns `state`. The core
+ * may move this struct after `create` (graph passes drop layers and the others move up): every
+ * call gets it anew, and a plugin keeps no pointer to it, only to what attrs and state hold. */
 struct glia_layer {
-    const char *name;                   /* section name (borrowed) */
-    const struct glia_layer_ops *ops;   /* (borrowed) */
-    struct glia_context *ctx;           /* (borrowed) */
-    struct glia_backend *backend;       /* device it runs on (borrowed) */
-    void *priv;                         /* the plugin's state */
+    const char *name;                    /* section name (borrowed) */
+    const struct glia_layer_type *type;  /* what it computes (borrowed) */
+    const struct glia_kernel *kernel;    /* how, on which device (borrowed) */
+    struct glia_context *ctx;            /* (borrowed) */
+    struct glia_backend *backend;        /* device it runs on (borrowed) */
+    void *attrs;                         /* the type's: type->attrs_size zeroed bytes the core
+                                            allocates before create and frees after destroy;
+                                            what create read from the section. Kernels read it
+                                            (glia's own types: glia/attrs.h) and never write it */
+    void *state;                         /* the kernel's: kernel->state_size zeroed bytes the core
+                                            allocates before prepare and frees after the kernel's
+                                            destroy (NULL when state_size is 0) */
     int n_params;
-    struct glia_param *params;          /* declared with glia_layer_add_param (owned by core) */
-    /* ABI 1.0 */
+    struct glia_param *params;           /* declared with glia_layer_add_param (owned by core) */
     int n_buffers;
-    struct glia_param *buffers;         /* state that is not trained (BatchNorm's running
-                                           statistics): glia_layer_add_buffer; grad is NULL */
-    /* ABI 1.3 */
-    struct glia_comm *comm;             /* the ranks this layer's batch is split over when the
-                                           model trains data-parallel (SyncBatchNorm exchanges
-                                           statistics through it); NULL otherwise (borrowed) */
+    struct glia_param *buffers;          /* state that is not trained (BatchNorm's running
+                                            statistics): glia_layer_add_buffer; grad is NULL */
+    struct glia_comm *comm;              /* the ranks this layer's batch is split over when the
+                                            model trains data-parallel (SyncBatchNorm exchanges
+                                            statistics through it); NULL otherwise (borrowed) */
 };
 
 /* Declare a parameter during `create`. Storage is assigned later by the core, in a flat
@@ -109,11 +115,9 @@ struct glia_fwd {
     bool train;                           /* training mode (keep what backward needs) */
     uint64_t seed;                        /* per-step seed for random layers:
                                              glia_seed(seed_key, step) */
-    /* ABI 1.6 */
     bool recompute;                       /* a training forward run again during backward
                                              ([graph] checkpoint_segments): same inputs, same seed;
                                              change no lasting state (running statistics) twice */
-    /* ABI 1.7 */
     uint64_t seed_key;                    /* the layer's key: seed == glia_seed(seed_key, step) */
     const int64_t *step_at;               /* NULL, or, while the step is being captured into a
                                              CUDA graph ([runtime] cuda_graph), the device address
@@ -122,7 +126,7 @@ struct glia_fwd {
                                              glia_seed(seed_key, *step_at) on the device */
 };
 
-/* The seed of a random layer at a training step, from its key (ABI 1.7): a splitmix64-style
+/* The seed of a random layer at a training step, from its key: a splitmix64-style
  * mix, written once as a macro body so that device code (CUDA, NVRTC text) computes the same
  * bits. U64 names the unsigned 64-bit type; key and step are in scope. */
 #define GLIA_SEED_BODY(U64)                                                                  \
@@ -145,69 +149,73 @@ struct glia_bwd {
     const struct glia_tensor *labels;     /* loss layers only */
 };
 
-enum glia_layer_flags {
-    GLIA_LAYER_LOSS = 1u << 0,         /* output is a 1-element mean loss; input 0 are the logits */
-    GLIA_LAYER_NORMALIZATION = 1u << 1, /* subtracts a per-channel mean: a bias before it is useless */
-    /* ABI 1.1: the layer handles 4-D tensors in either memory format (it reads each tensor's
-     * format with glia_tensor_memory_format). With [runtime] memory_format = channels_last the
-     * core then hands it channels_last 4-D inputs, gradients and outputs. A layer without this
-     * flag only ever sees contiguous tensors: the core converts at its edges. */
-    GLIA_LAYER_CHANNELS_LAST = 1u << 2,
-    /* ABI 1.4: the layer reads the token batch of a [data] format = tokens set: an I32 tensor
-     * (N, L) of ids, 0 for padding, L changing from batch to batch. The core refuses to feed that
-     * batch to a layer without this flag (it would read the ids as floats). */
-    GLIA_LAYER_TOKEN_INPUT = 1u << 3,
-    /* ABI 1.5: what backward does not read. Without them the core keeps every input and the
-     * output of a training forward until the layer's backward has run; with them it can give
-     * that memory to other tensors as soon as the forwards that read it are done (as PyTorch's
-     * autograd frees what no backward saved). Shapes and formats may still be read; only the
-     * values are gone. The layer tests (glia_layer_gradcheck, glia_layer_run) hand such a
-     * backward NaN-filled stand-ins, so a wrong flag fails them. */
-    GLIA_LAYER_BWD_NO_INPUT = 1u << 4,  /* backward reads no input's values (add, flatten, pooling by mean) */
-    GLIA_LAYER_BWD_NO_OUTPUT = 1u << 5, /* backward does not read the output's values (linear, conv2d) */
-    /* ABI 1.7: a training forward and backward of this impl can be captured into a CUDA graph
-     * ([runtime] cuda_graph) and replayed: they only queue work on the backend's queue (no
-     * host synchronization, no reading results on the host), keep no host state that a later
-     * call needs and a replay would not update, and a random impl follows step_at. The core
-     * captures a model only when every layer has it. */
-    GLIA_LAYER_CAPTURABLE = 1u << 6
+/* Flags of a type (glia_layer_type.flags): what the layer is, whatever computes it. */
+enum glia_type_flags {
+    GLIA_TYPE_LOSS = 1u << 0,          /* output is a 1-element mean loss; input 0 are the logits */
+    GLIA_TYPE_NORMALIZATION = 1u << 1, /* subtracts a per-channel mean: a bias before it is useless */
+    /* reads the token batch of a [data] format = tokens set: an I32 tensor (N, L) of ids, 0 for
+     * padding, L changing from batch to batch. The core refuses to feed that batch to a type
+     * without this flag (it would read the ids as floats). */
+    GLIA_TYPE_TOKEN_INPUT = 1u << 2,
+    /* has an enum key `activation` whose choices other than "none" name layer types (batchnorm:
+     * none|relu), applied to the output in the same pass. The graph pass of [graph] fuse_pointwise
+     * folds a layer of such a type that alone reads this layer's output (and sets nothing but
+     * type and inputs) into it by setting that key: the core names no type itself. */
+    GLIA_TYPE_FUSIBLE_ACTIVATION = 1u << 3
 };
 
-/* Layer vtable. A plugin registers one per (type, impl). */
-struct glia_layer_ops {
-    uint32_t struct_size;            /* sizeof(struct glia_layer_ops) of the builder */
-    const char *type;                /* "linear": the `type =` that selects it */
-    const char *impl;                /* "cpu": the `impl =` that selects it */
+/* Flags of a kernel (glia_kernel.flags): what this implementation can do. */
+enum glia_kernel_flags {
+    /* handles 4-D tensors in either memory format (it reads each tensor's format with
+     * glia_tensor_memory_format). With [runtime] memory_format = channels_last the core then
+     * hands it channels_last 4-D inputs, gradients and outputs. A kernel without this flag only
+     * ever sees contiguous tensors: the core converts at its edges. */
+    GLIA_KERNEL_CHANNELS_LAST = 1u << 0,
+    /* What backward does not read. Without them the core keeps every input and the output of a
+     * training forward until the layer's backward has run; with them it can give that memory to
+     * other tensors as soon as the forwards that read it are done (as PyTorch's autograd frees
+     * what no backward saved). Shapes and formats may still be read; only the values are gone.
+     * The layer tests (glia_layer_gradcheck, glia_layer_run) hand such a backward NaN-filled
+     * stand-ins, so a wrong flag fails them. */
+    GLIA_KERNEL_BWD_NO_INPUT = 1u << 1,  /* backward reads no input's values (add, flatten, pooling by mean) */
+    GLIA_KERNEL_BWD_NO_OUTPUT = 1u << 2, /* backward does not read the output's values (linear, conv2d) */
+    /* a training forward and backward can be captured into a CUDA graph ([runtime] cuda_graph)
+     * and replayed: they only queue work on the backend's queue (no host synchronization, no
+     * reading results on the host), keep no host state that a later call needs and a replay
+     * would not update, and a random kernel follows step_at. The core captures a model only when
+     * every layer's kernel has it. */
+    GLIA_KERNEL_CAPTURABLE = 1u << 3
+};
+
+/* A layer type: what a `type =` names. Registered once, by the plugin that owns it
+ * (glia_register_layer_type). It reads the section and declares parameters; kernels compute. */
+struct glia_layer_type {
+    uint32_t struct_size;            /* sizeof(struct glia_layer_type) of the builder */
+    const char *name;                /* "linear": the `type =` that selects it */
     const char *doc;                 /* one line */
     const struct glia_key *keys;     /* the layer's own keys (NULL-terminated); may be NULL */
     int min_inputs, max_inputs;      /* max_inputs < 0: unbounded */
-    uint32_t flags;                  /* enum glia_layer_flags */
-    enum glia_device_type device_type; /* where this impl runs */
-    /* ABI 1.0 */
-    /* Read keys, check input shapes (dim 0 is the batch), declare parameters, set l->priv.
+    uint32_t flags;                  /* enum glia_type_flags */
+    size_t attrs_size;               /* bytes of l->attrs (zeroed before create); 0: none */
+    /* Read keys into l->attrs, check input shapes (dim 0 is the batch), declare parameters.
      * Required. Errors go through glia_section_error so they name file:line.
-     * A create that fails frees what it allocated itself: destroy never runs after a failed create.
-     * The core then sets l->priv back to NULL and frees the parameters and buffers it declared.
+     * A create that fails frees what it allocated itself: destroy never runs after a failed
+     * create. The core then frees l->attrs and the parameters and buffers it declared.
      * A getter that cannot answer (a key the schema does not declare: glia/config.h) fails the
      * create even when it returned GLIA_OK; destroy is then owed as after any successful create. */
     glia_status (*create)(struct glia_layer *l, const struct glia_section *cfg,
                           const struct glia_shape *in, int n_in);
-    /* Free l->priv. Optional: NULL means priv needs no freeing. Runs exactly once for every create
-     * that returned GLIA_OK, when the layer goes (also when the core refuses the layer after its
-     * create, or a graph pass replaces it), and never for a create that failed. */
+    /* Free what l->attrs holds (not attrs itself: the core frees it). Optional: NULL means
+     * nothing. Runs exactly once for every create that returned GLIA_OK, when the layer goes
+     * (also when the core refuses the layer after its create, or a graph pass replaces it), and
+     * never for a create that failed. */
     void (*destroy)(struct glia_layer *l);
     /* Output shape for these input shapes; pure, called whenever the batch size changes.
      * Required. */
     glia_status (*infer_shape)(const struct glia_layer *l, const struct glia_shape *in, int n_in,
                                struct glia_shape *out);
-    /* Compute a->out from a->in. Required. */
-    glia_status (*forward)(struct glia_layer *l, const struct glia_fwd *a);
-    /* Gradients per the contract above. Optional: NULL means the layer has no gradient
-     * (the core refuses to train through it). */
-    glia_status (*backward)(struct glia_layer *l, const struct glia_bwd *a);
     /* Forward multiply-adds x2 for these input shapes. Optional: NULL shows "-". */
     uint64_t (*flops)(const struct glia_layer *l, const struct glia_shape *in, int n_in);
-    /* ABI 1.9 */
     /* Adjusts the initial values of parameter params[index], as PyTorch's reset_parameters does
      * after drawing them: the core calls it once the parameter's declared init has been drawn into
      * values (host memory, its numel floats in logical order), before they reach the device and
@@ -215,6 +223,41 @@ struct glia_layer_ops {
      * the gradient checker, which draws its own). Optional: NULL keeps the drawn values. embedding
      * zeroes its padding_idx row. */
     void (*init_param)(const struct glia_layer *l, int index, float *values);
+    /* The type's elementwise meaning, for a layer whose output element i is a function of element
+     * i of each input (all of the output's shape): writes into buf an expression of the
+     * [pointwise] language (see the pointwise type) over x, y, z, w (inputs 0 to 3), the layer's
+     * attributes written in as numbers: "relu(x)", "select(gt(x, 0), x, 0.01 * x)", "x + y".
+     * Returns its length as snprintf does, or a negative value when this layer has none (an add
+     * of five inputs). Optional: NULL means none. [graph] fuse_pointwise fuses chains of such
+     * layers into one pointwise layer, and the activations' kernels evaluate their own. */
+    int (*pointwise)(const struct glia_layer *l, int n_in, char *buf, size_t size);
+};
+
+/* A kernel: how a layer type is computed on one device. Registered for (type, impl) by any
+ * plugin (glia_register_kernel), not only the type's own: cuda.so registers the CUDA kernels
+ * of conv2d, batchnorm, linear. `impl =` in a layer's section picks one by name; without it the
+ * first registered for the model's device runs. */
+struct glia_kernel {
+    uint32_t struct_size;            /* sizeof(struct glia_kernel) of the builder */
+    const char *type;                /* the type it computes ("conv2d") */
+    const char *impl;                /* "cpu", "cudnn": the `impl =` that selects it */
+    const char *doc;                 /* one line; may be NULL */
+    enum glia_device_type device_type; /* where it runs */
+    uint32_t flags;                  /* enum glia_kernel_flags */
+    size_t state_size;               /* bytes of l->state (zeroed before prepare); 0: none */
+    /* Set up l->state for a layer whose type's create succeeded (attrs and parameters are
+     * there; their storage is not yet): in are the input shapes at creation. Optional: NULL means
+     * nothing to set up. A prepare that fails frees what it allocated itself (no destroy
+     * follows). Errors name the layer through glia_error. */
+    glia_status (*prepare)(struct glia_layer *l, const struct glia_shape *in, int n_in);
+    /* Free what l->state holds (not state itself). Optional: NULL means nothing. Runs once for
+     * every prepare that succeeded (or, without prepare, for every layer it ran). */
+    void (*destroy)(struct glia_layer *l);
+    /* Compute a->out from a->in. Required. */
+    glia_status (*forward)(struct glia_layer *l, const struct glia_fwd *a);
+    /* Gradients per the contract above. Optional: NULL means the layer has no gradient
+     * (the core refuses to train through it). */
+    glia_status (*backward)(struct glia_layer *l, const struct glia_bwd *a);
 };
 
 /* ---- testing a layer plugin ---- */
@@ -242,12 +285,11 @@ struct glia_gradcheck_report {
 glia_status glia_layer_gradcheck(struct glia_context *ctx, const char *ini, const struct glia_shape *in,
                                  int n_in, uint64_t seed, double tol, struct glia_gradcheck_report *report);
 
-/* Options of glia_layer_gradcheck_ex; zero-initialize, then set struct_size. (ABI 1.1) */
+/* Options of glia_layer_gradcheck_ex; zero-initialize, then set struct_size. */
 struct glia_gradcheck_options {
     uint32_t struct_size;                   /* sizeof(struct glia_gradcheck_options) */
     enum glia_memory_format memory_format;  /* of the 4-D inputs, gradients and output; a
-                                               channels_last check needs GLIA_LAYER_CHANNELS_LAST */
-    /* ABI 1.4 */
+                                               channels_last check needs a kernel with GLIA_KERNEL_CHANNELS_LAST */
     uint32_t int_inputs;    /* bit k: input k is an I32 tensor of seeded uniform ids in [0, int_high)
                                (token batches): it gets no gradient (its din is NULL) and is not perturbed */
     int32_t int_high;       /* > 0 when int_inputs != 0 */
@@ -258,7 +300,7 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
                                     int n_in, const struct glia_gradcheck_options *opt, uint64_t seed,
                                     double tol, struct glia_gradcheck_report *report);
 
-/* ---- running one layer alone on a device (benchmarks) (ABI 1.2) ---- */
+/* ---- running one layer alone on a device (benchmarks) ---- */
 
 /* One layer built alone on a device with tensors of its own: inputs, output, output gradient,
  * input and parameter gradients. What `glia bench` times; not a model (no graph, no optimizer). */
@@ -272,13 +314,13 @@ glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_de
                                         struct glia_backend **out /* (borrowed) */);
 
 /* Builds the single layer described by `ini` (one section, e.g. "[l]\ntype = conv2d\nfilters
- * = 64\n", loading its plugin) on device dev: the impl its `impl =` key names (which must run on
- * dev), else the first impl registered for dev's type. On the device it allocates n_in inputs of
+ * = 64\n", loading its plugin) on device dev: the kernel its `impl =` key names (which must run on
+ * dev), else the first kernel of the type registered for dev's type. On the device it allocates n_in inputs of
  * the given shapes (NCHW order) holding seeded N(0,1) values, the output, the output gradient
  * (N(0,1); for a loss layer a 1-element scale of 1, plus random labels), the input gradients and
  * the parameter gradients. Parameters hold their declared init drawn as a model with
- * [runtime] seed = seed draws them (then adjusted by init_param, ABI 1.9); buffers their init.
- * 4-D tensors are laid out in fmt (GLIA_CHANNELS_LAST needs a layer with GLIA_LAYER_CHANNELS_LAST).
+ * [runtime] seed = seed draws them (then adjusted by the type's init_param); buffers their init.
+ * 4-D tensors are laid out in fmt (GLIA_CHANNELS_LAST needs a kernel with GLIA_KERNEL_CHANNELS_LAST).
  * Inputs are f32 only: a layer that takes i32 token ids (embedding, seq_pool) refuses them in its
  * forward (GLIA_EINVAL naming it).
  * *out is (owned): free with glia_layer_run_free. */

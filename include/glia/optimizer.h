@@ -12,15 +12,20 @@
 extern "C" {
 #endif
 
-struct glia_optimizer_ops;
+struct glia_optimizer_type;
+struct glia_optimizer_kernel;
 
 struct glia_optimizer {
-    const struct glia_optimizer_ops *ops;  /* (borrowed) */
-    struct glia_context *ctx;              /* (borrowed) */
-    void *priv;                            /* the plugin's state */
+    const struct glia_optimizer_type *type;      /* its settings (borrowed) */
+    const struct glia_optimizer_kernel *kernel;  /* its update on one device (borrowed) */
+    struct glia_context *ctx;                    /* (borrowed) */
+    void *attrs;                                 /* the type's: type->attrs_size zeroed bytes the core
+                                                    allocates before create and frees last; what
+                                                    create read from the section (glia's own
+                                                    optimizers: glia/attrs.h). Kernels only read it */
 };
 
-/* The most state arrays an optimizer may have (glia_optimizer_ops.n_state). */
+/* The most state arrays an optimizer may have (glia_optimizer_type.n_state). */
 #define GLIA_OPTIMIZER_MAX_STATE 4
 
 /* One step over n fp32 elements laid out flat: weights, gradients and n_state state
@@ -37,22 +42,29 @@ struct glia_opt_step {
     struct glia_backend *backend;
 };
 
-struct glia_optimizer_ops {
-    uint32_t struct_size;          /* sizeof(struct glia_optimizer_ops) of the builder */
-    const char *name;              /* "sgd": the `[train] optimizer =` that selects it; one impl
-                                      per (name, device_type) */
+/* An optimizer: what `[train] optimizer =` names. Registered once, by the plugin that owns it
+ * (glia_register_optimizer_type): its keys and settings. Kernels do the update. */
+struct glia_optimizer_type {
+    uint32_t struct_size;          /* sizeof(struct glia_optimizer_type) of the builder */
+    const char *name;              /* "sgd" */
     const char *doc;               /* one line */
     const struct glia_key *keys;   /* keys of the [optimizer] section; may be NULL */
     int n_state;                   /* state arrays per parameter element: 0 (plain SGD) to GLIA_OPTIMIZER_MAX_STATE */
-    enum glia_device_type device_type;
-    /* ABI 1.0 */
-    /* Read keys into o->priv. Required. As a layer's create (glia/layer.h): a create that fails
-     * frees what it allocated itself (no destroy follows; o->priv is NULL again), and a getter
-     * that cannot answer fails it even when it returned GLIA_OK. */
+    size_t attrs_size;             /* bytes of o->attrs (zeroed before create); 0: none */
+    /* Read keys into o->attrs and check them. Required. As a layer type's create
+     * (glia/layer.h): a getter that cannot answer fails it even when it returned GLIA_OK. */
     glia_status (*create)(struct glia_optimizer *o, const struct glia_section *cfg);
-    /* Free o->priv. Optional: NULL means priv needs no freeing. Runs exactly once for every
-     * create that returned GLIA_OK, never for a failed one. */
+    /* Free what o->attrs holds (not attrs itself). Optional: NULL means nothing. Runs once for
+     * every create that returned GLIA_OK, never for a failed one. */
     void (*destroy)(struct glia_optimizer *o);
+};
+
+/* An optimizer's update on one device, registered for (optimizer, device type) by any plugin
+ * (glia_register_optimizer_kernel): cuda.so registers the fused CUDA updates of sgd and adam. */
+struct glia_optimizer_kernel {
+    uint32_t struct_size;          /* sizeof(struct glia_optimizer_kernel) of the builder */
+    const char *type;              /* the optimizer it updates for ("sgd") */
+    enum glia_device_type device_type; /* where it runs; one kernel per (type, device type) */
     /* Update w from g in place. Required. */
     glia_status (*step)(struct glia_optimizer *o, const struct glia_opt_step *s);
 };
@@ -62,7 +74,7 @@ struct glia_optimizer_ops {
  * *out is (owned): free with glia_optimizer_free. */
 glia_status glia_optimizer_new(struct glia_context *ctx, const char *name, const char *ini,
                                struct glia_optimizer **out);
-/* The same for the impl of `name` that runs on device type `device` (ABI 1.2). */
+/* The same with the kernel of `name` that runs on device type `device`. */
 glia_status glia_optimizer_new_for(struct glia_context *ctx, const char *name, const char *ini,
                                    enum glia_device_type device, struct glia_optimizer **out);
 void glia_optimizer_free(struct glia_optimizer *o);

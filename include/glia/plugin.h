@@ -64,15 +64,20 @@ typedef const struct glia_plugin_desc *(*glia_plugin_entry_fn)(void);
 #define GLIA_PLUGIN_DEFINE_PROBE(name, version, license, description, init, probe) \
     GLIA__PLUGIN_DEFINE(name, version, license, description, init, probe)
 
-/* Registration, from init only. ops are (borrowed) and must outlive the plugin (static).
- * A duplicate (same layer type and impl, same optimizer or backend name) is GLIA_EEXIST.
- * A schema that declares a key twice (for a layer: or declares one of the keys every layer
- * section has, type, inputs, impl, weight_decay), and an optimizer with n_state above 4, are
- * GLIA_EINVAL, naming the plugin, the type or optimizer, and the key. */
-glia_status glia_register_layer(struct glia_registry *r, const struct glia_layer_ops *ops);
-glia_status glia_register_optimizer(struct glia_registry *r, const struct glia_optimizer_ops *ops);
+/* Registration, from init only. What is registered is (borrowed) and must outlive the plugin
+ * (static). A duplicate (a layer type or optimizer of the same name, a kernel of the same type
+ * and impl, an optimizer kernel of the same optimizer and device type, a backend of the same
+ * name) is GLIA_EEXIST. A schema that declares a key twice (for a layer type: or declares one of
+ * the keys every layer section has, type, inputs, impl, weight_decay), and an optimizer with
+ * n_state above GLIA_OPTIMIZER_MAX_STATE, are GLIA_EINVAL, naming the plugin, the type and the key.
+ * A kernel may be registered before its type (another plugin may own the type): the core pairs
+ * them by name when a model asks for the type. */
+glia_status glia_register_layer_type(struct glia_registry *r, const struct glia_layer_type *type);
+glia_status glia_register_kernel(struct glia_registry *r, const struct glia_kernel *kernel);
+glia_status glia_register_optimizer_type(struct glia_registry *r, const struct glia_optimizer_type *type);
+glia_status glia_register_optimizer_kernel(struct glia_registry *r, const struct glia_optimizer_kernel *kernel);
 glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops);
-/* A communication transport (ABI 1.3); its name is the [distributed] transport value. */
+/* A communication transport; its name is the [distributed] transport value. */
 glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_ops *ops);
 /* The context behind a registry (for glia_error and logging from init). */
 struct glia_context *glia_registry_context(struct glia_registry *r);

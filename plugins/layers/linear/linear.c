@@ -1,18 +1,53 @@
-/* plugins/layers/linear — fully connected layer y = x W^T + b on the CPU (GEMM via the backend).
- * Not a batched or N-d matmul: the input must be (N, features); put a flatten before it. */
+/* plugins/layers/linear — layer type linear (fully connected, y = x W^T + b) and its CPU kernel (GEMM via
+ * the backend). Not a batched or N-d matmul: the input must be (N, features); put a flatten before it. */
+#include <math.h>
 #include <glia/glia.h>
-#include "linear_desc.h"
+#include <glia/types/linear.h>
 
-static glia_status linear_create(struct glia_layer *l, const struct glia_section *cfg,
-                                 const struct glia_shape *in, int n_in)
+static const struct glia_key linear_keys[] = {
+    GLIA_KEY("outputs", GLIA_KEY_INT, NULL, "output features", .required = true, .min = 1, .max = 1 << 30),
+    GLIA_KEY("bias", GLIA_KEY_BOOL, "on", "add a learned bias"),
+    GLIA_KEY_END};
+
+/* Checks the (N, features) input, reads the keys and declares "weight" (O, I) and, with bias on, "bias" (O),
+ * both U(-1/sqrt(I), 1/sqrt(I)) like PyTorch. */
+static glia_status linear_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                 int n_in)
 {
-    return glia__linear_create(l, cfg, in, n_in, sizeof(struct glia__linear));
+    struct glia_linear_attrs *p = l->attrs;
+    char buf[64];
+    if (in[0].ndim != 2)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "linear expects (N, features) input, got %s; put a flatten layer before it",
+                                  glia_shape_str(&in[0], buf, sizeof buf));
+    p->in = in[0].dim[1];
+    p->out = glia_section_int(cfg, "outputs");
+    struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)p->in)};
+    struct glia_shape ws = glia_shape_make(2, (int64_t[]){p->out, p->in});
+    struct glia_shape bs = glia_shape_make(1, (int64_t[]){p->out});
+    glia_status st = glia_layer_add_param(l, "weight", &ws, init, &p->w);
+    p->b = -1;
+    if (!st && glia_section_bool(cfg, "bias")) st = glia_layer_add_param(l, "bias", &bs, init, &p->b);
+    return st;
+}
+
+static glia_status linear_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in, struct glia_shape *out)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    if (in[0].ndim != 2 || in[0].dim[1] != p->in) return GLIA_ESHAPE;
+    *out = glia_shape_make(2, (int64_t[]){in[0].dim[0], p->out});
+    return GLIA_OK;
+}
+
+static uint64_t linear_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    return 2ull * (uint64_t)in[0].dim[0] * (uint64_t)p->in * (uint64_t)p->out;
 }
 
 /* y(N,O) = x(N,I) W(O,I)^T + b(O) */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct glia__linear *p = l->priv;
+    const struct glia_linear_attrs *p = l->attrs;
     int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *w = glia_tensor_f32(l->params[p->w].value);
     float *y = glia_tensor_f32(a->out);
@@ -29,7 +64,7 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
 /* dx(N,I) = dy(N,O) W(O,I);  dW(O,I) (+)= dy^T x;  db(O) (+)= sum_n dy */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct glia__linear *p = l->priv;
+    const struct glia_linear_attrs *p = l->attrs;
     int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     struct glia_param *pw = &l->params[p->w];
@@ -55,24 +90,34 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     return st;
 }
 
-static const struct glia_layer_ops linear_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "linear",
-    .impl = "cpu",
-    .doc = GLIA__LINEAR_DOC,
-    .keys = glia__linear_keys,
+static const struct glia_layer_type linear_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "linear",
+    .doc = "fully connected: y = x W^T + b, input (N, features)",
+    .keys = linear_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_BWD_NO_OUTPUT,
-    .device_type = GLIA_DEVICE_CPU,
+    .attrs_size = sizeof(struct glia_linear_attrs),
     .create = linear_create,
-    .destroy = glia__linear_destroy,
-    .infer_shape = glia__linear_infer,
-    .forward = linear_forward,
-    .backward = linear_backward,
-    .flops = glia__linear_flops,
+    .infer_shape = linear_infer,
+    .flops = linear_flops,
 };
 
-static glia_status linear_init(struct glia_registry *r) { return glia_register_layer(r, &linear_ops); }
+static const struct glia_kernel linear_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "linear",
+    .impl = "cpu",
+    .doc = "oneDNN GEMM",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT,
+    .forward = linear_forward,
+    .backward = linear_backward,
+};
 
-GLIA_PLUGIN_DEFINE(linear, "1.0", "MIT", "fully connected layer (CPU: oneDNN GEMM)", linear_init)
+static glia_status linear_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &linear_type);
+    return st ? st : glia_register_kernel(r, &linear_cpu);
+}
+
+GLIA_PLUGIN_DEFINE(linear, "2.0", "MIT", "fully connected layer (CPU: oneDNN GEMM)", linear_init)
