@@ -41,6 +41,19 @@ glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt,
     return s;
 }
 
+glia_status glia_error_wrap(struct glia_context *ctx, glia_status s, const char *fmt, ...)
+{
+    if (!ctx) return s;
+    char text[sizeof ctx->error], buf[2 * sizeof ctx->error + 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    snprintf(buf, sizeof buf, "%s%s%s", text, ctx->error[0] ? ": " : "", ctx->error);
+    snprintf(ctx->error, sizeof ctx->error, "%s", buf);  /* cut at the message's size */
+    return s;
+}
+
 const char *glia_context_error(const struct glia_context *ctx) { return ctx ? ctx->error : ""; }
 void glia_context_clear_error(struct glia_context *ctx) { ctx->error[0] = '\0'; }
 

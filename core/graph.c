@@ -460,9 +460,8 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
         if (follow && !fused_in(m->like, m->nodes[j].layer.name)) st = GLIA_EUNSUPPORTED;
         else if (!(st = make_fused(m, j, text[j]))) continue;
         if (st == GLIA_ENOMEM || on || (follow && st != GLIA_EUNSUPPORTED)) {
-            char why[GLIA__ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-            glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", why, fuse_origin);
+            glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", glia_context_error(m->ctx),
+                       fuse_origin);
             break;
         }
         /* auto: the chain stays as written */

@@ -26,10 +26,7 @@ static glia_status load_named(struct glia_context *ctx, const struct glia_sectio
     if (!p) return GLIA_ENOMEM;
     glia_status st = glia_plugin_load(ctx, p);
     free(p);
-    if (!st) return GLIA_OK;
-    char why[GLIA__ERRMSG_MAX];
-    snprintf(why, sizeof why, "%s", glia_context_error(ctx));
-    return glia_section_error(s, key, st, "%s", why);
+    return st ? glia_section_error_wrap(s, key, st) : GLIA_OK;
 }
 
 glia_status glia_config_load_plugins(struct glia_context *ctx, struct glia_config *cfg)
@@ -150,10 +147,7 @@ static glia_status setup_device(struct glia_model *m)
     if (m->device.type == GLIA_DEVICE_CUDA && load_cuda(m, why, sizeof why))
         return glia_section_error(s, "device", GLIA_EDEVICE, "%s", why);
     glia_status st = glia_backend_get(m->ctx, m->device, &m->backend);
-    if (st) {
-        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-        return glia_section_error(s, "device", GLIA_EDEVICE, "%s", why);
-    }
+    if (st) return glia_section_error_wrap(s, "device", GLIA_EDEVICE);
     int threads = (int)glia_section_int(s, "threads");
     if (threads > 0) omp_set_num_threads(threads);
     m->seed = (uint64_t)glia_section_int(s, "seed");
@@ -164,10 +158,7 @@ static glia_status setup_device(struct glia_model *m)
                                      glia_section_bool(s, "deterministic")};
     for (int i = GLIA_PRECISION_FP32; i <= GLIA_PRECISION_FP16; i++)
         if (!strcmp(p, glia_precision_name((enum glia_precision)i))) o.precision = (enum glia_precision)i;
-    if ((st = glia_backend_configure(m->backend, &o))) {
-        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-        return glia_section_error(s, "precision", st, "%s", why);
-    }
+    if ((st = glia_backend_configure(m->backend, &o))) return glia_section_error_wrap(s, "precision", st);
     m->precision = o.precision;
     m->debug_checks = glia_section_bool(s, "debug_checks");
     m->scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
@@ -186,11 +177,7 @@ static glia_status setup_optimizer(struct glia_model *m)
     const char *name = glia__feature_of(glia_section_str(t, "optimizer"), fb, sizeof fb);
     if (!glia__find_optimizer_type(m->ctx, name)) {
         glia_status ls = glia_plugin_load(m->ctx, name);
-        if (ls && ls != GLIA_ENOTFOUND) {
-            char why[GLIA__ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-            return glia_section_error(t, "optimizer", ls, "%s", why);
-        }
+        if (ls && ls != GLIA_ENOTFOUND) return glia_section_error_wrap(t, "optimizer", ls);
     }
     const struct glia_optimizer_type *ot = glia__find_optimizer_type(m->ctx, name);
     const struct glia_optimizer_kernel *ok = glia__find_optimizer_kernel(m->ctx, name, (int)m->device.type);
@@ -240,11 +227,7 @@ static glia_status setup_distributed(struct glia_model *m)
     char fb[256];
     const char *tr = glia__feature_of(glia_section_str(s, "transport"), fb, sizeof fb);
     glia_status st = glia_comm_open(m->ctx, tr, m->backend, glia_section_float(s, "timeout_s"), &m->comm);
-    if (st) {
-        char why[GLIA__ERRMSG_MAX];
-        snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-        return glia_section_error(s, "transport", st, "%s", why);
-    }
+    if (st) return glia_section_error_wrap(s, "transport", st);
     m->rank = m->comm->info.rank;
     m->world = m->comm->info.world;
     const char *log = glia_section_str(s, "rank_log");

@@ -50,11 +50,7 @@ glia_status glia__resolve_layer(struct glia_model *m, const struct glia_section 
     const char *impl = glia_section_str(s, "impl");
     if (!glia__find_type(m->ctx, type)) {
         glia_status ls = glia_plugin_load(m->ctx, type);
-        if (ls && ls != GLIA_ENOTFOUND) {  /* the plugin exists but was refused: say why */
-            char why[GLIA__ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
-            return glia_section_error(s, "type", ls, "%s", why);
-        }
+        if (ls && ls != GLIA_ENOTFOUND) return glia_section_error_wrap(s, "type", ls);  /* refused: say why */
     }
     const struct glia_layer_type *t = glia__find_type(m->ctx, type);
     if (!t) {
