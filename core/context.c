@@ -50,7 +50,9 @@ glia_status glia_error_wrap(struct glia_context *ctx, glia_status s, const char 
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     snprintf(buf, sizeof buf, "%s%s%s", text, ctx->error[0] ? ": " : "", ctx->error);
-    snprintf(ctx->error, sizeof ctx->error, "%s", buf);  /* cut at the message's size */
+    size_t n = strlen(buf) < sizeof ctx->error ? strlen(buf) : sizeof ctx->error - 1;  /* cut at the message's size */
+    memcpy(ctx->error, buf, n);
+    ctx->error[n] = '\0';
     return s;
 }
 
