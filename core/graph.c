@@ -344,9 +344,9 @@ int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_sect
 /* Removes every node i with into[i] >= 0, merged into node into[i] (a chain: into[into[i]] may be
  * set too): whatever read node i now reads the node its chain ends in, declarations follow, and
  * the others move up. */
-static void drop_nodes(struct glia_model *m, const int *into)
+static void drop_nodes(struct glia_model *m, const int *into, int *map)
 {
-    int n = m->n_nodes, map[GLIA__MAX_NODES], w = 0;
+    int n = m->n_nodes, w = 0;
     for (int i = 0; i < n; i++) {
         if (into[i] >= 0) {
             glia__destroy_layer(&m->nodes[i]);
@@ -403,9 +403,9 @@ static bool key_has_choice(const struct glia_key *keys, const char *key, const c
  * the same file, fuses it too). */
 glia_status glia__pass_fuse_activation(struct glia_model *m)
 {
-    int n = m->n_nodes, into[GLIA__MAX_NODES], fused = 0;
-    glia_status st = GLIA_OK;
-    for (int j = 0; j < GLIA__MAX_NODES; j++) into[j] = -1;
+    int n = m->n_nodes, *into = malloc(2 * sizeof *into * (size_t)n), fused = 0;  /* and drop_nodes' map */
+    glia_status st = into ? GLIA_OK : GLIA_ENOMEM;
+    for (int j = 0; j < n && into; j++) into[j] = -1;
     for (int j = 0; j < n && !st; j++) {
         const struct glia__node *r = &m->nodes[j];
         int i = r->in[0];
@@ -422,7 +422,8 @@ glia_status glia__pass_fuse_activation(struct glia_model *m)
         into[j] = i;
         fused++;
     }
-    if (!st && fused) drop_nodes(m, into);
+    if (!st && fused) drop_nodes(m, into, into + n);
+    free(into);
     return st;
 }
 
@@ -432,11 +433,11 @@ glia_status glia__pass_fuse_activation(struct glia_model *m)
  * name, so it draws the mask that layer draws unfused (the step's seed hashed with the name). */
 glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
 {
-    int n = m->n_nodes, into[GLIA__MAX_NODES];
+    int n = m->n_nodes, *into = malloc(2 * sizeof *into * (size_t)n);  /* and drop_nodes' map */
     char **text = calloc((size_t)n, sizeof *text);
     bool *grew = calloc((size_t)n, sizeof *grew);
-    glia_status st = text && grew ? GLIA_OK : GLIA_ENOMEM;
-    for (int j = 0; j < GLIA__MAX_NODES; j++) into[j] = -1;
+    glia_status st = text && grew && into ? GLIA_OK : GLIA_ENOMEM;
+    for (int j = 0; j < n && into; j++) into[j] = -1;
     for (int j = 0; j < n && !st; j++) {  /* producers first: text[i] is i's whole chain */
         into[j] = -1;
         if (!(text[j] = fuse_text(m, j, &st))) continue;
@@ -476,10 +477,11 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
             if (r == j) into[i] = -1;  /* left in place, unfused */
         }
     }
-    if (!st) drop_nodes(m, into);
+    if (!st) drop_nodes(m, into, into + n);
     for (int j = 0; text && j < n; j++) free(text[j]);
     free(text);
     free(grew);
+    free(into);
     return st;
 }
 
@@ -521,11 +523,10 @@ static int64_t ckpt_cost(struct glia_model *m, bool real, double *area)
 
 /* Drops, last first, each of the *n cuts whose loss leaves the cost (ckpt_cost) at most *best; the nodes stay marked
  * for the cuts left. */
-static void drop_unneeded_cuts(struct glia_model *m, int *cut, int *n, int64_t *best, bool real)
+static void drop_unneeded_cuts(struct glia_model *m, int *cut, int *n, int64_t *best, bool real, int *trial)
 {
     double area;
     for (int k = *n - 1; k >= 0 && *best >= 0; k--) {
-        int trial[GLIA__MAX_NODES];
         memcpy(trial, cut, sizeof *cut * (size_t)k);
         memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(*n - k - 1));
         mark_segments(m, trial, *n - 1);
@@ -534,6 +535,8 @@ static void drop_unneeded_cuts(struct glia_model *m, int *cut, int *n, int64_t *
     }
     mark_segments(m, cut, *n);
 }
+
+static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, int *cut, int *trial);
 
 /* Phase 4, activation checkpointing (as torch.utils.checkpoint.checkpoint_sequential): cut the graph into at most
  * `checkpoint_segments` segments, each cut after a layer whose output alone carries everything the later layers read
@@ -556,8 +559,13 @@ glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_sectio
         memcpy(m->ckpt_plan, m->like->ckpt_plan, sizeof m->ckpt_plan);
         return GLIA_OK;
     }
-    int last_reader[GLIA__MAX_NODES], cut[GLIA__MAX_NODES] = {0}, n_cut = 0, n_can = 0;
-    bool can[GLIA__MAX_NODES];  /* a cut may follow node c */
+    int *last_reader = malloc(3 * sizeof *last_reader * (size_t)n), n_can = 0;
+    int *cut = last_reader + n, *trial = cut + n;  /* the cuts; a trial set of them (room for n each) */
+    bool *can = malloc((size_t)n);                  /* a cut may follow node c */
+    if (!last_reader || !can) {
+        free(last_reader), free(can);
+        return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+    }
     for (int i = 0; i < n; i++) {
         last_reader[i] = i;
         for (int k = 0; k < m->nodes[i].n_in; k++)
@@ -568,10 +576,21 @@ glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_sectio
         n_can += can[c];
         if (last_reader[c] > reach) reach = last_reader[c];
     }
-    if (n_can == 0)
-        return glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
-                                  "no layer's output alone carries what the layers after it read: nothing to cut "
-                                  "(0 turns checkpointing off)");
+    glia_status st = n_can ? GLIA_OK
+                           : glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
+                                                "no layer's output alone carries what the layers after it read: nothing "
+                                                "to cut (0 turns checkpointing off)");
+    if (!st) st = choose_cuts(m, want, can, cut, trial);
+    free(last_reader);
+    free(can);
+    return st;
+}
+
+/* The greedy choice of at most want - 1 cuts among those can allows (cut, trial: room for n_nodes each), marked on the
+ * nodes, with the plans without and with them in m->ckpt_plan. */
+static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, int *cut, int *trial)
+{
+    int n = m->n_nodes, n_cut = 0;
     /* Greedy on the most floats alive at once (the plan's floor, cheap to find): add the cut that gives the smallest
      * peak, and of equal peaks the smallest area (shorter lives: the peak often falls only once two cuts are made);
      * then drop each cut whose loss leaves the peak as low. */
@@ -583,7 +602,7 @@ glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_sectio
         double pick_area = best_area;
         for (int c = 0; c < n; c++) {
             if (!can[c]) continue;
-            int k = 0, trial[GLIA__MAX_NODES];
+            int k = 0;
             while (k < n_cut && cut[k] < c) trial[k] = cut[k], k++;
             if (k < n_cut && cut[k] == c) continue;
             trial[k] = c;
@@ -600,19 +619,18 @@ glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_sectio
         n_cut++;
         best = pick_peak, best_area = pick_area;
     }
-    drop_unneeded_cuts(m, cut, &n_cut, &best, false);
+    drop_unneeded_cuts(m, cut, &n_cut, &best, false, trial);
     /* the plans themselves, without and with the cuts; then cuts the plan does not need go too, and cuts that do not
      * make the plan smaller are not made */
     mark_segments(m, cut, 0);
     m->ckpt_plan[0] = best < 0 ? -1 : ckpt_cost(m, true, &area);
     mark_segments(m, cut, n_cut);
     m->ckpt_plan[1] = m->ckpt_plan[0] < 0 ? -1 : ckpt_cost(m, true, &area);
-    drop_unneeded_cuts(m, cut, &n_cut, &m->ckpt_plan[1], true);
+    drop_unneeded_cuts(m, cut, &n_cut, &m->ckpt_plan[1], true, trial);
     if (m->ckpt_plan[1] < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
     if (m->ckpt_plan[1] >= m->ckpt_plan[0]) n_cut = 0, m->ckpt_plan[1] = m->ckpt_plan[0];
     mark_segments(m, cut, n_cut);
     m->ckpt_segments = n_cut + 1;
-    for (int j = 0; n_cut && j < cut[n_cut - 1]; j++)  /* in a checkpointed segment, yet kept */
     if (m->ckpt_segments < want)
         glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->ckpt_segments,
                  m->ckpt_segments > 1 ? "s" : "",

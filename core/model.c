@@ -332,7 +332,10 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (dev) m->forced = true, m->forced_device = *dev;
     struct glia_device devs[GLIA__MAX_REPLICAS];
     int n_devs = 0;
-    glia_status st = setup_plugins(m);
+    m->cap_nodes = cfg->n_sections;
+    m->nodes = calloc((size_t)(m->cap_nodes ? m->cap_nodes : 1), sizeof *m->nodes);
+    m->decl = calloc((size_t)(m->cap_nodes ? m->cap_nodes : 1), sizeof *m->decl);
+    glia_status st = m->nodes && m->decl ? setup_plugins(m) : GLIA_ENOMEM;
     static const char *globals[] = {"runtime", "data", "train", "distributed"};
     for (int i = 0; i < 4 && !st; i++) {
         struct glia_section *s = glia__config_section(cfg, globals[i]);
@@ -421,6 +424,8 @@ void glia_model_free(struct glia_model *m)
     for (int k = 0; k < GLIA__MAX_STATE; k++) glia_tensor_release(m->state[k]);
     glia__dataset_free(&m->train);
     glia__dataset_free(&m->test);
+    free(m->nodes);
+    free(m->decl);
     free(m);
 }
 

@@ -6,7 +6,7 @@
 #include <signal.h>
 #include "internal.h"
 
-#define GLIA__MAX_NODES 1024
+#define GLIA__MAX_SEGMENTS (1 << 20)  /* [graph] checkpoint_segments at most */
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_REPLICAS 16
 #define GLIA__MAX_GRAPHS 4    /* training batch shapes replayed from CUDA graphs ([runtime] cuda_graph) */
@@ -153,9 +153,9 @@ struct glia_model {
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
     enum glia_precision precision;   /* [runtime] precision */
     bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
-    struct glia__node nodes[GLIA__MAX_NODES];
-    int n_nodes;
-    struct glia__decl decl[GLIA__MAX_NODES];
+    struct glia__node *nodes;        /* (owned) room for cap_nodes: one per section of the file at most */
+    int n_nodes, cap_nodes;
+    struct glia__decl *decl;         /* (owned) the layers as declared, cap_nodes of room */
     int n_decl;
     /* data */
     struct glia__dataset train, test;

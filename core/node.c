@@ -99,11 +99,12 @@ static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, cons
             }
             int k = node_index(m, items[i]);
             if (k < 0) {
-                const char *names[GLIA__MAX_NODES + 1];
+                const char **names = malloc(sizeof *names * (size_t)(m->n_nodes + 1)), *near = NULL;
                 int c = 0;
-                for (int j = 0; j < m->n_nodes; j++) names[c++] = m->nodes[j].layer.name;
-                names[c++] = "input";
-                const char *near = glia__did_you_mean(items[i], names, c);
+                for (int j = 0; names && j < m->n_nodes; j++) names[c++] = m->nodes[j].layer.name;
+                if (names) names[c++] = "input";
+                if (names) near = glia__did_you_mean(items[i], names, c);  /* points into the nodes' names */
+                free(names);
                 bool later = false;
                 for (int j = 0; j < m->cfg->n_sections; j++)
                     later |= !strcmp(m->cfg->sections[j]->name, items[i]) && !glia__is_reserved(items[i]);
@@ -145,8 +146,6 @@ glia_status glia__declare_layer(struct glia_model *m, struct glia_section *s)
             return glia_section_error(s, NULL, GLIA_ECONFIG, "unknown section; did you mean [%s]?", near);
         return glia_section_error(s, NULL, GLIA_ECONFIG, "a layer section needs a type = key (or is it a misspelt section?)");
     }
-    if (m->n_nodes == GLIA__MAX_NODES)
-        return glia_section_error(s, NULL, GLIA_ECONFIG, "more than %d layers", GLIA__MAX_NODES);
     /* type and impl are strings: readable before full validation. */
     s->schemas[0] = glia__core_schema("layer");
     s->n_schemas = 1;
