@@ -22,7 +22,7 @@ struct glia_optimizer {
     void *attrs;                                 /* the type's: type->attrs_size zeroed bytes the core
                                                     allocates before create and frees last; what
                                                     create read from the section (glia's own
-                                                    optimizers: glia/attrs.h). Kernels only read it */
+                                                    optimizers: glia/types/optimizers.h). Kernels only read it */
 };
 
 /* The most state arrays an optimizer may have (glia_optimizer_type.n_state). */
