@@ -562,7 +562,8 @@ glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *onl
                 if (only) glia_keys_print(f, t->keys);
             } else if (ft->kind == GLIA__FEAT_OPT_KERNEL) {
                 const struct glia_optimizer_kernel *k = ft->ops;
-                fprintf(f, "  optimizer kernel %s (%s)\n", k->type, device_type_name(k->device_type));
+                fprintf(f, "  optimizer kernel %s (%s)%s%s\n", k->type, device_type_name(k->device_type),
+                        k->doc ? ": " : "", k->doc ? k->doc : "");
             } else if (ft->kind == GLIA__FEAT_COMM) {
                 const struct glia_comm_ops *o = ft->ops;
                 fprintf(f, "  transport %s: %s\n", o->name, o->description ? o->description : "");

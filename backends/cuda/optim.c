@@ -26,7 +26,8 @@ static glia_status cuda_step(struct glia_optimizer *o, const struct glia_opt_ste
 /* The kernels, one per optimizer, all with cuda_step, which tells them apart by their place here. */
 enum { SGD, ADAM, ADAMW, ADADELTA, N_KERNELS };
 #define KERNEL(name) \
-    {.struct_size = sizeof(struct glia_optimizer_kernel), .type = name, .device_type = GLIA_DEVICE_CUDA, .step = cuda_step}
+    {.struct_size = sizeof(struct glia_optimizer_kernel), .type = name, .doc = "one fused CUDA kernel", \
+     .device_type = GLIA_DEVICE_CUDA, .step = cuda_step}
 static const struct glia_optimizer_kernel cuda_kernels[N_KERNELS] = {
     [SGD] = KERNEL("sgd"), [ADAM] = KERNEL("adam"), [ADAMW] = KERNEL("adamw"), [ADADELTA] = KERNEL("adadelta")};
 #undef KERNEL

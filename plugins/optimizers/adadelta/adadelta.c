@@ -55,6 +55,7 @@ static const struct glia_optimizer_type adadelta_type = {
 static const struct glia_optimizer_kernel adadelta_cpu = {
     .struct_size = sizeof(struct glia_optimizer_kernel),
     .type = "adadelta",
+    .doc = "OpenMP loop over the flat arena",
     .device_type = GLIA_DEVICE_CPU,
     .step = adadelta_step,
 };

@@ -47,6 +47,7 @@ static const struct glia_optimizer_type adam_type = {
 static const struct glia_optimizer_kernel adam_cpu = {
     .struct_size = sizeof(struct glia_optimizer_kernel),
     .type = "adam",
+    .doc = "OpenMP loop over the flat arena",
     .device_type = GLIA_DEVICE_CPU,
     .step = adam_step,
 };

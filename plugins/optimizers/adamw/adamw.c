@@ -48,6 +48,7 @@ static const struct glia_optimizer_type adamw_type = {
 static const struct glia_optimizer_kernel adamw_cpu = {
     .struct_size = sizeof(struct glia_optimizer_kernel),
     .type = "adamw",
+    .doc = "OpenMP loop over the flat arena",
     .device_type = GLIA_DEVICE_CPU,
     .step = adamw_step,
 };

@@ -60,6 +60,7 @@ static const struct glia_optimizer_type sgd_type = {
 static const struct glia_optimizer_kernel sgd_cpu = {
     .struct_size = sizeof(struct glia_optimizer_kernel),
     .type = "sgd",
+    .doc = "OpenMP loop over the flat arena",
     .device_type = GLIA_DEVICE_CPU,
     .step = sgd_step,
 };
