@@ -155,8 +155,8 @@ static glia_status refuse(struct glia_model *m, int r, const char *const d[4])
     char vals[128] = "";
     const char *v0 = d[2] ? d[2] : "absent", *vr = d[3] ? d[3] : "absent";
     if (strlen(v0) <= 40 && strlen(vr) <= 40) snprintf(vals, sizeof vals, " (%s vs %s)", v0, vr);
-    static const char why[] = "every rank of a ddp job must run with the same settings (README, Multi-GPU: the keys "
-                              "that may differ)";
+    static const char why[] = "every rank of a ddp job must run with the same settings (docs/distributed.md, "
+                              "per-rank keys: the keys that may differ)";
     struct glia_section *s = d[0][0] ? glia__config_find(m->cfg, d[0]) : NULL;
     if (s) return glia_section_error(s, d[1], GLIA_ECONFIG, "ranks 0 and %d differ%s: %s", r, vals, why);
     if (d[0][0])

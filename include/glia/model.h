@@ -27,7 +27,7 @@ void glia_config_free(struct glia_config *cfg);
 /* Apply cfg's [plugins] section to ctx as glia_model_build does (ABI 1.9): each `path` folder joins
  * the search path (a folder that does not exist is an error) and each `load` plugin is loaded.
  * Relative paths written in the file are relative to its folder, ones given by --set to the working
- * directory. Loading a plugin runs its code: see README, "Plugins are code". */
+ * directory. Loading a plugin runs its code: see docs/model.md, "Plugins are code". */
 glia_status glia_config_load_plugins(struct glia_context *ctx, struct glia_config *cfg);
 /* The core's key schema of a global section ("runtime", "data", "train", "plugins") or of the
  * keys every layer section has ("layer"); NULL for other names. */
