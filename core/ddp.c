@@ -94,7 +94,7 @@ static glia_status launch(struct glia_model *m, struct glia__ddp *d, int k)
     b->launched = true;
     if (!d->stage) return glia_comm_all_reduce(d->comm, g, (size_t)b->n, GLIA_F32, GLIA_REDUCE_AVG, &b->ticket);
     struct glia_backend *be = m->backend;  /* through the host: the copy waits for backward so far */
-    glia_status st = be->ops->copy(be->priv, d->host + b->off, true, g, false, sizeof(float) * (size_t)b->n);
+    glia_status st = glia_backend_copy(be, d->host + b->off, true, g, false, sizeof(float) * (size_t)b->n);
     if (!st) st = glia_backend_sync(be);
     if (!st) st = glia_comm_all_reduce(d->comm, d->host + b->off, (size_t)b->n, GLIA_F32, GLIA_REDUCE_AVG, &b->ticket);
     return st;
@@ -146,7 +146,7 @@ glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d)
         struct glia__ddp_bucket *b = &d->b[k];
         st = glia_comm_wait(d->comm, b->ticket, d->stage || be->device.type == GLIA_DEVICE_CPU);
         if (!st && d->stage)
-            st = be->ops->copy(be->priv, (float *)m->g->data + b->off, false, d->host + b->off, true,
+            st = glia_backend_copy(be, (float *)m->g->data + b->off, false, d->host + b->off, true,
                                sizeof(float) * (size_t)b->n);
     }
     if (!st && d->stage) st = glia_backend_sync(be);  /* the staging buffer is reused next step */

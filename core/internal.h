@@ -11,9 +11,6 @@
 
 #define GLIA__ERRMSG_MAX 1024
 #define GLIA__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-/* Whether a backend's ops struct has slot `f` (its struct_size covers it) and sets it. */
-#define GLIA__HAS_SLOT(ops, f) \
-    ((ops)->struct_size >= offsetof(struct glia_backend_ops, f) + sizeof((ops)->f) && (ops)->f)
 /* The same for a transport's ops. */
 #define GLIA__HAS_COMM_SLOT(ops, f) \
     ((ops)->struct_size >= offsetof(struct glia_comm_ops, f) + sizeof((ops)->f) && (ops)->f)

@@ -273,8 +273,7 @@ static glia_status setup_cuda_graph(struct glia_model *m)
     struct glia_section *s = glia__config_section(m->cfg, "runtime");
     if (!s) return GLIA_ENOMEM;
     if (m->like || !glia_section_bool(s, "cuda_graph")) return GLIA_OK;  /* dp replicas never capture */
-    const struct glia_backend_ops *b = m->backend->ops;
-    if (!GLIA__HAS_SLOT(b, capture_begin) || !b->capture_begin) {
+    if (!glia_backend_can_capture(m->backend)) {
         if (m->device_notice) {  /* said with it, in its line */
             static const char more[] = "; cuda_graph = on has nothing to capture there";
             char *n = realloc(m->device_notice, strlen(m->device_notice) + sizeof more);
@@ -284,7 +283,7 @@ static glia_status setup_cuda_graph(struct glia_model *m)
         }
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "the %s backend cannot capture CUDA graphs (set cuda_graph = off or device = cuda)",
-                                  b->name);
+                                  m->backend->ops->name);
     }
     if (m->debug_checks)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
@@ -411,7 +410,6 @@ void glia_model_free(struct glia_model *m)
     glia_tensor_release(m->buf);
     glia__ddp_free(m->ddp);
     for (int r = 1; r < m->n_replicas; r++) glia_model_free(m->replica[r]);
-    glia_tensor_release(m->one);
     free(m->rank_log);
     free(m->checkpoint_dir);
     free(m->device_notice);

@@ -216,7 +216,6 @@ struct glia_model {
     struct glia_model *replica[GLIA__MAX_REPLICAS];  /* [0] unused */
     int64_t chunk[GLIA__MAX_REPLICAS];
     int64_t weights_step;            /* in a replica: the model's step its weights were copied at (-1: stale) */
-    struct glia_tensor *one;         /* a device 1.0f, for adding gradients with gemm_f32 */
     double loss_weight;              /* the share of the batch this model's loss stands for */
     bool forced;                     /* build on forced_device, not [runtime] device (dp) */
     struct glia_device forced_device;

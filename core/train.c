@@ -41,11 +41,9 @@ void glia__model_release_activations(struct glia_model *m)
 /* The data batch's element type: token ids or pixels. */
 static enum glia_dtype data_dtype(const struct glia_model *m) { return m->train.tokens ? GLIA_I32 : GLIA_F32; }
 
-/* Whether the backend uploads batches on a copy stream of its own (then they go through stage_x/y). */
-static bool async_upload(const struct glia_model *m)
-{
-    return GLIA__HAS_SLOT(m->backend->ops, upload) && GLIA__HAS_SLOT(m->backend->ops, wait_copy);
-}
+/* Whether the backend queues its work (then batches upload on its copy stream through stage_x/y, during the step
+ * before theirs); a backend whose calls run to their end (the CPU) gets them copied in place. */
+static bool async_upload(const struct glia_model *m) { return glia_backend_queue(m->backend) != NULL; }
 
 /* The loss layer's output gradient: 1/accumulate (each micro-batch's loss counts that much),
  * times the loss scale, times the share of the batch this model computed (dp). */
@@ -189,8 +187,8 @@ static glia_status feed_upload(struct glia_model *m, struct feed *f)
     struct glia_backend *b = m->backend;
     size_t row = glia__batch_row_bytes(&f->b, f->L->d);
     /* f->ticket names the last copy queued from the loader's buffer (the copy stream runs in order) */
-    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &f->ticket);
-    if (!st) st = b->ops->upload(b->priv, m->stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
+    glia_status st = glia_backend_upload(b, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &f->ticket);
+    if (!st) st = glia_backend_upload(b, m->stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
     return st;
 }
 
@@ -218,12 +216,12 @@ static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, b
     if (!(*more = f->staged)) return GLIA_OK;
     struct glia_backend *b = m->backend;
     *n = f->b.n;
-    st = b->ops->wait_copy(b->priv, f->ticket, true);  /* usually long done */
+    st = glia_backend_wait_copy(b, f->ticket, true);  /* usually long done */
     glia__loader_release(f->L);
     f->staged = false;
     if (!st) st = set_batch(m, f->b.n, f->b.len, f->train);
-    if (!st) st = b->ops->copy(b->priv, m->x->data, false, m->stage_x->data, false, glia_tensor_nbytes(m->x));
-    if (!st) st = b->ops->copy(b->priv, m->y->data, false, m->stage_y->data, false, glia_tensor_nbytes(m->y));
+    if (!st) st = glia_backend_copy(b, m->x->data, false, m->stage_x->data, false, glia_tensor_nbytes(m->x));
+    if (!st) st = glia_backend_copy(b, m->y->data, false, m->stage_y->data, false, glia_tensor_nbytes(m->y));
     if (!st) st = feed_upload(m, f);
     return st;
 }
@@ -234,7 +232,7 @@ static glia_status feed_stop(struct glia_model *m, struct feed *f)
 {
     glia_status st = GLIA_OK;
     if (f->staged) {
-        st = m->backend->ops->wait_copy(m->backend->priv, f->ticket, true);
+        st = glia_backend_wait_copy(m->backend, f->ticket, true);
         glia__loader_release(f->L);
     }
     f->staged = false;
@@ -398,29 +396,13 @@ double glia__model_lr(const struct glia_model *m, int epoch, int64_t step)
 /* Sum of squares of the gradient arena, in double (non-finite when any gradient is). */
 static glia_status grad_sumsq(struct glia_model *m, double *out)
 {
-    struct glia_backend *b = m->backend;
-    if (GLIA__HAS_SLOT(b->ops, sumsq_f32)) return b->ops->sumsq_f32(b->priv, m->g->data, (size_t)m->wa.len, out);
-    if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no sumsq_f32", b->ops->name);
-    const float *g = m->g->data;
-    int64_t n = m->wa.len;
-    double sq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sq)
-    for (int64_t i = 0; i < n; i++) sq += (double)g[i] * g[i];
-    *out = sq;
-    return GLIA_OK;
+    return glia_backend_sumsq_f32(m->backend, m->g->data, (size_t)m->wa.len, out);
 }
 
 /* g *= c over the gradient arena. */
 static glia_status grad_scale(struct glia_model *m, float c)
 {
-    struct glia_backend *b = m->backend;
-    if (GLIA__HAS_SLOT(b->ops, scale_f32)) return b->ops->scale_f32(b->priv, m->g->data, (size_t)m->wa.len, c);
-    if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no scale_f32", b->ops->name);
-    float *g = m->g->data;
-    int64_t n = m->wa.len;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) g[i] *= c;
-    return GLIA_OK;
+    return glia_backend_scale_f32(m->backend, m->g->data, (size_t)m->wa.len, c);
 }
 
 bool glia__scaler_update(struct glia__scaler *s, double sumsq)
@@ -441,7 +423,7 @@ bool glia__scaler_update(struct glia__scaler *s, double sumsq)
 /* The gradients were computed for the loss times the loss scale. Unscale them, and clip them so
  * that their global L2 norm is at most clip_grad_norm (torch.nn.utils.clip_grad_norm_:
  * coefficient max_norm / (norm + 1e-6), capped at 1), in one pass. With fp16 loss scaling a
- * non-finite gradient skips the step (*skip), which the host must know; without it a backend with
+ * non-finite gradient skips the step (*skip), which the host must know; without it the backend's
  * clip_f32 clips on the device, the host not waiting for the norm. */
 static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
 {
@@ -449,8 +431,8 @@ static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
     bool scaling = m->precision == GLIA_PRECISION_FP16;
     if (!scaling && m->clip_grad_norm <= 0) return GLIA_OK;
     struct glia_backend *b = m->backend;
-    if (!scaling && GLIA__HAS_SLOT(b->ops, clip_f32))  /* on the device: no wait for the norm */
-        return b->ops->clip_f32(b->priv, m->g->data, (size_t)m->wa.len, m->clip_grad_norm);
+    if (!scaling)  /* on the device: no wait for the norm */
+        return glia_backend_clip_f32(b, m->g->data, (size_t)m->wa.len, m->clip_grad_norm);
     double sq, used = m->scaler.scale;
     glia_status st = grad_sumsq(m, &sq);
     if (st) return st;
@@ -581,37 +563,16 @@ static glia_status dp_copy(struct glia_tensor *dst, const struct glia_tensor *sr
     return st;
 }
 
-/* dst += src over the f32 elements of a parameter gradient. */
+/* dst += src over the f32 elements of a parameter gradient (src brought to dst's device first). */
 static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struct glia_tensor *src)
 {
-    int64_t n = glia_tensor_numel(dst);
-    if (dst->device.type == GLIA_DEVICE_CPU && src->device.type == GLIA_DEVICE_CPU) {
-        float *d = glia_tensor_f32(dst);
-        const float *x = glia_tensor_f32(src);
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] += x[i];
-        return GLIA_OK;
-    }
     glia_status st = GLIA_OK;
     struct glia_tensor *tmp = NULL;
-    if (src->device.type != dst->device.type || src->device.index != dst->device.index) {  /* bring it over first */
+    if (src->device.type != dst->device.type || src->device.index != dst->device.index) {
         if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = dp_copy(tmp, src);
         src = tmp;
     }
-    struct glia_backend *b = m->backend;
-    if (!st && GLIA__HAS_SLOT(b->ops, transpose_f32)) {  /* dst(1, n) = src(1, n)^T + dst: an exact f32 add */
-        st = b->ops->transpose_f32(b->priv, dst->data, src->data, 1, 1, n, 1.0f);
-        glia_tensor_release(tmp);
-        return st;
-    }
-    if (!st && !m->one) {
-        float one = 1;
-        int64_t d1[1] = {1};
-        struct glia_shape s1 = glia_shape_make(1, d1);
-        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->one))) st = glia_tensor_from_host(m->one, &one, sizeof one);
-    }
-    /* dst(1, n) = 1(1, 1) @ src(1, n) + dst (a backend's GEMM may round in its precision) */
-    if (!st) st = glia_backend_gemm_f32(m->backend, false, false, 1, n, 1, 1.0f, m->one->data, 1, src->data, n, 1.0f, dst->data, n);
+    if (!st) st = glia_backend_axpy_f32(m->backend, dst->data, src->data, (size_t)glia_tensor_numel(dst), 1.0f);
     glia_tensor_release(tmp);
     return st;
 }
@@ -694,7 +655,7 @@ void glia__model_free_graphs(struct glia_model *m)
 {
     for (int i = 0; i < m->n_graphs; i++) {
         struct glia__graph *g = &m->graphs[i];
-        if (g->exec) m->backend->ops->graph_free(m->backend->priv, g->exec);
+        if (g->exec) glia_backend_graph_free(m->backend, g->exec);
         free(g->written);
     }
     m->n_graphs = 0;
@@ -752,13 +713,13 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
         return GLIA_ENOMEM;
     }
     grad_flags(m, before, true);
-    glia_status st = b->ops->capture_begin(b->priv);
+    glia_status st = glia_backend_capture_begin(b);
     if (!st) {
         m->capturing = true;
         st = forward(m, true);
         if (!st) st = backward(m);
         m->capturing = false;
-        glia_status se = b->ops->capture_end(b->priv, &g->exec);  /* ends it whatever happened */
+        glia_status se = glia_backend_capture_end(b, &g->exec);  /* ends it whatever happened */
         if (!st) st = se;
     }
     grad_flags(m, g->written, true);  /* unset flags after the pass: written is their negation */
@@ -769,7 +730,7 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
         g->state = GLIA__GRAPH_READY;
         return GLIA_OK;
     }
-    if (g->exec) b->ops->graph_free(b->priv, g->exec);
+    if (g->exec) glia_backend_graph_free(b, g->exec);
     g->exec = NULL;
     g->state = GLIA__GRAPH_FAILED;
     glia_log(m->ctx, GLIA_LOG_WARN, "cuda_graph: the training pass of a batch of %lld could not be captured (%s); "
@@ -783,8 +744,8 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
 static glia_status graph_replay(struct glia_model *m, struct glia__graph *g)
 {
     struct glia_backend *b = m->backend;
-    glia_status st = b->ops->write_u64(b->priv, m->step_dev->data, (uint64_t)m->step);
-    if (!st) st = b->ops->graph_launch(b->priv, g->exec);
+    glia_status st = glia_backend_write_u64(b, m->step_dev->data, (uint64_t)m->step);
+    if (!st) st = glia_backend_graph_launch(b, g->exec);
     if (st) return glia_error(m->ctx, st, "cuda_graph: replaying the training pass of a batch of %lld failed: %s",
                               (long long)g->n, glia_context_error(m->ctx));
     int k = 0;
@@ -835,14 +796,13 @@ static glia_status lagged_init(struct glia_model *m, struct lagged_loss *q)
     struct glia_backend *b = m->backend;
     *q = (struct lagged_loss){0};
     if (m->n_replicas > 1) return GLIA_OK;  /* dp: the loss is summed over the devices' chunks */
-    if (!GLIA__HAS_SLOT(b->ops, download) || !GLIA__HAS_SLOT(b->ops, wait_copy) || !GLIA__HAS_SLOT(b->ops, host_alloc))
-        return GLIA_OK;
-    return b->ops->host_alloc(b->priv, sizeof(float), (void **)&q->host);
+    if (!glia_backend_queue(b)) return GLIA_OK;  /* the loss is there when the step returns: read it then */
+    return glia_backend_host_alloc(b, sizeof(float), (void **)&q->host);
 }
 
 static void lagged_free(struct glia_model *m, struct lagged_loss *q)
 {
-    if (q->host) m->backend->ops->host_free(m->backend->priv, q->host);
+    if (q->host) glia_backend_host_free(m->backend, q->host);
     q->host = NULL;
 }
 
@@ -852,14 +812,14 @@ static glia_status lagged_start(struct glia_model *m, struct lagged_loss *q, int
     struct glia_backend *b = m->backend;
     q->k = k, q->nb = nb;
     q->pending = true;
-    return b->ops->download(b->priv, q->host, m->nodes[m->n_nodes - 1].out->data, sizeof(float), &q->ticket);
+    return glia_backend_download(b, q->host, m->nodes[m->n_nodes - 1].out->data, sizeof(float), &q->ticket);
 }
 
 /* The pending loss, once its download is done. */
 static glia_status lagged_finish(struct glia_model *m, struct lagged_loss *q, double *loss)
 {
     q->pending = false;
-    glia_status st = m->backend->ops->wait_copy(m->backend->priv, q->ticket, true);
+    glia_status st = glia_backend_wait_copy(m->backend, q->ticket, true);
     *loss = *q->host;
     return st;
 }

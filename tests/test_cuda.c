@@ -118,32 +118,32 @@ static void test_reduce_scale_upload(void)
     CU_ASSERT_EQUAL(glia_tensor_from_host(t, h, (size_t)n * 4), GLIA_OK);
     double want = 0, got = -1;
     for (int64_t i = 0; i < n; i++) want += (double)h[i] * h[i];
-    CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, t->data, (size_t)n, &got), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_sumsq_f32(gpu, t->data, (size_t)n, &got), GLIA_OK);
     CU_ASSERT(fabs(got - want) <= 1e-9 * want);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n, 0.25f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, t->data, (size_t)n, 0.25f), GLIA_OK);
     CU_ASSERT_EQUAL(glia_tensor_to_host(t, back, (size_t)n * 4), GLIA_OK);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) bad += back[i] != 0.25f * h[i];
     CU_ASSERT_EQUAL(bad, 0);
     float inf = INFINITY;  /* one non-finite element makes the sum non-finite */
-    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, (float *)t->data + 77, false, &inf, true, 4), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, t->data, (size_t)n, &got), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_copy(gpu, (float *)t->data + 77, false, &inf, true, 4), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_sumsq_f32(gpu, t->data, (size_t)n, &got), GLIA_OK);
     CU_ASSERT(!isfinite(got));
     /* page-locked upload on the copy stream, then work on the compute stream after it */
     float *pinned;
     uint64_t ticket;
-    CU_ASSERT_FATAL(gpu->ops->host_alloc(gpu->priv, (size_t)n * 4, (void **)&pinned) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_host_alloc(gpu, (size_t)n * 4, (void **)&pinned) == GLIA_OK);
     memcpy(pinned, h, (size_t)n * 4);
-    CU_ASSERT_EQUAL(gpu->ops->upload(gpu->priv, t->data, pinned, (size_t)n * 4, &ticket), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->wait_copy(gpu->priv, ticket, false), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n, 2.0f), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->wait_copy(gpu->priv, ticket, true), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_upload(gpu, t->data, pinned, (size_t)n * 4, &ticket), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_wait_copy(gpu, ticket, false), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, t->data, (size_t)n, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_wait_copy(gpu, ticket, true), GLIA_OK);
     memset(pinned, 0, (size_t)n * 4);  /* the copy is done: the buffer is free again */
     CU_ASSERT_EQUAL(glia_tensor_to_host(t, back, (size_t)n * 4), GLIA_OK);
     bad = 0;
     for (int64_t i = 0; i < n; i++) bad += back[i] != 2.0f * h[i];
     CU_ASSERT_EQUAL(bad, 0);
-    gpu->ops->host_free(gpu->priv, pinned);
+    glia_backend_host_free(gpu, pinned);
     glia_tensor_release(t);
     free(h), free(back);
 }
@@ -163,11 +163,11 @@ static void test_clip_on_device(void)
         CU_ASSERT_EQUAL(glia_tensor_from_host(a, h, nb), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_from_host(b, h, nb), GLIA_OK);
         double sq = 0;
-        CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, a->data, (size_t)n, &sq), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_sumsq_f32(gpu, a->data, (size_t)n, &sq), GLIA_OK);
         double norm = sqrt(sq), max_norm = c == 1 ? 2 * norm : c >= 2 ? 1.0 : 0.5 * norm;
         double r = max_norm / (norm + 1e-6);
-        if (r < 1.0) CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, a->data, (size_t)n, (float)r), GLIA_OK);
-        CU_ASSERT_EQUAL(gpu->ops->clip_f32(gpu->priv, b->data, (size_t)n, max_norm), GLIA_OK);
+        if (r < 1.0) CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, a->data, (size_t)n, (float)r), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_clip_f32(gpu, b->data, (size_t)n, max_norm), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_to_host(a, want, nb), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_to_host(b, got, nb), GLIA_OK);
         int bad = 0, changed = 0;
@@ -591,34 +591,34 @@ static void test_graph_capture_allocates(void)
     CU_ASSERT_EQUAL_FATAL(glia_tensor_from_host(x, h, (size_t)n0 * 4), GLIA_OK);
     struct glia_memory_stats s0, s1;
     CU_ASSERT_EQUAL_FATAL(glia_backend_memory_stats(gpu, &s0), GLIA_OK);
-    CU_ASSERT_EQUAL_FATAL(gpu->ops->capture_begin(gpu->priv), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_backend_capture_begin(gpu), GLIA_OK);
     struct glia_tensor *y = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     struct glia_tensor *t = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     void *t_data = t->data;
-    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, t->data, false, x->data, false, (size_t)n0 * 4), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n0, 2.0f), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, y->data, false, t->data, false, (size_t)n0 * 4), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_copy(gpu, t->data, false, x->data, false, (size_t)n0 * 4), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, t->data, (size_t)n0, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_copy(gpu, y->data, false, t->data, false, (size_t)n0 * 4), GLIA_OK);
     glia_tensor_release(t);  /* during the capture: held for the graph */
     void *g = NULL;
-    CU_ASSERT_EQUAL_FATAL(gpu->ops->capture_end(gpu->priv, &g), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_backend_capture_end(gpu, &g), GLIA_OK);
     CU_ASSERT_FATAL(g != NULL);
     CU_ASSERT_EQUAL(glia_backend_memory_stats(gpu, &s1), GLIA_OK);
     CU_ASSERT_EQUAL(s1.driver_allocs, s0.driver_allocs + 2);
     struct glia_tensor *u = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     CU_ASSERT(u->data != t_data && u->data != y->data);
-    CU_ASSERT_EQUAL(gpu->ops->memzero(gpu->priv, u->data, (size_t)n * 4), GLIA_OK);  /* may not reach the graph's */
+    CU_ASSERT_EQUAL(glia_backend_memzero(gpu, u->data, (size_t)n * 4), GLIA_OK);  /* may not reach the graph's */
     for (int round = 0; round < 2; round++) {
         if (round) {
             for (int64_t i = 0; i < n0; i++) h[i] = -h[i];
             CU_ASSERT_EQUAL(glia_tensor_from_host(x, h, (size_t)n0 * 4), GLIA_OK);
         }
-        CU_ASSERT_EQUAL(gpu->ops->graph_launch(gpu->priv, g), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_graph_launch(gpu, g), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_to_host(y, back, (size_t)n * 4), GLIA_OK);
         int bad = 0;
         for (int64_t i = 0; i < n0; i++) bad += back[i] != 2.0f * h[i];
         CU_ASSERT_EQUAL(bad, 0);
     }
-    gpu->ops->graph_free(gpu->priv, g);
+    glia_backend_graph_free(gpu, g);
     glia_tensor_release(u);
     glia_tensor_release(y);
     glia_tensor_release(x);

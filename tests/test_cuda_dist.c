@@ -89,10 +89,10 @@ static void test_nccl_calls(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(a, v, sizeof v) == GLIA_OK);
     /* a *= 2 queued on the backend, gathered on the comm stream, the result *= 3 on the backend */
     uint64_t t;
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, a->data, N, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, a->data, N, 2.0f), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_comm_all_gather(c, g->data, a->data, N, GLIA_F32, &t), GLIA_OK);
     CU_ASSERT_EQUAL(glia_comm_wait(c, t, false), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, g->data, N, 3.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, g->data, N, 3.0f), GLIA_OK);
     CU_ASSERT_EQUAL(count_bad(g, v, 6.0f, N), 0);
     for (int op = GLIA_REDUCE_SUM; op <= GLIA_REDUCE_MIN; op++)
         DONE(c, glia_comm_all_reduce(c, a->data, N, GLIA_F32, (enum glia_reduce_op)op, &t_), true);
