@@ -1,5 +1,5 @@
 /* core/train.c — running a built model: activation buffers, forward, layer-level backward,
- * the optimizer step, the training step, the epoch loop with evaluation.
+ * the optimizer step, the training step (glia_model_step), the epoch loop with evaluation.
  * Not model construction (core/model.c), nor what a run prints and writes (core/report.c). */
 #include <errno.h>
 #include <fcntl.h>
@@ -905,7 +905,7 @@ static glia_status loss_now(struct glia_model *m, int64_t nb, int epoch, int64_t
     return st ? st : loss_known(m, l, nb, epoch, k, got);
 }
 
-/* The training step of the batch in m->x, m->y (nb rows), which glia_model_train runs for each batch:
+/* The training step of the batch in m->x, m->y (nb rows), which glia_model_train and glia_model_step both run:
  * forward, backward and, when `update`, the optimizer step at the learning rate of `epoch` (else the gradients add
  * up: [train] accumulate). With cuda_graph the forward and backward are one pass replayed from a graph. *got gets
  * the loss that became known: with a lag (lag->host set) the previous step's, this one's download being started;
@@ -1184,6 +1184,7 @@ static glia_status run_begin(struct glia_model *m, const struct glia_train_optio
     /* also when there is nothing to do, so that a rank resumed from another step fails with the others instead of
      * leaving them waiting */
     if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);
+    if (m->ddp) m->ddp_started = !st;
     dp_weights_changed(m);
     if (!st && !t->done) st = checkpoint_dir_ready(m);
     if (!st && !t->done) st = glia__report_metrics_open(&t->rep, m, opt->metrics_path, opt->resume != NULL);
@@ -1194,6 +1195,8 @@ static glia_status run_begin(struct glia_model *m, const struct glia_train_optio
         return st;
     }
     if (opt->resume) glia__report_resuming(&t->rep, m, opt->resume, &t->rs);
+    grads_unset(m);  /* what glia_model_step accumulated without an update is not this run's */
+    m->micro = 0;
     t->steps = t->s.train.n_batches_per_epoch;
     t->rep.t_start = glia__now();
     return GLIA_OK;
@@ -1206,6 +1209,7 @@ static glia_status epoch_begin(struct glia_model *m, struct trainer *t, int epoc
     *e = (struct epoch){.n = epoch, .t0 = glia__now(), .loss_sum = resumed ? t->rs.loss_sum : 0,
                         .k0 = resumed ? t->rs.batch : 0, .samples = resumed ? t->rs.samples : 0, .l_k = -1};
     e->samples0 = e->samples;
+    m->epoch = epoch;
     glia__report_epoch_start(&t->rep);
     glia_status st = glia__loader_start_epoch(&t->s.train, epoch, e->k0);
     return st ? st : feed_start(m, f, &t->s.train, true);
@@ -1324,6 +1328,118 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
     glia_status st = train_run(m, opt ? opt : &dflt, results, max_results);
     m->stop_requested = 0;
     return st;
+}
+
+/* ---- glia_model_step: one training step on a batch the caller holds ---- */
+
+#define END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* Whether shape s is a batch m takes (images: (n, channels, rows, cols); tokens (n, len), len up to the longest
+ * padded length), as an error line naming both. */
+static glia_status step_check_shape(struct glia_model *m, const struct glia_shape *s)
+{
+    const struct glia__dataset *d = &m->train;
+    bool fits = s->ndim == (d->tokens ? 2 : 4) && s->dim[0] >= 1 && s->dim[0] <= m->batch;
+    if (fits && d->tokens) fits = s->dim[1] >= 1 && s->dim[1] <= d->cols;
+    if (fits && !d->tokens) fits = s->dim[1] == d->channels && s->dim[2] == d->rows && s->dim[3] == d->cols;
+    if (fits) return GLIA_OK;
+    char got[160];
+    if (s->ndim < 1 || s->ndim > GLIA_MAX_DIMS) snprintf(got, sizeof got, "of %d dimensions", s->ndim);
+    else glia_shape_str(s, got, sizeof got);
+    if (d->tokens)
+        return glia_error(m->ctx, GLIA_EINVAL,
+                          "glia_model_step: batch shape %s; the model takes token batches n x len, n from 1 to %d "
+                          "([data] batch_size), len from 1 to %d", got, m->batch, d->cols);
+    return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch shape %s; the model takes images n x %d x %d x %d, "
+                      "n from 1 to %d ([data] batch_size)", got, d->channels, d->rows, d->cols, m->batch);
+}
+
+/* Whether the n values of v lie in [0, high); else an error naming the first that does not. */
+static glia_status step_check_ids(struct glia_model *m, const int32_t *v, int64_t n, int64_t high, const char *what,
+                                  const char *bound)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] >= high)
+            return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: %s[%lld] is %d, outside 0 .. %lld (%s)", what,
+                              (long long)i, (int)v[i], (long long)high - 1, bound);
+    return GLIA_OK;
+}
+
+/* Whether b (and r) can be used for m: one error line naming what cannot. */
+static glia_status step_check(struct glia_model *m, const struct glia_batch *b, const struct glia_step_result *r)
+{
+    if (!b) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the batch is NULL");
+    if (b->struct_size < END_OF(struct glia_batch, labels))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch struct_size %u is too small (set it to "
+                          "sizeof(struct glia_batch))", (unsigned)b->struct_size);
+    if (r && r->struct_size < END_OF(struct glia_step_result, loss))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: result struct_size %u is too small (set it to "
+                          "sizeof(struct glia_step_result))", (unsigned)r->struct_size);
+    glia_status st = step_check_shape(m, &b->shape);
+    if (st) return st;
+    bool tok = m->train.tokens;
+    if (tok ? !b->tokens || b->x : !b->x || b->tokens)
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the model reads %s: set %s, and leave %s NULL",
+                          tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
+    if (!b->labels) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: labels is NULL");
+    int64_t n = b->shape.dim[0];
+    int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
+    st = step_check_ids(m, b->labels, n, classes, "labels", "the classes of the loss layer's input");
+    if (!st && tok) st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->vocab, "tokens", "[data] vocab");
+    if (!st && b->struct_size >= END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->epochs))
+        st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: epoch %d is outside 1 .. %d ([train] epochs; 0: the "
+                        "model's current)", b->epoch, m->epochs);
+    return st;
+}
+
+/* What a step needs on each call: the training activations; under ddp, once, the ranks' start (same model and
+ * step everywhere, rank 0's weights); under dp, the replicas copy the model's weights anew (they may have been
+ * loaded since the last step). */
+static glia_status step_ready(struct glia_model *m)
+{
+    glia_status st = need_activations(m, m->batch, 0);
+    if (!st && m->ddp && !m->ddp_started) {
+        st = glia__ddp_start(m, m->ddp);
+        m->ddp_started = !st;
+    }
+    dp_weights_changed(m);
+    return st;
+}
+
+/* b's data into m->x, m->y (it was checked). */
+static glia_status step_feed(struct glia_model *m, const struct glia_batch *b)
+{
+    int64_t n = b->shape.dim[0];
+    glia_status st = set_batch(m, n, m->train.tokens ? b->shape.dim[1] : m->train.cols, true);
+    const void *x = m->train.tokens ? (const void *)b->tokens : (const void *)b->x;
+    if (!st) st = glia_tensor_from_host(m->x, x, glia_tensor_nbytes(m->x));
+    if (!st) st = glia_tensor_from_host(m->y, b->labels, glia_tensor_nbytes(m->y));
+    return st;
+}
+
+glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, struct glia_step_result *r)
+{
+    if (!m) return GLIA_EINVAL;
+    glia_status st = step_check(m, b, r);
+    if (!st) st = step_ready(m);
+    if (!st) st = step_feed(m, b);
+    if (st) return st;
+    int want = b->struct_size >= END_OF(struct glia_batch, epoch) ? b->epoch : 0;
+    int epoch = m->epoch = want > 0 ? want : m->epoch > 0 ? m->epoch : 1;
+    if (m->micro == 0) grads_unset(m);  /* a new accumulation: what a failed step left is not added to it */
+    bool now = b->struct_size >= END_OF(struct glia_batch, update_now) && b->update_now;
+    bool update = ++m->micro >= m->accumulate || now;
+    int64_t skipped = m->scaler.skipped;
+    struct loss_read got;
+    st = train_step(m, b->shape.dim[0], epoch, m->step, update, NULL, &got);
+    if (update || st) m->micro = 0;  /* after an error the next call starts a new accumulation */
+    if (st || !r) return st;
+    bool skip = m->scaler.skipped > skipped;
+    struct glia_step_result v = {r->struct_size, got.l, update && !skip, skip,
+                                 update && !skip ? m->cur_lr : glia__model_lr(m, epoch, m->step + 1), m->step,
+                                 m->scaler.scale};
+    memcpy(r, &v, r->struct_size < sizeof v ? r->struct_size : sizeof v);  /* what the caller's struct has */
+    return GLIA_OK;
 }
 
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f)
