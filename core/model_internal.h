@@ -229,6 +229,11 @@ struct glia_model {
     int n_graphs;
     struct glia_tensor *step_dev;    /* i64 (1) on the device: the step a replay draws its seeds from */
     int64_t graph_replays;           /* training passes replayed so far */
+    /* the training step (core/train.c: glia_model_train and glia_model_step) */
+    int epoch;                       /* the epoch of the last training step, whose lr schedule a glia_model_step
+                                        follows by default (0: none yet, the first) */
+    int micro;                       /* glia_model_step: batches added since the last optimizer update */
+    bool ddp_started;                /* ddp: glia__ddp_start ran (the ranks hold the same weights) */
 };
 
 /* The most elements one tensor of a model may have: 2^45, 140 TB of f32, beyond any machine. A model

@@ -1,6 +1,6 @@
 /* core/train.c — running a built model: activation buffers, forward, layer-level backward,
- * the optimizer step, the epoch loop with evaluation, progress and the metrics file.
- * Not model construction (core/model.c). */
+ * the optimizer step, the training step (glia_model_step), the epoch loop with evaluation.
+ * Not model construction (core/model.c), nor what a run prints and writes (core/report.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "loader.h"
 #include "model_internal.h"
+#include "report.h"
 
 void glia__model_release_activations(struct glia_model *m)
 {
@@ -449,6 +450,13 @@ static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
     return coef != 1.0 ? grad_scale(m, (float)coef) : GLIA_OK;
 }
 
+/* Set-to-none: the next backward writes the parameters' gradients instead of adding to them. */
+static void grads_unset(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int p = 0; p < m->nodes[i].layer.n_params; p++) m->nodes[i].layer.params[p].grad_unset = true;
+}
+
 static glia_status optimizer_step(struct glia_model *m, int epoch)
 {
     /* ddp: the gradients are the average over ranks once every bucket is in */
@@ -487,9 +495,7 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     }
     if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.type->name,
                               (long long)m->step, glia_context_error(m->ctx));
-    /* set-to-none: the next backward writes instead of accumulating */
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++) m->nodes[i].layer.params[p].grad_unset = true;
+    grads_unset(m);
     return GLIA_OK;
 }
 
@@ -780,7 +786,7 @@ static glia_status train_backward(struct glia_model *m)
     return m->n_replicas > 1 ? dp_backward(m) : backward(m);
 }
 
-/* ---- reading the training loss without stalling the device ----
+/* ---- the training step, and its loss read without stalling the device ----
  * On a backend that downloads without blocking, step k's loss is copied to page-locked memory
  * behind step k's work and read once step k+1 is queued, so the device always has the next step
  * to run while the host waits. Elsewhere the loss is read right after the forward. */
@@ -789,6 +795,13 @@ struct lagged_loss {
     bool pending;           /* a download is in flight */
     int64_t k, nb;          /* its step (0-based in the epoch) and batch size */
     uint64_t ticket;
+};
+
+/* A training loss that became known: step k's, of a batch of nb. */
+struct loss_read {
+    bool have;
+    double l;
+    int64_t k, nb;
 };
 
 static glia_status lagged_init(struct glia_model *m, struct lagged_loss *q)
@@ -824,27 +837,63 @@ static glia_status lagged_finish(struct glia_model *m, struct lagged_loss *q, do
     return st;
 }
 
-/* Add a step's loss to the epoch's sum; a non-finite loss stops training. */
-static glia_status account_loss(struct glia_model *m, double l, int64_t nb, int epoch, int64_t k, double *sum)
+/* Step k's loss l (batch nb) into *got; a non-finite loss stops training. */
+static glia_status loss_known(struct glia_model *m, double l, int64_t nb, int epoch, int64_t k, struct loss_read *got)
 {
     if (!isfinite(l))
         return glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch,
                           (long long)k + 1);
-    *sum += l * (double)nb;
+    *got = (struct loss_read){true, l, k, nb};
     return GLIA_OK;
 }
 
-/* Wait for the pending loss, if any, and add it to the epoch's sum (*last: its value, *last_k: its step). */
-static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int epoch, double *last, int64_t *last_k,
-                                double *sum)
+/* Wait for the pending loss, if any, into *got (have: there was one). */
+static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int epoch, struct loss_read *got)
 {
+    got->have = false;
     if (!q->pending) return GLIA_OK;
-    glia_status st = lagged_finish(m, q, last);
-    *last_k = q->k;
-    return st ? st : account_loss(m, *last, q->nb, epoch, q->k, sum);
+    double l;
+    glia_status st = lagged_finish(m, q, &l);
+    return st ? st : loss_known(m, l, q->nb, epoch, q->k, got);
 }
 
-/* Number of rows of the logits whose argmax equals the label. */
+/* Step k's loss now (the host waits for the device). */
+static glia_status loss_now(struct glia_model *m, int64_t nb, int epoch, int64_t k, struct loss_read *got)
+{
+    double l;
+    glia_status st = read_loss(m, &l);
+    return st ? st : loss_known(m, l, nb, epoch, k, got);
+}
+
+/* The training step of the batch in m->x, m->y (nb rows), which glia_model_train and glia_model_step both run:
+ * forward, backward and, when `update`, the optimizer step at the learning rate of `epoch` (else the gradients add
+ * up: [train] accumulate). With cuda_graph the forward and backward are one pass replayed from a graph. *got gets
+ * the loss that became known: with a lag (lag->host set) the previous step's, this one's download being started;
+ * else this step's, read after its forward (after the pass with cuda_graph). k labels the step in *got and in the
+ * error of a non-finite loss. */
+static glia_status train_step(struct glia_model *m, int64_t nb, int epoch, int64_t k, bool update,
+                              struct lagged_loss *lag, struct loss_read *got)
+{
+    bool lagged = lag && lag->host;
+    glia_status st;
+    got->have = false;
+    if (m->cuda_graph) {
+        st = train_pass(m, nb);
+        if (!st && !lagged) st = loss_now(m, nb, epoch, k, got);
+    } else {
+        st = train_forward(m, nb);
+        if (!st && !lagged) st = loss_now(m, nb, epoch, k, got);
+        if (m->ddp) glia__ddp_begin(m->ddp, update);  /* micro-steps before the last keep local sums */
+        if (!st) st = train_backward(m);
+    }
+    if (!st && update) st = optimizer_step(m, epoch);
+    if (!st && lagged) {  /* the previous step's loss, while this one runs; then start this one's */
+        st = lagged_drain(m, lag, epoch, got);
+        if (!st) st = lagged_start(m, lag, k, nb);
+    }
+    return st;
+}
+
 static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, int64_t *correct)
 {
     const struct glia__node *loss = &m->nodes[m->n_nodes - 1];
@@ -963,62 +1012,13 @@ glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accu
     return st;
 }
 
-static void fmt_time(double s, char *buf, size_t n)
-{
-    long t = (long)(s + 0.5);
-    snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* The progress line of step k (0-based in the epoch) with its loss l: redrawn in place on a terminal,
- * every log_every steps otherwise. The rate is of the samples trained since t0; the ETA is for the
- * `left` steps still to run. */
-static void progress_line(FILE *out, int progress, const struct glia_model *m, int epoch, int64_t k, int64_t steps,
-                          double l, int64_t samples, double t0, int64_t left)
-{
-    if (progress < 0 || (progress == 0 && (k + 1) % m->log_every != 0)) return;
-    double el = glia__now() - t0, rate = (double)samples / (el > 0 ? el : 1e-9);
-    char eta[32];
-    fmt_time((double)left * m->batch / rate, eta, sizeof eta);
-    if (progress > 0)
-        fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
-                (long long)k + 1, (long long)steps, l, rate, eta);
-    else
-        fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs, (long long)k + 1,
-                (long long)steps, l, rate, eta);
-    fflush(out);
-}
-
-static FILE *open_metrics(struct glia_model *m, const char *override, bool append, glia_status *st)
-{
-    struct glia_section *t = glia__config_find(m->cfg, "train");
-    *st = GLIA_OK;
-    if (m->rank != 0) return NULL;  /* ddp: rank 0 writes for all */
-    char *path = override ? glia__strdup(override)
-                          : glia__config_path(t, "metrics", glia_section_str(t, "metrics"));
-    if (!path) return NULL;
-    glia__mkdir_parents(path);  /* what fails is said by fopen */
-    FILE *f = fopen(path, append ? "a" : "w");
-    if (!f) *st = glia_error(m->ctx, GLIA_EIO, "cannot write metrics file %s: %s", path, strerror(errno));
-    free(path);
-    return f;
-}
-
 /* A resumed run that the settings leave nothing to do (the checkpoint is at or past [train] epochs
  * or max_steps, e.g. --set train.epochs=1 on a later checkpoint) says so, and trains, evaluates
  * and writes nothing: what it would print as the run's results would not be any run's. As
  * Lightning, which stops at once when max_epochs or max_steps is reached. */
-static bool nothing_left(const struct glia_model *m, const struct glia_train_options *opt, const struct glia__resume *rs,
-                         FILE *out)
+static bool nothing_left(const struct glia_model *m, const struct glia__resume *rs)
 {
-    bool epochs = rs->epoch > m->epochs, steps = m->max_steps > 0 && m->step >= m->max_steps;
-    if ((epochs || steps) && opt->progress >= 0) {
-        fprintf(out, "nothing to do: %s is at step %lld, ", opt->resume, (long long)m->step);
-        if (steps) fprintf(out, "[train] max_steps = %lld", (long long)m->max_steps);
-        else if (rs->batch == 0) fprintf(out, "after epoch %d, and [train] epochs = %d", rs->epoch - 1, m->epochs);
-        else fprintf(out, "in epoch %d, past [train] epochs = %d", rs->epoch, m->epochs);
-        fprintf(out, " (raise it to train on)\n");
-    }
-    return epochs || steps;
+    return rs->epoch > m->epochs || (m->max_steps > 0 && m->step >= m->max_steps);
 }
 
 /* Before the first step: checkpoint_dir exists (made with its parents) and takes files, so a
@@ -1066,58 +1066,6 @@ static glia_status save_checkpoint(struct glia_model *m, const char *name, int e
     return st;
 }
 
-/* ---- per-rank output (ddp) ----
- * Rank 0 prints as a single process does; the other ranks print nothing, unless [distributed]
- * rank_log is set: then every rank writes plain progress lines to its own file (rank 0 to its
- * file and its usual output both). */
-static ssize_t tee_write(void *cookie, const char *buf, size_t n)
-{
-    FILE **f = cookie;
-    fwrite(buf, 1, n, f[0]);
-    fwrite(buf, 1, n, f[1]);
-    return (ssize_t)n;
-}
-
-static int tee_close(void *cookie)
-{
-    free(cookie);
-    return 0;
-}
-
-static glia_status open_rank_log(struct glia_model *m, const struct glia_train_options *opt,
-                                 struct glia_train_options *mine, FILE **log, FILE **tee)
-{
-    *mine = *opt;
-    *log = *tee = NULL;
-    if (m->rank_log && opt->progress >= 0) {
-        if (!(*log = fopen(m->rank_log, opt->resume ? "a" : "w")))
-            return glia_error(m->ctx, GLIA_EIO, "cannot write the rank log %s: %s", m->rank_log, strerror(errno));
-        mine->progress = 0;
-        mine->out = *log;
-        FILE **pair = m->rank == 0 ? malloc(2 * sizeof *pair) : NULL;
-        if (pair) {
-            pair[0] = opt->out ? opt->out : stdout;
-            pair[1] = *log;
-            *tee = fopencookie(pair, "w", (cookie_io_functions_t){NULL, tee_write, NULL, tee_close});
-            if (*tee) {
-                setvbuf(*tee, NULL, _IOLBF, 0);
-                mine->out = *tee;
-            } else {
-                free(pair);
-            }
-        }
-    } else if (m->rank != 0) {
-        mine->progress = -1;
-    }
-    return GLIA_OK;
-}
-
-static void close_rank_log(FILE *log, FILE *tee)
-{
-    if (tee) fclose(tee);
-    if (log) fclose(log);
-}
-
 /* An epoch's figures over all ranks (one rank: its own). */
 struct dist_epoch {
     double loss_sum, samples;      /* training loss sum and samples, all ranks */
@@ -1142,194 +1090,316 @@ static glia_status dist_epoch(struct glia_model *m, const struct glia__loader *L
     return st;
 }
 
+/* ---- the training loop (glia_model_train) ----
+ * Each batch is fed, stepped (train_step), maybe checkpointed and reported; each epoch ends with the ranks'
+ * figures, an evaluation and its report. What it prints and writes is core/report.c's. */
+
+/* A run's state between its parts. */
+struct trainer {
+    struct glia__report rep;
+    struct scratch s;
+    struct glia__resume rs;      /* where the run starts */
+    struct lagged_loss lag;
+    int64_t steps;               /* batches per epoch */
+    double test_loss, test_acc;  /* of the last evaluation */
+    bool done;                   /* a resume that leaves nothing to do: the run ends before it starts */
+    bool stopped;                /* within an epoch, at [train] max_steps or ... */
+    bool interrupted;            /* ... by glia_model_request_stop */
+};
+
+/* An epoch's running figures. */
+struct epoch {
+    int n;                       /* from 1 */
+    double t0, loss_sum;         /* when it began; its training loss sum (with a resumed part's) */
+    int64_t k0;                  /* its first batch (a resume's position, else 0) */
+    int64_t samples, samples0;   /* samples trained in it, and those a resume began with */
+    double l;                    /* the last loss read ... */
+    int64_t l_k;                 /* ... and its step (a lagged loss is a step late; -1: none yet) */
+};
+
+static void epoch_add_loss(struct epoch *e, const struct loss_read *got)
+{
+    if (!got->have) return;
+    e->loss_sum += got->l * (double)got->nb;
+    e->l = got->l;
+    e->l_k = got->k;
+}
+
+/* The set-up: output, loaders and activations, a resume's state, ddp's start (same model and step everywhere, rank
+ * 0's weights), the checkpoint folder and the metrics file. Releases what it took when it fails and when a resume
+ * leaves nothing to do (t->done). */
+static glia_status run_begin(struct glia_model *m, const struct glia_train_options *opt, struct trainer *t)
+{
+    *t = (struct trainer){.rs = {1, 0, 0, 0}};
+    glia_status st = glia__report_open(&t->rep, m, opt);
+    if (st) return st;
+    st = scratch_alloc(m, &t->s, true, true);
+    if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &t->rs);
+    if ((t->done = !st && opt->resume && nothing_left(m, &t->rs)))
+        glia__report_nothing_left(&t->rep, m, opt->resume, &t->rs);
+    if (!st && opt->resume && !t->done) {  /* what derives from the loaded state: the data order, the loss scale */
+        t->s.train.seed = t->s.test.seed = m->seed;
+        st = write_loss_scale(m);
+    }
+    /* also when there is nothing to do, so that a rank resumed from another step fails with the others instead of
+     * leaving them waiting */
+    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);
+    if (m->ddp) m->ddp_started = !st;
+    dp_weights_changed(m);
+    if (!st && !t->done) st = checkpoint_dir_ready(m);
+    if (!st && !t->done) st = glia__report_metrics_open(&t->rep, m, opt->metrics_path, opt->resume != NULL);
+    if (!st && !t->done) st = lagged_init(m, &t->lag);
+    if (st || t->done) {
+        scratch_free(&t->s);
+        glia__report_close(&t->rep);
+        return st;
+    }
+    if (opt->resume) glia__report_resuming(&t->rep, m, opt->resume, &t->rs);
+    grads_unset(m);  /* what glia_model_step accumulated without an update is not this run's */
+    m->micro = 0;
+    t->steps = t->s.train.n_batches_per_epoch;
+    t->rep.t_start = glia__now();
+    return GLIA_OK;
+}
+
+/* Epoch `epoch` begins: its figures (a resume's part of it included), its loader and feed. */
+static glia_status epoch_begin(struct glia_model *m, struct trainer *t, int epoch, struct epoch *e, struct feed *f)
+{
+    bool resumed = epoch == t->rs.epoch && t->rs.batch > 0;
+    *e = (struct epoch){.n = epoch, .t0 = glia__now(), .loss_sum = resumed ? t->rs.loss_sum : 0,
+                        .k0 = resumed ? t->rs.batch : 0, .samples = resumed ? t->rs.samples : 0, .l_k = -1};
+    e->samples0 = e->samples;
+    m->epoch = epoch;
+    glia__report_epoch_start(&t->rep);
+    glia_status st = glia__loader_start_epoch(&t->s.train, epoch, e->k0);
+    return st ? st : feed_start(m, f, &t->s.train, true);
+}
+
+/* After the optimizer step that batch k (0-based in e) ended: whether the run stops there ([train] max_steps, a
+ * stop request the ranks agree on), and the step's checkpoint when one is due. */
+static glia_status after_update(struct glia_model *m, struct trainer *t, struct epoch *e, int64_t k)
+{
+    glia_status st = GLIA_OK;
+    if (m->max_steps > 0 && m->step >= m->max_steps) t->stopped = true;
+    else if (stop_agreed(m, &st)) t->stopped = t->interrupted = true;
+    bool save = (m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || t->stopped;
+    if (st || !save) return st;
+    struct loss_read got;
+    if ((st = lagged_drain(m, &t->lag, e->n, &got))) return st;  /* the checkpoint holds every loss */
+    epoch_add_loss(e, &got);
+    char name[64];
+    snprintf(name, sizeof name, GLIA__STEP_CKPT, (long long)m->step);
+    return save_checkpoint(m, name, e->n, k + 1, e->loss_sum, e->samples, true);
+}
+
+/* The end of epoch e, whose batches ended with status st: the feed stopped and the last loss read; then, unless the
+ * run stopped within the epoch (it is not finished, so it is not evaluated), the ranks' figures, the evaluation,
+ * the epoch's result (into results) and its report. */
+static glia_status epoch_end(struct glia_model *m, struct trainer *t, struct epoch *e, struct feed *f, glia_status st,
+                             struct glia_epoch_result *results, int max_results)
+{
+    glia_status fs = feed_stop(m, f);
+    struct loss_read got = {0};
+    if (!st) st = fs;
+    if (!st) st = lagged_drain(m, &t->lag, e->n, &got);  /* the epoch's last loss */
+    epoch_add_loss(e, &got);
+    t->lag.pending = false;
+    if (st || t->stopped) {
+        if (!st) glia__report_stopped(&t->rep, m, e->n, t->interrupted);
+        return st;
+    }
+    glia__report_epoch_last_step(&t->rep, m, e->n, e->l_k, t->steps, e->l, e->samples - e->samples0, e->t0);
+    double train_s = glia__now() - e->t0, wait_s = t->s.train.wait_s;
+    struct dist_epoch de;
+    st = dist_epoch(m, &t->s.train, e->loss_sum, e->samples, e->samples - e->samples0, train_s, t->steps - e->k0, &de);
+    if (!st) st = evaluate(m, &t->s, &t->test_loss, &t->test_acc);
+    if (st) return st;
+    struct glia_epoch_result r = {e->n, de.samples ? de.loss_sum / de.samples : 0, t->test_loss, t->test_acc,
+                                  de.run_samples / (train_s > 0 ? train_s : 1e-9), glia__now() - e->t0, m->cur_lr, wait_s,
+                                  m->scaler.skipped, m->scaler.scale, m->world, de.comm_wait_s, de.step_s_min,
+                                  de.step_s_max};
+    if (results && e->n <= max_results) results[e->n - 1] = r;
+    glia__report_epoch(&t->rep, m, &r, de.pad_frac);
+    return GLIA_OK;
+}
+
+/* [runtime] cuda_graph after a run: how many passes were replayed (a log line), and the graphs freed, so that what
+ * they held goes back to the allocator. */
+static void graphs_done(struct glia_model *m)
+{
+    int ready = 0;
+    for (int i = 0; i < m->n_graphs; i++) ready += m->graphs[i].state == GLIA__GRAPH_READY;
+    glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: %lld training passes replayed from %d graph%s", (long long)m->graph_replays,
+             ready, ready == 1 ? "" : "s");
+    glia__model_free_graphs(m);
+}
+
+/* The run's end with status st: a stop request's error, the final checkpoint, the report's end, what it held. */
+static glia_status run_end(struct glia_model *m, struct trainer *t, glia_status st)
+{
+    if (t->lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
+    lagged_free(m, &t->lag);
+    if (!st && t->interrupted && m->checkpoint_dir)
+        st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/" GLIA__STEP_CKPT,
+                        (long long)m->step, m->checkpoint_dir, (long long)m->step);
+    else if (!st && t->interrupted)
+        st = glia_error(m->ctx, GLIA_EINTERRUPTED,
+                        "interrupted at step %lld: nothing was saved ([train] checkpoint_dir is not set)", (long long)m->step);
+    if (!st && !t->stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, false);
+    st = glia__report_finish(&t->rep, m, st, !t->stopped, t->test_loss, t->test_acc);
+    if (m->cuda_graph) graphs_done(m);
+    scratch_free(&t->s);
+    glia__report_close(&t->rep);
+    return st;
+}
+
 static glia_status train_run(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
-    struct glia_train_options dflt = {0}, mine;
-    if (!opt) opt = &dflt;
-    FILE *rank_log = NULL, *tee = NULL;
-    glia_status st = open_rank_log(m, opt, &mine, &rank_log, &tee);
-    if (st) return st;
-    opt = &mine;
-    FILE *out = opt->out ? opt->out : stdout;
-    struct scratch s = {0};
-    if (!st) st = scratch_alloc(m, &s, true, true);
-    struct glia__resume rs = {1, 0, 0, 0};
-    if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
-    bool done = !st && opt->resume && nothing_left(m, opt, &rs, out);
-    if (!st && opt->resume && !done) {  /* what derives from the loaded state: the data order, the loss scale */
-        s.train.seed = s.test.seed = m->seed;
-        st = write_loss_scale(m);
-    }
-    /* same model and step everywhere, rank 0's weights; also when there is nothing to do, so that a
-     * rank resumed from another step fails with the others instead of leaving them waiting */
-    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);
-    dp_weights_changed(m);
-    if (st || done) {
-        scratch_free(&s);
-        close_rank_log(rank_log, tee);
-        return st;
-    }
-    st = checkpoint_dir_ready(m);
-    FILE *metrics = st ? NULL : open_metrics(m, opt->metrics_path, opt->resume != NULL, &st);
-    if (st) {
-        if (metrics) fclose(metrics);
-        scratch_free(&s);
-        close_rank_log(rank_log, tee);
-        return st;
-    }
-    if (opt->resume && opt->progress >= 0)
-        fprintf(out, "resuming from %s: epoch %d, batch %lld, step %lld\n", opt->resume, rs.epoch, (long long)rs.batch,
-                (long long)m->step);
-    int64_t steps = s.train.n_batches_per_epoch, n = 0;
-    double t_start = glia__now(), test_loss = 0, test_acc = 0;
-    bool stopped = false, line_open = false;  /* line_open: a progress line waits for its end */
-    bool interrupted = false;                  /* stopped by glia_model_request_stop */
-    struct lagged_loss lag;
-    st = lagged_init(m, &lag);
-    for (int epoch = rs.epoch; epoch <= m->epochs && !st && !stopped; epoch++) {
-        bool resumed = epoch == rs.epoch && rs.batch > 0;
-        double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0, l = 0;  /* l: the last loss read */
-        int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
-        int64_t l_k = -1, shown_k = -1;  /* the step whose loss l is (a lagged loss is a step late); the last shown */
+    struct trainer t;
+    glia_status st = run_begin(m, opt, &t);
+    if (st || t.done) return st;
+    for (int epoch = t.rs.epoch; epoch <= m->epochs && !st && !t.stopped; epoch++) {
+        struct epoch e;
         struct feed f = {0};
+        int64_t nb;
         bool more = true;
-        st = glia__loader_start_epoch(&s.train, epoch, k0);
-        if (!st) st = feed_start(m, &f, &s.train, true);
-        for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
-            bool stepped = (k + 1) % m->accumulate == 0 || k == steps - 1;
-            if (m->cuda_graph && lag.host) {
-                st = train_pass(m, nb);  /* its loss is read a step late, as below */
-            } else {
-                st = train_forward(m, nb);
-                if (!st && !lag.host) {  /* the loss of this step, now */
-                    st = read_loss(m, &l);
-                    if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
-                    l_k = k;
-                }
-                if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
-                if (!st) st = train_backward(m);
-            }
-            if (!st && stepped) st = optimizer_step(m, epoch);
-            if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
-                st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);
-                if (!st) st = lagged_start(m, &lag, k, nb);
-            }
-            if (st) break;
-            b += nb;
-            if (stepped && m->max_steps > 0 && m->step >= m->max_steps) stopped = true;
-            if (stepped && !stopped && stop_agreed(m, &st)) stopped = interrupted = true;
-            if (st) break;
-            bool save = stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped);
-            if (save && (st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum))) break;  /* the checkpoint holds every loss */
-            if (save) {
-                char name[64];
-                snprintf(name, sizeof name, GLIA__STEP_CKPT, (long long)m->step);
-                if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, true))) break;
-            }
-            if (stopped) break;
-            if (l_k > shown_k) {  /* a lagged loss: the line of the step before this one */
-                progress_line(out, opt->progress, m, epoch, l_k, steps, l, b - b_start, t0, steps - k - 1);
-                shown_k = l_k;
-                line_open = opt->progress > 0;
-            }
+        st = epoch_begin(m, &t, epoch, &e, &f);
+        for (int64_t k = e.k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
+            bool update = (k + 1) % m->accumulate == 0 || k == t.steps - 1;  /* an epoch ends with an update */
+            struct loss_read got;
+            st = train_step(m, nb, epoch, k, update, &t.lag, &got);
+            epoch_add_loss(&e, &got);
+            e.samples += nb;
+            if (!st && update) st = after_update(m, &t, &e, k);
+            if (st || t.stopped) break;
+            glia__report_step(&t.rep, m, epoch, e.l_k, t.steps, e.l, e.samples - e.samples0, e.t0, t.steps - k - 1);
         }
-        glia_status fs = feed_stop(m, &f);
-        if (!st) st = fs;
-        if (!st) st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);  /* the epoch's last loss */
-        lag.pending = false;
-        if (st) break;
-        if (!stopped && l_k > shown_k && opt->progress == 0)  /* its line, when lagged (a terminal's is redrawn below) */
-            progress_line(out, opt->progress, m, epoch, l_k, steps, l, b - b_start, t0, 0);
-        if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
-            if (opt->progress > 0) fprintf(out, "\r\033[K");
-            line_open = false;
-            if (interrupted) break;  /* said by the error */
-            if (opt->progress >= 0 && m->checkpoint_dir)
-                fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/" GLIA__STEP_CKPT "\n",
-                        (long long)m->max_steps, epoch, m->checkpoint_dir, (long long)m->step);
-            else if (opt->progress >= 0)
-                fprintf(out, "stopped at max_steps = %lld (epoch %d); nothing was saved ([train] checkpoint_dir is not set)\n",
-                        (long long)m->max_steps, epoch);
-            break;
-        }
-        n = b;
-        double train_s = glia__now() - t0, wait_s = s.train.wait_s;
-        struct dist_epoch de;
-        st = dist_epoch(m, &s.train, loss_sum, n, n - b_start, train_s, steps - k0, &de);
-        if (!st) st = evaluate(m, &s, &test_loss, &test_acc);
-        if (st) break;
-        struct glia_epoch_result r = {epoch, de.samples ? de.loss_sum / de.samples : 0, test_loss, test_acc,
-                                      de.run_samples / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s,
-                                      m->scaler.skipped, m->scaler.scale, m->world, de.comm_wait_s, de.step_s_min,
-                                      de.step_s_max};
-        bool fp16 = m->precision == GLIA_PRECISION_FP16;
-        if (results && epoch <= max_results) results[epoch - 1] = r;
-        if (opt->progress > 0) fprintf(out, "\r\033[K");
-        line_open = false;
-        if (opt->progress >= 0)
-            fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
-                    epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.lr, r.samples_per_s, r.seconds);
-        if (opt->progress >= 0 && fp16)
-            fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", epoch, m->epochs, r.loss_scale,
-                    (long long)r.skipped_steps);
-        if (opt->progress >= 0 && m->train.tokens)
-            fprintf(out, "epoch %d/%d padding %.1f%% of the batches' tokens\n", epoch, m->epochs, 100 * de.pad_frac);
-        if (opt->progress >= 0 && m->ddp)
-            fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", epoch, m->epochs, r.world,
-                    r.comm_wait_s, 1e3 * r.step_s_min, 1e3 * r.step_s_max);
-        if (metrics) {
-            fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
-                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
-                    epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds, r.data_wait_s);
-            if (m->train.tokens) fprintf(metrics, ", \"pad_frac\": %.6g", de.pad_frac);
-            if (fp16) fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", r.loss_scale, (long long)r.skipped_steps);
-            if (m->ddp)
-                fprintf(metrics, ", \"world\": %d, \"comm_wait_s\": %.6g, \"step_s_min\": %.6g, \"step_s_max\": %.6g", r.world,
-                        r.comm_wait_s, r.step_s_min, r.step_s_max);
-            struct glia_memory_stats ms;  /* a device backend: the most memory its tensors held so far */
-            if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
-                fprintf(metrics, ", \"device_peak_mb\": %.6g", ms.peak / 1048576.0);
-            fprintf(metrics, "}\n");
-            fflush(metrics);
-        }
+        st = epoch_end(m, &t, &e, &f, st, results, max_results);
     }
-    if (lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
-    if (st && line_open) {  /* the caller's error message goes on a line of its own */
-        fputc('\n', out);
-        fflush(out);
-    }
-    lagged_free(m, &lag);
-    if (!st && interrupted && m->checkpoint_dir)
-        st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/" GLIA__STEP_CKPT,
-                        (long long)m->step, m->checkpoint_dir, (long long)m->step);
-    else if (!st && interrupted)
-        st = glia_error(m->ctx, GLIA_EINTERRUPTED,
-                        "interrupted at step %lld: nothing was saved ([train] checkpoint_dir is not set)", (long long)m->step);
-    if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, false);
-    if (metrics && fclose(metrics) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
-    if (!st && !stopped && opt->progress >= 0)
-        fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
-                (long long)m->step, test_loss, test_acc, glia__now() - t_start);
-    if (m->cuda_graph) {
-        int ready = 0;
-        for (int i = 0; i < m->n_graphs; i++) ready += m->graphs[i].state == GLIA__GRAPH_READY;
-        glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: %lld training passes replayed from %d graph%s", (long long)m->graph_replays,
-                 ready, ready == 1 ? "" : "s");
-        glia__model_free_graphs(m);  /* what they held goes back to the allocator */
-    }
-    scratch_free(&s);
-    close_rank_log(rank_log, tee);
-    return st;
+    return run_end(m, &t, st);
 }
 
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
+    static const struct glia_train_options dflt = {0};
     m->stop_code = 0;
-    glia_status st = train_run(m, opt, results, max_results);
+    glia_status st = train_run(m, opt ? opt : &dflt, results, max_results);
     m->stop_requested = 0;
     return st;
+}
+
+/* ---- glia_model_step: one training step on a batch the caller holds ---- */
+
+#define END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* Whether shape s is a batch m takes (images: (n, channels, rows, cols); tokens (n, len), len up to the longest
+ * padded length), as an error line naming both. */
+static glia_status step_check_shape(struct glia_model *m, const struct glia_shape *s)
+{
+    const struct glia__dataset *d = &m->train;
+    bool fits = s->ndim == (d->tokens ? 2 : 4) && s->dim[0] >= 1 && s->dim[0] <= m->batch;
+    if (fits && d->tokens) fits = s->dim[1] >= 1 && s->dim[1] <= d->cols;
+    if (fits && !d->tokens) fits = s->dim[1] == d->channels && s->dim[2] == d->rows && s->dim[3] == d->cols;
+    if (fits) return GLIA_OK;
+    char got[160];
+    if (s->ndim < 1 || s->ndim > GLIA_MAX_DIMS) snprintf(got, sizeof got, "of %d dimensions", s->ndim);
+    else glia_shape_str(s, got, sizeof got);
+    if (d->tokens)
+        return glia_error(m->ctx, GLIA_EINVAL,
+                          "glia_model_step: batch shape %s; the model takes token batches n x len, n from 1 to %d "
+                          "([data] batch_size), len from 1 to %d", got, m->batch, d->cols);
+    return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch shape %s; the model takes images n x %d x %d x %d, "
+                      "n from 1 to %d ([data] batch_size)", got, d->channels, d->rows, d->cols, m->batch);
+}
+
+/* Whether the n values of v lie in [0, high); else an error naming the first that does not. */
+static glia_status step_check_ids(struct glia_model *m, const int32_t *v, int64_t n, int64_t high, const char *what,
+                                  const char *bound)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] >= high)
+            return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: %s[%lld] is %d, outside 0 .. %lld (%s)", what,
+                              (long long)i, (int)v[i], (long long)high - 1, bound);
+    return GLIA_OK;
+}
+
+/* Whether b (and r) can be used for m: one error line naming what cannot. */
+static glia_status step_check(struct glia_model *m, const struct glia_batch *b, const struct glia_step_result *r)
+{
+    if (!b) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the batch is NULL");
+    if (b->struct_size < END_OF(struct glia_batch, labels))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch struct_size %u is too small (set it to "
+                          "sizeof(struct glia_batch))", (unsigned)b->struct_size);
+    if (r && r->struct_size < END_OF(struct glia_step_result, loss))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: result struct_size %u is too small (set it to "
+                          "sizeof(struct glia_step_result))", (unsigned)r->struct_size);
+    glia_status st = step_check_shape(m, &b->shape);
+    if (st) return st;
+    bool tok = m->train.tokens;
+    if (tok ? !b->tokens || b->x : !b->x || b->tokens)
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the model reads %s: set %s, and leave %s NULL",
+                          tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
+    if (!b->labels) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: labels is NULL");
+    int64_t n = b->shape.dim[0];
+    int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
+    st = step_check_ids(m, b->labels, n, classes, "labels", "the classes of the loss layer's input");
+    if (!st && tok) st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->vocab, "tokens", "[data] vocab");
+    if (!st && b->struct_size >= END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->epochs))
+        st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: epoch %d is outside 1 .. %d ([train] epochs; 0: the "
+                        "model's current)", b->epoch, m->epochs);
+    return st;
+}
+
+/* What a step needs on each call: the training activations; under ddp, once, the ranks' start (same model and
+ * step everywhere, rank 0's weights); under dp, the replicas copy the model's weights anew (they may have been
+ * loaded since the last step). */
+static glia_status step_ready(struct glia_model *m)
+{
+    glia_status st = need_activations(m, m->batch, 0);
+    if (!st && m->ddp && !m->ddp_started) {
+        st = glia__ddp_start(m, m->ddp);
+        m->ddp_started = !st;
+    }
+    dp_weights_changed(m);
+    return st;
+}
+
+/* b's data into m->x, m->y (it was checked). */
+static glia_status step_feed(struct glia_model *m, const struct glia_batch *b)
+{
+    int64_t n = b->shape.dim[0];
+    glia_status st = set_batch(m, n, m->train.tokens ? b->shape.dim[1] : m->train.cols, true);
+    const void *x = m->train.tokens ? (const void *)b->tokens : (const void *)b->x;
+    if (!st) st = glia_tensor_from_host(m->x, x, glia_tensor_nbytes(m->x));
+    if (!st) st = glia_tensor_from_host(m->y, b->labels, glia_tensor_nbytes(m->y));
+    return st;
+}
+
+glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, struct glia_step_result *r)
+{
+    if (!m) return GLIA_EINVAL;
+    glia_status st = step_check(m, b, r);
+    if (!st) st = step_ready(m);
+    if (!st) st = step_feed(m, b);
+    if (st) return st;
+    int want = b->struct_size >= END_OF(struct glia_batch, epoch) ? b->epoch : 0;
+    int epoch = m->epoch = want > 0 ? want : m->epoch > 0 ? m->epoch : 1;
+    if (m->micro == 0) grads_unset(m);  /* a new accumulation: what a failed step left is not added to it */
+    bool now = b->struct_size >= END_OF(struct glia_batch, update_now) && b->update_now;
+    bool update = ++m->micro >= m->accumulate || now;
+    int64_t skipped = m->scaler.skipped;
+    struct loss_read got;
+    st = train_step(m, b->shape.dim[0], epoch, m->step, update, NULL, &got);
+    if (update || st) m->micro = 0;  /* after an error the next call starts a new accumulation */
+    if (st || !r) return st;
+    bool skip = m->scaler.skipped > skipped;
+    struct glia_step_result v = {r->struct_size, got.l, update && !skip, skip,
+                                 update && !skip ? m->cur_lr : glia__model_lr(m, epoch, m->step + 1), m->step,
+                                 m->scaler.scale};
+    memcpy(r, &v, r->struct_size < sizeof v ? r->struct_size : sizeof v);  /* what the caller's struct has */
+    return GLIA_OK;
 }
 
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f)

@@ -454,6 +454,52 @@ static void test_cuda_graph_trains_the_same(void)
                        "the layers (set cuda_graph = off)");
 }
 
+/* glia_model_step on the GPU is the trainer's step: with cuda_graph = on (a batch shape's first pass runs as it
+ * comes, its second is captured, every pass is then a replay) and fp16 loss scaling, steps on the loader's
+ * batches in order leave the weights and loss scaler that training to max_steps = 4 leaves, bit for bit; each
+ * result has its batch's loss, which the step reads after the replayed pass. */
+static void test_cuda_step_equals_training(void)
+{
+    make_data();
+    const char *rt = "cuda_graph = on\ndeterministic = on\nprecision = fp16";
+    const char *opt = "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9";
+    struct run a, b;
+    open_run(&a, cnn_text_with(rt, opt, 32, "max_steps = 4\n"));
+    open_run(&b, cnn_text_with(rt, opt, 32, "max_steps = 4\n"));
+    glia_status st = glia_model_train(a.m, &quiet, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(a.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    const struct glia__dataset *d = &b.m->train;
+    int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32];
+    float *x = malloc(sizeof *x * (size_t)(32 * per));
+    int32_t y[32];
+    int passes = 0;
+    for (int64_t k = 0; b.m->step < 4 && k < 16; k++, passes++) {  /* a skipped step takes one more batch, as training */
+        for (int i = 0; i < 32; i++) idx[i] = k * 32 + i;
+        glia__dataset_gather(d, idx, 32, &b.m->norm, x, y);
+        struct glia_batch bt = {.struct_size = sizeof bt,
+                                .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
+                                .labels = y};
+        struct glia_step_result r = {.struct_size = sizeof r};
+        st = glia_model_step(b.m, &bt, &r);
+        if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT(isfinite(r.loss) && r.loss > 0);
+        CU_ASSERT_EQUAL(r.updated, !r.skipped);
+        CU_ASSERT_EQUAL(r.step, b.m->step);
+        CU_ASSERT_EQUAL(r.loss_scale, b.m->scaler.scale);
+    }
+    free(x);
+    CU_ASSERT(b.m->cuda_graph);
+    CU_ASSERT_EQUAL(b.m->graph_replays, passes - 1);
+    CU_ASSERT_EQUAL(b.m->step, a.m->step);
+    CU_ASSERT_EQUAL(b.m->scaler.scale, a.m->scaler.scale);
+    CU_ASSERT_EQUAL(b.m->scaler.skipped, a.m->scaler.skipped);
+    if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
+    CU_ASSERT(same_weights(&a, &b));
+    close_run(&a), close_run(&b);
+}
+
 /* A layer whose kernel lacks GLIA_KERNEL_CAPTURABLE (the fixture nchw_softsign's impl staged, which computes on the
  * host) makes cuda_graph = on refuse the model, naming the layer's section; with cuda_graph = off the
  * model trains on the GPU as the same model with the cpu impl does on the CPU. */
@@ -698,6 +744,7 @@ int main(void)
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
                                              GLIA_TEST(test_metrics_report_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),
+                                             GLIA_TEST(test_cuda_step_equals_training),
                                              GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),
                                              GLIA_TEST(test_cuda_graph_refuses_uncapturable_layers),
                                              GLIA_TEST(test_graph_capture_allocates),
