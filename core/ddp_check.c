@@ -100,8 +100,8 @@ static glia_status collect(struct glia_model *m, struct settings *out)
 {
     glia_status st = add(out, "", "glia's version", GLIA_VERSION_STRING);
     for (int i = 0; i < m->cfg->n_sections && !st; i++) st = add_section(out, m->cfg->sections[i]);
-    if (!st) st = add_dataset(out, "the training set", &m->train);
-    if (!st) st = add_dataset(out, "the test set", &m->test);
+    if (!st) st = add_dataset(out, "the training set", &m->data.train);
+    if (!st) st = add_dataset(out, "the test set", &m->data.test);
     for (int i = 0; i < m->ctx->n_plugins && !st; i++) {
         const struct glia_plugin_desc *d = m->ctx->plugins[i].desc;
         if (!d || backend_plugin(m->ctx, i)) continue;
@@ -175,7 +175,7 @@ static glia_status receive(struct glia_comm *c, const struct settings *mine, int
 
 glia_status glia__ddp_check_settings(struct glia_model *m)
 {
-    struct glia_comm *c = m->comm;
+    struct glia_comm *c = m->dist.comm;
     int world = c->info.world;
     struct settings mine = {0};
     /* an all-gather of (hash, length) as a sum of slots that only their rank fills */

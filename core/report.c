@@ -24,15 +24,15 @@ static int tee_close(void *cookie)
 glia_status glia__report_open(struct glia__report *r, const struct glia_model *m, const struct glia_train_options *opt)
 {
     *r = (struct glia__report){.out = opt->out ? opt->out : stdout, .progress = opt->progress, .shown_k = -1};
-    if (!m->rank_log || opt->progress < 0) {
-        if (m->rank != 0) r->progress = -1;
+    if (!m->dist.rank_log || opt->progress < 0) {
+        if (m->dist.rank != 0) r->progress = -1;
         return GLIA_OK;
     }
-    if (!(r->rank_log = fopen(m->rank_log, opt->resume ? "a" : "w")))
-        return glia_error(m->ctx, GLIA_EIO, "cannot write the rank log %s: %s", m->rank_log, strerror(errno));
+    if (!(r->rank_log = fopen(m->dist.rank_log, opt->resume ? "a" : "w")))
+        return glia_error(m->ctx, GLIA_EIO, "cannot write the rank log %s: %s", m->dist.rank_log, strerror(errno));
     r->progress = 0;
     r->out = r->rank_log;
-    FILE **pair = m->rank == 0 ? malloc(2 * sizeof *pair) : NULL;
+    FILE **pair = m->dist.rank == 0 ? malloc(2 * sizeof *pair) : NULL;
     if (pair) {
         pair[0] = opt->out ? opt->out : stdout;
         pair[1] = r->rank_log;
@@ -49,7 +49,7 @@ glia_status glia__report_open(struct glia__report *r, const struct glia_model *m
 
 glia_status glia__report_metrics_open(struct glia__report *r, struct glia_model *m, const char *path, bool append)
 {
-    if (m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
+    if (m->dist.rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
     struct glia_section *t = glia__config_find(m->cfg, "train");
     char *p = path ? glia__strdup(path) : glia__config_path(t, "metrics", glia_section_str(t, "metrics"));
     if (!p) return GLIA_OK;
@@ -73,11 +73,11 @@ void glia__report_nothing_left(struct glia__report *r, const struct glia_model *
                                const struct glia__resume *rs)
 {
     if (r->progress < 0) return;
-    bool steps = m->max_steps > 0 && m->step >= m->max_steps;
-    fprintf(r->out, "nothing to do: %s is at step %lld, ", resume, (long long)m->step);
-    if (steps) fprintf(r->out, "[train] max_steps = %lld", (long long)m->max_steps);
-    else if (rs->batch == 0) fprintf(r->out, "after epoch %d, and [train] epochs = %d", rs->epoch - 1, m->epochs);
-    else fprintf(r->out, "in epoch %d, past [train] epochs = %d", rs->epoch, m->epochs);
+    bool steps = m->trainer.max_steps > 0 && m->trainer.step >= m->trainer.max_steps;
+    fprintf(r->out, "nothing to do: %s is at step %lld, ", resume, (long long)m->trainer.step);
+    if (steps) fprintf(r->out, "[train] max_steps = %lld", (long long)m->trainer.max_steps);
+    else if (rs->batch == 0) fprintf(r->out, "after epoch %d, and [train] epochs = %d", rs->epoch - 1, m->trainer.epochs);
+    else fprintf(r->out, "in epoch %d, past [train] epochs = %d", rs->epoch, m->trainer.epochs);
     fprintf(r->out, " (raise it to train on)\n");
 }
 
@@ -86,7 +86,7 @@ void glia__report_resuming(struct glia__report *r, const struct glia_model *m, c
 {
     if (r->progress >= 0)
         fprintf(r->out, "resuming from %s: epoch %d, batch %lld, step %lld\n", resume, rs->epoch, (long long)rs->batch,
-                (long long)m->step);
+                (long long)m->trainer.step);
 }
 
 void glia__report_epoch_start(struct glia__report *r) { r->shown_k = -1; }
@@ -100,15 +100,15 @@ static void fmt_time(double s, char *buf, size_t n)
 static void progress_line(const struct glia__report *r, const struct glia_model *m, int epoch, int64_t k,
                           int64_t steps, double l, int64_t samples, double t0, int64_t left)
 {
-    if (r->progress < 0 || (r->progress == 0 && (k + 1) % m->log_every != 0)) return;
+    if (r->progress < 0 || (r->progress == 0 && (k + 1) % m->trainer.log_every != 0)) return;
     double el = glia__now() - t0, rate = (double)samples / (el > 0 ? el : 1e-9);
     char eta[32];
-    fmt_time((double)left * m->batch / rate, eta, sizeof eta);
+    fmt_time((double)left * m->data.batch / rate, eta, sizeof eta);
     if (r->progress > 0)
-        fprintf(r->out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
+        fprintf(r->out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->trainer.epochs,
                 (long long)k + 1, (long long)steps, l, rate, eta);
     else
-        fprintf(r->out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs,
+        fprintf(r->out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->trainer.epochs,
                 (long long)k + 1, (long long)steps, l, rate, eta);
     fflush(r->out);
 }
@@ -139,12 +139,12 @@ void glia__report_stopped(struct glia__report *r, const struct glia_model *m, in
 {
     end_line(r);
     if (interrupted || r->progress < 0) return;
-    if (m->checkpoint_dir)
+    if (m->trainer.checkpoint_dir)
         fprintf(r->out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/" GLIA__STEP_CKPT "\n",
-                (long long)m->max_steps, epoch, m->checkpoint_dir, (long long)m->step);
+                (long long)m->trainer.max_steps, epoch, m->trainer.checkpoint_dir, (long long)m->trainer.step);
     else
         fprintf(r->out, "stopped at max_steps = %lld (epoch %d); nothing was saved ([train] checkpoint_dir is not set)\n",
-                (long long)m->max_steps, epoch);
+                (long long)m->trainer.max_steps, epoch);
 }
 
 static void epoch_lines(struct glia__report *r, const struct glia_model *m, const struct glia_epoch_result *e,
@@ -152,14 +152,14 @@ static void epoch_lines(struct glia__report *r, const struct glia_model *m, cons
 {
     FILE *out = r->out;
     fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
-            e->epoch, m->epochs, e->train_loss, e->test_loss, e->test_accuracy, e->lr, e->samples_per_s, e->seconds);
+            e->epoch, m->trainer.epochs, e->train_loss, e->test_loss, e->test_accuracy, e->lr, e->samples_per_s, e->seconds);
     if (m->precision == GLIA_PRECISION_FP16)
-        fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", e->epoch, m->epochs, e->loss_scale,
+        fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", e->epoch, m->trainer.epochs, e->loss_scale,
                 (long long)e->skipped_steps);
-    if (m->train.tokens)
-        fprintf(out, "epoch %d/%d padding %.1f%% of the batches' tokens\n", e->epoch, m->epochs, 100 * pad_frac);
-    if (m->ddp)
-        fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", e->epoch, m->epochs,
+    if (m->data.train.tokens)
+        fprintf(out, "epoch %d/%d padding %.1f%% of the batches' tokens\n", e->epoch, m->trainer.epochs, 100 * pad_frac);
+    if (m->dist.ddp)
+        fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", e->epoch, m->trainer.epochs,
                 e->world, e->comm_wait_s, 1e3 * e->step_s_min, 1e3 * e->step_s_max);
 }
 
@@ -168,12 +168,12 @@ static void metrics_record(FILE *f, const struct glia_model *m, const struct gli
 {
     fprintf(f, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
                "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
-            e->epoch, (long long)m->step, e->lr, e->train_loss, e->test_loss, e->test_accuracy, e->samples_per_s,
+            e->epoch, (long long)m->trainer.step, e->lr, e->train_loss, e->test_loss, e->test_accuracy, e->samples_per_s,
             e->seconds, e->data_wait_s);
-    if (m->train.tokens) fprintf(f, ", \"pad_frac\": %.6g", pad_frac);
+    if (m->data.train.tokens) fprintf(f, ", \"pad_frac\": %.6g", pad_frac);
     if (m->precision == GLIA_PRECISION_FP16)
         fprintf(f, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", e->loss_scale, (long long)e->skipped_steps);
-    if (m->ddp)
+    if (m->dist.ddp)
         fprintf(f, ", \"world\": %d, \"comm_wait_s\": %.6g, \"step_s_min\": %.6g, \"step_s_max\": %.6g", e->world,
                 e->comm_wait_s, e->step_s_min, e->step_s_max);
     struct glia_memory_stats ms;  /* a device backend: the most memory its tensors held so far */
@@ -202,7 +202,7 @@ glia_status glia__report_finish(struct glia__report *r, const struct glia_model 
     r->metrics = NULL;
     if (f && fclose(f) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
     if (!st && finished && r->progress >= 0)
-        fprintf(r->out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
-                (long long)m->step, test_loss, test_acc, glia__now() - r->t_start);
+        fprintf(r->out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->trainer.epochs,
+                (long long)m->trainer.step, test_loss, test_acc, glia__now() - r->t_start);
     return st;
 }

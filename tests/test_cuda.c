@@ -240,12 +240,12 @@ static void test_training_matches_cpu(void)
             char extra[160];  /* channels_last also with activation checkpointing (a [graph] section after [runtime]) */
             snprintf(extra, sizeof extra, "precision = fp32\n%s%s", fmts[f], f ? "\n[graph]\ncheckpoint_segments = 3" : "");
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
-            CU_ASSERT(f ? b.m->ckpt_segments > 1 : b.m->ckpt_segments == 1);
-            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 3);  /* fuse_pointwise = auto: b1 + r1, add + g, rd + d */
-            CU_ASSERT(b.m->nodes[1].act_fused);                                 /* c1 b1 */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[3].layer.type->name, "pointwise");  /* c2 g */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.type->name, "pointwise");  /* p a cat d */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.name, "d");
+            CU_ASSERT(f ? b.m->graph.ckpt_segments > 1 : b.m->graph.ckpt_segments == 1);
+            CU_ASSERT_EQUAL(b.m->graph.n_nodes, a.m->graph.n_nodes - 3);  /* fuse_pointwise = auto: b1 + r1, add + g, rd + d */
+            CU_ASSERT(b.m->graph.nodes[1].act_fused);                                 /* c1 b1 */
+            CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[3].layer.type->name, "pointwise");  /* c2 g */
+            CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[7].layer.type->name, "pointwise");  /* p a cat d */
+            CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[7].layer.name, "d");
             double worst = weight_diff(&b, &a);  /* relative to the CPU's */
             if (!(worst <= 2e-3))
                 printf("\n  %s, %s: weights differ by %g; losses cpu %g gpu %g\n", opts[o], fmts[f], worst, ra[1].train_loss,
@@ -361,7 +361,7 @@ static void test_metrics_report_device_peak(void)
     struct glia_backend *b;
     CU_ASSERT_FATAL(glia_backend_get(r.ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &b) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_backend_memory_stats(b, &ms), GLIA_OK);
-    const struct glia__act_plan *p = &r.m->plan;
+    const struct glia__act_plan *p = &r.m->act.plan;
     double planned = 4.0 * (double)p->len / 1048576.0;
     if (!(peak[0] >= planned && peak[1] >= peak[0] && peak[1] <= ms.peak / 1048576.0 + 1e-3))
         printf("\n  peaks %g, %g MiB; allocator %g MiB; activations planned %g MiB\n", peak[0], peak[1],
@@ -429,17 +429,17 @@ static void test_cuda_graph_trains_the_same(void)
         fclose(f);
         if (st) printf("\n  %s\n", glia_context_error(b.ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
-        CU_ASSERT(b.m->cuda_graph);
+        CU_ASSERT(b.m->trainer.cuda_graph);
         /* each shape's (and gradient state's) first pass runs as it comes, every later one is a replay */
-        int64_t n = b.m->train.n, full = n / cases[c].batch, part = n % cases[c].batch > 0;
+        int64_t n = b.m->data.train.n, full = n / cases[c].batch, part = n % cases[c].batch > 0;
         int64_t passes = 2 * (full + part), shapes = (1 + part) * (cases[c].accumulate > 1 ? 2 : 1);
-        CU_ASSERT_EQUAL(b.m->graph_replays, passes - shapes);
+        CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - shapes);
         char want[96];
         snprintf(want, sizeof want, "cuda_graph: %lld training passes replayed from %lld graph%s\n",
                  (long long)(passes - shapes), (long long)shapes, shapes == 1 ? "" : "s");
         if (!log || !strstr(log, want)) printf("\n  log: %s\n  want: %s", log ? log : "", want);
         CU_ASSERT_PTR_NOT_NULL(log ? strstr(log, want) : NULL);
-        CU_ASSERT_EQUAL(b.m->n_graphs, 0);  /* freed when training ends */
+        CU_ASSERT_EQUAL(b.m->trainer.n_graphs, 0);  /* freed when training ends */
         if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
         CU_ASSERT(same_weights(&a, &b));
         CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
@@ -469,14 +469,14 @@ static void test_cuda_step_equals_training(void)
     glia_status st = glia_model_train(a.m, &quiet, NULL, 0);
     if (st) printf("\n  %s\n", glia_context_error(a.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    const struct glia__dataset *d = &b.m->train;
+    const struct glia__dataset *d = &b.m->data.train;
     int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32];
     float *x = malloc(sizeof *x * (size_t)(32 * per));
     int32_t y[32];
     int passes = 0;
-    for (int64_t k = 0; b.m->step < 4 && k < 16; k++, passes++) {  /* a skipped step takes one more batch, as training */
+    for (int64_t k = 0; b.m->trainer.step < 4 && k < 16; k++, passes++) {  /* a skipped step takes one more batch, as training */
         for (int i = 0; i < 32; i++) idx[i] = k * 32 + i;
-        glia__dataset_gather(d, idx, 32, &b.m->norm, x, y);
+        glia__dataset_gather(d, idx, 32, &b.m->data.norm, x, y);
         struct glia_batch bt = {.struct_size = sizeof bt,
                                 .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
                                 .labels = y};
@@ -486,15 +486,15 @@ static void test_cuda_step_equals_training(void)
         CU_ASSERT_FATAL(st == GLIA_OK);
         CU_ASSERT(isfinite(r.loss) && r.loss > 0);
         CU_ASSERT_EQUAL(r.updated, !r.skipped);
-        CU_ASSERT_EQUAL(r.step, b.m->step);
-        CU_ASSERT_EQUAL(r.loss_scale, b.m->scaler.scale);
+        CU_ASSERT_EQUAL(r.step, b.m->trainer.step);
+        CU_ASSERT_EQUAL(r.loss_scale, b.m->trainer.scaler.scale);
     }
     free(x);
-    CU_ASSERT(b.m->cuda_graph);
-    CU_ASSERT_EQUAL(b.m->graph_replays, passes - 1);
-    CU_ASSERT_EQUAL(b.m->step, a.m->step);
-    CU_ASSERT_EQUAL(b.m->scaler.scale, a.m->scaler.scale);
-    CU_ASSERT_EQUAL(b.m->scaler.skipped, a.m->scaler.skipped);
+    CU_ASSERT(b.m->trainer.cuda_graph);
+    CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - 1);
+    CU_ASSERT_EQUAL(b.m->trainer.step, a.m->trainer.step);
+    CU_ASSERT_EQUAL(b.m->trainer.scaler.scale, a.m->trainer.scaler.scale);
+    CU_ASSERT_EQUAL(b.m->trainer.scaler.skipped, a.m->trainer.scaler.skipped);
     if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
     CU_ASSERT(same_weights(&a, &b));
     close_run(&a), close_run(&b);
@@ -527,7 +527,7 @@ static void test_cuda_graph_refuses_uncapturable_layers(void)
     train_run(&a, text, ra);
     snprintf(text, sizeof text, fmt, fix, "cuda", "off", dir, dir, dir, dir);
     train_run(&b, text, rb);
-    CU_ASSERT_STRING_EQUAL(b.m->nodes[1].layer.kernel->impl, "staged");
+    CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[1].layer.kernel->impl, "staged");
     double worst = weight_diff(&b, &a);
     if (!(worst <= 1e-3)) printf("\n  weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-3);
@@ -560,7 +560,7 @@ static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
     unsetenv("GLIA_EMU_FAIL_CAPTURE");
     if (st) printf("\n  %s\n", glia_context_error(b.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_EQUAL(b.m->graph_replays, 0);
+    CU_ASSERT_EQUAL(b.m->trainer.graph_replays, 0);
     int warned = 0;
     for (const char *p = log; (p = strstr(p, "could not be captured")); p++) warned++;
     CU_ASSERT_EQUAL(warned, 2);  /* the full batches and the last one, once each */
@@ -703,7 +703,7 @@ static void test_debug_checks_on_device(void)
     train_run(&a, cnn_text("cuda", rt, "sgd\nlr = 0.01"), ra);
     snprintf(extra, sizeof extra, "%s\ndebug_checks = on", rt);
     train_run(&b, cnn_text("cuda", extra, "sgd\nlr = 0.01"), rb);
-    CU_ASSERT(b.m->plan.len > a.m->plan.len);
+    CU_ASSERT(b.m->act.plan.len > a.m->act.plan.len);
     if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
     CU_ASSERT(same_weights(&a, &b));
     CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
@@ -717,7 +717,7 @@ static void test_debug_checks_on_device(void)
              "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
              glia_test_fixtures(), dir, dir, dir, dir);
     open_run(&a, text);
-    CU_ASSERT_STRING_EQUAL(a.m->nodes[2].layer.kernel->impl, "cuda");
+    CU_ASSERT_STRING_EQUAL(a.m->graph.nodes[2].layer.kernel->impl, "cuda");
     CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_EPLUGIN);
     const char *want = "t.ini:19: [fc] backward wrote 64 floats past the end of its input gradient (layer 'fc', tensor "
                        "dx, 32x64)";

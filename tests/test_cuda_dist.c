@@ -203,9 +203,9 @@ static void test_ddp_over_nccl(void)
         struct run d, p;
         struct glia_epoch_result rd[2], rp[2];
         train(&d, model("", extra[e], "mode = ddp\ntransport = nccl\nbucket_mb = 0.0002\nfirst_bucket_mb = 0.000001", cnn_bn), rd);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(d.m->ddp);
-        CU_ASSERT_STRING_EQUAL(d.m->comm->ops->name, "nccl");
-        CU_ASSERT(glia__ddp_n_buckets(d.m->ddp) >= 3);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(d.m->dist.ddp);
+        CU_ASSERT_STRING_EQUAL(d.m->dist.comm->ops->name, "nccl");
+        CU_ASSERT(glia__ddp_n_buckets(d.m->dist.ddp) >= 3);
         train(&p, model("", extra[e], "mode = none", cnn_bn), rp);
         double worst = weight_diff(&d, &p);
         if (!(worst <= 1e-4)) printf("\n  %s: weights differ by %g\n", extra[e], worst);
@@ -226,8 +226,8 @@ static void test_dp_two_replicas(void)
     struct run d, p;
     struct glia_epoch_result rd[2], rp[2];
     train(&d, model("", "", "mode = dp\ndevices = 0, 0", cnn), rd);
-    CU_ASSERT_EQUAL_FATAL(d.m->n_replicas, 2);
-    CU_ASSERT_PTR_EQUAL(d.m->replica[1]->backend, d.m->backend);
+    CU_ASSERT_EQUAL_FATAL(d.m->dist.n_replicas, 2);
+    CU_ASSERT_PTR_EQUAL(d.m->dist.replica[1]->backend, d.m->backend);
     train(&p, model("", "", "mode = none", cnn), rp);
     double worst = weight_diff(&d, &p);
     if (!(worst <= 1e-4)) printf("\n  weights differ by %g\n", worst);

@@ -37,15 +37,15 @@ static void compare(const char *devices, int batch, const char *train_extra, con
     struct run dp, one;
     open_run(&dp, model(dist, batch, train_extra, layers));
     open_run(&one, model("mode = none", batch, train_extra, layers));
-    CU_ASSERT(dp.m->n_replicas > 1);
-    for (int r = 1; r < dp.m->n_replicas; r++) {
-        CU_ASSERT_EQUAL(dp.m->replica[r]->n_nodes, dp.m->n_nodes);
-        CU_ASSERT_EQUAL(dp.m->replica[r]->ckpt_segments, dp.m->ckpt_segments);
-        for (int i = 0; i < dp.m->n_nodes; i++)
-            CU_ASSERT(dp.m->replica[r]->nodes[i].recompute == dp.m->nodes[i].recompute &&
-                      dp.m->replica[r]->nodes[i].cut == dp.m->nodes[i].cut);
+    CU_ASSERT(dp.m->dist.n_replicas > 1);
+    for (int r = 1; r < dp.m->dist.n_replicas; r++) {
+        CU_ASSERT_EQUAL(dp.m->dist.replica[r]->graph.n_nodes, dp.m->graph.n_nodes);
+        CU_ASSERT_EQUAL(dp.m->dist.replica[r]->graph.ckpt_segments, dp.m->graph.ckpt_segments);
+        for (int i = 0; i < dp.m->graph.n_nodes; i++)
+            CU_ASSERT(dp.m->dist.replica[r]->graph.nodes[i].recompute == dp.m->graph.nodes[i].recompute &&
+                      dp.m->dist.replica[r]->graph.nodes[i].cut == dp.m->graph.nodes[i].cut);
     }
-    if (layers && strstr(layers, "checkpoint_segments")) CU_ASSERT(dp.m->ckpt_segments > 1);
+    if (layers && strstr(layers, "checkpoint_segments")) CU_ASSERT(dp.m->graph.ckpt_segments > 1);
     struct glia_epoch_result rd[2], r1[2];
     glia_status st = glia_model_train(dp.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
@@ -113,7 +113,7 @@ static void test_step(void)
     snprintf(path, sizeof path, "%s/final.ckpt", ckpt);
     open_run(&dp, model("mode = dp\ndevices = cpu, cpu, cpu", 10, "accumulate = 2", NULL));
     open_run(&one, model("mode = none", 10, "accumulate = 2", NULL));
-    const struct glia__dataset *d = &one.m->train;
+    const struct glia__dataset *d = &one.m->data.train;
     int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[10];
     float x[10 * 36];
     int32_t y[10];
@@ -121,7 +121,7 @@ static void test_step(void)
     struct run *runs[2] = {&dp, &one};
     for (int k = 0; k < 5; k++) {
         for (int i = 0; i < 10; i++) idx[i] = k * 10 + i;
-        glia__dataset_gather(d, idx, 10, &one.m->norm, x, y);
+        glia__dataset_gather(d, idx, 10, &one.m->data.norm, x, y);
         struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(4, (int64_t[]){10, 1, 6, 6}), .x = x,
                                .labels = y, .update_now = k == 4};
         for (int r = 0; r < 2; r++) {
@@ -133,7 +133,7 @@ static void test_step(void)
             CU_ASSERT_EQUAL(res.updated, k % 2 == 1 || k == 4);
         }
     }
-    CU_ASSERT_EQUAL(dp.m->step, 3);
+    CU_ASSERT_EQUAL(dp.m->trainer.step, 3);
     double worst = weight_diff(&dp, &one);
     if (!(worst < 2e-5)) printf("\n  weights differ by %g\n", worst);
     CU_ASSERT(worst < 2e-5);

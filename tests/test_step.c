@@ -38,13 +38,13 @@ struct host_batch {
 
 static void batch_of(struct run *r, int64_t k, int64_t n, struct host_batch *h)
 {
-    const struct glia__dataset *d = &r->m->train;
+    const struct glia__dataset *d = &r->m->data.train;
     int64_t per = (int64_t)d->channels * d->rows * d->cols, *idx = malloc(sizeof *idx * (size_t)n);
     h->x = malloc(sizeof *h->x * (size_t)(n * per));
     h->y = malloc(sizeof *h->y * (size_t)n);
     CU_ASSERT_FATAL(idx && h->x && h->y);
     for (int64_t i = 0; i < n; i++) idx[i] = (k * n + i) % d->n;
-    glia__dataset_gather(d, idx, n, &r->m->norm, h->x, h->y);
+    glia__dataset_gather(d, idx, n, &r->m->data.norm, h->x, h->y);
     free(idx);
     h->b = (struct glia_batch){.struct_size = sizeof h->b,
                                .shape = glia_shape_make(4, (int64_t[]){n, d->channels, d->rows, d->cols}),
@@ -107,7 +107,7 @@ static void test_step_equals_training(void)
         open_run(&b, model_text(cases[c].train));
         double want[8];  /* a line for each step but the last: training stops there, at max_steps */
         CU_ASSERT_EQUAL_FATAL(trained_losses(&a, want, 8), cases[c].batches - 1);
-        CU_ASSERT_EQUAL(a.m->step, 3);
+        CU_ASSERT_EQUAL(a.m->trainer.step, 3);
         for (int k = 0; k < cases[c].batches; k++) {
             struct glia_step_result res;
             CU_ASSERT_EQUAL_FATAL(step_on(&b, k, &res), GLIA_OK);
@@ -152,7 +152,7 @@ static void test_step_reduces_loss(void)
     CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l1, &a1), GLIA_OK);
     CU_ASSERT(l1 < 0.5 * l0);
     CU_ASSERT(a1 > a0);
-    CU_ASSERT_EQUAL(r.m->step, 48);
+    CU_ASSERT_EQUAL(r.m->trainer.step, 48);
     close_run(&r);
 }
 
@@ -199,7 +199,7 @@ static void test_step_schedule_and_accumulation(void)
     h.b.update_now = 1;
     CU_ASSERT_EQUAL(glia_model_step(a.m, &h.b, &res), GLIA_OK);
     CU_ASSERT_EQUAL(res.updated, 1);
-    CU_ASSERT_EQUAL(res.step, b.m->step + 1);
+    CU_ASSERT_EQUAL(res.step, b.m->trainer.step + 1);
     CU_ASSERT_FALSE(same_weights(&a, &b));
     close_run(&a);
     close_run(&b);
@@ -211,7 +211,7 @@ static void expect_step_error(struct run *r, const struct glia_batch *b, struct 
 {
     long long n;
     float *w0 = weights(r, &n);
-    int64_t step = r->m->step;
+    int64_t step = r->m->trainer.step;
     glia_context_clear_error(r->ctx);
     CU_ASSERT_EQUAL(glia_model_step(r->m, b, res), GLIA_EINVAL);
     const char *e = glia_context_error(r->ctx);
@@ -220,7 +220,7 @@ static void expect_step_error(struct run *r, const struct glia_batch *b, struct 
     CU_ASSERT_PTR_NULL(strchr(e, '\n'));
     float *w1 = weights(r, &n);
     CU_ASSERT_EQUAL(memcmp(w0, w1, sizeof *w0 * (size_t)n), 0);
-    CU_ASSERT_EQUAL(r->m->step, step);
+    CU_ASSERT_EQUAL(r->m->trainer.step, step);
     free(w0);
     free(w1);
 }
@@ -274,7 +274,7 @@ static void test_step_bad_batches(void)
     b = h.b;
     b.shape.dim[0] = 5;
     CU_ASSERT_EQUAL(glia_model_step(r.m, &b, NULL), GLIA_OK);
-    CU_ASSERT_EQUAL(r.m->step, 1);
+    CU_ASSERT_EQUAL(r.m->trainer.step, 1);
     /* a non-finite loss is an error, as in training */
     for (int i = 0; i < 36; i++) h.x[i] = NAN;
     CU_ASSERT_EQUAL(glia_model_step(r.m, &h.b, &res), GLIA_ENUMERIC);
@@ -303,7 +303,7 @@ static void test_step_tokens(void)
              tokdir, tokdir);
     struct run r;
     open_run(&r, text);
-    int longest = r.m->train.cols;
+    int longest = r.m->data.train.cols;
     int32_t ids[8 * 64], labels[8];
     for (int i = 0; i < 8 * longest; i++) ids[i] = 5 + i % 30;
     for (int i = 0; i < 8; i++) labels[i] = i % 4, ids[i * longest + 1] = i % 4 + 1;
