@@ -215,6 +215,7 @@ struct glia__model_trainer {
     int epoch;                       /* the epoch of the last training step, whose lr schedule a glia_model_step
                                         follows by default (0: none yet, the first) */
     int micro;                       /* glia_model_step: batches added since the last optimizer update */
+    size_t results_size;             /* glia_model_train: the caller's sizeof(struct glia_epoch_result) (0: none) */
     /* [runtime] cuda_graph */
     bool cuda_graph;                 /* on, and this model can be captured */
     bool capturing;                  /* a training step is being captured: forwards get step_at */

@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include "internal.h"
 
-#define GLIA__END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
 const char *glia_plugin_dir(void) { return GLIA_PLUGIN_DIR; }
 

@@ -1214,11 +1214,15 @@ static glia_status epoch_end(struct glia_model *m, struct trainer *t, struct epo
     st = dist_epoch(m, &t->s.train, e->loss_sum, e->samples, e->samples - e->samples0, train_s, t->steps - e->k0, &de);
     if (!st) st = evaluate(m, &t->s, &t->test_loss, &t->test_acc);
     if (st) return st;
-    struct glia_epoch_result r = {e->n, de.samples ? de.loss_sum / de.samples : 0, t->test_loss, t->test_acc,
+    struct glia_epoch_result r = {sizeof r, e->n, de.samples ? de.loss_sum / de.samples : 0, t->test_loss, t->test_acc,
                                   de.run_samples / (train_s > 0 ? train_s : 1e-9), glia__now() - e->t0, m->trainer.cur_lr, wait_s,
                                   m->trainer.scaler.skipped, m->trainer.scaler.scale, m->dist.world, de.comm_wait_s, de.step_s_min,
                                   de.step_s_max};
-    if (results && e->n <= max_results) results[e->n - 1] = r;
+    if (results && e->n <= max_results) {  /* the caller's part of r, at the caller's stride */
+        size_t stride = m->trainer.results_size, n = stride < sizeof r ? stride : sizeof r;
+        r.struct_size = (uint32_t)n;
+        memcpy((char *)results + (size_t)(e->n - 1) * stride, &r, n);
+    }
     glia__report_epoch(&t->rep, m, &r, de.pad_frac);
     return GLIA_OK;
 }
@@ -1283,8 +1287,15 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
 glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
-    static const struct glia_train_options dflt = {0};
+    static const struct glia_train_options dflt = {.struct_size = sizeof dflt};
+    if (opt && opt->struct_size < GLIA__END_OF(struct glia_train_options, resume))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_train: the options' struct_size is %u: zero the struct and set "
+                          "struct_size = sizeof(struct glia_train_options)", (unsigned)opt->struct_size);
+    if (results && max_results > 0 && results[0].struct_size < GLIA__END_OF(struct glia_epoch_result, epoch))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_train: results[0].struct_size is %u: set it to "
+                          "sizeof(struct glia_epoch_result)", (unsigned)results[0].struct_size);
     m->trainer.stop_code = 0;
+    m->trainer.results_size = results && max_results > 0 ? results[0].struct_size : 0;
     glia_status st = train_run(m, opt ? opt : &dflt, results, max_results);
     m->trainer.stop_requested = 0;
     return st;
@@ -1292,7 +1303,6 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
 
 /* ---- glia_model_step: one training step on a batch the caller holds ---- */
 
-#define END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
 /* Whether shape s is a batch m takes (images: (n, channels, rows, cols); tokens (n, len), len up to the longest
  * padded length), as an error line naming both. */
@@ -1329,10 +1339,10 @@ static glia_status step_check_ids(struct glia_model *m, const int32_t *v, int64_
 static glia_status step_check(struct glia_model *m, const struct glia_batch *b, const struct glia_step_result *r)
 {
     if (!b) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the batch is NULL");
-    if (b->struct_size < END_OF(struct glia_batch, labels))
+    if (b->struct_size < GLIA__END_OF(struct glia_batch, labels))
         return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch struct_size %u is too small (set it to "
                           "sizeof(struct glia_batch))", (unsigned)b->struct_size);
-    if (r && r->struct_size < END_OF(struct glia_step_result, loss))
+    if (r && r->struct_size < GLIA__END_OF(struct glia_step_result, loss))
         return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: result struct_size %u is too small (set it to "
                           "sizeof(struct glia_step_result))", (unsigned)r->struct_size);
     glia_status st = step_check_shape(m, &b->shape);
@@ -1346,7 +1356,7 @@ static glia_status step_check(struct glia_model *m, const struct glia_batch *b, 
     int64_t classes = m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape.dim[1];
     st = step_check_ids(m, b->labels, n, classes, "labels", "the classes of the loss layer's input");
     if (!st && tok) st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->data.vocab, "tokens", "[data] vocab");
-    if (!st && b->struct_size >= END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->trainer.epochs))
+    if (!st && b->struct_size >= GLIA__END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->trainer.epochs))
         st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: epoch %d is outside 1 .. %d ([train] epochs; 0: the "
                         "model's current)", b->epoch, m->trainer.epochs);
     return st;
@@ -1384,10 +1394,10 @@ glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, st
     if (!st) st = step_ready(m);
     if (!st) st = step_feed(m, b);
     if (st) return st;
-    int want = b->struct_size >= END_OF(struct glia_batch, epoch) ? b->epoch : 0;
+    int want = b->struct_size >= GLIA__END_OF(struct glia_batch, epoch) ? b->epoch : 0;
     int epoch = m->trainer.epoch = want > 0 ? want : m->trainer.epoch > 0 ? m->trainer.epoch : 1;
     if (m->trainer.micro == 0) grads_unset(m);  /* a new accumulation: what a failed step left is not added to it */
-    bool now = b->struct_size >= END_OF(struct glia_batch, update_now) && b->update_now;
+    bool now = b->struct_size >= GLIA__END_OF(struct glia_batch, update_now) && b->update_now;
     bool update = ++m->trainer.micro >= m->trainer.accumulate || now;
     int64_t skipped = m->trainer.scaler.skipped;
     struct loss_read got;

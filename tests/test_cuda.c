@@ -235,7 +235,7 @@ static void test_training_matches_cpu(void)
     for (int o = 0; o < 4; o++)
         for (int f = 0; f < 2; f++) {
             struct run a, b;
-            struct glia_epoch_result ra[2], rb[2];
+            struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
             train_run(&a, cnn_text("cpu", "", opts[o]), ra);
             char extra[160];  /* channels_last also with activation checkpointing (a [graph] section after [runtime]) */
             snprintf(extra, sizeof extra, "precision = fp32\n%s%s", fmts[f], f ? "\n[graph]\ncheckpoint_segments = 3" : "");
@@ -264,7 +264,7 @@ static int progress_of(const char *text, int *e, long long *k, double *l, int ma
     open_run(&r, text);
     FILE *f = tmpfile();
     CU_ASSERT_FATAL(f != NULL);
-    struct glia_train_options o = {NULL, 0, f, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, NULL};
     glia_status st = glia_model_train(r.m, &o, NULL, 0);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -311,7 +311,7 @@ static void test_precisions_train_and_memory_is_flat(void)
         char extra[128];
         snprintf(extra, sizeof extra, "precision = %s\nmemory_format = channels_last", prec[p]);
         struct run r;
-        struct glia_epoch_result res[2];
+        struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
         train_run(&r, cnn_text("cuda", extra, "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9"), res);
         CU_ASSERT(res[1].train_loss < res[0].train_loss);
         CU_ASSERT(res[1].test_accuracy > 0.5);
@@ -340,7 +340,7 @@ static void test_metrics_report_device_peak(void)
     struct run r;
     open_run(&r, cnn_text("cuda", "precision = fp32", "sgd\nlr = 0.01"));
     const char *path = glia_test_tmp("cuda-metrics.jsonl");
-    struct glia_train_options o = {path, -1, NULL, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), path, -1, NULL, NULL};
     glia_status st = glia_model_train(r.m, &o, NULL, 0);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -416,7 +416,7 @@ static void test_cuda_graph_trains_the_same(void)
         char rt[256], acc[96];
         snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
         struct run a, b;
-        struct glia_epoch_result ra[2], rb[2];
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
         snprintf(rt, sizeof rt, "cuda_graph = off\ndeterministic = on\n%s", cases[c].runtime);
         train_run(&a, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc), ra);
         snprintf(rt, sizeof rt, "cuda_graph = on\ndeterministic = on\n%s", cases[c].runtime);
@@ -522,7 +522,7 @@ static void test_cuda_graph_refuses_uncapturable_layers(void)
                                 "graph; set [runtime] cuda_graph = off", line);
     expect_build_error(text, want);
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     snprintf(text, sizeof text, fmt, fix, "cpu", "off", dir, dir, dir, dir);
     train_run(&a, text, ra);
     snprintf(text, sizeof text, fmt, fix, "cuda", "off", dir, dir, dir, dir);
@@ -547,7 +547,7 @@ static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
     dlclose(emu);
     make_data();
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     train_run(&a, cnn_text_with("precision = fp32\ndeterministic = on", "sgd\nlr = 0.01", 48, ""), ra);
     setenv("GLIA_EMU_FAIL_CAPTURE", "1", 1);
     char *log = NULL;
@@ -697,7 +697,7 @@ static void test_debug_checks_on_device(void)
 {
     make_data();
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     static const char *rt = "precision = fp32\ndeterministic = on\ncudnn_benchmark = off";
     char extra[256];
     train_run(&a, cnn_text("cuda", rt, "sgd\nlr = 0.01"), ra);

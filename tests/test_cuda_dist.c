@@ -201,7 +201,7 @@ static void test_ddp_over_nccl(void)
     static const char *const extra[] = {"", "accumulate = 2\nclip_grad_norm = 0.5"};
     for (int e = 0; e < 2; e++) {
         struct run d, p;
-        struct glia_epoch_result rd[2], rp[2];
+        struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, rp[2] = GLIA_TEST_RESULTS;
         train(&d, model("", extra[e], "mode = ddp\ntransport = nccl\nbucket_mb = 0.0002\nfirst_bucket_mb = 0.000001", cnn_bn), rd);
         CU_ASSERT_PTR_NOT_NULL_FATAL(d.m->dist.ddp);
         CU_ASSERT_STRING_EQUAL(d.m->dist.comm->ops->name, "nccl");
@@ -224,7 +224,7 @@ static void test_dp_two_replicas(void)
 {
     make_data();
     struct run d, p;
-    struct glia_epoch_result rd[2], rp[2];
+    struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, rp[2] = GLIA_TEST_RESULTS;
     train(&d, model("", "", "mode = dp\ndevices = 0, 0", cnn), rd);
     CU_ASSERT_EQUAL_FATAL(d.m->dist.n_replicas, 2);
     CU_ASSERT_PTR_EQUAL(d.m->dist.replica[1]->backend, d.m->backend);

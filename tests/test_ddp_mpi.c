@@ -109,7 +109,7 @@ static void compare_with_global_batch(int b, int train_samples, const char *extr
     open_run(&one, model(false, 2 * b, train_samples, extra, layers));
     CU_ASSERT_EQUAL(d.m->dist.world, 2);
     CU_ASSERT_EQUAL(d.m->dist.rank, world->info.rank);
-    struct glia_epoch_result rd[2], r1[2];
+    struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, r1[2] = GLIA_TEST_RESULTS;
     glia_status st = glia_model_train(d.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(d.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);

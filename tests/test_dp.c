@@ -46,7 +46,7 @@ static void compare(const char *devices, int batch, const char *train_extra, con
                       dp.m->dist.replica[r]->graph.nodes[i].cut == dp.m->graph.nodes[i].cut);
     }
     if (layers && strstr(layers, "checkpoint_segments")) CU_ASSERT(dp.m->graph.ckpt_segments > 1);
-    struct glia_epoch_result rd[2], r1[2];
+    struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, r1[2] = GLIA_TEST_RESULTS;
     glia_status st = glia_model_train(dp.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);

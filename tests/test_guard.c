@@ -168,7 +168,7 @@ static void test_debug_checks_change_no_result(void)
         snprintf(text, sizeof text, fmt, careless(), "off", cases[c].format, dir, dir, dir, dir, ck, cases[c].segments,
                  cases[c].mode);
         open_run(&off, text);
-        struct glia_epoch_result ra[1], rb[1];
+        struct glia_epoch_result ra[1] = GLIA_TEST_RESULTS, rb[1] = GLIA_TEST_RESULTS;
         glia_status st = glia_model_train(on.m, &quiet, ra, 1);
         if (st) printf("\n  case %zu: %s\n", c, glia_context_error(on.ctx));
         CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);

@@ -75,7 +75,7 @@ static int trained_losses(struct run *r, double *loss, int max)
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    struct glia_train_options o = {NULL, 0, f, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, NULL};
     CU_ASSERT_EQUAL(glia_model_train(r->m, &o, NULL, 0), GLIA_OK);
     fclose(f);
     int n = 0;

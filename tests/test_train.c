@@ -49,7 +49,7 @@ static void test_same_seed_bit_identical(void)
     free(wa);
     free(wb);
     free(wc);
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
     CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, rb, 2), GLIA_OK);
     wa = weights(&a, &na);
@@ -71,7 +71,7 @@ static void test_loss_goes_down(void)
     open_run(&r, model_text(3, 4));
     double l0, a0;
     CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l0, &a0), GLIA_OK);
-    struct glia_epoch_result res[4];
+    struct glia_epoch_result res[4] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 4), GLIA_OK);
     CU_ASSERT(res[3].train_loss < res[0].train_loss);
     CU_ASSERT(res[3].test_loss < 0.5 * l0);
@@ -103,7 +103,7 @@ static void test_metrics_file(void)
     struct run r;
     open_run(&r, model_text(5, 2));
     const char *path = glia_test_tmp("metrics/run1/m.jsonl");
-    struct glia_train_options o = {path, -1, NULL, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), path, -1, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     FILE *f = fopen(path, "r");
     CU_ASSERT_FATAL(f != NULL);
@@ -126,7 +126,7 @@ static void test_metrics_file(void)
     close_run(&r);
     /* an unwritable metrics path is a clear error before any training */
     open_run(&r, model_text(5, 1));
-    struct glia_train_options bad = {"/proc/no/such/dir/m.jsonl", -1, NULL, NULL};
+    struct glia_train_options bad = {sizeof(struct glia_train_options), "/proc/no/such/dir/m.jsonl", -1, NULL, NULL};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &bad, NULL, 0), GLIA_EIO);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "cannot write metrics file /proc/no/such/dir/m.jsonl"));
     close_run(&r);
@@ -155,7 +155,7 @@ static void test_residual_dropout_model(void)
     struct run a, b;
     open_run(&a, residual_text(4));
     open_run(&b, residual_text(4));
-    struct glia_epoch_result ra[4], rb[4];
+    struct glia_epoch_result ra[4] = GLIA_TEST_RESULTS, rb[4] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 4), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, rb, 4), GLIA_OK);
     CU_ASSERT(ra[3].train_loss < ra[0].train_loss);
@@ -187,7 +187,7 @@ static const char *variant(int epochs, int batch, const char *train_extra, const
 static void lr_per_epoch(const char *train_extra, int epochs, double *lr)
 {
     struct run r;
-    struct glia_epoch_result res[8];
+    struct glia_epoch_result res[8] = GLIA_TEST_RESULTS;
     open_run(&r, variant(epochs, 32, train_extra, ""));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, epochs), GLIA_OK);
     for (int e = 0; e < epochs; e++) lr[e] = res[e].lr;
@@ -311,7 +311,7 @@ static void test_drop_bias_before_norm(void)
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(txt, "graph pass drop_bias_before_norm: no bias in fc1 (its output goes only into bn, a batchnorm)"));
     free(txt);
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, rb, 2), GLIA_OK);
     if (fabs(ra[1].test_loss - rb[1].test_loss) > 1e-3)
@@ -364,7 +364,7 @@ static void resume_case(int stop)
 {
     rm_ckpt();
     struct run a, b, c;
-    struct glia_epoch_result ra[3], rc[3];
+    struct glia_epoch_result ra[3] = GLIA_TEST_RESULTS, rc[3] = GLIA_TEST_RESULTS;
     long long n;
     open_run(&a, ckpt_text(""));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
@@ -376,7 +376,7 @@ static void resume_case(int stop)
     close_run(&b);
     snprintf(path, sizeof path, "%s/ck/step-%08d.ckpt", dir, stop);
     open_run(&c, ckpt_text(""));
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     memset(rc, 0, sizeof rc);
     glia_status st = glia_model_train(c.m, &o, rc, 3);
     if (st) printf("\n  %s\n", glia_context_error(c.ctx));
@@ -417,7 +417,7 @@ static void test_request_stop(void)
     CU_ASSERT_STRING_EQUAL(glia_context_error(b.ctx), want);
     close_run(&b);
     open_run(&c, ckpt_text(""));
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
     float *wc = weights(&c, &n);
     CU_ASSERT_EQUAL(memcmp(wa, wc, (size_t)n * 4), 0);
@@ -450,7 +450,7 @@ static void expect_ckpt_error(const char *path, const char *text, glia_status wa
 {
     struct run r;
     open_run(&r, text);
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), want);
     if (!strstr(glia_context_error(r.ctx), msg)) printf("\n  got: %s\n", glia_context_error(r.ctx));
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), msg));
@@ -462,7 +462,7 @@ static void test_checkpoint_errors_and_eval(void)
     make_data();
     rm_ckpt();
     struct run r;
-    struct glia_epoch_result res[3];
+    struct glia_epoch_result res[3] = GLIA_TEST_RESULTS;
     open_run(&r, ckpt_text(""));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 3), GLIA_OK);
     close_run(&r);
@@ -550,7 +550,7 @@ static void test_resume_keeps_loss_scaler(void)
     rm_ckpt();
     const struct glia__scaler start = {1024.0, 1990, 3}, fresh = {65536.0, 0, 0};
     struct run a, b, c;
-    struct glia_epoch_result ra[3], rc[3];
+    struct glia_epoch_result ra[3] = GLIA_TEST_RESULTS, rc[3] = GLIA_TEST_RESULTS;
     long long n;
     open_run(&a, ckpt_text(""));
     scale_loss(&a, start);
@@ -565,7 +565,7 @@ static void test_resume_keeps_loss_scaler(void)
     snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
     open_run(&c, ckpt_text(""));
     scale_loss(&c, fresh);
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     glia_status st = glia_model_train(c.m, &o, rc, 3);
     if (st) printf("\n  %s\n", glia_context_error(c.ctx));
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
@@ -794,7 +794,7 @@ static void test_checkpoint_corrupt_fields(void)
     /* unpatched, it resumes */
     struct run c;
     open_run(&c, ckpt_text(""));
-    struct glia_train_options o = {NULL, -1, NULL, p};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, p};
     CU_ASSERT_EQUAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
     close_run(&c);
     free(b);
@@ -919,7 +919,7 @@ static void test_checkpoint_sweep(void)
     }
     snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
     open_run(&r, ckpt_text(every));
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);  /* on to step 33 */
     close_run(&r);
     static const char *const steps[] = {"15", "17", "27", "30", "33"};
@@ -945,7 +945,7 @@ static char *resume_output(const char *text, const char *ckpt, struct glia_epoch
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     struct run r;
     open_run(&r, text);
-    struct glia_train_options o = {NULL, 0, f, ckpt};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, ckpt};
     *st = glia_model_train(r.m, &o, res, 3);
     if (*st) printf("\n  %s\n", glia_context_error(r.ctx));
     close_run(&r);
@@ -983,7 +983,7 @@ static void test_resume_nothing_left(void)
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         snprintf(text, sizeof text, "%s", edited(ckpt_text(""), c[i].from, c[i].to));
-        struct glia_epoch_result res[3] = {{.epoch = -7}};
+        struct glia_epoch_result res[3] = {{.struct_size = sizeof(struct glia_epoch_result), .epoch = -7}};
         glia_status st;
         char *out = resume_output(text, c[i].ckpt, res, &st);
         snprintf(want, sizeof want, "nothing to do: %s %s (raise it to train on)\n", c[i].ckpt, c[i].says);
@@ -1007,7 +1007,7 @@ static void test_resume_nothing_left(void)
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
     open_run(&r, text);
-    struct glia_train_options o = {NULL, 0, f, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, NULL};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     close_run(&r);
     fclose(f);
@@ -1038,7 +1038,7 @@ static void test_fashion_mnist_subset(void)
     glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    struct glia_epoch_result res[1];
+    struct glia_epoch_result res[1] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 1), GLIA_OK);
     printf("(test_accuracy %.4f after 6000 samples) ", res[0].test_accuracy);
     CU_ASSERT(res[0].test_accuracy > 0.70);
@@ -1336,7 +1336,7 @@ static void test_activation_memory_shared(void)
 {
     make_data();
     struct run a, b, c;
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     open_run(&a, memory_model_text(7));    /* evaluation batches smaller than training's */
     open_run(&b, memory_model_text(200));  /* the whole test set at once */
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, &ra, 1), GLIA_OK);
@@ -1448,7 +1448,7 @@ static void test_fuse_pointwise(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, " of x = r2, y = a, z = b\n"));
     free(text);
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
     double worst = weight_diff(&on, &off);
@@ -1565,7 +1565,7 @@ static void test_fuse_dropout(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(text, want[k]));
     }
     free(text);
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
     double worst = weight_diff(&on, &off);
@@ -1649,7 +1649,7 @@ static void test_fuse_bn_relu(void)
         CU_ASSERT_PTR_NULL(strstr(sum, "b2 (batchnorm) +"));
         CU_ASSERT_PTR_NULL(strstr(sum, "b3 (batchnorm) +"));
         free(sum);
-        struct glia_epoch_result ra, rb;
+        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
         CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
         double worst = weight_diff(&on, &off);
@@ -1700,7 +1700,7 @@ static void test_stateless_optimizer(void)
         snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "fixture_opt", 0, dir, "ck-plain", modes[k]);
         open_run(&c, text);
         snprintf(ck, sizeof ck, "%s/ck-plain/step-00000005.ckpt", dir);
-        struct glia_train_options o = {NULL, -1, NULL, ck};
+        struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, ck};
         st = glia_model_train(c.m, &o, NULL, 0);
         if (st) printf("\n  %s\n", glia_context_error(c.ctx));
         CU_ASSERT_EQUAL(st, GLIA_OK);
@@ -1856,7 +1856,7 @@ static void test_pointwise_shared_input(void)
                  "[loss]\ntype = softmax_cross_entropy\n", dir, dir, dir, dir,
                  v ? "type = pointwise\nexpr = x + y + z" : "type = add");
         struct run r;
-        struct glia_epoch_result res;
+        struct glia_epoch_result res = GLIA_TEST_RESULT;
         open_run(&r, text);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, &res, 1), GLIA_OK);
         w[v] = weights(&r, &n[v]);

@@ -52,14 +52,19 @@ long long glia_model_param_count(const struct glia_model *m);
 /* Copy all weights (flat fp32, in arena order) to dst of n floats; returns the count. */
 long long glia_model_weights(const struct glia_model *m, float *dst, long long n);
 
+/* Zero it, then set struct_size. */
 struct glia_train_options {
+    uint32_t struct_size;      /* sizeof(struct glia_train_options) of the caller */
     const char *metrics_path;  /* overrides [train] metrics when non-NULL */
     int progress;              /* 1: redraw one line (terminal), 0: plain lines, -1: quiet */
     FILE *out;                 /* progress and summary (default stdout) */
     const char *resume;        /* checkpoint to continue from (NULL: start fresh) */
 };
 
+/* What glia_model_train tells of each epoch. The caller sets struct_size in the first element of the array it
+ * hands over: the core writes each result's first struct_size bytes, struct_size apart. */
 struct glia_epoch_result {
+    uint32_t struct_size;      /* sizeof(struct glia_epoch_result) of the caller */
     int epoch;
     double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
     double lr;                 /* learning rate of the epoch's last step */
