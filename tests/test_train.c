@@ -132,6 +132,39 @@ static void test_metrics_file(void)
     close_run(&r);
 }
 
+/* The options and results carry struct_size: options or results without one are refused before any training, and a
+ * caller's smaller result struct gets only its part, at its own stride. */
+static void test_struct_sizes(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, model_text(5, 2));
+    struct glia_train_options o = {.progress = -1};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "set struct_size = sizeof(struct glia_train_options)"));
+    CU_ASSERT_EQUAL(r.m->trainer.step, 0);
+    struct glia_epoch_result none[2] = {{.epoch = 0}};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, none, 2), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "results[0].struct_size is 0"));
+    /* an older caller's struct that ends after train_loss: two of them, back to back, and a guard after */
+    struct small {
+        uint32_t struct_size;
+        int epoch;
+        double train_loss;
+    } res[3];
+    memset(res, 0x5a, sizeof res);
+    res[0].struct_size = sizeof res[0];
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, (struct glia_epoch_result *)res, 2), GLIA_OK);
+    for (int e = 0; e < 2; e++) {
+        CU_ASSERT_EQUAL(res[e].struct_size, sizeof res[0]);
+        CU_ASSERT_EQUAL(res[e].epoch, e + 1);
+        CU_ASSERT(isfinite(res[e].train_loss) && res[e].train_loss > 0);
+    }
+    const unsigned char *guard = (const unsigned char *)&res[2];
+    for (size_t i = 0; i < sizeof res[2]; i++) CU_ASSERT_EQUAL(guard[i], 0x5a);
+    close_run(&r);
+}
+
 /* A residual block with dropout: `act` feeds both fc2 and the add, so its gradient is the sum
  * of two consumers' gradients (the core's accumulate path). */
 static const char *residual_text(unsigned seed)
@@ -1986,7 +2019,7 @@ static void test_weight_decay_off(void)
     }
 }
 
-GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
+GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
