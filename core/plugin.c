@@ -147,6 +147,18 @@ glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_o
     return add_feature(r, GLIA__FEAT_COMM, ops);
 }
 
+glia_status glia__load_cuda(struct glia_context *ctx)
+{
+    if (glia__find_backend(ctx, GLIA_DEVICE_CUDA)) return GLIA_OK;
+    glia_status st = glia_plugin_load(ctx, "cuda");
+    if (st == GLIA_ENOTFOUND)
+        return glia_error(ctx, st, "this build of glia has no CUDA backend (plugin cuda.so not found)");
+    if (st) return st;  /* the probe's refusal, in the context error */
+    if (!glia__find_backend(ctx, GLIA_DEVICE_CUDA))
+        return glia_error(ctx, GLIA_EDEVICE, "plugin cuda.so registers no CUDA backend");
+    return GLIA_OK;
+}
+
 /* ---- search path ---- */
 
 glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir)
