@@ -77,6 +77,12 @@ static inline uint64_t glia_pool2d_flops(const struct glia_layer *l, const struc
     return (uint64_t)(glia_shape_numel(&out) * a->k * a->k);
 }
 
+/* The slots both types share, for the initializer of their struct glia_layer_type after name, doc and keys: one
+ * input, these attributes, and the create, infer_shape and flops above. */
+#define GLIA_POOL2D_TYPE_SLOTS                                                                                    \
+    .min_inputs = 1, .max_inputs = 1, .attrs_size = sizeof(struct glia_pool2d_attrs), .create = glia_pool2d_create, \
+    .infer_shape = glia_pool2d_infer, .flops = glia_pool2d_flops
+
 /* The input rows [*i0, *i1) of output row o's window, clipped to the n input rows (never empty: p <= k/2); the
  * same for columns. */
 static inline void glia_pool2d_window(const struct glia_pool2d_attrs *a, int64_t o, int64_t n, int64_t *i0,

@@ -132,12 +132,7 @@ static const struct glia_layer_type avgpool_type = {
     .name = "avgpool2d",
     .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted; NCHW or NHWC",
     .keys = avgpool_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .attrs_size = sizeof(struct glia_pool2d_attrs),
-    .create = glia_pool2d_create,
-    .infer_shape = glia_pool2d_infer,
-    .flops = glia_pool2d_flops,
+    GLIA_POOL2D_TYPE_SLOTS,
 };
 
 static const struct glia_kernel avgpool_cpu = {

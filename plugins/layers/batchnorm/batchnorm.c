@@ -213,14 +213,6 @@ static inline float bn_dy(float dy, float x, const float *coef, int64_t c, int64
     return relu ? relu_grad(dy, (x - coef[c]) * coef[C + c] + coef[2 * C + c]) : dy;
 }
 
-/* One element of the input gradient: k*(M*g - sum dy - x_hat*sum(dy*x_hat)) with x_hat = (x - mean)*invstd, in
- * double; g is dy, masked by the relu's gradient with activation = relu (bn_dy). */
-static inline float bn_dx(float g, float x, double mean, double invstd, double k, double M, double sdy, double sdyx)
-{
-    double xh = (x - mean) * invstd;
-    return (float)(k * (M * g - sdy - xh * sdyx));
-}
-
 /* Whether a 4-D tensor of the call is channels_last (2-D ones never are). */
 static bool is_nhwc(const struct glia_tensor *t)
 {
@@ -576,7 +568,8 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
             const float *xr = x + r * C, *dyr = dy + r * C;
             float *dxr = dx + r * C;
             for (int64_t c = 0; c < C; c++) {
-                float g = bn_dx(bn_dy(dyr[c], xr[c], fc, c, C, relu), xr[c], mean[c], invstd[c], k[c], M, sdy[c], sdyx[c]);
+                double xh = (xr[c] - mean[c]) * invstd[c];
+                float g = (float)(k[c] * (M * bn_dy(dyr[c], xr[c], fc, c, C, relu) - sdy[c] - xh * sdyx[c]));
                 dxr[c] = add_dx ? dxr[c] + g : g;
             }
         }
@@ -587,7 +580,8 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
             const float *xc = x + j * HW, *dyc = dy + j * HW;
             float *dxc = dx + j * HW;
             for (int64_t i = 0; i < HW; i++) {
-                float g = bn_dx(bn_dy(dyc[i], xc[i], fc, c, C, relu), xc[i], mean[c], invstd[c], k[c], M, sdy[c], sdyx[c]);
+                double xh = (xc[i] - mean[c]) * invstd[c];
+                float g = (float)(k[c] * (M * bn_dy(dyc[i], xc[i], fc, c, C, relu) - sdy[c] - xh * sdyx[c]));
                 dxc[i] = add_dx ? dxc[i] + g : g;
             }
         }

@@ -23,17 +23,18 @@ static void maxpool_destroy(struct glia_layer *l) { free(((struct maxpool *)l->s
 
 /* y(N, OH, OW, C) = max over i, j < k of x(N, oh*s - p + i, ow*s - p + j, C), padding = -inf; arg (N, OH, OW, C)
  * (NULL: eval) gets the plane offset h*W + w of the first max in scan order, a NaN winning, as in NCHW.
- * Rows (n, oh) run in parallel; the channel loop is innermost. */
-static void maxpool_forward_nhwc(const struct glia_pool2d_attrs *d, const float *x, float *y, int64_t *arg, int64_t N,
+ * Rows (n, oh) run in parallel; the channel loop is innermost. The window d is a copy in each thread, as in
+ * maxpool_forward. */
+static void maxpool_forward_nhwc(struct glia_pool2d_attrs d, const float *x, float *y, int64_t *arg, int64_t N,
                                  int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) firstprivate(d)
     for (int64_t r = 0; r < N * OH; r++) {
         int64_t nb = r / OH, h0, h1;
-        glia_pool2d_window(d, r % OH, H, &h0, &h1);
+        glia_pool2d_window(&d, r % OH, H, &h0, &h1);
         for (int64_t ow = 0; ow < OW; ow++) {
             int64_t w0, w1;
-            glia_pool2d_window(d, ow, W, &w0, &w1);
+            glia_pool2d_window(&d, ow, W, &w0, &w1);
             int64_t o = (r * OW + ow) * C;
             float *yo = y + o;
             const float *x0 = x + ((nb * H + h0) * W + w0) * C;  /* padding <= size/2: never empty */
@@ -70,7 +71,9 @@ static void maxpool_forward_nhwc(const struct glia_pool2d_attrs *d, const float 
  * training keeps the plane offset of the first max in scan order (a NaN wins, like PyTorch) and the format */
 static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct glia_pool2d_attrs *d = l->attrs;
+    /* the window, copied into each thread (firstprivate): the stores into arg (int64_t) could alias l->attrs, and
+     * every window would load it again */
+    const struct glia_pool2d_attrs d = *(const struct glia_pool2d_attrs *)l->attrs;
     struct maxpool *m = l->state;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
@@ -95,7 +98,7 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
         maxpool_forward_nhwc(d, x, y, arg, xs->dim[0], xs->dim[1], H, W, OH, OW);
         return GLIA_OK;
     }
-    if (d->k == 2 && d->s == 2 && d->p == 0) {  /* the common 2x2 window: the same comparisons, unrolled */
+    if (d.k == 2 && d.s == 2 && d.p == 0) {  /* the common 2x2 window: the same comparisons, unrolled */
 #pragma omp parallel for schedule(static)
         for (int64_t pl = 0; pl < planes; pl++) {
             const float *xp = x + pl * H * W;
@@ -115,15 +118,15 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
         }
         return GLIA_OK;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) firstprivate(d)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * H * W;
         for (int64_t oh = 0; oh < OH; oh++) {
             int64_t h0, h1;
-            glia_pool2d_window(d, oh, H, &h0, &h1);
+            glia_pool2d_window(&d, oh, H, &h0, &h1);
             for (int64_t ow = 0; ow < OW; ow++) {
                 int64_t w0, w1;
-                glia_pool2d_window(d, ow, W, &w0, &w1);
+                glia_pool2d_window(&d, ow, W, &w0, &w1);
                 int64_t bi = h0 * W + w0;  /* padding <= size/2: every window holds an input element */
                 float best = xp[bi];
                 for (int64_t h = h0; h < h1; h++)
@@ -221,12 +224,7 @@ static const struct glia_layer_type maxpool_type = {
     .name = "maxpool2d",
     .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding; NCHW or NHWC",
     .keys = maxpool_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .attrs_size = sizeof(struct glia_pool2d_attrs),
-    .create = glia_pool2d_create,
-    .infer_shape = glia_pool2d_infer,
-    .flops = glia_pool2d_flops,
+    GLIA_POOL2D_TYPE_SLOTS,
 };
 
 static const struct glia_kernel maxpool_cpu = {
