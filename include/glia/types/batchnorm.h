@@ -1,6 +1,5 @@
-/* glia/types/batchnorm.h — the attributes of layer type batchnorm (plugin batchnorm), which every kernel of it
- * reads, and SyncBatchNorm's rule: when its kernels exchange sums between ranks, and the exchange itself.
- * Not the maths: each kernel computes statistics and gradients itself (CPU: plugins/layers/batchnorm; CUDA: cuda.so). */
+/* glia/types/batchnorm.h — layer type batchnorm's attributes and what its kernels share: parameter arrays, errors,
+ * SyncBatchNorm's rule and exchange. Not the maths: each kernel computes statistics and gradients itself. */
 #ifndef GLIA_TYPES_BATCHNORM_H
 #define GLIA_TYPES_BATCHNORM_H
 

@@ -1,7 +1,5 @@
-/* glia/types/pool2d.h — the attributes of layer types maxpool2d and avgpool2d (plugins maxpool2d, avgpool2d), which
- * their kernels read, and the window arithmetic the two types and their kernels share: create's checks, the output
- * shape, the window of an output and the outputs of an input. Not the pooling itself (each kernel computes max or
- * mean). global_avgpool (plugin global_avgpool) reads no keys and has no attributes. */
+/* glia/types/pool2d.h — the attributes, keys, create, shapes and window arithmetic that layer types maxpool2d and
+ * avgpool2d and their kernels share. Not the pooling itself; global_avgpool reads no keys and has no attributes. */
 #ifndef GLIA_TYPES_POOL2D_H
 #define GLIA_TYPES_POOL2D_H
 
@@ -30,7 +28,8 @@ static inline glia_status glia_pool2d_shape(const struct glia_pool2d_attrs *a, c
     if (in->ndim != 4) return GLIA_ESHAPE;
     int64_t hp = in->dim[2] + 2 * a->p, wp = in->dim[3] + 2 * a->p;
     if (hp < a->k || wp < a->k) return GLIA_ESHAPE;
-    *out = glia_shape_make(4, (int64_t[]){in->dim[0], in->dim[1], (hp - a->k) / a->s + 1, (wp - a->k) / a->s + 1});
+    int64_t dim[4] = {in->dim[0], in->dim[1], (hp - a->k) / a->s + 1, (wp - a->k) / a->s + 1};
+    *out = glia_shape_make(4, dim);
     return GLIA_OK;
 }
 

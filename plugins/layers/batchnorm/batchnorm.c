@@ -141,8 +141,8 @@ static void bn_coef(double mean, double s, float beta, float *hi, float *scale, 
  * with update the running statistics move toward mean and the unbiased var*M/(M-1) with momentum; fm, scale and
  * shift get the channel's coefficients (bn_coef) of y = (x - mean)*invstd*gamma + beta. Every path of the forward
  * ends a channel here. */
-static double bn_channel(const struct glia_batchnorm_attrs *d, const struct glia_batchnorm_tensors *t, int64_t c, double mean,
-                         double var, double M, bool update, float *fm, float *scale, float *shift)
+static double bn_channel(const struct glia_batchnorm_attrs *d, const struct glia_batchnorm_tensors *t, int64_t c,
+                         double mean, double var, double M, bool update, float *fm, float *scale, float *shift)
 {
     double invstd = 1.0 / sqrt(var + d->eps), mom = d->momentum;
     if (update) {
@@ -487,7 +487,8 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
             keep_invstd[c] = invstd;
         }
         if (relu) coef[c] = fm, coef[C + c] = scale, coef[2 * C + c] = shift;
-        for (int64_t n = 0; n < N; n++) normalize_run(x + (n * C + c) * HW, y + (n * C + c) * HW, HW, fm, scale, shift, relu);
+        for (int64_t n = 0; n < N; n++)
+            normalize_run(x + (n * C + c) * HW, y + (n * C + c) * HW, HW, fm, scale, shift, relu);
     }
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
     return GLIA_OK;
