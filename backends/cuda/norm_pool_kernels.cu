@@ -459,6 +459,14 @@ template <typename I> struct Pool {
             *n = e / C;
         }
     }
+    /* the input rows [*i0, *i1) of output row o's window, clipped to the n rows (never empty: p <= k/2); columns
+     * alike */
+    __device__ void window(I o, I n, I *i0, I *i1) const
+    {
+        I b = o * s - p;
+        *i1 = b + k < n ? b + k : n;
+        *i0 = b < 0 ? 0 : b;
+    }
     /* the outputs whose windows hold input row h (or column): [*o0, *o1) */
     __device__ void span(I h, I out, I *o0, I *o1) const
     {
@@ -482,18 +490,26 @@ static bool pool_small(const struct glia__pool_geom &g)
     return g.N * g.C * H * W < lim && g.N * g.C * g.OH * g.OW < lim && g.k < lim / 4 && g.s < lim / 4;
 }
 
+/* Queues launch(Pool<I>), I = int32_t when every index fits (pool_small), else int64_t, unless there are no n
+ * threads to run; returns the launch's error. */
+template <class Launch> static cudaError_t pool_launch(int64_t n, const struct glia__pool_geom &g, Launch launch)
+{
+    if (n == 0) return cudaSuccess;
+    if (pool_small(g)) launch(pool_of<int32_t>(g));
+    else launch(pool_of<int64_t>(g));
+    return cudaGetLastError();
+}
+
 /* y(N, C, OH, OW) = max over the window of x(N, C, H, W); arg (if not NULL) = its plane offset. One
  * thread per output, in y's memory order; the window scan and its tie rule are the CPU's. */
 template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const float *x, Pool<I> g)
 {
     I total = g.N * g.C * g.OH * g.OW;
     for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-        I n, c, oh, ow;
+        I n, c, oh, ow, h0, h1, w0, w1;
         g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
-        I h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
-        I h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
-        if (h0 < 0) h0 = 0;
-        if (w0 < 0) w0 = 0;
+        g.window(oh, g.H, &h0, &h1);
+        g.window(ow, g.W, &w0, &w1);
         I bi = h0 * g.W + w0;  /* padding <= size/2: every window holds an input element */
         float best = x[g.at(n, c, h0, w0, g.H, g.W)];
         for (I h = h0; h < h1; h++)
@@ -536,12 +552,10 @@ template <typename I> __global__ void avgpool_fwd(float *y, const float *x, floa
 {
     I total = g.N * g.C * g.OH * g.OW;
     for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-        I n, c, oh, ow;
+        I n, c, oh, ow, h0, h1, w0, w1;
         g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
-        I h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
-        I h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
-        if (h0 < 0) h0 = 0;
-        if (w0 < 0) w0 = 0;
+        g.window(oh, g.H, &h0, &h1);
+        g.window(ow, g.W, &w0, &w1);
         float sum = 0.0f;
         for (I h = h0; h < h1; h++)
             for (I w = w0; w < w1; w++) sum = __fadd_rn(sum, x[g.at(n, c, h, w, g.H, g.W)]);
@@ -777,40 +791,40 @@ extern "C" cudaError_t glia__cuda_maxpool_forward(float *y, int32_t *arg, const 
                                                   cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.OH * g.OW;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) maxpool_fwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, pool_of<int32_t>(g));
-    else maxpool_fwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        maxpool_fwd<I><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_maxpool_backward(float *dx, bool add, const float *dy, const int32_t *arg,
                                                    struct glia__pool_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.H * g.W;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) maxpool_bwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, pool_of<int32_t>(g));
-    else maxpool_bwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        maxpool_bwd<I><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_avgpool_forward(float *y, const float *x, float inv, struct glia__pool_geom g,
                                                   cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.OH * g.OW;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) avgpool_fwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, pool_of<int32_t>(g));
-    else avgpool_fwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        avgpool_fwd<I><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_avgpool_backward(float *dx, bool add, const float *dy, float inv,
                                                    struct glia__pool_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.H * g.W;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) avgpool_bwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, pool_of<int32_t>(g));
-    else avgpool_bwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        avgpool_bwd<I><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_gap_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW, bool nhwc,
