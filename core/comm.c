@@ -54,11 +54,8 @@ glia_status glia_comm_open(struct glia_context *ctx, const char *transport, stru
         struct glia_backend *cpu;
         const char *via = glia__launcher_world() > 1 ? "mpi" : "self";  /* one process needs no MPI */
         if ((st = glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu))) return st;
-        if ((st = glia_comm_open(ctx, via, cpu, timeout_s, &boot))) {
-            char why[GLIA__ERRMSG_MAX - 96];
-            snprintf(why, sizeof why, "%s", glia_context_error(ctx));
-            return glia_error(ctx, st, "transport '%s' exchanges its setup over %s: %s", transport, via, why);
-        }
+        if ((st = glia_comm_open(ctx, via, cpu, timeout_s, &boot)))
+            return glia_error_wrap(ctx, st, "transport '%s' exchanges its setup over %s", transport, via);
         if (!strcmp(via, "self"))
             glia_log(ctx, GLIA_LOG_INFO, "transport %s: one process (no launcher of several ranks in the environment)",
                      transport);
@@ -200,11 +197,11 @@ static glia_status in_place_sync(struct glia_comm *c, void *p, size_t count, enu
     if (to_host && !(buf = malloc(nbytes ? nbytes : 1))) return GLIA_ENOMEM;
     if (to_device && !(st = glia_tensor_new(b, dt, &(struct glia_shape){1, {count ? (int64_t)count : 1}}, &dev)))
         buf = dev->data;
-    if (!st && (to_host || to_device)) st = b->ops->copy(b->priv, buf, to_host || cpu, p, host || cpu, nbytes);
+    if (!st && (to_host || to_device)) st = glia_backend_copy(b, buf, to_host || cpu, p, host || cpu, nbytes);
     if (!st && (to_host || to_device)) st = glia_backend_sync(b);
     if (!st) st = root >= 0 ? glia_comm_broadcast(c, buf, count, dt, root, &t) : glia_comm_all_reduce(c, buf, count, dt, op, &t);
     if (!st) st = glia_comm_wait(c, t, true);
-    if (!st && (to_host || to_device)) st = b->ops->copy(b->priv, p, host || cpu, buf, to_host || cpu, nbytes);
+    if (!st && (to_host || to_device)) st = glia_backend_copy(b, p, host || cpu, buf, to_host || cpu, nbytes);
     if (!st && (to_host || to_device)) st = glia_backend_sync(b);  /* buf is freed next */
     if (to_host) free(buf);
     glia_tensor_release(dev);

@@ -427,6 +427,12 @@ glia_status glia_section_error(const struct glia_section *s, const char *key, gl
     return glia_error(s->cfg->ctx, status, "%s", buf);
 }
 
+glia_status glia_section_error_wrap(const struct glia_section *s, const char *key, glia_status status)
+{
+    const char *e = glia_context_error(s->cfg->ctx);
+    return glia_section_error(s, key, status, "%s", e[0] ? e : glia_strerror(status));  /* formatted aside first */
+}
+
 glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
 {
     char what[GLIA__ERRMSG_MAX], why[GLIA__ERRMSG_MAX], human[32];

@@ -41,6 +41,21 @@ glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt,
     return s;
 }
 
+glia_status glia_error_wrap(struct glia_context *ctx, glia_status s, const char *fmt, ...)
+{
+    if (!ctx) return s;
+    char text[sizeof ctx->error], buf[2 * sizeof ctx->error + 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    snprintf(buf, sizeof buf, "%s%s%s", text, ctx->error[0] ? ": " : "", ctx->error);
+    size_t n = strlen(buf) < sizeof ctx->error ? strlen(buf) : sizeof ctx->error - 1;  /* cut at the message's size */
+    memcpy(ctx->error, buf, n);
+    ctx->error[n] = '\0';
+    return s;
+}
+
 const char *glia_context_error(const struct glia_context *ctx) { return ctx ? ctx->error : ""; }
 void glia_context_clear_error(struct glia_context *ctx) { ctx->error[0] = '\0'; }
 
@@ -192,125 +207,4 @@ int glia__feature_names(struct glia_context *ctx, int kind, const char **names, 
         if (!dup) names[n++] = name;
     }
     return n;
-}
-
-glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev,
-                             struct glia_backend **out)
-{
-    for (int i = 0; i < ctx->n_backends; i++) {
-        struct glia_backend *b = ctx->backends[i];
-        if (b->device.type == dev.type && b->device.index == dev.index) {
-            *out = b;
-            return GLIA_OK;
-        }
-    }
-    char name[32];
-    glia_device_str(dev, name, sizeof name);
-    const struct glia_backend_ops *ops = glia__find_backend(ctx, dev.type);
-    if (!ops) return glia_error(ctx, GLIA_EDEVICE, "no backend for device %s is loaded", name);
-    if (glia__grow((void **)&ctx->backends, &ctx->cap_backends, ctx->n_backends + 1, sizeof *ctx->backends))
-        return GLIA_ENOMEM;
-    struct glia_backend *b = calloc(1, sizeof *b);
-    if (!b) return GLIA_ENOMEM;
-    b->ops = ops;
-    b->device = dev;
-    b->ctx = ctx;
-    b->options = (struct glia_runtime_options){sizeof b->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30, false};
-    glia_status s = ops->open(ctx, dev.index, &b->priv);
-    if (s) {
-        free(b);
-        return s;
-    }
-    if (GLIA__HAS_SLOT(ops, configure) && (s = ops->configure(b->priv, &b->options))) {  /* the defaults */
-        if (ops->close) ops->close(b->priv);
-        free(b);
-        return s;
-    }
-    ctx->backends[ctx->n_backends++] = b;
-    *out = b;
-    return GLIA_OK;
-}
-
-void glia__backends_close(struct glia_context *ctx)
-{
-    for (int i = 0; i < ctx->n_backends; i++) {
-        struct glia_backend *b = ctx->backends[i];
-        if (b->ops->close) b->ops->close(b->priv);
-        free(b);
-    }
-    free(ctx->backends);
-    ctx->backends = NULL;
-    ctx->n_backends = ctx->cap_backends = 0;
-}
-
-glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool trans_b, int64_t M,
-                                  int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
-{
-    return b->ops->gemm_f32(b->priv, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-glia_status glia_backend_sync(struct glia_backend *b)
-{
-    return b->ops->sync ? b->ops->sync(b->priv) : GLIA_OK;
-}
-
-glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out)
-{
-    if (!GLIA__HAS_SLOT(b->ops, memory_stats)) return GLIA_EUNSUPPORTED;
-    return b->ops->memory_stats(b->priv, out);
-}
-
-
-glia_status glia_backend_configure(struct glia_backend *b, const struct glia_runtime_options *o)
-{
-    bool has = GLIA__HAS_SLOT(b->ops, configure);
-    if (!has && o->precision != GLIA_PRECISION_FP32)
-        return glia_error(b->ctx, GLIA_EUNSUPPORTED, "precision %s needs a CUDA device; the %s backend computes in fp32 only",
-                          glia_precision_name(o->precision), b->ops->name);
-    glia_status st = has ? b->ops->configure(b->priv, o) : GLIA_OK;
-    if (st) return st;
-    b->options = *o;
-    b->options.struct_size = sizeof b->options;
-    return GLIA_OK;
-}
-
-const char *glia_precision_name(enum glia_precision p)
-{
-    switch (p) {
-    case GLIA_PRECISION_FP32: return "fp32";
-    case GLIA_PRECISION_TF32: return "tf32";
-    case GLIA_PRECISION_BF16: return "bf16";
-    case GLIA_PRECISION_FP16: return "fp16";
-    }
-    return "?";
-}
-
-glia_status glia_device_parse(const char *s, struct glia_device *out)
-{
-    if (strcmp(s, "cpu") == 0) {
-        *out = (struct glia_device){GLIA_DEVICE_CPU, 0};
-        return GLIA_OK;
-    }
-    if (strncmp(s, "cuda", 4) == 0) {
-        int idx = 0;
-        if (s[4] == ':') {
-            char *end;
-            long v = strtol(s + 5, &end, 10);
-            if (end == s + 5 || *end || v < 0 || v > 255) return GLIA_EINVAL;
-            idx = (int)v;
-        } else if (s[4]) {
-            return GLIA_EINVAL;
-        }
-        *out = (struct glia_device){GLIA_DEVICE_CUDA, idx};
-        return GLIA_OK;
-    }
-    return GLIA_EINVAL;
-}
-
-char *glia_device_str(struct glia_device d, char *buf, size_t n)
-{
-    if (d.type == GLIA_DEVICE_CPU) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", d.index);
-    return buf;
 }

@@ -112,7 +112,7 @@ static const struct glia_key graph_keys[] = {
     GLIA_KEY("checkpoint_segments", GLIA_KEY_INT, "0",
              "activation checkpointing: cut the model into N segments; a training step keeps only each segment's last "
              "output and runs the rest of its forward again in backward (less memory, more compute; 0: off)",
-             .min = 0, .max = GLIA__MAX_NODES),
+             .min = 0, .max = GLIA__MAX_SEGMENTS),
     GLIA_KEY_END};
 
 static const struct glia_key distributed_keys[] = {

@@ -134,12 +134,9 @@ static glia_status start(struct nc *n, struct glia_comm *boot)
     uint64_t t;
     glia_status st = glia_comm_broadcast(boot, &h, sizeof h, GLIA_U8, 0, &t);
     if (!st) st = glia_comm_wait(boot, t, true);
-    if (st) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", glia_context_error(boot->ctx));
-        return glia_error(n->ctx, st, "rank %d of %d: nccl open: exchanging NCCL's unique id over %s: %s", n->rank,
-                          n->world, boot->ops->name, why);
-    }
+    if (st)
+        return glia_error_wrap(n->ctx, st, "rank %d of %d: nccl open: exchanging NCCL's unique id over %s", n->rank,
+                               n->world, boot->ops->name);
     if (!h.ok)
         return glia_error(n->ctx, GLIA_EDEVICE, "rank %d of %d: nccl open: rank 0 could not make NCCL's unique id: %s",
                           n->rank, n->world, ncclGetLastError(NULL));
@@ -147,7 +144,7 @@ static glia_status start(struct nc *n, struct glia_comm *boot)
     CUDA_CHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
     for (int i = 0; i < RING; i++) CUDA_CHECK(cudaEventCreateWithFlags(&n->done[i], cudaEventDisableTiming));
-    if ((st = n->b->ops->alloc(n->b->priv, sizeof(int), (void **)&n->scratch))) return st;
+    if ((st = glia_backend_alloc(n->b, sizeof(int), (void **)&n->scratch))) return st;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;  /* so that a missing rank makes init time out instead of hang */
     NCCL_CHECK(ncclCommInitRankConfig(&n->comm, n->world, h.id, n->rank, &cfg));
@@ -171,7 +168,7 @@ static void destroy(struct nc *n)
     if (n->stream) {
         if (n->scratch && n->ready && cudaEventRecord(n->ready, n->stream) == cudaSuccess &&
             cudaStreamWaitEvent(n->compute, n->ready, 0) == cudaSuccess)  /* the block's next owner waits for us */
-            n->b->ops->free(n->b->priv, n->scratch);
+            glia_backend_free(n->b, n->scratch);
         cudaStreamDestroy(n->stream);
     }
     if (n->ready) cudaEventDestroy(n->ready);
