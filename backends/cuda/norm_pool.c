@@ -267,7 +267,7 @@ static struct glia__pool_geom pool_geom(const struct glia_layer *l, const struct
 }
 
 /* y(N, C, OH, OW) = max over the window of x(N, C, H, W), padding -inf; training keeps the plane offset of
- * the first max in scan order (a NaN wins, like the CPU impl) and the format. */
+ * the first max in scan order (a NaN wins, like the CPU kernel) and the format. */
 static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct cuda_maxpool *m = l->state;

@@ -3,7 +3,7 @@
  * deterministic), global average pooling and concat's strided copies. Not layer logic: norm_pool.c decides what
  * to launch.
  * Every reduction runs in an order fixed by the shape (no float atomics), so results are reproducible;
- * the pooling kernels add in the CPU impls' order with explicit roundings (no contraction into FMAs). */
+ * the pooling kernels add in the CPU kernels' order with explicit roundings (no contraction into FMAs). */
 #include <math.h>
 #include "norm_pool_kernels.h"
 
