@@ -54,11 +54,8 @@ glia_status glia_comm_open(struct glia_context *ctx, const char *transport, stru
         struct glia_backend *cpu;
         const char *via = glia__launcher_world() > 1 ? "mpi" : "self";  /* one process needs no MPI */
         if ((st = glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu))) return st;
-        if ((st = glia_comm_open(ctx, via, cpu, timeout_s, &boot))) {
-            char why[GLIA__ERRMSG_MAX - 96];
-            snprintf(why, sizeof why, "%s", glia_context_error(ctx));
-            return glia_error(ctx, st, "transport '%s' exchanges its setup over %s: %s", transport, via, why);
-        }
+        if ((st = glia_comm_open(ctx, via, cpu, timeout_s, &boot)))
+            return glia_error_wrap(ctx, st, "transport '%s' exchanges its setup over %s", transport, via);
         if (!strcmp(via, "self"))
             glia_log(ctx, GLIA_LOG_INFO, "transport %s: one process (no launcher of several ranks in the environment)",
                      transport);

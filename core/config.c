@@ -2,6 +2,7 @@
  * Not the meaning of any key: which schemas a section obeys is decided by the model and plugins. */
 #include <ctype.h>
 #include <errno.h>
+#include <libgen.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
@@ -424,6 +425,12 @@ glia_status glia_section_error(const struct glia_section *s, const char *key, gl
     vsnprintf(buf + len, sizeof buf - len, fmt, ap);
     va_end(ap);
     return glia_error(s->cfg->ctx, status, "%s", buf);
+}
+
+glia_status glia_section_error_wrap(const struct glia_section *s, const char *key, glia_status status)
+{
+    const char *e = glia_context_error(s->cfg->ctx);
+    return glia_section_error(s, key, status, "%s", e[0] ? e : glia_strerror(status));  /* formatted aside first */
 }
 
 glia_status glia__alloc_error(const struct glia_section *s, const char *key, double bytes, const char *fmt, ...)
@@ -918,4 +925,36 @@ glia_status glia__section_misread(const struct glia_section *s, const char *who)
 void glia__section_misread_clear(struct glia_section *s)
 {
     if (s) s->misread[0] = s->misread_key[0] = '\0';
+}
+
+glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s)
+{
+    char who[256];
+    snprintf(who, sizeof who, "layer type '%s' (plugin %s)", l->type->name, glia__ops_plugin(l->ctx, l->type));
+    return glia__section_misread(s, who);
+}
+
+glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s)
+{
+    char who[256];
+    snprintf(who, sizeof who, "optimizer '%s' (plugin %s)", o->type->name, glia__ops_plugin(o->ctx, o->type));
+    return glia__section_misread(s, who);
+}
+
+/* A relative path written in the file is relative to the file's folder; one given by --set
+ * is relative to the working directory. Returns an owned string. */
+char *glia__config_path(const struct glia_section *s, const char *key, const char *value)
+{
+    const struct glia__entry *e = glia__section_entry(s, key);
+    if (!value || value[0] == '/' || (e && e->origin) || !s->cfg->path) return glia__strdup(value);
+    while (value[0] == '.' && value[1] == '/') value += 2 + strspn(value + 2, "/");  /* "./x": dir/x, not dir/./x */
+    char *copy = glia__strdup(s->cfg->path);
+    if (!copy) return NULL;
+    const char *dir = dirname(copy);
+    size_t n = strlen(dir) + strlen(value) + 2;
+    char *out = malloc(n);
+    if (out && !strcmp(value, ".")) snprintf(out, n, "%s", dir);
+    else if (out) snprintf(out, n, "%s/%s", dir, value);
+    free(copy);
+    return out;
 }

@@ -26,34 +26,7 @@ const char *glia_status_name(glia_status s)
     return "GLIA_UNKNOWN";
 }
 
-glia_status glia_context_new(struct glia_context **out)
-{
-    struct glia_context *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return GLIA_ENOMEM;
-    ctx->log = stderr;
-    ctx->level = GLIA_LOG_INFO;
-    glia_status s = glia__cpu_backend_register(ctx);
-    if (!s) s = glia__self_comm_register(ctx);
-    if (s) {
-        free(ctx->features);
-        free(ctx);
-        return s;
-    }
-    *out = ctx;
-    return GLIA_OK;
-}
 
-void glia_context_free(struct glia_context *ctx)
-{
-    if (!ctx) return;
-    glia__comms_close(ctx);
-    glia__backends_close(ctx);
-    glia__plugins_unload(ctx);
-    for (int i = 0; i < ctx->n_paths; i++) free(ctx->paths[i]);
-    free(ctx->paths);
-    free(ctx->features);
-    free(ctx);
-}
 
 /* Formatted aside first: an argument may be the context's error itself (a message wrapping the one before). */
 glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt, ...)
@@ -65,6 +38,21 @@ glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt,
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     memcpy(ctx->error, buf, sizeof buf);
+    return s;
+}
+
+glia_status glia_error_wrap(struct glia_context *ctx, glia_status s, const char *fmt, ...)
+{
+    if (!ctx) return s;
+    char text[sizeof ctx->error], buf[2 * sizeof ctx->error + 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    snprintf(buf, sizeof buf, "%s%s%s", text, ctx->error[0] ? ": " : "", ctx->error);
+    size_t n = strlen(buf) < sizeof ctx->error ? strlen(buf) : sizeof ctx->error - 1;  /* cut at the message's size */
+    memcpy(ctx->error, buf, n);
+    ctx->error[n] = '\0';
     return s;
 }
 
@@ -136,19 +124,7 @@ const char *glia__ops_plugin(const struct glia_context *ctx, const void *ops)
     return "libglia";
 }
 
-glia_status glia__layer_misread(const struct glia_layer *l, const struct glia_section *s)
-{
-    char who[256];
-    snprintf(who, sizeof who, "layer type '%s' (plugin %s)", l->type->name, glia__ops_plugin(l->ctx, l->type));
-    return glia__section_misread(s, who);
-}
 
-glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct glia_section *s)
-{
-    char who[256];
-    snprintf(who, sizeof who, "optimizer '%s' (plugin %s)", o->type->name, glia__ops_plugin(o->ctx, o->type));
-    return glia__section_misread(s, who);
-}
 
 int glia__layer_impls(struct glia_context *ctx, const char *type, char *buf, size_t n)
 {
@@ -300,17 +276,6 @@ glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory
     return b->ops->memory_stats(b->priv, out);
 }
 
-glia_status glia__load_cuda(struct glia_context *ctx)
-{
-    if (glia__find_backend(ctx, GLIA_DEVICE_CUDA)) return GLIA_OK;
-    glia_status st = glia_plugin_load(ctx, "cuda");
-    if (st == GLIA_ENOTFOUND)
-        return glia_error(ctx, st, "this build of glia has no CUDA backend (plugin cuda.so not found)");
-    if (st) return st;  /* the probe's refusal, in the context error */
-    if (!glia__find_backend(ctx, GLIA_DEVICE_CUDA))
-        return glia_error(ctx, GLIA_EDEVICE, "plugin cuda.so registers no CUDA backend");
-    return GLIA_OK;
-}
 
 glia_status glia_backend_configure(struct glia_backend *b, const struct glia_runtime_options *o)
 {

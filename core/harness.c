@@ -151,10 +151,10 @@ static glia_status run_resolve(struct glia_context *ctx, const struct glia_secti
     glia_device_str(dev, name, sizeof name);
     const struct glia_kernel *k = impl ? glia__find_kernel(ctx, te->value, impl) : glia__find_kernel_for(ctx, te->value, dev.type);
     if (!k && impl)
-        return glia_section_error(s, "impl", GLIA_ECONFIG, "no kernel '%s' of layer type '%s' (available: %s)", impl,
+        return glia_section_error(s, "impl", GLIA_ECONFIG, "no impl '%s' of layer type '%s' (available: %s)", impl,
                                   te->value, avail[0] ? avail : "none");
     if (!k)
-        return glia_section_error(s, "type", GLIA_ECONFIG, "layer type '%s' has no kernel for device %s (available: %s)",
+        return glia_section_error(s, "type", GLIA_ECONFIG, "layer type '%s' has no impl for device %s (available: %s)",
                                   te->value, name, avail[0] ? avail : "none");
     if (k->device_type != dev.type)
         return glia_section_error(s, "impl", GLIA_ECONFIG, "impl '%s' of '%s' does not run on device %s", impl,

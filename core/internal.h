@@ -190,6 +190,9 @@ glia_status glia__optimizer_create(struct glia_optimizer *o, const struct glia_o
                                    struct glia_section *s);
 /* Undoes a successful glia__optimizer_create (nothing for a zero *o). */
 void glia__optimizer_release(struct glia_optimizer *o);
+/* A path that key of s gives, as an owned string: relative to the INI file's folder when written in the file,
+ * to the working directory when --set gave it (core/config.c). */
+char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
 /* The entry for key in s, or NULL. */
 const struct glia__entry *glia__section_entry(const struct glia_section *s, const char *key);
 /* Check every entry of s against the union of the given schemas: unknown keys (with a

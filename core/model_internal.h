@@ -6,7 +6,7 @@
 #include <signal.h>
 #include "internal.h"
 
-#define GLIA__MAX_NODES 1024
+#define GLIA__MAX_SEGMENTS (1 << 20)  /* [graph] checkpoint_segments at most */
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_REPLICAS 16
 #define GLIA__MAX_GRAPHS 4    /* training batch shapes replayed from CUDA graphs ([runtime] cuda_graph) */
@@ -153,9 +153,9 @@ struct glia_model {
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
     enum glia_precision precision;   /* [runtime] precision */
     bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
-    struct glia__node nodes[GLIA__MAX_NODES];
-    int n_nodes;
-    struct glia__decl decl[GLIA__MAX_NODES];
+    struct glia__node *nodes;        /* (owned) room for cap_nodes: one per section of the file at most */
+    int n_nodes, cap_nodes;
+    struct glia__decl *decl;         /* (owned) the layers as declared, cap_nodes of room */
     int n_decl;
     /* data */
     struct glia__dataset train, test;
@@ -253,7 +253,52 @@ static inline struct glia_shape glia__data_shape(const struct glia_model *m, int
     return glia_shape_make(4, (int64_t[]){n, m->train.channels, m->train.rows, m->train.cols});
 }
 
-char *glia__config_path(const struct glia_section *s, const char *key, const char *value);
+
+/* ---- the core's schemas (core/schema.c) ---- */
+/* The names of the sections that are not layers. */
+extern const char *const glia__reserved[];
+enum { GLIA__N_RESERVED = 7 };
+bool glia__is_reserved(const char *name);
+
+/* ---- layers of the graph (core/node.c) ---- */
+/* The feature a layer's type, [train] optimizer or [distributed] transport value names: the value, or for a plugin
+ * file the plugin's name (its file name without ".so"), into buf. */
+const char *glia__feature_of(const char *v, char *buf, size_t n);
+/* The tail of the error line for an unknown feature `name` of kind (GLIA__FEAT_TYPE, GLIA__FEAT_OPTIMIZER; what:
+ * "layer type", "optimizer"): the nearest known name, and where its plugin was looked for. Nothing is loaded. */
+void glia__unknown_why(struct glia_context *ctx, int kind, const char *what, const char *name, char *buf, size_t n);
+/* The type and kernel section s names into l (loading the type's plugin unless the type is registered). */
+glia_status glia__resolve_layer(struct glia_model *m, const struct glia_section *s, struct glia_layer *l);
+/* Phase 1: resolve the layer of s, validate its keys, wire its inputs: node m->n_nodes. */
+glia_status glia__declare_layer(struct glia_model *m, struct glia_section *s);
+/* The shape producer (-1: the data batch) gives a node, at batch size batch. */
+struct glia_shape glia__in_shape_of(const struct glia_model *m, int producer, int64_t batch);
+/* Phase 3: create node nd's layer with its input shapes and infer its output shape. */
+glia_status glia__create_layer(struct glia_model *m, struct glia__node *nd);
+/* Destroys node nd's layer if it was created (its parameters and buffers go with it). */
+void glia__destroy_layer(struct glia__node *nd);
+/* The outputs at the evaluation batch, where it is larger than the training batch. */
+glia_status glia__check_eval_sizes(struct glia_model *m);
+
+/* ---- the data of [data] (core/data.c) ---- */
+glia_status glia__load_data(struct glia_model *m);
+
+/* ---- graph passes of [graph] (core/graph.c), in the order glia_model_build runs them ---- */
+glia_status glia__pass_drop_bias(struct glia_model *m);
+/* The graph as written: a loss last, every layer trainable through, the edges linked. */
+glia_status glia__check_graph(struct glia_model *m);
+/* [graph] fuse_pointwise: 0 no fusion; 1 fuse where the fused layer can be made (auto on a GPU); 2 fuse (on). */
+int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_section *graph);
+glia_status glia__pass_fuse_activation(struct glia_model *m);
+glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on);
+void glia__plan_formats(struct glia_model *m);
+glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_section *graph);
+
+/* ---- parameters and buffers (core/params.c) ---- */
+glia_status glia__alloc_params(struct glia_model *m);
+glia_status glia__alloc_buffers(struct glia_model *m);
+/* The error of an arena (parameters, or buffers) that does not fit: bytes, and what else it needed (with). */
+glia_status glia__arena_error(struct glia_model *m, bool buffers, double bytes, const char *with);
 void glia__model_release_activations(struct glia_model *m);
 /* Frees the CUDA graphs of [runtime] cuda_graph (core/train.c). */
 void glia__model_free_graphs(struct glia_model *m);

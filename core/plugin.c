@@ -147,6 +147,18 @@ glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_o
     return add_feature(r, GLIA__FEAT_COMM, ops);
 }
 
+glia_status glia__load_cuda(struct glia_context *ctx)
+{
+    if (glia__find_backend(ctx, GLIA_DEVICE_CUDA)) return GLIA_OK;
+    glia_status st = glia_plugin_load(ctx, "cuda");
+    if (st == GLIA_ENOTFOUND)
+        return glia_error(ctx, st, "this build of glia has no CUDA backend (plugin cuda.so not found)");
+    if (st) return st;  /* the probe's refusal, in the context error */
+    if (!glia__find_backend(ctx, GLIA_DEVICE_CUDA))
+        return glia_error(ctx, GLIA_EDEVICE, "plugin cuda.so registers no CUDA backend");
+    return GLIA_OK;
+}
+
 /* ---- search path ---- */
 
 glia_status glia_plugin_add_path(struct glia_context *ctx, const char *dir)
@@ -550,7 +562,8 @@ glia_status glia_plugin_print(struct glia_context *ctx, FILE *f, const char *onl
                 if (only) glia_keys_print(f, t->keys);
             } else if (ft->kind == GLIA__FEAT_OPT_KERNEL) {
                 const struct glia_optimizer_kernel *k = ft->ops;
-                fprintf(f, "  optimizer kernel %s (%s)\n", k->type, device_type_name(k->device_type));
+                fprintf(f, "  optimizer kernel %s (%s)%s%s\n", k->type, device_type_name(k->device_type),
+                        k->doc ? ": " : "", k->doc ? k->doc : "");
             } else if (ft->kind == GLIA__FEAT_COMM) {
                 const struct glia_comm_ops *o = ft->ops;
                 fprintf(f, "  transport %s: %s\n", o->name, o->description ? o->description : "");

@@ -44,7 +44,8 @@ static inline double cuda_tol(enum glia_precision p)
 /* One layer built on one device: its ops, the layer, and where its tensors live. */
 struct cuda_built {
     struct glia_config *cfg;
-    const struct glia_layer_ops *ops;
+    const struct glia_layer_type *type;
+    const struct glia_kernel *kernel;
     struct glia_layer l;
     struct glia_backend *b;
 };
@@ -60,14 +61,17 @@ static inline void cuda_build(const char *ini, const char *impl, struct glia_bac
     struct glia_section *s = B->cfg->sections[0];
     const char *type = glia__section_entry(s, "type")->value;
     CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, type) == GLIA_OK);  /* the CPU impl's plugin (no-op when loaded) */
-    B->ops = impl ? glia__find_layer(cuda_ctx, type, impl) : glia__find_layer_for(cuda_ctx, type, b->device.type);
-    if (B->ops && B->ops->device_type != b->device.type) B->ops = NULL;
-    if (!B->ops) printf("\n  no %s impl of layer type '%s'\n", b->ops->name, type);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
+    B->type = glia__find_type(cuda_ctx, type);
+    B->kernel = impl ? glia__find_kernel(cuda_ctx, type, impl) : glia__find_kernel_for(cuda_ctx, type, b->device.type);
+    if (B->kernel && B->kernel->device_type != b->device.type) B->kernel = NULL;
+    if (!B->kernel) printf("\n  no %s kernel of layer type '%s'\n", b->ops->name, type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->kernel);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), B->type->keys};
     CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = cuda_ctx, .backend = b};
-    glia_status st = B->ops->create(&B->l, s, in, n_in);
+    B->l = (struct glia_layer){.name = s->name, .type = B->type, .kernel = B->kernel, .ctx = cuda_ctx, .backend = b};
+    bool created;
+    glia_status st = glia__layer_create(&B->l, s, in, n_in, &created);
     if (st) printf("\n  create: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     for (int i = 0; i < B->l.n_params; i++) {
@@ -137,10 +141,10 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     cuda_build(k->ini, "cpu", cuda_cpu, k->in, k->n_in, &C);
     cuda_build(k->ini, k->impl, cuda_gpu, k->in, k->n_in, &G);
     CU_ASSERT_FATAL(C.l.n_params == G.l.n_params && C.l.n_buffers == G.l.n_buffers);
-    bool loss = C.ops->flags & GLIA_LAYER_LOSS;
-    enum glia_memory_format gf = (G.ops->flags & GLIA_LAYER_CHANNELS_LAST) ? k->format : GLIA_CONTIGUOUS;
+    bool loss = C.type->flags & GLIA_TYPE_LOSS;
+    enum glia_memory_format gf = (G.kernel->flags & GLIA_KERNEL_CHANNELS_LAST) ? k->format : GLIA_CONTIGUOUS;
     struct glia_shape os;
-    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, k->in, k->n_in, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(C.type->infer_shape(&C.l, k->in, k->n_in, &os) == GLIA_OK);
     struct glia_rng rng;
     glia__rng_seed(&rng, k->seed);
     /* weights and buffers: the same random values on both (buffers: positive, like variances) */
@@ -204,14 +208,14 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
     struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false, 0, NULL},
                     fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false, 0, NULL};
-    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
-    glia_status st = G.ops->forward(&G.l, &fg);
+    CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
+    glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     d.out = cuda_diff_of(outc, outg);
     /* backward */
-    if (!k->eval && C.ops->backward) {
-        CU_ASSERT_PTR_NOT_NULL_FATAL(G.ops->backward);
+    if (!k->eval && C.kernel->backward) {
+        CU_ASSERT_PTR_NOT_NULL_FATAL(G.kernel->backward);
         for (int p = 0; p < C.l.n_params; p++) {
             struct glia_param *pc = &C.l.params[p], *pg = &G.l.params[p];
             int64_t n = glia_tensor_numel(pc->grad);
@@ -225,8 +229,8 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
         for (int i = 0; i < k->n_in; i++) acc[i] = k->accumulate, dinc[i] = dxc[i], ding[i] = dxg[i];
         struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0]},
                         bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0]};
-        CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
-        st = G.ops->backward(&G.l, &bg);
+        CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
+        st = G.kernel->backward(&G.l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
         for (int i = 0; i < k->n_in; i++)
@@ -304,7 +308,7 @@ static inline void cuda_repeatable(const char *impl, const char *ini, struct gli
     struct cuda_built G;
     cuda_build(ini, impl, cuda_gpu, &s, 1, &G);
     struct glia_shape os;
-    CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, &s, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(G.type->infer_shape(&G.l, &s, 1, &os) == GLIA_OK);
     struct glia_rng rng;
     glia__rng_seed(&rng, 4);
     int64_t n = glia_shape_numel(&s), on = glia_shape_numel(&os);
@@ -330,7 +334,7 @@ static inline void cuda_repeatable(const char *impl, const char *ini, struct gli
         for (int p = 0; p < G.l.n_params; p++) G.l.params[p].grad_unset = true;
         struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL};
         struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
-        CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK && G.ops->backward(&G.l, &ba) == GLIA_OK);
+        CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK && G.kernel->backward(&G.l, &ba) == GLIA_OK);
         res[r][0] = cuda_get(y);
         res[r][1] = cuda_get(dx);
         for (int p = 0; p + 2 < nres; p++) res[r][2 + p] = cuda_get(G.l.params[p].grad);

@@ -19,7 +19,8 @@ static inline struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_
 struct built {
     struct glia_config *cfg;
     struct glia_backend *b;
-    const struct glia_layer_ops *ops;
+    const struct glia_layer_type *type;
+    const struct glia_kernel *kernel;
     struct glia_layer l;
 };
 
@@ -35,14 +36,17 @@ static inline void layer_build(struct glia_context *c, const char *ini, const st
     struct glia_section *s = B->cfg->sections[0];
     const char *type = glia__section_entry(s, "type")->value;
     CU_ASSERT_FATAL(glia_plugin_load(c, type) == GLIA_OK);
-    B->ops = glia__find_layer(c, type, "cpu");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
-    CU_ASSERT_EQUAL(B->ops->device_type, GLIA_DEVICE_CPU);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
+    B->type = glia__find_type(c, type);
+    B->kernel = glia__find_kernel(c, type, "cpu");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->kernel);
+    CU_ASSERT_EQUAL(B->kernel->device_type, GLIA_DEVICE_CPU);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), B->type->keys};
     CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
     CU_ASSERT_FATAL(glia_backend_get(c, (struct glia_device){GLIA_DEVICE_CPU, 0}, &B->b) == GLIA_OK);
-    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = c, .backend = B->b};
-    CU_ASSERT_FATAL(B->ops->create(&B->l, s, in, n_in) == GLIA_OK);
+    B->l = (struct glia_layer){.name = s->name, .type = B->type, .kernel = B->kernel, .ctx = c, .backend = B->b};
+    bool created;
+    CU_ASSERT_FATAL(glia__layer_create(&B->l, s, in, n_in, &created) == GLIA_OK);
     for (int i = 0; i < B->l.n_params; i++) {
         struct glia_param *p = &B->l.params[i];
         CU_ASSERT_FATAL(glia_tensor_new(B->b, GLIA_F32, &p->shape, &p->value) == GLIA_OK);
@@ -57,22 +61,8 @@ static inline void layer_build(struct glia_context *c, const char *ini, const st
     }
 }
 
-/* Destroys a layer built by hand and frees its parameters and buffers. */
-static inline void layer_destroy(struct glia_layer *l)
-{
-    if (l->ops->destroy) l->ops->destroy(l);
-    for (int i = 0; i < l->n_params; i++) {
-        free((char *)l->params[i].name);
-        glia_tensor_release(l->params[i].value);
-        glia_tensor_release(l->params[i].grad);
-    }
-    free(l->params);
-    for (int i = 0; i < l->n_buffers; i++) {
-        free((char *)l->buffers[i].name);
-        glia_tensor_release(l->buffers[i].value);
-    }
-    free(l->buffers);
-}
+/* Destroys a layer built by hand (its kernel's and type's destroy) and frees its parameters and buffers. */
+static inline void layer_destroy(struct glia_layer *l) { glia__layer_release(l, true); }
 
 /* Destroys the layer and frees what layer_build made (not the context). */
 static inline void layer_unbuild(struct built *B)
@@ -128,7 +118,7 @@ static inline double max_diff(const struct glia_tensor *a, const struct glia_ten
 /* Runs the layer of `ini` (CPU impl) on the same random inputs, output gradient and weights in
  * both memory formats -- a training forward and a backward (accumulate: onto gradients of 1) --
  * and returns the largest difference of outputs, input gradients and parameter gradients.
- * The layer must have GLIA_LAYER_CHANNELS_LAST. */
+ * The layer's kernel must have GLIA_KERNEL_CHANNELS_LAST. */
 static inline double format_diff(const char *ini, const struct glia_shape *in, int n_in, bool accumulate,
                                  uint64_t seed)
 {
@@ -136,9 +126,9 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
     layer_build(c, ini, in, n_in, &B);
-    CU_ASSERT_FATAL(B.ops->flags & GLIA_LAYER_CHANNELS_LAST);
+    CU_ASSERT_FATAL(B.kernel->flags & GLIA_KERNEL_CHANNELS_LAST);
     struct glia_shape os;
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, in, n_in, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, in, n_in, &os) == GLIA_OK);
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
     struct glia_tensor *x[2][GLIA__MAX_INPUTS], *dx[2][GLIA__MAX_INPUTS], *out[2], *dout[2], *dp[2][8];
@@ -179,9 +169,9 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
             pa->grad_unset = !accumulate;
         }
         struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL};
-        CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL};
-        glia_status st = B.ops->backward(&B.l, &ba);
+        glia_status st = B.kernel->backward(&B.l, &ba);
         if (st) printf("\n  %s\n", glia_context_error(c));
         CU_ASSERT_FATAL(st == GLIA_OK);
         for (int p = 0; p < B.l.n_params; p++) {

@@ -202,10 +202,10 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
     if (affine) CU_ASSERT_FATAL(pw && pb);
     if (track) CU_ASSERT_FATAL(prm && prv);
     struct glia_shape os;
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     CU_ASSERT_FATAL(glia_shape_equal(&os, &sh));
-    CU_ASSERT_PTR_NOT_NULL(B.ops->flops);
-    if (B.ops->flops) CU_ASSERT(B.ops->flops(&B.l, &sh, 1) > 0);
+    CU_ASSERT_PTR_NOT_NULL(B.type->flops);
+    if (B.type->flops) CU_ASSERT(B.type->flops(&B.l, &sh, 1) > 0);
 
     struct glia_tensor *x[4], *y, *dy, *dx;
     for (int k = 0; k < 4; k++) {
@@ -232,7 +232,7 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
     for (int step = 0; step < 3; step++) {
         in[0] = x[step];
         ref_forward(&r, glia_tensor_f32(x[step]), gamma, beta, false, true, ry);
-        CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
         snprintf(what, sizeof what, "%s step %d y", ini, step + 1);
         CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(y), ry, 0, n, 2e-5), 0);
         if (track && step != 1) {
@@ -254,7 +254,7 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
         for (int64_t c = 0; c < C; c++) g[c] = NAN;
         B.l.params[i].grad_unset = true;
     }
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     for (int pass = 0; pass < 2; pass++) {
         double base = pass ? 0.5 : 0.0;
         const char *mode = pass ? "accumulate" : "write";
@@ -274,12 +274,12 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
             for (int64_t c = 0; c < C; c++) g[c] = 0.5f;
             B.l.params[i].grad_unset = false;
         }
-        CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+        CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     }
     /* an input that needs no gradient: skipped, parameter gradients still come */
     din[0] = NULL;
     for (int i = 0; i < B.l.n_params; i++) B.l.params[i].grad_unset = true;
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     if (affine) {
         snprintf(what, sizeof what, "%s dweight (no din)", ini);
         CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(pw->grad), rdg, 0, C, 1e-4), 0);
@@ -296,7 +296,7 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
     fa.train = false;
     ref_forward(&r, glia_tensor_f32(x[3]), gamma, beta, track, false, ry);
     for (int rep = 0; rep < 2; rep++) {
-        CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
         snprintf(what, sizeof what, "%s eval %d y", ini, rep + 1);
         CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(y), ry, 0, n, 2e-5), 0);
         if (track) {
@@ -305,7 +305,7 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
         }
     }
     /* eval kept nothing: backward is refused */
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "batchnorm backward needs a training forward"));
 
     free(snap_m);
@@ -352,8 +352,8 @@ static void test_declarations(void)
     struct built B;
     struct glia_shape sh = S(4, 2, 5, 3, 3);
     build("[b]\ntype = batchnorm\n", &sh, true, 1, &B);
-    CU_ASSERT(B.ops->flags & GLIA_LAYER_NORMALIZATION);  /* the drop_bias_before_norm pass looks for it */
-    CU_ASSERT(!(B.ops->flags & GLIA_LAYER_LOSS));
+    CU_ASSERT(B.type->flags & GLIA_TYPE_NORMALIZATION);  /* the drop_bias_before_norm pass looks for it */
+    CU_ASSERT(!(B.type->flags & GLIA_TYPE_LOSS));
     CU_ASSERT_EQUAL_FATAL(B.l.n_params, 2);
     CU_ASSERT_EQUAL_FATAL(B.l.n_buffers, 2);
     const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
@@ -367,10 +367,10 @@ static void test_declarations(void)
     }
     /* another channel count is refused by shape inference; another batch or plane is not */
     struct glia_shape os, s2 = S(4, 7, 5, 1, 2), s3 = S(4, 2, 4, 3, 3), s4 = S(3, 2, 5, 3, 0);
-    CU_ASSERT_EQUAL(B.ops->infer_shape(&B.l, &s2, 1, &os), GLIA_OK);
+    CU_ASSERT_EQUAL(B.type->infer_shape(&B.l, &s2, 1, &os), GLIA_OK);
     CU_ASSERT(glia_shape_equal(&os, &s2));
-    CU_ASSERT_EQUAL(B.ops->infer_shape(&B.l, &s3, 1, &os), GLIA_ESHAPE);
-    CU_ASSERT_EQUAL(B.ops->infer_shape(&B.l, &s4, 1, &os), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(B.type->infer_shape(&B.l, &s3, 1, &os), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(B.type->infer_shape(&B.l, &s4, 1, &os), GLIA_ESHAPE);
     unbuild(&B);
 }
 
@@ -387,7 +387,7 @@ static void test_hand_computed(void)
     for (int i = 0; i < 4; i++) glia_tensor_f32(x)[i] = (float)(i + 1);
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     for (int i = 0; i < 4; i++) CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(y)[i], (i + 1 - 2.5) / sqrt(1.25 + 1e-5), 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.25, 1e-7);
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[1].value)[0], 0.9 + 0.1 * 5.0 / 3.0, 1e-6);
@@ -396,12 +396,12 @@ static void test_hand_computed(void)
     memcpy(y1, glia_tensor_f32(y), sizeof y1);
     memset(glia_tensor_f32(y), 0, sizeof y1);
     fa.recompute = true;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(y1, glia_tensor_f32(y), sizeof y1), 0);
     CU_ASSERT(glia_tensor_f32(B.l.buffers[0].value)[0] == rm && glia_tensor_f32(B.l.buffers[1].value)[0] == rv);
     fa.recompute = false;
     fa.train = false;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     double sd = sqrt(0.9 + 0.1 * 5.0 / 3.0 + 1e-5);
     for (int i = 0; i < 4; i++) CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(y)[i], (i + 1 - 0.25) / sd, 1e-6);
     glia_tensor_release(x);
@@ -420,12 +420,12 @@ static void test_single_value_per_channel(void)
     CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &y) == GLIA_OK);
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[b] batchnorm needs more than 1 value per channel in training, got input 1x3"));
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.0, 0);
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[1].value)[0], 1.0, 0);
     fa.train = false;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     glia_tensor_release(x);
     glia_tensor_release(y);
     unbuild(&B);
@@ -513,7 +513,7 @@ static void test_global_avgpool_nhwc_values(void)
     for (int64_t i = 0; i < N * C; i++) dyd[i] = (float)unit(&seed);
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     int bad = 0;
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++) {
@@ -527,7 +527,7 @@ static void test_global_avgpool_nhwc_values(void)
     bool acc[1] = {false};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
     for (int pass = 0; pass < 2; pass++) {
-        CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+        CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
         bad = 0;
         for (int64_t n = 0; n < N; n++)
             for (int64_t c = 0; c < C; c++)
@@ -584,7 +584,7 @@ static void large_mean_case(const char *ini, struct glia_shape sh, enum glia_mem
         ref_forward(&r, v, gamma, beta, running, false, ry);
         if (relu)
             for (int64_t k = 0; k < n; k++) ry[k] = ry[k] < 0 ? 0 : ry[k];
-        CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         CU_ASSERT_FATAL(glia_tensor_convert(yc, y, false) == GLIA_OK);
         snprintf(what, sizeof what, "%s %s pass %d y", ini, glia_memory_format_name(f), pass);
         CU_ASSERT_EQUAL(compare(what, glia_tensor_f32(yc), ry, 0, n, 1e-5), 0);
@@ -657,20 +657,20 @@ static void check_formats_running(const char *ini, struct glia_shape sh, bool al
                 memcpy(snap[k][i], glia_tensor_f32((k ? &L : &R)->l.buffers[i].value), (size_t)C * sizeof(float));
         const struct glia_tensor *in0[1] = {x}, *in1[1] = {x1};
         struct glia_fwd fa0 = {in0, 1, y0, NULL, train, 1, false, 0, NULL}, fa1 = {in1, 1, y1, NULL, train, 1, false, 0, NULL};
-        CU_ASSERT_EQUAL_FATAL(R.ops->forward(&R.l, &fa0), GLIA_OK);
-        CU_ASSERT_EQUAL_FATAL(L.ops->forward(&L.l, &fa1), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(R.kernel->forward(&R.l, &fa0), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(L.kernel->forward(&L.l, &fa1), GLIA_OK);
         double d = max_diff(y0, y1);
         struct glia_tensor *din0[1] = {dx0}, *din1[1] = {dx1};
         bool acc[1] = {false};
         struct glia_bwd ba0 = {in0, 1, y0, dy, din0, acc, NULL}, ba1 = {in1, 1, y1, dy1, din1, acc, NULL};
         if (train) {
             for (int i = 0; i < R.l.n_params; i++) R.l.params[i].grad_unset = L.l.params[i].grad_unset = true;
-            CU_ASSERT_EQUAL_FATAL(R.ops->backward(&R.l, &ba0), GLIA_OK);
-            CU_ASSERT_EQUAL_FATAL(L.ops->backward(&L.l, &ba1), GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(R.kernel->backward(&R.l, &ba0), GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(L.kernel->backward(&L.l, &ba1), GLIA_OK);
             d = fmax(d, max_diff(dx0, dx1));
             for (int i = 0; i < R.l.n_params; i++) d = fmax(d, max_diff(R.l.params[i].grad, L.l.params[i].grad));
         } else {
-            CU_ASSERT_EQUAL(L.ops->backward(&L.l, &ba1), GLIA_EINVAL);  /* eval kept nothing */
+            CU_ASSERT_EQUAL(L.kernel->backward(&L.l, &ba1), GLIA_EINVAL);  /* eval kept nothing */
         }
         double db = 0;
         int moved = 0, kept = 0;
@@ -745,9 +745,9 @@ static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t 
         bool acc[1] = {false};
         struct glia_fwd a1 = {in, 1, y1, NULL, train, 1, false, 0, NULL}, a2 = {in, 1, y2, NULL, train, 1, false, 0, NULL},
                         ar = {mid, 1, yr, NULL, train, 1, false, 0, NULL};
-        CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
-        CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
-        CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+        CU_ASSERT_EQUAL(fu.kernel->forward(&fu.l, &a1), GLIA_OK);
+        CU_ASSERT_EQUAL(bn.kernel->forward(&bn.l, &a2), GLIA_OK);
+        CU_ASSERT_EQUAL(re.kernel->forward(&re.l, &ar), GLIA_OK);
         CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
         if (!train) break;
         int zeros = 0;
@@ -757,9 +757,9 @@ static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t 
         for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
         struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL},
                         b2 = {in, 1, y2, dmid, d2, acc, NULL};
-        CU_ASSERT_EQUAL(fu.ops->backward(&fu.l, &b1), GLIA_OK);
-        CU_ASSERT_EQUAL(re.ops->backward(&re.l, &br), GLIA_OK);
-        CU_ASSERT_EQUAL(bn.ops->backward(&bn.l, &b2), GLIA_OK);
+        CU_ASSERT_EQUAL(fu.kernel->backward(&fu.l, &b1), GLIA_OK);
+        CU_ASSERT_EQUAL(re.kernel->backward(&re.l, &br), GLIA_OK);
+        CU_ASSERT_EQUAL(bn.kernel->backward(&bn.l, &b2), GLIA_OK);
         CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(dx1), glia_tensor_f32(dx2), bytes), 0);
         for (int i = 0; i < fu.l.n_params; i++)
             CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(fu.l.params[i].grad), glia_tensor_f32(bn.l.params[i].grad),
@@ -821,9 +821,9 @@ static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint3
                     ar = {mid, 1, yr, NULL, false, 1, false, 0, NULL};
     int64_t pn = at_nci(sh, f, 0, 1, 0), pi = at_nci(sh, f, N - 1, 2, HW - 1), pm = at_nci(sh, f, 1, 0, 0);
     xv[pn] = NAN, xv[pi] = INFINITY, xv[pm] = -INFINITY;
-    CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
-    CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
-    CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+    CU_ASSERT_EQUAL(fu.kernel->forward(&fu.l, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.kernel->forward(&bn.l, &a2), GLIA_OK);
+    CU_ASSERT_EQUAL(re.kernel->forward(&re.l, &ar), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
     const float *y = glia_tensor_f32(y1);
     CU_ASSERT(count_nan(y1) == 1 && isnan(y[pn]));
@@ -831,9 +831,9 @@ static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint3
     /* training: a NaN in channel 0 only */
     xv[pn] = 0.5f, xv[pi] = 0.25f, xv[pm] = -0.5f, xv[at_nci(sh, f, N - 1, 0, HW / 2)] = NAN;
     a1.train = a2.train = ar.train = true;
-    CU_ASSERT_EQUAL(fu.ops->forward(&fu.l, &a1), GLIA_OK);
-    CU_ASSERT_EQUAL(bn.ops->forward(&bn.l, &a2), GLIA_OK);
-    CU_ASSERT_EQUAL(re.ops->forward(&re.l, &ar), GLIA_OK);
+    CU_ASSERT_EQUAL(fu.kernel->forward(&fu.l, &a1), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.kernel->forward(&bn.l, &a2), GLIA_OK);
+    CU_ASSERT_EQUAL(re.kernel->forward(&re.l, &ar), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y1), glia_tensor_f32(yr), bytes), 0);
     CU_ASSERT_EQUAL(count_nan(y1), N * HW);
     for (int64_t k = 0; k < N; k++) CU_ASSERT(isnan(y[at_nci(sh, f, k, 0, 0)]));
@@ -841,9 +841,9 @@ static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint3
     for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
     struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL},
                     b2 = {in, 1, y2, dmid, d2, acc, NULL};
-    CU_ASSERT_EQUAL(fu.ops->backward(&fu.l, &b1), GLIA_OK);
-    CU_ASSERT_EQUAL(re.ops->backward(&re.l, &br), GLIA_OK);
-    CU_ASSERT_EQUAL(bn.ops->backward(&bn.l, &b2), GLIA_OK);
+    CU_ASSERT_EQUAL(fu.kernel->backward(&fu.l, &b1), GLIA_OK);
+    CU_ASSERT_EQUAL(re.kernel->backward(&re.l, &br), GLIA_OK);
+    CU_ASSERT_EQUAL(bn.kernel->backward(&bn.l, &b2), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(dx1), glia_tensor_f32(dx2), bytes), 0);
     CU_ASSERT_EQUAL(count_nan(dx1), N * HW);
     for (int i = 0; i < fu.l.n_params; i++)

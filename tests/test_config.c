@@ -746,7 +746,38 @@ static void test_file_errors(void)
     end();
 }
 
-GLIA_TEST_MAIN("config", GLIA_TEST(test_bad_inputs),
+/* glia_error_wrap puts what the caller did before a call's error; glia_section_error_wrap places it at a key, and
+ * without an error falls back to the status's text; a long message is cut, never overrun. */
+static void test_error_wrap(void)
+{
+    struct glia_context *ctx;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    glia_error(ctx, GLIA_EIO, "short read");
+    CU_ASSERT_EQUAL(glia_error_wrap(ctx, GLIA_EIO, "loading %s", "w.bin"), GLIA_EIO);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(ctx), "loading w.bin: short read");
+    glia_context_clear_error(ctx);
+    glia_error_wrap(ctx, GLIA_EIO, "nothing before");
+    CU_ASSERT_STRING_EQUAL(glia_context_error(ctx), "nothing before");
+    struct glia_config *cfg;
+    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "m.ini", "[fc]\ntype = linear\noutputs = 3\n", &cfg) == GLIA_OK);
+    glia_error(ctx, GLIA_ENOTFOUND, "no plugin linear.so");
+    CU_ASSERT_EQUAL(glia_section_error_wrap(cfg->sections[0], "type", GLIA_ENOTFOUND), GLIA_ENOTFOUND);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(ctx), "m.ini:2: [fc] type: no plugin linear.so");
+    glia_context_clear_error(ctx);
+    glia_section_error_wrap(cfg->sections[0], "outputs", GLIA_ENOMEM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "m.ini:3: [fc] outputs: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), glia_strerror(GLIA_ENOMEM)));
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    glia_error(ctx, GLIA_EIO, "%s", big);
+    glia_error_wrap(ctx, GLIA_EIO, "%s", big);
+    CU_ASSERT(strlen(glia_context_error(ctx)) > 500 && strlen(glia_context_error(ctx)) < sizeof big);
+    glia_config_free(cfg);
+    glia_context_free(ctx);
+}
+
+GLIA_TEST_MAIN("config", GLIA_TEST(test_bad_inputs), GLIA_TEST(test_error_wrap),
                GLIA_TEST(test_long_lines), GLIA_TEST(test_long_set), GLIA_TEST(test_sections_in_order),
                GLIA_TEST(test_empty_input), GLIA_TEST(test_where),
                GLIA_TEST(test_section_error), GLIA_TEST(test_set_override),

@@ -218,12 +218,12 @@ static bool close_all(const char *what, const float *got, const double *want, do
 static void check_values_at(struct built *t, const struct cv *c)
 {
     struct glia_shape xs = S4(c->N, c->C, c->H, c->W), ys;
-    CU_ASSERT_FATAL(t->ops->infer_shape(&t->l, &xs, 1, &ys) == GLIA_OK);
+    CU_ASSERT_FATAL(t->type->infer_shape(&t->l, &xs, 1, &ys) == GLIA_OK);
     struct glia_shape want_ys = S4(c->N, c->F, out_h(c, c->H), out_w(c, c->W));
     CU_ASSERT_FATAL(glia_shape_equal(&ys, &want_ys));
     uint64_t want_flops =
         2ull * (uint64_t)(c->N * c->F * want_ys.dim[2] * want_ys.dim[3] * (c->C / c->g) * KH(c) * KW(c));
-    CU_ASSERT_EQUAL(t->ops->flops(&t->l, &xs, 1), want_flops);
+    CU_ASSERT_EQUAL(t->type->flops(&t->l, &xs, 1), want_flops);
     struct glia_tensor *x, *y, *dx, *dy;
     CU_ASSERT_FATAL(glia_tensor_new(t->b, GLIA_F32, &xs, &x) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_new(t->b, GLIA_F32, &xs, &dx) == GLIA_OK);
@@ -243,7 +243,7 @@ static void check_values_at(struct built *t, const struct cv *c)
     for (int train = 0; train < 2; train++) {
         fill(y, NAN);
         struct glia_fwd a = {in, 1, y, NULL, train, 7, false, 0, NULL};
-        CU_ASSERT_EQUAL(t->ops->forward(&t->l, &a), GLIA_OK);
+        CU_ASSERT_EQUAL(t->kernel->forward(&t->l, &a), GLIA_OK);
         CU_ASSERT(close_all(train ? "y (train)" : "y (eval)", glia_tensor_f32(y), ry, 0, ny));
     }
     /* write mode over NaN garbage, then accumulate mode over the result */
@@ -255,13 +255,13 @@ static void check_values_at(struct built *t, const struct cv *c)
         fill(t->l.params[i].grad, NAN);
         t->l.params[i].grad_unset = true;
     }
-    CU_ASSERT_EQUAL(t->ops->backward(&t->l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(t->kernel->backward(&t->l, &ba), GLIA_OK);
     CU_ASSERT(close_all("dx", glia_tensor_f32(dx), rdx, 0, nx));
     CU_ASSERT(close_all("dw", glia_tensor_f32(pw->grad), rdw, 0, nw));
     if (pb) CU_ASSERT(close_all("db", glia_tensor_f32(pb->grad), rdb, 0, c->F));
     acc[0] = true;
     for (int i = 0; i < t->l.n_params; i++) t->l.params[i].grad_unset = false;
-    CU_ASSERT_EQUAL(t->ops->backward(&t->l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(t->kernel->backward(&t->l, &ba), GLIA_OK);
     for (int64_t i = 0; i < nx; i++) rdx[i] *= 2;
     for (int64_t i = 0; i < nw; i++) rdw[i] *= 2;
     for (int64_t i = 0; i < c->F; i++) rdb[i] *= 2;
@@ -272,7 +272,7 @@ static void check_values_at(struct built *t, const struct cv *c)
     din[0] = NULL;
     acc[0] = false;
     for (int i = 0; i < t->l.n_params; i++) t->l.params[i].grad_unset = true;
-    CU_ASSERT_EQUAL(t->ops->backward(&t->l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(t->kernel->backward(&t->l, &ba), GLIA_OK);
     for (int64_t i = 0; i < nw; i++) rdw[i] /= 2;
     CU_ASSERT(close_all("dw (no din)", glia_tensor_f32(pw->grad), rdw, 0, nw));
     free(ry);
@@ -349,11 +349,11 @@ static void test_input_size_changes(void)
     check_values_at(&t, &c);
     /* wrong channel count or an empty output: infer_shape refuses */
     struct glia_shape bad = S4(2, 4, 6, 6), os;
-    CU_ASSERT_EQUAL(t.ops->infer_shape(&t.l, &bad, 1, &os), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(t.type->infer_shape(&t.l, &bad, 1, &os), GLIA_ESHAPE);
     bad = S4(2, 3, 6, 0);
-    CU_ASSERT_EQUAL(t.ops->infer_shape(&t.l, &bad, 1, &os), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(t.type->infer_shape(&t.l, &bad, 1, &os), GLIA_ESHAPE);
     bad = glia_shape_make(3, (int64_t[]){2, 3, 6});
-    CU_ASSERT_EQUAL(t.ops->infer_shape(&t.l, &bad, 1, &os), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(t.type->infer_shape(&t.l, &bad, 1, &os), GLIA_ESHAPE);
     unbuild(&t);
     glia_context_free(ctx);
 }
@@ -416,14 +416,14 @@ static void test_kept_input(void)
         /* 0: train x1, eval x2; 1: train x2; 2: train x1 (the kept copy is right) */
         struct glia_fwd f1 = {round == 1 ? in2 : in1, 1, y, NULL, true, 7, false, 0, NULL};
         struct glia_fwd f2 = {in2, 1, y, NULL, false, 7, false, 0, NULL};
-        CU_ASSERT_EQUAL(t.ops->forward(&t.l, &f1), GLIA_OK);
-        if (round == 0) CU_ASSERT_EQUAL(t.ops->forward(&t.l, &f2), GLIA_OK);
+        CU_ASSERT_EQUAL(t.kernel->forward(&t.l, &f1), GLIA_OK);
+        if (round == 0) CU_ASSERT_EQUAL(t.kernel->forward(&t.l, &f2), GLIA_OK);
         fill(dx, NAN);
         for (int i = 0; i < t.l.n_params; i++) {
             fill(t.l.params[i].grad, NAN);
             t.l.params[i].grad_unset = true;
         }
-        CU_ASSERT_EQUAL(t.ops->backward(&t.l, &ba), GLIA_OK);
+        CU_ASSERT_EQUAL(t.kernel->backward(&t.l, &ba), GLIA_OK);
         CU_ASSERT(close_all("dx", glia_tensor_f32(dx), rdx, 0, nx));
         CU_ASSERT(close_all("dw", glia_tensor_f32(pw->grad), rdw, 0, nw));
         CU_ASSERT(close_all("db", glia_tensor_f32(pb->grad), rdb, 0, c.F));
@@ -476,7 +476,7 @@ static void io_forward(struct built *t, struct call_io *io, bool train)
     const struct glia_tensor *in[1] = {io->x};
     struct glia_fwd a = {in, 1, io->y, NULL, train, 7, false, 0, NULL};
     fill(io->y, NAN);
-    CU_ASSERT_EQUAL(t->ops->forward(&t->l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(t->kernel->forward(&t->l, &a), GLIA_OK);
 }
 
 /* Backward writing the input and parameter gradients (over NaN). */
@@ -491,7 +491,7 @@ static void io_backward(struct built *t, struct call_io *io)
         fill(t->l.params[i].grad, NAN);
         t->l.params[i].grad_unset = true;
     }
-    CU_ASSERT_EQUAL(t->ops->backward(&t->l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(t->kernel->backward(&t->l, &a), GLIA_OK);
 }
 
 static bool same_bits(const char *what, const struct glia_tensor *a, const struct glia_tensor *b)
@@ -616,12 +616,12 @@ static void test_rect_keys(void)
         struct glia_shape os;
         build(&t, ini, cases[i].in);
         CU_ASSERT(glia_shape_equal(&t.l.params[0].shape, &cases[i].weight));
-        CU_ASSERT_FATAL(t.ops->infer_shape(&t.l, &cases[i].in, 1, &os) == GLIA_OK);
+        CU_ASSERT_FATAL(t.type->infer_shape(&t.l, &cases[i].in, 1, &os) == GLIA_OK);
         CU_ASSERT(glia_shape_equal(&os, &cases[i].out));
         int64_t fan_in = 3 * cases[i].weight.dim[2] * cases[i].weight.dim[3];
         CU_ASSERT_DOUBLE_EQUAL(t.l.params[0].init.a, 1.0 / sqrt((double)fan_in), 1e-12);
         uint64_t flops = 2ull * (uint64_t)(glia_shape_numel(&os) * fan_in);
-        CU_ASSERT_EQUAL(t.ops->flops(&t.l, &cases[i].in, 1), flops);
+        CU_ASSERT_EQUAL(t.type->flops(&t.l, &cases[i].in, 1), flops);
         unbuild(&t);
     }
     glia_context_free(ctx);

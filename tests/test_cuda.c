@@ -242,9 +242,9 @@ static void test_training_matches_cpu(void)
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
             CU_ASSERT(f ? b.m->ckpt_segments > 1 : b.m->ckpt_segments == 1);
             CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 3);  /* fuse_pointwise = auto: b1 + r1, add + g, rd + d */
-            CU_ASSERT(b.m->nodes[1].relu_fused);                                 /* c1 b1 */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[3].layer.ops->type, "pointwise");  /* c2 g */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.ops->type, "pointwise");  /* p a cat d */
+            CU_ASSERT(b.m->nodes[1].act_fused);                                 /* c1 b1 */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[3].layer.type->name, "pointwise");  /* c2 g */
+            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.type->name, "pointwise");  /* p a cat d */
             CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.name, "d");
             double worst = weight_diff(&b, &a);  /* relative to the CPU's */
             if (!(worst <= 2e-3))
@@ -454,7 +454,7 @@ static void test_cuda_graph_trains_the_same(void)
                        "the layers (set cuda_graph = off)");
 }
 
-/* A layer without GLIA_LAYER_CAPTURABLE (the fixture nchw_softsign's impl staged, which computes on the
+/* A layer whose kernel lacks GLIA_KERNEL_CAPTURABLE (the fixture nchw_softsign's impl staged, which computes on the
  * host) makes cuda_graph = on refuse the model, naming the layer's section; with cuda_graph = off the
  * model trains on the GPU as the same model with the cpu impl does on the CPU. */
 static void test_cuda_graph_refuses_uncapturable_layers(void)
@@ -481,7 +481,7 @@ static void test_cuda_graph_refuses_uncapturable_layers(void)
     train_run(&a, text, ra);
     snprintf(text, sizeof text, fmt, fix, "cuda", "off", dir, dir, dir, dir);
     train_run(&b, text, rb);
-    CU_ASSERT_STRING_EQUAL(b.m->nodes[1].layer.ops->impl, "staged");
+    CU_ASSERT_STRING_EQUAL(b.m->nodes[1].layer.kernel->impl, "staged");
     double worst = weight_diff(&b, &a);
     if (!(worst <= 1e-3)) printf("\n  weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-3);
@@ -671,7 +671,7 @@ static void test_debug_checks_on_device(void)
              "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
              glia_test_fixtures(), dir, dir, dir, dir);
     open_run(&a, text);
-    CU_ASSERT_STRING_EQUAL(a.m->nodes[2].layer.ops->impl, "cuda");
+    CU_ASSERT_STRING_EQUAL(a.m->nodes[2].layer.kernel->impl, "cuda");
     CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_EPLUGIN);
     const char *want = "t.ini:19: [fc] backward wrote 64 floats past the end of its input gradient (layer 'fc', tensor "
                        "dx, 32x64)";

@@ -240,8 +240,8 @@ static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_buil
     struct glia_tensor *dxc = filled_tensor(cuda_cpu, in, GLIA_CONTIGUOUS, start), *dxg = filled_tensor(cuda_gpu, in, f, start);
     const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
     struct glia_fwd fc = {inc, 1, yc, NULL, !k.eval, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, !k.eval, 77, false, 0, NULL};
-    CU_ASSERT_FATAL(C->ops->forward(&C->l, &fc) == GLIA_OK);
-    glia_status st = G->ops->forward(&G->l, &fg);
+    CU_ASSERT_FATAL(C->kernel->forward(&C->l, &fc) == GLIA_OK);
+    glia_status st = G->kernel->forward(&G->l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     if (!k.eval) {
@@ -255,8 +255,8 @@ static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_buil
         bool acc[1] = {k.acc};
         struct glia_tensor *dinc[1] = {k.no_din ? NULL : dxc}, *ding[1] = {k.no_din ? NULL : dxg};
         struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
-        CU_ASSERT_FATAL(C->ops->backward(&C->l, &bc) == GLIA_OK);
-        st = G->ops->backward(&G->l, &bg);
+        CU_ASSERT_FATAL(C->kernel->backward(&C->l, &bc) == GLIA_OK);
+        st = G->kernel->backward(&G->l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
     }
@@ -495,8 +495,8 @@ static void test_tuning_workspace_given_back(void)
     bool accs[1] = {false};
     struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL};
     struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL};
-    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &f), GLIA_OK);
-    CU_ASSERT_EQUAL(G.ops->backward(&G.l, &bw), GLIA_OK);
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
+    CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
     glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
     CU_ASSERT_FATAL(glia_backend_memory_stats(b, &s1) == GLIA_OK);
     int n;

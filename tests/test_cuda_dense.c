@@ -8,7 +8,7 @@ static const enum glia_precision low_precisions[] = {GLIA_PRECISION_TF32, GLIA_P
 /* cuda.so registers CUDA impls of these types, so cuda_build would not load the CPU plugin. */
 static void need_cpu(const char *type)
 {
-    if (!glia__find_layer(cuda_ctx, type, "cpu")) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, type) == GLIA_OK);
+    if (!glia__find_type(cuda_ctx, type)) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, type) == GLIA_OK);
 }
 
 static void set_precision(enum glia_precision p)
@@ -168,16 +168,16 @@ static void test_linear_packed_params(void)
     struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
     const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
     struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
-    CU_ASSERT_FATAL(G.ops->forward(&G.l, &fg) == GLIA_OK);
+    CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
+    CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK);
     CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
     for (int round = 0; round < 2; round++) {  /* write the gradients, then add onto them */
         bool acc[1] = {round == 1};
         for (int p = 0; p < 2; p++) C.l.params[p].grad_unset = G.l.params[p].grad_unset = round == 0;
         struct glia_tensor *dc[1] = {dxc}, *dg[1] = {dxg};
         struct glia_bwd bc = {ic, 1, yc, dyc, dc, acc, NULL}, bg = {ig, 1, yg, dyg, dg, acc, NULL};
-        CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
-        glia_status st = G.ops->backward(&G.l, &bg);
+        CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
+        glia_status st = G.kernel->backward(&G.l, &bg);
         if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
         CU_ASSERT(cuda_diff_of(dxc, dxg) <= 1e-5);
@@ -243,26 +243,26 @@ static void test_sce_bad_label(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
     const struct glia_tensor *ins[1] = {x};
     struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL};
-    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
     CU_ASSERT(isnan(loss));
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
     struct glia_bwd b = {ins, 1, out, dout, din, acc, bad};
-    CU_ASSERT_EQUAL(G.ops->backward(&G.l, &b), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &b), GLIA_EINVAL);
     const char *err = glia_context_error(cuda_ctx);
     if (!strstr(err, "[loss] label 7 at batch row 1 is out of range for 5 classes")) printf("\n  got: %s\n", err);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "[loss] label 7 at batch row 1 is out of range for 5 classes"));
     /* reported once; good labels then give a finite loss and no error */
-    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fg), GLIA_OK);
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fg), GLIA_OK);
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
     CU_ASSERT(isfinite(loss));
-    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fg), GLIA_OK);
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fg), GLIA_OK);
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     b.labels = good;
-    CU_ASSERT_EQUAL(G.ops->backward(&G.l, &b), GLIA_OK);
+    CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &b), GLIA_OK);
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     glia_tensor_release(x), glia_tensor_release(out), glia_tensor_release(dout), glia_tensor_release(dx);
     glia_tensor_release(bad), glia_tensor_release(good);

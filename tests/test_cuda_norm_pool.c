@@ -57,7 +57,7 @@ static void test_batchnorm_batch1_2d(void)
     struct glia_tensor *x = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS), *y = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS);
     const struct glia_tensor *xi[1] = {x};
     struct glia_fwd fa = {xi, 1, y, NULL, true, 77, false, 0, NULL};
-    CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_ESHAPE);
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "more than 1 value per channel"));
     glia_tensor_release(x);
     glia_tensor_release(y);
@@ -161,7 +161,7 @@ static double pair_run(const char *ini, struct glia_shape s, enum glia_memory_fo
     cuda_build(ini, "cpu", cuda_cpu, &s, 1, &C);
     cuda_build(ini, "cuda", cuda_gpu, &s, 1, &G);
     struct glia_shape os;
-    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, &s, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(C.type->infer_shape(&C.l, &s, 1, &os) == GLIA_OK);
     struct glia_rng rng;
     glia__rng_seed(&rng, 99);
     for (int p = 0; p < C.l.n_params + C.l.n_buffers; p++) {
@@ -194,8 +194,8 @@ static double pair_run(const char *ini, struct glia_shape s, enum glia_memory_fo
     bool acc[1] = {accumulate};
     struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL};
     struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
-    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK && C.ops->backward(&C.l, &bc) == GLIA_OK);
-    CU_ASSERT_FATAL(G.ops->forward(&G.l, &fg) == GLIA_OK && G.ops->backward(&G.l, &bg) == GLIA_OK);
+    CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK && C.kernel->backward(&C.l, &bc) == GLIA_OK);
+    CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK && G.kernel->backward(&G.l, &bg) == GLIA_OK);
     double worst = fmax(diff_of(yc, yg, bits), diff_of(dxc, dxg, bits));
     for (int p = 0; p < C.l.n_params; p++) worst = fmax(worst, diff_of(C.l.params[p].grad, G.l.params[p].grad, bits));
     for (int p = 0; p < C.l.n_buffers; p++)
@@ -355,7 +355,7 @@ static void test_backward_needs_training(void)
         struct cuda_built G;
         cuda_build(inis[i], "cuda", cuda_gpu, &s, 1, &G);
         struct glia_shape os;
-        CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, &s, 1, &os) == GLIA_OK);
+        CU_ASSERT_FATAL(G.type->infer_shape(&G.l, &s, 1, &os) == GLIA_OK);
         struct glia_tensor *x = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS), *dx = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS);
         struct glia_tensor *y = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), *dy = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
         CU_ASSERT_FATAL(glia_tensor_fill_zero(x) == GLIA_OK && glia_tensor_fill_zero(dy) == GLIA_OK);
@@ -369,8 +369,8 @@ static void test_backward_needs_training(void)
         bool acc[1] = {false};
         struct glia_fwd fa = {in, 1, y, NULL, false, 77, false, 0, NULL};
         struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
-        CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
-        CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_EINVAL);
+        CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
+        CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &ba), GLIA_EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "needs a training forward just before it"));
         glia_tensor_release(x);
         glia_tensor_release(dx);
@@ -380,28 +380,21 @@ static void test_backward_needs_training(void)
     }
 }
 
-/* The CUDA impls declare what the CPU impls declare: keys, inputs, flags (checkpoints and INI files are
- * shared), and that they can be captured into a CUDA graph. */
+/* Each type has a CPU and a CUDA kernel, which take the same tensors (memory formats, what backward reads), and the
+ * CUDA one can be captured into a CUDA graph. */
 static void test_same_description(void)
 {
     const char *types[] = {"batchnorm", "maxpool2d", "avgpool2d", "global_avgpool", "concat"};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        if (!glia__find_layer(cuda_ctx, types[t], "cpu")) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, types[t]) == GLIA_OK);
-        const struct glia_layer_ops *c = glia__find_layer(cuda_ctx, types[t], "cpu"),
-                                    *g = glia__find_layer(cuda_ctx, types[t], "cuda");
+        if (!glia__find_type(cuda_ctx, types[t])) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, types[t]) == GLIA_OK);
+        const struct glia_kernel *c = glia__find_kernel(cuda_ctx, types[t], "cpu"),
+                                 *g = glia__find_kernel(cuda_ctx, types[t], "cuda");
         CU_ASSERT_PTR_NOT_NULL_FATAL(c);
         CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+        CU_ASSERT_EQUAL(c->device_type, GLIA_DEVICE_CPU);
         CU_ASSERT_EQUAL(g->device_type, GLIA_DEVICE_CUDA);
-        CU_ASSERT_EQUAL(c->flags, g->flags & ~(uint32_t)GLIA_LAYER_CAPTURABLE);  /* only CUDA graphs capture */
-        CU_ASSERT(g->flags & GLIA_LAYER_CAPTURABLE);
-        CU_ASSERT_EQUAL(c->min_inputs, g->min_inputs);
-        CU_ASSERT_EQUAL(c->max_inputs, g->max_inputs);
-        int i = 0;
-        for (; c->keys && g->keys && c->keys[i].name && g->keys[i].name; i++) {
-            CU_ASSERT_STRING_EQUAL(c->keys[i].name, g->keys[i].name);
-            CU_ASSERT_STRING_EQUAL(c->keys[i].default_value, g->keys[i].default_value);
-        }
-        CU_ASSERT((!c->keys || !c->keys[i].name) && (!g->keys || !g->keys[i].name));
+        CU_ASSERT_EQUAL(c->flags, g->flags & ~(uint32_t)GLIA_KERNEL_CAPTURABLE);  /* only CUDA graphs capture */
+        CU_ASSERT(g->flags & GLIA_KERNEL_CAPTURABLE);
     }
 }
 

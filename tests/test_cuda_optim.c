@@ -28,18 +28,13 @@ static void make_pair(const char *name, const char *ini, struct glia_optimizer *
     if (!st) st = glia_optimizer_new_for(cuda_ctx, name, ini, GLIA_DEVICE_CUDA, gpu);
     if (st) printf("\n  %s: %s\n", name, glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_EQUAL((*cpu)->ops->device_type, GLIA_DEVICE_CPU);
-    CU_ASSERT_EQUAL((*gpu)->ops->device_type, GLIA_DEVICE_CUDA);
-    CU_ASSERT_EQUAL_FATAL((*cpu)->ops->n_state, (*gpu)->ops->n_state);
-    CU_ASSERT_FATAL((*cpu)->ops->n_state <= 2);
-    /* the same keys, so that one INI file configures both */
-    const struct glia_key *kc = (*cpu)->ops->keys, *kg = (*gpu)->ops->keys;
-    int i = 0;
-    for (; kc[i].name && kg[i].name; i++) {
-        CU_ASSERT_STRING_EQUAL(kc[i].name, kg[i].name);
-        CU_ASSERT_STRING_EQUAL(kc[i].default_value, kg[i].default_value);
-    }
-    CU_ASSERT(!kc[i].name && !kg[i].name);
+    CU_ASSERT_EQUAL((*cpu)->kernel->device_type, GLIA_DEVICE_CPU);
+    CU_ASSERT_EQUAL((*gpu)->kernel->device_type, GLIA_DEVICE_CUDA);
+    CU_ASSERT_EQUAL_FATAL((*cpu)->type->n_state, (*gpu)->type->n_state);
+    CU_ASSERT_FATAL((*cpu)->type->n_state <= 2);
+    /* one optimizer (its keys, its settings) with a kernel per device, so that one INI file configures both */
+    CU_ASSERT_PTR_EQUAL((*cpu)->type, (*gpu)->type);
+    CU_ASSERT_PTR_NOT_EQUAL((*cpu)->kernel, (*gpu)->kernel);
 }
 
 static struct glia_tensor *dev_vec(int64_t n)
@@ -57,7 +52,7 @@ static void run_case(const char *name, const char *ini, bool masked, int64_t n, 
 {
     struct glia_optimizer *oc, *og;
     make_pair(name, ini, &oc, &og);
-    int ns = oc->ops->n_state;
+    int ns = oc->type->n_state;
     size_t nb = (size_t)n * sizeof(float);
     float *w = malloc(nb), *g = malloc(nb), *mask = malloc(nb), *back = malloc(nb);
     float *state[2] = {calloc((size_t)n, sizeof(float)), calloc((size_t)n, sizeof(float))};
@@ -79,8 +74,8 @@ static void run_case(const char *name, const char *ini, bool masked, int64_t n, 
         struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu};
         struct glia_opt_step sg = {dw->data, dg->data, dsp, (size_t)n, masked ? (const float *)dmask->data : NULL,
                                    lr, step, cuda_gpu};
-        CU_ASSERT_EQUAL_FATAL(oc->ops->step(oc, &sc), GLIA_OK);
-        glia_status st = og->ops->step(og, &sg);
+        CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
+        glia_status st = og->kernel->step(og, &sg);
         if (st) printf("\n  cuda step: %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
         CU_ASSERT_FATAL(glia_tensor_to_host(dw, back, nb) == GLIA_OK);
@@ -181,7 +176,7 @@ static void test_refusals(void)
     float w[4] = {0}, g[4] = {0}, s0[4] = {0}, s1[4] = {0};
     float *state[2] = {s0, s1};
     struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu};
-    CU_ASSERT_EQUAL(o->ops->step(o, &s), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_EINVAL);
     glia_optimizer_free(o);
 }
 

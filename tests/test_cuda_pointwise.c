@@ -97,7 +97,7 @@ static double pair_diff(const struct pair_case *k)
     cuda_build(k->ini, "cpu", cuda_cpu, k->in, k->n_in, &C);
     cuda_build(k->ini, NULL, cuda_gpu, k->in, k->n_in, &G);
     struct glia_shape os;
-    CU_ASSERT_FATAL(C.ops->infer_shape(&C.l, k->in, k->n_in, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(C.type->infer_shape(&C.l, k->in, k->n_in, &os) == GLIA_OK);
     struct glia_rng rng;
     glia__rng_seed(&rng, k->seed);
     struct glia_tensor *xc[GLIA__MAX_INPUTS], *xg[GLIA__MAX_INPUTS], *dxc[GLIA__MAX_INPUTS], *dxg[GLIA__MAX_INPUTS];
@@ -132,14 +132,14 @@ static double pair_diff(const struct pair_case *k)
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
     for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
     struct glia_fwd fc = {inc, k->n_in, outc, NULL, true, 77, false, 0, NULL}, fg = {ing, k->n_in, outg, NULL, true, 77, false, 0, NULL};
-    CU_ASSERT_FATAL(C.ops->forward(&C.l, &fc) == GLIA_OK);
-    glia_status st = G.ops->forward(&G.l, &fg);
+    CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
+    glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     double d = tdiff(outc, outg);
     struct glia_bwd bc = {inc, k->n_in, outc, doutc, dxc, acc, NULL}, bg = {ing, k->n_in, outg, doutg, dxg, acc, NULL};
-    CU_ASSERT_FATAL(C.ops->backward(&C.l, &bc) == GLIA_OK);
-    st = G.ops->backward(&G.l, &bg);
+    CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
+    st = G.kernel->backward(&G.l, &bg);
     if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     for (int i = 0; i < k->n_in; i++)
@@ -236,7 +236,7 @@ static void test_relu_torch_values(void)
     for (int k = 0; k < 2; k++) {
         struct cuda_built G;
         cuda_build(inis[k], NULL, cuda_gpu, &s, 1, &G);
-        CU_ASSERT_EQUAL(G.ops->device_type, GLIA_DEVICE_CUDA);
+        CU_ASSERT_EQUAL(G.kernel->device_type, GLIA_DEVICE_CUDA);
         float nan_fill[n];
         for (int i = 0; i < n; i++) nan_fill[i] = NAN;
         struct glia_tensor *tx = cuda_put(cuda_gpu, s, NCHW, x), *ty = cuda_put(cuda_gpu, s, NCHW, nan_fill);
@@ -244,11 +244,11 @@ static void test_relu_torch_values(void)
         struct glia_tensor *tdx = cuda_put(cuda_gpu, s, NCHW, nan_fill);
         const struct glia_tensor *in[1] = {tx};
         struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
-        CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
+        CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
         struct glia_tensor *din[1] = {tdx};
         bool acc[1] = {false};
         struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL};
-        CU_ASSERT_FATAL(G.ops->backward(&G.l, &ba) == GLIA_OK);
+        CU_ASSERT_FATAL(G.kernel->backward(&G.l, &ba) == GLIA_OK);
         struct glia_tensor *hy = cuda_get(ty), *hdx = cuda_get(tdx);
         const float *y = glia_tensor_f32(hy), *dx = glia_tensor_f32(hdx), *want_dx = k ? want_expr : want_layer;
         for (int i = 0; i < n; i++) {
@@ -379,28 +379,29 @@ static void test_pointwise_special_values(void)
         }
 }
 
-/* a configuration error of the expression is reported by the CUDA impl's create like the CPU's */
+/* a configuration error of the expression is reported for a layer on the CUDA kernel like on the CPU's, naming the
+ * file and line, and leaves nothing behind */
 static void test_pointwise_bad_expr(void)
 {
     cpu_plugins();
     struct glia_config *cfg;
     CU_ASSERT_FATAL(glia_config_parse_string(cuda_ctx, "layer.ini", "[l]\ntype = pointwise\nexpr = x +* 2\n", &cfg) ==
                     GLIA_OK);
-    const struct glia_layer_ops *ops = NULL;
-    for (int i = 0; i < cuda_ctx->n_features && !ops; i++) {
-        const struct glia__feature *f = &cuda_ctx->features[i];
-        const struct glia_layer_ops *o = f->ops;
-        if (f->kind == GLIA__FEAT_LAYER && !strcmp(o->type, "pointwise") && o->device_type == GLIA_DEVICE_CUDA) ops = o;
-    }
-    CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
+    const struct glia_layer_type *type = glia__find_type(cuda_ctx, "pointwise");
+    const struct glia_kernel *k = glia__find_kernel_for(cuda_ctx, "pointwise", GLIA_DEVICE_CUDA);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(k);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), type->keys};
     CU_ASSERT_FATAL(glia__section_validate(cfg->sections[0], sch, 2) == GLIA_OK);
     struct glia_shape in = S(2, 2, 3, 0, 0);
-    struct glia_layer l = {.name = "l", .ops = ops, .ctx = cuda_ctx, .backend = cuda_gpu};
-    glia_status st = ops->create(&l, cfg->sections[0], &in, 1);
+    struct glia_layer l = {.name = "l", .type = type, .kernel = k, .ctx = cuda_ctx, .backend = cuda_gpu};
+    bool created = true;
+    glia_status st = glia__layer_create(&l, cfg->sections[0], &in, 1, &created);
     CU_ASSERT_EQUAL(st, GLIA_ECONFIG);
+    CU_ASSERT(!created);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "layer.ini:3"));
-    CU_ASSERT_PTR_NULL(l.priv);
+    CU_ASSERT_PTR_NULL(l.attrs);
+    CU_ASSERT_PTR_NULL(l.state);
     glia_config_free(cfg);
 }
 

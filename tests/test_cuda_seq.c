@@ -100,7 +100,7 @@ static void test_embedding_out_of_range(void)
     const float w[8] = {10, 11, 20, 21, 30, 31, 40, 41};
     struct cuda_built G;
     cuda_build("[e]\ntype = embedding\nvocab = 4\ndim = 2\n", "cuda", cuda_gpu, &ts, 1, &G);
-    CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, &ts, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(G.type->infer_shape(&G.l, &ts, 1, &os) == GLIA_OK);
     struct glia_param *pw = &G.l.params[0];
     CU_ASSERT_FATAL(glia_tensor_from_host(pw->value, w, sizeof w) == GLIA_OK);
     struct glia_tensor *tok, *y = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
@@ -115,8 +115,8 @@ static void test_embedding_out_of_range(void)
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
     pw->grad_unset = true;
-    CU_ASSERT_FATAL(G.ops->forward(&G.l, &fa) == GLIA_OK);
-    CU_ASSERT_FATAL(G.ops->backward(&G.l, &ba) == GLIA_OK);
+    CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
+    CU_ASSERT_FATAL(G.kernel->backward(&G.l, &ba) == GLIA_OK);
     float yh[12], gh[8];
     CU_ASSERT_FATAL(glia_tensor_to_host(y, yh, sizeof yh) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(pw->grad, gh, sizeof gh) == GLIA_OK);
@@ -148,7 +148,7 @@ static void test_embedding_padding_init(void)
         glia_status st = glia_layer_run_new(cuda_ctx, inis[k], cuda_gpu->device, &ts, 1, GLIA_CONTIGUOUS, 9, &r);
         if (st) printf("\n  %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
-        CU_ASSERT_EQUAL(glia_layer_run_layer(r)->ops->device_type, GLIA_DEVICE_CUDA);
+        CU_ASSERT_EQUAL(glia_layer_run_layer(r)->kernel->device_type, GLIA_DEVICE_CUDA);
         CU_ASSERT_FATAL(glia_tensor_to_host(glia_layer_run_layer(r)->params[0].value, w[k], sizeof w[k]) == GLIA_OK);
         glia_layer_run_free(r);
     }
@@ -165,7 +165,7 @@ static void test_seq_pool_eval_keeps_nothing(void)
     for (int b = 0; b < 2; b++) {
         const struct glia_shape *in = b ? big : small;
         struct glia_shape os;
-        CU_ASSERT_FATAL(G.ops->infer_shape(&G.l, in, 2, &os) == GLIA_OK);
+        CU_ASSERT_FATAL(G.type->infer_shape(&G.l, in, 2, &os) == GLIA_OK);
         struct glia_tensor *x, *tok, *dx, *y, *dy;
         CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_F32, &in[0], &x) == GLIA_OK);
         CU_ASSERT_FATAL(glia_tensor_zeros(cuda_gpu, GLIA_F32, &in[0], &dx) == GLIA_OK);
@@ -177,12 +177,12 @@ static void test_seq_pool_eval_keeps_nothing(void)
         bool acc[2] = {false, false};
         struct glia_fwd fa = {xi, 2, y, NULL, false, 1, false, 0, NULL};
         struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL};
-        CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_OK);
-        CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_EINVAL);
+        CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &ba), GLIA_EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "[p] seq_pool (max) backward needs a training forward"));
         fa.train = true;
-        CU_ASSERT_EQUAL(G.ops->forward(&G.l, &fa), GLIA_OK);
-        CU_ASSERT_EQUAL(G.ops->backward(&G.l, &ba), GLIA_OK);
+        CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &ba), GLIA_OK);
         CU_ASSERT_EQUAL(glia_backend_sync(cuda_gpu), GLIA_OK);
         struct glia_tensor *all[] = {x, tok, dx, y, dy};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);

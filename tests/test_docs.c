@@ -224,12 +224,12 @@ static void test_layers_and_optimizers(void)
     int bad = 0, layers = 0, optimizers = 0;
     for (int i = 0; i < ctx->n_features; i++) {
         const struct glia__feature *ft = &ctx->features[i];
-        if (ft->kind == GLIA__FEAT_LAYER) {
-            const struct glia_layer_ops *o = ft->ops;
-            bad += check_row("**Layer types**", "layer", o->type, o->keys);
+        if (ft->kind == GLIA__FEAT_TYPE) {
+            const struct glia_layer_type *o = ft->ops;
+            bad += check_row("**Layer types**", "layer", o->name, o->keys);
             layers++;
         } else if (ft->kind == GLIA__FEAT_OPTIMIZER) {
-            const struct glia_optimizer_ops *o = ft->ops;
+            const struct glia_optimizer_type *o = ft->ops;
             bad += check_row("**Optimizers**", "optimizer", o->name, o->keys);
             optimizers++;
         }

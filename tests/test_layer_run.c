@@ -36,7 +36,7 @@ static void test_linear_values(void)
     const int N = 3, I = 5, O = 4;
     struct glia_layer_run *r = run_new(c, "[fc]\ntype = linear\noutputs = 4\n", cpu, S(2, N, I, 0, 0), GLIA_CONTIGUOUS, 7);
     struct glia_layer *l = glia_layer_run_layer(r);
-    CU_ASSERT_STRING_EQUAL(l->ops->impl, "cpu");
+    CU_ASSERT_STRING_EQUAL(l->kernel->impl, "cpu");
     CU_ASSERT_EQUAL(glia_layer_run_backend(r)->device.type, GLIA_DEVICE_CPU);
     CU_ASSERT_EQUAL_FATAL(l->n_params, 2);
     CU_ASSERT_PTR_NULL(glia_layer_run_input(r, 1));
@@ -187,7 +187,7 @@ static void test_cuda_matches_cpu(void)
     for (int f = 0; f < 2; f++) {
         enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
         struct glia_layer_run *a = run_new(c, ini, cpu, S(4, 2, 3, 7, 6), fmt, 5), *g = run_new(c, ini, cuda, S(4, 2, 3, 7, 6), fmt, 5);
-        CU_ASSERT_EQUAL(glia_layer_run_layer(g)->ops->device_type, GLIA_DEVICE_CUDA);
+        CU_ASSERT_EQUAL(glia_layer_run_layer(g)->kernel->device_type, GLIA_DEVICE_CUDA);
         CU_ASSERT_EQUAL(glia_layer_run_forward(a, true), GLIA_OK);
         CU_ASSERT_EQUAL(glia_layer_run_backward(a), GLIA_OK);
         CU_ASSERT_EQUAL(glia_layer_run_forward(g, true), GLIA_OK);

@@ -59,7 +59,7 @@ static void test_label_smoothing_value(void)
     glia_tensor_i32(y)[0] = 0;
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd a = {in, 1, out, y, false, 0, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
     double want = 0.8 * (lse - 1) + 0.2 * ((lse - 1) + (lse - 2) + (lse - 3)) / 3;
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(out)[0], want, 1e-5);
@@ -125,17 +125,16 @@ static void check_forward(const char *ini, const float *x, const float *want, in
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     layer_build(ctx, ini, &sh, 1, &B);
-    const struct glia_layer_ops *ops = B.ops;
-    const char *type = ops->type;
-    CU_ASSERT_PTR_NOT_NULL(ops->flops);
-    CU_ASSERT_FATAL(ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    const char *type = B.type->name;
+    CU_ASSERT_PTR_NOT_NULL(B.type->flops);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     CU_ASSERT(glia_shape_equal(&os, &sh));
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &ty) == GLIA_OK);
     memcpy(glia_tensor_f32(tx), x, (size_t)n * sizeof *x);
     const struct glia_tensor *in[1] = {tx};
     struct glia_fwd a = {in, 1, ty, NULL, false, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(ops->forward(&B.l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     const float *y = glia_tensor_f32(ty);
     for (int i = 0; i < n; i++) {
         bool ok = isfinite(y[i]) && fabs((double)y[i] - want[i]) <= 1e-6 * fmax(1.0, fabs(want[i]));
@@ -192,7 +191,7 @@ static void test_relu_edges(void)
     memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
     const struct glia_tensor *in[1] = {tx};
     struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     const float *y = glia_tensor_f32(ty), *dx = glia_tensor_f32(tdx);
     for (int i = 0; i < n; i++) {
         bool same = memcmp(&y[i], &want_y[i], sizeof y[i]) == 0 || (isnan(y[i]) && isnan(want_y[i]));
@@ -204,7 +203,7 @@ static void test_relu_edges(void)
         bool acc[1] = {add};
         for (int i = 0; i < n; i++) glia_tensor_f32(tdx)[i] = add ? 0.0f : NAN;  /* written over garbage, or += */
         struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL};
-        CU_ASSERT_FATAL(B.ops->backward(&B.l, &ba) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
         for (int i = 0; i < n; i++) {
             bool same = dx[i] == want_dx[i] || (isnan(dx[i]) && isnan(want_dx[i]));
             if (!same) printf("\n  relu'(%g) * %g = %g, want %g (accumulate %d)", x[i], dy[i], dx[i], want_dx[i], add);
@@ -253,7 +252,7 @@ static void test_dropout_statistics(void)
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     layer_build(ctx, "[d]\ntype = dropout\np = 0.25\n", &sh, 1, &B);
-    const struct glia_layer_ops *ops = B.ops;
+    const struct glia_kernel *ops = B.kernel;
     struct glia_backend *b = B.b;
     struct glia_layer *l = &B.l;
     struct glia_tensor *x, *y1, *y2;
@@ -357,27 +356,31 @@ static glia_status bad_unset_backward(struct glia_layer *l, const struct glia_bw
 }
 
 #define BROKEN(name_, bw)                                                                    \
-    static const struct glia_layer_ops name_##_ops = {                                       \
-        .struct_size = sizeof(struct glia_layer_ops), .type = #name_, .impl = "cpu",        \
-        .min_inputs = 1, .max_inputs = 1, .create = id_create, .infer_shape = id_infer,      \
+    static const struct glia_layer_type name_##_type = {                                     \
+        .struct_size = sizeof(struct glia_layer_type), .name = #name_, .min_inputs = 1,      \
+        .max_inputs = 1, .create = id_create, .infer_shape = id_infer};                      \
+    static const struct glia_kernel name_##_ops = {                                          \
+        .struct_size = sizeof(struct glia_kernel), .type = #name_, .impl = "cpu",            \
         .forward = id_forward, .backward = bw};
 BROKEN(bad_scale, bad_scale_backward)
 BROKEN(bad_acc, bad_acc_backward)
 BROKEN(bad_unset, bad_unset_backward)
 
-static void expect_caught(const struct glia_layer_ops *ops, const char *ini, const char *msg)
+static void expect_caught(const struct glia_layer_type *type, const struct glia_kernel *ops, const char *ini,
+                          const char *msg)
 {
     struct glia_shape in = S(2, 3, 4, 0, 0);
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     struct glia_registry r = {ctx, -1};
-    CU_ASSERT_FATAL(glia_register_layer(&r, ops) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_layer_type(&r, type) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_kernel(&r, ops) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, ini, &in, 1, 1, 1e-2, NULL), GLIA_ENUMERIC);
     if (!strstr(glia_context_error(ctx), msg)) printf("\n  got: %s\n", glia_context_error(ctx));
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msg));
     glia_context_free(ctx);
 }
 
-/* ---- the init_param slot (ABI 1.9) ---- */
+/* ---- the init_param slot ---- */
 
 /* a layer with parameters "a" (3) and "b" (2), both init 1.5, whose init_param sets b to 42 + its index */
 static glia_status two_params_create(struct glia_layer *l, const struct glia_section *c, const struct glia_shape *in,
@@ -392,26 +395,30 @@ static void set_b(const struct glia_layer *l, int index, float *values)
     if (!strcmp(l->params[index].name, "b"))
         for (int i = 0; i < 2; i++) values[i] = 42.0f + (float)i;
 }
-static const struct glia_layer_ops init_new_ops = {
-    .struct_size = sizeof(struct glia_layer_ops), .type = "init_new", .impl = "cpu", .min_inputs = 1,
-    .max_inputs = 1, .create = two_params_create, .infer_shape = id_infer, .forward = id_forward,
-    .init_param = set_b};
-/* built against ABI 1.8: the struct ends before init_param, so whatever follows it is not read */
-static const struct glia_layer_ops init_old_ops = {
-    .struct_size = offsetof(struct glia_layer_ops, init_param), .type = "init_old", .impl = "cpu",
-    .min_inputs = 1, .max_inputs = 1, .create = two_params_create, .infer_shape = id_infer,
-    .forward = id_forward, .init_param = set_b};
+static const struct glia_layer_type init_new_type = {
+    .struct_size = sizeof(struct glia_layer_type), .name = "init_new", .min_inputs = 1, .max_inputs = 1,
+    .create = two_params_create, .infer_shape = id_infer, .init_param = set_b};
+/* the same without the slot: the drawn values stay */
+static const struct glia_layer_type init_none_type = {
+    .struct_size = sizeof(struct glia_layer_type), .name = "init_none", .min_inputs = 1, .max_inputs = 1,
+    .create = two_params_create, .infer_shape = id_infer};
+static const struct glia_kernel init_new_cpu = {
+    .struct_size = sizeof(struct glia_kernel), .type = "init_new", .impl = "cpu", .forward = id_forward};
+static const struct glia_kernel init_none_cpu = {
+    .struct_size = sizeof(struct glia_kernel), .type = "init_none", .impl = "cpu", .forward = id_forward};
 
-/* The core draws a parameter's declared init, then hands it to the layer's init_param (for each parameter,
- * with its index), unless the layer's struct_size ends before the slot. */
+/* The core draws a parameter's declared init, then hands it to the type's init_param (for each parameter, with its
+ * index), when the type has one. */
 static void test_init_param_slot(void)
 {
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     struct glia_registry r = {ctx, -1};
-    CU_ASSERT_FATAL(glia_register_layer(&r, &init_new_ops) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_register_layer(&r, &init_old_ops) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_layer_type(&r, &init_new_type) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_layer_type(&r, &init_none_type) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_kernel(&r, &init_new_cpu) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_register_kernel(&r, &init_none_cpu) == GLIA_OK);
     struct glia_shape in = S(2, 2, 3, 0, 0);
-    const char *inis[2] = {"[l]\ntype = init_new\n", "[l]\ntype = init_old\n"};
+    const char *inis[2] = {"[l]\ntype = init_new\n", "[l]\ntype = init_none\n"};
     for (int k = 0; k < 2; k++) {
         struct glia_layer_run *run;
         glia_status st = glia_layer_run_new(ctx, inis[k], (struct glia_device){GLIA_DEVICE_CPU, 0}, &in, 1,
@@ -429,17 +436,17 @@ static void test_init_param_slot(void)
 
 static void test_checker_catches_wrong_gradient(void)
 {
-    expect_caught(&bad_scale_ops, "[b]\ntype = bad_scale\n", "gradcheck [b]: error");
+    expect_caught(&bad_scale_type, &bad_scale_ops, "[b]\ntype = bad_scale\n", "gradcheck [b]: error");
 }
 
 static void test_checker_catches_ignored_accumulate(void)
 {
-    expect_caught(&bad_acc_ops, "[b]\ntype = bad_acc\n", "gradient contract: [b] input 0");
+    expect_caught(&bad_acc_type, &bad_acc_ops, "[b]\ntype = bad_acc\n", "gradient contract: [b] input 0");
 }
 
 static void test_checker_catches_write_over_garbage(void)
 {
-    expect_caught(&bad_unset_ops, "[b]\ntype = bad_unset\n", "gradcheck [b]: error inf");
+    expect_caught(&bad_unset_type, &bad_unset_ops, "[b]\ntype = bad_unset\n", "gradcheck [b]: error inf");
 }
 
 GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),

@@ -738,8 +738,8 @@ static void test_cli_plugins(void)
     out[k] = '\0';
     CU_ASSERT_EQUAL(pclose(p), 0);
     char want[800];
-    snprintf(want, sizeof want, "\nmarker 1.0 (MIT) — loader fixture: says when it is loaded\n    %s/marker.so\n"
-                                "  layer marker (impl cpu): loader fixture: y = x\n", d);
+    snprintf(want, sizeof want, "\nmarker 2.0 (MIT) — loader fixture: says when it is loaded\n    %s/marker.so\n"
+                                "  layer marker: loader fixture: y = x\n  kernel marker impl cpu (cpu)\n", d);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
     /* by name: linear comes before marker, marker before relu */
     const char *lin = strstr(out, "\nlinear "), *mk = strstr(out, "\nmarker "), *relu = strstr(out, "\nrelu ");

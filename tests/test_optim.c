@@ -116,8 +116,8 @@ static void run_opt(const char *name, const char *ini, int n_state, ref_fn ref, 
     glia_status st = glia_optimizer_new(ctx, name, ini, &o);
     if (st) printf("\n  %s\n", glia_context_error(ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_STRING_EQUAL(o->ops->name, name);
-    CU_ASSERT_EQUAL_FATAL(o->ops->n_state, n_state);
+    CU_ASSERT_STRING_EQUAL(o->type->name, name);
+    CU_ASSERT_EQUAL_FATAL(o->type->n_state, n_state);
     static float w[N], g[N], mask[N], state[MAX_STATE][N];
     static double rw[N], w0[N], rstate[MAX_STATE][N];
     memset(state, 0, sizeof state);
@@ -138,7 +138,7 @@ static void run_opt(const char *name, const char *ini, int n_state, ref_fn ref, 
         }
         double lr = lr0 * (1 - 0.1 * (step - 1));
         struct glia_opt_step s = {w, g, sp, N, masked ? mask : NULL, lr, step, NULL};
-        CU_ASSERT_EQUAL(o->ops->step(o, &s), GLIA_OK);
+        CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
         ref(&c, lr, rw, rsp, g, masked ? mask : NULL, step);
         for (int i = 0; i < N; i++) maxerr = fmax(maxerr, fabs(w[i] - rw[i]));
         for (int k = 0; k < n_state; k++) {
@@ -191,7 +191,7 @@ static void test_decay_mask(void)
     float w[2] = {1, 1}, g[2] = {0, 0}, buf[2] = {0}, mask[2] = {1, 0};
     float *state[1] = {buf};
     struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL};
-    CU_ASSERT_EQUAL(o->ops->step(o, &s), GLIA_OK);
+    CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
     CU_ASSERT_DOUBLE_EQUAL(w[0], 0.95, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(w[1], 1.0, 1e-6);
     glia_optimizer_free(o);
@@ -251,7 +251,7 @@ static void test_decay_mask_adam_adadelta(void)
         float w[2] = {1, 1}, g[2] = {0, 0}, m[2] = {0}, v[2] = {0}, mask[2] = {1, 0};
         float *state[2] = {m, v};
         struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL};
-        CU_ASSERT_EQUAL(o->ops->step(o, &s), GLIA_OK);
+        CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
         if (!(w[0] < 1.0f) || w[1] != 1.0f) printf("\n  %s: w = %g %g\n", names[k], w[0], w[1]);
         CU_ASSERT(w[0] < 1.0f);
         CU_ASSERT_EQUAL(w[1], 1.0f);
@@ -286,7 +286,7 @@ static void test_adadelta_weight_decay(void)
 }
 
 /* The schema defaults are torch's (the formula runs cannot tell eps 1e-8 from 1e-7). */
-static double key_default(const struct glia_optimizer_ops *ops, const char *key)
+static double key_default(const struct glia_optimizer_type *ops, const char *key)
 {
     for (const struct glia_key *k = ops->keys; k && k->name; k++)
         if (strcmp(k->name, key) == 0) return k->default_value ? strtod(k->default_value, NULL) : NAN;
@@ -309,10 +309,10 @@ static void test_defaults(void)
         struct glia_optimizer *o;
         CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
         CU_ASSERT_FATAL(glia_optimizer_new(ctx, d[i].opt, NULL, &o) == GLIA_OK);
-        double got = key_default(o->ops, d[i].key);
+        double got = key_default(o->type, d[i].key);
         if (got != d[i].want) printf("\n  %s %s: default %g, want %g\n", d[i].opt, d[i].key, got, d[i].want);
         CU_ASSERT_EQUAL(got, d[i].want);
-        CU_ASSERT_EQUAL(o->ops->device_type, GLIA_DEVICE_CPU);
+        CU_ASSERT_EQUAL(o->kernel->device_type, GLIA_DEVICE_CPU);
         glia_optimizer_free(o);
         glia_context_free(ctx);
     }

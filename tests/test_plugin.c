@@ -409,27 +409,47 @@ static void test_register_refusals(void)
 {
     struct glia_context *ctx = new_ctx();
     struct glia_registry r = {ctx, -1};
-    struct glia_layer_ops lay = {.struct_size = sizeof lay, .type = "probe_layer", .impl = "cpu", .create = l_create,
-                                 .infer_shape = l_infer, .forward = l_forward};
-    CU_ASSERT_EQUAL(glia_register_layer(&r, &lay), GLIA_OK);
-    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EEXIST,
+    struct glia_layer_type lay = {.struct_size = sizeof lay, .name = "probe_layer", .create = l_create,
+                                  .infer_shape = l_infer};
+    CU_ASSERT_EQUAL(glia_register_layer_type(&r, &lay), GLIA_OK);
+    expect_refusal(ctx, glia_register_layer_type(&r, &lay), GLIA_EEXIST,
                    (const char *[]){"libglia", "'probe_layer'", "already registered", NULL});
-    struct glia_layer_ops no_fwd = lay;
-    no_fwd.impl = "other", no_fwd.forward = NULL;
-    expect_refusal(ctx, glia_register_layer(&r, &no_fwd), GLIA_EINVAL, (const char *[]){"forward are required", NULL});
-    struct glia_layer_ops old = lay;
-    old.impl = "old", old.struct_size = 8;
-    expect_refusal(ctx, glia_register_layer(&r, &old), GLIA_EABI, (const char *[]){"8 bytes", "ABI 1.0", NULL});
-    expect_refusal(ctx, glia_register_layer(&r, NULL), GLIA_EABI, (const char *[]){"glia_register_layer", NULL});
+    struct glia_layer_type no_infer = lay;
+    no_infer.name = "other", no_infer.infer_shape = NULL;
+    expect_refusal(ctx, glia_register_layer_type(&r, &no_infer), GLIA_EINVAL,
+                   (const char *[]){"create and infer_shape are required", NULL});
+    struct glia_layer_type old = lay;
+    old.name = "old", old.struct_size = 8;
+    expect_refusal(ctx, glia_register_layer_type(&r, &old), GLIA_EABI, (const char *[]){"8 bytes", "ABI 2.0", NULL});
+    expect_refusal(ctx, glia_register_layer_type(&r, NULL), GLIA_EABI, (const char *[]){"glia_register_layer_type", NULL});
 
-    struct glia_optimizer_ops opt = {.struct_size = sizeof opt, .name = "probe_opt", .create = o_create, .step = o_step};
-    CU_ASSERT_EQUAL(glia_register_optimizer(&r, &opt), GLIA_OK);
-    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EEXIST, (const char *[]){"'probe_opt'", NULL});
-    struct glia_optimizer_ops no_step = opt;
-    no_step.name = "probe_opt2", no_step.step = NULL;
-    expect_refusal(ctx, glia_register_optimizer(&r, &no_step), GLIA_EINVAL, (const char *[]){"step are required", NULL});
-    no_step.step = o_step, no_step.struct_size = 4;
-    expect_refusal(ctx, glia_register_optimizer(&r, &no_step), GLIA_EABI, (const char *[]){"too small", NULL});
+    /* a kernel may come before its type (another plugin may own it); one per (type, impl); auto is the core's */
+    struct glia_kernel k = {.struct_size = sizeof k, .type = "probe_later", .impl = "cpu", .forward = l_forward};
+    CU_ASSERT_EQUAL(glia_register_kernel(&r, &k), GLIA_OK);
+    expect_refusal(ctx, glia_register_kernel(&r, &k), GLIA_EEXIST,
+                   (const char *[]){"kernel 'cpu' of layer type 'probe_later' is already registered", NULL});
+    struct glia_kernel bad = k;
+    bad.impl = "other", bad.forward = NULL;
+    expect_refusal(ctx, glia_register_kernel(&r, &bad), GLIA_EINVAL, (const char *[]){"forward are required", NULL});
+    bad.forward = l_forward, bad.impl = "auto";
+    expect_refusal(ctx, glia_register_kernel(&r, &bad), GLIA_EINVAL, (const char *[]){"impl 'auto' is the core's", NULL});
+    bad.impl = "small", bad.struct_size = 8;
+    expect_refusal(ctx, glia_register_kernel(&r, &bad), GLIA_EABI, (const char *[]){"8 bytes", "ABI 2.0", NULL});
+
+    struct glia_optimizer_type opt = {.struct_size = sizeof opt, .name = "probe_opt", .create = o_create};
+    CU_ASSERT_EQUAL(glia_register_optimizer_type(&r, &opt), GLIA_OK);
+    expect_refusal(ctx, glia_register_optimizer_type(&r, &opt), GLIA_EEXIST, (const char *[]){"'probe_opt'", NULL});
+    struct glia_optimizer_type no_create = opt;
+    no_create.name = "probe_opt2", no_create.create = NULL;
+    expect_refusal(ctx, glia_register_optimizer_type(&r, &no_create), GLIA_EINVAL,
+                   (const char *[]){"create are required", NULL});
+    no_create.create = o_create, no_create.struct_size = 4;
+    expect_refusal(ctx, glia_register_optimizer_type(&r, &no_create), GLIA_EABI, (const char *[]){"too small", NULL});
+    struct glia_optimizer_kernel ok = {.struct_size = sizeof ok, .type = "probe_opt", .step = o_step};
+    CU_ASSERT_EQUAL(glia_register_optimizer_kernel(&r, &ok), GLIA_OK);
+    expect_refusal(ctx, glia_register_optimizer_kernel(&r, &ok), GLIA_EEXIST, (const char *[]){"already registered", NULL});
+    ok.type = "probe_opt3", ok.step = NULL;
+    expect_refusal(ctx, glia_register_optimizer_kernel(&r, &ok), GLIA_EINVAL, (const char *[]){"step are required", NULL});
 
     struct glia_backend_ops be = {.struct_size = sizeof be, .name = "probe_backend"};  /* no open, alloc, ... */
     expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EINVAL, (const char *[]){"gemm_f32 are required", NULL});
@@ -461,37 +481,36 @@ static void test_register_refuses_duplicate_keys(void)
     struct glia_context *ctx = new_ctx();
     CU_ASSERT_EQUAL(load(ctx, fixture("dup_key"), GLIA_EINVAL), GLIA_EINVAL);
     char want[1200];
-    snprintf(want, sizeof want, "%s: layer type 'fixture_dup_key' impl 'cpu': key 'units' is declared twice in its keys",
+    snprintf(want, sizeof want, "%s: layer type 'fixture_dup_key': key 'units' is declared twice in its keys",
              fixture("dup_key"));
     ASSERT_MSG_HAS(ctx, want);
-    CU_ASSERT_PTR_NULL(glia__find_layer(ctx, "fixture_dup_key", "cpu"));
+    CU_ASSERT_PTR_NULL(glia__find_type(ctx, "fixture_dup_key"));
 
     struct glia_registry r = {ctx, -1};
     static const struct glia_key twice[] = {GLIA_KEY("beta", GLIA_KEY_FLOAT, "0.9", "a"),
                                             GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-8", "b"),
                                             GLIA_KEY("beta", GLIA_KEY_FLOAT, "0.99", "c"), GLIA_KEY_END};
-    struct glia_optimizer_ops opt = {.struct_size = sizeof opt, .name = "dup_opt", .keys = twice, .create = o_create,
-                                     .step = o_step};
-    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EINVAL,
+    struct glia_optimizer_type opt = {.struct_size = sizeof opt, .name = "dup_opt", .keys = twice, .create = o_create};
+    expect_refusal(ctx, glia_register_optimizer_type(&r, &opt), GLIA_EINVAL,
                    (const char *[]){"libglia: optimizer 'dup_opt': key 'beta' is declared twice in its keys", NULL});
-    CU_ASSERT_PTR_NULL(glia__find_optimizer(ctx, "dup_opt", -1));
+    CU_ASSERT_PTR_NULL(glia__find_optimizer_type(ctx, "dup_opt"));
     opt.keys = twice + 1;  /* eps, beta: fine */
     opt.n_state = 5;
-    expect_refusal(ctx, glia_register_optimizer(&r, &opt), GLIA_EINVAL,
+    expect_refusal(ctx, glia_register_optimizer_type(&r, &opt), GLIA_EINVAL,
                    (const char *[]){"optimizer 'dup_opt': n_state 5, at most 4 state arrays are supported", NULL});
     opt.n_state = 4;
-    CU_ASSERT_EQUAL(glia_register_optimizer(&r, &opt), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_register_optimizer_type(&r, &opt), GLIA_OK);
 
     static const struct glia_key impl_again[] = {GLIA_KEY("impl", GLIA_KEY_STRING, "fast", "mine"), GLIA_KEY_END};
-    struct glia_layer_ops lay = {.struct_size = sizeof lay, .type = "dup_layer", .impl = "cpu", .keys = impl_again,
-                                 .create = l_create, .infer_shape = l_infer, .forward = l_forward};
-    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EINVAL,
-                   (const char *[]){"layer type 'dup_layer' impl 'cpu': key 'impl' is declared again (every layer "
+    struct glia_layer_type lay = {.struct_size = sizeof lay, .name = "dup_layer", .keys = impl_again, .create = l_create,
+                                  .infer_shape = l_infer};
+    expect_refusal(ctx, glia_register_layer_type(&r, &lay), GLIA_EINVAL,
+                   (const char *[]){"layer type 'dup_layer': key 'impl' is declared again (every layer "
                                     "section has type, inputs, impl and weight_decay already)", NULL});
     lay.keys = twice;
-    expect_refusal(ctx, glia_register_layer(&r, &lay), GLIA_EINVAL, (const char *[]){"key 'beta' is declared twice", NULL});
+    expect_refusal(ctx, glia_register_layer_type(&r, &lay), GLIA_EINVAL, (const char *[]){"key 'beta' is declared twice", NULL});
     lay.keys = twice + 1;
-    CU_ASSERT_EQUAL(glia_register_layer(&r, &lay), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_register_layer_type(&r, &lay), GLIA_OK);
     glia_context_free(ctx);
 }
 
@@ -530,7 +549,7 @@ static void test_create_destroy_and_misread(void)
     ASSERT_MSG_HAS(ctx, "gradcheck.ini:3: [fc] outputs: careless_fail refuses every configuration");
     CU_ASSERT_EQUAL(destroys(), d0 + 1);  /* none after the failed create; its weight is freed by the core */
     CU_ASSERT_EQUAL(careless_check(ctx, "[fc]\ntype = careless_misread\noutputs = 4\n"), GLIA_EPLUGIN);
-    ASSERT_MSG_HAS(ctx, "gradcheck.ini:1: [fc] outputz: layer type 'careless_misread' impl 'cpu' (plugin careless): "
+    ASSERT_MSG_HAS(ctx, "gradcheck.ini:1: [fc] outputz: layer type 'careless_misread' (plugin careless): "
                         "glia_section_int reads key 'outputz', which is not among the keys it declares");
     CU_ASSERT_EQUAL(destroys(), d0 + 2);  /* its create returned GLIA_OK: destroy was owed */
     struct glia_layer_run *run = NULL;

@@ -204,10 +204,10 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
     int64_t N = sh.dim[0], C = sh.dim[1], H = sh.dim[2], W = sh.dim[3];
     int64_t OH = kind == GLOBAL ? 1 : n_windows(H, k, s, p), OW = kind == GLOBAL ? 1 : n_windows(W, k, s, p);
     struct glia_shape os, want_os = kind == GLOBAL ? S(2, N, C, 0, 0) : S(4, N, C, OH, OW);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     CU_ASSERT_FATAL(glia_shape_equal(&os, &want_os));
-    CU_ASSERT_PTR_NOT_NULL(B.ops->flops);
-    if (B.ops->flops) CU_ASSERT(B.ops->flops(&B.l, &sh, 1) > 0);
+    CU_ASSERT_PTR_NOT_NULL(B.type->flops);
+    if (B.type->flops) CU_ASSERT(B.type->flops(&B.l, &sh, 1) > 0);
     struct glia_tensor *x, *y, *y2, *dy, *dx;
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &dx) == GLIA_OK);
@@ -243,7 +243,7 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
     convert(ldy, dy);
     const struct glia_tensor *in[1] = {lx};
     struct glia_fwd fa = {in, 1, ly, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     convert(y, ly);
     int bad = 0;
     for (int64_t i = 0; i < glia_tensor_numel(y); i++)
@@ -257,7 +257,7 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
     struct glia_bwd ba = {in, 1, ly, ldy, din, acc, NULL};
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++) dxd[i] = NAN;
     convert(ldx, dx);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     convert(dx, ldx);
     bad = 0;
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++)
@@ -268,7 +268,7 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
     acc[0] = true;
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++) dxd[i] = 0.5f;
     convert(ldx, dx);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     convert(dx, ldx);
     bad = 0;
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++)
@@ -277,11 +277,11 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
                    (long long)i, dxd[i], 0.5 + rdx[i]);
     CU_ASSERT_EQUAL(bad, 0);
     din[0] = NULL;  /* an input that needs no gradient: skipped */
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
 
     fa.out = ly2;
     fa.train = false;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     CU_ASSERT_EQUAL(memcmp(ly->data, ly2->data, glia_tensor_nbytes(ly)), 0);
 
     free(ry);
@@ -345,7 +345,7 @@ static void run_plane(const char *ini, int64_t H, int64_t W, const float *x, flo
     struct built B;
     struct glia_shape sh = S(4, 1, 1, H, W), os;
     build(ini, &sh, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     CU_ASSERT_FATAL(glia_shape_numel(&os) == ny);
     struct glia_tensor *tx, *ty, *tdy, *tdx;
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
@@ -356,11 +356,11 @@ static void run_plane(const char *ini, int64_t H, int64_t W, const float *x, flo
     for (int64_t i = 0; i < ny; i++) glia_tensor_f32(tdy)[i] = 1.0f;
     const struct glia_tensor *in[1] = {tx};
     struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     struct glia_tensor *din[1] = {tdx};
     bool acc[1] = {false};
     struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL};
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     memcpy(y, glia_tensor_f32(ty), (size_t)ny * sizeof *y);
     memcpy(dx, glia_tensor_f32(tdx), (size_t)(H * W) * sizeof *dx);
     glia_tensor_release(tx);
@@ -448,7 +448,7 @@ static void test_maxpool_eval_keeps_nothing(void)
     struct built B;
     struct glia_shape sh = S(4, 2, 1, 4, 4), os;
     build("[p]\ntype = maxpool2d\n", &sh, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     struct glia_tensor *x, *y, *dy, *dx;
     CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &dx) == GLIA_OK);
@@ -459,15 +459,15 @@ static void test_maxpool_eval_keeps_nothing(void)
     bool acc[1] = {false};
     struct glia_fwd fa = {in, 1, y, NULL, false, 1, false, 0, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] maxpool2d backward needs a training forward"));
     fa.train = true;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     /* a bigger batch later grows what training keeps */
     struct glia_shape sh3 = S(4, 3, 1, 4, 4), os3;
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh3, 1, &os3) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh3, 1, &os3) == GLIA_OK);
     CU_ASSERT(os3.dim[0] == 3 && os3.dim[2] == 2 && os3.dim[3] == 2);
     struct glia_tensor *x3, *y3, *dy3, *dx3;
     CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh3, &x3) == GLIA_OK);
@@ -479,8 +479,8 @@ static void test_maxpool_eval_keeps_nothing(void)
     fa.out = y3;
     ba.out = y3;
     ba.dout = dy3;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_OK);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     glia_tensor_release(x);
     glia_tensor_release(y);
     glia_tensor_release(dy);
@@ -499,7 +499,7 @@ static void test_maxpool_formats_alternate(void)
     struct built B;
     struct glia_shape sh = S(4, 2, 3, 5, 6), os;
     build("[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", &sh, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &sh, 1, &os) == GLIA_OK);
     struct glia_tensor *t[2][4];  /* [format][x, y, dy, dx] */
     for (int f = 0; f < 2; f++)
         for (int i = 0; i < 4; i++) t[f][i] = tensor_as(B.b, i == 0 || i == 3 ? sh : os, f);
@@ -519,25 +519,25 @@ static void test_maxpool_formats_alternate(void)
     float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
     struct glia_tensor *back;
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &back) == GLIA_OK);
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[0]), GLIA_OK);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[0]), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa[0]), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba[0]), GLIA_OK);
     memcpy(want, glia_tensor_f32(t[0][3]), (size_t)n * sizeof *want);
     for (int round = 0; round < 2; round++)
         for (int f = 1; f >= 0; f--) {
-            CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[f]), GLIA_OK);
-            CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[!f]), GLIA_EINVAL);
+            CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa[f]), GLIA_OK);
+            CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba[!f]), GLIA_EINVAL);
             CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), f ? "memory format (channels_last, got contiguous)"
                                                                      : "memory format (contiguous, got channels_last)"));
-            CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[f]), GLIA_OK);
+            CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba[f]), GLIA_OK);
             convert(back, t[f][3]);
             memcpy(got, glia_tensor_f32(back), (size_t)n * sizeof *got);
             CU_ASSERT_EQUAL(memcmp(got, want, (size_t)n * sizeof *got), 0);
         }
     /* an eval forward in the other format drops the indices */
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[1]), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa[1]), GLIA_OK);
     fa[0].train = false;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa[0]), GLIA_OK);
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba[1]), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa[0]), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba[1]), GLIA_EINVAL);
     free(want);
     free(got);
     glia_tensor_release(back);

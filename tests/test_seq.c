@@ -113,7 +113,7 @@ static void check_embedding_values(int pad, enum glia_memory_format f)
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     layer_build(ctx, ini, &ts, 1, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
     CU_ASSERT(os.ndim == 4 && os.dim[0] == 2 && os.dim[1] == 2 && os.dim[2] == 1 && os.dim[3] == 3);
     CU_ASSERT_EQUAL(B.l.n_params, 1);
     CU_ASSERT(B.l.params[0].init.kind == GLIA_INIT_NORMAL && B.l.params[0].init.a == 1.0);
@@ -124,7 +124,7 @@ static void check_embedding_values(int pad, enum glia_memory_format f)
     fill(y, NAN);
     const struct glia_tensor *in[1] = {tok};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     for (int n = 0; n < 2; n++)
         for (int d = 0; d < 2; d++)
             for (int l = 0; l < 3; l++) {
@@ -149,7 +149,7 @@ static void check_embedding_values(int pad, enum glia_memory_format f)
     for (int add = 0; add < 2; add++) {
         fill(pw->grad, add ? 1.0f : NAN);
         pw->grad_unset = !add;
-        CU_ASSERT_FATAL(B.ops->backward(&B.l, &ba) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
         const float *g = glia_tensor_f32(pw->grad);
         for (int i = 0; i < 8; i++) {
             if (g[i] != want[i] + (add ? 1.0f : 0.0f))
@@ -222,11 +222,11 @@ static void test_embedding_out_of_range(void)
         layer_build(ctx, k == 2 ? "[e]\ntype = embedding\nvocab = 4\ndim = 2\npadding_idx = -1\n"
                                 : "[e]\ntype = embedding\nvocab = 4\ndim = 2\n",
                     &ts, 1, &B);
-        CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
+        CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
         struct glia_tensor *tok = tokens(B.b, 2, 3, bad[k]), *y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
         const struct glia_tensor *in[1] = {tok};
         struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
-        CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_EINVAL);
+        CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_EINVAL);
         if (!strstr(glia_context_error(ctx), msgs[k])) printf("\n  got: %s\n  want: %s\n", glia_context_error(ctx), msgs[k]);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msgs[k]));
         glia_tensor_release(tok);
@@ -243,7 +243,7 @@ static void test_embedding_deterministic(void)
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     layer_build(ctx, "[e]\ntype = embedding\nvocab = 9\ndim = 5\n", &ts, 1, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
     struct glia_rng rng;
     glia__rng_seed(&rng, 3);
     int32_t tv[16 * 40];
@@ -262,8 +262,8 @@ static void test_embedding_deterministic(void)
     for (int r = 0; r < 2; r++) {
         omp_set_num_threads(r ? 3 : 1);
         B.l.params[0].grad_unset = true;
-        CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
-        CU_ASSERT_FATAL(B.ops->backward(&B.l, &ba) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
         memcpy(g[r], glia_tensor_f32(B.l.params[0].grad), sizeof g[r]);
     }
     omp_set_num_threads(keep);
@@ -294,9 +294,9 @@ static void check_seq_pool_values(bool max, enum glia_memory_format f)
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     layer_build(ctx, max ? "[p]\ntype = seq_pool\nmode = max\n" : "[p]\ntype = seq_pool\n", in, 2, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, in, 2, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, in, 2, &os) == GLIA_OK);
     CU_ASSERT(os.ndim == 2 && os.dim[0] == 3 && os.dim[1] == 2);
-    CU_ASSERT_EQUAL(B.ops->flops(&B.l, in, 2), 24);
+    CU_ASSERT_EQUAL(B.type->flops(&B.l, in, 2), 24);
     struct glia_tensor *x = filled(B.b, in[0], f, xv), *tok = tokens(B.b, 3, 4, tv);
     struct glia_tensor *y = tensor_as(B.b, os, GLIA_CONTIGUOUS), *dy = filled(B.b, os, GLIA_CONTIGUOUS, dyv);
     struct glia_tensor *dx = tensor_as(B.b, in[0], f);
@@ -304,14 +304,14 @@ static void check_seq_pool_values(bool max, enum glia_memory_format f)
     const struct glia_tensor *xi[2] = {x, tok};
     struct glia_tensor *din[2] = {dx, NULL};
     struct glia_fwd fa = {xi, 2, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     const float *yw = max ? y_max : y_mean, *dxw = max ? dx_max : dx_mean;
     for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], yw[i]);
     for (int add = 0; add < 2; add++) {
         bool acc[2] = {add, add};
         struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL};
         fill(dx, add ? 1.0f : NAN);
-        CU_ASSERT_FATAL(B.ops->backward(&B.l, &ba) == GLIA_OK);
+        CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
         for (int n = 0; n < 3; n++)
             for (int c = 0; c < 2; c++)
                 for (int l = 0; l < 4; l++) {
@@ -325,12 +325,12 @@ static void check_seq_pool_values(bool max, enum glia_memory_format f)
     /* eval gives the same values and keeps nothing: a max backward after it is refused */
     fill(y, NAN);
     fa.train = false;
-    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fa) == GLIA_OK);
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], yw[i]);
     if (max) {
         bool acc[2] = {false, false};
         struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL};
-        CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_EINVAL);
+        CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] seq_pool (max) backward needs a training forward"));
     }
     struct glia_tensor *all[] = {x, tok, y, dy, dx};
@@ -374,9 +374,9 @@ static void check_shrink(const char *ini, const struct glia_shape *big, const st
     layer_build(ctx, ini, big, n_in, &A);
     layer_build(ctx, ini, small, n_in, &B);
     struct glia_shape obig, os, os2;
-    CU_ASSERT_FATAL(A.ops->infer_shape(&A.l, big, n_in, &obig) == GLIA_OK);
-    CU_ASSERT_FATAL(A.ops->infer_shape(&A.l, small, n_in, &os) == GLIA_OK);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, small, n_in, &os2) == GLIA_OK);
+    CU_ASSERT_FATAL(A.type->infer_shape(&A.l, big, n_in, &obig) == GLIA_OK);
+    CU_ASSERT_FATAL(A.type->infer_shape(&A.l, small, n_in, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, small, n_in, &os2) == GLIA_OK);
     CU_ASSERT_FATAL(glia_shape_equal(&os, &os2));
     struct glia_rng rng;
     glia__rng_seed(&rng, 17);
@@ -418,8 +418,8 @@ static void check_shrink(const char *ini, const struct glia_shape *big, const st
     bool acc[2] = {false, false};
     struct glia_fwd fa = {ia, n_in, ya, NULL, true, 1, false, 0, NULL}, fb = {ib, n_in, yb, NULL, true, 1, false, 0, NULL};
     struct glia_bwd ba = {ia, n_in, ya, dya, dxa, acc, NULL}, bb = {ib, n_in, yb, dyb, dxb, acc, NULL};
-    CU_ASSERT_FATAL(A.ops->forward(&A.l, &fa) == GLIA_OK && A.ops->backward(&A.l, &ba) == GLIA_OK);
-    CU_ASSERT_FATAL(B.ops->forward(&B.l, &fb) == GLIA_OK && B.ops->backward(&B.l, &bb) == GLIA_OK);
+    CU_ASSERT_FATAL(A.kernel->forward(&A.l, &fa) == GLIA_OK && A.kernel->backward(&A.l, &ba) == GLIA_OK);
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fb) == GLIA_OK && B.kernel->backward(&B.l, &bb) == GLIA_OK);
     double d = max_diff(ya, yb);
     for (int k = 0; k < n_in; k++)
         if (dxa[k]) d = fmax(d, max_diff(dxa[k], dxb[k]));
@@ -499,12 +499,12 @@ static void test_dtype_errors(void)
     struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     layer_build(ctx, "[e]\ntype = embedding\nvocab = 4\ndim = 2\n", &ts, 1, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
     struct glia_tensor *x = tensor_as(B.b, ts, GLIA_CONTIGUOUS), *y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
     fill(x, 1.0f);
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[e] embedding takes i32 token ids (N, L), got f32 2x3"));
     glia_tensor_release(x);
     glia_tensor_release(y);
@@ -512,14 +512,14 @@ static void test_dtype_errors(void)
 
     struct glia_shape ps[2] = {S(4, 2, 3, 1, 4), S(2, 2, 4, 0, 0)};
     layer_build(ctx, "[p]\ntype = seq_pool\n", ps, 2, &B);
-    CU_ASSERT_FATAL(B.ops->infer_shape(&B.l, ps, 2, &os) == GLIA_OK);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, ps, 2, &os) == GLIA_OK);
     struct glia_tensor *f = tensor_as(B.b, ps[0], GLIA_CONTIGUOUS), *t = tensor_as(B.b, ps[1], GLIA_CONTIGUOUS);
     y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
     fill(f, 1.0f);
     fill(t, 1.0f);
     const struct glia_tensor *pin[2] = {f, t};
     struct glia_fwd pa = {pin, 2, y, NULL, true, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &pa), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &pa), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] seq_pool takes i32 token ids (N, L) as second input, got f32 2x4"));
     glia_tensor_release(f);
     glia_tensor_release(t);

@@ -167,12 +167,15 @@ static void build(const char *ini, struct glia_backend *b, const struct glia_sha
     CU_ASSERT_FATAL(glia_config_parse_string(ctx, "layer.ini", ini, &B->cfg) == GLIA_OK);
     struct glia_section *s = B->cfg->sections[0];
     CU_ASSERT_FATAL(glia_plugin_load(ctx, "batchnorm") == GLIA_OK);
-    B->ops = glia__find_layer_for(ctx, "batchnorm", b->device.type);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(B->ops);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), B->ops->keys};
+    B->type = glia__find_type(ctx, "batchnorm");
+    B->kernel = glia__find_kernel_for(ctx, "batchnorm", b->device.type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->type);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B->kernel);
+    const struct glia_key *sch[] = {glia__core_schema("layer"), B->type->keys};
     CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    B->l = (struct glia_layer){.name = s->name, .ops = B->ops, .ctx = ctx, .backend = b};
-    CU_ASSERT_FATAL(B->ops->create(&B->l, s, in, 1) == GLIA_OK);
+    B->l = (struct glia_layer){.name = s->name, .type = B->type, .kernel = B->kernel, .ctx = ctx, .backend = b};
+    bool created;
+    CU_ASSERT_FATAL(glia__layer_create(&B->l, s, in, 1, &created) == GLIA_OK);
     for (int i = 0; i < B->l.n_params + B->l.n_buffers; i++) {
         bool buf = i >= B->l.n_params;
         struct glia_param *p = buf ? &B->l.buffers[i - B->l.n_params] : &B->l.params[i];
@@ -280,7 +283,7 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         struct glia_fwd Sf = {Sin, 1, Sy, NULL, true, 1, false, 0, NULL}, Pf = {Pin, 1, Py, NULL, true, 1, false, 0, NULL};
         struct glia_bwd Sb = {Sin, 1, Sy, Sdy, Sdin, acc, NULL}, Pb = {Pin, 1, Py, Pdy, Pdin, acc, NULL};
         int calls = loop_calls;
-        glia_status st = S.ops->forward(&S.l, &Sf);
+        glia_status st = S.kernel->forward(&S.l, &Sf);
         if (!st && k->recompute) {  /* the same output again, from the statistics already exchanged */
             float *first = malloc((size_t)nm * sizeof(float));
             CU_ASSERT_FATAL(first != NULL);
@@ -288,18 +291,18 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
             int before = loop_calls;
             struct glia_fwd again = Sf;
             again.recompute = true;
-            st = S.ops->forward(&S.l, &again);
+            st = S.kernel->forward(&S.l, &again);
             CU_ASSERT_EQUAL(loop_calls, before);
             get(Sy, out);
             CU_ASSERT(memcmp(first, out, (size_t)nm * sizeof(float)) == 0);
             free(first);
         }
-        if (!st) st = S.ops->backward(&S.l, &Sb);
+        if (!st) st = S.kernel->backward(&S.l, &Sb);
         if (st) printf("\n  rank %d: sync layer: %s\n", c->info.rank, glia_context_error(ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
         if (is_loop) CU_ASSERT_EQUAL(loop_calls - calls, world > 1 ? 2 - k->no_dx : 0);
-        CU_ASSERT_FATAL(P.ops->forward(&P.l, &Pf) == GLIA_OK);
-        CU_ASSERT_FATAL(P.ops->backward(&P.l, &Pb) == GLIA_OK);
+        CU_ASSERT_FATAL(P.kernel->forward(&P.l, &Pf) == GLIA_OK);
+        CU_ASSERT_FATAL(P.kernel->backward(&P.l, &Pb) == GLIA_OK);
         /* this rank's rows of y and dx; running statistics; parameter gradients summed over the ranks */
         get(Sy, out);
         double d_y = diff(out, glia_tensor_f32(Py) + off, nm), d_dx = 0, d_run = 0, d_par = 0;
@@ -339,9 +342,9 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         const struct glia_tensor *Sin[1] = {Sx}, *Pin[1] = {Px};
         struct glia_fwd Sf = {Sin, 1, Sy, NULL, false, 1, false, 0, NULL}, Pf = {Pin, 1, Py, NULL, false, 1, false, 0, NULL};
         int calls = loop_calls;
-        CU_ASSERT_FATAL(S.ops->forward(&S.l, &Sf) == GLIA_OK);
+        CU_ASSERT_FATAL(S.kernel->forward(&S.l, &Sf) == GLIA_OK);
         CU_ASSERT_EQUAL(loop_calls, calls);
-        CU_ASSERT_FATAL(P.ops->forward(&P.l, &Pf) == GLIA_OK);
+        CU_ASSERT_FATAL(P.kernel->forward(&P.l, &Pf) == GLIA_OK);
         get(Sy, out);
         if (S.l.n_buffers) {  /* without running statistics eval normalizes by each one's own batch */
             double d = diff(out, glia_tensor_f32(Py) + off, nm);
@@ -379,7 +382,7 @@ static void sync_large_mean(struct glia_comm *c, struct glia_backend *b, enum gl
     struct glia_tensor *tx = put(b, sh, f, x), *ty = tensor_as(b, sh, f);
     const struct glia_tensor *in[1] = {tx};
     struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
-    glia_status st = L.ops->forward(&L.l, &fa);
+    glia_status st = L.kernel->forward(&L.l, &fa);
     if (st) printf("\n  %s\n", glia_context_error(ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     get(ty, y);
@@ -467,7 +470,7 @@ static void test_exchange_failure(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
     loop_fail = true;
-    CU_ASSERT_EQUAL(B.ops->forward(&B.l, &fa), GLIA_EIO);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_EIO);
     loop_fail = false;
     const char *want = "[b] batchnorm (sync) statistics: rank 0 of 3: loop3 all-reduce failed: link down (test)";
     if (!strstr(glia_context_error(ctx), want)) printf("\n  got: %s\n  want: %s\n", glia_context_error(ctx), want);
@@ -476,7 +479,7 @@ static void test_exchange_failure(void)
     struct glia_tensor *din[1] = {tdx};
     bool acc[1] = {false};
     struct glia_bwd ba = {in, 1, y, tdy, din, acc, NULL};
-    CU_ASSERT_EQUAL(B.ops->backward(&B.l, &ba), GLIA_EINVAL);  /* the failed forward kept nothing */
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);  /* the failed forward kept nothing */
     glia_tensor_release(x), glia_tensor_release(y), glia_tensor_release(tdy), glia_tensor_release(tdx);
     layer_unbuild(&B);
 }
@@ -489,10 +492,10 @@ static void test_key(void)
     struct glia_shape sh = S(2, 4, 3, 0, 0);
     build("[b]\ntype = batchnorm\n", cpu, &sh, &B);
     int i = 0;
-    while (B.ops->keys[i].name && strcmp(B.ops->keys[i].name, "sync")) i++;
-    CU_ASSERT_PTR_NOT_NULL_FATAL(B.ops->keys[i].name);
-    CU_ASSERT_STRING_EQUAL(B.ops->keys[i].default_value, "off");
-    CU_ASSERT_PTR_NOT_NULL(strstr(B.ops->keys[i].doc, "mode = ddp"));
+    while (B.type->keys[i].name && strcmp(B.type->keys[i].name, "sync")) i++;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B.type->keys[i].name);
+    CU_ASSERT_STRING_EQUAL(B.type->keys[i].default_value, "off");
+    CU_ASSERT_PTR_NOT_NULL(strstr(B.type->keys[i].doc, "mode = ddp"));
     layer_unbuild(&B);
     expect_error("[b]\ntype = batchnorm\nsync = maybe\n", S(2, 4, 3, 0, 0), GLIA_ECONFIG, "gradcheck.ini:3: [b] sync: ");
     struct glia_context *g;

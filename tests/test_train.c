@@ -1437,9 +1437,9 @@ static void test_fuse_pointwise(void)
     CU_ASSERT_EQUAL(au.m->n_nodes, 14);  /* auto on the CPU */
     CU_ASSERT_EQUAL(on.m->n_nodes, 7);   /* a b r2 k flat fc loss */
     CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.name, "k");
-    CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.ops->type, "pointwise");
+    CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.type->name, "pointwise");
     CU_ASSERT_EQUAL(on.m->nodes[3].n_in, 3);
-    CU_ASSERT_STRING_EQUAL(on.m->nodes[2].layer.ops->type, "relu");
+    CU_ASSERT_STRING_EQUAL(on.m->nodes[2].layer.type->name, "relu");
     CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
     char *text = summary_of(on.m);
     const char *want = "graph pass fuse_pointwise: sig (sigmoid) + p (pointwise) + sum (add) + lr (leaky_relu) + g (gelu) "
@@ -1584,7 +1584,7 @@ static void test_fuse_dropout(void)
     CU_ASSERT(on.m->ckpt_segments > 1 && off.m->ckpt_segments > 1);
     int recomputed = 0;
     for (int i = 0; i < on.m->n_nodes; i++)
-        recomputed += on.m->nodes[i].recompute && !strcmp(on.m->nodes[i].layer.ops->type, "pointwise");
+        recomputed += on.m->nodes[i].recompute && !strcmp(on.m->nodes[i].layer.type->name, "pointwise");
     CU_ASSERT(recomputed > 0);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
@@ -1639,7 +1639,7 @@ static void test_fuse_bn_relu(void)
         CU_ASSERT_STRING_EQUAL(on.m->nodes[1].layer.name, "b1");
         CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.name, "b2");
         CU_ASSERT_STRING_EQUAL(on.m->nodes[7].layer.name, "b3");
-        CU_ASSERT(on.m->nodes[1].relu_fused && !on.m->nodes[3].relu_fused && !on.m->nodes[7].relu_fused);
+        CU_ASSERT(on.m->nodes[1].act_fused && !on.m->nodes[3].act_fused && !on.m->nodes[7].act_fused);
         CU_ASSERT_EQUAL(on.m->nodes[2].in[0], 1);  /* c2 reads b1 */
         CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
         char *sum = summary_of(on.m);
@@ -1688,12 +1688,12 @@ static void test_stateless_optimizer(void)
         struct run a, b, c;
         snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "sgd", 0, dir, "ck-sgd", modes[k]);
         open_run(&a, text);
-        CU_ASSERT_EQUAL_FATAL(a.m->opt.ops->n_state, 1);
+        CU_ASSERT_EQUAL_FATAL(a.m->opt.type->n_state, 1);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_OK);
         /* the same run in two halves: 5 steps, then resumed from the checkpoint of step 5 */
         snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "fixture_opt", 5, dir, "ck-plain", modes[k]);
         open_run(&b, text);
-        CU_ASSERT_EQUAL_FATAL(b.m->opt.ops->n_state, 0);
+        CU_ASSERT_EQUAL_FATAL(b.m->opt.type->n_state, 0);
         glia_status st = glia_model_train(b.m, &quiet, NULL, 0);
         if (st) printf("\n  %s\n", glia_context_error(b.ctx));
         CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);

@@ -133,7 +133,7 @@ static glia_status measure(struct glia_context *ctx, struct glia_backend *b, con
     struct glia_layer_run *r = NULL;
     if (!st) st = glia_layer_run_new(ctx, ini, a->dev, &in, 1, conf_format(c), 1, &r);
     if (!st) {
-        snprintf(impl, impl_size, "%s", glia_layer_run_layer(r)->ops->impl);
+        snprintf(impl, impl_size, "%s", glia_layer_run_layer(r)->kernel->impl);
         *flops = glia_layer_run_flops(r);
     }
     double sec;

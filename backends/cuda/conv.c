@@ -3,9 +3,9 @@
  * fp16, NCHW or NHWC, with algorithms chosen by cudnnFind*Ex timing (cudnn_benchmark on) or by
  * cuDNN's heuristics (off), remembered per shape in a process-wide cache.
  * Kernels and padding may be rectangular (kh x kw, ph and pw); stride and dilation are square.
- * Not the description (keys, checks, parameters, shapes: conv2d_desc.c, shared with the CPU
- * plugin), and no transposed convolution or padding that differs between the two sides of a
- * dimension.
+ * Not the type (keys, checks, parameters, shapes: plugins/layers/conv2d, whose struct
+ * glia_conv2d_attrs this kernel reads), and no transposed convolution or padding that differs
+ * between the two sides of a dimension.
  *
  * Shape changes (variable batch or sequence length): the descriptors are set again for the new
  * shape (host calls only); the algorithm choices of every shape seen stay in the process-wide
@@ -25,10 +25,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glia/types/conv2d.h>
 #include "cuda_internal.h"
 #include "conv_kernels.h"
 #include "norm_pool_kernels.h"
-#include "../../plugins/layers/conv2d/conv2d_desc.h"
 
 enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2, N_DIRS = 3 };
 
@@ -100,10 +100,10 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
     pthread_mutex_unlock(&cache_lock);
 }
 
-/* ---- the layer ---- */
+/* ---- the kernel ---- */
 
+/* l->state of the cuDNN kernel. */
 struct cuda_conv {
-    struct glia__conv2d_geom geom;   /* first: the shared infer_shape and flops read it */
     cudnnTensorDescriptor_t x, y;    /* x / dx and y / dy in cuDNN's data type */
     cudnnTensorDescriptor_t y32;     /* y in fp32 (the bias add) */
     cudnnTensorDescriptor_t bias;    /* (1, F, 1, 1) fp32 */
@@ -127,7 +127,7 @@ struct call {
     size_t o_db;                     /* the bias gradient's partial sums (bias.S x F floats) */
     struct glia__bn_geom bias;       /* dy as the per-channel sums take it */
     size_t end;                      /* bytes of scratch before the workspace */
-    const void *cx, *cw, *cdy;       /* operands as cuDNN reads them (after prepare) */
+    const void *cx, *cw, *cdy;       /* operands as cuDNN reads them (after convert) */
     void *ws;                        /* workspace and its size */
     size_t ws_size;
 };
@@ -203,10 +203,10 @@ static const char *math_name(cudnnMathType_t m)
     return "?";
 }
 
+/* Frees what l->state holds (also what a failed prepare made). */
 static void cuda_conv_destroy(struct glia_layer *l)
 {
-    struct cuda_conv *p = l->priv;
-    if (!p) return;
+    struct cuda_conv *p = l->state;
     if (p->x) cudnnDestroyTensorDescriptor(p->x);
     if (p->y) cudnnDestroyTensorDescriptor(p->y);
     if (p->y32) cudnnDestroyTensorDescriptor(p->y32);
@@ -214,30 +214,23 @@ static void cuda_conv_destroy(struct glia_layer *l)
     if (p->w) cudnnDestroyFilterDescriptor(p->w);
     for (int i = 0; i < N_DIRS; i++)
         if (p->conv[i]) cudnnDestroyConvolutionDescriptor(p->conv[i]);
-    free(p);
-    l->priv = NULL;
+    memset(p, 0, sizeof *p);
 }
 
-static glia_status cuda_conv_create(struct glia_layer *l, const struct glia_section *cfg,
-                                    const struct glia_shape *in, int n_in)
+/* The descriptors; plan sets them for each call's shapes. */
+static glia_status cuda_conv_prepare(struct glia_layer *l, const struct glia_shape *in, int n_in)
 {
-    struct glia__conv2d_geom q;
-    glia_status st = glia__conv2d_read(cfg, in, &q);
-    if (st) return st;
-    struct cuda_conv *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    p->geom = q;
-    l->priv = p;
+    struct cuda_conv *p = l->state;
+    glia_status st = GLIA_OK;
     CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->x));
     CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->y));
     CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->y32));
     CUDNN_TRY(l->ctx, cudnnCreateTensorDescriptor(&p->bias));
     CUDNN_TRY(l->ctx, cudnnCreateFilterDescriptor(&p->w));
     for (int i = 0; i < N_DIRS; i++) CUDNN_TRY(l->ctx, cudnnCreateConvolutionDescriptor(&p->conv[i]));
-    if ((st = glia__conv2d_add_params(l, &p->geom))) goto fail;
     return GLIA_OK;
 fail:
-    cuda_conv_destroy(l);  /* the core calls destroy only after a successful create */
+    cuda_conv_destroy(l);  /* no destroy follows a failed prepare */
     return st;
 }
 
@@ -282,8 +275,8 @@ static glia_status call_format(struct glia_layer *l, const struct glia_tensor *c
  * options, unless they already hold that; a change forgets the layer's algorithm choices. */
 static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc)
 {
-    struct cuda_conv *p = l->priv;
-    const struct glia__conv2d_geom *g = &p->geom;
+    struct cuda_conv *p = l->state;
+    const struct glia_conv2d_attrs *g = l->attrs;
     const struct glia_runtime_options *o = &l->backend->options;
     glia_status st = GLIA_OK;
     const struct conv_key key = {.device = glia__cuda_of(l->backend)->device, .precision = o->precision,
@@ -294,7 +287,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
-    int64_t OH = glia__conv2d_out_h(g, H), OW = glia__conv2d_out_w(g, W);
+    int64_t OH = glia_conv2d_out_h(g, H), OW = glia_conv2d_out_w(g, W);
     if (N * g->C * H * W > INT_MAX || N * g->F * OH * OW > INT_MAX)
         return glia_error(l->ctx, GLIA_EUNSUPPORTED,
                           "[%s] conv2d: cuDNN takes at most %d elements per tensor (input %lldx%lldx%lldx%lld, "
@@ -378,7 +371,7 @@ static size_t max_workspace(struct glia__cuda *c, struct cuda_conv *p, int dir, 
 /* cuDNN's heuristic ranking for dir (no device work). */
 static glia_status heuristics(struct glia_layer *l, int dir, struct perf *r, int *n)
 {
-    struct cuda_conv *p = l->priv;
+    struct cuda_conv *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st = GLIA_OK;
     *n = 0;
@@ -408,7 +401,7 @@ fail:
 static glia_status benchmark(struct glia_layer *l, const struct call *k, int dir, void *probe, void *ws,
                              size_t ws_size, struct perf *r, int *n)
 {
-    struct cuda_conv *p = l->priv;
+    struct cuda_conv *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st = GLIA_OK;
     *n = 0;
@@ -438,7 +431,7 @@ fail:
  * [runtime] deterministic asks for it, and whose workspace (asked again for its math type) fits in limit. */
 static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, size_t limit, struct algo_choice *out)
 {
-    struct cuda_conv *p = l->priv;
+    struct cuda_conv *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     enum glia_precision prec = l->backend->options.precision;
     for (int i = 0; i < n; i++) {
@@ -463,10 +456,9 @@ static size_t output_bytes(const struct call *k, int dir)
 }
 
 /* Convert the operands k's layout puts in scratch at base; point cx, cw, cdy at what cuDNN reads. */
-static glia_status prepare(struct glia_layer *l, struct call *k, char *base)
+static glia_status convert(struct glia_layer *l, struct call *k, char *base)
 {
-    struct cuda_conv *p = l->priv;
-    const struct glia__conv2d_geom *g = &p->geom;
+    const struct glia_conv2d_attrs *g = l->attrs;
     cudaStream_t s = glia__cuda_of(l->backend)->stream;
     glia_status st = GLIA_OK;
     k->cx = k->x, k->cw = k->w, k->cdy = k->dy;
@@ -514,7 +506,7 @@ static glia_status no_algorithm(struct glia_layer *l, int dir)
 /* Record dir's choice (made now, or found in the cache) and set its math type. */
 static glia_status use_choice(struct glia_layer *l, int dir, const struct algo_choice *ch)
 {
-    struct cuda_conv *p = l->priv;
+    struct cuda_conv *p = l->state;
     glia_status st = GLIA_OK;
     CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[dir], ch->math));
     p->choice[dir] = *ch;
@@ -529,7 +521,7 @@ fail:
  * operands in it. *base: the scratch. */
 static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, char **base)
 {
-    struct cuda_conv *p = l->priv;
+    struct cuda_conv *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     const struct glia_runtime_options *o = &l->backend->options;
     glia_status st = GLIA_OK;
@@ -562,7 +554,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
     }
     char *b = NULL;
     if (tune) {
-        if ((st = glia__cuda_scratch(c, k->end + tune_bytes, (void **)&b)) || (st = prepare(l, k, b))) return st;
+        if ((st = glia__cuda_scratch(c, k->end + tune_bytes, (void **)&b)) || (st = convert(l, k, b))) return st;
         for (int d = 0; d < N_DIRS; d++) {
             if (!(tune & (1u << d))) continue;
             struct conv_key key = p->key;
@@ -584,7 +576,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
     char *run = NULL;
     bool kept = tune && !glia__cuda_scratch_shrink(c, k->end + ws);  /* the timing's scratch, unless given back */
     if (k->end + ws && (st = glia__cuda_scratch(c, k->end + ws, (void **)&run))) return st;
-    if ((!kept || run != b) && (st = prepare(l, k, run))) return st;  /* a kept one holds the timing's copies */
+    if ((!kept || run != b) && (st = convert(l, k, run))) return st;  /* a kept one holds the timing's copies */
     k->ws = ws ? run + k->end : NULL;
     k->ws_size = ws;
     *base = run;
@@ -594,11 +586,33 @@ fail:
 
 /* ---- forward and backward ---- */
 
+/* A call's tensors checked (the input x, the output y, and in backward the output gradient dy and the input
+ * gradient dx, which may be NULL: dense f32 CUDA tensors of the layer's shapes, in one format, which *nhwc gives),
+ * and the descriptors set for them. */
+static glia_status begin_call(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y,
+                              const struct glia_tensor *dy, const struct glia_tensor *dx, bool *nhwc)
+{
+    const struct glia_conv2d_attrs *g = l->attrs;
+    glia_status st;
+    if (x->shape.ndim != 4)
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
+                          (long long)g->C);
+    int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
+    int64_t OH = glia_conv2d_out_h(g, H), OW = glia_conv2d_out_w(g, W);
+    if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
+        (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
+        (dy && (st = check_tensor(l, dy, "the output gradient", N, g->F, OH, OW))) ||
+        (dx && (st = check_tensor(l, dx, "the input gradient", N, g->C, H, W))) ||
+        (st = call_format(l, (const struct glia_tensor *[]){x, y, dy, dx}, 4, nhwc)))
+        return st;
+    return plan(l, N, H, W, *nhwc);
+}
+
 /* The fields of k every call has: precision, layout, operands, sizes; no scratch yet. */
 static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const struct glia_tensor *x,
                       const struct glia_tensor *y, const struct glia_tensor *dy)
 {
-    struct cuda_conv *p = l->priv;
+    const struct glia_conv2d_attrs *g = l->attrs;
     enum glia_precision prec = l->backend->options.precision;
     memset(k, 0, sizeof *k);
     k->lp = prec == GLIA_PRECISION_BF16 || prec == GLIA_PRECISION_FP16;
@@ -606,31 +620,23 @@ static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const str
     k->t = conv_type(prec);
     k->es = k->lp ? 2 : 4;
     k->x = x->data;
-    k->w = l->params[p->geom.w].value->data;
+    k->w = l->params[g->w].value->data;
     k->dy = dy ? dy->data : NULL;
     k->nx = glia_tensor_numel(x);
-    k->nw = glia_tensor_numel(l->params[p->geom.w].value);
+    k->nw = glia_tensor_numel(l->params[g->w].value);
     k->ny = glia_tensor_numel(y);
     k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = NONE;
 }
 
 static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct cuda_conv *p = l->priv;
-    const struct glia__conv2d_geom *g = &p->geom;
+    struct cuda_conv *p = l->state;
+    const struct glia_conv2d_attrs *g = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     const struct glia_tensor *x = a->in[0], *y = a->out;
-    glia_status st = GLIA_OK;
     bool nhwc;
-    if (x->shape.ndim != 4)
-        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
-                          (long long)g->C);
-    int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
-    int64_t OH = glia__conv2d_out_h(g, H), OW = glia__conv2d_out_w(g, W);
-    if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
-        (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
-        (st = call_format(l, (const struct glia_tensor *[]){x, y}, 2, &nhwc)) || (st = plan(l, N, H, W, nhwc)))
-        return st;
+    glia_status st = begin_call(l, x, y, NULL, NULL, &nhwc);
+    if (st) return st;
     struct call k;
     call_init(l, &k, nhwc, x, y, NULL);
     if (k.lp) k.o_x = carve(&k, (size_t)k.nx * k.es);
@@ -652,24 +658,15 @@ fail:
 
 static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    struct cuda_conv *p = l->priv;
-    const struct glia__conv2d_geom *g = &p->geom;
+    struct cuda_conv *p = l->state;
+    const struct glia_conv2d_attrs *g = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     const struct glia_tensor *x = a->in[0], *y = a->out, *dy = a->dout;
     struct glia_tensor *dx = a->din[0];
-    glia_status st = GLIA_OK;
     bool nhwc;
-    if (x->shape.ndim != 4)
-        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs a 4-D (N, %lld, H, W) input", l->name,
-                          (long long)g->C);
-    int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
-    int64_t OH = glia__conv2d_out_h(g, H), OW = glia__conv2d_out_w(g, W);
-    if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
-        (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
-        (st = check_tensor(l, dy, "the output gradient", N, g->F, OH, OW)) ||
-        (dx && (st = check_tensor(l, dx, "the input gradient", N, g->C, H, W))) ||
-        (st = call_format(l, (const struct glia_tensor *[]){x, y, dy, dx}, 4, &nhwc)) || (st = plan(l, N, H, W, nhwc)))
-        return st;
+    glia_status st = begin_call(l, x, y, dy, dx, &nhwc);
+    if (st) return st;
+    int64_t N = x->shape.dim[0], OH = y->shape.dim[2], OW = y->shape.dim[3];
     struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;
     struct call k;
     call_init(l, &k, nhwc, x, y, dy);
@@ -714,22 +711,18 @@ fail:
     return st;
 }
 
-static const struct glia_layer_ops cuda_conv_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel cuda_conv_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "conv2d",
     .impl = "cudnn",
-    .doc = GLIA__CONV2D_DOC " (cuDNN)",
-    .keys = glia__conv2d_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "cuDNN",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = cuda_conv_create,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .state_size = sizeof(struct cuda_conv),
+    .prepare = cuda_conv_prepare,
     .destroy = cuda_conv_destroy,
-    .infer_shape = glia__conv2d_infer,
     .forward = cuda_conv_forward,
     .backward = cuda_conv_backward,
-    .flops = glia__conv2d_flops,
 };
 
-glia_status glia__cuda_register_conv(struct glia_registry *r) { return glia_register_layer(r, &cuda_conv_ops); }
+glia_status glia__cuda_register_conv(struct glia_registry *r) { return glia_register_kernel(r, &cuda_conv_kernel); }

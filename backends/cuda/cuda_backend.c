@@ -429,7 +429,7 @@ static void *cuda_queue(void *priv)
     return ((struct glia__cuda *)priv)->stream;
 }
 
-static const struct glia_backend_ops cuda_ops = {
+const struct glia_backend_ops glia__cuda_ops = {
     .struct_size = sizeof(struct glia_backend_ops),
     .name = "cuda",
     .device_type = GLIA_DEVICE_CUDA,
@@ -459,34 +459,3 @@ static const struct glia_backend_ops cuda_ops = {
     .write_u64 = cuda_write_u64,
     .clip_f32 = cuda_clip,
 };
-
-/* A machine without a driver, or without a device, is refused with the runtime's reason. */
-static glia_status cuda_probe(struct glia_context *ctx, char *why, size_t why_size)
-{
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        snprintf(why, why_size, "no usable CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
-        return GLIA_EPROBE;
-    }
-    if (n == 0) {
-        snprintf(why, why_size, "no CUDA device on this machine");
-        return GLIA_EPROBE;
-    }
-    return GLIA_OK;
-}
-
-static glia_status cuda_init(struct glia_registry *r)
-{
-    glia_status st = glia_register_backend(r, &cuda_ops);
-    if (!st) st = glia__cuda_register_conv(r);
-    if (!st) st = glia__cuda_register_dense(r);
-    if (!st) st = glia__cuda_register_norm_pool(r);
-    if (!st) st = glia__cuda_register_pointwise(r);
-    if (!st) st = glia__cuda_register_optim(r);
-    if (!st) st = glia__cuda_register_seq(r);
-    return st;
-}
-
-GLIA_PLUGIN_DEFINE_PROBE(cuda, "1.0", "MIT", "CUDA backend: caching allocator, streams, cuBLASLt, cuDNN; CUDA layers and optimizers", cuda_init,
-                         cuda_probe)

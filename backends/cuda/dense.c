@@ -1,15 +1,13 @@
-/* backends/cuda/dense.c — the CUDA impls of linear (cuBLASLt with a fused bias and bias-gradient
- * epilogue), softmax_cross_entropy, flatten and dropout, registered by cuda.so with the keys,
- * parameters and shapes of the CPU impls (the shared *_desc.c). Not the kernels
- * (dense_kernels.cu) nor the GEMM plans (gemm.c). */
-#include <stdlib.h>
+/* backends/cuda/dense.c — the CUDA kernels of layer types linear (cuBLASLt with a fused bias and bias-gradient
+ * epilogue), softmax_cross_entropy, flatten and dropout, registered by cuda.so for the types their own plugins
+ * register (reading the attributes of glia/types/). Not the device code (dense_kernels.cu) nor the GEMM plans
+ * (gemm.c). */
 #include "cuda_internal.h"
 #include "gemm.h"
 #include "dense_kernels.h"
-#include "../../plugins/layers/linear/linear_desc.h"
-#include "../../plugins/layers/softmax_cross_entropy/softmax_cross_entropy_desc.h"
-#include "../../plugins/layers/flatten/flatten_desc.h"
-#include "../../plugins/layers/dropout/dropout_desc.h"
+#include <glia/types/linear.h>
+#include <glia/types/softmax_cross_entropy.h>
+#include <glia/types/dropout.h>
 
 /* ---- shared checks ---- */
 
@@ -37,17 +35,11 @@ static float *f32(const struct glia_tensor *t) { return (float *)t->data; }
 
 /* ---- linear ---- */
 
-static glia_status linear_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                                 int n_in)
-{
-    return glia__linear_create(l, cfg, in, n_in, sizeof(struct glia__linear));
-}
-
 /* y(N,O) = x(N,I) W(O,I)^T + b(O): one cuBLASLt GEMM with the bias in its epilogue (or, where
  * cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct glia__linear *p = l->priv;
+    const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st;
     if ((st = need_dense_f32(l, a->in[0], "input")) || (st = need_dense_f32(l, a->out, "output"))) return st;
@@ -71,7 +63,7 @@ fail:
  * gradient (or a shape it has no algorithm for) takes the plain GEMM and a column-sum kernel. */
 static glia_status linear_param_grads(struct glia_layer *l, const float *dy, const float *x, int64_t N)
 {
-    const struct glia__linear *p = l->priv;
+    const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     struct glia_param *pw = &l->params[p->w], *pb = p->b >= 0 ? &l->params[p->b] : NULL;
     int64_t I = p->in, O = p->out;
@@ -97,7 +89,7 @@ fail:
 /* dx(N,I) (+)= dy(N,O) W(O,I); then the parameter gradients */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct glia__linear *p = l->priv;
+    const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st;
     if ((st = need_dense_f32(l, a->in[0], "input")) || (st = need_dense_f32(l, a->dout, "output gradient")) ||
@@ -112,26 +104,19 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     return linear_param_grads(l, dy, f32(a->in[0]), N);
 }
 
-static const struct glia_layer_ops linear_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel linear_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "linear",
     .impl = "cuda",
-    .doc = GLIA__LINEAR_DOC,
-    .keys = glia__linear_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "cuBLASLt GEMM, bias and bias gradient in its epilogue",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = linear_create,
-    .destroy = glia__linear_destroy,
-    .infer_shape = glia__linear_infer,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
     .forward = linear_forward,
     .backward = linear_backward,
-    .flops = glia__linear_flops,
 };
 
 /* ---- softmax_cross_entropy ----
- * The CPU impl refuses a label outside [0, classes) before computing anything. Here the labels
+ * The CPU kernel refuses a label outside [0, classes) before computing anything. Here the labels
  * are in device memory and looking at them would wait for the GPU, so the forward kernel checks
  * them: a bad row's loss is NaN (so the mean loss is NaN at once) and its gradient row NaN, and
  * the first bad (row, label) goes into a device flag that each forward copies to page-locked host
@@ -139,8 +124,8 @@ static const struct glia_layer_ops linear_ops = {
  * returns GLIA_EINVAL naming the row, the label and that it was seen by an earlier forward, and
  * re-arms the flag; destroy logs one that nothing reported. */
 
+/* l->state */
 struct sce_cuda {
-    struct glia__sce d;               /* keys (first member) */
     struct glia_tensor *lse;          /* (cap) 8-byte slots holding doubles: the last training forward's
                                          log-sum-exp per row, from which backward recomputes softmax */
     int64_t cap;
@@ -150,12 +135,6 @@ struct sce_cuda {
     bool pending;                     /* a copy was queued that no call has looked at yet */
     int64_t classes;                  /* C of the latest forward */
 };
-
-static glia_status sce_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                              int n_in)
-{
-    return glia__sce_create(l, cfg, in, n_in, sizeof(struct sce_cuda));
-}
 
 static glia_status sce_bad_label_error(struct glia_layer *l, const struct sce_cuda *p, unsigned long long v)
 {
@@ -216,8 +195,7 @@ fail:
 
 static void sce_destroy(struct glia_layer *l)
 {
-    struct sce_cuda *p = l->priv;
-    if (!p) return;
+    struct sce_cuda *p = l->state;
     if (p->pending && cudaStreamSynchronize(glia__cuda_of(l->backend)->stream) == cudaSuccess &&
         *p->bad_host != GLIA__SCE_NO_BAD_LABEL) {  /* the whole stream: graph replays may still run */
         unsigned long long v = *p->bad_host;
@@ -230,7 +208,6 @@ static void sce_destroy(struct glia_layer *l)
     if (p->bad_host) l->backend->ops->host_free(l->backend->priv, p->bad_host);
     glia_tensor_release(p->bad);
     glia_tensor_release(p->lse);
-    free(p);
 }
 
 /* logits x(N,C) and labels y(N) in CUDA memory, of matching sizes */
@@ -248,7 +225,8 @@ static glia_status sce_check(struct glia_layer *l, const struct glia_tensor *x, 
  * keeps lse(N) when training */
 static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct sce_cuda *p = l->priv;
+    const struct glia_softmax_cross_entropy_attrs *e = l->attrs;
+    struct sce_cuda *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st;
     if ((st = sce_poll(l, p)) || (st = sce_check(l, a->in[0], a->labels)) ||
@@ -268,7 +246,7 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     if ((st = glia__cuda_scratch(c, (size_t)(N > 0 ? N : 1) * sizeof(double), &row))) return st;
     p->classes = C;
     CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row, p->bad->data,
-                                            f32(a->in[0]), a->labels->data, N, C, p->d.smoothing, c->stream));
+                                            f32(a->in[0]), a->labels->data, N, C, e->smoothing, c->stream));
     CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
                                      c->stream));
     CUDA_TRY(l->ctx, cudaEventRecordWithFlags(p->copied, c->stream,
@@ -281,7 +259,8 @@ fail:
 /* dx(N,C) (+)= scale * (softmax(x) - (1-e) onehot(y) - e/C) / N, scale = dout[0] read on the GPU */
 static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    struct sce_cuda *p = l->priv;
+    const struct glia_softmax_cross_entropy_attrs *e = l->attrs;
+    struct sce_cuda *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st;
     if ((st = sce_poll(l, p))) return st;
@@ -294,31 +273,27 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (!p->lse || p->cap < N)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward of this batch", l->name);
     CUDA_TRY(l->ctx, glia__cuda_sce_backward(f32(a->din[0]), f32(a->in[0]), p->lse->data, a->labels->data,
-                                             f32(a->dout), N, C, p->d.smoothing, a->din_accumulate[0] ? 1.0f : 0.0f,
+                                             f32(a->dout), N, C, e->smoothing, a->din_accumulate[0] ? 1.0f : 0.0f,
                                              c->stream));
 fail:
     return st;
 }
 
-static const struct glia_layer_ops sce_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel sce_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "softmax_cross_entropy",
     .impl = "cuda",
-    .doc = GLIA__SCE_DOC,
-    .keys = glia__sce_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_LOSS | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "a warp per row; labels checked on the GPU",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = sce_create,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .state_size = sizeof(struct sce_cuda),
     .destroy = sce_destroy,
-    .infer_shape = glia__sce_infer,
     .forward = sce_forward,
     .backward = sce_backward,
 };
 
 /* ---- flatten ----
- * The output is always row-major (N, C*H*W), like the CPU impl: a channels_last input is
+ * The output is always row-major (N, C*H*W), like the CPU kernel's: a channels_last input is
  * transposed (the backend's transpose on the compute stream), a contiguous one copied. */
 
 /* t's memory seen as a contiguous tensor of shape s (the same element count) */
@@ -348,32 +323,28 @@ static glia_status flatten_backward(struct glia_layer *l, const struct glia_bwd 
     return st;
 }
 
-static const struct glia_layer_ops flatten_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel flatten_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "flatten",
     .impl = "cuda",
-    .doc = GLIA__FLATTEN_DOC,
-    .keys = NULL,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "copy, or the backend's transpose from channels_last",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = glia__flatten_create,
-    .infer_shape = glia__flatten_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
     .forward = flatten_forward,
     .backward = flatten_backward,
 };
 
 /* ---- dropout ----
- * The CPU impl's mask (glia__dropout_uniform of the step seed and each element's logical NCHW
+ * The CPU kernel's mask (glia_dropout_uniform of the step seed and each element's logical NCHW
  * index), so CPU and GPU runs drop the same elements in either memory format; backward recomputes
- * it from the saved seed (a captured step's: from the step a replay is handed). */
+ * it from the seed of the last training forward, kept in l->state (a captured step's: from the step a
+ * replay is handed). */
 
 /* Launch the masked scaling over t's memory: y = (keep ? x * scale : 0) + beta y. */
 static glia_status dropout_launch(struct glia_layer *l, const struct glia_tensor *t, float *y, const float *x,
-                                  struct glia__seed_at seed, float beta)
+                                  struct glia_seed_at seed, float beta)
 {
-    const struct glia__dropout *d = l->priv;
+    const struct glia_dropout_attrs *d = l->attrs;
     glia_status st = GLIA_OK;
     bool cl = glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST;
     int64_t C = cl ? t->shape.dim[1] : 1, HW = cl ? t->shape.dim[2] * t->shape.dim[3] : 1;
@@ -387,50 +358,48 @@ fail:
 /* y(N,...) = keep(j) ? x / (1-p) : 0 in training; y = x in eval. Any shape and format. */
 static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct glia__dropout *d = l->priv;
+    const struct glia_dropout_attrs *d = l->attrs;
+    struct glia_seed_at *seed = l->state;
     glia_status st;
     enum glia_memory_format f = glia_tensor_memory_format(a->out);
     if ((st = need_f32_in(l, a->out, f, "output")) || (st = need_f32_in(l, a->in[0], f, "input"))) return st;
     if (!a->train || d->p == 0.0f) return glia_tensor_convert(a->out, a->in[0], false);
-    d->seed = glia__seed_of(a);
-    return dropout_launch(l, a->out, f32(a->out), f32(a->in[0]), d->seed, 0.0f);
+    *seed = glia_seed_of(a);
+    return dropout_launch(l, a->out, f32(a->out), f32(a->in[0]), *seed, 0.0f);
 }
 
 /* dx(N,...) (+)= keep(j) ? dy / (1-p) : 0, with the mask of the last training forward */
 static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct glia__dropout *d = l->priv;
+    const struct glia_dropout_attrs *d = l->attrs;
+    const struct glia_seed_at *seed = l->state;
     if (!a->din[0]) return GLIA_OK;
     glia_status st;
     enum glia_memory_format f = glia_tensor_memory_format(a->dout);
     if ((st = need_f32_in(l, a->dout, f, "output gradient")) || (st = need_f32_in(l, a->din[0], f, "input gradient")))
         return st;
     if (d->p == 0.0f) return glia_tensor_convert(a->din[0], a->dout, a->din_accumulate[0]);
-    return dropout_launch(l, a->dout, f32(a->din[0]), f32(a->dout), d->seed, a->din_accumulate[0] ? 1.0f : 0.0f);
+    return dropout_launch(l, a->dout, f32(a->din[0]), f32(a->dout), *seed, a->din_accumulate[0] ? 1.0f : 0.0f);
 }
 
-static const struct glia_layer_ops dropout_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel dropout_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "dropout",
     .impl = "cuda",
-    .doc = GLIA__DROPOUT_DOC,
-    .keys = glia__dropout_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "the CPU kernel's counter-based mask, one pass",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = glia__dropout_create,
-    .destroy = glia__dropout_destroy,
-    .infer_shape = glia__dropout_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .state_size = sizeof(struct glia_seed_at),
     .forward = dropout_forward,
     .backward = dropout_backward,
 };
 
 glia_status glia__cuda_register_dense(struct glia_registry *r)
 {
-    glia_status st = glia_register_layer(r, &linear_ops);
-    if (!st) st = glia_register_layer(r, &sce_ops);
-    if (!st) st = glia_register_layer(r, &flatten_ops);
-    if (!st) st = glia_register_layer(r, &dropout_ops);
-    return st;
+    static const struct glia_kernel *const all[] = {&linear_cuda, &sce_cuda, &flatten_cuda, &dropout_cuda};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        glia_status st = glia_register_kernel(r, all[i]);
+        if (st) return st;
+    }
+    return GLIA_OK;
 }

@@ -1,9 +1,8 @@
 /* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, bias gradient),
- * softmax_cross_entropy (loss rows, mean, gradient) and dropout (the CPU impl's counter-based
+ * softmax_cross_entropy (loss rows, mean, gradient) and dropout (the CPU kernel's counter-based
  * mask). Not GEMMs. Products that the CPU rounds on their own use __fmul_rn, so that no fused
  * multiply-add changes a bit where CPU and GPU must agree exactly (dropout). */
 #include "dense_kernels.h"
-#include "../../plugins/layers/dropout/dropout_desc.h"
 
 #include "launch.cuh"
 
@@ -65,7 +64,7 @@ __device__ static float warp_max(float v)
 
 /* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) and lse(N) = log sum_c exp x[n, c]
  * from x(N,C), y(N): one warp per row (the loop bound is the same for the whole warp, so every
- * shuffle has its 32 lanes), in double like the CPU impl. A bad label: NaN and *bad lowered. */
+ * shuffle has its 32 lanes), in double like the CPU kernel. A bad label: NaN and *bad lowered. */
 __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, const float *x,
                                 const int32_t *y, int64_t N, int64_t C, float e)
 {
@@ -161,19 +160,19 @@ extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const 
 
 /* y(n) = (keep(j) ? x * scale : 0) + beta y, j the logical NCHW index of offset i */
 __global__ void dropout_kernel(float *y, const float *x, int64_t n, bool cl, int64_t C, int64_t HW,
-                               struct glia__seed_at at, float p, float scale, float beta)
+                               struct glia_seed_at at, float p, float scale, float beta)
 {
     uint64_t seed = at.step_at ? glia_seed(at.key, *at.step_at) : at.seed;
     GRID_STRIDE(i, n)
     {
-        int64_t j = cl ? glia__dropout_nchw_index(i, C, HW) : i;
-        float g = glia__dropout_uniform(seed, j) >= p ? __fmul_rn(x[i], scale) : 0.0f;
+        int64_t j = cl ? glia_dropout_nchw_index(i, C, HW) : i;
+        float g = glia_dropout_uniform(seed, j) >= p ? __fmul_rn(x[i], scale) : 0.0f;
         y[i] = beta != 0.0f ? __fadd_rn(y[i], g) : g;
     }
 }
 
 extern "C" cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C,
-                                          int64_t HW, struct glia__seed_at seed, float p, float scale, float beta,
+                                          int64_t HW, struct glia_seed_at seed, float p, float scale, float beta,
                                           cudaStream_t s)
 {
     if (n == 0) return cudaSuccess;

@@ -1,13 +1,13 @@
-/* backends/cuda/dense_kernels.h — the CUDA kernels of linear (bias add, bias gradient),
- * softmax_cross_entropy and dropout, launched on a given stream (C entry points into
- * dense_kernels.cu). Not the GEMMs (gemm.c) nor the layers' host logic (dense.c). */
+/* backends/cuda/dense_kernels.h — the device code of the CUDA kernels of linear (bias add, bias gradient),
+ * softmax_cross_entropy and dropout, launched on a given stream (C entry points into dense_kernels.cu). Not
+ * the GEMMs (gemm.c) nor the kernels' host logic (dense.c). */
 #ifndef GLIA_CUDA_DENSE_KERNELS_H
 #define GLIA_CUDA_DENSE_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
-#include "../../plugins/layers/dropout/dropout_desc.h"  /* struct glia__seed_at */
+#include <glia/types/dropout.h>  /* struct glia_seed_at */
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,12 +36,12 @@ cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, unsign
 cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse, const int32_t *y, const float *dout,
                                     int64_t N, int64_t C, float e, float beta, cudaStream_t s);
 
-/* y(n) = (keep(j) ? x * scale : 0) + beta y, beta 0 or 1, keep(j) = glia__dropout_uniform(seed, j) >= p
+/* y(n) = (keep(j) ? x * scale : 0) + beta y, beta 0 or 1, keep(j) = glia_dropout_uniform(seed, j) >= p
  * with j the element's logical NCHW index: its offset, or for channels_last memory (N,H,W,C)
  * with C channels and HW = H*W the offset mapped back to NCHW; seed resolved on the device
- * (struct glia__seed_at). */
+ * (struct glia_seed_at). */
 cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C, int64_t HW,
-                               struct glia__seed_at seed, float p, float scale, float beta, cudaStream_t s);
+                               struct glia_seed_at seed, float p, float scale, float beta, cudaStream_t s);
 
 #ifdef __cplusplus
 }

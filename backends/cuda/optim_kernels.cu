@@ -1,6 +1,7 @@
 /* backends/cuda/optim_kernels.cu — the fused optimizer step kernels: one grid-stride pass over the
  * arena that reads each element's weight, gradient, state and decay flag once and writes the new
- * weight and state. Not the scalars' computation: the host does it in double, as the CPU plugins do.
+ * weight and state. Not the scalars' computation: the host does it in double, as the CPU kernels do
+ * (glia/types/optimizers.h).
  *
  * Every operation is an IEEE fp32 one in the CPU plugins' order (__f*_rn: no FMA contraction), so
  * a step gives the CPU's results bit for bit when the CPU code is not contracted either. */
@@ -20,7 +21,7 @@ static __device__ __forceinline__ float flag(const float *mask, int64_t i) { ret
 /* g' = g + wd w;  buf = g' (first step) or mu buf + (1 - damp) g';
  * d = nesterov ? g' + mu buf : buf (or g' without momentum);  w -= lr d
  * w(n), buf = s0(n) from g(n), mask(n) */
-static __global__ void sgd_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_sgd_scalars k)
+static __global__ void sgd_kernel(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k)
 {
     float undamped = rn_sub(1.0f, k.damp);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -41,28 +42,18 @@ static __device__ __forceinline__ float adam_delta(float step_size, float m, flo
     return rn_mul(step_size, rn_div(m, rn_add(rn_div(rn_sqrt(v), bc2_sqrt), eps)));
 }
 
-/* g' = g + wd w;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2;  w -= adam_delta
+/* adam (decoupled false): g' = g + wd w;  adamw (decoupled true): w *= keep where the flag is not 0; then
+ * m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2;  w -= adam_delta
  * w(n), m = s0(n), v = s1(n) from g(n), mask(n) */
-static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_adam_scalars k)
+template <bool decoupled>
+static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia_adam_coef k)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-        float w = a.w[i];
-        float d = rn_add(a.g[i], rn_mul(rn_mul(flag(a.mask, i), k.wd), w));
-        float m = rn_add(rn_mul(k.b1, a.s0[i]), rn_mul(k.c1, d));
-        float v = rn_add(rn_mul(k.b2, a.s1[i]), rn_mul(rn_mul(k.c2, d), d));
-        a.s0[i] = m;
-        a.s1[i] = v;
-        a.w[i] = rn_sub(w, adam_delta(k.step_size, m, v, k.bc2_sqrt, k.eps));
-    }
-}
-
-/* w *= keep (where the flag is not 0);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  w -= adam_delta
- * w(n), m = s0(n), v = s1(n) from g(n), mask(n) */
-static __global__ void adamw_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_adamw_scalars k)
-{
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = a.g[i];
-        float w = a.mask && a.mask[i] == 0.0f ? a.w[i] : rn_mul(a.w[i], k.keep);
+        float w = a.w[i], g = a.g[i];
+        if (decoupled)
+            w = a.mask && a.mask[i] == 0.0f ? w : rn_mul(w, k.keep);
+        else
+            g = rn_add(g, rn_mul(rn_mul(flag(a.mask, i), k.wd), w));
         float m = rn_add(rn_mul(k.b1, a.s0[i]), rn_mul(k.c1, g));
         float v = rn_add(rn_mul(k.b2, a.s1[i]), rn_mul(rn_mul(k.c2, g), g));
         a.s0[i] = m;
@@ -74,7 +65,7 @@ static __global__ void adamw_kernel(struct glia__cuda_opt_arrays a, struct glia_
 /* g' = g + wd w;  sq = rho sq + (1 - rho) g'^2;  d = sqrt(acc + eps) / sqrt(sq + eps) g';
  * acc = rho acc + (1 - rho) d^2;  w -= lr d
  * w(n), sq = s0(n), acc = s1(n) from g(n), mask(n) */
-static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_adadelta_scalars k)
+static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
         float w = a.w[i], acc = a.s1[i];
@@ -87,31 +78,25 @@ static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct gl
     }
 }
 
-extern "C" cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia__cuda_sgd_scalars k,
-                                           cudaStream_t s)
+extern "C" cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k, cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
     sgd_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia__cuda_adam_scalars k,
+extern "C" cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia_adam_coef k, bool decoupled,
                                             cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    adam_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
+    if (decoupled)
+        adam_kernel<true><<<grid_for(a.n), THREADS, 0, s>>>(a, k);
+    else
+        adam_kernel<false><<<grid_for(a.n), THREADS, 0, s>>>(a, k);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_adamw_step(struct glia__cuda_opt_arrays a, struct glia__cuda_adamw_scalars k,
-                                             cudaStream_t s)
-{
-    if (a.n <= 0) return cudaSuccess;
-    adamw_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, struct glia__cuda_adadelta_scalars k,
+extern "C" cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k,
                                                 cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;

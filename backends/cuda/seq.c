@@ -1,13 +1,13 @@
-/* backends/cuda/seq.c — the CUDA impls ("cuda") of the token-sequence layers embedding and seq_pool: host logic
- * (dtype and format checks, the argmax kept for backward, scratch, launches on the backend's stream) with the CPU
- * plugins' keys, parameters and semantics (shared descriptions under plugins/layers). Not the kernels
- * (seq_kernels.cu). One difference from the CPU: a token outside [0, vocab) gives embedding a zero vector and no
- * gradient instead of an error (checking would stall the stream). */
-#include <stdlib.h>
+/* backends/cuda/seq.c — the CUDA kernels ("cuda") of the token-sequence layer types embedding and seq_pool: host
+ * logic (dtype and format checks, the argmax kept for backward, scratch, launches on the backend's stream) reading
+ * the attributes the types' own plugins parse (glia/types/embedding.h, seq_pool.h), with the CPU kernels'
+ * semantics. Not the types (their plugins register them) nor the device code (seq_kernels.cu). One difference from
+ * the CPU: a token outside [0, vocab) gives embedding a zero vector and no gradient instead of an error (checking
+ * would stall the stream). */
 #include "cuda_internal.h"
 #include "seq_kernels.h"
-#include "../../plugins/layers/embedding/embedding_desc.h"
-#include "../../plugins/layers/seq_pool/seq_pool_desc.h"
+#include <glia/types/embedding.h>
+#include <glia/types/seq_pool.h>
 
 static float *dev(const struct glia_tensor *t) { return (float *)t->data; }
 
@@ -28,7 +28,7 @@ static glia_status call_format(const struct glia_layer *l, const struct glia_ten
         if (!ok)
             return glia_error(l->ctx, GLIA_EUNSUPPORTED,
                               "[%s] %s (cuda): tensors of one call must all be %s (dense NCHW or NHWC); tensor %d is not",
-                              l->name, l->ops->type, glia_memory_format_name(*f), i);
+                              l->name, l->type->name, glia_memory_format_name(*f), i);
     }
     return GLIA_OK;
 }
@@ -39,8 +39,8 @@ static glia_status call_format(const struct glia_layer *l, const struct glia_ten
  * other; zeros for tokens outside [0, vocab) */
 static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct glia__embedding_desc *d = l->priv;
-    glia_status st = glia__embedding_check_tokens(l, a->in[0]);
+    const struct glia_embedding_attrs *d = l->attrs;
+    glia_status st = glia_embedding_check_tokens(l, a->in[0]);
     enum glia_memory_format f;
     if (!st) st = call_format(l, (const struct glia_tensor *[]){a->out}, 1, &f);
     if (st) return st;
@@ -55,9 +55,9 @@ fail:
  * (zeroed first when unset); no input gradient */
 static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct glia__embedding_desc *d = l->priv;
+    const struct glia_embedding_attrs *d = l->attrs;
     struct glia_param *pw = &l->params[d->w];
-    glia_status st = glia__embedding_check_tokens(l, a->in[0]);
+    glia_status st = glia_embedding_check_tokens(l, a->in[0]);
     enum glia_memory_format f;
     if (!st) st = call_format(l, (const struct glia_tensor *[]){a->dout}, 1, &f);
     if (st) return st;
@@ -70,65 +70,43 @@ fail:
     return st;
 }
 
-static const struct glia_layer_ops emb_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel emb_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "embedding",
     .impl = "cuda",
-    .doc = GLIA__EMBEDDING_DOC " (CUDA)",
-    .keys = glia__embedding_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_TOKEN_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE, /* backward: ids and dy */
+    .doc = "CUDA",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = glia__embedding_create,
-    .destroy = glia__embedding_destroy,
-    .infer_shape = glia__embedding_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* backward: ids and dy */
     .forward = emb_forward,
     .backward = emb_backward,
-    .init_param = glia__embedding_init_param,
 };
 
 /* ---- seq_pool ---- */
 
-struct cuda_seq_pool {
-    struct glia__seq_pool_desc d;  /* first: the shared infer_shape and flops read it */
-    struct glia_tensor *arg;       /* max mode: i32 (N*C), per (n, c) the position of the max in the last training
-                                      forward (-1: no valid position); re-made when N*C grows */
-    int64_t n_arg;                 /* elements of arg kept for backward (0: none) */
+/* l->state of the CUDA kernel. */
+struct sp_state {
+    struct glia_tensor *arg;  /* max mode: i32 (N*C), per (n, c) the position of the max in the last training forward
+                                 (-1: no valid position); re-made when N*C grows */
+    int64_t n_arg;            /* elements of arg kept for backward (0: none) */
 };
-
-static glia_status sp_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                             int n_in)
-{
-    struct glia__seq_pool_desc d;
-    glia_status st = glia__seq_pool_describe(cfg, in, n_in, &d);
-    if (st) return st;
-    struct cuda_seq_pool *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    p->d = d;
-    l->priv = p;
-    return GLIA_OK;
-}
 
 static void sp_destroy(struct glia_layer *l)
 {
-    struct cuda_seq_pool *p = l->priv;
-    if (!p) return;
+    struct sp_state *p = l->state;
     glia_tensor_release(p->arg);
-    free(p);
 }
 
 /* Valid positions per sample in scratch (mean mode; NULL in max mode, which needs none). */
-static glia_status sp_counts(struct glia_layer *l, const struct cuda_seq_pool *p, const struct glia_tensor *tok,
-                             int32_t **count)
+static glia_status sp_counts(struct glia_layer *l, const struct glia_tensor *tok, int32_t **count)
 {
+    const struct glia_seq_pool_attrs *d = l->attrs;
     *count = NULL;
-    if (p->d.max) return GLIA_OK;
+    if (d->max) return GLIA_OK;
     int64_t N = tok->shape.dim[0], L = tok->shape.dim[1];
     void *scratch;
     glia_status st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(N > 0 ? N : 1) * sizeof(int32_t), &scratch);
     if (st) return st;
-    CUDA_TRY(l->ctx, glia__cuda_seq_count(scratch, tok->data, N, L, p->d.pad_id, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_seq_count(scratch, tok->data, N, L, d->pad_id, stream_of(l)));
     *count = scratch;
 fail:
     return st;
@@ -138,16 +116,17 @@ fail:
  * of x(N, C, 1, L); 0 for a sample without valid positions. Training in max mode keeps the max's position. */
 static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct cuda_seq_pool *p = l->priv;
+    const struct glia_seq_pool_attrs *d = l->attrs;
+    struct sp_state *p = l->state;
     const struct glia_tensor *x = a->in[0], *tok = a->in[1];
-    glia_status st = glia__seq_pool_check_tokens(l, tok);
+    glia_status st = glia_seq_pool_check_tokens(l, tok);
     enum glia_memory_format f;
     if (!st) st = call_format(l, (const struct glia_tensor *[]){x}, 1, &f);
     if (st) return st;
     int64_t N = x->shape.dim[0], C = x->shape.dim[1], L = x->shape.dim[3], n = N * C;
     int32_t *arg = NULL, *count;
     p->n_arg = 0;
-    if (a->train && p->d.max) {
+    if (a->train && d->max) {
         if (!p->arg || glia_tensor_numel(p->arg) < n) {
             glia_tensor_release(p->arg);
             p->arg = NULL;
@@ -156,9 +135,9 @@ static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
         }
         arg = p->arg->data;
     }
-    if ((st = sp_counts(l, p, tok, &count))) return st;
-    CUDA_TRY(l->ctx, glia__cuda_seq_pool_forward(dev(a->out), arg, dev(x), tok->data, count, N, C, L, p->d.pad_id,
-                                                 p->d.max, f == GLIA_CHANNELS_LAST, stream_of(l)));
+    if ((st = sp_counts(l, tok, &count))) return st;
+    CUDA_TRY(l->ctx, glia__cuda_seq_pool_forward(dev(a->out), arg, dev(x), tok->data, count, N, C, L, d->pad_id,
+                                                 d->max, f == GLIA_CHANNELS_LAST, stream_of(l)));
     if (arg) p->n_arg = n;
 fail:
     return st;
@@ -167,47 +146,41 @@ fail:
 /* dx(N, C, 1, L) (+)= for valid l: dy(N, C) / count (mean) or dy at the kept max (max); 0 elsewhere */
 static glia_status sp_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct cuda_seq_pool *p = l->priv;
+    const struct glia_seq_pool_attrs *d = l->attrs;
+    const struct sp_state *p = l->state;
     if (!a->din[0]) return GLIA_OK;
     const struct glia_tensor *tok = a->in[1];
-    glia_status st = glia__seq_pool_check_tokens(l, tok);
+    glia_status st = glia_seq_pool_check_tokens(l, tok);
     enum glia_memory_format f;
     if (!st) st = call_format(l, (const struct glia_tensor *[]){a->din[0], a->in[0]}, 2, &f);
     if (st) return st;
-    const int64_t *d = a->din[0]->shape.dim;
-    int64_t N = d[0], C = d[1], L = d[3];
-    if (p->d.max && p->n_arg != N * C)
-        return glia_error(l->ctx, GLIA_EINVAL, "[%s] seq_pool (max) backward needs a training forward just before it",
-                          l->name);
+    const int64_t *dim = a->din[0]->shape.dim;
+    int64_t N = dim[0], C = dim[1], L = dim[3];
+    if ((st = glia_seq_pool_check_kept(l, p->n_arg, N, C))) return st;
     int32_t *count;
-    if ((st = sp_counts(l, p, tok, &count))) return st;
+    if ((st = sp_counts(l, tok, &count))) return st;
     CUDA_TRY(l->ctx, glia__cuda_seq_pool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout),
-                                                  p->d.max && p->arg ? p->arg->data : NULL, tok->data, count, N, C, L,
-                                                  p->d.pad_id, p->d.max, f == GLIA_CHANNELS_LAST, stream_of(l)));
+                                                  d->max && p->arg ? p->arg->data : NULL, tok->data, count, N, C, L,
+                                                  d->pad_id, d->max, f == GLIA_CHANNELS_LAST, stream_of(l)));
 fail:
     return st;
 }
 
-static const struct glia_layer_ops sp_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel sp_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "seq_pool",
     .impl = "cuda",
-    .doc = GLIA__SEQ_POOL_DOC " (CUDA)",
-    .keys = glia__seq_pool_keys,
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_TOKEN_INPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "CUDA",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = sp_create,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE,
+    .state_size = sizeof(struct sp_state),
     .destroy = sp_destroy,
-    .infer_shape = glia__seq_pool_infer,
     .forward = sp_forward,
     .backward = sp_backward,
-    .flops = glia__seq_pool_flops,
 };
 
 glia_status glia__cuda_register_seq(struct glia_registry *r)
 {
-    glia_status st = glia_register_layer(r, &emb_ops);
-    return st ? st : glia_register_layer(r, &sp_ops);
+    glia_status st = glia_register_kernel(r, &emb_cuda);
+    return st ? st : glia_register_kernel(r, &sp_cuda);
 }

@@ -66,6 +66,9 @@ int glia_section_list(const struct glia_section *s, const char *key, const char 
  * msg"; key may be NULL for the section itself) and returns status. */
 glia_status glia_section_error(const struct glia_section *s, const char *key, glia_status status,
                                const char *fmt, ...) GLIA_PRINTF(4, 5);
+/* Places the context's error (of a call that failed because of what key says) at key: "model.ini:12: [fc] outputs:
+ * <error>" (the status's text when there was none). Returns status. */
+glia_status glia_section_error_wrap(const struct glia_section *s, const char *key, glia_status status);
 
 #ifdef __cplusplus
 }

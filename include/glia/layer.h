@@ -82,7 +82,7 @@ struct glia_layer {
     void *attrs;                         /* the type's: type->attrs_size zeroed bytes the core
                                             allocates before create and frees after destroy;
                                             what create read from the section. Kernels read it
-                                            (glia's own types: glia/attrs.h) and never write it */
+                                            (glia's own types: the headers in glia/types) and never write it */
     void *state;                         /* the kernel's: kernel->state_size zeroed bytes the core
                                             allocates before prepare and frees after the kernel's
                                             destroy (NULL when state_size is 0) */

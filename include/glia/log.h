@@ -31,6 +31,9 @@ void glia_context_free(struct glia_context *ctx);
  * glia_context_error(ctx): the message then wraps the one before it. */
 glia_status glia_error(struct glia_context *ctx, glia_status s, const char *fmt, ...)
     GLIA_PRINTF(3, 4);
+/* Adds what the caller was doing before the context's error, the error of a call that failed: the message becomes
+ * "<formatted text>: <error>" (the text alone when there was none). Returns s. */
+glia_status glia_error_wrap(struct glia_context *ctx, glia_status s, const char *fmt, ...) GLIA_PRINTF(3, 4);
 /* The last error message (borrowed; "" when none). */
 const char *glia_context_error(const struct glia_context *ctx);
 void glia_context_clear_error(struct glia_context *ctx);

@@ -22,7 +22,7 @@ struct glia_optimizer {
     void *attrs;                                 /* the type's: type->attrs_size zeroed bytes the core
                                                     allocates before create and frees last; what
                                                     create read from the section (glia's own
-                                                    optimizers: glia/attrs.h). Kernels only read it */
+                                                    optimizers: glia/types/optimizers.h). Kernels only read it */
 };
 
 /* The most state arrays an optimizer may have (glia_optimizer_type.n_state). */
@@ -64,6 +64,7 @@ struct glia_optimizer_type {
 struct glia_optimizer_kernel {
     uint32_t struct_size;          /* sizeof(struct glia_optimizer_kernel) of the builder */
     const char *type;              /* the optimizer it updates for ("sgd") */
+    const char *doc;               /* one line; may be NULL */
     enum glia_device_type device_type; /* where it runs; one kernel per (type, device type) */
     /* Update w from g in place. Required. */
     glia_status (*step)(struct glia_optimizer *o, const struct glia_opt_step *s);

@@ -134,12 +134,9 @@ static glia_status start(struct nc *n, struct glia_comm *boot)
     uint64_t t;
     glia_status st = glia_comm_broadcast(boot, &h, sizeof h, GLIA_U8, 0, &t);
     if (!st) st = glia_comm_wait(boot, t, true);
-    if (st) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", glia_context_error(boot->ctx));
-        return glia_error(n->ctx, st, "rank %d of %d: nccl open: exchanging NCCL's unique id over %s: %s", n->rank,
-                          n->world, boot->ops->name, why);
-    }
+    if (st)
+        return glia_error_wrap(n->ctx, st, "rank %d of %d: nccl open: exchanging NCCL's unique id over %s", n->rank,
+                               n->world, boot->ops->name);
     if (!h.ok)
         return glia_error(n->ctx, GLIA_EDEVICE, "rank %d of %d: nccl open: rank 0 could not make NCCL's unique id: %s",
                           n->rank, n->world, ncclGetLastError(NULL));

@@ -1,8 +1,9 @@
-/* plugins/layers/conv2d — 2-D convolution (cross-correlation, like PyTorch's Conv2d) on the CPU
- * with oneDNN primitives: forward, backward-data, backward-weights (+bias), with square or
- * rectangular kernels (kh, kw), zero padding (ph on top and bottom, pw left and right), stride,
- * dilation and groups. Input (N, C, H, W), output (N, filters, OH, OW).
- * Not a transposed convolution, and no padding that differs between the two sides of a dimension.
+/* plugins/layers/conv2d — layer type conv2d, 2-D convolution (cross-correlation, like PyTorch's Conv2d): its keys,
+ * checks, parameters, shapes and flops; and its CPU kernel, oneDNN primitives for forward, backward-data and
+ * backward-weights (+bias), with square or rectangular kernels (kh, kw), zero padding (ph on top and bottom, pw left
+ * and right), stride, dilation and groups. Input (N, C, H, W), output (N, filters, OH, OW).
+ * Not a transposed convolution, and no padding that differs between the two sides of a dimension; not the CUDA
+ * kernel (cuDNN, in cuda.so, reading the same struct glia_conv2d_attrs).
  *
  * The user tensors stay plain (nchw or, for channels_last tensors, nhwc; oihw / goihw; x). With
  * nchw tensors the primitives are created with format "any" so that oneDNN picks its direct JIT
@@ -12,18 +13,120 @@
  * last N_SHAPES input shapes stay cached (the least recently used replaced), so that inputs whose
  * size changes from batch to batch (variable-length sequences) do not rebuild them at every
  * call. A training forward keeps its reordered input for the backward-weights of that shape;
- * weights are reordered at every call (they change every step). Bias stays plain. Keys, their
- * checks, parameters, shapes and flops are in conv2d_desc.c, shared with the CUDA impl in
- * cuda.so. */
+ * weights are reordered at every call (they change every step). Bias stays plain. */
 #include <glia/glia.h>
+#include <glia/types/conv2d.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
-#include "conv2d_desc.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+/* ---- the type ---- */
+
+static const struct glia_key conv2d_keys[] = {
+    GLIA_KEY("filters", GLIA_KEY_INT, NULL, "output channels", .required = true, .min = 1, .max = 1 << 30),
+    GLIA_KEY("size", GLIA_KEY_INT, "3", "kernel height and width", .min = 1, .max = 1 << 20),
+    GLIA_KEY("size_h", GLIA_KEY_INT, NULL, "kernel height (default: size)", .min = 1, .max = 1 << 20),
+    GLIA_KEY("size_w", GLIA_KEY_INT, NULL, "kernel width (default: size)", .min = 1, .max = 1 << 20),
+    GLIA_KEY("stride", GLIA_KEY_INT, "1", "step between kernel positions", .min = 1, .max = 1 << 20),
+    GLIA_KEY("padding", GLIA_KEY_INT, "0", "zeros added on every side of H and W", .min = 0, .max = 1 << 20),
+    GLIA_KEY("padding_h", GLIA_KEY_INT, NULL, "zeros added above and below (default: padding)", .min = 0,
+             .max = 1 << 20),
+    GLIA_KEY("padding_w", GLIA_KEY_INT, NULL, "zeros added left and right (default: padding)", .min = 0,
+             .max = 1 << 20),
+    GLIA_KEY("dilation", GLIA_KEY_INT, "1", "spacing between kernel taps (1: dense)", .min = 1, .max = 1 << 20),
+    GLIA_KEY("groups", GLIA_KEY_INT, "1", "channel groups; must divide input channels and filters", .min = 1,
+             .max = 1 << 30),
+    GLIA_KEY("bias", GLIA_KEY_BOOL, "on", "add a learned bias per filter"),
+    GLIA_KEY_END};
+
+/* The int key `specific` when written, else `general` (its default applied). */
+static int64_t int_or(const struct glia_section *cfg, const char *specific, const char *general)
+{
+    return glia_section_int(cfg, glia_section_has(cfg, specific) ? specific : general);
+}
+
+/* "a" when a == b, else "axb" (height x width), in buf (48 bytes). */
+static const char *pair(char *buf, int64_t a, int64_t b)
+{
+    if (a == b) snprintf(buf, 48, "%lld", (long long)a);
+    else snprintf(buf, 48, "%lldx%lld", (long long)a, (long long)b);
+    return buf;
+}
+
+/* Reads the keys for input in[0] (N, C, H, W) into l->attrs and checks them (4-D input, groups dividing channels
+ * and filters, a non-empty output); size_h / size_w and padding_h / padding_w default to size and padding (when
+ * both are written, the specific one wins). Declares "weight" (F, C/groups, kh, kw) and, with bias on, "bias" (F),
+ * in that order, both U(-1/sqrt(fan_in), 1/sqrt(fan_in)) like PyTorch. */
+static glia_status conv2d_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                 int n_in)
+{
+    struct glia_conv2d_attrs *a = l->attrs;
+    char buf[64];
+    if (in[0].ndim != 4)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "conv2d expects (N, C, H, W) input, got %s",
+                                  glia_shape_str(&in[0], buf, sizeof buf));
+    *a = (struct glia_conv2d_attrs){
+        .C = in[0].dim[1],
+        .F = glia_section_int(cfg, "filters"),
+        .kh = int_or(cfg, "size_h", "size"),
+        .kw = int_or(cfg, "size_w", "size"),
+        .ph = int_or(cfg, "padding_h", "padding"),
+        .pw = int_or(cfg, "padding_w", "padding"),
+        .s = glia_section_int(cfg, "stride"),
+        .d = glia_section_int(cfg, "dilation"),
+        .g = glia_section_int(cfg, "groups"),
+        .w = -1,
+        .b = -1,
+    };
+    if (a->C % a->g)
+        return glia_section_error(cfg, "groups", GLIA_ECONFIG, "%lld groups do not divide the %lld input channels",
+                                  (long long)a->g, (long long)a->C);
+    if (a->F % a->g)
+        return glia_section_error(cfg, "groups", GLIA_ECONFIG, "%lld groups do not divide the %lld filters",
+                                  (long long)a->g, (long long)a->F);
+    int64_t OH = glia_conv2d_out_h(a, in[0].dim[2]), OW = glia_conv2d_out_w(a, in[0].dim[3]);
+    if (OH < 1 || OW < 1) {
+        char size[48], pad[48];
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE,
+                                  "conv2d output would be empty: input %lldx%lld with size %s, dilation %lld, "
+                                  "padding %s gives %lldx%lld",
+                                  (long long)in[0].dim[2], (long long)in[0].dim[3], pair(size, a->kh, a->kw),
+                                  (long long)a->d, pair(pad, a->ph, a->pw), (long long)OH, (long long)OW);
+    }
+    int64_t fan_in = a->C / a->g * a->kh * a->kw;
+    struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)fan_in)};
+    struct glia_shape ws = glia_shape_make(4, (int64_t[]){a->F, a->C / a->g, a->kh, a->kw});
+    struct glia_shape bs = glia_shape_make(1, (int64_t[]){a->F});
+    glia_status st = glia_layer_add_param(l, "weight", &ws, init, &a->w);
+    if (!st && glia_section_bool(cfg, "bias")) st = glia_layer_add_param(l, "bias", &bs, init, &a->b);
+    return st;
+}
+
+static glia_status conv2d_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                struct glia_shape *out)
+{
+    const struct glia_conv2d_attrs *a = l->attrs;
+    if (in[0].ndim != 4 || in[0].dim[1] != a->C) return GLIA_ESHAPE;
+    int64_t OH = glia_conv2d_out_h(a, in[0].dim[2]), OW = glia_conv2d_out_w(a, in[0].dim[3]);
+    if (OH < 1 || OW < 1) return GLIA_ESHAPE;
+    *out = glia_shape_make(4, (int64_t[]){in[0].dim[0], a->F, OH, OW});
+    return GLIA_OK;
+}
+
+static uint64_t conv2d_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    const struct glia_conv2d_attrs *a = l->attrs;
+    uint64_t OH = (uint64_t)glia_conv2d_out_h(a, in[0].dim[2]), OW = (uint64_t)glia_conv2d_out_w(a, in[0].dim[3]);
+    return 2ull * (uint64_t)in[0].dim[0] * (uint64_t)a->F * OH * OW * (uint64_t)(a->C / a->g) *
+           (uint64_t)(a->kh * a->kw);
+}
+
+/* ---- the CPU kernel (oneDNN) ---- */
 
 /* One tensor argument of a primitive, in the layout the primitive chose. mem == NULL: that is
  * the user's plain layout, and the primitive reads or writes the user tensor itself. */
@@ -59,8 +162,8 @@ struct conv_cache {
 /* Input shapes whose primitives a layer keeps. */
 #define N_SHAPES 8
 
-struct conv2d {
-    struct glia__conv2d_geom geom;  /* first: the shared infer_shape and flops read it */
+/* l->state of the CPU kernel. */
+struct conv2d_cpu {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     dnnl_primitive_attr_t attr;     /* user scratchpad */
@@ -122,7 +225,7 @@ static void log_impl(struct glia_layer *l, const char *what, const_dnnl_primitiv
 
 /* Grow the shared scratchpad to what pd needs. (Primitives get it at execution, so the other
  * shapes' primitives take the bigger one from then on.) */
-static dnnl_status_t fit_scratchpad(struct conv2d *p, const_dnnl_primitive_desc_t pd)
+static dnnl_status_t fit_scratchpad(struct conv2d_cpu *p, const_dnnl_primitive_desc_t pd)
 {
     const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t need = md ? dnnl_memory_desc_get_size(md) : 0;
@@ -139,7 +242,7 @@ static dnnl_status_t fit_scratchpad(struct conv2d *p, const_dnnl_primitive_desc_
 }
 
 /* Primitive (and the scratchpad it needs) from a descriptor: the convolutions... */
-static dnnl_status_t make_prim(struct conv2d *p, dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd)
+static dnnl_status_t make_prim(struct conv2d_cpu *p, dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd)
 {
     dnnl_status_t s = fit_scratchpad(p, pd);
     return s == dnnl_success ? dnnl_primitive_create(prim, pd) : s;
@@ -173,7 +276,7 @@ static void threads_end(bool serial, int n)
 }
 
 /* ... and the reorders. */
-static dnnl_status_t make_reorder(struct conv2d *p, dnnl_primitive_t *prim, const dnnl_memory_desc_t *from,
+static dnnl_status_t make_reorder(struct conv2d_cpu *p, dnnl_primitive_t *prim, const dnnl_memory_desc_t *from,
                                   const dnnl_memory_desc_t *to, const_dnnl_primitive_attr_t attr, bool serial)
 {
     dnnl_primitive_desc_t pd;
@@ -194,7 +297,7 @@ static dnnl_status_t make_reorder(struct conv2d *p, dnnl_primitive_t *prim, cons
 static glia_status slot_init(struct glia_layer *l, struct slot *s, const_dnnl_primitive_desc_t pd, dnnl_query_t what,
                              const dnnl_memory_desc_t *user, bool input, struct slot *peer1, struct slot *peer2)
 {
-    struct conv2d *p = l->priv;
+    struct conv2d_cpu *p = l->state;
     glia_status st = GLIA_OK;
     const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
     if (!md) return glia_error(l->ctx, GLIA_EINTERNAL, "[%s] conv2d: oneDNN has no memory descriptor", l->name);
@@ -238,7 +341,7 @@ static dnnl_status_t act_md(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *us
 
 /* The cache entry of input (N, C, H, W) in format nchw or nhwc: the one made for that shape
  * before, or a free one, or else the least recently used one, cleared. */
-static struct conv_cache *cache_entry(struct conv2d *p, int64_t N, int64_t H, int64_t W, bool nhwc)
+static struct conv_cache *cache_entry(struct conv2d_cpu *p, int64_t N, int64_t H, int64_t W, bool nhwc)
 {
     struct conv_cache *e = &p->c[0];
     for (int i = 0; i < N_SHAPES; i++) {
@@ -260,17 +363,17 @@ static struct conv_cache *cache_entry(struct conv2d *p, int64_t N, int64_t H, in
 static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc, bool need_d,
                                 bool need_w, struct conv_cache **out)
 {
-    struct conv2d *p = l->priv;
+    struct conv2d_cpu *p = l->state;
     struct conv_cache *c = cache_entry(p, N, H, W, nhwc);
     glia_status st = GLIA_OK;
-    const struct glia__conv2d_geom *g = &p->geom;
+    const struct glia_conv2d_attrs *g = l->attrs;
     const dnnl_dims_t strides = {g->s, g->s}, dil = {g->d - 1, g->d - 1}, pad = {g->ph, g->pw};
     dnnl_convolution_desc_t cd;
     dnnl_memory_desc_t src_any, wei_any, dst_any;
     *out = c;
     if (!c->valid) {
         c->N = N, c->H = H, c->W = W, c->nhwc = nhwc;
-        c->OH = glia__conv2d_out_h(g, H), c->OW = glia__conv2d_out_w(g, W);
+        c->OH = glia_conv2d_out_h(g, H), c->OW = glia_conv2d_out_w(g, W);
         const dnnl_dims_t sd = {N, g->C, H, W}, dd = {N, g->F, c->OH, c->OW}, bd = {g->F};
         dnnl_format_tag_t act = nhwc ? dnnl_nhwc : dnnl_nchw;
         DNNL_TRY(dnnl_memory_desc_init_by_tag(&c->src_md, 4, sd, dnnl_f32, act));
@@ -354,7 +457,7 @@ static dnnl_status_t bind(dnnl_memory_t m, const void *ptr) { return dnnl_memory
 /* Execute prim with args (at most 7) and the shared scratchpad, to completion. */
 static glia_status run(struct glia_layer *l, dnnl_primitive_t prim, int n, const dnnl_exec_arg_t *args)
 {
-    struct conv2d *p = l->priv;
+    struct conv2d_cpu *p = l->state;
     glia_status st = GLIA_OK;
     dnnl_exec_arg_t a[8];
     memcpy(a, args, (size_t)n * sizeof *a);
@@ -421,10 +524,10 @@ fail:
     return st;
 }
 
-static void conv2d_destroy(struct glia_layer *l)
+/* Frees what l->state holds (also what a failed prepare made). */
+static void conv2d_cpu_destroy(struct glia_layer *l)
 {
-    struct conv2d *p = l->priv;
-    if (!p) return;
+    struct conv2d_cpu *p = l->state;
     for (int i = 0; i < N_SHAPES; i++) cache_free(&p->c[i]);
     if (p->scratchpad) dnnl_memory_destroy(p->scratchpad);
     if (p->attr) dnnl_primitive_attr_destroy(p->attr);
@@ -433,23 +536,19 @@ static void conv2d_destroy(struct glia_layer *l)
     if (p->engine) dnnl_engine_destroy(p->engine);
     free(p->dw_scratch);
     free(p->db_scratch);
-    free(p);
-    l->priv = NULL;
+    memset(p, 0, sizeof *p);
 }
 
-static glia_status conv2d_create(struct glia_layer *l, const struct glia_section *cfg,
-                                 const struct glia_shape *in, int n_in)
+/* The engine, stream, primitive attributes and parameter-gradient scratch; the primitives come per input shape,
+ * at the first call that has it. */
+static glia_status conv2d_cpu_prepare(struct glia_layer *l, const struct glia_shape *in, int n_in)
 {
-    struct glia__conv2d_geom q;
-    glia_status st = glia__conv2d_read(cfg, in, &q);
-    if (st) return st;
-    struct conv2d *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    p->geom = q;
-    l->priv = p;
-    int64_t fan_in = q.C / q.g * q.kh * q.kw;
-    p->dw_scratch = malloc((size_t)(q.F * fan_in) * sizeof(float));
-    p->db_scratch = malloc((size_t)q.F * sizeof(float));
+    struct conv2d_cpu *p = l->state;
+    const struct glia_conv2d_attrs *g = l->attrs;
+    glia_status st = GLIA_OK;
+    int64_t fan_in = g->C / g->g * g->kh * g->kw;
+    p->dw_scratch = malloc((size_t)(g->F * fan_in) * sizeof(float));
+    p->db_scratch = malloc((size_t)g->F * sizeof(float));
     if (!p->dw_scratch || !p->db_scratch) {
         st = GLIA_ENOMEM;
         goto fail;
@@ -467,10 +566,9 @@ static glia_status conv2d_create(struct glia_layer *l, const struct glia_section
     if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(p->attr_add, ops);
     dnnl_post_ops_destroy(ops);
     DNNL_TRY(s);
-    if ((st = glia__conv2d_add_params(l, &p->geom))) goto fail;
     return GLIA_OK;
 fail:
-    conv2d_destroy(l);  /* the core calls destroy only after a successful create */
+    conv2d_cpu_destroy(l);  /* no destroy follows a failed prepare */
     return st;
 }
 
@@ -485,12 +583,12 @@ static bool either_format(const struct glia_tensor *t)
 static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y,
                                bool *nhwc)
 {
-    const struct conv2d *p = l->priv;
+    const struct glia_conv2d_attrs *g = l->attrs;
     enum glia_memory_format fx = glia_tensor_memory_format(x), fy = glia_tensor_memory_format(y);
-    if (x->shape.ndim != 4 || x->shape.dim[1] != p->geom.C || !glia_tensor_f32(x) ||
+    if (x->shape.ndim != 4 || x->shape.dim[1] != g->C || !glia_tensor_f32(x) ||
         (fx == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(x)))
         return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: needs an f32 (N, %lld, H, W) host tensor",
-                          l->name, (long long)p->geom.C);
+                          l->name, (long long)g->C);
     if (fx != fy && !either_format(fx == GLIA_CONTIGUOUS ? x : y))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: input is %s but output is %s", l->name,
                           glia_memory_format_name(fx), glia_memory_format_name(fy));
@@ -498,9 +596,9 @@ static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x
     return GLIA_OK;
 }
 
-static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a)
+static glia_status conv2d_cpu_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct conv2d *p = l->priv;
+    const struct glia_conv2d_attrs *g = l->attrs;
     struct conv_cache *c;
     const struct glia_tensor *x = a->in[0];
     bool nhwc = false;  /* set by check_input; initialised for gcc -O3's flow analysis */
@@ -509,14 +607,14 @@ static glia_status conv2d_forward(struct glia_layer *l, const struct glia_fwd *a
     if (st) return st;
     c->kept = NULL;  /* f_src is about to be overwritten */
     DNNL_TRY(bind(c->x, glia_tensor_f32(x)));
-    DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->geom.w].value)));
+    DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[g->w].value)));
     DNNL_TRY(bind(c->y, glia_tensor_f32(a->out)));
     dnnl_memory_t src, wei, dst = c->f_dst.mem ? c->f_dst.mem : c->y;
     if ((st = slot_in(l, &c->f_src, c->x, &src)) || (st = slot_in(l, &c->f_wei, c->w, &wei))) return st;
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
     int n = 3;
-    if (p->geom.b >= 0) {
-        DNNL_TRY(bind(c->b, glia_tensor_f32(l->params[p->geom.b].value)));
+    if (g->b >= 0) {
+        DNNL_TRY(bind(c->b, glia_tensor_f32(l->params[g->b].value)));
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, c->b};
     }
     if ((st = run(l, c->fwd, n, args))) return st;
@@ -528,9 +626,10 @@ fail:
     return st;
 }
 
-static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *a)
+static glia_status conv2d_cpu_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    struct conv2d *p = l->priv;
+    struct conv2d_cpu *p = l->state;
+    const struct glia_conv2d_attrs *g = l->attrs;
     struct conv_cache *c;
     const struct glia_tensor *x = a->in[0];
     bool nhwc = false;  /* set by check_input; initialised for gcc -O3's flow analysis */
@@ -552,7 +651,7 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
         if (acc && !c->dx_scratch && (!c->d_dsrc.mem || !c->d_dsrc.add) &&
             !(c->dx_scratch = malloc((size_t)nx * sizeof(float))))
             return GLIA_ENOMEM;
-        DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[p->geom.w].value)));
+        DNNL_TRY(bind(c->w, glia_tensor_f32(l->params[g->w].value)));
         dnnl_memory_t ddst, wei, dsrc;
         if ((st = slot_in(l, &c->d_ddst, c->dy, &ddst)) || (st = slot_in(l, &c->d_wei, c->w, &wei)) ||
             (st = out_begin(l, &c->d_dsrc, c->dx, dx, acc, c->dx_scratch, &dsrc)))
@@ -563,7 +662,7 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
             return st;
     }
     /* parameter gradients: written into unset ones, added (summing reorder or scratch) into set ones */
-    struct glia_param *pw = &l->params[p->geom.w], *pb = p->geom.b >= 0 ? &l->params[p->geom.b] : NULL;
+    struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;
     float *dw = glia_tensor_f32(pw->grad), *db = pb ? glia_tensor_f32(pb->grad) : NULL;
     bool acc_w = !pw->grad_unset;
     float *db_t = pb && pb->grad_unset ? db : p->db_scratch;
@@ -585,30 +684,44 @@ static glia_status conv2d_backward(struct glia_layer *l, const struct glia_bwd *
     if ((st = run(l, c->bwd_w, n, args)) ||
         (st = out_finish(l, &c->w_dwei, c->dw, dw, acc_w, p->dw_scratch, glia_tensor_numel(pw->grad))))
         return st;
-    if (pb && db_t != db) add_into(db, db_t, p->geom.F);
+    if (pb && db_t != db) add_into(db, db_t, g->F);
     return GLIA_OK;
 fail:
     return st;
 }
 
-static const struct glia_layer_ops conv2d_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "conv2d",
-    .impl = "cpu",
-    .doc = GLIA__CONV2D_DOC,
-    .keys = glia__conv2d_keys,
+static const struct glia_layer_type conv2d_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "conv2d",
+    .doc = "2-D convolution, input (N, C, H, W) -> (N, filters, OH, OW); square or rectangular kernel and padding, "
+           "stride, dilation, groups",
+    .keys = conv2d_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT,
-    .device_type = GLIA_DEVICE_CPU,
+    .attrs_size = sizeof(struct glia_conv2d_attrs),
     .create = conv2d_create,
-    .destroy = conv2d_destroy,
-    .infer_shape = glia__conv2d_infer,
-    .forward = conv2d_forward,
-    .backward = conv2d_backward,
-    .flops = glia__conv2d_flops,
+    .infer_shape = conv2d_infer,
+    .flops = conv2d_flops,
 };
 
-static glia_status conv2d_init(struct glia_registry *r) { return glia_register_layer(r, &conv2d_ops); }
+static const struct glia_kernel conv2d_cpu_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "conv2d",
+    .impl = "cpu",
+    .doc = "oneDNN",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT,
+    .state_size = sizeof(struct conv2d_cpu),
+    .prepare = conv2d_cpu_prepare,
+    .destroy = conv2d_cpu_destroy,
+    .forward = conv2d_cpu_forward,
+    .backward = conv2d_cpu_backward,
+};
 
-GLIA_PLUGIN_DEFINE(conv2d, "1.0", "MIT", "2-D convolution (CPU: oneDNN)", conv2d_init)
+static glia_status conv2d_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &conv2d_type);
+    return st ? st : glia_register_kernel(r, &conv2d_cpu_kernel);
+}
+
+GLIA_PLUGIN_DEFINE(conv2d, "2.0", "MIT", "2-D convolution (CPU: oneDNN)", conv2d_init)

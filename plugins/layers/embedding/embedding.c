@@ -1,16 +1,67 @@
-/* plugins/layers/embedding — a learned lookup table on the CPU (OpenMP): token ids (N, L) i32 give the rows
- * weight[token] as (N, dim, 1, L), nn.Embedding followed by a transpose to channels first, in NCHW or
- * channels_last memory; padding_idx as nn.Embedding's (a row that starts at zero, is looked up like any
- * other and gets no gradient). Not max_norm, sparse gradients or a pretrained table. */
+/* plugins/layers/embedding — layer type embedding, a learned lookup table (keys, the weight and its padding row,
+ * the output shape), and its CPU kernel (OpenMP): token ids (N, L) i32 give the rows weight[token] as
+ * (N, dim, 1, L), nn.Embedding followed by a transpose to channels first, in NCHW or channels_last memory;
+ * padding_idx as nn.Embedding's (a row that starts at zero, is looked up like any other and gets no gradient).
+ * Not max_norm, sparse gradients or a pretrained table. */
 #include <glia/glia.h>
+#include <glia/types/embedding.h>
 #include <string.h>
 #include <omp.h>
-#include "embedding_desc.h"
+
+static const struct glia_key emb_keys[] = {
+    GLIA_KEY("vocab", GLIA_KEY_INT, NULL, "rows of the table: token ids are in [0, vocab)", .required = true, .min = 1,
+             .max = 1 << 30),
+    GLIA_KEY("dim", GLIA_KEY_INT, NULL, "features per token (output channels)", .required = true, .min = 1,
+             .max = 1 << 30),
+    GLIA_KEY("padding_idx", GLIA_KEY_INT, "0", "token whose row starts at zero and gets no gradient (-1: none)",
+             .min = -1, .max = 1 << 30),
+    GLIA_KEY_END};
+
+/* Checks that in[0] is the token batch (N, L), reads the keys (padding_idx -1 or in [0, vocab)) and declares
+ * "weight" (vocab, dim), N(0, 1) like PyTorch (its padding_idx row then zeroed by emb_init_param). */
+static glia_status emb_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                              int n_in)
+{
+    (void)n_in;
+    struct glia_embedding_attrs *d = l->attrs;
+    char buf[64];
+    if (in[0].ndim != 2)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE,
+                                  "embedding takes the token batch (N, L) of a [data] format = tokens dataset, got %s",
+                                  glia_shape_str(&in[0], buf, sizeof buf));
+    int64_t vocab = glia_section_int(cfg, "vocab"), pad = glia_section_int(cfg, "padding_idx");
+    if (pad >= vocab)
+        return glia_section_error(cfg, "padding_idx", GLIA_ECONFIG, "%lld is not a token id: -1 (none) or in [0, %lld)",
+                                  (long long)pad, (long long)vocab);
+    d->vocab = vocab;
+    d->dim = glia_section_int(cfg, "dim");
+    d->pad = pad;
+    struct glia_shape ws = glia_shape_make(2, (int64_t[]){d->vocab, d->dim});
+    return glia_layer_add_param(l, "weight", &ws, (struct glia_param_init){GLIA_INIT_NORMAL, 1.0}, &d->w);
+}
+
+/* (N, L) -> (N, dim, 1, L) */
+static glia_status emb_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in, struct glia_shape *out)
+{
+    (void)n_in;
+    const struct glia_embedding_attrs *d = l->attrs;
+    if (in[0].ndim != 2) return GLIA_ESHAPE;
+    *out = glia_shape_make(4, (int64_t[]){in[0].dim[0], d->dim, 1, in[0].dim[1]});
+    return GLIA_OK;
+}
+
+/* The drawn weight's padding_idx row set to zeros, as nn.Embedding's reset_parameters does (the lookup then reads
+ * those zeros, or whatever a checkpoint put there). */
+static void emb_init_param(const struct glia_layer *l, int index, float *values)
+{
+    const struct glia_embedding_attrs *d = l->attrs;
+    if (index == d->w && d->pad >= 0) memset(values + d->pad * d->dim, 0, (size_t)d->dim * sizeof *values);
+}
 
 /* GLIA_EINVAL naming the first token (in n, l order) not in [0, vocab) (padding_idx is -1 or in it). */
 static glia_status check_range(const struct glia_layer *l, const int32_t *tok, int64_t N, int64_t L)
 {
-    const struct glia__embedding_desc *d = l->priv;
+    const struct glia_embedding_attrs *d = l->attrs;
     int64_t bad = N * L;
 #pragma omp parallel for schedule(static) reduction(min : bad)
     for (int64_t i = 0; i < N * L; i++)
@@ -25,8 +76,8 @@ static glia_status check_range(const struct glia_layer *l, const int32_t *tok, i
  * like the others (zeros unless trained weights from elsewhere say otherwise), as in nn.Embedding */
 static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct glia__embedding_desc *d = l->priv;
-    glia_status st = glia__embedding_check_tokens(l, a->in[0]);
+    const struct glia_embedding_attrs *d = l->attrs;
+    glia_status st = glia_embedding_check_tokens(l, a->in[0]);
     if (st) return st;
     int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1], D = d->dim;
     const int32_t *tok = glia_tensor_i32(a->in[0]);
@@ -57,8 +108,8 @@ static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
  * the thread's rows are zeroed first. No input gradient. */
 static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct glia__embedding_desc *d = l->priv;
-    glia_status st = glia__embedding_check_tokens(l, a->in[0]);
+    const struct glia_embedding_attrs *d = l->attrs;
+    glia_status st = glia_embedding_check_tokens(l, a->in[0]);
     if (st) return st;
     struct glia_param *pw = &l->params[d->w];
     int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1], D = d->dim, V = d->vocab;
@@ -87,24 +138,35 @@ static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-static const struct glia_layer_ops emb_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "embedding",
-    .impl = "cpu",
-    .doc = GLIA__EMBEDDING_DOC,
-    .keys = glia__embedding_keys,
+static const struct glia_layer_type emb_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "embedding",
+    .doc = "token ids (N, L) i32 -> rows of a learned table as (N, dim, 1, L) (nn.Embedding, channels first)",
+    .keys = emb_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_TOKEN_INPUT | GLIA_LAYER_BWD_NO_OUTPUT, /* backward: ids and dy */
-    .device_type = GLIA_DEVICE_CPU,
-    .create = glia__embedding_create,
-    .destroy = glia__embedding_destroy,
-    .infer_shape = glia__embedding_infer,
-    .forward = emb_forward,
-    .backward = emb_backward,
-    .init_param = glia__embedding_init_param,
+    .flags = GLIA_TYPE_TOKEN_INPUT,
+    .attrs_size = sizeof(struct glia_embedding_attrs),
+    .create = emb_create,
+    .infer_shape = emb_infer,
+    .init_param = emb_init_param,
 };
 
-static glia_status emb_init(struct glia_registry *r) { return glia_register_layer(r, &emb_ops); }
+static const struct glia_kernel emb_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "embedding",
+    .impl = "cpu",
+    .doc = "OpenMP",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT, /* backward: ids and dy */
+    .forward = emb_forward,
+    .backward = emb_backward,
+};
 
-GLIA_PLUGIN_DEFINE(embedding, "1.0", "MIT", "token embedding table (CPU, OpenMP)", emb_init)
+static glia_status emb_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &emb_type);
+    return st ? st : glia_register_kernel(r, &emb_cpu);
+}
+
+GLIA_PLUGIN_DEFINE(embedding, "2.0", "MIT", "token embedding table (CPU, OpenMP)", emb_init)

@@ -1,9 +1,26 @@
-/* plugins/layers/flatten — reshapes (N, d1, d2, ...) into (N, d1*d2*...), on the CPU.
- * Not a general reshape or transpose: the batch dimension is kept, order is row-major (NCHW,
- * like PyTorch: a channels_last input is transposed, so the next layer's weights mean the same). */
+/* plugins/layers/flatten — layer type flatten, reshaping (N, d1, d2, ...) into (N, d1*d2*...), and its CPU
+ * kernel. Not a general reshape or transpose: the batch dimension is kept, order is row-major (NCHW, like
+ * PyTorch: a channels_last input is transposed, so the next layer's weights mean the same). The CUDA kernel is
+ * in cuda.so. */
 #include <glia/glia.h>
-#include "flatten_desc.h"
 #include <string.h>
+
+/* Refuses an input without a batch dimension; flatten has no attributes. */
+static glia_status flatten_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                  int n_in)
+{
+    if (in[0].ndim < 1) return glia_section_error(cfg, NULL, GLIA_ESHAPE, "flatten needs a batch dimension");
+    return GLIA_OK;
+}
+
+/* out = (N, product of the other dimensions) */
+static glia_status flatten_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                 struct glia_shape *out)
+{
+    int64_t n = in[0].dim[0];
+    *out = glia_shape_make(2, (int64_t[]){n, n ? glia_shape_numel(&in[0]) / n : 0});
+    return GLIA_OK;
+}
 
 /* t's (N, features) memory seen as the contiguous 4-D shape of x (N, C, H, W) */
 static glia_status as_4d(const struct glia_tensor *t, const struct glia_tensor *x, struct glia_tensor **out)
@@ -49,22 +66,31 @@ static glia_status flatten_backward(struct glia_layer *l, const struct glia_bwd 
     return GLIA_OK;
 }
 
-static const struct glia_layer_ops flatten_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "flatten",
-    .impl = "cpu",
-    .doc = GLIA__FLATTEN_DOC,
-    .keys = NULL,
+static const struct glia_layer_type flatten_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "flatten",
+    .doc = "(N, ...) -> (N, features)",
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT,
+    .create = flatten_create,
+    .infer_shape = flatten_infer,
+};
+
+static const struct glia_kernel flatten_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "flatten",
+    .impl = "cpu",
+    .doc = "copy, or a transpose from channels_last",
     .device_type = GLIA_DEVICE_CPU,
-    .create = glia__flatten_create,
-    .infer_shape = glia__flatten_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT,
     .forward = flatten_forward,
     .backward = flatten_backward,
 };
 
-static glia_status flatten_init(struct glia_registry *r) { return glia_register_layer(r, &flatten_ops); }
+static glia_status flatten_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &flatten_type);
+    return st ? st : glia_register_kernel(r, &flatten_cpu);
+}
 
-GLIA_PLUGIN_DEFINE(flatten, "1.0", "MIT", "flatten all but the batch dimension", flatten_init)
+GLIA_PLUGIN_DEFINE(flatten, "2.0", "MIT", "flatten all but the batch dimension", flatten_init)

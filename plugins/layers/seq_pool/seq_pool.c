@@ -1,42 +1,91 @@
-/* plugins/layers/seq_pool — masked pooling over sequence positions on the CPU (OpenMP): the mean or max of
- * features (N, C, 1, L) (NCHW or channels_last) over the positions l whose token (N, L) is not pad_id, giving
- * (N, C); a row without valid tokens gives 0. Not attention pooling, not pooling over H (H must be 1). */
+/* plugins/layers/seq_pool — layer type seq_pool (keys, input checks, output shape, flops) and its CPU kernel
+ * (OpenMP): masked pooling over sequence positions, the mean or max of features (N, C, 1, L) (NCHW or
+ * channels_last) over the positions l whose token (N, L) is not pad_id, giving (N, C); a row without valid tokens
+ * gives 0. Not attention pooling, not pooling over H (H must be 1). */
 #include <glia/glia.h>
+#include <glia/types/seq_pool.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "seq_pool_desc.h"
 
 /* Channels of a channels_last row that one thread pools at a time. */
 #define CBLOCK 64
 
-struct seq_pool {
-    struct glia__seq_pool_desc d;  /* first: the shared infer_shape and flops read it */
-    int32_t *argmax;               /* max mode, training: per (n, c) the position l of the first max, -1 for a row
-                                      without valid tokens, from the last training forward */
-    int64_t n_argmax;              /* elements of argmax kept for backward (0: none) */
-    int64_t cap;                   /* elements allocated (the largest N*C so far) */
-};
+static const struct glia_key sp_keys[] = {
+    GLIA_KEY("mode", GLIA_KEY_ENUM, "mean", "mean or max over the valid positions", .choices = "mean|max"),
+    GLIA_KEY("pad_id", GLIA_KEY_INT, "0", "token id of padding: positions holding it are left out", .min = -(1LL << 31),
+             .max = (1LL << 31) - 1),
+    GLIA_KEY_END};
 
+/* Whether the inputs' shapes fit; if not, the first problem is written to why. */
+static bool shapes_ok(const struct glia_shape *in, int n_in, char *why, size_t n)
+{
+    char a[64], b[64];
+    if (n_in != 2) {
+        snprintf(why, n, "seq_pool takes 2 inputs (features (N, C, 1, L), then the token batch (N, L): "
+                 "inputs = LAYER, input), got %d", n_in);
+        return false;
+    }
+    glia_shape_str(&in[0], a, sizeof a);
+    glia_shape_str(&in[1], b, sizeof b);
+    if (in[0].ndim != 4 || in[0].dim[2] != 1)
+        snprintf(why, n, "seq_pool expects features (N, C, 1, L) as first input, got %s", a);
+    else if (in[1].ndim != 2)
+        snprintf(why, n, "seq_pool expects the token batch (N, L) of a [data] format = tokens dataset as second input, got %s", b);
+    else if (in[1].dim[0] != in[0].dim[0] || in[1].dim[1] != in[0].dim[3])
+        snprintf(why, n, "seq_pool: features %s and tokens %s differ in N or L", a, b);
+    else
+        return true;
+    return false;
+}
+
+/* Checks the two inputs, features (N, C, 1, L) and tokens (N, L) of the same N and L (messages name what differs),
+ * and reads the keys. */
 static glia_status sp_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
                              int n_in)
 {
-    struct glia__seq_pool_desc d;
-    glia_status st = glia__seq_pool_describe(cfg, in, n_in, &d);
-    if (st) return st;
-    struct seq_pool *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    p->d = d;
-    l->priv = p;
+    struct glia_seq_pool_attrs *d = l->attrs;
+    char why[256];
+    if (!shapes_ok(in, n_in, why, sizeof why))
+        return glia_section_error(cfg, n_in != 2 ? "inputs" : NULL, GLIA_ESHAPE, "%s", why);
+    d->max = !strcmp(glia_section_str(cfg, "mode"), "max");
+    d->pad_id = glia_section_int(cfg, "pad_id");
     return GLIA_OK;
 }
 
-static void sp_destroy(struct glia_layer *l)
+/* (N, C, 1, L), (N, L) -> (N, C) */
+static glia_status sp_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in, struct glia_shape *out)
 {
-    struct seq_pool *p = l->priv;
-    if (!p) return;
+    (void)l;
+    char why[256];
+    if (!shapes_ok(in, n_in, why, sizeof why)) return GLIA_ESHAPE;
+    *out = glia_shape_make(2, (int64_t[]){in[0].dim[0], in[0].dim[1]});
+    return GLIA_OK;
+}
+
+/* One add or compare per feature element. */
+static uint64_t sp_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    (void)l;
+    (void)n_in;
+    return (uint64_t)glia_shape_numel(&in[0]);
+}
+
+/* ---- the CPU kernel ---- */
+
+/* l->state of the CPU kernel. */
+struct sp_state {
+    int32_t *argmax;    /* max mode, training: per (n, c) the position l of the first max, -1 for a row without
+                           valid tokens, from the last training forward */
+    int64_t n_argmax;   /* elements of argmax kept for backward (0: none) */
+    int64_t cap;        /* elements allocated (the largest N*C so far) */
+};
+
+static void sp_cpu_destroy(struct glia_layer *l)
+{
+    struct sp_state *p = l->state;
     free(p->argmax);
-    free(p);
 }
 
 /* Valid tokens (not pad) of row tok(L). */
@@ -77,10 +126,10 @@ static int32_t first_max(const float *x, const int32_t *tok, int64_t L, int64_t 
 
 /* y(N, C) = masked mean or max over l of x(N, L, C) (channels_last), per sample and block of channels, positions
  * in l order as in NCHW (the same bits); arg (N, C) (NULL: eval) gets the max's position */
-static void sp_forward_nhwc(const struct seq_pool *p, const float *x, const int32_t *tok, float *y, int32_t *arg,
-                            int64_t N, int64_t C, int64_t L)
+static void sp_forward_nhwc(const struct glia_seq_pool_attrs *d, const float *x, const int32_t *tok, float *y,
+                            int32_t *arg, int64_t N, int64_t C, int64_t L)
 {
-    int64_t nc = (C + CBLOCK - 1) / CBLOCK, pad = p->d.pad_id;
+    int64_t nc = (C + CBLOCK - 1) / CBLOCK, pad = d->pad_id;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < N * nc; t++) {
         int64_t n = t / nc, c0 = t % nc * CBLOCK, c1 = c0 + CBLOCK < C ? c0 + CBLOCK : C;
@@ -91,13 +140,13 @@ static void sp_forward_nhwc(const struct seq_pool *p, const float *x, const int3
         for (int64_t i = 0; i < L; i++) {
             if (tn[i] == pad) continue;
             const float *xr = x + (n * L + i) * C;
-            if (!p->d.max)
+            if (!d->max)
                 for (int64_t c = c0; c < c1; c++) yn[c] += xr[c];
             else
                 for (int64_t c = c0; c < c1; c++)
                     if (takes_max(xr[c], yn[c], ab[c - c0])) yn[c] = xr[c], ab[c - c0] = (int32_t)i;
         }
-        if (!p->d.max) {
+        if (!d->max) {
             int64_t k = count_valid(tn, L, pad);
             if (k > 0)
                 for (int64_t c = c0; c < c1; c++) yn[c] /= (float)k;
@@ -111,14 +160,15 @@ static void sp_forward_nhwc(const struct seq_pool *p, const float *x, const int3
  * keeps the max's position per (n, c). */
 static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct seq_pool *p = l->priv;
-    glia_status st = glia__seq_pool_check_tokens(l, a->in[1]);
+    const struct glia_seq_pool_attrs *d = l->attrs;
+    struct sp_state *p = l->state;
+    glia_status st = glia_seq_pool_check_tokens(l, a->in[1]);
     if (st) return st;
     const struct glia_shape *xs = &a->in[0]->shape;
-    int64_t N = xs->dim[0], C = xs->dim[1], L = xs->dim[3], n = N * C, pad = p->d.pad_id;
+    int64_t N = xs->dim[0], C = xs->dim[1], L = xs->dim[3], n = N * C, pad = d->pad_id;
     int32_t *arg = NULL;
     p->n_argmax = 0;
-    if (a->train && p->d.max) {
+    if (a->train && d->max) {
         if (n > p->cap) {
             int32_t *g = realloc(p->argmax, (size_t)n * sizeof *g);
             if (!g) return GLIA_ENOMEM;
@@ -131,13 +181,13 @@ static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
     const int32_t *tok = glia_tensor_i32(a->in[1]);
     float *y = glia_tensor_f32(a->out);
     if (glia_tensor_memory_format(a->in[0]) == GLIA_CHANNELS_LAST) {
-        sp_forward_nhwc(p, x, tok, y, arg, N, C, L);
+        sp_forward_nhwc(d, x, tok, y, arg, N, C, L);
     } else {
 #pragma omp parallel for schedule(static)
         for (int64_t pl = 0; pl < n; pl++) {
             const float *xp = x + pl * L;
             const int32_t *tn = tok + pl / C * L;
-            if (!p->d.max) {
+            if (!d->max) {
                 float acc = 0.0f;
                 int64_t k = 0;  /* valid positions, counted in the same pass */
                 for (int64_t i = 0; i < L; i++)
@@ -158,19 +208,18 @@ static glia_status sp_forward(struct glia_layer *l, const struct glia_fwd *a)
  * NCHW: planes (n, c) in parallel; channels_last: samples n in parallel. No gradient for the tokens. */
 static glia_status sp_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct seq_pool *p = l->priv;
+    const struct glia_seq_pool_attrs *d = l->attrs;
+    const struct sp_state *p = l->state;
     if (!a->din[0]) return GLIA_OK;
-    glia_status st = glia__seq_pool_check_tokens(l, a->in[1]);
-    if (st) return st;
     const struct glia_shape *xs = &a->in[0]->shape;
-    int64_t N = xs->dim[0], C = xs->dim[1], L = xs->dim[3], pad = p->d.pad_id;
-    if (p->d.max && p->n_argmax != N * C)
-        return glia_error(l->ctx, GLIA_EINVAL, "[%s] seq_pool (max) backward needs a training forward just before it",
-                          l->name);
+    int64_t N = xs->dim[0], C = xs->dim[1], L = xs->dim[3], pad = d->pad_id;
+    glia_status st = glia_seq_pool_check_tokens(l, a->in[1]);
+    if (!st) st = glia_seq_pool_check_kept(l, p->n_argmax, N, C);
+    if (st) return st;
     const int32_t *tok = glia_tensor_i32(a->in[1]), *arg = p->argmax;
     const float *dy = glia_tensor_f32(a->dout);
     float *dx = glia_tensor_f32(a->din[0]);
-    bool add = a->din_accumulate[0], mx = p->d.max;
+    bool add = a->din_accumulate[0], mx = d->max;
     if (glia_tensor_memory_format(a->din[0]) == GLIA_CHANNELS_LAST) {
 #pragma omp parallel for schedule(static)
         for (int64_t n = 0; n < N; n++) {
@@ -210,24 +259,37 @@ static glia_status sp_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-static const struct glia_layer_ops sp_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "seq_pool",
-    .impl = "cpu",
-    .doc = GLIA__SEQ_POOL_DOC,
-    .keys = glia__seq_pool_keys,
+static const struct glia_layer_type sp_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "seq_pool",
+    .doc = "masked mean or max over the positions of valid tokens: features (N, C, 1, L) + token ids (N, L) -> (N, C)",
+    .keys = sp_keys,
     .min_inputs = 2,
     .max_inputs = 2,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_TOKEN_INPUT,
-    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_TYPE_TOKEN_INPUT,
+    .attrs_size = sizeof(struct glia_seq_pool_attrs),
     .create = sp_create,
-    .destroy = sp_destroy,
-    .infer_shape = glia__seq_pool_infer,
-    .forward = sp_forward,
-    .backward = sp_backward,
-    .flops = glia__seq_pool_flops,
+    .infer_shape = sp_infer,
+    .flops = sp_flops,
 };
 
-static glia_status sp_init(struct glia_registry *r) { return glia_register_layer(r, &sp_ops); }
+static const struct glia_kernel sp_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "seq_pool",
+    .impl = "cpu",
+    .doc = "OpenMP",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_CHANNELS_LAST,
+    .state_size = sizeof(struct sp_state),
+    .destroy = sp_cpu_destroy,
+    .forward = sp_forward,
+    .backward = sp_backward,
+};
 
-GLIA_PLUGIN_DEFINE(seq_pool, "1.0", "MIT", "masked mean or max pooling over token positions (CPU, OpenMP)", sp_init)
+static glia_status sp_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &sp_type);
+    return st ? st : glia_register_kernel(r, &sp_cpu);
+}
+
+GLIA_PLUGIN_DEFINE(seq_pool, "2.0", "MIT", "masked mean or max pooling over token positions (CPU, OpenMP)", sp_init)

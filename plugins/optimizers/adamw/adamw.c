@@ -1,46 +1,62 @@
-/* plugins/optimizers/adamw — Adam with decoupled weight decay (w *= 1 - lr wd before the Adam
- * update), with PyTorch's torch.optim.AdamW update rule (amsgrad off, no maximize), on the CPU.
- * Not L2 in the gradient: that is adam's weight_decay; not the CUDA step: that is
- * backends/cuda/optim.c; keys and create are shared with it in adamw_desc.c. */
+/* plugins/optimizers/adamw — optimizer adamw (Adam with decoupled weight decay, w *= 1 - lr wd before the Adam
+ * update, with PyTorch's torch.optim.AdamW update rule, amsgrad off, no maximize) and its CPU kernel. Not L2 in
+ * the gradient: that is adam's weight_decay; not the CUDA kernel: that is in cuda.so; settings and step
+ * scalars: glia/types/optimizers.h. */
 #include <glia/glia.h>
-#include <math.h>
-#include "adamw_desc.h"
+#include <glia/types/optimizers.h>
+
+static const struct glia_key adamw_keys[] = {
+    GLIA_KEY("beta1", GLIA_KEY_FLOAT, "0.9", "decay rate of the gradient mean, in [0, 1)", .min = 0, .max = 1),
+    GLIA_KEY("beta2", GLIA_KEY_FLOAT, "0.999", "decay rate of the squared gradient mean, in [0, 1)", .min = 0, .max = 1),
+    GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-8", "added to the denominator", .min = 1e-30, .max = 1),
+    GLIA_KEY("weight_decay", GLIA_KEY_FLOAT, "0.01", "decoupled decay: w *= 1 - lr weight_decay", .min = 0, .max = 1e6),
+    GLIA_KEY_END};
+
+static glia_status adamw_create(struct glia_optimizer *o, const struct glia_section *cfg)
+{
+    return glia_adam_attrs_read(o->attrs, cfg);
+}
 
 /* w *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  * w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)   (torch's order of operations) */
 static glia_status adamw_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
-    const struct glia__adamw_coef c = glia__adamw_coef(o->priv, s);
-    float b1 = c.b1, c1 = c.c1, b2 = c.b2, c2 = c.c2, eps = c.eps, keep = c.keep;
-    float step_size = c.step_size, bc2_sqrt = c.bc2_sqrt;
+    const struct glia_adam_coef c = glia_adamw_coef(o->attrs, s);
+    float keep = c.keep;
     float *w = s->w, *m = s->state[0], *v = s->state[1];
     const float *g = s->g, *mask = s->decay_mask;
     int64_t n = (int64_t)s->n;
-#pragma omp parallel for simd schedule(static)
+    /* firstprivate: each thread's own copy of c, which its stores to m and v cannot alias (kept in registers) */
+#pragma omp parallel for simd schedule(static) firstprivate(c)
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
         float wi = mask && mask[i] == 0.0f ? w[i] : w[i] * keep;
-        float mi = b1 * m[i] + c1 * gi;
-        float vi = b2 * v[i] + c2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] = wi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+        w[i] = wi - glia_adam_moments(c, g[i], &m[i], &v[i]);
     }
     return GLIA_OK;
 }
 
-static const struct glia_optimizer_ops adamw_ops = {
-    .struct_size = sizeof(struct glia_optimizer_ops),
+static const struct glia_optimizer_type adamw_type = {
+    .struct_size = sizeof(struct glia_optimizer_type),
     .name = "adamw",
     .doc = "Adam with decoupled weight decay (torch.optim.AdamW rule)",
-    .keys = glia__adamw_keys,
-    .n_state = GLIA__ADAMW_N_STATE,
+    .keys = adamw_keys,
+    .n_state = GLIA_ADAM_N_STATE,
+    .attrs_size = sizeof(struct glia_adam_attrs),
+    .create = adamw_create,
+};
+
+static const struct glia_optimizer_kernel adamw_cpu = {
+    .struct_size = sizeof(struct glia_optimizer_kernel),
+    .type = "adamw",
+    .doc = "OpenMP loop over the flat arena",
     .device_type = GLIA_DEVICE_CPU,
-    .create = glia__adamw_create,
-    .destroy = glia__adamw_destroy,
     .step = adamw_step,
 };
 
-static glia_status adamw_init(struct glia_registry *r) { return glia_register_optimizer(r, &adamw_ops); }
+static glia_status adamw_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_optimizer_type(r, &adamw_type);
+    return st ? st : glia_register_optimizer_kernel(r, &adamw_cpu);
+}
 
-GLIA_PLUGIN_DEFINE(adamw, "1.0", "MIT", "AdamW optimizer (CPU)", adamw_init)
+GLIA_PLUGIN_DEFINE(adamw, "2.0", "MIT", "AdamW optimizer (CPU)", adamw_init)

@@ -1,7 +1,6 @@
 /* lion.c — an out-of-tree glia optimizer plugin: Lion (Chen et al. 2023, "Symbolic Discovery of
  * Optimization Algorithms"), CPU. Not part of glia itself: a template to copy, built against the
  * installed SDK. */
-#include <stdlib.h>
 #include <glia/glia.h>
 
 /* The keys of the [optimizer] section when [train] optimizer = lion; glia validates them (type,
@@ -13,24 +12,19 @@ static const struct glia_key lion_keys[] = {
              .max = 100),
     GLIA_KEY_END};
 
-struct lion {
+/* The optimizer's settings: o->attrs, attrs_size zeroed bytes that glia allocates before create and frees
+ * itself. create fills them; the kernels (one per device) only read them. */
+struct lion_attrs {
     float beta1, beta2, weight_decay;
 };
 
 static glia_status lion_create(struct glia_optimizer *o, const struct glia_section *cfg)
 {
-    struct lion *p = malloc(sizeof *p);
-    if (!p) return GLIA_ENOMEM;
+    struct lion_attrs *p = o->attrs;
     p->beta1 = (float)glia_section_float(cfg, "beta1");
     p->beta2 = (float)glia_section_float(cfg, "beta2");
     p->weight_decay = (float)glia_section_float(cfg, "weight_decay");
-    o->priv = p;
     return GLIA_OK;
-}
-
-static void lion_destroy(struct glia_optimizer *o)
-{
-    free(o->priv);
 }
 
 /* c = beta1 m + (1 - beta1) g;  w -= lr (sign(c) + weight_decay w);  m = beta2 m + (1 - beta2) g.
@@ -38,7 +32,7 @@ static void lion_destroy(struct glia_optimizer *o)
  * (a layer with weight_decay = off has 0s). The core computes lr (schedule, warm-up) each step. */
 static glia_status lion_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
-    const struct lion *p = o->priv;
+    const struct lion_attrs *p = o->attrs;
     float lr = (float)s->lr, b1 = p->beta1, b2 = p->beta2, wd = p->weight_decay;
     float *w = s->w, *m = s->state[0];
     const float *g = s->g, *mask = s->decay_mask;
@@ -52,21 +46,29 @@ static glia_status lion_step(struct glia_optimizer *o, const struct glia_opt_ste
     return GLIA_OK;
 }
 
-static const struct glia_optimizer_ops lion_ops = {
-    .struct_size = sizeof(struct glia_optimizer_ops),
+/* The optimizer: its keys, state and settings. */
+static const struct glia_optimizer_type lion_type = {
+    .struct_size = sizeof(struct glia_optimizer_type),
     .name = "lion", /* [train] optimizer = lion */
-    .doc = "Lion: the sign of interpolated momentum, decoupled weight decay (CPU)",
+    .doc = "Lion: the sign of interpolated momentum, decoupled weight decay",
     .keys = lion_keys,
     .n_state = 1, /* m: one float per parameter element, zeroed by the core */
-    .device_type = GLIA_DEVICE_CPU,
+    .attrs_size = sizeof(struct lion_attrs),
     .create = lion_create,
-    .destroy = lion_destroy,
+};
+
+/* Its update on the CPU. A kernel for another device (or a faster CPU one) may come from another plugin. */
+static const struct glia_optimizer_kernel lion_cpu = {
+    .struct_size = sizeof(struct glia_optimizer_kernel),
+    .type = "lion",
+    .device_type = GLIA_DEVICE_CPU,
     .step = lion_step,
 };
 
 static glia_status lion_init(struct glia_registry *r)
 {
-    return glia_register_optimizer(r, &lion_ops);
+    glia_status st = glia_register_optimizer_type(r, &lion_type);
+    return st ? st : glia_register_optimizer_kernel(r, &lion_cpu);
 }
 
-GLIA_PLUGIN_DEFINE(lion, "1.0", "MIT", "Lion optimizer (CPU)", lion_init)
+GLIA_PLUGIN_DEFINE(lion, "2.0", "MIT", "Lion optimizer (CPU)", lion_init)

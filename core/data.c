@@ -1,0 +1,269 @@
+/* core/data.c — the [data] section: dataset formats, their keys, files and normalization, loaded into the
+ * model's datasets. Not the file readers (core/data_image.c, core/data_tokens.c) nor the batch loader. */
+#include <ctype.h>
+#include <glob.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+
+/* A dp replica computes on batches the model it copies hands it: same settings, no samples. */
+static void borrow_data(struct glia_model *m, const struct glia_model *like)
+{
+    m->train = (struct glia__dataset){.n = like->train.n, .channels = like->train.channels, .rows = like->train.rows,
+                                      .cols = like->train.cols, .n_classes = like->train.n_classes,
+                                      .tokens = like->train.tokens};
+    m->test = (struct glia__dataset){.n = like->test.n, .channels = like->test.channels, .rows = like->test.rows,
+                                     .cols = like->test.cols, .n_classes = like->test.n_classes,
+                                     .tokens = like->test.tokens};
+    m->batch = like->batch;
+    m->test_batch = like->test_batch;
+    m->n_classes = like->n_classes;
+    m->vocab = like->vocab;
+    m->norm = like->norm;
+    m->workers = 0;
+}
+
+/* [data] format: what the files are. */
+enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, N_FORMATS };
+static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100"};
+#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
+#define CIFAR_FORMATS (1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
+
+/* The keys of [data] that only some formats read (setting one for another format is an error),
+ * and those some formats require. */
+static const struct format_key {
+    const char *key;
+    unsigned formats, required;  /* masks of 1 << format */
+} format_keys[] = {
+    {"train_images", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"train_labels", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"test_images", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"test_labels", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"train", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
+    {"test", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
+    {"vocab", 1u << FMT_TOKENS, 1u << FMT_TOKENS},
+    {"max_length", 1u << FMT_TOKENS, 0},
+    {"pad_to_multiple", 1u << FMT_TOKENS, 0},
+    {"group_by_length", 1u << FMT_TOKENS, 0},
+    {"group_size", 1u << FMT_TOKENS, 0},
+    {"coarse_labels", 1u << FMT_CIFAR100, 0},
+    {"mean", IMAGE_FORMATS, 0},
+    {"std", IMAGE_FORMATS, 0},
+    {"random_crop_padding", IMAGE_FORMATS, 0},
+    {"random_flip", IMAGE_FORMATS, 0},
+};
+
+/* "idx", "idx or cifar10", "idx, cifar10 or cifar100" from a mask of formats. */
+static void format_list(unsigned mask, char *buf, size_t size)
+{
+    int n = 0, total = 0;
+    for (int f = 0; f < N_FORMATS; f++) total += (mask >> f) & 1;
+    buf[0] = 0;
+    for (int f = 0; f < N_FORMATS; f++)
+        if ((mask >> f) & 1) {
+            size_t at = strlen(buf);
+            snprintf(buf + at, size - at, "%s%s", n == 0 ? "" : n == total - 1 ? " or " : ", ", format_names[f]);
+            n++;
+        }
+}
+
+static glia_status check_format_keys(struct glia_section *s, enum data_format fmt)
+{
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(format_keys); i++) {
+        const struct format_key *k = &format_keys[i];
+        if (glia__section_entry(s, k->key) && !((k->formats >> fmt) & 1)) {
+            char list[64];
+            format_list(k->formats, list, sizeof list);
+            return glia_section_error(s, k->key, GLIA_ECONFIG, "'%s' applies to format = %s, not %s", k->key, list,
+                                      format_names[fmt]);
+        }
+    }
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(format_keys); i++)
+        if (!glia__section_entry(s, format_keys[i].key) && ((format_keys[i].required >> fmt) & 1))
+            return glia_section_error(s, format_keys[i].key, GLIA_ECONFIG, "missing required key (format = %s)",
+                                      format_names[fmt]);
+    if (fmt == FMT_TOKENS && glia_section_int(s, "vocab") < 2)
+        return glia_section_error(s, "vocab", GLIA_ECONFIG, "vocab must be at least 2 (id 0 is padding)");
+    return GLIA_OK;
+}
+
+/* [data] mean or std into v[0..channels): one number for every channel or one per channel; the
+ * data set's own values (def) when the key is not written. */
+static glia_status norm_values(struct glia_section *s, const char *key, int channels, const float *def, float *v)
+{
+    const char **items;
+    int n = glia__section_entry(s, key) ? glia_section_list(s, key, &items) : 0;
+    if (n < 0) return GLIA_ENOMEM;
+    if (n == 0) return memcpy(v, def, sizeof(float) * (size_t)channels), GLIA_OK;
+    bool is_std = !strcmp(key, "std");
+    if (n != 1 && n != channels) {
+        if (channels == 1)
+            return glia_section_error(s, key, GLIA_ECONFIG, "expected 1 value (the images have one channel), got %d", n);
+        return glia_section_error(s, key, GLIA_ECONFIG, "expected 1 value or %d (one per channel), got %d", channels, n);
+    }
+    for (int c = 0; c < n; c++) {
+        char *end;
+        double x = strtod(items[c], &end);
+        if (end == items[c] || *end || !isfinite(x))
+            return glia_section_error(s, key, GLIA_ECONFIG, "'%s' is not a number", items[c]);
+        if (is_std ? !(x >= 1e-12 && x <= 1e12) : fabs(x) > 1e12)
+            return glia_section_error(s, key, GLIA_ECONFIG, "%s is out of range [%g, %g]", items[c], is_std ? 1e-12 : -1e12,
+                                      1e12);
+        v[c] = (float)x;
+    }
+    for (int c = n; c < channels; c++) v[c] = v[0];  /* one value: every channel's */
+    return GLIA_OK;
+}
+
+/* The normalization of every image format when [data] does not give one: each data set's
+ * training-set statistics (Fashion-MNIST for idx; pixel/255 per channel). */
+static const float default_mean[N_FORMATS][GLIA__MAX_CHANNELS] = {
+    [FMT_IDX] = {0.2860f}, [FMT_CIFAR10] = {0.4914f, 0.4822f, 0.4465f}, [FMT_CIFAR100] = {0.5071f, 0.4865f, 0.4409f}};
+static const float default_std[N_FORMATS][GLIA__MAX_CHANNELS] = {
+    [FMT_IDX] = {0.3530f}, [FMT_CIFAR10] = {0.2470f, 0.2435f, 0.2616f}, [FMT_CIFAR100] = {0.2673f, 0.2564f, 0.2762f}};
+
+/* A growing list of owned paths. */
+struct paths {
+    char **p;
+    int n, cap;
+};
+
+static bool paths_add(struct paths *l, char *path)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 8;
+        char **p = realloc(l->p, sizeof *p * (size_t)cap);
+        if (!p) return free(path), false;
+        l->p = p, l->cap = cap;
+    }
+    l->p[l->n++] = path;
+    return true;
+}
+
+static void paths_free(struct paths *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->p[i]);
+    free(l->p);
+}
+
+/* The files a [data] key lists (comma-separated, relative to the file's folder), each item that
+ * holds *, ? or [ replaced by the files it matches, in name order. */
+static glia_status file_list(struct glia_section *s, const char *key, struct paths *out)
+{
+    const char **items;
+    int n = glia_section_list(s, key, &items);
+    if (n < 0) return GLIA_ENOMEM;
+    for (int k = 0; k < n; k++) {
+        if (!*items[k]) return glia_section_error(s, key, GLIA_ECONFIG, "list item %d is empty", k + 1);
+        char *path = glia__config_path(s, key, items[k]);
+        if (!path) return GLIA_ENOMEM;
+        if (!strpbrk(items[k], "*?[")) {
+            if (!paths_add(out, path)) return GLIA_ENOMEM;
+            continue;
+        }
+        glob_t g;
+        int r = glob(path, GLOB_ERR, NULL, &g);
+        glia_status st = GLIA_OK;
+        if (r == GLOB_NOMATCH) st = glia_section_error(s, key, GLIA_ECONFIG, "no file matches '%s'", path);
+        else if (r == GLOB_NOSPACE) st = GLIA_ENOMEM;
+        else if (r) st = glia_section_error(s, key, GLIA_EIO, "cannot read the folders of '%s'", path);
+        for (size_t f = 0; !st && f < g.gl_pathc; f++) {
+            char *one = glia__strdup(g.gl_pathv[f]);
+            if (!one || !paths_add(out, one)) st = GLIA_ENOMEM;
+        }
+        globfree(&g);
+        free(path);
+        if (st) return st;
+    }
+    return GLIA_OK;
+}
+
+static glia_status load_cifar(struct glia_model *m, struct glia_section *s, bool cifar100)
+{
+    static const char *const keys[2] = {"train", "test"};
+    struct glia__dataset *sets[2] = {&m->train, &m->test};
+    bool coarse = cifar100 && glia_section_bool(s, "coarse_labels");
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        struct paths l = {0};
+        st = file_list(s, keys[i], &l);
+        if (!st)
+            st = glia__cifar_load(m->ctx, (const char *const *)l.p, l.n, cifar100, coarse,
+                                  glia_section_int(s, i == 0 ? "train_samples" : "test_samples"), sets[i]);
+        paths_free(&l);
+    }
+    return st;
+}
+
+static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
+{
+    char *paths[2] = {glia__config_path(s, "train", glia_section_str(s, "train")),
+                      glia__config_path(s, "test", glia_section_str(s, "test"))};
+    int64_t vocab = glia_section_int(s, "vocab"), max_length = glia_section_int(s, "max_length");
+    glia_status st = paths[0] && paths[1] ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = glia__tokens_load(m->ctx, paths[0], vocab, max_length, glia_section_int(s, "train_samples"), &m->train);
+    if (!st) st = glia__tokens_load(m->ctx, paths[1], vocab, max_length, glia_section_int(s, "test_samples"), &m->test);
+    free(paths[0]);
+    free(paths[1]);
+    if (st) return st;
+    /* one padded length bounds every batch of both sets: activations are sized for it */
+    int64_t mult = glia_section_int(s, "pad_to_multiple"), longest = m->train.cols > m->test.cols ? m->train.cols : m->test.cols;
+    longest = (longest + mult - 1) / mult * mult;
+    if (longest > INT32_MAX) return glia_section_error(s, "pad_to_multiple", GLIA_ECONFIG, "a padded length of %lld is too long", (long long)longest);
+    m->train.cols = m->test.cols = (int)longest;
+    m->pad_multiple = (int)mult;
+    m->vocab = vocab;
+    m->group_by_length = glia_section_bool(s, "group_by_length");
+    m->group_size = (int)glia_section_int(s, "group_size");
+    return GLIA_OK;
+}
+
+static glia_status load_idx(struct glia_model *m, struct glia_section *s)
+{
+    char *paths[4] = {0};
+    static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < 4 && !st; i++)
+        if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
+    if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
+    if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
+    if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
+        st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
+                                m->test.rows, m->test.cols, m->train.rows, m->train.cols);
+    for (int i = 0; i < 4; i++) free(paths[i]);
+    return st;
+}
+
+glia_status glia__load_data(struct glia_model *m)
+{
+    if (m->like) return borrow_data(m, m->like), GLIA_OK;
+    struct glia_section *s = glia__config_find(m->cfg, "data");
+    enum data_format fmt = FMT_IDX;
+    while (fmt < N_FORMATS - 1 && strcmp(glia_section_str(s, "format"), format_names[fmt])) fmt++;
+    glia_status st = check_format_keys(s, fmt);
+    if (st) return st;
+    int channels = fmt == FMT_IDX ? 1 : 3;  /* of the image formats */
+    if (fmt != FMT_TOKENS && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->norm.mean)))
+        st = norm_values(s, "std", channels, default_std[fmt], m->norm.std);
+    if (st) return st;
+    if (fmt == FMT_TOKENS) st = load_tokens(m, s);
+    else if (fmt == FMT_IDX) st = load_idx(m, s);
+    else st = load_cifar(m, s, fmt == FMT_CIFAR100);
+    if (st) return st;
+    m->batch = (int)glia_section_int(s, "batch_size");
+    m->test_batch = (int)glia_section_int(s, "test_batch_size");
+    m->shuffle = glia_section_bool(s, "shuffle");
+    m->workers = (int)glia_section_int(s, "workers");
+    m->prefetch = (int)glia_section_int(s, "prefetch");
+    m->persistent = glia_section_bool(s, "persistent_workers");
+    m->pin_memory = glia_section_bool(s, "pin_memory");
+    m->drop_last = glia_section_bool(s, "drop_last");
+    m->crop_padding = (int)glia_section_int(s, "random_crop_padding");
+    m->flip = glia_section_bool(s, "random_flip");
+    if (m->drop_last && m->train.n < m->batch)
+        return glia_section_error(s, "drop_last", GLIA_ECONFIG, "drop_last with %lld training samples and batch_size %d leaves no batch",
+                                  (long long)m->train.n, m->batch);
+    m->n_classes = m->train.n_classes > m->test.n_classes ? m->train.n_classes : m->test.n_classes;
+    return GLIA_OK;
+}

@@ -1,0 +1,34 @@
+/* core/glia.c — a context's life: created with libglia's own features (the CPU backend, the "self" transport),
+ * freed with everything opened through it (communicators, devices, plugins). Not the context's errors, log and
+ * registry (core/context.c): this file sits above every other part of libglia, and nothing in libglia calls it. */
+#include <stdlib.h>
+#include "internal.h"
+
+glia_status glia_context_new(struct glia_context **out)
+{
+    struct glia_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return GLIA_ENOMEM;
+    ctx->log = stderr;
+    ctx->level = GLIA_LOG_INFO;
+    glia_status s = glia__cpu_backend_register(ctx);
+    if (!s) s = glia__self_comm_register(ctx);
+    if (s) {
+        free(ctx->features);
+        free(ctx);
+        return s;
+    }
+    *out = ctx;
+    return GLIA_OK;
+}
+
+void glia_context_free(struct glia_context *ctx)
+{
+    if (!ctx) return;
+    glia__comms_close(ctx);
+    glia__backends_close(ctx);
+    glia__plugins_unload(ctx);
+    for (int i = 0; i < ctx->n_paths; i++) free(ctx->paths[i]);
+    free(ctx->paths);
+    free(ctx->features);
+    free(ctx);
+}

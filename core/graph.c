@@ -1,0 +1,661 @@
+/* core/graph.c — the graph passes of [graph]: drop_bias_before_norm, the checks of the graph as written,
+ * fuse_pointwise (activations into their producers, chains of elementwise layers into one), checkpoint_segments
+ * and the memory formats. Not the layers' creation (core/node.c). */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+
+/* Sets key = value in s on behalf of the core (a graph pass); origin names the pass. */
+static glia_status override_key(struct glia_section *s, const char *key, const char *value, const char *origin)
+{
+    for (int i = 0; i < s->n_entries; i++) {
+        struct glia__entry *e = &s->entries[i];
+        if (strcmp(e->key, key)) continue;
+        char *v = glia__strdup(value), *o = glia__strdup(origin);
+        if (!v || !o) return free(v), free(o), GLIA_ENOMEM;
+        free(e->value);
+        free(e->origin);
+        e->value = v;
+        e->origin = o;
+        return GLIA_OK;
+    }
+    if (glia__grow((void **)&s->entries, &s->cap_entries, s->n_entries + 1, sizeof *s->entries)) return GLIA_ENOMEM;
+    struct glia__entry *e = &s->entries[s->n_entries];
+    e->key = glia__strdup(key);
+    e->value = glia__strdup(value);
+    e->origin = glia__strdup(origin);
+    e->line = 0;
+    if (!e->key || !e->value || !e->origin) return free(e->key), free(e->value), free(e->origin), GLIA_ENOMEM;
+    s->n_entries++;
+    return GLIA_OK;
+}
+
+/* The key called name in keys, or NULL. */
+static const struct glia_key *find_key(const struct glia_key *keys, const char *name)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++)
+        if (!strcmp(k->name, name)) return k;
+    return NULL;
+}
+
+static bool has_bool_key(const struct glia_key *keys, const char *name)
+{
+    const struct glia_key *k = find_key(keys, name);
+    return k && k->type == GLIA_KEY_BOOL;
+}
+
+/* Phase 2, pass drop_bias_before_norm: a layer with a `bias` key whose output goes only into
+ * one normalization layer loses its bias (the normalization subtracts it again). */
+glia_status glia__pass_drop_bias(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        if (!has_bool_key(nd->layer.type->keys, "bias") || !glia_section_bool(nd->sec, "bias")) continue;
+        int consumer = -1, uses = 0;
+        for (int j = i + 1; j < m->n_nodes; j++)
+            for (int k = 0; k < m->nodes[j].n_in; k++)
+                if (m->nodes[j].in[k] == i) {
+                    consumer = j;
+                    uses++;
+                }
+        if (uses != 1 || !(m->nodes[consumer].layer.type->flags & GLIA_TYPE_NORMALIZATION)) continue;
+        glia_status st = override_key(nd->sec, "bias", "off", "[graph] drop_bias_before_norm");
+        if (st) return st;
+        nd->bias_dropped_for = consumer;
+        nd->bias_dropped = true;
+    }
+    return GLIA_OK;
+}
+
+/* Each node's consumer count, and whether a gradient flows through it. */
+static void link_nodes(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].n_consumers = 0;
+    for (int i = 0; i < m->n_nodes; i++) {  /* inputs come before their consumers */
+        struct glia__node *nd = &m->nodes[i];
+        nd->needs_grad = nd->layer.n_params > 0;
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0) {
+                m->nodes[nd->in[k]].n_consumers++;
+                nd->needs_grad |= m->nodes[nd->in[k]].needs_grad;
+            }
+    }
+}
+
+glia_status glia__check_graph(struct glia_model *m)
+{
+    if (m->n_nodes == 0)
+        return glia_error(m->ctx, GLIA_ECONFIG, "%s: the model has no layers (add sections with type = ...)", m->cfg->path);
+    struct glia__node *last = &m->nodes[m->n_nodes - 1];
+    if (!(last->layer.type->flags & GLIA_TYPE_LOSS))
+        return glia_section_error(last->sec, "type", GLIA_ECONFIG,
+                                  "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
+                                  last->layer.type->name);
+    link_nodes(m);
+    for (int i = 0; i < m->n_nodes - 1; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        if (nd->layer.type->flags & GLIA_TYPE_LOSS)
+            return glia_section_error(nd->sec, "type", GLIA_ECONFIG, "a loss layer must be the last layer");
+        if (nd->n_consumers == 0)
+            return glia_section_error(nd->sec, NULL, GLIA_ECONFIG, "the output of this layer is not used by any later layer");
+        if (!nd->layer.kernel->backward)
+            return glia_section_error(nd->sec, "type", GLIA_EUNSUPPORTED, "layer type '%s' (kernel %s) has no backward; it "
+                                      "cannot be trained through", nd->layer.type->name, nd->layer.kernel->impl);
+    }
+    const struct glia_shape *logits = &m->nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
+    if (last->in[0] < 0 || logits->ndim != 2)
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the loss expects (N, classes) logits");
+    if (logits->dim[1] < m->n_classes) {  /* name a label it cannot give */
+        const struct glia__dataset *d = m->train.n_classes >= m->test.n_classes ? &m->train : &m->test;
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels%s%s%s",
+                                  (long long)logits->dim[1], m->n_classes, d->classes_why ? " (" : "",
+                                  d->classes_why ? d->classes_why : "", d->classes_why ? ")" : "");
+    }
+    return GLIA_OK;
+}
+
+/* ---- pass fuse_pointwise ---------------------------------------------------------------- */
+
+/* A chain of elementwise layers whose intermediate outputs feed only the next one becomes one
+ * `pointwise` layer: its expression is the layers' own, nested. While it is built the text names
+ * producers as {k} (node k; {-1}: the data batch); the layer gets them as x, y, z, w. */
+#define FUSE_MAX_TEXT 2000   /* characters of a fused expression */
+#define FUSE_MAX_DEPTH 60    /* its parentheses' nesting (the parser takes 200) */
+#define FUSE_MAX_VARS 4      /* the pointwise layer's inputs */
+static const char fuse_origin[] = "[graph] fuse_pointwise";
+static const char fuse_vars[] = "xyzw";  /* the pointwise layer's inputs 1..4 */
+
+/* The text written to f, a stream of open_memstream(text, ...) (f NULL: it could not be opened):
+ * *text (owned), or NULL when out of memory. */
+static char *fuse_close(FILE *f, char **text)
+{
+    if (!f) return NULL;
+    bool bad = ferror(f);
+    if (fclose(f) || bad) {
+        free(*text);
+        return NULL;
+    }
+    return *text;
+}
+
+/* Node i's function of its producers as text over {k}: its type's pointwise expression (glia/layer.h) with x, y,
+ * z, w (inputs 0..3) replaced by its producers; NULL when it is not a layer the pass fuses (*st = GLIA_OK) or out of
+ * memory (*st set). A layer with an impl chosen in its section keeps it, and one with parameters or buffers is more
+ * than its expression. */
+static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
+{
+    const struct glia__node *nd = &m->nodes[i];
+    const struct glia_layer_type *t = nd->layer.type;
+    *st = GLIA_OK;
+    if (!t->pointwise || nd->n_in > (int)sizeof fuse_vars - 1 || nd->own_sec ||
+        strcmp(glia_section_str(nd->sec, "impl"), "auto") || nd->layer.n_params || nd->layer.n_buffers)
+        return NULL;
+    int need = t->pointwise(&nd->layer, nd->n_in, NULL, 0);
+    if (need < 0) return NULL;
+    char *e = malloc((size_t)need + 1), *text = NULL;
+    size_t len;
+    FILE *f = e ? open_memstream(&text, &len) : NULL;
+    if (f && t->pointwise(&nd->layer, nd->n_in, e, (size_t)need + 1) != need) {  /* not pure: the pass keeps it */
+        fclose(f);
+        free(text);
+        free(e);
+        return NULL;
+    }
+    for (const char *c = e; f && *c;) {  /* its variables x y z w become its producers */
+        size_t w = 0;
+        while (isalnum((unsigned char)c[w]) || c[w] == '_' || c[w] == '.') w++;
+        const char *v = w == 1 ? strchr(fuse_vars, c[0]) : NULL;
+        if (v && v - fuse_vars < nd->n_in) fprintf(f, "{%d}", nd->in[v - fuse_vars]);
+        else fwrite(c, 1, w ? w : 1, f);
+        c += w ? w : 1;
+    }
+    free(e);
+    char *r = fuse_close(f, &text);
+    if (!r) *st = GLIA_ENOMEM;
+    return r;
+}
+
+/* Reads the token at t ("{k}"): its producer, and the text after it in *end. */
+static int fuse_token(const char *t, const char **end)
+{
+    char *e;
+    long k = strtol(t + 1, &e, 10);
+    *end = e + 1;  /* past '}' */
+    return (int)k;
+}
+
+/* with is a call f(...) or a token {k}: it needs no parentheses as an operand */
+static bool fuse_atomic(const char *with)
+{
+    const char *t = with;
+    if (*t == '{') return strchr(t, '}') && !strchr(t, '}')[1];
+    while (isalpha((unsigned char)*t)) t++;
+    if (t == with || *t != '(') return false;
+    int depth = 0;
+    for (; *t; t++) {
+        depth += (*t == '(') - (*t == ')');
+        if (depth == 0) return !t[1];
+    }
+    return false;
+}
+
+/* text with each {i} replaced by (with); NULL when out of memory. */
+static char *fuse_subst(const char *text, int i, const char *with)
+{
+    char *out = NULL;
+    size_t len;
+    FILE *f = open_memstream(&out, &len);
+    for (const char *t = text; f && *t;) {
+        const char *end;
+        if (*t == '{' && fuse_token(t, &end) == i) {
+            /* a whole argument of a call needs no parentheses of its own */
+            bool arg = t > text && (t[-1] == '(' || (t[-1] == ' ' && t - 1 > text && t[-2] == ',')) &&
+                       (*end == ')' || *end == ',');
+            arg |= fuse_atomic(with);
+            fprintf(f, arg ? "%s" : "(%s)", with);
+            t = end;
+        } else {
+            fputc(*t++, f);
+        }
+    }
+    return fuse_close(f, &out);
+}
+
+/* The distinct producers named in text, in order of appearance (at most max; returns how many
+ * there are, which may be more). */
+static int fuse_producers(const char *text, int *prod, int max)
+{
+    int n = 0;
+    for (const char *t = text; (t = strchr(t, '{'));) {
+        int k = fuse_token(t, &t), seen = 0;
+        for (int j = 0; j < n && j < max; j++) seen |= prod[j] == k;
+        if (seen) continue;
+        if (n < max) prod[n] = k;
+        n++;
+    }
+    return n;
+}
+
+static bool fuse_fits(const char *text)
+{
+    int depth = 0, deepest = 0, prod[FUSE_MAX_VARS];
+    for (const char *t = text; *t; t++) {
+        depth += (*t == '(') - (*t == ')');
+        if (depth > deepest) deepest = depth;
+    }
+    return strlen(text) <= FUSE_MAX_TEXT && deepest <= FUSE_MAX_DEPTH &&
+           fuse_producers(text, prod, FUSE_MAX_VARS) <= FUSE_MAX_VARS;
+}
+
+/* Whether a chain's text calls dropout(), however spaced ("dropout (x, 0.5)" parses too). */
+static bool fuse_has_dropout(const char *text)
+{
+    for (const char *t = text; (t = strstr(t, "dropout")); t += 7) {
+        const char *e = t + 7;
+        while (isspace((unsigned char)*e)) e++;
+        bool word = t == text || !(isalnum((unsigned char)t[-1]) || t[-1] == '_');
+        if (word && *e == '(') return true;
+    }
+    return false;
+}
+
+/* The one node that reads node i's output (possibly more than once), or -1. */
+static int only_consumer(const struct glia_model *m, int i)
+{
+    int c = -1;
+    for (int j = i + 1; j < m->n_nodes; j++)
+        for (int k = 0; k < m->nodes[j].n_in; k++)
+            if (m->nodes[j].in[k] == i) {
+                if (c >= 0 && c != j) return -1;
+                c = j;
+            }
+    return c;
+}
+
+/* Node j becomes a pointwise layer computing text (over {k}), in its place and under its name.
+ * On failure node j is as it was. */
+static glia_status make_fused(struct glia_model *m, int j, const char *text)
+{
+    struct glia__node *nd = &m->nodes[j], f = *nd;
+    int prod[FUSE_MAX_VARS], n = fuse_producers(text, prod, FUSE_MAX_VARS);
+    char *expr = NULL;
+    size_t len;
+    FILE *fe = open_memstream(&expr, &len);
+    for (const char *t = text; fe && *t;) {
+        if (*t != '{') {
+            fputc(*t++, fe);
+            continue;
+        }
+        int k = fuse_token(t, &t), v = 0;
+        while (prod[v] != k) v++;
+        fputc(fuse_vars[v], fe);
+    }
+    expr = fuse_close(fe, &expr);
+    struct glia_section *s = expr ? glia__section_new(m->cfg, nd->sec->name, nd->sec->line) : NULL;
+    glia_status st = s ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = override_key(s, "type", "pointwise", fuse_origin);
+    if (!st) st = override_key(s, "expr", expr, fuse_origin);
+    free(expr);
+    if (s) {  /* type and impl readable before validation */
+        s->schemas[0] = glia__core_schema("layer");
+        s->n_schemas = 1;
+    }
+    struct glia_layer rl = {0};
+    if (!st) st = glia__resolve_layer(m, s, &rl);
+    if (!st) {
+        const struct glia_key *sch[] = {glia__core_schema("layer"), rl.type->keys};
+        st = glia__section_validate(s, sch, 2);
+    }
+    if (!st) {
+        f.layer = (struct glia_layer){.name = s->name, .type = rl.type, .kernel = rl.kernel, .ctx = m->ctx,
+                                      .backend = m->backend};
+        f.sec = f.own_sec = s;
+        f.created = false;
+        f.n_in = n;
+        memcpy(f.in, prod, sizeof *prod * (size_t)n);
+        if ((st = glia__create_layer(m, &f))) glia__destroy_layer(&f);
+    }
+    if (st) {
+        glia__section_free(s);
+        return st;
+    }
+    glia__destroy_layer(nd);  /* the chain's last layer, replaced */
+    *nd = f;            /* layers keep no pointer to their struct (layer.h) */
+    return GLIA_OK;
+}
+
+/* Whether m has a fused layer named name. */
+static bool fused_in(const struct glia_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->nodes[i].own_sec && !strcmp(m->nodes[i].layer.name, name)) return true;
+    return false;
+}
+
+/* 0: no fusion; 1: fuse where the fused layer can be made (auto on a GPU); 2: fuse (on) */
+int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_section *graph)
+{
+    const char *v = glia_section_str(graph, "fuse_pointwise");
+    return !strcmp(v, "on") ? 2 : !strcmp(v, "auto") && m->device.type != GLIA_DEVICE_CPU ? 1 : 0;
+}
+
+/* Removes every node i with into[i] >= 0, merged into node into[i] (a chain: into[into[i]] may be
+ * set too): whatever read node i now reads the node its chain ends in, declarations follow, and
+ * the others move up. */
+static void drop_nodes(struct glia_model *m, const int *into, int *map)
+{
+    int n = m->n_nodes, w = 0;
+    for (int i = 0; i < n; i++) {
+        if (into[i] >= 0) {
+            glia__destroy_layer(&m->nodes[i]);
+            map[i] = -1;
+            continue;
+        }
+        map[i] = w;
+        if (w != i) m->nodes[w] = m->nodes[i];  /* layers keep no pointer to their struct (layer.h) */
+        w++;
+    }
+    for (int i = 0; i < n; i++) {
+        int r = i;
+        while (into[r] >= 0) r = into[r];
+        map[i] = map[r];
+    }
+    m->n_nodes = w;
+    for (int i = 0; i < w; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0) nd->in[k] = map[nd->in[k]];
+        if (nd->bias_dropped) nd->bias_dropped_for = map[nd->bias_dropped_for];
+    }
+    for (int d = 0; d < m->n_decl; d++) m->decl[d].node = map[m->decl[d].node];
+    link_nodes(m);
+}
+
+/* Whether section s sets one of the keys of its type (keys), beyond those every layer has. */
+static bool layer_sets_keys(const struct glia_section *s, const struct glia_key *keys)
+{
+    for (const struct glia_key *k = keys; k && k->name; k++)
+        if (glia__section_entry(s, k->name)) return true;
+    return false;
+}
+
+/* Whether enum key `key` of keys offers the choice `value`. */
+static bool key_has_choice(const struct glia_key *keys, const char *key, const char *value)
+{
+    const struct glia_key *k = find_key(keys, key);
+    if (!k || k->type != GLIA_KEY_ENUM || !k->choices) return false;
+    size_t n = strlen(value);
+    for (const char *c = k->choices; c;) {
+        if (!strncmp(c, value, n) && (c[n] == '|' || c[n] == '\0')) return true;
+        c = strchr(c, '|');
+        if (c) c++;
+    }
+    return false;
+}
+
+/* Phase 3, before the chains below: a layer whose input is a layer of a type with GLIA_TYPE_FUSIBLE_ACTIVATION
+ * (batchnorm) that nothing else reads, and whose own type that one's `activation` key offers (relu), becomes its
+ * activation (one pass over the data instead of two, forward and backward, and no activation output kept); the
+ * producer keeps its name, its parameters and its place, and what read the activation reads it. An activation with an
+ * impl or any other key set in its section stays. The key is set in the producer's section (a dp replica, built from
+ * the same file, fuses it too). */
+glia_status glia__pass_fuse_activation(struct glia_model *m)
+{
+    int n = m->n_nodes, *into = malloc(2 * sizeof *into * (size_t)n), fused = 0;  /* and drop_nodes' map */
+    glia_status st = into ? GLIA_OK : GLIA_ENOMEM;
+    for (int j = 0; j < n && into; j++) into[j] = -1;
+    for (int j = 0; j < n && !st; j++) {
+        const struct glia__node *r = &m->nodes[j];
+        int i = r->in[0];
+        if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 ||
+            !(m->nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
+            m->nodes[i].own_sec || !key_has_choice(m->nodes[i].layer.type->keys, "activation", r->layer.type->name) ||
+            layer_sets_keys(r->sec, r->layer.type->keys) || strcmp(glia_section_str(m->nodes[i].sec, "activation"), "none"))
+            continue;
+        struct glia__node *b = &m->nodes[i];
+        if ((st = override_key(b->sec, "activation", r->layer.type->name, fuse_origin))) break;
+        glia__destroy_layer(b);
+        if ((st = glia__create_layer(m, b))) break;
+        b->act_fused = true;
+        into[j] = i;
+        fused++;
+    }
+    if (!st && fused) drop_nodes(m, into, into + n);
+    free(into);
+    return st;
+}
+
+/* Phase 3, after the graph is checked as written: chains of fusible layers, each feeding only
+ * the next, become one pointwise layer named like the chain's last; the others move up. A
+ * dropout (or a pointwise layer with dropout()) only ends a chain: the fused layer then has its
+ * name, so it draws the mask that layer draws unfused (the step's seed hashed with the name). */
+glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
+{
+    int n = m->n_nodes, *into = malloc(2 * sizeof *into * (size_t)n);  /* and drop_nodes' map */
+    char **text = calloc((size_t)n, sizeof *text);
+    bool *grew = calloc((size_t)n, sizeof *grew);
+    glia_status st = text && grew && into ? GLIA_OK : GLIA_ENOMEM;
+    for (int j = 0; j < n && into; j++) into[j] = -1;
+    for (int j = 0; j < n && !st; j++) {  /* producers first: text[i] is i's whole chain */
+        into[j] = -1;
+        if (!(text[j] = fuse_text(m, j, &st))) continue;
+        for (int k = 0; k < m->nodes[j].n_in && !st; k++) {
+            int i = m->nodes[j].in[k];
+            if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j || fuse_has_dropout(text[i])) continue;
+            char *t = fuse_subst(text[j], i, text[i]);
+            if (!t) st = GLIA_ENOMEM;
+            else if (!fuse_fits(t)) free(t);
+            else {
+                free(text[j]);
+                text[j] = t;
+                into[i] = j;
+                grew[j] = true;
+            }
+        }
+    }
+    for (int j = 0; j < n && !st; j++) {
+        if (!grew[j] || into[j] >= 0) continue;
+        bool follow = m->like != NULL;  /* a dp replica fuses what its model fused, so their layers pair up */
+        if (follow && !fused_in(m->like, m->nodes[j].layer.name)) st = GLIA_EUNSUPPORTED;
+        else if (!(st = make_fused(m, j, text[j]))) continue;
+        if (st == GLIA_ENOMEM || on || (follow && st != GLIA_EUNSUPPORTED)) {
+            glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", glia_context_error(m->ctx),
+                       fuse_origin);
+            break;
+        }
+        /* auto: the chain stays as written */
+        if (!follow)
+            glia_log(m->ctx, GLIA_LOG_WARN, "%s = auto leaves the layers before [%s] as they are: %s", fuse_origin,
+                     m->nodes[j].layer.name, glia_context_error(m->ctx));
+        glia_context_clear_error(m->ctx);
+        st = GLIA_OK;
+        for (int i = 0; i < j; i++) {
+            int r = i;
+            while (into[r] >= 0) r = into[r];
+            if (r == j) into[i] = -1;  /* left in place, unfused */
+        }
+    }
+    if (!st) drop_nodes(m, into, into + n);
+    for (int j = 0; text && j < n; j++) free(text[j]);
+    free(text);
+    free(grew);
+    free(into);
+    return st;
+}
+
+/* ---- pass checkpoint_segments ------------------------------------------------------------ */
+
+static const char ckpt_origin[] = "[graph] checkpoint_segments";
+
+/* Marks the segments that the cuts cut[0..n) (node indices, ascending) make: in each but the last, the nodes before
+ * the cut whose output something in backward reads (their own backward, a consumer's backward through a direct or
+ * retagged edge, a consumer's second forward) run forward again, those that can; the others' outputs die after the
+ * forward. */
+static void mark_segments(struct glia_model *m, const int *cut, int n)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        m->nodes[i].recompute = m->nodes[i].cut = false;
+        m->nodes[i].recompute_n = 0;
+    }
+    for (int k = 0, prev = -1; k < n; prev = cut[k++]) {
+        m->nodes[cut[k]].recompute_n = cut[k] - prev - 1;
+        m->nodes[cut[k]].cut = true;
+        for (int j = cut[k] - 1; j > prev; j--) {  /* consumers first: only the segment and its cut read j */
+            bool needed = glia__bwd_reads_out(m, j);
+            for (int i = j + 1; i <= cut[k] && !needed; i++)
+                for (int e = 0; e < m->nodes[i].n_in; e++)
+                    if (m->nodes[i].in[e] == j &&
+                        (m->nodes[i].recompute || (m->nodes[i].edge[e] != GLIA__EDGE_CONVERT && glia__bwd_reads_in(m, i))))
+                        needed = true;
+            m->nodes[j].recompute = needed;
+        }
+    }
+}
+
+/* A training step's activation cost with the nodes marked as now: the real plan (real) or the most floats alive at
+ * once (the plan's floor, in O(nodes)), with *area the floats times moments alive; -1 when out of memory. */
+static int64_t ckpt_cost(struct glia_model *m, bool real, double *area)
+{
+    return real ? glia__train_plan_len(m, m->batch) : glia__train_live_peak(m, m->batch, area);
+}
+
+/* Drops, last first, each of the *n cuts whose loss leaves the cost (ckpt_cost) at most *best; the nodes stay marked
+ * for the cuts left. */
+static void drop_unneeded_cuts(struct glia_model *m, int *cut, int *n, int64_t *best, bool real, int *trial)
+{
+    double area;
+    for (int k = *n - 1; k >= 0 && *best >= 0; k--) {
+        memcpy(trial, cut, sizeof *cut * (size_t)k);
+        memcpy(trial + k, cut + k + 1, sizeof *cut * (size_t)(*n - k - 1));
+        mark_segments(m, trial, *n - 1);
+        int64_t c = ckpt_cost(m, real, &area);
+        if (c >= 0 && c <= *best) memcpy(cut, trial, sizeof *cut * (size_t)--*n), *best = c;
+    }
+    mark_segments(m, cut, *n);
+}
+
+static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, int *cut, int *trial);
+
+/* Phase 4, activation checkpointing (as torch.utils.checkpoint.checkpoint_sequential): cut the graph into at most
+ * `checkpoint_segments` segments, each cut after a layer whose output alone carries everything the later layers read
+ * (the data batch aside). In every segment but the last, a training step keeps only the output of the segment's last
+ * layer; the others' forward runs again just before that layer's backward. The cuts are chosen by the training step's
+ * activation plan (core/memplan.c); a cut that saves nothing is not made. A dp replica cuts where its model did. */
+glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_section *graph)
+{
+    int want = (int)glia_section_int(graph, "checkpoint_segments"), n = m->n_nodes;
+    m->ckpt_segments = 1;
+    m->ckpt_asked = want;
+    if (want < 2) return GLIA_OK;
+    if (m->like) {
+        for (int i = 0; i < n; i++) {
+            m->nodes[i].recompute = m->like->nodes[i].recompute;
+            m->nodes[i].recompute_n = m->like->nodes[i].recompute_n;
+            m->nodes[i].cut = m->like->nodes[i].cut;
+        }
+        m->ckpt_segments = m->like->ckpt_segments;
+        memcpy(m->ckpt_plan, m->like->ckpt_plan, sizeof m->ckpt_plan);
+        return GLIA_OK;
+    }
+    int *last_reader = malloc(3 * sizeof *last_reader * (size_t)n), n_can = 0;
+    int *cut = last_reader + n, *trial = cut + n;  /* the cuts; a trial set of them (room for n each) */
+    bool *can = malloc((size_t)n);                  /* a cut may follow node c */
+    if (!last_reader || !can) {
+        free(last_reader), free(can);
+        return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+    }
+    for (int i = 0; i < n; i++) {
+        last_reader[i] = i;
+        for (int k = 0; k < m->nodes[i].n_in; k++)
+            if (m->nodes[i].in[k] >= 0) last_reader[m->nodes[i].in[k]] = i;
+    }
+    for (int c = 0, reach = -1; c < n; c++) {  /* reach: the last reader of any node before c */
+        can[c] = c + 1 < n && reach <= c;
+        n_can += can[c];
+        if (last_reader[c] > reach) reach = last_reader[c];
+    }
+    glia_status st = n_can ? GLIA_OK
+                           : glia_section_error(graph, "checkpoint_segments", GLIA_EINVAL,
+                                                "no layer's output alone carries what the layers after it read: nothing "
+                                                "to cut (0 turns checkpointing off)");
+    if (!st) st = choose_cuts(m, want, can, cut, trial);
+    free(last_reader);
+    free(can);
+    return st;
+}
+
+/* The greedy choice of at most want - 1 cuts among those can allows (cut, trial: room for n_nodes each), marked on the
+ * nodes, with the plans without and with them in m->ckpt_plan. */
+static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, int *cut, int *trial)
+{
+    int n = m->n_nodes, n_cut = 0;
+    /* Greedy on the most floats alive at once (the plan's floor, cheap to find): add the cut that gives the smallest
+     * peak, and of equal peaks the smallest area (shorter lives: the peak often falls only once two cuts are made);
+     * then drop each cut whose loss leaves the peak as low. */
+    double area, best_area;
+    int64_t best = ckpt_cost(m, false, &best_area);
+    while (best >= 0 && n_cut + 1 < want) {
+        int pick = -1, at = 0;
+        int64_t pick_peak = best;
+        double pick_area = best_area;
+        for (int c = 0; c < n; c++) {
+            if (!can[c]) continue;
+            int k = 0;
+            while (k < n_cut && cut[k] < c) trial[k] = cut[k], k++;
+            if (k < n_cut && cut[k] == c) continue;
+            trial[k] = c;
+            memcpy(trial + k + 1, cut + k, sizeof *cut * (size_t)(n_cut - k));
+            mark_segments(m, trial, n_cut + 1);
+            int64_t peak = ckpt_cost(m, false, &area);
+            if (peak < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+            if (peak < pick_peak || (peak == pick_peak && area < pick_area))
+                pick_peak = peak, pick_area = area, pick = c, at = k;
+        }
+        if (pick < 0) break;
+        memmove(cut + at + 1, cut + at, sizeof *cut * (size_t)(n_cut - at));
+        cut[at] = pick;
+        n_cut++;
+        best = pick_peak, best_area = pick_area;
+    }
+    drop_unneeded_cuts(m, cut, &n_cut, &best, false, trial);
+    /* the plans themselves, without and with the cuts; then cuts the plan does not need go too, and cuts that do not
+     * make the plan smaller are not made */
+    mark_segments(m, cut, 0);
+    m->ckpt_plan[0] = best < 0 ? -1 : ckpt_cost(m, true, &area);
+    mark_segments(m, cut, n_cut);
+    m->ckpt_plan[1] = m->ckpt_plan[0] < 0 ? -1 : ckpt_cost(m, true, &area);
+    drop_unneeded_cuts(m, cut, &n_cut, &m->ckpt_plan[1], true, trial);
+    if (m->ckpt_plan[1] < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+    if (m->ckpt_plan[1] >= m->ckpt_plan[0]) n_cut = 0, m->ckpt_plan[1] = m->ckpt_plan[0];
+    mark_segments(m, cut, n_cut);
+    m->ckpt_segments = n_cut + 1;
+    if (m->ckpt_segments < want)
+        glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->ckpt_segments,
+                 m->ckpt_segments > 1 ? "s" : "",
+                 m->ckpt_segments > 1 ? "another cut would not make the activations smaller"
+                                      : "no cut makes a training step's activations smaller in this model");
+    return GLIA_OK;
+}
+
+/* Memory formats: a layer that takes either format (GLIA_KERNEL_CHANNELS_LAST) works in the
+ * model's; any other layer, and the data batch, in contiguous NCHW. Where producer and
+ * consumer disagree on a 4-D tensor the edge converts, unless C or H*W is 1 (both formats
+ * are then the same bytes, and the edge only retags them). */
+void glia__plan_formats(struct glia_model *m)
+{
+    for (int i = 0; i < m->n_nodes; i++) {
+        struct glia__node *nd = &m->nodes[i];
+        bool any = m->format == GLIA_CHANNELS_LAST && (nd->layer.kernel->flags & GLIA_KERNEL_CHANNELS_LAST);
+        nd->out_fmt = any && nd->out_shape.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+        for (int k = 0; k < nd->n_in; k++) {
+            struct glia_shape s = glia__in_shape_of(m, nd->in[k], m->batch);
+            enum glia_memory_format have = nd->in[k] < 0 ? GLIA_CONTIGUOUS : m->nodes[nd->in[k]].out_fmt;
+            nd->in_fmt[k] = any && s.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+            if (nd->in_fmt[k] == have) nd->edge[k] = GLIA__EDGE_DIRECT;
+            else if (s.dim[1] == 1 || s.dim[2] * s.dim[3] == 1) nd->edge[k] = GLIA__EDGE_RETAG;
+            else nd->edge[k] = GLIA__EDGE_CONVERT;
+        }
+    }
+}
