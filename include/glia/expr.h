@@ -87,9 +87,10 @@ struct glia_expr *glia_expr_diff(const struct glia_expr *ir, int var);
 
 /* The gradient of ir with respect to variable var carried back from the gradient of its result,
  * variable dy_var (one that ir does not use): dy * d ir / d var, a new IR (NULL when out of memory).
- * Unlike dy * glia_expr_diff(ir, var), the product goes into both branches of every select (relu's
- * derivative is one): where a branch's derivative is 0 the gradient is 0 whatever dy is, inf and
- * NaN included, as torch's threshold_backward gives for relu. */
+ * Unlike dy * glia_expr_diff(ir, var), when the derivative is a select (relu's is), dy goes into both
+ * branches (and so on into selects there): where a branch's derivative is 0 the gradient is 0 whatever
+ * dy is, inf and NaN included, as torch's threshold_backward gives for relu. A select under another
+ * operation is multiplied as it is. */
 struct glia_expr *glia_expr_grad(const struct glia_expr *ir, int var, int dy_var);
 
 /* g rewritten to read the value of f (a function of some of g's variables) as variable var instead
