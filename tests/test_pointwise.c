@@ -1,32 +1,32 @@
-/* tests/test_pointwise.c — the expression IR of the pointwise layer (parser, errors, printing,
- * common subexpressions, hashing, folding, evaluation, symbolic derivatives; expr.c is compiled
- * into this program) and the pointwise layer itself (gradient checks, forward values, config
- * errors). Not other layers. */
+/* tests/test_pointwise.c — the expression language of glia/expr.h (parser, errors, printing, common
+ * subexpressions, hashing, folding, evaluation, symbolic derivatives and gradients), the pointwise layer
+ * (gradient checks, forward values, config errors), the expressions of the elementwise types that fusion
+ * nests, and the activations' kernels, which compute their type's expression. Not other layers. */
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <glia/expr.h>
+#include <glia/types/dropout.h>
 #include "layerutil.h"
-#include "expr.h"
-#include "../dropout/dropout_desc.h"
 
 static struct glia_context *ctx;
 
 
-static struct expr *parse_ok(const char *text, int n_inputs)
+static struct glia_expr *parse_ok(const char *text, int n_inputs)
 {
-    struct expr *e = NULL;
+    struct glia_expr *e = NULL;
     char err[256];
-    if (expr_parse(text, n_inputs, &e, err, sizeof err)) printf("\n  '%s': %s\n", text, err);
+    if (glia_expr_parse(text, n_inputs, &e, err, sizeof err)) printf("\n  '%s': %s\n", text, err);
     CU_ASSERT_PTR_NOT_NULL(e);
     return e;
 }
 
-static const char *printed(const struct expr *e)
+static const char *printed(const struct glia_expr *e)
 {
     static char buf[4][1024];
     static int k;
     char *b = buf[k++ % 4];
-    CU_ASSERT(expr_print(e, b, sizeof buf[0]) >= 0);
+    CU_ASSERT(glia_expr_print(e, b, sizeof buf[0]) >= 0);
     return b;
 }
 
@@ -47,13 +47,13 @@ static bool close_to(double got, double want, double tol)
 
 static void check_value(const char *text, const double *v, double want)
 {
-    struct expr *e = parse_ok(text, 4);
+    struct glia_expr *e = parse_ok(text, 4);
     if (!e) return;
-    double got = expr_eval1(e, v);
+    double got = glia_expr_eval1(e, v);
     bool ok = close_to(got, want, 1e-12);
     if (!ok) printf("\n  %s = %.17g, want %.17g (printed %s)\n", text, got, want, printed(e));
     CU_ASSERT(ok);
-    expr_free(e);
+    glia_expr_free(e);
 }
 
 static void test_parse_precedence(void)
@@ -86,9 +86,9 @@ static void test_parse_precedence(void)
 
 static void check_error(const char *text, int n_inputs, const char *want)
 {
-    struct expr *e = (struct expr *)1;
+    struct glia_expr *e = (struct glia_expr *)1;
     char err[256];
-    CU_ASSERT_EQUAL(expr_parse(text, n_inputs, &e, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(glia_expr_parse(text, n_inputs, &e, err, sizeof err), -1);
     CU_ASSERT_PTR_NULL(e);
     if (strcmp(err, want)) printf("\n  '%s': got \"%s\", want \"%s\"\n", text, err, want);
     CU_ASSERT_STRING_EQUAL(err, want);
@@ -137,14 +137,14 @@ static void test_parse_errors(void)
     chain[2003] = 0;
     check_error(chain, 2, "expr: expression nested too deeply (1001 levels of operations, at most 1000)");
     chain[2001] = 0;
-    struct expr *e = parse_ok(chain, 2);
+    struct glia_expr *e = parse_ok(chain, 2);
     if (e) {
         static char text[4096];
-        CU_ASSERT_EQUAL(expr_print(e, text, sizeof text), 1 + 4 * 1000);  /* "x / y / y ..." */
-        struct expr *back = parse_ok(text, 2);
-        CU_ASSERT(back && expr_hash(back) == expr_hash(e));
-        expr_free(back);
-        expr_free(e);
+        CU_ASSERT_EQUAL(glia_expr_print(e, text, sizeof text), 1 + 4 * 1000);  /* "x / y / y ..." */
+        struct glia_expr *back = parse_ok(text, 2);
+        CU_ASSERT(back && glia_expr_hash(back) == glia_expr_hash(e));
+        glia_expr_free(back);
+        glia_expr_free(e);
     }
 }
 
@@ -152,20 +152,20 @@ static void test_parse_errors(void)
 
 static void check_print(const char *text, const char *want)
 {
-    struct expr *e = parse_ok(text, 4);
+    struct glia_expr *e = parse_ok(text, 4);
     if (!e) return;
     const char *got = printed(e);
     if (strcmp(got, want)) printf("\n  '%s' printed \"%s\", want \"%s\"\n", text, got, want);
     CU_ASSERT_STRING_EQUAL(got, want);
     /* the canonical text reads back as the same IR */
-    struct expr *back = parse_ok(got, 4);
+    struct glia_expr *back = parse_ok(got, 4);
     if (back) {
         CU_ASSERT_STRING_EQUAL(printed(back), got);
-        CU_ASSERT_EQUAL(expr_hash(back), expr_hash(e));
+        CU_ASSERT_EQUAL(glia_expr_hash(back), glia_expr_hash(e));
         CU_ASSERT_EQUAL(back->n, e->n);
-        expr_free(back);
+        glia_expr_free(back);
     }
-    expr_free(e);
+    glia_expr_free(e);
 }
 
 static void test_print(void)
@@ -205,56 +205,56 @@ static void test_print(void)
     check_print("sign(x)", "sign(x)");
     check_print("1 / 0 + x", "1 / 0 + x");
     char buf[8];
-    struct expr *e = parse_ok("sigmoid(x) * x", 1);
-    CU_ASSERT_EQUAL(expr_print(e, buf, sizeof buf), -1); /* did not fit */
+    struct glia_expr *e = parse_ok("sigmoid(x) * x", 1);
+    CU_ASSERT_EQUAL(glia_expr_print(e, buf, sizeof buf), -1); /* did not fit */
     CU_ASSERT_STRING_EQUAL(buf, "sigmoid");
     char ssa[256];
-    CU_ASSERT(expr_print_ssa(e, ssa, sizeof ssa) > 0);
+    CU_ASSERT(glia_expr_print_ssa(e, ssa, sizeof ssa) > 0);
     CU_ASSERT_STRING_EQUAL(ssa, "%0 = var x\n%1 = sigmoid %0\n%2 = mul %1 %0\n");
-    expr_free(e);
+    glia_expr_free(e);
 }
 
 static void test_cse(void)
 {
-    struct expr *e = parse_ok("x*sigmoid(x) + sigmoid(x)", 1);
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_SIGMOID), 1);
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_VAR), 1);
+    struct glia_expr *e = parse_ok("x*sigmoid(x) + sigmoid(x)", 1);
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_SIGMOID), 1);
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_VAR), 1);
     CU_ASSERT_EQUAL(e->n, 4); /* x, sigmoid, mul, add */
-    CU_ASSERT_EQUAL(expr_op_count(e), 3);
+    CU_ASSERT_EQUAL(glia_expr_op_count(e), 3);
     CU_ASSERT_EQUAL(e->out, e->n - 1);
     for (int i = 0; i < e->n; i++) { /* SSA: operands come first */
         CU_ASSERT(e->nodes[i].a < i);
         CU_ASSERT(e->nodes[i].b < i);
         CU_ASSERT(e->nodes[i].c < i);
     }
-    expr_free(e);
+    glia_expr_free(e);
     /* commuted spellings are one node too */
     e = parse_ok("exp(x*y) + exp(y*x) * tanh(x + y) - tanh(y + x)", 2);
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_EXP), 1);
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_TANH), 1);
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_MUL), 2);
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_ADD), 2);
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_EXP), 1);
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_TANH), 1);
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_MUL), 2);
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_ADD), 2);
     CU_ASSERT_EQUAL(e->vars_used, 3u);
-    expr_free(e);
+    glia_expr_free(e);
 }
 
 static void check_same(const char *a, const char *b, bool same)
 {
-    struct expr *ea = parse_ok(a, 4), *eb = parse_ok(b, 4);
+    struct glia_expr *ea = parse_ok(a, 4), *eb = parse_ok(b, 4);
     if (!ea || !eb) {
-        expr_free(ea);
-        expr_free(eb);
+        glia_expr_free(ea);
+        glia_expr_free(eb);
         return;
     }
-    bool h = expr_hash(ea) == expr_hash(eb);
+    bool h = glia_expr_hash(ea) == glia_expr_hash(eb);
     bool p = !strcmp(printed(ea), printed(eb));
     if (h != same || p != same)
         printf("\n  '%s' (%s) vs '%s' (%s): hash %s, want %s\n", a, printed(ea), b, printed(eb), h ? "equal" : "differs",
                same ? "equal" : "different");
     CU_ASSERT_EQUAL(h, same);
     CU_ASSERT_EQUAL(p, same);
-    expr_free(ea);
-    expr_free(eb);
+    glia_expr_free(ea);
+    glia_expr_free(eb);
 }
 
 static void test_hash(void)
@@ -283,11 +283,11 @@ static void test_hash(void)
 
 static void test_constant_folding(void)
 {
-    struct expr *e = parse_ok("2 * 3 + 1", 1);
+    struct glia_expr *e = parse_ok("2 * 3 + 1", 1);
     CU_ASSERT_EQUAL(e->n, 1);
-    CU_ASSERT_EQUAL(e->nodes[0].op, EXPR_CONST);
+    CU_ASSERT_EQUAL(e->nodes[0].op, GLIA_EXPR_CONST);
     CU_ASSERT_EQUAL(e->nodes[0].value, 7.0);
-    expr_free(e);
+    glia_expr_free(e);
     check_print("x * 0", "0");
     check_print("x * 1", "x");
     check_print("x + 0", "x");
@@ -304,9 +304,9 @@ static void test_constant_folding(void)
     check_print("log(-1)", "log(-1)"); /* not folded: NaN stays a runtime value */
     e = parse_ok("log(-1) + 2*pi", 1);
     double v[4] = {0};
-    CU_ASSERT(isnan(expr_eval1(e, v)));
-    CU_ASSERT_EQUAL(expr_count_op(e, EXPR_CONST), 2); /* -1, 2pi */
-    expr_free(e);
+    CU_ASSERT(isnan(glia_expr_eval1(e, v)));
+    CU_ASSERT_EQUAL(glia_expr_count_op(e, GLIA_EXPR_CONST), 2); /* -1, 2pi */
+    glia_expr_free(e);
 }
 
 /* A naive evaluator of the same grammar straight from the text, for checking the IR's folding
@@ -448,11 +448,11 @@ static void gen(char *buf, size_t size, int depth)
 }
 
 /* whether every node of e is finite at v */
-static bool all_finite(const struct expr *e, const double *v)
+static bool all_finite(const struct glia_expr *e, const double *v)
 {
     double *regs = malloc((size_t)e->n * sizeof *regs);
     bool finite = regs != NULL;
-    if (regs) expr_eval1_nodes(e, v, regs);
+    if (regs) glia_expr_eval1_nodes(e, v, regs);
     for (int i = 0; finite && i < e->n; i++) finite = isfinite(regs[i]);
     free(regs);
     return finite;
@@ -466,26 +466,26 @@ static void test_random_round_trip(void)
     for (int t = 0; t < 400; t++) {
         char text[2048];
         gen(text, sizeof text, 1 + t % 5);
-        struct expr *e = parse_ok(text, 2);
+        struct glia_expr *e = parse_ok(text, 2);
         if (!e) continue;
         char p1[8192];
-        CU_ASSERT_FATAL(expr_print(e, p1, sizeof p1) >= 0);
-        struct expr *back = parse_ok(p1, 2);
+        CU_ASSERT_FATAL(glia_expr_print(e, p1, sizeof p1) >= 0);
+        struct glia_expr *back = parse_ok(p1, 2);
         if (back) {
             char p2[8192];
-            CU_ASSERT(expr_print(back, p2, sizeof p2) >= 0);
-            bool same = !strcmp(p1, p2) && expr_hash(back) == expr_hash(e) && back->n == e->n;
+            CU_ASSERT(glia_expr_print(back, p2, sizeof p2) >= 0);
+            bool same = !strcmp(p1, p2) && glia_expr_hash(back) == glia_expr_hash(e) && back->n == e->n;
             if (!same) printf("\n  %s -> %s -> %s\n", text, p1, p2);
             CU_ASSERT(same);
-            expr_free(back);
+            glia_expr_free(back);
         }
         int var = t % 2; /* d/dx, d/dy */
-        struct expr *dx = expr_diff(e, var);
+        struct glia_expr *dx = glia_expr_diff(e, var);
         CU_ASSERT_PTR_NOT_NULL_FATAL(dx);
         for (int k = 0; k < 5; k++) {
             double v[4] = {uni(-1.5, 1.5), uni(-1.5, 1.5), 0, 0};
             struct naive nv = {text, v};
-            double want = nv_expr(&nv), got = expr_eval1(e, v);
+            double want = nv_expr(&nv), got = glia_expr_eval1(e, v);
             if (!isfinite(want) || fabs(want) > 1e6) continue;
             /* an infinite or NaN intermediate (1/0 under a saturating tanh or a max) is outside
              * what the simplifier preserves (signed zeros, 0*u = 0), and makes the chain rule NaN
@@ -502,11 +502,11 @@ static void test_random_round_trip(void)
             vm[var] -= h;
             vp2[var] += 2 * h;
             vm2[var] -= 2 * h;
-            double fp = expr_eval1(e, vp), fm = expr_eval1(e, vm), fp2 = expr_eval1(e, vp2), fm2 = expr_eval1(e, vm2);
+            double fp = glia_expr_eval1(e, vp), fm = glia_expr_eval1(e, vm), fp2 = glia_expr_eval1(e, vp2), fm2 = glia_expr_eval1(e, vm2);
             double num1 = (fp - fm) / (2 * h), num2 = (fp2 - fm2) / (4 * h);
             if (!isfinite(num1) || !isfinite(num2) || !close_to(num1, num2, 1e-4)) continue; /* a kink or a pole */
             if (!all_finite(dx, v)) continue; /* sqrt(max(0, x)) at x < 0: 0 / (2 * 0) */
-            double sym = expr_eval1(dx, v);
+            double sym = glia_expr_eval1(dx, v);
             bool dok = close_to(sym, num1, 1e-3);
             if (!dok)
                 printf("\n  d(%s)/d%c = %s: %.12g, numeric %.12g at (%g, %g)\n", p1, "xy"[var], printed(dx), sym, num1, v[0],
@@ -514,8 +514,8 @@ static void test_random_round_trip(void)
             CU_ASSERT(dok);
             dcompared++;
         }
-        expr_free(dx);
-        expr_free(e);
+        glia_expr_free(dx);
+        glia_expr_free(e);
     }
     CU_ASSERT(compared > 800);
     CU_ASSERT(dcompared > 600);
@@ -570,15 +570,15 @@ static void test_eval_against_libm(void)
     }
     const float *vars[4] = {in[0], in[1], in[2], in[3]};
     for (int c = 0; c < N_CASES; c++) {
-        struct expr *e = parse_ok(cases[c].text, 4);
+        struct glia_expr *e = parse_ok(cases[c].text, 4);
         if (!e) continue;
-        CU_ASSERT_EQUAL(expr_eval(e, vars, N, out), 0);
+        CU_ASSERT_EQUAL(glia_expr_eval(e, vars, N, out), 0);
         for (int i = 0; i < N; i++) acc[i] = 1.0f;
-        CU_ASSERT_EQUAL(expr_eval_ex(e, vars, N, sc, true, NULL, acc), 0);
+        CU_ASSERT_EQUAL(glia_expr_eval_ex(e, vars, N, sc, true, NULL, acc), 0);
         int bad = 0;
         for (int i = 0; i < N; i++) {
             double v[4] = {in[0][i], in[1][i], in[2][i], in[3][i]};
-            double want = cases[c].ref(v), one = expr_eval1(e, v);
+            double want = cases[c].ref(v), one = glia_expr_eval1(e, v);
             bool ok = close_to(out[i], want, 2e-5) && close_to(one, want, 1e-12) &&
                       close_to(acc[i], 1.0 + sc[i] * want, 2e-5);
             if (!ok && bad++ < 3)
@@ -586,7 +586,7 @@ static void test_eval_against_libm(void)
                        v[3], out[i], one, want);
         }
         CU_ASSERT_EQUAL(bad, 0);
-        expr_free(e);
+        glia_expr_free(e);
     }
 }
 
@@ -597,19 +597,19 @@ static void test_gt_semantics(void)
     const float x[6] = {NAN, -0.0f, 0.0f, -2.0f, 3.0f, 1e-30f};
     float y[6], dy[6];
     const float *vars[1] = {x};
-    struct expr *e = parse_ok("select(gt(x, 0), x, 0)", 1), *d = e ? expr_diff(e, 0) : NULL;
+    struct glia_expr *e = parse_ok("select(gt(x, 0), x, 0)", 1), *d = e ? glia_expr_diff(e, 0) : NULL;
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
-    CU_ASSERT_EQUAL(expr_eval(e, vars, 6, y), 0);
-    CU_ASSERT_EQUAL(expr_eval(d, vars, 6, dy), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, 6, y), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(d, vars, 6, dy), 0);
     for (int i = 0; i < 6; i++) {
         float want = x[i] > 0.0f ? x[i] : 0.0f;
         CU_ASSERT_EQUAL(memcmp(&y[i], &want, sizeof want), 0);
         CU_ASSERT_EQUAL(dy[i], x[i] > 0.0f ? 1.0f : 0.0f);
         double v[4] = {x[i]};
-        CU_ASSERT_EQUAL(expr_eval1(e, v), x[i] > 0.0f ? (double)x[i] : 0.0);
+        CU_ASSERT_EQUAL(glia_expr_eval1(e, v), x[i] > 0.0f ? (double)x[i] : 0.0);
     }
-    expr_free(d);
-    expr_free(e);
+    glia_expr_free(d);
+    glia_expr_free(e);
 }
 
 /* relu(x) is torch.relu (the relu layer, and what fuse_pointwise makes of one): NaN gives NaN, -0 stays
@@ -623,23 +623,23 @@ static void test_relu_semantics(void)
     const float want_d[n] = {1, 0, 0, 1, 0, 1, 0, 1, 0};
     float y[n], dy[n];
     const float *vars[1] = {x};
-    struct expr *e = parse_ok("relu(x)", 1), *d = e ? expr_diff(e, 0) : NULL;
+    struct glia_expr *e = parse_ok("relu(x)", 1), *d = e ? glia_expr_diff(e, 0) : NULL;
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     CU_ASSERT_STRING_EQUAL(printed(e), "relu(x)");
-    CU_ASSERT_EQUAL(expr_op_count(e), 1);
-    CU_ASSERT_EQUAL(expr_eval(e, vars, n, y), 0);
-    CU_ASSERT_EQUAL(expr_eval(d, vars, n, dy), 0);
+    CU_ASSERT_EQUAL(glia_expr_op_count(e), 1);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, n, y), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(d, vars, n, dy), 0);
     for (int i = 0; i < n; i++) {
         bool same = isnan(want_y[i]) ? isnan(y[i]) : memcmp(&y[i], &want_y[i], sizeof y[i]) == 0;
         if (!same) printf("\n  relu(%g) = %g, want %g", x[i], y[i], want_y[i]);
         CU_ASSERT(same);
         CU_ASSERT_EQUAL(dy[i], want_d[i]);
-        double v[4] = {x[i]}, r = expr_eval1(e, v);
+        double v[4] = {x[i]}, r = glia_expr_eval1(e, v);
         CU_ASSERT(isnan(want_y[i]) ? isnan(r) : r == want_y[i] && !signbit(r) == !signbit(want_y[i]));
-        CU_ASSERT_EQUAL(expr_eval1(d, v), want_d[i]);
+        CU_ASSERT_EQUAL(glia_expr_eval1(d, v), want_d[i]);
     }
-    expr_free(d);
-    expr_free(e);
+    glia_expr_free(d);
+    glia_expr_free(e);
     check_print("relu(relu(x))", "relu(x)");
     check_print("relu(-2) + relu(3) + x", "x + 3");
 }
@@ -653,31 +653,31 @@ static void test_eval_large_and_edge(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(y);
     for (int64_t i = 0; i < n; i++) x[i] = (float)uni(-4, 4);
     const float *vars[1] = {x};
-    struct expr *e = parse_ok("x * sigmoid(x) + tanh(x)", 1);
-    CU_ASSERT_EQUAL(expr_eval(e, vars, n, y), 0);
+    struct glia_expr *e = parse_ok("x * sigmoid(x) + tanh(x)", 1);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, n, y), 0);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         double v[4] = {x[i]};
-        bad += !close_to(y[i], expr_eval1(e, v), 2e-5);
+        bad += !close_to(y[i], glia_expr_eval1(e, v), 2e-5);
     }
     CU_ASSERT_EQUAL(bad, 0);
-    CU_ASSERT_EQUAL(expr_eval(e, vars, 0, y), 0);
-    expr_free(e);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, 0, y), 0);
+    glia_expr_free(e);
     e = parse_ok("2 * pi", 1);
-    CU_ASSERT_EQUAL(expr_eval(e, vars, 300, y), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, 300, y), 0);
     CU_ASSERT(y[0] == (float)(2 * 3.14159265358979323846) && y[299] == y[0]);
-    expr_free(e);
+    glia_expr_free(e);
     e = parse_ok("x", 1);
-    CU_ASSERT_EQUAL(expr_eval(e, vars, n, y), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, n, y), 0);
     CU_ASSERT_EQUAL(memcmp(x, y, (size_t)n * sizeof *x), 0);
-    expr_free(e);
+    glia_expr_free(e);
     /* sigmoid saturates without overflow */
     float big[4] = {1000.0f, -1000.0f, 88.0f, -88.0f}, sy[4];
     const float *bv[1] = {big};
     e = parse_ok("sigmoid(x)", 1);
-    CU_ASSERT_EQUAL(expr_eval(e, bv, 4, sy), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, bv, 4, sy), 0);
     CU_ASSERT(sy[0] == 1.0f && sy[1] == 0.0f && sy[2] == 1.0f && sy[3] >= 0.0f && sy[3] < 1e-37f);
-    expr_free(e);
+    glia_expr_free(e);
     free(x);
     free(y);
 }
@@ -686,15 +686,15 @@ static void test_eval_large_and_edge(void)
 
 static void check_diff_text(const char *text, int var, const char *want)
 {
-    struct expr *e = parse_ok(text, 4);
+    struct glia_expr *e = parse_ok(text, 4);
     if (!e) return;
-    struct expr *d = expr_diff(e, var);
+    struct glia_expr *d = glia_expr_diff(e, var);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     const char *got = printed(d);
     if (strcmp(got, want)) printf("\n  d(%s)/d%c = \"%s\", want \"%s\"\n", text, "xyzw"[var], got, want);
     CU_ASSERT_STRING_EQUAL(got, want);
-    expr_free(d);
-    expr_free(e);
+    glia_expr_free(d);
+    glia_expr_free(e);
 }
 
 static void test_diff_rules(void)
@@ -718,25 +718,25 @@ static void test_diff_rules(void)
     check_diff_text("max(x, y)", 1, "select(ge(x, y), 0, 1)");
     check_diff_text("min(x, y)", 0, "ge(y, x)");
     check_diff_text("max(x, 0)", 0, "select(ge(0, x), 0, 1)");
-    check_diff_text("relu(x)", 0, "select(ge(0, x), 0, 1)");
-    check_diff_text("relu(x * y)", 1, "select(ge(0, x * y), 0, x)");
+    check_diff_text("relu(x)", 0, "select(ge(0, relu(x)), 0, 1)");  /* read from relu's own value */
+    check_diff_text("relu(x * y)", 1, "select(ge(0, relu(x * y)), 0, x)");
     check_diff_text("gt(x, y)", 0, "0");
     check_diff_text("select(gt(x, 0), x, 0.01 * x)", 0, "select(gt(x, 0), 1, 0.01)");
     check_diff_text("x * sigmoid(x)", 2, "0");
     check_diff_text("exp(-x*x)", 0, "-2 * x * exp(-(x * x))");
     /* a constant exponent has no log term: no log of a negative base, no 0 * NaN */
-    struct expr *e = parse_ok("pow(x, 3)", 1), *d = expr_diff(e, 0);
-    CU_ASSERT_EQUAL(expr_count_op(d, EXPR_LOG), 0);
+    struct glia_expr *e = parse_ok("pow(x, 3)", 1), *d = glia_expr_diff(e, 0);
+    CU_ASSERT_EQUAL(glia_expr_count_op(d, GLIA_EXPR_LOG), 0);
     double v[4] = {-2};
-    CU_ASSERT_EQUAL(expr_eval1(d, v), 12.0);
-    expr_free(d);
-    expr_free(e);
+    CU_ASSERT_EQUAL(glia_expr_eval1(d, v), 12.0);
+    glia_expr_free(d);
+    glia_expr_free(e);
     /* derivatives share nodes with themselves: d(x*sigmoid(x)) has one sigmoid */
     e = parse_ok("x * sigmoid(x)", 1);
-    d = expr_diff(e, 0);
-    CU_ASSERT_EQUAL(expr_count_op(d, EXPR_SIGMOID), 1);
-    expr_free(d);
-    expr_free(e);
+    d = glia_expr_diff(e, 0);
+    CU_ASSERT_EQUAL(glia_expr_count_op(d, GLIA_EXPR_SIGMOID), 1);
+    glia_expr_free(d);
+    glia_expr_free(e);
 }
 
 static bool away_from_kinks(const char *text, const double *v)
@@ -754,10 +754,10 @@ static void test_diff_numeric(void)
 {
     int checked = 0;
     for (int c = 0; c < N_CASES; c++) {
-        struct expr *e = parse_ok(cases[c].text, 4);
+        struct glia_expr *e = parse_ok(cases[c].text, 4);
         if (!e) continue;
         for (int var = 0; var < 4; var++) {
-            struct expr *d = expr_diff(e, var);
+            struct glia_expr *d = glia_expr_diff(e, var);
             CU_ASSERT_PTR_NOT_NULL_FATAL(d);
             CU_ASSERT_EQUAL(d->vars_used & ~e->vars_used, 0u);
             int bad = 0;
@@ -772,8 +772,8 @@ static void test_diff_numeric(void)
                 memcpy(vm, v, sizeof v);
                 vp[var] += h;
                 vm[var] -= h;
-                double num = (expr_eval1(e, vp) - expr_eval1(e, vm)) / (2 * h);
-                double sym = expr_eval1(d, v);
+                double num = (glia_expr_eval1(e, vp) - glia_expr_eval1(e, vm)) / (2 * h);
+                double sym = glia_expr_eval1(d, v);
                 bool ok = close_to(sym, num, 1e-5);
                 if (!ok && bad++ < 3)
                     printf("\n  d(%s)/d%c = %s at (%g, %g, %g, %g): symbolic %.12g, numeric %.12g\n", cases[c].text,
@@ -781,11 +781,256 @@ static void test_diff_numeric(void)
                 checked++;
             }
             CU_ASSERT_EQUAL(bad, 0);
-            expr_free(d);
+            glia_expr_free(d);
         }
-        expr_free(e);
+        glia_expr_free(e);
     }
     CU_ASSERT(checked > N_CASES * 4 * 150);
+}
+
+/* ---- gradients: glia_expr_grad and glia_expr_over_result ---- */
+
+/* The gradient of text's expression with dy as variable y, printed, and over the result when over is set
+ * (want_over NULL: over_result says the input is needed). */
+static void check_grad(const char *text, const char *want, const char *want_over)
+{
+    struct glia_expr *e = parse_ok(text, 1), *g = e ? glia_expr_grad(e, 0, 1) : NULL, *o = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    if (strcmp(printed(g), want)) printf("\n  grad of %s: %s, want %s\n", text, printed(g), want);
+    CU_ASSERT_STRING_EQUAL(printed(g), want);
+    int rc = glia_expr_over_result(g, e, 0, &o);
+    CU_ASSERT_EQUAL(rc, want_over ? 0 : 1);
+    CU_ASSERT((o != NULL) == (want_over != NULL));
+    if (o && want_over) {
+        if (strcmp(printed(o), want_over)) printf("\n  over the result: %s, want %s\n", printed(o), want_over);
+        CU_ASSERT_STRING_EQUAL(printed(o), want_over);
+        CU_ASSERT_EQUAL(o->vars_used, 3u);
+    }
+    glia_expr_free(o);
+    glia_expr_free(g);
+    glia_expr_free(e);
+}
+
+/* relu's derivative reads relu's own value; a gradient takes dy into both branches of a select, so relu's
+ * is 0 where y <= 0 even for an inf or NaN dy (torch's threshold_backward), where dy * derivative is NaN;
+ * sigmoid's, tanh's and relu's gradients are functions of the output, leaky_relu's and gelu's are not. */
+static void test_grad_and_over_result(void)
+{
+    check_print("relu(x) + 0 * x", "relu(x)");
+    struct glia_expr *e = parse_ok("relu(x)", 1), *d = e ? glia_expr_diff(e, 0) : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    CU_ASSERT_STRING_EQUAL(printed(d), "select(ge(0, relu(x)), 0, 1)");
+    glia_expr_free(d);
+    glia_expr_free(e);
+    check_grad("relu(x)", "select(ge(0, relu(x)), 0, y)", "select(ge(0, x), 0, y)");
+    check_grad("sigmoid(x)", "(1 - sigmoid(x)) * sigmoid(x) * y", "(1 - x) * x * y");
+    check_grad("tanh(x)", "(1 - tanh(x) * tanh(x)) * y", "(1 - x * x) * y");
+    check_grad("select(gt(x, 0), x, 0.2 * x)", "select(gt(x, 0), y, 0.2 * y)", NULL);
+    check_grad("0.5 * x * (1 + erf(x * 0.70710678118654752))",
+               "(0.5 * (erf(0.7071067811865476 * x) + 1) + 0.5 * x * (0.7978845608028654 * "
+               "exp(-(0.7071067811865476 * x * (0.7071067811865476 * x))))) * y",
+               NULL);
+    check_grad("max(x, 0.5) * 3", "3 * select(ge(0.5, x), 0, 1) * y", NULL);  /* a select under a product stays */
+    check_grad("x * x", "2 * x * y", NULL);
+
+    /* relu's gradient against torch's threshold_backward, and dy * derivative for the difference */
+    enum { n = 8 };
+    const float x[n] = {NAN, -0.0f, 0.0f, -1.0f, -INFINITY, 2.0f, 3.0f, -2.0f};
+    const float dy[n] = {2.0f, INFINITY, NAN, INFINITY, NAN, NAN, INFINITY, -1.0f};
+    const float want[n] = {2.0f, 0.0f, 0.0f, 0.0f, 0.0f, NAN, INFINITY, 0.0f};
+    float got[n], prod[n];
+    const float *v[2] = {x, dy};
+    e = parse_ok("relu(x)", 1);
+    struct glia_expr *g = e ? glia_expr_grad(e, 0, 1) : NULL;
+    d = e ? glia_expr_diff(e, 0) : NULL;
+    CU_ASSERT_FATAL(g && d);
+    CU_ASSERT_EQUAL(glia_expr_eval(g, v, n, got), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval_ex(d, v, n, dy, false, NULL, prod), 0);
+    for (int i = 0; i < n; i++) {
+        bool ok = isnan(want[i]) ? isnan(got[i]) : got[i] == want[i];
+        if (!ok) printf("\n  relu gradient at x = %g, dy = %g: %g, want %g", x[i], dy[i], got[i], want[i]);
+        CU_ASSERT(ok);
+    }
+    CU_ASSERT(isnan(prod[1]) && isnan(prod[2]));  /* dy * 0 */
+    glia_expr_free(g);
+    glia_expr_free(d);
+    glia_expr_free(e);
+
+    /* a gradient larger than the table a finished expression keeps: building on it grows the table */
+    const char *big = "tanh(x) * sigmoid(2 * x) * exp(-x * x) * erf(3 * x) * log(1 + x * x) * sqrt(2 + x * x) * "
+                      "pow(1 + abs(x), 1.5) / (3 + x * x * x * x) + max(x, 0.25) * min(x, -0.5)";
+    e = parse_ok(big, 1);
+    d = e ? glia_expr_diff(e, 0) : NULL;
+    g = e ? glia_expr_grad(e, 0, 1) : NULL;
+    CU_ASSERT_FATAL(d && g);
+    CU_ASSERT(d->n > 64);
+    for (int i = 0; i < 40; i++) {
+        double p[4] = {uni(-3, 3), uni(-2, 2)}, dd = glia_expr_eval1(d, p), gg = glia_expr_eval1(g, p);
+        if (!close_to(gg, p[1] * dd, 1e-12)) printf("\n  %g * %g = %g, gradient %g", p[1], dd, p[1] * dd, gg);
+        CU_ASSERT(close_to(gg, p[1] * dd, 1e-12));
+    }
+    glia_expr_free(g);
+    glia_expr_free(d);
+    glia_expr_free(e);
+}
+
+/* ---- the elementwise types' expressions ---- */
+
+/* The expression that type l gives for fusion, as its pointwise slot writes it (NULL: none). */
+static void check_type_text(const char *ini, int n_in, const char *want)
+{
+    struct glia_shape in[5] = {S(2, 2, 3, 0, 0), S(2, 2, 3, 0, 0), S(2, 2, 3, 0, 0), S(2, 2, 3, 0, 0), S(2, 2, 3, 0, 0)};
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, ini, in, n_in, &B);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(B.type->pointwise);
+    char buf[128];
+    int len = B.type->pointwise(&B.l, n_in, NULL, 0);  /* the length, as snprintf */
+    if (!want) {
+        CU_ASSERT(len < 0);
+    } else {
+        CU_ASSERT_EQUAL(B.type->pointwise(&B.l, n_in, buf, sizeof buf), len);
+        if (strcmp(buf, want)) printf("\n  %s: '%s', want '%s'\n", ini, buf, want);
+        CU_ASSERT_STRING_EQUAL(buf, want);
+    }
+    layer_unbuild(&B);
+    glia_context_free(ctx);
+}
+
+/* Exactly the texts the fuse_pointwise pass nested before the types gave them, so that a fused model computes the
+ * same bits: leaky_relu's slope as the float the layer multiplies by, dropout's p so that it reads back as the
+ * key's double, add over at most the language's four variables. */
+static void test_type_expressions(void)
+{
+    check_type_text("[a]\ntype = relu\n", 1, "relu(x)");
+    check_type_text("[a]\ntype = leaky_relu\n", 1, "select(gt(x, 0), x, 0.00999999978 * x)");
+    check_type_text("[a]\ntype = leaky_relu\nnegative_slope = 0.2\n", 1, "select(gt(x, 0), x, 0.200000003 * x)");
+    check_type_text("[a]\ntype = leaky_relu\nnegative_slope = 0\n", 1, "select(gt(x, 0), x, 0 * x)");
+    check_type_text("[a]\ntype = sigmoid\n", 1, "sigmoid(x)");
+    check_type_text("[a]\ntype = tanh\n", 1, "tanh(x)");
+    check_type_text("[a]\ntype = gelu\n", 1, "0.5 * x * (1 + erf(x * 0.70710678118654752))");
+    check_type_text("[a]\ntype = add\n", 2, "x + y");
+    check_type_text("[a]\ntype = add\n", 3, "x + y + z");
+    check_type_text("[a]\ntype = add\n", 4, "x + y + z + w");
+    check_type_text("[a]\ntype = add\n", 5, NULL);
+    check_type_text("[a]\ntype = dropout\n", 1, "dropout(x, 0.5)");
+    check_type_text("[a]\ntype = dropout\np = 0.1\n", 1, "dropout(x, 0.1)");
+    check_type_text("[a]\ntype = dropout\np = 0.123456789012345678\n", 1, "dropout(x, 0.12345678901234568)");
+    check_type_text("[a]\ntype = pointwise\nexpr = x*sigmoid( y )\n", 2, "x*sigmoid( y )");
+}
+
+/* ---- the activations' kernels: their type's expression, interpreted ---- */
+
+/* The loops the activation plugins had before they computed their expressions: forward f, backward b. */
+static float act_f(int t, float x)
+{
+    switch (t) {
+    case 0: return x < 0.0f ? 0.0f : x;
+    case 1: return x > 0.0f ? x : 0.2f * x;
+    case 2: return x > 0.0f ? x : 0.0f * x;
+    case 3: {
+        float e = expf(-fabsf(x));
+        return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    }
+    case 4: return tanhf(x);
+    default: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+    }
+}
+
+static float act_b(int t, float x, float y, float dy)
+{
+    switch (t) {
+    case 0: return y <= 0.0f ? 0.0f : dy;
+    case 1: return x > 0.0f ? dy : 0.2f * dy;
+    case 2: return x > 0.0f ? dy : 0.0f * dy;
+    case 3: return dy * y * (1.0f - y);
+    case 4: return dy * (1.0f - y * y);
+    default: {
+        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+        float pdf = expf(-0.5f * x * x) * 0.39894228040143267794f;
+        return dy * (cdf + x * pdf);
+    }
+    }
+}
+
+/* Values mixing N(0, 3)-ish numbers with the edges of every activation: zeros of both signs, infinities,
+ * NaN, denormals, saturation. */
+static void edge_fill(float *v, int n, uint64_t seed)
+{
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 100.0f, -100.0f, 88.7f, -104.0f, 1e-30f, -1e-30f,
+                                    1e-45f, -1e-45f, INFINITY, -INFINITY, NAN};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(seed >> 33);
+        v[i] = r % 4 == 0 ? special[(r >> 2) % (uint32_t)ns] : (float)((double)(r >> 2) / 134217728.0 * 12.0 - 6.0);
+    }
+}
+
+static bool same_bits(float a, float b) { return (isnan(a) && isnan(b)) || !memcmp(&a, &b, sizeof a); }
+
+/* The CPU kernels of relu, leaky_relu, sigmoid, tanh and gelu give the bits of the loops they replace forward
+ * (but leaky_relu's with a slope of 0, which gives 0 for every x <= 0 and NaN), and backward those of relu, leaky_relu and tanh too
+ * (NaN, -0 and an inf or NaN dy included); sigmoid's and gelu's gradients, products in another order, agree
+ * within float rounding and nowhere else. Written and accumulated, over more than one block of the
+ * interpreter. */
+static void test_activation_kernels(void)
+{
+    static const char *const inis[] = {"[a]\ntype = relu\n", "[a]\ntype = leaky_relu\nnegative_slope = 0.2\n",
+                                       "[a]\ntype = leaky_relu\nnegative_slope = 0\n", "[a]\ntype = sigmoid\n",
+                                       "[a]\ntype = tanh\n", "[a]\ntype = gelu\n"};
+    enum { N = 9001 };
+    static float x[N], dy[N], y[N], dx[N];
+    struct glia_shape sh = S(2, 1, N, 0, 0);
+    for (int t = 0; t < 6; t++) {
+        CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+        struct built B;
+        layer_build(ctx, inis[t], &sh, 1, &B);
+        edge_fill(x, N, 7 + (uint64_t)t);
+        edge_fill(dy, N, 70 + (uint64_t)t);
+        struct glia_tensor *tx, *ty, *tdy, *tdx;
+        CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &ty) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tdy) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tdx) == GLIA_OK);
+        memcpy(glia_tensor_f32(tx), x, sizeof x);
+        memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
+        const struct glia_tensor *in[1] = {tx};
+        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL};
+        CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
+        memcpy(y, glia_tensor_f32(ty), sizeof y);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            /* a slope of 0 folds to select(gt(x, 0), x, 0), what the fused layer computed: +0 where the loop's
+             * 0 * x gave -0 or NaN (x = -inf, NaN) */
+            bool ok = same_bits(y[i], t == 2 ? (x[i] > 0.0f ? x[i] : 0.0f) : act_f(t, x[i]));
+            if (!ok && !bad++) printf("\n  %s f(%g) = %g, want %g", inis[t], x[i], y[i], act_f(t, x[i]));
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        struct glia_tensor *din[1] = {tdx};
+        for (int acc = 0; acc < 2; acc++) {
+            bool accumulate[1] = {acc};
+            for (int i = 0; i < N; i++) glia_tensor_f32(tdx)[i] = acc ? 0.5f : NAN;
+            struct glia_bwd ba = {in, 1, ty, tdy, din, accumulate, NULL};
+            CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
+            memcpy(dx, glia_tensor_f32(tdx), sizeof dx);
+            bad = 0;
+            for (int i = 0; i < N; i++) {
+                float want = act_b(t, x[i], y[i], dy[i]), got = dx[i];
+                if (acc) want = 0.5f + want;
+                bool ok = same_bits(got, want);
+                if (!ok && (t == 3 || t == 5) && isfinite(want) && isfinite(got))  /* sigmoid, gelu: another rounding */
+                    ok = fabs((double)got - want) <= (t == 3 ? 3e-7 : 4e-6) * fmax(fabs(want), 1.0);
+                if (!ok && !bad++)
+                    printf("\n  %s gradient at x = %g, dy = %g (accumulate %d): %.9g, want %.9g", inis[t], x[i], dy[i], acc,
+                           got, want);
+            }
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+        glia_tensor_release(tx), glia_tensor_release(ty), glia_tensor_release(tdy), glia_tensor_release(tdx);
+        layer_unbuild(&B);
+        glia_context_free(ctx);
+    }
 }
 
 /* ---- the layer ---- */
@@ -839,48 +1084,35 @@ static void test_layer_gradcheck_multi_input(void)
 static void test_layer_forward_and_flops(void)
 {
     enum { N = 7 };
-    struct glia_config *cfg = NULL;
-    struct glia_backend *b;
-    struct glia_shape sh = S(2, 1, N, 0, 0), os;
+    struct glia_shape sh = S(2, 1, N, 0, 0), os, shs[2] = {sh, sh};
+    struct built B;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_config_parse_string(ctx, "forward.ini", "[p]\ntype = pointwise\nexpr = x * sigmoid(y) + 1\n",
-                                             &cfg) == GLIA_OK);
-    struct glia_section *s = cfg->sections[0];
-    CU_ASSERT_FATAL(glia_plugin_load(ctx, "pointwise") == GLIA_OK);
-    const struct glia_layer_ops *ops = glia__find_layer(ctx, "pointwise", "cpu");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
-    CU_ASSERT_EQUAL(ops->min_inputs, 1);
-    CU_ASSERT_EQUAL(ops->max_inputs, 4);
-    const struct glia_key *sch[] = {glia__core_schema("layer"), ops->keys};
-    CU_ASSERT_FATAL(glia__section_validate(s, sch, 2) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &b) == GLIA_OK);
-    struct glia_layer l = {.name = s->name, .ops = ops, .ctx = ctx, .backend = b};
-    struct glia_shape shs[2] = {sh, sh};
-    CU_ASSERT_FATAL(ops->create(&l, s, shs, 2) == GLIA_OK);
-    CU_ASSERT_FATAL(ops->infer_shape(&l, shs, 2, &os) == GLIA_OK);
+    layer_build(ctx, "[p]\ntype = pointwise\nexpr = x * sigmoid(y) + 1\n", shs, 2, &B);
+    CU_ASSERT_EQUAL(B.type->min_inputs, 1);
+    CU_ASSERT_EQUAL(B.type->max_inputs, 4);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, shs, 2, &os) == GLIA_OK);
     CU_ASSERT(glia_shape_equal(&os, &sh));
-    CU_ASSERT_EQUAL(ops->flops(&l, shs, 2), 3u * N); /* sigmoid, mul, add */
+    CU_ASSERT_EQUAL(B.type->flops(&B.l, shs, 2), 3u * N); /* sigmoid, mul, add */
     struct glia_tensor *tx, *ty, *to;
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &tx) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &ty) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &os, &to) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &tx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &ty) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &to) == GLIA_OK);
     const float xs[N] = {1, -1, 0, 2, -3, 0.5f, 100}, ys[N] = {0, 2, -2, 1000, -1000, 0.25f, -1};
     memcpy(glia_tensor_f32(tx), xs, sizeof xs);
     memcpy(glia_tensor_f32(ty), ys, sizeof ys);
     const struct glia_tensor *in[2] = {tx, ty};
     struct glia_fwd a = {in, 2, to, NULL, false, 1, false, 0, NULL};
-    CU_ASSERT_EQUAL(ops->forward(&l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     for (int i = 0; i < N; i++) {
         double want = xs[i] * sg(ys[i]) + 1, got = glia_tensor_f32(to)[i];
         bool ok = isfinite(got) && close_to(got, want, 1e-6);
         if (!ok) printf("\n  [%d] %.9g, want %.9g\n", i, got, want);
         CU_ASSERT(ok);
     }
-    ops->destroy(&l);
     glia_tensor_release(tx);
     glia_tensor_release(ty);
     glia_tensor_release(to);
-    glia_config_free(cfg);
+    layer_unbuild(&B);
     glia_context_free(ctx);
 }
 
@@ -906,14 +1138,14 @@ static void test_dropout_expr(void)
                 "expr: dropout() of different inputs or probabilities: one expression draws one mask");
     check_error("dropout(x, 0.5) * dropout(x, 0.25)", 1,
                 "expr: dropout() of different inputs or probabilities: one expression draws one mask");
-    struct expr *e = parse_ok("dropout(x * x + y, 0.5)", 2), *dx = e ? expr_diff(e, 0) : NULL, *dy = e ? expr_diff(e, 1) : NULL;
+    struct glia_expr *e = parse_ok("dropout(x * x + y, 0.5)", 2), *dx = e ? glia_expr_diff(e, 0) : NULL, *dy = e ? glia_expr_diff(e, 1) : NULL;
     CU_ASSERT_FATAL(dx && dy);
     CU_ASSERT_STRING_EQUAL(printed(dx), "dropout(2 * x, 0.5)");  /* linear: the same mask */
     CU_ASSERT_STRING_EQUAL(printed(dy), "dropout(1, 0.5)");
     double v[4] = {3, 4, 0, 0};
-    CU_ASSERT_EQUAL(expr_eval1(e, v), 13.0);  /* the double interpreter: eval */
+    CU_ASSERT_EQUAL(glia_expr_eval1(e, v), 13.0);  /* the double interpreter: eval */
     char ssa[256];
-    CU_ASSERT(expr_print_ssa(dy, ssa, sizeof ssa) > 0);
+    CU_ASSERT(glia_expr_print_ssa(dy, ssa, sizeof ssa) > 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(ssa, "= dropout %0 p=0.5"));
 
     /* the interpreter: the dropout layer's loop, element by element */
@@ -924,12 +1156,12 @@ static void test_dropout_expr(void)
     const float p = 0.5f, scale = 1.0f / (1.0f - p);
     uint64_t seed = 0x5eed;
     for (int fmt = 0; fmt < 2; fmt++) {  /* contiguous; channels_last: the counter is the NCHW index */
-        struct expr_site site = {.seed = seed, .train = true, .C = fmt ? C : 0, .HW = fmt ? H * W : 0};
-        CU_ASSERT_EQUAL(expr_eval_ex(e, vars, NE, NULL, false, &site, out), 0);
+        struct glia_expr_site site = {.seed = seed, .train = true, .C = fmt ? C : 0, .HW = fmt ? H * W : 0};
+        CU_ASSERT_EQUAL(glia_expr_eval_ex(e, vars, NE, NULL, false, &site, out), 0);
         int bad = 0, dropped = 0;
         for (int i = 0; i < NE; i++) {
-            int64_t j = fmt ? glia__dropout_nchw_index(i, C, H * W) : i;
-            float a = x[i] * x[i] + y[i], want = glia__dropout_uniform(seed, j) >= p ? a * scale : 0.0f;
+            int64_t j = fmt ? glia_dropout_nchw_index(i, C, H * W) : i;
+            float a = x[i] * x[i] + y[i], want = glia_dropout_uniform(seed, j) >= p ? a * scale : 0.0f;
             bad += memcmp(&out[i], &want, sizeof want) != 0;
             dropped += want == 0.0f;
         }
@@ -937,26 +1169,26 @@ static void test_dropout_expr(void)
         CU_ASSERT(dropped > NE / 4 && dropped < 3 * NE / 4);
         /* backward: dy * dropout(1) = the same mask on the gradient, accumulated */
         for (int i = 0; i < NE; i++) out[i] = 1.0f;
-        CU_ASSERT_EQUAL(expr_eval_ex(dy, vars, NE, g, true, &site, out), 0);
+        CU_ASSERT_EQUAL(glia_expr_eval_ex(dy, vars, NE, g, true, &site, out), 0);
         bad = 0;
         for (int i = 0; i < NE; i++) {
-            int64_t j = fmt ? glia__dropout_nchw_index(i, C, H * W) : i;
-            float want = 1.0f + g[i] * (glia__dropout_uniform(seed, j) >= p ? scale : 0.0f);
+            int64_t j = fmt ? glia_dropout_nchw_index(i, C, H * W) : i;
+            float want = 1.0f + g[i] * (glia_dropout_uniform(seed, j) >= p ? scale : 0.0f);
             bad += memcmp(&out[i], &want, sizeof want) != 0;
         }
         CU_ASSERT_EQUAL(bad, 0);
     }
     /* eval (and no site): the identity */
-    struct expr_site eval = {.seed = seed, .train = false};
-    CU_ASSERT_EQUAL(expr_eval_ex(e, vars, NE, NULL, false, &eval, out), 0);
+    struct glia_expr_site eval = {.seed = seed, .train = false};
+    CU_ASSERT_EQUAL(glia_expr_eval_ex(e, vars, NE, NULL, false, &eval, out), 0);
     int bad = 0;
     for (int i = 0; i < NE; i++) bad += out[i] != x[i] * x[i] + y[i];
-    CU_ASSERT_EQUAL(expr_eval(e, vars, NE, g), 0);
+    CU_ASSERT_EQUAL(glia_expr_eval(e, vars, NE, g), 0);
     for (int i = 0; i < NE; i++) bad += g[i] != out[i];
     CU_ASSERT_EQUAL(bad, 0);
-    expr_free(e);
-    expr_free(dx);
-    expr_free(dy);
+    glia_expr_free(e);
+    glia_expr_free(dx);
+    glia_expr_free(dy);
 }
 
 /* A pointwise layer `dropout(x, p)` and a dropout layer given the same step seed drop the same
@@ -981,12 +1213,12 @@ static void test_layer_dropout_matches_dropout_layer(void)
             for (int k = 0; k < 2; k++) {
                 const struct glia_tensor *in[1] = {x};
                 struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false, 0, NULL};
-                CU_ASSERT_EQUAL(B[k]->ops->forward(&B[k]->l, &a), GLIA_OK);
+                CU_ASSERT_EQUAL(B[k]->kernel->forward(&B[k]->l, &a), GLIA_OK);
                 if (!train) continue;
                 struct glia_tensor *din[1] = {dx[k]};
                 bool acc[1] = {false};
                 struct glia_bwd bw = {in, 1, y[k], dy, din, acc, NULL};
-                CU_ASSERT_EQUAL(B[k]->ops->backward(&B[k]->l, &bw), GLIA_OK);
+                CU_ASSERT_EQUAL(B[k]->kernel->backward(&B[k]->l, &bw), GLIA_OK);
             }
             CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y[0]), glia_tensor_f32(y[1]), sizeof(float) * (size_t)n), 0);
             if (train) {  /* a dropped gradient is dy * 0 fused, which is -0 where dy < 0: equal, not the same bits */
@@ -1044,7 +1276,8 @@ static void test_layer_config_errors(void)
 GLIA_TEST_MAIN("pointwise", GLIA_TEST(test_parse_precedence), GLIA_TEST(test_parse_errors), GLIA_TEST(test_print),
                GLIA_TEST(test_cse), GLIA_TEST(test_hash), GLIA_TEST(test_constant_folding), GLIA_TEST(test_random_round_trip),
                GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_gt_semantics), GLIA_TEST(test_relu_semantics),
-               GLIA_TEST(test_diff_rules),
+               GLIA_TEST(test_diff_rules), GLIA_TEST(test_grad_and_over_result), GLIA_TEST(test_type_expressions),
+               GLIA_TEST(test_activation_kernels),
                GLIA_TEST(test_diff_numeric), GLIA_TEST(test_layer_gradcheck_one_input),
                GLIA_TEST(test_layer_gradcheck_multi_input), GLIA_TEST(test_layer_forward_and_flops),
                GLIA_TEST(test_layer_config_errors), GLIA_TEST(test_dropout_expr),

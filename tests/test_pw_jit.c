@@ -1,6 +1,8 @@
-/* tests/test_pw_jit.c — the `pointwise` layer's CUDA code generator without a GPU: NVRTC compiles
- * the generated kernels (CUBIN, PTX fallback, refusal), and the same source built for the host
- * computes exactly what the CPU interpreter computes. Not the GPU run (test_cuda_pointwise). */
+/* tests/test_pw_jit.c — the CUDA code generator of the elementwise kernels without a GPU: NVRTC compiles
+ * the generated kernels (CUBIN, PTX fallback, refusal), and the same source built for the host computes
+ * exactly what the CPU interpreter computes, four elements at a time or one by one: the pointwise type's
+ * expressions with their derivatives, and the activations' with their gradients. Not the GPU run
+ * (test_cuda_pointwise). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -29,21 +31,29 @@ static const struct {
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
-static void build(int i, struct glia__pointwise *p)
+/* A spec and the expressions it borrows. */
+struct built {
+    struct glia__pw_spec s;
+    struct glia_expr *f, *df[GLIA_EXPR_MAX_VARS];
+};
+
+static void build(int i, struct built *p)
 {
     char err[256];
     memset(p, 0, sizeof *p);
-    p->n_in = cases[i].n_in;
-    int rc = expr_parse(cases[i].text, p->n_in, &p->f, err, sizeof err);
+    int rc = glia_expr_parse(cases[i].text, cases[i].n_in, &p->f, err, sizeof err);
     if (rc) printf("\n  %s: %s\n", cases[i].text, err);
     CU_ASSERT_FATAL(rc == 0);
-    for (int k = 0; k < p->n_in; k++) CU_ASSERT_FATAL((p->df[k] = expr_diff(p->f, k)) != NULL);
+    for (int k = 0; k < cases[i].n_in; k++) CU_ASSERT_FATAL((p->df[k] = glia_expr_diff(p->f, k)) != NULL);
+    p->s.f = p->f;
+    p->s.n_in = cases[i].n_in;
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++) p->s.df[k] = p->df[k];
 }
 
-static void clear(struct glia__pointwise *p)
+static void clear(struct built *p)
 {
-    expr_free(p->f);
-    for (int k = 0; k < EXPR_MAX_VARS; k++) expr_free(p->df[k]);
+    glia_expr_free(p->f);
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++) glia_expr_free(p->df[k]);
 }
 
 /* ---- NVRTC ---- */
@@ -51,9 +61,9 @@ static void clear(struct glia__pointwise *p)
 static void test_nvrtc_compiles_every_case(void)
 {
     for (int i = 0; i < N_CASES; i++) {
-        struct glia__pointwise p;
+        struct built p;
         build(i, &p);
-        char *src = glia__pw_jit_source(&p);
+        char *src = glia__pw_jit_source(&p.s);
         CU_ASSERT_FATAL(src != NULL);
         static const int archs[] = {80, 90};
         for (int a = 0; a < 2; a++) {
@@ -77,9 +87,9 @@ static void test_nvrtc_compiles_every_case(void)
  * kernels in it; a device older than all of them is refused with the reason. */
 static void test_nvrtc_ptx_fallback_and_refusal(void)
 {
-    struct glia__pointwise p;
+    struct built p;
     build(6, &p);
-    char *src = glia__pw_jit_source(&p);
+    char *src = glia__pw_jit_source(&p.s);
     CU_ASSERT_FATAL(src != NULL);
     void *img = NULL;
     size_t size = 0;
@@ -121,7 +131,8 @@ static const char host_shim[] =
     "struct glia_dim3 { unsigned x, y, z; };\n"
     "static const glia_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0};\n"
     "static const glia_dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};\n"
-    "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }\n";
+    "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }\n"
+    "struct __attribute__((aligned(16))) float4 { float x, y, z, w; };\n";
 
 typedef void (*fwd_fn)(float *, const float *, const float *, const float *, const float *, long long,
                        unsigned long long, int, long long, long long, unsigned long long, const long long *);
@@ -132,7 +143,7 @@ typedef void (*bwd_fn)(const float *, const float *, const float *, const float 
 /* Where dropout() draws its mask: training over contiguous and channels_last memory, eval, and a
  * launch captured into a CUDA graph (its seed from the key and the step at step_at, not seed). */
 static const int64_t captured_step = 41;
-static const struct expr_site sites[] = {{.seed = 11, .train = true},
+static const struct glia_expr_site sites[] = {{.seed = 11, .train = true},
                                          {.seed = 12, .train = true, .C = 5, .HW = 7},
                                          {.seed = 13, .train = false},
                                          {.seed = 14, .train = true, .C = 3, .HW = 5, .key = 0x5eed, .step_at = &captured_step}};
@@ -192,15 +203,18 @@ static int mismatches(const char *what, const char *text, const float *got, cons
     return bad;
 }
 
-enum { NE = 4099 };  /* not a multiple of the interpreter's block */
+enum { NE = 4099, NP = 4104 };  /* NE: not a multiple of the interpreter's block nor of 4; NP: rows padded to 16 bytes */
+
+/* Arrays whose rows start 16-byte aligned: at offset 0 the kernels go by quads, at offset 1 one by one. */
+static float x_[GLIA_EXPR_MAX_VARS][NP] __attribute__((aligned(16))), dy_[NP] __attribute__((aligned(16)));
+static float got_[GLIA_EXPR_MAX_VARS][NP] __attribute__((aligned(16))), want[GLIA_EXPR_MAX_VARS][NE];
 
 static void test_host_run_equals_interpreter(void)
 {
-    static float x[EXPR_MAX_VARS][NE], dy[NE], got[EXPR_MAX_VARS][NE], want[EXPR_MAX_VARS][NE];
     for (int i = 0; i < N_CASES; i++) {
-        struct glia__pointwise p;
+        struct built p;
         build(i, &p);
-        char *src = glia__pw_jit_source(&p);
+        char *src = glia__pw_jit_source(&p.s);
         CU_ASSERT_FATAL(src != NULL);
         void *h = host_build(src, i);
         CU_ASSERT(h != NULL);
@@ -208,49 +222,59 @@ static void test_host_run_equals_interpreter(void)
         bwd_fn bwd = h ? (bwd_fn)(uintptr_t)dlsym(h, "glia_pw_backward") : NULL;
         CU_ASSERT(!h || (fwd && bwd));
         if (!fwd || !bwd) goto next;
-        for (int k = 0; k < EXPR_MAX_VARS; k++) fill(x[k], NE, 17 + 31 * (uint64_t)k + 1000 * (uint64_t)i);
-        fill(dy, NE, 99 + (uint64_t)i);
-        const float *xs[EXPR_MAX_VARS] = {x[0], x[1], x[2], x[3]};
-
-        for (int si = 0; si < (int)(sizeof sites / sizeof sites[0]); si++) {
-            const struct expr_site *st = &sites[si];
-            /* the interpreter's site: the seed a captured launch computes (glia_seed on the host) */
-            struct expr_site in = *st, train;
-            if (st->step_at) in.seed = glia_seed(st->key, *st->step_at), in.step_at = NULL;
-            train = in;
-            train.train = true;  /* backward trains */
-            const long long *at = (const long long *)st->step_at;
-            /* forward */
-            fwd(got[0], x[0], x[1], x[2], x[3], NE, st->seed, st->train, st->C, st->HW, st->key, at);
-            CU_ASSERT(expr_eval_ex(p.f, xs, NE, NULL, false, &in, want[0]) == 0);
-            CU_ASSERT_EQUAL(mismatches("forward", cases[i].text, got[0], want[0], NE), 0);
-
-            /* backward: every input, written (acc 0) then accumulated onto that (acc all) */
-            int all = (1 << p.n_in) - 1;
-            for (int pass = 0; pass < 2; pass++) {
-                bwd(dy, x[0], x[1], x[2], x[3], got[0], p.n_in > 1 ? got[1] : NULL, p.n_in > 2 ? got[2] : NULL,
-                    p.n_in > 3 ? got[3] : NULL, pass ? all : 0, NE, st->seed, 1, st->C, st->HW, st->key, at);
-                for (int k = 0; k < p.n_in; k++)
-                    CU_ASSERT(expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, &train, want[k]) == 0);
-                for (int k = 0; k < p.n_in; k++)
-                    CU_ASSERT_EQUAL(mismatches(pass ? "accumulated gradient" : "gradient", cases[i].text, got[k], want[k], NE), 0);
+        int n_in = p.s.n_in;
+        for (int off = 0; off < 2; off++) {
+            float *x[GLIA_EXPR_MAX_VARS], *got[GLIA_EXPR_MAX_VARS], *dy = dy_ + off;
+            for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++) {
+                x[k] = x_[k] + off;
+                got[k] = got_[k] + off;
+                fill(x[k], NE, 17 + 31 * (uint64_t)k + 1000 * (uint64_t)i + (uint64_t)off);
             }
+            fill(dy, NE, 99 + (uint64_t)i);
+            const float *xs[GLIA_EXPR_MAX_VARS] = {x[0], x[1], x[2], x[3]};
 
-            /* some gradients only, the last one accumulating; with two or more inputs, input 0's and
-             * input 1's gradients in one tensor (an input fed twice): d0 written, then d1 added */
-            if (p.n_in > 1) {
-                for (int j = 0; j < NE; j++) got[0][j] = want[0][j] = 0.25f;
-                bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE, st->seed, 1, st->C, st->HW, st->key, at);
-                CU_ASSERT(expr_eval_ex(p.df[0], xs, NE, dy, false, &train, want[0]) == 0);
-                CU_ASSERT(expr_eval_ex(p.df[1], xs, NE, dy, true, &train, want[0]) == 0);
-                CU_ASSERT_EQUAL(mismatches("aliased gradient", cases[i].text, got[0], want[0], NE), 0);
+            for (int si = 0; si < (int)(sizeof sites / sizeof sites[0]); si++) {
+                const struct glia_expr_site *st = &sites[si];
+                /* the interpreter's site: the seed a captured launch computes (glia_seed on the host) */
+                struct glia_expr_site in = *st, train;
+                if (st->step_at) in.seed = glia_seed(st->key, *st->step_at), in.step_at = NULL;
+                train = in;
+                train.train = true;  /* backward trains */
+                const long long *at = (const long long *)st->step_at;
+                /* forward */
+                fwd(got[0], x[0], x[1], x[2], x[3], NE, st->seed, st->train, st->C, st->HW, st->key, at);
+                CU_ASSERT(glia_expr_eval_ex(p.f, xs, NE, NULL, false, &in, want[0]) == 0);
+                CU_ASSERT_EQUAL(mismatches("forward", cases[i].text, got[0], want[0], NE), 0);
+
+                /* backward: every input, written (acc 0) then accumulated onto that (acc all) */
+                int all = (1 << n_in) - 1;
+                for (int pass = 0; pass < 2; pass++) {
+                    bwd(dy, x[0], x[1], x[2], x[3], got[0], n_in > 1 ? got[1] : NULL, n_in > 2 ? got[2] : NULL,
+                        n_in > 3 ? got[3] : NULL, pass ? all : 0, NE, st->seed, 1, st->C, st->HW, st->key, at);
+                    for (int k = 0; k < n_in; k++)
+                        CU_ASSERT(glia_expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, &train, want[k]) == 0);
+                    for (int k = 0; k < n_in; k++)
+                        CU_ASSERT_EQUAL(mismatches(pass ? "accumulated gradient" : "gradient", cases[i].text, got[k],
+                                                   want[k], NE), 0);
+                }
+
+                /* some gradients only, the last one accumulating; with two or more inputs, input 0's and
+                 * input 1's gradients in one tensor (an input fed twice): d0 written, then d1 added */
+                if (n_in > 1) {
+                    for (int j = 0; j < NE; j++) got[0][j] = want[0][j] = 0.25f;
+                    bwd(dy, x[0], x[1], x[2], x[3], got[0], got[0], NULL, NULL, 2, NE, st->seed, 1, st->C, st->HW, st->key,
+                        at);
+                    CU_ASSERT(glia_expr_eval_ex(p.df[0], xs, NE, dy, false, &train, want[0]) == 0);
+                    CU_ASSERT(glia_expr_eval_ex(p.df[1], xs, NE, dy, true, &train, want[0]) == 0);
+                    CU_ASSERT_EQUAL(mismatches("aliased gradient", cases[i].text, got[0], want[0], NE), 0);
+                }
+                for (int j = 0; j < NE; j++) got[n_in - 1][j] = want[n_in - 1][j] = -3.0f;
+                bwd(dy, x[0], x[1], x[2], x[3], n_in == 1 ? got[0] : NULL, n_in == 2 ? got[1] : NULL,
+                    n_in == 3 ? got[2] : NULL, n_in == 4 ? got[3] : NULL, 1 << (n_in - 1), NE, st->seed, 1, st->C,
+                    st->HW, st->key, at);
+                CU_ASSERT(glia_expr_eval_ex(p.df[n_in - 1], xs, NE, dy, true, &train, want[n_in - 1]) == 0);
+                CU_ASSERT_EQUAL(mismatches("one gradient", cases[i].text, got[n_in - 1], want[n_in - 1], NE), 0);
             }
-            for (int j = 0; j < NE; j++) got[p.n_in - 1][j] = want[p.n_in - 1][j] = -3.0f;
-            bwd(dy, x[0], x[1], x[2], x[3], p.n_in == 1 ? got[0] : NULL, p.n_in == 2 ? got[1] : NULL,
-                p.n_in == 3 ? got[2] : NULL, p.n_in == 4 ? got[3] : NULL, 1 << (p.n_in - 1), NE, st->seed, 1, st->C,
-                st->HW, st->key, at);
-            CU_ASSERT(expr_eval_ex(p.df[p.n_in - 1], xs, NE, dy, true, &train, want[p.n_in - 1]) == 0);
-            CU_ASSERT_EQUAL(mismatches("one gradient", cases[i].text, got[p.n_in - 1], want[p.n_in - 1], NE), 0);
         }
     next:
         if (h) dlclose(h);
@@ -259,5 +283,63 @@ static void test_host_run_equals_interpreter(void)
     }
 }
 
+/* The activations' kernels: the type's expression forward, and backward its gradient over (s, dy) as
+ * glia_expr_grad builds it (dy taken into select's branches: relu gives 0 for an inf or NaN dy where y <= 0),
+ * s the output where the gradient is a function of it (relu, sigmoid, tanh), else the input. */
+static void test_host_run_activation_gradients(void)
+{
+    static const struct {
+        const char *text;
+        bool over_output;
+    } acts[] = {
+        {"relu(x)", true},
+        {"select(gt(x, 0), x, 0.200000003 * x)", false},
+        {"sigmoid(x)", true},
+        {"tanh(x)", true},
+        {"0.5 * x * (1 + erf(x * 0.70710678118654752))", false},
+    };
+    for (int i = 0; i < (int)(sizeof acts / sizeof acts[0]); i++) {
+        struct glia_expr *f = NULL, *g = NULL, *grad = NULL;
+        char err[256];
+        CU_ASSERT_FATAL(glia_expr_parse(acts[i].text, 1, &f, err, sizeof err) == 0);
+        CU_ASSERT_FATAL((g = glia_expr_grad(f, 0, 1)) != NULL);
+        if (acts[i].over_output) {
+            CU_ASSERT_FATAL(glia_expr_over_result(g, f, 0, &grad) == 0);
+            glia_expr_free(g);
+        } else {
+            grad = g;
+        }
+        struct glia__pw_spec spec = {.f = f, .df = {grad}, .n_in = 1, .grad = true};
+        char *src = glia__pw_jit_source(&spec);
+        CU_ASSERT_FATAL(src != NULL);
+        CU_ASSERT(strstr(src, "gradient over (x, dy)") != NULL);
+        void *h = host_build(src, 100 + i);
+        CU_ASSERT(h != NULL);
+        fwd_fn fwd = h ? (fwd_fn)(uintptr_t)dlsym(h, "glia_pw_forward") : NULL;
+        bwd_fn bwd = h ? (bwd_fn)(uintptr_t)dlsym(h, "glia_pw_backward") : NULL;
+        CU_ASSERT(!h || (fwd && bwd));
+        for (int off = 0; off < 2 && fwd && bwd; off++) {
+            float *x = x_[0] + off, *y = x_[1] + off, *dy = dy_ + off, *dx = got_[0] + off;
+            fill(x, NE, 500 + (uint64_t)i);
+            fill(dy, NE, 600 + (uint64_t)i);
+            const float *xs[1] = {x};
+            fwd(y, x, NULL, NULL, NULL, NE, 0, 0, 0, 0, 0, NULL);
+            CU_ASSERT(glia_expr_eval_ex(f, xs, NE, NULL, false, NULL, want[0]) == 0);
+            CU_ASSERT_EQUAL(mismatches("forward", acts[i].text, y, want[0], NE), 0);
+            const float *saved = acts[i].over_output ? y : x, *vs[2] = {saved, dy};
+            for (int acc = 0; acc < 2; acc++) {
+                for (int j = 0; j < NE; j++) dx[j] = want[1][j] = acc ? 0.75f : NAN;
+                bwd(dy, saved, NULL, NULL, NULL, dx, NULL, NULL, NULL, acc, NE, 0, 1, 0, 0, 0, NULL);
+                CU_ASSERT(glia_expr_eval_ex(grad, vs, NE, NULL, acc, NULL, want[1]) == 0);
+                CU_ASSERT_EQUAL(mismatches(acc ? "accumulated gradient" : "gradient", acts[i].text, dx, want[1], NE), 0);
+            }
+        }
+        if (h) dlclose(h);
+        free(src);
+        glia_expr_free(f);
+        glia_expr_free(grad);
+    }
+}
+
 GLIA_TEST_MAIN("pointwise jit", GLIA_TEST(test_nvrtc_compiles_every_case), GLIA_TEST(test_nvrtc_ptx_fallback_and_refusal),
-               GLIA_TEST(test_host_run_equals_interpreter))
+               GLIA_TEST(test_host_run_equals_interpreter), GLIA_TEST(test_host_run_activation_gradients))

@@ -1,15 +1,15 @@
-/* backends/cuda/pointwise.c — the CUDA impls of relu, leaky_relu, sigmoid, tanh, gelu and add
- * (fixed kernels, pointwise_kernels.cu) and of pointwise (the expression compiled with NVRTC at
- * create, pointwise_jit.c). Not their descriptions (keys, create, shapes, flops): those are shared
- * with the CPU plugins (the _desc.c files under plugins/layers/activation, add and pointwise). */
+/* backends/cuda/pointwise.c — the CUDA kernels of the elementwise types: relu, leaky_relu, sigmoid, tanh and
+ * gelu (the type's expression and its gradient, compiled with NVRTC at prepare: pointwise_jit.c), add (fixed
+ * kernels, pointwise_kernels.cu) and pointwise (its expression and derivatives, compiled likewise). Not the
+ * types (keys, create, shapes, flops, expressions): their own plugins register those. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glia/types/activation.h>
+#include <glia/types/pointwise.h>
 #include "cuda_internal.h"
 #include "pointwise_jit.h"
 #include "pointwise_kernels.h"
-#include "../../plugins/layers/activation/activation_desc.h"
-#include "../../plugins/layers/add/add_desc.h"
 
 static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of(l->backend)->stream; }
 
@@ -28,7 +28,7 @@ struct operands {
 static glia_status check_operand(const struct glia_layer *l, struct operands *o, const struct glia_tensor *t,
                                  const char *role)
 {
-    const char *type = l->ops->type;
+    const char *type = l->type->name;
     if (t->dtype != GLIA_F32 || t->device.type != GLIA_DEVICE_CUDA)
         return glia_error(l->ctx, GLIA_EUNSUPPORTED, "%s [%s]: the %s is %s on %s; the cuda impl takes f32 on the GPU", type,
                           l->name, role, glia_dtype_name(t->dtype), t->device.type == GLIA_DEVICE_CUDA ? "the GPU" : "the host");
@@ -52,83 +52,100 @@ static glia_status check_operand(const struct glia_layer *l, struct operands *o,
 
 static float *dev_f32(const struct glia_tensor *t) { return (float *)t->data; }
 
-/* ---- relu, leaky_relu, sigmoid, tanh, gelu ---- */
+/* ---- the kernels compiled at prepare: relu, leaky_relu, sigmoid, tanh, gelu and pointwise ---- */
 
-static float act_slope(const struct glia_layer *l, enum glia__cuda_act act)
+/* l->state of these kernels */
+struct jit_state {
+    struct glia__pw_kernels k;  /* borrowed from the process-wide JIT cache */
+    struct glia_seed_at seed;   /* pointwise: of the last training forward, for backward's dropout() mask */
+};
+
+/* The kernels of spec for l's GPU into its state; what is wrong with the expression names it (text). */
+static glia_status jit_prepare(struct glia_layer *l, const struct glia__pw_spec *spec)
 {
-    return act == GLIA__ACT_LEAKY_RELU ? ((const struct glia__leaky_relu *)l->priv)->slope : 0.0f;
+    if (!l->backend || l->backend->ops->device_type != GLIA_DEVICE_CUDA)
+        return glia_error(l->ctx, GLIA_EINVAL, "%s [%s]: kernel 'cuda' runs on a CUDA device only", l->type->name,
+                          l->name);
+    struct jit_state *js = l->state;
+    const struct glia__cuda *c = glia__cuda_of(l->backend);
+    char err[512];
+    glia_status st = glia__pw_jit_get(spec, c->cc_major, c->cc_minor, &js->k, err, sizeof err);
+    if (st) {
+        char text[160];
+        if (glia_expr_print(spec->f, text, sizeof text) < 0) strcpy(text + sizeof text - 4, "...");
+        glia_error(l->ctx, st, "%s [%s]: '%s' on cuda:%d (sm_%d%d): %s", l->type->name, l->name, text, c->device,
+                   c->cc_major, c->cc_minor, err);
+    }
+    return st;
 }
 
-/* y(n) = act(x(n)) */
-static glia_status act_forward(struct glia_layer *l, const struct glia_fwd *a, enum glia__cuda_act act)
+/* the activation's expression and gradient, compiled */
+static glia_status act_prepare(struct glia_layer *l, const struct glia_shape *in, int n_in)
 {
+    struct glia_expr *f, *grad;
+    glia_status st = glia_activation_exprs(l, &f, &grad);
+    if (st) return st;
+    struct glia__pw_spec spec = {.f = f, .df = {grad}, .n_in = 1, .grad = true};
+    st = jit_prepare(l, &spec);
+    glia_expr_free(f);
+    glia_expr_free(grad);
+    return st;
+}
+
+/* y(n) = f(x(n)) */
+static glia_status act_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct jit_state *js = l->state;
+    const float *x[GLIA_EXPR_MAX_VARS] = {dev_f32(a->in[0])};
     struct operands o = {.n = glia_tensor_numel(a->out)};
     glia_status st = check_operand(l, &o, a->in[0], "input");
     if (!st) st = check_operand(l, &o, a->out, "output");
     if (st) return st;
-    CUDA_TRY(l->ctx, glia__cuda_act_forward(act, dev_f32(a->out), dev_f32(a->in[0]), o.n, act_slope(l, act),
-                                            stream_of(l)));
+    CUDA_TRY(l->ctx, glia__pw_jit_forward(&js->k, dev_f32(a->out), x, o.n, NULL, stream_of(l)));
 fail:
     return st;
 }
 
-/* dx(n) (+)= dy(n) * act'(saved(n)), saved the input or the output as the CPU impl uses */
-static glia_status act_backward(struct glia_layer *l, const struct glia_bwd *a, enum glia__cuda_act act)
+/* dx(n) (+)= grad(s(n), dy(n)), s the output or the input as the kernel's flags say (glia_activation_exprs) */
+static glia_status act_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     if (!a->din[0]) return GLIA_OK;
-    const struct glia_tensor *saved = glia__cuda_act_reads_input(act) ? a->in[0] : a->out;
+    const struct jit_state *js = l->state;
+    const struct glia_tensor *saved = l->kernel->flags & GLIA_KERNEL_BWD_NO_INPUT ? a->out : a->in[0];
     struct operands o = {.n = glia_tensor_numel(a->dout)};
     glia_status st = check_operand(l, &o, a->dout, "output gradient");
     if (!st) st = check_operand(l, &o, saved, saved == a->out ? "output" : "input");
     if (!st) st = check_operand(l, &o, a->din[0], "input gradient");
     if (st) return st;
-    CUDA_TRY(l->ctx, glia__cuda_act_backward(act, dev_f32(a->din[0]), dev_f32(a->dout), dev_f32(saved), o.n,
-                                             act_slope(l, act), a->din_accumulate[0], stream_of(l)));
+    const float *x[GLIA_EXPR_MAX_VARS] = {dev_f32(saved)};
+    float *d[GLIA_EXPR_MAX_VARS] = {dev_f32(a->din[0])};
+    bool acc[GLIA_EXPR_MAX_VARS] = {a->din_accumulate[0]};
+    CUDA_TRY(l->ctx, glia__pw_jit_backward(&js->k, d, acc, dev_f32(a->dout), x, o.n, NULL, stream_of(l)));
 fail:
     return st;
 }
 
-#define ACT_PASSES(name, act)                                                                  \
-    static glia_status name##_forward(struct glia_layer *l, const struct glia_fwd *a)          \
-    {                                                                                          \
-        return act_forward(l, a, act);                                                         \
-    }                                                                                          \
-    static glia_status name##_backward(struct glia_layer *l, const struct glia_bwd *a)         \
-    {                                                                                          \
-        return act_backward(l, a, act);                                                        \
-    }
-ACT_PASSES(relu, GLIA__ACT_RELU)
-ACT_PASSES(leaky_relu, GLIA__ACT_LEAKY_RELU)
-ACT_PASSES(sigmoid, GLIA__ACT_SIGMOID)
-ACT_PASSES(tanh, GLIA__ACT_TANH)
-ACT_PASSES(gelu, GLIA__ACT_GELU)
-#undef ACT_PASSES
-
-#define ACT_OPS(name, doc_, keys_, create_, destroy_, flags_)                                        \
-    static const struct glia_layer_ops name##_ops = {                                          \
-        .struct_size = sizeof(struct glia_layer_ops),                                          \
-        .type = #name,                                                                         \
-        .impl = "cuda",                                                                        \
-        .doc = doc_,                                                                           \
-        .keys = keys_,                                                                         \
-        .min_inputs = 1,                                                                       \
-        .max_inputs = 1,                                                                       \
-        .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_CAPTURABLE | (flags_), /* any format */ \
-        .device_type = GLIA_DEVICE_CUDA,                                                       \
-        .create = create_,                                                                     \
-        .destroy = destroy_,                                                                   \
-        .infer_shape = glia__activation_infer,                                                 \
-        .forward = name##_forward,                                                             \
-        .backward = name##_backward,                                                           \
-        .flops = glia__##name##_flops,                                                         \
+/* Backward reads what the type's gradient is a function of, as the CPU kernels do: the output for relu,
+ * sigmoid, tanh; the input for leaky_relu (its sign) and gelu. */
+#define ACT_KERNEL(name, flags_)                                                                   \
+    static const struct glia_kernel name##_kernel = {                                              \
+        .struct_size = sizeof(struct glia_kernel),                                                 \
+        .type = #name,                                                                             \
+        .impl = "cuda",                                                                            \
+        .doc = "its expression, compiled with NVRTC",                                              \
+        .device_type = GLIA_DEVICE_CUDA,                                                           \
+        .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE | (flags_), /* any format */  \
+        .state_size = sizeof(struct jit_state),                                                    \
+        .prepare = act_prepare,                                                                    \
+        .forward = act_forward,                                                                    \
+        .backward = act_backward,                                                                  \
     };
-ACT_OPS(relu, GLIA__RELU_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_INPUT)
-ACT_OPS(leaky_relu, GLIA__LEAKY_RELU_DOC, glia__leaky_relu_keys, glia__leaky_relu_create, glia__leaky_relu_destroy,
-        GLIA_LAYER_BWD_NO_OUTPUT)
-ACT_OPS(sigmoid, GLIA__SIGMOID_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_INPUT)
-ACT_OPS(tanh, GLIA__TANH_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_INPUT)
-ACT_OPS(gelu, GLIA__GELU_DOC, NULL, glia__activation_create, NULL, GLIA_LAYER_BWD_NO_OUTPUT)
-#undef ACT_OPS
+ACT_KERNEL(relu, GLIA_KERNEL_BWD_NO_INPUT)
+ACT_KERNEL(leaky_relu, GLIA_KERNEL_BWD_NO_OUTPUT)
+ACT_KERNEL(sigmoid, GLIA_KERNEL_BWD_NO_INPUT)
+ACT_KERNEL(tanh, GLIA_KERNEL_BWD_NO_INPUT)
+ACT_KERNEL(gelu, GLIA_KERNEL_BWD_NO_OUTPUT)
+#undef ACT_KERNEL
 
 /* ---- add ---- */
 
@@ -188,87 +205,46 @@ fail:
     return st;
 }
 
-static const struct glia_layer_ops add_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel add_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "add",
     .impl = "cuda",
-    .doc = GLIA__ADD_DOC,
-    .keys = NULL,
-    .min_inputs = 2,
-    .max_inputs = -1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE, /* any format */
+    .doc = "up to 8 inputs a launch",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = glia__add_create,
-    .infer_shape = glia__add_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* any format */
     .forward = add_forward,
     .backward = add_backward,
-    .flops = glia__add_flops,
 };
 
 /* ---- pointwise ---- */
 
-struct cuda_pointwise {
-    struct glia__pointwise desc;   /* first: glia__pointwise_flops reads l->priv as one */
-    struct glia__pw_kernels k;     /* borrowed from the process-wide JIT cache */
-};
-
-/* Parses and differentiates expr (the shared description), then compiles both kernels for this
- * GPU, so that a bad expression or a compile failure is a configuration error naming the key. */
-static glia_status pw_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                             int n_in)
+/* the expression and its derivatives (the type parsed them), compiled for this GPU */
+static glia_status pw_prepare(struct glia_layer *l, const struct glia_shape *in, int n_in)
 {
-    if (!l->backend || l->backend->ops->device_type != GLIA_DEVICE_CUDA)
-        return glia_section_error(cfg, NULL, GLIA_EINVAL, "pointwise impl 'cuda' runs on a CUDA device only");
-    struct cuda_pointwise *p = calloc(1, sizeof *p);
-    if (!p) return glia_error(l->ctx, GLIA_ENOMEM, "pointwise: out of memory");
-    glia_status st = glia__pointwise_build(l, cfg, in, n_in, &p->desc);
-    if (st) {
-        free(p);
-        return st;
-    }
-    const struct glia__cuda *c = glia__cuda_of(l->backend);
-    char err[512];
-    st = glia__pw_jit_get(&p->desc, c->cc_major, c->cc_minor, &p->k, err, sizeof err);
-    if (st) {
-        char text[160];
-        if (expr_print(p->desc.f, text, sizeof text) < 0) strcpy(text + sizeof text - 4, "...");
-        glia_section_error(cfg, "expr", st, "'%s' on cuda:%d (sm_%d%d): %s", text, c->device, c->cc_major, c->cc_minor,
-                           err);
-        glia__pointwise_clear(&p->desc);
-        free(p);
-        return st;
-    }
-    l->priv = p;
-    return GLIA_OK;
-}
-
-static void pw_destroy(struct glia_layer *l)
-{
-    struct cuda_pointwise *p = l->priv;
-    if (!p) return;
-    glia__pointwise_clear(&p->desc);
-    free(p);
-    l->priv = NULL;
+    const struct glia_pointwise_attrs *p = l->attrs;
+    struct glia__pw_spec spec = {.f = p->f, .n_in = p->n_in, .grad = false};
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++) spec.df[k] = p->df[k];
+    return jit_prepare(l, &spec);
 }
 
 /* y(n) = f(x_1(n), ..., x_k(n)); dropout() draws its mask from the step's seed */
 static glia_status pw_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct cuda_pointwise *p = l->priv;
-    const float *x[EXPR_MAX_VARS] = {0};
+    struct jit_state *js = l->state;
+    const float *x[GLIA_EXPR_MAX_VARS] = {0};
     struct operands o = {.n = glia_tensor_numel(a->out)};
     glia_status st = check_operand(l, &o, a->out, "output");
     char role[32];
-    for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS && !st; k++) {
+    for (int k = 0; k < a->n_in && k < GLIA_EXPR_MAX_VARS && !st; k++) {
         snprintf(role, sizeof role, "input %d", k + 1);
         st = check_operand(l, &o, a->in[k], role);
         x[k] = dev_f32(a->in[k]);
     }
     if (st) return st;
-    struct glia__seed_at seed = glia__seed_of(a);
-    if (a->train) p->desc.seed = seed;
-    struct expr_site site = glia__pointwise_site(a->out, seed, a->train);
-    CUDA_TRY(l->ctx, glia__pw_jit_forward(&p->k, dev_f32(a->out), x, o.n, &site, stream_of(l)));
+    struct glia_seed_at seed = glia_seed_of(a);
+    if (a->train) js->seed = seed;
+    struct glia_expr_site site = glia_pointwise_site(a->out, seed, a->train);
+    CUDA_TRY(l->ctx, glia__pw_jit_forward(&js->k, dev_f32(a->out), x, o.n, &site, stream_of(l)));
 fail:
     return st;
 }
@@ -277,14 +253,14 @@ fail:
  * forward's mask */
 static glia_status pw_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct cuda_pointwise *p = l->priv;
-    const float *x[EXPR_MAX_VARS] = {0};
-    float *d[EXPR_MAX_VARS] = {0};
-    bool acc[EXPR_MAX_VARS] = {0};
+    const struct jit_state *js = l->state;
+    const float *x[GLIA_EXPR_MAX_VARS] = {0};
+    float *d[GLIA_EXPR_MAX_VARS] = {0};
+    bool acc[GLIA_EXPR_MAX_VARS] = {0};
     struct operands o = {.n = glia_tensor_numel(a->dout)};
     glia_status st = check_operand(l, &o, a->dout, "output gradient");
     char role[40];
-    for (int k = 0; k < a->n_in && k < EXPR_MAX_VARS && !st; k++) {
+    for (int k = 0; k < a->n_in && k < GLIA_EXPR_MAX_VARS && !st; k++) {
         snprintf(role, sizeof role, "input %d", k + 1);
         st = check_operand(l, &o, a->in[k], role);
         x[k] = dev_f32(a->in[k]);
@@ -295,35 +271,30 @@ static glia_status pw_backward(struct glia_layer *l, const struct glia_bwd *a)
         acc[k] = a->din_accumulate[k];
     }
     if (st) return st;
-    struct expr_site site = glia__pointwise_site(a->dout, p->desc.seed, true);
-    CUDA_TRY(l->ctx, glia__pw_jit_backward(&p->k, d, acc, dev_f32(a->dout), x, o.n, &site, stream_of(l)));
+    struct glia_expr_site site = glia_pointwise_site(a->dout, js->seed, true);
+    CUDA_TRY(l->ctx, glia__pw_jit_backward(&js->k, d, acc, dev_f32(a->dout), x, o.n, &site, stream_of(l)));
 fail:
     return st;
 }
 
-static const struct glia_layer_ops pointwise_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel pointwise_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "pointwise",
     .impl = "cuda",
-    .doc = GLIA__POINTWISE_DOC,
-    .keys = glia__pointwise_keys,
-    .min_inputs = 1,
-    .max_inputs = 4,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE, /* any memory format; backward reads the inputs */
+    .doc = "its expression, compiled with NVRTC",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = pw_create,
-    .destroy = pw_destroy,
-    .infer_shape = glia__pointwise_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* any memory format; backward reads the inputs */
+    .state_size = sizeof(struct jit_state),
+    .prepare = pw_prepare,
     .forward = pw_forward,
     .backward = pw_backward,
-    .flops = glia__pointwise_flops,
 };
 
 glia_status glia__cuda_register_pointwise(struct glia_registry *r)
 {
-    const struct glia_layer_ops *all[] = {&relu_ops, &leaky_relu_ops, &sigmoid_ops, &tanh_ops,
-                                          &gelu_ops, &add_ops,        &pointwise_ops};
+    const struct glia_kernel *all[] = {&relu_kernel, &leaky_relu_kernel, &sigmoid_kernel, &tanh_kernel,
+                                       &gelu_kernel, &add_kernel,        &pointwise_kernel};
     glia_status st = GLIA_OK;
-    for (size_t i = 0; i < sizeof all / sizeof all[0] && !st; i++) st = glia_register_layer(r, all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && !st; i++) st = glia_register_kernel(r, all[i]);
     return st;
 }

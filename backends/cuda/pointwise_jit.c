@@ -1,10 +1,10 @@
 /* backends/cuda/pointwise_jit.c — code generation (expression IR -> CUDA C), NVRTC compilation,
  * loading through the CUDA runtime's library API (cudaLibraryLoadData: no driver API, so cuda.so
- * loads on machines without a driver) and the process-wide module cache of the `pointwise` layer.
- * Not the layer (pointwise.c). Generated code follows expr.h's value semantics node by node in
- * float, compiled without FMA contraction, like the CPU interpreter. */
+ * loads on machines without a driver) and the process-wide module cache of the elementwise kernels.
+ * Not the layers' kernels (pointwise.c). Generated code follows glia/expr.h's value semantics node by
+ * node in float, compiled without FMA contraction, like the CPU interpreter. */
 #include "pointwise_jit.h"
-#include "../../plugins/layers/dropout/dropout_desc.h"
+#include <glia/types/dropout.h>
 #include <nvrtc.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -54,7 +54,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 
 /* ---- code generation ---- */
 
-/* Helpers with expr.h's semantics: sigmoid without overflow, max/min that give NaN from either
+/* Helpers with glia/expr.h's semantics: sigmoid without overflow, max/min that give NaN from either
  * side, sign of 0 (and NaN) is 0. Plain IEEE float maths otherwise (no fast-math). */
 static const char preamble[] =
     "__device__ __forceinline__ float glia_sigmoid(float a)\n"
@@ -65,18 +65,16 @@ static const char preamble[] =
     "__device__ __forceinline__ float glia_max(float a, float b) { return a >= b || a != a ? a : b; }\n"
     "__device__ __forceinline__ float glia_min(float a, float b) { return a <= b || a != a ? a : b; }\n"
     "__device__ __forceinline__ float glia_sign(float a) { return (float)((a > 0.0f) - (a < 0.0f)); }\n"
-    "#define GLIA_PW_LOOP(i) \\\n"
-    "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; \\\n"
-    "         i += (long long)gridDim.x * blockDim.x)\n";
+    "__device__ __forceinline__ bool glia_aligned(const void *p) { return ((unsigned long long)p & 15) == 0; }\n";
 
-/* dropout(): the dropout layer's mask functions, from the one definition in dropout_desc.h */
+/* dropout(): the dropout layer's mask functions, from the one definition in glia/types/dropout.h */
 static const char dropout_preamble[] =
     "__device__ __forceinline__ unsigned long long glia_seed(unsigned long long key, long long step)\n"
-    "{\n    " GLIA__STR(GLIA_SEED_BODY(unsigned long long)) "\n}\n"
+    "{\n    " GLIA_STR(GLIA_SEED_BODY(unsigned long long)) "\n}\n"
     "__device__ __forceinline__ float glia_dropout_uniform(unsigned long long seed, long long i)\n"
-    "{\n    " GLIA__STR(GLIA__DROPOUT_UNIFORM_BODY(unsigned long long)) "\n}\n"
+    "{\n    " GLIA_STR(GLIA_DROPOUT_UNIFORM_BODY(unsigned long long)) "\n}\n"
     "__device__ __forceinline__ long long glia_dropout_nchw(long long i, long long C, long long HW)\n"
-    "{\n    " GLIA__STR(GLIA__DROPOUT_NCHW_BODY(long long)) "\n}\n";
+    "{\n    " GLIA_STR(GLIA_DROPOUT_NCHW_BODY(long long)) "\n}\n";
 
 /* The float as exact bits, an expression. */
 static void emit_float(struct sbuf *b, float f)
@@ -95,36 +93,36 @@ static void emit_const(struct sbuf *b, double value)
 }
 
 /* Node i of e as "const float v<i> = ...;": one statement per node, so every value is rounded to
- * float as in the interpreter (expr_eval_ex). Variables are the preloaded in0..in3. */
-static void emit_node(struct sbuf *b, const struct expr *e, int i, const char *indent)
+ * float as in the interpreter (glia_expr_eval_ex). Variables are the parameters in0..in3. */
+static void emit_node(struct sbuf *b, const struct glia_expr *e, int i)
 {
-    const struct expr_node *nd = &e->nodes[i];
+    const struct glia_expr_node *nd = &e->nodes[i];
     int a = nd->a, b2 = nd->b, c = nd->c;
-    sb_printf(b, "%sconst float v%d = ", indent, i);
+    sb_printf(b, "    const float v%d = ", i);
     switch (nd->op) {
-    case EXPR_CONST: emit_const(b, nd->value); return;
-    case EXPR_VAR: sb_printf(b, "in%d", nd->var); break;
-    case EXPR_NEG: sb_printf(b, "-v%d", a); break;
-    case EXPR_ADD: sb_printf(b, "v%d + v%d", a, b2); break;
-    case EXPR_SUB: sb_printf(b, "v%d - v%d", a, b2); break;
-    case EXPR_MUL: sb_printf(b, "v%d * v%d", a, b2); break;
-    case EXPR_DIV: sb_printf(b, "v%d / v%d", a, b2); break;
-    case EXPR_POW: sb_printf(b, "powf(v%d, v%d)", a, b2); break;
-    case EXPR_EXP: sb_printf(b, "expf(v%d)", a); break;
-    case EXPR_LOG: sb_printf(b, "logf(v%d)", a); break;
-    case EXPR_SQRT: sb_printf(b, "sqrtf(v%d)", a); break;
-    case EXPR_TANH: sb_printf(b, "tanhf(v%d)", a); break;
-    case EXPR_SIGMOID: sb_printf(b, "glia_sigmoid(v%d)", a); break;
-    case EXPR_ERF: sb_printf(b, "erff(v%d)", a); break;
-    case EXPR_ABS: sb_printf(b, "fabsf(v%d)", a); break;
-    case EXPR_SIGN: sb_printf(b, "glia_sign(v%d)", a); break;
-    case EXPR_MAX: sb_printf(b, "glia_max(v%d, v%d)", a, b2); break;
-    case EXPR_MIN: sb_printf(b, "glia_min(v%d, v%d)", a, b2); break;
-    case EXPR_GE: sb_printf(b, "v%d >= v%d ? 1.0f : 0.0f", a, b2); break;
-    case EXPR_GT: sb_printf(b, "v%d > v%d ? 1.0f : 0.0f", a, b2); break;
-    case EXPR_SELECT: sb_printf(b, "v%d != 0.0f ? v%d : v%d", a, b2, c); break;
-    case EXPR_RELU: sb_printf(b, "v%d < 0.0f ? 0.0f : v%d", a, a); break;
-    case EXPR_DROPOUT: { /* the dropout layer's loop body over the element's logical index */
+    case GLIA_EXPR_CONST: emit_const(b, nd->value); return;
+    case GLIA_EXPR_VAR: sb_printf(b, "in%d", nd->var); break;
+    case GLIA_EXPR_NEG: sb_printf(b, "-v%d", a); break;
+    case GLIA_EXPR_ADD: sb_printf(b, "v%d + v%d", a, b2); break;
+    case GLIA_EXPR_SUB: sb_printf(b, "v%d - v%d", a, b2); break;
+    case GLIA_EXPR_MUL: sb_printf(b, "v%d * v%d", a, b2); break;
+    case GLIA_EXPR_DIV: sb_printf(b, "v%d / v%d", a, b2); break;
+    case GLIA_EXPR_POW: sb_printf(b, "powf(v%d, v%d)", a, b2); break;
+    case GLIA_EXPR_EXP: sb_printf(b, "expf(v%d)", a); break;
+    case GLIA_EXPR_LOG: sb_printf(b, "logf(v%d)", a); break;
+    case GLIA_EXPR_SQRT: sb_printf(b, "sqrtf(v%d)", a); break;
+    case GLIA_EXPR_TANH: sb_printf(b, "tanhf(v%d)", a); break;
+    case GLIA_EXPR_SIGMOID: sb_printf(b, "glia_sigmoid(v%d)", a); break;
+    case GLIA_EXPR_ERF: sb_printf(b, "erff(v%d)", a); break;
+    case GLIA_EXPR_ABS: sb_printf(b, "fabsf(v%d)", a); break;
+    case GLIA_EXPR_SIGN: sb_printf(b, "glia_sign(v%d)", a); break;
+    case GLIA_EXPR_MAX: sb_printf(b, "glia_max(v%d, v%d)", a, b2); break;
+    case GLIA_EXPR_MIN: sb_printf(b, "glia_min(v%d, v%d)", a, b2); break;
+    case GLIA_EXPR_GE: sb_printf(b, "v%d >= v%d ? 1.0f : 0.0f", a, b2); break;
+    case GLIA_EXPR_GT: sb_printf(b, "v%d > v%d ? 1.0f : 0.0f", a, b2); break;
+    case GLIA_EXPR_SELECT: sb_printf(b, "v%d != 0.0f ? v%d : v%d", a, b2, c); break;
+    case GLIA_EXPR_RELU: sb_printf(b, "v%d < 0.0f ? 0.0f : v%d", a, a); break;
+    case GLIA_EXPR_DROPOUT: { /* the dropout layer's loop body over the element's logical index */
         float p = (float)nd->value;
         sb_printf(b, "!train ? v%d : glia_dropout_uniform(seed, C > 0 ? glia_dropout_nchw(i, C, HW) : i) >= ", a);
         emit_float(b, p);
@@ -138,72 +136,215 @@ static void emit_node(struct sbuf *b, const struct expr *e, int i, const char *i
     sb_printf(b, ";\n");
 }
 
-static void emit_expr(struct sbuf *b, const struct expr *e, const char *indent)
+/* One element function of e, name(<the variables e reads>[, g][, i, seed, train, C, HW]): e's value, or with
+ * scaled, g * e's value (dy times a derivative). The index and the mask's site only when e draws dropout(). */
+static void emit_function(struct sbuf *b, const char *name, const struct glia_expr *e, bool scaled)
 {
-    for (int i = 0; i < e->n; i++) emit_node(b, e, i, indent);
+    bool dropout = glia_expr_count_op(e, GLIA_EXPR_DROPOUT) > 0;
+    const char *sep = "";
+    sb_printf(b, "__device__ __forceinline__ float %s(", name);
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
+        if (e->vars_used >> k & 1) {
+            sb_printf(b, "%sconst float in%d", sep, k);
+            sep = ", ";
+        }
+    if (scaled) {
+        sb_printf(b, "%sconst float g", sep);
+        sep = ", ";
+    }
+    if (dropout)
+        sb_printf(b, "%sconst long long i, const unsigned long long seed, const int train, const long long C, "
+                  "const long long HW", sep);
+    sb_printf(b, ")\n{\n");
+    for (int i = 0; i < e->n; i++) emit_node(b, e, i);
+    sb_printf(b, "    return %sv%d;\n}\n", scaled ? "g * " : "", e->out);
 }
 
-/* Loads of the inputs that f uses (its derivatives use no others), before any store. */
-static void emit_loads(struct sbuf *b, const struct expr *f)
+/* A value of an element for the kernels' two loops: lane < 0, the one-by-one loop (element i, inputs
+ * in<k>, dy g); else lane 0..3 of quad q (inputs q<k>, dy gq). */
+static void emit_value(struct sbuf *b, int lane, const char *scalar, const char *quad)
 {
-    for (int k = 0; k < EXPR_MAX_VARS; k++)
-        if (f->vars_used & (1u << k)) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
+    if (lane < 0) sb_printf(b, "%s", scalar);
+    else sb_printf(b, "%s.%c", quad, "xyzw"[lane]);
+}
+
+/* A call of the element function name of e for one element; dy_var: the variable that is dy (grad), else -1;
+ * scaled: pass g (the derivatives' dy). */
+static void emit_call(struct sbuf *b, const char *name, const struct glia_expr *e, int dy_var, bool scaled, int lane)
+{
+    char scalar[8], quad[8];
+    const char *sep = "";
+    sb_printf(b, "%s(", name);
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++) {
+        if (!(e->vars_used >> k & 1)) continue;
+        sb_printf(b, "%s", sep);
+        sep = ", ";
+        if (k == dy_var) {
+            emit_value(b, lane, "g", "gq");
+        } else {
+            snprintf(scalar, sizeof scalar, "in%d", k);
+            snprintf(quad, sizeof quad, "q%d", k);
+            emit_value(b, lane, scalar, quad);
+        }
+    }
+    if (scaled) {
+        sb_printf(b, "%s", sep);
+        emit_value(b, lane, "g", "gq");
+        sep = ", ";
+    }
+    if (glia_expr_count_op(e, GLIA_EXPR_DROPOUT)) {
+        if (lane < 0) sb_printf(b, "%si, seed, train, C, HW", sep);
+        else sb_printf(b, "%s4 * q + %d, seed, train, C, HW", sep, lane);
+    }
+    sb_printf(b, ")");
 }
 
 /* With dropout(): a captured launch's seed, from the step that each replay is handed. */
-static void emit_seed(struct sbuf *b, const struct expr *f)
+static void emit_seed(struct sbuf *b, bool dropout)
 {
-    if (expr_count_op(f, EXPR_DROPOUT)) sb_printf(b, "    if (step_at) seed = glia_seed(key, *step_at);\n");
+    if (dropout) sb_printf(b, "    if (step_at) seed = glia_seed(key, *step_at);\n");
     else sb_printf(b, "    (void)key;\n    (void)step_at;\n");
 }
 
-char *glia__pw_jit_source(const struct glia__pointwise *p)
+/* The loop heads: quads of elements while every pointer in ptrs (a mask of x0..x3; out, dy and the d_k
+ * as the kernel adds them) is 16-byte aligned, then the rest one by one. */
+static void emit_grid(struct sbuf *b, const char *aligned)
+{
+    sb_printf(b, "    const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "    const long long step = (long long)gridDim.x * blockDim.x;\n"
+                 "    const long long n4 = %s ? n / 4 : 0;\n", aligned);
+}
+
+/* The aligned() test of the pointers x<k> for the bits of mask, after those in pre (a C condition). */
+static void aligned_test(char *buf, size_t size, const char *pre, unsigned mask)
+{
+    size_t len = (size_t)snprintf(buf, size, "%s", pre);
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS && len < size; k++)
+        if (mask >> k & 1) len += (size_t)snprintf(buf + len, size - len, " && glia_aligned(x%d)", k);
+}
+
+/* The inputs the backward functions read (without the dy of a grad spec). */
+static unsigned backward_inputs(const struct glia__pw_spec *s)
+{
+    unsigned m = 0;
+    for (int k = 0; k < s->n_in && k < GLIA_EXPR_MAX_VARS; k++)
+        if (s->df[k]) m |= s->df[k]->vars_used;
+    return s->grad ? m & ~2u : m;
+}
+
+static bool any_dropout(const struct glia__pw_spec *s)
+{
+    bool d = glia_expr_count_op(s->f, GLIA_EXPR_DROPOUT) > 0;
+    for (int k = 0; k < s->n_in && k < GLIA_EXPR_MAX_VARS; k++) d |= s->df[k] && glia_expr_count_op(s->df[k], GLIA_EXPR_DROPOUT);
+    return d;
+}
+
+/* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct glia_expr_site) */
+static void emit_forward(struct sbuf *b, const struct glia__pw_spec *s)
+{
+    unsigned in = s->f->vars_used;
+    char aligned[160];
+    aligned_test(aligned, sizeof aligned, "glia_aligned(out)", in);
+    emit_function(b, "glia_pw_f", s->f, false);
+    sb_printf(b, "extern \"C\" __global__ void glia_pw_forward(float *out, const float *x0, const float *x1,\n"
+                 "                                           const float *x2, const float *x3, long long n,\n"
+                 "                                           unsigned long long seed, int train, long long C,\n"
+                 "                                           long long HW, unsigned long long key,\n"
+                 "                                           const long long *step_at)\n"
+                 "{\n");
+    emit_seed(b, glia_expr_count_op(s->f, GLIA_EXPR_DROPOUT) > 0);
+    emit_grid(b, aligned);
+    sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n");
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
+        if (in >> k & 1) sb_printf(b, "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n", k, k);
+    sb_printf(b, "        float4 r;\n");
+    for (int lane = 0; lane < 4; lane++) {
+        sb_printf(b, "        r.%c = ", "xyzw"[lane]);
+        emit_call(b, "glia_pw_f", s->f, -1, false, lane);
+        sb_printf(b, ";\n");
+    }
+    sb_printf(b, "        reinterpret_cast<float4 *>(out)[q] = r;\n    }\n"
+                 "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
+        if (in >> k & 1) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
+    sb_printf(b, "        out[i] = ");
+    emit_call(b, "glia_pw_f", s->f, -1, false, -1);
+    sb_printf(b, ";\n    }\n}\n");
+}
+
+/* d_k(n) (+)= dy(n) * df/dx_k(x0(n), ..., x3(n)) (a grad spec: d_0(n) (+)= grad(x0(n), dy(n))) for each
+ * d_k != NULL, in order of k */
+static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
+{
+    unsigned in = backward_inputs(s);
+    int n_in = s->n_in < GLIA_EXPR_MAX_VARS ? s->n_in : GLIA_EXPR_MAX_VARS, dy_var = s->grad ? 1 : -1;
+    char aligned[256], name[16];
+    aligned_test(aligned, sizeof aligned, "glia_aligned(dy)", in);
+    for (int k = 0; k < n_in; k++) {
+        if (!s->df[k]) continue;
+        size_t len = strlen(aligned);
+        snprintf(aligned + len, sizeof aligned - len, " && glia_aligned(d%d)", k);
+        snprintf(name, sizeof name, "glia_pw_d%d", k);
+        emit_function(b, name, s->df[k], !s->grad);
+    }
+    sb_printf(b, "extern \"C\" __global__ void glia_pw_backward(const float *dy, const float *x0, const float *x1,\n"
+                 "                                            const float *x2, const float *x3, float *d0, float *d1,\n"
+                 "                                            float *d2, float *d3, int acc, long long n,\n"
+                 "                                            unsigned long long seed, int train, long long C,\n"
+                 "                                            long long HW, unsigned long long key,\n"
+                 "                                            const long long *step_at)\n"
+                 "{\n");
+    emit_seed(b, any_dropout(s));
+    emit_grid(b, aligned);
+    sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n"
+                 "        const float4 gq = reinterpret_cast<const float4 *>(dy)[q];\n");
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
+        if (in >> k & 1) sb_printf(b, "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n", k, k);
+    for (int k = 0; k < n_in; k++) {
+        if (!s->df[k]) continue;
+        snprintf(name, sizeof name, "glia_pw_d%d", k);
+        sb_printf(b, "        if (d%d) {\n            float4 r;\n", k);
+        for (int lane = 0; lane < 4; lane++) {
+            sb_printf(b, "            r.%c = ", "xyzw"[lane]);
+            emit_call(b, name, s->df[k], dy_var, !s->grad, lane);
+            sb_printf(b, ";\n");
+        }
+        sb_printf(b, "            if (acc & %d) {\n"
+                     "                const float4 o = reinterpret_cast<const float4 *>(d%d)[q];\n"
+                     "                r.x = o.x + r.x;\n                r.y = o.y + r.y;\n"
+                     "                r.z = o.z + r.z;\n                r.w = o.w + r.w;\n"
+                     "            }\n"
+                     "            reinterpret_cast<float4 *>(d%d)[q] = r;\n"
+                     "        }\n", 1 << k, k, k);
+    }
+    sb_printf(b, "    }\n"
+                 "    for (long long i = 4 * n4 + start; i < n; i += step) {\n"
+                 "        const float g = dy[i];\n");
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
+        if (in >> k & 1) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
+    for (int k = 0; k < n_in; k++) {
+        if (!s->df[k]) continue;
+        snprintf(name, sizeof name, "glia_pw_d%d", k);
+        sb_printf(b, "        if (d%d) {\n            const float r = ", k);
+        emit_call(b, name, s->df[k], dy_var, !s->grad, -1);
+        sb_printf(b, ";\n            d%d[i] = (acc & %d) ? d%d[i] + r : r;\n        }\n", k, 1 << k, k);
+    }
+    sb_printf(b, "    }\n}\n");
+}
+
+char *glia__pw_jit_source(const struct glia__pw_spec *s)
 {
     struct sbuf b = {0};
     char text[512];
-    if (expr_print(p->f, text, sizeof text) < 0) strcpy(text + sizeof text - 5, "...");
+    if (glia_expr_print(s->f, text, sizeof text) < 0) strcpy(text + sizeof text - 5, "...");
     for (char *q = text; *q; q++)
         if (*q == '*' && q[1] == '/') *q = '.';  /* cannot close the comment */
-    sb_printf(&b, "/* glia pointwise, %d input%s: %s */\n", p->n_in, p->n_in == 1 ? "" : "s", text);
+    sb_printf(&b, "/* glia pointwise, %d input%s%s: %s */\n", s->n_in, s->n_in == 1 ? "" : "s",
+              s->grad ? ", gradient over (x, dy)" : "", text);
     sb_printf(&b, "%s", preamble);
-    if (expr_count_op(p->f, EXPR_DROPOUT)) sb_printf(&b, "%s", dropout_preamble);
-
-    /* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct expr_site) */
-    sb_printf(&b, "extern \"C\" __global__ void glia_pw_forward(float *out, const float *x0, const float *x1,\n"
-                  "                                           const float *x2, const float *x3, long long n,\n"
-                  "                                           unsigned long long seed, int train, long long C,\n"
-                  "                                           long long HW, unsigned long long key,\n"
-                  "                                           const long long *step_at)\n"
-                  "{\n");
-    emit_seed(&b, p->f);
-    sb_printf(&b, "    GLIA_PW_LOOP(i) {\n");
-    emit_loads(&b, p->f);
-    emit_expr(&b, p->f, "        ");
-    sb_printf(&b, "        out[i] = v%d;\n    }\n}\n", p->f->out);
-
-    /* d_k(n) (+)= dy(n) * df/dx_k(x0(n), ..., x3(n)) for each d_k != NULL, in order of k */
-    sb_printf(&b, "extern \"C\" __global__ void glia_pw_backward(const float *dy, const float *x0, const float *x1,\n"
-                  "                                            const float *x2, const float *x3, float *d0, float *d1,\n"
-                  "                                            float *d2, float *d3, int acc, long long n,\n"
-                  "                                            unsigned long long seed, int train, long long C,\n"
-                  "                                            long long HW, unsigned long long key,\n"
-                  "                                            const long long *step_at)\n"
-                  "{\n");
-    emit_seed(&b, p->f);
-    sb_printf(&b, "    GLIA_PW_LOOP(i) {\n"
-                  "        const float g = dy[i];\n");
-    emit_loads(&b, p->f);
-    for (int k = 0; k < p->n_in && k < EXPR_MAX_VARS; k++) {
-        if (!p->df[k]) continue;
-        sb_printf(&b, "        if (d%d) {\n", k);
-        emit_expr(&b, p->df[k], "            ");
-        sb_printf(&b,
-                  "            const float r = g * v%d;\n"
-                  "            d%d[i] = (acc & %d) ? d%d[i] + r : r;\n"
-                  "        }\n",
-                  p->df[k]->out, k, 1 << k, k);
-    }
-    sb_printf(&b, "    }\n}\n");
+    if (any_dropout(s)) sb_printf(&b, "%s", dropout_preamble);
+    emit_forward(&b, s);
+    emit_backward(&b, s);
     if (b.oom) {
         free(b.s);
         return NULL;
@@ -377,21 +518,21 @@ fail:
     return GLIA_EDEVICE;
 }
 
-static uint64_t key_hash(const struct glia__pointwise *p)
+static uint64_t key_hash(const struct glia__pw_spec *s)
 {
-    return expr_hash(p->f) * 0x9e3779b97f4a7c15ull + (uint64_t)p->n_in;
+    return glia_expr_hash(s->f) * 0x9e3779b97f4a7c15ull + (uint64_t)s->n_in * 2 + s->grad;
 }
 
-glia_status glia__pw_jit_get(const struct glia__pointwise *p, int cc_major, int cc_minor, struct glia__pw_kernels *out,
+glia_status glia__pw_jit_get(const struct glia__pw_spec *s, int cc_major, int cc_minor, struct glia__pw_kernels *out,
                              char *err, size_t err_size)
 {
     err[0] = 0;
-    char *src = glia__pw_jit_source(p);
+    char *src = glia__pw_jit_source(s);
     if (!src) {
         snprintf(err, err_size, "out of memory");
         return GLIA_ENOMEM;
     }
-    uint64_t hash = key_hash(p);
+    uint64_t hash = key_hash(s);
     int arch = cc_major * 10 + cc_minor;
     glia_status st = GLIA_OK;
     pthread_mutex_lock(&pw_lock);  /* held while compiling: each expression compiles once */
@@ -427,15 +568,22 @@ glia_status glia__pw_jit_get(const struct glia__pointwise *p, int cc_major, int 
 
 /* ---- launches ---- */
 
-static dim3 pw_grid(int64_t n, int threads)
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Blocks for n elements: one thread per quad when every pointer is 16-byte aligned (the kernel then goes
+ * by quads; a NULL pointer is aligned), else one per element; at most PW_MAX_BLOCKS (the loops stride). */
+static dim3 pw_grid(int64_t n, int threads, const void *const *ptrs, int n_ptrs)
 {
+    bool vec = true;
+    for (int i = 0; i < n_ptrs; i++) vec = vec && aligned16(ptrs[i]);
+    if (vec) n = (n + 3) / 4;
     int64_t b = (n + threads - 1) / threads;
     dim3 g = {(unsigned)(b < PW_MAX_BLOCKS ? b : PW_MAX_BLOCKS), 1, 1};
     return g;
 }
 
 cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, const float *const *x, int64_t n,
-                                 const struct expr_site *site, cudaStream_t s)
+                                 const struct glia_expr_site *site, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
@@ -445,18 +593,19 @@ cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, c
     int train = site && site->train;
     void *args[] = {&out, &x0, &x1, &x2, &x3, &nn, &seed, &train, &C, &HW, &key, &step_at};
     dim3 block = {(unsigned)k->forward_threads, 1, 1};
-    return cudaLaunchKernel((const void *)k->forward, pw_grid(n, k->forward_threads), block, args, 0, s);
+    const void *ptrs[] = {out, x0, x1, x2, x3};
+    return cudaLaunchKernel((const void *)k->forward, pw_grid(n, k->forward_threads, ptrs, 5), block, args, 0, s);
 }
 
 cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const *d, const bool *acc, const float *dy,
-                                  const float *const *x, int64_t n, const struct expr_site *site, cudaStream_t s)
+                                  const float *const *x, int64_t n, const struct glia_expr_site *site, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
     float *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3];
     if (!d0 && !d1 && !d2 && !d3) return cudaSuccess;
     int accmask = 0;
-    for (int j = 0; j < EXPR_MAX_VARS; j++)
+    for (int j = 0; j < GLIA_EXPR_MAX_VARS; j++)
         if (d[j] && acc[j]) accmask |= 1 << j;
     long long nn = (long long)n, C = site ? site->C : 0, HW = site ? site->HW : 0;
     unsigned long long seed = site ? site->seed : 0, key = site ? site->key : 0;
@@ -465,5 +614,6 @@ cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const
     void *args[] = {(void *)&dy, &x0, &x1, &x2, &x3, &d0, &d1, &d2, &d3, &accmask, &nn, &seed, &train, &C, &HW, &key,
                     &step_at};
     dim3 block = {(unsigned)k->backward_threads, 1, 1};
-    return cudaLaunchKernel((const void *)k->backward, pw_grid(n, k->backward_threads), block, args, 0, s);
+    const void *ptrs[] = {dy, x0, x1, x2, x3, d0, d1, d2, d3};
+    return cudaLaunchKernel((const void *)k->backward, pw_grid(n, k->backward_threads, ptrs, 9), block, args, 0, s);
 }

@@ -1,6 +1,5 @@
-/* backends/cuda/pointwise_kernels.h — C entry points into pointwise_kernels.cu: the fixed kernels
- * of the CUDA relu, leaky_relu, sigmoid, tanh, gelu and add, launched on a given stream.
- * Not the `pointwise` layer's kernels: those are generated and compiled at run time (pointwise_jit). */
+/* backends/cuda/pointwise_kernels.h — C entry points into pointwise_kernels.cu: the fixed kernels of the CUDA
+ * add, launched on a given stream. Not the kernels generated and compiled at run time (pointwise_jit.h). */
 #ifndef GLIA_CUDA_POINTWISE_KERNELS_H
 #define GLIA_CUDA_POINTWISE_KERNELS_H
 
@@ -11,29 +10,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum glia__cuda_act {
-    GLIA__ACT_RELU = 0,    /* backward reads y */
-    GLIA__ACT_LEAKY_RELU,  /* backward reads x (with slope 0, y = 0 would not tell the sides apart) */
-    GLIA__ACT_SIGMOID,     /* backward reads y */
-    GLIA__ACT_TANH,        /* backward reads y */
-    GLIA__ACT_GELU         /* backward reads x */
-};
-
-/* Whether the backward of act reads the forward input x (else the output y). */
-static inline bool glia__cuda_act_reads_input(enum glia__cuda_act act)
-{
-    return act == GLIA__ACT_LEAKY_RELU || act == GLIA__ACT_GELU;
-}
-
-/* y(n) = act(x(n)); slope is leaky_relu's negative_slope (ignored by the others). */
-cudaError_t glia__cuda_act_forward(enum glia__cuda_act act, float *y, const float *x, int64_t n, float slope,
-                                   cudaStream_t s);
-
-/* dx(n) = dy(n) * act'(saved(n)), or dx(n) += that when accumulate; saved is x or y as
- * glia__cuda_act_reads_input says. dx is only read when accumulating. */
-cudaError_t glia__cuda_act_backward(enum glia__cuda_act act, float *dx, const float *dy, const float *saved, int64_t n,
-                                    float slope, bool accumulate, cudaStream_t s);
 
 /* y(n) = x_0(n) + x_1(n) + ... + x_{m-1}(n), summed left to right; m >= 1. x is a host array
  * of m device pointers. */

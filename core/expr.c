@@ -1,9 +1,9 @@
-/* plugins/layers/pointwise/expr.c — the elementwise-expression IR: builder (hash-consing,
- * constant folding, algebraic simplification, canonical operand order), parser, printers,
- * hash, interpreters (double scalar, float blocks) and symbolic differentiation.
- * Not the layer (pointwise.c). See expr.h for the IR's value semantics. */
-#include "expr.h"
-#include "../dropout/dropout_desc.h"  /* the dropout layer's mask, which dropout() draws */
+/* core/expr.c — the elementwise-expression IR of glia/expr.h: builder (hash-consing, constant folding,
+ * algebraic simplification, canonical operand order), parser, printers, hash, interpreters (double
+ * scalar, float blocks), symbolic differentiation and gradients. Not a layer (plugins/layers/pointwise)
+ * and not a code generator (backends/cuda/pointwise_jit.c). See glia/expr.h for the value semantics. */
+#include <glia/expr.h>
+#include <glia/types/dropout.h>  /* the dropout layer's mask, which dropout() draws */
 
 #include <ctype.h>
 #include <math.h>
@@ -17,32 +17,32 @@
 #define EXPR_MAX_DEPTH 200                  /* parser nesting limit */
 #define EXPR_MAX_IR_DEPTH 1000              /* operations nested in the built IR */
 
-static const char *const op_names[EXPR_N_OPS] = {
-    [EXPR_CONST] = "const", [EXPR_VAR] = "var", [EXPR_NEG] = "neg", [EXPR_ADD] = "add",
-    [EXPR_SUB] = "sub", [EXPR_MUL] = "mul", [EXPR_DIV] = "div", [EXPR_POW] = "pow",
-    [EXPR_EXP] = "exp", [EXPR_LOG] = "log", [EXPR_SQRT] = "sqrt", [EXPR_TANH] = "tanh",
-    [EXPR_SIGMOID] = "sigmoid", [EXPR_ERF] = "erf", [EXPR_ABS] = "abs", [EXPR_SIGN] = "sign",
-    [EXPR_MAX] = "max", [EXPR_MIN] = "min", [EXPR_GE] = "ge", [EXPR_SELECT] = "select",
-    [EXPR_GT] = "gt", [EXPR_DROPOUT] = "dropout", [EXPR_RELU] = "relu",
+static const char *const op_names[GLIA_EXPR_N_OPS] = {
+    [GLIA_EXPR_CONST] = "const", [GLIA_EXPR_VAR] = "var", [GLIA_EXPR_NEG] = "neg", [GLIA_EXPR_ADD] = "add",
+    [GLIA_EXPR_SUB] = "sub", [GLIA_EXPR_MUL] = "mul", [GLIA_EXPR_DIV] = "div", [GLIA_EXPR_POW] = "pow",
+    [GLIA_EXPR_EXP] = "exp", [GLIA_EXPR_LOG] = "log", [GLIA_EXPR_SQRT] = "sqrt", [GLIA_EXPR_TANH] = "tanh",
+    [GLIA_EXPR_SIGMOID] = "sigmoid", [GLIA_EXPR_ERF] = "erf", [GLIA_EXPR_ABS] = "abs", [GLIA_EXPR_SIGN] = "sign",
+    [GLIA_EXPR_MAX] = "max", [GLIA_EXPR_MIN] = "min", [GLIA_EXPR_GE] = "ge", [GLIA_EXPR_SELECT] = "select",
+    [GLIA_EXPR_GT] = "gt", [GLIA_EXPR_DROPOUT] = "dropout", [GLIA_EXPR_RELU] = "relu",
 };
 
-static int op_arity(enum expr_op op)
+static int op_arity(enum glia_expr_op op)
 {
     switch (op) {
-    case EXPR_CONST: case EXPR_VAR: return 0;
-    case EXPR_ADD: case EXPR_SUB: case EXPR_MUL: case EXPR_DIV: case EXPR_POW:
-    case EXPR_MAX: case EXPR_MIN: case EXPR_GE: case EXPR_GT: return 2;
-    case EXPR_SELECT: return 3;
+    case GLIA_EXPR_CONST: case GLIA_EXPR_VAR: return 0;
+    case GLIA_EXPR_ADD: case GLIA_EXPR_SUB: case GLIA_EXPR_MUL: case GLIA_EXPR_DIV: case GLIA_EXPR_POW:
+    case GLIA_EXPR_MAX: case GLIA_EXPR_MIN: case GLIA_EXPR_GE: case GLIA_EXPR_GT: return 2;
+    case GLIA_EXPR_SELECT: return 3;
     default: return 1;
     }
 }
 
-static bool op_commutative(enum expr_op op)
+static bool op_commutative(enum glia_expr_op op)
 {
-    return op == EXPR_ADD || op == EXPR_MUL || op == EXPR_MAX || op == EXPR_MIN;
+    return op == GLIA_EXPR_ADD || op == GLIA_EXPR_MUL || op == GLIA_EXPR_MAX || op == GLIA_EXPR_MIN;
 }
 
-/* ---- scalar semantics (constant folding, expr_eval1) ------------------------------------ */
+/* ---- scalar semantics (constant folding, glia_expr_eval1) ------------------------------------ */
 
 static double sigmoid_d(double a)
 {
@@ -50,30 +50,30 @@ static double sigmoid_d(double a)
     return a >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
-static double apply_d(enum expr_op op, double a, double b, double c)
+static double apply_d(enum glia_expr_op op, double a, double b, double c)
 {
     switch (op) {
-    case EXPR_NEG: return -a;
-    case EXPR_ADD: return a + b;
-    case EXPR_SUB: return a - b;
-    case EXPR_MUL: return a * b;
-    case EXPR_DIV: return a / b;
-    case EXPR_POW: return pow(a, b);
-    case EXPR_EXP: return exp(a);
-    case EXPR_LOG: return log(a);
-    case EXPR_SQRT: return sqrt(a);
-    case EXPR_TANH: return tanh(a);
-    case EXPR_SIGMOID: return sigmoid_d(a);
-    case EXPR_ERF: return erf(a);
-    case EXPR_ABS: return fabs(a);
-    case EXPR_SIGN: return (double)((a > 0) - (a < 0));
-    case EXPR_MAX: return a >= b || isnan(a) ? a : b; /* NaN from either side */
-    case EXPR_MIN: return a <= b || isnan(a) ? a : b;
-    case EXPR_GE: return a >= b ? 1.0 : 0.0;
-    case EXPR_GT: return a > b ? 1.0 : 0.0;
-    case EXPR_SELECT: return a != 0 ? b : c;
-    case EXPR_DROPOUT: return a; /* as in eval */
-    case EXPR_RELU: return a < 0 ? 0.0 : a;
+    case GLIA_EXPR_NEG: return -a;
+    case GLIA_EXPR_ADD: return a + b;
+    case GLIA_EXPR_SUB: return a - b;
+    case GLIA_EXPR_MUL: return a * b;
+    case GLIA_EXPR_DIV: return a / b;
+    case GLIA_EXPR_POW: return pow(a, b);
+    case GLIA_EXPR_EXP: return exp(a);
+    case GLIA_EXPR_LOG: return log(a);
+    case GLIA_EXPR_SQRT: return sqrt(a);
+    case GLIA_EXPR_TANH: return tanh(a);
+    case GLIA_EXPR_SIGMOID: return sigmoid_d(a);
+    case GLIA_EXPR_ERF: return erf(a);
+    case GLIA_EXPR_ABS: return fabs(a);
+    case GLIA_EXPR_SIGN: return (double)((a > 0) - (a < 0));
+    case GLIA_EXPR_MAX: return a >= b || isnan(a) ? a : b; /* NaN from either side */
+    case GLIA_EXPR_MIN: return a <= b || isnan(a) ? a : b;
+    case GLIA_EXPR_GE: return a >= b ? 1.0 : 0.0;
+    case GLIA_EXPR_GT: return a > b ? 1.0 : 0.0;
+    case GLIA_EXPR_SELECT: return a != 0 ? b : c;
+    case GLIA_EXPR_DROPOUT: return a; /* as in eval */
+    case GLIA_EXPR_RELU: return a < 0 ? 0.0 : a;
     default: return NAN;
     }
 }
@@ -96,7 +96,7 @@ static uint64_t dbits(double v)
     return u;
 }
 
-static uint64_t node_key(const struct expr_node *nd)
+static uint64_t node_key(const struct glia_expr_node *nd)
 {
     uint64_t h = mix64(0x6a09e667f3bcc908ull, (uint64_t)nd->op);
     h = mix64(h, (uint64_t)(int64_t)nd->a);
@@ -106,18 +106,18 @@ static uint64_t node_key(const struct expr_node *nd)
     return mix64(h, dbits(nd->value));
 }
 
-static bool node_same(const struct expr_node *p, const struct expr_node *q)
+static bool node_same(const struct glia_expr_node *p, const struct glia_expr_node *q)
 {
     return p->op == q->op && p->a == q->a && p->b == q->b && p->c == q->c && p->var == q->var &&
            dbits(p->value) == dbits(q->value);
 }
 
-static struct expr *ir_new(void)
+static struct glia_expr *ir_new(void)
 {
-    return calloc(1, sizeof(struct expr));
+    return calloc(1, sizeof(struct glia_expr));
 }
 
-void expr_free(struct expr *ir)
+void glia_expr_free(struct glia_expr *ir)
 {
     if (!ir) return;
     free(ir->nodes);
@@ -125,7 +125,7 @@ void expr_free(struct expr *ir)
     free(ir);
 }
 
-static int table_rebuild(struct expr *e, int cap)
+static int table_rebuild(struct glia_expr *e, int cap)
 {
     int *t = malloc((size_t)cap * sizeof *t);
     if (!t) return -1;
@@ -142,16 +142,19 @@ static int table_rebuild(struct expr *e, int cap)
 }
 
 /* The index of the node equal to nd, appending it when new; -1 when out of memory. */
-static int intern(struct expr *e, const struct expr_node *nd)
+static int intern(struct glia_expr *e, const struct glia_expr_node *nd)
 {
-    if (!e->table || 2 * (e->n + 1) > e->table_cap)
-        if (table_rebuild(e, e->table_cap ? 2 * e->table_cap : 64)) return -1;
+    if (!e->table || 2 * (e->n + 1) > e->table_cap) { /* (none after finalize: building on a finished IR) */
+        int cap = e->table_cap ? 2 * e->table_cap : 64;
+        while (cap < 2 * (e->n + 1)) cap *= 2;
+        if (table_rebuild(e, cap)) return -1;
+    }
     size_t mask = (size_t)(e->table_cap - 1), h = (size_t)node_key(nd) & mask;
     for (; e->table[h] >= 0; h = (h + 1) & mask)
         if (node_same(&e->nodes[e->table[h]], nd)) return e->table[h];
     if (e->n == e->cap) {
         int cap = e->cap ? 2 * e->cap : 32;
-        struct expr_node *nn = realloc(e->nodes, (size_t)cap * sizeof *nn);
+        struct glia_expr_node *nn = realloc(e->nodes, (size_t)cap * sizeof *nn);
         if (!nn) return -1;
         e->nodes = nn;
         e->cap = cap;
@@ -161,53 +164,53 @@ static int intern(struct expr *e, const struct expr_node *nd)
     return e->n++;
 }
 
-static int mk_const(struct expr *e, double v)
+static int mk_const(struct glia_expr *e, double v)
 {
     if (v == 0) v = 0.0;   /* no -0 */
     if (isnan(v)) v = NAN; /* one NaN */
-    struct expr_node nd = {.op = EXPR_CONST, .a = -1, .b = -1, .c = -1, .value = v, .var = -1};
+    struct glia_expr_node nd = {.op = GLIA_EXPR_CONST, .a = -1, .b = -1, .c = -1, .value = v, .var = -1};
     return intern(e, &nd);
 }
 
-static int mk_var(struct expr *e, int var)
+static int mk_var(struct glia_expr *e, int var)
 {
-    struct expr_node nd = {.op = EXPR_VAR, .a = -1, .b = -1, .c = -1, .value = 0, .var = var};
+    struct glia_expr_node nd = {.op = GLIA_EXPR_VAR, .a = -1, .b = -1, .c = -1, .value = 0, .var = var};
     return intern(e, &nd);
 }
 
-static bool is_const(const struct expr *e, int i, double *v)
+static bool is_const(const struct glia_expr *e, int i, double *v)
 {
-    if (e->nodes[i].op != EXPR_CONST) return false;
+    if (e->nodes[i].op != GLIA_EXPR_CONST) return false;
     if (v) *v = e->nodes[i].value;
     return true;
 }
 
-static bool is_val(const struct expr *e, int i, double v)
+static bool is_val(const struct glia_expr *e, int i, double v)
 {
-    return e->nodes[i].op == EXPR_CONST && e->nodes[i].value == v;
+    return e->nodes[i].op == GLIA_EXPR_CONST && e->nodes[i].value == v;
 }
 
-static bool is_op(const struct expr *e, int i, enum expr_op op) { return e->nodes[i].op == op; }
+static bool is_op(const struct glia_expr *e, int i, enum glia_expr_op op) { return e->nodes[i].op == op; }
 
 /* Canonical total order of structures: constants first, then operations (by op, then
  * operands), variables last. Identical structures are one node (hash-consing), so the walk
  * follows a single path: O(depth). */
-static int op_class(enum expr_op op) { return op == EXPR_CONST ? 0 : op == EXPR_VAR ? 2 : 1; }
+static int op_class(enum glia_expr_op op) { return op == GLIA_EXPR_CONST ? 0 : op == GLIA_EXPR_VAR ? 2 : 1; }
 
-static int cmp_nodes(const struct expr *e, int i, int j)
+static int cmp_nodes(const struct glia_expr *e, int i, int j)
 {
     while (i != j) {
-        const struct expr_node *p = &e->nodes[i], *q = &e->nodes[j];
+        const struct glia_expr_node *p = &e->nodes[i], *q = &e->nodes[j];
         int ci = op_class(p->op), cj = op_class(q->op);
         if (ci != cj) return ci < cj ? -1 : 1;
         if (p->op != q->op) return p->op < q->op ? -1 : 1;
-        if (p->op == EXPR_CONST) {
+        if (p->op == GLIA_EXPR_CONST) {
             if (p->value < q->value) return -1;
             if (p->value > q->value) return 1;
             return dbits(p->value) < dbits(q->value) ? -1 : 1; /* NaN */
         }
-        if (p->op == EXPR_VAR) return p->var < q->var ? -1 : p->var > q->var ? 1 : 0;
-        if (p->op == EXPR_DROPOUT && dbits(p->value) != dbits(q->value)) return p->value < q->value ? -1 : 1;
+        if (p->op == GLIA_EXPR_VAR) return p->var < q->var ? -1 : p->var > q->var ? 1 : 0;
+        if (p->op == GLIA_EXPR_DROPOUT && dbits(p->value) != dbits(q->value)) return p->value < q->value ? -1 : 1;
         if (p->a != q->a) { i = p->a; j = q->a; continue; }
         if (p->b != q->b) { i = p->b; j = q->b; continue; }
         i = p->c;
@@ -216,26 +219,26 @@ static int cmp_nodes(const struct expr *e, int i, int j)
     return 0;
 }
 
-static int mk(struct expr *e, enum expr_op op, int a, int b, int c);
-static int mk1(struct expr *e, enum expr_op op, int a) { return mk(e, op, a, -1, -1); }
-static int mk2(struct expr *e, enum expr_op op, int a, int b) { return mk(e, op, a, b, -1); }
+static int mk(struct glia_expr *e, enum glia_expr_op op, int a, int b, int c);
+static int mk1(struct glia_expr *e, enum glia_expr_op op, int a) { return mk(e, op, a, -1, -1); }
+static int mk2(struct glia_expr *e, enum glia_expr_op op, int a, int b) { return mk(e, op, a, b, -1); }
 
 /* dropout(a, p): a random mask is never folded, except where it cannot matter */
-static int mk_dropout(struct expr *e, int a, double p)
+static int mk_dropout(struct glia_expr *e, int a, double p)
 {
     if (a < 0) return -1;
     if (p == 0 || is_val(e, a, 0)) return a; /* dropout(u, 0) = u, dropout(0, p) = 0 */
-    struct expr_node nd = {.op = EXPR_DROPOUT, .a = a, .b = -1, .c = -1, .value = p, .var = -1};
+    struct glia_expr_node nd = {.op = GLIA_EXPR_DROPOUT, .a = a, .b = -1, .c = -1, .value = p, .var = -1};
     return intern(e, &nd);
 }
 
 /* The node for op(a, b, c), folded and simplified; -1 when out of memory (or an operand is
  * -1). Rules only look at operand structure, so equal structures give equal nodes. Not for
- * EXPR_DROPOUT (mk_dropout). */
-static int mk(struct expr *e, enum expr_op op, int a, int b, int c)
+ * GLIA_EXPR_DROPOUT (mk_dropout). */
+static int mk(struct glia_expr *e, enum glia_expr_op op, int a, int b, int c)
 {
     int ar = op_arity(op);
-    if (a < 0 || (ar >= 2 && b < 0) || (ar >= 3 && c < 0) || op == EXPR_DROPOUT) return -1;
+    if (a < 0 || (ar >= 2 && b < 0) || (ar >= 3 && c < 0) || op == GLIA_EXPR_DROPOUT) return -1;
     if (ar < 2) b = -1;
     if (ar < 3) c = -1;
     if (op_commutative(op) && cmp_nodes(e, a, b) > 0) {
@@ -250,84 +253,84 @@ static int mk(struct expr *e, enum expr_op op, int a, int b, int c)
         if (isfinite(v)) return mk_const(e, v); /* 1/0, log(-1): kept as operations */
     }
     /* copies: building nodes below may move e->nodes */
-    const struct expr_node na = e->nodes[a], nb = ar >= 2 ? e->nodes[b] : e->nodes[a];
+    const struct glia_expr_node na = e->nodes[a], nb = ar >= 2 ? e->nodes[b] : e->nodes[a];
     switch (op) {
-    case EXPR_NEG:
-        if (na.op == EXPR_NEG) return na.a;                                     /* --u = u */
-        if (na.op == EXPR_SUB) return mk2(e, EXPR_SUB, na.b, na.a);            /* -(u-v) = v-u */
-        if (na.op == EXPR_MUL && is_const(e, na.a, &va))                        /* -(c*u) = (-c)*u */
-            return mk2(e, EXPR_MUL, mk_const(e, -va), na.b);
+    case GLIA_EXPR_NEG:
+        if (na.op == GLIA_EXPR_NEG) return na.a;                                /* --u = u */
+        if (na.op == GLIA_EXPR_SUB) return mk2(e, GLIA_EXPR_SUB, na.b, na.a);  /* -(u-v) = v-u */
+        if (na.op == GLIA_EXPR_MUL && is_const(e, na.a, &va))                   /* -(c*u) = (-c)*u */
+            return mk2(e, GLIA_EXPR_MUL, mk_const(e, -va), na.b);
         break;
-    case EXPR_ADD:
+    case GLIA_EXPR_ADD:
         if (is_val(e, a, 0)) return b;                                            /* 0+u = u */
-        if (a == b) return mk2(e, EXPR_MUL, mk_const(e, 2), a);                   /* u+u = 2*u */
-        if (nb.op == EXPR_NEG) return mk2(e, EXPR_SUB, a, nb.a);                /* u+(-v) = u-v */
-        if (na.op == EXPR_NEG) return mk2(e, EXPR_SUB, b, na.a);
+        if (a == b) return mk2(e, GLIA_EXPR_MUL, mk_const(e, 2), a);              /* u+u = 2*u */
+        if (nb.op == GLIA_EXPR_NEG) return mk2(e, GLIA_EXPR_SUB, a, nb.a);      /* u+(-v) = u-v */
+        if (na.op == GLIA_EXPR_NEG) return mk2(e, GLIA_EXPR_SUB, b, na.a);
         break;
-    case EXPR_SUB:
+    case GLIA_EXPR_SUB:
         if (is_val(e, b, 0)) return a;                                            /* u-0 = u */
-        if (is_val(e, a, 0)) return mk1(e, EXPR_NEG, b);                          /* 0-u = -u */
+        if (is_val(e, a, 0)) return mk1(e, GLIA_EXPR_NEG, b);                     /* 0-u = -u */
         if (a == b) return mk_const(e, 0);                                        /* u-u = 0 */
-        if (kb) return mk2(e, EXPR_ADD, mk_const(e, -vb), a);                     /* u-c = -c+u */
-        if (nb.op == EXPR_NEG) return mk2(e, EXPR_ADD, a, nb.a);                /* u-(-v) = u+v */
+        if (kb) return mk2(e, GLIA_EXPR_ADD, mk_const(e, -vb), a);                /* u-c = -c+u */
+        if (nb.op == GLIA_EXPR_NEG) return mk2(e, GLIA_EXPR_ADD, a, nb.a);      /* u-(-v) = u+v */
         break;
-    case EXPR_MUL:
+    case GLIA_EXPR_MUL:
         if (ka && va == 0) return a;                                              /* 0*u = 0 */
         if (ka && va == 1) return b;                                              /* 1*u = u */
-        if (ka && va == -1) return mk1(e, EXPR_NEG, b);                           /* -1*u = -u */
-        if (ka && nb.op == EXPR_MUL && is_const(e, nb.a, &vb) && isfinite(va * vb)) /* c*(d*u) = (cd)*u */
-            return mk2(e, EXPR_MUL, mk_const(e, va * vb), nb.b);
-        if (ka && nb.op == EXPR_NEG) return mk2(e, EXPR_MUL, mk_const(e, -va), nb.a);
-        if (na.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_MUL, na.a, b)); /* (-u)*v = -(u*v) */
-        if (nb.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_MUL, a, nb.a));
+        if (ka && va == -1) return mk1(e, GLIA_EXPR_NEG, b);                      /* -1*u = -u */
+        if (ka && nb.op == GLIA_EXPR_MUL && is_const(e, nb.a, &vb) && isfinite(va * vb)) /* c*(d*u) = (cd)*u */
+            return mk2(e, GLIA_EXPR_MUL, mk_const(e, va * vb), nb.b);
+        if (ka && nb.op == GLIA_EXPR_NEG) return mk2(e, GLIA_EXPR_MUL, mk_const(e, -va), nb.a);
+        if (na.op == GLIA_EXPR_NEG) return mk1(e, GLIA_EXPR_NEG, mk2(e, GLIA_EXPR_MUL, na.a, b)); /* (-u)*v = -(u*v) */
+        if (nb.op == GLIA_EXPR_NEG) return mk1(e, GLIA_EXPR_NEG, mk2(e, GLIA_EXPR_MUL, a, nb.a));
         break;
-    case EXPR_DIV:
+    case GLIA_EXPR_DIV:
         if (kb && vb == 1) return a;                                              /* u/1 = u */
         if (ka && va == 0) return a;                                              /* 0/u = 0 */
-        if (na.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_DIV, na.a, b)); /* (-u)/v = -(u/v) */
-        if (nb.op == EXPR_NEG) return mk1(e, EXPR_NEG, mk2(e, EXPR_DIV, a, nb.a));
+        if (na.op == GLIA_EXPR_NEG) return mk1(e, GLIA_EXPR_NEG, mk2(e, GLIA_EXPR_DIV, na.a, b)); /* (-u)/v = -(u/v) */
+        if (nb.op == GLIA_EXPR_NEG) return mk1(e, GLIA_EXPR_NEG, mk2(e, GLIA_EXPR_DIV, a, nb.a));
         break;
-    case EXPR_POW:
+    case GLIA_EXPR_POW:
         if (kb && vb == 1) return a;                                              /* u^1 = u */
         if (kb && vb == 0) return mk_const(e, 1);                                 /* u^0 = 1 */
         if (ka && va == 1) return a;                                              /* 1^u = 1 */
         break;
-    case EXPR_RELU:
-        if (na.op == EXPR_RELU) return a;                                         /* relu(relu(u)) = relu(u) */
+    case GLIA_EXPR_RELU:
+        if (na.op == GLIA_EXPR_RELU) return a;                                    /* relu(relu(u)) = relu(u) */
         break;
-    case EXPR_ABS:
-        if (na.op == EXPR_ABS) return a;                                          /* ||u|| = |u| */
-        if (na.op == EXPR_NEG) return mk1(e, EXPR_ABS, na.a);                     /* |-u| = |u| */
+    case GLIA_EXPR_ABS:
+        if (na.op == GLIA_EXPR_ABS) return a;                                     /* ||u|| = |u| */
+        if (na.op == GLIA_EXPR_NEG) return mk1(e, GLIA_EXPR_ABS, na.a);           /* |-u| = |u| */
         break;
-    case EXPR_MAX: case EXPR_MIN:
+    case GLIA_EXPR_MAX: case GLIA_EXPR_MIN:
         if (a == b) return a;
         break;
-    case EXPR_GE:
+    case GLIA_EXPR_GE:
         if (a == b) return mk_const(e, 1);
         break;
-    case EXPR_GT:
+    case GLIA_EXPR_GT:
         if (a == b) return mk_const(e, 0);                                       /* also for NaN */
         break;
-    case EXPR_SELECT:
+    case GLIA_EXPR_SELECT:
         if (ka) return va != 0 ? b : c;
         if (b == c) return b;
-        if ((na.op == EXPR_GE || na.op == EXPR_GT) && is_val(e, b, 1) && is_val(e, c, 0)) return a; /* = a */
+        if ((na.op == GLIA_EXPR_GE || na.op == GLIA_EXPR_GT) && is_val(e, b, 1) && is_val(e, c, 0)) return a; /* = a */
         break;
     default:
         break;
     }
-    struct expr_node nd = {.op = op, .a = a, .b = b, .c = c, .value = 0, .var = -1};
+    struct glia_expr_node nd = {.op = op, .a = a, .b = b, .c = c, .value = 0, .var = -1};
     return intern(e, &nd);
 }
 
 /* Keeps only the nodes that `root` needs, numbered in post-order from root (operands in
  * order), so equal canonical expressions give equal lists. 0, or -1 when out of memory. */
-static int finalize(struct expr *e, int root)
+static int finalize(struct glia_expr *e, int root)
 {
     if (root < 0) return -1;
     int n = e->n;
     int *map = malloc((size_t)n * sizeof *map), *stack = malloc((size_t)n * 2 * sizeof *stack);
-    struct expr_node *out = malloc((size_t)n * sizeof *out);
+    struct glia_expr_node *out = malloc((size_t)n * sizeof *out);
     if (!map || !stack || !out) {
         free(map);
         free(stack);
@@ -341,7 +344,7 @@ static int finalize(struct expr *e, int root)
     stack[sp++] = 0;
     while (sp) {
         int i = stack[sp - 2], k = stack[sp - 1];
-        const struct expr_node *nd = &e->nodes[i];
+        const struct glia_expr_node *nd = &e->nodes[i];
         int ops[3] = {nd->a, nd->b, nd->c};
         if (k < op_arity(nd->op)) {
             stack[sp - 1] = k + 1;
@@ -354,7 +357,7 @@ static int finalize(struct expr *e, int root)
             continue;
         }
         sp -= 2;
-        struct expr_node c = *nd;
+        struct glia_expr_node c = *nd;
         if (c.a >= 0) c.a = map[c.a];
         if (c.b >= 0) c.b = map[c.b];
         if (c.c >= 0) c.c = map[c.c];
@@ -370,7 +373,7 @@ static int finalize(struct expr *e, int root)
     e->out = m - 1;
     e->vars_used = 0;
     for (int i = 0; i < m; i++)
-        if (out[i].op == EXPR_VAR) e->vars_used |= 1u << out[i].var;
+        if (out[i].op == GLIA_EXPR_VAR) e->vars_used |= 1u << out[i].var;
     free(map);
     free(stack);
     return 0;
@@ -378,16 +381,16 @@ static int finalize(struct expr *e, int root)
 
 /* The most operations on a path from a variable or constant to the result (printing recurses
  * that deep); -1 when out of memory. Operands come before their users. */
-static int ir_depth(const struct expr *e)
+static int ir_depth(const struct glia_expr *e)
 {
     int *d = malloc((size_t)(e->n > 0 ? e->n : 1) * sizeof *d), max = 0;
     if (!d) return -1;
     for (int i = 0; i < e->n; i++) {
-        const struct expr_node *nd = &e->nodes[i];
+        const struct glia_expr_node *nd = &e->nodes[i];
         int ops[3] = {nd->a, nd->b, nd->c}, k = 0;
         for (int j = 0; j < op_arity(nd->op); j++)
             if (d[ops[j]] > k) k = d[ops[j]];
-        d[i] = nd->op == EXPR_CONST || nd->op == EXPR_VAR ? 0 : k + 1;
+        d[i] = nd->op == GLIA_EXPR_CONST || nd->op == GLIA_EXPR_VAR ? 0 : k + 1;
         if (d[i] > max) max = d[i];
     }
     free(d);
@@ -398,16 +401,16 @@ static int ir_depth(const struct expr *e)
 
 struct fn_entry {
     const char *name;
-    enum expr_op op;
+    enum glia_expr_op op;
     int arity;
 };
 
 static const struct fn_entry functions[] = {
-    {"exp", EXPR_EXP, 1},   {"log", EXPR_LOG, 1}, {"sqrt", EXPR_SQRT, 1}, {"tanh", EXPR_TANH, 1},
-    {"sigmoid", EXPR_SIGMOID, 1}, {"erf", EXPR_ERF, 1}, {"abs", EXPR_ABS, 1}, {"sign", EXPR_SIGN, 1},
-    {"max", EXPR_MAX, 2},   {"min", EXPR_MIN, 2}, {"pow", EXPR_POW, 2},   {"ge", EXPR_GE, 2},
-    {"gt", EXPR_GT, 2},     {"select", EXPR_SELECT, 3}, {"dropout", EXPR_DROPOUT, 2},
-    {"relu", EXPR_RELU, 1},
+    {"exp", GLIA_EXPR_EXP, 1},   {"log", GLIA_EXPR_LOG, 1}, {"sqrt", GLIA_EXPR_SQRT, 1}, {"tanh", GLIA_EXPR_TANH, 1},
+    {"sigmoid", GLIA_EXPR_SIGMOID, 1}, {"erf", GLIA_EXPR_ERF, 1}, {"abs", GLIA_EXPR_ABS, 1}, {"sign", GLIA_EXPR_SIGN, 1},
+    {"max", GLIA_EXPR_MAX, 2},   {"min", GLIA_EXPR_MIN, 2}, {"pow", GLIA_EXPR_POW, 2},   {"ge", GLIA_EXPR_GE, 2},
+    {"gt", GLIA_EXPR_GT, 2},     {"select", GLIA_EXPR_SELECT, 3}, {"dropout", GLIA_EXPR_DROPOUT, 2},
+    {"relu", GLIA_EXPR_RELU, 1},
 };
 #define N_FUNCTIONS ((int)(sizeof functions / sizeof functions[0]))
 
@@ -417,7 +420,7 @@ struct parser {
     int n_inputs;
     int depth;
     bool failed;
-    struct expr *e;
+    struct glia_expr *e;
     char *err;
     size_t err_size;
 };
@@ -581,7 +584,7 @@ static int parse_call(struct parser *p, const char *name, int name_pos)
              name_pos + 1);
         return -1;
     }
-    if (fn->op == EXPR_DROPOUT) { /* p: a number, so that the mask is the dropout layer's */
+    if (fn->op == GLIA_EXPR_DROPOUT) { /* p: a number, so that the mask is the dropout layer's */
         double v;
         if (!is_const(p->e, args[1], &v) || !(v >= 0 && (float)v < 1.0f)) {
             perr(p, "dropout()'s probability must be a number in [0, 1) at column %d", name_pos + 1);
@@ -638,7 +641,7 @@ static int parse_primary(struct parser *p)
             return v;
         }
         p->pos = after;
-        static const char vars[EXPR_MAX_VARS + 1] = "xyzw";
+        static const char vars[GLIA_EXPR_MAX_VARS + 1] = "xyzw";
         if (len == 1 && strchr(vars, name[0])) {
             int k = (int)(strchr(vars, name[0]) - vars);
             if (k >= p->n_inputs) {
@@ -675,7 +678,7 @@ static int parse_power(struct parser *p)
     int ex = parse_unary(p);
     p->depth--;
     if (ex < 0) return -1;
-    return built(p, mk2(p->e, EXPR_POW, base, ex));
+    return built(p, mk2(p->e, GLIA_EXPR_POW, base, ex));
 }
 
 /* unary := ('-' | '+') unary | power */
@@ -692,7 +695,7 @@ static int parse_unary(struct parser *p)
     int v = parse_unary(p);
     p->depth--;
     if (v < 0 || c == '+') return v;
-    return built(p, mk1(p->e, EXPR_NEG, v));
+    return built(p, mk1(p->e, GLIA_EXPR_NEG, v));
 }
 
 /* term := unary (('*' | '/') unary)* */
@@ -706,7 +709,7 @@ static int parse_term(struct parser *p)
         p->pos++;
         int r = parse_unary(p);
         if (r < 0) return -1;
-        l = built(p, mk2(p->e, c == '*' ? EXPR_MUL : EXPR_DIV, l, r));
+        l = built(p, mk2(p->e, c == '*' ? GLIA_EXPR_MUL : GLIA_EXPR_DIV, l, r));
     }
     return l;
 }
@@ -722,12 +725,12 @@ static int parse_expr(struct parser *p)
         p->pos++;
         int r = parse_term(p);
         if (r < 0) return -1;
-        l = built(p, mk2(p->e, c == '+' ? EXPR_ADD : EXPR_SUB, l, r));
+        l = built(p, mk2(p->e, c == '+' ? GLIA_EXPR_ADD : GLIA_EXPR_SUB, l, r));
     }
     return l;
 }
 
-int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, size_t err_size)
+int glia_expr_parse(const char *text, int n_inputs, struct glia_expr **out, char *err, size_t err_size)
 {
     *out = NULL;
     if (err && err_size) err[0] = 0;
@@ -739,7 +742,7 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
     skip_ws(&p);
     if (!p.s[p.pos]) {
         perr(&p, "empty expression");
-        expr_free(p.e);
+        glia_expr_free(p.e);
         return -1;
     }
     int root = parse_expr(&p);
@@ -756,11 +759,11 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
         if (depth > EXPR_MAX_IR_DEPTH)
             perr(&p, "expression nested too deeply (%d levels of operations, at most %d)", depth, EXPR_MAX_IR_DEPTH);
         if (depth < 0) perr(&p, "out of memory");
-        if (expr_count_op(p.e, EXPR_DROPOUT) > 1)
+        if (glia_expr_count_op(p.e, GLIA_EXPR_DROPOUT) > 1)
             perr(&p, "dropout() of different inputs or probabilities: one expression draws one mask");
     }
     if (p.failed) {
-        expr_free(p.e);
+        glia_expr_free(p.e);
         return -1;
     }
     *out = p.e;
@@ -769,63 +772,65 @@ int expr_parse(const char *text, int n_inputs, struct expr **out, char *err, siz
 
 /* ---- differentiation ------------------------------------------------------------------------ */
 
-struct expr *expr_diff(const struct expr *ir, int var)
+struct glia_expr *glia_expr_diff(const struct glia_expr *ir, int var)
 {
-    struct expr *e = ir_new();
+    struct glia_expr *e = ir_new();
     int *map = malloc((size_t)(ir->n ? ir->n : 1) * sizeof *map), *d = malloc((size_t)(ir->n ? ir->n : 1) * sizeof *d);
     if (!e || !map || !d) goto fail;
     int k0 = mk_const(e, 0), k1 = mk_const(e, 1);
     if (k0 < 0 || k1 < 0) goto fail;
     for (int i = 0; i < ir->n; i++) {
-        const struct expr_node *nd = &ir->nodes[i];
+        const struct glia_expr_node *nd = &ir->nodes[i];
         int A = nd->a >= 0 ? map[nd->a] : -1, B = nd->b >= 0 ? map[nd->b] : -1, C = nd->c >= 0 ? map[nd->c] : -1;
         int dA = nd->a >= 0 ? d[nd->a] : -1, dB = nd->b >= 0 ? d[nd->b] : -1, dC = nd->c >= 0 ? d[nd->c] : -1;
         int N;
-        if (nd->op == EXPR_CONST) N = mk_const(e, nd->value);
-        else if (nd->op == EXPR_VAR) N = mk_var(e, nd->var);
-        else if (nd->op == EXPR_DROPOUT) N = mk_dropout(e, A, nd->value);
+        if (nd->op == GLIA_EXPR_CONST) N = mk_const(e, nd->value);
+        else if (nd->op == GLIA_EXPR_VAR) N = mk_var(e, nd->var);
+        else if (nd->op == GLIA_EXPR_DROPOUT) N = mk_dropout(e, A, nd->value);
         else N = mk(e, nd->op, A, B, C);
         if (N < 0) goto fail;
         map[i] = N;
         int r;
         switch (nd->op) {
-        case EXPR_CONST: r = k0; break;
-        case EXPR_VAR: r = nd->var == var ? k1 : k0; break;
-        case EXPR_NEG: r = mk1(e, EXPR_NEG, dA); break;
-        case EXPR_ADD: r = mk2(e, EXPR_ADD, dA, dB); break;
-        case EXPR_SUB: r = mk2(e, EXPR_SUB, dA, dB); break;
-        case EXPR_MUL: /* da*b + a*db */
-            r = mk2(e, EXPR_ADD, mk2(e, EXPR_MUL, dA, B), mk2(e, EXPR_MUL, A, dB));
+        case GLIA_EXPR_CONST: r = k0; break;
+        case GLIA_EXPR_VAR: r = nd->var == var ? k1 : k0; break;
+        case GLIA_EXPR_NEG: r = mk1(e, GLIA_EXPR_NEG, dA); break;
+        case GLIA_EXPR_ADD: r = mk2(e, GLIA_EXPR_ADD, dA, dB); break;
+        case GLIA_EXPR_SUB: r = mk2(e, GLIA_EXPR_SUB, dA, dB); break;
+        case GLIA_EXPR_MUL: /* da*b + a*db */
+            r = mk2(e, GLIA_EXPR_ADD, mk2(e, GLIA_EXPR_MUL, dA, B), mk2(e, GLIA_EXPR_MUL, A, dB));
             break;
-        case EXPR_DIV: /* (da - (a/b)*db) / b */
-            r = mk2(e, EXPR_DIV, mk2(e, EXPR_SUB, dA, mk2(e, EXPR_MUL, N, dB)), B);
+        case GLIA_EXPR_DIV: /* (da - (a/b)*db) / b */
+            r = mk2(e, GLIA_EXPR_DIV, mk2(e, GLIA_EXPR_SUB, dA, mk2(e, GLIA_EXPR_MUL, N, dB)), B);
             break;
-        case EXPR_POW: /* b a^(b-1) da [+ a^b log(a) db when b depends on var] */
-            r = mk2(e, EXPR_MUL, mk2(e, EXPR_MUL, B, mk2(e, EXPR_POW, A, mk2(e, EXPR_SUB, B, k1))), dA);
+        case GLIA_EXPR_POW: /* b a^(b-1) da [+ a^b log(a) db when b depends on var] */
+            r = mk2(e, GLIA_EXPR_MUL, mk2(e, GLIA_EXPR_MUL, B, mk2(e, GLIA_EXPR_POW, A, mk2(e, GLIA_EXPR_SUB, B, k1))), dA);
             if (dB >= 0 && !is_val(e, dB, 0))
-                r = mk2(e, EXPR_ADD, r, mk2(e, EXPR_MUL, mk2(e, EXPR_MUL, N, mk1(e, EXPR_LOG, A)), dB));
+                r = mk2(e, GLIA_EXPR_ADD, r, mk2(e, GLIA_EXPR_MUL, mk2(e, GLIA_EXPR_MUL, N, mk1(e, GLIA_EXPR_LOG, A)), dB));
             break;
-        case EXPR_EXP: r = mk2(e, EXPR_MUL, N, dA); break;
-        case EXPR_LOG: r = mk2(e, EXPR_DIV, dA, A); break;
-        case EXPR_SQRT: r = mk2(e, EXPR_DIV, dA, mk2(e, EXPR_MUL, mk_const(e, 2), N)); break;
-        case EXPR_TANH: /* (1 - t^2) da */
-            r = mk2(e, EXPR_MUL, mk2(e, EXPR_SUB, k1, mk2(e, EXPR_MUL, N, N)), dA);
+        case GLIA_EXPR_EXP: r = mk2(e, GLIA_EXPR_MUL, N, dA); break;
+        case GLIA_EXPR_LOG: r = mk2(e, GLIA_EXPR_DIV, dA, A); break;
+        case GLIA_EXPR_SQRT: r = mk2(e, GLIA_EXPR_DIV, dA, mk2(e, GLIA_EXPR_MUL, mk_const(e, 2), N)); break;
+        case GLIA_EXPR_TANH: /* (1 - t^2) da */
+            r = mk2(e, GLIA_EXPR_MUL, mk2(e, GLIA_EXPR_SUB, k1, mk2(e, GLIA_EXPR_MUL, N, N)), dA);
             break;
-        case EXPR_SIGMOID: /* s (1 - s) da */
-            r = mk2(e, EXPR_MUL, mk2(e, EXPR_MUL, N, mk2(e, EXPR_SUB, k1, N)), dA);
+        case GLIA_EXPR_SIGMOID: /* s (1 - s) da */
+            r = mk2(e, GLIA_EXPR_MUL, mk2(e, GLIA_EXPR_MUL, N, mk2(e, GLIA_EXPR_SUB, k1, N)), dA);
             break;
-        case EXPR_ERF: /* 2/sqrt(pi) exp(-a^2) da */
-            r = mk2(e, EXPR_MUL,
-                    mk2(e, EXPR_MUL, mk_const(e, EXPR_2_SQRTPI), mk1(e, EXPR_EXP, mk1(e, EXPR_NEG, mk2(e, EXPR_MUL, A, A)))),
+        case GLIA_EXPR_ERF: /* 2/sqrt(pi) exp(-a^2) da */
+            r = mk2(e, GLIA_EXPR_MUL,
+                    mk2(e, GLIA_EXPR_MUL, mk_const(e, EXPR_2_SQRTPI), mk1(e, GLIA_EXPR_EXP, mk1(e, GLIA_EXPR_NEG, mk2(e, GLIA_EXPR_MUL, A, A)))),
                     dA);
             break;
-        case EXPR_ABS: r = mk2(e, EXPR_MUL, mk1(e, EXPR_SIGN, A), dA); break;
-        case EXPR_SIGN: case EXPR_GE: case EXPR_GT: r = k0; break;
-        case EXPR_MAX: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, A, B), dA, dB); break; /* a >= b ? da : db */
-        case EXPR_MIN: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, B, A), dA, dB); break; /* a <= b ? da : db */
-        case EXPR_SELECT: r = mk(e, EXPR_SELECT, A, dB, dC); break;
-        case EXPR_DROPOUT: r = mk_dropout(e, dA, nd->value); break; /* linear in a: the same mask */
-        case EXPR_RELU: r = mk(e, EXPR_SELECT, mk2(e, EXPR_GE, k0, A), k0, dA); break; /* a <= 0 ? 0 : da */
+        case GLIA_EXPR_ABS: r = mk2(e, GLIA_EXPR_MUL, mk1(e, GLIA_EXPR_SIGN, A), dA); break;
+        case GLIA_EXPR_SIGN: case GLIA_EXPR_GE: case GLIA_EXPR_GT: r = k0; break;
+        case GLIA_EXPR_MAX: r = mk(e, GLIA_EXPR_SELECT, mk2(e, GLIA_EXPR_GE, A, B), dA, dB); break; /* a >= b ? da : db */
+        case GLIA_EXPR_MIN: r = mk(e, GLIA_EXPR_SELECT, mk2(e, GLIA_EXPR_GE, B, A), dA, dB); break; /* a <= b ? da : db */
+        case GLIA_EXPR_SELECT: r = mk(e, GLIA_EXPR_SELECT, A, dB, dC); break;
+        case GLIA_EXPR_DROPOUT: r = mk_dropout(e, dA, nd->value); break; /* linear in a: the same mask */
+        case GLIA_EXPR_RELU: /* relu(a) <= 0 ? 0 : da, as a <= 0 ? 0 : da (NaN included) but over its own value */
+            r = mk(e, GLIA_EXPR_SELECT, mk2(e, GLIA_EXPR_GE, k0, N), k0, dA);
+            break;
         default: r = -1; break;
         }
         if (r < 0) goto fail;
@@ -838,8 +843,83 @@ struct expr *expr_diff(const struct expr *ir, int var)
 fail:
     free(map);
     free(d);
-    expr_free(e);
+    glia_expr_free(e);
     return NULL;
+}
+
+/* dy * node i of e, the product taken into both branches of a select (done[] memoizes, for nodes below
+ * n_done); -1 when out of memory. */
+static int times_dy(struct glia_expr *e, int i, int dy, int *done, int n_done)
+{
+    if (i < n_done && done[i] >= 0) return done[i];
+    const struct glia_expr_node nd = e->nodes[i];  /* a copy: building may move e->nodes */
+    int r = nd.op == GLIA_EXPR_SELECT
+                ? mk(e, GLIA_EXPR_SELECT, nd.a, times_dy(e, nd.b, dy, done, n_done), times_dy(e, nd.c, dy, done, n_done))
+                : mk2(e, GLIA_EXPR_MUL, i, dy);
+    if (i < n_done) done[i] = r;
+    return r;
+}
+
+struct glia_expr *glia_expr_grad(const struct glia_expr *ir, int var, int dy_var)
+{
+    struct glia_expr *e = glia_expr_diff(ir, var);  /* built on: intern() remakes the table */
+    int n = e ? e->n : 0, *done = e ? malloc((size_t)n * sizeof *done) : NULL;
+    int dy = done ? mk_var(e, dy_var) : -1;
+    for (int i = 0; i < n && done; i++) done[i] = -1;
+    if (dy < 0 || finalize(e, times_dy(e, e->out, dy, done, n))) {
+        free(done);
+        glia_expr_free(e);
+        return NULL;
+    }
+    free(done);
+    return e;
+}
+
+/* Node nd (of another IR, its operands there mapped to nodes of e by map) built into e; -1 when out of
+ * memory or an operand is -1. */
+static int rebuild(struct glia_expr *e, const struct glia_expr_node *nd, const int *map)
+{
+    int A = nd->a >= 0 ? map[nd->a] : -1;
+    if (nd->op == GLIA_EXPR_CONST) return mk_const(e, nd->value);
+    if (nd->op == GLIA_EXPR_VAR) return mk_var(e, nd->var);
+    if (nd->op == GLIA_EXPR_DROPOUT) return mk_dropout(e, A, nd->value);
+    return mk(e, nd->op, A, nd->b >= 0 ? map[nd->b] : -1, nd->c >= 0 ? map[nd->c] : -1);
+}
+
+int glia_expr_over_result(const struct glia_expr *g, const struct glia_expr *f, int var, struct glia_expr **out)
+{
+    *out = NULL;
+    if (!f->n || !g->n) return -1;
+    /* f and g built into one table: the part of g that is f is then f's own node */
+    struct glia_expr *e = ir_new(), *r = ir_new();
+    int *mf = malloc((size_t)f->n * sizeof *mf), *mg = malloc((size_t)g->n * sizeof *mg), *m = NULL, rc = -1;
+    if (!e || !r || !mf || !mg) goto done;
+    for (int i = 0; i < f->n; i++)
+        if ((mf[i] = rebuild(e, &f->nodes[i], mf)) < 0) goto done;
+    for (int i = 0; i < g->n; i++)
+        if ((mg[i] = rebuild(e, &g->nodes[i], mg)) < 0) goto done;
+    /* then into r, f's result as variable var; -2: a node that reads one of f's variables otherwise */
+    if (!(m = malloc((size_t)e->n * sizeof *m))) goto done;
+    for (int i = 0; i < e->n; i++) {
+        const struct glia_expr_node *nd = &e->nodes[i];
+        bool reads = nd->op == GLIA_EXPR_VAR && (f->vars_used >> nd->var & 1);
+        for (int k = 0, ops[3] = {nd->a, nd->b, nd->c}; k < 3; k++) reads |= ops[k] >= 0 && m[ops[k]] == -2;
+        m[i] = i == mf[f->out] ? mk_var(r, var) : reads ? -2 : rebuild(r, nd, m);
+        if (m[i] == -1) goto done;
+    }
+    int root = m[mg[g->out]];
+    rc = root == -2 ? 1 : finalize(r, root) ? -1 : 0;
+    if (!rc) {
+        *out = r;
+        r = NULL;
+    }
+done:
+    free(mf);
+    free(mg);
+    free(m);
+    glia_expr_free(e);
+    glia_expr_free(r);
+    return rc;
 }
 
 /* ---- printing ----------------------------------------------------------------------------- */
@@ -896,31 +976,31 @@ static void put_number(struct wbuf *w, double v)
 
 enum { P_ADD = 1, P_MUL = 2, P_NEG = 3, P_POW = 4, P_ATOM = 5 };
 
-static int node_prec(const struct expr *e, int i)
+static int node_prec(const struct glia_expr *e, int i)
 {
-    const struct expr_node *nd = &e->nodes[i];
+    const struct glia_expr_node *nd = &e->nodes[i];
     switch (nd->op) {
-    case EXPR_CONST: return nd->value < 0 ? P_NEG : P_ATOM;
-    case EXPR_ADD: case EXPR_SUB: return P_ADD;
-    case EXPR_MUL: case EXPR_DIV: return P_MUL;
-    case EXPR_NEG: return P_NEG;
-    case EXPR_POW: return P_POW;
+    case GLIA_EXPR_CONST: return nd->value < 0 ? P_NEG : P_ATOM;
+    case GLIA_EXPR_ADD: case GLIA_EXPR_SUB: return P_ADD;
+    case GLIA_EXPR_MUL: case GLIA_EXPR_DIV: return P_MUL;
+    case GLIA_EXPR_NEG: return P_NEG;
+    case GLIA_EXPR_POW: return P_POW;
     default: return P_ATOM;
     }
 }
 
-static void pr(struct wbuf *w, const struct expr *e, int i, int min_prec)
+static void pr(struct wbuf *w, const struct glia_expr *e, int i, int min_prec)
 {
     if (w->over) return;
-    const struct expr_node *nd = &e->nodes[i];
+    const struct glia_expr_node *nd = &e->nodes[i];
     bool paren = node_prec(e, i) < min_prec;
     if (paren) put(w, "(");
     switch (nd->op) {
-    case EXPR_CONST: put_number(w, nd->value); break;
-    case EXPR_VAR: putf(w, "%c", "xyzw"[nd->var]); break;
-    case EXPR_NEG: put(w, "-"); pr(w, e, nd->a, P_NEG); break;
-    case EXPR_ADD:
-        if (is_op(e, nd->a, EXPR_CONST)) { /* constants go first in the IR, last in text */
+    case GLIA_EXPR_CONST: put_number(w, nd->value); break;
+    case GLIA_EXPR_VAR: putf(w, "%c", "xyzw"[nd->var]); break;
+    case GLIA_EXPR_NEG: put(w, "-"); pr(w, e, nd->a, P_NEG); break;
+    case GLIA_EXPR_ADD:
+        if (is_op(e, nd->a, GLIA_EXPR_CONST)) { /* constants go first in the IR, last in text */
             double v = e->nodes[nd->a].value;
             pr(w, e, nd->b, P_ADD);
             put(w, v < 0 ? " - " : " + ");
@@ -931,11 +1011,11 @@ static void pr(struct wbuf *w, const struct expr *e, int i, int min_prec)
             pr(w, e, nd->b, P_MUL);
         }
         break;
-    case EXPR_SUB: pr(w, e, nd->a, P_ADD); put(w, " - "); pr(w, e, nd->b, P_MUL); break;
-    case EXPR_MUL: pr(w, e, nd->a, P_MUL); put(w, " * "); pr(w, e, nd->b, P_NEG); break;
-    case EXPR_DIV: pr(w, e, nd->a, P_MUL); put(w, " / "); pr(w, e, nd->b, P_NEG); break;
-    case EXPR_POW: pr(w, e, nd->a, P_ATOM); put(w, "^"); pr(w, e, nd->b, P_NEG); break;
-    case EXPR_DROPOUT: put(w, "dropout("); pr(w, e, nd->a, 0); put(w, ", "); put_number(w, nd->value); put(w, ")"); break;
+    case GLIA_EXPR_SUB: pr(w, e, nd->a, P_ADD); put(w, " - "); pr(w, e, nd->b, P_MUL); break;
+    case GLIA_EXPR_MUL: pr(w, e, nd->a, P_MUL); put(w, " * "); pr(w, e, nd->b, P_NEG); break;
+    case GLIA_EXPR_DIV: pr(w, e, nd->a, P_MUL); put(w, " / "); pr(w, e, nd->b, P_NEG); break;
+    case GLIA_EXPR_POW: pr(w, e, nd->a, P_ATOM); put(w, "^"); pr(w, e, nd->b, P_NEG); break;
+    case GLIA_EXPR_DROPOUT: put(w, "dropout("); pr(w, e, nd->a, 0); put(w, ", "); put_number(w, nd->value); put(w, ")"); break;
     default: {
         int ar = op_arity(nd->op), ops[3] = {nd->a, nd->b, nd->c};
         put(w, op_names[nd->op]);
@@ -951,7 +1031,7 @@ static void pr(struct wbuf *w, const struct expr *e, int i, int min_prec)
     if (paren) put(w, ")");
 }
 
-int expr_print(const struct expr *ir, char *buf, size_t size)
+int glia_expr_print(const struct glia_expr *ir, char *buf, size_t size)
 {
     struct wbuf w = {buf, size, 0, size == 0};
     if (size) buf[0] = 0;
@@ -959,22 +1039,22 @@ int expr_print(const struct expr *ir, char *buf, size_t size)
     return w.over ? -1 : (int)w.len;
 }
 
-int expr_print_ssa(const struct expr *ir, char *buf, size_t size)
+int glia_expr_print_ssa(const struct glia_expr *ir, char *buf, size_t size)
 {
     struct wbuf w = {buf, size, 0, size == 0};
     if (size) buf[0] = 0;
     for (int i = 0; i < ir->n && !w.over; i++) {
-        const struct expr_node *nd = &ir->nodes[i];
+        const struct glia_expr_node *nd = &ir->nodes[i];
         putf(&w, "%%%d = %s", i, op_names[nd->op]);
-        if (nd->op == EXPR_CONST) {
+        if (nd->op == GLIA_EXPR_CONST) {
             put(&w, " ");
             put_number(&w, nd->value);
-        } else if (nd->op == EXPR_VAR) {
+        } else if (nd->op == GLIA_EXPR_VAR) {
             putf(&w, " %c", "xyzw"[nd->var]);
         } else {
             int ops[3] = {nd->a, nd->b, nd->c};
             for (int k = 0; k < op_arity(nd->op); k++) putf(&w, " %%%d", ops[k]);
-            if (nd->op == EXPR_DROPOUT) {
+            if (nd->op == GLIA_EXPR_DROPOUT) {
                 put(&w, " p=");
                 put_number(&w, nd->value);
             }
@@ -984,18 +1064,18 @@ int expr_print_ssa(const struct expr *ir, char *buf, size_t size)
     return w.over ? -1 : (int)w.len;
 }
 
-uint64_t expr_hash(const struct expr *ir)
+uint64_t glia_expr_hash(const struct glia_expr *ir)
 {
     uint64_t h = mix64(0x243f6a8885a308d3ull, (uint64_t)ir->n);
     for (int i = 0; i < ir->n; i++) h = mix64(h, node_key(&ir->nodes[i]));
     return mix64(h, (uint64_t)ir->out);
 }
 
-bool expr_same(const struct expr *a, const struct expr *b)
+bool glia_expr_same(const struct glia_expr *a, const struct glia_expr *b)
 {
     if (a->n != b->n || a->out != b->out) return false;
     for (int i = 0; i < a->n; i++) {
-        const struct expr_node *x = &a->nodes[i], *y = &b->nodes[i];
+        const struct glia_expr_node *x = &a->nodes[i], *y = &b->nodes[i];
         if (x->op != y->op || x->a != y->a || x->b != y->b || x->c != y->c || x->var != y->var ||
             memcmp(&x->value, &y->value, sizeof x->value))
             return false;
@@ -1003,14 +1083,14 @@ bool expr_same(const struct expr *a, const struct expr *b)
     return true;
 }
 
-int expr_op_count(const struct expr *ir)
+int glia_expr_op_count(const struct glia_expr *ir)
 {
     int k = 0;
-    for (int i = 0; i < ir->n; i++) k += ir->nodes[i].op != EXPR_CONST && ir->nodes[i].op != EXPR_VAR;
+    for (int i = 0; i < ir->n; i++) k += ir->nodes[i].op != GLIA_EXPR_CONST && ir->nodes[i].op != GLIA_EXPR_VAR;
     return k;
 }
 
-int expr_count_op(const struct expr *ir, enum expr_op op)
+int glia_expr_count_op(const struct glia_expr *ir, enum glia_expr_op op)
 {
     int k = 0;
     for (int i = 0; i < ir->n; i++) k += ir->nodes[i].op == op;
@@ -1019,66 +1099,66 @@ int expr_count_op(const struct expr *ir, enum expr_op op)
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-void expr_eval1_nodes(const struct expr *ir, const double *vars, double *r)
+void glia_expr_eval1_nodes(const struct glia_expr *ir, const double *vars, double *r)
 {
     for (int i = 0; i < ir->n; i++) {
-        const struct expr_node *nd = &ir->nodes[i];
-        if (nd->op == EXPR_CONST) r[i] = nd->value;
-        else if (nd->op == EXPR_VAR) r[i] = vars[nd->var];
+        const struct glia_expr_node *nd = &ir->nodes[i];
+        if (nd->op == GLIA_EXPR_CONST) r[i] = nd->value;
+        else if (nd->op == GLIA_EXPR_VAR) r[i] = vars[nd->var];
         else
             r[i] = apply_d(nd->op, r[nd->a], nd->b >= 0 ? r[nd->b] : 0, nd->c >= 0 ? r[nd->c] : 0);
     }
 }
 
-double expr_eval1(const struct expr *ir, const double *vars)
+double glia_expr_eval1(const struct glia_expr *ir, const double *vars)
 {
     if (!ir->n) return NAN;
     double *r = malloc((size_t)ir->n * sizeof *r);
     if (!r) return NAN;
-    expr_eval1_nodes(ir, vars, r);
+    glia_expr_eval1_nodes(ir, vars, r);
     double v = r[ir->out];
     free(r);
     return v;
 }
 
-/* Node i over m <= EXPR_BLOCK elements into dst. */
+/* Node i over m <= GLIA_EXPR_BLOCK elements into dst. */
 /* a loop over a block's elements, vectorized (-O2 alone leaves loops with a remainder scalar) */
 #define FOR_J _Pragma("omp simd") for (int j = 0; j < m; j++)
 
-/* start: the block's first element; site: see expr_eval_ex */
-static void eval_node(const struct expr_node *nd, const float *const *reg, float *restrict dst, int m, int64_t start,
-                      const struct expr_site *site)
+/* start: the block's first element; site: see glia_expr_eval_ex */
+static void eval_node(const struct glia_expr_node *nd, const float *const *reg, float *restrict dst, int m, int64_t start,
+                      const struct glia_expr_site *site)
 {
     const float *A = nd->a >= 0 ? reg[nd->a] : NULL, *B = nd->b >= 0 ? reg[nd->b] : NULL;
     const float *C = nd->c >= 0 ? reg[nd->c] : NULL;
     switch (nd->op) {
-    case EXPR_NEG: FOR_J dst[j] = -A[j]; break;
-    case EXPR_ADD: FOR_J dst[j] = A[j] + B[j]; break;
-    case EXPR_SUB: FOR_J dst[j] = A[j] - B[j]; break;
-    case EXPR_MUL: FOR_J dst[j] = A[j] * B[j]; break;
-    case EXPR_DIV: FOR_J dst[j] = A[j] / B[j]; break;
-    case EXPR_POW: FOR_J dst[j] = powf(A[j], B[j]); break;
-    case EXPR_EXP: FOR_J dst[j] = expf(A[j]); break;
-    case EXPR_LOG: FOR_J dst[j] = logf(A[j]); break;
-    case EXPR_SQRT: FOR_J dst[j] = sqrtf(A[j]); break;
-    case EXPR_TANH: FOR_J dst[j] = tanhf(A[j]); break;
-    case EXPR_SIGMOID:
+    case GLIA_EXPR_NEG: FOR_J dst[j] = -A[j]; break;
+    case GLIA_EXPR_ADD: FOR_J dst[j] = A[j] + B[j]; break;
+    case GLIA_EXPR_SUB: FOR_J dst[j] = A[j] - B[j]; break;
+    case GLIA_EXPR_MUL: FOR_J dst[j] = A[j] * B[j]; break;
+    case GLIA_EXPR_DIV: FOR_J dst[j] = A[j] / B[j]; break;
+    case GLIA_EXPR_POW: FOR_J dst[j] = powf(A[j], B[j]); break;
+    case GLIA_EXPR_EXP: FOR_J dst[j] = expf(A[j]); break;
+    case GLIA_EXPR_LOG: FOR_J dst[j] = logf(A[j]); break;
+    case GLIA_EXPR_SQRT: FOR_J dst[j] = sqrtf(A[j]); break;
+    case GLIA_EXPR_TANH: FOR_J dst[j] = tanhf(A[j]); break;
+    case GLIA_EXPR_SIGMOID:
         FOR_J {
             float e = expf(-fabsf(A[j]));
             dst[j] = A[j] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
         }
         break;
-    case EXPR_ERF: FOR_J dst[j] = erff(A[j]); break;
-    case EXPR_ABS: FOR_J dst[j] = fabsf(A[j]); break;
-    case EXPR_SIGN: FOR_J dst[j] = (float)((A[j] > 0.0f) - (A[j] < 0.0f)); break;
+    case GLIA_EXPR_ERF: FOR_J dst[j] = erff(A[j]); break;
+    case GLIA_EXPR_ABS: FOR_J dst[j] = fabsf(A[j]); break;
+    case GLIA_EXPR_SIGN: FOR_J dst[j] = (float)((A[j] > 0.0f) - (A[j] < 0.0f)); break;
     /* both operands loaded before the choice, so that it is a blend, not a branch */
-    case EXPR_MAX: FOR_J { float a = A[j], b = B[j]; dst[j] = a >= b || a != a ? a : b; } break;
-    case EXPR_MIN: FOR_J { float a = A[j], b = B[j]; dst[j] = a <= b || a != a ? a : b; } break;
-    case EXPR_GE: FOR_J dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
-    case EXPR_GT: FOR_J dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
-    case EXPR_SELECT: FOR_J { float b = B[j], c = C[j]; dst[j] = A[j] != 0.0f ? b : c; } break;
-    case EXPR_RELU: FOR_J { float a = A[j]; dst[j] = a < 0.0f ? 0.0f : a; } break;
-    case EXPR_DROPOUT:
+    case GLIA_EXPR_MAX: FOR_J { float a = A[j], b = B[j]; dst[j] = a >= b || a != a ? a : b; } break;
+    case GLIA_EXPR_MIN: FOR_J { float a = A[j], b = B[j]; dst[j] = a <= b || a != a ? a : b; } break;
+    case GLIA_EXPR_GE: FOR_J dst[j] = A[j] >= B[j] ? 1.0f : 0.0f; break;
+    case GLIA_EXPR_GT: FOR_J dst[j] = A[j] > B[j] ? 1.0f : 0.0f; break;
+    case GLIA_EXPR_SELECT: FOR_J { float b = B[j], c = C[j]; dst[j] = A[j] != 0.0f ? b : c; } break;
+    case GLIA_EXPR_RELU: FOR_J { float a = A[j]; dst[j] = a < 0.0f ? 0.0f : a; } break;
+    case GLIA_EXPR_DROPOUT:
         if (!site || !site->train) {
             FOR_J dst[j] = A[j];
         } else { /* the dropout layer's loop body: the same mask and the same float product */
@@ -1086,9 +1166,9 @@ static void eval_node(const struct expr_node *nd, const float *const *reg, float
             uint64_t seed = site->seed;
             int64_t Cc = site->C, HW = site->HW;
             if (Cc > 0) {
-                FOR_J dst[j] = glia__dropout_uniform(seed, glia__dropout_nchw_index(start + j, Cc, HW)) >= p ? A[j] * scale : 0.0f;
+                FOR_J dst[j] = glia_dropout_uniform(seed, glia_dropout_nchw_index(start + j, Cc, HW)) >= p ? A[j] * scale : 0.0f;
             } else {
-                FOR_J dst[j] = glia__dropout_uniform(seed, start + j) >= p ? A[j] * scale : 0.0f;
+                FOR_J dst[j] = glia_dropout_uniform(seed, start + j) >= p ? A[j] * scale : 0.0f;
             }
         }
         break;
@@ -1096,37 +1176,37 @@ static void eval_node(const struct expr_node *nd, const float *const *reg, float
     }
 }
 
-int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, const float *scale,
-                 bool accumulate, const struct expr_site *site, float *out)
+int glia_expr_eval_ex(const struct glia_expr *ir, const float *const *vars, int64_t n, const float *scale,
+                      bool accumulate, const struct glia_expr_site *site, float *out)
 {
     if (n <= 0) return 0;
     if (!ir->n) return -1;
-    int64_t nb = (n + EXPR_BLOCK - 1) / EXPR_BLOCK;
+    int64_t nb = (n + GLIA_EXPR_BLOCK - 1) / GLIA_EXPR_BLOCK;
     int fail = 0;
 #pragma omp parallel if (nb >= 16)
     {
         /* a register per node: constants filled once, variables point into the inputs */
-        float *scratch = malloc((size_t)ir->n * EXPR_BLOCK * sizeof *scratch);
+        float *scratch = malloc((size_t)ir->n * GLIA_EXPR_BLOCK * sizeof *scratch);
         const float **reg = malloc((size_t)ir->n * sizeof *reg);
         if (!scratch || !reg) {
 #pragma omp atomic write
             fail = 1;
         } else {
             for (int i = 0; i < ir->n; i++) {
-                reg[i] = scratch + (size_t)i * EXPR_BLOCK;
-                if (ir->nodes[i].op == EXPR_CONST)
-                    for (int j = 0; j < EXPR_BLOCK; j++) scratch[(size_t)i * EXPR_BLOCK + j] = (float)ir->nodes[i].value;
+                reg[i] = scratch + (size_t)i * GLIA_EXPR_BLOCK;
+                if (ir->nodes[i].op == GLIA_EXPR_CONST)
+                    for (int j = 0; j < GLIA_EXPR_BLOCK; j++) scratch[(size_t)i * GLIA_EXPR_BLOCK + j] = (float)ir->nodes[i].value;
             }
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nb; blk++) {
             if (!scratch || !reg) continue;
-            int64_t start = blk * EXPR_BLOCK;
-            int m = (int)(n - start < EXPR_BLOCK ? n - start : EXPR_BLOCK);
+            int64_t start = blk * GLIA_EXPR_BLOCK;
+            int m = (int)(n - start < GLIA_EXPR_BLOCK ? n - start : GLIA_EXPR_BLOCK);
             for (int i = 0; i < ir->n; i++) {
-                const struct expr_node *nd = &ir->nodes[i];
-                if (nd->op == EXPR_VAR) reg[i] = vars[nd->var] + start;
-                else if (nd->op != EXPR_CONST) eval_node(nd, reg, scratch + (size_t)i * EXPR_BLOCK, m, start, site);
+                const struct glia_expr_node *nd = &ir->nodes[i];
+                if (nd->op == GLIA_EXPR_VAR) reg[i] = vars[nd->var] + start;
+                else if (nd->op != GLIA_EXPR_CONST) eval_node(nd, reg, scratch + (size_t)i * GLIA_EXPR_BLOCK, m, start, site);
             }
             const float *res = reg[ir->out];
             float *o = out + start;
@@ -1148,7 +1228,7 @@ int expr_eval_ex(const struct expr *ir, const float *const *vars, int64_t n, con
     return fail ? -1 : 0;
 }
 
-int expr_eval(const struct expr *ir, const float *const *vars, int64_t n, float *out)
+int glia_expr_eval(const struct glia_expr *ir, const float *const *vars, int64_t n, float *out)
 {
-    return expr_eval_ex(ir, vars, n, NULL, false, NULL, out);
+    return glia_expr_eval_ex(ir, vars, n, NULL, false, NULL, out);
 }
