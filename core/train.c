@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "loader.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "report.h"
 
 void glia__model_release_activations(struct glia_model *m)
@@ -1095,7 +1095,7 @@ static glia_status dist_epoch(struct glia_model *m, const struct glia__loader *L
  * figures, an evaluation and its report. What it prints and writes is core/report.c's. */
 
 /* A run's state between its parts. */
-struct trainer {
+struct run {
     struct glia__report rep;
     struct scratch s;
     struct glia__resume rs;      /* where the run starts */
@@ -1108,7 +1108,7 @@ struct trainer {
 };
 
 /* An epoch's running figures. */
-struct epoch {
+struct epoch_run {
     int n;                       /* from 1 */
     double t0, loss_sum;         /* when it began; its training loss sum (with a resumed part's) */
     int64_t k0;                  /* its first batch (a resume's position, else 0) */
@@ -1117,7 +1117,7 @@ struct epoch {
     int64_t l_k;                 /* ... and its step (a lagged loss is a step late; -1: none yet) */
 };
 
-static void epoch_add_loss(struct epoch *e, const struct loss_read *got)
+static void epoch_add_loss(struct epoch_run *e, const struct loss_read *got)
 {
     if (!got->have) return;
     e->loss_sum += got->l * (double)got->nb;
@@ -1128,9 +1128,9 @@ static void epoch_add_loss(struct epoch *e, const struct loss_read *got)
 /* The set-up: output, loaders and activations, a resume's state, ddp's start (same model and step everywhere, rank
  * 0's weights), the checkpoint folder and the metrics file. Releases what it took when it fails and when a resume
  * leaves nothing to do (t->done). */
-static glia_status run_begin(struct glia_model *m, const struct glia_train_options *opt, struct trainer *t)
+static glia_status run_begin(struct glia_model *m, const struct glia_train_options *opt, struct run *t)
 {
-    *t = (struct trainer){.rs = {1, 0, 0, 0}};
+    *t = (struct run){.rs = {1, 0, 0, 0}};
     glia_status st = glia__report_open(&t->rep, m, opt);
     if (st) return st;
     st = scratch_alloc(m, &t->s, true, true);
@@ -1163,10 +1163,10 @@ static glia_status run_begin(struct glia_model *m, const struct glia_train_optio
 }
 
 /* Epoch `epoch` begins: its figures (a resume's part of it included), its loader and feed. */
-static glia_status epoch_begin(struct glia_model *m, struct trainer *t, int epoch, struct epoch *e, struct feed *f)
+static glia_status epoch_begin(struct glia_model *m, struct run *t, int epoch, struct epoch_run *e, struct feed *f)
 {
     bool resumed = epoch == t->rs.epoch && t->rs.batch > 0;
-    *e = (struct epoch){.n = epoch, .t0 = glia__now(), .loss_sum = resumed ? t->rs.loss_sum : 0,
+    *e = (struct epoch_run){.n = epoch, .t0 = glia__now(), .loss_sum = resumed ? t->rs.loss_sum : 0,
                         .k0 = resumed ? t->rs.batch : 0, .samples = resumed ? t->rs.samples : 0, .l_k = -1};
     e->samples0 = e->samples;
     m->trainer.epoch = epoch;
@@ -1177,7 +1177,7 @@ static glia_status epoch_begin(struct glia_model *m, struct trainer *t, int epoc
 
 /* After the optimizer step that batch k (0-based in e) ended: whether the run stops there ([train] max_steps, a
  * stop request the ranks agree on), and the step's checkpoint when one is due. */
-static glia_status after_update(struct glia_model *m, struct trainer *t, struct epoch *e, int64_t k)
+static glia_status after_update(struct glia_model *m, struct run *t, struct epoch_run *e, int64_t k)
 {
     glia_status st = GLIA_OK;
     if (m->trainer.max_steps > 0 && m->trainer.step >= m->trainer.max_steps) t->stopped = true;
@@ -1195,7 +1195,7 @@ static glia_status after_update(struct glia_model *m, struct trainer *t, struct 
 /* The end of epoch e, whose batches ended with status st: the feed stopped and the last loss read; then, unless the
  * run stopped within the epoch (it is not finished, so it is not evaluated), the ranks' figures, the evaluation,
  * the epoch's result (into results) and its report. */
-static glia_status epoch_end(struct glia_model *m, struct trainer *t, struct epoch *e, struct feed *f, glia_status st,
+static glia_status epoch_end(struct glia_model *m, struct run *t, struct epoch_run *e, struct feed *f, glia_status st,
                              struct glia_epoch_result *results, int max_results)
 {
     glia_status fs = feed_stop(m, f);
@@ -1239,7 +1239,7 @@ static void graphs_done(struct glia_model *m)
 }
 
 /* The run's end with status st: a stop request's error, the final checkpoint, the report's end, what it held. */
-static glia_status run_end(struct glia_model *m, struct trainer *t, glia_status st)
+static glia_status run_end(struct glia_model *m, struct run *t, glia_status st)
 {
     if (t->lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
     lagged_free(m, &t->lag);
@@ -1260,11 +1260,11 @@ static glia_status run_end(struct glia_model *m, struct trainer *t, glia_status 
 static glia_status train_run(struct glia_model *m, const struct glia_train_options *opt,
                              struct glia_epoch_result *results, int max_results)
 {
-    struct trainer t;
+    struct run t;
     glia_status st = run_begin(m, opt, &t);
     if (st || t.done) return st;
     for (int epoch = t.rs.epoch; epoch <= m->trainer.epochs && !st && !t.stopped; epoch++) {
-        struct epoch e;
+        struct epoch_run e;
         struct feed f = {0};
         int64_t nb;
         bool more = true;

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "traceutil.h"
 
 static char dir[512];
