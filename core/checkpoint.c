@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
-#include "model_internal.h"
+#include "parts.h"
 
 #define MAGIC "GLIACKPT"
 #define VERSION 3u

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* A dp replica computes on batches the model it copies hands it: same settings, no samples. */
 static void borrow_data(struct glia_model *m, const struct glia_model *like)

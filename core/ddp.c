@@ -3,7 +3,7 @@
  * model check and broadcast. Not a transport (plugins/comm/), not the data sharding (loader.c). */
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 int glia__ddp_buckets(const int64_t *sizes, int n, size_t elem_bytes, size_t first_bytes, size_t bytes, int *bucket_of)
 {

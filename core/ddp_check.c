@@ -5,7 +5,7 @@
  * not the same-model check when training starts (ddp.c). */
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* Keys that may differ between ranks: where a rank runs (its device, its threads, its loader's
  * threads and buffers), where it reads its files from (the data sets' sizes are compared instead,

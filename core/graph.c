@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* Sets key = value in s on behalf of the core (a graph pass); origin names the pass. */
 static glia_status override_key(struct glia_section *s, const char *key, const char *value, const char *origin)

@@ -3,7 +3,7 @@
  * evaluation forward (they never run at once). Plans only (offsets and sizes); core/train.c allocates the block and
  * points the layers' tensors into it. */
 #include <stdlib.h>
-#include "model_internal.h"
+#include "parts.h"
 
 static int64_t aligned(int64_t n) { return (n + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN; }
 

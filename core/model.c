@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* ---- paths ---- */
 

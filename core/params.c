@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count)
 {

@@ -3,7 +3,7 @@
 #ifndef GLIA_CORE_REPORT_H
 #define GLIA_CORE_REPORT_H
 
-#include "model_internal.h"
+#include "parts.h"
 
 struct glia__report {
     FILE *out;             /* progress and summaries: the caller's, a rank's log, or both through tee (borrowed) */

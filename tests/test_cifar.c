@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <zlib.h>
 #include "loaderutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 #include "testutil.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include "layerutil.h"
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include <glia/glia.h>
 #include "build-config.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 #include "build-config.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 #include "mpiutil.h"
 #include "traceutil.h"

@@ -6,7 +6,7 @@
  * against docs/. Not a check of the prose: only those tables, lists, lines and links are read. */
 #include <ctype.h>
 #include <dirent.h>
-#include "model_internal.h"
+#include "parts.h"
 #include "testutil.h"
 
 /* The documents read (owned, loaded once); `doc` is the one the reference checks read, and

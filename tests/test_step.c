@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 
 static char dir[512], tokdir[512];
 

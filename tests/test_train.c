@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "traceutil.h"
 
 static char dir[512];
@@ -411,6 +411,7 @@ static void resume_case(int stop)
     open_run(&c, ckpt_text(""));
     struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     memset(rc, 0, sizeof rc);
+    rc[0].struct_size = sizeof rc[0];
     glia_status st = glia_model_train(c.m, &o, rc, 3);
     if (st) printf("\n  %s\n", glia_context_error(c.ctx));
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
@@ -1743,8 +1744,8 @@ static void test_stateless_optimizer(void)
     }
 }
 
-/* A model with batchnorm, a residual, dropout and forward_counter (a fixture built against ABI 1.5 with a buffer
- * that counts its training forwards), checkpointed into `segments`. */
+/* A model with batchnorm, a residual, dropout and forward_counter (a fixture with a buffer that counts its training
+ * forwards, not their recomputations), checkpointed into `segments`. */
 static const char *ckpt_model_text(int segments)
 {
     static char buf[4096];
@@ -1791,7 +1792,7 @@ static float *buffers(const struct glia_model *m, int64_t *n)
 
 /* Activation checkpointing changes memory, not results: the same weights and running statistics bit for bit with
  * 0 and at most 2 and 5 segments (batchnorm's recomputation moves no statistic twice, dropout draws the same mask
- * again), a layer from an ABI 1.5 plugin with a buffer is never run twice, the cuts never fall inside the residual,
+ * again, a counter counts each step once), the cuts never fall inside the residual,
  * the training plan shrinks, and the profile's trace shows each recomputation inside the backward. */
 static void test_checkpoint_segments(void)
 {
@@ -1825,11 +1826,12 @@ static void test_checkpoint_segments(void)
         CU_ASSERT(r[v].m->act.plan.train < r[0].m->act.plan.train);
         CU_ASSERT(r[v].m->graph.ckpt_plan[1] == r[v].m->act.plan.train && r[v].m->graph.ckpt_plan[0] == r[0].m->act.plan.train);
     }
-    /* what the test relies on: with 2 segments the counter sits inside a recomputed run, kept; with 5, dropout and
-     * a batchnorm run again */
+    /* what the test relies on: with 2 segments the counter sits inside a recomputed run, run again too (its buffer
+     * still counts once a step: it leaves lasting state alone when recompute is set); with 5, dropout and a batchnorm
+     * run again */
     const struct glia_model *m2 = r[1].m, *m5 = r[2].m;
     CU_ASSERT(m2->graph.nodes[node_named(m2, "r1")].recompute && m2->graph.nodes[node_named(m2, "c2")].recompute);
-    CU_ASSERT(!m2->graph.nodes[node_named(m2, "cnt")].recompute && !m2->graph.nodes[node_named(m2, "cnt")].cut);
+    CU_ASSERT(m2->graph.nodes[node_named(m2, "cnt")].recompute && !m2->graph.nodes[node_named(m2, "cnt")].cut);
     CU_ASSERT(m5->graph.nodes[node_named(m5, "drop")].recompute && m5->graph.nodes[node_named(m5, "bn1")].recompute);
     char *text = NULL;
     size_t len = 0;
@@ -1837,10 +1839,10 @@ static void test_checkpoint_segments(void)
     glia_model_summary(r[1].m, f);
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "graph pass checkpoint_segments: 2 segments, cut after sum; a training step runs "
-                                        "the forward of c1 .. r1 (3 layers), c2 again in backward: "));
+                                        "the forward of c1 .. c2 (5 layers) again in backward: "));
     free(text);
-    /* the trace: 2 segments recompute c1, bn1, r1 and c2 just before sum's backward (not bn2: only sum reads it, and
-     * add's backward reads no input) */
+    /* the trace: 2 segments recompute c1, bn1, r1, cnt and c2 just before sum's backward (not bn2: only sum reads it,
+     * and add's backward reads no input) */
     const char *path = glia_test_tmp("ckpt-trace.json");
     f = fopen("/dev/null", "w");
     glia_status st = glia_model_profile_trace(r[1].m, 2, 1, f, path);
@@ -1849,8 +1851,8 @@ static void test_checkpoint_segments(void)
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
     static const char *const fwd[] = {"c1", "bn1", "r1", "cnt", "c2", "bn2", "sum", "r2", "drop", "c3", "r3", "flat", "fc", "loss"};
     static const char *const bwd[] = {"loss", "fc", "flat", "r3", "c3", "drop", "r2", "sum", "bn2", "c2", "cnt", "r1", "bn1", "c1"};
-    static const char *const rec[] = {"c1", "bn1", "r1", "c2"};
-    struct trace_expect e = {2, 14, fwd, 14, bwd, "sgd", false, 0, 4, rec};
+    static const char *const rec[] = {"c1", "bn1", "r1", "cnt", "c2"};
+    struct trace_expect e = {2, 14, fwd, 14, bwd, "sgd", false, 0, 5, rec};
     CU_ASSERT_EQUAL(trace_check(path, &e), 0);
     remove(path);
     for (int v = 0; v < 3; v++) {

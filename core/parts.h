@@ -1,7 +1,7 @@
-/* core/model_internal.h — the model in parts (graph, data, parameters, activations, trainer, distributed attachment)
+/* core/parts.h — the model in parts (graph, data, parameters, activations, trainer, distributed attachment)
  * and the functions the core files that build and run it share. Not installed: a model's public face is glia/model.h. */
-#ifndef GLIA_CORE_MODEL_INTERNAL_H
-#define GLIA_CORE_MODEL_INTERNAL_H
+#ifndef GLIA_CORE_PARTS_H
+#define GLIA_CORE_PARTS_H
 
 #include <signal.h>
 #include "internal.h"
