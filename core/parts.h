@@ -396,7 +396,7 @@ void glia__checkpoint_sweep(struct glia_model *m, const char *dir, int64_t step,
 /* Fill dst with n values drawn per init from a generator seeded with seed. */
 void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint64_t seed);
 /* Fill dst with the initial values of l's parameter p: its declared init drawn from seed, then
- * adjusted by the layer's init_param slot when it has one (ABI 1.9). */
+ * adjusted by the layer's init_param slot when it has one. */
 void glia__init_param(const struct glia_layer *l, int p, float *dst, uint64_t seed);
 /* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */
 double glia__model_lr(const struct glia_model *m, int epoch, int64_t step);

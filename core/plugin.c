@@ -162,7 +162,7 @@ glia_status glia_register_comm(struct glia_registry *r, const struct glia_comm_o
 {
     const char *who = plugin_label(r);
     if (!ops || ops->struct_size < GLIA__END_OF(struct glia_comm_ops, wait))
-        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_comm: ops struct too small for ABI 1.3", who);
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_comm: ops struct too small for ABI 2.0", who);
     if (!ops->name || !ops->open || !ops->close || !ops->all_reduce || !ops->broadcast || !ops->all_gather ||
         !ops->reduce_scatter || !ops->barrier || !ops->wait)
         return glia_error(r->ctx, GLIA_EINVAL,

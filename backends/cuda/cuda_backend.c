@@ -1,31 +1,14 @@
 /* backends/cuda/cuda_backend.c — the CUDA backend plugin (cuda.so): device memory from a caching
  * allocator, one compute stream per device, copies, f32 GEMM through cuBLASLt, NCHW <-> NHWC
  * transposes, page-locked uploads on a copy stream; its probe refuses machines without a usable
- * GPU. Not layer code: the CUDA impls of layers and optimizers that cuda.so registers live in
- * their own files (conv.c, dense.c, norm_pool.c, pointwise.c, optim.c). */
+ * GPU. Not kernels: the CUDA kernels of layer types and optimizers that cuda.so registers live in
+ * their own files (conv.c, dense.c, norm_pool.c, pointwise.c, optim.c, seq.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
 #include "kernels.h"
-
-glia_status glia__cuda_status(struct glia_context *ctx, cudaError_t e, const char *call, const char *file, int line)
-{
-    return glia_error(ctx, GLIA_EDEVICE, "%s:%d: %s: %s (%s)", file, line, call, cudaGetErrorString(e),
-                      cudaGetErrorName(e));
-}
-
-glia_status glia__cudnn_status(struct glia_context *ctx, cudnnStatus_t e, const char *call, const char *file, int line)
-{
-    return glia_error(ctx, GLIA_EDEVICE, "%s:%d: %s: %s", file, line, call, cudnnGetErrorString(e));
-}
-
-glia_status glia__cublas_status(struct glia_context *ctx, cublasStatus_t e, const char *call, const char *file,
-                                int line)
-{
-    return glia_error(ctx, GLIA_EDEVICE, "%s:%d: %s: %s", file, line, call, cublasLtGetStatusString(e));
-}
 
 /* ---- memory ---- */
 

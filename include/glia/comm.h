@@ -1,6 +1,6 @@
 /* glia/comm.h — the communication ABI: collectives among the processes (ranks) of one job, and
  * the transport plugins that carry them (mpi, nccl). Not the training modes: DDP and DP are in
- * the core and use this API. (ABI 1.3; abort: ABI 1.9) */
+ * the core and use this API. */
 #ifndef GLIA_COMM_H
 #define GLIA_COMM_H
 
@@ -58,7 +58,6 @@ struct glia_comm_ops {
     const char *description;         /* one line */
     uint32_t memory;                 /* GLIA_COMM_*_MEMORY bits */
     uint32_t device_types;           /* bit (1u << glia_device_type) per device type it serves */
-    /* ABI 1.3 */
     /* Join the job (from the launcher's environment, or through a->bootstrap) and fill *info.
      * Required. On failure the context error says why in one line. */
     glia_status (*open)(struct glia_context *ctx, const struct glia_comm_open_args *a,
@@ -88,7 +87,6 @@ struct glia_comm_ops {
      * the host until it is done, failing with GLIA_ETIMEDOUT (and a context error naming the
      * call) when that takes longer than the open's timeout_s. Required. */
     glia_status (*wait)(void *priv, uint64_t ticket, bool host);
-    /* ABI 1.9 */
     /* End every process of the job at once (MPI_Abort), with exit status `status` where the
      * launcher passes one on: for a program whose rank failed while the others may wait for it in
      * a collective. Callable from any thread, also while a call of this communicator is stuck.
@@ -138,11 +136,11 @@ glia_status glia_comm_wait(struct glia_comm *c, uint64_t ticket, bool host);
 glia_status glia_comm_all_reduce_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt,
                                       enum glia_reduce_op op);
 /* Blocking broadcast from rank root of count values of type dt at p, in place, staged like
- * glia_comm_all_reduce_sync (ABI 1.4). */
+ * glia_comm_all_reduce_sync. */
 glia_status glia_comm_broadcast_sync(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root);
 
 /* Ends the whole job at once, every rank of it, through the first open communicator of ctx over
- * several ranks whose transport has abort (ABI 1.9). For a program (the glia command) after an
+ * several ranks whose transport has abort. For a program (the glia command) after an
  * error on this rank that the others may not see: without it they wait in their next collective
  * until timeout_s. status: the exit status, where the launcher passes it on. Returns only when no
  * communicator could end the job: GLIA_ENOTFOUND when ctx has none over several ranks,

@@ -37,8 +37,7 @@ extern "C" {
  *    last layer of its segment, and so before its own), on the same input values and seed; the
  *    output must come out the same (what backward reads is what this second forward kept). A
  *    layer whose training forward changes lasting state (buffers such as running statistics)
- *    leaves it alone when `recompute` is set. A layer built against an older SDK is never
- *    recomputed (the core keeps its output instead).
+ *    leaves it alone when `recompute` is set.
  */
 
 /* How the core initializes a parameter (from the seeded RNG). */

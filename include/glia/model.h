@@ -26,7 +26,7 @@ glia_status glia_config_parse_string(struct glia_context *ctx, const char *name,
 /* Apply "section.key=value" (the CLI's --set); later overrides win. */
 glia_status glia_config_set(struct glia_config *cfg, const char *assignment);
 void glia_config_free(struct glia_config *cfg);
-/* Apply cfg's [plugins] section to ctx as glia_model_build does (ABI 1.9): each `path` folder joins
+/* Apply cfg's [plugins] section to ctx as glia_model_build does: each `path` folder joins
  * the search path (a folder that does not exist is an error) and each `load` plugin is loaded.
  * Relative paths written in the file are relative to its folder, ones given by --set to the working
  * directory. Loading a plugin runs its code: see docs/model.md, "Plugins are code". */
@@ -88,12 +88,12 @@ glia_status glia_model_train(struct glia_model *m, const struct glia_train_optio
  * a signal handler or another thread; the flag is cleared when glia_model_train returns. */
 void glia_model_request_stop(struct glia_model *m);
 /* glia_model_request_stop with a code from 1 to 255 (the glia command passes the signal's
- * number). Under ddp the ranks agree on the largest code any of them asked with (ABI 1.9). */
+ * number). Under ddp the ranks agree on the largest code any of them asked with. */
 void glia_model_request_stop_code(struct glia_model *m, int code);
 /* The code of the request that stopped the last glia_model_train (it returned
  * GLIA_EINTERRUPTED): 1 for glia_model_request_stop; under ddp the largest code any rank asked
  * with, the same on every rank, so that every rank can exit alike. 0 when no request stopped it.
- * (ABI 1.9) */
+ * */
 int glia_model_stop_code(const struct glia_model *m);
 
 /* ---- one training step from the caller's own loop (ABI 2.0) ---- */

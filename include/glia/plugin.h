@@ -29,7 +29,6 @@ struct glia_plugin_desc {
     const char *version;
     const char *license;
     const char *description;    /* one line */
-    /* ABI 1.0 */
     /* Register features with glia_register_*. Required. On failure everything it
      * registered is removed again and the plugin is unloaded. */
     glia_status (*init)(struct glia_registry *r);

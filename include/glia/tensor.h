@@ -15,7 +15,7 @@ extern "C" {
 #define GLIA_MAX_DIMS 8
 
 enum glia_dtype { GLIA_F32 = 0, GLIA_F16, GLIA_BF16, GLIA_I32, GLIA_I64, GLIA_U8,
-                  GLIA_F64 /* ABI 1.3: sums exchanged between ranks */ };
+                  GLIA_F64 /* sums exchanged between ranks */ };
 
 enum glia_device_type { GLIA_DEVICE_CPU = 0, GLIA_DEVICE_CUDA = 1 };
 
@@ -76,7 +76,7 @@ glia_status glia_tensor_view(struct glia_tensor *t, int64_t offset, const struct
 glia_status glia_tensor_reshape(struct glia_tensor *t, const struct glia_shape *shape,
                                 struct glia_tensor **out);
 
-/* Like glia_tensor_view, laid out in format f (GLIA_CHANNELS_LAST needs a 4-D shape). (ABI 1.1) */
+/* Like glia_tensor_view, laid out in format f (GLIA_CHANNELS_LAST needs a 4-D shape). */
 glia_status glia_tensor_view_as(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
                                 enum glia_memory_format f, struct glia_tensor **out);
 
@@ -88,9 +88,9 @@ size_t glia_tensor_nbytes(const struct glia_tensor *t);
 bool glia_tensor_is_contiguous(const struct glia_tensor *t);
 /* The format of t: GLIA_CHANNELS_LAST when t is 4-D, not contiguous, and its strides are NHWC's;
  * else GLIA_CONTIGUOUS. Where C or H*W is 1 both layouts are the same bytes: a channels_last
- * tensor whose dims of size 1 do not matter reads as contiguous. (ABI 1.1) */
+ * tensor whose dims of size 1 do not matter reads as contiguous. */
 enum glia_memory_format glia_tensor_memory_format(const struct glia_tensor *t);
-/* "contiguous" or "channels_last". (ABI 1.1) */
+/* "contiguous" or "channels_last". */
 const char *glia_memory_format_name(enum glia_memory_format f);
 /* The backend that owns t's storage (borrowed). */
 struct glia_backend *glia_tensor_backend(const struct glia_tensor *t);
@@ -103,7 +103,7 @@ glia_status glia_tensor_to_host(const struct glia_tensor *t, void *dst, size_t n
 glia_status glia_tensor_fill_zero(struct glia_tensor *t);
 /* dst = src (accumulate: dst += src) for f32 tensors of the same shape on the same device
  * whose formats may differ: converts between NCHW and NHWC (the backend's transpose_f32, or
- * host loops when it has none). (ABI 1.1) */
+ * host loops when it has none). */
 glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate);
 
 /* Typed access to host-resident f32/i32 tensor data (NULL if dtype or device differ). */

@@ -57,7 +57,8 @@ static const struct glia_optimizer_type lion_type = {
     .create = lion_create,
 };
 
-/* Its update on the CPU. A kernel for another device (or a faster CPU one) may come from another plugin. */
+/* Its update on the CPU (one kernel per optimizer and device type); a kernel for another device may come from another
+ * plugin. */
 static const struct glia_optimizer_kernel lion_cpu = {
     .struct_size = sizeof(struct glia_optimizer_kernel),
     .type = "lion",

@@ -86,7 +86,7 @@ static glia_status softsign_backward(struct glia_layer *l, const struct glia_bwd
 static const struct glia_kernel softsign_cpu = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "softsign",
-    .impl = "cpu",  /* `impl = cpu` picks it; on a CPU model it is the default (registered first) */
+    .impl = "cpu",  /* `impl = cpu` picks it; without impl, a CPU model runs the first CPU kernel registered */
     .doc = "one thread",
     .device_type = GLIA_DEVICE_CPU,
     .flags = GLIA_KERNEL_BWD_NO_OUTPUT,  /* backward reads the input, not the output */
