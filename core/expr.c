@@ -1208,8 +1208,9 @@ struct step {
 struct glia__expr_plan {
     int n_steps;
     struct step *steps;  /* in node order */
-    int n_slots;         /* blocks of scratch: constants and computed values */
-    int *slot;           /* per node: its block of scratch, or -1 (variables, values fused into a step) */
+    int n_slots;         /* blocks of scratch: computed values, and constants that a step reads as blocks */
+    int *slot;           /* per node: its block of scratch, or -1 (variables, values fused into a step,
+                            constants read as numbers) */
 };
 
 static void plan_free(struct glia__expr_plan *pl)
@@ -1285,8 +1286,8 @@ static int plan_build(const struct glia_expr *ir, struct glia__expr_plan **out)
     }
     for (int i = 0; i < n && !rc; i++) {
         const struct glia_expr_node *nd = &ir->nodes[i];
-        pl->slot[i] = fused[i] || nd->op == GLIA_EXPR_VAR ? -1 : pl->n_slots++;
-        if (pl->slot[i] < 0 || nd->op == GLIA_EXPR_CONST) continue;
+        pl->slot[i] = fused[i] || nd->op == GLIA_EXPR_VAR || nd->op == GLIA_EXPR_CONST ? -1 : pl->n_slots++;
+        if (pl->slot[i] < 0) continue;
         struct step *st = &pl->steps[pl->n_steps++];
         *st = (struct step){.node = i, .kind = STEP_NODE};
         if (nd->op == GLIA_EXPR_SELECT && fused[nd->a]) {
@@ -1298,6 +1299,21 @@ static int plan_build(const struct glia_expr *ir, struct glia__expr_plan **out)
         } else if (len[i] > 1) {
             chain_step(ir, i, len[i], link, st);
         }
+    }
+    /* a block of scratch for each constant that a step, or the copy of a constant result, reads as one (a
+     * select of a comparison reads numbers) */
+    if (!rc && ir->nodes[ir->out].op == GLIA_EXPR_CONST) pl->slot[ir->out] = pl->n_slots++;
+    for (int k = 0; k < (rc ? 0 : pl->n_steps); k++) {
+        const struct step *st = &pl->steps[k];
+        const struct glia_expr_node *nd = &ir->nodes[st->node];
+        int ops[CHAIN_MAX + 1] = {nd->a, nd->b, nd->c, -1};
+        if (st->kind == STEP_SELECT_CMP) continue;
+        if (st->kind == STEP_CHAIN) {
+            ops[0] = st->a;
+            for (int j = 0; j < CHAIN_MAX; j++) ops[j + 1] = j < st->n_ops ? st->o[j] : -1;
+        }
+        for (int j = 0; j <= CHAIN_MAX; j++)
+            if (ops[j] >= 0 && ir->nodes[ops[j]].op == GLIA_EXPR_CONST && pl->slot[ops[j]] < 0) pl->slot[ops[j]] = pl->n_slots++;
     }
     free(uses), free(len), free(link), free(fused);
     if (rc) plan_free(pl);
@@ -1352,7 +1368,7 @@ static void eval_chain(const struct step *st, const float *const *reg, float *re
         SEL_LOOP(XV, YV, BV, CV, >=)         \
     }
 #define SEL_BC(XV, YV)                                               \
-    switch (kb && bs == 0.0f ? 4 : kc && cs == 0.0f ? 5 : (kb << 1) | kc) { \
+    switch (kb ? (kc ? 3 : bs == 0.0f ? 4 : 2) : kc ? (cs == 0.0f ? 5 : 1) : 0) { \
     case 0: SEL_CMP(XV, YV, B[j], C[j]) break;                       \
     case 1: SEL_CMP(XV, YV, B[j], cs) break;                         \
     case 2: SEL_CMP(XV, YV, bs, C[j]) break;                         \
@@ -1431,7 +1447,7 @@ int glia_expr_eval_ex(const struct glia_expr *ir, const float *const *vars, int6
                 int sl = pl->slot[i];
                 float *d = sl >= 0 ? scratch + (size_t)sl * (size_t)bs : NULL, v = (float)ir->nodes[i].value;
                 reg[i] = d;
-                if (ir->nodes[i].op == GLIA_EXPR_CONST) FOR_J d[j] = v;
+                if (d && ir->nodes[i].op == GLIA_EXPR_CONST) FOR_J d[j] = v;
             }
         }
 #pragma omp for schedule(static)

@@ -676,7 +676,8 @@ static void test_eval_fused_same_bits(void)
 {
     static const char *const exprs[] = {
         "relu(x)", "select(ge(0, x), 0, y)", "select(gt(x, 0), x, 0.2 * x)", "select(gt(x, 0), y, 0.2 * y)",
-        "(1 - x) * x * y", "(1 - x * x) * y", "select(ge(x, y), 3, -2)", "select(gt(0.5, x), y, 0)",
+        "(1 - x) * x * y", "(1 - x * x) * y", "select(ge(x, y), 3, -2)", "select(gt(0.5, x), y, 0)", "select(gt(x, 0), 0, 2)",
+        "select(ge(y, x), 2, 0)", "select(ge(0, relu(x)), 0, 1) * y",
         "select(ge(x, y), x - y, y * 2) + select(gt(y, 0), 1, x)", "x * y + z", "x - y * z - w", "(x + y) * (z - w)",
         "x * y * z * w * x", "1 - x - y - z", "2 - (x * y - (z + w))", "max(x, y) * (1 - z) - relu(w) * 3",
         "tanh(x) * (x - y) * (z + 1) + ge(x, y) * abs(w)", "exp(-x * x) * (y - 2) / (1 + w * w)",
