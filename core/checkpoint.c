@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
-#include "model_internal.h"
+#include "parts.h"
 
 #define MAGIC "GLIACKPT"
 #define VERSION 3u
@@ -64,10 +64,10 @@ uint64_t glia__model_fingerprint(const struct glia_model *m)
 {
     uint64_t h = glia__hash_str(0, "glia-model");
     char buf[64];
-    for (int i = 0; i < m->n_decl; i++) {  /* as declared: fused layers hash as the layers they were */
-        const struct glia_layer *l = &m->nodes[m->decl[i].node].layer;
-        h = glia__hash_str(glia__hash_str(h, m->decl[i].name), m->decl[i].type);
-        if (strcmp(l->name, m->decl[i].name)) continue;  /* merged into a later layer: no parameters */
+    for (int i = 0; i < m->graph.n_decl; i++) {  /* as declared: fused layers hash as the layers they were */
+        const struct glia_layer *l = &m->graph.nodes[m->graph.decl[i].node].layer;
+        h = glia__hash_str(glia__hash_str(h, m->graph.decl[i].name), m->graph.decl[i].type);
+        if (strcmp(l->name, m->graph.decl[i].name)) continue;  /* merged into a later layer: no parameters */
         for (int p = 0; p < l->n_params; p++)
             h = glia__hash_str(glia__hash_str(h, l->params[p].name), glia_shape_str(&l->params[p].shape, buf, sizeof buf));
         for (int p = 0; p < l->n_buffers; p++)
@@ -225,14 +225,14 @@ static glia_status push(struct glia_tensor *t, const struct glia__arena *a, cons
 
 static float *arena_tmp(const struct glia_model *m)
 {
-    return malloc(sizeof(float) * (size_t)(m->wa.len > m->ba.len ? m->wa.len : m->ba.len));
+    return malloc(sizeof(float) * (size_t)(m->params.wa.len > m->params.ba.len ? m->params.wa.len : m->params.ba.len));
 }
 
 glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int epoch, int64_t batch,
                                   double loss_sum, int64_t samples)
 {
-    int ns = m->opt.type->n_state;
-    size_t nfloat = (size_t)m->wa.n * (size_t)(1 + ns) + (size_t)m->ba.n;
+    int ns = m->trainer.opt.type->n_state;
+    size_t nfloat = (size_t)m->params.wa.n * (size_t)(1 + ns) + (size_t)m->params.ba.n;
     size_t payload = sizeof(struct meta) + sizeof(struct scaler_rec) + nfloat * sizeof(float);
     unsigned char *buf = malloc(HEADER + payload);
     float *at = arena_tmp(m);
@@ -241,19 +241,19 @@ glia_status glia__checkpoint_save(struct glia_model *m, const char *path, int ep
         free(at);
         return glia_error(m->ctx, GLIA_ENOMEM, "checkpoint %s: out of memory", path);
     }
-    struct meta mt = {(uint64_t)m->wa.n, (uint64_t)m->ba.n, (uint32_t)ns, 0, {0}, m->step, epoch, 0,
+    struct meta mt = {(uint64_t)m->params.wa.n, (uint64_t)m->params.ba.n, (uint32_t)ns, 0, {0}, m->trainer.step, epoch, 0,
                       batch, m->seed, loss_sum, samples};
-    snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->opt.type->name);
-    struct scaler_rec sc = {m->scaler.scale, m->scaler.clean, m->scaler.skipped, m->precision == GLIA_PRECISION_FP16, 0};
+    snprintf(mt.optimizer, sizeof mt.optimizer, "%s", m->trainer.opt.type->name);
+    struct scaler_rec sc = {m->trainer.scaler.scale, m->trainer.scaler.clean, m->trainer.scaler.skipped, m->precision == GLIA_PRECISION_FP16, 0};
     unsigned char *p = buf + HEADER;
     memcpy(p, &mt, sizeof mt);
     memcpy(p + sizeof mt, &sc, sizeof sc);
     float *f = (float *)(p + sizeof mt + sizeof sc);
-    glia_status st = pull(m->w, &m->wa, f, at);
-    f += m->wa.n;
-    if (!st) st = pull(m->buf, &m->ba, f, at);
-    f += m->ba.n;
-    for (int k = 0; k < ns && !st; k++, f += m->wa.n) st = pull(m->state[k], &m->wa, f, at);
+    glia_status st = pull(m->params.w, &m->params.wa, f, at);
+    f += m->params.wa.n;
+    if (!st) st = pull(m->params.buf, &m->params.ba, f, at);
+    f += m->params.ba.n;
+    for (int k = 0; k < ns && !st; k++, f += m->params.wa.n) st = pull(m->params.state[k], &m->params.wa, f, at);
     free(at);
     if (st) {
         free(buf);
@@ -351,14 +351,14 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
     if (!st && (uint32_t)crc32(0L, p, (uInt)payload) != crc) st = bad(m, path, "corrupt checkpoint (CRC mismatch)");
     struct meta mt;
     if (!st) memcpy(&mt, p, sizeof mt);
-    if (!st && (fp != glia__model_fingerprint(m) || mt.n_weights != (uint64_t)m->wa.n ||
-                mt.n_buffers != (uint64_t)m->ba.n))
+    if (!st && (fp != glia__model_fingerprint(m) || mt.n_weights != (uint64_t)m->params.wa.n ||
+                mt.n_buffers != (uint64_t)m->params.ba.n))
         st = glia_error(m->ctx, GLIA_EINVAL,
                         "%s: checkpoint of another model (%llu parameters, %llu buffer values; this model has %lld and %lld, "
                         "or its layer names, types or shapes differ)",
                         path, (unsigned long long)mt.n_weights, (unsigned long long)mt.n_buffers,
-                        (long long)m->wa.n, (long long)m->ba.n);
-    int ns = m->opt.type->n_state;
+                        (long long)m->params.wa.n, (long long)m->params.ba.n);
+    int ns = m->trainer.opt.type->n_state;
     struct scaler_rec sc = {0};
     size_t head = sizeof mt + (version >= 2 ? sizeof sc : 0);  /* bytes before the floats */
     if (!st && payload != head + ((uint64_t)mt.n_weights * (1 + mt.n_state) + mt.n_buffers) * sizeof(float))
@@ -372,22 +372,22 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
         st = glia_error(m->ctx, GLIA_EFORMAT, "%s: corrupt checkpoint (loss scale %g, %lld clean and %lld skipped steps)",
                         path, sc.scale, (long long)sc.clean, (long long)sc.skipped);
     mt.optimizer[sizeof mt.optimizer - 1] = '\0';
-    if (!st && training && (strcmp(mt.optimizer, m->opt.type->name) || (int)mt.n_state != ns))
+    if (!st && training && (strcmp(mt.optimizer, m->trainer.opt.type->name) || (int)mt.n_state != ns))
         st = glia_error(m->ctx, GLIA_EINVAL, "%s: checkpoint optimizer '%s', the model's [train] optimizer is '%s'", path,
-                        mt.optimizer, m->opt.type->name);
+                        mt.optimizer, m->trainer.opt.type->name);
     float *tmp = st ? NULL : arena_tmp(m);
     if (!st && !tmp) st = GLIA_ENOMEM;
     if (!st) {
         const float *fl = (const float *)(p + head);
-        st = push(m->w, &m->wa, fl, tmp);
-        fl += m->wa.n;
-        if (!st) st = push(m->buf, &m->ba, fl, tmp);
-        fl += m->ba.n;
-        for (int k = 0; k < ns && training && !st; k++, fl += m->wa.n) st = push(m->state[k], &m->wa, fl, tmp);
+        st = push(m->params.w, &m->params.wa, fl, tmp);
+        fl += m->params.wa.n;
+        if (!st) st = push(m->params.buf, &m->params.ba, fl, tmp);
+        fl += m->params.ba.n;
+        for (int k = 0; k < ns && training && !st; k++, fl += m->params.wa.n) st = push(m->params.state[k], &m->params.wa, fl, tmp);
     }
     free(tmp);
     if (!st && training) {
-        m->step = mt.step;
+        m->trainer.step = mt.step;
         out->epoch = mt.epoch;
         out->batch = mt.batch;
         out->loss_sum = mt.loss_sum;
@@ -399,7 +399,7 @@ glia_status glia__checkpoint_load(struct glia_model *m, const char *path, bool t
         /* the loss scaler goes on where it was when both runs scale their loss (fp16); else this
          * run's stays as it starts (65536 with fp16, 1 without) */
         if (sc.on && m->precision == GLIA_PRECISION_FP16)
-            m->scaler = (struct glia__scaler){sc.scale, sc.clean, sc.skipped};
+            m->trainer.scaler = (struct glia__scaler){sc.scale, sc.clean, sc.skipped};
     }
     free(p);
     return st;

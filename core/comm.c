@@ -197,11 +197,11 @@ static glia_status in_place_sync(struct glia_comm *c, void *p, size_t count, enu
     if (to_host && !(buf = malloc(nbytes ? nbytes : 1))) return GLIA_ENOMEM;
     if (to_device && !(st = glia_tensor_new(b, dt, &(struct glia_shape){1, {count ? (int64_t)count : 1}}, &dev)))
         buf = dev->data;
-    if (!st && (to_host || to_device)) st = b->ops->copy(b->priv, buf, to_host || cpu, p, host || cpu, nbytes);
+    if (!st && (to_host || to_device)) st = glia_backend_copy(b, buf, to_host || cpu, p, host || cpu, nbytes);
     if (!st && (to_host || to_device)) st = glia_backend_sync(b);
     if (!st) st = root >= 0 ? glia_comm_broadcast(c, buf, count, dt, root, &t) : glia_comm_all_reduce(c, buf, count, dt, op, &t);
     if (!st) st = glia_comm_wait(c, t, true);
-    if (!st && (to_host || to_device)) st = b->ops->copy(b->priv, p, host || cpu, buf, to_host || cpu, nbytes);
+    if (!st && (to_host || to_device)) st = glia_backend_copy(b, p, host || cpu, buf, to_host || cpu, nbytes);
     if (!st && (to_host || to_device)) st = glia_backend_sync(b);  /* buf is freed next */
     if (to_host) free(buf);
     glia_tensor_release(dev);

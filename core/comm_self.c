@@ -49,7 +49,7 @@ static glia_status copy(struct self *s, void *dst, const void *src, size_t count
     size_t n = count * glia_dtype_size(dt);
     if (dst == src || n == 0) return GLIA_OK;
     bool host = s->b->device.type == GLIA_DEVICE_CPU;
-    return s->b->ops->copy(s->b->priv, dst, host, src, host, n);
+    return glia_backend_copy(s->b, dst, host, src, host, n);
 }
 
 static glia_status self_all_gather(void *priv, void *dst, const void *src, size_t count, enum glia_dtype dt,

@@ -5,23 +5,23 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* A dp replica computes on batches the model it copies hands it: same settings, no samples. */
 static void borrow_data(struct glia_model *m, const struct glia_model *like)
 {
-    m->train = (struct glia__dataset){.n = like->train.n, .channels = like->train.channels, .rows = like->train.rows,
-                                      .cols = like->train.cols, .n_classes = like->train.n_classes,
-                                      .tokens = like->train.tokens};
-    m->test = (struct glia__dataset){.n = like->test.n, .channels = like->test.channels, .rows = like->test.rows,
-                                     .cols = like->test.cols, .n_classes = like->test.n_classes,
-                                     .tokens = like->test.tokens};
-    m->batch = like->batch;
-    m->test_batch = like->test_batch;
-    m->n_classes = like->n_classes;
-    m->vocab = like->vocab;
-    m->norm = like->norm;
-    m->workers = 0;
+    m->data.train = (struct glia__dataset){.n = like->data.train.n, .channels = like->data.train.channels, .rows = like->data.train.rows,
+                                      .cols = like->data.train.cols, .n_classes = like->data.train.n_classes,
+                                      .tokens = like->data.train.tokens};
+    m->data.test = (struct glia__dataset){.n = like->data.test.n, .channels = like->data.test.channels, .rows = like->data.test.rows,
+                                     .cols = like->data.test.cols, .n_classes = like->data.test.n_classes,
+                                     .tokens = like->data.test.tokens};
+    m->data.batch = like->data.batch;
+    m->data.test_batch = like->data.test_batch;
+    m->data.n_classes = like->data.n_classes;
+    m->data.vocab = like->data.vocab;
+    m->data.norm = like->data.norm;
+    m->data.workers = 0;
 }
 
 /* [data] format: what the files are. */
@@ -182,7 +182,7 @@ static glia_status file_list(struct glia_section *s, const char *key, struct pat
 static glia_status load_cifar(struct glia_model *m, struct glia_section *s, bool cifar100)
 {
     static const char *const keys[2] = {"train", "test"};
-    struct glia__dataset *sets[2] = {&m->train, &m->test};
+    struct glia__dataset *sets[2] = {&m->data.train, &m->data.test};
     bool coarse = cifar100 && glia_section_bool(s, "coarse_labels");
     glia_status st = GLIA_OK;
     for (int i = 0; i < 2 && !st; i++) {
@@ -202,20 +202,20 @@ static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
                       glia__config_path(s, "test", glia_section_str(s, "test"))};
     int64_t vocab = glia_section_int(s, "vocab"), max_length = glia_section_int(s, "max_length");
     glia_status st = paths[0] && paths[1] ? GLIA_OK : GLIA_ENOMEM;
-    if (!st) st = glia__tokens_load(m->ctx, paths[0], vocab, max_length, glia_section_int(s, "train_samples"), &m->train);
-    if (!st) st = glia__tokens_load(m->ctx, paths[1], vocab, max_length, glia_section_int(s, "test_samples"), &m->test);
+    if (!st) st = glia__tokens_load(m->ctx, paths[0], vocab, max_length, glia_section_int(s, "train_samples"), &m->data.train);
+    if (!st) st = glia__tokens_load(m->ctx, paths[1], vocab, max_length, glia_section_int(s, "test_samples"), &m->data.test);
     free(paths[0]);
     free(paths[1]);
     if (st) return st;
     /* one padded length bounds every batch of both sets: activations are sized for it */
-    int64_t mult = glia_section_int(s, "pad_to_multiple"), longest = m->train.cols > m->test.cols ? m->train.cols : m->test.cols;
+    int64_t mult = glia_section_int(s, "pad_to_multiple"), longest = m->data.train.cols > m->data.test.cols ? m->data.train.cols : m->data.test.cols;
     longest = (longest + mult - 1) / mult * mult;
     if (longest > INT32_MAX) return glia_section_error(s, "pad_to_multiple", GLIA_ECONFIG, "a padded length of %lld is too long", (long long)longest);
-    m->train.cols = m->test.cols = (int)longest;
-    m->pad_multiple = (int)mult;
-    m->vocab = vocab;
-    m->group_by_length = glia_section_bool(s, "group_by_length");
-    m->group_size = (int)glia_section_int(s, "group_size");
+    m->data.train.cols = m->data.test.cols = (int)longest;
+    m->data.pad_multiple = (int)mult;
+    m->data.vocab = vocab;
+    m->data.group_by_length = glia_section_bool(s, "group_by_length");
+    m->data.group_size = (int)glia_section_int(s, "group_size");
     return GLIA_OK;
 }
 
@@ -226,44 +226,44 @@ static glia_status load_idx(struct glia_model *m, struct glia_section *s)
     glia_status st = GLIA_OK;
     for (int i = 0; i < 4 && !st; i++)
         if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
-    if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->train);
-    if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->test);
-    if (!st && (m->train.rows != m->test.rows || m->train.cols != m->test.cols))
+    if (!st) st = glia__idx_load(m->ctx, paths[0], paths[1], glia_section_int(s, "train_samples"), &m->data.train);
+    if (!st) st = glia__idx_load(m->ctx, paths[2], paths[3], glia_section_int(s, "test_samples"), &m->data.test);
+    if (!st && (m->data.train.rows != m->data.test.rows || m->data.train.cols != m->data.test.cols))
         st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%d, training images %dx%d",
-                                m->test.rows, m->test.cols, m->train.rows, m->train.cols);
+                                m->data.test.rows, m->data.test.cols, m->data.train.rows, m->data.train.cols);
     for (int i = 0; i < 4; i++) free(paths[i]);
     return st;
 }
 
 glia_status glia__load_data(struct glia_model *m)
 {
-    if (m->like) return borrow_data(m, m->like), GLIA_OK;
+    if (m->dist.like) return borrow_data(m, m->dist.like), GLIA_OK;
     struct glia_section *s = glia__config_find(m->cfg, "data");
     enum data_format fmt = FMT_IDX;
     while (fmt < N_FORMATS - 1 && strcmp(glia_section_str(s, "format"), format_names[fmt])) fmt++;
     glia_status st = check_format_keys(s, fmt);
     if (st) return st;
     int channels = fmt == FMT_IDX ? 1 : 3;  /* of the image formats */
-    if (fmt != FMT_TOKENS && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->norm.mean)))
-        st = norm_values(s, "std", channels, default_std[fmt], m->norm.std);
+    if (fmt != FMT_TOKENS && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->data.norm.mean)))
+        st = norm_values(s, "std", channels, default_std[fmt], m->data.norm.std);
     if (st) return st;
     if (fmt == FMT_TOKENS) st = load_tokens(m, s);
     else if (fmt == FMT_IDX) st = load_idx(m, s);
     else st = load_cifar(m, s, fmt == FMT_CIFAR100);
     if (st) return st;
-    m->batch = (int)glia_section_int(s, "batch_size");
-    m->test_batch = (int)glia_section_int(s, "test_batch_size");
-    m->shuffle = glia_section_bool(s, "shuffle");
-    m->workers = (int)glia_section_int(s, "workers");
-    m->prefetch = (int)glia_section_int(s, "prefetch");
-    m->persistent = glia_section_bool(s, "persistent_workers");
-    m->pin_memory = glia_section_bool(s, "pin_memory");
-    m->drop_last = glia_section_bool(s, "drop_last");
-    m->crop_padding = (int)glia_section_int(s, "random_crop_padding");
-    m->flip = glia_section_bool(s, "random_flip");
-    if (m->drop_last && m->train.n < m->batch)
+    m->data.batch = (int)glia_section_int(s, "batch_size");
+    m->data.test_batch = (int)glia_section_int(s, "test_batch_size");
+    m->data.shuffle = glia_section_bool(s, "shuffle");
+    m->data.workers = (int)glia_section_int(s, "workers");
+    m->data.prefetch = (int)glia_section_int(s, "prefetch");
+    m->data.persistent = glia_section_bool(s, "persistent_workers");
+    m->data.pin_memory = glia_section_bool(s, "pin_memory");
+    m->data.drop_last = glia_section_bool(s, "drop_last");
+    m->data.crop_padding = (int)glia_section_int(s, "random_crop_padding");
+    m->data.flip = glia_section_bool(s, "random_flip");
+    if (m->data.drop_last && m->data.train.n < m->data.batch)
         return glia_section_error(s, "drop_last", GLIA_ECONFIG, "drop_last with %lld training samples and batch_size %d leaves no batch",
-                                  (long long)m->train.n, m->batch);
-    m->n_classes = m->train.n_classes > m->test.n_classes ? m->train.n_classes : m->test.n_classes;
+                                  (long long)m->data.train.n, m->data.batch);
+    m->data.n_classes = m->data.train.n_classes > m->data.test.n_classes ? m->data.train.n_classes : m->data.test.n_classes;
     return GLIA_OK;
 }

@@ -3,7 +3,7 @@
  * model check and broadcast. Not a transport (plugins/comm/), not the data sharding (loader.c). */
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 int glia__ddp_buckets(const int64_t *sizes, int n, size_t elem_bytes, size_t first_bytes, size_t bytes, int *bucket_of)
 {
@@ -58,17 +58,17 @@ glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double b
     struct glia__ddp *d = calloc(1, sizeof *d);
     if (!d) return GLIA_ENOMEM;
     d->comm = comm;
-    d->n_params = m->wa.count;  /* the arena holds the parameters in order, with their sizes */
+    d->n_params = m->params.wa.count;  /* the arena holds the parameters in order, with their sizes */
     d->bucket_of = malloc(sizeof *d->bucket_of * (size_t)(d->n_params > 0 ? d->n_params : 1));
-    d->param0 = malloc(sizeof *d->param0 * (size_t)(m->n_nodes > 0 ? m->n_nodes : 1));
+    d->param0 = malloc(sizeof *d->param0 * (size_t)(m->graph.n_nodes > 0 ? m->graph.n_nodes : 1));
     d->stage = m->backend->device.type != GLIA_DEVICE_CPU && !(comm->ops->memory & GLIA_COMM_DEVICE_MEMORY);
-    if (d->stage) d->host = malloc(sizeof(float) * (size_t)m->wa.len);
+    if (d->stage) d->host = malloc(sizeof(float) * (size_t)m->params.wa.len);
     if (!d->bucket_of || !d->param0 || (d->stage && !d->host)) {
         glia__ddp_free(d);
         return GLIA_ENOMEM;
     }
-    for (int i = 0, k = 0; i < m->n_nodes; k += m->nodes[i].layer.n_params, i++) d->param0[i] = k;
-    d->n_buckets = glia__ddp_buckets(m->wa.size, d->n_params, sizeof(float), (size_t)(first_mb * 1048576.0),
+    for (int i = 0, k = 0; i < m->graph.n_nodes; k += m->graph.nodes[i].layer.n_params, i++) d->param0[i] = k;
+    d->n_buckets = glia__ddp_buckets(m->params.wa.size, d->n_params, sizeof(float), (size_t)(first_mb * 1048576.0),
                                      (size_t)(bucket_mb * 1048576.0), d->bucket_of);
     d->b = calloc((size_t)(d->n_buckets > 0 ? d->n_buckets : 1), sizeof *d->b);
     if (!d->b) {
@@ -77,8 +77,8 @@ glia_status glia__ddp_new(struct glia_model *m, struct glia_comm *comm, double b
     }
     for (int i = 0; i < d->n_params; i++) {  /* a bucket is a contiguous range: its params are adjacent */
         struct glia__ddp_bucket *b = &d->b[d->bucket_of[i]];
-        if (b->params++ == 0) b->off = m->wa.off[i];
-        b->n = m->wa.off[i] + m->wa.size[i] - b->off;  /* the zero padding between them included */
+        if (b->params++ == 0) b->off = m->params.wa.off[i];
+        b->n = m->params.wa.off[i] + m->params.wa.size[i] - b->off;  /* the zero padding between them included */
     }
     *out = d;
     return GLIA_OK;
@@ -90,11 +90,11 @@ int glia__ddp_n_buckets(const struct glia__ddp *d) { return d->n_buckets; }
 static glia_status launch(struct glia_model *m, struct glia__ddp *d, int k)
 {
     struct glia__ddp_bucket *b = &d->b[k];
-    float *g = (float *)m->g->data + b->off;
+    float *g = (float *)m->params.g->data + b->off;
     b->launched = true;
     if (!d->stage) return glia_comm_all_reduce(d->comm, g, (size_t)b->n, GLIA_F32, GLIA_REDUCE_AVG, &b->ticket);
     struct glia_backend *be = m->backend;  /* through the host: the copy waits for backward so far */
-    glia_status st = be->ops->copy(be->priv, d->host + b->off, true, g, false, sizeof(float) * (size_t)b->n);
+    glia_status st = glia_backend_copy(be, d->host + b->off, true, g, false, sizeof(float) * (size_t)b->n);
     if (!st) st = glia_backend_sync(be);
     if (!st) st = glia_comm_all_reduce(d->comm, d->host + b->off, (size_t)b->n, GLIA_F32, GLIA_REDUCE_AVG, &b->ticket);
     return st;
@@ -112,7 +112,7 @@ void glia__ddp_begin(struct glia__ddp *d, bool reduce)
 glia_status glia__ddp_node_done(struct glia_model *m, struct glia__ddp *d, int node)
 {
     if (!d->active) return GLIA_OK;
-    const struct glia_layer *l = &m->nodes[node].layer;
+    const struct glia_layer *l = &m->graph.nodes[node].layer;
     for (int p = 0; p < l->n_params; p++) {
         int k = d->bucket_of[d->param0[node] + p];
         if (--d->b[k].pending == 0) {
@@ -130,9 +130,9 @@ glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d)
     /* Buckets with parameters no layer wrote this step (they count as zero), in bucket order. */
     for (int k = 0; k < d->n_buckets && !st; k++) {
         if (d->b[k].launched) continue;
-        for (int i = 0; i < m->n_nodes && !st; i++)
-            for (int p = 0; p < m->nodes[i].layer.n_params && !st; p++) {
-                struct glia_param *pa = &m->nodes[i].layer.params[p];
+        for (int i = 0; i < m->graph.n_nodes && !st; i++)
+            for (int p = 0; p < m->graph.nodes[i].layer.n_params && !st; p++) {
+                struct glia_param *pa = &m->graph.nodes[i].layer.params[p];
                 if (d->bucket_of[d->param0[i] + p] == k && pa->grad_unset) {
                     st = glia_tensor_fill_zero(pa->grad);
                     pa->grad_unset = false;
@@ -146,7 +146,7 @@ glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d)
         struct glia__ddp_bucket *b = &d->b[k];
         st = glia_comm_wait(d->comm, b->ticket, d->stage || be->device.type == GLIA_DEVICE_CPU);
         if (!st && d->stage)
-            st = be->ops->copy(be->priv, (float *)m->g->data + b->off, false, d->host + b->off, true,
+            st = glia_backend_copy(be, (float *)m->params.g->data + b->off, false, d->host + b->off, true,
                                sizeof(float) * (size_t)b->n);
     }
     if (!st && d->stage) st = glia_backend_sync(be);  /* the staging buffer is reused next step */
@@ -179,8 +179,8 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
     int64_t *all = calloc(3 * (size_t)world, sizeof *all);
     if (!all) return GLIA_ENOMEM;
     all[3 * c->info.rank] = (int64_t)glia__model_fingerprint(m);
-    all[3 * c->info.rank + 1] = m->wa.n;
-    all[3 * c->info.rank + 2] = m->step;
+    all[3 * c->info.rank + 1] = m->params.wa.n;
+    all[3 * c->info.rank + 2] = m->trainer.step;
     glia_status st = glia__comm_all_reduce_host(c, all, 3 * (size_t)world, GLIA_I64, GLIA_REDUCE_SUM);
     for (int r = 1; r < world && !st; r++)
         if (all[3 * r] != all[0] || all[3 * r + 1] != all[1])
@@ -194,7 +194,7 @@ glia_status glia__ddp_start(struct glia_model *m, struct glia__ddp *d)
                             "checkpoint, or none",
                             r, (long long)all[3 * r + 2], (long long)all[2]);
     free(all);
-    if (!st && m->wa.n) st = glia_comm_broadcast_sync(c, m->w->data, (size_t)m->wa.len, GLIA_F32, 0);
-    if (!st && m->ba.n) st = glia_comm_broadcast_sync(c, m->buf->data, (size_t)m->ba.len, GLIA_F32, 0);
+    if (!st && m->params.wa.n) st = glia_comm_broadcast_sync(c, m->params.w->data, (size_t)m->params.wa.len, GLIA_F32, 0);
+    if (!st && m->params.ba.n) st = glia_comm_broadcast_sync(c, m->params.buf->data, (size_t)m->params.ba.len, GLIA_F32, 0);
     return st;
 }

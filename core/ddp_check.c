@@ -5,7 +5,7 @@
  * not the same-model check when training starts (ddp.c). */
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* Keys that may differ between ranks: where a rank runs (its device, its threads, its loader's
  * threads and buffers), where it reads its files from (the data sets' sizes are compared instead,
@@ -100,8 +100,8 @@ static glia_status collect(struct glia_model *m, struct settings *out)
 {
     glia_status st = add(out, "", "glia's version", GLIA_VERSION_STRING);
     for (int i = 0; i < m->cfg->n_sections && !st; i++) st = add_section(out, m->cfg->sections[i]);
-    if (!st) st = add_dataset(out, "the training set", &m->train);
-    if (!st) st = add_dataset(out, "the test set", &m->test);
+    if (!st) st = add_dataset(out, "the training set", &m->data.train);
+    if (!st) st = add_dataset(out, "the test set", &m->data.test);
     for (int i = 0; i < m->ctx->n_plugins && !st; i++) {
         const struct glia_plugin_desc *d = m->ctx->plugins[i].desc;
         if (!d || backend_plugin(m->ctx, i)) continue;
@@ -155,8 +155,8 @@ static glia_status refuse(struct glia_model *m, int r, const char *const d[4])
     char vals[128] = "";
     const char *v0 = d[2] ? d[2] : "absent", *vr = d[3] ? d[3] : "absent";
     if (strlen(v0) <= 40 && strlen(vr) <= 40) snprintf(vals, sizeof vals, " (%s vs %s)", v0, vr);
-    static const char why[] = "every rank of a ddp job must run with the same settings (README, Multi-GPU: the keys "
-                              "that may differ)";
+    static const char why[] = "every rank of a ddp job must run with the same settings (docs/distributed.md, "
+                              "per-rank keys: the keys that may differ)";
     struct glia_section *s = d[0][0] ? glia__config_find(m->cfg, d[0]) : NULL;
     if (s) return glia_section_error(s, d[1], GLIA_ECONFIG, "ranks 0 and %d differ%s: %s", r, vals, why);
     if (d[0][0])
@@ -175,7 +175,7 @@ static glia_status receive(struct glia_comm *c, const struct settings *mine, int
 
 glia_status glia__ddp_check_settings(struct glia_model *m)
 {
-    struct glia_comm *c = m->comm;
+    struct glia_comm *c = m->dist.comm;
     int world = c->info.world;
     struct settings mine = {0};
     /* an all-gather of (hash, length) as a sum of slots that only their rank fills */

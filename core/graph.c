@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* Sets key = value in s on behalf of the core (a graph pass); origin names the pass. */
 static glia_status override_key(struct glia_section *s, const char *key, const char *value, const char *origin)
@@ -50,17 +50,17 @@ static bool has_bool_key(const struct glia_key *keys, const char *name)
  * one normalization layer loses its bias (the normalization subtracts it again). */
 glia_status glia__pass_drop_bias(struct glia_model *m)
 {
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        struct glia__node *nd = &m->graph.nodes[i];
         if (!has_bool_key(nd->layer.type->keys, "bias") || !glia_section_bool(nd->sec, "bias")) continue;
         int consumer = -1, uses = 0;
-        for (int j = i + 1; j < m->n_nodes; j++)
-            for (int k = 0; k < m->nodes[j].n_in; k++)
-                if (m->nodes[j].in[k] == i) {
+        for (int j = i + 1; j < m->graph.n_nodes; j++)
+            for (int k = 0; k < m->graph.nodes[j].n_in; k++)
+                if (m->graph.nodes[j].in[k] == i) {
                     consumer = j;
                     uses++;
                 }
-        if (uses != 1 || !(m->nodes[consumer].layer.type->flags & GLIA_TYPE_NORMALIZATION)) continue;
+        if (uses != 1 || !(m->graph.nodes[consumer].layer.type->flags & GLIA_TYPE_NORMALIZATION)) continue;
         glia_status st = override_key(nd->sec, "bias", "off", "[graph] drop_bias_before_norm");
         if (st) return st;
         nd->bias_dropped_for = consumer;
@@ -72,30 +72,30 @@ glia_status glia__pass_drop_bias(struct glia_model *m)
 /* Each node's consumer count, and whether a gradient flows through it. */
 static void link_nodes(struct glia_model *m)
 {
-    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].n_consumers = 0;
-    for (int i = 0; i < m->n_nodes; i++) {  /* inputs come before their consumers */
-        struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].n_consumers = 0;
+    for (int i = 0; i < m->graph.n_nodes; i++) {  /* inputs come before their consumers */
+        struct glia__node *nd = &m->graph.nodes[i];
         nd->needs_grad = nd->layer.n_params > 0;
         for (int k = 0; k < nd->n_in; k++)
             if (nd->in[k] >= 0) {
-                m->nodes[nd->in[k]].n_consumers++;
-                nd->needs_grad |= m->nodes[nd->in[k]].needs_grad;
+                m->graph.nodes[nd->in[k]].n_consumers++;
+                nd->needs_grad |= m->graph.nodes[nd->in[k]].needs_grad;
             }
     }
 }
 
 glia_status glia__check_graph(struct glia_model *m)
 {
-    if (m->n_nodes == 0)
+    if (m->graph.n_nodes == 0)
         return glia_error(m->ctx, GLIA_ECONFIG, "%s: the model has no layers (add sections with type = ...)", m->cfg->path);
-    struct glia__node *last = &m->nodes[m->n_nodes - 1];
+    struct glia__node *last = &m->graph.nodes[m->graph.n_nodes - 1];
     if (!(last->layer.type->flags & GLIA_TYPE_LOSS))
         return glia_section_error(last->sec, "type", GLIA_ECONFIG,
                                   "the last layer must be a loss layer (for example type = softmax_cross_entropy), got '%s'",
                                   last->layer.type->name);
     link_nodes(m);
-    for (int i = 0; i < m->n_nodes - 1; i++) {
-        struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes - 1; i++) {
+        struct glia__node *nd = &m->graph.nodes[i];
         if (nd->layer.type->flags & GLIA_TYPE_LOSS)
             return glia_section_error(nd->sec, "type", GLIA_ECONFIG, "a loss layer must be the last layer");
         if (nd->n_consumers == 0)
@@ -104,13 +104,13 @@ glia_status glia__check_graph(struct glia_model *m)
             return glia_section_error(nd->sec, "type", GLIA_EUNSUPPORTED, "layer type '%s' (kernel %s) has no backward; it "
                                       "cannot be trained through", nd->layer.type->name, nd->layer.kernel->impl);
     }
-    const struct glia_shape *logits = &m->nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
+    const struct glia_shape *logits = &m->graph.nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
     if (last->in[0] < 0 || logits->ndim != 2)
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the loss expects (N, classes) logits");
-    if (logits->dim[1] < m->n_classes) {  /* name a label it cannot give */
-        const struct glia__dataset *d = m->train.n_classes >= m->test.n_classes ? &m->train : &m->test;
+    if (logits->dim[1] < m->data.n_classes) {  /* name a label it cannot give */
+        const struct glia__dataset *d = m->data.train.n_classes >= m->data.test.n_classes ? &m->data.train : &m->data.test;
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels%s%s%s",
-                                  (long long)logits->dim[1], m->n_classes, d->classes_why ? " (" : "",
+                                  (long long)logits->dim[1], m->data.n_classes, d->classes_why ? " (" : "",
                                   d->classes_why ? d->classes_why : "", d->classes_why ? ")" : "");
     }
     return GLIA_OK;
@@ -146,7 +146,7 @@ static char *fuse_close(FILE *f, char **text)
  * than its expression. */
 static char *fuse_text(const struct glia_model *m, int i, glia_status *st)
 {
-    const struct glia__node *nd = &m->nodes[i];
+    const struct glia__node *nd = &m->graph.nodes[i];
     const struct glia_layer_type *t = nd->layer.type;
     *st = GLIA_OK;
     if (!t->pointwise || nd->n_in > (int)sizeof fuse_vars - 1 || nd->own_sec ||
@@ -265,9 +265,9 @@ static bool fuse_has_dropout(const char *text)
 static int only_consumer(const struct glia_model *m, int i)
 {
     int c = -1;
-    for (int j = i + 1; j < m->n_nodes; j++)
-        for (int k = 0; k < m->nodes[j].n_in; k++)
-            if (m->nodes[j].in[k] == i) {
+    for (int j = i + 1; j < m->graph.n_nodes; j++)
+        for (int k = 0; k < m->graph.nodes[j].n_in; k++)
+            if (m->graph.nodes[j].in[k] == i) {
                 if (c >= 0 && c != j) return -1;
                 c = j;
             }
@@ -278,7 +278,7 @@ static int only_consumer(const struct glia_model *m, int i)
  * On failure node j is as it was. */
 static glia_status make_fused(struct glia_model *m, int j, const char *text)
 {
-    struct glia__node *nd = &m->nodes[j], f = *nd;
+    struct glia__node *nd = &m->graph.nodes[j], f = *nd;
     int prod[FUSE_MAX_VARS], n = fuse_producers(text, prod, FUSE_MAX_VARS);
     char *expr = NULL;
     size_t len;
@@ -329,8 +329,8 @@ static glia_status make_fused(struct glia_model *m, int j, const char *text)
 /* Whether m has a fused layer named name. */
 static bool fused_in(const struct glia_model *m, const char *name)
 {
-    for (int i = 0; i < m->n_nodes; i++)
-        if (m->nodes[i].own_sec && !strcmp(m->nodes[i].layer.name, name)) return true;
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].own_sec && !strcmp(m->graph.nodes[i].layer.name, name)) return true;
     return false;
 }
 
@@ -346,15 +346,15 @@ int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_sect
  * the others move up. */
 static void drop_nodes(struct glia_model *m, const int *into, int *map)
 {
-    int n = m->n_nodes, w = 0;
+    int n = m->graph.n_nodes, w = 0;
     for (int i = 0; i < n; i++) {
         if (into[i] >= 0) {
-            glia__destroy_layer(&m->nodes[i]);
+            glia__destroy_layer(&m->graph.nodes[i]);
             map[i] = -1;
             continue;
         }
         map[i] = w;
-        if (w != i) m->nodes[w] = m->nodes[i];  /* layers keep no pointer to their struct (layer.h) */
+        if (w != i) m->graph.nodes[w] = m->graph.nodes[i];  /* layers keep no pointer to their struct (layer.h) */
         w++;
     }
     for (int i = 0; i < n; i++) {
@@ -362,14 +362,14 @@ static void drop_nodes(struct glia_model *m, const int *into, int *map)
         while (into[r] >= 0) r = into[r];
         map[i] = map[r];
     }
-    m->n_nodes = w;
+    m->graph.n_nodes = w;
     for (int i = 0; i < w; i++) {
-        struct glia__node *nd = &m->nodes[i];
+        struct glia__node *nd = &m->graph.nodes[i];
         for (int k = 0; k < nd->n_in; k++)
             if (nd->in[k] >= 0) nd->in[k] = map[nd->in[k]];
         if (nd->bias_dropped) nd->bias_dropped_for = map[nd->bias_dropped_for];
     }
-    for (int d = 0; d < m->n_decl; d++) m->decl[d].node = map[m->decl[d].node];
+    for (int d = 0; d < m->graph.n_decl; d++) m->graph.decl[d].node = map[m->graph.decl[d].node];
     link_nodes(m);
 }
 
@@ -403,18 +403,18 @@ static bool key_has_choice(const struct glia_key *keys, const char *key, const c
  * the same file, fuses it too). */
 glia_status glia__pass_fuse_activation(struct glia_model *m)
 {
-    int n = m->n_nodes, *into = malloc(2 * sizeof *into * (size_t)n), fused = 0;  /* and drop_nodes' map */
+    int n = m->graph.n_nodes, *into = malloc(2 * sizeof *into * (size_t)n), fused = 0;  /* and drop_nodes' map */
     glia_status st = into ? GLIA_OK : GLIA_ENOMEM;
     for (int j = 0; j < n && into; j++) into[j] = -1;
     for (int j = 0; j < n && !st; j++) {
-        const struct glia__node *r = &m->nodes[j];
+        const struct glia__node *r = &m->graph.nodes[j];
         int i = r->in[0];
         if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 ||
-            !(m->nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
-            m->nodes[i].own_sec || !key_has_choice(m->nodes[i].layer.type->keys, "activation", r->layer.type->name) ||
-            layer_sets_keys(r->sec, r->layer.type->keys) || strcmp(glia_section_str(m->nodes[i].sec, "activation"), "none"))
+            !(m->graph.nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
+            m->graph.nodes[i].own_sec || !key_has_choice(m->graph.nodes[i].layer.type->keys, "activation", r->layer.type->name) ||
+            layer_sets_keys(r->sec, r->layer.type->keys) || strcmp(glia_section_str(m->graph.nodes[i].sec, "activation"), "none"))
             continue;
-        struct glia__node *b = &m->nodes[i];
+        struct glia__node *b = &m->graph.nodes[i];
         if ((st = override_key(b->sec, "activation", r->layer.type->name, fuse_origin))) break;
         glia__destroy_layer(b);
         if ((st = glia__create_layer(m, b))) break;
@@ -433,7 +433,7 @@ glia_status glia__pass_fuse_activation(struct glia_model *m)
  * name, so it draws the mask that layer draws unfused (the step's seed hashed with the name). */
 glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
 {
-    int n = m->n_nodes, *into = malloc(2 * sizeof *into * (size_t)n);  /* and drop_nodes' map */
+    int n = m->graph.n_nodes, *into = malloc(2 * sizeof *into * (size_t)n);  /* and drop_nodes' map */
     char **text = calloc((size_t)n, sizeof *text);
     bool *grew = calloc((size_t)n, sizeof *grew);
     glia_status st = text && grew && into ? GLIA_OK : GLIA_ENOMEM;
@@ -441,8 +441,8 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
     for (int j = 0; j < n && !st; j++) {  /* producers first: text[i] is i's whole chain */
         into[j] = -1;
         if (!(text[j] = fuse_text(m, j, &st))) continue;
-        for (int k = 0; k < m->nodes[j].n_in && !st; k++) {
-            int i = m->nodes[j].in[k];
+        for (int k = 0; k < m->graph.nodes[j].n_in && !st; k++) {
+            int i = m->graph.nodes[j].in[k];
             if (i < 0 || !text[i] || into[i] >= 0 || only_consumer(m, i) != j || fuse_has_dropout(text[i])) continue;
             char *t = fuse_subst(text[j], i, text[i]);
             if (!t) st = GLIA_ENOMEM;
@@ -457,8 +457,8 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
     }
     for (int j = 0; j < n && !st; j++) {
         if (!grew[j] || into[j] >= 0) continue;
-        bool follow = m->like != NULL;  /* a dp replica fuses what its model fused, so their layers pair up */
-        if (follow && !fused_in(m->like, m->nodes[j].layer.name)) st = GLIA_EUNSUPPORTED;
+        bool follow = m->dist.like != NULL;  /* a dp replica fuses what its model fused, so their layers pair up */
+        if (follow && !fused_in(m->dist.like, m->graph.nodes[j].layer.name)) st = GLIA_EUNSUPPORTED;
         else if (!(st = make_fused(m, j, text[j]))) continue;
         if (st == GLIA_ENOMEM || on || (follow && st != GLIA_EUNSUPPORTED)) {
             glia_error(m->ctx, st, "%s (a layer made by %s; off runs the layers one by one)", glia_context_error(m->ctx),
@@ -468,7 +468,7 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
         /* auto: the chain stays as written */
         if (!follow)
             glia_log(m->ctx, GLIA_LOG_WARN, "%s = auto leaves the layers before [%s] as they are: %s", fuse_origin,
-                     m->nodes[j].layer.name, glia_context_error(m->ctx));
+                     m->graph.nodes[j].layer.name, glia_context_error(m->ctx));
         glia_context_clear_error(m->ctx);
         st = GLIA_OK;
         for (int i = 0; i < j; i++) {
@@ -495,21 +495,21 @@ static const char ckpt_origin[] = "[graph] checkpoint_segments";
  * forward. */
 static void mark_segments(struct glia_model *m, const int *cut, int n)
 {
-    for (int i = 0; i < m->n_nodes; i++) {
-        m->nodes[i].recompute = m->nodes[i].cut = false;
-        m->nodes[i].recompute_n = 0;
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        m->graph.nodes[i].recompute = m->graph.nodes[i].cut = false;
+        m->graph.nodes[i].recompute_n = 0;
     }
     for (int k = 0, prev = -1; k < n; prev = cut[k++]) {
-        m->nodes[cut[k]].recompute_n = cut[k] - prev - 1;
-        m->nodes[cut[k]].cut = true;
+        m->graph.nodes[cut[k]].recompute_n = cut[k] - prev - 1;
+        m->graph.nodes[cut[k]].cut = true;
         for (int j = cut[k] - 1; j > prev; j--) {  /* consumers first: only the segment and its cut read j */
             bool needed = glia__bwd_reads_out(m, j);
             for (int i = j + 1; i <= cut[k] && !needed; i++)
-                for (int e = 0; e < m->nodes[i].n_in; e++)
-                    if (m->nodes[i].in[e] == j &&
-                        (m->nodes[i].recompute || (m->nodes[i].edge[e] != GLIA__EDGE_CONVERT && glia__bwd_reads_in(m, i))))
+                for (int e = 0; e < m->graph.nodes[i].n_in; e++)
+                    if (m->graph.nodes[i].in[e] == j &&
+                        (m->graph.nodes[i].recompute || (m->graph.nodes[i].edge[e] != GLIA__EDGE_CONVERT && glia__bwd_reads_in(m, i))))
                         needed = true;
-            m->nodes[j].recompute = needed;
+            m->graph.nodes[j].recompute = needed;
         }
     }
 }
@@ -518,7 +518,7 @@ static void mark_segments(struct glia_model *m, const int *cut, int n)
  * once (the plan's floor, in O(nodes)), with *area the floats times moments alive; -1 when out of memory. */
 static int64_t ckpt_cost(struct glia_model *m, bool real, double *area)
 {
-    return real ? glia__train_plan_len(m, m->batch) : glia__train_live_peak(m, m->batch, area);
+    return real ? glia__train_plan_len(m, m->data.batch) : glia__train_live_peak(m, m->data.batch, area);
 }
 
 /* Drops, last first, each of the *n cuts whose loss leaves the cost (ckpt_cost) at most *best; the nodes stay marked
@@ -545,18 +545,18 @@ static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, 
  * activation plan (core/memplan.c); a cut that saves nothing is not made. A dp replica cuts where its model did. */
 glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_section *graph)
 {
-    int want = (int)glia_section_int(graph, "checkpoint_segments"), n = m->n_nodes;
-    m->ckpt_segments = 1;
-    m->ckpt_asked = want;
+    int want = (int)glia_section_int(graph, "checkpoint_segments"), n = m->graph.n_nodes;
+    m->graph.ckpt_segments = 1;
+    m->graph.ckpt_asked = want;
     if (want < 2) return GLIA_OK;
-    if (m->like) {
+    if (m->dist.like) {
         for (int i = 0; i < n; i++) {
-            m->nodes[i].recompute = m->like->nodes[i].recompute;
-            m->nodes[i].recompute_n = m->like->nodes[i].recompute_n;
-            m->nodes[i].cut = m->like->nodes[i].cut;
+            m->graph.nodes[i].recompute = m->dist.like->graph.nodes[i].recompute;
+            m->graph.nodes[i].recompute_n = m->dist.like->graph.nodes[i].recompute_n;
+            m->graph.nodes[i].cut = m->dist.like->graph.nodes[i].cut;
         }
-        m->ckpt_segments = m->like->ckpt_segments;
-        memcpy(m->ckpt_plan, m->like->ckpt_plan, sizeof m->ckpt_plan);
+        m->graph.ckpt_segments = m->dist.like->graph.ckpt_segments;
+        memcpy(m->graph.ckpt_plan, m->dist.like->graph.ckpt_plan, sizeof m->graph.ckpt_plan);
         return GLIA_OK;
     }
     int *last_reader = malloc(3 * sizeof *last_reader * (size_t)n), n_can = 0;
@@ -568,8 +568,8 @@ glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_sectio
     }
     for (int i = 0; i < n; i++) {
         last_reader[i] = i;
-        for (int k = 0; k < m->nodes[i].n_in; k++)
-            if (m->nodes[i].in[k] >= 0) last_reader[m->nodes[i].in[k]] = i;
+        for (int k = 0; k < m->graph.nodes[i].n_in; k++)
+            if (m->graph.nodes[i].in[k] >= 0) last_reader[m->graph.nodes[i].in[k]] = i;
     }
     for (int c = 0, reach = -1; c < n; c++) {  /* reach: the last reader of any node before c */
         can[c] = c + 1 < n && reach <= c;
@@ -587,10 +587,10 @@ glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_sectio
 }
 
 /* The greedy choice of at most want - 1 cuts among those can allows (cut, trial: room for n_nodes each), marked on the
- * nodes, with the plans without and with them in m->ckpt_plan. */
+ * nodes, with the plans without and with them in m->graph.ckpt_plan. */
 static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, int *cut, int *trial)
 {
-    int n = m->n_nodes, n_cut = 0;
+    int n = m->graph.n_nodes, n_cut = 0;
     /* Greedy on the most floats alive at once (the plan's floor, cheap to find): add the cut that gives the smallest
      * peak, and of equal peaks the smallest area (shorter lives: the peak often falls only once two cuts are made);
      * then drop each cut whose loss leaves the peak as low. */
@@ -623,18 +623,18 @@ static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, 
     /* the plans themselves, without and with the cuts; then cuts the plan does not need go too, and cuts that do not
      * make the plan smaller are not made */
     mark_segments(m, cut, 0);
-    m->ckpt_plan[0] = best < 0 ? -1 : ckpt_cost(m, true, &area);
+    m->graph.ckpt_plan[0] = best < 0 ? -1 : ckpt_cost(m, true, &area);
     mark_segments(m, cut, n_cut);
-    m->ckpt_plan[1] = m->ckpt_plan[0] < 0 ? -1 : ckpt_cost(m, true, &area);
-    drop_unneeded_cuts(m, cut, &n_cut, &m->ckpt_plan[1], true, trial);
-    if (m->ckpt_plan[1] < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
-    if (m->ckpt_plan[1] >= m->ckpt_plan[0]) n_cut = 0, m->ckpt_plan[1] = m->ckpt_plan[0];
+    m->graph.ckpt_plan[1] = m->graph.ckpt_plan[0] < 0 ? -1 : ckpt_cost(m, true, &area);
+    drop_unneeded_cuts(m, cut, &n_cut, &m->graph.ckpt_plan[1], true, trial);
+    if (m->graph.ckpt_plan[1] < 0) return glia_error(m->ctx, GLIA_ENOMEM, "%s: out of memory planning the activations", ckpt_origin);
+    if (m->graph.ckpt_plan[1] >= m->graph.ckpt_plan[0]) n_cut = 0, m->graph.ckpt_plan[1] = m->graph.ckpt_plan[0];
     mark_segments(m, cut, n_cut);
-    m->ckpt_segments = n_cut + 1;
-    if (m->ckpt_segments < want)
-        glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->ckpt_segments,
-                 m->ckpt_segments > 1 ? "s" : "",
-                 m->ckpt_segments > 1 ? "another cut would not make the activations smaller"
+    m->graph.ckpt_segments = n_cut + 1;
+    if (m->graph.ckpt_segments < want)
+        glia_log(m->ctx, GLIA_LOG_WARN, "%s = %d: %d segment%s; %s", ckpt_origin, want, m->graph.ckpt_segments,
+                 m->graph.ckpt_segments > 1 ? "s" : "",
+                 m->graph.ckpt_segments > 1 ? "another cut would not make the activations smaller"
                                       : "no cut makes a training step's activations smaller in this model");
     return GLIA_OK;
 }
@@ -645,13 +645,13 @@ static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, 
  * are then the same bytes, and the edge only retags them). */
 void glia__plan_formats(struct glia_model *m)
 {
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia__node *nd = &m->nodes[i];
-        bool any = m->format == GLIA_CHANNELS_LAST && (nd->layer.kernel->flags & GLIA_KERNEL_CHANNELS_LAST);
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        struct glia__node *nd = &m->graph.nodes[i];
+        bool any = m->graph.format == GLIA_CHANNELS_LAST && (nd->layer.kernel->flags & GLIA_KERNEL_CHANNELS_LAST);
         nd->out_fmt = any && nd->out_shape.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
         for (int k = 0; k < nd->n_in; k++) {
-            struct glia_shape s = glia__in_shape_of(m, nd->in[k], m->batch);
-            enum glia_memory_format have = nd->in[k] < 0 ? GLIA_CONTIGUOUS : m->nodes[nd->in[k]].out_fmt;
+            struct glia_shape s = glia__in_shape_of(m, nd->in[k], m->data.batch);
+            enum glia_memory_format have = nd->in[k] < 0 ? GLIA_CONTIGUOUS : m->graph.nodes[nd->in[k]].out_fmt;
             nd->in_fmt[k] = any && s.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
             if (nd->in_fmt[k] == have) nd->edge[k] = GLIA__EDGE_DIRECT;
             else if (s.dim[1] == 1 || s.dim[2] * s.dim[3] == 1) nd->edge[k] = GLIA__EDGE_RETAG;

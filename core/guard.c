@@ -19,7 +19,7 @@ static char *guard_at(const struct glia__guarded *g, bool after)
 static glia_status put(const struct glia__guarded *g, bool after, const uint32_t *host)
 {
     struct glia_backend *b = glia_tensor_backend(g->t);
-    return b->ops->copy(b->priv, guard_at(g, after), false, host, true, GLIA__GUARD * sizeof *host);
+    return glia_backend_copy(b, guard_at(g, after), false, host, true, GLIA__GUARD * sizeof *host);
 }
 
 glia_status glia__guard_fill(const struct glia__guarded *g, int n)
@@ -51,7 +51,7 @@ static glia_status reached(const struct glia__guarded *g, bool after, int *n)
 {
     uint32_t bits[GLIA__GUARD];
     struct glia_backend *b = glia_tensor_backend(g->t);
-    glia_status st = b->ops->copy(b->priv, bits, true, guard_at(g, after), false, sizeof bits);
+    glia_status st = glia_backend_copy(b, bits, true, guard_at(g, after), false, sizeof bits);
     *n = 0;
     for (int i = 0; i < GLIA__GUARD && !st; i++)
         if (bits[i] != GUARD_BITS) {

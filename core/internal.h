@@ -11,9 +11,8 @@
 
 #define GLIA__ERRMSG_MAX 1024
 #define GLIA__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-/* Whether a backend's ops struct has slot `f` (its struct_size covers it) and sets it. */
-#define GLIA__HAS_SLOT(ops, f) \
-    ((ops)->struct_size >= offsetof(struct glia_backend_ops, f) + sizeof((ops)->f) && (ops)->f)
+/* The bytes of struct `type` up to the end of its member `field`: what a struct_size must cover for it. */
+#define GLIA__END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 /* The same for a transport's ops. */
 #define GLIA__HAS_COMM_SLOT(ops, f) \
     ((ops)->struct_size >= offsetof(struct glia_comm_ops, f) + sizeof((ops)->f) && (ops)->f)

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 static glia_status add_entry(struct glia_param **arr, int *n, const char *name, const struct glia_shape *shape,
                              struct glia_param_init init, int *index)

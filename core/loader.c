@@ -218,7 +218,7 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->crop_padding = o->crop_padding;
     L->flip = o->flip;
     L->seed = o->seed;
-    L->pin = o->pin && GLIA__HAS_SLOT(o->pin->ops, host_alloc) && GLIA__HAS_SLOT(o->pin->ops, host_free) ? o->pin : NULL;
+    L->pin = o->pin;
     L->world = o->world > 1 ? o->world : 1;
     L->rank = L->world > 1 ? o->rank : 0;
     L->pad = o->pad;
@@ -247,8 +247,8 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
             struct slot *s = &L->w[i].ring[k];
             s->batch = -1;
             if (L->pin) {
-                glia_status st = L->pin->ops->host_alloc(L->pin->priv, per * sizeof(float), (void **)&s->x);
-                if (!st) st = L->pin->ops->host_alloc(L->pin->priv, sizeof(int32_t) * (size_t)o->batch, (void **)&s->y);
+                glia_status st = glia_backend_host_alloc(L->pin, per * sizeof(float), (void **)&s->x);
+                if (!st) st = glia_backend_host_alloc(L->pin, sizeof(int32_t) * (size_t)o->batch, (void **)&s->y);
                 if (st) return glia__loader_free(L), st;
                 continue;
             }
@@ -376,8 +376,8 @@ void glia__loader_free(struct glia__loader *L)
         for (int k = 0; L->w[i].ring && k < ns; k++) {
             struct slot *s = &L->w[i].ring[k];
             if (L->pin) {
-                if (s->x) L->pin->ops->host_free(L->pin->priv, s->x);
-                if (s->y) L->pin->ops->host_free(L->pin->priv, s->y);
+                if (s->x) glia_backend_host_free(L->pin, s->x);
+                if (s->y) glia_backend_host_free(L->pin, s->y);
             } else {
                 free(s->x);
                 free(s->y);

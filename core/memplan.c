@@ -3,7 +3,7 @@
  * evaluation forward (they never run at once). Plans only (offsets and sizes); core/train.c allocates the block and
  * points the layers' tensors into it. */
 #include <stdlib.h>
-#include "model_internal.h"
+#include "parts.h"
 
 static int64_t aligned(int64_t n) { return (n + GLIA__ARENA_ALIGN - 1) / GLIA__ARENA_ALIGN * GLIA__ARENA_ALIGN; }
 
@@ -65,13 +65,13 @@ int64_t glia__memplan(int n, const int64_t *size, const int *first, const int *l
 
 glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct glia_shape *shapes)
 {
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        struct glia__node *nd = &m->graph.nodes[i];
         struct glia_shape in[GLIA__MAX_INPUTS];
         for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? glia__data_shape(m, n, len) : shapes[nd->in[k]];
         glia_status st = nd->layer.type->infer_shape(&nd->layer, in, nd->n_in, &shapes[i]);
         if (st) {
-            if (m->train.tokens)
+            if (m->data.train.tokens)
                 return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld of length %lld",
                                           (long long)n, (long long)len);
             return glia_section_error(nd->sec, NULL, st, "shape inference failed for batch %lld", (long long)n);
@@ -98,17 +98,17 @@ static void grow(int *last, int t)
 static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool train,
                       int64_t *size, int *first, int *last, int *first2, int *last2, int *B, int *R)
 {
-    int N = m->n_nodes, t = N;
+    int N = m->graph.n_nodes, t = N;
     for (int j = N - 1; j >= 0 && train; j--) {
-        for (int k = j - m->nodes[j].recompute_n; k < j; k++)
-            if (m->nodes[k].recompute) R[k] = t++;
+        for (int k = j - m->graph.nodes[j].recompute_n; k < j; k++)
+            if (m->graph.nodes[k].recompute) R[k] = t++;
         B[j] = t++;
     }
     int end = train ? t : N;  /* after the step: the loss (and logits) are read then */
     for (int s = 0; s < N * GLIA__PLAN_SLOTS; s++) size[s] = 0, first[s] = last[s] = 0, first2[s] = last2[s] = -1;
-    struct glia_shape xs = glia__data_shape(m, n, m->train.cols);
+    struct glia_shape xs = glia__data_shape(m, n, m->data.train.cols);
     for (int i = 0; i < N; i++) {
-        const struct glia__node *nd = &m->nodes[i];
+        const struct glia__node *nd = &m->graph.nodes[i];
         bool again = train && nd->recompute;  /* its forward runs again at R[i] */
         int T = train ? B[i] : 0;
         int o = GLIA__PLAN_VALUE(i, -1), g = GLIA__PLAN_GRAD(i, -1);
@@ -128,7 +128,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
             if (p >= 0) {
                 int po = GLIA__PLAN_VALUE(p, -1), pg = GLIA__PLAN_GRAD(p, -1);
-                int *pwalk = train && m->nodes[p].recompute ? &last2[po] : &last[po];
+                int *pwalk = train && m->graph.nodes[p].recompute ? &last2[po] : &last[po];
                 grow(&last[po], i == N - 1 ? end : i);  /* the loss's inputs: read after it too */
                 if (again) grow(pwalk, R[i]);
                 if (train && !conv && glia__bwd_reads_in(m, i)) grow(pwalk, T);
@@ -167,13 +167,13 @@ static void lives_free(struct lives *L)
 /* *L for a training step or an evaluation forward at batch n (the longest length). */
 static glia_status lives_of(struct glia_model *m, int64_t n, bool train, struct lives *L)
 {
-    int N = m->n_nodes, S = N * GLIA__PLAN_SLOTS;
+    int N = m->graph.n_nodes, S = N * GLIA__PLAN_SLOTS;
     *L = (struct lives){S, malloc(sizeof *L->size * (size_t)S), malloc(sizeof(int) * (size_t)S),
                         malloc(sizeof(int) * (size_t)S), malloc(sizeof(int) * (size_t)S), malloc(sizeof(int) * (size_t)S)};
     struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)N);
     int *moments = malloc(sizeof *moments * (size_t)(2 * N));  /* B and R of lifetimes */
     glia_status st = shapes && moments && L->size && L->first && L->last && L->first2 && L->last2 ? GLIA_OK : GLIA_ENOMEM;
-    if (!st) st = glia__infer_all(m, n, m->train.cols, shapes);  /* activations grow with the length: the longest */
+    if (!st) st = glia__infer_all(m, n, m->data.train.cols, shapes);  /* activations grow with the length: the longest */
     if (!st) lifetimes(m, shapes, n, train, L->size, L->first, L->last, L->first2, L->last2, moments, moments + N);
     free(shapes);
     free(moments);
@@ -204,7 +204,7 @@ static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t
 
 int64_t glia__train_plan_len(struct glia_model *m, int64_t n)
 {
-    int64_t *off = malloc(sizeof *off * (size_t)m->n_nodes * GLIA__PLAN_SLOTS), len = -1, sum;
+    int64_t *off = malloc(sizeof *off * (size_t)m->graph.n_nodes * GLIA__PLAN_SLOTS), len = -1, sum;
     if (off && plan_one(m, n, true, off, &len, &sum)) len = -1;
     free(off);
     return len;
@@ -212,7 +212,7 @@ int64_t glia__train_plan_len(struct glia_model *m, int64_t n)
 
 int64_t glia__train_live_peak(struct glia_model *m, int64_t n, double *area)
 {
-    int T = 3 * m->n_nodes + 2;  /* moments: N forwards, N backwards, N recomputes */
+    int T = 3 * m->graph.n_nodes + 2;  /* moments: N forwards, N backwards, N recomputes */
     int64_t *delta = calloc((size_t)T + 1, sizeof *delta), peak = -1, live = 0;
     struct lives L;
     if (!delta || lives_of(m, n, true, &L)) return free(delta), -1;
@@ -237,7 +237,7 @@ int64_t glia__train_live_peak(struct glia_model *m, int64_t n, double *area)
 glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t eval_batch, struct glia__act_plan *p)
 {
     *p = (struct glia__act_plan){0};
-    size_t S = (size_t)m->n_nodes * GLIA__PLAN_SLOTS;
+    size_t S = (size_t)m->graph.n_nodes * GLIA__PLAN_SLOTS;
     p->train_off = calloc(S ? S : 1, sizeof *p->train_off);
     p->eval_off = calloc(S ? S : 1, sizeof *p->eval_off);
     if (!p->train_off || !p->eval_off) return glia__act_plan_free(p), GLIA_ENOMEM;

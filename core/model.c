@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* ---- paths ---- */
 
@@ -125,9 +125,9 @@ static glia_status setup_device(struct glia_model *m)
     const char *dev = glia_section_str(s, "device");
     char why[GLIA__ERRMSG_MAX];
     /* ddp: one process per GPU, so a bare "cuda" (or auto) means this rank's GPU on its machine */
-    int index = m->dist == GLIA__DIST_DDP ? launcher_local_rank() : 0;
-    if (m->forced) {
-        m->device = m->forced_device;
+    int index = m->dist.mode == GLIA__DIST_DDP ? launcher_local_rank() : 0;
+    if (m->dist.forced) {
+        m->device = m->dist.forced_device;
     } else if (!strcmp(dev, "auto")) {
         /* CUDA when its backend loads and the device opens; else the CPU, saying why in one line. */
         struct glia_device cuda = {GLIA_DEVICE_CUDA, index};
@@ -151,7 +151,7 @@ static glia_status setup_device(struct glia_model *m)
     int threads = (int)glia_section_int(s, "threads");
     if (threads > 0) omp_set_num_threads(threads);
     m->seed = (uint64_t)glia_section_int(s, "seed");
-    m->format = strcmp(glia_section_str(s, "memory_format"), "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
+    m->graph.format = strcmp(glia_section_str(s, "memory_format"), "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
     const char *p = glia_section_str(s, "precision");
     struct glia_runtime_options o = {sizeof o, GLIA_PRECISION_FP32, glia_section_bool(s, "cudnn_benchmark"),
                                      (size_t)glia_section_int(s, "workspace_mb") << 20,
@@ -161,7 +161,7 @@ static glia_status setup_device(struct glia_model *m)
     if ((st = glia_backend_configure(m->backend, &o))) return glia_section_error_wrap(s, "precision", st);
     m->precision = o.precision;
     m->debug_checks = glia_section_bool(s, "debug_checks");
-    m->scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
+    m->trainer.scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
     if (m->device.type == GLIA_DEVICE_CUDA && o.deterministic && o.cudnn_benchmark)
         glia_log(m->ctx, GLIA_LOG_INFO,
                  "[runtime] deterministic = on with cudnn_benchmark = on: every algorithm chosen is deterministic, but "
@@ -196,24 +196,24 @@ static glia_status setup_optimizer(struct glia_model *m)
     const struct glia_key *sch[] = {ot->keys};
     glia_status st = glia__section_validate(o, sch, 1);
     if (st) return st;
-    if ((st = glia__optimizer_create(&m->opt, ot, ok, m->ctx, o))) return st;
-    m->epochs = (int)glia_section_int(t, "epochs");
-    m->lr = glia_section_float(t, "lr");
+    if ((st = glia__optimizer_create(&m->trainer.opt, ot, ok, m->ctx, o))) return st;
+    m->trainer.epochs = (int)glia_section_int(t, "epochs");
+    m->trainer.lr = glia_section_float(t, "lr");
     const char *sched = glia_section_str(t, "schedule");
-    m->schedule = !strcmp(sched, "step") ? GLIA__SCHED_STEP : !strcmp(sched, "cosine") ? GLIA__SCHED_COSINE : GLIA__SCHED_CONSTANT;
-    m->gamma = glia_section_float(t, "gamma");
-    m->step_epochs = (int)glia_section_int(t, "step_epochs");
-    m->min_lr = glia_section_float(t, "min_lr");
-    m->warmup_steps = glia_section_int(t, "warmup_steps");
-    m->clip_grad_norm = glia_section_float(t, "clip_grad_norm");
-    m->accumulate = (int)glia_section_int(t, "accumulate");
-    m->decay_1d = glia_section_bool(t, "weight_decay_1d");
-    m->log_every = (int)glia_section_int(t, "log_every");
-    m->checkpoint_every = glia_section_int(t, "checkpoint_every");
-    m->checkpoint_keep = (int)glia_section_int(t, "checkpoint_keep");
-    m->max_steps = glia_section_int(t, "max_steps");
+    m->trainer.schedule = !strcmp(sched, "step") ? GLIA__SCHED_STEP : !strcmp(sched, "cosine") ? GLIA__SCHED_COSINE : GLIA__SCHED_CONSTANT;
+    m->trainer.gamma = glia_section_float(t, "gamma");
+    m->trainer.step_epochs = (int)glia_section_int(t, "step_epochs");
+    m->trainer.min_lr = glia_section_float(t, "min_lr");
+    m->trainer.warmup_steps = glia_section_int(t, "warmup_steps");
+    m->trainer.clip_grad_norm = glia_section_float(t, "clip_grad_norm");
+    m->trainer.accumulate = (int)glia_section_int(t, "accumulate");
+    m->trainer.decay_1d = glia_section_bool(t, "weight_decay_1d");
+    m->trainer.log_every = (int)glia_section_int(t, "log_every");
+    m->trainer.checkpoint_every = glia_section_int(t, "checkpoint_every");
+    m->trainer.checkpoint_keep = (int)glia_section_int(t, "checkpoint_keep");
+    m->trainer.max_steps = glia_section_int(t, "max_steps");
     if (glia_section_str(t, "checkpoint_dir") &&
-        !(m->checkpoint_dir = glia__config_path(t, "checkpoint_dir", glia_section_str(t, "checkpoint_dir"))))
+        !(m->trainer.checkpoint_dir = glia__config_path(t, "checkpoint_dir", glia_section_str(t, "checkpoint_dir"))))
         return GLIA_ENOMEM;
     return GLIA_OK;
 }
@@ -221,23 +221,23 @@ static glia_status setup_optimizer(struct glia_model *m)
 static glia_status setup_distributed(struct glia_model *m)
 {
     struct glia_section *s = glia__config_find(m->cfg, "distributed");
-    m->world = 1;
-    if (m->dist == GLIA__DIST_NONE) return GLIA_OK;
-    if (m->dist == GLIA__DIST_DP) return GLIA_OK;  /* devices: see dp_devices */
+    m->dist.world = 1;
+    if (m->dist.mode == GLIA__DIST_NONE) return GLIA_OK;
+    if (m->dist.mode == GLIA__DIST_DP) return GLIA_OK;  /* devices: see dp_devices */
     char fb[256];
     const char *tr = glia__feature_of(glia_section_str(s, "transport"), fb, sizeof fb);
-    glia_status st = glia_comm_open(m->ctx, tr, m->backend, glia_section_float(s, "timeout_s"), &m->comm);
+    glia_status st = glia_comm_open(m->ctx, tr, m->backend, glia_section_float(s, "timeout_s"), &m->dist.comm);
     if (st) return glia_section_error_wrap(s, "transport", st);
-    m->rank = m->comm->info.rank;
-    m->world = m->comm->info.world;
+    m->dist.rank = m->dist.comm->info.rank;
+    m->dist.world = m->dist.comm->info.world;
     const char *log = glia_section_str(s, "rank_log");
     if (log) {
         char *path = glia__config_path(s, "rank_log", log), *at = path ? strstr(path, "{rank}") : NULL;
         if (!path) return GLIA_ENOMEM;
         size_t n = strlen(path) + 16;
-        if (!(m->rank_log = malloc(n))) return free(path), GLIA_ENOMEM;
-        if (at) snprintf(m->rank_log, n, "%.*s%d%s", (int)(at - path), path, m->rank, at + 6);
-        else snprintf(m->rank_log, n, "%s.%d", path, m->rank);
+        if (!(m->dist.rank_log = malloc(n))) return free(path), GLIA_ENOMEM;
+        if (at) snprintf(m->dist.rank_log, n, "%.*s%d%s", (int)(at - path), path, m->dist.rank, at + 6);
+        else snprintf(m->dist.rank_log, n, "%s.%d", path, m->dist.rank);
         free(path);
     }
     return GLIA_OK;
@@ -272,9 +272,8 @@ static glia_status setup_cuda_graph(struct glia_model *m)
 {
     struct glia_section *s = glia__config_section(m->cfg, "runtime");
     if (!s) return GLIA_ENOMEM;
-    if (m->like || !glia_section_bool(s, "cuda_graph")) return GLIA_OK;  /* dp replicas never capture */
-    const struct glia_backend_ops *b = m->backend->ops;
-    if (!GLIA__HAS_SLOT(b, capture_begin) || !b->capture_begin) {
+    if (m->dist.like || !glia_section_bool(s, "cuda_graph")) return GLIA_OK;  /* dp replicas never capture */
+    if (!glia_backend_can_capture(m->backend)) {
         if (m->device_notice) {  /* said with it, in its line */
             static const char more[] = "; cuda_graph = on has nothing to capture there";
             char *n = realloc(m->device_notice, strlen(m->device_notice) + sizeof more);
@@ -284,28 +283,28 @@ static glia_status setup_cuda_graph(struct glia_model *m)
         }
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "the %s backend cannot capture CUDA graphs (set cuda_graph = off or device = cuda)",
-                                  b->name);
+                                  m->backend->ops->name);
     }
     if (m->debug_checks)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "not with debug_checks = on: a replayed step would run without its checks (set "
                                   "cuda_graph = off or debug_checks = off)");
-    if (m->dist != GLIA__DIST_NONE)
+    if (m->dist.mode != GLIA__DIST_NONE)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "not with [distributed] mode = %s: its communication runs between the layers (set "
                                   "cuda_graph = off)",
-                                  m->dist == GLIA__DIST_DDP ? "ddp" : "dp");
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia_layer *l = &m->nodes[i].layer;
+                                  m->dist.mode == GLIA__DIST_DDP ? "ddp" : "dp");
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        const struct glia_layer *l = &m->graph.nodes[i].layer;
         if (!(l->kernel->flags & GLIA_KERNEL_CAPTURABLE))
-            return glia_section_error(m->nodes[i].sec, NULL, GLIA_ECONFIG,
+            return glia_section_error(m->graph.nodes[i].sec, NULL, GLIA_ECONFIG,
                                       "layer type %s (impl %s) cannot be captured into a CUDA graph; set [runtime] "
                                       "cuda_graph = off",
                                       l->type->name, l->kernel->impl);
     }
     struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
-    glia_status st = glia_tensor_new(m->backend, GLIA_I64, &one, &m->step_dev);
-    m->cuda_graph = !st;
+    glia_status st = glia_tensor_new(m->backend, GLIA_I64, &one, &m->trainer.step_dev);
+    m->trainer.cuda_graph = !st;
     return st;
 }
 
@@ -325,17 +324,17 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!m) return GLIA_ENOMEM;
     m->ctx = ctx;
     m->cfg = cfg;
-    m->like = like;
-    m->n_replicas = 1;
-    m->loss_weight = 1;
-    m->weights_step = -1;
-    if (dev) m->forced = true, m->forced_device = *dev;
+    m->dist.like = like;
+    m->dist.n_replicas = 1;
+    m->dist.loss_weight = 1;
+    m->dist.weights_step = -1;
+    if (dev) m->dist.forced = true, m->dist.forced_device = *dev;
     struct glia_device devs[GLIA__MAX_REPLICAS];
     int n_devs = 0;
-    m->cap_nodes = cfg->n_sections;
-    m->nodes = calloc((size_t)(m->cap_nodes ? m->cap_nodes : 1), sizeof *m->nodes);
-    m->decl = calloc((size_t)(m->cap_nodes ? m->cap_nodes : 1), sizeof *m->decl);
-    glia_status st = m->nodes && m->decl ? setup_plugins(m) : GLIA_ENOMEM;
+    m->graph.cap_nodes = cfg->n_sections;
+    m->graph.nodes = calloc((size_t)(m->graph.cap_nodes ? m->graph.cap_nodes : 1), sizeof *m->graph.nodes);
+    m->graph.decl = calloc((size_t)(m->graph.cap_nodes ? m->graph.cap_nodes : 1), sizeof *m->graph.decl);
+    glia_status st = m->graph.nodes && m->graph.decl ? setup_plugins(m) : GLIA_ENOMEM;
     static const char *globals[] = {"runtime", "data", "train", "distributed"};
     for (int i = 0; i < 4 && !st; i++) {
         struct glia_section *s = glia__config_section(cfg, globals[i]);
@@ -344,12 +343,12 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     }
     if (!st) {
         const char *mode = glia_section_str(glia__config_find(cfg, "distributed"), "mode");
-        m->dist = !strcmp(mode, "ddp") ? GLIA__DIST_DDP : !strcmp(mode, "dp") ? GLIA__DIST_DP : GLIA__DIST_NONE;
-        if (like) m->dist = GLIA__DIST_NONE;  /* a replica is driven by its model */
+        m->dist.mode = !strcmp(mode, "ddp") ? GLIA__DIST_DDP : !strcmp(mode, "dp") ? GLIA__DIST_DP : GLIA__DIST_NONE;
+        if (like) m->dist.mode = GLIA__DIST_NONE;  /* a replica is driven by its model */
     }
-    if (!st && m->dist == GLIA__DIST_DP && !(st = dp_devices(m, devs, &n_devs))) {
-        m->forced = true;
-        m->forced_device = devs[0];
+    if (!st && m->dist.mode == GLIA__DIST_DP && !(st = dp_devices(m, devs, &n_devs))) {
+        m->dist.forced = true;
+        m->dist.forced_device = devs[0];
     }
     if (!st) st = setup_device(m);
     if (!st) st = setup_distributed(m);
@@ -364,7 +363,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
         st = glia__section_validate(graph, sch, 1);
     }
     if (!st && glia_section_bool(graph, "drop_bias_before_norm")) st = glia__pass_drop_bias(m);
-    for (int i = 0; i < m->n_nodes && !st; i++) st = glia__create_layer(m, &m->nodes[i]);
+    for (int i = 0; i < m->graph.n_nodes && !st; i++) st = glia__create_layer(m, &m->graph.nodes[i]);
     if (!st) st = glia__check_graph(m);
     if (!st) st = glia__check_eval_sizes(m);
     int fuse = st ? 0 : glia__fuse_pointwise_mode(m, graph);
@@ -375,18 +374,18 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) st = setup_cuda_graph(m);
     if (!st) st = glia__alloc_params(m);
     if (!st) st = glia__alloc_buffers(m);
-    if (!st && m->comm) {
+    if (!st && m->dist.comm) {
         struct glia_section *d = glia__config_find(cfg, "distributed");
         glia_context_clear_error(m->ctx);
-        st = glia__ddp_new(m, m->comm, glia_section_float(d, "bucket_mb"), glia_section_float(d, "first_bucket_mb"), &m->ddp);
+        st = glia__ddp_new(m, m->dist.comm, glia_section_float(d, "bucket_mb"), glia_section_float(d, "first_bucket_mb"), &m->dist.ddp);
         if (st == GLIA_ENOMEM && !glia_context_error(ctx)[0])  /* mostly its host copy of the gradients */
-            st = glia__arena_error(m, false, 4.0 * (double)m->wa.len, " with a host copy of their gradients for the all-reduce");
+            st = glia__arena_error(m, false, 4.0 * (double)m->params.wa.len, " with a host copy of their gradients for the all-reduce");
     }
-    if (!st && m->comm && m->world > 1) st = glia__ddp_check_settings(m);  /* before any rank exchanges more */
+    if (!st && m->dist.comm && m->dist.world > 1) st = glia__ddp_check_settings(m);  /* before any rank exchanges more */
     for (int r = 1; r < n_devs && !st; r++) {  /* dp: the other devices' copies */
-        if (!(st = build(ctx, cfg, m, &devs[r], &m->replica[r]))) {
-            m->replica[r]->rank = r;  /* its own dropout masks */
-            m->n_replicas = r + 1;
+        if (!(st = build(ctx, cfg, m, &devs[r], &m->dist.replica[r]))) {
+            m->dist.replica[r]->dist.rank = r;  /* its own dropout masks */
+            m->dist.n_replicas = r + 1;
         }
     }
     if (st) {
@@ -403,50 +402,49 @@ void glia_model_free(struct glia_model *m)
     if (!m) return;
     if (m->backend) glia_backend_sync(m->backend);  /* queued work and copies may still use its memory */
     glia__model_release_activations(m);  /* and the graphs that use them */
-    glia_tensor_release(m->step_dev);
-    for (int i = 0; i < m->n_nodes; i++) {
-        glia__destroy_layer(&m->nodes[i]);
-        glia__section_free(m->nodes[i].own_sec);
+    glia_tensor_release(m->trainer.step_dev);
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        glia__destroy_layer(&m->graph.nodes[i]);
+        glia__section_free(m->graph.nodes[i].own_sec);
     }
-    glia_tensor_release(m->buf);
-    glia__ddp_free(m->ddp);
-    for (int r = 1; r < m->n_replicas; r++) glia_model_free(m->replica[r]);
-    glia_tensor_release(m->one);
-    free(m->rank_log);
-    free(m->checkpoint_dir);
+    glia_tensor_release(m->params.buf);
+    glia__ddp_free(m->dist.ddp);
+    for (int r = 1; r < m->dist.n_replicas; r++) glia_model_free(m->dist.replica[r]);
+    free(m->dist.rank_log);
+    free(m->trainer.checkpoint_dir);
     free(m->device_notice);
-    glia__optimizer_release(&m->opt);
-    glia_tensor_release(m->w);
-    glia_tensor_release(m->g);
-    glia_tensor_release(m->decay_mask);
-    glia__arena_free(&m->wa);
-    glia__arena_free(&m->ba);
-    for (int k = 0; k < GLIA__MAX_STATE; k++) glia_tensor_release(m->state[k]);
-    glia__dataset_free(&m->train);
-    glia__dataset_free(&m->test);
-    free(m->nodes);
-    free(m->decl);
+    glia__optimizer_release(&m->trainer.opt);
+    glia_tensor_release(m->params.w);
+    glia_tensor_release(m->params.g);
+    glia_tensor_release(m->params.decay_mask);
+    glia__arena_free(&m->params.wa);
+    glia__arena_free(&m->params.ba);
+    for (int k = 0; k < GLIA__MAX_STATE; k++) glia_tensor_release(m->params.state[k]);
+    glia__dataset_free(&m->data.train);
+    glia__dataset_free(&m->data.test);
+    free(m->graph.nodes);
+    free(m->graph.decl);
     free(m);
 }
 
-long long glia_model_param_count(const struct glia_model *m) { return m->wa.n; }
+long long glia_model_param_count(const struct glia_model *m) { return m->params.wa.n; }
 
 int glia_model_rank(const struct glia_model *m, int *world)
 {
-    if (world) *world = m->world;
-    return m->rank;
+    if (world) *world = m->dist.world;
+    return m->dist.rank;
 }
 
 long long glia_model_weights(const struct glia_model *m, float *dst, long long n)
 {
-    long long k = m->wa.n < n ? m->wa.n : n;
+    long long k = m->params.wa.n < n ? m->params.wa.n : n;
     if (k <= 0) return 0;
-    float *full = malloc(sizeof(float) * (size_t)(m->wa.len + m->wa.n));
+    float *full = malloc(sizeof(float) * (size_t)(m->params.wa.len + m->params.wa.n));
     if (!full) return -1;
-    float *packed = full + m->wa.len;
-    if (glia_tensor_to_host(m->w, full, sizeof(float) * (size_t)m->wa.len)) k = -1;
+    float *packed = full + m->params.wa.len;
+    if (glia_tensor_to_host(m->params.w, full, sizeof(float) * (size_t)m->params.wa.len)) k = -1;
     else {
-        glia__arena_pack(&m->wa, full, packed);
+        glia__arena_pack(&m->params.wa, full, packed);
         memcpy(dst, packed, (size_t)k * sizeof(float));
     }
     free(full);

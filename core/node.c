@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 /* ---- resolving features ---- */
 
@@ -76,8 +76,8 @@ glia_status glia__resolve_layer(struct glia_model *m, const struct glia_section 
 
 static int node_index(const struct glia_model *m, const char *name)
 {
-    for (int i = 0; i < m->n_nodes; i++)
-        if (!strcmp(m->nodes[i].layer.name, name)) return i;
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (!strcmp(m->graph.nodes[i].layer.name, name)) return i;
     return -1;
 }
 
@@ -88,7 +88,7 @@ static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, cons
     int n = glia_section_list(s, "inputs", &items);
     if (n == 0) {
         nd->n_in = 1;
-        nd->in[0] = m->n_nodes - 1;  /* the previous layer, or -1: the data */
+        nd->in[0] = m->graph.n_nodes - 1;  /* the previous layer, or -1: the data */
     } else {
         if (n > GLIA__MAX_INPUTS)
             return glia_section_error(s, "inputs", GLIA_ECONFIG, "%d inputs; at most %d are supported", n, GLIA__MAX_INPUTS);
@@ -99,9 +99,9 @@ static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, cons
             }
             int k = node_index(m, items[i]);
             if (k < 0) {
-                const char **names = malloc(sizeof *names * (size_t)(m->n_nodes + 1)), *near = NULL;
+                const char **names = malloc(sizeof *names * (size_t)(m->graph.n_nodes + 1)), *near = NULL;
                 int c = 0;
-                for (int j = 0; names && j < m->n_nodes; j++) names[c++] = m->nodes[j].layer.name;
+                for (int j = 0; names && j < m->graph.n_nodes; j++) names[c++] = m->graph.nodes[j].layer.name;
                 if (names) names[c++] = "input";
                 if (names) near = glia__did_you_mean(items[i], names, c);  /* points into the nodes' names */
                 free(names);
@@ -129,8 +129,8 @@ static glia_status wire_inputs(struct glia_model *m, struct glia__node *nd, cons
 
 struct glia_shape glia__in_shape_of(const struct glia_model *m, int producer, int64_t batch)
 {
-    if (producer < 0) return glia__data_shape(m, batch, m->train.cols);
-    return m->nodes[producer].out_shape;
+    if (producer < 0) return glia__data_shape(m, batch, m->data.train.cols);
+    return m->graph.nodes[producer].out_shape;
 }
 
 /* Phase 1: resolve the layer's type and impl, validate its keys, wire its inputs. */
@@ -153,7 +153,7 @@ glia_status glia__declare_layer(struct glia_model *m, struct glia_section *s)
     if ((st = glia__resolve_layer(m, s, &rl))) return st;
     const struct glia_key *sch[] = {glia__core_schema("layer"), rl.type->keys};
     if ((st = glia__section_validate(s, sch, 2))) return st;
-    struct glia__node *nd = &m->nodes[m->n_nodes];
+    struct glia__node *nd = &m->graph.nodes[m->graph.n_nodes];
     memset(nd, 0, sizeof *nd);
     nd->sec = s;
     nd->layer.name = s->name;
@@ -162,8 +162,8 @@ glia_status glia__declare_layer(struct glia_model *m, struct glia_section *s)
     nd->layer.ctx = m->ctx;
     nd->layer.backend = m->backend;
     if ((st = wire_inputs(m, nd, s))) return st;
-    m->decl[m->n_decl++] = (struct glia__decl){.name = s->name, .type = rl.type->name, .node = m->n_nodes};
-    m->n_nodes++;
+    m->graph.decl[m->graph.n_decl++] = (struct glia__decl){.name = s->name, .type = rl.type->name, .node = m->graph.n_nodes};
+    m->graph.n_nodes++;
     return GLIA_OK;
 }
 
@@ -201,11 +201,11 @@ static glia_status check_output_size(struct glia_model *m, const struct glia__no
 /* The outputs at the evaluation batch, where it is larger than the training batch (glia__create_layer checked those). */
 glia_status glia__check_eval_sizes(struct glia_model *m)
 {
-    if (m->test_batch <= m->batch) return GLIA_OK;
-    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
+    if (m->data.test_batch <= m->data.batch) return GLIA_OK;
+    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->graph.n_nodes);
     if (!shapes) return GLIA_ENOMEM;
-    glia_status st = glia__infer_all(m, m->test_batch, m->train.cols, shapes);
-    for (int i = 0; i < m->n_nodes && !st; i++) st = check_output_size(m, &m->nodes[i], &shapes[i], m->test_batch, "test_batch_size");
+    glia_status st = glia__infer_all(m, m->data.test_batch, m->data.train.cols, shapes);
+    for (int i = 0; i < m->graph.n_nodes && !st; i++) st = check_output_size(m, &m->graph.nodes[i], &shapes[i], m->data.test_batch, "test_batch_size");
     free(shapes);
     return st;
 }
@@ -216,19 +216,19 @@ glia_status glia__create_layer(struct glia_model *m, struct glia__node *nd)
     const struct glia_layer_type *ops = nd->layer.type;
     struct glia_section *s = nd->sec;
     struct glia_shape in[GLIA__MAX_INPUTS];
-    for (int i = 0; i < nd->n_in; i++) in[i] = glia__in_shape_of(m, nd->in[i], m->batch);
-    for (int k = 0; k < nd->n_in && m->train.tokens; k++)  /* the token batch holds ids, not floats */
+    for (int i = 0; i < nd->n_in; i++) in[i] = glia__in_shape_of(m, nd->in[i], m->data.batch);
+    for (int k = 0; k < nd->n_in && m->data.train.tokens; k++)  /* the token batch holds ids, not floats */
         if (nd->in[k] < 0 && !(ops->flags & GLIA_TYPE_TOKEN_INPUT))
             return glia_section_error(s, glia__section_entry(s, "inputs") ? "inputs" : NULL, GLIA_ECONFIG,
                                       "layer type '%s' cannot read the token batch of [data] format = tokens (I32 ids); "
                                       "start with an embedding layer", ops->name);
-    if (m->train.tokens && (ops->flags & GLIA_TYPE_TOKEN_INPUT) && glia__section_entry(s, "vocab") &&
-        glia_section_int(s, "vocab") < m->vocab)  /* a table too small for the data's ids */
+    if (m->data.train.tokens && (ops->flags & GLIA_TYPE_TOKEN_INPUT) && glia__section_entry(s, "vocab") &&
+        glia_section_int(s, "vocab") < m->data.vocab)  /* a table too small for the data's ids */
         return glia_section_error(s, "vocab", GLIA_ECONFIG, "%lld is smaller than [data] vocab = %lld: ids up to %lld "
-                                  "would be out of range", (long long)glia_section_int(s, "vocab"), (long long)m->vocab,
-                                  (long long)m->vocab - 1);
+                                  "would be out of range", (long long)glia_section_int(s, "vocab"), (long long)m->data.vocab,
+                                  (long long)m->data.vocab - 1);
     glia_context_clear_error(m->ctx);
-    nd->layer.comm = m->comm;  /* SyncBatchNorm's ranks */
+    nd->layer.comm = m->dist.comm;  /* SyncBatchNorm's ranks */
     glia_status st = glia__layer_create(&nd->layer, s, in, nd->n_in, &nd->created);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
@@ -238,14 +238,14 @@ glia_status glia__create_layer(struct glia_model *m, struct glia__node *nd)
     if ((st = check_param_sizes(nd))) return st;
     bool decay = glia_section_bool(s, "weight_decay");  /* off: a PyTorch param group with weight_decay 0 */
     for (int p = 0; p < nd->layer.n_params; p++)
-        if (!decay || (!m->decay_1d && nd->layer.params[p].shape.ndim == 1)) nd->layer.params[p].decay = false;
+        if (!decay || (!m->trainer.decay_1d && nd->layer.params[p].shape.ndim == 1)) nd->layer.params[p].decay = false;
     st = ops->infer_shape(&nd->layer, in, nd->n_in, &nd->out_shape);
     if (st) {
         if (!glia_context_error(m->ctx)[0])
             glia_section_error(s, NULL, st, "shape inference failed (%s)", glia_strerror(st));
         return st;
     }
-    if ((st = check_output_size(m, nd, &nd->out_shape, m->batch, "batch_size"))) return st;
+    if ((st = check_output_size(m, nd, &nd->out_shape, m->data.batch, "batch_size"))) return st;
     nd->flops = ops->flops ? ops->flops(&nd->layer, in, nd->n_in) : 0;
     return GLIA_OK;
 }

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 glia_status glia__arena_plan(struct glia__arena *a, const int64_t *sizes, int count)
 {
@@ -58,8 +58,8 @@ void glia__arena_unpack(const struct glia__arena *a, const float *compact, float
 static int arena_tensors(struct glia_model *m, bool buffers, struct glia_param **out)
 {
     int k = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia_layer *l = &m->nodes[i].layer;
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        struct glia_layer *l = &m->graph.nodes[i].layer;
         int n = buffers ? l->n_buffers : l->n_params;
         for (int p = 0; p < n; p++, k++)
             if (out) out[k] = buffers ? &l->buffers[p] : &l->params[p];
@@ -89,17 +89,17 @@ static glia_status plan_arena(struct glia_model *m, bool buffers, struct glia__a
 static glia_status alloc_decay_mask(struct glia_model *m, struct glia_param **ps)
 {
     bool any = false;
-    for (int i = 0; i < m->wa.count; i++) any |= !ps[i]->decay;
-    if (!any || m->like) return GLIA_OK;  /* a dp replica never steps */
-    float *host = malloc(sizeof(float) * (size_t)m->wa.len);
+    for (int i = 0; i < m->params.wa.count; i++) any |= !ps[i]->decay;
+    if (!any || m->dist.like) return GLIA_OK;  /* a dp replica never steps */
+    float *host = malloc(sizeof(float) * (size_t)m->params.wa.len);
     if (!host) return GLIA_ENOMEM;
-    for (int64_t j = 0; j < m->wa.len; j++) host[j] = 1.0f;
-    for (int i = 0; i < m->wa.count; i++)
+    for (int64_t j = 0; j < m->params.wa.len; j++) host[j] = 1.0f;
+    for (int i = 0; i < m->params.wa.count; i++)
         if (!ps[i]->decay)
-            for (int64_t j = 0; j < m->wa.size[i]; j++) host[m->wa.off[i] + j] = 0.0f;
-    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
-    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->decay_mask);
-    if (!st) st = glia_tensor_from_host(m->decay_mask, host, sizeof(float) * (size_t)m->wa.len);
+            for (int64_t j = 0; j < m->params.wa.size[i]; j++) host[m->params.wa.off[i] + j] = 0.0f;
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->params.wa.len});
+    glia_status st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->params.decay_mask);
+    if (!st) st = glia_tensor_from_host(m->params.decay_mask, host, sizeof(float) * (size_t)m->params.wa.len);
     free(host);
     return st;
 }
@@ -110,53 +110,53 @@ glia_status glia__arena_error(struct glia_model *m, bool buffers, double bytes, 
 {
     int big = 0;
     int64_t most = -1, all = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia_layer *l = &m->nodes[i].layer;
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        const struct glia_layer *l = &m->graph.nodes[i].layer;
         int64_t n = 0;
         for (int p = 0; p < (buffers ? l->n_buffers : l->n_params); p++)
             n += glia_shape_numel(buffers ? &l->buffers[p].shape : &l->params[p].shape);
         if (n > most) most = n, big = i;
         all += n;
     }
-    return glia__alloc_error(m->nodes[big].sec, NULL, bytes, "%lld %s (%lld of them this layer's)%s",
+    return glia__alloc_error(m->graph.nodes[big].sec, NULL, bytes, "%lld %s (%lld of them this layer's)%s",
                              (long long)all, buffers ? "buffer values" : "parameters", (long long)most, with);
 }
 
 glia_status glia__alloc_params(struct glia_model *m)
 {
     struct glia_param **ps;
-    glia_status st = plan_arena(m, false, &m->wa, &ps);
+    glia_status st = plan_arena(m, false, &m->params.wa, &ps);
     if (st) return st;
-    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->wa.len});
-    int ns = m->like ? 0 : m->opt.type->n_state;  /* a dp replica never steps: no optimizer state */
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->params.wa.len});
+    int ns = m->dist.like ? 0 : m->trainer.opt.type->n_state;  /* a dp replica never steps: no optimizer state */
     glia_context_clear_error(m->ctx);
-    if (m->wa.len > GLIA__MAX_ELEMENTS) st = GLIA_ENOMEM;  /* one tensor: see GLIA__MAX_ELEMENTS */
-    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->w);
-    if (!st) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->g);  /* the padding's gradient is zero */
-    for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->state[k]);
+    if (m->params.wa.len > GLIA__MAX_ELEMENTS) st = GLIA_ENOMEM;  /* one tensor: see GLIA__MAX_ELEMENTS */
+    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &flat, &m->params.w);
+    if (!st) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->params.g);  /* the padding's gradient is zero */
+    for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->params.state[k]);
     if (!st) st = alloc_decay_mask(m, ps);
-    float *host = st ? NULL : calloc((size_t)m->wa.len, sizeof(float));
+    float *host = st ? NULL : calloc((size_t)m->params.wa.len, sizeof(float));
     if (st || !host) {
         free(ps);
         if (st && st != GLIA_ENOMEM) return st;
         char with[64] = " with their gradients";
         if (ns) snprintf(with, sizeof with, " with their gradients and %d optimizer state%s", ns, ns > 1 ? "s" : "");
-        return glia__arena_error(m, false, 4.0 * (double)m->wa.len * (2 + ns), with);
+        return glia__arena_error(m, false, 4.0 * (double)m->params.wa.len * (2 + ns), with);
     }
     int k = 0;
-    for (int i = 0; i < m->n_nodes && !st; i++) {
-        struct glia_layer *l = &m->nodes[i].layer;
+    for (int i = 0; i < m->graph.n_nodes && !st; i++) {
+        struct glia_layer *l = &m->graph.nodes[i].layer;
         for (int p = 0; p < l->n_params && !st; p++, k++) {
             struct glia_param *pa = ps[k];
-            if ((st = glia_tensor_view(m->w, m->wa.off[k], &pa->shape, &pa->value)) ||
-                (st = glia_tensor_view(m->g, m->wa.off[k], &pa->shape, &pa->grad)))
+            if ((st = glia_tensor_view(m->params.w, m->params.wa.off[k], &pa->shape, &pa->value)) ||
+                (st = glia_tensor_view(m->params.g, m->params.wa.off[k], &pa->shape, &pa->grad)))
                 break;
             pa->grad_unset = true;
-            glia__init_param(l, p, host + m->wa.off[k],
+            glia__init_param(l, p, host + m->params.wa.off[k],
                              glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
         }
     }
-    if (!st) st = glia_tensor_from_host(m->w, host, (size_t)m->wa.len * sizeof(float));
+    if (!st) st = glia_tensor_from_host(m->params.w, host, (size_t)m->params.wa.len * sizeof(float));
     free(host);
     free(ps);
     return st;
@@ -165,23 +165,23 @@ glia_status glia__alloc_params(struct glia_model *m)
 glia_status glia__alloc_buffers(struct glia_model *m)
 {
     struct glia_param **bs;
-    glia_status st = plan_arena(m, true, &m->ba, &bs);
+    glia_status st = plan_arena(m, true, &m->params.ba, &bs);
     if (st) return st;
-    if (m->ba.n == 0) {
+    if (m->params.ba.n == 0) {
         free(bs);
         return GLIA_OK;
     }
-    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->ba.len});
+    struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->params.ba.len});
     glia_context_clear_error(m->ctx);
-    st = m->ba.len > GLIA__MAX_ELEMENTS ? GLIA_ENOMEM : glia_tensor_new(m->backend, GLIA_F32, &flat, &m->buf);
-    float *host = st ? NULL : calloc((size_t)m->ba.len, sizeof(float));
+    st = m->params.ba.len > GLIA__MAX_ELEMENTS ? GLIA_ENOMEM : glia_tensor_new(m->backend, GLIA_F32, &flat, &m->params.buf);
+    float *host = st ? NULL : calloc((size_t)m->params.ba.len, sizeof(float));
     if (!st && !host) st = GLIA_ENOMEM;
-    if (st == GLIA_ENOMEM) st = glia__arena_error(m, true, 4.0 * (double)m->ba.len, "");
-    for (int k = 0; k < m->ba.count && !st; k++) {
-        st = glia_tensor_view(m->buf, m->ba.off[k], &bs[k]->shape, &bs[k]->value);
-        glia__init_values(host + m->ba.off[k], m->ba.size[k], bs[k]->init, 0);
+    if (st == GLIA_ENOMEM) st = glia__arena_error(m, true, 4.0 * (double)m->params.ba.len, "");
+    for (int k = 0; k < m->params.ba.count && !st; k++) {
+        st = glia_tensor_view(m->params.buf, m->params.ba.off[k], &bs[k]->shape, &bs[k]->value);
+        glia__init_values(host + m->params.ba.off[k], m->params.ba.size[k], bs[k]->init, 0);
     }
-    if (!st) st = glia_tensor_from_host(m->buf, host, (size_t)m->ba.len * sizeof(float));
+    if (!st) st = glia_tensor_from_host(m->params.buf, host, (size_t)m->params.ba.len * sizeof(float));
     free(host);
     free(bs);
     return st;

@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include "internal.h"
 
-#define GLIA__END_OF(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
 const char *glia_plugin_dir(void) { return GLIA_PLUGIN_DIR; }
 
@@ -117,13 +116,42 @@ glia_status glia_register_optimizer_kernel(struct glia_registry *r, const struct
     return add_feature(r, GLIA__FEAT_OPT_KERNEL, k);
 }
 
+/* The first slot a backend group lacks ("device" when the group itself is missing, "struct_size" when it is of
+ * another SDK), or NULL when it has every slot: the groups' slots are all required (glia/backend.h). */
+#define GLIA__GROUP_SIZE(g, T, last) ((g) && (g)->struct_size >= GLIA__END_OF(T, last))
+static const char *backend_lacks(const struct glia_backend_ops *o)
+{
+    const struct glia_backend_device_ops *d = o->device;
+    const struct glia_backend_memory_ops *m = o->memory;
+    const struct glia_backend_stream_ops *s = o->stream;
+    const struct glia_backend_math_ops *x = o->math;
+    const struct glia_backend_graph_ops *g = o->graph;
+    if (!GLIA__GROUP_SIZE(d, struct glia_backend_device_ops, queue)) return "device";
+    if (!d->open || !d->close || !d->configure || !d->queue) return "device.open, close, configure or queue";
+    if (!GLIA__GROUP_SIZE(m, struct glia_backend_memory_ops, stats)) return "memory";
+    if (!m->alloc || !m->free || !m->host_alloc || !m->host_free || !m->stats)
+        return "memory.alloc, free, host_alloc, host_free or stats";
+    if (!GLIA__GROUP_SIZE(s, struct glia_backend_stream_ops, wait_copy)) return "stream";
+    if (!s->copy || !s->memzero || !s->sync || !s->upload || !s->download || !s->wait_copy)
+        return "stream.copy, memzero, sync, upload, download or wait_copy";
+    if (!GLIA__GROUP_SIZE(x, struct glia_backend_math_ops, clip_f32)) return "math";
+    if (!x->gemm_f32 || !x->transpose_f32 || !x->axpy_f32 || !x->scale_f32 || !x->sumsq_f32 || !x->clip_f32)
+        return "math.gemm_f32, transpose_f32, axpy_f32, scale_f32, sumsq_f32 or clip_f32";
+    if (g && !GLIA__GROUP_SIZE(g, struct glia_backend_graph_ops, write_u64)) return "graph (its struct_size)";
+    if (g && (!g->capture_begin || !g->capture_end || !g->launch || !g->free || !g->write_u64))
+        return "graph.capture_begin, capture_end, launch, free or write_u64 (the group is all or nothing)";
+    return NULL;
+}
+
 glia_status glia_register_backend(struct glia_registry *r, const struct glia_backend_ops *ops)
 {
     const char *who = plugin_label(r);
-    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_backend_ops, sync))
-        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_backend: ops struct too small for ABI 1.0", who);
-    if (!ops->name || !ops->open || !ops->alloc || !ops->free || !ops->copy || !ops->gemm_f32)
-        return glia_error(r->ctx, GLIA_EINVAL, "%s: backend: name, open, alloc, free, copy and gemm_f32 are required", who);
+    if (!ops || ops->struct_size < GLIA__END_OF(struct glia_backend_ops, graph))
+        return glia_error(r->ctx, GLIA_EABI, "%s: glia_register_backend: ops struct too small for ABI 2.0", who);
+    const char *lacks = ops->name ? backend_lacks(ops) : "name";
+    if (lacks)
+        return glia_error(r->ctx, GLIA_EINVAL, "%s: backend %s: no %s (every slot of the device, memory, stream and "
+                          "math groups is required)", who, ops->name ? ops->name : "?", lacks);
     if (glia__find_backend(r->ctx, ops->device_type))
         return glia_error(r->ctx, GLIA_EEXIST, "%s: a backend for device type %d is already registered",
                           who, (int)ops->device_type);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 static void human(double v, char *buf, size_t n)
 {
@@ -18,9 +18,9 @@ static void human(double v, char *buf, size_t n)
 static void fused_layers(FILE *f, const struct glia_model *m, int i)
 {
     fprintf(f, "graph pass fuse_pointwise:");
-    for (int d = 0, first = 1; d < m->n_decl; d++)
-        if (m->decl[d].node == i) {
-            fprintf(f, "%s %s (%s)", first ? "" : " +", m->decl[d].name, m->decl[d].type);
+    for (int d = 0, first = 1; d < m->graph.n_decl; d++)
+        if (m->graph.decl[d].node == i) {
+            fprintf(f, "%s %s (%s)", first ? "" : " +", m->graph.decl[d].name, m->graph.decl[d].type);
             first = 0;
         }
 }
@@ -29,17 +29,17 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
 {
     char dev[32], shp[96], fl[32];
     fprintf(f, "model %s on %s, batch %d, memory format %s, precision %s\n", m->cfg->path ? m->cfg->path : "(string)",
-            glia_device_str(m->device, dev, sizeof dev), m->batch, glia_memory_format_name(m->format),
+            glia_device_str(m->device, dev, sizeof dev), m->data.batch, glia_memory_format_name(m->graph.format),
             glia_precision_name(m->precision));
-    if (m->n_replicas > 1) {
-        fprintf(f, "dp: batch %d split over %d devices:", m->batch, m->n_replicas);
-        for (int r = 0; r < m->n_replicas; r++)
-            fprintf(f, " %s", glia_device_str(r ? m->replica[r]->device : m->device, dev, sizeof dev));
+    if (m->dist.n_replicas > 1) {
+        fprintf(f, "dp: batch %d split over %d devices:", m->data.batch, m->dist.n_replicas);
+        for (int r = 0; r < m->dist.n_replicas; r++)
+            fprintf(f, " %s", glia_device_str(r ? m->dist.replica[r]->device : m->device, dev, sizeof dev));
         fprintf(f, "\n");
     }
-    if (m->ddp)
-        fprintf(f, "ddp: rank %d of %d over %s, batch %d per rank (%d in all), %d gradient buckets\n", m->rank, m->world,
-                m->comm->ops->name, m->batch, m->batch * m->world, glia__ddp_n_buckets(m->ddp));
+    if (m->dist.ddp)
+        fprintf(f, "ddp: rank %d of %d over %s, batch %d per rank (%d in all), %d gradient buckets\n", m->dist.rank, m->dist.world,
+                m->dist.comm->ops->name, m->data.batch, m->data.batch * m->dist.world, glia__ddp_n_buckets(m->dist.ddp));
     fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "layer", "type", "impl", "output", "params", "FLOPs");
     struct glia_shape in = glia__in_shape_of(m, -1, 1);
     struct glia_shape per = in;
@@ -47,8 +47,8 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     memmove(per.dim, in.dim + 1, sizeof(int64_t) * (size_t)per.ndim);
     fprintf(f, "%-16s %-22s %-6s %-16s %10s %10s\n", "input", "data", "-", glia_shape_str(&per, shp, sizeof shp), "0", "-");
     double total_flops = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        const struct glia__node *nd = &m->graph.nodes[i];
         long long np = 0;
         for (int p = 0; p < nd->layer.n_params; p++) np += glia_shape_numel(&nd->layer.params[p].shape);
         struct glia_shape o = nd->out_shape;
@@ -56,7 +56,7 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             o.ndim--;
             memmove(o.dim, nd->out_shape.dim + 1, sizeof(int64_t) * (size_t)o.ndim);
         }
-        double per_sample = nd->layer.type->flops ? (double)nd->flops / m->batch : -1;
+        double per_sample = nd->layer.type->flops ? (double)nd->flops / m->data.batch : -1;
         if (per_sample >= 0) {
             human(per_sample, fl, sizeof fl);
             total_flops += per_sample;
@@ -66,87 +66,87 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         fprintf(f, "%-16s %-22s %-6s %-16s %10lld %10s\n", nd->layer.name, nd->layer.type->name,
                 nd->layer.kernel->impl, glia_shape_str(&o, shp, sizeof shp), np, fl);
     }
-    for (int i = 0; i < m->n_nodes; i++)
-        if (m->nodes[i].bias_dropped)
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].bias_dropped)
             fprintf(f, "graph pass drop_bias_before_norm: no bias in %s (its output goes only into %s, a %s)\n",
-                    m->nodes[i].layer.name, m->nodes[m->nodes[i].bias_dropped_for].layer.name,
-                    m->nodes[m->nodes[i].bias_dropped_for].layer.type->name);
-    for (int i = 0; i < m->n_nodes; i++)
-        if (m->nodes[i].act_fused) {
+                    m->graph.nodes[i].layer.name, m->graph.nodes[m->graph.nodes[i].bias_dropped_for].layer.name,
+                    m->graph.nodes[m->graph.nodes[i].bias_dropped_for].layer.type->name);
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].act_fused) {
             fused_layers(f, m, i);
-            fprintf(f, " run as %s %s with activation = %s\n", m->nodes[i].layer.type->name, m->nodes[i].layer.name,
-                    glia_section_str(m->nodes[i].sec, "activation"));
+            fprintf(f, " run as %s %s with activation = %s\n", m->graph.nodes[i].layer.type->name, m->graph.nodes[i].layer.name,
+                    glia_section_str(m->graph.nodes[i].sec, "activation"));
         }
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        const struct glia__node *nd = &m->graph.nodes[i];
         if (!nd->own_sec) continue;
         fused_layers(f, m, i);
         fprintf(f, " run as one pointwise layer %s = %s of", nd->layer.name, glia_section_str(nd->sec, "expr"));
         for (int k = 0; k < nd->n_in; k++)
-            fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name);
+            fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->graph.nodes[nd->in[k]].layer.name);
         fprintf(f, "\n");
     }
-    if (m->ckpt_asked > 1 && m->ckpt_segments == 1)
+    if (m->graph.ckpt_asked > 1 && m->graph.ckpt_segments == 1)
         fprintf(f, "graph pass checkpoint_segments: no cut makes a training step's activations smaller than %.1f MB "
-                "(batch %d); none made\n", 4e-6 * (double)m->ckpt_plan[0], m->batch);
-    if (m->ckpt_segments > 1) {
-        fprintf(f, "graph pass checkpoint_segments: %d segments, cut after", m->ckpt_segments);
-        for (int i = 0, cuts = 0; i < m->n_nodes; i++)
-            if (m->nodes[i].cut) fprintf(f, "%s %s", cuts++ ? "," : "", m->nodes[i].layer.name);
+                "(batch %d); none made\n", 4e-6 * (double)m->graph.ckpt_plan[0], m->data.batch);
+    if (m->graph.ckpt_segments > 1) {
+        fprintf(f, "graph pass checkpoint_segments: %d segments, cut after", m->graph.ckpt_segments);
+        for (int i = 0, cuts = 0; i < m->graph.n_nodes; i++)
+            if (m->graph.nodes[i].cut) fprintf(f, "%s %s", cuts++ ? "," : "", m->graph.nodes[i].layer.name);
         fprintf(f, "; a training step runs the forward of");
         int any = 0;
-        for (int i = 0; i < m->n_nodes; i++)
-            if (m->nodes[i].recompute) {
+        for (int i = 0; i < m->graph.n_nodes; i++)
+            if (m->graph.nodes[i].recompute) {
                 int j = i;
-                while (j + 1 < m->n_nodes && m->nodes[j + 1].recompute) j++;
-                fprintf(f, "%s %s", any++ ? "," : "", m->nodes[i].layer.name);
-                if (j > i) fprintf(f, " .. %s (%d layers)", m->nodes[j].layer.name, j - i + 1);
+                while (j + 1 < m->graph.n_nodes && m->graph.nodes[j + 1].recompute) j++;
+                fprintf(f, "%s %s", any++ ? "," : "", m->graph.nodes[i].layer.name);
+                if (j > i) fprintf(f, " .. %s (%d layers)", m->graph.nodes[j].layer.name, j - i + 1);
                 i = j;
             }
         fprintf(f, "%s again in backward: %.1f MB of activations instead of %.1f MB (batch %d)\n", any ? "" : " no layer",
-                4e-6 * (double)m->ckpt_plan[1], 4e-6 * (double)m->ckpt_plan[0], m->batch);
+                4e-6 * (double)m->graph.ckpt_plan[1], 4e-6 * (double)m->graph.ckpt_plan[0], m->data.batch);
     }
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int k = 0; k < m->nodes[i].n_in; k++)
-            if (m->nodes[i].edge[k] == GLIA__EDGE_CONVERT) {
-                const struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int k = 0; k < m->graph.nodes[i].n_in; k++)
+            if (m->graph.nodes[i].edge[k] == GLIA__EDGE_CONVERT) {
+                const struct glia__node *nd = &m->graph.nodes[i];
                 fprintf(f, "memory format: %s converts its input from %s (%s -> %s)\n", nd->layer.name,
-                        nd->in[k] < 0 ? "input" : m->nodes[nd->in[k]].layer.name,
+                        nd->in[k] < 0 ? "input" : m->graph.nodes[nd->in[k]].layer.name,
                         glia_memory_format_name(nd->in_fmt[k] == GLIA_CONTIGUOUS ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS),
                         glia_memory_format_name(nd->in_fmt[k]));
             }
-    if (m->decay_mask) {  /* which parameters the optimizer's weight_decay skips */
+    if (m->params.decay_mask) {  /* which parameters the optimizer's weight_decay skips */
         fprintf(f, "no weight decay:");
-        for (int i = 0; i < m->n_nodes; i++)
-            for (int p = 0; p < m->nodes[i].layer.n_params; p++)
-                if (!m->nodes[i].layer.params[p].decay)
-                    fprintf(f, " %s.%s", m->nodes[i].layer.name, m->nodes[i].layer.params[p].name);
+        for (int i = 0; i < m->graph.n_nodes; i++)
+            for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++)
+                if (!m->graph.nodes[i].layer.params[p].decay)
+                    fprintf(f, " %s.%s", m->graph.nodes[i].layer.name, m->graph.nodes[i].layer.params[p].name);
         fprintf(f, "\n");
     }
     struct glia__act_plan pl;  /* shape inference only: the model does not change */
-    if (glia__act_plan((struct glia_model *)m, m->batch, m->test_batch, &pl)) {
+    if (glia__act_plan((struct glia_model *)m, m->data.batch, m->data.test_batch, &pl)) {
         glia_context_clear_error(m->ctx);  /* the line is left out; training reports the error */
     } else {
         fprintf(f, "activation memory: %.1f MB, shared by a training step at batch %d (%.1f MB; %.1f MB if nothing "
-                "were shared) and evaluation at batch %d (%.1f MB; %.1f MB)\n", pl.len * 4e-6, m->batch, pl.train * 4e-6,
-                pl.train_unshared * 4e-6, m->test_batch, pl.eval * 4e-6, pl.eval_unshared * 4e-6);
+                "were shared) and evaluation at batch %d (%.1f MB; %.1f MB)\n", pl.len * 4e-6, m->data.batch, pl.train * 4e-6,
+                pl.train_unshared * 4e-6, m->data.test_batch, pl.eval * 4e-6, pl.eval_unshared * 4e-6);
         glia__act_plan_free(&pl);
     }
     human(total_flops, fl, sizeof fl);
     char at[48] = "";
-    if (m->train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->train.cols);
+    if (m->data.train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->data.train.cols);
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward%s\n",
-            m->n_nodes, (long long)m->wa.n, m->wa.n * 4.0 / 1e6, fl, at);
+            m->graph.n_nodes, (long long)m->params.wa.n, m->params.wa.n * 4.0 / 1e6, fl, at);
     static const char *sched[] = {"constant", "step", "cosine"};
     char shape[64];
-    if (m->train.tokens)
-        snprintf(shape, sizeof shape, "token sequences up to %d%s", m->train.cols,
-                 m->group_by_length ? ", grouped by length" : "");
-    else if (m->train.channels > 1)
-        snprintf(shape, sizeof shape, "%dx%dx%d", m->train.channels, m->train.rows, m->train.cols);
+    if (m->data.train.tokens)
+        snprintf(shape, sizeof shape, "token sequences up to %d%s", m->data.train.cols,
+                 m->data.group_by_length ? ", grouped by length" : "");
+    else if (m->data.train.channels > 1)
+        snprintf(shape, sizeof shape, "%dx%dx%d", m->data.train.channels, m->data.train.rows, m->data.train.cols);
     else
-        snprintf(shape, sizeof shape, "%dx%d", m->train.rows, m->train.cols);
+        snprintf(shape, sizeof shape, "%dx%d", m->data.train.rows, m->data.train.cols);
     fprintf(f, "data: %lld training samples, %lld test samples, %s, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
-            (long long)m->train.n, (long long)m->test.n, shape, m->n_classes, m->opt.type->name, m->lr, sched[m->schedule],
-            m->epochs);
+            (long long)m->data.train.n, (long long)m->data.test.n, shape, m->data.n_classes, m->trainer.opt.type->name, m->trainer.lr, sched[m->trainer.schedule],
+            m->trainer.epochs);
 }

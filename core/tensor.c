@@ -105,7 +105,7 @@ glia_status glia_tensor_new(struct glia_backend *b, enum glia_dtype dtype,
     struct glia_tensor *t = calloc(1, sizeof *t);
     struct glia_storage *st = calloc(1, sizeof *st);
     if (!t || !st) goto nomem;
-    if (b->ops->alloc(b->priv, nbytes ? nbytes : 1, &st->ptr)) goto nomem;
+    if (glia_backend_alloc(b, nbytes ? nbytes : 1, &st->ptr)) goto nomem;
     st->backend = b;
     st->nbytes = nbytes;
     st->refcount = 1;
@@ -183,7 +183,7 @@ void glia_tensor_release(struct glia_tensor *t)
     if (!t || --t->refcount > 0) return;
     struct glia_storage *st = t->storage;
     if (st && --st->refcount == 0) {
-        st->backend->ops->free(st->backend->priv, st->ptr);
+        glia_backend_free(st->backend, st->ptr);
         free(st);
     }
     free(t);
@@ -238,33 +238,26 @@ glia_status glia_tensor_copy(struct glia_tensor *dst, const struct glia_tensor *
     }
     struct glia_backend *b = dh ? bs : bd;
     if (!dh && !sh && bd != bs) return GLIA_EUNSUPPORTED;
-    return b->ops->copy(b->priv, dst->data, dh, src->data, sh, n);
+    return glia_backend_copy(b, dst->data, dh, src->data, sh, n);
 }
 
 glia_status glia_tensor_from_host(struct glia_tensor *t, const void *src, size_t nbytes)
 {
     if (nbytes != glia_tensor_nbytes(t)) return GLIA_EINVAL;
     struct glia_backend *b = glia_tensor_backend(t);
-    return b->ops->copy(b->priv, t->data, t->device.type == GLIA_DEVICE_CPU, src, true, nbytes);
+    return glia_backend_copy(b, t->data, t->device.type == GLIA_DEVICE_CPU, src, true, nbytes);
 }
 
 glia_status glia_tensor_to_host(const struct glia_tensor *t, void *dst, size_t nbytes)
 {
     if (nbytes != glia_tensor_nbytes(t)) return GLIA_EINVAL;
     struct glia_backend *b = glia_tensor_backend(t);
-    return b->ops->copy(b->priv, dst, true, t->data, t->device.type == GLIA_DEVICE_CPU, nbytes);
+    return glia_backend_copy(b, dst, true, t->data, t->device.type == GLIA_DEVICE_CPU, nbytes);
 }
 
 glia_status glia_tensor_fill_zero(struct glia_tensor *t)
 {
-    struct glia_backend *b = glia_tensor_backend(t);
-    size_t n = glia_tensor_nbytes(t);
-    if (b->ops->memzero) return b->ops->memzero(b->priv, t->data, n);
-    void *z = calloc(1, n ? n : 1);
-    if (!z) return GLIA_ENOMEM;
-    glia_status s = glia_tensor_from_host(t, z, n);
-    free(z);
-    return s;
+    return glia_backend_memzero(glia_tensor_backend(t), t->data, glia_tensor_nbytes(t));
 }
 
 float *glia_tensor_f32(const struct glia_tensor *t)
@@ -275,25 +268,6 @@ float *glia_tensor_f32(const struct glia_tensor *t)
 int32_t *glia_tensor_i32(const struct glia_tensor *t)
 {
     return t && t->dtype == GLIA_I32 && t->device.type == GLIA_DEVICE_CPU ? t->data : NULL;
-}
-
-/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1), in 32x32 tiles. */
-static void host_transpose(float *dst, const float *src, int64_t B, int64_t rows, int64_t cols, float beta)
-{
-    enum { T = 32 };
-    int64_t tr = (rows + T - 1) / T, tc = (cols + T - 1) / T;
-#pragma omp parallel for schedule(static) if (B * rows * cols > 32768)
-    for (int64_t job = 0; job < B * tr * tc; job++) {
-        int64_t b = job / (tr * tc), r0 = job / tc % tr * T, c0 = job % tc * T;
-        int64_t r1 = r0 + T < rows ? r0 + T : rows, c1 = c0 + T < cols ? c0 + T : cols;
-        const float *s = src + b * rows * cols;
-        float *d = dst + b * rows * cols;
-        for (int64_t c = c0; c < c1; c++)
-            for (int64_t r = r0; r < r1; r++) {
-                float v = s[r * cols + c];
-                d[c * rows + r] = beta != 0.0f ? d[c * rows + r] + v : v;
-            }
-    }
 }
 
 glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate)
@@ -315,21 +289,8 @@ glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tenso
     }
     struct glia_backend *b = glia_tensor_backend(dst);
     bool host = dst->device.type == GLIA_DEVICE_CPU;
-    if (fd == fs || rows == 1 || cols == 1) {  /* the same memory order */
-        if (!accumulate) return b->ops->copy(b->priv, dst->data, host, src->data, host, glia_tensor_nbytes(src));
-        B *= rows * cols, rows = cols = 1;      /* dst += src: a transpose of 1x1 blocks */
-    }
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (GLIA__HAS_SLOT(b->ops, transpose_f32))
-        return b->ops->transpose_f32(b->priv, dst->data, src->data, B, rows, cols, beta);
-    if (!host) return GLIA_EUNSUPPORTED;
-    if (rows == 1 && cols == 1) {
-        float *d = dst->data;
-        const float *x = src->data;
-#pragma omp parallel for schedule(static) if (B > 65536)
-        for (int64_t i = 0; i < B; i++) d[i] += x[i];
-        return GLIA_OK;
-    }
-    host_transpose(dst->data, src->data, B, rows, cols, beta);
-    return GLIA_OK;
+    if (fd == fs || rows == 1 || cols == 1)  /* the same memory order: a copy, or dst += src */
+        return accumulate ? glia_backend_axpy_f32(b, dst->data, src->data, (size_t)glia_tensor_numel(src), 1.0f)
+                          : glia_backend_copy(b, dst->data, host, src->data, host, glia_tensor_nbytes(src));
+    return glia_backend_transpose_f32(b, dst->data, src->data, B, rows, cols, accumulate ? 1.0f : 0.0f);
 }

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 
 static const char *const cat_name[] = {"step", "input", "forward", "backward", "comm", "optimizer", "recompute"};
 

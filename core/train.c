@@ -1,6 +1,6 @@
-/* core/train.c — running a built model: activation buffers, forward, layer-level backward,
- * the optimizer step, the epoch loop with evaluation, progress and the metrics file.
- * Not model construction (core/model.c). */
+/* core/train.c — the training step: forward, layer-level backward (with recomputation), unscaling and clipping, the
+ * optimizer, DataParallel's devices, CUDA graph replays, the loss read a step late; and evaluation. Not the loop of
+ * epochs (core/run.c), nor steps driven from outside (core/step.c), nor the activations' memory (core/act.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -8,243 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 #include "loader.h"
-#include "model_internal.h"
-
-void glia__model_release_activations(struct glia_model *m)
-{
-    for (int i = 0; i < m->n_nodes; i++) {
-        struct glia__node *nd = &m->nodes[i];
-        glia_tensor_release(nd->out);
-        glia_tensor_release(nd->dout);
-        nd->out = nd->dout = NULL;
-        for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
-            glia_tensor_release(nd->cin[k]);
-            glia_tensor_release(nd->cdin[k]);
-            nd->cin[k] = nd->cdin[k] = NULL;
-        }
-    }
-    glia_tensor_release(m->act_block);
-    glia__act_plan_free(&m->plan);
-    glia_tensor_release(m->x);
-    glia_tensor_release(m->y);
-    glia_tensor_release(m->x_buf);
-    glia_tensor_release(m->y_buf);
-    glia_tensor_release(m->loss_scale);
-    glia_tensor_release(m->stage_x);
-    glia_tensor_release(m->stage_y);
-    m->act_block = NULL;
-    m->x = m->y = m->x_buf = m->y_buf = m->loss_scale = m->stage_x = m->stage_y = NULL;
-    m->act_batch = m->eval_batch = m->cur_batch = m->cur_len = 0;
-    glia__model_free_graphs(m);  /* they read and write the activations just given back */
-}
-
-/* The data batch's element type: token ids or pixels. */
-static enum glia_dtype data_dtype(const struct glia_model *m) { return m->train.tokens ? GLIA_I32 : GLIA_F32; }
-
-/* Whether the backend uploads batches on a copy stream of its own (then they go through stage_x/y). */
-static bool async_upload(const struct glia_model *m)
-{
-    return GLIA__HAS_SLOT(m->backend->ops, upload) && GLIA__HAS_SLOT(m->backend->ops, wait_copy);
-}
-
-/* The loss layer's output gradient: 1/accumulate (each micro-batch's loss counts that much),
- * times the loss scale, times the share of the batch this model computed (dp). */
-static glia_status write_loss_scale(struct glia_model *m)
-{
-    float v = (float)(m->scaler.scale * m->loss_weight / (double)m->accumulate);
-    return glia_tensor_from_host(m->loss_scale, &v, sizeof v);
-}
-
-/* A new 1-D f32 tensor of n floats (at least one). */
-static glia_status new_flat(struct glia_model *m, int64_t n, struct glia_tensor **out)
-{
-    struct glia_shape flat = glia_shape_make(1, (int64_t[]){n > 0 ? n : 1});
-    return glia_tensor_new(m->backend, GLIA_F32, &flat, out);
-}
-
-/* Buffers for training batches of up to tb samples (0: none) and evaluation batches of up to eb (0: none): the
- * activation block of glia__act_plan, the data batch and labels (and their upload targets), the loss scale. */
-static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t eb)
-{
-    /* Freed blocks go back to the device cache at once; a copy stream could write a reused one
-     * before queued work has read it, so let the device drain first. */
-    glia_status st = glia_backend_sync(m->backend);
-    if (st) return st;
-    glia__model_release_activations(m);
-    int64_t maxb = tb > eb ? tb : eb;
-    if ((st = glia__act_plan(m, tb, eb, &m->plan)))  /* else a layer's shape error says why */
-        return st == GLIA_ENOMEM ? glia_error(m->ctx, st, "out of memory planning the activations") : st;
-    glia_context_clear_error(m->ctx);
-    st = m->plan.len > GLIA__MAX_ELEMENTS ? GLIA_ENOMEM : new_flat(m, m->plan.len, &m->act_block);
-    struct glia_shape xs = glia__data_shape(m, maxb, m->train.cols);
-    int64_t d1[1] = {maxb}, one[1] = {1};
-    struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
-    if (!st) st = glia_tensor_new(m->backend, data_dtype(m), &xs, &m->x_buf);
-    if (!st) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->y_buf);
-    if (!st && async_upload(m)) st = glia_tensor_new(m->backend, data_dtype(m), &xs, &m->stage_x);
-    if (!st && async_upload(m)) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->stage_y);
-    if (!st) st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->loss_scale);
-    if (!st) st = write_loss_scale(m);
-    if (st) {
-        /* the block, the batch and its labels (twice with an upload stage): named by the batch size that makes
-         * the larger plan */
-        bool train = tb > 0 && m->plan.train >= m->plan.eval;
-        double bytes = 4.0 * ((double)m->plan.len + (async_upload(m) ? 2 : 1) * (glia__numel_d(&xs) + (double)maxb));
-        glia__model_release_activations(m);
-        if (st != GLIA_ENOMEM) return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
-        return glia__alloc_error(glia__config_find(m->cfg, "data"), train ? "batch_size" : "test_batch_size", bytes,
-                                 "the activations of %s at batch %lld", train ? "a training step" : "evaluation",
-                                 (long long)(train ? tb : eb));
-    }
-    m->act_batch = tb;
-    m->eval_batch = eb;
-    return GLIA_OK;
-}
-
-/* Buffers for at least tb training and eb evaluation samples per batch (kept when large enough). */
-static glia_status need_activations(struct glia_model *m, int64_t tb, int64_t eb)
-{
-    if (m->act_batch >= tb && m->eval_batch >= eb) return GLIA_OK;
-    return alloc_activations(m, tb > m->act_batch ? tb : m->act_batch, eb > m->eval_batch ? eb : m->eval_batch);
-}
-
-/* *out = the part of the activation block from offset off, of shape s in format f. */
-static glia_status view(struct glia_model *m, int64_t off, const struct glia_shape *s, enum glia_memory_format f,
-                        struct glia_tensor **out)
-{
-    return glia_tensor_view_as(m->act_block, off, s, f, out);
-}
-
-/* Point every activation view at batch n (n <= act_batch in training, eval_batch in evaluation) of length len
- * (tokens; images: any), where the plan of that mode puts them. */
-static glia_status set_batch(struct glia_model *m, int64_t n, int64_t len, bool train)
-{
-    if (!m->train.tokens) len = m->train.cols;
-    if (n == m->cur_batch && len == m->cur_len && train == m->cur_train) return GLIA_OK;
-    if (n > (train ? m->act_batch : m->eval_batch))
-        return glia_error(m->ctx, GLIA_EINVAL, "batch of %lld exceeds the %lld the activations were sized for",
-                          (long long)n, (long long)(train ? m->act_batch : m->eval_batch));
-    struct glia_shape *shapes = malloc(sizeof *shapes * (size_t)m->n_nodes);
-    if (!shapes) return GLIA_ENOMEM;
-    glia_status st = glia__infer_all(m, n, len, shapes);
-    const int64_t *off = train ? m->plan.train_off : m->plan.eval_off;
-    for (int i = 0; i < m->n_nodes && !st; i++) {
-        struct glia__node *nd = &m->nodes[i];
-        glia_tensor_release(nd->out);
-        glia_tensor_release(nd->dout);
-        nd->out = nd->dout = NULL;
-        bool grad = train && glia__has_grad(m, i);
-        st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, &nd->out);
-        if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, &nd->dout);
-        for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
-            glia_tensor_release(nd->cin[k]);
-            glia_tensor_release(nd->cdin[k]);
-            nd->cin[k] = nd->cdin[k] = NULL;
-            if (nd->edge[k] == GLIA__EDGE_DIRECT) continue;
-            int p = nd->in[k];
-            struct glia_shape ps = p < 0 ? glia__data_shape(m, n, len) : shapes[p];
-            bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
-            bool pgrad = train && glia__has_grad(m, p);
-            if (conv) st = view(m, off[GLIA__PLAN_VALUE(i, k)], &ps, nd->in_fmt[k], &nd->cin[k]);
-            else if (p < 0) st = glia_tensor_view_as(m->x_buf, 0, &ps, nd->in_fmt[k], &nd->cin[k]);
-            else st = view(m, off[GLIA__PLAN_VALUE(p, -1)], &ps, nd->in_fmt[k], &nd->cin[k]);
-            if (!st && pgrad)
-                st = view(m, off[conv ? GLIA__PLAN_GRAD(i, k) : GLIA__PLAN_GRAD(p, -1)], &ps, nd->in_fmt[k], &nd->cdin[k]);
-        }
-    }
-    free(shapes);
-    glia_tensor_release(m->x);
-    glia_tensor_release(m->y);
-    m->x = m->y = NULL;
-    struct glia_shape xs = glia__data_shape(m, n, len);
-    int64_t d1[1] = {n};
-    struct glia_shape ys = glia_shape_make(1, d1);
-    if (!st) st = glia_tensor_view(m->x_buf, 0, &xs, &m->x);
-    if (!st) st = glia_tensor_view(m->y_buf, 0, &ys, &m->y);
-    m->cur_batch = st ? 0 : n;
-    m->cur_len = st ? 0 : len;
-    m->cur_train = train;
-    return st;
-}
-
-/* ---- feeding batches ----
- * On a backend with its own copy stream (upload), batch k+1 is copied from the loader's
- * (page-locked) buffer into stage_x/stage_y while step k computes: at the start of step k the
- * staged batch k is copied device-to-device into x/y on the compute stream, then batch k+1's
- * upload is started (ordered after that copy, so it cannot overwrite what step k reads), and the
- * loader buffer is given back only once its upload is done. Elsewhere the batch is copied into
- * x/y directly. */
-struct feed {
-    struct glia__loader *L;
-    bool staged;            /* a batch is uploading into stage_x/y (loader buffer still held) */
-    struct glia__batch b;   /* its size and length */
-    uint64_t ticket;        /* its upload */
-    bool train;             /* training batches (else evaluation's): which activations they go into */
-};
-
-static glia_status feed_upload(struct glia_model *m, struct feed *f)
-{
-    f->staged = glia__loader_next(f->L, &f->b);
-    if (!f->staged) return GLIA_OK;
-    struct glia_backend *b = m->backend;
-    size_t row = glia__batch_row_bytes(&f->b, f->L->d);
-    /* f->ticket names the last copy queued from the loader's buffer (the copy stream runs in order) */
-    glia_status st = b->ops->upload(b->priv, m->stage_x->data, f->b.x, row * (size_t)f->b.n, &f->ticket);
-    if (!st) st = b->ops->upload(b->priv, m->stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
-    return st;
-}
-
-/* Start feeding an epoch of L (started already), for training or evaluation. */
-static glia_status feed_start(struct glia_model *m, struct feed *f, struct glia__loader *L, bool train)
-{
-    *f = (struct feed){.L = L, .train = train};
-    return async_upload(m) ? feed_upload(m, f) : GLIA_OK;
-}
-
-/* Put the next batch into m->x, m->y (views for its size); *more = false at the epoch's end. */
-static glia_status feed_next(struct glia_model *m, struct feed *f, int64_t *n, bool *more)
-{
-    glia_status st;
-    if (!async_upload(m)) {
-        struct glia__batch bt;
-        if (!(*more = glia__loader_next(f->L, &bt))) return GLIA_OK;
-        *n = bt.n;
-        st = set_batch(m, bt.n, bt.len, f->train);
-        if (!st) st = glia_tensor_from_host(m->x, bt.x, glia_tensor_nbytes(m->x));
-        if (!st) st = glia_tensor_from_host(m->y, bt.y, glia_tensor_nbytes(m->y));
-        glia__loader_release(f->L);
-        return st;
-    }
-    if (!(*more = f->staged)) return GLIA_OK;
-    struct glia_backend *b = m->backend;
-    *n = f->b.n;
-    st = b->ops->wait_copy(b->priv, f->ticket, true);  /* usually long done */
-    glia__loader_release(f->L);
-    f->staged = false;
-    if (!st) st = set_batch(m, f->b.n, f->b.len, f->train);
-    if (!st) st = b->ops->copy(b->priv, m->x->data, false, m->stage_x->data, false, glia_tensor_nbytes(m->x));
-    if (!st) st = b->ops->copy(b->priv, m->y->data, false, m->stage_y->data, false, glia_tensor_nbytes(m->y));
-    if (!st) st = feed_upload(m, f);
-    return st;
-}
-
-/* Give back a batch still held when a loop stops early, once its upload has stopped reading the
- * loader's buffer (a worker refills the buffer as soon as it is given back). */
-static glia_status feed_stop(struct glia_model *m, struct feed *f)
-{
-    glia_status st = GLIA_OK;
-    if (f->staged) {
-        st = m->backend->ops->wait_copy(m->backend->priv, f->ticket, true);
-        glia__loader_release(f->L);
-    }
-    f->staged = false;
-    return st;
-}
+#include "parts.h"
+#include "act.h"
+#include "train.h"
 
 /* Profiling with a trace: an event for node's forward or backward that ran from t0 to t1. */
 static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const struct glia__node *nd, double t0, double t1)
 {
-    struct glia__trace_event *e = m->trace ? glia__trace_add(m->trace, cat, nd->layer.name, t0, t1) : NULL;
+    struct glia__trace_event *e = m->trainer.trace ? glia__trace_add(m->trainer.trace, cat, nd->layer.name, t0, t1) : NULL;
     if (!e) return;
     e->type = nd->layer.type->name;
     e->impl = nd->layer.kernel->impl;
@@ -282,26 +53,26 @@ static glia_status guards_check(const struct glia__node *nd, const char *call, s
 /* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments). */
 static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute)
 {
-    struct glia__node *nd = &m->nodes[i];
+    struct glia__node *nd = &m->graph.nodes[i];
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
-    double t0 = m->profiling ? glia__now() : 0;
+    double t0 = m->trainer.profiling ? glia__now() : 0;
     glia_status st = GLIA_OK;
     for (int k = 0; k < nd->n_in && !st; k++) {
-        in[k] = nd->in[k] < 0 ? m->x : m->nodes[nd->in[k]].out;
+        in[k] = nd->in[k] < 0 ? m->act.x : m->graph.nodes[nd->in[k]].out;
         if (nd->edge[k] == GLIA__EDGE_CONVERT) st = glia_tensor_convert(nd->cin[k], in[k], false);
         if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
     }
     /* the layer's key (its name, the run's seed, the rank) and the step give the seed of its masks */
-    uint64_t key = glia__hash_str(m->seed + (uint64_t)m->rank * 0xd1b54a32d192ed03ull, nd->layer.name);
+    uint64_t key = glia__hash_str(m->seed + (uint64_t)m->dist.rank * 0xd1b54a32d192ed03ull, nd->layer.name);
     struct glia_fwd a = {in,
                          nd->n_in,
                          nd->out,
-                         (nd->layer.type->flags & GLIA_TYPE_LOSS) ? m->y : NULL,
+                         (nd->layer.type->flags & GLIA_TYPE_LOSS) ? m->act.y : NULL,
                          train,
-                         glia_seed(key, m->step),
+                         glia_seed(key, m->trainer.step),
                          recompute,
                          key,
-                         m->capturing ? m->step_dev->data : NULL};
+                         m->trainer.capturing ? m->trainer.step_dev->data : NULL};
     struct glia__guarded *guards;
     int n_guards;
     if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);
@@ -309,7 +80,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
         st = nd->layer.kernel->forward(&nd->layer, &a);
         st = guards_check(nd, recompute ? "forward (run again in backward)" : "forward", guards, n_guards, st);
     }
-    if (m->profiling) {  /* a recomputation is part of the backward */
+    if (m->trainer.profiling) {  /* a recomputation is part of the backward */
         glia_backend_sync(m->backend);
         double t1 = glia__now();
         *(recompute ? &nd->t_bwd : &nd->t_fwd) += t1 - t0;
@@ -324,17 +95,17 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
 static glia_status forward(struct glia_model *m, bool train)
 {
     glia_status st = GLIA_OK;
-    for (int i = 0; i < m->n_nodes && !st; i++) st = forward_node(m, i, train, false);
+    for (int i = 0; i < m->graph.n_nodes && !st; i++) st = forward_node(m, i, train, false);
     return st;
 }
 
 static glia_status backward(struct glia_model *m)
 {
-    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].grad_written = false;
-    for (int i = m->n_nodes - 1; i >= 0; i--) {
-        struct glia__node *nd = &m->nodes[i];
+    for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].grad_written = false;
+    for (int i = m->graph.n_nodes - 1; i >= 0; i--) {
+        struct glia__node *nd = &m->graph.nodes[i];
         for (int j = i - nd->recompute_n; j < i; j++) {  /* this segment's dropped outputs, again */
-            glia_status st = m->nodes[j].recompute ? forward_node(m, j, true, true) : GLIA_OK;
+            glia_status st = m->graph.nodes[j].recompute ? forward_node(m, j, true, true) : GLIA_OK;
             if (st) return st;
         }
         if (!nd->needs_grad) continue;
@@ -343,26 +114,26 @@ static glia_status backward(struct glia_model *m)
         bool acc[GLIA__MAX_INPUTS], acc_conv[GLIA__MAX_INPUTS];
         for (int k = 0; k < nd->n_in; k++) {
             int p = nd->in[k];
-            in[k] = nd->edge[k] != GLIA__EDGE_DIRECT ? nd->cin[k] : p < 0 ? m->x : m->nodes[p].out;
-            din[k] = p >= 0 && m->nodes[p].needs_grad ? m->nodes[p].dout : NULL;
-            acc[k] = p >= 0 && m->nodes[p].grad_written;
+            in[k] = nd->edge[k] != GLIA__EDGE_DIRECT ? nd->cin[k] : p < 0 ? m->act.x : m->graph.nodes[p].out;
+            din[k] = p >= 0 && m->graph.nodes[p].needs_grad ? m->graph.nodes[p].dout : NULL;
+            acc[k] = p >= 0 && m->graph.nodes[p].grad_written;
             for (int j = 0; j < k; j++) acc[k] |= din[k] && nd->in[j] == p;
             if (din[k] && nd->edge[k] != GLIA__EDGE_DIRECT) din[k] = nd->cdin[k];
             acc_conv[k] = acc[k];  /* a converted gradient is written whole, then added or written */
             if (nd->edge[k] == GLIA__EDGE_CONVERT) acc[k] = false;
         }
         bool is_loss = nd->layer.type->flags & GLIA_TYPE_LOSS;
-        struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->loss_scale : nd->dout, din, acc,
-                             is_loss ? m->y : NULL};
-        double t0 = m->profiling ? glia__now() : 0;
+        struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->act.loss_scale : nd->dout, din, acc,
+                             is_loss ? m->act.y : NULL};
+        double t0 = m->trainer.profiling ? glia__now() : 0;
         struct glia__guarded *guards;
         int n_guards;
         glia_status st = guards_fill(m, nd, din, &guards, &n_guards);
         if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.kernel->backward(&nd->layer, &a));
         for (int k = 0; k < nd->n_in && !st; k++)
             if (din[k] && nd->edge[k] == GLIA__EDGE_CONVERT)
-                st = glia_tensor_convert(m->nodes[nd->in[k]].dout, din[k], acc_conv[k]);
-        if (m->profiling) {
+                st = glia_tensor_convert(m->graph.nodes[nd->in[k]].dout, din[k], acc_conv[k]);
+        if (m->trainer.profiling) {
             glia_backend_sync(m->backend);
             double t1 = glia__now();
             nd->t_bwd += t1 - t0;
@@ -374,53 +145,37 @@ static glia_status backward(struct glia_model *m)
             return st;
         }
         for (int k = 0; k < nd->n_in; k++)
-            if (din[k]) m->nodes[nd->in[k]].grad_written = true;
+            if (din[k]) m->graph.nodes[nd->in[k]].grad_written = true;
         for (int p = 0; p < nd->layer.n_params; p++) nd->layer.params[p].grad_unset = false;
-        if (m->ddp && (st = glia__ddp_node_done(m, m->ddp, i))) return st;  /* its buckets may start now */
+        if (m->dist.ddp && (st = glia__ddp_node_done(m, m->dist.ddp, i))) return st;  /* its buckets may start now */
     }
     return GLIA_OK;
 }
 
 double glia__model_lr(const struct glia_model *m, int epoch, int64_t step)
 {
-    double lr = m->lr;
-    switch (m->schedule) {
+    double lr = m->trainer.lr;
+    switch (m->trainer.schedule) {
     case GLIA__SCHED_CONSTANT: break;
-    case GLIA__SCHED_STEP: lr *= pow(m->gamma, (double)((epoch - 1) / m->step_epochs)); break;
+    case GLIA__SCHED_STEP: lr *= pow(m->trainer.gamma, (double)((epoch - 1) / m->trainer.step_epochs)); break;
     case GLIA__SCHED_COSINE:
-        lr = m->min_lr + (m->lr - m->min_lr) * 0.5 * (1.0 + cos(M_PI * (double)(epoch - 1) / (double)m->epochs));
+        lr = m->trainer.min_lr + (m->trainer.lr - m->trainer.min_lr) * 0.5 * (1.0 + cos(M_PI * (double)(epoch - 1) / (double)m->trainer.epochs));
         break;
     }
-    if (m->warmup_steps > 0 && step <= m->warmup_steps) lr *= (double)step / (double)m->warmup_steps;
+    if (m->trainer.warmup_steps > 0 && step <= m->trainer.warmup_steps) lr *= (double)step / (double)m->trainer.warmup_steps;
     return lr;
 }
 
 /* Sum of squares of the gradient arena, in double (non-finite when any gradient is). */
 static glia_status grad_sumsq(struct glia_model *m, double *out)
 {
-    struct glia_backend *b = m->backend;
-    if (GLIA__HAS_SLOT(b->ops, sumsq_f32)) return b->ops->sumsq_f32(b->priv, m->g->data, (size_t)m->wa.len, out);
-    if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no sumsq_f32", b->ops->name);
-    const float *g = m->g->data;
-    int64_t n = m->wa.len;
-    double sq = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sq)
-    for (int64_t i = 0; i < n; i++) sq += (double)g[i] * g[i];
-    *out = sq;
-    return GLIA_OK;
+    return glia_backend_sumsq_f32(m->backend, m->params.g->data, (size_t)m->params.wa.len, out);
 }
 
 /* g *= c over the gradient arena. */
 static glia_status grad_scale(struct glia_model *m, float c)
 {
-    struct glia_backend *b = m->backend;
-    if (GLIA__HAS_SLOT(b->ops, scale_f32)) return b->ops->scale_f32(b->priv, m->g->data, (size_t)m->wa.len, c);
-    if (m->g->device.type != GLIA_DEVICE_CPU) return glia_error(m->ctx, GLIA_EUNSUPPORTED, "backend %s has no scale_f32", b->ops->name);
-    float *g = m->g->data;
-    int64_t n = m->wa.len;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) g[i] *= c;
-    return GLIA_OK;
+    return glia_backend_scale_f32(m->backend, m->params.g->data, (size_t)m->params.wa.len, c);
 }
 
 bool glia__scaler_update(struct glia__scaler *s, double sumsq)
@@ -441,45 +196,52 @@ bool glia__scaler_update(struct glia__scaler *s, double sumsq)
 /* The gradients were computed for the loss times the loss scale. Unscale them, and clip them so
  * that their global L2 norm is at most clip_grad_norm (torch.nn.utils.clip_grad_norm_:
  * coefficient max_norm / (norm + 1e-6), capped at 1), in one pass. With fp16 loss scaling a
- * non-finite gradient skips the step (*skip), which the host must know; without it a backend with
+ * non-finite gradient skips the step (*skip), which the host must know; without it the backend's
  * clip_f32 clips on the device, the host not waiting for the norm. */
 static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
 {
     *skip = false;
     bool scaling = m->precision == GLIA_PRECISION_FP16;
-    if (!scaling && m->clip_grad_norm <= 0) return GLIA_OK;
+    if (!scaling && m->trainer.clip_grad_norm <= 0) return GLIA_OK;
     struct glia_backend *b = m->backend;
-    if (!scaling && GLIA__HAS_SLOT(b->ops, clip_f32))  /* on the device: no wait for the norm */
-        return b->ops->clip_f32(b->priv, m->g->data, (size_t)m->wa.len, m->clip_grad_norm);
-    double sq, used = m->scaler.scale;
+    if (!scaling)  /* on the device: no wait for the norm */
+        return glia_backend_clip_f32(b, m->params.g->data, (size_t)m->params.wa.len, m->trainer.clip_grad_norm);
+    double sq, used = m->trainer.scaler.scale;
     glia_status st = grad_sumsq(m, &sq);
     if (st) return st;
     if (scaling) {
-        *skip = !glia__scaler_update(&m->scaler, sq);
+        *skip = !glia__scaler_update(&m->trainer.scaler, sq);
         if (*skip)
             glia_log(m->ctx, GLIA_LOG_DEBUG, "fp16: non-finite gradients after step %lld; loss scale now %g",
-                     (long long)m->step, m->scaler.scale);
-        if (m->scaler.scale != used && (st = write_loss_scale(m))) return st;
+                     (long long)m->trainer.step, m->trainer.scaler.scale);
+        if (m->trainer.scaler.scale != used && (st = glia__write_loss_scale(m))) return st;
         if (*skip) return GLIA_OK;
     }
     double coef = 1.0 / used, norm = sqrt(sq) * coef;
-    if (m->clip_grad_norm > 0 && m->clip_grad_norm / (norm + 1e-6) < 1.0) coef *= m->clip_grad_norm / (norm + 1e-6);
+    if (m->trainer.clip_grad_norm > 0 && m->trainer.clip_grad_norm / (norm + 1e-6) < 1.0) coef *= m->trainer.clip_grad_norm / (norm + 1e-6);
     return coef != 1.0 ? grad_scale(m, (float)coef) : GLIA_OK;
 }
 
-static glia_status optimizer_step(struct glia_model *m, int epoch)
+/* Set-to-none: the next backward writes the parameters' gradients instead of adding to them. */
+void glia__grads_unset(struct glia_model *m)
+{
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) m->graph.nodes[i].layer.params[p].grad_unset = true;
+}
+
+glia_status glia__optimizer_step(struct glia_model *m, int epoch)
 {
     /* ddp: the gradients are the average over ranks once every bucket is in */
-    if (m->ddp) {
+    if (m->dist.ddp) {
         double t0 = glia__now();
-        glia_status st = glia__ddp_finish(m, m->ddp);
+        glia_status st = glia__ddp_finish(m, m->dist.ddp);
         if (st) return st;
-        if (m->profiling && m->trace) glia__trace_add(m->trace, GLIA__TRACE_COMM, "gradient wait", t0, glia__now());
+        if (m->trainer.profiling && m->trainer.trace) glia__trace_add(m->trainer.trace, GLIA__TRACE_COMM, "gradient wait", t0, glia__now());
     }
     /* A parameter whose gradient no layer wrote this step has gradient zero. */
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++) {
-            struct glia_param *pa = &m->nodes[i].layer.params[p];
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) {
+            struct glia_param *pa = &m->graph.nodes[i].layer.params[p];
             if (pa->grad_unset) {
                 glia_status st = glia_tensor_fill_zero(pa->grad);
                 if (st) return st;
@@ -489,68 +251,38 @@ static glia_status optimizer_step(struct glia_model *m, int epoch)
     glia_status st = unscale_and_clip(m, &skip);
     if (!st && !skip) {
         float *state[GLIA__MAX_STATE] = {0};  /* past n_state: NULL, never stack garbage */
-        for (int k = 0; k < m->opt.type->n_state; k++) state[k] = m->state[k]->data;
-        m->step++;
-        m->cur_lr = glia__model_lr(m, epoch, m->step);
-        struct glia_opt_step s = {m->w->data, m->g->data, state, (size_t)m->wa.len,
-                                  m->decay_mask ? m->decay_mask->data : NULL, m->cur_lr, m->step, m->backend};
-        double t0 = m->profiling ? glia__now() : 0;
-        st = m->wa.n ? m->opt.kernel->step(&m->opt, &s) : GLIA_OK;
-        if (m->profiling) {
+        for (int k = 0; k < m->trainer.opt.type->n_state; k++) state[k] = m->params.state[k]->data;
+        m->trainer.step++;
+        m->trainer.cur_lr = glia__model_lr(m, epoch, m->trainer.step);
+        struct glia_opt_step s = {m->params.w->data, m->params.g->data, state, (size_t)m->params.wa.len,
+                                  m->params.decay_mask ? m->params.decay_mask->data : NULL, m->trainer.cur_lr, m->trainer.step, m->backend};
+        double t0 = m->trainer.profiling ? glia__now() : 0;
+        st = m->params.wa.n ? m->trainer.opt.kernel->step(&m->trainer.opt, &s) : GLIA_OK;
+        if (m->trainer.profiling) {
             glia_backend_sync(m->backend);
             double t1 = glia__now();
-            m->t_opt += t1 - t0;
-            if (m->trace) glia__trace_add(m->trace, GLIA__TRACE_OPTIMIZER, m->opt.type->name, t0, t1);
+            m->trainer.t_opt += t1 - t0;
+            if (m->trainer.trace) glia__trace_add(m->trainer.trace, GLIA__TRACE_OPTIMIZER, m->trainer.opt.type->name, t0, t1);
         }
     }
-    if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->opt.type->name,
-                              (long long)m->step, glia_context_error(m->ctx));
-    /* set-to-none: the next backward writes instead of accumulating */
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++) m->nodes[i].layer.params[p].grad_unset = true;
+    if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->trainer.opt.type->name,
+                              (long long)m->trainer.step, glia_context_error(m->ctx));
+    glia__grads_unset(m);
     return GLIA_OK;
-}
-
-void glia_model_request_stop(struct glia_model *m)
-{
-    if (m) m->stop_requested = 1;
-}
-
-void glia_model_request_stop_code(struct glia_model *m, int code)
-{
-    if (m) m->stop_requested = code < 1 ? 1 : code > 255 ? 255 : code;
-}
-
-int glia_model_stop_code(const struct glia_model *m) { return m ? m->stop_code : 0; }
-
-#define STOP_POLL 10  /* ddp: the ranks agree on a stop request every this many optimizer steps */
-
-/* Whether training stops after this optimizer step for glia_model_request_stop: at once in one
- * process; under ddp with several ranks every STOP_POLL-th step, when any rank asked (a one-int
- * all-reduce of the codes, the largest wins; with nccl it waits for the queued work, once in
- * STOP_POLL steps), so that all ranks stop at the same step with the same code. */
-static bool stop_agreed(struct glia_model *m, glia_status *st)
-{
-    bool ranks = m->ddp && m->world > 1;
-    if (ranks && m->step % STOP_POLL) return false;
-    int32_t code = m->stop_requested;
-    if (ranks && (*st = glia__comm_all_reduce_host(m->comm, &code, 1, GLIA_I32, GLIA_REDUCE_MAX))) return false;
-    m->stop_code = code;
-    return code != 0;
 }
 
 static glia_status read_loss(struct glia_model *m, double *loss)
 {
     float v;
-    glia_status st = glia_tensor_to_host(m->nodes[m->n_nodes - 1].out, &v, sizeof v);
+    glia_status st = glia_tensor_to_host(m->graph.nodes[m->graph.n_nodes - 1].out, &v, sizeof v);
     *loss = v;
-    if (m->n_replicas > 1 && m->loss_weight < 1) {  /* dp: the whole batch's mean over the chunks */
-        *loss = v * m->loss_weight;
-        for (int r = 1; r < m->n_replicas && !st; r++) {
-            struct glia_model *p = m->replica[r];
-            if (!m->chunk[r]) continue;
-            st = glia_tensor_to_host(p->nodes[p->n_nodes - 1].out, &v, sizeof v);
-            *loss += v * p->loss_weight;
+    if (m->dist.n_replicas > 1 && m->dist.loss_weight < 1) {  /* dp: the whole batch's mean over the chunks */
+        *loss = v * m->dist.loss_weight;
+        for (int r = 1; r < m->dist.n_replicas && !st; r++) {
+            struct glia_model *p = m->dist.replica[r];
+            if (!m->dist.chunk[r]) continue;
+            st = glia_tensor_to_host(p->graph.nodes[p->graph.n_nodes - 1].out, &v, sizeof v);
+            *loss += v * p->dist.loss_weight;
         }
     }
     return st;
@@ -581,95 +313,74 @@ static glia_status dp_copy(struct glia_tensor *dst, const struct glia_tensor *sr
     return st;
 }
 
-/* dst += src over the f32 elements of a parameter gradient. */
+/* dst += src over the f32 elements of a parameter gradient (src brought to dst's device first). */
 static glia_status add_into(struct glia_model *m, struct glia_tensor *dst, struct glia_tensor *src)
 {
-    int64_t n = glia_tensor_numel(dst);
-    if (dst->device.type == GLIA_DEVICE_CPU && src->device.type == GLIA_DEVICE_CPU) {
-        float *d = glia_tensor_f32(dst);
-        const float *x = glia_tensor_f32(src);
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] += x[i];
-        return GLIA_OK;
-    }
     glia_status st = GLIA_OK;
     struct glia_tensor *tmp = NULL;
-    if (src->device.type != dst->device.type || src->device.index != dst->device.index) {  /* bring it over first */
+    if (src->device.type != dst->device.type || src->device.index != dst->device.index) {
         if (!(st = glia_tensor_new(m->backend, GLIA_F32, &dst->shape, &tmp))) st = dp_copy(tmp, src);
         src = tmp;
     }
-    struct glia_backend *b = m->backend;
-    if (!st && GLIA__HAS_SLOT(b->ops, transpose_f32)) {  /* dst(1, n) = src(1, n)^T + dst: an exact f32 add */
-        st = b->ops->transpose_f32(b->priv, dst->data, src->data, 1, 1, n, 1.0f);
-        glia_tensor_release(tmp);
-        return st;
-    }
-    if (!st && !m->one) {
-        float one = 1;
-        int64_t d1[1] = {1};
-        struct glia_shape s1 = glia_shape_make(1, d1);
-        if (!(st = glia_tensor_new(m->backend, GLIA_F32, &s1, &m->one))) st = glia_tensor_from_host(m->one, &one, sizeof one);
-    }
-    /* dst(1, n) = 1(1, 1) @ src(1, n) + dst (a backend's GEMM may round in its precision) */
-    if (!st) st = glia_backend_gemm_f32(m->backend, false, false, 1, n, 1, 1.0f, m->one->data, 1, src->data, n, 1.0f, dst->data, n);
+    if (!st) st = glia_backend_axpy_f32(m->backend, dst->data, src->data, (size_t)glia_tensor_numel(dst), 1.0f);
     glia_tensor_release(tmp);
     return st;
 }
 
-/* Split batch n (in m->x, m->y) over the devices and run every chunk's forward. */
+/* Split batch n (in m->act.x, m->act.y) over the devices and run every chunk's forward. */
 static glia_status dp_forward(struct glia_model *m, int64_t n)
 {
-    int R = m->n_replicas;
-    int64_t per = (n + R - 1) / R, row = glia_shape_numel(&m->x->shape) / (n > 0 ? n : 1);
+    int R = m->dist.n_replicas;
+    int64_t per = (n + R - 1) / R, row = glia_shape_numel(&m->act.x->shape) / (n > 0 ? n : 1);
     glia_status st = GLIA_OK;
-    for (int r = 0; r < R; r++) m->chunk[r] = r * per >= n ? 0 : (n - r * per < per ? n - r * per : per);
+    for (int r = 0; r < R; r++) m->dist.chunk[r] = r * per >= n ? 0 : (n - r * per < per ? n - r * per : per);
     for (int r = 1; r < R && !st; r++) {
-        struct glia_model *p = m->replica[r];
-        if (!m->chunk[r]) continue;
-        int64_t most = (m->batch + R - 1) / R;  /* its largest chunk */
-        st = need_activations(p, most, 0);
-        if (!st) st = set_batch(p, m->chunk[r], m->cur_len, true);
-        if (!st && p->weights_step != m->step) st = dp_copy(p->w, m->w);  /* changed by a step */
-        if (!st) p->weights_step = m->step;
-        if (!st && m->ba.n) st = dp_copy(p->buf, m->buf);  /* changed by every forward */
+        struct glia_model *p = m->dist.replica[r];
+        if (!m->dist.chunk[r]) continue;
+        int64_t most = (m->data.batch + R - 1) / R;  /* its largest chunk */
+        st = glia__need_activations(p, most, 0);
+        if (!st) st = glia__set_batch(p, m->dist.chunk[r], m->act.cur_len, true);
+        if (!st && p->dist.weights_step != m->trainer.step) st = dp_copy(p->params.w, m->params.w);  /* changed by a step */
+        if (!st) p->dist.weights_step = m->trainer.step;
+        if (!st && m->params.ba.n) st = dp_copy(p->params.buf, m->params.buf);  /* changed by every forward */
         struct glia_tensor *xs = NULL, *ys = NULL;
-        if (!st) st = glia_tensor_view(m->x_buf, r * per * row, &p->x->shape, &xs);
-        if (!st) st = glia_tensor_view(m->y_buf, r * per, &p->y->shape, &ys);
-        if (!st) st = dp_copy(p->x, xs);
-        if (!st) st = dp_copy(p->y, ys);
+        if (!st) st = glia_tensor_view(m->act.x_buf, r * per * row, &p->act.x->shape, &xs);
+        if (!st) st = glia_tensor_view(m->act.y_buf, r * per, &p->act.y->shape, &ys);
+        if (!st) st = dp_copy(p->act.x, xs);
+        if (!st) st = dp_copy(p->act.y, ys);
         glia_tensor_release(xs);
         glia_tensor_release(ys);
-        p->loss_weight = (double)m->chunk[r] / (double)n;
-        p->scaler = m->scaler;
-        p->step = m->step;
-        if (!st) st = write_loss_scale(p);
+        p->dist.loss_weight = (double)m->dist.chunk[r] / (double)n;
+        p->trainer.scaler = m->trainer.scaler;
+        p->trainer.step = m->trainer.step;
+        if (!st) st = glia__write_loss_scale(p);
     }
-    m->loss_weight = (double)m->chunk[0] / (double)n;
-    if (!st) st = set_batch(m, m->chunk[0], m->cur_len, true);
-    if (!st) st = write_loss_scale(m);
+    m->dist.loss_weight = (double)m->dist.chunk[0] / (double)n;
+    if (!st) st = glia__set_batch(m, m->dist.chunk[0], m->act.cur_len, true);
+    if (!st) st = glia__write_loss_scale(m);
     for (int r = 0; r < R && !st; r++)
-        if (m->chunk[r]) st = forward(r ? m->replica[r] : m, true);
+        if (m->dist.chunk[r]) st = forward(r ? m->dist.replica[r] : m, true);
     return st;
 }
 
 /* The replicas copy the model's weights at their next forward (they were loaded or broadcast). */
-static void dp_weights_changed(struct glia_model *m)
+void glia__dp_weights_changed(struct glia_model *m)
 {
-    for (int r = 1; r < m->n_replicas; r++) m->replica[r]->weights_step = -1;
+    for (int r = 1; r < m->dist.n_replicas; r++) m->dist.replica[r]->dist.weights_step = -1;
 }
 
 /* Every chunk's backward, then the replicas' gradients added into the model's. */
 static glia_status dp_backward(struct glia_model *m)
 {
     glia_status st = GLIA_OK;
-    for (int r = 0; r < m->n_replicas && !st; r++)
-        if (m->chunk[r]) st = backward(r ? m->replica[r] : m);
-    for (int r = 1; r < m->n_replicas && !st; r++) {
-        struct glia_model *p = m->replica[r];
-        if (!m->chunk[r]) continue;
-        for (int i = 0; i < m->n_nodes && !st; i++)
-            for (int k = 0; k < m->nodes[i].layer.n_params && !st; k++) {
-                struct glia_param *dst = &m->nodes[i].layer.params[k], *src = &p->nodes[i].layer.params[k];
+    for (int r = 0; r < m->dist.n_replicas && !st; r++)
+        if (m->dist.chunk[r]) st = backward(r ? m->dist.replica[r] : m);
+    for (int r = 1; r < m->dist.n_replicas && !st; r++) {
+        struct glia_model *p = m->dist.replica[r];
+        if (!m->dist.chunk[r]) continue;
+        for (int i = 0; i < m->graph.n_nodes && !st; i++)
+            for (int k = 0; k < m->graph.nodes[i].layer.n_params && !st; k++) {
+                struct glia_param *dst = &m->graph.nodes[i].layer.params[k], *src = &p->graph.nodes[i].layer.params[k];
                 if (src->grad_unset) continue;  /* nothing written there */
                 st = dst->grad_unset ? dp_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
                 dst->grad_unset = false;
@@ -678,6 +389,7 @@ static glia_status dp_backward(struct glia_model *m)
     }
     return st;
 }
+
 
 /* ---- [runtime] cuda_graph: training passes replayed from CUDA graphs ----
  * Each batch shape (n, len), with the parameters' gradients unset or being accumulated, runs its
@@ -690,21 +402,11 @@ static glia_status dp_backward(struct glia_model *m)
  * shape is not tried again. The optimizer step stays outside: it is one launch already, and its
  * scalars (learning rate, bias corrections) change every step. */
 
-void glia__model_free_graphs(struct glia_model *m)
-{
-    for (int i = 0; i < m->n_graphs; i++) {
-        struct glia__graph *g = &m->graphs[i];
-        if (g->exec) m->backend->ops->graph_free(m->backend->priv, g->exec);
-        free(g->written);
-    }
-    m->n_graphs = 0;
-}
-
 /* Number of parameters of the model (in node order: the order of glia__graph.written). */
 static int n_params(const struct glia_model *m)
 {
     int n = 0;
-    for (int i = 0; i < m->n_nodes; i++) n += m->nodes[i].layer.n_params;
+    for (int i = 0; i < m->graph.n_nodes; i++) n += m->graph.nodes[i].layer.n_params;
     return n;
 }
 
@@ -712,9 +414,9 @@ static int n_params(const struct glia_model *m)
 static void grad_flags(struct glia_model *m, bool *flags, bool save)
 {
     int k = 0;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++, k++) {
-            bool *u = &m->nodes[i].layer.params[p].grad_unset;
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++, k++) {
+            bool *u = &m->graph.nodes[i].layer.params[p].grad_unset;
             if (save) flags[k] = *u;
             else *u = flags[k];
         }
@@ -725,14 +427,14 @@ static void grad_flags(struct glia_model *m, bool *flags, bool save)
 static struct glia__graph *graph_entry(struct glia_model *m, int64_t n)
 {
     bool acc = false;  /* a micro-step after the first of an accumulation: the backward adds */
-    for (int i = 0; i < m->n_nodes && !acc; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++) acc |= !m->nodes[i].layer.params[p].grad_unset;
-    for (int i = 0; i < m->n_graphs; i++) {
-        struct glia__graph *g = &m->graphs[i];
-        if (g->n == n && g->len == m->cur_len && g->acc == acc) return g;
+    for (int i = 0; i < m->graph.n_nodes && !acc; i++)
+        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) acc |= !m->graph.nodes[i].layer.params[p].grad_unset;
+    for (int i = 0; i < m->trainer.n_graphs; i++) {
+        struct glia__graph *g = &m->trainer.graphs[i];
+        if (g->n == n && g->len == m->act.cur_len && g->acc == acc) return g;
     }
-    if (m->n_graphs < GLIA__MAX_GRAPHS)
-        m->graphs[m->n_graphs++] = (struct glia__graph){.n = n, .len = m->cur_len, .acc = acc, .state = GLIA__GRAPH_SEEN};
+    if (m->trainer.n_graphs < GLIA__MAX_GRAPHS)
+        m->trainer.graphs[m->trainer.n_graphs++] = (struct glia__graph){.n = n, .len = m->act.cur_len, .acc = acc, .state = GLIA__GRAPH_SEEN};
     return NULL;
 }
 
@@ -752,13 +454,13 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
         return GLIA_ENOMEM;
     }
     grad_flags(m, before, true);
-    glia_status st = b->ops->capture_begin(b->priv);
+    glia_status st = glia_backend_capture_begin(b);
     if (!st) {
-        m->capturing = true;
+        m->trainer.capturing = true;
         st = forward(m, true);
         if (!st) st = backward(m);
-        m->capturing = false;
-        glia_status se = b->ops->capture_end(b->priv, &g->exec);  /* ends it whatever happened */
+        m->trainer.capturing = false;
+        glia_status se = glia_backend_capture_end(b, &g->exec);  /* ends it whatever happened */
         if (!st) st = se;
     }
     grad_flags(m, g->written, true);  /* unset flags after the pass: written is their negation */
@@ -769,7 +471,7 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
         g->state = GLIA__GRAPH_READY;
         return GLIA_OK;
     }
-    if (g->exec) b->ops->graph_free(b->priv, g->exec);
+    if (g->exec) glia_backend_graph_free(b, g->exec);
     g->exec = NULL;
     g->state = GLIA__GRAPH_FAILED;
     glia_log(m->ctx, GLIA_LOG_WARN, "cuda_graph: the training pass of a batch of %lld could not be captured (%s); "
@@ -783,15 +485,15 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
 static glia_status graph_replay(struct glia_model *m, struct glia__graph *g)
 {
     struct glia_backend *b = m->backend;
-    glia_status st = b->ops->write_u64(b->priv, m->step_dev->data, (uint64_t)m->step);
-    if (!st) st = b->ops->graph_launch(b->priv, g->exec);
+    glia_status st = glia_backend_write_u64(b, m->trainer.step_dev->data, (uint64_t)m->trainer.step);
+    if (!st) st = glia_backend_graph_launch(b, g->exec);
     if (st) return glia_error(m->ctx, st, "cuda_graph: replaying the training pass of a batch of %lld failed: %s",
                               (long long)g->n, glia_context_error(m->ctx));
     int k = 0;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int p = 0; p < m->nodes[i].layer.n_params; p++, k++)
-            if (g->written[k]) m->nodes[i].layer.params[p].grad_unset = false;
-    m->graph_replays++;
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++, k++)
+            if (g->written[k]) m->graph.nodes[i].layer.params[p].grad_unset = false;
+    m->trainer.graph_replays++;
     return GLIA_OK;
 }
 
@@ -809,89 +511,115 @@ static glia_status train_pass(struct glia_model *m, int64_t n)
 }
 
 /* A training forward of the batch in m->x (n rows), on one device or split over dp's. */
-static glia_status train_forward(struct glia_model *m, int64_t n)
+glia_status glia__train_forward(struct glia_model *m, int64_t n)
 {
-    return m->n_replicas > 1 ? dp_forward(m, n) : forward(m, true);
+    return m->dist.n_replicas > 1 ? dp_forward(m, n) : forward(m, true);
 }
 
-static glia_status train_backward(struct glia_model *m)
+glia_status glia__train_backward(struct glia_model *m)
 {
-    return m->n_replicas > 1 ? dp_backward(m) : backward(m);
+    return m->dist.n_replicas > 1 ? dp_backward(m) : backward(m);
 }
 
-/* ---- reading the training loss without stalling the device ----
- * On a backend that downloads without blocking, step k's loss is copied to page-locked memory
- * behind step k's work and read once step k+1 is queued, so the device always has the next step
- * to run while the host waits. Elsewhere the loss is read right after the forward. */
-struct lagged_loss {
-    float *host;            /* one float from host_alloc; NULL: read synchronously */
-    bool pending;           /* a download is in flight */
-    int64_t k, nb;          /* its step (0-based in the epoch) and batch size */
-    uint64_t ticket;
-};
 
-static glia_status lagged_init(struct glia_model *m, struct lagged_loss *q)
+
+glia_status glia__lagged_init(struct glia_model *m, struct glia__lagged_loss *q)
 {
     struct glia_backend *b = m->backend;
-    *q = (struct lagged_loss){0};
-    if (m->n_replicas > 1) return GLIA_OK;  /* dp: the loss is summed over the devices' chunks */
-    if (!GLIA__HAS_SLOT(b->ops, download) || !GLIA__HAS_SLOT(b->ops, wait_copy) || !GLIA__HAS_SLOT(b->ops, host_alloc))
-        return GLIA_OK;
-    return b->ops->host_alloc(b->priv, sizeof(float), (void **)&q->host);
+    *q = (struct glia__lagged_loss){0};
+    if (m->dist.n_replicas > 1) return GLIA_OK;  /* dp: the loss is summed over the devices' chunks */
+    if (!glia_backend_queue(b)) return GLIA_OK;  /* the loss is there when the step returns: read it then */
+    return glia_backend_host_alloc(b, sizeof(float), (void **)&q->host);
 }
 
-static void lagged_free(struct glia_model *m, struct lagged_loss *q)
+void glia__lagged_free(struct glia_model *m, struct glia__lagged_loss *q)
 {
-    if (q->host) m->backend->ops->host_free(m->backend->priv, q->host);
+    if (q->host) glia_backend_host_free(m->backend, q->host);
     q->host = NULL;
 }
 
 /* Start reading step k's loss (batch nb). */
-static glia_status lagged_start(struct glia_model *m, struct lagged_loss *q, int64_t k, int64_t nb)
+static glia_status lagged_start(struct glia_model *m, struct glia__lagged_loss *q, int64_t k, int64_t nb)
 {
     struct glia_backend *b = m->backend;
     q->k = k, q->nb = nb;
     q->pending = true;
-    return b->ops->download(b->priv, q->host, m->nodes[m->n_nodes - 1].out->data, sizeof(float), &q->ticket);
+    return glia_backend_download(b, q->host, m->graph.nodes[m->graph.n_nodes - 1].out->data, sizeof(float), &q->ticket);
 }
 
 /* The pending loss, once its download is done. */
-static glia_status lagged_finish(struct glia_model *m, struct lagged_loss *q, double *loss)
+static glia_status lagged_finish(struct glia_model *m, struct glia__lagged_loss *q, double *loss)
 {
     q->pending = false;
-    glia_status st = m->backend->ops->wait_copy(m->backend->priv, q->ticket, true);
+    glia_status st = glia_backend_wait_copy(m->backend, q->ticket, true);
     *loss = *q->host;
     return st;
 }
 
-/* Add a step's loss to the epoch's sum; a non-finite loss stops training. */
-static glia_status account_loss(struct glia_model *m, double l, int64_t nb, int epoch, int64_t k, double *sum)
+/* Step k's loss l (batch nb) into *got; a non-finite loss stops training. */
+static glia_status loss_known(struct glia_model *m, double l, int64_t nb, int epoch, int64_t k, struct glia__loss_read *got)
 {
     if (!isfinite(l))
         return glia_error(m->ctx, GLIA_ENUMERIC, "loss is %g at epoch %d step %lld; lower [train] lr", l, epoch,
                           (long long)k + 1);
-    *sum += l * (double)nb;
+    *got = (struct glia__loss_read){true, l, k, nb};
     return GLIA_OK;
 }
 
-/* Wait for the pending loss, if any, and add it to the epoch's sum (*last: its value, *last_k: its step). */
-static glia_status lagged_drain(struct glia_model *m, struct lagged_loss *q, int epoch, double *last, int64_t *last_k,
-                                double *sum)
+/* Wait for the pending loss, if any, into *got (have: there was one). */
+glia_status glia__lagged_drain(struct glia_model *m, struct glia__lagged_loss *q, int epoch, struct glia__loss_read *got)
 {
+    got->have = false;
     if (!q->pending) return GLIA_OK;
-    glia_status st = lagged_finish(m, q, last);
-    *last_k = q->k;
-    return st ? st : account_loss(m, *last, q->nb, epoch, q->k, sum);
+    double l;
+    glia_status st = lagged_finish(m, q, &l);
+    return st ? st : loss_known(m, l, q->nb, epoch, q->k, got);
 }
 
-/* Number of rows of the logits whose argmax equals the label. */
+/* Step k's loss now (the host waits for the device). */
+static glia_status loss_now(struct glia_model *m, int64_t nb, int epoch, int64_t k, struct glia__loss_read *got)
+{
+    double l;
+    glia_status st = read_loss(m, &l);
+    return st ? st : loss_known(m, l, nb, epoch, k, got);
+}
+
+/* The training step of the batch in m->act.x, m->y (nb rows), which glia_model_train and glia_model_step both run:
+ * forward, backward and, when `update`, the optimizer step at the learning rate of `epoch` (else the gradients add
+ * up: [train] accumulate). With cuda_graph the forward and backward are one pass replayed from a graph. *got gets
+ * the loss that became known: with a lag (lag->host set) the previous step's, this one's download being started;
+ * else this step's, read after its forward (after the pass with cuda_graph). k labels the step in *got and in the
+ * error of a non-finite loss. */
+glia_status glia__train_step(struct glia_model *m, int64_t nb, int epoch, int64_t k, bool update,
+                              struct glia__lagged_loss *lag, struct glia__loss_read *got)
+{
+    bool lagged = lag && lag->host;
+    glia_status st;
+    got->have = false;
+    if (m->trainer.cuda_graph) {
+        st = train_pass(m, nb);
+        if (!st && !lagged) st = loss_now(m, nb, epoch, k, got);
+    } else {
+        st = glia__train_forward(m, nb);
+        if (!st && !lagged) st = loss_now(m, nb, epoch, k, got);
+        if (m->dist.ddp) glia__ddp_begin(m->dist.ddp, update);  /* micro-steps before the last keep local sums */
+        if (!st) st = glia__train_backward(m);
+    }
+    if (!st && update) st = glia__optimizer_step(m, epoch);
+    if (!st && lagged) {  /* the previous step's loss, while this one runs; then start this one's */
+        st = glia__lagged_drain(m, lag, epoch, got);
+        if (!st) st = lagged_start(m, lag, k, nb);
+    }
+    return st;
+}
+
 static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, int64_t *correct)
 {
-    const struct glia__node *loss = &m->nodes[m->n_nodes - 1];
-    const struct glia_tensor *logits = m->nodes[loss->in[0]].out;
+    const struct glia__node *loss = &m->graph.nodes[m->graph.n_nodes - 1];
+    const struct glia_tensor *logits = m->graph.nodes[loss->in[0]].out;
     int64_t n = logits->shape.dim[0], c = logits->shape.dim[1];
     glia_status st = glia_tensor_to_host(logits, buf, glia_tensor_nbytes(logits));
-    if (!st) st = glia_tensor_to_host(m->y, hy, glia_tensor_nbytes(m->y));
+    if (!st) st = glia_tensor_to_host(m->act.y, hy, glia_tensor_nbytes(m->act.y));
     if (st) return st;
     int64_t ok = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -905,14 +633,8 @@ static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, 
     return GLIA_OK;
 }
 
-struct scratch {
-    float *logits;
-    int32_t *hy;
-    struct glia__loader train, test;
-    bool have_train, have_test;
-};
 
-static void scratch_free(struct scratch *s)
+void glia__scratch_free(struct glia__scratch *s)
 {
     free(s->logits);
     free(s->hy);
@@ -936,45 +658,45 @@ static glia_status loader_error(struct glia_model *m, glia_status st, const stru
 
 /* What a run needs: the loaders, the host copies of logits and labels, and the activations, for training and/or
  * evaluation. */
-static glia_status scratch_alloc(struct glia_model *m, struct scratch *s, bool training, bool evaluating)
+glia_status glia__scratch_alloc(struct glia_model *m, struct glia__scratch *s, bool training, bool evaluating)
 {
-    int64_t maxb = m->batch > m->test_batch ? m->batch : m->test_batch;
-    int64_t classes = m->nodes[m->nodes[m->n_nodes - 1].in[0]].out_shape.dim[1];
+    int64_t maxb = m->data.batch > m->data.test_batch ? m->data.batch : m->data.test_batch;
+    int64_t classes = m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape.dim[1];
     s->logits = malloc(sizeof(float) * (size_t)(maxb * classes));
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
     glia_context_clear_error(m->ctx);
     glia_status st = s->logits && s->hy ? GLIA_OK : glia__alloc_error(
-        glia__config_find(m->cfg, "data"), m->batch >= m->test_batch ? "batch_size" : "test_batch_size",
+        glia__config_find(m->cfg, "data"), m->data.batch >= m->data.test_batch ? "batch_size" : "test_batch_size",
         4.0 * (double)maxb * ((double)classes + 1), "host copies of the logits and labels of a batch of %lld", (long long)maxb);
-    struct glia__loader_options o = {m->test_batch, m->workers, m->prefetch, m->persistent, false, false, false, 0,
-                                     m->norm, m->seed, m->pin_memory ? m->backend : NULL, m->rank, m->world, false,
-                                     m->group_by_length, m->group_size, m->pad_multiple};
+    struct glia__loader_options o = {m->data.test_batch, m->data.workers, m->data.prefetch, m->data.persistent, false, false, false, 0,
+                                     m->data.norm, m->seed, m->data.pin_memory ? m->backend : NULL, m->dist.rank, m->dist.world, false,
+                                     m->data.group_by_length, m->data.group_size, m->data.pad_multiple};
     if (evaluating && !st) {
-        st = loader_error(m, glia__loader_init(&s->test, m->ctx, &m->test, &o), &m->test, &o, "test_batch_size");
+        st = loader_error(m, glia__loader_init(&s->test, m->ctx, &m->data.test, &o), &m->data.test, &o, "test_batch_size");
         s->have_test = !st;
     }
     if (training && !st) {
-        o = (struct glia__loader_options){m->batch, m->workers, m->prefetch, m->persistent, m->drop_last, m->shuffle,
-                                          m->flip, m->crop_padding, m->norm, m->seed,
-                                          m->pin_memory ? m->backend : NULL, m->rank, m->world, true,
-                                          m->group_by_length, m->group_size, m->pad_multiple};
-        st = loader_error(m, glia__loader_init(&s->train, m->ctx, &m->train, &o), &m->train, &o, "batch_size");
+        o = (struct glia__loader_options){m->data.batch, m->data.workers, m->data.prefetch, m->data.persistent, m->data.drop_last, m->data.shuffle,
+                                          m->data.flip, m->data.crop_padding, m->data.norm, m->seed,
+                                          m->data.pin_memory ? m->backend : NULL, m->dist.rank, m->dist.world, true,
+                                          m->data.group_by_length, m->data.group_size, m->data.pad_multiple};
+        st = loader_error(m, glia__loader_init(&s->train, m->ctx, &m->data.train, &o), &m->data.train, &o, "batch_size");
         s->have_train = !st;
     }
-    if (!st) st = need_activations(m, training ? m->batch : 0, evaluating ? m->test_batch : 0);
+    if (!st) st = glia__need_activations(m, training ? m->data.batch : 0, evaluating ? m->data.test_batch : 0);
     return st;
 }
 
-static glia_status evaluate(struct glia_model *m, struct scratch *s, double *loss, double *acc)
+glia_status glia__evaluate(struct glia_model *m, struct glia__scratch *s, double *loss, double *acc)
 {
     double sum = 0;
     int64_t correct = 0, n = 0, nb;
-    struct feed f = {0};  /* feed_stop reads it when the epoch fails to start */
+    struct glia__feed f = {0};  /* glia__feed_stop reads it when the epoch fails to start */
     bool more = true;
-    m->loss_weight = 1;  /* dp: evaluation runs whole batches on the model's device */
+    m->dist.loss_weight = 1;  /* dp: evaluation runs whole batches on the model's device */
     glia_status st = glia__loader_start_epoch(&s->test, 1, 0);
-    if (!st) st = feed_start(m, &f, &s->test, false);
-    while (!st && !(st = feed_next(m, &f, &nb, &more)) && more) {
+    if (!st) st = glia__feed_start(m, &f, &s->test, false);
+    while (!st && !(st = glia__feed_next(m, &f, &nb, &more)) && more) {
         st = forward(m, false);
         double l;
         int64_t c;
@@ -985,10 +707,10 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
         correct += c;
         n += nb;
     }
-    glia_status fs = feed_stop(m, &f);
+    glia_status fs = glia__feed_stop(m, &f);
     if (!st) st = fs;
     double tot[3] = {sum, (double)correct, (double)n};  /* ddp: each rank evaluated its shard */
-    if (!st && m->comm) st = glia__comm_all_reduce_host(m->comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
+    if (!st && m->dist.comm) st = glia__comm_all_reduce_host(m->dist.comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
     *loss = tot[2] > 0 ? tot[0] / tot[2] : 0;
     *acc = tot[2] > 0 ? tot[1] / tot[2] : 0;
     return st;
@@ -996,497 +718,9 @@ static glia_status evaluate(struct glia_model *m, struct scratch *s, double *los
 
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy)
 {
-    struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s, false, true);
-    if (!st) st = evaluate(m, &s, loss, accuracy);
-    scratch_free(&s);
-    return st;
-}
-
-static void fmt_time(double s, char *buf, size_t n)
-{
-    long t = (long)(s + 0.5);
-    snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* The progress line of step k (0-based in the epoch) with its loss l: redrawn in place on a terminal,
- * every log_every steps otherwise. The rate is of the samples trained since t0; the ETA is for the
- * `left` steps still to run. */
-static void progress_line(FILE *out, int progress, const struct glia_model *m, int epoch, int64_t k, int64_t steps,
-                          double l, int64_t samples, double t0, int64_t left)
-{
-    if (progress < 0 || (progress == 0 && (k + 1) % m->log_every != 0)) return;
-    double el = glia__now() - t0, rate = (double)samples / (el > 0 ? el : 1e-9);
-    char eta[32];
-    fmt_time((double)left * m->batch / rate, eta, sizeof eta);
-    if (progress > 0)
-        fprintf(out, "\repoch %d/%d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", epoch, m->epochs,
-                (long long)k + 1, (long long)steps, l, rate, eta);
-    else
-        fprintf(out, "epoch %d/%d step %lld/%lld loss %.4f samples/s %.0f eta %s\n", epoch, m->epochs, (long long)k + 1,
-                (long long)steps, l, rate, eta);
-    fflush(out);
-}
-
-static FILE *open_metrics(struct glia_model *m, const char *override, bool append, glia_status *st)
-{
-    struct glia_section *t = glia__config_find(m->cfg, "train");
-    *st = GLIA_OK;
-    if (m->rank != 0) return NULL;  /* ddp: rank 0 writes for all */
-    char *path = override ? glia__strdup(override)
-                          : glia__config_path(t, "metrics", glia_section_str(t, "metrics"));
-    if (!path) return NULL;
-    glia__mkdir_parents(path);  /* what fails is said by fopen */
-    FILE *f = fopen(path, append ? "a" : "w");
-    if (!f) *st = glia_error(m->ctx, GLIA_EIO, "cannot write metrics file %s: %s", path, strerror(errno));
-    free(path);
-    return f;
-}
-
-/* A resumed run that the settings leave nothing to do (the checkpoint is at or past [train] epochs
- * or max_steps, e.g. --set train.epochs=1 on a later checkpoint) says so, and trains, evaluates
- * and writes nothing: what it would print as the run's results would not be any run's. As
- * Lightning, which stops at once when max_epochs or max_steps is reached. */
-static bool nothing_left(const struct glia_model *m, const struct glia_train_options *opt, const struct glia__resume *rs,
-                         FILE *out)
-{
-    bool epochs = rs->epoch > m->epochs, steps = m->max_steps > 0 && m->step >= m->max_steps;
-    if ((epochs || steps) && opt->progress >= 0) {
-        fprintf(out, "nothing to do: %s is at step %lld, ", opt->resume, (long long)m->step);
-        if (steps) fprintf(out, "[train] max_steps = %lld", (long long)m->max_steps);
-        else if (rs->batch == 0) fprintf(out, "after epoch %d, and [train] epochs = %d", rs->epoch - 1, m->epochs);
-        else fprintf(out, "in epoch %d, past [train] epochs = %d", rs->epoch, m->epochs);
-        fprintf(out, " (raise it to train on)\n");
-    }
-    return epochs || steps;
-}
-
-/* Before the first step: checkpoint_dir exists (made with its parents) and takes files, so a
- * folder that cannot be written fails now, not at the end of the run; and the temporaries that
- * killed runs left in it are removed. */
-static glia_status checkpoint_dir_ready(struct glia_model *m)
-{
-    if (!m->checkpoint_dir || m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
-    size_t n = strlen(m->checkpoint_dir) + 16;
-    char *probe = malloc(n), *tmp = NULL;
-    if (probe) snprintf(probe, n, "%s/probe.ckpt", m->checkpoint_dir);
-    if (probe) tmp = glia__checkpoint_tmp_name(probe, (long)getpid());  /* a sweep removes it if we die */
-    free(probe);
-    if (!tmp) return GLIA_ENOMEM;
-    int err = glia__mkdir_parents(tmp), fd = -1;
-    if (!err && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0) err = errno;
-    if (fd >= 0) {
-        close(fd);
-        unlink(tmp);
-    }
-    free(tmp);
-    if (err)
-        return glia_section_error(glia__config_find(m->cfg, "train"), "checkpoint_dir", GLIA_EIO,
-                                  "cannot write checkpoints into %s: %s", m->checkpoint_dir, strerror(err));
-    glia__checkpoint_sweep(m, m->checkpoint_dir, 0, 0);
-    return GLIA_OK;
-}
-
-/* Writes <checkpoint_dir>/<name>; a step file (step) leaves the newest checkpoint_keep of the
- * folder's step files. */
-static glia_status save_checkpoint(struct glia_model *m, const char *name, int epoch, int64_t batch,
-                                   double loss_sum, int64_t samples, bool step)
-{
-    if (!m->checkpoint_dir || m->rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
-    glia_status st = m->ddp ? glia__ddp_settle(m->ddp) : GLIA_OK;
-    if (st) return st;
-    size_t n = strlen(m->checkpoint_dir) + strlen(name) + 2;
-    char *path = malloc(n);
-    if (!path) return GLIA_ENOMEM;
-    snprintf(path, n, "%s/%s", m->checkpoint_dir, name);
-    glia__mkdir_parents(path);  /* removed while the run went on: made again (what fails is said below) */
-    st = glia__checkpoint_save(m, path, epoch, batch, loss_sum, samples);
-    free(path);
-    if (!st && step) glia__checkpoint_sweep(m, m->checkpoint_dir, m->step, m->checkpoint_keep);
-    return st;
-}
-
-/* ---- per-rank output (ddp) ----
- * Rank 0 prints as a single process does; the other ranks print nothing, unless [distributed]
- * rank_log is set: then every rank writes plain progress lines to its own file (rank 0 to its
- * file and its usual output both). */
-static ssize_t tee_write(void *cookie, const char *buf, size_t n)
-{
-    FILE **f = cookie;
-    fwrite(buf, 1, n, f[0]);
-    fwrite(buf, 1, n, f[1]);
-    return (ssize_t)n;
-}
-
-static int tee_close(void *cookie)
-{
-    free(cookie);
-    return 0;
-}
-
-static glia_status open_rank_log(struct glia_model *m, const struct glia_train_options *opt,
-                                 struct glia_train_options *mine, FILE **log, FILE **tee)
-{
-    *mine = *opt;
-    *log = *tee = NULL;
-    if (m->rank_log && opt->progress >= 0) {
-        if (!(*log = fopen(m->rank_log, opt->resume ? "a" : "w")))
-            return glia_error(m->ctx, GLIA_EIO, "cannot write the rank log %s: %s", m->rank_log, strerror(errno));
-        mine->progress = 0;
-        mine->out = *log;
-        FILE **pair = m->rank == 0 ? malloc(2 * sizeof *pair) : NULL;
-        if (pair) {
-            pair[0] = opt->out ? opt->out : stdout;
-            pair[1] = *log;
-            *tee = fopencookie(pair, "w", (cookie_io_functions_t){NULL, tee_write, NULL, tee_close});
-            if (*tee) {
-                setvbuf(*tee, NULL, _IOLBF, 0);
-                mine->out = *tee;
-            } else {
-                free(pair);
-            }
-        }
-    } else if (m->rank != 0) {
-        mine->progress = -1;
-    }
-    return GLIA_OK;
-}
-
-static void close_rank_log(FILE *log, FILE *tee)
-{
-    if (tee) fclose(tee);
-    if (log) fclose(log);
-}
-
-/* An epoch's figures over all ranks (one rank: its own). */
-struct dist_epoch {
-    double loss_sum, samples;      /* training loss sum and samples, all ranks */
-    double run_samples;            /* samples trained in this run of the epoch (not before a resume) */
-    double comm_wait_s;            /* the most any rank waited for gradient buckets */
-    double step_s_min, step_s_max; /* mean step time without comm waits, fastest and slowest rank */
-    double pad_frac;               /* tokens: the share of the batches' elements that was padding */
-};
-
-static glia_status dist_epoch(struct glia_model *m, const struct glia__loader *L, double loss_sum, int64_t samples,
-                              int64_t run_samples, double train_s, int64_t steps, struct dist_epoch *e)
-{
-    /* a rank's own work per step: its waits for the others left out, so a slow rank stands out */
-    double wait = m->ddp ? glia__ddp_take_wait(m->ddp) : 0, step_s = steps > 0 ? (train_s - wait) / (double)steps : 0;
-    double sums[5] = {loss_sum, (double)samples, (double)run_samples, (double)L->slots, (double)L->real};
-    double maxs[3] = {step_s, -step_s, wait};
-    glia_status st = GLIA_OK;
-    if (m->comm) st = glia__comm_all_reduce_host(m->comm, sums, 5, GLIA_F64, GLIA_REDUCE_SUM);
-    if (!st && m->comm) st = glia__comm_all_reduce_host(m->comm, maxs, 3, GLIA_F64, GLIA_REDUCE_MAX);
-    *e = (struct dist_epoch){sums[0], sums[1], sums[2], maxs[2], -maxs[1], maxs[0],
-                             sums[3] > 0 ? 1 - sums[4] / sums[3] : 0};
-    return st;
-}
-
-static glia_status train_run(struct glia_model *m, const struct glia_train_options *opt,
-                             struct glia_epoch_result *results, int max_results)
-{
-    struct glia_train_options dflt = {0}, mine;
-    if (!opt) opt = &dflt;
-    FILE *rank_log = NULL, *tee = NULL;
-    glia_status st = open_rank_log(m, opt, &mine, &rank_log, &tee);
-    if (st) return st;
-    opt = &mine;
-    FILE *out = opt->out ? opt->out : stdout;
-    struct scratch s = {0};
-    if (!st) st = scratch_alloc(m, &s, true, true);
-    struct glia__resume rs = {1, 0, 0, 0};
-    if (!st && opt->resume) st = glia__checkpoint_load(m, opt->resume, true, &rs);
-    bool done = !st && opt->resume && nothing_left(m, opt, &rs, out);
-    if (!st && opt->resume && !done) {  /* what derives from the loaded state: the data order, the loss scale */
-        s.train.seed = s.test.seed = m->seed;
-        st = write_loss_scale(m);
-    }
-    /* same model and step everywhere, rank 0's weights; also when there is nothing to do, so that a
-     * rank resumed from another step fails with the others instead of leaving them waiting */
-    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);
-    dp_weights_changed(m);
-    if (st || done) {
-        scratch_free(&s);
-        close_rank_log(rank_log, tee);
-        return st;
-    }
-    st = checkpoint_dir_ready(m);
-    FILE *metrics = st ? NULL : open_metrics(m, opt->metrics_path, opt->resume != NULL, &st);
-    if (st) {
-        if (metrics) fclose(metrics);
-        scratch_free(&s);
-        close_rank_log(rank_log, tee);
-        return st;
-    }
-    if (opt->resume && opt->progress >= 0)
-        fprintf(out, "resuming from %s: epoch %d, batch %lld, step %lld\n", opt->resume, rs.epoch, (long long)rs.batch,
-                (long long)m->step);
-    int64_t steps = s.train.n_batches_per_epoch, n = 0;
-    double t_start = glia__now(), test_loss = 0, test_acc = 0;
-    bool stopped = false, line_open = false;  /* line_open: a progress line waits for its end */
-    bool interrupted = false;                  /* stopped by glia_model_request_stop */
-    struct lagged_loss lag;
-    st = lagged_init(m, &lag);
-    for (int epoch = rs.epoch; epoch <= m->epochs && !st && !stopped; epoch++) {
-        bool resumed = epoch == rs.epoch && rs.batch > 0;
-        double t0 = glia__now(), loss_sum = resumed ? rs.loss_sum : 0, l = 0;  /* l: the last loss read */
-        int64_t b = resumed ? rs.samples : 0, b_start = b, nb, k0 = resumed ? rs.batch : 0;
-        int64_t l_k = -1, shown_k = -1;  /* the step whose loss l is (a lagged loss is a step late); the last shown */
-        struct feed f = {0};
-        bool more = true;
-        st = glia__loader_start_epoch(&s.train, epoch, k0);
-        if (!st) st = feed_start(m, &f, &s.train, true);
-        for (int64_t k = k0; !st && !(st = feed_next(m, &f, &nb, &more)) && more; k++) {
-            bool stepped = (k + 1) % m->accumulate == 0 || k == steps - 1;
-            if (m->cuda_graph && lag.host) {
-                st = train_pass(m, nb);  /* its loss is read a step late, as below */
-            } else {
-                st = train_forward(m, nb);
-                if (!st && !lag.host) {  /* the loss of this step, now */
-                    st = read_loss(m, &l);
-                    if (!st) st = account_loss(m, l, nb, epoch, k, &loss_sum);
-                    l_k = k;
-                }
-                if (m->ddp) glia__ddp_begin(m->ddp, stepped);  /* micro-steps before the last keep local sums */
-                if (!st) st = train_backward(m);
-            }
-            if (!st && stepped) st = optimizer_step(m, epoch);
-            if (!st && lag.host) {  /* the previous step's loss, while this one runs; then start this one's */
-                st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);
-                if (!st) st = lagged_start(m, &lag, k, nb);
-            }
-            if (st) break;
-            b += nb;
-            if (stepped && m->max_steps > 0 && m->step >= m->max_steps) stopped = true;
-            if (stepped && !stopped && stop_agreed(m, &st)) stopped = interrupted = true;
-            if (st) break;
-            bool save = stepped && ((m->checkpoint_every > 0 && m->step % m->checkpoint_every == 0) || stopped);
-            if (save && (st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum))) break;  /* the checkpoint holds every loss */
-            if (save) {
-                char name[64];
-                snprintf(name, sizeof name, GLIA__STEP_CKPT, (long long)m->step);
-                if ((st = save_checkpoint(m, name, epoch, k + 1, loss_sum, b, true))) break;
-            }
-            if (stopped) break;
-            if (l_k > shown_k) {  /* a lagged loss: the line of the step before this one */
-                progress_line(out, opt->progress, m, epoch, l_k, steps, l, b - b_start, t0, steps - k - 1);
-                shown_k = l_k;
-                line_open = opt->progress > 0;
-            }
-        }
-        glia_status fs = feed_stop(m, &f);
-        if (!st) st = fs;
-        if (!st) st = lagged_drain(m, &lag, epoch, &l, &l_k, &loss_sum);  /* the epoch's last loss */
-        lag.pending = false;
-        if (st) break;
-        if (!stopped && l_k > shown_k && opt->progress == 0)  /* its line, when lagged (a terminal's is redrawn below) */
-            progress_line(out, opt->progress, m, epoch, l_k, steps, l, b - b_start, t0, 0);
-        if (stopped) {  /* max_steps: the epoch is not finished, so it is not evaluated */
-            if (opt->progress > 0) fprintf(out, "\r\033[K");
-            line_open = false;
-            if (interrupted) break;  /* said by the error */
-            if (opt->progress >= 0 && m->checkpoint_dir)
-                fprintf(out, "stopped at max_steps = %lld (epoch %d); continue with --resume %s/" GLIA__STEP_CKPT "\n",
-                        (long long)m->max_steps, epoch, m->checkpoint_dir, (long long)m->step);
-            else if (opt->progress >= 0)
-                fprintf(out, "stopped at max_steps = %lld (epoch %d); nothing was saved ([train] checkpoint_dir is not set)\n",
-                        (long long)m->max_steps, epoch);
-            break;
-        }
-        n = b;
-        double train_s = glia__now() - t0, wait_s = s.train.wait_s;
-        struct dist_epoch de;
-        st = dist_epoch(m, &s.train, loss_sum, n, n - b_start, train_s, steps - k0, &de);
-        if (!st) st = evaluate(m, &s, &test_loss, &test_acc);
-        if (st) break;
-        struct glia_epoch_result r = {epoch, de.samples ? de.loss_sum / de.samples : 0, test_loss, test_acc,
-                                      de.run_samples / (train_s > 0 ? train_s : 1e-9), glia__now() - t0, m->cur_lr, wait_s,
-                                      m->scaler.skipped, m->scaler.scale, m->world, de.comm_wait_s, de.step_s_min,
-                                      de.step_s_max};
-        bool fp16 = m->precision == GLIA_PRECISION_FP16;
-        if (results && epoch <= max_results) results[epoch - 1] = r;
-        if (opt->progress > 0) fprintf(out, "\r\033[K");
-        line_open = false;
-        if (opt->progress >= 0)
-            fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
-                    epoch, m->epochs, r.train_loss, r.test_loss, r.test_accuracy, r.lr, r.samples_per_s, r.seconds);
-        if (opt->progress >= 0 && fp16)
-            fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", epoch, m->epochs, r.loss_scale,
-                    (long long)r.skipped_steps);
-        if (opt->progress >= 0 && m->train.tokens)
-            fprintf(out, "epoch %d/%d padding %.1f%% of the batches' tokens\n", epoch, m->epochs, 100 * de.pad_frac);
-        if (opt->progress >= 0 && m->ddp)
-            fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", epoch, m->epochs, r.world,
-                    r.comm_wait_s, 1e3 * r.step_s_min, 1e3 * r.step_s_max);
-        if (metrics) {
-            fprintf(metrics, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
-                             "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
-                    epoch, (long long)m->step, m->cur_lr, r.train_loss, r.test_loss, r.test_accuracy, r.samples_per_s, r.seconds, r.data_wait_s);
-            if (m->train.tokens) fprintf(metrics, ", \"pad_frac\": %.6g", de.pad_frac);
-            if (fp16) fprintf(metrics, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", r.loss_scale, (long long)r.skipped_steps);
-            if (m->ddp)
-                fprintf(metrics, ", \"world\": %d, \"comm_wait_s\": %.6g, \"step_s_min\": %.6g, \"step_s_max\": %.6g", r.world,
-                        r.comm_wait_s, r.step_s_min, r.step_s_max);
-            struct glia_memory_stats ms;  /* a device backend: the most memory its tensors held so far */
-            if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
-                fprintf(metrics, ", \"device_peak_mb\": %.6g", ms.peak / 1048576.0);
-            fprintf(metrics, "}\n");
-            fflush(metrics);
-        }
-    }
-    if (lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
-    if (st && line_open) {  /* the caller's error message goes on a line of its own */
-        fputc('\n', out);
-        fflush(out);
-    }
-    lagged_free(m, &lag);
-    if (!st && interrupted && m->checkpoint_dir)
-        st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/" GLIA__STEP_CKPT,
-                        (long long)m->step, m->checkpoint_dir, (long long)m->step);
-    else if (!st && interrupted)
-        st = glia_error(m->ctx, GLIA_EINTERRUPTED,
-                        "interrupted at step %lld: nothing was saved ([train] checkpoint_dir is not set)", (long long)m->step);
-    if (!st && !stopped) st = save_checkpoint(m, "final.ckpt", m->epochs + 1, 0, 0, 0, false);
-    if (metrics && fclose(metrics) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
-    if (!st && !stopped && opt->progress >= 0)
-        fprintf(out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->epochs,
-                (long long)m->step, test_loss, test_acc, glia__now() - t_start);
-    if (m->cuda_graph) {
-        int ready = 0;
-        for (int i = 0; i < m->n_graphs; i++) ready += m->graphs[i].state == GLIA__GRAPH_READY;
-        glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: %lld training passes replayed from %d graph%s", (long long)m->graph_replays,
-                 ready, ready == 1 ? "" : "s");
-        glia__model_free_graphs(m);  /* what they held goes back to the allocator */
-    }
-    scratch_free(&s);
-    close_rank_log(rank_log, tee);
-    return st;
-}
-
-glia_status glia_model_train(struct glia_model *m, const struct glia_train_options *opt,
-                             struct glia_epoch_result *results, int max_results)
-{
-    m->stop_code = 0;
-    glia_status st = train_run(m, opt, results, max_results);
-    m->stop_requested = 0;
-    return st;
-}
-
-glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f)
-{
-    return glia_model_profile_trace(m, steps, warmup, f, NULL);
-}
-
-glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup, FILE *f, const char *trace_path)
-{
-    if (steps < 1 || warmup < 0)
-        return glia_error(m->ctx, GLIA_EINVAL, "profile: steps must be 1 or more and warm-up 0 or more (got %d and %d)",
-                          steps, warmup);
-    struct glia__trace trace = {0};
-    FILE *tf = NULL;
-    if (trace_path && m->rank == 0) {  /* ddp: rank 0 writes for all; opened first, so a bad path costs no run */
-        if (!(tf = fopen(trace_path, "w")))
-            return glia_error(m->ctx, GLIA_EIO, "cannot write trace file %s: %s", trace_path, strerror(errno));
-        size_t per_step = 2 * (size_t)m->n_nodes + 4;
-        size_t want = steps > 0 ? (size_t)steps * per_step : 0;
-        if (glia__trace_reserve(&trace, want < ((size_t)1 << 16) ? want : (size_t)1 << 16)) {
-            fclose(tf);
-            return glia_error(m->ctx, GLIA_ENOMEM, "profile: out of memory for the trace");
-        }
-    }
-    struct scratch s = {0};
-    glia_status st = scratch_alloc(m, &s, true, false);
-    if (!st && m->ddp) st = glia__ddp_start(m, m->ddp);  /* as training does: same model, rank 0's weights */
-    dp_weights_changed(m);
-    if (!st) st = glia__loader_start_epoch(&s.train, 1, 0);
-    int64_t total = s.have_train ? s.train.n_batches_per_epoch : 0;
-    if (!st && warmup + steps > total)
-        st = glia_error(m->ctx, GLIA_EINVAL, "profile: %d warm-up + %d steps, but an epoch has %lld batches", warmup, steps,
-                        (long long)total);
-    double t_all = 0, wait = 0, t_other = 0;
-    struct feed fd = {0};
-    if (!st) st = feed_start(m, &fd, &s.train, true);
-    for (int k = 0; !st && k < warmup + steps; k++) {
-        if (k == warmup) {  /* start counting */
-            for (int i = 0; i < m->n_nodes; i++) m->nodes[i].t_fwd = m->nodes[i].t_bwd = 0;
-            m->t_opt = 0;
-            m->profiling = true;
-            wait = s.train.wait_s;
-            t_all = glia__now();
-            if (tf) m->trace = &trace;
-        }
-        int64_t nb;
-        bool more;
-        double t0 = glia__now();
-        size_t step_ev = trace.n;  /* the step's own event comes first, its end filled in below */
-        if (m->trace) {
-            trace.step = k - warmup + 1;
-            if (trace.step == 1) trace.t_base = t0;
-            glia__trace_add(&trace, GLIA__TRACE_STEP, NULL, t0, t0);
-        }
-        if ((st = feed_next(m, &fd, &nb, &more)) || !more) {
-            trace.n = step_ev;
-            break;
-        }
-        if (m->profiling) {
-            glia_backend_sync(m->backend);
-            double t1 = glia__now();
-            t_other += t1 - t0;
-            if (m->trace) glia__trace_add(&trace, GLIA__TRACE_INPUT, "input", t0, t1);
-        }
-        if (!st) st = train_forward(m, nb);
-        if (m->ddp) glia__ddp_begin(m->ddp, true);
-        if (!st) st = train_backward(m);
-        if (!st) st = optimizer_step(m, 1);
-        if (m->trace && step_ev < trace.n && trace.ev[step_ev].cat == GLIA__TRACE_STEP) {
-            trace.ev[step_ev].t1 = glia__now();
-            trace.ev[step_ev].batch = nb;
-        }
-    }
-    glia_status fs = feed_stop(m, &fd);
-    if (!st) st = fs;
-    if (!st) st = glia_backend_sync(m->backend);
-    double t_end = glia__now();
-    m->profiling = false;
-    m->trace = NULL;
-    if (!st && trace.lost) st = glia_error(m->ctx, GLIA_ENOMEM, "profile: out of memory recording the trace");
-    if (tf) {
-        if (!st && glia__trace_write(&trace, tf, m->rank))
-            st = glia_error(m->ctx, GLIA_EIO, "writing trace file %s failed", trace_path);
-        if (fclose(tf) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing trace file %s failed", trace_path);
-        if (st) remove(trace_path);  /* no half-written trace left behind */
-    }
-    size_t n_events = trace.n;
-    glia__trace_free(&trace);
-    if (!st) {
-        t_all = t_end - t_all;
-        wait = s.train.wait_s - wait;
-        double sum_layers = 0;
-        for (int i = 0; i < m->n_nodes; i++) sum_layers += m->nodes[i].t_fwd + m->nodes[i].t_bwd;
-        fprintf(f, "profile: %d training steps of batch %d after %d warm-up steps, %.1f ms a step, %.0f samples/s\n",
-                steps, m->batch, warmup, 1e3 * t_all / steps, (double)steps * m->batch / t_all);
-        if (m->ckpt_segments > 1)
-            fprintf(f, "([graph] checkpoint_segments: a recomputed layer's backward ms includes its forward run again)\n");
-        fprintf(f, "%-16s %-22s %11s %11s %7s\n", "layer", "type", "forward ms", "backward ms", "share");
-        for (int i = 0; i < m->n_nodes; i++) {
-            const struct glia__node *nd = &m->nodes[i];
-            fprintf(f, "%-16s %-22s %11.3f %11.3f %6.1f%%\n", nd->layer.name, nd->layer.type->name, 1e3 * nd->t_fwd / steps,
-                    1e3 * nd->t_bwd / steps, 100 * (nd->t_fwd + nd->t_bwd) / t_all);
-        }
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(optimizer)", m->opt.type->name, 1e3 * m->t_opt / steps, "",
-                100 * m->t_opt / t_all);
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(input)", "loader wait + copy", 1e3 * t_other / steps, "",
-                100 * t_other / t_all);
-        double rest = t_all - sum_layers - m->t_opt - t_other;
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(other)", "core", 1e3 * rest / steps, "", 100 * rest / t_all);
-        struct glia_memory_stats ms;
-        if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
-            fprintf(f, "device memory: %.1f MiB in tensors (peak %.1f), %.1f MiB held, %llu driver allocations\n",
-                    ms.current / 1048576.0, ms.peak / 1048576.0, ms.reserved / 1048576.0,
-                    (unsigned long long)ms.driver_allocs);
-        if (tf) fprintf(f, "trace: %zu events in %s\n", n_events, trace_path);
-        (void)wait;
-    }
-    scratch_free(&s);
+    struct glia__scratch s = {0};
+    glia_status st = glia__scratch_alloc(m, &s, false, true);
+    if (!st) st = glia__evaluate(m, &s, loss, accuracy);
+    glia__scratch_free(&s);
     return st;
 }

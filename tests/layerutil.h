@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include "internal.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "testutil.h"
 
 static inline struct glia_shape S(int n, int64_t a, int64_t b, int64_t c, int64_t d)

@@ -84,6 +84,6 @@ static inline bool same_weights(struct run *a, struct run *b)
 }
 
 /* Training without progress output. */
-static const struct glia_train_options quiet = {NULL, -1, NULL, NULL};
+static const struct glia_train_options quiet = {sizeof(struct glia_train_options), NULL, -1, NULL, NULL};
 
 #endif

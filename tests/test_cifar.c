@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <zlib.h>
 #include "loaderutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 #include "testutil.h"
 
@@ -304,13 +304,13 @@ static void test_model_trains_on_cifar10(void)
     struct run r;
     open_run(&r, text);
     const struct glia_model *m = r.m;
-    CU_ASSERT_EQUAL(m->train.n, 400);
-    CU_ASSERT_EQUAL(m->test.n, 100);
-    CU_ASSERT_EQUAL(m->n_classes, 10);
+    CU_ASSERT_EQUAL(m->data.train.n, 400);
+    CU_ASSERT_EQUAL(m->data.test.n, 100);
+    CU_ASSERT_EQUAL(m->data.n_classes, 10);
     const float mean[3] = {0.1f, 0.2f, 0.3f};
     for (int c = 0; c < 3; c++) {
-        CU_ASSERT_EQUAL(m->norm.mean[c], mean[c]);
-        CU_ASSERT_EQUAL(m->norm.std[c], 0.3f);
+        CU_ASSERT_EQUAL(m->data.norm.mean[c], mean[c]);
+        CU_ASSERT_EQUAL(m->data.norm.std[c], 0.3f);
     }
     CU_ASSERT_EQUAL(glia_model_param_count(r.m), 8 * 3 * 4 * 4 + 8 + 8 * 8 * 8 * 10 + 10);  /* 3 input channels */
     char *sum = NULL;
@@ -354,10 +354,10 @@ static void test_example_builds(void)
     glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_EQUAL(r.m->train.n, 120);
-    CU_ASSERT_EQUAL(r.m->test.n, 60);
-    CU_ASSERT_EQUAL(r.m->crop_padding, 4);
-    CU_ASSERT(r.m->flip);
+    CU_ASSERT_EQUAL(r.m->data.train.n, 120);
+    CU_ASSERT_EQUAL(r.m->data.test.n, 60);
+    CU_ASSERT_EQUAL(r.m->data.crop_padding, 4);
+    CU_ASSERT(r.m->data.flip);
     struct glia_shape in = glia__data_shape(r.m, 7, 0);
     CU_ASSERT(in.ndim == 4 && in.dim[0] == 7 && in.dim[1] == 3 && in.dim[2] == 32 && in.dim[3] == 32);
     double loss, acc;
@@ -387,10 +387,10 @@ static void test_default_normalization(void)
         struct run r;
         open_run(&r, text);
         for (int c = 0; c < 3; c++) {
-            CU_ASSERT_EQUAL(r.m->norm.mean[c], cases[i].mean[c]);
-            CU_ASSERT_EQUAL(r.m->norm.std[c], cases[i].std[c]);
+            CU_ASSERT_EQUAL(r.m->data.norm.mean[c], cases[i].mean[c]);
+            CU_ASSERT_EQUAL(r.m->data.norm.std[c], cases[i].std[c]);
         }
-        CU_ASSERT_EQUAL(r.m->n_classes, cases[i].classes);
+        CU_ASSERT_EQUAL(r.m->data.n_classes, cases[i].classes);
         close_run(&r);
     }
     /* idx keeps its one-channel default */
@@ -401,9 +401,9 @@ static void test_default_normalization(void)
     model_text(text, sizeof text, data, 2, 10);
     struct run r;
     open_run(&r, text);
-    CU_ASSERT_EQUAL(r.m->train.channels, 1);
-    CU_ASSERT_EQUAL(r.m->norm.mean[0], 0.2860f);
-    CU_ASSERT_EQUAL(r.m->norm.std[0], 0.3530f);
+    CU_ASSERT_EQUAL(r.m->data.train.channels, 1);
+    CU_ASSERT_EQUAL(r.m->data.norm.mean[0], 0.2860f);
+    CU_ASSERT_EQUAL(r.m->data.norm.std[0], 0.3530f);
     close_run(&r);
 }
 

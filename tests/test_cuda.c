@@ -8,7 +8,7 @@
 #include <string.h>
 #include "layerutil.h"
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include <glia/glia.h>
 #include "build-config.h"
 
@@ -118,32 +118,32 @@ static void test_reduce_scale_upload(void)
     CU_ASSERT_EQUAL(glia_tensor_from_host(t, h, (size_t)n * 4), GLIA_OK);
     double want = 0, got = -1;
     for (int64_t i = 0; i < n; i++) want += (double)h[i] * h[i];
-    CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, t->data, (size_t)n, &got), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_sumsq_f32(gpu, t->data, (size_t)n, &got), GLIA_OK);
     CU_ASSERT(fabs(got - want) <= 1e-9 * want);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n, 0.25f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, t->data, (size_t)n, 0.25f), GLIA_OK);
     CU_ASSERT_EQUAL(glia_tensor_to_host(t, back, (size_t)n * 4), GLIA_OK);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) bad += back[i] != 0.25f * h[i];
     CU_ASSERT_EQUAL(bad, 0);
     float inf = INFINITY;  /* one non-finite element makes the sum non-finite */
-    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, (float *)t->data + 77, false, &inf, true, 4), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, t->data, (size_t)n, &got), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_copy(gpu, (float *)t->data + 77, false, &inf, true, 4), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_sumsq_f32(gpu, t->data, (size_t)n, &got), GLIA_OK);
     CU_ASSERT(!isfinite(got));
     /* page-locked upload on the copy stream, then work on the compute stream after it */
     float *pinned;
     uint64_t ticket;
-    CU_ASSERT_FATAL(gpu->ops->host_alloc(gpu->priv, (size_t)n * 4, (void **)&pinned) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_host_alloc(gpu, (size_t)n * 4, (void **)&pinned) == GLIA_OK);
     memcpy(pinned, h, (size_t)n * 4);
-    CU_ASSERT_EQUAL(gpu->ops->upload(gpu->priv, t->data, pinned, (size_t)n * 4, &ticket), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->wait_copy(gpu->priv, ticket, false), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n, 2.0f), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->wait_copy(gpu->priv, ticket, true), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_upload(gpu, t->data, pinned, (size_t)n * 4, &ticket), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_wait_copy(gpu, ticket, false), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, t->data, (size_t)n, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_wait_copy(gpu, ticket, true), GLIA_OK);
     memset(pinned, 0, (size_t)n * 4);  /* the copy is done: the buffer is free again */
     CU_ASSERT_EQUAL(glia_tensor_to_host(t, back, (size_t)n * 4), GLIA_OK);
     bad = 0;
     for (int64_t i = 0; i < n; i++) bad += back[i] != 2.0f * h[i];
     CU_ASSERT_EQUAL(bad, 0);
-    gpu->ops->host_free(gpu->priv, pinned);
+    glia_backend_host_free(gpu, pinned);
     glia_tensor_release(t);
     free(h), free(back);
 }
@@ -163,11 +163,11 @@ static void test_clip_on_device(void)
         CU_ASSERT_EQUAL(glia_tensor_from_host(a, h, nb), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_from_host(b, h, nb), GLIA_OK);
         double sq = 0;
-        CU_ASSERT_EQUAL(gpu->ops->sumsq_f32(gpu->priv, a->data, (size_t)n, &sq), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_sumsq_f32(gpu, a->data, (size_t)n, &sq), GLIA_OK);
         double norm = sqrt(sq), max_norm = c == 1 ? 2 * norm : c >= 2 ? 1.0 : 0.5 * norm;
         double r = max_norm / (norm + 1e-6);
-        if (r < 1.0) CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, a->data, (size_t)n, (float)r), GLIA_OK);
-        CU_ASSERT_EQUAL(gpu->ops->clip_f32(gpu->priv, b->data, (size_t)n, max_norm), GLIA_OK);
+        if (r < 1.0) CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, a->data, (size_t)n, (float)r), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_clip_f32(gpu, b->data, (size_t)n, max_norm), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_to_host(a, want, nb), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_to_host(b, got, nb), GLIA_OK);
         int bad = 0, changed = 0;
@@ -235,17 +235,17 @@ static void test_training_matches_cpu(void)
     for (int o = 0; o < 4; o++)
         for (int f = 0; f < 2; f++) {
             struct run a, b;
-            struct glia_epoch_result ra[2], rb[2];
+            struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
             train_run(&a, cnn_text("cpu", "", opts[o]), ra);
             char extra[160];  /* channels_last also with activation checkpointing (a [graph] section after [runtime]) */
             snprintf(extra, sizeof extra, "precision = fp32\n%s%s", fmts[f], f ? "\n[graph]\ncheckpoint_segments = 3" : "");
             train_run(&b, cnn_text("cuda", extra, opts[o]), rb);
-            CU_ASSERT(f ? b.m->ckpt_segments > 1 : b.m->ckpt_segments == 1);
-            CU_ASSERT_EQUAL(b.m->n_nodes, a.m->n_nodes - 3);  /* fuse_pointwise = auto: b1 + r1, add + g, rd + d */
-            CU_ASSERT(b.m->nodes[1].act_fused);                                 /* c1 b1 */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[3].layer.type->name, "pointwise");  /* c2 g */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.type->name, "pointwise");  /* p a cat d */
-            CU_ASSERT_STRING_EQUAL(b.m->nodes[7].layer.name, "d");
+            CU_ASSERT(f ? b.m->graph.ckpt_segments > 1 : b.m->graph.ckpt_segments == 1);
+            CU_ASSERT_EQUAL(b.m->graph.n_nodes, a.m->graph.n_nodes - 3);  /* fuse_pointwise = auto: b1 + r1, add + g, rd + d */
+            CU_ASSERT(b.m->graph.nodes[1].act_fused);                                 /* c1 b1 */
+            CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[3].layer.type->name, "pointwise");  /* c2 g */
+            CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[7].layer.type->name, "pointwise");  /* p a cat d */
+            CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[7].layer.name, "d");
             double worst = weight_diff(&b, &a);  /* relative to the CPU's */
             if (!(worst <= 2e-3))
                 printf("\n  %s, %s: weights differ by %g; losses cpu %g gpu %g\n", opts[o], fmts[f], worst, ra[1].train_loss,
@@ -264,7 +264,7 @@ static int progress_of(const char *text, int *e, long long *k, double *l, int ma
     open_run(&r, text);
     FILE *f = tmpfile();
     CU_ASSERT_FATAL(f != NULL);
-    struct glia_train_options o = {NULL, 0, f, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, NULL};
     glia_status st = glia_model_train(r.m, &o, NULL, 0);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -311,7 +311,7 @@ static void test_precisions_train_and_memory_is_flat(void)
         char extra[128];
         snprintf(extra, sizeof extra, "precision = %s\nmemory_format = channels_last", prec[p]);
         struct run r;
-        struct glia_epoch_result res[2];
+        struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
         train_run(&r, cnn_text("cuda", extra, "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9"), res);
         CU_ASSERT(res[1].train_loss < res[0].train_loss);
         CU_ASSERT(res[1].test_accuracy > 0.5);
@@ -340,7 +340,7 @@ static void test_metrics_report_device_peak(void)
     struct run r;
     open_run(&r, cnn_text("cuda", "precision = fp32", "sgd\nlr = 0.01"));
     const char *path = glia_test_tmp("cuda-metrics.jsonl");
-    struct glia_train_options o = {path, -1, NULL, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), path, -1, NULL, NULL};
     glia_status st = glia_model_train(r.m, &o, NULL, 0);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -361,7 +361,7 @@ static void test_metrics_report_device_peak(void)
     struct glia_backend *b;
     CU_ASSERT_FATAL(glia_backend_get(r.ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &b) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_backend_memory_stats(b, &ms), GLIA_OK);
-    const struct glia__act_plan *p = &r.m->plan;
+    const struct glia__act_plan *p = &r.m->act.plan;
     double planned = 4.0 * (double)p->len / 1048576.0;
     if (!(peak[0] >= planned && peak[1] >= peak[0] && peak[1] <= ms.peak / 1048576.0 + 1e-3))
         printf("\n  peaks %g, %g MiB; allocator %g MiB; activations planned %g MiB\n", peak[0], peak[1],
@@ -416,7 +416,7 @@ static void test_cuda_graph_trains_the_same(void)
         char rt[256], acc[96];
         snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
         struct run a, b;
-        struct glia_epoch_result ra[2], rb[2];
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
         snprintf(rt, sizeof rt, "cuda_graph = off\ndeterministic = on\n%s", cases[c].runtime);
         train_run(&a, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc), ra);
         snprintf(rt, sizeof rt, "cuda_graph = on\ndeterministic = on\n%s", cases[c].runtime);
@@ -429,17 +429,17 @@ static void test_cuda_graph_trains_the_same(void)
         fclose(f);
         if (st) printf("\n  %s\n", glia_context_error(b.ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
-        CU_ASSERT(b.m->cuda_graph);
+        CU_ASSERT(b.m->trainer.cuda_graph);
         /* each shape's (and gradient state's) first pass runs as it comes, every later one is a replay */
-        int64_t n = b.m->train.n, full = n / cases[c].batch, part = n % cases[c].batch > 0;
+        int64_t n = b.m->data.train.n, full = n / cases[c].batch, part = n % cases[c].batch > 0;
         int64_t passes = 2 * (full + part), shapes = (1 + part) * (cases[c].accumulate > 1 ? 2 : 1);
-        CU_ASSERT_EQUAL(b.m->graph_replays, passes - shapes);
+        CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - shapes);
         char want[96];
         snprintf(want, sizeof want, "cuda_graph: %lld training passes replayed from %lld graph%s\n",
                  (long long)(passes - shapes), (long long)shapes, shapes == 1 ? "" : "s");
         if (!log || !strstr(log, want)) printf("\n  log: %s\n  want: %s", log ? log : "", want);
         CU_ASSERT_PTR_NOT_NULL(log ? strstr(log, want) : NULL);
-        CU_ASSERT_EQUAL(b.m->n_graphs, 0);  /* freed when training ends */
+        CU_ASSERT_EQUAL(b.m->trainer.n_graphs, 0);  /* freed when training ends */
         if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
         CU_ASSERT(same_weights(&a, &b));
         CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
@@ -452,6 +452,52 @@ static void test_cuda_graph_trains_the_same(void)
     expect_build_error(cnn_text("cuda", "cuda_graph = on\n[distributed]\nmode = dp\ndevices = 0,0", "sgd\nlr = 0.01"),
                        "t.ini:4: [runtime] cuda_graph: not with [distributed] mode = dp: its communication runs between "
                        "the layers (set cuda_graph = off)");
+}
+
+/* glia_model_step on the GPU is the trainer's step: with cuda_graph = on (a batch shape's first pass runs as it
+ * comes, its second is captured, every pass is then a replay) and fp16 loss scaling, steps on the loader's
+ * batches in order leave the weights and loss scaler that training to max_steps = 4 leaves, bit for bit; each
+ * result has its batch's loss, which the step reads after the replayed pass. */
+static void test_cuda_step_equals_training(void)
+{
+    make_data();
+    const char *rt = "cuda_graph = on\ndeterministic = on\nprecision = fp16";
+    const char *opt = "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9";
+    struct run a, b;
+    open_run(&a, cnn_text_with(rt, opt, 32, "max_steps = 4\n"));
+    open_run(&b, cnn_text_with(rt, opt, 32, "max_steps = 4\n"));
+    glia_status st = glia_model_train(a.m, &quiet, NULL, 0);
+    if (st) printf("\n  %s\n", glia_context_error(a.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    const struct glia__dataset *d = &b.m->data.train;
+    int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32];
+    float *x = malloc(sizeof *x * (size_t)(32 * per));
+    int32_t y[32];
+    int passes = 0;
+    for (int64_t k = 0; b.m->trainer.step < 4 && k < 16; k++, passes++) {  /* a skipped step takes one more batch, as training */
+        for (int i = 0; i < 32; i++) idx[i] = k * 32 + i;
+        glia__dataset_gather(d, idx, 32, &b.m->data.norm, x, y);
+        struct glia_batch bt = {.struct_size = sizeof bt,
+                                .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
+                                .labels = y};
+        struct glia_step_result r = {.struct_size = sizeof r};
+        st = glia_model_step(b.m, &bt, &r);
+        if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT(isfinite(r.loss) && r.loss > 0);
+        CU_ASSERT_EQUAL(r.updated, !r.skipped);
+        CU_ASSERT_EQUAL(r.step, b.m->trainer.step);
+        CU_ASSERT_EQUAL(r.loss_scale, b.m->trainer.scaler.scale);
+    }
+    free(x);
+    CU_ASSERT(b.m->trainer.cuda_graph);
+    CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - 1);
+    CU_ASSERT_EQUAL(b.m->trainer.step, a.m->trainer.step);
+    CU_ASSERT_EQUAL(b.m->trainer.scaler.scale, a.m->trainer.scaler.scale);
+    CU_ASSERT_EQUAL(b.m->trainer.scaler.skipped, a.m->trainer.scaler.skipped);
+    if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
+    CU_ASSERT(same_weights(&a, &b));
+    close_run(&a), close_run(&b);
 }
 
 /* A layer whose kernel lacks GLIA_KERNEL_CAPTURABLE (the fixture nchw_softsign's impl staged, which computes on the
@@ -476,12 +522,12 @@ static void test_cuda_graph_refuses_uncapturable_layers(void)
                                 "graph; set [runtime] cuda_graph = off", line);
     expect_build_error(text, want);
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     snprintf(text, sizeof text, fmt, fix, "cpu", "off", dir, dir, dir, dir);
     train_run(&a, text, ra);
     snprintf(text, sizeof text, fmt, fix, "cuda", "off", dir, dir, dir, dir);
     train_run(&b, text, rb);
-    CU_ASSERT_STRING_EQUAL(b.m->nodes[1].layer.kernel->impl, "staged");
+    CU_ASSERT_STRING_EQUAL(b.m->graph.nodes[1].layer.kernel->impl, "staged");
     double worst = weight_diff(&b, &a);
     if (!(worst <= 1e-3)) printf("\n  weights differ by %g\n", worst);
     CU_ASSERT(worst <= 1e-3);
@@ -501,7 +547,7 @@ static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
     dlclose(emu);
     make_data();
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     train_run(&a, cnn_text_with("precision = fp32\ndeterministic = on", "sgd\nlr = 0.01", 48, ""), ra);
     setenv("GLIA_EMU_FAIL_CAPTURE", "1", 1);
     char *log = NULL;
@@ -514,7 +560,7 @@ static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
     unsetenv("GLIA_EMU_FAIL_CAPTURE");
     if (st) printf("\n  %s\n", glia_context_error(b.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_EQUAL(b.m->graph_replays, 0);
+    CU_ASSERT_EQUAL(b.m->trainer.graph_replays, 0);
     int warned = 0;
     for (const char *p = log; (p = strstr(p, "could not be captured")); p++) warned++;
     CU_ASSERT_EQUAL(warned, 2);  /* the full batches and the last one, once each */
@@ -591,34 +637,34 @@ static void test_graph_capture_allocates(void)
     CU_ASSERT_EQUAL_FATAL(glia_tensor_from_host(x, h, (size_t)n0 * 4), GLIA_OK);
     struct glia_memory_stats s0, s1;
     CU_ASSERT_EQUAL_FATAL(glia_backend_memory_stats(gpu, &s0), GLIA_OK);
-    CU_ASSERT_EQUAL_FATAL(gpu->ops->capture_begin(gpu->priv), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_backend_capture_begin(gpu), GLIA_OK);
     struct glia_tensor *y = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     struct glia_tensor *t = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     void *t_data = t->data;
-    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, t->data, false, x->data, false, (size_t)n0 * 4), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, t->data, (size_t)n0, 2.0f), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->copy(gpu->priv, y->data, false, t->data, false, (size_t)n0 * 4), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_copy(gpu, t->data, false, x->data, false, (size_t)n0 * 4), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, t->data, (size_t)n0, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_copy(gpu, y->data, false, t->data, false, (size_t)n0 * 4), GLIA_OK);
     glia_tensor_release(t);  /* during the capture: held for the graph */
     void *g = NULL;
-    CU_ASSERT_EQUAL_FATAL(gpu->ops->capture_end(gpu->priv, &g), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_backend_capture_end(gpu, &g), GLIA_OK);
     CU_ASSERT_FATAL(g != NULL);
     CU_ASSERT_EQUAL(glia_backend_memory_stats(gpu, &s1), GLIA_OK);
     CU_ASSERT_EQUAL(s1.driver_allocs, s0.driver_allocs + 2);
     struct glia_tensor *u = tensor_as(gpu, S(1, n, 0, 0, 0), GLIA_CONTIGUOUS);
     CU_ASSERT(u->data != t_data && u->data != y->data);
-    CU_ASSERT_EQUAL(gpu->ops->memzero(gpu->priv, u->data, (size_t)n * 4), GLIA_OK);  /* may not reach the graph's */
+    CU_ASSERT_EQUAL(glia_backend_memzero(gpu, u->data, (size_t)n * 4), GLIA_OK);  /* may not reach the graph's */
     for (int round = 0; round < 2; round++) {
         if (round) {
             for (int64_t i = 0; i < n0; i++) h[i] = -h[i];
             CU_ASSERT_EQUAL(glia_tensor_from_host(x, h, (size_t)n0 * 4), GLIA_OK);
         }
-        CU_ASSERT_EQUAL(gpu->ops->graph_launch(gpu->priv, g), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_backend_graph_launch(gpu, g), GLIA_OK);
         CU_ASSERT_EQUAL(glia_tensor_to_host(y, back, (size_t)n * 4), GLIA_OK);
         int bad = 0;
         for (int64_t i = 0; i < n0; i++) bad += back[i] != 2.0f * h[i];
         CU_ASSERT_EQUAL(bad, 0);
     }
-    gpu->ops->graph_free(gpu->priv, g);
+    glia_backend_graph_free(gpu, g);
     glia_tensor_release(u);
     glia_tensor_release(y);
     glia_tensor_release(x);
@@ -651,13 +697,13 @@ static void test_debug_checks_on_device(void)
 {
     make_data();
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     static const char *rt = "precision = fp32\ndeterministic = on\ncudnn_benchmark = off";
     char extra[256];
     train_run(&a, cnn_text("cuda", rt, "sgd\nlr = 0.01"), ra);
     snprintf(extra, sizeof extra, "%s\ndebug_checks = on", rt);
     train_run(&b, cnn_text("cuda", extra, "sgd\nlr = 0.01"), rb);
-    CU_ASSERT(b.m->plan.len > a.m->plan.len);
+    CU_ASSERT(b.m->act.plan.len > a.m->act.plan.len);
     if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
     CU_ASSERT(same_weights(&a, &b));
     CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
@@ -671,7 +717,7 @@ static void test_debug_checks_on_device(void)
              "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
              glia_test_fixtures(), dir, dir, dir, dir);
     open_run(&a, text);
-    CU_ASSERT_STRING_EQUAL(a.m->nodes[2].layer.kernel->impl, "cuda");
+    CU_ASSERT_STRING_EQUAL(a.m->graph.nodes[2].layer.kernel->impl, "cuda");
     CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_EPLUGIN);
     const char *want = "t.ini:19: [fc] backward wrote 64 floats past the end of its input gradient (layer 'fc', tensor "
                        "dx, 32x64)";
@@ -698,6 +744,7 @@ int main(void)
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
                                              GLIA_TEST(test_metrics_report_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),
+                                             GLIA_TEST(test_cuda_step_equals_training),
                                              GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),
                                              GLIA_TEST(test_cuda_graph_refuses_uncapturable_layers),
                                              GLIA_TEST(test_graph_capture_allocates),

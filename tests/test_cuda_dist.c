@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 #include "build-config.h"
 
@@ -89,10 +89,10 @@ static void test_nccl_calls(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(a, v, sizeof v) == GLIA_OK);
     /* a *= 2 queued on the backend, gathered on the comm stream, the result *= 3 on the backend */
     uint64_t t;
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, a->data, N, 2.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, a->data, N, 2.0f), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_comm_all_gather(c, g->data, a->data, N, GLIA_F32, &t), GLIA_OK);
     CU_ASSERT_EQUAL(glia_comm_wait(c, t, false), GLIA_OK);
-    CU_ASSERT_EQUAL(gpu->ops->scale_f32(gpu->priv, g->data, N, 3.0f), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_backend_scale_f32(gpu, g->data, N, 3.0f), GLIA_OK);
     CU_ASSERT_EQUAL(count_bad(g, v, 6.0f, N), 0);
     for (int op = GLIA_REDUCE_SUM; op <= GLIA_REDUCE_MIN; op++)
         DONE(c, glia_comm_all_reduce(c, a->data, N, GLIA_F32, (enum glia_reduce_op)op, &t_), true);
@@ -201,11 +201,11 @@ static void test_ddp_over_nccl(void)
     static const char *const extra[] = {"", "accumulate = 2\nclip_grad_norm = 0.5"};
     for (int e = 0; e < 2; e++) {
         struct run d, p;
-        struct glia_epoch_result rd[2], rp[2];
+        struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, rp[2] = GLIA_TEST_RESULTS;
         train(&d, model("", extra[e], "mode = ddp\ntransport = nccl\nbucket_mb = 0.0002\nfirst_bucket_mb = 0.000001", cnn_bn), rd);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(d.m->ddp);
-        CU_ASSERT_STRING_EQUAL(d.m->comm->ops->name, "nccl");
-        CU_ASSERT(glia__ddp_n_buckets(d.m->ddp) >= 3);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(d.m->dist.ddp);
+        CU_ASSERT_STRING_EQUAL(d.m->dist.comm->ops->name, "nccl");
+        CU_ASSERT(glia__ddp_n_buckets(d.m->dist.ddp) >= 3);
         train(&p, model("", extra[e], "mode = none", cnn_bn), rp);
         double worst = weight_diff(&d, &p);
         if (!(worst <= 1e-4)) printf("\n  %s: weights differ by %g\n", extra[e], worst);
@@ -224,10 +224,10 @@ static void test_dp_two_replicas(void)
 {
     make_data();
     struct run d, p;
-    struct glia_epoch_result rd[2], rp[2];
+    struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, rp[2] = GLIA_TEST_RESULTS;
     train(&d, model("", "", "mode = dp\ndevices = 0, 0", cnn), rd);
-    CU_ASSERT_EQUAL_FATAL(d.m->n_replicas, 2);
-    CU_ASSERT_PTR_EQUAL(d.m->replica[1]->backend, d.m->backend);
+    CU_ASSERT_EQUAL_FATAL(d.m->dist.n_replicas, 2);
+    CU_ASSERT_PTR_EQUAL(d.m->dist.replica[1]->backend, d.m->backend);
     train(&p, model("", "", "mode = none", cnn), rp);
     double worst = weight_diff(&d, &p);
     if (!(worst <= 1e-4)) printf("\n  weights differ by %g\n", worst);

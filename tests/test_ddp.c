@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "loaderutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 
 /* Every bucket is a run of adjacent parameters, numbered from the last parameter backwards. */

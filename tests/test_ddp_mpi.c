@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 #include "mpiutil.h"
 #include "traceutil.h"
@@ -107,14 +107,14 @@ static void compare_with_global_batch(int b, int train_samples, const char *extr
     struct run d, one;
     open_run(&d, model(true, b, train_samples, extra, layers));
     open_run(&one, model(false, 2 * b, train_samples, extra, layers));
-    CU_ASSERT_EQUAL(d.m->world, 2);
-    CU_ASSERT_EQUAL(d.m->rank, world->info.rank);
-    struct glia_epoch_result rd[2], r1[2];
+    CU_ASSERT_EQUAL(d.m->dist.world, 2);
+    CU_ASSERT_EQUAL(d.m->dist.rank, world->info.rank);
+    struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, r1[2] = GLIA_TEST_RESULTS;
     glia_status st = glia_model_train(d.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(d.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     CU_ASSERT_FATAL(glia_model_train(one.m, &quiet, r1, 2) == GLIA_OK);
-    CU_ASSERT_EQUAL(d.m->step, one.m->step);
+    CU_ASSERT_EQUAL(d.m->trainer.step, one.m->trainer.step);
     long long nd, n1;
     float *wd = weights(&d, &nd), *w1 = weights(&one, &n1);
     CU_ASSERT_EQUAL_FATAL(nd, n1);
@@ -266,7 +266,7 @@ static void test_ddp_files_and_padding(void)
     o.out = fopen("/dev/null", "w");
     CU_ASSERT_FATAL(glia_model_train(d.m, &o, NULL, 0) == GLIA_OK);
     fclose(o.out);
-    CU_ASSERT_EQUAL(d.m->step, 2 * 16);  /* 250 samples a rank: 16 batches an epoch */
+    CU_ASSERT_EQUAL(d.m->trainer.step, 2 * 16);  /* 250 samples a rank: 16 batches an epoch */
     uint64_t t;
     CU_ASSERT_FATAL(glia_comm_barrier(world, &t) == GLIA_OK);
     CU_ASSERT_FATAL(glia_comm_wait(world, t, true) == GLIA_OK);
@@ -316,7 +316,7 @@ static void test_ddp_request_stop(void)
     if (world->info.rank == 1) glia_model_request_stop(b.m);
     glia_status st = glia_model_train(b.m, &quiet, NULL, 0);
     CU_ASSERT_EQUAL(st, GLIA_EINTERRUPTED);
-    CU_ASSERT_EQUAL(b.m->step, 10);
+    CU_ASSERT_EQUAL(b.m->trainer.step, 10);
     snprintf(path, sizeof path, "%s/stopck/step-00000010.ckpt", dir);
     char want[1000];
     snprintf(want, sizeof want, "interrupted at step 10: continue with --resume %s", path);

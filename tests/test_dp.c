@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "model_internal.h"
+#include "parts.h"
 #include "modelutil.h"
 
 static char dir[512];
@@ -37,16 +37,16 @@ static void compare(const char *devices, int batch, const char *train_extra, con
     struct run dp, one;
     open_run(&dp, model(dist, batch, train_extra, layers));
     open_run(&one, model("mode = none", batch, train_extra, layers));
-    CU_ASSERT(dp.m->n_replicas > 1);
-    for (int r = 1; r < dp.m->n_replicas; r++) {
-        CU_ASSERT_EQUAL(dp.m->replica[r]->n_nodes, dp.m->n_nodes);
-        CU_ASSERT_EQUAL(dp.m->replica[r]->ckpt_segments, dp.m->ckpt_segments);
-        for (int i = 0; i < dp.m->n_nodes; i++)
-            CU_ASSERT(dp.m->replica[r]->nodes[i].recompute == dp.m->nodes[i].recompute &&
-                      dp.m->replica[r]->nodes[i].cut == dp.m->nodes[i].cut);
+    CU_ASSERT(dp.m->dist.n_replicas > 1);
+    for (int r = 1; r < dp.m->dist.n_replicas; r++) {
+        CU_ASSERT_EQUAL(dp.m->dist.replica[r]->graph.n_nodes, dp.m->graph.n_nodes);
+        CU_ASSERT_EQUAL(dp.m->dist.replica[r]->graph.ckpt_segments, dp.m->graph.ckpt_segments);
+        for (int i = 0; i < dp.m->graph.n_nodes; i++)
+            CU_ASSERT(dp.m->dist.replica[r]->graph.nodes[i].recompute == dp.m->graph.nodes[i].recompute &&
+                      dp.m->dist.replica[r]->graph.nodes[i].cut == dp.m->graph.nodes[i].cut);
     }
-    if (layers && strstr(layers, "checkpoint_segments")) CU_ASSERT(dp.m->ckpt_segments > 1);
-    struct glia_epoch_result rd[2], r1[2];
+    if (layers && strstr(layers, "checkpoint_segments")) CU_ASSERT(dp.m->graph.ckpt_segments > 1);
+    struct glia_epoch_result rd[2] = GLIA_TEST_RESULTS, r1[2] = GLIA_TEST_RESULTS;
     glia_status st = glia_model_train(dp.m, &quiet, rd, 2);
     if (st) printf("\n  %s\n", glia_context_error(dp.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -96,6 +96,52 @@ static void test_checkpointed(void)
             "[loss]\ntype = softmax_cross_entropy\n");
 }
 
+/* glia_model_step on a dp model splits the caller's batch as training does: after a checkpoint is loaded (the
+ * replicas must compute with its weights, not those they last copied), steps on three devices leave the weights
+ * that one device's steps on the same batches leave (float rounding apart), with accumulation and an early
+ * update (update_now). */
+static void test_step(void)
+{
+    make_data();
+    const char *ckpt = glia_test_tmp("dp-step-ckpt");
+    char train[600];
+    snprintf(train, sizeof train, "accumulate = 2\ncheckpoint_dir = %s", ckpt);
+    struct run src, dp, one;
+    open_run(&src, model("mode = none", 10, train, NULL));
+    CU_ASSERT_FATAL(glia_model_train(src.m, &quiet, NULL, 0) == GLIA_OK);
+    char path[700];
+    snprintf(path, sizeof path, "%s/final.ckpt", ckpt);
+    open_run(&dp, model("mode = dp\ndevices = cpu, cpu, cpu", 10, "accumulate = 2", NULL));
+    open_run(&one, model("mode = none", 10, "accumulate = 2", NULL));
+    const struct glia__dataset *d = &one.m->data.train;
+    int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[10];
+    float x[10 * 36];
+    int32_t y[10];
+    CU_ASSERT_FATAL(per == 36);
+    struct run *runs[2] = {&dp, &one};
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < 10; i++) idx[i] = k * 10 + i;
+        glia__dataset_gather(d, idx, 10, &one.m->data.norm, x, y);
+        struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(4, (int64_t[]){10, 1, 6, 6}), .x = x,
+                               .labels = y, .update_now = k == 4};
+        for (int r = 0; r < 2; r++) {
+            if (k == 1) CU_ASSERT_EQUAL(glia_model_load_checkpoint(runs[r]->m, path), GLIA_OK);
+            struct glia_step_result res = {.struct_size = sizeof res};
+            glia_status st = glia_model_step(runs[r]->m, &b, &res);
+            if (st) printf("\n  %s\n", glia_context_error(runs[r]->ctx));
+            CU_ASSERT_EQUAL(st, GLIA_OK);
+            CU_ASSERT_EQUAL(res.updated, k % 2 == 1 || k == 4);
+        }
+    }
+    CU_ASSERT_EQUAL(dp.m->trainer.step, 3);
+    double worst = weight_diff(&dp, &one);
+    if (!(worst < 2e-5)) printf("\n  weights differ by %g\n", worst);
+    CU_ASSERT(worst < 2e-5);
+    close_run(&src);
+    close_run(&dp);
+    close_run(&one);
+}
+
 static void expect_error(const char *dist, const char *want)
 {
     make_data();
@@ -111,4 +157,4 @@ static void test_errors(void)
 
 GLIA_TEST_MAIN("dp", GLIA_TEST(test_two_devices), GLIA_TEST(test_three_devices_uneven), GLIA_TEST(test_idle_device),
                GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_checkpointed),
-               GLIA_TEST(test_errors))
+               GLIA_TEST(test_step), GLIA_TEST(test_errors))

@@ -186,7 +186,7 @@ static void test_model_same_in_both_formats(void)
 {
     make_data();
     struct run a, b;
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     open_run(&a, model_text("contiguous"));
     open_run(&b, model_text("channels_last"));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
@@ -235,7 +235,7 @@ static void test_model_converts_for_nchw_only_layer(void)
     snprintf(ta, sizeof ta, fmt, fix, "contiguous", dir, dir, dir, dir);
     snprintf(tb, sizeof tb, fmt, fix, "channels_last", dir, dir, dir, dir);
     struct run a, b;
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     open_run(&a, ta);
     open_run(&b, tb);
     char *text = NULL;

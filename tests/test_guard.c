@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 
 static char dir[512];
 
@@ -168,7 +168,7 @@ static void test_debug_checks_change_no_result(void)
         snprintf(text, sizeof text, fmt, careless(), "off", cases[c].format, dir, dir, dir, dir, ck, cases[c].segments,
                  cases[c].mode);
         open_run(&off, text);
-        struct glia_epoch_result ra[1], rb[1];
+        struct glia_epoch_result ra[1] = GLIA_TEST_RESULTS, rb[1] = GLIA_TEST_RESULTS;
         glia_status st = glia_model_train(on.m, &quiet, ra, 1);
         if (st) printf("\n  case %zu: %s\n", c, glia_context_error(on.ctx));
         CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
@@ -176,13 +176,13 @@ static void test_debug_checks_change_no_result(void)
         if (!same_weights(&on, &off)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&on, &off));
         CU_ASSERT(same_weights(&on, &off));
         CU_ASSERT_EQUAL(ra[0].test_loss, rb[0].test_loss);
-        CU_ASSERT(on.m->plan.len > off.m->plan.len);
-        CU_ASSERT(on.m->wa.len > off.m->wa.len && on.m->wa.n == off.m->wa.n);
+        CU_ASSERT(on.m->act.plan.len > off.m->act.plan.len);
+        CU_ASSERT(on.m->params.wa.len > off.m->params.wa.len && on.m->params.wa.n == off.m->params.wa.n);
         /* the arenas' padding is zero again after every check (the optimizer, clipping and ddp read it) */
-        const float *g = glia_tensor_f32(on.m->g);
+        const float *g = glia_tensor_f32(on.m->params.g);
         int64_t nonzero = 0;
-        for (int k = 0; k <= on.m->wa.count; k++) {
-            int64_t from = k ? on.m->wa.off[k - 1] + on.m->wa.size[k - 1] : 0, to = k < on.m->wa.count ? on.m->wa.off[k] : on.m->wa.len;
+        for (int k = 0; k <= on.m->params.wa.count; k++) {
+            int64_t from = k ? on.m->params.wa.off[k - 1] + on.m->params.wa.size[k - 1] : 0, to = k < on.m->params.wa.count ? on.m->params.wa.off[k] : on.m->params.wa.len;
             for (int64_t i = from; i < to; i++) nonzero += g[i] != 0.0f;
         }
         CU_ASSERT_EQUAL(nonzero, 0);

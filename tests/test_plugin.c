@@ -405,6 +405,8 @@ static void expect_refusal(struct glia_context *ctx, glia_status got, glia_statu
     }
 }
 
+static glia_status capture_nothing(void *priv) { return GLIA_OK; }
+
 static void test_register_refusals(void)
 {
     struct glia_context *ctx = new_ctx();
@@ -451,8 +453,24 @@ static void test_register_refusals(void)
     ok.type = "probe_opt3", ok.step = NULL;
     expect_refusal(ctx, glia_register_optimizer_kernel(&r, &ok), GLIA_EINVAL, (const char *[]){"step are required", NULL});
 
-    struct glia_backend_ops be = {.struct_size = sizeof be, .name = "probe_backend"};  /* no open, alloc, ... */
-    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EINVAL, (const char *[]){"gemm_f32 are required", NULL});
+    /* a backend's groups: each required one present, every slot in it set; the graph group all or nothing */
+    struct glia_backend_ops be = {.struct_size = sizeof be, .name = "probe_backend"};  /* no groups */
+    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EINVAL,
+                   (const char *[]){"backend probe_backend: no device (every slot", NULL});
+    const struct glia_backend_ops *cpu = glia__find_backend(ctx, GLIA_DEVICE_CPU);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+    struct glia_backend_math_ops math = *cpu->math;
+    math.axpy_f32 = NULL;
+    be = *cpu;
+    be.name = "probe_backend", be.math = &math;
+    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EINVAL,
+                   (const char *[]){"no math.gemm_f32, transpose_f32, axpy_f32", NULL});
+    math = *cpu->math;
+    struct glia_backend_graph_ops partial = {.struct_size = sizeof partial, .capture_begin = capture_nothing};
+    be.graph = &partial;
+    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EINVAL, (const char *[]){"the group is all or nothing", NULL});
+    be.graph = NULL;
+    expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EEXIST, (const char *[]){"already registered", NULL});
     be.struct_size = 4;
     expect_refusal(ctx, glia_register_backend(&r, &be), GLIA_EABI, (const char *[]){"too small", NULL});
 

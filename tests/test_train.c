@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "modelutil.h"
-#include "model_internal.h"
+#include "parts.h"
 #include "traceutil.h"
 
 static char dir[512];
@@ -49,7 +49,7 @@ static void test_same_seed_bit_identical(void)
     free(wa);
     free(wb);
     free(wc);
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
     CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, rb, 2), GLIA_OK);
     wa = weights(&a, &na);
@@ -71,7 +71,7 @@ static void test_loss_goes_down(void)
     open_run(&r, model_text(3, 4));
     double l0, a0;
     CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &l0, &a0), GLIA_OK);
-    struct glia_epoch_result res[4];
+    struct glia_epoch_result res[4] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 4), GLIA_OK);
     CU_ASSERT(res[3].train_loss < res[0].train_loss);
     CU_ASSERT(res[3].test_loss < 0.5 * l0);
@@ -103,7 +103,7 @@ static void test_metrics_file(void)
     struct run r;
     open_run(&r, model_text(5, 2));
     const char *path = glia_test_tmp("metrics/run1/m.jsonl");
-    struct glia_train_options o = {path, -1, NULL, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), path, -1, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     FILE *f = fopen(path, "r");
     CU_ASSERT_FATAL(f != NULL);
@@ -126,9 +126,42 @@ static void test_metrics_file(void)
     close_run(&r);
     /* an unwritable metrics path is a clear error before any training */
     open_run(&r, model_text(5, 1));
-    struct glia_train_options bad = {"/proc/no/such/dir/m.jsonl", -1, NULL, NULL};
+    struct glia_train_options bad = {sizeof(struct glia_train_options), "/proc/no/such/dir/m.jsonl", -1, NULL, NULL};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &bad, NULL, 0), GLIA_EIO);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "cannot write metrics file /proc/no/such/dir/m.jsonl"));
+    close_run(&r);
+}
+
+/* The options and results carry struct_size: options or results without one are refused before any training, and a
+ * caller's smaller result struct gets only its part, at its own stride. */
+static void test_struct_sizes(void)
+{
+    make_data();
+    struct run r;
+    open_run(&r, model_text(5, 2));
+    struct glia_train_options o = {.progress = -1};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "set struct_size = sizeof(struct glia_train_options)"));
+    CU_ASSERT_EQUAL(r.m->trainer.step, 0);
+    struct glia_epoch_result none[2] = {{.epoch = 0}};
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, none, 2), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "results[0].struct_size is 0"));
+    /* an older caller's struct that ends after train_loss: two of them, back to back, and a guard after */
+    struct small {
+        uint32_t struct_size;
+        int epoch;
+        double train_loss;
+    } res[3];
+    memset(res, 0x5a, sizeof res);
+    res[0].struct_size = sizeof res[0];
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, (struct glia_epoch_result *)res, 2), GLIA_OK);
+    for (int e = 0; e < 2; e++) {
+        CU_ASSERT_EQUAL(res[e].struct_size, sizeof res[0]);
+        CU_ASSERT_EQUAL(res[e].epoch, e + 1);
+        CU_ASSERT(isfinite(res[e].train_loss) && res[e].train_loss > 0);
+    }
+    const unsigned char *guard = (const unsigned char *)&res[2];
+    for (size_t i = 0; i < sizeof res[2]; i++) CU_ASSERT_EQUAL(guard[i], 0x5a);
     close_run(&r);
 }
 
@@ -155,7 +188,7 @@ static void test_residual_dropout_model(void)
     struct run a, b;
     open_run(&a, residual_text(4));
     open_run(&b, residual_text(4));
-    struct glia_epoch_result ra[4], rb[4];
+    struct glia_epoch_result ra[4] = GLIA_TEST_RESULTS, rb[4] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 4), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, rb, 4), GLIA_OK);
     CU_ASSERT(ra[3].train_loss < ra[0].train_loss);
@@ -187,7 +220,7 @@ static const char *variant(int epochs, int batch, const char *train_extra, const
 static void lr_per_epoch(const char *train_extra, int epochs, double *lr)
 {
     struct run r;
-    struct glia_epoch_result res[8];
+    struct glia_epoch_result res[8] = GLIA_TEST_RESULTS;
     open_run(&r, variant(epochs, 32, train_extra, ""));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, epochs), GLIA_OK);
     for (int e = 0; e < epochs; e++) lr[e] = res[e].lr;
@@ -311,7 +344,7 @@ static void test_drop_bias_before_norm(void)
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(txt, "graph pass drop_bias_before_norm: no bias in fc1 (its output goes only into bn, a batchnorm)"));
     free(txt);
-    struct glia_epoch_result ra[2], rb[2];
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 2), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, rb, 2), GLIA_OK);
     if (fabs(ra[1].test_loss - rb[1].test_loss) > 1e-3)
@@ -364,7 +397,7 @@ static void resume_case(int stop)
 {
     rm_ckpt();
     struct run a, b, c;
-    struct glia_epoch_result ra[3], rc[3];
+    struct glia_epoch_result ra[3] = GLIA_TEST_RESULTS, rc[3] = GLIA_TEST_RESULTS;
     long long n;
     open_run(&a, ckpt_text(""));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
@@ -376,8 +409,9 @@ static void resume_case(int stop)
     close_run(&b);
     snprintf(path, sizeof path, "%s/ck/step-%08d.ckpt", dir, stop);
     open_run(&c, ckpt_text(""));
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     memset(rc, 0, sizeof rc);
+    rc[0].struct_size = sizeof rc[0];
     glia_status st = glia_model_train(c.m, &o, rc, 3);
     if (st) printf("\n  %s\n", glia_context_error(c.ctx));
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
@@ -417,7 +451,7 @@ static void test_request_stop(void)
     CU_ASSERT_STRING_EQUAL(glia_context_error(b.ctx), want);
     close_run(&b);
     open_run(&c, ckpt_text(""));
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
     float *wc = weights(&c, &n);
     CU_ASSERT_EQUAL(memcmp(wa, wc, (size_t)n * 4), 0);
@@ -450,7 +484,7 @@ static void expect_ckpt_error(const char *path, const char *text, glia_status wa
 {
     struct run r;
     open_run(&r, text);
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), want);
     if (!strstr(glia_context_error(r.ctx), msg)) printf("\n  got: %s\n", glia_context_error(r.ctx));
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), msg));
@@ -462,7 +496,7 @@ static void test_checkpoint_errors_and_eval(void)
     make_data();
     rm_ckpt();
     struct run r;
-    struct glia_epoch_result res[3];
+    struct glia_epoch_result res[3] = GLIA_TEST_RESULTS;
     open_run(&r, ckpt_text(""));
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 3), GLIA_OK);
     close_run(&r);
@@ -530,7 +564,7 @@ static void test_checkpoint_keep(void)
 static void scale_loss(struct run *r, struct glia__scaler s)
 {
     r->m->precision = GLIA_PRECISION_FP16;
-    r->m->scaler = s;
+    r->m->trainer.scaler = s;
 }
 
 static bool scaler_is(const struct glia__scaler *s, double scale, int64_t clean, int64_t skipped)
@@ -550,26 +584,26 @@ static void test_resume_keeps_loss_scaler(void)
     rm_ckpt();
     const struct glia__scaler start = {1024.0, 1990, 3}, fresh = {65536.0, 0, 0};
     struct run a, b, c;
-    struct glia_epoch_result ra[3], rc[3];
+    struct glia_epoch_result ra[3] = GLIA_TEST_RESULTS, rc[3] = GLIA_TEST_RESULTS;
     long long n;
     open_run(&a, ckpt_text(""));
     scale_loss(&a, start);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
-    CU_ASSERT(scaler_is(&a.m->scaler, 2048.0, 23, 3));  /* 33 steps */
+    CU_ASSERT(scaler_is(&a.m->trainer.scaler, 2048.0, 23, 3));  /* 33 steps */
     open_run(&b, ckpt_text("max_steps = 17\n"));
     scale_loss(&b, start);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &quiet, NULL, 0), GLIA_OK);
-    CU_ASSERT(scaler_is(&b.m->scaler, 2048.0, 7, 3));
+    CU_ASSERT(scaler_is(&b.m->trainer.scaler, 2048.0, 7, 3));
     close_run(&b);
     char path[700];
     snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
     open_run(&c, ckpt_text(""));
     scale_loss(&c, fresh);
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     glia_status st = glia_model_train(c.m, &o, rc, 3);
     if (st) printf("\n  %s\n", glia_context_error(c.ctx));
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
-    CU_ASSERT(scaler_is(&c.m->scaler, 2048.0, 23, 3));
+    CU_ASSERT(scaler_is(&c.m->trainer.scaler, 2048.0, 23, 3));
     for (int e = 2; e <= 3; e++) {
         CU_ASSERT_EQUAL(rc[e - 1].loss_scale, ra[e - 1].loss_scale);
         CU_ASSERT_EQUAL(rc[e - 1].skipped_steps, ra[e - 1].skipped_steps);
@@ -646,10 +680,10 @@ static void test_checkpoint_loss_scaler(void)
     struct glia__resume rs;
     open_run(&r, ckpt_text(""));
     scale_loss(&r, saved);
-    r.m->step = 42;
-    float *wm = glia_tensor_f32(r.m->w);  /* weights no fresh model has */
-    for (int t = 0; t < r.m->wa.count; t++)
-        for (int64_t i = r.m->wa.off[t]; i < r.m->wa.off[t] + r.m->wa.size[t]; i++) wm[i] = 0.25f * wm[i] + 0.001f * (float)(i % 7);
+    r.m->trainer.step = 42;
+    float *wm = glia_tensor_f32(r.m->params.w);  /* weights no fresh model has */
+    for (int t = 0; t < r.m->params.wa.count; t++)
+        for (int64_t i = r.m->params.wa.off[t]; i < r.m->params.wa.off[t] + r.m->params.wa.size[t]; i++) wm[i] = 0.25f * wm[i] + 0.001f * (float)(i % 7);
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p16, 2, 6, 1.5, 144), GLIA_OK);
     r.m->precision = GLIA_PRECISION_FP32;
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p32, 2, 6, 1.5, 144), GLIA_OK);
@@ -660,18 +694,18 @@ static void test_checkpoint_loss_scaler(void)
     open_run(&r, ckpt_text(""));
     scale_loss(&r, fresh);
     CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p16, true, &rs), GLIA_OK);
-    CU_ASSERT(scaler_is(&r.m->scaler, 512.0, 37, 5));
-    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.loss_sum == 1.5 && rs.samples == 144);
+    CU_ASSERT(scaler_is(&r.m->trainer.scaler, 512.0, 37, 5));
+    CU_ASSERT(r.m->trainer.step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.loss_sum == 1.5 && rs.samples == 144);
     close_run(&r);
     /* fp16 -> fp32 run, and fp32 -> fp16 run: each keeps its own start */
     open_run(&r, ckpt_text(""));
     CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p16, true, &rs), GLIA_OK);
-    CU_ASSERT(scaler_is(&r.m->scaler, 1.0, 0, 0));
+    CU_ASSERT(scaler_is(&r.m->trainer.scaler, 1.0, 0, 0));
     close_run(&r);
     open_run(&r, ckpt_text(""));
     scale_loss(&r, fresh);
     CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, p32, true, &rs), GLIA_OK);
-    CU_ASSERT(scaler_is(&r.m->scaler, 65536.0, 0, 0));
+    CU_ASSERT(scaler_is(&r.m->trainer.scaler, 65536.0, 0, 0));
     close_run(&r);
     /* version 2: the same file with bytes 28-31 zero (a header CRC there is refused) */
     size_t len;
@@ -690,8 +724,8 @@ static void test_checkpoint_loss_scaler(void)
     open_run(&r, ckpt_text(""));
     scale_loss(&r, fresh);
     CU_ASSERT_EQUAL(glia__checkpoint_load(r.m, pv2, true, &rs), GLIA_OK);
-    CU_ASSERT(scaler_is(&r.m->scaler, 512.0, 37, 5));
-    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
+    CU_ASSERT(scaler_is(&r.m->trainer.scaler, 512.0, 37, 5));
+    CU_ASSERT(r.m->trainer.step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
     close_run(&r);
     /* version 1: version 2 without the 32 scaler bytes after the 104 of the position */
     memmove(b + header + meta, b + header + meta + rec, len - header - meta - rec);
@@ -714,8 +748,8 @@ static void test_checkpoint_loss_scaler(void)
     glia_status st = glia__checkpoint_load(r.m, pv1, true, &rs);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_EQUAL(st, GLIA_OK);
-    CU_ASSERT(scaler_is(&r.m->scaler, 65536.0, 0, 0));
-    CU_ASSERT(r.m->step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
+    CU_ASSERT(scaler_is(&r.m->trainer.scaler, 65536.0, 0, 0));
+    CU_ASSERT(r.m->trainer.step == 42 && rs.epoch == 2 && rs.batch == 6 && rs.samples == 144);
     float *w1 = weights(&r, &n);
     CU_ASSERT_EQUAL(memcmp(w0, w1, (size_t)n * 4), 0);
     free(w1);
@@ -755,7 +789,7 @@ static void test_checkpoint_corrupt_fields(void)
     struct run r;
     open_run(&r, ckpt_text(""));
     scale_loss(&r, (struct glia__scaler){512.0, 37, 5});
-    r.m->step = 42;
+    r.m->trainer.step = 42;
     CU_ASSERT_EQUAL_FATAL(glia__checkpoint_save(r.m, p, 2, 6, 1.5, 144), GLIA_OK);
     size_t len;
     unsigned char *b = slurp(p, &len);
@@ -794,7 +828,7 @@ static void test_checkpoint_corrupt_fields(void)
     /* unpatched, it resumes */
     struct run c;
     open_run(&c, ckpt_text(""));
-    struct glia_train_options o = {NULL, -1, NULL, p};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, p};
     CU_ASSERT_EQUAL(glia_model_train(c.m, &o, NULL, 0), GLIA_OK);
     close_run(&c);
     free(b);
@@ -865,7 +899,7 @@ static void test_checkpoint_dir_made(void)
     snprintf(want, sizeof want, "t.ini:19: [train] checkpoint_dir: cannot write checkpoints into %s/sub: Not a directory", file);
     if (strcmp(glia_context_error(r.ctx), want)) printf("\n  got: %s\n", glia_context_error(r.ctx));
     CU_ASSERT_STRING_EQUAL(glia_context_error(r.ctx), want);
-    CU_ASSERT_EQUAL(r.m->step, 0);  /* not one step was trained */
+    CU_ASSERT_EQUAL(r.m->trainer.step, 0);  /* not one step was trained */
     close_run(&r);
 }
 
@@ -919,7 +953,7 @@ static void test_checkpoint_sweep(void)
     }
     snprintf(path, sizeof path, "%s/ck/step-00000017.ckpt", dir);
     open_run(&r, ckpt_text(every));
-    struct glia_train_options o = {NULL, -1, NULL, path};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);  /* on to step 33 */
     close_run(&r);
     static const char *const steps[] = {"15", "17", "27", "30", "33"};
@@ -945,7 +979,7 @@ static char *resume_output(const char *text, const char *ckpt, struct glia_epoch
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     struct run r;
     open_run(&r, text);
-    struct glia_train_options o = {NULL, 0, f, ckpt};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, ckpt};
     *st = glia_model_train(r.m, &o, res, 3);
     if (*st) printf("\n  %s\n", glia_context_error(r.ctx));
     close_run(&r);
@@ -983,7 +1017,7 @@ static void test_resume_nothing_left(void)
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         snprintf(text, sizeof text, "%s", edited(ckpt_text(""), c[i].from, c[i].to));
-        struct glia_epoch_result res[3] = {{.epoch = -7}};
+        struct glia_epoch_result res[3] = {{.struct_size = sizeof(struct glia_epoch_result), .epoch = -7}};
         glia_status st;
         char *out = resume_output(text, c[i].ckpt, res, &st);
         snprintf(want, sizeof want, "nothing to do: %s %s (raise it to train on)\n", c[i].ckpt, c[i].says);
@@ -1007,7 +1041,7 @@ static void test_resume_nothing_left(void)
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
     open_run(&r, text);
-    struct glia_train_options o = {NULL, 0, f, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 0, f, NULL};
     CU_ASSERT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     close_run(&r);
     fclose(f);
@@ -1038,7 +1072,7 @@ static void test_fashion_mnist_subset(void)
     glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    struct glia_epoch_result res[1];
+    struct glia_epoch_result res[1] = GLIA_TEST_RESULTS;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 1), GLIA_OK);
     printf("(test_accuracy %.4f after 6000 samples) ", res[0].test_accuracy);
     CU_ASSERT(res[0].test_accuracy > 0.70);
@@ -1129,7 +1163,7 @@ static void test_profile_trace(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(raw, "\"args\":{\"step\":1,\"type\":\"linear\",\"impl\":\"cpu\",\"output\":\"32x16\"}"));
     free(raw);
     /* a trace path that cannot be written: one line naming it, before any step is taken */
-    int64_t steps_before = r.m->step;
+    int64_t steps_before = r.m->trainer.step;
     long long n;
     float *w0 = weights(&r, &n);
     char bad[700];
@@ -1140,7 +1174,7 @@ static void test_profile_trace(void)
     if (!strstr(msg, want)) printf("\n  got: %s\n", msg);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
     CU_ASSERT_PTR_NULL(strchr(msg, '\n'));
-    CU_ASSERT_EQUAL(r.m->step, steps_before);
+    CU_ASSERT_EQUAL(r.m->trainer.step, steps_before);
     float *w1 = weights(&r, &n);
     CU_ASSERT_EQUAL(memcmp(w0, w1, (size_t)n * sizeof *w0), 0);
     free(w0);
@@ -1149,7 +1183,7 @@ static void test_profile_trace(void)
     f = fopen("/dev/null", "w");
     CU_ASSERT_EQUAL(glia_model_profile(r.m, 2, 1, f), GLIA_OK);
     fclose(f);
-    CU_ASSERT_EQUAL(r.m->step, steps_before + 3);
+    CU_ASSERT_EQUAL(r.m->trainer.step, steps_before + 3);
     close_run(&r);
 }
 
@@ -1336,7 +1370,7 @@ static void test_activation_memory_shared(void)
 {
     make_data();
     struct run a, b, c;
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     open_run(&a, memory_model_text(7));    /* evaluation batches smaller than training's */
     open_run(&b, memory_model_text(200));  /* the whole test set at once */
     CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, &ra, 1), GLIA_OK);
@@ -1348,12 +1382,12 @@ static void test_activation_memory_shared(void)
     CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
     CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-5 * fmax(1, ra.test_loss));
     CU_ASSERT_EQUAL(ra.test_accuracy, rb.test_accuracy);
-    const struct glia__act_plan *p = &b.m->plan;
+    const struct glia__act_plan *p = &b.m->act.plan;
     CU_ASSERT(p->train > 0 && p->train < p->train_unshared);
     CU_ASSERT(p->eval > 0 && p->eval < p->eval_unshared);
     CU_ASSERT_EQUAL(p->len, p->train > p->eval ? p->train : p->eval);
-    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->act_block), p->len);
-    CU_ASSERT(b.m->act_batch == 32 && b.m->eval_batch == 200);
+    CU_ASSERT_EQUAL(glia_tensor_numel(b.m->act.act_block), p->len);
+    CU_ASSERT(b.m->act.act_batch == 32 && b.m->act.eval_batch == 200);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -1366,7 +1400,7 @@ static void test_activation_memory_shared(void)
     open_run(&c, memory_model_text(200));  /* evaluation only: the same numbers as b's before training */
     double loss, acc;
     CU_ASSERT_EQUAL(glia_model_evaluate(c.m, &loss, &acc), GLIA_OK);
-    CU_ASSERT(c.m->act_batch == 0 && c.m->plan.train == 0 && c.m->plan.len == c.m->plan.eval);
+    CU_ASSERT(c.m->act.act_batch == 0 && c.m->act.plan.train == 0 && c.m->act.plan.len == c.m->act.plan.eval);
     free(wa);
     free(wb);
     close_run(&a);
@@ -1433,13 +1467,13 @@ static void test_fuse_pointwise(void)
     open_run(&on, fuse_model_text("[graph]\nfuse_pointwise = on\n", ""));
     open_run(&off, fuse_model_text("[graph]\nfuse_pointwise = off\n", ""));
     open_run(&au, fuse_model_text("", ""));
-    CU_ASSERT_EQUAL(off.m->n_nodes, 14);
-    CU_ASSERT_EQUAL(au.m->n_nodes, 14);  /* auto on the CPU */
-    CU_ASSERT_EQUAL(on.m->n_nodes, 7);   /* a b r2 k flat fc loss */
-    CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.name, "k");
-    CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.type->name, "pointwise");
-    CU_ASSERT_EQUAL(on.m->nodes[3].n_in, 3);
-    CU_ASSERT_STRING_EQUAL(on.m->nodes[2].layer.type->name, "relu");
+    CU_ASSERT_EQUAL(off.m->graph.n_nodes, 14);
+    CU_ASSERT_EQUAL(au.m->graph.n_nodes, 14);  /* auto on the CPU */
+    CU_ASSERT_EQUAL(on.m->graph.n_nodes, 7);   /* a b r2 k flat fc loss */
+    CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[3].layer.name, "k");
+    CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[3].layer.type->name, "pointwise");
+    CU_ASSERT_EQUAL(on.m->graph.nodes[3].n_in, 3);
+    CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[2].layer.type->name, "relu");
     CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
     char *text = summary_of(on.m);
     const char *want = "graph pass fuse_pointwise: sig (sigmoid) + p (pointwise) + sum (add) + lr (leaky_relu) + g (gelu) "
@@ -1448,7 +1482,7 @@ static void test_fuse_pointwise(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, " of x = r2, y = a, z = b\n"));
     free(text);
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
     double worst = weight_diff(&on, &off);
@@ -1467,7 +1501,7 @@ static void test_fuse_pointwise(void)
     close_run(&on), close_run(&off), close_run(&au);
     /* lr's impl is chosen: sig p sum become one layer, g t j k another, lr stays between them */
     open_run(&pin, fuse_model_text("[graph]\nfuse_pointwise = on\n", "impl = cpu\n"));
-    CU_ASSERT_EQUAL(pin.m->n_nodes, 9);
+    CU_ASSERT_EQUAL(pin.m->graph.n_nodes, 9);
     text = summary_of(pin.m);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "fuse_pointwise: sig (sigmoid) + p (pointwise) + sum (add) run as one pointwise "
                                         "layer sum = (sigmoid(x) * 2 - y / (1 + y * y)) + y of x = a, y = b\n"));
@@ -1484,7 +1518,7 @@ static void test_fuse_pointwise(void)
                                "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
     open_run(&wide, fuse_small_text("on", five));
     open_run(&wide_off, fuse_small_text("off", five));
-    CU_ASSERT_EQUAL(wide.m->n_nodes, wide_off.m->n_nodes);
+    CU_ASSERT_EQUAL(wide.m->graph.n_nodes, wide_off.m->graph.n_nodes);
     close_run(&wide), close_run(&wide_off);
     struct glia_context *ctx;
     struct glia_config *cfg;
@@ -1553,8 +1587,8 @@ static void test_fuse_dropout(void)
     struct run on, off;
     open_run(&on, fuse_small_text("on", layers));
     open_run(&off, fuse_small_text("off", layers));
-    CU_ASSERT_EQUAL(off.m->n_nodes, 11);
-    CU_ASSERT_EQUAL_FATAL(on.m->n_nodes, 8);  /* a d b pd pr flat fc loss */
+    CU_ASSERT_EQUAL(off.m->graph.n_nodes, 11);
+    CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 8);  /* a d b pd pr flat fc loss */
     char *text = summary_of(on.m);
     static const char *const want[] = {
         "fuse_pointwise: r (relu) + d (dropout) run as one pointwise layer d = dropout(relu(x), 0.4) of x = a\n",
@@ -1565,7 +1599,7 @@ static void test_fuse_dropout(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(text, want[k]));
     }
     free(text);
-    struct glia_epoch_result ra, rb;
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
     double worst = weight_diff(&on, &off);
@@ -1581,10 +1615,10 @@ static void test_fuse_dropout(void)
                                "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
     open_run(&on, fuse_text_in("memory_format = channels_last\n", "on", "checkpoint_segments = 2\n", deep));
     open_run(&off, fuse_text_in("memory_format = channels_last\n", "off", "checkpoint_segments = 2\n", deep));
-    CU_ASSERT(on.m->ckpt_segments > 1 && off.m->ckpt_segments > 1);
+    CU_ASSERT(on.m->graph.ckpt_segments > 1 && off.m->graph.ckpt_segments > 1);
     int recomputed = 0;
-    for (int i = 0; i < on.m->n_nodes; i++)
-        recomputed += on.m->nodes[i].recompute && !strcmp(on.m->nodes[i].layer.type->name, "pointwise");
+    for (int i = 0; i < on.m->graph.n_nodes; i++)
+        recomputed += on.m->graph.nodes[i].recompute && !strcmp(on.m->graph.nodes[i].layer.type->name, "pointwise");
     CU_ASSERT(recomputed > 0);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
     CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
@@ -1600,7 +1634,7 @@ static void test_fuse_dropout(void)
                                  "[loss]\ntype = softmax_cross_entropy\n";
     open_run(&on, fuse_small_text("on", spaced));
     open_run(&off, fuse_small_text("off", spaced));
-    CU_ASSERT_EQUAL(on.m->n_nodes, off.m->n_nodes - 1);  /* a pd d2 flat fc loss */
+    CU_ASSERT_EQUAL(on.m->graph.n_nodes, off.m->graph.n_nodes - 1);  /* a pd d2 flat fc loss */
     text = summary_of(on.m);
     const char *want2 = "fuse_pointwise: r (relu) + d2 (dropout) run as one pointwise layer d2 = "
                         "dropout(relu(x), 0.2) of x = pd\n";
@@ -1634,13 +1668,13 @@ static void test_fuse_bn_relu(void)
         struct run on, off;
         open_run(&on, fuse_text_in(fmt, "on", "", layers));
         open_run(&off, fuse_text_in(fmt, "off", "", layers));
-        CU_ASSERT_EQUAL(off.m->n_nodes, 13);
-        CU_ASSERT_EQUAL_FATAL(on.m->n_nodes, 12);  /* r1 is part of b1 */
-        CU_ASSERT_STRING_EQUAL(on.m->nodes[1].layer.name, "b1");
-        CU_ASSERT_STRING_EQUAL(on.m->nodes[3].layer.name, "b2");
-        CU_ASSERT_STRING_EQUAL(on.m->nodes[7].layer.name, "b3");
-        CU_ASSERT(on.m->nodes[1].act_fused && !on.m->nodes[3].act_fused && !on.m->nodes[7].act_fused);
-        CU_ASSERT_EQUAL(on.m->nodes[2].in[0], 1);  /* c2 reads b1 */
+        CU_ASSERT_EQUAL(off.m->graph.n_nodes, 13);
+        CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 12);  /* r1 is part of b1 */
+        CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[1].layer.name, "b1");
+        CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[3].layer.name, "b2");
+        CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[7].layer.name, "b3");
+        CU_ASSERT(on.m->graph.nodes[1].act_fused && !on.m->graph.nodes[3].act_fused && !on.m->graph.nodes[7].act_fused);
+        CU_ASSERT_EQUAL(on.m->graph.nodes[2].in[0], 1);  /* c2 reads b1 */
         CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
         char *sum = summary_of(on.m);
         const char *want = "graph pass fuse_pointwise: b1 (batchnorm) + r1 (relu) run as batchnorm b1 with activation = relu\n";
@@ -1649,7 +1683,7 @@ static void test_fuse_bn_relu(void)
         CU_ASSERT_PTR_NULL(strstr(sum, "b2 (batchnorm) +"));
         CU_ASSERT_PTR_NULL(strstr(sum, "b3 (batchnorm) +"));
         free(sum);
-        struct glia_epoch_result ra, rb;
+        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
         CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
         double worst = weight_diff(&on, &off);
@@ -1688,19 +1722,19 @@ static void test_stateless_optimizer(void)
         struct run a, b, c;
         snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "sgd", 0, dir, "ck-sgd", modes[k]);
         open_run(&a, text);
-        CU_ASSERT_EQUAL_FATAL(a.m->opt.type->n_state, 1);
+        CU_ASSERT_EQUAL_FATAL(a.m->trainer.opt.type->n_state, 1);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, NULL, 0), GLIA_OK);
         /* the same run in two halves: 5 steps, then resumed from the checkpoint of step 5 */
         snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "fixture_opt", 5, dir, "ck-plain", modes[k]);
         open_run(&b, text);
-        CU_ASSERT_EQUAL_FATAL(b.m->opt.type->n_state, 0);
+        CU_ASSERT_EQUAL_FATAL(b.m->trainer.opt.type->n_state, 0);
         glia_status st = glia_model_train(b.m, &quiet, NULL, 0);
         if (st) printf("\n  %s\n", glia_context_error(b.ctx));
         CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
         snprintf(text, sizeof text, fmt, fix, dir, dir, dir, dir, "fixture_opt", 0, dir, "ck-plain", modes[k]);
         open_run(&c, text);
         snprintf(ck, sizeof ck, "%s/ck-plain/step-00000005.ckpt", dir);
-        struct glia_train_options o = {NULL, -1, NULL, ck};
+        struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, ck};
         st = glia_model_train(c.m, &o, NULL, 0);
         if (st) printf("\n  %s\n", glia_context_error(c.ctx));
         CU_ASSERT_EQUAL(st, GLIA_OK);
@@ -1710,8 +1744,8 @@ static void test_stateless_optimizer(void)
     }
 }
 
-/* A model with batchnorm, a residual, dropout and forward_counter (a fixture built against ABI 1.5 with a buffer
- * that counts its training forwards), checkpointed into `segments`. */
+/* A model with batchnorm, a residual, dropout and forward_counter (a fixture with a buffer that counts its training
+ * forwards, not their recomputations), checkpointed into `segments`. */
 static const char *ckpt_model_text(int segments)
 {
     static char buf[4096];
@@ -1733,8 +1767,8 @@ static const char *ckpt_model_text(int segments)
 
 static int node_named(const struct glia_model *m, const char *name)
 {
-    for (int i = 0; i < m->n_nodes; i++)
-        if (!strcmp(m->nodes[i].layer.name, name)) return i;
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (!strcmp(m->graph.nodes[i].layer.name, name)) return i;
     CU_FAIL("no such node");
     return 0;
 }
@@ -1743,13 +1777,13 @@ static int node_named(const struct glia_model *m, const char *name)
 static float *buffers(const struct glia_model *m, int64_t *n)
 {
     *n = 0;
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int b = 0; b < m->nodes[i].layer.n_buffers; b++) *n += glia_tensor_numel(m->nodes[i].layer.buffers[b].value);
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int b = 0; b < m->graph.nodes[i].layer.n_buffers; b++) *n += glia_tensor_numel(m->graph.nodes[i].layer.buffers[b].value);
     float *v = malloc(sizeof *v * (size_t)(*n ? *n : 1)), *at = v;
     CU_ASSERT_FATAL(v != NULL);
-    for (int i = 0; i < m->n_nodes; i++)
-        for (int b = 0; b < m->nodes[i].layer.n_buffers; b++) {
-            const struct glia_tensor *t = m->nodes[i].layer.buffers[b].value;
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int b = 0; b < m->graph.nodes[i].layer.n_buffers; b++) {
+            const struct glia_tensor *t = m->graph.nodes[i].layer.buffers[b].value;
             memcpy(at, glia_tensor_f32(t), sizeof *v * (size_t)glia_tensor_numel(t));
             at += glia_tensor_numel(t);
         }
@@ -1758,7 +1792,7 @@ static float *buffers(const struct glia_model *m, int64_t *n)
 
 /* Activation checkpointing changes memory, not results: the same weights and running statistics bit for bit with
  * 0 and at most 2 and 5 segments (batchnorm's recomputation moves no statistic twice, dropout draws the same mask
- * again), a layer from an ABI 1.5 plugin with a buffer is never run twice, the cuts never fall inside the residual,
+ * again, a counter counts each step once), the cuts never fall inside the residual,
  * the training plan shrinks, and the profile's trace shows each recomputation inside the backward. */
 static void test_checkpoint_segments(void)
 {
@@ -1773,41 +1807,42 @@ static void test_checkpoint_segments(void)
         CU_ASSERT_EQUAL_FATAL(glia_model_train(r[v].m, &quiet, NULL, 1), GLIA_OK);
         w[v] = weights(&r[v], &nw[v]);
         buf[v] = buffers(r[v].m, &nb[v]);
-        CU_ASSERT(v ? r[v].m->ckpt_segments > 1 && r[v].m->ckpt_segments <= segs[v] : r[v].m->ckpt_segments == 1);
+        CU_ASSERT(v ? r[v].m->graph.ckpt_segments > 1 && r[v].m->graph.ckpt_segments <= segs[v] : r[v].m->graph.ckpt_segments == 1);
         /* forward_counter's buffer counts one training forward per step */
         const struct glia_model *m = r[v].m;
-        CU_ASSERT_EQUAL(glia_tensor_f32(m->nodes[node_named(m, "cnt")].layer.buffers[0].value)[0], (float)(512 / 32));
-        for (int c = 0; c < m->n_nodes; c++) {  /* a cut: no edge from before it to after it but its own */
-            if (!m->nodes[c].cut) continue;
-            for (int i = c + 1; i < m->n_nodes; i++)
-                for (int k = 0; k < m->nodes[i].n_in; k++) CU_ASSERT(m->nodes[i].in[k] < 0 || m->nodes[i].in[k] >= c);
+        CU_ASSERT_EQUAL(glia_tensor_f32(m->graph.nodes[node_named(m, "cnt")].layer.buffers[0].value)[0], (float)(512 / 32));
+        for (int c = 0; c < m->graph.n_nodes; c++) {  /* a cut: no edge from before it to after it but its own */
+            if (!m->graph.nodes[c].cut) continue;
+            for (int i = c + 1; i < m->graph.n_nodes; i++)
+                for (int k = 0; k < m->graph.nodes[i].n_in; k++) CU_ASSERT(m->graph.nodes[i].in[k] < 0 || m->graph.nodes[i].in[k] >= c);
         }
-        for (int i = node_named(m, "cnt") + 1; i <= node_named(m, "bn2"); i++) CU_ASSERT(!m->nodes[i].cut);
+        for (int i = node_named(m, "cnt") + 1; i <= node_named(m, "bn2"); i++) CU_ASSERT(!m->graph.nodes[i].cut);
     }
     for (int v = 1; v < 3; v++) {
         CU_ASSERT_EQUAL_FATAL(nw[v], nw[0]);
         CU_ASSERT_EQUAL(memcmp(w[v], w[0], sizeof(float) * (size_t)nw[0]), 0);
         CU_ASSERT_EQUAL_FATAL(nb[v], nb[0]);
         CU_ASSERT_EQUAL(memcmp(buf[v], buf[0], sizeof(float) * (size_t)nb[0]), 0);
-        CU_ASSERT(r[v].m->plan.train < r[0].m->plan.train);
-        CU_ASSERT(r[v].m->ckpt_plan[1] == r[v].m->plan.train && r[v].m->ckpt_plan[0] == r[0].m->plan.train);
+        CU_ASSERT(r[v].m->act.plan.train < r[0].m->act.plan.train);
+        CU_ASSERT(r[v].m->graph.ckpt_plan[1] == r[v].m->act.plan.train && r[v].m->graph.ckpt_plan[0] == r[0].m->act.plan.train);
     }
-    /* what the test relies on: with 2 segments the counter sits inside a recomputed run, kept; with 5, dropout and
-     * a batchnorm run again */
+    /* what the test relies on: with 2 segments the counter sits inside a recomputed run, run again too (its buffer
+     * still counts once a step: it leaves lasting state alone when recompute is set); with 5, dropout and a batchnorm
+     * run again */
     const struct glia_model *m2 = r[1].m, *m5 = r[2].m;
-    CU_ASSERT(m2->nodes[node_named(m2, "r1")].recompute && m2->nodes[node_named(m2, "c2")].recompute);
-    CU_ASSERT(!m2->nodes[node_named(m2, "cnt")].recompute && !m2->nodes[node_named(m2, "cnt")].cut);
-    CU_ASSERT(m5->nodes[node_named(m5, "drop")].recompute && m5->nodes[node_named(m5, "bn1")].recompute);
+    CU_ASSERT(m2->graph.nodes[node_named(m2, "r1")].recompute && m2->graph.nodes[node_named(m2, "c2")].recompute);
+    CU_ASSERT(m2->graph.nodes[node_named(m2, "cnt")].recompute && !m2->graph.nodes[node_named(m2, "cnt")].cut);
+    CU_ASSERT(m5->graph.nodes[node_named(m5, "drop")].recompute && m5->graph.nodes[node_named(m5, "bn1")].recompute);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     glia_model_summary(r[1].m, f);
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "graph pass checkpoint_segments: 2 segments, cut after sum; a training step runs "
-                                        "the forward of c1 .. r1 (3 layers), c2 again in backward: "));
+                                        "the forward of c1 .. c2 (5 layers) again in backward: "));
     free(text);
-    /* the trace: 2 segments recompute c1, bn1, r1 and c2 just before sum's backward (not bn2: only sum reads it, and
-     * add's backward reads no input) */
+    /* the trace: 2 segments recompute c1, bn1, r1, cnt and c2 just before sum's backward (not bn2: only sum reads it,
+     * and add's backward reads no input) */
     const char *path = glia_test_tmp("ckpt-trace.json");
     f = fopen("/dev/null", "w");
     glia_status st = glia_model_profile_trace(r[1].m, 2, 1, f, path);
@@ -1816,8 +1851,8 @@ static void test_checkpoint_segments(void)
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
     static const char *const fwd[] = {"c1", "bn1", "r1", "cnt", "c2", "bn2", "sum", "r2", "drop", "c3", "r3", "flat", "fc", "loss"};
     static const char *const bwd[] = {"loss", "fc", "flat", "r3", "c3", "drop", "r2", "sum", "bn2", "c2", "cnt", "r1", "bn1", "c1"};
-    static const char *const rec[] = {"c1", "bn1", "r1", "c2"};
-    struct trace_expect e = {2, 14, fwd, 14, bwd, "sgd", false, 0, 4, rec};
+    static const char *const rec[] = {"c1", "bn1", "r1", "cnt", "c2"};
+    struct trace_expect e = {2, 14, fwd, 14, bwd, "sgd", false, 0, 5, rec};
     CU_ASSERT_EQUAL(trace_check(path, &e), 0);
     remove(path);
     for (int v = 0; v < 3; v++) {
@@ -1856,7 +1891,7 @@ static void test_pointwise_shared_input(void)
                  "[loss]\ntype = softmax_cross_entropy\n", dir, dir, dir, dir,
                  v ? "type = pointwise\nexpr = x + y + z" : "type = add");
         struct run r;
-        struct glia_epoch_result res;
+        struct glia_epoch_result res = GLIA_TEST_RESULT;
         open_run(&r, text);
         CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, &res, 1), GLIA_OK);
         w[v] = weights(&r, &n[v]);
@@ -1889,25 +1924,25 @@ static void test_arena_alignment(void)
     struct run r;
     open_run(&r, bn_text("", ""));
     struct glia_model *m = r.m;
-    CU_ASSERT_EQUAL((uintptr_t)m->w->data % 64, 0);
+    CU_ASSERT_EQUAL((uintptr_t)m->params.w->data % 64, 0);
     int n = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const struct glia_layer *l = &m->nodes[i].layer;
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        const struct glia_layer *l = &m->graph.nodes[i].layer;
         for (int p = 0; p < l->n_params; p++, n++) {
-            CU_ASSERT_EQUAL(((char *)l->params[p].value->data - (char *)m->w->data) % 256, 0);
-            CU_ASSERT_EQUAL(((char *)l->params[p].grad->data - (char *)m->g->data) % 256, 0);
+            CU_ASSERT_EQUAL(((char *)l->params[p].value->data - (char *)m->params.w->data) % 256, 0);
+            CU_ASSERT_EQUAL(((char *)l->params[p].grad->data - (char *)m->params.g->data) % 256, 0);
         }
         for (int p = 0; p < l->n_buffers; p++)
-            CU_ASSERT_EQUAL(((char *)l->buffers[p].value->data - (char *)m->buf->data) % 256, 0);
+            CU_ASSERT_EQUAL(((char *)l->buffers[p].value->data - (char *)m->params.buf->data) % 256, 0);
     }
-    CU_ASSERT_EQUAL(n, m->wa.count);
-    CU_ASSERT(m->wa.len > m->wa.n && m->ba.len > m->ba.n);  /* this model has padding to check */
-    CU_ASSERT_PTR_NULL(m->decay_mask);  /* weight decay everywhere: no mask */
+    CU_ASSERT_EQUAL(n, m->params.wa.count);
+    CU_ASSERT(m->params.wa.len > m->params.wa.n && m->params.ba.len > m->params.ba.n);  /* this model has padding to check */
+    CU_ASSERT_PTR_NULL(m->params.decay_mask);  /* weight decay everywhere: no mask */
     CU_ASSERT_EQUAL(glia_model_train(m, &quiet, NULL, 0), GLIA_OK);
-    CU_ASSERT_EQUAL(nonzero_padding(&m->wa, glia_tensor_f32(m->w)), 0);
-    CU_ASSERT_EQUAL(nonzero_padding(&m->wa, glia_tensor_f32(m->g)), 0);
-    CU_ASSERT_EQUAL(nonzero_padding(&m->wa, glia_tensor_f32(m->state[0])), 0);
-    CU_ASSERT_EQUAL(nonzero_padding(&m->ba, glia_tensor_f32(m->buf)), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->params.wa, glia_tensor_f32(m->params.w)), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->params.wa, glia_tensor_f32(m->params.g)), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->params.wa, glia_tensor_f32(m->params.state[0])), 0);
+    CU_ASSERT_EQUAL(nonzero_padding(&m->params.ba, glia_tensor_f32(m->params.buf)), 0);
     close_run(&r);
 }
 
@@ -1926,9 +1961,9 @@ static float *one_step(const char *opt, const char *wd, const char *train, const
              dir, dir, dir, dir, opt, train, wd, fc1);
     struct run r;
     open_run(&r, text);
-    CU_ASSERT_EQUAL(r.m->decay_mask != NULL, masked);
+    CU_ASSERT_EQUAL(r.m->params.decay_mask != NULL, masked);
     CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
-    CU_ASSERT_EQUAL(r.m->step, 1);
+    CU_ASSERT_EQUAL(r.m->trainer.step, 1);
     float *w = weights(&r, n);
     close_run(&r);
     return w;
@@ -1986,7 +2021,7 @@ static void test_weight_decay_off(void)
     }
 }
 
-GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
+GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),

@@ -62,7 +62,7 @@ static void test_learns_and_grouping_pads_less(void)
     for (int g = 0; g < 2; g++) {
         struct run r;
         open_run(&r, text(g ? "group_by_length = on\ngroup_size = 4" : "", "epochs = 3", true, "max"));
-        struct glia_epoch_result res[3];
+        struct glia_epoch_result res[3] = GLIA_TEST_RESULTS;
         const char *metrics = glia_test_tmp(g ? "tokens-metrics-1.jsonl" : "tokens-metrics-0.jsonl");
         struct glia_train_options o = quiet;
         o.metrics_path = metrics;
@@ -250,7 +250,7 @@ static void test_error_ends_progress_line(void)
     char *txt = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&txt, &len);
-    struct glia_train_options o = {NULL, 1, out, NULL};
+    struct glia_train_options o = {sizeof(struct glia_train_options), NULL, 1, out, NULL};
     CU_ASSERT_NOT_EQUAL(glia_model_train(r.m, &o, NULL, 0), GLIA_OK);
     fclose(out);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "late-ck/step-00000003.ckpt: Is a directory"));

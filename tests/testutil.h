@@ -10,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Initializers of the glia_epoch_result arrays (GLIA_TEST_RESULTS) and single results (GLIA_TEST_RESULT) that
+ * glia_model_train fills: the caller's struct_size first. */
+#define GLIA_TEST_RESULTS {{.struct_size = sizeof(struct glia_epoch_result)}}
+#define GLIA_TEST_RESULT {.struct_size = sizeof(struct glia_epoch_result)}
+
 struct glia_test {
     const char *name;
     void (*fn)(void);

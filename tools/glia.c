@@ -167,7 +167,7 @@ static int cmd_train(struct glia_context *ctx, const struct args *a, int check_o
             if (lead) glia_model_summary(m, stdout);
         } else {
             if (!a->quiet && lead) glia_model_summary(m, stdout);
-            struct glia_train_options o = {a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout, a->resume};
+            struct glia_train_options o = {sizeof(struct glia_train_options), a->metrics, a->quiet ? -1 : isatty(STDOUT_FILENO) ? 1 : 0, stdout, a->resume};
             catch_stop_signals(m);
             glia_status st = glia_model_train(m, &o, NULL, 0);
             if (st) rc = fail(ctx, st);

@@ -192,6 +192,16 @@ fail:
     return st;
 }
 
+static glia_status cuda_axpy(void *priv, float *y, const float *x, size_t n, float a)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_axpy(y, x, (int64_t)n, a, c->stream));
+fail:
+    return st;
+}
+
 static glia_status cuda_clip(void *priv, float *x, size_t n, double max_norm)
 {
     struct glia__cuda *c = priv;
@@ -429,33 +439,59 @@ static void *cuda_queue(void *priv)
     return ((struct glia__cuda *)priv)->stream;
 }
 
+static const struct glia_backend_device_ops cuda_device = {
+    .struct_size = sizeof(struct glia_backend_device_ops),
+    .open = cuda_open,
+    .close = cuda_close,
+    .configure = cuda_configure,
+    .queue = cuda_queue,
+};
+
+static const struct glia_backend_memory_ops cuda_memory = {
+    .struct_size = sizeof(struct glia_backend_memory_ops),
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .stats = cuda_memory_stats,
+};
+
+static const struct glia_backend_stream_ops cuda_stream = {
+    .struct_size = sizeof(struct glia_backend_stream_ops),
+    .copy = cuda_copy,
+    .memzero = cuda_memzero,
+    .sync = cuda_sync,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .wait_copy = cuda_wait_copy,
+};
+
+static const struct glia_backend_math_ops cuda_math = {
+    .struct_size = sizeof(struct glia_backend_math_ops),
+    .gemm_f32 = glia__cuda_gemm_f32,
+    .transpose_f32 = cuda_transpose,
+    .axpy_f32 = cuda_axpy,
+    .scale_f32 = cuda_scale,
+    .sumsq_f32 = cuda_sumsq,
+    .clip_f32 = cuda_clip,
+};
+
+static const struct glia_backend_graph_ops cuda_graph = {
+    .struct_size = sizeof(struct glia_backend_graph_ops),
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .launch = cuda_graph_launch,
+    .free = cuda_graph_free,
+    .write_u64 = cuda_write_u64,
+};
+
 const struct glia_backend_ops glia__cuda_ops = {
     .struct_size = sizeof(struct glia_backend_ops),
     .name = "cuda",
     .device_type = GLIA_DEVICE_CUDA,
-    .open = cuda_open,
-    .close = cuda_close,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .copy = cuda_copy,
-    .memzero = cuda_memzero,
-    .gemm_f32 = glia__cuda_gemm_f32,
-    .sync = cuda_sync,
-    .transpose_f32 = cuda_transpose,
-    .memory_stats = cuda_memory_stats,
-    .queue = cuda_queue,
-    .configure = cuda_configure,
-    .sumsq_f32 = cuda_sumsq,
-    .scale_f32 = cuda_scale,
-    .host_alloc = cuda_host_alloc,
-    .host_free = cuda_host_free,
-    .upload = cuda_upload,
-    .wait_copy = cuda_wait_copy,
-    .download = cuda_download,
-    .capture_begin = cuda_capture_begin,
-    .capture_end = cuda_capture_end,
-    .graph_launch = cuda_graph_launch,
-    .graph_free = cuda_graph_free,
-    .write_u64 = cuda_write_u64,
-    .clip_f32 = cuda_clip,
+    .device = &cuda_device,
+    .memory = &cuda_memory,
+    .stream = &cuda_stream,
+    .math = &cuda_math,
+    .graph = &cuda_graph,
 };

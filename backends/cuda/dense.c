@@ -181,12 +181,12 @@ static glia_status sce_init_flag(struct glia_layer *l, struct sce_cuda *p)
     struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
     if ((st = glia_tensor_new(l->backend, GLIA_I64, &one, &p->bad))) return st;
     CUDA_TRY(l->ctx, cudaMemsetAsync(p->bad->data, 0xff, sizeof *p->bad_host, c->stream));
-    if ((st = l->backend->ops->host_alloc(l->backend->priv, sizeof *p->bad_host, (void **)&p->bad_host))) goto fail;
+    if ((st = glia_backend_host_alloc(l->backend, sizeof *p->bad_host, (void **)&p->bad_host))) goto fail;
     *p->bad_host = GLIA__SCE_NO_BAD_LABEL;
     CUDA_TRY(l->ctx, cudaEventCreateWithFlags(&p->copied, cudaEventDisableTiming));
     return GLIA_OK;
 fail:
-    if (p->bad_host) l->backend->ops->host_free(l->backend->priv, p->bad_host);
+    if (p->bad_host) glia_backend_host_free(l->backend, p->bad_host);
     p->bad_host = NULL;
     glia_tensor_release(p->bad);
     p->bad = NULL;
@@ -205,7 +205,7 @@ static void sce_destroy(struct glia_layer *l)
                  l->name, (int)(int32_t)(uint32_t)v, (long long)(v >> 32), (long long)p->classes);
     }
     if (p->copied) cudaEventDestroy(p->copied);
-    if (p->bad_host) l->backend->ops->host_free(l->backend->priv, p->bad_host);
+    if (p->bad_host) glia_backend_host_free(l->backend, p->bad_host);
     glia_tensor_release(p->bad);
     glia_tensor_release(p->lse);
 }

@@ -139,6 +139,21 @@ extern "C" cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream
     return cudaGetLastError();
 }
 
+/* y(n) += a x(n); a = 1 adds exactly (y + x, one rounding) */
+__global__ void axpy_kernel(float *y, const float *x, int64_t n, float a)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a == 1.0f ? y[i] + x[i] : fmaf(a, x[i], y[i]);
+}
+
+extern "C" cudaError_t glia__cuda_axpy(float *y, const float *x, int64_t n, float a, cudaStream_t s)
+{
+    if (n == 0) return cudaSuccess;
+    int64_t blocks = (n + 255) / 256;
+    axpy_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(y, x, n, a);
+    return cudaGetLastError();
+}
+
 /* dst(1) = v: a value handed to work queued later (a graph replay's step) without host memory */
 __global__ void write_u64_kernel(unsigned long long *dst, unsigned long long v) { *dst = v; }
 

@@ -23,6 +23,8 @@ cudaError_t glia__cuda_sumsq(double *out, const float *x, int64_t n, cudaStream_
 cudaError_t glia__cuda_clip(float *x, int64_t n, double max_norm, double *work, cudaStream_t s);
 /* x(n) *= a */
 cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream_t s);
+/* y(n) += a x(n) */
+cudaError_t glia__cuda_axpy(float *y, const float *x, int64_t n, float a, cudaStream_t s);
 /* dst(1) = v, v carried by the launch */
 cudaError_t glia__cuda_write_u64(uint64_t *dst, uint64_t v, cudaStream_t s);
 

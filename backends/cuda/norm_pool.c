@@ -1,14 +1,13 @@
-/* backends/cuda/norm_pool.c — the CUDA impls ("cuda") of batchnorm (and SyncBatchNorm), maxpool2d, avgpool2d,
- * global_avgpool and concat: host logic (format checks, saved state, scratch, launches on the backend's stream)
- * with the CPU plugins' keys, parameters, buffers and semantics (shared descriptions under plugins/layers). Not the
- * kernels (norm_pool_kernels.cu); no cuDNN, so that results follow the CPU impls' definitions exactly. */
-#include <stdlib.h>
+/* backends/cuda/norm_pool.c — the CUDA kernels ("cuda") of layer types batchnorm (and SyncBatchNorm), maxpool2d,
+ * avgpool2d, global_avgpool and concat: host logic (format checks, saved state, scratch, launches on the backend's
+ * stream) reading the attributes their types' plugins fill (glia/types/), with the CPU kernels' semantics. Not
+ * the types (keys, shapes: their plugins), nor the device code (norm_pool_kernels.cu); no cuDNN, so that results
+ * follow the CPU kernels' definitions exactly. */
+#include <glia/types/batchnorm.h>
+#include <glia/types/concat.h>
+#include <glia/types/pool2d.h>
 #include "cuda_internal.h"
 #include "norm_pool_kernels.h"
-#include "../../plugins/layers/batchnorm/batchnorm_desc.h"
-#include "../../plugins/layers/concat/concat_desc.h"
-#include "../../plugins/layers/global_avgpool/global_avgpool_desc.h"
-#include "../../plugins/layers/maxpool2d/pool2d_desc.h"
 
 /* ---- shared helpers ---- */
 
@@ -34,7 +33,7 @@ static glia_status call_format(const struct glia_layer *l, const struct glia_ten
         if (t[i] && !in_order(t[i], *f))
             return glia_error(l->ctx, GLIA_EUNSUPPORTED,
                               "[%s] %s (cuda): tensors of one call must all be %s (dense NCHW or NHWC); tensor %d is not",
-                              l->name, l->ops->type, glia_memory_format_name(*f), i);
+                              l->name, l->type->name, glia_memory_format_name(*f), i);
     return GLIA_OK;
 }
 
@@ -42,13 +41,13 @@ static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of
 
 /* ---- batchnorm ---- */
 
+/* l->state of the batchnorm kernel */
 struct cuda_bn {
-    struct glia__batchnorm_desc d;  /* first: the shared infer_shape and flops read it */
     struct glia_tensor *saved;      /* (3C) f32 on the device: mean_hi(C), mean_lo(C), invstd(C) of the last
                                        training forward (the mean as a float pair: hi + lo); with activation =
-                                       relu (6C): then that forward's coef(3, C), for backward's relu mask */
+                                       relu (6C): then that forward's coef(3, C), for backward's relu mask (owned) */
     int64_t kept;                   /* elements of the input that saved belongs to (0: none kept) */
-    struct glia_tensor *sums;       /* sync: (2C + 1) f64 on the device, the sums exchanged between ranks */
+    struct glia_tensor *sums;       /* sync: (2C + 1) f64 on the device, the sums exchanged between ranks (owned) */
     double count;                   /* values per channel over all ranks of the last training forward if it
                                        synced, else 0 */
     bool fresh;                     /* sums hold the statistics the last training forward exchanged, no
@@ -66,32 +65,20 @@ static struct glia__bn_geom bn_geom(const struct glia_tensor *x, enum glia_memor
 
 static void bn_destroy(struct glia_layer *l)
 {
-    struct cuda_bn *p = l->priv;
-    if (!p) return;
+    struct cuda_bn *p = l->state;
     glia_tensor_release(p->saved);
     glia_tensor_release(p->sums);
-    free(p);
 }
 
-static glia_status bn_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                             int n_in)
+/* p->saved, made on the first training forward: (3, C) floats, or (6, C) with activation = relu. */
+static glia_status saved_make(struct glia_layer *l, struct cuda_bn *p)
 {
-    (void)n_in;
-    struct cuda_bn *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    l->priv = p;
-    glia_status st = glia__batchnorm_describe(l, cfg, in, &p->d);
-    if (st) {  /* the core calls destroy only after a successful create */
-        bn_destroy(l);
-        l->priv = NULL;
-    }
-    return st;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    if (p->saved) return GLIA_OK;
+    return glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {(d->relu ? 6 : 3) * d->C}}, &p->saved);
 }
 
-/* ---- SyncBatchNorm (key sync; batchnorm_desc.h says when it applies and what it computes) ---- */
-
-/* Floats of p->saved: (3, C), or (6, C) with activation = relu. */
-static int64_t saved_len(const struct cuda_bn *p) { return (p->d.relu ? 6 : 3) * p->d.C; }
+/* ---- SyncBatchNorm (key sync; glia/types/batchnorm.h says when it applies and what it computes) ---- */
 
 /* Scratch of a sync call: 2 partial sums (S, C) in double, then coef(3, C) in float. */
 static size_t sync_scratch_bytes(struct glia__bn_geom g)
@@ -100,7 +87,7 @@ static size_t sync_scratch_bytes(struct glia__bn_geom g)
 }
 
 /* Training over all ranks: per split sums of x and x^2 in double, added per channel in split order into
- * sums(2C + 1) with this rank's count, summed over the ranks (glia__batchnorm_exchange: staged through the
+ * sums(2C + 1) with this rank's count, summed over the ranks (glia_batchnorm_exchange: staged through the
  * host when the transport takes host memory only), the global count N read back; then the statistics
  * (mean = sum x / N, var = sum x^2 / N - mean^2), running statistics toward mean and var*N/(N-1), saved and
  * coef from the global sums, and the normalization as without sync. reuse_n > 0 (a recompute of the last
@@ -108,40 +95,31 @@ static size_t sync_scratch_bytes(struct glia__bn_geom g)
 static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *a, struct glia__bn_geom g,
                                    double reuse_n)
 {
-    struct cuda_bn *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct cuda_bn *p = l->state;
     const struct glia_tensor *x = a->in[0];
     int64_t C = g.C;
-    glia_status st = GLIA_OK;
-    if (!p->saved) st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {saved_len(p)}}, &p->saved);
+    glia_status st = saved_make(l, p);
     if (!st && !p->sums) st = glia_tensor_new(l->backend, GLIA_F64, &(struct glia_shape){1, {2 * C + 1}}, &p->sums);
     void *scratch;
     if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
     if (st) return st;
     double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data, n = reuse_n;
     /* with activation = relu, coef is kept for backward's mask in saved(3..5, C) */
-    float *coef = p->d.relu ? dev(p->saved) + 3 * C : (float *)(pb + g.S * C);
-    const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
-    const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
-    float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
-    float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
+    float *coef = d->relu ? dev(p->saved) + 3 * C : (float *)(pb + g.S * C);
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
     if (reuse_n == 0) {  /* else sums still hold this batch's statistics over the ranks */
         CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, false, g, s));
         CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
-        if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
+        if ((st = glia_batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
         CUDA_TRY(l->ctx, cudaMemcpyAsync(&n, sums + 2 * C, sizeof n, cudaMemcpyDeviceToHost, s));
         CUDA_TRY(l->ctx, cudaStreamSynchronize(s));
     }
-    if (n < 2) {
-        char buf[64];
-        return glia_error(l->ctx, GLIA_ESHAPE,
-                          "[%s] batchnorm needs more than 1 value per channel in training, got %.0f over %d ranks "
-                          "(input %s here)", l->name, n, l->comm->info.world,
-                          glia_shape_str(&x->shape, buf, sizeof buf));
-    }
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), rmean, rvar, gamma, beta, sums, n, g,
-                                                 rmean != NULL && !a->recompute, p->d.momentum, p->d.eps, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, p->d.relu, g, s));
+    if (n < 2) return glia_batchnorm_too_few(l, n, &x->shape, true);
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), t.rmean, t.rvar, t.gamma, t.beta, sums, n, g,
+                                                 t.rmean != NULL && !a->recompute, d->momentum, d->eps, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, d->relu, g, s));
     p->kept = glia_tensor_numel(x);
     p->count = n;
     p->fresh = true;
@@ -155,10 +133,11 @@ fail:
  * x_hat*sum dy*x_hat) with those (glia__cuda_bn_dx). */
 static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd *a, struct glia__bn_geom g)
 {
-    struct cuda_bn *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct cuda_bn *p = l->state;
     const struct glia_tensor *x = a->in[0];
     int64_t C = g.C;
-    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
+    struct glia_param *pw = d->w >= 0 ? &l->params[d->w] : NULL, *pb = d->b >= 0 ? &l->params[d->b] : NULL;
     void *scratch;
     glia_status st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
     if (st) return st;
@@ -166,15 +145,15 @@ static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd 
     float *coef = (float *)(pdyx + g.S * C);
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, dev(x), dev(a->dout), saved, p->d.relu, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, dev(x), dev(a->dout), saved, d->relu, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, pdy, pdyx, false,
                                                 g, s));
     if (!a->din[0]) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
-    if ((st = glia__batchnorm_exchange(l, sums, (size_t)(2 * C), "gradient sums"))) return st;
+    if ((st = glia_batchnorm_exchange(l, sums, (size_t)(2 * C), "gradient sums"))) return st;
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_grad_coef(coef, gamma, saved, sums, p->count, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
-                                      p->d.relu, g, s));
+                                      d->relu, g, s));
 fail:
     return st;
 }
@@ -186,7 +165,8 @@ fail:
  * without them, the batch's), nothing kept or updated. */
 static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct cuda_bn *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct cuda_bn *p = l->state;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
@@ -197,31 +177,21 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     p->kept = 0;
     p->count = 0;
     p->fresh = false;
-    if (glia__batchnorm_syncs(l, &p->d, a->train)) return bn_forward_sync(l, a, g, reuse_n);
-    if (a->train && M < 2) {
-        char buf[64];
-        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
-                          l->name, glia_shape_str(&x->shape, buf, sizeof buf));
-    }
-    bool use_running = !a->train && p->d.rm >= 0, update = a->train && !a->recompute && p->d.rm >= 0;
-    if (a->train && !p->saved) {
-        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {saved_len(p)}}, &p->saved);
-        if (st) return st;
-    }
+    if (glia_batchnorm_syncs(l, a->train)) return bn_forward_sync(l, a, g, reuse_n);
+    if (a->train && M < 2) return glia_batchnorm_too_few(l, (double)M, &x->shape, false);
+    bool use_running = !a->train && d->rm >= 0, update = a->train && !a->recompute && d->rm >= 0;
+    if (a->train && (st = saved_make(l, p))) return st;
     void *scratch;
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
     if (st) return st;
     float *pmean = scratch, *pm2 = pmean + g.S * C, *coef = pm2 + g.S * C;
-    if (a->train && p->d.relu) coef = dev(p->saved) + 3 * C;  /* kept for backward's mask */
-    const float *gamma = p->d.w >= 0 ? dev(l->params[p->d.w].value) : NULL;
-    const float *beta = p->d.b >= 0 ? dev(l->params[p->d.b].value) : NULL;
-    float *rmean = p->d.rm >= 0 ? dev(l->buffers[p->d.rm].value) : NULL;
-    float *rvar = p->d.rv >= 0 ? dev(l->buffers[p->d.rv].value) : NULL;
+    if (a->train && d->relu) coef = dev(p->saved) + 3 * C;  /* kept for backward's mask */
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
     if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, dev(x), g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, rmean, rvar, gamma, beta, dev(x), pmean,
-                                            pm2, g, use_running, update, p->d.momentum, p->d.eps, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, p->d.relu, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma, t.beta,
+                                            dev(x), pmean, pm2, g, use_running, update, d->momentum, d->eps, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, d->relu, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:
     return st;
@@ -231,12 +201,13 @@ fail:
  * dgamma (+)= sum(dy*x_hat); dbeta (+)= sum(dy); dx (+)= gamma*invstd/M * (M*dy - sum(dy) - x_hat*sum(dy*x_hat)). */
 static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    struct cuda_bn *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct cuda_bn *p = l->state;
     const struct glia_tensor *x = a->in[0];
     if (p->kept == 0 || p->kept != glia_tensor_numel(x))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm backward needs a training forward just before it", l->name);
     p->fresh = false;  /* a synced backward sums into p->sums */
-    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
+    struct glia_param *pw = d->w >= 0 ? &l->params[d->w] : NULL, *pb = d->b >= 0 ? &l->params[d->b] : NULL;
     if (!pw && !pb && !a->din[0]) return GLIA_OK;
     enum glia_memory_format f;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
@@ -250,86 +221,61 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     float *pdy = scratch, *pdyx = pdy + g.S * C, *coef = pdyx + g.S * C;
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), saved, p->d.relu, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), saved, d->relu, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
                                                  pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, saved, pdy,
                                                  pdyx, g, s));
     if (a->din[0])
         CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
-                                          p->d.relu, g, s));
+                                          d->relu, g, s));
 fail:
     return st;
 }
 
-static const struct glia_layer_ops bn_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel bn_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "batchnorm",
     .impl = "cuda",
-    .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval, "
-           "SyncBatchNorm over ranks with sync (CUDA)",
-    .keys = glia__batchnorm_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_NORMALIZATION | GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "CUDA; Welford statistics in a fixed order, SyncBatchNorm sums in double",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = bn_create,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .state_size = sizeof(struct cuda_bn),
     .destroy = bn_destroy,
-    .infer_shape = glia__batchnorm_infer,
     .forward = bn_forward,
     .backward = bn_backward,
-    .flops = glia__batchnorm_flops,
 };
 
 /* ---- maxpool2d and avgpool2d ---- */
 
-struct cuda_pool {
-    struct glia__pool2d_desc d;   /* first: the shared infer_shape and flops read it */
-    struct glia_tensor *arg;      /* maxpool: i32, per output element in its memory order, the plane offset
-                                     h*W + w of its max in the last training forward */
+/* l->state of the maxpool2d kernel (avgpool2d's keeps none) */
+struct cuda_maxpool {
+    struct glia_tensor *arg;      /* i32, per output element in its memory order, the plane offset h*W + w of its
+                                     max in the last training forward (owned) */
     int64_t n_arg;                /* elements of arg kept for backward (0: none) */
     enum glia_memory_format fmt;  /* memory format of that forward: the order of arg */
 };
 
-static glia_status pool_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                               int n_in)
-{
-    (void)n_in;
-    struct glia__pool2d_desc d;
-    glia_status st = glia__pool2d_describe(cfg, in, l->ops->type, &d);
-    if (st) return st;
-    struct cuda_pool *m = calloc(1, sizeof *m);
-    if (!m) return GLIA_ENOMEM;
-    m->d = d;
-    l->priv = m;
-    return GLIA_OK;
-}
+static void maxpool_destroy(struct glia_layer *l) { glia_tensor_release(((struct cuda_maxpool *)l->state)->arg); }
 
-static void pool_destroy(struct glia_layer *l)
-{
-    struct cuda_pool *m = l->priv;
-    if (!m) return;
-    glia_tensor_release(m->arg);
-    free(m);
-}
-
-static struct glia__pool_geom pool_geom(const struct cuda_pool *m, const struct glia_shape *x,
+/* The launch geometry of l's window (its attributes) from input x to output y in format f. */
+static struct glia__pool_geom pool_geom(const struct glia_layer *l, const struct glia_shape *x,
                                         const struct glia_shape *y, enum glia_memory_format f)
 {
+    const struct glia_pool2d_attrs *d = l->attrs;
     return (struct glia__pool_geom){.N = x->dim[0], .C = x->dim[1], .H = x->dim[2], .W = x->dim[3], .OH = y->dim[2],
-                                    .OW = y->dim[3], .k = m->d.k, .s = m->d.s, .p = m->d.p,
-                                    .nhwc = f == GLIA_CHANNELS_LAST};
+                                    .OW = y->dim[3], .k = d->k, .s = d->s, .p = d->p, .nhwc = f == GLIA_CHANNELS_LAST};
 }
 
 /* y(N, C, OH, OW) = max over the window of x(N, C, H, W), padding -inf; training keeps the plane offset of
- * the first max in scan order (a NaN wins, like the CPU impl) and the format. */
+ * the first max in scan order (a NaN wins, like the CPU kernel) and the format. */
 static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct cuda_pool *m = l->priv;
+    struct cuda_maxpool *m = l->state;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
     if (st) return st;
-    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->out->shape, f);
+    struct glia__pool_geom g = pool_geom(l, &x->shape, &a->out->shape, f);
     int64_t n = glia_tensor_numel(a->out);
     int32_t *arg = NULL;
     m->n_arg = 0;
@@ -357,7 +303,7 @@ fail:
 /* dx(N, C, H, W) (+)= sum of dy over the outputs whose max x(N, C, h, w) was (a gather: deterministic) */
 static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct cuda_pool *m = l->priv;
+    const struct cuda_maxpool *m = l->state;
     if (!a->din[0]) return GLIA_OK;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
@@ -369,7 +315,7 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
         return glia_error(l->ctx, GLIA_EINVAL,
                           "[%s] maxpool2d backward needs a training forward just before it in its memory format "
                           "(%s, got %s)", l->name, glia_memory_format_name(m->fmt), glia_memory_format_name(f));
-    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->dout->shape, f);
+    struct glia__pool_geom g = pool_geom(l, &x->shape, &a->dout->shape, f);
     CUDA_TRY(l->ctx, glia__cuda_maxpool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout), m->arg->data, g,
                                                  stream_of(l)));
 fail:
@@ -379,14 +325,12 @@ fail:
 /* y(N, C, OH, OW) = sum over the window of x(N, C, H, W) / (k*k), zero padding counted */
 static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const struct cuda_pool *m = l->priv;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
     if (st) return st;
-    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->out->shape, f);
-    CUDA_TRY(l->ctx, glia__cuda_avgpool_forward(dev(a->out), dev(x), 1.0f / (float)(m->d.k * m->d.k), g,
-                                                stream_of(l)));
+    struct glia__pool_geom g = pool_geom(l, &x->shape, &a->out->shape, f);
+    CUDA_TRY(l->ctx, glia__cuda_avgpool_forward(dev(a->out), dev(x), 1.0f / (float)(g.k * g.k), g, stream_of(l)));
 fail:
     return st;
 }
@@ -394,53 +338,40 @@ fail:
 /* dx(N, C, h, w) (+)= sum over the windows that hold (h, w) of dy / (k*k) (a gather: deterministic) */
 static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct cuda_pool *m = l->priv;
     if (!a->din[0]) return GLIA_OK;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
     if (st) return st;
-    struct glia__pool_geom g = pool_geom(m, &x->shape, &a->dout->shape, f);
+    struct glia__pool_geom g = pool_geom(l, &x->shape, &a->dout->shape, f);
     CUDA_TRY(l->ctx, glia__cuda_avgpool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout),
-                                                 1.0f / (float)(m->d.k * m->d.k), g, stream_of(l)));
+                                                 1.0f / (float)(g.k * g.k), g, stream_of(l)));
 fail:
     return st;
 }
 
-static const struct glia_layer_ops maxpool_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel maxpool_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "maxpool2d",
     .impl = "cuda",
-    .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding; NCHW or NHWC (CUDA)",
-    .keys = glia__maxpool2d_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_CAPTURABLE,
+    .doc = "CUDA; backward a gather (deterministic)",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = pool_create,
-    .destroy = pool_destroy,
-    .infer_shape = glia__pool2d_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE,
+    .state_size = sizeof(struct cuda_maxpool),
+    .destroy = maxpool_destroy,
     .forward = maxpool_forward,
     .backward = maxpool_backward,
-    .flops = glia__pool2d_flops,
 };
 
-static const struct glia_layer_ops avgpool_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel avgpool_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "avgpool2d",
     .impl = "cuda",
-    .doc = "2-D average pooling of (N, C, H, W): size x size window, stride, zero padding counted; NCHW or NHWC (CUDA)",
-    .keys = glia__avgpool2d_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "CUDA; backward a gather (deterministic)",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = pool_create,
-    .destroy = pool_destroy,
-    .infer_shape = glia__pool2d_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
     .forward = avgpool_forward,
     .backward = avgpool_backward,
-    .flops = glia__pool2d_flops,
 };
 
 /* ---- global_avgpool ---- */
@@ -475,43 +406,18 @@ fail:
     return st;
 }
 
-static const struct glia_layer_ops gap_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel gap_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "global_avgpool",
     .impl = "cuda",
-    .doc = "mean over H and W: (N, C, H, W) (NCHW or NHWC) -> (N, C) (CUDA)",
-    .keys = NULL,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "CUDA; a warp per NCHW plane, fixed-order sums",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = glia__global_avgpool_create,
-    .infer_shape = glia__global_avgpool_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
     .forward = gap_forward,
     .backward = gap_backward,
-    .flops = glia__global_avgpool_flops,
 };
 
 /* ---- concat ---- */
-
-struct cuda_concat {
-    struct glia__concat_desc d;  /* first: the shared infer_shape reads it */
-};
-
-static glia_status concat_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
-                                 int n_in)
-{
-    struct glia__concat_desc d;
-    glia_status st = glia__concat_describe(cfg, in, n_in, &d);
-    if (st) return st;
-    struct cuda_concat *c = malloc(sizeof *c);
-    if (!c) return GLIA_ENOMEM;
-    c->d = d;
-    l->priv = c;
-    return GLIA_OK;
-}
-
-static void concat_destroy(struct glia_layer *l) { free(l->priv); }
 
 /* The call's format (the output's, as on the CPU), checked against n more tensors t. */
 static glia_status concat_format(const struct glia_layer *l, const struct glia_tensor *out,
@@ -531,12 +437,12 @@ static glia_status concat_format(const struct glia_layer *l, const struct glia_t
  * strided copy per input */
 static glia_status concat_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    int axis = ((const struct cuda_concat *)l->priv)->d.axis;
+    int axis = ((const struct glia_concat_attrs *)l->attrs)->axis;
     enum glia_memory_format f;
     glia_status st = concat_format(l, a->out, a->in, a->n_in, &f);
     if (st) return st;
     int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
-    glia__concat_sizes(a->out, axis, &outer, &inner);
+    glia_concat_sizes(a->out, axis, &outer, &inner);
     for (int k = 0; k < a->n_in; k++) {
         int64_t ck = a->in[k]->shape.dim[axis];
         CUDA_TRY(l->ctx, glia__cuda_copy_rows(dev(a->out) + off * inner, ytotal * inner, dev(a->in[k]), ck * inner,
@@ -550,13 +456,13 @@ fail:
 /* dx_k (+)= the slice of dy that x_k filled */
 static glia_status concat_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    int axis = ((const struct cuda_concat *)l->priv)->d.axis;
+    int axis = ((const struct glia_concat_attrs *)l->attrs)->axis;
     enum glia_memory_format f;
     glia_status st = concat_format(l, a->out, (const struct glia_tensor *const *)a->din, a->n_in, &f);
     if (!st) st = concat_format(l, a->out, &a->dout, 1, &f);
     if (st) return st;
     int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
-    glia__concat_sizes(a->out, axis, &outer, &inner);
+    glia_concat_sizes(a->out, axis, &outer, &inner);
     for (int k = 0; k < a->n_in; k++) {
         int64_t ck = a->in[k]->shape.dim[axis];
         if (a->din[k])
@@ -569,28 +475,22 @@ fail:
     return st;
 }
 
-static const struct glia_layer_ops concat_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
+static const struct glia_kernel concat_kernel = {
+    .struct_size = sizeof(struct glia_kernel),
     .type = "concat",
     .impl = "cuda",
-    .doc = "join 2 or more inputs along an axis (default 1: channels) (CUDA)",
-    .keys = glia__concat_keys,
-    .min_inputs = 2,
-    .max_inputs = -1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT | GLIA_LAYER_CAPTURABLE,
+    .doc = "CUDA; a strided copy per input",
     .device_type = GLIA_DEVICE_CUDA,
-    .create = concat_create,
-    .destroy = concat_destroy,
-    .infer_shape = glia__concat_infer,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
     .forward = concat_forward,
     .backward = concat_backward,
 };
 
 glia_status glia__cuda_register_norm_pool(struct glia_registry *r)
 {
-    const struct glia_layer_ops *all[] = {&bn_ops, &maxpool_ops, &avgpool_ops, &gap_ops, &concat_ops};
+    const struct glia_kernel *all[] = {&bn_kernel, &maxpool_kernel, &avgpool_kernel, &gap_kernel, &concat_kernel};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        glia_status st = glia_register_layer(r, all[i]);
+        glia_status st = glia_register_kernel(r, all[i]);
         if (st) return st;
     }
     return GLIA_OK;

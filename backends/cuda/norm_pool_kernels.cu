@@ -3,7 +3,7 @@
  * deterministic), global average pooling and concat's strided copies. Not layer logic: norm_pool.c decides what
  * to launch.
  * Every reduction runs in an order fixed by the shape (no float atomics), so results are reproducible;
- * the pooling kernels add in the CPU impls' order with explicit roundings (no contraction into FMAs). */
+ * the pooling kernels add in the CPU kernels' order with explicit roundings (no contraction into FMAs). */
 #include <math.h>
 #include "norm_pool_kernels.h"
 
@@ -459,6 +459,17 @@ template <typename I> struct Pool {
             *n = e / C;
         }
     }
+    /* the window of output (oh, ow) clipped to the input: rows [*h0, *h1), columns [*w0, *w1) (never empty:
+     * p <= k/2) */
+    __device__ void window(I oh, I ow, I *h0, I *h1, I *w0, I *w1) const
+    {
+        *h0 = oh * s - p;
+        *w0 = ow * s - p;
+        *h1 = *h0 + k < H ? *h0 + k : H;
+        *w1 = *w0 + k < W ? *w0 + k : W;
+        if (*h0 < 0) *h0 = 0;
+        if (*w0 < 0) *w0 = 0;
+    }
     /* the outputs whose windows hold input row h (or column): [*o0, *o1) */
     __device__ void span(I h, I out, I *o0, I *o1) const
     {
@@ -482,18 +493,48 @@ static bool pool_small(const struct glia__pool_geom &g)
     return g.N * g.C * H * W < lim && g.N * g.C * g.OH * g.OW < lim && g.k < lim / 4 && g.s < lim / 4;
 }
 
+/* Queues launch(Pool<I>), I = int32_t when every index fits (pool_small), else int64_t, unless there are no n
+ * threads to run; returns the launch's error. */
+template <class Launch> static cudaError_t pool_launch(int64_t n, const struct glia__pool_geom &g, Launch launch)
+{
+    if (n == 0) return cudaSuccess;
+    if (pool_small(g)) launch(pool_of<int32_t>(g));
+    else launch(pool_of<int64_t>(g));
+    return cudaGetLastError();
+}
+
+/* The pooling kernels' grid-stride walks, one element a thread. Over the outputs: f(o, n, c, h0, h1, w0, w1) with o an
+ * output's memory index, (n, c) its sample and channel, [h0, h1) x [w0, w1) its window clipped to the input. */
+template <typename I, class F> __device__ static void each_output(Pool<I> g, F f)
+{
+    I total = g.N * g.C * g.OH * g.OW;
+    for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
+        I n, c, oh, ow, h0, h1, w0, w1;
+        g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
+        g.window(oh, ow, &h0, &h1, &w0, &w1);
+        f(o, n, c, h0, h1, w0, w1);
+    }
+}
+
+/* Over the input elements: f(e, n, c, h, w, oh0, oh1, ow0, ow1) with e an element's memory index, (n, c, h, w) its
+ * coordinates, [oh0, oh1) x [ow0, ow1) the outputs whose windows hold it. */
+template <typename I, class F> __device__ static void each_input(Pool<I> g, F f)
+{
+    I total = g.N * g.C * g.H * g.W;
+    for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
+        I n, c, h, w, oh0, oh1, ow0, ow1;
+        g.coords(e, g.H, g.W, &n, &c, &h, &w);
+        g.span(h, g.OH, &oh0, &oh1);
+        g.span(w, g.OW, &ow0, &ow1);
+        f(e, n, c, h, w, oh0, oh1, ow0, ow1);
+    }
+}
+
 /* y(N, C, OH, OW) = max over the window of x(N, C, H, W); arg (if not NULL) = its plane offset. One
  * thread per output, in y's memory order; the window scan and its tie rule are the CPU's. */
 template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const float *x, Pool<I> g)
 {
-    I total = g.N * g.C * g.OH * g.OW;
-    for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-        I n, c, oh, ow;
-        g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
-        I h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
-        I h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
-        if (h0 < 0) h0 = 0;
-        if (w0 < 0) w0 = 0;
+    each_output(g, [&](I o, I n, I c, I h0, I h1, I w0, I w1) {
         I bi = h0 * g.W + w0;  /* padding <= size/2: every window holds an input element */
         float best = x[g.at(n, c, h0, w0, g.H, g.W)];
         for (I h = h0; h < h1; h++)
@@ -506,7 +547,7 @@ template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const 
             }
         y[o] = best;
         if (arg) arg[o] = (int32_t)bi;
-    }
+    });
 }
 
 /* dx(N, C, H, W) (+)= the dy of the outputs whose arg is this element: one thread per input element
@@ -514,12 +555,7 @@ template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const 
 template <typename I>
 __global__ void maxpool_bwd(float *dx, bool add, const float *dy, const int32_t *arg, Pool<I> g)
 {
-    I total = g.N * g.C * g.H * g.W;
-    for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-        I n, c, h, w, oh0, oh1, ow0, ow1;
-        g.coords(e, g.H, g.W, &n, &c, &h, &w);
-        g.span(h, g.OH, &oh0, &oh1);
-        g.span(w, g.OW, &ow0, &ow1);
+    each_input(g, [&](I e, I n, I c, I h, I w, I oh0, I oh1, I ow0, I ow1) {
         int32_t me = (int32_t)(h * g.W + w);
         float acc = add ? dx[e] : 0.0f;
         for (I oh = oh0; oh < oh1; oh++)
@@ -528,41 +564,29 @@ __global__ void maxpool_bwd(float *dx, bool add, const float *dy, const int32_t 
                 if (arg[o] == me) acc = __fadd_rn(acc, dy[o]);
             }
         dx[e] = acc;
-    }
+    });
 }
 
 /* y(N, C, OH, OW) = (sum over the clipped window of x, in h, w order) * inv: one thread per output */
 template <typename I> __global__ void avgpool_fwd(float *y, const float *x, float inv, Pool<I> g)
 {
-    I total = g.N * g.C * g.OH * g.OW;
-    for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-        I n, c, oh, ow;
-        g.coords(o, g.OH, g.OW, &n, &c, &oh, &ow);
-        I h0 = oh * g.s - g.p, w0 = ow * g.s - g.p;
-        I h1 = h0 + g.k < g.H ? h0 + g.k : g.H, w1 = w0 + g.k < g.W ? w0 + g.k : g.W;
-        if (h0 < 0) h0 = 0;
-        if (w0 < 0) w0 = 0;
+    each_output(g, [&](I o, I n, I c, I h0, I h1, I w0, I w1) {
         float sum = 0.0f;
         for (I h = h0; h < h1; h++)
             for (I w = w0; w < w1; w++) sum = __fadd_rn(sum, x[g.at(n, c, h, w, g.H, g.W)]);
         y[o] = __fmul_rn(sum, inv);
-    }
+    });
 }
 
 /* dx(N, C, H, W) (+)= sum over the windows holding this element, in (oh, ow) order, of dy * inv */
 template <typename I> __global__ void avgpool_bwd(float *dx, bool add, const float *dy, float inv, Pool<I> g)
 {
-    I total = g.N * g.C * g.H * g.W;
-    for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-        I n, c, h, w, oh0, oh1, ow0, ow1;
-        g.coords(e, g.H, g.W, &n, &c, &h, &w);
-        g.span(h, g.OH, &oh0, &oh1);
-        g.span(w, g.OW, &ow0, &ow1);
+    each_input(g, [&](I e, I n, I c, I h, I w, I oh0, I oh1, I ow0, I ow1) {
         float acc = add ? dx[e] : 0.0f;
         for (I oh = oh0; oh < oh1; oh++)
             for (I ow = ow0; ow < ow1; ow++) acc = __fadd_rn(acc, __fmul_rn(dy[g.at(n, c, oh, ow, g.OH, g.OW)], inv));
         dx[e] = acc;
-    }
+    });
 }
 
 /* ---- global average pooling ---- */
@@ -777,40 +801,40 @@ extern "C" cudaError_t glia__cuda_maxpool_forward(float *y, int32_t *arg, const 
                                                   cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.OH * g.OW;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) maxpool_fwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, pool_of<int32_t>(g));
-    else maxpool_fwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        maxpool_fwd<I><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_maxpool_backward(float *dx, bool add, const float *dy, const int32_t *arg,
                                                    struct glia__pool_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.H * g.W;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) maxpool_bwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, pool_of<int32_t>(g));
-    else maxpool_bwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        maxpool_bwd<I><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_avgpool_forward(float *y, const float *x, float inv, struct glia__pool_geom g,
                                                   cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.OH * g.OW;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) avgpool_fwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, pool_of<int32_t>(g));
-    else avgpool_fwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        avgpool_fwd<I><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_avgpool_backward(float *dx, bool add, const float *dy, float inv,
                                                    struct glia__pool_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.H * g.W;
-    if (n == 0) return cudaSuccess;
-    if (pool_small(g)) avgpool_bwd<int32_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, pool_of<int32_t>(g));
-    else avgpool_bwd<int64_t><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, pool_of<int64_t>(g));
-    return cudaGetLastError();
+    return pool_launch(n, g, [&](auto p) {
+        using I = decltype(p.N);
+        avgpool_bwd<I><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, p);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_gap_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW, bool nhwc,

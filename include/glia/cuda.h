@@ -1,4 +1,4 @@
-/* glia/cuda.h — what CUDA layer plugins need from the CUDA backend: its stream. Installed only
+/* glia/cuda.h — what CUDA kernels in plugins need from the CUDA backend: its stream. Installed only
  * when glia is built with CUDA. Not a CUDA wrapper: plugins call the CUDA runtime themselves. */
 #ifndef GLIA_CUDA_H
 #define GLIA_CUDA_H
@@ -12,13 +12,11 @@ extern "C" {
 #endif
 
 /* The stream every kernel of backend b must run on (work on it is ordered); NULL when b is not a
- * CUDA backend. Device memory comes from glia_tensor_new or b->ops->alloc, never cudaMalloc. */
-static inline cudaStream_t glia_cuda_stream(const struct glia_backend *b)
+ * CUDA backend. Device memory comes from glia_tensor_new or glia_backend_alloc, never cudaMalloc. */
+static inline cudaStream_t glia_cuda_stream(struct glia_backend *b)
 {
-    if (!b || b->ops->device_type != GLIA_DEVICE_CUDA ||
-        b->ops->struct_size <= offsetof(struct glia_backend_ops, queue) || !b->ops->queue)
-        return NULL;
-    return (cudaStream_t)b->ops->queue(b->priv);
+    if (!b || b->ops->device_type != GLIA_DEVICE_CUDA) return NULL;
+    return (cudaStream_t)glia_backend_queue(b);
 }
 
 #ifdef __cplusplus

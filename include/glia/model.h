@@ -1,13 +1,15 @@
-/* glia/model.h — the embedding API: load a model INI, check it, train and evaluate it.
- * Not the CLI: `glia` is a thin program over these functions. */
+/* glia/model.h — the embedding API: load a model INI, check it, train it (or step it batch by batch)
+ * and evaluate it. Not the CLI: `glia` is a thin program over these functions. */
 #ifndef GLIA_MODEL_H
 #define GLIA_MODEL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include "status.h"
 #include "log.h"
 #include "config.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,7 +29,7 @@ void glia_config_free(struct glia_config *cfg);
 /* Apply cfg's [plugins] section to ctx as glia_model_build does (ABI 1.9): each `path` folder joins
  * the search path (a folder that does not exist is an error) and each `load` plugin is loaded.
  * Relative paths written in the file are relative to its folder, ones given by --set to the working
- * directory. Loading a plugin runs its code: see README, "Plugins are code". */
+ * directory. Loading a plugin runs its code: see docs/model.md, "Plugins are code". */
 glia_status glia_config_load_plugins(struct glia_context *ctx, struct glia_config *cfg);
 /* The core's key schema of a global section ("runtime", "data", "train", "plugins") or of the
  * keys every layer section has ("layer"); NULL for other names. */
@@ -50,14 +52,19 @@ long long glia_model_param_count(const struct glia_model *m);
 /* Copy all weights (flat fp32, in arena order) to dst of n floats; returns the count. */
 long long glia_model_weights(const struct glia_model *m, float *dst, long long n);
 
+/* Zero it, then set struct_size. */
 struct glia_train_options {
+    uint32_t struct_size;      /* sizeof(struct glia_train_options) of the caller */
     const char *metrics_path;  /* overrides [train] metrics when non-NULL */
     int progress;              /* 1: redraw one line (terminal), 0: plain lines, -1: quiet */
     FILE *out;                 /* progress and summary (default stdout) */
     const char *resume;        /* checkpoint to continue from (NULL: start fresh) */
 };
 
+/* What glia_model_train tells of each epoch. The caller sets struct_size in the first element of the array it
+ * hands over: the core writes each result's first struct_size bytes, struct_size apart. */
 struct glia_epoch_result {
+    uint32_t struct_size;      /* sizeof(struct glia_epoch_result) of the caller */
     int epoch;
     double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
     double lr;                 /* learning rate of the epoch's last step */
@@ -88,6 +95,50 @@ void glia_model_request_stop_code(struct glia_model *m, int code);
  * with, the same on every rank, so that every rank can exit alike. 0 when no request stopped it.
  * (ABI 1.9) */
 int glia_model_stop_code(const struct glia_model *m);
+
+/* ---- one training step from the caller's own loop (ABI 2.0) ---- */
+
+/* A batch in host memory (borrowed for the call). */
+struct glia_batch {
+    uint32_t struct_size;      /* sizeof(struct glia_batch) */
+    struct glia_shape shape;   /* of the input: images n x channels x rows x cols as [data] gives them; tokens
+                                  n x len, len from 1 to the longest padded length; n from 1 to [data] batch_size */
+    const float *x;            /* images: f32 in that shape, normalized as the loader would ([data] mean, std);
+                                  NULL for a token model */
+    const int32_t *tokens;     /* tokens: ids in that shape, 0 (padding) to [data] vocab - 1; NULL for images */
+    const int32_t *labels;     /* n class indices, 0 to the width of the loss layer's input - 1 */
+    int epoch;                 /* the epoch (1 to [train] epochs) whose learning rate [train] schedule gives this
+                                  step; it stays the model's until changed. 0: the model's (1 at first, then that
+                                  of the last training step, glia_model_train's included) */
+    int update_now;            /* [train] accumulate > 1: 1 updates the weights after this batch although fewer
+                                  than accumulate batches were added (glia_model_train does so at an epoch's end) */
+};
+
+/* What a glia_model_step did. */
+struct glia_step_result {
+    uint32_t struct_size;      /* set by the caller: sizeof(struct glia_step_result) */
+    double loss;               /* this batch's mean loss, always (under ddp this rank's batch's) */
+    int updated;               /* 1: the weights were updated after this batch; 0: accumulating, or skipped */
+    int skipped;               /* precision = fp16: the update was skipped for inf/NaN gradients (weights
+                                  unchanged, loss scale halved) */
+    double lr;                 /* the learning rate of this update; without one, that of the next */
+    int64_t step;              /* the model's optimizer steps so far (what checkpoints and max_steps count) */
+    double loss_scale;         /* precision = fp16: the loss scale now; else 1 */
+};
+
+/* One training step on batch b: the step glia_model_train runs for each batch (forward, backward, and with
+ * [train] accumulate = k after every k-th batch the update: loss scaling, clipping, the optimizer at the
+ * schedule's learning rate, dp and ddp, [runtime] cuda_graph), on the caller's data. The model's step counter
+ * advances as in training (warmup_steps and a later glia_model_train's max_steps and checkpoints count it); it
+ * writes no checkpoint and no metrics, and ignores max_steps and stop requests. Under ddp every rank calls it
+ * with its own batch; the first call checks the ranks and gives them rank 0's weights, as training does.
+ * r (may be NULL) gets what happened; the loss is read after this batch's forward, so the call waits for the
+ * device (glia_model_train instead reads each loss a step late). A batch that does not fit the model (shape,
+ * NULL data, a label or token id out of range, a bad struct_size) is GLIA_EINVAL with one line naming it, and
+ * changes nothing; a non-finite loss is GLIA_ENUMERIC, as in training. glia_model_train drops an accumulation
+ * left unfinished by this function. Not to be called while glia_model_train runs on the same model. */
+glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, struct glia_step_result *r);
+
 /* Run warmup + steps training steps and print per-layer forward/backward times, the
  * optimizer's and the input's, to f. The model's weights change as in training. */
 glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f);

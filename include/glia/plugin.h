@@ -1,5 +1,5 @@
 /* glia/plugin.h — the plugin descriptor, GLIA_PLUGIN_DEFINE and feature registration.
- * Not the loader: the core finds, checks, probes and initializes plugins (see README). */
+ * Not the loader: the core finds, checks, probes and initializes plugins (docs/plugins.md). */
 #ifndef GLIA_PLUGIN_H
 #define GLIA_PLUGIN_H
 

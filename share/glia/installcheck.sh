@@ -1,18 +1,20 @@
 #!/bin/sh
-# share/glia/installcheck.sh — `make installcheck`: builds the plugin templates (a layer and an
-# optimizer) against the installed SDK, runs their `make check`, installs them into a work folder
-# and trains each one's model with the installed glia; checks that a template plugin calling an
-# undefined function fails to link, and that the layer template's rename recipe (its README) builds.
+# share/glia/installcheck.sh — `make installcheck`: checks that the documentation (README.md, the
+# pages of docs/, the manual page glia.1) is installed as in the source tree; builds the plugin
+# templates (a layer and an optimizer) against the installed SDK, runs their `make check`, installs
+# them into a work folder and trains each one's model with the installed glia; checks that a
+# template plugin calling an undefined function fails to link, and that the layer template's rename
+# recipe (its README) builds.
 # Not a unit test: it checks only that an installed glia and its SDK work end to end.
 #
-# usage: sh installcheck.sh DESTDIR PREFIX LIBDIR BINDIR PKGDATADIR WORKDIR
+# usage: sh installcheck.sh DESTDIR PREFIX LIBDIR BINDIR PKGDATADIR WORKDIR DOCDIR MAN1DIR SRCDIR
 set -eu
 
-if [ $# -ne 6 ]; then
-    echo "usage: sh installcheck.sh DESTDIR PREFIX LIBDIR BINDIR PKGDATADIR WORKDIR" >&2
+if [ $# -ne 9 ]; then
+    echo "usage: sh installcheck.sh DESTDIR PREFIX LIBDIR BINDIR PKGDATADIR WORKDIR DOCDIR MAN1DIR SRCDIR" >&2
     exit 2
 fi
-destdir=$1 prefix=$2 libdir=$3 bindir=$4 pkgdatadir=$5 workdir=$6
+destdir=$1 prefix=$2 libdir=$3 bindir=$4 pkgdatadir=$5 workdir=$6 docdir=$7 man1dir=$8 srcdir=$9
 
 fail() {
     echo "installcheck: FAILED: $*" >&2
@@ -36,6 +38,22 @@ for t in plugin-template optimizer-template; do
 done
 [ -x "$glia" ] || fail "no installed glia program at $glia (run make install first)"
 [ -f "$pcdir/glia.pc" ] || fail "no glia.pc in $pcdir (run make install first)"
+
+# The documentation: README.md and every page of docs/ under DOCDIR as in the source tree (so that
+# their links work), and the manual page in MAN1DIR, each the same as its source.
+installed() {
+    [ -f "$2" ] || fail "$1 is not installed: no $2"
+    cmp -s "$1" "$2" || fail "the installed $2 differs from $1"
+}
+installed "$srcdir/README.md" "$destdir$docdir/README.md"
+pages=0
+for page in "$srcdir"/docs/*.md; do
+    installed "$page" "$destdir$docdir/docs/${page##*/}"
+    pages=$((pages + 1))
+done
+[ "$pages" -gt 0 ] || fail "no pages in $srcdir/docs"
+installed "$srcdir/docs/glia.1" "$destdir$man1dir/glia.1"
+step "ok: README.md and $pages pages in $destdir$docdir, glia.1 in $destdir$man1dir"
 
 # The SDK through pkg-config only. Under DESTDIR the .pc still names the final prefix;
 # PKG_CONFIG_SYSROOT_DIR puts DESTDIR in front of its -I and -L paths.

@@ -60,7 +60,7 @@ static void make_seeds(void)
     model_text(extra);
     struct glia_config *c;
     struct glia_model *m;
-    struct glia_train_options quiet = {NULL, -1, NULL, NULL};
+    struct glia_train_options quiet = {sizeof(struct glia_train_options), NULL, -1, NULL, NULL};
     if (open_model(&c, &m) || glia_model_train(m, &quiet, NULL, 0))
         fuzz_die("cannot train the seed model", glia_context_error(ctx));
     glia_model_free(m);
@@ -129,7 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (flags & 2) {
         struct glia_config *c = NULL;
         struct glia_model *m = NULL;
-        struct glia_train_options o = {NULL, -1, NULL, path};
+        struct glia_train_options o = {sizeof(struct glia_train_options), NULL, -1, NULL, path};
         st = open_model(&c, &m);
         if (st) fuzz_die("cannot build the model", glia_context_error(ctx));
         st = glia_model_train(m, &o, NULL, 0);

@@ -144,7 +144,7 @@ static glia_status start(struct nc *n, struct glia_comm *boot)
     CUDA_CHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming));
     for (int i = 0; i < RING; i++) CUDA_CHECK(cudaEventCreateWithFlags(&n->done[i], cudaEventDisableTiming));
-    if ((st = n->b->ops->alloc(n->b->priv, sizeof(int), (void **)&n->scratch))) return st;
+    if ((st = glia_backend_alloc(n->b, sizeof(int), (void **)&n->scratch))) return st;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;  /* so that a missing rank makes init time out instead of hang */
     NCCL_CHECK(ncclCommInitRankConfig(&n->comm, n->world, h.id, n->rank, &cfg));
@@ -168,7 +168,7 @@ static void destroy(struct nc *n)
     if (n->stream) {
         if (n->scratch && n->ready && cudaEventRecord(n->ready, n->stream) == cudaSuccess &&
             cudaStreamWaitEvent(n->compute, n->ready, 0) == cudaSuccess)  /* the block's next owner waits for us */
-            n->b->ops->free(n->b->priv, n->scratch);
+            glia_backend_free(n->b, n->scratch);
         cudaStreamDestroy(n->stream);
     }
     if (n->ready) cudaEventDestroy(n->ready);

@@ -1,18 +1,81 @@
-/* plugins/layers/batchnorm — batch normalization on the CPU (OpenMP), PyTorch's BatchNorm1d for
- * (N, C) and BatchNorm2d for (N, C, H, W) in either memory format (NCHW or channels_last NHWC):
- * statistics per channel over N (and H, W), an optional learned affine transform, running
- * statistics in layer buffers for eval; with key sync, SyncBatchNorm (statistics over the ranks of a
- * data-parallel job). Not layer, group or instance normalization, and no cumulative moving average
- * (PyTorch's momentum = None). */
+/* plugins/layers/batchnorm — layer type batchnorm (PyTorch's BatchNorm1d for (N, C) and BatchNorm2d for
+ * (N, C, H, W): statistics per channel over N (and H, W), an optional learned affine transform, running statistics
+ * in layer buffers for eval; with key sync, SyncBatchNorm, statistics over the ranks of a data-parallel job) and its
+ * CPU kernel (OpenMP) in either memory format (NCHW or channels_last NHWC). Not layer, group or instance
+ * normalization, and no cumulative moving average (PyTorch's momentum = None). */
 #include <glia/glia.h>
+#include <glia/types/batchnorm.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "batchnorm_desc.h"
 
+static const struct glia_key batchnorm_keys[] = {
+    GLIA_KEY("momentum", GLIA_KEY_FLOAT, "0.1", "running = (1 - momentum)*running + momentum*batch statistic",
+             .min = 0, .max = 1),
+    GLIA_KEY("eps", GLIA_KEY_FLOAT, "1e-5", "added to the variance before the square root", .min = 1e-12, .max = 1),
+    GLIA_KEY("affine", GLIA_KEY_BOOL, "on", "learned per-channel weight (gamma, init 1) and bias (beta, init 0)"),
+    GLIA_KEY("track_running_stats", GLIA_KEY_BOOL, "on",
+             "keep running mean and variance and use them in eval (off: batch statistics in eval too)"),
+    GLIA_KEY("sync", GLIA_KEY_BOOL, "off",
+             "SyncBatchNorm: in training, batch statistics over all ranks of [distributed] mode = ddp "
+             "(eval and a single process: this rank's batch)"),
+    GLIA_KEY("activation", GLIA_KEY_ENUM, "none",
+             "relu: y = relu(batchnorm(x)) in the same pass over the data (what [graph] fuse_pointwise makes of a "
+             "batchnorm read only by a relu) | none", .choices = "none|relu"),
+    GLIA_KEY_END};
+
+/* Checks that in[0] is (N, C) or (N, C, H, W), reads the keys into l->attrs and declares the parameters
+ * (weight = 1, bias = 0) and buffers (running_mean = 0, running_var = 1). */
+static glia_status batchnorm_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                                    int n_in)
+{
+    struct glia_batchnorm_attrs *d = l->attrs;
+    char buf[64];
+    if (in[0].ndim != 2 && in[0].ndim != 4)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "batchnorm expects (N, C) or (N, C, H, W) input, got %s",
+                                  glia_shape_str(&in[0], buf, sizeof buf));
+    d->C = in[0].dim[1];
+    d->momentum = glia_section_float(cfg, "momentum");
+    d->eps = glia_section_float(cfg, "eps");
+    d->sync = glia_section_bool(cfg, "sync");
+    d->relu = !strcmp(glia_section_str(cfg, "activation"), "relu");
+    d->w = d->b = d->rm = d->rv = -1;
+    struct glia_shape cs = glia_shape_make(1, (int64_t[]){d->C});
+    glia_status st = GLIA_OK;
+    if (glia_section_bool(cfg, "affine")) {
+        st = glia_layer_add_param(l, "weight", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &d->w);
+        if (!st) st = glia_layer_add_param(l, "bias", &cs, (struct glia_param_init){GLIA_INIT_ZEROS, 0.0}, &d->b);
+    }
+    if (!st && glia_section_bool(cfg, "track_running_stats")) {
+        st = glia_layer_add_buffer(l, "running_mean", &cs, (struct glia_param_init){GLIA_INIT_ZEROS, 0.0}, &d->rm);
+        if (!st)
+            st = glia_layer_add_buffer(l, "running_var", &cs, (struct glia_param_init){GLIA_INIT_CONST, 1.0}, &d->rv);
+    }
+    return st;
+}
+
+static glia_status batchnorm_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in,
+                                   struct glia_shape *out)
+{
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    if ((in[0].ndim != 2 && in[0].ndim != 4) || in[0].dim[1] != d->C) return GLIA_ESHAPE;
+    *out = in[0];
+    return GLIA_OK;
+}
+
+/* statistics (sum, squared deviation) and the normalization: about four multiply-adds per element;
+ * with activation = relu one more operation, the relu layer's count */
+static uint64_t batchnorm_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    return (d && d->relu ? 9u : 8u) * (uint64_t)glia_shape_numel(&in[0]);
+}
+
+/* ---- the CPU kernel ---- */
+
+/* l->state of the CPU kernel */
 struct batchnorm {
-    struct glia__batchnorm_desc d;  /* first: the shared infer_shape and flops read it */
-    double *mean;       /* C: batch mean of the last training forward */
+    double *mean;       /* C: batch mean of the last training forward (owned, as every pointer here) */
     double *invstd;     /* C: 1/sqrt(biased batch variance + eps) of the last training forward */
     int64_t kept;       /* elements of the input that mean/invstd belong to (0: none kept) */
     double *part;       /* NHWC and sync only, made on first use: (2*MAX_BLOCKS + 1)*C partial sums and per-channel terms */
@@ -22,6 +85,7 @@ struct batchnorm {
     bool fresh;         /* sums hold the statistics the last training forward exchanged, no backward since: a
                            recompute of it (glia_fwd.recompute, the same batch) uses them without exchanging */
 };
+
 
 /* Channels_last (N, H, W, C) is M = N*H*W rows of C: the per-channel sums run over row blocks in
  * parallel (at most MAX_BLOCKS of at least BLOCK_ROWS rows, fixed by M alone) into partial sums per
@@ -35,19 +99,25 @@ static int64_t n_blocks(int64_t M)
     return nb < MAX_BLOCKS ? nb : MAX_BLOCKS;
 }
 
+/* Channels, at least 1: the size of per-channel arrays. */
+static size_t channels(const struct glia_layer *l)
+{
+    int64_t C = ((const struct glia_batchnorm_attrs *)l->attrs)->C;
+    return (size_t)(C > 0 ? C : 1);
+}
+
 /* p's per-channel coefficients coef(3, C), made once: the NHWC and sync paths, and the NCHW one with
  * activation = relu (the mask's coefficients for backward). */
 static glia_status coef_scratch(struct glia_layer *l, struct batchnorm *p)
 {
-    if (!p->coef) p->coef = malloc(3 * (size_t)(p->d.C > 0 ? p->d.C : 1) * sizeof *p->coef);
+    if (!p->coef) p->coef = malloc(3 * channels(l) * sizeof *p->coef);
     return p->coef ? GLIA_OK : glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
 }
 
 /* The scratch of p's NHWC and sync paths (coef, and the blocks' partial sums), made once. */
 static glia_status nhwc_scratch(struct glia_layer *l, struct batchnorm *p)
 {
-    size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
-    if (!p->part) p->part = malloc((2 * MAX_BLOCKS + 1) * C * sizeof *p->part);
+    if (!p->part) p->part = malloc((2 * MAX_BLOCKS + 1) * channels(l) * sizeof *p->part);
     if (!p->part) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
     return coef_scratch(l, p);
 }
@@ -65,6 +135,22 @@ static void bn_coef(double mean, double s, float beta, float *hi, float *scale, 
     *hi = (float)mean;
     *scale = (float)s;
     *shift = (float)((double)beta - (mean - (double)*hi) * s);
+}
+
+/* Channel c's statistics are mean and the biased variance var over M values: returns invstd = 1/sqrt(var + eps);
+ * with update the running statistics move toward mean and the unbiased var*M/(M-1) with momentum; fm, scale and
+ * shift get the channel's coefficients (bn_coef) of y = (x - mean)*invstd*gamma + beta. Every path of the forward
+ * ends a channel here. */
+static double bn_channel(const struct glia_batchnorm_attrs *d, const struct glia_batchnorm_tensors *t, int64_t c,
+                         double mean, double var, double M, bool update, float *fm, float *scale, float *shift)
+{
+    double invstd = 1.0 / sqrt(var + d->eps), mom = d->momentum;
+    if (update) {
+        t->rmean[c] = (float)((1.0 - mom) * t->rmean[c] + mom * mean);
+        t->rvar[c] = (float)((1.0 - mom) * t->rvar[c] + mom * var * M / (M - 1));
+    }
+    bn_coef(mean, invstd * (t->gamma ? t->gamma[c] : 1.0f), t->beta ? t->beta[c] : 0.0f, fm, scale, shift);
+    return invstd;
 }
 
 /* g unless v <= 0 (so also for a NaN v), else +0, as the relu layer's backward: by a bit mask, no
@@ -90,6 +176,36 @@ static void relu_inplace(float *y, int64_t n)
     }
 }
 
+/* y(n) = (x(n) - m)*scale + shift over n values of one channel (an NCHW plane), then the relu with relu */
+static inline void normalize_run(const float *x, float *y, int64_t n, float m, float scale, float shift, bool relu)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * scale + shift;
+    if (relu) relu_inplace(y, n);
+}
+
+/* y(like x) = (x - coef(0, c))*coef(1, c) + coef(2, c), then the relu with relu: the rows of C of x(N*HW, C) (nhwc)
+ * or the planes of HW of x(N, C, HW) in parallel. */
+static void normalize(const float *x, float *y, const float *coef, int64_t N, int64_t C, int64_t HW, bool nhwc,
+                      bool relu)
+{
+    const float *fm = coef, *scale = coef + C, *shift = coef + 2 * C;
+    if (nhwc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < N * HW; r++) {
+            const float *xr = x + r * C;
+            float *yr = y + r * C;
+            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
+            if (relu) relu_inplace(yr, C);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < N * C; j++) {
+        int64_t c = j % C;
+        normalize_run(x + j * HW, y + j * HW, HW, fm[c], scale[c], shift[c], relu);
+    }
+}
+
 /* dy where the forward's y (recomputed from x with its float coefficients coef(3, C): mean_hi, scale,
  * shift, see bn_coef) passed the relu's gradient (y positive or NaN), else 0; dy itself without activation = relu */
 static inline float bn_dy(float dy, float x, const float *coef, int64_t c, int64_t C, bool relu)
@@ -111,50 +227,41 @@ static void dims(const struct glia_shape *s, int64_t *N, int64_t *C, int64_t *HW
     *HW = s->ndim == 4 ? s->dim[2] * s->dim[3] : 1;
 }
 
+/* The arrays every call uses: mean, invstd and sums, per channel. */
+static glia_status batchnorm_prepare(struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    struct batchnorm *p = l->state;
+    size_t C = channels(l);
+    p->mean = malloc(C * sizeof *p->mean);
+    p->invstd = malloc(C * sizeof *p->invstd);
+    p->sums = malloc((2 * C + 1) * sizeof *p->sums);
+    if (p->mean && p->invstd && p->sums) return GLIA_OK;
+    free(p->mean);  /* no destroy after a failed prepare */
+    free(p->invstd);
+    free(p->sums);
+    return glia_error(l->ctx, GLIA_ENOMEM, "[%s] batchnorm: out of memory", l->name);
+}
+
 static void batchnorm_destroy(struct glia_layer *l)
 {
-    struct batchnorm *p = l->priv;
-    if (!p) return;
+    struct batchnorm *p = l->state;
     free(p->mean);
     free(p->invstd);
     free(p->part);
     free(p->coef);
     free(p->sums);
-    free(p);
-}
-
-static glia_status batchnorm_create(struct glia_layer *l, const struct glia_section *cfg,
-                                    const struct glia_shape *in, int n_in)
-{
-    struct batchnorm *p = calloc(1, sizeof *p);
-    if (!p) return GLIA_ENOMEM;
-    l->priv = p;
-    glia_status st = glia__batchnorm_describe(l, cfg, in, &p->d);
-    if (!st) {
-        size_t C = (size_t)(p->d.C > 0 ? p->d.C : 1);
-        p->mean = malloc(C * sizeof *p->mean);
-        p->invstd = malloc(C * sizeof *p->invstd);
-        p->sums = malloc((2 * C + 1) * sizeof *p->sums);
-        if (!p->mean || !p->invstd || !p->sums) st = GLIA_ENOMEM;
-    }
-    if (st) {  /* the core calls destroy only after a successful create */
-        batchnorm_destroy(l);
-        l->priv = NULL;
-    }
-    return st;
 }
 
 /* ---- per-channel sums (backward; SyncBatchNorm's forward) and SyncBatchNorm (key sync;
- * batchnorm_desc.h says when it applies and what it computes) ---- */
+ * glia/types/batchnorm.h says when it applies and what it computes) ---- */
 
 /* s(2, C) = per channel c over the M = N*HW values of x(N, C, HW) (nhwc: the rows of x(M, C)), in double:
  * without dy (s(0, c), s(1, c)) = (sum x, sum x^2); with dy(like x), (sum dy, sum dy*x_hat), x_hat =
  * (x - mean(c))*invstd(c) from p. NCHW: a channel per thread, serial; NHWC: per block of rows into p->part,
  * then the blocks in order -- the same bits for any thread count. */
-static void local_sums(struct batchnorm *p, const float *x, const float *dy, int64_t N, int64_t HW, bool nhwc,
-                       bool relu, double *s)
+static void local_sums(struct batchnorm *p, int64_t C, const float *x, const float *dy, int64_t N, int64_t HW,
+                       bool nhwc, bool relu, double *s)
 {
-    int64_t C = p->d.C;
     const double *mean = p->mean, *invstd = p->invstd;
     const float *coef = p->coef;  /* the forward's, for relu's mask (dy not masked yet) */
     if (!nhwc) {
@@ -223,64 +330,31 @@ static void local_sums(struct batchnorm *p, const float *x, const float *dy, int
  * var*N/(N-1); y(like x) = (x - mean)*invstd*gamma + beta; the global mean and invstd kept for backward. */
 static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct glia_fwd *a, bool reuse)
 {
-    struct batchnorm *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct batchnorm *p = l->state;
     glia_status st = nhwc_scratch(l, p);
     if (st) return st;
     int64_t N, C, HW;
     dims(&a->in[0]->shape, &N, &C, &HW);
     bool nhwc = is_nhwc(a->in[0]);
     const float *x = glia_tensor_f32(a->in[0]);
-    float *y = glia_tensor_f32(a->out);
     double *s = p->sums;
     if (!reuse) {
-        local_sums(p, x, NULL, N, HW, nhwc, false, s);
+        local_sums(p, C, x, NULL, N, HW, nhwc, false, s);
         s[2 * C] = (double)(N * HW);
-        if ((st = glia__batchnorm_exchange(l, s, (size_t)(2 * C + 1), "statistics"))) return st;
+        if ((st = glia_batchnorm_exchange(l, s, (size_t)(2 * C + 1), "statistics"))) return st;
     }
     double M = s[2 * C];
-    if (M < 2) {
-        char buf[64];
-        return glia_error(l->ctx, GLIA_ESHAPE,
-                          "[%s] batchnorm needs more than 1 value per channel in training, got %.0f over %d ranks "
-                          "(input %s here)", l->name, M, l->comm->info.world,
-                          glia_shape_str(&a->in[0]->shape, buf, sizeof buf));
-    }
-    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
-    const float *beta = p->d.b >= 0 ? glia_tensor_f32(l->params[p->d.b].value) : NULL;
-    float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
-    float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
-    double mom = p->d.momentum, eps = p->d.eps, *mean = p->mean, *invstd = p->invstd;
+    if (M < 2) return glia_batchnorm_too_few(l, M, &a->in[0]->shape, true);
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
-    bool relu = p->d.relu;
     for (int64_t c = 0; c < C; c++) {
         double m = s[c] / M, var = s[C + c] / M - m * m;
         if (var < 0) var = 0;  /* rounding, for a constant channel */
-        mean[c] = m;
-        invstd[c] = 1.0 / sqrt(var + eps);
-        if (rmean && !a->recompute) {
-            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * m);
-            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * M / (M - 1));
-        }
-        bn_coef(m, invstd[c] * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f, &fm[c], &scale[c], &shift[c]);
+        p->mean[c] = m;
+        p->invstd[c] = bn_channel(d, &t, c, m, var, M, t.rmean && !a->recompute, &fm[c], &scale[c], &shift[c]);
     }
-    if (nhwc) {
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < N * HW; r++) {
-            const float *xr = x + r * C;
-            float *yr = y + r * C;
-            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
-            if (relu) relu_inplace(yr, C);
-        }
-    } else {
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < N * C; j++) {
-            int64_t c = j % C;
-            const float *xc = x + j * HW;
-            float *yc = y + j * HW;
-            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm[c]) * scale[c] + shift[c];
-            if (relu) relu_inplace(yc, HW);
-        }
-    }
+    normalize(x, glia_tensor_f32(a->out), p->coef, N, C, HW, nhwc, d->relu);
     p->kept = glia_tensor_numel(a->in[0]);
     p->count = M;
     p->fresh = true;
@@ -294,19 +368,15 @@ static glia_status batchnorm_forward_sync(struct glia_layer *l, const struct gli
  * just scratch (kept stays 0). */
 static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct glia_fwd *a, int64_t M)
 {
-    struct batchnorm *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct batchnorm *p = l->state;
     glia_status st = nhwc_scratch(l, p);
     if (st) return st;
-    int64_t C = p->d.C, nb = n_blocks(M);
-    bool use_running = !a->train && p->d.rm >= 0;
+    int64_t C = d->C, nb = n_blocks(M);
+    bool use_running = !a->train && d->rm >= 0;
     const float *x = glia_tensor_f32(a->in[0]);
-    float *y = glia_tensor_f32(a->out);
-    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
-    const float *beta = p->d.b >= 0 ? glia_tensor_f32(l->params[p->d.b].value) : NULL;
-    float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
-    float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
-    double mom = p->d.momentum, eps = p->d.eps;
-    bool update = a->train && !a->recompute && rmean;  /* a recomputation moves nothing twice */
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
+    bool update = a->train && !a->recompute && t.rmean;  /* a recomputation moves nothing twice */
     double *part = p->part, *mean = p->mean, *invstd = p->invstd;
     float *fm = p->coef, *scale = p->coef + C, *shift = p->coef + 2 * C;
     if (!use_running) {
@@ -334,8 +404,8 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
             for (int64_t r = b * M / nb; r < (b + 1) * M / nb; r++) {
                 const float *xr = x + r * C;
                 for (int64_t c = 0; c < C; c++) {
-                    double d = xr[c] - mean[c];
-                    q[c] += d * d;
+                    double dv = xr[c] - mean[c];
+                    q[c] += dv * dv;
                 }
             }
         }
@@ -344,32 +414,18 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
     for (int64_t c = 0; c < C; c++) {
         double m, var;
         if (use_running) {
-            m = rmean[c];
-            var = rvar[c];
+            m = t.rmean[c];
+            var = t.rvar[c];
         } else {
             double q = 0;
             for (int64_t b = 0; b < nb; b++) q += part[b * C + c];
             m = mean[c];
             var = q / (double)M;
         }
-        double is = 1.0 / sqrt(var + eps);
         mean[c] = m;
-        invstd[c] = is;
-        if (update) {
-            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * m);
-            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
-        }
-        bn_coef(m, is * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f, &fm[c], &scale[c], &shift[c]);
+        invstd[c] = bn_channel(d, &t, c, m, var, (double)M, update, &fm[c], &scale[c], &shift[c]);
     }
-    /* y(r, C) = (x(r, C) - mean(C)) * scale(C) + shift(C) (then relu) */
-    bool relu = p->d.relu;
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < M; r++) {
-        const float *xr = x + r * C;
-        float *yr = y + r * C;
-        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - fm[c]) * scale[c] + shift[c];
-        if (relu) relu_inplace(yr, C);
-    }
+    normalize(x, glia_tensor_f32(a->out), p->coef, M, C, 1, true, d->relu);
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
     return GLIA_OK;
 }
@@ -380,7 +436,8 @@ static glia_status batchnorm_forward_nhwc(struct glia_layer *l, const struct gli
  * place of the batch's, nothing kept or updated; eval without them: batch statistics, nothing kept. */
 static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct batchnorm *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct batchnorm *p = l->state;
     int64_t N, C, HW;
     dims(&a->in[0]->shape, &N, &C, &HW);
     int64_t M = N * HW;
@@ -388,33 +445,25 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
     p->kept = 0;
     p->count = 0;
     p->fresh = false;
-    if (glia__batchnorm_syncs(l, &p->d, a->train)) return batchnorm_forward_sync(l, a, reuse);
-    bool use_running = !a->train && p->d.rm >= 0;
-    if (a->train && M < 2) {
-        char buf[64];
-        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] batchnorm needs more than 1 value per channel in training, got input %s",
-                          l->name, glia_shape_str(&a->in[0]->shape, buf, sizeof buf));
-    }
+    if (glia_batchnorm_syncs(l, a->train)) return batchnorm_forward_sync(l, a, reuse);
+    bool use_running = !a->train && d->rm >= 0;
+    if (a->train && M < 2) return glia_batchnorm_too_few(l, (double)M, &a->in[0]->shape, false);
     if (is_nhwc(a->in[0])) return batchnorm_forward_nhwc(l, a, M);
-    bool relu = p->d.relu;
+    bool relu = d->relu;
     glia_status st = relu ? coef_scratch(l, p) : GLIA_OK;
     if (st) return st;
     float *coef = p->coef;
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
-    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
-    const float *beta = p->d.b >= 0 ? glia_tensor_f32(l->params[p->d.b].value) : NULL;
-    float *rmean = p->d.rm >= 0 ? glia_tensor_f32(l->buffers[p->d.rm].value) : NULL;
-    float *rvar = p->d.rv >= 0 ? glia_tensor_f32(l->buffers[p->d.rv].value) : NULL;
-    double mom = p->d.momentum, eps = p->d.eps;
-    bool update = a->train && !a->recompute && rmean;  /* a recomputation moves nothing twice */
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
+    bool update = a->train && !a->recompute && t.rmean;  /* a recomputation moves nothing twice */
     double *keep_mean = p->mean, *keep_invstd = p->invstd;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < C; c++) {
         double mean, var;
         if (use_running) {
-            mean = rmean[c];
-            var = rvar[c];
+            mean = t.rmean[c];
+            var = t.rvar[c];
         } else {
             double s = 0, q = 0;
             for (int64_t n = 0; n < N; n++) {
@@ -425,30 +474,21 @@ static glia_status batchnorm_forward(struct glia_layer *l, const struct glia_fwd
             for (int64_t n = 0; n < N; n++) {
                 const float *xc = x + (n * C + c) * HW;
                 for (int64_t i = 0; i < HW; i++) {
-                    double d = xc[i] - mean;
-                    q += d * d;
+                    double dv = xc[i] - mean;
+                    q += dv * dv;
                 }
             }
             var = q / (double)M;
         }
-        double invstd = 1.0 / sqrt(var + eps);
+        float fm, scale, shift;
+        double invstd = bn_channel(d, &t, c, mean, var, (double)M, update, &fm, &scale, &shift);
         if (a->train) {
             keep_mean[c] = mean;
             keep_invstd[c] = invstd;
         }
-        if (update) {
-            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
-            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
-        }
-        float fm, scale, shift;
-        bn_coef(mean, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f, &fm, &scale, &shift);
         if (relu) coef[c] = fm, coef[C + c] = scale, coef[2 * C + c] = shift;
-        for (int64_t n = 0; n < N; n++) {
-            const float *xc = x + (n * C + c) * HW;
-            float *yc = y + (n * C + c) * HW;
-            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - fm) * scale + shift;
-            if (relu) relu_inplace(yc, HW);
-        }
+        for (int64_t n = 0; n < N; n++)
+            normalize_run(x + (n * C + c) * HW, y + (n * C + c) * HW, HW, fm, scale, shift, relu);
     }
     if (a->train) p->kept = glia_tensor_numel(a->in[0]);
     return GLIA_OK;
@@ -489,7 +529,8 @@ static void mask_dy(float *d, const float *dy, const float *x, const float *coef
  * The sums are local_sums's (double, in a fixed order). */
 static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    struct batchnorm *p = l->priv;
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    struct batchnorm *p = l->state;
     int64_t N, C, HW;
     dims(&a->in[0]->shape, &N, &C, &HW);
     if (p->kept == 0 || p->kept != glia_tensor_numel(a->in[0]))
@@ -501,26 +542,26 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     float *dx = a->din[0] ? glia_tensor_f32(a->din[0]) : NULL;
     bool add_dx = a->din_accumulate[0];
-    const float *gamma = p->d.w >= 0 ? glia_tensor_f32(l->params[p->d.w].value) : NULL;
-    struct glia_param *pw = p->d.w >= 0 ? &l->params[p->d.w] : NULL, *pb = p->d.b >= 0 ? &l->params[p->d.b] : NULL;
+    struct glia_param *pw = d->w >= 0 ? &l->params[d->w] : NULL, *pb = d->b >= 0 ? &l->params[d->b] : NULL;
+    const float *gamma = pw ? glia_tensor_f32(pw->value) : NULL;
     float *dgamma = pw ? glia_tensor_f32(pw->grad) : NULL, *dbeta = pb ? glia_tensor_f32(pb->grad) : NULL;
     bool add_dg = pw && !pw->grad_unset, add_db = pb && !pb->grad_unset;
     double *s = p->sums, M = synced ? p->count : (double)(N * HW), *k = p->part + 2 * MAX_BLOCKS * C;
     const double *mean = p->mean, *invstd = p->invstd, *sdy = s, *sdyx = s + C;
     const float *fc = p->coef;  /* activation = relu: the forward's coefficients for the mask */
-    bool relu = p->d.relu;
+    bool relu = d->relu;
     if (relu && dx && !add_dx) {  /* dx = masked dy first (one vectorized pass), then dy is dx, masked */
         mask_dy(dx, dy, x, fc, N, C, HW, nhwc);
         dy = dx;
         relu = false;
     }
-    local_sums(p, x, dy, N, HW, nhwc, relu, s);
+    local_sums(p, C, x, dy, N, HW, nhwc, relu, s);
     for (int64_t c = 0; c < C; c++) {
         if (dgamma) dgamma[c] = add_dg ? dgamma[c] + (float)sdyx[c] : (float)sdyx[c];  /* never 0 * old */
         if (dbeta) dbeta[c] = add_db ? dbeta[c] + (float)sdy[c] : (float)sdy[c];
     }
     if (!dx) return GLIA_OK;  /* with sync the same on every rank (one model): none of them exchanges */
-    if (synced && (st = glia__batchnorm_exchange(l, s, (size_t)(2 * C), "gradient sums"))) return st;
+    if (synced && (st = glia_batchnorm_exchange(l, s, (size_t)(2 * C), "gradient sums"))) return st;
     for (int64_t c = 0; c < C; c++) k[c] = (gamma ? gamma[c] : 1.0) * invstd[c] / M;
     if (nhwc) {
 #pragma omp parallel for schedule(static)
@@ -549,26 +590,40 @@ static glia_status batchnorm_backward(struct glia_layer *l, const struct glia_bw
     return GLIA_OK;
 }
 
-static const struct glia_layer_ops batchnorm_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "batchnorm",
-    .impl = "cpu",
+static const struct glia_layer_type batchnorm_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "batchnorm",
     .doc = "batch normalization of (N, C) or (N, C, H, W) (NCHW or NHWC) per channel, running statistics for eval, "
            "SyncBatchNorm over ranks with sync",
-    .keys = glia__batchnorm_keys,
+    .keys = batchnorm_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    /* subtracts the per-channel mean: a bias before it is useless; 4-D tensors in either memory format */
-    .flags = GLIA_LAYER_NORMALIZATION | GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_OUTPUT,
-    .device_type = GLIA_DEVICE_CPU,
+    /* subtracts the per-channel mean: a bias before it is useless; folds a relu that alone reads it (activation) */
+    .flags = GLIA_TYPE_NORMALIZATION | GLIA_TYPE_FUSIBLE_ACTIVATION,
+    .attrs_size = sizeof(struct glia_batchnorm_attrs),
     .create = batchnorm_create,
-    .destroy = batchnorm_destroy,
-    .infer_shape = glia__batchnorm_infer,
-    .forward = batchnorm_forward,
-    .backward = batchnorm_backward,
-    .flops = glia__batchnorm_flops,
+    .infer_shape = batchnorm_infer,
+    .flops = batchnorm_flops,
 };
 
-static glia_status batchnorm_init(struct glia_registry *r) { return glia_register_layer(r, &batchnorm_ops); }
+static const struct glia_kernel batchnorm_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "batchnorm",
+    .impl = "cpu",
+    .doc = "OpenMP, sums in double in a fixed order; NCHW or NHWC",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT,
+    .state_size = sizeof(struct batchnorm),
+    .prepare = batchnorm_prepare,
+    .destroy = batchnorm_destroy,
+    .forward = batchnorm_forward,
+    .backward = batchnorm_backward,
+};
 
-GLIA_PLUGIN_DEFINE(batchnorm, "1.0", "MIT", "batch normalization 1d/2d (CPU)", batchnorm_init)
+static glia_status batchnorm_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &batchnorm_type);
+    return st ? st : glia_register_kernel(r, &batchnorm_cpu);
+}
+
+GLIA_PLUGIN_DEFINE(batchnorm, "2.0", "MIT", "batch normalization 1d/2d (CPU)", batchnorm_init)

@@ -1,8 +1,38 @@
-/* plugins/layers/global_avgpool — the mean over H and W of (N, C, H, W), giving (N, C), on the CPU
- * (OpenMP), from an input in either memory format (NCHW or channels_last NHWC; the output is 2-D):
- * AdaptiveAvgPool2d(1) then flatten. Not windowed pooling (see avgpool2d); no keys. */
+/* plugins/layers/global_avgpool — layer type global_avgpool (the mean over H and W of (N, C, H, W), giving (N, C):
+ * AdaptiveAvgPool2d(1) then flatten) and its CPU kernel (OpenMP), from an input in either memory format (NCHW or
+ * channels_last NHWC; the output is 2-D). Not windowed pooling (see avgpool2d); no keys, no attributes. */
 #include <glia/glia.h>
-#include "global_avgpool_desc.h"
+
+/* Checks that in[0] is (N, C, H, W). */
+static glia_status gap_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                              int n_in)
+{
+    (void)l;
+    (void)n_in;
+    char a[64];
+    if (in[0].ndim != 4)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "global_avgpool expects (N, C, H, W) input, got %s",
+                                  glia_shape_str(&in[0], a, sizeof a));
+    return GLIA_OK;
+}
+
+/* (N, C, H, W) -> (N, C) */
+static glia_status gap_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in, struct glia_shape *out)
+{
+    (void)l;
+    (void)n_in;
+    if (in[0].ndim != 4) return GLIA_ESHAPE;
+    *out = glia_shape_make(2, (int64_t[]){in[0].dim[0], in[0].dim[1]});
+    return GLIA_OK;
+}
+
+/* one add per input element */
+static uint64_t gap_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
+{
+    (void)l;
+    (void)n_in;
+    return (uint64_t)glia_shape_numel(&in[0]);
+}
 
 /* Channels of a channels_last row that one thread sums or spreads at a time. */
 #define CBLOCK 64
@@ -86,23 +116,32 @@ static glia_status gap_backward(struct glia_layer *l, const struct glia_bwd *a)
     return GLIA_OK;
 }
 
-static const struct glia_layer_ops gap_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "global_avgpool",
-    .impl = "cpu",
+static const struct glia_layer_type gap_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "global_avgpool",
     .doc = "mean over H and W: (N, C, H, W) (NCHW or NHWC) -> (N, C)",
-    .keys = NULL,
     .min_inputs = 1,
     .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST | GLIA_LAYER_BWD_NO_INPUT | GLIA_LAYER_BWD_NO_OUTPUT,
-    .device_type = GLIA_DEVICE_CPU,
-    .create = glia__global_avgpool_create,
-    .infer_shape = glia__global_avgpool_infer,
-    .forward = gap_forward,
-    .backward = gap_backward,
-    .flops = glia__global_avgpool_flops,
+    .create = gap_create,
+    .infer_shape = gap_infer,
+    .flops = gap_flops,
 };
 
-static glia_status gap_init(struct glia_registry *r) { return glia_register_layer(r, &gap_ops); }
+static const struct glia_kernel gap_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "global_avgpool",
+    .impl = "cpu",
+    .doc = "OpenMP; NCHW or NHWC, the same bits",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT,
+    .forward = gap_forward,
+    .backward = gap_backward,
+};
 
-GLIA_PLUGIN_DEFINE(global_avgpool, "1.0", "MIT", "global average pooling (CPU, OpenMP)", gap_init)
+static glia_status gap_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &gap_type);
+    return st ? st : glia_register_kernel(r, &gap_cpu);
+}
+
+GLIA_PLUGIN_DEFINE(global_avgpool, "2.0", "MIT", "global average pooling (CPU, OpenMP)", gap_init)

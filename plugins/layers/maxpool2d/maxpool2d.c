@@ -1,57 +1,40 @@
-/* plugins/layers/maxpool2d — 2-D max pooling of (N, C, H, W) on the CPU (OpenMP): a size x size window,
- * a stride and a -inf padding border, in NCHW (contiguous) or NHWC (channels_last) memory format.
+/* plugins/layers/maxpool2d — layer type maxpool2d (2-D max pooling of (N, C, H, W): a size x size window, a stride
+ * and a -inf padding border) and its CPU kernel (OpenMP), in NCHW (contiguous) or NHWC (channels_last) memory format.
  * Not dilated, ceil-mode or adaptive pooling; returns no indices. */
 #include <glia/glia.h>
+#include <glia/types/pool2d.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pool2d_desc.h"
 
+static const struct glia_key maxpool_keys[] = {
+    GLIA_POOL2D_KEYS("implicit -inf border on each side (at most size/2)"), GLIA_KEY_END};
+
+/* l->state of the CPU kernel */
 struct maxpool {
-    struct glia__pool2d_desc d;  /* first: the shared infer_shape and flops read it */
     int64_t *argmax;   /* per output element, in the output's memory order: plane offset (h*W + w) of its max
-                          in the last training forward */
+                          in the last training forward (owned) */
     int64_t n_argmax;  /* elements of argmax kept for backward (0: none) */
     int64_t cap;       /* elements allocated */
     enum glia_memory_format fmt;  /* memory format of that forward: the order of argmax */
 };
 
-static glia_status maxpool_create(struct glia_layer *l, const struct glia_section *cfg,
-                                  const struct glia_shape *in, int n_in)
-{
-    struct glia__pool2d_desc d;
-    glia_status st = glia__pool2d_describe(cfg, in, "maxpool2d", &d);
-    if (st) return st;
-    struct maxpool *m = calloc(1, sizeof *m);
-    if (!m) return GLIA_ENOMEM;
-    m->d = d;
-    l->priv = m;
-    return GLIA_OK;
-}
-
-static void maxpool_destroy(struct glia_layer *l)
-{
-    struct maxpool *m = l->priv;
-    if (!m) return;
-    free(m->argmax);
-    free(m);
-}
+static void maxpool_destroy(struct glia_layer *l) { free(((struct maxpool *)l->state)->argmax); }
 
 /* y(N, OH, OW, C) = max over i, j < k of x(N, oh*s - p + i, ow*s - p + j, C), padding = -inf; arg (N, OH, OW, C)
  * (NULL: eval) gets the plane offset h*W + w of the first max in scan order, a NaN winning, as in NCHW.
- * Rows (n, oh) run in parallel; the channel loop is innermost. */
-static void maxpool_forward_nhwc(const struct maxpool *m, const float *x, float *y, int64_t *arg, int64_t N,
+ * Rows (n, oh) run in parallel; the channel loop is innermost. The window d is a copy in each thread, as in
+ * maxpool_forward. */
+static void maxpool_forward_nhwc(struct glia_pool2d_attrs d, const float *x, float *y, int64_t *arg, int64_t N,
                                  int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
 {
-    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) firstprivate(d)
     for (int64_t r = 0; r < N * OH; r++) {
-        int64_t nb = r / OH, oh = r % OH;
-        int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
-        if (h0 < 0) h0 = 0;
+        int64_t nb = r / OH, h0, h1;
+        glia_pool2d_window(&d, r % OH, H, &h0, &h1);
         for (int64_t ow = 0; ow < OW; ow++) {
-            int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
-            if (w0 < 0) w0 = 0;
+            int64_t w0, w1;
+            glia_pool2d_window(&d, ow, W, &w0, &w1);
             int64_t o = (r * OW + ow) * C;
             float *yo = y + o;
             const float *x0 = x + ((nb * H + h0) * W + w0) * C;  /* padding <= size/2: never empty */
@@ -88,10 +71,13 @@ static void maxpool_forward_nhwc(const struct maxpool *m, const float *x, float 
  * training keeps the plane offset of the first max in scan order (a NaN wins, like PyTorch) and the format */
 static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    struct maxpool *m = l->priv;
+    /* the window, copied into each thread (firstprivate): the stores into arg (int64_t) could alias l->attrs, and
+     * every window would load it again */
+    const struct glia_pool2d_attrs d = *(const struct glia_pool2d_attrs *)l->attrs;
+    struct maxpool *m = l->state;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->out->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], H = xs->dim[2], W = xs->dim[3], OH = ys->dim[2], OW = ys->dim[3];
-    int64_t n = planes * OH * OW, k = m->d.k, s = m->d.s, p = m->d.p;
+    int64_t n = planes * OH * OW;
     enum glia_memory_format fmt = glia_tensor_memory_format(a->in[0]);
     int64_t *arg = NULL;
     m->n_argmax = 0;
@@ -109,10 +95,10 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
     const float *x = glia_tensor_f32(a->in[0]);
     float *y = glia_tensor_f32(a->out);
     if (fmt == GLIA_CHANNELS_LAST) {
-        maxpool_forward_nhwc(m, x, y, arg, xs->dim[0], xs->dim[1], H, W, OH, OW);
+        maxpool_forward_nhwc(d, x, y, arg, xs->dim[0], xs->dim[1], H, W, OH, OW);
         return GLIA_OK;
     }
-    if (k == 2 && s == 2 && p == 0) {  /* the common 2x2 window: the same comparisons, unrolled */
+    if (d.k == 2 && d.s == 2 && d.p == 0) {  /* the common 2x2 window: the same comparisons, unrolled */
 #pragma omp parallel for schedule(static)
         for (int64_t pl = 0; pl < planes; pl++) {
             const float *xp = x + pl * H * W;
@@ -132,15 +118,15 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
         }
         return GLIA_OK;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) firstprivate(d)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * H * W;
         for (int64_t oh = 0; oh < OH; oh++) {
-            int64_t h0 = oh * s - p, h1 = h0 + k < H ? h0 + k : H;
-            if (h0 < 0) h0 = 0;
+            int64_t h0, h1;
+            glia_pool2d_window(&d, oh, H, &h0, &h1);
             for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t w0 = ow * s - p, w1 = w0 + k < W ? w0 + k : W;
-                if (w0 < 0) w0 = 0;
+                int64_t w0, w1;
+                glia_pool2d_window(&d, ow, W, &w0, &w1);
                 int64_t bi = h0 * W + w0;  /* padding <= size/2: every window holds an input element */
                 float best = xp[bi];
                 for (int64_t h = h0; h < h1; h++)
@@ -164,11 +150,10 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
  * Without overlap (size <= stride) output rows scatter in parallel; with overlap input rows (n, h) run in
  * parallel, each gathering from the output rows whose windows hold h in (oh, ow) order, so overlapping
  * windows add up in the order of the NCHW scatter. */
-static void maxpool_backward_nhwc(const struct maxpool *m, const int64_t *arg, const float *dy, float *dx, int add,
-                                  int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
+static void maxpool_backward_nhwc(const struct glia_pool2d_attrs *d, const int64_t *arg, const float *dy, float *dx,
+                                  int add, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW)
 {
-    int64_t k = m->d.k, s = m->d.s, p = m->d.p;
-    if (k <= s) {  /* windows do not overlap: each output row scatters into rows no other one touches */
+    if (d->k <= d->s) {  /* windows do not overlap: each output row scatters into rows no other one touches */
         if (!add) memset(dx, 0, (size_t)(N * H * W * C) * sizeof *dx);
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < N * OH; r++) {
@@ -182,12 +167,10 @@ static void maxpool_backward_nhwc(const struct maxpool *m, const int64_t *arg, c
     }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N * H; r++) {
-        int64_t nb = r / H, h = r % H;
+        int64_t nb = r / H, h = r % H, oh0, oh1;
         float *dxr = dx + r * W * C;
         if (!add) memset(dxr, 0, (size_t)(W * C) * sizeof *dxr);
-        /* output rows oh with oh*s - p <= h < oh*s - p + k */
-        int64_t oh0 = h + p - k < 0 ? 0 : (h + p - k) / s + 1, oh1 = (h + p) / s + 1;
-        if (oh1 > OH) oh1 = OH;
+        glia_pool2d_span(d, h, OH, &oh0, &oh1);
         for (int64_t oh = oh0; oh < oh1; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
                 int64_t o = ((nb * OH + oh) * OW + ow) * C;
@@ -205,7 +188,7 @@ static void maxpool_backward_nhwc(const struct maxpool *m, const int64_t *arg, c
  * overlapping windows add up. Planes run in parallel, each plane's scatter is serial. */
 static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    const struct maxpool *m = l->priv;
+    const struct maxpool *m = l->state;
     if (!a->din[0]) return GLIA_OK;
     const struct glia_shape *xs = &a->in[0]->shape, *ys = &a->dout->shape;
     int64_t planes = xs->dim[0] * xs->dim[1], HW = xs->dim[2] * xs->dim[3], OHW = ys->dim[2] * ys->dim[3];
@@ -221,7 +204,7 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
     float *dx = glia_tensor_f32(a->din[0]);
     int add = a->din_accumulate[0];
     if (fmt == GLIA_CHANNELS_LAST) {
-        maxpool_backward_nhwc(m, arg, dy, dx, add, xs->dim[0], xs->dim[1], xs->dim[2], xs->dim[3], ys->dim[2],
+        maxpool_backward_nhwc(l->attrs, arg, dy, dx, add, xs->dim[0], xs->dim[1], xs->dim[2], xs->dim[3], ys->dim[2],
                               ys->dim[3]);
         return GLIA_OK;
     }
@@ -236,24 +219,31 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
     return GLIA_OK;
 }
 
-static const struct glia_layer_ops maxpool_ops = {
-    .struct_size = sizeof(struct glia_layer_ops),
-    .type = "maxpool2d",
-    .impl = "cpu",
+static const struct glia_layer_type maxpool_type = {
+    .struct_size = sizeof(struct glia_layer_type),
+    .name = "maxpool2d",
     .doc = "2-D max pooling of (N, C, H, W): size x size window, stride, -inf padding; NCHW or NHWC",
-    .keys = glia__maxpool2d_keys,
-    .min_inputs = 1,
-    .max_inputs = 1,
-    .flags = GLIA_LAYER_CHANNELS_LAST,
-    .device_type = GLIA_DEVICE_CPU,
-    .create = maxpool_create,
-    .destroy = maxpool_destroy,
-    .infer_shape = glia__pool2d_infer,
-    .forward = maxpool_forward,
-    .backward = maxpool_backward,
-    .flops = glia__pool2d_flops,
+    .keys = maxpool_keys,
+    GLIA_POOL2D_TYPE_SLOTS,
 };
 
-static glia_status maxpool_init(struct glia_registry *r) { return glia_register_layer(r, &maxpool_ops); }
+static const struct glia_kernel maxpool_cpu = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "maxpool2d",
+    .impl = "cpu",
+    .doc = "OpenMP; NCHW or NHWC",
+    .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_CHANNELS_LAST,
+    .state_size = sizeof(struct maxpool),
+    .destroy = maxpool_destroy,
+    .forward = maxpool_forward,
+    .backward = maxpool_backward,
+};
 
-GLIA_PLUGIN_DEFINE(maxpool2d, "1.0", "MIT", "2-D max pooling (CPU, OpenMP)", maxpool_init)
+static glia_status maxpool_init(struct glia_registry *r)
+{
+    glia_status st = glia_register_layer_type(r, &maxpool_type);
+    return st ? st : glia_register_kernel(r, &maxpool_cpu);
+}
+
+GLIA_PLUGIN_DEFINE(maxpool2d, "2.0", "MIT", "2-D max pooling (CPU, OpenMP)", maxpool_init)

@@ -1,7 +1,7 @@
-/* core/model_internal.h — the model's private structure, shared by model.c and train.c.
- * Not installed; the public face of a model is include/glia/model.h. */
-#ifndef GLIA_CORE_MODEL_INTERNAL_H
-#define GLIA_CORE_MODEL_INTERNAL_H
+/* core/parts.h — the model in parts (graph, data, parameters, activations, trainer, distributed attachment)
+ * and the functions the core files that build and run it share. Not installed: a model's public face is glia/model.h. */
+#ifndef GLIA_CORE_PARTS_H
+#define GLIA_CORE_PARTS_H
 
 #include <signal.h>
 #include "internal.h"
@@ -143,21 +143,20 @@ struct glia__graph {
                                         wrote its gradient (a replay leaves it set) (owned) */
 };
 
-struct glia_model {
-    struct glia_context *ctx;
-    struct glia_config *cfg;
-    struct glia_device device;
-    struct glia_backend *backend;
-    char *device_notice;             /* (owned) why device = auto chose the CPU; NULL: it did not */
-    uint64_t seed;
-    enum glia_memory_format format;  /* of 4-D activations between layers that take either */
-    enum glia_precision precision;   /* [runtime] precision */
-    bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
+/* The layer graph: its nodes after the graph passes, the layers as declared, how activations are laid out and cut
+ * (core/node.c, core/graph.c, core/memplan.c). */
+struct glia__model_graph {
     struct glia__node *nodes;        /* (owned) room for cap_nodes: one per section of the file at most */
     int n_nodes, cap_nodes;
     struct glia__decl *decl;         /* (owned) the layers as declared, cap_nodes of room */
     int n_decl;
-    /* data */
+    enum glia_memory_format format;  /* of 4-D activations between layers that take either */
+    int ckpt_asked, ckpt_segments;   /* [graph] checkpoint_segments, and as cut (1: no checkpointing) */
+    int64_t ckpt_plan[2];            /* the training plan at the configured batch without and with the cuts (floats) */
+};
+
+/* The data of [data]: the datasets and how the loader batches them (core/data.c, core/loader.c). */
+struct glia__model_data {
     struct glia__dataset train, test;
     int batch, test_batch, n_classes;
     bool shuffle, persistent, drop_last, flip, pin_memory;
@@ -166,7 +165,34 @@ struct glia_model {
     int pad_multiple, group_size;    /* tokens: [data] pad_to_multiple, group_size */
     int64_t vocab;                   /* tokens: [data] vocab (ids are below it) */
     bool group_by_length;            /* tokens: [data] group_by_length */
-    /* training */
+};
+
+/* The parameters and buffers: flat arenas, each parameter at a multiple of GLIA__ARENA_ALIGN floats
+ * (core/params.c; saved by core/checkpoint.c). */
+struct glia__model_params {
+    struct glia__arena wa;           /* where each parameter lies in w, g and state[]; wa.n values */
+    struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
+    struct glia_tensor *decay_mask;  /* wa.len flags, 0 where a parameter has decay off; NULL: all on */
+    struct glia__arena ba;           /* where each buffer lies in buf; ba.n values */
+    struct glia_tensor *buf;         /* buffer arena (running statistics) */
+};
+
+/* The activations of a step and the batch they are views for (core/train.c, planned by core/memplan.c). */
+struct glia__model_act {
+    int64_t act_batch;               /* training batch the buffers were sized for (0: none) */
+    int64_t eval_batch;              /* evaluation batch the evaluation block was sized for (0: none) */
+    int64_t cur_batch;               /* batch the views currently have */
+    int64_t cur_len;                 /* tokens: the padded length they have */
+    bool cur_train;                  /* the views are training's (else evaluation's) */
+    struct glia__act_plan plan;      /* where each activation lies in act_block (core/memplan.c) */
+    struct glia_tensor *act_block;   /* the activations and their gradients (NULL: none yet) */
+    struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
+    struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
+                                               stream: the next batch lands here during a step */
+};
+
+/* The trainer: the optimizer, the schedule, the loss scaler, the step and its CUDA graphs (core/train.c). */
+struct glia__model_trainer {
     struct glia_optimizer opt;
     int epochs, log_every;
     char *checkpoint_dir;            /* (owned) NULL: no checkpoints */
@@ -182,31 +208,29 @@ struct glia_model {
     int step_epochs, accumulate;
     int64_t warmup_steps;
     int64_t step;                    /* optimizer steps taken */
-    /* parameters: flat arenas, each parameter at a multiple of GLIA__ARENA_ALIGN floats */
-    struct glia__arena wa;           /* where each parameter lies in w, g and state[]; wa.n values */
-    struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
-    struct glia_tensor *decay_mask;  /* wa.len flags, 0 where a parameter has decay off; NULL: all on */
-    struct glia__arena ba;           /* where each buffer lies in buf; ba.n values */
-    struct glia_tensor *buf;         /* buffer arena (running statistics) */
-    /* activations */
-    int64_t act_batch;               /* training batch the buffers were sized for (0: none) */
-    int64_t eval_batch;              /* evaluation batch the evaluation block was sized for (0: none) */
-    int64_t cur_batch;               /* batch the views currently have */
-    int64_t cur_len;                 /* tokens: the padded length they have */
-    bool cur_train;                  /* the views are training's (else evaluation's) */
-    struct glia__act_plan plan;      /* where each activation lies in act_block (core/memplan.c) */
-    struct glia_tensor *act_block;   /* the activations and their gradients (NULL: none yet) */
-    struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
-    struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
-                                               stream: the next batch lands here during a step */
     struct glia__scaler scaler;      /* precision = fp16; else its scale stays 1 */
     bool profiling;
     double t_opt;
     struct glia__trace *trace;       /* (borrowed) while profiling with a trace: events go here */
-    /* [distributed] */
-    enum glia__dist_mode dist;
+    int epoch;                       /* the epoch of the last training step, whose lr schedule a glia_model_step
+                                        follows by default (0: none yet, the first) */
+    int micro;                       /* glia_model_step: batches added since the last optimizer update */
+    size_t results_size;             /* glia_model_train: the caller's sizeof(struct glia_epoch_result) (0: none) */
+    /* [runtime] cuda_graph */
+    bool cuda_graph;                 /* on, and this model can be captured */
+    bool capturing;                  /* a training step is being captured: forwards get step_at */
+    struct glia__graph graphs[GLIA__MAX_GRAPHS];
+    int n_graphs;
+    struct glia_tensor *step_dev;    /* i64 (1) on the device: the step a replay draws its seeds from */
+    int64_t graph_replays;           /* training passes replayed so far */
+};
+
+/* The distributed attachment of [distributed] (core/ddp.c, core/ddp_check.c; dp in core/train.c). */
+struct glia__model_dist {
+    enum glia__dist_mode mode;
     struct glia_comm *comm;          /* mode = ddp (borrowed from the context) */
     struct glia__ddp *ddp;           /* mode = ddp (owned) */
+    bool ddp_started;                /* ddp: glia__ddp_start ran (the ranks hold the same weights) */
     int rank, world;                 /* this process in the job: 0 and 1 unless ddp */
     char *rank_log;                  /* (owned) per-rank log file, or NULL */
     /* mode = dp: this model computes chunk[0] of each batch on its device, replica[r] (owned)
@@ -216,20 +240,28 @@ struct glia_model {
     struct glia_model *replica[GLIA__MAX_REPLICAS];  /* [0] unused */
     int64_t chunk[GLIA__MAX_REPLICAS];
     int64_t weights_step;            /* in a replica: the model's step its weights were copied at (-1: stale) */
-    struct glia_tensor *one;         /* a device 1.0f, for adding gradients with gemm_f32 */
     double loss_weight;              /* the share of the batch this model's loss stands for */
     bool forced;                     /* build on forced_device, not [runtime] device (dp) */
     struct glia_device forced_device;
     const struct glia_model *like;   /* while a replica builds: the model whose data it borrows */
-    int ckpt_asked, ckpt_segments;   /* [graph] checkpoint_segments, and as cut (1: no checkpointing) */
-    int64_t ckpt_plan[2];            /* the training plan at the configured batch without and with the cuts (floats) */
-    /* [runtime] cuda_graph (core/train.c) */
-    bool cuda_graph;                 /* on, and this model can be captured */
-    bool capturing;                  /* a training step is being captured: forwards get step_at */
-    struct glia__graph graphs[GLIA__MAX_GRAPHS];
-    int n_graphs;
-    struct glia_tensor *step_dev;    /* i64 (1) on the device: the step a replay draws its seeds from */
-    int64_t graph_replays;           /* training passes replayed so far */
+};
+
+/* A model: where it runs, and its parts. */
+struct glia_model {
+    struct glia_context *ctx;
+    struct glia_config *cfg;
+    struct glia_device device;
+    struct glia_backend *backend;
+    char *device_notice;             /* (owned) why device = auto chose the CPU; NULL: it did not */
+    uint64_t seed;
+    enum glia_precision precision;   /* [runtime] precision */
+    bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
+    struct glia__model_graph graph;
+    struct glia__model_data data;
+    struct glia__model_params params;
+    struct glia__model_act act;
+    struct glia__model_trainer trainer;
+    struct glia__model_dist dist;
 };
 
 /* The most elements one tensor of a model may have: 2^45, 140 TB of f32, beyond any machine. A model
@@ -249,8 +281,8 @@ static inline double glia__numel_d(const struct glia_shape *s)
 /* The data batch's shape: images (n, channels, rows, cols); tokens (n, len). */
 static inline struct glia_shape glia__data_shape(const struct glia_model *m, int64_t n, int64_t len)
 {
-    if (m->train.tokens) return glia_shape_make(2, (int64_t[]){n, len});
-    return glia_shape_make(4, (int64_t[]){n, m->train.channels, m->train.rows, m->train.cols});
+    if (m->data.train.tokens) return glia_shape_make(2, (int64_t[]){n, len});
+    return glia_shape_make(4, (int64_t[]){n, m->data.train.channels, m->data.train.rows, m->data.train.cols});
 }
 
 
@@ -269,7 +301,7 @@ const char *glia__feature_of(const char *v, char *buf, size_t n);
 void glia__unknown_why(struct glia_context *ctx, int kind, const char *what, const char *name, char *buf, size_t n);
 /* The type and kernel section s names into l (loading the type's plugin unless the type is registered). */
 glia_status glia__resolve_layer(struct glia_model *m, const struct glia_section *s, struct glia_layer *l);
-/* Phase 1: resolve the layer of s, validate its keys, wire its inputs: node m->n_nodes. */
+/* Phase 1: resolve the layer of s, validate its keys, wire its inputs: node m->graph.n_nodes. */
 glia_status glia__declare_layer(struct glia_model *m, struct glia_section *s);
 /* The shape producer (-1: the data batch) gives a node, at batch size batch. */
 struct glia_shape glia__in_shape_of(const struct glia_model *m, int producer, int64_t batch);
@@ -324,16 +356,16 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
  * (whose output gradient is the loss scale); false for the data batch (i < 0). */
 static inline bool glia__has_grad(const struct glia_model *m, int i)
 {
-    return i >= 0 && i < m->n_nodes - 1 && m->nodes[i].needs_grad;
+    return i >= 0 && i < m->graph.n_nodes - 1 && m->graph.nodes[i].needs_grad;
 }
 /* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_KERNEL_BWD_NO_...). */
 static inline bool glia__bwd_reads_out(const struct glia_model *m, int j)
 {
-    return m->nodes[j].needs_grad && !(m->nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_OUTPUT);
+    return m->graph.nodes[j].needs_grad && !(m->graph.nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_OUTPUT);
 }
 static inline bool glia__bwd_reads_in(const struct glia_model *m, int j)
 {
-    return m->nodes[j].needs_grad && !(m->nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_INPUT);
+    return m->graph.nodes[j].needs_grad && !(m->graph.nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_INPUT);
 }
 /* The plan for a training batch of train_batch (0: no training) and an evaluation batch of eval_batch (0: none),
  * at the longest token length. */

@@ -1,0 +1,216 @@
+/* core/backend.c — the opened devices of a context and the one function per backend slot through which the core and
+ * kernels use them; device names. Not a backend: the CPU backend is backends/cpu, the CUDA one cuda.so. */
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+glia_status glia_backend_get(struct glia_context *ctx, struct glia_device dev, struct glia_backend **out)
+{
+    for (int i = 0; i < ctx->n_backends; i++) {
+        struct glia_backend *b = ctx->backends[i];
+        if (b->device.type == dev.type && b->device.index == dev.index) {
+            *out = b;
+            return GLIA_OK;
+        }
+    }
+    char name[32];
+    glia_device_str(dev, name, sizeof name);
+    const struct glia_backend_ops *ops = glia__find_backend(ctx, dev.type);
+    if (!ops) return glia_error(ctx, GLIA_EDEVICE, "no backend for device %s is loaded", name);
+    if (glia__grow((void **)&ctx->backends, &ctx->cap_backends, ctx->n_backends + 1, sizeof *ctx->backends))
+        return GLIA_ENOMEM;
+    struct glia_backend *b = calloc(1, sizeof *b);
+    if (!b) return GLIA_ENOMEM;
+    b->ops = ops;
+    b->device = dev;
+    b->ctx = ctx;
+    b->options = (struct glia_runtime_options){sizeof b->options, GLIA_PRECISION_FP32, true, (size_t)1 << 30, false};
+    glia_status s = ops->device->open(ctx, dev.index, &b->priv);
+    if (s) {
+        free(b);
+        return s;
+    }
+    if ((s = ops->device->configure(b->priv, &b->options))) {  /* the defaults */
+        ops->device->close(b->priv);
+        free(b);
+        return s;
+    }
+    ctx->backends[ctx->n_backends++] = b;
+    *out = b;
+    return GLIA_OK;
+}
+
+void glia__backends_close(struct glia_context *ctx)
+{
+    for (int i = 0; i < ctx->n_backends; i++) {
+        struct glia_backend *b = ctx->backends[i];
+        b->ops->device->close(b->priv);
+        free(b);
+    }
+    free(ctx->backends);
+    ctx->backends = NULL;
+    ctx->n_backends = ctx->cap_backends = 0;
+}
+
+glia_status glia_backend_configure(struct glia_backend *b, const struct glia_runtime_options *o)
+{
+    glia_status st = b->ops->device->configure(b->priv, o);
+    if (st) return st;
+    b->options = *o;
+    b->options.struct_size = sizeof b->options;
+    return GLIA_OK;
+}
+
+void *glia_backend_queue(struct glia_backend *b) { return b->ops->device->queue(b->priv); }
+
+glia_status glia_backend_alloc(struct glia_backend *b, size_t nbytes, void **ptr)
+{
+    return b->ops->memory->alloc(b->priv, nbytes, ptr);
+}
+
+void glia_backend_free(struct glia_backend *b, void *ptr) { b->ops->memory->free(b->priv, ptr); }
+
+glia_status glia_backend_host_alloc(struct glia_backend *b, size_t nbytes, void **ptr)
+{
+    return b->ops->memory->host_alloc(b->priv, nbytes, ptr);
+}
+
+void glia_backend_host_free(struct glia_backend *b, void *ptr) { b->ops->memory->host_free(b->priv, ptr); }
+
+glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out)
+{
+    return b->ops->memory->stats(b->priv, out);
+}
+
+glia_status glia_backend_copy(struct glia_backend *b, void *dst, bool dst_host, const void *src, bool src_host,
+                              size_t nbytes)
+{
+    return b->ops->stream->copy(b->priv, dst, dst_host, src, src_host, nbytes);
+}
+
+glia_status glia_backend_memzero(struct glia_backend *b, void *ptr, size_t nbytes)
+{
+    return b->ops->stream->memzero(b->priv, ptr, nbytes);
+}
+
+glia_status glia_backend_sync(struct glia_backend *b) { return b->ops->stream->sync(b->priv); }
+
+glia_status glia_backend_upload(struct glia_backend *b, void *dst, const void *src, size_t nbytes, uint64_t *ticket)
+{
+    return b->ops->stream->upload(b->priv, dst, src, nbytes, ticket);
+}
+
+glia_status glia_backend_download(struct glia_backend *b, void *dst, const void *src, size_t nbytes, uint64_t *ticket)
+{
+    return b->ops->stream->download(b->priv, dst, src, nbytes, ticket);
+}
+
+glia_status glia_backend_wait_copy(struct glia_backend *b, uint64_t ticket, bool host)
+{
+    return b->ops->stream->wait_copy(b->priv, ticket, host);
+}
+
+glia_status glia_backend_gemm_f32(struct glia_backend *b, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                  float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                                  float *C, int64_t ldc)
+{
+    return b->ops->math->gemm_f32(b->priv, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+glia_status glia_backend_transpose_f32(struct glia_backend *b, float *dst, const float *src, int64_t B, int64_t rows,
+                                       int64_t cols, float beta)
+{
+    return b->ops->math->transpose_f32(b->priv, dst, src, B, rows, cols, beta);
+}
+
+glia_status glia_backend_axpy_f32(struct glia_backend *b, float *y, const float *x, size_t n, float a)
+{
+    return b->ops->math->axpy_f32(b->priv, y, x, n, a);
+}
+
+glia_status glia_backend_scale_f32(struct glia_backend *b, float *x, size_t n, float a)
+{
+    return b->ops->math->scale_f32(b->priv, x, n, a);
+}
+
+glia_status glia_backend_sumsq_f32(struct glia_backend *b, const float *x, size_t n, double *out)
+{
+    return b->ops->math->sumsq_f32(b->priv, x, n, out);
+}
+
+glia_status glia_backend_clip_f32(struct glia_backend *b, float *x, size_t n, double max_norm)
+{
+    return b->ops->math->clip_f32(b->priv, x, n, max_norm);
+}
+
+bool glia_backend_can_capture(const struct glia_backend *b) { return b->ops->graph != NULL; }
+
+static glia_status no_graphs(struct glia_backend *b)
+{
+    return glia_error(b->ctx, GLIA_EUNSUPPORTED, "the %s backend cannot capture CUDA graphs", b->ops->name);
+}
+
+glia_status glia_backend_capture_begin(struct glia_backend *b)
+{
+    return b->ops->graph ? b->ops->graph->capture_begin(b->priv) : no_graphs(b);
+}
+
+glia_status glia_backend_capture_end(struct glia_backend *b, void **graph)
+{
+    return b->ops->graph ? b->ops->graph->capture_end(b->priv, graph) : no_graphs(b);
+}
+
+glia_status glia_backend_graph_launch(struct glia_backend *b, void *graph)
+{
+    return b->ops->graph ? b->ops->graph->launch(b->priv, graph) : no_graphs(b);
+}
+
+void glia_backend_graph_free(struct glia_backend *b, void *graph)
+{
+    if (b->ops->graph && graph) b->ops->graph->free(b->priv, graph);
+}
+
+glia_status glia_backend_write_u64(struct glia_backend *b, void *dst, uint64_t v)
+{
+    return b->ops->graph ? b->ops->graph->write_u64(b->priv, dst, v) : no_graphs(b);
+}
+
+const char *glia_precision_name(enum glia_precision p)
+{
+    switch (p) {
+    case GLIA_PRECISION_FP32: return "fp32";
+    case GLIA_PRECISION_TF32: return "tf32";
+    case GLIA_PRECISION_BF16: return "bf16";
+    case GLIA_PRECISION_FP16: return "fp16";
+    }
+    return "?";
+}
+
+glia_status glia_device_parse(const char *s, struct glia_device *out)
+{
+    if (strcmp(s, "cpu") == 0) {
+        *out = (struct glia_device){GLIA_DEVICE_CPU, 0};
+        return GLIA_OK;
+    }
+    if (strncmp(s, "cuda", 4) == 0) {
+        int idx = 0;
+        if (s[4] == ':') {
+            char *end;
+            long v = strtol(s + 5, &end, 10);
+            if (end == s + 5 || *end || v < 0 || v > 255) return GLIA_EINVAL;
+            idx = (int)v;
+        } else if (s[4]) {
+            return GLIA_EINVAL;
+        }
+        *out = (struct glia_device){GLIA_DEVICE_CUDA, idx};
+        return GLIA_OK;
+    }
+    return GLIA_EINVAL;
+}
+
+char *glia_device_str(struct glia_device d, char *buf, size_t n)
+{
+    if (d.type == GLIA_DEVICE_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", d.index);
+    return buf;
+}

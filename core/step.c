@@ -1,0 +1,242 @@
+/* core/step.c — the training step driven from outside the loop: glia_model_step on a batch the caller holds, and
+ * glia_model_profile's timed steps. Not the step itself (core/train.c) nor the loop (core/run.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "loader.h"
+#include "parts.h"
+#include "act.h"
+#include "train.h"
+
+/* ---- glia_model_step: one training step on a batch the caller holds ---- */
+
+
+/* Whether shape s is a batch m takes (images: (n, channels, rows, cols); tokens (n, len), len up to the longest
+ * padded length), as an error line naming both. */
+static glia_status step_check_shape(struct glia_model *m, const struct glia_shape *s)
+{
+    const struct glia__dataset *d = &m->data.train;
+    bool fits = s->ndim == (d->tokens ? 2 : 4) && s->dim[0] >= 1 && s->dim[0] <= m->data.batch;
+    if (fits && d->tokens) fits = s->dim[1] >= 1 && s->dim[1] <= d->cols;
+    if (fits && !d->tokens) fits = s->dim[1] == d->channels && s->dim[2] == d->rows && s->dim[3] == d->cols;
+    if (fits) return GLIA_OK;
+    char got[160];
+    if (s->ndim < 1 || s->ndim > GLIA_MAX_DIMS) snprintf(got, sizeof got, "of %d dimensions", s->ndim);
+    else glia_shape_str(s, got, sizeof got);
+    if (d->tokens)
+        return glia_error(m->ctx, GLIA_EINVAL,
+                          "glia_model_step: batch shape %s; the model takes token batches n x len, n from 1 to %d "
+                          "([data] batch_size), len from 1 to %d", got, m->data.batch, d->cols);
+    return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch shape %s; the model takes images n x %d x %d x %d, "
+                      "n from 1 to %d ([data] batch_size)", got, d->channels, d->rows, d->cols, m->data.batch);
+}
+
+/* Whether the n values of v lie in [0, high); else an error naming the first that does not. */
+static glia_status step_check_ids(struct glia_model *m, const int32_t *v, int64_t n, int64_t high, const char *what,
+                                  const char *bound)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] >= high)
+            return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: %s[%lld] is %d, outside 0 .. %lld (%s)", what,
+                              (long long)i, (int)v[i], (long long)high - 1, bound);
+    return GLIA_OK;
+}
+
+/* Whether b (and r) can be used for m: one error line naming what cannot. */
+static glia_status step_check(struct glia_model *m, const struct glia_batch *b, const struct glia_step_result *r)
+{
+    if (!b) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the batch is NULL");
+    if (b->struct_size < GLIA__END_OF(struct glia_batch, labels))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch struct_size %u is too small (set it to "
+                          "sizeof(struct glia_batch))", (unsigned)b->struct_size);
+    if (r && r->struct_size < GLIA__END_OF(struct glia_step_result, loss))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: result struct_size %u is too small (set it to "
+                          "sizeof(struct glia_step_result))", (unsigned)r->struct_size);
+    glia_status st = step_check_shape(m, &b->shape);
+    if (st) return st;
+    bool tok = m->data.train.tokens;
+    if (tok ? !b->tokens || b->x : !b->x || b->tokens)
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: the model reads %s: set %s, and leave %s NULL",
+                          tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
+    if (!b->labels) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: labels is NULL");
+    int64_t n = b->shape.dim[0];
+    int64_t classes = m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape.dim[1];
+    st = step_check_ids(m, b->labels, n, classes, "labels", "the classes of the loss layer's input");
+    if (!st && tok) st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->data.vocab, "tokens", "[data] vocab");
+    if (!st && b->struct_size >= GLIA__END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->trainer.epochs))
+        st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: epoch %d is outside 1 .. %d ([train] epochs; 0: the "
+                        "model's current)", b->epoch, m->trainer.epochs);
+    return st;
+}
+
+/* What a step needs on each call: the training activations; under ddp, once, the ranks' start (same model and
+ * step everywhere, rank 0's weights); under dp, the replicas copy the model's weights anew (they may have been
+ * loaded since the last step). */
+static glia_status step_ready(struct glia_model *m)
+{
+    glia_status st = glia__need_activations(m, m->data.batch, 0);
+    if (!st && m->dist.ddp && !m->dist.ddp_started) {
+        st = glia__ddp_start(m, m->dist.ddp);
+        m->dist.ddp_started = !st;
+    }
+    glia__dp_weights_changed(m);
+    return st;
+}
+
+/* b's data into m->act.x, m->y (it was checked). */
+static glia_status step_feed(struct glia_model *m, const struct glia_batch *b)
+{
+    int64_t n = b->shape.dim[0];
+    glia_status st = glia__set_batch(m, n, m->data.train.tokens ? b->shape.dim[1] : m->data.train.cols, true);
+    const void *x = m->data.train.tokens ? (const void *)b->tokens : (const void *)b->x;
+    if (!st) st = glia_tensor_from_host(m->act.x, x, glia_tensor_nbytes(m->act.x));
+    if (!st) st = glia_tensor_from_host(m->act.y, b->labels, glia_tensor_nbytes(m->act.y));
+    return st;
+}
+
+glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, struct glia_step_result *r)
+{
+    if (!m) return GLIA_EINVAL;
+    glia_status st = step_check(m, b, r);
+    if (!st) st = step_ready(m);
+    if (!st) st = step_feed(m, b);
+    if (st) return st;
+    int want = b->struct_size >= GLIA__END_OF(struct glia_batch, epoch) ? b->epoch : 0;
+    int epoch = m->trainer.epoch = want > 0 ? want : m->trainer.epoch > 0 ? m->trainer.epoch : 1;
+    if (m->trainer.micro == 0) glia__grads_unset(m);  /* a new accumulation: what a failed step left is not added to it */
+    bool now = b->struct_size >= GLIA__END_OF(struct glia_batch, update_now) && b->update_now;
+    bool update = ++m->trainer.micro >= m->trainer.accumulate || now;
+    int64_t skipped = m->trainer.scaler.skipped;
+    struct glia__loss_read got;
+    st = glia__train_step(m, b->shape.dim[0], epoch, m->trainer.step, update, NULL, &got);
+    if (update || st) m->trainer.micro = 0;  /* after an error the next call starts a new accumulation */
+    if (st || !r) return st;
+    bool skip = m->trainer.scaler.skipped > skipped;
+    struct glia_step_result v = {r->struct_size, got.l, update && !skip, skip,
+                                 update && !skip ? m->trainer.cur_lr : glia__model_lr(m, epoch, m->trainer.step + 1), m->trainer.step,
+                                 m->trainer.scaler.scale};
+    memcpy(r, &v, r->struct_size < sizeof v ? r->struct_size : sizeof v);  /* what the caller's struct has */
+    return GLIA_OK;
+}
+
+glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE *f)
+{
+    return glia_model_profile_trace(m, steps, warmup, f, NULL);
+}
+
+glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup, FILE *f, const char *trace_path)
+{
+    if (steps < 1 || warmup < 0)
+        return glia_error(m->ctx, GLIA_EINVAL, "profile: steps must be 1 or more and warm-up 0 or more (got %d and %d)",
+                          steps, warmup);
+    struct glia__trace trace = {0};
+    FILE *tf = NULL;
+    if (trace_path && m->dist.rank == 0) {  /* ddp: rank 0 writes for all; opened first, so a bad path costs no run */
+        if (!(tf = fopen(trace_path, "w")))
+            return glia_error(m->ctx, GLIA_EIO, "cannot write trace file %s: %s", trace_path, strerror(errno));
+        size_t per_step = 2 * (size_t)m->graph.n_nodes + 4;
+        size_t want = steps > 0 ? (size_t)steps * per_step : 0;
+        if (glia__trace_reserve(&trace, want < ((size_t)1 << 16) ? want : (size_t)1 << 16)) {
+            fclose(tf);
+            return glia_error(m->ctx, GLIA_ENOMEM, "profile: out of memory for the trace");
+        }
+    }
+    struct glia__scratch s = {0};
+    glia_status st = glia__scratch_alloc(m, &s, true, false);
+    if (!st && m->dist.ddp) st = glia__ddp_start(m, m->dist.ddp);  /* as training does: same model, rank 0's weights */
+    glia__dp_weights_changed(m);
+    if (!st) st = glia__loader_start_epoch(&s.train, 1, 0);
+    int64_t total = s.have_train ? s.train.n_batches_per_epoch : 0;
+    if (!st && warmup + steps > total)
+        st = glia_error(m->ctx, GLIA_EINVAL, "profile: %d warm-up + %d steps, but an epoch has %lld batches", warmup, steps,
+                        (long long)total);
+    double t_all = 0, wait = 0, t_other = 0;
+    struct glia__feed fd = {0};
+    if (!st) st = glia__feed_start(m, &fd, &s.train, true);
+    for (int k = 0; !st && k < warmup + steps; k++) {
+        if (k == warmup) {  /* start counting */
+            for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].t_fwd = m->graph.nodes[i].t_bwd = 0;
+            m->trainer.t_opt = 0;
+            m->trainer.profiling = true;
+            wait = s.train.wait_s;
+            t_all = glia__now();
+            if (tf) m->trainer.trace = &trace;
+        }
+        int64_t nb;
+        bool more;
+        double t0 = glia__now();
+        size_t step_ev = trace.n;  /* the step's own event comes first, its end filled in below */
+        if (m->trainer.trace) {
+            trace.step = k - warmup + 1;
+            if (trace.step == 1) trace.t_base = t0;
+            glia__trace_add(&trace, GLIA__TRACE_STEP, NULL, t0, t0);
+        }
+        if ((st = glia__feed_next(m, &fd, &nb, &more)) || !more) {
+            trace.n = step_ev;
+            break;
+        }
+        if (m->trainer.profiling) {
+            glia_backend_sync(m->backend);
+            double t1 = glia__now();
+            t_other += t1 - t0;
+            if (m->trainer.trace) glia__trace_add(&trace, GLIA__TRACE_INPUT, "input", t0, t1);
+        }
+        if (!st) st = glia__train_forward(m, nb);
+        if (m->dist.ddp) glia__ddp_begin(m->dist.ddp, true);
+        if (!st) st = glia__train_backward(m);
+        if (!st) st = glia__optimizer_step(m, 1);
+        if (m->trainer.trace && step_ev < trace.n && trace.ev[step_ev].cat == GLIA__TRACE_STEP) {
+            trace.ev[step_ev].t1 = glia__now();
+            trace.ev[step_ev].batch = nb;
+        }
+    }
+    glia_status fs = glia__feed_stop(m, &fd);
+    if (!st) st = fs;
+    if (!st) st = glia_backend_sync(m->backend);
+    double t_end = glia__now();
+    m->trainer.profiling = false;
+    m->trainer.trace = NULL;
+    if (!st && trace.lost) st = glia_error(m->ctx, GLIA_ENOMEM, "profile: out of memory recording the trace");
+    if (tf) {
+        if (!st && glia__trace_write(&trace, tf, m->dist.rank))
+            st = glia_error(m->ctx, GLIA_EIO, "writing trace file %s failed", trace_path);
+        if (fclose(tf) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing trace file %s failed", trace_path);
+        if (st) remove(trace_path);  /* no half-written trace left behind */
+    }
+    size_t n_events = trace.n;
+    glia__trace_free(&trace);
+    if (!st) {
+        t_all = t_end - t_all;
+        wait = s.train.wait_s - wait;
+        double sum_layers = 0;
+        for (int i = 0; i < m->graph.n_nodes; i++) sum_layers += m->graph.nodes[i].t_fwd + m->graph.nodes[i].t_bwd;
+        fprintf(f, "profile: %d training steps of batch %d after %d warm-up steps, %.1f ms a step, %.0f samples/s\n",
+                steps, m->data.batch, warmup, 1e3 * t_all / steps, (double)steps * m->data.batch / t_all);
+        if (m->graph.ckpt_segments > 1)
+            fprintf(f, "([graph] checkpoint_segments: a recomputed layer's backward ms includes its forward run again)\n");
+        fprintf(f, "%-16s %-22s %11s %11s %7s\n", "layer", "type", "forward ms", "backward ms", "share");
+        for (int i = 0; i < m->graph.n_nodes; i++) {
+            const struct glia__node *nd = &m->graph.nodes[i];
+            fprintf(f, "%-16s %-22s %11.3f %11.3f %6.1f%%\n", nd->layer.name, nd->layer.type->name, 1e3 * nd->t_fwd / steps,
+                    1e3 * nd->t_bwd / steps, 100 * (nd->t_fwd + nd->t_bwd) / t_all);
+        }
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(optimizer)", m->trainer.opt.type->name, 1e3 * m->trainer.t_opt / steps, "",
+                100 * m->trainer.t_opt / t_all);
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(input)", "loader wait + copy", 1e3 * t_other / steps, "",
+                100 * t_other / t_all);
+        double rest = t_all - sum_layers - m->trainer.t_opt - t_other;
+        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(other)", "core", 1e3 * rest / steps, "", 100 * rest / t_all);
+        struct glia_memory_stats ms;
+        if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
+            fprintf(f, "device memory: %.1f MiB in tensors (peak %.1f), %.1f MiB held, %llu driver allocations\n",
+                    ms.current / 1048576.0, ms.peak / 1048576.0, ms.reserved / 1048576.0,
+                    (unsigned long long)ms.driver_allocs);
+        if (tf) fprintf(f, "trace: %zu events in %s\n", n_events, trace_path);
+        (void)wait;
+    }
+    glia__scratch_free(&s);
+    return st;
+}
