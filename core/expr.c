@@ -4,6 +4,9 @@
  * and not a code generator (backends/cuda/pointwise_jit.c). See glia/expr.h for the value semantics. */
 #include <glia/expr.h>
 #include <glia/types/dropout.h>  /* the dropout layer's mask, which dropout() draws */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <ctype.h>
 #include <math.h>
@@ -1209,6 +1212,7 @@ struct glia__expr_plan {
     int n_steps;
     struct step *steps;  /* in node order */
     int n_slots;         /* blocks of scratch: computed values, and constants that a step reads as blocks */
+    int n_const_blocks;  /* of those, constants */
     int *slot;           /* per node: its block of scratch, or -1 (variables, values fused into a step,
                             constants read as numbers) */
 };
@@ -1313,7 +1317,10 @@ static int plan_build(const struct glia_expr *ir, struct glia__expr_plan **out)
             for (int j = 0; j < CHAIN_MAX; j++) ops[j + 1] = j < st->n_ops ? st->o[j] : -1;
         }
         for (int j = 0; j <= CHAIN_MAX; j++)
-            if (ops[j] >= 0 && ir->nodes[ops[j]].op == GLIA_EXPR_CONST && pl->slot[ops[j]] < 0) pl->slot[ops[j]] = pl->n_slots++;
+            if (ops[j] >= 0 && ir->nodes[ops[j]].op == GLIA_EXPR_CONST && pl->slot[ops[j]] < 0) {
+                pl->slot[ops[j]] = pl->n_slots++;
+                pl->n_const_blocks++;
+            }
     }
     free(uses), free(len), free(link), free(fused);
     if (rc) plan_free(pl);
@@ -1409,9 +1416,11 @@ static void eval_step(const struct glia_expr *ir, const struct step *st, const f
     }
 }
 
-/* Elements a block of an evaluation holds: GLIA_EXPR_BLOCK, or when the whole expression is one step, more
- * (it writes no scratch, and longer loops have less overhead). */
+/* Elements a block of an evaluation holds: GLIA_EXPR_BLOCK, or when the whole expression is one step straight
+ * into the output, more (it writes no scratch, and longer loops have less overhead): ONE_STEP_BLOCK where it
+ * reads constants' blocks, else the thread's whole share, as a plain parallel loop takes it. */
 #define ONE_STEP_BLOCK 2048
+#define MAX_BLOCK (1 << 30)
 /* scratch that each thread keeps on its stack (floats) */
 #define STACK_SCRATCH 4096
 
@@ -1427,11 +1436,21 @@ int glia_expr_eval_ex(const struct glia_expr *ir, const float *const *vars, int6
     uintptr_t o0 = (uintptr_t)out, o1 = (uintptr_t)(out + n);
     for (int k = 0; k < GLIA_EXPR_MAX_VARS && direct; k++)
         direct = !(ir->vars_used >> k & 1) || (uintptr_t)(vars[k] + n) <= o0 || o1 <= (uintptr_t)vars[k];
-    int bs = direct && pl->n_steps == 1 ? ONE_STEP_BLOCK : GLIA_EXPR_BLOCK;
+    bool parallel = n >= 16 * GLIA_EXPR_BLOCK, one_step = direct && pl->n_steps == 1;
+    bool no_scratch = one_step && !pl->n_const_blocks;
+    int64_t bs = one_step ? ONE_STEP_BLOCK : GLIA_EXPR_BLOCK;
+    if (no_scratch) {
+        int threads = 1;
+#ifdef _OPENMP
+        if (parallel) threads = omp_get_max_threads();
+#endif
+        bs = (n + threads - 1) / threads;
+        if (bs > MAX_BLOCK) bs = MAX_BLOCK;
+    }
     int64_t nb = (n + bs - 1) / bs;
-    size_t scratch_size = (size_t)pl->n_slots * (size_t)bs;
+    size_t scratch_size = no_scratch ? 0 : (size_t)pl->n_slots * (size_t)bs;
     int fail = 0;
-#pragma omp parallel if (n >= 16 * GLIA_EXPR_BLOCK)
+#pragma omp parallel if (parallel)
     {
         /* a block of scratch per constant and computed node; variables point into the inputs */
         float stack[STACK_SCRATCH] __attribute__((aligned(64)));
@@ -1445,7 +1464,7 @@ int glia_expr_eval_ex(const struct glia_expr *ir, const float *const *vars, int6
             int m = (int)(n < bs ? n : bs);  /* the most a block holds */
             for (int i = 0; i < ir->n; i++) {
                 int sl = pl->slot[i];
-                float *d = sl >= 0 ? scratch + (size_t)sl * (size_t)bs : NULL, v = (float)ir->nodes[i].value;
+                float *d = sl >= 0 && !no_scratch ? scratch + (size_t)sl * (size_t)bs : NULL, v = (float)ir->nodes[i].value;
                 reg[i] = d;
                 if (d && ir->nodes[i].op == GLIA_EXPR_CONST) FOR_J d[j] = v;
             }
