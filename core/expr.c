@@ -4,6 +4,9 @@
  * and not a code generator (backends/cuda/pointwise_jit.c). See glia/expr.h for the value semantics. */
 #include <glia/expr.h>
 #include <glia/types/dropout.h>  /* the dropout layer's mask, which dropout() draws */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <ctype.h>
 #include <math.h>
@@ -16,6 +19,10 @@
 #define EXPR_2_SQRTPI 1.12837916709551257390 /* 2/sqrt(pi) */
 #define EXPR_MAX_DEPTH 200                  /* parser nesting limit */
 #define EXPR_MAX_IR_DEPTH 1000              /* operations nested in the built IR */
+
+struct glia__expr_plan;
+static int plan_build(const struct glia_expr *ir, struct glia__expr_plan **out);
+static void plan_free(struct glia__expr_plan *pl);
 
 static const char *const op_names[GLIA_EXPR_N_OPS] = {
     [GLIA_EXPR_CONST] = "const", [GLIA_EXPR_VAR] = "var", [GLIA_EXPR_NEG] = "neg", [GLIA_EXPR_ADD] = "add",
@@ -122,6 +129,7 @@ void glia_expr_free(struct glia_expr *ir)
     if (!ir) return;
     free(ir->nodes);
     free(ir->table);
+    plan_free(ir->plan);
     free(ir);
 }
 
@@ -376,7 +384,8 @@ static int finalize(struct glia_expr *e, int root)
         if (out[i].op == GLIA_EXPR_VAR) e->vars_used |= 1u << out[i].var;
     free(map);
     free(stack);
-    return 0;
+    plan_free(e->plan);  /* how glia_expr_eval_ex computes it */
+    return plan_build(e, &e->plan);
 }
 
 /* The most operations on a path from a variable or constant to the result (printing recurses
@@ -1176,38 +1185,303 @@ static void eval_node(const struct glia_expr_node *nd, const float *const *reg, 
     }
 }
 
+/* ---- the block interpreter's plan ----
+ * Node by node, every value goes through a block of memory; what the plan fuses saves those passes without
+ * changing a value (each operation still rounds to float as its node does): a select of a comparison that
+ * nothing else reads compares in its own loop (relu's gradient: select(ge(0, y), 0, dy)), and a chain of up
+ * to 3 additions, subtractions and multiplications, each node read only by the next, is one loop (sigmoid's
+ * gradient: (1 - y) * y * dy). The result goes straight into the output when it is only stored there or
+ * added to it. Built once with the expression (finalize), so that an evaluation allocates nothing for it. */
+
+#define CHAIN_MAX 3
+
+enum chain_op { CH_ADD, CH_SUB, CH_RSUB, CH_MUL };  /* c + o, c - o, o - c, c * o: c the chain's value */
+
+enum step_kind { STEP_NODE, STEP_SELECT_CMP, STEP_CHAIN };
+
+struct step {
+    int node;                    /* the node whose value it computes */
+    enum step_kind kind;
+    int x, y, gt;                /* STEP_SELECT_CMP: (x > y if gt, else x >= y) ? node.b : node.c */
+    int n_ops, a;                /* STEP_CHAIN: c = a, then c = op[k](c, o[k]) for k < n_ops */
+    enum chain_op op[CHAIN_MAX];
+    int o[CHAIN_MAX];
+};
+
+struct glia__expr_plan {
+    int n_steps;
+    struct step *steps;  /* in node order */
+    int n_slots;         /* blocks of scratch: computed values, and constants that a step reads as blocks */
+    int n_const_blocks;  /* of those, constants */
+    int *slot;           /* per node: its block of scratch, or -1 (variables, values fused into a step,
+                            constants read as numbers) */
+};
+
+static void plan_free(struct glia__expr_plan *pl)
+{
+    if (!pl) return;
+    free(pl->steps);
+    free(pl->slot);
+    free(pl);
+}
+
+static bool chain_node(enum glia_expr_op op) { return op == GLIA_EXPR_ADD || op == GLIA_EXPR_SUB || op == GLIA_EXPR_MUL; }
+
+/* Whether node i may extend the chain that ends in its operand p: p is read by i alone and the chain is not
+ * full. Where the target has a fused multiply-add the compiler may contract a product and a sum in one loop
+ * into one rounding: then no sum follows a product. */
+static bool chain_extends(const struct glia_expr *ir, const int *uses, const int *len, int i, int p)
+{
+    if (p < 0 || uses[p] != 1 || !chain_node(ir->nodes[p].op) || len[p] >= CHAIN_MAX) return false;
+#ifdef FP_FAST_FMAF
+    if (ir->nodes[i].op != GLIA_EXPR_MUL && ir->nodes[p].op == GLIA_EXPR_MUL) return false;
+#endif
+    return true;
+}
+
+/* The steps of the chain ending in node i (len its length, link[j] the node node j extends). */
+static void chain_step(const struct glia_expr *ir, int i, int len, const int *link, struct step *st)
+{
+    st->kind = STEP_CHAIN;
+    st->n_ops = len;
+    for (int k = len - 1, j = i; k >= 0; k--, j = link[j]) {  /* from the last operation back */
+        const struct glia_expr_node *c = &ir->nodes[j];
+        int p = link[j];
+        bool right = p >= 0 && c->b == p;  /* the chain is c's right operand (read once: not also a) */
+        st->o[k] = right ? c->a : c->b;
+        st->op[k] = c->op == GLIA_EXPR_ADD ? CH_ADD : c->op == GLIA_EXPR_MUL ? CH_MUL : right ? CH_RSUB : CH_SUB;
+        if (p < 0) st->a = c->a;
+    }
+}
+
+/* The plan of ir into *out; -1 when out of memory. */
+static int plan_build(const struct glia_expr *ir, struct glia__expr_plan **out)
+{
+    int n = ir->n, *uses = calloc((size_t)n, sizeof *uses), *len = calloc((size_t)n, sizeof *len);
+    int *link = malloc((size_t)n * sizeof *link);    /* the chain node i extends, or -1 */
+    bool *fused = calloc((size_t)n, sizeof *fused);   /* computed inside its only reader's step */
+    struct glia__expr_plan *pl = calloc(1, sizeof *pl);
+    if (pl) {
+        pl->steps = malloc((size_t)n * sizeof *pl->steps);
+        pl->slot = malloc((size_t)n * sizeof *pl->slot);
+    }
+    int rc = uses && len && link && fused && pl && pl->steps && pl->slot ? 0 : -1;
+    for (int i = 0; i < n && !rc; i++) {
+        const struct glia_expr_node *nd = &ir->nodes[i];
+        for (int k = 0, ops[3] = {nd->a, nd->b, nd->c}; k < 3; k++)
+            if (ops[k] >= 0) uses[ops[k]]++;
+    }
+    if (!rc) uses[ir->out]++;
+    for (int i = 0; i < n && !rc; i++) {
+        const struct glia_expr_node *nd = &ir->nodes[i];
+        link[i] = -1;
+        if (chain_node(nd->op)) {
+            len[i] = 1;
+            int p = chain_extends(ir, uses, len, i, nd->a) ? nd->a : chain_extends(ir, uses, len, i, nd->b) ? nd->b : -1;
+            if (p >= 0) {
+                link[i] = p;
+                len[i] = len[p] + 1;
+                fused[p] = true;
+            }
+        } else if (nd->op == GLIA_EXPR_SELECT && uses[nd->a] == 1 &&
+                   (ir->nodes[nd->a].op == GLIA_EXPR_GE || ir->nodes[nd->a].op == GLIA_EXPR_GT)) {
+            fused[nd->a] = true;
+        }
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        const struct glia_expr_node *nd = &ir->nodes[i];
+        pl->slot[i] = fused[i] || nd->op == GLIA_EXPR_VAR || nd->op == GLIA_EXPR_CONST ? -1 : pl->n_slots++;
+        if (pl->slot[i] < 0) continue;
+        struct step *st = &pl->steps[pl->n_steps++];
+        *st = (struct step){.node = i, .kind = STEP_NODE};
+        if (nd->op == GLIA_EXPR_SELECT && fused[nd->a]) {
+            const struct glia_expr_node *c = &ir->nodes[nd->a];
+            st->kind = STEP_SELECT_CMP;
+            st->x = c->a;
+            st->y = c->b;
+            st->gt = c->op == GLIA_EXPR_GT;
+        } else if (len[i] > 1) {
+            chain_step(ir, i, len[i], link, st);
+        }
+    }
+    /* a block of scratch for each constant that a step, or the copy of a constant result, reads as one (a
+     * select of a comparison reads numbers) */
+    if (!rc && ir->nodes[ir->out].op == GLIA_EXPR_CONST) pl->slot[ir->out] = pl->n_slots++;
+    for (int k = 0; k < (rc ? 0 : pl->n_steps); k++) {
+        const struct step *st = &pl->steps[k];
+        const struct glia_expr_node *nd = &ir->nodes[st->node];
+        int ops[CHAIN_MAX + 1] = {nd->a, nd->b, nd->c, -1};
+        if (st->kind == STEP_SELECT_CMP) continue;
+        if (st->kind == STEP_CHAIN) {
+            ops[0] = st->a;
+            for (int j = 0; j < CHAIN_MAX; j++) ops[j + 1] = j < st->n_ops ? st->o[j] : -1;
+        }
+        for (int j = 0; j <= CHAIN_MAX; j++)
+            if (ops[j] >= 0 && ir->nodes[ops[j]].op == GLIA_EXPR_CONST && pl->slot[ops[j]] < 0) {
+                pl->slot[ops[j]] = pl->n_slots++;
+                pl->n_const_blocks++;
+            }
+    }
+    free(uses), free(len), free(link), free(fused);
+    if (rc) plan_free(pl);
+    *out = rc ? NULL : pl;
+    return rc;
+}
+
+/* c = f(c, o), one chain operation; with f a constant, each combination below is a loop of its own */
+#define CH_APPLY(f, c, o) ((f) == CH_ADD ? (c) + (o) : (f) == CH_SUB ? (c) - (o) : (f) == CH_RSUB ? (o) - (c) : (c) * (o))
+/* dst = v, or dst += v (added after v is rounded, as a separate pass would) */
+#define CH_STORE(v)                   \
+    if (acc)                          \
+        FOR_J dst[j] = dst[j] + (v);  \
+    else                              \
+        FOR_J dst[j] = (v);
+#define CH_CASE2(f0, f1) \
+    case (f0) * 4 + (f1): CH_STORE(CH_APPLY(f1, CH_APPLY(f0, A[j], O0[j]), O1[j])) break;
+#define CH_CASE3(f0, f1, f2) \
+    case ((f0) * 4 + (f1)) * 4 + (f2): CH_STORE(CH_APPLY(f2, CH_APPLY(f1, CH_APPLY(f0, A[j], O0[j]), O1[j]), O2[j])) break;
+#define CH_ROW2(f0) CH_CASE2(f0, CH_ADD) CH_CASE2(f0, CH_SUB) CH_CASE2(f0, CH_RSUB) CH_CASE2(f0, CH_MUL)
+#define CH_ROW3B(f0, f1) CH_CASE3(f0, f1, CH_ADD) CH_CASE3(f0, f1, CH_SUB) CH_CASE3(f0, f1, CH_RSUB) CH_CASE3(f0, f1, CH_MUL)
+#define CH_ROW3(f0) CH_ROW3B(f0, CH_ADD) CH_ROW3B(f0, CH_SUB) CH_ROW3B(f0, CH_RSUB) CH_ROW3B(f0, CH_MUL)
+
+/* A chain step in one loop; each operation rounds to float as its node does. acc: dst += the chain. */
+static void eval_chain(const struct step *st, const float *const *reg, float *restrict dst, int m, bool acc)
+{
+    const float *A = reg[st->a], *O0 = reg[st->o[0]], *O1 = reg[st->o[1]];
+    const float *O2 = st->n_ops > 2 ? reg[st->o[2]] : NULL;
+    if (st->n_ops == 2) {
+        switch (st->op[0] * 4 + st->op[1]) {
+            CH_ROW2(CH_ADD) CH_ROW2(CH_SUB) CH_ROW2(CH_MUL)  /* the first operation has no chain to reverse */
+        }
+    } else {
+        switch ((st->op[0] * 4 + st->op[1]) * 4 + st->op[2]) {
+            CH_ROW3(CH_ADD) CH_ROW3(CH_SUB) CH_ROW3(CH_MUL)
+        }
+    }
+}
+
+/* A select of a comparison in one loop. A constant operand is a number in a register, not a block to load
+ * (relu's gradient select(ge(0, y), 0, dy) loads y and dy only); both branches are loaded before the choice,
+ * so that it is a blend, not a branch. acc: dst += the choice. */
+#define SEL_LOOP(XV, YV, BV, CV, CMP)                                               \
+    if (acc)                                                                        \
+        FOR_J { float b = BV, c = CV; dst[j] = dst[j] + ((XV) CMP (YV) ? b : c); }  \
+    else                                                                            \
+        FOR_J { float b = BV, c = CV; dst[j] = (XV) CMP (YV) ? b : c; }
+#define SEL_CMP(XV, YV, BV, CV)              \
+    if (st->gt) {                            \
+        SEL_LOOP(XV, YV, BV, CV, >)          \
+    } else {                                 \
+        SEL_LOOP(XV, YV, BV, CV, >=)         \
+    }
+#define SEL_BC(XV, YV)                                               \
+    switch (kb ? (kc ? 3 : bs == 0.0f ? 4 : 2) : kc ? (cs == 0.0f ? 5 : 1) : 0) { \
+    case 0: SEL_CMP(XV, YV, B[j], C[j]) break;                       \
+    case 1: SEL_CMP(XV, YV, B[j], cs) break;                         \
+    case 2: SEL_CMP(XV, YV, bs, C[j]) break;                         \
+    case 3: SEL_CMP(XV, YV, bs, cs) break;                           \
+    case 4: SEL_CMP(XV, YV, 0.0f, C[j]) break; /* a mask, no blend */ \
+    default: SEL_CMP(XV, YV, B[j], 0.0f) break;                      \
+    }
+
+static void eval_select_cmp(const struct glia_expr *ir, const struct step *st, const float *const *reg,
+                            float *restrict dst, int m, bool acc)
+{
+    const struct glia_expr_node *nd = &ir->nodes[st->node], *nx = &ir->nodes[st->x], *ny = &ir->nodes[st->y];
+    const struct glia_expr_node *nb = &ir->nodes[nd->b], *nc = &ir->nodes[nd->c];
+    const float *X = reg[st->x], *Y = reg[st->y], *B = reg[nd->b], *C = reg[nd->c];
+    int kx = nx->op == GLIA_EXPR_CONST, ky = ny->op == GLIA_EXPR_CONST;  /* not both: that folds */
+    int kb = nb->op == GLIA_EXPR_CONST, kc = nc->op == GLIA_EXPR_CONST;
+    const float xs = (float)nx->value, ys = (float)ny->value, bs = (float)nb->value, cs = (float)nc->value;
+    if (kx) {
+        SEL_BC(xs, Y[j])
+    } else if (ky) {
+        SEL_BC(X[j], ys)
+    } else {
+        SEL_BC(X[j], Y[j])
+    }
+}
+
+/* Step st over m <= GLIA_EXPR_BLOCK elements into dst; acc (not for STEP_NODE): dst += its value. */
+static void eval_step(const struct glia_expr *ir, const struct step *st, const float *const *reg, float *restrict dst,
+                      int m, int64_t start, const struct glia_expr_site *site, bool acc)
+{
+    const struct glia_expr_node *nd = &ir->nodes[st->node];
+    if (st->kind == STEP_NODE) {
+        eval_node(nd, reg, dst, m, start, site);
+    } else if (st->kind == STEP_CHAIN) {
+        eval_chain(st, reg, dst, m, acc);
+    } else {
+        eval_select_cmp(ir, st, reg, dst, m, acc);
+    }
+}
+
+/* Elements a block of an evaluation holds: GLIA_EXPR_BLOCK, or when the whole expression is one step straight
+ * into the output, more (it writes no scratch, and longer loops have less overhead): ONE_STEP_BLOCK where it
+ * reads constants' blocks, else the thread's whole share, as a plain parallel loop takes it. */
+#define ONE_STEP_BLOCK 2048
+#define MAX_BLOCK (1 << 30)
+/* scratch that each thread keeps on its stack (floats) */
+#define STACK_SCRATCH 4096
+
 int glia_expr_eval_ex(const struct glia_expr *ir, const float *const *vars, int64_t n, const float *scale,
                       bool accumulate, const struct glia_expr_site *site, float *out)
 {
     if (n <= 0) return 0;
-    if (!ir->n) return -1;
-    int64_t nb = (n + GLIA_EXPR_BLOCK - 1) / GLIA_EXPR_BLOCK;
+    const struct glia__expr_plan *pl = ir->plan;
+    if (!ir->n || !pl) return -1;
+    /* the result straight into out (stored, or added in the same loop) when no input it reads is out itself */
+    const struct step *last = pl->n_steps ? &pl->steps[pl->n_steps - 1] : NULL;
+    bool direct = !scale && last && last->node == ir->out && (!accumulate || last->kind != STEP_NODE);
+    uintptr_t o0 = (uintptr_t)out, o1 = (uintptr_t)(out + n);
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS && direct; k++)
+        direct = !(ir->vars_used >> k & 1) || (uintptr_t)(vars[k] + n) <= o0 || o1 <= (uintptr_t)vars[k];
+    bool parallel = n >= 16 * GLIA_EXPR_BLOCK, one_step = direct && pl->n_steps == 1;
+    bool no_scratch = one_step && !pl->n_const_blocks;
+    int64_t bs = one_step ? ONE_STEP_BLOCK : GLIA_EXPR_BLOCK;
+    if (no_scratch) {
+        int threads = 1;
+#ifdef _OPENMP
+        if (parallel) threads = omp_get_max_threads();
+#endif
+        bs = (n + threads - 1) / threads;
+        if (bs > MAX_BLOCK) bs = MAX_BLOCK;
+    }
+    int64_t nb = (n + bs - 1) / bs;
+    size_t scratch_size = no_scratch ? 0 : (size_t)pl->n_slots * (size_t)bs;
     int fail = 0;
-#pragma omp parallel if (nb >= 16)
+#pragma omp parallel if (parallel)
     {
-        /* a register per node: constants filled once, variables point into the inputs */
-        float *scratch = malloc((size_t)ir->n * GLIA_EXPR_BLOCK * sizeof *scratch);
-        const float **reg = malloc((size_t)ir->n * sizeof *reg);
+        /* a block of scratch per constant and computed node; variables point into the inputs */
+        float stack[STACK_SCRATCH] __attribute__((aligned(64)));
+        const float *stack_reg[64];
+        float *scratch = scratch_size <= STACK_SCRATCH ? stack : malloc(scratch_size * sizeof *scratch);
+        const float **reg = ir->n <= 64 ? stack_reg : malloc((size_t)ir->n * sizeof *reg);
         if (!scratch || !reg) {
 #pragma omp atomic write
             fail = 1;
         } else {
+            int m = (int)(n < bs ? n : bs);  /* the most a block holds */
             for (int i = 0; i < ir->n; i++) {
-                reg[i] = scratch + (size_t)i * GLIA_EXPR_BLOCK;
-                if (ir->nodes[i].op == GLIA_EXPR_CONST)
-                    for (int j = 0; j < GLIA_EXPR_BLOCK; j++) scratch[(size_t)i * GLIA_EXPR_BLOCK + j] = (float)ir->nodes[i].value;
+                int sl = pl->slot[i];
+                float *d = sl >= 0 && !no_scratch ? scratch + (size_t)sl * (size_t)bs : NULL, v = (float)ir->nodes[i].value;
+                reg[i] = d;
+                if (d && ir->nodes[i].op == GLIA_EXPR_CONST) FOR_J d[j] = v;
             }
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nb; blk++) {
             if (!scratch || !reg) continue;
-            int64_t start = blk * GLIA_EXPR_BLOCK;
-            int m = (int)(n - start < GLIA_EXPR_BLOCK ? n - start : GLIA_EXPR_BLOCK);
-            for (int i = 0; i < ir->n; i++) {
-                const struct glia_expr_node *nd = &ir->nodes[i];
-                if (nd->op == GLIA_EXPR_VAR) reg[i] = vars[nd->var] + start;
-                else if (nd->op != GLIA_EXPR_CONST) eval_node(nd, reg, scratch + (size_t)i * GLIA_EXPR_BLOCK, m, start, site);
+            int64_t start = blk * bs;
+            int m = (int)(n - start < bs ? n - start : bs);
+            for (int i = 0; i < ir->n; i++)
+                if (ir->nodes[i].op == GLIA_EXPR_VAR) reg[i] = vars[ir->nodes[i].var] + start;
+            for (int k = 0; k < pl->n_steps; k++) {
+                const struct step *st = &pl->steps[k];
+                bool to_out = direct && st == last;
+                eval_step(ir, st, reg, to_out ? out + start : (float *)reg[st->node], m, start, site, to_out && accumulate);
             }
+            if (direct) continue;
             const float *res = reg[ir->out];
             float *o = out + start;
             if (scale) {
@@ -1222,8 +1496,8 @@ int glia_expr_eval_ex(const struct glia_expr *ir, const float *const *vars, int6
                 FOR_J o[j] = res[j];
             }
         }
-        free(scratch);
-        free(reg);
+        if (scratch != stack) free(scratch);
+        if (reg != stack_reg) free(reg);
     }
     return fail ? -1 : 0;
 }

@@ -644,6 +644,77 @@ static void test_relu_semantics(void)
     check_print("relu(-2) + relu(3) + x", "x + 3");
 }
 
+/* Node i of e for one element in float, as glia/expr.h says (no dropout: eval). */
+static float ref_node(const struct glia_expr_node *nd, const float *r, const float *v)
+{
+    float a = nd->a >= 0 ? r[nd->a] : 0, b = nd->b >= 0 ? r[nd->b] : 0, c = nd->c >= 0 ? r[nd->c] : 0;
+    switch (nd->op) {
+    case GLIA_EXPR_CONST: return (float)nd->value;
+    case GLIA_EXPR_VAR: return v[nd->var];
+    case GLIA_EXPR_NEG: return -a;
+    case GLIA_EXPR_ADD: return a + b;
+    case GLIA_EXPR_SUB: return a - b;
+    case GLIA_EXPR_MUL: return a * b;
+    case GLIA_EXPR_DIV: return a / b;
+    case GLIA_EXPR_EXP: return expf(a);
+    case GLIA_EXPR_TANH: return tanhf(a);
+    case GLIA_EXPR_ABS: return fabsf(a);
+    case GLIA_EXPR_MAX: return a >= b || a != a ? a : b;
+    case GLIA_EXPR_MIN: return a <= b || a != a ? a : b;
+    case GLIA_EXPR_GE: return a >= b ? 1.0f : 0.0f;
+    case GLIA_EXPR_GT: return a > b ? 1.0f : 0.0f;
+    case GLIA_EXPR_SELECT: return a != 0.0f ? b : c;
+    case GLIA_EXPR_RELU: return a < 0.0f ? 0.0f : a;
+    default: return NAN;  /* not in the expressions below */
+    }
+}
+
+/* The interpreter fuses work (a select of a comparison, chains of +, -, * in one loop, the result straight into
+ * the output, stored or added) without changing a bit: against each node computed in float element by element,
+ * written, accumulated, scaled, in place (the output is an input) and in many blocks on several threads. */
+static void test_eval_fused_same_bits(void)
+{
+    static const char *const exprs[] = {
+        "relu(x)", "select(ge(0, x), 0, y)", "select(gt(x, 0), x, 0.2 * x)", "select(gt(x, 0), y, 0.2 * y)",
+        "(1 - x) * x * y", "(1 - x * x) * y", "select(ge(x, y), 3, -2)", "select(gt(0.5, x), y, 0)", "select(gt(x, 0), 0, 2)",
+        "select(ge(y, x), 2, 0)", "select(ge(0, relu(x)), 0, 1) * y",
+        "select(ge(x, y), x - y, y * 2) + select(gt(y, 0), 1, x)", "x * y + z", "x - y * z - w", "(x + y) * (z - w)",
+        "x * y * z * w * x", "1 - x - y - z", "2 - (x * y - (z + w))", "max(x, y) * (1 - z) - relu(w) * 3",
+        "tanh(x) * (x - y) * (z + 1) + ge(x, y) * abs(w)", "exp(-x * x) * (y - 2) / (1 + w * w)",
+        "select(ge(x, 0), select(gt(y, 1), z, w), x * x - y)"};
+    enum { N = 5000 };  /* more than 16 blocks: threads, and a partial block */
+    static float x[4][N], out[N], want[N], base[N], sc[N];
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < N; i++) x[k][i] = i % 17 == 0 ? 0.0f : i % 23 == 0 ? NAN : (float)uni(-3, 3);
+    for (int i = 0; i < N; i++) base[i] = (float)uni(-1, 1), sc[i] = (float)uni(-2, 2);
+    for (int e = 0; e < (int)(sizeof exprs / sizeof exprs[0]); e++) {
+        struct glia_expr *ir = parse_ok(exprs[e], 4);
+        if (!ir) continue;
+        float *r = malloc(sizeof(float) * (size_t)ir->n);
+        for (int mode = 0; mode < 5; mode++) {  /* store, accumulate, scale, scale and accumulate, in place */
+            bool acc = mode == 1 || mode == 3;
+            const float *scale = mode == 2 || mode == 3 ? sc : NULL;
+            for (int i = 0; i < N; i++) {
+                float v[4] = {x[0][i], x[1][i], x[2][i], x[3][i]};
+                for (int k = 0; k < ir->n; k++) r[k] = ref_node(&ir->nodes[k], r, v);
+                float f = scale ? scale[i] * r[ir->out] : r[ir->out];
+                want[i] = acc ? base[i] + f : f;
+                out[i] = mode == 4 ? x[0][i] : base[i];
+            }
+            float *dst = out;
+            const float *vars[4] = {mode == 4 ? out : x[0], x[1], x[2], x[3]};
+            CU_ASSERT_EQUAL(glia_expr_eval_ex(ir, vars, N, scale, acc, NULL, dst), 0);
+            int bad = 0;
+            for (int i = 0; i < N; i++)
+                if (!(isnan(want[i]) ? isnan(out[i]) : memcmp(&out[i], &want[i], sizeof want[i]) == 0) && !bad++)
+                    printf("\n  %s (mode %d) at %d: %.9g, want %.9g", exprs[e], mode, i, out[i], want[i]);
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+        free(r);
+        glia_expr_free(ir);
+    }
+}
+
 static void test_eval_large_and_edge(void)
 {
     /* many blocks (the OpenMP path), a constant result, an identity result, n = 0 */
@@ -1275,7 +1346,7 @@ static void test_layer_config_errors(void)
 
 GLIA_TEST_MAIN("pointwise", GLIA_TEST(test_parse_precedence), GLIA_TEST(test_parse_errors), GLIA_TEST(test_print),
                GLIA_TEST(test_cse), GLIA_TEST(test_hash), GLIA_TEST(test_constant_folding), GLIA_TEST(test_random_round_trip),
-               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_gt_semantics), GLIA_TEST(test_relu_semantics),
+               GLIA_TEST(test_eval_against_libm), GLIA_TEST(test_eval_large_and_edge), GLIA_TEST(test_eval_fused_same_bits), GLIA_TEST(test_gt_semantics), GLIA_TEST(test_relu_semantics),
                GLIA_TEST(test_diff_rules), GLIA_TEST(test_grad_and_over_result), GLIA_TEST(test_type_expressions),
                GLIA_TEST(test_activation_kernels),
                GLIA_TEST(test_diff_numeric), GLIA_TEST(test_layer_gradcheck_one_input),

@@ -199,6 +199,15 @@ static void emit_call(struct sbuf *b, const char *name, const struct glia_expr *
     sb_printf(b, ")");
 }
 
+/* Loads of the inputs x<k> for the bits of mask, before any store: a quad of each (q<k>), or one element (in<k>). */
+static void emit_loads(struct sbuf *b, unsigned mask, bool quad)
+{
+    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
+        if (mask >> k & 1)
+            sb_printf(b, quad ? "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n"
+                              : "        const float in%d = x%d[i];\n", k, k);
+}
+
 /* With dropout(): a captured launch's seed, from the step that each replay is handed. */
 static void emit_seed(struct sbuf *b, bool dropout)
 {
@@ -255,8 +264,7 @@ static void emit_forward(struct sbuf *b, const struct glia__pw_spec *s)
     emit_seed(b, glia_expr_count_op(s->f, GLIA_EXPR_DROPOUT) > 0);
     emit_grid(b, aligned);
     sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n");
-    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
-        if (in >> k & 1) sb_printf(b, "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n", k, k);
+    emit_loads(b, in, true);
     sb_printf(b, "        float4 r;\n");
     for (int lane = 0; lane < 4; lane++) {
         sb_printf(b, "        r.%c = ", "xyzw"[lane]);
@@ -265,8 +273,7 @@ static void emit_forward(struct sbuf *b, const struct glia__pw_spec *s)
     }
     sb_printf(b, "        reinterpret_cast<float4 *>(out)[q] = r;\n    }\n"
                  "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
-    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
-        if (in >> k & 1) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
+    emit_loads(b, in, false);
     sb_printf(b, "        out[i] = ");
     emit_call(b, "glia_pw_f", s->f, -1, false, -1);
     sb_printf(b, ";\n    }\n}\n");
@@ -298,8 +305,7 @@ static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
     emit_grid(b, aligned);
     sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n"
                  "        const float4 gq = reinterpret_cast<const float4 *>(dy)[q];\n");
-    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
-        if (in >> k & 1) sb_printf(b, "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n", k, k);
+    emit_loads(b, in, true);
     for (int k = 0; k < n_in; k++) {
         if (!s->df[k]) continue;
         snprintf(name, sizeof name, "glia_pw_d%d", k);
@@ -320,8 +326,7 @@ static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
     sb_printf(b, "    }\n"
                  "    for (long long i = 4 * n4 + start; i < n; i += step) {\n"
                  "        const float g = dy[i];\n");
-    for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
-        if (in >> k & 1) sb_printf(b, "        const float in%d = x%d[i];\n", k, k);
+    emit_loads(b, in, false);
     for (int k = 0; k < n_in; k++) {
         if (!s->df[k]) continue;
         snprintf(name, sizeof name, "glia_pw_d%d", k);

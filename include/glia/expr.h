@@ -71,6 +71,7 @@ struct glia_expr {
     int cap;
     int *table;
     int table_cap;
+    struct glia__expr_plan *plan;    /* how glia_expr_eval_ex computes it (owned) */
 };
 
 /* Parses text into *out (free with glia_expr_free). Variables x, y, z, w are inputs 0..3; using one

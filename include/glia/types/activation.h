@@ -1,6 +1,5 @@
-/* glia/types/activation.h — what the kernels of the activation types (relu, leaky_relu, sigmoid, tanh, gelu:
- * plugins/layers/activation) share: leaky_relu's attributes, and the type's expression with its gradient,
- * which every kernel of them computes (the CPU's interprets it, cuda.so's compiles it). Not a kernel. */
+/* glia/types/activation.h — what the kernels of relu, leaky_relu, sigmoid, tanh and gelu share: leaky_relu's attributes
+ * and the type's expression with its gradient. Not a kernel (plugins/layers/activation interprets, cuda.so compiles). */
 #ifndef GLIA_TYPES_ACTIVATION_H
 #define GLIA_TYPES_ACTIVATION_H
 

@@ -1,6 +1,5 @@
-/* glia/types/pointwise.h — the attributes of layer type pointwise (plugin pointwise), which every kernel of it
- * reads: the parsed expression and its derivatives; and where its elements draw dropout()'s mask.
- * Not a kernel: the CPU kernel interprets the expression (plugins/layers/pointwise), cuda.so compiles it. */
+/* glia/types/pointwise.h — the attributes of layer type pointwise (its expression and derivatives), which every kernel
+ * reads, and where its elements draw dropout()'s mask. Not a kernel (plugins/layers/pointwise; cuda.so compiles). */
 #ifndef GLIA_TYPES_POINTWISE_H
 #define GLIA_TYPES_POINTWISE_H
 

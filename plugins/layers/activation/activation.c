@@ -1,8 +1,9 @@
-/* plugins/layers/activation — the elementwise activation types relu, leaky_relu, sigmoid, tanh and gelu, each
- * defined by its expression (glia/expr.h, given by the type's pointwise slot), and their one CPU kernel, which
- * evaluates that expression forward and its symbolic gradient backward. This one source is built into relu.so,
- * leaky_relu.so, sigmoid.so, tanh.so and gelu.so, each registering the type that GLIA_ACTIVATION names, so
- * that `type = relu` loads relu.so. Not PReLU (the slope is no parameter), not GELU's tanh approximation. */
+/* plugins/layers/activation — the activation types relu, leaky_relu, sigmoid, tanh and gelu, each its expression,
+ * and their one CPU kernel, which interprets it. Not PReLU (no learned slope), not GELU's tanh approximation. */
+
+/* Each type is its expression (glia/expr.h, given by its pointwise slot); the kernel evaluates it forward and
+ * its symbolic gradient backward. This one source is built into relu.so, leaky_relu.so, sigmoid.so, tanh.so and
+ * gelu.so, each registering the type that GLIA_ACTIVATION names, so that `type = relu` loads relu.so. */
 #include <glia/glia.h>
 #include <glia/types/activation.h>
 #include <stddef.h>

@@ -1,7 +1,5 @@
-/* plugins/layers/pointwise — layer type pointwise, an elementwise function of 1 to 4 inputs of one shape
- * written as an expression (`expr = x * sigmoid(x)`, glia/expr.h) that create parses and differentiates,
- * and its CPU kernel: forward interprets the expression, backward its symbolic derivatives.
- * Not broadcasting: every input has the output's shape. Not a fuser of other layers (the core's graph is). */
+/* plugins/layers/pointwise — layer type pointwise (`expr = x * sigmoid(x)` of 1 to 4 inputs of one shape) and its CPU
+ * kernel, which interprets the expression and its derivatives. Not broadcasting, not a fuser of other layers. */
 #include <glia/glia.h>
 #include <glia/types/pointwise.h>
 #include <stdlib.h>
