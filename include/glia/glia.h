@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "config.h"
 #include "layer.h"
+#include "expr.h"
 #include "optimizer.h"
 #include "comm.h"
 #include "plugin.h"

@@ -15,7 +15,8 @@
 
 /* l->attrs of a dropout layer. */
 struct glia_dropout_attrs {
-    float p;  /* probability of zeroing an element (key p) */
+    float p;         /* probability of zeroing an element (key p), as the mask compares it */
+    double p_key;    /* the key as written, for the type's expression (a float does not say which decimal) */
 };
 
 /* The seed a random kernel draws from: seed, or, when step_at is set (the forward was captured into a CUDA

@@ -9,13 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* l->attrs: the type's public attributes first (what every kernel reads), then p as the key gave it, in
- * double, for the type's expression (a float does not say which decimal the user wrote). */
-struct dropout_attrs {
-    struct glia_dropout_attrs pub;
-    double p;
-};
-
 static const struct glia_key dropout_keys[] = {
     GLIA_KEY("p", GLIA_KEY_FLOAT, "0.5", "probability of zeroing an element", .min = 0, .max = 0.999999),
     GLIA_KEY_END};
@@ -23,9 +16,9 @@ static const struct glia_key dropout_keys[] = {
 static glia_status dropout_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
                                   int n_in)
 {
-    struct dropout_attrs *d = l->attrs;
-    d->p = glia_section_float(cfg, "p");
-    d->pub.p = (float)d->p;
+    struct glia_dropout_attrs *d = l->attrs;
+    d->p_key = glia_section_float(cfg, "p");
+    d->p = (float)d->p_key;
     return GLIA_OK;
 }
 
@@ -40,7 +33,7 @@ static glia_status dropout_infer(const struct glia_layer *l, const struct glia_s
 /* dropout(x, p), the language's dropout() draws this layer's mask; p written so that it reads back exactly */
 static int dropout_text(const struct glia_layer *l, int n_in, char *buf, size_t size)
 {
-    double p = ((const struct dropout_attrs *)l->attrs)->p;
+    double p = ((const struct glia_dropout_attrs *)l->attrs)->p_key;
     char num[32];
     snprintf(num, sizeof num, "%.15g", p);
     if (strtod(num, NULL) != p) snprintf(num, sizeof num, "%.17g", p);
@@ -116,7 +109,7 @@ static const struct glia_layer_type dropout_type = {
     .keys = dropout_keys,
     .min_inputs = 1,
     .max_inputs = 1,
-    .attrs_size = sizeof(struct dropout_attrs),
+    .attrs_size = sizeof(struct glia_dropout_attrs),
     .create = dropout_create,
     .infer_shape = dropout_infer,
     .pointwise = dropout_text,
