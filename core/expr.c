@@ -1,7 +1,11 @@
 /* core/expr.c — the elementwise-expression IR of glia/expr.h: builder (hash-consing, constant folding,
  * algebraic simplification, canonical operand order), parser, printers, hash, interpreters (double
  * scalar, float blocks), symbolic differentiation and gradients. Not a layer (plugins/layers/pointwise)
- * and not a code generator (backends/cuda/pointwise_jit.c). See glia/expr.h for the value semantics. */
+ * and not a code generator (backends/cuda/pointwise_jit.c). See glia/expr.h for the value semantics.
+ * Why one file of some 1,500 lines: it is one small language, and every part of it (the parser, the derivatives,
+ * the printers, the interpreters) builds or walks the same node list through the builder's invariants (interned,
+ * folded, canonically ordered, post-ordered); apart, the builder's internals would become an interface of their own
+ * for files that only ever call each other. */
 #include <glia/expr.h>
 #include <glia/types/dropout.h>  /* the dropout layer's mask, which dropout() draws */
 #ifdef _OPENMP
