@@ -15,8 +15,8 @@ static void usage(FILE *f)
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
             "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
-            "       glia plugins [MODEL.ini] [--describe NAME]   (NAME: plugin, layer type, optimizer,\n"
-            "                                   or runtime|data|train|plugins|layer; MODEL.ini: its [plugins] too)\n"
+            "       glia plugins [MODEL.ini] [--describe NAME]   (NAME: plugin, layer type, optimizer, or\n"
+            "                     runtime|data|train|plugins|graph|distributed|layer; MODEL.ini: its [plugins] too)\n"
             "       glia plot METRICS.jsonl [-o OUT.svg]\n"
             GLIA__BENCH_USAGE
             "       glia --version\n");
