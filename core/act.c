@@ -44,7 +44,7 @@ enum glia_dtype glia__data_dtype(const struct glia_model *m) { return m->data.tr
 
 /* Whether the backend queues its work (then batches upload on its copy stream through stage_x/y, during the step
  * before theirs); a backend whose calls run to their end (the CPU) gets them copied in place. */
-static bool async_upload(const struct glia_model *m) { return glia_backend_queue(m->backend) != NULL; }
+static bool async_upload(const struct glia_model *m) { return glia__backend_queues(m->backend); }
 
 /* The loss layer's output gradient: 1/accumulate (each micro-batch's loss counts that much),
  * times the loss scale, times the share of the batch this model computed (dp). */

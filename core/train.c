@@ -528,7 +528,7 @@ glia_status glia__lagged_init(struct glia_model *m, struct glia__lagged_loss *q)
     struct glia_backend *b = m->backend;
     *q = (struct glia__lagged_loss){0};
     if (m->dist.n_replicas > 1) return GLIA_OK;  /* dp: the loss is summed over the devices' chunks */
-    if (!glia_backend_queue(b)) return GLIA_OK;  /* the loss is there when the step returns: read it then */
+    if (!glia__backend_queues(b)) return GLIA_OK;  /* the loss is there when the step returns: read it then */
     return glia_backend_host_alloc(b, sizeof(float), (void **)&q->host);
 }
 

@@ -74,7 +74,8 @@ struct glia_backend_memory_ops {
      * copies faster (CUDA), plain otherwise. */
     glia_status (*host_alloc)(void *priv, size_t nbytes, void **ptr);
     void (*host_free)(void *priv, void *ptr);
-    /* Fill *out with the allocator's figures (glia profile's memory line). */
+    /* Fill *out with the allocator's figures (glia profile's memory line); GLIA_EUNSUPPORTED, with no error
+     * message (callers ask on every epoch), from a backend that keeps none (the CPU's). */
     glia_status (*stats)(void *priv, struct glia_memory_stats *out);
 };
 
