@@ -82,6 +82,18 @@ glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory
     return b->ops->memory->stats(b->priv, out);
 }
 
+glia_status glia_backend_peak(struct glia_backend *b, struct glia_device_peak *out)
+{
+    const struct glia_backend_device_ops *d = b->ops->device;
+    if (d->struct_size < GLIA__END_OF(struct glia_backend_device_ops, peak) || !d->peak) return GLIA_EUNSUPPORTED;
+    struct glia_device_peak p = {.struct_size = sizeof p};
+    glia_status st = d->peak(b->priv, &p);
+    if (st) return st;
+    p.struct_size = out->struct_size;
+    memcpy(out, &p, out->struct_size < sizeof p ? out->struct_size : sizeof p);  /* what the caller's struct has */
+    return GLIA_OK;
+}
+
 glia_status glia_backend_copy(struct glia_backend *b, void *dst, bool dst_host, const void *src, bool src_host,
                               size_t nbytes)
 {

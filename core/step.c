@@ -10,6 +10,7 @@
 #include "parts.h"
 #include "act.h"
 #include "train.h"
+#include "roofline.h"
 
 /* ---- glia_model_step: one training step on a batch the caller holds ---- */
 
@@ -129,6 +130,73 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
 
 glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup, FILE *f, const char *trace_path)
 {
+    struct glia_profile_options o = {sizeof o, steps, warmup, trace_path, 0, 0};
+    return glia_model_profile_with(m, &o, f);
+}
+
+/* One row of the profile's table: times per step, share of the step, and the roofline of bytes and flops a step
+ * (flops < 0: unknown). */
+static void profile_row(FILE *f, const struct glia__peak *pk, const char *name, const char *type, double fwd_s,
+                        const char *bwd, double s, double t_all, double bytes, double flops)
+{
+    char gbs[16] = "-", tfs[16] = "-", share[24] = "-", mb[16] = "-", gfl[16] = "-";
+    if (bytes > 0) snprintf(mb, sizeof mb, "%.2f", bytes / 1e6);
+    if (bytes > 0 && s > 0) snprintf(gbs, sizeof gbs, "%.1f", bytes / s / 1e9);
+    if (flops >= 0) snprintf(gfl, sizeof gfl, "%.3f", flops / 1e9);
+    if (flops > 0 && s > 0) snprintf(tfs, sizeof tfs, "%.3f", flops / s / 1e12);
+    if (bytes > 0) glia__peak_share(pk, bytes, flops > 0 ? flops : 0, s, share, sizeof share);
+    fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%% %10s %9s %8s %8s %11s\n", name, type, 1e3 * fwd_s, bwd, 100 * s / t_all,
+            mb, gfl, gbs, tfs, share);
+}
+
+/* The table of a profile of `steps` steps over `samples` samples that took t_all seconds, t_input of it the input. */
+static void profile_table(struct glia_model *m, FILE *f, const struct glia__peak *pk, int steps, double samples,
+                          double t_all, double t_input)
+{
+    double per = samples / steps, sum_layers = 0, all_bytes = 0, all_flops = 0;
+    int64_t batch = (int64_t)(per + 0.5);
+    fprintf(f, "%-16s %-22s %11s %11s %7s %10s %9s %8s %8s %11s\n", "layer", "type", "forward ms", "backward ms", "share",
+            "MB", "GFLOP", "GB/s", "TFLOP/s", "of peak");
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        const struct glia__node *nd = &m->graph.nodes[i];
+        struct glia__cost c;
+        glia__node_cost(m, i, batch, &c);
+        double s = (nd->t_fwd + nd->t_bwd) / steps, bytes = c.fwd_bytes + c.bwd_bytes;
+        double flops = c.flops_known ? c.fwd_flops + c.bwd_flops : -1;
+        char bwd[16];
+        snprintf(bwd, sizeof bwd, "%.3f", 1e3 * nd->t_bwd / steps);
+        profile_row(f, pk, nd->layer.name, nd->layer.type->name, nd->t_fwd / steps, bwd, s, t_all / steps, bytes, flops);
+        sum_layers += nd->t_fwd + nd->t_bwd;
+        all_bytes += bytes;
+        all_flops += flops > 0 ? flops : 0;
+    }
+    double ob = glia__optimizer_bytes(m);
+    profile_row(f, pk, "(optimizer)", m->trainer.opt.type->name, m->trainer.t_opt / steps, "", m->trainer.t_opt / steps,
+                t_all / steps, ob, -1);
+    profile_row(f, pk, "(input)", "loader wait + copy", t_input / steps, "", t_input / steps, t_all / steps, 0, -1);
+    double rest = t_all - sum_layers - m->trainer.t_opt - t_input;
+    profile_row(f, pk, "(other)", "core", rest / steps, "", rest / steps, t_all / steps, 0, -1);
+    profile_row(f, pk, "(step)", "all of the above", t_all / steps, "", t_all / steps, t_all / steps, all_bytes + ob,
+                all_flops);
+    char bw[32] = "bandwidth unknown", fl[32] = "FLOP/s unknown";
+    if (pk->bandwidth > 0) snprintf(bw, sizeof bw, "%.0f GB/s", pk->bandwidth / 1e9);
+    if (pk->flops > 0) snprintf(fl, sizeof fl, "%.2f TFLOP/s", pk->flops / 1e12);
+    fprintf(f, "peak of %s: %s, %s at %s (%s)\n", m->backend->ops->name, bw, fl,
+            glia_precision_name(m->backend->options.precision),
+            pk->basis[0] ? pk->basis : "the device tells none: give glia profile --peak-gbs and --peak-tflops");
+}
+
+glia_status glia_model_profile_with(struct glia_model *m, const struct glia_profile_options *o, FILE *f)
+{
+    if (!m) return GLIA_EINVAL;
+    if (!o || o->struct_size < GLIA__END_OF(struct glia_profile_options, peak_flops))
+        return glia_error(m->ctx, GLIA_EINVAL, "profile: options struct_size %u is too small (set it to "
+                          "sizeof(struct glia_profile_options))", o ? (unsigned)o->struct_size : 0u);
+    int steps = o->steps, warmup = o->warmup;
+    const char *trace_path = o->trace_path;
+    if (o->peak_bandwidth < 0 || o->peak_flops < 0 || !isfinite(o->peak_bandwidth) || !isfinite(o->peak_flops))
+        return glia_error(m->ctx, GLIA_EINVAL, "profile: peak bandwidth and FLOP/s must be finite and 0 or more (got %g "
+                          "and %g)", o->peak_bandwidth, o->peak_flops);
     if (steps < 1 || warmup < 0)
         return glia_error(m->ctx, GLIA_EINVAL, "profile: steps must be 1 or more and warm-up 0 or more (got %d and %d)",
                           steps, warmup);
@@ -153,7 +221,7 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
     if (!st && warmup + steps > total)
         st = glia_error(m->ctx, GLIA_EINVAL, "profile: %d warm-up + %d steps, but an epoch has %lld batches", warmup, steps,
                         (long long)total);
-    double t_all = 0, wait = 0, t_other = 0;
+    double t_all = 0, wait = 0, t_other = 0, samples = 0;
     struct glia__feed fd = {0};
     if (!st) st = glia__feed_start(m, &fd, &s.train, true);
     for (int k = 0; !st && k < warmup + steps; k++) {
@@ -178,6 +246,7 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
             trace.n = step_ev;
             break;
         }
+        if (m->trainer.profiling) samples += (double)nb;
         if (m->trainer.profiling) {
             glia_backend_sync(m->backend);
             double t1 = glia__now();
@@ -211,24 +280,13 @@ glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup
     if (!st) {
         t_all = t_end - t_all;
         wait = s.train.wait_s - wait;
-        double sum_layers = 0;
-        for (int i = 0; i < m->graph.n_nodes; i++) sum_layers += m->graph.nodes[i].t_fwd + m->graph.nodes[i].t_bwd;
         fprintf(f, "profile: %d training steps of batch %d after %d warm-up steps, %.1f ms a step, %.0f samples/s\n",
-                steps, m->data.batch, warmup, 1e3 * t_all / steps, (double)steps * m->data.batch / t_all);
+                steps, m->data.batch, warmup, 1e3 * t_all / steps, samples / t_all);
         if (m->graph.ckpt_segments > 1)
             fprintf(f, "([graph] checkpoint_segments: a recomputed layer's backward ms includes its forward run again)\n");
-        fprintf(f, "%-16s %-22s %11s %11s %7s\n", "layer", "type", "forward ms", "backward ms", "share");
-        for (int i = 0; i < m->graph.n_nodes; i++) {
-            const struct glia__node *nd = &m->graph.nodes[i];
-            fprintf(f, "%-16s %-22s %11.3f %11.3f %6.1f%%\n", nd->layer.name, nd->layer.type->name, 1e3 * nd->t_fwd / steps,
-                    1e3 * nd->t_bwd / steps, 100 * (nd->t_fwd + nd->t_bwd) / t_all);
-        }
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(optimizer)", m->trainer.opt.type->name, 1e3 * m->trainer.t_opt / steps, "",
-                100 * m->trainer.t_opt / t_all);
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(input)", "loader wait + copy", 1e3 * t_other / steps, "",
-                100 * t_other / t_all);
-        double rest = t_all - sum_layers - m->trainer.t_opt - t_other;
-        fprintf(f, "%-16s %-22s %11.3f %11s %6.1f%%\n", "(other)", "core", 1e3 * rest / steps, "", 100 * rest / t_all);
+        struct glia__peak pk;
+        glia__peak_of(m, o->peak_bandwidth, o->peak_flops, &pk);
+        profile_table(m, f, &pk, steps, samples, t_all, t_other);
         struct glia_memory_stats ms;
         if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
             fprintf(f, "device memory: %.1f MiB in tensors (peak %.1f), %.1f MiB held, %llu driver allocations\n",

@@ -372,6 +372,56 @@ static void test_metrics_report_device_peak(void)
     close_run(&r);
 }
 
+/* The device's peak (glia profile's roofline): the bandwidth is 2 x the memory clock x the bus width the basis
+ * names; the tensor-core precisions are at least fp32's rate, all known or all unknown (a compute capability
+ * outside the table); glia profile on the GPU gives every layer that moves bytes its fraction of that peak. */
+static void test_profile_device_peak(void)
+{
+    struct glia_device_peak pk = {.struct_size = sizeof pk};
+    CU_ASSERT_EQUAL_FATAL(glia_backend_peak(gpu, &pk), GLIA_OK);
+    int mhz = 0, bits = 0, sms = 0, sm_mhz = 0;
+    CU_ASSERT_EQUAL_FATAL(sscanf(pk.basis, "memory %d MHz x %d bits, %d SMs x %d MHz", &mhz, &bits, &sms, &sm_mhz), 4);
+    double want = 2.0 * mhz * 1e6 * bits / 8;
+    if (!(fabs(pk.bandwidth - want) <= 1e-3 * want)) printf("\n  %g B/s from '%s'\n", pk.bandwidth, pk.basis);
+    CU_ASSERT(pk.bandwidth > 0 && fabs(pk.bandwidth - want) <= 1e-3 * want);
+    bool known = pk.flops[GLIA_PRECISION_FP32] > 0;
+    for (int p = GLIA_PRECISION_TF32; p <= GLIA_PRECISION_FP16; p++)
+        CU_ASSERT(known ? pk.flops[p] >= pk.flops[GLIA_PRECISION_FP32] : pk.flops[p] == 0);
+    struct glia_device_peak small = {.struct_size = GLIA__END_OF(struct glia_device_peak, bandwidth)};
+    small.flops[0] = -7;  /* beyond the caller's struct_size: left alone */
+    CU_ASSERT_EQUAL(glia_backend_peak(gpu, &small), GLIA_OK);
+    CU_ASSERT_EQUAL(small.bandwidth, pk.bandwidth);
+    CU_ASSERT_EQUAL(small.flops[0], -7);
+    CU_ASSERT_EQUAL(small.struct_size, GLIA__END_OF(struct glia_device_peak, bandwidth));
+    CU_ASSERT_EQUAL(glia_backend_peak(cpu, &pk), GLIA_EUNSUPPORTED);
+    make_data();
+    struct run r;
+    open_run(&r, cnn_text("cuda", "precision = bf16", "sgd\nlr = 0.01"));
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    struct glia_profile_options o = {sizeof o, 2, 1, NULL, 0, 0};
+    glia_status st = glia_model_profile_with(r.m, &o, f);
+    fclose(f);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    char want_line[64];
+    snprintf(want_line, sizeof want_line, "peak of cuda: %.0f GB/s, ", pk.bandwidth / 1e9);
+    if (!strstr(table, want_line)) printf("\n%s", table);
+    CU_ASSERT_PTR_NOT_NULL(strstr(table, want_line));
+    int rows = 0, with_share = 0;
+    for (const char *l = strchr(table, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
+        if (l[1] == '(' || !strncmp(l + 1, "layer ", 6) || !strncmp(l + 1, "peak ", 5) || !strncmp(l + 1, "device ", 7)) continue;
+        rows++;
+        const char *e = strchr(l + 1, '\n');
+        with_share += e && (e - l > 5) && (!strncmp(e - 4, " mem", 4) || !strncmp(e - 5, " math", 5));
+    }
+    CU_ASSERT(rows > 0);
+    CU_ASSERT_EQUAL(with_share, rows);
+    free(table);
+    close_run(&r);
+}
+
 /* cnn_text with another batch size and [train] keys added. */
 static const char *cnn_text_with(const char *runtime_extra, const char *optimizer, int batch, const char *train_extra)
 {
@@ -743,6 +793,7 @@ int main(void)
                                              GLIA_TEST(test_progress_lines_match_cpu),
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat),
                                              GLIA_TEST(test_metrics_report_device_peak),
+                                             GLIA_TEST(test_profile_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),
                                              GLIA_TEST(test_cuda_step_equals_training),
                                              GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),

@@ -443,6 +443,26 @@ static void test_cli_check(void)
     snprintf(args, sizeof args, "profile %s --trace", good);
     CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
     CU_ASSERT_STRING_EQUAL(err, "glia: --trace needs a value\n");
+    /* --peak-gbs and --peak-tflops: the fraction of peak of each layer, from the figures given */
+    good = glia_test_tmp("good.ini");  /* (glia_test_tmp's buffers are reused) */
+    snprintf(cmd, sizeof cmd, "%s profile %s --steps 3 --set data.batch_size=4 --set runtime.device=cpu --peak-gbs 50 "
+             "--peak-tflops 1.5", bin ? bin : "tools/glia", good);
+    p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    k = fread(out, 1, sizeof out - 1, p);
+    out[k] = '\0';
+    CU_ASSERT_EQUAL(pclose(p), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "peak of cpu: 50 GB/s, 1.50 TFLOP/s at fp32 (given)\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "% mem\n"));
+    snprintf(args, sizeof args, "profile %s --peak-gbs fast", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --peak-gbs takes a positive number, not 'fast'\n");
+    snprintf(args, sizeof args, "profile %s --peak-tflops 0", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --peak-tflops takes a positive number, not '0'\n");
+    snprintf(args, sizeof args, "train %s --peak-gbs 5", good);
+    CU_ASSERT_EQUAL(run_glia(args, err, sizeof err), 2);
+    CU_ASSERT_STRING_EQUAL(err, "glia: --peak-gbs is not an option of train (see glia --help)\n");
 }
 
 /* device = cuda without a usable GPU (or without a CUDA build) is one clear error; device = auto

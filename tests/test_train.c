@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include "modelutil.h"
 #include "parts.h"
+#include "roofline.h"
 #include "traceutil.h"
 
 static char dir[512];
@@ -1187,6 +1188,109 @@ static void test_profile_trace(void)
     close_run(&r);
 }
 
+/* The row of layer `name` in a profile table: its fields split on blanks (at most 16), or 0 fields when absent. */
+static int table_row(const char *table, const char *name, char fields[16][32])
+{
+    char key[64];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(table, key);
+    if (!p) return 0;
+    int n = 0;
+    for (p++; *p && *p != '\n' && n < 16;) {
+        while (*p == ' ') p++;
+        int k = 0;
+        while (*p && *p != ' ' && *p != '\n') {
+            if (k < 31) fields[n][k++] = *p;
+            p++;
+        }
+        fields[n][k] = 0;
+        if (k) n++;
+        else break;
+    }
+    return n;
+}
+
+/* glia profile's roofline: the bytes and FLOPs of each layer a step follow the formulae of docs/benchmarks.md (here
+ * worked out by hand for a flatten and two linear layers at batch 32, 36 -> 16 -> 5), the optimizer's bytes are 4 x (3 + 2 x its state arrays) per arena value; the table shows the fraction
+ * of peak only when a peak is known (the CPU tells none: given here), and bad options are refused in one line. */
+static void test_profile_roofline(void)
+{
+    make_data();
+    char text[4096];
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\nseed = 4\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\n[train]\noptimizer = sgd\nlr = 0.05\n"
+             "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = relu\n"
+             "[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir);
+    struct run r;
+    open_run(&r, text);
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    struct glia_profile_options o = {sizeof o, 3, 2, NULL, 0, 0};
+    glia_status st = glia_model_profile_with(r.m, &o, f);
+    fclose(f);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+    struct glia__cost c;
+    glia__node_cost(r.m, 0, 32, &c);  /* flat: a copy of x 32x1x6x6; no backward (nothing before it learns) */
+    CU_ASSERT_EQUAL(c.fwd_bytes, 4 * 2 * 32 * 36);
+    CU_ASSERT_EQUAL(c.bwd_bytes, 0);
+    CU_ASSERT_FALSE(c.flops_known);
+    glia__node_cost(r.m, 1, 32, &c);  /* fc1: x 32x36, W 16x36 + b 16, y 32x16; no input gradient (nothing before it
+                                         learns) */
+    CU_ASSERT_EQUAL(c.fwd_bytes, 4 * (32 * 36 + 16 * 37 + 32 * 16));
+    CU_ASSERT_EQUAL(c.bwd_bytes, 4 * (32 * 16 + 32 * 36 + 16 * 37));  /* dy, x, dW: no y read (BWD_NO_OUTPUT) */
+    CU_ASSERT_EQUAL(c.fwd_flops, 2 * 32 * 36 * 16);
+    CU_ASSERT_EQUAL(c.bwd_flops, 2 * 32 * 36 * 16);
+    glia__node_cost(r.m, 3, 32, &c);  /* fc2: the input gradient too */
+    CU_ASSERT_EQUAL(c.fwd_bytes, 4 * (32 * 16 + 5 * 17 + 32 * 5));
+    CU_ASSERT_EQUAL(c.bwd_bytes, 4 * (32 * 5 + 32 * 16 + 5 * 17 + 32 * 16 + 5 * 17));  /* dy, x, W, dx, dW */
+    CU_ASSERT_EQUAL(c.fwd_flops, 2 * 32 * 16 * 5);
+    CU_ASSERT_EQUAL(c.bwd_flops, 2 * 2 * 32 * 16 * 5);
+    glia__node_cost(r.m, 3, 8, &c);   /* a smaller batch moves the activations' share less */
+    CU_ASSERT_EQUAL(c.fwd_bytes, 4 * (8 * 16 + 5 * 17 + 8 * 5));
+    CU_ASSERT_TRUE(c.flops_known);
+    CU_ASSERT_EQUAL(glia__optimizer_bytes(r.m), 4.0 * (double)r.m->params.wa.n * (3 + 2 * r.m->trainer.opt.type->n_state));
+    char row[16][32];
+    CU_ASSERT_EQUAL_FATAL(table_row(table, "fc2", row), 10);  /* name type fwd bwd share MB GFLOP GB/s TFLOP/s peak */
+    CU_ASSERT_STRING_EQUAL(row[1], "linear");
+    CU_ASSERT_STRING_EQUAL(row[5], "0.01");    /* (3028 + 5416) bytes */
+    CU_ASSERT_STRING_EQUAL(row[6], "0.000");   /* 15360 FLOPs */
+    CU_ASSERT_STRING_EQUAL(row[9], "-");       /* the CPU tells no peak */
+    CU_ASSERT_EQUAL(table_row(table, "flat", row), 10);
+    CU_ASSERT_STRING_EQUAL(row[6], "-");       /* flatten counts no FLOPs */
+    CU_ASSERT_EQUAL_FATAL(table_row(table, "(input)", row), 12);  /* "loader wait + copy" is four fields */
+    CU_ASSERT_STRING_EQUAL(row[7], "-");       /* the input's bytes are not counted */
+    CU_ASSERT_PTR_NOT_NULL(strstr(table, "peak of cpu: bandwidth unknown, FLOP/s unknown at fp32 (the device tells none: "
+                                         "give glia profile --peak-gbs and --peak-tflops)\n"));
+    free(table);
+    /* a peak given: every layer that moves bytes gets its fraction, the larger of memory and math */
+    f = open_memstream(&table, &len);
+    o.peak_bandwidth = 1e9, o.peak_flops = 1e6;
+    CU_ASSERT_EQUAL_FATAL(glia_model_profile_with(r.m, &o, f), GLIA_OK);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(table_row(table, "fc1", row), 11);  /* the fraction and its kind: two fields */
+    CU_ASSERT_STRING_EQUAL(row[10], "math");  /* 73728 FLOPs a step at 1 MFLOP/s outweigh 36 KB at 1 GB/s */
+    CU_ASSERT_EQUAL_FATAL(table_row(table, "(optimizer)", row), 10);  /* name type ms share MB - GB/s - peak kind */
+    CU_ASSERT_STRING_EQUAL(row[9], "mem");
+    CU_ASSERT_PTR_NOT_NULL(strstr(table, "peak of cpu: 1 GB/s, 0.00 TFLOP/s at fp32 (given)\n"));
+    free(table);
+    /* bad options: one line each, and no step taken */
+    int64_t steps_before = r.m->trainer.step;
+    o.peak_flops = -1;
+    CU_ASSERT_EQUAL(glia_model_profile_with(r.m, &o, stdout), GLIA_EINVAL);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(r.ctx), "profile: peak bandwidth and FLOP/s must be finite and 0 or more "
+                                                      "(got 1e+09 and -1)");
+    o.struct_size = 8;
+    CU_ASSERT_EQUAL(glia_model_profile_with(r.m, &o, stdout), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "options struct_size 8 is too small"));
+    CU_ASSERT_EQUAL(r.m->trainer.step, steps_before);
+    close_run(&r);
+}
+
 /* The trace's JSON strings: quote, backslash and control characters escaped; read back the same. */
 static void test_json_string(void)
 {
@@ -2022,7 +2126,7 @@ static void test_weight_decay_off(void)
 }
 
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
-               GLIA_TEST(test_profile_trace), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
+               GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
                GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),

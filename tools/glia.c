@@ -1,6 +1,7 @@
 /* tools/glia.c — the glia command-line program: train, eval, profile, check, plugins, plot, bench.
  * Not library code: this is the only place that decides exit codes and calls exit(). */
 #include <glia/glia.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
-            "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--set SECTION.KEY=VALUE]...\n"
+            "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--peak-gbs N] [--peak-tflops N]\n"
+            "                    [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
             "       glia plugins [MODEL.ini] [--describe NAME]   (NAME: plugin, layer type, optimizer, or\n"
             "                     runtime|data|train|plugins|graph|distributed|layer; MODEL.ini: its [plugins] too)\n"
@@ -30,7 +32,7 @@ static int fail(struct glia_context *ctx, glia_status st)
 }
 
 struct args {
-    const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace;
+    const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace, *peak_gbs, *peak_tflops;
     const char *sets[256];
     int n_sets, quiet;
 };
@@ -40,7 +42,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
     for (int i = first; i < argc; i++) {
         const char *s = argv[i];
         if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe") || !strcmp(s, "--resume") ||
-             !strcmp(s, "--checkpoint") || !strcmp(s, "--steps") || !strcmp(s, "--trace")) && i + 1 >= argc) {
+             !strcmp(s, "--checkpoint") || !strcmp(s, "--steps") || !strcmp(s, "--trace") || !strcmp(s, "--peak-gbs") ||
+             !strcmp(s, "--peak-tflops")) && i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -56,6 +59,10 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->steps = argv[++i];
         } else if (!strcmp(s, "--trace")) {
             a->trace = argv[++i];
+        } else if (!strcmp(s, "--peak-gbs")) {
+            a->peak_gbs = argv[++i];
+        } else if (!strcmp(s, "--peak-tflops")) {
+            a->peak_tflops = argv[++i];
         } else if (!strcmp(s, "--resume")) {
             a->resume = argv[++i];
         } else if (!strcmp(s, "--checkpoint")) {
@@ -82,13 +89,13 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
 /* The first option given that command cmd does not take (NULL: none, or cmd is unknown). */
 static const char *refused_option(const char *cmd, const struct args *a)
 {
-    enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128 };
+    enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128, PEAK = 256 };
     static const struct {
         const char *cmd;
         unsigned takes;
     } table[] = {
         {"train", SET | METRICS | RESUME | QUIET}, {"check", SET}, {"eval", SET | CHECKPOINT},
-        {"profile", SET | STEPS | TRACE},          {"plugins", DESCRIBE},
+        {"profile", SET | STEPS | TRACE | PEAK},   {"plugins", DESCRIBE},
     };
     const struct {
         const char *name;
@@ -99,6 +106,7 @@ static const char *refused_option(const char *cmd, const struct args *a)
         {"--resume", RESUME, a->resume != NULL}, {"--quiet", QUIET, a->quiet != 0},
         {"--checkpoint", CHECKPOINT, a->checkpoint != NULL}, {"--steps", STEPS, a->steps != NULL},
         {"--trace", TRACE, a->trace != NULL}, {"--describe", DESCRIBE, a->describe != NULL},
+        {"--peak-gbs", PEAK, a->peak_gbs != NULL}, {"--peak-tflops", PEAK, a->peak_tflops != NULL},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].cmd)) continue;
@@ -208,12 +216,23 @@ static int cmd_profile(struct glia_context *ctx, const struct args *a)
         fprintf(stderr, "glia: profile needs MODEL.ini and an optional --steps N (1..1000000)\n");
         return 2;
     }
+    double peak[2] = {0, 0};  /* GB/s, TFLOP/s */
+    const char *peak_arg[2] = {a->peak_gbs, a->peak_tflops}, *peak_opt[2] = {"--peak-gbs", "--peak-tflops"};
+    for (int k = 0; k < 2; k++) {
+        if (!peak_arg[k]) continue;
+        peak[k] = strtod(peak_arg[k], &end);
+        if (end == peak_arg[k] || *end || !(peak[k] > 0) || !isfinite(peak[k])) {
+            fprintf(stderr, "glia: %s takes a positive number, not '%s'\n", peak_opt[k], peak_arg[k]);
+            return 2;
+        }
+    }
     struct glia_config *cfg = NULL;
     struct glia_model *m = NULL;
     int rc = load_model(ctx, a, &cfg, &m);
     if (!rc) {
         FILE *out = glia_model_rank(m, NULL) == 0 ? stdout : fopen("/dev/null", "w");
-        glia_status st = out ? glia_model_profile_trace(m, (int)steps, 5, out, a->trace) : GLIA_EIO;
+        struct glia_profile_options o = {sizeof o, (int)steps, 5, a->trace, peak[0] * 1e9, peak[1] * 1e12};
+        glia_status st = out ? glia_model_profile_with(m, &o, out) : GLIA_EIO;
         if (out && out != stdout) fclose(out);
         if (st) rc = fail(ctx, st);
     }

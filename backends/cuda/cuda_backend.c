@@ -422,12 +422,45 @@ static void *cuda_queue(void *priv)
     return ((struct glia__cuda *)priv)->stream;
 }
 
+/* Dense floating-point operations a clock per SM at each enum glia_precision (fp32 on the CUDA cores; tf32, bf16,
+ * fp16 on the tensor cores, fp32 accumulation), from NVIDIA's datasheets of the data-centre parts: H100 SXM's 989
+ * bf16 TFLOP/s = 132 SMs x 1.83 GHz x 4096. A precision a generation lacks runs at its fp32 rate. */
+static const struct sm_rate {
+    int major, minor;
+    double per_clock[4];
+} sm_rates[] = {
+    {7, 0, {128, 128, 128, 1024}},  {7, 5, {128, 128, 128, 1024}},   {8, 0, {128, 1024, 2048, 2048}},
+    {8, 6, {256, 512, 1024, 1024}}, {8, 9, {256, 512, 1024, 1024}},  {9, 0, {256, 2048, 4096, 4096}},
+    {10, 0, {256, 4096, 8192, 8192}},
+};
+
+/* Bandwidth = 2 (double data rate) x memory clock x bus width; FLOP/s = SMs x boost clock x the table's rate. */
+static glia_status cuda_peak(void *priv, struct glia_device_peak *out)
+{
+    struct glia__cuda *c = priv;
+    int mem_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, c->device));
+    CUDA_TRY(c->ctx, cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, c->device));
+    CUDA_TRY(c->ctx, cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, c->device));
+    CUDA_TRY(c->ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device));
+    out->bandwidth = 2.0 * mem_khz * 1e3 * bus_bits / 8.0;
+    for (size_t i = 0; i < sizeof sm_rates / sizeof *sm_rates; i++)
+        if (sm_rates[i].major == c->cc_major && sm_rates[i].minor == c->cc_minor)
+            for (int p = 0; p < 4; p++) out->flops[p] = (double)sms * sm_khz * 1e3 * sm_rates[i].per_clock[p];
+    snprintf(out->basis, sizeof out->basis, "memory %d MHz x %d bits, %d SMs x %d MHz, sm_%d%d", mem_khz / 1000, bus_bits,
+             sms, sm_khz / 1000, c->cc_major, c->cc_minor);
+fail:
+    return st;
+}
+
 static const struct glia_backend_device_ops cuda_device = {
     .struct_size = sizeof(struct glia_backend_device_ops),
     .open = cuda_open,
     .close = cuda_close,
     .configure = cuda_configure,
     .queue = cuda_queue,
+    .peak = cuda_peak,
 };
 
 static const struct glia_backend_memory_ops cuda_memory = {

@@ -43,6 +43,15 @@ struct glia_memory_stats {
     uint64_t driver_allocs;  /* allocations from the driver so far (flat after warm-up) */
 };
 
+/* A device's peak rates, for glia profile's roofline (ABI 2.1). 0 means unknown. */
+struct glia_device_peak {
+    uint32_t struct_size;  /* sizeof(struct glia_device_peak) of the caller */
+    double bandwidth;      /* bytes a second between the device's memory and its cores */
+    double flops[4];       /* floating-point operations a second at each enum glia_precision: dense GEMM and
+                              convolution on the units that precision uses (tensor cores for tf32, bf16, fp16) */
+    char basis[96];        /* how the figures were found, one line ("HBM 2619 MHz x 5120 bits, 132 SMs x 1980 MHz") */
+};
+
 /* ---- what a backend implements: four groups of slots, each its own versioned struct ----
  * Every slot of the device, memory, stream and math groups is required (the CPU backend implements each one, so the
  * core and the kernels call them on any device without asking what it is); the graph group is optional as a whole.
@@ -61,6 +70,10 @@ struct glia_backend_device_ops {
     /* The native queue all of this backend's work is ordered on (a cudaStream_t for CUDA; see glia/cuda.h), for
      * kernels that launch their own work; NULL for a backend whose work runs when it is called (the CPU). */
     void *(*queue)(void *priv);
+    /* ABI 2.1: fill *out with the device's peak bandwidth and FLOP rates (glia profile's fraction of peak).
+     * Optional: NULL (the CPU, whose peak no portable call tells) means unknown; profile then prints achieved rates
+     * only, unless its caller gives the peak (glia profile --peak-gbs, --peak-tflops). */
+    glia_status (*peak)(void *priv, struct glia_device_peak *out);
 };
 
 /* Memory: the device's and page-locked host memory. */
@@ -175,6 +188,8 @@ void glia_backend_free(struct glia_backend *b, void *ptr);
 glia_status glia_backend_host_alloc(struct glia_backend *b, size_t nbytes, void **ptr);
 void glia_backend_host_free(struct glia_backend *b, void *ptr);
 glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory_stats *out);
+/* The device's peak rates; GLIA_EUNSUPPORTED, with no error message, from a backend without the slot (ABI 2.1). */
+glia_status glia_backend_peak(struct glia_backend *b, struct glia_device_peak *out);
 glia_status glia_backend_copy(struct glia_backend *b, void *dst, bool dst_host, const void *src, bool src_host,
                               size_t nbytes);
 glia_status glia_backend_memzero(struct glia_backend *b, void *ptr, size_t nbytes);

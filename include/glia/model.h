@@ -152,6 +152,19 @@ glia_status glia_model_profile(struct glia_model *m, int steps, int warmup, FILE
  * once, naming it) and removed if the run fails. Under ddp only rank 0 writes it; the other
  * ranks ignore trace_path. */
 glia_status glia_model_profile_trace(struct glia_model *m, int steps, int warmup, FILE *f, const char *trace_path);
+
+/* ---- glia_model_profile with its options (ABI 2.1) ---- */
+struct glia_profile_options {
+    uint32_t struct_size;    /* sizeof(struct glia_profile_options) of the caller */
+    int steps, warmup;       /* as glia_model_profile's */
+    const char *trace_path;  /* as glia_model_profile_trace's; NULL: no trace */
+    double peak_bandwidth;   /* bytes a second the device's memory moves, for the fraction of peak; 0: the device's
+                                own figure (glia_backend_peak; the CPU has none: no fraction is printed) */
+    double peak_flops;       /* FLOP/s at the run's precision; 0: the device's own figure */
+};
+/* glia_model_profile_trace, its table also giving each layer's roofline: bytes moved and FLOPs a step (forward +
+ * backward), the rates achieved and their fraction of the device's peak (docs/benchmarks.md gives the formulae). */
+glia_status glia_model_profile_with(struct glia_model *m, const struct glia_profile_options *o, FILE *f);
 /* Load weights and buffers from a checkpoint written by training this model. */
 glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
 /* Evaluate on the test set. */

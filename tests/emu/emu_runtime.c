@@ -309,9 +309,16 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
 {
     GLIA_EMU_GUARD;
-    (void)a;
-    (void)d;
-    *v = 0;
+    if (d != 0) return cudaErrorInvalidDevice;
+    switch (a) {  /* the emulated sm_90 of cudaGetDeviceProperties; made-up clocks, for glia profile's peak */
+    case cudaDevAttrMultiProcessorCount: *v = 4; break;
+    case cudaDevAttrClockRate: *v = 1000000; break;          /* kHz */
+    case cudaDevAttrMemoryClockRate: *v = 1000000; break;    /* kHz */
+    case cudaDevAttrGlobalMemoryBusWidth: *v = 256; break;   /* bits */
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    default: *v = 0;
+    }
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
