@@ -149,11 +149,14 @@ bench() {
     tail -n 25 "$out/results/gpu_conv.txt" >> "$out/summary.txt"
     log "bench/gpu_fmnist"
     bench/gpu_fmnist/run.sh --rounds 1 > "$out/results/gpu_fmnist.txt" 2>&1 || echo "gpu_fmnist FAILED" | tee -a "$out/summary.txt"
-    tail -n 12 "$out/results/gpu_fmnist.txt" >> "$out/summary.txt"
+    tail -n 21 "$out/results/gpu_fmnist.txt" >> "$out/summary.txt"
     log "bench/gpu_fmnist --cuda-graph on"
     bench/gpu_fmnist/run.sh --rounds 1 --cuda-graph on > "$out/results/gpu_fmnist-graph.txt" 2>&1 \
         || echo "gpu_fmnist --cuda-graph on FAILED" | tee -a "$out/summary.txt"
-    tail -n 12 "$out/results/gpu_fmnist-graph.txt" >> "$out/summary.txt"
+    tail -n 21 "$out/results/gpu_fmnist-graph.txt" >> "$out/summary.txt"
+    log "bench/gpu_resnet50"
+    bench/gpu_resnet50/run.sh > "$out/results/gpu_resnet50.txt" 2>&1 || echo "gpu_resnet50 FAILED" | tee -a "$out/summary.txt"
+    tail -n 14 "$out/results/gpu_resnet50.txt" >> "$out/summary.txt"
     log "bench/ddp_overhead"
     bench/ddp_overhead/run.sh --device cuda --out "$out/results/ddp_overhead-cuda.txt" > "$out/results/ddp_overhead.log" 2>&1 \
         || echo "ddp_overhead FAILED" | tee -a "$out/summary.txt"

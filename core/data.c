@@ -25,9 +25,9 @@ static void borrow_data(struct glia_model *m, const struct glia_model *like)
 }
 
 /* [data] format: what the files are. */
-enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, N_FORMATS };
-static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100"};
-#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
+enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, FMT_SYNTHETIC, N_FORMATS };
+static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100", "synthetic"};
+#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100 | 1u << FMT_SYNTHETIC)
 #define CIFAR_FORMATS (1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
 
 /* The keys of [data] that only some formats read (setting one for another format is an error),
@@ -48,6 +48,11 @@ static const struct format_key {
     {"group_by_length", 1u << FMT_TOKENS, 0},
     {"group_size", 1u << FMT_TOKENS, 0},
     {"coarse_labels", 1u << FMT_CIFAR100, 0},
+    {"channels", 1u << FMT_SYNTHETIC, 0},
+    {"rows", 1u << FMT_SYNTHETIC, 0},
+    {"cols", 1u << FMT_SYNTHETIC, 0},
+    {"classes", 1u << FMT_SYNTHETIC, 0},
+    {"seed", 1u << FMT_SYNTHETIC, 0},
     {"mean", IMAGE_FORMATS, 0},
     {"std", IMAGE_FORMATS, 0},
     {"random_crop_padding", IMAGE_FORMATS, 0},
@@ -117,11 +122,14 @@ static glia_status norm_values(struct glia_section *s, const char *key, int chan
 }
 
 /* The normalization of every image format when [data] does not give one: each data set's
- * training-set statistics (Fashion-MNIST for idx; pixel/255 per channel). */
+ * training-set statistics (Fashion-MNIST for idx; pixel/255 per channel; synthetic: those of
+ * pixels uniform on 0..255, mean 1/2 and std sqrt((256^2 - 1) / 12) / 255). */
 static const float default_mean[N_FORMATS][GLIA__MAX_CHANNELS] = {
-    [FMT_IDX] = {0.2860f}, [FMT_CIFAR10] = {0.4914f, 0.4822f, 0.4465f}, [FMT_CIFAR100] = {0.5071f, 0.4865f, 0.4409f}};
+    [FMT_IDX] = {0.2860f}, [FMT_CIFAR10] = {0.4914f, 0.4822f, 0.4465f}, [FMT_CIFAR100] = {0.5071f, 0.4865f, 0.4409f},
+    [FMT_SYNTHETIC] = {0.5f, 0.5f, 0.5f}};
 static const float default_std[N_FORMATS][GLIA__MAX_CHANNELS] = {
-    [FMT_IDX] = {0.3530f}, [FMT_CIFAR10] = {0.2470f, 0.2435f, 0.2616f}, [FMT_CIFAR100] = {0.2673f, 0.2564f, 0.2762f}};
+    [FMT_IDX] = {0.3530f}, [FMT_CIFAR10] = {0.2470f, 0.2435f, 0.2616f}, [FMT_CIFAR100] = {0.2673f, 0.2564f, 0.2762f},
+    [FMT_SYNTHETIC] = {0.2898f, 0.2898f, 0.2898f}};
 
 /* A growing list of owned paths. */
 struct paths {
@@ -235,6 +243,76 @@ static glia_status load_idx(struct glia_model *m, struct glia_section *s)
     return st;
 }
 
+/* ---- format = synthetic ------------------------------------------------------------------- */
+
+/* Samples generated when [data] train_samples / test_samples is 0. */
+#define SYNTH_TRAIN_DEFAULT 1024
+#define SYNTH_TEST_DEFAULT 256
+
+/* splitmix64 of a counter: the stream of sample i of a set, the same whatever thread makes it. */
+static uint64_t synth_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Fills d (n samples of channels x rows x cols, its shape set) with uniform u8 pixels and labels
+ * uniform on 0 .. classes-1, from (seed, set): a pure function of them, so a run repeats its data. */
+static void synth_fill(struct glia__dataset *d, int classes, uint64_t seed, uint64_t set)
+{
+    const int64_t per = (int64_t)d->channels * d->rows * d->cols;
+    const uint64_t base = synth_mix(synth_mix(seed) ^ (set + 1) * 0xd1b54a32d192ed03ull);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < d->n; i++) {
+        uint64_t key = synth_mix(base ^ (uint64_t)i * 0x9e3779b97f4a7c15ull), word = 0;
+        uint8_t *px = d->images + i * per;
+        for (int64_t j = 0; j < per; j++) {
+            if (j % 8 == 0) word = synth_mix(key + (uint64_t)j / 8);
+            px[j] = (uint8_t)(word >> 8 * (j % 8));
+        }
+        /* the high half of a 64x32-bit product: uniform enough for at most 2^24 classes */
+        d->labels[i] = (int32_t)((synth_mix(~key) >> 32) * (uint64_t)classes >> 32);
+    }
+}
+
+/* One synthetic set of n samples: its memory, or one line naming [data] train_samples (or
+ * test_samples) and the bytes when it cannot be had. */
+static glia_status synth_set(struct glia_section *s, const char *key, int64_t n, const int shape[3], int classes,
+                             uint64_t seed, uint64_t set, struct glia__dataset *d)
+{
+    *d = (struct glia__dataset){.n = n, .channels = shape[0], .rows = shape[1], .cols = shape[2], .n_classes = classes};
+    double per = (double)shape[0] * shape[1] * shape[2], bytes = (double)n * (per + sizeof(int32_t));
+    if (bytes < 0x1p62) {  /* beyond: no allocator would give it, and size_t arithmetic could wrap */
+        d->images = malloc((size_t)n * (size_t)per);
+        d->labels = d->images ? malloc((size_t)n * sizeof *d->labels) : NULL;
+    }
+    if (!d->labels) {
+        glia__dataset_free(d);
+        return glia__alloc_error(s, key, bytes, "%lld synthetic %s images of %dx%dx%d and their labels", (long long)n,
+                                 set == 0 ? "training" : "test", shape[0], shape[1], shape[2]);
+    }
+    d->classes_why = glia__printf("[data] classes = %d", classes);
+    synth_fill(d, classes, seed, set);
+    return GLIA_OK;
+}
+
+/* Random images and labels made here, once, when the model is built: a data set of any shape
+ * for benchmarks and tests without files. Seeded by [data] seed, else [runtime] seed. */
+static glia_status load_synthetic(struct glia_model *m, struct glia_section *s)
+{
+    const int shape[3] = {(int)glia_section_int(s, "channels"), (int)glia_section_int(s, "rows"),
+                          (int)glia_section_int(s, "cols")};
+    int classes = (int)glia_section_int(s, "classes");
+    uint64_t seed = glia__section_entry(s, "seed") ? (uint64_t)glia_section_int(s, "seed") : m->seed;
+    int64_t n_train = glia_section_int(s, "train_samples"), n_test = glia_section_int(s, "test_samples");
+    glia_status st = synth_set(s, "train_samples", n_train ? n_train : SYNTH_TRAIN_DEFAULT, shape, classes, seed, 0,
+                               &m->data.train);
+    if (!st) st = synth_set(s, "test_samples", n_test ? n_test : SYNTH_TEST_DEFAULT, shape, classes, seed, 1, &m->data.test);
+    return st;
+}
+
 glia_status glia__load_data(struct glia_model *m)
 {
     if (m->dist.like) return borrow_data(m, m->dist.like), GLIA_OK;
@@ -243,12 +321,13 @@ glia_status glia__load_data(struct glia_model *m)
     while (fmt < N_FORMATS - 1 && strcmp(glia_section_str(s, "format"), format_names[fmt])) fmt++;
     glia_status st = check_format_keys(s, fmt);
     if (st) return st;
-    int channels = fmt == FMT_IDX ? 1 : 3;  /* of the image formats */
+    int channels = fmt == FMT_IDX ? 1 : fmt == FMT_SYNTHETIC ? (int)glia_section_int(s, "channels") : 3;  /* of the image formats */
     if (fmt != FMT_TOKENS && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->data.norm.mean)))
         st = norm_values(s, "std", channels, default_std[fmt], m->data.norm.std);
     if (st) return st;
     if (fmt == FMT_TOKENS) st = load_tokens(m, s);
     else if (fmt == FMT_IDX) st = load_idx(m, s);
+    else if (fmt == FMT_SYNTHETIC) st = load_synthetic(m, s);
     else st = load_cifar(m, s, fmt == FMT_CIFAR100);
     if (st) return st;
     m->data.batch = (int)glia_section_int(s, "batch_size");

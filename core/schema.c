@@ -35,8 +35,9 @@ static const struct glia_key runtime_keys[] = {
 
 static const struct glia_key data_keys[] = {
     GLIA_KEY("format", GLIA_KEY_ENUM, "idx",
-             "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches)",
-             .choices = "idx|tokens|cifar10|cifar100"),
+             "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches); "
+             "synthetic: random images and labels made when the model is built (no files)",
+             .choices = "idx|tokens|cifar10|cifar100|synthetic"),
     GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for training (raw or .gz); required"),
     GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for training; required"),
     GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for evaluation; required"),
@@ -45,6 +46,13 @@ static const struct glia_key data_keys[] = {
              "format = tokens: token file for training (raw or .gz); cifar10, cifar100: comma-separated batch files; required"),
     GLIA_KEY("test", GLIA_KEY_STRING, NULL, "format = tokens, cifar10, cifar100: the evaluation file(s); required"),
     GLIA_KEY("coarse_labels", GLIA_KEY_BOOL, "off", "format = cifar100: train on the 20 coarse labels instead of the 100 fine ones"),
+    GLIA_KEY("channels", GLIA_KEY_INT, "3", "format = synthetic: image channels", .min = 1, .max = GLIA__MAX_CHANNELS),
+    GLIA_KEY("rows", GLIA_KEY_INT, "224", "format = synthetic: image height", .min = 1, .max = 1 << 16),
+    GLIA_KEY("cols", GLIA_KEY_INT, "224", "format = synthetic: image width", .min = 1, .max = 1 << 16),
+    GLIA_KEY("classes", GLIA_KEY_INT, "1000", "format = synthetic: labels are uniform on 0 .. classes-1", .min = 1,
+             .max = 1 << 24),
+    GLIA_KEY("seed", GLIA_KEY_INT, NULL, "format = synthetic: seed of the images and labels (default: [runtime] seed)",
+             .min = 0, .max = 9.2e18),
     GLIA_KEY("vocab", GLIA_KEY_INT, "0", "format = tokens: token ids are 1 .. vocab-1 (0 pads); required", .min = 0,
              .max = 1 << 30),
     GLIA_KEY("max_length", GLIA_KEY_INT, "0", "format = tokens: keep the first N ids of longer samples (0: all)", .min = 0,
@@ -60,10 +68,10 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch)"),
     GLIA_KEY("mean", GLIA_KEY_LIST, NULL,
              "normalization x = (pixel/255 - mean) / std: one value, or one per channel (default: the data set's, "
-             "idx 0.2860 (Fashion-MNIST), cifar10 0.4914, 0.4822, 0.4465, cifar100 0.5071, 0.4865, 0.4409)"),
+             "idx 0.2860 (Fashion-MNIST), cifar10 0.4914, 0.4822, 0.4465, cifar100 0.5071, 0.4865, 0.4409, synthetic 0.5)"),
     GLIA_KEY("std", GLIA_KEY_LIST, NULL,
              "normalization divisor: one value, or one per channel (default: idx 0.3530, cifar10 0.2470, 0.2435, 0.2616, "
-             "cifar100 0.2673, 0.2564, 0.2762)"),
+             "cifar100 0.2673, 0.2564, 0.2762, synthetic 0.2898)"),
     GLIA_KEY("workers", GLIA_KEY_INT, "2", "loader threads (0: load in the training thread)", .min = 0, .max = 256),
     GLIA_KEY("prefetch", GLIA_KEY_INT, "2", "batches each worker prepares ahead", .min = 1, .max = 1024),
     GLIA_KEY("persistent_workers", GLIA_KEY_BOOL, "on", "keep loader threads alive between epochs"),
@@ -71,8 +79,10 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("drop_last", GLIA_KEY_BOOL, "off", "drop the last training batch when it is smaller than batch_size"),
     GLIA_KEY("random_crop_padding", GLIA_KEY_INT, "0", "augment: random crop from the image padded by N zero pixels (0: off)", .min = 0, .max = 1024),
     GLIA_KEY("random_flip", GLIA_KEY_BOOL, "off", "augment: horizontal flip with probability 0.5"),
-    GLIA_KEY("train_samples", GLIA_KEY_INT, "0", "use only the first N training samples (0: all)", .min = 0, .max = 1e12),
-    GLIA_KEY("test_samples", GLIA_KEY_INT, "0", "use only the first N test samples (0: all)", .min = 0, .max = 1e12),
+    GLIA_KEY("train_samples", GLIA_KEY_INT, "0", "use only the first N training samples (0: all); format = synthetic: "
+             "how many to make (0: 1024)", .min = 0, .max = 1e12),
+    GLIA_KEY("test_samples", GLIA_KEY_INT, "0", "use only the first N test samples (0: all); format = synthetic: how "
+             "many to make (0: 256)", .min = 0, .max = 1e12),
     GLIA_KEY_END};
 
 static const struct glia_key train_keys[] = {

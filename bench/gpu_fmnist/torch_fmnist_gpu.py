@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
 # bench/gpu_fmnist/torch_fmnist_gpu.py — PyTorch side of bench/gpu_fmnist: the networks of
 # share/glia/examples/fmnist-cnn.ini and fmnist-resnet.ini trained the way PyTorch's performance-
-# tuning guide says (cudnn.benchmark, autocast, channels_last, zero_grad(set_to_none=True), a
-# DataLoader with pinned memory and persistent workers, non-blocking copies, no per-step host sync);
-# prints one JSON line per epoch. Not a glia test. Hyper-parameters are read from the INI file.
-#   usage: torch_fmnist_gpu.py DATA_DIR cnn|resnet [--ini FILE] [--epochs N] [--precision bf16]
-#          [--memory-format channels_last] [--cudnn-benchmark on] [--seed 1] [--device cuda]
-#          [--train-samples N] [--test-samples N]
+# tuning guide says (cudnn.benchmark, autocast, channels_last, zero_grad(set_to_none=True), no per-step
+# host sync), fed in one of five ways (--variant), so that glia is compared with PyTorch at its best:
+#   loader          a DataLoader over host tensors, pinned memory, persistent workers, non-blocking copies
+#   eager           the whole data set as uint8 on the device; each epoch a permutation made on the device;
+#                   [data] random_crop_padding / random_flip / mean, std as tensor ops on the device
+#   graph           eager's data, and the whole training step (forward, backward, the optimizer: Adam/AdamW
+#                   with capturable=True and a tensor lr, the others foreach; the gradients written, not
+#                   accumulated, as set_to_none leaves them) captured once in torch.cuda.graph with static
+#                   input buffers after warm-up on a side stream, replayed per batch; the partial last batch of
+#                   an epoch is dropped; CUDA only
+#   compile         eager with torch.compile(model, mode="max-autotune-no-cudagraphs")
+#   compile-graphs  eager with torch.compile(model, mode="reduce-overhead") (its CUDA graphs); CUDA only
+# Prints one JSON line per epoch; a variant that cannot run here prints why on stderr and exits 3.
+# Not a glia test. Hyper-parameters and the data's augmentation and normalization are read from the INI file.
+#   usage: torch_fmnist_gpu.py DATA_DIR cnn|resnet [--variant loader] [--ini FILE] [--epochs N]
+#          [--precision bf16] [--memory-format channels_last] [--cudnn-benchmark on] [--seed 1]
+#          [--device cuda] [--train-samples N] [--test-samples N]
 import argparse
 import configparser
 import gzip
 import json
 import math
+import sys
 import time
 
 import numpy as np
@@ -75,15 +87,22 @@ class ResNet(nn.Module):  # fmnist-resnet.ini
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class Unavailable(Exception):
+    """A variant that cannot run here (no CUDA, an old PyTorch, a setting it does not mirror)."""
+
+
 def ini_settings(path):
     """[data], [train] and [optimizer] of a glia model file, with glia's defaults."""
     c = configparser.ConfigParser(inline_comment_prefixes=(';', '#'), strict=False)
-    c.read(path)
+    if not c.read(path):
+        raise SystemExit(f'torch_fmnist_gpu.py: cannot read {path}')
     g = lambda s, k, d: c.get(s, k, fallback=d) if c.has_section(s) else d
+    floats = lambda v: [float(x) for x in str(v).split(',')]
     return {
         'batch': int(g('data', 'batch_size', 64)), 'test_batch': int(g('data', 'test_batch_size', 1000)),
-        'workers': int(g('data', 'workers', 2)), 'mean': float(g('data', 'mean', 0.2860)),
-        'std': float(g('data', 'std', 0.3530)), 'epochs': int(g('train', 'epochs', 1)),
+        'workers': int(g('data', 'workers', 2)), 'mean': floats(g('data', 'mean', 0.2860)),
+        'std': floats(g('data', 'std', 0.3530)), 'pad': int(g('data', 'random_crop_padding', 0)),
+        'flip': bool(number(g('data', 'random_flip', 'off'))), 'epochs': int(g('train', 'epochs', 1)),
         'optimizer': g('train', 'optimizer', 'sgd'), 'lr': float(g('train', 'lr', 0.01)),
         'schedule': g('train', 'schedule', 'constant'), 'gamma': float(g('train', 'gamma', 0.1)),
         'step_epochs': int(g('train', 'step_epochs', 1)), 'min_lr': float(g('train', 'min_lr', 0)),
@@ -94,7 +113,7 @@ def ini_settings(path):
 def number(v):
     """An INI value as a float (on/off/true/false as 1/0)."""
     b = {'on': 1.0, 'true': 1.0, 'yes': 1.0, 'off': 0.0, 'false': 0.0, 'no': 0.0}
-    return b[v.lower()] if v.lower() in b else float(v)
+    return b[str(v).lower()] if str(v).lower() in b else float(v)
 
 
 def lr_at(s, epoch):
@@ -106,25 +125,49 @@ def lr_at(s, epoch):
     return s['lr']
 
 
-def make_optimizer(s, params, cuda):
-    o = s['opt']
+def make_optimizer(s, params, dev, graph):
+    """The INI's optimizer. graph: state and lr on the device so that a captured step replays it (Adam and AdamW
+    with capturable=True and a tensor lr; Adadelta capturable with a Python lr; SGD foreach with a Python lr):
+    the caller captures again when a Python lr changes."""
+    o, cuda = s['opt'], dev.type == 'cuda'
     if s['optimizer'] == 'adadelta':
+        kw = {'capturable': True, 'foreach': True} if graph else {}
         return torch.optim.Adadelta(params, lr=s['lr'], rho=o.get('rho', 0.9), eps=o.get('eps', 1e-6),
-                                    weight_decay=o.get('weight_decay', 0))
+                                    weight_decay=o.get('weight_decay', 0), **kw)
     if s['optimizer'] in ('adam', 'adamw'):
         cls = torch.optim.AdamW if s['optimizer'] == 'adamw' else torch.optim.Adam
         wd = o.get('weight_decay', 0.01 if s['optimizer'] == 'adamw' else 0)
-        fused = {'fused': True} if cuda else {}  # one kernel per step, as glia's fused CUDA optimizers
-        return cls(params, lr=s['lr'], betas=(o.get('beta1', 0.9), o.get('beta2', 0.999)), eps=o.get('eps', 1e-8),
-                   weight_decay=wd, **fused)
+        if graph:  # fused and capturable: one kernel per step, replayable, its lr a device tensor
+            kw, lr = {'fused': True, 'capturable': True}, torch.tensor(s['lr'], device=dev)
+        else:  # one kernel per step, as glia's fused CUDA optimizers
+            kw, lr = ({'fused': True} if cuda else {}), s['lr']
+        return cls(params, lr=lr, betas=(o.get('beta1', 0.9), o.get('beta2', 0.999)), eps=o.get('eps', 1e-8),
+                   weight_decay=wd, **kw)
     if s['optimizer'] == 'sgd':
         return torch.optim.SGD(params, lr=s['lr'], momentum=o.get('momentum', 0), dampening=o.get('dampening', 0),
-                               weight_decay=o.get('weight_decay', 0), nesterov=bool(o.get('nesterov', 0)))
+                               weight_decay=o.get('weight_decay', 0), nesterov=bool(o.get('nesterov', 0)),
+                               **({'foreach': True} if graph else {}))
     raise SystemExit(f"torch_fmnist_gpu.py: optimizer '{s['optimizer']}' is not mirrored here")
 
 
+def set_lr(opt, lr):
+    """Sets every group's lr; True when a captured step must be captured again (a Python lr that changed)."""
+    again = False
+    for group in opt.param_groups:
+        if torch.is_tensor(group['lr']):
+            group['lr'].fill_(lr)
+        else:
+            again |= group['lr'] != lr
+            group['lr'] = lr
+    return again
+
+
 def loaders(a, s, cuda):
-    norm = lambda x: torch.from_numpy(((x.astype(np.float32) / 255.0) - s['mean']) / s['std'])
+    """The loader variant: the data normalized on the host, batched by DataLoaders."""
+    if s['pad'] or s['flip']:
+        raise Unavailable('random_crop_padding and random_flip are not mirrored by the DataLoader variant')
+    mean, std = np.float32(s['mean'][0]), np.float32(s['std'][0])
+    norm = lambda x: torch.from_numpy(((x.astype(np.float32) / 255.0) - mean) / std)
     d = a.data_dir
     tr = torch.utils.data.TensorDataset(norm(idx(d + '/train-images-idx3-ubyte.gz', True, a.train_samples)),
                                         torch.from_numpy(idx(d + '/train-labels-idx1-ubyte.gz', False, a.train_samples)))
@@ -138,10 +181,218 @@ def loaders(a, s, cuda):
             torch.utils.data.DataLoader(te, batch_size=s['test_batch'], shuffle=False, **kw))
 
 
+class DeviceData:
+    """A whole set as uint8 (N, C, H, W) and int64 labels on the device, and its batches made there: gathered
+    by a permutation made on the device, cropped from the image padded by `pad` black pixels at a random offset
+    and flipped with probability 1/2 (training only, as [data] says), normalized (x/255 - mean[c]) / std[c]."""
+
+    def __init__(self, images, labels, s, dev, mf, gen):
+        self.x = torch.from_numpy(np.array(images)).to(dev)  # a writable copy
+        self.y = torch.from_numpy(labels).to(dev)
+        self.n, c, self.h, self.w = self.x.shape
+        self.pad, self.flip, self.dev, self.mf, self.gen = s['pad'], s['flip'], dev, mf, gen
+        per = lambda v: torch.tensor((v * c)[:c] if len(v) == 1 else v, device=dev).view(1, c, 1, 1)
+        self.mean, self.std = per(s['mean']), per(s['std'])
+        self.rows, self.cols = torch.arange(self.h, device=dev), torch.arange(self.w, device=dev)
+        self.chan = torch.arange(c, device=dev).view(1, c, 1, 1)
+
+    def permutation(self):
+        return torch.randperm(self.n, device=self.dev, generator=self.gen)
+
+    def batch(self, index, train):
+        """(images, labels) of the samples `index` (a device tensor)."""
+        u8 = self.x[index]
+        if train and (self.pad or self.flip):
+            u8 = self.augment(u8)
+        x = (u8.float() / 255.0 - self.mean) / self.std
+        return x.contiguous(memory_format=self.mf), self.y[index]
+
+    def augment(self, u8):
+        """One gather: each sample's crop offset and flip folded into its row and column indices."""
+        n, p, p2 = u8.shape[0], self.pad, 2 * self.pad + 1
+        src = F.pad(u8, (p, p, p, p)) if p else u8
+        oy = torch.randint(0, p2, (n, 1), device=self.dev, generator=self.gen)
+        ox = torch.randint(0, p2, (n, 1), device=self.dev, generator=self.gen)
+        cols = self.cols.expand(n, self.w)
+        if self.flip:
+            flipped = torch.rand(n, 1, device=self.dev, generator=self.gen) < 0.5
+            cols = torch.where(flipped, self.w - 1 - self.cols, self.cols)
+        iy, ix = (oy + self.rows)[:, None, :, None], (ox + cols)[:, None, None, :]
+        return src[torch.arange(n, device=self.dev).view(n, 1, 1, 1), self.chan, iy, ix]
+
+
+class Trainer:
+    """One training step per call of step(x, y): eager, or a torch.compile'd model. Returns the loss (a device
+    tensor, not read)."""
+
+    def __init__(self, model, opt, autocast, scaler, compiled=None):
+        self.model, self.opt, self.autocast, self.scaler = model, opt, autocast, scaler
+        self.fwd = compiled or model
+        self.mark = getattr(getattr(torch, 'compiler', None), 'cudagraph_mark_step_begin', None) if compiled else None
+
+    def step(self, x, y):
+        if self.mark:  # reduce-overhead: a new step, the outputs of the last replay may be overwritten
+            self.mark()
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss = F.cross_entropy(self.fwd(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        return loss.detach()
+
+
+class GraphTrainer:
+    """The whole step captured once in a CUDA graph: static input buffers of one batch, warm-up steps on a side
+    stream (their effect then undone: weights and buffers restored, optimizer state zeroed, as before any
+    step), the capture, and per batch a copy into the buffers and one replay. A Python lr that changes
+    (SGD, Adadelta) is captured again."""
+
+    def __init__(self, model, opt, autocast, batch, shape, y_dtype, dev, mf, warmup_batch):
+        self.model, self.opt, self.autocast = model, opt, autocast
+        self.x = torch.zeros((batch,) + shape, device=dev).contiguous(memory_format=mf)
+        self.y = torch.zeros(batch, dtype=y_dtype, device=dev)
+        self.captures = 0
+        keep = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        x, y = warmup_batch
+        self.x.copy_(x)
+        self.y.copy_(y)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.opt.zero_grad(set_to_none=True)
+                with autocast():
+                    loss = F.cross_entropy(model(self.x), self.y)
+                loss.backward()
+                self.opt.step()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                v.copy_(keep[k])
+            for st in self.opt.state.values():
+                for v in st.values():
+                    if torch.is_tensor(v):
+                        v.zero_()
+        self.capture()
+
+    def capture(self):
+        self.opt.zero_grad(set_to_none=True)  # the captured backward writes the gradients
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            with self.autocast():
+                self.loss = F.cross_entropy(self.model(self.x), self.y)
+            self.loss.backward()
+            self.opt.step()
+        self.captures += 1
+
+    def step(self, x, y):
+        self.x.copy_(x, non_blocking=True)
+        self.y.copy_(y, non_blocking=True)
+        self.graph.replay()
+        return self.loss.detach()
+
+
+def device_sets(a, s, dev, mf, gen):
+    d = a.data_dir
+    tr = DeviceData(idx(d + '/train-images-idx3-ubyte.gz', True, a.train_samples),
+                    idx(d + '/train-labels-idx1-ubyte.gz', False, a.train_samples), s, dev, mf, gen)
+    te = DeviceData(idx(d + '/t10k-images-idx3-ubyte.gz', True, a.test_samples),
+                    idx(d + '/t10k-labels-idx1-ubyte.gz', False, a.test_samples), s, dev, mf, gen)
+    return tr, te
+
+
+def compiled(model, mode):
+    if not hasattr(torch, 'compile'):
+        raise Unavailable(f'torch.compile needs PyTorch 2.0 or later; this is {torch.__version__}')
+    return torch.compile(model, mode=mode)
+
+
+def run(a, s, dev):
+    cuda = dev.type == 'cuda'
+    if a.variant in ('graph', 'compile-graphs') and not cuda:
+        raise Unavailable(f'the {a.variant} variant replays CUDA graphs: it needs --device cuda')
+    if a.variant == 'graph' and a.precision == 'fp16':
+        raise Unavailable('fp16 loss scaling (GradScaler) checks for inf on the host each step: not captured; use bf16')
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    torch.manual_seed(a.seed)
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark == 'on'
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = a.precision == 'tf32'
+    low = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(a.precision)
+    autocast = lambda: torch.autocast(device_type=dev.type, dtype=low or torch.bfloat16, enabled=low is not None)
+    if hasattr(torch, 'amp') and hasattr(torch.amp, 'GradScaler'):
+        scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == 'fp16')
+    else:  # PyTorch before 2.3
+        scaler = torch.cuda.amp.GradScaler(enabled=a.precision == 'fp16' and cuda)
+    mf = torch.channels_last if a.memory_format == 'channels_last' else torch.contiguous_format
+    model = (CNN() if a.model == 'cnn' else ResNet()).to(dev).to(memory_format=mf)
+    opt = make_optimizer(s, model.parameters(), dev, a.variant == 'graph')
+    set_lr(opt, lr_at(s, 1))
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(a.seed)
+    if a.variant == 'loader':
+        train, test = loaders(a, s, cuda)
+        n_train, n_test = len(train.dataset), len(test.dataset)
+    else:
+        train, test = device_sets(a, s, dev, mf, gen)
+        n_train, n_test = train.n, test.n
+    b = s['batch']
+    if a.variant == 'graph':
+        if n_train < b:
+            raise Unavailable(f'{n_train} training samples make no whole batch of {b} to capture')
+        step = GraphTrainer(model, opt, autocast, b, tuple(train.x.shape[1:]), train.y.dtype, dev, mf,
+                            train.batch(train.permutation()[:b], True))
+    else:
+        mode = {'compile': 'max-autotune-no-cudagraphs', 'compile-graphs': 'reduce-overhead'}.get(a.variant)
+        step = Trainer(model, opt, autocast, scaler, compiled(model, mode) if mode else None)
+    for epoch in range(1, s['epochs'] + 1):
+        lr = lr_at(s, epoch)
+        if set_lr(opt, lr) and a.variant == 'graph':
+            step.capture()
+        model.train()
+        loss_sum = torch.zeros((), device=dev)
+        trained = 0
+        sync()
+        t0 = time.perf_counter()
+        if a.variant == 'loader':
+            for x, y in train:
+                x = x.to(dev, non_blocking=True, memory_format=mf)
+                loss_sum += step.step(x, y.to(dev, non_blocking=True)).float() * x.shape[0]
+                trained += x.shape[0]
+        else:
+            perm = train.permutation()
+            last = n_train - n_train % b if a.variant == 'graph' else n_train  # graph: whole batches only
+            for i in range(0, last, b):
+                x, y = train.batch(perm[i:i + b], True)
+                loss_sum += step.step(x, y).float() * x.shape[0]  # read once per epoch: no per-step sync
+                trained += x.shape[0]
+        sync()
+        train_s = time.perf_counter() - t0
+        model.eval()
+        correct = torch.zeros((), dtype=torch.int64, device=dev)
+        with torch.no_grad(), autocast():
+            if a.variant == 'loader':
+                for x, y in test:
+                    x = x.to(dev, non_blocking=True, memory_format=mf)
+                    correct += (model(x).argmax(1) == y.to(dev, non_blocking=True)).sum()
+            else:
+                for i in range(0, n_test, s['test_batch']):
+                    x, y = test.batch(torch.arange(i, min(i + s['test_batch'], n_test), device=dev), False)
+                    correct += (model(x).argmax(1) == y).sum()
+        row = {'epoch': epoch, 'variant': a.variant, 'lr': lr, 'train_loss': loss_sum.item() / trained,
+               'test_accuracy': correct.item() / n_test, 'train_seconds': train_s, 'samples': trained,
+               'samples_per_s': trained / train_s, 'torch': torch.__version__,
+               'device_peak_mb': torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None}
+        if a.variant == 'graph':
+            row['graph_captures'] = step.captures
+        print(json.dumps(row), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('data_dir')
     ap.add_argument('model', choices=['cnn', 'resnet'])
+    ap.add_argument('--variant', choices=['loader', 'eager', 'graph', 'compile', 'compile-graphs'], default='loader')
     ap.add_argument('--ini', help='glia model file (default: share/glia/examples/fmnist-MODEL.ini)')
     ap.add_argument('--epochs', type=int, default=0, help='0: as the INI file says')
     ap.add_argument('--precision', choices=['fp32', 'tf32', 'bf16', 'fp16'], default='bf16')
@@ -156,54 +407,13 @@ def main():
     if a.epochs:
         s['epochs'] = a.epochs
     dev = torch.device(a.device)
-    cuda = dev.type == 'cuda'
-    if cuda and not torch.cuda.is_available():
-        raise SystemExit('torch_fmnist_gpu.py: needs a CUDA device: torch.cuda.is_available() is False')
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    torch.manual_seed(a.seed)
-    torch.backends.cudnn.benchmark = a.cudnn_benchmark == 'on'
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = a.precision == 'tf32'
-    low = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(a.precision)
-    autocast = lambda: torch.autocast(device_type=dev.type, dtype=low or torch.bfloat16, enabled=low is not None)
-    if hasattr(torch.amp, 'GradScaler'):
-        scaler = torch.amp.GradScaler(dev.type, enabled=a.precision == 'fp16')
-    else:  # PyTorch before 2.3
-        scaler = torch.cuda.amp.GradScaler(enabled=a.precision == 'fp16' and cuda)
-    mf = torch.channels_last if a.memory_format == 'channels_last' else torch.contiguous_format
-    model = (CNN() if a.model == 'cnn' else ResNet()).to(dev).to(memory_format=mf)
-    opt = make_optimizer(s, model.parameters(), cuda)
-    train, test = loaders(a, s, cuda)
-    n_train, n_test = len(train.dataset), len(test.dataset)
-    for epoch in range(1, s['epochs'] + 1):
-        lr = lr_at(s, epoch)
-        for group in opt.param_groups:
-            group['lr'] = lr
-        model.train()
-        loss_sum = torch.zeros((), device=dev)
-        sync()
-        t0 = time.perf_counter()
-        for x, y in train:
-            x = x.to(dev, non_blocking=True, memory_format=mf)
-            y = y.to(dev, non_blocking=True)
-            opt.zero_grad(set_to_none=True)
-            with autocast():
-                loss = F.cross_entropy(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            loss_sum += loss.detach().float() * x.shape[0]  # read once per epoch: no per-step sync
-        sync()
-        train_s = time.perf_counter() - t0
-        model.eval()
-        correct = torch.zeros((), dtype=torch.int64, device=dev)
-        with torch.no_grad(), autocast():
-            for x, y in test:
-                x = x.to(dev, non_blocking=True, memory_format=mf)
-                correct += (model(x).argmax(1) == y.to(dev, non_blocking=True)).sum()
-        print(json.dumps({'epoch': epoch, 'lr': lr, 'train_loss': loss_sum.item() / n_train,
-                          'test_accuracy': correct.item() / n_test, 'train_seconds': train_s,
-                          'samples_per_s': n_train / train_s, 'torch': torch.__version__,
-                          'device_peak_mb': torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None}), flush=True)
+    try:
+        if dev.type == 'cuda' and not torch.cuda.is_available():
+            raise Unavailable('needs a CUDA device: torch.cuda.is_available() is False')
+        run(a, s, dev)
+    except Unavailable as e:
+        print(f'torch_fmnist_gpu.py: variant {a.variant}: {e}', file=sys.stderr)
+        sys.exit(3)
 
 
 if __name__ == '__main__':
