@@ -166,26 +166,47 @@ __global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64
     }
 }
 
-#define TILE_C 32  /* channels of a rows block (threadIdx.x) */
-#define TILE_R 8   /* row lanes of a rows block (threadIdx.y) */
+#define TILE_C 32  /* channels of a gap_fwd_rows block (threadIdx.x) */
+#define TILE_R 8   /* row lanes of a gap_fwd_rows block (threadIdx.y) */
 
-/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TILE_C, TILE_R) takes channels
- * blockIdx.x*TILE_C + threadIdx.x and rows threadIdx.y, + TILE_R, ... of split s = blockIdx.y (a warp reads
- * 32 consecutive channels of one row); the row lanes merge in order 0, 1, ... */
+/* The width of a rows block of batchnorm's sums: the power of two >= C up to 32 (a warp reads TX consecutive
+ * channels of 32/TX consecutive rows, so C = 16 wastes no lane); THREADS/TX row lanes. A function of C only. */
+static inline int rows_tile(int64_t C)
+{
+    int tx = 1;
+    while (tx < 32 && tx < C) tx <<= 1;
+    return tx;
+}
+
+/* The merge of part[ty*TX + tx] over ty = 0..TY-1 (a power of two) into part[tx], in a fixed tree order
+ * (ty with ty + h for h = TY/2, ..., 1); every thread of the block calls it. */
+template <class T, class Merge> __device__ static void rows_tree(T *part, Merge merge)
+{
+    int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x;
+    __syncthreads();
+    for (int h = blockDim.y >> 1; h > 0; h >>= 1) {
+        if (ty < h) part[ty * TX + tx] = merge(part[ty * TX + tx], part[(ty + h) * TX + tx]);
+        __syncthreads();
+    }
+}
+
+/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TX, TY) (rows_tile) takes channels
+ * blockIdx.x*TX + threadIdx.x and rows threadIdx.y, + TY, ... of split s = blockIdx.y; the row lanes merge in
+ * a fixed tree (rows_tree). */
 template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc acc, int64_t M, int64_t C, int S)
 {
-    __shared__ float3 part[TILE_R][TILE_C];
-    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
+    __shared__ float3 part[THREADS];
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
     float3 v = make_float3(0.0f, 0.0f, 0.0f);
     if (c < C) {
         float k = acc.pivot(c);
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c, k);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc.add(v, r * C + c, c, k);
     }
-    part[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
+    part[threadIdx.y * blockDim.x + threadIdx.x] = v;
+    rows_tree(part, [](float3 a, float3 b) { return Acc::merge(a, b); });
     if (threadIdx.y == 0 && c < C) {
-        for (int y = 1; y < TILE_R; y++) v = Acc::merge(v, part[y][threadIdx.x]);
+        v = part[threadIdx.x];
         pa[s * C + c] = v.y;
         if (pb) pb[s * C + c] = v.z;
     }
@@ -196,8 +217,9 @@ template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc,
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
     if (g.L == 1) {
-        dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
-        bn_reduce_rows<Acc><<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+        int tx = rows_tile(g.C);
+        dim3 grid((unsigned)((g.C + tx - 1) / tx), (unsigned)g.S);
+        bn_reduce_rows<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
     } else {
         if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
         bn_reduce_planes<Acc><<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
@@ -216,30 +238,64 @@ __device__ static void normalize_coef(float *coef, int64_t c, int64_t C, double 
     coef[2 * C + c] = (float)((double)beta - (mean - (double)hi) * s);
 }
 
+/* ---- the finalizes: a warp per channel over its S partials ----
+ * Lane l takes splits l, l + 32, ... in order, then the lanes merge in a fixed shuffle tree: the same order
+ * every run (the shape fixes S), and S partials of a channel cost S/32 steps, not S (a thread per channel
+ * walking S = 784 splits in double took longer than the statistics pass itself at 64x16x28x28). */
+
+/* The warp's index and the number of warps of the grid; loops over c = warp, warp + warps, ... are uniform
+ * over a warp (the shuffles need all 32 lanes). */
+__device__ static int64_t warp_id() { return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; }
+__device__ static int64_t warp_count() { return ((int64_t)gridDim.x * blockDim.x) >> 5; }
+
+/* Blocks of THREADS for a warp per each of C channels (at least 1, at most MAX_BLOCKS). */
+static inline unsigned grid_warps(int64_t C) { return grid_for(C * 32); }
+
+/* (count, mean, m2) in double: Chan et al.'s statistics of the union of a and b */
+struct Stat {
+    double n, m, m2;
+};
+__device__ static Stat chan(Stat a, Stat b)
+{
+    if (b.n == 0) return a;
+    if (a.n == 0) return b;
+    double n = a.n + b.n, d = b.m - a.m;
+    return Stat{n, a.m + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
+}
+
+/* The sum of v over the 32 lanes of a warp in a fixed tree order; valid in lane 0. */
+__device__ static double warp_sum(double v)
+{
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
+
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
- * the pivot x(0, c, 0)) or rmean, rvar: one thread per channel, the splits combined in double in split
- * order (see the header). */
+ * the pivot x(0, c, 0)) or rmean, rvar: a warp per channel, the splits combined in double (Chan's
+ * combination) in a fixed order (see the header). */
 __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
                             const float *beta, const float *x, const float *pmean, const float *pm2, int64_t C,
                             int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-        double mean, var;
+    int lane = threadIdx.x & 31;
+    for (int64_t c = warp_id(); c < C; c += warp_count()) {
+        double mean = 0, var = 0;
+        if (!use_running) {
+            Stat t{0, 0, 0};
+            for (int s = lane; s < S; s += 32)
+                t = chan(t, Stat{(double)((s + 1) * M / S - s * M / S), pmean[s * C + c], pm2[s * C + c]});
+            for (int off = 16; off > 0; off >>= 1) {
+                Stat o{__shfl_down_sync(0xffffffffu, t.n, off), __shfl_down_sync(0xffffffffu, t.m, off),
+                       __shfl_down_sync(0xffffffffu, t.m2, off)};
+                t = chan(t, o);
+            }
+            mean = (M > 0 ? (double)x[c * L] : 0.0) + t.m;  /* the pivot back */
+            var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
+        }
+        if (lane != 0) continue;
         if (use_running) {
             mean = rmean[c];
             var = rvar[c];
-        } else {
-            double n = 0, m = 0, m2 = 0;
-            for (int s = 0; s < S; s++) {
-                double nb = (double)((s + 1) * M / S - s * M / S);
-                if (nb == 0) continue;
-                double nn = n + nb, d = (double)pmean[s * C + c] - m;
-                m += d * nb / nn;
-                m2 += (double)pm2[s * C + c] + d * d * n * nb / nn;
-                n = nn;
-            }
-            mean = (M > 0 ? (double)x[c * L] : 0.0) + m;  /* the pivot back */
-            var = m2 < 0 ? 0.0 : m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
         double invstd = 1.0 / sqrt(var + eps);
         float hi = (float)mean;
@@ -256,30 +312,58 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
     }
 }
 
-/* y(N, C, L) = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with
- * relu, y < 0 ? 0 : y (the relu layer's: NaN stays NaN, -0 stays -0) */
+/* ---- the elementwise passes: normalize and dx ----
+ * A thread an element, or with float4 (every row of 4 values in one channel -- NCHW with L % 4 == 0 -- or in
+ * 4 consecutive channels -- rows with C % 4 == 0 -- and 16-byte aligned pointers) a thread 4 elements. */
+
+/* y = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with relu,
+ * y < 0 ? 0 : y (the relu layer's: NaN stays NaN, -0 stays -0) */
+__device__ static float norm1(float x, const float *coef, int64_t c, int64_t C, bool relu)
+{
+    float v = __fadd_rn(__fmul_rn(__fsub_rn(x, coef[c]), coef[C + c]), coef[2 * C + c]);
+    return relu && v < 0.0f ? 0.0f : v;
+}
+
+/* y(N, C, L) = norm1(x(N, C, L)), a thread an element */
 __global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
-    for (int64_t j = j0; j < n; j += step, w.next()) {
-        int64_t c = w.c;
-        float v = __fadd_rn(__fmul_rn(__fsub_rn(x[j], coef[c]), coef[C + c]), coef[2 * C + c]);
-        y[j] = relu && v < 0.0f ? 0.0f : v;
+    for (int64_t j = j0; j < n; j += step, w.next()) y[j] = norm1(x[j], coef, w.c, C, relu);
+}
+
+/* The channels of the 4 values of float4 number v: with rows (x(M, C), C % 4 == 0) the walk is over
+ * (M*C/4, C/4) and the channels are 4*w.c + k; else (L % 4 == 0) over (N*C, L/4) and all 4 are w.c. */
+#define CHAN4(w, rows, k) ((rows) ? 4 * (w).c + (k) : (w).c)
+
+/* y(N, C, L) = norm1(x(N, C, L)) over n4 float4s (see CHAN4) */
+__global__ void bn_normalize4(float4 *y, const float4 *x, const float *coef, int64_t n4, int64_t C, int64_t L,
+                              bool rows, bool relu)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    ChanWalk w(j0, step, rows ? 1 : L / 4, rows ? C / 4 : C);
+    for (int64_t j = j0; j < n4; j += step, w.next()) {
+        float4 v = x[j];
+        y[j] = make_float4(norm1(v.x, coef, CHAN4(w, rows, 0), C, relu), norm1(v.y, coef, CHAN4(w, rows, 1), C, relu),
+                           norm1(v.z, coef, CHAN4(w, rows, 2), C, relu), norm1(v.w, coef, CHAN4(w, rows, 3), C, relu));
     }
 }
 
-/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): one thread per channel, in double */
+/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): a warp per channel, in double */
 __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                                  const float *gamma, const float *saved, const float *pdy, const float *pdyx,
                                  int64_t C, int64_t M, int S)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+    int lane = threadIdx.x & 31;
+    for (int64_t c = warp_id(); c < C; c += warp_count()) {
         double sdy = 0, sdyx = 0;
-        for (int s = 0; s < S; s++) {
+        for (int s = lane; s < S; s += 32) {
             sdy += pdy[s * C + c];
             sdyx += pdyx[s * C + c];
         }
+        sdy = warp_sum(sdy);
+        sdyx = warp_sum(sdyx);
+        if (lane != 0) continue;
         if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
         if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
         double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / (double)M;
@@ -289,17 +373,37 @@ __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, fl
     }
 }
 
-/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat from saved(3, C); dy masked with relu */
+/* coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c) (+ old), x_hat from saved(3, C); dy masked with relu */
+__device__ static float dx1(float old, bool add, float x, float dy, const float *saved, const float *coef, int64_t c,
+                            int64_t C, bool relu)
+{
+    float d = relu_dy(dy, x, saved, c, C, relu);
+    float g = coef[c] * d - coef[C + c] - x_hat(x, saved, c, C) * coef[2 * C + c];
+    return add ? old + g : g;
+}
+
+/* dx(N, C, L) (+)= dx1(...), a thread an element */
 __global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved, const float *coef,
                       int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
-    for (int64_t j = j0; j < n; j += step, w.next()) {
-        int64_t c = w.c;
-        float d = relu_dy(dy[j], x[j], saved, c, C, relu);
-        float g = coef[c] * d - coef[C + c] - x_hat(x[j], saved, c, C) * coef[2 * C + c];
-        dx[j] = add ? dx[j] + g : g;
+    for (int64_t j = j0; j < n; j += step, w.next())
+        dx[j] = dx1(add ? dx[j] : 0.0f, add, x[j], dy[j], saved, coef, w.c, C, relu);
+}
+
+/* dx(N, C, L) (+)= dx1(...) over n4 float4s (see CHAN4) */
+__global__ void bn_dx4(float4 *dx, bool add, const float4 *x, const float4 *dy, const float *saved, const float *coef,
+                       int64_t n4, int64_t C, int64_t L, bool rows, bool relu)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    ChanWalk w(j0, step, rows ? 1 : L / 4, rows ? C / 4 : C);
+    for (int64_t j = j0; j < n4; j += step, w.next()) {
+        float4 o = add ? dx[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), xv = x[j], g = dy[j];
+        dx[j] = make_float4(dx1(o.x, add, xv.x, g.x, saved, coef, CHAN4(w, rows, 0), C, relu),
+                            dx1(o.y, add, xv.y, g.y, saved, coef, CHAN4(w, rows, 1), C, relu),
+                            dx1(o.z, add, xv.z, g.z, saved, coef, CHAN4(w, rows, 2), C, relu),
+                            dx1(o.w, add, xv.w, g.w, saved, coef, CHAN4(w, rows, 3), C, relu));
     }
 }
 
@@ -359,35 +463,39 @@ __global__ void sync_sums_planes(double *pa, double *pb, SyncSums acc, int64_t N
     }
 }
 
-/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TILE_C, TILE_R) as in bn_reduce_rows */
+/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TX, TY) as in bn_reduce_rows */
 __global__ void sync_sums_rows(double *pa, double *pb, SyncSums acc, int64_t M, int64_t C, int S)
 {
-    __shared__ double2 part[TILE_R][TILE_C];
-    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
+    __shared__ double2 part[THREADS];
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
     double2 v = make_double2(0.0, 0.0);
     if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c);
-    part[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc.add(v, r * C + c, c);
+    part[threadIdx.y * blockDim.x + threadIdx.x] = v;
+    rows_tree(part, [](double2 a, double2 b) { return add2(a, b); });
     if (threadIdx.y == 0 && c < C) {
-        for (int y = 1; y < TILE_R; y++) v = add2(v, part[y][threadIdx.x]);
+        v = part[threadIdx.x];
         pa[s * C + c] = v.x;
         pb[s * C + c] = v.y;
     }
 }
 
-/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): one thread per channel, the
- * splits in order (none when M = 0: this rank has no values) */
+/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): a warp per channel, the splits in a
+ * fixed order (none when M = 0: this rank has no values) */
 __global__ void sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                              const double *pa, const double *pb, bool count, int64_t C, int64_t M, int S)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+    int lane = threadIdx.x & 31;
+    for (int64_t c = warp_id(); c < C; c += warp_count()) {
         double a = 0, b = 0;
-        for (int s = 0; s < S && M > 0; s++) {
+        for (int s = lane; s < S && M > 0; s += 32) {
             a += pa[s * C + c];
             b += pb[s * C + c];
         }
+        a = warp_sum(a);
+        b = warp_sum(b);
+        if (lane != 0) continue;
         sums[c] = a;
         sums[C + c] = b;
         if (count && c == 0) sums[2 * C] = (double)M;
@@ -396,11 +504,12 @@ __global__ void sync_collect(double *sums, float *dgamma, bool add_dgamma, float
     }
 }
 
-/* coef(3, C), saved(3, C), rmean(C), rvar(C) from sums(2, C) over n values per channel: one thread per channel */
+/* coef(3, C), saved(3, C), rmean(C), rvar(C) from sums(2, C) over n = sums[2C] values per channel: one thread per
+ * channel (no loop over splits) */
 __global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                              const float *beta, const double *sums, double n, int64_t C, bool update, double mom,
-                              double eps)
+                              const float *beta, const double *sums, int64_t C, bool update, double mom, double eps)
 {
+    double n = sums[2 * C];
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         double mean = sums[c] / n, var = sums[C + c] / n - mean * mean;
         if (var < 0) var = 0;  /* rounding, for a constant channel */
@@ -417,10 +526,10 @@ __global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rv
     }
 }
 
-/* coef(3, C) from sums(2, C) over n values per channel: one thread per channel, as bn_grad_finalize */
-__global__ void sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums, double n,
-                               int64_t C)
+/* coef(3, C) from sums(2, C) over n = sums[2C] values per channel: one thread per channel, as bn_grad_finalize */
+__global__ void sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums, int64_t C)
 {
+    double n = sums[2 * C];
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / n;
         coef[c] = (float)(k * n);
@@ -657,13 +766,16 @@ __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, 
     }
 }
 
-/* y(C) = the splits of part(S, C) added in order in double (+ y when beta is 1): a thread a channel. */
+/* y(C) = the splits of part(S, C) added in double in a fixed order (+ y when beta is 1): a warp a channel, as
+ * bn_grad_finalize. */
 __global__ void channel_total(float *y, const float *part, int64_t C, int S, float beta)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+    int lane = threadIdx.x & 31;
+    for (int64_t c = warp_id(); c < C; c += warp_count()) {
         double t = 0.0;
-        for (int s = 0; s < S; s++) t += part[(int64_t)s * C + c];
-        y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
+        for (int s = lane; s < S; s += 32) t += part[(int64_t)s * C + c];
+        t = warp_sum(t);
+        if (lane == 0) y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
     }
 }
 
@@ -671,15 +783,27 @@ __global__ void channel_total(float *y, const float *part, int64_t C, int S, flo
 
 /* ---- the C entry points ---- */
 
-/* About 1024 blocks in all, at least `least` values of a channel per block, at most 2^22 (a block's count
- * stays exact in float). A function of the shape only. */
+/* Whether the elementwise passes over x(N, C, L) can take float4s: each 4 consecutive values in one channel
+ * (L % 4 == 0) or in 4 consecutive channels (rows, C % 4 == 0), and the three pointers 16-byte aligned. */
+static bool vec4(struct glia__bn_geom g, const void *a, const void *b, const void *c)
+{
+    bool fits = g.L == 1 ? g.C % 4 == 0 : g.L % 4 == 0;
+    return fits && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
+/* About BN_BLOCKS blocks in all (a few waves of 132 SMs at 8 blocks each, so that the statistics pass runs
+ * at the memory's rate even for C = 16), at least 2 values of a channel per thread (512 a plane block, 2*TY
+ * rows a rows block), at most 2^22 values per block (a block's count stays exact in float); S <= 65535.
+ * A function of the shape only: the sums run in the same order on every call. */
+#define BN_BLOCKS 4096
 extern "C" struct glia__bn_geom glia__cuda_bn_geom(int64_t N, int64_t C, int64_t L)
 {
     int64_t M = N * L;
     bool rows = L == 1;
-    int64_t units = rows ? (C + 31) / 32 : C, least = rows ? 64 : 512;
+    int tx = rows_tile(C);
+    int64_t units = rows ? (C + tx - 1) / tx : C, least = rows ? 2 * (THREADS / tx) : 2 * THREADS;
     if (units < 1) units = 1;
-    int64_t S = (1024 + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
+    int64_t S = (BN_BLOCKS + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
     if (S > most) S = most;
     if (S < need) S = need;
     if (S < 1) S = 1;
@@ -694,7 +818,7 @@ extern "C" cudaError_t glia__cuda_channel_sum(float *y, float *part, const float
     if (g.N * g.L == 0) return beta != 0.0f ? cudaSuccess : cudaMemsetAsync(y, 0, (size_t)g.C * sizeof *y, st);
     cudaError_t e = bn_reduce(part, (float *)NULL, ChannelSum{x}, g, st);
     if (e != cudaSuccess) return e;
-    channel_total<<<grid_for(g.C), THREADS, 0, st>>>(y, part, g.C, g.S, beta);
+    channel_total<<<grid_warps(g.C), THREADS, 0, st>>>(y, part, g.C, g.S, beta);
     return cudaGetLastError();
 }
 
@@ -716,7 +840,7 @@ extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *
                                               double eps, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
+    bn_finalize<<<grid_warps(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
                                                    g.N * g.L, g.S, use_running, update, momentum, eps);
     return cudaGetLastError();
 }
@@ -726,7 +850,12 @@ extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const f
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L, relu);
+    bool rows = g.L == 1;
+    if (vec4(g, y, x, x))
+        bn_normalize4<<<grid_for(n / 4), THREADS, 0, st>>>((float4 *)y, (const float4 *)x, coef, n / 4, g.C, g.L, rows,
+                                                           relu);
+    else
+        bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L, relu);
     return cudaGetLastError();
 }
 
@@ -736,7 +865,7 @@ extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, b
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_grad_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
+    bn_grad_finalize<<<grid_warps(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
                                                         pdyx, g.C, g.N * g.L, g.S);
     return cudaGetLastError();
 }
@@ -746,7 +875,11 @@ extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, con
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L, relu);
+    if (vec4(g, dx, x, dy))
+        bn_dx4<<<grid_for(n / 4), THREADS, 0, st>>>((float4 *)dx, add, (const float4 *)x, (const float4 *)dy, saved,
+                                                    coef, n / 4, g.C, g.L, g.L == 1, relu);
+    else
+        bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L, relu);
     return cudaGetLastError();
 }
 
@@ -758,8 +891,9 @@ extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
     SyncSums acc{x, dy, saved, g.C, relu};
     if (g.L == 1) {
-        dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
-        sync_sums_rows<<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+        int tx = rows_tile(g.C);
+        dim3 grid((unsigned)((g.C + tx - 1) / tx), (unsigned)g.S);
+        sync_sums_rows<<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
     } else {
         if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
         sync_sums_planes<<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
@@ -772,28 +906,28 @@ extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, b
                                                   struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_collect<<<grid_for(g.C), THREADS, 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
+    sync_collect<<<grid_warps(g.C), THREADS, 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
                                                     g.N * g.L, g.S);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_finalize(float *coef, float *saved, float *rmean, float *rvar,
-                                                   const float *gamma, const float *beta, const double *sums, double n,
+                                                   const float *gamma, const float *beta, const double *sums,
                                                    struct glia__bn_geom g, bool update, double momentum, double eps,
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, sums, n, g.C, update,
+    sync_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, sums, g.C, update,
                                                      momentum, eps);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_grad_coef(float *coef, const float *gamma, const float *saved,
-                                                    const double *sums, double n, struct glia__bn_geom g,
+                                                    const double *sums, struct glia__bn_geom g,
                                                     cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_grad_coef<<<grid_for(g.C), THREADS, 0, st>>>(coef, gamma, saved, sums, n, g.C);
+    sync_grad_coef<<<grid_for(g.C), THREADS, 0, st>>>(coef, gamma, saved, sums, g.C);
     return cudaGetLastError();
 }
 
