@@ -238,18 +238,50 @@ __device__ static void normalize_coef(float *coef, int64_t c, int64_t C, double 
     coef[2 * C + c] = (float)((double)beta - (mean - (double)hi) * s);
 }
 
-/* ---- the finalizes: a warp per channel over its S partials ----
- * Lane l takes splits l, l + 32, ... in order, then the lanes merge in a fixed shuffle tree: the same order
- * every run (the shape fixes S), and S partials of a channel cost S/32 steps, not S (a thread per channel
- * walking S = 784 splits in double took longer than the statistics pass itself at 64x16x28x28). */
+/* ---- the finalizes: T threads per channel over its S partials ----
+ * Block (T, THREADS/T): row threadIdx.y takes channel c, thread threadIdx.x its splits x, x + T, ... in order,
+ * then the row merges in a fixed tree (split_tree): the same order every run (the shape fixes S and T), and S
+ * partials of a channel cost about 4 dependent steps and a tree, not S (a thread per channel walking S = 784
+ * splits in double, two int64 and two double divisions a step, took longer than the pass over x itself at
+ * 64x16x28x28). */
 
-/* The warp's index and the number of warps of the grid; loops over c = warp, warp + warps, ... are uniform
- * over a warp (the shuffles need all 32 lanes). */
-__device__ static int64_t warp_id() { return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; }
-__device__ static int64_t warp_count() { return ((int64_t)gridDim.x * blockDim.x) >> 5; }
+/* Threads per channel: the power of two from 32 to THREADS that is >= S/4. A function of S only. */
+static inline int fin_threads(int S)
+{
+    int t = 32;
+    while (t < THREADS && 4 * t < S) t <<= 1;
+    return t;
+}
 
-/* Blocks of THREADS for a warp per each of C channels (at least 1, at most MAX_BLOCKS). */
-static inline unsigned grid_warps(int64_t C) { return grid_for(C * 32); }
+/* The launch shape of a finalize over C channels of S splits. */
+static inline dim3 fin_block(int S) { return dim3((unsigned)fin_threads(S), (unsigned)(THREADS / fin_threads(S))); }
+static inline unsigned fin_grid(int64_t C, int S)
+{
+    int64_t per = THREADS / fin_threads(S), b = (C + per - 1) / per;
+    return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
+}
+
+/* The merge of v over threadIdx.x within each row threadIdx.y of the block, in a fixed tree (x with x + h for
+ * h = blockDim.x/2, ..., 1); every thread of the block calls it and gets its row's result. */
+template <class T, class Merge> __device__ static T split_tree(T v, Merge merge)
+{
+    __shared__ T part[THREADS];
+    int i = threadIdx.y * blockDim.x + threadIdx.x;
+    part[i] = v;
+    __syncthreads();
+    for (int h = blockDim.x >> 1; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h) part[i] = merge(part[i], part[i + h]);
+        __syncthreads();
+    }
+    v = part[i - threadIdx.x];
+    __syncthreads();  /* part is written again for the next channels */
+    return v;
+}
+
+/* Loops c0 over the first channel of each block's turn; c = c0 + threadIdx.y may be past C (then the thread
+ * only takes part in the trees: the loop is uniform over the block). */
+#define FOR_CHANNEL_ROWS(c0, C) \
+    for (int64_t c0 = (int64_t)blockIdx.x * blockDim.y; c0 < (C); c0 += (int64_t)gridDim.x * blockDim.y)
 
 /* (count, mean, m2) in double: Chan et al.'s statistics of the union of a and b */
 struct Stat {
@@ -263,39 +295,44 @@ __device__ static Stat chan(Stat a, Stat b)
     return Stat{n, a.m + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
 }
 
-/* The sum of v over the 32 lanes of a warp in a fixed tree order; valid in lane 0. */
-__device__ static double warp_sum(double v)
+__device__ static double2 add2(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
+
+/* The sums (a, b) over splits s of channel c of pa(S, C), pb(S, C) in a fixed order (see above; (0, 0) when
+ * !on); every thread of the block calls it. */
+template <class F> __device__ static double2 split_sums(const F *pa, const F *pb, int64_t c, int64_t C, int S, bool on)
 {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    return v;
+    double2 v = make_double2(0.0, 0.0);
+    if (on)
+        for (int s = threadIdx.x; s < S; s += blockDim.x)
+            v = add2(v, make_double2(pa[s * C + c], pb ? (double)pb[s * C + c] : 0.0));
+    return split_tree(v, [](double2 a, double2 b) { return add2(a, b); });
 }
 
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
- * the pivot x(0, c, 0)) or rmean, rvar: a warp per channel, the splits combined in double (Chan's
- * combination) in a fixed order (see the header). */
+ * the pivot x(0, c, 0)) or rmean, rvar: T threads per channel, the splits combined in double (Chan's
+ * combination) in a fixed order (see above). */
 __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
                             const float *beta, const float *x, const float *pmean, const float *pm2, int64_t C,
                             int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
 {
-    int lane = threadIdx.x & 31;
-    for (int64_t c = warp_id(); c < C; c += warp_count()) {
-        double mean = 0, var = 0;
-        if (!use_running) {
-            Stat t{0, 0, 0};
-            for (int s = lane; s < S; s += 32)
-                t = chan(t, Stat{(double)((s + 1) * M / S - s * M / S), pmean[s * C + c], pm2[s * C + c]});
-            for (int off = 16; off > 0; off >>= 1) {
-                Stat o{__shfl_down_sync(0xffffffffu, t.n, off), __shfl_down_sync(0xffffffffu, t.m, off),
-                       __shfl_down_sync(0xffffffffu, t.m2, off)};
-                t = chan(t, o);
-            }
-            mean = (M > 0 ? (double)x[c * L] : 0.0) + t.m;  /* the pivot back */
-            var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        bool on = c < C;
+        Stat t{0, 0, 0};
+        if (!use_running) {  /* uniform over the grid */
+            if (on)
+                for (int s = threadIdx.x; s < S; s += blockDim.x)
+                    t = chan(t, Stat{(double)((s + 1) * M / S - s * M / S), pmean[s * C + c], pm2[s * C + c]});
+            t = split_tree(t, [](Stat a, Stat b) { return chan(a, b); });
         }
-        if (lane != 0) continue;
+        if (!on || threadIdx.x != 0) continue;
+        double mean, var;
         if (use_running) {
             mean = rmean[c];
             var = rvar[c];
+        } else {
+            mean = (M > 0 ? (double)x[c * L] : 0.0) + t.m;  /* the pivot back */
+            var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
         double invstd = 1.0 / sqrt(var + eps);
         float hi = (float)mean;
@@ -349,21 +386,16 @@ __global__ void bn_normalize4(float4 *y, const float4 *x, const float *coef, int
     }
 }
 
-/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): a warp per channel, in double */
+/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): T threads per channel, in double */
 __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                                  const float *gamma, const float *saved, const float *pdy, const float *pdyx,
                                  int64_t C, int64_t M, int S)
 {
-    int lane = threadIdx.x & 31;
-    for (int64_t c = warp_id(); c < C; c += warp_count()) {
-        double sdy = 0, sdyx = 0;
-        for (int s = lane; s < S; s += 32) {
-            sdy += pdy[s * C + c];
-            sdyx += pdyx[s * C + c];
-        }
-        sdy = warp_sum(sdy);
-        sdyx = warp_sum(sdyx);
-        if (lane != 0) continue;
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        double2 t = split_sums(pdy, pdyx, c, C, S, c < C);
+        if (c >= C || threadIdx.x != 0) continue;
+        double sdy = t.x, sdyx = t.y;
         if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
         if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
         double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / (double)M;
@@ -426,8 +458,6 @@ struct SyncSums {
     }
 };
 
-__device__ static double2 add2(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
-
 __device__ static double2 shfl_down2(double2 v, int off)
 {
     return make_double2(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off));
@@ -481,21 +511,16 @@ __global__ void sync_sums_rows(double *pa, double *pb, SyncSums acc, int64_t M, 
     }
 }
 
-/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): a warp per channel, the splits in a
- * fixed order (none when M = 0: this rank has no values) */
+/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): T threads per channel, the splits in
+ * a fixed order (none when M = 0: this rank has no values) */
 __global__ void sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                              const double *pa, const double *pb, bool count, int64_t C, int64_t M, int S)
 {
-    int lane = threadIdx.x & 31;
-    for (int64_t c = warp_id(); c < C; c += warp_count()) {
-        double a = 0, b = 0;
-        for (int s = lane; s < S && M > 0; s += 32) {
-            a += pa[s * C + c];
-            b += pb[s * C + c];
-        }
-        a = warp_sum(a);
-        b = warp_sum(b);
-        if (lane != 0) continue;
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        double2 t = split_sums(pa, pb, c, C, S, c < C && M > 0);
+        if (c >= C || threadIdx.x != 0) continue;
+        double a = t.x, b = t.y;
         sums[c] = a;
         sums[C + c] = b;
         if (count && c == 0) sums[2 * C] = (double)M;
@@ -766,16 +791,14 @@ __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, 
     }
 }
 
-/* y(C) = the splits of part(S, C) added in double in a fixed order (+ y when beta is 1): a warp a channel, as
+/* y(C) = the splits of part(S, C) added in double in a fixed order (+ y when beta is 1): T threads a channel, as
  * bn_grad_finalize. */
 __global__ void channel_total(float *y, const float *part, int64_t C, int S, float beta)
 {
-    int lane = threadIdx.x & 31;
-    for (int64_t c = warp_id(); c < C; c += warp_count()) {
-        double t = 0.0;
-        for (int s = lane; s < S; s += 32) t += part[(int64_t)s * C + c];
-        t = warp_sum(t);
-        if (lane == 0) y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        double t = split_sums(part, (const float *)NULL, c, C, S, c < C).x;
+        if (c < C && threadIdx.x == 0) y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
     }
 }
 
@@ -818,7 +841,7 @@ extern "C" cudaError_t glia__cuda_channel_sum(float *y, float *part, const float
     if (g.N * g.L == 0) return beta != 0.0f ? cudaSuccess : cudaMemsetAsync(y, 0, (size_t)g.C * sizeof *y, st);
     cudaError_t e = bn_reduce(part, (float *)NULL, ChannelSum{x}, g, st);
     if (e != cudaSuccess) return e;
-    channel_total<<<grid_warps(g.C), THREADS, 0, st>>>(y, part, g.C, g.S, beta);
+    channel_total<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(y, part, g.C, g.S, beta);
     return cudaGetLastError();
 }
 
@@ -840,7 +863,7 @@ extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *
                                               double eps, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_finalize<<<grid_warps(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
+    bn_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
                                                    g.N * g.L, g.S, use_running, update, momentum, eps);
     return cudaGetLastError();
 }
@@ -865,7 +888,7 @@ extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, b
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_grad_finalize<<<grid_warps(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
+    bn_grad_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
                                                         pdyx, g.C, g.N * g.L, g.S);
     return cudaGetLastError();
 }
@@ -906,7 +929,7 @@ extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, b
                                                   struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_collect<<<grid_warps(g.C), THREADS, 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
+    sync_collect<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
                                                     g.N * g.L, g.S);
     return cudaGetLastError();
 }

@@ -18,9 +18,9 @@ extern "C" {
  * are "rows" x(M, C) with M = N*H*W (pass N = M, L = 1). Each channel's M = N*L values are cut into S
  * splits of consecutive values (split s: [s*M/S, (s+1)*M/S)), fixed by the shape alone, so every sum
  * runs in the same order on every call: results are reproducible (no float atomics). A pass is one
- * launch of S blocks per channel (or per tile of channels), then a finalize of a warp per channel over
- * the S partials in a fixed tree; forward reads x twice (statistics, normalize), backward x and dy twice
- * (sums, dx). */
+ * launch of S blocks per channel (or per tile of channels), then a finalize of 32 to 256 threads per
+ * channel (about S/4) over the S partials in a fixed tree; forward reads x twice (statistics,
+ * normalize), backward x and dy twice (sums, dx). */
 struct glia__bn_geom {
     int64_t N, C, L;  /* x(N, C, L); rows layout when L == 1 */
     int S;            /* splits per channel, 1 <= S <= 65535 */
