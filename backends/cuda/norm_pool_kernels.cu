@@ -66,14 +66,18 @@ struct RowWalk {
  * The pivot, x's first value of channel c (index c*L), keeps the float statistics of inputs with a
  * large mean as accurate as those of centred ones (the shifted-data algorithm). */
 
+/* Each accumulator reads x (and dy unless NULL) and adds one value of channel c with add_val; the walks call
+ * it through acc_add (one element), acc_add4 (4 consecutive elements of one channel) and acc_add4c (4
+ * consecutive channels), which load float4s where the kernel says the layout and alignment allow. */
 struct Welford {
     const float *x;
     int64_t L;
+    const float *dy = nullptr;
     __device__ float pivot(int64_t c) const { return x[c * L]; }
-    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
-        (void)c;  /* the channel matters to GradSums only */
-        float xv = x[e] - k, n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
+        (void)dy0, (void)c;  /* dy and the channel matter to GradSums only */
+        float xv = x0 - k, n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
         return make_float3(n, m, v.z + d * (xv - m));
     }
     /* Chan et al.: the statistics of the union of a and b */
@@ -106,11 +110,11 @@ struct GradSums {
     int64_t C;
     bool relu;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
-    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
         (void)k;
-        float g = relu_dy(dy[e], x[e], saved, c, C, relu);
-        return make_float3(0.0f, v.y + g, v.z + g * x_hat(x[e], saved, c, C));
+        float g = relu_dy(dy0, x0, saved, c, C, relu);
+        return make_float3(0.0f, v.y + g, v.z + g * x_hat(x0, saved, c, C));
     }
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, a.z + b.z); }
 };
@@ -118,14 +122,47 @@ struct GradSums {
 /* Plain sums of x per channel (the conv2d bias gradient): (unused, sum x, unused). */
 struct ChannelSum {
     const float *x;
+    const float *dy = nullptr;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
-    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
-        (void)c, (void)k;
-        return make_float3(0.0f, v.y + x[e], 0.0f);
+        (void)dy0, (void)c, (void)k;
+        return make_float3(0.0f, v.y + x0, 0.0f);
     }
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, 0.0f); }
 };
+
+/* element e of channel c */
+template <class Acc> __device__ static float3 acc_add(const Acc &a, float3 v, int64_t e, int64_t c, float k)
+{
+    return a.add_val(v, a.x[e], a.dy ? a.dy[e] : 0.0f, c, k);
+}
+
+/* elements e..e+3 of channel c (e a multiple of 4, 16-byte aligned) */
+template <class Acc> __device__ static float3 acc_add4(const Acc &a, float3 v, int64_t e, int64_t c, float k)
+{
+    float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
+    v = a.add_val(v, q.x, g.x, c, k);
+    v = a.add_val(v, q.y, g.y, c, k);
+    v = a.add_val(v, q.z, g.z, c, k);
+    return a.add_val(v, q.w, g.w, c, k);
+}
+
+/* elements e..e+3 of channels c..c+3 (rows; e a multiple of 4, 16-byte aligned) into v[0..3] */
+template <class Acc> __device__ static void acc_add4c(const Acc &a, float3 *v, int64_t e, int64_t c, const float *k)
+{
+    float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
+    v[0] = a.add_val(v[0], q.x, g.x, c, k[0]);
+    v[1] = a.add_val(v[1], q.y, g.y, c + 1, k[1]);
+    v[2] = a.add_val(v[2], q.z, g.z, c + 2, k[2]);
+    v[3] = a.add_val(v[3], q.w, g.w, c + 3, k[3]);
+}
+
+/* The first value of split s of a channel's M values, with the splits cut at multiples of V (4 for planes
+ * whose length L is a multiple of 4, so that float4s never straddle two splits; else 1): split s is
+ * [split_at(s), split_at(s + 1)). */
+__host__ __device__ static inline int split_unit(int64_t L) { return L > 1 && L % 4 == 0 ? 4 : 1; }
+__host__ __device__ static inline int64_t split_at(int64_t s, int64_t M, int S, int V) { return V * (s * (M / V) / S); }
 
 __device__ static float3 shfl_down3(float3 v, int off)
 {
@@ -154,11 +191,32 @@ template <class Acc>
 __global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
 {
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
-    int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
+    int V = split_unit(L);
+    int64_t j0 = split_at(s, M, S, V), j1 = split_at(s + 1, M, S, V);
     float3 v = make_float3(0.0f, 0.0f, 0.0f);
     float k = acc.pivot(c);
     RowWalk w(j0 + threadIdx.x, THREADS, L);
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c, k);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next())
+        v = acc_add(acc, v, (w.o * C + c) * L + w.i, c, k);
+    v = block_merge<Acc>(v);
+    if (threadIdx.x == 0) {
+        pa[s * C + c] = v.y;
+        if (pb) pb[s * C + c] = v.z;
+    }
+}
+
+/* The same with float4s (L % 4 == 0, x and dy 16-byte aligned): the threads walk the split's groups of 4
+ * values u = n*L/4 + i. */
+template <class Acc>
+__global__ void bn_reduce_planes4(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+{
+    int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
+    int64_t u0 = split_at(s, M, S, 4) / 4, u1 = split_at(s + 1, M, S, 4) / 4;
+    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    float k = acc.pivot(c);
+    RowWalk w(u0 + threadIdx.x, THREADS, L / 4);
+    for (int64_t u = u0 + threadIdx.x; u < u1; u += THREADS, w.next())
+        v = acc_add4(acc, v, (w.o * C + c) * L + 4 * w.i, c, k);
     v = block_merge<Acc>(v);
     if (threadIdx.x == 0) {
         pa[s * C + c] = v.y;
@@ -201,7 +259,7 @@ template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc ac
     float3 v = make_float3(0.0f, 0.0f, 0.0f);
     if (c < C) {
         float k = acc.pivot(c);
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc.add(v, r * C + c, c, k);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc_add(acc, v, r * C + c, c, k);
     }
     part[threadIdx.y * blockDim.x + threadIdx.x] = v;
     rows_tree(part, [](float3 a, float3 b) { return Acc::merge(a, b); });
@@ -212,17 +270,52 @@ template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc ac
     }
 }
 
+/* The same with float4s over rows x(M, C), C % 4 == 0, x and dy 16-byte aligned: block (TX, TY) with TX =
+ * rows_tile(C/4) takes channels 4*(blockIdx.x*TX + threadIdx.x) .. + 3, each with its own state. */
+template <class Acc> __global__ void bn_reduce_rows4(float *pa, float *pb, Acc acc, int64_t M, int64_t C, int S)
+{
+    __shared__ float3 part[4][THREADS];
+    int64_t c = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x), s = blockIdx.y;
+    int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
+    float3 v[4];
+    for (int q = 0; q < 4; q++) v[q] = make_float3(0.0f, 0.0f, 0.0f);
+    if (c < C) {
+        float k[4] = {acc.pivot(c), acc.pivot(c + 1), acc.pivot(c + 2), acc.pivot(c + 3)};
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc_add4c(acc, v, r * C + c, c, k);
+    }
+    int i = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int q = 0; q < 4; q++) part[q][i] = v[q];
+    for (int q = 0; q < 4; q++) rows_tree(part[q], [](float3 a, float3 b) { return Acc::merge(a, b); });
+    if (threadIdx.y == 0 && c < C)
+        for (int q = 0; q < 4; q++) {
+            pa[s * C + c + q] = part[q][threadIdx.x].y;
+            if (pb) pb[s * C + c + q] = part[q][threadIdx.x].z;
+        }
+}
+
+/* Whether p (NULL counts) is 16-byte aligned */
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
 template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
-    if (g.L == 1) {
+    bool vec = aligned16(acc.x) && aligned16(acc.dy);
+    if (g.L == 1 && vec && g.C % 4 == 0) {
+        int tx = rows_tile(g.C / 4);
+        dim3 grid((unsigned)((g.C / 4 + tx - 1) / tx), (unsigned)g.S);
+        bn_reduce_rows4<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+    } else if (g.L == 1) {
         int tx = rows_tile(g.C);
         dim3 grid((unsigned)((g.C + tx - 1) / tx), (unsigned)g.S);
         bn_reduce_rows<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
     } else {
         if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
-        bn_reduce_planes<Acc><<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+        dim3 grid((unsigned)g.C, (unsigned)g.S);
+        if (vec && split_unit(g.L) == 4)
+            bn_reduce_planes4<Acc><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+        else
+            bn_reduce_planes<Acc><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
     }
     return cudaGetLastError();
 }
@@ -315,6 +408,7 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
                             const float *beta, const float *x, const float *pmean, const float *pm2, int64_t C,
                             int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
 {
+    int V = split_unit(L);
     FOR_CHANNEL_ROWS(c0, C) {
         int64_t c = c0 + threadIdx.y;
         bool on = c < C;
@@ -322,7 +416,8 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
         if (!use_running) {  /* uniform over the grid */
             if (on)
                 for (int s = threadIdx.x; s < S; s += blockDim.x)
-                    t = chan(t, Stat{(double)((s + 1) * M / S - s * M / S), pmean[s * C + c], pm2[s * C + c]});
+                    t = chan(t, Stat{(double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)), pmean[s * C + c],
+                                     pm2[s * C + c]});
             t = split_tree(t, [](Stat a, Stat b) { return chan(a, b); });
         }
         if (!on || threadIdx.x != 0) continue;

@@ -16,7 +16,8 @@ extern "C" {
 /* ---- batchnorm ----
  * A batchnorm tensor is x(N, C, L) in memory: NCHW has L = H*W; channels_last (N, H, W, C) and 2-D (N, C)
  * are "rows" x(M, C) with M = N*H*W (pass N = M, L = 1). Each channel's M = N*L values are cut into S
- * splits of consecutive values (split s: [s*M/S, (s+1)*M/S)), fixed by the shape alone, so every sum
+ * splits of consecutive values (split s: [V*(s*(M/V)/S), V*((s+1)*(M/V)/S)), V = 4 for planes whose L is a
+ * multiple of 4 -- float4 loads then never straddle two splits -- else 1), fixed by the shape alone, so every sum
  * runs in the same order on every call: results are reproducible (no float atomics). A pass is one
  * launch of S blocks per channel (or per tile of channels), then a finalize of 32 to 256 threads per
  * channel (about S/4) over the S partials in a fixed tree; forward reads x twice (statistics,
@@ -36,7 +37,8 @@ cudaError_t glia__cuda_channel_sum(float *y, float *part, const float *x, struct
                                    cudaStream_t st);
 
 /* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x, less
- * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean) */
+ * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean); float4 loads
+ * where the layout and alignment allow (here and in the gradient sums) */
 cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g, cudaStream_t st);
 
 /* Per channel c, in double: mean (pivot added back) and biased variance var from the partials (Chan's
