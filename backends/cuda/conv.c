@@ -382,18 +382,22 @@ fail:
  * workspace made the timing's scratch the largest allocation of a small model's run (the device memory peak).
  * The runs themselves may use up to workspace_mb (heuristics off the timing). */
 #define TUNE_WS_CAP ((size_t)256 << 20)
+#define TUNE_CANDIDATES 10  /* heuristic candidates whose workspace the timing offers (PyTorch's benchmark_limit) */
 
-/* The workspace to time dir's algorithms with: the largest that an algorithm of cuDNN's heuristic list (in its
- * order; cudnnGet*_v7, no device work) needs within cap, so that only those are timed (cudnnFind*Ex skips what
- * does not fit) and the timing's scratch is no larger than they need. */
+/* The workspace to time dir's algorithms with: the largest that one of the first TUNE_CANDIDATES algorithms of
+ * cuDNN's heuristic ranking (cudnnGet*_v7, best first, no device work) that fit within cap needs, so that those
+ * are timed (cudnnFind*Ex skips what does not fit) and the timing's scratch is no larger than they need. */
 static glia_status tune_workspace(struct glia_layer *l, int dir, size_t cap, size_t *out)
 {
     struct perf r[MAX_PERF];
-    int n = 0;
+    int n = 0, k = 0;
     glia_status st = heuristics(l, dir, r, &n);
     *out = 0;
-    for (int i = 0; i < n && !st; i++)
-        if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= cap && r[i].memory > *out) *out = r[i].memory;
+    for (int i = 0; i < n && k < TUNE_CANDIDATES && !st; i++) {
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > cap) continue;
+        k++;
+        if (r[i].memory > *out) *out = r[i].memory;
+    }
     return st;
 }
 
