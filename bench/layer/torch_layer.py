@@ -8,7 +8,8 @@
 #   prints {"pass": "forward", "ms": X, "bytes": B} and {"pass": "forward+backward", "ms": Y, "bytes": B2}
 #
 # The tensors are those the op meets inside a model PyTorch runs at that precision at its best: bf16/fp16 inputs
-# (what autocast's convolutions hand a batchnorm or a pool), fp32 for fp32/tf32; parameters fp32. bytes counts
+# (what autocast's convolutions hand a batchnorm or a pool), fp32 for fp32/tf32; parameters fp32; the op runs
+# under autocast at bf16/fp16 (so cross_entropy computes in fp32, as in such a model). bytes counts
 # as glia does: forward = inputs + output; backward = output gradient + the tensors backward reads + input
 # gradients, each at its own element size. The ops mirror glia's: batchnorm (training, affine, momentum 0.1,
 # eps 1e-5), batchnorm_relu, maxpool and avgpool (3x3, stride 2, padding 1, avgpool counting the padding),
@@ -34,7 +35,7 @@ def parse():
 
 
 def make(a):
-    """(fn over the inputs, inputs, the tensors backward reads besides dy, has_backward)"""
+    """(the op over the inputs, the inputs, what its backward reads besides dy: "x", "y" or "")"""
     dev = torch.device(a.device)
     shape = [int(s) for s in a.shape.split("x")]
     lp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision, torch.float32)
@@ -92,7 +93,13 @@ def timed(fn, n, dev):
 def main():
     a = parse()
     dev = torch.device(a.device)
-    fn, xs, reads = make(a)
+    op, xs, reads = make(a)
+    lp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+
+    def fn(*args):
+        with torch.autocast(dev.type, dtype=lp or torch.float32, enabled=lp is not None):
+            return op(*args)
+
     y = fn(*xs)
     dy = torch.randn_like(y)
     labels = 8 * xs[0].shape[0] if a.op == "cross_entropy" else 0
