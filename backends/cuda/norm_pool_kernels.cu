@@ -68,8 +68,20 @@ struct RowWalk {
 
 /* Each accumulator reads x (and dy unless NULL) and adds one value of channel c with add_val; the walks call
  * it through acc_add (one element), acc_add4 (4 consecutive elements of one channel) and acc_add4c (4
- * consecutive channels), which load float4s where the kernel says the layout and alignment allow. */
+ * consecutive channels), which load float4s where the kernel says the layout and alignment allow. State is
+ * what a thread keeps, Part what a block writes per split: put(v, pa, pb, i) writes it at pa[i] (and pb[i]). */
+#define FLOAT_STATE                                                                                             \
+    typedef float3 State;                                                                                       \
+    typedef float Part;                                                                                         \
+    __device__ static float3 zero() { return make_float3(0.0f, 0.0f, 0.0f); }                                 \
+    __device__ static void put(float3 v, float *pa, float *pb, int64_t i)                                       \
+    {                                                                                                           \
+        pa[i] = v.y;                                                                                            \
+        if (pb) pb[i] = v.z;                                                                                    \
+    }
+
 struct Welford {
+    FLOAT_STATE
     const float *x;
     int64_t L;
     const float *dy = nullptr;
@@ -106,6 +118,7 @@ __device__ static float relu_dy(float dy, float x, const float *saved, int64_t c
 }
 
 struct GradSums {
+    FLOAT_STATE
     const float *x, *dy, *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd); with relu (6, C) */
     int64_t C;
     bool relu;
@@ -121,6 +134,7 @@ struct GradSums {
 
 /* Plain sums of x per channel (the conv2d bias gradient): (unused, sum x, unused). */
 struct ChannelSum {
+    FLOAT_STATE
     const float *x;
     const float *dy = nullptr;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
@@ -133,13 +147,13 @@ struct ChannelSum {
 };
 
 /* element e of channel c */
-template <class Acc> __device__ static float3 acc_add(const Acc &a, float3 v, int64_t e, int64_t c, float k)
+template <class Acc, class T> __device__ static T acc_add(const Acc &a, T v, int64_t e, int64_t c, float k)
 {
     return a.add_val(v, a.x[e], a.dy ? a.dy[e] : 0.0f, c, k);
 }
 
 /* elements e..e+3 of channel c (e a multiple of 4, 16-byte aligned) */
-template <class Acc> __device__ static float3 acc_add4(const Acc &a, float3 v, int64_t e, int64_t c, float k)
+template <class Acc, class T> __device__ static T acc_add4(const Acc &a, T v, int64_t e, int64_t c, float k)
 {
     float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
     v = a.add_val(v, q.x, g.x, c, k);
@@ -149,7 +163,7 @@ template <class Acc> __device__ static float3 acc_add4(const Acc &a, float3 v, i
 }
 
 /* elements e..e+3 of channels c..c+3 (rows; e a multiple of 4, 16-byte aligned) into v[0..3] */
-template <class Acc> __device__ static void acc_add4c(const Acc &a, float3 *v, int64_t e, int64_t c, const float *k)
+template <class Acc, class T> __device__ static void acc_add4c(const Acc &a, T *v, int64_t e, int64_t c, const float *k)
 {
     float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
     v[0] = a.add_val(v[0], q.x, g.x, c, k[0]);
@@ -164,64 +178,62 @@ template <class Acc> __device__ static void acc_add4c(const Acc &a, float3 *v, i
 __host__ __device__ static inline int split_unit(int64_t L) { return L > 1 && L % 4 == 0 ? 4 : 1; }
 __host__ __device__ static inline int64_t split_at(int64_t s, int64_t M, int S, int V) { return V * (s * (M / V) / S); }
 
-__device__ static float3 shfl_down3(float3 v, int off)
+__device__ static float3 shfl_down_state(float3 v, int off)
 {
     return make_float3(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off),
                        __shfl_down_sync(0xffffffffu, v.z, off));
 }
+__device__ static double2 shfl_down_state(double2 v, int off)
+{
+    return make_double2(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off));
+}
 
 /* The merge of v over a 1-D block of THREADS threads, in a fixed tree order; valid in thread 0. */
-template <class Acc> __device__ static float3 block_merge(float3 v)
+template <class Acc> __device__ static typename Acc::State block_merge(typename Acc::State v)
 {
-    __shared__ float3 warp_part[THREADS / 32];
+    __shared__ typename Acc::State warp_part[THREADS / 32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down3(v, off));
+    for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down_state(v, off));
     if (lane == 0) warp_part[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = lane < THREADS / 32 ? warp_part[lane] : make_float3(0.0f, 0.0f, 0.0f);
-        for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down3(v, off));
+        v = lane < THREADS / 32 ? warp_part[lane] : Acc::zero();
+        for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down_state(v, off));
     }
     return v;
 }
 
 /* pa(S, C), pb(S, C) (pb may be NULL) = the state (y, z) of split s = blockIdx.y of channel c = blockIdx.x of
  * x(N, C, L), L > 1: THREADS threads walk the split's values j = n*L + i (consecutive threads, consecutive i). */
-template <class Acc>
-__global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_planes(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
 {
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
     int V = split_unit(L);
     int64_t j0 = split_at(s, M, S, V), j1 = split_at(s + 1, M, S, V);
-    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    typename Acc::State v = Acc::zero();
     float k = acc.pivot(c);
     RowWalk w(j0 + threadIdx.x, THREADS, L);
     for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next())
         v = acc_add(acc, v, (w.o * C + c) * L + w.i, c, k);
     v = block_merge<Acc>(v);
-    if (threadIdx.x == 0) {
-        pa[s * C + c] = v.y;
-        if (pb) pb[s * C + c] = v.z;
-    }
+    if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
 }
 
 /* The same with float4s (L % 4 == 0, x and dy 16-byte aligned): the threads walk the split's groups of 4
  * values u = n*L/4 + i. */
-template <class Acc>
-__global__ void bn_reduce_planes4(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_planes4(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
 {
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
     int64_t u0 = split_at(s, M, S, 4) / 4, u1 = split_at(s + 1, M, S, 4) / 4;
-    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    typename Acc::State v = Acc::zero();
     float k = acc.pivot(c);
     RowWalk w(u0 + threadIdx.x, THREADS, L / 4);
     for (int64_t u = u0 + threadIdx.x; u < u1; u += THREADS, w.next())
         v = acc_add4(acc, v, (w.o * C + c) * L + 4 * w.i, c, k);
     v = block_merge<Acc>(v);
-    if (threadIdx.x == 0) {
-        pa[s * C + c] = v.y;
-        if (pb) pb[s * C + c] = v.z;
-    }
+    if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
 }
 
 #define TILE_C 32  /* channels of a gap_fwd_rows block (threadIdx.x) */
@@ -251,52 +263,50 @@ template <class T, class Merge> __device__ static void rows_tree(T *part, Merge 
 /* pa(S, C), pb(S, C) as above for rows x(M, C): block (TX, TY) (rows_tile) takes channels
  * blockIdx.x*TX + threadIdx.x and rows threadIdx.y, + TY, ... of split s = blockIdx.y; the row lanes merge in
  * a fixed tree (rows_tree). */
-template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc acc, int64_t M, int64_t C, int S)
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_rows(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
 {
-    __shared__ float3 part[THREADS];
+    typedef typename Acc::State T;
+    __shared__ T part[THREADS];
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
-    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    T v = Acc::zero();
     if (c < C) {
         float k = acc.pivot(c);
         for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc_add(acc, v, r * C + c, c, k);
     }
     part[threadIdx.y * blockDim.x + threadIdx.x] = v;
-    rows_tree(part, [](float3 a, float3 b) { return Acc::merge(a, b); });
-    if (threadIdx.y == 0 && c < C) {
-        v = part[threadIdx.x];
-        pa[s * C + c] = v.y;
-        if (pb) pb[s * C + c] = v.z;
-    }
+    rows_tree(part, [](T a, T b) { return Acc::merge(a, b); });
+    if (threadIdx.y == 0 && c < C) Acc::put(part[threadIdx.x], pa, pb, s * C + c);
 }
 
 /* The same with float4s over rows x(M, C), C % 4 == 0, x and dy 16-byte aligned: block (TX, TY) with TX =
  * rows_tile(C/4) takes channels 4*(blockIdx.x*TX + threadIdx.x) .. + 3, each with its own state. */
-template <class Acc> __global__ void bn_reduce_rows4(float *pa, float *pb, Acc acc, int64_t M, int64_t C, int S)
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
 {
-    __shared__ float3 part[4][THREADS];
+    typedef typename Acc::State T;
+    __shared__ T part[4][THREADS];
     int64_t c = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x), s = blockIdx.y;
     int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
-    float3 v[4];
-    for (int q = 0; q < 4; q++) v[q] = make_float3(0.0f, 0.0f, 0.0f);
+    T v[4];
+    for (int q = 0; q < 4; q++) v[q] = Acc::zero();
     if (c < C) {
         float k[4] = {acc.pivot(c), acc.pivot(c + 1), acc.pivot(c + 2), acc.pivot(c + 3)};
         for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc_add4c(acc, v, r * C + c, c, k);
     }
     int i = threadIdx.y * blockDim.x + threadIdx.x;
     for (int q = 0; q < 4; q++) part[q][i] = v[q];
-    for (int q = 0; q < 4; q++) rows_tree(part[q], [](float3 a, float3 b) { return Acc::merge(a, b); });
+    for (int q = 0; q < 4; q++) rows_tree(part[q], [](T a, T b) { return Acc::merge(a, b); });
     if (threadIdx.y == 0 && c < C)
-        for (int q = 0; q < 4; q++) {
-            pa[s * C + c + q] = part[q][threadIdx.x].y;
-            if (pb) pb[s * C + c + q] = part[q][threadIdx.x].z;
-        }
+        for (int q = 0; q < 4; q++) Acc::put(part[q][threadIdx.x], pa, pb, s * C + c + q);
 }
 
 /* Whether p (NULL counts) is 16-byte aligned */
 static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
-template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
+template <class Acc, class P>
+static cudaError_t bn_reduce(P *pa, P *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
@@ -536,75 +546,34 @@ __global__ void bn_dx4(float4 *dx, bool add, const float4 *x, const float4 *dy, 
 
 /* ---- SyncBatchNorm: per-split sums in double ----
  * A state is a double2: forward (sum x, sum x*x), backward (sum dy, sum dy*x_hat); states merge by adding,
- * in a fixed tree order. The splits and their walks are those of bn_reduce_planes and bn_reduce_rows. */
+ * in a fixed tree order. The kernels are bn_reduce's (the same splits, walks and float4 loads) with this
+ * accumulator. */
 
 struct SyncSums {
+    typedef double2 State;
+    typedef double Part;
     const float *x, *dy, *saved;  /* dy NULL: forward; saved(3, C) for x_hat, (6, C) with relu */
     int64_t C;
     bool relu;                    /* dy masked by the forward's relu */
-    __device__ double2 add(double2 v, int64_t e, int64_t c) const
+    __device__ static double2 zero() { return make_double2(0.0, 0.0); }
+    __device__ static void put(double2 v, double *pa, double *pb, int64_t i)
     {
+        pa[i] = v.x;
+        pb[i] = v.y;
+    }
+    __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
+    __device__ double2 add_val(double2 v, float x0, float dy0, int64_t c, float k) const
+    {
+        (void)k;
         if (!dy) {
-            double xv = x[e];
+            double xv = x0;
             return make_double2(v.x + xv, v.y + xv * xv);
         }
-        double g = relu_dy(dy[e], x[e], saved, c, C, relu);
-        return make_double2(v.x + g, v.y + g * (double)x_hat(x[e], saved, c, C));
+        double g = relu_dy(dy0, x0, saved, c, C, relu);
+        return make_double2(v.x + g, v.y + g * (double)x_hat(x0, saved, c, C));
     }
+    __device__ static double2 merge(double2 a, double2 b) { return add2(a, b); }
 };
-
-__device__ static double2 shfl_down2(double2 v, int off)
-{
-    return make_double2(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off));
-}
-
-/* The sum of v over a 1-D block of THREADS threads, in a fixed tree order; valid in thread 0. */
-__device__ static double2 block_sum2(double2 v)
-{
-    __shared__ double2 warp_part[THREADS / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int off = 16; off > 0; off >>= 1) v = add2(v, shfl_down2(v, off));
-    if (lane == 0) warp_part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < THREADS / 32 ? warp_part[lane] : make_double2(0.0, 0.0);
-        for (int off = 16; off > 0; off >>= 1) v = add2(v, shfl_down2(v, off));
-    }
-    return v;
-}
-
-/* pa(S, C), pb(S, C) = the sums of split s = blockIdx.y of channel c = blockIdx.x of x(N, C, L), L > 1 */
-__global__ void sync_sums_planes(double *pa, double *pb, SyncSums acc, int64_t N, int64_t C, int64_t L, int S)
-{
-    int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
-    int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
-    double2 v = make_double2(0.0, 0.0);
-    RowWalk w(j0 + threadIdx.x, THREADS, L);
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c);
-    v = block_sum2(v);
-    if (threadIdx.x == 0) {
-        pa[s * C + c] = v.x;
-        pb[s * C + c] = v.y;
-    }
-}
-
-/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TX, TY) as in bn_reduce_rows */
-__global__ void sync_sums_rows(double *pa, double *pb, SyncSums acc, int64_t M, int64_t C, int S)
-{
-    __shared__ double2 part[THREADS];
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
-    int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
-    double2 v = make_double2(0.0, 0.0);
-    if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc.add(v, r * C + c, c);
-    part[threadIdx.y * blockDim.x + threadIdx.x] = v;
-    rows_tree(part, [](double2 a, double2 b) { return add2(a, b); });
-    if (threadIdx.y == 0 && c < C) {
-        v = part[threadIdx.x];
-        pa[s * C + c] = v.x;
-        pb[s * C + c] = v.y;
-    }
-}
 
 /* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): T threads per channel, the splits in
  * a fixed order (none when M = 0: this rank has no values) */
@@ -1005,18 +974,8 @@ extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const
                                                    const float *saved, bool relu, struct glia__bn_geom g,
                                                    cudaStream_t st)
 {
-    if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;  /* sync_collect reads no split then */
-    if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
-    SyncSums acc{x, dy, saved, g.C, relu};
-    if (g.L == 1) {
-        int tx = rows_tile(g.C);
-        dim3 grid((unsigned)((g.C + tx - 1) / tx), (unsigned)g.S);
-        sync_sums_rows<<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
-    } else {
-        if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
-        sync_sums_planes<<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
-    }
-    return cudaGetLastError();
+    /* with no values sync_collect reads no split */
+    return bn_reduce(pa, pb, SyncSums{x, dy, saved, g.C, relu}, g, st);
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta,
