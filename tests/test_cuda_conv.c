@@ -7,6 +7,7 @@
  * error bound from its own terms (their count and magnitudes), whatever algorithm the autotuner
  * picks: a busy GPU makes it pick others.
  * Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a speed test. */
+#include <dlfcn.h>
 #include "cudautil.h"
 
 /* One convolution: input (N, C, H, W), filters F, kernel k (height) x kw (width), stride s,
@@ -514,6 +515,94 @@ static void test_tuning_workspace_given_back(void)
     glia_context_free(ctx);
 }
 
+/* The emulator's record of the largest workspace cuDNN was handed (NULL on a GPU: the emulator is not loaded). */
+typedef size_t (*ws_seen_fn)(bool reset);
+static ws_seen_fn emu_ws_seen(void)
+{
+    void *h = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    ws_seen_fn f = h ? (ws_seen_fn)(uintptr_t)dlsym(h, "glia_emu_cudnn_workspace_seen") : NULL;
+    if (h) dlclose(h);  /* cuda.so still holds it */
+    return f;
+}
+
+/* A training forward and backward of a 3x3 conv2d on input `in` (NCHW) on backend b, which is set to time
+ * algorithms with workspace_limit `limit`; the largest workspace logged as chosen into *chosen. */
+static void tuned_step(struct glia_backend *b, size_t limit, struct glia_shape in, size_t *chosen)
+{
+    struct glia_runtime_options o = b->options;
+    o.precision = GLIA_PRECISION_FP32;
+    o.cudnn_benchmark = true;
+    o.workspace_limit = limit;
+    o.deterministic = false;
+    CU_ASSERT_FATAL(glia_backend_configure(b, &o) == GLIA_OK);
+    struct glia_shape os = in;
+    os.dim[1] = 8;
+    struct cuda_built G;
+    cuda_build("[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\n", "cudnn", b, &in, 1, &G);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 9100);
+    for (int q = 0; q < G.l.n_params; q++) {
+        float *v = random_values(&rng, G.l.params[q].shape, 1.0f);
+        glia_tensor_release(G.l.params[q].value);
+        G.l.params[q].value = cuda_put(b, G.l.params[q].shape, GLIA_CONTIGUOUS, v);
+        G.l.params[q].grad_unset = true;
+        free(v);
+    }
+    float *xv = random_values(&rng, in, 1.0f), *dyv = random_values(&rng, os, 1.0f);
+    struct glia_tensor *x = cuda_put(b, in, GLIA_CONTIGUOUS, xv), *dy = cuda_put(b, os, GLIA_CONTIGUOUS, dyv);
+    struct glia_tensor *y = tensor_as(b, os, GLIA_CONTIGUOUS), *dx = tensor_as(b, in, GLIA_CONTIGUOUS);
+    FILE *log = tmpfile();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    glia_log_set(cuda_ctx, log, GLIA_LOG_DEBUG);
+    const struct glia_tensor *ins[1] = {x};
+    struct glia_tensor *dins[1] = {dx};
+    bool accs[1] = {false};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL};
+    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL};
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
+    CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
+    glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
+    int n;
+    *chosen = chosen_workspace(log, &n);
+    CU_ASSERT_EQUAL(n, 3);
+    fclose(log);
+    struct glia_tensor *all[] = {x, dy, y, dx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
+    free(xv);
+    free(dyv);
+    cuda_unbuild(&G);
+}
+
+/* The workspace cuDNN is handed -- by the timing (Find*Ex) and by the runs -- never exceeds workspace_mb, and
+ * with the default limit the timing offers only what an algorithm of cuDNN's heuristic list needs (at most
+ * 256 MiB): not the largest workspace any algorithm id asks for (the emulator's FFT algorithms ask 64 MiB and
+ * are never on its list; on a GPU they ask GiBs). The emulator records what it was handed; on a GPU the
+ * logged choices are checked against the limit. */
+static void test_tuning_workspace_bounded(void)
+{
+    struct glia_context *ctx;
+    struct glia_backend *b;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "cuda") == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &b) == GLIA_OK);
+    ws_seen_fn seen = emu_ws_seen();
+    const size_t limits[] = {2048, (size_t)1 << 20, DEFAULT_WORKSPACE};
+    for (int i = 0; i < 3; i++) {
+        if (seen) seen(true);
+        size_t chosen;
+        tuned_step(b, limits[i], S(4, 3, 5, 21 + i, 13), &chosen);  /* shapes no other test tunes */
+        CU_ASSERT(chosen <= limits[i]);
+        if (!seen) continue;
+        size_t got = seen(false);
+        bool ok = got <= limits[i] && got <= ((size_t)256 << 20) && got < ((size_t)64 << 20);
+        if (!ok) printf("\n  workspace limit %zu: cuDNN was handed %zu bytes\n", limits[i], got);
+        CU_ASSERT(ok);
+    }
+    if (!seen) printf("(on a GPU: the handed workspace is not recorded) ");
+    glia_context_free(ctx);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
-               GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back))
+               GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
+               GLIA_TEST(test_tuning_workspace_bounded))

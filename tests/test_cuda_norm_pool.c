@@ -2,6 +2,7 @@
  * against their CPU impls on a GPU: both memory formats, write and accumulate, train and eval, odd sizes,
  * batch 1, overlapping and padded windows, ties, repeatability and refusals. Exits 77 (skipped) without a
  * usable GPU or without the CUDA build. Not a test of the CPU semantics: test_bn, test_pool and test_layers. */
+#include <dlfcn.h>
 #include "cudautil.h"
 
 static const enum glia_memory_format formats[2] = {GLIA_CONTIGUOUS, GLIA_CHANNELS_LAST};
@@ -44,6 +45,69 @@ static void test_batchnorm(void)
     };
     for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], &shapes[s], 1, true, 1e-4);
+}
+
+/* Many splits per channel (hundreds: the finalizes' lanes each take several, in both layouts), channel counts
+ * off the rows tile (5, 37) and on the float4 paths (16: rows with C % 4 == 0, 28x28 planes with L % 4 == 0),
+ * with and without relu, training and eval, write and accumulate: as the CPU impl. */
+static void test_batchnorm_many_splits(void)
+{
+    const char *inis[] = {"[b]\ntype = batchnorm\n", "[b]\ntype = batchnorm\nactivation = relu\n"};
+    struct glia_shape shapes[] = {
+        S(4, 16, 16, 28, 28), /* fmnist's stem at batch 16: 196 splits as rows, 24 per plane channel */
+        S(4, 37, 5, 13, 11),  /* C off every tile, L odd: scalar paths */
+        S(4, 5, 40, 9, 3),    /* C < 8: rows tile of 8 */
+        S(2, 16, 3000, 0, 0), /* 2-D rows, 93 splits */
+        S(4, 8, 2, 1, 1),     /* L = 1 in NCHW, N = 2 */
+    };
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], &shapes[s], 1, true, 1e-4);
+}
+
+/* The batchnorm geometry of cuda.so (glia__cuda_bn_geom, found next to the kernel's code). */
+typedef struct glia__bn_geom_t {
+    int64_t N, C, L;
+    int S;
+} bn_geom_t;
+typedef bn_geom_t (*bn_geom_fn)(int64_t N, int64_t C, int64_t L);
+
+static bn_geom_fn bn_geom_of_cuda(void)
+{
+    const struct glia_kernel *k = glia__find_kernel(cuda_ctx, "batchnorm", "cuda");
+    Dl_info info;
+    if (!k || !dladdr((void *)(uintptr_t)k->forward, &info)) return NULL;
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    bn_geom_fn f = h ? (bn_geom_fn)(uintptr_t)dlsym(h, "glia__cuda_bn_geom") : NULL;
+    if (h) dlclose(h);  /* the registry still holds it */
+    return f;
+}
+
+/* The statistics pass fills the GPU: at fmnist's (64x16x28x28) and ResNet-50's (256x64x56x56, 256x256x14x14)
+ * batchnorm shapes, in both layouts, at least a full wave of 132 SMs x 8 blocks of 256 threads (or, for a tensor
+ * too small for that, a block per 512 values), each block with at least 2 values a thread; splits stay within
+ * the grid's limit. */
+static void test_batchnorm_geometry(void)
+{
+    if (!glia__find_type(cuda_ctx, "batchnorm")) CU_ASSERT_FATAL(glia_plugin_load(cuda_ctx, "batchnorm") == GLIA_OK);
+    bn_geom_fn geom = bn_geom_of_cuda();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(geom);
+    const int64_t shapes[][4] = {{64, 16, 28, 28}, {256, 64, 56, 56}, {64, 32, 14, 14}, {256, 256, 14, 14}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *d = shapes[i];
+        int64_t HW = d[2] * d[3], M = d[0] * HW;
+        for (int rows = 0; rows < 2; rows++) {
+            bn_geom_t g = rows ? geom(M, d[1], 1) : geom(d[0], d[1], HW);
+            int64_t tile = 1;
+            while (tile < 32 && tile < d[1]) tile <<= 1;
+            int64_t units = rows ? (d[1] + tile - 1) / tile : d[1], blocks = units * g.S;
+            int64_t least = rows ? 2 * 256 / tile : 2 * 256;  /* values of a channel a block needs, at least */
+            int64_t wave = 132 * 8, most = units * (M / least);
+            bool ok = blocks >= (wave < most ? wave : most) && M / g.S >= least && g.S <= 65535;
+            if (!ok) printf("\n  %lldx%lldx%lldx%lld %s: S %d, %lld blocks\n", (long long)d[0], (long long)d[1],
+                            (long long)d[2], (long long)d[3], rows ? "rows" : "planes", g.S, (long long)blocks);
+            CU_ASSERT(ok);
+        }
+    }
 }
 
 /* A batch of 1 in BatchNorm1d trains on one value per channel: refused like the CPU impl; eval runs. */
@@ -340,6 +404,8 @@ static void test_repeatable(void)
     for (int f = 0; f < 2; f++) {
         cuda_repeatable("cuda", "[b]\ntype = batchnorm\n", S(4, 16, 48, 27, 25), formats[f]);
         cuda_repeatable("cuda", "[b]\ntype = batchnorm\ntrack_running_stats = off\n", S(4, 3, 5, 64, 61), formats[f]);
+        cuda_repeatable("cuda", "[b]\ntype = batchnorm\nactivation = relu\n", S(4, 16, 16, 28, 28), formats[f]);
+        cuda_repeatable("cuda", "[b]\ntype = batchnorm\n", S(4, 37, 9, 13, 11), formats[f]);
         cuda_repeatable("cuda", "[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", S(4, 4, 16, 31, 33), formats[f]);
         cuda_repeatable("cuda", "[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n", S(4, 4, 16, 31, 33), formats[f]);
         cuda_repeatable("cuda", "[g]\ntype = global_avgpool\n", S(4, 4, 40, 31, 33), formats[f]);
@@ -398,7 +464,8 @@ static void test_same_description(void)
     }
 }
 
-CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
+               GLIA_TEST(test_batchnorm_geometry), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
                GLIA_TEST(test_concat), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

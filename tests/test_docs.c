@@ -385,10 +385,14 @@ static int help_synopses(char syn[MAX_SYN][SYN_LEN])
     return n;
 }
 
-/* The command word of a synopsis ("train", "--version") into w. */
+/* The command word of a synopsis ("train", "--version"; for bench with its benchmark: "bench conv") into w. */
 static void command_word(const char *syn, char w[64])
 {
-    if (sscanf(syn, "glia %63s", w) != 1) w[0] = '\0';
+    char a[32], b[32];
+    int n = sscanf(syn, "glia %31s %31s", a, b);
+    if (n < 1) w[0] = '\0';
+    else if (n == 2 && !strcmp(a, "bench")) snprintf(w, 64, "%s %s", a, b);
+    else snprintf(w, 64, "%s", a);
 }
 
 /* Every command of README.md's command-line block has the synopsis `glia --help` prints for it. */

@@ -531,6 +531,12 @@ static void test_cuda_replicas(void)
          false},
         {"[b]\ntype = batchnorm\nactivation = relu\n", S(4, 6, 70, 7, 9), 3, 0, 2, GLIA_CHANNELS_LAST, true, false, 2, 39,
          true},
+        /* many splits a channel and the float4 paths (C = 16 rows, 28x28 planes) */
+        {"[b]\ntype = batchnorm\nactivation = relu\n", S(4, 12, 16, 28, 28), 3, 0, 4, GLIA_CHANNELS_LAST, false, false,
+         2, 47, false},
+        {"[b]\ntype = batchnorm\n", S(4, 12, 16, 28, 28), 3, 0, 4, GLIA_CONTIGUOUS, true, false, 2, 48, false},
+        /* one value a channel on this rank, 3 over the ranks: trains (the count read back from the device) */
+        {"[b]\ntype = batchnorm\n", S(2, 3, 5, 0, 0), 3, 0, 1, GLIA_CONTIGUOUS, false, false, 2, 49, false},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_case(c, gpu, &k[i], 1e-4);
     sync_large_mean(c, gpu, GLIA_CONTIGUOUS, 1e-5);

@@ -1,7 +1,9 @@
 /* tools/bench.c — `glia bench conv`: a conv2d 64->64 3x3 on 32x64x64x64 timed forward and forward+backward
- * per autotuner setting, precision and memory format (device synchronized around each timed loop).
- * Not a training benchmark: bench/gpu_fmnist compares whole training runs with PyTorch. */
+ * per autotuner setting, precision and memory format; `glia bench layer`: one layer type at given shapes, with
+ * the bytes it moves and, beside it, the same op in PyTorch (bench/layer/torch_layer.py). Both synchronize the
+ * device around each timed loop. Not a training benchmark: bench/gpu_fmnist compares whole training runs. */
 #include <glia/glia.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +242,330 @@ static int bench_conv(int argc, char **argv)
     return rc;
 }
 
+/* ---- glia bench layer ---- */
+
+/* The ops both sides know: glia's layer section and the PyTorch script's --op (the same name). Any other OP is
+ * taken as a glia layer type ("type = OP"), timed without PyTorch. */
+static const struct layer_op {
+    const char *name, *ini;
+    int n_in;  /* inputs, each of the given shape */
+} layer_ops[] = {
+    {"batchnorm", "type = batchnorm\n", 1},
+    {"batchnorm_relu", "type = batchnorm\nactivation = relu\n", 1},
+    {"maxpool", "type = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n", 1},
+    {"avgpool", "type = avgpool2d\nsize = 3\nstride = 2\npadding = 1\n", 1},
+    {"dropout", "type = dropout\np = 0.5\n", 1},
+    {"cross_entropy", "type = softmax_cross_entropy\n", 1},
+    {"relu", "type = relu\n", 1},
+    {"gelu", "type = gelu\n", 1},
+    {"cat", "type = concat\n", 2},
+};
+
+struct layer_args {
+    struct glia_device dev;
+    const char *op;
+    const struct layer_op *known;  /* NULL: op is a glia type */
+    struct glia_shape shape;
+    enum glia_precision precision;
+    enum glia_memory_format format;
+    long steps, warmup;
+    const char *torch;             /* the PyTorch script; NULL: none */
+    bool json;
+};
+
+/* One pass's figures on one side; ms < 0: not measured, note says why. */
+struct side {
+    double ms, bytes;
+    char note[160];
+};
+
+static int layer_usage(const char *msg, const char *what)
+{
+    fprintf(stderr, "glia bench layer: %s%s\nusage:\n" GLIA__BENCH_USAGE, msg, what ? what : "");
+    return 2;
+}
+
+/* "256x64x56x56" (1 to 8 positive sizes) */
+static bool parse_shape(const char *v, struct glia_shape *s)
+{
+    int64_t d[8];
+    int n = 0;
+    const char *p = v;
+    while (n < 8) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 1 || errno) return false;
+        d[n++] = x;
+        if (!*end) break;
+        if (*end != 'x') return false;
+        p = end + 1;
+    }
+    if (*p && strchr(p, 'x')) return false;  /* more than 8 sizes */
+    *s = glia_shape_make(n, d);
+    return true;
+}
+
+static bool parse_precision(const char *v, enum glia_precision *p)
+{
+    const enum glia_precision all[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_TF32, GLIA_PRECISION_BF16, GLIA_PRECISION_FP16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(v, glia_precision_name(all[i]))) return *p = all[i], true;
+    return false;
+}
+
+/* The script named by --torch (off: none), else $GLIA_TORCH_LAYER, else bench/layer/torch_layer.py when it
+ * exists under the current directory. */
+static const char *find_torch(const char *given)
+{
+    if (given) return strcmp(given, "off") ? given : NULL;
+    const char *env = getenv("GLIA_TORCH_LAYER");
+    if (env && *env) return env;
+    FILE *f = fopen("bench/layer/torch_layer.py", "r");
+    if (!f) return NULL;
+    fclose(f);
+    return "bench/layer/torch_layer.py";
+}
+
+static int parse_layer_args(int argc, char **argv, struct layer_args *a)
+{
+    *a = (struct layer_args){.dev = {GLIA_DEVICE_CUDA, 0}, .precision = GLIA_PRECISION_FP32, .format = GLIA_CONTIGUOUS,
+                             .steps = 50, .warmup = 10};
+    bool steps_set = false, warmup_set = false, shape_set = false;
+    const char *torch = NULL;
+    if (argc < 2 || !strncmp(argv[1], "--", 2)) return layer_usage("which layer? (an op or a layer type)", NULL);
+    a->op = argv[1];
+    for (size_t i = 0; i < sizeof layer_ops / sizeof layer_ops[0]; i++)
+        if (!strcmp(a->op, layer_ops[i].name)) a->known = &layer_ops[i];
+    for (int i = 2; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--json")) {
+            a->json = true;
+            continue;
+        }
+        if (strncmp(s, "--", 2)) return layer_usage("unexpected argument ", s);
+        if (i + 1 >= argc) return layer_usage("a value is missing after ", s);
+        const char *v = argv[++i];
+        if (!strcmp(s, "--device")) {
+            if (glia_device_parse(v, &a->dev)) return layer_usage("--device takes cpu, cuda or cuda:N, got ", v);
+        } else if (!strcmp(s, "--shape")) {
+            if (!parse_shape(v, &a->shape)) return layer_usage("--shape takes sizes like 256x64x56x56, got ", v);
+            shape_set = true;
+        } else if (!strcmp(s, "--precision")) {
+            if (!parse_precision(v, &a->precision)) return layer_usage("--precision takes fp32, tf32, bf16 or fp16, got ", v);
+        } else if (!strcmp(s, "--memory-format")) {
+            if (strcmp(v, "contiguous") && strcmp(v, "channels_last"))
+                return layer_usage("--memory-format takes contiguous or channels_last, got ", v);
+            a->format = strcmp(v, "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
+        } else if (!strcmp(s, "--steps")) {
+            if (!parse_count(v, 1, 1000000, &a->steps)) return layer_usage("--steps takes 1..1000000, got ", v);
+            steps_set = true;
+        } else if (!strcmp(s, "--warmup")) {
+            if (!parse_count(v, 0, 1000000, &a->warmup)) return layer_usage("--warmup takes 0..1000000, got ", v);
+            warmup_set = true;
+        } else if (!strcmp(s, "--torch")) {
+            torch = v;
+        } else {
+            return layer_usage("unknown option ", s);
+        }
+    }
+    if (!shape_set) return layer_usage("--shape is required", NULL);
+    if (a->dev.type == GLIA_DEVICE_CPU && !steps_set) a->steps = 5;
+    if (a->dev.type == GLIA_DEVICE_CPU && !warmup_set) a->warmup = 1;
+    a->torch = a->known ? find_torch(torch) : NULL;
+    return 0;
+}
+
+/* Bytes of tensor t (0 for NULL). */
+static double tensor_bytes(const struct glia_tensor *t)
+{
+    return t ? (double)glia_tensor_numel(t) * (double)glia_dtype_size(t->dtype) : 0.0;
+}
+
+/* The bytes a pass moves at least: forward = inputs + output (+ a loss's labels, 4 bytes a sample); backward =
+ * output gradient + the inputs (unless the kernel's backward reads none) + the output (unless it reads none) +
+ * input gradients (+ the labels). Parameters and kept state are not counted. */
+static void pass_bytes(struct glia_layer_run *r, int n_in, double *fwd, double *bwd)
+{
+    const struct glia_layer *l = glia_layer_run_layer(r);
+    uint32_t fl = l->kernel->flags;
+    double in = 0, din = 0, labels = 0;
+    for (int k = 0; k < n_in; k++) {
+        in += tensor_bytes(glia_layer_run_input(r, k));
+        din += tensor_bytes(glia_layer_run_input_grad(r, k));
+    }
+    if (l->type->flags & GLIA_TYPE_LOSS) labels = 4.0 * (double)glia_layer_run_input(r, 0)->shape.dim[0];
+    double out = tensor_bytes(glia_layer_run_output(r)), dout = tensor_bytes(glia_layer_run_output_grad(r));
+    *fwd = in + out + labels;
+    *bwd = dout + (fl & GLIA_KERNEL_BWD_NO_INPUT ? 0 : in) + (fl & GLIA_KERNEL_BWD_NO_OUTPUT ? 0 : out) + din + labels;
+}
+
+/* glia's side: both passes into g[PASS_*]; impl gets the kernel's impl. Returns 0, or 1 with the reason on stderr. */
+static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *impl, size_t impl_size)
+{
+    struct glia_context *ctx;
+    struct glia_backend *b;
+    struct glia_layer_run *r = NULL;
+    if (glia_context_new(&ctx)) return fprintf(stderr, "glia bench layer: out of memory\n"), 1;
+    glia_status st = glia_layer_run_backend_open(ctx, a->dev, &b);
+    struct glia_runtime_options o = {sizeof o, a->precision, true, (size_t)1 << 30, false};
+    if (!st) st = glia_backend_configure(b, &o);
+    char ini[512];
+    int n_in = a->known ? a->known->n_in : 1;
+    snprintf(ini, sizeof ini, "[%s]\n%s", a->op, a->known ? a->known->ini : "");
+    if (!a->known) snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "type = %s\n", a->op);
+    struct glia_shape in[2] = {a->shape, a->shape};
+    if (!st) st = glia_layer_run_new(ctx, ini, a->dev, in, n_in, a->format, 1, &r);
+    double sec, fb[N_PASS];
+    if (!st) {
+        snprintf(impl, impl_size, "%s", glia_layer_run_layer(r)->kernel->impl);
+        pass_bytes(r, n_in, &fb[PASS_FWD], &fb[PASS_FWD_BWD]);
+        fb[PASS_FWD_BWD] += fb[PASS_FWD];
+    }
+    bool bwd = !st && glia_layer_run_input_grad(r, 0) != NULL;
+    if (!st && a->warmup) st = time_loop(r, bwd, a->warmup, &sec);
+    for (int p = 0; p < N_PASS && !st; p++) {
+        g[p] = (struct side){-1, fb[p], ""};
+        if (p == PASS_FWD_BWD && !bwd) snprintf(g[p].note, sizeof g[p].note, "n/a (no input gradient)");
+        else if (!(st = time_loop(r, p == PASS_FWD_BWD, a->steps, &sec))) g[p].ms = 1e3 * sec / (double)a->steps;
+    }
+    if (st) {
+        const char *why = glia_context_error(ctx);
+        fprintf(stderr, "glia bench layer: %s\n", why && *why ? why : glia_strerror(st));
+    }
+    glia_layer_run_free(r);
+    glia_context_free(ctx);
+    return st ? 1 : 0;
+}
+
+/* "'...'" with every ' written '\'' (for popen's shell) */
+static void shell_quote(char *out, size_t n, const char *s)
+{
+    size_t k = 0;
+    if (n < 3) return;
+    out[k++] = '\'';
+    for (; *s && k + 5 < n; s++) {
+        if (*s == '\'') {
+            memcpy(out + k, "'\\''", 4);
+            k += 4;
+        } else {
+            out[k++] = *s;
+        }
+    }
+    out[k++] = '\'';
+    out[k] = '\0';
+}
+
+/* The number after "key": in a JSON line, or -1. */
+static double json_number(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) return -1;
+    char *end;
+    double v = strtod(p + strlen(pat), &end);
+    return end == p + strlen(pat) ? -1 : v;
+}
+
+/* PyTorch's side: runs `$GLIA_PYTHON (python3) SCRIPT --op OP --shape S --precision P --memory-format F
+ * --device D --steps N --warmup W`, which prints one JSON line per pass: {"pass": "forward", "ms": X,
+ * "bytes": B}. A script that fails or prints no figure leaves the notes saying so (its stderr passes through). */
+static void layer_torch(const struct layer_args *a, struct side t[N_PASS])
+{
+    for (int p = 0; p < N_PASS; p++) t[p] = (struct side){-1, 0, "n/a (no PyTorch script: --torch FILE)"};
+    if (!a->torch) return;
+    const char *py = getenv("GLIA_PYTHON");
+    char qpy[512], qscript[1024], shape[128], dev[32], cmd[2048];
+    shell_quote(qpy, sizeof qpy, py && *py ? py : "python3");
+    shell_quote(qscript, sizeof qscript, a->torch);
+    glia_shape_str(&a->shape, shape, sizeof shape);
+    glia_device_str(a->dev, dev, sizeof dev);
+    snprintf(cmd, sizeof cmd, "%s %s --op %s --shape %s --precision %s --memory-format %s --device %s --steps %ld "
+             "--warmup %ld", qpy, qscript, a->op, shape, glia_precision_name(a->precision),
+             glia_memory_format_name(a->format), dev, a->steps, a->warmup);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        for (int p = 0; p < N_PASS; p++) snprintf(t[p].note, sizeof t[p].note, "n/a (cannot start %s)", a->torch);
+        return;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f))
+        for (int p = 0; p < N_PASS; p++) {
+            char pat[64];
+            snprintf(pat, sizeof pat, "\"pass\": \"%s\"", pass_name[p]);
+            if (!strstr(line, pat)) continue;
+            t[p].ms = json_number(line, "ms");
+            t[p].bytes = json_number(line, "bytes");
+        }
+    int rc = pclose(f);
+    for (int p = 0; p < N_PASS; p++)
+        if (t[p].ms < 0) snprintf(t[p].note, sizeof t[p].note, "n/a (%s %s)", a->torch, rc ? "failed" : "printed no figure");
+}
+
+static double gbps(const struct side *s) { return s->ms > 0 && s->bytes > 0 ? s->bytes / (s->ms * 1e-3) * 1e-9 : -1; }
+
+static void print_layer(const struct layer_args *a, const char *impl, const struct side g[N_PASS],
+                        const struct side t[N_PASS])
+{
+    char dev[32], shape[128];
+    glia_device_str(a->dev, dev, sizeof dev);
+    glia_shape_str(&a->shape, shape, sizeof shape);
+    const char *prec = glia_precision_name(a->precision), *fmt = glia_memory_format_name(a->format);
+    if (a->json) {
+        printf("{\"bench\": \"layer\", \"op\": \"%s\", \"impl\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", "
+               "\"inputs\": %d, \"precision\": \"%s\", \"memory_format\": \"%s\", \"steps\": %ld, \"warmup\": %ld, "
+               "\"torch\": %s%s%s}\n", a->op, impl, dev, shape, a->known ? a->known->n_in : 1, prec, fmt, a->steps,
+               a->warmup, a->torch ? "\"" : "", a->torch ? a->torch : "null", a->torch ? "\"" : "");
+        for (int p = 0; p < N_PASS; p++) {
+            printf("{\"pass\": \"%s\", \"bytes\": %.0f, ", pass_name[p], g[p].bytes);
+            if (g[p].ms >= 0) printf("\"ms\": %.6g, \"gbps\": %.6g, ", g[p].ms, gbps(&g[p]));
+            else printf("\"ms\": null, \"gbps\": null, ");
+            if (t[p].ms >= 0) printf("\"torch_ms\": %.6g, \"torch_bytes\": %.0f, \"torch_gbps\": %.6g", t[p].ms, t[p].bytes,
+                                     gbps(&t[p]));
+            else printf("\"torch_ms\": null, \"torch_bytes\": null, \"torch_gbps\": null");
+            if (t[p].ms > 0 && g[p].ms > 0) printf(", \"torch_over_glia\": %.4g}\n", t[p].ms / g[p].ms);
+            else printf(", \"torch_over_glia\": null}\n");
+        }
+        return;
+    }
+    printf("layer %s (impl %s) on %s%s, %s, precision %s; device %s\n", a->op, impl, shape,
+           a->known && a->known->n_in == 2 ? " (2 inputs)" : "", fmt, prec, dev);
+    printf("ms per iteration: mean of %ld steps after %ld warm-up steps, device synchronized before and after\n",
+           a->steps, a->warmup);
+    printf("GB/s = bytes / time; bytes: forward = inputs + output; forward+backward adds output gradient + the inputs\n"
+           "and output backward reads + input gradients (glia's activations are fp32 at every precision)\n");
+    printf("pytorch: %s\n\n", a->torch ? a->torch : "none (--torch FILE, or run from the source tree)");
+    printf("%-17s %10s %10s %10s %10s %10s %10s %11s\n", "pass", "glia ms", "glia GB/s", "glia MB", "torch ms",
+           "torch GB/s", "torch MB", "torch/glia");
+    for (int p = 0; p < N_PASS; p++) {
+        printf("%-17s ", pass_name[p]);
+        if (g[p].ms >= 0) printf("%10.4g %10.4g %10.4g ", g[p].ms, gbps(&g[p]), g[p].bytes * 1e-6);
+        else printf("%-32s ", g[p].note);
+        if (t[p].ms >= 0) {
+            printf("%10.4g %10.4g %10.4g ", t[p].ms, gbps(&t[p]), t[p].bytes * 1e-6);
+            if (g[p].ms > 0) printf("%11.2f", t[p].ms / g[p].ms);
+            printf("\n");
+        } else {
+            printf("%s\n", t[p].note);
+        }
+    }
+}
+
+static int bench_layer(int argc, char **argv)
+{
+    struct layer_args a;
+    int rc = parse_layer_args(argc, argv, &a);
+    if (rc) return rc;
+    struct side g[N_PASS], t[N_PASS];
+    char impl[64] = "?";
+    if (layer_glia(&a, g, impl, sizeof impl)) return 1;
+    layer_torch(&a, t);
+    print_layer(&a, impl, g, t);
+    return 0;
+}
+
 int glia__bench_main(int argc, char **argv)
 {
     if (argc < 1) {
@@ -247,6 +573,7 @@ int glia__bench_main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(argv[0], "conv")) return bench_conv(argc, argv);
-    fprintf(stderr, "glia bench: unknown benchmark '%s' (known: conv)\nusage:\n" GLIA__BENCH_USAGE, argv[0]);
+    if (!strcmp(argv[0], "layer")) return bench_layer(argc, argv);
+    fprintf(stderr, "glia bench: unknown benchmark '%s' (known: conv, layer)\nusage:\n" GLIA__BENCH_USAGE, argv[0]);
     return 2;
 }

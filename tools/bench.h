@@ -1,5 +1,6 @@
-/* tools/bench.h — `glia bench WHAT`: micro-benchmarks of single layers on a device (today: conv,
- * the convolution table of PyTorch's performance-tuning guide). Not the PyTorch comparison: the
+/* tools/bench.h — `glia bench WHAT`: micro-benchmarks of single layers on a device: conv (the convolution
+ * table of PyTorch's performance-tuning guide) and layer (one op at given shapes, its bytes per second, and
+ * PyTorch's figure beside it when bench/layer/torch_layer.py runs). Not the training comparisons: the
  * scripts under bench/ run both sides. */
 #ifndef GLIA_TOOLS_BENCH_H
 #define GLIA_TOOLS_BENCH_H
@@ -11,6 +12,11 @@ int glia__bench_main(int argc, char **argv);
 /* The usage lines of `glia bench`. */
 #define GLIA__BENCH_USAGE                                                                              \
     "       glia bench conv [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--batch N]\n"         \
-    "                       [--bias on|off] [--impl NAME] [--json]\n"
+    "                       [--bias on|off] [--impl NAME] [--json]\n"                                  \
+    "       glia bench layer OP --shape NxCxHxW [--precision fp32|tf32|bf16|fp16]\n"                    \
+    "                       [--memory-format contiguous|channels_last] [--device cuda|cuda:N|cpu]\n"  \
+    "                       [--steps N] [--warmup N] [--torch SCRIPT|off] [--json]\n"                  \
+    "                       (OP: batchnorm, batchnorm_relu, maxpool, avgpool, dropout, cross_entropy,\n" \
+    "                        relu, gelu, cat, or any layer type)\n"
 
 #endif

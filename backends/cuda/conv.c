@@ -350,24 +350,6 @@ static cudnnStatus_t workspace_of(struct glia__cuda *c, struct cuda_conv *p, int
     }
 }
 
-static int algo_count(int dir)
-{
-    return dir == FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-           : dir == BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-                             : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-}
-
-/* The largest workspace any algorithm of dir needs, at most limit (what cudnnFind*Ex gets). */
-static size_t max_workspace(struct glia__cuda *c, struct cuda_conv *p, int dir, size_t limit)
-{
-    size_t most = 0;
-    for (int a = 0; a < algo_count(dir); a++) {
-        size_t n = 0;
-        if (workspace_of(c, p, dir, a, &n) == CUDNN_STATUS_SUCCESS && n > most) most = n;
-    }
-    return most < limit ? most : limit;
-}
-
 /* cuDNN's heuristic ranking for dir (no device work). */
 static glia_status heuristics(struct glia_layer *l, int dir, struct perf *r, int *n)
 {
@@ -392,6 +374,30 @@ static glia_status heuristics(struct glia_layer *l, int dir, struct perf *r, int
         COPY_PERF(r, f, *n);
     }
 fail:
+    return st;
+}
+
+/* The most workspace the timing offers cuDNN: [runtime] workspace_mb, but at most TUNE_WS_CAP. The algorithms
+ * that want more are the FFT ones (GiBs at ResNet-50 shapes), which seldom win on tensor cores; offering their
+ * workspace made the timing's scratch the largest allocation of a small model's run (the device memory peak).
+ * The runs themselves may use up to workspace_mb (heuristics off the timing). */
+#define TUNE_WS_CAP ((size_t)256 << 20)
+#define TUNE_CANDIDATES 10  /* heuristic candidates whose workspace the timing offers (PyTorch's benchmark_limit) */
+
+/* The workspace to time dir's algorithms with: the largest that one of the first TUNE_CANDIDATES algorithms of
+ * cuDNN's heuristic ranking (cudnnGet*_v7, best first, no device work) that fit within cap needs, so that those
+ * are timed (cudnnFind*Ex skips what does not fit) and the timing's scratch is no larger than they need. */
+static glia_status tune_workspace(struct glia_layer *l, int dir, size_t cap, size_t *out)
+{
+    struct perf r[MAX_PERF];
+    int n = 0, k = 0;
+    glia_status st = heuristics(l, dir, r, &n);
+    *out = 0;
+    for (int i = 0; i < n && k < TUNE_CANDIDATES && !st; i++) {
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > cap) continue;
+        k++;
+        if (r[i].memory > *out) *out = r[i].memory;
+    }
     return st;
 }
 
@@ -539,7 +545,9 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
         CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[d], default_math(o->precision)));
         if (o->cudnn_benchmark) {  /* timed below, once the operands are in scratch */
             tune |= 1u << d;
-            tune_ws[d] = max_workspace(c, p, d, o->workspace_limit);
+            if ((st = tune_workspace(l, d, o->workspace_limit < TUNE_WS_CAP ? o->workspace_limit : TUNE_WS_CAP,
+                                     &tune_ws[d])))
+                return st;
             size_t need = align_up(output_bytes(k, d)) + tune_ws[d];
             if (need > tune_bytes) tune_bytes = need;
             continue;

@@ -48,8 +48,8 @@ struct cuda_bn {
                                        relu (6C): then that forward's coef(3, C), for backward's relu mask (owned) */
     int64_t kept;                   /* elements of the input that saved belongs to (0: none kept) */
     struct glia_tensor *sums;       /* sync: (2C + 1) f64 on the device, the sums exchanged between ranks (owned) */
-    double count;                   /* values per channel over all ranks of the last training forward if it
-                                       synced, else 0 */
+    bool synced;                    /* the last training forward synced: sums[2C] holds its count over all
+                                       ranks (on the device) */
     bool fresh;                     /* sums hold the statistics the last training forward exchanged, no
                                        backward since: a recompute of it (the same batch) uses them without
                                        exchanging */
@@ -86,14 +86,16 @@ static size_t sync_scratch_bytes(struct glia__bn_geom g)
     return (size_t)(2 * g.S * g.C) * sizeof(double) + (size_t)(3 * g.C) * sizeof(float);
 }
 
-/* Training over all ranks: per split sums of x and x^2 in double, added per channel in split order into
+/* Training over all ranks: per split sums of x and x^2 in double, added per channel in a fixed order into
  * sums(2C + 1) with this rank's count, summed over the ranks (glia_batchnorm_exchange: staged through the
- * host when the transport takes host memory only), the global count N read back; then the statistics
+ * host when the transport takes host memory only); then the statistics
  * (mean = sum x / N, var = sum x^2 / N - mean^2), running statistics toward mean and var*N/(N-1), saved and
- * coef from the global sums, and the normalization as without sync. reuse_n > 0 (a recompute of the last
- * forward, whose count that is): sums as that forward left them, nothing summed or exchanged again. */
+ * coef from the global sums (the count N read on the device: no wait for the exchange), and the
+ * normalization as without sync. The host reads N back only when this rank has fewer than 2 values per channel
+ * (N >= this rank's count, so N >= 2 is known otherwise). reuse (a recompute of the last forward): sums as
+ * that forward left them, nothing summed or exchanged again. */
 static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *a, struct glia__bn_geom g,
-                                   double reuse_n)
+                                   bool reuse)
 {
     const struct glia_batchnorm_attrs *d = l->attrs;
     struct cuda_bn *p = l->state;
@@ -104,30 +106,33 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     void *scratch;
     if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), sync_scratch_bytes(g), &scratch);
     if (st) return st;
-    double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data, n = reuse_n;
+    double *pa = scratch, *pb = pa + g.S * C, *sums = p->sums->data;
     /* with activation = relu, coef is kept for backward's mask in saved(3..5, C) */
     float *coef = d->relu ? dev(p->saved) + 3 * C : (float *)(pb + g.S * C);
     struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
-    if (reuse_n == 0) {  /* else sums still hold this batch's statistics over the ranks */
+    if (!reuse) {  /* else sums still hold this batch's statistics over the ranks */
         CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, false, g, s));
         CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
         if ((st = glia_batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
+    }
+    if (g.N * g.L < 2) {  /* few values here: the count over the ranks decides (a host wait, on this path only) */
+        double n;
         CUDA_TRY(l->ctx, cudaMemcpyAsync(&n, sums + 2 * C, sizeof n, cudaMemcpyDeviceToHost, s));
         CUDA_TRY(l->ctx, cudaStreamSynchronize(s));
+        if (n < 2) return glia_batchnorm_too_few(l, n, &x->shape, true);
     }
-    if (n < 2) return glia_batchnorm_too_few(l, n, &x->shape, true);
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), t.rmean, t.rvar, t.gamma, t.beta, sums, n, g,
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), t.rmean, t.rvar, t.gamma, t.beta, sums, g,
                                                  t.rmean != NULL && !a->recompute, d->momentum, d->eps, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, d->relu, g, s));
     p->kept = glia_tensor_numel(x);
-    p->count = n;
+    p->synced = true;
     p->fresh = true;
 fail:
     return st;
 }
 
-/* Backward after a forward that synced, with N its count over all ranks: per split sums of dy and dy*x_hat
+/* Backward after a forward that synced, with N its count over all ranks (sums[2C]): per split sums of dy and dy*x_hat
  * in double, added per channel into sums(2C); dgamma (+)= sum dy*x_hat and dbeta (+)= sum dy of this rank;
  * with an input gradient, sums summed over the ranks and dx (+)= gamma*invstd/N * (N*dy - sum dy -
  * x_hat*sum dy*x_hat) with those (glia__cuda_bn_dx). */
@@ -151,7 +156,7 @@ static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd 
                                                 g, s));
     if (!a->din[0]) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
     if ((st = glia_batchnorm_exchange(l, sums, (size_t)(2 * C), "gradient sums"))) return st;
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_grad_coef(coef, gamma, saved, sums, p->count, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_grad_coef(coef, gamma, saved, sums, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
                                       d->relu, g, s));
 fail:
@@ -173,11 +178,11 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (st) return st;
     struct glia__bn_geom g = bn_geom(x, f);
     int64_t C = g.C, M = g.N * g.L;
-    double reuse_n = a->recompute && p->fresh && p->kept == glia_tensor_numel(x) ? p->count : 0;
+    bool reuse = a->recompute && p->fresh && p->synced && p->kept == glia_tensor_numel(x);
     p->kept = 0;
-    p->count = 0;
+    p->synced = false;
     p->fresh = false;
-    if (glia_batchnorm_syncs(l, a->train)) return bn_forward_sync(l, a, g, reuse_n);
+    if (glia_batchnorm_syncs(l, a->train)) return bn_forward_sync(l, a, g, reuse);
     if (a->train && M < 2) return glia_batchnorm_too_few(l, (double)M, &x->shape, false);
     bool use_running = !a->train && d->rm >= 0, update = a->train && !a->recompute && d->rm >= 0;
     if (a->train && (st = saved_make(l, p))) return st;
@@ -213,7 +218,7 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
     if (st) return st;
     struct glia__bn_geom g = bn_geom(x, f);
-    if (p->count > 0) return bn_backward_sync(l, a, g);
+    if (p->synced) return bn_backward_sync(l, a, g);
     int64_t C = g.C;
     void *scratch;
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);

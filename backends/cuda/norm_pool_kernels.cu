@@ -66,14 +66,30 @@ struct RowWalk {
  * The pivot, x's first value of channel c (index c*L), keeps the float statistics of inputs with a
  * large mean as accurate as those of centred ones (the shifted-data algorithm). */
 
+/* Each accumulator reads x (and dy unless NULL) and adds one value of channel c with add_val; the walks call
+ * it through acc_add (one element), acc_add4 (4 consecutive elements of one channel) and acc_add4c (4
+ * consecutive channels), which load float4s where the kernel says the layout and alignment allow. State is
+ * what a thread keeps, Part what a block writes per split: put(v, pa, pb, i) writes it at pa[i] (and pb[i]). */
+#define FLOAT_STATE                                                                                             \
+    typedef float3 State;                                                                                       \
+    typedef float Part;                                                                                         \
+    __device__ static float3 zero() { return make_float3(0.0f, 0.0f, 0.0f); }                                 \
+    __device__ static void put(float3 v, float *pa, float *pb, int64_t i)                                       \
+    {                                                                                                           \
+        pa[i] = v.y;                                                                                            \
+        if (pb) pb[i] = v.z;                                                                                    \
+    }
+
 struct Welford {
+    FLOAT_STATE
     const float *x;
     int64_t L;
+    const float *dy = nullptr;
     __device__ float pivot(int64_t c) const { return x[c * L]; }
-    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
-        (void)c;  /* the channel matters to GradSums only */
-        float xv = x[e] - k, n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
+        (void)dy0, (void)c;  /* dy and the channel matter to GradSums only */
+        float xv = x0 - k, n = v.x + 1.0f, d = xv - v.y, m = v.y + d / n;
         return make_float3(n, m, v.z + d * (xv - m));
     }
     /* Chan et al.: the statistics of the union of a and b */
@@ -102,105 +118,214 @@ __device__ static float relu_dy(float dy, float x, const float *saved, int64_t c
 }
 
 struct GradSums {
+    FLOAT_STATE
     const float *x, *dy, *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd); with relu (6, C) */
     int64_t C;
     bool relu;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
-    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
         (void)k;
-        float g = relu_dy(dy[e], x[e], saved, c, C, relu);
-        return make_float3(0.0f, v.y + g, v.z + g * x_hat(x[e], saved, c, C));
+        float g = relu_dy(dy0, x0, saved, c, C, relu);
+        return make_float3(0.0f, v.y + g, v.z + g * x_hat(x0, saved, c, C));
     }
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, a.z + b.z); }
 };
 
 /* Plain sums of x per channel (the conv2d bias gradient): (unused, sum x, unused). */
 struct ChannelSum {
+    FLOAT_STATE
     const float *x;
+    const float *dy = nullptr;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
-    __device__ float3 add(float3 v, int64_t e, int64_t c, float k) const
+    __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
-        (void)c, (void)k;
-        return make_float3(0.0f, v.y + x[e], 0.0f);
+        (void)dy0, (void)c, (void)k;
+        return make_float3(0.0f, v.y + x0, 0.0f);
     }
     __device__ static float3 merge(float3 a, float3 b) { return make_float3(0.0f, a.y + b.y, 0.0f); }
 };
 
-__device__ static float3 shfl_down3(float3 v, int off)
+/* element e of channel c */
+template <class Acc, class T> __device__ static T acc_add(const Acc &a, T v, int64_t e, int64_t c, float k)
+{
+    return a.add_val(v, a.x[e], a.dy ? a.dy[e] : 0.0f, c, k);
+}
+
+/* elements e..e+3 of channel c (e a multiple of 4, 16-byte aligned) */
+template <class Acc, class T> __device__ static T acc_add4(const Acc &a, T v, int64_t e, int64_t c, float k)
+{
+    float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
+    v = a.add_val(v, q.x, g.x, c, k);
+    v = a.add_val(v, q.y, g.y, c, k);
+    v = a.add_val(v, q.z, g.z, c, k);
+    return a.add_val(v, q.w, g.w, c, k);
+}
+
+/* elements e..e+3 of channels c..c+3 (rows; e a multiple of 4, 16-byte aligned) into v[0..3] */
+template <class Acc, class T> __device__ static void acc_add4c(const Acc &a, T *v, int64_t e, int64_t c, const float *k)
+{
+    float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
+    v[0] = a.add_val(v[0], q.x, g.x, c, k[0]);
+    v[1] = a.add_val(v[1], q.y, g.y, c + 1, k[1]);
+    v[2] = a.add_val(v[2], q.z, g.z, c + 2, k[2]);
+    v[3] = a.add_val(v[3], q.w, g.w, c + 3, k[3]);
+}
+
+/* The first value of split s of a channel's M values, with the splits cut at multiples of V (4 for planes
+ * whose length L is a multiple of 4, so that float4s never straddle two splits; else 1): split s is
+ * [split_at(s), split_at(s + 1)). */
+__host__ __device__ static inline int split_unit(int64_t L) { return L > 1 && L % 4 == 0 ? 4 : 1; }
+__host__ __device__ static inline int64_t split_at(int64_t s, int64_t M, int S, int V) { return V * (s * (M / V) / S); }
+
+__device__ static float3 shfl_down_state(float3 v, int off)
 {
     return make_float3(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off),
                        __shfl_down_sync(0xffffffffu, v.z, off));
 }
+__device__ static double2 shfl_down_state(double2 v, int off)
+{
+    return make_double2(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off));
+}
 
 /* The merge of v over a 1-D block of THREADS threads, in a fixed tree order; valid in thread 0. */
-template <class Acc> __device__ static float3 block_merge(float3 v)
+template <class Acc> __device__ static typename Acc::State block_merge(typename Acc::State v)
 {
-    __shared__ float3 warp_part[THREADS / 32];
+    __shared__ typename Acc::State warp_part[THREADS / 32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down3(v, off));
+    for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down_state(v, off));
     if (lane == 0) warp_part[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = lane < THREADS / 32 ? warp_part[lane] : make_float3(0.0f, 0.0f, 0.0f);
-        for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down3(v, off));
+        v = lane < THREADS / 32 ? warp_part[lane] : Acc::zero();
+        for (int off = 16; off > 0; off >>= 1) v = Acc::merge(v, shfl_down_state(v, off));
     }
     return v;
 }
 
 /* pa(S, C), pb(S, C) (pb may be NULL) = the state (y, z) of split s = blockIdx.y of channel c = blockIdx.x of
  * x(N, C, L), L > 1: THREADS threads walk the split's values j = n*L + i (consecutive threads, consecutive i). */
-template <class Acc>
-__global__ void bn_reduce_planes(float *pa, float *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_planes(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
 {
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
-    int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
-    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    int V = split_unit(L);
+    int64_t j0 = split_at(s, M, S, V), j1 = split_at(s + 1, M, S, V);
+    typename Acc::State v = Acc::zero();
     float k = acc.pivot(c);
     RowWalk w(j0 + threadIdx.x, THREADS, L);
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c, k);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next())
+        v = acc_add(acc, v, (w.o * C + c) * L + w.i, c, k);
     v = block_merge<Acc>(v);
-    if (threadIdx.x == 0) {
-        pa[s * C + c] = v.y;
-        if (pb) pb[s * C + c] = v.z;
+    if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
+}
+
+/* The same with float4s (L % 4 == 0, x and dy 16-byte aligned): the threads walk the split's groups of 4
+ * values u = n*L/4 + i. */
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_planes4(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+{
+    int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
+    int64_t u0 = split_at(s, M, S, 4) / 4, u1 = split_at(s + 1, M, S, 4) / 4;
+    typename Acc::State v = Acc::zero();
+    float k = acc.pivot(c);
+    RowWalk w(u0 + threadIdx.x, THREADS, L / 4);
+    for (int64_t u = u0 + threadIdx.x; u < u1; u += THREADS, w.next())
+        v = acc_add4(acc, v, (w.o * C + c) * L + 4 * w.i, c, k);
+    v = block_merge<Acc>(v);
+    if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
+}
+
+#define TILE_C 32  /* channels of a gap_fwd_rows block (threadIdx.x) */
+#define TILE_R 8   /* row lanes of a gap_fwd_rows block (threadIdx.y) */
+
+/* The width of a rows block of batchnorm's sums: the power of two >= C up to 32 (a warp reads TX consecutive
+ * channels of 32/TX consecutive rows, so C = 16 wastes no lane); THREADS/TX row lanes. A function of C only. */
+static inline int rows_tile(int64_t C)
+{
+    int tx = 1;
+    while (tx < 32 && tx < C) tx <<= 1;
+    return tx;
+}
+
+/* The merge of part[ty*TX + tx] over ty = 0..TY-1 (a power of two) into part[tx], in a fixed tree order
+ * (ty with ty + h for h = TY/2, ..., 1); every thread of the block calls it. */
+template <class T, class Merge> __device__ static void rows_tree(T *part, Merge merge)
+{
+    int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x;
+    __syncthreads();
+    for (int h = blockDim.y >> 1; h > 0; h >>= 1) {
+        if (ty < h) part[ty * TX + tx] = merge(part[ty * TX + tx], part[(ty + h) * TX + tx]);
+        __syncthreads();
     }
 }
 
-#define TILE_C 32  /* channels of a rows block (threadIdx.x) */
-#define TILE_R 8   /* row lanes of a rows block (threadIdx.y) */
-
-/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TILE_C, TILE_R) takes channels
- * blockIdx.x*TILE_C + threadIdx.x and rows threadIdx.y, + TILE_R, ... of split s = blockIdx.y (a warp reads
- * 32 consecutive channels of one row); the row lanes merge in order 0, 1, ... */
-template <class Acc> __global__ void bn_reduce_rows(float *pa, float *pb, Acc acc, int64_t M, int64_t C, int S)
+/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TX, TY) (rows_tile) takes channels
+ * blockIdx.x*TX + threadIdx.x and rows threadIdx.y, + TY, ... of split s = blockIdx.y; the row lanes merge in
+ * a fixed tree (rows_tree). */
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_rows(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
 {
-    __shared__ float3 part[TILE_R][TILE_C];
-    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
+    typedef typename Acc::State T;
+    __shared__ T part[THREADS];
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
-    float3 v = make_float3(0.0f, 0.0f, 0.0f);
+    T v = Acc::zero();
     if (c < C) {
         float k = acc.pivot(c);
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c, k);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) v = acc_add(acc, v, r * C + c, c, k);
     }
-    part[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        for (int y = 1; y < TILE_R; y++) v = Acc::merge(v, part[y][threadIdx.x]);
-        pa[s * C + c] = v.y;
-        if (pb) pb[s * C + c] = v.z;
-    }
+    part[threadIdx.y * blockDim.x + threadIdx.x] = v;
+    rows_tree(part, [](T a, T b) { return Acc::merge(a, b); });
+    if (threadIdx.y == 0 && c < C) Acc::put(part[threadIdx.x], pa, pb, s * C + c);
 }
 
-template <class Acc> static cudaError_t bn_reduce(float *pa, float *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
+/* The same with float4s over rows x(M, C), C % 4 == 0, x and dy 16-byte aligned: block (TX, TY) with TX =
+ * rows_tile(C/4) takes channels 4*(blockIdx.x*TX + threadIdx.x) .. + 3, each with its own state. */
+template <class Acc, class P = typename Acc::Part>
+__global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
+{
+    typedef typename Acc::State T;
+    __shared__ T part[4][THREADS];
+    int64_t c = 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x), s = blockIdx.y;
+    int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
+    T v[4];
+    for (int q = 0; q < 4; q++) v[q] = Acc::zero();
+    if (c < C) {
+        float k[4] = {acc.pivot(c), acc.pivot(c + 1), acc.pivot(c + 2), acc.pivot(c + 3)};
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc_add4c(acc, v, r * C + c, c, k);
+    }
+    int i = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int q = 0; q < 4; q++) part[q][i] = v[q];
+    for (int q = 0; q < 4; q++) rows_tree(part[q], [](T a, T b) { return Acc::merge(a, b); });
+    if (threadIdx.y == 0 && c < C)
+        for (int q = 0; q < 4; q++) Acc::put(part[q][threadIdx.x], pa, pb, s * C + c + q);
+}
+
+/* Whether p (NULL counts) is 16-byte aligned */
+static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+template <class Acc, class P>
+static cudaError_t bn_reduce(P *pa, P *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
-    if (g.L == 1) {
-        dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
-        bn_reduce_rows<Acc><<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+    bool vec = aligned16(acc.x) && aligned16(acc.dy);
+    if (g.L == 1 && vec && g.C % 4 == 0) {
+        int tx = rows_tile(g.C / 4);
+        dim3 grid((unsigned)((g.C / 4 + tx - 1) / tx), (unsigned)g.S);
+        bn_reduce_rows4<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+    } else if (g.L == 1) {
+        int tx = rows_tile(g.C);
+        dim3 grid((unsigned)((g.C + tx - 1) / tx), (unsigned)g.S);
+        bn_reduce_rows<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
     } else {
         if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
-        bn_reduce_planes<Acc><<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+        dim3 grid((unsigned)g.C, (unsigned)g.S);
+        if (vec && split_unit(g.L) == 4)
+            bn_reduce_planes4<Acc><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+        else
+            bn_reduce_planes<Acc><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
     }
     return cudaGetLastError();
 }
@@ -216,30 +341,103 @@ __device__ static void normalize_coef(float *coef, int64_t c, int64_t C, double 
     coef[2 * C + c] = (float)((double)beta - (mean - (double)hi) * s);
 }
 
+/* ---- the finalizes: T threads per channel over its S partials ----
+ * Block (T, THREADS/T): row threadIdx.y takes channel c, thread threadIdx.x its splits x, x + T, ... in order,
+ * then the row merges in a fixed tree (split_tree): the same order every run (the shape fixes S and T), and S
+ * partials of a channel cost about 4 dependent steps and a tree, not S (a thread per channel walking S = 784
+ * splits in double, two int64 and two double divisions a step, took longer than the pass over x itself at
+ * 64x16x28x28). */
+
+/* Threads per channel: the power of two from 32 to THREADS that is >= S/4. A function of S only. */
+static inline int fin_threads(int S)
+{
+    int t = 32;
+    while (t < THREADS && 4 * t < S) t <<= 1;
+    return t;
+}
+
+/* The launch shape of a finalize over C channels of S splits. */
+static inline dim3 fin_block(int S) { return dim3((unsigned)fin_threads(S), (unsigned)(THREADS / fin_threads(S))); }
+static inline unsigned fin_grid(int64_t C, int S)
+{
+    int64_t per = THREADS / fin_threads(S), b = (C + per - 1) / per;
+    return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
+}
+
+/* The merge of v over threadIdx.x within each row threadIdx.y of the block, in a fixed tree (x with x + h for
+ * h = blockDim.x/2, ..., 1); every thread of the block calls it and gets its row's result. */
+template <class T, class Merge> __device__ static T split_tree(T v, Merge merge)
+{
+    __shared__ T part[THREADS];
+    int i = threadIdx.y * blockDim.x + threadIdx.x;
+    part[i] = v;
+    __syncthreads();
+    for (int h = blockDim.x >> 1; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h) part[i] = merge(part[i], part[i + h]);
+        __syncthreads();
+    }
+    v = part[i - threadIdx.x];
+    __syncthreads();  /* part is written again for the next channels */
+    return v;
+}
+
+/* Loops c0 over the first channel of each block's turn; c = c0 + threadIdx.y may be past C (then the thread
+ * only takes part in the trees: the loop is uniform over the block). */
+#define FOR_CHANNEL_ROWS(c0, C) \
+    for (int64_t c0 = (int64_t)blockIdx.x * blockDim.y; c0 < (C); c0 += (int64_t)gridDim.x * blockDim.y)
+
+/* (count, mean, m2) in double: Chan et al.'s statistics of the union of a and b */
+struct Stat {
+    double n, m, m2;
+};
+__device__ static Stat chan(Stat a, Stat b)
+{
+    if (b.n == 0) return a;
+    if (a.n == 0) return b;
+    double n = a.n + b.n, d = b.m - a.m;
+    return Stat{n, a.m + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
+}
+
+__device__ static double2 add2(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
+
+/* The sums (a, b) over splits s of channel c of pa(S, C), pb(S, C) in a fixed order (see above; (0, 0) when
+ * !on); every thread of the block calls it. */
+template <class F> __device__ static double2 split_sums(const F *pa, const F *pb, int64_t c, int64_t C, int S, bool on)
+{
+    double2 v = make_double2(0.0, 0.0);
+    if (on)
+        for (int s = threadIdx.x; s < S; s += blockDim.x)
+            v = add2(v, make_double2(pa[s * C + c], pb ? (double)pb[s * C + c] : 0.0));
+    return split_tree(v, [](double2 a, double2 b) { return add2(a, b); });
+}
+
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
- * the pivot x(0, c, 0)) or rmean, rvar: one thread per channel, the splits combined in double in split
- * order (see the header). */
+ * the pivot x(0, c, 0)) or rmean, rvar: T threads per channel, the splits combined in double (Chan's
+ * combination) in a fixed order (see above). */
 __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
                             const float *beta, const float *x, const float *pmean, const float *pm2, int64_t C,
                             int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+    int V = split_unit(L);
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        bool on = c < C;
+        Stat t{0, 0, 0};
+        if (!use_running) {  /* uniform over the grid */
+            if (on)
+                for (int s = threadIdx.x; s < S; s += blockDim.x)
+                    t = chan(t, Stat{(double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)), pmean[s * C + c],
+                                     pm2[s * C + c]});
+            t = split_tree(t, [](Stat a, Stat b) { return chan(a, b); });
+        }
+        if (!on || threadIdx.x != 0) continue;
         double mean, var;
         if (use_running) {
             mean = rmean[c];
             var = rvar[c];
         } else {
-            double n = 0, m = 0, m2 = 0;
-            for (int s = 0; s < S; s++) {
-                double nb = (double)((s + 1) * M / S - s * M / S);
-                if (nb == 0) continue;
-                double nn = n + nb, d = (double)pmean[s * C + c] - m;
-                m += d * nb / nn;
-                m2 += (double)pm2[s * C + c] + d * d * n * nb / nn;
-                n = nn;
-            }
-            mean = (M > 0 ? (double)x[c * L] : 0.0) + m;  /* the pivot back */
-            var = m2 < 0 ? 0.0 : m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
+            mean = (M > 0 ? (double)x[c * L] : 0.0) + t.m;  /* the pivot back */
+            var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
         double invstd = 1.0 / sqrt(var + eps);
         float hi = (float)mean;
@@ -256,30 +454,53 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
     }
 }
 
-/* y(N, C, L) = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with
- * relu, y < 0 ? 0 : y (the relu layer's: NaN stays NaN, -0 stays -0) */
+/* ---- the elementwise passes: normalize and dx ----
+ * A thread an element, or with float4 (every row of 4 values in one channel -- NCHW with L % 4 == 0 -- or in
+ * 4 consecutive channels -- rows with C % 4 == 0 -- and 16-byte aligned pointers) a thread 4 elements. */
+
+/* y = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with relu,
+ * y < 0 ? 0 : y (the relu layer's: NaN stays NaN, -0 stays -0) */
+__device__ static float norm1(float x, const float *coef, int64_t c, int64_t C, bool relu)
+{
+    float v = __fadd_rn(__fmul_rn(__fsub_rn(x, coef[c]), coef[C + c]), coef[2 * C + c]);
+    return relu && v < 0.0f ? 0.0f : v;
+}
+
+/* y(N, C, L) = norm1(x(N, C, L)), a thread an element */
 __global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
-    for (int64_t j = j0; j < n; j += step, w.next()) {
-        int64_t c = w.c;
-        float v = __fadd_rn(__fmul_rn(__fsub_rn(x[j], coef[c]), coef[C + c]), coef[2 * C + c]);
-        y[j] = relu && v < 0.0f ? 0.0f : v;
+    for (int64_t j = j0; j < n; j += step, w.next()) y[j] = norm1(x[j], coef, w.c, C, relu);
+}
+
+/* The channels of the 4 values of float4 number v: with rows (x(M, C), C % 4 == 0) the walk is over
+ * (M*C/4, C/4) and the channels are 4*w.c + k; else (L % 4 == 0) over (N*C, L/4) and all 4 are w.c. */
+#define CHAN4(w, rows, k) ((rows) ? 4 * (w).c + (k) : (w).c)
+
+/* y(N, C, L) = norm1(x(N, C, L)) over n4 float4s (see CHAN4) */
+__global__ void bn_normalize4(float4 *y, const float4 *x, const float *coef, int64_t n4, int64_t C, int64_t L,
+                              bool rows, bool relu)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    ChanWalk w(j0, step, rows ? 1 : L / 4, rows ? C / 4 : C);
+    for (int64_t j = j0; j < n4; j += step, w.next()) {
+        float4 v = x[j];
+        y[j] = make_float4(norm1(v.x, coef, CHAN4(w, rows, 0), C, relu), norm1(v.y, coef, CHAN4(w, rows, 1), C, relu),
+                           norm1(v.z, coef, CHAN4(w, rows, 2), C, relu), norm1(v.w, coef, CHAN4(w, rows, 3), C, relu));
     }
 }
 
-/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): one thread per channel, in double */
+/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): T threads per channel, in double */
 __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                                  const float *gamma, const float *saved, const float *pdy, const float *pdyx,
                                  int64_t C, int64_t M, int S)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-        double sdy = 0, sdyx = 0;
-        for (int s = 0; s < S; s++) {
-            sdy += pdy[s * C + c];
-            sdyx += pdyx[s * C + c];
-        }
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        double2 t = split_sums(pdy, pdyx, c, C, S, c < C);
+        if (c >= C || threadIdx.x != 0) continue;
+        double sdy = t.x, sdyx = t.y;
         if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
         if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
         double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / (double)M;
@@ -289,105 +510,81 @@ __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, fl
     }
 }
 
-/* dx(N, C, L) (+)= coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c), x_hat from saved(3, C); dy masked with relu */
+/* coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c) (+ old), x_hat from saved(3, C); dy masked with relu */
+__device__ static float dx1(float old, bool add, float x, float dy, const float *saved, const float *coef, int64_t c,
+                            int64_t C, bool relu)
+{
+    float d = relu_dy(dy, x, saved, c, C, relu);
+    float g = coef[c] * d - coef[C + c] - x_hat(x, saved, c, C) * coef[2 * C + c];
+    return add ? old + g : g;
+}
+
+/* dx(N, C, L) (+)= dx1(...), a thread an element */
 __global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved, const float *coef,
                       int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
-    for (int64_t j = j0; j < n; j += step, w.next()) {
-        int64_t c = w.c;
-        float d = relu_dy(dy[j], x[j], saved, c, C, relu);
-        float g = coef[c] * d - coef[C + c] - x_hat(x[j], saved, c, C) * coef[2 * C + c];
-        dx[j] = add ? dx[j] + g : g;
+    for (int64_t j = j0; j < n; j += step, w.next())
+        dx[j] = dx1(add ? dx[j] : 0.0f, add, x[j], dy[j], saved, coef, w.c, C, relu);
+}
+
+/* dx(N, C, L) (+)= dx1(...) over n4 float4s (see CHAN4) */
+__global__ void bn_dx4(float4 *dx, bool add, const float4 *x, const float4 *dy, const float *saved, const float *coef,
+                       int64_t n4, int64_t C, int64_t L, bool rows, bool relu)
+{
+    int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    ChanWalk w(j0, step, rows ? 1 : L / 4, rows ? C / 4 : C);
+    for (int64_t j = j0; j < n4; j += step, w.next()) {
+        float4 o = add ? dx[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), xv = x[j], g = dy[j];
+        dx[j] = make_float4(dx1(o.x, add, xv.x, g.x, saved, coef, CHAN4(w, rows, 0), C, relu),
+                            dx1(o.y, add, xv.y, g.y, saved, coef, CHAN4(w, rows, 1), C, relu),
+                            dx1(o.z, add, xv.z, g.z, saved, coef, CHAN4(w, rows, 2), C, relu),
+                            dx1(o.w, add, xv.w, g.w, saved, coef, CHAN4(w, rows, 3), C, relu));
     }
 }
 
 /* ---- SyncBatchNorm: per-split sums in double ----
  * A state is a double2: forward (sum x, sum x*x), backward (sum dy, sum dy*x_hat); states merge by adding,
- * in a fixed tree order. The splits and their walks are those of bn_reduce_planes and bn_reduce_rows. */
+ * in a fixed tree order. The kernels are bn_reduce's (the same splits, walks and float4 loads) with this
+ * accumulator. */
 
 struct SyncSums {
+    typedef double2 State;
+    typedef double Part;
     const float *x, *dy, *saved;  /* dy NULL: forward; saved(3, C) for x_hat, (6, C) with relu */
     int64_t C;
     bool relu;                    /* dy masked by the forward's relu */
-    __device__ double2 add(double2 v, int64_t e, int64_t c) const
+    __device__ static double2 zero() { return make_double2(0.0, 0.0); }
+    __device__ static void put(double2 v, double *pa, double *pb, int64_t i)
     {
+        pa[i] = v.x;
+        pb[i] = v.y;
+    }
+    __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
+    __device__ double2 add_val(double2 v, float x0, float dy0, int64_t c, float k) const
+    {
+        (void)k;
         if (!dy) {
-            double xv = x[e];
+            double xv = x0;
             return make_double2(v.x + xv, v.y + xv * xv);
         }
-        double g = relu_dy(dy[e], x[e], saved, c, C, relu);
-        return make_double2(v.x + g, v.y + g * (double)x_hat(x[e], saved, c, C));
+        double g = relu_dy(dy0, x0, saved, c, C, relu);
+        return make_double2(v.x + g, v.y + g * (double)x_hat(x0, saved, c, C));
     }
+    __device__ static double2 merge(double2 a, double2 b) { return add2(a, b); }
 };
 
-__device__ static double2 add2(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
-
-__device__ static double2 shfl_down2(double2 v, int off)
-{
-    return make_double2(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off));
-}
-
-/* The sum of v over a 1-D block of THREADS threads, in a fixed tree order; valid in thread 0. */
-__device__ static double2 block_sum2(double2 v)
-{
-    __shared__ double2 warp_part[THREADS / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int off = 16; off > 0; off >>= 1) v = add2(v, shfl_down2(v, off));
-    if (lane == 0) warp_part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < THREADS / 32 ? warp_part[lane] : make_double2(0.0, 0.0);
-        for (int off = 16; off > 0; off >>= 1) v = add2(v, shfl_down2(v, off));
-    }
-    return v;
-}
-
-/* pa(S, C), pb(S, C) = the sums of split s = blockIdx.y of channel c = blockIdx.x of x(N, C, L), L > 1 */
-__global__ void sync_sums_planes(double *pa, double *pb, SyncSums acc, int64_t N, int64_t C, int64_t L, int S)
-{
-    int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
-    int64_t j0 = s * M / S, j1 = (s + 1) * M / S;
-    double2 v = make_double2(0.0, 0.0);
-    RowWalk w(j0 + threadIdx.x, THREADS, L);
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += THREADS, w.next()) v = acc.add(v, (w.o * C + c) * L + w.i, c);
-    v = block_sum2(v);
-    if (threadIdx.x == 0) {
-        pa[s * C + c] = v.x;
-        pb[s * C + c] = v.y;
-    }
-}
-
-/* pa(S, C), pb(S, C) as above for rows x(M, C): block (TILE_C, TILE_R) as in bn_reduce_rows */
-__global__ void sync_sums_rows(double *pa, double *pb, SyncSums acc, int64_t M, int64_t C, int S)
-{
-    __shared__ double2 part[TILE_R][TILE_C];
-    int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x, s = blockIdx.y;
-    int64_t r0 = s * M / S, r1 = (s + 1) * M / S;
-    double2 v = make_double2(0.0, 0.0);
-    if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += TILE_R) v = acc.add(v, r * C + c, c);
-    part[threadIdx.y][threadIdx.x] = v;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        for (int y = 1; y < TILE_R; y++) v = add2(v, part[y][threadIdx.x]);
-        pa[s * C + c] = v.x;
-        pb[s * C + c] = v.y;
-    }
-}
-
-/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): one thread per channel, the
- * splits in order (none when M = 0: this rank has no values) */
+/* sums(2, C) (+ the count), dgamma(C), dbeta(C) from pa(S, C), pb(S, C): T threads per channel, the splits in
+ * a fixed order (none when M = 0: this rank has no values) */
 __global__ void sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                              const double *pa, const double *pb, bool count, int64_t C, int64_t M, int S)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-        double a = 0, b = 0;
-        for (int s = 0; s < S && M > 0; s++) {
-            a += pa[s * C + c];
-            b += pb[s * C + c];
-        }
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        double2 t = split_sums(pa, pb, c, C, S, c < C && M > 0);
+        if (c >= C || threadIdx.x != 0) continue;
+        double a = t.x, b = t.y;
         sums[c] = a;
         sums[C + c] = b;
         if (count && c == 0) sums[2 * C] = (double)M;
@@ -396,11 +593,12 @@ __global__ void sync_collect(double *sums, float *dgamma, bool add_dgamma, float
     }
 }
 
-/* coef(3, C), saved(3, C), rmean(C), rvar(C) from sums(2, C) over n values per channel: one thread per channel */
+/* coef(3, C), saved(3, C), rmean(C), rvar(C) from sums(2, C) over n = sums[2C] values per channel: one thread per
+ * channel (no loop over splits) */
 __global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                              const float *beta, const double *sums, double n, int64_t C, bool update, double mom,
-                              double eps)
+                              const float *beta, const double *sums, int64_t C, bool update, double mom, double eps)
 {
+    double n = sums[2 * C];
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         double mean = sums[c] / n, var = sums[C + c] / n - mean * mean;
         if (var < 0) var = 0;  /* rounding, for a constant channel */
@@ -417,10 +615,10 @@ __global__ void sync_finalize(float *coef, float *saved, float *rmean, float *rv
     }
 }
 
-/* coef(3, C) from sums(2, C) over n values per channel: one thread per channel, as bn_grad_finalize */
-__global__ void sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums, double n,
-                               int64_t C)
+/* coef(3, C) from sums(2, C) over n = sums[2C] values per channel: one thread per channel, as bn_grad_finalize */
+__global__ void sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums, int64_t C)
 {
+    double n = sums[2 * C];
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / n;
         coef[c] = (float)(k * n);
@@ -657,13 +855,14 @@ __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, 
     }
 }
 
-/* y(C) = the splits of part(S, C) added in order in double (+ y when beta is 1): a thread a channel. */
+/* y(C) = the splits of part(S, C) added in double in a fixed order (+ y when beta is 1): T threads a channel, as
+ * bn_grad_finalize. */
 __global__ void channel_total(float *y, const float *part, int64_t C, int S, float beta)
 {
-    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-        double t = 0.0;
-        for (int s = 0; s < S; s++) t += part[(int64_t)s * C + c];
-        y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
+    FOR_CHANNEL_ROWS(c0, C) {
+        int64_t c = c0 + threadIdx.y;
+        double t = split_sums(part, (const float *)NULL, c, C, S, c < C).x;
+        if (c < C && threadIdx.x == 0) y[c] = beta != 0.0f ? (float)((double)y[c] + t) : (float)t;
     }
 }
 
@@ -671,15 +870,27 @@ __global__ void channel_total(float *y, const float *part, int64_t C, int S, flo
 
 /* ---- the C entry points ---- */
 
-/* About 1024 blocks in all, at least `least` values of a channel per block, at most 2^22 (a block's count
- * stays exact in float). A function of the shape only. */
+/* Whether the elementwise passes over x(N, C, L) can take float4s: each 4 consecutive values in one channel
+ * (L % 4 == 0) or in 4 consecutive channels (rows, C % 4 == 0), and the three pointers 16-byte aligned. */
+static bool vec4(struct glia__bn_geom g, const void *a, const void *b, const void *c)
+{
+    bool fits = g.L == 1 ? g.C % 4 == 0 : g.L % 4 == 0;
+    return fits && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
+/* About BN_BLOCKS blocks in all (a few waves of 132 SMs at 8 blocks each, so that the statistics pass runs
+ * at the memory's rate even for C = 16), at least 2 values of a channel per thread (512 a plane block, 2*TY
+ * rows a rows block), at most 2^22 values per block (a block's count stays exact in float); S <= 65535.
+ * A function of the shape only: the sums run in the same order on every call. */
+#define BN_BLOCKS 4096
 extern "C" struct glia__bn_geom glia__cuda_bn_geom(int64_t N, int64_t C, int64_t L)
 {
     int64_t M = N * L;
     bool rows = L == 1;
-    int64_t units = rows ? (C + 31) / 32 : C, least = rows ? 64 : 512;
+    int tx = rows_tile(C);
+    int64_t units = rows ? (C + tx - 1) / tx : C, least = rows ? 2 * (THREADS / tx) : 2 * THREADS;
     if (units < 1) units = 1;
-    int64_t S = (1024 + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
+    int64_t S = (BN_BLOCKS + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
     if (S > most) S = most;
     if (S < need) S = need;
     if (S < 1) S = 1;
@@ -694,7 +905,7 @@ extern "C" cudaError_t glia__cuda_channel_sum(float *y, float *part, const float
     if (g.N * g.L == 0) return beta != 0.0f ? cudaSuccess : cudaMemsetAsync(y, 0, (size_t)g.C * sizeof *y, st);
     cudaError_t e = bn_reduce(part, (float *)NULL, ChannelSum{x}, g, st);
     if (e != cudaSuccess) return e;
-    channel_total<<<grid_for(g.C), THREADS, 0, st>>>(y, part, g.C, g.S, beta);
+    channel_total<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(y, part, g.C, g.S, beta);
     return cudaGetLastError();
 }
 
@@ -716,7 +927,7 @@ extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *
                                               double eps, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
+    bn_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
                                                    g.N * g.L, g.S, use_running, update, momentum, eps);
     return cudaGetLastError();
 }
@@ -726,7 +937,12 @@ extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const f
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L, relu);
+    bool rows = g.L == 1;
+    if (vec4(g, y, x, x))
+        bn_normalize4<<<grid_for(n / 4), THREADS, 0, st>>>((float4 *)y, (const float4 *)x, coef, n / 4, g.C, g.L, rows,
+                                                           relu);
+    else
+        bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L, relu);
     return cudaGetLastError();
 }
 
@@ -736,7 +952,7 @@ extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, b
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_grad_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
+    bn_grad_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
                                                         pdyx, g.C, g.N * g.L, g.S);
     return cudaGetLastError();
 }
@@ -746,7 +962,11 @@ extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, con
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L, relu);
+    if (vec4(g, dx, x, dy))
+        bn_dx4<<<grid_for(n / 4), THREADS, 0, st>>>((float4 *)dx, add, (const float4 *)x, (const float4 *)dy, saved,
+                                                    coef, n / 4, g.C, g.L, g.L == 1, relu);
+    else
+        bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L, relu);
     return cudaGetLastError();
 }
 
@@ -754,17 +974,8 @@ extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const
                                                    const float *saved, bool relu, struct glia__bn_geom g,
                                                    cudaStream_t st)
 {
-    if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;  /* sync_collect reads no split then */
-    if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
-    SyncSums acc{x, dy, saved, g.C, relu};
-    if (g.L == 1) {
-        dim3 grid((unsigned)((g.C + TILE_C - 1) / TILE_C), (unsigned)g.S);
-        sync_sums_rows<<<grid, dim3(TILE_C, TILE_R), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
-    } else {
-        if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
-        sync_sums_planes<<<dim3((unsigned)g.C, (unsigned)g.S), THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
-    }
-    return cudaGetLastError();
+    /* with no values sync_collect reads no split */
+    return bn_reduce(pa, pb, SyncSums{x, dy, saved, g.C, relu}, g, st);
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta,
@@ -772,28 +983,28 @@ extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, b
                                                   struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_collect<<<grid_for(g.C), THREADS, 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
+    sync_collect<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(sums, dgamma, add_dgamma, dbeta, add_dbeta, pa, pb, count, g.C,
                                                     g.N * g.L, g.S);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_finalize(float *coef, float *saved, float *rmean, float *rvar,
-                                                   const float *gamma, const float *beta, const double *sums, double n,
+                                                   const float *gamma, const float *beta, const double *sums,
                                                    struct glia__bn_geom g, bool update, double momentum, double eps,
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, sums, n, g.C, update,
+    sync_finalize<<<grid_for(g.C), THREADS, 0, st>>>(coef, saved, rmean, rvar, gamma, beta, sums, g.C, update,
                                                      momentum, eps);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_grad_coef(float *coef, const float *gamma, const float *saved,
-                                                    const double *sums, double n, struct glia__bn_geom g,
+                                                    const double *sums, struct glia__bn_geom g,
                                                     cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    sync_grad_coef<<<grid_for(g.C), THREADS, 0, st>>>(coef, gamma, saved, sums, n, g.C);
+    sync_grad_coef<<<grid_for(g.C), THREADS, 0, st>>>(coef, gamma, saved, sums, g.C);
     return cudaGetLastError();
 }
 

@@ -16,8 +16,12 @@ extern "C" {
 /* ---- batchnorm ----
  * A batchnorm tensor is x(N, C, L) in memory: NCHW has L = H*W; channels_last (N, H, W, C) and 2-D (N, C)
  * are "rows" x(M, C) with M = N*H*W (pass N = M, L = 1). Each channel's M = N*L values are cut into S
- * splits of consecutive values (split s: [s*M/S, (s+1)*M/S)), fixed by the shape alone, so every sum
- * runs in the same order on every call: results are reproducible (no float atomics). */
+ * splits of consecutive values (split s: [V*(s*(M/V)/S), V*((s+1)*(M/V)/S)), V = 4 for planes whose L is a
+ * multiple of 4 -- float4 loads then never straddle two splits -- else 1), fixed by the shape alone, so every sum
+ * runs in the same order on every call: results are reproducible (no float atomics). A pass is one
+ * launch of S blocks per channel (or per tile of channels), then a finalize of 32 to 256 threads per
+ * channel (about S/4) over the S partials in a fixed tree; forward reads x twice (statistics,
+ * normalize), backward x and dy twice (sums, dx). */
 struct glia__bn_geom {
     int64_t N, C, L;  /* x(N, C, L); rows layout when L == 1 */
     int S;            /* splits per channel, 1 <= S <= 65535 */
@@ -33,7 +37,8 @@ cudaError_t glia__cuda_channel_sum(float *y, float *part, const float *x, struct
                                    cudaStream_t st);
 
 /* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x, less
- * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean) */
+ * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean); float4 loads
+ * where the layout and alignment allow (here and in the gradient sums) */
 cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g, cudaStream_t st);
 
 /* Per channel c, in double: mean (pivot added back) and biased variance var from the partials (Chan's
@@ -50,7 +55,7 @@ cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, floa
                                    double eps, cudaStream_t st);
 
 /* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C), each step rounded to float as on the
- * CPU; with relu (activation = relu) then y < 0 ? 0 : y, the relu layer's (NaN stays NaN, -0 stays -0) */
+ * CPU (float4 loads and stores where the layout and alignment allow); with relu (activation = relu) then y < 0 ? 0 : y, the relu layer's (NaN stays NaN, -0 stays -0) */
 cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu, struct glia__bn_geom g,
                                     cudaStream_t st);
 
@@ -79,26 +84,28 @@ cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *d
 cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy, const float *saved,
                                         bool relu, struct glia__bn_geom g, cudaStream_t st);
 
-/* sums(2, C) = per channel the splits of pa(S, C), pb(S, C) added in split order; with count, also
+/* sums(2, C) = per channel the splits of pa(S, C), pb(S, C) added in a fixed order; with count, also
  * sums[2C] = N*L (this rank's values per channel); dgamma(C) (+)= sums(1, C) and dbeta(C) (+)= sums(0, C)
  * as float when not NULL (add_*: +=, else =) */
 cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                                        const double *pa, const double *pb, bool count, struct glia__bn_geom g,
                                        cudaStream_t st);
 
-/* From sums(2, C) = (sum x, sum x^2) over n values per channel (all ranks), per channel in double:
+/* From sums(2C + 1) = (sum x(C), sum x^2(C), n) over n values per channel (all ranks; n is read on the device, so
+ * the host need not wait for the exchange), per channel in double:
  * mean = sum x / n, var = max(sum x^2 / n - mean^2, 0), invstd = 1/sqrt(var + eps); coef(3, C) and saved(3, C)
  * as glia__cuda_bn_finalize writes them; with update, rmean = (1-mom)*rmean + mom*mean and
  * rvar = (1-mom)*rvar + mom*var*n/(n-1). */
 cudaError_t glia__cuda_bn_sync_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                                        const float *beta, const double *sums, double n, struct glia__bn_geom g,
+                                        const float *beta, const double *sums, struct glia__bn_geom g,
                                         bool update, double momentum, double eps, cudaStream_t st);
 
 /* coef(3, C) = k*(n, sum dy, sum dy*x_hat) as float, k = gamma*invstd/n (gamma 1 when NULL, invstd from
- * saved(3, C)), from sums(2, C) = (sum dy, sum dy*x_hat) over n values per channel (all ranks): what
+ * saved(3, C)), from sums(2C + 1) = (sum dy(C), sum dy*x_hat(C), n) over n values per channel (all ranks; n as
+ * the forward's exchange left it): what
  * glia__cuda_bn_dx takes */
 cudaError_t glia__cuda_bn_sync_grad_coef(float *coef, const float *gamma, const float *saved, const double *sums,
-                                         double n, struct glia__bn_geom g, cudaStream_t st);
+                                         struct glia__bn_geom g, cudaStream_t st);
 
 /* ---- windowed pooling ---- */
 struct glia__pool_geom {

@@ -37,5 +37,8 @@ bool glia_emu_is_device(const void *p, size_t n);
 /* How many graphs (captures under way, graphs, execs and launches still queued) are alive: their
  * kernels must stay loaded. */
 unsigned long glia_emu_graphs_alive(void);
+/* The largest workspace (bytes) handed to a cuDNN convolution or Find*Ex since the last call with reset (tests
+ * look it up with dlsym: it exists in the emulator only). */
+size_t glia_emu_cudnn_workspace_seen(bool reset);
 
 #endif

@@ -619,6 +619,27 @@ static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, con
                                                                                   : CUDNN_STATUS_SUCCESS;
 }
 
+/* The largest workspace handed to a convolution or an algorithm search since the last reset: what a test
+ * holds against [runtime] workspace_mb (glia_emu_cudnn_workspace_seen, found with dlsym). A workspace that is
+ * not device memory of that size is refused, as a GPU would fault on it. */
+static size_t emu_ws_seen;
+
+size_t glia_emu_cudnn_workspace_seen(bool reset)
+{
+    GLIA_EMU_GUARD;
+    size_t n = emu_ws_seen;
+    if (reset) emu_ws_seen = 0;
+    return n;
+}
+
+static bool ws_bad(const char *call, const void *ws, size_t n)
+{
+    if (n > emu_ws_seen) emu_ws_seen = n;
+    if (n == 0 || glia_emu_is_device(ws, n)) return false;
+    fprintf(stderr, "emu: %s: workspace %p of %zu bytes is not device memory\n", call, ws, n);
+    return true;
+}
+
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
                                       const cudnnFilterDescriptor_t wd, const void *w, const cudnnConvolutionDescriptor_t cd,
                                       cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_size, const void *beta,
@@ -626,8 +647,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
 {
     GLIA_EMU_GUARD;
     (void)algo;
-    (void)ws;
-    (void)ws_size;
+    if (ws_bad("cudnnConvolutionForward", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     return conv_run(h, FWD, false, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd, const void *w,
@@ -636,8 +656,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
                                            const cudnnTensorDescriptor_t dxd, void *dx)
 {
     GLIA_EMU_GUARD;
-    (void)ws;
-    (void)ws_size;
+    if (ws_bad("cudnnConvolutionBackwardData", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     return conv_run(h, BWD_DATA, algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
@@ -646,8 +665,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              size_t ws_size, const void *beta, const cudnnFilterDescriptor_t dwd, void *dw)
 {
     GLIA_EMU_GUARD;
-    (void)ws;
-    (void)ws_size;
+    if (ws_bad("cudnnConvolutionBackwardFilter", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     return conv_run(h, BWD_FILTER,
                     algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
 }
@@ -804,10 +822,9 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudn
 {
     GLIA_EMU_GUARD;
     if (glia_emu_host_sync(h->stream, "cudnnFindConvolutionForwardAlgorithmEx")) return CUDNN_STATUS_EXECUTION_FAILED_CUDART;
+    if (ws_bad("cudnnFindConvolutionForwardAlgorithmEx", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     (void)x;
     (void)w;
-    (void)ws;
-    (void)ws_size;
     cudnnStatus_t st = cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, n, got, r);
     if (!st) clobber(y, tbytes(yd));
     return st;
@@ -820,10 +837,9 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const
 {
     GLIA_EMU_GUARD;
     if (glia_emu_host_sync(h->stream, "cudnnFindConvolutionBackwardDataAlgorithmEx")) return CUDNN_STATUS_EXECUTION_FAILED_CUDART;
+    if (ws_bad("cudnnFindConvolutionBackwardDataAlgorithmEx", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     (void)w;
     (void)dy;
-    (void)ws;
-    (void)ws_size;
     cudnnStatus_t st = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, dyd, cd, dxd, n, got, r);
     if (!st) clobber(dx, tbytes(dxd));
     return st;
@@ -836,10 +852,9 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, con
 {
     GLIA_EMU_GUARD;
     if (glia_emu_host_sync(h->stream, "cudnnFindConvolutionBackwardFilterAlgorithmEx")) return CUDNN_STATUS_EXECUTION_FAILED_CUDART;
+    if (ws_bad("cudnnFindConvolutionBackwardFilterAlgorithmEx", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     (void)x;
     (void)y;
-    (void)ws;
-    (void)ws_size;
     cudnnStatus_t st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, dyd, cd, dwd, n, got, r);
     if (!st) clobber(dw, fbytes(dwd));
     return st;
