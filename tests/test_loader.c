@@ -1,6 +1,7 @@
 /* tests/test_loader.c — the data loader: batch order and contents independent of workers,
  * prefetch depth and persistence; drop_last; seeded augmentation; early shutdown.
  * Not the IDX reader (test_data.c). */
+#include <stddef.h>
 #include <string.h>
 #include "loaderutil.h"
 #include "testutil.h"
@@ -260,6 +261,36 @@ static void test_resident_batches_match(void)
     free(d.labels);
 }
 
+/* The data group is read only where the backend's ops reach it (ABI 2.1) and it holds batch_u8; mem_info is optional
+ * and its absence is an answer, not an error (the CPU's). */
+static void test_resident_slot_gating(void)
+{
+    struct glia_context *ctx;
+    struct glia_backend *cpu;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    size_t free_b = 1, total = 1;
+    glia_context_clear_error(ctx);
+    CU_ASSERT_EQUAL(glia_backend_mem_info(cpu, &free_b, &total), GLIA_EUNSUPPORTED);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(ctx), "");
+    struct glia_backend_ops old = *cpu->ops;  /* built against ABI 2.0: ends at the graph group */
+    old.struct_size = (uint32_t)(offsetof(struct glia_backend_ops, graph) + sizeof old.graph);
+    struct glia_backend b = *cpu;
+    b.ops = &old;
+    CU_ASSERT_FALSE(glia_backend_can_batch_u8(&b));
+    CU_ASSERT_EQUAL(glia_backend_batch_u8(&b, NULL, NULL, NULL, NULL, NULL, 0, 1, 1, 1, NULL, 0, false, 0, 1),
+                    GLIA_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "the cpu backend cannot make batches from a resident"));
+    struct glia_backend_ops now = *cpu->ops;
+    struct glia_backend_data_ops empty = {.struct_size = sizeof empty};  /* no batch_u8: no group */
+    now.data = &empty;
+    b.ops = &now;
+    CU_ASSERT_FALSE(glia_backend_can_batch_u8(&b));
+    b.ops = cpu->ops;
+    CU_ASSERT(glia_backend_can_batch_u8(&b));
+    glia_context_free(ctx);
+}
+
 GLIA_TEST_MAIN("loader", GLIA_TEST(test_independent_of_workers), GLIA_TEST(test_epochs_reshuffle_and_cover),
                GLIA_TEST(test_drop_last), GLIA_TEST(test_augmentation), GLIA_TEST(test_wait_time_and_early_stop),
-               GLIA_TEST(test_resident_batches_match))
+               GLIA_TEST(test_resident_batches_match), GLIA_TEST(test_resident_slot_gating))

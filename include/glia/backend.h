@@ -143,7 +143,7 @@ struct glia_backend_graph_ops {
 
 /* ABI 2.1: a training set kept in device memory ([data] resident): batches made there from its uint8 images, drawing
  * the same augmentation as the core's loader, so both paths give the same batches bit for bit. The group is optional
- * (NULL: the core makes every batch on the host); in it, batch_u8 is required and mem_info optional.
+ * (NULL: the core makes every batch on the host); one without batch_u8 counts as none; mem_info is optional.
  *
  * The augmentation of sample idx in epoch e, with seed s (the [runtime] seed) and mix() splitmix64's finalizer
  * (z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27; z *= 0x94d049bb133111eb; z ^= z >> 31), all in uint64:
