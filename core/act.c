@@ -166,6 +166,124 @@ glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool t
     return st;
 }
 
+/* ---- [data] resident ---- */
+
+void glia__resident_free(struct glia__resident *r)
+{
+    glia_tensor_release(r->images);
+    glia_tensor_release(r->labels);
+    glia_tensor_release(r->order);
+    glia_tensor_release(r->table);
+    *r = (struct glia__resident){0};
+}
+
+/* resident = auto: whether a training set of `bytes` goes on the device; `why` says why not. */
+static bool auto_resident(struct glia_model *m, double bytes, char *why, size_t n)
+{
+    struct glia_backend *b = m->backend;
+    size_t free_b, total;
+    if (!glia__backend_queues(b)) {  /* the CPU: the loader's threads overlap with the compute */
+        snprintf(why, n, "the %s backend computes as it is called; the loader's workers run beside it", b->ops->name);
+        return false;
+    }
+    if (!glia_backend_can_batch_u8(b) || glia_backend_mem_info(b, &free_b, &total) != GLIA_OK) {
+        glia_context_clear_error(m->ctx);
+        snprintf(why, n, "the %s backend cannot keep it", b->ops->name);
+        return false;
+    }
+    if (bytes >= m->data.resident_share * (double)free_b) {
+        char need[32], have[32];
+        glia__bytes_str(bytes, need, sizeof need);
+        glia__bytes_str((double)free_b, have, sizeof have);
+        snprintf(why, n, "its %s of images and labels is not under resident_share %g of the %s free", need,
+                 m->data.resident_share, have);
+        return false;
+    }
+    return true;
+}
+
+/* The training set's images, labels and room for an epoch's order and the table, on the device. */
+static glia_status resident_upload(struct glia_model *m, struct glia__resident *r)
+{
+    const struct glia__dataset *d = &m->data.train;
+    struct glia_backend *b = m->backend;
+    int64_t n = d->n > 0 ? d->n : 1;
+    struct glia_shape is = glia_shape_make(4, (int64_t[]){n, d->channels, d->rows, d->cols});
+    struct glia_shape ls = glia_shape_make(1, (int64_t[]){n}), ts = glia_shape_make(2, (int64_t[]){d->channels, 256});
+    glia_status st = glia_tensor_new(b, GLIA_U8, &is, &r->images);
+    if (!st) st = glia_tensor_new(b, GLIA_I32, &ls, &r->labels);
+    if (!st) st = glia_tensor_new(b, GLIA_I64, &ls, &r->order);
+    if (!st) st = glia_tensor_new(b, GLIA_F32, &ts, &r->table);
+    size_t px = (size_t)d->n * (size_t)d->channels * (size_t)d->rows * (size_t)d->cols;
+    if (!st) st = glia_tensor_from_host(r->images, d->images, px);
+    if (!st) st = glia_tensor_from_host(r->labels, d->labels, sizeof(int32_t) * (size_t)d->n);
+    return st;
+}
+
+glia_status glia__resident_init(struct glia_model *m, struct glia__resident *r, bool *on)
+{
+    *r = (struct glia__resident){0};
+    *on = false;
+    const struct glia__dataset *d = &m->data.train;
+    struct glia_backend *b = m->backend;
+    if (m->data.resident == GLIA__RESIDENT_OFF || d->tokens) return GLIA_OK;  /* tokens with on: refused by data.c */
+    struct glia_section *s = glia__config_find(m->cfg, "data");
+    char dev[32], why[200];
+    glia_device_str(b->device, dev, sizeof dev);
+    double bytes = (double)d->n * d->channels * d->rows * d->cols + 4.0 * (double)d->n;
+    if (m->data.resident == GLIA__RESIDENT_ON && !glia_backend_can_batch_u8(b))
+        return glia_section_error(s, "resident", GLIA_EUNSUPPORTED, "resident = on, but the %s backend cannot make "
+                                  "batches on the device (set auto or off)", b->ops->name);
+    if (m->data.resident == GLIA__RESIDENT_AUTO && !auto_resident(m, bytes, why, sizeof why)) {
+        glia_log(m->ctx, glia__backend_queues(b) ? GLIA_LOG_INFO : GLIA_LOG_DEBUG,
+                 "data: training batches made on the host by the loader (resident = auto: %s)", why);
+        return GLIA_OK;
+    }
+    glia_context_clear_error(m->ctx);
+    glia_status st = resident_upload(m, r);
+    if (st) {
+        glia__resident_free(r);
+        if (st != GLIA_ENOMEM) return st;
+        return glia__alloc_error(s, "resident", bytes + 8.0 * (double)d->n, "the training set on %s", dev);
+    }
+    char human[32];
+    glia__bytes_str(bytes, human, sizeof human);
+    glia_log(m->ctx, GLIA_LOG_INFO, "data: resident on %s (%s of images and labels; training batches made there)", dev,
+             human);
+    *on = true;
+    return GLIA_OK;
+}
+
+/* An epoch starts on the device: its order (this rank's share) and the normalization table, after the work queued so
+ * far (the last epoch's batches). */
+static glia_status resident_epoch(struct glia_model *m, struct glia__loader *L)
+{
+    struct glia__resident *r = L->resident;
+    glia_status st = glia_backend_copy(m->backend, r->order->data, false, L->perm, true, sizeof(int64_t) * (size_t)L->n);
+    if (!st) st = glia_backend_copy(m->backend, r->table->data, false, &L->table[0][0], true,
+                                    sizeof(float) * 256 * (size_t)L->d->channels);
+    return st;
+}
+
+/* The next batch made on the device from the resident set into m->act.x, m->act.y. */
+static glia_status resident_next(struct glia_model *m, struct glia__feed *f, int64_t *n, bool *more)
+{
+    struct glia__loader *L = f->L;
+    struct glia__batch bt;
+    if (!(*more = glia__loader_next(L, &bt))) return GLIA_OK;
+    *n = bt.n;
+    const struct glia__resident *r = L->resident;
+    const struct glia__dataset *d = L->d;
+    glia_status st = glia__set_batch(m, bt.n, bt.len, f->train);
+    if (!st)
+        st = glia_backend_batch_u8(m->backend, m->act.x->data, m->act.y->data, r->images->data, r->labels->data,
+                                   (const int64_t *)r->order->data + bt.first, bt.n, d->channels, d->rows, d->cols,
+                                   r->table->data, L->crop_padding, L->flip, L->seed, L->epoch);
+    glia__loader_release(L);
+    return st;
+}
+
+/* ---- feeding batches ---- */
 
 static glia_status feed_upload(struct glia_model *m, struct glia__feed *f)
 {
@@ -183,6 +301,7 @@ static glia_status feed_upload(struct glia_model *m, struct glia__feed *f)
 glia_status glia__feed_start(struct glia_model *m, struct glia__feed *f, struct glia__loader *L, bool train)
 {
     *f = (struct glia__feed){.L = L, .train = train};
+    if (L->resident) return resident_epoch(m, L);
     return async_upload(m) ? feed_upload(m, f) : GLIA_OK;
 }
 
@@ -190,6 +309,7 @@ glia_status glia__feed_start(struct glia_model *m, struct glia__feed *f, struct 
 glia_status glia__feed_next(struct glia_model *m, struct glia__feed *f, int64_t *n, bool *more)
 {
     glia_status st;
+    if (f->L->resident) return resident_next(m, f, n, more);
     if (!async_upload(m)) {
         struct glia__batch bt;
         if (!(*more = glia__loader_next(f->L, &bt))) return GLIA_OK;

@@ -16,6 +16,24 @@ glia_status glia__need_activations(struct glia_model *m, int64_t tb, int64_t eb)
 /* Views of every node's tensors for a batch of n (tokens: padded to len), training's or evaluation's. */
 glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool train);
 
+/* ---- [data] resident: the training set in device memory ----
+ * The uint8 images and int32 labels are copied to the device once, when a run starts; at each epoch's start the
+ * loader's order (this rank's share) and its normalization table follow them, and each training batch is made on the
+ * device by the backend's batch_u8 with the loader's augmentation: the batches of the loader, bit for bit, with
+ * nothing made or copied by the host. Evaluation batches still come from the loader. */
+struct glia__resident {
+    struct glia_tensor *images;   /* (N, channels, rows, cols) u8 */
+    struct glia_tensor *labels;   /* (N) i32 */
+    struct glia_tensor *order;    /* (N) i64: the epoch's order, its first loader->n used */
+    struct glia_tensor *table;    /* (channels, 256) f32: pixel value -> input */
+};
+/* Whether the training batches of a run of m are made on the device ([data] resident: on; auto: on a backend that
+ * queues its work, with batch_u8 and mem_info, when the images and labels take under resident_share of its free
+ * memory); when so, *on and the training set copied into r, which the training loader then borrows
+ * (glia__loader_options.resident). The choice is logged once. */
+glia_status glia__resident_init(struct glia_model *m, struct glia__resident *r, bool *on);
+void glia__resident_free(struct glia__resident *r);
+
 /* ---- feeding batches ----
  * On a backend with its own copy stream (upload), batch k+1 is copied from the loader's
  * (page-locked) buffer into stage_x/stage_y while step k computes: at the start of step k the

@@ -187,6 +187,34 @@ glia_status glia_backend_write_u64(struct glia_backend *b, void *dst, uint64_t v
     return b->ops->graph ? b->ops->graph->write_u64(b->priv, dst, v) : no_graphs(b);
 }
 
+/* The data group when the backend's ops reach it and it holds batch_u8 (ABI 2.1), else NULL. */
+static const struct glia_backend_data_ops *data_ops(const struct glia_backend *b)
+{
+    const struct glia_backend_data_ops *d = b->ops->struct_size >= GLIA__END_OF(struct glia_backend_ops, data) ? b->ops->data : NULL;
+    return d && d->struct_size >= GLIA__END_OF(struct glia_backend_data_ops, batch_u8) && d->batch_u8 ? d : NULL;
+}
+
+bool glia_backend_can_batch_u8(const struct glia_backend *b) { return data_ops(b) != NULL; }
+
+glia_status glia_backend_batch_u8(struct glia_backend *b, float *x, int32_t *y, const uint8_t *images,
+                                  const int32_t *labels, const int64_t *idx, int64_t n, int channels, int rows,
+                                  int cols, const float *table, int pad, bool flip, uint64_t seed, int epoch)
+{
+    const struct glia_backend_data_ops *d = data_ops(b);
+    if (!d)
+        return glia_error(b->ctx, GLIA_EUNSUPPORTED, "the %s backend cannot make batches from a resident training set",
+                          b->ops->name);
+    return d->batch_u8(b->priv, x, y, images, labels, idx, n, channels, rows, cols, table, pad, flip, seed, epoch);
+}
+
+glia_status glia_backend_mem_info(struct glia_backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    const struct glia_backend_data_ops *d = data_ops(b);
+    if (!d || d->struct_size < GLIA__END_OF(struct glia_backend_data_ops, mem_info) || !d->mem_info)
+        return GLIA_EUNSUPPORTED;
+    return d->mem_info(b->priv, free_bytes, total_bytes);
+}
+
 const char *glia_precision_name(enum glia_precision p)
 {
     switch (p) {

@@ -340,6 +340,12 @@ glia_status glia__load_data(struct glia_model *m)
     m->data.drop_last = glia_section_bool(s, "drop_last");
     m->data.crop_padding = (int)glia_section_int(s, "random_crop_padding");
     m->data.flip = glia_section_bool(s, "random_flip");
+    const char *res = glia_section_str(s, "resident");
+    m->data.resident = !strcmp(res, "on") ? GLIA__RESIDENT_ON : !strcmp(res, "off") ? GLIA__RESIDENT_OFF : GLIA__RESIDENT_AUTO;
+    m->data.resident_share = glia_section_float(s, "resident_share");
+    if (m->data.resident == GLIA__RESIDENT_ON && m->data.train.tokens)
+        return glia_section_error(s, "resident", GLIA_ECONFIG, "resident = on keeps images on the device; the batches "
+                                  "of format = %s are made on the host (set auto or off)", format_names[fmt]);
     if (m->data.drop_last && m->data.train.n < m->data.batch)
         return glia_section_error(s, "drop_last", GLIA_ECONFIG, "drop_last with %lld training samples and batch_size %d leaves no batch",
                                   (long long)m->data.train.n, m->data.batch);

@@ -33,28 +33,33 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* One sample into x (channels, rows, cols): random crop from the image padded by `pad` zero
- * pixels, random horizontal flip (the same for every channel), then (v/255 - mean[c])/std[c]. */
-static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int32_t *y)
+void glia__augment_sample(const uint8_t *img, int channels, int rows, int cols, const float *table, int pad,
+                          bool flip, uint64_t seed, int epoch, int64_t idx, float *x)
 {
-    const struct glia__dataset *d = L->d;
-    int rows = d->rows, cols = d->cols, pad = L->crop_padding;
     const int64_t px = (int64_t)rows * cols;
-    const uint8_t *img = d->images + idx * d->channels * px;
-    uint64_t r = mix(L->seed ^ mix((uint64_t)L->epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
-    int dy = 0, dx = 0, flip = 0;
+    uint64_t r = mix(seed ^ mix((uint64_t)epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
+    int dy = 0, dx = 0, f = 0;
     if (pad > 0) {
         dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;
         dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
     }
-    if (L->flip) flip = (int)((r >> 40) & 1);
-    for (int c = 0; c < d->channels; c++, img += px, x += px)
+    if (flip) f = (int)((r >> 40) & 1);
+    for (int c = 0; c < channels; c++, img += px, x += px, table += 256)
         for (int i = 0; i < rows; i++)
             for (int j = 0; j < cols; j++) {
-                int si = i + dy, sj = (flip ? cols - 1 - j : j) + dx;
+                int si = i + dy, sj = (f ? cols - 1 - j : j) + dx;
                 uint8_t v = (si >= 0 && si < rows && sj >= 0 && sj < cols) ? img[si * cols + sj] : 0;
-                x[i * cols + j] = L->table[c][v];
+                x[i * cols + j] = table[v];
             }
+}
+
+/* One sample of the loader's data set into x (channels, rows, cols) and its label into *y. */
+static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int32_t *y)
+{
+    const struct glia__dataset *d = L->d;
+    const uint8_t *img = d->images + idx * d->channels * (int64_t)d->rows * d->cols;
+    glia__augment_sample(img, d->channels, d->rows, d->cols, &L->table[0][0], L->crop_padding, L->flip, L->seed,
+                         L->epoch, idx, x);
     *y = d->labels[idx];
 }
 
@@ -199,6 +204,7 @@ static size_t slot_floats(const struct glia__dataset *d, const struct glia__load
 
 double glia__loader_bytes(const struct glia__dataset *d, const struct glia__loader_options *o, int *buffers)
 {
+    if (o->order_only && !d->tokens) return *buffers = 0, 0.0;
     *buffers = o->workers > 0 ? o->workers * (o->prefetch > 1 ? o->prefetch : 1) : 1;
     return *buffers * (4.0 * (double)slot_floats(d, o) + 4.0 * o->batch);
 }
@@ -217,6 +223,8 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->shuffle = o->shuffle;
     L->crop_padding = o->crop_padding;
     L->flip = o->flip;
+    L->order_only = o->order_only && !d->tokens;
+    L->resident = L->order_only ? o->resident : NULL;
     L->seed = o->seed;
     L->pin = o->pin;
     L->world = o->world > 1 ? o->world : 1;
@@ -233,7 +241,8 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
         for (int v = 0; v < 256; v++) L->table[c][v] = ((float)v / 255.0f - o->norm.mean[c]) / o->norm.std[c];
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n + L->world));  /* room for the padding (group) */
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
-    L->w = calloc((size_t)nw, sizeof *L->w);
+    if (L->order_only) L->workers = 0, nw = 0;  /* the batches are made elsewhere: no rings */
+    L->w = calloc(nw > 0 ? (size_t)nw : 1, sizeof *L->w);
     if (!L->perm || !L->w)
         return glia__loader_free(L), glia_error(ctx, GLIA_ENOMEM, "loader: cannot allocate the order of %lld samples",
                                                 (long long)d->n);
@@ -300,7 +309,7 @@ glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t 
     L->next = first_batch < L->n_batches ? first_batch : L->n_batches;
     L->wait_s = 0;
     L->slots = L->real = 0;
-    for (int i = 0; i < (L->workers > 0 ? L->workers : 1); i++)
+    for (int i = 0; i < (L->order_only ? 0 : L->workers > 0 ? L->workers : 1); i++)
         for (int k = 0; k < (L->workers > 0 ? L->prefetch : 1); k++) {
             L->w[i].ring[k].batch = -1;
             L->w[i].ring[k].ready = false;
@@ -325,6 +334,10 @@ bool glia__loader_next(struct glia__loader *L, struct glia__batch *out)
 {
     if (L->next >= L->n_batches) return false;
     int64_t b = L->next;
+    if (L->order_only) {
+        *out = (struct glia__batch){NULL, NULL, batch_size_of(L, b), L->d->cols, b * L->batch};
+        return true;
+    }
     struct slot *s;
     double t0 = glia__now();
     if (L->workers == 0) {
@@ -337,7 +350,7 @@ bool glia__loader_next(struct glia__loader *L, struct glia__batch *out)
         pthread_mutex_unlock(&L->mu);
     }
     L->wait_s += glia__now() - t0;
-    *out = (struct glia__batch){s->x, s->y, batch_size_of(L, b), L->d->tokens ? s->len : L->d->cols};
+    *out = (struct glia__batch){s->x, s->y, batch_size_of(L, b), L->d->tokens ? s->len : L->d->cols, b * L->batch};
     if (L->d->tokens) {
         L->slots += out->n * out->len;
         L->real += s->real;
@@ -348,7 +361,7 @@ bool glia__loader_next(struct glia__loader *L, struct glia__batch *out)
 void glia__loader_release(struct glia__loader *L)
 {
     int64_t b = L->next++;
-    if (L->workers == 0) return;
+    if (L->workers == 0 || L->order_only) return;
     struct slot *s = &L->w[b % L->workers].ring[(b / L->workers) % L->prefetch];
     pthread_mutex_lock(&L->mu);
     s->ready = false;
@@ -371,7 +384,7 @@ void glia__loader_free(struct glia__loader *L)
         pthread_cond_destroy(&L->cv_ready);
         pthread_cond_destroy(&L->cv_free);
     }
-    int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
+    int nw = L->order_only ? 0 : L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
     for (int i = 0; L->w && i < nw; i++) {
         for (int k = 0; L->w[i].ring && k < ns; k++) {
             struct slot *s = &L->w[i].ring[k];

@@ -23,6 +23,9 @@ struct glia__loader_options {
                                       the whole set is sorted */
     int group_batches;
     int pad_multiple;              /* a batch's padded length is a multiple of this (>= 1) */
+    bool order_only;               /* images kept on the device ([data] resident): only the order and the batches'
+                                      places in it; no buffers, no workers, no samples made */
+    struct glia__resident *resident;  /* (borrowed) with order_only: the device copy the batches are made from */
 };
 
 /* One batch, valid until glia__loader_release. */
@@ -33,18 +36,21 @@ struct glia__batch {
     int64_t n;                     /* samples */
     int64_t len;                   /* tokens: the padded length (the longest sample, rounded up to
                                       pad_multiple); images: cols */
+    int64_t first;                 /* where its samples start in the epoch's order (perm) */
 };
 
 struct worker;
+struct glia__resident;
 
 struct glia__loader {
     struct glia_context *ctx;
     const struct glia__dataset *d;
     int batch, workers, prefetch, crop_padding;
-    bool persistent, drop_last, shuffle, flip;
+    bool persistent, drop_last, shuffle, flip, order_only;
     uint64_t seed;
     float table[GLIA__MAX_CHANNELS][256]; /* channel, pixel value -> normalized float */
-    int64_t *perm;                 /* this epoch's sample order */
+    int64_t *perm;                 /* this epoch's sample order (this rank's share: n of them) */
+    struct glia__resident *resident;  /* (borrowed) order_only: where the batches are made (core/act.c) */
     int64_t n, n_batches, n_batches_per_epoch, next;
     int epoch;
     int64_t generation;            /* bumped per epoch; workers follow it */
@@ -61,6 +67,13 @@ struct glia__loader {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready, cv_free;
 };
+
+/* Image sample idx of epoch `epoch` into x (channels, rows, cols) from its pixels img (channels, rows, cols): a
+ * random crop from the image padded by `pad` zero pixels, a random horizontal flip when `flip` (the same for every
+ * channel), then table[c * 256 + v] (the normalization); the randomness is drawn from (seed, epoch, idx) as
+ * glia/backend.h's data group writes down. The loader's workers and the CPU backend's batch_u8 both call it. */
+void glia__augment_sample(const uint8_t *img, int channels, int rows, int cols, const float *table, int pad,
+                          bool flip, uint64_t seed, int epoch, int64_t idx, float *x);
 
 /* Out of memory for the batch buffers: GLIA_ENOMEM without a message (the caller knows which key sets
  * their size: glia__loader_bytes). */

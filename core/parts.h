@@ -24,6 +24,8 @@ bool glia__scaler_update(struct glia__scaler *s, double sumsq);
 
 enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
 enum glia__dist_mode { GLIA__DIST_NONE = 0, GLIA__DIST_DP, GLIA__DIST_DDP };
+/* [data] resident: where training batches are made (core/act.c) */
+enum glia__resident_mode { GLIA__RESIDENT_AUTO = 0, GLIA__RESIDENT_ON, GLIA__RESIDENT_OFF };
 
 /* ---- the profile's Chrome trace (core/trace.c) ----
  * glia profile --trace records one complete event per layer forward and backward, input,
@@ -165,6 +167,8 @@ struct glia__model_data {
     int pad_multiple, group_size;    /* tokens: [data] pad_to_multiple, group_size */
     int64_t vocab;                   /* tokens: [data] vocab (ids are below it) */
     bool group_by_length;            /* tokens: [data] group_by_length */
+    enum glia__resident_mode resident;  /* [data] resident */
+    double resident_share;           /* [data] resident_share: auto's part of the device's free memory */
 };
 
 /* The parameters and buffers: flat arenas, each parameter at a multiple of GLIA__ARENA_ALIGN floats

@@ -79,6 +79,12 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("drop_last", GLIA_KEY_BOOL, "off", "drop the last training batch when it is smaller than batch_size"),
     GLIA_KEY("random_crop_padding", GLIA_KEY_INT, "0", "augment: random crop from the image padded by N zero pixels (0: off)", .min = 0, .max = 1024),
     GLIA_KEY("random_flip", GLIA_KEY_BOOL, "off", "augment: horizontal flip with probability 0.5"),
+    GLIA_KEY("resident", GLIA_KEY_ENUM, "auto",
+             "image formats: keep the training set on the device and make each batch there (the loader's order and "
+             "augmentation, the same bits); auto: on with CUDA when it takes under resident_share of the free device "
+             "memory, off on the CPU", .choices = "auto|on|off"),
+    GLIA_KEY("resident_share", GLIA_KEY_FLOAT, "0.25", "resident = auto: the most of the device's free memory the "
+             "training set's images and labels may take", .min = 0, .max = 1),
     GLIA_KEY("train_samples", GLIA_KEY_INT, "0", "use only the first N training samples (0: all); format = synthetic: "
              "how many to make (0: 1024)", .min = 0, .max = 1e12),
     GLIA_KEY("test_samples", GLIA_KEY_INT, "0", "use only the first N test samples (0: all); format = synthetic: how "

@@ -640,6 +640,7 @@ void glia__scratch_free(struct glia__scratch *s)
     free(s->hy);
     if (s->have_train) glia__loader_free(&s->train);
     if (s->have_test) glia__loader_free(&s->test);
+    glia__resident_free(&s->resident);
 }
 
 /* The loader of d and o that glia__loader_init could not make (st): out of memory for its batch buffers names the
@@ -670,7 +671,7 @@ glia_status glia__scratch_alloc(struct glia_model *m, struct glia__scratch *s, b
         4.0 * (double)maxb * ((double)classes + 1), "host copies of the logits and labels of a batch of %lld", (long long)maxb);
     struct glia__loader_options o = {m->data.test_batch, m->data.workers, m->data.prefetch, m->data.persistent, false, false, false, 0,
                                      m->data.norm, m->seed, m->data.pin_memory ? m->backend : NULL, m->dist.rank, m->dist.world, false,
-                                     m->data.group_by_length, m->data.group_size, m->data.pad_multiple};
+                                     m->data.group_by_length, m->data.group_size, m->data.pad_multiple, false, NULL};
     if (evaluating && !st) {
         st = loader_error(m, glia__loader_init(&s->test, m->ctx, &m->data.test, &o), &m->data.test, &o, "test_batch_size");
         s->have_test = !st;
@@ -679,8 +680,10 @@ glia_status glia__scratch_alloc(struct glia_model *m, struct glia__scratch *s, b
         o = (struct glia__loader_options){m->data.batch, m->data.workers, m->data.prefetch, m->data.persistent, m->data.drop_last, m->data.shuffle,
                                           m->data.flip, m->data.crop_padding, m->data.norm, m->seed,
                                           m->data.pin_memory ? m->backend : NULL, m->dist.rank, m->dist.world, true,
-                                          m->data.group_by_length, m->data.group_size, m->data.pad_multiple};
-        st = loader_error(m, glia__loader_init(&s->train, m->ctx, &m->data.train, &o), &m->data.train, &o, "batch_size");
+                                          m->data.group_by_length, m->data.group_size, m->data.pad_multiple, false, NULL};
+        st = glia__resident_init(m, &s->resident, &o.order_only);
+        o.resident = &s->resident;
+        if (!st) st = loader_error(m, glia__loader_init(&s->train, m->ctx, &m->data.train, &o), &m->data.train, &o, "batch_size");
         s->have_train = !st;
     }
     if (!st) st = glia__need_activations(m, training ? m->data.batch : 0, evaluating ? m->data.test_batch : 0);

@@ -29,6 +29,7 @@ struct glia__scratch {
     int32_t *hy;
     struct glia__loader train, test;
     bool have_train, have_test;
+    struct glia__resident resident;  /* [data] resident: the training set on the device (its loader orders it) */
 };
 
 /* Set-to-none: the next backward writes the parameters' gradients instead of adding to them. */

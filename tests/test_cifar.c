@@ -211,7 +211,7 @@ static void test_channels_normalized_and_augmented(void)
             }
     CU_ASSERT_EQUAL(bad, 0);
 
-    struct glia__loader_options o = {n, 2, 2, true, false, false, true, 3, nm, 5, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {n, 2, 2, true, false, false, true, 3, nm, 5, NULL, 0, 1, false, false, 0, 0, false, NULL};
     struct glia__loader L;
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);

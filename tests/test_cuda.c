@@ -1,6 +1,6 @@
 /* tests/test_cuda.c — the CUDA backend against the CPU one on a GPU: copies, memzero, GEMM in
  * every transpose combination and precision, NCHW <-> NHWC conversion on the device, the caching
- * allocator's reuse (and its allocations during a graph capture), the reduction/scaling/clipping/upload slots, and whole models trained on both. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
+ * allocator's reuse (and its allocations during a graph capture), the reduction/scaling/clipping/upload slots, and whole models trained on both, and batches made from a device-resident training set ([data] resident) against the loader's. Exits 77 (skipped) without a usable GPU or without the CUDA build; the
  * fallback of device = auto and the refusal of device = cuda run everywhere (test_cuda_fallback). */
 #include <dlfcn.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 #include "layerutil.h"
 #include "modelutil.h"
 #include "parts.h"
+#include "loader.h"
 #include <glia/glia.h>
 #include "build-config.h"
 
@@ -722,6 +723,160 @@ static void test_graph_capture_allocates(void)
     free(back);
 }
 
+/* A device tensor of dtype and n elements holding host data h (NULL: left as allocated). */
+static struct glia_tensor *on_gpu(enum glia_dtype dt, int64_t n, const void *h, size_t bytes)
+{
+    struct glia_shape s = glia_shape_make(1, (int64_t[]){n});
+    struct glia_tensor *t = NULL;
+    CU_ASSERT_FATAL(glia_tensor_new(gpu, dt, &s, &t) == GLIA_OK);
+    if (h) CU_ASSERT_FATAL(glia_tensor_from_host(t, h, bytes) == GLIA_OK);
+    return t;
+}
+
+/* [data] resident: the CUDA backend's batch_u8 makes the CPU loader's batches bit for bit (three channels with their
+ * own tables, crop padding 3, flip, reshuffled epochs, both ranks of a padded two-way shard, a last partial batch);
+ * and queued inside a graph capture, replayed with each batch's indices copied into the buffer it was captured
+ * with, it makes them too (no host wait inside: capturable). */
+static void test_resident_batches_match_loader(void)
+{
+    int C = 3, H = 9, W = 7, n = 83, B = 16;
+    int64_t per = (int64_t)C * H * W;
+    struct glia__dataset d = {.n = n, .channels = C, .rows = H, .cols = W, .images = malloc((size_t)(n * per)),
+                              .labels = malloc(sizeof(int32_t) * (size_t)n), .n_classes = 10};
+    for (int64_t i = 0; i < n * per; i++) d.images[i] = (uint8_t)((i * 37 + i / 11) % 256);
+    for (int i = 0; i < n; i++) d.labels[i] = (i * 7) % 10;
+    CU_ASSERT_FATAL(glia_backend_can_batch_u8(gpu));
+    struct glia_tensor *img = on_gpu(GLIA_U8, n * per, d.images, (size_t)(n * per));
+    struct glia_tensor *lab = on_gpu(GLIA_I32, n, d.labels, sizeof(int32_t) * (size_t)n);
+    struct glia_tensor *ord = on_gpu(GLIA_I64, n, NULL, 0), *tab = on_gpu(GLIA_F32, C * 256, NULL, 0);
+    struct glia_tensor *fixed = on_gpu(GLIA_I64, B, NULL, 0);
+    struct glia_tensor *x = on_gpu(GLIA_F32, B * per, NULL, 0), *y = on_gpu(GLIA_I32, B, NULL, 0);
+    float *hx = malloc(sizeof(float) * (size_t)(B * per));
+    int32_t hy[16];
+    int64_t compared = 0, replayed = 0;
+    for (int world = 1; world <= 2; world++)
+        for (int rank = 0; rank < world; rank++) {
+            struct glia__loader_options o = {B, 2, 2, true, false, true, true, 3, {{0.1f, 0.5f, 0.4f}, {0.3f, 0.2f, 0.6f}},
+                                             1234, NULL, rank, world, true, false, 0, 0, false, NULL};
+            struct glia__loader L;
+            CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
+            for (int e = 1; e <= 2; e++) {
+                CU_ASSERT_FATAL(glia__loader_start_epoch(&L, e, 0) == GLIA_OK);
+                CU_ASSERT_FATAL(glia_backend_copy(gpu, ord->data, false, L.perm, true, sizeof(int64_t) * (size_t)L.n) == GLIA_OK);
+                CU_ASSERT_FATAL(glia_tensor_from_host(tab, &L.table[0][0], sizeof(float) * 256 * (size_t)C) == GLIA_OK);
+                /* a graph of one full batch made from `fixed` (this epoch's draw is in it) */
+                void *g = NULL;
+                CU_ASSERT_FATAL(glia_backend_capture_begin(gpu) == GLIA_OK);
+                glia_status st = glia_backend_batch_u8(gpu, x->data, y->data, img->data, lab->data, fixed->data, B, C, H,
+                                                       W, tab->data, 3, true, 1234, e);
+                CU_ASSERT_FATAL(glia_backend_capture_end(gpu, &g) == GLIA_OK && st == GLIA_OK);
+                struct glia__batch b;
+                while (glia__loader_next(&L, &b)) {
+                    for (int replay = 0; replay < 2; replay++) {
+                        if (replay && b.n < B) break;
+                        if (!replay) {
+                            CU_ASSERT_EQUAL(glia_backend_batch_u8(gpu, x->data, y->data, img->data, lab->data,
+                                                                  (const int64_t *)ord->data + b.first, b.n, C, H, W,
+                                                                  tab->data, 3, true, 1234, e), GLIA_OK);
+                        } else {
+                            CU_ASSERT_EQUAL(glia_backend_memzero(gpu, x->data, sizeof(float) * (size_t)(B * per)), GLIA_OK);
+                            CU_ASSERT_EQUAL(glia_backend_copy(gpu, fixed->data, false, L.perm + b.first, true,
+                                                              sizeof(int64_t) * (size_t)B), GLIA_OK);
+                            CU_ASSERT_EQUAL(glia_backend_graph_launch(gpu, g), GLIA_OK);
+                        }
+                        CU_ASSERT_EQUAL(glia_backend_copy(gpu, hx, true, x->data, false, sizeof(float) * (size_t)(b.n * per)),
+                                        GLIA_OK);
+                        CU_ASSERT_EQUAL(glia_backend_copy(gpu, hy, true, y->data, false, sizeof(int32_t) * (size_t)b.n), GLIA_OK);
+                        CU_ASSERT_EQUAL(memcmp(hx, b.x, sizeof(float) * (size_t)(b.n * per)), 0);
+                        CU_ASSERT_EQUAL(memcmp(hy, b.y, sizeof(int32_t) * (size_t)b.n), 0);
+                        if (replay) replayed += b.n;
+                        else compared += b.n;
+                    }
+                    glia__loader_release(&L);
+                }
+                glia_backend_graph_free(gpu, g);
+            }
+            glia__loader_free(&L);
+        }
+    CU_ASSERT_EQUAL(compared, 2 * (83 + 2 * 42));
+    CU_ASSERT(replayed > 0);
+    glia_tensor_release(img), glia_tensor_release(lab), glia_tensor_release(ord), glia_tensor_release(tab);
+    glia_tensor_release(fixed), glia_tensor_release(x), glia_tensor_release(y);
+    free(hx);
+    free(d.images);
+    free(d.labels);
+}
+
+/* cnn_text on the GPU, shuffled, with crop padding and flip and [data] resident = `resident`. */
+static const char *resident_cnn(const char *resident, const char *runtime_extra, const char *optimizer)
+{
+    static char buf[4096];
+    char rt[512];
+    snprintf(rt, sizeof rt, "deterministic = on\n%s", runtime_extra);
+    const char *text = cnn_text("cuda", rt, optimizer);
+    const char *at = strstr(text, "shuffle = off\n");
+    CU_ASSERT_FATAL(at != NULL);
+    snprintf(buf, sizeof buf, "%.*sshuffle = on\nrandom_crop_padding = 2\nrandom_flip = on\nresident = %s\n%s",
+             (int)(at - text), text, resident, at + strlen("shuffle = off\n"));
+    return buf;
+}
+
+/* [data] resident on the GPU trains to the weights and losses of the host loader's batches, bit for bit: auto takes
+ * it (the set is far under a quarter of the free memory) and says so once; also with cuda_graph = on and with
+ * gradient accumulation; resident_share = 0 leaves auto off, saying why. */
+static void test_resident_trains_the_same(void)
+{
+    make_data();
+    static const struct {
+        const char *runtime, *optimizer;
+    } cases[] = {
+        {"cuda_graph = off", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9"},
+        {"cuda_graph = on", "adam\nlr = 0.001\naccumulate = 2"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct run a, b;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        train_run(&a, resident_cnn("off", cases[c].runtime, cases[c].optimizer), ra);
+        char *log = NULL;
+        size_t len = 0;
+        open_run(&b, resident_cnn("auto", cases[c].runtime, cases[c].optimizer));
+        FILE *f = open_memstream(&log, &len);
+        glia_log_set(b.ctx, f, GLIA_LOG_INFO);
+        glia_status st = glia_model_train(b.m, &quiet, rb, 2);
+        fclose(f);
+        if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        const char *said = log ? strstr(log, "data: resident on cuda:0 (") : NULL;
+        if (!said) printf("\n  log: %s\n", log ? log : "");
+        CU_ASSERT_PTR_NOT_NULL(said);
+        CU_ASSERT_PTR_NULL(said ? strstr(said + 1, "data: resident on") : NULL);  /* once */
+        if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
+        CU_ASSERT(same_weights(&a, &b));
+        for (int e = 0; e < 2; e++) {
+            CU_ASSERT_EQUAL(ra[e].train_loss, rb[e].train_loss);
+            CU_ASSERT_EQUAL(ra[e].test_loss, rb[e].test_loss);
+        }
+        free(log);
+        close_run(&a), close_run(&b);
+    }
+    char text[4096], *log = NULL;
+    size_t len = 0;
+    snprintf(text, sizeof text, "%s", resident_cnn("auto\nresident_share = 0", "", "sgd\nlr = 0.01"));
+    char *ep = strstr(text, "epochs = 2");
+    CU_ASSERT_FATAL(ep != NULL);
+    ep[9] = '1';
+    struct run r;
+    open_run(&r, text);
+    FILE *f = open_memstream(&log, &len);
+    glia_log_set(r.ctx, f, GLIA_LOG_INFO);
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(log ? strstr(log, "data: training batches made on the host by the loader (resident = auto: its ") : NULL);
+    CU_ASSERT_PTR_NULL(log ? strstr(log, "data: resident on") : NULL);
+    free(log);
+    close_run(&r);
+}
+
 static int setup(void)
 {
 #ifndef GLIA_HAVE_CUDA
@@ -799,7 +954,9 @@ int main(void)
                                              GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),
                                              GLIA_TEST(test_cuda_graph_refuses_uncapturable_layers),
                                              GLIA_TEST(test_graph_capture_allocates),
-                                             GLIA_TEST(test_debug_checks_on_device)};
+                                             GLIA_TEST(test_debug_checks_on_device),
+                                             GLIA_TEST(test_resident_batches_match_loader),
+                                             GLIA_TEST(test_resident_trains_the_same)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

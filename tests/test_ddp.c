@@ -140,7 +140,7 @@ static void test_loader_shards_epoch(void)
     int seen[11] = {0};
     for (int rank = 0; rank < 2; rank++) {
         struct glia__loader L;
-        struct glia__loader_options o = {4, 1, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 9, NULL, rank, 2, true, false, 0, 0};
+        struct glia__loader_options o = {4, 1, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 9, NULL, rank, 2, true, false, 0, 0, false, NULL};
         CU_ASSERT_FATAL(glia__loader_init(&L, c, &d, &o) == GLIA_OK);
         CU_ASSERT_EQUAL(L.n_batches_per_epoch, 2);  /* 6 samples each (11 padded to 12): 4 + 2 */
         CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 3, 0) == GLIA_OK);

@@ -155,6 +155,31 @@ static void test_errors(void)
     expect_error("mode = dp\ndevices = cpu, 0", "must all be of one type");
 }
 
+/* [data] resident = on with dp: the batch made on the first device and split over the replicas trains to the bits
+ * of the host loader's batches (off), with crop padding and flip, and accumulation. */
+static void test_resident(void)
+{
+    make_data();
+    struct run on, off;
+    char a[8192], b[8192];
+    for (int k = 0; k < 2; k++) {
+        const char *text = model("mode = dp\ndevices = cpu, cpu, cpu", 10, "accumulate = 2", NULL);
+        const char *at = strstr(text, "std = 0.3\n");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+        snprintf(k ? b : a, sizeof a, "%.*srandom_flip = on\nrandom_crop_padding = 1\nresident = %s\n%s", (int)(at - text),
+                 text, k ? "off" : "on", at);
+    }
+    open_run(&on, a);
+    open_run(&off, b);
+    struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, ra, 2), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, rb, 2), GLIA_OK);
+    for (int e = 0; e < 2; e++) CU_ASSERT_EQUAL(ra[e].train_loss, rb[e].train_loss);
+    CU_ASSERT(same_weights(&on, &off));
+    close_run(&on);
+    close_run(&off);
+}
+
 GLIA_TEST_MAIN("dp", GLIA_TEST(test_two_devices), GLIA_TEST(test_three_devices_uneven), GLIA_TEST(test_idle_device),
                GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_checkpointed),
-               GLIA_TEST(test_step), GLIA_TEST(test_errors))
+               GLIA_TEST(test_step), GLIA_TEST(test_errors), GLIA_TEST(test_resident))

@@ -1,6 +1,7 @@
 /* tests/test_loader.c — the data loader: batch order and contents independent of workers,
  * prefetch depth and persistence; drop_last; seeded augmentation; early shutdown.
  * Not the IDX reader (test_data.c). */
+#include <stddef.h>
 #include <string.h>
 #include "loaderutil.h"
 #include "testutil.h"
@@ -51,7 +52,7 @@ static uint64_t run(const struct glia__dataset *d, struct glia__loader_options o
 static void test_independent_of_workers(void)
 {
     struct glia__dataset d = make_set(203, 5, 4);
-    struct glia__loader_options o = {16, 0, 1, true, false, true, true, 2, {{0.3f}, {0.4f}}, 77, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {16, 0, 1, true, false, true, true, 2, {{0.3f}, {0.4f}}, 77, NULL, 0, 1, false, false, 0, 0, false, NULL};
     int64_t nb0, nb;
     uint64_t ref = run(&d, o, 3, &nb0);
     CU_ASSERT_EQUAL(nb0, 3 * 13);
@@ -79,7 +80,7 @@ static void test_epochs_reshuffle_and_cover(void)
     for (int i = 0; i < 50; i++) d.labels[i] = i;  /* labels identify samples */
     struct glia_context *ctx;
     struct glia__loader L;
-    struct glia__loader_options o = {8, 2, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {8, 2, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, 0, 1, false, false, 0, 0, false, NULL};
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     int32_t order[2][50];
@@ -110,7 +111,7 @@ static void test_drop_last(void)
 {
     struct glia__dataset d = make_set(100, 2, 2);
     int64_t nb = 0;
-    struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {32, 2, 2, true, true, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0, false, NULL};
     run(&d, o, 1, &nb);
     CU_ASSERT_EQUAL(nb, 3);
     o.drop_last = false;
@@ -131,7 +132,7 @@ static void test_augmentation(void)
     struct glia__loader L;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     for (int mode = 0; mode < 2; mode++) {
-        struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, {{0}, {1, 1, 1}}, 3, NULL, 0, 1, false, false, 0, 0};
+        struct glia__loader_options o = {n, 2, 2, true, false, false, mode == 0, mode == 1 ? 2 : 0, {{0}, {1, 1, 1}}, 3, NULL, 0, 1, false, false, 0, 0, false, NULL};
         CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
         CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
         const float *x = NULL;
@@ -178,7 +179,7 @@ static void test_wait_time_and_early_stop(void)
     struct glia_context *ctx;
     struct glia__loader L;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0};
+    struct glia__loader_options o = {64, 0, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 1, NULL, 0, 1, false, false, 0, 0, false, NULL};
     CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
     CU_ASSERT_FATAL(glia__loader_start_epoch(&L, 1, 0) == GLIA_OK);
     const float *x;
@@ -199,5 +200,97 @@ static void test_wait_time_and_early_stop(void)
     free(d.labels);
 }
 
+/* [data] resident: batches made by a backend's batch_u8 from the order of an order_only loader equal the loader's
+ * own, bit for bit: crop padding and flip, reshuffled epochs, three channels (the table per channel), both ranks of a
+ * padded two-way shard and a last partial batch. The backend here is the CPU's; tests/test_cuda.c runs the same
+ * comparison on CUDA. */
+static void test_resident_batches_match(void)
+{
+    int rows = 7, cols = 6, C = 3, n = 101;
+    struct glia__dataset d = make_set(n * C, rows, cols);
+    d.n = n, d.channels = C;
+    struct glia_context *ctx;
+    struct glia_backend *cpu;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_can_batch_u8(cpu));
+    int64_t per = (int64_t)C * rows * cols, compared = 0, differ = 0;
+    float *x = malloc(sizeof(float) * (size_t)(16 * per));
+    int32_t y[16];
+    for (int world = 1; world <= 2; world++)
+        for (int rank = 0; rank < world; rank++) {
+            struct glia__loader_options o = {16, 2, 2, true, false, true, true, 2, {{0.1f, 0.2f, 0.3f}, {0.5f, 0.25f, 0.7f}},
+                                             42, NULL, rank, world, true, false, 0, 0, false, NULL};
+            struct glia__loader A, B;
+            CU_ASSERT_FATAL(glia__loader_init(&A, ctx, &d, &o) == GLIA_OK);
+            o.order_only = true;
+            CU_ASSERT_FATAL(glia__loader_init(&B, ctx, &d, &o) == GLIA_OK);
+            CU_ASSERT_EQUAL(B.workers, 0);
+            CU_ASSERT_EQUAL(B.n_batches_per_epoch, A.n_batches_per_epoch);
+            for (int e = 1; e <= 3; e++) {
+                CU_ASSERT_FATAL(glia__loader_start_epoch(&A, e, 0) == GLIA_OK);
+                CU_ASSERT_FATAL(glia__loader_start_epoch(&B, e, 0) == GLIA_OK);
+                struct glia__batch a, b;
+                while (glia__loader_next(&A, &a)) {
+                    CU_ASSERT_FATAL(glia__loader_next(&B, &b));
+                    CU_ASSERT_PTR_NULL(b.x);
+                    CU_ASSERT_EQUAL_FATAL(b.n, a.n);
+                    CU_ASSERT_EQUAL(b.first, a.first);
+                    CU_ASSERT_EQUAL(glia_backend_batch_u8(cpu, x, y, d.images, d.labels, B.perm + b.first, b.n, C, rows,
+                                                          cols, &B.table[0][0], 2, true, 42, e), GLIA_OK);
+                    CU_ASSERT_EQUAL(memcmp(x, a.x, sizeof(float) * (size_t)(a.n * per)), 0);
+                    CU_ASSERT_EQUAL(memcmp(y, a.y, sizeof(int32_t) * (size_t)a.n), 0);
+                    compared += a.n;
+                    /* the comparison sees the draw: another epoch's augmentation differs */
+                    CU_ASSERT_EQUAL(glia_backend_batch_u8(cpu, x, y, d.images, d.labels, B.perm + b.first, b.n, C, rows,
+                                                          cols, &B.table[0][0], 2, true, 42, e + 1), GLIA_OK);
+                    differ += memcmp(x, a.x, sizeof(float) * (size_t)(a.n * per)) != 0;
+                    glia__loader_release(&A);
+                    glia__loader_release(&B);
+                }
+                CU_ASSERT_FALSE(glia__loader_next(&B, &b));
+            }
+            glia__loader_free(&A);
+            glia__loader_free(&B);
+        }
+    CU_ASSERT_EQUAL(compared, 3 * (101 + 2 * 51));  /* one rank of 101, two of 51 (padded) */
+    CU_ASSERT(differ > 0);
+    free(x);
+    glia_context_free(ctx);
+    free(d.images);
+    free(d.labels);
+}
+
+/* The data group is read only where the backend's ops reach it (ABI 2.1) and it holds batch_u8; mem_info is optional
+ * and its absence is an answer, not an error (the CPU's). */
+static void test_resident_slot_gating(void)
+{
+    struct glia_context *ctx;
+    struct glia_backend *cpu;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CPU, 0}, &cpu) == GLIA_OK);
+    size_t free_b = 1, total = 1;
+    glia_context_clear_error(ctx);
+    CU_ASSERT_EQUAL(glia_backend_mem_info(cpu, &free_b, &total), GLIA_EUNSUPPORTED);
+    CU_ASSERT_STRING_EQUAL(glia_context_error(ctx), "");
+    struct glia_backend_ops old = *cpu->ops;  /* built against ABI 2.0: ends at the graph group */
+    old.struct_size = (uint32_t)(offsetof(struct glia_backend_ops, graph) + sizeof old.graph);
+    struct glia_backend b = *cpu;
+    b.ops = &old;
+    CU_ASSERT_FALSE(glia_backend_can_batch_u8(&b));
+    CU_ASSERT_EQUAL(glia_backend_batch_u8(&b, NULL, NULL, NULL, NULL, NULL, 0, 1, 1, 1, NULL, 0, false, 0, 1),
+                    GLIA_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "the cpu backend cannot make batches from a resident"));
+    struct glia_backend_ops now = *cpu->ops;
+    struct glia_backend_data_ops empty = {.struct_size = sizeof empty};  /* no batch_u8: no group */
+    now.data = &empty;
+    b.ops = &now;
+    CU_ASSERT_FALSE(glia_backend_can_batch_u8(&b));
+    b.ops = cpu->ops;
+    CU_ASSERT(glia_backend_can_batch_u8(&b));
+    glia_context_free(ctx);
+}
+
 GLIA_TEST_MAIN("loader", GLIA_TEST(test_independent_of_workers), GLIA_TEST(test_epochs_reshuffle_and_cover),
-               GLIA_TEST(test_drop_last), GLIA_TEST(test_augmentation), GLIA_TEST(test_wait_time_and_early_stop))
+               GLIA_TEST(test_drop_last), GLIA_TEST(test_augmentation), GLIA_TEST(test_wait_time_and_early_stop),
+               GLIA_TEST(test_resident_batches_match), GLIA_TEST(test_resident_slot_gating))

@@ -246,7 +246,7 @@ static void test_loader_tokens(void)
     for (int group = 0; group < 2; group++)
         for (int workers = 0; workers < 3; workers += 2) {
             struct glia__loader_options o = {16, workers, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, 0, 1, true,
-                                             group, 4, 4};
+                                             group, 4, 4, false, NULL};
             struct epoch_stats e = {0};
             run_epoch(&d, o, 1, &e);
             CU_ASSERT_EQUAL(e.batches, 13);
@@ -279,7 +279,7 @@ static void test_loader_tokens_ranks(void)
     int64_t len_of[W][16], count[N] = {0};
     int nb[W] = {0};
     for (int r = 0; r < W; r++) {
-        struct glia__loader_options o = {B, 1, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, r, W, true, true, 2, 1};
+        struct glia__loader_options o = {B, 1, 2, true, false, true, false, 0, {{0}, {1, 1, 1}}, 5, NULL, r, W, true, true, 2, 1, false, NULL};
         struct glia__loader L;
         CU_ASSERT_FATAL(glia__loader_init(&L, ctx, &d, &o) == GLIA_OK);
         CU_ASSERT_EQUAL(L.n_batches_per_epoch, 11);  /* 101 padded to 102: 51 each, 10 of 5 + 1 */

@@ -13,6 +13,7 @@
 #include "parts.h"
 #include "roofline.h"
 #include "traceutil.h"
+#include "train.h"
 
 static char dir[512];
 
@@ -2125,6 +2126,88 @@ static void test_weight_decay_off(void)
     }
 }
 
+/* [data] resident (core/act.c): a convolution net on 6x5 images with crop padding and flip, reshuffled, data keys
+ * and [train] keys added. */
+static const char *resident_text(const char *data_extra, const char *train_extra)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cpu\nseed = 5\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 24\ntest_batch_size = 64\nmean = 0.2\nstd = 0.3\nrandom_crop_padding = 2\nrandom_flip = on\n%s\n"
+             "[train]\nepochs = 3\noptimizer = sgd\nlr = 0.05\n%s\n[optimizer]\nmomentum = 0.9\n"
+             "[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n[act]\ntype = relu\n"
+             "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir, data_extra, train_extra);
+    return buf;
+}
+
+/* Where a run's training batches are made: the scratch of a training run of text. */
+static void resident_choice(const char *text, bool want_on)
+{
+    struct run r;
+    struct glia__scratch s = {0};
+    open_run(&r, text);
+    CU_ASSERT_EQUAL_FATAL(glia__scratch_alloc(r.m, &s, true, false), GLIA_OK);
+    CU_ASSERT_EQUAL(s.train.order_only, want_on);
+    CU_ASSERT_EQUAL(s.resident.images != NULL, want_on);
+    CU_ASSERT_EQUAL(s.train.workers, want_on ? 0 : 2);
+    glia__scratch_free(&s);
+    close_run(&r);
+}
+
+/* resident = on trains to the same losses and weights, bit for bit, as the host loader (off), also with
+ * accumulation and without shuffling; auto is off on the CPU backend. */
+static void test_resident_same_bits(void)
+{
+    make_data();
+    resident_choice(resident_text("", ""), false);  /* auto on the CPU: the loader */
+    resident_choice(resident_text("resident = auto\nresident_share = 1", ""), false);
+    resident_choice(resident_text("resident = off", ""), false);
+    resident_choice(resident_text("resident = on", ""), true);
+    static const char *const cases[][2] = {{"", ""}, {"", "accumulate = 2"}, {"shuffle = off\nworkers = 0", ""},
+                                           {"drop_last = on", "accumulate = 3"}};
+    for (size_t i = 0; i < GLIA__ARRAY_LEN(cases); i++) {
+        char on[256], off[256];
+        snprintf(on, sizeof on, "%s\nresident = on", cases[i][0]);
+        snprintf(off, sizeof off, "%s\nresident = off", cases[i][0]);
+        struct run a, b;
+        struct glia_epoch_result ra[3] = GLIA_TEST_RESULTS, rb[3] = GLIA_TEST_RESULTS;
+        open_run(&a, resident_text(on, cases[i][1]));
+        open_run(&b, resident_text(off, cases[i][1]));
+        CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
+        CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, rb, 3), GLIA_OK);
+        for (int e = 0; e < 3; e++) {
+            if (ra[e].train_loss != rb[e].train_loss)
+                printf("\n  case %zu epoch %d: %.9g vs %.9g\n", i, e + 1, ra[e].train_loss, rb[e].train_loss);
+            CU_ASSERT_EQUAL(ra[e].train_loss, rb[e].train_loss);
+            CU_ASSERT_EQUAL(ra[e].test_loss, rb[e].test_loss);
+        }
+        CU_ASSERT(same_weights(&a, &b));
+        close_run(&a);
+        close_run(&b);
+    }
+    /* the losses see the batches: another seed of the augmentation trains differently */
+    struct run a, b;
+    struct glia_epoch_result ra[3] = GLIA_TEST_RESULTS, rb[3] = GLIA_TEST_RESULTS;
+    open_run(&a, resident_text("resident = on", ""));
+    open_run(&b, edited(resident_text("resident = off", ""), "seed = 5", "seed = 6"));
+    CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, ra, 3), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, rb, 3), GLIA_OK);
+    CU_ASSERT_NOT_EQUAL(ra[2].train_loss, rb[2].train_loss);
+    close_run(&a);
+    close_run(&b);
+}
+
+/* Bad [data] resident and resident_share values: one line naming the file, line, section and key. */
+static void test_resident_config_errors(void)
+{
+    make_data();
+    expect_build_error(resident_text("resident = always", ""), "t.ini:");
+    expect_build_error(resident_text("resident = always", ""), "[data] resident");
+    expect_build_error(resident_text("resident_share = 1.5", ""), "[data] resident_share");
+}
+
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
@@ -2136,4 +2219,4 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
                GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
                GLIA_TEST(test_checkpoint_dir_made), GLIA_TEST(test_checkpoint_sweep), GLIA_TEST(test_resume_nothing_left),
-               GLIA_TEST(test_fashion_mnist_subset))
+               GLIA_TEST(test_fashion_mnist_subset), GLIA_TEST(test_resident_same_bits), GLIA_TEST(test_resident_config_errors))

@@ -260,7 +260,19 @@ static void test_error_ends_progress_line(void)
     close_run(&r);
 }
 
+/* [data] resident = on keeps images on the device: a token set is refused on one line naming the key; auto and off
+ * train as before. */
+static void test_resident_refused(void)
+{
+    make_data();
+    expect_build_error(text("resident = on", "", false, "mean"), "t.ini:12: [data] resident: resident = on keeps images");
+    struct run r;
+    open_run(&r, text("resident = auto", "epochs = 1", false, "mean"));
+    CU_ASSERT_EQUAL(glia_model_train(r.m, &quiet, NULL, 0), GLIA_OK);
+    close_run(&r);
+}
+
 GLIA_TEST_MAIN("train_tokens", GLIA_TEST(test_learns_and_grouping_pads_less), GLIA_TEST(test_padding_does_not_change_results),
                GLIA_TEST(test_padding_row_stays_zero),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_dp_replicas), GLIA_TEST(test_channels_last),
-               GLIA_TEST(test_error_ends_progress_line))
+               GLIA_TEST(test_error_ends_progress_line), GLIA_TEST(test_resident_refused))

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "internal.h"
+#include "loader.h"
 
 /* ---- device ---- */
 
@@ -182,6 +183,31 @@ static const struct glia_backend_math_ops cpu_math = {
     .clip_f32 = cpu_clip_f32,
 };
 
+/* ---- data: batches from a resident training set, made by the loader's own per-sample code ---- */
+
+/* x(n, C, H, W) and y(n) from images(N, C, H, W) u8 by idx(n): glia__augment_sample, one sample a thread. */
+static glia_status cpu_batch_u8(void *priv, float *x, int32_t *y, const uint8_t *images, const int32_t *labels,
+                                const int64_t *idx, int64_t n, int channels, int rows, int cols, const float *table,
+                                int pad, bool flip, uint64_t seed, int epoch)
+{
+    const int64_t per = (int64_t)channels * rows * cols;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        glia__augment_sample(images + idx[i] * per, channels, rows, cols, table, pad, flip, seed, epoch, idx[i],
+                             x + i * per);
+        y[i] = labels[idx[i]];
+    }
+    return GLIA_OK;
+}
+
+/* mem_info stays NULL: the host's free memory is no budget for a copy of the data set ([data] resident = auto is
+ * off here; the loader's threads overlap with the compute instead). */
+static const struct glia_backend_data_ops cpu_data = {
+    .struct_size = sizeof(struct glia_backend_data_ops),
+    .batch_u8 = cpu_batch_u8,
+    .mem_info = NULL,
+};
+
 static const struct glia_backend_ops cpu_ops = {
     .struct_size = sizeof(struct glia_backend_ops),
     .name = "cpu",
@@ -191,6 +217,7 @@ static const struct glia_backend_ops cpu_ops = {
     .stream = &cpu_stream,
     .math = &cpu_math,
     .graph = NULL,  /* CUDA graphs are CUDA's */
+    .data = &cpu_data,
 };
 
 glia_status glia__cpu_backend_register(struct glia_context *ctx)

@@ -510,4 +510,5 @@ const struct glia_backend_ops glia__cuda_ops = {
     .stream = &cuda_stream,
     .math = &cuda_math,
     .graph = &cuda_graph,
+    .data = &glia__cuda_data_ops,
 };

@@ -97,6 +97,7 @@ void glia__cuda_gemm_close(struct glia__cuda *c);
 /* ---- what each op family registers (one file each) ---- */
 /* The CUDA backend's slots (cuda_backend.c), registered by plugin.c. */
 extern const struct glia_backend_ops glia__cuda_ops;
+extern const struct glia_backend_data_ops glia__cuda_data_ops;  /* data.c: [data] resident */
 /* Each op family's CUDA kernels, registered by plugin.c: */
 glia_status glia__cuda_register_conv(struct glia_registry *r);        /* conv.c: conv2d (cuDNN) */
 glia_status glia__cuda_register_dense(struct glia_registry *r);       /* dense.c: linear, softmax_cross_entropy,

@@ -52,9 +52,9 @@ struct glia_device_peak {
     char basis[96];        /* how the figures were found, one line ("HBM 2619 MHz x 5120 bits, 132 SMs x 1980 MHz") */
 };
 
-/* ---- what a backend implements: four groups of slots, each its own versioned struct ----
+/* ---- what a backend implements: groups of slots, each its own versioned struct ----
  * Every slot of the device, memory, stream and math groups is required (the CPU backend implements each one, so the
- * core and the kernels call them on any device without asking what it is); the graph group is optional as a whole.
+ * core and the kernels call them on any device without asking what it is); the graph and data groups are optional.
  * priv is what the device group's open returned. */
 
 /* The device: opening it and the settings it follows. */
@@ -154,6 +154,30 @@ struct glia_backend_graph_ops {
     glia_status (*write_u64)(void *priv, void *dst, uint64_t v);
 };
 
+/* ABI 2.1: a training set kept in device memory ([data] resident): batches made there from its uint8 images, drawing
+ * the same augmentation as the core's loader, so both paths give the same batches bit for bit. The group is optional
+ * (NULL: the core makes every batch on the host); one without batch_u8 counts as none; mem_info is optional.
+ *
+ * The augmentation of sample idx in epoch e, with seed s (the [runtime] seed) and mix() splitmix64's finalizer
+ * (z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27; z *= 0x94d049bb133111eb; z ^= z >> 31), all in uint64:
+ *   r = mix(s ^ mix(e * 0x9e3779b97f4a7c15 + idx + 1))
+ *   dy = r % (2 pad + 1) - pad, dx = (r >> 16) % (2 pad + 1) - pad    (both 0 when pad is 0)
+ *   f = flip ? (r >> 40) & 1 : 0
+ *   x[c][i][j] = table[c][v], v = image[c][i + dy][(f ? cols - 1 - j : j) + dx], 0 outside the image. */
+struct glia_backend_data_ops {
+    uint32_t struct_size;  /* sizeof(struct glia_backend_data_ops) of the builder */
+    /* Queue the making of a batch: x(n, channels, rows, cols) f32 and y(n) i32, where sample i is image idx[i] of
+     * images(N, channels, rows, cols) u8 augmented as above and mapped through table(channels, 256) f32, and y[i] =
+     * labels[idx[i]]. Every pointer is device memory; idx is int64 (the batch's part of the epoch's order). No host
+     * wait, so the work can be captured in a CUDA graph. */
+    glia_status (*batch_u8)(void *priv, float *x, int32_t *y, const uint8_t *images, const int32_t *labels,
+                            const int64_t *idx, int64_t n, int channels, int rows, int cols, const float *table,
+                            int pad, bool flip, uint64_t seed, int epoch);
+    /* Optional: the bytes of device memory that allocations can still get (*free, the allocator's cached blocks
+     * included) and the device's total. NULL: unknown, and [data] resident = auto stays off. */
+    glia_status (*mem_info)(void *priv, size_t *free_bytes, size_t *total_bytes);
+};
+
 /* A backend: its name, its device type and its groups. */
 struct glia_backend_ops {
     uint32_t struct_size;                         /* sizeof(struct glia_backend_ops) of the builder */
@@ -165,6 +189,9 @@ struct glia_backend_ops {
     const struct glia_backend_math_ops *math;     /* required */
     const struct glia_backend_graph_ops *graph;   /* optional: NULL means the backend cannot capture; the core then
                                                      runs every training step as it comes */
+    /* ABI 2.1: optional: NULL (or a struct_size that ends before it) means no device-resident training set; the
+     * core then makes every batch on the host ([data] resident = auto is off, on is refused) */
+    const struct glia_backend_data_ops *data;
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it and call it through the functions
@@ -214,6 +241,14 @@ glia_status glia_backend_capture_end(struct glia_backend *b, void **graph);
 glia_status glia_backend_graph_launch(struct glia_backend *b, void *graph);
 void glia_backend_graph_free(struct glia_backend *b, void *graph);
 glia_status glia_backend_write_u64(struct glia_backend *b, void *dst, uint64_t v);
+/* ABI 2.1: whether the backend makes batches from a resident training set (it has the data group);
+ * glia_backend_batch_u8 needs it (GLIA_EUNSUPPORTED, with a message, otherwise). glia_backend_mem_info answers
+ * GLIA_EUNSUPPORTED without a message when the backend cannot tell. */
+bool glia_backend_can_batch_u8(const struct glia_backend *b);
+glia_status glia_backend_batch_u8(struct glia_backend *b, float *x, int32_t *y, const uint8_t *images,
+                                  const int32_t *labels, const int64_t *idx, int64_t n, int channels, int rows,
+                                  int cols, const float *table, int pad, bool flip, uint64_t seed, int epoch);
+glia_status glia_backend_mem_info(struct glia_backend *b, size_t *free_bytes, size_t *total_bytes);
 
 /* Store o as b->options and hand it to the backend's configure; GLIA_EUNSUPPORTED (with the
  * reason in the context error) when the backend cannot follow it. */
