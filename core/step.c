@@ -149,9 +149,10 @@ static void profile_row(FILE *f, const struct glia__peak *pk, const char *name, 
             mb, gfl, gbs, tfs, share);
 }
 
-/* The table of a profile of `steps` steps over `samples` samples that took t_all seconds, t_input of it the input. */
+/* The table of a profile of `steps` steps over `samples` samples that took t_all seconds, t_input of it the input
+ * (made on the device when `resident`). */
 static void profile_table(struct glia_model *m, FILE *f, const struct glia__peak *pk, int steps, double samples,
-                          double t_all, double t_input)
+                          double t_all, double t_input, bool resident)
 {
     double per = samples / steps, sum_layers = 0, all_bytes = 0, all_flops = 0;
     int64_t batch = (int64_t)(per + 0.5);
@@ -173,7 +174,7 @@ static void profile_table(struct glia_model *m, FILE *f, const struct glia__peak
     double ob = glia__optimizer_bytes(m);
     profile_row(f, pk, "(optimizer)", m->trainer.opt.type->name, m->trainer.t_opt / steps, "", m->trainer.t_opt / steps,
                 t_all / steps, ob, -1);
-    profile_row(f, pk, "(input)", "loader wait + copy", t_input / steps, "", t_input / steps, t_all / steps, 0, -1);
+    profile_row(f, pk, "(input)", resident ? "batch made on device" : "loader wait + copy", t_input / steps, "", t_input / steps, t_all / steps, 0, -1);
     double rest = t_all - sum_layers - m->trainer.t_opt - t_input;
     profile_row(f, pk, "(other)", "core", rest / steps, "", rest / steps, t_all / steps, 0, -1);
     profile_row(f, pk, "(step)", "all of the above", t_all / steps, "", t_all / steps, t_all / steps, all_bytes + ob,
@@ -286,7 +287,7 @@ glia_status glia_model_profile_with(struct glia_model *m, const struct glia_prof
             fprintf(f, "([graph] checkpoint_segments: a recomputed layer's backward ms includes its forward run again)\n");
         struct glia__peak pk;
         glia__peak_of(m, o->peak_bandwidth, o->peak_flops, &pk);
-        profile_table(m, f, &pk, steps, samples, t_all, t_other);
+        profile_table(m, f, &pk, steps, samples, t_all, t_other, s.resident.images != NULL);
         struct glia_memory_stats ms;
         if (glia_backend_memory_stats(m->backend, &ms) == GLIA_OK)
             fprintf(f, "device memory: %.1f MiB in tensors (peak %.1f), %.1f MiB held, %llu driver allocations\n",
