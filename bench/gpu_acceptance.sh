@@ -4,8 +4,9 @@
 # the examples on device = cuda (one process, DataParallel on devices 0,0, NCCL DDP with one rank, the
 # token model), and the side-by-side benchmarks. Every stage writes its logs under OUTDIR. Not a test
 # and not CI: run it from the checkout on a machine with a GPU.
-#   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench
-#          ("test train" runs both, in that order), or all
+#   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench roofline
+#          ("test train" runs both, in that order), or all (roofline: glia profile's per-layer roofline of the
+#          examples at bf16, channels_last, and bench/layer's memory-bound ops against PyTorch)
 #   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc); GPU_TESTS=1: the test
 #   stage runs only the programs that use the GPU; TEST_TIMEOUT (600): seconds one test program may run;
 #   REPEAT (1): the test stage runs the suite that many times (the programs run in parallel each time).
@@ -13,7 +14,7 @@
 #   a bare machine: make gpu-kit/ here first (bench/gpu_kit.sh) and carry it; build then uses its generated
 #   build system, oneDNN, CUnit and zlib, and its Fashion-MNIST files (bench/data)
 set -eu
-[ $# -eq 2 ] || { echo "usage: $0 'build|test|train|bench ...'|all OUTDIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: $0 'build|test|train|bench|roofline ...'|all OUTDIR" >&2; exit 2; }
 stage=$1
 mkdir -p "$2"
 out=$(cd "$2" && pwd)
@@ -167,12 +168,29 @@ bench() {
     tail -n 12 "$out/results/length_bucket.log" >> "$out/summary.txt"
 }
 
-[ "$stage" = all ] && stage="build test train bench"
+roofline() {
+    ensure_built
+    mkdir -p "$out/results"
+    for ex in fmnist-cnn fmnist-resnet resnet50; do
+        log "glia profile $ex (cuda, bf16, channels_last, resident data)"
+        set -- --steps 50 --set runtime.device=cuda --set runtime.precision=bf16 --set runtime.memory_format=channels_last \
+            --set data.resident=on
+        [ "$ex" = resnet50 ] && set -- "$@" --steps 20 --set data.train_samples=6400  # 25 batches of 256
+        ./tools/glia profile "share/glia/examples/$ex.ini" "$@" > "$out/results/profile-$ex.txt" 2>&1 \
+            || echo "profile $ex FAILED" | tee -a "$out/summary.txt"
+        tail -n 40 "$out/results/profile-$ex.txt" >> "$out/summary.txt"
+    done
+    log "bench/layer"
+    bench/layer/run.sh > "$out/results/layer.txt" 2>&1 || echo "bench/layer FAILED" | tee -a "$out/summary.txt"
+    grep -E '^(==|forward)' "$out/results/layer.txt" >> "$out/summary.txt" || true
+}
+
+[ "$stage" = all ] && stage="build test train bench roofline"
 for one in $stage; do
-    case "$one" in build | test | train | bench) ;;
-    *) echo "$0: unknown stage $one (build, test, train, bench or all)" >&2; exit 2 ;;
+    case "$one" in build | test | train | bench | roofline) ;;
+    *) echo "$0: unknown stage $one (build, test, train, bench, roofline or all)" >&2; exit 2 ;;
     esac
 done
 for one in $stage; do  # several stages in one call: "test train" (checked above)
-    case "$one" in build) build ;; test) tests ;; train) train ;; bench) bench ;; esac
+    case "$one" in build) build ;; test) tests ;; train) train ;; bench) bench ;; roofline) roofline ;; esac
 done
