@@ -139,7 +139,14 @@ struct glia_backend_graph_ops {
     /* Queue *(uint64_t *)dst = v, v carried by the call (dst: 8 bytes of device memory; how the core hands a replay
      * its step). */
     glia_status (*write_u64)(void *priv, void *dst, uint64_t v);
+    /* ABI 2.1: queue memcpy(dst, src, n) to device memory, the n <= GLIA_BACKEND_WRITE_MAX bytes carried by the call
+     * (src may change once it returns; a capture keeps them as they were): one launch for what a replay is handed.
+     * Optional: NULL (or a smaller struct_size) and glia_backend_write writes 8 bytes at a time with write_u64. */
+    glia_status (*write)(void *priv, void *dst, const void *src, size_t n);
 };
+
+/* The most bytes one glia_backend_write carries (ABI 2.1). */
+#define GLIA_BACKEND_WRITE_MAX 256
 
 /* A backend: its name, its device type and its groups. */
 struct glia_backend_ops {
@@ -199,6 +206,8 @@ glia_status glia_backend_capture_end(struct glia_backend *b, void **graph);
 glia_status glia_backend_graph_launch(struct glia_backend *b, void *graph);
 void glia_backend_graph_free(struct glia_backend *b, void *graph);
 glia_status glia_backend_write_u64(struct glia_backend *b, void *dst, uint64_t v);
+/* ABI 2.1: the graph group's write; n a multiple of 8, at most GLIA_BACKEND_WRITE_MAX (else GLIA_EINVAL). */
+glia_status glia_backend_write(struct glia_backend *b, void *dst, const void *src, size_t n);
 
 /* Store o as b->options and hand it to the backend's configure; GLIA_EUNSUPPORTED (with the
  * reason in the context error) when the backend cannot follow it. */
