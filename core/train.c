@@ -252,12 +252,6 @@ static struct glia_opt_step opt_args(struct glia_model *m, float **state, double
                                   m->params.decay_mask ? m->params.decay_mask->data : NULL, lr, step, m->backend, NULL};
 }
 
-static glia_status opt_failed(struct glia_model *m, glia_status st)
-{
-    return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->trainer.opt.type->name,
-                      (long long)m->trainer.step, glia_context_error(m->ctx));
-}
-
 glia_status glia__optimizer_step(struct glia_model *m, int epoch)
 {
     /* ddp: the gradients are the average over ranks once every bucket is in */
@@ -285,7 +279,8 @@ glia_status glia__optimizer_step(struct glia_model *m, int epoch)
             if (m->trainer.trace) glia__trace_add(m->trainer.trace, GLIA__TRACE_OPTIMIZER, m->trainer.opt.type->name, t0, t1);
         }
     }
-    if (st) return opt_failed(m, st);
+    if (st) return glia_error(m->ctx, st, "optimizer '%s' step %lld failed: %s", m->trainer.opt.type->name,
+                              (long long)m->trainer.step, glia_context_error(m->ctx));
     glia__grads_unset(m);
     return GLIA_OK;
 }
