@@ -550,6 +550,8 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
     return GLIA_OK;
 }
 
+_Static_assert(8 * GLIA__STEP_DEV_WORDS <= GLIA_BACKEND_WRITE_MAX, "a replay's words are one glia_backend_write");
+
 /* What a replay of g at epoch is handed, into words (GLIA__STEP_DEV_WORDS): the step, and with the update the
  * optimizer's scalars for the next step at *lr; *n = the bytes to write. */
 static glia_status replay_words(struct glia_model *m, const struct glia__graph *g, int epoch, int64_t *words,
