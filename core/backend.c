@@ -215,6 +215,23 @@ glia_status glia_backend_mem_info(struct glia_backend *b, size_t *free_bytes, si
     return d->mem_info(b->priv, free_bytes, total_bytes);
 }
 
+glia_status glia_backend_write(struct glia_backend *b, void *dst, const void *src, size_t n)
+{
+    const struct glia_backend_graph_ops *g = b->ops->graph;
+    if (!g) return no_graphs(b);
+    if (n % 8 || n > GLIA_BACKEND_WRITE_MAX)
+        return glia_error(b->ctx, GLIA_EINVAL, "glia_backend_write: %zu bytes (a multiple of 8 up to %d)", n,
+                          GLIA_BACKEND_WRITE_MAX);
+    if (g->struct_size >= GLIA__END_OF(struct glia_backend_graph_ops, write) && g->write) return g->write(b->priv, dst, src, n);
+    glia_status st = GLIA_OK;
+    for (size_t i = 0; i < n && !st; i += 8) {  /* a backend of ABI 2.0 */
+        uint64_t v;
+        memcpy(&v, (const char *)src + i, 8);
+        st = g->write_u64(b->priv, (char *)dst + i, v);
+    }
+    return st;
+}
+
 const char *glia_precision_name(enum glia_precision p)
 {
     switch (p) {

@@ -302,8 +302,8 @@ static glia_status setup_cuda_graph(struct glia_model *m)
                                       "cuda_graph = off",
                                       l->type->name, l->kernel->impl);
     }
-    struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
-    glia_status st = glia_tensor_new(m->backend, GLIA_I64, &one, &m->trainer.step_dev);
+    struct glia_shape words = glia_shape_make(1, (int64_t[]){GLIA__STEP_DEV_WORDS});
+    glia_status st = glia_tensor_new(m->backend, GLIA_I64, &words, &m->trainer.step_dev);
     m->trainer.cuda_graph = !st;
     return st;
 }

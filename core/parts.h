@@ -9,7 +9,11 @@
 #define GLIA__MAX_SEGMENTS (1 << 20)  /* [graph] checkpoint_segments at most */
 #define GLIA__MAX_INPUTS 16
 #define GLIA__MAX_REPLICAS 16
-#define GLIA__MAX_GRAPHS 4    /* training batch shapes replayed from CUDA graphs ([runtime] cuda_graph) */
+#define GLIA__MAX_GRAPHS 8    /* training passes (batch shape, gradient state, update) replayed from CUDA graphs
+                                 ([runtime] cuda_graph) */
+/* [runtime] cuda_graph: what a replay is handed on the device, in 8-byte words: the step its random layers draw
+ * from, then the optimizer's scalars for the step it takes (GLIA_OPT_SCALARS_MAX bytes at most). */
+#define GLIA__STEP_DEV_WORDS (1 + GLIA_OPT_SCALARS_MAX / 8)
 
 /* Dynamic loss scaling (precision = fp16), torch.cuda.amp.GradScaler's rule: the loss is
  * multiplied by `scale` before backward; a step whose gradients are not all finite is skipped
@@ -135,10 +139,11 @@ struct glia__act_plan {
     int64_t *train_off, *eval_off;   /* n_nodes * GLIA__PLAN_SLOTS each (owned) */
 };
 /* [runtime] cuda_graph: the training forward and backward of one batch shape (n, len) and gradient state (acc:
- * the parameters' gradients are being accumulated), run once as it comes, then captured, then replayed. */
+ * the parameters' gradients are being accumulated), and with upd the optimizer step after them, run once as it
+ * comes, then captured, then replayed. */
 struct glia__graph {
     int64_t n, len;
-    bool acc;
+    bool acc, upd;
     enum { GLIA__GRAPH_SEEN, GLIA__GRAPH_READY, GLIA__GRAPH_FAILED } state;
     void *exec;                      /* READY: the backend's graph (owned) */
     bool *written;                   /* READY: per parameter (in node order), whether the captured backward
@@ -225,8 +230,13 @@ struct glia__model_trainer {
     bool capturing;                  /* a training step is being captured: forwards get step_at */
     struct glia__graph graphs[GLIA__MAX_GRAPHS];
     int n_graphs;
-    struct glia_tensor *step_dev;    /* i64 (1) on the device: the step a replay draws its seeds from */
+    struct glia_tensor *step_dev;    /* i64 (GLIA__STEP_DEV_WORDS) on the device: [0] the step a replay draws its
+                                        seeds from, then the optimizer's scalars of the step it takes */
     int64_t graph_replays;           /* training passes replayed so far */
+    int64_t graph_updates;           /* of those, replays that took the optimizer step too */
+    int64_t opt_outside;             /* optimizer steps run as they come (not from a graph), with cuda_graph on */
+    int opt_in_graph;                /* whether the optimizer step is captured with the pass: 0 not known yet, 1 yes,
+                                        -1 no (said once in the log) */
 };
 
 /* The distributed attachment of [distributed] (core/ddp.c, core/ddp_check.c; dp in core/train.c). */

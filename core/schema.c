@@ -26,8 +26,8 @@ static const struct glia_key runtime_keys[] = {
              "deterministic, the CUDA embedding's weight gradient summed in a fixed order (with cudnn_benchmark = off "
              "a run repeats bit for bit); the CPU is deterministic either way"),
     GLIA_KEY("cuda_graph", GLIA_KEY_BOOL, "off",
-             "replay each training batch shape's forward and backward from a CUDA graph (one launch) once it has run "
-             "once; CUDA only, not with [distributed] mode"),
+             "replay each training batch shape's forward, backward and optimizer update (not fp16's) from a CUDA graph "
+             "(one launch) once it has run once; CUDA only, not with [distributed] mode"),
     GLIA_KEY("debug_checks", GLIA_KEY_BOOL, "off",
              "surround every tensor a layer call writes (outputs, input and parameter gradients, buffers) with guard "
              "values and stop, naming the layer and the tensor, when a call wrote outside one; slower"),

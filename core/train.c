@@ -229,6 +229,29 @@ void glia__grads_unset(struct glia_model *m)
         for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) m->graph.nodes[i].layer.params[p].grad_unset = true;
 }
 
+/* A parameter whose gradient no layer wrote this step has gradient zero. */
+static glia_status grads_zero_unset(struct glia_model *m)
+{
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) {
+            struct glia_param *pa = &m->graph.nodes[i].layer.params[p];
+            if (pa->grad_unset) {
+                glia_status st = glia_tensor_fill_zero(pa->grad);
+                if (st) return st;
+            }
+        }
+    return GLIA_OK;
+}
+
+/* The optimizer's step number `step` at learning rate lr over the arenas; state: GLIA__MAX_STATE of room. */
+static struct glia_opt_step opt_args(struct glia_model *m, float **state, double lr, int64_t step)
+{
+    for (int k = 0; k < GLIA__MAX_STATE; k++)  /* past n_state: NULL, never stack garbage */
+        state[k] = k < m->trainer.opt.type->n_state ? m->params.state[k]->data : NULL;
+    return (struct glia_opt_step){m->params.w->data, m->params.g->data, state, (size_t)m->params.wa.len,
+                                  m->params.decay_mask ? m->params.decay_mask->data : NULL, lr, step, m->backend, NULL};
+}
+
 glia_status glia__optimizer_step(struct glia_model *m, int epoch)
 {
     /* ddp: the gradients are the average over ranks once every bucket is in */
@@ -238,26 +261,17 @@ glia_status glia__optimizer_step(struct glia_model *m, int epoch)
         if (st) return st;
         if (m->trainer.profiling && m->trainer.trace) glia__trace_add(m->trainer.trace, GLIA__TRACE_COMM, "gradient wait", t0, glia__now());
     }
-    /* A parameter whose gradient no layer wrote this step has gradient zero. */
-    for (int i = 0; i < m->graph.n_nodes; i++)
-        for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) {
-            struct glia_param *pa = &m->graph.nodes[i].layer.params[p];
-            if (pa->grad_unset) {
-                glia_status st = glia_tensor_fill_zero(pa->grad);
-                if (st) return st;
-            }
-        }
     bool skip;
-    glia_status st = unscale_and_clip(m, &skip);
+    glia_status st = grads_zero_unset(m);
+    if (!st) st = unscale_and_clip(m, &skip);
     if (!st && !skip) {
-        float *state[GLIA__MAX_STATE] = {0};  /* past n_state: NULL, never stack garbage */
-        for (int k = 0; k < m->trainer.opt.type->n_state; k++) state[k] = m->params.state[k]->data;
+        float *state[GLIA__MAX_STATE];
         m->trainer.step++;
         m->trainer.cur_lr = glia__model_lr(m, epoch, m->trainer.step);
-        struct glia_opt_step s = {m->params.w->data, m->params.g->data, state, (size_t)m->params.wa.len,
-                                  m->params.decay_mask ? m->params.decay_mask->data : NULL, m->trainer.cur_lr, m->trainer.step, m->backend};
+        struct glia_opt_step s = opt_args(m, state, m->trainer.cur_lr, m->trainer.step);
         double t0 = m->trainer.profiling ? glia__now() : 0;
         st = m->params.wa.n ? m->trainer.opt.kernel->step(&m->trainer.opt, &s) : GLIA_OK;
+        if (m->trainer.cuda_graph) m->trainer.opt_outside++;
         if (m->trainer.profiling) {
             glia_backend_sync(m->backend);
             double t1 = glia__now();
@@ -391,16 +405,22 @@ static glia_status dp_backward(struct glia_model *m)
 }
 
 
-/* ---- [runtime] cuda_graph: training passes replayed from CUDA graphs ----
- * Each batch shape (n, len), with the parameters' gradients unset or being accumulated, runs its
- * first training pass (forward and backward) as it comes: that sizes the buffers layers make
- * lazily, compiles kernels and times convolution algorithms. Its second pass is captured into a
- * graph, and every pass from then on is one launch of it. The graph reads the batch from x and y
- * and keeps the activations where the views of that shape put them (fixed while the activations
- * are: freeing them frees the graphs); random layers draw from the step in step_dev, written
- * before each launch. A pass that cannot be captured runs as it comes, with a notice, and its
- * shape is not tried again. The optimizer step stays outside: it is one launch already, and its
- * scalars (learning rate, bias corrections) change every step. */
+/* ---- [runtime] cuda_graph: training steps replayed from CUDA graphs ----
+ * Each batch shape (n, len), with the parameters' gradients unset or being accumulated, and with or
+ * without the optimizer update after it, runs its first training pass (forward and backward, and the
+ * update) as it comes: that sizes the buffers layers make lazily, compiles kernels and times
+ * convolution algorithms. Its second pass is captured into a graph, and every pass from then on is
+ * one launch of it. The graph reads the batch from x and y and keeps the activations where the views
+ * of that shape put them (fixed while the activations are: freeing them frees the graphs). What
+ * changes from step to step reaches it through step_dev, written by the host in one write before
+ * each launch: the step random layers draw from, and the optimizer's scalars (learning rate, bias
+ * corrections: the bytes its kernel's `scalars` computes on the host as for a step run as it comes,
+ * so a replay updates bit for bit the same). The update is captured with the zeroing of unwritten
+ * gradients and clipping (clip_f32 decides on the device), where the optimizer's kernel can read
+ * its scalars from the device (`scalars`); not with fp16's loss scaler, which decides on the host
+ * whether a step is skipped, so that glia_model_step's results and the scaler stay exact: the
+ * update then runs after the replay, as it comes. A pass that cannot be captured runs as it comes,
+ * with a notice, and its entry is not tried again. */
 
 /* Number of parameters of the model (in node order: the order of glia__graph.written). */
 static int n_params(const struct glia_model *m)
@@ -422,26 +442,74 @@ static void grad_flags(struct glia_model *m, bool *flags, bool save)
         }
 }
 
-/* The graph entry of this pass: NULL (a pass to run as it comes) when the shape is new (then remembered, while
- * there is room). */
-static struct glia__graph *graph_entry(struct glia_model *m, int64_t n)
+/* Why the optimizer step of m cannot be captured with the pass, or NULL where it can. */
+static const char *opt_outside_why(struct glia_model *m, char *buf, size_t n)
+{
+    const struct glia_optimizer_kernel *k = m->trainer.opt.kernel;
+    if (m->precision == GLIA_PRECISION_FP16) return "precision = fp16: the loss scaler decides on the host whether a step is skipped";
+    if (m->dist.n_replicas > 1 || m->dist.ddp) return "its gradients come from more than one device";
+    if (k->struct_size < GLIA__END_OF(struct glia_optimizer_kernel, scalars) || !k->scalars)
+        return "its kernel does not read its scalars from the device (no `scalars` slot)";
+    float *state[GLIA__MAX_STATE];
+    unsigned char probe[GLIA_OPT_SCALARS_MAX];
+    struct glia_opt_step s = opt_args(m, state, m->trainer.lr, m->trainer.step + 1);
+    size_t need = k->scalars(&m->trainer.opt, &s, probe, sizeof probe);
+    if (need == 0) return "its kernel cannot read this step's scalars from the device";
+    if (need > sizeof probe) {
+        snprintf(buf, n, "its scalars take %zu bytes, more than GLIA_OPT_SCALARS_MAX (%d)", need, GLIA_OPT_SCALARS_MAX);
+        return buf;
+    }
+    return NULL;
+}
+
+/* Whether the optimizer step is captured with the pass (decided once; the reason it is not, logged once). */
+static bool opt_in_graph(struct glia_model *m)
+{
+    if (m->trainer.opt_in_graph) return m->trainer.opt_in_graph > 0;
+    char buf[160];
+    const char *why = opt_outside_why(m, buf, sizeof buf);
+    m->trainer.opt_in_graph = why ? -1 : 1;
+    if (why)
+        glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: the optimizer step of '%s' runs outside the graph: %s",
+                 m->trainer.opt.type->name, why);
+    return !why;
+}
+
+/* The graph entry of this pass (upd: with the optimizer step): NULL (a pass to run as it comes) when it is new
+ * (then remembered, while there is room). */
+static struct glia__graph *graph_entry(struct glia_model *m, int64_t n, bool upd)
 {
     bool acc = false;  /* a micro-step after the first of an accumulation: the backward adds */
     for (int i = 0; i < m->graph.n_nodes && !acc; i++)
         for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) acc |= !m->graph.nodes[i].layer.params[p].grad_unset;
     for (int i = 0; i < m->trainer.n_graphs; i++) {
         struct glia__graph *g = &m->trainer.graphs[i];
-        if (g->n == n && g->len == m->act.cur_len && g->acc == acc) return g;
+        if (g->n == n && g->len == m->act.cur_len && g->acc == acc && g->upd == upd) return g;
     }
     if (m->trainer.n_graphs < GLIA__MAX_GRAPHS)
-        m->trainer.graphs[m->trainer.n_graphs++] = (struct glia__graph){.n = n, .len = m->act.cur_len, .acc = acc, .state = GLIA__GRAPH_SEEN};
+        m->trainer.graphs[m->trainer.n_graphs++] =
+            (struct glia__graph){.n = n, .len = m->act.cur_len, .acc = acc, .upd = upd, .state = GLIA__GRAPH_SEEN};
     return NULL;
 }
 
 static glia_status forward(struct glia_model *m, bool train);
 static glia_status backward(struct glia_model *m);
 
-/* Capture the training pass of g's shape; g->state says whether it worked. The host-side state a pass changes (the
+/* The device's part of the optimizer step, captured after the backward: the unwritten gradients zeroed, clipping,
+ * the update reading its scalars from step_dev (written before each replay; nothing on the host changes here). */
+static glia_status opt_capture(struct glia_model *m)
+{
+    bool skip;  /* never: no loss scaler here (opt_in_graph) */
+    glia_status st = grads_zero_unset(m);
+    if (!st) st = unscale_and_clip(m, &skip);
+    if (st || !m->params.wa.n) return st;
+    float *state[GLIA__MAX_STATE];
+    struct glia_opt_step s = opt_args(m, state, m->trainer.lr, m->trainer.step + 1);
+    s.dev_scalars = (const int64_t *)m->trainer.step_dev->data + 1;
+    return m->trainer.opt.kernel->step(&m->trainer.opt, &s);
+}
+
+/* Capture the training pass of g; g->state says whether it worked. The host-side state a pass changes (the
  * gradients' flags) is put back as it was: the captured work has not run. Only out of memory is an error. */
 static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
 {
@@ -459,6 +527,7 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
         m->trainer.capturing = true;
         st = forward(m, true);
         if (!st) st = backward(m);
+        if (!st && g->upd) st = opt_capture(m);
         m->trainer.capturing = false;
         glia_status se = glia_backend_capture_end(b, &g->exec);  /* ends it whatever happened */
         if (!st) st = se;
@@ -481,31 +550,71 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
     return GLIA_OK;
 }
 
-/* One launch of g's graph for this step. */
-static glia_status graph_replay(struct glia_model *m, struct glia__graph *g)
+_Static_assert(8 * GLIA__STEP_DEV_WORDS <= GLIA_BACKEND_WRITE_MAX, "a replay's words are one glia_backend_write");
+
+/* What a replay of g at epoch is handed, into words (GLIA__STEP_DEV_WORDS): the step, and with the update the
+ * optimizer's scalars for the next step at *lr; *n = the bytes to write. */
+static glia_status replay_words(struct glia_model *m, const struct glia__graph *g, int epoch, int64_t *words,
+                                size_t *n, double *lr)
+{
+    words[0] = m->trainer.step;
+    *n = sizeof *words;
+    if (!g->upd) return GLIA_OK;
+    float *state[GLIA__MAX_STATE];
+    *lr = glia__model_lr(m, epoch, m->trainer.step + 1);
+    struct glia_opt_step s = opt_args(m, state, *lr, m->trainer.step + 1);
+    size_t k = m->trainer.opt.kernel->scalars(&m->trainer.opt, &s, words + 1, GLIA_OPT_SCALARS_MAX);
+    if (k == 0 || k > GLIA_OPT_SCALARS_MAX)
+        return glia_error(m->ctx, GLIA_EPLUGIN, "optimizer '%s': its kernel's scalars gave %zu bytes for step %lld "
+                                                "(1 to %d)", m->trainer.opt.type->name, k,
+                          (long long)m->trainer.step + 1, GLIA_OPT_SCALARS_MAX);
+    *n += (k + 7) / 8 * 8;
+    return GLIA_OK;
+}
+
+/* One launch of g's graph for this step (at epoch's learning rate when it updates). */
+static glia_status graph_replay(struct glia_model *m, struct glia__graph *g, int epoch)
 {
     struct glia_backend *b = m->backend;
-    glia_status st = glia_backend_write_u64(b, m->trainer.step_dev->data, (uint64_t)m->trainer.step);
+    int64_t words[GLIA__STEP_DEV_WORDS] = {0};
+    size_t n;
+    double lr = 0;
+    glia_status st = replay_words(m, g, epoch, words, &n, &lr);
+    if (st) return st;
+    st = glia_backend_write(b, m->trainer.step_dev->data, words, n);
     if (!st) st = glia_backend_graph_launch(b, g->exec);
     if (st) return glia_error(m->ctx, st, "cuda_graph: replaying the training pass of a batch of %lld failed: %s",
                               (long long)g->n, glia_context_error(m->ctx));
+    m->trainer.graph_replays++;
+    if (g->upd) {  /* what the update does on the host, as glia__optimizer_step */
+        m->trainer.step++;
+        m->trainer.cur_lr = lr;
+        m->trainer.graph_updates++;
+        glia__grads_unset(m);
+        return GLIA_OK;
+    }
     int k = 0;
     for (int i = 0; i < m->graph.n_nodes; i++)
         for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++, k++)
             if (g->written[k]) m->graph.nodes[i].layer.params[p].grad_unset = false;
-    m->trainer.graph_replays++;
     return GLIA_OK;
 }
 
-/* The training forward and backward of the batch in m->x (n rows) with cuda_graph on: replayed, captured now and
+/* The training forward and backward of the batch in m->x (n rows) with cuda_graph on, and with `update` the
+ * optimizer step at epoch's learning rate where it is captured too (*updated): replayed, captured now and
  * replayed, or run as it comes. */
-static glia_status train_pass(struct glia_model *m, int64_t n)
+static glia_status train_pass(struct glia_model *m, int64_t n, int epoch, bool update, bool *updated)
 {
-    struct glia__graph *g = graph_entry(m, n);
+    bool upd = update && opt_in_graph(m);
+    struct glia__graph *g = graph_entry(m, n, upd);
     glia_status st = GLIA_OK;
+    *updated = false;
     if (g && g->state == GLIA__GRAPH_SEEN) st = graph_capture(m, g);
     if (st) return st;
-    if (g && g->state == GLIA__GRAPH_READY) return graph_replay(m, g);
+    if (g && g->state == GLIA__GRAPH_READY) {
+        *updated = upd;
+        return graph_replay(m, g, epoch);
+    }
     st = forward(m, true);
     return st ? st : backward(m);
 }
@@ -586,18 +695,19 @@ static glia_status loss_now(struct glia_model *m, int64_t nb, int epoch, int64_t
 
 /* The training step of the batch in m->act.x, m->y (nb rows), which glia_model_train and glia_model_step both run:
  * forward, backward and, when `update`, the optimizer step at the learning rate of `epoch` (else the gradients add
- * up: [train] accumulate). With cuda_graph the forward and backward are one pass replayed from a graph. *got gets
+ * up: [train] accumulate). With cuda_graph the forward and backward, and the update where it can be captured, are
+ * one pass replayed from a graph. *got gets
  * the loss that became known: with a lag (lag->host set) the previous step's, this one's download being started;
  * else this step's, read after its forward (after the pass with cuda_graph). k labels the step in *got and in the
  * error of a non-finite loss. */
 glia_status glia__train_step(struct glia_model *m, int64_t nb, int epoch, int64_t k, bool update,
                               struct glia__lagged_loss *lag, struct glia__loss_read *got)
 {
-    bool lagged = lag && lag->host;
+    bool lagged = lag && lag->host, updated = false;
     glia_status st;
     got->have = false;
     if (m->trainer.cuda_graph) {
-        st = train_pass(m, nb);
+        st = train_pass(m, nb, epoch, update, &updated);
         if (!st && !lagged) st = loss_now(m, nb, epoch, k, got);
     } else {
         st = glia__train_forward(m, nb);
@@ -605,7 +715,7 @@ glia_status glia__train_step(struct glia_model *m, int64_t nb, int epoch, int64_
         if (m->dist.ddp) glia__ddp_begin(m->dist.ddp, update);  /* micro-steps before the last keep local sums */
         if (!st) st = glia__train_backward(m);
     }
-    if (!st && update) st = glia__optimizer_step(m, epoch);
+    if (!st && update && !updated) st = glia__optimizer_step(m, epoch);
     if (!st && lagged) {  /* the previous step's loss, while this one runs; then start this one's */
         st = glia__lagged_drain(m, lag, epoch, got);
         if (!st) st = lagged_start(m, lag, k, nb);

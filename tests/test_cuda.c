@@ -443,28 +443,75 @@ static const char *cnn_text_with(const char *runtime_extra, const char *optimize
     return buf;
 }
 
+/* The graph entries (batch rows, accumulating, updating) that an epoch over n samples in batches of `batch`
+ * with [train] accumulate makes (upd: the optimizer step is captured), and how many of them update. */
+static int graph_entries(int64_t n, int batch, int accumulate, bool upd, int *updating)
+{
+    int64_t steps = (n + batch - 1) / batch, seen[32][3];
+    int ns = 0;
+    bool acc = false;
+    *updating = 0;
+    for (int64_t k = 0; k < steps; k++) {
+        int64_t rows = k < n / batch ? batch : n % batch;
+        bool update = (k + 1) % accumulate == 0 || k == steps - 1;  /* core/run.c's rule */
+        int64_t e[3] = {rows, acc, update && upd};
+        int i = 0;
+        while (i < ns && memcmp(seen[i], e, sizeof e)) i++;
+        if (i == ns && ns < 32) {
+            memcpy(seen[ns++], e, sizeof e);
+            *updating += update && upd;
+        }
+        acc = !update;
+    }
+    return ns;
+}
+
+/* An optimizer kernel as a plugin built for ABI 2.0 registers it: its struct ends at step (the scalars slot that
+ * lies past it is never read); its step runs cuda.so's. */
+static const struct glia_optimizer_kernel *abi20_real;
+static glia_status abi20_step(struct glia_optimizer *o, const struct glia_opt_step *s)
+{
+    const struct glia_optimizer_kernel *k = o->kernel;
+    o->kernel = abi20_real;  /* cuda.so's step knows its kernels by their address */
+    glia_status st = abi20_real->step(o, s);
+    o->kernel = k;
+    return st;
+}
+
 /* [runtime] cuda_graph = on trains exactly as off: the same kernels in the same order, so (with
  * deterministic = on: cuDNN's atomics-based algorithms round differently each run) the same weights bit for
  * bit and the same evaluation, while every pass of a batch shape after its first is
  * one graph launch: the full batches and the last, smaller one of an epoch (two shapes), with a
  * dropout and a fused dropout drawing each step's mask from the step a replay is handed, batchnorm
- * (with relu) updating its statistics, activation checkpointing recomputing inside the graph, fp16's
- * loss scaler and clipping outside it, and gradient accumulation (two graphs: the first micro-step
- * writes the gradients, the second adds). */
+ * (with relu) updating its statistics, activation checkpointing recomputing inside the graph, and gradient
+ * accumulation (one graph per micro-step state: writing or adding the gradients, updating or not). The
+ * optimizer step is inside the graph (sgd, adam with warm-up, a cosine schedule and clipping, adamw
+ * accumulating over 2 and 3 batches), its scalars written before each replay: every update after the first of
+ * its entry is replayed, never run on its own; with fp16's loss scaler, and with a kernel built for ABI 2.0
+ * (without scalars), it runs outside, the log saying why once. */
 static void test_cuda_graph_trains_the_same(void)
 {
     make_data();
     static const struct {
         const char *runtime, *optimizer, *train;
         int batch, accumulate;
+        const char *outside;  /* NULL: the update is inside the graph; else why not (the log's line) */
     } cases[] = {
-        {"precision = fp32", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "", 48, 1},
+        {"precision = fp32", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "", 48, 1, NULL},
         {"precision = fp16\nmemory_format = channels_last\n[graph]\ncheckpoint_segments = 3", "adam\nlr = 0.001",
-         "clip_grad_norm = 1.0\n", 48, 1},
-        {"precision = bf16", "adamw\nlr = 0.001", "", 32, 2},
+         "clip_grad_norm = 1.0\n", 48, 1,
+         "'adam' runs outside the graph: precision = fp16: the loss scaler decides on the host whether a step is "
+         "skipped\n"},
+        {"precision = bf16", "adamw\nlr = 0.001", "", 32, 2, NULL},
+        {"precision = fp32", "adam\nlr = 0.002\n[optimizer]\nweight_decay = 0.01",
+         "schedule = cosine\nmin_lr = 0.0001\nwarmup_steps = 7\nclip_grad_norm = 0.5\n", 48, 1, NULL},
+        {"precision = tf32", "adamw\nlr = 0.003", "warmup_steps = 4\nschedule = step\nstep_epochs = 1\ngamma = 0.5\n",
+         48, 3, NULL},
+        {"precision = fp32", "adam\nlr = 0.002", "warmup_steps = 5\nclip_grad_norm = 0.5\n", 48, 1,
+         "'adam' runs outside the graph: its kernel does not read its scalars from the device (no `scalars` slot)\n"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char rt[256], acc[96];
+        char rt[256], acc[256];
         snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
         struct run a, b;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
@@ -474,6 +521,14 @@ static void test_cuda_graph_trains_the_same(void)
         char *log = NULL;
         size_t len = 0;
         open_run(&b, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc));
+        struct glia_optimizer_kernel abi20;
+        if (c == 5) {  /* cuda.so's kernel as a plugin built for ABI 2.0 would register it */
+            abi20_real = b.m->trainer.opt.kernel;
+            abi20 = *abi20_real;
+            abi20.struct_size = offsetof(struct glia_optimizer_kernel, scalars);
+            abi20.step = abi20_step;
+            b.m->trainer.opt.kernel = &abi20;
+        }
         FILE *f = open_memstream(&log, &len);
         glia_log_set(b.ctx, f, GLIA_LOG_INFO);
         glia_status st = glia_model_train(b.m, &quiet, rb, 2);
@@ -481,20 +536,32 @@ static void test_cuda_graph_trains_the_same(void)
         if (st) printf("\n  %s\n", glia_context_error(b.ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
         CU_ASSERT(b.m->trainer.cuda_graph);
-        /* each shape's (and gradient state's) first pass runs as it comes, every later one is a replay */
-        int64_t n = b.m->data.train.n, full = n / cases[c].batch, part = n % cases[c].batch > 0;
-        int64_t passes = 2 * (full + part), shapes = (1 + part) * (cases[c].accumulate > 1 ? 2 : 1);
+        /* each entry's first pass runs as it comes, every later one is a replay */
+        int64_t n = b.m->data.train.n, passes = 2 * ((n + cases[c].batch - 1) / cases[c].batch);
+        bool inside = !cases[c].outside;
+        int updating, shapes = graph_entries(n, cases[c].batch, cases[c].accumulate, inside, &updating);
         CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - shapes);
-        char want[96];
+        char want[160];
         snprintf(want, sizeof want, "cuda_graph: %lld training passes replayed from %lld graph%s\n",
                  (long long)(passes - shapes), (long long)shapes, shapes == 1 ? "" : "s");
         if (!log || !strstr(log, want)) printf("\n  log: %s\n  want: %s", log ? log : "", want);
         CU_ASSERT_PTR_NOT_NULL(log ? strstr(log, want) : NULL);
+        /* the updates: the first of each updating entry as it comes, the others inside replays */
+        CU_ASSERT_EQUAL(b.m->trainer.step, a.m->trainer.step);
+        CU_ASSERT_EQUAL(b.m->trainer.opt_outside, inside ? updating : b.m->trainer.step);
+        CU_ASSERT_EQUAL(b.m->trainer.graph_updates, b.m->trainer.step - b.m->trainer.opt_outside);
+        CU_ASSERT(inside ? b.m->trainer.graph_updates > 0 : b.m->trainer.graph_updates == 0);
+        CU_ASSERT_EQUAL(b.m->trainer.cur_lr, a.m->trainer.cur_lr);
+        const char *said = log ? strstr(log, "cuda_graph: the optimizer step of ") : NULL;
+        if (inside) CU_ASSERT_PTR_NULL(said);
+        if (!inside) CU_ASSERT(said && !strncmp(said + 34, cases[c].outside, strlen(cases[c].outside)));
+        if (said) CU_ASSERT_PTR_NULL(strstr(said + 1, "cuda_graph: the optimizer step of "));  /* once */
         CU_ASSERT_EQUAL(b.m->trainer.n_graphs, 0);  /* freed when training ends */
         if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
         CU_ASSERT(same_weights(&a, &b));
         CU_ASSERT_EQUAL(ra[1].test_loss, rb[1].test_loss);
         CU_ASSERT_EQUAL(ra[1].train_loss, rb[1].train_loss);
+        CU_ASSERT_EQUAL(ra[0].train_loss, rb[0].train_loss);
         CU_ASSERT_EQUAL(ra[1].skipped_steps, rb[1].skipped_steps);
         free(log);
         close_run(&a), close_run(&b);
@@ -506,49 +573,60 @@ static void test_cuda_graph_trains_the_same(void)
 }
 
 /* glia_model_step on the GPU is the trainer's step: with cuda_graph = on (a batch shape's first pass runs as it
- * comes, its second is captured, every pass is then a replay) and fp16 loss scaling, steps on the loader's
- * batches in order leave the weights and loss scaler that training to max_steps = 4 leaves, bit for bit; each
- * result has its batch's loss, which the step reads after the replayed pass. */
+ * comes, its second is captured, every pass is then a replay), with fp16 loss scaling (the update outside the
+ * graph) and with adam in fp32 (the update inside it, its warm-up's learning rate and step written before each
+ * replay), steps on the loader's batches in order leave the weights and loss scaler that training to
+ * max_steps = 4 leaves, bit for bit; each result has its batch's loss, which the step reads after the replayed
+ * pass, and the step and learning rate that it took. */
 static void test_cuda_step_equals_training(void)
 {
     make_data();
-    const char *rt = "cuda_graph = on\ndeterministic = on\nprecision = fp16";
-    const char *opt = "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9";
-    struct run a, b;
-    open_run(&a, cnn_text_with(rt, opt, 32, "max_steps = 4\n"));
-    open_run(&b, cnn_text_with(rt, opt, 32, "max_steps = 4\n"));
-    glia_status st = glia_model_train(a.m, &quiet, NULL, 0);
-    if (st) printf("\n  %s\n", glia_context_error(a.ctx));
-    CU_ASSERT_FATAL(st == GLIA_OK);
-    const struct glia__dataset *d = &b.m->data.train;
-    int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32];
-    float *x = malloc(sizeof *x * (size_t)(32 * per));
-    int32_t y[32];
-    int passes = 0;
-    for (int64_t k = 0; b.m->trainer.step < 4 && k < 16; k++, passes++) {  /* a skipped step takes one more batch, as training */
-        for (int i = 0; i < 32; i++) idx[i] = k * 32 + i;
-        glia__dataset_gather(d, idx, 32, &b.m->data.norm, x, y);
-        struct glia_batch bt = {.struct_size = sizeof bt,
-                                .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
-                                .labels = y};
-        struct glia_step_result r = {.struct_size = sizeof r};
-        st = glia_model_step(b.m, &bt, &r);
-        if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+    static const struct {
+        const char *rt, *opt, *train;
+    } cases[] = {
+        {"cuda_graph = on\ndeterministic = on\nprecision = fp16", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9",
+         "max_steps = 4\n"},
+        {"cuda_graph = on\ndeterministic = on\nprecision = fp32", "adam\nlr = 0.01", "max_steps = 4\nwarmup_steps = 3\n"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct run a, b;
+        open_run(&a, cnn_text_with(cases[c].rt, cases[c].opt, 32, cases[c].train));
+        open_run(&b, cnn_text_with(cases[c].rt, cases[c].opt, 32, cases[c].train));
+        glia_status st = glia_model_train(a.m, &quiet, NULL, 0);
+        if (st) printf("\n  %s\n", glia_context_error(a.ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
-        CU_ASSERT(isfinite(r.loss) && r.loss > 0);
-        CU_ASSERT_EQUAL(r.updated, !r.skipped);
-        CU_ASSERT_EQUAL(r.step, b.m->trainer.step);
-        CU_ASSERT_EQUAL(r.loss_scale, b.m->trainer.scaler.scale);
+        const struct glia__dataset *d = &b.m->data.train;
+        int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32];
+        float *x = malloc(sizeof *x * (size_t)(32 * per));
+        int32_t y[32];
+        int passes = 0;
+        for (int64_t k = 0; b.m->trainer.step < 4 && k < 16; k++, passes++) {  /* a skipped step takes one more batch, as training */
+            for (int i = 0; i < 32; i++) idx[i] = k * 32 + i;
+            glia__dataset_gather(d, idx, 32, &b.m->data.norm, x, y);
+            struct glia_batch bt = {.struct_size = sizeof bt,
+                                    .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
+                                    .labels = y};
+            struct glia_step_result r = {.struct_size = sizeof r};
+            st = glia_model_step(b.m, &bt, &r);
+            if (st) printf("\n  %s\n", glia_context_error(b.ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+            CU_ASSERT(isfinite(r.loss) && r.loss > 0);
+            CU_ASSERT_EQUAL(r.updated, !r.skipped);
+            CU_ASSERT_EQUAL(r.step, b.m->trainer.step);
+            CU_ASSERT_EQUAL(r.loss_scale, b.m->trainer.scaler.scale);
+            if (r.updated) CU_ASSERT_EQUAL(r.lr, 0.01 * (c == 1 && r.step <= 3 ? (double)r.step / 3 : 1));
+        }
+        free(x);
+        CU_ASSERT(b.m->trainer.cuda_graph);
+        CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - 1);
+        CU_ASSERT_EQUAL(b.m->trainer.graph_updates, c == 1 ? passes - 1 : 0);
+        CU_ASSERT_EQUAL(b.m->trainer.step, a.m->trainer.step);
+        CU_ASSERT_EQUAL(b.m->trainer.scaler.scale, a.m->trainer.scaler.scale);
+        CU_ASSERT_EQUAL(b.m->trainer.scaler.skipped, a.m->trainer.scaler.skipped);
+        if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
+        CU_ASSERT(same_weights(&a, &b));
+        close_run(&a), close_run(&b);
     }
-    free(x);
-    CU_ASSERT(b.m->trainer.cuda_graph);
-    CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - 1);
-    CU_ASSERT_EQUAL(b.m->trainer.step, a.m->trainer.step);
-    CU_ASSERT_EQUAL(b.m->trainer.scaler.scale, a.m->trainer.scaler.scale);
-    CU_ASSERT_EQUAL(b.m->trainer.scaler.skipped, a.m->trainer.scaler.skipped);
-    if (!same_weights(&a, &b)) printf("\n  weights differ by %g\n", weight_diff(&b, &a));
-    CU_ASSERT(same_weights(&a, &b));
-    close_run(&a), close_run(&b);
 }
 
 /* A layer whose kernel lacks GLIA_KERNEL_CAPTURABLE (the fixture nchw_softsign's impl staged, which computes on the

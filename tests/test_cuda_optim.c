@@ -1,7 +1,8 @@
 /* tests/test_cuda_optim.c — the CUDA impls of sgd, adam, adamw and adadelta against their CPU
  * impls on a GPU: weights and state after several steps from equal weights and gradients, with and
  * without a decay mask, and the CUDA impls' refusals. Exits 77 (skipped) without a usable GPU or
- * without the CUDA build. Not a test of the update formulas themselves: test_optim does that. */
+ * without the CUDA build; their steps reading the scalars from the device, as run and as replayed from a CUDA
+ * graph. Not a test of the update formulas themselves: test_optim does that. */
 #include "cudautil.h"
 
 #define N 10007
@@ -71,9 +72,9 @@ static void run_case(const char *name, const char *ini, bool masked, int64_t n, 
         for (int64_t i = 0; i < n; i += 11) g[i] *= 1e-3f;
         CU_ASSERT_FATAL(glia_tensor_from_host(dg, g, nb) == GLIA_OK);
         double lr = 0.05 * (1 - 0.15 * (step - 1));
-        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu};
+        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL};
         struct glia_opt_step sg = {dw->data, dg->data, dsp, (size_t)n, masked ? (const float *)dmask->data : NULL,
-                                   lr, step, cuda_gpu};
+                                   lr, step, cuda_gpu, NULL};
         CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
         glia_status st = og->kernel->step(og, &sg);
         if (st) printf("\n  cuda step: %s\n", glia_context_error(cuda_ctx));
@@ -175,10 +176,119 @@ static void test_refusals(void)
     CU_ASSERT_FATAL(glia_optimizer_new_for(cuda_ctx, "adadelta", "", GLIA_DEVICE_CUDA, &o) == GLIA_OK);
     float w[4] = {0}, g[4] = {0}, s0[4] = {0}, s1[4] = {0};
     float *state[2] = {s0, s1};
-    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu};
+    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL};
     CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_EINVAL);
     glia_optimizer_free(o);
 }
 
+/* A step that reads its scalars from the device (s->dev_scalars, what `scalars` wrote there) updates bit for bit
+ * as the step handed them by value, run as it comes and captured once into a CUDA graph that is then replayed with
+ * each step's scalars written before the launch: sgd (its first step differs), adam, adamw and adadelta, the
+ * learning rate and the bias corrections changing every step. `scalars` writes nothing when its bytes do not fit. */
+static void test_device_scalars(void)
+{
+    static const struct {
+        const char *name, *ini;
+    } cases[] = {{"sgd", "[optimizer]\nmomentum = 0.9\nweight_decay = 0.01\n"},
+                 {"adam", "[optimizer]\nweight_decay = 0.01\n"},
+                 {"adamw", ""},
+                 {"adadelta", "[optimizer]\nweight_decay = 0.1\n"}};
+    int64_t n = 4099;
+    size_t nb = (size_t)n * sizeof(float);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct glia_optimizer *oc, *og;
+        make_pair(cases[c].name, cases[c].ini, &oc, &og);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(og->kernel->scalars);
+        CU_ASSERT_PTR_NULL(oc->kernel->scalars);  /* the CPU kernels are never captured */
+        /* [0]: scalars by value; [1]: read from the device, run as it comes; [2]: the same, captured then replayed */
+        struct glia_tensor *w[3], *st[3][2], *dg = dev_vec(n), *dsc = dev_vec(GLIA_BACKEND_WRITE_MAX / 4);
+        float *sp[3][2];
+        float *h = malloc(nb), *back = malloc(nb);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 77);
+        cuda_randn(&rng, h, n, 1.0f);
+        for (int v = 0; v < 3; v++) {
+            w[v] = dev_vec(n);
+            CU_ASSERT_FATAL(glia_tensor_from_host(w[v], h, nb) == GLIA_OK);
+            for (int k = 0; k < 2; k++) st[v][k] = dev_vec(n), sp[v][k] = st[v][k]->data;
+        }
+        void *graph = NULL;
+        for (int step = 1; step <= 5; step++) {
+            cuda_randn(&rng, h, n, 1.0f);
+            CU_ASSERT_FATAL(glia_tensor_from_host(dg, h, nb) == GLIA_OK);
+            double lr = 0.05 * (1 - 0.15 * (step - 1));
+            struct glia_opt_step s[3];
+            for (int v = 0; v < 3; v++) s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, lr,
+                                                                     step, cuda_gpu, v ? dsc->data : NULL};
+            unsigned char bytes[GLIA_BACKEND_WRITE_MAX] = {0};
+            size_t k = og->kernel->scalars(og, &s[1], bytes, GLIA_OPT_SCALARS_MAX);
+            CU_ASSERT_FATAL(k > 0 && k <= GLIA_OPT_SCALARS_MAX);
+            unsigned char small[4] = {1, 2, 3, 4};
+            CU_ASSERT_EQUAL(og->kernel->scalars(og, &s[1], small, sizeof small), k);
+            CU_ASSERT(small[0] == 1 && small[3] == 4);
+            CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, dsc->data, bytes, (k + 7) / 8 * 8) == GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[0]), GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[1]), GLIA_OK);
+            if (step == 2) {  /* captured at step 2 (sgd's first step is its own), replayed from then on */
+                CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
+                glia_status cs = og->kernel->step(og, &s[2]);
+                CU_ASSERT_FATAL(glia_backend_capture_end(cuda_gpu, &graph) == GLIA_OK && cs == GLIA_OK);
+            }
+            if (step == 1) CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[2]), GLIA_OK);
+            if (step >= 2) CU_ASSERT_FATAL(glia_backend_graph_launch(cuda_gpu, graph) == GLIA_OK);
+        }
+        for (int v = 1; v < 3; v++) {
+            int bad = 0;
+            CU_ASSERT_FATAL(glia_tensor_to_host(w[0], h, nb) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_to_host(w[v], back, nb) == GLIA_OK);
+            bad += memcmp(h, back, nb) != 0;
+            for (int k = 0; k < oc->type->n_state; k++) {
+                CU_ASSERT_FATAL(glia_tensor_to_host(st[0][k], h, nb) == GLIA_OK);
+                CU_ASSERT_FATAL(glia_tensor_to_host(st[v][k], back, nb) == GLIA_OK);
+                bad += memcmp(h, back, nb) != 0;
+            }
+            if (bad) printf("\n  %s: %s differs\n", cases[c].name, v == 1 ? "the device scalars' step" : "the replay");
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+        glia_backend_graph_free(cuda_gpu, graph);
+        for (int v = 0; v < 3; v++) {
+            glia_tensor_release(w[v]);
+            for (int k = 0; k < 2; k++) glia_tensor_release(st[v][k]);
+        }
+        glia_tensor_release(dg), glia_tensor_release(dsc);
+        free(h), free(back);
+        glia_optimizer_free(oc);
+        glia_optimizer_free(og);
+    }
+}
+
+/* glia_backend_write puts the bytes it carries on the device in queue order; a capture keeps them as they were
+ * when it was queued (the source changed after it), and sizes that are not whole words are refused. */
+static void test_backend_write(void)
+{
+    struct glia_tensor *d = dev_vec(GLIA_BACKEND_WRITE_MAX / 4);
+    uint64_t src[GLIA_BACKEND_WRITE_MAX / 8], back[GLIA_BACKEND_WRITE_MAX / 8];
+    for (int i = 0; i < GLIA_BACKEND_WRITE_MAX / 8; i++) src[i] = 0x0123456789abcdefull * (uint64_t)(i + 1);
+    CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, d->data, src, sizeof src) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_to_host(d, back, sizeof back) == GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(src, back, sizeof src), 0);
+    void *graph = NULL;
+    uint64_t two[2] = {7, 9};
+    CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
+    glia_status st = glia_backend_write(cuda_gpu, (uint64_t *)d->data + 3, two, sizeof two);
+    CU_ASSERT_FATAL(glia_backend_capture_end(cuda_gpu, &graph) == GLIA_OK && st == GLIA_OK);
+    two[0] = two[1] = 0;
+    CU_ASSERT_FATAL(glia_backend_graph_launch(cuda_gpu, graph) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_to_host(d, back, sizeof back) == GLIA_OK);
+    src[3] = 7, src[4] = 9;
+    CU_ASSERT_EQUAL(memcmp(src, back, sizeof src), 0);
+    glia_backend_graph_free(cuda_gpu, graph);
+    CU_ASSERT_EQUAL(glia_backend_write(cuda_gpu, d->data, src, 12), GLIA_EINVAL);
+    CU_ASSERT_EQUAL(glia_backend_write(cuda_gpu, d->data, src, GLIA_BACKEND_WRITE_MAX + 8), GLIA_EINVAL);
+    glia_context_clear_error(cuda_ctx);
+    glia_tensor_release(d);
+}
+
 CUDA_TEST_MAIN("cuda_optim", GLIA_TEST(test_sgd), GLIA_TEST(test_adam), GLIA_TEST(test_adamw),
-               GLIA_TEST(test_adadelta), GLIA_TEST(test_sizes), GLIA_TEST(test_refusals))
+               GLIA_TEST(test_adadelta), GLIA_TEST(test_sizes), GLIA_TEST(test_refusals),
+               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write))

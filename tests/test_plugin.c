@@ -407,6 +407,59 @@ static void expect_refusal(struct glia_context *ctx, glia_status got, glia_statu
 
 static glia_status capture_nothing(void *priv) { return GLIA_OK; }
 
+/* A graph group's writes into host memory (the CPU's "device"), counting the calls of each slot. */
+static int n_u64_writes, n_writes;
+static glia_status write_u64_host(void *priv, void *dst, uint64_t v)
+{
+    (void)priv;
+    n_u64_writes++;
+    memcpy(dst, &v, 8);
+    return GLIA_OK;
+}
+static glia_status write_host(void *priv, void *dst, const void *src, size_t n)
+{
+    (void)priv;
+    n_writes++;
+    memcpy(dst, src, n);
+    return GLIA_OK;
+}
+
+/* glia_backend_write (ABI 2.1) uses the graph group's write where the backend has it, and for a backend built for
+ * ABI 2.0 (a graph group that ends at write_u64) writes 8 bytes at a time with write_u64; it refuses what is not
+ * whole words or more than GLIA_BACKEND_WRITE_MAX bytes, and a backend without graphs. */
+static void test_backend_write(void)
+{
+    struct glia_context *ctx = new_ctx();
+    const struct glia_backend_ops *cpu = glia__find_backend(ctx, GLIA_DEVICE_CPU);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+    struct glia_backend_graph_ops g = {.struct_size = offsetof(struct glia_backend_graph_ops, write),
+                                       .capture_begin = capture_nothing, .write_u64 = write_u64_host,
+                                       .write = write_host};  /* write lies past its struct_size: never read */
+    struct glia_backend_ops ops = *cpu;
+    ops.graph = &g;
+    struct glia_backend b = {.ops = &ops, .ctx = ctx};
+    uint64_t src[5] = {1, 2, 3, 0xfedcba9876543210ull, 5}, dst[6] = {0};
+    CU_ASSERT_EQUAL(glia_backend_write(&b, dst, src, 40), GLIA_OK);
+    CU_ASSERT_EQUAL(memcmp(dst, src, 40), 0);
+    CU_ASSERT_EQUAL(dst[5], 0);
+    CU_ASSERT_EQUAL(n_u64_writes, 5);
+    CU_ASSERT_EQUAL(n_writes, 0);
+    g.struct_size = sizeof g;  /* ABI 2.1: one call */
+    memset(dst, 0, sizeof dst);
+    CU_ASSERT_EQUAL(glia_backend_write(&b, dst, src, 16), GLIA_OK);
+    CU_ASSERT(dst[0] == 1 && dst[1] == 2 && dst[2] == 0);
+    CU_ASSERT_EQUAL(n_writes, 1);
+    CU_ASSERT_EQUAL(n_u64_writes, 5);
+    expect_refusal(ctx, glia_backend_write(&b, dst, src, 12), GLIA_EINVAL,
+                   (const char *[]){"glia_backend_write: 12 bytes (a multiple of 8 up to 256)", NULL});
+    expect_refusal(ctx, glia_backend_write(&b, dst, src, GLIA_BACKEND_WRITE_MAX + 8), GLIA_EINVAL,
+                   (const char *[]){"264 bytes", NULL});
+    ops.graph = NULL;
+    expect_refusal(ctx, glia_backend_write(&b, dst, src, 8), GLIA_EUNSUPPORTED,
+                   (const char *[]){"cannot capture CUDA graphs", NULL});
+    glia_context_free(ctx);
+}
+
 static void test_register_refusals(void)
 {
     struct glia_context *ctx = new_ctx();
@@ -606,4 +659,5 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_searched_and_near),
                GLIA_TEST(test_register_refusals),
                GLIA_TEST(test_register_refuses_duplicate_keys),
-               GLIA_TEST(test_create_destroy_and_misread))
+               GLIA_TEST(test_create_destroy_and_misread),
+               GLIA_TEST(test_backend_write))

@@ -353,6 +353,16 @@ fail:
     return st;
 }
 
+static glia_status cuda_write(void *priv, void *dst, const void *src, size_t n)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_write(dst, src, n, c->stream));
+fail:
+    return st;
+}
+
 /* ---- device ---- */
 
 static void cuda_close(void *priv)
@@ -499,6 +509,7 @@ static const struct glia_backend_graph_ops cuda_graph = {
     .launch = cuda_graph_launch,
     .free = cuda_graph_free,
     .write_u64 = cuda_write_u64,
+    .write = cuda_write,
 };
 
 const struct glia_backend_ops glia__cuda_ops = {

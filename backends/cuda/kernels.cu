@@ -3,6 +3,8 @@
  * Not layer maths. */
 #include "kernels.h"
 
+#include <string.h>
+
 #define TILE 32
 #define ROWS 8
 
@@ -160,5 +162,26 @@ __global__ void write_u64_kernel(unsigned long long *dst, unsigned long long v) 
 extern "C" cudaError_t glia__cuda_write_u64(uint64_t *dst, uint64_t v, cudaStream_t s)
 {
     write_u64_kernel<<<1, 1, 0, s>>>((unsigned long long *)dst, (unsigned long long)v);
+    return cudaGetLastError();
+}
+
+/* The words of glia__cuda_write, carried by value in the launch's parameters. */
+struct write_words {
+    unsigned long long w[GLIA_BACKEND_WRITE_MAX / 8];
+};
+
+/* dst(nw) = v.w(nw), one thread per word: what a replay is handed (its step and the optimizer's scalars) */
+__global__ void write_kernel(unsigned long long *dst, struct write_words v, int nw)
+{
+    if ((int)threadIdx.x < nw) dst[threadIdx.x] = v.w[threadIdx.x];
+}
+
+extern "C" cudaError_t glia__cuda_write(void *dst, const void *src, size_t n, cudaStream_t s)
+{
+    struct write_words v;
+    int nw = (int)(n / 8);
+    if (nw <= 0) return cudaSuccess;
+    memcpy(v.w, src, (size_t)nw * 8);
+    write_kernel<<<1, GLIA_BACKEND_WRITE_MAX / 8, 0, s>>>((unsigned long long *)dst, v, nw);
     return cudaGetLastError();
 }

@@ -3,7 +3,9 @@
 #ifndef GLIA_CUDA_KERNELS_H
 #define GLIA_CUDA_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <glia/backend.h>
 #include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
@@ -27,6 +29,8 @@ cudaError_t glia__cuda_scale(float *x, int64_t n, float a, cudaStream_t s);
 cudaError_t glia__cuda_axpy(float *y, const float *x, int64_t n, float a, cudaStream_t s);
 /* dst(1) = v, v carried by the launch */
 cudaError_t glia__cuda_write_u64(uint64_t *dst, uint64_t v, cudaStream_t s);
+/* dst(n bytes) = src(n), n a multiple of 8 up to GLIA_BACKEND_WRITE_MAX, the bytes carried by the launch */
+cudaError_t glia__cuda_write(void *dst, const void *src, size_t n, cudaStream_t s);
 
 #ifdef __cplusplus
 }

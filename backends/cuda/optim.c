@@ -1,6 +1,8 @@
 /* backends/cuda/optim.c — the CUDA kernels of optimizers sgd, adam, adamw, adadelta: each step is one fused
  * kernel launch on the backend's stream (no synchronization), from the step scalars that the CPU kernels use too
- * (glia/types/optimizers.h). Not the optimizers (keys, create, state): their own plugins register those. */
+ * (glia/types/optimizers.h), handed by value or, for a step captured into a CUDA graph, read from device memory
+ * where the core writes them (as `scalars` computes them) before each replay. Not the optimizers (keys, create, state): their own plugins register those. */
+#include <string.h>
 #include "cuda_internal.h"
 #include "optim_kernels.h"
 
@@ -22,29 +24,63 @@ static glia_status arrays_of(const struct glia_optimizer *o, const struct glia_o
 }
 
 static glia_status cuda_step(struct glia_optimizer *o, const struct glia_opt_step *s);
+static size_t cuda_scalars(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap);
 
 /* The kernels, one per optimizer, all with cuda_step, which tells them apart by their place here. */
 enum { SGD, ADAM, ADAMW, ADADELTA, N_KERNELS };
 #define KERNEL(name) \
     {.struct_size = sizeof(struct glia_optimizer_kernel), .type = name, .doc = "one fused CUDA kernel", \
-     .device_type = GLIA_DEVICE_CUDA, .step = cuda_step}
+     .device_type = GLIA_DEVICE_CUDA, .step = cuda_step, .scalars = cuda_scalars}
 static const struct glia_optimizer_kernel cuda_kernels[N_KERNELS] = {
     [SGD] = KERNEL("sgd"), [ADAM] = KERNEL("adam"), [ADAMW] = KERNEL("adamw"), [ADADELTA] = KERNEL("adadelta")};
 #undef KERNEL
 
-/* One launch with the step scalars of o's optimizer, computed on the host as the CPU kernels compute them. */
+/* The scalars of step s for each kernel: what the CPU kernels compute (glia/types/optimizers.h). */
+union coefs {
+    struct glia_sgd_coef sgd;
+    struct glia_adam_coef adam;
+    struct glia_adadelta_coef adadelta;
+};
+
+/* *c = the scalars of step s; their size (0: o's kernel is not one of cuda.so's). */
+static size_t coefs_of(const struct glia_optimizer *o, const struct glia_opt_step *s, union coefs *c)
+{
+    switch (o->kernel - cuda_kernels) {
+    case SGD: c->sgd = glia_sgd_coef(o->attrs, s); return sizeof c->sgd;
+    case ADAM: c->adam = glia_adam_coef(o->attrs, s); return sizeof c->adam;
+    case ADAMW: c->adam = glia_adamw_coef(o->attrs, s); return sizeof c->adam;
+    case ADADELTA: c->adadelta = glia_adadelta_coef(o->attrs, s); return sizeof c->adadelta;
+    default: return 0;
+    }
+}
+
+/* The bytes a captured step reads from s->dev_scalars: the coefficient struct of its kernel, as computed on the
+ * host for an uncaptured step, so that a replay updates bit for bit as a step run as it comes. */
+static size_t cuda_scalars(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap)
+{
+    union coefs c;
+    size_t n = coefs_of(o, s, &c);
+    if (n && n <= cap) memcpy(out, &c, n);
+    return n;
+}
+
+/* One launch with the step scalars of o's optimizer, computed on the host as the CPU kernels compute them, or read
+ * from s->dev_scalars on the device when the step has them. */
 static glia_status cuda_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
     struct glia__cuda_opt_arrays a;
     cudaStream_t stream = NULL;
     glia_status st = arrays_of(o, s, &a, &stream);
     if (st) return st;
+    union coefs c;
+    if (!coefs_of(o, s, &c))
+        return glia_error(o->ctx, GLIA_EINVAL, "optimizer '%s' (cuda): not a kernel of cuda.so", o->type->name);
+    const void *d = s->dev_scalars;
     switch (o->kernel - cuda_kernels) {
-    case SGD: CUDA_TRY(o->ctx, glia__cuda_sgd_step(a, glia_sgd_coef(o->attrs, s), stream)); break;
-    case ADAM: CUDA_TRY(o->ctx, glia__cuda_adam_step(a, glia_adam_coef(o->attrs, s), false, stream)); break;
-    case ADAMW: CUDA_TRY(o->ctx, glia__cuda_adam_step(a, glia_adamw_coef(o->attrs, s), true, stream)); break;
-    case ADADELTA: CUDA_TRY(o->ctx, glia__cuda_adadelta_step(a, glia_adadelta_coef(o->attrs, s), stream)); break;
-    default: return glia_error(o->ctx, GLIA_EINVAL, "optimizer '%s' (cuda): not a kernel of cuda.so", o->type->name);
+    case SGD: CUDA_TRY(o->ctx, glia__cuda_sgd_step(a, c.sgd, d, stream)); break;
+    case ADAM: CUDA_TRY(o->ctx, glia__cuda_adam_step(a, c.adam, d, false, stream)); break;
+    case ADAMW: CUDA_TRY(o->ctx, glia__cuda_adam_step(a, c.adam, d, true, stream)); break;
+    default: CUDA_TRY(o->ctx, glia__cuda_adadelta_step(a, c.adadelta, d, stream)); break;
     }
 fail:
     return st;

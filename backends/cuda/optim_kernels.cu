@@ -1,7 +1,8 @@
 /* backends/cuda/optim_kernels.cu — the fused optimizer step kernels: one grid-stride pass over the
  * arena that reads each element's weight, gradient, state and decay flag once and writes the new
  * weight and state. Not the scalars' computation: the host does it in double, as the CPU kernels do
- * (glia/types/optimizers.h).
+ * (glia/types/optimizers.h); each kernel takes them by value, or reads them from device memory (dk not NULL)
+ * where the host wrote them before a CUDA graph's replay.
  *
  * Every operation is an IEEE fp32 one in the CPU plugins' order (__f*_rn: no FMA contraction), so
  * a step gives the CPU's results bit for bit when the CPU code is not contracted either. */
@@ -21,8 +22,9 @@ static __device__ __forceinline__ float flag(const float *mask, int64_t i) { ret
 /* g' = g + wd w;  buf = g' (first step) or mu buf + (1 - damp) g';
  * d = nesterov ? g' + mu buf : buf (or g' without momentum);  w -= lr d
  * w(n), buf = s0(n) from g(n), mask(n) */
-static __global__ void sgd_kernel(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k)
+static __global__ void sgd_kernel(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k, const struct glia_sgd_coef *dk)
 {
+    if (dk) k = *dk;
     float undamped = rn_sub(1.0f, k.damp);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
         float w = a.w[i];
@@ -46,8 +48,9 @@ static __device__ __forceinline__ float adam_delta(float step_size, float m, flo
  * m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2;  w -= adam_delta
  * w(n), m = s0(n), v = s1(n) from g(n), mask(n) */
 template <bool decoupled>
-static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia_adam_coef k)
+static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia_adam_coef k, const struct glia_adam_coef *dk)
 {
+    if (dk) k = *dk;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
         float w = a.w[i], g = a.g[i];
         if (decoupled)
@@ -65,8 +68,10 @@ static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia_a
 /* g' = g + wd w;  sq = rho sq + (1 - rho) g'^2;  d = sqrt(acc + eps) / sqrt(sq + eps) g';
  * acc = rho acc + (1 - rho) d^2;  w -= lr d
  * w(n), sq = s0(n), acc = s1(n) from g(n), mask(n) */
-static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k)
+static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k,
+                                       const struct glia_adadelta_coef *dk)
 {
+    if (dk) k = *dk;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
         float w = a.w[i], acc = a.s1[i];
         float g = rn_add(a.g[i], rn_mul(rn_mul(flag(a.mask, i), k.wd), w));
@@ -78,28 +83,29 @@ static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct gl
     }
 }
 
-extern "C" cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k, cudaStream_t s)
+extern "C" cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k,
+                                           const struct glia_sgd_coef *dk, cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    sgd_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
+    sgd_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k, dk);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia_adam_coef k, bool decoupled,
-                                            cudaStream_t s)
+extern "C" cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia_adam_coef k,
+                                            const struct glia_adam_coef *dk, bool decoupled, cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
     if (decoupled)
-        adam_kernel<true><<<grid_for(a.n), THREADS, 0, s>>>(a, k);
+        adam_kernel<true><<<grid_for(a.n), THREADS, 0, s>>>(a, k, dk);
     else
-        adam_kernel<false><<<grid_for(a.n), THREADS, 0, s>>>(a, k);
+        adam_kernel<false><<<grid_for(a.n), THREADS, 0, s>>>(a, k, dk);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k,
-                                                cudaStream_t s)
+                                                const struct glia_adadelta_coef *dk, cudaStream_t s)
 {
     if (a.n <= 0) return cudaSuccess;
-    adadelta_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k);
+    adadelta_kernel<<<grid_for(a.n), THREADS, 0, s>>>(a, k, dk);
     return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 /* backends/cuda/optim_kernels.h — the fused optimizer steps of cuda.so (C entry points into optim_kernels.cu):
- * one launch per step over the flat fp32 arena, on a given stream, with the scalars of glia/types/optimizers.h.
+ * one launch per step over the flat fp32 arena, on a given stream, with the scalars of glia/types/optimizers.h
+ * (k; or, dk not NULL, the same struct in device memory, read when the kernel runs: a CUDA graph's replay).
  * Not the settings: optim.c reads them from the optimizer's attrs. */
 #ifndef GLIA_CUDA_OPTIM_KERNELS_H
 #define GLIA_CUDA_OPTIM_KERNELS_H
@@ -24,13 +25,15 @@ struct glia__cuda_opt_arrays {
 };
 
 /* torch.optim.SGD: w(n), s0 = momentum buffer(n) from g(n), mask(n). */
-cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k, cudaStream_t s);
+cudaError_t glia__cuda_sgd_step(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k,
+                                const struct glia_sgd_coef *dk, cudaStream_t s);
 /* torch.optim.Adam (decoupled false: k.wd added to the gradient) or torch.optim.AdamW (decoupled true: w
  * scaled by k.keep where the flag is not 0): w(n), s0 = m(n), s1 = v(n) from g(n), mask(n). */
-cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia_adam_coef k, bool decoupled,
-                                 cudaStream_t s);
+cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia_adam_coef k,
+                                 const struct glia_adam_coef *dk, bool decoupled, cudaStream_t s);
 /* torch.optim.Adadelta: w(n), s0 = square_avg(n), s1 = acc_delta(n) from g(n), mask(n). */
-cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k, cudaStream_t s);
+cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k,
+                                     const struct glia_adadelta_coef *dk, cudaStream_t s);
 
 #ifdef __cplusplus
 }

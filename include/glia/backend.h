@@ -152,6 +152,10 @@ struct glia_backend_graph_ops {
     /* Queue *(uint64_t *)dst = v, v carried by the call (dst: 8 bytes of device memory; how the core hands a replay
      * its step). */
     glia_status (*write_u64)(void *priv, void *dst, uint64_t v);
+    /* ABI 2.1: queue memcpy(dst, src, n) to device memory, the n <= GLIA_BACKEND_WRITE_MAX bytes carried by the call
+     * (src may change once it returns; a capture keeps them as they were): one launch for what a replay is handed.
+     * Optional: NULL (or a smaller struct_size) and glia_backend_write writes 8 bytes at a time with write_u64. */
+    glia_status (*write)(void *priv, void *dst, const void *src, size_t n);
 };
 
 /* ABI 2.1: a training set kept in device memory ([data] resident): batches made there from its uint8 images, drawing
@@ -177,6 +181,9 @@ struct glia_backend_data_ops {
      * included) and the device's total. NULL: unknown, and [data] resident = auto stays off. */
     glia_status (*mem_info)(void *priv, size_t *free_bytes, size_t *total_bytes);
 };
+
+/* The most bytes one glia_backend_write carries (ABI 2.1). */
+#define GLIA_BACKEND_WRITE_MAX 256
 
 /* A backend: its name, its device type and its groups. */
 struct glia_backend_ops {
@@ -249,6 +256,8 @@ glia_status glia_backend_batch_u8(struct glia_backend *b, float *x, int32_t *y, 
                                   const int32_t *labels, const int64_t *idx, int64_t n, int channels, int rows,
                                   int cols, const float *table, int pad, bool flip, uint64_t seed, int epoch);
 glia_status glia_backend_mem_info(struct glia_backend *b, size_t *free_bytes, size_t *total_bytes);
+/* ABI 2.1: the graph group's write; n a multiple of 8, at most GLIA_BACKEND_WRITE_MAX (else GLIA_EINVAL). */
+glia_status glia_backend_write(struct glia_backend *b, void *dst, const void *src, size_t n);
 
 /* Store o as b->options and hand it to the backend's configure; GLIA_EUNSUPPORTED (with the
  * reason in the context error) when the backend cannot follow it. */

@@ -40,7 +40,14 @@ struct glia_opt_step {
     double lr;
     int64_t step;             /* 1 on the first step */
     struct glia_backend *backend;
+    /* ABI 2.1: NULL, or device memory holding what the kernel's `scalars` wrote for this step: the kernel reads its
+     * per-step scalars there, not from lr and step (the core captures the step into a CUDA graph and writes them
+     * before each replay). Only given to a kernel with `scalars`. */
+    const void *dev_scalars;
 };
+
+/* The most bytes of per-step scalars an optimizer kernel's `scalars` may write (ABI 2.1). */
+#define GLIA_OPT_SCALARS_MAX 248
 
 /* An optimizer: what `[train] optimizer =` names. Registered once, by the plugin that owns it
  * (glia_register_optimizer_type): its keys and settings. Kernels do the update. */
@@ -68,6 +75,11 @@ struct glia_optimizer_kernel {
     enum glia_device_type device_type; /* where it runs; one kernel per (type, device type) */
     /* Update w from g in place. Required. */
     glia_status (*step)(struct glia_optimizer *o, const struct glia_opt_step *s);
+    /* ABI 2.1: the scalars that step s needs (learning rate, bias corrections, ...) as the bytes `step` reads from
+     * s->dev_scalars: written into out when they fit in cap bytes; returns their size (0: this step cannot read
+     * them from the device). Optional: with it, [runtime] cuda_graph captures the optimizer step with the forward
+     * and backward and writes these bytes to the device before each replay; NULL: the step runs outside the graph. */
+    size_t (*scalars)(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap);
 };
 
 /* Creates optimizer `name` (loading its plugin) from the [optimizer] section of `ini`
