@@ -82,6 +82,8 @@ glia_status glia_backend_memory_stats(struct glia_backend *b, struct glia_memory
     return b->ops->memory->stats(b->priv, out);
 }
 
+bool glia__backend_queues(struct glia_backend *b) { return glia_backend_queue(b) != NULL; }
+
 glia_status glia_backend_peak(struct glia_backend *b, struct glia_device_peak *out)
 {
     const struct glia_backend_device_ops *d = b->ops->device;

@@ -100,7 +100,7 @@ glia_status glia__comm_broadcast_host(struct glia_comm *c, void *p, size_t count
 void glia__backends_close(struct glia_context *ctx);
 /* Whether backend b queues its work (a CUDA stream) rather than running each call to its end (the CPU): then
  * batches upload during the step before theirs, and the loss is read a step late. */
-static inline bool glia__backend_queues(struct glia_backend *b) { return glia_backend_queue(b) != NULL; }
+bool glia__backend_queues(struct glia_backend *b);
 /* Loads the CUDA backend plugin (cuda.so) unless a CUDA backend is registered; on failure the
  * context error says why (not built, or the probe's refusal). */
 glia_status glia__load_cuda(struct glia_context *ctx);
