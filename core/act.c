@@ -107,11 +107,11 @@ glia_status glia__need_activations(struct glia_model *m, int64_t tb, int64_t eb)
     return alloc_activations(m, tb > m->act.act_batch ? tb : m->act.act_batch, eb > m->act.eval_batch ? eb : m->act.eval_batch);
 }
 
-/* *out = the part of the activation block from offset off, of shape s in format f. */
+/* *out = the part of the activation block from float off on, of shape s in format f, of values of type t. */
 static glia_status view(struct glia_model *m, int64_t off, const struct glia_shape *s, enum glia_memory_format f,
-                        struct glia_tensor **out)
+                        enum glia_dtype t, struct glia_tensor **out)
 {
-    return glia_tensor_view_as(m->act.act_block, off, s, f, out);
+    return glia__tensor_view_typed(m->act.act_block, (size_t)off * sizeof(float), t, s, f, out);
 }
 
 /* Point every activation view at batch n (n <= act_batch in training, eval_batch in evaluation) of length len
@@ -133,8 +133,8 @@ glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool t
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
         bool grad = train && glia__has_grad(m, i);
-        st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, &nd->out);
-        if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, &nd->dout);
+        st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, nd->out_dtype, &nd->out);
+        if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, nd->out_dtype, &nd->dout);
         for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);
@@ -144,11 +144,12 @@ glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool t
             struct glia_shape ps = p < 0 ? glia__data_shape(m, n, len) : shapes[p];
             bool conv = nd->edge[k] == GLIA__EDGE_CONVERT;
             bool pgrad = train && glia__has_grad(m, p);
-            if (conv) st = view(m, off[GLIA__PLAN_VALUE(i, k)], &ps, nd->in_fmt[k], &nd->cin[k]);
+            enum glia_dtype t = conv ? nd->in_dtype[k] : p < 0 ? glia__data_dtype(m) : m->graph.nodes[p].out_dtype;
+            if (conv) st = view(m, off[GLIA__PLAN_VALUE(i, k)], &ps, nd->in_fmt[k], t, &nd->cin[k]);
             else if (p < 0) st = glia_tensor_view_as(m->act.x_buf, 0, &ps, nd->in_fmt[k], &nd->cin[k]);
-            else st = view(m, off[GLIA__PLAN_VALUE(p, -1)], &ps, nd->in_fmt[k], &nd->cin[k]);
+            else st = view(m, off[GLIA__PLAN_VALUE(p, -1)], &ps, nd->in_fmt[k], t, &nd->cin[k]);
             if (!st && pgrad)
-                st = view(m, off[conv ? GLIA__PLAN_GRAD(i, k) : GLIA__PLAN_GRAD(p, -1)], &ps, nd->in_fmt[k], &nd->cdin[k]);
+                st = view(m, off[conv ? GLIA__PLAN_GRAD(i, k) : GLIA__PLAN_GRAD(p, -1)], &ps, nd->in_fmt[k], t, &nd->cdin[k]);
         }
     }
     free(shapes);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "parts.h"
+#include "act.h"
 
 /* Sets key = value in s on behalf of the core (a graph pass); origin names the pass. */
 static glia_status override_key(struct glia_section *s, const char *key, const char *value, const char *origin)
@@ -639,6 +640,22 @@ static glia_status choose_cuts(struct glia_model *m, int want, const bool *can, 
     return GLIA_OK;
 }
 
+/* What edge k of node nd must be, from the formats and types on either side: the producer's (the data batch's for
+ * -1) and what the layer gets. A type changes only between float types (a token batch of ids reaches a layer as it
+ * is). */
+static enum glia__edge edge_of(const struct glia_model *m, const struct glia__node *nd, int k)
+{
+    int p = nd->in[k];
+    struct glia_shape s = glia__in_shape_of(m, p, m->data.batch);
+    enum glia_memory_format have = p < 0 ? GLIA_CONTIGUOUS : m->graph.nodes[p].out_fmt;
+    enum glia_dtype has = p < 0 ? glia__data_dtype(m) : m->graph.nodes[p].out_dtype;
+    bool floats = has == GLIA_F32 || has == GLIA_F16 || has == GLIA_BF16;
+    if (floats && nd->in_dtype[k] != has) return GLIA__EDGE_CONVERT;
+    if (nd->in_fmt[k] == have) return GLIA__EDGE_DIRECT;
+    if (s.dim[1] == 1 || s.dim[2] * s.dim[3] == 1) return GLIA__EDGE_RETAG;
+    return GLIA__EDGE_CONVERT;
+}
+
 /* Memory formats: a layer that takes either format (GLIA_KERNEL_CHANNELS_LAST) works in the
  * model's; any other layer, and the data batch, in contiguous NCHW. Where producer and
  * consumer disagree on a 4-D tensor the edge converts, unless C or H*W is 1 (both formats
@@ -651,11 +668,56 @@ void glia__plan_formats(struct glia_model *m)
         nd->out_fmt = any && nd->out_shape.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
         for (int k = 0; k < nd->n_in; k++) {
             struct glia_shape s = glia__in_shape_of(m, nd->in[k], m->data.batch);
-            enum glia_memory_format have = nd->in[k] < 0 ? GLIA_CONTIGUOUS : m->graph.nodes[nd->in[k]].out_fmt;
             nd->in_fmt[k] = any && s.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
-            if (nd->in_fmt[k] == have) nd->edge[k] = GLIA__EDGE_DIRECT;
-            else if (s.dim[1] == 1 || s.dim[2] * s.dim[3] == 1) nd->edge[k] = GLIA__EDGE_RETAG;
-            else nd->edge[k] = GLIA__EDGE_CONVERT;
+            nd->edge[k] = edge_of(m, nd, k);
+        }
+    }
+}
+
+/* ---- half activations ([graph] half_activations) ----
+ * With [runtime] precision = bf16 or fp16, on a backend that converts types (the math group's convert, ABI 2.1),
+ * activations move between layers in that half type where both sides take it, as torch.autocast keeps them:
+ *  - a node outputs half when its kernel has GLIA_KERNEL_HALF, it is not the loss, no loss reads its output (the
+ *    logits: the host reads them for the accuracy, and the loss computes its softmax from f32), and it reads no token
+ *    batch (ids are not activations); its output gradient has the same type;
+ *  - such a node gets every input in half too (the data batch converted); any other node gets f32;
+ *  - where a layer gets another type than its producer wrote, the edge converts (glia_tensor_convert: into cin[k]
+ *    in forward, and the gradient back from cdin[k] in backward, added when accumulating), format and type in one
+ *    pass. Parameters, their gradients, buffers and the optimizer's state stay f32 (master weights). */
+
+enum glia_dtype glia__half_of(const struct glia_model *m, const struct glia_section *graph)
+{
+    if (strcmp(glia_section_str(graph, "half_activations"), "auto") || !glia_backend_can_convert(m->backend))
+        return GLIA_F32;
+    switch (m->backend->options.precision) {
+    case GLIA_PRECISION_BF16: return GLIA_BF16;
+    case GLIA_PRECISION_FP16: return GLIA_F16;
+    default: return GLIA_F32;
+    }
+}
+
+/* Whether node i's output may be of the half type (the rule above). */
+static bool may_be_half(const struct glia_model *m, int i)
+{
+    const struct glia__node *nd = &m->graph.nodes[i];
+    if (!(nd->layer.kernel->flags & GLIA_KERNEL_HALF) || (nd->layer.type->flags & GLIA_TYPE_LOSS)) return false;
+    for (int k = 0; k < nd->n_in; k++)
+        if (nd->in[k] < 0 && glia__data_dtype(m) != GLIA_F32) return false;
+    for (int j = i + 1; j < m->graph.n_nodes; j++)
+        for (int k = 0; k < m->graph.nodes[j].n_in; k++)
+            if (m->graph.nodes[j].in[k] == i && (m->graph.nodes[j].layer.type->flags & GLIA_TYPE_LOSS)) return false;
+    return true;
+}
+
+void glia__plan_dtypes(struct glia_model *m, enum glia_dtype half)
+{
+    m->graph.half = half;
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        struct glia__node *nd = &m->graph.nodes[i];
+        nd->out_dtype = half != GLIA_F32 && may_be_half(m, i) ? half : GLIA_F32;
+        for (int k = 0; k < nd->n_in; k++) {
+            nd->in_dtype[k] = nd->out_dtype;
+            nd->edge[k] = edge_of(m, nd, k);
         }
     }
 }

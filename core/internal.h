@@ -98,6 +98,10 @@ glia_status glia__comm_all_reduce_host(struct glia_comm *c, void *p, size_t coun
 /* The same for a broadcast from rank root. */
 glia_status glia__comm_broadcast_host(struct glia_comm *c, void *p, size_t count, enum glia_dtype dt, int root);
 void glia__backends_close(struct glia_context *ctx);
+/* A view of t's storage of another dtype (activations of f16/bf16 in the f32 activation block): from byte_offset after
+ * t->data (a multiple of dtype's size), shaped and laid out as glia_tensor_view_as's. *out is (owned). */
+glia_status glia__tensor_view_typed(struct glia_tensor *t, size_t byte_offset, enum glia_dtype dtype,
+                                    const struct glia_shape *shape, enum glia_memory_format f, struct glia_tensor **out);
 /* Whether backend b queues its work (a CUDA stream) rather than running each call to its end (the CPU): then
  * batches upload during the step before theirs, and the loss is read a step late. */
 bool glia__backend_queues(struct glia_backend *b);

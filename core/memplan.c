@@ -80,13 +80,20 @@ glia_status glia__infer_all(struct glia_model *m, int64_t n, int64_t len, struct
     return GLIA_OK;
 }
 
+/* Floats that n values of dtype t take (half types: two to a float). */
+static int64_t floats_of(int64_t n, enum glia_dtype t)
+{
+    int64_t bytes = n * (int64_t)glia_dtype_size(t);
+    return (bytes + (int64_t)sizeof(float) - 1) / (int64_t)sizeof(float);
+}
+
 static void grow(int *last, int t)
 {
     if (*last < t) *last = t;
 }
 
-/* Sizes (floats) and lifetimes (moments, inclusive) of the buffers of one plan at batch n (shapes), in slots
- * GLIA__PLAN_VALUE(i, k) (node i's output, k = -1, or its converted input k) and GLIA__PLAN_GRAD(i, k) (their
+/* Sizes (floats, whatever their dtype: two f16 or bf16 values to a float) and lifetimes (moments, inclusive) of the
+ * buffers of one plan at batch n (shapes), in slots GLIA__PLAN_VALUE(i, k) (node i's output, k = -1, or its converted input k) and GLIA__PLAN_GRAD(i, k) (their
  * gradients). Evaluation: node i's forward is moment i; an output lives from its forward to its last reader's, the
  * loss and the logits to moment N (they are read after the forward). Training: forward i at moment i, then the
  * backward walk from moment N: backward j at B[j], and where a checkpointed segment ends at j, first the forward of
@@ -112,7 +119,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         bool again = train && nd->recompute;  /* its forward runs again at R[i] */
         int T = train ? B[i] : 0;
         int o = GLIA__PLAN_VALUE(i, -1), g = GLIA__PLAN_GRAD(i, -1);
-        size[o] = glia_shape_numel(&shapes[i]);
+        size[o] = floats_of(glia_shape_numel(&shapes[i]), nd->out_dtype);
         first[o] = last[o] = i;
         if (again) first2[o] = last2[o] = R[i];
         int *walk = again ? &last2[o] : &last[o];  /* the life that the backward walk's readers extend */
@@ -136,7 +143,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             }
             if (!conv) continue;
             int c = GLIA__PLAN_VALUE(i, k), cg = GLIA__PLAN_GRAD(i, k);
-            size[c] = glia_shape_numel(p < 0 ? &xs : &shapes[p]);
+            size[c] = floats_of(glia_shape_numel(p < 0 ? &xs : &shapes[p]), nd->in_dtype[k]);
             first[c] = last[c] = i;
             if (again) first2[c] = last2[c] = R[i];
             if (train && glia__bwd_reads_in(m, i)) grow(again ? &last2[c] : &last[c], T);

@@ -84,6 +84,10 @@ struct glia__node {
                       GLIA__EDGE_CONVERT      /* converted into cin[k]; its gradient back from cdin[k] */
     } edge[GLIA__MAX_INPUTS];
     enum glia_memory_format in_fmt[GLIA__MAX_INPUTS];   /* what the layer gets */
+    /* element types ([graph] half_activations): of out and dout, and what the layer gets as input k (and writes as
+     * its gradient); where in_dtype[k] is not the producer's, edge[k] converts */
+    enum glia_dtype out_dtype;
+    enum glia_dtype in_dtype[GLIA__MAX_INPUTS];
     struct glia_tensor *cin[GLIA__MAX_INPUTS], *cdin[GLIA__MAX_INPUTS];  /* views (RETAG, CONVERT) into act_block
                                                                              (cin of the data batch: into x_buf) */
     bool bias_dropped;               /* by the drop_bias_before_norm pass ... */
@@ -158,6 +162,8 @@ struct glia__model_graph {
     struct glia__decl *decl;         /* (owned) the layers as declared, cap_nodes of room */
     int n_decl;
     enum glia_memory_format format;  /* of 4-D activations between layers that take either */
+    enum glia_dtype half;            /* of activations between layers that take it ([graph] half_activations: bf16,
+                                        f16); GLIA_F32: all f32 */
     int ckpt_asked, ckpt_segments;   /* [graph] checkpoint_segments, and as cut (1: no checkpointing) */
     int64_t ckpt_plan[2];            /* the training plan at the configured batch without and with the cuts (floats) */
 };
@@ -338,6 +344,11 @@ int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_sect
 glia_status glia__pass_fuse_activation(struct glia_model *m);
 glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on);
 void glia__plan_formats(struct glia_model *m);
+/* The half type that [graph] half_activations gives m (its precision's, where the backend converts), or GLIA_F32. */
+enum glia_dtype glia__half_of(const struct glia_model *m, const struct glia_section *graph);
+/* After glia__plan_formats: each node's output dtype and its edges' conversions for activations of type half (GLIA_F32:
+ * all f32), as core/graph.c writes down. Plans nothing else: the activation block is planned when it is next needed. */
+void glia__plan_dtypes(struct glia_model *m, enum glia_dtype half);
 glia_status glia__pass_checkpoint(struct glia_model *m, const struct glia_section *graph);
 
 /* ---- parameters and buffers (core/params.c) ---- */

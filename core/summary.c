@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "parts.h"
+#include "act.h"
 
 static void human(double v, char *buf, size_t n)
 {
@@ -63,8 +64,11 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         } else {
             snprintf(fl, sizeof fl, "-");
         }
+        glia_shape_str(&o, shp, sizeof shp);
+        if (nd->out_dtype != GLIA_F32)  /* [graph] half_activations */
+            snprintf(shp + strlen(shp), sizeof shp - strlen(shp), " %s", glia_dtype_name(nd->out_dtype));
         fprintf(f, "%-16s %-22s %-6s %-16s %10lld %10s\n", nd->layer.name, nd->layer.type->name,
-                nd->layer.kernel->impl, glia_shape_str(&o, shp, sizeof shp), np, fl);
+                nd->layer.kernel->impl, shp, np, fl);
     }
     for (int i = 0; i < m->graph.n_nodes; i++)
         if (m->graph.nodes[i].bias_dropped)
@@ -110,10 +114,16 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
         for (int k = 0; k < m->graph.nodes[i].n_in; k++)
             if (m->graph.nodes[i].edge[k] == GLIA__EDGE_CONVERT) {
                 const struct glia__node *nd = &m->graph.nodes[i];
-                fprintf(f, "memory format: %s converts its input from %s (%s -> %s)\n", nd->layer.name,
-                        nd->in[k] < 0 ? "input" : m->graph.nodes[nd->in[k]].layer.name,
-                        glia_memory_format_name(nd->in_fmt[k] == GLIA_CONTIGUOUS ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS),
-                        glia_memory_format_name(nd->in_fmt[k]));
+                int p = nd->in[k];
+                enum glia_memory_format fmt = p < 0 ? GLIA_CONTIGUOUS : m->graph.nodes[p].out_fmt;
+                enum glia_dtype t = p < 0 ? glia__data_dtype(m) : m->graph.nodes[p].out_dtype;
+                const char *from = p < 0 ? "input" : m->graph.nodes[p].layer.name;
+                if (fmt != nd->in_fmt[k])
+                    fprintf(f, "memory format: %s converts its input from %s (%s -> %s)\n", nd->layer.name, from,
+                            glia_memory_format_name(fmt), glia_memory_format_name(nd->in_fmt[k]));
+                if (t != nd->in_dtype[k])
+                    fprintf(f, "half activations: %s converts its input from %s (%s -> %s)\n", nd->layer.name, from,
+                            glia_dtype_name(t), glia_dtype_name(nd->in_dtype[k]));
             }
     if (m->params.decay_mask) {  /* which parameters the optimizer's weight_decay skips */
         fprintf(f, "no weight decay:");

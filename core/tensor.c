@@ -142,17 +142,16 @@ glia_status glia_tensor_view(struct glia_tensor *t, int64_t offset, const struct
     return glia_tensor_view_as(t, offset, shape, GLIA_CONTIGUOUS, out);
 }
 
-glia_status glia_tensor_view_as(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
-                                enum glia_memory_format f, struct glia_tensor **out)
+/* *out = a view of t's storage of dtype dt from byte start (of the storage) on, shaped and laid out as asked. */
+static glia_status make_view(struct glia_tensor *t, size_t start, enum glia_dtype dt, const struct glia_shape *shape,
+                             enum glia_memory_format f, struct glia_tensor **out)
 {
-    if (!shape_ok(shape) || offset < 0) return GLIA_EINVAL;
+    if (!shape_ok(shape)) return GLIA_EINVAL;
     if (f != GLIA_CONTIGUOUS && (f != GLIA_CHANNELS_LAST || shape->ndim != 4)) return GLIA_EINVAL;
-    size_t es = glia_dtype_size(t->dtype);
-    size_t start = (size_t)((char *)t->data - (char *)t->storage->ptr) + (size_t)offset * es;
-    if (start + (size_t)glia_shape_numel(shape) * es > t->storage->nbytes) return GLIA_EINVAL;
+    if (start + (size_t)glia_shape_numel(shape) * glia_dtype_size(dt) > t->storage->nbytes) return GLIA_EINVAL;
     struct glia_tensor *v = calloc(1, sizeof *v);
     if (!v) return GLIA_ENOMEM;
-    v->dtype = t->dtype;
+    v->dtype = dt;
     v->device = t->device;
     v->data = (char *)t->storage->ptr + start;
     v->storage = t->storage;
@@ -162,6 +161,16 @@ glia_status glia_tensor_view_as(struct glia_tensor *t, int64_t offset, const str
     else set_contiguous(v, shape);
     *out = v;
     return GLIA_OK;
+}
+
+/* Where t's data starts in its storage, in bytes. */
+static size_t data_at(const struct glia_tensor *t) { return (size_t)((char *)t->data - (char *)t->storage->ptr); }
+
+glia_status glia_tensor_view_as(struct glia_tensor *t, int64_t offset, const struct glia_shape *shape,
+                                enum glia_memory_format f, struct glia_tensor **out)
+{
+    if (offset < 0) return GLIA_EINVAL;
+    return make_view(t, data_at(t) + (size_t)offset * glia_dtype_size(t->dtype), t->dtype, shape, f, out);
 }
 
 glia_status glia_tensor_reshape(struct glia_tensor *t, const struct glia_shape *shape,
@@ -270,9 +279,11 @@ int32_t *glia_tensor_i32(const struct glia_tensor *t)
     return t && t->dtype == GLIA_I32 && t->device.type == GLIA_DEVICE_CPU ? t->data : NULL;
 }
 
+static bool float_dtype(enum glia_dtype t) { return t == GLIA_F32 || t == GLIA_F16 || t == GLIA_BF16; }
+
 glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate)
 {
-    if (dst->dtype != GLIA_F32 || src->dtype != GLIA_F32 || !glia_shape_equal(&dst->shape, &src->shape) ||
+    if (!float_dtype(dst->dtype) || !float_dtype(src->dtype) || !glia_shape_equal(&dst->shape, &src->shape) ||
         dst->device.type != src->device.type || dst->device.index != src->device.index)
         return GLIA_EINVAL;
     enum glia_memory_format fd = glia_tensor_memory_format(dst), fs = glia_tensor_memory_format(src);
@@ -288,9 +299,21 @@ glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tenso
         cols = fs == GLIA_CONTIGUOUS ? HW : C;
     }
     struct glia_backend *b = glia_tensor_backend(dst);
-    bool host = dst->device.type == GLIA_DEVICE_CPU;
-    if (fd == fs || rows == 1 || cols == 1)  /* the same memory order: a copy, or dst += src */
-        return accumulate ? glia_backend_axpy_f32(b, dst->data, src->data, (size_t)glia_tensor_numel(src), 1.0f)
-                          : glia_backend_copy(b, dst->data, host, src->data, host, glia_tensor_nbytes(src));
+    bool host = dst->device.type == GLIA_DEVICE_CPU, same = fd == fs || rows == 1 || cols == 1;
+    if (same && !accumulate && dst->dtype == src->dtype)  /* the same bytes */
+        return glia_backend_copy(b, dst->data, host, src->data, host, glia_tensor_nbytes(src));
+    if (dst->dtype != GLIA_F32 || src->dtype != GLIA_F32)
+        return glia_backend_convert(b, dst->data, dst->dtype, src->data, src->dtype, same ? 1 : B, same ? 1 : rows,
+                                    same ? glia_shape_numel(s) : cols, accumulate ? 1.0f : 0.0f);
+    if (same)  /* dst += src */
+        return glia_backend_axpy_f32(b, dst->data, src->data, (size_t)glia_tensor_numel(src), 1.0f);
     return glia_backend_transpose_f32(b, dst->data, src->data, B, rows, cols, accumulate ? 1.0f : 0.0f);
+}
+
+glia_status glia__tensor_view_typed(struct glia_tensor *t, size_t byte_offset, enum glia_dtype dtype,
+                                    const struct glia_shape *shape, enum glia_memory_format f, struct glia_tensor **out)
+{
+    size_t es = glia_dtype_size(dtype);
+    if (!es || (data_at(t) + byte_offset) % es) return GLIA_EINVAL;
+    return make_view(t, data_at(t) + byte_offset, dtype, shape, f, out);
 }

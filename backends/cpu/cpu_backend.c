@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
+#include "half.h"
 #include "internal.h"
 #include "loader.h"
 
@@ -173,6 +174,22 @@ static glia_status cpu_clip_f32(void *priv, float *x, size_t n, double max_norm)
     return r < 1.0 ? cpu_scale_f32(priv, x, n, (float)r) : GLIA_OK;
 }
 
+/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1) between f32, f16 and bf16: each value through
+ * f32, the sum formed there and rounded once to nearest even. */
+static glia_status cpu_convert(void *priv, void *dst, enum glia_dtype dt, const void *src, enum glia_dtype st,
+                               int64_t B, int64_t rows, int64_t cols, float beta)
+{
+    int64_t n = B * rows * cols;
+    bool flat = rows == 1 || cols == 1;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {  /* i: dst's element (b, c, r) */
+        int64_t r = i % rows, c = i / rows % cols, b = i / (rows * cols);
+        float v = glia__load_f32(src, st, flat ? i : (b * rows + r) * cols + c);
+        glia__store_f32(dst, dt, i, beta != 0.0f ? glia__load_f32(dst, dt, i) + v : v);
+    }
+    return GLIA_OK;
+}
+
 static const struct glia_backend_math_ops cpu_math = {
     .struct_size = sizeof(struct glia_backend_math_ops),
     .gemm_f32 = cpu_gemm_f32,
@@ -181,6 +198,7 @@ static const struct glia_backend_math_ops cpu_math = {
     .scale_f32 = cpu_scale_f32,
     .sumsq_f32 = cpu_sumsq_f32,
     .clip_f32 = cpu_clip_f32,
+    .convert = cpu_convert,
 };
 
 /* ---- data: batches from a resident training set, made by the loader's own per-sample code ---- */

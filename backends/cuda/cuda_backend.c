@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
+#include "conv_kernels.h"
 #include "kernels.h"
 
 /* ---- memory ---- */
@@ -121,6 +122,27 @@ static glia_status cuda_transpose(void *priv, float *dst, const float *src, int6
     glia__cuda_use(c);
     glia_status st = GLIA_OK;
     CUDA_TRY(c->ctx, glia__cuda_transpose(dst, src, B, rows, cols, beta, c->stream));
+fail:
+    return st;
+}
+
+static enum glia__conv_type conv_type(enum glia_dtype t)
+{
+    return t == GLIA_BF16 ? GLIA__CONV_BF16 : t == GLIA_F16 ? GLIA__CONV_F16 : GLIA__CONV_F32;
+}
+
+/* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst) between f32, f16 and bf16 (glia_backend_convert checked the
+ * types): f32 to f32 by the tiled transpose, the rest by the conversion kernels conv2d uses */
+static glia_status cuda_convert(void *priv, void *dst, enum glia_dtype dt, const void *src, enum glia_dtype sdt,
+                                int64_t B, int64_t rows, int64_t cols, float beta)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    if (dt == GLIA_F32 && sdt == GLIA_F32)
+        CUDA_TRY(c->ctx, glia__cuda_transpose(dst, src, B, rows, cols, beta, c->stream));
+    else
+        CUDA_TRY(c->ctx, glia__conv_convert(dst, conv_type(dt), src, conv_type(sdt), B, rows, cols, beta, c->stream));
 fail:
     return st;
 }
@@ -500,6 +522,7 @@ static const struct glia_backend_math_ops cuda_math = {
     .scale_f32 = cuda_scale,
     .sumsq_f32 = cuda_sumsq,
     .clip_f32 = cuda_clip,
+    .convert = cuda_convert,
 };
 
 static const struct glia_backend_graph_ops cuda_graph = {

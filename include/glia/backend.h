@@ -19,8 +19,10 @@ struct glia_backend;
 enum glia_precision {
     GLIA_PRECISION_FP32 = 0,  /* IEEE fp32 everywhere (no TF32) */
     GLIA_PRECISION_TF32,      /* fp32 tensors; GEMM and convolution may round inputs to TF32 */
-    GLIA_PRECISION_BF16,      /* GEMM and convolution compute in bf16 (fp32 accumulation);
-                                 weights, activations between layers and the rest stay fp32 */
+    GLIA_PRECISION_BF16,      /* GEMM and convolution compute in bf16 (fp32 accumulation); activations and their
+                                 gradients between layers whose kernels have GLIA_KERNEL_HALF are bf16 ([graph]
+                                 half_activations); weights, their gradients, optimizer state, normalization
+                                 statistics, softmax and the loss stay fp32 */
     GLIA_PRECISION_FP16       /* the same in fp16; the core scales the loss dynamically */
 };
 
@@ -134,6 +136,14 @@ struct glia_backend_math_ops {
     /* x[i] *= (float)r over n elements when r = max_norm / (sqrt(sum of x[i]^2 in double) + 1e-6) is below 1
      * (torch.nn.utils.clip_grad_norm_), without the host waiting for the norm where the device can decide. */
     glia_status (*clip_f32)(void *priv, float *x, size_t n, double max_norm);
+    /* ABI 2.1: batched transpose with a change of element type: dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when
+     * beta is 1; beta 0 never reads dst), each side GLIA_F32, GLIA_F16 or GLIA_BF16 (else GLIA_EINVAL); rows or cols
+     * 1 is an elementwise conversion of B*rows*cols values. The sum is formed in f32 and rounded once; every rounding
+     * to f16 or bf16 is to nearest even. dst and src do not overlap. Optional: NULL (or a smaller struct_size) means
+     * the backend keeps activations in f32 only: [graph] half_activations stays off, and glia_tensor_convert refuses
+     * tensors of other dtypes (GLIA_EUNSUPPORTED). */
+    glia_status (*convert)(void *priv, void *dst, enum glia_dtype dst_dtype, const void *src, enum glia_dtype src_dtype,
+                           int64_t B, int64_t rows, int64_t cols, float beta);
 };
 
 /* CUDA graphs ([runtime] cuda_graph): capturing queued work once and replaying it. */
@@ -240,6 +250,11 @@ glia_status glia_backend_axpy_f32(struct glia_backend *b, float *y, const float 
 glia_status glia_backend_scale_f32(struct glia_backend *b, float *x, size_t n, float a);
 glia_status glia_backend_sumsq_f32(struct glia_backend *b, const float *x, size_t n, double *out);
 glia_status glia_backend_clip_f32(struct glia_backend *b, float *x, size_t n, double max_norm);
+/* ABI 2.1: whether the backend has the math group's convert; glia_backend_convert needs it (GLIA_EUNSUPPORTED, with a
+ * message, otherwise). */
+bool glia_backend_can_convert(const struct glia_backend *b);
+glia_status glia_backend_convert(struct glia_backend *b, void *dst, enum glia_dtype dst_dtype, const void *src,
+                                 enum glia_dtype src_dtype, int64_t B, int64_t rows, int64_t cols, float beta);
 /* Whether the backend can capture CUDA graphs (it has the graph group); the five functions after it need it
  * (GLIA_EUNSUPPORTED otherwise; glia_backend_graph_free does nothing). */
 bool glia_backend_can_capture(const struct glia_backend *b);

@@ -183,7 +183,15 @@ enum glia_kernel_flags {
      * reading results on the host), keep no host state that a later call needs and a replay
      * would not update, and a random kernel follows step_at. The core captures a model only when
      * every layer's kernel has it. */
-    GLIA_KERNEL_CAPTURABLE = 1u << 3
+    GLIA_KERNEL_CAPTURABLE = 1u << 3,
+    /* ABI 2.1: takes its activations in the run's half type. With [runtime] precision = bf16 or fp16 the core may hand
+     * it inputs, output and their gradients in that type (GLIA_BF16 or GLIA_F16: each tensor's dtype says which) instead
+     * of f32; within one call they all have the same dtype, that of a->out (of a->dout for backward). Parameters, their
+     * gradients and buffers stay f32. It still takes all-f32 calls (the gradient checker, a layer next to the loss).
+     * Loads convert to f32, arithmetic and reductions are done in f32 (statistics too), stores round to nearest even;
+     * a gradient accumulated (din_accumulate) is read, added in f32 and rounded once. A kernel without this flag only
+     * ever sees f32 activations: the core converts at its edges ([graph] half_activations). */
+    GLIA_KERNEL_HALF = 1u << 4
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it

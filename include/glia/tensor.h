@@ -101,9 +101,10 @@ glia_status glia_tensor_copy(struct glia_tensor *dst, const struct glia_tensor *
 glia_status glia_tensor_from_host(struct glia_tensor *t, const void *src, size_t nbytes);
 glia_status glia_tensor_to_host(const struct glia_tensor *t, void *dst, size_t nbytes);
 glia_status glia_tensor_fill_zero(struct glia_tensor *t);
-/* dst = src (accumulate: dst += src) for f32 tensors of the same shape on the same device
- * whose formats may differ: converts between NCHW and NHWC (the backend's transpose_f32, or
- * host loops when it has none). */
+/* dst = src (accumulate: dst += src) for tensors of the same shape on the same device whose
+ * formats may differ: converts between NCHW and NHWC (the backend's transpose_f32). Since ABI 2.1
+ * the dtypes may differ too, each f32, f16 or bf16 (the backend's convert slot, which rounds to
+ * nearest even once, after an accumulation's sum; GLIA_EUNSUPPORTED from a backend without it). */
 glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate);
 
 /* Typed access to host-resident f32/i32 tensor data (NULL if dtype or device differ). */
