@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "half.h"
 #include "layerutil.h"
 #include "build-config.h"
 
@@ -23,6 +24,10 @@ struct cuda_case {
     bool accumulate;                  /* backward adds onto gradients of 1 (else writes over NaN) */
     const char *impl;                 /* CUDA impl; NULL: the type's first CUDA impl */
     uint64_t seed;                    /* of inputs, weights, output gradient, labels */
+    enum glia_dtype act;              /* of the CUDA run's activations (inputs, output and their gradients; the
+                                         kernel needs GLIA_KERNEL_HALF for f16, bf16): the values of the inputs and
+                                         the output gradient are rounded to it for both runs, the CPU's computing
+                                         on them in f32. 0: GLIA_F32 */
 };
 
 /* Largest |cpu - gpu| / max(1, |cpu|) of each group of tensors. */
@@ -105,6 +110,36 @@ static inline struct glia_tensor *cuda_put(struct glia_backend *b, struct glia_s
     return t;
 }
 
+/* v(n) rounded to dtype t (f32: as it is). */
+static inline void cuda_round(float *v, int64_t n, enum glia_dtype t)
+{
+    for (int64_t i = 0; i < n && t != GLIA_F32; i++) {
+        uint16_t h = t == GLIA_BF16 ? glia__f32_to_bf16(v[i]) : glia__f32_to_f16(v[i]);
+        v[i] = t == GLIA_BF16 ? glia__bf16_to_f32(h) : glia__f16_to_f32(h);
+    }
+}
+
+/* t as a tensor of dtype dt on its device, in its format (t itself, retained, when it is of dt already). */
+static inline struct glia_tensor *cuda_as_dtype(struct glia_tensor *t, enum glia_dtype dt)
+{
+    if (t->dtype == dt) return glia_tensor_retain(t);
+    struct glia_tensor *flat, *v;
+    struct glia_shape fs = glia_shape_make(1, (int64_t[]){glia_tensor_numel(t)});
+    CU_ASSERT_FATAL(glia_tensor_new(glia_tensor_backend(t), dt, &fs, &flat) == GLIA_OK);
+    CU_ASSERT_FATAL(glia__tensor_view_typed(flat, 0, dt, &t->shape, glia_tensor_memory_format(t), &v) == GLIA_OK);
+    glia_tensor_release(flat);
+    CU_ASSERT_FATAL(glia_tensor_convert(v, t, false) == GLIA_OK);
+    return v;
+}
+
+/* t (released) replaced by the same values in dtype dt. */
+static inline struct glia_tensor *cuda_swap_dtype(struct glia_tensor *t, enum glia_dtype dt)
+{
+    struct glia_tensor *v = cuda_as_dtype(t, dt);
+    glia_tensor_release(t);
+    return v;
+}
+
 /* A host tensor (in t's format) holding t's values. */
 static inline struct glia_tensor *cuda_get(const struct glia_tensor *t)
 {
@@ -121,7 +156,8 @@ static inline void cuda_randn(struct glia_rng *r, float *v, int64_t n, float sca
 
 static inline double cuda_diff_of(const struct glia_tensor *cpu, const struct glia_tensor *gpu)
 {
-    struct glia_tensor *h = cuda_get(gpu);
+    struct glia_tensor *g32 = cuda_as_dtype((struct glia_tensor *)gpu, GLIA_F32), *h = cuda_get(g32);
+    glia_tensor_release(g32);
     double d = max_diff(cpu, h);
     glia_tensor_release(h);
     return d;
@@ -134,6 +170,7 @@ static inline double cuda_diff_of(const struct glia_tensor *cpu, const struct gl
 static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint32_t int_inputs, int32_t int_high)
 {
     struct cuda_diff d = {0, 0, 0, 0};
+    enum glia_dtype at = k->act;
     struct glia_runtime_options o = cuda_gpu->options;
     o.precision = k->precision;
     CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
@@ -143,6 +180,7 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     CU_ASSERT_FATAL(C.l.n_params == G.l.n_params && C.l.n_buffers == G.l.n_buffers);
     bool loss = C.type->flags & GLIA_TYPE_LOSS;
     enum glia_memory_format gf = (G.kernel->flags & GLIA_KERNEL_CHANNELS_LAST) ? k->format : GLIA_CONTIGUOUS;
+    CU_ASSERT_FATAL(at == GLIA_F32 || (G.kernel->flags & GLIA_KERNEL_HALF));
     struct glia_shape os;
     CU_ASSERT_FATAL(C.type->infer_shape(&C.l, k->in, k->n_in, &os) == GLIA_OK);
     struct glia_rng rng;
@@ -177,11 +215,12 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
         }
         float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
         cuda_randn(&rng, v, n, 1.0f);
+        cuda_round(v, n, at);
         xc[i] = cuda_put(cuda_cpu, k->in[i], GLIA_CONTIGUOUS, v);
-        xg[i] = cuda_put(cuda_gpu, k->in[i], gf, v);
+        xg[i] = cuda_swap_dtype(cuda_put(cuda_gpu, k->in[i], gf, v), at);
         for (int64_t j = 0; j < n; j++) v[j] = k->accumulate ? 1.0f : NAN;
         dxc[i] = cuda_put(cuda_cpu, k->in[i], GLIA_CONTIGUOUS, v);
-        dxg[i] = cuda_put(cuda_gpu, k->in[i], gf, v);
+        dxg[i] = cuda_swap_dtype(cuda_put(cuda_gpu, k->in[i], gf, v), at);
         free(v);
     }
     struct glia_tensor *yc[2] = {NULL, NULL}, *yg[2] = {NULL, NULL};  /* labels */
@@ -200,8 +239,11 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     float *ov = malloc(sizeof(float) * (size_t)(on ? on : 1));
     cuda_randn(&rng, ov, on, 1.0f);
     if (loss) ov[0] = 0.5f;
+    cuda_round(ov, on, at);
     struct glia_tensor *outc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *outg = tensor_as(cuda_gpu, os, gf);
     struct glia_tensor *doutc = cuda_put(cuda_cpu, os, GLIA_CONTIGUOUS, ov), *doutg = cuda_put(cuda_gpu, os, gf, ov);
+    outg = cuda_swap_dtype(outg, at);  /* its garbage converted: the kernel writes it whole */
+    doutg = cuda_swap_dtype(doutg, at);
     free(ov);
     /* forward */
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
@@ -213,6 +255,12 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     d.out = cuda_diff_of(outc, outg);
+    if (at != GLIA_F32) {  /* a backward that reads the output gets the rounded one on both sides */
+        struct glia_tensor *g32 = cuda_as_dtype(outg, GLIA_F32), *h = cuda_get(g32);
+        CU_ASSERT_FATAL(glia_tensor_convert(outc, h, false) == GLIA_OK);
+        glia_tensor_release(g32);
+        glia_tensor_release(h);
+    }
     /* backward */
     if (!k->eval && C.kernel->backward) {
         CU_ASSERT_PTR_NOT_NULL_FATAL(G.kernel->backward);

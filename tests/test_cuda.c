@@ -332,6 +332,69 @@ static void test_precisions_train_and_memory_is_flat(void)
     }
 }
 
+static const struct glia__node *node_named(const struct run *r, const char *name)
+{
+    for (int i = 0; i < r->m->graph.n_nodes; i++)
+        if (!strcmp(r->m->graph.nodes[i].layer.name, name)) return &r->m->graph.nodes[i];
+    CU_FAIL_FATAL("no such node");
+    return NULL;
+}
+
+/* precision = bf16 or fp16 keeps the activations between layers whose CUDA kernels take that type in it ([graph]
+ * half_activations = auto): conv2d, the fused pointwise layers, pooling, concat, dropout and flatten here; batchnorm
+ * and linear get f32 through converting edges, and the logits stay f32. It trains about as half_activations = off
+ * does, with a smaller activation plan. */
+static void test_half_activations(void)
+{
+    make_data();
+    static const char *const prec[] = {"bf16", "fp16"};
+    for (int p = 0; p < 2; p++) {
+        enum glia_dtype half = p ? GLIA_F16 : GLIA_BF16;
+        char on[128], off[160];
+        snprintf(on, sizeof on, "precision = %s", prec[p]);
+        snprintf(off, sizeof off, "precision = %s\n[graph]\nhalf_activations = off", prec[p]);
+        struct run a, b;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        train_run(&a, cnn_text("cuda", off, "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9"), ra);
+        train_run(&b, cnn_text("cuda", on, "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9"), rb);
+        static const char *const halves[] = {"c1", "c2", "g", "p", "a", "cat", "d", "f"}, *const f32s[] = {"b1", "fc"};
+        for (int i = 0; i < 8; i++) {
+            CU_ASSERT_EQUAL(node_named(&b, halves[i])->out_dtype, half);
+            CU_ASSERT_EQUAL(node_named(&b, halves[i])->out->dtype, half);
+            CU_ASSERT_EQUAL(node_named(&a, halves[i])->out_dtype, GLIA_F32);
+        }
+        for (int i = 0; i < 2; i++) CU_ASSERT_EQUAL(node_named(&b, f32s[i])->out_dtype, GLIA_F32);
+        struct glia__act_plan pa, pb;
+        CU_ASSERT_FATAL(glia__act_plan(a.m, 32, 100, &pa) == GLIA_OK);
+        CU_ASSERT_FATAL(glia__act_plan(b.m, 32, 100, &pb) == GLIA_OK);
+        printf("\n  %s: activation plan %.1f kB with half activations, %.1f kB without; first epoch's loss %.5f / %.5f, "
+               "accuracy %.3f / %.3f\n", prec[p], 4e-3 * (double)pb.train, 4e-3 * (double)pa.train, rb[0].train_loss,
+               ra[0].train_loss, rb[1].test_accuracy, ra[1].test_accuracy);
+        CU_ASSERT(pb.train < pa.train);
+        CU_ASSERT(pb.eval < pa.eval);
+        glia__act_plan_free(&pa);
+        glia__act_plan_free(&pb);
+        CU_ASSERT(fabs(rb[0].train_loss - ra[0].train_loss) <= 0.02 * ra[0].train_loss);  /* the first epoch learns */
+        CU_ASSERT(rb[0].train_loss != ra[0].train_loss);  /* rounded differently */
+        CU_ASSERT(fabs(rb[1].test_accuracy - ra[1].test_accuracy) <= 0.05);
+        CU_ASSERT(rb[1].train_loss < rb[0].train_loss);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        glia_model_summary(b.m, f);
+        fclose(f);
+        char want[96];
+        snprintf(want, sizeof want, "half activations: b1 converts its input from c1 (%s -> f32)",
+                 glia_dtype_name(half));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+        snprintf(want, sizeof want, "half activations: fc converts its input from f (%s -> f32)",
+                 glia_dtype_name(half));
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+        free(text);
+        close_run(&a), close_run(&b);
+    }
+}
+
 /* On a GPU the metrics file reports the device's peak memory in tensors: growing over the epochs, never above what
  * the allocator says afterwards, and at least the activation memory the model planned (all of it is allocated at
  * once). */
@@ -1024,7 +1087,7 @@ int main(void)
                                              GLIA_TEST(test_reduce_scale_upload), GLIA_TEST(test_clip_on_device),
                                              GLIA_TEST(test_training_matches_cpu),
                                              GLIA_TEST(test_progress_lines_match_cpu),
-                                             GLIA_TEST(test_precisions_train_and_memory_is_flat),
+                                             GLIA_TEST(test_precisions_train_and_memory_is_flat), GLIA_TEST(test_half_activations),
                                              GLIA_TEST(test_metrics_report_device_peak),
                                              GLIA_TEST(test_profile_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),

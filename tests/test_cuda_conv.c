@@ -602,7 +602,29 @@ static void test_tuning_workspace_bounded(void)
     glia_context_free(ctx);
 }
 
+/* Half activations (precision bf16 or fp16, x, y, dy and dx of that type: GLIA_KERNEL_HALF): cuDNN reads and writes
+ * them directly; against the CPU's f32 convolution of the same (rounded) inputs within the precision's tolerance,
+ * with and without bias, in both formats, writing and accumulating. */
+static void test_half_activations(void)
+{
+    static const char *const inis[] = {"[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\n",
+                                       "[c]\ntype = conv2d\nfilters = 6\nsize = 3\nstride = 2\nbias = off\n"};
+    const struct glia_shape in = S(4, 2, 4, 9, 7);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 2; i++)
+            for (int f = 0; f < 2; f++)
+                for (int acc = 0; acc < 2; acc++) {
+                    enum glia_precision p = h ? GLIA_PRECISION_FP16 : GLIA_PRECISION_BF16;
+                    configure(p, f == 1, DEFAULT_WORKSPACE);
+                    struct cuda_case k = {.ini = inis[i], .in = &in, .n_in = 1, .precision = p,
+                                          .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .accumulate = acc,
+                                          .seed = 90 + (uint64_t)i, .act = h ? GLIA_F16 : GLIA_BF16};
+                    cuda_expect(&k, cuda_tol(p));
+                }
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
-               GLIA_TEST(test_tuning_workspace_bounded))
+               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations))

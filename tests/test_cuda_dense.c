@@ -283,6 +283,13 @@ static void test_flatten(void)
                                                  .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS,
                                                  .seed = 700 + s},
                               0.0);
+    for (size_t s = 0; s < 2; s++)  /* half activations: moved as they are (an accumulation rounds once) */
+        for (int f = 0; f < 2; f++)
+            for (int h = 0; h < 2; h++)
+                expect_both_modes((struct cuda_case){.ini = "[f]\ntype = flatten\n", .in = &shapes[s], .n_in = 1,
+                                                     .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS,
+                                                     .seed = 710 + s, .act = h ? GLIA_F16 : GLIA_BF16},
+                                  h ? 1.0 / 2048 : 1.0 / 256);
 }
 
 /* ---- dropout: the CPU impl's mask, element for element ---- */
@@ -313,7 +320,30 @@ static void test_dropout_same_mask(void)
             }
 }
 
+/* The same mask on bf16 and f16 activations: the CPU's f32 products, rounded once (half an ulp of the type), and in
+ * eval the values as they are. */
+static void test_dropout_half(void)
+{
+    need_cpu("dropout");
+    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(2, 6, 7, 0, 0)};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int f = 0; f < 2; f++)
+            for (int h = 0; h < 2; h++) {
+                struct cuda_case k = {.ini = "[d]\ntype = dropout\np = 0.3\n", .in = &shapes[s], .n_in = 1,
+                                      .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .seed = 820 + s,
+                                      .precision = GLIA_PRECISION_BF16, .act = h ? GLIA_F16 : GLIA_BF16};
+                double tol = h ? 1.0 / 2048 : 1.0 / 256;
+                cuda_expect(&k, tol);
+                k.accumulate = true;
+                cuda_expect(&k, tol);
+                k.accumulate = false;
+                k.eval = true;
+                struct cuda_diff d = cuda_compare(&k);
+                CU_ASSERT(d.out == 0);
+            }
+}
+
 CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_linear_fp32),
                GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_eval), GLIA_TEST(test_linear_packed_params),
                GLIA_TEST(test_sce), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
-               GLIA_TEST(test_dropout_same_mask))
+               GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

@@ -160,6 +160,49 @@ static void test_avgpool(void)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], &shapes[s], 1, true, 1e-4);
 }
 
+/* Pooling (max, average, global average) on bf16 and f16 activations: the CPU's f32 results on the same (rounded)
+ * values, rounded once (the max itself exactly). */
+static void test_pool_half(void)
+{
+    const char *inis[] = {"[p]\ntype = maxpool2d\n", "[p]\ntype = maxpool2d\nsize = 3\nstride = 2\npadding = 1\n",
+                          "[p]\ntype = avgpool2d\n", "[p]\ntype = avgpool2d\nsize = 3\nstride = 1\npadding = 1\n",
+                          "[p]\ntype = global_avgpool\n"};
+    struct glia_shape shapes[] = {S(4, 3, 7, 9, 5), S(4, 2, 1, 8, 8)};
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int h = 0; h < 2; h++)
+                for (int f = 0; f < 2; f++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        struct cuda_case k = {.ini = inis[i], .in = &shapes[s], .n_in = 1,
+                                              .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .accumulate = acc,
+                                              .seed = 60 + s, .act = h ? GLIA_F16 : GLIA_BF16};
+                        struct cuda_diff d = cuda_compare(&k);
+                        double tol = h ? 1.0 / 2048 : 1.0 / 256;
+                        bool ok = d.din <= tol && (i < 2 ? d.out == 0 : d.out <= tol);
+                        if (!ok) printf("\n  %s %s %s acc %d: out %g din %g\n", inis[i], glia_dtype_name(k.act),
+                                        glia_memory_format_name(k.format), acc, d.out, d.din);
+                        CU_ASSERT(ok);
+                    }
+}
+
+/* concat on bf16 and f16 activations: copies (exact); an accumulated gradient rounded once */
+static void test_concat_half(void)
+{
+    const struct glia_shape ch[3] = {S(4, 2, 3, 4, 5), S(4, 2, 1, 4, 5), S(4, 2, 4, 4, 5)};
+    for (int h = 0; h < 2; h++)
+        for (int f = 0; f < 2; f++)
+            for (int acc = 0; acc < 2; acc++) {
+                struct cuda_case k = {.ini = "[j]\ntype = concat\ninputs = a, b, c\n", .in = ch, .n_in = 3,
+                                      .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .accumulate = acc,
+                                      .seed = 70, .act = h ? GLIA_F16 : GLIA_BF16};
+                struct cuda_diff d = cuda_compare(&k);
+                bool ok = d.out == 0 && d.din <= (acc ? (h ? 1.0 / 2048 : 1.0 / 256) : 0);
+                if (!ok) printf("\n  concat %s %s acc %d: out %g din %g\n", glia_dtype_name(k.act),
+                                glia_memory_format_name(k.format), acc, d.out, d.din);
+                CU_ASSERT(ok);
+            }
+}
+
 /* Whether two host tensors hold the same bits in every logical element, NaN equal to NaN. */
 static bool same_bits(const struct glia_tensor *a, const struct glia_tensor *b)
 {
@@ -447,7 +490,7 @@ static void test_backward_needs_training(void)
 }
 
 /* Each type has a CPU and a CUDA kernel, which take the same tensors (memory formats, what backward reads), and the
- * CUDA one can be captured into a CUDA graph. */
+ * CUDA one can be captured into a CUDA graph; only CUDA kernels take half activations (the CPU stays f32). */
 static void test_same_description(void)
 {
     const char *types[] = {"batchnorm", "maxpool2d", "avgpool2d", "global_avgpool", "concat"};
@@ -459,7 +502,7 @@ static void test_same_description(void)
         CU_ASSERT_PTR_NOT_NULL_FATAL(g);
         CU_ASSERT_EQUAL(c->device_type, GLIA_DEVICE_CPU);
         CU_ASSERT_EQUAL(g->device_type, GLIA_DEVICE_CUDA);
-        CU_ASSERT_EQUAL(c->flags, g->flags & ~(uint32_t)GLIA_KERNEL_CAPTURABLE);  /* only CUDA graphs capture */
+        CU_ASSERT_EQUAL(c->flags, g->flags & ~(uint32_t)(GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF));
         CU_ASSERT(g->flags & GLIA_KERNEL_CAPTURABLE);
     }
 }
@@ -467,5 +510,5 @@ static void test_same_description(void)
 CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
                GLIA_TEST(test_batchnorm_geometry), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_maxpool),
-               GLIA_TEST(test_avgpool), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
+               GLIA_TEST(test_avgpool), GLIA_TEST(test_pool_half), GLIA_TEST(test_concat_half), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
                GLIA_TEST(test_concat), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

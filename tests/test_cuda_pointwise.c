@@ -31,7 +31,8 @@ static void expect_all(const char *ini, const struct glia_shape *in, int n_in, d
 {
     for (int f = 0; f < (in[0].ndim == 4 ? 2 : 1); f++)
         for (int acc = 0; acc < 2; acc++) {
-            struct cuda_case k = {ini, in, n_in, FP32, f ? NHWC : NCHW, false, acc, NULL, seed + (uint64_t)(2 * f + acc)};
+            struct cuda_case k = {ini,   in,   n_in, FP32, f ? NHWC : NCHW, false,
+                                  acc,   NULL, seed + (uint64_t)(2 * f + acc), GLIA_F32};
             cuda_expect(&k, tol);
         }
 }
@@ -181,11 +182,11 @@ static void test_activations_large_eval_tf32(void)
     cpu_plugins();
     const struct glia_shape big = S(2, 3, 349525, 0, 0), img = S(4, 3, 16, 33, 35);
     for (int a = 0; a < N_ACTIVATIONS; a++) {
-        struct cuda_case k = {activations[a], &big, 1, FP32, NCHW, false, true, NULL, 7};
+        struct cuda_case k = {activations[a], &big, 1, FP32, NCHW, false, true, NULL, 7, GLIA_F32};
         cuda_expect(&k, 1e-5);
-        struct cuda_case e = {activations[a], &img, 1, FP32, NHWC, true, false, NULL, 8};
+        struct cuda_case e = {activations[a], &img, 1, FP32, NHWC, true, false, NULL, 8, GLIA_F32};
         cuda_expect(&e, 1e-5);
-        struct cuda_case t = {activations[a], &img, 1, GLIA_PRECISION_TF32, NHWC, false, false, NULL, 9};
+        struct cuda_case t = {activations[a], &img, 1, GLIA_PRECISION_TF32, NHWC, false, false, NULL, 9, GLIA_F32};
         cuda_expect(&t, 1e-5);
     }
 }
@@ -289,6 +290,27 @@ static void test_add(void)
     }
 }
 
+/* add on bf16 and f16 activations: the CPU's f32 sum of the same (rounded) values, rounded once per launch */
+static void test_add_half(void)
+{
+    cpu_plugins();
+    const struct glia_shape img[10] = {S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7),
+                                       S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7),
+                                       S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7)};
+    const int n_in[] = {2, 3, 10};
+    for (int h = 0; h < 2; h++)
+        for (int n = 0; n < 3; n++)
+            for (int f = 0; f < 2; f++)
+                for (int acc = 0; acc < 2; acc++) {
+                    struct cuda_case k = {.ini = "[l]\ntype = add\n", .in = img, .n_in = n_in[n], .precision = FP32,
+                                          .format = f ? NHWC : NCHW, .accumulate = acc, .seed = 40 + (uint64_t)n,
+                                          .act = h ? GLIA_F16 : GLIA_BF16};
+                    double ulp = h ? 1.0 / 1024 : 1.0 / 128;  /* of values in [1, 2) */
+                    /* over 8 inputs the first 8's sum is rounded too, and it may be larger than the whole */
+                    cuda_expect(&k, (n_in[n] > 8 ? 2.0 : 0.5) * ulp);
+                }
+}
+
 /* ---- pointwise (NVRTC) ---- */
 
 struct pw_expr {
@@ -330,6 +352,28 @@ static void test_pointwise_exprs(void)
         expect_all(ini, one, pw_exprs[e].n_in, 1e-4, 300 + (uint64_t)e);
         expect_all(ini, flat, pw_exprs[e].n_in, 1e-4, 400 + (uint64_t)e);
     }
+}
+
+/* The activations and pointwise expressions on bf16 and f16 activations (precision bf16, fp16: the kernels compiled
+ * for that type too): the CPU's f32 results on the same (rounded) values, rounded once. */
+static void test_jit_half(void)
+{
+    cpu_plugins();
+    const struct glia_shape img[4] = {S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7), S(4, 2, 3, 5, 7)};
+    char ini[256];
+    for (int e = 0; e < N_ACTIVATIONS + N_PW; e++)
+        for (int h = 0; h < 2; h++)
+            for (int f = 0; f < 2; f++)
+                for (int acc = 0; acc < 2; acc++) {
+                    const struct pw_expr *pw = e < N_ACTIVATIONS ? NULL : &pw_exprs[e - N_ACTIVATIONS];
+                    if (!pw) snprintf(ini, sizeof ini, "%s", activations[e]);
+                    else snprintf(ini, sizeof ini, "[l]\ntype = pointwise\nexpr = %s\n", pw->expr);
+                    struct cuda_case k = {.ini = ini, .in = img, .n_in = pw ? pw->n_in : 1,
+                                          .precision = h ? GLIA_PRECISION_FP16 : GLIA_PRECISION_BF16,
+                                          .format = f ? NHWC : NCHW, .accumulate = acc, .seed = 500 + (uint64_t)e,
+                                          .act = h ? GLIA_F16 : GLIA_BF16};
+                    cuda_expect(&k, (h ? 1.0 / 2048 : 1.0 / 256) + 1e-4);
+                }
 }
 
 /* gradients for some inputs only (NULL din), mixed write/accumulate, an input fed twice,
@@ -406,6 +450,6 @@ static void test_pointwise_bad_expr(void)
 }
 
 CUDA_TEST_MAIN("cuda_pointwise", GLIA_TEST(test_activations), GLIA_TEST(test_activations_large_eval_tf32),
-               GLIA_TEST(test_activation_edges), GLIA_TEST(test_relu_torch_values), GLIA_TEST(test_add), GLIA_TEST(test_pointwise_exprs),
+               GLIA_TEST(test_activation_edges), GLIA_TEST(test_relu_torch_values), GLIA_TEST(test_add), GLIA_TEST(test_add_half), GLIA_TEST(test_pointwise_exprs), GLIA_TEST(test_jit_half),
                GLIA_TEST(test_pointwise_grad_modes), GLIA_TEST(test_pointwise_special_values),
                GLIA_TEST(test_pointwise_bad_expr))

@@ -117,7 +117,9 @@ struct cuda_conv {
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
 struct call {
-    bool lp;                         /* bf16 / fp16: cuDNN runs on converted copies */
+    bool lp;                         /* bf16 / fp16: cuDNN runs in that type ... */
+    bool hio;                        /* ... and x, y, dy, dx are of it already (half activations: GLIA_KERNEL_HALF),
+                                        else on converted copies */
     bool nhwc;                       /* channels_last: cuDNN gets a KRSC filter */
     enum glia__conv_type t;          /* cuDNN's data type */
     size_t es;                       /* its element size */
@@ -242,16 +244,32 @@ static bool either_format(const struct glia_tensor *t)
     return t->shape.dim[1] == 1 || t->shape.dim[2] * t->shape.dim[3] == 1;
 }
 
-/* t (named what) must be a dense f32 CUDA tensor of shape (N, C, H, W) in either format. */
+/* The half type of the backend's precision (bf16, fp16), or GLIA_F32. */
+static enum glia_dtype half_of(const struct glia_layer *l)
+{
+    enum glia_precision p = l->backend->options.precision;
+    return p == GLIA_PRECISION_BF16 ? GLIA_BF16 : p == GLIA_PRECISION_FP16 ? GLIA_F16 : GLIA_F32;
+}
+
+/* The activations' type a call may have, given tensor t of it: f32, or the precision's half type. */
+static enum glia_dtype act_dtype(const struct glia_layer *l, const struct glia_tensor *t)
+{
+    return t->dtype == half_of(l) ? t->dtype : GLIA_F32;
+}
+
+/* t (named what) must be a dense CUDA tensor of shape (N, C, H, W) in either format, f32 or (half activations) of the
+ * precision's half type. */
 static glia_status check_tensor(struct glia_layer *l, const struct glia_tensor *t, const char *what, int64_t N,
                                 int64_t C, int64_t H, int64_t W)
 {
     char buf[64];
     const struct glia_shape want = glia_shape_make(4, (int64_t[]){N, C, H, W});
-    if (t->dtype != GLIA_F32 || t->device.type != GLIA_DEVICE_CUDA || !glia_shape_equal(&t->shape, &want) ||
+    if (t->dtype != act_dtype(l, t) || t->device.type != GLIA_DEVICE_CUDA || !glia_shape_equal(&t->shape, &want) ||
         (glia_tensor_memory_format(t) == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(t)))
-        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] conv2d: %s must be a dense f32 CUDA tensor of shape %s", l->name,
-                          what, glia_shape_str(&want, buf, sizeof buf));
+        return glia_error(l->ctx, GLIA_ESHAPE,
+                          "[%s] conv2d: %s must be a dense f32 (or, at precision %s, %s) CUDA tensor of shape %s",
+                          l->name, what, glia_precision_name(l->backend->options.precision),
+                          glia_dtype_name(half_of(l)), glia_shape_str(&want, buf, sizeof buf));
     return GLIA_OK;
 }
 
@@ -607,6 +625,9 @@ static glia_status begin_call(struct glia_layer *l, const struct glia_tensor *x,
                           (long long)g->C);
     int64_t N = x->shape.dim[0], H = x->shape.dim[2], W = x->shape.dim[3];
     int64_t OH = glia_conv2d_out_h(g, H), OW = glia_conv2d_out_w(g, W);
+    if (y->dtype != x->dtype || (dy && dy->dtype != x->dtype) || (dx && dx->dtype != x->dtype))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: the input is %s but another tensor of the call is not",
+                          l->name, glia_dtype_name(x->dtype));
     if ((st = check_tensor(l, x, "the input", N, g->C, H, W)) ||
         (st = check_tensor(l, y, "the output", N, g->F, OH, OW)) ||
         (dy && (st = check_tensor(l, dy, "the output gradient", N, g->F, OH, OW))) ||
@@ -624,10 +645,11 @@ static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const str
     enum glia_precision prec = l->backend->options.precision;
     memset(k, 0, sizeof *k);
     k->lp = prec == GLIA_PRECISION_BF16 || prec == GLIA_PRECISION_FP16;
+    k->hio = k->lp && x->dtype != GLIA_F32;  /* begin_call checked it is the precision's */
     k->nhwc = nhwc;
     k->t = conv_type(prec);
     k->es = k->lp ? 2 : 4;
-    k->x = x->data;
+    k->x = x->data;  /* f32, or with hio already cuDNN's type */
     k->w = l->params[g->w].value->data;
     k->dy = dy ? dy->data : NULL;
     k->nx = glia_tensor_numel(x);
@@ -647,18 +669,22 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     if (st) return st;
     struct call k;
     call_init(l, &k, nhwc, x, y, NULL);
-    if (k.lp) k.o_x = carve(&k, (size_t)k.nx * k.es);
+    bool copies = k.lp && !k.hio;  /* x in, y out through converted copies */
+    if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_w = carve(&k, (size_t)k.nw * k.es);
-    if (k.lp) k.o_y = carve(&k, (size_t)k.ny * k.es);
+    if (copies) k.o_y = carve(&k, (size_t)k.ny * k.es);
     char *base;
     if ((st = setup(l, &k, 1u << FWD, &base))) return st;
     const float one = 1.0f, zero = 0.0f;
-    void *out = k.lp ? base + k.o_y : y->data;
+    void *out = copies ? base + k.o_y : y->data;
     CUDNN_TRY(l->ctx, cudnnConvolutionForward(c->dnn, &one, p->x, k.cx, p->w, k.cw, p->conv[FWD],
                                               (cudnnConvolutionFwdAlgo_t)p->choice[FWD].algo, k.ws, k.ws_size, &zero,
                                               p->y, out));
-    if (k.lp) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
-    if (g->b >= 0)
+    if (copies) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
+    if (g->b >= 0 && k.hio)  /* y(N, F, OH, OW) += b(F) in y's type, the sum in f32 rounded once */
+        CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.t, l->params[g->b].value->data, glia_tensor_numel(y), g->F,
+                                             y->shape.dim[2] * y->shape.dim[3], k.nhwc, c->stream));
+    else if (g->b >= 0)
         CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, l->params[g->b].value->data, &one, p->y32, y->data));
 fail:
     return st;
@@ -678,30 +704,37 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;
     struct call k;
     call_init(l, &k, nhwc, x, y, dy);
-    if (k.lp) k.o_dy = carve(&k, (size_t)k.ny * k.es);
+    bool copies = k.lp && !k.hio;  /* x, dy in and dx out through converted copies */
+    size_t o_dy32 = NONE;          /* hio: dy in f32 for the bias gradient's sums */
+    if (copies) k.o_dy = carve(&k, (size_t)k.ny * k.es);
     if (dx && (k.lp || k.nhwc)) k.o_w = carve(&k, (size_t)k.nw * k.es);
-    if (k.lp) k.o_x = carve(&k, (size_t)k.nx * k.es);
-    if (dx && k.lp) k.o_dx = carve(&k, (size_t)k.nx * k.es);
+    if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
+    if (dx && copies) k.o_dx = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_dw = carve(&k, (size_t)k.nw * k.es);
     if (pb) {
         k.bias = k.nhwc ? glia__cuda_bn_geom(N * OH * OW, g->F, 1) : glia__cuda_bn_geom(N, g->F, OH * OW);
         k.o_db = carve(&k, (size_t)k.bias.S * (size_t)g->F * sizeof(float));
+        if (k.hio) o_dy32 = carve(&k, (size_t)k.ny * sizeof(float));
     }
     char *base;
     if ((st = setup(l, &k, (1u << BWD_FILTER) | (dx ? 1u << BWD_DATA : 0u), &base))) return st;
     const float one = 1.0f, zero = 0.0f;
     /* bias: summed over N, OH, OW of the fp32 output gradient, in a fixed order (the batchnorm's reduction) */
+    if (pb && k.hio)
+        CUDA_TRY(l->ctx, glia__conv_convert(base + o_dy32, GLIA__CONV_F32, dy->data, k.t, 1, 1, k.ny, 0.0f, c->stream));
     if (pb)
-        CUDA_TRY(l->ctx, glia__cuda_channel_sum(pb->grad->data, (float *)(base + k.o_db), dy->data, k.bias,
+        CUDA_TRY(l->ctx, glia__cuda_channel_sum(pb->grad->data, (float *)(base + k.o_db),
+                                                k.hio ? (const float *)(base + o_dy32) : (const float *)dy->data, k.bias,
                                                 glia_param_beta(pb), c->stream));
-    /* input gradient: cuDNN adds (beta 1) into an fp32 one; a low-precision one is added when converted */
+    /* input gradient: cuDNN adds (beta 1) into an fp32 one, or one of its own type; one through a copy is added when
+     * converted */
     if (dx) {
         const float beta = a->din_accumulate[0] ? 1.0f : 0.0f;
-        void *out = k.lp ? base + k.o_dx : dx->data;
+        void *out = copies ? base + k.o_dx : dx->data;
         CUDNN_TRY(l->ctx, cudnnConvolutionBackwardData(c->dnn, &one, p->w, k.cw, p->y, k.cdy, p->conv[BWD_DATA],
                                                        (cudnnConvolutionBwdDataAlgo_t)p->choice[BWD_DATA].algo, k.ws,
-                                                       k.ws_size, k.lp ? &zero : &beta, p->x, out));
-        if (k.lp)
+                                                       k.ws_size, copies ? &zero : &beta, p->x, out));
+        if (copies)
             CUDA_TRY(l->ctx, glia__conv_convert(dx->data, GLIA__CONV_F32, out, k.t, 1, 1, k.nx, beta, c->stream));
     }
     /* filter gradient: straight into the fp32 KCRS gradient, or through scratch (KRSC and/or low
@@ -725,7 +758,7 @@ static const struct glia_kernel cuda_conv_kernel = {
     .impl = "cudnn",
     .doc = "cuDNN",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF,
     .state_size = sizeof(struct cuda_conv),
     .prepare = cuda_conv_prepare,
     .destroy = cuda_conv_destroy,

@@ -1,23 +1,11 @@
 /* backends/cuda/conv_kernels.cu — the CUDA conv2d's kernels: fp32 <-> fp16/bf16 conversion of
  * activations, filters and gradients around the low-precision cuDNN calls, fused with the
- * filter's KCRS <-> KRSC transpose for channels_last. Not the convolution (cuDNN, conv.c). */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+ * filter's KCRS <-> KRSC transpose for channels_last (also the backend's convert slot), and the
+ * bias add on half activations. Not the convolution (cuDNN, conv.c). */
 #include "conv_kernels.h"
 
+#include "half.cuh"
 #include "launch.cuh"
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
 
 /* dst(n) = src(n) (+ dst(n) when beta is 1), converted from Ti to To */
 template <typename To, typename Ti>
@@ -78,4 +66,27 @@ extern "C" cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_ty
     case GLIA__CONV_BF16: return launch_from<__nv_bfloat16>(dst, src, src_type, B, rows, cols, beta, s);
     }
     return cudaErrorInvalidValue;
+}
+
+/* y(n) += b(c), c the element's channel */
+template <typename T>
+__global__ void bias_add_kernel(T *y, const float *b, int64_t n, int64_t F, int64_t HW, bool nhwc)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = from_float<T>(to_float(y[i]) + b[nhwc ? i % F : i / HW % F]);
+}
+
+extern "C" cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, int64_t n, int64_t F,
+                                           int64_t HW, bool nhwc, cudaStream_t s)
+{
+    if (n <= 0) return cudaSuccess;
+    switch (t) {
+    case GLIA__CONV_F32: bias_add_kernel<float><<<grid_for(n), THREADS, 0, s>>>((float *)y, b, n, F, HW, nhwc); break;
+    case GLIA__CONV_F16: bias_add_kernel<__half><<<grid_for(n), THREADS, 0, s>>>((__half *)y, b, n, F, HW, nhwc); break;
+    case GLIA__CONV_BF16:
+        bias_add_kernel<__nv_bfloat16><<<grid_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)y, b, n, F, HW, nhwc);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
 }

@@ -4,6 +4,7 @@
 #ifndef GLIA_CUDA_CONV_KERNELS_H
 #define GLIA_CUDA_CONV_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -25,6 +26,11 @@ enum glia__conv_type {
 cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_type, const void *src,
                                enum glia__conv_type src_type, int64_t B, int64_t rows, int64_t cols, float beta,
                                cudaStream_t s);
+
+/* y(n) += b(c) over y's n elements of type t (f32 sum, rounded once), c = the element's channel of F: (i / HW) % F in
+ * NCHW order, i % F in NHWC (nhwc) */
+cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, int64_t n, int64_t F, int64_t HW,
+                                bool nhwc, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,21 @@ static glia_status need_f32_in(const struct glia_layer *l, const struct glia_ten
 
 static float *f32(const struct glia_tensor *t) { return (float *)t->data; }
 
+/* A kernel with GLIA_KERNEL_HALF: t holds the call's activations, of dtype dt (that of the output, or of its gradient
+ * in backward: f32, f16 or bf16) in format f, in CUDA memory. */
+static glia_status need_act_in(const struct glia_layer *l, const struct glia_tensor *t, enum glia_dtype dt,
+                               enum glia_memory_format f, const char *what)
+{
+    bool type_ok = t && t->dtype == dt && (dt == GLIA_F32 || dt == GLIA_F16 || dt == GLIA_BF16);
+    if (!type_ok || t->device.type != GLIA_DEVICE_CUDA)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] %s: expected a %s tensor in CUDA memory, got %s", l->name, what,
+                          glia_dtype_name(dt), t ? glia_dtype_name(t->dtype) : "none");
+    if (glia_tensor_memory_format(t) != f || (f == GLIA_CONTIGUOUS && !glia_tensor_is_contiguous(t)))
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] %s is %s, the other tensors %s", l->name, what,
+                          glia_memory_format_name(glia_tensor_memory_format(t)), glia_memory_format_name(f));
+    return GLIA_OK;
+}
+
 /* ---- linear ---- */
 
 /* y(N,O) = x(N,I) W(O,I)^T + b(O): one cuBLASLt GEMM with the bias in its epilogue (or, where
@@ -294,7 +309,8 @@ static const struct glia_kernel sce_cuda = {
 
 /* ---- flatten ----
  * The output is always row-major (N, C*H*W), like the CPU kernel's: a channels_last input is
- * transposed (the backend's transpose on the compute stream), a contiguous one copied. */
+ * transposed (the backend's transpose on the compute stream), a contiguous one copied, in the
+ * activations' type (f32, f16 or bf16: glia_tensor_convert). */
 
 /* t's memory seen as a contiguous tensor of shape s (the same element count) */
 static glia_status view_as(const struct glia_tensor *t, const struct glia_shape *s, struct glia_tensor **out)
@@ -329,7 +345,8 @@ static const struct glia_kernel flatten_cuda = {
     .impl = "cuda",
     .doc = "copy, or the backend's transpose from channels_last",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF,  /* glia_tensor_convert moves any of the float types */
     .forward = flatten_forward,
     .backward = flatten_backward,
 };
@@ -340,8 +357,8 @@ static const struct glia_kernel flatten_cuda = {
  * it from the seed of the last training forward, kept in l->state (a captured step's: from the step a
  * replay is handed). */
 
-/* Launch the masked scaling over t's memory: y = (keep ? x * scale : 0) + beta y. */
-static glia_status dropout_launch(struct glia_layer *l, const struct glia_tensor *t, float *y, const float *x,
+/* Launch the masked scaling over t's memory: y = (keep ? x * scale : 0) + beta y, values of t's dtype. */
+static glia_status dropout_launch(struct glia_layer *l, const struct glia_tensor *t, void *y, const void *x,
                                   struct glia_seed_at seed, float beta)
 {
     const struct glia_dropout_attrs *d = l->attrs;
@@ -349,23 +366,24 @@ static glia_status dropout_launch(struct glia_layer *l, const struct glia_tensor
     bool cl = glia_tensor_memory_format(t) == GLIA_CHANNELS_LAST;
     int64_t C = cl ? t->shape.dim[1] : 1, HW = cl ? t->shape.dim[2] * t->shape.dim[3] : 1;
     float scale = 1.0f / (1.0f - d->p);
-    CUDA_TRY(l->ctx, glia__cuda_dropout(y, x, glia_tensor_numel(t), cl, C, HW, seed, d->p, scale, beta,
+    CUDA_TRY(l->ctx, glia__cuda_dropout(y, x, t->dtype, glia_tensor_numel(t), cl, C, HW, seed, d->p, scale, beta,
                                         glia__cuda_of(l->backend)->stream));
 fail:
     return st;
 }
 
-/* y(N,...) = keep(j) ? x / (1-p) : 0 in training; y = x in eval. Any shape and format. */
+/* y(N,...) = keep(j) ? x / (1-p) : 0 in training; y = x in eval. Any shape and format; f32, f16 or bf16. */
 static glia_status dropout_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_dropout_attrs *d = l->attrs;
     struct glia_seed_at *seed = l->state;
     glia_status st;
     enum glia_memory_format f = glia_tensor_memory_format(a->out);
-    if ((st = need_f32_in(l, a->out, f, "output")) || (st = need_f32_in(l, a->in[0], f, "input"))) return st;
+    enum glia_dtype t = a->out->dtype;
+    if ((st = need_act_in(l, a->out, t, f, "output")) || (st = need_act_in(l, a->in[0], t, f, "input"))) return st;
     if (!a->train || d->p == 0.0f) return glia_tensor_convert(a->out, a->in[0], false);
     *seed = glia_seed_of(a);
-    return dropout_launch(l, a->out, f32(a->out), f32(a->in[0]), *seed, 0.0f);
+    return dropout_launch(l, a->out, a->out->data, a->in[0]->data, *seed, 0.0f);
 }
 
 /* dx(N,...) (+)= keep(j) ? dy / (1-p) : 0, with the mask of the last training forward */
@@ -376,10 +394,12 @@ static glia_status dropout_backward(struct glia_layer *l, const struct glia_bwd 
     if (!a->din[0]) return GLIA_OK;
     glia_status st;
     enum glia_memory_format f = glia_tensor_memory_format(a->dout);
-    if ((st = need_f32_in(l, a->dout, f, "output gradient")) || (st = need_f32_in(l, a->din[0], f, "input gradient")))
+    enum glia_dtype t = a->dout->dtype;
+    if ((st = need_act_in(l, a->dout, t, f, "output gradient")) ||
+        (st = need_act_in(l, a->din[0], t, f, "input gradient")))
         return st;
     if (d->p == 0.0f) return glia_tensor_convert(a->din[0], a->dout, a->din_accumulate[0]);
-    return dropout_launch(l, a->dout, f32(a->din[0]), f32(a->dout), *seed, a->din_accumulate[0] ? 1.0f : 0.0f);
+    return dropout_launch(l, a->dout, a->din[0]->data, a->dout->data, *seed, a->din_accumulate[0] ? 1.0f : 0.0f);
 }
 
 static const struct glia_kernel dropout_cuda = {
@@ -388,7 +408,8 @@ static const struct glia_kernel dropout_cuda = {
     .impl = "cuda",
     .doc = "the CPU kernel's counter-based mask, one pass",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF,
     .state_size = sizeof(struct glia_seed_at),
     .forward = dropout_forward,
     .backward = dropout_backward,

@@ -1,9 +1,10 @@
 /* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, bias gradient),
  * softmax_cross_entropy (loss rows, mean, gradient) and dropout (the CPU kernel's counter-based
- * mask). Not GEMMs. Products that the CPU rounds on their own use __fmul_rn, so that no fused
- * multiply-add changes a bit where CPU and GPU must agree exactly (dropout). */
+ * mask; f32, f16 or bf16 activations). Not GEMMs. Products that the CPU rounds on their own use __fmul_rn, so that
+ * no fused multiply-add changes a bit where CPU and GPU must agree exactly (dropout). */
 #include "dense_kernels.h"
 
+#include "half.cuh"
 #include "launch.cuh"
 
 #define GRID_STRIDE(i, n) \
@@ -158,24 +159,30 @@ extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const 
     return cudaGetLastError();
 }
 
-/* y(n) = (keep(j) ? x * scale : 0) + beta y, j the logical NCHW index of offset i */
-__global__ void dropout_kernel(float *y, const float *x, int64_t n, bool cl, int64_t C, int64_t HW,
-                               struct glia_seed_at at, float p, float scale, float beta)
+/* y(n) = (keep(j) ? x * scale : 0) + beta y, j the logical NCHW index of offset i; x and y of type T, the product and
+ * sum in f32, stored rounded to nearest even */
+template <typename T>
+__global__ void dropout_kernel(T *y, const T *x, int64_t n, bool cl, int64_t C, int64_t HW, struct glia_seed_at at,
+                               float p, float scale, float beta)
 {
     uint64_t seed = at.step_at ? glia_seed(at.key, *at.step_at) : at.seed;
     GRID_STRIDE(i, n)
     {
         int64_t j = cl ? glia_dropout_nchw_index(i, C, HW) : i;
-        float g = glia_dropout_uniform(seed, j) >= p ? __fmul_rn(x[i], scale) : 0.0f;
-        y[i] = beta != 0.0f ? __fadd_rn(y[i], g) : g;
+        float g = glia_dropout_uniform(seed, j) >= p ? __fmul_rn(to_float(x[i]), scale) : 0.0f;
+        y[i] = from_float<T>(beta != 0.0f ? __fadd_rn(to_float(y[i]), g) : g);
     }
 }
 
-extern "C" cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C,
-                                          int64_t HW, struct glia_seed_at seed, float p, float scale, float beta,
-                                          cudaStream_t s)
+extern "C" cudaError_t glia__cuda_dropout(void *y, const void *x, enum glia_dtype t, int64_t n, bool channels_last,
+                                          int64_t C, int64_t HW, struct glia_seed_at seed, float p, float scale,
+                                          float beta, cudaStream_t s)
 {
     if (n == 0) return cudaSuccess;
-    dropout_kernel<<<grid_for(n), THREADS, 0, s>>>(y, x, n, channels_last, C, HW, seed, p, scale, beta);
-    return cudaGetLastError();
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        dropout_kernel<T><<<grid_for(n), THREADS, 0, s>>>((T *)y, (const T *)x, n, channels_last, C, HW, seed, p, scale,
+                                                          beta);
+        return cudaGetLastError();
+    });
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include <glia/tensor.h>
 #include <glia/types/dropout.h>  /* struct glia_seed_at */
 
 #ifdef __cplusplus
@@ -39,9 +40,9 @@ cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse
 /* y(n) = (keep(j) ? x * scale : 0) + beta y, beta 0 or 1, keep(j) = glia_dropout_uniform(seed, j) >= p
  * with j the element's logical NCHW index: its offset, or for channels_last memory (N,H,W,C)
  * with C channels and HW = H*W the offset mapped back to NCHW; seed resolved on the device
- * (struct glia_seed_at). */
-cudaError_t glia__cuda_dropout(float *y, const float *x, int64_t n, bool channels_last, int64_t C, int64_t HW,
-                               struct glia_seed_at seed, float p, float scale, float beta, cudaStream_t s);
+ * (struct glia_seed_at). x and y hold values of type t (f32, f16 or bf16); the arithmetic is f32's. */
+cudaError_t glia__cuda_dropout(void *y, const void *x, enum glia_dtype t, int64_t n, bool channels_last, int64_t C,
+                               int64_t HW, struct glia_seed_at seed, float p, float scale, float beta, cudaStream_t s);
 
 #ifdef __cplusplus
 }

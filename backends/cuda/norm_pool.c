@@ -39,6 +39,20 @@ static glia_status call_format(const struct glia_layer *l, const struct glia_ten
 
 static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of(l->backend)->stream; }
 
+/* The element type of a call of a kernel with GLIA_KERNEL_HALF: that of t[0] (f32, f16 or bf16), checked against the
+ * other tensors (NULL entries skipped); GLIA_EINVAL naming the layer otherwise. */
+static glia_status call_dtype(const struct glia_layer *l, const struct glia_tensor *const *t, int n,
+                              enum glia_dtype *dt)
+{
+    *dt = t[0]->dtype;
+    bool ok = *dt == GLIA_F32 || *dt == GLIA_F16 || *dt == GLIA_BF16;
+    for (int i = 1; i < n && ok; i++) ok = !t[i] || t[i]->dtype == *dt;
+    if (!ok)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] %s (cuda): the tensors of one call must all be f32, f16 or bf16 "
+                          "alike (tensor 0 is %s)", l->name, l->type->name, glia_dtype_name(*dt));
+    return GLIA_OK;
+}
+
 /* ---- batchnorm ---- */
 
 /* l->state of the batchnorm kernel */
@@ -278,7 +292,9 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
     struct cuda_maxpool *m = l->state;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
+    enum glia_dtype t;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){x, a->out}, 2, &t);
     if (st) return st;
     struct glia__pool_geom g = pool_geom(l, &x->shape, &a->out->shape, f);
     int64_t n = glia_tensor_numel(a->out);
@@ -296,7 +312,7 @@ static glia_status maxpool_forward(struct glia_layer *l, const struct glia_fwd *
         }
         arg = m->arg->data;
     }
-    CUDA_TRY(l->ctx, glia__cuda_maxpool_forward(dev(a->out), arg, dev(x), g, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_maxpool_forward(a->out->data, arg, x->data, t, g, stream_of(l)));
     if (a->train) {
         m->n_arg = n;
         m->fmt = f;
@@ -312,7 +328,9 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
     if (!a->din[0]) return GLIA_OK;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
+    enum glia_dtype t;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){a->dout, a->din[0]}, 2, &t);
     if (st) return st;
     if (m->n_arg != glia_tensor_numel(a->dout))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] maxpool2d backward needs a training forward just before it", l->name);
@@ -321,8 +339,8 @@ static glia_status maxpool_backward(struct glia_layer *l, const struct glia_bwd 
                           "[%s] maxpool2d backward needs a training forward just before it in its memory format "
                           "(%s, got %s)", l->name, glia_memory_format_name(m->fmt), glia_memory_format_name(f));
     struct glia__pool_geom g = pool_geom(l, &x->shape, &a->dout->shape, f);
-    CUDA_TRY(l->ctx, glia__cuda_maxpool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout), m->arg->data, g,
-                                                 stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_maxpool_backward(a->din[0]->data, a->din_accumulate[0], a->dout->data, m->arg->data, t,
+                                                 g, stream_of(l)));
 fail:
     return st;
 }
@@ -332,10 +350,12 @@ static glia_status avgpool_forward(struct glia_layer *l, const struct glia_fwd *
 {
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
+    enum glia_dtype t;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){x, a->out}, 2, &t);
     if (st) return st;
     struct glia__pool_geom g = pool_geom(l, &x->shape, &a->out->shape, f);
-    CUDA_TRY(l->ctx, glia__cuda_avgpool_forward(dev(a->out), dev(x), 1.0f / (float)(g.k * g.k), g, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_avgpool_forward(a->out->data, x->data, t, 1.0f / (float)(g.k * g.k), g, stream_of(l)));
 fail:
     return st;
 }
@@ -346,10 +366,12 @@ static glia_status avgpool_backward(struct glia_layer *l, const struct glia_bwd 
     if (!a->din[0]) return GLIA_OK;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
+    enum glia_dtype t;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){a->dout, a->din[0]}, 2, &t);
     if (st) return st;
     struct glia__pool_geom g = pool_geom(l, &x->shape, &a->dout->shape, f);
-    CUDA_TRY(l->ctx, glia__cuda_avgpool_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout),
+    CUDA_TRY(l->ctx, glia__cuda_avgpool_backward(a->din[0]->data, a->din_accumulate[0], a->dout->data, t,
                                                  1.0f / (float)(g.k * g.k), g, stream_of(l)));
 fail:
     return st;
@@ -361,7 +383,7 @@ static const struct glia_kernel maxpool_kernel = {
     .impl = "cuda",
     .doc = "CUDA; backward a gather (deterministic)",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF,
     .state_size = sizeof(struct cuda_maxpool),
     .destroy = maxpool_destroy,
     .forward = maxpool_forward,
@@ -374,7 +396,8 @@ static const struct glia_kernel avgpool_kernel = {
     .impl = "cuda",
     .doc = "CUDA; backward a gather (deterministic)",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF,
     .forward = avgpool_forward,
     .backward = avgpool_backward,
 };
@@ -386,11 +409,13 @@ static glia_status gap_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
+    enum glia_dtype t;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){x, a->out}, 2, &t);
     if (st) return st;
     const int64_t *d = x->shape.dim;
     int64_t HW = d[2] * d[3];
-    CUDA_TRY(l->ctx, glia__cuda_gap_forward(dev(a->out), dev(x), d[0], d[1], HW, f == GLIA_CHANNELS_LAST,
+    CUDA_TRY(l->ctx, glia__cuda_gap_forward(a->out->data, x->data, t, d[0], d[1], HW, f == GLIA_CHANNELS_LAST,
                                             1.0f / (float)HW, stream_of(l)));
 fail:
     return st;
@@ -401,11 +426,13 @@ static glia_status gap_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     if (!a->din[0]) return GLIA_OK;
     enum glia_memory_format f;
+    enum glia_dtype t;
     glia_status st = call_format(l, (const struct glia_tensor *[]){a->din[0], a->in[0], a->dout}, 3, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){a->dout, a->din[0]}, 2, &t);
     if (st) return st;
     const int64_t *d = a->din[0]->shape.dim;
     int64_t HW = d[2] * d[3];
-    CUDA_TRY(l->ctx, glia__cuda_gap_backward(dev(a->din[0]), a->din_accumulate[0], dev(a->dout), d[0], d[1], HW,
+    CUDA_TRY(l->ctx, glia__cuda_gap_backward(a->din[0]->data, a->din_accumulate[0], a->dout->data, t, d[0], d[1], HW,
                                              f == GLIA_CHANNELS_LAST, 1.0f / (float)HW, stream_of(l)));
 fail:
     return st;
@@ -417,7 +444,8 @@ static const struct glia_kernel gap_kernel = {
     .impl = "cuda",
     .doc = "CUDA; a warp per NCHW plane, fixed-order sums",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF,
     .forward = gap_forward,
     .backward = gap_backward,
 };
@@ -444,14 +472,17 @@ static glia_status concat_forward(struct glia_layer *l, const struct glia_fwd *a
 {
     int axis = ((const struct glia_concat_attrs *)l->attrs)->axis;
     enum glia_memory_format f;
+    enum glia_dtype t = a->out->dtype;
     glia_status st = concat_format(l, a->out, a->in, a->n_in, &f);
+    for (int k = 0; k < a->n_in && !st; k++) st = call_dtype(l, (const struct glia_tensor *[]){a->out, a->in[k]}, 2, &t);
     if (st) return st;
+    size_t es = glia_dtype_size(t);
     int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
     glia_concat_sizes(a->out, axis, &outer, &inner);
     for (int k = 0; k < a->n_in; k++) {
         int64_t ck = a->in[k]->shape.dim[axis];
-        CUDA_TRY(l->ctx, glia__cuda_copy_rows(dev(a->out) + off * inner, ytotal * inner, dev(a->in[k]), ck * inner,
-                                              outer, ck * inner, false, stream_of(l)));
+        CUDA_TRY(l->ctx, glia__cuda_copy_rows((char *)a->out->data + (size_t)(off * inner) * es, ytotal * inner,
+                                              a->in[k]->data, ck * inner, outer, ck * inner, t, false, stream_of(l)));
         off += ck;
     }
 fail:
@@ -463,16 +494,21 @@ static glia_status concat_backward(struct glia_layer *l, const struct glia_bwd *
 {
     int axis = ((const struct glia_concat_attrs *)l->attrs)->axis;
     enum glia_memory_format f;
+    enum glia_dtype t = a->dout->dtype;
     glia_status st = concat_format(l, a->out, (const struct glia_tensor *const *)a->din, a->n_in, &f);
     if (!st) st = concat_format(l, a->out, &a->dout, 1, &f);
+    for (int k = 0; k < a->n_in && !st; k++)
+        st = call_dtype(l, (const struct glia_tensor *[]){a->dout, a->din[k]}, 2, &t);
     if (st) return st;
+    size_t es = glia_dtype_size(t);
     int64_t outer, inner, off = 0, ytotal = a->out->shape.dim[axis];
     glia_concat_sizes(a->out, axis, &outer, &inner);
     for (int k = 0; k < a->n_in; k++) {
         int64_t ck = a->in[k]->shape.dim[axis];
         if (a->din[k])
-            CUDA_TRY(l->ctx, glia__cuda_copy_rows(dev(a->din[k]), ck * inner, dev(a->dout) + off * inner,
-                                                  ytotal * inner, outer, ck * inner, a->din_accumulate[k],
+            CUDA_TRY(l->ctx, glia__cuda_copy_rows(a->din[k]->data, ck * inner,
+                                                  (const char *)a->dout->data + (size_t)(off * inner) * es,
+                                                  ytotal * inner, outer, ck * inner, t, a->din_accumulate[k],
                                                   stream_of(l)));
         off += ck;
     }
@@ -486,7 +522,8 @@ static const struct glia_kernel concat_kernel = {
     .impl = "cuda",
     .doc = "CUDA; a strided copy per input",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF,
     .forward = concat_forward,
     .backward = concat_backward,
 };

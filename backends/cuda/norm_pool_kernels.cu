@@ -7,6 +7,8 @@
 #include <math.h>
 #include "norm_pool_kernels.h"
 
+#include "half.cuh"
+
 #include "launch.cuh"
 
 /* Everything but the C entry points has internal linkage (an unnamed namespace), so that kernels and
@@ -729,16 +731,17 @@ template <typename I, class F> __device__ static void each_input(Pool<I> g, F f)
 }
 
 /* y(N, C, OH, OW) = max over the window of x(N, C, H, W); arg (if not NULL) = its plane offset. One
- * thread per output, in y's memory order; the window scan and its tie rule are the CPU's. */
-template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const float *x, Pool<I> g)
+ * thread per output, in y's memory order; the window scan and its tie rule are the CPU's. Values of type T, compared
+ * as f32 (exactly: every f16 and bf16 is an f32). */
+template <typename T, typename I> __global__ void maxpool_fwd(T *y, int32_t *arg, const T *x, Pool<I> g)
 {
     each_output(g, [&](I o, I n, I c, I h0, I h1, I w0, I w1) {
         I bi = h0 * g.W + w0;  /* padding <= size/2: every window holds an input element */
-        float best = x[g.at(n, c, h0, w0, g.H, g.W)];
+        T best = x[g.at(n, c, h0, w0, g.H, g.W)];
         for (I h = h0; h < h1; h++)
             for (I w = w0; w < w1; w++) {
-                float v = x[g.at(n, c, h, w, g.H, g.W)];
-                if (v > best || isnan(v)) {
+                T v = x[g.at(n, c, h, w, g.H, g.W)];
+                if (to_float(v) > to_float(best) || isnan(to_float(v))) {
                     best = v;
                     bi = h * g.W + w;
                 }
@@ -749,91 +752,95 @@ template <typename I> __global__ void maxpool_fwd(float *y, int32_t *arg, const 
 }
 
 /* dx(N, C, H, W) (+)= the dy of the outputs whose arg is this element: one thread per input element
- * gathers over the windows holding it in (oh, ow) order, the order of the CPU's scatter. */
-template <typename I>
-__global__ void maxpool_bwd(float *dx, bool add, const float *dy, const int32_t *arg, Pool<I> g)
+ * gathers over the windows holding it in (oh, ow) order, the order of the CPU's scatter; the sum in f32, rounded to
+ * T once. */
+template <typename T, typename I>
+__global__ void maxpool_bwd(T *dx, bool add, const T *dy, const int32_t *arg, Pool<I> g)
 {
     each_input(g, [&](I e, I n, I c, I h, I w, I oh0, I oh1, I ow0, I ow1) {
         int32_t me = (int32_t)(h * g.W + w);
-        float acc = add ? dx[e] : 0.0f;
+        float acc = add ? to_float(dx[e]) : 0.0f;
         for (I oh = oh0; oh < oh1; oh++)
             for (I ow = ow0; ow < ow1; ow++) {
                 I o = g.at(n, c, oh, ow, g.OH, g.OW);
-                if (arg[o] == me) acc = __fadd_rn(acc, dy[o]);
+                if (arg[o] == me) acc = __fadd_rn(acc, to_float(dy[o]));
             }
-        dx[e] = acc;
+        dx[e] = from_float<T>(acc);
     });
 }
 
-/* y(N, C, OH, OW) = (sum over the clipped window of x, in h, w order) * inv: one thread per output */
-template <typename I> __global__ void avgpool_fwd(float *y, const float *x, float inv, Pool<I> g)
+/* y(N, C, OH, OW) = (sum over the clipped window of x, in h, w order) * inv: one thread per output; f32 arithmetic,
+ * rounded to T once */
+template <typename T, typename I> __global__ void avgpool_fwd(T *y, const T *x, float inv, Pool<I> g)
 {
     each_output(g, [&](I o, I n, I c, I h0, I h1, I w0, I w1) {
         float sum = 0.0f;
         for (I h = h0; h < h1; h++)
-            for (I w = w0; w < w1; w++) sum = __fadd_rn(sum, x[g.at(n, c, h, w, g.H, g.W)]);
-        y[o] = __fmul_rn(sum, inv);
+            for (I w = w0; w < w1; w++) sum = __fadd_rn(sum, to_float(x[g.at(n, c, h, w, g.H, g.W)]));
+        y[o] = from_float<T>(__fmul_rn(sum, inv));
     });
 }
 
 /* dx(N, C, H, W) (+)= sum over the windows holding this element, in (oh, ow) order, of dy * inv */
-template <typename I> __global__ void avgpool_bwd(float *dx, bool add, const float *dy, float inv, Pool<I> g)
+template <typename T, typename I> __global__ void avgpool_bwd(T *dx, bool add, const T *dy, float inv, Pool<I> g)
 {
     each_input(g, [&](I e, I n, I c, I h, I w, I oh0, I oh1, I ow0, I ow1) {
-        float acc = add ? dx[e] : 0.0f;
+        float acc = add ? to_float(dx[e]) : 0.0f;
         for (I oh = oh0; oh < oh1; oh++)
-            for (I ow = ow0; ow < ow1; ow++) acc = __fadd_rn(acc, __fmul_rn(dy[g.at(n, c, oh, ow, g.OH, g.OW)], inv));
-        dx[e] = acc;
+            for (I ow = ow0; ow < ow1; ow++)
+                acc = __fadd_rn(acc, __fmul_rn(to_float(dy[g.at(n, c, oh, ow, g.OH, g.OW)]), inv));
+        dx[e] = from_float<T>(acc);
     });
 }
 
 /* ---- global average pooling ---- */
 
 /* y(P) = (sum over HW of x(P, HW)) * inv, P = N*C planes: one warp per plane, lanes strided over the
- * plane, then a fixed shuffle tree. */
-__global__ void gap_fwd_planes(float *y, const float *x, int64_t P, int64_t HW, float inv)
+ * plane, then a fixed shuffle tree. Values of type T, summed in f32, the mean rounded once (here and below). */
+template <typename T> __global__ void gap_fwd_planes(T *y, const T *x, int64_t P, int64_t HW, float inv)
 {
     int lane = threadIdx.x & 31;
     int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
     for (int64_t pl = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); pl < P; pl += warps) {
-        const float *xp = x + pl * HW;
+        const T *xp = x + pl * HW;
         float sum = 0.0f;
-        for (int64_t i = lane; i < HW; i += 32) sum += xp[i];
+        for (int64_t i = lane; i < HW; i += 32) sum += to_float(xp[i]);
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
-        if (lane == 0) y[pl] = sum * inv;
+        if (lane == 0) y[pl] = from_float<T>(sum * inv);
     }
 }
 
 /* y(N, C) = (sum over HW of x(N, HW, C)) * inv: block (TILE_C, TILE_R) takes channels
  * blockIdx.x*TILE_C + threadIdx.x of samples blockIdx.y, + gridDim.y, ...; row lanes merge in order. */
-__global__ void gap_fwd_rows(float *y, const float *x, int64_t N, int64_t C, int64_t HW, float inv)
+template <typename T> __global__ void gap_fwd_rows(T *y, const T *x, int64_t N, int64_t C, int64_t HW, float inv)
 {
     __shared__ float part[TILE_R][TILE_C];
     int64_t c = (int64_t)blockIdx.x * TILE_C + threadIdx.x;
     for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
         float sum = 0.0f;
         if (c < C)
-            for (int64_t i = threadIdx.y; i < HW; i += TILE_R) sum += x[(n * HW + i) * C + c];
+            for (int64_t i = threadIdx.y; i < HW; i += TILE_R) sum += to_float(x[(n * HW + i) * C + c]);
         part[threadIdx.y][threadIdx.x] = sum;
         __syncthreads();
         if (threadIdx.y == 0 && c < C) {
             for (int r = 1; r < TILE_R; r++) sum += part[r][threadIdx.x];
-            y[n * C + c] = sum * inv;
+            y[n * C + c] = from_float<T>(sum * inv);
         }
         __syncthreads();  /* part is rewritten by the next sample */
     }
 }
 
 /* dx(N, C, HW) (+)= dy(N, C) * inv (nhwc: dx(N, HW, C)); one thread per element of dx */
-__global__ void gap_bwd(float *dx, bool add, const float *dy, int64_t n, int64_t C, int64_t HW, bool nhwc, float inv)
+template <typename T>
+__global__ void gap_bwd(T *dx, bool add, const T *dy, int64_t n, int64_t C, int64_t HW, bool nhwc, float inv)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     /* NCHW: row o of (N*C, HW) is dy's index; NHWC: dy(n, c) with n the row of (N, HW*C), c = j % C */
     RowWalk w(j0, step, nhwc ? HW * C : HW);
     ChanWalk cw(j0, step, 1, C);
     for (int64_t j = j0; j < n; j += step, w.next(), cw.next()) {
-        float g = dy[nhwc ? w.o * C + cw.c : w.o] * inv;
-        dx[j] = add ? dx[j] + g : g;
+        float g = to_float(dy[nhwc ? w.o * C + cw.c : w.o]) * inv;
+        dx[j] = from_float<T>(add ? to_float(dx[j]) + g : g);
     }
 }
 
@@ -841,7 +848,12 @@ __global__ void gap_bwd(float *dx, bool add, const float *dy, int64_t n, int64_t
 
 __device__ static float4 operator+(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
-/* dst(rows, width) (+)= src(rows, width), row pitches dpitch and spitch, in units of T (float or float4) */
+/* a + b: for half types in f32, rounded once */
+__device__ static float4 add_vals(float4 a, float4 b) { return a + b; }
+template <typename T> __device__ static T add_vals(T a, T b) { return from_float<T>(to_float(a) + to_float(b)); }
+
+/* dst(rows, width) (+)= src(rows, width), row pitches dpitch and spitch, in units of T (float, float4 or a half
+ * type) */
 template <typename T>
 __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, int64_t rows, int64_t width, bool add)
 {
@@ -850,7 +862,7 @@ __global__ void copy_rows(T *dst, int64_t dpitch, const T *src, int64_t spitch, 
     for (int64_t j = j0; j < n; j += step, w.next()) {
         T v = src[w.o * spitch + w.i];
         T *d = &dst[w.o * dpitch + w.i];
-        if (add) v = v + *d;
+        if (add) v = add_vals(v, *d);
         *d = v;
     }
 }
@@ -1008,80 +1020,104 @@ extern "C" cudaError_t glia__cuda_bn_sync_grad_coef(float *coef, const float *ga
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_maxpool_forward(float *y, int32_t *arg, const float *x, struct glia__pool_geom g,
-                                                  cudaStream_t st)
+extern "C" cudaError_t glia__cuda_maxpool_forward(void *y, int32_t *arg, const void *x, enum glia_dtype t,
+                                                  struct glia__pool_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.OH * g.OW;
-    return pool_launch(n, g, [&](auto p) {
-        using I = decltype(p.N);
-        maxpool_fwd<I><<<grid_for(n), THREADS, 0, st>>>(y, arg, x, p);
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return pool_launch(n, g, [&](auto p) {
+            using I = decltype(p.N);
+            maxpool_fwd<T, I><<<grid_for(n), THREADS, 0, st>>>((T *)y, arg, (const T *)x, p);
+        });
     });
 }
 
-extern "C" cudaError_t glia__cuda_maxpool_backward(float *dx, bool add, const float *dy, const int32_t *arg,
+extern "C" cudaError_t glia__cuda_maxpool_backward(void *dx, bool add, const void *dy, const int32_t *arg,
+                                                   enum glia_dtype t, struct glia__pool_geom g, cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.H * g.W;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return pool_launch(n, g, [&](auto p) {
+            using I = decltype(p.N);
+            maxpool_bwd<T, I><<<grid_for(n), THREADS, 0, st>>>((T *)dx, add, (const T *)dy, arg, p);
+        });
+    });
+}
+
+extern "C" cudaError_t glia__cuda_avgpool_forward(void *y, const void *x, enum glia_dtype t, float inv,
+                                                  struct glia__pool_geom g, cudaStream_t st)
+{
+    int64_t n = g.N * g.C * g.OH * g.OW;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return pool_launch(n, g, [&](auto p) {
+            using I = decltype(p.N);
+            avgpool_fwd<T, I><<<grid_for(n), THREADS, 0, st>>>((T *)y, (const T *)x, inv, p);
+        });
+    });
+}
+
+extern "C" cudaError_t glia__cuda_avgpool_backward(void *dx, bool add, const void *dy, enum glia_dtype t, float inv,
                                                    struct glia__pool_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.H * g.W;
-    return pool_launch(n, g, [&](auto p) {
-        using I = decltype(p.N);
-        maxpool_bwd<I><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, arg, p);
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return pool_launch(n, g, [&](auto p) {
+            using I = decltype(p.N);
+            avgpool_bwd<T, I><<<grid_for(n), THREADS, 0, st>>>((T *)dx, add, (const T *)dy, inv, p);
+        });
     });
 }
 
-extern "C" cudaError_t glia__cuda_avgpool_forward(float *y, const float *x, float inv, struct glia__pool_geom g,
-                                                  cudaStream_t st)
-{
-    int64_t n = g.N * g.C * g.OH * g.OW;
-    return pool_launch(n, g, [&](auto p) {
-        using I = decltype(p.N);
-        avgpool_fwd<I><<<grid_for(n), THREADS, 0, st>>>(y, x, inv, p);
-    });
-}
-
-extern "C" cudaError_t glia__cuda_avgpool_backward(float *dx, bool add, const float *dy, float inv,
-                                                   struct glia__pool_geom g, cudaStream_t st)
-{
-    int64_t n = g.N * g.C * g.H * g.W;
-    return pool_launch(n, g, [&](auto p) {
-        using I = decltype(p.N);
-        avgpool_bwd<I><<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, inv, p);
-    });
-}
-
-extern "C" cudaError_t glia__cuda_gap_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW, bool nhwc,
-                                              float inv, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_gap_forward(void *y, const void *x, enum glia_dtype t, int64_t N, int64_t C,
+                                              int64_t HW, bool nhwc, float inv, cudaStream_t st)
 {
     if (N * C == 0) return cudaSuccess;
-    if (nhwc) {
-        int64_t gx = (C + TILE_C - 1) / TILE_C;
-        if (gx > 0x7fffffff) return cudaErrorInvalidValue;
-        dim3 grid((unsigned)gx, (unsigned)(N < 65535 ? N : 65535));
-        gap_fwd_rows<<<grid, dim3(TILE_C, TILE_R), 0, st>>>(y, x, N, C, HW, inv);
-    } else {
-        int64_t blocks = (N * C + THREADS / 32 - 1) / (THREADS / 32);
-        gap_fwd_planes<<<(unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS), THREADS, 0, st>>>(y, x, N * C, HW, inv);
-    }
-    return cudaGetLastError();
+    int64_t gx = (C + TILE_C - 1) / TILE_C, blocks = (N * C + THREADS / 32 - 1) / (THREADS / 32);
+    if (nhwc && gx > 0x7fffffff) return cudaErrorInvalidValue;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        if (nhwc) {
+            dim3 grid((unsigned)gx, (unsigned)(N < 65535 ? N : 65535));
+            gap_fwd_rows<T><<<grid, dim3(TILE_C, TILE_R), 0, st>>>((T *)y, (const T *)x, N, C, HW, inv);
+        } else {
+            gap_fwd_planes<T><<<(unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS), THREADS, 0, st>>>(
+                (T *)y, (const T *)x, N * C, HW, inv);
+        }
+        return cudaGetLastError();
+    });
 }
 
-extern "C" cudaError_t glia__cuda_gap_backward(float *dx, bool add, const float *dy, int64_t N, int64_t C, int64_t HW,
-                                               bool nhwc, float inv, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_gap_backward(void *dx, bool add, const void *dy, enum glia_dtype t, int64_t N,
+                                               int64_t C, int64_t HW, bool nhwc, float inv, cudaStream_t st)
 {
     int64_t n = N * C * HW;
     if (n == 0) return cudaSuccess;
-    gap_bwd<<<grid_for(n), THREADS, 0, st>>>(dx, add, dy, n, C, HW, nhwc, inv);
-    return cudaGetLastError();
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        gap_bwd<T><<<grid_for(n), THREADS, 0, st>>>((T *)dx, add, (const T *)dy, n, C, HW, nhwc, inv);
+        return cudaGetLastError();
+    });
 }
 
-extern "C" cudaError_t glia__cuda_copy_rows(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t rows,
-                                            int64_t width, bool add, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_copy_rows(void *dst, int64_t dpitch, const void *src, int64_t spitch, int64_t rows,
+                                            int64_t width, enum glia_dtype t, bool add, cudaStream_t st)
 {
     if (rows == 0 || width == 0) return cudaSuccess;
-    bool vec = (dpitch | spitch | width) % 4 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)src % 16 == 0;
-    if (vec)
+    bool vec = t == GLIA_F32 && (dpitch | spitch | width) % 4 == 0 && (uintptr_t)dst % 16 == 0 &&
+               (uintptr_t)src % 16 == 0;
+    if (vec) {
         copy_rows<float4><<<grid_for(rows * width / 4), THREADS, 0, st>>>((float4 *)dst, dpitch / 4, (const float4 *)src,
                                                                          spitch / 4, rows, width / 4, add);
-    else
-        copy_rows<float><<<grid_for(rows * width), THREADS, 0, st>>>(dst, dpitch, src, spitch, rows, width, add);
-    return cudaGetLastError();
+        return cudaGetLastError();
+    }
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        copy_rows<T><<<grid_for(rows * width), THREADS, 0, st>>>((T *)dst, dpitch, (const T *)src, spitch, rows, width,
+                                                                 add);
+        return cudaGetLastError();
+    });
 }

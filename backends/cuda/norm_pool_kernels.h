@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include <glia/tensor.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -115,31 +116,34 @@ struct glia__pool_geom {
 };
 
 /* y = max over the window of x (padding -inf; the first max in h, w order, the last NaN winning);
- * arg (NULL: not kept) = its plane offset h*W + w, in y's memory order. Needs H*W < 2^31. */
-cudaError_t glia__cuda_maxpool_forward(float *y, int32_t *arg, const float *x, struct glia__pool_geom g,
-                                       cudaStream_t st);
+ * arg (NULL: not kept) = its plane offset h*W + w, in y's memory order. Needs H*W < 2^31. x, y, dx, dy here and in
+ * the avgpool functions hold values of type t (f32, f16 or bf16); sums are formed in f32 and rounded once. */
+cudaError_t glia__cuda_maxpool_forward(void *y, int32_t *arg, const void *x, enum glia_dtype t,
+                                       struct glia__pool_geom g, cudaStream_t st);
 /* dx(N, C, H, W) (+)= sum in (oh, ow) order of dy over the windows whose arg is this element */
-cudaError_t glia__cuda_maxpool_backward(float *dx, bool add, const float *dy, const int32_t *arg,
+cudaError_t glia__cuda_maxpool_backward(void *dx, bool add, const void *dy, const int32_t *arg, enum glia_dtype t,
                                         struct glia__pool_geom g, cudaStream_t st);
 /* y = (sum over the clipped window of x, in h, w order) * inv, inv = 1/(k*k) (padding counts as 0) */
-cudaError_t glia__cuda_avgpool_forward(float *y, const float *x, float inv, struct glia__pool_geom g,
+cudaError_t glia__cuda_avgpool_forward(void *y, const void *x, enum glia_dtype t, float inv, struct glia__pool_geom g,
                                        cudaStream_t st);
 /* dx(N, C, H, W) (+)= sum in (oh, ow) order over the windows holding this element of dy * inv */
-cudaError_t glia__cuda_avgpool_backward(float *dx, bool add, const float *dy, float inv, struct glia__pool_geom g,
-                                        cudaStream_t st);
+cudaError_t glia__cuda_avgpool_backward(void *dx, bool add, const void *dy, enum glia_dtype t, float inv,
+                                        struct glia__pool_geom g, cudaStream_t st);
 
 /* ---- global average pooling ---- */
-/* y(N, C) = sum over HW of x(N, C, HW) (nhwc: x(N, HW, C)) * inv */
-cudaError_t glia__cuda_gap_forward(float *y, const float *x, int64_t N, int64_t C, int64_t HW, bool nhwc, float inv,
-                                   cudaStream_t st);
+/* y(N, C) = sum over HW of x(N, C, HW) (nhwc: x(N, HW, C)) * inv; values of type t (f32, f16 or bf16), the sum in
+ * f32 and the result rounded once (and in backward) */
+cudaError_t glia__cuda_gap_forward(void *y, const void *x, enum glia_dtype t, int64_t N, int64_t C, int64_t HW,
+                                   bool nhwc, float inv, cudaStream_t st);
 /* dx(N, C, HW) (nhwc: dx(N, HW, C)) (+)= dy(N, C) * inv */
-cudaError_t glia__cuda_gap_backward(float *dx, bool add, const float *dy, int64_t N, int64_t C, int64_t HW, bool nhwc,
-                                    float inv, cudaStream_t st);
+cudaError_t glia__cuda_gap_backward(void *dx, bool add, const void *dy, enum glia_dtype t, int64_t N, int64_t C,
+                                    int64_t HW, bool nhwc, float inv, cudaStream_t st);
 
 /* ---- concat ---- */
-/* dst(rows, width) (+)= src(rows, width), rows dpitch and spitch elements apart */
-cudaError_t glia__cuda_copy_rows(float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t rows,
-                                 int64_t width, bool add, cudaStream_t st);
+/* dst(rows, width) (+)= src(rows, width), rows dpitch and spitch elements apart, elements of type t (f32, f16 or bf16;
+ * a half sum formed in f32 and rounded once) */
+cudaError_t glia__cuda_copy_rows(void *dst, int64_t dpitch, const void *src, int64_t spitch, int64_t rows,
+                                 int64_t width, enum glia_dtype t, bool add, cudaStream_t st);
 
 #ifdef __cplusplus
 }

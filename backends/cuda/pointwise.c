@@ -1,7 +1,8 @@
 /* backends/cuda/pointwise.c — the CUDA kernels of the elementwise types: relu, leaky_relu, sigmoid, tanh and
- * gelu (the type's expression and its gradient, compiled with NVRTC at prepare: pointwise_jit.c), add (fixed
- * kernels, pointwise_kernels.cu) and pointwise (its expression and derivatives, compiled likewise). Not the
- * types (keys, create, shapes, flops, expressions): their own plugins register those. */
+ * gelu (the type's expression and its gradient, compiled with NVRTC at prepare: pointwise_jit.c, for f32 and, with
+ * precision bf16 or fp16, that type's activations), add (fixed kernels, pointwise_kernels.cu, on f32, f16 or bf16
+ * activations) and pointwise (its expression and derivatives, compiled likewise). Not the types (keys, create,
+ * shapes, flops, expressions): their own plugins register those. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,20 +19,23 @@ static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of
 /* What the operands of one elementwise call checked so far have in common. */
 struct operands {
     int64_t n;                        /* elements of each */
+    enum glia_dtype dt;               /* of each: GLIA_F32 (0), or the call's half type for a kernel that takes it */
     bool any;                         /* one was checked: f is set */
     enum glia_memory_format f;        /* the format of the first */
 };
 
-/* t must be f32 on a CUDA device, have o->n elements, be dense (contiguous or channels_last) and
+/* t must be of type o->dt on a CUDA device, have o->n elements, be dense (contiguous or channels_last) and
  * share the others' memory format: then elementwise over memory is elementwise over elements.
  * role names it in the error ("input 2", "output"). */
 static glia_status check_operand(const struct glia_layer *l, struct operands *o, const struct glia_tensor *t,
                                  const char *role)
 {
     const char *type = l->type->name;
-    if (t->dtype != GLIA_F32 || t->device.type != GLIA_DEVICE_CUDA)
-        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "%s [%s]: the %s is %s on %s; the cuda impl takes f32 on the GPU", type,
-                          l->name, role, glia_dtype_name(t->dtype), t->device.type == GLIA_DEVICE_CUDA ? "the GPU" : "the host");
+    if (t->dtype != o->dt || t->device.type != GLIA_DEVICE_CUDA)
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED,
+                          "%s [%s]: the %s is %s on %s; the cuda impl takes %s on the GPU here", type, l->name, role,
+                          glia_dtype_name(t->dtype),
+                          t->device.type == GLIA_DEVICE_CUDA ? "the GPU" : "the host", glia_dtype_name(o->dt));
     if (glia_tensor_numel(t) != o->n)
         return glia_error(l->ctx, GLIA_ESHAPE, "%s [%s]: the %s has %lld elements, expected %lld", type, l->name, role,
                           (long long)glia_tensor_numel(t), (long long)o->n);
@@ -50,17 +54,20 @@ static glia_status check_operand(const struct glia_layer *l, struct operands *o,
     return GLIA_OK;
 }
 
-static float *dev_f32(const struct glia_tensor *t) { return (float *)t->data; }
 
 /* ---- the kernels compiled at prepare: relu, leaky_relu, sigmoid, tanh, gelu and pointwise ---- */
 
 /* l->state of these kernels */
 struct jit_state {
-    struct glia__pw_kernels k;  /* borrowed from the process-wide JIT cache */
+    struct glia__pw_kernels k;  /* f32 tensors; borrowed from the process-wide JIT cache */
+    struct glia__pw_kernels kh; /* tensors of type half, when it is not GLIA_F32 (likewise) */
+    enum glia_dtype half;       /* the half type of the backend's precision (bf16, fp16) when the layer was prepared:
+                                   what half activations the core may hand it; else GLIA_F32 */
     struct glia_seed_at seed;   /* pointwise: of the last training forward, for backward's dropout() mask */
 };
 
-/* The kernels of spec for l's GPU into its state; what is wrong with the expression names it (text). */
+/* The kernels of spec for l's GPU into its state, for f32 tensors and, with precision bf16 or fp16, for that type's
+ * too; what is wrong with the expression names it (text). */
 static glia_status jit_prepare(struct glia_layer *l, const struct glia__pw_spec *spec)
 {
     if (!l->backend || l->backend->ops->device_type != GLIA_DEVICE_CUDA)
@@ -68,8 +75,13 @@ static glia_status jit_prepare(struct glia_layer *l, const struct glia__pw_spec 
                           l->name);
     struct jit_state *js = l->state;
     const struct glia__cuda *c = glia__cuda_of(l->backend);
+    enum glia_precision p = l->backend->options.precision;
+    js->half = p == GLIA_PRECISION_BF16 ? GLIA_BF16 : p == GLIA_PRECISION_FP16 ? GLIA_F16 : GLIA_F32;
+    struct glia__pw_spec hs = *spec;
+    hs.dtype = js->half;
     char err[512];
     glia_status st = glia__pw_jit_get(spec, c->cc_major, c->cc_minor, &js->k, err, sizeof err);
+    if (!st && js->half != GLIA_F32) st = glia__pw_jit_get(&hs, c->cc_major, c->cc_minor, &js->kh, err, sizeof err);
     if (st) {
         char text[160];
         if (glia_expr_print(spec->f, text, sizeof text) < 0) strcpy(text + sizeof text - 4, "...");
@@ -92,16 +104,27 @@ static glia_status act_prepare(struct glia_layer *l, const struct glia_shape *in
     return st;
 }
 
+/* The compiled kernels for a call whose tensors are of t's dtype (f32, or the half type they were prepared for; the
+ * operands' check refuses any other), and that type into o. */
+static const struct glia__pw_kernels *jit_kernels(const struct jit_state *js, const struct glia_tensor *t,
+                                                  struct operands *o)
+{
+    bool half = js->half != GLIA_F32 && t->dtype == js->half;
+    o->dt = half ? js->half : GLIA_F32;
+    return half ? &js->kh : &js->k;
+}
+
 /* y(n) = f(x(n)) */
 static glia_status act_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct jit_state *js = l->state;
-    const float *x[GLIA_EXPR_MAX_VARS] = {dev_f32(a->in[0])};
+    const void *x[GLIA_EXPR_MAX_VARS] = {a->in[0]->data};
     struct operands o = {.n = glia_tensor_numel(a->out)};
+    const struct glia__pw_kernels *k = jit_kernels(js, a->out, &o);
     glia_status st = check_operand(l, &o, a->in[0], "input");
     if (!st) st = check_operand(l, &o, a->out, "output");
     if (st) return st;
-    CUDA_TRY(l->ctx, glia__pw_jit_forward(&js->k, dev_f32(a->out), x, o.n, NULL, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__pw_jit_forward(k, a->out->data, x, o.n, NULL, stream_of(l)));
 fail:
     return st;
 }
@@ -113,14 +136,15 @@ static glia_status act_backward(struct glia_layer *l, const struct glia_bwd *a)
     const struct jit_state *js = l->state;
     const struct glia_tensor *saved = l->kernel->flags & GLIA_KERNEL_BWD_NO_INPUT ? a->out : a->in[0];
     struct operands o = {.n = glia_tensor_numel(a->dout)};
+    const struct glia__pw_kernels *k = jit_kernels(js, a->dout, &o);
     glia_status st = check_operand(l, &o, a->dout, "output gradient");
     if (!st) st = check_operand(l, &o, saved, saved == a->out ? "output" : "input");
     if (!st) st = check_operand(l, &o, a->din[0], "input gradient");
     if (st) return st;
-    const float *x[GLIA_EXPR_MAX_VARS] = {dev_f32(saved)};
-    float *d[GLIA_EXPR_MAX_VARS] = {dev_f32(a->din[0])};
+    const void *x[GLIA_EXPR_MAX_VARS] = {saved->data};
+    void *d[GLIA_EXPR_MAX_VARS] = {a->din[0]->data};
     bool acc[GLIA_EXPR_MAX_VARS] = {a->din_accumulate[0]};
-    CUDA_TRY(l->ctx, glia__pw_jit_backward(&js->k, d, acc, dev_f32(a->dout), x, o.n, NULL, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__pw_jit_backward(k, d, acc, a->dout->data, x, o.n, NULL, stream_of(l)));
 fail:
     return st;
 }
@@ -134,7 +158,7 @@ fail:
         .impl = "cuda",                                                                            \
         .doc = "its expression, compiled with NVRTC",                                              \
         .device_type = GLIA_DEVICE_CUDA,                                                           \
-        .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE | (flags_), /* any format */  \
+        .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | (flags_), \
         .state_size = sizeof(struct jit_state),                                                    \
         .prepare = act_prepare,                                                                    \
         .forward = act_forward,                                                                    \
@@ -151,11 +175,17 @@ ACT_KERNEL(gelu, GLIA_KERNEL_BWD_NO_OUTPUT)
 
 #define ADD_STACK 16   /* inputs handled without a heap array */
 
-/* y(n) = x_0(n) + x_1(n) + ... (left to right, as the CPU) */
+/* A type add takes: f32, f16 or bf16 (the call's, read from the output or its gradient). */
+static enum glia_dtype add_dtype(const struct glia_tensor *t)
+{
+    return t->dtype == GLIA_F16 || t->dtype == GLIA_BF16 ? t->dtype : GLIA_F32;
+}
+
+/* y(n) = x_0(n) + x_1(n) + ... (left to right, as the CPU; in f32 for f16 and bf16 values) */
 static glia_status add_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
-    const float *stack[ADD_STACK], **x = stack;
-    struct operands o = {.n = glia_tensor_numel(a->out)};
+    const void *stack[ADD_STACK], **x = stack;
+    struct operands o = {.n = glia_tensor_numel(a->out), .dt = add_dtype(a->out)};
     glia_status st = check_operand(l, &o, a->out, "output");
     char role[32];
     for (int k = 0; k < a->n_in && !st; k++) {
@@ -165,8 +195,8 @@ static glia_status add_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (st) return st;
     if (a->n_in > ADD_STACK && !(x = malloc((size_t)a->n_in * sizeof *x)))
         return glia_error(l->ctx, GLIA_ENOMEM, "add [%s]: out of memory", l->name);
-    for (int k = 0; k < a->n_in; k++) x[k] = dev_f32(a->in[k]);
-    CUDA_TRY(l->ctx, glia__cuda_add_forward(dev_f32(a->out), x, a->n_in, o.n, stream_of(l)));
+    for (int k = 0; k < a->n_in; k++) x[k] = a->in[k]->data;
+    CUDA_TRY(l->ctx, glia__cuda_add_forward(a->out->data, x, o.dt, a->n_in, o.n, stream_of(l)));
 fail:
     if (x != stack) free(x);
     return st;
@@ -175,9 +205,9 @@ fail:
 /* dx_k(n) (+)= dy(n) for every input k with a gradient */
 static glia_status add_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    float *stack[ADD_STACK], **dx = stack;
+    void *stack[ADD_STACK], **dx = stack;
     bool stack_acc[ADD_STACK], *acc = stack_acc;
-    struct operands o = {.n = glia_tensor_numel(a->dout)};
+    struct operands o = {.n = glia_tensor_numel(a->dout), .dt = add_dtype(a->dout)};
     glia_status st = check_operand(l, &o, a->dout, "output gradient");
     char role[40];
     for (int k = 0; k < a->n_in && !st; k++) {
@@ -195,10 +225,10 @@ static glia_status add_backward(struct glia_layer *l, const struct glia_bwd *a)
         }
     }
     for (int k = 0; k < a->n_in; k++) {
-        dx[k] = a->din[k] ? dev_f32(a->din[k]) : NULL;
+        dx[k] = a->din[k] ? a->din[k]->data : NULL;
         acc[k] = a->din[k] && a->din_accumulate[k];
     }
-    CUDA_TRY(l->ctx, glia__cuda_add_backward(dx, acc, a->n_in, dev_f32(a->dout), o.n, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_add_backward(dx, acc, o.dt, a->n_in, a->dout->data, o.n, stream_of(l)));
 fail:
     if (dx != stack) free(dx);
     if (acc != stack_acc) free(acc);
@@ -211,7 +241,8 @@ static const struct glia_kernel add_kernel = {
     .impl = "cuda",
     .doc = "up to 8 inputs a launch",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* any format */
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF, /* any format; f32, f16 or bf16 */
     .forward = add_forward,
     .backward = add_backward,
 };
@@ -231,20 +262,21 @@ static glia_status pw_prepare(struct glia_layer *l, const struct glia_shape *in,
 static glia_status pw_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct jit_state *js = l->state;
-    const float *x[GLIA_EXPR_MAX_VARS] = {0};
+    const void *x[GLIA_EXPR_MAX_VARS] = {0};
     struct operands o = {.n = glia_tensor_numel(a->out)};
+    const struct glia__pw_kernels *kern = jit_kernels(js, a->out, &o);
     glia_status st = check_operand(l, &o, a->out, "output");
     char role[32];
     for (int k = 0; k < a->n_in && k < GLIA_EXPR_MAX_VARS && !st; k++) {
         snprintf(role, sizeof role, "input %d", k + 1);
         st = check_operand(l, &o, a->in[k], role);
-        x[k] = dev_f32(a->in[k]);
+        x[k] = a->in[k]->data;
     }
     if (st) return st;
     struct glia_seed_at seed = glia_seed_of(a);
     if (a->train) js->seed = seed;
     struct glia_expr_site site = glia_pointwise_site(a->out, seed, a->train);
-    CUDA_TRY(l->ctx, glia__pw_jit_forward(&js->k, dev_f32(a->out), x, o.n, &site, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__pw_jit_forward(kern, a->out->data, x, o.n, &site, stream_of(l)));
 fail:
     return st;
 }
@@ -254,25 +286,26 @@ fail:
 static glia_status pw_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct jit_state *js = l->state;
-    const float *x[GLIA_EXPR_MAX_VARS] = {0};
-    float *d[GLIA_EXPR_MAX_VARS] = {0};
+    const void *x[GLIA_EXPR_MAX_VARS] = {0};
+    void *d[GLIA_EXPR_MAX_VARS] = {0};
     bool acc[GLIA_EXPR_MAX_VARS] = {0};
     struct operands o = {.n = glia_tensor_numel(a->dout)};
+    const struct glia__pw_kernels *kern = jit_kernels(js, a->dout, &o);
     glia_status st = check_operand(l, &o, a->dout, "output gradient");
     char role[40];
     for (int k = 0; k < a->n_in && k < GLIA_EXPR_MAX_VARS && !st; k++) {
         snprintf(role, sizeof role, "input %d", k + 1);
         st = check_operand(l, &o, a->in[k], role);
-        x[k] = dev_f32(a->in[k]);
+        x[k] = a->in[k]->data;
         if (st || !a->din[k]) continue;
         snprintf(role, sizeof role, "gradient of input %d", k + 1);
         st = check_operand(l, &o, a->din[k], role);
-        d[k] = dev_f32(a->din[k]);
+        d[k] = a->din[k]->data;
         acc[k] = a->din_accumulate[k];
     }
     if (st) return st;
     struct glia_expr_site site = glia_pointwise_site(a->dout, js->seed, true);
-    CUDA_TRY(l->ctx, glia__pw_jit_backward(&js->k, d, acc, dev_f32(a->dout), x, o.n, &site, stream_of(l)));
+    CUDA_TRY(l->ctx, glia__pw_jit_backward(kern, d, acc, a->dout->data, x, o.n, &site, stream_of(l)));
 fail:
     return st;
 }
@@ -283,7 +316,8 @@ static const struct glia_kernel pointwise_kernel = {
     .impl = "cuda",
     .doc = "its expression, compiled with NVRTC",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* any memory format; backward reads the inputs */
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
+             GLIA_KERNEL_HALF, /* any memory format; backward reads the inputs */
     .state_size = sizeof(struct jit_state),
     .prepare = pw_prepare,
     .forward = pw_forward,

@@ -67,6 +67,63 @@ static const char preamble[] =
     "__device__ __forceinline__ float glia_sign(float a) { return (float)((a > 0.0f) - (a < 0.0f)); }\n"
     "__device__ __forceinline__ bool glia_aligned(const void *p) { return ((unsigned long long)p & 15) == 0; }\n";
 
+/* Half activations: glia_t holds a value's bits; glia_ld widens element i of p to float, glia_st rounds a float to
+ * nearest even (core/half.h's rules, in integers so that no header is needed). */
+static const char bf16_preamble[] =
+    "typedef unsigned short glia_t;\n"
+    "__device__ __forceinline__ float glia_ld(const glia_t *p, long long i)\n"
+    "{\n"
+    "    union { unsigned u; float f; } c;\n"
+    "    c.u = (unsigned)p[i] << 16;\n"
+    "    return c.f;\n"
+    "}\n"
+    "__device__ __forceinline__ glia_t glia_st(float v)\n"
+    "{\n"
+    "    union { float f; unsigned u; } c;\n"
+    "    c.f = v;\n"
+    "    if ((c.u & 0x7fffffffu) > 0x7f800000u) return (glia_t)((c.u >> 16) | 0x40u);\n"
+    "    c.u += 0x7fffu + ((c.u >> 16) & 1u);\n"
+    "    return (glia_t)(c.u >> 16);\n"
+    "}\n";
+static const char f16_preamble[] =
+    "typedef unsigned short glia_t;\n"
+    "__device__ __forceinline__ float glia_ld(const glia_t *p, long long i)\n"
+    "{\n"
+    "    unsigned h = p[i], sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "    union { unsigned u; float f; } c;\n"
+    "    if (e == 31) c.u = sign | 0x7f800000u | (m << 13);\n"
+    "    else if (e != 0) c.u = sign | ((e + 112) << 23) | (m << 13);\n"
+    "    else if (m == 0) c.u = sign;\n"
+    "    else {\n"
+    "        e = 113;\n"
+    "        while (!(m & 0x400u)) { m <<= 1; e--; }\n"
+    "        c.u = sign | (e << 23) | ((m & 0x3ffu) << 13);\n"
+    "    }\n"
+    "    return c.f;\n"
+    "}\n"
+    "__device__ __forceinline__ glia_t glia_st(float v)\n"
+    "{\n"
+    "    union { float f; unsigned u; } c;\n"
+    "    c.f = v;\n"
+    "    unsigned x = c.u & 0x7fffffffu, sign = (c.u >> 16) & 0x8000u, h, rem, half;\n"
+    "    if (x > 0x7f800000u) return (glia_t)(sign | 0x7e00u);\n"
+    "    if (x >= 0x477ff000u) return (glia_t)(sign | 0x7c00u);\n"
+    "    if (x < 0x38800000u) {\n"
+    "        unsigned e = x >> 23, m = (x & 0x7fffffu) | 0x800000u;\n"
+    "        if (e < 101) return (glia_t)sign;\n"
+    "        h = m >> (126 - e);\n"
+    "        rem = m & ((1u << (126 - e)) - 1);\n"
+    "        half = 1u << (125 - e);\n"
+    "    } else {\n"
+    "        unsigned r = x - 0x38000000u;\n"
+    "        h = r >> 13;\n"
+    "        rem = r & 0x1fffu;\n"
+    "        half = 0x1000u;\n"
+    "    }\n"
+    "    if (rem > half || (rem == half && (h & 1u))) h++;\n"
+    "    return (glia_t)(sign | h);\n"
+    "}\n";
+
 /* dropout(): the dropout layer's mask functions, from the one definition in glia/types/dropout.h */
 static const char dropout_preamble[] =
     "__device__ __forceinline__ unsigned long long glia_seed(unsigned long long key, long long step)\n"
@@ -200,12 +257,13 @@ static void emit_call(struct sbuf *b, const char *name, const struct glia_expr *
 }
 
 /* Loads of the inputs x<k> for the bits of mask, before any store: a quad of each (q<k>), or one element (in<k>). */
-static void emit_loads(struct sbuf *b, unsigned mask, bool quad)
+static void emit_loads(struct sbuf *b, unsigned mask, bool quad, bool half)
 {
     for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
         if (mask >> k & 1)
-            sb_printf(b, quad ? "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n"
-                              : "        const float in%d = x%d[i];\n", k, k);
+            sb_printf(b, quad   ? "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n"
+                         : half ? "        const float in%d = glia_ld(x%d, i);\n"
+                                : "        const float in%d = x%d[i];\n", k, k);
 }
 
 /* With dropout(): a captured launch's seed, from the step that each replay is handed. */
@@ -248,35 +306,40 @@ static bool any_dropout(const struct glia__pw_spec *s)
     return d;
 }
 
-/* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct glia_expr_site) */
+/* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct glia_expr_site). f32 by
+ * quads where aligned, then one by one; half activations one by one through glia_ld and glia_st. */
 static void emit_forward(struct sbuf *b, const struct glia__pw_spec *s)
 {
     unsigned in = s->f->vars_used;
+    bool half = s->dtype != GLIA_F32;
+    const char *t = half ? "glia_t" : "float";
     char aligned[160];
     aligned_test(aligned, sizeof aligned, "glia_aligned(out)", in);
     emit_function(b, "glia_pw_f", s->f, false);
-    sb_printf(b, "extern \"C\" __global__ void glia_pw_forward(float *out, const float *x0, const float *x1,\n"
-                 "                                           const float *x2, const float *x3, long long n,\n"
+    sb_printf(b, "extern \"C\" __global__ void glia_pw_forward(%s *out, const %s *x0, const %s *x1,\n"
+                 "                                           const %s *x2, const %s *x3, long long n,\n"
                  "                                           unsigned long long seed, int train, long long C,\n"
                  "                                           long long HW, unsigned long long key,\n"
                  "                                           const long long *step_at)\n"
-                 "{\n");
+                 "{\n", t, t, t, t, t);
     emit_seed(b, glia_expr_count_op(s->f, GLIA_EXPR_DROPOUT) > 0);
-    emit_grid(b, aligned);
-    sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n");
-    emit_loads(b, in, true);
-    sb_printf(b, "        float4 r;\n");
-    for (int lane = 0; lane < 4; lane++) {
-        sb_printf(b, "        r.%c = ", "xyzw"[lane]);
-        emit_call(b, "glia_pw_f", s->f, -1, false, lane);
-        sb_printf(b, ";\n");
+    emit_grid(b, half ? "false" : aligned);
+    if (!half) {
+        sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n");
+        emit_loads(b, in, true, false);
+        sb_printf(b, "        float4 r;\n");
+        for (int lane = 0; lane < 4; lane++) {
+            sb_printf(b, "        r.%c = ", "xyzw"[lane]);
+            emit_call(b, "glia_pw_f", s->f, -1, false, lane);
+            sb_printf(b, ";\n");
+        }
+        sb_printf(b, "        reinterpret_cast<float4 *>(out)[q] = r;\n    }\n");
     }
-    sb_printf(b, "        reinterpret_cast<float4 *>(out)[q] = r;\n    }\n"
-                 "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
-    emit_loads(b, in, false);
-    sb_printf(b, "        out[i] = ");
+    sb_printf(b, "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
+    emit_loads(b, in, false, half);
+    sb_printf(b, half ? "        out[i] = glia_st(" : "        out[i] = ");
     emit_call(b, "glia_pw_f", s->f, -1, false, -1);
-    sb_printf(b, ";\n    }\n}\n");
+    sb_printf(b, half ? ");\n    }\n}\n" : ";\n    }\n}\n");
 }
 
 /* d_k(n) (+)= dy(n) * df/dx_k(x0(n), ..., x3(n)) (a grad spec: d_0(n) (+)= grad(x0(n), dy(n))) for each
@@ -285,6 +348,8 @@ static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
 {
     unsigned in = backward_inputs(s);
     int n_in = s->n_in < GLIA_EXPR_MAX_VARS ? s->n_in : GLIA_EXPR_MAX_VARS, dy_var = s->grad ? 1 : -1;
+    bool half = s->dtype != GLIA_F32;
+    const char *t = half ? "glia_t" : "float";
     char aligned[256], name[16];
     aligned_test(aligned, sizeof aligned, "glia_aligned(dy)", in);
     for (int k = 0; k < n_in; k++) {
@@ -294,45 +359,51 @@ static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
         snprintf(name, sizeof name, "glia_pw_d%d", k);
         emit_function(b, name, s->df[k], !s->grad);
     }
-    sb_printf(b, "extern \"C\" __global__ void glia_pw_backward(const float *dy, const float *x0, const float *x1,\n"
-                 "                                            const float *x2, const float *x3, float *d0, float *d1,\n"
-                 "                                            float *d2, float *d3, int acc, long long n,\n"
+    sb_printf(b, "extern \"C\" __global__ void glia_pw_backward(const %s *dy, const %s *x0, const %s *x1,\n"
+                 "                                            const %s *x2, const %s *x3, %s *d0, %s *d1,\n"
+                 "                                            %s *d2, %s *d3, int acc, long long n,\n"
                  "                                            unsigned long long seed, int train, long long C,\n"
                  "                                            long long HW, unsigned long long key,\n"
                  "                                            const long long *step_at)\n"
-                 "{\n");
+                 "{\n", t, t, t, t, t, t, t, t, t);
     emit_seed(b, any_dropout(s));
-    emit_grid(b, aligned);
-    sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n"
-                 "        const float4 gq = reinterpret_cast<const float4 *>(dy)[q];\n");
-    emit_loads(b, in, true);
-    for (int k = 0; k < n_in; k++) {
-        if (!s->df[k]) continue;
-        snprintf(name, sizeof name, "glia_pw_d%d", k);
-        sb_printf(b, "        if (d%d) {\n            float4 r;\n", k);
-        for (int lane = 0; lane < 4; lane++) {
-            sb_printf(b, "            r.%c = ", "xyzw"[lane]);
-            emit_call(b, name, s->df[k], dy_var, !s->grad, lane);
-            sb_printf(b, ";\n");
+    emit_grid(b, half ? "false" : aligned);
+    if (!half) {
+        sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n"
+                     "        const float4 gq = reinterpret_cast<const float4 *>(dy)[q];\n");
+        emit_loads(b, in, true, false);
+        for (int k = 0; k < n_in; k++) {
+            if (!s->df[k]) continue;
+            snprintf(name, sizeof name, "glia_pw_d%d", k);
+            sb_printf(b, "        if (d%d) {\n            float4 r;\n", k);
+            for (int lane = 0; lane < 4; lane++) {
+                sb_printf(b, "            r.%c = ", "xyzw"[lane]);
+                emit_call(b, name, s->df[k], dy_var, !s->grad, lane);
+                sb_printf(b, ";\n");
+            }
+            sb_printf(b, "            if (acc & %d) {\n"
+                         "                const float4 o = reinterpret_cast<const float4 *>(d%d)[q];\n"
+                         "                r.x = o.x + r.x;\n                r.y = o.y + r.y;\n"
+                         "                r.z = o.z + r.z;\n                r.w = o.w + r.w;\n"
+                         "            }\n"
+                         "            reinterpret_cast<float4 *>(d%d)[q] = r;\n"
+                         "        }\n", 1 << k, k, k);
         }
-        sb_printf(b, "            if (acc & %d) {\n"
-                     "                const float4 o = reinterpret_cast<const float4 *>(d%d)[q];\n"
-                     "                r.x = o.x + r.x;\n                r.y = o.y + r.y;\n"
-                     "                r.z = o.z + r.z;\n                r.w = o.w + r.w;\n"
-                     "            }\n"
-                     "            reinterpret_cast<float4 *>(d%d)[q] = r;\n"
-                     "        }\n", 1 << k, k, k);
+        sb_printf(b, "    }\n");
     }
-    sb_printf(b, "    }\n"
-                 "    for (long long i = 4 * n4 + start; i < n; i += step) {\n"
-                 "        const float g = dy[i];\n");
-    emit_loads(b, in, false);
+    sb_printf(b, "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
+    sb_printf(b, half ? "        const float g = glia_ld(dy, i);\n" : "        const float g = dy[i];\n");
+    emit_loads(b, in, false, half);
     for (int k = 0; k < n_in; k++) {
         if (!s->df[k]) continue;
         snprintf(name, sizeof name, "glia_pw_d%d", k);
         sb_printf(b, "        if (d%d) {\n            const float r = ", k);
         emit_call(b, name, s->df[k], dy_var, !s->grad, -1);
-        sb_printf(b, ";\n            d%d[i] = (acc & %d) ? d%d[i] + r : r;\n        }\n", k, 1 << k, k);
+        if (half)
+            sb_printf(b, ";\n            d%d[i] = glia_st((acc & %d) ? glia_ld(d%d, i) + r : r);\n        }\n", k, 1 << k,
+                      k);
+        else
+            sb_printf(b, ";\n            d%d[i] = (acc & %d) ? d%d[i] + r : r;\n        }\n", k, 1 << k, k);
     }
     sb_printf(b, "    }\n}\n");
 }
@@ -344,9 +415,12 @@ char *glia__pw_jit_source(const struct glia__pw_spec *s)
     if (glia_expr_print(s->f, text, sizeof text) < 0) strcpy(text + sizeof text - 5, "...");
     for (char *q = text; *q; q++)
         if (*q == '*' && q[1] == '/') *q = '.';  /* cannot close the comment */
-    sb_printf(&b, "/* glia pointwise, %d input%s%s: %s */\n", s->n_in, s->n_in == 1 ? "" : "s",
-              s->grad ? ", gradient over (x, dy)" : "", text);
+    sb_printf(&b, "/* glia pointwise, %d input%s%s%s%s: %s */\n", s->n_in, s->n_in == 1 ? "" : "s",
+              s->grad ? ", gradient over (x, dy)" : "", s->dtype != GLIA_F32 ? ", values " : "",
+              s->dtype != GLIA_F32 ? glia_dtype_name(s->dtype) : "", text);
     sb_printf(&b, "%s", preamble);
+    if (s->dtype == GLIA_BF16) sb_printf(&b, "%s", bf16_preamble);
+    if (s->dtype == GLIA_F16) sb_printf(&b, "%s", f16_preamble);
     if (any_dropout(s)) sb_printf(&b, "%s", dropout_preamble);
     emit_forward(&b, s);
     emit_backward(&b, s);
@@ -525,7 +599,7 @@ fail:
 
 static uint64_t key_hash(const struct glia__pw_spec *s)
 {
-    return glia_expr_hash(s->f) * 0x9e3779b97f4a7c15ull + (uint64_t)s->n_in * 2 + s->grad;
+    return glia_expr_hash(s->f) * 0x9e3779b97f4a7c15ull + (uint64_t)s->n_in * 2 + s->grad + ((uint64_t)s->dtype << 40);
 }
 
 glia_status glia__pw_jit_get(const struct glia__pw_spec *s, int cc_major, int cc_minor, struct glia__pw_kernels *out,
@@ -587,11 +661,11 @@ static dim3 pw_grid(int64_t n, int threads, const void *const *ptrs, int n_ptrs)
     return g;
 }
 
-cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, const float *const *x, int64_t n,
+cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, void *out, const void *const *x, int64_t n,
                                  const struct glia_expr_site *site, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
-    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    const void *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
     long long nn = (long long)n, C = site ? site->C : 0, HW = site ? site->HW : 0;
     unsigned long long seed = site ? site->seed : 0, key = site ? site->key : 0;
     const int64_t *step_at = site ? site->step_at : NULL;
@@ -602,12 +676,12 @@ cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, c
     return cudaLaunchKernel((const void *)k->forward, pw_grid(n, k->forward_threads, ptrs, 5), block, args, 0, s);
 }
 
-cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const *d, const bool *acc, const float *dy,
-                                  const float *const *x, int64_t n, const struct glia_expr_site *site, cudaStream_t s)
+cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, void *const *d, const bool *acc, const void *dy,
+                                  const void *const *x, int64_t n, const struct glia_expr_site *site, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
-    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
-    float *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3];
+    const void *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    void *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3];
     if (!d0 && !d1 && !d2 && !d3) return cudaSuccess;
     int accmask = 0;
     for (int j = 0; j < GLIA_EXPR_MAX_VARS; j++)

@@ -21,6 +21,10 @@ struct glia__pw_spec {
      * true: n_in is 1 and d_0 (+)= df[0](x0, dy), a gradient over variable 0 (the input, or the output when
      * x0 is handed the output) and variable 1 (dy) (glia_expr_grad: relu's dy where y > 0, else 0) */
     bool grad;
+    /* of the tensors the kernels read and write: GLIA_F32 (0), or GLIA_BF16 / GLIA_F16 (half activations: each
+     * value loaded into float, the expression evaluated in float as for f32, the result stored rounded to nearest
+     * even, an accumulated gradient added in float and rounded once; one element at a time) */
+    enum glia_dtype dtype;
 };
 
 /* The compiled kernels of one spec (borrowed from the process-wide cache: they stay loaded until the
@@ -51,16 +55,16 @@ glia_status glia__pw_jit_compile(const char *src, int device_arch, void **image,
 glia_status glia__pw_jit_get(const struct glia__pw_spec *s, int cc_major, int cc_minor, struct glia__pw_kernels *out,
                              char *err, size_t err_size);
 
-/* out(n) = f(x_0(n), ...) on stream s; x holds GLIA_EXPR_MAX_VARS pointers (unused ones may be NULL);
- * site: where dropout() draws its mask (glia/expr.h; NULL: eval). */
-cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, float *out, const float *const *x, int64_t n,
+/* out(n) = f(x_0(n), ...) on stream s; x holds GLIA_EXPR_MAX_VARS pointers (unused ones may be NULL), every
+ * tensor of the spec's dtype; site: where dropout() draws its mask (glia/expr.h; NULL: eval). */
+cudaError_t glia__pw_jit_forward(const struct glia__pw_kernels *k, void *out, const void *const *x, int64_t n,
                                  const struct glia_expr_site *site, cudaStream_t s);
 
 /* d_k(n) = dy(n) * df/dx_k(x_0(n), ...) (+= when acc[k]) for each k with d[k] != NULL (a grad spec: d_0(n)
  * (+)= grad(x_0(n), dy(n))); d, acc and x hold GLIA_EXPR_MAX_VARS entries; site as for forward (training).
  * One pass: each element's inputs are read once, the d_k written in order of k (two d_k may be the same
  * tensor). */
-cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, float *const *d, const bool *acc, const float *dy,
-                                  const float *const *x, int64_t n, const struct glia_expr_site *site, cudaStream_t s);
+cudaError_t glia__pw_jit_backward(const struct glia__pw_kernels *k, void *const *d, const bool *acc, const void *dy,
+                                  const void *const *x, int64_t n, const struct glia_expr_site *site, cudaStream_t s);
 
 #endif
