@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <unistd.h>
 #include "testutil.h"
+#include "half.h"
 #include "../backends/cuda/pointwise_jit.h"
 
 /* Expressions that together use every op, constants NaN / inf / -0, and 1 to 4 inputs. */
@@ -341,5 +342,93 @@ static void test_host_run_activation_gradients(void)
     }
 }
 
+/* ---- half activations ---- */
+
+typedef void (*fwd16_fn)(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, long long,
+                         unsigned long long, int, long long, long long, unsigned long long, const long long *);
+typedef void (*bwd16_fn)(const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
+                         uint16_t *, uint16_t *, uint16_t *, uint16_t *, int, long long, unsigned long long, int,
+                         long long, long long, unsigned long long, const long long *);
+
+static uint16_t to16(float v, enum glia_dtype t) { return t == GLIA_BF16 ? glia__f32_to_bf16(v) : glia__f32_to_f16(v); }
+static float from16(uint16_t h, enum glia_dtype t) { return t == GLIA_BF16 ? glia__bf16_to_f32(h) : glia__f16_to_f32(h); }
+
+static uint16_t h_x[GLIA_EXPR_MAX_VARS][NE], h_dy[NE], h_got[GLIA_EXPR_MAX_VARS][NE];
+
+/* Count of elements whose bits differ from want rounded to t (NaN equals NaN); prints the first. */
+static int mismatches16(const char *what, const char *text, const uint16_t *got, const float *want, enum glia_dtype t)
+{
+    int bad = 0;
+    for (int i = 0; i < NE; i++)
+        if (!same(from16(got[i], t), from16(to16(want[i], t), t)) && !bad++)
+            printf("\n  %s %s of '%s' at %d: jit %.9g, interpreter %.9g\n", glia_dtype_name(t), what, text, i,
+                   (double)from16(got[i], t), (double)want[i]);
+    return bad;
+}
+
+/* The kernels generated for bf16 and f16 values compile with NVRTC and, built for the host, give the interpreter's
+ * f32 result on the widened inputs rounded once to nearest even: forward, backward written and accumulated (the sum
+ * of the old value and the gradient in f32, rounded once). */
+static void test_host_run_half(void)
+{
+    for (int i = 0; i < N_CASES; i++)
+        for (int h = 0; h < 2; h++) {
+            enum glia_dtype t = h ? GLIA_F16 : GLIA_BF16;
+            struct built p;
+            build(i, &p);
+            p.s.dtype = t;
+            char *src = glia__pw_jit_source(&p.s);
+            CU_ASSERT_FATAL(src != NULL);
+            CU_ASSERT(strstr(src, "glia_t") != NULL && strstr(src, "float4") == NULL);
+            void *img = NULL;
+            size_t size = 0;
+            bool cubin = false;
+            char err[512] = "";
+            glia_status st = glia__pw_jit_compile(src, 90, &img, &size, &cubin, err, sizeof err);
+            if (st) printf("\n  %s (%s) for sm_90: %s\n", cases[i].text, glia_dtype_name(t), err);
+            CU_ASSERT(st == GLIA_OK && cubin);
+            free(img);
+            void *so = host_build(src, 200 + 2 * i + h);
+            CU_ASSERT(so != NULL);
+            fwd16_fn fwd = so ? (fwd16_fn)(uintptr_t)dlsym(so, "glia_pw_forward") : NULL;
+            bwd16_fn bwd = so ? (bwd16_fn)(uintptr_t)dlsym(so, "glia_pw_backward") : NULL;
+            CU_ASSERT(!so || (fwd && bwd));
+            int n_in = p.s.n_in, all = (1 << n_in) - 1;
+            float *x[GLIA_EXPR_MAX_VARS], *dy = dy_;
+            for (int k = 0; k < GLIA_EXPR_MAX_VARS && fwd && bwd; k++) {  /* the inputs as the kernel sees them */
+                x[k] = x_[k];
+                fill(x[k], NE, 17 + 31 * (uint64_t)k + 1000 * (uint64_t)i);
+                for (int j = 0; j < NE; j++) x[k][j] = from16(h_x[k][j] = to16(x[k][j], t), t);
+            }
+            fill(dy, NE, 99 + (uint64_t)i);
+            for (int j = 0; j < NE; j++) dy[j] = from16(h_dy[j] = to16(dy[j], t), t);
+            const float *xs[GLIA_EXPR_MAX_VARS] = {x[0], x[1], x[2], x[3]};
+            for (int si = 0; si < 3 && fwd && bwd; si += 2) {  /* training, eval */
+                const struct glia_expr_site *at = &sites[si];
+                struct glia_expr_site train = *at;
+                train.train = true;
+                fwd(h_got[0], h_x[0], h_x[1], h_x[2], h_x[3], NE, at->seed, at->train, at->C, at->HW, 0, NULL);
+                CU_ASSERT(glia_expr_eval_ex(p.f, xs, NE, NULL, false, at, want[0]) == 0);
+                CU_ASSERT_EQUAL(mismatches16("forward", cases[i].text, h_got[0], want[0], t), 0);
+                for (int pass = 0; pass < 2; pass++) {
+                    for (int k = 0; k < n_in && pass; k++)  /* the interpreter adds onto the widened old values */
+                        for (int j = 0; j < NE; j++) want[k][j] = from16(h_got[k][j], t);
+                    bwd(h_dy, h_x[0], h_x[1], h_x[2], h_x[3], h_got[0], n_in > 1 ? h_got[1] : NULL,
+                        n_in > 2 ? h_got[2] : NULL, n_in > 3 ? h_got[3] : NULL, pass ? all : 0, NE, at->seed, 1, at->C,
+                        at->HW, 0, NULL);
+                    for (int k = 0; k < n_in; k++) {
+                        CU_ASSERT(glia_expr_eval_ex(p.df[k], xs, NE, dy, pass == 1, &train, want[k]) == 0);
+                        CU_ASSERT_EQUAL(mismatches16(pass ? "accumulated gradient" : "gradient", cases[i].text,
+                                                     h_got[k], want[k], t), 0);
+                    }
+                }
+            }
+            if (so) dlclose(so);
+            free(src);
+            clear(&p);
+        }
+}
+
 GLIA_TEST_MAIN("pointwise jit", GLIA_TEST(test_nvrtc_compiles_every_case), GLIA_TEST(test_nvrtc_ptx_fallback_and_refusal),
-               GLIA_TEST(test_host_run_equals_interpreter), GLIA_TEST(test_host_run_activation_gradients))
+               GLIA_TEST(test_host_run_equals_interpreter), GLIA_TEST(test_host_run_activation_gradients),
+               GLIA_TEST(test_host_run_half))
