@@ -135,7 +135,7 @@ glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool t
         bool grad = train && glia__has_grad(m, i);
         st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, nd->out_dtype, &nd->out);
         if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, nd->out_dtype, &nd->dout);
-        for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format */
+        for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format or type */
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);
             nd->cin[k] = nd->cdin[k] = NULL;
