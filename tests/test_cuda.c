@@ -340,8 +340,8 @@ static const struct glia__node *node_named(const struct run *r, const char *name
     return NULL;
 }
 
-/* precision = bf16 or fp16 keeps the activations between layers whose CUDA kernels take that type in it ([graph]
- * half_activations = auto): conv2d, the fused pointwise layers, pooling, concat, dropout and flatten here; batchnorm
+/* precision = bf16 or fp16 with [graph] half_activations = auto (the default is off) keeps the activations between
+ * layers whose CUDA kernels take that type in it: conv2d, the fused pointwise layers, pooling, concat, dropout and flatten here; batchnorm
  * and linear get f32 through converting edges, and the logits stay f32. It trains about as half_activations = off
  * does, with a smaller activation plan. */
 static void test_half_activations(void)
@@ -350,8 +350,8 @@ static void test_half_activations(void)
     static const char *const prec[] = {"bf16", "fp16"};
     for (int p = 0; p < 2; p++) {
         enum glia_dtype half = p ? GLIA_F16 : GLIA_BF16;
-        char on[128], off[160];
-        snprintf(on, sizeof on, "precision = %s", prec[p]);
+        char on[160], off[160];
+        snprintf(on, sizeof on, "precision = %s\n[graph]\nhalf_activations = auto", prec[p]);
         snprintf(off, sizeof off, "precision = %s\n[graph]\nhalf_activations = off", prec[p]);
         struct run a, b;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
