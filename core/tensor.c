@@ -12,23 +12,6 @@ struct glia_storage {
     int refcount;
 };
 
-size_t glia_dtype_size(enum glia_dtype t)
-{
-    switch (t) {
-    case GLIA_F32: case GLIA_I32: return 4;
-    case GLIA_F16: case GLIA_BF16: return 2;
-    case GLIA_I64: case GLIA_F64: return 8;
-    case GLIA_U8: return 1;
-    }
-    return 0;
-}
-
-const char *glia_dtype_name(enum glia_dtype t)
-{
-    static const char *n[] = {"f32", "f16", "bf16", "i32", "i64", "u8", "f64"};
-    return (unsigned)t < GLIA__ARRAY_LEN(n) ? n[t] : "?";
-}
-
 int64_t glia_shape_numel(const struct glia_shape *s)
 {
     int64_t n = 1;

@@ -1,5 +1,5 @@
-/* core/util.c — small string, memory, folder and time helpers used across libglia.
- * Not a general utility library: only what the core needs. */
+/* core/util.c — small string, memory, folder and time helpers used across libglia, and the element types' sizes
+ * and names. Not a general utility library: only what the core needs. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -94,4 +94,23 @@ double glia__now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- element types (glia/tensor.h), here below the backend and the tensors that both name them ---- */
+
+size_t glia_dtype_size(enum glia_dtype t)
+{
+    switch (t) {
+    case GLIA_F32: case GLIA_I32: return 4;
+    case GLIA_F16: case GLIA_BF16: return 2;
+    case GLIA_I64: case GLIA_F64: return 8;
+    case GLIA_U8: return 1;
+    }
+    return 0;
+}
+
+const char *glia_dtype_name(enum glia_dtype t)
+{
+    static const char *n[] = {"f32", "f16", "bf16", "i32", "i64", "u8", "f64"};
+    return (unsigned)t < GLIA__ARRAY_LEN(n) ? n[t] : "?";
 }
