@@ -164,15 +164,13 @@ bool glia_backend_can_convert(const struct glia_backend *b)
     return x->struct_size >= GLIA__END_OF(struct glia_backend_math_ops, convert) && x->convert;
 }
 
-static bool float_type(enum glia_dtype t) { return t == GLIA_F32 || t == GLIA_F16 || t == GLIA_BF16; }
-
 glia_status glia_backend_convert(struct glia_backend *b, void *dst, enum glia_dtype dst_dtype, const void *src,
                                  enum glia_dtype src_dtype, int64_t B, int64_t rows, int64_t cols, float beta)
 {
     if (!glia_backend_can_convert(b))
         return glia_error(b->ctx, GLIA_EUNSUPPORTED, "the %s backend converts no element types (it has no convert slot)",
                           b->ops->name);
-    if (!float_type(dst_dtype) || !float_type(src_dtype) || B < 0 || rows < 0 || cols < 0 || (beta != 0 && beta != 1))
+    if (!glia__float_dtype(dst_dtype) || !glia__float_dtype(src_dtype) || B < 0 || rows < 0 || cols < 0 || (beta != 0 && beta != 1))
         return glia_error(b->ctx, GLIA_EINVAL, "glia_backend_convert: %s to %s, %lld x %lld x %lld, beta %g",
                           glia_dtype_name(src_dtype), glia_dtype_name(dst_dtype), (long long)B, (long long)rows,
                           (long long)cols, beta);

@@ -649,8 +649,7 @@ static enum glia__edge edge_of(const struct glia_model *m, const struct glia__no
     struct glia_shape s = glia__in_shape_of(m, p, m->data.batch);
     enum glia_memory_format have = p < 0 ? GLIA_CONTIGUOUS : m->graph.nodes[p].out_fmt;
     enum glia_dtype has = p < 0 ? glia__data_dtype(m) : m->graph.nodes[p].out_dtype;
-    bool floats = has == GLIA_F32 || has == GLIA_F16 || has == GLIA_BF16;
-    if (floats && nd->in_dtype[k] != has) return GLIA__EDGE_CONVERT;
+    if (glia__float_dtype(has) && nd->in_dtype[k] != has) return GLIA__EDGE_CONVERT;
     if (nd->in_fmt[k] == have) return GLIA__EDGE_DIRECT;
     if (s.dim[1] == 1 || s.dim[2] * s.dim[3] == 1) return GLIA__EDGE_RETAG;
     return GLIA__EDGE_CONVERT;

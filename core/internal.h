@@ -331,6 +331,9 @@ void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int
 double glia__now(void);   /* monotonic seconds */
 
 /* ---- string and file helpers (core/util.c) ---- */
+/* Whether t is a floating-point activation type: f32, f16 or bf16 (what glia_tensor_convert and the backend's
+ * convert take). */
+bool glia__float_dtype(enum glia_dtype t);
 char *glia__strdup(const char *s);
 char *glia__strndup(const char *s, size_t n);
 char *glia__trim(char *s);  /* in place */

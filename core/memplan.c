@@ -93,9 +93,9 @@ static void grow(int *last, int t)
 }
 
 /* Sizes (floats, whatever their dtype: two f16 or bf16 values to a float) and lifetimes (moments, inclusive) of the
- * buffers of one plan at batch n (shapes), in slots GLIA__PLAN_VALUE(i, k) (node i's output, k = -1, or its converted input k) and GLIA__PLAN_GRAD(i, k) (their
- * gradients). Evaluation: node i's forward is moment i; an output lives from its forward to its last reader's, the
- * loss and the logits to moment N (they are read after the forward). Training: forward i at moment i, then the
+ * buffers of one plan at batch n (shapes), in slots GLIA__PLAN_VALUE(i, k) (node i's output, k = -1, or its converted
+ * input k) and GLIA__PLAN_GRAD(i, k) (their gradients). Evaluation: node i's forward is moment i; an output lives from
+ * its forward to its last reader's, the loss and the logits to moment N (they are read after the forward). Training: forward i at moment i, then the
  * backward walk from moment N: backward j at B[j], and where a checkpointed segment ends at j, first the forward of
  * its recompute nodes again, k at R[k] (without checkpointing B[j] = 2N-1-j). An output lives until the backwards and
  * recomputations that read it (its own and its consumers'), the loss to the end of the step; a recompute node's

@@ -72,8 +72,11 @@ void glia__peak_of(struct glia_model *m, double bandwidth, double flops, struct 
     enum glia_precision prec = m->backend->options.precision;
     if (p->bandwidth <= 0 && have) p->bandwidth = d.bandwidth;
     if (p->flops <= 0 && have && (int)prec >= 0 && (int)prec < 4) p->flops = d.flops[prec];
-    const char *given = bandwidth > 0 || flops > 0 ? "given" : "";
-    snprintf(p->basis, sizeof p->basis, "%s%s%s", have ? d.basis : "", have && *given ? "; some " : "", given);
+    const char *given = bandwidth > 0 && flops > 0 ? "given"
+                        : bandwidth > 0            ? "bandwidth given"
+                        : flops > 0                ? "FLOP/s given"
+                                                   : "";
+    snprintf(p->basis, sizeof p->basis, "%s%s%s", have ? d.basis : "", have && *given ? "; " : "", given);
 }
 
 /* "12.3% mem": the larger of the two fractions, and which; "-" when neither peak is known. */

@@ -262,11 +262,9 @@ int32_t *glia_tensor_i32(const struct glia_tensor *t)
     return t && t->dtype == GLIA_I32 && t->device.type == GLIA_DEVICE_CPU ? t->data : NULL;
 }
 
-static bool float_dtype(enum glia_dtype t) { return t == GLIA_F32 || t == GLIA_F16 || t == GLIA_BF16; }
-
 glia_status glia_tensor_convert(struct glia_tensor *dst, const struct glia_tensor *src, bool accumulate)
 {
-    if (!float_dtype(dst->dtype) || !float_dtype(src->dtype) || !glia_shape_equal(&dst->shape, &src->shape) ||
+    if (!glia__float_dtype(dst->dtype) || !glia__float_dtype(src->dtype) || !glia_shape_equal(&dst->shape, &src->shape) ||
         dst->device.type != src->device.type || dst->device.index != src->device.index)
         return GLIA_EINVAL;
     enum glia_memory_format fd = glia_tensor_memory_format(dst), fs = glia_tensor_memory_format(src);

@@ -109,6 +109,8 @@ size_t glia_dtype_size(enum glia_dtype t)
     return 0;
 }
 
+bool glia__float_dtype(enum glia_dtype t) { return t == GLIA_F32 || t == GLIA_F16 || t == GLIA_BF16; }
+
 const char *glia_dtype_name(enum glia_dtype t)
 {
     static const char *n[] = {"f32", "f16", "bf16", "i32", "i64", "u8", "f64"};
