@@ -21,6 +21,7 @@ struct glia__cuda_plan {
     int64_t M, N, K, lda, ldb, ldc;
     int compute;                     /* cublasComputeType_t */
     int epilogue;                    /* cublasLtEpilogue_t */
+    int ab_type, c_type;             /* cudaDataType_t of A and B, of C (and D) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;

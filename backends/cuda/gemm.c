@@ -1,6 +1,6 @@
-/* backends/cuda/gemm.c — GEMM through cuBLASLt: plans cached per shape, precision, epilogue and
- * pointer alignment; the backend's gemm_f32 slot, and glia__cuda_gemm_ex (gemm.h) with a bias or
- * bias-gradient epilogue. Not the linear layer (dense.c), which builds on these plans. */
+/* backends/cuda/gemm.c — GEMM through cuBLASLt: plans cached per shape, element types, precision, epilogue and
+ * pointer alignment; the backend's gemm_f32 slot, and glia__cuda_gemm_ex / glia__cuda_gemm_typed (gemm.h) with a
+ * bias or bias-gradient epilogue, on f32 or half (f16, bf16) operands. Not the linear layer (dense.c), which builds on these plans. */
 #include <string.h>
 #include "gemm.h"
 
@@ -14,6 +14,12 @@ static cublasComputeType_t compute_type(enum glia_precision p)
     case GLIA_PRECISION_FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
     default: return CUBLAS_COMPUTE_32F;
     }
+}
+
+/* The cuBLASLt type of a glia element type (f32, f16 or bf16). */
+static cudaDataType_t lt_type(enum glia_dtype t)
+{
+    return t == GLIA_BF16 ? CUDA_R_16BF : t == GLIA_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 static cublasLtEpilogue_t lt_epilogue(enum glia__gemm_epilogue ep)
@@ -67,6 +73,7 @@ struct gemm_key {
     bool ta, tb;
     int64_t M, N, K, lda, ldb, ldc;
     int compute, tag;
+    int ab_type, c_type;  /* cudaDataType_t of A and B, of C */
     enum glia__gemm_epilogue ep;
     uint32_t align;
 };
@@ -75,7 +82,7 @@ static bool plan_matches(const struct glia__cuda_plan *q, const struct gemm_key 
 {
     return q->valid && q->ta == k->ta && q->tb == k->tb && q->M == k->M && q->N == k->N && q->K == k->K &&
            q->lda == k->lda && q->ldb == k->ldb && q->ldc == k->ldc && q->compute == k->compute &&
-           q->epilogue == k->tag;
+           q->epilogue == k->tag && q->ab_type == k->ab_type && q->c_type == k->c_type;
 }
 
 /* Turn plan p into the record that its epilogue has no algorithm. */
@@ -84,7 +91,8 @@ static void plan_mark_unsupported(struct glia__cuda *c, struct glia__cuda_plan *
     plan_free(p);
     *p = (struct glia__cuda_plan){.valid = true, .ta = k->ta, .tb = k->tb, .M = k->M, .N = k->N, .K = k->K,
                                   .lda = k->lda, .ldb = k->ldb, .ldc = k->ldc, .compute = k->compute,
-                                  .epilogue = k->tag, .last_use = ++c->uses};
+                                  .epilogue = k->tag, .ab_type = k->ab_type, .c_type = k->c_type,
+                                  .last_use = ++c->uses};
 }
 
 /* Build plan p for k: descriptors and the heuristic's first algorithm. With an epilogue that has
@@ -97,7 +105,8 @@ static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, c
     glia_status st = GLIA_OK;
     plan_free(p);
     *p = (struct glia__cuda_plan){.ta = k->ta, .tb = k->tb, .M = k->M, .N = k->N, .K = k->K, .lda = k->lda,
-                                  .ldb = k->ldb, .ldc = k->ldc, .compute = k->compute, .epilogue = k->tag};
+                                  .ldb = k->ldb, .ldc = k->ldc, .compute = k->compute, .epilogue = k->tag,
+                                  .ab_type = k->ab_type, .c_type = k->c_type};
     p->valid = true;  /* from here plan_free releases what was made */
     cublasOperation_t opb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulPreference_t pref = NULL;
@@ -108,11 +117,17 @@ static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, c
         cublasLtEpilogue_t e = lt_epilogue(k->ep);
         CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
         CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
+        if (k->ab_type != CUDA_R_32F) {  /* the vector stays f32 (by default it would be of D's type) */
+            int32_t vt = CUDA_R_32F;
+            CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vt,
+                                                              sizeof vt));
+        }
     }
     /* stored column-major: B is (N x K) untransposed or (K x N) transposed, A likewise */
-    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb));
-    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda));
-    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, k->N, k->M, k->ldc));
+    cudaDataType_t ab = (cudaDataType_t)k->ab_type, ct = (cudaDataType_t)k->c_type;
+    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->a, ab, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb));
+    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->b, ab, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda));
+    CUBLAS_TRY(c->ctx, cublasLtMatrixLayoutCreate(&p->c, ct, k->N, k->M, k->ldc));
     size_t ws = GLIA__CUDA_LT_WORKSPACE;
     uint32_t al = k->align;
     CUBLAS_TRY(c->ctx, cublasLtMatmulPreferenceCreate(&pref));
@@ -133,8 +148,10 @@ static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, c
     }
     CUBLAS_TRY(c->ctx, hs);
     if (found < 1) {
-        st = glia_error(c->ctx, GLIA_EUNSUPPORTED, "cuda:%d: cuBLASLt has no algorithm for a %lldx%lldx%lld f32 GEMM",
-                        c->device, (long long)k->M, (long long)k->N, (long long)k->K);
+        st = glia_error(c->ctx, GLIA_EUNSUPPORTED, "cuda:%d: cuBLASLt has no algorithm for a %lldx%lldx%lld %s GEMM%s",
+                        c->device, (long long)k->M, (long long)k->N, (long long)k->K,
+                        k->ab_type == CUDA_R_16BF ? "bf16" : k->ab_type == CUDA_R_16F ? "f16" : "f32",
+                        k->c_type != k->ab_type ? " with an f32 result" : "");
         goto fail;
     }
     p->algo = h.algo;
@@ -164,17 +181,22 @@ static glia_status get_plan(struct glia__cuda *c, const struct gemm_key *k, floa
     return plan_build(c, p, k, vec);
 }
 
-glia_status glia__cuda_gemm_ex(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                               int64_t ldc, enum glia__gemm_epilogue ep, float *vec)
+glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                  const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab,
+                                  float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
+                                  float *vec)
 {
     glia_status st = GLIA_OK;
+    if ((ab != GLIA_F32 && ab != GLIA_F16 && ab != GLIA_BF16) || (ct != ab && ct != GLIA_F32))
+        return glia_error(c->ctx, GLIA_EINVAL, "cuda:%d: a GEMM of %s operands with a %s result", c->device,
+                          glia_dtype_name(ab), glia_dtype_name(ct));
     if (M == 0 || N == 0) return GLIA_OK;
     uint32_t al = alignment_of(A), x;
     if ((x = alignment_of(B)) < al) al = x;
     if ((x = alignment_of(C)) < al) al = x;
     struct gemm_key k = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
-                         .compute = (int)compute_type(c->options.precision), .ep = ep, .align = al};
+                         .compute = (int)(ab == GLIA_F32 ? compute_type(c->options.precision) : CUBLAS_COMPUTE_32F),
+                         .ab_type = (int)lt_type(ab), .c_type = (int)lt_type(ct), .ep = ep, .align = al};
     k.tag = plan_tag(ep, al, ep == GLIA__GEMM_PLAIN ? 1 : alignment_of(vec));
     struct glia__cuda_plan *p = NULL;
     if ((st = get_plan(c, &k, vec, &p))) return st;
@@ -190,6 +212,13 @@ glia_status glia__cuda_gemm_ex(struct glia__cuda *c, bool ta, bool tb, int64_t M
     CUBLAS_TRY(c->ctx, ms);
 fail:
     return st;
+}
+
+glia_status glia__cuda_gemm_ex(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                               int64_t ldc, enum glia__gemm_epilogue ep, float *vec)
+{
+    return glia__cuda_gemm_typed(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, GLIA_F32, beta, C, ldc, GLIA_F32, ep, vec);
 }
 
 /* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C, row-major, on the compute stream. */

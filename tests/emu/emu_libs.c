@@ -97,6 +97,7 @@ struct emu_desc {
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epilogue;
     void *bias;
+    int32_t bias_type;  /* cudaDataType_t of the bias (gradient) vector; -1: D's type */
 };
 struct emu_layout {
     cudaDataType_t type;
@@ -140,6 +141,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
     e->compute = compute;
     e->scale = scale;
     e->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    e->bias_type = -1;
     *d = (cublasLtMatmulDesc_t)(void *)e;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -170,6 +172,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
         if (size != sizeof e->bias) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&e->bias, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (size != sizeof e->bias_type) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->bias_type, buf, size);
         return CUBLAS_STATUS_SUCCESS;
     default:
         fprintf(stderr, "emu: cublasLtMatmulDescSetAttribute: attribute %d not emulated\n", (int)attr);
@@ -241,6 +247,32 @@ static int lt_shape(const struct emu_desc *e, const struct emu_layout *a, const 
     return 0;
 }
 
+/* The bias vector's element type (lt_type) for D of layout d. */
+static int lt_bias_type(const struct emu_desc *e, const struct emu_layout *d)
+{
+    return lt_type(e->bias_type == -1 ? d->type : (cudaDataType_t)e->bias_type);
+}
+
+/* Whether cuBLASLt has kernels for these types (its table for the types emulated: f32 A and B with f32 C and D
+ * and any f32 compute type; f16 or bf16 A and B, alike, with C and D of that type or f32 and CUBLAS_COMPUTE_32F;
+ * scale f32; a bias vector of D's type or f32), after a message when not. */
+static bool lt_types_ok(const struct emu_desc *e, const struct emu_layout *a, const struct emu_layout *b,
+                        const struct emu_layout *c, const struct emu_layout *d)
+{
+    bool half = a->type != CUDA_R_32F, ok = a->type == b->type && c->type == d->type && e->scale == CUDA_R_32F;
+    if (half) ok = ok && (d->type == a->type || d->type == CUDA_R_32F) && e->compute == CUBLAS_COMPUTE_32F;
+    else ok = ok && d->type == CUDA_R_32F;
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        int bt = lt_bias_type(e, d);
+        ok = ok && (bt == 0 || bt == lt_type(d->type));
+    }
+    if (!ok)
+        fprintf(stderr, "emu: cublasLtMatmul: types A %d, B %d, C %d, D %d, compute %d, scale %d, bias %d not supported\n",
+                (int)a->type, (int)b->type, (int)c->type, (int)d->type, (int)e->compute, (int)e->scale,
+                (int)e->bias_type);
+    return ok;
+}
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A,
                                               cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
                                               cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t r[],
@@ -252,6 +284,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     int64_t m, n, k;
     const struct emu_desc *e = (const struct emu_desc *)(void *)desc;
     if (requested < 1 || lt_shape(e, (void *)A, (void *)B, (void *)C, (void *)D, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!lt_types_ok(e, (void *)A, (void *)B, (void *)C, (void *)D)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && getenv("GLIA_EMU_NO_EPILOGUE")) {  /* tests: the fallbacks */
+        *found = 0;
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     memset(&r[0], 0, sizeof r[0]);
     r[0].state = CUBLAS_STATUS_SUCCESS;
     r[0].wavesCount = 1.0f;
@@ -269,7 +306,11 @@ struct lt_call {
     int64_t m, n, k;
 };
 
-/* D = alpha op(A) op(B) + beta C (+ bias), then the bias gradient the epilogue asks for. */
+/* D = alpha op(A) op(B) + beta C (+ bias), then the bias gradient the epilogue asks for. A, B, C and the bias are
+ * read as their declared types (f32, f16, bf16); the sums run in double where cuBLASLt's run in f32 (exact products
+ * of half inputs either way; the order of additions is cuBLASLt's choice, so no emulation can match it bit for bit),
+ * and D is rounded to f32 (the accumulator's type) and then, for a half D, once more to that type, to nearest even,
+ * as cuBLASLt stores its f32 result. The bias gradient is written in the bias vector's type likewise. */
 static void lt_exec(void *arg)
 {
     const struct lt_call *c = arg;
@@ -281,6 +322,7 @@ static void lt_exec(void *arg)
     int ta = lt_type(la->type), tb = lt_type(lb->type), tc = lt_type(lc->type), td = lt_type(ld->type);
     bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
          bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    int tv = lt_bias_type(e, ld);
     double *out = alloc_acc("cublasLtMatmul", m * n, false);
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) {
@@ -291,24 +333,24 @@ static void lt_exec(void *arg)
                 acc += a * b;
             }
             double v = al * acc + (be != 0 ? be * load(tc, C, i + j * lc->ld) : 0);
-            if (bias) v += ((const float *)e->bias)[i];
+            if (bias) v += load(tv, e->bias, i);
             out[i + j * m] = v;
         }
     for (int64_t j = 0; j < n; j++)
-        for (int64_t i = 0; i < m; i++) store(td, c->D, i + j * ld->ld, out[i + j * m]);
+        for (int64_t i = 0; i < m; i++) store(td, c->D, i + j * ld->ld, (float)out[i + j * m]);
     free(out);
     /* bias gradients: the sum over the GEMM's k of op(A) (one per row of D) or op(B) (one per column) */
     if (bgrada)
         for (int64_t i = 0; i < m; i++) {
             double acc = 0;
             for (int64_t p = 0; p < k; p++) acc += load(ta, A, e->ta == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld);
-            ((float *)e->bias)[i] = (float)acc;
+            store(tv, e->bias, i, acc);
         }
     if (bgradb)
         for (int64_t j = 0; j < n; j++) {
             double acc = 0;
             for (int64_t p = 0; p < k; p++) acc += load(tb, B, e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld);
-            ((float *)e->bias)[j] = (float)acc;
+            store(tv, e->bias, j, acc);
         }
 }
 
@@ -327,7 +369,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     const struct emu_layout *la = (void *)Adesc, *lb = (void *)Bdesc, *lc = (void *)Cdesc, *ld = (void *)Ddesc;
     struct lt_call c = {.e = *e, .la = *la, .lb = *lb, .lc = *lc, .ld = *ld, .A = A, .B = B, .C = C, .D = D};
     if (lt_shape(e, la, lb, lc, ld, &c.m, &c.n, &c.k)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (e->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!lt_types_ok(e, la, lb, lc, ld)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (C != D && lc->ld != ld->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
     bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
          bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
