@@ -342,7 +342,7 @@ static const struct glia__node *node_named(const struct run *r, const char *name
 
 /* precision = bf16 or fp16 with [graph] half_activations = auto (the default is off) keeps the activations between
  * layers whose CUDA kernels take that type in it: conv2d, the fused pointwise layers, pooling, concat, dropout and flatten here; batchnorm
- * and linear get f32 through converting edges, and the logits stay f32. It trains about as half_activations = off
+ * gets f32 through converting edges, and the logits (fc, the linear that feeds the loss) stay f32. It trains about as half_activations = off
  * does, with a smaller activation plan. */
 static void test_half_activations(void)
 {
@@ -391,6 +391,68 @@ static void test_half_activations(void)
                  glia_dtype_name(half));
         CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
         free(text);
+        close_run(&a), close_run(&b);
+    }
+}
+
+/* An MLP flatten -> linear h -> relu + dropout (fused: d) -> linear fc -> loss with half_activations = auto: the hidden
+ * linear takes and gives the half type (no converting edge between it and its half neighbours), the one that feeds
+ * the loss stays f32 (its input converts). It trains about as half_activations = off does, and with cuda_graph = on
+ * exactly as with it off (W's half copy is converted inside the captured step). */
+static const char *mlp_text(const char *runtime)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\n%s\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 32\ntest_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
+             "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n"
+             "[f]\ntype = flatten\n[h]\ntype = linear\noutputs = 24\n[r]\ntype = relu\n[d]\ntype = dropout\np = 0.1\n"
+             "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+             runtime, dir, dir, dir, dir);
+    return buf;
+}
+
+static void test_half_hidden_linear(void)
+{
+    make_data();
+    static const char *const prec[] = {"bf16", "fp16"};
+    for (int p = 0; p < 2; p++) {
+        enum glia_dtype half = p ? GLIA_F16 : GLIA_BF16;
+        char rt[160];
+        struct run a, b;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        snprintf(rt, sizeof rt, "precision = %s\n[graph]\nhalf_activations = off", prec[p]);
+        train_run(&a, mlp_text(rt), ra);
+        snprintf(rt, sizeof rt, "precision = %s\n[graph]\nhalf_activations = auto", prec[p]);
+        train_run(&b, mlp_text(rt), rb);
+        const struct glia__node *h = node_named(&b, "h"), *d = node_named(&b, "d"), *fc = node_named(&b, "fc");
+        CU_ASSERT_EQUAL(node_named(&b, "f")->out_dtype, half);
+        CU_ASSERT_EQUAL(h->out_dtype, half);
+        CU_ASSERT_EQUAL(h->in_dtype[0], half);
+        CU_ASSERT_EQUAL(h->edge[0], GLIA__EDGE_DIRECT);  /* from f */
+        CU_ASSERT_EQUAL(d->out_dtype, half);
+        CU_ASSERT_EQUAL(d->edge[0], GLIA__EDGE_DIRECT);  /* from h */
+        CU_ASSERT_EQUAL(fc->out_dtype, GLIA_F32);
+        CU_ASSERT_EQUAL(fc->edge[0], GLIA__EDGE_CONVERT);
+        CU_ASSERT_EQUAL(node_named(&a, "h")->out_dtype, GLIA_F32);
+        printf("\n  %s: first epoch's loss %.5f with a half hidden linear, %.5f without; accuracy %.3f / %.3f\n",
+               prec[p], rb[0].train_loss, ra[0].train_loss, rb[1].test_accuracy, ra[1].test_accuracy);
+        CU_ASSERT(fabs(rb[0].train_loss - ra[0].train_loss) <= 0.02 * ra[0].train_loss);
+        CU_ASSERT(rb[0].train_loss != ra[0].train_loss);  /* rounded differently */
+        CU_ASSERT(fabs(rb[1].test_accuracy - ra[1].test_accuracy) <= 0.05);
+        CU_ASSERT(rb[1].train_loss < rb[0].train_loss);
+        if (!p) {
+            struct run g;
+            struct glia_epoch_result rg[2] = GLIA_TEST_RESULTS;
+            snprintf(rt, sizeof rt, "precision = %s\ncuda_graph = on\n[graph]\nhalf_activations = auto", prec[p]);
+            train_run(&g, mlp_text(rt), rg);
+            for (int e = 0; e < 2; e++) {
+                CU_ASSERT_EQUAL(rg[e].train_loss, rb[e].train_loss);
+                CU_ASSERT_EQUAL(rg[e].test_loss, rb[e].test_loss);
+            }
+            close_run(&g);
+        }
         close_run(&a), close_run(&b);
     }
 }
@@ -1088,6 +1150,7 @@ int main(void)
                                              GLIA_TEST(test_training_matches_cpu),
                                              GLIA_TEST(test_progress_lines_match_cpu),
                                              GLIA_TEST(test_precisions_train_and_memory_is_flat), GLIA_TEST(test_half_activations),
+                                             GLIA_TEST(test_half_hidden_linear),
                                              GLIA_TEST(test_metrics_report_device_peak),
                                              GLIA_TEST(test_profile_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),

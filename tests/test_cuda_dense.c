@@ -2,6 +2,7 @@
  * cuBLASLt GEMM under them) against the CPU impls on a GPU. Not a gradient check: the CPU impls
  * have theirs. Exits 77 (skipped) without a usable GPU or without the CUDA build. */
 #include "cudautil.h"
+#include <glia/types/linear.h>
 
 static const enum glia_precision low_precisions[] = {GLIA_PRECISION_TF32, GLIA_PRECISION_BF16, GLIA_PRECISION_FP16};
 
@@ -190,6 +191,194 @@ static void test_linear_packed_params(void)
     cuda_unbuild(&G);
 }
 
+/* ---- linear with half activations ----
+ * x, y, dy and dx in f16 or bf16 (GLIA_KERNEL_HALF), W, b and their gradients f32, against sums in double of the same
+ * values: the inputs are half values already and W is rounded to the half type (the copy the kernel multiplies). The
+ * products of two half values are exact in f32 and the GPU adds them in f32 (the emulator in double), so y and dx
+ * equal the exact sum rounded once to the half type within one ulp of it, plus what f32 sums of k terms may lose
+ * ((k + 2) 2^-24 of the terms' magnitudes: zero-ish at these sizes); dW and db, f32 sums of N terms, within that f32
+ * bound alone, a relative 2^-24 per term: far tighter than any half rounding, so a half result or a half W in the
+ * gradients would fail it. */
+
+/* v rounded once to t (f16 or bf16), to nearest even: through an f32 rounded to odd, which keeps the sticky bit. */
+static float half_round(double v, enum glia_dtype t)
+{
+    float f = (float)v;
+    if ((double)f != v && isfinite(f)) {
+        if (fabs((double)f) > fabs(v)) f = nextafterf(f, 0.0f);
+        f = glia__bits_f32(glia__f32_bits(f) | 1u);
+    }
+    return t == GLIA_BF16 ? glia__bf16_to_f32(glia__f32_to_bf16(f)) : glia__f16_to_f32(glia__f32_to_f16(f));
+}
+
+/* The gap between half value h (of type t) and the next one away from zero. */
+static double half_ulp(float h, enum glia_dtype t)
+{
+    uint16_t m = (uint16_t)((t == GLIA_BF16 ? glia__f32_to_bf16(h) : glia__f32_to_f16(h)) & 0x7fffu);
+    double a = t == GLIA_BF16 ? glia__bf16_to_f32(m) : glia__f16_to_f32(m);
+    double b = t == GLIA_BF16 ? glia__bf16_to_f32((uint16_t)(m + 1)) : glia__f16_to_f32((uint16_t)(m + 1));
+    return b - a;
+}
+
+/* How many of got(n) miss ref(n) (exact sums of k terms of magnitude mag(n)): rounded once to t within one ulp, or
+ * for t = f32 within the f32 summation bound. */
+static int64_t half_misses(const char *what, const float *got, const double *ref, const double *mag, int64_t n,
+                           int64_t k, enum glia_dtype t)
+{
+    int64_t bad = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double want = t == GLIA_F32 ? ref[j] : half_round(ref[j], t);
+        double tol = (double)(k + 2) * ldexp(mag[j], -24) + (t == GLIA_F32 ? 0.0 : half_ulp((float)want, t));
+        if (!(fabs(got[j] - want) <= tol)) {
+            if (!bad) printf("\n  %s[%lld] = %.9g, want %.9g (exact %.9g, tol %.3g)\n", what, (long long)j, got[j],
+                             want, ref[j], tol);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* t's values of a CUDA tensor, as f32 on the host (malloc'ed) */
+static float *half_fetch(struct glia_tensor *g)
+{
+    struct glia_tensor *g32 = cuda_as_dtype(g, GLIA_F32), *h = cuda_get(g32);
+    int64_t n = glia_tensor_numel(h);
+    float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    memcpy(v, glia_tensor_f32(h), sizeof(float) * (size_t)n);
+    glia_tensor_release(g32);
+    glia_tensor_release(h);
+    return v;
+}
+
+/* One training forward and backward of a linear N x I -> O in type t against the reference; gradients written
+ * (grad_unset, input gradient NaN before) or added onto ones. */
+static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O, bool bias, bool acc, uint64_t seed)
+{
+    set_precision(t == GLIA_BF16 ? GLIA_PRECISION_BF16 : GLIA_PRECISION_FP16);
+    char ini[96];
+    snprintf(ini, sizeof ini, "[fc]\ntype = linear\noutputs = %lld\nbias = %s\n", (long long)O, bias ? "on" : "off");
+    struct glia_shape in = S(2, N, I, 0, 0), os = S(2, N, O, 0, 0);
+    struct cuda_built G;
+    cuda_build(ini, "cuda", cuda_gpu, &in, 1, &G);
+    CU_ASSERT_FATAL(G.kernel->flags & GLIA_KERNEL_HALF);
+    const struct glia_linear_attrs *p = G.l.attrs;
+    struct glia_rng r;
+    glia__rng_seed(&r, seed);
+    float *w = malloc(sizeof(float) * (size_t)(O * I)), *b = malloc(sizeof(float) * (size_t)O);
+    float *x = malloc(sizeof(float) * (size_t)(N * I)), *dy = malloc(sizeof(float) * (size_t)(N * O));
+    float *fill = malloc(sizeof(float) * (size_t)(N * I > O * I ? N * I : O * I));
+    cuda_randn(&r, w, O * I, 0.5f);  /* f32 master weights, not half values */
+    cuda_randn(&r, b, O, 0.5f);
+    cuda_randn(&r, x, N * I, 1.0f);
+    cuda_randn(&r, dy, N * O, 1.0f);
+    cuda_round(x, N * I, t);
+    cuda_round(dy, N * O, t);
+    for (int64_t j = 0; j < (N * I > O * I ? N * I : O * I); j++) fill[j] = acc ? 1.0f : NAN;
+    CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p->w].value, w, sizeof(float) * (size_t)(O * I)) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p->w].grad, fill, sizeof(float) * (size_t)(O * I)) == GLIA_OK);
+    G.l.params[p->w].grad_unset = !acc;
+    if (bias) {
+        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p->b].value, b, sizeof(float) * (size_t)O) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_from_host(G.l.params[p->b].grad, fill, sizeof(float) * (size_t)O) == GLIA_OK);
+        G.l.params[p->b].grad_unset = !acc;
+    }
+    struct glia_tensor *xg = cuda_swap_dtype(cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, x), t);
+    struct glia_tensor *dyg = cuda_swap_dtype(cuda_put(cuda_gpu, os, GLIA_CONTIGUOUS, dy), t);
+    struct glia_tensor *dxg = cuda_swap_dtype(cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, fill), t);
+    struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), t);
+    const struct glia_tensor *ig[1] = {xg};
+    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL};
+    glia_status st = G.kernel->forward(&G.l, &fg);
+    if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    struct glia_tensor *dg[1] = {dxg};
+    bool accs[1] = {acc};
+    struct glia_bwd bg = {ig, 1, yg, dyg, dg, accs, NULL};
+    st = G.kernel->backward(&G.l, &bg);
+    if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    /* the references, from the half W */
+    double *ref = malloc(sizeof(double) * (size_t)(N * I + N * O + O * I + O + 1)), *mag = malloc(sizeof(double) * (size_t)(N * I + N * O + O * I + O + 1));
+    double *ry = ref, *rdx = ry + N * O, *rdw = rdx + N * I, *rdb = rdw + O * I;
+    double *my = mag, *mdx = my + N * O, *mdw = mdx + N * I, *mdb = mdw + O * I;
+    double a0 = acc ? 1.0 : 0.0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++) {
+            double s = bias ? b[o] : 0.0, m = fabs(s);
+            for (int64_t i = 0; i < I; i++) {
+                double v = (double)x[n * I + i] * half_round(w[o * I + i], t);
+                s += v, m += fabs(v);
+            }
+            ry[n * O + o] = s, my[n * O + o] = m;
+        }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < I; i++) {
+            double s = a0, m = a0;
+            for (int64_t o = 0; o < O; o++) {
+                double v = (double)dy[n * O + o] * half_round(w[o * I + i], t);
+                s += v, m += fabs(v);
+            }
+            rdx[n * I + i] = s, mdx[n * I + i] = m;
+        }
+    for (int64_t o = 0; o < O; o++) {
+        double sb = a0, mb = a0;
+        for (int64_t i = 0; i < I; i++) {
+            double s = a0, m = a0;
+            for (int64_t n = 0; n < N; n++) {
+                double v = (double)dy[n * O + o] * x[n * I + i];
+                s += v, m += fabs(v);
+            }
+            rdw[o * I + i] = s, mdw[o * I + i] = m;
+        }
+        for (int64_t n = 0; n < N; n++) sb += dy[n * O + o], mb += fabs(dy[n * O + o]);
+        rdb[o] = sb, mdb[o] = mb;
+    }
+    float *gy = half_fetch(yg), *gdx = half_fetch(dxg), *gdw = half_fetch(G.l.params[p->w].grad);
+    int64_t bad = half_misses("y", gy, ry, my, N * O, I + 1, t) + half_misses("dx", gdx, rdx, mdx, N * I, O + 1, t) +
+                  half_misses("dW", gdw, rdw, mdw, O * I, N + 1, GLIA_F32);
+    if (bias) {
+        float *gdb = half_fetch(G.l.params[p->b].grad);
+        bad += half_misses("db", gdb, rdb, mdb, O, N + 1, GLIA_F32);
+        free(gdb);
+    }
+    if (bad) printf("  %s %lldx%lld -> %lld, bias %s, %s: %lld values off\n", glia_dtype_name(t), (long long)N,
+                    (long long)I, (long long)O, bias ? "on" : "off", acc ? "accumulate" : "write", (long long)bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    free(gy), free(gdx), free(gdw), free(ref), free(mag), free(w), free(b), free(x), free(dy), free(fill);
+    glia_tensor_release(xg), glia_tensor_release(dyg), glia_tensor_release(dxg), glia_tensor_release(yg);
+    cuda_unbuild(&G);
+    set_precision(GLIA_PRECISION_FP32);
+}
+
+/* Every case with and without a bias, gradients written (the bias gradient in the GEMM's BGRADB epilogue) and added
+ * (the column-sum kernel; N = 150 takes its two-pass form, 3 row chunks), in bf16 and f16. */
+static void linear_half_cases(int64_t shift, uint64_t seed)
+{
+    static const int64_t sh[][3] = {{5, 13, 7}, {3, 21, 9}, {150, 24, 6}, {1, 37, 33}};
+    for (int t = 0; t < 2; t++)
+        for (size_t c = 0; c < sizeof sh / sizeof sh[0]; c++)
+            for (int bias = 0; bias < 2; bias++)
+                for (int acc = 0; acc < 2; acc++)
+                    linear_half_case(t ? GLIA_F16 : GLIA_BF16, sh[c][0] + shift, sh[c][1], sh[c][2], bias, acc,
+                                     seed + (uint64_t)(c * 8 + (size_t)bias * 2 + (size_t)acc + (size_t)t * 64));
+}
+
+static void test_linear_half(void)
+{
+    linear_half_cases(0, 500);
+}
+
+/* The same where cuBLASLt has no bias or bias-gradient epilogue (the emulator refuses them with
+ * GLIA_EMU_NO_EPILOGUE; a GPU ignores it and takes the epilogues again): the GEMM's f32 result plus the bias rounded
+ * once by a kernel, and the column-sum kernel for db. Other batch sizes than test_linear_half's, since each shape's
+ * plan (and cuBLASLt's refusal) is cached. */
+static void test_linear_half_fallback(void)
+{
+    setenv("GLIA_EMU_NO_EPILOGUE", "1", 1);
+    linear_half_cases(1, 700);
+    unsetenv("GLIA_EMU_NO_EPILOGUE");
+}
+
 /* ---- softmax_cross_entropy ---- */
 
 static void test_sce(void)
@@ -345,5 +534,6 @@ static void test_dropout_half(void)
 
 CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_linear_fp32),
                GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_eval), GLIA_TEST(test_linear_packed_params),
+               GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback),
                GLIA_TEST(test_sce), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

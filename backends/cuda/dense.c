@@ -1,5 +1,5 @@
 /* backends/cuda/dense.c — the CUDA kernels of layer types linear (cuBLASLt with a fused bias and bias-gradient
- * epilogue), softmax_cross_entropy, flatten and dropout, registered by cuda.so for the types their own plugins
+ * epilogue; f32 or half activations), softmax_cross_entropy, flatten and dropout, registered by cuda.so for the types their own plugins
  * register (reading the attributes of glia/types/). Not the device code (dense_kernels.cu) nor the GEMM plans
  * (gemm.c). */
 #include "cuda_internal.h"
@@ -48,7 +48,44 @@ static glia_status need_act_in(const struct glia_layer *l, const struct glia_ten
     return GLIA_OK;
 }
 
-/* ---- linear ---- */
+/* ---- linear ----
+ * Activations (x, y, dy, dx of one call) are f32, f16 or bf16 alike (GLIA_KERNEL_HALF); the weights, the bias and
+ * their gradients stay f32 (the optimizer's master copy). A half call multiplies a half copy of W that each forward
+ * converts on the stream (so a CUDA graph replays it with the step's weights) and backward reuses (the optimizer
+ * changes W only after backward); products are exact and sums f32 in cuBLASLt (CUBLAS_COMPUTE_32F), y and dx are
+ * rounded once to the half type and dW, db are f32, as torch.autocast runs a linear. */
+
+/* l->state */
+struct linear_cuda {
+    struct glia_tensor *wh;  /* (O,I) W in the half type of the latest half forward; NULL before one */
+};
+
+static void linear_destroy(struct glia_layer *l)
+{
+    struct linear_cuda *s = l->state;
+    glia_tensor_release(s->wh);
+    s->wh = NULL;
+}
+
+/* W's half copy in type t: made once (and again if the type changes), then converted from W when `convert`. */
+static glia_status linear_half_w(struct glia_layer *l, enum glia_dtype t, bool convert, const void **out)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct linear_cuda *s = l->state;
+    struct glia_tensor *w = l->params[p->w].value;
+    glia_status st;
+    if (s->wh && s->wh->dtype != t) {
+        glia_tensor_release(s->wh);
+        s->wh = NULL;
+    }
+    if (!s->wh) {
+        if ((st = glia_tensor_new(l->backend, t, &w->shape, &s->wh))) return st;
+        convert = true;
+    }
+    if (convert && (st = glia_tensor_convert(s->wh, w, false))) return st;
+    *out = s->wh->data;
+    return GLIA_OK;
+}
 
 /* y(N,O) = x(N,I) W(O,I)^T + b(O): one cuBLASLt GEMM with the bias in its epilogue (or, where
  * cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
@@ -56,27 +93,57 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
+    enum glia_dtype t = a->out->dtype;
     glia_status st;
-    if ((st = need_dense_f32(l, a->in[0], "input")) || (st = need_dense_f32(l, a->out, "output"))) return st;
-    int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
-    const float *x = f32(a->in[0]), *w = f32(l->params[p->w].value);
-    float *y = f32(a->out);
-    if (p->b < 0) return glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_PLAIN, NULL);
-    float *b = f32(l->params[p->b].value);
-    st = glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_BIAS, b);
-    if (st != GLIA_EUNSUPPORTED) return st;
-    if ((st = glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_PLAIN, NULL)))
+    if ((st = need_act_in(l, a->out, t, GLIA_CONTIGUOUS, "output")) ||
+        (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")))
         return st;
-    CUDA_TRY(l->ctx, glia__cuda_bias_add(y, b, N, O, c->stream));
+    int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
+    const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
+    void *y = a->out->data;
+    if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w))) return st;
+    if (p->b < 0) return glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t,
+                                               GLIA__GEMM_PLAIN, NULL);
+    float *b = f32(l->params[p->b].value);
+    st = glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t, GLIA__GEMM_BIAS, b);
+    if (st != GLIA_EUNSUPPORTED) return st;
+    if (t == GLIA_F32) {
+        if ((st = glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_PLAIN, NULL)))
+            return st;
+        CUDA_TRY(l->ctx, glia__cuda_bias_add(y, b, N, O, c->stream));
+        return GLIA_OK;
+    }
+    /* half: the GEMM's f32 result in scratch, the bias added and rounded once */
+    void *acc;
+    if ((st = glia__cuda_scratch(c, (size_t)(N * O > 0 ? N * O : 1) * sizeof(float), &acc)) ||
+        (st = glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, acc, O, GLIA_F32,
+                                    GLIA__GEMM_PLAIN, NULL)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_bias_add_round(y, t, acc, b, N, O, c->stream));
 fail:
     return st;
 }
 
-/* dW(O,I) (+)= dy(N,O)^T x(N,I) and db(O) (+)= sum_n dy. When both gradients are unset (the
- * first backward after a step) one GEMM writes both: cuBLASLt's BGRADB epilogue sums its B
+/* db(O) (+)= sum_n dy(N,O) by the column-sum kernel (its chunks' sums in scratch) */
+static glia_status linear_bias_grad(struct glia_layer *l, struct glia_param *pb, const void *dy, enum glia_dtype t,
+                                    int64_t N)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    int64_t O = p->out, R = glia__cuda_col_sum_chunks(N, O);
+    void *part = NULL;
+    if (R > 1 && (st = glia__cuda_scratch(c, (size_t)(R * O) * sizeof(float), &part))) return st;
+    CUDA_TRY(l->ctx, glia__cuda_col_sum(f32(pb->grad), dy, t, N, O, glia_param_beta(pb), part, c->stream));
+fail:
+    return st;
+}
+
+/* dW(O,I) (+)= dy(N,O)^T x(N,I) and db(O) (+)= sum_n dy, in f32 whatever t (the type of dy and x). When both
+ * gradients are unset (the first backward after a step) one GEMM writes both: cuBLASLt's BGRADB epilogue sums its B
  * operand, which is dy^T here, over the GEMM's k (the batch). It only writes, so a set bias
  * gradient (or a shape it has no algorithm for) takes the plain GEMM and a column-sum kernel. */
-static glia_status linear_param_grads(struct glia_layer *l, const float *dy, const float *x, int64_t N)
+static glia_status linear_param_grads(struct glia_layer *l, const void *dy, const void *x, enum glia_dtype t, int64_t N)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
@@ -88,44 +155,51 @@ static glia_status linear_param_grads(struct glia_layer *l, const float *dy, con
         if (pw->grad_unset) CUDA_TRY(l->ctx, cudaMemsetAsync(dw, 0, (size_t)(O * I) * sizeof(float), c->stream));
     } else {
         if (pb && pw->grad_unset && pb->grad_unset) {
-            st = glia__cuda_gemm_ex(c, true, false, O, I, N, 1.0f, dy, O, x, I, 0.0f, dw, I, GLIA__GEMM_BGRAD_A,
-                                    f32(pb->grad));
+            st = glia__cuda_gemm_typed(c, true, false, O, I, N, 1.0f, dy, O, x, I, t, 0.0f, dw, I, GLIA_F32,
+                                       GLIA__GEMM_BGRAD_A, f32(pb->grad));
             if (st != GLIA_EUNSUPPORTED) return st;
         }
-        if ((st = glia__cuda_gemm_ex(c, true, false, O, I, N, 1.0f, dy, O, x, I, glia_param_beta(pw), dw, I,
-                                     GLIA__GEMM_PLAIN, NULL)))
+        if ((st = glia__cuda_gemm_typed(c, true, false, O, I, N, 1.0f, dy, O, x, I, t, glia_param_beta(pw), dw, I,
+                                        GLIA_F32, GLIA__GEMM_PLAIN, NULL)))
             return st;
     }
-    if (pb) CUDA_TRY(l->ctx, glia__cuda_col_sum(f32(pb->grad), dy, N, O, glia_param_beta(pb), c->stream));
+    if (pb) return linear_bias_grad(l, pb, dy, t, N);
 fail:
     return st;
 }
 
-/* dx(N,I) (+)= dy(N,O) W(O,I); then the parameter gradients */
+/* dx(N,I) (+)= dy(N,O) W(O,I) (W's half copy from the forward when dy is half); then the parameter gradients */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
+    enum glia_dtype t = a->dout->dtype;
     glia_status st;
-    if ((st = need_dense_f32(l, a->in[0], "input")) || (st = need_dense_f32(l, a->dout, "output gradient")) ||
-        (a->din[0] && (st = need_dense_f32(l, a->din[0], "input gradient"))))
+    if ((st = need_act_in(l, a->dout, t, GLIA_CONTIGUOUS, "output gradient")) ||
+        (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")) ||
+        (a->din[0] && (st = need_act_in(l, a->din[0], t, GLIA_CONTIGUOUS, "input gradient"))))
         return st;
     int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
-    const float *dy = f32(a->dout);
-    if (a->din[0] &&
-        (st = glia__cuda_gemm_ex(c, false, false, N, I, O, 1.0f, dy, O, f32(l->params[p->w].value), I,
-                                 a->din_accumulate[0] ? 1.0f : 0.0f, f32(a->din[0]), I, GLIA__GEMM_PLAIN, NULL)))
-        return st;
-    return linear_param_grads(l, dy, f32(a->in[0]), N);
+    const void *dy = a->dout->data, *w = l->params[p->w].value->data;
+    if (a->din[0]) {
+        if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w))) return st;
+        if ((st = glia__cuda_gemm_typed(c, false, false, N, I, O, 1.0f, dy, O, w, I, t,
+                                        a->din_accumulate[0] ? 1.0f : 0.0f, a->din[0]->data, I, t, GLIA__GEMM_PLAIN,
+                                        NULL)))
+            return st;
+    }
+    return linear_param_grads(l, dy, a->in[0]->data, t, N);
 }
 
 static const struct glia_kernel linear_cuda = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "linear",
     .impl = "cuda",
-    .doc = "cuBLASLt GEMM, bias and bias gradient in its epilogue",
+    .doc = "cuBLASLt GEMM, bias and bias gradient in its epilogue; f32, f16 or bf16 activations",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF,
+    .state_size = sizeof(struct linear_cuda),
+    .destroy = linear_destroy,
     .forward = linear_forward,
     .backward = linear_backward,
 };

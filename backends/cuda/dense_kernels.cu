@@ -1,4 +1,4 @@
-/* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, bias gradient),
+/* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, bias gradient; f32, f16 or bf16),
  * softmax_cross_entropy (loss rows, mean, gradient) and dropout (the CPU kernel's counter-based
  * mask; f32, f16 or bf16 activations). Not GEMMs. Products that the CPU rounds on their own use __fmul_rn, so that
  * no fused multiply-add changes a bit where CPU and GPU must agree exactly (dropout). */
@@ -23,31 +23,85 @@ extern "C" cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, 
     return cudaGetLastError();
 }
 
-/* db(O) = sum_n dy(N,O) + beta db: a block of 32 x 8 threads per 32 columns; threadIdx.x walks
- * the columns (coalesced rows), threadIdx.y every 8th row, then the 8 partial sums are added in
- * shared memory in a fixed order (deterministic). */
-__global__ void col_sum_kernel(float *db, const float *dy, int64_t N, int64_t O, float beta)
+/* y(N,O) = acc(N,O) + b(O) rounded once to T: the bias add of a half GEMM that cuBLASLt had no epilogue for (acc
+ * its f32 result) */
+template <typename T> __global__ void bias_add_round_kernel(T *y, const float *acc, const float *b, int64_t N, int64_t O)
+{
+    GRID_STRIDE(i, N * O) y[i] = from_float<T>(acc[i] + b[i % O]);
+}
+
+extern "C" cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const float *b,
+                                                 int64_t N, int64_t O, cudaStream_t s)
+{
+    if (N * O == 0) return cudaSuccess;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        bias_add_round_kernel<T><<<grid_for(N * O), THREADS, 0, s>>>((T *)y, acc, b, N, O);
+        return cudaGetLastError();
+    });
+}
+
+/* The bias gradient db(O) = sum_n dy(N,O) + beta db in two passes that fill the GPU whatever O is: blocks of 32 x 8
+ * threads, each owning 32 columns of one chunk of rows (grid: column groups x row chunks); threadIdx.x walks the
+ * columns (coalesced rows), threadIdx.y every 8th row of the chunk, and the 8 partial sums are added in shared memory
+ * in a fixed order. With one chunk that is db; with several each chunk's sums go to part(R,O) and a second kernel adds
+ * them in chunk order. The chunks depend on N and O only, so the sums (and their rounding) are the same every run:
+ * deterministic, no atomics. */
+#define COL_SUM_TARGET_BLOCKS 2048  /* enough to fill any current GPU several times over */
+#define COL_SUM_MIN_ROWS 64         /* rows a chunk has at least, so that small batches take one pass */
+
+extern "C" int64_t glia__cuda_col_sum_chunks(int64_t N, int64_t O)
+{
+    int64_t groups = (O + 31) / 32, want = (COL_SUM_TARGET_BLOCKS + groups - 1) / groups;
+    int64_t most = (N + COL_SUM_MIN_ROWS - 1) / COL_SUM_MIN_ROWS;
+    int64_t r = want < most ? want : most;
+    return r < 1 ? 1 : r > 65535 ? 65535 : r;
+}
+
+template <typename T>
+__global__ void col_sum_kernel(float *out, const T *dy, int64_t N, int64_t O, int64_t rows, float beta)
 {
     __shared__ float part[8][33];
-    int64_t o = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    int64_t o = (int64_t)blockIdx.x * 32 + threadIdx.x, n0 = (int64_t)blockIdx.y * rows;
+    int64_t n1 = n0 + rows < N ? n0 + rows : N;
     float s = 0.0f;
     if (o < O)
-        for (int64_t n = threadIdx.y; n < N; n += 8) s += dy[n * O + o];
+        for (int64_t n = n0 + threadIdx.y; n < n1; n += 8) s += to_float(dy[n * O + o]);
     part[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && o < O) {
         for (int k = 1; k < 8; k++) s += part[k][threadIdx.x];
+        if (gridDim.y > 1) out[blockIdx.y * O + o] = s;  /* a chunk's sums: out is part(R,O) */
+        else out[o] = beta != 0.0f ? out[o] + s : s;
+    }
+}
+
+/* db(O) = sum_r part(R,O) + beta db, in chunk order */
+__global__ void col_sum_parts_kernel(float *db, const float *part, int64_t R, int64_t O, float beta)
+{
+    GRID_STRIDE(o, O)
+    {
+        float s = 0.0f;
+        for (int64_t r = 0; r < R; r++) s += part[r * O + o];
         db[o] = beta != 0.0f ? db[o] + s : s;
     }
 }
 
-extern "C" cudaError_t glia__cuda_col_sum(float *db, const float *dy, int64_t N, int64_t O, float beta,
-                                          cudaStream_t s)
+extern "C" cudaError_t glia__cuda_col_sum(float *db, const void *dy, enum glia_dtype t, int64_t N, int64_t O,
+                                          float beta, float *part, cudaStream_t s)
 {
     if (O == 0) return cudaSuccess;
-    int64_t blocks = (O + 31) / 32;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    col_sum_kernel<<<(unsigned)blocks, dim3(32, 8), 0, s>>>(db, dy, N, O, beta);
+    int64_t groups = (O + 31) / 32, R = glia__cuda_col_sum_chunks(N, O), rows = (N + R - 1) / R;
+    if (groups > 0x7fffffff) return cudaErrorInvalidConfiguration;
+    if (R > 1 && !part) return cudaErrorInvalidValue;
+    cudaError_t e = by_type(t, [&](auto v) {
+        using T = decltype(v);
+        col_sum_kernel<T><<<dim3((unsigned)groups, (unsigned)R), dim3(32, 8), 0, s>>>(R > 1 ? part : db, (const T *)dy,
+                                                                                      N, O, rows, beta);
+        return cudaGetLastError();
+    });
+    if (e != cudaSuccess || R == 1) return e;
+    col_sum_parts_kernel<<<grid_for(O), THREADS, 0, s>>>(db, part, R, O, beta);
     return cudaGetLastError();
 }
 

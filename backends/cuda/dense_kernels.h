@@ -21,8 +21,18 @@ extern "C" {
 /* y(N,O) += b(O) */
 cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, int64_t O, cudaStream_t s);
 
-/* db(O) = sum_n dy(N,O) + beta db, beta 0 or 1 (0: db is not read) */
-cudaError_t glia__cuda_col_sum(float *db, const float *dy, int64_t N, int64_t O, float beta, cudaStream_t s);
+/* y(N,O) = acc(N,O) + b(O), rounded once to y's type t (f32, f16 or bf16) */
+cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const float *b, int64_t N,
+                                      int64_t O, cudaStream_t s);
+
+/* The row chunks glia__cuda_col_sum splits N rows of O columns into (1: one pass, no part). */
+int64_t glia__cuda_col_sum_chunks(int64_t N, int64_t O);
+
+/* db(O) = sum_n dy(N,O) + beta db, beta 0 or 1 (0: db is not read); dy of type t (f32, f16 or bf16), the sums in
+ * f32, in an order fixed by N and O (deterministic). part: device memory for glia__cuda_col_sum_chunks(N, O) * O
+ * floats (NULL when that is 1). */
+cudaError_t glia__cuda_col_sum(float *db, const void *dy, enum glia_dtype t, int64_t N, int64_t O, float beta,
+                               float *part, cudaStream_t s);
 
 /* loss(1) = mean_n [(1-e)(lse_n - x[n, y_n]) + e mean_c (lse_n - x[n, c])], lse_n = log sum_c exp x[n, c],
  * from x(N,C) and labels y(N). row(N) is scratch (doubles); lse(N) (doubles) is kept for backward
