@@ -403,7 +403,7 @@ static const char *mlp_text(const char *runtime)
 {
     static char buf[4096];
     snprintf(buf, sizeof buf,
-             "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\n%s\n"
+             "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\ncudnn_benchmark = off\n%s\n"
              "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
              "batch_size = 32\ntest_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
              "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n"
