@@ -132,7 +132,7 @@ static const struct glia_key graph_keys[] = {
     GLIA_KEY("half_activations", GLIA_KEY_ENUM, "off",
              "with precision = bf16 or fp16, keep activations and their gradients in that type between layers whose "
              "kernels take it (converting at the others' edges; the loss and its logits stay fp32): auto (on where the "
-             "backend converts, CUDA) | off (the default while batchnorm and linear take fp32 only)", .choices = "auto|off"),
+             "backend converts, CUDA) | off (the default while linear takes fp32 only)", .choices = "auto|off"),
     GLIA_KEY_END};
 
 static const struct glia_key distributed_keys[] = {
