@@ -129,10 +129,10 @@ static const struct glia_key graph_keys[] = {
              "activation checkpointing: cut the model into N segments; a training step keeps only each segment's last "
              "output and runs the rest of its forward again in backward (less memory, more compute; 0: off)",
              .min = 0, .max = GLIA__MAX_SEGMENTS),
-    GLIA_KEY("half_activations", GLIA_KEY_ENUM, "off",
+    GLIA_KEY("half_activations", GLIA_KEY_ENUM, "auto",
              "with precision = bf16 or fp16, keep activations and their gradients in that type between layers whose "
              "kernels take it (converting at the others' edges; the loss and its logits stay fp32): auto (on where the "
-             "backend converts, CUDA) | off (the default while batchnorm takes fp32 only)", .choices = "auto|off"),
+             "backend converts, CUDA; the default) | off (every activation fp32)", .choices = "auto|off"),
     GLIA_KEY_END};
 
 static const struct glia_key distributed_keys[] = {

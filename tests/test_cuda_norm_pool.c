@@ -203,6 +203,154 @@ static void test_concat_half(void)
             }
 }
 
+/* ---- batchnorm on half activations ---- */
+
+/* t's values (f32, f16 or bf16, on the device) as host floats in its memory order, rounded to r (f32: as they are). */
+static float *host_rounded(const struct glia_tensor *t, enum glia_dtype r)
+{
+    struct glia_tensor *f = cuda_as_dtype((struct glia_tensor *)t, GLIA_F32);
+    int64_t n = glia_tensor_numel(t);
+    float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    CU_ASSERT_FATAL(v && glia_tensor_to_host(f, v, sizeof(float) * (size_t)n) == GLIA_OK);
+    glia_tensor_release(f);
+    cuda_round(v, n, r);
+    return v;
+}
+
+/* The elements of a (f32) rounded to r and of b (of type r) whose bits differ, NaN equal to NaN. */
+static int64_t bits_off(const struct glia_tensor *a, const struct glia_tensor *b, enum glia_dtype r)
+{
+    float *x = host_rounded(a, r), *y = host_rounded(b, GLIA_F32);
+    int64_t n = glia_tensor_numel(a), off = 0;
+    for (int64_t i = 0; i < n; i++) off += memcmp(&x[i], &y[i], sizeof(float)) && !(isnan(x[i]) && isnan(y[i]));
+    free(x), free(y);
+    return off;
+}
+
+/* One layer `ini` built twice on the GPU from the same weights and buffers: a call on f32 tensors and the same call
+ * on tensors of type h (f16 or bf16) holding the same values (representable in h), in format f: a training forward
+ * and a backward (writing over NaN, or with accumulate adding onto 1), or an eval forward. The half call's output and
+ * input gradient must be the f32 call's rounded to h once, its parameter gradients and running statistics the f32
+ * call's bit for bit: both read the same values in the same order (the statistics' splits and per-thread walks
+ * are the same for every type) and compute in f32 and double alike; only the loads and the stores differ. offset
+ * shifts every activation by one element (off the vector loads' alignment: the scalar kernels, for both types).
+ * Returns the count of elements that differ. */
+static int64_t bn_half_vs_f32(const char *ini, struct glia_shape s, enum glia_memory_format f, enum glia_dtype h,
+                              bool eval, bool accumulate, bool offset, uint64_t seed)
+{
+    struct cuda_built A, B;  /* f32, half */
+    cuda_build(ini, "cuda", cuda_gpu, &s, 1, &A);
+    cuda_build(ini, "cuda", cuda_gpu, &s, 1, &B);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, seed);
+    for (int p = 0; p < A.l.n_params + A.l.n_buffers; p++) {
+        bool buf = p >= A.l.n_params;
+        struct glia_param *pa = buf ? &A.l.buffers[p - A.l.n_params] : &A.l.params[p];
+        struct glia_param *pb = buf ? &B.l.buffers[p - A.l.n_params] : &B.l.params[p];
+        int64_t m = glia_tensor_numel(pa->value);
+        float *w = malloc(sizeof(float) * (size_t)m);
+        cuda_randn(&rng, w, m, 0.5f);
+        for (int64_t i = 0; i < m; i++) w[i] = buf ? fabsf(w[i]) + 0.5f : w[i] + (p == 0 ? 1.0f : 0.0f);
+        CU_ASSERT_FATAL(glia_tensor_from_host(pa->value, w, sizeof(float) * (size_t)m) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_from_host(pb->value, w, sizeof(float) * (size_t)m) == GLIA_OK);
+        if (!buf) {
+            for (int64_t i = 0; i < m; i++) w[i] = accumulate ? 1.0f : NAN;
+            CU_ASSERT_FATAL(glia_tensor_from_host(pa->grad, w, sizeof(float) * (size_t)m) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_from_host(pb->grad, w, sizeof(float) * (size_t)m) == GLIA_OK);
+            pa->grad_unset = pb->grad_unset = !accumulate;
+        }
+        free(w);
+    }
+    int64_t n = glia_shape_numel(&s), k = offset ? 1 : 0;
+    float *v = malloc(sizeof(float) * (size_t)n);
+    struct glia_tensor *t[2][4];  /* [f32, half][x, y, dy, dx] */
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) for (int64_t j = 0; j < n; j++) v[j] = NAN;  /* y: written whole */
+        else if (i == 3) for (int64_t j = 0; j < n; j++) v[j] = accumulate ? 1.0f : NAN;
+        else cuda_randn(&rng, v, n, i == 0 ? 2.0f : 1.0f);
+        if (i == 0) for (int64_t j = 0; j < n; j++) v[j] += 0.5f;  /* a mean away from 0 */
+        cuda_round(v, n, h);
+        struct glia_tensor *x = cuda_put(cuda_gpu, s, f, v);
+        for (int d = 0; d < 2; d++) {  /* a copy of x of type f32 or h, k elements into its storage */
+            enum glia_dtype dt = d ? h : GLIA_F32;
+            struct glia_tensor *flat;
+            CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, dt, &(struct glia_shape){1, {n + k}}, &flat) == GLIA_OK);
+            CU_ASSERT_FATAL(glia__tensor_view_typed(flat, (size_t)k * glia_dtype_size(dt), dt, &s, f, &t[d][i]) ==
+                            GLIA_OK);
+            glia_tensor_release(flat);
+            CU_ASSERT_FATAL(glia_tensor_convert(t[d][i], x, false) == GLIA_OK);
+        }
+        glia_tensor_release(x);
+    }
+    free(v);
+    struct cuda_built *L[2] = {&A, &B};
+    for (int d = 0; d < 2; d++) {
+        const struct glia_tensor *in[1] = {t[d][0]};
+        struct glia_tensor *din[1] = {t[d][3]};
+        bool acc[1] = {accumulate};
+        struct glia_fwd fw = {in, 1, t[d][1], NULL, !eval, 77, false, 0, NULL};
+        struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL};
+        glia_status st = L[d]->kernel->forward(&L[d]->l, &fw);
+        if (!st && !eval) st = L[d]->kernel->backward(&L[d]->l, &bw);
+        if (st) printf("\n  %s: %s\n", glia_dtype_name(d ? h : GLIA_F32), glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+    }
+    int64_t off = bits_off(t[0][1], t[1][1], h);
+    if (!eval) off += bits_off(t[0][3], t[1][3], h);
+    for (int p = 0; p < A.l.n_params && !eval; p++) off += bits_off(A.l.params[p].grad, B.l.params[p].grad, GLIA_F32);
+    for (int p = 0; p < A.l.n_buffers; p++) off += bits_off(A.l.buffers[p].value, B.l.buffers[p].value, GLIA_F32);
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 4; i++) glia_tensor_release(t[d][i]);
+    cuda_unbuild(&A);
+    cuda_unbuild(&B);
+    return off;
+}
+
+/* batchnorm (plain, with activation = relu, without affine and running statistics) on f16 and bf16 activations in
+ * both formats: training forward and backward (write and accumulate) and eval forward give the f32 kernel's
+ * outputs and input gradients rounded once and its parameter gradients and running statistics bit for bit. The
+ * shapes take every path: planes with L % 8 == 0 (16-byte loads of halves), L % 4 == 0 only (8-byte loads), odd L
+ * (scalar); rows (channels_last, 2-D) with C % 8 == 0, C % 4 == 0 only, odd C; several splits a channel; and
+ * shapes that would take the vector paths with every tensor one element off their alignment (scalar). */
+static void test_batchnorm_half(void)
+{
+    const char *inis[] = {"[b]\ntype = batchnorm\n", "[b]\ntype = batchnorm\nactivation = relu\nmomentum = 0.3\n",
+                          "[b]\ntype = batchnorm\naffine = off\ntrack_running_stats = off\n"};
+    const struct {
+        struct glia_shape s;
+        bool offset;
+    } cases[] = {
+        {S(4, 4, 6, 8, 8), false},   /* planes: 8 halves a load; rows: C = 6, scalar */
+        {S(4, 3, 8, 14, 14), false}, /* planes: L = 196, 4 halves a load; rows: C = 8, 8 a load */
+        {S(4, 2, 12, 5, 7), false},  /* planes: L odd, scalar; rows: C = 12, 4 a load */
+        {S(4, 8, 8, 20, 20), false}, /* several splits a channel in both layouts */
+        {S(2, 40, 16, 0, 0), false}, /* 2-D rows, 8 a load */
+        {S(2, 9, 5, 0, 0), false},   /* 2-D, odd C */
+        {S(4, 3, 8, 8, 8), true},    /* vector shapes, misaligned: scalar */
+        {S(2, 24, 16, 0, 0), true},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+            for (int h = 0; h < 2; h++)
+                for (int f = 0; f < 2; f++)
+                    for (int mode = 0; mode < 3; mode++) {  /* train writing, train accumulating, eval */
+                        if (cases[c].s.ndim == 2 && f) continue;
+                        enum glia_dtype dt = h ? GLIA_F16 : GLIA_BF16;
+                        int64_t off = bn_half_vs_f32(inis[i], cases[c].s, formats[f], dt, mode == 2, mode == 1,
+                                                     cases[c].offset, 90 + c + 5 * i);
+                        if (off) {
+                            char str[64], one[128];
+                            snprintf(one, sizeof one, "%s", inis[i]);
+                            for (char *q = one; *q; q++) *q = *q == '\n' ? ' ' : *q;
+                            printf("\n  %s%s %s %s %s%s: %lld elements differ\n", one,
+                                   glia_shape_str(&cases[c].s, str, sizeof str), glia_dtype_name(dt),
+                                   glia_memory_format_name(formats[f]), mode == 2 ? "eval" : mode ? "accumulate" : "write",
+                                   cases[c].offset ? " misaligned" : "", (long long)off);
+                        }
+                        CU_ASSERT_EQUAL(off, 0);
+                    }
+}
+
 /* Whether two host tensors hold the same bits in every logical element, NaN equal to NaN. */
 static bool same_bits(const struct glia_tensor *a, const struct glia_tensor *b)
 {
@@ -509,6 +657,6 @@ static void test_same_description(void)
 
 CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
                GLIA_TEST(test_batchnorm_geometry), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
-               GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_maxpool),
+               GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_batchnorm_half), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_pool_half), GLIA_TEST(test_concat_half), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
                GLIA_TEST(test_concat), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

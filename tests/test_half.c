@@ -173,16 +173,16 @@ static char *summary(struct run *r)
     return text;
 }
 
-/* [graph] half_activations = auto gives the precision's half type where the backend converts; off (the default), and
+/* [graph] half_activations = auto (the default) gives the precision's half type where the backend converts; off, and
  * fp32, none */
 static void test_half_of(void)
 {
     struct run r;
-    open_run(&r, model_text(""));  /* the default: off */
+    open_run(&r, model_text(""));  /* the default: auto */
     struct glia_section *graph = glia__config_find(r.cfg, "graph");
     enum glia_precision keep0 = r.m->backend->options.precision;
-    r.m->backend->options.precision = GLIA_PRECISION_BF16;
-    CU_ASSERT_EQUAL(glia__half_of(r.m, graph), GLIA_F32);
+    r.m->backend->options.precision = GLIA_PRECISION_FP16;
+    CU_ASSERT_EQUAL(glia__half_of(r.m, graph), GLIA_F16);
     r.m->backend->options.precision = keep0;
     close_run(&r);
     open_run(&r, model_text("half_activations = auto\n"));

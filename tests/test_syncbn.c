@@ -507,6 +507,98 @@ static void test_key(void)
     glia_context_free(g);
 }
 
+/* ---- SyncBatchNorm on half activations ---- */
+
+/* A copy of device tensor t (its shape and format) of type dt (converted: f16 and bf16 rounded to nearest even). */
+static struct glia_tensor *typed(const struct glia_tensor *t, enum glia_dtype dt)
+{
+    struct glia_tensor *flat, *v;
+    struct glia_shape fs = glia_shape_make(1, (int64_t[]){glia_tensor_numel(t)});
+    CU_ASSERT_FATAL(glia_tensor_new(glia_tensor_backend(t), dt, &fs, &flat) == GLIA_OK);
+    CU_ASSERT_FATAL(glia__tensor_view_typed(flat, 0, dt, &t->shape, glia_tensor_memory_format(t), &v) == GLIA_OK);
+    glia_tensor_release(flat);
+    CU_ASSERT_FATAL(glia_tensor_convert(v, t, false) == GLIA_OK);
+    return v;
+}
+
+/* Whether a, rounded to b's type, holds b's bytes (a and b of one shape and format). */
+static bool rounds_to(const struct glia_tensor *a, const struct glia_tensor *b)
+{
+    struct glia_tensor *r = typed(a, b->dtype);
+    size_t n = glia_tensor_nbytes(b);
+    char *x = malloc(n), *y = malloc(n);
+    CU_ASSERT_FATAL(x && y && glia_tensor_to_host(r, x, n) == GLIA_OK && glia_tensor_to_host(b, y, n) == GLIA_OK);
+    bool same = memcmp(x, y, n) == 0;
+    free(x), free(y);
+    glia_tensor_release(r);
+    return same;
+}
+
+/* SyncBatchNorm (`ini` with sync = on) over communicator c of identical ranks, twice on backend b from equal
+ * weights: on f32 tensors and on tensors of type h (f16 or bf16) holding the same values, in format f; a training
+ * forward and a backward. The half call's output and input gradient must be the f32 call's rounded once, its
+ * parameter gradients and running statistics the f32 call's bit for bit: the local sums read the same values in
+ * the same order and add them in double alike; only the loads and the stores differ. */
+static void sync_half(struct glia_comm *c, struct glia_backend *b, const char *ini, struct glia_shape s,
+                      enum glia_memory_format f, enum glia_dtype h, bool accumulate, uint32_t seed)
+{
+    char sync_ini[256];
+    snprintf(sync_ini, sizeof sync_ini, "%ssync = on\n", ini);
+    struct built L[2];  /* f32, half */
+    build(sync_ini, b, &s, &L[0]);
+    build(sync_ini, b, &s, &L[1]);
+    int64_t C = s.dim[1], n = glia_shape_numel(&s);
+    float w[MAX_C];
+    for (int i = 0; i < L[0].l.n_params; i++) {
+        for (int64_t j = 0; j < C; j++) w[j] = (float)(i == 0 ? 1.0 + 0.5 * unit(&seed) : 0.5 * unit(&seed));
+        for (int d = 0; d < 2; d++)
+            CU_ASSERT_FATAL(glia_tensor_from_host(L[d].l.params[i].value, w, (size_t)C * sizeof(float)) == GLIA_OK);
+        for (int64_t j = 0; j < C; j++) w[j] = accumulate ? 1.0f : NAN;
+        for (int d = 0; d < 2; d++) {
+            CU_ASSERT_FATAL(glia_tensor_from_host(L[d].l.params[i].grad, w, (size_t)C * sizeof(float)) == GLIA_OK);
+            L[d].l.params[i].grad_unset = !accumulate;
+        }
+    }
+    float *v = malloc((size_t)n * sizeof(float));
+    struct glia_tensor *t[2][4];  /* [f32, half][x, y, dy, dx]: the same values, those of type h */
+    for (int i = 0; i < 4; i++) {
+        for (int64_t j = 0; j < n; j++)
+            v[j] = i == 0 ? (float)(0.3 * (j % C) - 0.5 + 1.5 * unit(&seed)) : i == 2 ? (float)unit(&seed)
+                 : i == 3 && accumulate ? 1.0f : NAN;
+        struct glia_tensor *x = put(b, s, f, v);
+        t[1][i] = typed(x, h);
+        t[0][i] = typed(t[1][i], GLIA_F32);
+        glia_tensor_release(x);
+    }
+    free(v);
+    for (int d = 0; d < 2; d++) {
+        L[d].l.comm = c;
+        const struct glia_tensor *in[1] = {t[d][0]};
+        struct glia_tensor *din[1] = {t[d][3]};
+        bool acc[1] = {accumulate};
+        struct glia_fwd fw = {in, 1, t[d][1], NULL, true, 1, false, 0, NULL};
+        struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL};
+        glia_status st = L[d].kernel->forward(&L[d].l, &fw);
+        if (!st) st = L[d].kernel->backward(&L[d].l, &bw);
+        if (st) printf("\n  %s: %s\n", glia_dtype_name(t[d][0]->dtype), glia_context_error(ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+    }
+    bool y = rounds_to(t[0][1], t[1][1]), dx = rounds_to(t[0][3], t[1][3]), par = true, run = true;
+    for (int i = 0; i < L[0].l.n_params; i++) par = par && rounds_to(L[0].l.params[i].grad, L[1].l.params[i].grad);
+    for (int i = 0; i < L[0].l.n_buffers; i++) run = run && rounds_to(L[0].l.buffers[i].value, L[1].l.buffers[i].value);
+    if (!(y && dx && par && run)) {
+        char str[64];
+        printf("\n  sync on %s, %s %s %s%s: y %s, dx %s, dgamma/dbeta %s, running %s\n", c->ops->name,
+               glia_shape_str(&s, str, sizeof str), glia_dtype_name(h), glia_memory_format_name(f),
+               accumulate ? " accumulate" : "", y ? "ok" : "off", dx ? "ok" : "off", par ? "ok" : "off", run ? "ok" : "off");
+    }
+    CU_ASSERT(y && dx && par && run);
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 4; i++) glia_tensor_release(t[d][i]);
+    layer_unbuild(&L[0]);
+    layer_unbuild(&L[1]);
+}
+
 /* The CUDA impl over loop3 (device sums staged through the host) against plain BatchNorm on the CPU. */
 static void test_cuda_replicas(void)
 {
@@ -544,6 +636,16 @@ static void test_cuda_replicas(void)
     struct glia_comm *one = open_comm("loop1", gpu);  /* world 1: the plain CUDA path, no exchange */
     run_case(one, gpu, &(struct syncase){"[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 4, 3, 4, 4), 1, 0, 4,
                                           GLIA_CHANNELS_LAST, true, false, 2, 37, false}, 1e-4);
+    /* the local parts on f16 and bf16 activations against the same calls on f32 (4x4 planes and channels_last with
+     * C = 16: the vector loads; 5x3 planes with C = 6: scalar) */
+    for (int h = 0; h < 2; h++) {
+        enum glia_dtype dt = h ? GLIA_F16 : GLIA_BF16;
+        sync_half(c, gpu, "[b]\ntype = batchnorm\n", S(4, 4, 16, 4, 4), GLIA_CONTIGUOUS, dt, false, 60);
+        sync_half(c, gpu, "[b]\ntype = batchnorm\nactivation = relu\n", S(4, 4, 16, 4, 4), GLIA_CHANNELS_LAST, dt, true,
+                  61);
+        sync_half(c, gpu, "[b]\ntype = batchnorm\nmomentum = 0.3\n", S(4, 3, 6, 5, 3), GLIA_CHANNELS_LAST, dt, false, 62);
+        sync_half(c, gpu, "[b]\ntype = batchnorm\naffine = off\n", S(2, 9, 16, 0, 0), GLIA_CONTIGUOUS, dt, true, 63);
+    }
 }
 
 /* ---- two MPI ranks ---- */

@@ -17,6 +17,13 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+/* W values of type T that one vector instruction loads or stores (W*sizeof(T) = 8 or 16 bytes, the pointer aligned to
+ * that): Pack<__half, 8> is one 16-byte load of 8 halves, Pack<float, 4> one of 4 floats (as a float4). */
+template <typename T, int W> struct alignas(sizeof(T) * W) Pack {
+    enum { width = W };
+    T v[W];
+};
+
 /* Calls f(T()) with T the element type of t (f32, f16 or bf16): a launch for that type; cudaErrorInvalidValue for
  * another. */
 template <class F> static cudaError_t by_type(enum glia_dtype t, F f)

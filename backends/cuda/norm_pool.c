@@ -109,7 +109,7 @@ static size_t sync_scratch_bytes(struct glia__bn_geom g)
  * (N >= this rank's count, so N >= 2 is known otherwise). reuse (a recompute of the last forward): sums as
  * that forward left them, nothing summed or exchanged again. */
 static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *a, struct glia__bn_geom g,
-                                   bool reuse)
+                                   enum glia_dtype dt, bool reuse)
 {
     const struct glia_batchnorm_attrs *d = l->attrs;
     struct cuda_bn *p = l->state;
@@ -126,7 +126,7 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
     if (!reuse) {  /* else sums still hold this batch's statistics over the ranks */
-        CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, dev(x), NULL, NULL, false, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pa, pb, x->data, NULL, dt, NULL, false, g, s));
         CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, NULL, false, NULL, false, pa, pb, true, g, s));
         if ((st = glia_batchnorm_exchange(l, sums, (size_t)(2 * C + 1), "statistics"))) return st;
     }
@@ -138,7 +138,7 @@ static glia_status bn_forward_sync(struct glia_layer *l, const struct glia_fwd *
     }
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_finalize(coef, dev(p->saved), t.rmean, t.rvar, t.gamma, t.beta, sums, g,
                                                  t.rmean != NULL && !a->recompute, d->momentum, d->eps, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, d->relu, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(a->out->data, x->data, dt, coef, d->relu, g, s));
     p->kept = glia_tensor_numel(x);
     p->synced = true;
     p->fresh = true;
@@ -150,7 +150,8 @@ fail:
  * in double, added per channel into sums(2C); dgamma (+)= sum dy*x_hat and dbeta (+)= sum dy of this rank;
  * with an input gradient, sums summed over the ranks and dx (+)= gamma*invstd/N * (N*dy - sum dy -
  * x_hat*sum dy*x_hat) with those (glia__cuda_bn_dx). */
-static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd *a, struct glia__bn_geom g)
+static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd *a, struct glia__bn_geom g,
+                                    enum glia_dtype dt)
 {
     const struct glia_batchnorm_attrs *d = l->attrs;
     struct cuda_bn *p = l->state;
@@ -164,14 +165,14 @@ static glia_status bn_backward_sync(struct glia_layer *l, const struct glia_bwd 
     float *coef = (float *)(pdyx + g.S * C);
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, dev(x), dev(a->dout), saved, d->relu, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_sync_partials(pdy, pdyx, x->data, a->dout->data, dt, saved, d->relu, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_collect(sums, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, pdy, pdyx, false,
                                                 g, s));
     if (!a->din[0]) return GLIA_OK;  /* the same on every rank (one model): none of them exchanges */
     if ((st = glia_batchnorm_exchange(l, sums, (size_t)(2 * C), "gradient sums"))) return st;
     CUDA_TRY(l->ctx, glia__cuda_bn_sync_grad_coef(coef, gamma, saved, sums, g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
+    CUDA_TRY(l->ctx, glia__cuda_bn_dx(a->din[0]->data, a->din_accumulate[0], x->data, a->dout->data, dt, saved, coef,
                                       d->relu, g, s));
 fail:
     return st;
@@ -181,14 +182,17 @@ fail:
  * double in a fixed order), y = (x - mean)*invstd*gamma + beta, mean (as a float pair) and invstd kept for
  * backward, running statistics
  * moved toward the batch mean and the unbiased variance var*M/(M-1). Eval: the running statistics (or,
- * without them, the batch's), nothing kept or updated. */
+ * without them, the batch's), nothing kept or updated. x and y f32, f16 or bf16 alike (call_dtype); the rest f32.
+ */
 static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_batchnorm_attrs *d = l->attrs;
     struct cuda_bn *p = l->state;
     const struct glia_tensor *x = a->in[0];
     enum glia_memory_format f;
+    enum glia_dtype dt;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->out}, 2, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){x, a->out}, 2, &dt);
     if (st) return st;
     struct glia__bn_geom g = bn_geom(x, f);
     int64_t C = g.C, M = g.N * g.L;
@@ -196,7 +200,7 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     p->kept = 0;
     p->synced = false;
     p->fresh = false;
-    if (glia_batchnorm_syncs(l, a->train)) return bn_forward_sync(l, a, g, reuse);
+    if (glia_batchnorm_syncs(l, a->train)) return bn_forward_sync(l, a, g, dt, reuse);
     if (a->train && M < 2) return glia_batchnorm_too_few(l, (double)M, &x->shape, false);
     bool use_running = !a->train && d->rm >= 0, update = a->train && !a->recompute && d->rm >= 0;
     if (a->train && (st = saved_make(l, p))) return st;
@@ -207,10 +211,10 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (a->train && d->relu) coef = dev(p->saved) + 3 * C;  /* kept for backward's mask */
     struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
-    if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, dev(x), g, s));
+    if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, x->data, dt, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma, t.beta,
-                                            dev(x), pmean, pm2, g, use_running, update, d->momentum, d->eps, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(dev(a->out), dev(x), coef, d->relu, g, s));
+                                            x->data, dt, pmean, pm2, g, use_running, update, d->momentum, d->eps, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_normalize(a->out->data, x->data, dt, coef, d->relu, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:
     return st;
@@ -229,10 +233,12 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     struct glia_param *pw = d->w >= 0 ? &l->params[d->w] : NULL, *pb = d->b >= 0 ? &l->params[d->b] : NULL;
     if (!pw && !pb && !a->din[0]) return GLIA_OK;
     enum glia_memory_format f;
+    enum glia_dtype dt;
     glia_status st = call_format(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &f);
+    if (!st) st = call_dtype(l, (const struct glia_tensor *[]){x, a->dout, a->din[0]}, 3, &dt);
     if (st) return st;
     struct glia__bn_geom g = bn_geom(x, f);
-    if (p->synced) return bn_backward_sync(l, a, g);
+    if (p->synced) return bn_backward_sync(l, a, g, dt);
     int64_t C = g.C;
     void *scratch;
     st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(2 * g.S * C + 3 * C) * sizeof(float), &scratch);
@@ -240,13 +246,13 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     float *pdy = scratch, *pdyx = pdy + g.S * C, *coef = pdyx + g.S * C;
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, dev(x), dev(a->dout), saved, d->relu, g, s));
+    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, x->data, a->dout->data, dt, saved, d->relu, g, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
                                                  pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, saved, pdy,
                                                  pdyx, g, s));
     if (a->din[0])
-        CUDA_TRY(l->ctx, glia__cuda_bn_dx(dev(a->din[0]), a->din_accumulate[0], dev(x), dev(a->dout), saved, coef,
-                                          d->relu, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_dx(a->din[0]->data, a->din_accumulate[0], x->data, a->dout->data, dt, saved,
+                                          coef, d->relu, g, s));
 fail:
     return st;
 }
@@ -255,9 +261,10 @@ static const struct glia_kernel bn_kernel = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "batchnorm",
     .impl = "cuda",
-    .doc = "CUDA; Welford statistics in a fixed order, SyncBatchNorm sums in double",
+    .doc = "CUDA; Welford statistics in a fixed order, SyncBatchNorm sums in double; f32, f16 or bf16 activations "
+           "(statistics and parameters f32)",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE,
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF,
     .state_size = sizeof(struct cuda_bn),
     .destroy = bn_destroy,
     .forward = bn_forward,

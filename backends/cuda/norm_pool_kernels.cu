@@ -68,9 +68,11 @@ struct RowWalk {
  * The pivot, x's first value of channel c (index c*L), keeps the float statistics of inputs with a
  * large mean as accurate as those of centred ones (the shifted-data algorithm). */
 
-/* Each accumulator reads x (and dy unless NULL) and adds one value of channel c with add_val; the walks call
- * it through acc_add (one element), acc_add4 (4 consecutive elements of one channel) and acc_add4c (4
- * consecutive channels), which load float4s where the kernel says the layout and alignment allow. State is
+/* Each accumulator reads x (and dy unless NULL), of element type T (f32, f16 or bf16: batchnorm's activations; the
+ * values converted to float as loaded, everything after in float or double as for f32), and adds one value of
+ * channel c with add_val; the walks call it through acc_add (one element), acc_add4 (4 consecutive elements of one
+ * channel) and acc_add4c (4 consecutive channels), which load 4 values at once (a float4; 8 bytes of halves) where
+ * the kernel says the layout and alignment allow. State is
  * what a thread keeps, Part what a block writes per split: put(v, pa, pb, i) writes it at pa[i] (and pb[i]). */
 #define FLOAT_STATE                                                                                             \
     typedef float3 State;                                                                                       \
@@ -82,12 +84,12 @@ struct RowWalk {
         if (pb) pb[i] = v.z;                                                                                    \
     }
 
-struct Welford {
+template <typename T> struct Welford {
     FLOAT_STATE
-    const float *x;
+    const T *x;
     int64_t L;
-    const float *dy = nullptr;
-    __device__ float pivot(int64_t c) const { return x[c * L]; }
+    const T *dy = nullptr;
+    __device__ float pivot(int64_t c) const { return to_float(x[c * L]); }
     __device__ float3 add_val(float3 v, float x0, float dy0, int64_t c, float k) const
     {
         (void)dy0, (void)c;  /* dy and the channel matter to GradSums only */
@@ -119,9 +121,10 @@ __device__ static float relu_dy(float dy, float x, const float *saved, int64_t c
     return relu && __fadd_rn(__fmul_rn(__fsub_rn(x, f[c]), f[C + c]), f[2 * C + c]) <= 0.0f ? 0.0f : dy;
 }
 
-struct GradSums {
+template <typename T> struct GradSums {
     FLOAT_STATE
-    const float *x, *dy, *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd); with relu (6, C) */
+    const T *x, *dy;
+    const float *saved;  /* saved(3, C) = (mean_hi, mean_lo, invstd); with relu (6, C) */
     int64_t C;
     bool relu;
     __device__ float pivot(int64_t c) const { return (void)c, 0.0f; }
@@ -151,23 +154,31 @@ struct ChannelSum {
 /* element e of channel c */
 template <class Acc, class T> __device__ static T acc_add(const Acc &a, T v, int64_t e, int64_t c, float k)
 {
-    return a.add_val(v, a.x[e], a.dy ? a.dy[e] : 0.0f, c, k);
+    return a.add_val(v, to_float(a.x[e]), a.dy ? to_float(a.dy[e]) : 0.0f, c, k);
 }
 
-/* elements e..e+3 of channel c (e a multiple of 4, 16-byte aligned) */
+/* The 4 values at p (aligned to 4 of them) as floats: a float4 load; for halves one 8-byte load. */
+__device__ static float4 load4(const float *p) { return *(const float4 *)p; }
+template <typename T> __device__ static float4 load4(const T *p)
+{
+    Pack<T, 4> q = *(const Pack<T, 4> *)p;
+    return make_float4(to_float(q.v[0]), to_float(q.v[1]), to_float(q.v[2]), to_float(q.v[3]));
+}
+
+/* elements e..e+3 of channel c (e a multiple of 4, aligned to 4 values) */
 template <class Acc, class T> __device__ static T acc_add4(const Acc &a, T v, int64_t e, int64_t c, float k)
 {
-    float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
+    float4 q = load4(a.x + e), g = a.dy ? load4(a.dy + e) : make_float4(0, 0, 0, 0);
     v = a.add_val(v, q.x, g.x, c, k);
     v = a.add_val(v, q.y, g.y, c, k);
     v = a.add_val(v, q.z, g.z, c, k);
     return a.add_val(v, q.w, g.w, c, k);
 }
 
-/* elements e..e+3 of channels c..c+3 (rows; e a multiple of 4, 16-byte aligned) into v[0..3] */
+/* elements e..e+3 of channels c..c+3 (rows; e a multiple of 4, aligned to 4 values) into v[0..3] */
 template <class Acc, class T> __device__ static void acc_add4c(const Acc &a, T *v, int64_t e, int64_t c, const float *k)
 {
-    float4 q = *(const float4 *)(a.x + e), g = a.dy ? *(const float4 *)(a.dy + e) : make_float4(0, 0, 0, 0);
+    float4 q = load4(a.x + e), g = a.dy ? load4(a.dy + e) : make_float4(0, 0, 0, 0);
     v[0] = a.add_val(v[0], q.x, g.x, c, k[0]);
     v[1] = a.add_val(v[1], q.y, g.y, c + 1, k[1]);
     v[2] = a.add_val(v[2], q.z, g.z, c + 2, k[2]);
@@ -175,7 +186,7 @@ template <class Acc, class T> __device__ static void acc_add4c(const Acc &a, T *
 }
 
 /* The first value of split s of a channel's M values, with the splits cut at multiples of V (4 for planes
- * whose length L is a multiple of 4, so that float4s never straddle two splits; else 1): split s is
+ * whose length L is a multiple of 4, so that 4-value loads never straddle two splits; else 1): split s is
  * [split_at(s), split_at(s + 1)). */
 __host__ __device__ static inline int split_unit(int64_t L) { return L > 1 && L % 4 == 0 ? 4 : 1; }
 __host__ __device__ static inline int64_t split_at(int64_t s, int64_t M, int S, int V) { return V * (s * (M / V) / S); }
@@ -222,7 +233,7 @@ __global__ void bn_reduce_planes(P *pa, P *pb, Acc acc, int64_t N, int64_t C, in
     if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
 }
 
-/* The same with float4s (L % 4 == 0, x and dy 16-byte aligned): the threads walk the split's groups of 4
+/* The same 4 values a load (L % 4 == 0, x and dy aligned to 4 values): the threads walk the split's groups of 4
  * values u = n*L/4 + i. */
 template <class Acc, class P = typename Acc::Part>
 __global__ void bn_reduce_planes4(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
@@ -282,7 +293,7 @@ __global__ void bn_reduce_rows(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int 
     if (threadIdx.y == 0 && c < C) Acc::put(part[threadIdx.x], pa, pb, s * C + c);
 }
 
-/* The same with float4s over rows x(M, C), C % 4 == 0, x and dy 16-byte aligned: block (TX, TY) with TX =
+/* The same 4 values a load over rows x(M, C), C % 4 == 0, x and dy aligned to 4 values: block (TX, TY) with TX =
  * rows_tile(C/4) takes channels 4*(blockIdx.x*TX + threadIdx.x) .. + 3, each with its own state. */
 template <class Acc, class P = typename Acc::Part>
 __global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
@@ -304,15 +315,18 @@ __global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int
         for (int q = 0; q < 4; q++) Acc::put(part[q][threadIdx.x], pa, pb, s * C + c + q);
 }
 
-/* Whether p (NULL counts) is 16-byte aligned */
-static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+/* Whether p (NULL counts) is aligned to n bytes */
+static bool aligned(const void *p, size_t n) { return (uintptr_t)p % n == 0; }
 
+/* The passes over x (and dy) into pa, pb. Halves take the f32 walks, 4 values a thread where f32 takes a float4 (an
+ * 8-byte load, not 8 halves in 16 bytes): each thread then adds the same values in the same order as for f32, so
+ * half inputs of f32 values give the f32 sums bit for bit (the statistics, dgamma and dbeta). */
 template <class Acc, class P>
 static cudaError_t bn_reduce(P *pa, P *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
 {
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
-    bool vec = aligned16(acc.x) && aligned16(acc.dy);
+    bool vec = aligned(acc.x, 4 * sizeof *acc.x) && aligned(acc.dy, 4 * sizeof *acc.x);
     if (g.L == 1 && vec && g.C % 4 == 0) {
         int tx = rows_tile(g.C / 4);
         dim3 grid((unsigned)((g.C / 4 + tx - 1) / tx), (unsigned)g.S);
@@ -416,8 +430,9 @@ template <class F> __device__ static double2 split_sums(const F *pa, const F *pb
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
  * the pivot x(0, c, 0)) or rmean, rvar: T threads per channel, the splits combined in double (Chan's
  * combination) in a fixed order (see above). */
+template <typename T>
 __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                            const float *beta, const float *x, const float *pmean, const float *pm2, int64_t C,
+                            const float *beta, const T *x, const float *pmean, const float *pm2, int64_t C,
                             int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
 {
     int V = split_unit(L);
@@ -438,7 +453,7 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
             mean = rmean[c];
             var = rvar[c];
         } else {
-            mean = (M > 0 ? (double)x[c * L] : 0.0) + t.m;  /* the pivot back */
+            mean = (M > 0 ? (double)to_float(x[c * L]) : 0.0) + t.m;  /* the pivot back */
             var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
         double invstd = 1.0 / sqrt(var + eps);
@@ -457,8 +472,12 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
 }
 
 /* ---- the elementwise passes: normalize and dx ----
- * A thread an element, or with float4 (every row of 4 values in one channel -- NCHW with L % 4 == 0 -- or in
- * 4 consecutive channels -- rows with C % 4 == 0 -- and 16-byte aligned pointers) a thread 4 elements. */
+ * x, y, dy, dx of element type T (f32, f16 or bf16), each value converted to float as loaded and the result rounded
+ * to T once as stored (to nearest even). A thread an element, or W of them in one vector load (Pack<T, W>: every W
+ * consecutive values in one channel -- NCHW with L % W == 0 -- or in W consecutive channels -- rows with
+ * C % W == 0 -- and the pointers aligned to W values): W = 4 for f32 (a float4), 8 for halves (16 bytes), or 4
+ * halves (8 bytes) when the shape or alignment allow only that (14x14 planes: L % 8 != 0). No scalar tail: the
+ * vector kernels run only when the shape is a whole number of vectors, else the scalar ones run. */
 
 /* y = (x - coef(0, c)) * coef(1, c) + coef(2, c), rounded like the CPU's float expression; with relu,
  * y < 0 ? 0 : y (the relu layer's: NaN stays NaN, -0 stays -0) */
@@ -469,27 +488,37 @@ __device__ static float norm1(float x, const float *coef, int64_t c, int64_t C, 
 }
 
 /* y(N, C, L) = norm1(x(N, C, L)), a thread an element */
-__global__ void bn_normalize(float *y, const float *x, const float *coef, int64_t n, int64_t C, int64_t L, bool relu)
+template <typename T>
+__global__ void bn_normalize(T *y, const T *x, const float *coef, int64_t n, int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
-    for (int64_t j = j0; j < n; j += step, w.next()) y[j] = norm1(x[j], coef, w.c, C, relu);
+    for (int64_t j = j0; j < n; j += step, w.next()) y[j] = from_float<T>(norm1(to_float(x[j]), coef, w.c, C, relu));
 }
 
-/* The channels of the 4 values of float4 number v: with rows (x(M, C), C % 4 == 0) the walk is over
- * (M*C/4, C/4) and the channels are 4*w.c + k; else (L % 4 == 0) over (N*C, L/4) and all 4 are w.c. */
-#define CHAN4(w, rows, k) ((rows) ? 4 * (w).c + (k) : (w).c)
+/* The channel of value k of vector number v (W values): with rows (x(M, C), C % W == 0) the walk is over
+ * (M*C/W, C/W) and the channels are W*w.c + k; else (L % W == 0) over (N*C, L/W) and all W are w.c. */
+#define CHANW(w, rows, W, k) ((rows) ? (W) * (w).c + (k) : (w).c)
 
-/* y(N, C, L) = norm1(x(N, C, L)) over n4 float4s (see CHAN4) */
-__global__ void bn_normalize4(float4 *y, const float4 *x, const float *coef, int64_t n4, int64_t C, int64_t L,
-                              bool rows, bool relu)
+/* The walk over the vectors of W values of x(N, C, L) (see CHANW) from j0 by step. */
+__device__ static ChanWalk vec_walk(int64_t j0, int64_t step, int64_t C, int64_t L, bool rows, int W)
+{
+    return ChanWalk(j0, step, rows ? 1 : L / W, rows ? C / W : C);
+}
+
+/* y(N, C, L) = norm1(x(N, C, L)) over nv vectors of W values (see CHANW) */
+template <typename T, int W>
+__global__ void bn_normalize_vec(Pack<T, W> *y, const Pack<T, W> *x, const float *coef, int64_t nv, int64_t C,
+                                 int64_t L, bool rows, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
-    ChanWalk w(j0, step, rows ? 1 : L / 4, rows ? C / 4 : C);
-    for (int64_t j = j0; j < n4; j += step, w.next()) {
-        float4 v = x[j];
-        y[j] = make_float4(norm1(v.x, coef, CHAN4(w, rows, 0), C, relu), norm1(v.y, coef, CHAN4(w, rows, 1), C, relu),
-                           norm1(v.z, coef, CHAN4(w, rows, 2), C, relu), norm1(v.w, coef, CHAN4(w, rows, 3), C, relu));
+    ChanWalk w = vec_walk(j0, step, C, L, rows, W);
+    for (int64_t j = j0; j < nv; j += step, w.next()) {
+        Pack<T, W> v = x[j];
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            v.v[k] = from_float<T>(norm1(to_float(v.v[k]), coef, CHANW(w, rows, W, k), C, relu));
+        y[j] = v;
     }
 }
 
@@ -522,27 +551,32 @@ __device__ static float dx1(float old, bool add, float x, float dy, const float 
 }
 
 /* dx(N, C, L) (+)= dx1(...), a thread an element */
-__global__ void bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved, const float *coef,
-                      int64_t n, int64_t C, int64_t L, bool relu)
+template <typename T>
+__global__ void bn_dx(T *dx, bool add, const T *x, const T *dy, const float *saved, const float *coef, int64_t n,
+                      int64_t C, int64_t L, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     ChanWalk w(j0, step, L, C);
     for (int64_t j = j0; j < n; j += step, w.next())
-        dx[j] = dx1(add ? dx[j] : 0.0f, add, x[j], dy[j], saved, coef, w.c, C, relu);
+        dx[j] = from_float<T>(dx1(add ? to_float(dx[j]) : 0.0f, add, to_float(x[j]), to_float(dy[j]), saved, coef,
+                                  w.c, C, relu));
 }
 
-/* dx(N, C, L) (+)= dx1(...) over n4 float4s (see CHAN4) */
-__global__ void bn_dx4(float4 *dx, bool add, const float4 *x, const float4 *dy, const float *saved, const float *coef,
-                       int64_t n4, int64_t C, int64_t L, bool rows, bool relu)
+/* dx(N, C, L) (+)= dx1(...) over nv vectors of W values (see CHANW) */
+template <typename T, int W>
+__global__ void bn_dx_vec(Pack<T, W> *dx, bool add, const Pack<T, W> *x, const Pack<T, W> *dy, const float *saved,
+                          const float *coef, int64_t nv, int64_t C, int64_t L, bool rows, bool relu)
 {
     int64_t j0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
-    ChanWalk w(j0, step, rows ? 1 : L / 4, rows ? C / 4 : C);
-    for (int64_t j = j0; j < n4; j += step, w.next()) {
-        float4 o = add ? dx[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), xv = x[j], g = dy[j];
-        dx[j] = make_float4(dx1(o.x, add, xv.x, g.x, saved, coef, CHAN4(w, rows, 0), C, relu),
-                            dx1(o.y, add, xv.y, g.y, saved, coef, CHAN4(w, rows, 1), C, relu),
-                            dx1(o.z, add, xv.z, g.z, saved, coef, CHAN4(w, rows, 2), C, relu),
-                            dx1(o.w, add, xv.w, g.w, saved, coef, CHAN4(w, rows, 3), C, relu));
+    ChanWalk w = vec_walk(j0, step, C, L, rows, W);
+    for (int64_t j = j0; j < nv; j += step, w.next()) {
+        Pack<T, W> o = {}, xv = x[j], g = dy[j];
+        if (add) o = dx[j];
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            o.v[k] = from_float<T>(dx1(add ? to_float(o.v[k]) : 0.0f, add, to_float(xv.v[k]), to_float(g.v[k]), saved,
+                                       coef, CHANW(w, rows, W, k), C, relu));
+        dx[j] = o;
     }
 }
 
@@ -551,10 +585,11 @@ __global__ void bn_dx4(float4 *dx, bool add, const float4 *x, const float4 *dy, 
  * in a fixed tree order. The kernels are bn_reduce's (the same splits, walks and float4 loads) with this
  * accumulator. */
 
-struct SyncSums {
+template <typename T> struct SyncSums {
     typedef double2 State;
     typedef double Part;
-    const float *x, *dy, *saved;  /* dy NULL: forward; saved(3, C) for x_hat, (6, C) with relu */
+    const T *x, *dy;              /* dy NULL: forward */
+    const float *saved;           /* saved(3, C) for x_hat, (6, C) with relu */
     int64_t C;
     bool relu;                    /* dy masked by the forward's relu */
     __device__ static double2 zero() { return make_double2(0.0, 0.0); }
@@ -882,12 +917,26 @@ __global__ void channel_total(float *y, const float *part, int64_t C, int S, flo
 
 /* ---- the C entry points ---- */
 
-/* Whether the elementwise passes over x(N, C, L) can take float4s: each 4 consecutive values in one channel
- * (L % 4 == 0) or in 4 consecutive channels (rows, C % 4 == 0), and the three pointers 16-byte aligned. */
-static bool vec4(struct glia__bn_geom g, const void *a, const void *b, const void *c)
+/* The values a thread of the elementwise passes over x(N, C, L) of element type T takes (see bn_normalize_vec):
+ * the most of 16 bytes' worth, then 8 bytes' worth of halves, whose W consecutive values lie in one channel
+ * (L % W == 0) or in W consecutive channels (rows, C % W == 0), with the three pointers aligned to W values; else 1. */
+template <typename T> static int vec_width(struct glia__bn_geom g, const void *a, const void *b, const void *c)
 {
-    bool fits = g.L == 1 ? g.C % 4 == 0 : g.L % 4 == 0;
-    return fits && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+    for (int W = 16 / (int)sizeof(T); W >= 4; W /= 2) {
+        bool fits = g.L == 1 ? g.C % W == 0 : g.L % W == 0;
+        if (fits && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % (W * sizeof(T)) == 0) return W;
+    }
+    return 1;
+}
+
+/* Calls f(Pack<T, W>()) for W = w (4, or 8 for halves); false for another w. */
+template <typename T, class F> static bool by_width(int w, F f)
+{
+    if (w == 4) return f(Pack<T, 4>()), true;
+    if constexpr (sizeof(T) == 2) {
+        if (w == 8) return f(Pack<T, 8>()), true;
+    }
+    return false;
 }
 
 /* About BN_BLOCKS blocks in all (a few waves of 132 SMs at 8 blocks each, so that the statistics pass runs
@@ -921,41 +970,57 @@ extern "C" cudaError_t glia__cuda_channel_sum(float *y, float *part, const float
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g,
-                                           cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const void *x, enum glia_dtype t,
+                                           struct glia__bn_geom g, cudaStream_t st)
 {
-    return bn_reduce(pmean, pm2, Welford{x, g.L}, g, st);
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return bn_reduce(pmean, pm2, Welford<T>{(const T *)x, g.L}, g, st);
+    });
 }
 
-extern "C" cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy,
-                                                const float *saved, bool relu, struct glia__bn_geom g, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const void *x, const void *dy,
+                                                enum glia_dtype t, const float *saved, bool relu,
+                                                struct glia__bn_geom g, cudaStream_t st)
 {
-    return bn_reduce(pdy, pdyx, GradSums{x, dy, saved, g.C, relu}, g, st);
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return bn_reduce(pdy, pdyx, GradSums<T>{(const T *)x, (const T *)dy, saved, g.C, relu}, g, st);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                                              const float *beta, const float *x, const float *pmean, const float *pm2,
-                                              struct glia__bn_geom g, bool use_running, bool update, double momentum,
-                                              double eps, cudaStream_t st)
+                                              const float *beta, const void *x, enum glia_dtype t, const float *pmean,
+                                              const float *pm2, struct glia__bn_geom g, bool use_running, bool update,
+                                              double momentum, double eps, cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, saved, rmean, rvar, gamma, beta, x, pmean, pm2, g.C, g.L,
-                                                   g.N * g.L, g.S, use_running, update, momentum, eps);
-    return cudaGetLastError();
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        bn_finalize<T><<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, saved, rmean, rvar, gamma, beta,
+                                                                       (const T *)x, pmean, pm2, g.C, g.L, g.N * g.L,
+                                                                       g.S, use_running, update, momentum, eps);
+        return cudaGetLastError();
+    });
 }
 
-extern "C" cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu,
-                                               struct glia__bn_geom g, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_normalize(void *y, const void *x, enum glia_dtype t, const float *coef,
+                                               bool relu, struct glia__bn_geom g, cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
     bool rows = g.L == 1;
-    if (vec4(g, y, x, x))
-        bn_normalize4<<<grid_for(n / 4), THREADS, 0, st>>>((float4 *)y, (const float4 *)x, coef, n / 4, g.C, g.L, rows,
-                                                           relu);
-    else
-        bn_normalize<<<grid_for(n), THREADS, 0, st>>>(y, x, coef, n, g.C, g.L, relu);
-    return cudaGetLastError();
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        int W = vec_width<T>(g, y, x, x);
+        bool vec = by_width<T>(W, [&](auto p) {
+            using P = decltype(p);
+            bn_normalize_vec<T, P::width><<<grid_for(n / W), THREADS, 0, st>>>((P *)y, (const P *)x, coef, n / W,
+                                                                               g.C, g.L, rows, relu);
+        });
+        if (!vec) bn_normalize<T><<<grid_for(n), THREADS, 0, st>>>((T *)y, (const T *)x, coef, n, g.C, g.L, relu);
+        return cudaGetLastError();
+    });
 }
 
 extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta,
@@ -969,25 +1034,36 @@ extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, b
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
-                                        const float *coef, bool relu, struct glia__bn_geom g, cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_dx(void *dx, bool add, const void *x, const void *dy, enum glia_dtype t,
+                                        const float *saved, const float *coef, bool relu, struct glia__bn_geom g,
+                                        cudaStream_t st)
 {
     int64_t n = g.N * g.C * g.L;
     if (n == 0) return cudaSuccess;
-    if (vec4(g, dx, x, dy))
-        bn_dx4<<<grid_for(n / 4), THREADS, 0, st>>>((float4 *)dx, add, (const float4 *)x, (const float4 *)dy, saved,
-                                                    coef, n / 4, g.C, g.L, g.L == 1, relu);
-    else
-        bn_dx<<<grid_for(n), THREADS, 0, st>>>(dx, add, x, dy, saved, coef, n, g.C, g.L, relu);
-    return cudaGetLastError();
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        int W = vec_width<T>(g, dx, x, dy);
+        bool vec = by_width<T>(W, [&](auto p) {
+            using P = decltype(p);
+            bn_dx_vec<T, P::width><<<grid_for(n / W), THREADS, 0, st>>>((P *)dx, add, (const P *)x, (const P *)dy,
+                                                                        saved, coef, n / W, g.C, g.L, g.L == 1, relu);
+        });
+        if (!vec)
+            bn_dx<T><<<grid_for(n), THREADS, 0, st>>>((T *)dx, add, (const T *)x, (const T *)dy, saved, coef, n, g.C,
+                                                      g.L, relu);
+        return cudaGetLastError();
+    });
 }
 
-extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy,
-                                                   const float *saved, bool relu, struct glia__bn_geom g,
-                                                   cudaStream_t st)
+extern "C" cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const void *x, const void *dy,
+                                                   enum glia_dtype t, const float *saved, bool relu,
+                                                   struct glia__bn_geom g, cudaStream_t st)
 {
     /* with no values sync_collect reads no split */
-    return bn_reduce(pa, pb, SyncSums{x, dy, saved, g.C, relu}, g, st);
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return bn_reduce(pa, pb, SyncSums<T>{(const T *)x, (const T *)dy, saved, g.C, relu}, g, st);
+    });
 }
 
 extern "C" cudaError_t glia__cuda_bn_sync_collect(double *sums, float *dgamma, bool add_dgamma, float *dbeta,

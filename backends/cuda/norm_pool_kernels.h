@@ -22,7 +22,11 @@ extern "C" {
  * runs in the same order on every call: results are reproducible (no float atomics). A pass is one
  * launch of S blocks per channel (or per tile of channels), then a finalize of 32 to 256 threads per
  * channel (about S/4) over the S partials in a fixed tree; forward reads x twice (statistics,
- * normalize), backward x and dy twice (sums, dx). */
+ * normalize), backward x and dy twice (sums, dx).
+ * x, y, dy and dx hold values of type t, f32, f16 or bf16 (all four alike), read as f32 and, when written, rounded
+ * once (to nearest even); every sum, statistic, coef, saved value, gamma, beta, running statistic and parameter
+ * gradient is f32 (or double) for every t, formed from the values in the same order as for f32: f16 and bf16 inputs
+ * give the f32 inputs' statistics and parameter gradients bit for bit, and their outputs rounded once. */
 struct glia__bn_geom {
     int64_t N, C, L;  /* x(N, C, L); rows layout when L == 1 */
     int S;            /* splits per channel, 1 <= S <= 65535 */
@@ -40,7 +44,8 @@ cudaError_t glia__cuda_channel_sum(float *y, float *part, const float *x, struct
 /* pmean(S, C), pm2(S, C) = Welford mean and sum of squared deviations of split s of channel c of x, less
  * the channel's pivot x(0, c, 0) (float statistics stay accurate for inputs with a large mean); float4 loads
  * where the layout and alignment allow (here and in the gradient sums) */
-cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct glia__bn_geom g, cudaStream_t st);
+cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const void *x, enum glia_dtype t, struct glia__bn_geom g,
+                                cudaStream_t st);
 
 /* Per channel c, in double: mean (pivot added back) and biased variance var from the partials (Chan's
  * combination in split order; var = m2/M), or with use_running from rmean(C), rvar(C);
@@ -51,21 +56,22 @@ cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const float *x, struct
  * rmean = (1-mom)*rmean + mom*mean and rvar = (1-mom)*rvar + mom*var*M/(M-1). x is read (the pivots) unless
  * use_running. */
 cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                                   const float *beta, const float *x, const float *pmean, const float *pm2,
-                                   struct glia__bn_geom g, bool use_running, bool update, double momentum,
-                                   double eps, cudaStream_t st);
+                                   const float *beta, const void *x, enum glia_dtype t, const float *pmean,
+                                   const float *pm2, struct glia__bn_geom g, bool use_running, bool update,
+                                   double momentum, double eps, cudaStream_t st);
 
 /* y(N, C, L) = (x(N, C, L) - coef(0, C)) * coef(1, C) + coef(2, C), each step rounded to float as on the
- * CPU (float4 loads and stores where the layout and alignment allow); with relu (activation = relu) then y < 0 ? 0 : y, the relu layer's (NaN stays NaN, -0 stays -0) */
-cudaError_t glia__cuda_bn_normalize(float *y, const float *x, const float *coef, bool relu, struct glia__bn_geom g,
-                                    cudaStream_t st);
+ * CPU (16-byte vector loads and stores where the layout and alignment allow); with relu (activation = relu) then
+ * y < 0 ? 0 : y, the relu layer's (NaN stays NaN, -0 stays -0) */
+cudaError_t glia__cuda_bn_normalize(void *y, const void *x, enum glia_dtype t, const float *coef, bool relu,
+                                    struct glia__bn_geom g, cudaStream_t st);
 
 /* pdy(S, C), pdyx(S, C) = sums over split s of channel c of dy and dy*x_hat, with saved(3, C) from the
  * forward: x_hat = ((x - mean_hi(c)) - mean_lo(c))*invstd(c). With relu, saved is (6, C), rows 3..5 the
  * forward's coef, and dy counts unless that forward's y was <= 0 (a NaN y passes it, as the relu layer's
  * gradient does; here and in glia__cuda_bn_dx and glia__cuda_bn_sync_partials). */
-cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const float *x, const float *dy, const float *saved,
-                                     bool relu, struct glia__bn_geom g, cudaStream_t st);
+cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const void *x, const void *dy, enum glia_dtype t,
+                                     const float *saved, bool relu, struct glia__bn_geom g, cudaStream_t st);
 
 /* Per channel c, in double from the partials in split order: sdy, sdyx; dgamma(C) (+)= sdyx and
  * dbeta(C) (+)= sdy when not NULL (add_*: +=, else =); coef(3, C) = k*(M, sdy, sdyx) as float with
@@ -75,15 +81,15 @@ cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dga
                                         const float *pdyx, struct glia__bn_geom g, cudaStream_t st);
 
 /* dx(N, C, L) (+)= coef(0, C)*dy - coef(1, C) - x_hat*coef(2, C), x_hat from saved(3, C) as above */
-cudaError_t glia__cuda_bn_dx(float *dx, bool add, const float *x, const float *dy, const float *saved,
+cudaError_t glia__cuda_bn_dx(void *dx, bool add, const void *x, const void *dy, enum glia_dtype t, const float *saved,
                              const float *coef, bool relu, struct glia__bn_geom g, cudaStream_t st);
 
 /* ---- SyncBatchNorm (batchnorm with sync; the sums in double, each in an order fixed by the shape) ---- */
 
 /* pa(S, C), pb(S, C) = sums over split s of channel c in double: without dy, of x and x*x; with dy (like x),
  * of dy and dy*x_hat, x_hat from saved(3, C) as above */
-cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const float *x, const float *dy, const float *saved,
-                                        bool relu, struct glia__bn_geom g, cudaStream_t st);
+cudaError_t glia__cuda_bn_sync_partials(double *pa, double *pb, const void *x, const void *dy, enum glia_dtype t,
+                                        const float *saved, bool relu, struct glia__bn_geom g, cudaStream_t st);
 
 /* sums(2, C) = per channel the splits of pa(S, C), pb(S, C) added in a fixed order; with count, also
  * sums[2C] = N*L (this rank's values per channel); dgamma(C) (+)= sums(1, C) and dbeta(C) (+)= sums(0, C)
