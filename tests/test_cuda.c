@@ -1074,6 +1074,187 @@ static void test_debug_checks_on_device(void)
                        "checks (set cuda_graph = off or debug_checks = off)");
 }
 
+/* cuda.so's scalars for a copy of its kernel (abi20_real's), which it knows by address as abi20_step does. */
+static size_t abi20_scalars(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap)
+{
+    const struct glia_optimizer_kernel *k = o->kernel;
+    o->kernel = abi20_real;
+    size_t n = abi20_real->scalars(o, s, out, cap);
+    o->kernel = k;
+    return n;
+}
+
+/* Whether the optimizer states of a and b (one model, two runs) are the same, bit for bit. */
+static bool same_opt_state(struct run *a, struct run *b)
+{
+    bool same = a->m->trainer.opt.type->n_state == b->m->trainer.opt.type->n_state;
+    for (int k = 0; same && k < a->m->trainer.opt.type->n_state; k++) {
+        const struct glia_tensor *ta = a->m->params.state[k], *tb = b->m->params.state[k];
+        size_t n = glia_tensor_nbytes(ta);
+        void *ha = malloc(n), *hb = malloc(n);
+        CU_ASSERT_FATAL(ha && hb && n == glia_tensor_nbytes(tb));
+        CU_ASSERT_FATAL(!glia_tensor_to_host(ta, ha, n) && !glia_tensor_to_host(tb, hb, n));
+        same = !memcmp(ha, hb, n);
+        free(ha), free(hb);
+    }
+    return same;
+}
+
+/* The loss scale, started at 2^22 (not 65536: gradients overflow sooner), grew at least once: scale =
+ * 2^(22 + growths - skips). */
+#define FP16_START 4194304.0
+static bool scale_grew(const struct glia_model *m)
+{
+    return ldexp(m->trainer.scaler.scale, (int)m->trainer.scaler.skipped) > FP16_START;
+}
+
+/* precision = fp16 with cuda_graph = on captures the loss scaler with the optimizer step (cuda.so keeps it on the
+ * device) and trains exactly as cuda_graph = off: the same epochs' losses, weights, optimizer state, step count,
+ * learning rate, loss scale, clean and skipped steps, bit for bit, over runs whose scale grows (every 3 clean steps
+ * here) until gradients overflow and steps are skipped inside replays: the dropout draws from the step a skipped
+ * step does not advance, which the graph picks by the device's step count while the host reads each update's
+ * outcome a step late; with clipping on and off, accumulating over 1, 2 and 3 batches, stopping at max_steps (which
+ * the host must know exactly after each update). An optimizer kernel that cannot skip a step on the device
+ * (without GLIA_OPT_KERNEL_SKIP) keeps the update outside, the log saying why. */
+static void test_cuda_graph_fp16_scaler_trains_the_same(void)
+{
+    make_data();
+    static const struct {
+        const char *optimizer, *train;
+        int accumulate;
+        bool noskip;  /* the kernel without GLIA_OPT_KERNEL_SKIP */
+    } cases[] = {
+        {"sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "max_steps = 23\n", 1, false},
+        {"adam\nlr = 0.001", "clip_grad_norm = 0.5\n", 1, false},
+        {"adamw\nlr = 0.002", "clip_grad_norm = 1.0\nwarmup_steps = 5\n", 2, false},
+        {"adadelta\nlr = 1.0", "", 3, false},
+        {"adam\nlr = 0.001", "", 1, true},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char acc[256], rt[128];
+        snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
+        struct run a, b;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        struct run *runs[2] = {&a, &b};
+        char *log = NULL;
+        size_t len = 0;
+        FILE *f = NULL;
+        struct glia_optimizer_kernel noskip;
+        for (int r = 0; r < 2; r++) {
+            snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+            open_run(runs[r], cnn_text_with(rt, cases[c].optimizer, 32, acc));
+            runs[r]->m->trainer.scaler_growth = 3;  /* the scale grows until gradients overflow */
+            runs[r]->m->trainer.scaler.scale = FP16_START;
+        }
+        if (cases[c].noskip) {
+            abi20_real = b.m->trainer.opt.kernel;
+            noskip = *abi20_real;
+            noskip.flags = 0;
+            noskip.step = abi20_step;
+            noskip.scalars = abi20_scalars;
+            b.m->trainer.opt.kernel = &noskip;
+        }
+        CU_ASSERT_FATAL((f = open_memstream(&log, &len)) != NULL);
+        glia_log_set(b.ctx, f, GLIA_LOG_DEBUG);
+        glia_status st = glia_model_train(a.m, &quiet, ra, 2);
+        if (!st) st = glia_model_train(b.m, &quiet, rb, 2);
+        fclose(f);
+        if (st) printf("\n  case %zu: %s %s\n", c, glia_context_error(a.ctx), glia_context_error(b.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        const struct glia__model_trainer *ta = &a.m->trainer, *tb = &b.m->trainer;
+        CU_ASSERT(tb->cuda_graph);
+        if (!(ta->scaler.skipped >= 1 && scale_grew(a.m)))
+            printf("\n  case %zu: %lld skipped, scale %g\n", c, (long long)ta->scaler.skipped, ta->scaler.scale);
+        CU_ASSERT(ta->scaler.skipped >= 1 && scale_grew(a.m));  /* both happened */
+        CU_ASSERT_EQUAL(tb->step, ta->step);
+        if (c == 0) CU_ASSERT_EQUAL(tb->step, 23);
+        CU_ASSERT_EQUAL(tb->scaler.scale, ta->scaler.scale);
+        CU_ASSERT_EQUAL(tb->scaler.clean, ta->scaler.clean);
+        CU_ASSERT_EQUAL(tb->scaler.skipped, ta->scaler.skipped);
+        CU_ASSERT_EQUAL(tb->cur_lr, ta->cur_lr);
+        CU_ASSERT_EQUAL(tb->scaler_pending, 0);
+        CU_ASSERT_EQUAL(tb->graph_updates + tb->opt_outside, tb->step);
+        const char *said = log ? strstr(log, "cuda_graph: the optimizer step of ") : NULL;
+        if (cases[c].noskip) {
+            CU_ASSERT_EQUAL(tb->graph_updates, 0);
+            CU_ASSERT(said && strstr(said, "'adam' runs outside the graph: precision = fp16: its kernel cannot skip a "
+                                           "step on the device (no GLIA_OPT_KERNEL_SKIP): the host decides whether a "
+                                           "step is skipped\n") == said + 34);
+        } else {
+            if (said) printf("\n  case %zu: %.200s\n", c, said);
+            CU_ASSERT_PTR_NULL(said);
+            CU_ASSERT(tb->graph_updates > 0);
+            /* without accumulation every replay updates: those that did not were skipped on the device */
+            if (cases[c].accumulate == 1) CU_ASSERT(tb->graph_replays - tb->graph_updates >= 1);
+        }
+        if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
+        CU_ASSERT(same_weights(&a, &b));
+        CU_ASSERT(same_opt_state(&a, &b));
+        int epochs = c == 0 ? 1 : 2;  /* max_steps stops the first case in its second epoch */
+        for (int e = 0; e < epochs; e++) {
+            CU_ASSERT_EQUAL(rb[e].train_loss, ra[e].train_loss);
+            CU_ASSERT_EQUAL(rb[e].test_loss, ra[e].test_loss);
+            CU_ASSERT_EQUAL(rb[e].lr, ra[e].lr);
+            CU_ASSERT_EQUAL(rb[e].skipped_steps, ra[e].skipped_steps);
+            CU_ASSERT_EQUAL(rb[e].loss_scale, ra[e].loss_scale);
+        }
+        free(log);
+        close_run(&a), close_run(&b);
+    }
+}
+
+/* glia_model_step with precision = fp16 and cuda_graph = on (no lagged loss: each update's outcome is read right
+ * after its pass) gives each step the results it gives with cuda_graph = off, bit for bit: the loss, whether it
+ * updated or was skipped, the learning rate, the step and the loss scale; the weights and optimizer state after
+ * them too, the scale growing every 3 clean steps until steps are skipped inside replays. */
+static void test_cuda_graph_fp16_step_matches(void)
+{
+    make_data();
+    struct run a, b;
+    struct run *runs[2] = {&a, &b};
+    for (int r = 0; r < 2; r++) {
+        char rt[128];
+        snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+        open_run(runs[r], cnn_text_with(rt, "adam\nlr = 0.002", 32, "clip_grad_norm = 1.0\nwarmup_steps = 4\n"));
+        runs[r]->m->trainer.scaler_growth = 3;
+        runs[r]->m->trainer.scaler.scale = FP16_START;
+    }
+    const struct glia__dataset *d = &a.m->data.train;
+    int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32], batches = d->n / 32;
+    float *x = malloc(sizeof *x * (size_t)(32 * per));
+    int32_t y[32];
+    int skipped_replays = 0;
+    for (int64_t k = 0; k < 40; k++) {
+        for (int i = 0; i < 32; i++) idx[i] = k % batches * 32 + i;
+        glia__dataset_gather(d, idx, 32, &a.m->data.norm, x, y);
+        struct glia_batch bt = {.struct_size = sizeof bt,
+                                .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
+                                .labels = y};
+        struct glia_step_result res[2] = {{.struct_size = sizeof res[0]}, {.struct_size = sizeof res[0]}};
+        for (int r = 0; r < 2; r++) {
+            glia_status st = glia_model_step(runs[r]->m, &bt, &res[r]);
+            if (st) printf("\n  %s\n", glia_context_error(runs[r]->ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+        }
+        if (memcmp(&res[0], &res[1], sizeof res[0]))
+            printf("\n  step %lld: loss %.9g/%.9g updated %d/%d lr %g/%g step %lld/%lld scale %g/%g\n", (long long)k,
+                   res[0].loss, res[1].loss, res[0].updated, res[1].updated, res[0].lr, res[1].lr,
+                   (long long)res[0].step, (long long)res[1].step, res[0].loss_scale, res[1].loss_scale);
+        CU_ASSERT(!memcmp(&res[0], &res[1], sizeof res[0]));
+        CU_ASSERT_EQUAL(b.m->trainer.scaler_pending, 0);
+        skipped_replays += k > 0 && res[1].skipped;
+    }
+    free(x);
+    CU_ASSERT(skipped_replays >= 1 && scale_grew(b.m));
+    CU_ASSERT(b.m->trainer.opt_outside <= 1);  /* the first pass's update (unless skipped); every later one replayed */
+    CU_ASSERT_EQUAL(b.m->trainer.graph_updates + b.m->trainer.opt_outside, b.m->trainer.step);
+    CU_ASSERT(b.m->trainer.graph_updates > 0);
+    CU_ASSERT_EQUAL(b.m->trainer.scaler.clean, a.m->trainer.scaler.clean);
+    CU_ASSERT(same_weights(&a, &b));
+    CU_ASSERT(same_opt_state(&a, &b));
+    close_run(&a), close_run(&b);
+}
+
 int main(void)
 {
     int s = setup();
@@ -1096,7 +1277,9 @@ int main(void)
                                              GLIA_TEST(test_graph_capture_allocates),
                                              GLIA_TEST(test_debug_checks_on_device),
                                              GLIA_TEST(test_resident_batches_match_loader),
-                                             GLIA_TEST(test_resident_trains_the_same)};
+                                             GLIA_TEST(test_resident_trains_the_same),
+                                             GLIA_TEST(test_cuda_graph_fp16_scaler_trains_the_same),
+                                             GLIA_TEST(test_cuda_graph_fp16_step_matches)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;
