@@ -1100,6 +1100,46 @@ static bool same_opt_state(struct run *a, struct run *b)
     return same;
 }
 
+/* The bytes of file path (*n of them), malloc'ed; NULL when it cannot be read. */
+static char *file_bytes(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    if (f && !fseek(f, 0, SEEK_END) && (*n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) && (b = malloc((size_t)*n + 1)) &&
+        fread(b, 1, (size_t)*n, f) != (size_t)*n)
+        free(b), b = NULL;
+    if (f) fclose(f);
+    return b;
+}
+
+/* Folders a and b hold the same step checkpoints (step-N.ckpt for N up to 99), byte for byte; how many. Removes
+ * them, final.ckpt and the folders. */
+static int same_step_checkpoints(const char *a, const char *b)
+{
+    int n = 0;
+    for (int k = 1; k < 100; k++) {
+        char pa[600], pb[600];
+        snprintf(pa, sizeof pa, "%s/" GLIA__STEP_CKPT, a, (long long)k);
+        snprintf(pb, sizeof pb, "%s/" GLIA__STEP_CKPT, b, (long long)k);
+        long na = -1, nb = -1;
+        char *ba = file_bytes(pa, &na), *bb = file_bytes(pb, &nb);
+        if (!ba != !bb || (ba && (na != nb || memcmp(ba, bb, (size_t)na)))) {
+            printf("\n  step %d: checkpoints differ\n", k);
+            n = -1000;
+        }
+        n += ba != NULL;
+        free(ba), free(bb);
+        remove(pa), remove(pb);
+    }
+    for (int r = 0; r < 2; r++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/final.ckpt", r ? b : a);
+        remove(p);
+        remove(r ? b : a);
+    }
+    return n;
+}
+
 /* The loss scale, started at 2^22 (not 65536: gradients overflow sooner), grew at least once: scale =
  * 2^(22 + growths - skips). */
 #define FP16_START 4194304.0
@@ -1113,8 +1153,9 @@ static bool scale_grew(const struct glia_model *m)
  * learning rate, loss scale, clean and skipped steps, bit for bit, over runs whose scale grows (every 3 clean steps
  * here) until gradients overflow and steps are skipped inside replays: the dropout draws from the step a skipped
  * step does not advance, which the graph picks by the device's step count while the host reads each update's
- * outcome a step late; with clipping on and off, accumulating over 1, 2 and 3 batches, stopping at max_steps (which
- * the host must know exactly after each update). An optimizer kernel that cannot skip a step on the device
+ * outcome a step late; with clipping on and off, accumulating over 1, 2 and 3 batches, stopping at max_steps and
+ * saving checkpoints every 3 steps, the same files byte for byte (the host must know the step count exactly after
+ * each update that may reach them). An optimizer kernel that cannot skip a step on the device
  * (without GLIA_OPT_KERNEL_SKIP) keeps the update outside, the log saying why. */
 static void test_cuda_graph_fp16_scaler_trains_the_same(void)
 {
@@ -1126,13 +1167,13 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
     } cases[] = {
         {"sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "max_steps = 23\n", 1, false},
         {"adam\nlr = 0.001", "clip_grad_norm = 0.5\n", 1, false},
-        {"adamw\nlr = 0.002", "clip_grad_norm = 1.0\nwarmup_steps = 5\n", 2, false},
+        {"adamw\nlr = 0.002", "clip_grad_norm = 1.0\nwarmup_steps = 5\ncheckpoint_every = 3\ncheckpoint_keep = 100\n", 2,
+         false},
         {"adadelta\nlr = 1.0", "", 3, false},
         {"adam\nlr = 0.001", "", 1, true},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char acc[256], rt[128];
-        snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
+        char acc[2048], rt[128], ck[2][560];
         struct run a, b;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
         struct run *runs[2] = {&a, &b};
@@ -1142,6 +1183,9 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         struct glia_optimizer_kernel noskip;
         for (int r = 0; r < 2; r++) {
             snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+            snprintf(ck[r], sizeof ck[r], "%s/fp16-ckpt-%d", dir, r);  /* where checkpoint_every writes */
+            snprintf(acc, sizeof acc, "%saccumulate = %d\ncheckpoint_dir = %s\n", cases[c].train, cases[c].accumulate,
+                     ck[r]);
             open_run(runs[r], cnn_text_with(rt, cases[c].optimizer, 32, acc));
             runs[r]->m->trainer.scaler_growth = 3;  /* the scale grows until gradients overflow */
             runs[r]->m->trainer.scaler.scale = FP16_START;
@@ -1190,6 +1234,9 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
         CU_ASSERT(same_weights(&a, &b));
         CU_ASSERT(same_opt_state(&a, &b));
+        int saved = same_step_checkpoints(ck[0], ck[1]);  /* at the same steps, with the same scaler and weights */
+        if (!(c == 2 ? saved >= 3 : saved == (c == 0))) printf("\n  case %zu: %d step checkpoints\n", c, saved);
+        CU_ASSERT(c == 2 ? saved >= 3 : saved == (c == 0));  /* case 0: max_steps' stop saves its step */
         int epochs = c == 0 ? 1 : 2;  /* max_steps stops the first case in its second epoch */
         for (int e = 0; e < epochs; e++) {
             CU_ASSERT_EQUAL(rb[e].train_loss, ra[e].train_loss);
