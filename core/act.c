@@ -68,6 +68,7 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
     /* Freed blocks go back to the device cache at once; a copy stream could write a reused one
      * before queued work has read it, so let the device drain first. */
     glia_status st = glia_backend_sync(m->backend);
+    if (!st) st = glia__scaler_settle(m);  /* the loss scale is written anew from the host's scaler */
     if (st) return st;
     glia__model_release_activations(m);
     int64_t maxb = tb > eb ? tb : eb;

@@ -254,6 +254,29 @@ glia_status glia_backend_write(struct glia_backend *b, void *dst, const void *sr
     return st;
 }
 
+bool glia_backend_can_scale(const struct glia_backend *b)
+{
+    const struct glia_backend_graph_ops *g = b->ops->graph;
+    return g && g->struct_size >= GLIA__END_OF(struct glia_backend_graph_ops, select) && g->scaler_step && g->select;
+}
+
+static glia_status no_scaler(struct glia_backend *b)
+{
+    return glia_error(b->ctx, GLIA_EUNSUPPORTED, "the %s backend keeps no loss scaler on the device (no scaler_step)",
+                      b->ops->name);
+}
+
+glia_status glia_backend_scaler_step(struct glia_backend *b, struct glia_loss_scaler *s, const struct glia_scaler_args *a)
+{
+    return glia_backend_can_scale(b) ? b->ops->graph->scaler_step(b->priv, s, a) : no_scaler(b);
+}
+
+glia_status glia_backend_select(struct glia_backend *b, int64_t *dst, const int64_t *table, const int64_t *key,
+                                size_t words)
+{
+    return glia_backend_can_scale(b) ? b->ops->graph->select(b->priv, dst, table, key, words) : no_scaler(b);
+}
+
 const char *glia_precision_name(enum glia_precision p)
 {
     switch (p) {

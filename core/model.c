@@ -162,6 +162,7 @@ static glia_status setup_device(struct glia_model *m)
     m->precision = o.precision;
     m->debug_checks = glia_section_bool(s, "debug_checks");
     m->trainer.scaler = (struct glia__scaler){o.precision == GLIA_PRECISION_FP16 ? 65536.0 : 1.0, 0, 0};
+    m->trainer.scaler_growth = GLIA__SCALER_GROWTH;
     if (m->device.type == GLIA_DEVICE_CUDA && o.deterministic && o.cudnn_benchmark)
         glia_log(m->ctx, GLIA_LOG_INFO,
                  "[runtime] deterministic = on with cudnn_benchmark = on: every algorithm chosen is deterministic, but "
@@ -304,6 +305,12 @@ static glia_status setup_cuda_graph(struct glia_model *m)
     }
     struct glia_shape words = glia_shape_make(1, (int64_t[]){GLIA__STEP_DEV_WORDS});
     glia_status st = glia_tensor_new(m->backend, GLIA_I64, &words, &m->trainer.step_dev);
+    if (!st && m->precision == GLIA_PRECISION_FP16 && glia_backend_can_scale(m->backend)) {  /* the scaler's */
+        struct glia_shape sw = glia_shape_make(1, (int64_t[]){GLIA__SCALER_DEV_WORDS});
+        st = glia_tensor_new(m->backend, GLIA_I64, &sw, &m->trainer.scaler_dev);
+        if (!st) st = glia_backend_host_alloc(m->backend, GLIA__SCALER_ROWS * sizeof(struct glia_loss_scaler),
+                                              (void **)&m->trainer.scaler_host);
+    }
     m->trainer.cuda_graph = !st;
     return st;
 }
@@ -404,6 +411,8 @@ void glia_model_free(struct glia_model *m)
     if (m->backend) glia_backend_sync(m->backend);  /* queued work and copies may still use its memory */
     glia__model_release_activations(m);  /* and the graphs that use them */
     glia_tensor_release(m->trainer.step_dev);
+    glia_tensor_release(m->trainer.scaler_dev);
+    if (m->trainer.scaler_host) glia_backend_host_free(m->backend, m->trainer.scaler_host);
     for (int i = 0; i < m->graph.n_nodes; i++) {
         glia__destroy_layer(&m->graph.nodes[i]);
         glia__section_free(m->graph.nodes[i].own_sec);

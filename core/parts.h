@@ -23,8 +23,18 @@ struct glia__scaler {
     int64_t clean;       /* clean steps since the scale last changed */
     int64_t skipped;     /* steps skipped, in all */
 };
+#define GLIA__SCALER_GROWTH 2000  /* clean steps that double the loss scale */
 /* Account for one step whose gradient sum of squares is sumsq; false: skip the step. */
 bool glia__scaler_update(struct glia__scaler *s, double sumsq);
+/* The same with `growth` clean steps doubling the scale. */
+bool glia__scaler_update_every(struct glia__scaler *s, double sumsq, int64_t growth);
+/* [runtime] cuda_graph with fp16: the rows of step words a replay picks from by the device's step count (updates
+ * launched whose outcome the host has not read, plus one), at most */
+#define GLIA__SCALER_ROWS 4
+/* The words of the device's scaler state (struct glia_loss_scaler) at the start of trainer.scaler_dev, then the
+ * table of rows glia_backend_select reads */
+#define GLIA__SCALER_STATE_WORDS (sizeof(struct glia_loss_scaler) / 8)
+#define GLIA__SCALER_DEV_WORDS (GLIA__SCALER_STATE_WORDS + 2 + GLIA__SCALER_ROWS * GLIA__STEP_DEV_WORDS)
 
 enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
 enum glia__dist_mode { GLIA__DIST_NONE = 0, GLIA__DIST_DP, GLIA__DIST_DDP };
@@ -243,6 +253,16 @@ struct glia__model_trainer {
     int64_t opt_outside;             /* optimizer steps run as they come (not from a graph), with cuda_graph on */
     int opt_in_graph;                /* whether the optimizer step is captured with the pass: 0 not known yet, 1 yes,
                                         -1 no (said once in the log) */
+    /* precision = fp16 with the optimizer step in the graph: the loss scaler lives on the device (core/train.c) */
+    int64_t scaler_growth;           /* clean steps that double the loss scale (GLIA__SCALER_GROWTH; tests set fewer) */
+    bool dev_scaler;                 /* the captured update's loss scaler runs on the device */
+    int scaler_words;                /* words of a row of the table: the step, then the optimizer's scalars */
+    struct glia_tensor *scaler_dev;  /* i64 (GLIA__SCALER_DEV_WORDS) on the device: struct glia_loss_scaler, then
+                                        the table (base step, rows, rows of scaler_words) */
+    struct glia_loss_scaler *scaler_host;  /* GLIA__SCALER_ROWS page-locked copies of the state after an update */
+    uint64_t scaler_ticket[GLIA__SCALER_ROWS];
+    int scaler_epoch[GLIA__SCALER_ROWS];   /* the epoch each of those updates ran in (its learning rate) */
+    int scaler_first, scaler_pending;      /* the oldest unread copy; updates launched whose outcome is unread */
 };
 
 /* The distributed attachment of [distributed] (core/ddp.c, core/ddp_check.c; dp in core/train.c). */
@@ -359,6 +379,12 @@ glia_status glia__arena_error(struct glia_model *m, bool buffers, double bytes, 
 void glia__model_release_activations(struct glia_model *m);
 /* Frees the CUDA graphs of [runtime] cuda_graph (core/train.c). */
 void glia__model_free_graphs(struct glia_model *m);
+/* [runtime] cuda_graph with fp16's loss scaler on the device: the outcomes of the updates launched so far (step,
+ * learning rate, scaler) read into the trainer, waiting for the device (core/train.c); nothing to do otherwise. */
+glia_status glia__scaler_settle(struct glia_model *m);
+/* The same where the step count decides something after this update ([train] max_steps or checkpoint_every may be
+ * reached, a stop was requested); else the outcomes stay unread. */
+glia_status glia__steps_settle(struct glia_model *m);
 
 /* ---- activation memory (core/memplan.c) ---- */
 /* Offsets off[i] (floats, multiples of GLIA__ARENA_ALIGN) for n buffers of size[i] floats (0: none, offset 0), each

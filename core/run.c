@@ -208,7 +208,8 @@ static glia_status epoch_begin(struct glia_model *m, struct run *t, int epoch, s
  * stop request the ranks agree on), and the step's checkpoint when one is due. */
 static glia_status after_update(struct glia_model *m, struct run *t, struct epoch_run *e, int64_t k)
 {
-    glia_status st = GLIA_OK;
+    glia_status st = glia__steps_settle(m);  /* fp16's scaler in a CUDA graph: the step count, exact where it matters */
+    if (st) return st;
     if (m->trainer.max_steps > 0 && m->trainer.step >= m->trainer.max_steps) t->stopped = true;
     else if (stop_agreed(m, &st)) t->stopped = t->interrupted = true;
     bool save = (m->trainer.checkpoint_every > 0 && m->trainer.step % m->trainer.checkpoint_every == 0) || t->stopped;
@@ -272,6 +273,8 @@ static glia_status run_end(struct glia_model *m, struct run *t, glia_status st)
 {
     if (t->lag.pending) glia_backend_sync(m->backend);  /* stopped by an error: let the download land */
     glia__lagged_free(m, &t->lag);
+    glia_status ss = glia__scaler_settle(m);  /* stopped by an error: the updates' outcomes, so the model is exact */
+    if (!st) st = ss;
     if (!st && t->interrupted && m->trainer.checkpoint_dir)
         st = glia_error(m->ctx, GLIA_EINTERRUPTED, "interrupted at step %lld: continue with --resume %s/" GLIA__STEP_CKPT,
                         (long long)m->trainer.step, m->trainer.checkpoint_dir, (long long)m->trainer.step);

@@ -180,13 +180,18 @@ static glia_status grad_scale(struct glia_model *m, float c)
 
 bool glia__scaler_update(struct glia__scaler *s, double sumsq)
 {
+    return glia__scaler_update_every(s, sumsq, GLIA__SCALER_GROWTH);
+}
+
+bool glia__scaler_update_every(struct glia__scaler *s, double sumsq, int64_t growth)
+{
     if (!isfinite(sumsq)) {
         s->skipped++;
         s->clean = 0;
         s->scale *= 0.5;
         return false;
     }
-    if (++s->clean >= 2000) {
+    if (++s->clean >= growth) {
         s->clean = 0;
         s->scale *= 2.0;
     }
@@ -210,7 +215,7 @@ static glia_status unscale_and_clip(struct glia_model *m, bool *skip)
     glia_status st = grad_sumsq(m, &sq);
     if (st) return st;
     if (scaling) {
-        *skip = !glia__scaler_update(&m->trainer.scaler, sq);
+        *skip = !glia__scaler_update_every(&m->trainer.scaler, sq, m->trainer.scaler_growth);
         if (*skip)
             glia_log(m->ctx, GLIA_LOG_DEBUG, "fp16: non-finite gradients after step %lld; loss scale now %g",
                      (long long)m->trainer.step, m->trainer.scaler.scale);
@@ -249,7 +254,8 @@ static struct glia_opt_step opt_args(struct glia_model *m, float **state, double
     for (int k = 0; k < GLIA__MAX_STATE; k++)  /* past n_state: NULL, never stack garbage */
         state[k] = k < m->trainer.opt.type->n_state ? m->params.state[k]->data : NULL;
     return (struct glia_opt_step){m->params.w->data, m->params.g->data, state, (size_t)m->params.wa.len,
-                                  m->params.decay_mask ? m->params.decay_mask->data : NULL, lr, step, m->backend, NULL};
+                                  m->params.decay_mask ? m->params.decay_mask->data : NULL, lr, step, m->backend, NULL,
+                                  NULL};
 }
 
 glia_status glia__optimizer_step(struct glia_model *m, int epoch)
@@ -262,7 +268,8 @@ glia_status glia__optimizer_step(struct glia_model *m, int epoch)
         if (m->trainer.profiling && m->trainer.trace) glia__trace_add(m->trainer.trace, GLIA__TRACE_COMM, "gradient wait", t0, glia__now());
     }
     bool skip;
-    glia_status st = grads_zero_unset(m);
+    glia_status st = glia__scaler_settle(m);  /* the host's scaler and step decide this one */
+    if (!st) st = grads_zero_unset(m);
     if (!st) st = unscale_and_clip(m, &skip);
     if (!st && !skip) {
         float *state[GLIA__MAX_STATE];
@@ -417,10 +424,22 @@ static glia_status dp_backward(struct glia_model *m)
  * corrections: the bytes its kernel's `scalars` computes on the host as for a step run as it comes,
  * so a replay updates bit for bit the same). The update is captured with the zeroing of unwritten
  * gradients and clipping (clip_f32 decides on the device), where the optimizer's kernel can read
- * its scalars from the device (`scalars`); not with fp16's loss scaler, which decides on the host
- * whether a step is skipped, so that glia_model_step's results and the scaler stay exact: the
- * update then runs after the replay, as it comes. A pass that cannot be captured runs as it comes,
- * with a notice, and its entry is not tried again. */
+ * its scalars from the device (`scalars`); else the update runs after the replay, as it comes. A
+ * pass that cannot be captured runs as it comes, with a notice, and its entry is not tried again.
+ *
+ * With precision = fp16 the loss scaler is captured too, where the backend keeps it on the device
+ * (scaler_step, select) and the optimizer's kernel can leave a skipped step's weights and state
+ * alone (GLIA_OPT_KERNEL_SKIP): scaler_dev holds the scaler's state (scale, clean and skipped steps,
+ * the step count, found_inf), which the device updates after each backward as the host would, and
+ * every graph begins by picking what it is handed by the device's step count, which the host knows
+ * only once it reads the update's outcome (with the lagged loss, a step late). So the host hands
+ * rows for each count it could be, T .. T+P (T: its step count, P: updates launched whose outcome it
+ * has not read; with P = 0 the state itself too, the host's being exact): the step random layers
+ * draw from (a skipped step does not advance it) and the optimizer's scalars of the step after it.
+ * Each update's state is downloaded after its replay and read into the trainer (step, learning
+ * rate, scaler) with the loss, or right after the pass without a lag (glia_model_step), and
+ * before anything reads them: a pass run as it comes, a checkpoint, an epoch's end, and an update
+ * after which the step count may stop the run or save a checkpoint. */
 
 /* Number of parameters of the model (in node order: the order of glia__graph.written). */
 static int n_params(const struct glia_model *m)
@@ -442,11 +461,10 @@ static void grad_flags(struct glia_model *m, bool *flags, bool save)
         }
 }
 
-/* Why the optimizer step of m cannot be captured with the pass, or NULL where it can. */
-static const char *opt_outside_why(struct glia_model *m, char *buf, size_t n)
+/* Why the optimizer step of m cannot be captured with the pass, or NULL where it can (*need: its scalars' bytes). */
+static const char *opt_outside_why(struct glia_model *m, char *buf, size_t n, size_t *need_out)
 {
     const struct glia_optimizer_kernel *k = m->trainer.opt.kernel;
-    if (m->precision == GLIA_PRECISION_FP16) return "precision = fp16: the loss scaler decides on the host whether a step is skipped";
     if (m->dist.n_replicas > 1 || m->dist.ddp) return "its gradients come from more than one device";
     if (k->struct_size < GLIA__END_OF(struct glia_optimizer_kernel, scalars) || !k->scalars)
         return "its kernel does not read its scalars from the device (no `scalars` slot)";
@@ -459,6 +477,14 @@ static const char *opt_outside_why(struct glia_model *m, char *buf, size_t n)
         snprintf(buf, n, "its scalars take %zu bytes, more than GLIA_OPT_SCALARS_MAX (%d)", need, GLIA_OPT_SCALARS_MAX);
         return buf;
     }
+    *need_out = need;
+    if (m->precision != GLIA_PRECISION_FP16) return NULL;
+    if (!m->trainer.scaler_dev)
+        return "precision = fp16: the backend keeps no loss scaler on the device (no scaler_step): the host decides "
+               "whether a step is skipped";
+    if (k->struct_size < GLIA__END_OF(struct glia_optimizer_kernel, flags) || !(k->flags & GLIA_OPT_KERNEL_SKIP))
+        return "precision = fp16: its kernel cannot skip a step on the device (no GLIA_OPT_KERNEL_SKIP): the host "
+               "decides whether a step is skipped";
     return NULL;
 }
 
@@ -467,8 +493,11 @@ static bool opt_in_graph(struct glia_model *m)
 {
     if (m->trainer.opt_in_graph) return m->trainer.opt_in_graph > 0;
     char buf[160];
-    const char *why = opt_outside_why(m, buf, sizeof buf);
+    size_t need = 0;
+    const char *why = opt_outside_why(m, buf, sizeof buf, &need);
     m->trainer.opt_in_graph = why ? -1 : 1;
+    m->trainer.dev_scaler = !why && m->precision == GLIA_PRECISION_FP16;
+    m->trainer.scaler_words = 1 + (int)((need + 7) / 8);
     if (why)
         glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: the optimizer step of '%s' runs outside the graph: %s",
                  m->trainer.opt.type->name, why);
@@ -495,17 +524,28 @@ static struct glia__graph *graph_entry(struct glia_model *m, int64_t n, bool upd
 static glia_status forward(struct glia_model *m, bool train);
 static glia_status backward(struct glia_model *m);
 
-/* The device's part of the optimizer step, captured after the backward: the unwritten gradients zeroed, clipping,
- * the update reading its scalars from step_dev (written before each replay; nothing on the host changes here). */
+/* fp16's loss scaler on the device: its state (struct glia_loss_scaler) in scaler_dev. */
+static struct glia_loss_scaler *scaler_state(struct glia_model *m) { return m->trainer.scaler_dev->data; }
+
+/* The device's part of the optimizer step, captured after the backward: the unwritten gradients zeroed, clipping
+ * (with fp16, the loss scaler's step on the device, which may skip the update), the update reading its scalars from
+ * step_dev (written before each replay; nothing on the host changes here). */
 static glia_status opt_capture(struct glia_model *m)
 {
-    bool skip;  /* never: no loss scaler here (opt_in_graph) */
+    bool skip;  /* never: the host's loss scaler is not here (opt_in_graph) */
     glia_status st = grads_zero_unset(m);
-    if (!st) st = unscale_and_clip(m, &skip);
+    if (!st && m->trainer.dev_scaler) {
+        struct glia_scaler_args a = {m->params.g->data, (size_t)m->params.wa.len, m->trainer.clip_grad_norm,
+                                     m->trainer.scaler_growth, m->act.loss_scale->data, m->dist.loss_weight,
+                                     (double)m->trainer.accumulate};  /* glia__write_loss_scale's figure */
+        st = glia_backend_scaler_step(m->backend, scaler_state(m), &a);
+    } else if (!st)
+        st = unscale_and_clip(m, &skip);
     if (st || !m->params.wa.n) return st;
     float *state[GLIA__MAX_STATE];
     struct glia_opt_step s = opt_args(m, state, m->trainer.lr, m->trainer.step + 1);
     s.dev_scalars = (const int64_t *)m->trainer.step_dev->data + 1;
+    if (m->trainer.dev_scaler) s.dev_skip = &scaler_state(m)->found_inf;
     return m->trainer.opt.kernel->step(&m->trainer.opt, &s);
 }
 
@@ -525,7 +565,10 @@ static glia_status graph_capture(struct glia_model *m, struct glia__graph *g)
     glia_status st = glia_backend_capture_begin(b);
     if (!st) {
         m->trainer.capturing = true;
-        st = forward(m, true);
+        if (m->trainer.dev_scaler)  /* first, what this replay is handed: the row of the device's step count */
+            st = glia_backend_select(b, m->trainer.step_dev->data, (const int64_t *)m->trainer.scaler_dev->data +
+                                     GLIA__SCALER_STATE_WORDS, &scaler_state(m)->step, (size_t)m->trainer.scaler_words);
+        if (!st) st = forward(m, true);
         if (!st) st = backward(m);
         if (!st && g->upd) st = opt_capture(m);
         m->trainer.capturing = false;
@@ -572,6 +615,99 @@ static glia_status replay_words(struct glia_model *m, const struct glia__graph *
     return GLIA_OK;
 }
 
+/* fp16's loss scaler on the device: the oldest update whose outcome is unread, read into the trainer once its
+ * download is done (the step count, the learning rate of a step taken, the scaler), as glia__optimizer_step would
+ * have left them. */
+static glia_status scaler_read(struct glia_model *m)
+{
+    struct glia__model_trainer *t = &m->trainer;
+    int i = t->scaler_first;
+    glia_status st = glia_backend_wait_copy(m->backend, t->scaler_ticket[i], true);
+    t->scaler_first = (i + 1) % GLIA__SCALER_ROWS;
+    t->scaler_pending--;
+    if (st) return st;
+    const struct glia_loss_scaler *d = &t->scaler_host[i];
+    if (d->step != t->step + !d->found_inf)
+        return glia_error(m->ctx, GLIA_EINTERNAL, "fp16: the loss scaler on the device is at step %lld, the host at %lld",
+                          (long long)d->step, (long long)t->step);
+    if (d->found_inf)
+        glia_log(m->ctx, GLIA_LOG_DEBUG, "fp16: non-finite gradients after step %lld; loss scale now %g",
+                 (long long)t->step, d->scale);
+    else {
+        t->cur_lr = glia__model_lr(m, t->scaler_epoch[i], d->step);
+        t->graph_updates++;
+    }
+    t->step = d->step;
+    t->scaler = (struct glia__scaler){d->scale, d->clean, d->skipped};
+    return GLIA_OK;
+}
+
+/* Read the outcomes of all but the last `keep` updates launched. */
+static glia_status scaler_drain(struct glia_model *m, int keep)
+{
+    glia_status st = GLIA_OK;
+    while (!st && m->trainer.scaler_pending > keep) st = scaler_read(m);
+    return st;
+}
+
+glia_status glia__scaler_settle(struct glia_model *m) { return scaler_drain(m, 0); }
+
+glia_status glia__steps_settle(struct glia_model *m)
+{
+    const struct glia__model_trainer *t = &m->trainer;
+    int64_t lo = t->step, hi = t->step + t->scaler_pending, ce = t->checkpoint_every;
+    bool due = t->stop_requested || (t->max_steps > 0 && hi >= t->max_steps) ||
+               (ce > 0 && (lo % ce == 0 || hi / ce != lo / ce));  /* a step count it may be is a checkpoint's */
+    return t->scaler_pending && due ? glia__scaler_settle(m) : GLIA_OK;
+}
+
+/* What a replay of g at epoch is handed with fp16's loss scaler on the device, written into scaler_dev: a row for
+ * each step count the device may be at (T = trainer.step .. T + P, P updates unread): the step, and with the update
+ * the optimizer's scalars of the step after it; with P = 0 the host's scaler state before them (it is exact). */
+static glia_status scaler_rows(struct glia_model *m, const struct glia__graph *g, int epoch)
+{
+    struct glia__model_trainer *t = &m->trainer;
+    glia_status st = t->scaler_pending >= GLIA__SCALER_ROWS ? scaler_drain(m, GLIA__SCALER_ROWS - 1) : GLIA_OK;
+    if (st) return st;
+    int64_t words[GLIA__SCALER_DEV_WORDS] = {0};
+    int S = (int)GLIA__SCALER_STATE_WORDS, W = t->scaler_words, P = t->scaler_pending;
+    struct glia_loss_scaler host = {t->scaler.scale, t->scaler.clean, t->scaler.skipped, t->step, 0, 0};
+    memcpy(words, &host, sizeof host);
+    words[S] = t->step;
+    words[S + 1] = P + 1;
+    for (int r = 0; r <= P && !st; r++) {
+        int64_t *row = words + S + 2 + r * W, next = t->step + r + 1;
+        row[0] = next - 1;
+        if (!g->upd) continue;
+        float *state[GLIA__MAX_STATE];
+        struct glia_opt_step a = opt_args(m, state, glia__model_lr(m, epoch, next), next);
+        size_t k = t->opt.kernel->scalars(&t->opt, &a, row + 1, (size_t)(W - 1) * 8);
+        if (k == 0 || k > (size_t)(W - 1) * 8)
+            st = glia_error(m->ctx, GLIA_EPLUGIN, "optimizer '%s': its kernel's scalars gave %zu bytes for step %lld "
+                                                  "(1 to %d)", t->opt.type->name, k, (long long)next, (W - 1) * 8);
+    }
+    size_t from = P ? (size_t)S : 0, end = (size_t)(S + 2 + (P + 1) * W);
+    for (size_t i = from; i < end && !st; i += GLIA_BACKEND_WRITE_MAX / 8) {
+        size_t nw = end - i < GLIA_BACKEND_WRITE_MAX / 8 ? end - i : GLIA_BACKEND_WRITE_MAX / 8;
+        st = glia_backend_write(m->backend, (int64_t *)t->scaler_dev->data + i, words + i, nw * 8);
+    }
+    return st;
+}
+
+/* After a replay of an update with fp16's loss scaler on the device: the scaler's state downloaded for the host to
+ * read later (scaler_read). */
+static glia_status scaler_outcome(struct glia_model *m, int epoch)
+{
+    struct glia__model_trainer *t = &m->trainer;
+    int i = (t->scaler_first + t->scaler_pending) % GLIA__SCALER_ROWS;
+    glia_status st = glia_backend_download(m->backend, &t->scaler_host[i], t->scaler_dev->data,
+                                           sizeof(struct glia_loss_scaler), &t->scaler_ticket[i]);
+    if (st) return st;
+    t->scaler_epoch[i] = epoch;
+    t->scaler_pending++;
+    return GLIA_OK;
+}
+
 /* One launch of g's graph for this step (at epoch's learning rate when it updates). */
 static glia_status graph_replay(struct glia_model *m, struct glia__graph *g, int epoch)
 {
@@ -579,17 +715,24 @@ static glia_status graph_replay(struct glia_model *m, struct glia__graph *g, int
     int64_t words[GLIA__STEP_DEV_WORDS] = {0};
     size_t n;
     double lr = 0;
-    glia_status st = replay_words(m, g, epoch, words, &n, &lr);
-    if (st) return st;
-    st = glia_backend_write(b, m->trainer.step_dev->data, words, n);
+    glia_status st;
+    if (m->trainer.dev_scaler) {
+        st = scaler_rows(m, g, epoch);
+    } else {
+        st = replay_words(m, g, epoch, words, &n, &lr);
+        if (!st) st = glia_backend_write(b, m->trainer.step_dev->data, words, n);
+    }
     if (!st) st = glia_backend_graph_launch(b, g->exec);
+    if (!st && g->upd && m->trainer.dev_scaler) st = scaler_outcome(m, epoch);
     if (st) return glia_error(m->ctx, st, "cuda_graph: replaying the training pass of a batch of %lld failed: %s",
                               (long long)g->n, glia_context_error(m->ctx));
     m->trainer.graph_replays++;
-    if (g->upd) {  /* what the update does on the host, as glia__optimizer_step */
-        m->trainer.step++;
-        m->trainer.cur_lr = lr;
-        m->trainer.graph_updates++;
+    if (g->upd) {  /* what the update does on the host, as glia__optimizer_step (fp16: when its outcome is read) */
+        if (!m->trainer.dev_scaler) {
+            m->trainer.step++;
+            m->trainer.cur_lr = lr;
+            m->trainer.graph_updates++;
+        }
         glia__grads_unset(m);
         return GLIA_OK;
     }
@@ -605,7 +748,7 @@ static glia_status graph_replay(struct glia_model *m, struct glia__graph *g, int
  * replayed, or run as it comes. */
 static glia_status train_pass(struct glia_model *m, int64_t n, int epoch, bool update, bool *updated)
 {
-    bool upd = update && opt_in_graph(m);
+    bool in = opt_in_graph(m), upd = update && in;  /* decided before any capture: fp16's graphs pick their step */
     struct glia__graph *g = graph_entry(m, n, upd);
     glia_status st = GLIA_OK;
     *updated = false;
@@ -615,6 +758,7 @@ static glia_status train_pass(struct glia_model *m, int64_t n, int epoch, bool u
         *updated = upd;
         return graph_replay(m, g, epoch);
     }
+    if ((st = glia__scaler_settle(m))) return st;  /* as it comes: from the host's step and scaler */
     st = forward(m, true);
     return st ? st : backward(m);
 }
@@ -676,13 +820,20 @@ static glia_status loss_known(struct glia_model *m, double l, int64_t nb, int ep
 }
 
 /* Wait for the pending loss, if any, into *got (have: there was one). */
-glia_status glia__lagged_drain(struct glia_model *m, struct glia__lagged_loss *q, int epoch, struct glia__loss_read *got)
+static glia_status loss_drain(struct glia_model *m, struct glia__lagged_loss *q, int epoch, struct glia__loss_read *got)
 {
     got->have = false;
     if (!q->pending) return GLIA_OK;
     double l;
     glia_status st = lagged_finish(m, q, &l);
     return st ? st : loss_known(m, l, q->nb, epoch, q->k, got);
+}
+
+/* The pending loss, and the outcome of every update launched (fp16's scaler on the device): all is exact after. */
+glia_status glia__lagged_drain(struct glia_model *m, struct glia__lagged_loss *q, int epoch, struct glia__loss_read *got)
+{
+    glia_status st = loss_drain(m, q, epoch, got);
+    return st ? st : glia__scaler_settle(m);
 }
 
 /* Step k's loss now (the host waits for the device). */
@@ -708,6 +859,7 @@ glia_status glia__train_step(struct glia_model *m, int64_t nb, int epoch, int64_
     got->have = false;
     if (m->trainer.cuda_graph) {
         st = train_pass(m, nb, epoch, update, &updated);
+        if (!st && !lagged) st = glia__scaler_settle(m);  /* the update's outcome, with the loss */
         if (!st && !lagged) st = loss_now(m, nb, epoch, k, got);
     } else {
         st = glia__train_forward(m, nb);
@@ -716,8 +868,9 @@ glia_status glia__train_step(struct glia_model *m, int64_t nb, int epoch, int64_
         if (!st) st = glia__train_backward(m);
     }
     if (!st && update && !updated) st = glia__optimizer_step(m, epoch);
-    if (!st && lagged) {  /* the previous step's loss, while this one runs; then start this one's */
-        st = glia__lagged_drain(m, lag, epoch, got);
+    if (!st && lagged) {  /* the previous step's loss and update, while this one runs; then start this one's loss */
+        st = loss_drain(m, lag, epoch, got);
+        if (!st) st = scaler_drain(m, updated && m->trainer.dev_scaler);
         if (!st) st = lagged_start(m, lag, k, nb);
     }
     return st;

@@ -618,8 +618,8 @@ static glia_status abi20_step(struct glia_optimizer *o, const struct glia_opt_st
  * accumulation (one graph per micro-step state: writing or adding the gradients, updating or not). The
  * optimizer step is inside the graph (sgd, adam with warm-up, a cosine schedule and clipping, adamw
  * accumulating over 2 and 3 batches), its scalars written before each replay: every update after the first of
- * its entry is replayed, never run on its own; with fp16's loss scaler, and with a kernel built for ABI 2.0
- * (without scalars), it runs outside, the log saying why once. */
+ * its entry is replayed, never run on its own (with fp16, its loss scaler too); with a kernel built for ABI 2.0
+ * (without scalars) it runs outside, the log saying why once. */
 static void test_cuda_graph_trains_the_same(void)
 {
     make_data();
@@ -630,9 +630,7 @@ static void test_cuda_graph_trains_the_same(void)
     } cases[] = {
         {"precision = fp32", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "", 48, 1, NULL},
         {"precision = fp16\nmemory_format = channels_last\n[graph]\ncheckpoint_segments = 3", "adam\nlr = 0.001",
-         "clip_grad_norm = 1.0\n", 48, 1,
-         "'adam' runs outside the graph: precision = fp16: the loss scaler decides on the host whether a step is "
-         "skipped\n"},
+         "clip_grad_norm = 1.0\n", 48, 1, NULL},
         {"precision = bf16", "adamw\nlr = 0.001", "", 32, 2, NULL},
         {"precision = fp32", "adam\nlr = 0.002\n[optimizer]\nweight_decay = 0.01",
          "schedule = cosine\nmin_lr = 0.0001\nwarmup_steps = 7\nclip_grad_norm = 0.5\n", 48, 1, NULL},
@@ -704,9 +702,9 @@ static void test_cuda_graph_trains_the_same(void)
 }
 
 /* glia_model_step on the GPU is the trainer's step: with cuda_graph = on (a batch shape's first pass runs as it
- * comes, its second is captured, every pass is then a replay), with fp16 loss scaling (the update outside the
- * graph) and with adam in fp32 (the update inside it, its warm-up's learning rate and step written before each
- * replay), steps on the loader's batches in order leave the weights and loss scaler that training to
+ * comes, its second is captured, every pass is then a replay), with fp16 loss scaling (the update and the scaler
+ * inside the graph, the outcome read right after the pass) and with adam in fp32 (the update inside it, its
+ * warm-up's learning rate and step written before each replay), steps on the loader's batches in order leave the weights and loss scaler that training to
  * max_steps = 4 leaves, bit for bit; each result has its batch's loss, which the step reads after the replayed
  * pass, and the step and learning rate that it took. */
 static void test_cuda_step_equals_training(void)
@@ -750,7 +748,8 @@ static void test_cuda_step_equals_training(void)
         free(x);
         CU_ASSERT(b.m->trainer.cuda_graph);
         CU_ASSERT_EQUAL(b.m->trainer.graph_replays, passes - 1);
-        CU_ASSERT_EQUAL(b.m->trainer.graph_updates, c == 1 ? passes - 1 : 0);
+        CU_ASSERT_EQUAL(b.m->trainer.graph_updates + b.m->trainer.opt_outside, b.m->trainer.step);
+        CU_ASSERT_EQUAL(b.m->trainer.opt_outside, 1);  /* the first pass's; every later update is replayed */
         CU_ASSERT_EQUAL(b.m->trainer.step, a.m->trainer.step);
         CU_ASSERT_EQUAL(b.m->trainer.scaler.scale, a.m->trainer.scaler.scale);
         CU_ASSERT_EQUAL(b.m->trainer.scaler.skipped, a.m->trainer.scaler.skipped);
@@ -1143,6 +1142,234 @@ static void test_debug_checks_on_device(void)
                        "checks (set cuda_graph = off or debug_checks = off)");
 }
 
+/* cuda.so's scalars for a copy of its kernel (abi20_real's), which it knows by address as abi20_step does. */
+static size_t abi20_scalars(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap)
+{
+    const struct glia_optimizer_kernel *k = o->kernel;
+    o->kernel = abi20_real;
+    size_t n = abi20_real->scalars(o, s, out, cap);
+    o->kernel = k;
+    return n;
+}
+
+/* Whether the optimizer states of a and b (one model, two runs) are the same, bit for bit. */
+static bool same_opt_state(struct run *a, struct run *b)
+{
+    bool same = a->m->trainer.opt.type->n_state == b->m->trainer.opt.type->n_state;
+    for (int k = 0; same && k < a->m->trainer.opt.type->n_state; k++) {
+        const struct glia_tensor *ta = a->m->params.state[k], *tb = b->m->params.state[k];
+        size_t n = glia_tensor_nbytes(ta);
+        void *ha = malloc(n), *hb = malloc(n);
+        CU_ASSERT_FATAL(ha && hb && n == glia_tensor_nbytes(tb));
+        CU_ASSERT_FATAL(!glia_tensor_to_host(ta, ha, n) && !glia_tensor_to_host(tb, hb, n));
+        same = !memcmp(ha, hb, n);
+        free(ha), free(hb);
+    }
+    return same;
+}
+
+/* The bytes of file path (*n of them), malloc'ed; NULL when it cannot be read. */
+static char *file_bytes(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    if (f && !fseek(f, 0, SEEK_END) && (*n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) && (b = malloc((size_t)*n + 1)) &&
+        fread(b, 1, (size_t)*n, f) != (size_t)*n)
+        free(b), b = NULL;
+    if (f) fclose(f);
+    return b;
+}
+
+/* Folders a and b hold the same step checkpoints (step-N.ckpt for N up to 99), byte for byte; how many. Removes
+ * them, final.ckpt and the folders. */
+static int same_step_checkpoints(const char *a, const char *b)
+{
+    int n = 0;
+    for (int k = 1; k < 100; k++) {
+        char pa[600], pb[600];
+        snprintf(pa, sizeof pa, "%s/" GLIA__STEP_CKPT, a, (long long)k);
+        snprintf(pb, sizeof pb, "%s/" GLIA__STEP_CKPT, b, (long long)k);
+        long na = -1, nb = -1;
+        char *ba = file_bytes(pa, &na), *bb = file_bytes(pb, &nb);
+        if (!ba != !bb || (ba && (na != nb || memcmp(ba, bb, (size_t)na)))) {
+            printf("\n  step %d: checkpoints differ\n", k);
+            n = -1000;
+        }
+        n += ba != NULL;
+        free(ba), free(bb);
+        remove(pa), remove(pb);
+    }
+    for (int r = 0; r < 2; r++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/final.ckpt", r ? b : a);
+        remove(p);
+        remove(r ? b : a);
+    }
+    return n;
+}
+
+/* The loss scale, started at 2^22 (not 65536: gradients overflow sooner), grew at least once: scale =
+ * 2^(22 + growths - skips). */
+#define FP16_START 4194304.0
+static bool scale_grew(const struct glia_model *m)
+{
+    return ldexp(m->trainer.scaler.scale, (int)m->trainer.scaler.skipped) > FP16_START;
+}
+
+/* precision = fp16 with cuda_graph = on captures the loss scaler with the optimizer step (cuda.so keeps it on the
+ * device) and trains exactly as cuda_graph = off: the same epochs' losses, weights, optimizer state, step count,
+ * learning rate, loss scale, clean and skipped steps, bit for bit, over runs whose scale grows (every 3 clean steps
+ * here) until gradients overflow and steps are skipped inside replays: the dropout draws from the step a skipped
+ * step does not advance, which the graph picks by the device's step count while the host reads each update's
+ * outcome a step late; with clipping on and off, accumulating over 1, 2 and 3 batches, stopping at max_steps and
+ * saving checkpoints every 3 steps, the same files byte for byte (the host must know the step count exactly after
+ * each update that may reach them). An optimizer kernel that cannot skip a step on the device
+ * (without GLIA_OPT_KERNEL_SKIP) keeps the update outside, the log saying why. */
+static void test_cuda_graph_fp16_scaler_trains_the_same(void)
+{
+    make_data();
+    static const struct {
+        const char *optimizer, *train;
+        int accumulate;
+        bool noskip;  /* the kernel without GLIA_OPT_KERNEL_SKIP */
+    } cases[] = {
+        {"sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "max_steps = 23\n", 1, false},
+        {"adam\nlr = 0.001", "clip_grad_norm = 0.5\n", 1, false},
+        {"adamw\nlr = 0.002", "clip_grad_norm = 1.0\nwarmup_steps = 5\ncheckpoint_every = 3\ncheckpoint_keep = 100\n", 2,
+         false},
+        {"adadelta\nlr = 1.0", "", 3, false},
+        {"adam\nlr = 0.001", "", 1, true},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char acc[2048], rt[128], ck[2][560];
+        struct run a, b;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        struct run *runs[2] = {&a, &b};
+        char *log = NULL;
+        size_t len = 0;
+        FILE *f = NULL;
+        struct glia_optimizer_kernel noskip;
+        for (int r = 0; r < 2; r++) {
+            snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+            snprintf(ck[r], sizeof ck[r], "%s/fp16-ckpt-%d", dir, r);  /* where checkpoint_every writes */
+            snprintf(acc, sizeof acc, "%saccumulate = %d\ncheckpoint_dir = %s\n", cases[c].train, cases[c].accumulate,
+                     ck[r]);
+            open_run(runs[r], cnn_text_with(rt, cases[c].optimizer, 32, acc));
+            runs[r]->m->trainer.scaler_growth = 3;  /* the scale grows until gradients overflow */
+            runs[r]->m->trainer.scaler.scale = FP16_START;
+        }
+        if (cases[c].noskip) {
+            abi20_real = b.m->trainer.opt.kernel;
+            noskip = *abi20_real;
+            noskip.flags = 0;
+            noskip.step = abi20_step;
+            noskip.scalars = abi20_scalars;
+            b.m->trainer.opt.kernel = &noskip;
+        }
+        CU_ASSERT_FATAL((f = open_memstream(&log, &len)) != NULL);
+        glia_log_set(b.ctx, f, GLIA_LOG_DEBUG);
+        glia_status st = glia_model_train(a.m, &quiet, ra, 2);
+        if (!st) st = glia_model_train(b.m, &quiet, rb, 2);
+        fclose(f);
+        if (st) printf("\n  case %zu: %s %s\n", c, glia_context_error(a.ctx), glia_context_error(b.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        const struct glia__model_trainer *ta = &a.m->trainer, *tb = &b.m->trainer;
+        CU_ASSERT(tb->cuda_graph);
+        if (!(ta->scaler.skipped >= 1 && scale_grew(a.m)))
+            printf("\n  case %zu: %lld skipped, scale %g\n", c, (long long)ta->scaler.skipped, ta->scaler.scale);
+        CU_ASSERT(ta->scaler.skipped >= 1 && scale_grew(a.m));  /* both happened */
+        CU_ASSERT_EQUAL(tb->step, ta->step);
+        if (c == 0) CU_ASSERT_EQUAL(tb->step, 23);
+        CU_ASSERT_EQUAL(tb->scaler.scale, ta->scaler.scale);
+        CU_ASSERT_EQUAL(tb->scaler.clean, ta->scaler.clean);
+        CU_ASSERT_EQUAL(tb->scaler.skipped, ta->scaler.skipped);
+        CU_ASSERT_EQUAL(tb->cur_lr, ta->cur_lr);
+        CU_ASSERT_EQUAL(tb->scaler_pending, 0);
+        CU_ASSERT_EQUAL(tb->graph_updates + tb->opt_outside, tb->step);
+        const char *said = log ? strstr(log, "cuda_graph: the optimizer step of ") : NULL;
+        if (cases[c].noskip) {
+            CU_ASSERT_EQUAL(tb->graph_updates, 0);
+            CU_ASSERT(said && strstr(said, "'adam' runs outside the graph: precision = fp16: its kernel cannot skip a "
+                                           "step on the device (no GLIA_OPT_KERNEL_SKIP): the host decides whether a "
+                                           "step is skipped\n") == said + 34);
+        } else {
+            if (said) printf("\n  case %zu: %.200s\n", c, said);
+            CU_ASSERT_PTR_NULL(said);
+            CU_ASSERT(tb->graph_updates > 0);
+            /* without accumulation every replay updates: those that did not were skipped on the device */
+            if (cases[c].accumulate == 1) CU_ASSERT(tb->graph_replays - tb->graph_updates >= 1);
+        }
+        if (!same_weights(&a, &b)) printf("\n  case %zu: weights differ by %g\n", c, weight_diff(&b, &a));
+        CU_ASSERT(same_weights(&a, &b));
+        CU_ASSERT(same_opt_state(&a, &b));
+        int saved = same_step_checkpoints(ck[0], ck[1]);  /* at the same steps, with the same scaler and weights */
+        if (!(c == 2 ? saved >= 3 : saved == (c == 0))) printf("\n  case %zu: %d step checkpoints\n", c, saved);
+        CU_ASSERT(c == 2 ? saved >= 3 : saved == (c == 0));  /* case 0: max_steps' stop saves its step */
+        int epochs = c == 0 ? 1 : 2;  /* max_steps stops the first case in its second epoch */
+        for (int e = 0; e < epochs; e++) {
+            CU_ASSERT_EQUAL(rb[e].train_loss, ra[e].train_loss);
+            CU_ASSERT_EQUAL(rb[e].test_loss, ra[e].test_loss);
+            CU_ASSERT_EQUAL(rb[e].lr, ra[e].lr);
+            CU_ASSERT_EQUAL(rb[e].skipped_steps, ra[e].skipped_steps);
+            CU_ASSERT_EQUAL(rb[e].loss_scale, ra[e].loss_scale);
+        }
+        free(log);
+        close_run(&a), close_run(&b);
+    }
+}
+
+/* glia_model_step with precision = fp16 and cuda_graph = on (no lagged loss: each update's outcome is read right
+ * after its pass) gives each step the results it gives with cuda_graph = off, bit for bit: the loss, whether it
+ * updated or was skipped, the learning rate, the step and the loss scale; the weights and optimizer state after
+ * them too, the scale growing every 3 clean steps until steps are skipped inside replays. */
+static void test_cuda_graph_fp16_step_matches(void)
+{
+    make_data();
+    struct run a, b;
+    struct run *runs[2] = {&a, &b};
+    for (int r = 0; r < 2; r++) {
+        char rt[128];
+        snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+        open_run(runs[r], cnn_text_with(rt, "adam\nlr = 0.002", 32, "clip_grad_norm = 1.0\nwarmup_steps = 4\n"));
+        runs[r]->m->trainer.scaler_growth = 3;
+        runs[r]->m->trainer.scaler.scale = FP16_START;
+    }
+    const struct glia__dataset *d = &a.m->data.train;
+    int64_t per = (int64_t)d->channels * d->rows * d->cols, idx[32], batches = d->n / 32;
+    float *x = malloc(sizeof *x * (size_t)(32 * per));
+    int32_t y[32];
+    int skipped_replays = 0;
+    for (int64_t k = 0; k < 40; k++) {
+        for (int i = 0; i < 32; i++) idx[i] = k % batches * 32 + i;
+        glia__dataset_gather(d, idx, 32, &a.m->data.norm, x, y);
+        struct glia_batch bt = {.struct_size = sizeof bt,
+                                .shape = glia_shape_make(4, (int64_t[]){32, d->channels, d->rows, d->cols}), .x = x,
+                                .labels = y};
+        struct glia_step_result res[2] = {{.struct_size = sizeof res[0]}, {.struct_size = sizeof res[0]}};
+        for (int r = 0; r < 2; r++) {
+            glia_status st = glia_model_step(runs[r]->m, &bt, &res[r]);
+            if (st) printf("\n  %s\n", glia_context_error(runs[r]->ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+        }
+        if (memcmp(&res[0], &res[1], sizeof res[0]))
+            printf("\n  step %lld: loss %.9g/%.9g updated %d/%d lr %g/%g step %lld/%lld scale %g/%g\n", (long long)k,
+                   res[0].loss, res[1].loss, res[0].updated, res[1].updated, res[0].lr, res[1].lr,
+                   (long long)res[0].step, (long long)res[1].step, res[0].loss_scale, res[1].loss_scale);
+        CU_ASSERT(!memcmp(&res[0], &res[1], sizeof res[0]));
+        CU_ASSERT_EQUAL(b.m->trainer.scaler_pending, 0);
+        skipped_replays += k > 0 && res[1].skipped;
+    }
+    free(x);
+    CU_ASSERT(skipped_replays >= 1 && scale_grew(b.m));
+    CU_ASSERT(b.m->trainer.opt_outside <= 1);  /* the first pass's update (unless skipped); every later one replayed */
+    CU_ASSERT_EQUAL(b.m->trainer.graph_updates + b.m->trainer.opt_outside, b.m->trainer.step);
+    CU_ASSERT(b.m->trainer.graph_updates > 0);
+    CU_ASSERT_EQUAL(b.m->trainer.scaler.clean, a.m->trainer.scaler.clean);
+    CU_ASSERT(same_weights(&a, &b));
+    CU_ASSERT(same_opt_state(&a, &b));
+    close_run(&a), close_run(&b);
+}
+
 int main(void)
 {
     int s = setup();
@@ -1166,7 +1393,9 @@ int main(void)
                                              GLIA_TEST(test_graph_capture_allocates),
                                              GLIA_TEST(test_debug_checks_on_device),
                                              GLIA_TEST(test_resident_batches_match_loader),
-                                             GLIA_TEST(test_resident_trains_the_same)};
+                                             GLIA_TEST(test_resident_trains_the_same),
+                                             GLIA_TEST(test_cuda_graph_fp16_scaler_trains_the_same),
+                                             GLIA_TEST(test_cuda_graph_fp16_step_matches)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

@@ -2,8 +2,10 @@
  * impls on a GPU: weights and state after several steps from equal weights and gradients, with and
  * without a decay mask, and the CUDA impls' refusals. Exits 77 (skipped) without a usable GPU or
  * without the CUDA build; their steps reading the scalars from the device, as run and as replayed from a CUDA
- * graph. Not a test of the update formulas themselves: test_optim does that. */
+ * graph; their dev_skip, and the backend's loss scaler and row select that precision = fp16 captures with them. Not a
+ * test of the update formulas themselves: test_optim does that. */
 #include "cudautil.h"
+#include "parts.h"
 
 #define N 10007
 #define STEPS 5
@@ -72,9 +74,9 @@ static void run_case(const char *name, const char *ini, bool masked, int64_t n, 
         for (int64_t i = 0; i < n; i += 11) g[i] *= 1e-3f;
         CU_ASSERT_FATAL(glia_tensor_from_host(dg, g, nb) == GLIA_OK);
         double lr = 0.05 * (1 - 0.15 * (step - 1));
-        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL};
+        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL, NULL};
         struct glia_opt_step sg = {dw->data, dg->data, dsp, (size_t)n, masked ? (const float *)dmask->data : NULL,
-                                   lr, step, cuda_gpu, NULL};
+                                   lr, step, cuda_gpu, NULL, NULL};
         CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
         glia_status st = og->kernel->step(og, &sg);
         if (st) printf("\n  cuda step: %s\n", glia_context_error(cuda_ctx));
@@ -176,7 +178,7 @@ static void test_refusals(void)
     CU_ASSERT_FATAL(glia_optimizer_new_for(cuda_ctx, "adadelta", "", GLIA_DEVICE_CUDA, &o) == GLIA_OK);
     float w[4] = {0}, g[4] = {0}, s0[4] = {0}, s1[4] = {0};
     float *state[2] = {s0, s1};
-    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL};
+    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL, NULL};
     CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_EINVAL);
     glia_optimizer_free(o);
 }
@@ -219,7 +221,7 @@ static void test_device_scalars(void)
             double lr = 0.05 * (1 - 0.15 * (step - 1));
             struct glia_opt_step s[3];
             for (int v = 0; v < 3; v++) s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, lr,
-                                                                     step, cuda_gpu, v ? dsc->data : NULL};
+                                                                     step, cuda_gpu, v ? dsc->data : NULL, NULL};
             unsigned char bytes[GLIA_BACKEND_WRITE_MAX] = {0};
             size_t k = og->kernel->scalars(og, &s[1], bytes, GLIA_OPT_SCALARS_MAX);
             CU_ASSERT_FATAL(k > 0 && k <= GLIA_OPT_SCALARS_MAX);
@@ -289,6 +291,155 @@ static void test_backend_write(void)
     glia_tensor_release(d);
 }
 
+/* Whether device tensors a and b (nb bytes each) hold the same bytes. */
+static bool same_dev(const struct glia_tensor *a, const struct glia_tensor *b, size_t nb)
+{
+    void *ha = malloc(nb), *hb = malloc(nb);
+    CU_ASSERT_FATAL(ha && hb && !glia_tensor_to_host(a, ha, nb) && !glia_tensor_to_host(b, hb, nb));
+    bool same = !memcmp(ha, hb, nb);
+    free(ha), free(hb);
+    return same;
+}
+
+/* cuda.so's optimizer kernels declare GLIA_OPT_KERNEL_SKIP and honour dev_skip (fp16's skipped step in a CUDA
+ * graph): a step whose flag on the device is nonzero leaves the weights and state as they were, one whose flag is 0
+ * updates as a step without the flag, bit for bit, over steps 1 to 5 with the 2nd and 4th skipped. */
+static void test_device_skip(void)
+{
+    static const struct {
+        const char *name, *ini;
+    } cases[] = {{"sgd", "[optimizer]\nmomentum = 0.9\n"}, {"adam", ""}, {"adamw", ""}, {"adadelta", ""}};
+    int64_t n = 3001;
+    size_t nb = (size_t)n * sizeof(float);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct glia_optimizer *oc, *og;
+        make_pair(cases[c].name, cases[c].ini, &oc, &og);
+        CU_ASSERT(og->kernel->struct_size >= offsetof(struct glia_optimizer_kernel, flags) + sizeof(uint32_t));
+        CU_ASSERT(og->kernel->flags & GLIA_OPT_KERNEL_SKIP);
+        /* [0]: no flag, skipped steps not run; [1]: every step run with the flag */
+        struct glia_tensor *w[2], *st[2][2], *dg = dev_vec(n), *flag = dev_vec(2);
+        float *sp[2][2], *h = malloc(nb);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 5);
+        cuda_randn(&rng, h, n, 1.0f);
+        for (int v = 0; v < 2; v++) {
+            w[v] = dev_vec(n);
+            CU_ASSERT_FATAL(glia_tensor_from_host(w[v], h, nb) == GLIA_OK);
+            for (int k = 0; k < 2; k++) st[v][k] = dev_vec(n), sp[v][k] = st[v][k]->data;
+        }
+        int64_t applied = 0;
+        for (int k = 1; k <= 5; k++) {
+            int32_t skip[2] = {k == 2 || k == 4, 0};
+            cuda_randn(&rng, h, n, 1.0f);
+            CU_ASSERT_FATAL(glia_tensor_from_host(dg, h, nb) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, flag->data, skip, sizeof skip) == GLIA_OK);
+            struct glia_opt_step s[2];
+            for (int v = 0; v < 2; v++)
+                s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, 0.01, applied + 1, cuda_gpu,
+                                              NULL, v ? flag->data : NULL};
+            if (!skip[0]) CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[0]), GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[1]), GLIA_OK);
+            applied += !skip[0];
+            bool same = same_dev(w[0], w[1], nb);
+            for (int j = 0; j < oc->type->n_state; j++) same &= same_dev(st[0][j], st[1][j], nb);
+            if (!same) printf("\n  %s: step %d (%s) differs\n", cases[c].name, k, skip[0] ? "skipped" : "taken");
+            CU_ASSERT(same);
+        }
+        for (int v = 0; v < 2; v++) {
+            glia_tensor_release(w[v]);
+            for (int k = 0; k < 2; k++) glia_tensor_release(st[v][k]);
+        }
+        glia_tensor_release(dg), glia_tensor_release(flag);
+        free(h);
+        glia_optimizer_free(oc), glia_optimizer_free(og);
+    }
+}
+
+/* The backend's loss scaler on the device (scaler_step, which precision = fp16 captures into the training step's
+ * graph) does what the core's host path does, bit for bit: glia__scaler_update_every on the sum of squares
+ * sumsq_f32 gives (growing every 2nd clean step here, a step with an inf gradient skipped and its gradients left),
+ * the gradients times (float)(1 / scale, times max_norm / (norm + 1e-6) when below 1), and the next loss scale
+ * (float)(scale * loss_mul / loss_div); with and without clipping, as it comes and replayed from a CUDA graph. */
+static void test_scaler_step(void)
+{
+    CU_ASSERT_FATAL(glia_backend_can_scale(cuda_gpu));
+    int64_t n = 5003;
+    size_t nb = (size_t)n * sizeof(float);
+    struct glia_tensor *g = dev_vec(n), *ls = dev_vec(1), *dst = dev_vec(sizeof(struct glia_loss_scaler) / 4);
+    float *h = malloc(nb), *want = malloc(nb), *back = malloc(nb);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 9);
+    for (int clip = 0; clip < 2; clip++) {
+        struct glia__scaler host = {1024.0, 0, 0};
+        int64_t step = 10;
+        struct glia_loss_scaler d = {1024.0, 0, 0, 10, 0, 0};
+        CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, dst->data, &d, sizeof d) == GLIA_OK);
+        struct glia_scaler_args a = {g->data, (size_t)n, clip ? 0.5 : 0, 2, ls->data, 1.0, 3.0};
+        void *graph = NULL;
+        for (int k = 0; k < 7; k++) {
+            cuda_randn(&rng, h, n, clip ? 100.0f : 0.01f);
+            if (k == 3) h[17] = INFINITY;
+            CU_ASSERT_FATAL(glia_tensor_from_host(g, h, nb) == GLIA_OK);
+            double sq, used = host.scale;
+            CU_ASSERT_FATAL(glia_backend_sumsq_f32(cuda_gpu, g->data, (size_t)n, &sq) == GLIA_OK);
+            bool ok = glia__scaler_update_every(&host, sq, 2);
+            double coef = 1.0 / used, norm = sqrt(sq) * coef;
+            if (clip && 0.5 / (norm + 1e-6) < 1.0) coef *= 0.5 / (norm + 1e-6);
+            step += ok;
+            for (int64_t i = 0; i < n; i++) want[i] = ok && coef != 1.0 ? h[i] * (float)coef : h[i];
+            if (k == 2) {  /* captured, then replayed from here on */
+                CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
+                glia_status cs = glia_backend_scaler_step(cuda_gpu, dst->data, &a);
+                CU_ASSERT_FATAL(glia_backend_capture_end(cuda_gpu, &graph) == GLIA_OK && cs == GLIA_OK);
+            }
+            if (k < 2) CU_ASSERT_FATAL(glia_backend_scaler_step(cuda_gpu, dst->data, &a) == GLIA_OK);
+            if (k >= 2) CU_ASSERT_FATAL(glia_backend_graph_launch(cuda_gpu, graph) == GLIA_OK);
+            float lsv;
+            CU_ASSERT_FATAL(glia_tensor_to_host(g, back, nb) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_to_host(dst, &d, sizeof d) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_to_host(ls, &lsv, sizeof lsv) == GLIA_OK);
+            bool same = !memcmp(back, want, nb) && d.scale == host.scale && d.clean == host.clean &&
+                        d.skipped == host.skipped && d.step == step && d.found_inf == !ok &&
+                        lsv == (float)(host.scale * 1.0 / 3.0);
+            if (!same)
+                printf("\n  clip %d step %d: scale %g/%g clean %lld/%lld skipped %lld/%lld step %lld/%lld found_inf %d "
+                       "loss scale %g, gradients %s\n", clip, k, d.scale, host.scale, (long long)d.clean,
+                       (long long)host.clean, (long long)d.skipped, (long long)host.skipped, (long long)d.step,
+                       (long long)step, d.found_inf, lsv, memcmp(back, want, nb) ? "differ" : "agree");
+            CU_ASSERT(same);
+        }
+        CU_ASSERT(host.skipped == 1 && host.scale == 2048.0);  /* grew twice, halved once */
+        glia_backend_graph_free(cuda_gpu, graph);
+    }
+    glia_tensor_release(g), glia_tensor_release(ls), glia_tensor_release(dst);
+    free(h), free(want), free(back);
+}
+
+/* A table row picked on the device by a count it holds (select, the first kernel of an fp16 graph): the row of
+ * *key - base when there is one, nothing written otherwise; the key read when the work runs (a replay). */
+static void test_select(void)
+{
+    struct glia_tensor *t = dev_vec(2 * 12), *key = dev_vec(2), *dst = dev_vec(2 * 3);
+    int64_t table[12] = {40, 3}, k = 41, out[3], none[3] = {-1, -1, -1};
+    for (int i = 2; i < 11; i++) table[i] = 100 + i;
+    CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, t->data, table, sizeof table) == GLIA_OK);
+    void *graph = NULL;
+    CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
+    glia_status st = glia_backend_select(cuda_gpu, dst->data, t->data, key->data, 3);
+    CU_ASSERT_FATAL(glia_backend_capture_end(cuda_gpu, &graph) == GLIA_OK && st == GLIA_OK);
+    for (k = 39; k <= 43; k++) {
+        CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, dst->data, none, sizeof none) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, key->data, &k, 8) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_backend_graph_launch(cuda_gpu, graph) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_to_host(dst, out, sizeof out) == GLIA_OK);
+        int64_t r = k - 40;
+        for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(out[i], r >= 0 && r < 3 ? table[2 + r * 3 + i] : -1);
+    }
+    glia_backend_graph_free(cuda_gpu, graph);
+    glia_tensor_release(t), glia_tensor_release(key), glia_tensor_release(dst);
+}
+
 CUDA_TEST_MAIN("cuda_optim", GLIA_TEST(test_sgd), GLIA_TEST(test_adam), GLIA_TEST(test_adamw),
                GLIA_TEST(test_adadelta), GLIA_TEST(test_sizes), GLIA_TEST(test_refusals),
-               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write))
+               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write), GLIA_TEST(test_device_skip),
+               GLIA_TEST(test_scaler_step), GLIA_TEST(test_select))

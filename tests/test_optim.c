@@ -137,7 +137,7 @@ static void run_opt(const char *name, const char *ini, int n_state, ref_fn ref, 
             if (i % 11 == 0) g[i] *= 1e-3f;
         }
         double lr = lr0 * (1 - 0.1 * (step - 1));
-        struct glia_opt_step s = {w, g, sp, N, masked ? mask : NULL, lr, step, NULL, NULL};
+        struct glia_opt_step s = {w, g, sp, N, masked ? mask : NULL, lr, step, NULL, NULL, NULL};
         CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
         ref(&c, lr, rw, rsp, g, masked ? mask : NULL, step);
         for (int i = 0; i < N; i++) maxerr = fmax(maxerr, fabs(w[i] - rw[i]));
@@ -190,7 +190,7 @@ static void test_decay_mask(void)
     CU_ASSERT_FATAL(glia_optimizer_new(ctx, "sgd", "[optimizer]\nweight_decay = 0.5\n", &o) == GLIA_OK);
     float w[2] = {1, 1}, g[2] = {0, 0}, buf[2] = {0}, mask[2] = {1, 0};
     float *state[1] = {buf};
-    struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL, NULL};
+    struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL, NULL, NULL};
     CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
     CU_ASSERT_DOUBLE_EQUAL(w[0], 0.95, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(w[1], 1.0, 1e-6);
@@ -250,7 +250,7 @@ static void test_decay_mask_adam_adadelta(void)
         CU_ASSERT_FATAL(glia_optimizer_new(ctx, names[k], "[optimizer]\nweight_decay = 0.5\n", &o) == GLIA_OK);
         float w[2] = {1, 1}, g[2] = {0, 0}, m[2] = {0}, v[2] = {0}, mask[2] = {1, 0};
         float *state[2] = {m, v};
-        struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL, NULL};
+        struct glia_opt_step s = {w, g, state, 2, mask, 0.1, 1, NULL, NULL, NULL};
         CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
         if (!(w[0] < 1.0f) || w[1] != 1.0f) printf("\n  %s: w = %g %g\n", names[k], w[0], w[1]);
         CU_ASSERT(w[0] < 1.0f);

@@ -385,6 +385,26 @@ fail:
     return st;
 }
 
+static glia_status cuda_scaler_step(void *priv, struct glia_loss_scaler *sc, const struct glia_scaler_args *a)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_scaler_step(sc, a, c->reduce, c->stream));
+fail:
+    return st;
+}
+
+static glia_status cuda_select(void *priv, int64_t *dst, const int64_t *table, const int64_t *key, size_t words)
+{
+    struct glia__cuda *c = priv;
+    glia__cuda_use(c);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(c->ctx, glia__cuda_select(dst, table, key, words, c->stream));
+fail:
+    return st;
+}
+
 /* ---- device ---- */
 
 static void cuda_close(void *priv)
@@ -533,6 +553,8 @@ static const struct glia_backend_graph_ops cuda_graph = {
     .free = cuda_graph_free,
     .write_u64 = cuda_write_u64,
     .write = cuda_write,
+    .scaler_step = cuda_scaler_step,
+    .select = cuda_select,
 };
 
 const struct glia_backend_ops glia__cuda_ops = {

@@ -126,6 +126,73 @@ extern "C" cudaError_t glia__cuda_clip(float *x, int64_t n, double max_norm, dou
     return cudaGetLastError();
 }
 
+/* fp16's loss scaler, one thread: from sum[0] (the gradients' sum of squares), s updated as core/train.c's
+ * glia__scaler_update and unscale_and_clip do on the host, in double without contraction (__d*_rn) so that each
+ * figure has the host's bits; sum[1] = the gradients' factor (1: leave them); *loss_scale = the next step's. */
+__global__ void scaler_update_kernel(struct glia_loss_scaler *s, double *sum, double max_norm, int64_t growth,
+                                     float *loss_scale, double mul, double div)
+{
+    double sq = sum[0], used = s->scale, coef = 1.0;
+    if (!isfinite(sq)) {
+        s->found_inf = 1;
+        s->skipped++;
+        s->clean = 0;
+        s->scale = __dmul_rn(s->scale, 0.5);
+    } else {
+        s->found_inf = 0;
+        s->step++;
+        if (++s->clean >= growth) {
+            s->clean = 0;
+            s->scale = __dmul_rn(s->scale, 2.0);
+        }
+        coef = 1.0 / used;
+        double norm = __dmul_rn(sqrt(sq), coef);
+        if (max_norm > 0) {
+            double r = max_norm / __dadd_rn(norm, 1e-6);
+            if (r < 1.0) coef = __dmul_rn(coef, r);
+        }
+    }
+    sum[1] = coef;
+    *loss_scale = (float)(__dmul_rn(s->scale, mul) / div);
+}
+
+/* x(n) *= (float)c[0] unless c[0] is 1 */
+__global__ void scale_by_kernel(float *x, int64_t n, const double *c)
+{
+    if (c[0] == 1.0) return;
+    float a = (float)c[0];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+
+extern "C" cudaError_t glia__cuda_scaler_step(struct glia_loss_scaler *sc, const struct glia_scaler_args *a,
+                                              double *work, cudaStream_t s)
+{
+    int64_t n = (int64_t)a->n;
+    cudaError_t e = glia__cuda_sumsq(work, a->g, n, s);
+    if (e != cudaSuccess) return e;
+    scaler_update_kernel<<<1, 1, 0, s>>>(sc, work, a->max_norm, a->growth, a->loss_scale, a->loss_mul, a->loss_div);
+    if ((e = cudaGetLastError()) != cudaSuccess || n == 0) return e;
+    int64_t blocks = (n + 255) / 256;
+    scale_by_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(a->g, n, work + 1);
+    return cudaGetLastError();
+}
+
+/* dst(words) = table[2 + r * words ...] for r = key[0] - table[0] when 0 <= r < table[1] */
+__global__ void select_kernel(long long *dst, const long long *table, const long long *key, int words)
+{
+    long long r = key[0] - table[0];
+    if (r < 0 || r >= table[1]) return;
+    for (int i = (int)threadIdx.x; i < words; i += (int)blockDim.x) dst[i] = table[2 + r * words + i];
+}
+
+extern "C" cudaError_t glia__cuda_select(int64_t *dst, const int64_t *table, const int64_t *key, size_t words,
+                                         cudaStream_t s)
+{
+    select_kernel<<<1, 32, 0, s>>>((long long *)dst, (const long long *)table, (const long long *)key, (int)words);
+    return cudaGetLastError();
+}
+
 /* x(n) *= a */
 __global__ void scale_kernel(float *x, int64_t n, float a)
 {

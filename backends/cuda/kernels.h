@@ -31,6 +31,12 @@ cudaError_t glia__cuda_axpy(float *y, const float *x, int64_t n, float a, cudaSt
 cudaError_t glia__cuda_write_u64(uint64_t *dst, uint64_t v, cudaStream_t s);
 /* dst(n bytes) = src(n), n a multiple of 8 up to GLIA_BACKEND_WRITE_MAX, the bytes carried by the launch */
 cudaError_t glia__cuda_write(void *dst, const void *src, size_t n, cudaStream_t s);
+/* fp16's loss scaler (the graph group's scaler_step): the sum of squares of a->g into work (glia__cuda_sumsq's
+ * size), s updated from it, a->g unscaled and clipped, *a->loss_scale written; the host never waits */
+cudaError_t glia__cuda_scaler_step(struct glia_loss_scaler *sc, const struct glia_scaler_args *a, double *work,
+                                   cudaStream_t s);
+/* dst(words) = row *key - table[0] of the table[1] rows of `words` words after table[0..1], when it exists */
+cudaError_t glia__cuda_select(int64_t *dst, const int64_t *table, const int64_t *key, size_t words, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* backends/cuda/optim.c — the CUDA kernels of optimizers sgd, adam, adamw, adadelta: each step is one fused
  * kernel launch on the backend's stream (no synchronization), from the step scalars that the CPU kernels use too
  * (glia/types/optimizers.h), handed by value or, for a step captured into a CUDA graph, read from device memory
- * where the core writes them (as `scalars` computes them) before each replay. Not the optimizers (keys, create, state): their own plugins register those. */
+ * where the core writes them (as `scalars` computes them) before each replay; each honours dev_skip (fp16's skipped
+ * step inside a graph). Not the optimizers (keys, create, state): their own plugins register those. */
 #include <string.h>
 #include "cuda_internal.h"
 #include "optim_kernels.h"
@@ -19,7 +20,8 @@ static glia_status arrays_of(const struct glia_optimizer *o, const struct glia_o
                                         .s0 = o->type->n_state > 0 ? s->state[0] : NULL,
                                         .s1 = o->type->n_state > 1 ? s->state[1] : NULL,
                                         .mask = s->decay_mask,
-                                        .n = (int64_t)s->n};
+                                        .n = (int64_t)s->n,
+                                        .skip = s->dev_skip};
     return GLIA_OK;
 }
 
@@ -30,7 +32,7 @@ static size_t cuda_scalars(struct glia_optimizer *o, const struct glia_opt_step 
 enum { SGD, ADAM, ADAMW, ADADELTA, N_KERNELS };
 #define KERNEL(name) \
     {.struct_size = sizeof(struct glia_optimizer_kernel), .type = name, .doc = "one fused CUDA kernel", \
-     .device_type = GLIA_DEVICE_CUDA, .step = cuda_step, .scalars = cuda_scalars}
+     .device_type = GLIA_DEVICE_CUDA, .step = cuda_step, .scalars = cuda_scalars, .flags = GLIA_OPT_KERNEL_SKIP}
 static const struct glia_optimizer_kernel cuda_kernels[N_KERNELS] = {
     [SGD] = KERNEL("sgd"), [ADAM] = KERNEL("adam"), [ADAMW] = KERNEL("adamw"), [ADADELTA] = KERNEL("adadelta")};
 #undef KERNEL

@@ -2,7 +2,8 @@
  * arena that reads each element's weight, gradient, state and decay flag once and writes the new
  * weight and state. Not the scalars' computation: the host does it in double, as the CPU kernels do
  * (glia/types/optimizers.h); each kernel takes them by value, or reads them from device memory (dk not NULL)
- * where the host wrote them before a CUDA graph's replay.
+ * where the host wrote them before a CUDA graph's replay. With a.skip set and nonzero (fp16's loss scaler found the
+ * gradients not finite) every thread returns at once.
  *
  * Every operation is an IEEE fp32 one in the CPU plugins' order (__f*_rn: no FMA contraction), so
  * a step gives the CPU's results bit for bit when the CPU code is not contracted either. */
@@ -24,6 +25,7 @@ static __device__ __forceinline__ float flag(const float *mask, int64_t i) { ret
  * w(n), buf = s0(n) from g(n), mask(n) */
 static __global__ void sgd_kernel(struct glia__cuda_opt_arrays a, struct glia_sgd_coef k, const struct glia_sgd_coef *dk)
 {
+    if (a.skip && *a.skip) return;
     if (dk) k = *dk;
     float undamped = rn_sub(1.0f, k.damp);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -50,6 +52,7 @@ static __device__ __forceinline__ float adam_delta(float step_size, float m, flo
 template <bool decoupled>
 static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia_adam_coef k, const struct glia_adam_coef *dk)
 {
+    if (a.skip && *a.skip) return;
     if (dk) k = *dk;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
         float w = a.w[i], g = a.g[i];
@@ -71,6 +74,7 @@ static __global__ void adam_kernel(struct glia__cuda_opt_arrays a, struct glia_a
 static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k,
                                        const struct glia_adadelta_coef *dk)
 {
+    if (a.skip && *a.skip) return;
     if (dk) k = *dk;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
         float w = a.w[i], acc = a.s1[i];

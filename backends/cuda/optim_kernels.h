@@ -15,13 +15,15 @@ extern "C" {
 #endif
 
 /* The device arrays of one step: n weights w, gradients g, state arrays s0 and s1 (s1 NULL where the
- * optimizer has one), and the weight decay flags mask (1 or 0; NULL: decay everywhere). */
+ * optimizer has one), the weight decay flags mask (1 or 0; NULL: decay everywhere), and skip (NULL, or one int32
+ * read when the kernel runs: nonzero leaves w and the state as they are, fp16's skipped step in a CUDA graph). */
 struct glia__cuda_opt_arrays {
     float *w;
     const float *g;
     float *s0, *s1;
     const float *mask;
     int64_t n;
+    const int32_t *skip;
 };
 
 /* torch.optim.SGD: w(n), s0 = momentum buffer(n) from g(n), mask(n). */

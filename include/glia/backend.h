@@ -146,6 +146,26 @@ struct glia_backend_math_ops {
                            int64_t B, int64_t rows, int64_t cols, float beta);
 };
 
+/* ABI 2.1: fp16's dynamic loss scaler as it lies in device memory (the graph group's scaler_step). */
+struct glia_loss_scaler {
+    double scale;       /* the loss scale */
+    int64_t clean;      /* clean steps since it last changed */
+    int64_t skipped;    /* steps skipped, in all */
+    int64_t step;       /* optimizer steps applied, in all */
+    int32_t found_inf;  /* 1: the last step's gradients were not all finite: its update is skipped */
+    int32_t reserved;   /* 0 */
+};
+
+/* ABI 2.1: what scaler_step works on; captured as they are when the call is. */
+struct glia_scaler_args {
+    float *g;           /* the gradients (device memory) */
+    size_t n;
+    double max_norm;    /* clip_grad_norm; 0: no clipping */
+    int64_t growth;     /* clean steps that double the scale (2000) */
+    float *loss_scale;  /* one f32 of device memory: the loss's output gradient for the next step */
+    double loss_mul, loss_div;
+};
+
 /* CUDA graphs ([runtime] cuda_graph): capturing queued work once and replaying it. */
 struct glia_backend_graph_ops {
     uint32_t struct_size;  /* sizeof(struct glia_backend_graph_ops) of the builder */
@@ -166,6 +186,18 @@ struct glia_backend_graph_ops {
      * (src may change once it returns; a capture keeps them as they were): one launch for what a replay is handed.
      * Optional: NULL (or a smaller struct_size) and glia_backend_write writes 8 bytes at a time with write_u64. */
     glia_status (*write)(void *priv, void *dst, const void *src, size_t n);
+    /* ABI 2.1: fp16's dynamic loss scaler on the stream, the host not waiting (so a CUDA graph holds it): with sq the
+     * sum of squares of a->g as sumsq_f32 forms it and used = s->scale, a non-finite sq sets found_inf = 1, skipped++,
+     * clean = 0, scale *= 0.5 and leaves g; else found_inf = 0, step++, clean++ (reaching a->growth: clean = 0,
+     * scale *= 2) and g *= (float)c unless c is 1, c = 1 / used times r when a->max_norm > 0 and r = max_norm /
+     * (sqrt(sq) / used + 1e-6) is below 1, in double without contraction (the core's host path, bit for bit); then
+     * *a->loss_scale = (float)(scale * loss_mul / loss_div). Optional, with select: NULL (or a smaller struct_size)
+     * keeps the optimizer step of a precision = fp16 run outside the CUDA graph, the host deciding each step. */
+    glia_status (*scaler_step)(void *priv, struct glia_loss_scaler *s, const struct glia_scaler_args *a);
+    /* ABI 2.1: queue dst(words) = row r = *key - table[0] of the table[1] rows of `words` 8-byte words that follow,
+     * when 0 <= r < table[1] (else dst stays as it is); key and table are device memory read when the work runs (a
+     * replay picks what it is handed by a count only the device knows). Optional, with scaler_step. */
+    glia_status (*select)(void *priv, int64_t *dst, const int64_t *table, const int64_t *key, size_t words);
 };
 
 /* ABI 2.1: a training set kept in device memory ([data] resident): batches made there from its uint8 images, drawing
@@ -273,6 +305,12 @@ glia_status glia_backend_batch_u8(struct glia_backend *b, float *x, int32_t *y, 
 glia_status glia_backend_mem_info(struct glia_backend *b, size_t *free_bytes, size_t *total_bytes);
 /* ABI 2.1: the graph group's write; n a multiple of 8, at most GLIA_BACKEND_WRITE_MAX (else GLIA_EINVAL). */
 glia_status glia_backend_write(struct glia_backend *b, void *dst, const void *src, size_t n);
+/* ABI 2.1: whether the backend has the graph group's scaler_step and select; the two functions after it need them
+ * (GLIA_EUNSUPPORTED, with a message, otherwise). */
+bool glia_backend_can_scale(const struct glia_backend *b);
+glia_status glia_backend_scaler_step(struct glia_backend *b, struct glia_loss_scaler *s, const struct glia_scaler_args *a);
+glia_status glia_backend_select(struct glia_backend *b, int64_t *dst, const int64_t *table, const int64_t *key,
+                                size_t words);
 
 /* Store o as b->options and hand it to the backend's configure; GLIA_EUNSUPPORTED (with the
  * reason in the context error) when the backend cannot follow it. */

@@ -44,6 +44,14 @@ struct glia_opt_step {
      * per-step scalars there, not from lr and step (the core captures the step into a CUDA graph and writes them
      * before each replay). Only given to a kernel with `scalars`. */
     const void *dev_scalars;
+    /* ABI 2.1: NULL, or one int32 of device memory read when the step runs: nonzero leaves w and the state as they are
+     * (fp16's skipped step inside a CUDA graph). Only given to a kernel whose flags have GLIA_OPT_KERNEL_SKIP. */
+    const int32_t *dev_skip;
+};
+
+/* glia_optimizer_kernel.flags (ABI 2.1) */
+enum {
+    GLIA_OPT_KERNEL_SKIP = 1u << 0  /* step honours s->dev_skip: precision = fp16 may capture it in a CUDA graph */
 };
 
 /* The most bytes of per-step scalars an optimizer kernel's `scalars` may write (ABI 2.1). */
@@ -80,6 +88,9 @@ struct glia_optimizer_kernel {
      * them from the device). Optional: with it, [runtime] cuda_graph captures the optimizer step with the forward
      * and backward and writes these bytes to the device before each replay; NULL: the step runs outside the graph. */
     size_t (*scalars)(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap);
+    /* ABI 2.1: GLIA_OPT_KERNEL_* flags; 0 (or a smaller struct_size): none. Without GLIA_OPT_KERNEL_SKIP a
+     * precision = fp16 run keeps the step outside the CUDA graph. */
+    uint32_t flags;
 };
 
 /* Creates optimizer `name` (loading its plugin) from the [optimizer] section of `ini`
