@@ -252,6 +252,8 @@ static void test_lr_schedules(void)
     CU_ASSERT_DOUBLE_EQUAL(lr[1], 0.025 * 32 / 64, 1e-12);
 }
 
+static char *summary_of(const struct glia_model *m);
+
 /* schedule = poly | linear: lr at optimizer step t (1-based) of T after a warmup of w steps, the formula of
  * docs/model.md written out again. */
 static double poly_want(double lr, double min_lr, double power, int64_t w, int64_t T, int64_t t)
@@ -303,6 +305,9 @@ static void test_lr_poly(void)
     CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 1, 16), 0.025, 1e-15);
     CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 32), 0.0, 1e-15);
     CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 33), 0.0, 1e-15);
+    char *sum = summary_of(r.m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, "optimizer sgd, lr 0.05 (linear to 0 at step 32, warmup 0), 2 epochs"));
+    free(sum);
     close_run(&r);
     /* power 2 to 0.01 after 8 warmup steps: up to 0.05 at step 8, half way through the decay at step 20 */
     open_run(&r, variant(2, 32, "schedule = poly\npower = 2\nmin_lr = 0.01\nwarmup_steps = 8\n", ""));
@@ -1179,6 +1184,49 @@ static void test_resume_nothing_left(void)
     if (strcmp(out, said)) printf("\n  got: %s", out);
     CU_ASSERT_STRING_EQUAL(out, said);
     free(out);
+}
+
+/* share/glia/examples/fmnist-resnet-large-batch.ini builds (what glia check does) with `sets` on the CPU, and its
+ * summary holds `want`. */
+static void large_batch_example(const char *const *sets, const char *want)
+{
+    struct run r;
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/fmnist-resnet-large-batch.ini"), &r.cfg) == GLIA_OK);
+    CU_ASSERT(glia_config_set(r.cfg, "runtime.device=cpu") == GLIA_OK);
+    for (int i = 0; sets[i]; i++) CU_ASSERT(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_EQUAL(r.m->data.batch, 4096);
+    CU_ASSERT_STRING_EQUAL(r.m->trainer.opt.type->name, "sgd");
+    char *sum = summary_of(r.m);
+    if (!strstr(sum, want)) printf("\n  summary has no '%s':\n%s", want, sum);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+    free(sum);
+    close_run(&r);
+}
+
+/* The large-batch example: batch 4096, poly decay after two epochs of warmup, sgd with Nesterov momentum; on IDX
+ * files of 9000 28x28 samples (2 steps an epoch with drop_last, T = 60), and on Fashion-MNIST when it is installed
+ * (14 steps an epoch, T = 420). */
+static void test_large_batch_example(void)
+{
+    char d[512], a[4][600];
+    CU_ASSERT_FATAL(glia_test_idx_set(d, sizeof d, "large-batch", 9000, 100, 28, 10, 3) == 0);
+    const char *files[4] = {"tri", "trl", "tei", "tel"}, *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+    for (int i = 0; i < 4; i++) snprintf(a[i], sizeof a[i], "data.%s=%s/%s", keys[i], d, files[i]);
+    const char *small[] = {a[0], a[1], a[2], a[3], NULL};
+    large_batch_example(small, "optimizer sgd, lr 1.6 (poly power 2 to 0 at step 60, warmup 28), 30 epochs");
+    FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
+    if (!f) {
+        printf("(Fashion-MNIST not installed: apt-get install dataset-fashion-mnist) ");
+        return;
+    }
+    fclose(f);
+    const char *none[] = {NULL};
+    large_batch_example(none, "60000 training samples, 10000 test samples, 28x28, 10 classes; optimizer sgd, lr 1.6 "
+                              "(poly power 2 to 0 at step 420, warmup 28), 30 epochs");
 }
 
 static void test_fashion_mnist_subset(void)
@@ -2339,7 +2387,7 @@ static void test_resident_config_errors(void)
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
-               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
+               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
                GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
