@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "loader.h"
 #include "modelutil.h"
 #include "parts.h"
 #include "roofline.h"
@@ -326,6 +327,11 @@ static void test_lr_poly(void)
     poly_check(3, 40, "schedule = poly\npower = 2\naccumulate = 3\nwarmup_steps = 2\n", false, 15, 0, 2, 2);
     poly_check(3, 40, "schedule = poly\npower = 2\naccumulate = 3\nwarmup_steps = 2\n", true, 12, 0, 2, 2);
     poly_check(3, 40, "schedule = linear\ntotal_steps = 100\nwarmup_steps = 7\n", false, 100, 0, 1, 7);
+    /* T's count of batches under ddp: each rank's padded shard of ceil(n / world) samples, the same on every rank */
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, false, 2, 0, true), 9);  /* 257 samples */
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, false, 2, 1, true), 9);
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, true, 2, 1, true), 8);
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, true, 1, 0, true), 16);
     /* a warmup as long as the run: warmup, then min_lr */
     poly_check(1, 32, "schedule = linear\nwarmup_steps = 20\nmin_lr = 0.003\n", false, 16, 0.003, 1, 20);
 }
