@@ -209,6 +209,12 @@ double glia__loader_bytes(const struct glia__dataset *d, const struct glia__load
     return *buffers * (4.0 * (double)slot_floats(d, o) + 4.0 * o->batch);
 }
 
+int64_t glia__loader_batches(int64_t n, int batch, bool drop_last, int world, int rank, bool pad)
+{
+    int64_t local = world <= 1 ? n : pad ? (n + world - 1) / world : (n - rank + world - 1) / world;
+    return drop_last ? local / batch : (local + batch - 1) / batch;
+}
+
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o)
 {
@@ -234,9 +240,7 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->group_batches = o->group_batches > 0 ? o->group_batches : 1;
     L->pad_multiple = o->pad_multiple > 0 ? o->pad_multiple : 1;
     L->max_len = max_len_of(d, o);
-    int64_t local = L->world == 1 ? d->n : L->pad ? (d->n + L->world - 1) / L->world
-                                                  : (d->n - L->rank + L->world - 1) / L->world;
-    L->n_batches_per_epoch = o->drop_last ? local / o->batch : (local + o->batch - 1) / o->batch;
+    L->n_batches_per_epoch = glia__loader_batches(d->n, o->batch, o->drop_last, L->world, L->rank, L->pad);
     for (int c = 0; c < d->channels && !d->tokens; c++)
         for (int v = 0; v < 256; v++) L->table[c][v] = ((float)v / 255.0f - o->norm.mean[c]) / o->norm.std[c];
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n + L->world));  /* room for the padding (group) */

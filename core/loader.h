@@ -79,6 +79,11 @@ void glia__augment_sample(const uint8_t *img, int channels, int rows, int cols, 
  * their size: glia__loader_bytes). */
 glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, const struct glia__dataset *d,
                               const struct glia__loader_options *o);
+/* The batches an epoch has on rank `rank` of `world` for n samples (pad: the DistributedSampler padding, every rank
+ * ceil(n / world) samples): what glia__loader_init sets n_batches_per_epoch to, and what the lr schedules that
+ * need a run's number of optimizer steps count from before any loader exists. */
+int64_t glia__loader_batches(int64_t n, int batch, bool drop_last, int world, int rank, bool pad);
+
 /* The bytes of the batch buffers glia__loader_init allocates for d and o, and how many buffers. */
 double glia__loader_bytes(const struct glia__dataset *d, const struct glia__loader_options *o, int *buffers);
 /* Start an epoch (1-based) at batch first_batch (0 normally; later when resuming): the order

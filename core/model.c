@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "loader.h"
 #include "parts.h"
 
 /* ---- paths ---- */
@@ -201,7 +202,9 @@ static glia_status setup_optimizer(struct glia_model *m)
     m->trainer.epochs = (int)glia_section_int(t, "epochs");
     m->trainer.lr = glia_section_float(t, "lr");
     const char *sched = glia_section_str(t, "schedule");
-    m->trainer.schedule = !strcmp(sched, "step") ? GLIA__SCHED_STEP : !strcmp(sched, "cosine") ? GLIA__SCHED_COSINE : GLIA__SCHED_CONSTANT;
+    m->trainer.schedule = !strcmp(sched, "step") ? GLIA__SCHED_STEP : !strcmp(sched, "cosine") ? GLIA__SCHED_COSINE
+                        : !strcmp(sched, "poly") ? GLIA__SCHED_POLY : !strcmp(sched, "linear") ? GLIA__SCHED_LINEAR
+                        : GLIA__SCHED_CONSTANT;
     m->trainer.gamma = glia_section_float(t, "gamma");
     m->trainer.step_epochs = (int)glia_section_int(t, "step_epochs");
     m->trainer.min_lr = glia_section_float(t, "min_lr");
@@ -218,6 +221,40 @@ static glia_status setup_optimizer(struct glia_model *m)
         return GLIA_ENOMEM;
     return GLIA_OK;
 }
+/* [train] schedule = poly | linear: the exponent, and T, the optimizer steps the decay spans: total_steps, else
+ * epochs x the updates an epoch of the training set makes (its batches as the loader counts them, drop_last and
+ * ddp's padded shard included, in groups of accumulate, an epoch ending with an update). After glia__load_data: a
+ * number the data alone decides, known before any loader exists, so glia_model_step follows it too. power and
+ * total_steps are refused with the schedules that do not read them, so that a setting that changes nothing is
+ * said. A dp replica takes its model's. */
+static glia_status setup_schedule(struct glia_model *m)
+{
+    struct glia_section *t = glia__config_find(m->cfg, "train");
+    const char *sched = glia_section_str(t, "schedule");
+    bool poly = !strcmp(sched, "poly"), linear = !strcmp(sched, "linear");
+    if (glia__section_entry(t, "power") && !poly)
+        return glia_section_error(t, "power", GLIA_ECONFIG, "'power' applies to schedule = poly, not %s%s", sched,
+                                  linear ? " (which is poly with power 1)" : "");
+    if (glia__section_entry(t, "total_steps") && !poly && !linear)
+        return glia_section_error(t, "total_steps", GLIA_ECONFIG, "'total_steps' applies to schedule = poly or linear, "
+                                  "not %s", sched);
+    if (!poly && !linear) return GLIA_OK;
+    m->trainer.power = poly ? glia_section_float(t, "power") : 1.0;
+    if (m->dist.like) return m->trainer.total_steps = m->dist.like->trainer.total_steps, GLIA_OK;
+    if ((m->trainer.total_steps = glia_section_int(t, "total_steps")) > 0) return GLIA_OK;
+    int64_t batches = glia__loader_batches(m->data.train.n, m->data.batch, m->data.drop_last, m->dist.world,
+                                           m->dist.rank, true);
+    int64_t updates = (batches + m->trainer.accumulate - 1) / m->trainer.accumulate;
+    if (updates < 1)
+        return glia_section_error(t, "schedule", GLIA_ECONFIG, "schedule = %s decays over the run's optimizer steps, "
+                                  "and the training set has no batch to count them by: set total_steps", sched);
+    if (updates > INT64_MAX / m->trainer.epochs)
+        return glia_section_error(t, "epochs", GLIA_ECONFIG, "%d epochs of %lld optimizer steps overflow the step count "
+                                  "of schedule = %s: set total_steps", m->trainer.epochs, (long long)updates, sched);
+    m->trainer.total_steps = (int64_t)m->trainer.epochs * updates;
+    return GLIA_OK;
+}
+
 /* [distributed]: the mode, and for ddp the communicator (rank, world) and per-rank log. */
 static glia_status setup_distributed(struct glia_model *m)
 {
@@ -361,6 +398,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) st = setup_distributed(m);
     if (!st) st = setup_optimizer(m);
     if (!st) st = glia__load_data(m);
+    if (!st) st = setup_schedule(m);
     for (int i = 0; i < cfg->n_sections && !st; i++)
         if (!glia__is_reserved(cfg->sections[i]->name)) st = glia__declare_layer(m, cfg->sections[i]);
     struct glia_section *graph = st ? NULL : glia__config_section(cfg, "graph");

@@ -36,7 +36,8 @@ bool glia__scaler_update_every(struct glia__scaler *s, double sumsq, int64_t gro
 #define GLIA__SCALER_STATE_WORDS (sizeof(struct glia_loss_scaler) / 8)
 #define GLIA__SCALER_DEV_WORDS (GLIA__SCALER_STATE_WORDS + 2 + GLIA__SCALER_ROWS * GLIA__STEP_DEV_WORDS)
 
-enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE };
+enum glia__schedule { GLIA__SCHED_CONSTANT = 0, GLIA__SCHED_STEP, GLIA__SCHED_COSINE, GLIA__SCHED_POLY,
+                     GLIA__SCHED_LINEAR /* poly with power 1 */ };
 enum glia__dist_mode { GLIA__DIST_NONE = 0, GLIA__DIST_DP, GLIA__DIST_DDP };
 /* [data] resident: where training batches are made (core/act.c) */
 enum glia__resident_mode { GLIA__RESIDENT_AUTO = 0, GLIA__RESIDENT_ON, GLIA__RESIDENT_OFF };
@@ -232,6 +233,8 @@ struct glia__model_trainer {
     bool decay_1d;                   /* [train] weight_decay_1d */
     int step_epochs, accumulate;
     int64_t warmup_steps;
+    double power;                    /* poly: the decay's exponent (linear: 1) */
+    int64_t total_steps;             /* poly: the run's optimizer steps T, the decay's end (0: other schedules) */
     int64_t step;                    /* optimizer steps taken */
     struct glia__scaler scaler;      /* precision = fp16; else its scale stays 1 */
     bool profiling;

@@ -95,11 +95,17 @@ static const struct glia_key train_keys[] = {
     GLIA_KEY("epochs", GLIA_KEY_INT, "1", "passes over the training set", .min = 1, .max = 1e9),
     GLIA_KEY("optimizer", GLIA_KEY_STRING, "sgd", "optimizer plugin; its keys go in [optimizer]"),
     GLIA_KEY("lr", GLIA_KEY_FLOAT, "0.01", "base learning rate", .min = 0, .max = 1e6),
-    GLIA_KEY("schedule", GLIA_KEY_ENUM, "constant", "learning-rate schedule over epochs", .choices = "constant|step|cosine"),
+    GLIA_KEY("schedule", GLIA_KEY_ENUM, "constant", "learning-rate schedule: step and cosine per epoch, poly and linear "
+             "per optimizer step", .choices = "constant|step|cosine|poly|linear"),
     GLIA_KEY("gamma", GLIA_KEY_FLOAT, "0.1", "step: multiply lr by gamma every step_epochs epochs", .min = 0, .max = 1e6),
     GLIA_KEY("step_epochs", GLIA_KEY_INT, "1", "step: epochs between decays (StepLR step_size)", .min = 1, .max = 1e9),
-    GLIA_KEY("min_lr", GLIA_KEY_FLOAT, "0", "cosine: the lr reached after the last epoch", .min = 0, .max = 1e6),
+    GLIA_KEY("min_lr", GLIA_KEY_FLOAT, "0", "cosine: the lr of the last epoch's end; poly, linear: the lr from step total_steps on",
+             .min = 0, .max = 1e6),
     GLIA_KEY("warmup_steps", GLIA_KEY_INT, "0", "linear warmup over the first N optimizer steps (lr * k/N)", .min = 0, .max = 1e12),
+    GLIA_KEY("power", GLIA_KEY_FLOAT, "1", "poly: (lr - min_lr) * (1 - (k-W)/(T-W))^power + min_lr after the warmup W", .min = 0,
+             .max = 1e3),
+    GLIA_KEY("total_steps", GLIA_KEY_INT, "0", "poly, linear: the optimizer steps T the decay ends at (0: epochs x the "
+             "optimizer steps an epoch of the training set makes)", .min = 0, .max = 1e15),
     GLIA_KEY("clip_grad_norm", GLIA_KEY_FLOAT, "0", "scale gradients so their global L2 norm is at most this (0: off)", .min = 0, .max = 1e30),
     GLIA_KEY("accumulate", GLIA_KEY_INT, "1", "micro-batches per optimizer step (gradients averaged)", .min = 1, .max = 1e6),
     GLIA_KEY("weight_decay_1d", GLIA_KEY_BOOL, "on", "off: the optimizer's weight_decay skips 1-D parameters (biases, "

@@ -147,8 +147,16 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     if (m->data.train.tokens) snprintf(at, sizeof at, " at the longest length (%d)", m->data.train.cols);
     fprintf(f, "total: %d layers, %lld parameters (%.2f MB fp32), %s FLOPs per sample forward%s\n",
             m->graph.n_nodes, (long long)m->params.wa.n, m->params.wa.n * 4.0 / 1e6, fl, at);
-    static const char *sched[] = {"constant", "step", "cosine"};
-    char shape[64];
+    static const char *sched[] = {"constant", "step", "cosine", "poly", "linear"};
+    char shape[64], how[96];
+    if (m->trainer.schedule == GLIA__SCHED_POLY)  /* the per-step decays say where they end */
+        snprintf(how, sizeof how, "poly power %g to %g at step %lld, warmup %lld", m->trainer.power, m->trainer.min_lr,
+                 (long long)m->trainer.total_steps, (long long)m->trainer.warmup_steps);
+    else if (m->trainer.schedule == GLIA__SCHED_LINEAR)
+        snprintf(how, sizeof how, "linear to %g at step %lld, warmup %lld", m->trainer.min_lr,
+                 (long long)m->trainer.total_steps, (long long)m->trainer.warmup_steps);
+    else
+        snprintf(how, sizeof how, "%s", sched[m->trainer.schedule]);
     if (m->data.train.tokens)
         snprintf(shape, sizeof shape, "token sequences up to %d%s", m->data.train.cols,
                  m->data.group_by_length ? ", grouped by length" : "");
@@ -157,6 +165,6 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     else
         snprintf(shape, sizeof shape, "%dx%d", m->data.train.rows, m->data.train.cols);
     fprintf(f, "data: %lld training samples, %lld test samples, %s, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
-            (long long)m->data.train.n, (long long)m->data.test.n, shape, m->data.n_classes, m->trainer.opt.type->name, m->trainer.lr, sched[m->trainer.schedule],
+            (long long)m->data.train.n, (long long)m->data.test.n, shape, m->data.n_classes, m->trainer.opt.type->name, m->trainer.lr, how,
             m->trainer.epochs);
 }

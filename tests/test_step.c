@@ -329,6 +329,48 @@ static void test_step_tokens(void)
     close_run(&r);
 }
 
+/* schedule = poly and linear under glia_model_step, which has no epochs of its own: T is [train] total_steps, else
+ * what glia_model_train would take (epochs x the updates an epoch of the training set makes). Each step reports the
+ * formula's lr (the next update's when it makes none), and the optimizer uses it: past T at min_lr = 0 the weights
+ * stay as they are. */
+static void test_step_poly(void)
+{
+    make_data();
+    struct run r, p;
+    /* 16 batches of 32 an epoch in updates of 2: T = 2 x 8 = 16 */
+    open_run(&r, model_text("schedule = poly\npower = 2\nwarmup_steps = 3\naccumulate = 2\nmin_lr = 0.001\n"));
+    CU_ASSERT_EQUAL(r.m->trainer.total_steps, 16);
+    for (int k = 0; k < 40; k++) {
+        struct glia_step_result res;
+        CU_ASSERT_EQUAL_FATAL(step_on(&r, k, &res), GLIA_OK);
+        CU_ASSERT_EQUAL(res.updated, k % 2 == 1);
+        int64_t t = res.step + !res.updated;
+        double want = t <= 3 ? 0.05 * (double)t / 3 : t >= 16 ? 0.001 : 0.049 * pow(1 - (double)(t - 3) / 13, 2) + 0.001;
+        if (fabs(res.lr - want) > 1e-12) printf("\n  batch %d step %lld: lr %.17g, want %.17g\n", k, (long long)res.step, res.lr, want);
+        CU_ASSERT_DOUBLE_EQUAL(res.lr, want, 1e-12);
+    }
+    close_run(&r);
+    /* total_steps = 5: linear to 0 at step 5; the steps after it leave the weights unchanged */
+    open_run(&r, model_text("schedule = linear\ntotal_steps = 5\n"));
+    open_run(&p, model_text("schedule = linear\ntotal_steps = 5\n"));
+    CU_ASSERT_EQUAL(r.m->trainer.total_steps, 5);
+    struct glia_step_result res;
+    for (int k = 0; k < 5; k++) {
+        CU_ASSERT_EQUAL_FATAL(step_on(&r, k, &res), GLIA_OK);
+        CU_ASSERT_DOUBLE_EQUAL(res.lr, 0.05 * (1 - (k + 1) / 5.0), 1e-12);
+    }
+    CU_ASSERT_FALSE(same_weights(&r, &p));  /* the steps before moved them */
+    for (int k = 0; k < 4; k++) CU_ASSERT_EQUAL_FATAL(step_on(&p, k, &res), GLIA_OK);
+    CU_ASSERT(same_weights(&r, &p));  /* four steps, as many as five: the fifth, at lr 0, did not move them */
+    for (int k = 5; k < 8; k++) {
+        CU_ASSERT_EQUAL_FATAL(step_on(&r, k, &res), GLIA_OK);
+        CU_ASSERT_EQUAL(res.lr, 0.0);
+    }
+    CU_ASSERT(same_weights(&r, &p));
+    close_run(&r);
+    close_run(&p);
+}
+
 GLIA_TEST_MAIN("step", GLIA_TEST(test_step_equals_training), GLIA_TEST(test_step_reduces_loss),
                GLIA_TEST(test_step_schedule_and_accumulation), GLIA_TEST(test_step_bad_batches),
-               GLIA_TEST(test_step_tokens))
+               GLIA_TEST(test_step_tokens), GLIA_TEST(test_step_poly))

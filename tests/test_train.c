@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "loader.h"
 #include "modelutil.h"
 #include "parts.h"
 #include "roofline.h"
@@ -250,6 +251,144 @@ static void test_lr_schedules(void)
     lr_per_epoch("schedule = step\ngamma = 0.5\nwarmup_steps = 64\n", 2, lr);
     CU_ASSERT_DOUBLE_EQUAL(lr[0], 0.05 * 16 / 64, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(lr[1], 0.025 * 32 / 64, 1e-12);
+}
+
+static char *summary_of(const struct glia_model *m);
+
+/* schedule = poly | linear: lr at optimizer step t (1-based) of T after a warmup of w steps, the formula of
+ * docs/model.md written out again. */
+static double poly_want(double lr, double min_lr, double power, int64_t w, int64_t T, int64_t t)
+{
+    if (t <= w) return lr * (double)t / (double)w;
+    if (t > T) return min_lr;
+    return (lr - min_lr) * pow(1.0 - (double)(t - w) / (double)(T - w), power) + min_lr;
+}
+
+/* variant(epochs, batch, train_extra) with [data] drop_last = on when drop_last (in variant's buffer). */
+static const char *variant_drop(int epochs, int batch, const char *train_extra, bool drop_last)
+{
+    char *text = (char *)variant(epochs, batch, train_extra, ""), *at = strstr(text, "mean = 0.2\n");
+    const char *add = "drop_last = on\n";
+    if (drop_last && at && strlen(text) + strlen(add) < 4096) {
+        memmove(at + strlen(add), at, strlen(at) + 1);
+        memcpy(at, add, strlen(add));
+    }
+    return text;
+}
+
+/* The model of variant_drop(epochs, batch, train_extra, drop_last) built: its T and its lr at steps 1 .. 3T/2
+ * against poly_want. */
+static void poly_check(int epochs, int batch, const char *train_extra, bool drop_last, int64_t T, double min_lr,
+                       double power, int64_t w)
+{
+    struct run r;
+    open_run(&r, variant_drop(epochs, batch, train_extra, drop_last));
+    CU_ASSERT_EQUAL(r.m->trainer.total_steps, T);
+    for (int64_t t = 1; t <= T + T / 2; t++) {
+        double got = glia__model_lr(r.m, 1 + (int)((t - 1) * epochs / T), t), want = poly_want(0.05, min_lr, power, w, T, t);
+        if (fabs(got - want) > 1e-12) printf("\n  %s: step %lld: lr %.17g, want %.17g\n", train_extra, (long long)t, got, want);
+        CU_ASSERT_DOUBLE_EQUAL(got, want, 1e-12);
+    }
+    close_run(&r);
+}
+
+/* poly and linear decay per optimizer step over T = epochs x the updates an epoch makes, the warmup their own first
+ * part (transformers' get_polynomial_decay_schedule_with_warmup): chosen steps by hand, then every step of runs with
+ * and without warmup, power 1 and 2, min_lr, accumulate and drop_last, and past T. */
+static void test_lr_poly(void)
+{
+    make_data();
+    struct run r;
+    /* 512 samples / 32 = 16 steps an epoch, T = 32: linear to 0 */
+    open_run(&r, variant(2, 32, "schedule = linear\n", ""));
+    CU_ASSERT_EQUAL(r.m->trainer.total_steps, 32);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 1, 1), 0.05 * 31 / 32, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 1, 16), 0.025, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 32), 0.0, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 33), 0.0, 1e-15);
+    char *sum = summary_of(r.m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, "optimizer sgd, lr 0.05 (linear to 0 at step 32, warmup 0), 2 epochs"));
+    free(sum);
+    close_run(&r);
+    /* power 2 to 0.01 after 8 warmup steps: up to 0.05 at step 8, half way through the decay at step 20 */
+    open_run(&r, variant(2, 32, "schedule = poly\npower = 2\nmin_lr = 0.01\nwarmup_steps = 8\n", ""));
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 1, 1), 0.05 / 8, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 1, 4), 0.025, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 1, 8), 0.05, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 20), 0.01 + 0.04 * 0.25, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 32), 0.01, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(glia__model_lr(r.m, 2, 100), 0.01, 1e-15);
+    close_run(&r);
+    poly_check(2, 32, "schedule = linear\n", false, 32, 0, 1, 0);
+    poly_check(3, 32, "schedule = linear\nwarmup_steps = 10\nmin_lr = 0.001\n", false, 48, 0.001, 1, 10);
+    poly_check(2, 32, "schedule = poly\npower = 2\n", false, 32, 0, 2, 0);
+    poly_check(2, 32, "schedule = poly\npower = 0.5\nwarmup_steps = 5\nmin_lr = 0.002\n", false, 32, 0.002, 0.5, 5);
+    /* batch 40: 13 batches an epoch (12 with drop_last), in updates of 3: 5 (4) an epoch, the last of 1 (none) */
+    poly_check(3, 40, "schedule = poly\npower = 2\naccumulate = 3\nwarmup_steps = 2\n", false, 15, 0, 2, 2);
+    poly_check(3, 40, "schedule = poly\npower = 2\naccumulate = 3\nwarmup_steps = 2\n", true, 12, 0, 2, 2);
+    poly_check(3, 40, "schedule = linear\ntotal_steps = 100\nwarmup_steps = 7\n", false, 100, 0, 1, 7);
+    /* T's count of batches under ddp: each rank's padded shard of ceil(n / world) samples, the same on every rank */
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, false, 2, 0, true), 9);  /* 257 samples */
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, false, 2, 1, true), 9);
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, true, 2, 1, true), 8);
+    CU_ASSERT_EQUAL(glia__loader_batches(513, 32, true, 1, 0, true), 16);
+    /* a warmup as long as the run: warmup, then min_lr */
+    poly_check(1, 32, "schedule = linear\nwarmup_steps = 20\nmin_lr = 0.003\n", false, 16, 0.003, 1, 20);
+}
+
+/* The lr training uses follows poly: each epoch's lr (its last update's) in the results and the metrics file, with
+ * accumulate and drop_last, equals the formula at that step; the other schedules are not changed by the new keys'
+ * defaults (test_lr_schedules). */
+static void test_lr_poly_training(void)
+{
+    make_data();
+    /* batch 40, drop_last, accumulate 3: 4 updates an epoch, T = 12 over 3 epochs, warmup 2 */
+    const char *extra = "schedule = poly\npower = 2\nmin_lr = 0.001\naccumulate = 3\nwarmup_steps = 2\n"
+                        "metrics = %s/poly.jsonl\n";
+    char train[1024], path[600];
+    snprintf(train, sizeof train, extra, dir);
+    snprintf(path, sizeof path, "%s/poly.jsonl", dir);
+    remove(path);
+    struct run r;
+    struct glia_epoch_result res[3] = GLIA_TEST_RESULTS;
+    open_run(&r, variant_drop(3, 40, train, true));
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, res, 3), GLIA_OK);
+    CU_ASSERT_EQUAL(r.m->trainer.step, 12);
+    close_run(&r);
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    char line[2048];
+    int e = 0;
+    while (fgets(line, sizeof line, f) && e < 3) {
+        long long step;
+        double lr;
+        const char *p = strstr(line, "\"step\": ");
+        CU_ASSERT_FATAL(p && sscanf(p, "\"step\": %lld, \"lr\": %lf", &step, &lr) == 2);
+        double want = poly_want(0.05, 0.001, 2, 2, 12, 4 * (e + 1));
+        CU_ASSERT_EQUAL(step, 4 * (e + 1));
+        CU_ASSERT_DOUBLE_EQUAL(res[e].lr, want, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(lr, want, 1e-8);  /* written with 9 digits */
+        e++;
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL(e, 3);
+    CU_ASSERT_DOUBLE_EQUAL(res[2].lr, 0.001, 1e-15);  /* the last step, T, is at min_lr */
+}
+
+/* Bad poly/linear keys: one line naming the file, the line, [train] and the key. */
+static void test_lr_poly_errors(void)
+{
+    make_data();
+    /* variant's [train] extra lines start at line 15 */
+    expect_build_error(variant(2, 32, "schedule = polynomial\n", ""),
+                       "t.ini:15: [train] schedule: expected one of constant, step, cosine, poly, linear, got 'polynomial'");
+    expect_build_error(variant(2, 32, "power = 2\nschedule = linear\n", ""),
+                       "t.ini:15: [train] power: 'power' applies to schedule = poly, not linear (which is poly with power 1)");
+    expect_build_error(variant(2, 32, "power = 2\n", ""), "t.ini:15: [train] power: 'power' applies to schedule = poly, not constant");
+    expect_build_error(variant(2, 32, "schedule = cosine\ntotal_steps = 10\n", ""),
+                       "t.ini:16: [train] total_steps: 'total_steps' applies to schedule = poly or linear, not cosine");
+    expect_build_error(variant(2, 32, "schedule = poly\npower = -1\n", ""), "t.ini:16: [train] power:");
+    expect_build_error(variant(2, 32, "schedule = poly\ntotal_steps = -3\n", ""), "t.ini:16: [train] total_steps:");
 }
 
 /* distance between the weights before and after one epoch */
@@ -1051,6 +1190,49 @@ static void test_resume_nothing_left(void)
     if (strcmp(out, said)) printf("\n  got: %s", out);
     CU_ASSERT_STRING_EQUAL(out, said);
     free(out);
+}
+
+/* share/glia/examples/fmnist-resnet-large-batch.ini builds (what glia check does) with `sets` on the CPU, and its
+ * summary holds `want`. */
+static void large_batch_example(const char *const *sets, const char *want)
+{
+    struct run r;
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/fmnist-resnet-large-batch.ini"), &r.cfg) == GLIA_OK);
+    CU_ASSERT(glia_config_set(r.cfg, "runtime.device=cpu") == GLIA_OK);
+    for (int i = 0; sets[i]; i++) CU_ASSERT(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_EQUAL(r.m->data.batch, 4096);
+    CU_ASSERT_STRING_EQUAL(r.m->trainer.opt.type->name, "sgd");
+    char *sum = summary_of(r.m);
+    if (!strstr(sum, want)) printf("\n  summary has no '%s':\n%s", want, sum);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+    free(sum);
+    close_run(&r);
+}
+
+/* The large-batch example: batch 4096, poly decay after two epochs of warmup, sgd with Nesterov momentum; on IDX
+ * files of 9000 28x28 samples (2 steps an epoch with drop_last, T = 60), and on Fashion-MNIST when it is installed
+ * (14 steps an epoch, T = 420). */
+static void test_large_batch_example(void)
+{
+    char d[512], a[4][600];
+    CU_ASSERT_FATAL(glia_test_idx_set(d, sizeof d, "large-batch", 9000, 100, 28, 10, 3) == 0);
+    const char *files[4] = {"tri", "trl", "tei", "tel"}, *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+    for (int i = 0; i < 4; i++) snprintf(a[i], sizeof a[i], "data.%s=%s/%s", keys[i], d, files[i]);
+    const char *small[] = {a[0], a[1], a[2], a[3], NULL};
+    large_batch_example(small, "optimizer sgd, lr 1.6 (poly power 2 to 0 at step 60, warmup 28), 30 epochs");
+    FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
+    if (!f) {
+        printf("(Fashion-MNIST not installed: apt-get install dataset-fashion-mnist) ");
+        return;
+    }
+    fclose(f);
+    const char *none[] = {NULL};
+    large_batch_example(none, "60000 training samples, 10000 test samples, 28x28, 10 classes; optimizer sgd, lr 1.6 "
+                              "(poly power 2 to 0 at step 420, warmup 28), 30 epochs");
 }
 
 static void test_fashion_mnist_subset(void)
@@ -2211,7 +2393,7 @@ static void test_resident_config_errors(void)
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
-               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
+               GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
                GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),

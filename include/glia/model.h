@@ -129,7 +129,9 @@ struct glia_step_result {
 /* One training step on batch b: the step glia_model_train runs for each batch (forward, backward, and with
  * [train] accumulate = k after every k-th batch the update: loss scaling, clipping, the optimizer at the
  * schedule's learning rate, dp and ddp, [runtime] cuda_graph), on the caller's data. The model's step counter
- * advances as in training (warmup_steps and a later glia_model_train's max_steps and checkpoints count it); it
+ * advances as in training (warmup_steps, schedule = poly | linear, whose decay ends at [train] total_steps, by
+ * default the optimizer steps glia_model_train would take, and a later glia_model_train's max_steps and
+ * checkpoints count it); it
  * writes no checkpoint and no metrics, and ignores max_steps and stop requests. Under ddp every rank calls it
  * with its own batch; the first call checks the ranks and gives them rank 0's weights, as training does.
  * r (may be NULL) gets what happened; the loss is read after this batch's forward, so the call waits for the
