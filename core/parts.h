@@ -383,11 +383,15 @@ void glia__model_release_activations(struct glia_model *m);
 /* Frees the CUDA graphs of [runtime] cuda_graph (core/train.c). */
 void glia__model_free_graphs(struct glia_model *m);
 /* [runtime] cuda_graph with fp16's loss scaler on the device: the outcomes of the updates launched so far (step,
- * learning rate, scaler) read into the trainer, waiting for the device (core/train.c); nothing to do otherwise. */
+ * learning rate, scaler) read into the trainer, waiting for the device (core/scaler.c); nothing to do otherwise. */
 glia_status glia__scaler_settle(struct glia_model *m);
+/* The same for all but the last `keep` updates launched. */
+glia_status glia__scaler_drain(struct glia_model *m, int keep);
 /* The same where the step count decides something after this update ([train] max_steps or checkpoint_every may be
  * reached, a stop was requested); else the outcomes stay unread. */
 glia_status glia__steps_settle(struct glia_model *m);
+/* After a replay of an update at `epoch`: the device scaler's state downloaded, for glia__scaler_drain to read. */
+glia_status glia__scaler_outcome(struct glia_model *m, int epoch);
 
 /* ---- activation memory (core/memplan.c) ---- */
 /* Offsets off[i] (floats, multiples of GLIA__ARENA_ALIGN) for n buffers of size[i] floats (0: none, offset 0), each
@@ -452,7 +456,7 @@ void glia__init_values(float *dst, int64_t n, struct glia_param_init init, uint6
 /* Fill dst with the initial values of l's parameter p: its declared init drawn from seed, then
  * adjusted by the layer's init_param slot when it has one. */
 void glia__init_param(const struct glia_layer *l, int p, float *dst, uint64_t seed);
-/* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based). */
+/* The learning rate of optimizer step `step` (1-based) in epoch `epoch` (1-based) (core/schedule.c). */
 double glia__model_lr(const struct glia_model *m, int epoch, int64_t step);
 
 /* ---- data-parallel training (core/ddp.c) ---- */

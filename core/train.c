@@ -1,6 +1,7 @@
 /* core/train.c — the training step: forward, layer-level backward (with recomputation), unscaling and clipping, the
  * optimizer, DataParallel's devices, CUDA graph replays, the loss read a step late; and evaluation. Not the loop of
- * epochs (core/run.c), nor steps driven from outside (core/step.c), nor the activations' memory (core/act.c). */
+ * epochs (core/run.c), nor steps driven from outside (core/step.c), nor the activations' memory (core/act.c), nor the
+ * learning-rate schedules (core/schedule.c) or the loss scaler's rule and device bookkeeping (core/scaler.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -152,35 +153,6 @@ static glia_status backward(struct glia_model *m)
     return GLIA_OK;
 }
 
-/* schedule = poly | linear at optimizer step t (1-based) of T, warmup W, as transformers'
- * get_polynomial_decay_schedule_with_warmup's factor at t: lr * t/W up to W, then (lr - min_lr) * (1 - (t-W)/(T-W))^power
- * + min_lr, which reaches min_lr at step T and stays there past it. The warmup is the schedule's own first part here,
- * not a factor on top of it. */
-static double poly_lr(const struct glia__model_trainer *tr, int64_t t)
-{
-    int64_t w = tr->warmup_steps, T = tr->total_steps;
-    if (w > 0 && t <= w) return tr->lr * (double)t / (double)w;
-    if (t >= T) return tr->min_lr;  /* also when W >= T: no steps left to decay over */
-    return (tr->lr - tr->min_lr) * pow(1.0 - (double)(t - w) / (double)(T - w), tr->power) + tr->min_lr;
-}
-
-double glia__model_lr(const struct glia_model *m, int epoch, int64_t step)
-{
-    if (m->trainer.schedule >= GLIA__SCHED_POLY) return poly_lr(&m->trainer, step);
-    double lr = m->trainer.lr;
-    switch (m->trainer.schedule) {
-    case GLIA__SCHED_POLY:
-    case GLIA__SCHED_LINEAR: break;  /* above */
-    case GLIA__SCHED_CONSTANT: break;
-    case GLIA__SCHED_STEP: lr *= pow(m->trainer.gamma, (double)((epoch - 1) / m->trainer.step_epochs)); break;
-    case GLIA__SCHED_COSINE:
-        lr = m->trainer.min_lr + (m->trainer.lr - m->trainer.min_lr) * 0.5 * (1.0 + cos(M_PI * (double)(epoch - 1) / (double)m->trainer.epochs));
-        break;
-    }
-    if (m->trainer.warmup_steps > 0 && step <= m->trainer.warmup_steps) lr *= (double)step / (double)m->trainer.warmup_steps;
-    return lr;
-}
-
 /* Sum of squares of the gradient arena, in double (non-finite when any gradient is). */
 static glia_status grad_sumsq(struct glia_model *m, double *out)
 {
@@ -191,26 +163,6 @@ static glia_status grad_sumsq(struct glia_model *m, double *out)
 static glia_status grad_scale(struct glia_model *m, float c)
 {
     return glia_backend_scale_f32(m->backend, m->params.g->data, (size_t)m->params.wa.len, c);
-}
-
-bool glia__scaler_update(struct glia__scaler *s, double sumsq)
-{
-    return glia__scaler_update_every(s, sumsq, GLIA__SCALER_GROWTH);
-}
-
-bool glia__scaler_update_every(struct glia__scaler *s, double sumsq, int64_t growth)
-{
-    if (!isfinite(sumsq)) {
-        s->skipped++;
-        s->clean = 0;
-        s->scale *= 0.5;
-        return false;
-    }
-    if (++s->clean >= growth) {
-        s->clean = 0;
-        s->scale *= 2.0;
-    }
-    return true;
 }
 
 /* The gradients were computed for the loss times the loss scale. Unscale them, and clip them so
@@ -630,59 +582,13 @@ static glia_status replay_words(struct glia_model *m, const struct glia__graph *
     return GLIA_OK;
 }
 
-/* fp16's loss scaler on the device: the oldest update whose outcome is unread, read into the trainer once its
- * download is done (the step count, the learning rate of a step taken, the scaler), as glia__optimizer_step would
- * have left them. */
-static glia_status scaler_read(struct glia_model *m)
-{
-    struct glia__model_trainer *t = &m->trainer;
-    int i = t->scaler_first;
-    glia_status st = glia_backend_wait_copy(m->backend, t->scaler_ticket[i], true);
-    t->scaler_first = (i + 1) % GLIA__SCALER_ROWS;
-    t->scaler_pending--;
-    if (st) return st;
-    const struct glia_loss_scaler *d = &t->scaler_host[i];
-    if (d->step != t->step + !d->found_inf)
-        return glia_error(m->ctx, GLIA_EINTERNAL, "fp16: the loss scaler on the device is at step %lld, the host at %lld",
-                          (long long)d->step, (long long)t->step);
-    if (d->found_inf)
-        glia_log(m->ctx, GLIA_LOG_DEBUG, "fp16: non-finite gradients after step %lld; loss scale now %g",
-                 (long long)t->step, d->scale);
-    else {
-        t->cur_lr = glia__model_lr(m, t->scaler_epoch[i], d->step);
-        t->graph_updates++;
-    }
-    t->step = d->step;
-    t->scaler = (struct glia__scaler){d->scale, d->clean, d->skipped};
-    return GLIA_OK;
-}
-
-/* Read the outcomes of all but the last `keep` updates launched. */
-static glia_status scaler_drain(struct glia_model *m, int keep)
-{
-    glia_status st = GLIA_OK;
-    while (!st && m->trainer.scaler_pending > keep) st = scaler_read(m);
-    return st;
-}
-
-glia_status glia__scaler_settle(struct glia_model *m) { return scaler_drain(m, 0); }
-
-glia_status glia__steps_settle(struct glia_model *m)
-{
-    const struct glia__model_trainer *t = &m->trainer;
-    int64_t lo = t->step, hi = t->step + t->scaler_pending, ce = t->checkpoint_every;
-    bool due = t->stop_requested || (t->max_steps > 0 && hi >= t->max_steps) ||
-               (ce > 0 && (lo % ce == 0 || hi / ce != lo / ce));  /* a step count it may be is a checkpoint's */
-    return t->scaler_pending && due ? glia__scaler_settle(m) : GLIA_OK;
-}
-
 /* What a replay of g at epoch is handed with fp16's loss scaler on the device, written into scaler_dev: a row for
  * each step count the device may be at (T = trainer.step .. T + P, P updates unread): the step, and with the update
  * the optimizer's scalars of the step after it; with P = 0 the host's scaler state before them (it is exact). */
 static glia_status scaler_rows(struct glia_model *m, const struct glia__graph *g, int epoch)
 {
     struct glia__model_trainer *t = &m->trainer;
-    glia_status st = t->scaler_pending >= GLIA__SCALER_ROWS ? scaler_drain(m, GLIA__SCALER_ROWS - 1) : GLIA_OK;
+    glia_status st = t->scaler_pending >= GLIA__SCALER_ROWS ? glia__scaler_drain(m, GLIA__SCALER_ROWS - 1) : GLIA_OK;
     if (st) return st;
     int64_t words[GLIA__SCALER_DEV_WORDS] = {0};
     int S = (int)GLIA__SCALER_STATE_WORDS, W = t->scaler_words, P = t->scaler_pending;
@@ -709,20 +615,6 @@ static glia_status scaler_rows(struct glia_model *m, const struct glia__graph *g
     return st;
 }
 
-/* After a replay of an update with fp16's loss scaler on the device: the scaler's state downloaded for the host to
- * read later (scaler_read). */
-static glia_status scaler_outcome(struct glia_model *m, int epoch)
-{
-    struct glia__model_trainer *t = &m->trainer;
-    int i = (t->scaler_first + t->scaler_pending) % GLIA__SCALER_ROWS;
-    glia_status st = glia_backend_download(m->backend, &t->scaler_host[i], t->scaler_dev->data,
-                                           sizeof(struct glia_loss_scaler), &t->scaler_ticket[i]);
-    if (st) return st;
-    t->scaler_epoch[i] = epoch;
-    t->scaler_pending++;
-    return GLIA_OK;
-}
-
 /* One launch of g's graph for this step (at epoch's learning rate when it updates). */
 static glia_status graph_replay(struct glia_model *m, struct glia__graph *g, int epoch)
 {
@@ -738,7 +630,7 @@ static glia_status graph_replay(struct glia_model *m, struct glia__graph *g, int
         if (!st) st = glia_backend_write(b, m->trainer.step_dev->data, words, n);
     }
     if (!st) st = glia_backend_graph_launch(b, g->exec);
-    if (!st && g->upd && m->trainer.dev_scaler) st = scaler_outcome(m, epoch);
+    if (!st && g->upd && m->trainer.dev_scaler) st = glia__scaler_outcome(m, epoch);
     if (st) return glia_error(m->ctx, st, "cuda_graph: replaying the training pass of a batch of %lld failed: %s",
                               (long long)g->n, glia_context_error(m->ctx));
     m->trainer.graph_replays++;
@@ -885,7 +777,7 @@ glia_status glia__train_step(struct glia_model *m, int64_t nb, int epoch, int64_
     if (!st && update && !updated) st = glia__optimizer_step(m, epoch);
     if (!st && lagged) {  /* the previous step's loss and update, while this one runs; then start this one's loss */
         st = loss_drain(m, lag, epoch, got);
-        if (!st) st = scaler_drain(m, updated && m->trainer.dev_scaler);
+        if (!st) st = glia__scaler_drain(m, updated && m->trainer.dev_scaler);
         if (!st) st = lagged_start(m, lag, k, nb);
     }
     return st;
