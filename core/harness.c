@@ -98,18 +98,25 @@ static void fill_value(struct glia_tensor *t, float v)
     for (int64_t i = 0; i < glia_tensor_numel(t); i++) d[i] = v;
 }
 
-/* A new f32 tensor of shape s in format f (channels_last applies to 4-D shapes only). */
-static glia_status new_as(struct glia_backend *b, const struct glia_shape *s, enum glia_memory_format f,
-                          struct glia_tensor **out)
+/* A new tensor of element type dt and shape s in format f (channels_last applies to 4-D shapes only). */
+static glia_status new_typed(struct glia_backend *b, enum glia_dtype dt, const struct glia_shape *s,
+                             enum glia_memory_format f, struct glia_tensor **out)
 {
-    if (f == GLIA_CONTIGUOUS || s->ndim != 4) return glia_tensor_new(b, GLIA_F32, s, out);
+    if (f == GLIA_CONTIGUOUS || s->ndim != 4) return glia_tensor_new(b, dt, s, out);
     struct glia_shape flat = glia_shape_make(1, (int64_t[]){glia_shape_numel(s)});
     struct glia_tensor *t;
-    glia_status st = glia_tensor_new(b, GLIA_F32, &flat, &t);
+    glia_status st = glia_tensor_new(b, dt, &flat, &t);
     if (st) return st;
     st = glia_tensor_view_as(t, 0, s, f, out);
     glia_tensor_release(t);
     return st;
+}
+
+/* A new f32 tensor of shape s in format f. */
+static glia_status new_as(struct glia_backend *b, const struct glia_shape *s, enum glia_memory_format f,
+                          struct glia_tensor **out)
+{
+    return new_typed(b, GLIA_F32, s, f, out);
 }
 
 /* A new f32 tensor like new_as, with GLIA__GUARD floats of its own on each side for guard values (what a layer
@@ -474,6 +481,7 @@ struct glia_layer_run {
     struct glia_shape in_shape[GLIA__MAX_INPUTS];
     struct glia_tensor *x[GLIA__MAX_INPUTS], *dx[GLIA__MAX_INPUTS], *out, *dout, *labels;
     uint64_t step;                   /* forwards so far: the per-step seed of random layers */
+    enum glia_dtype dt;              /* the element type of the activations: x, dx, out, dout */
 };
 
 glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_device dev, struct glia_backend **out)
@@ -491,6 +499,18 @@ static glia_status upload_f32(struct glia_tensor *t, struct glia_rng *rng, float
     for (int64_t i = 0; i < n; i++) h[i] = rng ? (float)glia__rng_normal(rng) : v;
     glia_status st = glia_tensor_from_host(t, h, glia_tensor_nbytes(t));
     free(h);
+    return st;
+}
+
+/* upload_f32 for a tensor of any float type: the f32 values drawn, then rounded once to t's type on the device. */
+static glia_status upload_any(struct glia_tensor *t, struct glia_rng *rng, float v)
+{
+    if (t->dtype == GLIA_F32) return upload_f32(t, rng, v);
+    struct glia_tensor *f;
+    glia_status st = new_as(glia_tensor_backend(t), &t->shape, glia_tensor_memory_format(t), &f);
+    if (!st) st = upload_f32(f, rng, v);
+    if (!st) st = glia_tensor_convert(t, f, false);
+    glia_tensor_release(f);
     return st;
 }
 
@@ -532,14 +552,14 @@ static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format
     struct glia_rng rng;
     glia__rng_seed(&rng, seed);
     for (int k = 0; k < r->n_in && !st; k++) {
-        st = new_as(r->b, &r->in_shape[k], fmt, &r->x[k]);
-        if (!st) st = new_as(r->b, &r->in_shape[k], fmt, &r->dx[k]);
-        if (!st) st = upload_f32(r->x[k], &rng, 0);
+        st = new_typed(r->b, r->dt, &r->in_shape[k], fmt, &r->x[k]);
+        if (!st) st = new_typed(r->b, r->dt, &r->in_shape[k], fmt, &r->dx[k]);
+        if (!st) st = upload_any(r->x[k], &rng, 0);
     }
-    if (!st) st = new_as(r->b, &os, fmt, &r->out);
+    if (!st) st = new_typed(r->b, r->dt, &os, fmt, &r->out);
     if (st) return st;
     if (!(r->l.type->flags & GLIA_TYPE_LOSS)) {
-        if (!(st = new_as(r->b, &os, fmt, &r->dout))) st = upload_f32(r->dout, &rng, 0);
+        if (!(st = new_typed(r->b, r->dt, &os, fmt, &r->dout))) st = upload_any(r->dout, &rng, 0);
         return st;
     }
     struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
@@ -562,6 +582,12 @@ static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct g
     if (n_in < 1 || n_in > GLIA__MAX_INPUTS)
         return glia_error(ctx, GLIA_EINVAL, "glia_layer_run_new: 1..%d inputs, got %d", GLIA__MAX_INPUTS, n_in);
     glia_status st = glia_layer_run_backend_open(ctx, dev, &r->b);
+    if (!st && r->dt != GLIA_F32 && !glia_backend_can_convert(r->b)) {
+        char d[32];
+        glia_device_str(dev, d, sizeof d);
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "%s keeps activations in f32 (its backend converts no other type), "
+                          "not %s", d, glia_dtype_name(r->dt));
+    }
     if (!st) st = glia_config_parse_string(ctx, "layer.ini", ini, &r->cfg);
     if (st) return st;
     if (r->cfg->n_sections < 1) return glia_error(ctx, GLIA_EINVAL, "glia_layer_run_new: the INI text has no layer section");
@@ -573,6 +599,10 @@ static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct g
     if (fmt != GLIA_CONTIGUOUS && !(rl.kernel->flags & GLIA_KERNEL_CHANNELS_LAST))
         return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s tensors", rl.type->name,
                           rl.kernel->impl, glia_memory_format_name(fmt));
+    if (r->dt != GLIA_F32 && (!(rl.kernel->flags & GLIA_KERNEL_HALF) || (rl.type->flags & GLIA_TYPE_LOSS)))
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s activations%s",
+                          rl.type->name, rl.kernel->impl, glia_dtype_name(r->dt),
+                          rl.type->flags & GLIA_TYPE_LOSS ? " (a loss takes f32)" : " (no GLIA_KERNEL_HALF)");
     r->l = (struct glia_layer){.name = s->name, .type = rl.type, .kernel = rl.kernel, .ctx = ctx, .backend = r->b};
     r->n_in = n_in;
     memcpy(r->in_shape, in, (size_t)n_in * sizeof *in);
@@ -585,10 +615,21 @@ glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct
                                const struct glia_shape *in, int n_in, enum glia_memory_format fmt, uint64_t seed,
                                struct glia_layer_run **out)
 {
+    return glia_layer_run_new_typed(ctx, ini, dev, in, n_in, fmt, GLIA_F32, seed, out);
+}
+
+glia_status glia_layer_run_new_typed(struct glia_context *ctx, const char *ini, struct glia_device dev,
+                                     const struct glia_shape *in, int n_in, enum glia_memory_format fmt,
+                                     enum glia_dtype act, uint64_t seed, struct glia_layer_run **out)
+{
     *out = NULL;
+    if (act != GLIA_F32 && act != GLIA_F16 && act != GLIA_BF16)
+        return glia_error(ctx, GLIA_EINVAL, "glia_layer_run_new_typed: activations are f32, f16 or bf16, not %s",
+                          glia_dtype_name(act));
     struct glia_layer_run *r = calloc(1, sizeof *r);
     if (!r) return GLIA_ENOMEM;
     r->ctx = ctx;
+    r->dt = act;
     glia_status st = run_setup(r, ini, dev, in, n_in, fmt, seed);
     if (st) {
         glia_layer_run_free(r);

@@ -56,7 +56,7 @@ static void test_layer_json(void)
     char *t;
     CU_ASSERT_EQUAL_FATAL(bench(&t, a, 13), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(t, "{\"bench\": \"layer\", \"op\": \"batchnorm\", \"impl\": \"cpu\", \"device\": \"cpu\", "
-                                     "\"shape\": \"2x3x4x5\", \"inputs\": 1, \"precision\": \"fp32\", "
+                                     "\"shape\": \"2x3x4x5\", \"inputs\": 1, \"precision\": \"fp32\", \"activations\": \"f32\", "
                                      "\"memory_format\": \"contiguous\", \"steps\": 2, \"warmup\": 1, \"torch\": null}"));
     const char *f = pass_line(t, "forward"), *fb = pass_line(t, "forward+backward");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
@@ -140,7 +140,7 @@ static void test_layer_torch(void)
     CU_ASSERT_PTR_NOT_NULL(fgets(buf, sizeof buf, f));
     fclose(f);
     CU_ASSERT_STRING_EQUAL(buf, "--op batchnorm --shape 2x3x4x5 --precision fp32 --memory-format channels_last "
-                                "--device cpu --steps 1 --warmup 0\n");
+                                "--activations auto --device cpu --steps 1 --warmup 0\n");
     /* a script that fails: glia's figures stand, PyTorch's say so */
     f = fopen(script, "w");
     fprintf(f, "exit 3\n");
@@ -161,6 +161,7 @@ static void test_layer_usage(void)
     const char *bad_shape[] = {"layer", "batchnorm", "--shape", "2x0x3", "--device", "cpu"};
     const char *bad_prec[] = {"layer", "batchnorm", "--shape", "2x3", "--precision", "fp8"};
     const char *bad_fmt[] = {"layer", "batchnorm", "--shape", "2x3", "--memory-format", "nhwc"};
+    const char *bad_act[] = {"layer", "batchnorm", "--shape", "2x3", "--activations", "bf16"};
     const char *no_op[] = {"layer", "--shape", "2x3"};
     const char *unknown[] = {"layer", "no_such_type", "--shape", "2x3", "--device", "cpu", "--torch", "off"};
     char *t;
@@ -171,6 +172,8 @@ static void test_layer_usage(void)
     CU_ASSERT_EQUAL(bench(&t, bad_prec, 6), 2);
     free(t);
     CU_ASSERT_EQUAL(bench(&t, bad_fmt, 6), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, bad_act, 6), 2);
     free(t);
     CU_ASSERT_EQUAL(bench(&t, no_op, 3), 2);
     free(t);

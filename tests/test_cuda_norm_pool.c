@@ -655,7 +655,53 @@ static void test_same_description(void)
     }
 }
 
-CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
+/* glia_layer_run_new_typed (what `glia bench layer` runs at bf16 and fp16): batchnorm with fused relu on bf16 and
+ * f16 activations in channels_last, whose output is the f32 run's (the same seed: the same inputs once rounded)
+ * rounded once, the statistics being the same (test_batchnorm_half). */
+static void test_layer_run_half(void)
+{
+    const char *ini = "[bn]\ntype = batchnorm\nactivation = relu\n";
+    struct glia_shape in = glia_shape_make(4, (int64_t[]){4, 8, 6, 6});
+    const enum glia_dtype types[2] = {GLIA_BF16, GLIA_F16};
+    for (int t = 0; t < 2; t++) {
+        struct glia_layer_run *rf = NULL, *rh = NULL;
+        glia_status st = glia_layer_run_new_typed(cuda_ctx, ini, cuda_gpu->device, &in, 1, GLIA_CHANNELS_LAST, types[t],
+                                                  3, &rh);
+        if (st) printf("\n  %s\n", glia_context_error(cuda_ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT_FATAL(glia_layer_run_new(cuda_ctx, ini, cuda_gpu->device, &in, 1, GLIA_CHANNELS_LAST, 3, &rf) == GLIA_OK);
+        /* the f32 run gets the half run's inputs, widened: the same values the half kernel reads */
+        CU_ASSERT_FATAL(glia_tensor_convert(glia_layer_run_input(rf, 0), glia_layer_run_input(rh, 0), false) == GLIA_OK);
+        CU_ASSERT_EQUAL(glia_layer_run_output(rh)->dtype, types[t]);
+        CU_ASSERT_EQUAL(glia_tensor_memory_format(glia_layer_run_output(rh)), GLIA_CHANNELS_LAST);
+        for (int k = 0; k < 2; k++) {
+            struct glia_layer_run *r = k ? rh : rf;
+            CU_ASSERT_FATAL(glia_layer_run_forward(r, true) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_backward(r) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_sync(r) == GLIA_OK);
+        }
+        struct glia_tensor *want;  /* the f32 output rounded once on the device */
+        struct glia_shape flat = glia_shape_make(1, (int64_t[]){glia_shape_numel(&in)});
+        CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, types[t], &flat, &want) == GLIA_OK);
+        struct glia_tensor *wv;
+        CU_ASSERT_FATAL(glia_tensor_view_as(want, 0, &in, GLIA_CHANNELS_LAST, &wv) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_convert(wv, glia_layer_run_output(rf), false) == GLIA_OK);
+        size_t n = glia_tensor_nbytes(wv);
+        uint16_t *a = malloc(n), *b = malloc(n);
+        CU_ASSERT_FATAL(a && b);
+        CU_ASSERT_FATAL(glia_tensor_to_host(wv, a, n) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_to_host(glia_layer_run_output(rh), b, n) == GLIA_OK);
+        CU_ASSERT_EQUAL(memcmp(a, b, n), 0);
+        free(a);
+        free(b);
+        glia_tensor_release(wv);
+        glia_tensor_release(want);
+        glia_layer_run_free(rh);
+        glia_layer_run_free(rf);
+    }
+}
+
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_layer_run_half), GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
                GLIA_TEST(test_batchnorm_geometry), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_batchnorm_half), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_pool_half), GLIA_TEST(test_concat_half), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),

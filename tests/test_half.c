@@ -278,9 +278,68 @@ static void run_half(enum glia_dtype half, double tol)
     close_run(&b);
 }
 
+/* glia_layer_run_new_typed: a kernel with GLIA_KERNEL_HALF gets its activations in the half type (the f32 run's
+ * inputs rounded once, its output what the kernel makes of them: x / (1 + |x|) rounded once); f32 is
+ * glia_layer_run_new; a kernel without the flag, a loss and a non-float type are refused. */
+static void test_layer_run_typed(void)
+{
+    struct glia_context *ctx;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/half_softsign.so", glia_test_fixtures());
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, path) == GLIA_OK);
+    struct glia_device cpu = {GLIA_DEVICE_CPU, 0};
+    struct glia_shape in = glia_shape_make(4, (int64_t[]){2, 3, 4, 5});
+    const enum glia_dtype types[] = {GLIA_BF16, GLIA_F16};
+    for (int t = 0; t < 2; t++) {
+        struct glia_layer_run *rf = NULL, *rh = NULL;
+        CU_ASSERT_FATAL(glia_layer_run_new(ctx, "[s]\ntype = half_softsign\n", cpu, &in, 1, GLIA_CONTIGUOUS, 7,
+                                           &rf) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_layer_run_new_typed(ctx, "[s]\ntype = half_softsign\n", cpu, &in, 1, GLIA_CONTIGUOUS,
+                                                 types[t], 7, &rh) == GLIA_OK);
+        const struct glia_tensor *xh = glia_layer_run_input(rh, 0), *xf = glia_layer_run_input(rf, 0);
+        CU_ASSERT_EQUAL(xh->dtype, types[t]);
+        CU_ASSERT_EQUAL(glia_layer_run_output(rh)->dtype, types[t]);
+        CU_ASSERT_EQUAL(glia_layer_run_output_grad(rh)->dtype, types[t]);
+        CU_ASSERT_EQUAL(glia_layer_run_input_grad(rh, 0)->dtype, types[t]);
+        CU_ASSERT_TRUE(glia_tensor_is_contiguous(xh));
+        CU_ASSERT_FATAL(glia_layer_run_forward(rh, true) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_layer_run_backward(rh) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_layer_run_sync(rh) == GLIA_OK);
+        const float *x = glia_tensor_f32((struct glia_tensor *)xf);
+        const uint16_t *hx = xh->data, *hy = glia_layer_run_output(rh)->data;
+        int bad = 0;
+        for (int64_t i = 0; i < glia_tensor_numel(xf); i++) {
+            float want_x = types[t] == GLIA_BF16 ? glia__bf16_to_f32(glia__f32_to_bf16(x[i]))
+                                                 : glia__f16_to_f32(glia__f32_to_f16(x[i]));
+            float got_x = types[t] == GLIA_BF16 ? glia__bf16_to_f32(hx[i]) : glia__f16_to_f32(hx[i]);
+            float y = want_x / (1.0f + fabsf(want_x));
+            uint16_t want_y = types[t] == GLIA_BF16 ? glia__f32_to_bf16(y) : glia__f32_to_f16(y);
+            bad += got_x != want_x || hy[i] != want_y;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        glia_layer_run_free(rh);
+        glia_layer_run_free(rf);
+    }
+    struct glia_layer_run *r = NULL;
+    CU_ASSERT_EQUAL(glia_layer_run_new_typed(ctx, "[r]\ntype = relu\n", cpu, &in, 1, GLIA_CONTIGUOUS, GLIA_BF16, 7, &r),
+                    GLIA_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "layer type 'relu'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "does not take bf16 activations (no GLIA_KERNEL_HALF)"));
+    struct glia_shape logits = glia_shape_make(2, (int64_t[]){4, 3});
+    CU_ASSERT_EQUAL(glia_layer_run_new_typed(ctx, "[l]\ntype = softmax_cross_entropy\n", cpu, &logits, 1,
+                                             GLIA_CONTIGUOUS, GLIA_F16, 7, &r), GLIA_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "(a loss takes f32)"));
+    CU_ASSERT_EQUAL(glia_layer_run_new_typed(ctx, "[s]\ntype = half_softsign\n", cpu, &in, 1, GLIA_CONTIGUOUS,
+                                             GLIA_I32, 7, &r), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "activations are f32, f16 or bf16, not i32"));
+    CU_ASSERT_PTR_NULL(r);
+    glia_context_free(ctx);
+}
+
 static void test_train_bf16(void) { run_half(GLIA_BF16, 2e-3); }
 static void test_train_f16(void) { run_half(GLIA_F16, 5e-4); }
 
 GLIA_TEST_MAIN("half", GLIA_TEST(test_bf16_rounding), GLIA_TEST(test_f16_rounding), GLIA_TEST(test_convert_dtypes),
                GLIA_TEST(test_half_of), GLIA_TEST(test_pass_and_plan), GLIA_TEST(test_train_bf16),
-               GLIA_TEST(test_train_f16))
+               GLIA_TEST(test_train_f16), GLIA_TEST(test_layer_run_typed))

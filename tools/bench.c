@@ -268,6 +268,8 @@ struct layer_args {
     struct glia_shape shape;
     enum glia_precision precision;
     enum glia_memory_format format;
+    bool act_f32;                  /* --activations f32: f32 at any precision (else auto: the half type of bf16/fp16
+                                      where the kernel takes it, as a model with [graph] half_activations = auto) */
     long steps, warmup;
     const char *torch;             /* the PyTorch script; NULL: none */
     bool json;
@@ -357,6 +359,9 @@ static int parse_layer_args(int argc, char **argv, struct layer_args *a)
             if (strcmp(v, "contiguous") && strcmp(v, "channels_last"))
                 return layer_usage("--memory-format takes contiguous or channels_last, got ", v);
             a->format = strcmp(v, "channels_last") ? GLIA_CONTIGUOUS : GLIA_CHANNELS_LAST;
+        } else if (!strcmp(s, "--activations")) {
+            if (strcmp(v, "auto") && strcmp(v, "f32")) return layer_usage("--activations takes auto or f32, got ", v);
+            a->act_f32 = !strcmp(v, "f32");
         } else if (!strcmp(s, "--steps")) {
             if (!parse_count(v, 1, 1000000, &a->steps)) return layer_usage("--steps takes 1..1000000, got ", v);
             steps_set = true;
@@ -400,8 +405,29 @@ static void pass_bytes(struct glia_layer_run *r, int n_in, double *fwd, double *
     *bwd = dout + (fl & GLIA_KERNEL_BWD_NO_INPUT ? 0 : in) + (fl & GLIA_KERNEL_BWD_NO_OUTPUT ? 0 : out) + din + labels;
 }
 
-/* glia's side: both passes into g[PASS_*]; impl gets the kernel's impl. Returns 0, or 1 with the reason on stderr. */
-static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *impl, size_t impl_size)
+/* The half type of precision p (GLIA_F32 for fp32 and tf32). */
+static enum glia_dtype half_of(enum glia_precision p)
+{
+    return p == GLIA_PRECISION_BF16 ? GLIA_BF16 : p == GLIA_PRECISION_FP16 ? GLIA_F16 : GLIA_F32;
+}
+
+/* The layer run of a's op: with its activations in the precision's half type where a asks for it (auto) and the
+ * kernel takes them, else in f32 (*act: the type it got). */
+static glia_status layer_run(struct glia_context *ctx, const struct layer_args *a, const char *ini,
+                             const struct glia_shape *in, int n_in, enum glia_dtype *act, struct glia_layer_run **r)
+{
+    *act = a->act_f32 ? GLIA_F32 : half_of(a->precision);
+    glia_status st = glia_layer_run_new_typed(ctx, ini, a->dev, in, n_in, a->format, *act, 1, r);
+    if (st != GLIA_EUNSUPPORTED || *act == GLIA_F32) return st;
+    glia_context_clear_error(ctx);  /* a kernel (or a loss) that takes f32 only: as a model hands it f32 */
+    *act = GLIA_F32;
+    return glia_layer_run_new_typed(ctx, ini, a->dev, in, n_in, a->format, *act, 1, r);
+}
+
+/* glia's side: both passes into g[PASS_*]; impl gets the kernel's impl, *act the activations' type. Returns 0, or 1
+ * with the reason on stderr. */
+static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *impl, size_t impl_size,
+                      enum glia_dtype *act)
 {
     struct glia_context *ctx;
     struct glia_backend *b;
@@ -415,7 +441,7 @@ static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *i
     snprintf(ini, sizeof ini, "[%s]\n%s", a->op, a->known ? a->known->ini : "");
     if (!a->known) snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "type = %s\n", a->op);
     struct glia_shape in[2] = {a->shape, a->shape};
-    if (!st) st = glia_layer_run_new(ctx, ini, a->dev, in, n_in, a->format, 1, &r);
+    if (!st) st = layer_run(ctx, a, ini, in, n_in, act, &r);
     double sec, fb[N_PASS];
     if (!st) {
         snprintf(impl, impl_size, "%s", glia_layer_run_layer(r)->kernel->impl);
@@ -469,7 +495,7 @@ static double json_number(const char *line, const char *key)
 }
 
 /* PyTorch's side: runs `$GLIA_PYTHON (python3) SCRIPT --op OP --shape S --precision P --memory-format F
- * --device D --steps N --warmup W`, which prints one JSON line per pass: {"pass": "forward", "ms": X,
+ * --activations auto|f32 --device D --steps N --warmup W`, which prints one JSON line per pass: {"pass": "forward", "ms": X,
  * "bytes": B}. A script that fails or prints no figure leaves the notes saying so (its stderr passes through). */
 static void layer_torch(const struct layer_args *a, struct side t[N_PASS])
 {
@@ -481,9 +507,9 @@ static void layer_torch(const struct layer_args *a, struct side t[N_PASS])
     shell_quote(qscript, sizeof qscript, a->torch);
     glia_shape_str(&a->shape, shape, sizeof shape);
     glia_device_str(a->dev, dev, sizeof dev);
-    snprintf(cmd, sizeof cmd, "%s %s --op %s --shape %s --precision %s --memory-format %s --device %s --steps %ld "
-             "--warmup %ld", qpy, qscript, a->op, shape, glia_precision_name(a->precision),
-             glia_memory_format_name(a->format), dev, a->steps, a->warmup);
+    snprintf(cmd, sizeof cmd, "%s %s --op %s --shape %s --precision %s --memory-format %s --activations %s "
+             "--device %s --steps %ld --warmup %ld", qpy, qscript, a->op, shape, glia_precision_name(a->precision),
+             glia_memory_format_name(a->format), a->act_f32 ? "f32" : "auto", dev, a->steps, a->warmup);
     fflush(stdout);
     FILE *f = popen(cmd, "r");
     if (!f) {
@@ -506,7 +532,7 @@ static void layer_torch(const struct layer_args *a, struct side t[N_PASS])
 
 static double gbps(const struct side *s) { return s->ms > 0 && s->bytes > 0 ? s->bytes / (s->ms * 1e-3) * 1e-9 : -1; }
 
-static void print_layer(const struct layer_args *a, const char *impl, const struct side g[N_PASS],
+static void print_layer(const struct layer_args *a, const char *impl, enum glia_dtype act, const struct side g[N_PASS],
                         const struct side t[N_PASS])
 {
     char dev[32], shape[128];
@@ -515,8 +541,9 @@ static void print_layer(const struct layer_args *a, const char *impl, const stru
     const char *prec = glia_precision_name(a->precision), *fmt = glia_memory_format_name(a->format);
     if (a->json) {
         printf("{\"bench\": \"layer\", \"op\": \"%s\", \"impl\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", "
-               "\"inputs\": %d, \"precision\": \"%s\", \"memory_format\": \"%s\", \"steps\": %ld, \"warmup\": %ld, "
-               "\"torch\": %s%s%s}\n", a->op, impl, dev, shape, a->known ? a->known->n_in : 1, prec, fmt, a->steps,
+               "\"inputs\": %d, \"precision\": \"%s\", \"activations\": \"%s\", \"memory_format\": \"%s\", "
+               "\"steps\": %ld, \"warmup\": %ld, \"torch\": %s%s%s}\n", a->op, impl, dev, shape,
+               a->known ? a->known->n_in : 1, prec, glia_dtype_name(act), fmt, a->steps,
                a->warmup, a->torch ? "\"" : "", a->torch ? a->torch : "null", a->torch ? "\"" : "");
         for (int p = 0; p < N_PASS; p++) {
             printf("{\"pass\": \"%s\", \"bytes\": %.0f, ", pass_name[p], g[p].bytes);
@@ -530,12 +557,12 @@ static void print_layer(const struct layer_args *a, const char *impl, const stru
         }
         return;
     }
-    printf("layer %s (impl %s) on %s%s, %s, precision %s; device %s\n", a->op, impl, shape,
-           a->known && a->known->n_in == 2 ? " (2 inputs)" : "", fmt, prec, dev);
+    printf("layer %s (impl %s) on %s%s, %s, precision %s, %s activations; device %s\n", a->op, impl, shape,
+           a->known && a->known->n_in == 2 ? " (2 inputs)" : "", fmt, prec, glia_dtype_name(act), dev);
     printf("ms per iteration: mean of %ld steps after %ld warm-up steps, device synchronized before and after\n",
            a->steps, a->warmup);
     printf("GB/s = bytes / time; bytes: forward = inputs + output; forward+backward adds output gradient + the inputs\n"
-           "and output backward reads + input gradients (glia's activations are fp32 at every precision)\n");
+           "and output backward reads + input gradients, each at its element size\n");
     printf("pytorch: %s\n\n", a->torch ? a->torch : "none (--torch FILE, or run from the source tree)");
     printf("%-17s %10s %10s %10s %10s %10s %10s %11s\n", "pass", "glia ms", "glia GB/s", "glia MB", "torch ms",
            "torch GB/s", "torch MB", "torch/glia");
@@ -560,9 +587,10 @@ static int bench_layer(int argc, char **argv)
     if (rc) return rc;
     struct side g[N_PASS], t[N_PASS];
     char impl[64] = "?";
-    if (layer_glia(&a, g, impl, sizeof impl)) return 1;
+    enum glia_dtype act = GLIA_F32;
+    if (layer_glia(&a, g, impl, sizeof impl, &act)) return 1;
     layer_torch(&a, t);
-    print_layer(&a, impl, g, t);
+    print_layer(&a, impl, act, g, t);
     return 0;
 }
 

@@ -14,8 +14,9 @@ int glia__bench_main(int argc, char **argv);
     "       glia bench conv [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--batch N]\n"         \
     "                       [--bias on|off] [--impl NAME] [--json]\n"                                  \
     "       glia bench layer OP --shape NxCxHxW [--precision fp32|tf32|bf16|fp16]\n"                    \
-    "                       [--memory-format contiguous|channels_last] [--device cuda|cuda:N|cpu]\n"  \
-    "                       [--steps N] [--warmup N] [--torch SCRIPT|off] [--json]\n"                  \
+    "                       [--memory-format contiguous|channels_last] [--activations auto|f32]\n"    \
+    "                       [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--torch SCRIPT|off]\n" \
+    "                       [--json]\n"                                                                \
     "                       (OP: batchnorm, batchnorm_relu, maxpool, avgpool, dropout, cross_entropy,\n" \
     "                        relu, gelu, cat, or any layer type)\n"
 

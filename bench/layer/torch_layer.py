@@ -4,11 +4,12 @@
 # Not glia's side (glia bench layer runs this script and prints both) and not a training benchmark.
 #
 #   python3 torch_layer.py --op batchnorm --shape 256x64x56x56 --precision bf16 --memory-format channels_last \
-#       [--device cuda] [--steps 50] [--warmup 10]
+#       [--activations auto|f32] [--device cuda] [--steps 50] [--warmup 10]
 #   prints {"pass": "forward", "ms": X, "bytes": B} and {"pass": "forward+backward", "ms": Y, "bytes": B2}
 #
 # The tensors are those the op meets inside a model PyTorch runs at that precision at its best: bf16/fp16 inputs
-# (what autocast's convolutions hand a batchnorm or a pool), fp32 for fp32/tf32; parameters fp32; the op runs
+# (what autocast's convolutions hand a batchnorm or a pool), fp32 for fp32/tf32 or with --activations f32
+# (glia's `--activations f32`: fp32 activations at any precision); parameters fp32; the op runs
 # under autocast at bf16/fp16 (so cross_entropy computes in fp32, as in such a model). bytes counts
 # as glia does: forward = inputs + output; backward = output gradient + the tensors backward reads + input
 # gradients, each at its own element size. The ops mirror glia's: batchnorm (training, affine, momentum 0.1,
@@ -28,6 +29,7 @@ def parse():
     p.add_argument("--shape", required=True)
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"])
+    p.add_argument("--activations", default="auto", choices=["auto", "f32"])
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
@@ -39,6 +41,8 @@ def make(a):
     dev = torch.device(a.device)
     shape = [int(s) for s in a.shape.split("x")]
     lp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision, torch.float32)
+    if a.activations == "f32":
+        lp = torch.float32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     fmt = torch.channels_last if a.memory_format == "channels_last" and len(shape) == 4 else torch.contiguous_format
 

@@ -334,6 +334,14 @@ glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_de
 glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct glia_device dev,
                                const struct glia_shape *in, int n_in, enum glia_memory_format fmt,
                                uint64_t seed, struct glia_layer_run **out);
+/* ABI 2.2: the same with activations (inputs, their gradients, the output and its gradient) of element type act:
+ * GLIA_F32 as glia_layer_run_new, or GLIA_BF16 / GLIA_F16 as a model with [runtime] precision = bf16 / fp16 and
+ * [graph] half_activations hands them to a kernel with GLIA_KERNEL_HALF (the values drawn in f32 and rounded once;
+ * parameters and their gradients stay f32). GLIA_EUNSUPPORTED naming the layer for a kernel without the flag or a
+ * loss, and naming the device where its backend has no convert. */
+glia_status glia_layer_run_new_typed(struct glia_context *ctx, const char *ini, struct glia_device dev,
+                                     const struct glia_shape *in, int n_in, enum glia_memory_format fmt,
+                                     enum glia_dtype act, uint64_t seed, struct glia_layer_run **out);
 /* Queues the layer's forward (train: training mode, keeping what backward needs). Does not wait
  * for the device. */
 glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train);
