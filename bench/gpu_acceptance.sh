@@ -6,7 +6,8 @@
 # and not CI: run it from the checkout on a machine with a GPU.
 #   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench roofline
 #          ("test train" runs both, in that order), or all (roofline: glia profile's per-layer roofline of the
-#          examples at bf16, channels_last, and bench/layer's memory-bound ops against PyTorch)
+#          examples at bf16, channels_last, half activations on and off, and bench/layer's memory-bound ops
+#          against PyTorch)
 #   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc); GPU_TESTS=1: the test
 #   stage runs only the programs that use the GPU; TEST_TIMEOUT (600): seconds one test program may run;
 #   REPEAT (1): the test stage runs the suite that many times (the programs run in parallel each time).
@@ -171,14 +172,16 @@ bench() {
 roofline() {
     ensure_built
     mkdir -p "$out/results"
-    for ex in fmnist-cnn fmnist-resnet resnet50; do
-        log "glia profile $ex (cuda, bf16, channels_last, resident data)"
+    # half activations on (the default at bf16) and off: what storing them in bf16 saves, layer by layer
+    for run in fmnist-cnn:auto fmnist-cnn:off fmnist-resnet:auto fmnist-resnet:off resnet50:auto resnet50:off; do
+        ex=${run%:*} half=${run#*:}
+        log "glia profile $ex (cuda, bf16, channels_last, resident data, half_activations $half)"
         set -- --steps 50 --set runtime.device=cuda --set runtime.precision=bf16 --set runtime.memory_format=channels_last \
-            --set data.resident=on
+            --set data.resident=on --set graph.half_activations=$half
         [ "$ex" = resnet50 ] && set -- "$@" --steps 20 --set data.train_samples=6400  # 25 batches of 256
-        ./tools/glia profile "share/glia/examples/$ex.ini" "$@" > "$out/results/profile-$ex.txt" 2>&1 \
-            || echo "profile $ex FAILED" | tee -a "$out/summary.txt"
-        tail -n 40 "$out/results/profile-$ex.txt" >> "$out/summary.txt"
+        ./tools/glia profile "share/glia/examples/$ex.ini" "$@" > "$out/results/profile-$ex-half-$half.txt" 2>&1 \
+            || echo "profile $ex half_activations $half FAILED" | tee -a "$out/summary.txt"
+        tail -n 40 "$out/results/profile-$ex-half-$half.txt" >> "$out/summary.txt"
     done
     log "bench/layer"
     bench/layer/run.sh > "$out/results/layer.txt" 2>&1 || echo "bench/layer FAILED" | tee -a "$out/summary.txt"
