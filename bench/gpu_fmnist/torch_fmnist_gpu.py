@@ -98,6 +98,10 @@ def ini_settings(path):
         raise SystemExit(f'torch_fmnist_gpu.py: cannot read {path}')
     g = lambda s, k, d: c.get(s, k, fallback=d) if c.has_section(s) else d
     floats = lambda v: [float(x) for x in str(v).split(',')]
+    sched, warm = g('train', 'schedule', 'constant'), int(g('train', 'warmup_steps', 0))
+    if sched not in ('constant', 'step', 'cosine') or warm:  # lr_at follows the per-epoch schedules only
+        raise SystemExit(f'torch_fmnist_gpu.py: {path}: [train] schedule = {sched}, warmup_steps = {warm}: '
+                         'only constant, step and cosine without warmup are mirrored here')
     return {
         'batch': int(g('data', 'batch_size', 64)), 'test_batch': int(g('data', 'test_batch_size', 1000)),
         'workers': int(g('data', 'workers', 2)), 'mean': floats(g('data', 'mean', 0.2860)),
