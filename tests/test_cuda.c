@@ -559,18 +559,22 @@ static const char *cnn_text_with(const char *runtime_extra, const char *optimize
 {
     static char buf[4096];
     char opt[256];
-    snprintf(opt, sizeof opt, "%s", optimizer);
+    CU_ASSERT_FATAL((size_t)snprintf(opt, sizeof opt, "%s", optimizer) < sizeof opt);  /* never cut short */
     char *sec = strstr(opt, "\n[optimizer]");  /* [train] keys go before the optimizer's section */
-    char tail[128] = "";
-    if (sec) snprintf(tail, sizeof tail, "%s", sec), *sec = 0;
-    char both[512];
-    snprintf(both, sizeof both, "%s\n%s%s", opt, train_extra, tail);
-    snprintf(buf, sizeof buf, "%s", cnn_text("cuda", runtime_extra, both));
+    char tail[256] = "";
+    if (sec) {
+        CU_ASSERT_FATAL((size_t)snprintf(tail, sizeof tail, "%s", sec) < sizeof tail);
+        *sec = 0;
+    }
+    char both[1024];
+    CU_ASSERT_FATAL((size_t)snprintf(both, sizeof both, "%s\n%s%s", opt, train_extra, tail) < sizeof both);
+    CU_ASSERT_FATAL((size_t)snprintf(buf, sizeof buf, "%s", cnn_text("cuda", runtime_extra, both)) < sizeof buf);
     char *b = strstr(buf, "batch_size = 32\n");
     CU_ASSERT_FATAL(b != NULL);
     char rest[4096];
     snprintf(rest, sizeof rest, "%s", b + strlen("batch_size = 32\n"));
-    snprintf(b, sizeof buf - (size_t)(b - buf), "batch_size = %d\n%s", batch, rest);
+    CU_ASSERT_FATAL((size_t)snprintf(b, sizeof buf - (size_t)(b - buf), "batch_size = %d\n%s", batch, rest) <
+                    sizeof buf - (size_t)(b - buf));
     return buf;
 }
 
