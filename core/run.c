@@ -257,14 +257,16 @@ static glia_status epoch_end(struct glia_model *m, struct run *t, struct epoch_r
     return GLIA_OK;
 }
 
-/* [runtime] cuda_graph after a run: how many passes were replayed (a log line), and the graphs freed, so that what
+/* [runtime] cuda_graph after a run: how many passes were replayed and optimizer steps taken inside them or as they
+ * came (a log line), and the graphs freed, so that what
  * they held goes back to the allocator. */
 static void graphs_done(struct glia_model *m)
 {
     int ready = 0;
     for (int i = 0; i < m->trainer.n_graphs; i++) ready += m->trainer.graphs[i].state == GLIA__GRAPH_READY;
-    glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: %lld training passes replayed from %d graph%s", (long long)m->trainer.graph_replays,
-             ready, ready == 1 ? "" : "s");
+    glia_log(m->ctx, GLIA_LOG_INFO, "cuda_graph: %lld training passes replayed from %d graph%s; optimizer steps: %lld inside "
+             "them, %lld outside", (long long)m->trainer.graph_replays, ready, ready == 1 ? "" : "s",
+             (long long)m->trainer.graph_updates, (long long)m->trainer.opt_outside);
     glia__model_free_graphs(m);
 }
 
