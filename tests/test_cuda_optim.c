@@ -74,9 +74,9 @@ static void run_case(const char *name, const char *ini, bool masked, int64_t n, 
         for (int64_t i = 0; i < n; i += 11) g[i] *= 1e-3f;
         CU_ASSERT_FATAL(glia_tensor_from_host(dg, g, nb) == GLIA_OK);
         double lr = 0.05 * (1 - 0.15 * (step - 1));
-        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL, NULL};
+        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL, NULL, 0, NULL, NULL};
         struct glia_opt_step sg = {dw->data, dg->data, dsp, (size_t)n, masked ? (const float *)dmask->data : NULL,
-                                   lr, step, cuda_gpu, NULL, NULL};
+                                   lr, step, cuda_gpu, NULL, NULL, 0, NULL, NULL};
         CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
         glia_status st = og->kernel->step(og, &sg);
         if (st) printf("\n  cuda step: %s\n", glia_context_error(cuda_ctx));
@@ -178,7 +178,7 @@ static void test_refusals(void)
     CU_ASSERT_FATAL(glia_optimizer_new_for(cuda_ctx, "adadelta", "", GLIA_DEVICE_CUDA, &o) == GLIA_OK);
     float w[4] = {0}, g[4] = {0}, s0[4] = {0}, s1[4] = {0};
     float *state[2] = {s0, s1};
-    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL, NULL};
+    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL, NULL, 0, NULL, NULL};
     CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_EINVAL);
     glia_optimizer_free(o);
 }
@@ -221,7 +221,7 @@ static void test_device_scalars(void)
             double lr = 0.05 * (1 - 0.15 * (step - 1));
             struct glia_opt_step s[3];
             for (int v = 0; v < 3; v++) s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, lr,
-                                                                     step, cuda_gpu, v ? dsc->data : NULL, NULL};
+                                                                     step, cuda_gpu, v ? dsc->data : NULL, NULL, 0, NULL, NULL};
             unsigned char bytes[GLIA_BACKEND_WRITE_MAX] = {0};
             size_t k = og->kernel->scalars(og, &s[1], bytes, GLIA_OPT_SCALARS_MAX);
             CU_ASSERT_FATAL(k > 0 && k <= GLIA_OPT_SCALARS_MAX);
@@ -336,7 +336,7 @@ static void test_device_skip(void)
             struct glia_opt_step s[2];
             for (int v = 0; v < 2; v++)
                 s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, 0.01, applied + 1, cuda_gpu,
-                                              NULL, v ? flag->data : NULL};
+                                              NULL, v ? flag->data : NULL, 0, NULL, NULL};
             if (!skip[0]) CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[0]), GLIA_OK);
             CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[1]), GLIA_OK);
             applied += !skip[0];
