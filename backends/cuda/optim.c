@@ -1,5 +1,5 @@
-/* backends/cuda/optim.c — the CUDA kernels of optimizers sgd, adam, adamw, adadelta: each step is one fused
- * kernel launch on the backend's stream (no synchronization), from the step scalars that the CPU kernels use too
+/* backends/cuda/optim.c — the CUDA kernels of optimizers sgd, adam, adamw, adadelta and lamb: each step is one fused
+ * kernel launch (lamb's: a few, for its per-tensor norms) on the backend's stream (no synchronization), from the step scalars that the CPU kernels use too
  * (glia/types/optimizers.h), handed by value or, for a step captured into a CUDA graph, read from device memory
  * where the core writes them (as `scalars` computes them) before each replay; each honours dev_skip (fp16's skipped
  * step inside a graph). Not the optimizers (keys, create, state): their own plugins register those. */
@@ -26,15 +26,41 @@ static glia_status arrays_of(const struct glia_optimizer *o, const struct glia_o
 }
 
 static glia_status cuda_step(struct glia_optimizer *o, const struct glia_opt_step *s);
+
+/* lamb: the tensors of the step (the device's segment table), the norms' scratch kept for the graphs that capture
+ * the step (glia__cuda_opt_scratch), then its launches. */
+static glia_status lamb_step(struct glia_optimizer *o, const struct glia_opt_step *s, struct glia__cuda_opt_arrays a,
+                             struct glia_lamb_coef k, const void *dk, cudaStream_t stream)
+{
+    if (a.n > 0 && (s->n_seg <= 0 || !s->seg || !s->dev_seg))
+        return glia_error(o->ctx, GLIA_EINVAL, "optimizer 'lamb' (cuda): the step has no tensor segments in device "
+                          "memory (glia_opt_step.dev_seg): its trust ratio is per tensor");
+    struct glia__cuda_opt_tensors t = {.n_seg = s->n_seg, .seg = s->dev_seg};
+    for (int i = 0; i < s->n_seg; i++) {
+        int64_t c = glia_norm_chunks(s->seg[2 * i + 1]);
+        if (c > t.max_chunks) t.max_chunks = c;
+    }
+    void *scratch;
+    glia_status st = glia__cuda_opt_scratch(glia__cuda_of(s->backend), glia__cuda_norm_scratch(a.n, s->n_seg), &scratch);
+    if (st) return st;
+    t.scratch = scratch;
+    CUDA_TRY(o->ctx, glia__cuda_lamb_step(a, t, k, dk, stream));
+fail:
+    return st;
+}
 static size_t cuda_scalars(struct glia_optimizer *o, const struct glia_opt_step *s, void *out, size_t cap);
 
 /* The kernels, one per optimizer, all with cuda_step, which tells them apart by their place here. */
-enum { SGD, ADAM, ADAMW, ADADELTA, N_KERNELS };
+enum { SGD, ADAM, ADAMW, ADADELTA, LAMB, N_KERNELS };
 #define KERNEL(name) \
     {.struct_size = sizeof(struct glia_optimizer_kernel), .type = name, .doc = "one fused CUDA kernel", \
      .device_type = GLIA_DEVICE_CUDA, .step = cuda_step, .scalars = cuda_scalars, .flags = GLIA_OPT_KERNEL_SKIP}
 static const struct glia_optimizer_kernel cuda_kernels[N_KERNELS] = {
-    [SGD] = KERNEL("sgd"), [ADAM] = KERNEL("adam"), [ADAMW] = KERNEL("adamw"), [ADADELTA] = KERNEL("adadelta")};
+    [SGD] = KERNEL("sgd"), [ADAM] = KERNEL("adam"), [ADAMW] = KERNEL("adamw"), [ADADELTA] = KERNEL("adadelta"),
+    [LAMB] = {.struct_size = sizeof(struct glia_optimizer_kernel), .type = "lamb",
+              .doc = "fused CUDA kernels: per-tensor norms on the device, then the update",
+              .device_type = GLIA_DEVICE_CUDA, .step = cuda_step, .scalars = cuda_scalars,
+              .flags = GLIA_OPT_KERNEL_SKIP | GLIA_OPT_KERNEL_SEGMENTS}};
 #undef KERNEL
 
 /* The scalars of step s for each kernel: what the CPU kernels compute (glia/types/optimizers.h). */
@@ -42,6 +68,7 @@ union coefs {
     struct glia_sgd_coef sgd;
     struct glia_adam_coef adam;
     struct glia_adadelta_coef adadelta;
+    struct glia_lamb_coef lamb;
 };
 
 /* *c = the scalars of step s; their size (0: o's kernel is not one of cuda.so's). */
@@ -52,6 +79,7 @@ static size_t coefs_of(const struct glia_optimizer *o, const struct glia_opt_ste
     case ADAM: c->adam = glia_adam_coef(o->attrs, s); return sizeof c->adam;
     case ADAMW: c->adam = glia_adamw_coef(o->attrs, s); return sizeof c->adam;
     case ADADELTA: c->adadelta = glia_adadelta_coef(o->attrs, s); return sizeof c->adadelta;
+    case LAMB: c->lamb = glia_lamb_coef(o->attrs, s); return sizeof c->lamb;
     default: return 0;
     }
 }
@@ -78,6 +106,7 @@ static glia_status cuda_step(struct glia_optimizer *o, const struct glia_opt_ste
     if (!coefs_of(o, s, &c))
         return glia_error(o->ctx, GLIA_EINVAL, "optimizer '%s' (cuda): not a kernel of cuda.so", o->type->name);
     const void *d = s->dev_scalars;
+    if (o->kernel - cuda_kernels == LAMB) return lamb_step(o, s, a, c.lamb, d, stream);
     switch (o->kernel - cuda_kernels) {
     case SGD: CUDA_TRY(o->ctx, glia__cuda_sgd_step(a, c.sgd, d, stream)); break;
     case ADAM: CUDA_TRY(o->ctx, glia__cuda_adam_step(a, c.adam, d, false, stream)); break;

@@ -146,10 +146,15 @@ static inline struct glia_adadelta_coef glia_adadelta_coef(const struct glia_ada
  * glia_norm_slot(off, i, j) of an array of glia_norm_slots(len, n_seg): disjoint for disjoint ascending tensors. */
 #define GLIA_NORM_CHUNK 4096
 #define GLIA_NORM_LANES 256
+#ifdef __CUDACC__
+#define GLIA_NORM_FN static inline __host__ __device__  /* the CUDA kernels index with them too */
+#else
+#define GLIA_NORM_FN static inline
+#endif
 
-static inline int64_t glia_norm_slot(int64_t off, int i, int64_t j) { return off / GLIA_NORM_CHUNK + i + j; }
-static inline int64_t glia_norm_slots(int64_t len, int n_seg) { return len / GLIA_NORM_CHUNK + n_seg + 1; }
-static inline int64_t glia_norm_chunks(int64_t size) { return (size + GLIA_NORM_CHUNK - 1) / GLIA_NORM_CHUNK; }
+GLIA_NORM_FN int64_t glia_norm_slot(int64_t off, int i, int64_t j) { return off / GLIA_NORM_CHUNK + i + j; }
+GLIA_NORM_FN int64_t glia_norm_slots(int64_t len, int n_seg) { return len / GLIA_NORM_CHUNK + n_seg + 1; }
+GLIA_NORM_FN int64_t glia_norm_chunks(int64_t size) { return (size + GLIA_NORM_CHUNK - 1) / GLIA_NORM_CHUNK; }
 
 /* The sum of squares of x[0, n), n <= GLIA_NORM_CHUNK, in the lanes' order (the CPU kernels'). */
 static inline float glia_sumsq_chunk(const float *x, int64_t n)
