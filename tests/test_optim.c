@@ -304,7 +304,8 @@ static void test_defaults(void)
         {"adamw", "eps", 1e-8},     {"adamw", "weight_decay", 0.01}, {"adadelta", "rho", 0.9},
         {"adadelta", "eps", 1e-6},  {"adadelta", "weight_decay", 0}, {"lamb", "beta1", 0.9},
         {"lamb", "beta2", 0.999},   {"lamb", "eps", 1e-6},      {"lamb", "weight_decay", 0.01},
-        {"lamb", "max_grad_norm", 1.0},
+        {"lamb", "max_grad_norm", 1.0},    {"lars", "momentum", 0.9},  {"lars", "weight_decay", 0},
+        {"lars", "trust_coefficient", 0.02}, {"lars", "eps", 1e-8},
     };
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
         struct glia_context *ctx;
@@ -392,10 +393,16 @@ static const int64_t lamb_seg[] = {0, 100, 128, 37, 192, 5000, 5248, 20, 5376, 1
 #define LSEG 5
 static bool lamb_decays(int t) { return t != 1 && t != 4; }
 
+/* The settings of a reference run over the segments: lamb's, then lars's (wd and eps shared). */
 struct lamb_ref {
     double b1, b2, eps, wd, max_norm;
     int nvlamb;
+    double mu, damp, tc;  /* lars */
+    int nesterov, clip;
 };
+
+/* One reference step over the LSEG tensors: m and v its state (lars: m the momentum buffer). */
+typedef void (*seg_ref_fn)(const struct lamb_ref *c, double lr, double *w, double *m, double *v, const float *g, int step);
 
 /* Apex FusedLAMB (multi_tensor_lamb.cu, adam_w_mode, grad averaging, bias correction) in double, from the betas as
  * the fp32 values Apex's kernel takes (1 - 0.999f is 1.3e-5 away from 0.001 relatively). */
@@ -429,15 +436,15 @@ static void ref_lamb(const struct lamb_ref *c0, double lr, double *w, double *m,
  * and 1e-6 relative on the moments, fp32 rounding of norms over up to 5000 elements and of the moments' ratio
  * (about 1e-7 relative each) grown over 6 steps, far below what any change of the rule gives (the update moves the
  * weights by more than 1e-3). The padding between the tensors stays as it is. *clipped: the gradients were scaled. */
-static void run_lamb(const char *ini, struct lamb_ref c, bool *clipped)
+static void run_seg(const char *name, int n_state, seg_ref_fn ref, const char *ini, struct lamb_ref c, bool *clipped)
 {
     struct glia_context *ctx;
     struct glia_optimizer *o;
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
-    glia_status st = glia_optimizer_new(ctx, "lamb", ini, &o);
+    glia_status st = glia_optimizer_new(ctx, name, ini, &o);
     if (st) printf("\n  %s\n", glia_context_error(ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
-    CU_ASSERT_EQUAL_FATAL(o->type->n_state, 2);
+    CU_ASSERT_EQUAL_FATAL(o->type->n_state, n_state);
     static float w[LN], g[LN], mask[LN], m[LN], v[LN];
     static double rw[LN], rm[LN], rv[LN], w0[LN];
     memset(m, 0, sizeof m), memset(v, 0, sizeof v), memset(rm, 0, sizeof rm), memset(rv, 0, sizeof rv);
@@ -465,7 +472,7 @@ static void run_lamb(const char *ini, struct lamb_ref c, bool *clipped)
         double lr = lr0 * (1 - 0.1 * (step - 1));
         struct glia_opt_step s = {w, g, sp, LN, mask, lr, step, NULL, NULL, NULL, LSEG, lamb_seg, NULL};
         CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_OK);
-        ref_lamb(&c, lr, rw, rm, rv, g, step);
+        ref(&c, lr, rw, rm, rv, g, step);
         double ms = 0, vs = 0, me = 0, ve = 0;
         for (int i = 0; i < LN; i++) {
             maxerr = fmax(maxerr, fabs(w[i] - rw[i]));
@@ -473,10 +480,10 @@ static void run_lamb(const char *ini, struct lamb_ref c, bool *clipped)
             ve = fmax(ve, fabs(v[i] - rv[i])), vs = fmax(vs, fabs(rv[i]));
         }
         if (getenv("OPTIM_DEBUG")) printf("\n step %d m %g v %g", step, me / ms, ve / vs);
-        maxserr = fmax(maxserr, fmax(me / ms, ve / vs));
+        maxserr = fmax(maxserr, fmax(me / ms, vs > 0 ? ve / vs : ve));
     }
     if (getenv("OPTIM_DEBUG") || !(maxerr <= 5e-6) || !(maxserr <= 1e-6))
-        printf("\n  lamb '%s': max error %g, state %g\n", ini, maxerr, maxserr);
+        printf("\n  %s '%s': max error %g, state %g\n", name, ini, maxerr, maxserr);
     CU_ASSERT(maxerr <= 5e-6);
     CU_ASSERT(maxserr <= 1e-6);
     double moved = 0;
@@ -485,12 +492,14 @@ static void run_lamb(const char *ini, struct lamb_ref c, bool *clipped)
     CU_ASSERT(moved > 1e-3);
     for (int i = 0; i < LN; i++)
         if (rw[i] == 7.0 && w[i] != 7.0f) {
-            CU_FAIL("lamb changed the padding between tensors");
+            CU_FAIL("the optimizer changed the padding between tensors");
             break;
         }
     glia_optimizer_free(o);
     glia_context_free(ctx);
 }
+
+static void run_lamb(const char *ini, struct lamb_ref c, bool *clipped) { run_seg("lamb", 2, ref_lamb, ini, c, clipped); }
 
 static const struct lamb_ref lamb_defaults = {.b1 = 0.9, .b2 = 0.999, .eps = 1e-6, .wd = 0.01, .max_norm = 1.0};
 
@@ -553,6 +562,63 @@ static void test_lamb_config_errors(void)
     expect_error("lamb", "[optimizer]\nnvlamb = maybe\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] nvlamb:");
 }
 
+/* ---- lars ---- */
+
+/* Apex LARC around torch.optim.SGD, in double: per tensor with decay and nonzero norms a = tc |w| / (|g| + wd |w| +
+ * eps), clip: min(a / lr, 1), g' = (g + wd w) a; else g' = g; then SGD with momentum, no decay. */
+static void ref_lars(const struct lamb_ref *c, double lr, double *w, double *buf, double *v, const float *g, int step)
+{
+    (void)v;
+    for (int t = 0; t < LSEG; t++) {
+        int64_t a0 = lamb_seg[2 * t], b = a0 + lamb_seg[2 * t + 1];
+        double wn = 0, gn = 0;
+        for (int64_t i = a0; i < b; i++) wn += w[i] * w[i], gn += (double)g[i] * g[i];
+        wn = sqrt(wn), gn = sqrt(gn);
+        bool scaled = lamb_decays(t) && wn > 0 && gn > 0;
+        double a = scaled ? c->tc * wn / (gn + wn * c->wd + c->eps) : 1;
+        if (scaled && c->clip) a = fmin(a / lr, 1);
+        for (int64_t i = a0; i < b; i++) {
+            double d = scaled ? (g[i] + c->wd * w[i]) * a : g[i];
+            if (c->mu != 0) {
+                buf[i] = step == 1 ? d : c->mu * buf[i] + (1 - c->damp) * d;
+                d = c->nesterov ? d + c->mu * buf[i] : buf[i];
+            }
+            w[i] -= lr * d;
+        }
+    }
+}
+
+static void run_lars(const char *ini, struct lamb_ref c)
+{
+    bool clipped;
+    run_seg("lars", 1, ref_lars, ini, c, &clipped);
+}
+
+static const struct lamb_ref lars_defaults = {.mu = 0.9, .tc = 0.02, .clip = 1, .eps = 1e-8};
+
+/* The defaults (no decay: the trust ratio on every tensor with its mask flag), with decay, clip off (the ratios far
+ * from 1), Nesterov and dampening; the zero-weight tensor keeps its plain gradient on the first step. */
+static void test_lars(void)
+{
+    run_lars("", lars_defaults);
+    struct lamb_ref c = lars_defaults;
+    c.wd = 0.05;
+    run_lars("[optimizer]\nweight_decay = 0.05\n", c);
+    c.clip = 0;
+    run_lars("[optimizer]\nweight_decay = 0.05\nclip = off\n", c);
+    c.clip = 1, c.nesterov = 1, c.tc = 0.5, c.wd = 0.01;
+    run_lars("[optimizer]\nweight_decay = 0.01\nnesterov = on\ntrust_coefficient = 0.5\n", c);
+    c.nesterov = 0, c.damp = 0.3, c.mu = 0.5;
+    run_lars("[optimizer]\nweight_decay = 0.01\ntrust_coefficient = 0.5\nmomentum = 0.5\ndampening = 0.3\n", c);
+}
+
+static void test_lars_config_errors(void)
+{
+    expect_error("lars", "[optimizer]\nnesterov = on\ndampening = 0.1\n", GLIA_ECONFIG,
+                 "optimizer.ini:2: [optimizer] nesterov: Nesterov momentum needs momentum > 0");
+    expect_error("lars", "[optimizer]\ntrust_coefficient = 0\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] trust_coefficient:");
+}
+
 GLIA_TEST_MAIN("optim", GLIA_TEST(test_plain), GLIA_TEST(test_momentum), GLIA_TEST(test_dampening),
                GLIA_TEST(test_nesterov), GLIA_TEST(test_weight_decay), GLIA_TEST(test_decay_mask),
                GLIA_TEST(test_config_errors), GLIA_TEST(test_adam_defaults), GLIA_TEST(test_adam_betas_eps),
@@ -563,4 +629,4 @@ GLIA_TEST_MAIN("optim", GLIA_TEST(test_plain), GLIA_TEST(test_momentum), GLIA_TE
                GLIA_TEST(test_defaults), GLIA_TEST(test_adam_config_errors),
                GLIA_TEST(test_adadelta_config_errors), GLIA_TEST(test_lamb_defaults),
                GLIA_TEST(test_lamb_not_clipped), GLIA_TEST(test_lamb_nvlamb), GLIA_TEST(test_lamb_needs_segments),
-               GLIA_TEST(test_lamb_config_errors))
+               GLIA_TEST(test_lamb_config_errors), GLIA_TEST(test_lars), GLIA_TEST(test_lars_config_errors))

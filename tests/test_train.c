@@ -485,6 +485,8 @@ static void test_resume_is_bit_exact(void)
     ckpt_opt = "lamb";  /* per-tensor norms and trust ratios over the arena's segments, m and v in the checkpoint */
     resume_case(5);
     resume_case(17);
+    ckpt_opt = "lars";  /* the momentum buffer */
+    resume_case(5);
     ckpt_opt = "adam";
 }
 
@@ -2091,6 +2093,7 @@ static bool same(const float *a, const float *b, int from, int to)
 static void test_weight_decay_off(void)
 {
     make_data();
+    /* not lars: a tensor without decay also goes without its trust ratio, which weight_decay = 0 keeps (test_optim) */
     const char *opts[] = {"sgd", "adam", "adamw", "adadelta", "lamb"};
     enum { W1 = 0, B1 = 576, W2 = 592, B2 = 672, END = 677 };  /* fc1 weight, bias; fc2 weight, bias (packed) */
     for (int i = 0; i < 5; i++) {

@@ -1,4 +1,4 @@
-/* glia/types/optimizers.h — the settings of glia's optimizers sgd, adam, adamw, adadelta and lamb (one plugin each),
+/* glia/types/optimizers.h — the settings of glia's optimizers sgd, adam, adamw, adadelta, lamb and lars (one plugin each),
  * which every kernel of them reads, and the fp32 scalars of one step that all their kernels compute with.
  * Not an update loop: each device's kernel has its own (the CPU one in the optimizer's plugin, the CUDA one in
  * cuda.so). C and C++ (nvcc) alike. */
@@ -241,6 +241,58 @@ static inline float glia_lamb_moments(struct glia_lamb_coef k, float f, float wd
     *m = mi;
     *v = vi;
     return glia_lamb_u(k, wd, w, mi, vi);
+}
+
+/* ---- lars: NVIDIA Apex's LARC wrapping torch.optim.SGD ---- */
+
+#define GLIA_LARS_N_STATE 1  /* the momentum buffer */
+
+/* o->attrs of lars: sgd's keys and LARC's. */
+struct glia_lars_attrs {
+    struct glia_sgd_attrs sgd;        /* momentum, dampening, nesterov, weight_decay */
+    float trust_coefficient, eps;     /* keys of the same names */
+    int clip;                         /* key clip */
+};
+
+/* The scalars of a step: sgd's (its wd is LARC's, folded into the gradient; the SGD step itself has none) and
+ * LARC's. Per tensor that decays, with |w| and |g| both nonzero: a = tc |w| / ((|g| + |w| wd) + eps), clip: a =
+ * min(a / lr, 1); g' = (g + wd w) a; other tensors: g' = g (no decay: LARC takes the decay out of SGD and adds it
+ * only where it scales); then sgd's momentum update of g' without decay. */
+struct glia_lars_coef {
+    struct glia_sgd_coef sgd;
+    float tc, eps;
+    int clip;
+};
+
+static inline struct glia_lars_coef glia_lars_coef(const struct glia_lars_attrs *p, const struct glia_opt_step *s)
+{
+    struct glia_lars_coef c;
+    c.sgd = glia_sgd_coef(&p->sgd, s);
+    c.tc = p->trust_coefficient;
+    c.eps = p->eps;
+    c.clip = p->clip;
+    return c;
+}
+
+/* The factor a of a tensor (-1: the tensor's gradient is left as it is, no decay and no scaling), fp32 as LARC's
+ * torch ops. */
+static inline float glia_lars_factor(struct glia_lars_coef k, bool decay, float wn, float gn)
+{
+    if (!decay || wn == 0.0f || gn == 0.0f) return -1.0f;
+    float den = gn + wn * k.sgd.wd;
+    den = den + k.eps;
+    float a = k.tc * wn / den;
+    if (k.clip) {
+        a = a / k.sgd.lr;
+        a = a < 1.0f ? a : 1.0f;
+    }
+    return a;
+}
+
+/* g' of an element: (g + wd w) a, or g where a is -1. */
+static inline float glia_lars_grad(struct glia_lars_coef k, float a, float g, float w)
+{
+    return a < 0.0f ? g : (g + k.sgd.wd * w) * a;
 }
 
 #endif
