@@ -305,7 +305,8 @@ static void test_defaults(void)
         {"adadelta", "eps", 1e-6},  {"adadelta", "weight_decay", 0}, {"lamb", "beta1", 0.9},
         {"lamb", "beta2", 0.999},   {"lamb", "eps", 1e-6},      {"lamb", "weight_decay", 0.01},
         {"lamb", "max_grad_norm", 1.0},    {"lars", "momentum", 0.9},  {"lars", "weight_decay", 0},
-        {"lars", "trust_coefficient", 0.02}, {"lars", "eps", 1e-8},
+        {"lars", "trust_coefficient", 0.02}, {"lars", "eps", 1e-8}, {"novograd", "beta1", 0.9},
+        {"novograd", "beta2", 0.999}, {"novograd", "eps", 1e-8}, {"novograd", "weight_decay", 0},
     };
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
         struct glia_context *ctx;
@@ -399,6 +400,7 @@ struct lamb_ref {
     int nvlamb;
     double mu, damp, tc;  /* lars */
     int nesterov, clip;
+    int averaging, bias_correction;  /* novograd (b1, b2, eps, wd above) */
 };
 
 /* One reference step over the LSEG tensors: m and v its state (lars: m the momentum buffer). */
@@ -619,6 +621,48 @@ static void test_lars_config_errors(void)
     expect_error("lars", "[optimizer]\ntrust_coefficient = 0\n", GLIA_ECONFIG, "optimizer.ini:2: [optimizer] trust_coefficient:");
 }
 
+/* ---- novograd ---- */
+
+/* Apex FusedNovoGrad (moment mode 1: reg_inside_moment off) in double from fp32 betas, as its kernel takes them; n of
+ * each tensor kept in v at the tensor's offset, as glia keeps it. */
+static void ref_novograd(const struct lamb_ref *c, double lr, double *w, double *m, double *v, const float *g, int step)
+{
+    double b1 = (float)c->b1, b2 = (float)c->b2, b3 = c->averaging ? 1 - b1 : 1;
+    double bc1 = c->bias_correction ? 1 - pow(b1, step) : 1, bc2 = c->bias_correction ? sqrt(1 - pow(b2, step)) : 1;
+    for (int t = 0; t < LSEG; t++) {
+        int64_t a = lamb_seg[2 * t], b = a + lamb_seg[2 * t + 1];
+        double sq = 0, wd = lamb_decays(t) ? c->wd : 0;
+        for (int64_t i = a; i < b; i++) sq += (double)g[i] * g[i];
+        double n = step == 1 ? sqrt(sq) : v[a];
+        n = v[a] = sqrt(b2 * n * n + (1 - b2) * sq);
+        for (int64_t i = a; i < b; i++) {
+            m[i] = b1 * m[i] + b3 * g[i];
+            w[i] -= lr * (m[i] / bc1 / (n / bc2 + c->eps) + wd * w[i]);
+        }
+    }
+}
+
+static void run_novograd(const char *ini, struct lamb_ref c)
+{
+    bool clipped;
+    run_seg("novograd", 2, ref_novograd, ini, c, &clipped);
+}
+
+static const struct lamb_ref novograd_defaults = {.b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .averaging = 1,
+                                                  .bias_correction = 1};
+
+/* The defaults, Jasper's betas with decay, grad averaging and bias correction off. */
+static void test_novograd(void)
+{
+    run_novograd("", novograd_defaults);
+    struct lamb_ref c = novograd_defaults;
+    c.b1 = 0.95, c.b2 = 0.98, c.wd = 0.001;
+    run_novograd("[optimizer]\nbeta1 = 0.95\nbeta2 = 0.98\nweight_decay = 0.001\n", c);
+    c.averaging = 0, c.bias_correction = 0, c.eps = 1e-3;
+    run_novograd("[optimizer]\nbeta1 = 0.95\nbeta2 = 0.98\nweight_decay = 0.001\ngrad_averaging = off\n"
+                 "bias_correction = off\neps = 1e-3\n", c);
+}
+
 GLIA_TEST_MAIN("optim", GLIA_TEST(test_plain), GLIA_TEST(test_momentum), GLIA_TEST(test_dampening),
                GLIA_TEST(test_nesterov), GLIA_TEST(test_weight_decay), GLIA_TEST(test_decay_mask),
                GLIA_TEST(test_config_errors), GLIA_TEST(test_adam_defaults), GLIA_TEST(test_adam_betas_eps),
@@ -629,4 +673,5 @@ GLIA_TEST_MAIN("optim", GLIA_TEST(test_plain), GLIA_TEST(test_momentum), GLIA_TE
                GLIA_TEST(test_defaults), GLIA_TEST(test_adam_config_errors),
                GLIA_TEST(test_adadelta_config_errors), GLIA_TEST(test_lamb_defaults),
                GLIA_TEST(test_lamb_not_clipped), GLIA_TEST(test_lamb_nvlamb), GLIA_TEST(test_lamb_needs_segments),
-               GLIA_TEST(test_lamb_config_errors), GLIA_TEST(test_lars), GLIA_TEST(test_lars_config_errors))
+               GLIA_TEST(test_lamb_config_errors), GLIA_TEST(test_lars), GLIA_TEST(test_lars_config_errors),
+               GLIA_TEST(test_novograd))

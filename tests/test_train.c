@@ -487,6 +487,9 @@ static void test_resume_is_bit_exact(void)
     resume_case(17);
     ckpt_opt = "lars";  /* the momentum buffer */
     resume_case(5);
+    ckpt_opt = "novograd";  /* each tensor's n in the first element of its part of state 1 */
+    resume_case(5);
+    resume_case(17);
     ckpt_opt = "adam";
 }
 
@@ -2094,9 +2097,9 @@ static void test_weight_decay_off(void)
 {
     make_data();
     /* not lars: a tensor without decay also goes without its trust ratio, which weight_decay = 0 keeps (test_optim) */
-    const char *opts[] = {"sgd", "adam", "adamw", "adadelta", "lamb"};
+    const char *opts[] = {"sgd", "adam", "adamw", "adadelta", "lamb", "novograd"};
     enum { W1 = 0, B1 = 576, W2 = 592, B2 = 672, END = 677 };  /* fc1 weight, bias; fc2 weight, bias (packed) */
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         long long n0, n1, n2, n3;
         float *none = one_step(opts[i], "0", "", "", false, &n0), *on = one_step(opts[i], "0.5", "", "", false, &n1),
               *fc1 = one_step(opts[i], "0.5", "", "weight_decay = off\n", true, &n2),

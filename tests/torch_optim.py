@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-# tests/torch_optim.py — glia's CPU lamb and lars kernels against straightforward PyTorch implementations of their
-# rules (Apex FusedLAMB's and LARC's, written as Apex's python code writes them: per-tensor torch ops in fp32) on the
-# same tensors for several steps, through libglia's C API (ctypes). Not a GPU test and not a test of Apex itself; run
-# by tests/torch_optim.sh, which skips (77) where torch is missing.
+# tests/torch_optim.py — glia's CPU lamb, lars and novograd kernels against straightforward PyTorch implementations
+# of their rules (Apex FusedLAMB's, LARC's and FusedNovoGrad's, written as Apex's python code writes them: per-tensor
+# torch ops in fp32) on the same tensors for several steps, through libglia's C API (ctypes). Not a GPU test and not
+# a test of Apex itself; run by tests/torch_optim.sh, which skips (77) where torch is missing.
 import ctypes as C
 import os
 import sys
@@ -85,11 +85,27 @@ def ref_lars(ps, gs, bufs, _, lr, t, o):
         p.add_(g, alpha=-lr)
 
 
+def ref_novograd(ps, gs, ms, ns, lr, t, o):
+    """Apex FusedNovoGrad (norm_type 2, reg_inside_moment off) in torch fp32: n per tensor (kept in ns[i][0], where
+    glia keeps it), starting as the gradient's norm."""
+    b1, b2 = o["beta1"], o["beta2"]
+    b3 = 1 - b1 if o["grad_averaging"] else 1.0
+    bc1, bc2 = (1 - b1 ** t, (1 - b2 ** t) ** 0.5) if o["bias_correction"] else (1.0, 1.0)
+    for p, g, m, nbuf, decay in zip(ps, gs, ms, ns, DECAYS):
+        sq = torch.sum(torch.pow(g, 2))
+        n = sq.sqrt() if t == 1 else nbuf[0]
+        n = torch.sqrt(b2 * n * n + (1 - b2) * sq)
+        nbuf[0] = n
+        m.mul_(b1).add_(g, alpha=b3)
+        p.sub_(lr * ((m / bc1) / (n / bc2 + o["eps"]) + (o["weight_decay"] if decay else 0.0) * p))
+
+
 def run(lib, name, ini, opts, ref, steps=6, tol=1e-5):
     """steps steps of glia's kernel and of ref from the same weights and gradients; the largest difference of the
     weights relative to their scale. tol: fp32 results of differently ordered sums (the norms), a few ulps grown over
     the steps, and glia's fp32 betas (Apex's kernel takes them as fp32 too): 1 - 0.999f is 1.3e-5 off 0.001, which
-    shows as 6.5e-6 in the update of a tensor without the trust ratio when bias_correction is off."""
+    shows as 6.5e-6 in lamb's update of a tensor without the trust ratio when bias_correction is off, and in
+    novograd's sqrt(1 - beta2^t)."""
     ctx = C.c_void_p()
     assert lib.glia_context_new(C.byref(ctx)) == 0
     o = C.POINTER(Optimizer)()
@@ -149,6 +165,10 @@ def main():
               ref_lars)
     ok &= run(lib, "lars", "[optimizer]\nweight_decay = 0.01\nnesterov = on\ntrust_coefficient = 0.5\n",
               dict(lars, weight_decay=0.01, nesterov=True, trust_coefficient=0.5), ref_lars)
+    novograd = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, grad_averaging=True, bias_correction=True)
+    ok &= run(lib, "novograd", "", novograd, ref_novograd)
+    ok &= run(lib, "novograd", "[optimizer]\nbeta1 = 0.95\nbeta2 = 0.98\nweight_decay = 0.001\ngrad_averaging = off\n",
+              dict(novograd, beta1=0.95, beta2=0.98, weight_decay=0.001, grad_averaging=False), ref_novograd)
     return 0 if ok else 1
 
 

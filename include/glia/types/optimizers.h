@@ -1,4 +1,5 @@
-/* glia/types/optimizers.h — the settings of glia's optimizers sgd, adam, adamw, adadelta, lamb and lars (one plugin each),
+/* glia/types/optimizers.h — the settings of glia's optimizers sgd, adam, adamw, adadelta, lamb, lars and
+ * novograd (one plugin each),
  * which every kernel of them reads, and the fp32 scalars of one step that all their kernels compute with.
  * Not an update loop: each device's kernel has its own (the CPU one in the optimizer's plugin, the CUDA one in
  * cuda.so). C and C++ (nvcc) alike. */
@@ -293,6 +294,53 @@ static inline float glia_lars_factor(struct glia_lars_coef k, bool decay, float 
 static inline float glia_lars_grad(struct glia_lars_coef k, float a, float g, float w)
 {
     return a < 0.0f ? g : (g + k.sgd.wd * w) * a;
+}
+
+/* ---- novograd: NVIDIA Apex's FusedNovoGrad (norm_type 2, reg_inside_moment off) ---- */
+
+/* m per element; n, the moving norm of a tensor's gradient, one float per tensor: kept in the first element of the
+ * tensor's segment of the second state array (the rest of that array stays 0), so that checkpoints carry it. */
+#define GLIA_NOVOGRAD_N_STATE 2
+
+/* o->attrs of novograd. */
+struct glia_novograd_attrs {
+    float beta1, beta2, eps, weight_decay;  /* keys of the same names */
+    int grad_averaging, bias_correction;    /* keys of the same names */
+};
+
+/* The scalars of a step, fp32 as Apex's multi_tensor_novograd.cu has them. Per tensor, with S its gradient's sum of
+ * squares: n = sqrt(b2 n n + c2 S), n starting as sqrt(S) on the first step (Apex's init);  per element:
+ * m = b1 m + b3 g;  w = w - lr ((m / bc1) / (n / bc2 + eps) + wd w)  (wd 0 on tensors with decay off);
+ * b3 = 1 - b1 with grad_averaging, else 1; c2 = 1 - b2; bc1 = 1 - b1^t, bc2 = sqrt(1 - b2^t) (1 without
+ * bias_correction). */
+struct glia_novograd_coef {
+    float lr, b1, b3, b2, c2, bc1, bc2, eps, wd;
+    int first;
+};
+
+static inline struct glia_novograd_coef glia_novograd_coef(const struct glia_novograd_attrs *p,
+                                                           const struct glia_opt_step *s)
+{
+    struct glia_novograd_coef c;
+    c.lr = (float)s->lr;
+    c.b1 = p->beta1;
+    c.b3 = p->grad_averaging ? 1.0f - p->beta1 : 1.0f;
+    c.b2 = p->beta2;
+    c.c2 = 1.0f - p->beta2;
+    c.bc1 = p->bias_correction ? (float)(1 - pow((double)p->beta1, (double)s->step)) : 1.0f;
+    c.bc2 = p->bias_correction ? (float)sqrt(1 - pow((double)p->beta2, (double)s->step)) : 1.0f;
+    c.eps = p->eps;
+    c.wd = p->weight_decay;
+    c.first = s->step == 1;
+    return c;
+}
+
+/* A tensor's new n from its old one and its gradient's sum of squares. */
+static inline float glia_novograd_norm(struct glia_novograd_coef k, float n, float sumsq)
+{
+    if (k.first) n = sqrtf(sumsq);
+    float a = k.b2 * n * n;
+    return sqrtf(a + k.c2 * sumsq);
 }
 
 #endif
