@@ -1,4 +1,4 @@
-/* tests/test_cuda_optim.c — the CUDA impls of sgd, adam, adamw, adadelta and lamb against their CPU
+/* tests/test_cuda_optim.c — the CUDA impls of sgd, adam, adamw, adadelta, lamb, lars, novograd against their CPU
  * impls on a GPU: weights and state after several steps from equal weights and gradients, with and
  * without a decay mask, and the CUDA impls' refusals. Exits 77 (skipped) without a usable GPU or
  * without the CUDA build; their steps reading the scalars from the device, as run and as replayed from a CUDA
@@ -356,15 +356,13 @@ static void test_device_skip(void)
 }
 
 
-/* lamb over an arena of tensors with padding between them (left as it is): one of several norm chunks, one with zero
- * weights, two without decay, one of a single element. Its CUDA kernels equal its CPU kernel bit for bit (the
+/* lamb, lars or novograd (name) over an arena of tensors with padding between them (left as it is): one of several norm chunks,
+ * one with zero weights, two without decay, one of a single element. Its CUDA kernels equal its CPU kernel bit for bit (the
  * norms' sums in one fixed order, every operation an fp32 one without contraction) after every step; the steps
  * reading their scalars from the device, captured into a CUDA graph at step 2 and replayed, with a dev_skip flag of
  * 0, equal them too; steps whose dev_skip flag is 1 leave the weights and state as they were. */
-static void test_lamb(void)
+static void per_tensor_cases(const char *name, const char *const *inis, size_t n_inis)
 {
-    static const char *const inis[] = {"", "[optimizer]\nnvlamb = on\nmax_grad_norm = 1000\nweight_decay = 0.1\n",
-                                       "[optimizer]\nmax_grad_norm = 0\nbias_correction = off\nbeta1 = 0.5\n"};
     static const int64_t seg[] = {0, 100, 128, 37, 192, 9000, 9216, 20, 9344, 1};
     enum { NSEG = 5, LEN = 9400 };
     size_t nb = LEN * sizeof(float);
@@ -372,9 +370,10 @@ static void test_lamb(void)
     struct glia_shape ss = S(1, 2 * NSEG, 0, 0, 0);
     CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I64, &ss, &dseg) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_from_host(dseg, seg, sizeof seg) == GLIA_OK);
-    for (size_t c = 0; c < sizeof inis / sizeof inis[0]; c++) {
+    for (size_t c = 0; c < n_inis; c++) {
         struct glia_optimizer *oc, *og;
-        make_pair("lamb", inis[c], &oc, &og);
+        make_pair(name, inis[c], &oc, &og);
+        int ns = oc->type->n_state;
         CU_ASSERT((og->kernel->flags & (GLIA_OPT_KERNEL_SKIP | GLIA_OPT_KERNEL_SEGMENTS)) ==
                   (GLIA_OPT_KERNEL_SKIP | GLIA_OPT_KERNEL_SEGMENTS));
         float *w = malloc(nb), *g = malloc(nb), *mask = malloc(nb), *back = malloc(nb), *w0 = malloc(nb);
@@ -425,7 +424,7 @@ static void test_lamb(void)
             CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, dsc->data, bytes, (nbytes + 7) / 8 * 8) == GLIA_OK);
             CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
             glia_status st = og->kernel->step(og, &sg[0]);
-            if (st) printf("\n  lamb cuda step: %s\n", glia_context_error(cuda_ctx));
+            if (st) printf("\n  %s cuda step: %s\n", name, glia_context_error(cuda_ctx));
             CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
             if (step == 2) {
                 CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
@@ -437,10 +436,10 @@ static void test_lamb(void)
             CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &sg[2]), GLIA_OK);
             const float *want[3] = {w, m, v};
             for (int k = 0; k < 2; k++)
-                for (int j = 0; j < 3; j++) {
+                for (int j = 0; j <= ns; j++) {
                     CU_ASSERT_FATAL(glia_tensor_to_host(j ? dst[k][j - 1] : dw[k], back, nb) == GLIA_OK);
                     if (memcmp(back, want[j], nb)) {
-                        printf("\n  lamb '%s' step %d: %s of variant %d differs from the CPU's (%g)\n", inis[c], step,
+                        printf("\n  %s '%s' step %d: %s of variant %d differs from the CPU's (%g)\n", name, inis[c], step,
                                j ? "state" : "w", k, rel_diff(want[j], back, LEN));
                         bad++;
                     }
@@ -449,7 +448,7 @@ static void test_lamb(void)
         CU_ASSERT_EQUAL(bad, 0);
         for (int i = 0; i < LEN; i++)
             if (w0[i] == 7.0f && mask[i] == 1.0f && w[i] != 7.0f) {
-                CU_FAIL("lamb changed the padding");
+                CU_FAIL("the step changed the padding");
                 break;
             }
         CU_ASSERT(memcmp(w, w0, nb) != 0);
@@ -476,6 +475,28 @@ static void test_lamb(void)
         glia_optimizer_free(oc), glia_optimizer_free(og);
     }
     glia_tensor_release(dseg);
+}
+
+static void test_lamb(void)
+{
+    static const char *const inis[] = {"", "[optimizer]\nnvlamb = on\nmax_grad_norm = 1000\nweight_decay = 0.1\n",
+                                       "[optimizer]\nmax_grad_norm = 0\nbias_correction = off\nbeta1 = 0.5\n"};
+    per_tensor_cases("lamb", inis, sizeof inis / sizeof inis[0]);
+}
+
+static void test_lars(void)
+{
+    static const char *const inis[] = {"", "[optimizer]\nweight_decay = 0.05\nclip = off\n",
+                                       "[optimizer]\nweight_decay = 0.01\nnesterov = on\ntrust_coefficient = 0.5\n",
+                                       "[optimizer]\nmomentum = 0.5\ndampening = 0.3\nweight_decay = 0.01\n"};
+    per_tensor_cases("lars", inis, sizeof inis / sizeof inis[0]);
+}
+
+static void test_novograd(void)
+{
+    static const char *const inis[] = {"", "[optimizer]\nbeta1 = 0.95\nbeta2 = 0.98\nweight_decay = 0.001\n",
+                                       "[optimizer]\ngrad_averaging = off\nbias_correction = off\neps = 1e-3\n"};
+    per_tensor_cases("novograd", inis, sizeof inis / sizeof inis[0]);
 }
 
 /* The backend's loss scaler on the device (scaler_step, which precision = fp16 captures into the training step's
@@ -564,5 +585,6 @@ static void test_select(void)
 
 CUDA_TEST_MAIN("cuda_optim", GLIA_TEST(test_sgd), GLIA_TEST(test_adam), GLIA_TEST(test_adamw),
                GLIA_TEST(test_adadelta), GLIA_TEST(test_sizes), GLIA_TEST(test_refusals),
-               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write), GLIA_TEST(test_device_skip), GLIA_TEST(test_lamb),
+               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write), GLIA_TEST(test_device_skip), GLIA_TEST(test_lamb), GLIA_TEST(test_lars),
+               GLIA_TEST(test_novograd),
                GLIA_TEST(test_scaler_step), GLIA_TEST(test_select))

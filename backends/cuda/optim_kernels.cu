@@ -1,6 +1,6 @@
 /* backends/cuda/optim_kernels.cu — the fused optimizer step kernels: one grid-stride pass over the
  * arena that reads each element's weight, gradient, state and decay flag once and writes the new
- * weight and state; lamb's, which needs per-tensor norms, in a few launches over the arena's tensors. Not the scalars' computation: the host does it in double, as the CPU kernels do
+ * weight and state; lamb's, lars's and novograd's, which need per-tensor norms, in a few launches over the arena's tensors. Not the scalars' computation: the host does it in double, as the CPU kernels do
  * (glia/types/optimizers.h); each kernel takes them by value, or reads them from device memory (dk not NULL)
  * where the host wrote them before a CUDA graph's replay. With a.skip set and nonzero (fp16's loss scaler found the
  * gradients not finite) every thread returns at once.
@@ -87,7 +87,7 @@ static __global__ void adadelta_kernel(struct glia__cuda_opt_arrays a, struct gl
     }
 }
 
-/* ---- lamb: per-tensor norms over the arena's segments, in glia/types/optimizers.h's order ---- */
+/* ---- lamb, lars and novograd: per-tensor norms over the arena's segments, in glia/types/optimizers.h's order ---- */
 
 /* The scratch of a step: the chunks' sums of w, g and u (slots each), the tensors' sums of w, g and u (n_seg each),
  * the clip factor f. */
@@ -131,8 +131,9 @@ static __device__ __forceinline__ bool tensor_decays(const float *mask, const in
     return !mask || mask[seg[2 * i]] != 0.0f;
 }
 
-/* The chunks' sums of squares of w and g: blocks (x: chunks, y: tensors) of GLIA_NORM_LANES threads. */
-static __global__ void lamb_norms_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t)
+/* The chunks' sums of squares of w (with_w) and g: blocks (x: chunks, y: tensors) of GLIA_NORM_LANES threads. */
+template <bool with_w>
+static __global__ void norms_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t)
 {
     __shared__ float sh[GLIA_NORM_LANES];
     if (a.skip && *a.skip) return;
@@ -143,21 +144,21 @@ static __global__ void lamb_norms_kernel(struct glia__cuda_opt_arrays a, struct 
             chunk_at(t.seg, i, j, &at, &len);
             float aw = 0.0f, ag = 0.0f;
             for (int64_t e = threadIdx.x; e < len; e += GLIA_NORM_LANES) {
-                float w = a.w[at + e], g = a.g[at + e];
-                aw = rn_add(aw, rn_mul(w, w));
+                float g = a.g[at + e];
+                if (with_w) aw = rn_add(aw, rn_mul(a.w[at + e], a.w[at + e]));
                 ag = rn_add(ag, rn_mul(g, g));
             }
-            float sw = lanes_sum(aw, sh), sg = lanes_sum(ag, sh);
+            float sw = with_w ? lanes_sum(aw, sh) : 0.0f, sg = lanes_sum(ag, sh);
             if (threadIdx.x == 0) {
                 int64_t slot = glia_norm_slot(t.seg[2 * i], i, j);
-                r.pw[slot] = sw;
+                if (with_w) r.pw[slot] = sw;
                 r.pg[slot] = sg;
             }
         }
 }
 
 /* Each tensor's sum of its chunks' sums, in turn: parts (pw, pg or pu) into sums (sw, sg or su); one thread a tensor. */
-static __global__ void lamb_sums_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t, int which)
+static __global__ void sums_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t, int which)
 {
     if (a.skip && *a.skip) return;
     struct norm_scratch r = scratch_of(t, a.n);
@@ -243,19 +244,124 @@ static __global__ void lamb_update_kernel(struct glia__cuda_opt_arrays a, struct
     }
 }
 
+/* lars: a = tc |w| / ((|g| + |w| wd) + eps), clip: min(a / lr, 1), g' = (g + wd w) a where the tensor decays and
+ * both norms are nonzero, else g' = g; then sgd_kernel's update of g' without decay. */
+static __global__ void lars_update_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                          struct glia_lars_coef k, const struct glia_lars_coef *dk)
+{
+    if (a.skip && *a.skip) return;
+    if (dk) k = *dk;
+    struct norm_scratch r = scratch_of(t, a.n);
+    float undamped = rn_sub(1.0f, k.sgd.damp);
+    for (int i = blockIdx.y; i < t.n_seg; i += gridDim.y) {
+        float wn = rn_sqrt(r.sw[i]), gn = rn_sqrt(r.sg[i]), f = -1.0f;
+        if (tensor_decays(a.mask, t.seg, i) && wn != 0.0f && gn != 0.0f) {
+            f = rn_div(rn_mul(k.tc, wn), rn_add(rn_add(gn, rn_mul(wn, k.sgd.wd)), k.eps));
+            if (k.clip) {
+                f = rn_div(f, k.sgd.lr);
+                f = f < 1.0f ? f : 1.0f;
+            }
+        }
+        for (int64_t j = blockIdx.x; j < glia_norm_chunks(t.seg[2 * i + 1]); j += gridDim.x) {
+            int64_t at, len;
+            chunk_at(t.seg, i, j, &at, &len);
+            for (int64_t e = at + threadIdx.x; e < at + len; e += GLIA_NORM_LANES) {
+                float w = a.w[e], d = a.g[e];
+                if (f >= 0.0f) d = rn_mul(rn_add(d, rn_mul(k.sgd.wd, w)), f);
+                if (k.sgd.mu != 0.0f) {
+                    float b = k.sgd.first ? d : rn_add(rn_mul(k.sgd.mu, a.s0[e]), rn_mul(undamped, d));
+                    a.s0[e] = b;
+                    d = k.sgd.nesterov ? rn_add(d, rn_mul(k.sgd.mu, b)) : b;
+                }
+                a.w[e] = rn_sub(w, rn_mul(k.sgd.lr, d));
+            }
+        }
+    }
+}
+
+/* novograd: n = sqrt(b2 n n + c2 S) of each tensor (n = sqrt(S) first), S its gradient's sum of squares, kept in s1 at
+ * the tensor's offset; one thread a tensor. */
+static __global__ void novograd_norm_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                            struct glia_novograd_coef k, const struct glia_novograd_coef *dk)
+{
+    if (a.skip && *a.skip) return;
+    if (dk) k = *dk;
+    struct norm_scratch r = scratch_of(t, a.n);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < t.n_seg; i += gridDim.x * blockDim.x) {
+        if (t.seg[2 * i + 1] == 0) continue;  /* no element to keep its n in */
+        float sq = r.sg[i], n = k.first ? rn_sqrt(sq) : a.s1[t.seg[2 * i]];
+        a.s1[t.seg[2 * i]] = rn_sqrt(rn_add(rn_mul(rn_mul(k.b2, n), n), rn_mul(k.c2, sq)));
+    }
+}
+
+/* novograd: m = b1 m + b3 g;  w = w - lr ((m / bc1) / (n / bc2 + eps) + wd w) */
+static __global__ void novograd_update_kernel(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                              struct glia_novograd_coef k, const struct glia_novograd_coef *dk)
+{
+    if (a.skip && *a.skip) return;
+    if (dk) k = *dk;
+    for (int i = blockIdx.y; i < t.n_seg; i += gridDim.y) {
+        if (t.seg[2 * i + 1] == 0) continue;
+        float denom = rn_add(rn_div(a.s1[t.seg[2 * i]], k.bc2), k.eps);
+        float wd = tensor_decays(a.mask, t.seg, i) ? k.wd : 0.0f;
+        for (int64_t j = blockIdx.x; j < glia_norm_chunks(t.seg[2 * i + 1]); j += gridDim.x) {
+            int64_t at, len;
+            chunk_at(t.seg, i, j, &at, &len);
+            for (int64_t e = at + threadIdx.x; e < at + len; e += GLIA_NORM_LANES) {
+                float w = a.w[e], m = rn_add(rn_mul(k.b1, a.s0[e]), rn_mul(k.b3, a.g[e]));
+                a.s0[e] = m;
+                a.w[e] = rn_sub(w, rn_mul(k.lr, rn_add(rn_div(rn_div(m, k.bc1), denom), rn_mul(wd, w))));
+            }
+        }
+    }
+}
+
+/* The launch shape of the per-tensor kernels: chunks by tensors. */
+static dim3 tensor_grid(struct glia__cuda_opt_tensors t)
+{
+    return dim3((unsigned)(t.max_chunks < 1 ? 1 : t.max_chunks > 1024 ? 1024 : t.max_chunks),
+                (unsigned)(t.n_seg > 65535 ? 65535 : t.n_seg));
+}
+
+extern "C" cudaError_t glia__cuda_lars_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                            struct glia_lars_coef k, const struct glia_lars_coef *dk, cudaStream_t s)
+{
+    if (a.n <= 0 || t.n_seg <= 0) return cudaSuccess;
+    dim3 grid = tensor_grid(t);
+    unsigned sums = (unsigned)((t.n_seg + GLIA_NORM_LANES - 1) / GLIA_NORM_LANES);
+    norms_kernel<true><<<grid, GLIA_NORM_LANES, 0, s>>>(a, t);
+    sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 0);
+    sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 1);
+    lars_update_kernel<<<grid, GLIA_NORM_LANES, 0, s>>>(a, t, k, dk);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_novograd_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                                struct glia_novograd_coef k, const struct glia_novograd_coef *dk,
+                                                cudaStream_t s)
+{
+    if (a.n <= 0 || t.n_seg <= 0) return cudaSuccess;
+    dim3 grid = tensor_grid(t);
+    unsigned sums = (unsigned)((t.n_seg + GLIA_NORM_LANES - 1) / GLIA_NORM_LANES);
+    norms_kernel<false><<<grid, GLIA_NORM_LANES, 0, s>>>(a, t);
+    sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 1);
+    novograd_norm_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, k, dk);
+    novograd_update_kernel<<<grid, GLIA_NORM_LANES, 0, s>>>(a, t, k, dk);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t glia__cuda_lamb_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
                                             struct glia_lamb_coef k, const struct glia_lamb_coef *dk, cudaStream_t s)
 {
     if (a.n <= 0 || t.n_seg <= 0) return cudaSuccess;
-    dim3 grid((unsigned)(t.max_chunks < 1 ? 1 : t.max_chunks > 1024 ? 1024 : t.max_chunks),
-              (unsigned)(t.n_seg > 65535 ? 65535 : t.n_seg));
+    dim3 grid = tensor_grid(t);
     unsigned sums = (unsigned)((t.n_seg + GLIA_NORM_LANES - 1) / GLIA_NORM_LANES);
-    lamb_norms_kernel<<<grid, GLIA_NORM_LANES, 0, s>>>(a, t);
-    lamb_sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 0);
-    lamb_sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 1);
+    norms_kernel<true><<<grid, GLIA_NORM_LANES, 0, s>>>(a, t);
+    sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 0);
+    sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 1);
     lamb_clip_kernel<<<1, 1, 0, s>>>(a, t, k, dk);
     lamb_moments_kernel<<<grid, GLIA_NORM_LANES, 0, s>>>(a, t, k, dk);
-    lamb_sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 2);
+    sums_kernel<<<sums, GLIA_NORM_LANES, 0, s>>>(a, t, 2);
     lamb_update_kernel<<<grid, GLIA_NORM_LANES, 0, s>>>(a, t, k, dk);
     return cudaGetLastError();
 }

@@ -58,6 +58,16 @@ static inline size_t glia__cuda_norm_scratch(int64_t n, int n_seg)
 cudaError_t glia__cuda_lamb_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
                                  struct glia_lamb_coef k, const struct glia_lamb_coef *dk, cudaStream_t s);
 
+/* Apex LARC around torch.optim.SGD (glia_lars_coef): w(n), s0 = momentum buffer(n) from g(n), mask(n), over the
+ * tensors t: four launches (norms of w and g per chunk, their tensor sums, the update), the CPU kernel's order. */
+cudaError_t glia__cuda_lars_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                 struct glia_lars_coef k, const struct glia_lars_coef *dk, cudaStream_t s);
+
+/* Apex FusedNovoGrad (glia_novograd_coef): w(n), s0 = m(n), s1 = each tensor's n at its offset, from g(n), mask(n),
+ * over the tensors t: four launches (norms of g per chunk, their tensor sums, n, the update), the CPU kernel's order. */
+cudaError_t glia__cuda_novograd_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                     struct glia_novograd_coef k, const struct glia_novograd_coef *dk, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
