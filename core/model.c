@@ -465,6 +465,8 @@ void glia_model_free(struct glia_model *m)
     glia_tensor_release(m->params.w);
     glia_tensor_release(m->params.g);
     glia_tensor_release(m->params.decay_mask);
+    glia_tensor_release(m->params.dev_seg);
+    free(m->params.seg);
     glia__arena_free(&m->params.wa);
     glia__arena_free(&m->params.ba);
     for (int k = 0; k < GLIA__MAX_STATE; k++) glia_tensor_release(m->params.state[k]);

@@ -122,6 +122,22 @@ glia_status glia__arena_error(struct glia_model *m, bool buffers, double bytes, 
                              (long long)all, buffers ? "buffer values" : "parameters", (long long)most, with);
 }
 
+/* The arena's segment table for per-tensor optimizers (glia_opt_step.seg), uploaded once on a device backend. */
+static glia_status alloc_segments(struct glia_model *m)
+{
+    const struct glia__arena *a = &m->params.wa;
+    m->params.seg = malloc(sizeof(int64_t) * 2 * (size_t)(a->count > 0 ? a->count : 1));
+    if (!m->params.seg) return GLIA_ENOMEM;
+    for (int i = 0; i < a->count; i++) {
+        m->params.seg[2 * i] = a->off[i];
+        m->params.seg[2 * i + 1] = a->size[i];
+    }
+    if (a->count == 0 || m->backend->ops->device_type == GLIA_DEVICE_CPU) return GLIA_OK;
+    struct glia_shape shape = glia_shape_make(1, (int64_t[]){2 * (int64_t)a->count});
+    glia_status st = glia_tensor_new(m->backend, GLIA_I64, &shape, &m->params.dev_seg);
+    return st ? st : glia_tensor_from_host(m->params.dev_seg, m->params.seg, sizeof(int64_t) * 2 * (size_t)a->count);
+}
+
 glia_status glia__alloc_params(struct glia_model *m)
 {
     struct glia_param **ps;
@@ -135,6 +151,7 @@ glia_status glia__alloc_params(struct glia_model *m)
     if (!st) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->params.g);  /* the padding's gradient is zero */
     for (int k = 0; k < ns && !st; k++) st = glia_tensor_zeros(m->backend, GLIA_F32, &flat, &m->params.state[k]);
     if (!st) st = alloc_decay_mask(m, ps);
+    if (!st) st = alloc_segments(m);
     float *host = st ? NULL : calloc((size_t)m->params.wa.len, sizeof(float));
     if (st || !host) {
         free(ps);

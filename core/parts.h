@@ -199,6 +199,8 @@ struct glia__model_params {
     struct glia__arena wa;           /* where each parameter lies in w, g and state[]; wa.n values */
     struct glia_tensor *w, *g, *state[GLIA__MAX_STATE];
     struct glia_tensor *decay_mask;  /* wa.len flags, 0 where a parameter has decay off; NULL: all on */
+    int64_t *seg;                    /* 2 wa.count: wa.off[i], wa.size[i] interleaved (glia_opt_step.seg) */
+    struct glia_tensor *dev_seg;     /* the same on a device backend (glia_opt_step.dev_seg); NULL on the CPU */
     struct glia__arena ba;           /* where each buffer lies in buf; ba.n values */
     struct glia_tensor *buf;         /* buffer arena (running statistics) */
 };

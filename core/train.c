@@ -222,7 +222,8 @@ static struct glia_opt_step opt_args(struct glia_model *m, float **state, double
         state[k] = k < m->trainer.opt.type->n_state ? m->params.state[k]->data : NULL;
     return (struct glia_opt_step){m->params.w->data, m->params.g->data, state, (size_t)m->params.wa.len,
                                   m->params.decay_mask ? m->params.decay_mask->data : NULL, lr, step, m->backend, NULL,
-                                  NULL};
+                                  NULL, m->params.wa.count, m->params.seg,
+                                  m->params.dev_seg ? m->params.dev_seg->data : NULL};
 }
 
 glia_status glia__optimizer_step(struct glia_model *m, int epoch)

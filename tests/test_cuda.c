@@ -231,9 +231,11 @@ static void test_training_matches_cpu(void)
 {
     make_data();
     static const char *const opts[] = {"sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9", "adam\nlr = 0.001\nclip_grad_norm = 0.5",
-                                       "adamw\nlr = 0.001", "adadelta\nlr = 1.0"};
+                                       "adamw\nlr = 0.001", "adadelta\nlr = 1.0", "lamb\nlr = 0.002",
+                                       "lars\nlr = 0.1\n[optimizer]\nweight_decay = 0.0005",
+                                       "novograd\nlr = 0.01\n[optimizer]\nweight_decay = 0.001"};
     static const char *const fmts[] = {"memory_format = contiguous", "memory_format = channels_last"};
-    for (int o = 0; o < 4; o++)
+    for (int o = 0; o < 7; o++)
         for (int f = 0; f < 2; f++) {
             struct run a, b;
             struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
@@ -1243,6 +1245,9 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         {"adamw\nlr = 0.002", "clip_grad_norm = 1.0\nwarmup_steps = 5\ncheckpoint_every = 3\ncheckpoint_keep = 100\n", 2,
          false},
         {"adadelta\nlr = 1.0", "", 3, false},
+        {"lamb\nlr = 0.002", "clip_grad_norm = 1.0\n", 2, false},
+        {"lars\nlr = 0.1\n[optimizer]\nweight_decay = 0.0005", "", 1, false},
+        {"novograd\nlr = 0.01", "", 2, false},
         {"adam\nlr = 0.001", "", 1, true},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

@@ -1,4 +1,4 @@
-/* tests/test_cuda_optim.c — the CUDA impls of sgd, adam, adamw and adadelta against their CPU
+/* tests/test_cuda_optim.c — the CUDA impls of sgd, adam, adamw, adadelta, lamb, lars, novograd against their CPU
  * impls on a GPU: weights and state after several steps from equal weights and gradients, with and
  * without a decay mask, and the CUDA impls' refusals. Exits 77 (skipped) without a usable GPU or
  * without the CUDA build; their steps reading the scalars from the device, as run and as replayed from a CUDA
@@ -74,9 +74,9 @@ static void run_case(const char *name, const char *ini, bool masked, int64_t n, 
         for (int64_t i = 0; i < n; i += 11) g[i] *= 1e-3f;
         CU_ASSERT_FATAL(glia_tensor_from_host(dg, g, nb) == GLIA_OK);
         double lr = 0.05 * (1 - 0.15 * (step - 1));
-        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL, NULL};
+        struct glia_opt_step sc = {w, g, state, (size_t)n, masked ? mask : NULL, lr, step, cuda_cpu, NULL, NULL, 0, NULL, NULL};
         struct glia_opt_step sg = {dw->data, dg->data, dsp, (size_t)n, masked ? (const float *)dmask->data : NULL,
-                                   lr, step, cuda_gpu, NULL, NULL};
+                                   lr, step, cuda_gpu, NULL, NULL, 0, NULL, NULL};
         CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
         glia_status st = og->kernel->step(og, &sg);
         if (st) printf("\n  cuda step: %s\n", glia_context_error(cuda_ctx));
@@ -178,7 +178,7 @@ static void test_refusals(void)
     CU_ASSERT_FATAL(glia_optimizer_new_for(cuda_ctx, "adadelta", "", GLIA_DEVICE_CUDA, &o) == GLIA_OK);
     float w[4] = {0}, g[4] = {0}, s0[4] = {0}, s1[4] = {0};
     float *state[2] = {s0, s1};
-    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL, NULL};
+    struct glia_opt_step s = {w, g, state, 4, NULL, 0.1, 1, cuda_cpu, NULL, NULL, 0, NULL, NULL};
     CU_ASSERT_EQUAL(o->kernel->step(o, &s), GLIA_EINVAL);
     glia_optimizer_free(o);
 }
@@ -221,7 +221,7 @@ static void test_device_scalars(void)
             double lr = 0.05 * (1 - 0.15 * (step - 1));
             struct glia_opt_step s[3];
             for (int v = 0; v < 3; v++) s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, lr,
-                                                                     step, cuda_gpu, v ? dsc->data : NULL, NULL};
+                                                                     step, cuda_gpu, v ? dsc->data : NULL, NULL, 0, NULL, NULL};
             unsigned char bytes[GLIA_BACKEND_WRITE_MAX] = {0};
             size_t k = og->kernel->scalars(og, &s[1], bytes, GLIA_OPT_SCALARS_MAX);
             CU_ASSERT_FATAL(k > 0 && k <= GLIA_OPT_SCALARS_MAX);
@@ -336,7 +336,7 @@ static void test_device_skip(void)
             struct glia_opt_step s[2];
             for (int v = 0; v < 2; v++)
                 s[v] = (struct glia_opt_step){w[v]->data, dg->data, sp[v], (size_t)n, NULL, 0.01, applied + 1, cuda_gpu,
-                                              NULL, v ? flag->data : NULL};
+                                              NULL, v ? flag->data : NULL, 0, NULL, NULL};
             if (!skip[0]) CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[0]), GLIA_OK);
             CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &s[1]), GLIA_OK);
             applied += !skip[0];
@@ -353,6 +353,150 @@ static void test_device_skip(void)
         free(h);
         glia_optimizer_free(oc), glia_optimizer_free(og);
     }
+}
+
+
+/* lamb, lars or novograd (name) over an arena of tensors with padding between them (left as it is): one of several norm chunks,
+ * one with zero weights, two without decay, one of a single element. Its CUDA kernels equal its CPU kernel bit for bit (the
+ * norms' sums in one fixed order, every operation an fp32 one without contraction) after every step; the steps
+ * reading their scalars from the device, captured into a CUDA graph at step 2 and replayed, with a dev_skip flag of
+ * 0, equal them too; steps whose dev_skip flag is 1 leave the weights and state as they were. */
+static void per_tensor_cases(const char *name, const char *const *inis, size_t n_inis)
+{
+    static const int64_t seg[] = {0, 100, 128, 37, 192, 9000, 9216, 20, 9344, 1};
+    enum { NSEG = 5, LEN = 9400 };
+    size_t nb = LEN * sizeof(float);
+    struct glia_tensor *dseg;
+    struct glia_shape ss = S(1, 2 * NSEG, 0, 0, 0);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I64, &ss, &dseg) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(dseg, seg, sizeof seg) == GLIA_OK);
+    for (size_t c = 0; c < n_inis; c++) {
+        struct glia_optimizer *oc, *og;
+        make_pair(name, inis[c], &oc, &og);
+        int ns = oc->type->n_state;
+        CU_ASSERT((og->kernel->flags & (GLIA_OPT_KERNEL_SKIP | GLIA_OPT_KERNEL_SEGMENTS)) ==
+                  (GLIA_OPT_KERNEL_SKIP | GLIA_OPT_KERNEL_SEGMENTS));
+        float *w = malloc(nb), *g = malloc(nb), *mask = malloc(nb), *back = malloc(nb), *w0 = malloc(nb);
+        float *m = calloc(LEN, sizeof(float)), *v = calloc(LEN, sizeof(float)), *state[2] = {m, v};
+        CU_ASSERT_FATAL(w && g && mask && back && w0 && m && v);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 99);
+        cuda_randn(&rng, w, LEN, 1.0f);
+        for (int i = 0; i < LEN; i++) mask[i] = 1.0f;
+        for (int i = 0; i < LEN; i++) {
+            int t = -1;
+            for (int k = 0; k < NSEG; k++)
+                if (i >= seg[2 * k] && i < seg[2 * k] + seg[2 * k + 1]) t = k;
+            if (t < 0) w[i] = 7.0f;          /* padding */
+            if (t == 3) w[i] = 0.0f;         /* zero norm */
+            if (t == 1 || t == 4) mask[i] = 0.0f;
+        }
+        memcpy(w0, w, nb);
+        /* [0]: scalars by value; [1]: from the device, with a skip flag of 0, captured at step 2 and replayed;
+         * [2]: a skip flag of 1 every step */
+        struct glia_tensor *dw[3], *dst[3][2], *dg = dev_vec(LEN), *dmask = dev_vec(LEN), *dsc = dev_vec(GLIA_BACKEND_WRITE_MAX / 4),
+                           *flags = dev_vec(2);
+        float *sp[3][2];
+        int32_t fl[2] = {0, 1};
+        CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, flags->data, fl, sizeof fl) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_from_host(dmask, mask, nb) == GLIA_OK);
+        for (int k = 0; k < 3; k++) {
+            dw[k] = dev_vec(LEN);
+            CU_ASSERT_FATAL(glia_tensor_from_host(dw[k], w, nb) == GLIA_OK);
+            for (int j = 0; j < 2; j++) dst[k][j] = dev_vec(LEN), sp[k][j] = dst[k][j]->data;
+        }
+        void *graph = NULL;
+        int bad = 0;
+        for (int step = 1; step <= STEPS; step++) {
+            memset(g, 0, nb);
+            for (int k = 0; k < NSEG; k++) cuda_randn(&rng, g + seg[2 * k], seg[2 * k + 1], k == 2 ? 0.05f : 1.0f);
+            CU_ASSERT_FATAL(glia_tensor_from_host(dg, g, nb) == GLIA_OK);
+            double lr = 0.01 * (1 - 0.15 * (step - 1));
+            struct glia_opt_step sc = {w, g, state, LEN, mask, lr, step, cuda_cpu, NULL, NULL, NSEG, seg, NULL};
+            struct glia_opt_step sg[3];
+            for (int k = 0; k < 3; k++)
+                sg[k] = (struct glia_opt_step){dw[k]->data, dg->data, sp[k], LEN, dmask->data, lr, step, cuda_gpu,
+                                               k == 1 ? dsc->data : NULL, k ? (const int32_t *)flags->data + (k - 1) : NULL,
+                                               NSEG, seg, dseg->data};
+            unsigned char bytes[GLIA_BACKEND_WRITE_MAX] = {0};
+            size_t nbytes = og->kernel->scalars(og, &sg[1], bytes, GLIA_OPT_SCALARS_MAX);
+            CU_ASSERT_FATAL(nbytes > 0 && nbytes <= GLIA_OPT_SCALARS_MAX);
+            CU_ASSERT_FATAL(glia_backend_write(cuda_gpu, dsc->data, bytes, (nbytes + 7) / 8 * 8) == GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(oc->kernel->step(oc, &sc), GLIA_OK);
+            glia_status st = og->kernel->step(og, &sg[0]);
+            if (st) printf("\n  %s cuda step: %s\n", name, glia_context_error(cuda_ctx));
+            CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+            if (step == 2) {
+                CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
+                glia_status cs = og->kernel->step(og, &sg[1]);
+                CU_ASSERT_FATAL(glia_backend_capture_end(cuda_gpu, &graph) == GLIA_OK && cs == GLIA_OK);
+            }
+            if (step == 1) CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &sg[1]), GLIA_OK);
+            if (step >= 2) CU_ASSERT_FATAL(glia_backend_graph_launch(cuda_gpu, graph) == GLIA_OK);
+            CU_ASSERT_EQUAL_FATAL(og->kernel->step(og, &sg[2]), GLIA_OK);
+            const float *want[3] = {w, m, v};
+            for (int k = 0; k < 2; k++)
+                for (int j = 0; j <= ns; j++) {
+                    CU_ASSERT_FATAL(glia_tensor_to_host(j ? dst[k][j - 1] : dw[k], back, nb) == GLIA_OK);
+                    if (memcmp(back, want[j], nb)) {
+                        printf("\n  %s '%s' step %d: %s of variant %d differs from the CPU's (%g)\n", name, inis[c], step,
+                               j ? "state" : "w", k, rel_diff(want[j], back, LEN));
+                        bad++;
+                    }
+                }
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        for (int i = 0; i < LEN; i++)
+            if (w0[i] == 7.0f && mask[i] == 1.0f && w[i] != 7.0f) {
+                CU_FAIL("the step changed the padding");
+                break;
+            }
+        CU_ASSERT(memcmp(w, w0, nb) != 0);
+        /* skipped every step: as it was */
+        CU_ASSERT_FATAL(glia_tensor_to_host(dw[2], back, nb) == GLIA_OK);
+        CU_ASSERT_EQUAL(memcmp(back, w0, nb), 0);
+        for (int j = 0; j < 2; j++) {
+            CU_ASSERT_FATAL(glia_tensor_to_host(dst[2][j], back, nb) == GLIA_OK);
+            for (int i = 0; i < LEN; i++) bad += back[i] != 0.0f;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        /* a step without the device's segment table is refused */
+        struct glia_opt_step none = {dw[0]->data, dg->data, sp[0], LEN, NULL, 0.01, 1, cuda_gpu, NULL, NULL, NSEG, seg, NULL};
+        CU_ASSERT_EQUAL(og->kernel->step(og, &none), GLIA_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "no tensor segments"));
+        glia_context_clear_error(cuda_ctx);
+        glia_backend_graph_free(cuda_gpu, graph);
+        for (int k = 0; k < 3; k++) {
+            glia_tensor_release(dw[k]);
+            for (int j = 0; j < 2; j++) glia_tensor_release(dst[k][j]);
+        }
+        glia_tensor_release(dg), glia_tensor_release(dmask), glia_tensor_release(dsc), glia_tensor_release(flags);
+        free(w), free(g), free(mask), free(back), free(w0), free(m), free(v);
+        glia_optimizer_free(oc), glia_optimizer_free(og);
+    }
+    glia_tensor_release(dseg);
+}
+
+static void test_lamb(void)
+{
+    static const char *const inis[] = {"", "[optimizer]\nnvlamb = on\nmax_grad_norm = 1000\nweight_decay = 0.1\n",
+                                       "[optimizer]\nmax_grad_norm = 0\nbias_correction = off\nbeta1 = 0.5\n"};
+    per_tensor_cases("lamb", inis, sizeof inis / sizeof inis[0]);
+}
+
+static void test_lars(void)
+{
+    static const char *const inis[] = {"", "[optimizer]\nweight_decay = 0.05\nclip = off\n",
+                                       "[optimizer]\nweight_decay = 0.01\nnesterov = on\ntrust_coefficient = 0.5\n",
+                                       "[optimizer]\nmomentum = 0.5\ndampening = 0.3\nweight_decay = 0.01\n"};
+    per_tensor_cases("lars", inis, sizeof inis / sizeof inis[0]);
+}
+
+static void test_novograd(void)
+{
+    static const char *const inis[] = {"", "[optimizer]\nbeta1 = 0.95\nbeta2 = 0.98\nweight_decay = 0.001\n",
+                                       "[optimizer]\ngrad_averaging = off\nbias_correction = off\neps = 1e-3\n"};
+    per_tensor_cases("novograd", inis, sizeof inis / sizeof inis[0]);
 }
 
 /* The backend's loss scaler on the device (scaler_step, which precision = fp16 captures into the training step's
@@ -441,5 +585,6 @@ static void test_select(void)
 
 CUDA_TEST_MAIN("cuda_optim", GLIA_TEST(test_sgd), GLIA_TEST(test_adam), GLIA_TEST(test_adamw),
                GLIA_TEST(test_adadelta), GLIA_TEST(test_sizes), GLIA_TEST(test_refusals),
-               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write), GLIA_TEST(test_device_skip),
+               GLIA_TEST(test_device_scalars), GLIA_TEST(test_backend_write), GLIA_TEST(test_device_skip), GLIA_TEST(test_lamb), GLIA_TEST(test_lars),
+               GLIA_TEST(test_novograd),
                GLIA_TEST(test_scaler_step), GLIA_TEST(test_select))

@@ -501,6 +501,8 @@ static void test_drop_bias_before_norm(void)
     close_run(&c);
 }
 
+static const char *ckpt_opt = "adam";  /* [train] optimizer of ckpt_text */
+
 static const char *ckpt_text(const char *extra)
 {
     static char buf[4096];
@@ -508,10 +510,10 @@ static const char *ckpt_text(const char *extra)
              "[runtime]\ndevice = cpu\nseed = 31\n"
              "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
              "batch_size = 24\nmean = 0.2\nstd = 0.3\nrandom_flip = on\n"
-             "[train]\nepochs = 3\noptimizer = adam\nlr = 0.01\nschedule = cosine\naccumulate = 2\ncheckpoint_dir = %s/ck\n%s"
+             "[train]\nepochs = 3\noptimizer = %s\nlr = 0.01\nschedule = cosine\naccumulate = 2\ncheckpoint_dir = %s/ck\n%s"
              "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 16\n[bn]\ntype = batchnorm\n[act]\ntype = relu\n"
              "[drop]\ntype = dropout\np = 0.3\n[fc2]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
-             dir, dir, dir, dir, dir, extra);
+             dir, dir, dir, dir, ckpt_opt, dir, extra);
     return buf;
 }
 
@@ -619,6 +621,15 @@ static void test_resume_is_bit_exact(void)
     resume_case(5);   /* mid-epoch 1 */
     resume_case(11);  /* at the end of epoch 1, before its evaluation */
     resume_case(17);  /* mid-epoch 2 */
+    ckpt_opt = "lamb";  /* per-tensor norms and trust ratios over the arena's segments, m and v in the checkpoint */
+    resume_case(5);
+    resume_case(17);
+    ckpt_opt = "lars";  /* the momentum buffer */
+    resume_case(5);
+    ckpt_opt = "novograd";  /* each tensor's n in the first element of its part of state 1 */
+    resume_case(5);
+    resume_case(17);
+    ckpt_opt = "adam";
 }
 
 static void expect_ckpt_error(const char *path, const char *text, glia_status want, const char *msg)
@@ -2267,9 +2278,10 @@ static bool same(const float *a, const float *b, int from, int to)
 static void test_weight_decay_off(void)
 {
     make_data();
-    const char *opts[] = {"sgd", "adam", "adamw", "adadelta"};
+    /* not lars: a tensor without decay also goes without its trust ratio, which weight_decay = 0 keeps (test_optim) */
+    const char *opts[] = {"sgd", "adam", "adamw", "adadelta", "lamb", "novograd"};
     enum { W1 = 0, B1 = 576, W2 = 592, B2 = 672, END = 677 };  /* fc1 weight, bias; fc2 weight, bias (packed) */
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         long long n0, n1, n2, n3;
         float *none = one_step(opts[i], "0", "", "", false, &n0), *on = one_step(opts[i], "0.5", "", "", false, &n1),
               *fc1 = one_step(opts[i], "0.5", "", "weight_decay = off\n", true, &n2),

@@ -164,6 +164,24 @@ glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
     return GLIA_OK;
 }
 
+glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out)
+{
+    if (!c->opt_scratch || c->opt_scratch->size < nbytes) {
+        struct glia__cuda_kept *k = calloc(1, sizeof *k);
+        if (!k) return glia_error(c->ctx, GLIA_ENOMEM, "cuda:%d: out of host memory", c->device);
+        glia_status st = cuda_alloc(c, nbytes, &k->p);
+        if (st) {
+            free(k);
+            return st;
+        }
+        k->size = nbytes;
+        k->next = c->opt_scratch;
+        c->opt_scratch = k;
+    }
+    *out = c->opt_scratch->p;
+    return GLIA_OK;
+}
+
 bool glia__cuda_scratch_shrink(struct glia__cuda *c, size_t nbytes)
 {
     if (!c->scratch || c->scratch_size / 2 <= nbytes) return false;
@@ -421,7 +439,11 @@ static void cuda_close(void *priv)
         if (c->copy_events[i]) cudaEventDestroy(c->copy_events[i]);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
-    glia__cache_free(c->cache);
+    glia__cache_free(c->cache);  /* with the blocks of opt_scratch */
+    for (struct glia__cuda_kept *k = c->opt_scratch, *next; k; k = next) {
+        next = k->next;
+        free(k);
+    }
     pthread_mutex_destroy(&c->lock);
     free(c);
 }

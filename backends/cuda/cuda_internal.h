@@ -46,6 +46,7 @@ struct glia__cuda {
     struct glia__cuda_plan plans[GLIA__CUDA_N_PLANS];
     uint64_t uses;
     double *reduce;                  /* device memory for sumsq_f32: the sum, then the blocks' parts */
+    struct glia__cuda_kept *opt_scratch;  /* glia__cuda_opt_scratch's blocks, newest first */
     struct glia_runtime_options options;
 };
 
@@ -64,6 +65,18 @@ static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b)
     glia__cuda_use(c);
     return c;
 }
+
+/* A device block kept until the backend closes (the cache frees its memory then). */
+struct glia__cuda_kept {
+    struct glia__cuda_kept *next;
+    void *p;
+    size_t size;
+};
+
+/* Device memory of at least nbytes for an optimizer step's per-tensor norms, which a captured step keeps using at
+ * every replay: a larger request takes a new block and keeps the old one (a graph may hold it) until the backend
+ * closes; never reused by anything else. */
+glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out);
 
 /* Scratch device memory of at least nbytes, valid until the next call (all users are ordered on
  * the one stream, so a layer may use it for the duration of its forward or backward). */
@@ -107,7 +120,7 @@ glia_status glia__cuda_register_norm_pool(struct glia_registry *r);   /* norm_po
                                                                          avgpool2d, global_avgpool, concat */
 glia_status glia__cuda_register_pointwise(struct glia_registry *r);   /* pointwise.c: relu, leaky_relu, sigmoid,
                                                                          tanh, gelu, add, pointwise (NVRTC) */
-glia_status glia__cuda_register_optim(struct glia_registry *r);       /* optim.c: sgd, adam, adamw, adadelta */
+glia_status glia__cuda_register_optim(struct glia_registry *r);       /* optim.c: sgd, adam, adamw, adadelta, lamb */
 glia_status glia__cuda_register_seq(struct glia_registry *r);         /* seq.c: embedding, seq_pool */
 
 #endif

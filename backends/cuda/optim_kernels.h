@@ -37,6 +37,37 @@ cudaError_t glia__cuda_adam_step(struct glia__cuda_opt_arrays a, struct glia_ada
 cudaError_t glia__cuda_adadelta_step(struct glia__cuda_opt_arrays a, struct glia_adadelta_coef k,
                                      const struct glia_adadelta_coef *dk, cudaStream_t s);
 
+/* The tensors of a step for the kernels that work per tensor: n_seg of them in seg (device memory, 2 n_seg int64:
+ * offset and length), max_chunks the most chunks of GLIA_NORM_CHUNK any has, and scratch: device memory of
+ * glia__cuda_norm_scratch(n, n_seg) bytes for the norms (the chunks' sums, the tensors' sums, the clip factor). */
+struct glia__cuda_opt_tensors {
+    int n_seg;
+    const int64_t *seg;
+    int64_t max_chunks;
+    float *scratch;
+};
+
+static inline size_t glia__cuda_norm_scratch(int64_t n, int n_seg)
+{
+    return sizeof(float) * (size_t)(3 * glia_norm_slots(n, n_seg) + 3 * (int64_t)n_seg + 1);
+}
+
+/* Apex FusedLAMB (glia_lamb_coef): w(n), s0 = m(n), s1 = v(n) from g(n), mask(n), over the tensors t: five launches
+ * (norms of w and g per chunk, their tensor sums, the clip factor, moments and the norms of u, the update) with
+ * no host synchronization, the CPU kernel's order of operations (bit for bit). */
+cudaError_t glia__cuda_lamb_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                 struct glia_lamb_coef k, const struct glia_lamb_coef *dk, cudaStream_t s);
+
+/* Apex LARC around torch.optim.SGD (glia_lars_coef): w(n), s0 = momentum buffer(n) from g(n), mask(n), over the
+ * tensors t: four launches (norms of w and g per chunk, their tensor sums, the update), the CPU kernel's order. */
+cudaError_t glia__cuda_lars_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                 struct glia_lars_coef k, const struct glia_lars_coef *dk, cudaStream_t s);
+
+/* Apex FusedNovoGrad (glia_novograd_coef): w(n), s0 = m(n), s1 = each tensor's n at its offset, from g(n), mask(n),
+ * over the tensors t: four launches (norms of g per chunk, their tensor sums, n, the update), the CPU kernel's order. */
+cudaError_t glia__cuda_novograd_step(struct glia__cuda_opt_arrays a, struct glia__cuda_opt_tensors t,
+                                     struct glia_novograd_coef k, const struct glia_novograd_coef *dk, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,11 +47,22 @@ struct glia_opt_step {
     /* ABI 2.1: NULL, or one int32 of device memory read when the step runs: nonzero leaves w and the state as they are
      * (fp16's skipped step inside a CUDA graph). Only given to a kernel whose flags have GLIA_OPT_KERNEL_SKIP. */
     const int32_t *dev_skip;
+    /* ABI 2.2: the tensors of the arena, for kernels that work per tensor (norms, trust ratios): n_seg of them,
+     * seg[2i] and seg[2i+1] the offset and the length in elements of tensor i (host memory, ascending, disjoint;
+     * elements in no segment are padding, which such a kernel leaves as it is). The core always gives them; a
+     * caller that has none gives 0 and NULL, and a kernel with GLIA_OPT_KERNEL_SEGMENTS then refuses the step. */
+    int n_seg;
+    const int64_t *seg;
+    /* ABI 2.2: the same table in device memory on a device backend (2 n_seg int64, uploaded once with the arena);
+     * NULL on the CPU. */
+    const int64_t *dev_seg;
 };
 
 /* glia_optimizer_kernel.flags (ABI 2.1) */
 enum {
-    GLIA_OPT_KERNEL_SKIP = 1u << 0  /* step honours s->dev_skip: precision = fp16 may capture it in a CUDA graph */
+    GLIA_OPT_KERNEL_SKIP = 1u << 0,     /* step honours s->dev_skip: precision = fp16 may capture it in a CUDA graph */
+    GLIA_OPT_KERNEL_SEGMENTS = 1u << 1  /* ABI 2.2: step needs s->seg (and s->dev_seg on a device): the core refuses
+                                           the kernel where it cannot give them */
 };
 
 /* The most bytes of per-step scalars an optimizer kernel's `scalars` may write (ABI 2.1). */

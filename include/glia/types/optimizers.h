@@ -1,4 +1,5 @@
-/* glia/types/optimizers.h — the settings of glia's optimizers sgd, adam, adamw and adadelta (one plugin each),
+/* glia/types/optimizers.h — the settings of glia's optimizers sgd, adam, adamw, adadelta, lamb, lars and
+ * novograd (one plugin each),
  * which every kernel of them reads, and the fp32 scalars of one step that all their kernels compute with.
  * Not an update loop: each device's kernel has its own (the CPU one in the optimizer's plugin, the CUDA one in
  * cuda.so). C and C++ (nvcc) alike. */
@@ -135,6 +136,211 @@ static inline struct glia_adadelta_coef glia_adadelta_coef(const struct glia_ada
     c.eps = p->eps;
     c.wd = p->weight_decay;
     return c;
+}
+
+/* ---- per-tensor norms (lamb): one order of operations for every kernel ----
+ * A tensor of the arena (glia_opt_step.seg) is cut into chunks of GLIA_NORM_CHUNK elements; a chunk's sum of squares
+ * is that of a block of GLIA_NORM_LANES lanes (lane l adds x[l]^2, x[l + LANES]^2, ... in turn, then lanes l and
+ * l + h are added for h = LANES/2, ..., 1); a tensor's sum is its chunks' sums added in turn, its norm the fp32 root
+ * of that; the sums of all tensors are added in turn for a global norm. All fp32, so that the CPU and the CUDA
+ * kernels give the same norms bit for bit. Chunk j of tensor i (offset off) keeps its sum at
+ * glia_norm_slot(off, i, j) of an array of glia_norm_slots(len, n_seg): disjoint for disjoint ascending tensors. */
+#define GLIA_NORM_CHUNK 4096
+#define GLIA_NORM_LANES 256
+#ifdef __CUDACC__
+#define GLIA_NORM_FN static inline __host__ __device__  /* the CUDA kernels index with them too */
+#else
+#define GLIA_NORM_FN static inline
+#endif
+
+GLIA_NORM_FN int64_t glia_norm_slot(int64_t off, int i, int64_t j) { return off / GLIA_NORM_CHUNK + i + j; }
+GLIA_NORM_FN int64_t glia_norm_slots(int64_t len, int n_seg) { return len / GLIA_NORM_CHUNK + n_seg + 1; }
+GLIA_NORM_FN int64_t glia_norm_chunks(int64_t size) { return (size + GLIA_NORM_CHUNK - 1) / GLIA_NORM_CHUNK; }
+
+/* The sum of squares of x[0, n), n <= GLIA_NORM_CHUNK, in the lanes' order (the CPU kernels'). */
+static inline float glia_sumsq_chunk(const float *x, int64_t n)
+{
+    float lane[GLIA_NORM_LANES];
+    for (int l = 0; l < GLIA_NORM_LANES; l++) {
+        float acc = 0.0f;
+        for (int64_t i = l; i < n; i += GLIA_NORM_LANES) {
+            float sq = x[i] * x[i];
+            acc = acc + sq;
+        }
+        lane[l] = acc;
+    }
+    for (int h = GLIA_NORM_LANES / 2; h > 0; h /= 2)
+        for (int l = 0; l < h; l++) lane[l] = lane[l] + lane[l + h];
+    return lane[0];
+}
+
+/* ---- lamb: NVIDIA Apex's FusedLAMB (adam_w_mode, grad_averaging on) ---- */
+
+#define GLIA_LAMB_N_STATE 2  /* m, v as adam's */
+
+/* o->attrs of lamb. */
+struct glia_lamb_attrs {
+    float beta1, beta2, eps, weight_decay, max_grad_norm;  /* keys of the same names */
+    int bias_correction, nvlamb;                          /* keys bias_correction, nvlamb */
+};
+
+/* The scalars of a step, in fp32 as Apex's multi_tensor_lamb.cu has them. With G the global gradient norm,
+ * f = G / max_grad_norm where max_grad_norm > 0 and G > max_grad_norm, else 1; per element of a tensor:
+ * g' = g / f;  m = m b1 + c1 g';  v = v b2 + (c2 g') g';  u = (m / bc1) / (sqrt(v / bc2) + eps) + wd w
+ * (wd 0 on tensors with decay off); per tensor: r = lr (|w| / |u|) where the tensor decays (every tensor with
+ * nvlamb) and both norms are nonzero, else lr;  w = w - r u  (|w| before the step). c1 = 1 - b1, c2 = 1 - b2,
+ * bc1 = 1 - b1^t, bc2 = 1 - b2^t (1 without bias_correction). */
+struct glia_lamb_coef {
+    float lr, b1, c1, b2, c2, bc1, bc2, eps, wd, max_norm;
+    int nvlamb;
+};
+
+static inline struct glia_lamb_coef glia_lamb_coef(const struct glia_lamb_attrs *p, const struct glia_opt_step *s)
+{
+    struct glia_lamb_coef c;
+    c.lr = (float)s->lr;
+    c.b1 = p->beta1;
+    c.c1 = 1.0f - p->beta1;
+    c.b2 = p->beta2;
+    c.c2 = 1.0f - p->beta2;
+    c.bc1 = p->bias_correction ? (float)(1 - pow((double)p->beta1, (double)s->step)) : 1.0f;
+    c.bc2 = p->bias_correction ? (float)(1 - pow((double)p->beta2, (double)s->step)) : 1.0f;
+    c.eps = p->eps;
+    c.wd = p->weight_decay;
+    c.max_norm = p->max_grad_norm;
+    c.nvlamb = p->nvlamb;
+    return c;
+}
+
+/* f of a step from the global gradient norm gn. */
+static inline float glia_lamb_clip(struct glia_lamb_coef k, float gn)
+{
+    return k.max_norm > 0.0f && gn > k.max_norm ? gn / k.max_norm : 1.0f;
+}
+
+/* u of an element from its new moments m, v and its weight w; wd: k.wd, or 0 where the tensor's decay is off. */
+static inline float glia_lamb_u(struct glia_lamb_coef k, float wd, float w, float m, float v)
+{
+    float denom = sqrtf(v / k.bc2) + k.eps;
+    return m / k.bc1 / denom + wd * w;
+}
+
+/* The step's factor of a tensor: lr (wn / un) where the trust ratio applies (decay: the tensor decays) and both
+ * norms are nonzero, else lr. */
+static inline float glia_lamb_ratio(struct glia_lamb_coef k, bool decay, float wn, float un)
+{
+    if (!(k.nvlamb || (decay && k.wd != 0.0f))) return k.lr;
+    return un != 0.0f && wn != 0.0f ? k.lr * (wn / un) : k.lr;
+}
+
+/* One element's moments, stored, and its u (f: glia_lamb_clip's). */
+static inline float glia_lamb_moments(struct glia_lamb_coef k, float f, float wd, float g, float w, float *m, float *v)
+{
+    float sg = g / f;
+    float mi = *m * k.b1 + k.c1 * sg;
+    float vi = *v * k.b2 + k.c2 * sg * sg;
+    *m = mi;
+    *v = vi;
+    return glia_lamb_u(k, wd, w, mi, vi);
+}
+
+/* ---- lars: NVIDIA Apex's LARC wrapping torch.optim.SGD ---- */
+
+#define GLIA_LARS_N_STATE 1  /* the momentum buffer */
+
+/* o->attrs of lars: sgd's keys and LARC's. */
+struct glia_lars_attrs {
+    struct glia_sgd_attrs sgd;        /* momentum, dampening, nesterov, weight_decay */
+    float trust_coefficient, eps;     /* keys of the same names */
+    int clip;                         /* key clip */
+};
+
+/* The scalars of a step: sgd's (its wd is LARC's, folded into the gradient; the SGD step itself has none) and
+ * LARC's. Per tensor that decays, with |w| and |g| both nonzero: a = tc |w| / ((|g| + |w| wd) + eps), clip: a =
+ * min(a / lr, 1); g' = (g + wd w) a; other tensors: g' = g (no decay: LARC takes the decay out of SGD and adds it
+ * only where it scales); then sgd's momentum update of g' without decay. */
+struct glia_lars_coef {
+    struct glia_sgd_coef sgd;
+    float tc, eps;
+    int clip;
+};
+
+static inline struct glia_lars_coef glia_lars_coef(const struct glia_lars_attrs *p, const struct glia_opt_step *s)
+{
+    struct glia_lars_coef c;
+    c.sgd = glia_sgd_coef(&p->sgd, s);
+    c.tc = p->trust_coefficient;
+    c.eps = p->eps;
+    c.clip = p->clip;
+    return c;
+}
+
+/* The factor a of a tensor (-1: the tensor's gradient is left as it is, no decay and no scaling), fp32 as LARC's
+ * torch ops. */
+static inline float glia_lars_factor(struct glia_lars_coef k, bool decay, float wn, float gn)
+{
+    if (!decay || wn == 0.0f || gn == 0.0f) return -1.0f;
+    float den = gn + wn * k.sgd.wd;
+    den = den + k.eps;
+    float a = k.tc * wn / den;
+    if (k.clip) {
+        a = a / k.sgd.lr;
+        a = a < 1.0f ? a : 1.0f;
+    }
+    return a;
+}
+
+/* g' of an element: (g + wd w) a, or g where a is -1. */
+static inline float glia_lars_grad(struct glia_lars_coef k, float a, float g, float w)
+{
+    return a < 0.0f ? g : (g + k.sgd.wd * w) * a;
+}
+
+/* ---- novograd: NVIDIA Apex's FusedNovoGrad (norm_type 2, reg_inside_moment off) ---- */
+
+/* m per element; n, the moving norm of a tensor's gradient, one float per tensor: kept in the first element of the
+ * tensor's segment of the second state array (the rest of that array stays 0), so that checkpoints carry it. */
+#define GLIA_NOVOGRAD_N_STATE 2
+
+/* o->attrs of novograd. */
+struct glia_novograd_attrs {
+    float beta1, beta2, eps, weight_decay;  /* keys of the same names */
+    int grad_averaging, bias_correction;    /* keys of the same names */
+};
+
+/* The scalars of a step, fp32 as Apex's multi_tensor_novograd.cu has them. Per tensor, with S its gradient's sum of
+ * squares: n = sqrt(b2 n n + c2 S), n starting as sqrt(S) on the first step (Apex's init);  per element:
+ * m = b1 m + b3 g;  w = w - lr ((m / bc1) / (n / bc2 + eps) + wd w)  (wd 0 on tensors with decay off);
+ * b3 = 1 - b1 with grad_averaging, else 1; c2 = 1 - b2; bc1 = 1 - b1^t, bc2 = sqrt(1 - b2^t) (1 without
+ * bias_correction). */
+struct glia_novograd_coef {
+    float lr, b1, b3, b2, c2, bc1, bc2, eps, wd;
+    int first;
+};
+
+static inline struct glia_novograd_coef glia_novograd_coef(const struct glia_novograd_attrs *p,
+                                                           const struct glia_opt_step *s)
+{
+    struct glia_novograd_coef c;
+    c.lr = (float)s->lr;
+    c.b1 = p->beta1;
+    c.b3 = p->grad_averaging ? 1.0f - p->beta1 : 1.0f;
+    c.b2 = p->beta2;
+    c.c2 = 1.0f - p->beta2;
+    c.bc1 = p->bias_correction ? (float)(1 - pow((double)p->beta1, (double)s->step)) : 1.0f;
+    c.bc2 = p->bias_correction ? (float)sqrt(1 - pow((double)p->beta2, (double)s->step)) : 1.0f;
+    c.eps = p->eps;
+    c.wd = p->weight_decay;
+    c.first = s->step == 1;
+    return c;
+}
+
+/* A tensor's new n from its old one and its gradient's sum of squares. */
+static inline float glia_novograd_norm(struct glia_novograd_coef k, float n, float sumsq)
+{
+    if (k.first) n = sqrtf(sumsq);
+    float a = k.b2 * n * n;
+    return sqrtf(a + k.c2 * sumsq);
 }
 
 #endif

@@ -28,7 +28,7 @@ int main(void)
         float g[N];
         for (int i = 0; i < N; i++) g[i] = (float)((i % 3) - 1) * (float)t * 0.5f + (i == 4 ? 0.1f * t : 0.0f);
         float *state[1] = {m};
-        struct glia_opt_step s = {w, g, state, N, mask, lr, t, NULL, NULL, NULL};
+        struct glia_opt_step s = {w, g, state, N, mask, lr, t, NULL, NULL, NULL, 0, NULL, NULL};
         if ((st = o->kernel->step(o, &s))) {
             fprintf(stderr, "stepcheck: step %d: %s\n", t, glia_context_error(ctx));
             bad = 1;
