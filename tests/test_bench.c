@@ -1,6 +1,6 @@
 /* tests/test_bench.c — `glia bench layer` on the CPU: its fields (text and JSON), the bytes it counts by its
  * formula, PyTorch's side read from a stand-in script (run through $GLIA_PYTHON = /bin/sh) and the ratio, and its
- * usage errors. Never a timing: only that a time was measured. Not `glia bench conv` (GPU tables, bench/). */
+ * usage errors; `glia bench optim` on the CPU: its arena, its byte figures and its errors. Never a timing: only that a time was measured. Not `glia bench conv` (GPU tables, bench/). */
 #include <fcntl.h>
 #include <unistd.h>
 #include "testutil.h"
@@ -8,18 +8,26 @@
 
 static char out_path[] = "/tmp/glia-test-bench-XXXXXX";
 
+static int bench_fd(char **text, const char *const *args, int n, int fdno);
+
 /* glia__bench_main(args) with stdout captured; returns its status, *text the output (owned). */
-static int bench(char **text, const char *const *args, int n)
+static int bench(char **text, const char *const *args, int n) { return bench_fd(text, args, n, 1); }
+
+/* The same with stderr captured instead. */
+static int bench_err(char **text, const char *const *args, int n) { return bench_fd(text, args, n, 2); }
+
+/* glia__bench_main(args) with file descriptor fdno (1: stdout, 2: stderr) captured. */
+static int bench_fd(char **text, const char *const *args, int n, int fdno)
 {
     char *argv[32];
     for (int i = 0; i < n; i++) argv[i] = (char *)args[i];
-    fflush(stdout);
-    int fd = mkstemp(out_path), saved = dup(STDOUT_FILENO);
+    fflush(stdout), fflush(stderr);
+    int fd = mkstemp(out_path), saved = dup(fdno);
     CU_ASSERT_FATAL(fd >= 0 && saved >= 0);
-    dup2(fd, STDOUT_FILENO);
+    dup2(fd, fdno);
     int rc = glia__bench_main(n, argv);
-    fflush(stdout);
-    dup2(saved, STDOUT_FILENO);
+    fflush(stdout), fflush(stderr);
+    dup2(saved, fdno);
     close(saved);
     off_t len = lseek(fd, 0, SEEK_END);
     *text = calloc((size_t)len + 1, 1);
@@ -182,5 +190,88 @@ static void test_layer_usage(void)
     free(t);
 }
 
+/* 10000 parameters in 7 tensors: the small ones (1, 2, 4, 5) 64, 64, 128, 128 scaled into 1% (100 elements): 17, 17,
+ * 33, 33; the large ones (0, 3, 6) share the other 9900 as 1:2:3: 1651, 3300, 4949. Each starts at a multiple of 64
+ * floats: at 0, 1664, 1728, 1792, 5120, 5184, 5248; the arena ends at 5248 + 4949 = 10197 floats. */
+#define OPT_ARENA 10197.0
+
+/* adamw: 2 state arrays, (3 + 2 * 2) * 4 bytes per arena float, no per-tensor figure. */
+static void test_optim_json(void)
+{
+    const char *a[] = {"optim", "adamw", "--device", "cpu", "--params", "10000", "--tensors", "7", "--steps", "2",
+                       "--warmup", "1", "--json"};
+    char *t;
+    CU_ASSERT_EQUAL_FATAL(bench(&t, a, 13), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "{\"bench\": \"optim\", \"optimizer\": \"adamw\", \"device\": \"cpu\", \"params\": "
+                                     "10000, \"tensors\": 7, \"arena\": 10197, \"state_arrays\": 2, \"per_tensor\": false, "
+                                     "\"steps\": 2, \"warmup\": 1, \"peak_gbps\": null}"));
+    const char *p = pass_line(t, "step");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_EQUAL(field(p, "bytes"), 7 * 4 * OPT_ARENA);
+    CU_ASSERT(field(p, "ms") >= 0);
+    CU_ASSERT(isnan(field(p, "peak_fraction")));
+    CU_ASSERT(isnan(field(p, "bytes_norms")));
+    free(t);
+}
+
+/* lamb works per tensor: its second figure adds one read of w and g (2 * 4 bytes per arena float); a --set key
+ * reaches the optimizer. */
+static void test_optim_segments(void)
+{
+    const char *a[] = {"optim", "lamb", "--device", "cpu", "--params", "10000", "--tensors", "7", "--steps", "2",
+                       "--warmup", "1", "--set", "weight_decay=0.01", "--json"};
+    char *t;
+    CU_ASSERT_EQUAL_FATAL(bench(&t, a, 15), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "\"arena\": 10197, \"state_arrays\": 2, \"per_tensor\": true"));
+    const char *p = pass_line(t, "step");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_EQUAL(field(p, "bytes"), 7 * 4 * OPT_ARENA);
+    CU_ASSERT_EQUAL(field(p, "bytes_norms"), 9 * 4 * OPT_ARENA);
+    CU_ASSERT(field(p, "ms") >= 0);
+    free(t);
+    const char *text[] = {"optim", "lamb", "--device", "cpu", "--params", "10000", "--tensors", "7", "--steps", "1"};
+    CU_ASSERT_EQUAL_FATAL(bench(&t, text, 10), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "one-pass"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "+norms"));
+    free(t);
+}
+
+static void test_optim_errors(void)
+{
+    const char *unknown_opt[] = {"optim", "adamw", "--device", "cpu", "--lr", "1"};
+    const char *bad_params[] = {"optim", "adamw", "--device", "cpu", "--params", "10k"};
+    const char *zero_params[] = {"optim", "adamw", "--device", "cpu", "--params", "0"};
+    const char *many[] = {"optim", "adamw", "--device", "cpu", "--params", "10", "--tensors", "11"};
+    const char *bad_set[] = {"optim", "adamw", "--device", "cpu", "--set", "beta1"};
+    const char *no_name[] = {"optim", "--device", "cpu"};
+    const char *unknown[] = {"optim", "no_such_optimizer", "--device", "cpu", "--params", "1000"};
+    const char *bad_key[] = {"optim", "adamw", "--device", "cpu", "--params", "1000", "--set", "no_such_key=1"};
+    char *t;
+    CU_ASSERT_EQUAL(bench(&t, unknown_opt, 6), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, bad_params, 6), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, zero_params, 6), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, many, 8), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, bad_set, 6), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, no_name, 3), 2);
+    free(t);
+    CU_ASSERT_EQUAL(bench(&t, unknown, 6), 1);
+    CU_ASSERT_STRING_EQUAL(t, "");
+    free(t);
+    CU_ASSERT_EQUAL(bench_err(&t, unknown, 6), 1);  /* one line naming the optimizer */
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "glia bench optim: "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "no_such_optimizer"));
+    CU_ASSERT(strlen(t) > 0 && strchr(t, '\n') == t + strlen(t) - 1);
+    free(t);
+    CU_ASSERT_EQUAL(bench_err(&t, bad_key, 8), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(t, "no_such_key"));
+    free(t);
+}
+
 GLIA_TEST_MAIN("bench", GLIA_TEST(test_layer_json), GLIA_TEST(test_layer_bytes), GLIA_TEST(test_layer_text),
-               GLIA_TEST(test_layer_torch), GLIA_TEST(test_layer_usage))
+               GLIA_TEST(test_layer_torch), GLIA_TEST(test_layer_usage),
+               GLIA_TEST(test_optim_json), GLIA_TEST(test_optim_segments), GLIA_TEST(test_optim_errors))

@@ -1,9 +1,13 @@
 /* tools/bench.c — `glia bench conv`: a conv2d 64->64 3x3 on 32x64x64x64 timed forward and forward+backward
  * per autotuner setting, precision and memory format; `glia bench layer`: one layer type at given shapes, with
  * the bytes it moves and, beside it, the same op in PyTorch (bench/layer/torch_layer.py). Both synchronize the
- * device around each timed loop. Not a training benchmark: bench/gpu_fmnist compares whole training runs. */
+ * device around each timed loop; `glia bench optim`: one optimizer step over a flat parameter arena laid out as
+ * the core lays out a model's, with the bytes it must move. Not a training benchmark: bench/gpu_fmnist compares
+ * whole training runs. */
 #include <glia/glia.h>
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -594,6 +598,265 @@ static int bench_layer(int argc, char **argv)
     return 0;
 }
 
+/* ---- glia bench optim ---- */
+
+#define OPT_ALIGN 64  /* floats: each tensor's offset in the arena is a multiple (core/parts.h GLIA__ARENA_ALIGN) */
+#define OPT_MAX_SET 32
+
+struct optim_args {
+    struct glia_device dev;
+    const char *name;
+    long params, tensors, steps, warmup;
+    char ini[4096];  /* the [optimizer] section from --set */
+    bool json;
+};
+
+static int optim_usage(const char *msg, const char *what)
+{
+    fprintf(stderr, "glia bench optim: %s%s\nusage:\n" GLIA__BENCH_USAGE, msg, what ? what : "");
+    return 2;
+}
+
+static int parse_optim_args(int argc, char **argv, struct optim_args *a)
+{
+    *a = (struct optim_args){.dev = {GLIA_DEVICE_CUDA, 0}, .tensors = 160, .steps = 50, .warmup = 10};
+    bool params_set = false, steps_set = false, warmup_set = false;
+    int n_set = 0;
+    if (argc < 2 || !strncmp(argv[1], "--", 2)) return optim_usage("which optimizer? (sgd, adam, adamw, ...)", NULL);
+    a->name = argv[1];
+    snprintf(a->ini, sizeof a->ini, "[optimizer]\n");
+    for (int i = 2; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--json")) {
+            a->json = true;
+            continue;
+        }
+        if (strncmp(s, "--", 2)) return optim_usage("unexpected argument ", s);
+        if (i + 1 >= argc) return optim_usage("a value is missing after ", s);
+        const char *v = argv[++i];
+        if (!strcmp(s, "--device")) {
+            if (glia_device_parse(v, &a->dev)) return optim_usage("--device takes cpu, cuda or cuda:N, got ", v);
+        } else if (!strcmp(s, "--params")) {
+            if (!parse_count(v, 1, 2000000000, &a->params)) return optim_usage("--params takes 1..2000000000, got ", v);
+            params_set = true;
+        } else if (!strcmp(s, "--tensors")) {
+            if (!parse_count(v, 1, 1000000, &a->tensors)) return optim_usage("--tensors takes 1..1000000, got ", v);
+        } else if (!strcmp(s, "--steps")) {
+            if (!parse_count(v, 1, 1000000, &a->steps)) return optim_usage("--steps takes 1..1000000, got ", v);
+            steps_set = true;
+        } else if (!strcmp(s, "--warmup")) {
+            if (!parse_count(v, 0, 1000000, &a->warmup)) return optim_usage("--warmup takes 0..1000000, got ", v);
+            warmup_set = true;
+        } else if (!strcmp(s, "--set")) {
+            const char *eq = strchr(v, '=');
+            size_t len = strlen(a->ini);
+            if (!eq || eq == v || strchr(v, '\n') || strchr(v, '['))
+                return optim_usage("--set takes KEY=VALUE (a key of [optimizer]), got ", v);
+            if (++n_set > OPT_MAX_SET || len + strlen(v) + 4 >= sizeof a->ini)
+                return optim_usage("too many --set", NULL);
+            snprintf(a->ini + len, sizeof a->ini - len, "%.*s = %s\n", (int)(eq - v), v, eq + 1);
+        } else {
+            return optim_usage("unknown option ", s);
+        }
+    }
+    /* the CPU steps ~50x slower: a smaller arena and fewer steps unless asked */
+    if (!params_set) a->params = a->dev.type == GLIA_DEVICE_CPU ? 1000000 : 50000000;
+    if (a->dev.type == GLIA_DEVICE_CPU && !steps_set) a->steps = 5;
+    if (a->dev.type == GLIA_DEVICE_CPU && !warmup_set) a->warmup = 1;
+    if (a->tensors > a->params) return optim_usage("--tensors must not exceed --params", NULL);
+    return 0;
+}
+
+/* The sizes of k tensors holding n elements in all (n >= k), about ResNet-50's mix: every third tensor (0, 3, 6, ...)
+ * a large weight and the two after it small 1-D tensors (a norm's scale and shift) of 64 << (i/3 % 6) elements (64 to
+ * 2048, as channel counts), scaled down when they would take more than 1% of n; the large ones share the rest in the
+ * ratio 1:2:3:4, repeating, each at least 1 element. Deterministic. */
+static void optim_sizes(int64_t n, int64_t k, int64_t *size)
+{
+    int64_t n_large = (k + 2) / 3, n_small = k - n_large, small = 0, budget = n / 100;
+    for (int64_t i = 0; i < k; i++)
+        if (i % 3) small += size[i] = (int64_t)64 << (i / 3 % 6);
+    if (small > budget) {  /* 1 each, and what the budget has left shared in proportion */
+        int64_t left = budget > n_small ? budget - n_small : 0, scaled = 0;
+        for (int64_t i = 0; i < k; i++)
+            if (i % 3) scaled += size[i] = 1 + size[i] * left / small;
+        small = scaled;
+    }
+    int64_t rest = n - small - n_large, weight = 0, given = 0;  /* rest: past one element each */
+    for (int64_t i = 0; i < k; i += 3) weight += 1 + i / 3 % 4;
+    for (int64_t i = 0; i < k; i += 3) {
+        size[i] = 1 + rest * (1 + i / 3 % 4) / weight;
+        given += size[i];
+    }
+    size[0] += n - small - given;  /* the rounding's remainder */
+}
+
+/* Offsets of the tensors in the arena (each at a multiple of OPT_ALIGN floats, as core/params.c's plan) and its
+ * length in floats. */
+static int64_t optim_layout(const int64_t *size, int64_t k, int64_t *seg)
+{
+    int64_t at = 0;
+    for (int64_t i = 0; i < k; i++) {
+        at = (at + OPT_ALIGN - 1) / OPT_ALIGN * OPT_ALIGN;
+        seg[2 * i] = at, seg[2 * i + 1] = size[i];
+        at += size[i];
+    }
+    return at > 0 ? at : 1;
+}
+
+/* N(0, 0.01) values from a 64-bit LCG and Box-Muller: weights and gradients of a plausible scale. */
+static void optim_fill(float *v, int64_t n, uint64_t *seed)
+{
+    for (int64_t i = 0; i < n; i += 2) {
+        double u[2];
+        for (int j = 0; j < 2; j++) {
+            *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+            u[j] = ((double)(*seed >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        }
+        double r = 0.01 * sqrt(-2 * log(u[0]));
+        v[i] = (float)(r * cos(6.283185307179586 * u[1]));
+        if (i + 1 < n) v[i + 1] = (float)(r * sin(6.283185307179586 * u[1]));
+    }
+}
+
+struct optim_result {
+    int64_t arena;          /* floats a step runs over (padding included, as the core's step) */
+    int n_state;
+    bool segments;          /* the kernel works per tensor (GLIA_OPT_KERNEL_SEGMENTS): norm passes */
+    double ms, bytes, bytes_norms, peak;  /* peak: bytes a second, 0 unknown */
+    char kernel[160];
+};
+
+/* A device tensor of n floats holding host (NULL: zeros). */
+static glia_status optim_tensor(struct glia_backend *b, enum glia_dtype dt, int64_t n, const void *host, size_t nbytes,
+                                struct glia_tensor **t)
+{
+    struct glia_shape s = glia_shape_make(1, (int64_t[]){n});
+    glia_status st = glia_tensor_zeros(b, dt, &s, t);
+    if (!st && host) st = glia_tensor_from_host(*t, host, nbytes);
+    return st;
+}
+
+static glia_status optim_time(struct glia_optimizer *o, struct glia_opt_step *s, long n, int64_t *step, double *sec)
+{
+    glia_status st = glia_backend_sync(s->backend);
+    double t0 = now_s();
+    for (long i = 0; i < n && !st; i++) {
+        s->step = ++*step;
+        st = o->kernel->step(o, s);
+    }
+    if (!st) st = glia_backend_sync(s->backend);
+    *sec = now_s() - t0;
+    return st;
+}
+
+static glia_status optim_measure(struct glia_context *ctx, const struct optim_args *a, struct optim_result *r)
+{
+    struct glia_backend *b;
+    struct glia_optimizer *o = NULL;
+    struct glia_tensor *tw = NULL, *tg = NULL, *tseg = NULL, *ts[GLIA_OPTIMIZER_MAX_STATE] = {NULL};
+    int64_t k = a->tensors, *size = calloc((size_t)k, sizeof *size), *seg = calloc(2 * (size_t)k, sizeof *seg);
+    float *host = NULL;
+    glia_status st = size && seg ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = glia_layer_run_backend_open(ctx, a->dev, &b);
+    if (!st) st = glia_optimizer_new_for(ctx, a->name, a->ini, a->dev.type, &o);
+    if (!st) {
+        optim_sizes(a->params, k, size);
+        r->arena = optim_layout(size, k, seg);
+        r->n_state = o->type->n_state;
+        r->segments = o->kernel->struct_size >= offsetof(struct glia_optimizer_kernel, flags) + sizeof o->kernel->flags &&
+                      (o->kernel->flags & GLIA_OPT_KERNEL_SEGMENTS);
+        snprintf(r->kernel, sizeof r->kernel, "%s", o->kernel->doc ? o->kernel->doc : "");
+        if (!(host = calloc((size_t)r->arena, sizeof *host))) st = GLIA_ENOMEM;
+    }
+    size_t nb = sizeof(float) * (size_t)r->arena;
+    uint64_t seed = 2026;
+    /* weights and gradients in the tensors, padding zero (as the core's arena) */
+    for (int i = 0; i < 2 && !st; i++) {
+        for (int64_t t = 0; t < k; t++) optim_fill(host + seg[2 * t], size[t], &seed);
+        st = optim_tensor(b, GLIA_F32, r->arena, host, nb, i ? &tg : &tw);
+    }
+    for (int j = 0; j < r->n_state && !st; j++) st = optim_tensor(b, GLIA_F32, r->arena, NULL, 0, &ts[j]);
+    if (!st && a->dev.type != GLIA_DEVICE_CPU)
+        st = optim_tensor(b, GLIA_I64, 2 * k, seg, sizeof *seg * 2 * (size_t)k, &tseg);
+    float *state[GLIA_OPTIMIZER_MAX_STATE] = {NULL};
+    for (int j = 0; j < r->n_state && !st; j++) state[j] = ts[j]->data;
+    if (!st) {
+        /* no decay mask: every tensor decays, as the core steps a model whose parameters all keep decay on */
+        struct glia_opt_step s = {tw->data, tg->data, state, (size_t)r->arena, NULL, 1e-3, 0, b, NULL, NULL, (int)k, seg,
+                                  tseg ? tseg->data : NULL};
+        int64_t step = 0;
+        double sec;
+        if (a->warmup) st = optim_time(o, &s, a->warmup, &step, &sec);
+        if (!st) st = optim_time(o, &s, a->steps, &step, &sec);
+        r->ms = 1e3 * sec / (double)a->steps;
+    }
+    r->bytes = (3.0 + 2.0 * r->n_state) * 4.0 * (double)r->arena;
+    r->bytes_norms = r->segments ? r->bytes + 2.0 * 4.0 * (double)r->arena : 0;
+    struct glia_device_peak pk = {.struct_size = sizeof pk};
+    r->peak = !st && glia_backend_peak(b, &pk) == GLIA_OK ? pk.bandwidth : 0;
+    for (int j = 0; j < GLIA_OPTIMIZER_MAX_STATE; j++) glia_tensor_release(ts[j]);
+    glia_tensor_release(tw), glia_tensor_release(tg), glia_tensor_release(tseg);
+    glia_optimizer_free(o);
+    free(host), free(size), free(seg);
+    return st;
+}
+
+static void print_optim(const struct optim_args *a, const struct optim_result *r)
+{
+    char dev[32];
+    glia_device_str(a->dev, dev, sizeof dev);
+    double s = r->ms * 1e-3, gb = r->ms > 0 ? r->bytes / s * 1e-9 : 0, gbn = r->ms > 0 ? r->bytes_norms / s * 1e-9 : 0;
+    if (a->json) {
+        printf("{\"bench\": \"optim\", \"optimizer\": \"%s\", \"device\": \"%s\", \"params\": %ld, \"tensors\": %ld, "
+               "\"arena\": %lld, \"state_arrays\": %d, \"per_tensor\": %s, \"steps\": %ld, \"warmup\": %ld, ",
+               a->name, dev, a->params, a->tensors, (long long)r->arena, r->n_state, r->segments ? "true" : "false",
+               a->steps, a->warmup);
+        if (r->peak > 0) printf("\"peak_gbps\": %.6g}\n", r->peak * 1e-9);
+        else printf("\"peak_gbps\": null}\n");
+        printf("{\"pass\": \"step\", \"ms\": %.6g, \"bytes\": %.0f, \"gbps\": %.6g, ", r->ms, r->bytes, gb);
+        if (r->peak > 0) printf("\"peak_fraction\": %.4g, ", gb * 1e9 / r->peak);
+        else printf("\"peak_fraction\": null, ");
+        if (r->segments) printf("\"bytes_norms\": %.0f, \"gbps_norms\": %.6g", r->bytes_norms, gbn);
+        else printf("\"bytes_norms\": null, \"gbps_norms\": null");
+        if (r->segments && r->peak > 0) printf(", \"peak_fraction_norms\": %.4g}\n", gbn * 1e9 / r->peak);
+        else printf(", \"peak_fraction_norms\": null}\n");
+        return;
+    }
+    printf("optimizer %s (%s) on %s: %ld parameters in %ld tensors, arena %lld floats (aligned as the core's), "
+           "state arrays: %d\n", a->name, r->kernel, dev, a->params, a->tensors, (long long)r->arena, r->n_state);
+    printf("ms per step: mean of %ld steps after %ld warm-up steps, device synchronized before and after\n", a->steps,
+           a->warmup);
+    printf("bytes: (3 + 2 x %d state) x 4 per arena float (read w, g, state; write w, state; no decay mask)%s\n",
+           r->n_state, r->segments ? "; +norms: one more read of w and g (its per-tensor norm pass)" : "");
+    printf("\n%-8s %10s %10s %10s %10s\n", "bytes", "MB", "ms/step", "GB/s", "of peak");
+    for (int p = 0; p < (r->segments ? 2 : 1); p++) {
+        double by = p ? r->bytes_norms : r->bytes, g = p ? gbn : gb;
+        printf("%-8s %10.4g %10.4g %10.4g ", p ? "+norms" : "one-pass", by * 1e-6, r->ms, g);
+        if (r->peak > 0) printf("%9.1f%%\n", 100 * g * 1e9 / r->peak);
+        else printf("%10s\n", "-");
+    }
+}
+
+static int bench_optim(int argc, char **argv)
+{
+    struct optim_args a;
+    int rc = parse_optim_args(argc, argv, &a);
+    if (rc) return rc;
+    struct glia_context *ctx;
+    if (glia_context_new(&ctx)) return fprintf(stderr, "glia bench optim: out of memory\n"), 1;
+    struct optim_result r = {0};
+    glia_status st = optim_measure(ctx, &a, &r);
+    if (st) {
+        const char *why = glia_context_error(ctx);
+        fprintf(stderr, "glia bench optim: %s\n", why && *why ? why : glia_strerror(st));
+    } else {
+        print_optim(&a, &r);
+    }
+    glia_context_free(ctx);
+    return st ? 1 : 0;
+}
+
 int glia__bench_main(int argc, char **argv)
 {
     if (argc < 1) {
@@ -602,6 +865,7 @@ int glia__bench_main(int argc, char **argv)
     }
     if (!strcmp(argv[0], "conv")) return bench_conv(argc, argv);
     if (!strcmp(argv[0], "layer")) return bench_layer(argc, argv);
-    fprintf(stderr, "glia bench: unknown benchmark '%s' (known: conv, layer)\nusage:\n" GLIA__BENCH_USAGE, argv[0]);
+    if (!strcmp(argv[0], "optim")) return bench_optim(argc, argv);
+    fprintf(stderr, "glia bench: unknown benchmark '%s' (known: conv, layer, optim)\nusage:\n" GLIA__BENCH_USAGE, argv[0]);
     return 2;
 }

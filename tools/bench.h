@@ -1,6 +1,7 @@
 /* tools/bench.h — `glia bench WHAT`: micro-benchmarks of single layers on a device: conv (the convolution
  * table of PyTorch's performance-tuning guide) and layer (one op at given shapes, its bytes per second, and
- * PyTorch's figure beside it when bench/layer/torch_layer.py runs). Not the training comparisons: the
+ * PyTorch's figure beside it when bench/layer/torch_layer.py runs) and optim (one optimizer step over a flat
+ * parameter arena, its bytes per second). Not the training comparisons: the
  * scripts under bench/ run both sides. */
 #ifndef GLIA_TOOLS_BENCH_H
 #define GLIA_TOOLS_BENCH_H
@@ -18,6 +19,9 @@ int glia__bench_main(int argc, char **argv);
     "                       [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--torch SCRIPT|off]\n" \
     "                       [--json]\n"                                                                \
     "                       (OP: batchnorm, batchnorm_relu, maxpool, avgpool, dropout, cross_entropy,\n" \
-    "                        relu, gelu, cat, or any layer type)\n"
+    "                        relu, gelu, cat, or any layer type)\n"                              \
+    "       glia bench optim NAME [--params N] [--tensors K] [--device cuda|cuda:N|cpu] [--steps N]\n" \
+    "                       [--warmup N] [--set KEY=VALUE]... [--json]\n"                          \
+    "                       (NAME: sgd, adam, adamw, adadelta, lamb, lars, novograd, or any optimizer)\n"
 
 #endif
