@@ -161,13 +161,16 @@ GLIA_NORM_FN int64_t glia_norm_chunks(int64_t size) { return (size + GLIA_NORM_C
 static inline float glia_sumsq_chunk(const float *x, int64_t n)
 {
     float lane[GLIA_NORM_LANES];
-    for (int l = 0; l < GLIA_NORM_LANES; l++) {
-        float acc = 0.0f;
-        for (int64_t i = l; i < n; i += GLIA_NORM_LANES) {
-            float sq = x[i] * x[i];
-            acc = acc + sq;
+    for (int l = 0; l < GLIA_NORM_LANES; l++) lane[l] = 0.0f;
+    int64_t i = 0;
+    for (; i + GLIA_NORM_LANES <= n; i += GLIA_NORM_LANES)  /* lane l adds x[l], x[l + LANES], ... in turn */
+        for (int l = 0; l < GLIA_NORM_LANES; l++) {
+            float sq = x[i + l] * x[i + l];
+            lane[l] = lane[l] + sq;
         }
-        lane[l] = acc;
+    for (int l = 0; i + l < n; l++) {
+        float sq = x[i + l] * x[i + l];
+        lane[l] = lane[l] + sq;
     }
     for (int h = GLIA_NORM_LANES / 2; h > 0; h /= 2)
         for (int l = 0; l < h; l++) lane[l] = lane[l] + lane[l + h];
