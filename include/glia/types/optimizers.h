@@ -177,6 +177,41 @@ static inline float glia_sumsq_chunk(const float *x, int64_t n)
     return lane[0];
 }
 
+/* sum[t] = tensor t's sum of squares from its chunks' sums in part (at their glia_norm_slot), added in turn. */
+static inline void glia_norm_add(const struct glia_opt_step *s, const float *part, float *sum)
+{
+    for (int t = 0; t < s->n_seg; t++) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < glia_norm_chunks(s->seg[2 * t + 1]); j++)
+            acc = acc + part[glia_norm_slot(s->seg[2 * t], t, j)];
+        sum[t] = acc;
+    }
+}
+
+/* sum[t] = the sum of squares of x over tensor t of s, in the order above (the CPU kernels'); part: scratch of
+ * glia_norm_slots(s->n, s->n_seg) floats for the chunks' sums. */
+static inline void glia_norm_sums(const struct glia_opt_step *s, const float *x, float *part, float *sum)
+{
+    for (int t = 0; t < s->n_seg; t++) {
+        int64_t off = s->seg[2 * t], size = s->seg[2 * t + 1], nc = glia_norm_chunks(size);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (int64_t j = 0; j < nc; j++) {
+            int64_t len = size - j * GLIA_NORM_CHUNK;
+            part[glia_norm_slot(off, t, j)] = glia_sumsq_chunk(x + off + j * GLIA_NORM_CHUNK,
+                                                               len < GLIA_NORM_CHUNK ? len : GLIA_NORM_CHUNK);
+        }
+    }
+    glia_norm_add(s, part, sum);
+}
+
+/* Whether tensor t of s takes weight decay (its decay_mask flag, the same over the tensor; all without a mask). */
+static inline bool glia_seg_decays(const struct glia_opt_step *s, int t)
+{
+    return !s->decay_mask || s->decay_mask[s->seg[2 * t]] != 0.0f;
+}
+
 /* ---- lamb: NVIDIA Apex's FusedLAMB (adam_w_mode, grad_averaging on) ---- */
 
 #define GLIA_LAMB_N_STATE 2  /* m, v as adam's */

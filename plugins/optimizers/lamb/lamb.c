@@ -51,24 +51,6 @@ static glia_status chunks_of(const struct glia_opt_step *s, struct chunks *c)
     return GLIA_OK;
 }
 
-/* Each tensor's sum of its chunks' sums in part[], in turn (glia/types/optimizers.h). */
-static void tensor_sums(const struct glia_opt_step *s, const float *part, float *out)
-{
-    for (int t = 0; t < s->n_seg; t++) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < glia_norm_chunks(s->seg[2 * t + 1]); j++)
-            acc = acc + part[glia_norm_slot(s->seg[2 * t], t, j)];
-        out[t] = acc;
-    }
-}
-
-/* Whether tensor t decays (its decay flag, the same over the tensor). */
-static bool decays(const struct glia_opt_step *s, int t)
-{
-    return !s->decay_mask || s->decay_mask[s->seg[2 * t]] != 0.0f;
-}
-
-/* |w| per tensor and the global |g|; then m, v and |u| per tensor; then w -= r u (glia_lamb_coef). */
 static glia_status lamb_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
     if (!s->seg && s->n_seg == 0 && s->n > 0)
@@ -93,8 +75,8 @@ static glia_status lamb_step(struct glia_optimizer *o, const struct glia_opt_ste
         pw[slot] = glia_sumsq_chunk(w + at, len);
         pg[slot] = glia_sumsq_chunk(g + at, len);
     }
-    tensor_sums(s, pw, wn);
-    tensor_sums(s, pg, gsq);
+    glia_norm_add(s, pw, wn);
+    glia_norm_add(s, pg, gsq);
     float all = 0.0f;
     for (int t = 0; t < nt; t++) wn[t] = sqrtf(wn[t]), all = all + gsq[t];
     const float f = glia_lamb_clip(k, sqrtf(all));
@@ -103,17 +85,17 @@ static glia_status lamb_step(struct glia_optimizer *o, const struct glia_opt_ste
         int t = c.ct[q];
         int64_t at = s->seg[2 * t] + c.cj[q] * GLIA_NORM_CHUNK, len = s->seg[2 * t + 1] - c.cj[q] * GLIA_NORM_CHUNK;
         if (len > GLIA_NORM_CHUNK) len = GLIA_NORM_CHUNK;
-        float wd = decays(s, t) ? k.wd : 0.0f, u[GLIA_NORM_CHUNK];
+        float wd = glia_seg_decays(s, t) ? k.wd : 0.0f, u[GLIA_NORM_CHUNK];
         for (int64_t i = 0; i < len; i++) u[i] = glia_lamb_moments(k, f, wd, g[at + i], w[at + i], &m[at + i], &v[at + i]);
         pu[glia_norm_slot(s->seg[2 * t], t, c.cj[q])] = glia_sumsq_chunk(u, len);
     }
-    tensor_sums(s, pu, un);
+    glia_norm_add(s, pu, un);
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t q = 0; q < c.n; q++) {
         int t = c.ct[q];
         int64_t at = s->seg[2 * t] + c.cj[q] * GLIA_NORM_CHUNK, len = s->seg[2 * t + 1] - c.cj[q] * GLIA_NORM_CHUNK;
         if (len > GLIA_NORM_CHUNK) len = GLIA_NORM_CHUNK;
-        bool dec = decays(s, t);
+        bool dec = glia_seg_decays(s, t);
         float wd = dec ? k.wd : 0.0f, r = glia_lamb_ratio(k, dec, wn[t], sqrtf(un[t]));
         for (int64_t i = at; i < at + len; i++) w[i] = w[i] - r * glia_lamb_u(k, wd, w[i], m[i], v[i]);
     }

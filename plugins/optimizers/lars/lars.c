@@ -33,23 +33,6 @@ static glia_status lars_create(struct glia_optimizer *o, const struct glia_secti
     return GLIA_OK;
 }
 
-/* Each tensor's sum of squares of x, its chunks' sums added in turn (glia/types/optimizers.h); part: scratch. */
-static void tensor_sums(const struct glia_opt_step *s, const float *x, float *part, float *out)
-{
-    for (int t = 0; t < s->n_seg; t++) {
-        int64_t off = s->seg[2 * t], size = s->seg[2 * t + 1], nc = glia_norm_chunks(size);
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < nc; j++) {
-            int64_t len = size - j * GLIA_NORM_CHUNK;
-            part[glia_norm_slot(off, t, j)] = glia_sumsq_chunk(x + off + j * GLIA_NORM_CHUNK,
-                                                               len < GLIA_NORM_CHUNK ? len : GLIA_NORM_CHUNK);
-        }
-        float acc = 0.0f;
-        for (int64_t j = 0; j < nc; j++) acc = acc + part[glia_norm_slot(off, t, j)];
-        out[t] = acc;
-    }
-}
-
 /* |w| and |g| per tensor, its factor (glia_lars_factor), then sgd's update of g' (glia_lars_coef). */
 static glia_status lars_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
@@ -64,14 +47,13 @@ static glia_status lars_step(struct glia_optimizer *o, const struct glia_opt_ste
         free(part), free(sw);
         return glia_error(o->ctx, GLIA_ENOMEM, "optimizer 'lars': out of memory for its norms");
     }
-    tensor_sums(s, s->w, part, sw);
-    tensor_sums(s, s->g, part, sg);
+    glia_norm_sums(s, s->w, part, sw);
+    glia_norm_sums(s, s->g, part, sg);
     float mu = k.sgd.mu, damp = k.sgd.damp, lr = k.sgd.lr, *w = s->w, *buf = s->state[0];
     int first = k.sgd.first, nesterov = k.sgd.nesterov;
     for (int t = 0; t < nt; t++) {
         int64_t off = s->seg[2 * t], end = off + s->seg[2 * t + 1];
-        bool decay = !s->decay_mask || s->decay_mask[off] != 0.0f;
-        float a = glia_lars_factor(k, decay, sqrtf(sw[t]), sqrtf(sg[t]));
+        float a = glia_lars_factor(k, glia_seg_decays(s, t), sqrtf(sw[t]), sqrtf(sg[t]));
         const float *g = s->g;
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = off; i < end; i++) {

@@ -31,20 +31,6 @@ static glia_status novograd_create(struct glia_optimizer *o, const struct glia_s
     return GLIA_OK;
 }
 
-/* Tensor t's gradient's sum of squares, its chunks' sums added in turn (glia/types/optimizers.h); part: scratch. */
-static float grad_sumsq(const struct glia_opt_step *s, int t, float *part)
-{
-    int64_t off = s->seg[2 * t], size = s->seg[2 * t + 1], nc = glia_norm_chunks(size);
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < nc; j++) {
-        int64_t len = size - j * GLIA_NORM_CHUNK;
-        part[j] = glia_sumsq_chunk(s->g + off + j * GLIA_NORM_CHUNK, len < GLIA_NORM_CHUNK ? len : GLIA_NORM_CHUNK);
-    }
-    float acc = 0.0f;
-    for (int64_t j = 0; j < nc; j++) acc = acc + part[j];
-    return acc;
-}
-
 /* Per tensor: n from its gradient's norm (kept at state[1][its offset]), then m and w (glia_novograd_coef). */
 static glia_status novograd_step(struct glia_optimizer *o, const struct glia_opt_step *s)
 {
@@ -52,20 +38,22 @@ static glia_status novograd_step(struct glia_optimizer *o, const struct glia_opt
         return glia_error(o->ctx, GLIA_EINVAL, "optimizer 'novograd': the step has no tensor segments "
                           "(glia_opt_step.seg): its second moment is per tensor");
     const struct glia_novograd_coef k = glia_novograd_coef(o->attrs, s);
-    int64_t most = 1;
-    for (int t = 0; t < s->n_seg; t++)
-        if (glia_norm_chunks(s->seg[2 * t + 1]) > most) most = glia_norm_chunks(s->seg[2 * t + 1]);
-    float *part = malloc(sizeof(float) * (size_t)most);
-    if (!part) return glia_error(o->ctx, GLIA_ENOMEM, "optimizer 'novograd': out of memory for its norms");
+    float *part = malloc(sizeof(float) * (size_t)glia_norm_slots((int64_t)s->n, s->n_seg));
+    float *gsq = malloc(sizeof(float) * (size_t)(s->n_seg + 1));
+    if (!part || !gsq) {
+        free(part), free(gsq);
+        return glia_error(o->ctx, GLIA_ENOMEM, "optimizer 'novograd': out of memory for its norms");
+    }
+    glia_norm_sums(s, s->g, part, gsq);
     float *w = s->w, *m = s->state[0], *nrm = s->state[1];
     const float *g = s->g;
     float b1 = k.b1, b3 = k.b3, bc1 = k.bc1, lr = k.lr;
     for (int t = 0; t < s->n_seg; t++) {
         int64_t off = s->seg[2 * t], end = off + s->seg[2 * t + 1];
         if (end == off) continue;  /* no element to keep its n in */
-        float n = nrm[off] = glia_novograd_norm(k, nrm[off], grad_sumsq(s, t, part));
+        float n = nrm[off] = glia_novograd_norm(k, nrm[off], gsq[t]);
         float denom = n / k.bc2 + k.eps;
-        float wd = !s->decay_mask || s->decay_mask[off] != 0.0f ? k.wd : 0.0f;
+        float wd = glia_seg_decays(s, t) ? k.wd : 0.0f;
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = off; i < end; i++) {
             float mi = b1 * m[i] + b3 * g[i];
@@ -74,7 +62,7 @@ static glia_status novograd_step(struct glia_optimizer *o, const struct glia_opt
             w[i] = w[i] - lr * update;
         }
     }
-    free(part);
+    free(part), free(gsq);
     return GLIA_OK;
 }
 
