@@ -1,8 +1,8 @@
 #!/bin/sh
 # bench/large_batch/run.sh — trains share/glia/examples/fmnist-resnet-large-batch.ini (batch 4096, warmup then
 # poly decay) for a fixed number of epochs with each optimizer and learning rate given, and the same network at
-# batch 64 (the baseline, SGD as the example has it), and writes a markdown table: optimizer, batch, lr, best test
-# accuracy (and its epoch), seconds, from the runs' metrics files. Not a test, and not a tuned result: a sweep.
+# batch 64 (the baseline, SGD as the example has it), and writes a markdown table: optimizer, batch, lr, test accuracy
+# after the last epoch, the best epoch's (and which), seconds, from the runs' metrics files. Not a test, and not a tuned result: a sweep.
 #   usage: bench/large_batch/run.sh [--optimizers "sgd lamb ..."] [--lrs "sgd:0.8,1.6 lamb:0.005,0.01"]
 #            [--okeys "lamb:weight_decay=0.01,eps=1e-6"] [--baseline-lrs 0.025,0.05] [--epochs N]
 #            [--train-samples N] [--set section.key=value]... [--out FILE] [--quick]
@@ -94,8 +94,8 @@ run() {
             { a = $0; sub(/.*"test_accuracy": /, "", a); sub(/,.*/, "", a)
               s = $0; sub(/.*"seconds": /, "", s); sub(/,.*/, "", s)
               e = $0; sub(/.*"epoch": /, "", e); sub(/,.*/, "", e)
-              t += s; if (a + 0 > best + 0 || NR == 1) { best = a; at = e } }
-            END { printf "%s %s %s %.4f %d %.1f\n", o, b, l, best, at, t }' "$m" >> "$rows"
+              t += s; last = a; if (a + 0 > best + 0 || NR == 1) { best = a; at = e } }
+            END { printf "%s %s %s %.4f %.4f %d %.1f\n", o, b, l, last, best, at, t }' "$m" >> "$rows"
     else
         echo "$opt $batch $lr failed: $(grep -v '^glia: info' "$tmp/log" | tail -n 1)" >> "$rows"
     fi
@@ -115,12 +115,12 @@ for lr in $(echo "$baseline_lrs" | tr ',' ' '); do
 done
 {
     echo
-    echo "| optimizer | batch | lr | best test accuracy (epoch) | seconds |"
-    echo "|---|---:|---:|---:|---:|"
-    while read -r opt batch lr rest; do
-        case "$rest" in
-        failed:*) echo "| $opt | $batch | $lr | ${rest#failed: } | — |" ;;
-        *) acc=${rest%% *} more=${rest#* }; echo "| $opt | $batch | $lr | $acc (${more%% *}) | ${more#* } |" ;;
+    echo "| optimizer | batch | lr | test accuracy, last epoch | best epoch's (epoch) | seconds |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    while read -r opt batch lr last best at secs; do
+        case "$last" in
+        failed:) echo "| $opt | $batch | $lr | failed: $best $at $secs | — | — |" ;;
+        *) echo "| $opt | $batch | $lr | $last | $best ($at) | $secs |" ;;
         esac
     done < "$rows"
 } | tee "$tmp/table"
