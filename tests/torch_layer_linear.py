@@ -1,0 +1,24 @@
+#!/usr/bin/python3
+# tests/torch_layer_linear.py — glia's CPU linear kernel against torch.nn.functional.linear in float64: output, input
+# gradient and parameter gradients on seeded inputs. Not a gradcheck (test_layers has that); run by torch_layers.sh.
+import torch
+import torchref as T
+
+for shape, outputs, bias in (((5, 7), 3, "on"), ((1, 16), 9, "off")):
+    r = T.Run("[fc]\ntype = linear\noutputs = %d\nbias = %s\n" % (outputs, bias), [shape])
+    r.forward()
+    r.backward()
+    x = r.input().requires_grad_()
+    p = r.params()
+    w = p["weight"][0].requires_grad_()
+    b = p["bias"][0].requires_grad_() if "bias" in p else None
+    y = torch.nn.functional.linear(x, w, b)
+    y.backward(r.output_grad())
+    what = "linear %s -> %d, bias %s" % (shape, outputs, bias)
+    T.compare(what + ": output", r.output(), y.detach())
+    T.compare(what + ": input gradient", r.input_grad(), x.grad)
+    T.compare(what + ": weight gradient", p["weight"][1], w.grad)
+    if b is not None:
+        T.compare(what + ": bias gradient", p["bias"][1], b.grad)
+    r.close()
+T.finish("torch_layer_linear")
