@@ -65,9 +65,12 @@ uint64_t glia__model_fingerprint(const struct glia_model *m)
     uint64_t h = glia__hash_str(0, "glia-model");
     char buf[64];
     for (int i = 0; i < m->graph.n_decl; i++) {  /* as declared: fused layers hash as the layers they were */
-        const struct glia_layer *l = &m->graph.nodes[m->graph.decl[i].node].layer;
+        const struct glia__node *nd = &m->graph.nodes[m->graph.decl[i].node];
+        const struct glia_layer *l = &nd->layer;
         h = glia__hash_str(glia__hash_str(h, m->graph.decl[i].name), m->graph.decl[i].type);
         if (strcmp(l->name, m->graph.decl[i].name)) continue;  /* merged into a later layer: no parameters */
+        if (nd->tie)  /* stored once, with its owner: a file of the untied model has more values */
+            h = glia__hash_str(glia__hash_str(h, "tie_weight"), m->graph.nodes[nd->tie_node].layer.name);
         for (int p = 0; p < l->n_params; p++)
             h = glia__hash_str(glia__hash_str(h, l->params[p].name), glia_shape_str(&l->params[p].shape, buf, sizeof buf));
         for (int p = 0; p < l->n_buffers; p++)

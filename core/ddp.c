@@ -133,7 +133,7 @@ glia_status glia__ddp_finish(struct glia_model *m, struct glia__ddp *d)
         for (int i = 0; i < m->graph.n_nodes && !st; i++)
             for (int p = 0; p < m->graph.nodes[i].layer.n_params && !st; p++) {
                 struct glia_param *pa = &m->graph.nodes[i].layer.params[p];
-                if (d->bucket_of[d->param0[i] + p] == k && pa->grad_unset) {
+                if (d->bucket_of[d->param0[i] + p] == k && pa->grad_unset && m->graph.nodes[i].tie != p + 1) {
                     st = glia_tensor_fill_zero(pa->grad);
                     pa->grad_unset = false;
                 }

@@ -67,7 +67,61 @@ static int arena_tensors(struct glia_model *m, bool buffers, struct glia_param *
     return k;
 }
 
-/* Plans the arena of the params (or buffers); *list gets them in arena order (free it). */
+/* Index of layer l's parameter called name, or -1. */
+static int param_named(const struct glia_layer *l, const char *name)
+{
+    for (int p = 0; p < l->n_params; p++)
+        if (!strcmp(l->params[p].name, name)) return p;
+    return -1;
+}
+
+/* [layer] tie_weight: each node's tie, tie_node and tie_param. The layer named must come earlier (its backward runs
+ * after this layer's, so its gradient is whole when its own backward is done: what ddp's buckets wait for), hold a
+ * parameter "weight" of this layer's weight's shape, and own it (no chains). */
+static glia_status resolve_ties(struct glia_model *m)
+{
+    for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].tie = 0;
+    for (int i = 0; i < m->graph.n_nodes; i++) {
+        struct glia__node *nd = &m->graph.nodes[i];
+        const char *name = glia_section_str(nd->sec, "tie_weight");
+        if (!name) continue;
+        int j = 0;
+        while (j < m->graph.n_nodes && strcmp(m->graph.nodes[j].layer.name, name)) j++;
+        if (j == m->graph.n_nodes)
+            return glia_section_error(nd->sec, "tie_weight", GLIA_ECONFIG, "no layer '%s' in the model", name);
+        if (j >= i)
+            return glia_section_error(nd->sec, "tie_weight", GLIA_ECONFIG, "'%s' %s: tie a layer's weight to an "
+                                      "earlier layer's (as GPT-2's lm_head to wte)", name,
+                                      j == i ? "is this layer" : "comes after this layer");
+        const struct glia__node *o = &m->graph.nodes[j];
+        int p = param_named(&nd->layer, "weight"), q = param_named(&o->layer, "weight");
+        char a[64], b[64];
+        if (p < 0) return glia_section_error(nd->sec, "tie_weight", GLIA_ECONFIG, "this layer has no parameter 'weight'");
+        if (q < 0) return glia_section_error(nd->sec, "tie_weight", GLIA_ECONFIG, "'%s' has no parameter 'weight'", name);
+        if (o->tie)
+            return glia_section_error(nd->sec, "tie_weight", GLIA_ECONFIG, "'%s' ties its own weight to '%s': tie to "
+                                      "'%s' instead", name, m->graph.nodes[o->tie_node].layer.name,
+                                      m->graph.nodes[o->tie_node].layer.name);
+        if (!glia_shape_equal(&nd->layer.params[p].shape, &o->layer.params[q].shape))
+            return glia_section_error(nd->sec, "tie_weight", GLIA_ECONFIG, "this layer's weight is %s, '%s''s is %s: "
+                                      "a tied weight has one shape",
+                                      glia_shape_str(&nd->layer.params[p].shape, a, sizeof a), name,
+                                      glia_shape_str(&o->layer.params[q].shape, b, sizeof b));
+        nd->tie = p + 1, nd->tie_node = j, nd->tie_param = q;
+    }
+    return GLIA_OK;
+}
+
+/* Index of node i's parameter p in the weight arena. */
+static int arena_index(const struct glia_model *m, int i, int p)
+{
+    int k = p;
+    for (int j = 0; j < i; j++) k += m->graph.nodes[j].layer.n_params;
+    return k;
+}
+
+/* Plans the arena of the params (or buffers); *list gets them in arena order (free it). A tied parameter has a slot
+ * of 0 values (its values are its owner's). */
 static glia_status plan_arena(struct glia_model *m, bool buffers, struct glia__arena *a, struct glia_param ***list)
 {
     int n = arena_tensors(m, buffers, NULL);
@@ -77,6 +131,8 @@ static glia_status plan_arena(struct glia_model *m, bool buffers, struct glia__a
     if (!st) {
         arena_tensors(m, buffers, ps);
         for (int i = 0; i < n; i++) sizes[i] = glia_shape_numel(&ps[i]->shape);
+        for (int i = 0; i < m->graph.n_nodes && !buffers; i++)
+            if (m->graph.nodes[i].tie) sizes[arena_index(m, i, m->graph.nodes[i].tie - 1)] = 0;
         st = glia__arena_plan_gap(a, sizes, n, m->debug_checks ? GLIA__GUARD : 0);
     }
     free(sizes);
@@ -141,7 +197,8 @@ static glia_status alloc_segments(struct glia_model *m)
 glia_status glia__alloc_params(struct glia_model *m)
 {
     struct glia_param **ps;
-    glia_status st = plan_arena(m, false, &m->params.wa, &ps);
+    glia_status st = resolve_ties(m);
+    if (!st) st = plan_arena(m, false, &m->params.wa, &ps);
     if (st) return st;
     struct glia_shape flat = glia_shape_make(1, (int64_t[]){m->params.wa.len});
     int ns = m->dist.like ? 0 : m->trainer.opt.type->n_state;  /* a dp replica never steps: no optimizer state */
@@ -165,10 +222,14 @@ glia_status glia__alloc_params(struct glia_model *m)
         struct glia_layer *l = &m->graph.nodes[i].layer;
         for (int p = 0; p < l->n_params && !st; p++, k++) {
             struct glia_param *pa = ps[k];
-            if ((st = glia_tensor_view(m->params.w, m->params.wa.off[k], &pa->shape, &pa->value)) ||
-                (st = glia_tensor_view(m->params.g, m->params.wa.off[k], &pa->shape, &pa->grad)))
+            const struct glia__node *nd = &m->graph.nodes[i];
+            bool tied = nd->tie == p + 1;
+            int64_t at = m->params.wa.off[tied ? arena_index(m, nd->tie_node, nd->tie_param) : k];
+            if ((st = glia_tensor_view(m->params.w, at, &pa->shape, &pa->value)) ||
+                (st = glia_tensor_view(m->params.g, at, &pa->shape, &pa->grad)))
                 break;
             pa->grad_unset = true;
+            if (tied) continue;  /* its owner draws the values */
             glia__init_param(l, p, host + m->params.wa.off[k],
                              glia__hash_str(glia__hash_str(m->seed * 0x9e3779b97f4a7c15ull + 1, l->name), pa->name));
         }

@@ -112,6 +112,9 @@ struct glia__node {
     bool cut;                        /* a segment ends here */
     int recompute_n;                 /* ... the recompute nodes among the recompute_n before this one, which ends a
                                         segment, run again just before this node's backward; 0: none */
+    /* [layer] tie_weight (set by glia__alloc_params): this layer's parameter tie - 1 is node tie_node's parameter
+     * tie_param, one tensor (an arena slot of 0 values here); tie = 0: none */
+    int tie, tie_node, tie_param;
 };
 
 /* A layer section of the model file as declared, before graph passes merged any: the model's

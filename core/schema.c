@@ -163,6 +163,8 @@ static const struct glia_key layer_common_keys[] = {
     GLIA_KEY("impl", GLIA_KEY_STRING, "auto", "implementation: auto or a registered impl (glia plugins)"),
     GLIA_KEY("weight_decay", GLIA_KEY_BOOL, "on", "off: the optimizer's weight_decay skips this layer's parameters "
              "(a PyTorch param group with weight_decay 0)"),
+    GLIA_KEY("tie_weight", GLIA_KEY_STRING, NULL, "an earlier layer whose parameter 'weight' this layer's 'weight' is "
+             "(same shape; one tensor, both gradients summed into it: GPT-2's lm_head and wte)"),
     GLIA_KEY_END};
 
 const char *const glia__reserved[] = {"runtime", "data", "train", "optimizer", "plugins", "graph", "distributed"};

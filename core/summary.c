@@ -51,7 +51,8 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     for (int i = 0; i < m->graph.n_nodes; i++) {
         const struct glia__node *nd = &m->graph.nodes[i];
         long long np = 0;
-        for (int p = 0; p < nd->layer.n_params; p++) np += glia_shape_numel(&nd->layer.params[p].shape);
+        for (int p = 0; p < nd->layer.n_params; p++)
+            if (nd->tie != p + 1) np += glia_shape_numel(&nd->layer.params[p].shape);  /* a tied one: its owner's */
         struct glia_shape o = nd->out_shape;
         if (!(nd->layer.type->flags & GLIA_TYPE_LOSS) && o.ndim > 0) {
             o.ndim--;
@@ -90,6 +91,12 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, "%s %c = %s", k ? "," : "", "xyzw"[k], nd->in[k] < 0 ? "input" : m->graph.nodes[nd->in[k]].layer.name);
         fprintf(f, "\n");
     }
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].tie)
+            fprintf(f, "tied weight: %s.%s is %s.%s (one tensor; both layers' gradients are summed into it)\n",
+                    m->graph.nodes[i].layer.name, m->graph.nodes[i].layer.params[m->graph.nodes[i].tie - 1].name,
+                    m->graph.nodes[m->graph.nodes[i].tie_node].layer.name,
+                    m->graph.nodes[m->graph.nodes[i].tie_node].layer.params[m->graph.nodes[i].tie_param].name);
     if (m->graph.ckpt_asked > 1 && m->graph.ckpt_segments == 1)
         fprintf(f, "graph pass checkpoint_segments: no cut makes a training step's activations smaller than %.1f MB "
                 "(batch %d); none made\n", 4e-6 * (double)m->graph.ckpt_plan[0], m->data.batch);

@@ -100,6 +100,12 @@ static glia_status forward(struct glia_model *m, bool train)
     return st;
 }
 
+/* The parameter node nd's tied weight is ([layer] tie_weight), or NULL. */
+static struct glia_param *tie_owner(struct glia_model *m, const struct glia__node *nd)
+{
+    return nd->tie ? &m->graph.nodes[nd->tie_node].layer.params[nd->tie_param] : NULL;
+}
+
 static glia_status backward(struct glia_model *m)
 {
     for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].grad_written = false;
@@ -126,6 +132,8 @@ static glia_status backward(struct glia_model *m)
         bool is_loss = nd->layer.type->flags & GLIA_TYPE_LOSS;
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->act.loss_scale : nd->dout, din, acc,
                              is_loss ? m->act.y : NULL};
+        struct glia_param *owner = tie_owner(m, nd);
+        if (owner) nd->layer.params[nd->tie - 1].grad_unset = owner->grad_unset;  /* one gradient: write or add */
         double t0 = m->trainer.profiling ? glia__now() : 0;
         struct glia__guarded *guards;
         int n_guards;
@@ -148,6 +156,7 @@ static glia_status backward(struct glia_model *m)
         for (int k = 0; k < nd->n_in; k++)
             if (din[k]) m->graph.nodes[nd->in[k]].grad_written = true;
         for (int p = 0; p < nd->layer.n_params; p++) nd->layer.params[p].grad_unset = false;
+        if (owner) owner->grad_unset = false;
         if (m->dist.ddp && (st = glia__ddp_node_done(m, m->dist.ddp, i))) return st;  /* its buckets may start now */
     }
     return GLIA_OK;
@@ -207,7 +216,7 @@ static glia_status grads_zero_unset(struct glia_model *m)
     for (int i = 0; i < m->graph.n_nodes; i++)
         for (int p = 0; p < m->graph.nodes[i].layer.n_params; p++) {
             struct glia_param *pa = &m->graph.nodes[i].layer.params[p];
-            if (pa->grad_unset) {
+            if (pa->grad_unset && m->graph.nodes[i].tie != p + 1) {  /* a tied weight's owner decides */
                 glia_status st = glia_tensor_fill_zero(pa->grad);
                 if (st) return st;
             }
@@ -370,7 +379,7 @@ static glia_status dp_backward(struct glia_model *m)
         for (int i = 0; i < m->graph.n_nodes && !st; i++)
             for (int k = 0; k < m->graph.nodes[i].layer.n_params && !st; k++) {
                 struct glia_param *dst = &m->graph.nodes[i].layer.params[k], *src = &p->graph.nodes[i].layer.params[k];
-                if (src->grad_unset) continue;  /* nothing written there */
+                if (src->grad_unset || m->graph.nodes[i].tie == k + 1) continue;  /* nothing written; its owner's */
                 st = dst->grad_unset ? dp_copy(dst->grad, src->grad) : add_into(m, dst->grad, src->grad);
                 dst->grad_unset = false;
                 src->grad_unset = true;  /* the replica writes afresh next time */

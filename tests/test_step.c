@@ -371,6 +371,103 @@ static void test_step_poly(void)
     close_run(&p);
 }
 
+/* [layer] tie_weight: one tensor for two layers. y = W (W h) with h = fc0(x): one SGD step (no momentum, no decay)
+ * moves W by lr times the sum of both uses' gradients, dz (W h)ᵀ + Wᵀ dz hᵀ (dz = (softmax(y) - onehot) / n),
+ * computed here in double from the weights and the batch; the weights hold W once. */
+static void test_step_tied_weight(void)
+{
+    make_data();
+    char text[4096];
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\nseed = 5\n"
+             "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+             "batch_size = 8\nshuffle = off\n[train]\noptimizer = sgd\nlr = 0.5\n"
+             "[flat]\ntype = flatten\n[fc0]\ntype = linear\noutputs = 5\n"
+             "[a]\ntype = linear\noutputs = 5\nbias = off\n[b]\ntype = linear\noutputs = 5\nbias = off\ntie_weight = a\n"
+             "[loss]\ntype = softmax_cross_entropy\n", dir, dir, dir, dir);
+    struct run r;
+    open_run(&r, text);
+    long long n;
+    float *w0 = weights(&r, &n);
+    CU_ASSERT_EQUAL_FATAL(n, 5 * 36 + 5 + 25);  /* fc0's weight and bias, W once */
+    struct host_batch h;
+    batch_of(&r, 0, 8, &h);
+    struct glia_step_result res = {.struct_size = sizeof res};
+    CU_ASSERT_EQUAL_FATAL(glia_model_step(r.m, &h.b, &res), GLIA_OK);
+    float *w1 = weights(&r, &n);
+    const float *W0 = w0, *b0 = w0 + 180, *W = w0 + 185;
+    double g[25] = {0};
+    for (int i = 0; i < 8; i++) {
+        double hv[5], u[5], z[5], dz[5], mx = -1e300, sum = 0;
+        for (int o = 0; o < 5; o++) {
+            hv[o] = b0[o];
+            for (int k = 0; k < 36; k++) hv[o] += (double)W0[o * 36 + k] * h.x[i * 36 + k];
+        }
+        for (int o = 0; o < 5; o++) {
+            u[o] = 0;
+            for (int k = 0; k < 5; k++) u[o] += (double)W[o * 5 + k] * hv[k];
+        }
+        for (int o = 0; o < 5; o++) {
+            z[o] = 0;
+            for (int k = 0; k < 5; k++) z[o] += (double)W[o * 5 + k] * u[k];
+            mx = fmax(mx, z[o]);
+        }
+        for (int o = 0; o < 5; o++) sum += exp(z[o] - mx);
+        for (int o = 0; o < 5; o++) dz[o] = (exp(z[o] - mx) / sum - (o == h.y[i])) / 8;
+        for (int o = 0; o < 5; o++)
+            for (int k = 0; k < 5; k++) {
+                double wdz = 0;  /* (Wᵀ dz)[o] */
+                for (int j = 0; j < 5; j++) wdz += (double)W[j * 5 + o] * dz[j];
+                g[o * 5 + k] += dz[o] * u[k] + wdz * hv[k];
+            }
+    }
+    double worst = 0;
+    for (int j = 0; j < 25; j++) worst = fmax(worst, fabs((double)w1[185 + j] - ((double)W[j] - 0.5 * g[j])));
+    if (worst > 1e-5) printf("\n  tied W after one step: max |err| %g\n", worst);
+    CU_ASSERT(worst <= 1e-5);
+    char *sum = NULL;
+    size_t len;
+    FILE *f = open_memstream(&sum, &len);
+    glia_model_summary(r.m, f);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, "tied weight: b.weight is a.weight"));
+    free(sum);
+    free(w0);
+    free(w1);
+    batch_free(&h);
+    close_run(&r);
+    const char *bad[][2] = {
+        {"tie_weight = nosuch", "[b] tie_weight: no layer 'nosuch' in the model"},
+        {"tie_weight = b", "'b' is this layer"},
+        {"tie_weight = flat", "'flat' has no parameter 'weight'"},
+        {"tie_weight = fc0", "this layer's weight is 5x5, 'fc0''s is 5x36"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char t[4096];
+        snprintf(t, sizeof t,
+                 "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\n"
+                 "test_labels = %s/tel\nbatch_size = 8\n[flat]\ntype = flatten\n[fc0]\ntype = linear\noutputs = 5\n"
+                 "[a]\ntype = linear\noutputs = 5\n[b]\ntype = linear\noutputs = 5\n%s\n"
+                 "[c]\ntype = linear\noutputs = 5\ntie_weight = b\n[loss]\ntype = softmax_cross_entropy\n",
+                 dir, dir, dir, dir, bad[k][0]);
+        expect_build_error(t, bad[k][1]);
+    }
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\n"
+             "test_labels = %s/tel\nbatch_size = 8\n[flat]\ntype = flatten\n[fc0]\ntype = linear\noutputs = 5\n"
+             "[a]\ntype = linear\noutputs = 5\ntie_weight = b\n[b]\ntype = linear\noutputs = 5\n"
+             "[loss]\ntype = softmax_cross_entropy\n", dir, dir, dir, dir);
+    expect_build_error(text, "[a] tie_weight: 'b' comes after this layer");
+    snprintf(text, sizeof text,
+             "[runtime]\ndevice = cpu\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\n"
+             "test_labels = %s/tel\nbatch_size = 8\n[flat]\ntype = flatten\n[fc0]\ntype = linear\noutputs = 5\n"
+             "[a]\ntype = linear\noutputs = 5\n[b]\ntype = linear\noutputs = 5\ntie_weight = a\n"
+             "[c]\ntype = linear\noutputs = 5\ntie_weight = b\n[loss]\ntype = softmax_cross_entropy\n",
+             dir, dir, dir, dir);
+    expect_build_error(text, "[c] tie_weight: 'b' ties its own weight to 'a': tie to 'a' instead");
+}
+
 GLIA_TEST_MAIN("step", GLIA_TEST(test_step_equals_training), GLIA_TEST(test_step_reduces_loss),
                GLIA_TEST(test_step_schedule_and_accumulation), GLIA_TEST(test_step_bad_batches),
-               GLIA_TEST(test_step_tokens), GLIA_TEST(test_step_poly))
+               GLIA_TEST(test_step_tokens), GLIA_TEST(test_step_poly),
+               GLIA_TEST(test_step_tied_weight))
