@@ -110,9 +110,9 @@ static glia_status dims_of(const struct glia_layer *l, const struct glia_tensor 
     *z = (struct dims){qkv->shape.dim[0], qkv->shape.dim[1], qkv->shape.dim[2] / 3, a->heads, 0, 0};
     z->D = z->C / z->H;
     z->B = z->N * z->H;
-    if (z->B * z->T * z->T > INT32_MAX || z->B > INT32_MAX)
-        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention (cuda): %lld heads of %lld x %lld probabilities "
-                          "are more than it indexes", l->name, (long long)z->B, (long long)z->T, (long long)z->T);
+    if (z->B > INT32_MAX)  /* cuBLASLt's batch count is an int32 */
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention (cuda): %lld (sample, head) pairs are more than "
+                          "one batch of GEMMs takes", l->name, (long long)z->B);
     return GLIA_OK;
 }
 
