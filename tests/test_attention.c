@@ -1,8 +1,9 @@
 /* tests/test_attention.c — the attention layer's CPU kernel: gradient checks (causal or not, 1 or 2 heads, T on and
  * off the kernel's tile, dropout), the output against a plain T x T softmax in double, dropout's statistics and
- * eval mode, and refusals (shapes, a backward without a training forward). Not the CUDA kernel
- * (test_cuda_attention) and not PyTorch (torch_layer_attention.py). */
+ * eval mode, the same bits whatever the thread count, and refusals (shapes, a backward without a training forward).
+ * Not the CUDA kernel (test_cuda_attention) and not PyTorch (torch_layer_attention.py). */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <glia/types/attention.h>
 #include "layerutil.h"
@@ -200,6 +201,58 @@ static void test_backward_needs_training(void)
     glia_context_free(ctx);
 }
 
+/* The output and input gradient of one training forward and backward (dropout on) with `threads` OpenMP threads. */
+static void run_threads(int threads, float **y_out, float **dx_out)
+{
+    struct glia_shape sh = S(3, 3, 45, 24, 0), os = S(3, 3, 45, 8, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[a]\ntype = attention\nheads = 2\ndropout = 0.1\n", &sh, 1, &B);
+    struct glia_tensor *x, *y, *dy, *dx;
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &dx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &dy) == GLIA_OK);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 12);
+    for (int64_t i = 0; i < glia_tensor_numel(x); i++) glia_tensor_f32(x)[i] = (float)glia__rng_normal(&rng);
+    for (int64_t i = 0; i < glia_tensor_numel(dy); i++) glia_tensor_f32(dy)[i] = (float)glia__rng_normal(&rng);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_tensor *din[1] = {dx};
+    bool acc[1] = {false};
+    struct glia_fwd a = {in, 1, y, NULL, true, 5, false, 1, NULL};
+    struct glia_bwd b = {in, 1, y, dy, din, acc, NULL};
+    int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &b), GLIA_OK);
+    omp_set_num_threads(before);
+    *y_out = malloc(glia_tensor_nbytes(y));
+    *dx_out = malloc(glia_tensor_nbytes(dx));
+    memcpy(*y_out, y->data, glia_tensor_nbytes(y));
+    memcpy(*dx_out, dx->data, glia_tensor_nbytes(dx));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    glia_tensor_release(dx);
+    glia_tensor_release(dy);
+    layer_unbuild(&B);
+    glia_context_free(ctx);
+}
+
+/* Each (sample, head) is one thread's, in a fixed order: the same bits with 1 thread as with 3. */
+static void test_threads_same_bits(void)
+{
+    float *y1, *dx1, *y3, *dx3;
+    run_threads(1, &y1, &dx1);
+    run_threads(3, &y3, &dx3);
+    CU_ASSERT_EQUAL(memcmp(y1, y3, 3 * 45 * 8 * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(dx1, dx3, 3 * 45 * 24 * sizeof(float)), 0);
+    free(y1);
+    free(dx1);
+    free(y3);
+    free(dx3);
+}
+
 static void test_refusals(void)
 {
     expect_error("[att]\ntype = attention\nheads = 3\n", S(3, 2, 4, 12, 0), GLIA_ESHAPE,
@@ -213,4 +266,5 @@ static void test_refusals(void)
 }
 
 GLIA_TEST_MAIN("attention", GLIA_TEST(test_gradcheck), GLIA_TEST(test_gradcheck_dropout), GLIA_TEST(test_value),
-               GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_backward_needs_training), GLIA_TEST(test_refusals))
+               GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_backward_needs_training), GLIA_TEST(test_threads_same_bits),
+               GLIA_TEST(test_refusals))
