@@ -122,5 +122,6 @@ glia_status glia__cuda_register_pointwise(struct glia_registry *r);   /* pointwi
                                                                          tanh, gelu, add, pointwise (NVRTC) */
 glia_status glia__cuda_register_optim(struct glia_registry *r);       /* optim.c: sgd, adam, adamw, adadelta, lamb */
 glia_status glia__cuda_register_seq(struct glia_registry *r);         /* seq.c: embedding, seq_pool */
+glia_status glia__cuda_register_attention(struct glia_registry *r);   /* attention.c: attention */
 
 #endif

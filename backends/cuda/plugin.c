@@ -29,6 +29,7 @@ static glia_status cuda_init(struct glia_registry *r)
     if (!st) st = glia__cuda_register_pointwise(r);
     if (!st) st = glia__cuda_register_optim(r);
     if (!st) st = glia__cuda_register_seq(r);
+    if (!st) st = glia__cuda_register_attention(r);
     return st;
 }
 

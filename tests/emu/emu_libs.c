@@ -1,6 +1,6 @@
 /* tests/emu/emu_libs.c — reference implementations, on the CPU, of the cuDNN and cuBLASLt calls the
  * CUDA backend makes, following their documented semantics (column-major cuBLASLt with transposes,
- * bias and bias-gradient epilogues; cuDNN's legacy convolution API with NCHW/NHWC descriptors,
+ * bias and bias-gradient epilogues, strided batches; cuDNN's legacy convolution API with NCHW/NHWC descriptors,
  * groups, alpha/beta), checking that the descriptors agree with each other and saying on stderr what
  * does not. Each computing call checks its arguments when called, copies what it needs (descriptors
  * by value, alpha and beta from their host pointers, data pointers) and queues the computation on its
@@ -48,6 +48,9 @@ static void round_other_way(int type, void *p, int64_t i, double v)
         *f = nextafterf(*f, v > got ? INFINITY : -INFINITY);
     }
 }
+
+/* Bytes of an element of the type (lt_type). */
+static size_t elem_size(int type) { return type == 0 ? 4 : 2; }
 
 static void store(int type, void *p, int64_t i, double v)
 {
@@ -103,6 +106,8 @@ struct emu_layout {
     cudaDataType_t type;
     uint64_t rows, cols;
     int64_t ld;
+    int32_t batch;   /* CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT (1) */
+    int64_t stride;  /* CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, in elements (0) */
 };
 
 static int lt_type(cudaDataType_t t)
@@ -192,9 +197,34 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataTyp
     }
     struct emu_layout *e = malloc(sizeof *e);
     if (!e) return CUBLAS_STATUS_ALLOC_FAILED;
-    *e = (struct emu_layout){type, rows, cols, ld};
+    *e = (struct emu_layout){type, rows, cols, ld, 1, 0};
     *l = (cublasLtMatrixLayout_t)(void *)e;
     return CUBLAS_STATUS_SUCCESS;
+}
+/* The strided batch of a layout: its count (int32_t, at least 1) and the elements from one matrix to the next
+ * (int64_t); other attributes are not emulated. */
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t size)
+{
+    GLIA_EMU_GUARD;
+    struct emu_layout *e = (struct emu_layout *)(void *)l;
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+        if (size != sizeof e->batch) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->batch, buf, size);
+        if (e->batch < 1) {
+            fprintf(stderr, "emu: cublasLtMatrixLayoutSetAttribute: batch count %d\n", (int)e->batch);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+        if (size != sizeof e->stride) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->stride, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        fprintf(stderr, "emu: cublasLtMatrixLayoutSetAttribute: attribute %d not emulated\n", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
 {
@@ -238,6 +268,11 @@ static int lt_shape(const struct emu_desc *e, const struct emu_layout *a, const 
     int64_t bk = e->tb == CUBLAS_OP_N ? (int64_t)b->rows : (int64_t)b->cols;
     int64_t bn = e->tb == CUBLAS_OP_N ? (int64_t)b->cols : (int64_t)b->rows;
     *k = ak;
+    if (a->batch != d->batch || b->batch != d->batch || c->batch != d->batch) {
+        fprintf(stderr, "emu: cublasLtMatmul: batch counts A %d, B %d, C %d, D %d differ\n", (int)a->batch,
+                (int)b->batch, (int)c->batch, (int)d->batch);
+        return -1;
+    }
     if (am != *m || bn != *n || ak != bk || c->rows != d->rows || c->cols != d->cols) {
         fprintf(stderr, "emu: cublasLtMatmul: op(A) %lldx%lld, op(B) %lldx%lld, C %llux%llu, D %llux%llu do not agree\n",
                 (long long)am, (long long)ak, (long long)bk, (long long)bn, (unsigned long long)c->rows,
@@ -323,6 +358,18 @@ static void lt_exec(void *arg)
     bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
          bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
     int tv = lt_bias_type(e, ld);
+    if (ld->batch > 1) {  /* a strided batch: each matrix alone (the epilogues are refused with batches) */
+        struct lt_call one = *c;
+        one.la.batch = one.lb.batch = one.lc.batch = one.ld.batch = 1;
+        for (int32_t b = 0; b < ld->batch; b++) {
+            one.A = (const char *)c->A + b * la->stride * elem_size(ta);
+            one.B = (const char *)c->B + b * lb->stride * elem_size(tb);
+            one.C = (const char *)c->C + b * lc->stride * elem_size(tc);
+            one.D = (char *)c->D + b * ld->stride * elem_size(td);
+            lt_exec(&one);
+        }
+        return;
+    }
     double *out = alloc_acc("cublasLtMatmul", m * n, false);
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) {
@@ -375,6 +422,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
          bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
     if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb) {
         fprintf(stderr, "emu: cublasLtMatmul: epilogue %d not emulated\n", (int)e->epilogue);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if ((bias || bgrada || bgradb) && ld->batch > 1) {
+        fprintf(stderr, "emu: cublasLtMatmul: epilogue %d with a batch of %d not emulated\n", (int)e->epilogue,
+                (int)ld->batch);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if ((bias || bgrada || bgradb) && !e->bias) {

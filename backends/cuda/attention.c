@@ -1,0 +1,229 @@
+/* backends/cuda/attention.c — the CUDA kernel ("cuda") of layer type attention, correct before fast: the heads of
+ * qkv split into (3, N, heads, T, D), S = Q Kᵀ / sqrt(D) and Y = P V as strided-batched cuBLASLt GEMMs, one kernel for
+ * the causal mask, softmax and dropout, the probabilities (N, heads, T, T) kept for backward; backward the GEMMs of
+ * dV, dP, dQ, dK around a softmax-backward kernel. Not the type (plugins/layers/attention registers it), not a fused
+ * flash kernel, and not f16/bf16 (f32 only). */
+#include "cuda_internal.h"
+#include "attention_kernels.h"
+#include <math.h>
+#include <glia/types/attention.h>
+
+/* l->state of the CUDA kernel. */
+struct at_state {
+    struct glia_tensor *att;    /* (N, heads, T, T) f32: the probabilities of the last training forward, before
+                                   dropout; re-made when a larger one is needed */
+    int64_t n_att;              /* elements of att kept for backward (0: none) */
+    struct glia_seed_at seed;   /* the dropout seed of that forward */
+};
+
+static void at_destroy(struct glia_layer *l)
+{
+    struct at_state *s = l->state;
+    glia_tensor_release(s->att);
+}
+
+static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of(l->backend)->stream; }
+
+/* The cuBLASLt compute type of a precision, as the backend's GEMMs use it (gemm.c). */
+static cublasComputeType_t compute_of(enum glia_precision p)
+{
+    switch (p) {
+    case GLIA_PRECISION_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case GLIA_PRECISION_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case GLIA_PRECISION_FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+    default: return CUBLAS_COMPUTE_32F;
+    }
+}
+
+/* A column-major f32 layout of rows x cols with leading dim ld, batch matrices stride apart. */
+static cublasStatus_t layout(cublasLtMatrixLayout_t *m, uint64_t rows, uint64_t cols, int64_t ld, int32_t batch,
+                             int64_t stride)
+{
+    cublasStatus_t e = cublasLtMatrixLayoutCreate(m, CUDA_R_32F, rows, cols, ld);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatrixLayoutSetAttribute(*m, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatrixLayoutSetAttribute(*m, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+    return e;
+}
+
+/* For b < batch: C[b](M, N) = alpha op(A[b])(M, K) op(B[b])(K, N) + beta C[b], all row-major, contiguous rows
+ * (row strides: op's source's columns), the matrices of a batch sA, sB, sC floats apart, on the compute stream in
+ * the precision of c->options. Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ, so cuBLASLt gets B
+ * first. */
+static glia_status bgemm(struct glia_layer *l, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t sA, const float *B, int64_t sB, float beta, float *C, int64_t sC,
+                         int64_t batch)
+{
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    if (batch == 0 || M == 0 || N == 0) return GLIA_OK;
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint64_t ws = GLIA__CUDA_LT_WORKSPACE;
+    CUBLAS_TRY(l->ctx, cublasLtMatmulDescCreate(&desc, compute_of(c->options.precision), CUDA_R_32F));
+    CUBLAS_TRY(l->ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS_TRY(l->ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    /* cuBLASLt's first operand is B: stored column-major as (ldb x rows of B) */
+    CUBLAS_TRY(l->ctx, layout(&la, (uint64_t)(tb ? K : N), (uint64_t)(tb ? N : K), ldb, (int32_t)batch, sB));
+    CUBLAS_TRY(l->ctx, layout(&lb, (uint64_t)(ta ? M : K), (uint64_t)(ta ? K : M), lda, (int32_t)batch, sA));
+    CUBLAS_TRY(l->ctx, layout(&lc, (uint64_t)N, (uint64_t)M, N, (int32_t)batch, sC));
+    CUBLAS_TRY(l->ctx, cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_TRY(l->ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                            sizeof ws));
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    CUBLAS_TRY(l->ctx, cublasLtMatmulAlgoGetHeuristic(c->lt, desc, la, lb, lc, lc, pref, 1, &h, &found));
+    if (found < 1) {
+        st = glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention (cuda): cuBLASLt has no algorithm for a batch of %lld "
+                        "%lldx%lldx%lld GEMMs", l->name, (long long)batch, (long long)M, (long long)N, (long long)K);
+        goto fail;
+    }
+    CUBLAS_TRY(l->ctx, cublasLtMatmul(c->lt, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &h.algo, c->lt_workspace,
+                                      GLIA__CUDA_LT_WORKSPACE, c->stream));
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return st;
+}
+
+/* The sizes of one call, qkv (N, T, 3C) with C = H * D, B = N * H. */
+struct dims {
+    int64_t N, T, C, H, D, B;
+};
+
+static glia_status dims_of(const struct glia_layer *l, const struct glia_tensor *qkv, struct dims *z)
+{
+    const struct glia_attention_attrs *a = l->attrs;
+    char why[256];
+    if (qkv->dtype != GLIA_F32)
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention (cuda) takes f32 only, got %s", l->name,
+                          glia_dtype_name(qkv->dtype));
+    if (!glia_attention_shape_ok(&qkv->shape, a->heads, why, sizeof why))
+        return glia_error(l->ctx, GLIA_ESHAPE, "[%s] %s", l->name, why);
+    *z = (struct dims){qkv->shape.dim[0], qkv->shape.dim[1], qkv->shape.dim[2] / 3, a->heads, 0, 0};
+    z->D = z->C / z->H;
+    z->B = z->N * z->H;
+    if (z->B > INT32_MAX)  /* cuBLASLt's batch count is an int32 */
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention (cuda): %lld (sample, head) pairs are more than "
+                          "one batch of GEMMs takes", l->name, (long long)z->B);
+    return GLIA_OK;
+}
+
+/* Q, K, V (B, T, D) at qkvp, qkvp + BTD, qkvp + 2 BTD (the split heads) */
+#define QP(z, p) (p)
+#define KP(z, p) ((p) + (z).B * (z).T * (z).D)
+#define VP(z, p) ((p) + 2 * (z).B * (z).T * (z).D)
+
+/* y(N, T, C) = softmax(q kᵀ / sqrt(D) + mask) v per head of qkv(N, T, 3C), the probabilities dropped in training when
+ * dropout > 0. Scratch: qkvp (3, B, T, D), yp (B, T, D), then z (B, T, T) for the dropped probabilities (training
+ * with dropout) or the probabilities themselves (eval). Training keeps the probabilities in the state. */
+static glia_status at_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct glia_attention_attrs *at = l->attrs;
+    struct at_state *s = l->state;
+    struct dims z;
+    glia_status st = dims_of(l, a->in[0], &z);
+    if (st) return st;
+    s->n_att = 0;
+    int64_t btd = z.B * z.T * z.D, btt = z.B * z.T * z.T;
+    float p = a->train ? at->p : 0.0f, scale = 1.0f / sqrtf((float)z.D);
+    if (a->train && (!s->att || glia_tensor_numel(s->att) < btt)) {
+        glia_tensor_release(s->att);
+        s->att = NULL;
+        if ((st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {btt > 0 ? btt : 1}}, &s->att)))
+            return st;
+    }
+    bool need_z = !a->train || p > 0;
+    void *scratch;
+    size_t n = (size_t)(4 * btd + (need_z ? btt : 0));
+    if ((st = glia__cuda_scratch(glia__cuda_of(l->backend), (n ? n : 1) * sizeof(float), &scratch))) return st;
+    float *qkvp = scratch, *yp = qkvp + 3 * btd, *zb = yp + btd;
+    float *att = a->train ? (float *)s->att->data : zb;
+    struct glia_seed_at seed = glia_seed_of(a);
+    cudaStream_t cs = stream_of(l);
+    CUDA_TRY(l->ctx, glia__cuda_attn_split(qkvp, a->in[0]->data, z.N, z.T, 3, z.H, z.D, cs));
+    /* att(b) (T, T) = scale Q(b) K(b)ᵀ */
+    if ((st = bgemm(l, false, true, z.T, z.T, z.D, scale, QP(z, qkvp), z.T * z.D, KP(z, qkvp), z.T * z.D, 0.0f, att,
+                    z.T * z.T, z.B)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_attn_softmax(att, zb, z.B, z.T, at->causal, p, seed, cs));
+    /* yp(b) (T, D) = Z(b) V(b), Z the dropped probabilities (the probabilities without dropout) */
+    if ((st = bgemm(l, false, false, z.T, z.D, z.T, 1.0f, p > 0 ? zb : att, z.T * z.T, VP(z, qkvp), z.T * z.D, 0.0f,
+                    yp, z.T * z.D, z.B)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_attn_merge(a->out->data, false, yp, z.N, z.T, 1, z.H, z.D, cs));
+    if (a->train) {
+        s->n_att = btt;
+        s->seed = seed;
+    }
+fail:
+    return st;
+}
+
+/* dqkv(N, T, 3C) (+)= the gradient of the last training forward from qkv and dy(N, T, C), with its probabilities:
+ * dV = Zᵀ dY, W = dY Vᵀ, dS = P ∘ (W dropped − rowsum(P ∘ W dropped)) / sqrt(D), dQ = dS K, dK = dSᵀ Q. Scratch: qkvp
+ * and dqkvp (3, B, T, D), dyp (B, T, D), w (B, T, T). */
+static glia_status at_backward(struct glia_layer *l, const struct glia_bwd *a)
+{
+    const struct glia_attention_attrs *at = l->attrs;
+    const struct at_state *s = l->state;
+    if (!a->din[0]) return GLIA_OK;
+    struct dims z;
+    glia_status st = dims_of(l, a->in[0], &z);
+    if (st) return st;
+    int64_t btd = z.B * z.T * z.D, btt = z.B * z.T * z.T;
+    if (s->n_att != btt || a->dout->dtype != GLIA_F32)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] attention backward needs a training forward just before it",
+                          l->name);
+    float scale = 1.0f / sqrtf((float)z.D);
+    void *scratch;
+    size_t n = (size_t)(7 * btd + btt);
+    if ((st = glia__cuda_scratch(glia__cuda_of(l->backend), (n ? n : 1) * sizeof(float), &scratch))) return st;
+    float *qkvp = scratch, *dqkvp = qkvp + 3 * btd, *dyp = dqkvp + 3 * btd, *w = dyp + btd;
+    const float *att = s->att->data;
+    cudaStream_t cs = stream_of(l);
+    CUDA_TRY(l->ctx, glia__cuda_attn_split(qkvp, a->in[0]->data, z.N, z.T, 3, z.H, z.D, cs));
+    CUDA_TRY(l->ctx, glia__cuda_attn_split(dyp, a->dout->data, z.N, z.T, 1, z.H, z.D, cs));
+    if (at->p > 0) CUDA_TRY(l->ctx, glia__cuda_attn_dropped(w, att, z.B, z.T, at->p, s->seed, cs));
+    /* dV(b) (T, D) = Z(b)ᵀ dY(b) */
+    if ((st = bgemm(l, true, false, z.T, z.D, z.T, 1.0f, at->p > 0 ? w : att, z.T * z.T, dyp, z.T * z.D, 0.0f,
+                    VP(z, dqkvp), z.T * z.D, z.B)))
+        return st;
+    /* w(b) (T, T) = dY(b) V(b)ᵀ, then the scores' gradient times 1/sqrt(D) */
+    if ((st = bgemm(l, false, true, z.T, z.T, z.D, 1.0f, dyp, z.T * z.D, VP(z, qkvp), z.T * z.D, 0.0f, w, z.T * z.T,
+                    z.B)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_attn_softmax_backward(w, att, z.B, z.T, at->causal, at->p, s->seed, scale, cs));
+    /* dQ(b) (T, D) = dS(b) K(b); dK(b) (T, D) = dS(b)ᵀ Q(b) */
+    if ((st = bgemm(l, false, false, z.T, z.D, z.T, 1.0f, w, z.T * z.T, KP(z, qkvp), z.T * z.D, 0.0f, QP(z, dqkvp),
+                    z.T * z.D, z.B)))
+        return st;
+    if ((st = bgemm(l, true, false, z.T, z.D, z.T, 1.0f, w, z.T * z.T, QP(z, qkvp), z.T * z.D, 0.0f, KP(z, dqkvp),
+                    z.T * z.D, z.B)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_attn_merge(a->din[0]->data, a->din_accumulate[0], dqkvp, z.N, z.T, 3, z.H, z.D, cs));
+fail:
+    return st;
+}
+
+static const struct glia_kernel at_cuda = {
+    .struct_size = sizeof(struct glia_kernel),
+    .type = "attention",
+    .impl = "cuda",
+    .doc = "CUDA: cuBLASLt batched GEMMs around a softmax kernel; keeps (N, heads, T, T) probabilities",
+    .device_type = GLIA_DEVICE_CUDA,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT, /* backward: qkv, dy and the kept probabilities */
+    .state_size = sizeof(struct at_state),
+    .destroy = at_destroy,
+    .forward = at_forward,
+    .backward = at_backward,
+};
+
+glia_status glia__cuda_register_attention(struct glia_registry *r) { return glia_register_kernel(r, &at_cuda); }
