@@ -1,7 +1,7 @@
 /* tests/test_cuda_layernorm.c — the CUDA layernorm against its CPU kernel on a GPU: 2-D, 3-D and 4-D inputs, C below,
  * at and above a warp, affine on and off, write and accumulate, train and eval, many rows (several splits of the
- * parameter gradients' reduction), f16 and bf16 activations, repeatability and refusals. Exits 77 (skipped) without a
- * usable GPU or without the CUDA build. Not a test of the CPU semantics: test_layernorm. */
+ * parameter gradients' reduction), constant rows, f16 and bf16 activations, repeatability and refusals. Exits 77
+ * (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU semantics: test_layernorm. */
 #include "cudautil.h"
 
 /* {write, accumulate} and an eval forward of one layer and input shape. */
@@ -40,6 +40,61 @@ static void test_many_rows(void)
     struct cuda_case k = {.ini = "[ln]\ntype = layernorm\n", .in = &(struct glia_shape){2, {36000, 16}}, .n_in = 1,
                           .seed = 3};
     cuda_expect(&k, 1e-4);
+}
+
+/* Rows that are constant (var = 0: y = bias exactly on both, even with eps = 1e-12 and a value whose float sum over
+ * the row would round) and rows of mean 1000, between ordinary rows: the GPU as the CPU. */
+static void test_constant_rows(void)
+{
+    struct glia_shape s = S(3, 2, 6, 100, 0);
+    enum { C = 100, R = 12, N = R * C };
+    static float x[N], dy[N], w[C], b[C];
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 9);
+    cuda_randn(&rng, x, N, 1.0f);
+    cuda_randn(&rng, dy, N, 1.0f);
+    for (int i = 0; i < C; i++) w[i] = 1.0f + 0.5f * (float)glia__rng_normal(&rng), b[i] = (float)glia__rng_normal(&rng);
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < C; i++) {
+            if (r % 3 == 0) x[r * C + i] = 0.1f * (float)(r + 1);
+            if (r % 3 == 1) x[r * C + i] += 1000.0f;
+        }
+    struct glia_tensor *res[2][4];
+    for (int d = 0; d < 2; d++) {
+        struct glia_backend *be = d ? cuda_gpu : cuda_cpu;
+        struct cuda_built B;
+        cuda_build("[ln]\ntype = layernorm\neps = 1e-12\n", d ? "cuda" : "cpu", be, &s, 1, &B);
+        CU_ASSERT_FATAL(glia_tensor_from_host(B.l.params[0].value, w, sizeof w) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_from_host(B.l.params[1].value, b, sizeof b) == GLIA_OK);
+        B.l.params[0].grad_unset = B.l.params[1].grad_unset = true;
+        struct glia_tensor *X = cuda_put(be, s, GLIA_CONTIGUOUS, x), *DY = cuda_put(be, s, GLIA_CONTIGUOUS, dy);
+        struct glia_tensor *Y = tensor_as(be, s, GLIA_CONTIGUOUS), *DX = tensor_as(be, s, GLIA_CONTIGUOUS);
+        const struct glia_tensor *in[1] = {X};
+        struct glia_tensor *din[1] = {DX};
+        bool acc[1] = {false};
+        struct glia_fwd fa = {in, 1, Y, NULL, true, 77, false, 0, NULL};
+        struct glia_bwd ba = {in, 1, Y, DY, din, acc, NULL};
+        CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK && B.kernel->backward(&B.l, &ba) == GLIA_OK);
+        res[d][0] = cuda_get(Y);
+        res[d][1] = cuda_get(DX);
+        res[d][2] = cuda_get(B.l.params[0].grad);
+        res[d][3] = cuda_get(B.l.params[1].grad);
+        glia_tensor_release(X);
+        glia_tensor_release(DY);
+        glia_tensor_release(Y);
+        glia_tensor_release(DX);
+        cuda_unbuild(&B);
+    }
+    for (int d = 0; d < 2; d++)
+        for (int r = 0; r < R; r += 3)
+            CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(res[d][0]) + r * C, b, sizeof b), 0);
+    for (int k = 0; k < 4; k++) {
+        double e = max_diff(res[0][k], res[1][k]);
+        if (e > 1e-4) printf("\n  result %d: %g\n", k, e);
+        CU_ASSERT(e <= 1e-4);
+        glia_tensor_release(res[0][k]);
+        glia_tensor_release(res[1][k]);
+    }
 }
 
 /* bf16 and f16 activations (statistics, parameters and their gradients f32): the CPU's f32 results on the same
@@ -114,5 +169,5 @@ static void test_same_description(void)
     CU_ASSERT(g->flags & GLIA_KERNEL_HALF);
 }
 
-CUDA_TEST_MAIN("cuda_layernorm", GLIA_TEST(test_same_description), GLIA_TEST(test_layernorm), GLIA_TEST(test_many_rows),
+CUDA_TEST_MAIN("cuda_layernorm", GLIA_TEST(test_same_description), GLIA_TEST(test_layernorm), GLIA_TEST(test_many_rows), GLIA_TEST(test_constant_rows),
                GLIA_TEST(test_half), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

@@ -40,7 +40,8 @@ static unsigned row_grid(int64_t R)
 
 /* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row; mean(R), rstd(R) unless NULL. One warp per row: lane k takes
  * the row's elements k, k + 32, ...; two passes over the row for the mean and the squared deviations (the row
- * stays in L1), a third writes y. */
+ * stays in L1), a third writes y. The mean is the row's first value p plus the mean of x - p: a constant row gets
+ * its mean exactly, so var = 0 and y = b exactly (as on the CPU), and a row of large mean loses no bits to it. */
 template <typename T>
 __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const float *w, const float *b, int64_t R,
                        int64_t C, float eps)
@@ -49,9 +50,9 @@ __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const float *
     for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
         const T *xr = x + r * C;
         T *yr = y + r * C;
-        float s = 0.0f;
-        for (int64_t i = lane; i < C; i += 32) s += to_float(xr[i]);
-        float m = warp_sum(s) / (float)C;
+        float p = to_float(xr[0]), s = 0.0f;
+        for (int64_t i = lane; i < C; i += 32) s += to_float(xr[i]) - p;
+        float m = p + warp_sum(s) / (float)C;
         float q = 0.0f;
         for (int64_t i = lane; i < C; i += 32) {
             float d = to_float(xr[i]) - m;

@@ -18,8 +18,9 @@ extern "C" {
  * the statistics mean(R), rstd(R), the weight and bias (C) and their gradients are f32 for every t. Every sum runs in
  * an order fixed by the shape alone (no atomics): the same bits on every run. */
 
-/* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row (w, b NULL: 1, 0), mean and biased variance of the row in
- * float (two passes, one warp per row), rstd = 1/sqrt(var + eps); mean(R), rstd(R) kept unless NULL (eval). */
+/* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row (w, b NULL: 1, 0), mean (about the row's first value: exact
+ * for a constant row) and biased variance of the row in float (two passes, one warp per row), rstd = 1/sqrt(var +
+ * eps); mean(R), rstd(R) kept unless NULL (eval). */
 cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, enum glia_dtype t,
                                          const float *w, const float *b, int64_t R, int64_t C, float eps,
                                          cudaStream_t st);
