@@ -155,10 +155,12 @@ static glia_status layernorm_forward(struct glia_layer *l, const struct glia_fwd
 }
 
 /* One row, x_hat = (x - mean)*rstd and g = dy*w (dy without affine): with dx, dx(C) (+)= rstd*(g - mean(g) -
- * x_hat*mean(g*x_hat)) (the two means in double, in order); with pw, pw(C) += dy*x_hat and pb(C) += dy. */
+ * x_hat*mean(g*x_hat)) (the two means in double, in order); with pw, pw(C) += dy*x_hat and pb(C) += dy, in the same
+ * pass as dx. */
 static void row_backward(const float *x, const float *dy, float *dx, bool add, int64_t C, float mean, float rstd,
                          const float *w, double *pw, double *pb)
 {
+    float mg = 0, mgx = 0;
     if (dx) {
         double sg = 0, sgx = 0;
         for (int64_t i = 0; i < C; i++) {
@@ -166,19 +168,20 @@ static void row_backward(const float *x, const float *dy, float *dx, bool add, i
             sg += g;
             sgx += g * xh;
         }
-        float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
-        for (int64_t i = 0; i < C; i++) {
-            float xh = (x[i] - mean) * rstd, g = w ? dy[i] * w[i] : dy[i];
-            float v = rstd * (g - mg - xh * mgx);
+        mg = (float)(sg / (double)C);
+        mgx = (float)(sgx / (double)C);
+    }
+    for (int64_t i = 0; i < C; i++) {
+        float xh = (x[i] - mean) * rstd;
+        if (dx) {
+            float g = w ? dy[i] * w[i] : dy[i], v = rstd * (g - mg - xh * mgx);
             dx[i] = add ? dx[i] + v : v;
         }
-    }
-    if (pw)
-        for (int64_t i = 0; i < C; i++) {
-            float xh = (x[i] - mean) * rstd;
+        if (pw) {
             pw[i] += dy[i] * xh;
             pb[i] += dy[i];
         }
+    }
 }
 
 /* With x_hat = (x - mean)*rstd from the kept statistics, per row: dx (+)= rstd*(dxhat - mean(dxhat) -
