@@ -24,7 +24,8 @@ asan=""
 if [ "${1:-}" = "--asan" ]; then asan="-fsanitize=address -fno-omit-frame-pointer"; shift; fi
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(test_cuda test_cuda_conv test_cuda_dense test_cuda_norm_pool test_cuda_pointwise
-                                 test_cuda_optim test_cuda_seq test_cuda_attention test_cuda_dist test_layer_run test_syncbn test_model)
+                                 test_cuda_optim test_cuda_seq test_cuda_attention test_cuda_layernorm test_cuda_dist test_layer_run
+                                 test_syncbn test_model)
 [ -e backends/cuda/.libs/cuda.so ] || { echo "run.sh: no backends/cuda/.libs/cuda.so: configure with CUDA and build first" >&2; exit 2; }
 
 q() { make -s -f Makefile -f - q <<<"q: ; @echo \$($1)"; }

@@ -1,0 +1,191 @@
+/* backends/cuda/layernorm_kernels.cu — the kernels of the CUDA layernorm: forward and the input gradient one warp
+ * per row (statistics by warp shuffles, in registers), the weight and bias gradients a column reduction (per split
+ * of rows partials, then one thread per column over the splits, as Apex's and llm.c's layernorm backward). Not layer
+ * logic: layernorm.c decides what to launch. Sums run in a fixed order (no atomics): the same bits on every run. */
+#include "layernorm_kernels.h"
+
+#include "half.cuh"
+#include "launch.cuh"
+
+/* Everything but the C entry points has internal linkage (an unnamed namespace), so that kernels and
+ * helpers cannot clash with those of the other .cu files of cuda.so. */
+namespace {
+
+#define WARPS (THREADS / 32)  /* rows a block of the row kernels takes at a time */
+#define COLS 32               /* columns a block of the column reduction takes */
+#define ROW_LANES 8           /* its threads per column (a block is COLS x ROW_LANES) */
+#define SPLIT_ROWS 64         /* rows per split of the column reduction, at least */
+#define MAX_SPLITS 512
+
+/* v summed over the 32 lanes of a warp, the same tree for every lane (every lane gets the same bits). */
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Splits of the column reduction over R rows: about one per SPLIT_ROWS rows, at most MAX_SPLITS, at least 1. */
+static int64_t n_splits(int64_t R)
+{
+    int64_t s = (R + SPLIT_ROWS - 1) / SPLIT_ROWS;
+    return s < 1 ? 1 : s > MAX_SPLITS ? MAX_SPLITS : s;
+}
+
+/* Blocks of WARPS rows for R rows (at least 1, at most MAX_BLOCKS: the kernels stride over the rest). */
+static unsigned row_grid(int64_t R)
+{
+    int64_t b = (R + WARPS - 1) / WARPS;
+    return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
+}
+
+/* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row; mean(R), rstd(R) unless NULL. One warp per row: lane k takes
+ * the row's elements k, k + 32, ...; two passes over the row for the mean and the squared deviations (the row
+ * stays in L1), a third writes y. The mean is the row's first value p plus the mean of x - p: a constant row gets
+ * its mean exactly, so var = 0 and y = b exactly (as on the CPU), and a row of large mean loses no bits to it. */
+template <typename T>
+__global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const float *w, const float *b, int64_t R,
+                       int64_t C, float eps)
+{
+    int lane = threadIdx.x % 32;
+    for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
+        const T *xr = x + r * C;
+        T *yr = y + r * C;
+        float p = to_float(xr[0]), s = 0.0f;
+        for (int64_t i = lane; i < C; i += 32) s += to_float(xr[i]) - p;
+        float m = p + warp_sum(s) / (float)C;
+        float q = 0.0f;
+        for (int64_t i = lane; i < C; i += 32) {
+            float d = to_float(xr[i]) - m;
+            q += d * d;
+        }
+        float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + eps);
+        for (int64_t i = lane; i < C; i += 32) {
+            float v = (to_float(xr[i]) - m) * rs;
+            yr[i] = from_float<T>(w ? v * w[i] + b[i] : v);
+        }
+        if (lane == 0 && mean) {
+            mean[r] = m;
+            rstd[r] = rs;
+        }
+    }
+}
+
+/* dx(R, C) (+)= rstd*(g - mean(g) - x_hat*mean(g*x_hat)) per row, g = dy*w, x_hat = (x - mean(R))*rstd(R). One warp
+ * per row: a pass for the two sums, a second for dx. */
+template <typename T>
+__global__ void ln_dx(T *dx, bool add, const T *x, const T *dy, const float *mean, const float *rstd, const float *w,
+                      int64_t R, int64_t C)
+{
+    int lane = threadIdx.x % 32;
+    for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
+        const T *xr = x + r * C, *dyr = dy + r * C;
+        T *dxr = dx + r * C;
+        float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
+        for (int64_t i = lane; i < C; i += 32) {
+            float g = to_float(dyr[i]) * (w ? w[i] : 1.0f);
+            sg += g;
+            sgx += g * ((to_float(xr[i]) - m) * rs);
+        }
+        float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
+        for (int64_t i = lane; i < C; i += 32) {
+            float g = to_float(dyr[i]) * (w ? w[i] : 1.0f), xh = (to_float(xr[i]) - m) * rs;
+            float v = rs * (g - mg - xh * mgx);
+            dxr[i] = from_float<T>(add ? to_float(dxr[i]) + v : v);
+        }
+    }
+}
+
+/* pw(S, C), pb(S, C) = over the rows of split s (blockIdx.y) of sum dy*x_hat and sum dy, columns
+ * blockIdx.x*COLS + threadIdx.x. Thread (c, k) adds rows k, k + ROW_LANES, ... of the split, then lane k = 0 adds the
+ * ROW_LANES sums in k order: reads of a row are coalesced over the block's columns. */
+template <typename T>
+__global__ void ln_dparams_part(float *pw, float *pb, const T *x, const T *dy, const float *mean, const float *rstd,
+                                int64_t R, int64_t C)
+{
+    __shared__ float sw[ROW_LANES][COLS], sb[ROW_LANES][COLS];
+    int tx = threadIdx.x, k = threadIdx.y;
+    int64_t c = (int64_t)blockIdx.x * COLS + tx, S = gridDim.y, s = blockIdx.y;
+    int64_t r0 = s * R / S, r1 = (s + 1) * R / S;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int64_t r = r0 + k; r < r1; r += ROW_LANES) {
+            float g = to_float(dy[r * C + c]);
+            aw += g * ((to_float(x[r * C + c]) - mean[r]) * rstd[r]);
+            ab += g;
+        }
+    sw[k][tx] = aw;
+    sb[k][tx] = ab;
+    __syncthreads();
+    if (k == 0 && c < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int j = 0; j < ROW_LANES; j++) {
+            tw += sw[j][tx];
+            tb += sb[j][tx];
+        }
+        pw[s * C + c] = tw;
+        pb[s * C + c] = tb;
+    }
+}
+
+/* dw(C), db(C) (+)= the S partials of each column in split order, in double. One thread per column. */
+__global__ void ln_dparams_total(float *dw, bool add_w, float *db, bool add_b, const float *pw, const float *pb,
+                                 int64_t S, int64_t C)
+{
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double tw = 0, tb = 0;
+        for (int64_t s = 0; s < S; s++) {
+            tw += pw[s * C + c];
+            tb += pb[s * C + c];
+        }
+        if (dw) dw[c] = add_w ? dw[c] + (float)tw : (float)tw;  /* never 0 * old: old may be garbage */
+        if (db) db[c] = add_b ? db[c] + (float)tb : (float)tb;
+    }
+}
+
+}  // namespace
+
+extern "C" cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, enum glia_dtype t,
+                                                    const float *w, const float *b, int64_t R, int64_t C, float eps,
+                                                    cudaStream_t st)
+{
+    if (R == 0 || C == 0) return cudaSuccess;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        ln_fwd<T><<<row_grid(R), THREADS, 0, st>>>((T *)y, mean, rstd, (const T *)x, w, b, R, C, eps);
+        return cudaGetLastError();
+    });
+}
+
+extern "C" cudaError_t glia__cuda_layernorm_dx(void *dx, bool add, const void *x, const void *dy, enum glia_dtype t,
+                                               const float *mean, const float *rstd, const float *w, int64_t R,
+                                               int64_t C, cudaStream_t st)
+{
+    if (R == 0 || C == 0) return cudaSuccess;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        ln_dx<T><<<row_grid(R), THREADS, 0, st>>>((T *)dx, add, (const T *)x, (const T *)dy, mean, rstd, w, R, C);
+        return cudaGetLastError();
+    });
+}
+
+extern "C" size_t glia__cuda_layernorm_dparams_scratch(int64_t R, int64_t C) { return (size_t)(2 * n_splits(R) * C); }
+
+extern "C" cudaError_t glia__cuda_layernorm_dparams(float *dw, bool add_w, float *db, bool add_b, float *part,
+                                                    const void *x, const void *dy, enum glia_dtype t,
+                                                    const float *mean, const float *rstd, int64_t R, int64_t C,
+                                                    cudaStream_t st)
+{
+    if (C == 0) return cudaSuccess;
+    int64_t S = n_splits(R);
+    float *pw = part, *pb = part + S * C;
+    cudaError_t e = by_type(t, [&](auto v) {
+        using T = decltype(v);
+        dim3 grid((unsigned)((C + COLS - 1) / COLS), (unsigned)S);
+        ln_dparams_part<T><<<grid, dim3(COLS, ROW_LANES), 0, st>>>(pw, pb, (const T *)x, (const T *)dy, mean, rstd,
+                                                                     R, C);
+        return cudaGetLastError();
+    });
+    if (e != cudaSuccess) return e;
+    ln_dparams_total<<<grid_for(C), THREADS, 0, st>>>(dw, add_w, db, add_b, pw, pb, S, C);
+    return cudaGetLastError();
+}
