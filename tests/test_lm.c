@@ -8,6 +8,7 @@
 #include "loader.h"
 #include "parts.h"
 #include "modelutil.h"
+#include "../tools/plot.h"
 
 static char dir[512];
 
@@ -321,6 +322,11 @@ static void test_trains(void)
         CU_ASSERT_DOUBLE_EQUAL(last_metric(metrics, "val_loss"), res[2].test_loss, 1e-6);
         CU_ASSERT_DOUBLE_EQUAL(last_metric(metrics, "perplexity"), exp(res[2].test_loss), 1e-4 * exp(res[2].test_loss));
         CU_ASSERT(isnan(last_metric(metrics, "test_accuracy")));
+        char err[256], svg[700];
+        snprintf(svg, sizeof svg, "%s/lm.svg", dir);
+        int rc = glia_plot(metrics, svg, err, sizeof err);  /* glia plot draws the losses */
+        if (rc) printf("\n  glia plot: %s\n", err);
+        CU_ASSERT_EQUAL(rc, 0);
         rewind(out);
         char text[8192];
         size_t got = fread(text, 1, sizeof text - 1, out);
