@@ -77,8 +77,8 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
     glia_context_clear_error(m->ctx);
     st = m->act.plan.len > GLIA__MAX_ELEMENTS ? GLIA_ENOMEM : new_flat(m, m->act.plan.len, &m->act.act_block);
     struct glia_shape xs = glia__data_shape(m, maxb, m->data.train.cols);
-    int64_t d1[1] = {maxb}, one[1] = {1};
-    struct glia_shape ys = glia_shape_make(1, d1), s1 = glia_shape_make(1, one);
+    int64_t one[1] = {1};
+    struct glia_shape ys = glia__label_shape(m, maxb, m->data.train.cols), s1 = glia_shape_make(1, one);
     if (!st) st = glia_tensor_new(m->backend, glia__data_dtype(m), &xs, &m->act.x_buf);
     if (!st) st = glia_tensor_new(m->backend, GLIA_I32, &ys, &m->act.y_buf);
     if (!st && async_upload(m)) st = glia_tensor_new(m->backend, glia__data_dtype(m), &xs, &m->act.stage_x);
@@ -89,7 +89,7 @@ static glia_status alloc_activations(struct glia_model *m, int64_t tb, int64_t e
         /* the block, the batch and its labels (twice with an upload stage): named by the batch size that makes
          * the larger plan */
         bool train = tb > 0 && m->act.plan.train >= m->act.plan.eval;
-        double bytes = 4.0 * ((double)m->act.plan.len + (async_upload(m) ? 2 : 1) * (glia__numel_d(&xs) + (double)maxb));
+        double bytes = 4.0 * ((double)m->act.plan.len + (async_upload(m) ? 2 : 1) * (glia__numel_d(&xs) + glia__numel_d(&ys)));
         glia__model_release_activations(m);
         if (st != GLIA_ENOMEM) return glia_error(m->ctx, st, "cannot allocate activations for batch %lld", (long long)maxb);
         return glia__alloc_error(glia__config_find(m->cfg, "data"), train ? "batch_size" : "test_batch_size", bytes,
@@ -158,8 +158,7 @@ glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool t
     glia_tensor_release(m->act.y);
     m->act.x = m->act.y = NULL;
     struct glia_shape xs = glia__data_shape(m, n, len);
-    int64_t d1[1] = {n};
-    struct glia_shape ys = glia_shape_make(1, d1);
+    struct glia_shape ys = glia__label_shape(m, n, len);
     if (!st) st = glia_tensor_view(m->act.x_buf, 0, &xs, &m->act.x);
     if (!st) st = glia_tensor_view(m->act.y_buf, 0, &ys, &m->act.y);
     m->act.cur_batch = st ? 0 : n;
@@ -295,7 +294,8 @@ static glia_status feed_upload(struct glia_model *m, struct glia__feed *f)
     size_t row = glia__batch_row_bytes(&f->b, f->L->d);
     /* f->ticket names the last copy queued from the loader's buffer (the copy stream runs in order) */
     glia_status st = glia_backend_upload(b, m->act.stage_x->data, f->b.x, row * (size_t)f->b.n, &f->ticket);
-    if (!st) st = glia_backend_upload(b, m->act.stage_y->data, f->b.y, sizeof(int32_t) * (size_t)f->b.n, &f->ticket);
+    struct glia_shape ys = glia__label_shape(m, f->b.n, f->b.len);
+    if (!st) st = glia_backend_upload(b, m->act.stage_y->data, f->b.y, sizeof(int32_t) * (size_t)glia_shape_numel(&ys), &f->ticket);
     return st;
 }
 

@@ -12,23 +12,26 @@ static void borrow_data(struct glia_model *m, const struct glia_model *like)
 {
     m->data.train = (struct glia__dataset){.n = like->data.train.n, .channels = like->data.train.channels, .rows = like->data.train.rows,
                                       .cols = like->data.train.cols, .n_classes = like->data.train.n_classes,
-                                      .tokens = like->data.train.tokens};
+                                      .tokens = like->data.train.tokens, .stream = like->data.train.stream};
     m->data.test = (struct glia__dataset){.n = like->data.test.n, .channels = like->data.test.channels, .rows = like->data.test.rows,
                                      .cols = like->data.test.cols, .n_classes = like->data.test.n_classes,
-                                     .tokens = like->data.test.tokens};
+                                     .tokens = like->data.test.tokens, .stream = like->data.test.stream};
     m->data.batch = like->data.batch;
     m->data.test_batch = like->data.test_batch;
     m->data.n_classes = like->data.n_classes;
     m->data.vocab = like->data.vocab;
+    m->data.lm = like->data.lm;
     m->data.norm = like->data.norm;
     m->data.workers = 0;
 }
 
 /* [data] format: what the files are. */
-enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, FMT_SYNTHETIC, N_FORMATS };
-static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100", "synthetic"};
+enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, FMT_SYNTHETIC, FMT_TOKEN_STREAM, FMT_BYTES, N_FORMATS };
+static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100", "synthetic", "token_stream",
+                                                    "bytes"};
 #define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100 | 1u << FMT_SYNTHETIC)
 #define CIFAR_FORMATS (1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
+#define STREAM_FORMATS (1u << FMT_TOKEN_STREAM | 1u << FMT_BYTES)  /* a language model's: windows of a stream */
 
 /* The keys of [data] that only some formats read (setting one for another format is an error),
  * and those some formats require. */
@@ -42,7 +45,13 @@ static const struct format_key {
     {"test_labels", 1u << FMT_IDX, 1u << FMT_IDX},
     {"train", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
     {"test", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
-    {"vocab", 1u << FMT_TOKENS, 1u << FMT_TOKENS},
+    {"vocab", 1u << FMT_TOKENS | 1u << FMT_TOKEN_STREAM, 1u << FMT_TOKENS},
+    {"train_tokens", STREAM_FORMATS, STREAM_FORMATS},
+    {"val_tokens", STREAM_FORMATS, 1u << FMT_TOKEN_STREAM},
+    {"seq_len", STREAM_FORMATS, STREAM_FORMATS},
+    {"steps_per_epoch", STREAM_FORMATS, 0},
+    {"val_batches", STREAM_FORMATS, 0},
+    {"val_fraction", 1u << FMT_BYTES, 0},
     {"max_length", 1u << FMT_TOKENS, 0},
     {"pad_to_multiple", 1u << FMT_TOKENS, 0},
     {"group_by_length", 1u << FMT_TOKENS, 0},
@@ -53,6 +62,8 @@ static const struct format_key {
     {"cols", 1u << FMT_SYNTHETIC, 0},
     {"classes", 1u << FMT_SYNTHETIC, 0},
     {"seed", 1u << FMT_SYNTHETIC, 0},
+    {"train_samples", ~STREAM_FORMATS, 0},
+    {"test_samples", ~STREAM_FORMATS, 0},
     {"mean", IMAGE_FORMATS, 0},
     {"std", IMAGE_FORMATS, 0},
     {"random_crop_padding", IMAGE_FORMATS, 0},
@@ -227,6 +238,77 @@ static glia_status load_tokens(struct glia_model *m, struct glia_section *s)
     return GLIA_OK;
 }
 
+/* ---- format = token_stream, bytes ------------------------------------------------------- */
+
+/* The files of [data] key (glob patterns, each pattern's matches in name order) as one stream into d. */
+static glia_status stream_files(struct glia_model *m, struct glia_section *s, const char *key, bool bytes, int64_t vocab,
+                                struct glia__dataset *d)
+{
+    struct paths l = {0};
+    glia_status st = file_list(s, key, &l);
+    if (!st) st = glia__stream_load(m->ctx, (const char *const *)l.p, l.n, bytes, vocab, d);
+    paths_free(&l);
+    return st;
+}
+
+/* The windows of T tokens set d takes per epoch: training, `steps` batches of the job (B x world windows each;
+ * steps 0: as many as the tokens fill, at least one); evaluation, its sequential windows, at most `batches` batches
+ * of the job (0: all). One line naming the key when there is not one window. */
+static glia_status stream_windows(struct glia_model *m, struct glia_section *s, struct glia__dataset *d, bool train,
+                                  int64_t T, int64_t steps, int64_t batches, const char *key)
+{
+    d->cols = (int)T;
+    d->random_windows = train && glia_section_bool(s, "shuffle");
+    int64_t seq = glia__stream_count(d, T, true), job = (int64_t)glia_section_int(s, train ? "batch_size" : "test_batch_size") * m->dist.world;
+    if (seq == 0)
+        return glia_section_error(s, key, GLIA_ECONFIG, "the %s files hold no window of seq_len + 1 = %lld tokens "
+                                  "(%lld tokens in %d file%s)", train ? "training" : "validation", (long long)T + 1,
+                                  (long long)d->n_tok, d->n_shards, d->n_shards == 1 ? "" : "s");
+    if (train) {
+        int64_t fill = d->n_tok / (T * job);
+        d->n = (steps > 0 ? steps : fill > 0 ? fill : 1) * job;
+    } else {
+        d->n = batches > 0 && batches * job < seq ? batches * job : seq;
+    }
+    return GLIA_OK;
+}
+
+/* A language model's data: windows of seq_len + 1 tokens of one stream, inputs (N, T) and next tokens (N, T). */
+static glia_status load_stream(struct glia_model *m, struct glia_section *s, bool bytes)
+{
+    int64_t T = glia_section_int(s, "seq_len"), vocab = bytes ? 256 : glia_section_int(s, "vocab");
+    if (glia__section_entry(s, "val_tokens") && glia__section_entry(s, "val_fraction"))
+        return glia_section_error(s, "val_fraction", GLIA_ECONFIG, "val_tokens names the validation files: "
+                                  "val_fraction (the training bytes' last part instead) cannot apply");
+    glia_status st = stream_files(m, s, "train_tokens", bytes, vocab, &m->data.train);
+    if (!st && glia__section_entry(s, "val_tokens")) st = stream_files(m, s, "val_tokens", bytes, vocab, &m->data.test);
+    else if (!st && (st = glia__stream_split(&m->data.train, glia_section_float(s, "val_fraction"), &m->data.test)))
+        st = glia_section_error(s, "val_fraction", st, "out of memory setting aside the validation bytes");
+    if (!st) st = stream_windows(m, s, &m->data.train, true, T, glia_section_int(s, "steps_per_epoch"), 0, "train_tokens");
+    if (!st)
+        st = stream_windows(m, s, &m->data.test, false, T, 0, glia_section_int(s, "val_batches"),
+                            glia__section_entry(s, "val_tokens") ? "val_tokens" : "val_fraction");
+    if (st) return st;
+    if (vocab == 0) {  /* llm.c's files do not say: the largest token the files hold */
+        for (int i = 0; i < 2; i++) {
+            const struct glia__dataset *d = i == 0 ? &m->data.train : &m->data.test;
+            for (int64_t k = 0; k < d->n_tok; k++) vocab = d->tok[k] >= vocab ? d->tok[k] + 1 : vocab;
+        }
+        if (vocab < 2) vocab = 2;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct glia__dataset *d = i == 0 ? &m->data.train : &m->data.test;
+        d->n_classes = (int)vocab;
+        if (bytes) d->classes_why = glia__strdup("format = bytes has 256 byte values");
+        else if (glia__section_entry(s, "vocab")) d->classes_why = glia__printf("[data] vocab = %lld", (long long)vocab);
+        else d->classes_why = glia__printf("the largest token of the files is %lld", (long long)vocab - 1);
+    }
+    m->data.vocab = vocab;
+    m->data.pad_multiple = 1;
+    m->data.lm = true;
+    return GLIA_OK;
+}
+
 static glia_status load_idx(struct glia_model *m, struct glia_section *s)
 {
     char *paths[4] = {0};
@@ -322,10 +404,12 @@ glia_status glia__load_data(struct glia_model *m)
     glia_status st = check_format_keys(s, fmt);
     if (st) return st;
     int channels = fmt == FMT_IDX ? 1 : fmt == FMT_SYNTHETIC ? (int)glia_section_int(s, "channels") : 3;  /* of the image formats */
-    if (fmt != FMT_TOKENS && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->data.norm.mean)))
+    bool images = (IMAGE_FORMATS >> fmt) & 1;
+    if (images && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->data.norm.mean)))
         st = norm_values(s, "std", channels, default_std[fmt], m->data.norm.std);
     if (st) return st;
     if (fmt == FMT_TOKENS) st = load_tokens(m, s);
+    else if ((STREAM_FORMATS >> fmt) & 1) st = load_stream(m, s, fmt == FMT_BYTES);
     else if (fmt == FMT_IDX) st = load_idx(m, s);
     else if (fmt == FMT_SYNTHETIC) st = load_synthetic(m, s);
     else st = load_cifar(m, s, fmt == FMT_CIFAR100);

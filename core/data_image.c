@@ -344,6 +344,8 @@ void glia__dataset_free(struct glia__dataset *d)
     free(d->labels);
     free(d->offsets);
     free(d->ids);
+    free(d->tok);
+    free(d->shard_end);
     free(d->classes_why);
     memset(d, 0, sizeof *d);
 }

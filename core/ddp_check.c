@@ -17,7 +17,7 @@ static const char *const per_rank_keys[][2] = {
     {"data", "prefetch"},        {"data", "persistent_workers"}, {"data", "pin_memory"},
     {"train", "metrics"},        {"train", "checkpoint_dir"},  {"train", "log_every"},
     {"distributed", "rank_log"}, {"distributed", "timeout_s"}, {"plugins", "path"},
-    {"plugins", "load"},
+    {"plugins", "load"},         {"data", "train_tokens"},     {"data", "val_tokens"},
 };
 
 const char *glia__ddp_per_rank_key(int i, const char **key)
@@ -79,7 +79,10 @@ static glia_status add_section(struct settings *out, const struct glia_section *
 static glia_status add_dataset(struct settings *out, const char *what, const struct glia__dataset *d)
 {
     char v[160];
-    if (d->tokens)
+    if (d->stream)
+        snprintf(v, sizeof v, "%lld windows of %d tokens, %lld tokens in %d files, %d classes", (long long)d->n, d->cols,
+                 (long long)d->n_tok, d->n_shards, d->n_classes);
+    else if (d->tokens)
         snprintf(v, sizeof v, "%lld samples of up to %d tokens, %lld tokens in all, %d classes", (long long)d->n, d->cols,
                  (long long)(d->offsets ? d->offsets[d->n] : 0), d->n_classes);
     else

@@ -106,12 +106,18 @@ glia_status glia__check_graph(struct glia_model *m)
                                       "cannot be trained through", nd->layer.type->name, nd->layer.kernel->impl);
     }
     const struct glia_shape *logits = &m->graph.nodes[last->in[0] >= 0 ? last->in[0] : 0].out_shape;
-    if (last->in[0] < 0 || logits->ndim != 2)
+    if (m->data.lm && (last->in[0] < 0 || logits->ndim != 3 || logits->dim[1] != m->data.train.cols)) {
+        char got[64] = "the data batch";
+        if (last->in[0] >= 0) glia_shape_str(logits, got, sizeof got);
+        return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "a language model's loss expects (N, T, vocab) logits, T "
+                                  "= [data] seq_len = %d (a label per position), got %s", m->data.train.cols, got);
+    }
+    if (!m->data.lm && (last->in[0] < 0 || logits->ndim != 2))
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the loss expects (N, classes) logits");
-    if (logits->dim[1] < m->data.n_classes) {  /* name a label it cannot give */
+    if (logits->dim[logits->ndim - 1] < m->data.n_classes) {  /* name a label it cannot give */
         const struct glia__dataset *d = m->data.train.n_classes >= m->data.test.n_classes ? &m->data.train : &m->data.test;
         return glia_section_error(last->sec, NULL, GLIA_ESHAPE, "the model outputs %lld classes but the data has %d labels%s%s%s",
-                                  (long long)logits->dim[1], m->data.n_classes, d->classes_why ? " (" : "",
+                                  (long long)logits->dim[logits->ndim - 1], m->data.n_classes, d->classes_why ? " (" : "",
                                   d->classes_why ? d->classes_why : "", d->classes_why ? ")" : "");
     }
     return GLIA_OK;

@@ -99,6 +99,16 @@ static void fill_value(struct glia_tensor *t, float v)
 }
 
 /* A new tensor of element type dt and shape s in format f (channels_last applies to 4-D shapes only). */
+/* The labels of a loss layer whose logits have shape x: x without its last dimension ((N) for (N, classes), (N, T)
+ * for (N, T, classes)), and *classes that last dimension (at least 1). */
+static struct glia_shape label_shape(const struct glia_shape *x, int64_t *classes)
+{
+    struct glia_shape ls = *x;
+    *classes = x->ndim > 1 && x->dim[x->ndim - 1] > 0 ? x->dim[x->ndim - 1] : 1;
+    if (ls.ndim > 1) ls.ndim--;
+    return ls;
+}
+
 static glia_status new_typed(struct glia_backend *b, enum glia_dtype dt, const struct glia_shape *s,
                              enum glia_memory_format f, struct glia_tensor **out)
 {
@@ -233,10 +243,11 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     if (st) return st;
     fill_normal(g->r, &rng, 1.0);
     if (g->is_loss) {
-        struct glia_shape ls = glia_shape_make(1, (int64_t[]){in[0].dim[0]});
+        int64_t classes;
+        struct glia_shape ls = label_shape(&in[0], &classes);
         if ((st = glia_tensor_new(b, GLIA_I32, &ls, &g->labels))) return st;
         int32_t *y = glia_tensor_i32(g->labels);
-        for (int64_t i = 0; i < ls.dim[0]; i++) y[i] = (int32_t)(glia__rng_next(&rng) % (uint64_t)in[0].dim[1]);
+        for (int64_t i = 0; i < glia_shape_numel(&ls); i++) y[i] = (int32_t)(glia__rng_next(&rng) % (uint64_t)classes);
     }
     memcpy(glia_tensor_f32(g->dout), glia_tensor_f32(g->r), glia_tensor_nbytes(g->r));
     return GLIA_OK;
@@ -564,8 +575,9 @@ static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format
     }
     struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
     if ((st = glia_tensor_new(r->b, GLIA_F32, &one, &r->dout)) || (st = upload_f32(r->dout, NULL, 1.0f))) return st;
-    int64_t n = r->in_shape[0].dim[0], classes = r->in_shape[0].ndim > 1 ? r->in_shape[0].dim[1] : 1;
-    struct glia_shape ls = glia_shape_make(1, (int64_t[]){n});
+    int64_t classes;
+    struct glia_shape ls = label_shape(&r->in_shape[0], &classes);
+    int64_t n = glia_shape_numel(&ls);
     int32_t *y = malloc((size_t)(n > 0 ? n : 1) * sizeof *y);
     if (!y) return GLIA_ENOMEM;
     for (int64_t i = 0; i < n; i++) y[i] = (int32_t)(glia__rng_next(&rng) % (uint64_t)(classes > 0 ? classes : 1));
@@ -679,6 +691,7 @@ struct glia_tensor *glia_layer_run_input_grad(struct glia_layer_run *r, int k)
 }
 struct glia_tensor *glia_layer_run_output(struct glia_layer_run *r) { return r->out; }
 struct glia_tensor *glia_layer_run_output_grad(struct glia_layer_run *r) { return r->dout; }
+struct glia_tensor *glia_layer_run_labels(struct glia_layer_run *r) { return r->labels; }
 
 uint64_t glia_layer_run_flops(const struct glia_layer_run *r)
 {

@@ -279,6 +279,14 @@ struct glia__dataset {
     bool tokens;          /* format = tokens */
     int64_t *offsets;     /* tokens: sample i is ids[offsets[i] .. offsets[i+1]) (n + 1, owned) */
     int32_t *ids;         /* tokens: every sample's ids, 1 .. vocab-1; 0 is padding (owned) */
+    /* format = token_stream, bytes (tokens is set too): one stream of tokens that samples are windows of; a sample
+     * is cols = T input ids and the T next ids as its labels; n is the windows an epoch takes */
+    bool stream;
+    uint16_t *tok;        /* n_tok tokens, every file's in order (owned) */
+    int64_t n_tok;
+    int64_t *shard_end;   /* n_shards: where each file's tokens end in tok; no window crosses one (owned) */
+    int n_shards;
+    bool random_windows;  /* windows start anywhere, drawn per epoch; else sequential, non-overlapping */
 };
 
 /* Length of sample i of a token set. */
@@ -303,6 +311,24 @@ void glia__zfile_close(struct glia__zfile *f);
  * give one line naming file:line and what is wrong. */
 glia_status glia__tokens_load(struct glia_context *ctx, const char *path, int64_t vocab, int64_t max_length,
                               int64_t limit, struct glia__dataset *out);
+
+/* Load the files paths[0..n_paths) in order as one token stream (a shard per file): llm.c token files (a header
+ * of 256 little-endian int32: magic 20240520, version 1, the token count; then that many little-endian uint16
+ * tokens, each below vocab when vocab > 0), or with `bytes` any files, a token per byte. A bad file gives one line
+ * naming it and what is wrong. out->n and out->cols are left 0 (glia__stream_count, the caller's choice). */
+glia_status glia__stream_load(struct glia_context *ctx, const char *const *paths, int n_paths, bool bytes,
+                              int64_t vocab, struct glia__dataset *out);
+/* Moves the last `fraction` of all's tokens into *tail (its shards those of the files they came from) and keeps the
+ * rest in all. GLIA_ENOMEM (no message) or GLIA_OK. */
+glia_status glia__stream_split(struct glia__dataset *all, double fraction, struct glia__dataset *tail);
+/* Windows of T + 1 tokens d's shards hold: sequential ones (starting 0, T, 2T, ... in each shard), or every start. */
+int64_t glia__stream_count(const struct glia__dataset *d, int64_t T, bool sequential);
+/* The d->n window starts of an epoch of d (T = d->cols) into starts: random ones, uniform over every start in every
+ * shard, drawn from (seed, epoch, index); else the sequential windows in order (again from the first when d->n is
+ * more). Pure. */
+void glia__stream_starts(const struct glia__dataset *d, bool random, uint64_t seed, int epoch, int64_t *starts);
+/* The windows at starts[0..n): x(n, T) their first T tokens, y(n, T) the T after the first (the next tokens). */
+void glia__stream_fill(const struct glia__dataset *d, const int64_t *starts, int64_t n, int32_t *x, int32_t *y);
 
 /* Load an IDX image file (magic 0x00000803) and label file (0x00000801), raw or gzip.
  * limit > 0 keeps only the first `limit` samples. Missing, unreadable, truncated or

@@ -4,7 +4,8 @@
  *
  * Batch b is made by worker b % W into slot (b / W) % prefetch of its ring, and each sample's
  * augmentation is drawn from (seed, epoch, sample index): the batches, their order and their
- * contents do not depend on the number of workers. */
+ * contents do not depend on the number of workers. A language model's epoch order (perm) holds window starts in
+ * its token stream instead of sample indices. */
 #include <stdlib.h>
 #include <string.h>
 #include "loader.h"
@@ -93,10 +94,19 @@ static void fill_tokens(const struct glia__loader *L, const int64_t *idx, int64_
     s->real = real;
 }
 
+/* A language model's batch into s: x(n, T) the windows' inputs, y(n, T) their next tokens (idx: their starts). */
+static void fill_stream(const struct glia__loader *L, const int64_t *idx, int64_t n, struct slot *s)
+{
+    glia__stream_fill(L->d, idx, n, s->x, s->y);
+    s->len = L->d->cols;
+    s->real = n * L->d->cols;
+}
+
 static void fill(const struct glia__loader *L, int64_t b, struct slot *s)
 {
     int64_t n = batch_size_of(L, b), per = (int64_t)L->d->channels * L->d->rows * L->d->cols;
     const int64_t *idx = L->perm + b * L->batch;
+    if (L->d->stream) return fill_stream(L, idx, n, s);
     if (L->d->tokens) return fill_tokens(L, idx, n, s);
     if (L->workers == 0) {  /* the caller's thread: use OpenMP over the batch */
 #pragma omp parallel for schedule(static)
@@ -202,11 +212,17 @@ static size_t slot_floats(const struct glia__dataset *d, const struct glia__load
     return (size_t)o->batch * (size_t)(d->tokens ? max_len_of(d, o) : (int64_t)d->channels * d->rows * d->cols);
 }
 
+/* Labels of one batch buffer's y: one per sample, or a language model's one per position. */
+static size_t slot_labels(const struct glia__dataset *d, const struct glia__loader_options *o)
+{
+    return (size_t)o->batch * (size_t)(d->stream ? d->cols : 1);
+}
+
 double glia__loader_bytes(const struct glia__dataset *d, const struct glia__loader_options *o, int *buffers)
 {
     if (o->order_only && !d->tokens) return *buffers = 0, 0.0;
     *buffers = o->workers > 0 ? o->workers * (o->prefetch > 1 ? o->prefetch : 1) : 1;
-    return *buffers * (4.0 * (double)slot_floats(d, o) + 4.0 * o->batch);
+    return *buffers * (4.0 * (double)slot_floats(d, o) + 4.0 * (double)slot_labels(d, o));
 }
 
 int64_t glia__loader_batches(int64_t n, int batch, bool drop_last, int world, int rank, bool pad)
@@ -261,12 +277,12 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
             s->batch = -1;
             if (L->pin) {
                 glia_status st = glia_backend_host_alloc(L->pin, per * sizeof(float), (void **)&s->x);
-                if (!st) st = glia_backend_host_alloc(L->pin, sizeof(int32_t) * (size_t)o->batch, (void **)&s->y);
+                if (!st) st = glia_backend_host_alloc(L->pin, sizeof(int32_t) * slot_labels(d, o), (void **)&s->y);
                 if (st) return glia__loader_free(L), st;
                 continue;
             }
             s->x = aligned_alloc(64, ((per * sizeof(float)) + 63) & ~(size_t)63);
-            s->y = malloc(sizeof(int32_t) * (size_t)o->batch);
+            s->y = malloc(sizeof(int32_t) * slot_labels(d, o));
             if (!s->x || !s->y) return glia__loader_free(L), GLIA_ENOMEM;
         }
     }
@@ -290,7 +306,8 @@ static void join_workers(struct glia__loader *L)
 
 glia_status glia__loader_start_epoch(struct glia__loader *L, int epoch, int64_t first_batch)
 {
-    if (L->shuffle) glia__permutation(L->perm, L->d->n, L->seed + (uint64_t)epoch);
+    if (L->d->stream) glia__stream_starts(L->d, L->shuffle && L->d->random_windows, L->seed, epoch, L->perm);
+    else if (L->shuffle) glia__permutation(L->perm, L->d->n, L->seed + (uint64_t)epoch);
     else for (int64_t i = 0; i < L->d->n; i++) L->perm[i] = i;
     int64_t n = L->d->n;
     if (L->group) {  /* pad first, sort runs of the job's batches, then each rank its share of each */

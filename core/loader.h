@@ -32,7 +32,8 @@ struct glia__loader_options {
 struct glia__batch {
     const void *x;                 /* images: f32 (n, channels, rows, cols) normalized;
                                       tokens: i32 (n, len), each sample's ids then 0s */
-    const int32_t *y;              /* labels (n) */
+    const int32_t *y;              /* labels (n); a language model's (format = token_stream, bytes): the next
+                                      tokens (n, len) */
     int64_t n;                     /* samples */
     int64_t len;                   /* tokens: the padded length (the longest sample, rounded up to
                                       pad_multiple); images: cols */
@@ -49,7 +50,8 @@ struct glia__loader {
     bool persistent, drop_last, shuffle, flip, order_only;
     uint64_t seed;
     float table[GLIA__MAX_CHANNELS][256]; /* channel, pixel value -> normalized float */
-    int64_t *perm;                 /* this epoch's sample order (this rank's share: n of them) */
+    int64_t *perm;                 /* this epoch's sample order (this rank's share: n of them); a stream's
+                                      (d->stream): its windows' starts */
     struct glia__resident *resident;  /* (borrowed) order_only: where the batches are made (core/act.c) */
     int64_t n, n_batches, n_batches_per_epoch, next;
     int epoch;

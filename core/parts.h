@@ -192,6 +192,8 @@ struct glia__model_data {
     int pad_multiple, group_size;    /* tokens: [data] pad_to_multiple, group_size */
     int64_t vocab;                   /* tokens: [data] vocab (ids are below it) */
     bool group_by_length;            /* tokens: [data] group_by_length */
+    bool lm;                         /* a language model's data (format = token_stream, bytes): labels are the next
+                                        token at every position, (n, len); evaluation reports perplexity */
     enum glia__resident_mode resident;  /* [data] resident */
     double resident_share;           /* [data] resident_share: auto's part of the device's free memory */
 };
@@ -331,6 +333,13 @@ static inline struct glia_shape glia__data_shape(const struct glia_model *m, int
 {
     if (m->data.train.tokens) return glia_shape_make(2, (int64_t[]){n, len});
     return glia_shape_make(4, (int64_t[]){n, m->data.train.channels, m->data.train.rows, m->data.train.cols});
+}
+
+/* The labels' shape of a batch: (n), or a language model's next tokens (n, len). */
+static inline struct glia_shape glia__label_shape(const struct glia_model *m, int64_t n, int64_t len)
+{
+    if (m->data.lm) return glia_shape_make(2, (int64_t[]){n, len});
+    return glia_shape_make(1, (int64_t[]){n});
 }
 
 

@@ -1,6 +1,7 @@
 /* core/report.c — a training run's output: progress lines, per-epoch lines, the metrics file, per-rank logs.
  * Not the run itself (core/train.c), which hands over the figures and prints nothing. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -151,12 +152,18 @@ static void epoch_lines(struct glia__report *r, const struct glia_model *m, cons
                         double pad_frac)
 {
     FILE *out = r->out;
-    fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
-            e->epoch, m->trainer.epochs, e->train_loss, e->test_loss, e->test_accuracy, e->lr, e->samples_per_s, e->seconds);
+    if (m->data.lm)  /* a language model: the loss per token and its perplexity; no accuracy */
+        fprintf(out, "epoch %d/%d train_loss %.4f val_loss %.4f perplexity %.4g lr %.4g samples/s %.0f seconds %.2f\n",
+                e->epoch, m->trainer.epochs, e->train_loss, e->test_loss, exp(e->test_loss), e->lr, e->samples_per_s,
+                e->seconds);
+    else
+        fprintf(out, "epoch %d/%d train_loss %.4f test_loss %.4f test_accuracy %.4f lr %.4g samples/s %.0f seconds %.2f\n",
+                e->epoch, m->trainer.epochs, e->train_loss, e->test_loss, e->test_accuracy, e->lr, e->samples_per_s,
+                e->seconds);
     if (m->precision == GLIA_PRECISION_FP16)
         fprintf(out, "epoch %d/%d loss_scale %g skipped_steps %lld\n", e->epoch, m->trainer.epochs, e->loss_scale,
                 (long long)e->skipped_steps);
-    if (m->data.train.tokens)
+    if (m->data.train.tokens && !m->data.lm)
         fprintf(out, "epoch %d/%d padding %.1f%% of the batches' tokens\n", e->epoch, m->trainer.epochs, 100 * pad_frac);
     if (m->dist.ddp)
         fprintf(out, "epoch %d/%d ddp world %d comm_wait_s %.3f step_ms min %.2f max %.2f\n", e->epoch, m->trainer.epochs,
@@ -166,11 +173,15 @@ static void epoch_lines(struct glia__report *r, const struct glia_model *m, cons
 /* One JSON object per epoch (README, Command line: --metrics). */
 static void metrics_record(FILE *f, const struct glia_model *m, const struct glia_epoch_result *e, double pad_frac)
 {
-    fprintf(f, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g, "
-               "\"test_accuracy\": %.9g, \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g",
-            e->epoch, (long long)m->trainer.step, e->lr, e->train_loss, e->test_loss, e->test_accuracy, e->samples_per_s,
-            e->seconds, e->data_wait_s);
-    if (m->data.train.tokens) fprintf(f, ", \"pad_frac\": %.6g", pad_frac);
+    fprintf(f, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g", e->epoch,
+            (long long)m->trainer.step, e->lr, e->train_loss, e->test_loss);
+    if (m->data.lm)  /* a language model counts no accuracy: its loss per token and perplexity instead */
+        fprintf(f, ", \"val_loss\": %.9g, \"perplexity\": %.9g", e->test_loss, exp(e->test_loss));
+    else
+        fprintf(f, ", \"test_accuracy\": %.9g", e->test_accuracy);
+    fprintf(f, ", \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g", e->samples_per_s, e->seconds,
+            e->data_wait_s);
+    if (m->data.train.tokens && !m->data.lm) fprintf(f, ", \"pad_frac\": %.6g", pad_frac);
     if (m->precision == GLIA_PRECISION_FP16)
         fprintf(f, ", \"loss_scale\": %.9g, \"skipped_steps\": %lld", e->loss_scale, (long long)e->skipped_steps);
     if (m->dist.ddp)
@@ -201,7 +212,10 @@ glia_status glia__report_finish(struct glia__report *r, const struct glia_model 
     FILE *f = r->metrics;
     r->metrics = NULL;
     if (f && fclose(f) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
-    if (!st && finished && r->progress >= 0)
+    if (!st && finished && r->progress >= 0 && m->data.lm)
+        fprintf(r->out, "done: %d epochs, %lld steps, val_loss %.4f, perplexity %.4g, %.1f s\n", m->trainer.epochs,
+                (long long)m->trainer.step, test_loss, exp(test_loss), glia__now() - r->t_start);
+    else if (!st && finished && r->progress >= 0)
         fprintf(r->out, "done: %d epochs, %lld steps, test_loss %.4f, test_accuracy %.4f, %.1f s\n", m->trainer.epochs,
                 (long long)m->trainer.step, test_loss, test_acc, glia__now() - r->t_start);
     return st;

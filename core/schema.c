@@ -36,8 +36,9 @@ static const struct glia_key runtime_keys[] = {
 static const struct glia_key data_keys[] = {
     GLIA_KEY("format", GLIA_KEY_ENUM, "idx",
              "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches); "
-             "synthetic: random images and labels made when the model is built (no files)",
-             .choices = "idx|tokens|cifar10|cifar100|synthetic"),
+             "synthetic: random images and labels made when the model is built (no files); token_stream (llm.c's "
+             "uint16 token files) or bytes (any files, a token per byte): a language model's windows of seq_len tokens",
+             .choices = "idx|tokens|cifar10|cifar100|synthetic|token_stream|bytes"),
     GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for training (raw or .gz); required"),
     GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for training; required"),
     GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for evaluation; required"),
@@ -53,8 +54,27 @@ static const struct glia_key data_keys[] = {
              .max = 1 << 24),
     GLIA_KEY("seed", GLIA_KEY_INT, NULL, "format = synthetic: seed of the images and labels (default: [runtime] seed)",
              .min = 0, .max = 9.2e18),
-    GLIA_KEY("vocab", GLIA_KEY_INT, "0", "format = tokens: token ids are 1 .. vocab-1 (0 pads); required", .min = 0,
+    GLIA_KEY("vocab", GLIA_KEY_INT, "0", "format = tokens: token ids are 1 .. vocab-1 (0 pads); required; "
+             "token_stream: tokens are below it, a file with another is refused (0: the largest token + 1)", .min = 0,
              .max = 1 << 30),
+    GLIA_KEY("train_tokens", GLIA_KEY_LIST, NULL,
+             "format = token_stream, bytes: the training files, comma-separated glob patterns (each pattern's matches "
+             "in name order, e.g. data/fineweb_train_*.bin); required"),
+    GLIA_KEY("val_tokens", GLIA_KEY_LIST, NULL,
+             "format = token_stream, bytes: the validation files, as train_tokens; required for token_stream (bytes: "
+             "default the last val_fraction of the training bytes)"),
+    GLIA_KEY("seq_len", GLIA_KEY_INT, NULL,
+             "format = token_stream, bytes: T, the tokens of a sample (windows of T + 1 tokens: inputs the first T, "
+             "targets the last T); required", .min = 1, .max = 1 << 24),
+    GLIA_KEY("steps_per_epoch", GLIA_KEY_INT, "0",
+             "format = token_stream, bytes: training batches per epoch (0: the training tokens / (batch_size x seq_len), "
+             "at least 1)", .min = 0, .max = 1e12),
+    GLIA_KEY("val_batches", GLIA_KEY_INT, "0",
+             "format = token_stream, bytes: evaluate on at most this many batches of test_batch_size windows (0: every "
+             "window; llm.c's val_max_steps)", .min = 0, .max = 1e12),
+    GLIA_KEY("val_fraction", GLIA_KEY_FLOAT, "0.1",
+             "format = bytes without val_tokens: the last part of the training bytes set aside for validation", .min = 0,
+             .max = 1),
     GLIA_KEY("max_length", GLIA_KEY_INT, "0", "format = tokens: keep the first N ids of longer samples (0: all)", .min = 0,
              .max = 1 << 24),
     GLIA_KEY("pad_to_multiple", GLIA_KEY_INT, "1", "format = tokens: a batch is padded to a length that is a multiple of N",
@@ -65,7 +85,8 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("group_size", GLIA_KEY_INT, "50", "group_by_length: batches per sorted run", .min = 1, .max = 1 << 20),
     GLIA_KEY("batch_size", GLIA_KEY_INT, "64", "training mini-batch size", .min = 1, .max = 1 << 20),
     GLIA_KEY("test_batch_size", GLIA_KEY_INT, "1000", "evaluation batch size", .min = 1, .max = 1 << 20),
-    GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch)"),
+    GLIA_KEY("shuffle", GLIA_KEY_BOOL, "on", "reshuffle training samples every epoch (seed + epoch); token_stream, "
+             "bytes: training windows start at random offsets drawn per epoch (off: sequential windows)"),
     GLIA_KEY("mean", GLIA_KEY_LIST, NULL,
              "normalization x = (pixel/255 - mean) / std: one value, or one per channel (default: the data set's, "
              "idx 0.2860 (Fashion-MNIST), cifar10 0.4914, 0.4822, 0.4465, cifar100 0.5071, 0.4865, 0.4409, synthetic 0.5)"),

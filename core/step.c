@@ -64,8 +64,10 @@ static glia_status step_check(struct glia_model *m, const struct glia_batch *b, 
                           tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
     if (!b->labels) return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: labels is NULL");
     int64_t n = b->shape.dim[0];
-    int64_t classes = m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape.dim[1];
-    st = step_check_ids(m, b->labels, n, classes, "labels", "the classes of the loss layer's input");
+    const struct glia_shape *ls = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape;
+    int64_t classes = ls->dim[ls->ndim - 1];
+    struct glia_shape ys = glia__label_shape(m, n, tok ? b->shape.dim[1] : 1);  /* a language model: n x len */
+    st = step_check_ids(m, b->labels, glia_shape_numel(&ys), classes, "labels", "the classes of the loss layer's input");
     if (!st && tok) st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->data.vocab, "tokens", "[data] vocab");
     if (!st && b->struct_size >= GLIA__END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->trainer.epochs))
         st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: epoch %d is outside 1 .. %d ([train] epochs; 0: the "

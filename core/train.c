@@ -343,7 +343,7 @@ static glia_status dp_forward(struct glia_model *m, int64_t n)
         if (!st && m->params.ba.n) st = dp_copy(p->params.buf, m->params.buf);  /* changed by every forward */
         struct glia_tensor *xs = NULL, *ys = NULL;
         if (!st) st = glia_tensor_view(m->act.x_buf, r * per * row, &p->act.x->shape, &xs);
-        if (!st) st = glia_tensor_view(m->act.y_buf, r * per, &p->act.y->shape, &ys);
+        if (!st) st = glia_tensor_view(m->act.y_buf, r * per * (m->data.lm ? m->act.cur_len : 1), &p->act.y->shape, &ys);
         if (!st) st = dp_copy(p->act.x, xs);
         if (!st) st = dp_copy(p->act.y, ys);
         glia_tensor_release(xs);
@@ -842,8 +842,10 @@ static glia_status loader_error(struct glia_model *m, glia_status st, const stru
 glia_status glia__scratch_alloc(struct glia_model *m, struct glia__scratch *s, bool training, bool evaluating)
 {
     int64_t maxb = m->data.batch > m->data.test_batch ? m->data.batch : m->data.test_batch;
-    int64_t classes = m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape.dim[1];
-    s->logits = malloc(sizeof(float) * (size_t)(maxb * classes));
+    const struct glia_shape *ls = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape;
+    int64_t classes = ls->dim[ls->ndim - 1];
+    /* a language model counts no accuracy: no host copy of its (N, T, vocab) logits */
+    s->logits = malloc(sizeof(float) * (size_t)(m->data.lm ? 1 : maxb * classes));
     s->hy = malloc(sizeof(int32_t) * (size_t)maxb);
     glia_context_clear_error(m->ctx);
     glia_status st = s->logits && s->hy ? GLIA_OK : glia__alloc_error(
@@ -882,20 +884,20 @@ glia_status glia__evaluate(struct glia_model *m, struct glia__scratch *s, double
     while (!st && !(st = glia__feed_next(m, &f, &nb, &more)) && more) {
         st = forward(m, false);
         double l;
-        int64_t c;
+        int64_t c = 0, w = m->data.lm ? nb * m->act.cur_len : nb;  /* a language model's mean is per token */
         if (!st) st = read_loss(m, &l);
-        if (!st) st = count_correct(m, s->hy, s->logits, &c);
+        if (!st && !m->data.lm) st = count_correct(m, s->hy, s->logits, &c);
         if (st) break;
-        sum += l * (double)nb;
+        sum += l * (double)w;
         correct += c;
-        n += nb;
+        n += w;
     }
     glia_status fs = glia__feed_stop(m, &f);
     if (!st) st = fs;
     double tot[3] = {sum, (double)correct, (double)n};  /* ddp: each rank evaluated its shard */
     if (!st && m->dist.comm) st = glia__comm_all_reduce_host(m->dist.comm, tot, 3, GLIA_F64, GLIA_REDUCE_SUM);
     *loss = tot[2] > 0 ? tot[0] / tot[2] : 0;
-    *acc = tot[2] > 0 ? tot[1] / tot[2] : 0;
+    *acc = m->data.lm ? NAN : tot[2] > 0 ? tot[1] / tot[2] : 0;
     return st;
 }
 

@@ -30,6 +30,10 @@ struct cuda_case {
                                          on them in f32. 0: GLIA_F32 */
 };
 
+/* A loss layer's labels in the cases that follow: every cuda_ignore_every-th one (from the first) is -100,
+ * ignore_index's default (0: none). */
+static int cuda_ignore_every;
+
 /* Largest |cpu - gpu| / max(1, |cpu|) of each group of tensors. */
 struct cuda_diff {
     double out, din, dparam, buffers;
@@ -225,10 +229,12 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     }
     struct glia_tensor *yc[2] = {NULL, NULL}, *yg[2] = {NULL, NULL};  /* labels */
     if (loss) {
-        int64_t n = k->in[0].dim[0], classes = k->in[0].dim[1];
-        struct glia_shape ls = glia_shape_make(1, (int64_t[]){n});
+        /* the logits' shape without its last dimension: (N) or (N, T) */
+        struct glia_shape ls = k->in[0];
+        int64_t classes = ls.dim[--ls.ndim], n = glia_shape_numel(&ls);
         int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
         for (int64_t j = 0; j < n; j++) lab[j] = (int32_t)(glia__rng_next(&rng) % (uint64_t)classes);
+        for (int64_t j = 0; cuda_ignore_every > 0 && j < n; j += cuda_ignore_every) lab[j] = -100;
         CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_I32, &ls, &yc[0]) == GLIA_OK);
         CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_I32, &ls, &yg[0]) == GLIA_OK);
         glia_tensor_from_host(yc[0], lab, sizeof(int32_t) * (size_t)n);

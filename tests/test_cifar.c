@@ -424,7 +424,7 @@ static void test_cifar_config_errors(void)
         {"format = cifar10\ntrain = %s\ntest = %s\nmean = 0.1, half, 0.2\n", "t.ini:8: [data] mean: 'half' is not a number"},
         {"format = cifar10\ntrain = %s\ntest = %s\ncoarse_labels = on\n",
          "t.ini:8: [data] coarse_labels: 'coarse_labels' applies to format = cifar100, not cifar10"},
-        {"format = cifar10\ntrain = %s\ntest = %s\nvocab = 9\n", "t.ini:8: [data] vocab: 'vocab' applies to format = tokens, not cifar10"},
+        {"format = cifar10\ntrain = %s\ntest = %s\nvocab = 9\n", "t.ini:8: [data] vocab: 'vocab' applies to format = tokens or token_stream, not cifar10"},
         {"format = cifar100\ntrain = %s\ntest = %s\n",
          "30730 bytes are not a whole number of 3074-byte CIFAR-100 records (the last has 3064 bytes); it looks like "
          "CIFAR-10: format = cifar10"},

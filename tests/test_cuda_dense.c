@@ -403,6 +403,26 @@ static void test_sce(void)
         k.eval = true;
         cuda_expect(&k, cuda_tol(GLIA_PRECISION_FP32));
     }
+    /* a language model's (N, T, V) logits with (N, T) labels, some of them ignore_index's -100, others every one */
+    static const struct {
+        const char *ini;
+        int64_t n, t, c;
+        int ignore_every;
+    } seq[] = {
+        {"[loss]\ntype = softmax_cross_entropy\n", 3, 5, 11, 0},
+        {"[loss]\ntype = softmax_cross_entropy\n", 2, 17, 40, 3},
+        {"[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.1\n", 4, 6, 9, 4},
+        {"[loss]\ntype = softmax_cross_entropy\n", 2, 3, 5, 1},  /* all ignored: loss 0, gradient 0 */
+    };
+    for (size_t c = 0; c < sizeof seq / sizeof seq[0]; c++) {
+        struct glia_shape in = glia_shape_make(3, (int64_t[]){seq[c].n, seq[c].t, seq[c].c});
+        struct cuda_case k = {.ini = seq[c].ini, .in = &in, .n_in = 1, .seed = 560 + c};
+        cuda_ignore_every = seq[c].ignore_every;
+        expect_both_modes(k, cuda_tol(GLIA_PRECISION_FP32));
+        k.eval = true;
+        cuda_expect(&k, cuda_tol(GLIA_PRECISION_FP32));
+    }
+    cuda_ignore_every = 0;
     /* only GEMM and convolution follow the precision: the loss stays fp32 */
     struct glia_shape in = S(2, 9, 13, 0, 0);
     cuda_expect(&(struct cuda_case){.ini = "[loss]\ntype = softmax_cross_entropy\n", .in = &in, .n_in = 1,

@@ -40,6 +40,59 @@ static void test_softmax_cross_entropy(void)
     check_ok("[loss]\ntype = softmax_cross_entropy\n", S(2, 1, 10, 0, 0), 8);
     check_ok("[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.1\n", S(2, 5, 4, 0, 0), 9);
     check_ok("[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 1\n", S(2, 3, 6, 0, 0), 10);
+    /* a language model's (N, T, V) logits with (N, T) labels; ignore_index = 0 leaves out the positions whose random
+     * label is 0 */
+    check_ok("[loss]\ntype = softmax_cross_entropy\n", S(3, 2, 4, 6, 0), 11);
+    check_ok("[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.2\nignore_index = 0\n", S(3, 3, 5, 3, 0), 12);
+}
+
+/* ignore_index over (N, T, V) logits: the mean runs over the counted positions only, an ignored position's gradient
+ * row is 0, and a batch with every position ignored gives loss 0 and gradient 0 (torch gives NaN). */
+static void test_sce_ignore_index(void)
+{
+    struct glia_shape sh = S(3, 1, 3, 2, 0), ls = S(2, 1, 3, 0, 0), one = S(1, 1, 0, 0, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[l]\ntype = softmax_cross_entropy\nignore_index = 7\n", &sh, 1, &B);
+    struct glia_tensor *x, *y, *out, *dout, *dx;
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &dx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_I32, &ls, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &one, &out) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &one, &dout) == GLIA_OK);
+    float xv[6] = {1, 2, 0, 3, 5, -1};
+    int32_t yv[3] = {1, 7, 0};
+    memcpy(x->data, xv, sizeof xv);
+    memcpy(y->data, yv, sizeof yv);
+    glia_tensor_f32(dout)[0] = 1;
+    const struct glia_tensor *in[1] = {x};
+    struct glia_tensor *din[1] = {dx};
+    bool acc[1] = {false};
+    struct glia_fwd a = {in, 1, out, y, true, 0, false, 0, NULL};
+    struct glia_bwd b = {in, 1, out, dout, din, acc, y};
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
+    double l0 = log(exp(1.0) + exp(2.0)) - 2, l2 = log(exp(5.0) + exp(-1.0)) - 5;
+    CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(out)[0], (l0 + l2) / 2, 1e-5);  /* position 1 does not count */
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &b), GLIA_OK);
+    const float *g = glia_tensor_f32(dx);
+    CU_ASSERT_DOUBLE_EQUAL(g[0], 0.5 * exp(1.0) / (exp(1.0) + exp(2.0)), 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(g[1], 0.5 * (exp(2.0) / (exp(1.0) + exp(2.0)) - 1), 1e-6);
+    CU_ASSERT_EQUAL(g[2], 0.0f);
+    CU_ASSERT_EQUAL(g[3], 0.0f);
+    /* every position ignored */
+    for (int i = 0; i < 3; i++) glia_tensor_i32(y)[i] = 7;
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_tensor_f32(out)[0], 0.0f);
+    CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &b), GLIA_OK);
+    for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(g[i], 0.0f);
+    /* another label out of range is still refused, naming the position */
+    glia_tensor_i32(y)[2] = 2;
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "label 2 at batch row 2 is out of range for 2 classes"));
+    glia_tensor_release(x), glia_tensor_release(dx), glia_tensor_release(y), glia_tensor_release(out);
+    glia_tensor_release(dout);
+    layer_unbuild(&B);
+    glia_context_free(ctx);
 }
 
 /* torch: F.cross_entropy([[1, 2, 3]], [0], label_smoothing=0.2) = 2.2076059 (by the formula
@@ -451,7 +504,7 @@ static void test_checker_catches_write_over_garbage(void)
 
 GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
                GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
-               GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
+               GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sce_ignore_index), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
                GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_4d_input),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),

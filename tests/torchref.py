@@ -56,7 +56,7 @@ def _lib():
     for f in ("input", "input_grad"):
         getattr(lib, "glia_layer_run_" + f).argtypes = [vp, C.c_int]
         getattr(lib, "glia_layer_run_" + f).restype = C.POINTER(Tensor)
-    for f in ("output", "output_grad"):
+    for f in ("output", "output_grad", "labels"):
         getattr(lib, "glia_layer_run_" + f).argtypes = [vp]
         getattr(lib, "glia_layer_run_" + f).restype = C.POINTER(Tensor)
     lib.glia_layer_run_layer.argtypes = [vp]
@@ -133,6 +133,14 @@ class Run:
 
     def output_grad(self):
         return self.get(LIB.glia_layer_run_output_grad(self.r))
+
+    def labels(self):
+        """A loss layer's labels, int64 of the logits' shape without its last dimension (None for other layers)."""
+        return self.get(LIB.glia_layer_run_labels(self.r))
+
+    def set_labels(self, value):
+        """Writes a loss layer's labels (e.g. some ignore_index) before forward()."""
+        self.put(LIB.glia_layer_run_labels(self.r), value)
 
     def params(self):
         """{name: (value, grad)} of the layer's parameters (grad None before a backward wrote it)."""

@@ -201,6 +201,8 @@ static int cmd_eval(struct glia_context *ctx, const struct args *a)
         glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
         if (!st) st = glia_model_evaluate(m, &loss, &acc);
         if (st) rc = fail(ctx, st);
+        else if (glia_model_rank(m, NULL) == 0 && isnan(acc))  /* a language model: no accuracy */
+            printf("val_loss %.4f perplexity %.4g (%s)\n", loss, exp(loss), a->checkpoint);
         else if (glia_model_rank(m, NULL) == 0) printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
     }
     glia_model_free(m);

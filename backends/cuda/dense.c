@@ -219,6 +219,8 @@ struct sce_cuda {
                                          log-sum-exp per row, from which backward recomputes softmax */
     int64_t cap;
     struct glia_tensor *bad;          /* (1) 8 bytes: GLIA__SCE_NO_BAD_LABEL or the first (row << 32 | label) */
+    struct glia_tensor *count;        /* (1) 8 bytes holding a double: the positions the last forward counted
+                                         (labels not ignore_index), by which backward divides */
     unsigned long long *bad_host;     /* page-locked copy of *bad */
     cudaEvent_t copied;               /* after the latest copy into bad_host */
     bool pending;                     /* a copy was queued that no call has looked at yet */
@@ -269,6 +271,7 @@ static glia_status sce_init_flag(struct glia_layer *l, struct sce_cuda *p)
     glia_status st = GLIA_OK;
     struct glia_shape one = glia_shape_make(1, (int64_t[]){1});
     if ((st = glia_tensor_new(l->backend, GLIA_I64, &one, &p->bad))) return st;
+    if ((st = glia_tensor_new(l->backend, GLIA_I64, &one, &p->count))) goto fail;
     CUDA_TRY(l->ctx, cudaMemsetAsync(p->bad->data, 0xff, sizeof *p->bad_host, c->stream));
     if ((st = glia_backend_host_alloc(l->backend, sizeof *p->bad_host, (void **)&p->bad_host))) goto fail;
     *p->bad_host = GLIA__SCE_NO_BAD_LABEL;
@@ -278,7 +281,8 @@ fail:
     if (p->bad_host) glia_backend_host_free(l->backend, p->bad_host);
     p->bad_host = NULL;
     glia_tensor_release(p->bad);
-    p->bad = NULL;
+    glia_tensor_release(p->count);
+    p->bad = p->count = NULL;
     return st;
 }
 
@@ -296,22 +300,32 @@ static void sce_destroy(struct glia_layer *l)
     if (p->copied) cudaEventDestroy(p->copied);
     if (p->bad_host) glia_backend_host_free(l->backend, p->bad_host);
     glia_tensor_release(p->bad);
+    glia_tensor_release(p->count);
     glia_tensor_release(p->lse);
 }
 
-/* logits x(N,C) and labels y(N) in CUDA memory, of matching sizes */
+/* The rows N (positions: N, or N*T of (N, T, C) logits) and classes C of logits x. */
+static void sce_rows(const struct glia_tensor *x, int64_t *N, int64_t *C)
+{
+    *C = x->shape.dim[x->shape.ndim - 1];
+    *N = glia_tensor_numel(x) / (*C > 0 ? *C : 1);
+}
+
+/* logits x(N,C) or (N,T,C) and labels y(N) or (N,T) in CUDA memory, of matching sizes */
 static glia_status sce_check(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y)
 {
     glia_status st = need_dense_f32(l, x, "logits");
     if (st) return st;
-    if (!y || y->dtype != GLIA_I32 || y->device.type != GLIA_DEVICE_CUDA || glia_tensor_numel(y) < x->shape.dim[0])
+    int64_t N, C;
+    sce_rows(x, &N, &C);
+    if (!y || y->dtype != GLIA_I32 || y->device.type != GLIA_DEVICE_CUDA || glia_tensor_numel(y) < N)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] labels: expected at least %lld i32 labels in CUDA memory", l->name,
-                          (long long)x->shape.dim[0]);
+                          (long long)N);
     return GLIA_OK;
 }
 
-/* loss(1) = mean_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])], p = softmax(x(N,C));
- * keeps lse(N) when training */
+/* loss(1) = sum_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])] / count over the rows n of x(N,C) (N*T rows of
+ * (N,T,C) logits) whose label is not ignore_index (0 when none is), p = softmax; keeps lse(N) when training */
 static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *e = l->attrs;
@@ -321,7 +335,8 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     if ((st = sce_poll(l, p)) || (st = sce_check(l, a->in[0], a->labels)) ||
         (st = need_dense_f32(l, a->out, "output")))
         return st;
-    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    int64_t N, C;
+    sce_rows(a->in[0], &N, &C);
     if (!p->bad && (st = sce_init_flag(l, p))) return st;
     if (a->train && p->cap < N) {
         glia_tensor_release(p->lse);
@@ -334,8 +349,9 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     void *row;
     if ((st = glia__cuda_scratch(c, (size_t)(N > 0 ? N : 1) * sizeof(double), &row))) return st;
     p->classes = C;
-    CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row, p->bad->data,
-                                            f32(a->in[0]), a->labels->data, N, C, e->smoothing, c->stream));
+    CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row,
+                                            p->count->data, p->bad->data, f32(a->in[0]), a->labels->data, N, C,
+                                            e->smoothing, e->ignore_index, c->stream));
     CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
                                      c->stream));
     CUDA_TRY(l->ctx, cudaEventRecordWithFlags(p->copied, c->stream,
@@ -345,7 +361,8 @@ fail:
     return st;
 }
 
-/* dx(N,C) (+)= scale * (softmax(x) - (1-e) onehot(y) - e/C) / N, scale = dout[0] read on the GPU */
+/* dx(N,C) (+)= scale * (softmax(x) - (1-e) onehot(y) - e/C) / count on the counted rows, 0 on the ignored ones,
+ * scale = dout[0] and count (the forward's) read on the GPU */
 static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *e = l->attrs;
@@ -358,12 +375,13 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (!a->dout || a->dout->dtype != GLIA_F32 || a->dout->device.type != GLIA_DEVICE_CUDA ||
         glia_tensor_numel(a->dout) < 1)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] the loss scale must be one f32 element in CUDA memory", l->name);
-    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    int64_t N, C;
+    sce_rows(a->in[0], &N, &C);
     if (!p->lse || p->cap < N)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward of this batch", l->name);
-    CUDA_TRY(l->ctx, glia__cuda_sce_backward(f32(a->din[0]), f32(a->in[0]), p->lse->data, a->labels->data,
-                                             f32(a->dout), N, C, e->smoothing, a->din_accumulate[0] ? 1.0f : 0.0f,
-                                             c->stream));
+    CUDA_TRY(l->ctx, glia__cuda_sce_backward(f32(a->din[0]), f32(a->in[0]), p->lse->data, p->count->data,
+                                             a->labels->data, f32(a->dout), N, C, e->smoothing, e->ignore_index,
+                                             a->din_accumulate[0] ? 1.0f : 0.0f, c->stream));
 fail:
     return st;
 }

@@ -117,11 +117,11 @@ __device__ static float warp_max(float v)
     return v;
 }
 
-/* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) and lse(N) = log sum_c exp x[n, c]
+/* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) (0 where y_n = ign) and lse(N) = log sum_c exp x[n, c]
  * from x(N,C), y(N): one warp per row (the loop bound is the same for the whole warp, so every
  * shuffle has its 32 lanes), in double like the CPU kernel. A bad label: NaN and *bad lowered. */
 __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, const float *x,
-                                const int32_t *y, int64_t N, int64_t C, float e)
+                                const int32_t *y, int64_t N, int64_t C, float e, int32_t ign)
 {
     int lane = threadIdx.x & 31;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -140,7 +140,9 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
         }
         if (lane == 0) {
             int32_t t = y[n];
-            if (t < 0 || t >= C) {
+            if (t == ign) {
+                row[n] = 0.0;
+            } else if (t < 0 || t >= C) {
                 unsigned long long at = n < 0xfffffffeLL ? (unsigned long long)n : 0xfffffffeull;
                 atomicMin(bad, at << 32 | (unsigned long long)(uint32_t)t);
                 row[n] = __longlong_as_double(0x7ff8000000000000LL);  /* NaN */
@@ -152,48 +154,63 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
     }
 }
 
-/* loss(1) = sum_n row(N) / N, one block, in a fixed order (deterministic); N = 0 gives NaN as on
- * the CPU. */
-__global__ void sce_mean_kernel(float *loss, const double *row, int64_t N)
+/* loss(1) = sum_n row(N) / count and *count = count, the rows whose label y(N) is not ign, one block, in a fixed
+ * order (deterministic); count 0 gives 0 as on the CPU. */
+__global__ void sce_mean_kernel(float *loss, double *count, const double *row, const int32_t *y, int64_t N, int32_t ign)
 {
     __shared__ double part[THREADS];
+    __shared__ long long cnt[THREADS];
     double s = 0.0;
-    for (int64_t i = threadIdx.x; i < N; i += THREADS) s += row[i];
+    long long c = 0;
+    for (int64_t i = threadIdx.x; i < N; i += THREADS) {
+        s += row[i];
+        c += y[i] != ign;
+    }
     part[threadIdx.x] = s;
+    cnt[threadIdx.x] = c;
     __syncthreads();
     for (int k = THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        if ((int)threadIdx.x < k) {
+            part[threadIdx.x] += part[threadIdx.x + k];
+            cnt[threadIdx.x] += cnt[threadIdx.x + k];
+        }
         __syncthreads();
     }
-    if (threadIdx.x == 0) loss[0] = (float)(part[0] / (double)N);
+    if (threadIdx.x == 0) {
+        loss[0] = cnt[0] > 0 ? (float)(part[0] / (double)cnt[0]) : 0.0f;
+        *count = (double)cnt[0];
+    }
 }
 
-extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, unsigned long long *bad,
-                                              const float *x, const int32_t *y, int64_t N, int64_t C, float e,
-                                              cudaStream_t s)
+extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, void *count,
+                                              unsigned long long *bad, const float *x, const int32_t *y, int64_t N,
+                                              int64_t C, float e, int32_t ign, cudaStream_t s)
 {
     if (N > 0) {
-        sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, x, y, N, C, e);
+        sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, x, y, N, C, e, ign);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
-    sce_mean_kernel<<<1, THREADS, 0, s>>>(loss, row, N);
+    sce_mean_kernel<<<1, THREADS, 0, s>>>(loss, (double *)count, row, y, N, ign);
     return cudaGetLastError();
 }
 
-/* dx(N,C) = k (softmax(x) - (1-e) onehot(y) - off) + beta dx with k = dout[0] / N (the CPU's float
- * expressions); softmax from the forward's lse(N) in double, rounded to float like the CPU's
- * stored probabilities. */
-__global__ void sce_backward_kernel(float *dx, const float *x, const double *lse, const int32_t *y, const float *dout,
-                                    int64_t N, int64_t C, float e, float off, float beta)
+/* dx(N,C) = k (softmax(x) - (1-e) onehot(y) - off) + beta dx with k = dout[0] / count (the CPU's float
+ * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) in double, rounded to
+ * float like the CPU's stored probabilities. */
+__global__ void sce_backward_kernel(float *dx, const float *x, const double *lse, const double *count,
+                                    const int32_t *y, const float *dout, int64_t N, int64_t C, float e, int32_t ign,
+                                    float off, float beta)
 {
-    float k = dout[0] / (float)N;
+    float k = *count > 0.0 ? dout[0] / (float)*count : 0.0f;
     GRID_STRIDE(i, N * C)
     {
         int64_t n = i / C, j = i % C;
         int32_t t = y[n];
         float g;
-        if (t < 0 || t >= C) {
+        if (t == ign) {
+            g = 0.0f;
+        } else if (t < 0 || t >= C) {
             g = __int_as_float(0x7fc00000);  /* NaN: the forward flagged this row */
         } else {
             float prob = (float)exp((double)x[i] - lse[n]);
@@ -203,13 +220,14 @@ __global__ void sce_backward_kernel(float *dx, const float *x, const double *lse
     }
 }
 
-extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse, const int32_t *y,
-                                               const float *dout, int64_t N, int64_t C, float e, float beta,
-                                               cudaStream_t s)
+extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse, const void *count,
+                                               const int32_t *y, const float *dout, int64_t N, int64_t C, float e,
+                                               int32_t ign, float beta, cudaStream_t s)
 {
     if (N * C == 0) return cudaSuccess;
     float off = e / (float)C;
-    sce_backward_kernel<<<grid_for(N * C), THREADS, 0, s>>>(dx, x, lse, y, dout, N, C, e, off, beta);
+    sce_backward_kernel<<<grid_for(N * C), THREADS, 0, s>>>(dx, x, lse, (const double *)count, y, dout, N, C, e, ign,
+                                                            off, beta);
     return cudaGetLastError();
 }
 

@@ -110,7 +110,9 @@ struct glia_fwd {
     const struct glia_tensor *const *in;  /* n_in inputs (borrowed) */
     int n_in;
     struct glia_tensor *out;              /* preallocated, shape from infer_shape (borrowed) */
-    const struct glia_tensor *labels;     /* i32 (N): loss layers only, else NULL */
+    const struct glia_tensor *labels;     /* loss layers only, else NULL: i32 of the logits' shape without
+                                             its last dimension, (N) for (N, classes) logits, (N, T) for
+                                             (N, T, classes) (a language model's next tokens) */
     bool train;                           /* training mode (keep what backward needs) */
     uint64_t seed;                        /* per-step seed for random layers:
                                              glia_seed(seed_key, step) */
@@ -278,7 +280,8 @@ struct glia_gradcheck_report {
 
 /* Builds the single layer described by `ini` (one section, e.g. "[l]\ntype = linear\n
  * outputs = 3\n", loading its plugin), feeds it seeded N(0,1) inputs of the given shapes
- * (loss layers also get random labels), and checks: (0) after every call, that the layer wrote
+ * (loss layers also get random labels of the logits' shape without its last dimension: (N) or
+ * (N, T)), and checks: (0) after every call, that the layer wrote
  * nothing just outside its output, input gradients, parameter gradients or buffers (guard
  * values on either side of each; a write there fails the check with GLIA_EPLUGIN, naming the
  * call, the tensor and how far it went, as [runtime] debug_checks does in training); (1) every
@@ -324,7 +327,8 @@ glia_status glia_layer_run_backend_open(struct glia_context *ctx, struct glia_de
  * = 64\n", loading its plugin) on device dev: the kernel its `impl =` key names (which must run on
  * dev), else the first kernel of the type registered for dev's type. On the device it allocates n_in inputs of
  * the given shapes (NCHW order) holding seeded N(0,1) values, the output, the output gradient
- * (N(0,1); for a loss layer a 1-element scale of 1, plus random labels), the input gradients and
+ * (N(0,1); for a loss layer a 1-element scale of 1, plus random labels: glia_layer_run_labels),
+ * the input gradients and
  * the parameter gradients. Parameters hold their declared init drawn as a model with
  * [runtime] seed = seed draws them (then adjusted by the type's init_param); buffers their init.
  * 4-D tensors are laid out in fmt (GLIA_CHANNELS_LAST needs a kernel with GLIA_KERNEL_CHANNELS_LAST).
@@ -359,6 +363,10 @@ struct glia_tensor *glia_layer_run_input(struct glia_layer_run *r, int k);
 struct glia_tensor *glia_layer_run_input_grad(struct glia_layer_run *r, int k);
 struct glia_tensor *glia_layer_run_output(struct glia_layer_run *r);
 struct glia_tensor *glia_layer_run_output_grad(struct glia_layer_run *r);
+/* ABI 2.2: a loss layer's labels, i32 of the logits' shape without its last dimension ((N) or (N, T)), seeded
+ * uniform on 0 .. classes-1; write other values (ignore_index) with glia_tensor_from_host before a forward. NULL for
+ * other layers. */
+struct glia_tensor *glia_layer_run_labels(struct glia_layer_run *r);
 /* Forward multiply-adds x2 at the run's shapes (the layer's flops); 0 when the layer has none. */
 uint64_t glia_layer_run_flops(const struct glia_layer_run *r);
 void glia_layer_run_free(struct glia_layer_run *r);

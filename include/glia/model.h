@@ -66,7 +66,9 @@ struct glia_train_options {
 struct glia_epoch_result {
     uint32_t struct_size;      /* sizeof(struct glia_epoch_result) of the caller */
     int epoch;
-    double train_loss, test_loss, test_accuracy, samples_per_s, seconds;
+    double train_loss, test_loss, test_accuracy, samples_per_s, seconds;  /* a language model's ([data] format =
+                                  token_stream, bytes): test_loss per token (its perplexity is exp(test_loss)),
+                                  test_accuracy NaN (not counted) */
     double lr;                 /* learning rate of the epoch's last step */
     double data_wait_s;        /* time training steps waited for the data loader */
     int64_t skipped_steps;     /* precision = fp16: steps skipped for inf/NaN gradients, in all */
@@ -106,7 +108,8 @@ struct glia_batch {
     const float *x;            /* images: f32 in that shape, normalized as the loader would ([data] mean, std);
                                   NULL for a token model */
     const int32_t *tokens;     /* tokens: ids in that shape, 0 (padding) to [data] vocab - 1; NULL for images */
-    const int32_t *labels;     /* n class indices, 0 to the width of the loss layer's input - 1 */
+    const int32_t *labels;     /* n class indices, 0 to the width of the loss layer's input - 1; a language model's
+                                  ([data] format = token_stream, bytes): n x len, the next token at each position */
     int epoch;                 /* the epoch (1 to [train] epochs) whose learning rate [train] schedule gives this
                                   step; it stays the model's until changed. 0: the model's (1 at first, then that
                                   of the last training step, glia_model_train's included) */
@@ -169,7 +172,8 @@ struct glia_profile_options {
 glia_status glia_model_profile_with(struct glia_model *m, const struct glia_profile_options *o, FILE *f);
 /* Load weights and buffers from a checkpoint written by training this model. */
 glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
-/* Evaluate on the test set. */
+/* Evaluate on the test set: the mean loss and the accuracy; a language model's ([data] format = token_stream,
+ * bytes) loss is the mean per token (perplexity exp(*loss)) and *accuracy NaN (not counted). */
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy);
 
 #ifdef __cplusplus

@@ -4,10 +4,14 @@
 #ifndef GLIA_TYPES_SOFTMAX_CROSS_ENTROPY_H
 #define GLIA_TYPES_SOFTMAX_CROSS_ENTROPY_H
 
-/* l->attrs of a softmax_cross_entropy layer: loss(1) = mean_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])],
- * p = softmax of the (N, classes) logits, y the integer labels. */
+#include <stdint.h>
+
+/* l->attrs of a softmax_cross_entropy layer: loss(1) = mean_r [(1-e) (-log p[r, y(r)]) + e mean_c (-log p[r, c])]
+ * over the positions r whose label y(r) is not ignore_index (0 when none is), p = softmax of the logits' last
+ * dimension: (N, classes) logits with (N) labels, or (N, T, classes) with (N, T) labels (r runs over N*T). */
 struct glia_softmax_cross_entropy_attrs {
-    float smoothing;  /* e: the label smoothing epsilon (key label_smoothing) */
+    float smoothing;       /* e: the label smoothing epsilon (key label_smoothing) */
+    int32_t ignore_index;  /* key ignore_index: labels equal to it do not count */
 };
 
 #endif

@@ -1,5 +1,5 @@
 /* plugins/layers/softmax_cross_entropy — layer type softmax_cross_entropy (mean cross-entropy of
- * softmax(logits) against integer labels) and its CPU kernel. Not a standalone softmax: the output is the
+ * softmax(logits) against integer labels, per sample or per sequence position) and its CPU kernel. Not a standalone softmax: the output is the
  * scalar loss; the CUDA kernel is in cuda.so. */
 #include <glia/glia.h>
 #include <glia/types/softmax_cross_entropy.h>
@@ -9,33 +9,40 @@
 static const struct glia_key sce_keys[] = {
     GLIA_KEY("label_smoothing", GLIA_KEY_FLOAT, "0",
              "target = (1 - e) onehot + e / classes (torch's label_smoothing)", .min = 0, .max = 1),
+    GLIA_KEY("ignore_index", GLIA_KEY_INT, "-100",
+             "positions whose label is this value do not count: no loss, no gradient, not in the mean (torch's "
+             "ignore_index)", .min = -2147483648.0, .max = 2147483647.0),
     GLIA_KEY_END};
 
-/* Checks the (N, classes) logits and reads the smoothing. */
+/* Checks the (N, classes) or (N, T, classes) logits and reads the smoothing and the ignored label. */
 static glia_status sce_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
                               int n_in)
 {
     struct glia_softmax_cross_entropy_attrs *p = l->attrs;
     char buf[64];
-    if (in[0].ndim != 2)
-        return glia_section_error(cfg, NULL, GLIA_ESHAPE, "softmax_cross_entropy expects (N, classes) logits, got %s",
+    if (in[0].ndim != 2 && in[0].ndim != 3)
+        return glia_section_error(cfg, NULL, GLIA_ESHAPE,
+                                  "softmax_cross_entropy expects (N, classes) or (N, T, classes) logits, got %s",
                                   glia_shape_str(&in[0], buf, sizeof buf));
     p->smoothing = (float)glia_section_float(cfg, "label_smoothing");
+    p->ignore_index = (int32_t)glia_section_int(cfg, "ignore_index");
     return GLIA_OK;
 }
 
 /* out = (1): the mean loss. */
 static glia_status sce_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in, struct glia_shape *out)
 {
-    if (in[0].ndim != 2) return GLIA_ESHAPE;
+    if (in[0].ndim != 2 && in[0].ndim != 3) return GLIA_ESHAPE;
     *out = glia_shape_make(1, (int64_t[]){1});
     return GLIA_OK;
 }
 
-/* l->state of the CPU kernel: the softmax of the last training forward, for backward. */
+/* l->state of the CPU kernel: the softmax of the last training forward and how many positions counted, for
+ * backward. */
 struct sce_cpu {
-    float *prob;  /* (N, C) (owned) */
-    int64_t cap;  /* floats prob holds */
+    float *prob;    /* (R, C) (owned) */
+    int64_t cap;    /* floats prob holds */
+    int64_t count;  /* positions of the last training forward whose label is not ignore_index */
 };
 
 static void sce_cpu_destroy(struct glia_layer *l)
@@ -44,19 +51,35 @@ static void sce_cpu_destroy(struct glia_layer *l)
     free(s->prob);
 }
 
-/* loss(1) = mean_n [(1-e) (-log p[n, y(n)]) + e mean_c (-log p[n, c])], p = softmax(x(N,C));
- * keeps prob(N,C) when training */
+/* The rows R (N, or N*T) and classes C of logits x: every dimension but the last is a position. */
+static void sce_rows(const struct glia_tensor *x, int64_t *R, int64_t *C)
+{
+    const struct glia_shape *s = &x->shape;
+    *C = s->dim[s->ndim - 1];
+    *R = glia_shape_numel(s) / (*C > 0 ? *C : 1);
+}
+
+/* loss(1) = sum_r [(1-e) (-log p[r, y(r)]) + e mean_c (-log p[r, c])] / count over the rows r of x(R,C) (R = N or
+ * N*T) whose label y(R) is not ignore_index, p = softmax; count 0 gives 0. Keeps prob(R,C) when training. */
 static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *p = l->attrs;
     struct sce_cpu *s = l->state;
-    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    int64_t N, C;
+    sce_rows(a->in[0], &N, &C);
     const float *x = glia_tensor_f32(a->in[0]);
     const int32_t *y = glia_tensor_i32(a->labels);
-    for (int64_t i = 0; i < N; i++)
+    if (glia_tensor_numel(a->labels) < N)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] %lld labels for %lld positions", l->name,
+                          (long long)glia_tensor_numel(a->labels), (long long)N);
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (y[i] == p->ignore_index) continue;
         if (y[i] < 0 || y[i] >= C)
             return glia_error(l->ctx, GLIA_EINVAL, "[%s] label %d at batch row %lld is out of range for %lld classes",
                               l->name, y[i], (long long)i, (long long)C);
+        count++;
+    }
     if (a->train && s->cap < N * C) {
         float *q = realloc(s->prob, sizeof(float) * (size_t)(N * C));
         if (!q) return GLIA_ENOMEM;
@@ -66,6 +89,7 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     double total = 0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {
+        if (y[i] == p->ignore_index) continue;  /* its gradient row is 0: prob is not read */
         const float *r = x + i * C;
         float mx = r[0];
         for (int64_t j = 1; j < C; j++) mx = r[j] > mx ? r[j] : mx;
@@ -80,35 +104,40 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
         if (a->train)
             for (int64_t j = 0; j < C; j++) s->prob[i * C + j] = (float)exp((double)r[j] - lse);
     }
-    glia_tensor_f32(a->out)[0] = (float)(total / (double)N);
+    if (a->train) s->count = count;
+    glia_tensor_f32(a->out)[0] = count > 0 ? (float)(total / (double)count) : 0.0f;
     return GLIA_OK;
 }
 
-/* dx(N,C) (+)= scale * (prob - (1-e) onehot(y) - e/C) / N */
+/* dx(R,C) (+)= scale * (prob - (1-e) onehot(y) - e/C) / count on the counted rows, 0 on the ignored ones */
 static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *p = l->attrs;
     const struct sce_cpu *s = l->state;
     if (!a->din[0]) return GLIA_OK;
-    int64_t N = a->in[0]->shape.dim[0], C = a->in[0]->shape.dim[1];
+    int64_t N, C;
+    sce_rows(a->in[0], &N, &C);
     const int32_t *y = glia_tensor_i32(a->labels);
     float *dx = glia_tensor_f32(a->din[0]);
-    float k = glia_tensor_f32(a->dout)[0] / (float)N;
+    float k = s->count > 0 ? glia_tensor_f32(a->dout)[0] / (float)s->count : 0.0f;
     bool add = a->din_accumulate[0];
     float e = p->smoothing, off = e / (float)C;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++)
+    for (int64_t i = 0; i < N; i++) {
+        bool ignored = y[i] == p->ignore_index;
         for (int64_t j = 0; j < C; j++) {
-            float g = k * (s->prob[i * C + j] - (j == y[i] ? 1.0f - e : 0.0f) - off);
+            float g = ignored ? 0.0f : k * (s->prob[i * C + j] - (j == y[i] ? 1.0f - e : 0.0f) - off);
             dx[i * C + j] = add ? dx[i * C + j] + g : g;
         }
+    }
     return GLIA_OK;
 }
 
 static const struct glia_layer_type sce_type = {
     .struct_size = sizeof(struct glia_layer_type),
     .name = "softmax_cross_entropy",
-    .doc = "loss: mean cross-entropy of softmax(logits) and integer labels",
+    .doc = "loss: mean cross-entropy of softmax(logits) and integer labels, over (N, classes) logits with (N) labels or "
+           "(N, T, classes) logits with (N, T) labels",
     .keys = sce_keys,
     .min_inputs = 1,
     .max_inputs = 1,

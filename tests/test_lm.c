@@ -1,0 +1,353 @@
+/* tests/test_lm.c — a language model's data and evaluation: llm.c token files and byte files read as one stream
+ * (files generated here), their errors, the windows of an epoch (random per (seed, epoch), sequential for
+ * validation, never across a file's end), the [data] keys of format = token_stream and bytes, and a bigram model
+ * (tests/fixtures/bigram) trained end to end whose validation loss falls and whose perplexity is reported.
+ * Not the loss kernel (test_layers.c, torch_layer_softmax_cross_entropy.py). */
+#include <math.h>
+#include <string.h>
+#include "loader.h"
+#include "parts.h"
+#include "modelutil.h"
+#include "../tools/plot.h"
+
+static char dir[512];
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("lm"));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+}
+
+static const char *path_of(const char *name)
+{
+    static char bufs[4][700];
+    static int k;
+    char *b = bufs[k++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", dir, name);
+    return b;
+}
+
+/* An llm.c token file: header words magic, version, count (the count written may differ from n), then the n tokens
+ * base, base + 1, ... (mod 65536), then `extra` more bytes. */
+static void write_llmc(const char *name, int32_t magic, int32_t version, int32_t count, int n, unsigned base, int extra)
+{
+    FILE *f = fopen(path_of(name), "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    uint8_t h[1024] = {0};
+    int32_t w[3] = {magic, version, count};
+    for (int i = 0; i < 3; i++)
+        for (int b = 0; b < 4; b++) h[4 * i + b] = (uint8_t)((uint32_t)w[i] >> 8 * b);
+    fwrite(h, 1, sizeof h, f);
+    for (int i = 0; i < n; i++) {
+        unsigned t = (base + (unsigned)i) & 0xffff;
+        fputc((int)(t & 0xff), f);
+        fputc((int)(t >> 8), f);
+    }
+    for (int i = 0; i < extra; i++) fputc(0, f);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+}
+
+static struct glia_context *ctx;
+
+static glia_status load(const char *const *names, int n, bool bytes, int64_t vocab, struct glia__dataset *d)
+{
+    const char *paths[8];
+    char buf[8][700];
+    for (int i = 0; i < n; i++) {
+        snprintf(buf[i], sizeof buf[i], "%s", path_of(names[i]));
+        paths[i] = buf[i];
+    }
+    return glia__stream_load(ctx, paths, n, bytes, vocab, d);
+}
+
+/* Whether the window at start s of d lies inside one shard. */
+static bool inside_one_shard(const struct glia__dataset *d, int64_t s)
+{
+    for (int k = 0; k < d->n_shards; k++) {
+        int64_t b = k ? d->shard_end[k - 1] : 0;
+        if (s >= b && s < d->shard_end[k]) return s + d->cols + 1 <= d->shard_end[k];
+    }
+    return false;
+}
+
+/* Two shards of consecutive tokens (1000.. and 5000..): a window that crossed from one into the other would break
+ * the +1 steps. Random windows are a pure function of (seed, epoch), differ between epochs, and stay in a shard;
+ * sequential ones start at 0, T, 2T, ... of each shard; the batches hold inputs and their next tokens. */
+static void test_windows(void)
+{
+    make_dir();
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    write_llmc("a.bin", 20240520, 1, 50, 50, 1000, 0);
+    write_llmc("b.bin", 20240520, 1, 23, 23, 5000, 0);
+    struct glia__dataset d;
+    const char *names[2] = {"a.bin", "b.bin"};
+    CU_ASSERT_EQUAL_FATAL(load(names, 2, false, 0, &d), GLIA_OK);
+    CU_ASSERT_EQUAL(d.n_tok, 73);
+    CU_ASSERT_EQUAL(d.n_shards, 2);
+    CU_ASSERT(d.tokens && d.stream);
+    d.cols = 8;
+    CU_ASSERT_EQUAL(glia__stream_count(&d, 8, true), 49 / 8 + 22 / 8);  /* 6 + 2 */
+    CU_ASSERT_EQUAL(glia__stream_count(&d, 8, false), 42 + 15);
+    d.n = 40;
+    int64_t s1[40], s2[40], s3[40];
+    glia__stream_starts(&d, true, 7, 1, s1);
+    glia__stream_starts(&d, true, 7, 1, s2);
+    glia__stream_starts(&d, true, 7, 2, s3);
+    CU_ASSERT_EQUAL(memcmp(s1, s2, sizeof s1), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(s1, s3, sizeof s1), 0);
+    bool in_b = false;
+    for (int i = 0; i < 40; i++) {
+        CU_ASSERT(inside_one_shard(&d, s1[i]) && inside_one_shard(&d, s3[i]));
+        in_b |= s1[i] >= 50;
+    }
+    CU_ASSERT(in_b);  /* both files are drawn from */
+    glia__stream_starts(&d, false, 7, 1, s2);
+    const int64_t seq[8] = {0, 8, 16, 24, 32, 40, 50, 58};
+    for (int i = 0; i < 40; i++) CU_ASSERT_EQUAL(s2[i], seq[i % 8]);  /* in order, then again */
+    int32_t x[2 * 8], y[2 * 8];
+    glia__stream_fill(&d, (int64_t[]){3, 58}, 2, x, y);
+    for (int j = 0; j < 8; j++) {
+        CU_ASSERT_EQUAL(x[j], 1003 + j);
+        CU_ASSERT_EQUAL(y[j], 1004 + j);
+        CU_ASSERT_EQUAL(x[8 + j], 5008 + j);
+        CU_ASSERT_EQUAL(y[8 + j], 5009 + j);
+    }
+    glia__dataset_free(&d);
+    glia_context_free(ctx);
+}
+
+/* Every bad file: one line naming it and what is wrong. */
+static void test_errors(void)
+{
+    make_dir();
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    static const struct {
+        int32_t magic, version, count;
+        int n, header_bytes, extra;
+        int64_t vocab;
+        const char *want;
+    } cs[] = {
+        {20240521, 1, 10, 10, 1024, 0, 0, "bad magic 20240521 (an llm.c token file has 20240520)"},
+        {20240520, 2, 10, 10, 1024, 0, 0, "version 2 (glia reads llm.c token files of version 1"},
+        {20240520, 1, 10, 9, 1024, 0, 0, "truncated: the header says 10 tokens, the file holds 9"},
+        {20240520, 1, 10, 10, 1024, 3, 0, "bytes after the 10 tokens the header says"},
+        {20240520, 1, 10, 10, 1024, 0, 1005, "token 1005 at position 5 is not below the vocabulary's 1005"},
+        {20240520, 1, -4, 0, 1024, 0, 0, "the header's token count -4 is negative"},
+        {20240520, 1, 10, 0, 100, 0, 0, "truncated header: 100 bytes, an llm.c token file starts with 1024"},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (cs[c].header_bytes < 1024) {
+            FILE *f = fopen(path_of("bad.bin"), "wb");
+            CU_ASSERT_FATAL(f != NULL);
+            for (int i = 0; i < cs[c].header_bytes; i++) fputc(i == 0 ? 0x28 : 0, f);
+            fclose(f);
+        } else {
+            write_llmc("bad.bin", cs[c].magic, cs[c].version, cs[c].count, cs[c].n, 1000, cs[c].extra);
+        }
+        struct glia__dataset d;
+        const char *names[2] = {"good.bin", "bad.bin"};
+        write_llmc("good.bin", 20240520, 1, 20, 20, 0, 0);
+        CU_ASSERT_NOT_EQUAL(load(names, 2, false, cs[c].vocab, &d), GLIA_OK);
+        const char *e = glia_context_error(ctx);
+        if (!strstr(e, cs[c].want) || !strstr(e, "bad.bin")) printf("\n  got '%s', want '%s'\n", e, cs[c].want);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e, cs[c].want));
+        CU_ASSERT_PTR_NOT_NULL(strstr(e, "/bad.bin: "));
+        CU_ASSERT_PTR_NULL(strchr(e, '\n'));
+        CU_ASSERT_PTR_NULL(d.tok);  /* nothing kept */
+    }
+    struct glia__dataset d;
+    const char *missing[1] = {"none.bin"};
+    CU_ASSERT_NOT_EQUAL(load(missing, 1, true, 0, &d), GLIA_OK);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "none.bin"));
+    glia_context_free(ctx);
+}
+
+/* format = bytes without validation files: the last val_fraction of the bytes, the files' ends kept on both sides. */
+static void test_bytes_split(void)
+{
+    make_dir();
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_test_write(path_of("one.txt"), "0123456789abcdefghij") == 0);        /* 20 bytes */
+    CU_ASSERT_FATAL(glia_test_write(path_of("two.txt"), "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123") == 0);  /* 30 */
+    for (int c = 0; c < 2; c++) {
+        double frac = c ? 0.7 : 0.1;  /* the cut inside two.txt, or inside one.txt */
+        struct glia__dataset d, t;
+        const char *names[2] = {"one.txt", "two.txt"};
+        CU_ASSERT_EQUAL_FATAL(load(names, 2, true, 0, &d), GLIA_OK);
+        CU_ASSERT_EQUAL(d.n_tok, 50);
+        CU_ASSERT_EQUAL(d.tok[20], 'A');
+        CU_ASSERT_EQUAL_FATAL(glia__stream_split(&d, frac, &t), GLIA_OK);
+        int64_t cut = c ? 15 : 45;
+        CU_ASSERT_EQUAL(d.n_tok, cut);
+        CU_ASSERT_EQUAL(t.n_tok, 50 - cut);
+        CU_ASSERT_EQUAL(d.n_shards, c ? 1 : 2);
+        CU_ASSERT_EQUAL(d.shard_end[d.n_shards - 1], cut);
+        CU_ASSERT_EQUAL(t.n_shards, c ? 2 : 1);
+        CU_ASSERT_EQUAL(t.shard_end[t.n_shards - 1], 50 - cut);
+        if (c) CU_ASSERT_EQUAL(t.shard_end[0], 5);  /* the rest of one.txt, then two.txt */
+        CU_ASSERT_EQUAL(t.tok[0], c ? 'f' : 'Z');
+        glia__dataset_free(&d);
+        glia__dataset_free(&t);
+    }
+    glia_context_free(ctx);
+}
+
+/* A model of [data] `data` (appended to format and batch keys) over the bigram fixture and the loss. */
+static const char *model_text(const char *data, const char *train, int vocab)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[plugins]\npath = %s\n[runtime]\ndevice = cpu\nseed = 3\n"
+             "[data]\nbatch_size = 4\ntest_batch_size = 8\nworkers = 1\n%s\n"
+             "[train]\noptimizer = adam\nlr = 0.05\n%s\n"
+             "[lm]\ntype = bigram\nvocab = %d\n[loss]\ntype = softmax_cross_entropy\n",
+             glia_test_fixtures(), data, train, vocab);
+    return buf;
+}
+
+/* The windows an epoch takes: tokens / (B T) batches, or steps_per_epoch's; validation's sequential windows, or
+ * val_batches' batches of them; and the keys' errors. */
+static void test_keys(void)
+{
+    make_dir();
+    write_llmc("train_000.bin", 20240520, 1, 1000, 1000, 10, 0);
+    write_llmc("train_001.bin", 20240520, 1, 600, 600, 10, 0);
+    write_llmc("val_000.bin", 20240520, 1, 300, 300, 10, 0);
+    char data[1400];
+    snprintf(data, sizeof data, "format = token_stream\ntrain_tokens = %s/train_*.bin\nval_tokens = %s/val_*.bin\n"
+                                "seq_len = 16\n", dir, dir);
+    struct run r;
+    open_run(&r, model_text(data, "", 2000));
+    CU_ASSERT_EQUAL(r.m->data.train.n_shards, 2);
+    CU_ASSERT_EQUAL(r.m->data.train.n, 1600 / (4 * 16) * 4);  /* 25 steps of 4 windows */
+    CU_ASSERT_EQUAL(r.m->data.test.n, 299 / 16);               /* sequential windows of 17 tokens */
+    CU_ASSERT_EQUAL(r.m->data.vocab, 1010);                     /* the largest token + 1 */
+    CU_ASSERT(r.m->data.lm);
+    close_run(&r);
+    char more[1600];
+    snprintf(more, sizeof more, "%svocab = 1700\nsteps_per_epoch = 7\nval_batches = 2\n", data);
+    open_run(&r, model_text(more, "", 2000));
+    CU_ASSERT_EQUAL(r.m->data.train.n, 7 * 4);
+    CU_ASSERT_EQUAL(r.m->data.test.n, 2 * 8);
+    CU_ASSERT_EQUAL(r.m->data.vocab, 1700);
+    close_run(&r);
+    /* errors, each naming its key or file */
+    snprintf(more, sizeof more, "%svocab = 1000\n", data);
+    expect_build_error(model_text(more, "", 2000), "train_000.bin: token 1000 at position 990 is not below the "
+                                                   "vocabulary's 1000");
+    snprintf(more, sizeof more, "format = token_stream\ntrain_tokens = %s/train_*.bin\nseq_len = 16\n", dir);
+    expect_build_error(model_text(more, "", 2000), "val_tokens: missing required key (format = token_stream)");
+    snprintf(more, sizeof more, "%sval_fraction = 0.2\n", data);
+    expect_build_error(model_text(more, "", 2000), "'val_fraction' applies to format = bytes, not token_stream");
+    snprintf(more, sizeof more, "format = token_stream\ntrain_tokens = %s/nothing_*.bin\nval_tokens = %s/val_*.bin\n"
+                                "seq_len = 16\n", dir, dir);
+    expect_build_error(model_text(more, "", 2000), "no file matches");
+    snprintf(more, sizeof more, "%s", data);
+    strcpy(strstr(more, "seq_len = 16"), "seq_len = 300\n");
+    expect_build_error(model_text(more, "", 2000), "the validation files hold no window of seq_len + 1 = 301 tokens");
+    expect_build_error(model_text(data, "", 1000), "[lm] vocab: 1000 is smaller than [data] vocab = 1010");
+    /* a per-sample loss is not a language model's */
+    snprintf(more, sizeof more,
+             "[runtime]\ndevice = cpu\n[data]\n%s\n[emb]\ntype = embedding\nvocab = 2000\ndim = 4\n[f]\ntype = flatten\n"
+             "[fc]\ntype = linear\noutputs = 2000\n[loss]\ntype = softmax_cross_entropy\n", data);
+    expect_build_error(more, "a language model's loss expects (N, T, vocab) logits, T = [data] seq_len = 16 (a label "
+                             "per position), got 64x2000");
+}
+
+/* The last "key": value of a metrics file's last line (NAN when absent). */
+static double last_metric(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char line[4096], last[4096] = "", want[64];
+    while (fgets(line, sizeof line, f)) strcpy(last, line);
+    fclose(f);
+    snprintf(want, sizeof want, "\"%s\": ", key);
+    const char *p = strstr(last, want);
+    return p ? atof(p + strlen(want)) : NAN;
+}
+
+/* Text whose next byte the current one mostly decides (a bigram model's to learn), from a seeded generator. */
+static void write_text(const char *name, int n, unsigned seed)
+{
+    static const char next[] = "the quick brown fox jumps over a lazy dog ";
+    FILE *f = fopen(path_of(name), "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        at = (seed >> 16) % 10 == 0 ? (int)((seed >> 20) % (sizeof next - 1)) : (at + 1) % (int)(sizeof next - 1);
+        fputc(next[at], f);
+    }
+    CU_ASSERT_FATAL(fclose(f) == 0);
+}
+
+/* A bigram model trained on bytes: the validation loss falls well below the uniform guess's log 256, every epoch
+ * reports it with its perplexity (the line, the metrics file without an accuracy), and a second run repeats the
+ * first bit for bit (windows drawn from the seed and the epoch). */
+static void test_trains(void)
+{
+    make_dir();
+    write_text("corpus_a.txt", 6000, 1);
+    write_text("corpus_b.txt", 3000, 2);
+    char data[1400];
+    snprintf(data, sizeof data, "format = bytes\ntrain_tokens = %s/corpus_*.txt\nseq_len = 32\nval_fraction = 0.2\n",
+             dir);
+    float *w[2];
+    long long n = 0;
+    for (int k = 0; k < 2; k++) {
+        struct run r;
+        open_run(&r, model_text(data, "epochs = 3", 256));
+        struct glia_epoch_result res[3] = GLIA_TEST_RESULTS;
+        const char *metrics = glia_test_tmp("lm-metrics.jsonl");
+        char out_path[700];
+        snprintf(out_path, sizeof out_path, "%s/out.txt", dir);
+        FILE *out = fopen(out_path, "w+");
+        CU_ASSERT_FATAL(out != NULL);
+        struct glia_train_options o = quiet;
+        o.metrics_path = metrics;
+        o.out = out;
+        o.progress = 0;
+        glia_status st = glia_model_train(r.m, &o, res, 3);
+        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        if (k == 0) printf("\n  val_loss %.3f -> %.3f -> %.3f (log 256 = %.3f)", res[0].test_loss, res[1].test_loss,
+                           res[2].test_loss, log(256.0));
+        CU_ASSERT(res[0].test_loss < log(256.0));
+        CU_ASSERT(res[2].test_loss < res[0].test_loss);
+        CU_ASSERT(res[2].test_loss < 1.5);  /* mostly one next byte: far below the uniform 5.55 */
+        CU_ASSERT(isnan(res[2].test_accuracy));
+        CU_ASSERT_DOUBLE_EQUAL(last_metric(metrics, "val_loss"), res[2].test_loss, 1e-6);
+        CU_ASSERT_DOUBLE_EQUAL(last_metric(metrics, "perplexity"), exp(res[2].test_loss), 1e-4 * exp(res[2].test_loss));
+        CU_ASSERT(isnan(last_metric(metrics, "test_accuracy")));
+        char err[256], svg[700];
+        snprintf(svg, sizeof svg, "%s/lm.svg", dir);
+        int rc = glia_plot(metrics, svg, err, sizeof err);  /* glia plot draws the losses */
+        if (rc) printf("\n  glia plot: %s\n", err);
+        CU_ASSERT_EQUAL(rc, 0);
+        rewind(out);
+        char text[8192];
+        size_t got = fread(text, 1, sizeof text - 1, out);
+        text[got] = 0;
+        fclose(out);
+        char want[128];
+        snprintf(want, sizeof want, "val_loss %.4f perplexity %.4g", res[2].test_loss, exp(res[2].test_loss));
+        if (!strstr(text, want)) printf("\n  output: %s\n  want: %s\n", text, want);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+        CU_ASSERT_PTR_NULL(strstr(text, "test_accuracy"));
+        double loss, acc;
+        CU_ASSERT_EQUAL(glia_model_evaluate(r.m, &loss, &acc), GLIA_OK);
+        CU_ASSERT_DOUBLE_EQUAL(loss, res[2].test_loss, 1e-6);
+        CU_ASSERT(isnan(acc));
+        w[k] = weights(&r, &n);
+        close_run(&r);
+    }
+    CU_ASSERT_EQUAL(memcmp(w[0], w[1], sizeof(float) * (size_t)n), 0);
+    free(w[0]);
+    free(w[1]);
+}
+
+GLIA_TEST_MAIN("lm", GLIA_TEST(test_windows), GLIA_TEST(test_errors), GLIA_TEST(test_bytes_split), GLIA_TEST(test_keys),
+               GLIA_TEST(test_trains))
