@@ -1,7 +1,8 @@
-/* tests/test_cuda_seq.c — the CUDA impls of embedding and seq_pool against their CPU impls on a GPU, on fresh
- * random token batches: both memory formats, write and accumulate, train and eval, padding, rows of padding only,
- * many repeats of few tokens (the atomic scatter; with [runtime] deterministic the CPU's bits); out-of-range tokens (zeros on CUDA),
- * the padding row's init and the max mode's refusal after eval. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
+/* tests/test_cuda_seq.c — the CUDA impls of embedding (both outputs), seq_pool and position_embedding against their
+ * CPU impls on a GPU, on fresh random token batches and sequences: both memory formats, write and accumulate, train
+ * and eval, padding, rows of padding only, many repeats of few tokens (the atomic scatter; with [runtime]
+ * deterministic the CPU's bits); out-of-range tokens (zeros on CUDA), the padding row's init, the max mode's refusal
+ * after eval and position_embedding's of a batch longer than max_positions. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
  * semantics: test_seq. */
 #include "cudautil.h"
 
@@ -37,6 +38,77 @@ static void test_embedding(void)
         {"[e]\ntype = embedding\nvocab = 50\ndim = 1\n", S(2, 8, 17, 0, 0), 50},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_all(cases[i].ini, &cases[i].in, 1, 1u, cases[i].high);
+}
+
+/* output = sequence: (N, L, dim), one layout; with [runtime] deterministic the CPU's bits */
+static void test_embedding_sequence(void)
+{
+    struct {
+        const char *ini;
+        struct glia_shape in;
+        int32_t high;
+    } cases[] = {
+        {"[e]\ntype = embedding\nvocab = 7\ndim = 3\noutput = sequence\n", S(2, 4, 9, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 5\ndim = 8\npadding_idx = 3\noutput = sequence\n", S(2, 3, 1, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\npadding_idx = -1\noutput = sequence\n", S(2, 16, 128, 0, 0),
+         1000},
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\noutput = sequence\n", S(2, 32, 200, 0, 0), 3},
+    };
+    struct glia_runtime_options o = cuda_gpu->options;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int acc = 0; acc < 2; acc++) {
+            struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .accumulate = acc,
+                                  .seed = 60 + 2 * (uint64_t)i + (uint64_t)acc};
+            cuda_expect_ids(&k, 1u, cases[i].high, 1e-4);
+            o.deterministic = true;
+            CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+            struct cuda_diff d = cuda_compare_ids(&k, 1u, cases[i].high);
+            if (d.out != 0 || d.dparam != 0)
+                printf("\n  %s deterministic%s: out differs by %g, weight gradient by %g\n", cases[i].ini,
+                       acc ? ", accumulate" : "", d.out, d.dparam);
+            CU_ASSERT(d.out == 0 && d.dparam == 0);
+            o.deterministic = false;
+            CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+        }
+        struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .eval = true, .seed = 7};
+        cuda_expect_ids(&k, 1u, cases[i].high, 1e-4);
+    }
+}
+
+/* position_embedding on (N, T, C), T below and at max_positions, write and accumulate, train and eval: the CPU's
+ * bits (one addition per element; the weight gradient's sums over n in the CPU's order); a batch longer than the
+ * table is refused naming the layer. */
+static void test_position_embedding(void)
+{
+    struct {
+        const char *ini;
+        struct glia_shape in;
+    } cases[] = {
+        {"[p]\ntype = position_embedding\nmax_positions = 8\n", S(3, 2, 5, 8, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 16\ninit_std = 1\n", S(3, 4, 16, 64, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 2\n", S(3, 3, 1, 7, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 512\n", S(3, 5, 300, 33, 0)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .accumulate = m == 1,
+                                  .eval = m == 2, .seed = 70 + 3 * (uint64_t)i + (uint64_t)m};
+            struct cuda_diff d = cuda_compare(&k);
+            if (d.out != 0 || d.din != 0 || d.dparam != 0)
+                printf("\n  %s mode %d: out %g din %g dparam %g\n", cases[i].ini, m, d.out, d.din, d.dparam);
+            CU_ASSERT(d.out == 0 && d.din == 0 && d.dparam == 0);
+        }
+    struct glia_shape built = S(3, 2, 4, 3, 0), longer = S(3, 2, 5, 3, 0);
+    struct cuda_built G;
+    cuda_build("[p]\ntype = position_embedding\nmax_positions = 4\n", "cuda", cuda_gpu, &built, 1, &G);
+    struct glia_tensor *x = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS), *y = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "[p] position_embedding takes (N, T <= 4, 3), got 2x5x3"));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    cuda_unbuild(&G);
 }
 
 static void test_seq_pool(void)
@@ -191,5 +263,6 @@ static void test_seq_pool_eval_keeps_nothing(void)
 }
 
 CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool),
+               GLIA_TEST(test_embedding_sequence), GLIA_TEST(test_position_embedding),
                GLIA_TEST(test_embedding_out_of_range), GLIA_TEST(test_embedding_padding_init),
                GLIA_TEST(test_seq_pool_eval_keeps_nothing))

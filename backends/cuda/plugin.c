@@ -20,6 +20,8 @@ static glia_status cuda_probe(struct glia_context *ctx, char *why, size_t why_si
     return GLIA_OK;
 }
 
+glia_status glia__cuda_register_embed_seq(struct glia_registry *r);  /* embed_seq.c: position_embedding */
+
 static glia_status cuda_init(struct glia_registry *r)
 {
     glia_status st = glia_register_backend(r, &glia__cuda_ops);
@@ -29,6 +31,7 @@ static glia_status cuda_init(struct glia_registry *r)
     if (!st) st = glia__cuda_register_pointwise(r);
     if (!st) st = glia__cuda_register_optim(r);
     if (!st) st = glia__cuda_register_seq(r);
+    if (!st) st = glia__cuda_register_embed_seq(r);
     return st;
 }
 
