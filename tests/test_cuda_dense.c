@@ -513,10 +513,11 @@ static void test_dropout_same_mask(void)
     set_precision(GLIA_PRECISION_FP32);
     static const char *inis[] = {"[d]\ntype = dropout\np = 0.3\n", "[d]\ntype = dropout\n",
                                  "[d]\ntype = dropout\np = 0\n", "[d]\ntype = dropout\np = 0.9\n"};
-    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(4, 1, 13, 3, 3), S(2, 6, 7, 0, 0), S(4, 3, 1, 1, 1)};
+    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(4, 1, 13, 3, 3), S(2, 6, 7, 0, 0), S(4, 3, 1, 1, 1),
+                                        S(3, 2, 5, 12, 0)};  /* (N, T, C) */
     for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int f = 0; f < 2; f++) {
+            for (int f = 0; f < (shapes[s].ndim == 4 ? 2 : 1); f++) {
                 struct cuda_case k = {.ini = inis[i], .in = &shapes[s], .n_in = 1,
                                       .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .seed = 800 + s};
                 /* written: the same elements dropped, the same products -> bit-identical */

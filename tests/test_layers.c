@@ -264,6 +264,7 @@ static void test_dropout(void)
     check_ok("[d]\ntype = dropout\np = 0.3\n", S(2, 6, 7, 0, 0), 21);
     check_ok("[d]\ntype = dropout\n", S(4, 2, 3, 2, 2), 22);
     check_ok("[d]\ntype = dropout\np = 0\n", S(2, 3, 3, 0, 0), 23);
+    check_ok("[d]\ntype = dropout\np = 0.2\n", S(3, 2, 3, 4, 0), 24);
 }
 
 static void test_dropout_statistics(void)
@@ -315,6 +316,8 @@ static void test_add(void)
     check_multi("[a]\ntype = add\n", two, 2, 31);
     struct glia_shape three[3] = {S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2)};
     check_multi("[a]\ntype = add\n", three, 3, 32);
+    struct glia_shape seq[2] = {S(3, 2, 3, 4, 0), S(3, 2, 3, 4, 0)};  /* (N, T, C): a transformer's residual */
+    check_multi("[a]\ntype = add\n", seq, 2, 33);
     struct glia_shape bad[2] = {S(2, 3, 4, 0, 0), S(2, 3, 5, 0, 0)};
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[a]\ntype = add\n", bad, 2, 1, 1e-2, NULL), GLIA_ESHAPE);
