@@ -5,6 +5,7 @@
  * after eval and position_embedding's of a batch longer than max_positions. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
  * semantics: test_seq. */
 #include "cudautil.h"
+#include "modelutil.h"
 
 static const enum glia_memory_format formats[2] = {GLIA_CONTIGUOUS, GLIA_CHANNELS_LAST};
 
@@ -262,7 +263,55 @@ static void test_seq_pool_eval_keeps_nothing(void)
     cuda_unbuild(&G);
 }
 
+/* A GPT-shaped model on fixed-length token sequences (N, T = 8): wte and wpe as (N, T, C), linear on the last dim,
+ * gelu into a residual add into dropout, a flatten and a classifier, trained on the CPU and on the GPU. On the GPU
+ * (fuse_pointwise = auto) act, res and drop run as one NVRTC kernel; fp32 ends within float tolerance of the CPU's
+ * weights, also replayed from a CUDA graph, and bf16 (half activations converted at position_embedding, which takes
+ * f32 only) trains as well. */
+static void test_sequence_model(void)
+{
+    char dir[512], a[600], text[4096];
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("cuda-seq-model"));
+    snprintf(a, sizeof a, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(a) == 0);
+    snprintf(a, sizeof a, "%s/train.txt", dir);
+    CU_ASSERT_FATAL(glia_test_write_tokens(a, 320, 40, 4, 8, 8, 41) == 0);
+    snprintf(a, sizeof a, "%s/test.txt", dir);
+    CU_ASSERT_FATAL(glia_test_write_tokens(a, 100, 40, 4, 8, 8, 42) == 0);
+    static const char *const runtimes[] = {"device = cpu", "device = cuda\nprecision = fp32",
+                                           "device = cuda\nprecision = fp32\ncuda_graph = on",
+                                           "device = cuda\nprecision = bf16"};
+    struct run r[4];
+    struct glia_epoch_result res[4][2] = {GLIA_TEST_RESULTS, GLIA_TEST_RESULTS, GLIA_TEST_RESULTS, GLIA_TEST_RESULTS};
+    for (int k = 0; k < 4; k++) {
+        snprintf(text, sizeof text,
+                 "[runtime]\n%s\nseed = 4\n"
+                 "[data]\nformat = tokens\ntrain = %s/train.txt\ntest = %s/test.txt\nvocab = 40\nbatch_size = 16\n"
+                 "test_batch_size = 50\nshuffle = off\n"
+                 "[train]\noptimizer = adamw\nlr = 0.003\nepochs = 2\n"
+                 "[wte]\ntype = embedding\nvocab = 40\ndim = 16\npadding_idx = -1\noutput = sequence\ninit_std = 0.02\n"
+                 "[wpe]\ntype = position_embedding\nmax_positions = 8\n"
+                 "[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = gelu\n[res]\ntype = add\ninputs = act, wpe\n"
+                 "[drop]\ntype = dropout\np = 0.1\n[fc2]\ntype = linear\noutputs = 16\n[flat]\ntype = flatten\n"
+                 "[head]\ntype = linear\noutputs = 4\n[loss]\ntype = softmax_cross_entropy\n",
+                 runtimes[k], dir, dir);
+        open_run(&r[k], text);
+        CU_ASSERT_EQUAL(r[k].m->graph.n_nodes, k ? 8 : 10);  /* act, res, drop fused on the GPU */
+        glia_status st = glia_model_train(r[k].m, &quiet, res[k], 2);
+        if (st) printf("\n  %s: %s\n", runtimes[k], glia_context_error(r[k].ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+    }
+    for (int k = 1; k < 3; k++) {
+        double worst = weight_diff(&r[k], &r[0]);
+        if (!(worst <= 2e-3)) printf("\n  %s: weights differ from the CPU's by %g\n", runtimes[k], worst);
+        CU_ASSERT(worst <= 2e-3);
+    }
+    CU_ASSERT(res[3][1].train_loss < res[3][0].train_loss);
+    CU_ASSERT(fabs(res[3][1].train_loss - res[0][1].train_loss) < 0.1);
+    for (int k = 0; k < 4; k++) close_run(&r[k]);
+}
+
 CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool),
-               GLIA_TEST(test_embedding_sequence), GLIA_TEST(test_position_embedding),
+               GLIA_TEST(test_embedding_sequence), GLIA_TEST(test_position_embedding), GLIA_TEST(test_sequence_model),
                GLIA_TEST(test_embedding_out_of_range), GLIA_TEST(test_embedding_padding_init),
                GLIA_TEST(test_seq_pool_eval_keeps_nothing))
