@@ -2,7 +2,8 @@
  * CPU impls on a GPU, on fresh random token batches and sequences: both memory formats, write and accumulate, train
  * and eval, padding, rows of padding only, many repeats of few tokens (the atomic scatter; with [runtime]
  * deterministic the CPU's bits); out-of-range tokens (zeros on CUDA), the padding row's init, the max mode's refusal
- * after eval and position_embedding's of a batch longer than max_positions. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
+ * after eval and position_embedding's of a batch longer than max_positions; a GPT-shaped model trained on the GPU
+ * against the CPU. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
  * semantics: test_seq. */
 #include "cudautil.h"
 #include "modelutil.h"
@@ -102,7 +103,8 @@ static void test_position_embedding(void)
     struct glia_shape built = S(3, 2, 4, 3, 0), longer = S(3, 2, 5, 3, 0);
     struct cuda_built G;
     cuda_build("[p]\ntype = position_embedding\nmax_positions = 4\n", "cuda", cuda_gpu, &built, 1, &G);
-    struct glia_tensor *x = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS), *y = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
+    struct glia_tensor *x = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
+    struct glia_tensor *y = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
     const struct glia_tensor *in[1] = {x};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_ESHAPE);

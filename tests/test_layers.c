@@ -477,6 +477,7 @@ GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_d
                GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
-               GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_1d_input), GLIA_TEST(test_linear_nd_shape),
+               GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_1d_input),
+               GLIA_TEST(test_linear_nd_shape),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),
                GLIA_TEST(test_checker_catches_write_over_garbage), GLIA_TEST(test_init_param_slot))

@@ -27,8 +27,8 @@ static glia_status pe_forward(struct glia_layer *l, const struct glia_fwd *a)
     glia_status st;
     if ((st = need_seq(l, a->in[0], "the input")) || (st = need_seq(l, a->out, "the output"))) return st;
     const int64_t *s = a->in[0]->shape.dim;
-    CUDA_TRY(l->ctx, glia__cuda_pos_embedding_forward(dev(a->out), dev(a->in[0]), dev(l->params[d->w].value), s[0], s[1],
-                                                      s[2], stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_pos_embedding_forward(dev(a->out), dev(a->in[0]), dev(l->params[d->w].value), s[0],
+                                                      s[1], s[2], stream_of(l)));
 fail:
     return st;
 }

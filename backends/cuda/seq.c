@@ -68,8 +68,8 @@ fail:
     return st;
 }
 
-/* dweight(vocab, dim) (+)= dy(N, dim, 1, L) (or dy(N, L, dim)) scattered to the rows of the valid tokens other than padding_idx
- * (zeroed first when unset); no input gradient */
+/* dweight(vocab, dim) (+)= dy(N, dim, 1, L) (or dy(N, L, dim)) scattered to the rows of the valid tokens other
+ * than padding_idx (zeroed first when unset); no input gradient */
 static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_embedding_attrs *d = l->attrs;
