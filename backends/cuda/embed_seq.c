@@ -16,8 +16,9 @@ static glia_status need_seq(const struct glia_layer *l, const struct glia_tensor
     glia_status st = glia_position_embedding_check(l, t);
     if (st) return st;
     if (t->dtype == GLIA_F32 && glia_tensor_is_contiguous(t)) return GLIA_OK;
-    return glia_error(l->ctx, GLIA_EINVAL, "[%s] position_embedding (cuda): %s must be a contiguous f32 tensor, got %s",
-                      l->name, what, glia_dtype_name(t->dtype));
+    return glia_error(l->ctx, GLIA_EINVAL,
+                      "[%s] position_embedding (cuda): %s must be a contiguous f32 tensor, got %s%s", l->name, what,
+                      glia_dtype_name(t->dtype), glia_tensor_is_contiguous(t) ? "" : " (strided)");
 }
 
 /* y(N, T, C) = x(N, T, C) + weight(max_positions, C)[t] */
