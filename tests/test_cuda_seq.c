@@ -111,6 +111,15 @@ static void test_position_embedding(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "[p] position_embedding takes (N, T <= 4, 3), got 2x5x3"));
     glia_tensor_release(x);
     glia_tensor_release(y);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F16, &built, &x) == GLIA_OK);  /* f32 only: the core converts */
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F16, &built, &y) == GLIA_OK);
+    in[0] = x;
+    fa.out = y;
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx),
+                                  "[p] position_embedding (cuda): the input must be a contiguous f32 tensor, got f16"));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
     cuda_unbuild(&G);
 }
 
