@@ -120,6 +120,30 @@ static void test_linear_low_precision(void)
     set_precision(GLIA_PRECISION_FP32);
 }
 
+/* (N, T, F) and 4-D inputs: one GEMM over every leading dim's rows, as the CPU's (and nn.Linear) */
+static void test_linear_nd(void)
+{
+    need_cpu("linear");
+    const struct {
+        const char *ini;
+        struct glia_shape in;
+    } cs[] = {
+        {"[fc]\ntype = linear\noutputs = 7\n", S(3, 2, 3, 5, 0)},
+        {"[fc]\ntype = linear\noutputs = 33\nbias = off\n", S(3, 4, 17, 37, 0)},
+        {"[fc]\ntype = linear\noutputs = 64\n", S(3, 8, 64, 96, 0)},
+        {"[fc]\ntype = linear\noutputs = 5\n", S(4, 2, 3, 4, 6)},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        expect_both_modes((struct cuda_case){.ini = cs[c].ini, .in = &cs[c].in, .n_in = 1, .seed = 150 + c},
+                          cuda_tol(GLIA_PRECISION_FP32));
+        if (cs[c].in.dim[cs[c].in.ndim - 1] <= 6)  /* bf16 activations: sums short enough for cuda_tol */
+            expect_both_modes((struct cuda_case){.ini = cs[c].ini, .in = &cs[c].in, .n_in = 1, .seed = 160 + c,
+                                                 .precision = GLIA_PRECISION_BF16, .act = GLIA_BF16},
+                              cuda_tol(GLIA_PRECISION_BF16));
+    }
+    set_precision(GLIA_PRECISION_FP32);
+}
+
 static void test_linear_eval(void)
 {
     need_cpu("linear");
@@ -509,10 +533,11 @@ static void test_dropout_same_mask(void)
     set_precision(GLIA_PRECISION_FP32);
     static const char *inis[] = {"[d]\ntype = dropout\np = 0.3\n", "[d]\ntype = dropout\n",
                                  "[d]\ntype = dropout\np = 0\n", "[d]\ntype = dropout\np = 0.9\n"};
-    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(4, 1, 13, 3, 3), S(2, 6, 7, 0, 0), S(4, 3, 1, 1, 1)};
+    const struct glia_shape shapes[] = {S(4, 2, 3, 5, 7), S(4, 1, 13, 3, 3), S(2, 6, 7, 0, 0), S(4, 3, 1, 1, 1),
+                                        S(3, 2, 5, 12, 0)};  /* (N, T, C) */
     for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int f = 0; f < 2; f++) {
+            for (int f = 0; f < (shapes[s].ndim == 4 ? 2 : 1); f++) {
                 struct cuda_case k = {.ini = inis[i], .in = &shapes[s], .n_in = 1,
                                       .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .seed = 800 + s};
                 /* written: the same elements dropped, the same products -> bit-identical */
@@ -553,7 +578,8 @@ static void test_dropout_half(void)
 }
 
 CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_linear_fp32),
-               GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_eval), GLIA_TEST(test_linear_packed_params),
+               GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_nd), GLIA_TEST(test_linear_eval),
+               GLIA_TEST(test_linear_packed_params),
                GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback),
                GLIA_TEST(test_sce), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

@@ -354,6 +354,35 @@ static void test_pointwise_exprs(void)
     }
 }
 
+/* A transformer's (N, T, C) sequences: every activation, add, and the chains fuse_pointwise makes of them (gelu
+ * feeding a residual add feeding a dropout, and GPT-2's tanh form of gelu), in f32 and bf16. */
+static void test_sequences(void)
+{
+    cpu_plugins();
+    const struct glia_shape seq[3] = {S(3, 2, 5, 12, 0), S(3, 2, 5, 12, 0), S(3, 2, 5, 12, 0)};
+    const struct glia_shape odd = S(3, 3, 7, 33, 0);
+    for (int a = 0; a < N_ACTIVATIONS; a++) {
+        expect_all(activations[a], &seq[0], 1, 1e-5, 500 + (uint64_t)a);
+        expect_all(activations[a], &odd, 1, 1e-5, 510 + (uint64_t)a);
+    }
+    expect_all("[l]\ntype = add\n", seq, 2, 1e-6, 520);
+    expect_all("[l]\ntype = add\n", seq, 3, 1e-6, 521);
+    static const char *const chains[] = {
+        "[l]\ntype = pointwise\nexpr = dropout(0.5 * x * (1 + erf(x * 0.70710678118654752)) + y, 0.1)\n",
+        "[l]\ntype = pointwise\nexpr = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x^3)))\n",
+        "[l]\ntype = pointwise\nexpr = relu(x + y + z)\n",
+    };
+    const int n_in[3] = {2, 1, 3};
+    for (int c = 0; c < 3; c++) {
+        expect_all(chains[c], seq, n_in[c], 1e-4, 530 + (uint64_t)c);
+        for (int acc = 0; acc < 2; acc++) {
+            struct cuda_case k = {.ini = chains[c], .in = seq, .n_in = n_in[c], .precision = GLIA_PRECISION_BF16,
+                                  .accumulate = acc, .seed = 540 + (uint64_t)c, .act = GLIA_BF16};
+            cuda_expect(&k, 1.0 / 256 + 1e-4);
+        }
+    }
+}
+
 /* The activations and pointwise expressions on bf16 and f16 activations (precision bf16, fp16: the kernels compiled
  * for that type too): the CPU's f32 results on the same (rounded) values, rounded once. */
 static void test_jit_half(void)
@@ -451,5 +480,6 @@ static void test_pointwise_bad_expr(void)
 
 CUDA_TEST_MAIN("cuda_pointwise", GLIA_TEST(test_activations), GLIA_TEST(test_activations_large_eval_tf32),
                GLIA_TEST(test_activation_edges), GLIA_TEST(test_relu_torch_values), GLIA_TEST(test_add), GLIA_TEST(test_add_half), GLIA_TEST(test_pointwise_exprs), GLIA_TEST(test_jit_half),
+               GLIA_TEST(test_sequences),
                GLIA_TEST(test_pointwise_grad_modes), GLIA_TEST(test_pointwise_special_values),
                GLIA_TEST(test_pointwise_bad_expr))

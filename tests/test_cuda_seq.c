@@ -1,9 +1,12 @@
-/* tests/test_cuda_seq.c — the CUDA impls of embedding and seq_pool against their CPU impls on a GPU, on fresh
- * random token batches: both memory formats, write and accumulate, train and eval, padding, rows of padding only,
- * many repeats of few tokens (the atomic scatter; with [runtime] deterministic the CPU's bits); out-of-range tokens (zeros on CUDA),
- * the padding row's init and the max mode's refusal after eval. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
+/* tests/test_cuda_seq.c — the CUDA impls of embedding (both outputs), seq_pool and position_embedding against their
+ * CPU impls on a GPU, on fresh random token batches and sequences: both memory formats, write and accumulate, train
+ * and eval, padding, rows of padding only, many repeats of few tokens (the atomic scatter; with [runtime]
+ * deterministic the CPU's bits); out-of-range tokens (zeros on CUDA), the padding row's init, the max mode's refusal
+ * after eval and position_embedding's of a batch longer than max_positions; a GPT-shaped model trained on the GPU
+ * against the CPU. Exits 77 (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU
  * semantics: test_seq. */
 #include "cudautil.h"
+#include "modelutil.h"
 
 static const enum glia_memory_format formats[2] = {GLIA_CONTIGUOUS, GLIA_CHANNELS_LAST};
 
@@ -37,6 +40,87 @@ static void test_embedding(void)
         {"[e]\ntype = embedding\nvocab = 50\ndim = 1\n", S(2, 8, 17, 0, 0), 50},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_all(cases[i].ini, &cases[i].in, 1, 1u, cases[i].high);
+}
+
+/* output = sequence: (N, L, dim), one layout; with [runtime] deterministic the CPU's bits */
+static void test_embedding_sequence(void)
+{
+    struct {
+        const char *ini;
+        struct glia_shape in;
+        int32_t high;
+    } cases[] = {
+        {"[e]\ntype = embedding\nvocab = 7\ndim = 3\noutput = sequence\n", S(2, 4, 9, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 5\ndim = 8\npadding_idx = 3\noutput = sequence\n", S(2, 3, 1, 0, 0), 5},
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\npadding_idx = -1\noutput = sequence\n", S(2, 16, 128, 0, 0),
+         1000},
+        {"[e]\ntype = embedding\nvocab = 1000\ndim = 64\noutput = sequence\n", S(2, 32, 200, 0, 0), 3},
+    };
+    struct glia_runtime_options o = cuda_gpu->options;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int acc = 0; acc < 2; acc++) {
+            struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .accumulate = acc,
+                                  .seed = 60 + 2 * (uint64_t)i + (uint64_t)acc};
+            cuda_expect_ids(&k, 1u, cases[i].high, 1e-4);
+            o.deterministic = true;
+            CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+            struct cuda_diff d = cuda_compare_ids(&k, 1u, cases[i].high);
+            if (d.out != 0 || d.dparam != 0)
+                printf("\n  %s deterministic%s: out differs by %g, weight gradient by %g\n", cases[i].ini,
+                       acc ? ", accumulate" : "", d.out, d.dparam);
+            CU_ASSERT(d.out == 0 && d.dparam == 0);
+            o.deterministic = false;
+            CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+        }
+        struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .eval = true, .seed = 7};
+        cuda_expect_ids(&k, 1u, cases[i].high, 1e-4);
+    }
+}
+
+/* position_embedding on (N, T, C), T below and at max_positions, write and accumulate, train and eval: the CPU's
+ * bits (one addition per element; the weight gradient's sums over n in the CPU's order); a batch longer than the
+ * table is refused naming the layer. */
+static void test_position_embedding(void)
+{
+    struct {
+        const char *ini;
+        struct glia_shape in;
+    } cases[] = {
+        {"[p]\ntype = position_embedding\nmax_positions = 8\n", S(3, 2, 5, 8, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 16\ninit_std = 1\n", S(3, 4, 16, 64, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 2\n", S(3, 3, 1, 7, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 512\n", S(3, 5, 300, 33, 0)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            struct cuda_case k = {.ini = cases[i].ini, .in = &cases[i].in, .n_in = 1, .accumulate = m == 1,
+                                  .eval = m == 2, .seed = 70 + 3 * (uint64_t)i + (uint64_t)m};
+            struct cuda_diff d = cuda_compare(&k);
+            if (d.out != 0 || d.din != 0 || d.dparam != 0)
+                printf("\n  %s mode %d: out %g din %g dparam %g\n", cases[i].ini, m, d.out, d.din, d.dparam);
+            CU_ASSERT(d.out == 0 && d.din == 0 && d.dparam == 0);
+        }
+    struct glia_shape built = S(3, 2, 4, 3, 0), longer = S(3, 2, 5, 3, 0);
+    struct cuda_built G;
+    cuda_build("[p]\ntype = position_embedding\nmax_positions = 4\n", "cuda", cuda_gpu, &built, 1, &G);
+    struct glia_tensor *x = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
+    struct glia_tensor *y = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "[p] position_embedding takes (N, T <= 4, 3), got 2x5x3"));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F16, &built, &x) == GLIA_OK);  /* f32 only: the core converts */
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F16, &built, &y) == GLIA_OK);
+    in[0] = x;
+    fa.out = y;
+    CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx),
+                                  "[p] position_embedding (cuda): the input must be a contiguous f32 tensor, got f16"));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    cuda_unbuild(&G);
 }
 
 static void test_seq_pool(void)
@@ -190,6 +274,55 @@ static void test_seq_pool_eval_keeps_nothing(void)
     cuda_unbuild(&G);
 }
 
+/* A GPT-shaped model on fixed-length token sequences (N, T = 8): wte and wpe as (N, T, C), linear on the last dim,
+ * gelu into a residual add into dropout, a flatten and a classifier, trained on the CPU and on the GPU. On the GPU
+ * (fuse_pointwise = auto) act, res and drop run as one NVRTC kernel; fp32 ends within float tolerance of the CPU's
+ * weights, also replayed from a CUDA graph, and bf16 (half activations converted at position_embedding, which takes
+ * f32 only) trains as well. */
+static void test_sequence_model(void)
+{
+    char dir[512], a[600], text[4096];
+    snprintf(dir, sizeof dir, "%s", glia_test_tmp("cuda-seq-model"));
+    snprintf(a, sizeof a, "mkdir -p '%s'", dir);
+    CU_ASSERT_FATAL(system(a) == 0);
+    snprintf(a, sizeof a, "%s/train.txt", dir);
+    CU_ASSERT_FATAL(glia_test_write_tokens(a, 320, 40, 4, 8, 8, 41) == 0);
+    snprintf(a, sizeof a, "%s/test.txt", dir);
+    CU_ASSERT_FATAL(glia_test_write_tokens(a, 100, 40, 4, 8, 8, 42) == 0);
+    static const char *const runtimes[] = {"device = cpu", "device = cuda\nprecision = fp32",
+                                           "device = cuda\nprecision = fp32\ncuda_graph = on",
+                                           "device = cuda\nprecision = bf16"};
+    struct run r[4];
+    struct glia_epoch_result res[4][2] = {GLIA_TEST_RESULTS, GLIA_TEST_RESULTS, GLIA_TEST_RESULTS, GLIA_TEST_RESULTS};
+    for (int k = 0; k < 4; k++) {
+        snprintf(text, sizeof text,
+                 "[runtime]\n%s\nseed = 4\n"
+                 "[data]\nformat = tokens\ntrain = %s/train.txt\ntest = %s/test.txt\nvocab = 40\nbatch_size = 16\n"
+                 "test_batch_size = 50\nshuffle = off\n"
+                 "[train]\noptimizer = adamw\nlr = 0.003\nepochs = 2\n"
+                 "[wte]\ntype = embedding\nvocab = 40\ndim = 16\npadding_idx = -1\noutput = sequence\ninit_std = 0.02\n"
+                 "[wpe]\ntype = position_embedding\nmax_positions = 8\n"
+                 "[fc1]\ntype = linear\noutputs = 16\n[act]\ntype = gelu\n[res]\ntype = add\ninputs = act, wpe\n"
+                 "[drop]\ntype = dropout\np = 0.1\n[fc2]\ntype = linear\noutputs = 16\n[flat]\ntype = flatten\n"
+                 "[head]\ntype = linear\noutputs = 4\n[loss]\ntype = softmax_cross_entropy\n",
+                 runtimes[k], dir, dir);
+        open_run(&r[k], text);
+        CU_ASSERT_EQUAL(r[k].m->graph.n_nodes, k ? 8 : 10);  /* act, res, drop fused on the GPU */
+        glia_status st = glia_model_train(r[k].m, &quiet, res[k], 2);
+        if (st) printf("\n  %s: %s\n", runtimes[k], glia_context_error(r[k].ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+    }
+    for (int k = 1; k < 3; k++) {
+        double worst = weight_diff(&r[k], &r[0]);
+        if (!(worst <= 2e-3)) printf("\n  %s: weights differ from the CPU's by %g\n", runtimes[k], worst);
+        CU_ASSERT(worst <= 2e-3);
+    }
+    CU_ASSERT(res[3][1].train_loss < res[3][0].train_loss);
+    CU_ASSERT(fabs(res[3][1].train_loss - res[0][1].train_loss) < 0.1);
+    for (int k = 0; k < 4; k++) close_run(&r[k]);
+}
+
 CUDA_TEST_MAIN("cuda_seq", GLIA_TEST(test_embedding), GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool),
+               GLIA_TEST(test_embedding_sequence), GLIA_TEST(test_position_embedding), GLIA_TEST(test_sequence_model),
                GLIA_TEST(test_embedding_out_of_range), GLIA_TEST(test_embedding_padding_init),
                GLIA_TEST(test_seq_pool_eval_keeps_nothing))

@@ -166,8 +166,8 @@ static void test_refusals(void)
                    "width");
     expect_refused("[x]\ntype = nosuchlayer\n", cpu, S(2, 3, 4, 0, 0), GLIA_CONTIGUOUS, GLIA_ECONFIG,
                    "unknown layer type 'nosuchlayer'");
-    expect_refused("[fc]\ntype = linear\noutputs = 2\n", cpu, S(4, 3, 4, 2, 2), GLIA_CONTIGUOUS, GLIA_ESHAPE,
-                   "put a flatten layer before it");
+    expect_refused("[fc]\ntype = linear\noutputs = 2\n", cpu, S(1, 12, 0, 0, 0), GLIA_CONTIGUOUS, GLIA_ESHAPE,
+                   "linear expects (N, ..., features) input of 2 or more dimensions, got 12");
 }
 
 /* Where a GPU is usable: the CUDA conv2d on the same seeded inputs and weights as the CPU one. */

@@ -24,6 +24,10 @@ static void test_linear(void)
     check_ok("[fc]\ntype = linear\noutputs = 3\n", S(2, 4, 5, 0, 0), 1);
     check_ok("[fc]\ntype = linear\noutputs = 1\nbias = off\n", S(2, 3, 7, 0, 0), 2);
     check_ok("[fc]\ntype = linear\noutputs = 6\n", S(2, 1, 2, 0, 0), 3);
+    /* (N, T, C) and 4-D: one GEMM over the rows of the leading dims, as nn.Linear */
+    check_ok("[fc]\ntype = linear\noutputs = 4\n", S(3, 2, 3, 5, 0), 34);
+    check_ok("[fc]\ntype = linear\noutputs = 3\nbias = off\n", S(3, 2, 3, 5, 0), 35);
+    check_ok("[fc]\ntype = linear\noutputs = 2\n", S(4, 2, 1, 3, 3), 36);
 }
 
 static void test_relu(void)
@@ -271,12 +275,29 @@ static void test_relu_edges(void)
     glia_context_free(ctx);
 }
 
-static void test_linear_refuses_4d_input(void)
+static void test_linear_refuses_1d_input(void)
 {
-    struct glia_shape in = S(4, 2, 1, 3, 3);
+    struct glia_shape in = S(1, 6, 0, 0, 0);
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[fc]\ntype = linear\noutputs = 3\n", &in, 1, 1, 1e-2, NULL), GLIA_ESHAPE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "gradcheck.ini:1: [fc] linear expects (N, features) input, got 2x1x3x3"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx),
+                                  "gradcheck.ini:1: [fc] linear expects (N, ..., features) input of 2 or more dimensions, got 6"));
+    glia_context_free(ctx);
+}
+
+/* The output shape of linear on 3-D and 4-D inputs: only the last dim changes, and flops count every row. */
+static void test_linear_nd_shape(void)
+{
+    struct glia_shape in = S(3, 2, 3, 5, 0), out;
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[fc]\ntype = linear\noutputs = 4\n", &in, 1, &B);
+    CU_ASSERT_EQUAL_FATAL(B.type->infer_shape(&B.l, &in, 1, &out), GLIA_OK);
+    CU_ASSERT(out.ndim == 3 && out.dim[0] == 2 && out.dim[1] == 3 && out.dim[2] == 4);
+    CU_ASSERT_EQUAL(B.type->flops(&B.l, &in, 1), 2ull * 6 * 5 * 4);
+    struct glia_shape bad = S(3, 2, 3, 6, 0);
+    CU_ASSERT_EQUAL(B.type->infer_shape(&B.l, &bad, 1, &out), GLIA_ESHAPE);
+    layer_unbuild(&B);
     glia_context_free(ctx);
 }
 
@@ -296,6 +317,7 @@ static void test_dropout(void)
     check_ok("[d]\ntype = dropout\np = 0.3\n", S(2, 6, 7, 0, 0), 21);
     check_ok("[d]\ntype = dropout\n", S(4, 2, 3, 2, 2), 22);
     check_ok("[d]\ntype = dropout\np = 0\n", S(2, 3, 3, 0, 0), 23);
+    check_ok("[d]\ntype = dropout\np = 0.2\n", S(3, 2, 3, 4, 0), 24);
 }
 
 static void test_dropout_statistics(void)
@@ -347,6 +369,8 @@ static void test_add(void)
     check_multi("[a]\ntype = add\n", two, 2, 31);
     struct glia_shape three[3] = {S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2), S(4, 2, 2, 2, 2)};
     check_multi("[a]\ntype = add\n", three, 3, 32);
+    struct glia_shape seq[2] = {S(3, 2, 3, 4, 0), S(3, 2, 3, 4, 0)};  /* (N, T, C): a transformer's residual */
+    check_multi("[a]\ntype = add\n", seq, 2, 33);
     struct glia_shape bad[2] = {S(2, 3, 4, 0, 0), S(2, 3, 5, 0, 0)};
     CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
     CU_ASSERT_EQUAL(glia_layer_gradcheck(ctx, "[a]\ntype = add\n", bad, 2, 1, 1e-2, NULL), GLIA_ESHAPE);
@@ -506,6 +530,7 @@ GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_d
                GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sce_ignore_index), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
-               GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_4d_input),
+               GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_1d_input),
+               GLIA_TEST(test_linear_nd_shape),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),
                GLIA_TEST(test_checker_catches_write_over_garbage), GLIA_TEST(test_init_param_slot))

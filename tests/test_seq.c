@@ -1,7 +1,8 @@
-/* tests/test_seq.c — the token-sequence layers embedding and seq_pool on the CPU: gradient checks with integer
- * token inputs (both memory formats, both pooling modes, padding), hand-computed values, the gradient contract,
- * a smaller L than the layer was built with, deterministic scatter, and refusals (configuration, dtype, token
- * range, gradcheck options). Not the CUDA impls (test_cuda_seq) and not a tokens dataset. */
+/* tests/test_seq.c — the token-sequence layers embedding (both outputs), seq_pool and position_embedding on the
+ * CPU: gradient checks with integer token inputs (both memory formats, both pooling modes, padding), hand-computed
+ * values, the gradient contract, a smaller L than the layer was built with, deterministic scatter, and refusals
+ * (configuration, dtype, token range, positions, gradcheck options). Not the CUDA impls (test_cuda_seq) and not a
+ * tokens dataset. */
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
@@ -73,6 +74,36 @@ static void test_embedding_gradcheck(void)
     for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int f = 0; f < 2; f++) check_grad(inis[i], &shapes[s], 1, 1u, 5, formats[f], 1 + i * 7 + s * 3 + (uint64_t)f);
+}
+
+/* output = sequence: (N, L, dim), nn.Embedding's own layout (one memory format) */
+static void test_embedding_sequence_gradcheck(void)
+{
+    const char *inis[] = {
+        "[e]\ntype = embedding\nvocab = 7\ndim = 3\npadding_idx = 6\noutput = sequence\n",
+        "[e]\ntype = embedding\nvocab = 5\ndim = 4\npadding_idx = -1\noutput = sequence\ninit_std = 0.02\n",
+        "[e]\ntype = embedding\nvocab = 5\ndim = 1\npadding_idx = -1\noutput = sequence\n",
+    };
+    struct glia_shape shapes[] = {S(2, 4, 5, 0, 0), S(2, 1, 9, 0, 0), S(2, 3, 1, 0, 0)};
+    for (size_t i = 0; i < sizeof inis / sizeof inis[0]; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            check_grad(inis[i], &shapes[s], 1, 1u, 5, GLIA_CONTIGUOUS, 90 + i * 7 + s);
+}
+
+/* position_embedding on (N, T, C): T below max_positions (the rows beyond T get no gradient, which the contract
+ * check sees written when unset) and equal to it. */
+static void test_position_embedding_gradcheck(void)
+{
+    struct {
+        const char *ini;
+        struct glia_shape in;
+    } cases[] = {
+        {"[p]\ntype = position_embedding\nmax_positions = 7\n", S(3, 2, 4, 3, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 4\ninit_std = 1\n", S(3, 3, 4, 5, 0)},
+        {"[p]\ntype = position_embedding\nmax_positions = 1\n", S(3, 2, 1, 6, 0)},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        check_grad(cases[c].ini, &cases[c].in, 1, 0u, 0, GLIA_CONTIGUOUS, 120 + c);
 }
 
 static void test_seq_pool_gradcheck(void)
@@ -173,6 +204,111 @@ static void test_embedding_values(void)
         check_embedding_values(-1, formats[f]);
         check_embedding_values(2, formats[f]);
     }
+}
+
+/* output = sequence with the table and tokens of check_embedding_values: y(n, l, :) = weight[tok(n, l)], dweight
+ * gathered from dy (N, L, dim), padding_idx's row none; init_std sets the init. */
+static void test_embedding_sequence_values(void)
+{
+    struct glia_shape ts = S(2, 2, 3, 0, 0), os;
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[e]\ntype = embedding\nvocab = 4\ndim = 2\npadding_idx = 3\noutput = sequence\ninit_std = 0.02\n",
+                &ts, 1, &B);
+    CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
+    CU_ASSERT(os.ndim == 3 && os.dim[0] == 2 && os.dim[1] == 3 && os.dim[2] == 2);
+    CU_ASSERT(B.l.params[0].init.kind == GLIA_INIT_NORMAL && B.l.params[0].init.a == 0.02);
+    const float w[8] = {10, 11, 20, 21, 30, 31, 40, 41};
+    memcpy(glia_tensor_f32(B.l.params[0].value), w, sizeof w);
+    const int32_t tv[6] = {1, 0, 3, 2, 2, 0};
+    struct glia_tensor *tok = tokens(B.b, 2, 3, tv), *y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
+    fill(y, NAN);
+    const struct glia_tensor *in[1] = {tok};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
+    for (int i = 0; i < 6; i++)
+        for (int d = 0; d < 2; d++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i * 2 + d], w[tv[i] * 2 + d]);
+    float dyv[12], want[8] = {0};
+    for (int i = 0; i < 12; i++) dyv[i] = (float)(10 * (i / 2) + i % 2 + 1);  /* dy(n, l, d) */
+    for (int i = 0; i < 6; i++)
+        for (int d = 0; d < 2 && tv[i] != 3; d++) want[tv[i] * 2 + d] += dyv[i * 2 + d];
+    struct glia_tensor *dy = filled(B.b, os, GLIA_CONTIGUOUS, dyv);
+    struct glia_param *pw = &B.l.params[0];
+    struct glia_tensor *din[1] = {NULL};
+    bool acc[1] = {false};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+    for (int add = 0; add < 2; add++) {
+        fill(pw->grad, add ? 1.0f : NAN);
+        pw->grad_unset = !add;
+        CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
+        for (int i = 0; i < 8; i++) CU_ASSERT_EQUAL(glia_tensor_f32(pw->grad)[i], want[i] + (add ? 1.0f : 0.0f));
+    }
+    CU_ASSERT(want[0] == 11 + 51 && want[4] == 31 + 41 && want[6] == 0 && want[7] == 0);  /* tokens 0, 2, pad 3 */
+    glia_tensor_release(tok);
+    glia_tensor_release(y);
+    glia_tensor_release(dy);
+    layer_unbuild(&B);
+    glia_context_free(ctx);
+}
+
+/* ---- position_embedding: values ---- */
+
+/* max_positions 4, C 2, x (2, 3, 2) = 100n + 10t + c, weight row t = (t + 0.5, -t); dy (2, 3, 2) = 1000n + 10t + c:
+ * y = x + weight[t]; dx written or added; dweight rows 0..2 the sums over n, row 3 zeros when unset, kept when
+ * set. A batch longer than max_positions is refused naming the layer. */
+static void test_position_embedding_values(void)
+{
+    struct glia_shape xs = S(3, 2, 3, 2, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[p]\ntype = position_embedding\nmax_positions = 4\n", &xs, 1, &B);
+    struct glia_param *pw = &B.l.params[0];
+    CU_ASSERT(B.l.n_params == 1 && !strcmp(pw->name, "weight") && pw->shape.ndim == 2 && pw->shape.dim[0] == 4 &&
+              pw->shape.dim[1] == 2 && pw->decay);
+    CU_ASSERT(pw->init.kind == GLIA_INIT_NORMAL && pw->init.a == 0.02);
+    float xv[12], dyv[12], wv[8];
+    for (int i = 0; i < 12; i++) {
+        int n = i / 6, t = i / 2 % 3, c = i % 2;
+        xv[i] = (float)(100 * n + 10 * t + c);
+        dyv[i] = (float)(1000 * n + 10 * t + c);
+    }
+    for (int t = 0; t < 4; t++) wv[2 * t] = (float)t + 0.5f, wv[2 * t + 1] = (float)-t;
+    memcpy(glia_tensor_f32(pw->value), wv, sizeof wv);
+    struct glia_tensor *x = filled(B.b, xs, GLIA_CONTIGUOUS, xv), *y = tensor_as(B.b, xs, GLIA_CONTIGUOUS);
+    struct glia_tensor *dy = filled(B.b, xs, GLIA_CONTIGUOUS, dyv), *dx = tensor_as(B.b, xs, GLIA_CONTIGUOUS);
+    fill(y, NAN);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
+    for (int i = 0; i < 12; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], xv[i] + wv[(i / 2 % 3) * 2 + i % 2]);
+    struct glia_tensor *din[1] = {dx};
+    for (int add = 0; add < 2; add++) {
+        bool acc[1] = {add};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+        fill(dx, add ? 1.0f : NAN);
+        fill(pw->grad, add ? 1.0f : NAN);
+        pw->grad_unset = !add;
+        CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
+        for (int i = 0; i < 12; i++) CU_ASSERT_EQUAL(glia_tensor_f32(dx)[i], dyv[i] + (add ? 1.0f : 0.0f));
+        for (int i = 0; i < 8; i++) {
+            float want = i < 6 ? dyv[i] + dyv[i + 6] : 0.0f;  /* row 3: no position */
+            CU_ASSERT_EQUAL(glia_tensor_f32(pw->grad)[i], want + (add ? 1.0f : 0.0f));
+        }
+    }
+    struct glia_shape longer = S(3, 1, 5, 2, 0);
+    struct glia_tensor *xl = tensor_as(B.b, longer, GLIA_CONTIGUOUS), *yl = tensor_as(B.b, longer, GLIA_CONTIGUOUS);
+    const struct glia_tensor *inl[1] = {xl};
+    struct glia_fwd fl = {inl, 1, yl, NULL, true, 1, false, 0, NULL};
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fl), GLIA_ESHAPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] position_embedding takes (N, T <= 4, 2), got 1x5x2"));
+    glia_tensor_release(xl);
+    glia_tensor_release(yl);
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    glia_tensor_release(dy);
+    glia_tensor_release(dx);
+    layer_unbuild(&B);
+    glia_context_free(ctx);
 }
 
 /* The weight's init: N(0, 1), its padding_idx row zeroed (nn.Embedding's reset_parameters), the other rows the
@@ -487,6 +623,19 @@ static void test_config_errors(void)
                   "seq_pool: features 2x3x1x5 and tokens 2x4 differ in N or L");
     expect_error2("[p]\ntype = seq_pool\n", S(4, 2, 3, 1, 5), S(2, 3, 5, 0, 0), GLIA_ESHAPE,
                   "seq_pool: features 2x3x1x5 and tokens 3x5 differ in N or L");
+    expect_error("[e]\ntype = embedding\nvocab = 5\ndim = 4\noutput = channels\n", S(2, 2, 3, 0, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:5: [e] output: ");
+    expect_error("[e]\ntype = embedding\nvocab = 5\ndim = 4\noutput = sequence\n", S(3, 2, 3, 4, 0), GLIA_ESHAPE,
+                 "gradcheck.ini:1: [e] embedding takes the token batch (N, L) of a [data] format = tokens dataset, got 2x3x4");
+    expect_error("[p]\ntype = position_embedding\nmax_positions = 4\n", S(3, 2, 5, 3, 0), GLIA_ESHAPE,
+                 "gradcheck.ini:3: [p] max_positions: position_embedding: the input 2x5x3 has T = 5 positions, more than "
+                 "max_positions = 4");
+    expect_error("[p]\ntype = position_embedding\nmax_positions = 4\n", S(4, 2, 3, 1, 4), GLIA_ESHAPE,
+                 "gradcheck.ini:1: [p] position_embedding takes a sequence (N, T, C), got 2x3x1x4");
+    expect_error("[p]\ntype = position_embedding\n", S(3, 2, 3, 4, 0), GLIA_ECONFIG,
+                 "[p] max_positions: missing required key");
+    expect_error("[p]\ntype = position_embedding\nmax_positions = 0\n", S(3, 2, 3, 4, 0), GLIA_ECONFIG,
+                 "gradcheck.ini:3: [p] max_positions: ");
     expect_error2("[p]\ntype = seq_pool\nmode = min\n", S(4, 2, 3, 1, 5), S(2, 2, 5, 0, 0), GLIA_ECONFIG,
                   "gradcheck.ini:3: [p] mode: ");
 }
@@ -560,6 +709,8 @@ static void test_gradcheck_options(void)
 }
 
 GLIA_TEST_MAIN("seq", GLIA_TEST(test_embedding_gradcheck), GLIA_TEST(test_seq_pool_gradcheck),
+               GLIA_TEST(test_embedding_sequence_gradcheck), GLIA_TEST(test_position_embedding_gradcheck),
+               GLIA_TEST(test_embedding_sequence_values), GLIA_TEST(test_position_embedding_values),
                GLIA_TEST(test_embedding_values), GLIA_TEST(test_embedding_padding_init), GLIA_TEST(test_embedding_out_of_range),
                GLIA_TEST(test_embedding_deterministic), GLIA_TEST(test_seq_pool_values),
                GLIA_TEST(test_shorter_sequences), GLIA_TEST(test_config_errors), GLIA_TEST(test_dtype_errors),

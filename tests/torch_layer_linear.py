@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 # tests/torch_layer_linear.py — glia's CPU linear kernel against torch.nn.functional.linear in float64: output, input
-# gradient and parameter gradients on seeded inputs. Not a gradcheck (test_layers has that); run by torch_layers.sh.
+# gradient and parameter gradients on seeded 2-, 3- and 4-D inputs. Not a gradcheck (test_layers has that); run by
+# torch_layers.sh.
 import torch
 import torchref as T
 
-for shape, outputs, bias in (((5, 7), 3, "on"), ((1, 16), 9, "off")):
+# (N, features) and, as nn.Linear, (N, T, features) and 4-D: the last dim maps, the leading ones are rows
+for shape, outputs, bias in (((5, 7), 3, "on"), ((1, 16), 9, "off"), ((2, 3, 5), 4, "on"), ((3, 4, 6), 2, "off"),
+                             ((2, 2, 3, 4), 3, "on")):
     r = T.Run("[fc]\ntype = linear\noutputs = %d\nbias = %s\n" % (outputs, bias), [shape])
     r.forward()
     r.backward()

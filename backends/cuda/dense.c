@@ -87,8 +87,8 @@ static glia_status linear_half_w(struct glia_layer *l, enum glia_dtype t, bool c
     return GLIA_OK;
 }
 
-/* y(N,O) = x(N,I) W(O,I)^T + b(O): one cuBLASLt GEMM with the bias in its epilogue (or, where
- * cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
+/* y(N,O) = x(N,I) W(O,I)^T + b(O), N the rows of x (..., I): one cuBLASLt GEMM with the bias in its epilogue
+ * (or, where cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_linear_attrs *p = l->attrs;
@@ -98,7 +98,7 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
     if ((st = need_act_in(l, a->out, t, GLIA_CONTIGUOUS, "output")) ||
         (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")))
         return st;
-    int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
+    int64_t N = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
     const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
     void *y = a->out->data;
     if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w))) return st;
@@ -179,7 +179,7 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")) ||
         (a->din[0] && (st = need_act_in(l, a->din[0], t, GLIA_CONTIGUOUS, "input gradient"))))
         return st;
-    int64_t N = a->in[0]->shape.dim[0], I = p->in, O = p->out;
+    int64_t N = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
     const void *dy = a->dout->data, *w = l->params[p->w].value->data;
     if (a->din[0]) {
         if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w))) return st;

@@ -21,6 +21,7 @@ static glia_status cuda_probe(struct glia_context *ctx, char *why, size_t why_si
 }
 
 glia_status glia__cuda_register_layernorm(struct glia_registry *r); /* layernorm.c: layernorm */
+glia_status glia__cuda_register_embed_seq(struct glia_registry *r);  /* embed_seq.c: position_embedding */
 
 static glia_status cuda_init(struct glia_registry *r)
 {
@@ -33,6 +34,7 @@ static glia_status cuda_init(struct glia_registry *r)
     if (!st) st = glia__cuda_register_seq(r);
     if (!st) st = glia__cuda_register_attention(r);
     if (!st) st = glia__cuda_register_layernorm(r);
+    if (!st) st = glia__cuda_register_embed_seq(r);
     return st;
 }
 

@@ -35,37 +35,54 @@ static glia_status call_format(const struct glia_layer *l, const struct glia_ten
 
 /* ---- embedding ---- */
 
-/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)), padding_idx's row like any
- * other; zeros for tokens outside [0, vocab) */
+/* Whether y (the output or its gradient) holds one dim-vector per position: (N, L, dim) with output = sequence
+ * (which must be contiguous), or in channels_last memory (N, 1, L, dim); the kernels' nhwc. */
+static glia_status emb_rows(const struct glia_layer *l, const struct glia_tensor *y, bool *rows)
+{
+    const struct glia_embedding_attrs *d = l->attrs;
+    if (!d->sequence) {
+        enum glia_memory_format f;
+        glia_status st = call_format(l, (const struct glia_tensor *[]){y}, 1, &f);
+        *rows = f == GLIA_CHANNELS_LAST;
+        return st;
+    }
+    *rows = true;
+    if (glia_tensor_is_contiguous(y)) return GLIA_OK;
+    return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] embedding (cuda): the (N, L, dim) output must be contiguous",
+                      l->name);
+}
+
+/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim); output = sequence: y(N, L, dim)),
+ * padding_idx's row like any other; zeros for tokens outside [0, vocab) */
 static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_embedding_attrs *d = l->attrs;
     glia_status st = glia_embedding_check_tokens(l, a->in[0]);
-    enum glia_memory_format f;
-    if (!st) st = call_format(l, (const struct glia_tensor *[]){a->out}, 1, &f);
+    bool rows;
+    if (!st) st = emb_rows(l, a->out, &rows);
     if (st) return st;
     int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1];
     CUDA_TRY(l->ctx, glia__cuda_embedding_forward(dev(a->out), dev(l->params[d->w].value), a->in[0]->data, N, L,
-                                                  d->vocab, d->dim, f == GLIA_CHANNELS_LAST, stream_of(l)));
+                                                  d->vocab, d->dim, rows, stream_of(l)));
 fail:
     return st;
 }
 
-/* dweight(vocab, dim) (+)= dy(N, dim, 1, L) scattered to the rows of the valid tokens other than padding_idx
- * (zeroed first when unset); no input gradient */
+/* dweight(vocab, dim) (+)= dy(N, dim, 1, L) (or dy(N, L, dim)) scattered to the rows of the valid tokens other
+ * than padding_idx (zeroed first when unset); no input gradient */
 static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_embedding_attrs *d = l->attrs;
     struct glia_param *pw = &l->params[d->w];
     glia_status st = glia_embedding_check_tokens(l, a->in[0]);
-    enum glia_memory_format f;
-    if (!st) st = call_format(l, (const struct glia_tensor *[]){a->dout}, 1, &f);
+    bool rows;
+    if (!st) st = emb_rows(l, a->dout, &rows);
     if (st) return st;
     int64_t N = a->in[0]->shape.dim[0], L = a->in[0]->shape.dim[1];
     cudaStream_t s = stream_of(l);
     if (pw->grad_unset) CUDA_TRY(l->ctx, cudaMemsetAsync(dev(pw->grad), 0, glia_tensor_nbytes(pw->grad), s));
     CUDA_TRY(l->ctx, glia__cuda_embedding_backward(dev(pw->grad), dev(a->dout), a->in[0]->data, N, L, d->vocab, d->dim,
-                                                   d->pad, f == GLIA_CHANNELS_LAST, l->backend->options.deterministic, s));
+                                                   d->pad, rows, l->backend->options.deterministic, s));
 fail:
     return st;
 }

@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 /* ---- embedding ----
- * tok(N, L) i32; w, dw (V, D); y, dy (N, D, 1, L), or with nhwc (N, 1, L, D) in memory. A token equal to pad
+ * tok(N, L) i32; w, dw (V, D); y, dy (N, D, 1, L), or with nhwc (N, 1, L, D) in memory (the same as the
+ * (N, L, D) of output = sequence). A token equal to pad
  * (-1: none) reads its row like any other and gets no gradient (nn.Embedding's padding_idx); a token outside
  * [0, V) reads as zeros and gets no gradient (the CPU impl refuses it: a kernel cannot report it without a
  * synchronization). */

@@ -4,14 +4,17 @@
 #ifndef GLIA_TYPES_EMBEDDING_H
 #define GLIA_TYPES_EMBEDDING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <glia/glia.h>
 
-/* l->attrs of an embedding layer: token ids (N, L) -> rows of weight (vocab, dim) as (N, dim, 1, L). */
+/* l->attrs of an embedding layer: token ids (N, L) -> rows of weight (vocab, dim) as (N, dim, 1, L), or as
+ * (N, L, dim) when sequence is set. */
 struct glia_embedding_attrs {
     int64_t vocab, dim;  /* keys vocab (token ids are in [0, vocab)) and dim (features per token) */
     int64_t pad;         /* padding_idx: the token whose row starts at zero and gets no gradient; -1: none */
     int w;               /* index of the parameter "weight" (vocab, dim) */
+    bool sequence;       /* key output: false = conv, (N, dim, 1, L); true = sequence, (N, L, dim) */
 };
 
 /* GLIA_EINVAL naming the layer unless t holds i32 token ids (N, L): what forward and backward check first

@@ -1,8 +1,9 @@
 /* plugins/layers/embedding — layer type embedding, a learned lookup table (keys, the weight and its padding row,
  * the output shape), and its CPU kernel (OpenMP): token ids (N, L) i32 give the rows weight[token] as
- * (N, dim, 1, L), nn.Embedding followed by a transpose to channels first, in NCHW or channels_last memory;
- * padding_idx as nn.Embedding's (a row that starts at zero, is looked up like any other and gets no gradient).
- * Not max_norm, sparse gradients or a pretrained table. */
+ * (N, dim, 1, L) with output = conv (nn.Embedding followed by a transpose to channels first, in NCHW or
+ * channels_last memory, for text CNNs) or as (N, L, dim) with output = sequence (nn.Embedding itself, for
+ * transformers); padding_idx as nn.Embedding's (a row that starts at zero, is looked up like any other and gets no
+ * gradient). Not max_norm, sparse gradients or a pretrained table. */
 #include <glia/glia.h>
 #include <glia/types/embedding.h>
 #include <string.h>
@@ -15,10 +16,16 @@ static const struct glia_key emb_keys[] = {
              .max = 1 << 30),
     GLIA_KEY("padding_idx", GLIA_KEY_INT, "0", "token whose row starts at zero and gets no gradient (-1: none)",
              .min = -1, .max = 1 << 30),
+    GLIA_KEY("output", GLIA_KEY_ENUM, "conv",
+             "conv: (N, dim, 1, L), channels first for conv2d and seq_pool; sequence: (N, L, dim) as nn.Embedding",
+             .choices = "conv|sequence"),
+    GLIA_KEY("init_std", GLIA_KEY_FLOAT, "1", "standard deviation of the N(0, std^2) initial weight (GPT-2: 0.02)",
+             .min = 0, .max = 1e6),
     GLIA_KEY_END};
 
 /* Checks that in[0] is the token batch (N, L), reads the keys (padding_idx -1 or in [0, vocab)) and declares
- * "weight" (vocab, dim), N(0, 1) like PyTorch (its padding_idx row then zeroed by emb_init_param). */
+ * "weight" (vocab, dim), N(0, init_std^2) (N(0, 1) by default, like PyTorch; its padding_idx row then zeroed by
+ * emb_init_param). */
 static glia_status emb_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
                               int n_in)
 {
@@ -36,17 +43,20 @@ static glia_status emb_create(struct glia_layer *l, const struct glia_section *c
     d->vocab = vocab;
     d->dim = glia_section_int(cfg, "dim");
     d->pad = pad;
+    d->sequence = !strcmp(glia_section_str(cfg, "output"), "sequence");
     struct glia_shape ws = glia_shape_make(2, (int64_t[]){d->vocab, d->dim});
-    return glia_layer_add_param(l, "weight", &ws, (struct glia_param_init){GLIA_INIT_NORMAL, 1.0}, &d->w);
+    struct glia_param_init init = {GLIA_INIT_NORMAL, glia_section_float(cfg, "init_std")};
+    return glia_layer_add_param(l, "weight", &ws, init, &d->w);
 }
 
-/* (N, L) -> (N, dim, 1, L) */
+/* (N, L) -> (N, dim, 1, L) (output = conv) or (N, L, dim) (output = sequence) */
 static glia_status emb_infer(const struct glia_layer *l, const struct glia_shape *in, int n_in, struct glia_shape *out)
 {
     (void)n_in;
     const struct glia_embedding_attrs *d = l->attrs;
     if (in[0].ndim != 2) return GLIA_ESHAPE;
-    *out = glia_shape_make(4, (int64_t[]){in[0].dim[0], d->dim, 1, in[0].dim[1]});
+    *out = d->sequence ? glia_shape_make(3, (int64_t[]){in[0].dim[0], in[0].dim[1], d->dim})
+                       : glia_shape_make(4, (int64_t[]){in[0].dim[0], d->dim, 1, in[0].dim[1]});
     return GLIA_OK;
 }
 
@@ -72,8 +82,15 @@ static glia_status check_range(const struct glia_layer *l, const int32_t *tok, i
                       (long long)d->vocab);
 }
 
-/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim)); padding_idx is a row
- * like the others (zeros unless trained weights from elsewhere say otherwise), as in nn.Embedding */
+/* Whether y (or dy) holds one dim-vector per position, (N, L, dim) or channels_last (N, 1, L, dim) in memory. */
+static bool rows_of_dim(const struct glia_embedding_attrs *d, const struct glia_tensor *y)
+{
+    return d->sequence || glia_tensor_memory_format(y) == GLIA_CHANNELS_LAST;
+}
+
+/* y(N, dim, 1, L) = weight(vocab, dim)[tok(N, L)] (channels_last: y(N, 1, L, dim); output = sequence: y(N, L, dim));
+ * padding_idx is a row like the others (zeros unless trained weights from elsewhere say otherwise), as in
+ * nn.Embedding */
 static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_embedding_attrs *d = l->attrs;
@@ -84,7 +101,7 @@ static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
     if ((st = check_range(l, tok, N, L))) return st;
     const float *w = glia_tensor_f32(l->params[d->w].value);
     float *y = glia_tensor_f32(a->out);
-    if (glia_tensor_memory_format(a->out) == GLIA_CHANNELS_LAST) {
+    if (rows_of_dim(d, a->out)) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < N * L; i++) memcpy(y + i * D, w + (int64_t)tok[i] * D, (size_t)D * sizeof *y);
         return GLIA_OK;
@@ -102,7 +119,8 @@ static glia_status emb_forward(struct glia_layer *l, const struct glia_fwd *a)
     return GLIA_OK;
 }
 
-/* dweight(vocab, dim) (+)= sum over the positions (n, l) holding token t of dy(N, dim, 1, L)[n, :, 0, l], except
+/* dweight(vocab, dim) (+)= sum over the positions (n, l) holding token t of dy(N, dim, 1, L)[n, :, 0, l] (or of
+ * dy(N, L, dim)[n, l, :] with output = sequence), except
  * t = padding_idx, whose row's gradient stays 0 (nn.Embedding's). Deterministic: each thread owns a range of
  * table rows and adds into them in (n, l) order, so a row's sum does not depend on the thread count. Written:
  * the thread's rows are zeroed first. No input gradient. */
@@ -116,7 +134,7 @@ static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
     const int32_t *tok = glia_tensor_i32(a->in[0]);
     const float *dy = glia_tensor_f32(a->dout);
     float *dw = glia_tensor_f32(pw->grad);
-    bool cl = glia_tensor_memory_format(a->dout) == GLIA_CHANNELS_LAST, unset = pw->grad_unset;
+    bool cl = rows_of_dim(d, a->dout), unset = pw->grad_unset;
 #pragma omp parallel
     {
         int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -141,7 +159,8 @@ static glia_status emb_backward(struct glia_layer *l, const struct glia_bwd *a)
 static const struct glia_layer_type emb_type = {
     .struct_size = sizeof(struct glia_layer_type),
     .name = "embedding",
-    .doc = "token ids (N, L) i32 -> rows of a learned table as (N, dim, 1, L) (nn.Embedding, channels first)",
+    .doc = "token ids (N, L) i32 -> rows of a learned table as (N, dim, 1, L) (output = conv: nn.Embedding, channels "
+           "first) or (N, L, dim) (output = sequence: nn.Embedding)",
     .keys = emb_keys,
     .min_inputs = 1,
     .max_inputs = 1,
