@@ -17,7 +17,7 @@
 
 /* Whether shape s is a batch m takes (images: (n, channels, rows, cols); tokens (n, len), len up to the longest
  * padded length), as an error line naming both. */
-static glia_status step_check_shape(struct glia_model *m, const struct glia_shape *s)
+static glia_status step_check_shape(struct glia_model *m, const struct glia_shape *s, const char *fn)
 {
     const struct glia__dataset *d = &m->data.train;
     bool fits = s->ndim == (d->tokens ? 2 : 4) && s->dim[0] >= 1 && s->dim[0] <= m->data.batch;
@@ -29,19 +29,19 @@ static glia_status step_check_shape(struct glia_model *m, const struct glia_shap
     else glia_shape_str(s, got, sizeof got);
     if (d->tokens)
         return glia_error(m->ctx, GLIA_EINVAL,
-                          "glia_model_step: batch shape %s; the model takes token batches n x len, n from 1 to %d "
-                          "([data] batch_size), len from 1 to %d", got, m->data.batch, d->cols);
-    return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: batch shape %s; the model takes images n x %d x %d x %d, "
-                      "n from 1 to %d ([data] batch_size)", got, d->channels, d->rows, d->cols, m->data.batch);
+                          "%s: batch shape %s; the model takes token batches n x len, n from 1 to %d "
+                          "([data] batch_size), len from 1 to %d", fn, got, m->data.batch, d->cols);
+    return glia_error(m->ctx, GLIA_EINVAL, "%s: batch shape %s; the model takes images n x %d x %d x %d, "
+                      "n from 1 to %d ([data] batch_size)", fn, got, d->channels, d->rows, d->cols, m->data.batch);
 }
 
 /* Whether the n values of v lie in [0, high); else an error naming the first that does not. */
 static glia_status step_check_ids(struct glia_model *m, const int32_t *v, int64_t n, int64_t high, const char *what,
-                                  const char *bound)
+                                  const char *bound, const char *fn)
 {
     for (int64_t i = 0; i < n; i++)
         if (v[i] < 0 || v[i] >= high)
-            return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: %s[%lld] is %d, outside 0 .. %lld (%s)", what,
+            return glia_error(m->ctx, GLIA_EINVAL, "%s: %s[%lld] is %d, outside 0 .. %lld (%s)", fn, what,
                               (long long)i, (int)v[i], (long long)high - 1, bound);
     return GLIA_OK;
 }
@@ -56,7 +56,7 @@ static glia_status step_check(struct glia_model *m, const struct glia_batch *b, 
     if (r && r->struct_size < GLIA__END_OF(struct glia_step_result, loss))
         return glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: result struct_size %u is too small (set it to "
                           "sizeof(struct glia_step_result))", (unsigned)r->struct_size);
-    glia_status st = step_check_shape(m, &b->shape);
+    glia_status st = step_check_shape(m, &b->shape, "glia_model_step");
     if (st) return st;
     bool tok = m->data.train.tokens;
     if (tok ? !b->tokens || b->x : !b->x || b->tokens)
@@ -67,8 +67,10 @@ static glia_status step_check(struct glia_model *m, const struct glia_batch *b, 
     const struct glia_shape *ls = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape;
     int64_t classes = ls->dim[ls->ndim - 1];
     struct glia_shape ys = glia__label_shape(m, n, tok ? b->shape.dim[1] : 1);  /* a language model: n x len */
-    st = step_check_ids(m, b->labels, glia_shape_numel(&ys), classes, "labels", "the classes of the loss layer's input");
-    if (!st && tok) st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->data.vocab, "tokens", "[data] vocab");
+    st = step_check_ids(m, b->labels, glia_shape_numel(&ys), classes, "labels", "the classes of the loss layer's input",
+                        "glia_model_step");
+    if (!st && tok)
+        st = step_check_ids(m, b->tokens, n * b->shape.dim[1], m->data.vocab, "tokens", "[data] vocab", "glia_model_step");
     if (!st && b->struct_size >= GLIA__END_OF(struct glia_batch, epoch) && (b->epoch < 0 || b->epoch > m->trainer.epochs))
         st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_step: epoch %d is outside 1 .. %d ([train] epochs; 0: the "
                         "model's current)", b->epoch, m->trainer.epochs);
@@ -122,6 +124,53 @@ glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, st
                                  update && !skip ? m->trainer.cur_lr : glia__model_lr(m, epoch, m->trainer.step + 1), m->trainer.step,
                                  m->trainer.scaler.scale};
     memcpy(r, &v, r->struct_size < sizeof v ? r->struct_size : sizeof v);  /* what the caller's struct has */
+    return GLIA_OK;
+}
+
+/* ---- glia_model_logits: the model's output on a batch the caller holds ---- */
+
+glia_status glia_model_logits(struct glia_model *m, const struct glia_batch *b, float *logits, size_t n)
+{
+    if (!m) return GLIA_EINVAL;
+    if (!b || b->struct_size < GLIA__END_OF(struct glia_batch, labels))
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: %s", b ? "batch struct_size is too small (set it to "
+                          "sizeof(struct glia_batch))" : "the batch is NULL");
+    glia_status st = step_check_shape(m, &b->shape, "glia_model_logits");
+    bool tok = m->data.train.tokens;
+    if (!st && (tok ? !b->tokens || b->x : !b->x || b->tokens))
+        st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: the model reads %s: set %s, and leave %s NULL",
+                        tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
+    int64_t rows = b->shape.dim[0], len = tok && !st ? b->shape.dim[1] : 1;
+    if (!st && tok) st = step_check_ids(m, b->tokens, rows * len, m->data.vocab, "tokens", "[data] vocab", "glia_model_logits");
+    if (st) return st;
+    const struct glia_shape *ls = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape;
+    size_t want = (size_t)(rows * (m->data.lm ? len : 1) * ls->dim[ls->ndim - 1]);
+    if (!logits || n < want)
+        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: room for %zu floats; the batch's logits are %zu", n,
+                          want);
+    st = glia__need_activations(m, 0, rows);
+    if (!st) st = glia__set_batch(m, rows, tok ? len : m->data.train.cols, false);
+    int32_t *zero = st ? NULL : calloc((size_t)glia_tensor_numel(m->act.y), sizeof *zero);  /* labels: class 0 */
+    if (!st && !zero) st = GLIA_ENOMEM;
+    const void *x = tok ? (const void *)b->tokens : (const void *)b->x;
+    if (!st) st = glia_tensor_from_host(m->act.x, x, glia_tensor_nbytes(m->act.x));
+    if (!st) st = glia_tensor_from_host(m->act.y, zero, glia_tensor_nbytes(m->act.y));
+    free(zero);
+    if (!st) st = glia__eval_forward(m);
+    const struct glia_tensor *out = st ? NULL : m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out;
+    if (!st) st = glia_tensor_to_host(out, logits, want * sizeof(float));
+    return st;
+}
+
+glia_status glia_model_io_info(const struct glia_model *m, struct glia_model_io *io)
+{
+    if (!m || !io || io->struct_size < GLIA__END_OF(struct glia_model_io, classes)) return GLIA_EINVAL;
+    const struct glia_shape *ls = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape;
+    const char *fmt = glia_section_str(glia__config_find(m->cfg, "data"), "format");
+    struct glia_model_io v = {io->struct_size, m->data.train.tokens, m->data.lm, fmt && !strcmp(fmt, "bytes"),
+                              m->data.train.tokens ? m->data.train.cols : 0, m->data.train.tokens ? m->data.vocab : 0,
+                              ls->dim[ls->ndim - 1], m->data.batch};
+    memcpy(io, &v, io->struct_size < sizeof v ? io->struct_size : sizeof v);
     return GLIA_OK;
 }
 

@@ -901,6 +901,11 @@ glia_status glia__evaluate(struct glia_model *m, struct glia__scratch *s, double
     return st;
 }
 
+glia_status glia__eval_forward(struct glia_model *m)
+{
+    return forward(m, false);
+}
+
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy)
 {
     struct glia__scratch s = {0};

@@ -5,10 +5,12 @@
  * Not the loss kernel (test_layers.c, torch_layer_softmax_cross_entropy.py). */
 #include <math.h>
 #include <string.h>
+#include <sys/wait.h>
 #include "loader.h"
 #include "parts.h"
 #include "modelutil.h"
 #include "../tools/plot.h"
+#include "../tools/sample.h"
 
 static char dir[512];
 
@@ -349,5 +351,121 @@ static void test_trains(void)
     free(w[1]);
 }
 
+/* glia sample's rule: temperature 0 and top_k 1 take the largest logit; otherwise draws follow the softmax of
+ * logits / temperature (seeded, so the counts are fixed; the bound is wide), and top_k keeps only the k largest. */
+static void test_sample_pick(void)
+{
+    const float logits[4] = {0.0f, (float)log(3.0), -1.0f, -40.0f};
+    double p[4];
+    uint64_t rng = 7;
+    CU_ASSERT_EQUAL(glia__sample_pick(logits, 4, 0.0, 0, &rng, p), 1);
+    CU_ASSERT_EQUAL(rng, 7u);  /* no draw */
+    int count[4] = {0};
+    for (int i = 0; i < 20000; i++) count[glia__sample_pick(logits, 4, 1.0, 2, &rng, p)]++;
+    CU_ASSERT_EQUAL(count[2] + count[3], 0);   /* outside the top 2 */
+    double share = count[1] / 20000.0;         /* 3 / (1 + 3) */
+    if (fabs(share - 0.75) > 0.02) printf("\n  token 1 drawn %.4f of the time, want 0.75\n", share);
+    CU_ASSERT(fabs(share - 0.75) <= 0.02);
+    for (int i = 0; i < 100; i++) CU_ASSERT_EQUAL(glia__sample_pick(logits, 4, 1.0, 1, &rng, p), 1);
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < 20000; i++) count[glia__sample_pick(logits, 4, 2.0, 0, &rng, p)]++;
+    double z = 1 + sqrt(3.0) + exp(-0.5) + exp(-20.0);  /* temperature 2: weights e^(l/2) */
+    CU_ASSERT(fabs(count[0] / 20000.0 - 1 / z) <= 0.02);
+    CU_ASSERT(fabs(count[2] / 20000.0 - exp(-0.5) / z) <= 0.02);
+}
+
+/* Runs the glia program with args; its standard output in out (n bytes of room); its exit status. */
+static int run_glia(const char *args, char *out, size_t n)
+{
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", bin ? bin : "tools/glia", args);
+    FILE *p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = 0;
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* share/glia/examples/gpt-bytes.ini (embedding, position embedding, pre-norm attention blocks, tied lm_head) trains on
+ * generated text: its validation loss falls; glia_model_logits is causal (a prefix's logits are the full window's
+ * first rows); glia sample prints the prompt and the tokens asked for, the same for the same seed, refuses a model
+ * that is no language model. */
+static void test_gpt_bytes(void)
+{
+    make_dir();
+    write_text("corpus_a.txt", 20000, 3);
+    char sets[2048];
+    snprintf(sets, sizeof sets,
+             "runtime.device=cpu|data.train_tokens=%s/corpus_*.txt|data.steps_per_epoch=25|data.val_batches=4|"
+             "data.workers=1|train.epochs=2|train.warmup_steps=10|train.lr=0.003|train.checkpoint_dir=%s/ckpt",
+             dir, dir);
+    struct run r;
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r.cfg) == GLIA_OK);
+    char *save = NULL;
+    for (char *kv = strtok_r(sets, "|", &save); kv; kv = strtok_r(NULL, "|", &save))
+        CU_ASSERT_FATAL(glia_config_set(r.cfg, kv) == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
+    st = glia_model_train(r.m, &quiet, res, 2);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    printf("\n  gpt-bytes val_loss %.3f -> %.3f (log 256 = %.3f)", res[0].test_loss, res[1].test_loss, log(256.0));
+    CU_ASSERT(res[1].test_loss < res[0].test_loss);
+    CU_ASSERT(res[1].test_loss < 3.0);
+    struct glia_model_io io = {.struct_size = sizeof io};
+    CU_ASSERT_EQUAL_FATAL(glia_model_io_info(r.m, &io), GLIA_OK);
+    CU_ASSERT(io.tokens && io.lm && io.bytes && io.len == 64 && io.vocab == 256 && io.classes == 256);
+    int32_t tok[64];
+    for (int i = 0; i < 64; i++) tok[i] = "the quick brown fox "[i % 20];
+    float *full = malloc(sizeof(float) * 64 * 256), *part = malloc(sizeof(float) * 64 * 256);
+    CU_ASSERT_FATAL(full && part);
+    struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(2, (int64_t[]){1, 64}), .tokens = tok};
+    CU_ASSERT_EQUAL_FATAL(glia_model_logits(r.m, &b, full, 64 * 256), GLIA_OK);
+    b.shape.dim[1] = 9;
+    CU_ASSERT_EQUAL_FATAL(glia_model_logits(r.m, &b, part, 64 * 256), GLIA_OK);
+    double worst = 0;
+    for (int i = 0; i < 9 * 256; i++) worst = fmax(worst, fabs((double)part[i] - full[i]));
+    CU_ASSERT(worst < 1e-4);
+    CU_ASSERT_EQUAL(glia_model_logits(r.m, &b, part, 9 * 256 - 1), GLIA_EINVAL);  /* no room */
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "glia_model_logits: room for"));
+    tok[3] = 300;
+    CU_ASSERT_EQUAL(glia_model_logits(r.m, &b, part, 64 * 256), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "tokens[3] is 300"));
+    free(full);
+    free(part);
+    close_run(&r);
+
+    char args[4096], out[2][4096];
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "sample '%s' --checkpoint '%s/ckpt/final.ckpt' --set runtime.device=cpu "
+                 "--set data.train_tokens='%s/corpus_*.txt' --prompt 'the ' --tokens 40 --seed 11 --top-k 20",
+                 glia_test_src("share/glia/examples/gpt-bytes.ini"), dir, dir);
+        int rc = run_glia(args, out[k], sizeof out[k]);
+        if (rc) printf("\n  glia %s: %d\n%s\n", args, rc, out[k]);
+        CU_ASSERT_EQUAL_FATAL(rc, 0);
+    }
+    printf("\n  sampled: %s", out[0]);
+    CU_ASSERT_EQUAL(strncmp(out[0], "the ", 4), 0);
+    CU_ASSERT_EQUAL(strlen(out[0]), 4 + 40 + 1);
+    CU_ASSERT_STRING_EQUAL(out[0], out[1]);
+    FILE *f = fopen(path_of("mlp.ini"), "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f, "[runtime]\ndevice = cpu\n[data]\nformat = synthetic\nchannels = 1\nrows = 4\ncols = 4\nclasses = 3\n"
+               "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 3\n[loss]\ntype = softmax_cross_entropy\n");
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    snprintf(args, sizeof args, "sample '%s' --checkpoint nosuch.ckpt", path_of("mlp.ini"));
+    CU_ASSERT_EQUAL(run_glia(args, out[0], sizeof out[0]), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "is not a language model"));
+    snprintf(args, sizeof args, "sample '%s' --checkpoint x --temperature -1",
+             glia_test_src("share/glia/examples/gpt-bytes.ini"));
+    CU_ASSERT_EQUAL(run_glia(args, out[0], sizeof out[0]), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "--temperature takes a number >= 0"));
+}
+
 GLIA_TEST_MAIN("lm", GLIA_TEST(test_windows), GLIA_TEST(test_errors), GLIA_TEST(test_bytes_split), GLIA_TEST(test_keys),
-               GLIA_TEST(test_trains))
+               GLIA_TEST(test_trains), GLIA_TEST(test_sample_pick), GLIA_TEST(test_gpt_bytes))

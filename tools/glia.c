@@ -1,4 +1,4 @@
-/* tools/glia.c — the glia command-line program: train, eval, profile, check, plugins, plot, bench.
+/* tools/glia.c — the glia command-line program: train, eval, sample, profile, check, plugins, plot, bench.
  * Not library code: this is the only place that decides exit codes and calls exit(). */
 #include <glia/glia.h>
 #include <math.h>
@@ -8,12 +8,15 @@
 #include <unistd.h>
 #include "bench.h"
 #include "plot.h"
+#include "sample.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
+            "       glia sample MODEL.ini --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T]\n"
+            "                   [--top-k K] [--seed S] [--set SECTION.KEY=VALUE]...\n"
             "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--peak-gbs N] [--peak-tflops N]\n"
             "                    [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
@@ -33,6 +36,7 @@ static int fail(struct glia_context *ctx, glia_status st)
 
 struct args {
     const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace, *peak_gbs, *peak_tflops;
+    const char *prompt, *tokens, *temperature, *top_k, *seed;  /* glia sample */
     const char *sets[256];
     int n_sets, quiet;
 };
@@ -43,7 +47,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
         const char *s = argv[i];
         if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe") || !strcmp(s, "--resume") ||
              !strcmp(s, "--checkpoint") || !strcmp(s, "--steps") || !strcmp(s, "--trace") || !strcmp(s, "--peak-gbs") ||
-             !strcmp(s, "--peak-tflops")) && i + 1 >= argc) {
+             !strcmp(s, "--peak-tflops") || !strcmp(s, "--prompt") || !strcmp(s, "--tokens") ||
+             !strcmp(s, "--temperature") || !strcmp(s, "--top-k") || !strcmp(s, "--seed")) && i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -63,6 +68,16 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->peak_gbs = argv[++i];
         } else if (!strcmp(s, "--peak-tflops")) {
             a->peak_tflops = argv[++i];
+        } else if (!strcmp(s, "--prompt")) {
+            a->prompt = argv[++i];
+        } else if (!strcmp(s, "--tokens")) {
+            a->tokens = argv[++i];
+        } else if (!strcmp(s, "--temperature")) {
+            a->temperature = argv[++i];
+        } else if (!strcmp(s, "--top-k")) {
+            a->top_k = argv[++i];
+        } else if (!strcmp(s, "--seed")) {
+            a->seed = argv[++i];
         } else if (!strcmp(s, "--resume")) {
             a->resume = argv[++i];
         } else if (!strcmp(s, "--checkpoint")) {
@@ -89,13 +104,14 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
 /* The first option given that command cmd does not take (NULL: none, or cmd is unknown). */
 static const char *refused_option(const char *cmd, const struct args *a)
 {
-    enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128, PEAK = 256 };
+    enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128, PEAK = 256,
+           SAMPLE = 512 };
     static const struct {
         const char *cmd;
         unsigned takes;
     } table[] = {
         {"train", SET | METRICS | RESUME | QUIET}, {"check", SET}, {"eval", SET | CHECKPOINT},
-        {"profile", SET | STEPS | TRACE | PEAK},   {"plugins", DESCRIBE},
+        {"profile", SET | STEPS | TRACE | PEAK},   {"plugins", DESCRIBE}, {"sample", SET | CHECKPOINT | SAMPLE},
     };
     const struct {
         const char *name;
@@ -107,6 +123,9 @@ static const char *refused_option(const char *cmd, const struct args *a)
         {"--checkpoint", CHECKPOINT, a->checkpoint != NULL}, {"--steps", STEPS, a->steps != NULL},
         {"--trace", TRACE, a->trace != NULL}, {"--describe", DESCRIBE, a->describe != NULL},
         {"--peak-gbs", PEAK, a->peak_gbs != NULL}, {"--peak-tflops", PEAK, a->peak_tflops != NULL},
+        {"--prompt", SAMPLE, a->prompt != NULL}, {"--tokens", SAMPLE, a->tokens != NULL},
+        {"--temperature", SAMPLE, a->temperature != NULL}, {"--top-k", SAMPLE, a->top_k != NULL},
+        {"--seed", SAMPLE, a->seed != NULL},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].cmd)) continue;
@@ -204,6 +223,48 @@ static int cmd_eval(struct glia_context *ctx, const struct args *a)
         else if (glia_model_rank(m, NULL) == 0 && isnan(acc))  /* a language model: no accuracy */
             printf("val_loss %.4f perplexity %.4g (%s)\n", loss, exp(loss), a->checkpoint);
         else if (glia_model_rank(m, NULL) == 0) printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
+    }
+    glia_model_free(m);
+    glia_config_free(cfg);
+    return rc;
+}
+
+/* A whole number in [lo, hi] from option opt's text s (NULL: def); -1 with a message when it is not one. */
+static long long whole(const char *opt, const char *s, long long def, long long lo, long long hi)
+{
+    if (!s) return def;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end != s && !*end && v >= lo && v <= hi) return v;
+    fprintf(stderr, "glia: %s takes a whole number from %lld to %lld, not '%s'\n", opt, lo, hi, s);
+    return -1;
+}
+
+static int cmd_sample(struct glia_context *ctx, const struct args *a)
+{
+    if (!a->model || !a->checkpoint) {
+        fprintf(stderr, "glia: sample needs MODEL.ini and --checkpoint FILE\n");
+        return 2;
+    }
+    struct glia__sample_options o = {a->prompt, whole("--tokens", a->tokens, 256, 0, 1 << 24), 1.0,
+                                     whole("--top-k", a->top_k, 0, 0, 1 << 30), 0};
+    long long seed = whole("--seed", a->seed, 1337, 0, 0x7fffffffffffffffll);
+    char *end = NULL;
+    if (a->temperature) o.temperature = strtod(a->temperature, &end);
+    if (a->temperature && (end == a->temperature || *end || !(o.temperature >= 0) || !isfinite(o.temperature))) {
+        fprintf(stderr, "glia: --temperature takes a number >= 0 (0: always the most likely token), not '%s'\n",
+                a->temperature);
+        return 2;
+    }
+    if (o.tokens < 0 || o.top_k < 0 || seed < 0) return 2;
+    o.seed = (uint64_t)seed;
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    int rc = load_model(ctx, a, &cfg, &m);
+    if (!rc && !glia__sample_can(m, a->model)) rc = 2;
+    if (!rc) {
+        glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
+        rc = st ? fail(ctx, st) : glia__sample(ctx, m, &o, stdout);
     }
     glia_model_free(m);
     glia_config_free(cfg);
@@ -342,6 +403,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "train")) rc = cmd_train(ctx, &a, 0);
     else if (!strcmp(cmd, "check")) rc = cmd_train(ctx, &a, 1);
     else if (!strcmp(cmd, "eval")) rc = cmd_eval(ctx, &a);
+    else if (!strcmp(cmd, "sample")) rc = cmd_sample(ctx, &a);
     else if (!strcmp(cmd, "profile")) rc = cmd_profile(ctx, &a);
     else if (!strcmp(cmd, "plugins")) rc = cmd_plugins(ctx, &a);
     else {

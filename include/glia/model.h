@@ -172,6 +172,28 @@ struct glia_profile_options {
 glia_status glia_model_profile_with(struct glia_model *m, const struct glia_profile_options *o, FILE *f);
 /* Load weights and buffers from a checkpoint written by training this model. */
 glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
+
+/* ABI 2.2: the model's output on batch b in evaluation mode (no dropout, batchnorm's running statistics): the input
+ * of its loss layer, the logits, copied to logits[0 .. n): rows x classes floats, or for a language model
+ * ([data] format = token_stream, bytes) rows x len x vocab, position t's row the prediction of the token after
+ * b->tokens[t]. b as for glia_model_step, whose labels are not read (may be NULL). What glia sample runs. A batch
+ * that does not fit the model, or n too small, is GLIA_EINVAL with one line naming it. */
+glia_status glia_model_logits(struct glia_model *m, const struct glia_batch *b, float *logits, size_t n);
+
+/* ABI 2.2: what a model reads and predicts, for programs that feed it batches (glia sample). */
+struct glia_model_io {
+    uint32_t struct_size;  /* set by the caller: sizeof(struct glia_model_io) */
+    int tokens;            /* 1: token ids (n, len); 0: images (n, channels, rows, cols) */
+    int lm;                /* 1: a language model ([data] format = token_stream, bytes): the logits predict the next
+                              token at every position */
+    int bytes;             /* 1: [data] format = bytes: token id = the byte's value */
+    int64_t len;           /* tokens: the longest len a batch may have (a language model's [data] seq_len) */
+    int64_t vocab;         /* tokens: ids are 0 .. vocab - 1 */
+    int64_t classes;       /* the last dimension of the logits (a language model's vocabulary) */
+    int64_t batch;         /* the largest n of a batch ([data] batch_size) */
+};
+/* Fills *io (as much of it as io->struct_size covers). GLIA_EINVAL for a struct_size below its first fields. */
+glia_status glia_model_io_info(const struct glia_model *m, struct glia_model_io *io);
 /* Evaluate on the test set: the mean loss and the accuracy; a language model's ([data] format = token_stream,
  * bytes) loss is the mean per token (perplexity exp(*loss)) and *accuracy NaN (not counted). */
 glia_status glia_model_evaluate(struct glia_model *m, double *loss, double *accuracy);
