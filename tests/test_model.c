@@ -69,7 +69,7 @@ static const struct bad_case bad_cases[] = {
      "m.ini:12: [fc] inputs: layer 'loss' is defined later; inputs must name earlier layers"},
     /* linear maps the last dim of any rank (nn.Linear): without a flatten the loss is the one refusing */
     {DATA "[fc]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ESHAPE,
-     "m.ini:10: [loss] softmax_cross_entropy expects (N, classes) logits, got 16x1x4x4"},
+     "m.ini:10: [loss] softmax_cross_entropy expects (N, classes) or (N, T, classes) logits, got 16x1x4x4"},
     {DATA "[f]\ntype = flatten\n[input]\ntype = linear\noutputs = 4\n" LOSS, NULL, GLIA_ECONFIG,
      "m.ini:9: [input] 'input' is reserved: `inputs = input` names the data batch; give this layer another name"},
     {DATA "[input]\ntype = flatten\n[fc]\ntype = linear\noutputs = 4\ninputs = input\n" LOSS, NULL, GLIA_ECONFIG,
