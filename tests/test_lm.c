@@ -410,6 +410,24 @@ static void test_gpt_bytes(void)
     glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
+    char *sum = NULL;  /* the GPT recipe's decay: every 2-D weight (embeddings too, as GPT-2), no 1-D parameter */
+    size_t sum_len;
+    FILE *sf = open_memstream(&sum, &sum_len);
+    glia_model_summary(r.m, sf);
+    fclose(sf);
+    const char *nd = strstr(sum, "no weight decay:");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(nd);
+    char line[4096];
+    snprintf(line, sizeof line, "%.*s ", (int)strcspn(nd, "\n"), nd);
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, " h0_ln1.weight "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, " h3_fc2.bias "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, " ln_f.bias "));
+    CU_ASSERT_PTR_NULL(strstr(line, "wte."));
+    CU_ASSERT_PTR_NULL(strstr(line, "wpe."));
+    CU_ASSERT_PTR_NULL(strstr(line, "qkv.weight"));
+    CU_ASSERT_PTR_NULL(strstr(line, "fc1.weight"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, "tied weight: lm_head.weight is wte.weight"));
+    free(sum);
     struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
     st = glia_model_train(r.m, &quiet, res, 2);
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
