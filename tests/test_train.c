@@ -1216,7 +1216,7 @@ static void large_batch_example(const char *const *sets, const char *want)
     if (st) printf("\n  %s\n", glia_context_error(r.ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     CU_ASSERT_EQUAL(r.m->data.batch, 4096);
-    CU_ASSERT_STRING_EQUAL(r.m->trainer.opt.type->name, "sgd");
+    CU_ASSERT_STRING_EQUAL(r.m->trainer.opt.type->name, "lamb");
     char *sum = summary_of(r.m);
     if (!strstr(sum, want)) printf("\n  summary has no '%s':\n%s", want, sum);
     CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
@@ -1224,9 +1224,9 @@ static void large_batch_example(const char *const *sets, const char *want)
     close_run(&r);
 }
 
-/* The large-batch example: batch 4096, poly decay after two epochs of warmup, sgd with Nesterov momentum; on IDX
- * files of 9000 28x28 samples (2 steps an epoch with drop_last, T = 60), and on Fashion-MNIST when it is installed
- * (14 steps an epoch, T = 420). */
+/* The large-batch example: batch 4096, poly decay after two epochs of warmup, lamb; on IDX files of 9000 28x28
+ * samples (2 steps an epoch with drop_last, T = 20), and on Fashion-MNIST when it is installed (14 steps an epoch,
+ * T = 140). */
 static void test_large_batch_example(void)
 {
     char d[512], a[4][600];
@@ -1234,7 +1234,7 @@ static void test_large_batch_example(void)
     const char *files[4] = {"tri", "trl", "tei", "tel"}, *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
     for (int i = 0; i < 4; i++) snprintf(a[i], sizeof a[i], "data.%s=%s/%s", keys[i], d, files[i]);
     const char *small[] = {a[0], a[1], a[2], a[3], NULL};
-    large_batch_example(small, "optimizer sgd, lr 1.6 (poly power 2 to 0 at step 60, warmup 28), 30 epochs");
+    large_batch_example(small, "optimizer lamb, lr 0.04 (poly power 2 to 0 at step 20, warmup 28), 10 epochs");
     FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
     if (!f) {
         printf("(Fashion-MNIST not installed: apt-get install dataset-fashion-mnist) ");
@@ -1242,8 +1242,8 @@ static void test_large_batch_example(void)
     }
     fclose(f);
     const char *none[] = {NULL};
-    large_batch_example(none, "60000 training samples, 10000 test samples, 28x28, 10 classes; optimizer sgd, lr 1.6 "
-                              "(poly power 2 to 0 at step 420, warmup 28), 30 epochs");
+    large_batch_example(none, "60000 training samples, 10000 test samples, 28x28, 10 classes; optimizer lamb, lr 0.04 "
+                              "(poly power 2 to 0 at step 140, warmup 28), 10 epochs");
 }
 
 static void test_fashion_mnist_subset(void)

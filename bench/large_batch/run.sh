@@ -1,16 +1,16 @@
 #!/bin/sh
 # bench/large_batch/run.sh — trains share/glia/examples/fmnist-resnet-large-batch.ini (batch 4096, warmup then
 # poly decay) for a fixed number of epochs with each optimizer and learning rate given, and the same network at
-# batch 64 (the baseline, SGD as the example has it), and writes a markdown table: optimizer, batch, lr, test accuracy
+# batch 64 (the baseline: SGD, Nesterov momentum 0.9, weight decay 5e-4), and writes a markdown table: optimizer, batch, lr, test accuracy
 # after the last epoch, the best epoch's (and which), seconds, from the runs' metrics files. Not a test, and not a tuned result: a sweep.
 #   usage: bench/large_batch/run.sh [--optimizers "sgd lamb ..."] [--lrs "sgd:0.8,1.6 lamb:0.005,0.01"]
 #            [--okeys "lamb:weight_decay=0.01,eps=1e-6"] [--baseline-lrs 0.025,0.05] [--epochs N]
 #            [--train-samples N] [--set section.key=value]... [--out FILE] [--quick]
-#   --optimizers  the optimizers of the batch-4096 runs (default: sgd). An optimizer other than sgd runs
-#                 without the example's [optimizer] keys (they are SGD's); --okeys gives it its own.
-#   --lrs         per optimizer, the learning rates to try (default: the example's lr, 1.6)
-#   --baseline-lrs  the batch-64 runs' learning rates (default 0.025: 1.6 scaled by 64/4096)
-#   --epochs      every run's epochs (default: the example's 30); warmup_steps is set to two epochs' steps
+#   --optimizers  the optimizers of the batch-4096 runs (default: the example's, lamb). An optimizer other than
+#                 the example's runs without its [optimizer] keys (they are lamb's); --okeys gives it its own
+#   --lrs         per optimizer, the learning rates to try (default: the example's lr, 0.04)
+#   --baseline-lrs  the batch-64 runs' learning rates (default 0.025: SGD's 0.1 at batch 256 scaled linearly)
+#   --epochs      every run's epochs (default: the example's 10); warmup_steps is set to two epochs' steps
 #                 at each batch size (drop_last: floor(samples / batch) steps an epoch), so T = epochs x that
 #   --train-samples  the training samples the runs use (default: all 60000; --set data.train_samples too)
 #   --quick       a smoke run: 4096 training and 256 test samples, 1 epoch, the first lr of each list (under a
@@ -21,7 +21,7 @@ set -eu
 here=$PWD
 cd "$(dirname "$0")/../.."
 ini=share/glia/examples/fmnist-resnet-large-batch.ini
-optimizers=sgd lrs="" okeys="" baseline_lrs=0.025 epochs="" samples="" quick=0 outfile="" sets=""
+optimizers="" lrs="" okeys="" baseline_lrs=0.025 epochs="" samples="" quick=0 outfile="" sets=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1; shift; continue ;;
@@ -55,8 +55,12 @@ n=${samples:-60000}
 case "$epochs$n" in *[!0-9]*) echo "run.sh: --epochs and --train-samples take whole numbers" >&2; exit 2 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
-# The example without its [optimizer] section (its keys are SGD's), for the other optimizers.
-awk '/^\[/ { skip = ($0 ~ /^\[optimizer\]/) } !skip' "$ini" > "$tmp/no-sgd-keys.ini"
+# The example without its [optimizer] section (its keys are its optimizer's), for the other optimizers.
+own=$(ini_value train optimizer)
+optimizers=${optimizers:-$own}
+awk '/^\[/ { skip = ($0 ~ /^\[optimizer\]/) } !skip' "$ini" > "$tmp/no-opt-keys.ini"
+# The batch-64 baseline's optimizer keys: SGD with Nesterov momentum and weight decay off the 1-D parameters.
+baseline_keys="--set optimizer.momentum=0.9 --set optimizer.nesterov=on --set optimizer.weight_decay=0.0005"
 
 # lrs_of OPT: its learning rates (comma-separated in --lrs as OPT:a,b), or the example's; one with --quick.
 lrs_of() {
@@ -76,11 +80,12 @@ okeys_of() {
 
 rows="$tmp/rows"
 : > "$rows"
-# run OPT BATCH LR: one training run; appends a row "opt batch lr acc epoch seconds" or "opt batch lr failed why".
+# run OPT BATCH LR [SETS]: one training run (SETS: --set options of its own); appends a row
+# "opt batch lr last best epoch seconds" or "opt batch lr failed: why".
 run() {
-    opt=$1 batch=$2 lr=$3
+    opt=$1 batch=$2 lr=$3 own_sets=${4:-}
     file=$ini
-    [ "$opt" = sgd ] || file=$tmp/no-sgd-keys.ini
+    [ "$opt" = "$own" ] || file=$tmp/no-opt-keys.ini
     steps=$((n / batch))
     [ "$steps" -ge 1 ] || { echo "$opt $batch $lr failed: fewer than $batch samples" >> "$rows"; return; }
     m="$tmp/$opt-$batch-$lr.jsonl"
@@ -89,7 +94,7 @@ run() {
     # shellcheck disable=SC2046,SC2086  # the --set lists split on spaces on purpose
     if "$glia" train "$file" --quiet --metrics "$m" --set data.batch_size="$batch" --set train.optimizer="$opt" \
         --set train.lr="$lr" --set train.epochs="$epochs" --set train.warmup_steps=$((2 * steps)) $extra \
-        $(okeys_of "$opt") $(for s in $sets; do printf ' --set %s' "$s"; done) > "$tmp/log" 2>&1; then
+        $(okeys_of "$opt") $own_sets $(for s in $sets; do printf ' --set %s' "$s"; done) > "$tmp/log" 2>&1; then
         awk -v o="$opt" -v b="$batch" -v l="$lr" '
             { a = $0; sub(/.*"test_accuracy": /, "", a); sub(/,.*/, "", a)
               s = $0; sub(/.*"seconds": /, "", s); sub(/,.*/, "", s)
@@ -111,7 +116,7 @@ for opt in $optimizers; do
 done
 for lr in $(echo "$baseline_lrs" | tr ',' ' '); do
     [ "$quick" = 1 ] && [ "$lr" != "$(echo "$baseline_lrs" | cut -d, -f1)" ] && continue
-    run sgd 64 "$lr"
+    run sgd 64 "$lr" "$baseline_keys"
 done
 {
     echo
