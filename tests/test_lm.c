@@ -485,5 +485,42 @@ static void test_gpt_bytes(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "--temperature takes a number >= 0"));
 }
 
+/* share/glia/examples/gpt2-124m.ini builds (on small llm.c files, on the CPU: 2 GB of weights, gradients and AdamW
+ * moments): GPT-2 small's 124475904 parameters, llm.c's count (wte counted once, tied to lm_head). */
+static void test_gpt2_124m(void)
+{
+    long long avail_kb = 0;  /* MemAvailable: the build needs 3 GB, more than a small CI machine may spare */
+    FILE *mi = fopen("/proc/meminfo", "r");
+    char ln[256];
+    while (mi && fgets(ln, sizeof ln, mi))
+        if (sscanf(ln, "MemAvailable: %lld kB", &avail_kb) == 1) break;
+    if (mi) fclose(mi);
+    if (avail_kb < 6LL * 1024 * 1024) {
+        printf("(%lld MB available, under 6 GB: gpt2-124m not built) ", avail_kb / 1024);
+        return;
+    }
+    make_dir();
+    write_llmc("fineweb_train_000001.bin", 20240520, 1, 3000, 3000, 10, 0);
+    write_llmc("fineweb_val_000000.bin", 20240520, 1, 2100, 2100, 20, 0);
+    char sets[3][800];
+    snprintf(sets[0], sizeof sets[0], "data.train_tokens=%s/fineweb_train_*.bin", dir);
+    snprintf(sets[1], sizeof sets[1], "data.val_tokens=%s/fineweb_val_*.bin", dir);
+    snprintf(sets[2], sizeof sets[2], "runtime.device=cpu");
+    struct run r;
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt2-124m.ini"), &r.cfg) == GLIA_OK);
+    for (int i = 0; i < 3; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_config_set(r.cfg, "runtime.precision=fp32") == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_param_count(r.m), 124475904LL);
+    struct glia_model_io io = {.struct_size = sizeof io};
+    CU_ASSERT_EQUAL(glia_model_io_info(r.m, &io), GLIA_OK);
+    CU_ASSERT(io.lm && !io.bytes && io.len == 1024 && io.vocab == 50304 && io.classes == 50304);
+    close_run(&r);
+}
+
 GLIA_TEST_MAIN("lm", GLIA_TEST(test_windows), GLIA_TEST(test_errors), GLIA_TEST(test_bytes_split), GLIA_TEST(test_keys),
-               GLIA_TEST(test_trains), GLIA_TEST(test_sample_pick), GLIA_TEST(test_gpt_bytes))
+               GLIA_TEST(test_trains), GLIA_TEST(test_sample_pick), GLIA_TEST(test_gpt_bytes),
+               GLIA_TEST(test_gpt2_124m))
