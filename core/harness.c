@@ -680,6 +680,28 @@ glia_status glia_layer_run_backward(struct glia_layer_run *r)
     return r->l.kernel->backward(&r->l, &a);  /* as a model runs it: queued, no stand-ins, no wait (what bench times) */
 }
 
+glia_status glia_layer_run_set_ids(struct glia_layer_run *r, int k, const int32_t *ids, size_t n)
+{
+    if (k < 0 || k >= r->n_in) return glia_error(r->ctx, GLIA_EINVAL, "glia_layer_run_set_ids: the run has no input %d", k);
+    char shp[64];
+    if (!ids || n != (size_t)glia_shape_numel(&r->in_shape[k]))
+        return glia_error(r->ctx, GLIA_EINVAL, "glia_layer_run_set_ids: %zu ids for input %d, of shape %s", ids ? n : 0, k,
+                          glia_shape_str(&r->in_shape[k], shp, sizeof shp));
+    struct glia_tensor *t = NULL;
+    glia_status st = glia_tensor_new(r->b, GLIA_I32, &r->in_shape[k], &t);
+    if (!st) st = glia_tensor_from_host(t, ids, n * sizeof *ids);
+    if (st) {
+        glia_tensor_release(t);
+        return st;
+    }
+    glia_tensor_release(r->x[k]);
+    glia_tensor_release(r->dx[k]);
+    r->x[k] = t;
+    r->dx[k] = NULL;  /* ids have no gradient */
+    r->trained = false;
+    return GLIA_OK;
+}
+
 glia_status glia_layer_run_sync(struct glia_layer_run *r) { return glia_backend_sync(r->b); }
 
 struct glia_layer *glia_layer_run_layer(struct glia_layer_run *r) { return &r->l; }

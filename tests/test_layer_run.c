@@ -214,5 +214,34 @@ static void test_cuda_matches_cpu(void)
     glia_context_free(c);
 }
 
+/* glia_layer_run_set_ids: an embedding run on ids looks up their rows (the weight's, checked by hand), has no input
+ * gradient, and refuses ids of another count or an input it does not have. */
+static void test_set_ids(void)
+{
+    struct glia_context *c;
+    CU_ASSERT_FATAL(glia_context_new(&c) == GLIA_OK);
+    struct glia_layer_run *r = run_new(c, "[e]\ntype = embedding\nvocab = 5\ndim = 3\noutput = sequence\npadding_idx = -1\n",
+                                       cpu, S(2, 2, 2, 0, 0), GLIA_CONTIGUOUS, 3);
+    CU_ASSERT_EQUAL(glia_layer_run_forward(r, true), GLIA_EINVAL);  /* f32 inputs: embedding refuses them */
+    const int32_t ids[4] = {4, 0, 4, 2};
+    glia_status sst = glia_layer_run_set_ids(r, 0, ids, 4);
+    if (sst) printf("\n  %s\n", glia_context_error(c));
+    CU_ASSERT_EQUAL_FATAL(sst, GLIA_OK);
+    CU_ASSERT_PTR_NULL(glia_layer_run_input_grad(r, 0));
+    CU_ASSERT_EQUAL_FATAL(glia_layer_run_forward(r, true), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_layer_run_backward(r), GLIA_OK);
+    float *y = host_copy(glia_layer_run_output(r)), *w = host_copy(glia_layer_run_layer(r)->params[0].value);
+    for (int i = 0; i < 4; i++)
+        for (int d = 0; d < 3; d++) CU_ASSERT_EQUAL(y[i * 3 + d], w[ids[i] * 3 + d]);
+    free(y);
+    free(w);
+    CU_ASSERT_EQUAL(glia_layer_run_set_ids(r, 0, ids, 3), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(c), "glia_layer_run_set_ids: 3 ids for input 0, of shape 2x2"));
+    CU_ASSERT_EQUAL(glia_layer_run_set_ids(r, 1, ids, 4), GLIA_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(c), "the run has no input 1"));
+    glia_layer_run_free(r);
+    glia_context_free(c);
+}
+
 GLIA_TEST_MAIN("layer_run", GLIA_TEST(test_linear_values), GLIA_TEST(test_seeding), GLIA_TEST(test_loss_layer),
-               GLIA_TEST(test_refusals), GLIA_TEST(test_cuda_matches_cpu))
+               GLIA_TEST(test_refusals), GLIA_TEST(test_cuda_matches_cpu), GLIA_TEST(test_set_ids))

@@ -59,6 +59,7 @@ def _lib():
     for f in ("output", "output_grad", "labels"):
         getattr(lib, "glia_layer_run_" + f).argtypes = [vp]
         getattr(lib, "glia_layer_run_" + f).restype = C.POINTER(Tensor)
+    lib.glia_layer_run_set_ids.argtypes = [vp, C.c_int, C.POINTER(C.c_int32), C.c_size_t]
     lib.glia_layer_run_layer.argtypes = [vp]
     lib.glia_layer_run_layer.restype = C.POINTER(Layer)
     lib.glia_layer_run_free.argtypes = [vp]
@@ -93,6 +94,12 @@ class Run:
     def _check(self, st, what):
         if st != 0:
             sys.exit("%s: %s (status %d)" % (what, LIB.glia_context_error(self.ctx).decode(), st))
+
+    def set_ids(self, k, ids):
+        """Input k becomes the i32 token ids of torch tensor ids (its shape's element count), with no gradient."""
+        v = ids.to(torch.int32).contiguous()
+        self._check(LIB.glia_layer_run_set_ids(self.r, k, C.cast(v.data_ptr(), C.POINTER(C.c_int32)), v.numel()),
+                    "glia_layer_run_set_ids")
 
     def forward(self, train=True):
         self._check(LIB.glia_layer_run_forward(self.r, train), "forward")

@@ -352,6 +352,10 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train);
 /* Queues the layer's backward; needs a training forward before it. Every input gradient and every
  * parameter gradient is written (=), never accumulated ("set to none" each time). Does not wait. */
 glia_status glia_layer_run_backward(struct glia_layer_run *r);
+/* ABI 2.2: input k becomes an I32 tensor of its shape holding ids[0 .. n) (token ids, for a layer that reads them:
+ * embedding), with no gradient (glia_layer_run_input_grad then gives NULL); run a training forward again before a
+ * backward. GLIA_EINVAL naming the input unless n is its element count. */
+glia_status glia_layer_run_set_ids(struct glia_layer_run *r, int k, const int32_t *ids, size_t n);
 /* Waits until the device has done the queued work. */
 glia_status glia_layer_run_sync(struct glia_layer_run *r);
 
