@@ -143,22 +143,17 @@ glia_status glia_model_logits(struct glia_model *m, const struct glia_batch *b, 
     int64_t rows = b->shape.dim[0], len = tok && !st ? b->shape.dim[1] : 1;
     if (!st && tok) st = step_check_ids(m, b->tokens, rows * len, m->data.vocab, "tokens", "[data] vocab", "glia_model_logits");
     if (st) return st;
-    const struct glia_shape *ls = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out_shape;
-    size_t want = (size_t)(rows * (m->data.lm ? len : 1) * ls->dim[ls->ndim - 1]);
+    const struct glia__node *lg = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]];  /* the loss's input */
+    size_t want = (size_t)(rows * (m->data.lm ? len : 1) * lg->out_shape.dim[lg->out_shape.ndim - 1]);
     if (!logits || n < want)
         return glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: room for %zu floats; the batch's logits are %zu", n,
                           want);
     st = glia__need_activations(m, 0, rows);
     if (!st) st = glia__set_batch(m, rows, tok ? len : m->data.train.cols, false);
-    int32_t *zero = st ? NULL : calloc((size_t)glia_tensor_numel(m->act.y), sizeof *zero);  /* labels: class 0 */
-    if (!st && !zero) st = GLIA_ENOMEM;
     const void *x = tok ? (const void *)b->tokens : (const void *)b->x;
     if (!st) st = glia_tensor_from_host(m->act.x, x, glia_tensor_nbytes(m->act.x));
-    if (!st) st = glia_tensor_from_host(m->act.y, zero, glia_tensor_nbytes(m->act.y));
-    free(zero);
-    if (!st) st = glia__eval_forward(m);
-    const struct glia_tensor *out = st ? NULL : m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]].out;
-    if (!st) st = glia_tensor_to_host(out, logits, want * sizeof(float));
+    if (!st) st = glia__logits_forward(m);
+    if (!st) st = glia_tensor_to_host(lg->out, logits, want * sizeof(float));
     return st;
 }
 

@@ -261,7 +261,8 @@ static int cmd_sample(struct glia_context *ctx, const struct args *a)
     struct glia_config *cfg = NULL;
     struct glia_model *m = NULL;
     int rc = load_model(ctx, a, &cfg, &m);
-    if (!rc && !glia__sample_can(m, a->model)) rc = 2;
+    struct glia_model_io io;
+    if (!rc && !glia__sample_can(m, a->model, &io)) rc = 2;
     if (!rc) {
         glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
         rc = st ? fail(ctx, st) : glia__sample(ctx, m, &o, stdout);

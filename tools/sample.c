@@ -106,10 +106,10 @@ static void put_token(const struct glia_model_io *io, int32_t t, FILE *f, bool f
     else fprintf(f, first ? "%d" : " %d", (int)t);
 }
 
-bool glia__sample_can(struct glia_model *m, const char *model)
+bool glia__sample_can(struct glia_model *m, const char *model, struct glia_model_io *io)
 {
-    struct glia_model_io io = {.struct_size = sizeof io};
-    if (!glia_model_io_info(m, &io) && io.lm) return true;
+    *io = (struct glia_model_io){.struct_size = sizeof *io};
+    if (!glia_model_io_info(m, io) && io->lm) return true;
     fprintf(stderr, "glia: sample: %s is not a language model ([data] format = token_stream or bytes, logits (N, T, "
             "vocab)): there is nothing to sample\n", model ? model : "the model");
     return false;
@@ -117,14 +117,14 @@ bool glia__sample_can(struct glia_model *m, const char *model)
 
 int glia__sample(struct glia_context *ctx, struct glia_model *m, const struct glia__sample_options *o, FILE *f)
 {
-    struct glia_model_io io = {.struct_size = sizeof io};
-    if (!glia__sample_can(m, NULL)) return 2;
-    glia_model_io_info(m, &io);
+    struct glia_model_io io;
+    if (!glia__sample_can(m, NULL, &io)) return 2;
     int32_t *prompt;
     int64_t n_prompt;
     int rc = prompt_tokens(o, &io, &prompt, &n_prompt);
     if (rc) return rc;
     int64_t T = io.len, V = io.classes, total = n_prompt + o->tokens;
+    int64_t draw = V < io.vocab ? V : io.vocab;  /* logits wider than the data's ids: only ids the model can read */
     int32_t *seq = malloc(sizeof *seq * (size_t)total);
     float *logits = malloc(sizeof *logits * (size_t)(T * V));
     double *p = malloc(sizeof *p * (size_t)V);
@@ -148,8 +148,7 @@ int glia__sample(struct glia_context *ctx, struct glia_model *m, const struct gl
             rc = 1;
             goto done;
         }
-        seq[k] = (int32_t)glia__sample_pick(logits + (len - 1) * V, V, o->temperature, o->top_k, &rng, p);
-        if (seq[k] >= io.vocab) seq[k] = (int32_t)(io.vocab - 1);  /* logits wider than the data's ids */
+        seq[k] = (int32_t)glia__sample_pick(logits + (len - 1) * V, draw, o->temperature, o->top_k, &rng, p);
         put_token(&io, seq[k], f, false);
         fflush(f);
     }

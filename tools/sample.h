@@ -20,8 +20,9 @@ struct glia__sample_options {
  * the program's exit status (1: a failure, with one line on stderr; 2: a model that is no language model, or a bad
  * prompt). */
 int glia__sample(struct glia_context *ctx, struct glia_model *m, const struct glia__sample_options *o, FILE *f);
-/* Whether m is a language model sample can draw from; else false, with one line on stderr naming model. */
-bool glia__sample_can(struct glia_model *m, const char *model);
+/* Whether m is a language model sample can draw from (*io: what it reads); else false, with one line on stderr
+ * naming model. */
+bool glia__sample_can(struct glia_model *m, const char *model, struct glia_model_io *io);
 /* The token drawn from one position's v logits (p: v doubles of room); rng advances. */
 int64_t glia__sample_pick(const float *logits, int64_t v, double temperature, int64_t top_k, uint64_t *rng, double *p);
 
