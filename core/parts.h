@@ -222,6 +222,8 @@ struct glia__model_act {
     struct glia_tensor *x_buf, *y_buf, *x, *y, *loss_scale;
     struct glia_tensor *stage_x, *stage_y;  /* upload targets when the backend copies on its own
                                                stream: the next batch lands here during a step */
+    int64_t decode_next, decode_rows;  /* glia_model_decode: the positions its layers cache (0 .. decode_next - 1)
+                                          of decode_rows sequences; 0: none */
 };
 
 /* The trainer: the optimizer, the schedule, the loss scaler, the step and its CUDA graphs (core/train.c). */

@@ -129,32 +129,95 @@ glia_status glia_model_step(struct glia_model *m, const struct glia_batch *b, st
 
 /* ---- glia_model_logits: the model's output on a batch the caller holds ---- */
 
+/* Checks b for glia_model_logits / _decode (fn) and returns in *want the floats of its logits. */
+static glia_status logits_check(struct glia_model *m, const struct glia_batch *b, size_t n, const char *fn,
+                                size_t *want)
+{
+    if (!b || b->struct_size < GLIA__END_OF(struct glia_batch, labels))
+        return glia_error(m->ctx, GLIA_EINVAL, "%s: %s", fn, b ? "batch struct_size is too small (set it to "
+                          "sizeof(struct glia_batch))" : "the batch is NULL");
+    glia_status st = step_check_shape(m, &b->shape, fn);
+    bool tok = m->data.train.tokens;
+    if (!st && (tok ? !b->tokens || b->x : !b->x || b->tokens))
+        st = glia_error(m->ctx, GLIA_EINVAL, "%s: the model reads %s: set %s, and leave %s NULL", fn,
+                        tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
+    int64_t rows = b->shape.dim[0], len = tok && !st ? b->shape.dim[1] : 1;
+    if (!st && tok) st = step_check_ids(m, b->tokens, rows * len, m->data.vocab, "tokens", "[data] vocab", fn);
+    if (st) return st;
+    const struct glia__node *lg = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]];  /* the loss's input */
+    *want = (size_t)(rows * (m->data.lm ? len : 1) * lg->out_shape.dim[lg->out_shape.ndim - 1]);
+    if (n < *want) return glia_error(m->ctx, GLIA_EINVAL, "%s: room for %zu floats; the batch's logits are %zu", fn, n,
+                                     *want);
+    return GLIA_OK;
+}
+
+/* The logits of batch b (checked; want floats) into logits: an evaluation forward, a cached decode's at pos >= 0. */
+static glia_status logits_run(struct glia_model *m, const struct glia_batch *b, int64_t pos, float *logits,
+                              size_t want)
+{
+    bool tok = m->data.train.tokens;
+    int64_t rows = b->shape.dim[0];
+    glia_status st = glia__need_activations(m, 0, rows);
+    if (!st) st = glia__set_batch(m, rows, tok ? b->shape.dim[1] : m->data.train.cols, false);
+    const void *x = tok ? (const void *)b->tokens : (const void *)b->x;
+    if (!st) st = glia_tensor_from_host(m->act.x, x, glia_tensor_nbytes(m->act.x));
+    if (!st) st = glia__logits_forward(m, pos);
+    const struct glia__node *lg = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]];
+    if (!st) st = glia_tensor_to_host(lg->out, logits, want * sizeof(float));
+    return st;
+}
+
 glia_status glia_model_logits(struct glia_model *m, const struct glia_batch *b, float *logits, size_t n)
 {
     if (!m) return GLIA_EINVAL;
-    if (!b || b->struct_size < GLIA__END_OF(struct glia_batch, labels))
-        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: %s", b ? "batch struct_size is too small (set it to "
-                          "sizeof(struct glia_batch))" : "the batch is NULL");
-    glia_status st = step_check_shape(m, &b->shape, "glia_model_logits");
-    bool tok = m->data.train.tokens;
-    if (!st && (tok ? !b->tokens || b->x : !b->x || b->tokens))
-        st = glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: the model reads %s: set %s, and leave %s NULL",
-                        tok ? "token ids" : "images", tok ? "tokens" : "x", tok ? "x" : "tokens");
-    int64_t rows = b->shape.dim[0], len = tok && !st ? b->shape.dim[1] : 1;
-    if (!st && tok) st = step_check_ids(m, b->tokens, rows * len, m->data.vocab, "tokens", "[data] vocab", "glia_model_logits");
+    size_t want;
+    glia_status st = logits_check(m, b, logits ? n : 0, "glia_model_logits", &want);
+    return st ? st : logits_run(m, b, -1, logits, want);
+}
+
+/* ---- glia_model_decode: logits a few positions at a time, the layers caching the earlier ones ---- */
+
+/* GLIA_EUNSUPPORTED naming the first layer but the loss whose kernel cannot decode; GLIA_OK when none. */
+static glia_status decode_kernels(struct glia_model *m)
+{
+    for (int i = 0; i < m->graph.n_nodes - 1; i++) {
+        const struct glia_layer *l = &m->graph.nodes[i].layer;
+        if (!(l->kernel->flags & GLIA_KERNEL_DECODE))
+            return glia_error(m->ctx, GLIA_EUNSUPPORTED, "glia_model_decode: [%s] (%s, impl %s) cannot decode a few "
+                              "positions at a time (its kernel has no GLIA_KERNEL_DECODE)", l->name, l->type->name,
+                              l->kernel->impl);
+    }
+    return GLIA_OK;
+}
+
+glia_status glia_model_decode(struct glia_model *m, const struct glia_batch *b, int64_t pos, float *logits, size_t n)
+{
+    const char *fn = "glia_model_decode";
+    if (!m) return GLIA_EINVAL;
+    if (!m->data.lm)
+        return glia_error(m->ctx, GLIA_EINVAL, "%s: the model is not a language model ([data] format = token_stream or "
+                          "bytes)", fn);
+    size_t want;
+    glia_status st = logits_check(m, b, logits ? n : 0, fn, &want);
     if (st) return st;
-    const struct glia__node *lg = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]];  /* the loss's input */
-    size_t want = (size_t)(rows * (m->data.lm ? len : 1) * lg->out_shape.dim[lg->out_shape.ndim - 1]);
-    if (!logits || n < want)
-        return glia_error(m->ctx, GLIA_EINVAL, "glia_model_logits: room for %zu floats; the batch's logits are %zu", n,
-                          want);
-    st = glia__need_activations(m, 0, rows);
-    if (!st) st = glia__set_batch(m, rows, tok ? len : m->data.train.cols, false);
-    const void *x = tok ? (const void *)b->tokens : (const void *)b->x;
-    if (!st) st = glia_tensor_from_host(m->act.x, x, glia_tensor_nbytes(m->act.x));
-    if (!st) st = glia__logits_forward(m);
-    if (!st) st = glia_tensor_to_host(lg->out, logits, want * sizeof(float));
-    return st;
+    struct glia__model_act *a = &m->act;
+    int64_t rows = b->shape.dim[0], len = b->shape.dim[1];
+    if (pos < 0 || pos > a->decode_next)
+        return glia_error(m->ctx, GLIA_EINVAL, "%s: position %lld: the layers hold positions 0 .. %lld (pos 0 starts "
+                          "new sequences)", fn, (long long)pos, (long long)a->decode_next - 1);
+    if (pos > 0 && rows != a->decode_rows)
+        return glia_error(m->ctx, GLIA_EINVAL, "%s: %lld rows; the sequences begun at position 0 are %lld", fn,
+                          (long long)rows, (long long)a->decode_rows);
+    if (pos + len > m->data.train.cols)
+        return glia_error(m->ctx, GLIA_EINVAL, "%s: positions %lld .. %lld; the model takes %lld ([data] seq_len)", fn,
+                          (long long)pos, (long long)(pos + len - 1), (long long)m->data.train.cols);
+    if ((st = decode_kernels(m))) return st;
+    a->decode_next = 0;  /* what a failed call leaves in the caches is nothing to go on from */
+    st = logits_run(m, b, pos, logits, want);
+    if (st) return st;
+    a->decode_next = pos + len;
+    a->decode_rows = rows;
+    return GLIA_OK;
 }
 
 glia_status glia_model_io_info(const struct glia_model *m, struct glia_model_io *io)

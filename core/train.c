@@ -51,8 +51,9 @@ static glia_status guards_check(const struct glia__node *nd, const char *call, s
     return gs ? gs : st;
 }
 
-/* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments). */
-static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute)
+/* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments); pos >= 0:
+ * an eval forward of a cached decode at positions pos.. (glia_model_decode), -1 otherwise. */
+static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute, int64_t pos)
 {
     struct glia__node *nd = &m->graph.nodes[i];
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
@@ -73,7 +74,9 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          glia_seed(key, m->trainer.step),
                          recompute,
                          key,
-                         m->trainer.capturing ? m->trainer.step_dev->data : NULL};
+                         m->trainer.capturing ? m->trainer.step_dev->data : NULL,
+                         pos >= 0,
+                         pos >= 0 ? pos : 0};
     struct glia__guarded *guards;
     int n_guards;
     if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);
@@ -96,7 +99,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
 static glia_status forward(struct glia_model *m, bool train)
 {
     glia_status st = GLIA_OK;
-    for (int i = 0; i < m->graph.n_nodes && !st; i++) st = forward_node(m, i, train, false);
+    for (int i = 0; i < m->graph.n_nodes && !st; i++) st = forward_node(m, i, train, false, -1);
     return st;
 }
 
@@ -112,7 +115,7 @@ static glia_status backward(struct glia_model *m)
     for (int i = m->graph.n_nodes - 1; i >= 0; i--) {
         struct glia__node *nd = &m->graph.nodes[i];
         for (int j = i - nd->recompute_n; j < i; j++) {  /* this segment's dropped outputs, again */
-            glia_status st = m->graph.nodes[j].recompute ? forward_node(m, j, true, true) : GLIA_OK;
+            glia_status st = m->graph.nodes[j].recompute ? forward_node(m, j, true, true, -1) : GLIA_OK;
             if (st) return st;
         }
         if (!nd->needs_grad) continue;
@@ -901,10 +904,10 @@ glia_status glia__evaluate(struct glia_model *m, struct glia__scratch *s, double
     return st;
 }
 
-glia_status glia__logits_forward(struct glia_model *m)
+glia_status glia__logits_forward(struct glia_model *m, int64_t pos)
 {
     glia_status st = GLIA_OK;
-    for (int i = 0; i < m->graph.n_nodes - 1 && !st; i++) st = forward_node(m, i, false, false);  /* the loss is last */
+    for (int i = 0; i < m->graph.n_nodes - 1 && !st; i++) st = forward_node(m, i, false, false, pos);  /* the loss is last */
     return st;
 }
 

@@ -42,8 +42,9 @@ void glia__dp_weights_changed(struct glia_model *m);
 /* A training forward of the batch in m->x (n rows), on one device or split over dp's. */
 glia_status glia__train_forward(struct glia_model *m, int64_t n);
 /* An evaluation forward of the batch in m->act.x up to the logits (glia__set_batch in evaluation mode first): every
- * layer but the loss, which needs no labels then. */
-glia_status glia__logits_forward(struct glia_model *m);
+ * layer but the loss, which needs no labels then. pos >= 0: a cached decode's, the batch at positions pos.. (every
+ * kernel has GLIA_KERNEL_DECODE); -1: an ordinary one. */
+glia_status glia__logits_forward(struct glia_model *m, int64_t pos);
 /* Its backward (dp: each device's, then the gradients added into this model's). */
 glia_status glia__train_backward(struct glia_model *m);
 /* A lagged loss for m (q->host stays NULL where the backend runs its work when called: the loss is read at once). */

@@ -168,7 +168,7 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
             for (int64_t i = 0; i < glia_tensor_numel(pa->grad); i++) d[i] = accumulate ? 1.0f : NAN;
             pa->grad_unset = !accumulate;
         }
-        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL};
+        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL, false, 0};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL};
         glia_status st = B.kernel->backward(&B.l, &ba);

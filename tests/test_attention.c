@@ -1,6 +1,6 @@
 /* tests/test_attention.c — the attention layer's CPU kernel: gradient checks (causal or not, 1 or 2 heads, T on and
  * off the kernel's tile, dropout), the output against a plain T x T softmax in double, dropout's statistics and
- * eval mode, the same bits whatever the thread count, and refusals (shapes, a backward without a training forward).
+ * eval mode, the same bits whatever the thread count, a cached decode chunk by chunk, and refusals (shapes, a backward without a training forward).
  * Not the CUDA kernel (test_cuda_attention) and not PyTorch (torch_layer_attention.py). */
 #include <math.h>
 #include <omp.h>
@@ -91,7 +91,7 @@ static void check_value(const char *ini, int64_t N, int64_t T, int64_t C, int64_
     float *xv = glia_tensor_f32(x);
     for (int64_t i = 0; i < glia_tensor_numel(x); i++) xv[i] = 2.0f * (float)glia__rng_normal(&rng);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y, NULL, train, 4242, false, 7, NULL};
+    struct glia_fwd a = {in, 1, y, NULL, train, 4242, false, 7, NULL, false, 0};
     CU_ASSERT_EQUAL_FATAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double *want = malloc((size_t)(N * T * C) * sizeof *want), worst = 0;
     reference(want, xv, N, T, C, H, causal, train ? p : 0.0f, 4242);
@@ -117,6 +117,67 @@ static void test_value(void)
     check_value("[a]\ntype = attention\nheads = 3\ndropout = 0.5\n", 2, 37, 12, 3, true, 0.5f, false);
 }
 
+/* A cached decode (glia_fwd.decode, what glia_model_decode runs): qkv(N, 37, 3C) given in chunks of 5, 1, 1, 13 and
+ * 17 positions (the kept keys and values outgrowing their room on the way) gives each chunk's rows of the whole
+ * window's output, dropout (eval) left out; pos 0 starts again, with other rows; causal = off is refused. */
+static void test_decode(void)
+{
+    enum { N = 2, T = 37, C = 8, H = 2 };
+    struct glia_shape sh = S(3, N, T, 3 * C, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[a]\ntype = attention\nheads = 2\ndropout = 0.3\n", &sh, 1, &B);
+    CU_ASSERT(B.kernel->flags & GLIA_KERNEL_DECODE);
+    float *xv = malloc(sizeof(float) * N * T * 3 * C);
+    double *want = malloc(sizeof(double) * N * T * C);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 77);
+    for (int i = 0; i < N * T * 3 * C; i++) xv[i] = 2.0f * (float)glia__rng_normal(&rng);
+    reference(want, xv, N, T, C, H, true, 0, 0);
+    const int chunk[] = {5, 1, 1, 13, 17};
+    for (int round = 0; round < 2; round++) {
+        int64_t n = round ? 1 : N;  /* the second round: pos 0 again, one sequence */
+        double worst = 0;
+        for (int c = 0, pos = 0; c < 5; pos += chunk[c++]) {
+            struct glia_shape cs = S(3, n, chunk[c], 3 * C, 0), os = S(3, n, chunk[c], C, 0);
+            struct glia_tensor *x, *y;
+            CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &cs, &x) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &y) == GLIA_OK);
+            for (int64_t r = 0; r < n; r++)
+                memcpy(glia_tensor_f32(x) + r * chunk[c] * 3 * C, xv + (r * T + pos) * 3 * C,
+                       sizeof(float) * chunk[c] * 3 * C);
+            const struct glia_tensor *in[1] = {x};
+            struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, true, pos};
+            CU_ASSERT_EQUAL_FATAL(B.kernel->forward(&B.l, &a), GLIA_OK);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t i = 0; i < chunk[c] * C; i++) {
+                    double w = want[(r * T + pos) * C + i];
+                    worst = fmax(worst, fabs(glia_tensor_f32(y)[r * chunk[c] * C + i] - w) / fmax(1, fabs(w)));
+                }
+            glia_tensor_release(x);
+            glia_tensor_release(y);
+        }
+        if (!(worst < 1e-5)) printf("\n  decode round %d: off by %g\n", round, worst);
+        CU_ASSERT(worst < 1e-5);
+    }
+    layer_unbuild(&B);
+    layer_build(ctx, "[a]\ntype = attention\nheads = 2\ncausal = off\n", &sh, 1, &B);
+    struct glia_tensor *x, *y;
+    struct glia_shape ys = S(3, N, T, C, 0);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &ys, &y) == GLIA_OK);
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, true, 0};
+    CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "needs causal = on"));
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    layer_unbuild(&B);
+    free(xv);
+    free(want);
+    glia_context_free(ctx);
+}
+
 /* With q = 0 every score is 0, so each probability of a non-causal row is 1/T, and with v(j) the one-hot e_j (D = T)
  * y(i, j) is the probability of key j, dropped: 0, or 1/T / (1 - p). About half are 0 at p = 0.5; eval gives 1/T. */
 static void test_dropout_statistics(void)
@@ -139,7 +200,7 @@ static void test_dropout_statistics(void)
             row[2 * T + j] = 1.0f;
         }
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y, NULL, true, 99, false, 3, NULL};
+    struct glia_fwd a = {in, 1, y, NULL, true, 99, false, 3, NULL, false, 0};
     CU_ASSERT_EQUAL_FATAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     int zeros = 0, doubled = 0;
     const float *yv = glia_tensor_f32(y);
@@ -185,7 +246,7 @@ static void test_backward_needs_training(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL};
+    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, false, 0};
     struct glia_bwd b = {in, 1, y, dy, din, acc, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &b), GLIA_EINVAL);
@@ -220,7 +281,7 @@ static void run_threads(int threads, float **y_out, float **dx_out)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd a = {in, 1, y, NULL, true, 5, false, 1, NULL};
+    struct glia_fwd a = {in, 1, y, NULL, true, 5, false, 1, NULL, false, 0};
     struct glia_bwd b = {in, 1, y, dy, din, acc, NULL};
     int before = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -267,4 +328,4 @@ static void test_refusals(void)
 
 GLIA_TEST_MAIN("attention", GLIA_TEST(test_gradcheck), GLIA_TEST(test_gradcheck_dropout), GLIA_TEST(test_value),
                GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_backward_needs_training), GLIA_TEST(test_threads_same_bits),
-               GLIA_TEST(test_refusals))
+               GLIA_TEST(test_refusals), GLIA_TEST(test_decode))

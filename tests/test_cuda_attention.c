@@ -1,8 +1,9 @@
 /* tests/test_cuda_attention.c — the CUDA attention against the CPU kernel on a GPU, on fresh random qkv: causal or
  * not, 1 to 4 heads, T below, on and across the CPU kernel's tile, write and accumulate, train and eval, dropout (the
- * same probabilities dropped on both), and the same bits from two runs. Exits 77 (skipped) without a usable GPU or
+ * same probabilities dropped on both), the same bits from two runs, and a cached decode chunk by chunk (the kernel, and a GPT model's glia_model_decode). Exits 77 (skipped) without a usable GPU or
  * without the CUDA build. Not a test of the CPU semantics: test_attention. */
 #include "cudautil.h"
+#include "modelutil.h"
 
 struct at_case {
     const char *ini;
@@ -46,5 +47,123 @@ static void test_attention_repeatable(void)
     cuda_repeatable(NULL, cases[5].ini, cases[5].in, GLIA_CONTIGUOUS);
 }
 
+/* A cached decode on the GPU (glia_fwd.decode): qkv(2, 37, 3 x 24) in chunks of 5, 1, 1, 13 and 17 positions, the
+ * kept keys and values outgrowing their room on the way, gives each chunk's rows of the CPU kernel's whole-window
+ * eval output; then pos 0 again with one sequence; causal = off is refused. */
+static void test_attention_decode(void)
+{
+    const struct glia_shape sh = cases[1].in;  /* heads = 2, causal */
+    int64_t N = sh.dim[0], T = sh.dim[1], C3 = sh.dim[2], C = C3 / 3;
+    struct cuda_built Bc, Bg;
+    cuda_build(cases[1].ini, NULL, cuda_cpu, &sh, 1, &Bc);
+    cuda_build(cases[1].ini, NULL, cuda_gpu, &sh, 1, &Bg);
+    CU_ASSERT(Bg.kernel->flags & GLIA_KERNEL_DECODE);
+    struct glia_rng rng;
+    glia__rng_seed(&rng, 123);
+    float *v = malloc(sizeof(float) * (size_t)(N * T * C3)), *chunk_v = malloc(sizeof(float) * (size_t)(N * T * C3));
+    cuda_randn(&rng, v, N * T * C3, 1.5f);
+    struct glia_tensor *xc = cuda_put(cuda_cpu, sh, GLIA_CONTIGUOUS, v), *yc;
+    struct glia_shape os = {3, {N, T, C}};
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_F32, &os, &yc) == GLIA_OK);
+    const struct glia_tensor *inc[1] = {xc};
+    struct glia_fwd fc = {inc, 1, yc, NULL, false, 1, false, 1, NULL, false, 0};
+    CU_ASSERT_FATAL(Bc.kernel->forward(&Bc.l, &fc) == GLIA_OK);
+    const float *want = glia_tensor_f32(yc);
+    const int chunk[] = {5, 1, 1, 13, 17};
+    for (int round = 0; round < 2; round++) {
+        int64_t n = round ? 1 : N;
+        double worst = 0;
+        for (int c = 0, pos = 0; c < 5; pos += chunk[c++]) {
+            for (int64_t r = 0; r < n; r++)
+                memcpy(chunk_v + r * chunk[c] * C3, v + (r * T + pos) * C3, sizeof(float) * (size_t)(chunk[c] * C3));
+            struct glia_shape cs = {3, {n, chunk[c], C3}}, ys = {3, {n, chunk[c], C}};
+            struct glia_tensor *xg = cuda_put(cuda_gpu, cs, GLIA_CONTIGUOUS, chunk_v), *yg, *yh;
+            CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ys, &yg) == GLIA_OK);
+            const struct glia_tensor *ing[1] = {xg};
+            struct glia_fwd fg = {ing, 1, yg, NULL, false, 1, false, 1, NULL, true, pos};
+            glia_status st = Bg.kernel->forward(&Bg.l, &fg);
+            if (st) printf("\n  decode: %s\n", glia_context_error(cuda_ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+            yh = cuda_get(yg);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t i = 0; i < chunk[c] * C; i++) {
+                    double w = want[(r * T + pos) * C + i];
+                    worst = fmax(worst, fabs(glia_tensor_f32(yh)[r * chunk[c] * C + i] - w) / fmax(1, fabs(w)));
+                }
+            glia_tensor_release(xg);
+            glia_tensor_release(yg);
+            glia_tensor_release(yh);
+        }
+        if (!(worst < 1e-5)) printf("\n  decode round %d: off by %g\n", round, worst);
+        CU_ASSERT(worst < 1e-5);
+    }
+    cuda_unbuild(&Bg);
+    cuda_build(cases[2].ini, NULL, cuda_gpu, &cases[2].in, 1, &Bg);  /* causal = off */
+    struct glia_tensor *xg = cuda_put(cuda_gpu, cases[2].in, GLIA_CONTIGUOUS, v), *yg;
+    struct glia_shape ys = {3, {cases[2].in.dim[0], cases[2].in.dim[1], cases[2].in.dim[2] / 3}};
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ys, &yg) == GLIA_OK);
+    const struct glia_tensor *ing[1] = {xg};
+    struct glia_fwd fg = {ing, 1, yg, NULL, false, 1, false, 1, NULL, true, 0};
+    CU_ASSERT_EQUAL(Bg.kernel->forward(&Bg.l, &fg), GLIA_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "needs causal = on"));
+    glia_tensor_release(xg);
+    glia_tensor_release(yg);
+    cuda_unbuild(&Bg);
+    cuda_unbuild(&Bc);
+    glia_tensor_release(xc);
+    glia_tensor_release(yc);
+    free(v);
+    free(chunk_v);
+}
+
+/* glia_model_decode on the GPU: share/glia/examples/gpt-bytes.ini (embedding, position_embedding, layernorm, linear,
+ * attention, gelu, add; untrained) at fp32 and bf16 gives, chunk by chunk, the rows of glia_model_logits over the
+ * whole window on the same model. */
+static void test_model_decode(void)
+{
+    char path[600], set[700];
+    snprintf(path, sizeof path, "%s", glia_test_tmp("cuda-decode.txt"));
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 4000; i++) fputc("the cat sat on a mat. "[i % 22], f);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    static const char *const prec[2] = {"runtime.precision=fp32", "runtime.precision=bf16"};
+    for (int k = 0; k < 2; k++) {
+        struct run r;
+        CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r.cfg) == GLIA_OK);
+        snprintf(set, sizeof set, "data.train_tokens=%s", path);
+        CU_ASSERT_FATAL(glia_config_set(r.cfg, set) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_config_set(r.cfg, "runtime.device=cuda") == GLIA_OK);
+        CU_ASSERT_FATAL(glia_config_set(r.cfg, prec[k]) == GLIA_OK);
+        glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        int32_t tok[64];
+        for (int i = 0; i < 64; i++) tok[i] = "a cat, the mat; "[i % 16];
+        float *full = malloc(sizeof(float) * 64 * 256), *part = malloc(sizeof(float) * 64 * 256);
+        struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(2, (int64_t[]){1, 64}), .tokens = tok};
+        CU_ASSERT_EQUAL_FATAL(glia_model_logits(r.m, &b, full, 64 * 256), GLIA_OK);
+        const int chunk[] = {9, 1, 1, 33, 20};
+        double worst = 0, big = 0;
+        for (int c = 0, pos = 0; c < 5; pos += chunk[c++]) {
+            struct glia_batch d = {.struct_size = sizeof d, .shape = glia_shape_make(2, (int64_t[]){1, chunk[c]}),
+                                   .tokens = tok + pos};
+            st = glia_model_decode(r.m, &d, pos, part, 64 * 256);
+            if (st) printf("\n  %s: %s\n", prec[k], glia_context_error(r.ctx));
+            CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+            for (int i = 0; i < chunk[c] * 256; i++) {
+                worst = fmax(worst, fabs((double)part[i] - full[pos * 256 + i]));
+                big = fmax(big, fabs((double)full[pos * 256 + i]));
+            }
+        }
+        printf("\n  %s: decode off by %.2g of logits up to %.2g", prec[k], worst, big);
+        CU_ASSERT(worst < (k ? 2e-2 * fmax(1, big) : 1e-4));  /* bf16: activations rounded to 8 bits */
+        free(full);
+        free(part);
+        close_run(&r);
+    }
+}
+
 CUDA_TEST_MAIN("cuda_attention", GLIA_TEST(test_attention), GLIA_TEST(test_attention_tf32),
-               GLIA_TEST(test_attention_repeatable))
+               GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_decode), GLIA_TEST(test_model_decode))

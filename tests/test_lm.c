@@ -390,7 +390,8 @@ static int run_glia(const char *args, char *out, size_t n)
 
 /* share/glia/examples/gpt-bytes.ini (embedding, position embedding, pre-norm attention blocks, tied lm_head) trains on
  * generated text: its validation loss falls; glia_model_logits is causal (a prefix's logits are the full window's
- * first rows); glia sample prints the prompt and the tokens asked for, the same for the same seed, refuses a model
+ * first rows); glia_model_decode gives the same rows chunk by chunk and refuses gaps, rows that change and positions past
+ * seq_len; glia sample prints the prompt and the tokens asked for, the same for the same seed, refuses a model
  * that is no language model. */
 static void test_gpt_bytes(void)
 {
@@ -451,6 +452,30 @@ static void test_gpt_bytes(void)
     CU_ASSERT(worst < 1e-4);
     CU_ASSERT_EQUAL(glia_model_logits(r.m, &b, part, 9 * 256 - 1), GLIA_EINVAL);  /* no room */
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "glia_model_logits: room for"));
+    /* glia_model_decode: the window in chunks of 7, 1, 1, 30 and 25 positions gives the whole window's rows */
+    worst = 0;
+    const int chunk[] = {7, 1, 1, 30, 25};
+    for (int c = 0, pos = 0; c < 5; pos += chunk[c++]) {
+        struct glia_batch d = {.struct_size = sizeof d, .shape = glia_shape_make(2, (int64_t[]){1, chunk[c]}),
+                               .tokens = tok + pos};
+        st = glia_model_decode(r.m, &d, pos, part, 64 * 256);
+        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+        CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
+        for (int i = 0; i < chunk[c] * 256; i++) worst = fmax(worst, fabs((double)part[i] - full[pos * 256 + i]));
+    }
+    printf("\n  decode against the whole window: off by %.2g", worst);
+    CU_ASSERT(worst < 1e-4);
+    struct glia_batch d = {.struct_size = sizeof d, .shape = glia_shape_make(2, (int64_t[]){1, 1}), .tokens = tok};
+    CU_ASSERT_EQUAL(glia_model_decode(r.m, &d, 64, part, 256), GLIA_EINVAL);  /* past seq_len */
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "positions 64 .. 64; the model takes 64 ([data] seq_len)"));
+    CU_ASSERT_EQUAL(glia_model_decode(r.m, &d, 3, part, 256), GLIA_OK);  /* back to position 3: the layers hold 0 .. 3 */
+    CU_ASSERT_EQUAL(glia_model_decode(r.m, &d, 5, part, 256), GLIA_EINVAL);  /* a gap */
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "position 5: the layers hold positions 0 .. 3"));
+    int32_t two[2] = {1, 2};
+    struct glia_batch d2 = {.struct_size = sizeof d2, .shape = glia_shape_make(2, (int64_t[]){2, 1}), .tokens = two};
+    CU_ASSERT_EQUAL(glia_model_decode(r.m, &d2, 4, part, 512), GLIA_EINVAL);  /* other rows than those begun */
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "2 rows; the sequences begun at position 0 are 1"));
+    CU_ASSERT_EQUAL(glia_model_decode(r.m, &d2, 0, part, 512), GLIA_OK);
     tok[3] = 300;
     CU_ASSERT_EQUAL(glia_model_logits(r.m, &b, part, 64 * 256), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "tokens[3] is 300"));
@@ -471,6 +496,28 @@ static void test_gpt_bytes(void)
     CU_ASSERT_EQUAL(strncmp(out[0], "the ", 4), 0);
     CU_ASSERT_EQUAL(strlen(out[0]), 4 + 40 + 1);
     CU_ASSERT_STRING_EQUAL(out[0], out[1]);
+    /* the most likely token each time: the same text with the cache as over the whole window while it fits in
+     * seq_len (44 of 64 positions); past it (150 tokens) the text goes on, the window restarting at half of it */
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "sample '%s' --checkpoint '%s/ckpt/final.ckpt' --set runtime.device=cpu "
+                 "--set data.train_tokens='%s/corpus_*.txt' --prompt 'the ' --tokens 40 --temperature 0%s",
+                 glia_test_src("share/glia/examples/gpt-bytes.ini"), dir, dir, k ? " --no-cache" : "");
+        CU_ASSERT_EQUAL_FATAL(run_glia(args, out[k], sizeof out[k]), 0);
+    }
+    CU_ASSERT_STRING_EQUAL(out[0], out[1]);
+    snprintf(args, sizeof args, "sample '%s' --checkpoint '%s/ckpt/final.ckpt' --set runtime.device=cpu "
+             "--set data.train_tokens='%s/corpus_*.txt' --prompt 'the ' --tokens 150 --top-k 5",
+             glia_test_src("share/glia/examples/gpt-bytes.ini"), dir, dir);
+    CU_ASSERT_EQUAL_FATAL(run_glia(args, out[0], sizeof out[0]), 0);
+    CU_ASSERT_EQUAL(strlen(out[0]), 4 + 150 + 1);
+    /* a layer that cannot decode (attention with causal = off): one notice, then the whole window for each token */
+    snprintf(args, sizeof args, "sample '%s' --checkpoint '%s/ckpt/final.ckpt' --set runtime.device=cpu "
+             "--set data.train_tokens='%s/corpus_*.txt' --prompt 'the ' --tokens 5 --set h2_attn.causal=off",
+             glia_test_src("share/glia/examples/gpt-bytes.ini"), dir, dir);
+    CU_ASSERT_EQUAL_FATAL(run_glia(args, out[0], sizeof out[0]), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "glia: sample: [h2_attn] attention: a cached decode needs causal = on"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "running the whole window for every token\n"));
+    CU_ASSERT_PTR_NULL(strstr(out[0], "--no-cache"));
     FILE *f = fopen(path_of("mlp.ini"), "w");
     CU_ASSERT_FATAL(f != NULL);
     fprintf(f, "[runtime]\ndevice = cpu\n[data]\nformat = synthetic\nchannels = 1\nrows = 4\ncols = 4\nclasses = 3\n"
@@ -479,6 +526,9 @@ static void test_gpt_bytes(void)
     snprintf(args, sizeof args, "sample '%s' --checkpoint nosuch.ckpt", path_of("mlp.ini"));
     CU_ASSERT_EQUAL(run_glia(args, out[0], sizeof out[0]), 2);
     CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "is not a language model"));
+    snprintf(args, sizeof args, "train '%s' --no-cache", glia_test_src("share/glia/examples/gpt-bytes.ini"));
+    CU_ASSERT_EQUAL(run_glia(args, out[0], sizeof out[0]), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out[0], "--no-cache"));
     snprintf(args, sizeof args, "sample '%s' --checkpoint x --temperature -1",
              glia_test_src("share/glia/examples/gpt-bytes.ini"));
     CU_ASSERT_EQUAL(run_glia(args, out[0], sizeof out[0]), 2);

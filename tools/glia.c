@@ -16,7 +16,7 @@ static void usage(FILE *f)
             "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
             "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
             "       glia sample MODEL.ini --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T]\n"
-            "                   [--top-k K] [--seed S] [--set SECTION.KEY=VALUE]...\n"
+            "                   [--top-k K] [--seed S] [--no-cache] [--set SECTION.KEY=VALUE]...\n"
             "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--peak-gbs N] [--peak-tflops N]\n"
             "                    [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
@@ -38,7 +38,7 @@ struct args {
     const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace, *peak_gbs, *peak_tflops;
     const char *prompt, *tokens, *temperature, *top_k, *seed;  /* glia sample */
     const char *sets[256];
-    int n_sets, quiet;
+    int n_sets, quiet, no_cache;
 };
 
 static int parse_args(int argc, char **argv, int first, struct args *a)
@@ -86,6 +86,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->metrics = argv[++i];
         } else if (!strcmp(s, "--describe")) {
             a->describe = argv[++i];
+        } else if (!strcmp(s, "--no-cache")) {
+            a->no_cache = 1;
         } else if (!strcmp(s, "--quiet") || !strcmp(s, "-q")) {
             a->quiet = 1;
         } else if (s[0] == '-') {
@@ -125,7 +127,7 @@ static const char *refused_option(const char *cmd, const struct args *a)
         {"--peak-gbs", PEAK, a->peak_gbs != NULL}, {"--peak-tflops", PEAK, a->peak_tflops != NULL},
         {"--prompt", SAMPLE, a->prompt != NULL}, {"--tokens", SAMPLE, a->tokens != NULL},
         {"--temperature", SAMPLE, a->temperature != NULL}, {"--top-k", SAMPLE, a->top_k != NULL},
-        {"--seed", SAMPLE, a->seed != NULL},
+        {"--seed", SAMPLE, a->seed != NULL}, {"--no-cache", SAMPLE, a->no_cache != 0},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].cmd)) continue;
@@ -247,7 +249,7 @@ static int cmd_sample(struct glia_context *ctx, const struct args *a)
         return 2;
     }
     struct glia__sample_options o = {a->prompt, whole("--tokens", a->tokens, 256, 0, 1 << 24), 1.0,
-                                     whole("--top-k", a->top_k, 0, 0, 1 << 30), 0};
+                                     whole("--top-k", a->top_k, 0, 0, 1 << 30), 0, a->no_cache != 0};
     long long seed = whole("--seed", a->seed, 1337, 0, 0x7fffffffffffffffll);
     char *end = NULL;
     if (a->temperature) o.temperature = strtod(a->temperature, &end);

@@ -1,6 +1,7 @@
 /* tools/sample.c — glia sample: text (byte models) or token ids (token_stream models) drawn one token at a time from
- * a trained language model. Not a tokenizer, and no KV cache: each new token runs the model once over the last
- * [data] seq_len tokens (as nanoGPT's generate), through glia_model_logits. */
+ * a trained language model, each new token one position's forward through glia_model_decode (the attention layers
+ * keep their keys and values), or with --no-cache the whole window through glia_model_logits (nanoGPT's generate).
+ * Not a tokenizer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,35 @@ bool glia__sample_can(struct glia_model *m, const char *model, struct glia_model
     return false;
 }
 
+/* The logits after the window seq[base .. k) into logits (the last position's at *last): with the layers' cache
+ * (*have: the positions of the window they hold), only the positions they do not hold yet; else the whole window. A
+ * model whose layers cannot decode goes on without the cache after a one-line notice. */
+static glia_status next_logits(struct glia_context *ctx, struct glia_model *m, const struct glia_model_io *io,
+                               const int32_t *seq, int64_t base, int64_t k, bool *cache, int64_t *have, float *logits,
+                               const float **last)
+{
+    size_t room = (size_t)(io->len * io->classes);
+    if (*cache) {
+        int64_t len = k - base - *have;
+        struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(2, (int64_t[]){1, len}),
+                               .tokens = seq + base + *have};
+        glia_status st = glia_model_decode(m, &b, *have, logits, room);
+        if (!st) {
+            *have += len;
+            *last = logits + (len - 1) * io->classes;
+            return GLIA_OK;
+        }
+        if (st != GLIA_EUNSUPPORTED || *have > 0) return st;
+        fprintf(stderr, "glia: sample: %s; running the whole window for every token\n", glia_context_error(ctx));
+        *cache = false;
+    }
+    int64_t len = k - base;
+    struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(2, (int64_t[]){1, len}),
+                           .tokens = seq + base};
+    *last = logits + (len - 1) * io->classes;
+    return glia_model_logits(m, &b, logits, room);
+}
+
 int glia__sample(struct glia_context *ctx, struct glia_model *m, const struct glia__sample_options *o, FILE *f)
 {
     struct glia_model_io io;
@@ -137,18 +167,23 @@ int glia__sample(struct glia_context *ctx, struct glia_model *m, const struct gl
     for (int64_t i = 0; i < n_prompt; i++) put_token(&io, seq[i], f, i == 0);
     fflush(f);
     uint64_t rng = o->seed;
+    bool cache = !o->no_cache;
+    int64_t base = 0, have = 0;  /* the window seq[base .. k) the model sees; the cache holds its first `have` */
     for (int64_t k = n_prompt; k < total; k++) {
-        int64_t len = k < T ? k : T;  /* the last T tokens */
-        struct glia_batch b = {.struct_size = sizeof b, .shape = glia_shape_make(2, (int64_t[]){1, len}),
-                               .tokens = seq + k - len};
-        glia_status st = glia_model_logits(m, &b, logits, (size_t)(T * V));
+        if (k - base > T) {  /* past the model's positions: the last T tokens; with the cache, the last half of them
+                                (positions are absolute: a window that moves by one token is a new prefix each time) */
+            base = k - (cache && have > 0 ? (T + 1) / 2 : T);
+            have = 0;
+        }
+        const float *last;
+        glia_status st = next_logits(ctx, m, &io, seq, base, k, &cache, &have, logits, &last);
         if (st) {
             const char *msg = glia_context_error(ctx);
             fprintf(stderr, "\nglia: sample: %s\n", msg && *msg ? msg : glia_strerror(st));
             rc = 1;
             goto done;
         }
-        seq[k] = (int32_t)glia__sample_pick(logits + (len - 1) * V, draw, o->temperature, o->top_k, &rng, p);
+        seq[k] = (int32_t)glia__sample_pick(last, draw, o->temperature, o->top_k, &rng, p);
         put_token(&io, seq[k], f, false);
         fflush(f);
     }

@@ -14,6 +14,7 @@ struct glia__sample_options {
     double temperature;  /* 0: always the most likely */
     int64_t top_k;       /* draw among the k most likely; 0: all */
     uint64_t seed;
+    bool no_cache;       /* run the whole window for every token instead of glia_model_decode's cache */
 };
 
 /* Prints the prompt and o->tokens tokens drawn after it to f (text for a byte model, ids for a token model). 0, or

@@ -1,7 +1,8 @@
 /* backends/cuda/attention.c — the CUDA kernel ("cuda") of layer type attention, correct before fast: the heads of
  * qkv split into (3, N, heads, T, D), S = Q Kᵀ / sqrt(D) and Y = P V as strided-batched cuBLASLt GEMMs, one kernel for
  * the causal mask, softmax and dropout, the probabilities (N, heads, T, T) kept for backward; backward the GEMMs of
- * dV, dP, dQ, dK around a softmax-backward kernel. Not the type (plugins/layers/attention registers it), not a fused
+ * dV, dP, dQ, dK around a softmax-backward kernel; a cached decode keeps the keys and values and attends one warp
+ * per query. Not the type (plugins/layers/attention registers it), not a fused
  * flash kernel, and not f16/bf16 (f32 only). */
 #include "cuda_internal.h"
 #include "attention_kernels.h"
@@ -14,12 +15,15 @@ struct at_state {
                                    dropout; re-made when a larger one is needed */
     int64_t n_att;              /* elements of att kept for backward (0: none) */
     struct glia_seed_at seed;   /* the dropout seed of that forward */
+    struct glia_tensor *kv;     /* a cached decode's keys and values (N, heads, 2, kv_t, D) f32 */
+    int64_t kv_n, kv_t;         /* the sequences and positions kv has room for */
 };
 
 static void at_destroy(struct glia_layer *l)
 {
     struct at_state *s = l->state;
     glia_tensor_release(s->att);
+    glia_tensor_release(s->kv);
 }
 
 static cudaStream_t stream_of(const struct glia_layer *l) { return glia__cuda_of(l->backend)->stream; }
@@ -121,6 +125,50 @@ static glia_status dims_of(const struct glia_layer *l, const struct glia_tensor 
 #define KP(z, p) ((p) + (z).B * (z).T * (z).D)
 #define VP(z, p) ((p) + 2 * (z).B * (z).T * (z).D)
 
+/* Room in s->kv for z.N sequences of `end` positions; the first `keep` positions of each stay (keep > 0: same N). */
+static glia_status kv_room(struct glia_layer *l, struct at_state *s, const struct dims *z, int64_t end, int64_t keep)
+{
+    if (s->kv && s->kv_n == z->N && s->kv_t >= end) return GLIA_OK;
+    int64_t t = s->kv_n == z->N && 2 * s->kv_t > end ? 2 * s->kv_t : end;
+    struct glia_tensor *kv;
+    glia_status st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {z->B * 2 * t * z->D}}, &kv);
+    if (st) return st;
+    cudaStream_t cs = stream_of(l);
+    for (int64_t r = 0; r < z->B * 2 && keep > 0; r++)
+        CUDA_TRY(l->ctx, cudaMemcpyAsync((float *)kv->data + r * t * z->D, (const float *)s->kv->data + r * s->kv_t * z->D,
+                                         (size_t)(keep * z->D) * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    glia_tensor_release(s->kv);
+    s->kv = kv;
+    s->kv_n = z->N;
+    s->kv_t = t;
+    return GLIA_OK;
+fail:
+    glia_tensor_release(kv);
+    return st;
+}
+
+/* The eval forward of a cached decode: the keys and values of positions pos .. pos + T - 1 join the kept ones, then
+ * each query attends to positions 0 .. its own. Scratch: the scores (B, T, pos + T). */
+static glia_status at_decode(struct glia_layer *l, const struct glia_fwd *a, const struct dims *z)
+{
+    const struct glia_attention_attrs *at = l->attrs;
+    struct at_state *s = l->state;
+    if (!at->causal)
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention: a cached decode needs causal = on (with causal = "
+                          "off an earlier position attends to later ones)", l->name);
+    int64_t pos = a->pos, end = pos + z->T;
+    glia_status st = kv_room(l, s, z, end, pos);
+    void *sc;
+    if (!st) st = glia__cuda_scratch(glia__cuda_of(l->backend), (size_t)(z->B * z->T * end) * sizeof(float), &sc);
+    if (st) return st;
+    cudaStream_t cs = stream_of(l);
+    CUDA_TRY(l->ctx, glia__cuda_attn_kv_store(s->kv->data, a->in[0]->data, z->N, z->T, z->H, z->D, s->kv_t, pos, cs));
+    CUDA_TRY(l->ctx, glia__cuda_attn_decode(a->out->data, sc, a->in[0]->data, s->kv->data, z->N, z->T, z->H, z->D,
+                                            s->kv_t, pos, 1.0f / sqrtf((float)z->D), cs));
+fail:
+    return st;
+}
+
 /* y(N, T, C) = softmax(q kᵀ / sqrt(D) + mask) v per head of qkv(N, T, 3C), the probabilities dropped in training when
  * dropout > 0. Scratch: qkvp (3, B, T, D), yp (B, T, D), then z (B, T, T) for the dropped probabilities (training
  * with dropout) or the probabilities themselves (eval). Training keeps the probabilities in the state. */
@@ -131,6 +179,7 @@ static glia_status at_forward(struct glia_layer *l, const struct glia_fwd *a)
     struct dims z;
     glia_status st = dims_of(l, a->in[0], &z);
     if (st) return st;
+    if (a->decode && !a->train) return at_decode(l, a, &z);
     s->n_att = 0;
     int64_t btd = z.B * z.T * z.D, btt = z.B * z.T * z.T;
     float p = a->train ? at->p : 0.0f, scale = 1.0f / sqrtf((float)z.D);
@@ -219,7 +268,7 @@ static const struct glia_kernel at_cuda = {
     .impl = "cuda",
     .doc = "CUDA: cuBLASLt batched GEMMs around a softmax kernel; keeps (N, heads, T, T) probabilities",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT, /* backward: qkv, dy and the kept probabilities */
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* backward: qkv, dy and the kept probabilities */
     .state_size = sizeof(struct at_state),
     .destroy = at_destroy,
     .forward = at_forward,

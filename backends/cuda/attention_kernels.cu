@@ -120,6 +120,57 @@ __global__ void softmax_backward_kernel(float *dz, const float *att, int64_t B, 
     }
 }
 
+/* kv(N, H, 2, kv_t, D) positions pos .. pos + T - 1 = the keys and values of qkv(N, T, 3, H, D). One thread per
+ * element written. */
+__global__ void kv_store_kernel(float *kv, const float *qkv, int64_t N, int64_t T, int64_t H, int64_t D, int64_t kv_t,
+                                int64_t pos)
+{
+    int64_t n_all = N * H * 2 * T * D;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t d = i % D, r = i / D, t = r % T;
+        r /= T;
+        int64_t part = r % 2;
+        r /= 2;
+        int64_t h = r % H, n = r / H;
+        kv[(((n * H + h) * 2 + part) * kv_t + pos + t) * D + d] = qkv[((n * T + t) * 3 + 1 + part) * H * D + h * D + d];
+    }
+}
+
+/* y(N, T, H, D): the query of qkv(N, T, 3, H, D) at position pos + r against keys and values kv(N, H, 2, kv_t, D) 0 ..
+ * pos + r, its scores and then their exponentials in sc(N·H·T, pos + T). One block of one warp per (n, h, r): the
+ * lanes take every 32nd key, then every 32nd of the D outputs, __syncthreads between. */
+__global__ void decode_kernel(float *y, float *sc, const float *qkv, const float *kv, int64_t N, int64_t T, int64_t H,
+                              int64_t D, int64_t kv_t, int64_t pos, float scale)
+{
+    int lane = threadIdx.x;
+    int64_t end = pos + T;
+    for (int64_t row = blockIdx.x; row < N * H * T; row += gridDim.x) {
+        int64_t r = row % T, b = row / T, h = b % H, n = b / H, nk = pos + r + 1;
+        const float *q = qkv + (n * T + r) * 3 * H * D + h * D, *K = kv + b * 2 * kv_t * D, *V = K + kv_t * D;
+        float *s = sc + row * end, mx = -INFINITY, sum = 0.0f;
+        for (int64_t j = lane; j < nk; j += 32) {
+            float a = 0.0f;
+            for (int64_t d = 0; d < D; d++) a += q[d] * K[j * D + d];
+            s[j] = a * scale;
+            mx = fmaxf(mx, s[j]);
+        }
+        mx = warp_max(mx);
+        for (int64_t j = lane; j < nk; j += 32) {
+            float e = expf(s[j] - mx);
+            s[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / warp_sum(sum);
+        __syncthreads();  /* every lane's exponentials are written before any lane reads them all */
+        for (int64_t d = lane; d < D; d += 32) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < nk; j++) acc += s[j] * V[j * D + d];
+            y[(n * T + r) * H * D + h * D + d] = acc * inv;
+        }
+        __syncthreads();  /* and read before the next row of this block writes sc */
+    }
+}
+
 /* Blocks of THREADS for one warp per row. */
 unsigned grid_rows(int64_t rows) { return grid_for(rows * 32); }
 
@@ -164,5 +215,25 @@ extern "C" cudaError_t glia__cuda_attn_softmax_backward(float *dz, const float *
 {
     if (B * T == 0) return cudaSuccess;
     softmax_backward_kernel<<<grid_rows(B * T), THREADS, 0, st>>>(dz, att, B, T, causal, p, at, scale);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_attn_kv_store(float *kv, const float *qkv, int64_t N, int64_t T, int64_t H, int64_t D,
+                                               int64_t kv_t, int64_t pos, cudaStream_t st)
+{
+    int64_t n = N * H * 2 * T * D;
+    if (n == 0) return cudaSuccess;
+    kv_store_kernel<<<grid_for(n), THREADS, 0, st>>>(kv, qkv, N, T, H, D, kv_t, pos);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__cuda_attn_decode(float *y, float *sc, const float *qkv, const float *kv, int64_t N,
+                                             int64_t T, int64_t H, int64_t D, int64_t kv_t, int64_t pos, float scale,
+                                             cudaStream_t st)
+{
+    int64_t rows = N * H * T;
+    if (rows == 0) return cudaSuccess;
+    decode_kernel<<<(unsigned)(rows < MAX_BLOCKS ? rows : MAX_BLOCKS), 32, 0, st>>>(y, sc, qkv, kv, N, T, H, D, kv_t,
+                                                                                   pos, scale);
     return cudaGetLastError();
 }

@@ -32,6 +32,13 @@ cudaError_t glia__cuda_attn_dropped(float *z, const float *att, int64_t B, int64
  * (dz holds dY Vᵀ on entry, the score gradient times scale on return); masked entries give 0 */
 cudaError_t glia__cuda_attn_softmax_backward(float *dz, const float *att, int64_t B, int64_t T, bool causal, float p,
                                              struct glia_seed_at at, float scale, cudaStream_t st);
+/* kv(N, H, 2, kv_t, D) positions pos .. pos + T - 1 = the keys and values of qkv(N, T, 3C) (a cached decode) */
+cudaError_t glia__cuda_attn_kv_store(float *kv, const float *qkv, int64_t N, int64_t T, int64_t H, int64_t D,
+                                     int64_t kv_t, int64_t pos, cudaStream_t st);
+/* y(N, T, C) = softmax(q kᵀ · scale) v of the queries of qkv(N, T, 3C) at positions pos .. pos + T - 1, each against
+ * the keys and values of kv(N, H, 2, kv_t, D) at positions 0 .. its own; sc is room for N·H·T·(pos + T) floats */
+cudaError_t glia__cuda_attn_decode(float *y, float *sc, const float *qkv, const float *kv, int64_t N, int64_t T,
+                                   int64_t H, int64_t D, int64_t kv_t, int64_t pos, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -197,7 +197,7 @@ static const struct glia_kernel linear_cuda = {
     .impl = "cuda",
     .doc = "cuBLASLt GEMM, bias and bias gradient in its epilogue; f32, f16 or bf16 activations",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE,
     .state_size = sizeof(struct linear_cuda),
     .destroy = linear_destroy,
     .forward = linear_forward,
@@ -501,7 +501,7 @@ static const struct glia_kernel dropout_cuda = {
     .doc = "the CPU kernel's counter-based mask, one pass",
     .device_type = GLIA_DEVICE_CUDA,
     .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
-             GLIA_KERNEL_HALF,
+             GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE,
     .state_size = sizeof(struct glia_seed_at),
     .forward = dropout_forward,
     .backward = dropout_backward,

@@ -21,15 +21,19 @@ static glia_status need_seq(const struct glia_layer *l, const struct glia_tensor
                       glia_dtype_name(t->dtype), glia_tensor_is_contiguous(t) ? "" : " (strided)");
 }
 
-/* y(N, T, C) = x(N, T, C) + weight(max_positions, C)[t] */
+/* y(N, T, C) = x(N, T, C) + weight(max_positions, C)[first + t], first the decode's position (else 0) */
 static glia_status pe_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_position_embedding_attrs *d = l->attrs;
     glia_status st;
-    if ((st = need_seq(l, a->in[0], "the input")) || (st = need_seq(l, a->out, "the output"))) return st;
+    int64_t first;
+    if ((st = need_seq(l, a->in[0], "the input")) || (st = need_seq(l, a->out, "the output")) ||
+        (st = glia_position_embedding_first(l, a, &first)))
+        return st;
     const int64_t *s = a->in[0]->shape.dim;
-    CUDA_TRY(l->ctx, glia__cuda_pos_embedding_forward(dev(a->out), dev(a->in[0]), dev(l->params[d->w].value), s[0],
-                                                      s[1], s[2], stream_of(l)));
+    CUDA_TRY(l->ctx, glia__cuda_pos_embedding_forward(dev(a->out), dev(a->in[0]),
+                                                      dev(l->params[d->w].value) + first * s[2], s[0], s[1], s[2],
+                                                      stream_of(l)));
 fail:
     return st;
 }
@@ -62,7 +66,7 @@ static const struct glia_kernel pe_cuda = {
     .impl = "cuda",
     .doc = "CUDA; the weight gradient in the CPU's order (its bits)",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* backward: dy only */
+    .flags = GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_DECODE,
     .forward = pe_forward,
     .backward = pe_backward,
 };

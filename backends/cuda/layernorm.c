@@ -104,7 +104,7 @@ static const struct glia_kernel ln_kernel = {
     .doc = "CUDA; a warp per row, parameter gradients a column reduction in a fixed order; f32, f16 or bf16 "
            "activations (statistics and parameters f32)",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE,
     .state_size = sizeof(struct cuda_ln),
     .destroy = ln_destroy,
     .forward = ln_forward,

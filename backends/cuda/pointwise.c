@@ -158,7 +158,8 @@ fail:
         .impl = "cuda",                                                                            \
         .doc = "its expression, compiled with NVRTC",                                              \
         .device_type = GLIA_DEVICE_CUDA,                                                           \
-        .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | (flags_), \
+        .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE |     \
+                 (flags_),                                                                         \
         .state_size = sizeof(struct jit_state),                                                    \
         .prepare = act_prepare,                                                                    \
         .forward = act_forward,                                                                    \
@@ -242,7 +243,7 @@ static const struct glia_kernel add_kernel = {
     .doc = "up to 8 inputs a launch",
     .device_type = GLIA_DEVICE_CUDA,
     .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
-             GLIA_KERNEL_HALF, /* any format; f32, f16 or bf16 */
+             GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE, /* any format; f32, f16 or bf16 */
     .forward = add_forward,
     .backward = add_backward,
 };
@@ -317,7 +318,7 @@ static const struct glia_kernel pointwise_kernel = {
     .doc = "its expression, compiled with NVRTC",
     .device_type = GLIA_DEVICE_CUDA,
     .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE |
-             GLIA_KERNEL_HALF, /* any memory format; backward reads the inputs */
+             GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE, /* any memory format; backward reads the inputs */
     .state_size = sizeof(struct jit_state),
     .prepare = pw_prepare,
     .forward = pw_forward,

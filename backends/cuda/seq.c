@@ -93,7 +93,7 @@ static const struct glia_kernel emb_cuda = {
     .impl = "cuda",
     .doc = "CUDA",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE, /* backward: ids and dy */
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_DECODE,
     .forward = emb_forward,
     .backward = emb_backward,
 };

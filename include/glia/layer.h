@@ -125,6 +125,12 @@ struct glia_fwd {
                                              of the step that a replay runs: seed is only the
                                              captured step's, so random kernels compute
                                              glia_seed(seed_key, *step_at) on the device */
+    /* ABI 2.3: a cached decode (glia_model_decode), only for a kernel with GLIA_KERNEL_DECODE and only in an eval
+       forward: the input's dimension 1 holds positions pos .. pos + T - 1 of sequences whose positions 0 .. pos - 1
+       the previous decode calls gave (pos 0 starts new ones). false: the input holds positions 0 .. T - 1, and a
+       layer keeps no cache. */
+    bool decode;
+    int64_t pos;                          /* the input's first position when decode is set; 0 otherwise */
 };
 
 /* The seed of a random layer at a training step, from its key: a splitmix64-style
@@ -193,7 +199,14 @@ enum glia_kernel_flags {
      * Loads convert to f32, arithmetic and reductions are done in f32 (statistics too), stores round to nearest even;
      * a gradient accumulated (din_accumulate) is read, added in f32 and rounded once. A kernel without this flag only
      * ever sees f32 activations: the core converts at its edges ([graph] half_activations). */
-    GLIA_KERNEL_HALF = 1u << 4
+    GLIA_KERNEL_HALF = 1u << 4,
+    /* ABI 2.3: runs the eval forwards of a cached decode (glia_fwd.decode; glia_model_decode, what glia sample uses):
+     * given positions pos .. pos + T - 1 of each sequence, it computes what a forward over positions 0 .. pos + T - 1
+     * would give at those positions. A position-wise kernel (linear, layernorm, the activations) does so as it is; a
+     * kernel that reads positions adds pos (position_embedding); one that mixes them keeps what later positions read
+     * (attention keeps each layer's keys and values) and may refuse a configuration with GLIA_EUNSUPPORTED naming the
+     * layer (attention with causal = off). The core decodes a model only when every kernel but the loss has it. */
+    GLIA_KERNEL_DECODE = 1u << 5
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it

@@ -180,6 +180,16 @@ glia_status glia_model_load_checkpoint(struct glia_model *m, const char *path);
  * that does not fit the model, or n too small, is GLIA_EINVAL with one line naming it. */
 glia_status glia_model_logits(struct glia_model *m, const struct glia_batch *b, float *logits, size_t n);
 
+/* ABI 2.3: glia_model_logits for positions pos .. pos + len - 1 of a language model's sequences, with a cache: b
+ * holds (rows, len) token ids at those positions, positions 0 .. pos - 1 being what the previous calls gave (pos 0
+ * starts rows new sequences; later calls keep rows). Each attention layer keeps its keys and values, so a token
+ * costs one position's forward, not the whole prefix's (as a KV cache). Writes rows x len x vocab logits, position
+ * pos + t's row the prediction of the token after b->tokens[t], what glia_model_logits gives there over the whole
+ * prefix. GLIA_EINVAL naming the cause for pos beyond the positions given, pos + len beyond the model's len, rows
+ * changing or a model that is not a language model; GLIA_EUNSUPPORTED naming the layer when a layer's kernel cannot
+ * decode (no GLIA_KERNEL_DECODE, or attention with causal = off): glia_model_logits still works there. */
+glia_status glia_model_decode(struct glia_model *m, const struct glia_batch *b, int64_t pos, float *logits, size_t n);
+
 /* ABI 2.2: what a model reads and predicts, for programs that feed it batches (glia sample). */
 struct glia_model_io {
     uint32_t struct_size;  /* set by the caller: sizeof(struct glia_model_io) */

@@ -26,4 +26,17 @@ static inline glia_status glia_position_embedding_check(const struct glia_layer 
                       (long long)d->max_positions, (long long)d->dim, glia_shape_str(s, buf, sizeof buf));
 }
 
+/* The position of the input's first row in forward a: a cached decode's pos (ABI 2.3), else 0; GLIA_ESHAPE naming the
+ * layer when the positions run past the table. */
+static inline glia_status glia_position_embedding_first(const struct glia_layer *l, const struct glia_fwd *a,
+                                                        int64_t *first)
+{
+    const struct glia_position_embedding_attrs *d = l->attrs;
+    *first = a->decode ? a->pos : 0;
+    int64_t T = a->in[0]->shape.dim[1];
+    if (*first >= 0 && *first + T <= d->max_positions) return GLIA_OK;
+    return glia_error(l->ctx, GLIA_ESHAPE, "[%s] position_embedding: positions %lld .. %lld, beyond its max_positions = "
+                      "%lld", l->name, (long long)*first, (long long)(*first + T - 1), (long long)d->max_positions);
+}
+
 #endif

@@ -149,7 +149,7 @@ static glia_status act_backward(struct glia_layer *l, const struct glia_bwd *a)
                  .infer_shape = act_infer, .flops = act_flops, .pointwise = text_},                         \
         .cpu = {.struct_size = sizeof(struct glia_kernel), .type = #name_, .impl = "cpu",                    \
                 .doc = "its expression, interpreted (OpenMP)", .device_type = GLIA_DEVICE_CPU,             \
-                .flags = GLIA_KERNEL_CHANNELS_LAST | (kernel_flags_), /* elementwise: any format */          \
+                .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_DECODE | (kernel_flags_), /* elementwise */ \
                 .state_size = sizeof(struct act_state), .prepare = act_prepare, .destroy = act_destroy,    \
                 .forward = act_forward, .backward = act_backward},                                          \
         .flops = flops_,                                                                                   \

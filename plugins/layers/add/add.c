@@ -90,7 +90,8 @@ static const struct glia_kernel add_cpu = {
     .impl = "cpu",
     .doc = "OpenMP",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT, /* elementwise: any format */
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT |
+             GLIA_KERNEL_DECODE, /* elementwise: any format */
     .forward = add_forward,
     .backward = add_backward,
 };

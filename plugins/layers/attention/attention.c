@@ -1,7 +1,8 @@
 /* plugins/layers/attention — layer type attention (multi-head self-attention over the fused q, k, v projection:
  * keys, shape checks, output shape, flops) and its CPU kernel, flash-style (OpenMP): per (sample, head) and tile of
  * queries an online softmax over tiles of keys, so that no more than a tile of the T x T scores exists at a time;
- * backward recomputes each tile's probabilities from the kept row logsumexp. Not the projections (linear layers
+ * backward recomputes each tile's probabilities from the kept row logsumexp; a cached decode (glia_model_decode) keeps
+ * the keys and values of the positions it has seen. Not the projections (linear layers
  * before and after it) and not the CUDA kernel (backends/cuda/attention.c). */
 #include <glia/glia.h>
 #include <glia/types/attention.h>
@@ -69,12 +70,16 @@ struct attn_state {
     int64_t n_lse;           /* elements of lse kept for backward (0: none) */
     int64_t cap;             /* elements allocated */
     struct glia_seed_at seed; /* the dropout seed of that forward */
+    float *kv;               /* a cached decode's keys and values (N, H, 2, kv_t, D): positions 0 .. pos + T - 1 of
+                                its last call */
+    int64_t kv_n, kv_t;      /* the sequences and positions kv has room for */
 };
 
 static void attn_destroy(struct glia_layer *l)
 {
     struct attn_state *s = l->state;
     free(s->lse);
+    free(s->kv);
 }
 
 /* The sizes of one call, qkv (N, T, 3C) with C = H * D. */
@@ -164,6 +169,79 @@ static void forward_tile(float *y, float *lse, const float *x, const struct dims
     }
 }
 
+/* ---- a cached decode: the queries of positions pos .. pos + T - 1 against the keys kept from earlier calls ---- */
+
+/* Room in st->kv for n sequences of `end` positions; the first `keep` positions of each stay. */
+static glia_status kv_room(struct glia_layer *l, struct attn_state *st, const struct dims *z, int64_t end, int64_t keep)
+{
+    if (st->kv && st->kv_n == z->N && st->kv_t >= end) return GLIA_OK;
+    int64_t t = st->kv_n == z->N && 2 * st->kv_t > end ? 2 * st->kv_t : end;
+    float *kv = malloc((size_t)(z->N * z->H * 2 * t * z->D) * sizeof(float));
+    if (!kv) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] attention: no memory for the keys and values of %lld "
+                               "positions", l->name, (long long)t);
+    for (int64_t s = 0; s < z->N * z->H * 2 && keep > 0; s++)  /* keep > 0 only when kv_n == N */
+        memcpy(kv + s * t * z->D, st->kv + s * st->kv_t * z->D, (size_t)(keep * z->D) * sizeof(float));
+    free(st->kv);
+    st->kv = kv;
+    st->kv_n = z->N;
+    st->kv_t = t;
+    return GLIA_OK;
+}
+
+/* y(N, T, C) of qkv(N, T, 3C) at positions pos.., each query i against the kept keys and values 0 .. i (causal): the
+ * scores in buf (i + 1 floats), their softmax, its sum of the values. */
+static void decode_row(float *y, const float *x, const float *kv, const struct dims *z, int64_t kv_t, int64_t pos,
+                       int64_t n, int64_t h, int64_t r, float *buf)
+{
+    int64_t D = z->D, nk = pos + r + 1;
+    const float *q = x + (n * z->T + r) * 3 * z->C + h * D, *K = kv + (n * z->H + h) * 2 * kv_t * D, *V = K + kv_t * D;
+    float scale = 1.0f / sqrtf((float)D), mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < nk; j++) {
+        buf[j] = dot(q, K + j * D, D) * scale;
+        mx = buf[j] > mx ? buf[j] : mx;
+    }
+    float *yr = y + (n * z->T + r) * z->C + h * D;
+    memset(yr, 0, (size_t)D * sizeof(float));
+    for (int64_t j = 0; j < nk; j++) {
+        float e = expf(buf[j] - mx);
+        sum += e;
+        axpy(yr, e, V + j * D, D);
+    }
+    float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; d++) yr[d] *= inv;
+}
+
+/* The eval forward of a cached decode: the keys and values of positions pos .. pos + T - 1 join the kept ones, then
+ * each of the T queries attends to positions 0 .. its own. */
+static glia_status attn_decode(struct glia_layer *l, const struct glia_fwd *a, const struct dims *z)
+{
+    const struct glia_attention_attrs *at = l->attrs;
+    struct attn_state *st = l->state;
+    if (!at->causal)
+        return glia_error(l->ctx, GLIA_EUNSUPPORTED, "[%s] attention: a cached decode needs causal = on (with causal = "
+                          "off an earlier position attends to later ones)", l->name);
+    int64_t pos = a->pos, end = pos + z->T;
+    glia_status s = kv_room(l, st, z, end, pos);
+    if (s) return s;
+    const float *x = glia_tensor_f32(a->in[0]);
+    for (int64_t n = 0; n < z->N; n++)
+        for (int64_t h = 0; h < z->H; h++)
+            for (int part = 1; part <= 2; part++)
+                load_rows(st->kv + ((n * z->H + h) * 2 + part - 1) * st->kv_t * z->D + pos * z->D, x, z, n, h, part, 0,
+                          z->T);
+    int nt = omp_get_max_threads();
+    float *buf = malloc((size_t)nt * (size_t)end * sizeof(float));
+    if (!buf) return glia_error(l->ctx, GLIA_ENOMEM, "[%s] attention: no memory for its scores", l->name);
+    float *y = glia_tensor_f32(a->out);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int64_t nh = 0; nh < z->N * z->H; nh++)
+        for (int64_t r = 0; r < z->T; r++)
+            decode_row(y, x, st->kv, z, st->kv_t, pos, nh / z->H, nh % z->H, r,
+                       buf + (size_t)omp_get_thread_num() * (size_t)end);
+    free(buf);
+    return GLIA_OK;
+}
+
 /* y(N, T, C) = softmax(q kᵀ / sqrt(D) + mask) v per head (dropped in training when dropout > 0) of qkv(N, T, 3C);
  * training keeps the rows' logsumexp (N, H, T) and the seed. */
 static glia_status attn_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -171,6 +249,7 @@ static glia_status attn_forward(struct glia_layer *l, const struct glia_fwd *a)
     const struct glia_attention_attrs *at = l->attrs;
     struct attn_state *st = l->state;
     struct dims z = dims_of(l, &a->in[0]->shape);
+    if (a->decode && !a->train) return attn_decode(l, a, &z);
     int64_t nlse = z.N * z.H * z.T, tiles = (z.T + TILE - 1) / TILE;
     st->n_lse = 0;
     if (a->train && nlse > st->cap) {
@@ -300,8 +379,9 @@ static const struct glia_kernel attn_cpu = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "attention",
     .impl = "cpu",
-    .doc = "OpenMP, flash-style tiles",
+    .doc = "OpenMP, flash-style tiles; a cached decode keeps the keys and values",
     .device_type = GLIA_DEVICE_CPU,
+    .flags = GLIA_KERNEL_DECODE,
     .state_size = sizeof(struct attn_state),
     .destroy = attn_destroy,
     .forward = attn_forward,

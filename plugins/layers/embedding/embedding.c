@@ -177,7 +177,7 @@ static const struct glia_kernel emb_cpu = {
     .impl = "cpu",
     .doc = "OpenMP",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT, /* backward: ids and dy */
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* backward: ids and dy */
     .forward = emb_forward,
     .backward = emb_backward,
 };

@@ -112,7 +112,7 @@ static const struct glia_kernel linear_cpu = {
     .impl = "cpu",
     .doc = "oneDNN GEMM",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per row */
     .forward = linear_forward,
     .backward = linear_backward,
 };

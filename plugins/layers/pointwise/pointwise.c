@@ -149,7 +149,8 @@ static const struct glia_kernel pointwise_cpu = {
     .impl = "cpu",
     .doc = "interpreted in blocks (OpenMP)",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT, /* any memory format; backward reads the inputs */
+    .flags = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* any format; backward reads
+                                                                                             the inputs */
     .state_size = sizeof(struct glia_seed_at),
     .forward = pointwise_forward,
     .backward = pointwise_backward,

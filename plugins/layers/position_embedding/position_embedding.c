@@ -1,7 +1,7 @@
 /* plugins/layers/position_embedding — layer type position_embedding, GPT-2's learned position table (wpe) added to
  * a sequence (keys, the weight, the shape checks), and its CPU kernel (OpenMP): y(N, T, C) = x + weight[t] for
- * t = 0..T-1, what x + wpe(arange(T)) computes in PyTorch. Not sinusoidal or rotary positions, and no offset (a
- * cached prefix). */
+ * t = 0..T-1, what x + wpe(arange(T)) computes in PyTorch, or t = pos..pos+T-1 in a cached decode. Not sinusoidal or
+ * rotary positions. */
 #include <glia/glia.h>
 #include <glia/types/position_embedding.h>
 #include <string.h>
@@ -54,14 +54,16 @@ static uint64_t pe_flops(const struct glia_layer *l, const struct glia_shape *in
     return (uint64_t)glia_shape_numel(&in[0]);
 }
 
-/* y(N, T, C) = x(N, T, C) + weight(max_positions, C)[t] */
+/* y(N, T, C) = x(N, T, C) + weight(max_positions, C)[first + t], first the decode's position (else 0) */
 static glia_status pe_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_position_embedding_attrs *d = l->attrs;
+    int64_t first;
     glia_status st = glia_position_embedding_check(l, a->in[0]);
+    if (!st) st = glia_position_embedding_first(l, a, &first);
     if (st) return st;
     int64_t N = a->in[0]->shape.dim[0], T = a->in[0]->shape.dim[1], C = d->dim;
-    const float *x = glia_tensor_f32(a->in[0]), *w = glia_tensor_f32(l->params[d->w].value);
+    const float *x = glia_tensor_f32(a->in[0]), *w = glia_tensor_f32(l->params[d->w].value) + first * C;
     float *y = glia_tensor_f32(a->out);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < N * T; r++) {
@@ -127,7 +129,7 @@ static const struct glia_kernel pe_cpu = {
     .impl = "cpu",
     .doc = "OpenMP",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT, /* backward: dy only */
+    .flags = GLIA_KERNEL_BWD_NO_INPUT | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* backward: dy only */
     .forward = pe_forward,
     .backward = pe_backward,
 };
