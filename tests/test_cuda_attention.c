@@ -47,6 +47,50 @@ static void test_attention_repeatable(void)
     cuda_repeatable(NULL, cases[5].ini, cases[5].in, GLIA_CONTIGUOUS);
 }
 
+/* bf16 and f16 activations. Causal, no dropout, head dims a multiple of 8: cuDNN's fused flash attention (its first
+ * run of each shape checked against the f32 kernels inside the layer; here against the CPU), with no notice that it
+ * was refused or disagreed. Otherwise (head dim 4, causal = off, dropout) the f32 kernels between conversions: the
+ * CPU's results within an ulp or two. Write and accumulate, train and eval. */
+static void test_attention_half(void)
+{
+    static const struct at_case fused[] = {
+        {"[a]\ntype = attention\nheads = 2\n", {3, {2, 37, 96}}},   /* D 16 */
+        {"[a]\ntype = attention\nheads = 1\n", {3, {1, 64, 192}}},  /* D 64, GPT-2's */
+    };
+    static const struct at_case unfused[] = {
+        {"[a]\ntype = attention\nheads = 2\n", {3, {2, 37, 24}}},
+        {"[a]\ntype = attention\nheads = 2\ncausal = off\n", {3, {2, 37, 96}}},
+        {"[a]\ntype = attention\nheads = 2\ndropout = 0.5\n", {3, {2, 37, 96}}},
+    };
+    char *log = NULL;
+    size_t log_len = 0;
+    FILE *lf = open_memstream(&log, &log_len);
+    CU_ASSERT_FATAL(lf != NULL);
+    glia_log_set(cuda_ctx, lf, GLIA_LOG_WARN);
+    for (int h = 0; h < 2; h++)
+        for (int f = 0; f < 2; f++) {
+            const struct at_case *cs = f ? fused : unfused;
+            size_t n = f ? sizeof fused / sizeof fused[0] : sizeof unfused / sizeof unfused[0];
+            for (size_t i = 0; i < n; i++)
+                for (int m = 0; m < 3; m++) {
+                    struct cuda_case k = {.ini = cs[i].ini, .in = &cs[i].in, .n_in = 1, .accumulate = m == 1,
+                                          .eval = m == 2, .seed = 300 + 7 * i + (uint64_t)m,
+                                          .act = h ? GLIA_F16 : GLIA_BF16};
+                    struct cuda_diff d = cuda_compare(&k);
+                    double tol = f ? (h ? 5e-3 : 3e-2) : (h ? 1.0 / 512 : 1.0 / 64);  /* unfused: an ulp or two */
+                    bool ok = d.out <= tol && (k.eval || d.din <= tol);
+                    if (!ok) printf("\n  %s %s %s mode %d: out %g din %g\n", f ? "fused" : "unfused", cs[i].ini,
+                                    glia_dtype_name(k.act), m, d.out, d.din);
+                    CU_ASSERT(ok);
+                }
+        }
+    glia_log_set(cuda_ctx, stderr, GLIA_LOG_WARN);
+    fclose(lf);
+    if (log_len) printf("\n  notices:\n%s", log);
+    CU_ASSERT_PTR_NULL(strstr(log, "fused attention"));  /* neither refused nor off */
+    free(log);
+}
+
 /* A cached decode on the GPU (glia_fwd.decode): qkv(2, 37, 3 x 24) in chunks of 5, 1, 1, 13 and 17 positions, the
  * kept keys and values outgrowing their room on the way, gives each chunk's rows of the CPU kernel's whole-window
  * eval output; then pos 0 again with one sequence; causal = off is refused. */
@@ -166,4 +210,5 @@ static void test_model_decode(void)
 }
 
 CUDA_TEST_MAIN("cuda_attention", GLIA_TEST(test_attention), GLIA_TEST(test_attention_tf32),
-               GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_decode), GLIA_TEST(test_model_decode))
+               GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_half), GLIA_TEST(test_attention_decode),
+               GLIA_TEST(test_model_decode))

@@ -548,8 +548,8 @@ static void test_gpt_checkpointing(void)
         char sets[2048];
         snprintf(sets, sizeof sets,
                  "runtime.device=cpu|data.train_tokens=%s/corpus_*.txt|data.steps_per_epoch=8|data.val_batches=1|"
-                 "data.workers=1|train.epochs=1|train.warmup_steps=2|h0_attn.dropout=0.1|h2_attn.dropout=0.1|graph.checkpoint_segments=%d",
-                 dir, k ? 4 : 0);
+                 "data.workers=1|train.epochs=1|train.warmup_steps=2|h0_attn.dropout=0.1|h2_attn.dropout=0.1|"
+                 "graph.checkpoint_segments=%d|train.checkpoint_dir=%s/ckpt-seg%d", dir, k ? 4 : 0, dir, k);
         CU_ASSERT_FATAL(glia_context_new(&r[k].ctx) == GLIA_OK);
         CU_ASSERT_FATAL(glia_config_load(r[k].ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r[k].cfg) ==
                         GLIA_OK);

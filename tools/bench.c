@@ -263,6 +263,7 @@ static const struct layer_op {
     {"relu", "type = relu\n", 1},
     {"gelu", "type = gelu\n", 1},
     {"cat", "type = concat\n", 2},
+    {"attention", "type = attention\nheads = 12\n", 1},  /* GPT-2's 12 heads: --shape N x T x 3C */
 };
 
 struct layer_args {
@@ -283,6 +284,7 @@ struct layer_args {
 struct side {
     double ms, bytes;
     char note[160];
+    double flops;  /* the pass's FLOPs (the layer's forward; 3x that for forward+backward); 0: the layer counts none */
 };
 
 static int layer_usage(const char *msg, const char *what)
@@ -455,7 +457,7 @@ static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *i
     bool bwd = !st && glia_layer_run_input_grad(r, 0) != NULL;
     if (!st && a->warmup) st = time_loop(r, bwd, a->warmup, &sec);
     for (int p = 0; p < N_PASS && !st; p++) {
-        g[p] = (struct side){-1, fb[p], ""};
+        g[p] = (struct side){-1, fb[p], "", (double)glia_layer_run_flops(r) * (p == PASS_FWD_BWD ? 3.0 : 1.0)};
         if (p == PASS_FWD_BWD && !bwd) snprintf(g[p].note, sizeof g[p].note, "n/a (no input gradient)");
         else if (!(st = time_loop(r, p == PASS_FWD_BWD, a->steps, &sec))) g[p].ms = 1e3 * sec / (double)a->steps;
     }
@@ -503,7 +505,7 @@ static double json_number(const char *line, const char *key)
  * "bytes": B}. A script that fails or prints no figure leaves the notes saying so (its stderr passes through). */
 static void layer_torch(const struct layer_args *a, struct side t[N_PASS])
 {
-    for (int p = 0; p < N_PASS; p++) t[p] = (struct side){-1, 0, "n/a (no PyTorch script: --torch FILE)"};
+    for (int p = 0; p < N_PASS; p++) t[p] = (struct side){-1, 0, "n/a (no PyTorch script: --torch FILE)", 0};
     if (!a->torch) return;
     const char *py = getenv("GLIA_PYTHON");
     char qpy[512], qscript[1024], shape[128], dev[32], cmd[2048];
@@ -556,6 +558,8 @@ static void print_layer(const struct layer_args *a, const char *impl, enum glia_
             if (t[p].ms >= 0) printf("\"torch_ms\": %.6g, \"torch_bytes\": %.0f, \"torch_gbps\": %.6g", t[p].ms, t[p].bytes,
                                      gbps(&t[p]));
             else printf("\"torch_ms\": null, \"torch_bytes\": null, \"torch_gbps\": null");
+            if (g[p].flops > 0 && g[p].ms > 0) printf(", \"tflops\": %.6g", g[p].flops / (g[p].ms * 1e9));
+            if (g[p].flops > 0 && t[p].ms > 0) printf(", \"torch_tflops\": %.6g", g[p].flops / (t[p].ms * 1e9));
             if (t[p].ms > 0 && g[p].ms > 0) printf(", \"torch_over_glia\": %.4g}\n", t[p].ms / g[p].ms);
             else printf(", \"torch_over_glia\": null}\n");
         }
@@ -581,6 +585,12 @@ static void print_layer(const struct layer_args *a, const char *impl, enum glia_
         } else {
             printf("%s\n", t[p].note);
         }
+    }
+    if (g[PASS_FWD].flops > 0) {  /* a layer that counts FLOPs (attention): the rates beside the bytes */
+        printf("\nTFLOP/s (the layer's forward FLOPs, %.4g G; 3x for forward+backward):", g[PASS_FWD].flops * 1e-9);
+        for (int p = 0; p < N_PASS; p++)
+            printf(" %s glia %.4g torch %.4g%s", pass_name[p], g[p].ms > 0 ? g[p].flops / (g[p].ms * 1e9) : 0.0,
+                   t[p].ms > 0 ? g[p].flops / (t[p].ms * 1e9) : 0.0, p + 1 < N_PASS ? ";" : "\n");
     }
 }
 

@@ -19,7 +19,7 @@ int glia__bench_main(int argc, char **argv);
     "                       [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--torch SCRIPT|off]\n" \
     "                       [--json]\n"                                                                \
     "                       (OP: batchnorm, batchnorm_relu, maxpool, avgpool, dropout, cross_entropy,\n" \
-    "                        relu, gelu, cat, or any layer type)\n"                              \
+    "                        relu, gelu, cat, attention, or any layer type)\n"                   \
     "       glia bench optim NAME [--params N] [--tensors K] [--device cuda|cuda:N|cpu] [--steps N]\n" \
     "                       [--warmup N] [--set KEY=VALUE]... [--json]\n"                          \
     "                       (NAME: sgd, adam, adamw, adadelta, lamb, lars, novograd, or any optimizer)\n"

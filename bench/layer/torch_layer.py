@@ -67,6 +67,20 @@ def make(a):
         return F.relu, [x_()], "y"
     if op == "gelu":
         return F.gelu, [x_()], "x"
+    if op == "attention":  # glia's fused qkv (N, T, 3C), 12 heads, causal: F.scaled_dot_product_attention
+        n, t, c = shape[0], shape[1], shape[2] // 3
+        h = 12
+
+        def att(x):
+            q, k, v = x.view(n, t, 3, h, c // h).permute(2, 0, 3, 1, 4).unbind(0)
+            if hasattr(F, "scaled_dot_product_attention"):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # PyTorch before 2.0: the same by its parts
+                s = (q @ k.transpose(-2, -1)) / (c // h) ** 0.5
+                s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+                y = torch.softmax(s, -1) @ v
+            return y.transpose(1, 2).reshape(n, t, c)
+        return att, [x_()], "x"
     if op == "cat":
         return (lambda a_, b_: torch.cat([a_, b_], 1)), [x_(), x_()], ""
     sys.exit("torch_layer.py: unknown op %s" % op)

@@ -40,5 +40,8 @@ unsigned long glia_emu_graphs_alive(void);
 /* The largest workspace (bytes) handed to a cuDNN convolution or Find*Ex since the last call with reset (tests
  * look it up with dlsym: it exists in the emulator only). */
 size_t glia_emu_cudnn_workspace_seen(bool reset);
+/* The stream a cuDNN handle computes on (emu_libs.c), for the graph API's executions (emu_cudnn_graph.c). */
+struct cudnnContext;
+cudaStream_t glia_emu_cudnn_stream(struct cudnnContext *h);
 
 #endif

@@ -479,6 +479,8 @@ const char *cudnnGetErrorString(cudnnStatus_t s)
     default: return "CUDNN_STATUS_BAD_PARAM";
     }
 }
+cudaStream_t glia_emu_cudnn_stream(cudnnHandle_t h) { return h->stream; }
+
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
 {
     GLIA_EMU_GUARD;

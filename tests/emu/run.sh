@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/emu/run.sh — runs the GPU test programs on the CPU against an emulated CUDA: the backend's host
 # code from the build as it is, its kernels rebuilt as host C++ (cuda_emu.h), the CUDA runtime
-# (with stream capture and CUDA graphs), cuDNN, cuBLASLt, a one-rank NCCL and NVRTC's kernels built
-# for the host from emu_runtime.c, emu_libs.c, emu_nccl.c and emu_jit.c (one library that the
+# (with stream capture and CUDA graphs), cuDNN (its graph API interpreted), cuBLASLt, a one-rank NCCL and NVRTC's
+# kernels built for the host from emu_runtime.c, emu_libs.c, emu_cudnn_graph.c, emu_nccl.c and emu_jit.c (one library that the
 # emulated cuda.so and nccl.so share). Not part of make check and not a GPU: it finds wrong indexing,
 # descriptors, layouts, arguments, barriers, missing stream waits (GLIA_EMU_DEFER) and calls a GPU
 # refuses during a stream capture in code that has never met a GPU, not performance problems.
@@ -52,7 +52,7 @@ for lo in $(q backends_cuda_cuda_la_OBJECTS); do
 done
 # the emulated CUDA runtime, cuDNN, cuBLASLt and NCCL: one library that cuda.so and nccl.so share
 emu=()
-for f in emu_runtime emu_libs emu_nccl emu_jit; do
+for f in emu_runtime emu_libs emu_cudnn_graph emu_nccl emu_jit; do
     $cc -std=gnu11 "${flags[@]}" -Wall -Wextra -Wno-deprecated-declarations -I"$cuda_dir/include" $(q NCCL_CFLAGS) \
         -c -o "$out/obj/$f.o" "tests/emu/$f.c"
     emu+=("$out/obj/$f.o")

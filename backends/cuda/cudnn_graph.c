@@ -1,0 +1,245 @@
+/* backends/cuda/cudnn_graph.c — the builder of cudnn_graph.h: each call makes its backend descriptors, sets their
+ * attributes and finalizes them, keeping every descriptor for glia__cg_free; the first failure stops the rest and
+ * says where. Not a plan cache and not any particular graph (attention_cudnn.c builds the fused attention's). */
+#include <stdio.h>
+#include <string.h>
+#include "cudnn_graph.h"
+
+void glia__cg_init(struct glia__cg *g, cudnnHandle_t handle)
+{
+    memset(g, 0, sizeof *g);
+    g->handle = handle;
+    g->err = CUDNN_STATUS_SUCCESS;
+}
+
+void glia__cg_free(struct glia__cg *g)
+{
+    for (int i = g->n_desc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->desc[i]);
+    g->n_desc = g->n_ops = 0;
+}
+
+/* Records the first failure: status e of what. Returns whether e is a success. */
+static bool ok(struct glia__cg *g, cudnnStatus_t e, const char *what)
+{
+    if (e == CUDNN_STATUS_SUCCESS) return true;
+    if (g->err == CUDNN_STATUS_SUCCESS) {
+        g->err = e;
+        snprintf(g->what, sizeof g->what, "%s: %s", what, cudnnGetErrorString(e));
+    }
+    return false;
+}
+
+/* A new descriptor of type t, kept for glia__cg_free; NULL after a failure. */
+static cudnnBackendDescriptor_t make(struct glia__cg *g, cudnnBackendDescriptorType_t t, const char *what)
+{
+    if (g->err != CUDNN_STATUS_SUCCESS) return NULL;
+    if (g->n_desc == GLIA__CG_MAX_DESC) {
+        ok(g, CUDNN_STATUS_NOT_SUPPORTED, "too many descriptors for one graph");
+        return NULL;
+    }
+    cudnnBackendDescriptor_t d = NULL;
+    if (!ok(g, cudnnBackendCreateDescriptor(t, &d), what)) return NULL;
+    g->desc[g->n_desc++] = d;
+    return d;
+}
+
+/* Sets n values of attribute a (type t) on d; a no-op after a failure. */
+static void set(struct glia__cg *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                cudnnBackendAttributeType_t t, int64_t n, const void *v, const char *what)
+{
+    if (g->err == CUDNN_STATUS_SUCCESS && d) ok(g, cudnnBackendSetAttribute(d, a, t, n, v), what);
+}
+
+static void finalize(struct glia__cg *g, cudnnBackendDescriptor_t d, const char *what)
+{
+    if (g->err == CUDNN_STATUS_SUCCESS && d) ok(g, cudnnBackendFinalize(d), what);
+}
+
+static void add_op(struct glia__cg *g, cudnnBackendDescriptor_t op)
+{
+    if (g->err != CUDNN_STATUS_SUCCESS || !op) return;
+    if (g->n_ops == GLIA__CG_MAX_OPS) {
+        ok(g, CUDNN_STATUS_NOT_SUPPORTED, "too many operations for one graph");
+        return;
+    }
+    g->ops[g->n_ops++] = op;
+}
+
+cudnnBackendDescriptor_t glia__cg_tensor(struct glia__cg *g, int64_t uid, cudnnDataType_t t, const int64_t dim[4],
+                                         const int64_t stride[4], bool is_virtual, bool by_value, bool f16x16)
+{
+    char what[64];
+    snprintf(what, sizeof what, "tensor %lld", (long long)uid);
+    cudnnBackendDescriptor_t d = make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
+    int64_t align = 16;
+    set(g, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t, what);
+    set(g, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, what);
+    set(g, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride, what);
+    set(g, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, what);
+    set(g, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, what);
+    set(g, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, what);
+    if (by_value) set(g, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, what);
+    if (f16x16) {
+        cudnnBackendTensorReordering_t r = CUDNN_TENSOR_REORDERING_F16x16;
+        set(g, d, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &r, what);
+    }
+    finalize(g, d, what);
+    return g->err == CUDNN_STATUS_SUCCESS ? d : NULL;
+}
+
+void glia__cg_pointwise(struct glia__cg *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
+                        cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                        int64_t axis)
+{
+    char what[64];
+    snprintf(what, sizeof what, "pointwise mode %d", (int)mode);
+    cudnnBackendDescriptor_t pw = make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
+    set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
+    set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, what);
+    if (axis >= 0) set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
+    finalize(g, pw, what);
+    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
+    float one = 1.0f;
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one, what);
+    set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one, what);
+    if (b) set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what);
+    if (t) set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, what);
+    finalize(g, op, what);
+    add_op(g, op);
+}
+
+void glia__cg_reduction(struct glia__cg *g, cudnnReduceTensorOp_t op_kind, cudnnBackendDescriptor_t x,
+                        cudnnBackendDescriptor_t y)
+{
+    const char *what = "reduction";
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t r = make(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
+    set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, what);
+    set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &op_kind, what);
+    finalize(g, r, what);
+    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
+    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r, what);
+    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
+    set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
+    finalize(g, op, what);
+    add_op(g, op);
+}
+
+void glia__cg_matmul(struct glia__cg *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                     cudnnBackendDescriptor_t c)
+{
+    const char *what = "matmul";
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t m = make(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, what);
+    set(g, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, what);
+    finalize(g, m, what);
+    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, what);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, what);
+    set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, what);
+    finalize(g, op, what);
+    add_op(g, op);
+}
+
+void glia__cg_bernoulli(struct glia__cg *g, double p_one, cudnnBackendDescriptor_t seed,
+                        cudnnBackendDescriptor_t offset, cudnnBackendDescriptor_t y)
+{
+    const char *what = "rng";
+    cudnnRngDistribution_t dist = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+    cudnnBackendDescriptor_t r = make(g, CUDNN_BACKEND_RNG_DESCRIPTOR, what);
+    set(g, r, CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &dist, what);
+    set(g, r, CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &p_one, what);
+    finalize(g, r, what);
+    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, what);
+    set(g, op, CUDNN_ATTR_OPERATION_RNG_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
+    set(g, op, CUDNN_ATTR_OPERATION_RNG_SEED, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &seed, what);
+    set(g, op, CUDNN_ATTR_OPERATION_RNG_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r, what);
+    set(g, op, CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &offset, what);
+    finalize(g, op, what);
+    add_op(g, op);
+}
+
+void glia__cg_reshape(struct glia__cg *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
+{
+    const char *what = "reshape";
+    cudnnBackendDescriptor_t op = make(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
+    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
+    set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
+    finalize(g, op, what);
+    add_op(g, op);
+}
+
+cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace)
+{
+    *plan = NULL;
+    *workspace = 0;
+    const char *what = "operation graph";
+    cudnnBackendDescriptor_t graph = make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what);
+    set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops, what);
+    set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle, what);
+    finalize(g, graph, what);
+    what = "heuristics";
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what);
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, what);
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, what);
+    finalize(g, heur, what);
+    if (g->err != CUDNN_STATUS_SUCCESS) return g->err;
+    int64_t count = 0;
+    if (!ok(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                        NULL), what))
+        return g->err;
+    if (count > 8) count = 8;  /* the heuristics' best few */
+    cudnnBackendDescriptor_t cfg[8];
+    for (int64_t i = 0; i < count; i++) cfg[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, what);
+    int64_t got = 0;
+    if (g->err == CUDNN_STATUS_SUCCESS && count > 0)
+        ok(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                       cfg), what);
+    if (g->err != CUDNN_STATUS_SUCCESS) return g->err;
+    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+    for (int64_t i = 0; i < got; i++) {  /* the first configuration that makes a plan */
+        cudnnBackendDescriptor_t p = NULL;
+        last = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
+        if (last == CUDNN_STATUS_SUCCESS)
+            last = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle);
+        if (last == CUDNN_STATUS_SUCCESS)
+            last = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                            1, &cfg[i]);
+        if (last == CUDNN_STATUS_SUCCESS) last = cudnnBackendFinalize(p);
+        int64_t n = 0;
+        if (last == CUDNN_STATUS_SUCCESS)
+            last = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                            workspace);
+        if (last == CUDNN_STATUS_SUCCESS) {
+            *plan = p;
+            return CUDNN_STATUS_SUCCESS;
+        }
+        if (p) cudnnBackendDestroyDescriptor(p);
+    }
+    char why[96];
+    snprintf(why, sizeof why, "no engine of the %lld the heuristics gave makes a plan", (long long)got);
+    ok(g, last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last, why);
+    return g->err;
+}
+
+cudnnStatus_t glia__cg_execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, int n, const int64_t *uids,
+                               void *const *ptrs, void *workspace)
+{
+    cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+    if (e == CUDNN_STATUS_SUCCESS)
+        e = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
+    if (e == CUDNN_STATUS_SUCCESS)
+        e = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    if (e == CUDNN_STATUS_SUCCESS)
+        e = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendFinalize(vp);
+    if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendExecute(handle, plan, vp);
+    if (vp) cudnnBackendDestroyDescriptor(vp);
+    return e;
+}

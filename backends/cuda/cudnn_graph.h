@@ -1,0 +1,62 @@
+/* backends/cuda/cudnn_graph.h — a small C builder over cuDNN's backend (graph) API: 4-D tensors, pointwise, reduction,
+ * matmul, Bernoulli rng and reshape operations, the operation graph made into an execution plan by the heuristics'
+ * configurations, and its execution with a variant pack. Not cuDNN's C++ frontend, and not a cache of plans: callers
+ * keep the plans they build (building is slow; running is not). */
+#ifndef GLIA_CUDA_CUDNN_GRAPH_H
+#define GLIA_CUDA_CUDNN_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cudnn.h>
+
+#define GLIA__CG_MAX_DESC 192  /* descriptors one graph may make */
+#define GLIA__CG_MAX_OPS 64    /* operations one graph may hold */
+
+/* A graph under construction. Every call after a failure does nothing; the first failure stays in err and what. */
+struct glia__cg {
+    cudnnHandle_t handle;                         /* (borrowed) */
+    cudnnBackendDescriptor_t desc[GLIA__CG_MAX_DESC];  /* every descriptor made, destroyed by glia__cg_free */
+    int n_desc;
+    cudnnBackendDescriptor_t ops[GLIA__CG_MAX_OPS];
+    int n_ops;
+    cudnnStatus_t err;                            /* CUDNN_STATUS_SUCCESS until a call fails */
+    char what[192];                               /* which call failed, and on what */
+};
+
+void glia__cg_init(struct glia__cg *g, cudnnHandle_t handle);
+/* Destroys every descriptor the graph made (not a plan glia__cg_plan handed out). */
+void glia__cg_free(struct glia__cg *g);
+
+/* A tensor of element type t, dims and strides (4 each), unique id uid: virtual (lives inside the graph), by value (a
+ * host scalar in the variant pack), f16x16 (cuDNN's F16x16 reordering, as the fused attention's probabilities
+ * have). 16-byte aligned. NULL after a failure. */
+cudnnBackendDescriptor_t glia__cg_tensor(struct glia__cg *g, int64_t uid, cudnnDataType_t t, const int64_t dim[4],
+                                         const int64_t stride[4], bool is_virtual, bool by_value, bool f16x16);
+/* y = mode(x[, b[, t]]) computed in prec (b, t NULL for fewer operands; axis >= 0 for GEN_INDEX: the dimension whose
+ * index each element gets). */
+void glia__cg_pointwise(struct glia__cg *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
+                        cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                        int64_t axis);
+/* y = op over the dimensions where y has 1 and x more, in f32 */
+void glia__cg_reduction(struct glia__cg *g, cudnnReduceTensorOp_t op, cudnnBackendDescriptor_t x,
+                        cudnnBackendDescriptor_t y);
+/* c = a b, batched over the first two dimensions, in f32 */
+void glia__cg_matmul(struct glia__cg *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                     cudnnBackendDescriptor_t c);
+/* y = Bernoulli(p_one) draws from the seed and offset tensors (1 element of i64 each, on the device) */
+void glia__cg_bernoulli(struct glia__cg *g, double p_one, cudnnBackendDescriptor_t seed,
+                        cudnnBackendDescriptor_t offset, cudnnBackendDescriptor_t y);
+/* y = x seen with y's dims and strides (a transpose) */
+void glia__cg_reshape(struct glia__cg *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y);
+
+/* The operations so far as one graph, made into an execution plan by the first of the heuristics' (mode A)
+ * configurations that finalizes: *plan (owned: cudnnBackendDestroyDescriptor) and the *workspace bytes it runs with.
+ * The graph's first failure, or CUDNN_STATUS_NOT_SUPPORTED when no configuration works (what says so). */
+cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace);
+
+/* Runs plan on handle's stream with the n tensors whose unique ids are uids at ptrs (device memory, or host scalars
+ * for by-value tensors) and the workspace. */
+cudnnStatus_t glia__cg_execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, int n, const int64_t *uids,
+                               void *const *ptrs, void *workspace);
+
+#endif

@@ -1,0 +1,66 @@
+#!/bin/sh
+# bench/gpt2/run.sh — GPT-2 124M on one GPU, glia (share/glia/examples/gpt2-124m.ini, bf16) against the same model in
+# PyTorch at its best (bench/gpt2/torch_gpt2.py: torch.compile, SDPA, fused AdamW, bf16 autocast, data on the GPU),
+# one after the other on the same llm.c token files: per batch size, tokens/s, MFU (6N + 6·L·C·T FLOPs per token, N
+# = 124475904, against --peak-tflops), peak memory; the losses of both every 10 steps; then the attention layer alone
+# at GPT-2's shape (glia bench layer attention against F.scaled_dot_product_attention). Under a header naming the GPU,
+# driver and versions. Not a test: run it on an idle GPU from a built tree; commit the raw output.
+#   usage: bench/gpt2/run.sh [--data DIR] [--batches "16 32"] [--steps N] [--warmup N] [--peak-tflops X] [--out FILE]
+#   --data: llm.c token files tokens_train_*.bin and tokens_val_*.bin (bench/gpt2/gen_tokens.py DIR makes them from
+#           text; default bench/gpt2/data); --steps: measured steps a side (default 60), after --warmup (default 10)
+#   environment: GLIA (./tools/glia), GLIA_PLUGIN_PATH (stage/plugins), PYTHON (python3, with torch and a GPU)
+set -eu
+here=$PWD
+cd "$(dirname "$0")/../.."
+data=bench/gpt2/data batches="16 32" steps=60 warmup=10 peak=989 outfile=""
+while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
+    case "$1" in
+    --data) data=$2 ;;
+    --batches) batches=$2 ;;
+    --steps) steps=$2 ;;
+    --warmup) warmup=$2 ;;
+    --peak-tflops) peak=$2 ;;
+    --out) case "$2" in /*) outfile=$2 ;; *) outfile=$here/$2 ;; esac ;;
+    *) echo "run.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+glia=${GLIA:-./tools/glia}
+py=${PYTHON:-python3}
+export GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}"
+ls "$data"/tokens_train_*.bin >/dev/null 2>&1 || { echo "run.sh: no $data/tokens_train_*.bin (bench/gpt2/gen_tokens.py $data)" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+ini=share/glia/examples/gpt2-124m.ini
+{
+    gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1) || gpu=""
+    echo "gpu, driver: ${gpu:-none (nvidia-smi found no GPU)}"
+    "$py" -c 'import torch; print("pytorch %s, CUDA %s, cuDNN %s" % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version()))' || true
+    echo "$("$glia" --version); $ini on $data; $warmup warm-up + $steps measured steps a side; MFU against $peak TFLOP/s"
+} | tee "$tmp/out"
+T=1024
+for b in $batches; do
+    echo "== batch $b x $T" | tee -a "$tmp/out"
+    # glia: epoch 1 warms up (kernels compiled, plans built), epoch 2 is timed; a line every 10 steps
+    "$glia" train "$ini" --metrics "$tmp/m.jsonl" --set data.train_tokens="$data/tokens_train_*.bin" \
+        --set data.val_tokens="$data/tokens_val_*.bin" --set data.batch_size="$b" --set data.test_batch_size="$b" \
+        --set train.accumulate=1 --set data.steps_per_epoch="$((steps > warmup ? steps : warmup))" \
+        --set train.epochs=2 --set data.val_batches=1 --set train.log_every=10 \
+        --set train.checkpoint_dir="$tmp/ckpt" > "$tmp/glia.log" 2>&1 || { cat "$tmp/glia.log"; exit 1; }
+    spe=$((steps > warmup ? steps : warmup))
+    awk -v spe="$spe" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
+        split($2, e, "/"); split($4, k, "/"); printf "{\"side\": \"glia\", \"step\": %d, \"loss\": %s}\n", (e[1] - 1) * spe + k[1], $6 }' \
+        "$tmp/glia.log" | tee -a "$tmp/out"
+    tail -n 1 "$tmp/m.jsonl" | awk -v b="$b" -v t="$T" -v pk="$peak" '
+        function num(k,   v) { v = $0; sub(".*\"" k "\": ", "", v); sub(/[,}].*/, "", v); return v + 0 }
+        { s = num("samples_per_s"); tok = s * t; f = 6 * 124475904 + 6 * 12 * 768 * t
+          printf "{\"side\": \"glia\", \"batch\": %d, \"seq_len\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"peak_mb\": %s, \"train_loss\": %s}\n",
+                 b, t, 1e3 * b / s, tok, tok * f / (pk * 1e12), num("device_peak_mb"), num("train_loss") }' | tee -a "$tmp/out"
+    "$py" bench/gpt2/torch_gpt2.py --train "$data/tokens_train_*.bin" --batch "$b" --steps "$steps" \
+        --warmup "$warmup" --peak-tflops "$peak" | tee -a "$tmp/out" || echo "pytorch failed at batch $b" | tee -a "$tmp/out"
+done
+echo "== attention alone, 16 x 1024 x 2304 (12 heads of 64), bf16" | tee -a "$tmp/out"
+"$glia" bench layer attention --shape 16x1024x2304 --precision bf16 --device cuda --steps 20 --warmup 5 \
+    --torch bench/layer/torch_layer.py 2>&1 | tee -a "$tmp/out"
+[ -z "$outfile" ] || { cp "$tmp/out" "$outfile"; echo "saved to $outfile"; }

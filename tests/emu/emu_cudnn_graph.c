@@ -1,0 +1,423 @@
+/* tests/emu/emu_cudnn_graph.c — cuDNN's backend (graph) API for the emulation: descriptors keep their attributes,
+ * finalizing checks what each kind needs, the heuristics give one configuration whose plan interprets the operation
+ * graph on the host (matmul, pointwise with broadcasting, reductions, reshapes as views, Bernoulli draws), tensor by
+ * tensor through their dims and strides, in f32/bf16/f16/i64/bool, each virtual tensor in a buffer of its own.
+ * Execution copies the variant pack (by-value scalars by value) and queues the interpretation on the handle's stream.
+ * Not cuDNN's engines: no fusion, no pattern matching (a graph cuDNN would refuse may run here), loops in double. */
+#include <cudnn.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+
+#define MAXD 8     /* dimensions of a tensor */
+#define MAXOPS 96  /* operations of a graph */
+
+struct desc {
+    cudnnBackendDescriptorType_t type;
+    bool final;
+    /* tensor */
+    cudnnDataType_t dtype;
+    int nd;
+    int64_t dim[MAXD], stride[MAXD], uid;
+    bool virt, byval;
+    /* pointwise, reduction, rng descriptors */
+    cudnnPointwiseMode_t mode;
+    int64_t axis;
+    cudnnReduceTensorOp_t red;
+    double p;
+    /* operations: their descriptor and tensors */
+    struct desc *sub, *x, *b, *t, *y, *seed, *offset;
+    /* graph, heuristics, configuration, plan */
+    struct desc *ops[MAXOPS];
+    int n_ops;
+    struct desc *graph;
+    cudnnHandle_t handle;
+    /* variant pack */
+    int n;
+    int64_t uids[64];
+    void *ptrs[64];
+};
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t, cudnnBackendDescriptor_t *d)
+{
+    GLIA_EMU_GUARD;
+    struct desc *e = calloc(1, sizeof *e);
+    if (!e) return CUDNN_STATUS_ALLOC_FAILED;
+    e->type = t;
+    e->axis = -1;
+    *d = e;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d)
+{
+    GLIA_EMU_GUARD;
+    free(d);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t bad(const char *why, int what)
+{
+    fprintf(stderr, "emu: cudnnBackend: %s (%d)\n", why, what);
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                                       cudnnBackendAttributeType_t t, int64_t n, const void *v)
+{
+    GLIA_EMU_GUARD;
+    struct desc *e = d;
+    const int64_t *i64 = v;
+    struct desc *const *ds = v;
+    if (e->final) return bad("attribute set on a finalized descriptor", (int)a);
+    switch (a) {
+    case CUDNN_ATTR_TENSOR_DATA_TYPE: e->dtype = *(const cudnnDataType_t *)v; break;
+    case CUDNN_ATTR_TENSOR_DIMENSIONS:
+        if (n > MAXD) return bad("too many dimensions", (int)n);
+        e->nd = (int)n;
+        memcpy(e->dim, v, (size_t)n * sizeof(int64_t));
+        break;
+    case CUDNN_ATTR_TENSOR_STRIDES: memcpy(e->stride, v, (size_t)n * sizeof(int64_t)); break;
+    case CUDNN_ATTR_TENSOR_UNIQUE_ID: e->uid = *i64; break;
+    case CUDNN_ATTR_TENSOR_IS_VIRTUAL: e->virt = *(const bool *)v; break;
+    case CUDNN_ATTR_TENSOR_IS_BY_VALUE: e->byval = *(const bool *)v; break;
+    case CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT:
+    case CUDNN_ATTR_TENSOR_REORDERING_MODE:
+    case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1:
+    case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2:
+    case CUDNN_ATTR_MATMUL_COMP_TYPE:
+    case CUDNN_ATTR_REDUCTION_COMP_TYPE:
+    case CUDNN_ATTR_POINTWISE_MATH_PREC:
+    case CUDNN_ATTR_RNG_DISTRIBUTION:
+    case CUDNN_ATTR_ENGINEHEUR_MODE: break;
+    case CUDNN_ATTR_POINTWISE_MODE: e->mode = *(const cudnnPointwiseMode_t *)v; break;
+    case CUDNN_ATTR_POINTWISE_AXIS: e->axis = *i64; break;
+    case CUDNN_ATTR_REDUCTION_OPERATOR: e->red = *(const cudnnReduceTensorOp_t *)v; break;
+    case CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY: e->p = *(const double *)v; break;
+    case CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR:
+    case CUDNN_ATTR_OPERATION_REDUCTION_DESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_DESC:
+    case CUDNN_ATTR_OPERATION_RNG_DESC: e->sub = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_POINTWISE_XDESC:
+    case CUDNN_ATTR_OPERATION_REDUCTION_XDESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_ADESC:
+    case CUDNN_ATTR_OPERATION_RESHAPE_XDESC: e->x = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_POINTWISE_BDESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_BDESC: e->b = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_POINTWISE_TDESC: e->t = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_POINTWISE_YDESC:
+    case CUDNN_ATTR_OPERATION_REDUCTION_YDESC:
+    case CUDNN_ATTR_OPERATION_MATMUL_CDESC:
+    case CUDNN_ATTR_OPERATION_RNG_YDESC:
+    case CUDNN_ATTR_OPERATION_RESHAPE_YDESC: e->y = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_RNG_SEED: e->seed = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC: e->offset = ds[0]; break;
+    case CUDNN_ATTR_OPERATIONGRAPH_OPS:
+        if (n > MAXOPS) return bad("too many operations", (int)n);
+        e->n_ops = (int)n;
+        memcpy(e->ops, v, (size_t)n * sizeof(void *));
+        break;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    case CUDNN_ATTR_OPERATIONGRAPH_HANDLE:
+    case CUDNN_ATTR_EXECUTION_PLAN_HANDLE: e->handle = *(const cudnnHandle_t *)v; break;
+#pragma GCC diagnostic pop
+    case CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH: e->graph = ds[0]; break;
+    case CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG: e->graph = ds[0]->graph; break;
+    case CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS:
+        if (n > 64) return bad("too many tensors in a variant pack", (int)n);
+        e->n = (int)n;
+        memcpy(e->uids, v, (size_t)n * sizeof(int64_t));
+        break;
+    case CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS: memcpy(e->ptrs, v, (size_t)n * sizeof(void *)); break;
+    case CUDNN_ATTR_VARIANT_PACK_WORKSPACE: break;
+    default: return bad("attribute not emulated", (int)a);
+    }
+    (void)t;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d)
+{
+    GLIA_EMU_GUARD;
+    struct desc *e = d;
+    switch (e->type) {
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR:
+        if (e->nd < 1 || e->uid == 0) return bad("a tensor needs dimensions and a unique id", (int)e->uid);
+        break;
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+        if (!e->sub || !e->x || !e->y) return bad("an operation without its descriptor, x or y", (int)e->type);
+        break;
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
+        if (!e->sub || !e->x || !e->b || !e->y) return bad("a matmul without a, b or c", 0);
+        if (e->x->dim[3] != e->b->dim[2] || e->x->dim[2] != e->y->dim[2] || e->b->dim[3] != e->y->dim[3])
+            return bad("matmul shapes do not agree", (int)e->x->uid);
+        break;
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
+        if (e->n_ops < 1 || !e->handle) return bad("a graph needs operations and a handle", e->n_ops);
+        break;
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
+        if (!e->graph || !e->handle) return bad("a plan needs an engine configuration and a handle", 0);
+        break;
+    default: break;
+    }
+    e->final = true;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t a,
+                                       cudnnBackendAttributeType_t t, int64_t requested, int64_t *count, void *v)
+{
+    GLIA_EMU_GUARD;
+    const struct desc *e = d;
+    (void)t;
+    if (a == CUDNN_ATTR_ENGINEHEUR_RESULTS) {  /* one configuration: the interpreter */
+        *count = 1;
+        if (requested >= 1 && v) ((struct desc **)v)[0]->graph = e->graph;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (a == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) {
+        if (count) *count = 1;
+        *(int64_t *)v = 0;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    return bad("attribute read not emulated", (int)a);
+}
+
+/* ---- the interpretation ---- */
+
+/* A tensor's storage during a run: device memory, a by-value scalar copied, or a virtual buffer of doubles. */
+struct store {
+    const struct desc *t;
+    void *p;        /* memory in t's dtype, or doubles (virtual) */
+    bool dbl;       /* p holds doubles */
+};
+
+struct run {
+    const struct desc *graph;
+    int n;
+    int64_t uids[64];
+    void *ptrs[64];
+    unsigned char values[64][8];  /* by-value scalars, copied at execution */
+    struct store st[4 * MAXOPS];
+    int n_st;
+};
+
+static int64_t span(const struct desc *t)
+{
+    int64_t s = 1;
+    for (int i = 0; i < t->nd; i++) s += (t->dim[i] - 1) * t->stride[i];
+    return s;
+}
+
+static double get(const struct store *s, int64_t off)
+{
+    if (s->dbl) return ((const double *)s->p)[off];
+    switch (s->t->dtype) {
+    case CUDNN_DATA_FLOAT: return ((const float *)s->p)[off];
+    case CUDNN_DATA_HALF: return (double)((const _Float16 *)s->p)[off];
+    case CUDNN_DATA_BFLOAT16: {
+        uint32_t u = (uint32_t)((const uint16_t *)s->p)[off] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    case CUDNN_DATA_INT64: return (double)((const int64_t *)s->p)[off];
+    default: return ((const float *)s->p)[off];
+    }
+}
+
+static void put(struct store *s, int64_t off, double v)
+{
+    if (s->dbl) {
+        ((double *)s->p)[off] = s->t->dtype == CUDNN_DATA_BOOLEAN ? (v != 0) : v;
+        return;
+    }
+    switch (s->t->dtype) {
+    case CUDNN_DATA_HALF: ((_Float16 *)s->p)[off] = (_Float16)v; break;
+    case CUDNN_DATA_BFLOAT16: {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
+        else u += 0x7fffu + ((u >> 16) & 1u);
+        ((uint16_t *)s->p)[off] = (uint16_t)(u >> 16);
+        break;
+    }
+    case CUDNN_DATA_INT64: ((int64_t *)s->p)[off] = (int64_t)v; break;
+    default: ((float *)s->p)[off] = (float)v; break;
+    }
+}
+
+/* The storage of tensor t in run r: made on first use (a virtual tensor's buffer, a pack entry otherwise). */
+static struct store *store_of(struct run *r, const struct desc *t)
+{
+    for (int i = 0; i < r->n_st; i++)
+        if (r->st[i].t->uid == t->uid) return &r->st[i];
+    struct store *s = &r->st[r->n_st++];
+    s->t = t;
+    if (t->virt) {
+        s->p = calloc((size_t)span(t), sizeof(double));
+        s->dbl = true;
+        return s;
+    }
+    for (int i = 0; i < r->n; i++)
+        if (r->uids[i] == t->uid) s->p = t->byval ? (void *)r->values[i] : r->ptrs[i];
+    if (!s->p) fprintf(stderr, "emu: cudnnBackendExecute: tensor %lld is not in the variant pack\n", (long long)t->uid);
+    return s;
+}
+
+/* Offset in t of the element at 4-D index ix, broadcasting t's dimensions of 1. */
+static int64_t at(const struct desc *t, const int64_t ix[4])
+{
+    int64_t o = 0;
+    for (int i = 0; i < t->nd && i < 4; i++) o += (t->dim[i] == 1 ? 0 : ix[i]) * t->stride[i];
+    return o;
+}
+
+#define FOR4(d) \
+    for (int64_t i0 = 0; i0 < (d)[0]; i0++) for (int64_t i1 = 0; i1 < (d)[1]; i1++) \
+    for (int64_t i2 = 0; i2 < (d)[2]; i2++) for (int64_t i3 = 0; i3 < (d)[3]; i3++)
+
+static double pointwise(cudnnPointwiseMode_t m, double x, double b, double t, const int64_t ix[4], int64_t axis)
+{
+    switch (m) {
+    case CUDNN_POINTWISE_ADD: return x + b;
+    case CUDNN_POINTWISE_SUB: return x - b;
+    case CUDNN_POINTWISE_MUL: return x * b;
+    case CUDNN_POINTWISE_DIV: return x / b;
+    case CUDNN_POINTWISE_EXP: return exp(x);
+    case CUDNN_POINTWISE_LOG: return log(x);
+    case CUDNN_POINTWISE_IDENTITY: return x;
+    case CUDNN_POINTWISE_CMP_GE: return x >= b;
+    case CUDNN_POINTWISE_CMP_GT: return x > b;
+    case CUDNN_POINTWISE_CMP_LT: return x < b;
+    case CUDNN_POINTWISE_BINARY_SELECT: return t != 0 ? x : b;
+    case CUDNN_POINTWISE_GEN_INDEX: return (double)ix[axis];
+    default: fprintf(stderr, "emu: cudnnBackendExecute: pointwise mode %d not emulated\n", (int)m); return NAN;
+    }
+}
+
+/* splitmix64 of the seed, offset and element: the Bernoulli draws */
+static double unit(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed + i * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+static void run_op(struct run *r, const struct desc *op)
+{
+    const int64_t *d = op->y->dim;
+    if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {  /* y views x's memory with its dims and strides */
+        struct store *x = store_of(r, op->x), *y = &r->st[r->n_st++];
+        *y = (struct store){op->y, x->p, x->dbl};
+        return;
+    }
+    struct store *y = store_of(r, op->y);
+    switch (op->type) {
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
+        struct store *x = store_of(r, op->x), *b = op->b ? store_of(r, op->b) : NULL, *t = op->t ? store_of(r, op->t) : NULL;
+        FOR4(d) {
+            int64_t ix[4] = {i0, i1, i2, i3};
+            double v = pointwise(op->sub->mode, get(x, at(op->x, ix)), b ? get(b, at(op->b, ix)) : 0,
+                                 t ? get(t, at(op->t, ix)) : 0, ix, op->sub->axis);
+            put(y, at(op->y, ix), v);
+        }
+        break;
+    }
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: {
+        struct store *x = store_of(r, op->x);
+        bool mx = op->sub->red == CUDNN_REDUCE_TENSOR_MAX;
+        FOR4(d) put(y, at(op->y, (int64_t[]){i0, i1, i2, i3}), mx ? -INFINITY : 0);
+        FOR4(op->x->dim) {
+            int64_t ix[4] = {i0, i1, i2, i3}, oy = at(op->y, ix);
+            double v = get(x, at(op->x, ix)), w = get(y, oy);
+            put(y, oy, mx ? (v > w ? v : w) : w + v);
+        }
+        break;
+    }
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: {
+        struct store *a = store_of(r, op->x), *b = store_of(r, op->b);
+        int64_t K = op->x->dim[3];
+        FOR4(d) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += get(a, at(op->x, (int64_t[]){i0, i1, i2, k})) * get(b, at(op->b, (int64_t[]){i0, i1, k, i3}));
+            put(y, at(op->y, (int64_t[]){i0, i1, i2, i3}), s);
+        }
+        break;
+    }
+    case CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR: {
+        struct store *sd = store_of(r, op->seed), *of = store_of(r, op->offset);
+        uint64_t seed = (uint64_t)get(sd, 0) * 0x100000001b3ull + (uint64_t)get(of, 0);
+        int64_t i = 0;
+        FOR4(d) put(y, at(op->y, (int64_t[]){i0, i1, i2, i3}), unit(seed, (uint64_t)i++) < op->sub->p ? 1.0 : 0.0);
+        break;
+    }
+    default: fprintf(stderr, "emu: cudnnBackendExecute: operation %d not emulated\n", (int)op->type);
+    }
+}
+
+static void run_graph(void *arg)
+{
+    struct run *r = arg;
+    for (int i = 0; i < r->graph->n_ops; i++) run_op(r, r->graph->ops[i]);
+}
+
+static void run_free(void *arg)
+{
+    struct run *r = arg;
+    for (int i = 0; i < r->n_st; i++)
+        if (r->st[i].t->virt && r->st[i].t->type == CUDNN_BACKEND_TENSOR_DESCRIPTOR) {
+            bool owner = true;  /* a reshape's view shares its source's buffer */
+            for (int j = 0; j < i; j++) owner = owner && r->st[j].p != r->st[i].p;
+            if (owner) free(r->st[i].p);
+        }
+    free(r);
+}
+
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack)
+{
+    GLIA_EMU_GUARD;
+    const struct desc *p = plan, *v = pack;
+    if (!p->final || !v->final) return bad("execute with a plan or variant pack not finalized", 0);
+    struct run *r = calloc(1, sizeof *r);
+    if (!r) return CUDNN_STATUS_ALLOC_FAILED;
+    r->graph = p->graph;
+    r->n = v->n;
+    memcpy(r->uids, v->uids, sizeof r->uids);
+    memcpy(r->ptrs, v->ptrs, sizeof r->ptrs);
+    for (int o = 0; o < r->graph->n_ops; o++) {  /* by-value scalars now, device pointers checked */
+        const struct desc *op = r->graph->ops[o];
+        const struct desc *ts[] = {op->x, op->b, op->t, op->y, op->seed, op->offset};
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+            const struct desc *t = ts[k];
+            if (!t || t->virt) continue;
+            int i = 0;
+            while (i < r->n && r->uids[i] != t->uid) i++;
+            if (i == r->n) {
+                free(r);
+                return bad("a tensor of the graph is not in the variant pack", (int)t->uid);
+            }
+            size_t es = t->dtype == CUDNN_DATA_INT64 ? 8 : t->dtype == CUDNN_DATA_FLOAT ? 4 : 2;
+            if (t->byval) memcpy(r->values[i], r->ptrs[i], es);
+            else if (!glia_emu_is_device(r->ptrs[i], (size_t)span(t) * es)) {
+                fprintf(stderr, "emu: cudnnBackendExecute: tensor %lld at %p, %zu bytes\n", (long long)t->uid,
+                        r->ptrs[i], (size_t)span(t) * es);
+                free(r);
+                return bad("a tensor's elements are not all in one block of device memory", (int)t->uid);
+            }
+        }
+    }
+    return glia_emu_submit_host("cudnnBackendExecute", glia_emu_cudnn_stream(handle), run_graph, r, run_free)
+               ? CUDNN_STATUS_EXECUTION_FAILED
+               : CUDNN_STATUS_SUCCESS;
+}
