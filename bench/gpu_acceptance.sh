@@ -4,10 +4,11 @@
 # the examples on device = cuda (one process, DataParallel on devices 0,0, NCCL DDP with one rank, the
 # token model), and the side-by-side benchmarks. Every stage writes its logs under OUTDIR. Not a test
 # and not CI: run it from the checkout on a machine with a GPU.
-#   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench roofline
+#   usage: bench/gpu_acceptance.sh STAGES OUTDIR    STAGES: one or more of build test train bench roofline gpt2
 #          ("test train" runs both, in that order), or all (roofline: glia profile's per-layer roofline of the
 #          examples at bf16, channels_last, half activations on and off, and bench/layer's memory-bound ops
-#          against PyTorch)
+#          against PyTorch; gpt2: bench/gpt2/run.sh, GPT-2 124M against PyTorch at batches 16 and 32 on the
+#          kit's token files)
 #   environment: PYTHON (python3) with torch and the nvidia wheels; JOBS (nproc); GPU_TESTS=1: the test
 #   stage runs only the programs that use the GPU; TEST_TIMEOUT (600): seconds one test program may run;
 #   REPEAT (1): the test stage runs the suite that many times (the programs run in parallel each time).
@@ -188,12 +189,23 @@ roofline() {
     grep -E '^(==|forward)' "$out/results/layer.txt" >> "$out/summary.txt" || true
 }
 
-[ "$stage" = all ] && stage="build test train bench roofline"
+gpt2() {
+    ensure_built
+    mkdir -p "$out/results"
+    data=bench/gpt2/data
+    [ -f gpu-kit/gpt2-data/tokens_train_000001.bin ] && data=gpu-kit/gpt2-data
+    log "bench/gpt2 ($data)"
+    bench/gpt2/run.sh --data "$data" --out "$out/results/gpt2.txt" > "$out/results/gpt2.log" 2>&1 \
+        || echo "bench/gpt2 FAILED" | tee -a "$out/summary.txt"
+    grep -E '"(tokens_per_s|mfu)"|^(==|forward|TFLOP)' "$out/results/gpt2.log" >> "$out/summary.txt" || true
+}
+
+[ "$stage" = all ] && stage="build test train bench roofline gpt2"
 for one in $stage; do
-    case "$one" in build | test | train | bench | roofline) ;;
-    *) echo "$0: unknown stage $one (build, test, train, bench, roofline or all)" >&2; exit 2 ;;
+    case "$one" in build | test | train | bench | roofline | gpt2) ;;
+    *) echo "$0: unknown stage $one (build, test, train, bench, roofline, gpt2 or all)" >&2; exit 2 ;;
     esac
 done
 for one in $stage; do  # several stages in one call: "test train" (checked above)
-    case "$one" in build) build ;; test) tests ;; train) train ;; bench) bench ;; roofline) roofline ;; esac
+    case "$one" in build) build ;; test) tests ;; train) train ;; bench) bench ;; roofline) roofline ;; gpt2) gpt2 ;; esac
 done

@@ -2,8 +2,9 @@
 # bench/gpu_kit.sh — packs what a bare GPU machine lacks to build and check glia into gpu-kit/
 # (git-ignored), so that it travels with the checkout: the generated build system (configure,
 # Makefile.in, build-aux/: no autotools needed there), the headers and shared libraries of oneDNN,
-# CUnit and zlib (with oneDNN's OpenCL loader) from this Debian 12 machine, and the
-# Fashion-MNIST files. Not an installer: bench/gpu_acceptance.sh build unpacks and uses it.
+# CUnit and zlib (with oneDNN's OpenCL loader) from this Debian 12 machine, the Fashion-MNIST
+# files and bench/gpt2's token files. Not an installer: bench/gpu_acceptance.sh build unpacks
+# and uses it.
 #   usage: bench/gpu_kit.sh      (run from a bootstrapped tree on a machine with the -dev packages)
 set -eu
 cd "$(dirname "$0")/.."
@@ -27,4 +28,6 @@ src=/usr/share/datasets/fashion-mnist
 [ -f bench/data/train-images-idx3-ubyte.gz ] && src=bench/data
 cp "$src"/train-images-idx3-ubyte.gz "$src"/train-labels-idx1-ubyte.gz "$src"/t10k-images-idx3-ubyte.gz \
     "$src"/t10k-labels-idx1-ubyte.gz "$kit/data/"
+mkdir -p "$kit/gpt2-data"  # bench/gpt2's token files (Debian's fortunes, a byte a token)
+/usr/bin/python3 bench/gpt2/gen_tokens.py "$kit/gpt2-data" > /dev/null
 echo "$kit: $(du -sh "$kit" | cut -f1) (carry it: run(carry=[\"$kit\"]); then bench/gpu_acceptance.sh build OUTDIR)"
