@@ -450,6 +450,13 @@ glia_status glia__optimizer_misread(const struct glia_optimizer *o, const struct
     return glia__section_misread(s, who);
 }
 
+const char *glia_config_value(struct glia_config *cfg, const char *section, const char *key)
+{
+    struct glia_section *s = cfg && section && key ? glia__config_find(cfg, section) : NULL;
+    const struct glia__entry *e = s ? glia__section_entry(s, key) : NULL;
+    return e ? e->value : NULL;
+}
+
 /* A relative path written in the file is relative to the file's folder; one given by --set
  * is relative to the working directory. Returns an owned string. */
 char *glia__config_path(const struct glia_section *s, const char *key, const char *value)

@@ -355,9 +355,31 @@ static glia_status setup_cuda_graph(struct glia_model *m)
 static glia_status build(struct glia_context *ctx, struct glia_config *cfg, const struct glia_model *like,
                          const struct glia_device *dev, struct glia_model **out);
 
+/* [train] init_from: the weights of a safetensors file instead of the drawn ones (one line naming the key and the
+ * tensor when they do not fit). */
+static glia_status init_from(struct glia_model *m)
+{
+    struct glia_section *t = glia__config_find(m->cfg, "train");
+    const char *v = t ? glia_section_str(t, "init_from") : NULL;
+    if (!v) return GLIA_OK;
+    char *path = glia__config_path(t, "init_from", v);
+    if (!path) return GLIA_ENOMEM;
+    glia_status st = glia_model_load_safetensors(m, path);
+    free(path);
+    if (!st) return GLIA_OK;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", glia_context_error(m->ctx));
+    return glia_section_error(t, "init_from", st, "%s", why);
+}
+
 glia_status glia_model_build(struct glia_context *ctx, struct glia_config *cfg, struct glia_model **out)
 {
-    return build(ctx, cfg, NULL, NULL, out);
+    glia_status st = build(ctx, cfg, NULL, NULL, out);
+    if (!st && (st = init_from(*out))) {
+        glia_model_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 /* Builds the model of cfg; a dp replica (like set) on device *dev with like's data settings. */

@@ -14,7 +14,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: glia train MODEL.ini [--set SECTION.KEY=VALUE]... [--metrics FILE] [--resume CKPT] [--quiet]\n"
-            "       glia eval MODEL.ini --checkpoint CKPT [--set SECTION.KEY=VALUE]...\n"
+            "       glia eval MODEL.ini [--checkpoint CKPT] [--set SECTION.KEY=VALUE]...\n"
+            "       glia export MODEL.ini --checkpoint CKPT -o FILE.safetensors [--dtype f32|bf16|f16]\n"
+            "                   [--set SECTION.KEY=VALUE]...\n"
             "       glia sample MODEL.ini --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T]\n"
             "                   [--top-k K] [--seed S] [--no-cache] [--set SECTION.KEY=VALUE]...\n"
             "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--peak-gbs N] [--peak-tflops N]\n"
@@ -37,6 +39,7 @@ static int fail(struct glia_context *ctx, glia_status st)
 struct args {
     const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace, *peak_gbs, *peak_tflops;
     const char *prompt, *tokens, *temperature, *top_k, *seed;  /* glia sample */
+    const char *output, *dtype;                                /* glia export */
     const char *sets[256];
     int n_sets, quiet, no_cache;
 };
@@ -48,7 +51,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
         if ((!strcmp(s, "--set") || !strcmp(s, "--metrics") || !strcmp(s, "--describe") || !strcmp(s, "--resume") ||
              !strcmp(s, "--checkpoint") || !strcmp(s, "--steps") || !strcmp(s, "--trace") || !strcmp(s, "--peak-gbs") ||
              !strcmp(s, "--peak-tflops") || !strcmp(s, "--prompt") || !strcmp(s, "--tokens") ||
-             !strcmp(s, "--temperature") || !strcmp(s, "--top-k") || !strcmp(s, "--seed")) && i + 1 >= argc) {
+             !strcmp(s, "--temperature") || !strcmp(s, "--top-k") || !strcmp(s, "--seed") || !strcmp(s, "-o") ||
+             !strcmp(s, "--output") || !strcmp(s, "--dtype")) && i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -86,6 +90,10 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->metrics = argv[++i];
         } else if (!strcmp(s, "--describe")) {
             a->describe = argv[++i];
+        } else if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
+            a->output = argv[++i];
+        } else if (!strcmp(s, "--dtype")) {
+            a->dtype = argv[++i];
         } else if (!strcmp(s, "--no-cache")) {
             a->no_cache = 1;
         } else if (!strcmp(s, "--quiet") || !strcmp(s, "-q")) {
@@ -107,13 +115,14 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
 static const char *refused_option(const char *cmd, const struct args *a)
 {
     enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128, PEAK = 256,
-           SAMPLE = 512 };
+           SAMPLE = 512, EXPORT = 1024 };
     static const struct {
         const char *cmd;
         unsigned takes;
     } table[] = {
         {"train", SET | METRICS | RESUME | QUIET}, {"check", SET}, {"eval", SET | CHECKPOINT},
         {"profile", SET | STEPS | TRACE | PEAK},   {"plugins", DESCRIBE}, {"sample", SET | CHECKPOINT | SAMPLE},
+        {"export", SET | CHECKPOINT | EXPORT},
     };
     const struct {
         const char *name;
@@ -128,6 +137,7 @@ static const char *refused_option(const char *cmd, const struct args *a)
         {"--prompt", SAMPLE, a->prompt != NULL}, {"--tokens", SAMPLE, a->tokens != NULL},
         {"--temperature", SAMPLE, a->temperature != NULL}, {"--top-k", SAMPLE, a->top_k != NULL},
         {"--seed", SAMPLE, a->seed != NULL}, {"--no-cache", SAMPLE, a->no_cache != 0},
+        {"-o", EXPORT, a->output != NULL}, {"--dtype", EXPORT, a->dtype != NULL},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].cmd)) continue;
@@ -137,13 +147,20 @@ static const char *refused_option(const char *cmd, const struct args *a)
     return NULL;
 }
 
-static int load_model(struct glia_context *ctx, const struct args *a, struct glia_config **cfg,
-                      struct glia_model **m)
+/* The model file with the --set options applied. */
+static int load_config(struct glia_context *ctx, const struct args *a, struct glia_config **cfg)
 {
     glia_status st = glia_config_load(ctx, a->model, cfg);
     for (int i = 0; i < a->n_sets && !st; i++) st = glia_config_set(*cfg, a->sets[i]);
-    if (!st) st = glia_model_build(ctx, *cfg, m);
     return st ? fail(ctx, st) : 0;
+}
+
+static int load_model(struct glia_context *ctx, const struct args *a, struct glia_config **cfg,
+                      struct glia_model **m)
+{
+    int rc = load_config(ctx, a, cfg);
+    glia_status st = rc ? GLIA_OK : glia_model_build(ctx, *cfg, m);
+    return rc ? rc : st ? fail(ctx, st) : 0;
 }
 
 /* ---- stopping cleanly on SIGINT / SIGTERM ----
@@ -208,23 +225,33 @@ static int cmd_train(struct glia_context *ctx, const struct args *a, int check_o
     return rc;
 }
 
+/* Whether the model file (with the --set options) names [train] init_from. */
+static bool has_init_from(struct glia_config *cfg) { return glia_config_value(cfg, "train", "init_from") != NULL; }
+
 static int cmd_eval(struct glia_context *ctx, const struct args *a)
 {
-    if (!a->model || !a->checkpoint) {
-        fprintf(stderr, "glia: eval needs MODEL.ini and --checkpoint FILE\n");
+    if (!a->model) {
+        fprintf(stderr, "glia: eval needs MODEL.ini and --checkpoint FILE (or [train] init_from)\n");
         return 2;
     }
     struct glia_config *cfg = NULL;
     struct glia_model *m = NULL;
-    int rc = load_model(ctx, a, &cfg, &m);
+    int rc = load_config(ctx, a, &cfg);
+    if (!rc && !a->checkpoint && !has_init_from(cfg)) {
+        fprintf(stderr, "glia: eval needs --checkpoint FILE, or weights from [train] init_from\n");
+        rc = 2;
+    }
+    glia_status bs = rc ? GLIA_OK : glia_model_build(ctx, cfg, &m);
+    if (bs) rc = fail(ctx, bs);
     if (!rc) {
         double loss, acc;
-        glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
+        glia_status st = a->checkpoint ? glia_model_load_checkpoint(m, a->checkpoint) : GLIA_OK;
         if (!st) st = glia_model_evaluate(m, &loss, &acc);
+        const char *from = a->checkpoint ? a->checkpoint : glia_config_value(cfg, "train", "init_from");
         if (st) rc = fail(ctx, st);
         else if (glia_model_rank(m, NULL) == 0 && isnan(acc))  /* a language model: no accuracy */
-            printf("val_loss %.4f perplexity %.4g (%s)\n", loss, exp(loss), a->checkpoint);
-        else if (glia_model_rank(m, NULL) == 0) printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, a->checkpoint);
+            printf("val_loss %.4f perplexity %.4g (%s)\n", loss, exp(loss), from);
+        else if (glia_model_rank(m, NULL) == 0) printf("test_loss %.4f test_accuracy %.4f (%s)\n", loss, acc, from);
     }
     glia_model_free(m);
     glia_config_free(cfg);
@@ -268,6 +295,33 @@ static int cmd_sample(struct glia_context *ctx, const struct args *a)
     if (!rc) {
         glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
         rc = st ? fail(ctx, st) : glia__sample(ctx, m, &o, stdout);
+    }
+    glia_model_free(m);
+    glia_config_free(cfg);
+    return rc;
+}
+
+static int cmd_export(struct glia_context *ctx, const struct args *a)
+{
+    if (!a->model || !a->checkpoint || !a->output) {
+        fprintf(stderr, "glia: export needs MODEL.ini, --checkpoint CKPT and -o FILE.safetensors\n");
+        return 2;
+    }
+    enum glia_dtype dt = GLIA_F32;
+    if (a->dtype && !strcmp(a->dtype, "bf16")) dt = GLIA_BF16;
+    else if (a->dtype && !strcmp(a->dtype, "f16")) dt = GLIA_F16;
+    else if (a->dtype && strcmp(a->dtype, "f32")) {
+        fprintf(stderr, "glia: --dtype takes f32, bf16 or f16, not '%s'\n", a->dtype);
+        return 2;
+    }
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    int rc = load_model(ctx, a, &cfg, &m);
+    if (!rc) {
+        glia_status st = glia_model_load_checkpoint(m, a->checkpoint);
+        if (!st) st = glia_model_export_safetensors(m, a->output, dt);
+        if (st) rc = fail(ctx, st);
+        else printf("%s: %lld parameters from %s\n", a->output, glia_model_param_count(m), a->checkpoint);
     }
     glia_model_free(m);
     glia_config_free(cfg);
@@ -407,6 +461,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "check")) rc = cmd_train(ctx, &a, 1);
     else if (!strcmp(cmd, "eval")) rc = cmd_eval(ctx, &a);
     else if (!strcmp(cmd, "sample")) rc = cmd_sample(ctx, &a);
+    else if (!strcmp(cmd, "export")) rc = cmd_export(ctx, &a);
     else if (!strcmp(cmd, "profile")) rc = cmd_profile(ctx, &a);
     else if (!strcmp(cmd, "plugins")) rc = cmd_plugins(ctx, &a);
     else {

@@ -26,6 +26,9 @@ glia_status glia_config_parse_string(struct glia_context *ctx, const char *name,
 /* Apply "section.key=value" (the CLI's --set); later overrides win. */
 glia_status glia_config_set(struct glia_config *cfg, const char *assignment);
 void glia_config_free(struct glia_config *cfg);
+/* ABI 2.3: the value of [section] key as the file or a glia_config_set wrote it (borrowed: valid while cfg lives),
+ * NULL when it is not there (defaults are not filled in). */
+const char *glia_config_value(struct glia_config *cfg, const char *section, const char *key);
 /* Apply cfg's [plugins] section to ctx as glia_model_build does: each `path` folder joins
  * the search path (a folder that does not exist is an error) and each `load` plugin is loaded.
  * Relative paths written in the file are relative to its folder, ones given by --set to the working
@@ -189,6 +192,21 @@ glia_status glia_model_logits(struct glia_model *m, const struct glia_batch *b, 
  * changing or a model that is not a language model; GLIA_EUNSUPPORTED naming the layer when a layer's kernel cannot
  * decode (no GLIA_KERNEL_DECODE, or attention with causal = off): glia_model_logits still works there. */
 glia_status glia_model_decode(struct glia_model *m, const struct glia_batch *b, int64_t pos, float *logits, size_t n);
+
+/* ABI 2.3: the model's weights and buffers written to path as a safetensors file (an 8-byte little-endian header
+ * length, the JSON header with each tensor's dtype, shape and data_offsets and __metadata__, padded to 8 bytes, then
+ * the data), each tensor named as PyTorch's state_dict names it: "<layer>.<parameter>" ("conv1.weight", "bn.running_mean"),
+ * a normalization layer with running statistics also "<layer>.num_batches_tracked" (I64 0: glia does not count), a
+ * bias [graph] drop_bias_before_norm removed as zeros, a tied parameter once (its owner's name). Values in dtype
+ * GLIA_F32, GLIA_BF16 or GLIA_F16 (rounded to nearest even). Written to a temporary and renamed: a failure leaves no
+ * file. What `glia export` runs. */
+glia_status glia_model_export_safetensors(struct glia_model *m, const char *path, enum glia_dtype dtype);
+/* ABI 2.3: the model's weights and buffers read from a safetensors file ([train] init_from): every parameter and
+ * buffer by its name, of its shape, in F32, BF16 or F16; num_batches_tracked and zero biases of dropped biases may be
+ * there or not; a dropped bias that is not zero is folded into the running mean of the normalization after it. A file
+ * that is not well formed (header, offsets, sizes, trailing bytes), a tensor missing, of another shape, or not in the
+ * model is GLIA_EFORMAT with one line naming the file and the tensor; the model's weights are then undefined. */
+glia_status glia_model_load_safetensors(struct glia_model *m, const char *path);
 
 /* ABI 2.2: what a model reads and predicts, for programs that feed it batches (glia sample). */
 struct glia_model_io {
