@@ -735,3 +735,52 @@ void glia_layer_run_free(struct glia_layer_run *r)
     glia_config_free(r->cfg);
     free(r);
 }
+
+/* ---- glia_model_gradcheck_layer: the checker on one layer of a model, as the model configures it ---- */
+
+glia_status glia_model_gradcheck_layer(struct glia_model *m, const char *layer, int64_t batch, uint64_t seed,
+                                       double tol, struct glia_gradcheck_report *report)
+{
+    if (!m || !layer || batch < 1) return GLIA_EINVAL;
+    int i = 0;
+    while (i < m->graph.n_nodes && strcmp(m->graph.nodes[i].layer.name, layer)) i++;
+    if (i == m->graph.n_nodes)
+        return glia_error(m->ctx, GLIA_EINVAL, "gradcheck: no layer [%s] in the model (glia check lists them; a "
+                          "layer a graph pass fused into another is checked through that one)", layer);
+    const struct glia__node *nd = &m->graph.nodes[i];
+    /* its section as the model holds it (graph passes' settings included), less what ties it to other layers; an impl
+     * that runs elsewhere than the CPU is left out: the checker runs the CPU kernel */
+    size_t cap = 4096, len = 0;
+    char *ini = malloc(cap);
+    if (!ini) return GLIA_ENOMEM;
+    len += (size_t)snprintf(ini, cap, "[%s]\n", layer);
+    for (int e = 0; e < nd->sec->n_entries; e++) {
+        const struct glia__entry *en = &nd->sec->entries[e];
+        if (!strcmp(en->key, "inputs") || !strcmp(en->key, "tie_weight") || !strcmp(en->key, "weight_decay")) continue;
+        if (!strcmp(en->key, "impl") && nd->layer.kernel->device_type != GLIA_DEVICE_CPU) continue;
+        size_t need = strlen(en->key) + strlen(en->value) + 5;
+        if (len + need >= cap) {
+            cap = 2 * (len + need);
+            char *g = realloc(ini, cap);
+            if (!g) {
+                free(ini);
+                return GLIA_ENOMEM;
+            }
+            ini = g;
+        }
+        len += (size_t)snprintf(ini + len, cap - len, "%s = %s\n", en->key, en->value);
+    }
+    struct glia_shape in[GLIA__MAX_INPUTS];
+    struct glia_gradcheck_options o = {.struct_size = sizeof o};
+    for (int k = 0; k < nd->n_in; k++) {
+        in[k] = glia__in_shape_of(m, nd->in[k], batch);
+        in[k].dim[0] = batch;
+        if (nd->in[k] < 0 && m->data.train.tokens) {  /* token ids, no gradient */
+            o.int_inputs |= 1u << k;
+            o.int_high = (int32_t)m->data.vocab;
+        }
+    }
+    glia_status st = glia_layer_gradcheck_ex(m->ctx, ini, in, nd->n_in, &o, seed, tol, report);
+    free(ini);
+    return st;
+}

@@ -159,6 +159,10 @@ static glia_status setup_device(struct glia_model *m)
                                      glia_section_bool(s, "deterministic")};
     for (int i = GLIA_PRECISION_FP32; i <= GLIA_PRECISION_FP16; i++)
         if (!strcmp(p, glia_precision_name((enum glia_precision)i))) o.precision = (enum glia_precision)i;
+    m->detect_anomaly = glia_section_bool(s, "detect_anomaly");
+    if (m->detect_anomaly && o.precision == GLIA_PRECISION_FP16)
+        return glia_section_error(s, "detect_anomaly", GLIA_ECONFIG, "not with precision = fp16: its loss scaling "
+                                  "overflows gradients on purpose and skips those steps (use bf16 or fp32)");
     if ((st = glia_backend_configure(m->backend, &o))) return glia_section_error_wrap(s, "precision", st);
     m->precision = o.precision;
     m->debug_checks = glia_section_bool(s, "debug_checks");
@@ -323,10 +327,11 @@ static glia_status setup_cuda_graph(struct glia_model *m)
                                   "the %s backend cannot capture CUDA graphs (set cuda_graph = off or device = cuda)",
                                   m->backend->ops->name);
     }
-    if (m->debug_checks)
+    if (m->debug_checks || m->detect_anomaly)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
-                                  "not with debug_checks = on: a replayed step would run without its checks (set "
-                                  "cuda_graph = off or debug_checks = off)");
+                                  "not with %s = on: a replayed step would run without its checks (set "
+                                  "cuda_graph = off or %s = off)", m->debug_checks ? "debug_checks" : "detect_anomaly",
+                                  m->debug_checks ? "debug_checks" : "detect_anomaly");
     if (m->dist.mode != GLIA__DIST_NONE)
         return glia_section_error(s, "cuda_graph", GLIA_ECONFIG,
                                   "not with [distributed] mode = %s: its communication runs between the layers (set "

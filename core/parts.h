@@ -308,6 +308,7 @@ struct glia_model {
     uint64_t seed;
     enum glia_precision precision;   /* [runtime] precision */
     bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
+    bool detect_anomaly;             /* [runtime] detect_anomaly: NaN/inf looked for after every training layer call */
     struct glia__model_graph graph;
     struct glia__model_data data;
     struct glia__model_params params;

@@ -31,6 +31,10 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY("debug_checks", GLIA_KEY_BOOL, "off",
              "surround every tensor a layer call writes (outputs, input and parameter gradients, buffers) with guard "
              "values and stop, naming the layer and the tensor, when a call wrote outside one; slower"),
+    GLIA_KEY("detect_anomaly", GLIA_KEY_BOOL, "off",
+             "after every layer's training forward and backward, look for NaN and inf in what it wrote (its output; "
+             "its input and parameter gradients) and stop at the first, naming the layer, the tensor and the step "
+             "(torch.autograd.detect_anomaly); slower: every tensor is read on the host"),
     GLIA_KEY_END};
 
 static const struct glia_key data_keys[] = {

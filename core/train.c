@@ -12,6 +12,7 @@
 #include "parts.h"
 #include "act.h"
 #include "train.h"
+#include "half.h"
 
 /* Profiling with a trace: an event for node's forward or backward that ran from t0 to t1. */
 static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const struct glia__node *nd, double t0, double t1)
@@ -51,6 +52,72 @@ static glia_status guards_check(const struct glia__node *nd, const char *call, s
     return gs ? gs : st;
 }
 
+/* ---- [runtime] detect_anomaly ---- */
+
+/* The first element of t (its storage order) that is NaN or infinite: its index in *at and value in *v; *at = -1 when
+ * every one is finite. */
+static glia_status first_nonfinite(struct glia_model *m, const struct glia_tensor *t, int64_t *at, float *v)
+{
+    int64_t n = glia_tensor_numel(t);
+    size_t es = t->dtype == GLIA_F32 ? 4 : 2;
+    const void *host = t->dtype == GLIA_F32 ? glia_tensor_f32(t) : NULL;  /* the CPU's f32 in place */
+    void *copy = NULL;
+    *at = -1;
+    if (!host) {
+        if (t->dtype != GLIA_F32 && t->dtype != GLIA_BF16 && t->dtype != GLIA_F16) return GLIA_OK;
+        if (!(copy = malloc(es * (size_t)(n > 0 ? n : 1)))) return GLIA_ENOMEM;
+        glia_status st = glia_tensor_to_host(t, copy, es * (size_t)n);
+        if (st) {
+            free(copy);
+            return st;
+        }
+        host = copy;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float x = glia__load_f32(host, t->dtype, i);
+        if (!isfinite(x)) {
+            *at = i;
+            *v = x;
+            break;
+        }
+    }
+    free(copy);
+    return GLIA_OK;
+}
+
+/* GLIA_ENUMERIC naming node nd, the call and the tensor (what) when t holds a NaN or inf; GLIA_OK otherwise. */
+static glia_status anomaly_check(struct glia_model *m, const struct glia__node *nd, const char *call,
+                                 const struct glia_tensor *t, const char *what)
+{
+    int64_t at;
+    float v = 0;
+    glia_status st = t ? first_nonfinite(m, t, &at, &v) : GLIA_OK;
+    if (st || !t || at < 0) return st;
+    return glia_section_error(nd->sec, NULL, GLIA_ENUMERIC, "detect_anomaly: the %s at step %lld wrote %s into %s "
+                              "(element %lld of %lld): the first layer to make one", call,
+                              (long long)m->trainer.step + 1, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", what,
+                              (long long)at, (long long)glia_tensor_numel(t));
+}
+
+/* After node nd's backward: its input gradients din and its parameters' gradients. */
+static glia_status anomaly_backward(struct glia_model *m, const struct glia__node *nd, struct glia_tensor *const *din)
+{
+    char what[160];
+    glia_status st = GLIA_OK;
+    for (int k = 0; k < nd->n_in && !st; k++) {
+        if (!din[k]) continue;
+        snprintf(what, sizeof what, "the gradient of its input %d ([%s]'s output)", k,
+                 m->graph.nodes[nd->in[k]].layer.name);
+        st = anomaly_check(m, nd, "backward", din[k], what);
+    }
+    for (int p = 0; p < nd->layer.n_params && !st; p++) {
+        if (nd->tie && p == nd->tie - 1) continue;  /* its owner's gradient: checked with the owner */
+        snprintf(what, sizeof what, "the gradient of its parameter %s", nd->layer.params[p].name);
+        st = anomaly_check(m, nd, "backward", nd->layer.params[p].grad, what);
+    }
+    return st;
+}
+
 /* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments); pos >= 0:
  * an eval forward of a cached decode at positions pos.. (glia_model_decode), -1 otherwise. */
 static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute, int64_t pos)
@@ -83,6 +150,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     if (!st) {
         st = nd->layer.kernel->forward(&nd->layer, &a);
         st = guards_check(nd, recompute ? "forward (run again in backward)" : "forward", guards, n_guards, st);
+        if (!st && train && m->detect_anomaly) st = anomaly_check(m, nd, "forward", nd->out, "its output");
     }
     if (m->trainer.profiling) {  /* a recomputation is part of the backward */
         glia_backend_sync(m->backend);
@@ -142,6 +210,7 @@ static glia_status backward(struct glia_model *m)
         int n_guards;
         glia_status st = guards_fill(m, nd, din, &guards, &n_guards);
         if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.kernel->backward(&nd->layer, &a));
+        if (!st && m->detect_anomaly) st = anomaly_backward(m, nd, din);
         for (int k = 0; k < nd->n_in && !st; k++)
             if (din[k] && nd->edge[k] == GLIA__EDGE_CONVERT)
                 st = glia_tensor_convert(m->graph.nodes[nd->in[k]].dout, din[k], acc_conv[k]);

@@ -2,6 +2,7 @@
  * [runtime] debug_checks, against the fixture plugin `careless` (a linear layer wrong in one way per type).
  * Not a test of any layer's maths: tests/test_layers.c and the others do that. */
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include "modelutil.h"
@@ -199,5 +200,53 @@ static void test_debug_checks_change_no_result(void)
     }
 }
 
+/* glia_model_gradcheck_layer (glia gradcheck): the checker on a layer of a model as the model configures it, at its
+ * shapes with the batch asked: careless_ok passes; careless_grad is caught naming the layer and the tensor; the CLI
+ * exits 0 and 1 and says so; a name that is no layer is refused naming it. */
+static void test_model_gradcheck_layer(void)
+{
+    char text[2048];
+    for (int k = 0; k < 2; k++) {
+        snprintf(text, sizeof text,
+                 "[plugins]\nload = %s\n[runtime]\ndevice = cpu\n[data]\nformat = synthetic\nchannels = 1\n"
+                 "rows = 3\ncols = 3\nclasses = 4\ntrain_samples = 8\ntest_samples = 4\n[f]\ntype = flatten\n"
+                 "[fc]\ntype = %s\noutputs = 4\n[loss]\ntype = softmax_cross_entropy\n",
+                 careless(), k ? "careless_grad" : "careless_ok");
+        struct run r;
+        open_run(&r, text);
+        struct glia_gradcheck_report rep;
+        glia_status st = glia_model_gradcheck_layer(r.m, "fc", 3, 7, 1e-3, &rep);
+        if (k == 0) {
+            CU_ASSERT_EQUAL(st, GLIA_OK);
+            CU_ASSERT_EQUAL(rep.n_checked, 3 * 9 + 4 * 9);  /* the input (3 x 9) and the weight (4 x 9) */
+        } else {
+            CU_ASSERT_EQUAL(st, GLIA_EPLUGIN);
+            CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "[fc] backward wrote 1 float past the end of the "
+                                                                    "gradient of its parameter 'weight'"));
+        }
+        CU_ASSERT_EQUAL(glia_model_gradcheck_layer(r.m, "nosuch", 2, 7, 1e-3, &rep), GLIA_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), "gradcheck: no layer [nosuch] in the model"));
+        close_run(&r);
+        /* the command line */
+        char ini[600], cmd[2048], out[2048] = "";
+        snprintf(ini, sizeof ini, "%s/gradcheck-%d.ini", glia_test_tmp("guard-data"), k);
+        FILE *f = fopen(ini, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs(text, f);
+        fclose(f);
+        const char *bin = getenv("GLIA_BIN");
+        snprintf(cmd, sizeof cmd, "'%s' gradcheck '%s' --layer fc --batch 3 2>&1", bin ? bin : "tools/glia", ini);
+        FILE *p = popen(cmd, "r");
+        CU_ASSERT_FATAL(p != NULL);
+        size_t got = fread(out, 1, sizeof out - 1, p);
+        out[got] = 0;
+        int rc = pclose(p);
+        CU_ASSERT(WIFEXITED(rc) && WEXITSTATUS(rc) == (k ? 1 : 0));
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, k ? "[fc] backward wrote 1 float past" : "[fc] at batch 3: 63 gradient elements "
+                                                                                    "checked"));
+        if (!k) CU_ASSERT_PTR_NOT_NULL(strstr(out, "): ok\n"));
+    }
+}
+
 GLIA_TEST_MAIN("guard", GLIA_TEST(test_gradcheck_guards), GLIA_TEST(test_debug_checks_catch_writes),
-               GLIA_TEST(test_debug_checks_change_no_result))
+               GLIA_TEST(test_debug_checks_change_no_result), GLIA_TEST(test_model_gradcheck_layer))

@@ -2402,6 +2402,58 @@ static void test_resident_config_errors(void)
     expect_build_error(resident_text("resident_share = 1.5", ""), "[data] resident_share");
 }
 
+/* [runtime] detect_anomaly: a layer whose forward makes NaN (log of negatives) or whose backward does (sqrt at 0) stops
+ * training at step 1 with one line naming it, the call and the tensor; off, the same model stops only when its loss
+ * is NaN, a step later, naming no layer; on, a
+ * healthy model trains to the same weights as off; refused with fp16's loss scaling. */
+static void test_detect_anomaly(void)
+{
+    const char *base = "[runtime]\ndevice = cpu\n%s[data]\nformat = synthetic\nchannels = 1\nrows = 4\ncols = 4\n"
+                       "classes = 3\ntrain_samples = 32\ntest_samples = 8\nbatch_size = 8\n[train]\nepochs = 1\n"
+                       "[flat]\ntype = flatten\n[fc1]\ntype = linear\noutputs = 5\n[odd]\ntype = pointwise\n"
+                       "expr = %s\n[fc2]\ntype = linear\noutputs = 3\n[loss]\ntype = softmax_cross_entropy\n";
+    struct {
+        const char *runtime, *expr, *want;  /* want NULL: trains */
+    } cases[] = {
+        {"detect_anomaly = on\n", "log(x)",
+         "t.ini:20: [odd] detect_anomaly: the forward at step 1 wrote NaN into its output (element 0 of 40)"},
+        {"detect_anomaly = on\n", "sqrt(relu(x))",
+         "t.ini:20: [odd] detect_anomaly: the backward at step 1 wrote NaN into the gradient of its input 0 ([fc1]'s "
+         "output)"},
+        {"", "sqrt(relu(x))", "at epoch 1 step 2; lower [train] lr"},  /* off: only the loss, a step later */
+    };
+    char text[2048];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, base, cases[i].runtime, cases[i].expr);
+        struct run r;
+        open_run(&r, text);
+        struct glia_epoch_result res[1] = GLIA_TEST_RESULTS;
+        glia_status st = glia_model_train(r.m, &quiet, res, 1);
+        if (cases[i].want) {
+            CU_ASSERT_NOT_EQUAL(st, GLIA_OK);
+            CU_ASSERT_EQUAL(!strstr(glia_context_error(r.ctx), "detect_anomaly"), !*cases[i].runtime);
+            if (!strstr(glia_context_error(r.ctx), cases[i].want)) printf("\n  %s\n", glia_context_error(r.ctx));
+            CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(r.ctx), cases[i].want));
+        } else {
+            CU_ASSERT_EQUAL(st, GLIA_OK);
+        }
+        close_run(&r);
+    }
+    struct run a, b;  /* a healthy model: the checks change nothing */
+    snprintf(text, sizeof text, base, "detect_anomaly = on\nseed = 4\n", "tanh(x)");
+    open_run(&a, text);
+    snprintf(text, sizeof text, base, "seed = 4\n", "tanh(x)");
+    open_run(&b, text);
+    struct glia_epoch_result ra[1] = GLIA_TEST_RESULTS, rb[1] = GLIA_TEST_RESULTS;
+    CU_ASSERT_EQUAL(glia_model_train(a.m, &quiet, ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL(glia_model_train(b.m, &quiet, rb, 1), GLIA_OK);
+    CU_ASSERT(same_weights(&a, &b));
+    close_run(&a);
+    close_run(&b);
+    snprintf(text, sizeof text, base, "detect_anomaly = on\nprecision = fp16\n", "tanh(x)");
+    expect_build_error(text, "[runtime] detect_anomaly: not with precision = fp16");
+}
+
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
@@ -2413,4 +2465,5 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_resume_keeps_loss_scaler), GLIA_TEST(test_checkpoint_loss_scaler),
                GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
                GLIA_TEST(test_checkpoint_dir_made), GLIA_TEST(test_checkpoint_sweep), GLIA_TEST(test_resume_nothing_left),
-               GLIA_TEST(test_fashion_mnist_subset), GLIA_TEST(test_resident_same_bits), GLIA_TEST(test_resident_config_errors))
+               GLIA_TEST(test_fashion_mnist_subset), GLIA_TEST(test_resident_same_bits), GLIA_TEST(test_resident_config_errors),
+               GLIA_TEST(test_detect_anomaly))

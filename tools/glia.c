@@ -22,6 +22,7 @@ static void usage(FILE *f)
             "       glia profile MODEL.ini [--steps N] [--trace FILE.json] [--peak-gbs N] [--peak-tflops N]\n"
             "                    [--set SECTION.KEY=VALUE]...\n"
             "       glia check MODEL.ini [--set SECTION.KEY=VALUE]...\n"
+            "       glia gradcheck MODEL.ini --layer NAME [--batch N] [--set SECTION.KEY=VALUE]...\n"
             "       glia plugins [MODEL.ini] [--describe NAME]   (NAME: plugin, layer type, optimizer, or\n"
             "                     runtime|data|train|plugins|graph|distributed|layer; MODEL.ini: its [plugins] too)\n"
             "       glia plot METRICS.jsonl [-o OUT.svg]\n"
@@ -40,6 +41,7 @@ struct args {
     const char *model, *metrics, *describe, *resume, *checkpoint, *steps, *trace, *peak_gbs, *peak_tflops;
     const char *prompt, *tokens, *temperature, *top_k, *seed;  /* glia sample */
     const char *output, *dtype;                                /* glia export */
+    const char *layer, *batch;                                 /* glia gradcheck */
     const char *sets[256];
     int n_sets, quiet, no_cache;
 };
@@ -52,7 +54,8 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
              !strcmp(s, "--checkpoint") || !strcmp(s, "--steps") || !strcmp(s, "--trace") || !strcmp(s, "--peak-gbs") ||
              !strcmp(s, "--peak-tflops") || !strcmp(s, "--prompt") || !strcmp(s, "--tokens") ||
              !strcmp(s, "--temperature") || !strcmp(s, "--top-k") || !strcmp(s, "--seed") || !strcmp(s, "-o") ||
-             !strcmp(s, "--output") || !strcmp(s, "--dtype")) && i + 1 >= argc) {
+             !strcmp(s, "--output") || !strcmp(s, "--dtype") || !strcmp(s, "--layer") || !strcmp(s, "--batch")) &&
+            i + 1 >= argc) {
             fprintf(stderr, "glia: %s needs a value\n", s);
             return 2;
         }
@@ -92,6 +95,10 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
             a->describe = argv[++i];
         } else if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
             a->output = argv[++i];
+        } else if (!strcmp(s, "--layer")) {
+            a->layer = argv[++i];
+        } else if (!strcmp(s, "--batch")) {
+            a->batch = argv[++i];
         } else if (!strcmp(s, "--dtype")) {
             a->dtype = argv[++i];
         } else if (!strcmp(s, "--no-cache")) {
@@ -115,14 +122,14 @@ static int parse_args(int argc, char **argv, int first, struct args *a)
 static const char *refused_option(const char *cmd, const struct args *a)
 {
     enum { SET = 1, METRICS = 2, RESUME = 4, QUIET = 8, CHECKPOINT = 16, STEPS = 32, TRACE = 64, DESCRIBE = 128, PEAK = 256,
-           SAMPLE = 512, EXPORT = 1024 };
+           SAMPLE = 512, EXPORT = 1024, GRADCHECK = 2048 };
     static const struct {
         const char *cmd;
         unsigned takes;
     } table[] = {
         {"train", SET | METRICS | RESUME | QUIET}, {"check", SET}, {"eval", SET | CHECKPOINT},
         {"profile", SET | STEPS | TRACE | PEAK},   {"plugins", DESCRIBE}, {"sample", SET | CHECKPOINT | SAMPLE},
-        {"export", SET | CHECKPOINT | EXPORT},
+        {"export", SET | CHECKPOINT | EXPORT},     {"gradcheck", SET | GRADCHECK},
     };
     const struct {
         const char *name;
@@ -138,6 +145,7 @@ static const char *refused_option(const char *cmd, const struct args *a)
         {"--temperature", SAMPLE, a->temperature != NULL}, {"--top-k", SAMPLE, a->top_k != NULL},
         {"--seed", SAMPLE, a->seed != NULL}, {"--no-cache", SAMPLE, a->no_cache != 0},
         {"-o", EXPORT, a->output != NULL}, {"--dtype", EXPORT, a->dtype != NULL},
+        {"--layer", GRADCHECK, a->layer != NULL}, {"--batch", GRADCHECK, a->batch != NULL},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].cmd)) continue;
@@ -328,6 +336,37 @@ static int cmd_export(struct glia_context *ctx, const struct args *a)
     return rc;
 }
 
+/* The gradient checker on one layer of the model, at its shapes: exit status 0 when within tolerance, 1 when not. */
+static int cmd_gradcheck(struct glia_context *ctx, const struct args *a)
+{
+    if (!a->model || !a->layer) {
+        fprintf(stderr, "glia: gradcheck needs MODEL.ini and --layer NAME\n");
+        return 2;
+    }
+    long long batch = whole("--batch", a->batch, 2, 1, 1 << 20);
+    if (batch < 1) return 2;
+    struct glia_config *cfg = NULL;
+    struct glia_model *m = NULL;
+    int rc = load_model(ctx, a, &cfg, &m);
+    if (!rc) {
+        const double tol = 1e-2;
+        struct glia_gradcheck_report r;
+        glia_status st = glia_model_gradcheck_layer(m, a->layer, batch, 1234, tol, &r);
+        if (st && st != GLIA_ENUMERIC) {
+            rc = fail(ctx, st);
+        } else {
+            printf("[%s] at batch %lld: %d gradient elements checked against central differences, %d skipped (kinks), "
+                   "largest relative error %.3g at %s (tolerance %g): %s\n", a->layer, batch, r.n_checked, r.n_skipped,
+                   r.max_err, r.worst[0] ? r.worst : "-", tol, st ? "FAILED" : "ok");
+            if (st) fprintf(stderr, "glia: %s\n", glia_context_error(ctx));
+            rc = st ? 1 : 0;
+        }
+    }
+    glia_model_free(m);
+    glia_config_free(cfg);
+    return rc;
+}
+
 static int cmd_profile(struct glia_context *ctx, const struct args *a)
 {
     char *end = NULL;
@@ -462,6 +501,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "eval")) rc = cmd_eval(ctx, &a);
     else if (!strcmp(cmd, "sample")) rc = cmd_sample(ctx, &a);
     else if (!strcmp(cmd, "export")) rc = cmd_export(ctx, &a);
+    else if (!strcmp(cmd, "gradcheck")) rc = cmd_gradcheck(ctx, &a);
     else if (!strcmp(cmd, "profile")) rc = cmd_profile(ctx, &a);
     else if (!strcmp(cmd, "plugins")) rc = cmd_plugins(ctx, &a);
     else {

@@ -323,6 +323,14 @@ glia_status glia_layer_gradcheck_ex(struct glia_context *ctx, const char *ini, c
                                     int n_in, const struct glia_gradcheck_options *opt, uint64_t seed,
                                     double tol, struct glia_gradcheck_report *report);
 
+struct glia_model;
+/* ABI 2.3: glia_layer_gradcheck_ex on layer `layer` of model m as the model configures it (its section after the graph
+ * passes, without inputs, tie_weight and weight_decay; its CPU kernel), on inputs of the shapes the model gives it at
+ * batch `batch` (a layer reading the data's token ids gets ids in [0, vocab)). GLIA_EINVAL naming the layer when the
+ * model has none of that name. What `glia gradcheck` runs. */
+glia_status glia_model_gradcheck_layer(struct glia_model *m, const char *layer, int64_t batch, uint64_t seed,
+                                       double tol, struct glia_gradcheck_report *report);
+
 /* ---- running one layer alone on a device (benchmarks) ---- */
 
 /* One layer built alone on a device with tensors of its own: inputs, output, output gradient,
