@@ -26,10 +26,12 @@ static void borrow_data(struct glia_model *m, const struct glia_model *like)
 }
 
 /* [data] format: what the files are. */
-enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, FMT_SYNTHETIC, FMT_TOKEN_STREAM, FMT_BYTES, N_FORMATS };
+enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, FMT_SYNTHETIC, FMT_TOKEN_STREAM, FMT_BYTES, FMT_NPY,
+                   N_FORMATS };
 static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100", "synthetic", "token_stream",
-                                                    "bytes"};
-#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100 | 1u << FMT_SYNTHETIC)
+                                                    "bytes", "npy"};
+#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100 | 1u << FMT_SYNTHETIC | 1u << FMT_NPY)
+#define FILE_IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_NPY)  /* images and labels in files of their own */
 #define CIFAR_FORMATS (1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
 #define STREAM_FORMATS (1u << FMT_TOKEN_STREAM | 1u << FMT_BYTES)  /* a language model's: windows of a stream */
 
@@ -39,10 +41,10 @@ static const struct format_key {
     const char *key;
     unsigned formats, required;  /* masks of 1 << format */
 } format_keys[] = {
-    {"train_images", 1u << FMT_IDX, 1u << FMT_IDX},
-    {"train_labels", 1u << FMT_IDX, 1u << FMT_IDX},
-    {"test_images", 1u << FMT_IDX, 1u << FMT_IDX},
-    {"test_labels", 1u << FMT_IDX, 1u << FMT_IDX},
+    {"train_images", FILE_IMAGE_FORMATS, FILE_IMAGE_FORMATS},
+    {"train_labels", FILE_IMAGE_FORMATS, FILE_IMAGE_FORMATS},
+    {"test_images", FILE_IMAGE_FORMATS, FILE_IMAGE_FORMATS},
+    {"test_labels", FILE_IMAGE_FORMATS, FILE_IMAGE_FORMATS},
     {"train", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
     {"test", 1u << FMT_TOKENS | CIFAR_FORMATS, 1u << FMT_TOKENS | CIFAR_FORMATS},
     {"vocab", 1u << FMT_TOKENS | 1u << FMT_TOKEN_STREAM, 1u << FMT_TOKENS},
@@ -57,6 +59,7 @@ static const struct format_key {
     {"group_by_length", 1u << FMT_TOKENS, 0},
     {"group_size", 1u << FMT_TOKENS, 0},
     {"coarse_labels", 1u << FMT_CIFAR100, 0},
+    {"layout", 1u << FMT_NPY, 0},
     {"channels", 1u << FMT_SYNTHETIC, 0},
     {"rows", 1u << FMT_SYNTHETIC, 0},
     {"cols", 1u << FMT_SYNTHETIC, 0},
@@ -325,6 +328,47 @@ static glia_status load_idx(struct glia_model *m, struct glia_section *s)
     return st;
 }
 
+/* ---- format = npy ------------------------------------------------------------------------- */
+
+static glia_status load_npy(struct glia_model *m, struct glia_section *s)
+{
+    char *paths[4] = {0};
+    static const char *keys[4] = {"train_images", "train_labels", "test_images", "test_labels"};
+    bool nhwc = !strcmp(glia_section_str(s, "layout"), "nhwc");
+    glia_status st = GLIA_OK;
+    for (int i = 0; i < 4 && !st; i++)
+        if (!(paths[i] = glia__config_path(s, keys[i], glia_section_str(s, keys[i])))) st = GLIA_ENOMEM;
+    if (!st) st = glia__npy_load(m->ctx, paths[0], paths[1], nhwc, glia_section_int(s, "train_samples"), &m->data.train);
+    if (!st) st = glia__npy_load(m->ctx, paths[2], paths[3], nhwc, glia_section_int(s, "test_samples"), &m->data.test);
+    const struct glia__dataset *a = &m->data.train, *b = &m->data.test;
+    if (!st && (a->channels != b->channels || a->rows != b->rows || a->cols != b->cols))
+        st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%dx%d, training images %dx%dx%d",
+                                b->channels, b->rows, b->cols, a->channels, a->rows, a->cols);
+    for (int i = 0; i < 4; i++) free(paths[i]);
+    return st;
+}
+
+/* The training images' own mean and std per channel (pixel/255): the normalization of format = npy when [data]
+ * gives none. */
+static void image_stats(const struct glia__dataset *d, float *mean, float *std)
+{
+    int64_t px = (int64_t)d->rows * d->cols;
+    for (int c = 0; c < d->channels; c++) {
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < d->n; i++) {
+            const uint8_t *p = d->images + (i * d->channels + c) * px;
+            for (int64_t j = 0; j < px; j++) {
+                double v = p[j] / 255.0;
+                sum += v;
+                sq += v * v;
+            }
+        }
+        double n = (double)d->n * (double)px, mu = sum / n, var = sq / n - mu * mu;
+        mean[c] = (float)mu;
+        std[c] = (float)(var > 1e-12 ? sqrt(var) : 1.0);  /* a constant channel: left unscaled */
+    }
+}
+
 /* ---- format = synthetic ------------------------------------------------------------------- */
 
 /* Samples generated when [data] train_samples / test_samples is 0. */
@@ -405,11 +449,20 @@ glia_status glia__load_data(struct glia_model *m)
     if (st) return st;
     int channels = fmt == FMT_IDX ? 1 : fmt == FMT_SYNTHETIC ? (int)glia_section_int(s, "channels") : 3;  /* of the image formats */
     bool images = (IMAGE_FORMATS >> fmt) & 1;
-    if (images && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->data.norm.mean)))
+    if (images && fmt != FMT_NPY && !(st = norm_values(s, "mean", channels, default_mean[fmt], m->data.norm.mean)))
         st = norm_values(s, "std", channels, default_std[fmt], m->data.norm.std);
     if (st) return st;
+    if (fmt == FMT_NPY) {  /* the channels come from the files; the default normalization from the training set */
+        float mean[GLIA__MAX_CHANNELS], sd[GLIA__MAX_CHANNELS];
+        if ((st = load_npy(m, s))) return st;
+        image_stats(&m->data.train, mean, sd);
+        st = norm_values(s, "mean", m->data.train.channels, mean, m->data.norm.mean);
+        if (!st) st = norm_values(s, "std", m->data.train.channels, sd, m->data.norm.std);
+        if (st) return st;
+    }
     if (fmt == FMT_TOKENS) st = load_tokens(m, s);
     else if ((STREAM_FORMATS >> fmt) & 1) st = load_stream(m, s, fmt == FMT_BYTES);
+    else if (fmt == FMT_NPY) st = GLIA_OK;  /* loaded above */
     else if (fmt == FMT_IDX) st = load_idx(m, s);
     else if (fmt == FMT_SYNTHETIC) st = load_synthetic(m, s);
     else st = load_cifar(m, s, fmt == FMT_CIFAR100);

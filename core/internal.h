@@ -333,6 +333,10 @@ void glia__stream_fill(const struct glia__dataset *d, const int64_t *starts, int
 /* Load an IDX image file (magic 0x00000803) and label file (0x00000801), raw or gzip.
  * limit > 0 keeps only the first `limit` samples. Missing, unreadable, truncated or
  * inconsistent files give one line naming the file and what is wrong. */
+/* [data] format = npy: the images and labels files (core/data_npy.c); nhwc: 4-D images are (n, h, w, c); keep > 0:
+ * the first keep samples. */
+glia_status glia__npy_load(struct glia_context *ctx, const char *images, const char *labels, bool nhwc, int64_t keep,
+                           struct glia__dataset *out);
 glia_status glia__idx_load(struct glia_context *ctx, const char *images_path,
                            const char *labels_path, int64_t limit, struct glia__dataset *out);
 /* Load CIFAR binary batch files (raw or gzip) in the order given: records of a label byte

@@ -41,12 +41,15 @@ static const struct glia_key data_keys[] = {
     GLIA_KEY("format", GLIA_KEY_ENUM, "idx",
              "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches); "
              "synthetic: random images and labels made when the model is built (no files); token_stream (llm.c's "
-             "uint16 token files) or bytes (any files, a token per byte): a language model's windows of seq_len tokens",
-             .choices = "idx|tokens|cifar10|cifar100|synthetic|token_stream|bytes"),
-    GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for training (raw or .gz); required"),
-    GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for training; required"),
-    GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx: IDX image file for evaluation; required"),
-    GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "format = idx: IDX label file for evaluation; required"),
+             "uint16 token files) or bytes (any files, a token per byte): a language model's windows of seq_len tokens; "
+             "npy: uint8 images and integer labels as NumPy .npy files",
+             .choices = "idx|tokens|cifar10|cifar100|synthetic|token_stream|bytes|npy"),
+    GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX image file for training (raw or .gz); required"),
+    GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX label file for training; required"),
+    GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX image file for evaluation; required"),
+    GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX label file for evaluation; required"),
+    GLIA_KEY("layout", GLIA_KEY_ENUM, "nchw", "format = npy: 4-D images are N x C x H x W (nchw) or N x H x W x C "
+             "(nhwc, as NumPy and TensorFlow keep them)", .choices = "nchw|nhwc"),
     GLIA_KEY("train", GLIA_KEY_STRING, NULL,
              "format = tokens: token file for training (raw or .gz); cifar10, cifar100: comma-separated batch files; required"),
     GLIA_KEY("test", GLIA_KEY_STRING, NULL, "format = tokens, cifar10, cifar100: the evaluation file(s); required"),
