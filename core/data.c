@@ -341,6 +341,10 @@ static glia_status load_npy(struct glia_model *m, struct glia_section *s)
     if (!st) st = glia__npy_load(m->ctx, paths[0], paths[1], nhwc, glia_section_int(s, "train_samples"), &m->data.train);
     if (!st) st = glia__npy_load(m->ctx, paths[2], paths[3], nhwc, glia_section_int(s, "test_samples"), &m->data.test);
     const struct glia__dataset *a = &m->data.train, *b = &m->data.test;
+    if (!st && (!a->fimages != !b->fimages))
+        st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %s, training images %s: one type for "
+                                "both (their normalization is the same)", b->fimages ? "float32" : "uint8",
+                                a->fimages ? "float32" : "uint8");
     if (!st && (a->channels != b->channels || a->rows != b->rows || a->cols != b->cols))
         st = glia_section_error(s, "test_images", GLIA_EFORMAT, "test images are %dx%dx%d, training images %dx%dx%d",
                                 b->channels, b->rows, b->cols, a->channels, a->rows, a->cols);
@@ -348,17 +352,18 @@ static glia_status load_npy(struct glia_model *m, struct glia_section *s)
     return st;
 }
 
-/* The training images' own mean and std per channel (pixel/255): the normalization of format = npy when [data]
- * gives none. */
+/* The training images' own mean and std per channel (pixel/255 of bytes, the values of floats): the normalization of
+ * format = npy when [data] gives none. */
 static void image_stats(const struct glia__dataset *d, float *mean, float *std)
 {
     int64_t px = (int64_t)d->rows * d->cols;
     for (int c = 0; c < d->channels; c++) {
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < d->n; i++) {
-            const uint8_t *p = d->images + (i * d->channels + c) * px;
+            const uint8_t *p = d->images ? d->images + (i * d->channels + c) * px : NULL;
+            const float *q = d->fimages ? d->fimages + (i * d->channels + c) * px : NULL;
             for (int64_t j = 0; j < px; j++) {
-                double v = p[j] / 255.0;
+                double v = p ? p[j] / 255.0 : q[j];
                 sum += v;
                 sq += v * v;
             }
@@ -480,6 +485,9 @@ glia_status glia__load_data(struct glia_model *m)
     const char *res = glia_section_str(s, "resident");
     m->data.resident = !strcmp(res, "on") ? GLIA__RESIDENT_ON : !strcmp(res, "off") ? GLIA__RESIDENT_OFF : GLIA__RESIDENT_AUTO;
     m->data.resident_share = glia_section_float(s, "resident_share");
+    if (m->data.resident == GLIA__RESIDENT_ON && m->data.train.fimages)
+        return glia_section_error(s, "resident", GLIA_ECONFIG, "resident = on makes batches of byte images on the "
+                                  "device; these images are float32 (set auto or off)");
     if (m->data.resident == GLIA__RESIDENT_ON && m->data.train.tokens)
         return glia_section_error(s, "resident", GLIA_ECONFIG, "resident = on keeps images on the device; the batches "
                                   "of format = %s are made on the host (set auto or off)", format_names[fmt]);

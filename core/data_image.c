@@ -341,6 +341,7 @@ void glia__dataset_free(struct glia__dataset *d)
 {
     if (!d) return;
     free(d->images);
+    free(d->fimages);
     free(d->labels);
     free(d->offsets);
     free(d->ids);
@@ -359,6 +360,18 @@ void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int
     for (int c = 0; c < d->channels; c++)
         for (int v = 0; v < 256; v++) table[c][v] = ((float)v / 255.0f - nm->mean[c]) / nm->std[c];
     const int64_t px = (int64_t)d->rows * d->cols, per = d->channels * px;
+    if (d->fimages) {  /* float images: (x - mean) / std */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            const float *src = d->fimages + idx[i] * per;
+            if (x)
+                for (int c = 0; c < d->channels; c++)
+                    for (int64_t j = 0; j < px; j++)
+                        x[i * per + c * px + j] = (src[c * px + j] - nm->mean[c]) / nm->std[c];
+            if (y) y[i] = d->labels[idx[i]];
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *src = d->images + idx[i] * per;

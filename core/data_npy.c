@@ -1,8 +1,8 @@
-/* core/data_npy.c — [data] format = npy: images and labels as NumPy .npy files (format 1.0 to 3.0), uint8 images
- * N x H x W, N x C x H x W or N x H x W x C (layout), C order, labels uint8/int32/int64 of N; every header field
- * checked, one line naming the file for what does not fit. Not float images (glia's augmentation and normalization
- * work on bytes: refused with how to convert) and not .npz archives. */
+/* core/data_npy.c — [data] format = npy: images and labels as NumPy .npy files (format 1.0 to 3.0), uint8 or float32
+ * images N x H x W, N x C x H x W or N x H x W x C (layout), C order, labels uint8/int32/int64 of N; every header field
+ * checked, one line naming the file for what does not fit. Not other element types and not .npz archives. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +71,7 @@ static glia_status npy_header(struct glia_context *ctx, const char *path, FILE *
         else memcpy(a->descr, d + 1, n), a->descr[n] = 0;
     }
     if (!st) a->fortran = !strncmp(fo, "True", 4);
-    for (const char *p = sh + 1; !st && *p && *p != ')';) {  /* (n, h, w) or (n,) */
+    for (const char *p = st ? "" : sh + 1; *p && *p != ')';) {  /* (n, h, w) or (n,) */
         while (*p == ' ' || *p == ',') p++;
         if (*p == ')') break;
         char *end;
@@ -83,6 +83,12 @@ static glia_status npy_header(struct glia_context *ctx, const char *path, FILE *
         a->dim[a->nd++] = v;
         p = end;
     }
+    int64_t total = 1;  /* sizes any array glia could hold: no product overflows */
+    for (int i = 0; i < a->nd && !st; i++)
+        if (a->dim[i] > ((int64_t)1 << 45) || (a->dim[i] && total > ((int64_t)1 << 45) / a->dim[i]))
+            st = glia_error(ctx, GLIA_EFORMAT, "%s: its shape %.40s holds more than 2^45 elements", path, sh);
+        else
+            total *= a->dim[i];
     free(h);
     a->data_at = at + (long)hl;
     return st;
@@ -123,10 +129,10 @@ static glia_status npy_images(struct glia_context *ctx, const char *path, bool n
     if (!f) return glia_error(ctx, GLIA_EIO, "cannot open %s: %s", path, strerror(errno));
     struct npy a;
     glia_status st = npy_header(ctx, path, f, &a);
-    if (!st && strcmp(a.descr, "|u1") && strcmp(a.descr, "<u1"))
-        st = glia_error(ctx, GLIA_EFORMAT, "%s: images of type '%s'; glia reads uint8 images ('|u1': its augmentation "
-                        "and normalization work on bytes): save x.astype(np.uint8) (float images in [0, 1]: "
-                        "(x * 255).round()), with [data] mean and std", path, a.descr);
+    bool f32 = !strcmp(a.descr, "<f4");
+    if (!st && !f32 && strcmp(a.descr, "|u1") && strcmp(a.descr, "<u1"))
+        st = glia_error(ctx, GLIA_EFORMAT, "%s: images of type '%s'; glia reads uint8 ('|u1') or float32 ('<f4') "
+                        "images: save x.astype(np.float32)", path, a.descr);
     if (!st && a.fortran)
         st = glia_error(ctx, GLIA_EFORMAT, "%s: fortran_order is True; save np.ascontiguousarray(x) (C order)", path);
     if (!st && (a.nd < 3 || a.nd > 4 || (a.nd == 3 && nhwc)))
@@ -138,27 +144,37 @@ static glia_status npy_images(struct glia_context *ctx, const char *path, bool n
         st = glia_error(ctx, GLIA_EFORMAT, "%s: %lld images of %lld channels of %lldx%lld: not a data set glia reads (1 "
                         "to %d channels)", path, (long long)a.dim[0], (long long)c, (long long)h, (long long)w,
                         GLIA__MAX_CHANNELS);
-    uint8_t *raw = NULL;
-    if (!st) st = npy_data(ctx, path, f, &a, 1, (void **)&raw);
+    void *raw = NULL;
+    size_t es = f32 ? 4 : 1;
+    if (!st) st = npy_data(ctx, path, f, &a, es, &raw);
     fclose(f);
     if (st) return st;
     int64_t n = keep > 0 && keep < a.dim[0] ? keep : a.dim[0], px = h * w;
+    for (int64_t i = 0; f32 && i < n * c * px; i++)
+        if (!isfinite(((const float *)raw)[i])) {
+            double v = ((const float *)raw)[i];
+            free(raw);
+            return glia_error(ctx, GLIA_EFORMAT, "%s: element %lld is %g: images must be finite", path, (long long)i, v);
+        }
     d->n = n;
     d->channels = (int)c;
     d->rows = (int)h;
     d->cols = (int)w;
-    if (!nhwc) {
-        d->images = raw;  /* (n, c, h, w) as it is; the samples after keep stay unused */
-        return GLIA_OK;
-    }
-    if (!(d->images = malloc((size_t)(n * c * px)))) {
+    void *img = raw;  /* (n, c, h, w) as it is; the samples after keep stay unused */
+    if (nhwc) {
+        if (!(img = malloc((size_t)(n * c * px) * es))) {
+            free(raw);
+            return glia_error(ctx, GLIA_ENOMEM, "%s: out of memory", path);
+        }
+        for (int64_t i = 0; i < n; i++)  /* (h, w, c) -> (c, h, w) */
+            for (int64_t p = 0; p < px; p++)
+                for (int64_t k = 0; k < c; k++)
+                    memcpy((char *)img + ((i * c + k) * px + p) * (int64_t)es,
+                           (const char *)raw + ((i * px + p) * c + k) * (int64_t)es, es);
         free(raw);
-        return glia_error(ctx, GLIA_ENOMEM, "%s: out of memory", path);
     }
-    for (int64_t i = 0; i < n; i++)  /* (h, w, c) -> (c, h, w) */
-        for (int64_t p = 0; p < px; p++)
-            for (int64_t k = 0; k < c; k++) d->images[(i * c + k) * px + p] = raw[(i * px + p) * c + k];
-    free(raw);
+    if (f32) d->fimages = img;
+    else d->images = img;
     return GLIA_OK;
 }
 

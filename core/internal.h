@@ -271,7 +271,9 @@ struct glia__dataset {
     int channels;         /* images: 1 (IDX) or 3 (CIFAR); tokens: 1 */
     int rows, cols;       /* images: a sample is channels x rows x cols; tokens: rows = 1, cols = the
                              longest sample (the padded length a batch can reach) */
-    uint8_t *images;      /* n * channels * rows * cols (owned); NULL for tokens */
+    uint8_t *images;      /* n * channels * rows * cols (owned); NULL for tokens and float images */
+    float *fimages;       /* format = npy of float32 images: n * channels * rows * cols as the file holds them, normalized
+                             by (x - mean) / std without the /255 of bytes (owned); NULL otherwise */
     int32_t *labels;      /* n (owned) */
     int n_classes;        /* max label + 1 */
     char *classes_why;    /* where n_classes comes from, for messages: "label 9 at index 17 of PATH",

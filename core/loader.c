@@ -54,10 +54,37 @@ void glia__augment_sample(const uint8_t *img, int channels, int rows, int cols, 
             }
 }
 
+/* glia__augment_sample for float images: the same crop and flip, each value normalized by (v - mean[c]) / std[c]. */
+static void augment_sample_f32(const float *img, int channels, int rows, int cols, const struct glia__norm *nm, int pad,
+                               bool flip, uint64_t seed, int epoch, int64_t idx, float *x)
+{
+    const int64_t px = (int64_t)rows * cols;
+    uint64_t r = mix(seed ^ mix((uint64_t)epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
+    int dy = 0, dx = 0, f = 0;
+    if (pad > 0) {
+        dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;
+        dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
+    }
+    if (flip) f = (int)((r >> 40) & 1);
+    for (int c = 0; c < channels; c++, img += px, x += px)
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < cols; j++) {
+                int si = i + dy, sj = (f ? cols - 1 - j : j) + dx;
+                float v = (si >= 0 && si < rows && sj >= 0 && sj < cols) ? img[si * cols + sj] : 0.0f;
+                x[i * cols + j] = (v - nm->mean[c]) / nm->std[c];
+            }
+}
+
 /* One sample of the loader's data set into x (channels, rows, cols) and its label into *y. */
 static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int32_t *y)
 {
     const struct glia__dataset *d = L->d;
+    if (d->fimages) {
+        augment_sample_f32(d->fimages + idx * d->channels * (int64_t)d->rows * d->cols, d->channels, d->rows, d->cols,
+                           &L->norm, L->crop_padding, L->flip, L->seed, L->epoch, idx, x);
+        *y = d->labels[idx];
+        return;
+    }
     const uint8_t *img = d->images + idx * d->channels * (int64_t)d->rows * d->cols;
     glia__augment_sample(img, d->channels, d->rows, d->cols, &L->table[0][0], L->crop_padding, L->flip, L->seed,
                          L->epoch, idx, x);
@@ -259,6 +286,7 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
     L->n_batches_per_epoch = glia__loader_batches(d->n, o->batch, o->drop_last, L->world, L->rank, L->pad);
     for (int c = 0; c < d->channels && !d->tokens; c++)
         for (int v = 0; v < 256; v++) L->table[c][v] = ((float)v / 255.0f - o->norm.mean[c]) / o->norm.std[c];
+    L->norm = o->norm;
     L->perm = malloc(sizeof(int64_t) * (size_t)(d->n + L->world));  /* room for the padding (group) */
     int nw = L->workers > 0 ? L->workers : 1, ns = L->workers > 0 ? L->prefetch : 1;
     if (L->order_only) L->workers = 0, nw = 0;  /* the batches are made elsewhere: no rings */

@@ -50,6 +50,7 @@ struct glia__loader {
     bool persistent, drop_last, shuffle, flip, order_only;
     uint64_t seed;
     float table[GLIA__MAX_CHANNELS][256]; /* channel, pixel value -> normalized float */
+    struct glia__norm norm;               /* the same for float images: (x - mean) / std */
     int64_t *perm;                 /* this epoch's sample order (this rank's share: n of them); a stream's
                                       (d->stream): its windows' starts */
     struct glia__resident *resident;  /* (borrowed) order_only: where the batches are made (core/act.c) */

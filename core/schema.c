@@ -42,7 +42,7 @@ static const struct glia_key data_keys[] = {
              "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches); "
              "synthetic: random images and labels made when the model is built (no files); token_stream (llm.c's "
              "uint16 token files) or bytes (any files, a token per byte): a language model's windows of seq_len tokens; "
-             "npy: uint8 images and integer labels as NumPy .npy files",
+             "npy: uint8 or float32 images and integer labels as NumPy .npy files",
              .choices = "idx|tokens|cifar10|cifar100|synthetic|token_stream|bytes|npy"),
     GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX image file for training (raw or .gz); required"),
     GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX label file for training; required"),

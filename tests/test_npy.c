@@ -1,7 +1,7 @@
-/* tests/test_npy.c — [data] format = npy: uint8 images N x H x W, N x C x H x W and (layout = nhwc) N x H x W x C with
- * uint8/int32/int64 labels, written here and (where /usr/bin/python3 has NumPy) by np.save; the default normalization
- * from the training set; training on them; every malformed or unsupported file refused with one line naming it. Not
- * the loader's other features (test_data). */
+/* tests/test_npy.c — [data] format = npy: uint8 and float32 images N x H x W, N x C x H x W and (layout = nhwc)
+ * N x H x W x C with uint8/int32/int64 labels, written here and (where /usr/bin/python3 has NumPy) by np.save; the
+ * default normalization from the training set; training on them; every malformed or unsupported file refused with one
+ * line naming it. Not the loader's other features (test_data). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -129,6 +129,33 @@ static void test_layouts_train(void)
     CU_ASSERT_EQUAL(loss[0], loss[1]);  /* nchw and nhwc: the same images */
     CU_ASSERT_EQUAL(acc[0], acc[1]);
     CU_ASSERT_NOT_EQUAL(loss[0], loss[2]);  /* another normalization */
+    /* float32 images of the bytes / 255 (nhwc), normalized by the bytes' mean and std: the same batches and
+     * evaluation as the bytes, bit for bit; trained, with the same loss */
+    static float xf[N * C * H * W];
+    for (int i = 0; i < N * C * H * W; i++) xf[i] = xh[i] / 255.0f;
+    snprintf(shape, sizeof shape, "(%d, %d, %d, %d)", N, H, W, C);
+    write_npy("xf.npy", "<f4", shape, xf, sizeof xf, false, 0);
+    model_text(text, sizeof text, "xh.npy", "y8.npy", "layout = nhwc\n");
+    open_run(&r, text);
+    char stats[200];
+    snprintf(stats, sizeof stats, "layout = nhwc\nmean = %.9g, %.9g, %.9g\nstd = %.9g, %.9g, %.9g\n",
+             r.m->data.norm.mean[0], r.m->data.norm.mean[1], r.m->data.norm.mean[2], r.m->data.norm.std[0],
+             r.m->data.norm.std[1], r.m->data.norm.std[2]);
+    close_run(&r);
+    struct run rb, rf;
+    model_text(text, sizeof text, "xh.npy", "y8.npy", stats);
+    open_run(&rb, text);
+    model_text(text, sizeof text, "xf.npy", "y8.npy", stats);
+    open_run(&rf, text);
+    CU_ASSERT_PTR_NOT_NULL(rf.m->data.train.fimages);
+    struct glia_epoch_result eb[4] = GLIA_TEST_RESULTS, ef[4] = GLIA_TEST_RESULTS;
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(rb.m, &quiet, eb, 4), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(rf.m, &quiet, ef, 4), GLIA_OK);
+    CU_ASSERT_EQUAL(ef[3].train_loss, eb[3].train_loss);
+    CU_ASSERT_EQUAL(ef[3].test_loss, eb[3].test_loss);
+    CU_ASSERT(same_weights(&rb, &rf));
+    close_run(&rb);
+    close_run(&rf);
 }
 
 /* Each bad file: the build fails with one line naming the file and what is wrong. */
@@ -151,8 +178,23 @@ static void test_refusals(void)
     snprintf(lshape, sizeof lshape, "(%d,)", N);
     write_npy("ok.npy", "|u1", shape, x, sizeof x, false, 0);
     write_npy("y.npy", "<i8", lshape, y, sizeof y, false, 0);
+    write_npy("f64.npy", "<f8", shape, x, sizeof x / 8 * 8, false, 0);
+    expect_refused("f64.npy", "y.npy", "", "f64.npy: images of type '<f8'; glia reads uint8 ('|u1') or float32");
+    for (int i = 0; i < N * H * W; i++) xf[i] = x[i] / 255.0f;
+    xf[77] = NAN;
+    write_npy("nan.npy", "<f4", shape, xf, sizeof xf, false, 0);
+    expect_refused("nan.npy", "y.npy", "", "nan.npy: element 77 is nan: images must be finite");
+    xf[77] = 0;
     write_npy("f32.npy", "<f4", shape, xf, sizeof xf, false, 0);
-    expect_refused("f32.npy", "y.npy", "", "f32.npy: images of type '<f4'; glia reads uint8 images");
+    char mixed[1400];
+    model_text(mixed, sizeof mixed, "f32.npy", "y.npy", "");
+    char *t = strstr(mixed, "test_images = ");
+    CU_ASSERT_FATAL(t != NULL);
+    char rest[1400];
+    snprintf(rest, sizeof rest, "test_images = %s\n%s", path_of("ok.npy"), strchr(t, '\n') + 1);
+    strcpy(t, rest);
+    expect_build_error(mixed, "test images are uint8, training images float32");
+    expect_refused("f32.npy", "y.npy", "resident = on\n", "resident = on makes batches of byte images on the device");
     write_npy("fort.npy", "|u1", shape, x, sizeof x, true, 0);
     expect_refused("fort.npy", "y.npy", "", "fort.npy: fortran_order is True; save np.ascontiguousarray(x)");
     char s2[32];

@@ -39,6 +39,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_seed_two_files("limit-2", 2 << 1, im, ni, lb, nl);
     npy_bytes("|u1", "(4, 6, 3)", px, sizeof px, im, &ni);
     fuzz_seed_two_files("nhw", 0, im, ni, lb, nl);
+    float fx[4 * 2 * 2];
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) fx[i] = (float)i / 16.0f;
+    npy_bytes("<f4", "(4, 2, 2)", fx, sizeof fx, im, &ni);
+    fuzz_seed_two_files("f32", 0, im, ni, lb, nl);
     return 0;
 }
 
@@ -56,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!*glia_context_error(ctx)) fuzz_die("a failed load left no error message", glia_strerror(st));
         return 0;
     }
-    if (d.n < 1 || d.rows < 1 || d.cols < 1 || d.channels < 1 || d.n_classes < 1 || !d.images || !d.labels ||
+    if (d.n < 1 || d.rows < 1 || d.cols < 1 || d.channels < 1 || d.n_classes < 1 || !(d.images || d.fimages) || !d.labels ||
         ((flags >> 1) && d.n > (flags >> 1)))
         fuzz_die("inconsistent data set", NULL);
     int64_t *idx = malloc((size_t)d.n * sizeof *idx);
