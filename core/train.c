@@ -73,6 +73,16 @@ static glia_status first_nonfinite(struct glia_model *m, const struct glia_tenso
         }
         host = copy;
     }
+    if (t->dtype == GLIA_F32) {  /* a pass that vectorizes first: x * 0 is NaN exactly when x is NaN or infinite */
+        const float *f = host;
+        float z = 0.0f;
+#pragma omp parallel for simd reduction(+ : z) schedule(static)
+        for (int64_t i = 0; i < n; i++) z += f[i] * 0.0f;
+        if (z == 0.0f) {
+            free(copy);
+            return GLIA_OK;
+        }
+    }
     for (int64_t i = 0; i < n; i++) {
         float x = glia__load_f32(host, t->dtype, i);
         if (!isfinite(x)) {
