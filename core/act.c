@@ -308,8 +308,18 @@ glia_status glia__feed_start(struct glia_model *m, struct glia__feed *f, struct 
     return async_upload(m) ? feed_upload(m, f) : GLIA_OK;
 }
 
+static glia_status feed_next(struct glia_model *m, struct glia__feed *f, int64_t *n, bool *more);
+
 /* Put the next batch into m->act.x, m->y (views for its size); *more = false at the epoch's end. */
 glia_status glia__feed_next(struct glia_model *m, struct glia__feed *f, int64_t *n, bool *more)
+{
+    if (m->nvtx) glia__range_push(m->backend, "input");
+    glia_status st = feed_next(m, f, n, more);
+    if (m->nvtx) glia__range_pop(m->backend);
+    return st;
+}
+
+static glia_status feed_next(struct glia_model *m, struct glia__feed *f, int64_t *n, bool *more)
 {
     glia_status st;
     if (f->L->resident) return resident_next(m, f, n, more);

@@ -1,5 +1,7 @@
 /* core/backend.c — the opened devices of a context and the one function per backend slot through which the core and
  * kernels use them; device names. Not a backend: the CPU backend is backends/cpu, the CUDA one cuda.so. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
@@ -315,4 +317,32 @@ char *glia_device_str(struct glia_device d, char *buf, size_t n)
     if (d.type == GLIA_DEVICE_CPU) snprintf(buf, n, "cpu");
     else snprintf(buf, n, "cuda:%d", d.index);
     return buf;
+}
+
+/* [runtime] nvtx: the backend's trace group, or NULL when it has none (ABI 2.3). */
+static const struct glia_backend_trace_ops *trace_ops(const struct glia_backend *b)
+{
+    const struct glia_backend_trace_ops *t =
+        b->ops->struct_size >= GLIA__END_OF(struct glia_backend_ops, trace) ? b->ops->trace : NULL;
+    return t && t->struct_size >= GLIA__END_OF(struct glia_backend_trace_ops, range_pop) ? t : NULL;
+}
+
+bool glia__backend_can_trace(const struct glia_backend *b) { return trace_ops(b) != NULL; }
+
+void glia__range_push(struct glia_backend *b, const char *fmt, ...)
+{
+    const struct glia_backend_trace_ops *t = trace_ops(b);
+    if (!t) return;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    t->range_push(b->priv, name);
+}
+
+void glia__range_pop(struct glia_backend *b)
+{
+    const struct glia_backend_trace_ops *t = trace_ops(b);
+    if (t) t->range_pop(b->priv);
 }

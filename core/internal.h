@@ -105,6 +105,11 @@ glia_status glia__tensor_view_typed(struct glia_tensor *t, size_t byte_offset, e
 /* Whether backend b queues its work (a CUDA stream) rather than running each call to its end (the CPU): then
  * batches upload during the step before theirs, and the loss is read a step late. */
 bool glia__backend_queues(struct glia_backend *b);
+/* [runtime] nvtx: whether backend b names ranges for a profiler (its trace group); a named range opened and closed on
+ * it (no-ops without the group). */
+bool glia__backend_can_trace(const struct glia_backend *b);
+void glia__range_push(struct glia_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void glia__range_pop(struct glia_backend *b);
 /* Loads the CUDA backend plugin (cuda.so) unless a CUDA backend is registered; on failure the
  * context error says why (not built, or the probe's refusal). */
 glia_status glia__load_cuda(struct glia_context *ctx);

@@ -160,6 +160,10 @@ static glia_status setup_device(struct glia_model *m)
     for (int i = GLIA_PRECISION_FP32; i <= GLIA_PRECISION_FP16; i++)
         if (!strcmp(p, glia_precision_name((enum glia_precision)i))) o.precision = (enum glia_precision)i;
     m->detect_anomaly = glia_section_bool(s, "detect_anomaly");
+    m->nvtx = glia_section_bool(s, "nvtx");
+    if (m->nvtx && !glia__backend_can_trace(m->backend))
+        return glia_section_error(s, "nvtx", GLIA_ECONFIG, "the %s backend names no profiler ranges (NVTX is CUDA's; "
+                                  "set nvtx = off or device = cuda)", m->backend->ops->name);
     if (m->detect_anomaly && o.precision == GLIA_PRECISION_FP16)
         return glia_section_error(s, "detect_anomaly", GLIA_ECONFIG, "not with precision = fp16: its loss scaling "
                                   "overflows gradients on purpose and skips those steps (use bf16 or fp32)");

@@ -309,6 +309,7 @@ struct glia_model {
     enum glia_precision precision;   /* [runtime] precision */
     bool debug_checks;               /* [runtime] debug_checks: guard values around what every layer call writes */
     bool detect_anomaly;             /* [runtime] detect_anomaly: NaN/inf looked for after every training layer call */
+    bool nvtx;                       /* [runtime] nvtx: named ranges around layers, optimizer, input, gradient wait */
     struct glia__model_graph graph;
     struct glia__model_data data;
     struct glia__model_params params;

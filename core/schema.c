@@ -31,6 +31,9 @@ static const struct glia_key runtime_keys[] = {
     GLIA_KEY("debug_checks", GLIA_KEY_BOOL, "off",
              "surround every tensor a layer call writes (outputs, input and parameter gradients, buffers) with guard "
              "values and stop, naming the layer and the tensor, when a call wrote outside one; slower"),
+    GLIA_KEY("nvtx", GLIA_KEY_BOOL, "off",
+             "name each layer's forward and backward, the optimizer step, the input and the gradient wait as NVTX ranges, "
+             "so that Nsight Systems shows glia's step by name; CUDA only"),
     GLIA_KEY("detect_anomaly", GLIA_KEY_BOOL, "off",
              "after every layer's training forward and backward, look for NaN and inf in what it wrote (its output; "
              "its input and parameter gradients) and stop at the first, naming the layer, the tensor and the step "

@@ -157,11 +157,13 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     struct glia__guarded *guards;
     int n_guards;
     if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);
+    if (m->nvtx) glia__range_push(m->backend, "[%s] %s", nd->layer.name, recompute ? "forward again" : "forward");
     if (!st) {
         st = nd->layer.kernel->forward(&nd->layer, &a);
         st = guards_check(nd, recompute ? "forward (run again in backward)" : "forward", guards, n_guards, st);
         if (!st && train && m->detect_anomaly) st = anomaly_check(m, nd, "forward", nd->out, "its output");
     }
+    if (m->nvtx) glia__range_pop(m->backend);
     if (m->trainer.profiling) {  /* a recomputation is part of the backward */
         glia_backend_sync(m->backend);
         double t1 = glia__now();
@@ -219,7 +221,9 @@ static glia_status backward(struct glia_model *m)
         struct glia__guarded *guards;
         int n_guards;
         glia_status st = guards_fill(m, nd, din, &guards, &n_guards);
+        if (m->nvtx) glia__range_push(m->backend, "[%s] backward", nd->layer.name);
         if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.kernel->backward(&nd->layer, &a));
+        if (m->nvtx) glia__range_pop(m->backend);
         if (!st && m->detect_anomaly) st = anomaly_backward(m, nd, din);
         for (int k = 0; k < nd->n_in && !st; k++)
             if (din[k] && nd->edge[k] == GLIA__EDGE_CONVERT)
@@ -322,7 +326,9 @@ glia_status glia__optimizer_step(struct glia_model *m, int epoch)
     /* ddp: the gradients are the average over ranks once every bucket is in */
     if (m->dist.ddp) {
         double t0 = glia__now();
+        if (m->nvtx) glia__range_push(m->backend, "gradient wait");
         glia_status st = glia__ddp_finish(m, m->dist.ddp);
+        if (m->nvtx) glia__range_pop(m->backend);
         if (st) return st;
         if (m->trainer.profiling && m->trainer.trace) glia__trace_add(m->trainer.trace, GLIA__TRACE_COMM, "gradient wait", t0, glia__now());
     }
@@ -336,7 +342,9 @@ glia_status glia__optimizer_step(struct glia_model *m, int epoch)
         m->trainer.cur_lr = glia__model_lr(m, epoch, m->trainer.step);
         struct glia_opt_step s = opt_args(m, state, m->trainer.cur_lr, m->trainer.step);
         double t0 = m->trainer.profiling ? glia__now() : 0;
+        if (m->nvtx) glia__range_push(m->backend, "optimizer %s", m->trainer.opt.type->name);
         st = m->params.wa.n ? m->trainer.opt.kernel->step(&m->trainer.opt, &s) : GLIA_OK;
+        if (m->nvtx) glia__range_pop(m->backend);
         if (m->trainer.cuda_graph) m->trainer.opt_outside++;
         if (m->trainer.profiling) {
             glia_backend_sync(m->backend);

@@ -222,6 +222,57 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
     CU_ASSERT_FATAL(st == GLIA_OK);
 }
 
+/* [runtime] nvtx: a profiler (tests/fixtures/nvtx_record.so, loaded by NVTX as NVTX_INJECTION64_PATH says) sees each
+ * layer's forward and backward, the optimizer step and the input as named ranges, every one closed; off, none. The
+ * injection is set before the first NVTX call of the process (nvtx is off in every earlier test). */
+static void test_nvtx_ranges(void)
+{
+    char lib[1024], logp[700];
+    make_data();
+    snprintf(lib, sizeof lib, "%s/nvtx_record.so", glia_test_fixtures());
+    snprintf(logp, sizeof logp, "%s/nvtx.log", dir);
+    setenv("NVTX_INJECTION64_PATH", lib, 1);
+    setenv("GLIA_NVTX_LOG", logp, 1);
+    struct run r;
+    struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
+    train_run(&r, cnn_text("cuda", "nvtx = on", "sgd\nlr = 0.01"), res);
+    close_run(&r);
+    FILE *f = fopen(logp, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    char line[512];
+    int depth = 0, pushes = 0, worst = 0;
+    bool seen[5] = {false};
+    const char *want[5] = {"push [c1] forward\n", "push [c1] backward\n", "push [loss] forward\n", "push optimizer sgd\n",
+                           "push input\n"};
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "push ", 5)) depth++, pushes++;
+        else if (!strcmp(line, "pop\n")) depth--;
+        if (depth < worst) worst = depth;
+        for (int k = 0; k < 5; k++) seen[k] = seen[k] || !strcmp(line, want[k]);
+    }
+    fclose(f);
+    printf("\n  %d ranges", pushes);
+    CU_ASSERT(pushes > 0);
+    CU_ASSERT_EQUAL(depth, 0);  /* every range closed, */
+    CU_ASSERT_EQUAL(worst, 0);  /* never one too many */
+    for (int k = 0; k < 5; k++) {
+        if (!seen[k]) printf("\n  no '%.*s'", (int)strlen(want[k]) - 1, want[k]);
+        CU_ASSERT(seen[k]);
+    }
+    long size = -1;  /* off: the same training names nothing */
+    f = fopen(logp, "w");
+    if (f) fclose(f);
+    train_run(&r, cnn_text("cuda", "", "sgd\nlr = 0.01"), res);
+    close_run(&r);
+    f = fopen(logp, "r");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        size = ftell(f);
+        fclose(f);
+    }
+    CU_ASSERT_EQUAL(size, 0);
+}
+
 /* The same model, data and seed on the CPU and the GPU (fp32, both formats) end with the same
  * weights within float tolerance, for every optimizer. On the GPU ([graph] fuse_pointwise = auto)
  * b1 runs with activation = relu in place of b1 + r1, add and g run as one fused pointwise layer,
@@ -1397,7 +1448,7 @@ int main(void)
                                              GLIA_TEST(test_metrics_report_device_peak),
                                              GLIA_TEST(test_profile_device_peak),
                                              GLIA_TEST(test_cuda_graph_trains_the_same),
-                                             GLIA_TEST(test_cuda_step_equals_training),
+                                             GLIA_TEST(test_cuda_step_equals_training), GLIA_TEST(test_nvtx_ranges),
                                              GLIA_TEST(test_cuda_graph_capture_failure_runs_as_it_comes),
                                              GLIA_TEST(test_cuda_graph_refuses_uncapturable_layers),
                                              GLIA_TEST(test_graph_capture_allocates),

@@ -171,7 +171,7 @@ static void test_config_errors(void)
         {"format = synthetic\nseed = -1\n", "t.ini:6: [data] seed: -1 is out of range"},
         {"format = synthetic\ntrain = x.bin\n",
          "t.ini:6: [data] train: 'train' applies to format = tokens, cifar10 or cifar100, not synthetic"},
-        {"format = synthetic\ntrain_images = x\n", "t.ini:6: [data] train_images: 'train_images' applies to format = idx, not synthetic"},
+        {"format = synthetic\ntrain_images = x\n", "t.ini:6: [data] train_images: 'train_images' applies to format = idx or npy, not synthetic"},
         {"format = synthetic\nmean = 0.1, 0.2\n", "t.ini:6: [data] mean: expected 1 value or 3 (one per channel), got 2"},
         {"format = synthetic\nchannels = 1\nstd = 0.1, 0.2, 0.3\n",
          "t.ini:7: [data] std: expected 1 value (the images have one channel), got 3"},

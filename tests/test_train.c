@@ -2452,6 +2452,8 @@ static void test_detect_anomaly(void)
     close_run(&b);
     snprintf(text, sizeof text, base, "detect_anomaly = on\nprecision = fp16\n", "tanh(x)");
     expect_build_error(text, "[runtime] detect_anomaly: not with precision = fp16");
+    snprintf(text, sizeof text, base, "nvtx = on\n", "tanh(x)");  /* NVTX ranges: CUDA's (test_cuda sees them) */
+    expect_build_error(text, "[runtime] nvtx: the cpu backend names no profiler ranges");
 }
 
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
+#include <nvtx3/nvToolsExt.h>
 #include "conv_kernels.h"
 #include "kernels.h"
 
@@ -579,6 +580,26 @@ static const struct glia_backend_graph_ops cuda_graph = {
     .select = cuda_select,
 };
 
+/* ---- trace: NVTX ranges (NVTX 3 is header-only: without a profiler attached each call returns at once) ---- */
+
+static void cuda_range_push(void *priv, const char *name)
+{
+    (void)priv;
+    nvtxRangePushA(name);
+}
+
+static void cuda_range_pop(void *priv)
+{
+    (void)priv;
+    nvtxRangePop();
+}
+
+static const struct glia_backend_trace_ops cuda_trace = {
+    .struct_size = sizeof(struct glia_backend_trace_ops),
+    .range_push = cuda_range_push,
+    .range_pop = cuda_range_pop,
+};
+
 const struct glia_backend_ops glia__cuda_ops = {
     .struct_size = sizeof(struct glia_backend_ops),
     .name = "cuda",
@@ -589,4 +610,5 @@ const struct glia_backend_ops glia__cuda_ops = {
     .math = &cuda_math,
     .graph = &cuda_graph,
     .data = &glia__cuda_data_ops,
+    .trace = &cuda_trace,
 };

@@ -228,6 +228,15 @@ struct glia_backend_data_ops {
 #define GLIA_BACKEND_WRITE_MAX 256
 
 /* A backend: its name, its device type and its groups. */
+/* ABI 2.3: named ranges for a profiler's timeline ([runtime] nvtx: NVTX on CUDA, what Nsight Systems shows). */
+struct glia_backend_trace_ops {
+    uint32_t struct_size;                                  /* sizeof(struct glia_backend_trace_ops) of the builder */
+    /* Opens a range named name (copied; nested ranges close innermost first). Required in the group. */
+    void (*range_push)(void *priv, const char *name);
+    /* Closes the innermost open range. Required in the group. */
+    void (*range_pop)(void *priv);
+};
+
 struct glia_backend_ops {
     uint32_t struct_size;                         /* sizeof(struct glia_backend_ops) of the builder */
     const char *name;                             /* "cpu", "cuda" */
@@ -241,6 +250,9 @@ struct glia_backend_ops {
     /* ABI 2.1: optional: NULL (or a struct_size that ends before it) means no device-resident training set; the
      * core then makes every batch on the host ([data] resident = auto is off, on is refused) */
     const struct glia_backend_data_ops *data;
+    /* ABI 2.3: optional: NULL (or a struct_size that ends before it) means no profiler ranges ([runtime] nvtx = on is
+     * refused) */
+    const struct glia_backend_trace_ops *trace;
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it and call it through the functions
