@@ -18,6 +18,7 @@ static const char *const per_rank_keys[][2] = {
     {"train", "metrics"},        {"train", "checkpoint_dir"},  {"train", "log_every"},
     {"distributed", "rank_log"}, {"distributed", "timeout_s"}, {"plugins", "path"},
     {"plugins", "load"},         {"data", "train_tokens"},     {"data", "val_tokens"},
+    {"train", "tensorboard"},
 };
 
 const char *glia__ddp_per_rank_key(int i, const char **key)

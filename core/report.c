@@ -1,5 +1,6 @@
-/* core/report.c — a training run's output: progress lines, per-epoch lines, the metrics file, per-rank logs.
- * Not the run itself (core/train.c), which hands over the figures and prints nothing. */
+/* core/report.c — a training run's output: progress lines, per-epoch lines, the metrics file, the TensorBoard event
+ * file, per-rank logs. Not the run itself (core/train.c), which hands over the figures and prints nothing, nor the
+ * event file's encoding (core/tensorboard.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -62,8 +63,26 @@ glia_status glia__report_metrics_open(struct glia__report *r, struct glia_model 
     return st;
 }
 
+glia_status glia__report_tensorboard_open(struct glia__report *r, struct glia_model *m)
+{
+    struct glia_section *t = glia__config_find(m->cfg, "train");
+    const char *v = glia_section_str(t, "tensorboard");
+    if (!v || m->dist.rank != 0) return GLIA_OK;  /* ddp: rank 0 writes for all */
+    char *dir = glia__config_path(t, "tensorboard", v);
+    if (!dir) return GLIA_ENOMEM;
+    int err = glia__tb_open(&r->tb, dir);
+    glia_status st = GLIA_OK;
+    if (err)
+        st = glia_section_error(t, "tensorboard", GLIA_EIO, "cannot write the event file %s: %s",
+                                r->tb.path ? r->tb.path : dir, strerror(err));
+    free(dir);
+    if (err) glia__tb_free(&r->tb);
+    return st;
+}
+
 void glia__report_close(struct glia__report *r)
 {
+    glia__tb_free(&r->tb);
     if (r->metrics) fclose(r->metrics);
     if (r->tee) fclose(r->tee);
     if (r->rank_log) fclose(r->rank_log);
@@ -114,19 +133,30 @@ static void progress_line(const struct glia__report *r, const struct glia_model 
     fflush(r->out);
 }
 
-void glia__report_step(struct glia__report *r, const struct glia_model *m, int epoch, int64_t k, int64_t steps,
-                       double loss, int64_t samples, double t0, int64_t left)
+/* The event file's scalars of a loss, on the steps whose plain progress line is due (whatever the output is). */
+static void step_scalars(struct glia__report *r, const struct glia_model *m, const struct glia__report_loss *l)
 {
-    if (k <= r->shown_k) return;
-    progress_line(r, m, epoch, k, steps, loss, samples, t0, left);
-    r->shown_k = k;
+    if ((l->k + 1) % m->trainer.log_every != 0) return;
+    glia__tb_scalar(&r->tb, "train/loss", l->step, l->loss);
+    glia__tb_scalar(&r->tb, "train/lr", l->step, l->lr);
+}
+
+void glia__report_step(struct glia__report *r, const struct glia_model *m, int epoch, const struct glia__report_loss *l,
+                       int64_t steps, int64_t samples, double t0, int64_t left)
+{
+    if (l->k <= r->shown_k) return;
+    progress_line(r, m, epoch, l->k, steps, l->loss, samples, t0, left);
+    step_scalars(r, m, l);
+    r->shown_k = l->k;
     r->line_open = r->progress > 0;
 }
 
-void glia__report_epoch_last_step(struct glia__report *r, const struct glia_model *m, int epoch, int64_t k,
-                                  int64_t steps, double loss, int64_t samples, double t0)
+void glia__report_epoch_last_step(struct glia__report *r, const struct glia_model *m, int epoch,
+                                  const struct glia__report_loss *l, int64_t steps, int64_t samples, double t0)
 {
-    if (k > r->shown_k && r->progress == 0) progress_line(r, m, epoch, k, steps, loss, samples, t0, 0);
+    if (l->k <= r->shown_k) return;
+    if (r->progress == 0) progress_line(r, m, epoch, l->k, steps, l->loss, samples, t0, 0);
+    step_scalars(r, m, l);
 }
 
 /* The end of a redrawn line, before a line of another kind. */
@@ -193,12 +223,42 @@ static void metrics_record(FILE *f, const struct glia_model *m, const struct gli
     fflush(f);
 }
 
+/* An epoch's scalars in the event file, at the step it ended, as the epoch line reports them; flushed, so that a
+ * running TensorBoard shows the epoch. */
+static void epoch_scalars(struct glia__tb *tb, const struct glia_model *m, const struct glia_epoch_result *e)
+{
+    int64_t step = m->trainer.step;
+    glia__tb_scalar(tb, "epoch/train_loss", step, e->train_loss);
+    if (m->data.lm) {  /* a language model: the loss per token and its perplexity; no accuracy */
+        glia__tb_scalar(tb, "epoch/val_loss", step, e->test_loss);
+        glia__tb_scalar(tb, "epoch/perplexity", step, exp(e->test_loss));
+    } else {
+        glia__tb_scalar(tb, "epoch/test_loss", step, e->test_loss);
+        glia__tb_scalar(tb, "epoch/test_accuracy", step, e->test_accuracy);
+    }
+    glia__tb_scalar(tb, "epoch/samples_per_s", step, e->samples_per_s);
+    glia__tb_scalar(tb, "epoch/data_wait_s", step, e->data_wait_s);
+    glia__tb_flush(tb);
+}
+
 void glia__report_epoch(struct glia__report *r, const struct glia_model *m, const struct glia_epoch_result *e,
                         double pad_frac)
 {
     end_line(r);
     if (r->progress >= 0) epoch_lines(r, m, e, pad_frac);
     if (r->metrics) metrics_record(r->metrics, m, e, pad_frac);
+    epoch_scalars(&r->tb, m, e);
+}
+
+/* The event file's end: closed; a failed write, or close, is the run's error when it has none. */
+static glia_status tensorboard_finish(struct glia__report *r, const struct glia_model *m, glia_status st)
+{
+    int err = glia__tb_close(&r->tb);
+    if (err && !st)
+        st = glia_error(m->ctx, GLIA_EIO, "writing the TensorBoard event file %s failed: %s", r->tb.path,
+                        strerror(err));
+    glia__tb_free(&r->tb);
+    return st;
 }
 
 glia_status glia__report_finish(struct glia__report *r, const struct glia_model *m, glia_status st, bool finished,
@@ -212,6 +272,7 @@ glia_status glia__report_finish(struct glia__report *r, const struct glia_model 
     FILE *f = r->metrics;
     r->metrics = NULL;
     if (f && fclose(f) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
+    st = tensorboard_finish(r, m, st);
     if (!st && finished && r->progress >= 0 && m->data.lm)
         fprintf(r->out, "done: %d epochs, %lld steps, val_loss %.4f, perplexity %.4g, %.1f s\n", m->trainer.epochs,
                 (long long)m->trainer.step, test_loss, exp(test_loss), glia__now() - r->t_start);

@@ -136,27 +136,52 @@ struct run {
     bool interrupted;            /* ... by glia_model_request_stop */
 };
 
+/* Where a batch's step count and learning rate are: as the host knew them after its step, or, when its fp16 update's
+ * outcome was still on its way from the device, in row `row` of the scaler's copies (-1: not). */
+struct step_at {
+    int64_t step;
+    double lr;
+    int row;
+};
+
 /* An epoch's running figures. */
 struct epoch_run {
     int n;                       /* from 1 */
     double t0, loss_sum;         /* when it began; its training loss sum (with a resumed part's) */
     int64_t k0;                  /* its first batch (a resume's position, else 0) */
     int64_t samples, samples0;   /* samples trained in it, and those a resume began with */
-    double l;                    /* the last loss read ... */
-    int64_t l_k;                 /* ... and its step (a lagged loss is a step late; -1: none yet) */
+    struct glia__report_loss l;  /* the last loss read, of batch l.k (a lagged loss is a step late; -1: none yet) */
+    struct step_at at[2];        /* where the step count and lr of batch k's loss come from, at [k % 2] */
 };
 
-static void epoch_add_loss(struct epoch_run *e, const struct glia__loss_read *got)
+/* After batch k's training step: the step count and learning rate its loss will be reported at. A lagged loss
+ * arrives with the next batch's step, when the count may have moved on, so the last two batches' are kept. With
+ * fp16's loss scaler on the device (cuda_graph) the outcome of batch k's update may be unread still (the only one
+ * pending then): its row of the scaler's copies will hold the device's step count, read before the loss arrives
+ * and not overwritten before (the next update takes the next row). */
+static void epoch_mark_step(const struct glia_model *m, struct epoch_run *e, int64_t k)
+{
+    const struct glia__model_trainer *t = &m->trainer;
+    int row = t->scaler_pending ? (t->scaler_first + t->scaler_pending - 1) % GLIA__SCALER_ROWS : -1;
+    e->at[k & 1] = (struct step_at){t->step, t->cur_lr, row};
+}
+
+static void epoch_add_loss(const struct glia_model *m, struct epoch_run *e, const struct glia__loss_read *got)
 {
     if (!got->have) return;
+    const struct step_at *a = &e->at[got->k & 1];
     e->loss_sum += got->l * (double)got->nb;
-    e->l = got->l;
-    e->l_k = got->k;
+    e->l = (struct glia__report_loss){got->k, got->l, a->step, a->lr};
+    if (a->row >= 0) {  /* the update's outcome, read by now, as the trainer took it: a skipped one changed nothing */
+        const struct glia_loss_scaler *d = &m->trainer.scaler_host[a->row];
+        e->l.step = d->step;
+        if (!d->found_inf) e->l.lr = glia__model_lr(m, m->trainer.scaler_epoch[a->row], d->step);
+    }
 }
 
 /* The set-up: output, loaders and activations, a resume's state, ddp's start (same model and step everywhere, rank
- * 0's weights), the checkpoint folder and the metrics file. Releases what it took when it fails and when a resume
- * leaves nothing to do (t->done). */
+ * 0's weights), the checkpoint folder, the metrics file and the event file. Releases what it took when it fails and
+ * when a resume leaves nothing to do (t->done). */
 static glia_status run_begin(struct glia_model *m, const struct glia_train_options *opt, struct run *t)
 {
     *t = (struct run){.rs = {1, 0, 0, 0}};
@@ -177,6 +202,7 @@ static glia_status run_begin(struct glia_model *m, const struct glia_train_optio
     glia__dp_weights_changed(m);
     if (!st && !t->done) st = checkpoint_dir_ready(m);
     if (!st && !t->done) st = glia__report_metrics_open(&t->rep, m, opt->metrics_path, opt->resume != NULL);
+    if (!st && !t->done) st = glia__report_tensorboard_open(&t->rep, m);
     if (!st && !t->done) st = glia__lagged_init(m, &t->lag);
     if (st || t->done) {
         glia__scratch_free(&t->s);
@@ -196,7 +222,7 @@ static glia_status epoch_begin(struct glia_model *m, struct run *t, int epoch, s
 {
     bool resumed = epoch == t->rs.epoch && t->rs.batch > 0;
     *e = (struct epoch_run){.n = epoch, .t0 = glia__now(), .loss_sum = resumed ? t->rs.loss_sum : 0,
-                        .k0 = resumed ? t->rs.batch : 0, .samples = resumed ? t->rs.samples : 0, .l_k = -1};
+                        .k0 = resumed ? t->rs.batch : 0, .samples = resumed ? t->rs.samples : 0, .l.k = -1};
     e->samples0 = e->samples;
     m->trainer.epoch = epoch;
     glia__report_epoch_start(&t->rep);
@@ -216,7 +242,7 @@ static glia_status after_update(struct glia_model *m, struct run *t, struct epoc
     if (st || !save) return st;
     struct glia__loss_read got;
     if ((st = glia__lagged_drain(m, &t->lag, e->n, &got))) return st;  /* the checkpoint holds every loss */
-    epoch_add_loss(e, &got);
+    epoch_add_loss(m, e, &got);
     char name[64];
     snprintf(name, sizeof name, GLIA__STEP_CKPT, (long long)m->trainer.step);
     return save_checkpoint(m, name, e->n, k + 1, e->loss_sum, e->samples, true);
@@ -232,13 +258,13 @@ static glia_status epoch_end(struct glia_model *m, struct run *t, struct epoch_r
     struct glia__loss_read got = {0};
     if (!st) st = fs;
     if (!st) st = glia__lagged_drain(m, &t->lag, e->n, &got);  /* the epoch's last loss */
-    epoch_add_loss(e, &got);
+    epoch_add_loss(m, e, &got);
     t->lag.pending = false;
     if (st || t->stopped) {
         if (!st) glia__report_stopped(&t->rep, m, e->n, t->interrupted);
         return st;
     }
-    glia__report_epoch_last_step(&t->rep, m, e->n, e->l_k, t->steps, e->l, e->samples - e->samples0, e->t0);
+    glia__report_epoch_last_step(&t->rep, m, e->n, &e->l, t->steps, e->samples - e->samples0, e->t0);
     double train_s = glia__now() - e->t0, wait_s = t->s.train.wait_s;
     struct dist_epoch de;
     st = dist_epoch(m, &t->s.train, e->loss_sum, e->samples, e->samples - e->samples0, train_s, t->steps - e->k0, &de);
@@ -307,11 +333,12 @@ static glia_status train_run(struct glia_model *m, const struct glia_train_optio
             bool update = (k + 1) % m->trainer.accumulate == 0 || k == t.steps - 1;  /* an epoch ends with an update */
             struct glia__loss_read got;
             st = glia__train_step(m, nb, epoch, k, update, &t.lag, &got);
-            epoch_add_loss(&e, &got);
+            epoch_mark_step(m, &e, k);
+            epoch_add_loss(m, &e, &got);
             e.samples += nb;
             if (!st && update) st = after_update(m, &t, &e, k);
             if (st || t.stopped) break;
-            glia__report_step(&t.rep, m, epoch, e.l_k, t.steps, e.l, e.samples - e.samples0, e.t0, t.steps - k - 1);
+            glia__report_step(&t.rep, m, epoch, &e.l, t.steps, e.samples - e.samples0, e.t0, t.steps - k - 1);
         }
         st = epoch_end(m, &t, &e, &f, st, results, max_results);
     }

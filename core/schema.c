@@ -145,6 +145,8 @@ static const struct glia_key train_keys[] = {
     GLIA_KEY("init_from", GLIA_KEY_STRING, NULL, "a safetensors file (glia export's, or PyTorch's state_dict) whose "
              "weights and buffers replace the initial ones, by name (<layer>.<parameter>); a checkpoint --resume loads "
              "comes after it"),
+    GLIA_KEY("tensorboard", GLIA_KEY_STRING, NULL, "folder for a TensorBoard event file: train/loss and train/lr every "
+             "log_every steps, the epoch's figures after each (made with its parents; a new file each run)"),
     GLIA_KEY("checkpoint_dir", GLIA_KEY_STRING, NULL, "write checkpoints here (every checkpoint_every steps and at the end; made with its parents)"),
     GLIA_KEY("checkpoint_every", GLIA_KEY_INT, "0", "optimizer steps between checkpoints (0: only at the end)", .min = 0, .max = 1e15),
     GLIA_KEY("checkpoint_keep", GLIA_KEY_INT, "2", "the folder's newest step checkpoints kept, whoever wrote them (older ones are deleted; final.ckpt stays)", .min = 1, .max = 1e6),

@@ -10,6 +10,7 @@
 #include "modelutil.h"
 #include "parts.h"
 #include "loader.h"
+#include "tbutil.h"
 #include <glia/glia.h>
 #include "build-config.h"
 
@@ -341,8 +342,13 @@ static void test_progress_lines_match_cpu(void)
     int ea[MAX], eb[MAX];
     long long ka[MAX], kb[MAX];
     double la[MAX], lb[MAX];
+    char tb[700], gpu_train[800], cmd[800];
+    snprintf(tb, sizeof tb, "%s/progress-tb", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tb);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(gpu_train, sizeof gpu_train, "sgd\nlr = 0.01\nlog_every = 1\ntensorboard = %s", tb);
     int na = progress_of(cnn_text("cpu", "", "sgd\nlr = 0.01\nlog_every = 1"), ea, ka, la, MAX);
-    int nb = progress_of(cnn_text("cuda", "precision = fp32", "sgd\nlr = 0.01\nlog_every = 1"), eb, kb, lb, MAX);
+    int nb = progress_of(cnn_text("cuda", "precision = fp32", gpu_train), eb, kb, lb, MAX);
     CU_ASSERT_EQUAL(na, 40);  /* 2 epochs of 640 / 32 steps */
     CU_ASSERT_EQUAL_FATAL(nb, na);
     int bad = 0;
@@ -353,6 +359,11 @@ static void test_progress_lines_match_cpu(void)
                    la[i], eb[i], kb[i], lb[i]);
     }
     CU_ASSERT_EQUAL(bad, 0);
+    /* [train] tensorboard: each line's loss at the optimizer step its batch ended, though it came a step late */
+    int64_t step[MAX];
+    float v[MAX];
+    CU_ASSERT_EQUAL_FATAL(tb_dir_scalars(tb, "train/loss", step, v, MAX), nb);
+    for (int i = 0; i < nb; i++) CU_ASSERT(step[i] == (eb[i] - 1) * 20 + kb[i] && fabs(v[i] - lb[i]) <= 5.01e-5);
 }
 
 /* Low precisions train too (the loss goes down); after the first epoch no step asks the driver
@@ -1274,6 +1285,27 @@ static bool scale_grew(const struct glia_model *m)
     return ldexp(m->trainer.scaler.scale, (int)m->trainer.scaler.skipped) > FP16_START;
 }
 
+/* [train] tensorboard of two runs (cuda_graph off and on) in folders a and b: train/loss and train/lr at the same
+ * steps with the same values, a skipped update counted as not taken whether the host or the device skipped it; in a,
+ * the step count never goes back and moves by at most one a batch. */
+static void same_tensorboard_steps(const char *a, const char *b)
+{
+    enum { MAX = 128 };
+    int64_t sa[MAX], sb[MAX];
+    float va[MAX], vb[MAX];
+    static const char *const tags[] = {"train/loss", "train/lr"};
+    for (int t = 0; t < 2; t++) {
+        int na = tb_dir_scalars(a, tags[t], sa, va, MAX), nb = tb_dir_scalars(b, tags[t], sb, vb, MAX);
+        CU_ASSERT_FATAL(na > 0 && na <= MAX);
+        CU_ASSERT_EQUAL_FATAL(nb, na);
+        int bad = 0;
+        for (int i = 0; i < na; i++)
+            bad += sa[i] != sb[i] || va[i] != vb[i] || (i && (sa[i] < sa[i - 1] || sa[i] > sa[i - 1] + 1));
+        if (bad) printf("\n  %s: %d of %d records differ\n", tags[t], bad, na);
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+}
+
 /* precision = fp16 with cuda_graph = on captures the loss scaler with the optimizer step (cuda.so keeps it on the
  * device) and trains exactly as cuda_graph = off: the same epochs' losses, weights, optimizer state, step count,
  * learning rate, loss scale, clean and skipped steps, bit for bit, over runs whose scale grows (every 3 clean steps
@@ -1302,7 +1334,7 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         {"adam\nlr = 0.001", "", 1, true},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char acc[2048], rt[128], ck[2][560];
+        char acc[3072], rt[128], ck[2][560], tbd[2][560], cmd[1200];
         struct run a, b;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
         struct run *runs[2] = {&a, &b};
@@ -1313,8 +1345,11 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         for (int r = 0; r < 2; r++) {
             snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
             snprintf(ck[r], sizeof ck[r], "%s/fp16-ckpt-%d", dir, r);  /* where checkpoint_every writes */
-            snprintf(acc, sizeof acc, "%saccumulate = %d\ncheckpoint_dir = %s\n", cases[c].train, cases[c].accumulate,
-                     ck[r]);
+            snprintf(tbd[r], sizeof tbd[r], "%s/fp16-tb-%d", dir, r);
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", tbd[r]);
+            CU_ASSERT_FATAL(system(cmd) == 0);
+            snprintf(acc, sizeof acc, "%saccumulate = %d\ncheckpoint_dir = %s\nlog_every = 1\ntensorboard = %s\n",
+                     cases[c].train, cases[c].accumulate, ck[r], tbd[r]);
             open_run(runs[r], cnn_text_with(rt, cases[c].optimizer, 32, acc));
             runs[r]->m->trainer.scaler_growth = 3;  /* the scale grows until gradients overflow */
             runs[r]->m->trainer.scaler.scale = FP16_START;
@@ -1366,6 +1401,7 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         int saved = same_step_checkpoints(ck[0], ck[1]);  /* at the same steps, with the same scaler and weights */
         if (!(c == 2 ? saved >= 3 : saved == (c == 0))) printf("\n  case %zu: %d step checkpoints\n", c, saved);
         CU_ASSERT(c == 2 ? saved >= 3 : saved == (c == 0));  /* case 0: max_steps' stop saves its step */
+        same_tensorboard_steps(tbd[0], tbd[1]);
         int epochs = c == 0 ? 1 : 2;  /* max_steps stops the first case in its second epoch */
         for (int e = 0; e < epochs; e++) {
             CU_ASSERT_EQUAL(rb[e].train_loss, ra[e].train_loss);

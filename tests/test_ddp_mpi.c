@@ -1,8 +1,8 @@
 /* tests/test_ddp_mpi.c — DDP over the mpi transport with 2 ranks (the program starts itself
  * through mpirun): training equals one process on the global batch, every rank ends with the
  * same weights, SyncBatchNorm sees the global batch, a different model, different settings or a
- * --resume on one rank only are refused, only rank 0 writes files (checkpoints, metrics, the
- * profile's trace).
+ * --resume on one rank only are refused, only rank 0 writes files (checkpoints, metrics, the TensorBoard event
+ * file, the profile's trace).
  * Not the transport's own tests (test_comm) and not rank failures (test_ddp_fault). */
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "parts.h"
 #include "modelutil.h"
 #include "mpiutil.h"
+#include "tbutil.h"
 #include "traceutil.h"
 
 static char dir[512];
@@ -252,11 +253,12 @@ static void test_ddp_different_settings_refused(void)
 }
 
 /* Uneven shards (500 samples over 2 ranks of batch 16 is padded); only rank 0 writes the
- * checkpoints and metrics; each rank writes its own log. */
+ * checkpoints, metrics and event file; each rank writes its own log. */
 static void test_ddp_files_and_padding(void)
 {
-    char extra[1200];
-    snprintf(extra, sizeof extra, "checkpoint_dir = %s/ckpt\nmetrics = %s/metrics.jsonl\n", dir, dir);
+    char extra[1800];
+    snprintf(extra, sizeof extra, "checkpoint_dir = %s/ckpt\nmetrics = %s/metrics.jsonl\ntensorboard = %s/tb\n", dir, dir,
+             dir);
     snprintf(dist_extra, sizeof dist_extra, "rank_log = %s/rank-{rank}.log", dir);
     struct run d;
     open_run(&d, model(true, 16, 500, extra, NULL));
@@ -286,6 +288,11 @@ static void test_ddp_files_and_padding(void)
     }
     fclose(f);
     CU_ASSERT_EQUAL(lines, 2);  /* one writer, one line an epoch */
+    snprintf(path, sizeof path, "%s/tb", dir);
+    int64_t step[4];
+    float v[4];
+    CU_ASSERT_EQUAL(tb_dir_scalars(path, "epoch/train_loss", step, v, 4), 2);  /* one event file, one record an epoch */
+    CU_ASSERT(step[0] == 16 && step[1] == 32);
     for (int r = 0; r < 2; r++) {
         snprintf(path, sizeof path, "%s/rank-%d.log", dir, r);
         f = fopen(path, "r");
