@@ -2,6 +2,7 @@
  * not, 1 to 4 heads, T below, on and across the CPU kernel's tile, write and accumulate, train and eval, dropout (the
  * same probabilities dropped on both), the same bits from two runs, and a cached decode chunk by chunk (the kernel, and a GPT model's glia_model_decode). Exits 77 (skipped) without a usable GPU or
  * without the CUDA build. Not a test of the CPU semantics: test_attention. */
+#include <dlfcn.h>
 #include "cudautil.h"
 #include "modelutil.h"
 
@@ -88,6 +89,37 @@ static void test_attention_half(void)
     fclose(lf);
     if (log_len) printf("\n  notices:\n%s", log);
     CU_ASSERT_PTR_NULL(strstr(log, "fused attention"));  /* neither refused nor off */
+    free(log);
+}
+
+/* Under the emulator, cuDNN refusing the backward graph only (GLIA_EMU_CUDNN_MAX_OPS=20: the forward has 17 operations,
+ * the backward 27): the fused forward runs, the backward falls back to the f32 kernels after running their forward
+ * again, with one notice, and the gradients are the CPU's. On a GPU the variable means nothing and cuDNN runs both. */
+static void test_attention_half_backward_refused(void)
+{
+    void *emu = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);  /* loaded with cuda.so under the emulator only */
+    if (!emu) {
+        printf("(not the emulator: skipped) ");
+        return;
+    }
+    dlclose(emu);
+    setenv("GLIA_EMU_CUDNN_MAX_OPS", "20", 1);
+    char *log = NULL;
+    size_t log_len = 0;
+    FILE *lf = open_memstream(&log, &log_len);
+    CU_ASSERT_FATAL(lf != NULL);
+    glia_log_set(cuda_ctx, lf, GLIA_LOG_WARN);
+    const struct glia_shape sh = {3, {2, 37, 96}};
+    struct cuda_case k = {.ini = "[a]\ntype = attention\nheads = 2\n", .in = &sh, .n_in = 1, .seed = 77,
+                          .act = GLIA_BF16};
+    struct cuda_diff d = cuda_compare(&k);
+    glia_log_set(cuda_ctx, stderr, GLIA_LOG_WARN);
+    fclose(lf);
+    unsetenv("GLIA_EMU_CUDNN_MAX_OPS");
+    printf("\n  out %g din %g; notices: %s", d.out, d.din, log);
+    CU_ASSERT(d.out <= 3e-2 && d.din <= 1.0 / 64);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "cuDNN's fused attention refused"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "backward graph"));
     free(log);
 }
 
@@ -210,5 +242,6 @@ static void test_model_decode(void)
 }
 
 CUDA_TEST_MAIN("cuda_attention", GLIA_TEST(test_attention), GLIA_TEST(test_attention_tf32),
-               GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_half), GLIA_TEST(test_attention_decode),
+               GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_half),
+               GLIA_TEST(test_attention_half_backward_refused), GLIA_TEST(test_attention_decode),
                GLIA_TEST(test_model_decode))

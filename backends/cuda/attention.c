@@ -482,7 +482,16 @@ static glia_status at_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (st) return st;
     enum glia_dtype dt = a->dout->dtype;
     if (dt == GLIA_F32) return backward_f32(l, a, z);
-    if (!s->fused_last || !fused_ready(l, &z, dt, true, true)) return backward_via_f32(l, a, &z, NULL);
+    if (s->fused_last && !fused_ready(l, &z, dt, true, true)) {
+        /* cuDNN refused the backward of a fused forward: the f32 kernels' training forward again, for their state */
+        struct glia_tensor *y = as_f32(l, a->out, false);
+        struct glia_fwd f = {a->in, a->n_in, y, NULL, true, 0, false, 0, NULL, false, 0};
+        st = y ? forward_via_f32(l, &f, &z, y) : GLIA_ENOMEM;
+        glia_tensor_release(y);
+        s->fused_last = false;
+        if (st) return st;
+    }
+    if (!s->fused_last) return backward_via_f32(l, a, &z, NULL);
     struct glia_tensor *into = a->din[0];
     if (a->din_accumulate[0] && (st = glia_tensor_new(l->backend, dt, &a->din[0]->shape, &into))) return st;
     st = backward_fused(l, a, &z, into);

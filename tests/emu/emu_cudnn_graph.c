@@ -3,6 +3,7 @@
  * graph on the host (matmul, pointwise with broadcasting, reductions, reshapes as views, Bernoulli draws), tensor by
  * tensor through their dims and strides, in f32/bf16/f16/i64/bool, each virtual tensor in a buffer of its own.
  * Execution copies the variant pack (by-value scalars by value) and queues the interpretation on the handle's stream.
+ * GLIA_EMU_CUDNN_MAX_OPS=N refuses the plan of every graph of more than N operations (the callers' fallbacks).
  * Not cuDNN's engines: no fusion, no pattern matching (a graph cuDNN would refuse may run here), loops in double. */
 #include <cudnn.h>
 #include <math.h>
@@ -162,9 +163,12 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d)
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
         if (e->n_ops < 1 || !e->handle) return bad("a graph needs operations and a handle", e->n_ops);
         break;
-    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: {
         if (!e->graph || !e->handle) return bad("a plan needs an engine configuration and a handle", 0);
+        const char *most = getenv("GLIA_EMU_CUDNN_MAX_OPS");  /* tests: a graph cuDNN refuses, as it may */
+        if (most && e->graph->n_ops > atoi(most)) return CUDNN_STATUS_NOT_SUPPORTED;
         break;
+    }
     default: break;
     }
     e->final = true;

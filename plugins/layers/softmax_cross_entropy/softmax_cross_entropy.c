@@ -37,18 +37,19 @@ static glia_status sce_infer(const struct glia_layer *l, const struct glia_shape
     return GLIA_OK;
 }
 
-/* l->state of the CPU kernel: the softmax of the last training forward and how many positions counted, for
- * backward. */
+/* l->state of the CPU kernel: each row's logsumexp in the last training forward and how many positions counted, for
+ * backward, which recomputes the probabilities from them (a language model's (N, T, vocab) softmax is never
+ * stored: R doubles, not R x C floats). */
 struct sce_cpu {
-    float *prob;    /* (R, C) (owned) */
-    int64_t cap;    /* floats prob holds */
+    double *lse;    /* (R) (owned) */
+    int64_t cap;    /* rows lse holds */
     int64_t count;  /* positions of the last training forward whose label is not ignore_index */
 };
 
 static void sce_cpu_destroy(struct glia_layer *l)
 {
     struct sce_cpu *s = l->state;
-    free(s->prob);
+    free(s->lse);
 }
 
 /* The rows R (N, or N*T) and classes C of logits x: every dimension but the last is a position. */
@@ -60,7 +61,7 @@ static void sce_rows(const struct glia_tensor *x, int64_t *R, int64_t *C)
 }
 
 /* loss(1) = sum_r [(1-e) (-log p[r, y(r)]) + e mean_c (-log p[r, c])] / count over the rows r of x(R,C) (R = N or
- * N*T) whose label y(R) is not ignore_index, p = softmax; count 0 gives 0. Keeps prob(R,C) when training. */
+ * N*T) whose label y(R) is not ignore_index, p = softmax; count 0 gives 0. Keeps lse(R) when training. */
 static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *p = l->attrs;
@@ -80,16 +81,16 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
                               l->name, y[i], (long long)i, (long long)C);
         count++;
     }
-    if (a->train && s->cap < N * C) {
-        float *q = realloc(s->prob, sizeof(float) * (size_t)(N * C));
+    if (a->train && s->cap < N) {
+        double *q = realloc(s->lse, sizeof(double) * (size_t)(N > 0 ? N : 1));
         if (!q) return GLIA_ENOMEM;
-        s->prob = q;
-        s->cap = N * C;
+        s->lse = q;
+        s->cap = N;
     }
     double total = 0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {
-        if (y[i] == p->ignore_index) continue;  /* its gradient row is 0: prob is not read */
+        if (y[i] == p->ignore_index) continue;  /* its gradient row is 0: lse is not read */
         const float *r = x + i * C;
         float mx = r[0];
         for (int64_t j = 1; j < C; j++) mx = r[j] > mx ? r[j] : mx;
@@ -101,15 +102,15 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
             mean_nll /= (double)C;
         }
         total += (1.0 - p->smoothing) * (lse - r[y[i]]) + p->smoothing * mean_nll;
-        if (a->train)
-            for (int64_t j = 0; j < C; j++) s->prob[i * C + j] = (float)exp((double)r[j] - lse);
+        if (a->train) s->lse[i] = lse;
     }
     if (a->train) s->count = count;
     glia_tensor_f32(a->out)[0] = count > 0 ? (float)(total / (double)count) : 0.0f;
     return GLIA_OK;
 }
 
-/* dx(R,C) (+)= scale * (prob - (1-e) onehot(y) - e/C) / count on the counted rows, 0 on the ignored ones */
+/* dx(R,C) (+)= scale * (p - (1-e) onehot(y) - e/C) / count on the counted rows, 0 on the ignored ones; p = exp(x -
+ * lse) recomputed from the kept row logsumexp, the value the forward computed */
 static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *p = l->attrs;
@@ -118,6 +119,7 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     int64_t N, C;
     sce_rows(a->in[0], &N, &C);
     const int32_t *y = glia_tensor_i32(a->labels);
+    const float *x = glia_tensor_f32(a->in[0]);
     float *dx = glia_tensor_f32(a->din[0]);
     float k = s->count > 0 ? glia_tensor_f32(a->dout)[0] / (float)s->count : 0.0f;
     bool add = a->din_accumulate[0];
@@ -126,7 +128,8 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     for (int64_t i = 0; i < N; i++) {
         bool ignored = y[i] == p->ignore_index;
         for (int64_t j = 0; j < C; j++) {
-            float g = ignored ? 0.0f : k * (s->prob[i * C + j] - (j == y[i] ? 1.0f - e : 0.0f) - off);
+            float pr = ignored ? 0.0f : (float)exp((double)x[i * C + j] - s->lse[i]);
+            float g = ignored ? 0.0f : k * (pr - (j == y[i] ? 1.0f - e : 0.0f) - off);
             dx[i * C + j] = add ? dx[i * C + j] + g : g;
         }
     }
