@@ -147,6 +147,7 @@ static void test_gelu(void)
     check_ok("[g]\ntype = gelu\n", S(2, 4, 6, 0, 0), 31);
     check_ok("[g]\ntype = gelu\n", S(4, 2, 3, 2, 2), 32);
     check_ok("[g]\ntype = gelu\n", S(3, 2, 4, 3, 0), 33);
+    check_ok("[g]\ntype = gelu\napproximate = tanh\n", S(3, 2, 4, 3, 0), 34);
 }
 
 static void test_leaky_relu(void)

@@ -980,6 +980,8 @@ static void test_type_expressions(void)
     check_type_text("[a]\ntype = sigmoid\n", 1, "sigmoid(x)");
     check_type_text("[a]\ntype = tanh\n", 1, "tanh(x)");
     check_type_text("[a]\ntype = gelu\n", 1, "0.5 * x * (1 + erf(x * 0.70710678118654752))");
+    check_type_text("[a]\ntype = gelu\napproximate = tanh\n", 1,
+                    "0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x^3)))");
     check_type_text("[a]\ntype = add\n", 2, "x + y");
     check_type_text("[a]\ntype = add\n", 3, "x + y + z");
     check_type_text("[a]\ntype = add\n", 4, "x + y + z + w");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # bench/gpt2/torch_gpt2.py — GPT-2 124M (share/glia/examples/gpt2-124m.ini) in PyTorch at its best on one GPU, the
 # PyTorch side of bench/gpt2/run.sh: nanoGPT's model (pre-norm blocks, fused qkv, F.scaled_dot_product_attention
-# causal, erf GELU, tied lm_head, vocab 50304), bf16 autocast, torch.compile, fused AdamW (0.9, 0.95, weight decay
+# causal, GPT-2's tanh GELU, tied lm_head, vocab 50304), bf16 autocast, torch.compile, fused AdamW (0.9, 0.95, weight decay
 # 0.1 on the 2-D weights), clipping 1, glia's warmup then cosine, random windows of llm.c token files, the data on
 # the GPU. Prints a JSON line per logged step (loss) and one summary line: ms per step after the warm-up, tokens/s,
 # MFU by 6N + 6·L·C·T FLOPs per token against the given peak, peak memory. Not glia, and not a test.
@@ -31,7 +31,7 @@ class Block(nn.Module):
         q, k, v = (z.view(n, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).contiguous().view(n, t, c))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):

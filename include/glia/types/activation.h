@@ -1,10 +1,15 @@
-/* glia/types/activation.h — what the kernels of relu, leaky_relu, sigmoid, tanh and gelu share: leaky_relu's attributes
+/* glia/types/activation.h — what the kernels of relu, leaky_relu, sigmoid, tanh and gelu share: leaky_relu's and gelu's attributes
  * and the type's expression with its gradient. Not a kernel (plugins/layers/activation interprets, cuda.so compiles). */
 #ifndef GLIA_TYPES_ACTIVATION_H
 #define GLIA_TYPES_ACTIVATION_H
 
 #include <glia/glia.h>
 #include <glia/expr.h>
+
+/* l->attrs of a gelu layer: the erf form, or (approximate = tanh) GPT-2's tanh approximation. */
+struct glia_gelu_attrs {
+    int tanh;  /* key approximate: 0 none, 1 tanh */
+};
 
 /* l->attrs of a leaky_relu layer: y = x > 0 ? x : slope * x. */
 struct glia_leaky_relu_attrs {

@@ -1,5 +1,5 @@
-/* plugins/layers/activation — the activation types relu, leaky_relu, sigmoid, tanh and gelu, each its expression,
- * and their one CPU kernel, which interprets it. Not PReLU (no learned slope), not GELU's tanh approximation. */
+/* plugins/layers/activation — the activation types relu, leaky_relu, sigmoid, tanh and gelu (erf form or, with
+ * approximate = tanh, GPT-2's), each its expression, and their one CPU kernel, which interprets it. Not PReLU. */
 
 /* Each type is its expression (glia/expr.h, given by its pointwise slot); the kernel evaluates it forward and
  * its symbolic gradient backward. This one source is built into relu.so, leaky_relu.so, sigmoid.so, tanh.so and
@@ -21,7 +21,7 @@
 #define ACT_leaky_relu_DESC "leaky ReLU activation"
 #define ACT_sigmoid_DESC "sigmoid activation"
 #define ACT_tanh_DESC "tanh activation"
-#define ACT_gelu_DESC "GELU activation, erf form"
+#define ACT_gelu_DESC "GELU activation, erf form or tanh approximation"
 
 /* One activation: its type, its CPU kernel, and its forward flops per element (a transcendental counts as
  * one): relu 1 (compare), tanh 1, leaky_relu 2 (compare and multiply), sigmoid 3 (exp, add, divide), gelu 5
@@ -41,6 +41,18 @@ static glia_status act_create(struct glia_layer *l, const struct glia_section *c
                               int n_in)
 {
     return GLIA_OK;  /* nothing to read, nothing to keep */
+}
+
+static const struct glia_key gelu_keys[] = {
+    GLIA_KEY("approximate", GLIA_KEY_ENUM, "none", "none: the erf form; tanh: GPT-2's tanh approximation "
+             "(nn.GELU(approximate='tanh'))", .choices = "none|tanh"),
+    GLIA_KEY_END};
+
+static glia_status gelu_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
+                               int n_in)
+{
+    ((struct glia_gelu_attrs *)l->attrs)->tanh = !strcmp(glia_section_str(cfg, "approximate"), "tanh");
+    return GLIA_OK;
 }
 
 static const struct glia_key leaky_relu_keys[] = {
@@ -91,9 +103,12 @@ static int tanh_text(const struct glia_layer *l, int n_in, char *buf, size_t siz
     return snprintf(buf, size, "tanh(x)");
 }
 
-/* the exact form x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) */
+/* the exact form x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), or the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ * 0.044715 x^3))) */
 static int gelu_text(const struct glia_layer *l, int n_in, char *buf, size_t size)
 {
+    if (((const struct glia_gelu_attrs *)l->attrs)->tanh)
+        return snprintf(buf, size, "0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x^3)))");
     return snprintf(buf, size, "0.5 * x * (1 + erf(x * 0.70710678118654752))");
 }
 
@@ -163,7 +178,8 @@ static const struct activation activations[] = {
                sizeof(struct glia_leaky_relu_attrs), leaky_relu_text, GLIA_KERNEL_BWD_NO_OUTPUT, 2),
     ACTIVATION(sigmoid, "y = 1 / (1 + exp(-x))", NULL, act_create, 0, sigmoid_text, GLIA_KERNEL_BWD_NO_INPUT, 3),
     ACTIVATION(tanh, "y = tanh(x)", NULL, act_create, 0, tanh_text, GLIA_KERNEL_BWD_NO_INPUT, 1),
-    ACTIVATION(gelu, "y = 0.5 x (1 + erf(x / sqrt(2)))", NULL, act_create, 0, gelu_text, GLIA_KERNEL_BWD_NO_OUTPUT, 5),
+    ACTIVATION(gelu, "y = 0.5 x (1 + erf(x / sqrt(2))), or approximate = tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
+               gelu_keys, gelu_create, sizeof(struct glia_gelu_attrs), gelu_text, GLIA_KERNEL_BWD_NO_OUTPUT, 5),
 };
 
 /* Registers the activation this plugin is named after. */
