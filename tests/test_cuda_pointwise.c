@@ -14,6 +14,7 @@ static const char *const activations[] = {
     "[l]\ntype = sigmoid\n",
     "[l]\ntype = tanh\n",
     "[l]\ntype = gelu\n",
+    "[l]\ntype = gelu\napproximate = tanh\n",
 };
 #define N_ACTIVATIONS ((int)(sizeof activations / sizeof activations[0]))
 
