@@ -164,6 +164,14 @@ bench() {
     bench/ddp_overhead/run.sh --device cuda --out "$out/results/ddp_overhead-cuda.txt" > "$out/results/ddp_overhead.log" 2>&1 \
         || echo "ddp_overhead FAILED" | tee -a "$out/summary.txt"
     tail -n 8 "$out/results/ddp_overhead.log" >> "$out/summary.txt"
+    log "[runtime] nvtx overhead (fmnist-cnn, 1 epoch on cuda, off then on, twice)"
+    for run in off on off on; do
+        ./tools/glia train share/glia/examples/fmnist-cnn.ini --quiet --set runtime.device=cuda --set train.epochs=1 \
+            --set runtime.nvtx=$run --set train.checkpoint_dir="$out/nvtx-ckpt" --metrics "$out/results/nvtx-$run.jsonl" \
+            > /dev/null 2>&1 || echo "nvtx $run FAILED" | tee -a "$out/summary.txt"
+        echo "nvtx $run: $(tail -n 1 "$out/results/nvtx-$run.jsonl" | sed -n 's/.*"samples_per_s": \([0-9.e+]*\).*/\1/p') samples/s" |
+            tee -a "$out/summary.txt"
+    done
     log "bench/length_bucket"
     bench/length_bucket/run.sh --device cuda --rounds 2 --out "$out/results/length_bucket-cuda.txt" \
         > "$out/results/length_bucket.log" 2>&1 || echo "length_bucket FAILED" | tee -a "$out/summary.txt"

@@ -58,7 +58,16 @@ for b in $batches; do
           printf "{\"side\": \"glia\", \"batch\": %d, \"seq_len\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"peak_mb\": %s, \"train_loss\": %s}\n",
                  b, t, 1e3 * b / s, tok, tok * f / (pk * 1e12), num("device_peak_mb"), num("train_loss") }' | tee -a "$tmp/out"
     "$py" bench/gpt2/torch_gpt2.py --train "$data/tokens_train_*.bin" --batch "$b" --steps "$steps" \
-        --warmup "$warmup" --peak-tflops "$peak" | tee -a "$tmp/out" || echo "pytorch failed at batch $b" | tee -a "$tmp/out"
+        --warmup "$warmup" --peak-tflops "$peak" | tee "$tmp/torch.out" | tee -a "$tmp/out" ||
+        echo "pytorch failed at batch $b" | tee -a "$tmp/out"
+    # the two loss curves side by side (the same recipe and data; glia's second epoch goes on from its first)
+    echo "step  glia_loss  pytorch_loss  (batch $b)" | tee -a "$tmp/out"
+    cat "$tmp/out" "$tmp/torch.out" | awk -v b="$b" '
+        /"side": "glia", "step"/ && seen_b { s = $0; sub(/.*"step": /, "", s); sub(/,.*/, "", s); l = $0; sub(/.*"loss": /, "", l); sub(/}.*/, "", l); g[s + 0] = l }
+        /^== batch / { seen_b = ($3 == b) }
+        /"side": "pytorch", "step"/ { s = $0; sub(/.*"step": /, "", s); sub(/,.*/, "", s); l = $0; sub(/.*"loss": /, "", l); sub(/}.*/, "", l); p[s + 0] = l }
+        END { for (k = 1; k <= 100000; k++) if ((k in g) || (k in p)) printf "%5d  %9s  %12s\n", k, (k in g) ? g[k] : "-", (k in p) ? p[k] : "-" }' |
+        tee -a "$tmp/out"
 done
 echo "== attention alone, 16 x 1024 x 2304 (12 heads of 64), bf16" | tee -a "$tmp/out"
 "$glia" bench layer attention --shape 16x1024x2304 --precision bf16 --device cuda --steps 20 --warmup 5 \
