@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include "modelutil.h"
 #include "../core/half.h"
 
@@ -438,5 +439,71 @@ static void test_tied(void)
     close_run(&r);
 }
 
+/* glia CMD ARGS: its exit status, its output (both streams) in out. */
+static int run_glia(const char *args, char *out, size_t n)
+{
+    const char *bin = getenv("GLIA_BIN");
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", bin ? bin : "tools/glia", args);
+    FILE *p = popen(cmd, "r");
+    CU_ASSERT_FATAL(p != NULL);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = 0;
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* The command line: glia export writes what glia_model_export_safetensors writes from a checkpoint, glia eval reads it
+ * through --set train.init_from (no checkpoint) with the checkpoint's results, and wrong uses exit 2 saying what. */
+static void test_command_line(void)
+{
+    make_dir();
+    char text[2048], ini[700], ck[700], args[2800], out[4096];
+    snprintf(ck, sizeof ck, "checkpoint_dir = %s\n", path_of("ck"));
+    cnn_text(text, sizeof text, "", ck);
+    snprintf(ini, sizeof ini, "%s", path_of("cli.ini"));
+    FILE *f = fopen(ini, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    snprintf(args, sizeof args, "train '%s' --quiet", ini);
+    CU_ASSERT_EQUAL_FATAL(run_glia(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "export '%s' --checkpoint '%s' -o '%s' --dtype bf16", ini, path_of("ck/final.ckpt"),
+             path_of("cli.safetensors"));
+    CU_ASSERT_EQUAL(run_glia(args, out, sizeof out), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, "parameters from"));
+    struct file fl;
+    read_file(path_of("cli.safetensors"), &fl);
+    CU_ASSERT_PTR_NOT_NULL(strstr(fl.json, "\"conv.weight\":{\"dtype\":\"BF16\""));
+    free_file(&fl);
+    char a1[200] = "", a2[200] = "";
+    snprintf(args, sizeof args, "eval '%s' --checkpoint '%s'", ini, path_of("ck/final.ckpt"));
+    CU_ASSERT_EQUAL(run_glia(args, out, sizeof out), 0);
+    sscanf(strstr(out, "test_loss") ? strstr(out, "test_loss") : "", "%199[^(]", a1);
+    snprintf(args, sizeof args, "export '%s' --checkpoint '%s' -o '%s'", ini, path_of("ck/final.ckpt"),
+             path_of("cli32.safetensors"));
+    CU_ASSERT_EQUAL(run_glia(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "eval '%s' --set train.init_from='%s'", ini, path_of("cli32.safetensors"));
+    CU_ASSERT_EQUAL(run_glia(args, out, sizeof out), 0);
+    sscanf(strstr(out, "test_loss") ? strstr(out, "test_loss") : "", "%199[^(]", a2);
+    CU_ASSERT(a1[0] && !strcmp(a1, a2));  /* the same loss and accuracy from the checkpoint and from the file */
+    struct {
+        const char *args, *want;
+    } bad[] = {
+        {"export '%s' --checkpoint x.ckpt", "glia: export needs MODEL.ini, --checkpoint CKPT and -o FILE.safetensors"},
+        {"export '%s' --checkpoint x.ckpt -o y.safetensors --dtype f64", "glia: --dtype takes f32, bf16 or f16, not 'f64'"},
+        {"eval '%s'", "glia: eval needs --checkpoint FILE, or weights from [train] init_from"},
+        {"train '%s' --dtype bf16", "--dtype"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, bad[i].args, ini);
+        int rc = run_glia(args, out, sizeof out);
+        if (rc != 2 || !strstr(out, bad[i].want)) printf("\n  glia %s: %d %s\n", args, rc, out);
+        CU_ASSERT_EQUAL(rc, 2);
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, bad[i].want));
+    }
+}
+
 GLIA_TEST_MAIN("safetensors", GLIA_TEST(test_export_format), GLIA_TEST(test_round_trip),
-               GLIA_TEST(test_dropped_bias_folded), GLIA_TEST(test_refusals), GLIA_TEST(test_tied))
+               GLIA_TEST(test_dropped_bias_folded), GLIA_TEST(test_refusals), GLIA_TEST(test_tied),
+               GLIA_TEST(test_command_line))
