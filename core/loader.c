@@ -34,17 +34,24 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* Sample idx's crop offset (dy, dx in -pad .. pad) and flip (0 or 1) in epoch `epoch`: the loader's rule. */
+static void augment_draw(uint64_t seed, int epoch, int64_t idx, int pad, bool flip, int *dy, int *dx, int *f)
+{
+    uint64_t r = mix(seed ^ mix((uint64_t)epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
+    *dy = *dx = *f = 0;
+    if (pad > 0) {
+        *dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;
+        *dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
+    }
+    if (flip) *f = (int)((r >> 40) & 1);
+}
+
 void glia__augment_sample(const uint8_t *img, int channels, int rows, int cols, const float *table, int pad,
                           bool flip, uint64_t seed, int epoch, int64_t idx, float *x)
 {
     const int64_t px = (int64_t)rows * cols;
-    uint64_t r = mix(seed ^ mix((uint64_t)epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
-    int dy = 0, dx = 0, f = 0;
-    if (pad > 0) {
-        dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;
-        dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
-    }
-    if (flip) f = (int)((r >> 40) & 1);
+    int dy, dx, f;
+    augment_draw(seed, epoch, idx, pad, flip, &dy, &dx, &f);
     for (int c = 0; c < channels; c++, img += px, x += px, table += 256)
         for (int i = 0; i < rows; i++)
             for (int j = 0; j < cols; j++) {
@@ -59,13 +66,8 @@ static void augment_sample_f32(const float *img, int channels, int rows, int col
                                bool flip, uint64_t seed, int epoch, int64_t idx, float *x)
 {
     const int64_t px = (int64_t)rows * cols;
-    uint64_t r = mix(seed ^ mix((uint64_t)epoch * 0x9e3779b97f4a7c15ull + (uint64_t)idx + 1));
-    int dy = 0, dx = 0, f = 0;
-    if (pad > 0) {
-        dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;
-        dx = (int)((r >> 16) % (uint64_t)(2 * pad + 1)) - pad;
-    }
-    if (flip) f = (int)((r >> 40) & 1);
+    int dy, dx, f;
+    augment_draw(seed, epoch, idx, pad, flip, &dy, &dx, &f);
     for (int c = 0; c < channels; c++, img += px, x += px)
         for (int i = 0; i < rows; i++)
             for (int j = 0; j < cols; j++) {
