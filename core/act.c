@@ -229,7 +229,7 @@ glia_status glia__resident_init(struct glia_model *m, struct glia__resident *r, 
     struct glia_backend *b = m->backend;
     if (m->data.resident == GLIA__RESIDENT_OFF || d->tokens) return GLIA_OK;  /* tokens with on: refused by data.c */
     struct glia_section *s = glia__config_find(m->cfg, "data");
-    if (d->fimages) return GLIA_OK;  /* auto: the loader makes their batches on the host (on: refused by data.c) */
+    if (d->fimages || d->folder) return GLIA_OK;  /* auto: the loader makes their batches (on: refused by data.c) */
     char dev[32], why[200];
     glia_device_str(b->device, dev, sizeof dev);
     double bytes = (double)d->n * d->channels * d->rows * d->cols + 4.0 * (double)d->n;
@@ -316,6 +316,7 @@ glia_status glia__feed_next(struct glia_model *m, struct glia__feed *f, int64_t 
     if (m->nvtx) glia__range_push(m->backend, "input");
     glia_status st = feed_next(m, f, n, more);
     if (m->nvtx) glia__range_pop(m->backend);
+    if (!st && *more && m->data.train.folder) st = glia__loader_fault(f->L);  /* an image it could not decode */
     return st;
 }
 

@@ -27,10 +27,11 @@ static void borrow_data(struct glia_model *m, const struct glia_model *like)
 
 /* [data] format: what the files are. */
 enum data_format { FMT_IDX, FMT_TOKENS, FMT_CIFAR10, FMT_CIFAR100, FMT_SYNTHETIC, FMT_TOKEN_STREAM, FMT_BYTES, FMT_NPY,
-                   N_FORMATS };
+                   FMT_FOLDER, N_FORMATS };
 static const char *const format_names[N_FORMATS] = {"idx", "tokens", "cifar10", "cifar100", "synthetic", "token_stream",
-                                                    "bytes", "npy"};
-#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100 | 1u << FMT_SYNTHETIC | 1u << FMT_NPY)
+                                                    "bytes", "npy", "folder"};
+#define IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_CIFAR10 | 1u << FMT_CIFAR100 | 1u << FMT_SYNTHETIC | 1u << FMT_NPY | \
+                       1u << FMT_FOLDER)
 #define FILE_IMAGE_FORMATS (1u << FMT_IDX | 1u << FMT_NPY)  /* images and labels in files of their own */
 #define CIFAR_FORMATS (1u << FMT_CIFAR10 | 1u << FMT_CIFAR100)
 #define STREAM_FORMATS (1u << FMT_TOKEN_STREAM | 1u << FMT_BYTES)  /* a language model's: windows of a stream */
@@ -60,6 +61,10 @@ static const struct format_key {
     {"group_size", 1u << FMT_TOKENS, 0},
     {"coarse_labels", 1u << FMT_CIFAR100, 0},
     {"layout", 1u << FMT_NPY, 0},
+    {"train_dir", 1u << FMT_FOLDER, 1u << FMT_FOLDER},
+    {"test_dir", 1u << FMT_FOLDER, 1u << FMT_FOLDER},
+    {"image_size", 1u << FMT_FOLDER, 1u << FMT_FOLDER},
+    {"random_resized_crop", 1u << FMT_FOLDER, 0},
     {"channels", 1u << FMT_SYNTHETIC, 0},
     {"rows", 1u << FMT_SYNTHETIC, 0},
     {"cols", 1u << FMT_SYNTHETIC, 0},
@@ -69,7 +74,7 @@ static const struct format_key {
     {"test_samples", ~STREAM_FORMATS, 0},
     {"mean", IMAGE_FORMATS, 0},
     {"std", IMAGE_FORMATS, 0},
-    {"random_crop_padding", IMAGE_FORMATS, 0},
+    {"random_crop_padding", IMAGE_FORMATS & ~(1u << FMT_FOLDER), 0},
     {"random_flip", IMAGE_FORMATS, 0},
 };
 
@@ -140,10 +145,10 @@ static glia_status norm_values(struct glia_section *s, const char *key, int chan
  * pixels uniform on 0..255, mean 1/2 and std sqrt((256^2 - 1) / 12) / 255). */
 static const float default_mean[N_FORMATS][GLIA__MAX_CHANNELS] = {
     [FMT_IDX] = {0.2860f}, [FMT_CIFAR10] = {0.4914f, 0.4822f, 0.4465f}, [FMT_CIFAR100] = {0.5071f, 0.4865f, 0.4409f},
-    [FMT_SYNTHETIC] = {0.5f, 0.5f, 0.5f}};
+    [FMT_SYNTHETIC] = {0.5f, 0.5f, 0.5f}, [FMT_FOLDER] = {0.485f, 0.456f, 0.406f}};
 static const float default_std[N_FORMATS][GLIA__MAX_CHANNELS] = {
     [FMT_IDX] = {0.3530f}, [FMT_CIFAR10] = {0.2470f, 0.2435f, 0.2616f}, [FMT_CIFAR100] = {0.2673f, 0.2564f, 0.2762f},
-    [FMT_SYNTHETIC] = {0.2898f, 0.2898f, 0.2898f}};
+    [FMT_SYNTHETIC] = {0.2898f, 0.2898f, 0.2898f}, [FMT_FOLDER] = {0.229f, 0.224f, 0.225f}};
 
 /* A growing list of owned paths. */
 struct paths {
@@ -328,6 +333,22 @@ static glia_status load_idx(struct glia_model *m, struct glia_section *s)
     return st;
 }
 
+/* ---- format = folder ---------------------------------------------------------------------- */
+
+static glia_status load_folder(struct glia_model *m, struct glia_section *s)
+{
+    char *train = glia__config_path(s, "train_dir", glia_section_str(s, "train_dir"));
+    char *test = glia__config_path(s, "test_dir", glia_section_str(s, "test_dir"));
+    int size = (int)glia_section_int(s, "image_size");
+    glia_status st = train && test ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = glia__folder_load(m->ctx, train, size, NULL, glia_section_int(s, "train_samples"), &m->data.train);
+    if (!st) st = glia__folder_load(m->ctx, test, size, &m->data.train, glia_section_int(s, "test_samples"), &m->data.test);
+    m->data.train.random_crop = glia_section_bool(s, "random_resized_crop");
+    free(train);
+    free(test);
+    return st;
+}
+
 /* ---- format = npy ------------------------------------------------------------------------- */
 
 static glia_status load_npy(struct glia_model *m, struct glia_section *s)
@@ -468,6 +489,7 @@ glia_status glia__load_data(struct glia_model *m)
     if (fmt == FMT_TOKENS) st = load_tokens(m, s);
     else if ((STREAM_FORMATS >> fmt) & 1) st = load_stream(m, s, fmt == FMT_BYTES);
     else if (fmt == FMT_NPY) st = GLIA_OK;  /* loaded above */
+    else if (fmt == FMT_FOLDER) st = load_folder(m, s);
     else if (fmt == FMT_IDX) st = load_idx(m, s);
     else if (fmt == FMT_SYNTHETIC) st = load_synthetic(m, s);
     else st = load_cifar(m, s, fmt == FMT_CIFAR100);
@@ -485,9 +507,10 @@ glia_status glia__load_data(struct glia_model *m)
     const char *res = glia_section_str(s, "resident");
     m->data.resident = !strcmp(res, "on") ? GLIA__RESIDENT_ON : !strcmp(res, "off") ? GLIA__RESIDENT_OFF : GLIA__RESIDENT_AUTO;
     m->data.resident_share = glia_section_float(s, "resident_share");
-    if (m->data.resident == GLIA__RESIDENT_ON && m->data.train.fimages)
+    if (m->data.resident == GLIA__RESIDENT_ON && (m->data.train.fimages || m->data.train.folder))
         return glia_section_error(s, "resident", GLIA_ECONFIG, "resident = on makes batches of byte images on the "
-                                  "device; these images are float32 (set auto or off)");
+                                  "device; these images are %s (set auto or off)",
+                                  m->data.train.folder ? "decoded from files batch by batch" : "float32");
     if (m->data.resident == GLIA__RESIDENT_ON && m->data.train.tokens)
         return glia_section_error(s, "resident", GLIA_ECONFIG, "resident = on keeps images on the device; the batches "
                                   "of format = %s are made on the host (set auto or off)", format_names[fmt]);

@@ -342,6 +342,10 @@ void glia__dataset_free(struct glia__dataset *d)
     if (!d) return;
     free(d->images);
     free(d->fimages);
+    for (int64_t i = 0; i < d->n_files; i++) free(d->files[i]);
+    free(d->files);
+    for (int i = 0; d->class_names && i < d->n_classes; i++) free(d->class_names[i]);
+    free(d->class_names);
     free(d->labels);
     free(d->offsets);
     free(d->ids);
@@ -360,6 +364,15 @@ void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int
     for (int c = 0; c < d->channels; c++)
         for (int v = 0; v < 256; v++) table[c][v] = ((float)v / 255.0f - nm->mean[c]) / nm->std[c];
     const int64_t px = (int64_t)d->rows * d->cols, per = d->channels * px;
+    if (d->folder) {  /* decoded as evaluation sees them (a file that cannot be read gives zeros) */
+#pragma omp parallel for schedule(dynamic)
+        for (int64_t i = 0; i < n; i++) {
+            char why[8];
+            if (x) glia__folder_sample(d, idx[i], false, false, 0, 0, nm, x + i * per, why, sizeof why);
+            if (y) y[i] = d->labels[idx[i]];
+        }
+        return;
+    }
     if (d->fimages) {  /* float images: (x - mean) / std */
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {

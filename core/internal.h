@@ -279,6 +279,11 @@ struct glia__dataset {
     uint8_t *images;      /* n * channels * rows * cols (owned); NULL for tokens and float images */
     float *fimages;       /* format = npy of float32 images: n * channels * rows * cols as the file holds them, normalized
                              by (x - mean) / std without the /255 of bytes (owned); NULL otherwise */
+    bool folder;          /* format = folder: each sample decoded from files[i] when a batch is made */
+    bool random_crop;     /* folder, training set: RandomResizedCrop (else the evaluation's resize and center crop) */
+    char **files;         /* folder: n_files image paths (owned), the first n used */
+    int64_t n_files;
+    char **class_names;   /* folder, training set: n_classes folder names, sorted (owned); NULL otherwise */
     int32_t *labels;      /* n (owned) */
     int n_classes;        /* max label + 1 */
     char *classes_why;    /* where n_classes comes from, for messages: "label 9 at index 17 of PATH",
@@ -340,6 +345,20 @@ void glia__stream_fill(const struct glia__dataset *d, const int64_t *starts, int
 /* Load an IDX image file (magic 0x00000803) and label file (0x00000801), raw or gzip.
  * limit > 0 keeps only the first `limit` samples. Missing, unreadable, truncated or
  * inconsistent files give one line naming the file and what is wrong. */
+struct glia__norm;
+/* [data] format = folder (core/data_folder.c): the ImageFolder tree at dir, every file's header checked; classes_of
+ * NULL: the training set, whose sorted folder names are the classes; else the test set, its folders those classes.
+ * keep > 0: the first keep samples. */
+glia_status glia__folder_load(struct glia_context *ctx, const char *dir, int size, const struct glia__dataset *classes_of,
+                              int64_t keep, struct glia__dataset *out);
+/* Sample idx of a folder set decoded into x (3, size, size): random, training's crop (RandomResizedCrop) and, with
+ * flip_ok, its flip, drawn from (seed, epoch, idx); else evaluation's resize and center crop; normalized by nm. False
+ * (x zeros, why naming the file) when the file cannot be decoded. */
+bool glia__folder_sample(const struct glia__dataset *d, int64_t idx, bool random, bool flip_ok, uint64_t seed,
+                         int epoch, const struct glia__norm *nm, float *x, char *why, size_t n);
+/* The crop of a w x h image the sample takes (x0, y0, width, height in pixels of the image) and its flip. */
+void glia__folder_crop(int w, int h, int size, bool random, uint64_t seed, int epoch, int64_t idx, double rect[4],
+                       bool *flip);
 /* [data] format = npy: the images and labels files (core/data_npy.c); nhwc: 4-D images are (n, h, w, c); keep > 0:
  * the first keep samples. */
 glia_status glia__npy_load(struct glia_context *ctx, const char *images, const char *labels, bool nhwc, int64_t keep,

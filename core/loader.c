@@ -78,9 +78,20 @@ static void augment_sample_f32(const float *img, int channels, int rows, int col
 }
 
 /* One sample of the loader's data set into x (channels, rows, cols) and its label into *y. */
-static void make_sample(const struct glia__loader *L, int64_t idx, float *x, int32_t *y)
+static void make_sample(struct glia__loader *L, int64_t idx, float *x, int32_t *y)
 {
     const struct glia__dataset *d = L->d;
+    if (d->folder) {  /* decoded here, in a worker; a file that cannot be decoded stops the run at its batch */
+        char why[600];
+        if (!glia__folder_sample(d, idx, d->random_crop, L->flip, L->seed, L->epoch, &L->norm, x, why, sizeof why)) {
+            pthread_mutex_lock(&L->fault_mu);
+            if (!L->failed) snprintf(L->failure, sizeof L->failure, "%s", why);
+            L->failed = true;
+            pthread_mutex_unlock(&L->fault_mu);
+        }
+        *y = d->labels[idx];
+        return;
+    }
     if (d->fimages) {
         augment_sample_f32(d->fimages + idx * d->channels * (int64_t)d->rows * d->cols, d->channels, d->rows, d->cols,
                            &L->norm, L->crop_padding, L->flip, L->seed, L->epoch, idx, x);
@@ -131,7 +142,7 @@ static void fill_stream(const struct glia__loader *L, const int64_t *idx, int64_
     s->real = n * L->d->cols;
 }
 
-static void fill(const struct glia__loader *L, int64_t b, struct slot *s)
+static void fill(struct glia__loader *L, int64_t b, struct slot *s)
 {
     int64_t n = batch_size_of(L, b), per = (int64_t)L->d->channels * L->d->rows * L->d->cols;
     const int64_t *idx = L->perm + b * L->batch;
@@ -317,6 +328,7 @@ glia_status glia__loader_init(struct glia__loader *L, struct glia_context *ctx, 
         }
     }
     pthread_mutex_init(&L->mu, NULL);
+    pthread_mutex_init(&L->fault_mu, NULL);
     pthread_cond_init(&L->cv_work, NULL);
     pthread_cond_init(&L->cv_ready, NULL);
     pthread_cond_init(&L->cv_free, NULL);
@@ -431,6 +443,7 @@ void glia__loader_free(struct glia__loader *L)
         pthread_mutex_unlock(&L->mu);
         join_workers(L);
         pthread_mutex_destroy(&L->mu);
+        pthread_mutex_destroy(&L->fault_mu);
         pthread_cond_destroy(&L->cv_work);
         pthread_cond_destroy(&L->cv_ready);
         pthread_cond_destroy(&L->cv_free);
@@ -452,4 +465,12 @@ void glia__loader_free(struct glia__loader *L)
     free(L->w);
     free(L->perm);
     memset(L, 0, sizeof *L);
+}
+
+glia_status glia__loader_fault(struct glia__loader *L)
+{
+    pthread_mutex_lock(&L->fault_mu);
+    glia_status st = L->failed ? glia_error(L->ctx, GLIA_EFORMAT, "%s", L->failure) : GLIA_OK;
+    pthread_mutex_unlock(&L->fault_mu);
+    return st;
 }

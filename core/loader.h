@@ -69,7 +69,13 @@ struct glia__loader {
     struct worker *w;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready, cv_free;
+    pthread_mutex_t fault_mu;      /* the first sample that could not be made ([data] format = folder): */
+    bool failed;
+    char failure[600];             /* what and which file; glia__loader_fault reports it */
 };
+
+/* GLIA_EFORMAT with the first sample the loader could not make (a folder image it could not decode), else GLIA_OK. */
+glia_status glia__loader_fault(struct glia__loader *L);
 
 /* Image sample idx of epoch `epoch` into x (channels, rows, cols) from its pixels img (channels, rows, cols): a
  * random crop from the image padded by `pad` zero pixels, a random horizontal flip when `flip` (the same for every

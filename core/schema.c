@@ -45,12 +45,22 @@ static const struct glia_key data_keys[] = {
              "dataset files: idx (images), tokens (lines of a label then token ids), cifar10 or cifar100 (binary batches); "
              "synthetic: random images and labels made when the model is built (no files); token_stream (llm.c's "
              "uint16 token files) or bytes (any files, a token per byte): a language model's windows of seq_len tokens; "
-             "npy: uint8 or float32 images and integer labels as NumPy .npy files",
-             .choices = "idx|tokens|cifar10|cifar100|synthetic|token_stream|bytes|npy"),
+             "npy: uint8 or float32 images and integer labels as NumPy .npy files; folder: an ImageFolder tree of PNG "
+             "and JPEG images, one folder per class",
+             .choices = "idx|tokens|cifar10|cifar100|synthetic|token_stream|bytes|npy|folder"),
     GLIA_KEY("train_images", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX image file for training (raw or .gz); required"),
     GLIA_KEY("train_labels", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX label file for training; required"),
     GLIA_KEY("test_images", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX image file for evaluation; required"),
     GLIA_KEY("test_labels", GLIA_KEY_STRING, NULL, "format = idx or npy: IDX label file for evaluation; required"),
+    GLIA_KEY("train_dir", GLIA_KEY_STRING, NULL, "format = folder: the training images, one folder per class (the "
+             "sorted folder names are the classes); required"),
+    GLIA_KEY("test_dir", GLIA_KEY_STRING, NULL, "format = folder: the evaluation images, their folders among the "
+             "training classes; required"),
+    GLIA_KEY("image_size", GLIA_KEY_INT, NULL, "format = folder: the side of the square images the model sees "
+             "(required)", .min = 1, .max = 4096),
+    GLIA_KEY("random_resized_crop", GLIA_KEY_BOOL, "on", "format = folder: training images are RandomResizedCrop's "
+             "(area 8-100%, aspect 3/4-4/3) resized to image_size; off, and always in evaluation: resized to "
+             "image_size / 0.875 on the shorter side and cropped to the center"),
     GLIA_KEY("layout", GLIA_KEY_ENUM, "nchw", "format = npy: 4-D images are N x C x H x W (nchw) or N x H x W x C "
              "(nhwc, as NumPy and TensorFlow keep them)", .choices = "nchw|nhwc"),
     GLIA_KEY("train", GLIA_KEY_STRING, NULL,

@@ -174,4 +174,11 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
     fprintf(f, "data: %lld training samples, %lld test samples, %s, %d classes; optimizer %s, lr %g (%s), %d epochs\n",
             (long long)m->data.train.n, (long long)m->data.test.n, shape, m->data.n_classes, m->trainer.opt.type->name, m->trainer.lr, how,
             m->trainer.epochs);
+    const struct glia__dataset *d = &m->data.train;
+    if (d->class_names) {  /* format = folder: the classes by their folders, label 0 first */
+        fprintf(f, "classes:");
+        for (int i = 0; i < d->n_classes && i < 20; i++) fprintf(f, "%s %d %s", i ? "," : "", i, d->class_names[i]);
+        if (d->n_classes > 20) fprintf(f, ", ... (%d more)", d->n_classes - 20);
+        fprintf(f, "\n");
+    }
 }

@@ -318,7 +318,7 @@ static void test_config_keys(void)
         const char *data, *want;
     } cases[] = {
         {"format = tokens\ntrain = %s\ntest = %s\n", "t.ini:2: [data] vocab: missing required key (format = tokens)"},
-        {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\nmean = 0.5\n", "t.ini:7: [data] mean: 'mean' applies to format = idx, cifar10, cifar100, synthetic or npy, not tokens"},
+        {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\nmean = 0.5\n", "t.ini:7: [data] mean: 'mean' applies to format = idx, cifar10, cifar100, synthetic, npy or folder, not tokens"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 1\n", "t.ini:6: [data] vocab: vocab must be at least 2"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 3\n", "token id 3 is out of range 1..2"},
         {"format = tokens\ntrain = %s\ntest = %s\nvocab = 9\n",
