@@ -138,6 +138,7 @@ static bool png_read(const char *path, bool header_only, uint8_t **rgb, int *w, 
 /* The image at path, or only its size: false with why when it cannot be read. */
 static bool image_read(const char *path, bool header_only, uint8_t **rgb, int *w, int *h, char *why, size_t n)
 {
+    (void)header_only, (void)rgb, (void)w, (void)h;  /* unread in a build without libpng and libjpeg */
     switch (kind_of(path)) {
 #ifdef GLIA_HAVE_PNG
     case PNG_FILE: return png_read(path, header_only, rgb, w, h, why, n);
