@@ -380,14 +380,6 @@ static void drop_nodes(struct glia_model *m, const int *into, int *map)
     link_nodes(m);
 }
 
-/* Whether section s sets one of the keys of its type (keys), beyond those every layer has. */
-static bool layer_sets_keys(const struct glia_section *s, const struct glia_key *keys)
-{
-    for (const struct glia_key *k = keys; k && k->name; k++)
-        if (glia__section_entry(s, k->name)) return true;
-    return false;
-}
-
 /* Whether enum key `key` of keys offers the choice `value`. */
 static bool key_has_choice(const struct glia_key *keys, const char *key, const char *value)
 {
@@ -402,12 +394,28 @@ static bool key_has_choice(const struct glia_key *keys, const char *key, const c
     return false;
 }
 
+/* The name under which layer r would be a producer's `activation`: its type's name, then "_VALUE" for each enum key
+ * its section sets to other than the default (gelu with approximate = tanh: "gelu_tanh"), in buf; NULL when r sets
+ * a key of another kind, or the name does not fit. */
+static const char *act_name(const struct glia__node *r, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "%s", r->layer.type->name);
+    for (const struct glia_key *k = r->layer.type->keys; k && k->name && n < size; k++) {
+        if (!glia__section_entry(r->sec, k->name)) continue;
+        const char *v = glia_section_str(r->sec, k->name);
+        if (k->type != GLIA_KEY_ENUM) return NULL;
+        if (k->default_value && !strcmp(v, k->default_value)) continue;
+        n += (size_t)snprintf(buf + n, size - n, "_%s", v);
+    }
+    return n < size ? buf : NULL;
+}
+
 /* Phase 3, before the chains below: a layer whose input is a layer of a type with GLIA_TYPE_FUSIBLE_ACTIVATION
- * (batchnorm) that nothing else reads, and whose own type that one's `activation` key offers (relu), becomes its
- * activation (one pass over the data instead of two, forward and backward, and no activation output kept); the
+ * (batchnorm, linear) that nothing else reads, and whose act_name that one's `activation` key offers (relu; gelu,
+ * gelu_tanh), becomes its activation (one pass over the data instead of two, and one tensor fewer between them); the
  * producer keeps its name, its parameters and its place, and what read the activation reads it. An activation with an
- * impl or any other key set in its section stays. The key is set in the producer's section (a dp replica, built from
- * the same file, fuses it too). */
+ * impl or a key other than an enum set in its section stays. The key is set in the producer's section (a dp replica,
+ * built from the same file, fuses it too). */
 glia_status glia__pass_fuse_activation(struct glia_model *m)
 {
     int n = m->graph.n_nodes, *into = malloc(2 * sizeof *into * (size_t)n), fused = 0;  /* and drop_nodes' map */
@@ -416,13 +424,15 @@ glia_status glia__pass_fuse_activation(struct glia_model *m)
     for (int j = 0; j < n && !st; j++) {
         const struct glia__node *r = &m->graph.nodes[j];
         int i = r->in[0];
-        if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 ||
+        char name[64];
+        const char *act = act_name(r, name, sizeof name);
+        if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 || !act ||
             !(m->graph.nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
-            m->graph.nodes[i].own_sec || !key_has_choice(m->graph.nodes[i].layer.type->keys, "activation", r->layer.type->name) ||
-            layer_sets_keys(r->sec, r->layer.type->keys) || strcmp(glia_section_str(m->graph.nodes[i].sec, "activation"), "none"))
+            m->graph.nodes[i].own_sec || !key_has_choice(m->graph.nodes[i].layer.type->keys, "activation", act) ||
+            strcmp(glia_section_str(m->graph.nodes[i].sec, "activation"), "none"))
             continue;
         struct glia__node *b = &m->graph.nodes[i];
-        if ((st = override_key(b->sec, "activation", r->layer.type->name, fuse_origin))) break;
+        if ((st = override_key(b->sec, "activation", act, fuse_origin))) break;
         glia__destroy_layer(b);
         if ((st = glia__create_layer(m, b))) break;
         b->act_fused = true;

@@ -403,6 +403,60 @@ static void test_linear_half_fallback(void)
     unsetenv("GLIA_EMU_NO_EPILOGUE");
 }
 
+/* ---- linear with an activation ----
+ * activation = gelu_tanh takes cuBLASLt's GELU epilogues (GELU_AUX_BIAS in training, writing the pre-activation that
+ * backward reads; GELU_BIAS in evaluation) where the output's row is a multiple of 8 values; other widths, the erf
+ * form and (GLIA_EMU_NO_EPILOGUE) shapes without such an algorithm take the GEMM and the activation kernel. */
+static void linear_act_cases(int64_t shift, uint64_t seed)
+{
+    need_cpu("linear");
+    static const struct {
+        const char *act;
+        int64_t n, i, o;
+        bool bias;
+    } cs[] = {
+        {"gelu_tanh", 5, 13, 8, true},  {"gelu_tanh", 6, 11, 16, false}, {"gelu_tanh", 4, 9, 7, true},
+        {"gelu", 5, 13, 8, true},       {"gelu", 3, 6, 5, false},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        char ini[128];
+        snprintf(ini, sizeof ini, "[fc]\ntype = linear\noutputs = %lld\nbias = %s\nactivation = %s\n",
+                 (long long)cs[c].o, cs[c].bias ? "on" : "off", cs[c].act);
+        struct glia_shape in = S(3, 2, cs[c].n + shift, cs[c].i, 0);
+        expect_both_modes((struct cuda_case){.ini = ini, .in = &in, .n_in = 1, .seed = seed + c},
+                          cuda_tol(GLIA_PRECISION_FP32));
+        cuda_expect(&(struct cuda_case){.ini = ini, .in = &in, .n_in = 1, .eval = true, .seed = seed + 10 + c},
+                    cuda_tol(GLIA_PRECISION_FP32));
+        if (cs[c].i <= 6)  /* bf16 activations: sums short enough for cuda_tol */
+            expect_both_modes((struct cuda_case){.ini = ini, .in = &in, .n_in = 1, .seed = seed + 20 + c,
+                                                 .precision = GLIA_PRECISION_BF16, .act = GLIA_BF16},
+                              cuda_tol(GLIA_PRECISION_BF16));
+    }
+    for (int t = 0; t < 2; t++) {  /* half activations through the epilogue: a row of 8 (a multiple of 8) */
+        struct glia_shape in = S(3, 2, 3 + shift, 4, 0);
+        expect_both_modes((struct cuda_case){.ini = "[fc]\ntype = linear\noutputs = 8\nactivation = gelu_tanh\n",
+                                             .in = &in, .n_in = 1, .seed = seed + 30 + (uint64_t)t,
+                                             .precision = t ? GLIA_PRECISION_FP16 : GLIA_PRECISION_BF16,
+                                             .act = t ? GLIA_F16 : GLIA_BF16},
+                          cuda_tol(t ? GLIA_PRECISION_FP16 : GLIA_PRECISION_BF16));
+    }
+    set_precision(GLIA_PRECISION_FP32);
+}
+
+static void test_linear_act(void)
+{
+    linear_act_cases(0, 800);
+}
+
+/* The same where cuBLASLt has no epilogue (see test_linear_half_fallback): one more row per batch, since each shape's
+ * plan, and cuBLASLt's refusal, is cached. */
+static void test_linear_act_fallback(void)
+{
+    setenv("GLIA_EMU_NO_EPILOGUE", "1", 1);
+    linear_act_cases(1, 900);
+    unsetenv("GLIA_EMU_NO_EPILOGUE");
+}
+
 /* ---- softmax_cross_entropy ---- */
 
 static void test_sce(void)
@@ -580,6 +634,7 @@ static void test_dropout_half(void)
 CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_linear_fp32),
                GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_nd), GLIA_TEST(test_linear_eval),
                GLIA_TEST(test_linear_packed_params),
-               GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback),
+               GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback), GLIA_TEST(test_linear_act),
+               GLIA_TEST(test_linear_act_fallback),
                GLIA_TEST(test_sce), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

@@ -28,6 +28,9 @@ static void test_linear(void)
     check_ok("[fc]\ntype = linear\noutputs = 4\n", S(3, 2, 3, 5, 0), 34);
     check_ok("[fc]\ntype = linear\noutputs = 3\nbias = off\n", S(3, 2, 3, 5, 0), 35);
     check_ok("[fc]\ntype = linear\noutputs = 2\n", S(4, 2, 1, 3, 3), 36);
+    /* activation = gelu | gelu_tanh: the pre-activation kept for backward */
+    check_ok("[fc]\ntype = linear\noutputs = 4\nactivation = gelu\n", S(3, 2, 3, 5, 0), 37);
+    check_ok("[fc]\ntype = linear\noutputs = 3\nbias = off\nactivation = gelu_tanh\n", S(2, 4, 6, 0, 0), 38);
 }
 
 static void test_relu(void)

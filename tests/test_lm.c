@@ -580,6 +580,60 @@ static void test_gpt_checkpointing(void)
     close_run(&r[1]);
 }
 
+/* [graph] fuse_pointwise folds each block's gelu into the linear before it (activation = gelu, and with approximate =
+ * tanh gelu_tanh, GPT-2's): the summary says so, 4 layers fewer, and 8 steps end within float tolerance of the same
+ * model unfused. */
+static void test_gpt_fused_gelu(void)
+{
+    make_dir();
+    write_text("corpus_a.txt", 20000, 7);
+    for (int tanh_form = 0; tanh_form < 2; tanh_form++) {
+        struct run r[2];
+        int layers[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            char sets[2048];
+            snprintf(sets, sizeof sets,
+                     "runtime.device=cpu|data.train_tokens=%s/corpus_*.txt|data.steps_per_epoch=8|data.val_batches=1|"
+                     "data.workers=1|train.epochs=1|train.warmup_steps=2|graph.fuse_pointwise=%s|"
+                     "train.checkpoint_dir=%s/ckpt-fuse%d%s", dir, k ? "on" : "off", dir, k,
+                     tanh_form ? "|h0_gelu.approximate=tanh|h1_gelu.approximate=tanh|h2_gelu.approximate=tanh|"
+                                 "h3_gelu.approximate=tanh" : "");
+            CU_ASSERT_FATAL(glia_context_new(&r[k].ctx) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_config_load(r[k].ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r[k].cfg) ==
+                            GLIA_OK);
+            char *save = NULL;
+            for (char *kv = strtok_r(sets, "|", &save); kv; kv = strtok_r(NULL, "|", &save))
+                CU_ASSERT_FATAL(glia_config_set(r[k].cfg, kv) == GLIA_OK);
+            glia_status st = glia_model_build(r[k].ctx, r[k].cfg, &r[k].m);
+            if (st) printf("\n  %s\n", glia_context_error(r[k].ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+            char *sum = NULL;
+            size_t len;
+            FILE *f = open_memstream(&sum, &len);
+            glia_model_summary(r[k].m, f);
+            fclose(f);
+            const char *want = tanh_form ? "h3_fc1 (linear) + h3_gelu (gelu) run as linear h3_fc1 with activation = gelu_tanh"
+                                         : "h3_fc1 (linear) + h3_gelu (gelu) run as linear h3_fc1 with activation = gelu\n";
+            CU_ASSERT((strstr(sum, want) != NULL) == (k == 1));
+            const char *tot = strstr(sum, "total: ");
+            CU_ASSERT_PTR_NOT_NULL_FATAL(tot);
+            layers[k] = atoi(tot + strlen("total: "));
+            free(sum);
+            struct glia_epoch_result res[1] = GLIA_TEST_RESULTS;
+            st = glia_model_train(r[k].m, &quiet, res, 1);
+            if (st) printf("\n  %s\n", glia_context_error(r[k].ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+        }
+        double d = weight_diff(&r[1], &r[0]);
+        printf("\n  %s: %d layers fused, %d unfused; weights after 8 steps differ by %.2g", tanh_form ? "gelu_tanh" : "gelu",
+               layers[1], layers[0], d);
+        CU_ASSERT_EQUAL(layers[1], layers[0] - 4);
+        CU_ASSERT(d < 1e-4);
+        close_run(&r[0]);
+        close_run(&r[1]);
+    }
+}
+
 /* share/glia/examples/gpt2-124m.ini builds (on small llm.c files, on the CPU: 2 GB of weights, gradients and AdamW
  * moments): GPT-2 small's 124475904 parameters, llm.c's count (wte counted once, tied to lm_head). */
 static void test_gpt2_124m(void)
@@ -618,4 +672,4 @@ static void test_gpt2_124m(void)
 
 GLIA_TEST_MAIN("lm", GLIA_TEST(test_windows), GLIA_TEST(test_errors), GLIA_TEST(test_bytes_split), GLIA_TEST(test_keys),
                GLIA_TEST(test_trains), GLIA_TEST(test_sample_pick), GLIA_TEST(test_gpt_bytes),
-               GLIA_TEST(test_gpt2_124m), GLIA_TEST(test_gpt_checkpointing))
+               GLIA_TEST(test_gpt2_124m), GLIA_TEST(test_gpt_checkpointing), GLIA_TEST(test_gpt_fused_gelu))

@@ -58,13 +58,26 @@ static glia_status need_act_in(const struct glia_layer *l, const struct glia_ten
 /* l->state */
 struct linear_cuda {
     struct glia_tensor *wh;  /* (O,I) W in the half type of the latest half forward; NULL before one */
+    struct glia_tensor *h;   /* with an activation: the pre-activation (N,O) of the last training forward, in the
+                                activations' type; re-made when a larger one or another type is needed */
 };
 
 static void linear_destroy(struct glia_layer *l)
 {
     struct linear_cuda *s = l->state;
     glia_tensor_release(s->wh);
-    s->wh = NULL;
+    glia_tensor_release(s->h);
+    s->wh = s->h = NULL;
+}
+
+/* s->h with room for n values of type t */
+static glia_status linear_keep_h(struct glia_layer *l, enum glia_dtype t, int64_t n)
+{
+    struct linear_cuda *s = l->state;
+    if (s->h && s->h->dtype == t && glia_tensor_numel(s->h) >= n) return GLIA_OK;
+    glia_tensor_release(s->h);
+    s->h = NULL;
+    return glia_tensor_new(l->backend, t, &(struct glia_shape){1, {n > 0 ? n : 1}}, &s->h);
 }
 
 /* W's half copy in type t: made once (and again if the type changes), then converted from W when `convert`. */
@@ -87,21 +100,15 @@ static glia_status linear_half_w(struct glia_layer *l, enum glia_dtype t, bool c
     return GLIA_OK;
 }
 
-/* y(N,O) = x(N,I) W(O,I)^T + b(O), N the rows of x (..., I): one cuBLASLt GEMM with the bias in its epilogue
- * (or, where cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
-static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
+/* y(N,O) = x(N,I) W(O,I)^T + b(O) (x, W and y of type t), N the rows of x (..., I): one cuBLASLt GEMM with the
+ * bias in its epilogue (or, where cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
+static glia_status linear_gemm_bias(struct glia_layer *l, enum glia_dtype t, int64_t N, const void *x, const void *w,
+                                    void *y)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
-    enum glia_dtype t = a->out->dtype;
+    int64_t I = p->in, O = p->out;
     glia_status st;
-    if ((st = need_act_in(l, a->out, t, GLIA_CONTIGUOUS, "output")) ||
-        (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")))
-        return st;
-    int64_t N = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
-    const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
-    void *y = a->out->data;
-    if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w))) return st;
     if (p->b < 0) return glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t,
                                                GLIA__GEMM_PLAIN, NULL);
     float *b = f32(l->params[p->b].value);
@@ -124,16 +131,61 @@ fail:
     return st;
 }
 
+/* y(N,O) = act(x W^T + b), keeping h = x W^T + b in s->h in training: with gelu_tanh one cuBLASLt GEMM whose GELU
+ * epilogue adds the bias and writes both (eval: y only); otherwise, or where cuBLASLt has no such algorithm, the GEMM
+ * with its bias into h (eval: into y) and the activation kernel. */
+static glia_status linear_forward_act(struct glia_layer *l, const struct glia_fwd *a, enum glia_dtype t, int64_t N,
+                                      const void *x, const void *w)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct linear_cuda *s = l->state;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    int64_t I = p->in, O = p->out;
+    void *y = a->out->data, *h = y;
+    float *b = p->b >= 0 ? f32(l->params[p->b].value) : NULL;
+    glia_status st;
+    if (a->train) {
+        if ((st = linear_keep_h(l, t, N * O))) return st;
+        h = s->h->data;
+    }
+    if (p->act == GLIA_LINEAR_ACT_GELU_TANH) {
+        enum glia__gemm_epilogue ep = a->train ? (b ? GLIA__GEMM_GELU_AUX_BIAS : GLIA__GEMM_GELU_AUX)
+                                               : (b ? GLIA__GEMM_GELU_BIAS : GLIA__GEMM_GELU);
+        st = glia__cuda_gemm_aux(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t, ep, b,
+                                 a->train ? h : NULL);
+        if (st != GLIA_EUNSUPPORTED) return st;
+    }
+    if ((st = linear_gemm_bias(l, t, N, x, w, h))) return st;
+    CUDA_TRY(l->ctx, glia__cuda_linear_act(y, h, t, p->act, N * O, c->stream));
+fail:
+    return st;
+}
+
+/* y(N,O) = act(x(N,I) W(O,I)^T + b(O)), N the rows of x (..., I) */
+static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    enum glia_dtype t = a->out->dtype;
+    glia_status st;
+    if ((st = need_act_in(l, a->out, t, GLIA_CONTIGUOUS, "output")) ||
+        (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")))
+        return st;
+    int64_t N = glia_linear_rows(&a->in[0]->shape);
+    const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
+    if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w))) return st;
+    if (p->act) return linear_forward_act(l, a, t, N, x, w);
+    return linear_gemm_bias(l, t, N, x, w, a->out->data);
+}
+
 /* db(O) (+)= sum_n dy(N,O) by the column-sum kernel (its chunks' sums in scratch) */
 static glia_status linear_bias_grad(struct glia_layer *l, struct glia_param *pb, const void *dy, enum glia_dtype t,
-                                    int64_t N)
+                                    int64_t N, void *part)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st = GLIA_OK;
     int64_t O = p->out, R = glia__cuda_col_sum_chunks(N, O);
-    void *part = NULL;
-    if (R > 1 && (st = glia__cuda_scratch(c, (size_t)(R * O) * sizeof(float), &part))) return st;
+    if (R > 1 && !part && (st = glia__cuda_scratch(c, (size_t)(R * O) * sizeof(float), &part))) return st;
     CUDA_TRY(l->ctx, glia__cuda_col_sum(f32(pb->grad), dy, t, N, O, glia_param_beta(pb), part, c->stream));
 fail:
     return st;
@@ -142,8 +194,10 @@ fail:
 /* dW(O,I) (+)= dy(N,O)^T x(N,I) and db(O) (+)= sum_n dy, in f32 whatever t (the type of dy and x). When both
  * gradients are unset (the first backward after a step) one GEMM writes both: cuBLASLt's BGRADB epilogue sums its B
  * operand, which is dy^T here, over the GEMM's k (the batch). It only writes, so a set bias
- * gradient (or a shape it has no algorithm for) takes the plain GEMM and a column-sum kernel. */
-static glia_status linear_param_grads(struct glia_layer *l, const void *dy, const void *x, enum glia_dtype t, int64_t N)
+ * gradient (or a shape it has no algorithm for) takes the plain GEMM and a column-sum kernel, with part as its
+ * chunks' scratch (NULL: the backend's scratch). */
+static glia_status linear_param_grads(struct glia_layer *l, const void *dy, const void *x, enum glia_dtype t, int64_t N,
+                                      void *part)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
@@ -163,12 +217,13 @@ static glia_status linear_param_grads(struct glia_layer *l, const void *dy, cons
                                         GLIA_F32, GLIA__GEMM_PLAIN, NULL)))
             return st;
     }
-    if (pb) return linear_bias_grad(l, pb, dy, t, N);
+    if (pb) return linear_bias_grad(l, pb, dy, t, N, part);
 fail:
     return st;
 }
 
-/* dx(N,I) (+)= dy(N,O) W(O,I) (W's half copy from the forward when dy is half); then the parameter gradients */
+/* dh(N,O) = dy act'(h) with an activation (in scratch, with room after it for the bias gradient's chunks); dx(N,I) (+)=
+ * dh W(O,I) (W's half copy from the forward when dh is half); then the parameter gradients */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_linear_attrs *p = l->attrs;
@@ -181,6 +236,19 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         return st;
     int64_t N = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
     const void *dy = a->dout->data, *w = l->params[p->w].value->data;
+    void *part = NULL;
+    if (p->act) {
+        struct linear_cuda *s = l->state;
+        if (!s->h || s->h->dtype != t || glia_tensor_numel(s->h) < N * O)
+            return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward", l->name);
+        size_t dh_bytes = ((size_t)(N * O) * glia_dtype_size(t) + 255) & ~(size_t)255;
+        size_t part_bytes = (size_t)(glia__cuda_col_sum_chunks(N, O) * O) * sizeof(float);
+        void *dh;
+        if ((st = glia__cuda_scratch(c, dh_bytes + part_bytes, &dh))) return st;
+        CUDA_TRY(l->ctx, glia__cuda_linear_act_grad(dh, dy, s->h->data, t, p->act, N * O, c->stream));
+        dy = dh;
+        part = (char *)dh + dh_bytes;
+    }
     if (a->din[0]) {
         if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w))) return st;
         if ((st = glia__cuda_gemm_typed(c, false, false, N, I, O, 1.0f, dy, O, w, I, t,
@@ -188,14 +256,16 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
                                         NULL)))
             return st;
     }
-    return linear_param_grads(l, dy, a->in[0]->data, t, N);
+    return linear_param_grads(l, dy, a->in[0]->data, t, N, part);
+fail:
+    return st;
 }
 
 static const struct glia_kernel linear_cuda = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "linear",
     .impl = "cuda",
-    .doc = "cuBLASLt GEMM, bias and bias gradient in its epilogue; f32, f16 or bf16 activations",
+    .doc = "cuBLASLt GEMM, bias, tanh GELU and bias gradient in its epilogue; f32, f16 or bf16 activations",
     .device_type = GLIA_DEVICE_CUDA,
     .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE,
     .state_size = sizeof(struct linear_cuda),

@@ -1,8 +1,10 @@
-/* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, bias gradient; f32, f16 or bf16),
+/* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, activation and its gradient, bias gradient;
+ * f32, f16 or bf16),
  * softmax_cross_entropy (loss rows, mean, gradient) and dropout (the CPU kernel's counter-based
  * mask; f32, f16 or bf16 activations). Not GEMMs. Products that the CPU rounds on their own use __fmul_rn, so that
  * no fused multiply-add changes a bit where CPU and GPU must agree exactly (dropout). */
 #include "dense_kernels.h"
+#include <glia/types/linear.h>
 
 #include "half.cuh"
 #include "launch.cuh"
@@ -37,6 +39,58 @@ extern "C" cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, con
     return by_type(t, [&](auto v) {
         using T = decltype(v);
         bias_add_round_kernel<T><<<grid_for(N * O), THREADS, 0, s>>>((T *)y, acc, b, N, O);
+        return cudaGetLastError();
+    });
+}
+
+/* The activations of linear (glia/types/linear.h's enum glia_linear_act) and their derivatives, in f32: GELU's erf
+ * form, and the tanh form of nn.GELU(approximate='tanh') and of cuBLASLt's GELU epilogues. */
+__device__ __forceinline__ float linear_act(int act, float h)
+{
+    if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * h * (1.0f + erff(h * 0.70710678f));
+    if (act == GLIA_LINEAR_ACT_GELU_TANH) return 0.5f * h * (1.0f + tanhf(0.79788456f * (h + 0.044715f * h * h * h)));
+    return h;
+}
+__device__ __forceinline__ float linear_act_grad(int act, float h)
+{
+    if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * (1.0f + erff(h * 0.70710678f)) + h * 0.39894228f * expf(-0.5f * h * h);
+    if (act == GLIA_LINEAR_ACT_GELU_TANH) {
+        float t = tanhf(0.79788456f * (h + 0.044715f * h * h * h));
+        return 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t * t) * 0.79788456f * (1.0f + 3.0f * 0.044715f * h * h);
+    }
+    return 1.0f;
+}
+
+/* y(n) = act(h(n)); y may be h */
+template <typename T> __global__ void linear_act_kernel(T *y, const T *h, int act, int64_t n)
+{
+    GRID_STRIDE(i, n) y[i] = from_float<T>(linear_act(act, to_float(h[i])));
+}
+
+extern "C" cudaError_t glia__cuda_linear_act(void *y, const void *h, enum glia_dtype t, int act, int64_t n,
+                                             cudaStream_t s)
+{
+    if (n == 0) return cudaSuccess;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        linear_act_kernel<T><<<grid_for(n), THREADS, 0, s>>>((T *)y, (const T *)h, act, n);
+        return cudaGetLastError();
+    });
+}
+
+/* dh(n) = dy(n) act'(h(n)) */
+template <typename T> __global__ void linear_act_grad_kernel(T *dh, const T *dy, const T *h, int act, int64_t n)
+{
+    GRID_STRIDE(i, n) dh[i] = from_float<T>(to_float(dy[i]) * linear_act_grad(act, to_float(h[i])));
+}
+
+extern "C" cudaError_t glia__cuda_linear_act_grad(void *dh, const void *dy, const void *h, enum glia_dtype t, int act,
+                                                  int64_t n, cudaStream_t s)
+{
+    if (n == 0) return cudaSuccess;
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        linear_act_grad_kernel<T><<<grid_for(n), THREADS, 0, s>>>((T *)dh, (const T *)dy, (const T *)h, act, n);
         return cudaGetLastError();
     });
 }

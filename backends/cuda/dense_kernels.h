@@ -1,4 +1,4 @@
-/* backends/cuda/dense_kernels.h — the device code of the CUDA kernels of linear (bias add, bias gradient),
+/* backends/cuda/dense_kernels.h — the device code of the CUDA kernels of linear (bias add, activation, bias gradient),
  * softmax_cross_entropy and dropout, launched on a given stream (C entry points into dense_kernels.cu). Not
  * the GEMMs (gemm.c) nor the kernels' host logic (dense.c). */
 #ifndef GLIA_CUDA_DENSE_KERNELS_H
@@ -24,6 +24,14 @@ cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, int64_t O, 
 /* y(N,O) = acc(N,O) + b(O), rounded once to y's type t (f32, f16 or bf16) */
 cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const float *b, int64_t N,
                                       int64_t O, cudaStream_t s);
+
+/* y(n) = act(h(n)), act an enum glia_linear_act (glia/types/linear.h); y and h of type t (f32, f16 or bf16), y may be
+ * h; the arithmetic f32's */
+cudaError_t glia__cuda_linear_act(void *y, const void *h, enum glia_dtype t, int act, int64_t n, cudaStream_t s);
+
+/* dh(n) = dy(n) act'(h(n)); dh, dy and h of type t, dh may be dy */
+cudaError_t glia__cuda_linear_act_grad(void *dh, const void *dy, const void *h, enum glia_dtype t, int act,
+                                       int64_t n, cudaStream_t s);
 
 /* The row chunks glia__cuda_col_sum splits N rows of O columns into (1: one pass, no part). */
 int64_t glia__cuda_col_sum_chunks(int64_t N, int64_t O);

@@ -1,6 +1,6 @@
 /* backends/cuda/gemm.c — GEMM through cuBLASLt: plans cached per shape, element types, precision, epilogue and
  * pointer alignment; the backend's gemm_f32 slot, and glia__cuda_gemm_ex / glia__cuda_gemm_typed (gemm.h) with a
- * bias or bias-gradient epilogue, on f32 or half (f16, bf16) operands. Not the linear layer (dense.c), which builds on these plans. */
+ * bias, tanh GELU or bias-gradient epilogue, on f32 or half (f16, bf16) operands. Not the linear layer (dense.c), which builds on these plans. */
 #include <string.h>
 #include "gemm.h"
 
@@ -27,9 +27,20 @@ static cublasLtEpilogue_t lt_epilogue(enum glia__gemm_epilogue ep)
     switch (ep) {
     case GLIA__GEMM_BIAS: return CUBLASLT_EPILOGUE_BIAS;
     case GLIA__GEMM_BGRAD_A: return CUBLASLT_EPILOGUE_BGRADB;  /* our A is cuBLASLt's B (see get_plan) */
+    case GLIA__GEMM_GELU: return CUBLASLT_EPILOGUE_GELU;
+    case GLIA__GEMM_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case GLIA__GEMM_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GLIA__GEMM_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
     }
 }
+
+/* Whether epilogue ep reads or writes the vector (bias, bias gradient), whether it writes an aux matrix. */
+static bool ep_has_vec(enum glia__gemm_epilogue ep)
+{
+    return ep == GLIA__GEMM_BIAS || ep == GLIA__GEMM_BGRAD_A || ep == GLIA__GEMM_GELU_BIAS || ep == GLIA__GEMM_GELU_AUX_BIAS;
+}
+static bool ep_has_aux(enum glia__gemm_epilogue ep) { return ep == GLIA__GEMM_GELU_AUX || ep == GLIA__GEMM_GELU_AUX_BIAS; }
 
 /* The alignment in bytes (a power of two, at most 256) that pointer p is known to have. cuBLASLt's
  * heuristic assumes 256 unless told: parameters are views into a packed arena, so A, B, C or the
@@ -116,8 +127,13 @@ static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, c
     if (k->ep != GLIA__GEMM_PLAIN) {
         cublasLtEpilogue_t e = lt_epilogue(k->ep);
         CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-        CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
-        if (k->ab_type != CUDA_R_32F) {  /* the vector stays f32 (by default it would be of D's type) */
+        if (ep_has_vec(k->ep))
+            CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
+        if (ep_has_aux(k->ep)) {  /* aux: D's type and layout; its pointer is set per call */
+            int64_t ld = k->ldc;
+            CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        }
+        if (ep_has_vec(k->ep) && k->ab_type != CUDA_R_32F) {  /* the vector stays f32 (by default it would be of D's type) */
             int32_t vt = CUDA_R_32F;
             CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vt,
                                                               sizeof vt));
@@ -181,15 +197,16 @@ static glia_status get_plan(struct glia__cuda *c, const struct gemm_key *k, floa
     return plan_build(c, p, k, vec);
 }
 
-glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                  const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab,
-                                  float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
-                                  float *vec)
+glia_status glia__cuda_gemm_aux(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab, float beta,
+                                void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, float *vec,
+                                void *aux)
 {
     glia_status st = GLIA_OK;
     if ((ab != GLIA_F32 && ab != GLIA_F16 && ab != GLIA_BF16) || (ct != ab && ct != GLIA_F32))
         return glia_error(c->ctx, GLIA_EINVAL, "cuda:%d: a GEMM of %s operands with a %s result", c->device,
                           glia_dtype_name(ab), glia_dtype_name(ct));
+    if (ep_has_aux(ep) && (ldc % 8 || !aux)) return GLIA_EUNSUPPORTED;
     if (M == 0 || N == 0) return GLIA_OK;
     uint32_t al = alignment_of(A), x;
     if ((x = alignment_of(B)) < al) al = x;
@@ -197,11 +214,15 @@ glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_
     struct gemm_key k = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
                          .compute = (int)(ab == GLIA_F32 ? compute_type(c->options.precision) : CUBLAS_COMPUTE_32F),
                          .ab_type = (int)lt_type(ab), .c_type = (int)lt_type(ct), .ep = ep, .align = al};
-    k.tag = plan_tag(ep, al, ep == GLIA__GEMM_PLAIN ? 1 : alignment_of(vec));
+    if (ep_has_aux(ep) && (x = alignment_of(aux)) < al) al = x;
+    k.tag = plan_tag(ep, al, ep_has_vec(ep) ? alignment_of(vec) : 1);
     struct glia__cuda_plan *p = NULL;
     if ((st = get_plan(c, &k, vec, &p))) return st;
-    if (ep != GLIA__GEMM_PLAIN)
+    if (ep_has_vec(ep))
         CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec));
+    if (ep_has_aux(ep))
+        CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                          sizeof aux));
     cublasStatus_t ms = cublasLtMatmul(c->lt, p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C, p->c, &p->algo,
                                        c->lt_workspace, GLIA__CUDA_LT_WORKSPACE, c->stream);
     if (ep != GLIA__GEMM_PLAIN && (ms == CUBLAS_STATUS_NOT_SUPPORTED || ms == CUBLAS_STATUS_INVALID_VALUE)) {
@@ -212,6 +233,14 @@ glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_
     CUBLAS_TRY(c->ctx, ms);
 fail:
     return st;
+}
+
+glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                  const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab,
+                                  float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
+                                  float *vec)
+{
+    return glia__cuda_gemm_aux(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, ct, ep, vec, NULL);
 }
 
 glia_status glia__cuda_gemm_ex(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,

@@ -1,4 +1,4 @@
-/* backends/cuda/gemm.h — cuBLASLt GEMM with a fused epilogue (bias add, bias gradient) for the
+/* backends/cuda/gemm.h — cuBLASLt GEMM with a fused epilogue (bias add, tanh GELU, bias gradient) for the
  * CUDA layers of cuda.so (gemm.c). Not the backend's gemm_f32 slot (cuda_internal.h), which is
  * the same GEMM without an epilogue. */
 #ifndef GLIA_CUDA_GEMM_H
@@ -14,7 +14,14 @@ enum glia__gemm_epilogue {
     GLIA__GEMM_BIAS,
     /* also vec(M) = sum_k op(A)(m, k), written (=) whatever beta is: the column sums of A when
      * ta (cuBLASLt's BGRADB: A is its second operand, B, and the sum runs over k) */
-    GLIA__GEMM_BGRAD_A
+    GLIA__GEMM_BGRAD_A,
+    /* C = gelu(alpha op(A) op(B) + beta C) in GELU's tanh form, after vec(N) is added as with BIAS for the _BIAS
+     * ones; the _AUX ones also write the value before the GELU to aux, of C's type with C's row stride ldc (which
+     * must then be a multiple of 8): cuBLASLt's GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS */
+    GLIA__GEMM_GELU,
+    GLIA__GEMM_GELU_BIAS,
+    GLIA__GEMM_GELU_AUX,
+    GLIA__GEMM_GELU_AUX_BIAS
 };
 
 /* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major, row strides lda, ldb, ldc) with
@@ -36,5 +43,12 @@ glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_
                                   const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab,
                                   float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
                                   float *vec);
+
+/* glia__cuda_gemm_typed with an aux matrix for the _AUX epilogues (NULL for the others). An _AUX epilogue with ldc
+ * not a multiple of 8 is GLIA_EUNSUPPORTED (no context error), like one cuBLASLt has no algorithm for. */
+glia_status glia__cuda_gemm_aux(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab, float beta,
+                                void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, float *vec,
+                                void *aux);
 
 #endif

@@ -167,7 +167,9 @@ enum glia_type_flags {
     /* has an enum key `activation` whose choices other than "none" name layer types (batchnorm:
      * none|relu), applied to the output in the same pass. The graph pass of [graph] fuse_pointwise
      * folds a layer of such a type that alone reads this layer's output (and sets nothing but
-     * type and inputs) into it by setting that key: the core names no type itself. */
+     * type and inputs) into it by setting that key: the core names no type itself. A choice may also
+     * name a type with the values of the enum keys it sets away from their defaults, each after a
+     * '_' (ABI 2.3; linear: gelu_tanh is a gelu with approximate = tanh). */
     GLIA_TYPE_FUSIBLE_ACTIVATION = 1u << 3
 };
 

@@ -101,6 +101,8 @@ struct emu_desc {
     cublasLtEpilogue_t epilogue;
     void *bias;
     int32_t bias_type;  /* cudaDataType_t of the bias (gradient) vector; -1: D's type */
+    void *aux;          /* the GELU_AUX epilogues' matrix: D's type, column-major with leading dimension aux_ld */
+    int64_t aux_ld;
 };
 struct emu_layout {
     cudaDataType_t type;
@@ -181,6 +183,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         if (size != sizeof e->bias_type) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&e->bias_type, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        if (size != sizeof e->aux) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->aux, buf, size);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        if (size != sizeof e->aux_ld) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&e->aux_ld, buf, size);
         return CUBLAS_STATUS_SUCCESS;
     default:
         fprintf(stderr, "emu: cublasLtMatmulDescSetAttribute: attribute %d not emulated\n", (int)attr);
@@ -282,6 +292,25 @@ static int lt_shape(const struct emu_desc *e, const struct emu_layout *a, const 
     return 0;
 }
 
+/* What an epilogue emulated does: adds the bias vector, applies the GELU (tanh form), writes aux, sums for a bias
+ * gradient (of A's rows or B's columns); false for every flag: not emulated (or DEFAULT). */
+struct lt_ep {
+    bool bias, gelu, aux, bgrada, bgradb;
+};
+static struct lt_ep lt_ep_of(cublasLtEpilogue_t ep)
+{
+    switch (ep) {
+    case CUBLASLT_EPILOGUE_BIAS: return (struct lt_ep){.bias = true};
+    case CUBLASLT_EPILOGUE_BGRADA: return (struct lt_ep){.bgrada = true};
+    case CUBLASLT_EPILOGUE_BGRADB: return (struct lt_ep){.bgradb = true};
+    case CUBLASLT_EPILOGUE_GELU: return (struct lt_ep){.gelu = true};
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return (struct lt_ep){.bias = true, .gelu = true};
+    case CUBLASLT_EPILOGUE_GELU_AUX: return (struct lt_ep){.gelu = true, .aux = true};
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return (struct lt_ep){.bias = true, .gelu = true, .aux = true};
+    default: return (struct lt_ep){0};
+    }
+}
+
 /* The bias vector's element type (lt_type) for D of layout d. */
 static int lt_bias_type(const struct emu_desc *e, const struct emu_layout *d)
 {
@@ -355,8 +384,8 @@ static void lt_exec(void *arg)
     int64_t m = c->m, n = c->n, k = c->k;
     double al = c->al, be = c->be;
     int ta = lt_type(la->type), tb = lt_type(lb->type), tc = lt_type(lc->type), td = lt_type(ld->type);
-    bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
-         bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    struct lt_ep ep = lt_ep_of(e->epilogue);
+    bool bias = ep.bias, bgrada = ep.bgrada, bgradb = ep.bgradb;
     int tv = lt_bias_type(e, ld);
     if (ld->batch > 1) {  /* a strided batch: each matrix alone (the epilogues are refused with batches) */
         struct lt_call one = *c;
@@ -381,6 +410,11 @@ static void lt_exec(void *arg)
             }
             double v = al * acc + (be != 0 ? be * load(tc, C, i + j * lc->ld) : 0);
             if (bias) v += load(tv, e->bias, i);
+            if (ep.aux) store(td, e->aux, i + j * e->aux_ld, (float)v);  /* the f32 value, rounded as D is */
+            if (ep.gelu) {  /* cuBLASLt's GELU: the tanh form, on the f32 value */
+                float h = (float)v;
+                v = 0.5 * h * (1.0 + tanh(0.7978845608028654 * (h + 0.044715 * (double)h * h * h)));
+            }
             out[i + j * m] = v;
         }
     for (int64_t j = 0; j < n; j++)
@@ -418,19 +452,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     if (lt_shape(e, la, lb, lc, ld, &c.m, &c.n, &c.k)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!lt_types_ok(e, la, lb, lc, ld)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (C != D && lc->ld != ld->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
-    bool bias = e->epilogue == CUBLASLT_EPILOGUE_BIAS, bgrada = e->epilogue == CUBLASLT_EPILOGUE_BGRADA,
-         bgradb = e->epilogue == CUBLASLT_EPILOGUE_BGRADB;
-    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb) {
+    struct lt_ep ep = lt_ep_of(e->epilogue);
+    bool bias = ep.bias, bgrada = ep.bgrada, bgradb = ep.bgradb;
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb && !ep.gelu) {
         fprintf(stderr, "emu: cublasLtMatmul: epilogue %d not emulated\n", (int)e->epilogue);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if ((bias || bgrada || bgradb) && ld->batch > 1) {
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && ld->batch > 1) {
         fprintf(stderr, "emu: cublasLtMatmul: epilogue %d with a batch of %d not emulated\n", (int)e->epilogue,
                 (int)ld->batch);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if ((bias || bgrada || bgradb) && !e->bias) {
         fprintf(stderr, "emu: cublasLtMatmul: epilogue %d without a bias pointer\n", (int)e->epilogue);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (ep.aux && (!e->aux || e->aux_ld % 8 || e->aux_ld < (int64_t)ld->rows)) {  /* cublasLt.h: divisible by 8, >= rows */
+        fprintf(stderr, "emu: cublasLtMatmul: GELU aux pointer %p with leading dimension %lld for %llu rows\n", e->aux,
+                (long long)e->aux_ld, (unsigned long long)ld->rows);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     c.al = *(const float *)alpha;  /* host scalars: read now, as cuBLASLt does */

@@ -8,7 +8,7 @@
 # refuses during a stream capture in code that has never met a GPU, not performance problems.
 # Several NCCL ranks cannot run here. GLIA_EMU_STATS=1 prints the kernel and graph launches run.
 # GLIA_EMU_FAIL_CAPTURE=1 makes every stream capture fail at its end (what a failed capture does).
-# GLIA_EMU_NO_EPILOGUE=1 makes cuBLASLt find no algorithm for any epilogue (bias, bias gradient), as it may for
+# GLIA_EMU_NO_EPILOGUE=1 makes cuBLASLt find no algorithm for any epilogue (bias, GELU, bias gradient), as it may for
 # some types, shapes or alignments, so that the callers' fallbacks run.
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every

@@ -3,14 +3,44 @@
 #ifndef GLIA_TYPES_LINEAR_H
 #define GLIA_TYPES_LINEAR_H
 
+#include <math.h>
 #include <stdint.h>
 #include <glia/tensor.h>
 
-/* l->attrs of a linear layer: y(..., out) = x(..., in) W(out, in)^T + b(out), one GEMM over the M rows of x. */
+/* The activation a linear layer applies to its result (key activation; ABI 2.3). */
+enum glia_linear_act {
+    GLIA_LINEAR_ACT_NONE = 0,
+    GLIA_LINEAR_ACT_GELU,      /* 0.5 h (1 + erf(h / sqrt(2))), as type gelu */
+    GLIA_LINEAR_ACT_GELU_TANH  /* 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))), as gelu with approximate = tanh */
+};
+
+/* l->attrs of a linear layer: y(..., out) = act(x(..., in) W(out, in)^T + b(out)), one GEMM over the M rows of x.
+ * With an activation, a training forward keeps the pre-activation h for backward (in the kernel's state). */
 struct glia_linear_attrs {
     int64_t in, out;  /* features in (the input's last dim), outputs (key outputs) */
     int w, b;         /* parameter indices of weight (out, in) and bias (out); b = -1 with bias = off */
+    int act;          /* enum glia_linear_act (ABI 2.3) */
 };
+
+/* The activation act of h, and its derivative at h (dy/dh), in double: the CPU kernel's formulae, which the CUDA
+ * kernels follow in f32. */
+static inline double glia_linear_act(int act, double h)
+{
+    if (act == GLIA_LINEAR_ACT_GELU) return 0.5 * h * (1.0 + erf(h * 0.70710678118654752440));
+    if (act == GLIA_LINEAR_ACT_GELU_TANH)
+        return 0.5 * h * (1.0 + tanh(0.79788456080286535588 * (h + 0.044715 * h * h * h)));
+    return h;
+}
+static inline double glia_linear_act_grad(int act, double h)
+{
+    if (act == GLIA_LINEAR_ACT_GELU)
+        return 0.5 * (1.0 + erf(h * 0.70710678118654752440)) + h * 0.39894228040143267794 * exp(-0.5 * h * h);
+    if (act == GLIA_LINEAR_ACT_GELU_TANH) {
+        double u = 0.79788456080286535588 * (h + 0.044715 * h * h * h), t = tanh(u);
+        return 0.5 * (1.0 + t) + 0.5 * h * (1.0 - t * t) * 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * h * h);
+    }
+    return 1.0;
+}
 
 /* M, the GEMM's rows: the product of every dim of the (..., in) shape s but the last. */
 static inline int64_t glia_linear_rows(const struct glia_shape *s)

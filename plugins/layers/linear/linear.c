@@ -1,12 +1,19 @@
-/* plugins/layers/linear — layer type linear (fully connected, y = x W^T + b on the last dimension, as nn.Linear)
- * and its CPU kernel (one GEMM via the backend). Not a batched matmul of two activations (the weight is learned). */
+/* plugins/layers/linear — layer type linear (fully connected, y = act(x W^T + b) on the last dimension, as nn.Linear
+ * and an optional GELU) and its CPU kernel (one GEMM via the backend). Not a batched matmul of two activations (the
+ * weight is learned). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <glia/glia.h>
 #include <glia/types/linear.h>
 
 static const struct glia_key linear_keys[] = {
     GLIA_KEY("outputs", GLIA_KEY_INT, NULL, "output features", .required = true, .min = 1, .max = 1 << 30),
     GLIA_KEY("bias", GLIA_KEY_BOOL, "on", "add a learned bias"),
+    GLIA_KEY("activation", GLIA_KEY_ENUM, "none",
+             "apply an activation to the result: gelu (erf form) or gelu_tanh (nn.GELU(approximate='tanh')); "
+             "[graph] fuse_pointwise sets it for a gelu layer that reads only this one",
+             .choices = "none|gelu|gelu_tanh"),
     GLIA_KEY_END};
 
 /* Checks the (..., features) input (2 or more dims), reads the keys and declares "weight" (O, I) and, with bias
@@ -22,6 +29,9 @@ static glia_status linear_create(struct glia_layer *l, const struct glia_section
                                   glia_shape_str(&in[0], buf, sizeof buf));
     p->in = in[0].dim[in[0].ndim - 1];
     p->out = glia_section_int(cfg, "outputs");
+    const char *act = glia_section_str(cfg, "activation");
+    p->act = !strcmp(act, "gelu") ? GLIA_LINEAR_ACT_GELU : !strcmp(act, "gelu_tanh") ? GLIA_LINEAR_ACT_GELU_TANH
+                                                                                       : GLIA_LINEAR_ACT_NONE;
     struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)p->in)};
     struct glia_shape ws = glia_shape_make(2, (int64_t[]){p->out, p->in});
     struct glia_shape bs = glia_shape_make(1, (int64_t[]){p->out});
@@ -44,34 +54,83 @@ static glia_status linear_infer(const struct glia_layer *l, const struct glia_sh
 static uint64_t linear_flops(const struct glia_layer *l, const struct glia_shape *in, int n_in)
 {
     const struct glia_linear_attrs *p = l->attrs;
-    return 2ull * (uint64_t)glia_linear_rows(&in[0]) * (uint64_t)p->in * (uint64_t)p->out;
+    uint64_t rows = (uint64_t)glia_linear_rows(&in[0]);
+    return 2ull * rows * (uint64_t)p->in * (uint64_t)p->out + (p->act ? 5ull * rows * (uint64_t)p->out : 0);
 }
 
-/* y(M,O) = x(M,I) W(O,I)^T + b(O), M the rows of all leading dims */
+/* l->state of the CPU kernel: with an activation, the pre-activation of the last training forward and room for
+ * its gradient, (M, O) each, grown as needed */
+struct linear_cpu_state {
+    float *h, *dh;
+    int64_t cap;
+};
+
+static void linear_cpu_destroy(struct glia_layer *l)
+{
+    struct linear_cpu_state *s = l->state;
+    free(s->h);
+    free(s->dh);
+    memset(s, 0, sizeof *s);
+}
+
+static glia_status linear_cpu_room(struct linear_cpu_state *s, int64_t n)
+{
+    if (n <= s->cap) return GLIA_OK;
+    float *h = malloc((size_t)n * sizeof *h), *dh = malloc((size_t)n * sizeof *dh);
+    if (!h || !dh) return free(h), free(dh), GLIA_ENOMEM;
+    free(s->h);
+    free(s->dh);
+    s->h = h;
+    s->dh = dh;
+    s->cap = n;
+    return GLIA_OK;
+}
+
+/* h(M,O) = x(M,I) W(O,I)^T + b(O), M the rows of all leading dims; y = act(h), h kept for backward in training */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_linear_attrs *p = l->attrs;
+    struct linear_cpu_state *s = l->state;
     int64_t M = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *w = glia_tensor_f32(l->params[p->w].value);
-    float *y = glia_tensor_f32(a->out);
+    float *y = glia_tensor_f32(a->out), *h = y;
+    glia_status st;
+    if (p->act && a->train) {
+        if ((st = linear_cpu_room(s, M * O))) return st;
+        h = s->h;
+    }
     if (p->b >= 0) {
         const float *b = glia_tensor_f32(l->params[p->b].value);
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < O; j++) y[i * O + j] = b[j];
+            for (int64_t j = 0; j < O; j++) h[i * O + j] = b[j];
     }
-    return glia_backend_gemm_f32(l->backend, false, true, M, O, I, 1.0f, x, I, w, I,
-                                 p->b >= 0 ? 1.0f : 0.0f, y, O);
+    if ((st = glia_backend_gemm_f32(l->backend, false, true, M, O, I, 1.0f, x, I, w, I, p->b >= 0 ? 1.0f : 0.0f, h, O)))
+        return st;
+    if (p->act) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M * O; i++) y[i] = (float)glia_linear_act(p->act, h[i]);
+    }
+    return GLIA_OK;
 }
 
-/* dx(M,I) = dy(M,O) W(O,I);  dW(O,I) (+)= dy^T x;  db(O) (+)= sum_m dy */
+/* dh(M,O) = dy * act'(h);  dx(M,I) = dh W(O,I);  dW(O,I) (+)= dh^T x;  db(O) (+)= sum_m dh */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_linear_attrs *p = l->attrs;
+    struct linear_cpu_state *s = l->state;
     int64_t M = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     struct glia_param *pw = &l->params[p->w];
     glia_status st = GLIA_OK;
+    if (p->act) {
+        if (M * O > s->cap) return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward", l->name);
+        const float *h = s->h, *g = dy;
+        float *dh = s->dh;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M * O; i++) dh[i] = (float)(g[i] * glia_linear_act_grad(p->act, h[i]));
+        dy = dh;
+    }
     if (a->din[0])
         st = glia_backend_gemm_f32(l->backend, false, false, M, I, O, 1.0f, dy, O,
                                    glia_tensor_f32(pw->value), I, a->din_accumulate[0] ? 1.0f : 0.0f,
@@ -101,6 +160,7 @@ static const struct glia_layer_type linear_type = {
     .min_inputs = 1,
     .max_inputs = 1,
     .attrs_size = sizeof(struct glia_linear_attrs),
+    .flags = GLIA_TYPE_FUSIBLE_ACTIVATION,
     .create = linear_create,
     .infer_shape = linear_infer,
     .flops = linear_flops,
@@ -112,7 +172,9 @@ static const struct glia_kernel linear_cpu = {
     .impl = "cpu",
     .doc = "oneDNN GEMM",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per row */
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per row; the pre-activation is kept in state */
+    .state_size = sizeof(struct linear_cpu_state),
+    .destroy = linear_cpu_destroy,
     .forward = linear_forward,
     .backward = linear_backward,
 };
