@@ -105,6 +105,7 @@ static void grow(int *last, int t)
 static void lifetimes(const struct glia_model *m, const struct glia_shape *shapes, int64_t n, bool train,
                       int64_t *size, int *first, int *last, int *first2, int *last2, int *B, int *R)
 {
+    int ip = train ? glia__grad_in_place(m) : -1;
     int N = m->graph.n_nodes, t = N;
     for (int j = N - 1; j >= 0 && train; j--) {
         for (int k = j - m->graph.nodes[j].recompute_n; k < j; k++)
@@ -153,6 +154,25 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             }
         }
     }
+    if (ip >= 0) {  /* the logits' gradient is written over them: one buffer, alive until the gradient's last reader */
+        int po = GLIA__PLAN_VALUE(ip, -1), pg = GLIA__PLAN_GRAD(ip, -1);
+        grow(&last[po], last[pg]);
+        size[pg] = 0;
+    }
+}
+
+int glia__grad_in_place(const struct glia_model *m)
+{
+    int N = m->graph.n_nodes;
+    const struct glia__node *L = N > 0 ? &m->graph.nodes[N - 1] : NULL;
+    if (!L || !(L->layer.kernel->flags & GLIA_KERNEL_GRAD_IN_PLACE) || L->n_in < 1) return -1;
+    int p = L->in[0];
+    if (p < 0 || L->edge[0] != GLIA__EDGE_DIRECT || m->graph.nodes[p].n_consumers != 1 || m->graph.nodes[p].recompute ||
+        !glia__has_grad(m, p) || glia__bwd_reads_out(m, p))
+        return -1;
+    for (int k = 1; k < L->n_in; k++)
+        if (L->in[k] == p) return -1;
+    return p;
 }
 
 /* The buffers of one plan at batch n: lifetimes' output. */
@@ -205,6 +225,8 @@ static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t
     *len = glia__memplan(L.S, L.size, L.first, L.last, L.first2, L.last2, off);
     for (int s = 0; s < L.S; s++)
         if (L.size[s] > 0) off[s] += guard;
+    int ip = train ? glia__grad_in_place(m) : -1;
+    if (ip >= 0) off[GLIA__PLAN_GRAD(ip, -1)] = off[GLIA__PLAN_VALUE(ip, -1)];
     lives_free(&L);
     return *len < 0 ? GLIA_ENOMEM : GLIA_OK;
 }

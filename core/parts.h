@@ -443,6 +443,9 @@ static inline bool glia__bwd_reads_in(const struct glia_model *m, int j)
 {
     return m->graph.nodes[j].needs_grad && !(m->graph.nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_INPUT);
 }
+/* The node whose output gradient a training step writes over its output (the logits, given to a loss kernel with
+ * GLIA_KERNEL_GRAD_IN_PLACE under the conditions glia/layer.h names), or -1. */
+int glia__grad_in_place(const struct glia_model *m);
 /* The plan for a training batch of train_batch (0: no training) and an evaluation batch of eval_batch (0: none),
  * at the longest token length. */
 glia_status glia__act_plan(struct glia_model *m, int64_t train_batch, int64_t eval_batch, struct glia__act_plan *p);

@@ -233,11 +233,11 @@ static void test_pass_and_plan(void)
     free(text);
     /* The plan's floats without sharing, at batch 32 (each buffer a multiple of 64 floats here): flatten's output
      * (32 x 64, no gradient), fc1's output and gradient (2048 each), a's and b's (2048 each in f32, 1024 in bf16),
-     * fc2's and s's (128 each), the loss's (64); bf16 adds a's converted input and its gradient (1024 each) and
-     * fc2's (2048 each). */
+     * fc2's (128 each) and s's output (128: the loss writes its gradient over it, GLIA_KERNEL_GRAD_IN_PLACE), the
+     * loss's (64); bf16 adds a's converted input and its gradient (1024 each) and fc2's (2048 each). */
     CU_ASSERT_FATAL(glia__act_plan(r.m, 32, 32, &p16) == GLIA_OK);
-    CU_ASSERT_EQUAL(p32.train_unshared, 2048 + 2 * 2048 + 4 * 2048 + 4 * 128 + 64);
-    CU_ASSERT_EQUAL(p16.train_unshared, 2048 + 2 * 2048 + 4 * 1024 + 4 * 128 + 64 + 2 * 1024 + 2 * 2048);
+    CU_ASSERT_EQUAL(p32.train_unshared, 2048 + 2 * 2048 + 4 * 2048 + 3 * 128 + 64);
+    CU_ASSERT_EQUAL(p16.train_unshared, 2048 + 2 * 2048 + 4 * 1024 + 3 * 128 + 64 + 2 * 1024 + 2 * 2048);
     /* evaluation: the outputs and fc2's converted input; a's converted input too */
     CU_ASSERT_EQUAL(p32.eval_unshared, 2048 + 2048 + 2 * 2048 + 2 * 128 + 64);
     CU_ASSERT_EQUAL(p16.eval_unshared, 2048 + 2048 + 2 * 1024 + 2 * 128 + 64 + 1024 + 2048);

@@ -1754,6 +1754,45 @@ static char *summary_of(const struct glia_model *m)
     return text;
 }
 
+/* A loss kernel with GLIA_KERNEL_GRAD_IN_PLACE (softmax_cross_entropy) gets the logits' gradient in the logits' own
+ * memory in a training step: the plan gives both one offset and counts the gradient's bytes no more; not when the
+ * logits' producer reads its output in backward (sigmoid), and never in evaluation. The trained weights are those of
+ * a model whose gradient has a buffer of its own (the sigmoid model's twin without the sigmoid is not that; the
+ * layer and optimizer tests against PyTorch train through the in-place gradient). */
+static void test_grad_in_place(void)
+{
+    make_data();
+    static const char *tail[2] = {"", "[sig]\ntype = sigmoid\n"};
+    for (int k = 0; k < 2; k++) {
+        char text[4096];
+        snprintf(text, sizeof text,
+                 "[runtime]\ndevice = cpu\nseed = 3\n"
+                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+                 "batch_size = 32\ntest_batch_size = 64\nworkers = 0\nmean = 0.2\nstd = 0.3\n"
+                 "[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n"
+                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 6\n%s[loss]\ntype = softmax_cross_entropy\n",
+                 dir, dir, dir, dir, tail[k]);
+        struct run r;
+        open_run(&r, text);
+        CU_ASSERT_TRUE_FATAL(r.m->graph.nodes[r.m->graph.n_nodes - 1].layer.kernel->flags & GLIA_KERNEL_GRAD_IN_PLACE);
+        int lg = r.m->graph.n_nodes - 2;  /* the logits: fc, or sig */
+        CU_ASSERT_EQUAL(glia__grad_in_place(r.m), k ? -1 : lg);
+        struct glia__act_plan p;
+        CU_ASSERT_EQUAL_FATAL(glia__act_plan(r.m, 32, 64, &p), GLIA_OK);
+        bool same = p.train_off[GLIA__PLAN_GRAD(lg, -1)] == p.train_off[GLIA__PLAN_VALUE(lg, -1)];
+        CU_ASSERT_EQUAL(same, k == 0);
+        glia__act_plan_free(&p);
+        struct glia_epoch_result res = GLIA_TEST_RESULT;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, &res, 1), GLIA_OK);
+        if (k == 0) {  /* the step's views: the gradient over the logits */
+            CU_ASSERT_EQUAL_FATAL(glia__set_batch(r.m, 32, 0, true), GLIA_OK);
+            CU_ASSERT_PTR_EQUAL(r.m->graph.nodes[lg].dout->data, r.m->graph.nodes[lg].out->data);
+        }
+        CU_ASSERT(res.train_loss < log(6.0));
+        close_run(&r);
+    }
+}
+
 /* The fuse_pointwise pass: the chain runs as one pointwise layer that trains like the layers it
  * replaces (within float rounding), the model keeps its fingerprint (checkpoints of either load in
  * the other), and it leaves alone a layer with two consumers, a layer whose impl is chosen, and a
@@ -2057,7 +2096,7 @@ static const char *ckpt_model_text(int segments)
              "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[bn1]\ntype = batchnorm\n[r1]\ntype = relu\n"
              "[cnt]\ntype = forward_counter\n[c2]\ntype = conv2d\nfilters = 4\npadding = 1\n[bn2]\ntype = batchnorm\n"
              "[sum]\ntype = add\ninputs = cnt, bn2\n[r2]\ntype = relu\n[drop]\ntype = dropout\np = 0.2\n"
-             "[c3]\ntype = conv2d\nfilters = 4\npadding = 1\n[r3]\ntype = relu\n"
+             "[c2b]\ntype = conv2d\nfilters = 4\npadding = 1\n[c3]\ntype = conv2d\nfilters = 4\npadding = 1\n[r3]\ntype = relu\n"
              "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
              fix, dir, dir, dir, dir, segments);
     return buf;
@@ -2147,10 +2186,10 @@ static void test_checkpoint_segments(void)
     fclose(f);
     if (st) printf("\n  %s\n", glia_context_error(r[1].ctx));
     CU_ASSERT_EQUAL_FATAL(st, GLIA_OK);
-    static const char *const fwd[] = {"c1", "bn1", "r1", "cnt", "c2", "bn2", "sum", "r2", "drop", "c3", "r3", "flat", "fc", "loss"};
-    static const char *const bwd[] = {"loss", "fc", "flat", "r3", "c3", "drop", "r2", "sum", "bn2", "c2", "cnt", "r1", "bn1", "c1"};
+    static const char *const fwd[] = {"c1", "bn1", "r1", "cnt", "c2", "bn2", "sum", "r2", "drop", "c2b", "c3", "r3", "flat", "fc", "loss"};
+    static const char *const bwd[] = {"loss", "fc", "flat", "r3", "c3", "c2b", "drop", "r2", "sum", "bn2", "c2", "cnt", "r1", "bn1", "c1"};
     static const char *const rec[] = {"c1", "bn1", "r1", "cnt", "c2"};
-    struct trace_expect e = {2, 14, fwd, 14, bwd, "sgd", false, 0, 5, rec};
+    struct trace_expect e = {2, 15, fwd, 15, bwd, "sgd", false, 0, 5, rec};
     CU_ASSERT_EQUAL(trace_check(path, &e), 0);
     remove(path);
     for (int v = 0; v < 3; v++) {
@@ -2460,7 +2499,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

@@ -208,7 +208,13 @@ enum glia_kernel_flags {
      * kernel that reads positions adds pos (position_embedding); one that mixes them keeps what later positions read
      * (attention keeps each layer's keys and values) and may refuse a configuration with GLIA_EUNSUPPORTED naming the
      * layer (attention with causal = off). The core decodes a model only when every kernel but the loss has it. */
-    GLIA_KERNEL_DECODE = 1u << 5
+    GLIA_KERNEL_DECODE = 1u << 5,
+    /* ABI 2.3, loss kernels: backward may be handed din[0] at the address of in[0] (it reads each input value before
+     * it writes the gradient in that place, and writes it with din_accumulate[0] false). The core then gives the
+     * logits' gradient the logits' own memory in a training step, when the loss alone reads them, in their own type
+     * and format, and their producer's backward does not read its output: a language model's (N, T, vocab) logits
+     * are the largest activation, and their gradient no longer takes as much again. */
+    GLIA_KERNEL_GRAD_IN_PLACE = 1u << 6
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it
