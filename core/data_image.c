@@ -337,24 +337,6 @@ glia_status glia__cifar_load(struct glia_context *ctx, const char *const *paths,
     return st;
 }
 
-void glia__dataset_free(struct glia__dataset *d)
-{
-    if (!d) return;
-    free(d->images);
-    free(d->fimages);
-    for (int64_t i = 0; i < d->n_files; i++) free(d->files[i]);
-    free(d->files);
-    for (int i = 0; d->class_names && i < d->n_classes; i++) free(d->class_names[i]);
-    free(d->class_names);
-    free(d->labels);
-    free(d->offsets);
-    free(d->ids);
-    free(d->tok);
-    free(d->shard_end);
-    free(d->classes_why);
-    memset(d, 0, sizeof *d);
-}
-
 /* ---- batches ---------------------------------------------------------------------------- */
 
 void glia__dataset_gather(const struct glia__dataset *d, const int64_t *idx, int64_t n,
