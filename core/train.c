@@ -153,7 +153,14 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          key,
                          m->trainer.capturing ? m->trainer.step_dev->data : NULL,
                          pos >= 0,
-                         pos >= 0 ? pos : 0};
+                         pos >= 0 ? pos : 0,
+                         NULL,
+                         NULL};
+    if (train && i == m->graph.n_nodes - 1 && (nd->layer.kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD) &&
+        glia__grad_in_place(m) == nd->in[0]) {  /* the loss's gradient, over the logits, in the forward's pass */
+        a.din = m->graph.nodes[nd->in[0]].dout;
+        a.dout = m->act.loss_scale;
+    }
     struct glia__guarded *guards;
     int n_guards;
     if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);

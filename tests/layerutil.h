@@ -168,7 +168,7 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
             for (int64_t i = 0; i < glia_tensor_numel(pa->grad); i++) d[i] = accumulate ? 1.0f : NAN;
             pa->grad_unset = !accumulate;
         }
-        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL, false, 0};
+        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL};
         glia_status st = B.kernel->backward(&B.l, &ba);
@@ -220,6 +220,70 @@ static inline void expect_error(const char *ini, struct glia_shape in, glia_stat
         printf("\n  got %s: %s\n  want: %s\n", glia_status_name(st), glia_context_error(c), msg);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(c), msg));
     glia_context_free(c);
+}
+
+
+/* ---- a loss's gradient in its forward's pass (GLIA_KERNEL_GRAD_IN_FORWARD) ---- */
+
+/* Loss layer l (softmax_cross_entropy, on backend b) on (R, C) logits with every ignore_every-th label -100 (0: none)
+ * and a loss scale of 2.5: a training forward and a backward into a buffer of its own, against a training forward
+ * given glia_fwd.din at the logits' own address (as the core gives it) followed by the backward, which must find
+ * nothing left to do: the same loss, and the same gradient bit for bit. */
+static inline void loss_grad_in_forward_case(struct glia_layer *l, struct glia_backend *b, int64_t R, int64_t C,
+                                             int ignore_every, uint64_t seed)
+{
+    CU_ASSERT_FATAL(l->kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD);
+    struct glia_shape xs = glia_shape_make(2, (int64_t[]){R, C}), ys = glia_shape_make(1, (int64_t[]){R}),
+                      one = glia_shape_make(1, (int64_t[]){1});
+    float *xh = malloc(sizeof(float) * (size_t)(R * C)), *g1 = malloc(sizeof(float) * (size_t)(R * C)),
+          *g2 = malloc(sizeof(float) * (size_t)(R * C)), scale = 2.5f, loss[2];
+    int32_t *yh = malloc(sizeof(int32_t) * (size_t)R);
+    CU_ASSERT_FATAL(xh && g1 && g2 && yh);
+    struct glia_rng r;
+    glia__rng_seed(&r, seed);
+    for (int64_t i = 0; i < R * C; i++) xh[i] = (float)(3.0 * glia__rng_normal(&r));
+    for (int64_t i = 0; i < R; i++)
+        yh[i] = ignore_every && i % ignore_every == 0 ? -100 : (int32_t)(glia__rng_next(&r) % (uint64_t)C);
+    struct glia_tensor *x, *dx, *y, *out, *dout;
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &xs, &x) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &xs, &dx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_I32, &ys, &y) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &one, &out) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &one, &dout) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(y, yh, sizeof(int32_t) * (size_t)R) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_from_host(dout, &scale, sizeof scale) == GLIA_OK);
+    const struct glia_tensor *in[1] = {x};
+    bool acc[1] = {false};
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_FATAL(glia_tensor_from_host(x, xh, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
+        struct glia_tensor *d = k ? x : dx;  /* k = 1: the gradient over the logits, written in the forward */
+        struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, k ? x : NULL, k ? dout : NULL};
+        struct glia_tensor *din[1] = {d};
+        struct glia_bwd ba = {in, 1, out, dout, din, acc, y};
+        glia_status st = l->kernel->forward(l, &fa);
+        if (!st && k) {  /* written by the forward already: the logits are gone */
+            CU_ASSERT_FATAL(glia_tensor_to_host(x, g2, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
+            CU_ASSERT_EQUAL(memcmp(g1, g2, sizeof(float) * (size_t)(R * C)), 0);
+        }
+        if (!st) st = l->kernel->backward(l, &ba);
+        if (st) printf("\n  %s\n", glia_context_error(l->ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_to_host(d, k ? g2 : g1, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss[k], sizeof(float)) == GLIA_OK);
+    }
+    int64_t differ = 0;
+    for (int64_t i = 0; i < R * C; i++) differ += memcmp(&g1[i], &g2[i], sizeof(float)) != 0;
+    if (differ || memcmp(&loss[0], &loss[1], sizeof(float)))
+        printf("\n  %lld x %lld, ignore every %d: %lld gradients differ, loss %.9g vs %.9g\n", (long long)R, (long long)C,
+               ignore_every, (long long)differ, loss[0], loss[1]);
+    CU_ASSERT_EQUAL(differ, 0);
+    CU_ASSERT_EQUAL(memcmp(&loss[0], &loss[1], sizeof(float)), 0);
+    float any = 0;
+    for (int64_t i = 0; i < R * C; i++) any += fabsf(g1[i]);
+    CU_ASSERT(any > 0 || ignore_every == 1);  /* not a pair of zero gradients */
+    glia_tensor_release(x), glia_tensor_release(dx), glia_tensor_release(y), glia_tensor_release(out);
+    glia_tensor_release(dout);
+    free(xh), free(g1), free(g2), free(yh);
 }
 
 #endif

@@ -192,7 +192,7 @@ static void test_linear_packed_params(void)
     struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
     struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
     const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
-    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0};
+    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK);
     CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
@@ -311,7 +311,7 @@ static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O,
     struct glia_tensor *dxg = cuda_swap_dtype(cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, fill), t);
     struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), t);
     const struct glia_tensor *ig[1] = {xg};
-    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0};
+    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -509,6 +509,21 @@ static void test_sce(void)
     set_precision(GLIA_PRECISION_FP32);
 }
 
+/* The CUDA softmax_cross_entropy's gradient in its forward's pass (the fused classifier) equals its backward's, bit
+ * for bit, written over the logits, with ignored labels and a vocabulary a warp loops over many times. */
+static void test_sce_grad_in_forward(void)
+{
+    static const int64_t rc[][3] = {{7, 5, 0}, {48, 1000, 3}, {9, 11, 1}, {3, 70, 2}};
+    for (size_t c = 0; c < sizeof rc / sizeof rc[0]; c++) {
+        struct glia_shape in = S(2, rc[c][0], rc[c][1], 0, 0);
+        struct cuda_built G;
+        cuda_build(c == 3 ? "[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.2\n"
+                          : "[loss]\ntype = softmax_cross_entropy\n", "cuda", cuda_gpu, &in, 1, &G);
+        loss_grad_in_forward_case(&G.l, cuda_gpu, rc[c][0], rc[c][1], (int)rc[c][2], 70 + c);
+        cuda_unbuild(&G);
+    }
+}
+
 /* A label out of range: the forward cannot refuse it without waiting for the GPU, so its loss
  * is NaN at once and the layer's next call after the flag reached the host returns GLIA_EINVAL. */
 static void test_sce_bad_label(void)
@@ -529,7 +544,7 @@ static void test_sce_bad_label(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(bad, (int32_t[]){0, 7, 2, -1}, 4 * sizeof(int32_t)) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
     const struct glia_tensor *ins[1] = {x};
-    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0};
+    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
@@ -636,5 +651,5 @@ CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_line
                GLIA_TEST(test_linear_packed_params),
                GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback), GLIA_TEST(test_linear_act),
                GLIA_TEST(test_linear_act_fallback),
-               GLIA_TEST(test_sce), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_sce), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

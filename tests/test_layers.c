@@ -19,6 +19,24 @@ static void check_ok(const char *ini, struct glia_shape in, uint64_t seed)
     glia_context_free(ctx);
 }
 
+/* The CPU softmax_cross_entropy's gradient in its forward's pass equals its backward's, bit for bit. */
+static void test_sce_grad_in_forward(void)
+{
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    static const char *ini[2] = {"[loss]\ntype = softmax_cross_entropy\n",
+                                 "[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.1\n"};
+    static const int64_t rc[][3] = {{7, 5, 0}, {64, 300, 3}, {9, 11, 1}};
+    for (int k = 0; k < 2; k++)
+        for (size_t c = 0; c < sizeof rc / sizeof rc[0]; c++) {
+            struct glia_shape in = S(2, rc[c][0], rc[c][1], 0, 0);
+            struct built B;
+            layer_build(ctx, ini[k], &in, 1, &B);
+            loss_grad_in_forward_case(&B.l, B.b, rc[c][0], rc[c][1], (int)rc[c][2], 40 + c + 10 * (uint64_t)k);
+            layer_unbuild(&B);
+        }
+    glia_context_free(ctx);
+}
+
 static void test_linear(void)
 {
     check_ok("[fc]\ntype = linear\noutputs = 3\n", S(2, 4, 5, 0, 0), 1);
@@ -75,7 +93,7 @@ static void test_sce_ignore_index(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd a = {in, 1, out, y, true, 0, false, 0, NULL, false, 0};
+    struct glia_fwd a = {in, 1, out, y, true, 0, false, 0, NULL, false, 0, NULL, NULL};
     struct glia_bwd b = {in, 1, out, dout, din, acc, y};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double l0 = log(exp(1.0) + exp(2.0)) - 2, l2 = log(exp(5.0) + exp(-1.0)) - 5;
@@ -118,7 +136,7 @@ static void test_label_smoothing_value(void)
     memcpy(x->data, xv, sizeof xv);
     glia_tensor_i32(y)[0] = 0;
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, out, y, false, 0, false, 0, NULL, false, 0};
+    struct glia_fwd a = {in, 1, out, y, false, 0, false, 0, NULL, false, 0, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
     double want = 0.8 * (lse - 1) + 0.2 * ((lse - 1) + (lse - 2) + (lse - 3)) / 3;
@@ -194,7 +212,7 @@ static void check_forward(const char *ini, const float *x, const float *want, in
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &ty) == GLIA_OK);
     memcpy(glia_tensor_f32(tx), x, (size_t)n * sizeof *x);
     const struct glia_tensor *in[1] = {tx};
-    struct glia_fwd a = {in, 1, ty, NULL, false, 1, false, 0, NULL, false, 0};
+    struct glia_fwd a = {in, 1, ty, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     const float *y = glia_tensor_f32(ty);
     for (int i = 0; i < n; i++) {
@@ -251,7 +269,7 @@ static void test_relu_edges(void)
     memcpy(glia_tensor_f32(tx), x, sizeof x);
     memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
     const struct glia_tensor *in[1] = {tx};
-    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     const float *y = glia_tensor_f32(ty), *dx = glia_tensor_f32(tdx);
     for (int i = 0; i < n; i++) {
@@ -340,7 +358,7 @@ static void test_dropout_statistics(void)
     CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &y2) == GLIA_OK);
     for (int i = 0; i < 10000; i++) glia_tensor_f32(x)[i] = 1.0f;
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y1, NULL, true, 99, false, 0, NULL, false, 0};
+    struct glia_fwd a = {in, 1, y1, NULL, true, 99, false, 0, NULL, false, 0, NULL, NULL};
     CU_ASSERT_EQUAL(ops->forward(l, &a), GLIA_OK);
     int zeros = 0, scaled = 0;
     for (int i = 0; i < 10000; i++) {
@@ -531,7 +549,7 @@ static void test_checker_catches_write_over_garbage(void)
 }
 
 GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_dropout), GLIA_TEST(test_dropout_statistics), GLIA_TEST(test_add),
-               GLIA_TEST(test_concat), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_concat), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_linear), GLIA_TEST(test_relu), GLIA_TEST(test_relu_edges), GLIA_TEST(test_flatten),
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sce_ignore_index), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
                GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_1d_input),

@@ -295,6 +295,7 @@ struct sce_cuda {
     cudaEvent_t copied;               /* after the latest copy into bad_host */
     bool pending;                     /* a copy was queued that no call has looked at yet */
     int64_t classes;                  /* C of the latest forward */
+    const void *grad_at;              /* where the latest training forward wrote the gradient (glia_fwd.din), or NULL */
 };
 
 static glia_status sce_bad_label_error(struct glia_layer *l, const struct sce_cuda *p, unsigned long long v)
@@ -419,9 +420,13 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     void *row;
     if ((st = glia__cuda_scratch(c, (size_t)(N > 0 ? N : 1) * sizeof(double), &row))) return st;
     p->classes = C;
+    float *dx = a->train && a->din ? f32(a->din) : NULL;
+    if (dx && ((st = need_dense_f32(l, a->din, "input gradient")) || (st = need_dense_f32(l, a->dout, "loss scale"))))
+        return st;
+    p->grad_at = dx;
     CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row,
-                                            p->count->data, p->bad->data, f32(a->in[0]), a->labels->data, N, C,
-                                            e->smoothing, e->ignore_index, c->stream));
+                                            p->count->data, p->bad->data, dx, dx ? f32(a->dout) : NULL, f32(a->in[0]),
+                                            a->labels->data, N, C, e->smoothing, e->ignore_index, c->stream));
     CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
                                      c->stream));
     CUDA_TRY(l->ctx, cudaEventRecordWithFlags(p->copied, c->stream,
@@ -441,6 +446,10 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     glia_status st;
     if ((st = sce_poll(l, p))) return st;
     if (!a->din[0]) return GLIA_OK;
+    if (p->grad_at && p->grad_at == a->din[0]->data && !a->din_accumulate[0]) {  /* the forward wrote it */
+        p->grad_at = NULL;
+        return GLIA_OK;
+    }
     if ((st = sce_check(l, a->in[0], a->labels)) || (st = need_dense_f32(l, a->din[0], "input gradient"))) return st;
     if (!a->dout || a->dout->dtype != GLIA_F32 || a->dout->device.type != GLIA_DEVICE_CUDA ||
         glia_tensor_numel(a->dout) < 1)
@@ -460,9 +469,9 @@ static const struct glia_kernel sce_cuda = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "softmax_cross_entropy",
     .impl = "cuda",
-    .doc = "a warp per row; labels checked on the GPU; the gradient written over the logits",
+    .doc = "a warp per row; labels checked on the GPU; the gradient written over the logits in the forward's pass",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_GRAD_IN_PLACE,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_GRAD_IN_PLACE | GLIA_KERNEL_GRAD_IN_FORWARD,
     .state_size = sizeof(struct sce_cuda),
     .destroy = sce_destroy,
     .forward = sce_forward,

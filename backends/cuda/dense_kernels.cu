@@ -173,10 +173,14 @@ __device__ static float warp_max(float v)
 
 /* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) (0 where y_n = ign) and lse(N) = log sum_c exp x[n, c]
  * from x(N,C), y(N): one warp per row (the loop bound is the same for the whole warp, so every
- * shuffle has its 32 lanes), in double like the CPU kernel. A bad label: NaN and *bad lowered. */
-__global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, const float *x,
-                                const int32_t *y, int64_t N, int64_t C, float e, int32_t ign)
+ * shuffle has its 32 lanes), in double like the CPU kernel. A bad label: NaN and *bad lowered. With dx, also the
+ * row's gradient as sce_backward_kernel computes it (the same expressions, so the same bits), k = dout[0] / *count
+ * (counted before), written over the row once the warp has read it (dx may be x). */
+__global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, float *dx, const float *x,
+                                const int32_t *y, int64_t N, int64_t C, float e, int32_t ign, const float *dout,
+                                const double *count, float off)
 {
+    float k = dx && *count > 0.0 ? dout[0] / (float)*count : 0.0f;
     int lane = threadIdx.x & 31;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -205,7 +209,37 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
             }
             if (lse_out) lse_out[n] = lse;
         }
+        if (!dx) continue;
+        __syncwarp();  /* lane 0 has read x[n, t] */
+        int32_t t = y[n];
+        for (int64_t j = lane; j < C; j += 32) {
+            float g;
+            if (t == ign) {
+                g = 0.0f;
+            } else if (t < 0 || t >= C) {
+                g = __int_as_float(0x7fc00000);
+            } else {
+                float prob = (float)exp((double)r[j] - lse);
+                g = __fmul_rn(k, prob - (j == t ? 1.0f - e : 0.0f) - off);
+            }
+            dx[n * C + j] = g;
+        }
     }
+}
+
+/* *count = the rows whose label y(N) is not ign (a double), one block, before sce_rows_kernel writes gradients */
+__global__ void sce_count_kernel(double *count, const int32_t *y, int64_t N, int32_t ign)
+{
+    __shared__ long long cnt[THREADS];
+    long long c = 0;
+    for (int64_t i = threadIdx.x; i < N; i += THREADS) c += y[i] != ign;
+    cnt[threadIdx.x] = c;
+    __syncthreads();
+    for (int k = THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) cnt[threadIdx.x] += cnt[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *count = (double)cnt[0];
 }
 
 /* loss(1) = sum_n row(N) / count and *count = count, the rows whose label y(N) is not ign, one block, in a fixed
@@ -237,11 +271,18 @@ __global__ void sce_mean_kernel(float *loss, double *count, const double *row, c
 }
 
 extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, void *count,
-                                              unsigned long long *bad, const float *x, const int32_t *y, int64_t N,
-                                              int64_t C, float e, int32_t ign, cudaStream_t s)
+                                              unsigned long long *bad, float *dx, const float *dout, const float *x,
+                                              const int32_t *y, int64_t N, int64_t C, float e, int32_t ign,
+                                              cudaStream_t s)
 {
+    if (dx) {
+        sce_count_kernel<<<1, THREADS, 0, s>>>((double *)count, y, N, ign);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
     if (N > 0) {
-        sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, x, y, N, C, e, ign);
+        sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, dx, x, y, N, C, e, ign, dout,
+                                                             (const double *)count, e / (float)C);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }

@@ -46,10 +46,12 @@ cudaError_t glia__cuda_col_sum(float *db, const void *dy, enum glia_dtype t, int
  * not ign, lse_n = log sum_c exp x[n, c], from x(N,C) and labels y(N) (N: every position, N*T of a sequence's
  * logits); count 0 gives 0. row(N) is scratch (doubles); *count (a double) gets count; lse(N) (doubles) is kept for
  * backward when not NULL. A label outside [0, C) that is not ign makes its row's loss (so the mean) NaN and lowers
- * *bad to (row << 32 | label) (atomic min; *bad starts at GLIA__SCE_NO_BAD_LABEL). */
+ * *bad to (row << 32 | label) (atomic min; *bad starts at GLIA__SCE_NO_BAD_LABEL). With dx (training, the gradient
+ * in the forward's pass: GLIA_KERNEL_GRAD_IN_FORWARD), also dx(N,C) as glia__cuda_sce_backward with beta 0 would
+ * write it, scaled by dout[0] (device memory); dx may be x (each row is written once the row is read). */
 cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, void *count, unsigned long long *bad,
-                                   const float *x, const int32_t *y, int64_t N, int64_t C, float e, int32_t ign,
-                                   cudaStream_t s);
+                                   float *dx, const float *dout, const float *x, const int32_t *y, int64_t N, int64_t C,
+                                   float e, int32_t ign, cudaStream_t s);
 
 /* dx(N,C) = dout[0] / count * (softmax(x) - (1-e) onehot(y) - e/C) + beta dx, beta 0 or 1, softmax from
  * x(N,C) and the forward's lse(N) and count (a double; 0: every gradient 0); dout is device memory (1 element).

@@ -131,6 +131,13 @@ struct glia_fwd {
        layer keeps no cache. */
     bool decode;
     int64_t pos;                          /* the input's first position when decode is set; 0 otherwise */
+    /* ABI 2.3, a loss kernel with GLIA_KERNEL_GRAD_IN_FORWARD in a training forward: where to write the gradient of
+       in[0] now, dLoss/dlogits times the 1-element dout that its backward would get; NULL: in backward, as usual.
+       The core gives it only where that gradient takes the logits' own memory (GLIA_KERNEL_GRAD_IN_PLACE), so the
+       kernel writes each logit's gradient over it once the logit is read. The backward still runs after it, with
+       din[0] at the same address and nothing left to do. */
+    struct glia_tensor *din;
+    const struct glia_tensor *dout;
 };
 
 /* The seed of a random layer at a training step, from its key: a splitmix64-style
@@ -214,7 +221,11 @@ enum glia_kernel_flags {
      * logits' gradient the logits' own memory in a training step, when the loss alone reads them, in their own type
      * and format, and their producer's backward does not read its output: a language model's (N, T, vocab) logits
      * are the largest activation, and their gradient no longer takes as much again. */
-    GLIA_KERNEL_GRAD_IN_PLACE = 1u << 6
+    GLIA_KERNEL_GRAD_IN_PLACE = 1u << 6,
+    /* ABI 2.3, loss kernels with GLIA_KERNEL_GRAD_IN_PLACE: a training forward given glia_fwd.din writes the gradient
+     * there at once (llm.c's fused classifier: the loss and its gradient in one pass over the logits, which stay hot
+     * in cache between the two), and the backward then finds it written. */
+    GLIA_KERNEL_GRAD_IN_FORWARD = 1u << 7
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it

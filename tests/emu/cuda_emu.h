@@ -64,6 +64,8 @@ template <typename T> static inline T __shfl_down_sync(unsigned m, T v, unsigned
 template <typename T> static inline T __shfl_xor_sync(unsigned m, T v, int l, int w = 32) { return glia_emu_shfl_t(m, v, 1, l, w); }
 template <typename T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) { return glia_emu_shfl_t(m, v, 2, (int)d, w); }
 template <typename T> static inline T __shfl_sync(unsigned m, T v, int l, int w = 32) { return glia_emu_shfl_t(m, v, 3, l, w); }
+/* a warp barrier: a shuffle waits for every lane of the mask, as __syncwarp does */
+static inline void __syncwarp(unsigned m = 0xffffffffu) { (void)glia_emu_shfl_t(m, 0, 1, 0, 32); }
 
 /* One host thread runs every fiber and switches only at barriers and shuffles: plain updates are atomic. */
 template <typename T, typename U> static inline T atomicAdd(T *p, U v) { T o = *p; *p = (T)(o + v); return o; }

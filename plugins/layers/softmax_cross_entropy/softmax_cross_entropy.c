@@ -41,9 +41,10 @@ static glia_status sce_infer(const struct glia_layer *l, const struct glia_shape
  * backward, which recomputes the probabilities from them (a language model's (N, T, vocab) softmax is never
  * stored: R doubles, not R x C floats). */
 struct sce_cpu {
-    double *lse;    /* (R) (owned) */
-    int64_t cap;    /* rows lse holds */
-    int64_t count;  /* positions of the last training forward whose label is not ignore_index */
+    double *lse;         /* (R) (owned) */
+    int64_t cap;         /* rows lse holds */
+    int64_t count;       /* positions of the last training forward whose label is not ignore_index */
+    const void *grad_at; /* where the last training forward wrote the gradient (glia_fwd.din), or NULL */
 };
 
 static void sce_cpu_destroy(struct glia_layer *l)
@@ -61,7 +62,9 @@ static void sce_rows(const struct glia_tensor *x, int64_t *R, int64_t *C)
 }
 
 /* loss(1) = sum_r [(1-e) (-log p[r, y(r)]) + e mean_c (-log p[r, c])] / count over the rows r of x(R,C) (R = N or
- * N*T) whose label y(R) is not ignore_index, p = softmax; count 0 gives 0. Keeps lse(R) when training. */
+ * N*T) whose label y(R) is not ignore_index, p = softmax; count 0 gives 0. Keeps lse(R) when training; given
+ * a->din (GLIA_KERNEL_GRAD_IN_FORWARD), also writes each row's gradient there, over the row once it is read, as
+ * sce_backward would. */
 static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *p = l->attrs;
@@ -88,9 +91,15 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
         s->cap = N;
     }
     double total = 0;
+    float *dx = a->train && a->din ? glia_tensor_f32(a->din) : NULL;
+    float k = dx && count > 0 ? glia_tensor_f32(a->dout)[0] / (float)count : 0.0f, e = p->smoothing, off = e / (float)C;
+    s->grad_at = dx;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {
-        if (y[i] == p->ignore_index) continue;  /* its gradient row is 0: lse is not read */
+        if (y[i] == p->ignore_index) {  /* its gradient row is 0: lse is not read */
+            for (int64_t j = 0; dx && j < C; j++) dx[i * C + j] = 0.0f;
+            continue;
+        }
         const float *r = x + i * C;
         float mx = r[0];
         for (int64_t j = 1; j < C; j++) mx = r[j] > mx ? r[j] : mx;
@@ -103,6 +112,10 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
         }
         total += (1.0 - p->smoothing) * (lse - r[y[i]]) + p->smoothing * mean_nll;
         if (a->train) s->lse[i] = lse;
+        for (int64_t j = 0; dx && j < C; j++) {  /* sce_backward's expressions: the same bits */
+            float pr = (float)exp((double)r[j] - lse);
+            dx[i * C + j] = k * (pr - (j == y[i] ? 1.0f - e : 0.0f) - off);
+        }
     }
     if (a->train) s->count = count;
     glia_tensor_f32(a->out)[0] = count > 0 ? (float)(total / (double)count) : 0.0f;
@@ -114,8 +127,12 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
 static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_softmax_cross_entropy_attrs *p = l->attrs;
-    const struct sce_cpu *s = l->state;
+    struct sce_cpu *s = l->state;
     if (!a->din[0]) return GLIA_OK;
+    if (s->grad_at && s->grad_at == a->din[0]->data && !a->din_accumulate[0]) {  /* the forward wrote it */
+        s->grad_at = NULL;
+        return GLIA_OK;
+    }
     int64_t N, C;
     sce_rows(a->in[0], &N, &C);
     const int32_t *y = glia_tensor_i32(a->labels);
@@ -154,9 +171,9 @@ static const struct glia_kernel sce_cpu = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "softmax_cross_entropy",
     .impl = "cpu",
-    .doc = "rows in double; the row logsumexp kept for backward, the gradient written over the logits",
+    .doc = "rows in double; the gradient written over the logits, in the forward's pass when the core allows",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_GRAD_IN_PLACE,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_GRAD_IN_PLACE | GLIA_KERNEL_GRAD_IN_FORWARD,
     .state_size = sizeof(struct sce_cpu),
     .destroy = sce_cpu_destroy,
     .forward = sce_forward,
