@@ -657,6 +657,10 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
     for (int k = 0; k < r->n_in; k++) in[k] = r->x[k];
     ++r->step;
     struct glia_fwd a = {in, r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL, false, 0, NULL, NULL};
+    if (train && (r->l.kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD) && r->n_in >= 1 && r->dx[0] && r->dout) {
+        a.din = r->dx[0];  /* as a model runs such a loss, but into the run's own gradient buffer: x stays */
+        a.dout = r->dout;
+    }
     glia_status st = r->l.kernel->forward(&r->l, &a);
     r->trained = !st && train;
     return st;

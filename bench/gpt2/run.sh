@@ -3,7 +3,8 @@
 # PyTorch at its best (bench/gpt2/torch_gpt2.py: torch.compile, SDPA, fused AdamW, bf16 autocast, data on the GPU),
 # one after the other on the same llm.c token files: per batch size, tokens/s, MFU (6N + 6·L·C·T FLOPs per token, N
 # = 124475904, against --peak-tflops), peak memory; the losses of both every 10 steps; then the attention layer alone
-# at GPT-2's shape (glia bench layer attention against F.scaled_dot_product_attention). Under a header naming the GPU,
+# at GPT-2's shape (glia bench layer attention against F.scaled_dot_product_attention), the MLP's fc with and without
+# its fused GELU, and the loss over GPT-2's logits (glia's gradient written in the forward's pass). Under a header naming the GPU,
 # driver and versions. Not a test: run it on an idle GPU from a built tree; commit the raw output.
 #   usage: bench/gpt2/run.sh [--data DIR] [--batches "16 32"] [--steps N] [--warmup N] [--peak-tflops X] [--out FILE]
 #   --data: llm.c token files tokens_train_*.bin and tokens_val_*.bin (bench/gpt2/gen_tokens.py DIR makes them from
@@ -71,5 +72,14 @@ for b in $batches; do
 done
 echo "== attention alone, 16 x 1024 x 2304 (12 heads of 64), bf16" | tee -a "$tmp/out"
 "$glia" bench layer attention --shape 16x1024x2304 --precision bf16 --device cuda --steps 20 --warmup 5 \
+    --torch bench/layer/torch_layer.py 2>&1 | tee -a "$tmp/out"
+echo "== the MLP's fc with its GELU (cuBLASLt's GELU epilogue) and plain, 16 x 1024 x 768 -> 3072, bf16" | tee -a "$tmp/out"
+for op in linear_gelu linear; do
+    "$glia" bench layer $op --shape 16x1024x768 --precision bf16 --device cuda --steps 20 --warmup 5 \
+        --torch bench/layer/torch_layer.py 2>&1 | tee -a "$tmp/out"
+done
+echo "== the classifier's loss over 16 x 1024 positions of 50304 logits, fp32 (glia: its gradient in the forward's pass)" |
+    tee -a "$tmp/out"
+"$glia" bench layer cross_entropy --shape 16384x50304 --precision bf16 --device cuda --steps 20 --warmup 5 \
     --torch bench/layer/torch_layer.py 2>&1 | tee -a "$tmp/out"
 [ -z "$outfile" ] || { cp "$tmp/out" "$outfile"; echo "saved to $outfile"; }

@@ -14,7 +14,8 @@
 # as glia does: forward = inputs + output; backward = output gradient + the tensors backward reads + input
 # gradients, each at its own element size. The ops mirror glia's: batchnorm (training, affine, momentum 0.1,
 # eps 1e-5), batchnorm_relu, maxpool and avgpool (3x3, stride 2, padding 1, avgpool counting the padding),
-# dropout (p 0.5), cross_entropy (logits (N, K), int64 labels, mean), relu, gelu (erf), cat (two inputs, dim 1).
+# dropout (p 0.5), cross_entropy (logits (N, K), int64 labels, mean), relu, gelu (erf), cat (two inputs, dim 1),
+# linear (GPT-2's MLP fc: (..., C) -> (..., 3072), bias) and linear_gelu (that fc, then F.gelu(approximate='tanh')).
 import argparse
 import json
 import sys
@@ -81,6 +82,11 @@ def make(a):
                 y = torch.softmax(s, -1) @ v
             return y.transpose(1, 2).reshape(n, t, c)
         return att, [x_()], "x"
+    if op in ("linear", "linear_gelu"):  # GPT-2's MLP fc (C -> 3072), and with its tanh GELU (cuBLAS, then the GELU)
+        fc = torch.nn.Linear(shape[-1], 3072).to(dev)
+        if op == "linear":
+            return fc, [x_()], "x"
+        return (lambda x: F.gelu(fc(x), approximate="tanh")), [x_()], "x"
     if op == "cat":
         return (lambda a_, b_: torch.cat([a_, b_], 1)), [x_(), x_()], ""
     sys.exit("torch_layer.py: unknown op %s" % op)

@@ -387,7 +387,8 @@ glia_status glia_layer_run_new_typed(struct glia_context *ctx, const char *ini, 
                                      const struct glia_shape *in, int n_in, enum glia_memory_format fmt,
                                      enum glia_dtype act, uint64_t seed, struct glia_layer_run **out);
 /* Queues the layer's forward (train: training mode, keeping what backward needs). Does not wait
- * for the device. */
+ * for the device. A loss kernel with GLIA_KERNEL_GRAD_IN_FORWARD writes its input gradient in a training forward,
+ * as in a model, but into the run's input gradient (the input stays), with the output gradient as its scale. */
 glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train);
 /* Queues the layer's backward; needs a training forward before it. Every input gradient and every
  * parameter gradient is written (=), never accumulated ("set to none" each time). Does not wait. */
