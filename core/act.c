@@ -134,6 +134,8 @@ glia_status glia__set_batch(struct glia_model *m, int64_t n, int64_t len, bool t
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
         bool grad = train && glia__has_grad(m, i);
+        size_t sb = train ? glia__saved_bytes(m, i, shapes, n, len) : 0;
+        nd->saved = sb ? (char *)m->act.act_block->data + (size_t)off[GLIA__PLAN_SAVED(i)] * sizeof(float) : NULL;
         st = view(m, off[GLIA__PLAN_VALUE(i, -1)], &shapes[i], nd->out_fmt, nd->out_dtype, &nd->out);
         if (!st && grad) st = view(m, off[GLIA__PLAN_GRAD(i, -1)], &shapes[i], nd->out_fmt, nd->out_dtype, &nd->dout);
         for (int k = 0; k < nd->n_in && !st; k++) {  /* inputs seen in another format or type */

@@ -67,6 +67,7 @@ struct gc {
     bool created;
     int n_in;
     struct glia_tensor *x[GLIA__MAX_INPUTS], *dx[GLIA__MAX_INPUTS], *out, *dout, *r, *labels;
+    struct glia_tensor *saved;    /* the kernel's saved memory (glia_kernel.saved_size), or NULL */
     bool is_loss;
     struct glia__guarded *guard;  /* room for what one call writes (owned) */
 };
@@ -82,8 +83,18 @@ static void gc_free(struct gc *g)
     glia_tensor_release(g->dout);
     glia_tensor_release(g->r);
     glia_tensor_release(g->labels);
+    glia_tensor_release(g->saved);
     glia_config_free(g->cfg);
     free(g->guard);
+}
+
+/* *t = room for a kernel's saved bytes on b (NULL for 0) */
+static glia_status saved_new(struct glia_backend *b, size_t bytes, struct glia_tensor **t)
+{
+    *t = NULL;
+    if (!bytes) return GLIA_OK;
+    struct glia_shape s = glia_shape_make(1, (int64_t[]){(int64_t)((bytes + sizeof(float) - 1) / sizeof(float))});
+    return glia_tensor_new(b, GLIA_F32, &s, t);
 }
 
 static void fill_normal(struct glia_tensor *t, struct glia_rng *rng, double scale)
@@ -240,6 +251,7 @@ static glia_status gc_setup(struct gc *g, const char *ini, const struct glia_sha
     if (!st) st = guarded_new(b, &os, fmt, &g->out);
     if (!st) st = new_as(b, &os, fmt, &g->dout);
     if (!st) st = new_as(b, &os, fmt, &g->r);
+    if (!st) st = saved_new(b, glia_kernel_saved_size(g->l.kernel, &g->l, in, n_in, GLIA_F32), &g->saved);
     if (st) return st;
     fill_normal(g->r, &rng, 1.0);
     if (g->is_loss) {
@@ -303,7 +315,8 @@ static glia_status gc_loss(struct gc *g, double *L)
 {
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     for (int k = 0; k < g->n_in; k++) in[k] = g->x[k];
-    struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, glia_seed(1234, 0), false, 1234, NULL, false, 0, NULL, NULL};
+    struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, glia_seed(1234, 0), false, 1234, NULL, false, 0, NULL, NULL,
+                         g->saved ? g->saved->data : NULL};
     int n = glia__guard_forward(&g->l, g->out, g->guard);
     glia_status st = glia__guard_fill(g->guard, n);
     if (!st) st = g->l.kernel->forward(&g->l, &a);
@@ -327,7 +340,7 @@ static glia_status gc_backward(struct gc *g, bool accumulate)
         in[k] = g->x[k];
         acc[k] = accumulate;
     }
-    struct glia_bwd a = {in, g->n_in, g->out, g->dout, g->dx, acc, g->labels};
+    struct glia_bwd a = {in, g->n_in, g->out, g->dout, g->dx, acc, g->labels, g->saved ? g->saved->data : NULL};
     int n = glia__guard_backward(&g->l, g->dx, g->n_in, g->guard);
     if ((st = glia__guard_fill(g->guard, n))) return st;
     return gc_guard_check(g, "backward", n, flagged_backward(&g->l, a));
@@ -491,6 +504,7 @@ struct glia_layer_run {
     int n_in;
     struct glia_shape in_shape[GLIA__MAX_INPUTS];
     struct glia_tensor *x[GLIA__MAX_INPUTS], *dx[GLIA__MAX_INPUTS], *out, *dout, *labels;
+    struct glia_tensor *saved;       /* the kernel's saved memory (glia_kernel.saved_size), or NULL */
     uint64_t step;                   /* forwards so far: the per-step seed of random layers */
     enum glia_dtype dt;              /* the element type of the activations: x, dx, out, dout */
 };
@@ -568,6 +582,7 @@ static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format
         if (!st) st = upload_any(r->x[k], &rng, 0);
     }
     if (!st) st = new_typed(r->b, r->dt, &os, fmt, &r->out);
+    if (!st) st = saved_new(r->b, glia_kernel_saved_size(r->l.kernel, &r->l, r->in_shape, r->n_in, r->dt), &r->saved);
     if (st) return st;
     if (!(r->l.type->flags & GLIA_TYPE_LOSS)) {
         if (!(st = new_typed(r->b, r->dt, &os, fmt, &r->dout))) st = upload_any(r->dout, &rng, 0);
@@ -656,7 +671,8 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     for (int k = 0; k < r->n_in; k++) in[k] = r->x[k];
     ++r->step;
-    struct glia_fwd a = {in, r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL, false, 0, NULL, NULL};
+    struct glia_fwd a = {in,    r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL, false, 0,
+                         NULL,  NULL,    train && r->saved ? r->saved->data : NULL};
     if (train && (r->l.kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD) && r->n_in >= 1 && r->dx[0] && r->dout) {
         a.din = r->dx[0];  /* as a model runs such a loss, but into the run's own gradient buffer: x stays */
         a.dout = r->dout;
@@ -680,7 +696,7 @@ glia_status glia_layer_run_backward(struct glia_layer_run *r)
         acc[k] = false;
     }
     for (int p = 0; p < r->l.n_params; p++) r->l.params[p].grad_unset = true;
-    struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels};
+    struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels, r->saved ? r->saved->data : NULL};
     return r->l.kernel->backward(&r->l, &a);  /* as a model runs it: queued, no stand-ins, no wait (what bench times) */
 }
 
@@ -736,6 +752,7 @@ void glia_layer_run_free(struct glia_layer_run *r)
     glia_tensor_release(r->out);
     glia_tensor_release(r->dout);
     glia_tensor_release(r->labels);
+    glia_tensor_release(r->saved);
     glia_config_free(r->cfg);
     free(r);
 }

@@ -154,11 +154,29 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
             }
         }
     }
+    for (int i = 0; i < N && train; i++) {  /* the kernels' saved memory: from the forward (again) to the backward */
+        size_t b = glia__saved_bytes(m, i, shapes, n, m->data.train.cols);
+        int s = GLIA__PLAN_SAVED(i);
+        if (!b) continue;
+        size[s] = (int64_t)((b + sizeof(float) - 1) / sizeof(float));
+        first[s] = i;
+        last[s] = m->graph.nodes[i].recompute ? i : B[i];
+        if (m->graph.nodes[i].recompute) first2[s] = R[i], last2[s] = B[i];
+    }
     if (ip >= 0) {  /* the logits' gradient is written over them: one buffer, alive until the gradient's last reader */
         int po = GLIA__PLAN_VALUE(ip, -1), pg = GLIA__PLAN_GRAD(ip, -1);
         grow(&last[po], last[pg]);
         size[pg] = 0;
     }
+}
+
+size_t glia__saved_bytes(const struct glia_model *m, int i, const struct glia_shape *shapes, int64_t n, int64_t len)
+{
+    const struct glia__node *nd = &m->graph.nodes[i];
+    if (!nd->needs_grad) return 0;  /* no backward runs */
+    struct glia_shape in[GLIA__MAX_INPUTS];
+    for (int k = 0; k < nd->n_in; k++) in[k] = nd->in[k] < 0 ? glia__data_shape(m, n, len) : shapes[nd->in[k]];
+    return glia_kernel_saved_size(nd->layer.kernel, &nd->layer, in, nd->n_in, nd->out_dtype);
 }
 
 int glia__grad_in_place(const struct glia_model *m)

@@ -86,6 +86,8 @@ struct glia__node {
     uint64_t flops;                  /* at the configured batch size */
     struct glia_tensor *out, *dout;  /* views into the model's act_block for the current batch: the output
                                         and its gradient (NULL in evaluation and where no gradient flows) */
+    void *saved;                     /* in training, the kernel's saved memory in act_block (glia_kernel.saved_size)
+                                        for the current batch; NULL when it asks for none */
     bool grad_written;               /* dout written during this backward */
     double t_fwd, t_bwd;             /* seconds spent, when profiling */
     /* memory formats (see [runtime] memory_format) */
@@ -146,9 +148,10 @@ void glia__arena_pack(const struct glia__arena *a, const float *full, float *com
 void glia__arena_unpack(const struct glia__arena *a, const float *compact, float *full);
 
 /* Plan slots per node: its output (k = -1) and each converted input k, then the gradients of the same. */
-#define GLIA__PLAN_SLOTS (2 * (GLIA__MAX_INPUTS + 1))
+#define GLIA__PLAN_SLOTS (2 * (GLIA__MAX_INPUTS + 1) + 1)
 #define GLIA__PLAN_VALUE(i, k) ((i) * GLIA__PLAN_SLOTS + 1 + (k))
 #define GLIA__PLAN_GRAD(i, k) ((i) * GLIA__PLAN_SLOTS + GLIA__MAX_INPUTS + 2 + (k))
+#define GLIA__PLAN_SAVED(i) ((i) * GLIA__PLAN_SLOTS + 2 * (GLIA__MAX_INPUTS + 1))  /* the kernel's saved memory */
 /* Where a model's activations live, in floats: one block of len, which a training step at the training batch uses
  * as train_off says (its outputs, converted inputs and their gradients; train floats, train_unshared if each had its
  * own) and an evaluation forward at the evaluation batch as eval_off says (eval, eval_unshared). */
@@ -443,6 +446,9 @@ static inline bool glia__bwd_reads_in(const struct glia_model *m, int j)
 {
     return m->graph.nodes[j].needs_grad && !(m->graph.nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_INPUT);
 }
+/* The bytes node i's kernel keeps for its backward (glia_kernel.saved_size) when its output is shapes[i] and its inputs
+ * those of shapes (the data batch's shape for input -1: n samples of length len). */
+size_t glia__saved_bytes(const struct glia_model *m, int i, const struct glia_shape *shapes, int64_t n, int64_t len);
 /* The node whose output gradient a training step writes over its output (the logits, given to a loss kernel with
  * GLIA_KERNEL_GRAD_IN_PLACE under the conditions glia/layer.h names), or -1. */
 int glia__grad_in_place(const struct glia_model *m);

@@ -155,7 +155,8 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          pos >= 0,
                          pos >= 0 ? pos : 0,
                          NULL,
-                         NULL};
+                         NULL,
+                         train ? nd->saved : NULL};
     if (train && i == m->graph.n_nodes - 1 && (nd->layer.kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD) &&
         glia__grad_in_place(m) == nd->in[0]) {  /* the loss's gradient, over the logits, in the forward's pass */
         a.din = m->graph.nodes[nd->in[0]].dout;
@@ -221,7 +222,7 @@ static glia_status backward(struct glia_model *m)
         }
         bool is_loss = nd->layer.type->flags & GLIA_TYPE_LOSS;
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->act.loss_scale : nd->dout, din, acc,
-                             is_loss ? m->act.y : NULL};
+                             is_loss ? m->act.y : NULL, nd->saved};
         struct glia_param *owner = tie_owner(m, nd);
         if (owner) nd->layer.params[nd->tie - 1].grad_unset = owner->grad_unset;  /* one gradient: write or add */
         double t0 = m->trainer.profiling ? glia__now() : 0;

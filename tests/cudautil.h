@@ -251,11 +251,19 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     outg = cuda_swap_dtype(outg, at);  /* its garbage converted: the kernel writes it whole */
     doutg = cuda_swap_dtype(doutg, at);
     free(ov);
-    /* forward */
+    /* forward, with the saved memory each kernel asks for (glia_kernel.saved_size), as a model plans it */
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
     for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
-    struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL},
-                    fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL};
+    struct glia_tensor *sc = NULL, *sg = NULL;
+    size_t sbc = glia_kernel_saved_size(C.kernel, &C.l, k->in, k->n_in, GLIA_F32),
+           sbg = glia_kernel_saved_size(G.kernel, &G.l, k->in, k->n_in, at);
+    struct glia_shape ssc = S(1, (int64_t)(sbc + 3) / 4, 0, 0, 0), ssg = S(1, (int64_t)(sbg + 3) / 4, 0, 0, 0);
+    if (sbc) CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_F32, &ssc, &sc) == GLIA_OK);
+    if (sbg) CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ssg, &sg) == GLIA_OK);
+    struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL,
+                          sc ? sc->data : NULL},
+                    fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL,
+                          sg ? sg->data : NULL};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -281,8 +289,8 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
         bool acc[GLIA__MAX_INPUTS];
         struct glia_tensor *dinc[GLIA__MAX_INPUTS], *ding[GLIA__MAX_INPUTS];
         for (int i = 0; i < k->n_in; i++) acc[i] = k->accumulate, dinc[i] = dxc[i], ding[i] = dxg[i];
-        struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0]},
-                        bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0]};
+        struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0], sc ? sc->data : NULL},
+                        bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0], sg ? sg->data : NULL};
         CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
         st = G.kernel->backward(&G.l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
@@ -299,6 +307,7 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     }
     glia_tensor_release(yc[0]), glia_tensor_release(yg[0]);
     glia_tensor_release(outc), glia_tensor_release(outg), glia_tensor_release(doutc), glia_tensor_release(doutg);
+    glia_tensor_release(sc), glia_tensor_release(sg);
     cuda_unbuild(&C);
     cuda_unbuild(&G);
     return d;
@@ -386,8 +395,8 @@ static inline void cuda_repeatable(const char *impl, const char *ini, struct gli
         struct glia_tensor *din[1] = {dx};
         bool acc[1] = {false};
         for (int p = 0; p < G.l.n_params; p++) G.l.params[p].grad_unset = true;
-        struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL};
-        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL};
+        struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK && G.kernel->backward(&G.l, &ba) == GLIA_OK);
         res[r][0] = cuda_get(y);
         res[r][1] = cuda_get(dx);

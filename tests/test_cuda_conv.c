@@ -240,7 +240,7 @@ static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_buil
     float start = k.acc ? 1.0f : NAN;
     struct glia_tensor *dxc = filled_tensor(cuda_cpu, in, GLIA_CONTIGUOUS, start), *dxg = filled_tensor(cuda_gpu, in, f, start);
     const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-    struct glia_fwd fc = {inc, 1, yc, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL}, fg = {ing, 1, yg, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL};
+    struct glia_fwd fc = {inc, 1, yc, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL}, fg = {ing, 1, yg, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL};
     CU_ASSERT_FATAL(C->kernel->forward(&C->l, &fc) == GLIA_OK);
     glia_status st = G->kernel->forward(&G->l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -255,7 +255,7 @@ static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_buil
         }
         bool acc[1] = {k.acc};
         struct glia_tensor *dinc[1] = {k.no_din ? NULL : dxc}, *ding[1] = {k.no_din ? NULL : dxg};
-        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL};
+        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL};
         CU_ASSERT_FATAL(C->kernel->backward(&C->l, &bc) == GLIA_OK);
         st = G->kernel->backward(&G->l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
@@ -494,8 +494,8 @@ static void test_tuning_workspace_given_back(void)
     const struct glia_tensor *ins[1] = {x};
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
-    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
-    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
+    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
     glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
@@ -557,8 +557,8 @@ static void tuned_step(struct glia_backend *b, size_t limit, struct glia_shape i
     const struct glia_tensor *ins[1] = {x};
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
-    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
-    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
+    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
     glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);

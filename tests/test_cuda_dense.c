@@ -192,7 +192,7 @@ static void test_linear_packed_params(void)
     struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
     struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
     const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
-    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
+    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK);
     CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
@@ -200,7 +200,7 @@ static void test_linear_packed_params(void)
         bool acc[1] = {round == 1};
         for (int p = 0; p < 2; p++) C.l.params[p].grad_unset = G.l.params[p].grad_unset = round == 0;
         struct glia_tensor *dc[1] = {dxc}, *dg[1] = {dxg};
-        struct glia_bwd bc = {ic, 1, yc, dyc, dc, acc, NULL}, bg = {ig, 1, yg, dyg, dg, acc, NULL};
+        struct glia_bwd bc = {ic, 1, yc, dyc, dc, acc, NULL, NULL}, bg = {ig, 1, yg, dyg, dg, acc, NULL, NULL};
         CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
         glia_status st = G.kernel->backward(&G.l, &bg);
         if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
@@ -311,13 +311,13 @@ static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O,
     struct glia_tensor *dxg = cuda_swap_dtype(cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, fill), t);
     struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), t);
     const struct glia_tensor *ig[1] = {xg};
-    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
+    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     struct glia_tensor *dg[1] = {dxg};
     bool accs[1] = {acc};
-    struct glia_bwd bg = {ig, 1, yg, dyg, dg, accs, NULL};
+    struct glia_bwd bg = {ig, 1, yg, dyg, dg, accs, NULL, NULL};
     st = G.kernel->backward(&G.l, &bg);
     if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -544,14 +544,14 @@ static void test_sce_bad_label(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(bad, (int32_t[]){0, 7, 2, -1}, 4 * sizeof(int32_t)) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
     const struct glia_tensor *ins[1] = {x};
-    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL};
+    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
     CU_ASSERT(isnan(loss));
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_bwd b = {ins, 1, out, dout, din, acc, bad};
+    struct glia_bwd b = {ins, 1, out, dout, din, acc, bad, NULL};
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &b), GLIA_EINVAL);
     const char *err = glia_context_error(cuda_ctx);
     if (!strstr(err, "[loss] label 7 at batch row 1 is out of range for 5 classes")) printf("\n  got: %s\n", err);

@@ -1069,7 +1069,7 @@ static void test_activation_kernels(void)
         memcpy(glia_tensor_f32(tx), x, sizeof x);
         memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
         const struct glia_tensor *in[1] = {tx};
-        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL};
+        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         memcpy(y, glia_tensor_f32(ty), sizeof y);
         int bad = 0;
@@ -1084,7 +1084,7 @@ static void test_activation_kernels(void)
         for (int acc = 0; acc < 2; acc++) {
             bool accumulate[1] = {acc};
             for (int i = 0; i < N; i++) glia_tensor_f32(tdx)[i] = acc ? 0.5f : NAN;
-            struct glia_bwd ba = {in, 1, ty, tdy, din, accumulate, NULL};
+            struct glia_bwd ba = {in, 1, ty, tdy, din, accumulate, NULL, NULL};
             CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
             memcpy(dx, glia_tensor_f32(tdx), sizeof dx);
             bad = 0;
@@ -1174,7 +1174,7 @@ static void test_layer_forward_and_flops(void)
     memcpy(glia_tensor_f32(tx), xs, sizeof xs);
     memcpy(glia_tensor_f32(ty), ys, sizeof ys);
     const struct glia_tensor *in[2] = {tx, ty};
-    struct glia_fwd a = {in, 2, to, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL};
+    struct glia_fwd a = {in, 2, to, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     for (int i = 0; i < N; i++) {
         double want = xs[i] * sg(ys[i]) + 1, got = glia_tensor_f32(to)[i];
@@ -1285,12 +1285,12 @@ static void test_layer_dropout_matches_dropout_layer(void)
         for (int train = 0; train < 2; train++) {
             for (int k = 0; k < 2; k++) {
                 const struct glia_tensor *in[1] = {x};
-                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false, 0, NULL, false, 0, NULL, NULL};
+                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false, 0, NULL, false, 0, NULL, NULL, NULL};
                 CU_ASSERT_EQUAL(B[k]->kernel->forward(&B[k]->l, &a), GLIA_OK);
                 if (!train) continue;
                 struct glia_tensor *din[1] = {dx[k]};
                 bool acc[1] = {false};
-                struct glia_bwd bw = {in, 1, y[k], dy, din, acc, NULL};
+                struct glia_bwd bw = {in, 1, y[k], dy, din, acc, NULL, NULL};
                 CU_ASSERT_EQUAL(B[k]->kernel->backward(&B[k]->l, &bw), GLIA_OK);
             }
             CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y[0]), glia_tensor_f32(y[1]), sizeof(float) * (size_t)n), 0);

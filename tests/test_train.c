@@ -1793,6 +1793,42 @@ static void test_grad_in_place(void)
     }
 }
 
+/* A kernel's saved memory (glia_kernel.saved_size: linear with activation = gelu keeps its pre-activation) is planned
+ * with the activations: a view for the training batch, none in evaluation or for a kernel that asks for none, the
+ * plan's unshared total grows by its bytes, and the model trains. */
+static void test_saved_memory(void)
+{
+    make_data();
+    size_t unshared[2];
+    for (int k = 0; k < 2; k++) {
+        char text[4096];
+        snprintf(text, sizeof text,
+                 "[runtime]\ndevice = cpu\nseed = 3\n"
+                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+                 "batch_size = 32\ntest_batch_size = 64\nworkers = 0\nmean = 0.2\nstd = 0.3\n"
+                 "[train]\nepochs = 1\noptimizer = sgd\nlr = 0.05\n"
+                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 64\nactivation = %s\n"
+                 "[fc2]\ntype = linear\noutputs = 6\n[loss]\ntype = softmax_cross_entropy\n",
+                 dir, dir, dir, dir, k ? "gelu" : "none");
+        struct run r;
+        open_run(&r, text);
+        struct glia__act_plan p;
+        CU_ASSERT_EQUAL_FATAL(glia__act_plan(r.m, 32, 64, &p), GLIA_OK);
+        unshared[k] = (size_t)p.train_unshared;
+        glia__act_plan_free(&p);
+        struct glia_epoch_result res = GLIA_TEST_RESULT;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, &res, 1), GLIA_OK);
+        CU_ASSERT(res.train_loss < log(6.0));
+        CU_ASSERT_EQUAL_FATAL(glia__set_batch(r.m, 32, 0, true), GLIA_OK);
+        CU_ASSERT((r.m->graph.nodes[1].saved != NULL) == (k == 1));  /* fc */
+        CU_ASSERT_PTR_NULL(r.m->graph.nodes[2].saved);                 /* fc2: no activation */
+        CU_ASSERT_EQUAL_FATAL(glia__set_batch(r.m, 64, 0, false), GLIA_OK);
+        CU_ASSERT_PTR_NULL(r.m->graph.nodes[1].saved);
+        close_run(&r);
+    }
+    CU_ASSERT_EQUAL(unshared[1], unshared[0] + 32 * 64);  /* fc's pre-activation: 32 x 64 floats */
+}
+
 /* The fuse_pointwise pass: the chain runs as one pointwise layer that trains like the layers it
  * replaces (within float rounding), the model keeps its fingerprint (checkpoints of either load in
  * the other), and it leaves alone a layer with two consumers, a layer whose impl is chosen, and a
@@ -2499,7 +2535,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

@@ -58,26 +58,21 @@ static glia_status need_act_in(const struct glia_layer *l, const struct glia_ten
 /* l->state */
 struct linear_cuda {
     struct glia_tensor *wh;  /* (O,I) W in the half type of the latest half forward; NULL before one */
-    struct glia_tensor *h;   /* with an activation: the pre-activation (N,O) of the last training forward, in the
-                                activations' type; re-made when a larger one or another type is needed */
 };
 
 static void linear_destroy(struct glia_layer *l)
 {
     struct linear_cuda *s = l->state;
     glia_tensor_release(s->wh);
-    glia_tensor_release(s->h);
-    s->wh = s->h = NULL;
+    s->wh = NULL;
 }
 
-/* s->h with room for n values of type t */
-static glia_status linear_keep_h(struct glia_layer *l, enum glia_dtype t, int64_t n)
+/* With an activation, a training forward keeps the pre-activation h (N, O), in the activations' type, in the memory
+ * the core plans (glia_fwd.saved): cuBLASLt's GELU epilogue writes it as its aux matrix. */
+static size_t linear_saved(const struct glia_layer *l, const struct glia_shape *in, int n_in, enum glia_dtype act)
 {
-    struct linear_cuda *s = l->state;
-    if (s->h && s->h->dtype == t && glia_tensor_numel(s->h) >= n) return GLIA_OK;
-    glia_tensor_release(s->h);
-    s->h = NULL;
-    return glia_tensor_new(l->backend, t, &(struct glia_shape){1, {n > 0 ? n : 1}}, &s->h);
+    const struct glia_linear_attrs *p = l->attrs;
+    return p->act ? (size_t)(glia_linear_rows(&in[0]) * p->out) * glia_dtype_size(act) : 0;
 }
 
 /* W's half copy in type t: made once (and again if the type changes), then converted from W when `convert`. */
@@ -131,22 +126,21 @@ fail:
     return st;
 }
 
-/* y(N,O) = act(x W^T + b), keeping h = x W^T + b in s->h in training: with gelu_tanh one cuBLASLt GEMM whose GELU
+/* y(N,O) = act(x W^T + b), keeping h = x W^T + b in a->saved in training: with gelu_tanh one cuBLASLt GEMM whose GELU
  * epilogue adds the bias and writes both (eval: y only); otherwise, or where cuBLASLt has no such algorithm, the GEMM
  * with its bias into h (eval: into y) and the activation kernel. */
 static glia_status linear_forward_act(struct glia_layer *l, const struct glia_fwd *a, enum glia_dtype t, int64_t N,
                                       const void *x, const void *w)
 {
     const struct glia_linear_attrs *p = l->attrs;
-    struct linear_cuda *s = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     int64_t I = p->in, O = p->out;
     void *y = a->out->data, *h = y;
     float *b = p->b >= 0 ? f32(l->params[p->b].value) : NULL;
     glia_status st;
     if (a->train) {
-        if ((st = linear_keep_h(l, t, N * O))) return st;
-        h = s->h->data;
+        if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a training forward without its saved memory", l->name);
+        h = a->saved;
     }
     if (p->act == GLIA_LINEAR_ACT_GELU_TANH) {
         enum glia__gemm_epilogue ep = a->train ? (b ? GLIA__GEMM_GELU_AUX_BIAS : GLIA__GEMM_GELU_AUX)
@@ -238,14 +232,12 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     const void *dy = a->dout->data, *w = l->params[p->w].value->data;
     void *part = NULL;
     if (p->act) {
-        struct linear_cuda *s = l->state;
-        if (!s->h || s->h->dtype != t || glia_tensor_numel(s->h) < N * O)
-            return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward", l->name);
+        if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a backward without its saved memory", l->name);
         size_t dh_bytes = ((size_t)(N * O) * glia_dtype_size(t) + 255) & ~(size_t)255;
         size_t part_bytes = (size_t)(glia__cuda_col_sum_chunks(N, O) * O) * sizeof(float);
         void *dh;
         if ((st = glia__cuda_scratch(c, dh_bytes + part_bytes, &dh))) return st;
-        CUDA_TRY(l->ctx, glia__cuda_linear_act_grad(dh, dy, s->h->data, t, p->act, N * O, c->stream));
+        CUDA_TRY(l->ctx, glia__cuda_linear_act_grad(dh, dy, a->saved, t, p->act, N * O, c->stream));
         dy = dh;
         part = (char *)dh + dh_bytes;
     }
@@ -272,6 +264,7 @@ static const struct glia_kernel linear_cuda = {
     .destroy = linear_destroy,
     .forward = linear_forward,
     .backward = linear_backward,
+    .saved_size = linear_saved,
 };
 
 /* ---- softmax_cross_entropy ----

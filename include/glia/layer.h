@@ -138,6 +138,9 @@ struct glia_fwd {
        din[0] at the same address and nothing left to do. */
     struct glia_tensor *din;
     const struct glia_tensor *dout;
+    /* ABI 2.3: in a training forward of a kernel with saved_size, the memory it keeps for its backward (saved_size
+       bytes, planned with the activations by the core); NULL otherwise. */
+    void *saved;
 };
 
 /* The seed of a random layer at a training step, from its key: a splitmix64-style
@@ -161,6 +164,7 @@ struct glia_bwd {
     struct glia_tensor *const *din;       /* n_in gradients to produce; NULL entries: skip */
     const bool *din_accumulate;           /* n_in flags: += instead of = */
     const struct glia_tensor *labels;     /* loss layers only */
+    void *saved;                          /* ABI 2.3: what the training forward kept there (glia_fwd.saved), or NULL */
 };
 
 /* Flags of a type (glia_layer_type.flags): what the layer is, whatever computes it. */
@@ -299,7 +303,22 @@ struct glia_kernel {
     /* Gradients per the contract above. Optional: NULL means the layer has no gradient
      * (the core refuses to train through it). */
     glia_status (*backward)(struct glia_layer *l, const struct glia_bwd *a);
+    /* ABI 2.3: the bytes a training forward keeps for its backward besides its inputs and output (a fused
+     * activation's input), for inputs of shapes in and activations of type act (the output's); 0: none. The core
+     * plans them with the activations, alive from the training forward (or its recomputation, [graph]
+     * checkpoint_segments) to the backward, so they count in the activation memory and are shared at other moments;
+     * glia_fwd.saved and glia_bwd.saved point at them (the gradient checker and glia_layer_run give them too).
+     * Optional: NULL means none. Read only when struct_size covers it. */
+    size_t (*saved_size)(const struct glia_layer *l, const struct glia_shape *in, int n_in, enum glia_dtype act);
 };
+
+/* The saved bytes kernel k asks for (0 when it has no saved_size, or a struct_size from before it). */
+static inline size_t glia_kernel_saved_size(const struct glia_kernel *k, const struct glia_layer *l,
+                                            const struct glia_shape *in, int n_in, enum glia_dtype act)
+{
+    size_t end = (size_t)((const char *)&k->saved_size - (const char *)k) + sizeof k->saved_size;
+    return k->struct_size >= end && k->saved_size ? k->saved_size(l, in, n_in, act) : 0;
+}
 
 /* ---- testing a layer plugin ---- */
 

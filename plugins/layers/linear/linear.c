@@ -58,46 +58,38 @@ static uint64_t linear_flops(const struct glia_layer *l, const struct glia_shape
     return 2ull * rows * (uint64_t)p->in * (uint64_t)p->out + (p->act ? 5ull * rows * (uint64_t)p->out : 0);
 }
 
-/* l->state of the CPU kernel: with an activation, the pre-activation of the last training forward and room for
- * its gradient, (M, O) each, grown as needed */
+/* With an activation, a training forward keeps the pre-activation h (M, O) for backward in the memory the core plans
+ * (glia_fwd.saved). */
+static size_t linear_saved(const struct glia_layer *l, const struct glia_shape *in, int n_in, enum glia_dtype act)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    return p->act ? (size_t)(glia_linear_rows(&in[0]) * p->out) * glia_dtype_size(act) : 0;
+}
+
+/* l->state of the CPU kernel: room for dh (M, O) in backward, grown as needed */
 struct linear_cpu_state {
-    float *h, *dh;
+    float *dh;
     int64_t cap;
 };
 
 static void linear_cpu_destroy(struct glia_layer *l)
 {
     struct linear_cpu_state *s = l->state;
-    free(s->h);
     free(s->dh);
     memset(s, 0, sizeof *s);
-}
-
-static glia_status linear_cpu_room(struct linear_cpu_state *s, int64_t n)
-{
-    if (n <= s->cap) return GLIA_OK;
-    float *h = malloc((size_t)n * sizeof *h), *dh = malloc((size_t)n * sizeof *dh);
-    if (!h || !dh) return free(h), free(dh), GLIA_ENOMEM;
-    free(s->h);
-    free(s->dh);
-    s->h = h;
-    s->dh = dh;
-    s->cap = n;
-    return GLIA_OK;
 }
 
 /* h(M,O) = x(M,I) W(O,I)^T + b(O), M the rows of all leading dims; y = act(h), h kept for backward in training */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_linear_attrs *p = l->attrs;
-    struct linear_cpu_state *s = l->state;
     int64_t M = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
     const float *x = glia_tensor_f32(a->in[0]), *w = glia_tensor_f32(l->params[p->w].value);
     float *y = glia_tensor_f32(a->out), *h = y;
     glia_status st;
     if (p->act && a->train) {
-        if ((st = linear_cpu_room(s, M * O))) return st;
-        h = s->h;
+        if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a training forward without its saved memory", l->name);
+        h = a->saved;
     }
     if (p->b >= 0) {
         const float *b = glia_tensor_f32(l->params[p->b].value);
@@ -124,8 +116,14 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     struct glia_param *pw = &l->params[p->w];
     glia_status st = GLIA_OK;
     if (p->act) {
-        if (M * O > s->cap) return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward", l->name);
-        const float *h = s->h, *g = dy;
+        if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a backward without its saved memory", l->name);
+        if (M * O > s->cap) {
+            float *q = realloc(s->dh, (size_t)(M * O) * sizeof *q);
+            if (!q) return GLIA_ENOMEM;
+            s->dh = q;
+            s->cap = M * O;
+        }
+        const float *h = a->saved, *g = dy;
         float *dh = s->dh;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < M * O; i++) dh[i] = (float)(g[i] * glia_linear_act_grad(p->act, h[i]));
@@ -172,11 +170,12 @@ static const struct glia_kernel linear_cpu = {
     .impl = "cpu",
     .doc = "oneDNN GEMM",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per row; the pre-activation is kept in state */
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per row */
     .state_size = sizeof(struct linear_cpu_state),
     .destroy = linear_cpu_destroy,
     .forward = linear_forward,
     .backward = linear_backward,
+    .saved_size = linear_saved,
 };
 
 static glia_status linear_init(struct glia_registry *r)
