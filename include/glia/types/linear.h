@@ -22,24 +22,22 @@ struct glia_linear_attrs {
     int act;          /* enum glia_linear_act (ABI 2.3) */
 };
 
-/* The activation act of h, and its derivative at h (dy/dh), in double: the CPU kernel's formulae, which the CUDA
- * kernels follow in f32. */
-static inline double glia_linear_act(int act, double h)
+/* The activation act of h, and its derivative at h (dy/dh), in f32: the CPU kernel's formulae, which the CUDA kernels
+ * share. */
+static inline float glia_linear_act(int act, float h)
 {
-    if (act == GLIA_LINEAR_ACT_GELU) return 0.5 * h * (1.0 + erf(h * 0.70710678118654752440));
-    if (act == GLIA_LINEAR_ACT_GELU_TANH)
-        return 0.5 * h * (1.0 + tanh(0.79788456080286535588 * (h + 0.044715 * h * h * h)));
+    if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * h * (1.0f + erff(h * 0.70710678f));
+    if (act == GLIA_LINEAR_ACT_GELU_TANH) return 0.5f * h * (1.0f + tanhf(0.79788456f * (h + 0.044715f * h * h * h)));
     return h;
 }
-static inline double glia_linear_act_grad(int act, double h)
+static inline float glia_linear_act_grad(int act, float h)
 {
-    if (act == GLIA_LINEAR_ACT_GELU)
-        return 0.5 * (1.0 + erf(h * 0.70710678118654752440)) + h * 0.39894228040143267794 * exp(-0.5 * h * h);
+    if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * (1.0f + erff(h * 0.70710678f)) + h * 0.39894228f * expf(-0.5f * h * h);
     if (act == GLIA_LINEAR_ACT_GELU_TANH) {
-        double u = 0.79788456080286535588 * (h + 0.044715 * h * h * h), t = tanh(u);
-        return 0.5 * (1.0 + t) + 0.5 * h * (1.0 - t * t) * 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * h * h);
+        float t = tanhf(0.79788456f * (h + 0.044715f * h * h * h));
+        return 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t * t) * 0.79788456f * (1.0f + 3.0f * 0.044715f * h * h);
     }
-    return 1.0;
+    return 1.0f;
 }
 
 /* M, the GEMM's rows: the product of every dim of the (..., in) shape s but the last. */

@@ -101,7 +101,7 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
         return st;
     if (p->act) {
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < M * O; i++) y[i] = (float)glia_linear_act(p->act, h[i]);
+        for (int64_t i = 0; i < M * O; i++) y[i] = glia_linear_act(p->act, h[i]);
     }
     return GLIA_OK;
 }
@@ -126,7 +126,7 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         const float *h = a->saved, *g = dy;
         float *dh = s->dh;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < M * O; i++) dh[i] = (float)(g[i] * glia_linear_act_grad(p->act, h[i]));
+        for (int64_t i = 0; i < M * O; i++) dh[i] = g[i] * glia_linear_act_grad(p->act, h[i]);
         dy = dh;
     }
     if (a->din[0])
