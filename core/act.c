@@ -18,6 +18,7 @@ void glia__model_release_activations(struct glia_model *m)
         glia_tensor_release(nd->out);
         glia_tensor_release(nd->dout);
         nd->out = nd->dout = NULL;
+        nd->saved = NULL;  /* it pointed into the block */
         for (int k = 0; k < GLIA__MAX_INPUTS; k++) {
             glia_tensor_release(nd->cin[k]);
             glia_tensor_release(nd->cdin[k]);

@@ -271,6 +271,15 @@ static inline void loss_grad_in_forward_case(struct glia_layer *l, struct glia_b
         CU_ASSERT_FATAL(glia_tensor_to_host(d, k ? g2 : g1, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
         CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss[k], sizeof(float)) == GLIA_OK);
     }
+    {  /* the logits overwritten, a backward that asks for the gradient elsewhere is refused */
+        CU_ASSERT_FATAL(glia_tensor_from_host(x, xh, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
+        struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, x, dout, NULL};
+        struct glia_tensor *din[1] = {dx};
+        struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL};
+        CU_ASSERT_EQUAL_FATAL(l->kernel->forward(l, &fa), GLIA_OK);
+        CU_ASSERT_EQUAL(l->kernel->backward(l, &ba), GLIA_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(l->ctx), "wrote its gradient over the logits"));
+    }
     int64_t differ = 0;
     for (int64_t i = 0; i < R * C; i++) differ += memcmp(&g1[i], &g2[i], sizeof(float)) != 0;
     if (differ || memcmp(&loss[0], &loss[1], sizeof(float)))

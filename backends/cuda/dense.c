@@ -413,9 +413,10 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     void *row;
     if ((st = glia__cuda_scratch(c, (size_t)(N > 0 ? N : 1) * sizeof(double), &row))) return st;
     p->classes = C;
-    float *dx = a->train && a->din ? f32(a->din) : NULL;
-    if (dx && ((st = need_dense_f32(l, a->din, "input gradient")) || (st = need_dense_f32(l, a->dout, "loss scale"))))
+    if (a->train && a->din &&
+        ((st = need_dense_f32(l, a->din, "input gradient")) || (st = need_dense_f32(l, a->dout, "loss scale"))))
         return st;
+    float *dx = a->train && a->din ? f32(a->din) : NULL;
     p->grad_at = dx;
     CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row,
                                             p->count->data, p->bad->data, dx, dx ? f32(a->dout) : NULL, f32(a->in[0]),
@@ -443,6 +444,9 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
         p->grad_at = NULL;
         return GLIA_OK;
     }
+    if (p->grad_at && p->grad_at == a->in[0]->data)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] the training forward wrote its gradient over the logits; this "
+                          "backward asks for it elsewhere or to add it", l->name);
     if ((st = sce_check(l, a->in[0], a->labels)) || (st = need_dense_f32(l, a->din[0], "input gradient"))) return st;
     if (!a->dout || a->dout->dtype != GLIA_F32 || a->dout->device.type != GLIA_DEVICE_CUDA ||
         glia_tensor_numel(a->dout) < 1)

@@ -211,10 +211,10 @@ glia_status glia__cuda_gemm_aux(struct glia__cuda *c, bool ta, bool tb, int64_t 
     uint32_t al = alignment_of(A), x;
     if ((x = alignment_of(B)) < al) al = x;
     if ((x = alignment_of(C)) < al) al = x;
+    if (ep_has_aux(ep) && (x = alignment_of(aux)) < al) al = x;  /* the aux matrix is read as D is */
     struct gemm_key k = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
                          .compute = (int)(ab == GLIA_F32 ? compute_type(c->options.precision) : CUBLAS_COMPUTE_32F),
                          .ab_type = (int)lt_type(ab), .c_type = (int)lt_type(ct), .ep = ep, .align = al};
-    if (ep_has_aux(ep) && (x = alignment_of(aux)) < al) al = x;
     k.tag = plan_tag(ep, al, ep_has_vec(ep) ? alignment_of(vec) : 1);
     struct glia__cuda_plan *p = NULL;
     if ((st = get_plan(c, &k, vec, &p))) return st;

@@ -3,6 +3,7 @@
 #ifndef GLIA_LAYER_H
 #define GLIA_LAYER_H
 
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "config.h"
@@ -133,13 +134,15 @@ struct glia_fwd {
     int64_t pos;                          /* the input's first position when decode is set; 0 otherwise */
     /* ABI 2.3, a loss kernel with GLIA_KERNEL_GRAD_IN_FORWARD in a training forward: where to write the gradient of
        in[0] now, dLoss/dlogits times the 1-element dout that its backward would get; NULL: in backward, as usual.
-       The core gives it only where that gradient takes the logits' own memory (GLIA_KERNEL_GRAD_IN_PLACE), so the
-       kernel writes each logit's gradient over it once the logit is read. The backward still runs after it, with
-       din[0] at the same address and nothing left to do. */
+       A model gives it only where that gradient takes the logits' own memory (GLIA_KERNEL_GRAD_IN_PLACE), so the
+       kernel writes each logit's gradient over it once the logit is read (glia_layer_run gives its own gradient
+       buffer). The backward still runs after it, with din[0] at the same address and nothing left to do; a backward
+       asked for another din[0] or to accumulate after such a forward overwrote in[0] is refused (GLIA_EINVAL). */
     struct glia_tensor *din;
     const struct glia_tensor *dout;
     /* ABI 2.3: in a training forward of a kernel with saved_size, the memory it keeps for its backward (saved_size
-       bytes, planned with the activations by the core); NULL otherwise. */
+       bytes, planned with the activations by the core); NULL otherwise, and in a training forward whose backward
+       never runs (no parameter at or before the layer). */
     void *saved;
 };
 
@@ -316,7 +319,7 @@ struct glia_kernel {
 static inline size_t glia_kernel_saved_size(const struct glia_kernel *k, const struct glia_layer *l,
                                             const struct glia_shape *in, int n_in, enum glia_dtype act)
 {
-    size_t end = (size_t)((const char *)&k->saved_size - (const char *)k) + sizeof k->saved_size;
+    size_t end = offsetof(struct glia_kernel, saved_size) + sizeof k->saved_size;
     return k->struct_size >= end && k->saved_size ? k->saved_size(l, in, n_in, act) : 0;
 }
 

@@ -15,15 +15,17 @@ enum glia_linear_act {
 };
 
 /* l->attrs of a linear layer: y(..., out) = act(x(..., in) W(out, in)^T + b(out)), one GEMM over the M rows of x.
- * With an activation, a training forward keeps the pre-activation h for backward (in the kernel's state). */
+ * With an activation, a training forward keeps the pre-activation h for backward in the memory the core plans
+ * (glia_kernel.saved_size, glia_fwd.saved). */
 struct glia_linear_attrs {
     int64_t in, out;  /* features in (the input's last dim), outputs (key outputs) */
     int w, b;         /* parameter indices of weight (out, in) and bias (out); b = -1 with bias = off */
     int act;          /* enum glia_linear_act (ABI 2.3) */
 };
 
-/* The activation act of h, and its derivative at h (dy/dh), in f32: the CPU kernel's formulae, which the CUDA kernels
- * share. */
+/* The activation act of h, and its derivative at h (dy/dh), in f32: the CPU kernel's formulae. The CUDA kernels
+ * (backends/cuda/dense_kernels.cu) write the same ones in device code, where the compiler may contract them into
+ * fused multiply-adds: the two agree to float rounding, not bit for bit. */
 static inline float glia_linear_act(int act, float h)
 {
     if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * h * (1.0f + erff(h * 0.70710678f));

@@ -133,6 +133,9 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
         s->grad_at = NULL;
         return GLIA_OK;
     }
+    if (s->grad_at && s->grad_at == a->in[0]->data)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] the training forward wrote its gradient over the logits; this "
+                          "backward asks for it elsewhere or to add it", l->name);
     int64_t N, C;
     sce_rows(a->in[0], &N, &C);
     const int32_t *y = glia_tensor_i32(a->labels);
