@@ -624,7 +624,47 @@ static void test_half_activations(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* The emulator's count of convolutions run through cuDNN's graph API (NULL on a GPU). */
+typedef long (*graph_runs_fn)(bool reset);
+static graph_runs_fn emu_graph_runs(void)
+{
+    void *h = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    graph_runs_fn f = h ? (graph_runs_fn)(uintptr_t)dlsym(h, "glia_emu_cudnn_conv_graph_runs") : NULL;
+    if (h) dlclose(h);
+    return f;
+}
+
+/* cuDNN's graph API: a plan of the graph runs each direction (heuristics and timed), its first run in a layer checked
+ * against the legacy algorithm; a plan whose results are off (GLIA_EMU_CUDNN_CONV_SKEW) is caught by that check,
+ * warned about, and the legacy algorithm runs that shape from then on, in this layer and the next; a graph cuDNN
+ * refuses (GLIA_EMU_CUDNN_MAX_OPS=0) leaves the legacy algorithm. Every result is held to the CPU's within the usual
+ * bound. Shapes of their own: the choices are cached per shape. On a GPU, the results only. */
+static void test_graph_api(void)
+{
+    graph_runs_fn runs = emu_graph_runs();
+    for (int mode = 0; mode < 4; mode++) {
+        /* 0, 1: a plan runs (heuristics, timed); 2: a skewed plan; 3: a refused graph */
+        const struct cv c = {3 + mode, 4, 8, 8, 8, 3, 1, 1, 1, 1, true, 3, 1};
+        if (mode == 2) setenv("GLIA_EMU_CUDNN_CONV_SKEW", "1", 1);
+        if (mode == 3) setenv("GLIA_EMU_CUDNN_MAX_OPS", "0", 1);
+        configure(GLIA_PRECISION_FP32, mode == 1, DEFAULT_WORKSPACE);
+        for (int layer = 0; layer < 2; layer++) {  /* the second layer takes the cached choice */
+            if (runs) runs(true);
+            conv_check(&c, GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, (struct pass){0}, 7000 + (uint64_t)(10 * mode + layer));
+            long n = runs ? runs(true) : -1;
+            if (!runs) continue;
+            if (mode <= 1) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: each timed or checked */
+            if (mode == 2) CU_ASSERT_EQUAL(n, layer ? 0 : 3);  /* each direction's check only, then never */
+            if (mode == 3) CU_ASSERT_EQUAL(n, 0);
+        }
+        unsetenv("GLIA_EMU_CUDNN_CONV_SKEW");
+        unsetenv("GLIA_EMU_CUDNN_MAX_OPS");
+    }
+    if (!runs) printf("(on a GPU: the plans run are not counted) ");
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
-               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations))
+               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api))

@@ -21,6 +21,7 @@
  * (CUDNN_DATA_FLOAT compute, tensor-op math) and convert the results back to fp32, adding where
  * the gradient contract asks. Bias and its gradient are fp32 in every precision. */
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include <glia/types/conv2d.h>
 #include "cuda_internal.h"
 #include "conv_kernels.h"
+#include "cudnn_graph.h"
 #include "norm_pool_kernels.h"
 
 enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2, N_DIRS = 3 };
@@ -44,11 +46,15 @@ struct conv_key {
     int64_t N, C, H, W, F, kh, kw, s, ph, pw, d, g;
 };
 
-/* One direction's algorithm, the math type it runs with and the workspace it needs. */
+/* One direction's algorithm, the math type it runs with and the workspace it needs; and, where cuDNN's graph API is
+ * the one that runs (plan >= 0), which of the graph's plans, best first as the heuristics gave them (the legacy
+ * algorithm stays chosen: it runs the calls that add into their output, beta 1, whose graphs would differ, and any
+ * call while the plan is unverified). workspace covers both. */
 struct algo_choice {
     int algo;
     cudnnMathType_t math;
     size_t workspace;
+    int plan;          /* -1: the legacy algorithm */
 };
 
 /* ---- the process-wide cache of choices (all layers, all devices; keyed by device) ---- */
@@ -102,6 +108,30 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 
 /* ---- the kernel ---- */
 
+/* ---- cuDNN's graph API: one direction's operation graph at the layer's shapes, and its plans ---- */
+
+#define MAX_GRAPH_PLANS 8   /* plans built per direction (the heuristics' best few) */
+#define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
+
+/* One direction's graph at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
+ * the gradients' graphs as glia__cg_conv names them. */
+struct conv_graph {
+    bool built;                      /* tried at this key: g and plan[0..n) hold what cuDNN gave (n may be 0) */
+    struct glia__cg *g;
+    cudnnBackendDescriptor_t plan[MAX_GRAPH_PLANS];
+    int64_t ws[MAX_GRAPH_PLANS];
+    int n;
+    bool verified;                   /* this layer's first run of its chosen plan agreed with the legacy algorithm */
+};
+
+static void graph_free(struct conv_graph *q)
+{
+    for (int i = 0; i < q->n; i++) cudnnBackendDestroyDescriptor(q->plan[i]);
+    if (q->g) glia__cg_free(q->g);
+    free(q->g);
+    memset(q, 0, sizeof *q);
+}
+
 /* l->state of the cuDNN kernel. */
 struct cuda_conv {
     cudnnTensorDescriptor_t x, y;    /* x / dx and y / dy in cuDNN's data type */
@@ -113,6 +143,7 @@ struct cuda_conv {
     struct conv_key key;             /* the last call's (dir 0) */
     bool chosen[N_DIRS];
     struct algo_choice choice[N_DIRS];
+    struct conv_graph graph[N_DIRS]; /* at `key` */
 };
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
@@ -214,8 +245,10 @@ static void cuda_conv_destroy(struct glia_layer *l)
     if (p->y32) cudnnDestroyTensorDescriptor(p->y32);
     if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
     if (p->w) cudnnDestroyFilterDescriptor(p->w);
-    for (int i = 0; i < N_DIRS; i++)
+    for (int i = 0; i < N_DIRS; i++) {
         if (p->conv[i]) cudnnDestroyConvolutionDescriptor(p->conv[i]);
+        graph_free(&p->graph[i]);
+    }
     memset(p, 0, sizeof *p);
 }
 
@@ -305,6 +338,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
+    for (int i = 0; i < N_DIRS; i++) graph_free(&p->graph[i]);
     int64_t OH = glia_conv2d_out_h(g, H), OW = glia_conv2d_out_w(g, W);
     if (N * g->C * H * W > INT_MAX || N * g->F * OH * OW > INT_MAX)
         return glia_error(l->ctx, GLIA_EUNSUPPORTED,
@@ -342,6 +376,7 @@ struct perf {
     size_t memory;
     cudnnMathType_t math;
     bool deterministic;  /* cuDNN says the algorithm gives the same bits every run (no atomics) */
+    float ms;            /* cudnnFind*Ex's time (heuristics: not timed) */
 };
 
 /* r[0..n) = the direction-specific results f[0..n) */
@@ -349,7 +384,7 @@ struct perf {
     do {                                                                                                    \
         for (int i_ = 0; i_ < (n); i_++)                                                                    \
             (r)[i_] = (struct perf){(int)(f)[i_].algo, (f)[i_].status, (f)[i_].memory, (f)[i_].mathType,   \
-                                    (f)[i_].determinism == CUDNN_DETERMINISTIC};                           \
+                                    (f)[i_].determinism == CUDNN_DETERMINISTIC, (f)[i_].time};             \
     } while (0)
 
 /* Workspace bytes that algo needs in direction dir with conv[dir]'s current math type. */
@@ -452,8 +487,10 @@ fail:
 }
 
 /* The first of r[0..n) (best first) that succeeded, runs at this precision, is deterministic when
- * [runtime] deterministic asks for it, and whose workspace (asked again for its math type) fits in limit. */
-static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, size_t limit, struct algo_choice *out)
+ * [runtime] deterministic asks for it, and whose workspace (asked again for its math type) fits in limit; *ms its
+ * time (when r was timed). */
+static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, size_t limit, struct algo_choice *out,
+                 float *ms)
 {
     struct cuda_conv *p = l->state;
     struct glia__cuda *c = glia__cuda_of(l->backend);
@@ -467,10 +504,100 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
         if (cudnnSetConvolutionMathType(p->conv[dir], math) != CUDNN_STATUS_SUCCESS ||
             workspace_of(c, p, dir, r[i].algo, &need) != CUDNN_STATUS_SUCCESS || need > limit)
             continue;
-        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory};
+        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory, -1};
+        *ms = r[i].ms;
         return true;
     }
     return false;
+}
+
+/* ---- cuDNN's graph API ---- */
+
+/* The numerical notes an engine may not have here: strict fp32 refuses tensor cores and inputs rounded down (TF32),
+ * as the legacy algorithms run FMA math; [runtime] deterministic refuses the nondeterministic ones (atomics). */
+static uint32_t refused_notes(const struct glia_runtime_options *o)
+{
+    uint32_t r = 0;
+    if (o->precision == GLIA_PRECISION_FP32)
+        r |= GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) | GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+    if (o->deterministic) r |= GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+    return r;
+}
+
+/* The strides of a (d0, d1, d2, d3) tensor in NCHW, or with nhwc in NHWC (KRSC for a filter) */
+static void strides4(const int64_t d[4], bool nhwc, int64_t s[4])
+{
+    s[0] = d[1] * d[2] * d[3];
+    s[1] = nhwc ? 1 : d[2] * d[3];
+    s[2] = nhwc ? d[3] * d[1] : d[3];
+    s[3] = nhwc ? d[1] : 1;
+}
+
+/* Direction d's graph at the layer's key, built once: its plans from the heuristics of the fuller mode (B) when the
+ * autotuner times them, of the instant mode (A) otherwise, each within the workspace the legacy choice may take (the
+ * timing's cap, or [runtime] workspace_mb), best first, so that a cached plan index means the same plan in any layer
+ * of that key. A graph cuDNN refuses leaves no plan: the legacy algorithm runs. */
+static void graph_build(struct glia_layer *l, int d)
+{
+    struct cuda_conv *p = l->state;
+    const struct glia_conv2d_attrs *g = l->attrs;
+    const struct glia_runtime_options *o = &l->backend->options;
+    struct conv_graph *q = &p->graph[d];
+    const struct conv_key *k = &p->key;
+    if (q->built) return;
+    q->built = true;
+    if (!(q->g = malloc(sizeof *q->g))) return;
+    glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);
+    cudnnDataType_t dt = data_type((enum glia_precision)k->precision);
+    int64_t xd[4] = {k->N, g->C, k->H, k->W}, wd[4] = {g->F, g->C / g->g, g->kh, g->kw};
+    int64_t yd[4] = {k->N, g->F, glia_conv2d_out_h(g, k->H), glia_conv2d_out_w(g, k->W)}, xs[4], ws[4], ys[4];
+    strides4(xd, k->nhwc, xs);
+    strides4(wd, k->nhwc, ws);
+    strides4(yd, k->nhwc, ys);
+    cudnnBackendDescriptor_t x = glia__cg_tensor(q->g, 1, dt, xd, xs, false, false, false);
+    cudnnBackendDescriptor_t w = glia__cg_tensor(q->g, 2, dt, wd, ws, false, false, false);
+    cudnnBackendDescriptor_t y = glia__cg_tensor(q->g, 3, dt, yd, ys, false, false, false);
+    const int64_t pad[2] = {g->ph, g->pw}, stride[2] = {g->s, g->s}, dil[2] = {g->d, g->d};
+    glia__cg_conv(q->g, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
+    size_t cap = o->cudnn_benchmark && o->workspace_limit > TUNE_WS_CAP ? TUNE_WS_CAP : o->workspace_limit;
+    cudnnStatus_t e = glia__cg_plans(q->g, o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A,
+                                     refused_notes(o), (int64_t)cap, MAX_GRAPH_PLANS, q->plan, q->ws, &q->n);
+    if (e != CUDNN_STATUS_SUCCESS || q->n == 0)
+        glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: cuDNN's graph API made no plan (%s); the legacy API runs",
+                 l->name, dir_name[d], e != CUDNN_STATUS_SUCCESS ? q->g->what : "none within the workspace");
+}
+
+/* Direction d's graph plan i on k's operands into out (y, dx or dw), with workspace ws. */
+static cudnnStatus_t graph_run(struct glia_layer *l, const struct call *k, int d, int i, void *out, void *ws)
+{
+    struct cuda_conv *p = l->state;
+    int64_t uids[3] = {1, 2, 3};
+    void *ptrs[3] = {(void *)k->cx, (void *)k->cw, out};  /* FWD: x, w, y */
+    if (d == BWD_DATA) ptrs[0] = out, ptrs[2] = (void *)k->cdy;
+    if (d == BWD_FILTER) ptrs[1] = out, ptrs[2] = (void *)k->cdy;
+    return glia__cg_execute(glia__cuda_of(l->backend)->dnn, p->graph[d].plan[i], 3, uids, ptrs, ws);
+}
+
+/* The milliseconds of direction d's graph plan i (GRAPH_TIMED_RUNS runs after one untimed), writing into probe with
+ * workspace ws; a negative value when it fails. Blocks until done. */
+static float graph_time(struct glia_layer *l, const struct call *k, int d, int i, void *probe, void *ws)
+{
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = -1.0f;
+    bool ok = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+              graph_run(l, k, d, i, probe, ws) == CUDNN_STATUS_SUCCESS &&
+              cudaEventRecord(e0, c->stream) == cudaSuccess;
+    for (int r = 0; r < GRAPH_TIMED_RUNS && ok; r++) ok = graph_run(l, k, d, i, probe, ws) == CUDNN_STATUS_SUCCESS;
+    if (ok && cudaEventRecord(e1, c->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+        ms /= GRAPH_TIMED_RUNS;
+    else
+        ms = -1.0f;
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaGetLastError();  /* a failed plan leaves nothing behind for the next call */
+    return ms;
 }
 
 /* Bytes of dir's output (what cudnnFind*Ex writes). */
@@ -506,11 +633,12 @@ fail:
 static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key, const struct algo_choice *ch)
 {
     glia_log(l->ctx, GLIA_LOG_DEBUG,
-             "[%s] conv2d %s: cuDNN %s chose %s%s (%s math, %zu bytes of workspace) for input %lldx%lldx%lldx%lld "
+             "[%s] conv2d %s: cuDNN %s chose %s%s (%s math, %zu bytes of workspace)%s for input %lldx%lldx%lldx%lld "
              "%s %s, %lld filters %lldx%lld stride %lld padding %lldx%lld dilation %lld groups %lld, "
              "workspace limit %lld",
              l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics",
              key->deterministic ? "deterministic " : "", algo_name(dir, ch->algo), math_name(ch->math), ch->workspace,
+             ch->plan >= 0 ? ", run through its graph API's plan instead" : "",
              (long long)key->N, (long long)key->C, (long long)key->H, (long long)key->W,
              key->nhwc ? "channels_last" : "contiguous", glia_precision_name((enum glia_precision)key->precision),
              (long long)key->F, (long long)key->kh,
@@ -566,14 +694,23 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             if ((st = tune_workspace(l, d, o->workspace_limit < TUNE_WS_CAP ? o->workspace_limit : TUNE_WS_CAP,
                                      &tune_ws[d])))
                 return st;
+            graph_build(l, d);  /* its plans are timed too, within the same cap */
+            for (int i = 0; i < p->graph[d].n; i++)
+                if ((size_t)p->graph[d].ws[i] > tune_ws[d]) tune_ws[d] = (size_t)p->graph[d].ws[i];
             size_t need = align_up(output_bytes(k, d)) + tune_ws[d];
             if (need > tune_bytes) tune_bytes = need;
             continue;
         }
         struct perf r[MAX_PERF];
         int n = 0;
+        float ms;
         if ((st = heuristics(l, d, r, &n))) return st;
-        if (!pick(l, d, r, n, o->workspace_limit, &ch)) return no_algorithm(l, d);
+        if (!pick(l, d, r, n, o->workspace_limit, &ch, &ms)) return no_algorithm(l, d);
+        graph_build(l, d);  /* the graph heuristics' first plan, as PyTorch runs a convolution without its benchmark */
+        if (p->graph[d].n > 0) {
+            ch.plan = 0;
+            if ((size_t)p->graph[d].ws[0] > ch.workspace) ch.workspace = (size_t)p->graph[d].ws[0];
+        }
         cache_put(&key, &ch);
         log_choice(l, d, &key, &ch);
         if ((st = use_choice(l, d, &ch))) return st;
@@ -589,8 +726,15 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             int n = 0;
             char *probe = b + k->end, *ws = probe + align_up(output_bytes(k, d));
             key.dir = d;
+            float best;
             if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
-            if (!pick(l, d, r, n, tune_ws[d], &ch)) return no_algorithm(l, d);
+            if (!pick(l, d, r, n, tune_ws[d], &ch, &best)) return no_algorithm(l, d);
+            for (int i = 0; i < p->graph[d].n; i++) {  /* a graph plan faster than the legacy algorithm runs instead */
+                float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
+                if (t >= 0.0f && t < best) best = t, ch.plan = i;
+            }
+            if (ch.plan >= 0 && (size_t)p->graph[d].ws[ch.plan] > ch.workspace)
+                ch.workspace = (size_t)p->graph[d].ws[ch.plan];
             cache_put(&key, &ch);
             log_choice(l, d, &key, &ch);
             if ((st = use_choice(l, d, &ch))) return st;
@@ -606,6 +750,107 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
     k->ws = ws ? run + k->end : NULL;
     k->ws_size = ws;
     *base = run;
+fail:
+    return st;
+}
+
+/* ---- running a direction: the chosen graph plan or the legacy algorithm ---- */
+
+/* Whether work queued now is being captured into a CUDA graph ([runtime] cuda_graph). */
+static bool capturing(struct glia__cuda *c)
+{
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(c->stream, &s) == cudaSuccess && s != cudaStreamCaptureStatusNone;
+}
+
+/* Direction d's legacy algorithm on k's operands: out = conv + *beta out. */
+static glia_status legacy_run(struct glia_layer *l, const struct call *k, int d, const float *beta, void *out)
+{
+    struct cuda_conv *p = l->state;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia_status st = GLIA_OK;
+    const float one = 1.0f;
+    int a = p->choice[d].algo;
+    if (d == FWD)
+        CUDNN_TRY(l->ctx, cudnnConvolutionForward(c->dnn, &one, p->x, k->cx, p->w, k->cw, p->conv[FWD],
+                                                  (cudnnConvolutionFwdAlgo_t)a, k->ws, k->ws_size, beta, p->y, out));
+    else if (d == BWD_DATA)
+        CUDNN_TRY(l->ctx, cudnnConvolutionBackwardData(c->dnn, &one, p->w, k->cw, p->y, k->cdy, p->conv[BWD_DATA],
+                                                       (cudnnConvolutionBwdDataAlgo_t)a, k->ws, k->ws_size, beta, p->x,
+                                                       out));
+    else
+        CUDNN_TRY(l->ctx, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, k->cx, p->y, k->cdy, p->conv[BWD_FILTER],
+                                                         (cudnnConvolutionBwdFilterAlgo_t)a, k->ws, k->ws_size, beta,
+                                                         p->w, out));
+fail:
+    return st;
+}
+
+/* The first run of direction d's graph plan in this layer, checked: the legacy algorithm writes out, the plan a copy,
+ * and the two must agree within what different algorithms' sums differ by (relative to the largest value: 1e-4 at
+ * fp32, 2e-2 where tensor cores round the inputs). If they do not, one warning, and this shape runs the legacy
+ * algorithm from now on (every layer: the cached choice says so). Waits for the device. */
+static glia_status graph_verify(struct glia_layer *l, const struct call *k, int d, void *out)
+{
+    struct cuda_conv *p = l->state;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    struct conv_graph *q = &p->graph[d];
+    int i = p->choice[d].plan;
+    const float zero = 0.0f;
+    int64_t n = d == FWD ? k->ny : d == BWD_DATA ? k->nx : k->nw;
+    struct glia_tensor *t = NULL;
+    float *h = malloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
+    glia_status st = h ? legacy_run(l, k, d, &zero, out) : GLIA_ENOMEM;
+    size_t half = align_up((size_t)n * k->es);  /* the plan's output, then both in f32 */
+    if (!st)
+        st = glia_tensor_new(l->backend, GLIA_F32,
+                             &(struct glia_shape){1, {(int64_t)(half / sizeof(float)) + 2 * (n > 0 ? n : 1)}}, &t);
+    if (!st) {
+        char *b = t->data;
+        float *f = (float *)(b + half);
+        CUDNN_TRY(l->ctx, graph_run(l, k, d, i, b, k->ws));
+        CUDA_TRY(l->ctx, glia__conv_convert(f, GLIA__CONV_F32, out, k->t, 1, 1, n, 0.0f, c->stream));
+        CUDA_TRY(l->ctx, glia__conv_convert(f + n, GLIA__CONV_F32, b, k->t, 1, 1, n, 0.0f, c->stream));
+        CUDA_TRY(l->ctx, cudaMemcpyAsync(h, f, sizeof(float) * 2 * (size_t)n, cudaMemcpyDeviceToHost, c->stream));
+        CUDA_TRY(l->ctx, cudaStreamSynchronize(c->stream));
+        double big = 0, worst = 0;
+        for (int64_t j = 0; j < n; j++) big = fmax(big, fabs((double)h[j]));
+        for (int64_t j = 0; j < n; j++) {
+            double e = fabs((double)h[j] - (double)h[n + j]);
+            worst = isnan(e) && !isnan((double)h[j]) ? INFINITY : fmax(worst, e);
+        }
+        double tol = (l->backend->options.precision == GLIA_PRECISION_FP32 ? 1e-4 : 2e-2) * big + 1e-6;
+        if (worst <= tol) {
+            q->verified = true;
+        } else {
+            glia_log(l->ctx, GLIA_LOG_WARN,
+                     "[%s] conv2d %s: cuDNN's graph plan %d differs from the legacy algorithm by %.3g (largest value "
+                     "%.3g); this shape runs the legacy API", l->name, dir_name[d], i, worst, big);
+            struct conv_key key = p->key;
+            key.dir = d;
+            p->choice[d].plan = -1;
+            cache_put(&key, &p->choice[d]);
+        }
+    }
+fail:
+    glia_tensor_release(t);
+    free(h);
+    return st;
+}
+
+/* Direction d into out, adding *beta times what it holds: the graph plan chosen for it where beta is 0 (its first run
+ * in the layer checked against the legacy algorithm, outside a CUDA graph capture), the legacy algorithm otherwise. */
+static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, const float *beta, void *out)
+{
+    struct cuda_conv *p = l->state;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    struct conv_graph *q = &p->graph[d];
+    glia_status st = GLIA_OK;
+    int i = p->choice[d].plan;
+    if (i >= 0) graph_build(l, d);  /* a choice from the cache: the same plans, built here */
+    if (*beta != 0.0f || i < 0 || i >= q->n || (!q->verified && capturing(c))) return legacy_run(l, k, d, beta, out);
+    if (!q->verified) return graph_verify(l, k, d, out);
+    CUDNN_TRY(l->ctx, graph_run(l, k, d, i, out, k->ws));
 fail:
     return st;
 }
@@ -677,9 +922,7 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     if ((st = setup(l, &k, 1u << FWD, &base))) return st;
     const float one = 1.0f, zero = 0.0f;
     void *out = copies ? base + k.o_y : y->data;
-    CUDNN_TRY(l->ctx, cudnnConvolutionForward(c->dnn, &one, p->x, k.cx, p->w, k.cw, p->conv[FWD],
-                                              (cudnnConvolutionFwdAlgo_t)p->choice[FWD].algo, k.ws, k.ws_size, &zero,
-                                              p->y, out));
+    if ((st = run_dir(l, &k, FWD, &zero, out))) return st;
     if (copies) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
     if (g->b >= 0 && k.hio)  /* y(N, F, OH, OW) += b(F) in y's type, the sum in f32 rounded once */
         CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.t, l->params[g->b].value->data, glia_tensor_numel(y), g->F,
@@ -692,7 +935,6 @@ fail:
 
 static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
-    struct cuda_conv *p = l->state;
     const struct glia_conv2d_attrs *g = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     const struct glia_tensor *x = a->in[0], *y = a->out, *dy = a->dout;
@@ -718,7 +960,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     }
     char *base;
     if ((st = setup(l, &k, (1u << BWD_FILTER) | (dx ? 1u << BWD_DATA : 0u), &base))) return st;
-    const float one = 1.0f, zero = 0.0f;
+    const float zero = 0.0f;
     /* bias: summed over N, OH, OW of the fp32 output gradient, in a fixed order (the batchnorm's reduction) */
     if (pb && k.hio)
         CUDA_TRY(l->ctx, glia__conv_convert(base + o_dy32, GLIA__CONV_F32, dy->data, k.t, 1, 1, k.ny, 0.0f, c->stream));
@@ -731,9 +973,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     if (dx) {
         const float beta = a->din_accumulate[0] ? 1.0f : 0.0f;
         void *out = copies ? base + k.o_dx : dx->data;
-        CUDNN_TRY(l->ctx, cudnnConvolutionBackwardData(c->dnn, &one, p->w, k.cw, p->y, k.cdy, p->conv[BWD_DATA],
-                                                       (cudnnConvolutionBwdDataAlgo_t)p->choice[BWD_DATA].algo, k.ws,
-                                                       k.ws_size, copies ? &zero : &beta, p->x, out));
+        if ((st = run_dir(l, &k, BWD_DATA, copies ? &zero : &beta, out))) return st;
         if (copies)
             CUDA_TRY(l->ctx, glia__conv_convert(dx->data, GLIA__CONV_F32, out, k.t, 1, 1, k.nx, beta, c->stream));
     }
@@ -741,9 +981,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
      * precision), transposed and converted back with the contract's beta */
     const float beta = glia_param_beta(pw);
     void *out = k.o_dw != NONE ? base + k.o_dw : pw->grad->data;
-    CUDNN_TRY(l->ctx, cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, k.cx, p->y, k.cdy, p->conv[BWD_FILTER],
-                                                     (cudnnConvolutionBwdFilterAlgo_t)p->choice[BWD_FILTER].algo, k.ws,
-                                                     k.ws_size, k.o_dw != NONE ? &zero : &beta, p->w, out));
+    if ((st = run_dir(l, &k, BWD_FILTER, k.o_dw != NONE ? &zero : &beta, out))) return st;
     if (k.o_dw != NONE) {  /* KRSC (F, kh*kw, C/g) -> KCRS (F, C/g, kh*kw), or a plain conversion */
         int64_t B = k.nhwc ? g->F : 1, rows = k.nhwc ? g->kh * g->kw : 1, cols = k.nw / B / rows;
         CUDA_TRY(l->ctx, glia__conv_convert(pw->grad->data, GLIA__CONV_F32, out, k.t, B, rows, cols, beta, c->stream));

@@ -173,58 +173,142 @@ void glia__cg_reshape(struct glia__cg *g, cudnnBackendDescriptor_t x, cudnnBacke
     add_op(g, op);
 }
 
-cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace)
+void glia__cg_conv(struct glia__cg *g, enum glia__cg_conv_dir dir, cudnnBackendDescriptor_t x,
+                   cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y, const int64_t pad[2],
+                   const int64_t stride[2], const int64_t dilation[2], float alpha, float beta)
 {
-    *plan = NULL;
-    *workspace = 0;
+    static const char *const names[] = {"convolution forward", "convolution data gradient",
+                                        "convolution filter gradient"};
+    const char *what = names[dir];
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+    cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    int64_t dims = 2;
+    cudnnBackendDescriptor_t c = make(g, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad, what);
+    set(g, c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad, what);
+    finalize(g, c, what);
+    static const cudnnBackendDescriptorType_t kinds[] = {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                                                         CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                                                         CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
+    /* each direction's attributes: alpha, beta, the convolution, then its w, x and y in that order */
+    static const cudnnBackendAttributeName_t attrs[3][6] = {
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY}};
+    const cudnnBackendAttributeName_t *at = attrs[dir];
+    cudnnBackendDescriptor_t op = make(g, kinds[dir], what);
+    set(g, op, at[0], CUDNN_TYPE_FLOAT, 1, &alpha, what);
+    set(g, op, at[1], CUDNN_TYPE_FLOAT, 1, &beta, what);
+    set(g, op, at[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, what);
+    set(g, op, at[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, what);
+    set(g, op, at[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
+    set(g, op, at[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
+    finalize(g, op, what);
+    add_op(g, op);
+}
+
+/* g's operation graph, made on the first call */
+static cudnnBackendDescriptor_t op_graph(struct glia__cg *g)
+{
+    if (g->graph || g->err != CUDNN_STATUS_SUCCESS) return g->graph;
     const char *what = "operation graph";
     cudnnBackendDescriptor_t graph = make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what);
     set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops, what);
     set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle, what);
     finalize(g, graph, what);
-    what = "heuristics";
-    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    if (g->err == CUDNN_STATUS_SUCCESS) g->graph = graph;
+    return g->graph;
+}
+
+/* Whether engine configuration cfg's engine has a numerical note in refuse (an error reads as so: not kept). */
+static bool refused(cudnnBackendDescriptor_t cfg, uint32_t refuse)
+{
+    cudnnBackendDescriptor_t eng = NULL;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t n = 0;
+    bool no = true;
+    if (!refuse) return false;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return true;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == CUDNN_STATUS_SUCCESS) {
+        no = false;
+        for (int64_t i = 0; i < n; i++) no = no || (notes[i] < 32 && (refuse & GLIA__CG_NOTE(notes[i])));
+    }
+    cudnnBackendDestroyDescriptor(eng);
+    return no;
+}
+
+#define CG_MAX_CONFIGS 64  /* heuristic results looked at */
+
+cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, uint32_t refuse, int64_t max_workspace,
+                             int max, cudnnBackendDescriptor_t *plans, int64_t *workspace, int *n)
+{
+    *n = 0;
+    cudnnBackendDescriptor_t graph = op_graph(g);
+    const char *what = "heuristics";
     cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what);
     set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, what);
     set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, what);
     finalize(g, heur, what);
     if (g->err != CUDNN_STATUS_SUCCESS) return g->err;
-    int64_t count = 0;
+    int64_t count = 0, got = 0;
     if (!ok(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                                         NULL), what))
         return g->err;
-    if (count > 8) count = 8;  /* the heuristics' best few */
-    cudnnBackendDescriptor_t cfg[8];
+    if (count > CG_MAX_CONFIGS) count = CG_MAX_CONFIGS;
+    cudnnBackendDescriptor_t cfg[CG_MAX_CONFIGS];
     for (int64_t i = 0; i < count; i++) cfg[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, what);
-    int64_t got = 0;
     if (g->err == CUDNN_STATUS_SUCCESS && count > 0)
         ok(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                                        cfg), what);
     if (g->err != CUDNN_STATUS_SUCCESS) return g->err;
-    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-    for (int64_t i = 0; i < got; i++) {  /* the first configuration that makes a plan */
+    for (int64_t i = 0; i < got && *n < max; i++) {
+        if (refused(cfg[i], refuse)) continue;
         cudnnBackendDescriptor_t p = NULL;
-        last = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
-        if (last == CUDNN_STATUS_SUCCESS)
-            last = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle);
-        if (last == CUDNN_STATUS_SUCCESS)
-            last = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                            1, &cfg[i]);
-        if (last == CUDNN_STATUS_SUCCESS) last = cudnnBackendFinalize(p);
-        int64_t n = 0;
-        if (last == CUDNN_STATUS_SUCCESS)
-            last = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                            workspace);
-        if (last == CUDNN_STATUS_SUCCESS) {
-            *plan = p;
-            return CUDNN_STATUS_SUCCESS;
+        int64_t ws = 0, k = 0;
+        cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
+        if (e == CUDNN_STATUS_SUCCESS)
+            e = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle);
+        if (e == CUDNN_STATUS_SUCCESS)
+            e = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                         &cfg[i]);
+        if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendFinalize(p);
+        if (e == CUDNN_STATUS_SUCCESS)
+            e = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &k, &ws);
+        if (e == CUDNN_STATUS_SUCCESS && ws <= max_workspace) {
+            plans[*n] = p;
+            workspace[(*n)++] = ws;
+        } else if (p) {
+            cudnnBackendDestroyDescriptor(p);
         }
-        if (p) cudnnBackendDestroyDescriptor(p);
     }
-    char why[96];
-    snprintf(why, sizeof why, "no engine of the %lld the heuristics gave makes a plan", (long long)got);
-    ok(g, last == CUDNN_STATUS_SUCCESS ? CUDNN_STATUS_NOT_SUPPORTED : last, why);
-    return g->err;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace)
+{
+    int n = 0;
+    *plan = NULL;
+    *workspace = 0;
+    cudnnStatus_t e = glia__cg_plans(g, CUDNN_HEUR_MODE_A, 0, INT64_MAX, 1, plan, workspace, &n);
+    if (e == CUDNN_STATUS_SUCCESS && n == 0) {
+        ok(g, CUDNN_STATUS_NOT_SUPPORTED, "no engine the heuristics gave makes a plan");
+        return g->err;
+    }
+    return e;
 }
 
 cudnnStatus_t glia__cg_execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, int n, const int64_t *uids,

@@ -1,6 +1,6 @@
 /* backends/cuda/cudnn_graph.h — a small C builder over cuDNN's backend (graph) API: 4-D tensors, pointwise, reduction,
- * matmul, Bernoulli rng and reshape operations, the operation graph made into an execution plan by the heuristics'
- * configurations, and its execution with a variant pack. Not cuDNN's C++ frontend, and not a cache of plans: callers
+ * matmul, Bernoulli rng, reshape and convolution (forward, data and filter gradients) operations, the operation graph
+ * made into execution plans by the heuristics' configurations, and their execution with a variant pack. Not cuDNN's C++ frontend, and not a cache of plans: callers
  * keep the plans they build (building is slow; running is not). */
 #ifndef GLIA_CUDA_CUDNN_GRAPH_H
 #define GLIA_CUDA_CUDNN_GRAPH_H
@@ -19,6 +19,7 @@ struct glia__cg {
     int n_desc;
     cudnnBackendDescriptor_t ops[GLIA__CG_MAX_OPS];
     int n_ops;
+    cudnnBackendDescriptor_t graph;               /* the operation graph, once made (glia__cg_plans) */
     cudnnStatus_t err;                            /* CUDNN_STATUS_SUCCESS until a call fails */
     char what[192];                               /* which call failed, and on what */
 };
@@ -49,10 +50,32 @@ void glia__cg_bernoulli(struct glia__cg *g, double p_one, cudnnBackendDescriptor
 /* y = x seen with y's dims and strides (a transpose) */
 void glia__cg_reshape(struct glia__cg *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y);
 
+/* The three convolutions of a 2-D cross-correlation (as conv2d: x (N,C,H,W), w (K,C/groups,R,S), y (N,K,P,Q); the
+ * groups follow from C and w's second dimension), computed in f32:
+ *   GLIA__CG_CONV_FWD         y  = alpha conv(x, w) + beta y
+ *   GLIA__CG_CONV_BWD_DATA    dx = alpha conv^T(dy, w) + beta dx   (x is dx, y is dy)
+ *   GLIA__CG_CONV_BWD_FILTER  dw = alpha conv'(x, dy) + beta dw    (w is dw, y is dy) */
+enum glia__cg_conv_dir { GLIA__CG_CONV_FWD = 0, GLIA__CG_CONV_BWD_DATA, GLIA__CG_CONV_BWD_FILTER };
+void glia__cg_conv(struct glia__cg *g, enum glia__cg_conv_dir dir, cudnnBackendDescriptor_t x,
+                   cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y, const int64_t pad[2],
+                   const int64_t stride[2], const int64_t dilation[2], float alpha, float beta);
+
 /* The operations so far as one graph, made into an execution plan by the first of the heuristics' (mode A)
  * configurations that finalizes: *plan (owned: cudnnBackendDestroyDescriptor) and the *workspace bytes it runs with.
  * The graph's first failure, or CUDNN_STATUS_NOT_SUPPORTED when no configuration works (what says so). */
 cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace);
+
+/* The operations so far as one graph (made once; later calls reuse it), and up to max execution plans from the
+ * configurations the heuristics of mode give, best first (CUDNN_HEUR_MODE_A: instant; CUDNN_HEUR_MODE_B: the fuller
+ * ranking; CUDNN_HEUR_MODE_FALLBACK: engines that work for more graphs, seldom fast), skipping those that do not
+ * finalize, those whose workspace exceeds max_workspace and the engines with a numerical note in refuse (bit 1 << note:
+ * GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) for [runtime] deterministic, TENSOR_CORE and
+ * DOWN_CONVERT_INPUTS for strict fp32): plans[0 .. *n) (owned: cudnnBackendDestroyDescriptor) with their workspace
+ * bytes. *n may be 0 (CUDNN_STATUS_SUCCESS: the heuristics offered nothing that fits); the graph's first failure
+ * otherwise. */
+#define GLIA__CG_NOTE(note) (1u << (unsigned)(note))
+cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, uint32_t refuse, int64_t max_workspace,
+                             int max, cudnnBackendDescriptor_t *plans, int64_t *workspace, int *n);
 
 /* Runs plan on handle's stream with the n tensors whose unique ids are uids at ptrs (device memory, or host scalars
  * for by-value tensors) and the workspace. */

@@ -4,6 +4,9 @@
  * tensor through their dims and strides, in f32/bf16/f16/i64/bool, each virtual tensor in a buffer of its own.
  * Execution copies the variant pack (by-value scalars by value) and queues the interpretation on the handle's stream.
  * GLIA_EMU_CUDNN_MAX_OPS=N refuses the plan of every graph of more than N operations (the callers' fallbacks).
+ * Convolutions (forward, data and filter gradients; groups, strides, dilations) run as direct loops.
+ * GLIA_EMU_CUDNN_NONDET=1 notes every engine nondeterministic (the callers' deterministic filters);
+ * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan).
  * Not cuDNN's engines: no fusion, no pattern matching (a graph cuDNN would refuse may run here), loops in double. */
 #include <cudnn.h>
 #include <math.h>
@@ -31,8 +34,11 @@ struct desc {
     int64_t axis;
     cudnnReduceTensorOp_t red;
     double p;
-    /* operations: their descriptor and tensors */
-    struct desc *sub, *x, *b, *t, *y, *seed, *offset;
+    /* convolution descriptor */
+    int64_t pad[2], post[2], cstride[2], dil[2], spatial;
+    /* operations: their descriptor and tensors (a convolution's x, w, y: dx, dw, dy in the gradients') */
+    struct desc *sub, *x, *b, *t, *y, *seed, *offset, *w;
+    double alpha, beta;
     /* graph, heuristics, configuration, plan */
     struct desc *ops[MAXOPS];
     int n_ops;
@@ -117,6 +123,45 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
     case CUDNN_ATTR_OPERATION_RNG_YDESC:
     case CUDNN_ATTR_OPERATION_RESHAPE_YDESC: e->y = ds[0]; break;
     case CUDNN_ATTR_OPERATION_RNG_SEED: e->seed = ds[0]; break;
+    case CUDNN_ATTR_CONVOLUTION_COMP_TYPE:
+    case CUDNN_ATTR_CONVOLUTION_CONV_MODE:
+        if (a == CUDNN_ATTR_CONVOLUTION_CONV_MODE && *(const cudnnConvolutionMode_t *)v != CUDNN_CROSS_CORRELATION)
+            return bad("only cross-correlation is emulated", 0);
+        break;
+    case CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS: e->spatial = *i64; break;
+    case CUDNN_ATTR_CONVOLUTION_DILATIONS:
+    case CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES:
+    case CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS:
+    case CUDNN_ATTR_CONVOLUTION_POST_PADDINGS:
+        if (n != 2) return bad("a convolution attribute of other than 2 values", (int)a);
+        memcpy(a == CUDNN_ATTR_CONVOLUTION_DILATIONS ? e->dil : a == CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES ? e->cstride
+               : a == CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS ? e->pad : e->post, v, 2 * sizeof(int64_t));
+        break;
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA: {
+        double s = t == CUDNN_TYPE_DOUBLE ? *(const double *)v : *(const float *)v;
+        bool is_alpha = a == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA ||
+                        a == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA ||
+                        a == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+        *(is_alpha ? &e->alpha : &e->beta) = s;
+        break;
+    }
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC: e->sub = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW: e->w = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X: e->x = ds[0]; break;
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY:
+    case CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY: e->y = ds[0]; break;
     case CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC: e->offset = ds[0]; break;
     case CUDNN_ATTR_OPERATIONGRAPH_OPS:
         if (n > MAXOPS) return bad("too many operations", (int)n);
@@ -160,6 +205,25 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d)
         if (e->x->dim[3] != e->b->dim[2] || e->x->dim[2] != e->y->dim[2] || e->b->dim[3] != e->y->dim[3])
             return bad("matmul shapes do not agree", (int)e->x->uid);
         break;
+    case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR:
+        if (e->spatial != 2 || e->cstride[0] < 1 || e->cstride[1] < 1 || e->dil[0] < 1 || e->dil[1] < 1 ||
+            e->pad[0] != e->post[0] || e->pad[1] != e->post[1])
+            return bad("a convolution other than 2-D with symmetric padding is not emulated", (int)e->spatial);
+        break;
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR: {
+        const struct desc *c = e->sub, *x = e->x, *w = e->w, *y = e->y;
+        if (!c || !x || !w || !y || x->nd != 4 || w->nd != 4 || y->nd != 4)
+            return bad("a convolution needs its descriptor and 4-D x, w and y", (int)e->type);
+        int64_t g = w->dim[1] > 0 ? x->dim[1] / w->dim[1] : 0;
+        int64_t P = (x->dim[2] + 2 * c->pad[0] - c->dil[0] * (w->dim[2] - 1) - 1) / c->cstride[0] + 1;
+        int64_t Q = (x->dim[3] + 2 * c->pad[1] - c->dil[1] * (w->dim[3] - 1) - 1) / c->cstride[1] + 1;
+        if (g < 1 || x->dim[1] != g * w->dim[1] || w->dim[0] % g || y->dim[0] != x->dim[0] || y->dim[1] != w->dim[0] ||
+            y->dim[2] != P || y->dim[3] != Q)
+            return bad("convolution shapes do not agree", (int)x->uid);
+        break;
+    }
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
         if (e->n_ops < 1 || !e->handle) return bad("a graph needs operations and a handle", e->n_ops);
         break;
@@ -189,6 +253,16 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBa
     if (a == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) {
         if (count) *count = 1;
         *(int64_t *)v = 0;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (a == CUDNN_ATTR_ENGINECFG_ENGINE) {  /* the interpreter's one engine */
+        *count = 1;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (a == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) {  /* none; GLIA_EMU_CUDNN_NONDET=1: nondeterministic, as atomics make */
+        bool nd = getenv("GLIA_EMU_CUDNN_NONDET") != NULL;
+        *count = nd ? 1 : 0;
+        if (nd && requested >= 1 && v) ((cudnnBackendNumericalNote_t *)v)[0] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
         return CUDNN_STATUS_SUCCESS;
     }
     return bad("attribute read not emulated", (int)a);
@@ -317,8 +391,70 @@ static double unit(uint64_t seed, uint64_t i)
     return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
 }
 
+/* A convolution of op (x (N,C,H,W), w (K,C/g,R,S), y (N,K,P,Q)), into the tensor it writes: y, x (data gradient)
+ * or w (filter gradient), as alpha times the sum over its terms plus beta times what it held, the sums in double. */
+static long conv_graph_runs;
+
+long glia_emu_cudnn_conv_graph_runs(bool reset)
+{
+    long n = conv_graph_runs;
+    if (reset) conv_graph_runs = 0;
+    return n;
+}
+
+static void run_conv(struct run *r, const struct desc *op)
+{
+    double skew = getenv("GLIA_EMU_CUDNN_CONV_SKEW") ? 1.5 : 1.0;  /* tests: a plan whose results are off */
+    conv_graph_runs++;
+    const struct desc *c = op->sub, *X = op->x, *W = op->w, *Y = op->y;
+    int fwd = op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+        bwd_data = op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR;
+    struct store *x = store_of(r, X), *w = store_of(r, W), *y = store_of(r, Y);
+    const struct desc *O = fwd ? Y : bwd_data ? X : W;
+    struct store *o = fwd ? y : bwd_data ? x : w;
+    int64_t N = X->dim[0], C = X->dim[1], H = X->dim[2], Wd = X->dim[3], K = W->dim[0], Cg = W->dim[1],
+            R = W->dim[2], S = W->dim[3], P = Y->dim[2], Q = Y->dim[3], G = C / Cg, Kg = K / G;
+    double *acc = calloc((size_t)(O->dim[0] * O->dim[1] * O->dim[2] * O->dim[3]), sizeof *acc);
+    if (!acc) {
+        fprintf(stderr, "emu: cudnnBackendExecute: out of memory for a convolution\n");
+        return;
+    }
+#define OIX(a, b, cc, d) ((((a) * O->dim[1] + (b)) * O->dim[2] + (cc)) * O->dim[3] + (d))
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t p = 0; p < P; p++)
+                for (int64_t q = 0; q < Q; q++) {
+                    int64_t g = k / Kg, yo = at(Y, (int64_t[]){n, k, p, q});
+                    double dy = fwd ? 0 : get(y, yo), s = 0;
+                    for (int64_t ci = 0; ci < Cg; ci++)
+                        for (int64_t rr = 0; rr < R; rr++)
+                            for (int64_t ss = 0; ss < S; ss++) {
+                                int64_t h = p * c->cstride[0] - c->pad[0] + rr * c->dil[0];
+                                int64_t v = q * c->cstride[1] - c->pad[1] + ss * c->dil[1], ch = g * Cg + ci;
+                                if (h < 0 || h >= H || v < 0 || v >= Wd) continue;
+                                int64_t xo = at(X, (int64_t[]){n, ch, h, v}), wo = at(W, (int64_t[]){k, ci, rr, ss});
+                                if (fwd) s += get(x, xo) * get(w, wo);
+                                else if (bwd_data) acc[OIX(n, ch, h, v)] += dy * get(w, wo);
+                                else acc[OIX(k, ci, rr, ss)] += dy * get(x, xo);
+                            }
+                    if (fwd) acc[OIX(n, k, p, q)] = s;
+                }
+    FOR4(O->dim) {
+        int64_t ix[4] = {i0, i1, i2, i3}, oo = at(O, ix);
+        put(o, oo, skew * op->alpha * acc[OIX(i0, i1, i2, i3)] + (op->beta != 0 ? op->beta * get(o, oo) : 0));
+    }
+#undef OIX
+    free(acc);
+}
+
 static void run_op(struct run *r, const struct desc *op)
 {
+    if (op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
+        op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
+        op->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR) {
+        run_conv(r, op);
+        return;
+    }
     const int64_t *d = op->y->dim;
     if (op->type == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) {  /* y views x's memory with its dims and strides */
         struct store *x = store_of(r, op->x), *y = &r->st[r->n_st++];
@@ -401,7 +537,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     memcpy(r->ptrs, v->ptrs, sizeof r->ptrs);
     for (int o = 0; o < r->graph->n_ops; o++) {  /* by-value scalars now, device pointers checked */
         const struct desc *op = r->graph->ops[o];
-        const struct desc *ts[] = {op->x, op->b, op->t, op->y, op->seed, op->offset};
+        const struct desc *ts[] = {op->x, op->b, op->t, op->y, op->seed, op->offset, op->w};
         for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
             const struct desc *t = ts[k];
             if (!t || t->virt) continue;
