@@ -24,8 +24,11 @@ struct at_state {
     bool sdpa_off;              /* cuDNN refused, or its result was off: the unfused kernels run from then on */
     bool checked[3];            /* the fused forward (eval, training) and backward of that shape checked once */
     bool fused_last;            /* the last training forward ran fused: its backward does too */
+    bool fused_captured;        /* sdpa's plans ran inside a CUDA graph capture: a replay may run them any time, so
+                                   they stay while the layer lives and other shapes run unfused */
     struct glia_tensor *stats;  /* (N, heads, T) f32: that forward's row logsumexp */
-    struct glia_tensor *rng;    /* 2 i64 zeros on the device: the fused graphs' dropout seed and offset */
+    struct glia_tensor *rng;    /* 4 i64 zeros on the device: the fused graphs' dropout seed (0) and offset (2), each
+                                   16-byte aligned as the graphs' tensors say */
 };
 
 static void at_destroy(struct glia_layer *l)
@@ -35,6 +38,7 @@ static void at_destroy(struct glia_layer *l)
     glia_tensor_release(s->kv);
     glia_tensor_release(s->stats);
     glia_tensor_release(s->rng);
+    if (s->sdpa.B) cudaStreamSynchronize(glia__cuda_of(l->backend)->stream);  /* queued runs may use the plans */
     glia__sdpa_free(&s->sdpa);
 }
 
@@ -330,8 +334,10 @@ static void fused_off(struct glia_layer *l, const char *why)
 {
     struct at_state *s = l->state;
     s->sdpa_off = true;
-    glia__sdpa_free(&s->sdpa);
     glia_log(l->ctx, GLIA_LOG_WARN, "[%s] attention: %s; the unfused kernels run instead", l->name, why);
+    if (s->fused_captured) return;  /* the plans stay for the CUDA graphs that ran them */
+    if (s->sdpa.B) cudaStreamSynchronize(stream_of(l));
+    glia__sdpa_free(&s->sdpa);
 }
 
 /* Whether cuDNN's fused attention can run this call (train: a training forward or the backward), its plans for the
@@ -345,12 +351,14 @@ static bool fused_ready(struct glia_layer *l, const struct dims *z, enum glia_dt
         return false;
     struct glia__sdpa *q = &s->sdpa;
     cudnnDataType_t type = dt == GLIA_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
     if (q->B != z->N || q->H != z->H || q->T != z->T || q->D != z->D || q->type != type) {
+        if (s->fused_captured) return false;
+        if (q->B) cudaStreamSynchronize(c->stream);  /* queued runs may still use the plans */
         glia__sdpa_free(q);
         *q = (struct glia__sdpa){.B = z->N, .H = z->H, .T = z->T, .D = z->D, .type = type};
         s->checked[0] = s->checked[1] = s->checked[2] = false;
     }
-    struct glia__cuda *c = glia__cuda_of(l->backend);
     char why[256] = "", line[400];
     cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
     if (!bwd && !q->fwd[train]) e = glia__sdpa_build_fwd(c->dnn, q, train, why, sizeof why);
@@ -361,7 +369,7 @@ static bool fused_ready(struct glia_layer *l, const struct dims *z, enum glia_dt
         fused_off(l, line);
         return false;
     }
-    if (!s->rng && glia_tensor_zeros(l->backend, GLIA_I64, &(struct glia_shape){1, {2}}, &s->rng)) return false;
+    if (!s->rng && glia_tensor_zeros(l->backend, GLIA_I64, &(struct glia_shape){1, {4}}, &s->rng)) return false;
     return true;
 }
 
@@ -419,6 +427,7 @@ static glia_status forward_fused(struct glia_layer *l, const struct glia_fwd *a,
     void *ws = NULL;
     int64_t n = s->sdpa.fwd_ws[a->train];
     if (n > 0 && (st = glia__cuda_scratch(c, (size_t)n, &ws))) return st;
+    s->fused_captured = s->fused_captured || glia__cuda_capturing(c);
     CUDNN_TRY(l->ctx, glia__sdpa_forward(c->dnn, &s->sdpa, a->train, a->in[0]->data, a->out->data,
                                          a->train ? (float *)s->stats->data : NULL, (int64_t *)s->rng->data, ws,
                                          1.0f / sqrtf((float)z->D)));
@@ -440,6 +449,7 @@ static glia_status backward_fused(struct glia_layer *l, const struct glia_bwd *a
     if ((st = glia__cuda_scratch(c, (size_t)ws + (size_t)(acc + rows) * sizeof(float), &scratch))) return st;
     float *dq_acc = (float *)((char *)scratch + ws), *sum = dq_acc + acc;
     CUDA_TRY(l->ctx, cudaMemsetAsync(dq_acc, 0, (size_t)acc * sizeof(float), c->stream));
+    s->fused_captured = s->fused_captured || glia__cuda_capturing(c);
     CUDNN_TRY(l->ctx, glia__sdpa_backward(c->dnn, &s->sdpa, a->in[0]->data, a->out->data, a->dout->data,
                                           (const float *)s->stats->data, into->data, dq_acc, sum,
                                           (int64_t *)s->rng->data, ws > 0 ? scratch : NULL,

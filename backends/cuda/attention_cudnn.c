@@ -259,7 +259,7 @@ cudnnStatus_t glia__sdpa_forward(cudnnHandle_t h, const struct glia__sdpa *s, bo
     const char *x = qkv;
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_SCALE, U_MASK_VALUE, U_SEED, U_OFFSET, U_DROP_SCALE, U_STATS};
     void *ptrs[] = {(void *)x, (void *)(x + C * ELEM), (void *)(x + 2 * C * ELEM), o, &scale, &mask_value, rng,
-                    rng + 1, &drop_scale, stats};
+                    rng + 2, &drop_scale, stats};
     return glia__cg_execute(h, s->fwd[train], train ? 10 : 9, uids, ptrs, ws);
 }
 
@@ -279,6 +279,6 @@ cudnnStatus_t glia__sdpa_backward(cudnnHandle_t h, const struct glia__sdpa *s, c
                     (void *)dout,     dx,                     dx + C * ELEM,              dx + 2 * C * ELEM,
                     (void *)stats,    sum,                    dq_acc,                     &scale,
                     &keep_p,          &mask_value,            &drop_scale,                rng,
-                    rng + 1};
+                    rng + 2};
     return glia__cg_execute(h, s->bwd, (int)(sizeof uids / sizeof uids[0]), uids, ptrs, ws);
 }

@@ -28,8 +28,8 @@ cudnnStatus_t glia__sdpa_build_bwd(cudnnHandle_t h, struct glia__sdpa *s, char *
 void glia__sdpa_free(struct glia__sdpa *s);
 
 /* o(B, T, C) = softmax(q kᵀ · scale + causal mask) v per head of qkv(B, T, 3C), C = H·D; training also writes
- * stats(B, H, T), each row's logsumexp. rng: two i64 on the device (the unused dropout's seed and offset). ws: the
- * plan's workspace. */
+ * stats(B, H, T), each row's logsumexp. rng: four i64 on the device, 16-byte aligned: the unused dropout's seed
+ * (rng[0]) and offset (rng[2]), each as aligned as the graph's tensors say. ws: the plan's workspace. */
 cudnnStatus_t glia__sdpa_forward(cudnnHandle_t h, const struct glia__sdpa *s, bool train, const void *qkv, void *o,
                                  float *stats, int64_t *rng, void *ws, float scale);
 /* dqkv(B, T, 3C) = the gradient of that forward from qkv, o, dout(B, T, C) and stats; scratch: dq_acc (B, T, C) f32,

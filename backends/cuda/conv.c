@@ -111,6 +111,7 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 /* ---- cuDNN's graph API: one direction's operation graph at the layer's shapes, and its plans ---- */
 
 #define MAX_GRAPH_PLANS 8   /* plans built per direction (the heuristics' best few) */
+#define GRAPH_SETS 16       /* shapes whose graphs a layer keeps */
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
 
 /* One direction's graph at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
@@ -143,7 +144,17 @@ struct cuda_conv {
     struct conv_key key;             /* the last call's (dir 0) */
     bool chosen[N_DIRS];
     struct algo_choice choice[N_DIRS];
-    struct conv_graph graph[N_DIRS]; /* at `key` */
+    /* the graphs of the last GRAPH_SETS keys (shapes) the layer ran, kept while the layer lives, so that a shape that
+     * comes back (training and evaluation batches, token lengths) finds its plans; evicted least recently used, after
+     * the stream has run what may still use them */
+    struct graph_set {
+        bool used;
+        struct conv_key key;
+        uint64_t last_use;
+        struct conv_graph g[N_DIRS];
+    } sets[GRAPH_SETS];
+    uint64_t set_uses;
+    struct conv_graph *graph;        /* the set of `key`: graph[dir] */
 };
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
@@ -245,11 +256,41 @@ static void cuda_conv_destroy(struct glia_layer *l)
     if (p->y32) cudnnDestroyTensorDescriptor(p->y32);
     if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
     if (p->w) cudnnDestroyFilterDescriptor(p->w);
-    for (int i = 0; i < N_DIRS; i++) {
+    for (int i = 0; i < N_DIRS; i++)
         if (p->conv[i]) cudnnDestroyConvolutionDescriptor(p->conv[i]);
-        graph_free(&p->graph[i]);
-    }
+    bool plans = false;
+    for (int s = 0; s < GRAPH_SETS; s++)
+        for (int i = 0; i < N_DIRS; i++) plans = plans || p->sets[s].g[i].n > 0;
+    if (plans) cudaStreamSynchronize(glia__cuda_of(l->backend)->stream);  /* queued runs may still use them */
+    for (int s = 0; s < GRAPH_SETS; s++)
+        for (int i = 0; i < N_DIRS; i++) graph_free(&p->sets[s].g[i]);
     memset(p, 0, sizeof *p);
+}
+
+/* The graph set of key: its own, or a free one, or the least recently used one emptied (after the stream has run
+ * what may still use its plans). */
+static struct conv_graph *graph_set_of(struct glia_layer *l, const struct conv_key *key)
+{
+    struct cuda_conv *p = l->state;
+    struct graph_set *e = &p->sets[0];
+    for (int s = 0; s < GRAPH_SETS; s++) {
+        struct graph_set *q = &p->sets[s];
+        if (q->used && !memcmp(&q->key, key, sizeof *key)) {
+            q->last_use = ++p->set_uses;
+            return q->g;
+        }
+        if (!q->used || (e->used && q->last_use < e->last_use)) e = q;
+    }
+    if (e->used) {
+        bool plans = false;
+        for (int i = 0; i < N_DIRS; i++) plans = plans || e->g[i].n > 0;
+        if (plans) cudaStreamSynchronize(glia__cuda_of(l->backend)->stream);
+        for (int i = 0; i < N_DIRS; i++) graph_free(&e->g[i]);
+    }
+    e->used = true;
+    e->key = *key;
+    e->last_use = ++p->set_uses;
+    return e->g;
 }
 
 /* The descriptors; plan sets them for each call's shapes. */
@@ -338,7 +379,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
-    for (int i = 0; i < N_DIRS; i++) graph_free(&p->graph[i]);
+    p->graph = NULL;
     int64_t OH = glia_conv2d_out_h(g, H), OW = glia_conv2d_out_w(g, W);
     if (N * g->C * H * W > INT_MAX || N * g->F * OH * OW > INT_MAX)
         return glia_error(l->ctx, GLIA_EUNSUPPORTED,
@@ -362,6 +403,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
         CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[i], default_math(o->precision)));
     }
     p->key = key;
+    p->graph = graph_set_of(l, &key);
     p->valid = true;
 fail:
     return st;
@@ -567,6 +609,17 @@ static void graph_build(struct glia_layer *l, int d)
                  l->name, dir_name[d], e != CUDNN_STATUS_SUCCESS ? q->g->what : "none within the workspace");
 }
 
+/* Whether p is NULL or 16-byte aligned, as the graph's tensors say they are (parameters are views into a packed arena:
+ * fp32 weights read in place may be aligned to 4 bytes only). */
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Whether direction d's graph can run on k's operands into out with workspace ws: all 16-byte aligned. */
+static bool graph_aligned(const struct call *k, int d, const void *out, const void *ws)
+{
+    const void *t1 = d == BWD_DATA ? out : k->cx, *t2 = d == BWD_FILTER ? out : k->cw, *t3 = d == FWD ? out : k->cdy;
+    return aligned16(t1) && aligned16(t2) && aligned16(t3) && aligned16(ws);  /* graph_run's uids 1, 2, 3 */
+}
+
 /* Direction d's graph plan i on k's operands into out (y, dx or dw), with workspace ws. */
 static cudnnStatus_t graph_run(struct glia_layer *l, const struct call *k, int d, int i, void *out, void *ws)
 {
@@ -729,7 +782,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             float best;
             if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
             if (!pick(l, d, r, n, tune_ws[d], &ch, &best)) return no_algorithm(l, d);
-            for (int i = 0; i < p->graph[d].n; i++) {  /* a graph plan faster than the legacy algorithm runs instead */
+            for (int i = 0; i < p->graph[d].n && graph_aligned(k, d, probe, ws); i++) {  /* a faster graph plan runs */
                 float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
                 if (t >= 0.0f && t < best) best = t, ch.plan = i;
             }
@@ -755,13 +808,6 @@ fail:
 }
 
 /* ---- running a direction: the chosen graph plan or the legacy algorithm ---- */
-
-/* Whether work queued now is being captured into a CUDA graph ([runtime] cuda_graph). */
-static bool capturing(struct glia__cuda *c)
-{
-    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(c->stream, &s) == cudaSuccess && s != cudaStreamCaptureStatusNone;
-}
 
 /* Direction d's legacy algorithm on k's operands: out = conv + *beta out. */
 static glia_status legacy_run(struct glia_layer *l, const struct call *k, int d, const float *beta, void *out)
@@ -805,10 +851,18 @@ static glia_status graph_verify(struct glia_layer *l, const struct call *k, int 
     if (!st)
         st = glia_tensor_new(l->backend, GLIA_F32,
                              &(struct glia_shape){1, {(int64_t)(half / sizeof(float)) + 2 * (n > 0 ? n : 1)}}, &t);
-    if (!st) {
+    cudnnStatus_t ran = CUDNN_STATUS_SUCCESS;
+    if (!st && (ran = graph_run(l, k, d, i, t->data, k->ws)) != CUDNN_STATUS_SUCCESS) {
+        cudaGetLastError();  /* refused at launch: nothing ran */
+        glia_log(l->ctx, GLIA_LOG_WARN, "[%s] conv2d %s: cuDNN's graph plan %d did not run (%s); this shape runs the "
+                 "legacy API", l->name, dir_name[d], i, cudnnGetErrorString(ran));
+        struct conv_key key = p->key;
+        key.dir = d;
+        p->choice[d].plan = -1;
+        cache_put(&key, &p->choice[d]);
+    } else if (!st) {
         char *b = t->data;
         float *f = (float *)(b + half);
-        CUDNN_TRY(l->ctx, graph_run(l, k, d, i, b, k->ws));
         CUDA_TRY(l->ctx, glia__conv_convert(f, GLIA__CONV_F32, out, k->t, 1, 1, n, 0.0f, c->stream));
         CUDA_TRY(l->ctx, glia__conv_convert(f + n, GLIA__CONV_F32, b, k->t, 1, 1, n, 0.0f, c->stream));
         CUDA_TRY(l->ctx, cudaMemcpyAsync(h, f, sizeof(float) * 2 * (size_t)n, cudaMemcpyDeviceToHost, c->stream));
@@ -838,8 +892,10 @@ fail:
     return st;
 }
 
-/* Direction d into out, adding *beta times what it holds: the graph plan chosen for it where beta is 0 (its first run
- * in the layer checked against the legacy algorithm, outside a CUDA graph capture), the legacy algorithm otherwise. */
+/* Direction d into out, adding *beta times what it holds: the graph plan chosen for it where beta is 0 and its tensors
+ * are 16-byte aligned (its first run in the layer checked against the legacy algorithm), the legacy algorithm
+ * otherwise, and always under a CUDA graph capture ([runtime] cuda_graph): a replay must not depend on plans the layer
+ * may free (a shape evicted from its sets) while the graph lives. */
 static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, const float *beta, void *out)
 {
     struct cuda_conv *p = l->state;
@@ -847,8 +903,9 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
     struct conv_graph *q = &p->graph[d];
     glia_status st = GLIA_OK;
     int i = p->choice[d].plan;
+    bool aligned = graph_aligned(k, d, out, k->ws);
     if (i >= 0) graph_build(l, d);  /* a choice from the cache: the same plans, built here */
-    if (*beta != 0.0f || i < 0 || i >= q->n || (!q->verified && capturing(c))) return legacy_run(l, k, d, beta, out);
+    if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || glia__cuda_capturing(c)) return legacy_run(l, k, d, beta, out);
     if (!q->verified) return graph_verify(l, k, d, out);
     CUDNN_TRY(l->ctx, graph_run(l, k, d, i, out, k->ws));
 fail:

@@ -124,4 +124,11 @@ glia_status glia__cuda_register_optim(struct glia_registry *r);       /* optim.c
 glia_status glia__cuda_register_seq(struct glia_registry *r);         /* seq.c: embedding, seq_pool */
 glia_status glia__cuda_register_attention(struct glia_registry *r);   /* attention.c: attention */
 
+/* Whether work queued now on c's compute stream is being captured into a CUDA graph ([runtime] cuda_graph). */
+static inline bool glia__cuda_capturing(struct glia__cuda *c)
+{
+    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(c->stream, &s) == cudaSuccess && s != cudaStreamCaptureStatusNone;
+}
+
 #endif

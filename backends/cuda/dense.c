@@ -303,11 +303,7 @@ static glia_status sce_bad_label_error(struct glia_layer *l, const struct sce_cu
  * copy and its event are then captured too (an external event record: each replay records it),
  * but a replay does not call the layer, so a bad label seen by a replay is reported by the next
  * call outside a graph (evaluation) or when the layer is destroyed. */
-static bool capturing(struct glia__cuda *c)
-{
-    enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(c->stream, &s) == cudaSuccess && s != cudaStreamCaptureStatusNone;
-}
+static bool capturing(struct glia__cuda *c) { return glia__cuda_capturing(c); }
 
 /* Report a bad label seen by an earlier forward once its flag's copy has landed. */
 static glia_status sce_poll(struct glia_layer *l, struct sce_cuda *p)

@@ -27,7 +27,7 @@ struct desc {
     /* tensor */
     cudnnDataType_t dtype;
     int nd;
-    int64_t dim[MAXD], stride[MAXD], uid;
+    int64_t dim[MAXD], stride[MAXD], uid, align;
     bool virt, byval;
     /* pointwise, reduction, rng descriptors */
     cudnnPointwiseMode_t mode;
@@ -93,7 +93,7 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
     case CUDNN_ATTR_TENSOR_UNIQUE_ID: e->uid = *i64; break;
     case CUDNN_ATTR_TENSOR_IS_VIRTUAL: e->virt = *(const bool *)v; break;
     case CUDNN_ATTR_TENSOR_IS_BY_VALUE: e->byval = *(const bool *)v; break;
-    case CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT:
+    case CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT: e->align = *i64; break;
     case CUDNN_ATTR_TENSOR_REORDERING_MODE:
     case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1:
     case CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2:
@@ -549,7 +549,12 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
             }
             size_t es = t->dtype == CUDNN_DATA_INT64 ? 8 : t->dtype == CUDNN_DATA_FLOAT ? 4 : 2;
             if (t->byval) memcpy(r->values[i], r->ptrs[i], es);
-            else if (!glia_emu_is_device(r->ptrs[i], (size_t)span(t) * es)) {
+            else if (t->align > 0 && (uintptr_t)r->ptrs[i] % (uintptr_t)t->align) {
+                fprintf(stderr, "emu: cudnnBackendExecute: tensor %lld at %p, declared %lld-byte aligned\n",
+                        (long long)t->uid, r->ptrs[i], (long long)t->align);
+                free(r);
+                return bad("a tensor's pointer is not aligned as its descriptor says", (int)t->uid);
+            } else if (!glia_emu_is_device(r->ptrs[i], (size_t)span(t) * es)) {
                 fprintf(stderr, "emu: cudnnBackendExecute: tensor %lld at %p, %zu bytes\n", (long long)t->uid,
                         r->ptrs[i], (size_t)span(t) * es);
                 free(r);
