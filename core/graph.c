@@ -679,7 +679,8 @@ void glia__plan_formats(struct glia_model *m)
 {
     for (int i = 0; i < m->graph.n_nodes; i++) {
         struct glia__node *nd = &m->graph.nodes[i];
-        bool any = m->graph.format == GLIA_CHANNELS_LAST && (nd->layer.kernel->flags & GLIA_KERNEL_CHANNELS_LAST);
+        bool any =
+            m->graph.format == GLIA_CHANNELS_LAST && (glia_layer_kernel_flags(&nd->layer) & GLIA_KERNEL_CHANNELS_LAST);
         nd->out_fmt = any && nd->out_shape.ndim == 4 ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
         for (int k = 0; k < nd->n_in; k++) {
             struct glia_shape s = glia__in_shape_of(m, nd->in[k], m->data.batch);

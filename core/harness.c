@@ -285,7 +285,7 @@ static glia_status poisoned_like(const struct glia_tensor *t, struct glia_tensor
  * read. */
 static glia_status flagged_backward(struct glia_layer *l, struct glia_bwd a)
 {
-    uint32_t f = l->kernel->flags;
+    uint32_t f = glia_layer_kernel_flags(l);
     struct glia_tensor *sub[GLIA__MAX_INPUTS + 1] = {0};
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     glia_status st = GLIA_OK;
@@ -673,7 +673,7 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
     ++r->step;
     struct glia_fwd a = {in,    r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL, false, 0,
                          NULL,  NULL,    train && r->saved ? r->saved->data : NULL};
-    if (train && (r->l.kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD) && r->n_in >= 1 && r->dx[0] && r->dout) {
+    if (train && (glia_layer_kernel_flags(&r->l) & GLIA_KERNEL_GRAD_IN_FORWARD) && r->n_in >= 1 && r->dx[0] && r->dout) {
         a.din = r->dx[0];  /* as a model runs such a loss, but into the run's own gradient buffer: x stays */
         a.dout = r->dout;
     }

@@ -183,7 +183,7 @@ int glia__grad_in_place(const struct glia_model *m)
 {
     int N = m->graph.n_nodes;
     const struct glia__node *L = N > 0 ? &m->graph.nodes[N - 1] : NULL;
-    if (!L || !(L->layer.kernel->flags & GLIA_KERNEL_GRAD_IN_PLACE) || L->n_in < 1) return -1;
+    if (!L || !(glia_layer_kernel_flags(&L->layer) & GLIA_KERNEL_GRAD_IN_PLACE) || L->n_in < 1) return -1;
     int p = L->in[0];
     if (p < 0 || L->edge[0] != GLIA__EDGE_DIRECT || m->graph.nodes[p].n_consumers != 1 || m->graph.nodes[p].recompute ||
         !glia__has_grad(m, p) || glia__bwd_reads_out(m, p))

@@ -343,7 +343,7 @@ static glia_status setup_cuda_graph(struct glia_model *m)
                                   m->dist.mode == GLIA__DIST_DDP ? "ddp" : "dp");
     for (int i = 0; i < m->graph.n_nodes; i++) {
         const struct glia_layer *l = &m->graph.nodes[i].layer;
-        if (!(l->kernel->flags & GLIA_KERNEL_CAPTURABLE))
+        if (!(glia_layer_kernel_flags(l) & GLIA_KERNEL_CAPTURABLE))
             return glia_section_error(m->graph.nodes[i].sec, NULL, GLIA_ECONFIG,
                                       "layer type %s (impl %s) cannot be captured into a CUDA graph; set [runtime] "
                                       "cuda_graph = off",

@@ -440,11 +440,13 @@ static inline bool glia__has_grad(const struct glia_model *m, int i)
 /* Whether node j's backward runs and reads its output; its inputs (glia/layer.h: GLIA_KERNEL_BWD_NO_...). */
 static inline bool glia__bwd_reads_out(const struct glia_model *m, int j)
 {
-    return m->graph.nodes[j].needs_grad && !(m->graph.nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_OUTPUT);
+    return m->graph.nodes[j].needs_grad &&
+           !(glia_layer_kernel_flags(&m->graph.nodes[j].layer) & GLIA_KERNEL_BWD_NO_OUTPUT);
 }
 static inline bool glia__bwd_reads_in(const struct glia_model *m, int j)
 {
-    return m->graph.nodes[j].needs_grad && !(m->graph.nodes[j].layer.kernel->flags & GLIA_KERNEL_BWD_NO_INPUT);
+    return m->graph.nodes[j].needs_grad &&
+           !(glia_layer_kernel_flags(&m->graph.nodes[j].layer) & GLIA_KERNEL_BWD_NO_INPUT);
 }
 /* The bytes node i's kernel keeps for its backward (glia_kernel.saved_size) when its output is shapes[i] and its inputs
  * those of shapes (the data batch's shape for input -1: n samples of length len). */

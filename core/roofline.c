@@ -30,7 +30,7 @@ void glia__node_cost(const struct glia_model *m, int i, int64_t batch, struct gl
     const struct glia__node *nd = &m->graph.nodes[i];
     const struct glia_layer *l = &nd->layer;
     bool loss = l->type->flags & GLIA_TYPE_LOSS;
-    unsigned kf = l->kernel ? l->kernel->flags : 0;
+    unsigned kf = l->kernel ? glia_layer_kernel_flags(l) : 0;
     double in = 0, weights = 0, dx = 0;
     bool wants_dx = false;
     for (int k = 0; k < nd->n_in; k++) {

@@ -182,7 +182,7 @@ static glia_status decode_kernels(struct glia_model *m)
 {
     for (int i = 0; i < m->graph.n_nodes - 1; i++) {
         const struct glia_layer *l = &m->graph.nodes[i].layer;
-        if (!(l->kernel->flags & GLIA_KERNEL_DECODE))
+        if (!(glia_layer_kernel_flags(l) & GLIA_KERNEL_DECODE))
             return glia_error(m->ctx, GLIA_EUNSUPPORTED, "glia_model_decode: [%s] (%s, impl %s) cannot decode a few "
                               "positions at a time (its kernel has no GLIA_KERNEL_DECODE)", l->name, l->type->name,
                               l->kernel->impl);

@@ -157,7 +157,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          NULL,
                          NULL,
                          train ? nd->saved : NULL};
-    if (train && i == m->graph.n_nodes - 1 && (nd->layer.kernel->flags & GLIA_KERNEL_GRAD_IN_FORWARD) &&
+    if (train && i == m->graph.n_nodes - 1 && (glia_layer_kernel_flags(&nd->layer) & GLIA_KERNEL_GRAD_IN_FORWARD) &&
         nd->in[0] >= 0 && glia__grad_in_place(m) == nd->in[0]) {  /* the loss's gradient, over the logits, in the forward's pass */
         a.din = m->graph.nodes[nd->in[0]].dout;
         a.dout = m->act.loss_scale;

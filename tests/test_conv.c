@@ -15,11 +15,12 @@ static struct glia_shape S4(int64_t n, int64_t c, int64_t h, int64_t w)
 }
 
 /* One convolution: input (N, C, H, W), filters F, kernel k (height) x kw (width), stride s,
- * padding p (of H) and pw (of W), dilation d, groups g. */
+ * padding p (of H) and pw (of W), dilation d, groups g; relu: activation = relu. */
 struct cv {
     int64_t N, C, H, W, F, k, s, p, d, g;
     bool bias;
     int64_t kw, pw;
+    bool relu;
 };
 
 static int64_t KH(const struct cv *c) { return c->k; }
@@ -39,6 +40,7 @@ static void cv_ini(const struct cv *c, char *buf, size_t n)
                                "dilation = %lld\ngroups = %lld\nbias = %s\n",
                        (long long)c->F, rect(c) ? 5ll : (long long)c->k, (long long)c->s,
                        rect(c) ? 7ll : (long long)c->p, (long long)c->d, (long long)c->g, c->bias ? "on" : "off");
+    if (c->relu) len += snprintf(buf + len, n - (size_t)len, "activation = relu\n");
     if (rect(c))
         snprintf(buf + len, n - (size_t)len, "size_h = %lld\nsize_w = %lld\npadding_h = %lld\npadding_w = %lld\n",
                  (long long)KH(c), (long long)KW(c), (long long)PH(c), (long long)PW(c));
@@ -58,10 +60,10 @@ static void check_grad_as(struct cv c, uint64_t seed, enum glia_memory_format f)
     glia_status st = glia_layer_gradcheck_ex(ctx, ini, &in, 1, &o, seed, 2e-2, &r);
     if (st) printf("\n  %s  (%s)\n  %s", ini, glia_memory_format_name(f), glia_context_error(ctx));
     CU_ASSERT_EQUAL(st, GLIA_OK);
-    /* every input, weight and bias element compared; a convolution has no kinks */
+    /* every input, weight and bias element compared; a convolution has no kinks, its relu a few */
     int64_t want = glia_shape_numel(&in) + c.F * (c.C / c.g) * KH(&c) * KW(&c) + (c.bias ? c.F : 0);
-    CU_ASSERT_EQUAL(r.n_checked, want);
-    CU_ASSERT_EQUAL(r.n_skipped, 0);
+    CU_ASSERT_EQUAL(r.n_checked + r.n_skipped, want);
+    CU_ASSERT(c.relu ? r.n_skipped * 10 <= want : r.n_skipped == 0);
     CU_ASSERT(r.max_err < 1e-2);
     glia_context_free(ctx);
 }
@@ -71,37 +73,37 @@ static void check_grad(struct cv c, uint64_t seed) { check_grad_as(c, seed, GLIA
 static void test_gradcheck_basic(void)
 {
     /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw */
-    check_grad((struct cv){2, 3, 5, 6, 4, 1, 1, 0, 1, 1, true, 1, 0}, 1);   /* 1x1 */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 0, 1, 1, true, 3, 0}, 2);   /* 3x3 valid */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1}, 3);   /* 3x3 same */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, false, 3, 1}, 4);  /* no bias */
+    check_grad((struct cv){2, 3, 5, 6, 4, 1, 1, 0, 1, 1, true, 1, 0, false}, 1);   /* 1x1 */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 0, 1, 1, true, 3, 0, false}, 2);   /* 3x3 valid */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1, false}, 3);   /* 3x3 same */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, false, 3, 1, false}, 4);  /* no bias */
 }
 
 static void test_gradcheck_stride_dilation(void)
 {
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 2, 0, 1, 1, true, 3, 0}, 11);   /* stride 2, uneven fit */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 2, 1, 1, 1, true, 3, 1}, 12);   /* stride 2, pad 1 */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 0, 2, 1, true, 3, 0}, 13);   /* dilation 2 */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 2, 2, 1, true, 3, 2}, 14);   /* dilation 2, pad 2 */
-    check_grad((struct cv){2, 3, 6, 7, 4, 2, 2, 1, 2, 1, true, 2, 1}, 15);   /* even kernel, all at once */
-    check_grad((struct cv){2, 3, 5, 6, 4, 3, 3, 2, 1, 1, false, 3, 2}, 16);  /* stride > 2, big pad */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 2, 0, 1, 1, true, 3, 0, false}, 11);   /* stride 2, uneven fit */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 2, 1, 1, 1, true, 3, 1, false}, 12);   /* stride 2, pad 1 */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 0, 2, 1, true, 3, 0, false}, 13);   /* dilation 2 */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 1, 2, 2, 1, true, 3, 2, false}, 14);   /* dilation 2, pad 2 */
+    check_grad((struct cv){2, 3, 6, 7, 4, 2, 2, 1, 2, 1, true, 2, 1, false}, 15);   /* even kernel, all at once */
+    check_grad((struct cv){2, 3, 5, 6, 4, 3, 3, 2, 1, 1, false, 3, 2, false}, 16);  /* stride > 2, big pad */
 }
 
 static void test_gradcheck_groups(void)
 {
-    check_grad((struct cv){2, 4, 5, 6, 4, 3, 1, 1, 1, 2, true, 3, 1}, 21);   /* groups 2 */
-    check_grad((struct cv){2, 4, 5, 6, 6, 3, 2, 1, 1, 2, false, 3, 1}, 22);  /* groups 2, 3 filters each */
-    check_grad((struct cv){2, 3, 5, 6, 3, 3, 1, 1, 1, 3, true, 3, 1}, 23);   /* depthwise */
-    check_grad((struct cv){2, 3, 5, 6, 6, 3, 1, 1, 2, 3, true, 3, 1}, 24);   /* depthwise x2, dilated */
+    check_grad((struct cv){2, 4, 5, 6, 4, 3, 1, 1, 1, 2, true, 3, 1, false}, 21);   /* groups 2 */
+    check_grad((struct cv){2, 4, 5, 6, 6, 3, 2, 1, 1, 2, false, 3, 1, false}, 22);  /* groups 2, 3 filters each */
+    check_grad((struct cv){2, 3, 5, 6, 3, 3, 1, 1, 1, 3, true, 3, 1, false}, 23);   /* depthwise */
+    check_grad((struct cv){2, 3, 5, 6, 6, 3, 1, 1, 2, 3, true, 3, 1, false}, 24);   /* depthwise x2, dilated */
 }
 
 static void test_gradcheck_shapes(void)
 {
-    check_grad((struct cv){1, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1}, 31);  /* batch 1 */
-    check_grad((struct cv){3, 2, 4, 5, 3, 3, 1, 1, 1, 1, true, 3, 1}, 32);  /* batch 3 */
-    check_grad((struct cv){2, 2, 3, 9, 3, 3, 1, 0, 1, 1, true, 3, 0}, 33);  /* wide */
-    check_grad((struct cv){2, 2, 9, 3, 3, 3, 2, 1, 1, 1, true, 3, 1}, 34);  /* tall, strided */
-    check_grad((struct cv){2, 1, 4, 4, 1, 4, 1, 0, 1, 1, true, 4, 0}, 35);  /* kernel = image: 1x1 out */
+    check_grad((struct cv){1, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1, false}, 31);  /* batch 1 */
+    check_grad((struct cv){3, 2, 4, 5, 3, 3, 1, 1, 1, 1, true, 3, 1, false}, 32);  /* batch 3 */
+    check_grad((struct cv){2, 2, 3, 9, 3, 3, 1, 0, 1, 1, true, 3, 0, false}, 33);  /* wide */
+    check_grad((struct cv){2, 2, 9, 3, 3, 3, 2, 1, 1, 1, true, 3, 1, false}, 34);  /* tall, strided */
+    check_grad((struct cv){2, 1, 4, 4, 1, 4, 1, 0, 1, 1, true, 4, 0, false}, 35);  /* kernel = image: 1x1 out */
 }
 
 /* Rectangular kernels and padding (size_h, size_w, padding_h, padding_w), in both formats:
@@ -110,12 +112,12 @@ static void test_gradcheck_rect(void)
 {
     static const struct cv cases[] = {
         /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw */
-        {2, 3, 1, 9, 4, 1, 1, 0, 1, 1, true, 3, 1},   /* 1x3, padding (0, 1): length kept */
-        {2, 3, 1, 8, 4, 1, 2, 0, 1, 1, false, 3, 1},  /* 1x3 stride 2 */
-        {2, 4, 1, 10, 4, 1, 1, 0, 1, 4, true, 3, 1},  /* 1x3 depthwise */
-        {2, 3, 7, 4, 4, 3, 1, 1, 1, 1, true, 1, 0},   /* 3x1, padding (1, 0) */
-        {2, 3, 6, 8, 4, 2, 1, 0, 1, 1, true, 5, 2},   /* 2x5, padding (0, 2) */
-        {2, 4, 5, 9, 4, 2, 2, 1, 2, 2, true, 5, 3},   /* 2x5 strided, dilated, grouped, padding (1, 3) */
+        {2, 3, 1, 9, 4, 1, 1, 0, 1, 1, true, 3, 1, false},   /* 1x3, padding (0, 1): length kept */
+        {2, 3, 1, 8, 4, 1, 2, 0, 1, 1, false, 3, 1, false},  /* 1x3 stride 2 */
+        {2, 4, 1, 10, 4, 1, 1, 0, 1, 4, true, 3, 1, false},  /* 1x3 depthwise */
+        {2, 3, 7, 4, 4, 3, 1, 1, 1, 1, true, 1, 0, false},   /* 3x1, padding (1, 0) */
+        {2, 3, 6, 8, 4, 2, 1, 0, 1, 1, true, 5, 2, false},   /* 2x5, padding (0, 2) */
+        {2, 4, 5, 9, 4, 2, 2, 1, 2, 2, true, 5, 3, false},   /* 2x5 strided, dilated, grouped, padding (1, 3) */
     };
     for (int f = 0; f < 2; f++)
         for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
@@ -221,8 +223,8 @@ static void check_values_at(struct built *t, const struct cv *c)
     CU_ASSERT_FATAL(t->type->infer_shape(&t->l, &xs, 1, &ys) == GLIA_OK);
     struct glia_shape want_ys = S4(c->N, c->F, out_h(c, c->H), out_w(c, c->W));
     CU_ASSERT_FATAL(glia_shape_equal(&ys, &want_ys));
-    uint64_t want_flops =
-        2ull * (uint64_t)(c->N * c->F * want_ys.dim[2] * want_ys.dim[3] * (c->C / c->g) * KH(c) * KW(c));
+    uint64_t want_flops = 2ull * (uint64_t)(c->N * c->F * want_ys.dim[2] * want_ys.dim[3] * (c->C / c->g) * KH(c) * KW(c)) +
+                          (c->relu ? (uint64_t)glia_shape_numel(&want_ys) : 0);
     CU_ASSERT_EQUAL(t->type->flops(&t->l, &xs, 1), want_flops);
     struct glia_tensor *x, *y, *dx, *dy;
     CU_ASSERT_FATAL(glia_tensor_new(t->b, GLIA_F32, &xs, &x) == GLIA_OK);
@@ -237,7 +239,7 @@ static void check_values_at(struct built *t, const struct cv *c)
     double *ry = malloc((size_t)ny * sizeof *ry), *rdx = malloc((size_t)nx * sizeof *rdx);
     double *rdw = malloc((size_t)nw * sizeof *rdw), *rdb = malloc((size_t)c->F * sizeof *rdb);
     naive_forward(c, glia_tensor_f32(x), w, b, ry);
-    naive_backward(c, glia_tensor_f32(x), w, glia_tensor_f32(dy), rdx, rdw, rdb);
+    for (int64_t i = 0; c->relu && i < ny; i++) ry[i] = fmax(ry[i], 0.0);
 
     const struct glia_tensor *in[1] = {x};
     for (int train = 0; train < 2; train++) {
@@ -246,6 +248,11 @@ static void check_values_at(struct built *t, const struct cv *c)
         CU_ASSERT_EQUAL(t->kernel->forward(&t->l, &a), GLIA_OK);
         CU_ASSERT(close_all(train ? "y (train)" : "y (eval)", glia_tensor_f32(y), ry, 0, ny));
     }
+    /* the relu's backward: the convolution's for dy where the layer's output is positive */
+    float *dym = malloc((size_t)ny * sizeof *dym);
+    for (int64_t i = 0; i < ny; i++) dym[i] = c->relu && !(glia_tensor_f32(y)[i] > 0) ? 0.0f : glia_tensor_f32(dy)[i];
+    naive_backward(c, glia_tensor_f32(x), w, dym, rdx, rdw, rdb);
+    free(dym);
     /* write mode over NaN garbage, then accumulate mode over the result */
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
@@ -319,23 +326,39 @@ static void check_values(struct cv c, uint32_t seed)
     glia_context_free(ctx);
 }
 
+/* activation = relu: y = relu(conv(x) + b), dy masked by y > 0; gradients, values (both formats, batch changes) */
+static void test_activation_relu(void)
+{
+    /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw, relu */
+    static const struct cv cases[] = {
+        {2, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1, true},
+        {2, 4, 5, 6, 6, 3, 2, 1, 1, 2, false, 3, 1, true},
+        {2, 3, 6, 7, 4, 2, 2, 1, 2, 1, true, 2, 1, true},
+    };
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 3; i++) check_grad_as(cases[i], 201 + (uint64_t)i, f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS);
+    check_values((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1, true}, 211);
+    check_values((struct cv){1, 16, 12, 12, 32, 3, 1, 1, 1, 1, true, 3, 1, true}, 212);  /* JIT paths, post-op */
+    check_values((struct cv){2, 6, 9, 11, 12, 5, 3, 3, 2, 3, false, 5, 3, true}, 213);
+}
+
 static void test_values_against_naive(void)
 {
     /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw */
-    check_values((struct cv){2, 3, 5, 6, 4, 1, 1, 0, 1, 1, true, 1, 0}, 101);
-    check_values((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1}, 102);
-    check_values((struct cv){3, 3, 7, 6, 4, 3, 2, 1, 1, 1, false, 3, 1}, 103);
-    check_values((struct cv){2, 3, 8, 7, 5, 3, 1, 2, 2, 1, true, 3, 2}, 104);
-    check_values((struct cv){2, 4, 6, 5, 6, 3, 2, 1, 1, 2, true, 3, 1}, 105);
-    check_values((struct cv){2, 8, 9, 9, 8, 3, 1, 1, 1, 8, true, 3, 1}, 106);  /* depthwise */
-    check_values((struct cv){2, 6, 9, 11, 12, 5, 3, 3, 2, 3, false, 5, 3}, 107);
-    check_values((struct cv){1, 16, 12, 12, 32, 3, 1, 1, 1, 1, true, 3, 1}, 108);  /* bigger: JIT paths */
+    check_values((struct cv){2, 3, 5, 6, 4, 1, 1, 0, 1, 1, true, 1, 0, false}, 101);
+    check_values((struct cv){2, 3, 5, 6, 4, 3, 1, 1, 1, 1, true, 3, 1, false}, 102);
+    check_values((struct cv){3, 3, 7, 6, 4, 3, 2, 1, 1, 1, false, 3, 1, false}, 103);
+    check_values((struct cv){2, 3, 8, 7, 5, 3, 1, 2, 2, 1, true, 3, 2, false}, 104);
+    check_values((struct cv){2, 4, 6, 5, 6, 3, 2, 1, 1, 2, true, 3, 1, false}, 105);
+    check_values((struct cv){2, 8, 9, 9, 8, 3, 1, 1, 1, 8, true, 3, 1, false}, 106);  /* depthwise */
+    check_values((struct cv){2, 6, 9, 11, 12, 5, 3, 3, 2, 3, false, 5, 3, false}, 107);
+    check_values((struct cv){1, 16, 12, 12, 32, 3, 1, 1, 1, 1, true, 3, 1, false}, 108);  /* bigger: JIT paths */
 }
 
 /* The same layer on other input sizes: H and W may change too (fully convolutional). */
 static void test_input_size_changes(void)
 {
-    struct cv c = {2, 3, 6, 6, 4, 3, 2, 1, 1, 1, true, 3, 1};
+    struct cv c = {2, 3, 6, 6, 4, 3, 2, 1, 1, 1, true, 3, 1, false};
     char ini[512];
     cv_ini(&c, ini, sizeof ini);
     lcg_state = 5;
@@ -363,30 +386,30 @@ static void test_input_size_changes(void)
 static void test_blocked_layouts(void)
 {
     /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw */
-    check_values((struct cv){3, 1, 14, 14, 32, 3, 1, 0, 1, 1, true, 3, 0}, 111);   /* first layer: plain src */
-    check_values((struct cv){2, 32, 12, 12, 64, 3, 1, 0, 1, 1, true, 3, 0}, 112);  /* all blocked */
-    check_values((struct cv){2, 20, 9, 11, 24, 3, 2, 1, 1, 1, false, 3, 1}, 113);  /* channels padded to 16 */
-    check_values((struct cv){2, 32, 8, 8, 48, 1, 1, 0, 1, 1, true, 1, 0}, 114);    /* 1x1 */
-    check_values((struct cv){2, 32, 10, 10, 64, 3, 1, 1, 1, 2, true, 3, 1}, 115);  /* groups of 16 */
-    check_values((struct cv){2, 32, 9, 9, 32, 3, 1, 1, 1, 32, true, 3, 1}, 116);   /* depthwise, blocked */
+    check_values((struct cv){3, 1, 14, 14, 32, 3, 1, 0, 1, 1, true, 3, 0, false}, 111);   /* first layer: plain src */
+    check_values((struct cv){2, 32, 12, 12, 64, 3, 1, 0, 1, 1, true, 3, 0, false}, 112);  /* all blocked */
+    check_values((struct cv){2, 20, 9, 11, 24, 3, 2, 1, 1, 1, false, 3, 1, false}, 113);  /* channels padded to 16 */
+    check_values((struct cv){2, 32, 8, 8, 48, 1, 1, 0, 1, 1, true, 1, 0, false}, 114);    /* 1x1 */
+    check_values((struct cv){2, 32, 10, 10, 64, 3, 1, 1, 1, 2, true, 3, 1, false}, 115);  /* groups of 16 */
+    check_values((struct cv){2, 32, 9, 9, 32, 3, 1, 1, 1, 32, true, 3, 1, false}, 116);   /* depthwise, blocked */
 }
 
 /* Rectangular kernels and padding against the naive convolution, blocked layouts included. */
 static void test_values_rect(void)
 {
     /* N, C, H, W, F, k, s, p, d, g, bias, kw, pw */
-    check_values((struct cv){2, 3, 1, 12, 5, 1, 1, 0, 1, 1, true, 3, 1}, 121);
-    check_values((struct cv){2, 32, 1, 20, 32, 1, 1, 0, 1, 1, true, 3, 1}, 122);  /* blocked */
-    check_values((struct cv){2, 16, 9, 6, 24, 3, 1, 1, 1, 1, false, 1, 0}, 123);
-    check_values((struct cv){2, 6, 8, 11, 6, 2, 2, 1, 1, 3, true, 5, 2}, 124);
-    check_values((struct cv){2, 32, 3, 17, 32, 1, 1, 0, 1, 32, true, 5, 2}, 125);  /* depthwise, blocked */
+    check_values((struct cv){2, 3, 1, 12, 5, 1, 1, 0, 1, 1, true, 3, 1, false}, 121);
+    check_values((struct cv){2, 32, 1, 20, 32, 1, 1, 0, 1, 1, true, 3, 1, false}, 122);  /* blocked */
+    check_values((struct cv){2, 16, 9, 6, 24, 3, 1, 1, 1, 1, false, 1, 0, false}, 123);
+    check_values((struct cv){2, 6, 8, 11, 6, 2, 2, 1, 1, 3, true, 5, 2, false}, 124);
+    check_values((struct cv){2, 32, 3, 17, 32, 1, 1, 0, 1, 32, true, 5, 2, false}, 125);  /* depthwise, blocked */
 }
 
 /* Backward-weights reuses the input a training forward reordered; an eval forward or a
  * training forward of another tensor in between must not leave it reading a stale copy. */
 static void test_kept_input(void)
 {
-    struct cv c = {2, 32, 10, 10, 32, 3, 1, 1, 1, 1, true, 3, 1};
+    struct cv c = {2, 32, 10, 10, 32, 3, 1, 1, 1, 1, true, 3, 1, false};
     char ini[512];
     cv_ini(&c, ini, sizeof ini);
     lcg_state = 9;
@@ -669,4 +692,4 @@ GLIA_TEST_MAIN("conv", GLIA_TEST(test_gradcheck_basic), GLIA_TEST(test_gradcheck
                GLIA_TEST(test_values_against_naive), GLIA_TEST(test_input_size_changes),
                GLIA_TEST(test_blocked_layouts), GLIA_TEST(test_kept_input), GLIA_TEST(test_gradcheck_rect),
                GLIA_TEST(test_values_rect), GLIA_TEST(test_shape_cache), GLIA_TEST(test_rect_keys),
-               GLIA_TEST(test_config_errors))
+               GLIA_TEST(test_config_errors), GLIA_TEST(test_activation_relu))

@@ -1944,10 +1944,10 @@ static void test_fuse_pointwise(void)
     glia_context_free(ctx);
 }
 
-/* Dropout in fused chains: relu + dropout, and tanh + a pointwise layer with dropout(), each
- * fused under the dropout's name, so they draw the masks the layers draw unfused and train to the
- * same weights (within float rounding); a layer with dropout ends its chain (j + pr fuse after
- * them, not into them). */
+/* Dropout in fused chains: tanh + a pointwise layer with dropout() (and relu + dropout below) fused
+ * under the dropout's name, so they draw the masks the layers draw unfused and train to the same
+ * weights (within float rounding), beside a dropout left alone after a relu that became its conv2d's
+ * activation; a layer with dropout ends its chain (j + pr fuse after them, not into them). */
 static void test_fuse_dropout(void)
 {
     make_data();
@@ -1964,7 +1964,7 @@ static void test_fuse_dropout(void)
     CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 8);  /* a d b pd pr flat fc loss */
     char *text = summary_of(on.m);
     static const char *const want[] = {
-        "fuse_pointwise: r (relu) + d (dropout) run as one pointwise layer d = dropout(relu(x), 0.4) of x = a\n",
+        "fuse_pointwise: a (conv2d) + r (relu) run as conv2d a with activation = relu\n",
         "fuse_pointwise: t (tanh) + pd (pointwise) run as one pointwise layer pd = dropout(tanh(x) * 2, 0.3) of x = b\n",
         "fuse_pointwise: j (add) + pr (relu) run as one pointwise layer pr = relu(x + y) of x = d, y = pd\n"};
     for (int k = 0; k < 3; k++) {
@@ -1981,9 +1981,9 @@ static void test_fuse_dropout(void)
     CU_ASSERT(fabs(ra.train_loss - rb.train_loss) <= 1e-5 * fmax(1, rb.train_loss));
     close_run(&on), close_run(&off);
     /* channels_last, with the fused layers recomputed in backward ([graph] checkpoint_segments):
-     * the recomputation draws the forward's mask */
-    static const char deep[] = "[a]\ntype = conv2d\nfilters = 4\npadding = 1\n[r]\ntype = relu\n[d]\ntype = dropout\np = 0.4\n"
-                               "[c]\ntype = conv2d\nfilters = 4\npadding = 1\n[r2]\ntype = relu\n[d2]\ntype = dropout\np = 0.3\n"
+     * the recomputation draws the forward's mask (tanh + dropout; e is a conv2d with activation = relu) */
+    static const char deep[] = "[a]\ntype = conv2d\nfilters = 4\npadding = 1\n[r]\ntype = tanh\n[d]\ntype = dropout\np = 0.4\n"
+                               "[c]\ntype = conv2d\nfilters = 4\npadding = 1\n[r2]\ntype = tanh\n[d2]\ntype = dropout\np = 0.3\n"
                                "[e]\ntype = conv2d\nfilters = 4\npadding = 1\n[r3]\ntype = relu\n[flat]\ntype = flatten\n"
                                "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n";
     open_run(&on, fuse_text_in("memory_format = channels_last\n", "on", "checkpoint_segments = 2\n", deep));
@@ -2070,6 +2070,58 @@ static void test_fuse_bn_relu(void)
         if (st) printf("\n  %s\n", glia_context_error(off.ctx));
         CU_ASSERT_EQUAL(st, GLIA_OK);
         CU_ASSERT(same_weights(&off, &on));  /* the fused run's weights, loaded */
+        remove(path);
+        close_run(&on), close_run(&off);
+    }
+}
+
+/* A relu read after a conv2d that nothing else reads becomes the conv2d's activation = relu (oneDNN's post-op; the
+ * backward masks by the output, which the fused layer therefore keeps): the same losses and weights as the layers
+ * apart, in both memory formats (test_fuse_dropout recomputes one under checkpoint_segments), and checkpoints move
+ * between the two; a conv2d read by two layers stays as written. */
+static void test_fuse_conv_relu(void)
+{
+    make_data();
+    static const char layers[] = "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[r1]\ntype = relu\n"
+                                 "[c2]\ntype = conv2d\nfilters = 4\npadding = 1\nstride = 2\n[r2]\ntype = relu\n"
+                                 "[c3]\ntype = conv2d\nfilters = 4\npadding = 1\nbias = off\n[r3]\ntype = relu\n"
+                                 "[s]\ntype = concat\ninputs = c3, r3\n"                /* c3 is read twice: stays */
+                                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                                 "[loss]\ntype = softmax_cross_entropy\n";
+    for (int f = 0; f < 2; f++) {
+        const char *fmt = f ? "memory_format = channels_last\n" : "memory_format = contiguous\n";
+        struct run on, off;
+        open_run(&on, fuse_text_in(fmt, "on", "", layers));
+        open_run(&off, fuse_text_in(fmt, "off", "", layers));
+        CU_ASSERT_EQUAL(off.m->graph.n_nodes, 10);
+        CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 8);  /* c1 c2 c3 r3 s flat fc loss */
+        CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[0].layer.name, "c1");
+        CU_ASSERT_STRING_EQUAL(on.m->graph.nodes[1].layer.name, "c2");
+        CU_ASSERT(on.m->graph.nodes[0].act_fused && on.m->graph.nodes[1].act_fused && !on.m->graph.nodes[2].act_fused);
+        CU_ASSERT_EQUAL(on.m->graph.nodes[1].in[0], 0);  /* c2 reads c1 */
+        /* the fused layer's backward reads its output (the relu's mask), the plain one's does not */
+        CU_ASSERT(glia__bwd_reads_out(on.m, 0) && !glia__bwd_reads_out(off.m, 0) && !glia__bwd_reads_out(on.m, 2));
+        CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
+        char *sum = summary_of(on.m);
+        const char *want = "graph pass fuse_pointwise: c1 (conv2d) + r1 (relu) run as conv2d c1 with activation = relu\n";
+        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
+        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+        CU_ASSERT_PTR_NULL(strstr(sum, "c3 (conv2d) +"));
+        free(sum);
+        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
+        double worst = weight_diff(&on, &off);
+        if (!(worst <= 1e-6)) printf("\n  case %d: fused and unfused weights differ by %g\n", f, worst);
+        CU_ASSERT(worst <= 1e-6);
+        CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-6 * fmax(1, rb.test_loss));
+        char path[600];
+        snprintf(path, sizeof path, "%s/convrelu.ckpt", dir);
+        CU_ASSERT_EQUAL(glia__checkpoint_save(on.m, path, 1, 0, 0, 0), GLIA_OK);
+        glia_status st = glia_model_load_checkpoint(off.m, path);
+        if (st) printf("\n  %s\n", glia_context_error(off.ctx));
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        CU_ASSERT(same_weights(&off, &on));
         remove(path);
         close_run(&on), close_run(&off);
     }
@@ -2535,7 +2587,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

@@ -401,7 +401,7 @@ static double tensor_bytes(const struct glia_tensor *t)
 static void pass_bytes(struct glia_layer_run *r, int n_in, double *fwd, double *bwd)
 {
     const struct glia_layer *l = glia_layer_run_layer(r);
-    uint32_t fl = l->kernel->flags;
+    uint32_t fl = glia_layer_kernel_flags(l);
     double in = 0, din = 0, labels = 0;
     for (int k = 0; k < n_in; k++) {
         in += tensor_bytes(glia_layer_run_input(r, k));

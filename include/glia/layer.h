@@ -313,7 +313,21 @@ struct glia_kernel {
      * glia_fwd.saved and glia_bwd.saved point at them (the gradient checker and glia_layer_run give them too).
      * Optional: NULL means none. Read only when struct_size covers it. */
     size_t (*saved_size)(const struct glia_layer *l, const struct glia_shape *in, int n_in, enum glia_dtype act);
+    /* ABI 2.4: the flags (enum glia_kernel_flags) this kernel has for layer l, where they depend on what the layer's
+     * section set (conv2d with activation = relu reads its output in backward: it has no GLIA_KERNEL_BWD_NO_OUTPUT
+     * then). Called after prepare; the answer must not change over the layer's life. Optional: NULL means flags. Read
+     * only when struct_size covers it; the core reads a layer's flags through glia_layer_kernel_flags. */
+    uint32_t (*layer_flags)(const struct glia_layer *l);
 };
+
+/* The flags of layer l's kernel for this layer: kernel->layer_flags(l) where the kernel has that slot, else
+ * kernel->flags. */
+static inline uint32_t glia_layer_kernel_flags(const struct glia_layer *l)
+{
+    const struct glia_kernel *k = l->kernel;
+    size_t end = offsetof(struct glia_kernel, layer_flags) + sizeof k->layer_flags;
+    return k->struct_size >= end && k->layer_flags ? k->layer_flags(l) : k->flags;
+}
 
 /* The saved bytes kernel k asks for (0 when it has no saved_size, or a struct_size from before it). */
 static inline size_t glia_kernel_saved_size(const struct glia_kernel *k, const struct glia_layer *l,

@@ -5,12 +5,19 @@
 
 #include <stdint.h>
 
+/* The activation applied to a conv2d's output in the same pass (key activation). */
+enum glia_conv2d_act {
+    GLIA_CONV2D_ACT_NONE = 0,
+    GLIA_CONV2D_ACT_RELU = 1  /* y = relu(conv(x) + b); backward masks dy by y > 0 (reads the output) */
+};
+
 /* l->attrs of a conv2d layer: input (N, C, H, W) -> output (N, F, OH, OW), weight (F, C/g, kh, kw), bias (F). */
 struct glia_conv2d_attrs {
     int64_t C, F;            /* channels in (dim 1 of the input), filters (key filters) */
     int64_t kh, kw, ph, pw;  /* kernel height and width, zero padding of H (top and bottom) and of W (left and right) */
     int64_t s, d, g;         /* stride and dilation (both square), groups */
     int w, b;                /* parameter indices of weight and bias; b = -1 with bias = off */
+    int act;                 /* enum glia_conv2d_act (ABI 2.4) */
 };
 
 /* Output extent of one spatial dimension: input extent in, kernel k, padding pad (on both sides), stride s,

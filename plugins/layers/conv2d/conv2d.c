@@ -42,6 +42,10 @@ static const struct glia_key conv2d_keys[] = {
     GLIA_KEY("groups", GLIA_KEY_INT, "1", "channel groups; must divide input channels and filters", .min = 1,
              .max = 1 << 30),
     GLIA_KEY("bias", GLIA_KEY_BOOL, "on", "add a learned bias per filter"),
+    GLIA_KEY("activation", GLIA_KEY_ENUM, "none",
+             "relu: y = relu(conv2d(x)) in the same pass over the output (what [graph] fuse_pointwise makes of a "
+             "conv2d read only by a relu) | none",
+             .choices = "none|relu"),
     GLIA_KEY_END};
 
 /* The int key `specific` when written, else `general` (its default applied). */
@@ -82,6 +86,7 @@ static glia_status conv2d_create(struct glia_layer *l, const struct glia_section
         .g = glia_section_int(cfg, "groups"),
         .w = -1,
         .b = -1,
+        .act = strcmp(glia_section_str(cfg, "activation"), "relu") ? GLIA_CONV2D_ACT_NONE : GLIA_CONV2D_ACT_RELU,
     };
     if (a->C % a->g)
         return glia_section_error(cfg, "groups", GLIA_ECONFIG, "%lld groups do not divide the %lld input channels",
@@ -122,8 +127,8 @@ static uint64_t conv2d_flops(const struct glia_layer *l, const struct glia_shape
 {
     const struct glia_conv2d_attrs *a = l->attrs;
     uint64_t OH = (uint64_t)glia_conv2d_out_h(a, in[0].dim[2]), OW = (uint64_t)glia_conv2d_out_w(a, in[0].dim[3]);
-    return 2ull * (uint64_t)in[0].dim[0] * (uint64_t)a->F * OH * OW * (uint64_t)(a->C / a->g) *
-           (uint64_t)(a->kh * a->kw);
+    uint64_t out = (uint64_t)in[0].dim[0] * (uint64_t)a->F * OH * OW;  /* with activation = relu one more each */
+    return 2ull * out * (uint64_t)(a->C / a->g) * (uint64_t)(a->kh * a->kw) + (a->act ? out : 0);
 }
 
 /* ---- the CPU kernel (oneDNN) ---- */
@@ -157,6 +162,7 @@ struct conv_cache {
     const float *kept;       /* f_src.mem holds this input, reordered by the last training forward of
                                 this shape, for the backward that follows it; NULL: nothing kept */
     float *dx_scratch;       /* N*C*H*W: input gradient to add when accumulating */
+    float *dy_act;           /* N*F*OH*OW, activation = relu: dy where y > 0, what the convolution's backward reads */
 };
 
 /* Input shapes whose primitives a layer keeps. */
@@ -167,6 +173,7 @@ struct conv2d_cpu {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     dnnl_primitive_attr_t attr;     /* user scratchpad */
+    dnnl_primitive_attr_t attr_fwd; /* user scratchpad, the eltwise post-op of activation = relu: the forward */
     dnnl_primitive_attr_t attr_add; /* user scratchpad, sum post-op: reorders that accumulate */
     float *dw_scratch, *db_scratch; /* parameter gradients to add when already set */
     dnnl_memory_t scratchpad;       /* shared by all the primitives of all shapes (user scratchpad mode) */
@@ -213,6 +220,7 @@ static void cache_free(struct conv_cache *c)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     free(c->dx_scratch);
+    free(c->dy_act);
     memset(c, 0, sizeof *c);
 }
 
@@ -392,7 +400,7 @@ static glia_status conv_prepare(struct glia_layer *l, int64_t N, int64_t H, int6
         DNNL_TRY(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
                                                              &src_any, &wei_any, g->b >= 0 ? &c->bias_md : NULL,
                                                              &dst_any, strides, dil, pad, pad));
-        DNNL_TRY(dnnl_primitive_desc_create(&c->fwd_pd, &cd, p->attr, p->engine, NULL));
+        DNNL_TRY(dnnl_primitive_desc_create(&c->fwd_pd, &cd, p->attr_fwd, p->engine, NULL));
         DNNL_TRY(make_prim(p, &c->fwd, c->fwd_pd));
         log_impl(l, "forward", c->fwd_pd);
         DNNL_TRY(dnnl_memory_create(&c->x, &c->src_md, p->engine, DNNL_MEMORY_NONE));
@@ -531,6 +539,7 @@ static void conv2d_cpu_destroy(struct glia_layer *l)
     for (int i = 0; i < N_SHAPES; i++) cache_free(&p->c[i]);
     if (p->scratchpad) dnnl_memory_destroy(p->scratchpad);
     if (p->attr) dnnl_primitive_attr_destroy(p->attr);
+    if (p->attr_fwd) dnnl_primitive_attr_destroy(p->attr_fwd);
     if (p->attr_add) dnnl_primitive_attr_destroy(p->attr_add);
     if (p->stream) dnnl_stream_destroy(p->stream);
     if (p->engine) dnnl_engine_destroy(p->engine);
@@ -560,12 +569,21 @@ static glia_status conv2d_cpu_prepare(struct glia_layer *l, const struct glia_sh
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(p->attr, dnnl_scratchpad_mode_user));
     DNNL_TRY(dnnl_primitive_attr_create(&p->attr_add));
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(p->attr_add, dnnl_scratchpad_mode_user));
+    DNNL_TRY(dnnl_primitive_attr_create(&p->attr_fwd));
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(p->attr_fwd, dnnl_scratchpad_mode_user));
     dnnl_post_ops_t ops;
     DNNL_TRY(dnnl_post_ops_create(&ops));
     dnnl_status_t s = dnnl_post_ops_append_sum(ops, 1.0f);
     if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(p->attr_add, ops);
     dnnl_post_ops_destroy(ops);
     DNNL_TRY(s);
+    if (g->act == GLIA_CONV2D_ACT_RELU) {  /* y = max(y, 0) as the forward writes it */
+        DNNL_TRY(dnnl_post_ops_create(&ops));
+        s = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(p->attr_fwd, ops);
+        dnnl_post_ops_destroy(ops);
+        DNNL_TRY(s);
+    }
     return GLIA_OK;
 fail:
     conv2d_cpu_destroy(l);  /* no destroy follows a failed prepare */
@@ -626,6 +644,13 @@ fail:
     return st;
 }
 
+/* d(n) = dy(n) unless y(n) <= 0 (so also for a NaN y), else +0: the relu layer's backward over its output */
+static void relu_mask(float *d, const float *dy, const float *y, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; i++) d[i] = y[i] <= 0.0f ? 0.0f : dy[i];
+}
+
 static glia_status conv2d_cpu_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     struct conv2d_cpu *p = l->state;
@@ -641,7 +666,14 @@ static glia_status conv2d_cpu_backward(struct glia_layer *l, const struct glia_b
     if (!st)
         st = conv_prepare(l, x->shape.dim[0], x->shape.dim[2], x->shape.dim[3], nhwc, a->din[0] != NULL, true, &c);
     if (st) return st;
-    DNNL_TRY(bind(c->dy, glia_tensor_f32(a->dout)));
+    const float *dy = glia_tensor_f32(a->dout);
+    if (g->act == GLIA_CONV2D_ACT_RELU) {  /* the relu's backward first: dy where y > 0 (y and dy in one format) */
+        int64_t ny = glia_tensor_numel(a->dout);
+        if (!c->dy_act && !(c->dy_act = malloc((size_t)ny * sizeof(float)))) return GLIA_ENOMEM;
+        relu_mask(c->dy_act, dy, glia_tensor_f32(a->out), ny);
+        dy = c->dy_act;
+    }
+    DNNL_TRY(bind(c->dy, dy));
     dnnl_memory_t ddst_done = NULL; /* the buffer that already holds the reordered dout */
     /* input gradient: oneDNN overwrites diff_src, so accumulate through a summing reorder or scratch */
     if (a->din[0]) {
@@ -698,11 +730,20 @@ static const struct glia_layer_type conv2d_type = {
     .keys = conv2d_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .flags = GLIA_TYPE_FUSIBLE_ACTIVATION,
     .attrs_size = sizeof(struct glia_conv2d_attrs),
     .create = conv2d_create,
     .infer_shape = conv2d_infer,
     .flops = conv2d_flops,
 };
+
+/* activation = relu reads the output in backward (its mask) */
+static uint32_t conv2d_cpu_layer_flags(const struct glia_layer *l)
+{
+    const struct glia_conv2d_attrs *g = l->attrs;
+    uint32_t f = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT;
+    return g->act ? f & ~(uint32_t)GLIA_KERNEL_BWD_NO_OUTPUT : f;
+}
 
 static const struct glia_kernel conv2d_cpu_kernel = {
     .struct_size = sizeof(struct glia_kernel),
@@ -716,6 +757,7 @@ static const struct glia_kernel conv2d_cpu_kernel = {
     .destroy = conv2d_cpu_destroy,
     .forward = conv2d_cpu_forward,
     .backward = conv2d_cpu_backward,
+    .layer_flags = conv2d_cpu_layer_flags,
 };
 
 static glia_status conv2d_init(struct glia_registry *r)
