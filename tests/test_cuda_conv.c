@@ -705,8 +705,120 @@ static void test_graph_api_unaligned(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* y(n) of a device tensor, in its format's order, as f32 host values (malloc'd). */
+static float *values_of(const struct glia_tensor *t)
+{
+    struct glia_tensor *f = cuda_as_dtype((struct glia_tensor *)t, GLIA_F32), *h = cuda_get(f);
+    float *v = malloc(glia_tensor_nbytes(h));
+    memcpy(v, glia_tensor_f32(h), glia_tensor_nbytes(h));
+    glia_tensor_release(f);
+    glia_tensor_release(h);
+    return v;
+}
+
+/* activation = relu: against the CPU's fused layer at fp32 (both formats, writing and accumulating, heuristics and
+ * timed); and at every precision, with f32 and half activations and deterministic algorithms, bit for bit what the
+ * same GPU computes unfused: the output is max(y, 0) of the plain layer's, and the gradients are the plain layer's
+ * backward of dy where that output is positive. */
+static void test_activation_relu(void)
+{
+    static const char *const inis[] = {"[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\nactivation = relu\n",
+                                       "[c]\ntype = conv2d\nfilters = 6\nsize = 3\nstride = 2\nbias = off\n"
+                                       "activation = relu\n"};
+    const struct glia_shape in = S(4, 2, 4, 9, 7);
+    for (int i = 0; i < 2; i++)
+        for (int f = 0; f < 2; f++)
+            for (int acc = 0; acc < 2; acc++) {
+                configure(GLIA_PRECISION_FP32, acc == 1, DEFAULT_WORKSPACE);
+                struct cuda_case k = {.ini = inis[i], .in = &in, .n_in = 1, .precision = GLIA_PRECISION_FP32,
+                                      .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .accumulate = acc,
+                                      .seed = 300 + (uint64_t)i};
+                cuda_expect(&k, cuda_tol(GLIA_PRECISION_FP32));
+            }
+    static const enum glia_precision precs[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_TF32, GLIA_PRECISION_BF16,
+                                                GLIA_PRECISION_FP16, GLIA_PRECISION_BF16};
+    for (int pi = 0; pi < 5; pi++)
+        for (int i = 0; i < 2; i++)
+            for (int f = 0; f < 2; f++) {
+                enum glia_precision p = precs[pi];
+                /* half activations for bf16 and fp16, then bf16 on f32 activations (converted copies) */
+                enum glia_dtype dt = pi == 2 ? GLIA_BF16 : pi == 3 ? GLIA_F16 : GLIA_F32;
+                enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+                configure(p, false, DEFAULT_WORKSPACE);  /* deterministic algorithms: bit for bit */
+                struct glia_runtime_options o = cuda_gpu->options;
+                o.deterministic = true;
+                CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+                char plain[256];
+                snprintf(plain, sizeof plain, "%.*s", (int)(strstr(inis[i], "activation") - inis[i]), inis[i]);
+                struct cuda_built R, P;
+                cuda_build(inis[i], "cudnn", cuda_gpu, &in, 1, &R);
+                cuda_build(plain, "cudnn", cuda_gpu, &in, 1, &P);
+                struct glia_rng rng;
+                glia__rng_seed(&rng, 400 + (uint64_t)(10 * pi + 2 * i + f));
+                for (int q = 0; q < R.l.n_params; q++) {
+                    float *v = random_values(&rng, R.l.params[q].shape, 0.5f);
+                    size_t nb = glia_tensor_nbytes(R.l.params[q].value);
+                    CU_ASSERT_FATAL(glia_tensor_from_host(R.l.params[q].value, v, nb) == GLIA_OK);
+                    CU_ASSERT_FATAL(glia_tensor_from_host(P.l.params[q].value, v, nb) == GLIA_OK);
+                    free(v);
+                }
+                struct glia_shape os;
+                CU_ASSERT_FATAL(R.type->infer_shape(&R.l, &in, 1, &os) == GLIA_OK);
+                float *xv = random_values(&rng, in, 1.0f), *dyv = random_values(&rng, os, 1.0f);
+                struct glia_tensor *x = cuda_swap_dtype(cuda_put(cuda_gpu, in, fmt, xv), dt);
+                struct glia_tensor *dy = cuda_swap_dtype(cuda_put(cuda_gpu, os, fmt, dyv), dt);
+                struct glia_tensor *yr = cuda_swap_dtype(tensor_as(cuda_gpu, os, fmt), dt);
+                struct glia_tensor *yp = cuda_swap_dtype(tensor_as(cuda_gpu, os, fmt), dt);
+                struct glia_tensor *dxr = cuda_swap_dtype(tensor_as(cuda_gpu, in, fmt), dt);
+                struct glia_tensor *dxp = cuda_swap_dtype(tensor_as(cuda_gpu, in, fmt), dt);
+                const struct glia_tensor *ins[1] = {x};
+                struct glia_fwd fr = {ins, 1, yr, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL};
+                struct glia_fwd fp = {ins, 1, yp, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL};
+                glia_status st = R.kernel->forward(&R.l, &fr);
+                if (!st) st = P.kernel->forward(&P.l, &fp);
+                if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
+                CU_ASSERT_FATAL(st == GLIA_OK);
+                float *vr = values_of(yr), *vp = values_of(yp), *dyh = values_of(dy);
+                int64_t ny = glia_shape_numel(&os), bad = 0, pos = 0;
+                for (int64_t j = 0; j < ny; j++) {
+                    bad += vr[j] != (vp[j] < 0.0f ? 0.0f : vp[j]);
+                    pos += vr[j] > 0.0f;
+                    dyh[j] = vr[j] > 0.0f ? dyh[j] : 0.0f;  /* the relu's backward, in the format's order */
+                }
+                CU_ASSERT(bad == 0 && pos > 0 && pos < ny);
+                struct glia_tensor *dym = tensor_as(cuda_gpu, os, fmt);
+                CU_ASSERT_FATAL(glia_tensor_from_host(dym, dyh, glia_tensor_nbytes(dym)) == GLIA_OK);
+                dym = cuda_swap_dtype(dym, dt);  /* exact: dy was of dt already */
+                bool acc[1] = {false};
+                struct glia_tensor *dinr[1] = {dxr}, *dinp[1] = {dxp};
+                for (int q = 0; q < R.l.n_params; q++) R.l.params[q].grad_unset = P.l.params[q].grad_unset = true;
+                struct glia_bwd br = {ins, 1, yr, dy, dinr, acc, NULL, NULL}, bp = {ins, 1, yp, dym, dinp, acc, NULL, NULL};
+                st = R.kernel->backward(&R.l, &br);
+                if (!st) st = P.kernel->backward(&P.l, &bp);
+                if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
+                CU_ASSERT_FATAL(st == GLIA_OK);
+                float *a = values_of(dxr), *b = values_of(dxp);
+                bool same = !memcmp(a, b, glia_tensor_nbytes(dxr) / glia_dtype_size(dt) * sizeof(float));
+                free(a), free(b);
+                for (int q = 0; q < R.l.n_params; q++) {
+                    a = values_of(R.l.params[q].grad), b = values_of(P.l.params[q].grad);
+                    same = same && !memcmp(a, b, glia_tensor_nbytes(R.l.params[q].grad));
+                    free(a), free(b);
+                }
+                if (!same || bad) printf("\n  %s%s %s: fused and unfused differ (%lld outputs)\n", inis[i],
+                                         glia_precision_name(p), glia_dtype_name(dt), (long long)bad);
+                CU_ASSERT(same);
+                struct glia_tensor *all[] = {x, dy, yr, yp, dxr, dxp, dym};
+                for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) glia_tensor_release(all[j]);
+                free(xv), free(dyv), free(vr), free(vp), free(dyh);
+                cuda_unbuild(&R);
+                cuda_unbuild(&P);
+            }
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
                GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api),
-               GLIA_TEST(test_graph_api_unaligned))
+               GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu))

@@ -981,10 +981,12 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     void *out = copies ? base + k.o_y : y->data;
     if ((st = run_dir(l, &k, FWD, &zero, out))) return st;
     if (copies) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
-    if (g->b >= 0 && k.hio)  /* y(N, F, OH, OW) += b(F) in y's type, the sum in f32 rounded once */
-        CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.t, l->params[g->b].value->data, glia_tensor_numel(y), g->F,
-                                             y->shape.dim[2] * y->shape.dim[3], k.nhwc, c->stream));
-    else if (g->b >= 0)
+    const float *bias = g->b >= 0 ? l->params[g->b].value->data : NULL;
+    bool relu = g->act == GLIA_CONV2D_ACT_RELU;
+    if ((bias && k.hio) || relu)  /* y(N, F, OH, OW) = act(y + b(F)) in y's type, in f32 rounded once */
+        CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.hio ? k.t : GLIA__CONV_F32, bias, glia_tensor_numel(y), g->F,
+                                             y->shape.dim[2] * y->shape.dim[3], k.nhwc, relu, c->stream));
+    else if (bias)
         CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, l->params[g->b].value->data, &one, p->y32, y->data));
 fail:
     return st;
@@ -1005,6 +1007,9 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     call_init(l, &k, nhwc, x, y, dy);
     bool copies = k.lp && !k.hio;  /* x, dy in and dx out through converted copies */
     size_t o_dy32 = NONE;          /* hio: dy in f32 for the bias gradient's sums */
+    bool relu = g->act == GLIA_CONV2D_ACT_RELU;
+    enum glia__conv_type dyt = k.hio ? k.t : GLIA__CONV_F32;  /* dy's type, and y's */
+    size_t o_dym = relu ? carve(&k, (size_t)k.ny * (k.hio ? k.es : sizeof(float))) : NONE;  /* dy past the relu */
     if (copies) k.o_dy = carve(&k, (size_t)k.ny * k.es);
     if (dx && (k.lp || k.nhwc)) k.o_w = carve(&k, (size_t)k.nw * k.es);
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
@@ -1018,12 +1023,21 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     char *base;
     if ((st = setup(l, &k, (1u << BWD_FILTER) | (dx ? 1u << BWD_DATA : 0u), &base))) return st;
     const float zero = 0.0f;
+    const void *dyb = dy->data;  /* the output gradient through the activation's backward: dy where y > 0 */
+    if (relu) {
+        dyb = base + o_dym;
+        CUDA_TRY(l->ctx, glia__conv_relu_mask(base + o_dym, dyt, dy->data, y->data, dyt, k.ny, c->stream));
+        if (copies)  /* the converted copy cuDNN reads, masked too */
+            CUDA_TRY(l->ctx, glia__conv_relu_mask(base + k.o_dy, k.t, dy->data, y->data, dyt, k.ny, c->stream));
+        else
+            k.cdy = dyb;
+    }
     /* bias: summed over N, OH, OW of the fp32 output gradient, in a fixed order (the batchnorm's reduction) */
     if (pb && k.hio)
-        CUDA_TRY(l->ctx, glia__conv_convert(base + o_dy32, GLIA__CONV_F32, dy->data, k.t, 1, 1, k.ny, 0.0f, c->stream));
+        CUDA_TRY(l->ctx, glia__conv_convert(base + o_dy32, GLIA__CONV_F32, dyb, k.t, 1, 1, k.ny, 0.0f, c->stream));
     if (pb)
         CUDA_TRY(l->ctx, glia__cuda_channel_sum(pb->grad->data, (float *)(base + k.o_db),
-                                                k.hio ? (const float *)(base + o_dy32) : (const float *)dy->data, k.bias,
+                                                k.hio ? (const float *)(base + o_dy32) : (const float *)dyb, k.bias,
                                                 glia_param_beta(pb), c->stream));
     /* input gradient: cuDNN adds (beta 1) into an fp32 one, or one of its own type; one through a copy is added when
      * converted */
@@ -1047,6 +1061,14 @@ fail:
     return st;
 }
 
+/* activation = relu reads the output in backward (its mask) */
+static uint32_t cuda_conv_layer_flags(const struct glia_layer *l)
+{
+    const struct glia_conv2d_attrs *g = l->attrs;
+    uint32_t f = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF;
+    return g->act ? f & ~(uint32_t)GLIA_KERNEL_BWD_NO_OUTPUT : f;
+}
+
 static const struct glia_kernel cuda_conv_kernel = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "conv2d",
@@ -1059,6 +1081,7 @@ static const struct glia_kernel cuda_conv_kernel = {
     .destroy = cuda_conv_destroy,
     .forward = cuda_conv_forward,
     .backward = cuda_conv_backward,
+    .layer_flags = cuda_conv_layer_flags,
 };
 
 glia_status glia__cuda_register_conv(struct glia_registry *r) { return glia_register_kernel(r, &cuda_conv_kernel); }

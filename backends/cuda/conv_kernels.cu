@@ -68,25 +68,72 @@ extern "C" cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_ty
     return cudaErrorInvalidValue;
 }
 
-/* y(n) += b(c), c the element's channel */
+/* y(n) = act(y(n) + b(c)), c the element's channel: b NULL adds nothing; act the relu with relu (a negative value
+ * becomes 0, NaN stays NaN), else none */
 template <typename T>
-__global__ void bias_add_kernel(T *y, const float *b, int64_t n, int64_t F, int64_t HW, bool nhwc)
+__global__ void bias_add_kernel(T *y, const float *b, int64_t n, int64_t F, int64_t HW, bool nhwc, bool relu)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = from_float<T>(to_float(y[i]) + b[nhwc ? i % F : i / HW % F]);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = to_float(y[i]) + (b ? b[nhwc ? i % F : i / HW % F] : 0.0f);
+        y[i] = from_float<T>(relu && v < 0.0f ? 0.0f : v);
+    }
 }
 
 extern "C" cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, int64_t n, int64_t F,
-                                           int64_t HW, bool nhwc, cudaStream_t s)
+                                           int64_t HW, bool nhwc, bool relu, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
     switch (t) {
-    case GLIA__CONV_F32: bias_add_kernel<float><<<grid_for(n), THREADS, 0, s>>>((float *)y, b, n, F, HW, nhwc); break;
-    case GLIA__CONV_F16: bias_add_kernel<__half><<<grid_for(n), THREADS, 0, s>>>((__half *)y, b, n, F, HW, nhwc); break;
+    case GLIA__CONV_F32:
+        bias_add_kernel<float><<<grid_for(n), THREADS, 0, s>>>((float *)y, b, n, F, HW, nhwc, relu);
+        break;
+    case GLIA__CONV_F16:
+        bias_add_kernel<__half><<<grid_for(n), THREADS, 0, s>>>((__half *)y, b, n, F, HW, nhwc, relu);
+        break;
     case GLIA__CONV_BF16:
-        bias_add_kernel<__nv_bfloat16><<<grid_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)y, b, n, F, HW, nhwc);
+        bias_add_kernel<__nv_bfloat16><<<grid_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)y, b, n, F, HW, nhwc, relu);
         break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
+}
+
+/* d(n) = y(n) <= 0 ? 0 : dy(n), converted from Ti to To: the relu's backward over its output */
+template <typename To, typename Ti>
+__global__ void relu_mask_kernel(To *d, const Ti *dy, const Ti *y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        d[i] = from_float<To>(to_float(y[i]) <= 0.0f ? 0.0f : to_float(dy[i]));
+}
+
+template <typename To>
+static cudaError_t mask_from(void *d, const void *dy, const void *y, enum glia__conv_type src_type, int64_t n,
+                             cudaStream_t s)
+{
+    using B = __nv_bfloat16;
+    switch (src_type) {
+    case GLIA__CONV_F32:
+        relu_mask_kernel<To, float><<<grid_for(n), THREADS, 0, s>>>((To *)d, (const float *)dy, (const float *)y, n);
+        break;
+    case GLIA__CONV_F16:
+        relu_mask_kernel<To, __half><<<grid_for(n), THREADS, 0, s>>>((To *)d, (const __half *)dy, (const __half *)y, n);
+        break;
+    case GLIA__CONV_BF16:
+        relu_mask_kernel<To, B><<<grid_for(n), THREADS, 0, s>>>((To *)d, (const B *)dy, (const B *)y, n);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t glia__conv_relu_mask(void *d, enum glia__conv_type dst_type, const void *dy, const void *y,
+                                            enum glia__conv_type src_type, int64_t n, cudaStream_t s)
+{
+    if (n <= 0) return cudaSuccess;
+    switch (dst_type) {
+    case GLIA__CONV_F32: return mask_from<float>(d, dy, y, src_type, n, s);
+    case GLIA__CONV_F16: return mask_from<__half>(d, dy, y, src_type, n, s);
+    case GLIA__CONV_BF16: return mask_from<__nv_bfloat16>(d, dy, y, src_type, n, s);
+    }
+    return cudaErrorInvalidValue;
 }
