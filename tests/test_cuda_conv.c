@@ -624,15 +624,17 @@ static void test_half_activations(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
-/* The emulator's count of convolutions run through cuDNN's graph API (NULL on a GPU). */
+/* The emulator's count of convolutions run through cuDNN's graph API, or (fused) of fused convolution graphs run (NULL
+ * on a GPU). */
 typedef long (*graph_runs_fn)(bool reset);
-static graph_runs_fn emu_graph_runs(void)
+static graph_runs_fn emu_runs(const char *name)
 {
     void *h = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
-    graph_runs_fn f = h ? (graph_runs_fn)(uintptr_t)dlsym(h, "glia_emu_cudnn_conv_graph_runs") : NULL;
+    graph_runs_fn f = h ? (graph_runs_fn)(uintptr_t)dlsym(h, name) : NULL;
     if (h) dlclose(h);
     return f;
 }
+static graph_runs_fn emu_graph_runs(void) { return emu_runs("glia_emu_cudnn_conv_graph_runs"); }
 
 /* cuDNN's graph API: a plan of the graph runs each direction (heuristics and timed), its first run in a layer checked
  * against the legacy algorithm; a plan whose results are off (GLIA_EMU_CUDNN_CONV_SKEW) is caught by that check,
@@ -717,9 +719,10 @@ static float *values_of(const struct glia_tensor *t)
 }
 
 /* activation = relu: against the CPU's fused layer at fp32 (both formats, writing and accumulating, heuristics and
- * timed); and at every precision, with f32 and half activations and deterministic algorithms, bit for bit what the
- * same GPU computes unfused: the output is max(y, 0) of the plain layer's, and the gradients are the plain layer's
- * backward of dy where that output is positive. */
+ * timed); and at every precision, with f32 and half activations and deterministic algorithms, what the same GPU
+ * computes unfused: the output is max(y, 0) of the plain layer's (bit for bit where no fused graph ran: the second pass
+ * is the same kernel; within the precision's tolerance where one did, which rounds once), and the gradients are bit for
+ * bit the plain layer's backward of dy where the fused output is positive. */
 static void test_activation_relu(void)
 {
     static const char *const inis[] = {"[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\nactivation = relu\n",
@@ -737,6 +740,7 @@ static void test_activation_relu(void)
             }
     static const enum glia_precision precs[] = {GLIA_PRECISION_FP32, GLIA_PRECISION_TF32, GLIA_PRECISION_BF16,
                                                 GLIA_PRECISION_FP16, GLIA_PRECISION_BF16};
+    graph_runs_fn fused_runs = emu_runs("glia_emu_cudnn_fused_conv_runs");
     for (int pi = 0; pi < 5; pi++)
         for (int i = 0; i < 2; i++)
             for (int f = 0; f < 2; f++) {
@@ -774,14 +778,18 @@ static void test_activation_relu(void)
                 const struct glia_tensor *ins[1] = {x};
                 struct glia_fwd fr = {ins, 1, yr, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL};
                 struct glia_fwd fp = {ins, 1, yp, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL};
+                if (fused_runs) fused_runs(true);
                 glia_status st = R.kernel->forward(&R.l, &fr);
+                bool fused = !fused_runs || fused_runs(true) > 0;  /* on a GPU: maybe */
                 if (!st) st = P.kernel->forward(&P.l, &fp);
                 if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
                 CU_ASSERT_FATAL(st == GLIA_OK);
                 float *vr = values_of(yr), *vp = values_of(yp), *dyh = values_of(dy);
                 int64_t ny = glia_shape_numel(&os), bad = 0, pos = 0;
+                double tol = fused ? cuda_tol(p) : 0.0;  /* a fused plan adds the bias before it rounds */
                 for (int64_t j = 0; j < ny; j++) {
-                    bad += vr[j] != (vp[j] < 0.0f ? 0.0f : vp[j]);
+                    double want = vp[j] < 0.0f ? 0.0 : vp[j];
+                    bad += !(fabs(vr[j] - want) <= tol * fmax(1.0, fabs(want)));
                     pos += vr[j] > 0.0f;
                     dyh[j] = vr[j] > 0.0f ? dyh[j] : 0.0f;  /* the relu's backward, in the format's order */
                 }
@@ -817,8 +825,44 @@ static void test_activation_relu(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* The fused forward graph (convolution, bias, relu; cuDNN's runtime fusion): with the heuristics and timed it runs,
+ * its first run in each layer checked against the legacy algorithm and the second pass; a graph cuDNN refuses
+ * (GLIA_EMU_CUDNN_MAX_OPS=1) leaves the plain convolution's plan and the second pass, with one notice; a fused plan
+ * whose results are off (GLIA_EMU_CUDNN_CONV_SKEW) is caught by its check. Results against the CPU every time; the
+ * plans counted in the emulator only. */
+static void test_graph_api_fused(void)
+{
+    graph_runs_fn fused = emu_runs("glia_emu_cudnn_fused_conv_runs"), convs = emu_graph_runs();
+    static const char *const inis[] = {"[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\nactivation = relu\n",
+                                       "[c]\ntype = conv2d\nfilters = 8\nsize = 3\nbias = off\nactivation = relu\n"};
+    for (int mode = 0; mode < 4; mode++)
+        for (int i = 0; i < 2; i++)
+            for (int f = 0; f < 2; f++) {
+                /* 0, 1: a fused plan runs (heuristics, timed); 2: the fused graph refused; 3: a skewed plan */
+                if (mode == 2) setenv("GLIA_EMU_CUDNN_MAX_OPS", "1", 1);
+                if (mode == 3) setenv("GLIA_EMU_CUDNN_CONV_SKEW", "1", 1);
+                configure(GLIA_PRECISION_FP32, mode == 1, DEFAULT_WORKSPACE);
+                const struct glia_shape in = S(4, 3 + mode, 4, 8, 8);  /* a shape of its own: choices are cached */
+                struct cuda_case k = {.ini = inis[i], .in = &in, .n_in = 1, .precision = GLIA_PRECISION_FP32,
+                                      .format = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS, .seed = 500 + (uint64_t)i};
+                if (fused) fused(true), convs(true);
+                cuda_expect(&k, cuda_tol(GLIA_PRECISION_FP32));
+                long nf = fused ? fused(true) : -1, nc = convs ? convs(true) : -1;
+                if (fused && mode <= 1) CU_ASSERT(nf >= 1);  /* checked, then run (or timed) */
+                if (fused && mode == 2) CU_ASSERT(nf == 0 && nc >= 1);  /* the plain convolution's plans run */
+                if (fused && mode == 3) CU_ASSERT(nf == 1);  /* the check only, then the legacy algorithm */
+                if (fused && ((mode <= 1 && nf < 1) || (mode == 2 && (nf || nc < 1)) || (mode == 3 && nf != 1)))
+                    printf("\n  mode %d, %s: %ld fused graphs, %ld convolution graphs run\n", mode, inis[i], nf, nc);
+                unsetenv("GLIA_EMU_CUDNN_MAX_OPS");
+                unsetenv("GLIA_EMU_CUDNN_CONV_SKEW");
+            }
+    if (!fused) printf("(on a GPU: the plans run are not counted) ");
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
                GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api),
-               GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu))
+               GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu),
+               GLIA_TEST(test_graph_api_fused))

@@ -44,7 +44,10 @@ static const char *const dir_name[N_DIRS] = {"forward", "backward data", "backwa
 struct conv_key {
     int64_t device, dir, precision, nhwc, benchmark, workspace_limit, deterministic;
     int64_t N, C, H, W, F, kh, kw, s, ph, pw, d, g;
+    int64_t epi;  /* what the forward's graph adds after the convolution: EPI_* bits (activation = relu only) */
 };
+
+enum { EPI_BIAS = 1, EPI_RELU = 2 };  /* y = relu(conv(x, w) + b) */
 
 /* One direction's algorithm, the math type it runs with and the workspace it needs; and, where cuDNN's graph API is
  * the one that runs (plan >= 0), which of the graph's plans, best first as the heuristics gave them (the legacy
@@ -115,9 +118,10 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
 
 /* One direction's graph at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
- * the gradients' graphs as glia__cg_conv names them. */
+ * the gradients' graphs as glia__cg_conv names them; a fused forward adds the bias (4) and the relu of key.epi. */
 struct conv_graph {
     bool built;                      /* tried at this key: g and plan[0..n) hold what cuDNN gave (n may be 0) */
+    bool fused;                      /* the forward's plans add the key's epilogue: y = relu(conv + b) in one kernel */
     struct glia__cg *g;
     cudnnBackendDescriptor_t plan[MAX_GRAPH_PLANS];
     int64_t ws[MAX_GRAPH_PLANS];
@@ -141,6 +145,7 @@ struct cuda_conv {
     cudnnFilterDescriptor_t w;       /* (F, C/groups, kh, kw), KCRS or KRSC, cuDNN's data type */
     cudnnConvolutionDescriptor_t conv[N_DIRS];  /* one per direction: each has its math type */
     bool valid;                      /* the descriptors describe `key` */
+    bool epi_done;                   /* the forward now running has its epilogue written (a fused plan, or its check) */
     struct conv_key key;             /* the last call's (dir 0) */
     bool chosen[N_DIRS];
     struct algo_choice choice[N_DIRS];
@@ -172,6 +177,9 @@ struct call {
     struct glia__bn_geom bias;       /* dy as the per-channel sums take it */
     size_t end;                      /* bytes of scratch before the workspace */
     const void *cx, *cw, *cdy;       /* operands as cuDNN reads them (after convert) */
+    const float *b;                  /* the bias (fused forward), and where the graph reads it: a 16-byte aligned copy */
+    const float *cb;                 /* at o_b when it is not aligned so */
+    size_t o_b;
     void *ws;                        /* workspace and its size */
     size_t ws_size;
 };
@@ -375,7 +383,8 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
                                  .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
                                  .workspace_limit = (int64_t)o->workspace_limit, .deterministic = o->deterministic,
                                  .N = N, .C = g->C, .H = H, .W = W, .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s,
-                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g};
+                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g,
+                                 .epi = g->act == GLIA_CONV2D_ACT_RELU ? EPI_RELU | (g->b >= 0 ? EPI_BIAS : 0) : 0};
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
@@ -596,14 +605,38 @@ static void graph_build(struct glia_layer *l, int d)
     strides4(xd, k->nhwc, xs);
     strides4(wd, k->nhwc, ws);
     strides4(yd, k->nhwc, ys);
-    cudnnBackendDescriptor_t x = glia__cg_tensor(q->g, 1, dt, xd, xs, false, false, false);
-    cudnnBackendDescriptor_t w = glia__cg_tensor(q->g, 2, dt, wd, ws, false, false, false);
-    cudnnBackendDescriptor_t y = glia__cg_tensor(q->g, 3, dt, yd, ys, false, false, false);
-    const int64_t pad[2] = {g->ph, g->pw}, stride[2] = {g->s, g->s}, dil[2] = {g->d, g->d};
-    glia__cg_conv(q->g, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
     size_t cap = o->cudnn_benchmark && o->workspace_limit > TUNE_WS_CAP ? TUNE_WS_CAP : o->workspace_limit;
-    cudnnStatus_t e = glia__cg_plans(q->g, o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A,
-                                     refused_notes(o), (int64_t)cap, MAX_GRAPH_PLANS, q->plan, q->ws, &q->n);
+    const int64_t pad[2] = {g->ph, g->pw}, stride[2] = {g->s, g->s}, dil[2] = {g->d, g->d};
+    cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
+    for (int fused = d == FWD && k->epi ? 1 : 0; fused >= 0; fused--) {  /* the fused graph first, where asked */
+        if (fused == 0 && q->n == 0 && d == FWD && k->epi) {
+            glia_log(l->ctx, GLIA_LOG_INFO, "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution + %s"
+                     "relu at this shape (%s); they run as a second pass over the output", l->name,
+                     k->epi & EPI_BIAS ? "bias + " : "", e != CUDNN_STATUS_SUCCESS ? q->g->what : "no plan");
+            glia__cg_free(q->g);
+            glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);
+        }
+        if (fused == 0 && q->n > 0) break;
+        cudnnBackendDescriptor_t x = glia__cg_tensor(q->g, 1, dt, xd, xs, false, false, false);
+        cudnnBackendDescriptor_t w = glia__cg_tensor(q->g, 2, dt, wd, ws, false, false, false);
+        cudnnBackendDescriptor_t y = glia__cg_tensor(q->g, 3, dt, yd, ys, false, false, false);
+        if (!fused) {
+            glia__cg_conv(q->g, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
+        } else {  /* conv -> v (f32, virtual) [+ b (1, F, 1, 1) -> a (f32, virtual)] -> relu -> y */
+            const int64_t bd[4] = {1, g->F, 1, 1}, bs[4] = {g->F, 1, 1, 1};
+            cudnnBackendDescriptor_t v = glia__cg_tensor(q->g, 10, CUDNN_DATA_FLOAT, yd, ys, true, false, false), a = v;
+            glia__cg_conv(q->g, GLIA__CG_CONV_FWD, x, w, v, pad, stride, dil, 1.0f, 0.0f);
+            if (k->epi & EPI_BIAS) {
+                cudnnBackendDescriptor_t b = glia__cg_tensor(q->g, 4, CUDNN_DATA_FLOAT, bd, bs, false, false, false);
+                a = glia__cg_tensor(q->g, 11, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
+                glia__cg_pointwise(q->g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, v, b, NULL, a, -1);
+            }
+            glia__cg_pointwise(q->g, CUDNN_POINTWISE_RELU_FWD, CUDNN_DATA_FLOAT, a, NULL, NULL, y, -1);
+        }
+        e = glia__cg_plans(q->g, o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A, refused_notes(o),
+                           (int64_t)cap, MAX_GRAPH_PLANS, q->plan, q->ws, &q->n);
+        q->fused = fused && q->n > 0;
+    }
     if (e != CUDNN_STATUS_SUCCESS || q->n == 0)
         glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: cuDNN's graph API made no plan (%s); the legacy API runs",
                  l->name, dir_name[d], e != CUDNN_STATUS_SUCCESS ? q->g->what : "none within the workspace");
@@ -617,18 +650,20 @@ static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 static bool graph_aligned(const struct call *k, int d, const void *out, const void *ws)
 {
     const void *t1 = d == BWD_DATA ? out : k->cx, *t2 = d == BWD_FILTER ? out : k->cw, *t3 = d == FWD ? out : k->cdy;
-    return aligned16(t1) && aligned16(t2) && aligned16(t3) && aligned16(ws);  /* graph_run's uids 1, 2, 3 */
+    return aligned16(t1) && aligned16(t2) && aligned16(t3) && aligned16(ws) &&
+           (d != FWD || aligned16(k->cb));  /* graph_run's uids 1, 2, 3 and 4 */
 }
 
 /* Direction d's graph plan i on k's operands into out (y, dx or dw), with workspace ws. */
 static cudnnStatus_t graph_run(struct glia_layer *l, const struct call *k, int d, int i, void *out, void *ws)
 {
     struct cuda_conv *p = l->state;
-    int64_t uids[3] = {1, 2, 3};
-    void *ptrs[3] = {(void *)k->cx, (void *)k->cw, out};  /* FWD: x, w, y */
+    int64_t uids[4] = {1, 2, 3, 4};
+    void *ptrs[4] = {(void *)k->cx, (void *)k->cw, out, (void *)k->cb};  /* FWD: x, w, y, and a fused graph's bias */
     if (d == BWD_DATA) ptrs[0] = out, ptrs[2] = (void *)k->cdy;
     if (d == BWD_FILTER) ptrs[1] = out, ptrs[2] = (void *)k->cdy;
-    return glia__cg_execute(glia__cuda_of(l->backend)->dnn, p->graph[d].plan[i], 3, uids, ptrs, ws);
+    int n = d == FWD && p->graph[d].fused && (p->key.epi & EPI_BIAS) ? 4 : 3;
+    return glia__cg_execute(glia__cuda_of(l->backend)->dnn, p->graph[d].plan[i], n, uids, ptrs, ws);
 }
 
 /* The milliseconds of direction d's graph plan i (GRAPH_TIMED_RUNS runs after one untimed), writing into probe with
@@ -650,6 +685,39 @@ static float graph_time(struct glia_layer *l, const struct call *k, int d, int i
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaGetLastError();  /* a failed plan leaves nothing behind for the next call */
+    return ms;
+}
+
+/* The forward's epilogue over out (cuDNN's type): out = relu(out + b) with the key's bias (k->b) and relu; none without
+ * them. */
+static cudaError_t epilogue(struct glia_layer *l, const struct call *k, void *out)
+{
+    const struct glia_conv2d_attrs *g = l->attrs;
+    const struct conv_key *key = &((struct cuda_conv *)l->state)->key;
+    int64_t HW = glia_conv2d_out_h(g, key->H) * glia_conv2d_out_w(g, key->W);
+    if (!key->epi) return cudaSuccess;
+    return glia__conv_bias_add(out, k->t, key->epi & EPI_BIAS ? k->b : NULL, k->ny, g->F, HW, k->nhwc,
+                               key->epi & EPI_RELU, glia__cuda_of(l->backend)->stream);
+}
+
+/* The milliseconds of the forward's epilogue over probe (GRAPH_TIMED_RUNS runs), what a fused plan saves beside the
+ * legacy algorithm's time; 0 when it cannot be timed. Blocks until done. */
+static float epilogue_time(struct glia_layer *l, const struct call *k, void *probe)
+{
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = 0.0f;
+    bool ok = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+              cudaEventRecord(e0, c->stream) == cudaSuccess;
+    for (int r = 0; r < GRAPH_TIMED_RUNS && ok; r++) ok = epilogue(l, k, probe) == cudaSuccess;
+    if (ok && cudaEventRecord(e1, c->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+        ms /= GRAPH_TIMED_RUNS;
+    else
+        ms = 0.0f;
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaGetLastError();
     return ms;
 }
 
@@ -678,6 +746,11 @@ static glia_status convert(struct glia_layer *l, struct call *k, char *base)
     if (k->o_dy != NONE) {
         CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_dy, k->t, k->dy, GLIA__CONV_F32, 1, 1, k->ny, 0.0f, s));
         k->cdy = base + k->o_dy;
+    }
+    k->cb = k->b;
+    if (k->o_b != NONE) {  /* the bias as a fused graph reads it: 16-byte aligned */
+        CUDA_TRY(l->ctx, cudaMemcpyAsync(base + k->o_b, k->b, (size_t)g->F * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        k->cb = (const float *)(base + k->o_b);
     }
 fail:
     return st;
@@ -782,6 +855,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             float best;
             if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
             if (!pick(l, d, r, n, tune_ws[d], &ch, &best)) return no_algorithm(l, d);
+            if (d == FWD && p->graph[d].fused) best += epilogue_time(l, k, probe);  /* the legacy path's second pass */
             for (int i = 0; i < p->graph[d].n && graph_aligned(k, d, probe, ws); i++) {  /* a faster graph plan runs */
                 float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
                 if (t >= 0.0f && t < best) best = t, ch.plan = i;
@@ -847,6 +921,10 @@ static glia_status graph_verify(struct glia_layer *l, const struct call *k, int 
     struct glia_tensor *t = NULL;
     float *h = malloc(sizeof(float) * 2 * (size_t)(n > 0 ? n : 1));
     glia_status st = h ? legacy_run(l, k, d, &zero, out) : GLIA_ENOMEM;
+    if (!st && d == FWD && q->fused) {  /* a fused plan: the legacy algorithm's result through the epilogue */
+        CUDA_TRY(l->ctx, epilogue(l, k, out));
+        p->epi_done = true;
+    }
     size_t half = align_up((size_t)n * k->es);  /* the plan's output, then both in f32 */
     if (!st)
         st = glia_tensor_new(l->backend, GLIA_F32,
@@ -908,6 +986,7 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
     if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || glia__cuda_capturing(c)) return legacy_run(l, k, d, beta, out);
     if (!q->verified) return graph_verify(l, k, d, out);
     CUDNN_TRY(l->ctx, graph_run(l, k, d, i, out, k->ws));
+    if (d == FWD && q->fused) p->epi_done = true;
 fail:
     return st;
 }
@@ -957,7 +1036,7 @@ static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const str
     k->nx = glia_tensor_numel(x);
     k->nw = glia_tensor_numel(l->params[g->w].value);
     k->ny = glia_tensor_numel(y);
-    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = NONE;
+    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = k->o_b = NONE;
 }
 
 static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -972,6 +1051,11 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     struct call k;
     call_init(l, &k, nhwc, x, y, NULL);
     bool copies = k.lp && !k.hio;  /* x in, y out through converted copies */
+    const float *bias = g->b >= 0 ? l->params[g->b].value->data : NULL;
+    bool relu = g->act == GLIA_CONV2D_ACT_RELU;
+    k.b = bias;
+    if (relu && bias && ((uintptr_t)bias & 15u)) k.o_b = carve(&k, (size_t)g->F * sizeof(float));
+    p->epi_done = false;
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_w = carve(&k, (size_t)k.nw * k.es);
     if (copies) k.o_y = carve(&k, (size_t)k.ny * k.es);
@@ -981,12 +1065,11 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     void *out = copies ? base + k.o_y : y->data;
     if ((st = run_dir(l, &k, FWD, &zero, out))) return st;
     if (copies) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
-    const float *bias = g->b >= 0 ? l->params[g->b].value->data : NULL;
-    bool relu = g->act == GLIA_CONV2D_ACT_RELU;
-    if ((bias && k.hio) || relu)  /* y(N, F, OH, OW) = act(y + b(F)) in y's type, in f32 rounded once */
+    bool epi = !p->epi_done;  /* else a fused plan (or its check) wrote relu(conv + b) */
+    if (epi && ((bias && k.hio) || relu))  /* y(N, F, OH, OW) = act(y + b(F)) in y's type, in f32 rounded once */
         CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.hio ? k.t : GLIA__CONV_F32, bias, glia_tensor_numel(y), g->F,
                                              y->shape.dim[2] * y->shape.dim[3], k.nhwc, relu, c->stream));
-    else if (bias)
+    else if (epi && bias)
         CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, l->params[g->b].value->data, &one, p->y32, y->data));
 fail:
     return st;

@@ -42,6 +42,8 @@ unsigned long glia_emu_graphs_alive(void);
 size_t glia_emu_cudnn_workspace_seen(bool reset);
 /* Convolutions run through cuDNN's graph API (emu_cudnn_graph.c) since the last reset; for tests, through dlsym. */
 long glia_emu_cudnn_conv_graph_runs(bool reset);
+/* Graphs run that hold a convolution forward and other operations (a fused convolution) since the last reset. */
+long glia_emu_cudnn_fused_conv_runs(bool reset);
 /* The stream a cuDNN handle computes on (emu_libs.c), for the graph API's executions (emu_cudnn_graph.c). */
 struct cudnnContext;
 cudaStream_t glia_emu_cudnn_stream(struct cudnnContext *h);

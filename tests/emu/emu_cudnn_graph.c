@@ -1,7 +1,7 @@
 /* tests/emu/emu_cudnn_graph.c — cuDNN's backend (graph) API for the emulation: descriptors keep their attributes,
  * finalizing checks what each kind needs, the heuristics give one configuration whose plan interprets the operation
- * graph on the host (matmul, pointwise with broadcasting, reductions, reshapes as views, Bernoulli draws), tensor by
- * tensor through their dims and strides, in f32/bf16/f16/i64/bool, each virtual tensor in a buffer of its own.
+ * graph on the host (matmul, pointwise with broadcasting, relu among its modes, reductions, reshapes as views,
+ * Bernoulli draws), tensor by tensor through their dims and strides, in f32/bf16/f16/i64/bool, each virtual tensor in a buffer of its own.
  * Execution copies the variant pack (by-value scalars by value) and queues the interpretation on the handle's stream.
  * GLIA_EMU_CUDNN_MAX_OPS=N refuses the plan of every graph of more than N operations (the callers' fallbacks).
  * Convolutions (forward, data and filter gradients; groups, strides, dilations) run as direct loops.
@@ -373,6 +373,7 @@ static double pointwise(cudnnPointwiseMode_t m, double x, double b, double t, co
     case CUDNN_POINTWISE_EXP: return exp(x);
     case CUDNN_POINTWISE_LOG: return log(x);
     case CUDNN_POINTWISE_IDENTITY: return x;
+    case CUDNN_POINTWISE_RELU_FWD: return x > 0 ? x : isnan(x) ? x : 0;
     case CUDNN_POINTWISE_CMP_GE: return x >= b;
     case CUDNN_POINTWISE_CMP_GT: return x > b;
     case CUDNN_POINTWISE_CMP_LT: return x < b;
@@ -506,10 +507,26 @@ static void run_op(struct run *r, const struct desc *op)
     }
 }
 
+/* Graphs run that hold a convolution and other operations (a fused convolution: conv2d's bias and relu) */
+static long fused_conv_runs;
+
+long glia_emu_cudnn_fused_conv_runs(bool reset)
+{
+    long n = fused_conv_runs;
+    if (reset) fused_conv_runs = 0;
+    return n;
+}
+
 static void run_graph(void *arg)
 {
     struct run *r = arg;
-    for (int i = 0; i < r->graph->n_ops; i++) run_op(r, r->graph->ops[i]);
+    bool conv = false;
+    for (int i = 0; i < r->graph->n_ops; i++) {
+        cudnnBackendDescriptorType_t t = r->graph->ops[i]->type;
+        conv = conv || t == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
+        run_op(r, r->graph->ops[i]);
+    }
+    if (conv && r->graph->n_ops > 1) fused_conv_runs++;
 }
 
 static void run_free(void *arg)
