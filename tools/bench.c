@@ -22,7 +22,7 @@ struct conv_args {
     struct glia_device dev;
     long steps, warmup, batch;
     bool steps_set, warmup_set;
-    bool bias, json;
+    bool bias, relu, json;
     const char *impl;  /* NULL: the device's first conv2d impl */
 };
 
@@ -63,7 +63,7 @@ static bool parse_count(const char *v, long lo, long hi, long *out)
 
 static int parse_conv_args(int argc, char **argv, struct conv_args *a)
 {
-    *a = (struct conv_args){{GLIA_DEVICE_CUDA, 0}, 50, 10, 32, false, false, true, false, NULL};
+    *a = (struct conv_args){{GLIA_DEVICE_CUDA, 0}, 50, 10, 32, false, false, true, false, false, NULL};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "--json")) {
@@ -86,6 +86,9 @@ static int parse_conv_args(int argc, char **argv, struct conv_args *a)
         } else if (!strcmp(s, "--bias")) {
             if (strcmp(v, "on") && strcmp(v, "off")) return bad_usage("--bias takes on or off, got ", v);
             a->bias = !strcmp(v, "on");
+        } else if (!strcmp(s, "--relu")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) return bad_usage("--relu takes on or off, got ", v);
+            a->relu = !strcmp(v, "on");
         } else if (!strcmp(s, "--impl")) {
             a->impl = v;
         } else {
@@ -133,8 +136,9 @@ static glia_status measure(struct glia_context *ctx, struct glia_backend *b, con
         return GLIA_OK;
     }
     char ini[256];
-    snprintf(ini, sizeof ini, "[conv]\ntype = conv2d\nfilters = 64\nsize = 3\npadding = 1\nbias = %s\n%s%s%s",
-             a->bias ? "on" : "off", a->impl ? "impl = " : "", a->impl ? a->impl : "", a->impl ? "\n" : "");
+    snprintf(ini, sizeof ini, "[conv]\ntype = conv2d\nfilters = 64\nsize = 3\npadding = 1\nbias = %s\nactivation = %s\n%s%s%s",
+             a->bias ? "on" : "off", a->relu ? "relu" : "none", a->impl ? "impl = " : "", a->impl ? a->impl : "",
+             a->impl ? "\n" : "");
     struct glia_shape in = glia_shape_make(4, (int64_t[]){a->batch, 64, 64, 64});
     struct glia_layer_run *r = NULL;
     if (!st) st = glia_layer_run_new(ctx, ini, a->dev, &in, 1, conf_format(c), 1, &r);
@@ -158,13 +162,14 @@ static void print_header(const struct conv_args *a, const char *impl, uint64_t f
     char dev[32];
     glia_device_str(a->dev, dev, sizeof dev);
     if (a->json) {
-        printf("{\"bench\": \"conv\", \"device\": \"%s\", \"impl\": \"%s\", \"batch\": %ld, \"bias\": %s, \"steps\": %ld, "
-               "\"warmup\": %ld, \"forward_flops\": %llu}\n",
-               dev, impl, a->batch, a->bias ? "true" : "false", a->steps, a->warmup, (unsigned long long)flops);
+        printf("{\"bench\": \"conv\", \"device\": \"%s\", \"impl\": \"%s\", \"batch\": %ld, \"bias\": %s, \"relu\": %s, "
+               "\"steps\": %ld, \"warmup\": %ld, \"forward_flops\": %llu}\n",
+               dev, impl, a->batch, a->bias ? "true" : "false", a->relu ? "true" : "false", a->steps, a->warmup,
+               (unsigned long long)flops);
         return;
     }
-    printf("conv2d 64->64, 3x3, padding 1, bias %s; input %ldx64x64x64 (NCHW); device %s, impl %s\n",
-           a->bias ? "on" : "off", a->batch, dev, impl);
+    printf("conv2d 64->64, 3x3, padding 1, bias %s%s; input %ldx64x64x64 (NCHW); device %s, impl %s\n",
+           a->bias ? "on" : "off", a->relu ? ", relu fused (activation = relu)" : "", a->batch, dev, impl);
     printf("ms per iteration: mean of %ld steps after %ld warm-up steps, device synchronized before and after\n",
            a->steps, a->warmup);
     printf("forward %.3f GFLOP (forward+backward counted as 3x); each configuration in a fresh context\n",

@@ -13,7 +13,7 @@ int glia__bench_main(int argc, char **argv);
 /* The usage lines of `glia bench`. */
 #define GLIA__BENCH_USAGE                                                                              \
     "       glia bench conv [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--batch N]\n"         \
-    "                       [--bias on|off] [--impl NAME] [--json]\n"                                  \
+    "                       [--bias on|off] [--relu on|off] [--impl NAME] [--json]\n"                                  \
     "       glia bench layer OP --shape NxCxHxW [--precision fp32|tf32|bf16|fp16]\n"                    \
     "                       [--memory-format contiguous|channels_last] [--activations auto|f32]\n"    \
     "                       [--device cuda|cuda:N|cpu] [--steps N] [--warmup N] [--torch SCRIPT|off]\n" \

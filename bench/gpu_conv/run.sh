@@ -5,7 +5,8 @@
 # GPU, driver, CUDA, cuDNN and PyTorch versions. Not a test: run it on an idle GPU from a built tree.
 #   usage: bench/gpu_conv/run.sh [ROUNDS]
 #   environment: PYTHON (python3) with torch; GLIA (./tools/glia); DEVICE (cuda; cpu to try the
-#   script on a machine without a GPU); STEPS (50), WARMUP (10), BATCH (32), BIAS (on)
+#   script on a machine without a GPU); STEPS (50), WARMUP (10), BATCH (32), BIAS (on), RELU (off; on: the
+#   convolution followed by a relu, glia's conv2d with activation = relu against F.relu(conv(x)))
 set -eu
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
@@ -16,6 +17,7 @@ steps=${STEPS:-50}
 warmup=${WARMUP:-10}
 batch=${BATCH:-32}
 bias=${BIAS:-on}
+relu=${RELU:-off}
 export GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT INT TERM
@@ -23,11 +25,11 @@ trap 'rm -rf "$out"' EXIT INT TERM
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1) || gpu=""
 echo "gpu, driver: ${gpu:-none (nvidia-smi found no GPU)}"
 "$python" -c 'import torch; print("pytorch %s, CUDA %s, cuDNN %s" % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version()))'
-echo "$("$glia" --version); device $device, batch $batch, bias $bias, $steps steps after $warmup warm-up, $rounds rounds"
+echo "$("$glia" --version); device $device, batch $batch, bias $bias, relu $relu, $steps steps after $warmup warm-up, $rounds rounds"
 
 for r in $(seq 1 "$rounds"); do
     st=0
-    "$glia" bench conv --json --device "$device" --steps "$steps" --warmup "$warmup" --batch "$batch" --bias "$bias" \
+    "$glia" bench conv --json --device "$device" --steps "$steps" --warmup "$warmup" --batch "$batch" --bias "$bias" --relu "$relu" \
         > "$out/glia-$r.jsonl" || st=$?
     if ! grep -q '"pass"' "$out/glia-$r.jsonl"; then
         echo "run.sh: glia bench conv failed (exit $st)" >&2
@@ -35,7 +37,7 @@ for r in $(seq 1 "$rounds"); do
     fi
     [ "$st" = 0 ] || echo "run.sh: round $r: some glia rows failed (see the table)" >&2
     "$python" bench/gpu_conv/torch_conv.py --device "$device" --steps "$steps" --warmup "$warmup" --batch "$batch" \
-        --bias "$bias" > "$out/torch-$r.jsonl"
+        --bias "$bias" --relu "$relu" > "$out/torch-$r.jsonl"
     echo "round $r done"
 done
 

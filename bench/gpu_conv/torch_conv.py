@@ -5,7 +5,9 @@
 # Not a glia test. Each cudnn.benchmark setting runs in a process of its own: PyTorch keeps one
 # algorithm cache per process whose key does not include the benchmark flag.
 #   usage: torch_conv.py [--device cuda] [--steps 50] [--warmup 10] [--batch 32] [--bias on|off]
-#                        [--benchmark both|off|on]
+#                        [--relu on|off] [--benchmark both|off|on]
+# --relu on times F.relu(conv(x)) (in-place relu, as nn.ReLU(inplace=True) in torchvision's models), the twin of
+# glia's conv2d with activation = relu.
 import argparse
 import json
 import subprocess
@@ -22,6 +24,7 @@ def parse():
     ap.add_argument('--warmup', type=int, default=10)
     ap.add_argument('--batch', type=int, default=32)
     ap.add_argument('--bias', choices=['on', 'off'], default='on')
+    ap.add_argument('--relu', choices=['on', 'off'], default='off')
     ap.add_argument('--benchmark', choices=['both', 'off', 'on'], default='both')
     return ap.parse_args()
 
@@ -51,7 +54,8 @@ def measure(a, dev, tune, prec, fmt, sync):
 
     def forward():
         with autocast():
-            return conv(x)
+            y = conv(x)
+            return torch.relu_(y) if a.relu == 'on' else y
 
     def forward_backward():
         conv.zero_grad(set_to_none=True)  # gradients written, not accumulated, as glia's runner does
@@ -87,11 +91,11 @@ def main():
         run_one_setting(a)
         return
     print(json.dumps({'bench': 'conv', 'device': a.device, 'torch': torch.__version__, 'batch': a.batch,
-                      'bias': a.bias == 'on', 'steps': a.steps, 'warmup': a.warmup,
+                      'bias': a.bias == 'on', 'relu': a.relu == 'on', 'steps': a.steps, 'warmup': a.warmup,
                       'forward_flops': 2 * a.batch * 64 * 64 * 64 * 64 * 9}), flush=True)
     for tune in ('off', 'on'):
         argv = [sys.executable, sys.argv[0], '--device', a.device, '--steps', str(a.steps), '--warmup', str(a.warmup),
-                '--batch', str(a.batch), '--bias', a.bias, '--benchmark', tune]
+                '--batch', str(a.batch), '--bias', a.bias, '--relu', a.relu, '--benchmark', tune]
         subprocess.run(argv, check=True)
 
 
