@@ -623,7 +623,9 @@ static void graph_build(struct glia_layer *l, int d)
         if (!fused) {
             glia__cg_conv(q->g, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
         } else {  /* conv -> v (f32, virtual) [+ b (1, F, 1, 1) -> a (f32, virtual)] -> relu -> y */
-            const int64_t bd[4] = {1, g->F, 1, 1}, bs[4] = {g->F, 1, 1, 1};
+            const int64_t bd[4] = {1, g->F, 1, 1};
+            int64_t bs[4];
+            strides4(bd, k->nhwc, bs);  /* in the activations' layout, as cuDNN's fusion samples give it */
             cudnnBackendDescriptor_t v = glia__cg_tensor(q->g, 10, CUDNN_DATA_FLOAT, yd, ys, true, false, false), a = v;
             glia__cg_conv(q->g, GLIA__CG_CONV_FWD, x, w, v, pad, stride, dil, 1.0f, 0.0f);
             if (k->epi & EPI_BIAS) {
