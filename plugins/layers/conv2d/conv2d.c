@@ -644,11 +644,14 @@ fail:
     return st;
 }
 
-/* d(n) = dy(n) unless y(n) <= 0 (so also for a NaN y), else +0: the relu layer's backward over its output */
+/* d(n) = dy(n) unless y(n) <= 0 (so also for a NaN y), else +0: the relu layer's backward over its output, by a bit
+ * mask, no branch (the relu's cut is random: a branch on it mispredicts half the time) */
 static void relu_mask(float *d, const float *dy, const float *y, int64_t n)
 {
+    const uint32_t *g = (const uint32_t *)(const void *)dy;
+    uint32_t *o = (uint32_t *)(void *)d;
 #pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; i++) d[i] = y[i] <= 0.0f ? 0.0f : dy[i];
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] & -(uint32_t)!(y[i] <= 0.0f);
 }
 
 static glia_status conv2d_cpu_backward(struct glia_layer *l, const struct glia_bwd *a)
