@@ -860,9 +860,94 @@ static void test_graph_api_fused(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* Graph plans inside a CUDA graph ([runtime] cuda_graph): a pass as it comes builds and checks the plans, the next is
+ * captured with them, and replays of that capture compute on new inputs what the CPU computes (the plans ran, counted
+ * in the emulator); after 20 other shapes have passed through the layer, whose graph sets it keeps 16 of, the captured
+ * plans are still there (their set pinned) and replays still agree. fp32, NCHW, with and without the fused relu. */
+static void test_graph_api_captured(void)
+{
+    graph_runs_fn runs = emu_graph_runs();
+    if (!glia_backend_can_capture(cuda_gpu)) return;
+    static const char *const inis[] = {"[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\nactivation = relu\n",
+                                       "[c]\ntype = conv2d\nfilters = 8\nsize = 3\npadding = 1\nbias = off\n"};
+    for (int i = 0; i < 2; i++) {
+        configure(GLIA_PRECISION_FP32, false, DEFAULT_WORKSPACE);
+        const struct cv c = {5, 4, 8, 8, 8, 3, 1, 1, 1, 1, i == 0, 3, 1};
+        struct glia_shape in = S(4, c.N, c.C, c.H, c.W), os = S(4, c.N, c.F, c.H, c.W);
+        struct glia_rng rng;
+        glia__rng_seed(&rng, 7300 + (uint64_t)i);
+        struct cuda_built C, G;
+        conv_build(&c, inis[i], &C, &G, &rng);
+        struct glia_tensor *xg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS), *dyg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
+        struct glia_tensor *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
+        struct glia_tensor *xc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dyc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS);
+        struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS);
+        const struct glia_tensor *ing[1] = {xg}, *inc[1] = {xc};
+        struct glia_tensor *ding[1] = {dxg}, *dinc[1] = {dxc};
+        bool acc[1] = {false};
+        struct glia_fwd fg = {ing, 1, yg, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL};
+        struct glia_fwd fc = {inc, 1, yc, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL};
+        struct glia_bwd bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL}, bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL};
+        void *exec = NULL;
+        for (int round = 0; round < 4; round++) {  /* 0: as it comes; 1: captured; 2, 3: replayed */
+            float *xv = random_values(&rng, in, 1.0f), *dyv = random_values(&rng, os, 1.0f);
+            memcpy(glia_tensor_f32(xc), xv, glia_tensor_nbytes(xc));
+            memcpy(glia_tensor_f32(dyc), dyv, glia_tensor_nbytes(dyc));
+            CU_ASSERT_FATAL(glia_tensor_from_host(xg, xv, glia_tensor_nbytes(xc)) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_from_host(dyg, dyv, glia_tensor_nbytes(dyc)) == GLIA_OK);
+            free(xv), free(dyv);
+            for (int q = 0; q < G.l.n_params; q++) G.l.params[q].grad_unset = C.l.params[q].grad_unset = true;
+            if (runs) runs(true);
+            glia_status st = GLIA_OK;
+            if (round == 1) CU_ASSERT_FATAL(glia_backend_capture_begin(cuda_gpu) == GLIA_OK);
+            if (round <= 1) {
+                st = G.kernel->forward(&G.l, &fg);
+                if (!st) st = G.kernel->backward(&G.l, &bg);
+            }
+            if (round == 1) CU_ASSERT_FATAL(glia_backend_capture_end(cuda_gpu, &exec) == GLIA_OK && exec);
+            if (round >= 1 && !st) st = glia_backend_graph_launch(cuda_gpu, exec);
+            if (!st) st = glia_backend_sync(cuda_gpu);
+            if (st) printf("\n  round %d: %s\n", round, glia_context_error(cuda_ctx));
+            CU_ASSERT_FATAL(st == GLIA_OK);
+            long n = runs ? runs(true) : -1;
+            if (runs) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: a plan each (a replay: the captured) */
+            CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK && C.kernel->backward(&C.l, &bc) == GLIA_OK);
+            double d[4] = {cuda_diff_of(yc, yg), cuda_diff_of(dxc, dxg), cuda_diff_of(C.l.params[0].grad, G.l.params[0].grad),
+                           i == 0 ? cuda_diff_of(C.l.params[1].grad, G.l.params[1].grad) : 0.0};
+            bool ok = d[0] <= 1e-4 && d[1] <= 1e-4 && d[2] <= 1e-3 && d[3] <= 1e-3;
+            if (!ok || (runs && n < 3))
+                printf("\n  %sround %d: %ld plans run; y %g, dx %g, dw %g, db %g off\n", inis[i], round, n, d[0], d[1], d[2],
+                       d[3]);
+            CU_ASSERT(ok);
+            if (round == 2) {  /* 20 other shapes through the layer: 16 sets kept, the captured one pinned */
+                for (int k = 1; k <= 20; k++) {
+                    struct glia_shape in2 = S(4, c.N + k, c.C, c.H, c.W), os2 = S(4, c.N + k, c.F, c.H, c.W);
+                    struct glia_tensor *x2 = tensor_as(cuda_gpu, in2, GLIA_CONTIGUOUS), *y2 = tensor_as(cuda_gpu, os2, GLIA_CONTIGUOUS);
+                    const struct glia_tensor *in2s[1] = {x2};
+                    struct glia_fwd f2 = {in2s, 1, y2, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL};
+                    float *v2 = random_values(&rng, in2, 1.0f);
+                    CU_ASSERT_FATAL(glia_tensor_from_host(x2, v2, glia_tensor_nbytes(x2)) == GLIA_OK);
+                    free(v2);
+                    CU_ASSERT_FATAL(G.kernel->forward(&G.l, &f2) == GLIA_OK);
+                    glia_tensor_release(x2);
+                    glia_tensor_release(y2);
+                }
+                CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
+            }
+        }
+        glia_backend_graph_free(cuda_gpu, exec);
+        struct glia_tensor *all[] = {xg, dyg, yg, dxg, xc, dyc, yc, dxc};
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) glia_tensor_release(all[j]);
+        cuda_unbuild(&C);
+        cuda_unbuild(&G);
+    }
+    if (!runs) printf("(on a GPU: the plans run are not counted) ");
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
                GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api),
                GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu),
-               GLIA_TEST(test_graph_api_fused))
+               GLIA_TEST(test_graph_api_fused), GLIA_TEST(test_graph_api_captured))

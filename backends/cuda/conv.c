@@ -154,12 +154,15 @@ struct cuda_conv {
      * the stream has run what may still use them */
     struct graph_set {
         bool used;
+        bool pinned;                 /* a plan of it ran inside a CUDA graph capture: kept for the layer's life */
         struct conv_key key;
         uint64_t last_use;
         struct conv_graph g[N_DIRS];
     } sets[GRAPH_SETS];
     uint64_t set_uses;
-    struct conv_graph *graph;        /* the set of `key`: graph[dir] */
+    struct graph_set *set;           /* the set of `key`, or NULL when every set is pinned (none: no graph, built) */
+    struct conv_graph *graph;        /* its graphs, graph[dir] */
+    struct conv_graph none[N_DIRS];
 };
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
@@ -275,20 +278,21 @@ static void cuda_conv_destroy(struct glia_layer *l)
     memset(p, 0, sizeof *p);
 }
 
-/* The graph set of key: its own, or a free one, or the least recently used one emptied (after the stream has run
- * what may still use its plans). */
-static struct conv_graph *graph_set_of(struct glia_layer *l, const struct conv_key *key)
+/* The graph set of key: its own, or a free one, or the least recently used one that no CUDA graph ran (pinned)
+ * emptied (after the stream has run what may still use its plans); NULL when every set is pinned. */
+static struct graph_set *graph_set_of(struct glia_layer *l, const struct conv_key *key)
 {
     struct cuda_conv *p = l->state;
-    struct graph_set *e = &p->sets[0];
+    struct graph_set *e = NULL;
     for (int s = 0; s < GRAPH_SETS; s++) {
         struct graph_set *q = &p->sets[s];
         if (q->used && !memcmp(&q->key, key, sizeof *key)) {
             q->last_use = ++p->set_uses;
-            return q->g;
+            return q;
         }
-        if (!q->used || (e->used && q->last_use < e->last_use)) e = q;
+        if (!q->pinned && (!e || !q->used || (e->used && q->last_use < e->last_use))) e = q;
     }
+    if (!e) return NULL;
     if (e->used) {
         bool plans = false;
         for (int i = 0; i < N_DIRS; i++) plans = plans || e->g[i].n > 0;
@@ -298,7 +302,7 @@ static struct conv_graph *graph_set_of(struct glia_layer *l, const struct conv_k
     e->used = true;
     e->key = *key;
     e->last_use = ++p->set_uses;
-    return e->g;
+    return e;
 }
 
 /* The descriptors; plan sets them for each call's shapes. */
@@ -389,6 +393,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
     p->graph = NULL;
+    p->set = NULL;
     int64_t OH = glia_conv2d_out_h(g, H), OW = glia_conv2d_out_w(g, W);
     if (N * g->C * H * W > INT_MAX || N * g->F * OH * OW > INT_MAX)
         return glia_error(l->ctx, GLIA_EUNSUPPORTED,
@@ -412,7 +417,12 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
         CUDNN_TRY(l->ctx, cudnnSetConvolutionMathType(p->conv[i], default_math(o->precision)));
     }
     p->key = key;
-    p->graph = graph_set_of(l, &key);
+    p->set = graph_set_of(l, &key);
+    if (!p->set) {  /* every set holds plans a CUDA graph may run: this shape takes the legacy algorithm */
+        memset(p->none, 0, sizeof p->none);
+        for (int i = 0; i < N_DIRS; i++) p->none[i].built = true;
+    }
+    p->graph = p->set ? p->set->g : p->none;
     p->valid = true;
 fail:
     return st;
@@ -974,8 +984,9 @@ fail:
 
 /* Direction d into out, adding *beta times what it holds: the graph plan chosen for it where beta is 0 and its tensors
  * are 16-byte aligned (its first run in the layer checked against the legacy algorithm), the legacy algorithm
- * otherwise, and always under a CUDA graph capture ([runtime] cuda_graph): a replay must not depend on plans the layer
- * may free (a shape evicted from its sets) while the graph lives. */
+ * otherwise. Under a CUDA graph capture ([runtime] cuda_graph) only a plan already built and checked runs (building
+ * and checking are not capturable; the pass before a capture does both), and its set is pinned: a replay may run the
+ * plan for as long as the layer lives, so the set is never evicted. */
 static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, const float *beta, void *out)
 {
     struct cuda_conv *p = l->state;
@@ -983,10 +994,12 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
     struct conv_graph *q = &p->graph[d];
     glia_status st = GLIA_OK;
     int i = p->choice[d].plan;
-    bool aligned = graph_aligned(k, d, out, k->ws);
-    if (i >= 0) graph_build(l, d);  /* a choice from the cache: the same plans, built here */
-    if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || glia__cuda_capturing(c)) return legacy_run(l, k, d, beta, out);
+    bool aligned = graph_aligned(k, d, out, k->ws), capturing = glia__cuda_capturing(c);
+    if (i >= 0 && !capturing) graph_build(l, d);  /* a choice from the cache: the same plans, built here */
+    if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || (capturing && !q->verified))
+        return legacy_run(l, k, d, beta, out);
     if (!q->verified) return graph_verify(l, k, d, out);
+    if (capturing && p->set) p->set->pinned = true;
     CUDNN_TRY(l->ctx, graph_run(l, k, d, i, out, k->ws));
     if (d == FWD && q->fused) p->epi_done = true;
 fail:

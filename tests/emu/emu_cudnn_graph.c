@@ -7,6 +7,7 @@
  * Convolutions (forward, data and filter gradients; groups, strides, dilations) run as direct loops.
  * GLIA_EMU_CUDNN_NONDET=1 notes every engine nondeterministic (the callers' deterministic filters);
  * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan).
+ * Destroyed descriptors are kept, marked dead: a queued or captured run of a plan whose graph is gone aborts.
  * Not cuDNN's engines: no fusion, no pattern matching (a graph cuDNN would refuse may run here), loops in double. */
 #include <cudnn.h>
 #include <math.h>
@@ -48,6 +49,7 @@ struct desc {
     int n;
     int64_t uids[64];
     void *ptrs[64];
+    bool dead;  /* destroyed: kept, so that a run queued or captured before finds it dead instead of freed memory */
 };
 
 cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t, cudnnBackendDescriptor_t *d)
@@ -64,7 +66,7 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t, cudnn
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d)
 {
     GLIA_EMU_GUARD;
-    free(d);
+    ((struct desc *)d)->dead = true;  /* never freed: a CUDA graph's replay of a plan whose graph is gone is caught */
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -520,7 +522,12 @@ long glia_emu_cudnn_fused_conv_runs(bool reset)
 static void run_graph(void *arg)
 {
     struct run *r = arg;
-    bool conv = false;
+    bool conv = false, dead = r->graph->dead;
+    for (int i = 0; i < r->graph->n_ops; i++) dead = dead || r->graph->ops[i]->dead;
+    if (dead) {  /* on a GPU: freed memory read by a kernel launch, anything may happen */
+        fprintf(stderr, "emu: cudnnBackendExecute: a queued or captured run of a plan whose graph was destroyed\n");
+        abort();
+    }
     for (int i = 0; i < r->graph->n_ops; i++) {
         cudnnBackendDescriptorType_t t = r->graph->ops[i]->type;
         conv = conv || t == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
