@@ -639,28 +639,32 @@ static graph_runs_fn emu_graph_runs(void) { return emu_runs("glia_emu_cudnn_conv
 /* cuDNN's graph API: a plan of the graph runs each direction (heuristics and timed), its first run in a layer checked
  * against the legacy algorithm; a plan whose results are off (GLIA_EMU_CUDNN_CONV_SKEW) is caught by that check,
  * warned about, and the legacy algorithm runs that shape from then on, in this layer and the next; a graph cuDNN
- * refuses (GLIA_EMU_CUDNN_MAX_OPS=0) leaves the legacy algorithm. Every result is held to the CPU's within the usual
+ * refuses (GLIA_EMU_CUDNN_MAX_OPS=0) leaves the legacy algorithm; where the instant heuristics give nothing
+ * (GLIA_EMU_CUDNN_NO_INSTANT=1), a plan of the fallback list runs. Every result is held to the CPU's within the usual
  * bound. Shapes of their own: the choices are cached per shape. On a GPU, the results only. */
 static void test_graph_api(void)
 {
     graph_runs_fn runs = emu_graph_runs();
-    for (int mode = 0; mode < 4; mode++) {
-        /* 0, 1: a plan runs (heuristics, timed); 2: a skewed plan; 3: a refused graph */
+    for (int mode = 0; mode < 5; mode++) {
+        /* 0, 1: a plan runs (heuristics, timed); 2: a skewed plan; 3: a refused graph; 4: the instant heuristics give
+         * nothing, the fallback list's plan runs */
         const struct cv c = {3 + mode, 4, 8, 8, 8, 3, 1, 1, 1, 1, true, 3, 1};
         if (mode == 2) setenv("GLIA_EMU_CUDNN_CONV_SKEW", "1", 1);
         if (mode == 3) setenv("GLIA_EMU_CUDNN_MAX_OPS", "0", 1);
+        if (mode == 4) setenv("GLIA_EMU_CUDNN_NO_INSTANT", "1", 1);
         configure(GLIA_PRECISION_FP32, mode == 1, DEFAULT_WORKSPACE);
         for (int layer = 0; layer < 2; layer++) {  /* the second layer takes the cached choice */
             if (runs) runs(true);
             conv_check(&c, GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, (struct pass){0}, 7000 + (uint64_t)(10 * mode + layer));
             long n = runs ? runs(true) : -1;
             if (!runs) continue;
-            if (mode <= 1) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: each timed or checked */
+            if (mode <= 1 || mode == 4) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: each timed or checked */
             if (mode == 2) CU_ASSERT_EQUAL(n, layer ? 0 : 3);  /* each direction's check only, then never */
             if (mode == 3) CU_ASSERT_EQUAL(n, 0);
         }
         unsetenv("GLIA_EMU_CUDNN_CONV_SKEW");
         unsetenv("GLIA_EMU_CUDNN_MAX_OPS");
+        unsetenv("GLIA_EMU_CUDNN_NO_INSTANT");
     }
     if (!runs) printf("(on a GPU: the plans run are not counted) ");
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);

@@ -113,7 +113,8 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 
 /* ---- cuDNN's graph API: one direction's operation graph at the layer's shapes, and its plans ---- */
 
-#define MAX_GRAPH_PLANS 8   /* plans built per direction (the heuristics' best few) */
+#define MAX_GRAPH_PLANS 12  /* plans built per direction: the heuristics' best few, then cuDNN's fallback list's */
+#define FALLBACK_PLANS 4    /* of them at most from the fallback list */
 #define GRAPH_SETS 16       /* shapes whose graphs a layer keeps */
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
 
@@ -595,9 +596,10 @@ static void strides4(const int64_t d[4], bool nhwc, int64_t s[4])
 }
 
 /* Direction d's graph at the layer's key, built once: its plans from the heuristics of the fuller mode (B) when the
- * autotuner times them, of the instant mode (A) otherwise, each within the workspace the legacy choice may take (the
- * timing's cap, or [runtime] workspace_mb), best first, so that a cached plan index means the same plan in any layer
- * of that key. A graph cuDNN refuses leaves no plan: the legacy algorithm runs. */
+ * autotuner times them, of the instant mode (A) otherwise, then (timed, or where those made none) from cuDNN's
+ * fallback list, as PyTorch's two sources, each within the workspace the legacy choice may take (the timing's cap, or
+ * [runtime] workspace_mb), best first, so that a cached plan index means the same plan in any layer of that key. A
+ * graph cuDNN refuses leaves no plan: the legacy algorithm runs. */
 static void graph_build(struct glia_layer *l, int d)
 {
     struct cuda_conv *p = l->state;
@@ -646,7 +648,16 @@ static void graph_build(struct glia_layer *l, int d)
             glia__cg_pointwise(q->g, CUDNN_POINTWISE_RELU_FWD, CUDNN_DATA_FLOAT, a, NULL, NULL, y, -1);
         }
         e = glia__cg_plans(q->g, o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A, refused_notes(o),
-                           (int64_t)cap, MAX_GRAPH_PLANS, q->plan, q->ws, &q->n);
+                           (int64_t)cap, MAX_GRAPH_PLANS - FALLBACK_PLANS, q->plan, q->ws, &q->n);
+        if (e == CUDNN_STATUS_SUCCESS && (o->cudnn_benchmark || q->n == 0)) {
+            /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner, else
+             * where the heuristics' made no plan */
+            int more = 0;
+            cudnnStatus_t f = glia__cg_plans(q->g, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o), (int64_t)cap,
+                                             FALLBACK_PLANS, q->plan + q->n, q->ws + q->n, &more);
+            q->n += more;
+            if (q->n == 0) e = f;
+        }
         q->fused = fused && q->n > 0;
     }
     if (e != CUDNN_STATUS_SUCCESS || q->n == 0)

@@ -6,7 +6,8 @@
  * GLIA_EMU_CUDNN_MAX_OPS=N refuses the plan of every graph of more than N operations (the callers' fallbacks).
  * Convolutions (forward, data and filter gradients; groups, strides, dilations) run as direct loops.
  * GLIA_EMU_CUDNN_NONDET=1 notes every engine nondeterministic (the callers' deterministic filters);
- * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan).
+ * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan);
+ * GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration.
  * Destroyed descriptors are kept, marked dead: a queued or captured run of a plan whose graph is gone aborts.
  * Not cuDNN's engines: no fusion, no pattern matching (a graph cuDNN would refuse may run here), loops in double. */
 #include <cudnn.h>
@@ -49,6 +50,7 @@ struct desc {
     int n;
     int64_t uids[64];
     void *ptrs[64];
+    cudnnBackendHeurMode_t heur;  /* heuristics: the mode */
     bool dead;  /* destroyed: kept, so that a run queued or captured before finds it dead instead of freed memory */
 };
 
@@ -103,7 +105,7 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
     case CUDNN_ATTR_REDUCTION_COMP_TYPE:
     case CUDNN_ATTR_POINTWISE_MATH_PREC:
     case CUDNN_ATTR_RNG_DISTRIBUTION:
-    case CUDNN_ATTR_ENGINEHEUR_MODE: break;
+    case CUDNN_ATTR_ENGINEHEUR_MODE: e->heur = *(const cudnnBackendHeurMode_t *)v; break;
     case CUDNN_ATTR_POINTWISE_MODE: e->mode = *(const cudnnPointwiseMode_t *)v; break;
     case CUDNN_ATTR_POINTWISE_AXIS: e->axis = *i64; break;
     case CUDNN_ATTR_REDUCTION_OPERATOR: e->red = *(const cudnnReduceTensorOp_t *)v; break;
@@ -247,8 +249,10 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBa
     GLIA_EMU_GUARD;
     const struct desc *e = d;
     (void)t;
-    if (a == CUDNN_ATTR_ENGINEHEUR_RESULTS) {  /* one configuration: the interpreter */
-        *count = 1;
+    if (a == CUDNN_ATTR_ENGINEHEUR_RESULTS) {  /* one configuration: the interpreter; none from the instant mode with
+                                                   GLIA_EMU_CUDNN_NO_INSTANT=1 (the callers' other sources) */
+        *count = e->heur == CUDNN_HEUR_MODE_A && getenv("GLIA_EMU_CUDNN_NO_INSTANT") ? 0 : 1;
+        if (*count == 0) return CUDNN_STATUS_SUCCESS;
         if (requested >= 1 && v) ((struct desc **)v)[0]->graph = e->graph;
         return CUDNN_STATUS_SUCCESS;
     }

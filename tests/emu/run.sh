@@ -11,7 +11,8 @@
 # GLIA_EMU_NO_EPILOGUE=1 makes cuBLASLt find no algorithm for any epilogue (bias, GELU, bias gradient), as it may for
 # some types, shapes or alignments, so that the callers' fallbacks run. In cuDNN's graph API (emu_cudnn_graph.c):
 # GLIA_EMU_CUDNN_MAX_OPS=N refuses every graph of more than N operations, GLIA_EMU_CUDNN_NONDET=1 notes every engine
-# nondeterministic, GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution plan's result wrong (1.5 times too large).
+# nondeterministic, GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution plan's result wrong (1.5 times too large),
+# GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration.
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
 #                                            GPU program, test_cuda_dist without its watchdog test,
