@@ -502,6 +502,30 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
     return st;
 }
 
+glia_status glia__pass_fold_norm_eval(struct glia_model *m)
+{
+    glia_status st = GLIA_OK;
+    for (int j = 0; j < m->graph.n_nodes && !st; j++) {
+        struct glia__node *nj = &m->graph.nodes[j];
+        int i = nj->in[0];
+        glia_status (*affine)(struct glia_layer *, struct glia_tensor *, bool *) = glia_kernel_eval_affine(nj->layer.kernel);
+        bool relu;
+        if (!(nj->layer.type->flags & GLIA_TYPE_NORMALIZATION) || !affine || nj->n_in != 1 || i < 0 ||
+            only_consumer(m, i) != j || nj->edge[0] != GLIA__EDGE_DIRECT || m->graph.nodes[i].norm_fold ||
+            !(glia_layer_kernel_flags(&m->graph.nodes[i].layer) & GLIA_KERNEL_EVAL_AFFINE) ||
+            m->graph.nodes[i].out_dtype != nj->out_dtype || m->graph.nodes[i].out_fmt != nj->out_fmt ||
+            nj->out_shape.ndim < 2 || affine(&nj->layer, NULL, &relu))
+            continue;
+        glia_context_clear_error(m->ctx);
+        struct glia_shape as = glia_shape_make(2, (int64_t[]){3, nj->out_shape.dim[1]});
+        struct glia__node *ni = &m->graph.nodes[i];
+        if ((st = glia_tensor_new(m->backend, GLIA_F32, &as, &ni->fold_affine))) break;
+        ni->norm_fold = j + 1;
+        nj->folded_by = i + 1;
+    }
+    return st;
+}
+
 /* ---- pass checkpoint_segments ------------------------------------------------------------ */
 
 static const char ckpt_origin[] = "[graph] checkpoint_segments";

@@ -122,6 +122,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         int o = GLIA__PLAN_VALUE(i, -1), g = GLIA__PLAN_GRAD(i, -1);
         size[o] = floats_of(glia_shape_numel(&shapes[i]), nd->out_dtype);
         first[o] = last[o] = i;
+        if (!train && nd->folded_by) first[o] = nd->folded_by - 1;  /* written by that node's eval forward */
         if (again) first2[o] = last2[o] = R[i];
         int *walk = again ? &last2[o] : &last[o];  /* the life that the backward walk's readers extend */
         if (i == N - 1) last[o] = end;

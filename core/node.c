@@ -255,4 +255,6 @@ void glia__destroy_layer(struct glia__node *nd)
 {
     glia__layer_release(&nd->layer, nd->created);
     nd->created = false;
+    glia_tensor_release(nd->fold_affine);
+    nd->fold_affine = NULL;
 }

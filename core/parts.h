@@ -117,6 +117,12 @@ struct glia__node {
     /* [layer] tie_weight (set by glia__alloc_params): this layer's parameter tie - 1 is node tie_node's parameter
      * tie_param, one tensor (an arena slot of 0 values here); tie = 0: none */
     int tie, tie_node, tie_param;
+    /* [graph] fuse_pointwise, evaluation only (glia__pass_fold_norm_eval): norm_fold = j + 1 where the normalization
+     * node j alone reads this node, and this node's eval forward computes j's output too (GLIA_KERNEL_EVAL_AFFINE:
+     * glia_fwd.affine, from j's glia_kernel.eval_affine into fold_affine); at node j, folded_by = this node + 1, and
+     * its eval forward does not run. 0: none. */
+    int norm_fold, folded_by;
+    struct glia_tensor *fold_affine; /* (owned) (3, C) f32 on the model's device: j's mean, scale and shift */
 };
 
 /* A layer section of the model file as declared, before graph passes merged any: the model's
@@ -387,6 +393,10 @@ glia_status glia__check_graph(struct glia_model *m);
 int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_section *graph);
 glia_status glia__pass_fuse_activation(struct glia_model *m);
 glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on);
+/* [graph] fuse_pointwise, after the memory formats and dtypes are planned: a normalization layer (a kernel with
+ * eval_affine that can) that alone reads a layer whose kernel has GLIA_KERNEL_EVAL_AFFINE, through a direct edge,
+ * evaluates through that layer's forward (norm_fold, folded_by); training runs both as written. */
+glia_status glia__pass_fold_norm_eval(struct glia_model *m);
 void glia__plan_formats(struct glia_model *m);
 /* The half type that [graph] half_activations gives m (its precision's, where the backend converts), or GLIA_F32. */
 enum glia_dtype glia__half_of(const struct glia_model *m, const struct glia_section *graph);

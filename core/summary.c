@@ -82,6 +82,12 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
             fprintf(f, " run as %s %s with activation = %s\n", m->graph.nodes[i].layer.type->name, m->graph.nodes[i].layer.name,
                     glia_section_str(m->graph.nodes[i].sec, "activation"));
         }
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].norm_fold) {
+            const struct glia__node *nd = &m->graph.nodes[i], *nj = &m->graph.nodes[nd->norm_fold - 1];
+            fprintf(f, "graph pass fuse_pointwise: in evaluation %s (%s) computes %s (%s) too, in the same pass over its "
+                    "output\n", nd->layer.name, nd->layer.type->name, nj->layer.name, nj->layer.type->name);
+        }
     for (int i = 0; i < m->graph.n_nodes; i++) {
         const struct glia__node *nd = &m->graph.nodes[i];
         if (!nd->own_sec) continue;

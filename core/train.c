@@ -27,14 +27,14 @@ static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const st
 /* [runtime] debug_checks: *g = the guards around what a call of nd writes (its output and buffers for a forward,
  * din NULL; else din and its parameters' gradients), filled; *g NULL with debug_checks off. */
 static glia_status guards_fill(const struct glia_model *m, const struct glia__node *nd, struct glia_tensor *const *din,
-                               struct glia__guarded **g, int *n)
+                               struct glia_tensor *out, struct glia__guarded **g, int *n)
 {
     *g = NULL;
     *n = 0;
     if (!m->debug_checks) return GLIA_OK;
     const struct glia_layer *l = &nd->layer;
     if (!(*g = malloc(sizeof **g * (size_t)(1 + l->n_buffers + nd->n_in + l->n_params)))) return GLIA_ENOMEM;
-    *n = din ? glia__guard_backward(l, din, nd->n_in, *g) : glia__guard_forward(l, nd->out, *g);
+    *n = din ? glia__guard_backward(l, din, nd->n_in, *g) : glia__guard_forward(l, out, *g);
     glia_status st = glia__guard_fill(*g, *n);
     if (st) free(*g), *g = NULL;
     return st;
@@ -134,6 +134,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
 {
     struct glia__node *nd = &m->graph.nodes[i];
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
+    if (!train && nd->folded_by) return GLIA_OK;  /* its evaluation ran in that node's forward */
     double t0 = m->trainer.profiling ? glia__now() : 0;
     glia_status st = GLIA_OK;
     for (int k = 0; k < nd->n_in && !st; k++) {
@@ -156,15 +157,23 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          pos >= 0 ? pos : 0,
                          NULL,
                          NULL,
-                         train ? nd->saved : NULL};
+                         train ? nd->saved : NULL, NULL, false};
     if (train && i == m->graph.n_nodes - 1 && (glia_layer_kernel_flags(&nd->layer) & GLIA_KERNEL_GRAD_IN_FORWARD) &&
         nd->in[0] >= 0 && glia__grad_in_place(m) == nd->in[0]) {  /* the loss's gradient, over the logits, in the forward's pass */
         a.din = m->graph.nodes[nd->in[0]].dout;
         a.dout = m->act.loss_scale;
     }
-    struct glia__guarded *guards;
-    int n_guards;
-    if (!st) st = guards_fill(m, nd, NULL, &guards, &n_guards);
+    if (!train && nd->norm_fold && !st) {  /* and the normalization's evaluation after it, into that one's output */
+        struct glia__node *nj = &m->graph.nodes[nd->norm_fold - 1];
+        bool relu = false;
+        st = glia_kernel_eval_affine(nj->layer.kernel)(&nj->layer, nd->fold_affine, &relu);
+        a.out = nj->out;
+        a.affine = nd->fold_affine;
+        a.affine_relu = relu;
+    }
+    struct glia__guarded *guards = NULL;
+    int n_guards = 0;
+    if (!st) st = guards_fill(m, nd, NULL, a.out, &guards, &n_guards);
     if (m->nvtx) glia__range_push(m->backend, "[%s] %s", nd->layer.name, recompute ? "forward again" : "forward");
     if (!st) {
         st = nd->layer.kernel->forward(&nd->layer, &a);
@@ -228,7 +237,7 @@ static glia_status backward(struct glia_model *m)
         double t0 = m->trainer.profiling ? glia__now() : 0;
         struct glia__guarded *guards;
         int n_guards;
-        glia_status st = guards_fill(m, nd, din, &guards, &n_guards);
+        glia_status st = guards_fill(m, nd, din, NULL, &guards, &n_guards);
         if (m->nvtx) glia__range_push(m->backend, "[%s] backward", nd->layer.name);
         if (!st) st = guards_check(nd, "backward", guards, n_guards, nd->layer.kernel->backward(&nd->layer, &a));
         if (m->nvtx) glia__range_pop(m->backend);

@@ -261,9 +261,9 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     if (sbc) CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_F32, &ssc, &sc) == GLIA_OK);
     if (sbg) CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ssg, &sg) == GLIA_OK);
     struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL,
-                          sc ? sc->data : NULL},
+                          sc ? sc->data : NULL, NULL, false},
                     fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL,
-                          sg ? sg->data : NULL};
+                          sg ? sg->data : NULL, NULL, false};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -395,7 +395,7 @@ static inline void cuda_repeatable(const char *impl, const char *ini, struct gli
         struct glia_tensor *din[1] = {dx};
         bool acc[1] = {false};
         for (int p = 0; p < G.l.n_params; p++) G.l.params[p].grad_unset = true;
-        struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL};
+        struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
         struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK && G.kernel->backward(&G.l, &ba) == GLIA_OK);
         res[r][0] = cuda_get(y);

@@ -192,7 +192,7 @@ static void test_linear_packed_params(void)
     struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
     struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
     const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
-    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
+    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK);
     CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
@@ -311,7 +311,7 @@ static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O,
     struct glia_tensor *dxg = cuda_swap_dtype(cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, fill), t);
     struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), t);
     const struct glia_tensor *ig[1] = {xg};
-    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
+    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -544,7 +544,7 @@ static void test_sce_bad_label(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(bad, (int32_t[]){0, 7, 2, -1}, 4 * sizeof(int32_t)) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
     const struct glia_tensor *ins[1] = {x};
-    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL, NULL};
+    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);

@@ -133,7 +133,7 @@ static double pair_diff(const struct pair_case *k)
     free(ov);
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
     for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
-    struct glia_fwd fc = {inc, k->n_in, outc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL}, fg = {ing, k->n_in, outg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL};
+    struct glia_fwd fc = {inc, k->n_in, outc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ing, k->n_in, outg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -245,7 +245,7 @@ static void test_relu_torch_values(void)
         struct glia_tensor *tdy = cuda_put(cuda_gpu, s, NCHW, k ? dy_expr : dy_layer);
         struct glia_tensor *tdx = cuda_put(cuda_gpu, s, NCHW, nan_fill);
         const struct glia_tensor *in[1] = {tx};
-        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL};
+        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
         struct glia_tensor *din[1] = {tdx};
         bool acc[1] = {false};

@@ -2127,6 +2127,55 @@ static void test_fuse_conv_relu(void)
     }
 }
 
+/* In evaluation a batchnorm (on its running statistics) that alone reads a conv2d runs in the conv2d's forward, one
+ * pass over its output (glia_fwd.affine; with its fused relu too): the same evaluation bit for bit as the two layers
+ * apart, in both memory formats; training runs both layers as written; the plan keeps the batchnorm's output alive
+ * from the conv2d's forward. A batchnorm without running statistics, a conv2d with its own relu, and one read twice
+ * are left as written. */
+static void test_fold_bn_eval(void)
+{
+    make_data();
+    static const char layers[] = "[c1]\ntype = conv2d\nfilters = 4\npadding = 1\n[b1]\ntype = batchnorm\n[r1]\ntype = relu\n"
+                                 "[c2]\ntype = conv2d\nfilters = 4\npadding = 1\nstride = 2\n[b2]\ntype = batchnorm\n"
+                                 "[c3]\ntype = conv2d\nfilters = 4\npadding = 1\n[b3]\ntype = batchnorm\n"
+                                 "track_running_stats = off\n"                               /* batch statistics: stays */
+                                 "[c4]\ntype = conv2d\nfilters = 4\npadding = 1\n[r4]\ntype = relu\n[b4]\ntype = batchnorm\n"
+                                 "[s]\ntype = concat\ninputs = b4, c4\n"
+                                 "[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+                                 "[loss]\ntype = softmax_cross_entropy\n";
+    for (int f = 0; f < 2; f++) {
+        const char *fmt = f ? "memory_format = channels_last\n" : "memory_format = contiguous\n";
+        struct run on;
+        open_run(&on, fuse_text_in(fmt, "on", "", layers));
+        struct glia_model *m = on.m;
+        int folds = 0;
+        for (int i = 0; i < m->graph.n_nodes; i++) {
+            const struct glia__node *nd = &m->graph.nodes[i];
+            if (!nd->norm_fold) continue;
+            folds++;
+            CU_ASSERT(!strcmp(nd->layer.name, "c1") || !strcmp(nd->layer.name, "c2"));
+            CU_ASSERT_EQUAL(m->graph.nodes[nd->norm_fold - 1].folded_by, i + 1);
+        }
+        CU_ASSERT_EQUAL(folds, 2);  /* c1 + b1 (its relu fused), c2 + b2; not c3 + b3, c4 (relu) + b4 */
+        char *sum = summary_of(m);
+        const char *want = "graph pass fuse_pointwise: in evaluation c1 (conv2d) computes b1 (batchnorm) too, in the "
+                           "same pass over its output\n";
+        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
+        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+        free(sum);
+        struct glia_epoch_result r = GLIA_TEST_RESULT;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(m, &quiet, &r, 1), GLIA_OK);  /* moves the running statistics */
+        double loss[2], acc[2];
+        CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(m, &loss[0], &acc[0]), GLIA_OK);
+        for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].norm_fold = m->graph.nodes[i].folded_by = 0;
+        CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(m, &loss[1], &acc[1]), GLIA_OK);  /* the layers apart */
+        if (loss[0] != loss[1]) printf("\n  %s: eval loss %.9g folded, %.9g apart\n", fmt, loss[0], loss[1]);
+        CU_ASSERT(loss[0] == loss[1] && acc[0] == acc[1]);
+        CU_ASSERT(loss[0] > 0 && isfinite(loss[0]));
+        close_run(&on);
+    }
+}
+
 /* An optimizer without state (n_state = 0: the fixture plugin good's fixture_opt, w -= lr g, as a user writes plain
  * SGD) trains: the same weights bit for bit as sgd without momentum, through gradient accumulation, clipping, dp and
  * a checkpoint resumed in the middle of the run. */
@@ -2587,7 +2636,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_fold_bn_eval), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

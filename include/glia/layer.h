@@ -144,6 +144,14 @@ struct glia_fwd {
        bytes, planned with the activations by the core); NULL otherwise, and in a training forward whose backward
        never runs (no parameter at or before the layer). */
     void *saved;
+    /* ABI 2.4, an eval forward of a kernel with GLIA_KERNEL_EVAL_AFFINE: a normalization layer that alone reads this
+       one evaluates as y = act((x - mean(c))*scale(c) + shift(c)) per channel c of dim 1 (glia_kernel.eval_affine),
+       and this forward computes that of its own output instead, into out (the normalization layer's output; [graph]
+       fuse_pointwise): out = act((f(in) - affine(0, c))*affine(1, c) + affine(2, c)) in f32, each operation rounded
+       as written, affine a (3, C) f32 tensor on the layer's device, act a relu (v < 0 ? 0 : v) with affine_relu.
+       NULL: none. */
+    const struct glia_tensor *affine;
+    bool affine_relu;
 };
 
 /* The seed of a random layer at a training step, from its key: a splitmix64-style
@@ -232,7 +240,10 @@ enum glia_kernel_flags {
     /* ABI 2.3, loss kernels with GLIA_KERNEL_GRAD_IN_PLACE: a training forward given glia_fwd.din writes the gradient
      * there at once (llm.c's fused classifier: the loss and its gradient in one pass over the logits, which stay hot
      * in cache between the two), and the backward then finds it written. */
-    GLIA_KERNEL_GRAD_IN_FORWARD = 1u << 7
+    GLIA_KERNEL_GRAD_IN_FORWARD = 1u << 7,
+    /* ABI 2.4: its eval forward takes glia_fwd.affine (a following normalization's evaluation, per channel of its
+       output, applied before it writes: cuDNN's convolution + batchnorm-inference pattern) */
+    GLIA_KERNEL_EVAL_AFFINE = 1u << 8
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it
@@ -318,7 +329,23 @@ struct glia_kernel {
      * then). Called after prepare; the answer must not change over the layer's life. Optional: NULL means flags. Read
      * only when struct_size covers it; the core reads a layer's flags through glia_layer_kernel_flags. */
     uint32_t (*layer_flags)(const struct glia_layer *l);
+    /* ABI 2.4, normalization kernels: what the layer's evaluation computes when it is y = act((x - mean(c))*scale(c) +
+     * shift(c)) per channel c of dim 1, each operation rounded to f32 as written (batchnorm on its running
+     * statistics): writes mean, scale and shift, a (3, C) f32 tensor in its device's memory, from the current
+     * parameters and buffers, and *relu whether act is a relu (else none).
+     * affine NULL only asks whether it can. GLIA_EUNSUPPORTED: the evaluation is no such affine (batch statistics);
+     * the core then runs the layer's eval forward. Queued like a forward (a CUDA kernel may compute it). Optional:
+     * NULL means none. Read only when struct_size covers it (glia_kernel_eval_affine). */
+    glia_status (*eval_affine)(struct glia_layer *l, struct glia_tensor *affine, bool *relu);
 };
+
+/* Kernel k's eval_affine slot, or NULL when it has none (or a struct_size from before it). */
+static inline glia_status (*glia_kernel_eval_affine(const struct glia_kernel *k))(struct glia_layer *, struct glia_tensor *,
+                                                                                  bool *)
+{
+    size_t end = offsetof(struct glia_kernel, eval_affine) + sizeof k->eval_affine;
+    return k->struct_size >= end ? k->eval_affine : NULL;
+}
 
 /* The flags of layer l's kernel for this layer: kernel->layer_flags(l) where the kernel has that slot, else
  * kernel->flags. */

@@ -606,6 +606,28 @@ static const struct glia_layer_type batchnorm_type = {
     .flops = batchnorm_flops,
 };
 
+/* The evaluation on the running statistics as a per-channel affine: mean, scale and shift (bn_coef's, as the eval
+ * forward computes them), (3, C) into affine; none with track_running_stats = off (batch statistics) */
+static glia_status batchnorm_eval_affine(struct glia_layer *l, struct glia_tensor *affine, bool *relu)
+{
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    if (d->rm < 0) return GLIA_EUNSUPPORTED;
+    *relu = d->relu;
+    if (!affine) return GLIA_OK;
+    int64_t C = d->C;
+    if (glia_tensor_numel(affine) != 3 * C || !glia_tensor_f32(affine))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm: the evaluation's affine must be a (3, %lld) f32 host tensor",
+                          l->name, (long long)C);
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
+    float *o = glia_tensor_f32(affine);
+    for (int64_t c = 0; c < C; c++) {
+        float fm, scale, shift;
+        bn_channel(d, &t, c, t.rmean[c], t.rvar[c], 2.0, false, &fm, &scale, &shift);
+        o[c] = fm, o[C + c] = scale, o[2 * C + c] = shift;
+    }
+    return GLIA_OK;
+}
+
 static const struct glia_kernel batchnorm_cpu = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "batchnorm",
@@ -618,6 +640,7 @@ static const struct glia_kernel batchnorm_cpu = {
     .destroy = batchnorm_destroy,
     .forward = batchnorm_forward,
     .backward = batchnorm_backward,
+    .eval_affine = batchnorm_eval_affine,
 };
 
 static glia_status batchnorm_init(struct glia_registry *r)

@@ -614,6 +614,24 @@ static glia_status check_input(struct glia_layer *l, const struct glia_tensor *x
     return GLIA_OK;
 }
 
+/* y(N, F, HW) (or (N, HW, F) with nhwc) = act((y - m(f))*s(f) + t(f)), affine = (m, s, t) rows of F, each operation
+ * rounded to f32 as written (the evaluation of a batchnorm that alone reads this layer, as it computes it); act the
+ * relu with relu (v < 0 ? 0 : v) */
+static void affine_apply(float *y, const float *affine, int64_t N, int64_t F, int64_t HW, bool nhwc, bool relu)
+{
+    const float *m = affine, *s = affine + F, *t = affine + 2 * F;
+#pragma omp parallel for schedule(static) if (N * F * HW > 32768)
+    for (int64_t r = 0; r < N * (nhwc ? HW : F); r++) {
+        float *v = y + r * (nhwc ? F : HW);
+        if (nhwc)
+            for (int64_t f = 0; f < F; f++) v[f] = (v[f] - m[f]) * s[f] + t[f];
+        else
+            for (int64_t i = 0, f = r % F; i < HW; i++) v[i] = (v[i] - m[f]) * s[f] + t[f];
+        if (relu)
+            for (int64_t i = 0; i < (nhwc ? F : HW); i++) v[i] = v[i] < 0.0f ? 0.0f : v[i];
+    }
+}
+
 static glia_status conv2d_cpu_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
@@ -637,6 +655,8 @@ static glia_status conv2d_cpu_forward(struct glia_layer *l, const struct glia_fw
     }
     if ((st = run(l, c->fwd, n, args))) return st;
     if (c->f_dst.mem && (st = run_reorder(l, &c->f_dst, c->f_dst.reo, c->f_dst.mem, c->y))) return st;
+    if (a->affine) affine_apply(glia_tensor_f32(a->out), glia_tensor_f32(a->affine), x->shape.dim[0], g->F,
+                                c->OH * c->OW, nhwc, a->affine_relu);
     /* training: backward-weights reads the reordered input instead of reordering it again */
     if (a->train && c->f_src.mem) c->kept = glia_tensor_f32(x);
     return GLIA_OK;
@@ -740,12 +760,13 @@ static const struct glia_layer_type conv2d_type = {
     .flops = conv2d_flops,
 };
 
-/* activation = relu reads the output in backward (its mask) */
+/* activation = relu reads the output in backward (its mask); without an activation the eval forward takes a
+ * following batchnorm's affine */
 static uint32_t conv2d_cpu_layer_flags(const struct glia_layer *l)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
     uint32_t f = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT;
-    return g->act ? f & ~(uint32_t)GLIA_KERNEL_BWD_NO_OUTPUT : f;
+    return g->act ? f & ~(uint32_t)GLIA_KERNEL_BWD_NO_OUTPUT : f | GLIA_KERNEL_EVAL_AFFINE;
 }
 
 static const struct glia_kernel conv2d_cpu_kernel = {
