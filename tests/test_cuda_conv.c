@@ -949,9 +949,75 @@ static void test_graph_api_captured(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* An evaluation forward with a following batchnorm's affine (glia_fwd.affine: (y - mean)*scale + shift, then its
+ * relu), against the CPU kernel's: with and without bias and relu, both formats, fp32 and bf16 (half activations),
+ * F a multiple of 4 and not (the affine's rows copied to aligned scratch); cuDNN's fused graph runs (counted in the
+ * emulator), and where it is refused (GLIA_EMU_CUDNN_MAX_OPS=1) the convolution's plan and one second pass do. */
+static void test_eval_affine(void)
+{
+    graph_runs_fn fused = emu_runs("glia_emu_cudnn_fused_conv_runs");
+    for (int refuse = 0; refuse < 2; refuse++)
+        for (int v = 0; v < 8; v++) {
+            bool bias = v & 1, relu = v & 2, half = v & 4;
+            int64_t F = refuse ? 8 : (v & 1 ? 6 : 8);
+            for (int f = 0; f < 2; f++) {
+                enum glia_precision p = half ? GLIA_PRECISION_BF16 : GLIA_PRECISION_FP32;
+                enum glia_dtype dt = half ? GLIA_BF16 : GLIA_F32;
+                enum glia_memory_format fmt = f ? GLIA_CHANNELS_LAST : GLIA_CONTIGUOUS;
+                if (refuse) setenv("GLIA_EMU_CUDNN_MAX_OPS", "1", 1);
+                configure(p, false, DEFAULT_WORKSPACE);
+                const struct cv c = {2 + refuse, 4, 7, 6, F, 3, 1, 1, 1, 1, bias, 3, 1};
+                char ini[512];
+                cv_ini(&c, ini, sizeof ini);
+                struct glia_rng rng;
+                glia__rng_seed(&rng, 7400 + (uint64_t)(16 * refuse + 2 * v + f));
+                struct cuda_built C, G;
+                conv_build(&c, ini, &C, &G, &rng);
+                struct glia_shape in = S(4, c.N, c.C, c.H, c.W), os = S(4, c.N, F, c.H, c.W), as = S(2, 3, F, 0, 0);
+                float *xv = random_values(&rng, in, 1.0f), *av = random_values(&rng, as, 0.5f);
+                for (int64_t j = F; j < 2 * F; j++) av[j] = 0.5f + fabsf(av[j]);  /* scale: positive */
+                cuda_round(xv, glia_shape_numel(&in), dt);  /* the CPU computes on the values the GPU gets */
+                struct glia_tensor *xc = cuda_put(cuda_cpu, in, GLIA_CONTIGUOUS, xv), *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS);
+                struct glia_tensor *ac = cuda_put(cuda_cpu, as, GLIA_CONTIGUOUS, av), *ag = cuda_put(cuda_gpu, as, GLIA_CONTIGUOUS, av);
+                struct glia_tensor *xg = cuda_swap_dtype(cuda_put(cuda_gpu, in, fmt, xv), dt);
+                struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, fmt), dt);
+                const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
+                struct glia_fwd fc = {inc, 1, yc, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, ac, relu};
+                struct glia_fwd fg = {ing, 1, yg, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, ag, relu};
+                CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
+                if (fused) fused(true);
+                glia_status st = G.kernel->forward(&G.l, &fg);
+                if (!st) st = G.kernel->forward(&G.l, &fg);  /* the check's run, then the plan's */
+                if (st) printf("\n  %s", glia_context_error(cuda_ctx));
+                CU_ASSERT_FATAL(st == GLIA_OK);
+                long n = fused ? fused(true) : -1;
+                if (fused) CU_ASSERT(refuse ? n == 0 : n >= 1);
+                double d = cuda_diff_of(yc, yg), tol = half ? 3e-2 : 1e-4;
+                int64_t neg = 0;
+                struct glia_tensor *y32 = cuda_as_dtype(yg, GLIA_F32), *h = cuda_get(y32);
+                for (int64_t j = 0; j < glia_tensor_numel(h); j++) neg += glia_tensor_f32(h)[j] < 0;
+                glia_tensor_release(h);
+                glia_tensor_release(y32);
+                if (!(d <= tol) || (relu && neg)) printf("\n  %s%s %s: %g off, %lld negative\n", ini, half ? "bf16" : "fp32",
+                                                         f ? "nhwc" : "nchw", d, (long long)neg);
+                CU_ASSERT(d <= tol);
+                CU_ASSERT(!relu || neg == 0);
+                struct glia_tensor *all[] = {xc, yc, ac, ag, xg, yg};
+                for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) glia_tensor_release(all[j]);
+                free(xv), free(av);
+                cuda_unbuild(&C);
+                cuda_unbuild(&G);
+                unsetenv("GLIA_EMU_CUDNN_MAX_OPS");
+            }
+        }
+    if (!fused) printf("(on a GPU: the plans run are not counted) ");
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
                GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api),
                GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu),
-               GLIA_TEST(test_graph_api_fused), GLIA_TEST(test_graph_api_captured))
+               GLIA_TEST(test_graph_api_fused), GLIA_TEST(test_graph_api_captured),
+               GLIA_TEST(test_eval_affine))

@@ -44,10 +44,12 @@ static const char *const dir_name[N_DIRS] = {"forward", "backward data", "backwa
 struct conv_key {
     int64_t device, dir, precision, nhwc, benchmark, workspace_limit, deterministic;
     int64_t N, C, H, W, F, kh, kw, s, ph, pw, d, g;
-    int64_t epi;  /* what the forward's graph adds after the convolution: EPI_* bits (activation = relu only) */
+    int64_t epi;  /* what the forward's graph adds after the convolution: EPI_* bits (activation = relu, or an
+                     evaluation's glia_fwd.affine) */
 };
 
-enum { EPI_BIAS = 1, EPI_RELU = 2 };  /* y = relu(conv(x, w) + b) */
+/* y = relu(a(conv(x, w) + b)), a(v) = (v - mean)*scale + shift with EPI_AFFINE (a batchnorm's evaluation) */
+enum { EPI_BIAS = 1, EPI_RELU = 2, EPI_AFFINE = 4 };
 
 /* One direction's algorithm, the math type it runs with and the workspace it needs; and, where cuDNN's graph API is
  * the one that runs (plan >= 0), which of the graph's plans, best first as the heuristics gave them (the legacy
@@ -119,10 +121,11 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
 
 /* One direction's graph at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
- * the gradients' graphs as glia__cg_conv names them; a fused forward adds the bias (4) and the relu of key.epi. */
+ * the gradients' graphs as glia__cg_conv names them; a fused forward adds the bias (4), the affine's mean, scale and
+ * shift (5, 6, 7) and the relu of key.epi. */
 struct conv_graph {
     bool built;                      /* tried at this key: g and plan[0..n) hold what cuDNN gave (n may be 0) */
-    bool fused;                      /* the forward's plans add the key's epilogue: y = relu(conv + b) in one kernel */
+    bool fused;                      /* the forward's plans add the key's epilogue in one kernel */
     struct glia__cg *g;
     cudnnBackendDescriptor_t plan[MAX_GRAPH_PLANS];
     int64_t ws[MAX_GRAPH_PLANS];
@@ -184,6 +187,8 @@ struct call {
     const float *b;                  /* the bias (fused forward), and where the graph reads it: a 16-byte aligned copy */
     const float *cb;                 /* at o_b when it is not aligned so */
     size_t o_b;
+    const float *af, *caf;           /* the evaluation's affine (3, F) (glia_fwd.affine), as read: a copy at o_af */
+    size_t o_af;                     /* (rows 16-byte aligned) when its rows are not */
     void *ws;                        /* workspace and its size */
     size_t ws_size;
 };
@@ -378,7 +383,7 @@ static glia_status call_format(struct glia_layer *l, const struct glia_tensor *c
 
 /* Set the descriptors for input (N, C, H, W) in the given layout under the backend's current
  * options, unless they already hold that; a change forgets the layer's algorithm choices. */
-static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc)
+static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc, int64_t epi)
 {
     struct cuda_conv *p = l->state;
     const struct glia_conv2d_attrs *g = l->attrs;
@@ -388,8 +393,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
                                  .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
                                  .workspace_limit = (int64_t)o->workspace_limit, .deterministic = o->deterministic,
                                  .N = N, .C = g->C, .H = H, .W = W, .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s,
-                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g,
-                                 .epi = g->act == GLIA_CONV2D_ACT_RELU ? EPI_RELU | (g->b >= 0 ? EPI_BIAS : 0) : 0};
+                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g, .epi = epi};
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
@@ -622,9 +626,10 @@ static void graph_build(struct glia_layer *l, int d)
     cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
     for (int fused = d == FWD && k->epi ? 1 : 0; fused >= 0; fused--) {  /* the fused graph first, where asked */
         if (fused == 0 && q->n == 0 && d == FWD && k->epi) {
-            glia_log(l->ctx, GLIA_LOG_INFO, "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution + %s"
-                     "relu at this shape (%s); they run as a second pass over the output", l->name,
-                     k->epi & EPI_BIAS ? "bias + " : "", e != CUDNN_STATUS_SUCCESS ? q->g->what : "no plan");
+            glia_log(l->ctx, GLIA_LOG_INFO, "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s "
+                     "at this shape (%s); they run as a second pass over the output", l->name,
+                     k->epi & EPI_BIAS ? " + bias" : "", k->epi & EPI_AFFINE ? " + batchnorm (evaluation)" : "",
+                     k->epi & EPI_RELU ? " + relu" : "", e != CUDNN_STATUS_SUCCESS ? q->g->what : "no plan");
             glia__cg_free(q->g);
             glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);
         }
@@ -634,18 +639,30 @@ static void graph_build(struct glia_layer *l, int d)
         cudnnBackendDescriptor_t y = glia__cg_tensor(q->g, 3, dt, yd, ys, false, false, false);
         if (!fused) {
             glia__cg_conv(q->g, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
-        } else {  /* conv -> v (f32, virtual) [+ b (1, F, 1, 1) -> a (f32, virtual)] -> relu -> y */
+        } else {  /* conv -> f32 (virtual) [+ b] [- mean, * scale, + shift] [relu] -> y, the vectors (1, F, 1, 1) */
             const int64_t bd[4] = {1, g->F, 1, 1};
             int64_t bs[4];
             strides4(bd, k->nhwc, bs);  /* in the activations' layout, as cuDNN's fusion samples give it */
-            cudnnBackendDescriptor_t v = glia__cg_tensor(q->g, 10, CUDNN_DATA_FLOAT, yd, ys, true, false, false), a = v;
-            glia__cg_conv(q->g, GLIA__CG_CONV_FWD, x, w, v, pad, stride, dil, 1.0f, 0.0f);
-            if (k->epi & EPI_BIAS) {
-                cudnnBackendDescriptor_t b = glia__cg_tensor(q->g, 4, CUDNN_DATA_FLOAT, bd, bs, false, false, false);
-                a = glia__cg_tensor(q->g, 11, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
-                glia__cg_pointwise(q->g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, v, b, NULL, a, -1);
+            cudnnPointwiseMode_t mode[5];
+            int64_t operand[5];  /* the uid of each operation's second operand, 0: none */
+            int n_pw = 0;
+            if (k->epi & EPI_BIAS) mode[n_pw] = CUDNN_POINTWISE_ADD, operand[n_pw++] = 4;
+            if (k->epi & EPI_AFFINE) {
+                mode[n_pw] = CUDNN_POINTWISE_SUB, operand[n_pw++] = 5;
+                mode[n_pw] = CUDNN_POINTWISE_MUL, operand[n_pw++] = 6;
+                mode[n_pw] = CUDNN_POINTWISE_ADD, operand[n_pw++] = 7;
             }
-            glia__cg_pointwise(q->g, CUDNN_POINTWISE_RELU_FWD, CUDNN_DATA_FLOAT, a, NULL, NULL, y, -1);
+            if (k->epi & EPI_RELU) mode[n_pw] = CUDNN_POINTWISE_RELU_FWD, operand[n_pw++] = 0;
+            cudnnBackendDescriptor_t v = glia__cg_tensor(q->g, 10, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
+            glia__cg_conv(q->g, GLIA__CG_CONV_FWD, x, w, v, pad, stride, dil, 1.0f, 0.0f);
+            for (int j = 0; j < n_pw; j++) {  /* each into a virtual f32 tensor of its own, the last into y */
+                cudnnBackendDescriptor_t b =
+                    operand[j] ? glia__cg_tensor(q->g, operand[j], CUDNN_DATA_FLOAT, bd, bs, false, false, false) : NULL;
+                cudnnBackendDescriptor_t o =
+                    j == n_pw - 1 ? y : glia__cg_tensor(q->g, 11 + j, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
+                glia__cg_pointwise(q->g, mode[j], CUDNN_DATA_FLOAT, v, b, NULL, o, -1);
+                v = o;
+            }
         }
         e = glia__cg_plans(q->g, o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A, refused_notes(o),
                            (int64_t)cap, MAX_GRAPH_PLANS - FALLBACK_PLANS, q->plan, q->ws, &q->n);
@@ -669,23 +686,35 @@ static void graph_build(struct glia_layer *l, int d)
  * fp32 weights read in place may be aligned to 4 bytes only). */
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Row r (mean, scale, shift) of the affine as the graph reads it (k->caf: rows of F floats, or of F rounded up to
+ * 256 bytes in the aligned copy). */
+static const float *affine_row(const struct call *k, int64_t F, int r)
+{
+    size_t row = k->o_af != NONE ? align_up((size_t)F * sizeof(float)) : (size_t)F * sizeof(float);
+    return k->caf ? (const float *)((const char *)k->caf + (size_t)r * row) : NULL;
+}
+
 /* Whether direction d's graph can run on k's operands into out with workspace ws: all 16-byte aligned. */
 static bool graph_aligned(const struct call *k, int d, const void *out, const void *ws)
 {
     const void *t1 = d == BWD_DATA ? out : k->cx, *t2 = d == BWD_FILTER ? out : k->cw, *t3 = d == FWD ? out : k->cdy;
     return aligned16(t1) && aligned16(t2) && aligned16(t3) && aligned16(ws) &&
-           (d != FWD || aligned16(k->cb));  /* graph_run's uids 1, 2, 3 and 4 */
+           (d != FWD || (aligned16(k->cb) && aligned16(k->caf)));  /* graph_run's uids 1 to 7 (affine_row) */
 }
 
 /* Direction d's graph plan i on k's operands into out (y, dx or dw), with workspace ws. */
 static cudnnStatus_t graph_run(struct glia_layer *l, const struct call *k, int d, int i, void *out, void *ws)
 {
     struct cuda_conv *p = l->state;
-    int64_t uids[4] = {1, 2, 3, 4};
-    void *ptrs[4] = {(void *)k->cx, (void *)k->cw, out, (void *)k->cb};  /* FWD: x, w, y, and a fused graph's bias */
+    const struct glia_conv2d_attrs *g = l->attrs;
+    int64_t uids[7] = {1, 2, 3};
+    void *ptrs[7] = {(void *)k->cx, (void *)k->cw, out};  /* FWD: x, w, y */
+    int n = 3;
     if (d == BWD_DATA) ptrs[0] = out, ptrs[2] = (void *)k->cdy;
     if (d == BWD_FILTER) ptrs[1] = out, ptrs[2] = (void *)k->cdy;
-    int n = d == FWD && p->graph[d].fused && (p->key.epi & EPI_BIAS) ? 4 : 3;
+    if (d == FWD && p->graph[d].fused && (p->key.epi & EPI_BIAS)) uids[n] = 4, ptrs[n++] = (void *)k->cb;
+    for (int r = 0; r < 3 && d == FWD && p->graph[d].fused && (p->key.epi & EPI_AFFINE); r++)
+        uids[n] = 5 + r, ptrs[n++] = (void *)affine_row(k, g->F, r);
     return glia__cg_execute(glia__cuda_of(l->backend)->dnn, p->graph[d].plan[i], n, uids, ptrs, ws);
 }
 
@@ -711,16 +740,16 @@ static float graph_time(struct glia_layer *l, const struct call *k, int d, int i
     return ms;
 }
 
-/* The forward's epilogue over out (cuDNN's type): out = relu(out + b) with the key's bias (k->b) and relu; none without
- * them. */
+/* The forward's epilogue over out (cuDNN's type): out = relu(a(out + b)) with the key's bias (k->b), affine (k->af)
+ * and relu; none without them. */
 static cudaError_t epilogue(struct glia_layer *l, const struct call *k, void *out)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
     const struct conv_key *key = &((struct cuda_conv *)l->state)->key;
     int64_t HW = glia_conv2d_out_h(g, key->H) * glia_conv2d_out_w(g, key->W);
     if (!key->epi) return cudaSuccess;
-    return glia__conv_bias_add(out, k->t, key->epi & EPI_BIAS ? k->b : NULL, k->ny, g->F, HW, k->nhwc,
-                               key->epi & EPI_RELU, glia__cuda_of(l->backend)->stream);
+    return glia__conv_bias_add(out, k->t, key->epi & EPI_BIAS ? k->b : NULL, key->epi & EPI_AFFINE ? k->af : NULL, k->ny,
+                               g->F, HW, k->nhwc, key->epi & EPI_RELU, glia__cuda_of(l->backend)->stream);
 }
 
 /* The milliseconds of the forward's epilogue over probe (GRAPH_TIMED_RUNS runs), what a fused plan saves beside the
@@ -774,6 +803,14 @@ static glia_status convert(struct glia_layer *l, struct call *k, char *base)
     if (k->o_b != NONE) {  /* the bias as a fused graph reads it: 16-byte aligned */
         CUDA_TRY(l->ctx, cudaMemcpyAsync(base + k->o_b, k->b, (size_t)g->F * sizeof(float), cudaMemcpyDeviceToDevice, s));
         k->cb = (const float *)(base + k->o_b);
+    }
+    k->caf = k->af;
+    if (k->o_af != NONE) {  /* its three rows, each 16-byte aligned */
+        size_t row = align_up((size_t)g->F * sizeof(float));
+        for (int r = 0; r < 3; r++)
+            CUDA_TRY(l->ctx, cudaMemcpyAsync(base + k->o_af + (size_t)r * row, k->af + r * g->F,
+                                             (size_t)g->F * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        k->caf = (const float *)(base + k->o_af);
     }
 fail:
     return st;
@@ -1019,11 +1056,18 @@ fail:
 
 /* ---- forward and backward ---- */
 
+/* The epilogue a training forward of the layer adds (its backward's key too): its relu, with its bias. */
+static int64_t train_epi(const struct glia_layer *l)
+{
+    const struct glia_conv2d_attrs *g = l->attrs;
+    return g->act == GLIA_CONV2D_ACT_RELU ? EPI_RELU | (g->b >= 0 ? EPI_BIAS : 0) : 0;
+}
+
 /* A call's tensors checked (the input x, the output y, and in backward the output gradient dy and the input
  * gradient dx, which may be NULL: dense f32 CUDA tensors of the layer's shapes, in one format, which *nhwc gives),
  * and the descriptors set for them. */
 static glia_status begin_call(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y,
-                              const struct glia_tensor *dy, const struct glia_tensor *dx, bool *nhwc)
+                              const struct glia_tensor *dy, const struct glia_tensor *dx, int64_t epi, bool *nhwc)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
     glia_status st;
@@ -1041,7 +1085,7 @@ static glia_status begin_call(struct glia_layer *l, const struct glia_tensor *x,
         (dx && (st = check_tensor(l, dx, "the input gradient", N, g->C, H, W))) ||
         (st = call_format(l, (const struct glia_tensor *[]){x, y, dy, dx}, 4, nhwc)))
         return st;
-    return plan(l, N, H, W, *nhwc);
+    return plan(l, N, H, W, *nhwc, epi);
 }
 
 /* The fields of k every call has: precision, layout, operands, sizes; no scratch yet. */
@@ -1062,7 +1106,7 @@ static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const str
     k->nx = glia_tensor_numel(x);
     k->nw = glia_tensor_numel(l->params[g->w].value);
     k->ny = glia_tensor_numel(y);
-    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = k->o_b = NONE;
+    k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = k->o_b = k->o_af = NONE;
 }
 
 static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd *a)
@@ -1072,15 +1116,22 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     struct glia__cuda *c = glia__cuda_of(l->backend);
     const struct glia_tensor *x = a->in[0], *y = a->out;
     bool nhwc;
-    glia_status st = begin_call(l, x, y, NULL, NULL, &nhwc);
+    const float *bias = g->b >= 0 ? l->params[g->b].value->data : NULL;
+    bool relu = g->act == GLIA_CONV2D_ACT_RELU || (a->affine && a->affine_relu);
+    int64_t epi = a->affine ? EPI_AFFINE | (bias ? EPI_BIAS : 0) | (a->affine_relu ? EPI_RELU : 0) : train_epi(l);
+    if (a->affine && (glia_tensor_numel(a->affine) != 3 * g->F || a->affine->dtype != GLIA_F32 ||
+                      a->affine->device.type != GLIA_DEVICE_CUDA))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: the evaluation's affine must be a (3, %lld) f32 CUDA tensor",
+                          l->name, (long long)g->F);
+    glia_status st = begin_call(l, x, y, NULL, NULL, epi, &nhwc);
     if (st) return st;
     struct call k;
     call_init(l, &k, nhwc, x, y, NULL);
     bool copies = k.lp && !k.hio;  /* x in, y out through converted copies */
-    const float *bias = g->b >= 0 ? l->params[g->b].value->data : NULL;
-    bool relu = g->act == GLIA_CONV2D_ACT_RELU;
     k.b = bias;
-    if (relu && bias && ((uintptr_t)bias & 15u)) k.o_b = carve(&k, (size_t)g->F * sizeof(float));
+    k.af = a->affine ? a->affine->data : NULL;
+    if (epi && bias && ((uintptr_t)bias & 15u)) k.o_b = carve(&k, (size_t)g->F * sizeof(float));
+    if (k.af && (((uintptr_t)k.af & 15u) || g->F % 4)) k.o_af = carve(&k, 3 * (size_t)align_up((size_t)g->F * 4));
     p->epi_done = false;
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_w = carve(&k, (size_t)k.nw * k.es);
@@ -1091,11 +1142,11 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     void *out = copies ? base + k.o_y : y->data;
     if ((st = run_dir(l, &k, FWD, &zero, out))) return st;
     if (copies) CUDA_TRY(l->ctx, glia__conv_convert(y->data, GLIA__CONV_F32, out, k.t, 1, 1, k.ny, 0.0f, c->stream));
-    bool epi = !p->epi_done;  /* else a fused plan (or its check) wrote relu(conv + b) */
-    if (epi && ((bias && k.hio) || relu))  /* y(N, F, OH, OW) = act(y + b(F)) in y's type, in f32 rounded once */
-        CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.hio ? k.t : GLIA__CONV_F32, bias, glia_tensor_numel(y), g->F,
-                                             y->shape.dim[2] * y->shape.dim[3], k.nhwc, relu, c->stream));
-    else if (epi && bias)
+    bool second = !p->epi_done;  /* else a fused plan (or its check) wrote the epilogue */
+    if (second && ((bias && k.hio) || relu || k.af))  /* y(N, F, OH, OW) = act(a(y + b(F))) in y's type, rounded once */
+        CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.hio ? k.t : GLIA__CONV_F32, bias, k.af, glia_tensor_numel(y),
+                                             g->F, y->shape.dim[2] * y->shape.dim[3], k.nhwc, relu, c->stream));
+    else if (second && bias)
         CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, l->params[g->b].value->data, &one, p->y32, y->data));
 fail:
     return st;
@@ -1108,7 +1159,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     const struct glia_tensor *x = a->in[0], *y = a->out, *dy = a->dout;
     struct glia_tensor *dx = a->din[0];
     bool nhwc;
-    glia_status st = begin_call(l, x, y, dy, dx, &nhwc);
+    glia_status st = begin_call(l, x, y, dy, dx, train_epi(l), &nhwc);
     if (st) return st;
     int64_t N = x->shape.dim[0], OH = y->shape.dim[2], OW = y->shape.dim[3];
     struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;
@@ -1170,12 +1221,13 @@ fail:
     return st;
 }
 
-/* activation = relu reads the output in backward (its mask) */
+/* activation = relu reads the output in backward (its mask); without an activation the eval forward takes a
+ * following batchnorm's affine */
 static uint32_t cuda_conv_layer_flags(const struct glia_layer *l)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
     uint32_t f = GLIA_KERNEL_CHANNELS_LAST | GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF;
-    return g->act ? f & ~(uint32_t)GLIA_KERNEL_BWD_NO_OUTPUT : f;
+    return g->act ? f & ~(uint32_t)GLIA_KERNEL_BWD_NO_OUTPUT : f | GLIA_KERNEL_EVAL_AFFINE;
 }
 
 static const struct glia_kernel cuda_conv_kernel = {

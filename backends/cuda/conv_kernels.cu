@@ -68,30 +68,34 @@ extern "C" cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_ty
     return cudaErrorInvalidValue;
 }
 
-/* y(n) = act(y(n) + b(c)), c the element's channel: b NULL adds nothing; act the relu with relu (a negative value
- * becomes 0, NaN stays NaN), else none */
+/* y(n) = act(a(y(n) + b(c))), c the element's channel: b NULL adds nothing; a(v) = (v - af(0, c))*af(1, c) +
+ * af(2, c) with af, else v; act the relu with relu (a negative value becomes 0, NaN stays NaN), else none */
 template <typename T>
-__global__ void bias_add_kernel(T *y, const float *b, int64_t n, int64_t F, int64_t HW, bool nhwc, bool relu)
+__global__ void bias_add_kernel(T *y, const float *b, const float *af, int64_t n, int64_t F, int64_t HW, bool nhwc,
+                                bool relu)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = to_float(y[i]) + (b ? b[nhwc ? i % F : i / HW % F] : 0.0f);
+        int64_t c = nhwc ? i % F : i / HW % F;
+        float v = to_float(y[i]) + (b ? b[c] : 0.0f);
+        if (af) v = __fadd_rn(__fmul_rn(v - af[c], af[F + c]), af[2 * F + c]);  /* as written: no contraction */
         y[i] = from_float<T>(relu && v < 0.0f ? 0.0f : v);
     }
 }
 
-extern "C" cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, int64_t n, int64_t F,
-                                           int64_t HW, bool nhwc, bool relu, cudaStream_t s)
+extern "C" cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, const float *affine,
+                                           int64_t n, int64_t F, int64_t HW, bool nhwc, bool relu, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
+    const float *af = affine;
     switch (t) {
     case GLIA__CONV_F32:
-        bias_add_kernel<float><<<grid_for(n), THREADS, 0, s>>>((float *)y, b, n, F, HW, nhwc, relu);
+        bias_add_kernel<float><<<grid_for(n), THREADS, 0, s>>>((float *)y, b, af, n, F, HW, nhwc, relu);
         break;
     case GLIA__CONV_F16:
-        bias_add_kernel<__half><<<grid_for(n), THREADS, 0, s>>>((__half *)y, b, n, F, HW, nhwc, relu);
+        bias_add_kernel<__half><<<grid_for(n), THREADS, 0, s>>>((__half *)y, b, af, n, F, HW, nhwc, relu);
         break;
     case GLIA__CONV_BF16:
-        bias_add_kernel<__nv_bfloat16><<<grid_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)y, b, n, F, HW, nhwc, relu);
+        bias_add_kernel<__nv_bfloat16><<<grid_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)y, b, af, n, F, HW, nhwc, relu);
         break;
     default: return cudaErrorInvalidValue;
     }

@@ -27,11 +27,12 @@ cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_type, const v
                                enum glia__conv_type src_type, int64_t B, int64_t rows, int64_t cols, float beta,
                                cudaStream_t s);
 
-/* y(n) = act(y(n) + b(c)) over y's n elements of type t (f32 arithmetic, rounded once), c = the element's channel of F:
- * (i / HW) % F in NCHW order, i % F in NHWC (nhwc); b NULL adds nothing; act is the relu with relu (conv2d's activation
- * = relu), else none */
-cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, int64_t n, int64_t F, int64_t HW,
-                                bool nhwc, bool relu, cudaStream_t s);
+/* y(n) = act(a(y(n) + b(c))) over y's n elements of type t (f32 arithmetic, rounded once), c = the element's channel
+ * of F: (i / HW) % F in NCHW order, i % F in NHWC (nhwc); b NULL adds nothing; a(v) = (v - affine(0, c))*affine(1, c)
+ * + affine(2, c) (a following batchnorm's evaluation, glia_fwd.affine: (3, F) f32), v without it; act is the relu
+ * with relu (conv2d's activation = relu, the batchnorm's), else none */
+cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, const float *affine, int64_t n,
+                                int64_t F, int64_t HW, bool nhwc, bool relu, cudaStream_t s);
 
 /* d(n) = y(n) <= 0 ? 0 : dy(n) over n elements (the relu's backward by its output), dy and y of src_type, d of dst_type
  * (converted; rounded to nearest even). d may be dy when the types agree. */

@@ -257,6 +257,26 @@ fail:
     return st;
 }
 
+/* The evaluation on the running statistics as a per-channel affine (3, C): glia__cuda_bn_finalize's coefficients, which
+ * the eval forward normalizes with; none with track_running_stats = off (batch statistics) */
+static glia_status bn_eval_affine(struct glia_layer *l, struct glia_tensor *affine, bool *relu)
+{
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    if (d->rm < 0) return GLIA_EUNSUPPORTED;
+    *relu = d->relu;
+    if (!affine) return GLIA_OK;
+    if (glia_tensor_numel(affine) != 3 * d->C || affine->dtype != GLIA_F32 || affine->device.type != GLIA_DEVICE_CUDA)
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] batchnorm: the evaluation's affine must be a (3, %lld) f32 CUDA tensor",
+                          l->name, (long long)d->C);
+    struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
+    glia_status st = GLIA_OK;
+    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(affine->data, NULL, t.rmean, t.rvar, t.gamma, t.beta, NULL, GLIA_F32, NULL,
+                                            NULL, glia__cuda_bn_geom(1, d->C, 1), true, false, d->momentum, d->eps,
+                                            stream_of(l)));
+fail:
+    return st;
+}
+
 static const struct glia_kernel bn_kernel = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "batchnorm",
@@ -269,6 +289,7 @@ static const struct glia_kernel bn_kernel = {
     .destroy = bn_destroy,
     .forward = bn_forward,
     .backward = bn_backward,
+    .eval_affine = bn_eval_affine,
 };
 
 /* ---- maxpool2d and avgpool2d ---- */
