@@ -428,6 +428,7 @@ glia_status glia__pass_fuse_activation(struct glia_model *m)
         const char *act = act_name(r, name, sizeof name);
         if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 || !act ||
             !(m->graph.nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
+            m->graph.nodes[i].layer.kernel->struct_size < sizeof(struct glia_kernel) ||  /* older: may not know it */
             m->graph.nodes[i].own_sec || !key_has_choice(m->graph.nodes[i].layer.type->keys, "activation", act) ||
             strcmp(glia_section_str(m->graph.nodes[i].sec, "activation"), "none"))
             continue;
@@ -740,7 +741,8 @@ enum glia_dtype glia__half_of(const struct glia_model *m, const struct glia_sect
 static bool may_be_half(const struct glia_model *m, int i)
 {
     const struct glia__node *nd = &m->graph.nodes[i];
-    if (!(nd->layer.kernel->flags & GLIA_KERNEL_HALF) || (nd->layer.type->flags & GLIA_TYPE_LOSS)) return false;
+    if (!(glia_layer_kernel_flags(&nd->layer) & GLIA_KERNEL_HALF) || (nd->layer.type->flags & GLIA_TYPE_LOSS))
+        return false;
     for (int k = 0; k < nd->n_in; k++)
         if (nd->in[k] < 0 && glia__data_dtype(m) != GLIA_F32) return false;
     for (int j = i + 1; j < m->graph.n_nodes; j++)

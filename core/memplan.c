@@ -123,6 +123,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         size[o] = floats_of(glia_shape_numel(&shapes[i]), nd->out_dtype);
         first[o] = last[o] = i;
         if (!train && nd->folded_by) first[o] = nd->folded_by - 1;  /* written by that node's eval forward */
+        if (!train && nd->norm_fold) size[o] = 0;  /* never written: a view of the normalization's (plan_one) */
         if (again) first2[o] = last2[o] = R[i];
         int *walk = again ? &last2[o] : &last[o];  /* the life that the backward walk's readers extend */
         if (i == N - 1) last[o] = end;
@@ -246,6 +247,9 @@ static glia_status plan_one(struct glia_model *m, int64_t n, bool train, int64_t
         if (L.size[s] > 0) off[s] += guard;
     int ip = train ? glia__grad_in_place(m) : -1;
     if (ip >= 0) off[GLIA__PLAN_GRAD(ip, -1)] = off[GLIA__PLAN_VALUE(ip, -1)];
+    for (int i = 0; i < m->graph.n_nodes && !train; i++)  /* a folded producer's output: the normalization's bytes */
+        if (m->graph.nodes[i].norm_fold)
+            off[GLIA__PLAN_VALUE(i, -1)] = off[GLIA__PLAN_VALUE(m->graph.nodes[i].norm_fold - 1, -1)];
     lives_free(&L);
     return *len < 0 ? GLIA_ENOMEM : GLIA_OK;
 }

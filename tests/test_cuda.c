@@ -223,6 +223,35 @@ static void train_run(struct run *r, const char *text, struct glia_epoch_result 
     CU_ASSERT_FATAL(st == GLIA_OK);
 }
 
+/* [graph] fuse_pointwise = auto on the GPU: in evaluation b1 (with r1 fused) runs inside c1's forward, from the CUDA
+ * batchnorm's eval_affine; both formats, fp32 and bf16. The evaluation after training equals the one with the layers
+ * apart (folds cleared, activations planned again) within rounding: one cuDNN graph against the convolution and the
+ * batchnorm's kernel. */
+static void test_fold_bn_eval_on_device(void)
+{
+    make_data();
+    static const char *const extra[] = {"precision = fp32\nmemory_format = contiguous",
+                                        "precision = fp32\nmemory_format = channels_last",
+                                        "precision = bf16\nmemory_format = channels_last"};
+    for (int k = 0; k < 3; k++) {
+        struct run r;
+        struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
+        train_run(&r, cnn_text("cuda", extra[k], "sgd\nlr = 0.01"), res);
+        struct glia_model *m = r.m;
+        CU_ASSERT_FATAL(m->graph.nodes[0].norm_fold == 2);  /* c1 computes b1 in evaluation */
+        double loss[2], acc[2];
+        CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(m, &loss[0], &acc[0]), GLIA_OK);
+        for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].norm_fold = m->graph.nodes[i].folded_by = 0;
+        glia__model_release_activations(m);
+        CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(m, &loss[1], &acc[1]), GLIA_OK);
+        double tol = k == 2 ? 2e-2 : 1e-5;
+        if (!(fabs(loss[0] - loss[1]) <= tol * fmax(1.0, fabs(loss[1]))))
+            printf("\n  %s: eval loss %.9g folded, %.9g apart\n", extra[k], loss[0], loss[1]);
+        CU_ASSERT(fabs(loss[0] - loss[1]) <= tol * fmax(1.0, fabs(loss[1])) && loss[0] > 0);
+        close_run(&r);
+    }
+}
+
 /* [runtime] nvtx: a profiler (tests/fixtures/nvtx_record.so, loaded by NVTX as NVTX_INJECTION64_PATH says) sees each
  * layer's forward and backward, the optimizer step and the input as named ranges, every one closed; off, none. The
  * injection is set before the first NVTX call of the process (nvtx is off in every earlier test). */
@@ -1492,7 +1521,8 @@ int main(void)
                                              GLIA_TEST(test_resident_batches_match_loader),
                                              GLIA_TEST(test_resident_trains_the_same),
                                              GLIA_TEST(test_cuda_graph_fp16_scaler_trains_the_same),
-                                             GLIA_TEST(test_cuda_graph_fp16_step_matches)};
+                                             GLIA_TEST(test_cuda_graph_fp16_step_matches),
+                                             GLIA_TEST(test_fold_bn_eval_on_device)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

@@ -2167,8 +2167,17 @@ static void test_fold_bn_eval(void)
         CU_ASSERT_EQUAL_FATAL(glia_model_train(m, &quiet, &r, 1), GLIA_OK);  /* moves the running statistics */
         double loss[2], acc[2];
         CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(m, &loss[0], &acc[0]), GLIA_OK);
+        /* the evaluation's views: c2's output is b2's bytes (never written), b2's output apart from c2's input (b1's
+         * output, which c2 reads while it writes b2's) */
+        const struct glia__node *c2 = &m->graph.nodes[2], *b2 = &m->graph.nodes[c2->norm_fold - 1];
+        CU_ASSERT_STRING_EQUAL(b2->layer.name, "b2");
+        CU_ASSERT_PTR_EQUAL(c2->out->data, b2->out->data);
+        const char *lo = b2->out->data, *hi = lo + glia_tensor_nbytes(b2->out), *x = m->graph.nodes[1].out->data;
+        CU_ASSERT(hi <= x || x + glia_tensor_nbytes(m->graph.nodes[1].out) <= lo);
         for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].norm_fold = m->graph.nodes[i].folded_by = 0;
+        glia__model_release_activations(m);  /* planned again without the folds */
         CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(m, &loss[1], &acc[1]), GLIA_OK);  /* the layers apart */
+        CU_ASSERT_PTR_NOT_EQUAL(m->graph.nodes[0].out->data, m->graph.nodes[1].out->data);
         if (loss[0] != loss[1]) printf("\n  %s: eval loss %.9g folded, %.9g apart\n", fmt, loss[0], loss[1]);
         CU_ASSERT(loss[0] == loss[1] && acc[0] == acc[1]);
         CU_ASSERT(loss[0] > 0 && isfinite(loss[0]));

@@ -695,11 +695,14 @@ static const float *affine_row(const struct call *k, int64_t F, int r)
 }
 
 /* Whether direction d's graph can run on k's operands into out with workspace ws: all 16-byte aligned. */
-static bool graph_aligned(const struct call *k, int d, const void *out, const void *ws)
+static bool graph_aligned(const struct glia_layer *l, const struct call *k, int d, const void *out, const void *ws)
 {
+    const struct cuda_conv *p = l->state;
+    bool fused = d == FWD && p->graph[FWD].fused;
     const void *t1 = d == BWD_DATA ? out : k->cx, *t2 = d == BWD_FILTER ? out : k->cw, *t3 = d == FWD ? out : k->cdy;
     return aligned16(t1) && aligned16(t2) && aligned16(t3) && aligned16(ws) &&
-           (d != FWD || (aligned16(k->cb) && aligned16(k->caf)));  /* graph_run's uids 1 to 7 (affine_row) */
+           (!fused || !(p->key.epi & EPI_BIAS) || aligned16(k->cb)) &&
+           (!fused || !(p->key.epi & EPI_AFFINE) || aligned16(k->caf));  /* graph_run's uids 1 to 7 (affine_row) */
 }
 
 /* Direction d's graph plan i on k's operands into out (y, dx or dw), with workspace ws. */
@@ -916,7 +919,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
             if (!pick(l, d, r, n, tune_ws[d], &ch, &best)) return no_algorithm(l, d);
             if (d == FWD && p->graph[d].fused) best += epilogue_time(l, k, probe);  /* the legacy path's second pass */
-            for (int i = 0; i < p->graph[d].n && graph_aligned(k, d, probe, ws); i++) {  /* a faster graph plan runs */
+            for (int i = 0; i < p->graph[d].n && graph_aligned(l, k, d, probe, ws); i++) {  /* a faster graph plan runs */
                 float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
                 if (t >= 0.0f && t < best) best = t, ch.plan = i;
             }
@@ -1042,8 +1045,9 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
     struct conv_graph *q = &p->graph[d];
     glia_status st = GLIA_OK;
     int i = p->choice[d].plan;
-    bool aligned = graph_aligned(k, d, out, k->ws), capturing = glia__cuda_capturing(c);
+    bool capturing = glia__cuda_capturing(c);
     if (i >= 0 && !capturing) graph_build(l, d);  /* a choice from the cache: the same plans, built here */
+    bool aligned = graph_aligned(l, k, d, out, k->ws);
     if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || (capturing && !q->verified))
         return legacy_run(l, k, d, beta, out);
     if (!q->verified) return graph_verify(l, k, d, out);
@@ -1056,11 +1060,20 @@ fail:
 
 /* ---- forward and backward ---- */
 
+/* Whether a call on activations of x's type computes on converted copies (bf16/fp16 precision, f32 activations):
+ * then a fused graph would round its epilogue's result to the half type, which the second pass computes in f32 on
+ * the f32 output, so no epilogue goes into the graph. */
+static bool on_copies(const struct glia_layer *l, const struct glia_tensor *x)
+{
+    enum glia_precision p = l->backend->options.precision;
+    return (p == GLIA_PRECISION_BF16 || p == GLIA_PRECISION_FP16) && x->dtype == GLIA_F32;
+}
+
 /* The epilogue a training forward of the layer adds (its backward's key too): its relu, with its bias. */
-static int64_t train_epi(const struct glia_layer *l)
+static int64_t train_epi(const struct glia_layer *l, const struct glia_tensor *x)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
-    return g->act == GLIA_CONV2D_ACT_RELU ? EPI_RELU | (g->b >= 0 ? EPI_BIAS : 0) : 0;
+    return g->act == GLIA_CONV2D_ACT_RELU && !on_copies(l, x) ? EPI_RELU | (g->b >= 0 ? EPI_BIAS : 0) : 0;
 }
 
 /* A call's tensors checked (the input x, the output y, and in backward the output gradient dy and the input
@@ -1118,7 +1131,8 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     bool nhwc;
     const float *bias = g->b >= 0 ? l->params[g->b].value->data : NULL;
     bool relu = g->act == GLIA_CONV2D_ACT_RELU || (a->affine && a->affine_relu);
-    int64_t epi = a->affine ? EPI_AFFINE | (bias ? EPI_BIAS : 0) | (a->affine_relu ? EPI_RELU : 0) : train_epi(l);
+    int64_t epi = !a->affine ? train_epi(l, x)
+                  : on_copies(l, x) ? 0 : EPI_AFFINE | (bias ? EPI_BIAS : 0) | (a->affine_relu ? EPI_RELU : 0);
     if (a->affine && (glia_tensor_numel(a->affine) != 3 * g->F || a->affine->dtype != GLIA_F32 ||
                       a->affine->device.type != GLIA_DEVICE_CUDA))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: the evaluation's affine must be a (3, %lld) f32 CUDA tensor",
@@ -1159,7 +1173,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     const struct glia_tensor *x = a->in[0], *y = a->out, *dy = a->dout;
     struct glia_tensor *dx = a->din[0];
     bool nhwc;
-    glia_status st = begin_call(l, x, y, dy, dx, train_epi(l), &nhwc);
+    glia_status st = begin_call(l, x, y, dy, dx, train_epi(l, x), &nhwc);
     if (st) return st;
     int64_t N = x->shape.dim[0], OH = y->shape.dim[2], OW = y->shape.dim[3];
     struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;

@@ -327,7 +327,8 @@ struct glia_kernel {
     /* ABI 2.4: the flags (enum glia_kernel_flags) this kernel has for layer l, where they depend on what the layer's
      * section set (conv2d with activation = relu reads its output in backward: it has no GLIA_KERNEL_BWD_NO_OUTPUT
      * then). Called after prepare; the answer must not change over the layer's life. Optional: NULL means flags. Read
-     * only when struct_size covers it; the core reads a layer's flags through glia_layer_kernel_flags. */
+     * only when struct_size covers it; the core reads a prepared layer's flags through glia_layer_kernel_flags (before
+     * a layer exists, .flags say what the kernel can do at all). */
     uint32_t (*layer_flags)(const struct glia_layer *l);
     /* ABI 2.4, normalization kernels: what the layer's evaluation computes when it is y = act((x - mean(c))*scale(c) +
      * shift(c)) per channel c of dim 1, each operation rounded to f32 as written (batchnorm on its running
