@@ -341,6 +341,14 @@ static bool fused_in(const struct glia_model *m, const char *name)
     return false;
 }
 
+/* Whether model m's layer called name is one that an activation after it became part of (act_fused). */
+static bool act_fused_in(const struct glia_model *m, const char *name)
+{
+    for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].act_fused && !strcmp(m->graph.nodes[i].layer.name, name)) return true;
+    return false;
+}
+
 /* 0: no fusion; 1: fuse where the fused layer can be made (auto on a GPU); 2: fuse (on) */
 int glia__fuse_pointwise_mode(const struct glia_model *m, const struct glia_section *graph)
 {
@@ -411,11 +419,11 @@ static const char *act_name(const struct glia__node *r, char *buf, size_t size)
 }
 
 /* Phase 3, before the chains below: a layer whose input is a layer of a type with GLIA_TYPE_FUSIBLE_ACTIVATION
- * (batchnorm, linear) that nothing else reads, and whose act_name that one's `activation` key offers (relu; gelu,
+ * (batchnorm, conv2d, linear) that nothing else reads, and whose act_name that one's `activation` key offers (relu; gelu,
  * gelu_tanh), becomes its activation (one pass over the data instead of two, and one tensor fewer between them); the
  * producer keeps its name, its parameters and its place, and what read the activation reads it. An activation with an
  * impl or a key other than an enum set in its section stays. The key is set in the producer's section (a dp replica,
- * built from the same file, fuses it too). */
+ * built from the same sections, finds the key set and fuses the same layers). */
 glia_status glia__pass_fuse_activation(struct glia_model *m)
 {
     int n = m->graph.n_nodes, *into = malloc(2 * sizeof *into * (size_t)n), fused = 0;  /* and drop_nodes' map */
@@ -429,13 +437,16 @@ glia_status glia__pass_fuse_activation(struct glia_model *m)
         if (r->own_sec || strcmp(glia_section_str(r->sec, "impl"), "auto") || r->n_in != 1 || i < 0 || !act ||
             !(m->graph.nodes[i].layer.type->flags & GLIA_TYPE_FUSIBLE_ACTIVATION) || only_consumer(m, i) != j ||
             m->graph.nodes[i].layer.kernel->struct_size < sizeof(struct glia_kernel) ||  /* older: may not know it */
-            m->graph.nodes[i].own_sec || !key_has_choice(m->graph.nodes[i].layer.type->keys, "activation", act) ||
-            strcmp(glia_section_str(m->graph.nodes[i].sec, "activation"), "none"))
+            m->graph.nodes[i].own_sec || !key_has_choice(m->graph.nodes[i].layer.type->keys, "activation", act))
             continue;
         struct glia__node *b = &m->graph.nodes[i];
-        if ((st = override_key(b->sec, "activation", act, fuse_origin))) break;
-        glia__destroy_layer(b);
-        if ((st = glia__create_layer(m, b))) break;
+        const char *have = glia_section_str(b->sec, "activation");
+        /* a dp replica, built after its model set the key in the section they share, finds it set: it follows */
+        bool set = m->dist.like && !strcmp(have, act) && act_fused_in(m->dist.like, b->layer.name);
+        if (strcmp(have, "none") && !set) continue;
+        if (!set && (st = override_key(b->sec, "activation", act, fuse_origin))) break;
+        if (!set) glia__destroy_layer(b);
+        if (!set && (st = glia__create_layer(m, b))) break;
         b->act_fused = true;
         into[j] = i;
         fused++;

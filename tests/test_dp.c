@@ -85,6 +85,17 @@ static void test_fused_residual(void)
             "[loss]\ntype = softmax_cross_entropy\n");
 }
 
+/* relus fused into conv2d layers (activation = relu) in the model and every replica alike: the replicas find the key
+ * set in the sections they share with the model and fuse the same layers, so their layers pair up */
+static void test_fused_activations(void)
+{
+    compare("cpu, cpu, cpu", 16, "",
+            "[graph]\nfuse_pointwise = on\n[conv]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n"
+            "[act]\ntype = relu\n[c2]\ntype = conv2d\nfilters = 4\nsize = 3\npadding = 1\n"
+            "[a2]\ntype = relu\n[flat]\ntype = flatten\n[fc]\ntype = linear\noutputs = 5\n"
+            "[loss]\ntype = softmax_cross_entropy\n");
+}
+
 /* activation checkpointing in the model and every replica, cut at the same places; 3 devices, uneven chunks */
 static void test_checkpointed(void)
 {
@@ -181,5 +192,5 @@ static void test_resident(void)
 }
 
 GLIA_TEST_MAIN("dp", GLIA_TEST(test_two_devices), GLIA_TEST(test_three_devices_uneven), GLIA_TEST(test_idle_device),
-               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_checkpointed),
+               GLIA_TEST(test_conv_dropout_free_net), GLIA_TEST(test_fused_residual), GLIA_TEST(test_fused_activations), GLIA_TEST(test_checkpointed),
                GLIA_TEST(test_step), GLIA_TEST(test_errors), GLIA_TEST(test_resident))
