@@ -517,6 +517,7 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on)
 glia_status glia__pass_fold_norm_eval(struct glia_model *m)
 {
     glia_status st = GLIA_OK;
+    if (m->dist.like) return GLIA_OK;  /* a dp replica never evaluates */
     for (int j = 0; j < m->graph.n_nodes && !st; j++) {
         struct glia__node *nj = &m->graph.nodes[j];
         int i = nj->in[0];

@@ -460,7 +460,8 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
             st = glia__arena_error(m, false, 4.0 * (double)m->params.wa.len, " with a host copy of their gradients for the all-reduce");
     }
     if (!st && m->dist.comm && m->dist.world > 1) st = glia__ddp_check_settings(m);  /* before any rank exchanges more */
-    for (int r = 1; r < n_devs && !st; r++) {  /* dp: the other devices' copies */
+    /* dp: the other devices' copies, built after every pass of this model ran: they follow its fusions (graph.c) */
+    for (int r = 1; r < n_devs && !st; r++) {
         if (!(st = build(ctx, cfg, m, &devs[r], &m->dist.replica[r]))) {
             m->dist.replica[r]->dist.rank = r;  /* its own dropout masks */
             m->dist.n_replicas = r + 1;
