@@ -160,6 +160,10 @@ bench() {
     bench/gpu_fmnist/run.sh --rounds 1 --cuda-graph on > "$out/results/gpu_fmnist-graph.txt" 2>&1 \
         || echo "gpu_fmnist --cuda-graph on FAILED" | tee -a "$out/summary.txt"
     tail -n 21 "$out/results/gpu_fmnist-graph.txt" >> "$out/summary.txt"
+    log "bench/gpu_fmnist --fuse off (glia without its fusions)"
+    bench/gpu_fmnist/run.sh --rounds 1 --fuse off --variants eager > "$out/results/gpu_fmnist-nofuse.txt" 2>&1 \
+        || echo "gpu_fmnist --fuse off FAILED" | tee -a "$out/summary.txt"
+    tail -n 21 "$out/results/gpu_fmnist-nofuse.txt" >> "$out/summary.txt"
     log "bench/gpu_resnet50"
     bench/gpu_resnet50/run.sh > "$out/results/gpu_resnet50.txt" 2>&1 || echo "gpu_resnet50 FAILED" | tee -a "$out/summary.txt"
     tail -n 14 "$out/results/gpu_resnet50.txt" >> "$out/summary.txt"

@@ -9,15 +9,16 @@
 #   usage: bench/gpu_fmnist/run.sh [--rounds N] [--epochs N] [--precision fp32|tf32|bf16|fp16]
 #          [--memory-format contiguous|channels_last] [--cudnn-benchmark on|off] [--models "cnn resnet"]
 #          [--device cuda|cpu] [--train-samples N] [--test-samples N] [--cuda-graph on|off]
-#          [--variants "loader eager graph compile compile-graphs"]
+#          [--fuse auto|on|off] [--variants "loader eager graph compile compile-graphs"]
 #   defaults: 3 rounds, the INI files' epochs, bf16, channels_last, cudnn_benchmark on, cuda, all samples,
 #   cuda_graph off (on: glia replays its training passes from CUDA graphs; PyTorch's graph variants are
-#   its own), every variant
+#   its own), fuse auto (glia's [graph] fuse_pointwise: off runs glia without its fusions, among them
+#   conv2d + relu and, in evaluation, conv2d + batchnorm), every variant
 #   environment: PYTHON (python3) with torch; GLIA (./tools/glia); DATA_DIR (bench/data when it holds
 #   the dataset, else /usr/share/datasets/fashion-mnist)
 set -eu
 cd "$(dirname "$0")/../.."
-rounds=3 epochs=0 precision=bf16 format=channels_last bench=on models="cnn resnet" device=cuda graph=off
+rounds=3 epochs=0 precision=bf16 format=channels_last bench=on models="cnn resnet" device=cuda graph=off fuse=auto
 train_samples=0 test_samples=0 variants="loader eager graph compile compile-graphs"
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
@@ -32,6 +33,7 @@ while [ $# -gt 0 ]; do
     --train-samples) train_samples=$2 ;;
     --test-samples) test_samples=$2 ;;
     --cuda-graph) graph=$2 ;;
+    --fuse) fuse=$2 ;;
     --variants) variants=$2 ;;
     *) echo "run.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
     esac
@@ -52,14 +54,14 @@ trap 'rm -rf "$out"' EXIT INT TERM
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1) || gpu=""
 echo "gpu, driver: ${gpu:-none (nvidia-smi found no GPU)}"
 "$python" -c 'import torch; print("pytorch %s, CUDA %s, cuDNN %s" % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version()))'
-echo "$("$glia" --version); device $device, precision $precision, memory_format $format, cudnn_benchmark $bench, cuda_graph $graph"
+echo "$("$glia" --version); device $device, precision $precision, memory_format $format, cudnn_benchmark $bench, cuda_graph $graph, fuse_pointwise $fuse"
 echo "data $DATA_DIR; $rounds rounds; epochs: $([ "$epochs" = 0 ] && echo "as in the INI files" || echo "$epochs"); pytorch variants: $variants"
 
 for r in $(seq 1 "$rounds"); do
     for m in $models; do
         set -- --set runtime.device="$device" --set runtime.precision="$precision" \
             --set runtime.memory_format="$format" --set runtime.cudnn_benchmark="$bench" --set runtime.seed="$r" \
-            --set runtime.cuda_graph="$graph" \
+            --set runtime.cuda_graph="$graph" --set graph.fuse_pointwise="$fuse" \
             --set data.train_images="$DATA_DIR/train-images-idx3-ubyte.gz" \
             --set data.train_labels="$DATA_DIR/train-labels-idx1-ubyte.gz" \
             --set data.test_images="$DATA_DIR/t10k-images-idx3-ubyte.gz" \
