@@ -43,28 +43,10 @@ extern "C" cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, con
     });
 }
 
-/* The activations of linear (glia/types/linear.h's enum glia_linear_act) and their derivatives, in f32: GELU's erf
- * form, and the tanh form of nn.GELU(approximate='tanh') and of cuBLASLt's GELU epilogues. */
-__device__ __forceinline__ float linear_act(int act, float h)
-{
-    if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * h * (1.0f + erff(h * 0.70710678f));
-    if (act == GLIA_LINEAR_ACT_GELU_TANH) return 0.5f * h * (1.0f + tanhf(0.79788456f * (h + 0.044715f * h * h * h)));
-    return h;
-}
-__device__ __forceinline__ float linear_act_grad(int act, float h)
-{
-    if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * (1.0f + erff(h * 0.70710678f)) + h * 0.39894228f * expf(-0.5f * h * h);
-    if (act == GLIA_LINEAR_ACT_GELU_TANH) {
-        float t = tanhf(0.79788456f * (h + 0.044715f * h * h * h));
-        return 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t * t) * 0.79788456f * (1.0f + 3.0f * 0.044715f * h * h);
-    }
-    return 1.0f;
-}
-
 /* y(n) = act(h(n)); y may be h */
 template <typename T> __global__ void linear_act_kernel(T *y, const T *h, int act, int64_t n)
 {
-    GRID_STRIDE(i, n) y[i] = from_float<T>(linear_act(act, to_float(h[i])));
+    GRID_STRIDE(i, n) y[i] = from_float<T>(glia_linear_act(act, to_float(h[i])));
 }
 
 extern "C" cudaError_t glia__cuda_linear_act(void *y, const void *h, enum glia_dtype t, int act, int64_t n,
@@ -81,7 +63,7 @@ extern "C" cudaError_t glia__cuda_linear_act(void *y, const void *h, enum glia_d
 /* dh(n) = dy(n) act'(h(n)) */
 template <typename T> __global__ void linear_act_grad_kernel(T *dh, const T *dy, const T *h, int act, int64_t n)
 {
-    GRID_STRIDE(i, n) dh[i] = from_float<T>(to_float(dy[i]) * linear_act_grad(act, to_float(h[i])));
+    GRID_STRIDE(i, n) dh[i] = from_float<T>(to_float(dy[i]) * glia_linear_act_grad(act, to_float(h[i])));
 }
 
 extern "C" cudaError_t glia__cuda_linear_act_grad(void *dh, const void *dy, const void *h, enum glia_dtype t, int act,

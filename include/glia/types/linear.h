@@ -23,15 +23,21 @@ struct glia_linear_attrs {
     int act;          /* enum glia_linear_act (ABI 2.3) */
 };
 
-/* The activation act of h, and its derivative at h (dy/dh), in f32: the CPU kernel's formulae. The CUDA kernels
- * (backends/cuda/dense_kernels.cu) write the same ones in device code, where the compiler may contract them into
- * fused multiply-adds: the two agree to float rounding, not bit for bit. */
+/* The activation act of h, and its derivative at h (dy/dh), in f32: the formulae of the CPU kernel and of the CUDA
+ * kernels (backends/cuda/dense_kernels.cu), where the compiler may contract them into fused multiply-adds: the two
+ * agree to float rounding, not bit for bit. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
 static inline float glia_linear_act(int act, float h)
 {
     if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * h * (1.0f + erff(h * 0.70710678f));
     if (act == GLIA_LINEAR_ACT_GELU_TANH) return 0.5f * h * (1.0f + tanhf(0.79788456f * (h + 0.044715f * h * h * h)));
     return h;
 }
+#ifdef __CUDACC__
+__host__ __device__
+#endif
 static inline float glia_linear_act_grad(int act, float h)
 {
     if (act == GLIA_LINEAR_ACT_GELU) return 0.5f * (1.0f + erff(h * 0.70710678f)) + h * 0.39894228f * expf(-0.5f * h * h);
