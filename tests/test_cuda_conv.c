@@ -670,6 +670,29 @@ static void test_graph_api(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* G's parameters and their gradients as views one float into arenas *wa and *ga (the caller releases them), as a
+ * model packs parameters (fp32 ones aligned to 4 bytes only), holding C's values. */
+static void params_at_offset(const struct cuda_built *C, struct cuda_built *G, struct glia_tensor **wa,
+                             struct glia_tensor **ga)
+{
+    int64_t total = 1;
+    for (int q = 0; q < G->l.n_params; q++) total += glia_shape_numel(&G->l.params[q].shape);
+    struct glia_shape arena = S(1, total, 0, 0, 0);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, wa) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, ga) == GLIA_OK);
+    int64_t off = 1;
+    for (int q = 0; q < G->l.n_params; q++) {
+        struct glia_param *pg = &G->l.params[q];
+        glia_tensor_release(pg->value);
+        glia_tensor_release(pg->grad);
+        CU_ASSERT_FATAL(glia_tensor_view(*wa, off, &pg->shape, &pg->value) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_view(*ga, off, &pg->shape, &pg->grad) == GLIA_OK);
+        CU_ASSERT_FATAL(glia_tensor_from_host(pg->value, glia_tensor_f32(C->l.params[q].value),
+                                              glia_tensor_nbytes(C->l.params[q].value)) == GLIA_OK);
+        off += glia_shape_numel(&pg->shape);
+    }
+}
+
 /* Weights and their gradients as views 4 bytes into one arena, as a model packs parameters: an fp32 NCHW convolution
  * reads the weight and writes its gradient in place there, which the graph's tensors (16-byte aligned) cannot take,
  * so every direction runs the legacy algorithm (none through a graph plan, in the emulator) and the results hold. */
@@ -684,23 +707,8 @@ static void test_graph_api_unaligned(void)
     glia__rng_seed(&rng, 7100);
     struct cuda_built C, G;
     conv_build(&c, ini, &C, &G, &rng);
-    int64_t total = 1;
-    for (int q = 0; q < G.l.n_params; q++) total += glia_shape_numel(&G.l.params[q].shape);
-    struct glia_shape arena = S(1, total, 0, 0, 0);
     struct glia_tensor *wa, *ga;
-    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, &wa) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, &ga) == GLIA_OK);
-    int64_t off = 1;
-    for (int q = 0; q < G.l.n_params; q++) {
-        struct glia_param *pg = &G.l.params[q];
-        glia_tensor_release(pg->value);
-        glia_tensor_release(pg->grad);
-        CU_ASSERT_FATAL(glia_tensor_view(wa, off, &pg->shape, &pg->value) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_tensor_view(ga, off, &pg->shape, &pg->grad) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_tensor_from_host(pg->value, glia_tensor_f32(C.l.params[q].value),
-                                              glia_tensor_nbytes(C.l.params[q].value)) == GLIA_OK);
-        off += glia_shape_numel(&pg->shape);
-    }
+    params_at_offset(&C, &G, &wa, &ga);
     if (runs) runs(true);
     conv_pass(&c, &C, &G, GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, (struct pass){0}, &rng, ini);
     if (runs) CU_ASSERT_EQUAL(runs(true), 0);
@@ -1033,23 +1041,8 @@ static void test_fused_unaligned_bias(void)
     glia__rng_seed(&rng, 7500);
     struct cuda_built C, G;
     conv_build(&c, ini, &C, &G, &rng);
-    int64_t total = 1;
-    for (int q = 0; q < G.l.n_params; q++) total += glia_shape_numel(&G.l.params[q].shape);
-    struct glia_shape arena = S(1, total, 0, 0, 0);
     struct glia_tensor *wa, *ga;
-    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, &wa) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &arena, &ga) == GLIA_OK);
-    int64_t off = 1;
-    for (int q = 0; q < G.l.n_params; q++) {
-        struct glia_param *pg = &G.l.params[q];
-        glia_tensor_release(pg->value);
-        glia_tensor_release(pg->grad);
-        CU_ASSERT_FATAL(glia_tensor_view(wa, off, &pg->shape, &pg->value) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_tensor_view(ga, off, &pg->shape, &pg->grad) == GLIA_OK);
-        CU_ASSERT_FATAL(glia_tensor_from_host(pg->value, glia_tensor_f32(C.l.params[q].value),
-                                              glia_tensor_nbytes(C.l.params[q].value)) == GLIA_OK);
-        off += glia_shape_numel(&pg->shape);
-    }
+    params_at_offset(&C, &G, &wa, &ga);
     CU_ASSERT(((uintptr_t)G.l.params[1].value->data & 15u) != 0);  /* the bias: not 16-byte aligned */
     for (int eval = 0; eval < 2; eval++) {
         if (fused) fused(true);
