@@ -2022,6 +2022,28 @@ static void test_fuse_dropout(void)
     close_run(&on), close_run(&off);
 }
 
+/* One epoch of the fused model on and the model as written off: the same weights within 1e-6 and test loss, and the
+ * fused run's checkpoint loads into the other with its weights; both runs closed. label names the case. */
+static void fused_trains_as_apart(struct run *on, struct run *off, const char *label)
+{
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on->m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(off->m, &quiet, &rb, 1), GLIA_OK);
+    double worst = weight_diff(on, off);
+    if (!(worst <= 1e-6)) printf("\n  %s: fused and unfused weights differ by %g\n", label, worst);
+    CU_ASSERT(worst <= 1e-6);
+    CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-6 * fmax(1, rb.test_loss));
+    char path[600];
+    snprintf(path, sizeof path, "%s/fused.ckpt", dir);
+    CU_ASSERT_EQUAL(glia__checkpoint_save(on->m, path, 1, 0, 0, 0), GLIA_OK);
+    glia_status st = glia_model_load_checkpoint(off->m, path);
+    if (st) printf("\n  %s\n", glia_context_error(off->ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    CU_ASSERT(same_weights(off, on));  /* the fused run's weights, loaded */
+    remove(path);
+    close_run(on), close_run(off);
+}
+
 /* A relu read after a batchnorm that nothing else reads becomes the batchnorm's activation = relu:
  * the same losses and weights as the layers apart (the fused layer computes their bits), in both
  * memory formats, and checkpoints move between the two; a batchnorm read by two layers, and a relu
@@ -2056,22 +2078,7 @@ static void test_fuse_bn_relu(void)
         CU_ASSERT_PTR_NULL(strstr(sum, "b2 (batchnorm) +"));
         CU_ASSERT_PTR_NULL(strstr(sum, "b3 (batchnorm) +"));
         free(sum);
-        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-        double worst = weight_diff(&on, &off);
-        if (!(worst <= 1e-6)) printf("\n  %s: fused and unfused weights differ by %g\n", f ? "channels_last" : "contiguous", worst);
-        CU_ASSERT(worst <= 1e-6);
-        CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-6 * fmax(1, rb.test_loss));
-        char path[600];
-        snprintf(path, sizeof path, "%s/bnrelu.ckpt", dir);
-        CU_ASSERT_EQUAL(glia__checkpoint_save(on.m, path, 1, 0, 0, 0), GLIA_OK);
-        glia_status st = glia_model_load_checkpoint(off.m, path);
-        if (st) printf("\n  %s\n", glia_context_error(off.ctx));
-        CU_ASSERT_EQUAL(st, GLIA_OK);
-        CU_ASSERT(same_weights(&off, &on));  /* the fused run's weights, loaded */
-        remove(path);
-        close_run(&on), close_run(&off);
+        fused_trains_as_apart(&on, &off, f ? "channels_last" : "contiguous");
     }
 }
 
@@ -2108,22 +2115,7 @@ static void test_fuse_conv_relu(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
         CU_ASSERT_PTR_NULL(strstr(sum, "c3 (conv2d) +"));
         free(sum);
-        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(off.m, &quiet, &rb, 1), GLIA_OK);
-        double worst = weight_diff(&on, &off);
-        if (!(worst <= 1e-6)) printf("\n  case %d: fused and unfused weights differ by %g\n", f, worst);
-        CU_ASSERT(worst <= 1e-6);
-        CU_ASSERT(fabs(ra.test_loss - rb.test_loss) <= 1e-6 * fmax(1, rb.test_loss));
-        char path[600];
-        snprintf(path, sizeof path, "%s/convrelu.ckpt", dir);
-        CU_ASSERT_EQUAL(glia__checkpoint_save(on.m, path, 1, 0, 0, 0), GLIA_OK);
-        glia_status st = glia_model_load_checkpoint(off.m, path);
-        if (st) printf("\n  %s\n", glia_context_error(off.ctx));
-        CU_ASSERT_EQUAL(st, GLIA_OK);
-        CU_ASSERT(same_weights(&off, &on));
-        remove(path);
-        close_run(&on), close_run(&off);
+        fused_trains_as_apart(&on, &off, f ? "channels_last" : "contiguous");
     }
 }
 
