@@ -1144,8 +1144,10 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
     bool copies = k.lp && !k.hio;  /* x in, y out through converted copies */
     k.b = bias;
     k.af = a->affine ? a->affine->data : NULL;
-    if (epi && bias && ((uintptr_t)bias & 15u)) k.o_b = carve(&k, (size_t)g->F * sizeof(float));
-    if (k.af && (((uintptr_t)k.af & 15u) || g->F % 4)) k.o_af = carve(&k, 3 * (size_t)align_up((size_t)g->F * 4));
+    /* what a fused graph reads, where it is not 16-byte aligned: copies */
+    if ((epi & EPI_BIAS) && ((uintptr_t)bias & 15u)) k.o_b = carve(&k, (size_t)g->F * sizeof(float));
+    if ((epi & EPI_AFFINE) && (((uintptr_t)k.af & 15u) || g->F % 4))
+        k.o_af = carve(&k, 3 * align_up((size_t)g->F * sizeof(float)));
     p->epi_done = false;
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_w = carve(&k, (size_t)k.nw * k.es);
@@ -1161,7 +1163,7 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
         CUDA_TRY(l->ctx, glia__conv_bias_add(y->data, k.hio ? k.t : GLIA__CONV_F32, bias, k.af, glia_tensor_numel(y),
                                              g->F, y->shape.dim[2] * y->shape.dim[3], k.nhwc, relu, c->stream));
     else if (second && bias)
-        CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, l->params[g->b].value->data, &one, p->y32, y->data));
+        CUDNN_TRY(l->ctx, cudnnAddTensor(c->dnn, &one, p->bias, bias, &one, p->y32, y->data));
 fail:
     return st;
 }
