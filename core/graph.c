@@ -539,6 +539,28 @@ glia_status glia__pass_fold_norm_eval(struct glia_model *m)
     return st;
 }
 
+glia_status glia__pass_fuse_dact(struct glia_model *m)
+{
+    for (int p = 0; p < m->graph.n_nodes; p++) {
+        struct glia__node *np = &m->graph.nodes[p];
+        int c = only_consumer(m, p);
+        if (c < 0 || !(glia_layer_kernel_flags(&np->layer) & GLIA_KERNEL_DOUT_PREACT) || !np->needs_grad) continue;
+        struct glia__node *nc = &m->graph.nodes[c];
+        bool (*takes)(const struct glia_layer *, const char *) = glia_kernel_din_act(nc->layer.kernel);
+        const char *act = glia_section_str(np->sec, "activation");
+        if (!takes || nc->in[0] != p || nc->edge[0] != GLIA__EDGE_DIRECT || nc->in_dtype[0] != np->out_dtype ||
+            !nc->needs_grad || !act || !strcmp(act, "none") || !takes(&nc->layer, act))
+            continue;
+        bool once = true;  /* read as input 0 only: its gradient is written once, never added */
+        for (int k = 1; k < nc->n_in; k++) once &= nc->in[k] != p;
+        if (!once) continue;
+        glia_context_clear_error(m->ctx);
+        nc->din_act = p + 1;
+        np->dout_preact = c + 1;
+    }
+    return GLIA_OK;
+}
+
 /* ---- pass checkpoint_segments ------------------------------------------------------------ */
 
 static const char ckpt_origin[] = "[graph] checkpoint_segments";

@@ -340,7 +340,7 @@ static glia_status gc_backward(struct gc *g, bool accumulate)
         in[k] = g->x[k];
         acc[k] = accumulate;
     }
-    struct glia_bwd a = {in, g->n_in, g->out, g->dout, g->dx, acc, g->labels, g->saved ? g->saved->data : NULL};
+    struct glia_bwd a = {in, g->n_in, g->out, g->dout, g->dx, acc, g->labels, g->saved ? g->saved->data : NULL, NULL, NULL, false};
     int n = glia__guard_backward(&g->l, g->dx, g->n_in, g->guard);
     if ((st = glia__guard_fill(g->guard, n))) return st;
     return gc_guard_check(g, "backward", n, flagged_backward(&g->l, a));
@@ -696,7 +696,7 @@ glia_status glia_layer_run_backward(struct glia_layer_run *r)
         acc[k] = false;
     }
     for (int p = 0; p < r->l.n_params; p++) r->l.params[p].grad_unset = true;
-    struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels, r->saved ? r->saved->data : NULL};
+    struct glia_bwd a = {in, r->n_in, r->out, r->dout, r->dx, acc, r->labels, r->saved ? r->saved->data : NULL, NULL, NULL, false};
     return r->l.kernel->backward(&r->l, &a);  /* as a model runs it: queued, no stand-ins, no wait (what bench times) */
 }
 

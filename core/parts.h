@@ -89,6 +89,7 @@ struct glia__node {
     void *saved;                     /* in training, the kernel's saved memory in act_block (glia_kernel.saved_size)
                                         for the current batch; NULL when it asks for none */
     bool grad_written;               /* dout written during this backward */
+    bool grad_preact;                /* ... as the gradient of its pre-activation (din_act, below) */
     double t_fwd, t_bwd;             /* seconds spent, when profiling */
     /* memory formats (see [runtime] memory_format) */
     enum glia_memory_format out_fmt; /* of out and dout */
@@ -123,6 +124,11 @@ struct glia__node {
      * its eval forward does not run. 0: none. */
     int norm_fold, folded_by;
     struct glia_tensor *fold_affine; /* (owned) (3, C) f32 on the model's device: j's mean, scale and shift */
+    /* [graph] fuse_pointwise, training (glia__pass_fuse_dact): din_act = p + 1 where node p computes act(pre)
+     * (GLIA_KERNEL_DOUT_PREACT) and this node alone reads it, and this node's backward applies act's gradient to p's
+     * output gradient (glia_bwd.din_act, glia_kernel.din_act); at node p, dout_preact = this node + 1, and its backward
+     * finds dout_preact set. 0: none. */
+    int din_act, dout_preact;
 };
 
 /* A layer section of the model file as declared, before graph passes merged any: the model's
@@ -397,6 +403,10 @@ glia_status glia__pass_fuse_pointwise(struct glia_model *m, bool on);
  * eval_affine that can) that alone reads a layer whose kernel has GLIA_KERNEL_EVAL_AFFINE, through a direct edge,
  * evaluates through that layer's forward (norm_fold, folded_by); training runs both as written. */
 glia_status glia__pass_fold_norm_eval(struct glia_model *m);
+/* [graph] fuse_pointwise, after the dtypes are planned: a layer whose kernel has GLIA_KERNEL_DOUT_PREACT and whose
+ * output one layer alone reads, through a direct edge, in its own type, by a kernel whose din_act slot takes its
+ * activation: that consumer's backward applies the activation's gradient (din_act, dout_preact). */
+glia_status glia__pass_fuse_dact(struct glia_model *m);
 void glia__plan_formats(struct glia_model *m);
 /* The half type that [graph] half_activations gives m (its precision's, where the backend converts), or GLIA_F32. */
 enum glia_dtype glia__half_of(const struct glia_model *m, const struct glia_section *graph);

@@ -83,6 +83,13 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
                     glia_section_str(m->graph.nodes[i].sec, "activation"));
         }
     for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].din_act) {
+            const struct glia__node *nd = &m->graph.nodes[i], *np = &m->graph.nodes[nd->din_act - 1];
+            fprintf(f, "graph pass fuse_pointwise: in training %s (%s) applies the gradient of %s's activation (%s) as it "
+                    "writes that layer's output gradient\n", nd->layer.name, nd->layer.type->name, np->layer.name,
+                    glia_section_str(np->sec, "activation"));
+        }
+    for (int i = 0; i < m->graph.n_nodes; i++)
         if (m->graph.nodes[i].norm_fold) {
             const struct glia__node *nd = &m->graph.nodes[i], *nj = &m->graph.nodes[nd->norm_fold - 1];
             fprintf(f, "graph pass fuse_pointwise: in evaluation %s (%s) computes %s (%s) too, in the same pass over its "

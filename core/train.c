@@ -208,7 +208,7 @@ static struct glia_param *tie_owner(struct glia_model *m, const struct glia__nod
 
 static glia_status backward(struct glia_model *m)
 {
-    for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].grad_written = false;
+    for (int i = 0; i < m->graph.n_nodes; i++) m->graph.nodes[i].grad_written = m->graph.nodes[i].grad_preact = false;
     for (int i = m->graph.n_nodes - 1; i >= 0; i--) {
         struct glia__node *nd = &m->graph.nodes[i];
         for (int j = i - nd->recompute_n; j < i; j++) {  /* this segment's dropped outputs, again */
@@ -231,7 +231,14 @@ static glia_status backward(struct glia_model *m)
         }
         bool is_loss = nd->layer.type->flags & GLIA_TYPE_LOSS;
         struct glia_bwd a = {in, nd->n_in, nd->out, is_loss ? m->act.loss_scale : nd->dout, din, acc,
-                             is_loss ? m->act.y : NULL, nd->saved};
+                             is_loss ? m->act.y : NULL, nd->saved, NULL, NULL, false};
+        const struct glia__node *np = nd->din_act ? &m->graph.nodes[nd->din_act - 1] : NULL;
+        if (np && din[0] && !acc[0] && np->saved) {  /* the producer's activation gradient, applied as din[0] is written */
+            a.din_act = glia_section_str(np->sec, "activation");
+            a.din_act_pre = np->saved;
+            m->graph.nodes[nd->din_act - 1].grad_preact = true;
+        }
+        a.dout_preact = nd->grad_preact;
         struct glia_param *owner = tie_owner(m, nd);
         if (owner) nd->layer.params[nd->tie - 1].grad_unset = owner->grad_unset;  /* one gradient: write or add */
         double t0 = m->trainer.profiling ? glia__now() : 0;

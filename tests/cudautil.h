@@ -289,8 +289,8 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
         bool acc[GLIA__MAX_INPUTS];
         struct glia_tensor *dinc[GLIA__MAX_INPUTS], *ding[GLIA__MAX_INPUTS];
         for (int i = 0; i < k->n_in; i++) acc[i] = k->accumulate, dinc[i] = dxc[i], ding[i] = dxg[i];
-        struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0], sc ? sc->data : NULL},
-                        bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0], sg ? sg->data : NULL};
+        struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0], sc ? sc->data : NULL, NULL, NULL, false},
+                        bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0], sg ? sg->data : NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
         st = G.kernel->backward(&G.l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
@@ -396,7 +396,7 @@ static inline void cuda_repeatable(const char *impl, const char *ini, struct gli
         bool acc[1] = {false};
         for (int p = 0; p < G.l.n_params; p++) G.l.params[p].grad_unset = true;
         struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK && G.kernel->backward(&G.l, &ba) == GLIA_OK);
         res[r][0] = cuda_get(y);
         res[r][1] = cuda_get(dx);

@@ -170,7 +170,7 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
         }
         struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
-        struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL, NULL};
+        struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL, NULL, NULL, NULL, false};
         glia_status st = B.kernel->backward(&B.l, &ba);
         if (st) printf("\n  %s\n", glia_context_error(c));
         CU_ASSERT_FATAL(st == GLIA_OK);
@@ -259,7 +259,7 @@ static inline void loss_grad_in_forward_case(struct glia_layer *l, struct glia_b
         struct glia_tensor *d = k ? x : dx;  /* k = 1: the gradient over the logits, written in the forward */
         struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, k ? x : NULL, k ? dout : NULL, NULL, NULL, false};
         struct glia_tensor *din[1] = {d};
-        struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL};
+        struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
         glia_status st = l->kernel->forward(l, &fa);
         if (!st && k) {  /* written by the forward already: the logits are gone */
             CU_ASSERT_FATAL(glia_tensor_to_host(x, g2, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
@@ -275,7 +275,7 @@ static inline void loss_grad_in_forward_case(struct glia_layer *l, struct glia_b
         CU_ASSERT_FATAL(glia_tensor_from_host(x, xh, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
         struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, x, dout, NULL, NULL, false};
         struct glia_tensor *din[1] = {dx};
-        struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL};
+        struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
         CU_ASSERT_EQUAL_FATAL(l->kernel->forward(l, &fa), GLIA_OK);
         CU_ASSERT_EQUAL(l->kernel->backward(l, &ba), GLIA_EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(l->ctx), "wrote its gradient over the logits"));

@@ -247,7 +247,7 @@ static void test_backward_needs_training(void)
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
     struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd b = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd b = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &b), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[att] attention backward needs a training forward"));
@@ -282,7 +282,7 @@ static void run_threads(int threads, float **y_out, float **dx_out)
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
     struct glia_fwd a = {in, 1, y, NULL, true, 5, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd b = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd b = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     int before = omp_get_max_threads();
     omp_set_num_threads(threads);
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);

@@ -247,7 +247,7 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
     ref_backward(&r, glia_tensor_f32(x[2]), dyd, gamma, rdx, rdg, rdb);
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int64_t i = 0; i < n; i++) dxd[i] = NAN;
     for (int i = 0; i < B.l.n_params; i++) {
         float *g = glia_tensor_f32(B.l.params[i].grad);
@@ -525,7 +525,7 @@ static void test_global_avgpool_nhwc_values(void)
     CU_ASSERT_EQUAL(bad, 0);
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int pass = 0; pass < 2; pass++) {
         CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
         bad = 0;
@@ -662,7 +662,7 @@ static void check_formats_running(const char *ini, struct glia_shape sh, bool al
         double d = max_diff(y0, y1);
         struct glia_tensor *din0[1] = {dx0}, *din1[1] = {dx1};
         bool acc[1] = {false};
-        struct glia_bwd ba0 = {in0, 1, y0, dy, din0, acc, NULL, NULL}, ba1 = {in1, 1, y1, dy1, din1, acc, NULL, NULL};
+        struct glia_bwd ba0 = {in0, 1, y0, dy, din0, acc, NULL, NULL, NULL, NULL, false}, ba1 = {in1, 1, y1, dy1, din1, acc, NULL, NULL, NULL, NULL, false};
         if (train) {
             for (int i = 0; i < R.l.n_params; i++) R.l.params[i].grad_unset = L.l.params[i].grad_unset = true;
             CU_ASSERT_EQUAL_FATAL(R.kernel->backward(&R.l, &ba0), GLIA_OK);
@@ -755,8 +755,8 @@ static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t 
         CU_ASSERT(zeros > n / 5 && zeros < 4 * n / 5);  /* the relu cuts */
         struct glia_tensor *d1[1] = {dx1}, *dm[1] = {dmid}, *d2[1] = {dx2};
         for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
-        struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL, NULL},
-                        b2 = {in, 1, y2, dmid, d2, acc, NULL, NULL};
+        struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL, NULL, NULL, NULL, false}, br = {mid, 1, yr, dy, dm, acc, NULL, NULL, NULL, NULL, false},
+                        b2 = {in, 1, y2, dmid, d2, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_EQUAL(fu.kernel->backward(&fu.l, &b1), GLIA_OK);
         CU_ASSERT_EQUAL(re.kernel->backward(&re.l, &br), GLIA_OK);
         CU_ASSERT_EQUAL(bn.kernel->backward(&bn.l, &b2), GLIA_OK);
@@ -839,8 +839,8 @@ static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint3
     for (int64_t k = 0; k < N; k++) CU_ASSERT(isnan(y[at_nci(sh, f, k, 0, 0)]));
     struct glia_tensor *d1[1] = {dx1}, *dm[1] = {dmid}, *d2[1] = {dx2};
     for (int i = 0; i < fu.l.n_params; i++) fu.l.params[i].grad_unset = bn.l.params[i].grad_unset = true;
-    struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL, NULL}, br = {mid, 1, yr, dy, dm, acc, NULL, NULL},
-                    b2 = {in, 1, y2, dmid, d2, acc, NULL, NULL};
+    struct glia_bwd b1 = {in, 1, y1, dy, d1, acc, NULL, NULL, NULL, NULL, false}, br = {mid, 1, yr, dy, dm, acc, NULL, NULL, NULL, NULL, false},
+                    b2 = {in, 1, y2, dmid, d2, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(fu.kernel->backward(&fu.l, &b1), GLIA_OK);
     CU_ASSERT_EQUAL(re.kernel->backward(&re.l, &br), GLIA_OK);
     CU_ASSERT_EQUAL(bn.kernel->backward(&bn.l, &b2), GLIA_OK);

@@ -256,7 +256,7 @@ static void check_values_at(struct built *t, const struct cv *c)
     /* write mode over NaN garbage, then accumulate mode over the result */
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     fill(dx, NAN);
     for (int i = 0; i < t->l.n_params; i++) {
         fill(t->l.params[i].grad, NAN);
@@ -434,7 +434,7 @@ static void test_kept_input(void)
     const struct glia_tensor *in1[1] = {x1}, *in2[1] = {x2};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in1, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in1, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int round = 0; round < 3; round++) {
         /* 0: train x1, eval x2; 1: train x2; 2: train x1 (the kept copy is right) */
         struct glia_fwd f1 = {round == 1 ? in2 : in1, 1, y, NULL, true, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
@@ -508,7 +508,7 @@ static void io_backward(struct built *t, struct call_io *io)
     const struct glia_tensor *in[1] = {io->x};
     struct glia_tensor *din[1] = {io->dx};
     bool acc[1] = {false};
-    struct glia_bwd a = {in, 1, io->y, io->dy, din, acc, NULL, NULL};
+    struct glia_bwd a = {in, 1, io->y, io->dy, din, acc, NULL, NULL, NULL, NULL, false};
     fill(io->dx, NAN);
     for (int i = 0; i < t->l.n_params; i++) {
         fill(t->l.params[i].grad, NAN);

@@ -255,7 +255,7 @@ static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_buil
         }
         bool acc[1] = {k.acc};
         struct glia_tensor *dinc[1] = {k.no_din ? NULL : dxc}, *ding[1] = {k.no_din ? NULL : dxg};
-        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL};
+        struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL, NULL, NULL, false}, bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(C->kernel->backward(&C->l, &bc) == GLIA_OK);
         st = G->kernel->backward(&G->l, &bg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
@@ -495,7 +495,7 @@ static void test_tuning_workspace_given_back(void)
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
     struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL};
+    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
     glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
@@ -558,7 +558,7 @@ static void tuned_step(struct glia_backend *b, size_t limit, struct glia_shape i
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
     struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL};
+    struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
     glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
@@ -815,7 +815,7 @@ static void test_activation_relu(void)
                 bool acc[1] = {false};
                 struct glia_tensor *dinr[1] = {dxr}, *dinp[1] = {dxp};
                 for (int q = 0; q < R.l.n_params; q++) R.l.params[q].grad_unset = P.l.params[q].grad_unset = true;
-                struct glia_bwd br = {ins, 1, yr, dy, dinr, acc, NULL, NULL}, bp = {ins, 1, yp, dym, dinp, acc, NULL, NULL};
+                struct glia_bwd br = {ins, 1, yr, dy, dinr, acc, NULL, NULL, NULL, NULL, false}, bp = {ins, 1, yp, dym, dinp, acc, NULL, NULL, NULL, NULL, false};
                 st = R.kernel->backward(&R.l, &br);
                 if (!st) st = P.kernel->backward(&P.l, &bp);
                 if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
@@ -903,7 +903,7 @@ static void test_graph_api_captured(void)
         bool acc[1] = {false};
         struct glia_fwd fg = {ing, 1, yg, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
         struct glia_fwd fc = {inc, 1, yc, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_bwd bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL}, bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL};
+        struct glia_bwd bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL, NULL, NULL, false}, bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL, NULL, NULL, false};
         void *exec = NULL;
         for (int round = 0; round < 4; round++) {  /* 0: as it comes; 1: captured; 2, 3: replayed */
             float *xv = random_values(&rng, in, 1.0f), *dyv = random_values(&rng, os, 1.0f);

@@ -200,7 +200,7 @@ static void test_linear_packed_params(void)
         bool acc[1] = {round == 1};
         for (int p = 0; p < 2; p++) C.l.params[p].grad_unset = G.l.params[p].grad_unset = round == 0;
         struct glia_tensor *dc[1] = {dxc}, *dg[1] = {dxg};
-        struct glia_bwd bc = {ic, 1, yc, dyc, dc, acc, NULL, NULL}, bg = {ig, 1, yg, dyg, dg, acc, NULL, NULL};
+        struct glia_bwd bc = {ic, 1, yc, dyc, dc, acc, NULL, NULL, NULL, NULL, false}, bg = {ig, 1, yg, dyg, dg, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
         glia_status st = G.kernel->backward(&G.l, &bg);
         if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
@@ -317,7 +317,7 @@ static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O,
     CU_ASSERT_FATAL(st == GLIA_OK);
     struct glia_tensor *dg[1] = {dxg};
     bool accs[1] = {acc};
-    struct glia_bwd bg = {ig, 1, yg, dyg, dg, accs, NULL, NULL};
+    struct glia_bwd bg = {ig, 1, yg, dyg, dg, accs, NULL, NULL, NULL, NULL, false};
     st = G.kernel->backward(&G.l, &bg);
     if (st) printf("\n  backward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -551,7 +551,7 @@ static void test_sce_bad_label(void)
     CU_ASSERT(isnan(loss));
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_bwd b = {ins, 1, out, dout, din, acc, bad, NULL};
+    struct glia_bwd b = {ins, 1, out, dout, din, acc, bad, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &b), GLIA_EINVAL);
     const char *err = glia_context_error(cuda_ctx);
     if (!strstr(err, "[loss] label 7 at batch row 1 is out of range for 5 classes")) printf("\n  got: %s\n", err);

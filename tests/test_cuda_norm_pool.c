@@ -289,7 +289,7 @@ static int64_t bn_half_vs_f32(const char *ini, struct glia_shape s, enum glia_me
         struct glia_tensor *din[1] = {t[d][3]};
         bool acc[1] = {accumulate};
         struct glia_fwd fw = {in, 1, t[d][1], NULL, !eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL, NULL};
+        struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL, NULL, NULL, NULL, false};
         glia_status st = L[d]->kernel->forward(&L[d]->l, &fw);
         if (!st && !eval) st = L[d]->kernel->backward(&L[d]->l, &bw);
         if (st) printf("\n  %s: %s\n", glia_dtype_name(d ? h : GLIA_F32), glia_context_error(cuda_ctx));
@@ -448,7 +448,7 @@ static double pair_run(const char *ini, struct glia_shape s, enum glia_memory_fo
     struct glia_tensor *dinc[1] = {dxc}, *ding[1] = {dxg};
     bool acc[1] = {accumulate};
     struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL}, bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL};
+    struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL, NULL, NULL, false}, bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK && C.kernel->backward(&C.l, &bc) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK && G.kernel->backward(&G.l, &bg) == GLIA_OK);
     double worst = fmax(diff_of(yc, yg, bits), diff_of(dxc, dxg, bits));
@@ -625,7 +625,7 @@ static void test_backward_needs_training(void)
         struct glia_tensor *din[1] = {dx};
         bool acc[1] = {false};
         struct glia_fwd fa = {in, 1, y, NULL, false, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
         CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &ba), GLIA_EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "needs a training forward just before it"));

@@ -139,7 +139,7 @@ static double pair_diff(const struct pair_case *k)
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     double d = tdiff(outc, outg);
-    struct glia_bwd bc = {inc, k->n_in, outc, doutc, dxc, acc, NULL, NULL}, bg = {ing, k->n_in, outg, doutg, dxg, acc, NULL, NULL};
+    struct glia_bwd bc = {inc, k->n_in, outc, doutc, dxc, acc, NULL, NULL, NULL, NULL, false}, bg = {ing, k->n_in, outg, doutg, dxg, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
     st = G.kernel->backward(&G.l, &bg);
     if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
@@ -249,7 +249,7 @@ static void test_relu_torch_values(void)
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
         struct glia_tensor *din[1] = {tdx};
         bool acc[1] = {false};
-        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(G.kernel->backward(&G.l, &ba) == GLIA_OK);
         struct glia_tensor *hy = cuda_get(ty), *hdx = cuda_get(tdx);
         const float *y = glia_tensor_f32(hy), *dx = glia_tensor_f32(hdx), *want_dx = k ? want_expr : want_layer;

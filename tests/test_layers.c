@@ -94,7 +94,7 @@ static void test_sce_ignore_index(void)
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
     struct glia_fwd a = {in, 1, out, y, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd b = {in, 1, out, dout, din, acc, y, NULL};
+    struct glia_bwd b = {in, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double l0 = log(exp(1.0) + exp(2.0)) - 2, l2 = log(exp(5.0) + exp(-1.0)) - 5;
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(out)[0], (l0 + l2) / 2, 1e-5);  /* position 1 does not count */
@@ -281,7 +281,7 @@ static void test_relu_edges(void)
     for (int add = 0; add < 2; add++) {
         bool acc[1] = {add};
         for (int i = 0; i < n; i++) glia_tensor_f32(tdx)[i] = add ? 0.0f : NAN;  /* written over garbage, or += */
-        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
         for (int i = 0; i < n; i++) {
             bool same = dx[i] == want_dx[i] || (isnan(dx[i]) && isnan(want_dx[i]));

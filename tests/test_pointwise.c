@@ -1084,7 +1084,7 @@ static void test_activation_kernels(void)
         for (int acc = 0; acc < 2; acc++) {
             bool accumulate[1] = {acc};
             for (int i = 0; i < N; i++) glia_tensor_f32(tdx)[i] = acc ? 0.5f : NAN;
-            struct glia_bwd ba = {in, 1, ty, tdy, din, accumulate, NULL, NULL};
+            struct glia_bwd ba = {in, 1, ty, tdy, din, accumulate, NULL, NULL, NULL, NULL, false};
             CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
             memcpy(dx, glia_tensor_f32(tdx), sizeof dx);
             bad = 0;
@@ -1290,7 +1290,7 @@ static void test_layer_dropout_matches_dropout_layer(void)
                 if (!train) continue;
                 struct glia_tensor *din[1] = {dx[k]};
                 bool acc[1] = {false};
-                struct glia_bwd bw = {in, 1, y[k], dy, din, acc, NULL, NULL};
+                struct glia_bwd bw = {in, 1, y[k], dy, din, acc, NULL, NULL, NULL, NULL, false};
                 CU_ASSERT_EQUAL(B[k]->kernel->backward(&B[k]->l, &bw), GLIA_OK);
             }
             CU_ASSERT_EQUAL(memcmp(glia_tensor_f32(y[0]), glia_tensor_f32(y[1]), sizeof(float) * (size_t)n), 0);

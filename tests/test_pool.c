@@ -254,7 +254,7 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
 
     struct glia_tensor *din[1] = {ldx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, ly, ldy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, ly, ldy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int64_t i = 0; i < glia_tensor_numel(dx); i++) dxd[i] = NAN;
     convert(ldx, dx);
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
@@ -359,7 +359,7 @@ static void run_plane(const char *ini, int64_t H, int64_t W, const float *x, flo
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     struct glia_tensor *din[1] = {tdx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, ty, tdy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_OK);
     memcpy(y, glia_tensor_f32(ty), (size_t)ny * sizeof *y);
     memcpy(dx, glia_tensor_f32(tdx), (size_t)(H * W) * sizeof *dx);
@@ -458,7 +458,7 @@ static void test_maxpool_eval_keeps_nothing(void)
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
     struct glia_fwd fa = {in, 1, y, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] maxpool2d backward needs a training forward"));
@@ -513,8 +513,8 @@ static void test_maxpool_formats_alternate(void)
     struct glia_tensor *din[2][1] = {{t[0][3]}, {t[1][3]}};
     bool acc[1] = {false};
     struct glia_fwd fa[2] = {{in[0], 1, t[0][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, {in[1], 1, t[1][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}};
-    struct glia_bwd ba[2] = {{in[0], 1, t[0][1], t[0][2], din[0], acc, NULL, NULL},
-                             {in[1], 1, t[1][1], t[1][2], din[1], acc, NULL, NULL}};
+    struct glia_bwd ba[2] = {{in[0], 1, t[0][1], t[0][2], din[0], acc, NULL, NULL, NULL, NULL, false},
+                             {in[1], 1, t[1][1], t[1][2], din[1], acc, NULL, NULL, NULL, NULL, false}};
     int64_t n = glia_shape_numel(&sh);
     float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
     struct glia_tensor *back;

@@ -176,7 +176,7 @@ static void check_embedding_values(int pad, enum glia_memory_format f)
     struct glia_param *pw = &B.l.params[0];
     struct glia_tensor *din[1] = {NULL};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int add = 0; add < 2; add++) {
         fill(pw->grad, add ? 1.0f : NAN);
         pw->grad_unset = !add;
@@ -236,7 +236,7 @@ static void test_embedding_sequence_values(void)
     struct glia_param *pw = &B.l.params[0];
     struct glia_tensor *din[1] = {NULL};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int add = 0; add < 2; add++) {
         fill(pw->grad, add ? 1.0f : NAN);
         pw->grad_unset = !add;
@@ -284,7 +284,7 @@ static void test_position_embedding_values(void)
     struct glia_tensor *din[1] = {dx};
     for (int add = 0; add < 2; add++) {
         bool acc[1] = {add};
-        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         fill(dx, add ? 1.0f : NAN);
         fill(pw->grad, add ? 1.0f : NAN);
         pw->grad_unset = !add;
@@ -392,7 +392,7 @@ static void test_embedding_deterministic(void)
     struct glia_tensor *din[1] = {NULL};
     bool acc[1] = {false};
     struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     float g[2][45];
     int keep = omp_get_max_threads();
     for (int r = 0; r < 2; r++) {
@@ -445,7 +445,7 @@ static void check_seq_pool_values(bool max, enum glia_memory_format f)
     for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], yw[i]);
     for (int add = 0; add < 2; add++) {
         bool acc[2] = {add, add};
-        struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         fill(dx, add ? 1.0f : NAN);
         CU_ASSERT_FATAL(B.kernel->backward(&B.l, &ba) == GLIA_OK);
         for (int n = 0; n < 3; n++)
@@ -465,7 +465,7 @@ static void check_seq_pool_values(bool max, enum glia_memory_format f)
     for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], yw[i]);
     if (max) {
         bool acc[2] = {false, false};
-        struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL, NULL};
+        struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] seq_pool (max) backward needs a training forward"));
     }
@@ -553,7 +553,7 @@ static void check_shrink(const char *ini, const struct glia_shape *big, const st
     const struct glia_tensor *ia[2] = {xa[0], n_in > 1 ? xa[1] : NULL}, *ib[2] = {xb[0], n_in > 1 ? xb[1] : NULL};
     bool acc[2] = {false, false};
     struct glia_fwd fa = {ia, n_in, ya, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fb = {ib, n_in, yb, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-    struct glia_bwd ba = {ia, n_in, ya, dya, dxa, acc, NULL, NULL}, bb = {ib, n_in, yb, dyb, dxb, acc, NULL, NULL};
+    struct glia_bwd ba = {ia, n_in, ya, dya, dxa, acc, NULL, NULL, NULL, NULL, false}, bb = {ib, n_in, yb, dyb, dxb, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(A.kernel->forward(&A.l, &fa) == GLIA_OK && A.kernel->backward(&A.l, &ba) == GLIA_OK);
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fb) == GLIA_OK && B.kernel->backward(&B.l, &bb) == GLIA_OK);
     double d = max_diff(ya, yb);

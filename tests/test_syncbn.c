@@ -281,7 +281,7 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         struct glia_tensor *Sdin[1] = {k->no_dx ? NULL : Sdx}, *Pdin[1] = {k->no_dx ? NULL : Pdx};
         bool acc[1] = {k->accumulate};
         struct glia_fwd Sf = {Sin, 1, Sy, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, Pf = {Pin, 1, Py, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_bwd Sb = {Sin, 1, Sy, Sdy, Sdin, acc, NULL, NULL}, Pb = {Pin, 1, Py, Pdy, Pdin, acc, NULL, NULL};
+        struct glia_bwd Sb = {Sin, 1, Sy, Sdy, Sdin, acc, NULL, NULL, NULL, NULL, false}, Pb = {Pin, 1, Py, Pdy, Pdin, acc, NULL, NULL, NULL, NULL, false};
         int calls = loop_calls;
         glia_status st = S.kernel->forward(&S.l, &Sf);
         if (!st && k->recompute) {  /* the same output again, from the statistics already exchanged */
@@ -478,7 +478,7 @@ static void test_exchange_failure(void)
     struct glia_tensor *tdy = put(cpu, sh, GLIA_CONTIGUOUS, dy), *tdx = put(cpu, sh, GLIA_CONTIGUOUS, v);
     struct glia_tensor *din[1] = {tdx};
     bool acc[1] = {false};
-    struct glia_bwd ba = {in, 1, y, tdy, din, acc, NULL, NULL};
+    struct glia_bwd ba = {in, 1, y, tdy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);  /* the failed forward kept nothing */
     glia_tensor_release(x), glia_tensor_release(y), glia_tensor_release(tdy), glia_tensor_release(tdx);
     layer_unbuild(&B);
@@ -577,7 +577,7 @@ static void sync_half(struct glia_comm *c, struct glia_backend *b, const char *i
         struct glia_tensor *din[1] = {t[d][3]};
         bool acc[1] = {accumulate};
         struct glia_fwd fw = {in, 1, t[d][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL, NULL};
+        struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL, NULL, NULL, NULL, false};
         glia_status st = L[d].kernel->forward(&L[d].l, &fw);
         if (!st) st = L[d].kernel->backward(&L[d].l, &bw);
         if (st) printf("\n  %s: %s\n", glia_dtype_name(t[d][0]->dtype), glia_context_error(ctx));

@@ -2119,6 +2119,72 @@ static void test_fuse_conv_relu(void)
     }
 }
 
+/* Sets node i's hand-off of the activation gradient (din_act, dout_preact) from run src's node i, or clears it (src
+ * NULL), on every node: the same model with and without it. */
+static void dact_like(struct run *r, const struct run *src)
+{
+    for (int i = 0; i < r->m->graph.n_nodes; i++) {
+        r->m->graph.nodes[i].din_act = src ? src->m->graph.nodes[i].din_act : 0;
+        r->m->graph.nodes[i].dout_preact = src ? src->m->graph.nodes[i].dout_preact : 0;
+    }
+}
+
+/* A linear whose activation (gelu, gelu_tanh; fused or written) only the next linear reads hands the activation's
+ * gradient to that one's backward (GLIA_KERNEL_DOUT_PREACT, glia_kernel.din_act), which applies it as it writes the
+ * input gradient: with [graph] fuse_pointwise on, not off; not for an output read twice. Training with the hand-off
+ * gives the same weights bit for bit as the same fused model without it (also with checkpoint_segments recomputing the
+ * producers), and the model trains like the layers as written. */
+static void test_fuse_dact(void)
+{
+    make_data();
+    static const char layers[] = "[flat]\ntype = flatten\n"
+                                 "[fc1]\ntype = linear\noutputs = 24\n[g1]\ntype = gelu\n"
+                                 "[fc2]\ntype = linear\noutputs = 24\n[g2]\ntype = gelu\napproximate = tanh\n"
+                                 "[fc3]\ntype = linear\noutputs = 24\nactivation = gelu_tanh\n"
+                                 "[fc4]\ntype = linear\noutputs = 24\n"
+                                 "[a]\ntype = add\ninputs = fc3, fc4\n"                  /* fc3 is read twice */
+                                 "[fc5]\ntype = linear\noutputs = 6\n[loss]\ntype = softmax_cross_entropy\n";
+    for (int ck = 0; ck < 2; ck++) {
+        const char *graph = ck ? "checkpoint_segments = 2\n[train]\noptimizer = sgd\nlr = 0.1\n[optimizer]\nmomentum = 0.9\n"
+                               : "[train]\noptimizer = sgd\nlr = 0.1\n[optimizer]\nmomentum = 0.9\n";
+        struct run on, bare, off;
+        open_run(&on, fuse_text_in("", "on", graph, layers));
+        open_run(&bare, fuse_text_in("", "on", graph, layers));
+        open_run(&off, fuse_text_in("", "off", graph, layers));
+        CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 8);  /* flat fc1 fc2 fc3 fc4 a fc5 loss */
+        const struct glia__node *n = on.m->graph.nodes;
+        CU_ASSERT(n[2].din_act == 2 && n[1].dout_preact == 3);  /* fc2 applies fc1's gelu gradient */
+        CU_ASSERT(n[3].din_act == 3 && n[2].dout_preact == 4);  /* fc3, fc2's gelu_tanh */
+        CU_ASSERT(n[4].din_act == 0 && n[3].dout_preact == 0);  /* fc3's output is read twice */
+        CU_ASSERT(n[6].din_act == 0 && n[5].dout_preact == 0);
+        for (int i = 0; i < off.m->graph.n_nodes; i++)
+            CU_ASSERT(off.m->graph.nodes[i].din_act == 0 && off.m->graph.nodes[i].dout_preact == 0);
+        if (ck) {
+            int recomputed = 0;
+            for (int i = 0; i < on.m->graph.n_nodes; i++) recomputed += on.m->graph.nodes[i].recompute;
+            CU_ASSERT(on.m->graph.ckpt_segments > 1 && recomputed > 0);
+        }
+        char *sum = summary_of(on.m);
+        const char *want = "graph pass fuse_pointwise: in training fc3 (linear) applies the gradient of fc2's activation "
+                           "(gelu_tanh) as it writes that layer's output gradient\n";
+        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
+        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+        CU_ASSERT_PTR_NULL(strstr(sum, "in training fc4"));
+        free(sum);
+        dact_like(&bare, NULL);
+        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, &rb, 1), GLIA_OK);
+        CU_ASSERT(same_weights(&on, &bare));
+        CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
+        if (!(ra.train_loss < log(6.0))) printf("\n  train loss %g\n", ra.train_loss);
+        CU_ASSERT(ra.train_loss < log(6.0));
+        close_run(&bare), close_run(&on);
+        open_run(&on, fuse_text_in("", "on", graph, layers));
+        fused_trains_as_apart(&on, &off, ck ? "checkpointed" : "gelu hand-off");
+    }
+}
+
 /* In evaluation a batchnorm (on its running statistics) that alone reads a conv2d runs in the conv2d's forward, one
  * pass over its output (glia_fwd.affine; with its fused relu too): the same evaluation bit for bit as the two layers
  * apart, in both memory formats; training runs both layers as written; the plan keeps the batchnorm's output alive
@@ -2637,7 +2703,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_fold_bn_eval), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_fuse_dact), GLIA_TEST(test_fold_bn_eval), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

@@ -216,6 +216,28 @@ fail:
     return st;
 }
 
+/* dx(N,I) (+)= dy(N,O) W(O,I); with din_act (a producer's activation, not accumulating) dx = (dy W) act'(pre(N,I)):
+ * for gelu_tanh one cuBLASLt GEMM with its DGELU epilogue (pre is what the producer's GELU_AUX epilogue kept), else
+ * (or where cuBLASLt has none) the GEMM and the activation-gradient kernel in place, as the producer would run it */
+static glia_status linear_dx(struct glia_layer *l, enum glia_dtype t, int64_t N, const void *dy, const void *w,
+                             void *dx, bool accumulate, int din_act, const void *pre)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    int64_t I = p->in, O = p->out;
+    glia_status st = GLIA_EUNSUPPORTED;
+    if (din_act == GLIA_LINEAR_ACT_GELU_TANH)
+        st = glia__cuda_gemm_aux(c, false, false, N, I, O, 1.0f, dy, O, w, I, t, 0.0f, dx, I, t, GLIA__GEMM_DGELU, NULL,
+                                 (void *)pre);
+    if (st != GLIA_EUNSUPPORTED) return st;
+    if ((st = glia__cuda_gemm_typed(c, false, false, N, I, O, 1.0f, dy, O, w, I, t, accumulate ? 1.0f : 0.0f, dx, I, t,
+                                    GLIA__GEMM_PLAIN, NULL)))
+        return st;
+    if (din_act) CUDA_TRY(l->ctx, glia__cuda_linear_act_grad(dx, dx, pre, t, din_act, N * I, c->stream));
+fail:
+    return st;
+}
+
 /* dh(N,O) = dy act'(h) with an activation (in scratch, with room after it for the bias gradient's chunks); dx(N,I) (+)=
  * dh W(O,I) (W's half copy from the forward when dh is half); then the parameter gradients */
 static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *a)
@@ -228,10 +250,10 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         (st = need_act_in(l, a->in[0], t, GLIA_CONTIGUOUS, "input")) ||
         (a->din[0] && (st = need_act_in(l, a->din[0], t, GLIA_CONTIGUOUS, "input gradient"))))
         return st;
-    int64_t N = glia_linear_rows(&a->in[0]->shape), I = p->in, O = p->out;
+    int64_t N = glia_linear_rows(&a->in[0]->shape), O = p->out;
     const void *dy = a->dout->data, *w = l->params[p->w].value->data;
     void *part = NULL;
-    if (p->act) {
+    if (p->act && !a->dout_preact) {  /* (dout_preact: the layer after this one applied act's gradient) */
         if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a backward without its saved memory", l->name);
         size_t dh_bytes = ((size_t)(N * O) * glia_dtype_size(t) + 255) & ~(size_t)255;
         size_t part_bytes = (size_t)(glia__cuda_col_sum_chunks(N, O) * O) * sizeof(float);
@@ -241,30 +263,49 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         dy = dh;
         part = (char *)dh + dh_bytes;
     }
+    int din_act = a->din_act ? glia_linear_act_of(a->din_act) : GLIA_LINEAR_ACT_NONE;
+    if (a->din_act && (!din_act || !a->din_act_pre || !a->din[0] || a->din_accumulate[0]))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward asked to apply the gradient of activation %s", l->name,
+                          a->din_act);
     if (a->din[0]) {
         if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w))) return st;
-        if ((st = glia__cuda_gemm_typed(c, false, false, N, I, O, 1.0f, dy, O, w, I, t,
-                                        a->din_accumulate[0] ? 1.0f : 0.0f, a->din[0]->data, I, t, GLIA__GEMM_PLAIN,
-                                        NULL)))
-            return st;
+        if ((st = linear_dx(l, t, N, dy, w, a->din[0]->data, a->din_accumulate[0], din_act, a->din_act_pre))) return st;
     }
     return linear_param_grads(l, dy, a->in[0]->data, t, N, part);
 fail:
     return st;
 }
 
+#define LINEAR_CUDA_FLAGS (GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE)
+
+/* A layer with an activation hands its gradient to the layer after it where that one can apply it */
+static uint32_t linear_layer_flags(const struct glia_layer *l)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    return LINEAR_CUDA_FLAGS | (p->act ? GLIA_KERNEL_DOUT_PREACT : 0);
+}
+
+/* Backward applies the gradient of a producer's gelu_tanh (cuBLASLt's DGELU epilogue) or gelu to the input gradient */
+static bool linear_din_act(const struct glia_layer *l, const char *act)
+{
+    (void)l;
+    return glia_linear_act_of(act) != GLIA_LINEAR_ACT_NONE;
+}
+
 static const struct glia_kernel linear_cuda = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "linear",
     .impl = "cuda",
-    .doc = "cuBLASLt GEMM, bias, tanh GELU and bias gradient in its epilogue; f32, f16 or bf16 activations",
+    .doc = "cuBLASLt GEMM, bias, tanh GELU, its gradient and bias gradient in its epilogue; f32, f16 or bf16 activations",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE,
+    .flags = LINEAR_CUDA_FLAGS,
     .state_size = sizeof(struct linear_cuda),
     .destroy = linear_destroy,
     .forward = linear_forward,
     .backward = linear_backward,
     .saved_size = linear_saved,
+    .layer_flags = linear_layer_flags,
+    .din_act = linear_din_act,
 };
 
 /* ---- softmax_cross_entropy ----

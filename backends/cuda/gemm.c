@@ -31,16 +31,20 @@ static cublasLtEpilogue_t lt_epilogue(enum glia__gemm_epilogue ep)
     case GLIA__GEMM_GELU_BIAS: return CUBLASLT_EPILOGUE_GELU_BIAS;
     case GLIA__GEMM_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
     case GLIA__GEMM_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GLIA__GEMM_DGELU: return CUBLASLT_EPILOGUE_DGELU;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
     }
 }
 
-/* Whether epilogue ep reads or writes the vector (bias, bias gradient), whether it writes an aux matrix. */
+/* Whether epilogue ep reads or writes the vector (bias, bias gradient), whether it writes or reads an aux matrix. */
 static bool ep_has_vec(enum glia__gemm_epilogue ep)
 {
     return ep == GLIA__GEMM_BIAS || ep == GLIA__GEMM_BGRAD_A || ep == GLIA__GEMM_GELU_BIAS || ep == GLIA__GEMM_GELU_AUX_BIAS;
 }
-static bool ep_has_aux(enum glia__gemm_epilogue ep) { return ep == GLIA__GEMM_GELU_AUX || ep == GLIA__GEMM_GELU_AUX_BIAS; }
+static bool ep_has_aux(enum glia__gemm_epilogue ep)
+{
+    return ep == GLIA__GEMM_GELU_AUX || ep == GLIA__GEMM_GELU_AUX_BIAS || ep == GLIA__GEMM_DGELU;
+}
 
 /* The alignment in bytes (a power of two, at most 256) that pointer p is known to have. cuBLASLt's
  * heuristic assumes 256 unless told: parameters are views into a packed arena, so A, B, C or the

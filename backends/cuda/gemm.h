@@ -21,7 +21,10 @@ enum glia__gemm_epilogue {
     GLIA__GEMM_GELU,
     GLIA__GEMM_GELU_BIAS,
     GLIA__GEMM_GELU_AUX,
-    GLIA__GEMM_GELU_AUX_BIAS
+    GLIA__GEMM_GELU_AUX_BIAS,
+    /* C = (alpha op(A) op(B) + beta C) gelu'(aux), GELU's tanh form, aux read (of C's type, with C's row stride ldc, a
+     * multiple of 8): the gradient through a GELU whose input aux a GELU_AUX epilogue kept (cuBLASLt's DGELU) */
+    GLIA__GEMM_DGELU
 };
 
 /* C(M,N) = alpha op(A)(M,K) op(B)(K,N) + beta C (row-major, row strides lda, ldb, ldc) with
@@ -44,8 +47,8 @@ glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_
                                   float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
                                   float *vec);
 
-/* glia__cuda_gemm_typed with an aux matrix for the _AUX epilogues (NULL for the others). An _AUX epilogue with ldc
- * not a multiple of 8 is GLIA_EUNSUPPORTED (no context error), like one cuBLASLt has no algorithm for. */
+/* glia__cuda_gemm_typed with an aux matrix for the _AUX epilogues and DGELU (NULL for the others). Such an epilogue
+ * with ldc not a multiple of 8 is GLIA_EUNSUPPORTED (no context error), like one cuBLASLt has no algorithm for. */
 glia_status glia__cuda_gemm_aux(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                 const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab, float beta,
                                 void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, float *vec,

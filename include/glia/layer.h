@@ -176,6 +176,16 @@ struct glia_bwd {
     const bool *din_accumulate;           /* n_in flags: += instead of = */
     const struct glia_tensor *labels;     /* loss layers only */
     void *saved;                          /* ABI 2.3: what the training forward kept there (glia_fwd.saved), or NULL */
+    /* ABI 2.5, only where the kernel's din_act slot accepted it: the layer that produces in[0] computes it as
+       act(pre), act the value of its `activation` key (din_act: "gelu_tanh") and pre its pre-activation (din_act_pre:
+       in[0]'s shape, type and format, in device memory); this backward then writes din[0] as the gradient of pre,
+       (dLoss/din[0]) * act'(pre), instead of dLoss/din[0] (din_accumulate[0] is false). NULL: none. */
+    const char *din_act;
+    const void *din_act_pre;
+    /* ABI 2.5, only for a kernel with GLIA_KERNEL_DOUT_PREACT for this layer: dout already is the gradient of the
+       pre-activation (the layer reading this one's output applied this one's activation's gradient, din_act above);
+       backward skips the activation's gradient. */
+    bool dout_preact;
 };
 
 /* Flags of a type (glia_layer_type.flags): what the layer is, whatever computes it. */
@@ -243,7 +253,14 @@ enum glia_kernel_flags {
     GLIA_KERNEL_GRAD_IN_FORWARD = 1u << 7,
     /* ABI 2.4: its eval forward takes glia_fwd.affine (a following normalization's evaluation, per channel of its
        output, applied before it writes: cuDNN's convolution + batchnorm-inference pattern) */
-    GLIA_KERNEL_EVAL_AFFINE = 1u << 8
+    GLIA_KERNEL_EVAL_AFFINE = 1u << 8,
+    /* ABI 2.5: the layer applies an activation, its `activation` key's value, to a pre-activation that its saved memory
+       (glia_kernel.saved_size, glia_fwd.saved) starts with, in the output's shape, type and format; its backward takes
+       glia_bwd.dout_preact. With [graph] fuse_pointwise, the core lets the one layer that reads this output apply that
+       activation's gradient where its kernel can (glia_kernel.din_act): cuBLASLt's DGELU epilogue on the GEMM that
+       writes the gradient, instead of one more pass over it. Report it through layer_flags (only a layer with an
+       activation has it). */
+    GLIA_KERNEL_DOUT_PREACT = 1u << 9
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it
@@ -338,7 +355,19 @@ struct glia_kernel {
      * the core then runs the layer's eval forward. Queued like a forward (a CUDA kernel may compute it). Optional:
      * NULL means none. Read only when struct_size covers it (glia_kernel_eval_affine). */
     glia_status (*eval_affine)(struct glia_layer *l, struct glia_tensor *affine, bool *relu);
+    /* ABI 2.5: whether layer l's backward can apply the gradient of activation act (a producer's `activation` value
+       with GLIA_KERNEL_DOUT_PREACT: "gelu", "gelu_tanh") to its input gradient din[0] (glia_bwd.din_act), at any shapes
+       and types its calls take. Pure; called after prepare. Optional: NULL means none. Read only when struct_size
+       covers it (glia_kernel_din_act). */
+    bool (*din_act)(const struct glia_layer *l, const char *act);
 };
+
+/* Kernel k's din_act slot, or NULL when it has none (or a struct_size from before it). */
+static inline bool (*glia_kernel_din_act(const struct glia_kernel *k))(const struct glia_layer *, const char *)
+{
+    size_t end = offsetof(struct glia_kernel, din_act) + sizeof k->din_act;
+    return k->struct_size >= end ? k->din_act : NULL;
+}
 
 /* Kernel k's eval_affine slot, or NULL when it has none (or a struct_size from before it). */
 static inline glia_status (*glia_kernel_eval_affine(const struct glia_kernel *k))(struct glia_layer *, struct glia_tensor *,

@@ -296,6 +296,7 @@ static int lt_shape(const struct emu_desc *e, const struct emu_layout *a, const 
  * gradient (of A's rows or B's columns); false for every flag: not emulated (or DEFAULT). */
 struct lt_ep {
     bool bias, gelu, aux, bgrada, bgradb;
+    bool dgelu;  /* D times the tanh-form GELU's derivative at aux (read) */
 };
 static struct lt_ep lt_ep_of(cublasLtEpilogue_t ep)
 {
@@ -307,6 +308,7 @@ static struct lt_ep lt_ep_of(cublasLtEpilogue_t ep)
     case CUBLASLT_EPILOGUE_GELU_BIAS: return (struct lt_ep){.bias = true, .gelu = true};
     case CUBLASLT_EPILOGUE_GELU_AUX: return (struct lt_ep){.gelu = true, .aux = true};
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return (struct lt_ep){.bias = true, .gelu = true, .aux = true};
+    case CUBLASLT_EPILOGUE_DGELU: return (struct lt_ep){.dgelu = true};
     default: return (struct lt_ep){0};
     }
 }
@@ -415,6 +417,11 @@ static void lt_exec(void *arg)
                 float h = (float)v;
                 v = 0.5 * h * (1.0 + tanh(0.7978845608028654 * (h + 0.044715 * (double)h * h * h)));
             }
+            if (ep.dgelu) {  /* its derivative at the GELU's input that aux holds, times the f32 value */
+                double h = load(td, e->aux, i + j * e->aux_ld), u = 0.7978845608028654 * (h + 0.044715 * h * h * h);
+                double th = tanh(u);
+                v = (float)v * (0.5 * (1.0 + th) + 0.5 * h * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 0.134145 * h * h));
+            }
             out[i + j * m] = v;
         }
     for (int64_t j = 0; j < n; j++)
@@ -454,7 +461,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     if (C != D && lc->ld != ld->ld) return CUBLAS_STATUS_NOT_SUPPORTED;
     struct lt_ep ep = lt_ep_of(e->epilogue);
     bool bias = ep.bias, bgrada = ep.bgrada, bgradb = ep.bgradb;
-    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb && !ep.gelu) {
+    if (e->epilogue != CUBLASLT_EPILOGUE_DEFAULT && !bias && !bgrada && !bgradb && !ep.gelu && !ep.dgelu) {
         fprintf(stderr, "emu: cublasLtMatmul: epilogue %d not emulated\n", (int)e->epilogue);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -467,7 +474,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
         fprintf(stderr, "emu: cublasLtMatmul: epilogue %d without a bias pointer\n", (int)e->epilogue);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (ep.aux && (!e->aux || e->aux_ld % 8 || e->aux_ld < (int64_t)ld->rows)) {  /* cublasLt.h: divisible by 8, >= rows */
+    if ((ep.aux || ep.dgelu) && (!e->aux || e->aux_ld % 8 || e->aux_ld < (int64_t)ld->rows)) {  /* cublasLt.h: divisible by 8, >= rows */
         fprintf(stderr, "emu: cublasLtMatmul: GELU aux pointer %p with leading dimension %lld for %llu rows\n", e->aux,
                 (long long)e->aux_ld, (unsigned long long)ld->rows);
         return CUBLAS_STATUS_INVALID_VALUE;

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <glia/tensor.h>
 
 /* The activation a linear layer applies to its result (key activation; ABI 2.3). */
@@ -13,6 +14,13 @@ enum glia_linear_act {
     GLIA_LINEAR_ACT_GELU,      /* 0.5 h (1 + erf(h / sqrt(2))), as type gelu */
     GLIA_LINEAR_ACT_GELU_TANH  /* 0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3))), as gelu with approximate = tanh */
 };
+
+/* The enum glia_linear_act of an `activation` value ("none", "gelu", "gelu_tanh"); GLIA_LINEAR_ACT_NONE for others. */
+static inline int glia_linear_act_of(const char *name)
+{
+    return !strcmp(name, "gelu") ? GLIA_LINEAR_ACT_GELU : !strcmp(name, "gelu_tanh") ? GLIA_LINEAR_ACT_GELU_TANH
+                                                                                       : GLIA_LINEAR_ACT_NONE;
+}
 
 /* l->attrs of a linear layer: y(..., out) = act(x(..., in) W(out, in)^T + b(out)), one GEMM over the M rows of x.
  * With an activation, a training forward keeps the pre-activation h for backward in the memory the core plans

@@ -30,8 +30,7 @@ static glia_status linear_create(struct glia_layer *l, const struct glia_section
     p->in = in[0].dim[in[0].ndim - 1];
     p->out = glia_section_int(cfg, "outputs");
     const char *act = glia_section_str(cfg, "activation");
-    p->act = !strcmp(act, "gelu") ? GLIA_LINEAR_ACT_GELU : !strcmp(act, "gelu_tanh") ? GLIA_LINEAR_ACT_GELU_TANH
-                                                                                       : GLIA_LINEAR_ACT_NONE;
+    p->act = glia_linear_act_of(act);
     struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)p->in)};
     struct glia_shape ws = glia_shape_make(2, (int64_t[]){p->out, p->in});
     struct glia_shape bs = glia_shape_make(1, (int64_t[]){p->out});
@@ -115,7 +114,7 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     const float *x = glia_tensor_f32(a->in[0]), *dy = glia_tensor_f32(a->dout);
     struct glia_param *pw = &l->params[p->w];
     glia_status st = GLIA_OK;
-    if (p->act) {
+    if (p->act && !a->dout_preact) {  /* (dout_preact: the layer after this one applied act's gradient) */
         if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a backward without its saved memory", l->name);
         if (M * O > s->cap) {
             float *q = realloc(s->dh, (size_t)(M * O) * sizeof *q);
@@ -129,10 +128,20 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         for (int64_t i = 0; i < M * O; i++) dh[i] = g[i] * glia_linear_act_grad(p->act, h[i]);
         dy = dh;
     }
+    int din_act = a->din_act ? glia_linear_act_of(a->din_act) : GLIA_LINEAR_ACT_NONE;
+    if (a->din_act && (!din_act || !a->din_act_pre || !a->din[0] || a->din_accumulate[0]))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward asked to apply the gradient of activation %s", l->name,
+                          a->din_act);
     if (a->din[0])
         st = glia_backend_gemm_f32(l->backend, false, false, M, I, O, 1.0f, dy, O,
                                    glia_tensor_f32(pw->value), I, a->din_accumulate[0] ? 1.0f : 0.0f,
                                    glia_tensor_f32(a->din[0]), I);
+    if (!st && din_act) {  /* din(M,I) *= act'(pre): the producer's activation gradient, as its backward would apply it */
+        float *dx = glia_tensor_f32(a->din[0]);
+        const float *pre = a->din_act_pre;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M * I; i++) dx[i] = dx[i] * glia_linear_act_grad(din_act, pre[i]);
+    }
     if (!st)
         st = glia_backend_gemm_f32(l->backend, true, false, O, I, M, 1.0f, dy, O, x, I,
                                    glia_param_beta(pw), glia_tensor_f32(pw->grad), I);
@@ -148,6 +157,22 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         }
     }
     return st;
+}
+
+#define LINEAR_CPU_FLAGS (GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE) /* per row */
+
+/* A layer with an activation hands its gradient to the layer after it where that one can apply it */
+static uint32_t linear_layer_flags(const struct glia_layer *l)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    return LINEAR_CPU_FLAGS | (p->act ? GLIA_KERNEL_DOUT_PREACT : 0);
+}
+
+/* Backward applies the gradient of a producer's gelu or gelu_tanh to the input gradient it writes */
+static bool linear_din_act(const struct glia_layer *l, const char *act)
+{
+    (void)l;
+    return glia_linear_act_of(act) != GLIA_LINEAR_ACT_NONE;
 }
 
 static const struct glia_layer_type linear_type = {
@@ -170,12 +195,14 @@ static const struct glia_kernel linear_cpu = {
     .impl = "cpu",
     .doc = "oneDNN GEMM",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per row */
+    .flags = LINEAR_CPU_FLAGS,
     .state_size = sizeof(struct linear_cpu_state),
     .destroy = linear_cpu_destroy,
     .forward = linear_forward,
     .backward = linear_backward,
     .saved_size = linear_saved,
+    .layer_flags = linear_layer_flags,
+    .din_act = linear_din_act,
 };
 
 static glia_status linear_init(struct glia_registry *r)
