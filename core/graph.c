@@ -561,6 +561,36 @@ glia_status glia__pass_fuse_dact(struct glia_model *m)
     return GLIA_OK;
 }
 
+/* Whether node i adds its two inputs, elementwise, and nothing else: its type's pointwise text is x + y. */
+static bool is_sum_of_two(const struct glia__node *nd)
+{
+    const struct glia_layer_type *t = nd->layer.type;
+    char text[8];
+    return t->pointwise && nd->n_in == 2 && !nd->layer.n_params && !nd->layer.n_buffers &&
+           !strcmp(glia_section_str(nd->sec, "impl"), "auto") && t->pointwise(&nd->layer, 2, text, sizeof text) == 5 &&
+           !strcmp(text, "x + y");
+}
+
+glia_status glia__pass_fuse_residual(struct glia_model *m)
+{
+    for (int j = 0; j < m->graph.n_nodes; j++) {
+        struct glia__node *nj = &m->graph.nodes[j];
+        int i = nj->in[0];
+        if (nj->n_in != 1 || i < 0 || !(glia_layer_kernel_flags(&nj->layer) & GLIA_KERNEL_RESIDUAL_IN)) continue;
+        struct glia__node *ni = &m->graph.nodes[i];
+        bool same = ni->out_dtype == nj->in_dtype[0] && nj->in_dtype[0] == nj->out_dtype && ni->out_fmt == nj->out_fmt &&
+                    glia_shape_equal(&ni->out_shape, &nj->out_shape);
+        for (int k = 0; k < 2 && same; k++) same = ni->edge[k] == GLIA__EDGE_DIRECT && ni->in_dtype[k] == ni->out_dtype;
+        if (!same || nj->edge[0] != GLIA__EDGE_DIRECT || ni->res_norm || ni->norm_fold || nj->folded_by ||
+            !is_sum_of_two(ni))
+            continue;
+        glia_context_clear_error(m->ctx);
+        ni->res_norm = j + 1;
+        nj->res_by = i + 1;
+    }
+    return GLIA_OK;
+}
+
 /* ---- pass checkpoint_segments ------------------------------------------------------------ */
 
 static const char ckpt_origin[] = "[graph] checkpoint_segments";

@@ -316,7 +316,7 @@ static glia_status gc_loss(struct gc *g, double *L)
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     for (int k = 0; k < g->n_in; k++) in[k] = g->x[k];
     struct glia_fwd a = {in, g->n_in, g->out, g->labels, true, glia_seed(1234, 0), false, 1234, NULL, false, 0, NULL, NULL,
-                         g->saved ? g->saved->data : NULL, NULL, false};
+                         g->saved ? g->saved->data : NULL, NULL, false, NULL, NULL};
     int n = glia__guard_forward(&g->l, g->out, g->guard);
     glia_status st = glia__guard_fill(g->guard, n);
     if (!st) st = g->l.kernel->forward(&g->l, &a);
@@ -672,7 +672,7 @@ glia_status glia_layer_run_forward(struct glia_layer_run *r, bool train)
     for (int k = 0; k < r->n_in; k++) in[k] = r->x[k];
     ++r->step;
     struct glia_fwd a = {in,    r->n_in, r->out, r->labels, train, glia_seed(1234, r->step), false, 1234, NULL, false, 0,
-                         NULL,  NULL,    train && r->saved ? r->saved->data : NULL, NULL, false};
+                         NULL,  NULL,    train && r->saved ? r->saved->data : NULL, NULL, false, NULL, NULL};
     if (train && (glia_layer_kernel_flags(&r->l) & GLIA_KERNEL_GRAD_IN_FORWARD) && r->n_in >= 1 && r->dx[0] && r->dout) {
         a.din = r->dx[0];  /* as a model runs such a loss, but into the run's own gradient buffer: x stays */
         a.dout = r->dout;

@@ -123,6 +123,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         size[o] = floats_of(glia_shape_numel(&shapes[i]), nd->out_dtype);
         first[o] = last[o] = i;
         if (!train && nd->folded_by) first[o] = nd->folded_by - 1;  /* written by that node's eval forward */
+        if (nd->res_by) first[o] = nd->res_by - 1;                     /* written in its input's forward */
         if (!train && nd->norm_fold) size[o] = 0;  /* never written: a view of the normalization's (plan_one) */
         if (again) first2[o] = last2[o] = R[i];
         int *walk = again ? &last2[o] : &last[o];  /* the life that the backward walk's readers extend */
@@ -161,7 +162,7 @@ static void lifetimes(const struct glia_model *m, const struct glia_shape *shape
         int s = GLIA__PLAN_SAVED(i);
         if (!b) continue;
         size[s] = (int64_t)((b + sizeof(float) - 1) / sizeof(float));
-        first[s] = i;
+        first[s] = m->graph.nodes[i].res_by ? m->graph.nodes[i].res_by - 1 : i;  /* written in its input's forward */
         last[s] = m->graph.nodes[i].recompute ? i : B[i];
         if (m->graph.nodes[i].recompute) first2[s] = R[i], last2[s] = B[i];
     }

@@ -449,6 +449,7 @@ static glia_status build(struct glia_context *ctx, struct glia_config *cfg, cons
     if (!st) glia__plan_dtypes(m, glia__half_of(m, graph));
     if (fuse && !st) st = glia__pass_fold_norm_eval(m);
     if (fuse && !st) st = glia__pass_fuse_dact(m);
+    if (fuse && !st) st = glia__pass_fuse_residual(m);
     if (!st) st = glia__pass_checkpoint(m, graph);  /* plans memory: after the edges' conversions are known */
     if (!st) st = setup_cuda_graph(m);
     if (!st) st = glia__alloc_params(m);

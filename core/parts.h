@@ -129,6 +129,11 @@ struct glia__node {
      * output gradient (glia_bwd.din_act, glia_kernel.din_act); at node p, dout_preact = this node + 1, and its backward
      * finds dout_preact set. 0: none. */
     int din_act, dout_preact;
+    /* [graph] fuse_pointwise (glia__pass_fuse_residual): res_norm = j + 1 where this node adds two tensors (x + y) and
+     * node j (GLIA_KERNEL_RESIDUAL_IN: layernorm) reads its output, and this node's forward runs j's kernel with the
+     * sum's inputs, writing both outputs (glia_fwd.residual, sum); at node j, res_by = this node + 1, and its forward
+     * (but for a recomputation, which runs both as written) does not run. 0: none. */
+    int res_norm, res_by;
 };
 
 /* A layer section of the model file as declared, before graph passes merged any: the model's
@@ -407,6 +412,10 @@ glia_status glia__pass_fold_norm_eval(struct glia_model *m);
  * output one layer alone reads, through a direct edge, in its own type, by a kernel whose din_act slot takes its
  * activation: that consumer's backward applies the activation's gradient (din_act, dout_preact). */
 glia_status glia__pass_fuse_dact(struct glia_model *m);
+/* [graph] fuse_pointwise, after the dtypes are planned: a layer computing x + y of two inputs whose output a layer with
+ * GLIA_KERNEL_RESIDUAL_IN reads through a direct edge, in its type, format and shape: the sum is computed in that
+ * layer's forward (res_norm, res_by). */
+glia_status glia__pass_fuse_residual(struct glia_model *m);
 void glia__plan_formats(struct glia_model *m);
 /* The half type that [graph] half_activations gives m (its precision's, where the backend converts), or GLIA_F32. */
 enum glia_dtype glia__half_of(const struct glia_model *m, const struct glia_section *graph);

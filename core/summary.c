@@ -90,6 +90,12 @@ void glia_model_summary(const struct glia_model *m, FILE *f)
                     glia_section_str(np->sec, "activation"));
         }
     for (int i = 0; i < m->graph.n_nodes; i++)
+        if (m->graph.nodes[i].res_norm) {
+            const struct glia__node *nd = &m->graph.nodes[i], *nj = &m->graph.nodes[nd->res_norm - 1];
+            fprintf(f, "graph pass fuse_pointwise: %s (%s) computes the sum %s (%s) in the same pass\n", nj->layer.name,
+                    nj->layer.type->name, nd->layer.name, nd->layer.type->name);
+        }
+    for (int i = 0; i < m->graph.n_nodes; i++)
         if (m->graph.nodes[i].norm_fold) {
             const struct glia__node *nd = &m->graph.nodes[i], *nj = &m->graph.nodes[nd->norm_fold - 1];
             fprintf(f, "graph pass fuse_pointwise: in evaluation %s (%s) computes %s (%s) too, in the same pass over its "

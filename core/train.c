@@ -128,6 +128,14 @@ static glia_status anomaly_backward(struct glia_model *m, const struct glia__nod
     return st;
 }
 
+/* Whether node nd's forward runs with its [graph] fuse_pointwise residual partner (res_norm, res_by): not when it runs
+ * again during backward (each runs as written then), nor under debug_checks or detect_anomaly, which check each layer's
+ * call alone. */
+static bool residual_fused(const struct glia_model *m, const struct glia__node *nd, bool recompute)
+{
+    return (nd->res_norm || nd->res_by) && !recompute && !m->debug_checks && !m->detect_anomaly;
+}
+
 /* Node i's forward; recompute: a second training forward during backward ([graph] checkpoint_segments); pos >= 0:
  * an eval forward of a cached decode at positions pos.. (glia_model_decode), -1 otherwise. */
 static glia_status forward_node(struct glia_model *m, int i, bool train, bool recompute, int64_t pos)
@@ -135,6 +143,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     struct glia__node *nd = &m->graph.nodes[i];
     const struct glia_tensor *in[GLIA__MAX_INPUTS];
     if (!train && nd->folded_by) return GLIA_OK;  /* its evaluation ran in that node's forward */
+    if (residual_fused(m, nd, recompute) && nd->res_by) return GLIA_OK;  /* it ran in its input's forward */
     double t0 = m->trainer.profiling ? glia__now() : 0;
     glia_status st = GLIA_OK;
     for (int k = 0; k < nd->n_in && !st; k++) {
@@ -157,11 +166,23 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
                          pos >= 0 ? pos : 0,
                          NULL,
                          NULL,
-                         train ? nd->saved : NULL, NULL, false};
+                         train ? nd->saved : NULL, NULL, false, NULL, NULL};
     if (train && i == m->graph.n_nodes - 1 && (glia_layer_kernel_flags(&nd->layer) & GLIA_KERNEL_GRAD_IN_FORWARD) &&
         nd->in[0] >= 0 && glia__grad_in_place(m) == nd->in[0]) {  /* the loss's gradient, over the logits, in the forward's pass */
         a.din = m->graph.nodes[nd->in[0]].dout;
         a.dout = m->act.loss_scale;
+    }
+    struct glia__node *run = nd;  /* whose kernel runs */
+    if (nd->res_norm && residual_fused(m, nd, recompute) && !st) {  /* the sum inside the normalization's forward */
+        struct glia__node *nj = &m->graph.nodes[nd->res_norm - 1];
+        a.n_in = 1;
+        a.out = nj->out;
+        a.residual = in[1];
+        a.sum = nd->out;
+        a.saved = train ? nj->saved : NULL;
+        a.seed_key = glia__hash_str(m->seed + (uint64_t)m->dist.rank * 0xd1b54a32d192ed03ull, nj->layer.name);
+        a.seed = glia_seed(a.seed_key, m->trainer.step);
+        run = nj;
     }
     if (!train && nd->norm_fold && !st) {  /* and the normalization's evaluation after it, into that one's output */
         struct glia__node *nj = &m->graph.nodes[nd->norm_fold - 1];
@@ -176,7 +197,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     if (!st) st = guards_fill(m, nd, NULL, a.out, &guards, &n_guards);
     if (m->nvtx) glia__range_push(m->backend, "[%s] %s", nd->layer.name, recompute ? "forward again" : "forward");
     if (!st) {
-        st = nd->layer.kernel->forward(&nd->layer, &a);
+        st = run->layer.kernel->forward(&run->layer, &a);
         st = guards_check(nd, recompute ? "forward (run again in backward)" : "forward", guards, n_guards, st);
         if (!st && train && m->detect_anomaly) st = anomaly_check(m, nd, "forward", nd->out, "its output");
     }

@@ -28,6 +28,8 @@ struct cuda_case {
                                          kernel needs GLIA_KERNEL_HALF for f16, bf16): the values of the inputs and
                                          the output gradient are rounded to it for both runs, the CPU's computing
                                          on them in f32. 0: GLIA_F32 */
+    const char *din_act;              /* backward applies this activation's gradient to din[0] (glia_bwd.din_act) at a
+                                         random pre-activation of input 0's shape (rounded to act); NULL: none */
 };
 
 /* A loss layer's labels in the cases that follow: every cuda_ignore_every-th one (from the first) is -100,
@@ -261,9 +263,9 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     if (sbc) CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_F32, &ssc, &sc) == GLIA_OK);
     if (sbg) CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ssg, &sg) == GLIA_OK);
     struct glia_fwd fc = {inc, k->n_in, outc, yc[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL,
-                          sc ? sc->data : NULL, NULL, false},
+                          sc ? sc->data : NULL, NULL, false, NULL, NULL},
                     fg = {ing, k->n_in, outg, yg[0], !k->eval, 77, false, 0, NULL, false, 0, NULL, NULL,
-                          sg ? sg->data : NULL, NULL, false};
+                          sg ? sg->data : NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -286,13 +288,30 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
             CU_ASSERT_FATAL(glia_tensor_from_host(pg->grad, g, glia_tensor_nbytes(pc->grad)) == GLIA_OK);
             pc->grad_unset = pg->grad_unset = !k->accumulate;
         }
+        struct glia_tensor *prec = NULL, *preg = NULL;  /* din_act's pre-activation */
+        if (k->din_act) {
+            int64_t n = glia_shape_numel(&k->in[0]);
+            float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+            cuda_randn(&rng, v, n, 1.5f);
+            cuda_round(v, n, at);
+            prec = cuda_put(cuda_cpu, k->in[0], GLIA_CONTIGUOUS, v);
+            preg = cuda_swap_dtype(cuda_put(cuda_gpu, k->in[0], gf, v), at);
+            free(v);
+        }
         bool acc[GLIA__MAX_INPUTS];
         struct glia_tensor *dinc[GLIA__MAX_INPUTS], *ding[GLIA__MAX_INPUTS];
         for (int i = 0; i < k->n_in; i++) acc[i] = k->accumulate, dinc[i] = dxc[i], ding[i] = dxg[i];
+        if (k->din_act) acc[0] = false;  /* written, never added (the parameters' gradients may still be) */
         struct glia_bwd bc = {inc, k->n_in, outc, doutc, dinc, acc, yc[0], sc ? sc->data : NULL, NULL, NULL, false},
                         bg = {ing, k->n_in, outg, doutg, ding, acc, yg[0], sg ? sg->data : NULL, NULL, NULL, false};
+        if (k->din_act) {
+            bc.din_act = bg.din_act = k->din_act;
+            bc.din_act_pre = prec->data;
+            bg.din_act_pre = preg->data;
+        }
         CU_ASSERT_FATAL(C.kernel->backward(&C.l, &bc) == GLIA_OK);
         st = G.kernel->backward(&G.l, &bg);
+        glia_tensor_release(prec), glia_tensor_release(preg);
         if (st) printf("\n  cuda backward: %s\n", glia_context_error(cuda_ctx));
         CU_ASSERT_FATAL(st == GLIA_OK);
         for (int i = 0; i < k->n_in; i++)
@@ -395,7 +414,7 @@ static inline void cuda_repeatable(const char *impl, const char *ini, struct gli
         struct glia_tensor *din[1] = {dx};
         bool acc[1] = {false};
         for (int p = 0; p < G.l.n_params; p++) G.l.params[p].grad_unset = true;
-        struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK && G.kernel->backward(&G.l, &ba) == GLIA_OK);
         res[r][0] = cuda_get(y);

@@ -168,7 +168,7 @@ static inline double format_diff(const char *ini, const struct glia_shape *in, i
             for (int64_t i = 0; i < glia_tensor_numel(pa->grad); i++) d[i] = accumulate ? 1.0f : NAN;
             pa->grad_unset = !accumulate;
         }
-        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {xi, n_in, out[f], NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         struct glia_bwd ba = {xi, n_in, out[f], dout[f], dx[f], acc, NULL, NULL, NULL, NULL, false};
         glia_status st = B.kernel->backward(&B.l, &ba);
@@ -257,7 +257,7 @@ static inline void loss_grad_in_forward_case(struct glia_layer *l, struct glia_b
     for (int k = 0; k < 2; k++) {
         CU_ASSERT_FATAL(glia_tensor_from_host(x, xh, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
         struct glia_tensor *d = k ? x : dx;  /* k = 1: the gradient over the logits, written in the forward */
-        struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, k ? x : NULL, k ? dout : NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, k ? x : NULL, k ? dout : NULL, NULL, NULL, false, NULL, NULL};
         struct glia_tensor *din[1] = {d};
         struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
         glia_status st = l->kernel->forward(l, &fa);
@@ -273,7 +273,7 @@ static inline void loss_grad_in_forward_case(struct glia_layer *l, struct glia_b
     }
     {  /* the logits overwritten, a backward that asks for the gradient elsewhere is refused */
         CU_ASSERT_FATAL(glia_tensor_from_host(x, xh, sizeof(float) * (size_t)(R * C)) == GLIA_OK);
-        struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, x, dout, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, out, y, true, 1, false, 0, NULL, false, 0, x, dout, NULL, NULL, false, NULL, NULL};
         struct glia_tensor *din[1] = {dx};
         struct glia_bwd ba = {in, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
         CU_ASSERT_EQUAL_FATAL(l->kernel->forward(l, &fa), GLIA_OK);

@@ -91,7 +91,7 @@ static void check_value(const char *ini, int64_t N, int64_t T, int64_t C, int64_
     float *xv = glia_tensor_f32(x);
     for (int64_t i = 0; i < glia_tensor_numel(x); i++) xv[i] = 2.0f * (float)glia__rng_normal(&rng);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y, NULL, train, 4242, false, 7, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, y, NULL, train, 4242, false, 7, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double *want = malloc((size_t)(N * T * C) * sizeof *want), worst = 0;
     reference(want, xv, N, T, C, H, causal, train ? p : 0.0f, 4242);
@@ -147,7 +147,7 @@ static void test_decode(void)
                 memcpy(glia_tensor_f32(x) + r * chunk[c] * 3 * C, xv + (r * T + pos) * 3 * C,
                        sizeof(float) * chunk[c] * 3 * C);
             const struct glia_tensor *in[1] = {x};
-            struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, true, pos, NULL, NULL, NULL, NULL, false};
+            struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, true, pos, NULL, NULL, NULL, NULL, false, NULL, NULL};
             CU_ASSERT_EQUAL_FATAL(B.kernel->forward(&B.l, &a), GLIA_OK);
             for (int64_t r = 0; r < n; r++)
                 for (int64_t i = 0; i < chunk[c] * C; i++) {
@@ -167,7 +167,7 @@ static void test_decode(void)
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &ys, &y) == GLIA_OK);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, true, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, true, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_EUNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "needs causal = on"));
     glia_tensor_release(x);
@@ -200,7 +200,7 @@ static void test_dropout_statistics(void)
             row[2 * T + j] = 1.0f;
         }
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y, NULL, true, 99, false, 3, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, y, NULL, true, 99, false, 3, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL_FATAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     int zeros = 0, doubled = 0;
     const float *yv = glia_tensor_f32(y);
@@ -246,7 +246,7 @@ static void test_backward_needs_training(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, y, NULL, false, 1, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd b = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &b), GLIA_EINVAL);
@@ -281,7 +281,7 @@ static void run_threads(int threads, float **y_out, float **dx_out)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd a = {in, 1, y, NULL, true, 5, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, y, NULL, true, 5, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd b = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     int before = omp_get_max_threads();
     omp_set_num_threads(threads);

@@ -228,7 +228,7 @@ static void check_values(const char *ini, struct glia_shape sh, double momentum,
 
     /* three training forwards */
     const struct glia_tensor *in[1] = {NULL};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     for (int step = 0; step < 3; step++) {
         in[0] = x[step];
         ref_forward(&r, glia_tensor_f32(x[step]), gamma, beta, false, true, ry);
@@ -386,7 +386,7 @@ static void test_hand_computed(void)
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &sh, &y) == GLIA_OK);
     for (int i = 0; i < 4; i++) glia_tensor_f32(x)[i] = (float)(i + 1);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     for (int i = 0; i < 4; i++) CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(y)[i], (i + 1 - 2.5) / sqrt(1.25 + 1e-5), 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.25, 1e-7);
@@ -419,7 +419,7 @@ static void test_single_value_per_channel(void)
     CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &x) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_zeros(B.b, GLIA_F32, &sh, &y) == GLIA_OK);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[b] batchnorm needs more than 1 value per channel in training, got input 1x3"));
     CU_ASSERT_DOUBLE_EQUAL(glia_tensor_f32(B.l.buffers[0].value)[0], 0.0, 0);
@@ -512,7 +512,7 @@ static void test_global_avgpool_nhwc_values(void)
     for (int64_t i = 0; i < N * C * HW; i++) xd[i] = (float)unit(&seed), dxd[i] = NAN;
     for (int64_t i = 0; i < N * C; i++) dyd[i] = (float)unit(&seed);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     int bad = 0;
     for (int64_t n = 0; n < N; n++)
@@ -573,7 +573,7 @@ static void large_mean_case(const char *ini, struct glia_shape sh, enum glia_mem
     for (int64_t c = 0; c < C; c++) rv[c] = 1.0;
     struct ref r = {N, C, HW, eps, 1.0, rm, rv};
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     char what[200];
     for (int pass = 0; pass < 2; pass++) {  /* training, then eval (on the running statistics, or the batch's) */
         fa.train = pass == 0;
@@ -656,7 +656,7 @@ static void check_formats_running(const char *ini, struct glia_shape sh, bool al
             for (int i = 0; i < 2; i++)
                 memcpy(snap[k][i], glia_tensor_f32((k ? &L : &R)->l.buffers[i].value), (size_t)C * sizeof(float));
         const struct glia_tensor *in0[1] = {x}, *in1[1] = {x1};
-        struct glia_fwd fa0 = {in0, 1, y0, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fa1 = {in1, 1, y1, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa0 = {in0, 1, y0, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fa1 = {in1, 1, y1, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_EQUAL_FATAL(R.kernel->forward(&R.l, &fa0), GLIA_OK);
         CU_ASSERT_EQUAL_FATAL(L.kernel->forward(&L.l, &fa1), GLIA_OK);
         double d = max_diff(y0, y1);
@@ -743,8 +743,8 @@ static void relu_case(struct glia_shape sh, enum glia_memory_format f, uint32_t 
     for (int train = 1; train >= 0; train--) {
         const struct glia_tensor *in[1] = {x}, *mid[1] = {y2};
         bool acc[1] = {false};
-        struct glia_fwd a1 = {in, 1, y1, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, a2 = {in, 1, y2, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false},
-                        ar = {mid, 1, yr, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd a1 = {in, 1, y1, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, a2 = {in, 1, y2, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL},
+                        ar = {mid, 1, yr, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_EQUAL(fu.kernel->forward(&fu.l, &a1), GLIA_OK);
         CU_ASSERT_EQUAL(bn.kernel->forward(&bn.l, &a2), GLIA_OK);
         CU_ASSERT_EQUAL(re.kernel->forward(&re.l, &ar), GLIA_OK);
@@ -817,8 +817,8 @@ static void relu_nan_case(struct glia_shape sh, enum glia_memory_format f, uint3
     for (int64_t i = 0; i < n; i++) xv[i] = (float)(2 * unit(&seed)), glia_tensor_f32(dy)[i] = (float)unit(&seed);
     const struct glia_tensor *in[1] = {x}, *mid[1] = {y2};
     bool acc[1] = {false};
-    struct glia_fwd a1 = {in, 1, y1, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, a2 = {in, 1, y2, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false},
-                    ar = {mid, 1, yr, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a1 = {in, 1, y1, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, a2 = {in, 1, y2, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL},
+                    ar = {mid, 1, yr, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     int64_t pn = at_nci(sh, f, 0, 1, 0), pi = at_nci(sh, f, N - 1, 2, HW - 1), pm = at_nci(sh, f, 1, 0, 0);
     xv[pn] = NAN, xv[pi] = INFINITY, xv[pm] = -INFINITY;
     CU_ASSERT_EQUAL(fu.kernel->forward(&fu.l, &a1), GLIA_OK);

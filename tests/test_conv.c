@@ -244,7 +244,7 @@ static void check_values_at(struct built *t, const struct cv *c)
     const struct glia_tensor *in[1] = {x};
     for (int train = 0; train < 2; train++) {
         fill(y, NAN);
-        struct glia_fwd a = {in, 1, y, NULL, train, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd a = {in, 1, y, NULL, train, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_EQUAL(t->kernel->forward(&t->l, &a), GLIA_OK);
         CU_ASSERT(close_all(train ? "y (train)" : "y (eval)", glia_tensor_f32(y), ry, 0, ny));
     }
@@ -437,8 +437,8 @@ static void test_kept_input(void)
     struct glia_bwd ba = {in1, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     for (int round = 0; round < 3; round++) {
         /* 0: train x1, eval x2; 1: train x2; 2: train x1 (the kept copy is right) */
-        struct glia_fwd f1 = {round == 1 ? in2 : in1, 1, y, NULL, true, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_fwd f2 = {in2, 1, y, NULL, false, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd f1 = {round == 1 ? in2 : in1, 1, y, NULL, true, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
+        struct glia_fwd f2 = {in2, 1, y, NULL, false, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_EQUAL(t.kernel->forward(&t.l, &f1), GLIA_OK);
         if (round == 0) CU_ASSERT_EQUAL(t.kernel->forward(&t.l, &f2), GLIA_OK);
         fill(dx, NAN);
@@ -497,7 +497,7 @@ static void io_free(struct call_io *io)
 static void io_forward(struct built *t, struct call_io *io, bool train)
 {
     const struct glia_tensor *in[1] = {io->x};
-    struct glia_fwd a = {in, 1, io->y, NULL, train, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, io->y, NULL, train, 7, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     fill(io->y, NAN);
     CU_ASSERT_EQUAL(t->kernel->forward(&t->l, &a), GLIA_OK);
 }

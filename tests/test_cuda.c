@@ -252,6 +252,89 @@ static void test_fold_bn_eval_on_device(void)
     }
 }
 
+/* [graph] fuse_pointwise = auto on the GPU: a linear whose gelu (tanh form: cuBLASLt's DGELU epilogue, its row of 32
+ * a multiple of 8; erf form: the GEMM and the kernel in place) only the next linear reads leaves the GELU's gradient to
+ * that one's dx GEMM. Training with the hand-off matches the same model without it (the nodes' din_act cleared) within
+ * rounding, eager and replayed from CUDA graphs, at fp32 and bf16; the emulator counts the DGELU epilogues. */
+static void test_gelu_handoff_on_device(void)
+{
+    make_data();
+    void *emu = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    long (*dgelu_runs)(bool) = emu ? (long (*)(bool))(uintptr_t)dlsym(emu, "glia_emu_lt_dgelu_runs") : NULL;
+    if (emu) dlclose(emu);
+    static const char *const extra[] = {"precision = fp32", "precision = fp32\ncuda_graph = on", "precision = bf16"};
+    for (int k = 0; k < 3; k++) {
+        char text[4096];
+        snprintf(text, sizeof text,
+                 "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\ncudnn_benchmark = off\n%s\n"
+                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+                 "batch_size = 32\ntest_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
+                 "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n"
+                 "[f]\ntype = flatten\n[h]\ntype = linear\noutputs = 32\n[g]\ntype = gelu\napproximate = tanh\n"
+                 "[h2]\ntype = linear\noutputs = 24\n[g2]\ntype = gelu\n[h3]\ntype = linear\noutputs = 16\n"
+                 "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+                 extra[k], dir, dir, dir, dir);
+        struct run on, bare;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        open_run(&on, text);
+        open_run(&bare, text);
+        CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 6);  /* f h h2 h3 fc loss */
+        CU_ASSERT(on.m->graph.nodes[2].din_act == 2 && on.m->graph.nodes[3].din_act == 3);
+        for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].din_act = bare.m->graph.nodes[i].dout_preact = 0;
+        if (dgelu_runs) dgelu_runs(true);
+        glia_status st = glia_model_train(on.m, &quiet, ra, 2);
+        if (st) printf("\n  %s\n", glia_context_error(on.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        long ran = dgelu_runs ? dgelu_runs(true) : 1;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, rb, 2), GLIA_OK);
+        if (dgelu_runs) CU_ASSERT_EQUAL(dgelu_runs(true), 0);
+        CU_ASSERT(ran > 0);
+        double worst = weight_diff(&on, &bare), tol = k == 2 ? 2e-2 : 1e-4;
+        if (!(worst <= tol)) printf("\n  %s: weights differ by %g with and without the hand-off\n", extra[k], worst);
+        CU_ASSERT(worst <= tol);
+        CU_ASSERT(fabs(ra[1].train_loss - rb[1].train_loss) <= tol * fmax(1.0, rb[1].train_loss));
+        CU_ASSERT(ra[1].train_loss < ra[0].train_loss || ra[1].train_loss < log(5.0));
+        close_run(&on), close_run(&bare);
+    }
+}
+
+/* [graph] fuse_pointwise = auto on the GPU: a layernorm reading a residual add computes and writes the sum in its own
+ * kernel. The same weights and losses bit for bit as the model with the pairs cleared (the same f32 sum rounded once,
+ * then the same row statistics), eager and replayed from CUDA graphs, at fp32 and with bf16 activations. */
+static void test_residual_layernorm_on_device(void)
+{
+    make_data();
+    static const char *const extra[] = {"precision = fp32", "precision = fp32\ncuda_graph = on", "precision = bf16"};
+    for (int k = 0; k < 3; k++) {
+        char text[4096];
+        snprintf(text, sizeof text,
+                 "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\ncudnn_benchmark = off\n%s\n"
+                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
+                 "batch_size = 32\ntest_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
+                 "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n"
+                 "[f]\ntype = flatten\n[e]\ntype = linear\noutputs = 40\n[f1]\ntype = linear\noutputs = 40\n"
+                 "[r1]\ntype = add\ninputs = e, f1\n[ln1]\ntype = layernorm\n[f2]\ntype = linear\noutputs = 40\n"
+                 "[r2]\ntype = add\ninputs = r1, f2\n[ln2]\ntype = layernorm\n"
+                 "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+                 extra[k], dir, dir, dir, dir);
+        struct run on, bare;
+        struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
+        open_run(&on, text);
+        open_run(&bare, text);
+        CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 10);
+        CU_ASSERT(on.m->graph.nodes[3].res_norm == 5 && on.m->graph.nodes[6].res_norm == 8);
+        for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].res_norm = bare.m->graph.nodes[i].res_by = 0;
+        glia_status st = glia_model_train(on.m, &quiet, ra, 2);
+        if (st) printf("\n  %s\n", glia_context_error(on.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, rb, 2), GLIA_OK);
+        CU_ASSERT(same_weights(&on, &bare));
+        CU_ASSERT(ra[1].train_loss == rb[1].train_loss && ra[1].test_loss == rb[1].test_loss);
+        CU_ASSERT(ra[1].train_loss < ra[0].train_loss || ra[1].train_loss < log(5.0));
+        close_run(&on), close_run(&bare);
+    }
+}
+
 /* [runtime] nvtx: a profiler (tests/fixtures/nvtx_record.so, loaded by NVTX as NVTX_INJECTION64_PATH says) sees each
  * layer's forward and backward, the optimizer step and the input as named ranges, every one closed; off, none. The
  * injection is set before the first NVTX call of the process (nvtx is off in every earlier test). */
@@ -1522,7 +1605,9 @@ int main(void)
                                              GLIA_TEST(test_resident_trains_the_same),
                                              GLIA_TEST(test_cuda_graph_fp16_scaler_trains_the_same),
                                              GLIA_TEST(test_cuda_graph_fp16_step_matches),
-                                             GLIA_TEST(test_fold_bn_eval_on_device)};
+                                             GLIA_TEST(test_fold_bn_eval_on_device),
+                                             GLIA_TEST(test_gelu_handoff_on_device),
+                                             GLIA_TEST(test_residual_layernorm_on_device)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

@@ -142,7 +142,7 @@ static void test_attention_decode(void)
     struct glia_shape os = {3, {N, T, C}};
     CU_ASSERT_FATAL(glia_tensor_new(cuda_cpu, GLIA_F32, &os, &yc) == GLIA_OK);
     const struct glia_tensor *inc[1] = {xc};
-    struct glia_fwd fc = {inc, 1, yc, NULL, false, 1, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fc = {inc, 1, yc, NULL, false, 1, false, 1, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(Bc.kernel->forward(&Bc.l, &fc) == GLIA_OK);
     const float *want = glia_tensor_f32(yc);
     const int chunk[] = {5, 1, 1, 13, 17};
@@ -156,7 +156,7 @@ static void test_attention_decode(void)
             struct glia_tensor *xg = cuda_put(cuda_gpu, cs, GLIA_CONTIGUOUS, chunk_v), *yg, *yh;
             CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ys, &yg) == GLIA_OK);
             const struct glia_tensor *ing[1] = {xg};
-            struct glia_fwd fg = {ing, 1, yg, NULL, false, 1, false, 1, NULL, true, pos, NULL, NULL, NULL, NULL, false};
+            struct glia_fwd fg = {ing, 1, yg, NULL, false, 1, false, 1, NULL, true, pos, NULL, NULL, NULL, NULL, false, NULL, NULL};
             glia_status st = Bg.kernel->forward(&Bg.l, &fg);
             if (st) printf("\n  decode: %s\n", glia_context_error(cuda_ctx));
             CU_ASSERT_FATAL(st == GLIA_OK);
@@ -179,7 +179,7 @@ static void test_attention_decode(void)
     struct glia_shape ys = {3, {cases[2].in.dim[0], cases[2].in.dim[1], cases[2].in.dim[2] / 3}};
     CU_ASSERT_FATAL(glia_tensor_new(cuda_gpu, GLIA_F32, &ys, &yg) == GLIA_OK);
     const struct glia_tensor *ing[1] = {xg};
-    struct glia_fwd fg = {ing, 1, yg, NULL, false, 1, false, 1, NULL, true, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fg = {ing, 1, yg, NULL, false, 1, false, 1, NULL, true, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(Bg.kernel->forward(&Bg.l, &fg), GLIA_EUNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "needs causal = on"));
     glia_tensor_release(xg);

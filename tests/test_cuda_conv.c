@@ -240,7 +240,7 @@ static void conv_pass(const struct cv *c, struct cuda_built *C, struct cuda_buil
     float start = k.acc ? 1.0f : NAN;
     struct glia_tensor *dxc = filled_tensor(cuda_cpu, in, GLIA_CONTIGUOUS, start), *dxg = filled_tensor(cuda_gpu, in, f, start);
     const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-    struct glia_fwd fc = {inc, 1, yc, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ing, 1, yg, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fc = {inc, 1, yc, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fg = {ing, 1, yg, NULL, !k.eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(C->kernel->forward(&C->l, &fc) == GLIA_OK);
     glia_status st = G->kernel->forward(&G->l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -494,7 +494,7 @@ static void test_tuning_workspace_given_back(void)
     const struct glia_tensor *ins[1] = {x};
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
-    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
@@ -557,7 +557,7 @@ static void tuned_step(struct glia_backend *b, size_t limit, struct glia_shape i
     const struct glia_tensor *ins[1] = {x};
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
-    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
     CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
@@ -790,8 +790,8 @@ static void test_activation_relu(void)
                 struct glia_tensor *dxr = cuda_swap_dtype(tensor_as(cuda_gpu, in, fmt), dt);
                 struct glia_tensor *dxp = cuda_swap_dtype(tensor_as(cuda_gpu, in, fmt), dt);
                 const struct glia_tensor *ins[1] = {x};
-                struct glia_fwd fr = {ins, 1, yr, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-                struct glia_fwd fp = {ins, 1, yp, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+                struct glia_fwd fr = {ins, 1, yr, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
+                struct glia_fwd fp = {ins, 1, yp, NULL, true, 5, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
                 if (fused_runs) fused_runs(true);
                 glia_status st = R.kernel->forward(&R.l, &fr);
                 bool fused = !fused_runs || fused_runs(true) > 0;  /* on a GPU: maybe */
@@ -901,8 +901,8 @@ static void test_graph_api_captured(void)
         const struct glia_tensor *ing[1] = {xg}, *inc[1] = {xc};
         struct glia_tensor *ding[1] = {dxg}, *dinc[1] = {dxc};
         bool acc[1] = {false};
-        struct glia_fwd fg = {ing, 1, yg, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
-        struct glia_fwd fc = {inc, 1, yc, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fg = {ing, 1, yg, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
+        struct glia_fwd fc = {inc, 1, yc, NULL, true, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL, NULL, NULL, false}, bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL, NULL, NULL, false};
         void *exec = NULL;
         for (int round = 0; round < 4; round++) {  /* 0: as it comes; 1: captured; 2, 3: replayed */
@@ -940,7 +940,7 @@ static void test_graph_api_captured(void)
                     struct glia_shape in2 = S(4, c.N + k, c.C, c.H, c.W), os2 = S(4, c.N + k, c.F, c.H, c.W);
                     struct glia_tensor *x2 = tensor_as(cuda_gpu, in2, GLIA_CONTIGUOUS), *y2 = tensor_as(cuda_gpu, os2, GLIA_CONTIGUOUS);
                     const struct glia_tensor *in2s[1] = {x2};
-                    struct glia_fwd f2 = {in2s, 1, y2, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+                    struct glia_fwd f2 = {in2s, 1, y2, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
                     float *v2 = random_values(&rng, in2, 1.0f);
                     CU_ASSERT_FATAL(glia_tensor_from_host(x2, v2, glia_tensor_nbytes(x2)) == GLIA_OK);
                     free(v2);
@@ -994,8 +994,8 @@ static void test_eval_affine(void)
                 struct glia_tensor *xg = cuda_swap_dtype(cuda_put(cuda_gpu, in, fmt, xv), dt);
                 struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, fmt), dt);
                 const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
-                struct glia_fwd fc = {inc, 1, yc, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, ac, relu};
-                struct glia_fwd fg = {ing, 1, yg, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, ag, relu};
+                struct glia_fwd fc = {inc, 1, yc, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, ac, relu, NULL, NULL};
+                struct glia_fwd fg = {ing, 1, yg, NULL, false, 3, false, 0, NULL, false, 0, NULL, NULL, NULL, ag, relu, NULL, NULL};
                 CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
                 if (fused) fused(true);
                 glia_status st = G.kernel->forward(&G.l, &fg);

@@ -1,6 +1,7 @@
 /* tests/test_cuda_dense.c — the CUDA linear, softmax_cross_entropy, flatten and dropout (and the
  * cuBLASLt GEMM under them) against the CPU impls on a GPU. Not a gradient check: the CPU impls
  * have theirs. Exits 77 (skipped) without a usable GPU or without the CUDA build. */
+#include <dlfcn.h>
 #include "cudautil.h"
 #include <glia/types/linear.h>
 
@@ -192,7 +193,7 @@ static void test_linear_packed_params(void)
     struct glia_tensor *yc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *yg = tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS);
     struct glia_tensor *dxc = tensor_as(cuda_cpu, in, GLIA_CONTIGUOUS), *dxg = tensor_as(cuda_gpu, in, GLIA_CONTIGUOUS);
     const struct glia_tensor *ic[1] = {xc}, *ig[1] = {xg};
-    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fc = {ic, 1, yc, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK);
     CU_ASSERT(cuda_diff_of(yc, yg) <= 1e-5);
@@ -311,7 +312,7 @@ static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O,
     struct glia_tensor *dxg = cuda_swap_dtype(cuda_put(cuda_gpu, in, GLIA_CONTIGUOUS, fill), t);
     struct glia_tensor *yg = cuda_swap_dtype(tensor_as(cuda_gpu, os, GLIA_CONTIGUOUS), t);
     const struct glia_tensor *ig[1] = {xg};
-    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fg = {ig, 1, yg, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -457,6 +458,55 @@ static void test_linear_act_fallback(void)
     unsetenv("GLIA_EMU_NO_EPILOGUE");
 }
 
+/* ---- linear applying its producer's activation gradient (glia_bwd.din_act) ----
+ * din(N,I) = (dy W) act'(pre): for gelu_tanh cuBLASLt's DGELU epilogue where the input's row (I values) is a multiple
+ * of 8; other widths, gelu's erf form and (GLIA_EMU_NO_EPILOGUE) shapes without such an algorithm take the GEMM and
+ * the activation-gradient kernel in place. Held to the CPU kernel (the GEMM, then the same formula), at fp32 and with
+ * bf16 and f16 activations; the emulator counts the DGELU epilogues run. */
+static void linear_din_act_cases(int64_t shift, uint64_t seed, bool epilogue)
+{
+    need_cpu("linear");
+    void *h = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    long (*dgelu_runs)(bool) = h ? (long (*)(bool))(uintptr_t)dlsym(h, "glia_emu_lt_dgelu_runs") : NULL;
+    if (h) dlclose(h);
+    static const struct {
+        const char *act;
+        int64_t n, i, o;
+        bool dgelu;  /* cuBLASLt's epilogue applies */
+    } cs[] = {
+        {"gelu_tanh", 5, 16, 8, true}, {"gelu_tanh", 4, 24, 5, true}, {"gelu_tanh", 6, 12, 8, false},
+        {"gelu", 5, 16, 8, false},     {"gelu", 3, 7, 4, false},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        char ini[96];
+        snprintf(ini, sizeof ini, "[fc]\ntype = linear\noutputs = %lld\n", (long long)cs[c].o);
+        struct glia_shape in = S(2, cs[c].n + shift, cs[c].i, 0, 0);
+        if (dgelu_runs) dgelu_runs(true);
+        expect_both_modes((struct cuda_case){.ini = ini, .in = &in, .n_in = 1, .seed = seed + c, .din_act = cs[c].act},
+                          cuda_tol(GLIA_PRECISION_FP32));
+        if (dgelu_runs) CU_ASSERT_EQUAL(dgelu_runs(true), epilogue && cs[c].dgelu ? 2 : 0);
+        for (int t = 0; t < 2; t++)  /* half activations: sums of O products, short enough for cuda_tol */
+            expect_both_modes((struct cuda_case){.ini = ini, .in = &in, .n_in = 1, .seed = seed + 20 + 2 * c + (uint64_t)t,
+                                                 .precision = t ? GLIA_PRECISION_FP16 : GLIA_PRECISION_BF16,
+                                                 .act = t ? GLIA_F16 : GLIA_BF16, .din_act = cs[c].act},
+                              cuda_tol(t ? GLIA_PRECISION_FP16 : GLIA_PRECISION_BF16));
+        if (dgelu_runs) CU_ASSERT_EQUAL(dgelu_runs(true), epilogue && cs[c].dgelu ? 4 : 0);
+    }
+    set_precision(GLIA_PRECISION_FP32);
+}
+
+static void test_linear_din_act(void)
+{
+    linear_din_act_cases(0, 1000, true);
+}
+
+static void test_linear_din_act_fallback(void)
+{
+    setenv("GLIA_EMU_NO_EPILOGUE", "1", 1);
+    linear_din_act_cases(1, 1100, false);
+    unsetenv("GLIA_EMU_NO_EPILOGUE");
+}
+
 /* ---- softmax_cross_entropy ---- */
 
 static void test_sce(void)
@@ -544,7 +594,7 @@ static void test_sce_bad_label(void)
     CU_ASSERT_FATAL(glia_tensor_from_host(bad, (int32_t[]){0, 7, 2, -1}, 4 * sizeof(int32_t)) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_from_host(good, (int32_t[]){0, 1, 2, 4}, 4 * sizeof(int32_t)) == GLIA_OK);
     const struct glia_tensor *ins[1] = {x};
-    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fb = {ins, 1, out, bad, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fg = {ins, 1, out, good, true, 2, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fb), GLIA_OK);  /* queued; not yet known on the host */
     CU_ASSERT_FATAL(glia_backend_sync(cuda_gpu) == GLIA_OK);
     CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss, sizeof loss) == GLIA_OK);
@@ -650,6 +700,6 @@ CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_line
                GLIA_TEST(test_linear_low_precision), GLIA_TEST(test_linear_nd), GLIA_TEST(test_linear_eval),
                GLIA_TEST(test_linear_packed_params),
                GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback), GLIA_TEST(test_linear_act),
-               GLIA_TEST(test_linear_act_fallback),
+               GLIA_TEST(test_linear_act_fallback), GLIA_TEST(test_linear_din_act), GLIA_TEST(test_linear_din_act_fallback),
                GLIA_TEST(test_sce), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

@@ -72,7 +72,7 @@ static void test_constant_rows(void)
         const struct glia_tensor *in[1] = {X};
         struct glia_tensor *din[1] = {DX};
         bool acc[1] = {false};
-        struct glia_fwd fa = {in, 1, Y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, Y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd ba = {in, 1, Y, DY, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK && B.kernel->backward(&B.l, &ba) == GLIA_OK);
         res[d][0] = cuda_get(Y);
@@ -141,7 +141,7 @@ static void test_backward_needs_training(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd ft = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fe = {in, 1, y, NULL, false, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd ft = {in, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fe = {in, 1, y, NULL, false, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &ft) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fe) == GLIA_OK);

@@ -120,7 +120,7 @@ static void test_batchnorm_batch1_2d(void)
     cuda_build(k.ini, "cuda", cuda_gpu, &s, 1, &G);
     struct glia_tensor *x = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS), *y = tensor_as(cuda_gpu, s, GLIA_CONTIGUOUS);
     const struct glia_tensor *xi[1] = {x};
-    struct glia_fwd fa = {xi, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {xi, 1, y, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "more than 1 value per channel"));
     glia_tensor_release(x);
@@ -288,7 +288,7 @@ static int64_t bn_half_vs_f32(const char *ini, struct glia_shape s, enum glia_me
         const struct glia_tensor *in[1] = {t[d][0]};
         struct glia_tensor *din[1] = {t[d][3]};
         bool acc[1] = {accumulate};
-        struct glia_fwd fw = {in, 1, t[d][1], NULL, !eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fw = {in, 1, t[d][1], NULL, !eval, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL, NULL, NULL, NULL, false};
         glia_status st = L[d]->kernel->forward(&L[d]->l, &fw);
         if (!st && !eval) st = L[d]->kernel->backward(&L[d]->l, &bw);
@@ -447,7 +447,7 @@ static double pair_run(const char *ini, struct glia_shape s, enum glia_memory_fo
     const struct glia_tensor *inc[1] = {xc}, *ing[1] = {xg};
     struct glia_tensor *dinc[1] = {dxc}, *ding[1] = {dxg};
     bool acc[1] = {accumulate};
-    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fc = {inc, 1, yc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fg = {ing, 1, yg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd bc = {inc, 1, yc, dyc, dinc, acc, NULL, NULL, NULL, NULL, false}, bg = {ing, 1, yg, dyg, ding, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK && C.kernel->backward(&C.l, &bc) == GLIA_OK);
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fg) == GLIA_OK && G.kernel->backward(&G.l, &bg) == GLIA_OK);
@@ -624,7 +624,7 @@ static void test_backward_needs_training(void)
         const struct glia_tensor *in[1] = {x};
         struct glia_tensor *din[1] = {dx};
         bool acc[1] = {false};
-        struct glia_fwd fa = {in, 1, y, NULL, false, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, y, NULL, false, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
         CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &ba), GLIA_EINVAL);

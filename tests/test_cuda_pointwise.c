@@ -33,7 +33,7 @@ static void expect_all(const char *ini, const struct glia_shape *in, int n_in, d
     for (int f = 0; f < (in[0].ndim == 4 ? 2 : 1); f++)
         for (int acc = 0; acc < 2; acc++) {
             struct cuda_case k = {ini,   in,   n_in, FP32, f ? NHWC : NCHW, false,
-                                  acc,   NULL, seed + (uint64_t)(2 * f + acc), GLIA_F32};
+                                  acc,   NULL, seed + (uint64_t)(2 * f + acc), GLIA_F32, NULL};
             cuda_expect(&k, tol);
         }
 }
@@ -133,7 +133,7 @@ static double pair_diff(const struct pair_case *k)
     free(ov);
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
     for (int i = 0; i < k->n_in; i++) inc[i] = xc[i], ing[i] = xg[i];
-    struct glia_fwd fc = {inc, k->n_in, outc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fg = {ing, k->n_in, outg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fc = {inc, k->n_in, outc, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fg = {ing, k->n_in, outg, NULL, true, 77, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(C.kernel->forward(&C.l, &fc) == GLIA_OK);
     glia_status st = G.kernel->forward(&G.l, &fg);
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
@@ -183,11 +183,11 @@ static void test_activations_large_eval_tf32(void)
     cpu_plugins();
     const struct glia_shape big = S(2, 3, 349525, 0, 0), img = S(4, 3, 16, 33, 35);
     for (int a = 0; a < N_ACTIVATIONS; a++) {
-        struct cuda_case k = {activations[a], &big, 1, FP32, NCHW, false, true, NULL, 7, GLIA_F32};
+        struct cuda_case k = {activations[a], &big, 1, FP32, NCHW, false, true, NULL, 7, GLIA_F32, NULL};
         cuda_expect(&k, 1e-5);
-        struct cuda_case e = {activations[a], &img, 1, FP32, NHWC, true, false, NULL, 8, GLIA_F32};
+        struct cuda_case e = {activations[a], &img, 1, FP32, NHWC, true, false, NULL, 8, GLIA_F32, NULL};
         cuda_expect(&e, 1e-5);
-        struct cuda_case t = {activations[a], &img, 1, GLIA_PRECISION_TF32, NHWC, false, false, NULL, 9, GLIA_F32};
+        struct cuda_case t = {activations[a], &img, 1, GLIA_PRECISION_TF32, NHWC, false, false, NULL, 9, GLIA_F32, NULL};
         cuda_expect(&t, 1e-5);
     }
 }
@@ -245,7 +245,7 @@ static void test_relu_torch_values(void)
         struct glia_tensor *tdy = cuda_put(cuda_gpu, s, NCHW, k ? dy_expr : dy_layer);
         struct glia_tensor *tdx = cuda_put(cuda_gpu, s, NCHW, nan_fill);
         const struct glia_tensor *in[1] = {tx};
-        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
         struct glia_tensor *din[1] = {tdx};
         bool acc[1] = {false};

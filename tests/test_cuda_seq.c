@@ -106,7 +106,7 @@ static void test_position_embedding(void)
     struct glia_tensor *x = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
     struct glia_tensor *y = tensor_as(cuda_gpu, longer, GLIA_CONTIGUOUS);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(cuda_ctx), "[p] position_embedding takes (N, T <= 4, 3), got 2x5x3"));
     glia_tensor_release(x);
@@ -196,7 +196,7 @@ static void test_embedding_out_of_range(void)
     const struct glia_tensor *in[1] = {tok};
     struct glia_tensor *din[1] = {NULL};
     bool acc[1] = {false};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     pw->grad_unset = true;
     CU_ASSERT_FATAL(G.kernel->forward(&G.l, &fa) == GLIA_OK);
@@ -259,7 +259,7 @@ static void test_seq_pool_eval_keeps_nothing(void)
         const struct glia_tensor *xi[2] = {x, tok};
         struct glia_tensor *din[2] = {dx, NULL};
         bool acc[2] = {false, false};
-        struct glia_fwd fa = {xi, 2, y, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {xi, 2, y, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd ba = {xi, 2, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
         CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &fa), GLIA_OK);
         CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &ba), GLIA_EINVAL);

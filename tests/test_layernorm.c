@@ -53,7 +53,7 @@ static glia_status ln_step(struct ln_run *r, bool train, bool backward)
     const struct glia_tensor *in[1] = {r->x};
     struct glia_tensor *din[1] = {r->dx};
     bool acc[1] = {false};
-    struct glia_fwd fa = {in, 1, r->y, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, r->y, NULL, train, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd ba = {in, 1, r->y, r->dy, din, acc, NULL, NULL, NULL, NULL, false};
     glia_status st = r->B.kernel->forward(&r->B.l, &fa);
     if (!st && backward) {

@@ -93,7 +93,7 @@ static void test_sce_ignore_index(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd a = {in, 1, out, y, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, out, y, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd b = {in, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double l0 = log(exp(1.0) + exp(2.0)) - 2, l2 = log(exp(5.0) + exp(-1.0)) - 5;
@@ -136,7 +136,7 @@ static void test_label_smoothing_value(void)
     memcpy(x->data, xv, sizeof xv);
     glia_tensor_i32(y)[0] = 0;
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, out, y, false, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, out, y, false, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
     double want = 0.8 * (lse - 1) + 0.2 * ((lse - 1) + (lse - 2) + (lse - 3)) / 3;
@@ -212,7 +212,7 @@ static void check_forward(const char *ini, const float *x, const float *want, in
     CU_ASSERT_FATAL(glia_tensor_new(B.b, GLIA_F32, &os, &ty) == GLIA_OK);
     memcpy(glia_tensor_f32(tx), x, (size_t)n * sizeof *x);
     const struct glia_tensor *in[1] = {tx};
-    struct glia_fwd a = {in, 1, ty, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, ty, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     const float *y = glia_tensor_f32(ty);
     for (int i = 0; i < n; i++) {
@@ -269,7 +269,7 @@ static void test_relu_edges(void)
     memcpy(glia_tensor_f32(tx), x, sizeof x);
     memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
     const struct glia_tensor *in[1] = {tx};
-    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     const float *y = glia_tensor_f32(ty), *dx = glia_tensor_f32(tdx);
     for (int i = 0; i < n; i++) {
@@ -358,7 +358,7 @@ static void test_dropout_statistics(void)
     CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_F32, &sh, &y2) == GLIA_OK);
     for (int i = 0; i < 10000; i++) glia_tensor_f32(x)[i] = 1.0f;
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd a = {in, 1, y1, NULL, true, 99, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 1, y1, NULL, true, 99, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(ops->forward(l, &a), GLIA_OK);
     int zeros = 0, scaled = 0;
     for (int i = 0; i < 10000; i++) {

@@ -1069,7 +1069,7 @@ static void test_activation_kernels(void)
         memcpy(glia_tensor_f32(tx), x, sizeof x);
         memcpy(glia_tensor_f32(tdy), dy, sizeof dy);
         const struct glia_tensor *in[1] = {tx};
-        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
         memcpy(y, glia_tensor_f32(ty), sizeof y);
         int bad = 0;
@@ -1174,7 +1174,7 @@ static void test_layer_forward_and_flops(void)
     memcpy(glia_tensor_f32(tx), xs, sizeof xs);
     memcpy(glia_tensor_f32(ty), ys, sizeof ys);
     const struct glia_tensor *in[2] = {tx, ty};
-    struct glia_fwd a = {in, 2, to, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd a = {in, 2, to, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &a), GLIA_OK);
     for (int i = 0; i < N; i++) {
         double want = xs[i] * sg(ys[i]) + 1, got = glia_tensor_f32(to)[i];
@@ -1285,7 +1285,7 @@ static void test_layer_dropout_matches_dropout_layer(void)
         for (int train = 0; train < 2; train++) {
             for (int k = 0; k < 2; k++) {
                 const struct glia_tensor *in[1] = {x};
-                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+                struct glia_fwd a = {in, 1, y[k], NULL, train, 0xabcdef + (uint64_t)f, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
                 CU_ASSERT_EQUAL(B[k]->kernel->forward(&B[k]->l, &a), GLIA_OK);
                 if (!train) continue;
                 struct glia_tensor *din[1] = {dx[k]};

@@ -242,7 +242,7 @@ static void check_values(const char *ini, enum kind kind, int k, int s, int p, s
     convert(lx, x);
     convert(ldy, dy);
     const struct glia_tensor *in[1] = {lx};
-    struct glia_fwd fa = {in, 1, ly, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, ly, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     convert(y, ly);
     int bad = 0;
@@ -355,7 +355,7 @@ static void run_plane(const char *ini, int64_t H, int64_t W, const float *x, flo
     memcpy(glia_tensor_f32(tx), x, (size_t)(H * W) * sizeof *x);
     for (int64_t i = 0; i < ny; i++) glia_tensor_f32(tdy)[i] = 1.0f;
     const struct glia_tensor *in[1] = {tx};
-    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     struct glia_tensor *din[1] = {tdx};
     bool acc[1] = {false};
@@ -457,7 +457,7 @@ static void test_maxpool_eval_keeps_nothing(void)
     const struct glia_tensor *in[1] = {x};
     struct glia_tensor *din[1] = {dx};
     bool acc[1] = {false};
-    struct glia_fwd fa = {in, 1, y, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_OK);
     CU_ASSERT_EQUAL(B.kernel->backward(&B.l, &ba), GLIA_EINVAL);
@@ -512,7 +512,7 @@ static void test_maxpool_formats_alternate(void)
     const struct glia_tensor *in[2][1] = {{t[0][0]}, {t[1][0]}};
     struct glia_tensor *din[2][1] = {{t[0][3]}, {t[1][3]}};
     bool acc[1] = {false};
-    struct glia_fwd fa[2] = {{in[0], 1, t[0][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, {in[1], 1, t[1][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}};
+    struct glia_fwd fa[2] = {{in[0], 1, t[0][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, {in[1], 1, t[1][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}};
     struct glia_bwd ba[2] = {{in[0], 1, t[0][1], t[0][2], din[0], acc, NULL, NULL, NULL, NULL, false},
                              {in[1], 1, t[1][1], t[1][2], din[1], acc, NULL, NULL, NULL, NULL, false}};
     int64_t n = glia_shape_numel(&sh);

@@ -154,7 +154,7 @@ static void check_embedding_values(int pad, enum glia_memory_format f)
     struct glia_tensor *tok = tokens(B.b, 2, 3, tv), *y = tensor_as(B.b, os, f);
     fill(y, NAN);
     const struct glia_tensor *in[1] = {tok};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     for (int n = 0; n < 2; n++)
         for (int d = 0; d < 2; d++)
@@ -224,7 +224,7 @@ static void test_embedding_sequence_values(void)
     struct glia_tensor *tok = tokens(B.b, 2, 3, tv), *y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
     fill(y, NAN);
     const struct glia_tensor *in[1] = {tok};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     for (int i = 0; i < 6; i++)
         for (int d = 0; d < 2; d++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i * 2 + d], w[tv[i] * 2 + d]);
@@ -278,7 +278,7 @@ static void test_position_embedding_values(void)
     struct glia_tensor *dy = filled(B.b, xs, GLIA_CONTIGUOUS, dyv), *dx = tensor_as(B.b, xs, GLIA_CONTIGUOUS);
     fill(y, NAN);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     for (int i = 0; i < 12; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], xv[i] + wv[(i / 2 % 3) * 2 + i % 2]);
     struct glia_tensor *din[1] = {dx};
@@ -298,7 +298,7 @@ static void test_position_embedding_values(void)
     struct glia_shape longer = S(3, 1, 5, 2, 0);
     struct glia_tensor *xl = tensor_as(B.b, longer, GLIA_CONTIGUOUS), *yl = tensor_as(B.b, longer, GLIA_CONTIGUOUS);
     const struct glia_tensor *inl[1] = {xl};
-    struct glia_fwd fl = {inl, 1, yl, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fl = {inl, 1, yl, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fl), GLIA_ESHAPE);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] position_embedding takes (N, T <= 4, 2), got 1x5x2"));
     glia_tensor_release(xl);
@@ -361,7 +361,7 @@ static void test_embedding_out_of_range(void)
         CU_ASSERT_FATAL(B.type->infer_shape(&B.l, &ts, 1, &os) == GLIA_OK);
         struct glia_tensor *tok = tokens(B.b, 2, 3, bad[k]), *y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
         const struct glia_tensor *in[1] = {tok};
-        struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_EINVAL);
         if (!strstr(glia_context_error(ctx), msgs[k])) printf("\n  got: %s\n  want: %s\n", glia_context_error(ctx), msgs[k]);
         CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), msgs[k]));
@@ -391,7 +391,7 @@ static void test_embedding_deterministic(void)
     const struct glia_tensor *in[1] = {tok};
     struct glia_tensor *din[1] = {NULL};
     bool acc[1] = {false};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd ba = {in, 1, y, dy, din, acc, NULL, NULL, NULL, NULL, false};
     float g[2][45];
     int keep = omp_get_max_threads();
@@ -439,7 +439,7 @@ static void check_seq_pool_values(bool max, enum glia_memory_format f)
     fill(y, NAN);
     const struct glia_tensor *xi[2] = {x, tok};
     struct glia_tensor *din[2] = {dx, NULL};
-    struct glia_fwd fa = {xi, 2, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {xi, 2, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fa) == GLIA_OK);
     const float *yw = max ? y_max : y_mean, *dxw = max ? dx_max : dx_mean;
     for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(glia_tensor_f32(y)[i], yw[i]);
@@ -552,7 +552,7 @@ static void check_shrink(const char *ini, const struct glia_shape *big, const st
     free(g);
     const struct glia_tensor *ia[2] = {xa[0], n_in > 1 ? xa[1] : NULL}, *ib[2] = {xb[0], n_in > 1 ? xb[1] : NULL};
     bool acc[2] = {false, false};
-    struct glia_fwd fa = {ia, n_in, ya, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, fb = {ib, n_in, yb, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {ia, n_in, ya, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, fb = {ib, n_in, yb, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd ba = {ia, n_in, ya, dya, dxa, acc, NULL, NULL, NULL, NULL, false}, bb = {ib, n_in, yb, dyb, dxb, acc, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_FATAL(A.kernel->forward(&A.l, &fa) == GLIA_OK && A.kernel->backward(&A.l, &ba) == GLIA_OK);
     CU_ASSERT_FATAL(B.kernel->forward(&B.l, &fb) == GLIA_OK && B.kernel->backward(&B.l, &bb) == GLIA_OK);
@@ -652,7 +652,7 @@ static void test_dtype_errors(void)
     struct glia_tensor *x = tensor_as(B.b, ts, GLIA_CONTIGUOUS), *y = tensor_as(B.b, os, GLIA_CONTIGUOUS);
     fill(x, 1.0f);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[e] embedding takes i32 token ids (N, L), got f32 2x3"));
     glia_tensor_release(x);
@@ -667,7 +667,7 @@ static void test_dtype_errors(void)
     fill(f, 1.0f);
     fill(t, 1.0f);
     const struct glia_tensor *pin[2] = {f, t};
-    struct glia_fwd pa = {pin, 2, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd pa = {pin, 2, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &pa), GLIA_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[p] seq_pool takes i32 token ids (N, L) as second input, got f32 2x4"));
     glia_tensor_release(f);

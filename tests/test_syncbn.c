@@ -280,7 +280,7 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         const struct glia_tensor *Sin[1] = {Sx}, *Pin[1] = {Px};
         struct glia_tensor *Sdin[1] = {k->no_dx ? NULL : Sdx}, *Pdin[1] = {k->no_dx ? NULL : Pdx};
         bool acc[1] = {k->accumulate};
-        struct glia_fwd Sf = {Sin, 1, Sy, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, Pf = {Pin, 1, Py, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd Sf = {Sin, 1, Sy, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, Pf = {Pin, 1, Py, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd Sb = {Sin, 1, Sy, Sdy, Sdin, acc, NULL, NULL, NULL, NULL, false}, Pb = {Pin, 1, Py, Pdy, Pdin, acc, NULL, NULL, NULL, NULL, false};
         int calls = loop_calls;
         glia_status st = S.kernel->forward(&S.l, &Sf);
@@ -340,7 +340,7 @@ static void run_case(struct glia_comm *c, struct glia_backend *sb, const struct 
         struct glia_tensor *Px = put(cpu, whole, GLIA_CONTIGUOUS, X), *Sx = put(sb, mine, k->format, X + off);
         struct glia_tensor *Sy = tensor_as(sb, mine, k->format);
         const struct glia_tensor *Sin[1] = {Sx}, *Pin[1] = {Px};
-        struct glia_fwd Sf = {Sin, 1, Sy, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false}, Pf = {Pin, 1, Py, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd Sf = {Sin, 1, Sy, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL}, Pf = {Pin, 1, Py, NULL, false, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         int calls = loop_calls;
         CU_ASSERT_FATAL(S.kernel->forward(&S.l, &Sf) == GLIA_OK);
         CU_ASSERT_EQUAL(loop_calls, calls);
@@ -381,7 +381,7 @@ static void sync_large_mean(struct glia_comm *c, struct glia_backend *b, enum gl
     for (int64_t k = 0; k < n; k++) x[k] = (float)(means[(k / HW) % C] + 1e-2 * unit(&seed));
     struct glia_tensor *tx = put(b, sh, f, x), *ty = tensor_as(b, sh, f);
     const struct glia_tensor *in[1] = {tx};
-    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, ty, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     glia_status st = L.kernel->forward(&L.l, &fa);
     if (st) printf("\n  %s\n", glia_context_error(ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
@@ -468,7 +468,7 @@ static void test_exchange_failure(void)
     for (int i = 0; i < 24; i++) v[i] = (float)i, dy[i] = (float)(i % 5);
     struct glia_tensor *x = put(cpu, sh, GLIA_CONTIGUOUS, v), *y = tensor_as(cpu, sh, GLIA_CONTIGUOUS);
     const struct glia_tensor *in[1] = {x};
-    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+    struct glia_fwd fa = {in, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     loop_fail = true;
     CU_ASSERT_EQUAL(B.kernel->forward(&B.l, &fa), GLIA_EIO);
     loop_fail = false;
@@ -576,7 +576,7 @@ static void sync_half(struct glia_comm *c, struct glia_backend *b, const char *i
         const struct glia_tensor *in[1] = {t[d][0]};
         struct glia_tensor *din[1] = {t[d][3]};
         bool acc[1] = {accumulate};
-        struct glia_fwd fw = {in, 1, t[d][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd fw = {in, 1, t[d][1], NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         struct glia_bwd bw = {in, 1, t[d][1], t[d][2], din, acc, NULL, NULL, NULL, NULL, false};
         glia_status st = L[d].kernel->forward(&L[d].l, &fw);
         if (!st) st = L[d].kernel->backward(&L[d].l, &bw);

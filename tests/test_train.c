@@ -2185,6 +2185,57 @@ static void test_fuse_dact(void)
     }
 }
 
+/* A layernorm reading a residual add (two inputs, x + y) computes the sum in its own forward and writes both
+ * (GLIA_KERNEL_RESIDUAL_IN, glia_fwd.residual and sum), with [graph] fuse_pointwise on; an add of three stays. Training
+ * and evaluation give the same bits as the same model with the pairs cleared, also with checkpoint_segments
+ * recomputing them apart, and the model trains like the layers as written. */
+static void test_fuse_residual(void)
+{
+    make_data();
+    static const char layers[] = "[flat]\ntype = flatten\n[e]\ntype = linear\noutputs = 16\n"
+                                 "[f1]\ntype = linear\noutputs = 16\n[r1]\ntype = add\ninputs = e, f1\n[ln1]\ntype = layernorm\n"
+                                 "[f2]\ntype = linear\noutputs = 16\n[r2]\ntype = add\ninputs = r1, f2\n[ln2]\ntype = layernorm\n"
+                                 "[r3]\ntype = add\ninputs = ln2, f2, r2\n[ln3]\ntype = layernorm\n"  /* three inputs */
+                                 "[out]\ntype = linear\noutputs = 6\n[loss]\ntype = softmax_cross_entropy\n";
+    for (int ck = 0; ck < 2; ck++) {
+        const char *graph = ck ? "checkpoint_segments = 2\n[train]\noptimizer = sgd\nlr = 0.1\n"
+                               : "[train]\noptimizer = sgd\nlr = 0.1\n";
+        struct run on, bare, off;
+        open_run(&on, fuse_text_in("", "on", graph, layers));
+        open_run(&bare, fuse_text_in("", "on", graph, layers));
+        open_run(&off, fuse_text_in("", "off", graph, layers));
+        CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 12);
+        const struct glia__node *n = on.m->graph.nodes;
+        CU_ASSERT(n[3].res_norm == 5 && n[4].res_by == 4);  /* r1 in ln1 */
+        CU_ASSERT(n[6].res_norm == 8 && n[7].res_by == 7);  /* r2 in ln2 */
+        CU_ASSERT(n[8].res_norm == 0 && n[9].res_by == 0);  /* r3 adds three */
+        for (int i = 0; i < off.m->graph.n_nodes; i++) CU_ASSERT(off.m->graph.nodes[i].res_norm == 0);
+        if (ck) {
+            int recomputed = 0;
+            for (int i = 0; i < on.m->graph.n_nodes; i++) recomputed += on.m->graph.nodes[i].recompute;
+            CU_ASSERT(on.m->graph.ckpt_segments > 1 && recomputed > 0);
+        }
+        char *sum = summary_of(on.m);
+        const char *want = "graph pass fuse_pointwise: ln1 (layernorm) computes the sum r1 (add) in the same pass\n";
+        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
+        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+        CU_ASSERT_PTR_NULL(strstr(sum, "sum r3"));
+        free(sum);
+        for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].res_norm = bare.m->graph.nodes[i].res_by = 0;
+        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, &rb, 1), GLIA_OK);
+        CU_ASSERT(same_weights(&on, &bare));
+        CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
+        CU_ASSERT_EQUAL(ra.test_loss, rb.test_loss);  /* the evaluation fuses too */
+        if (!(ra.train_loss < log(6.0))) printf("\n  train loss %g\n", ra.train_loss);
+        CU_ASSERT(ra.train_loss < log(6.0));
+        close_run(&bare), close_run(&on);
+        open_run(&on, fuse_text_in("", "on", graph, layers));
+        fused_trains_as_apart(&on, &off, ck ? "checkpointed" : "residual in layernorm");
+    }
+}
+
 /* In evaluation a batchnorm (on its running statistics) that alone reads a conv2d runs in the conv2d's forward, one
  * pass over its output (glia_fwd.affine; with its fused relu too): the same evaluation bit for bit as the two layers
  * apart, in both memory formats; training runs both layers as written; the plan keeps the batchnorm's output alive
@@ -2703,7 +2754,7 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
-               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_fuse_dact), GLIA_TEST(test_fold_bn_eval), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
+               GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_fuse_dact), GLIA_TEST(test_fuse_residual), GLIA_TEST(test_fold_bn_eval), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),
                GLIA_TEST(test_drop_bias_before_norm),
                GLIA_TEST(test_resume_is_bit_exact), GLIA_TEST(test_request_stop), GLIA_TEST(test_checkpoint_errors_and_eval), GLIA_TEST(test_checkpoint_keep),

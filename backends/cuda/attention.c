@@ -495,7 +495,7 @@ static glia_status at_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (s->fused_last && !fused_ready(l, &z, dt, true, true)) {
         /* cuDNN refused the backward of a fused forward: the f32 kernels' training forward again, for their state */
         struct glia_tensor *y = as_f32(l, a->out, false);
-        struct glia_fwd f = {a->in, a->n_in, y, NULL, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd f = {a->in, a->n_in, y, NULL, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         st = y ? forward_via_f32(l, &f, &z, y) : GLIA_ENOMEM;
         glia_tensor_release(y);
         s->fused_last = false;
@@ -507,7 +507,7 @@ static glia_status at_backward(struct glia_layer *l, const struct glia_bwd *a)
     st = backward_fused(l, a, &z, into);
     if (!st && !s->checked[2]) {  /* once per shape: the f32 kernels' forward and backward on the same input */
         struct glia_tensor *want = as_f32(l, a->din[0], false), *y = as_f32(l, a->out, false);
-        struct glia_fwd f = {a->in, a->n_in, y, NULL, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false};
+        struct glia_fwd f = {a->in, a->n_in, y, NULL, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
         st = want && y ? GLIA_OK : GLIA_ENOMEM;
         if (!st) st = forward_via_f32(l, &f, &z, y);
         if (!st) st = backward_via_f32(l, a, &z, want);

@@ -51,13 +51,19 @@ static glia_status ln_forward(struct glia_layer *l, const struct glia_fwd *a)
     struct cuda_ln *p = l->state;
     const struct glia_tensor *x = a->in[0];
     enum glia_dtype dt;
-    glia_status st = call_dtype(l, (const struct glia_tensor *[]){x, a->out}, 2, &dt);
+    glia_status st = call_dtype(l, (const struct glia_tensor *[]){x, a->out, a->residual, a->sum}, 4, &dt);
     if (st) return st;
+    if (!a->residual != !a->sum || (a->residual && (!glia_shape_equal(&a->residual->shape, &x->shape) ||
+                                                    !glia_shape_equal(&a->sum->shape, &x->shape))))
+        return glia_error(l->ctx, GLIA_EINVAL, "[%s] layernorm (cuda): a residual and its sum of the input's shape, or "
+                          "neither", l->name);
     int64_t R = glia_layernorm_rows(&x->shape);
     p->has_kept = false;
     if (a->train && (st = stats_room(l, p, R))) return st;
     float *mean = a->train ? (float *)p->stats->data : NULL, *rstd = a->train ? mean + p->cap : NULL;
-    CUDA_TRY(l->ctx, glia__cuda_layernorm_forward(a->out->data, mean, rstd, x->data, dt, glia_layernorm_weight(l),
+    CUDA_TRY(l->ctx, glia__cuda_layernorm_forward(a->out->data, mean, rstd, x->data,
+                                                  a->residual ? a->residual->data : NULL, a->sum ? a->sum->data : NULL,
+                                                  dt, glia_layernorm_weight(l),
                                                   glia_layernorm_bias(l), R, d->C, (float)d->eps, stream_of(l)));
     p->kept = R;
     p->has_kept = a->train;
@@ -104,7 +110,8 @@ static const struct glia_kernel ln_kernel = {
     .doc = "CUDA; a warp per row, parameter gradients a column reduction in a fixed order; f32, f16 or bf16 "
            "activations (statistics and parameters f32)",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_HALF | GLIA_KERNEL_DECODE |
+             GLIA_KERNEL_RESIDUAL_IN,
     .state_size = sizeof(struct cuda_ln),
     .destroy = ln_destroy,
     .forward = ln_forward,

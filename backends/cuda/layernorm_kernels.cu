@@ -43,15 +43,28 @@ static unsigned row_grid(int64_t R)
  * stays in L1), a third writes y. The mean is the row's first value p plus the mean of x - p: a constant row gets
  * its mean exactly, so var = 0 and y = b exactly (as on the CPU), and a row of large mean loses no bits to it. */
 template <typename T>
-__global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const float *w, const float *b, int64_t R,
-                       int64_t C, float eps)
+__global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const T *res, T *sum, const float *w, const float *b,
+                       int64_t R, int64_t C, float eps)
 {
     int lane = threadIdx.x % 32;
     for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
         const T *xr = x + r * C;
         T *yr = y + r * C;
-        float p = to_float(xr[0]), s = 0.0f;
-        for (int64_t i = lane; i < C; i += 32) s += to_float(xr[i]) - p;
+        float p, s = 0.0f;
+        if (res) {  /* the residual sum first, rounded to T as the add writes it; each lane then reads what it wrote */
+            const T *rr = res + r * C;
+            T *sr = sum + r * C;
+            p = to_float(from_float<T>(to_float(xr[0]) + to_float(rr[0])));
+            for (int64_t i = lane; i < C; i += 32) {
+                T v = from_float<T>(to_float(xr[i]) + to_float(rr[i]));
+                sr[i] = v;
+                s += to_float(v) - p;
+            }
+            xr = sr;
+        } else {
+            p = to_float(xr[0]);
+            for (int64_t i = lane; i < C; i += 32) s += to_float(xr[i]) - p;
+        }
         float m = p + warp_sum(s) / (float)C;
         float q = 0.0f;
         for (int64_t i = lane; i < C; i += 32) {
@@ -144,14 +157,14 @@ __global__ void ln_dparams_total(float *dw, bool add_w, float *db, bool add_b, c
 
 }  // namespace
 
-extern "C" cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, enum glia_dtype t,
-                                                    const float *w, const float *b, int64_t R, int64_t C, float eps,
-                                                    cudaStream_t st)
+extern "C" cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, const void *res,
+                                                    void *sum, enum glia_dtype t, const float *w, const float *b,
+                                                    int64_t R, int64_t C, float eps, cudaStream_t st)
 {
     if (R == 0 || C == 0) return cudaSuccess;
     return by_type(t, [&](auto v) {
         using T = decltype(v);
-        ln_fwd<T><<<row_grid(R), THREADS, 0, st>>>((T *)y, mean, rstd, (const T *)x, w, b, R, C, eps);
+        ln_fwd<T><<<row_grid(R), THREADS, 0, st>>>((T *)y, mean, rstd, (const T *)x, (const T *)res, (T *)sum, w, b, R, C, eps);
         return cudaGetLastError();
     });
 }

@@ -20,10 +20,11 @@ extern "C" {
 
 /* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row (w, b NULL: 1, 0), mean (about the row's first value: exact
  * for a constant row) and biased variance of the row in float (two passes, one warp per row), rstd = 1/sqrt(var +
- * eps); mean(R), rstd(R) kept unless NULL (eval). */
-cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, enum glia_dtype t,
-                                         const float *w, const float *b, int64_t R, int64_t C, float eps,
-                                         cudaStream_t st);
+ * eps); mean(R), rstd(R) kept unless NULL (eval). With res (R, C) the row is x + res, computed in f32 and rounded to t,
+ * written to sum(R, C) first and normalized from there (res, sum NULL: none). */
+cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, const void *res, void *sum,
+                                         enum glia_dtype t, const float *w, const float *b, int64_t R, int64_t C,
+                                         float eps, cudaStream_t st);
 
 /* dx(R, C) (+= with add) = rstd*(g - mean(g) - x_hat*mean(g*x_hat)) per row, x_hat = (x - mean)*rstd from the kept
  * mean(R), rstd(R), g = dy*w (dy when w is NULL); one warp per row. */

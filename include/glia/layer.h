@@ -152,6 +152,13 @@ struct glia_fwd {
        NULL: none. */
     const struct glia_tensor *affine;
     bool affine_relu;
+    /* ABI 2.5, a kernel with GLIA_KERNEL_RESIDUAL_IN: the layer's input is the sum of in[0] and residual (a layer with
+       two inputs of in[0]'s shape, type and format whose elementwise meaning is x + y: a transformer's residual add),
+       and this forward computes that sum too, each element rounded to the type as the add would, writes it to sum
+       (the add's output, which other layers read) and then computes its own output from the sum as written ([graph]
+       fuse_pointwise: llm.c's fused residual + layernorm). NULL (both): none. */
+    const struct glia_tensor *residual;
+    struct glia_tensor *sum;
 };
 
 /* The seed of a random layer at a training step, from its key: a splitmix64-style
@@ -260,7 +267,10 @@ enum glia_kernel_flags {
        activation's gradient where its kernel can (glia_kernel.din_act): cuBLASLt's DGELU epilogue on the GEMM that
        writes the gradient, instead of one more pass over it. Report it through layer_flags (only a layer with an
        activation has it). */
-    GLIA_KERNEL_DOUT_PREACT = 1u << 9
+    GLIA_KERNEL_DOUT_PREACT = 1u << 9,
+    /* ABI 2.5, one-input kernels: forward takes glia_fwd.residual and sum (its input computed in the same pass as the
+       sum of two tensors, written too). Backward is unchanged: it reads the sum as its input. */
+    GLIA_KERNEL_RESIDUAL_IN = 1u << 10
 };
 
 /* A layer type: what a `type =` names. Registered once, by the plugin that owns it

@@ -44,6 +44,8 @@ size_t glia_emu_cudnn_workspace_seen(bool reset);
 long glia_emu_cudnn_conv_graph_runs(bool reset);
 /* Graphs run that hold a convolution forward and other operations (a fused convolution) since the last reset. */
 long glia_emu_cudnn_fused_conv_runs(bool reset);
+/* cublasLtMatmul calls with the DGELU epilogue since the last reset; for tests, through dlsym. */
+long glia_emu_lt_dgelu_runs(bool reset);
 /* The stream a cuDNN handle computes on (emu_libs.c), for the graph API's executions (emu_cudnn_graph.c). */
 struct cudnnContext;
 cudaStream_t glia_emu_cudnn_stream(struct cudnnContext *h);

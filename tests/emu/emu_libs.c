@@ -442,6 +442,13 @@ static void lt_exec(void *arg)
         }
 }
 
+static long lt_dgelu_runs;  /* DGELU epilogues queued (atomic) */
+
+long glia_emu_lt_dgelu_runs(bool reset)
+{
+    return reset ? __atomic_exchange_n(&lt_dgelu_runs, 0, __ATOMIC_SEQ_CST) : __atomic_load_n(&lt_dgelu_runs, __ATOMIC_SEQ_CST);
+}
+
 /* Checks the call now and queues lt_exec on s with a copy of everything it reads. */
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc, const void *beta,
@@ -479,6 +486,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                 (long long)e->aux_ld, (unsigned long long)ld->rows);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
+    if (ep.dgelu) __atomic_add_fetch(&lt_dgelu_runs, 1, __ATOMIC_SEQ_CST);
     c.al = *(const float *)alpha;  /* host scalars: read now, as cuBLASLt does */
     c.be = *(const float *)beta;
     void *arg = dup_args(&c, sizeof c);

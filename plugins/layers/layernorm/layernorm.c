@@ -141,12 +141,18 @@ static glia_status layernorm_forward(struct glia_layer *l, const struct glia_fwd
     glia_status st = a->train ? stats_room(l, p, R) : GLIA_OK;
     if (st) return st;
     const float *x = glia_tensor_f32(a->in[0]), *w = glia_layernorm_weight(l), *b = glia_layernorm_bias(l);
-    float *y = glia_tensor_f32(a->out), *mean = p->mean, *rstd = p->rstd;
+    const float *res = a->residual ? glia_tensor_f32(a->residual) : NULL;
+    float *y = glia_tensor_f32(a->out), *mean = p->mean, *rstd = p->rstd, *sum = res ? glia_tensor_f32(a->sum) : NULL;
     bool train = a->train;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; r++) {
         float fm, fr;
-        row_forward(x + r * C, y + r * C, C, d->eps, w, b, &fm, &fr);
+        if (res) {  /* the residual add's row first, as it would write it; then normalized from there */
+            for (int64_t i = 0; i < C; i++) sum[r * C + i] = x[r * C + i] + res[r * C + i];
+            row_forward(sum + r * C, y + r * C, C, d->eps, w, b, &fm, &fr);
+        } else {
+            row_forward(x + r * C, y + r * C, C, d->eps, w, b, &fm, &fr);
+        }
         if (train) mean[r] = fm, rstd[r] = fr;
     }
     p->kept = R;
@@ -248,7 +254,8 @@ static const struct glia_kernel layernorm_cpu = {
     .impl = "cpu",
     .doc = "OpenMP, a row per pass; row statistics in double, parameter gradients in double in a fixed order",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE, /* per position */
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_DECODE | /* per position */
+             GLIA_KERNEL_RESIDUAL_IN,
     .state_size = sizeof(struct layernorm),
     .prepare = layernorm_prepare,
     .destroy = layernorm_destroy,
