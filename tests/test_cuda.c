@@ -252,6 +252,22 @@ static void test_fold_bn_eval_on_device(void)
     }
 }
 
+/* A deterministic CUDA model of `layers` then fc (5 outputs) and the loss, on the test images, with runtime keys extra
+ * (in a static buffer) */
+static const char *fusion_text(const char *extra, const char *layers)
+{
+    static char buf[4096];
+    CU_ASSERT_FATAL((size_t)snprintf(buf, sizeof buf,
+                                     "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\ncudnn_benchmark = off\n"
+                                     "%s\n[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\n"
+                                     "test_images = %s/tei\ntest_labels = %s/tel\nbatch_size = 32\n"
+                                     "test_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
+                                     "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n%s"
+                                     "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
+                                     extra, dir, dir, dir, dir, layers) < sizeof buf);
+    return buf;
+}
+
 /* [graph] fuse_pointwise = auto on the GPU: a linear whose gelu (tanh form: cuBLASLt's DGELU epilogue, its row of 32
  * a multiple of 8; erf form: the GEMM and the kernel in place) only the next linear reads leaves the GELU's gradient to
  * that one's dx GEMM. Training with the hand-off matches the same model without it (the nodes' din_act cleared) within
@@ -264,16 +280,9 @@ static void test_gelu_handoff_on_device(void)
     if (emu) dlclose(emu);
     static const char *const extra[] = {"precision = fp32", "precision = fp32\ncuda_graph = on", "precision = bf16"};
     for (int k = 0; k < 3; k++) {
-        char text[4096];
-        snprintf(text, sizeof text,
-                 "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\ncudnn_benchmark = off\n%s\n"
-                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
-                 "batch_size = 32\ntest_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
-                 "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n"
-                 "[f]\ntype = flatten\n[h]\ntype = linear\noutputs = 32\n[g]\ntype = gelu\napproximate = tanh\n"
-                 "[h2]\ntype = linear\noutputs = 24\n[g2]\ntype = gelu\n[h3]\ntype = linear\noutputs = 16\n"
-                 "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
-                 extra[k], dir, dir, dir, dir);
+        const char *text = fusion_text(extra[k], "[f]\ntype = flatten\n[h]\ntype = linear\noutputs = 32\n[g]\ntype = gelu\n"
+                                                 "approximate = tanh\n[h2]\ntype = linear\noutputs = 24\n[g2]\ntype = gelu\n"
+                                                 "[h3]\ntype = linear\noutputs = 16\n");
         struct run on, bare;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
         open_run(&on, text);
@@ -306,17 +315,10 @@ static void test_residual_layernorm_on_device(void)
     make_data();
     static const char *const extra[] = {"precision = fp32", "precision = fp32\ncuda_graph = on", "precision = bf16"};
     for (int k = 0; k < 3; k++) {
-        char text[4096];
-        snprintf(text, sizeof text,
-                 "[runtime]\ndevice = cuda\nseed = 5\ndeterministic = on\ncudnn_benchmark = off\n%s\n"
-                 "[data]\ntrain_images = %s/tri\ntrain_labels = %s/trl\ntest_images = %s/tei\ntest_labels = %s/tel\n"
-                 "batch_size = 32\ntest_batch_size = 100\nmean = 0.2\nstd = 0.3\nshuffle = off\n"
-                 "[train]\nepochs = 2\noptimizer = sgd\nlr = 0.05\n"
-                 "[f]\ntype = flatten\n[e]\ntype = linear\noutputs = 40\n[f1]\ntype = linear\noutputs = 40\n"
-                 "[r1]\ntype = add\ninputs = e, f1\n[ln1]\ntype = layernorm\n[f2]\ntype = linear\noutputs = 40\n"
-                 "[r2]\ntype = add\ninputs = r1, f2\n[ln2]\ntype = layernorm\n"
-                 "[fc]\ntype = linear\noutputs = 5\n[loss]\ntype = softmax_cross_entropy\n",
-                 extra[k], dir, dir, dir, dir);
+        const char *text = fusion_text(extra[k], "[f]\ntype = flatten\n[e]\ntype = linear\noutputs = 40\n"
+                                                 "[f1]\ntype = linear\noutputs = 40\n[r1]\ntype = add\ninputs = e, f1\n"
+                                                 "[ln1]\ntype = layernorm\n[f2]\ntype = linear\noutputs = 40\n"
+                                                 "[r2]\ntype = add\ninputs = r1, f2\n[ln2]\ntype = layernorm\n");
         struct run on, bare;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
         open_run(&on, text);

@@ -2119,14 +2119,29 @@ static void test_fuse_conv_relu(void)
     }
 }
 
-/* Sets node i's hand-off of the activation gradient (din_act, dout_preact) from run src's node i, or clears it (src
- * NULL), on every node: the same model with and without it. */
-static void dact_like(struct run *r, const struct run *src)
+/* The fusion runs of test_fuse_dact and test_fuse_residual, each with its model's layers: on (fused) trains to the
+ * same weights and losses bit for bit as bare (the same model built the same way, its pairs then cleared by the
+ * caller), and learns; then a fresh fused run trains like off (the layers as written, [graph] fuse_pointwise = off).
+ * When cut, the model's checkpoint_segments recompute some layers. Every run closed. */
+static void fused_trains_as_cleared(struct run *on, struct run *bare, struct run *off, const char *text, bool cut,
+                                    const char *label)
 {
-    for (int i = 0; i < r->m->graph.n_nodes; i++) {
-        r->m->graph.nodes[i].din_act = src ? src->m->graph.nodes[i].din_act : 0;
-        r->m->graph.nodes[i].dout_preact = src ? src->m->graph.nodes[i].dout_preact : 0;
+    if (cut) {
+        int recomputed = 0;
+        for (int i = 0; i < on->m->graph.n_nodes; i++) recomputed += on->m->graph.nodes[i].recompute;
+        CU_ASSERT(on->m->graph.ckpt_segments > 1 && recomputed > 0);
     }
+    struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(on->m, &quiet, &ra, 1), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(bare->m, &quiet, &rb, 1), GLIA_OK);
+    CU_ASSERT(same_weights(on, bare));
+    CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
+    CU_ASSERT_EQUAL(ra.test_loss, rb.test_loss);
+    if (!(ra.train_loss < log(6.0))) printf("\n  %s: train loss %g\n", label, ra.train_loss);
+    CU_ASSERT(ra.train_loss < log(6.0));
+    close_run(bare), close_run(on);
+    open_run(on, text);
+    fused_trains_as_apart(on, off, label);
 }
 
 /* A linear whose activation (gelu, gelu_tanh; fused or written) only the next linear reads hands the activation's
@@ -2159,11 +2174,6 @@ static void test_fuse_dact(void)
         CU_ASSERT(n[6].din_act == 0 && n[5].dout_preact == 0);
         for (int i = 0; i < off.m->graph.n_nodes; i++)
             CU_ASSERT(off.m->graph.nodes[i].din_act == 0 && off.m->graph.nodes[i].dout_preact == 0);
-        if (ck) {
-            int recomputed = 0;
-            for (int i = 0; i < on.m->graph.n_nodes; i++) recomputed += on.m->graph.nodes[i].recompute;
-            CU_ASSERT(on.m->graph.ckpt_segments > 1 && recomputed > 0);
-        }
         char *sum = summary_of(on.m);
         const char *want = "graph pass fuse_pointwise: in training fc3 (linear) applies the gradient of fc2's activation "
                            "(gelu_tanh) as it writes that layer's output gradient\n";
@@ -2171,17 +2181,9 @@ static void test_fuse_dact(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
         CU_ASSERT_PTR_NULL(strstr(sum, "in training fc4"));
         free(sum);
-        dact_like(&bare, NULL);
-        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, &rb, 1), GLIA_OK);
-        CU_ASSERT(same_weights(&on, &bare));
-        CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
-        if (!(ra.train_loss < log(6.0))) printf("\n  train loss %g\n", ra.train_loss);
-        CU_ASSERT(ra.train_loss < log(6.0));
-        close_run(&bare), close_run(&on);
-        open_run(&on, fuse_text_in("", "on", graph, layers));
-        fused_trains_as_apart(&on, &off, ck ? "checkpointed" : "gelu hand-off");
+        for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].din_act = bare.m->graph.nodes[i].dout_preact = 0;
+        fused_trains_as_cleared(&on, &bare, &off, fuse_text_in("", "on", graph, layers), ck,
+                                ck ? "gelu hand-off, checkpointed" : "gelu hand-off");
     }
 }
 
@@ -2210,11 +2212,6 @@ static void test_fuse_residual(void)
         CU_ASSERT(n[6].res_norm == 8 && n[7].res_by == 7);  /* r2 in ln2 */
         CU_ASSERT(n[8].res_norm == 0 && n[9].res_by == 0);  /* r3 adds three */
         for (int i = 0; i < off.m->graph.n_nodes; i++) CU_ASSERT(off.m->graph.nodes[i].res_norm == 0);
-        if (ck) {
-            int recomputed = 0;
-            for (int i = 0; i < on.m->graph.n_nodes; i++) recomputed += on.m->graph.nodes[i].recompute;
-            CU_ASSERT(on.m->graph.ckpt_segments > 1 && recomputed > 0);
-        }
         char *sum = summary_of(on.m);
         const char *want = "graph pass fuse_pointwise: ln1 (layernorm) computes the sum r1 (add) in the same pass\n";
         if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
@@ -2222,17 +2219,8 @@ static void test_fuse_residual(void)
         CU_ASSERT_PTR_NULL(strstr(sum, "sum r3"));
         free(sum);
         for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].res_norm = bare.m->graph.nodes[i].res_by = 0;
-        struct glia_epoch_result ra = GLIA_TEST_RESULT, rb = GLIA_TEST_RESULT;
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(on.m, &quiet, &ra, 1), GLIA_OK);
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, &rb, 1), GLIA_OK);
-        CU_ASSERT(same_weights(&on, &bare));
-        CU_ASSERT_EQUAL(ra.train_loss, rb.train_loss);
-        CU_ASSERT_EQUAL(ra.test_loss, rb.test_loss);  /* the evaluation fuses too */
-        if (!(ra.train_loss < log(6.0))) printf("\n  train loss %g\n", ra.train_loss);
-        CU_ASSERT(ra.train_loss < log(6.0));
-        close_run(&bare), close_run(&on);
-        open_run(&on, fuse_text_in("", "on", graph, layers));
-        fused_trains_as_apart(&on, &off, ck ? "checkpointed" : "residual in layernorm");
+        fused_trains_as_cleared(&on, &bare, &off, fuse_text_in("", "on", graph, layers), ck,  /* test loss: fused too */
+                                ck ? "residual in layernorm, checkpointed" : "residual in layernorm");
     }
 }
 

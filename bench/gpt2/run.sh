@@ -5,7 +5,8 @@
 # = 124475904, against --peak-tflops), peak memory; the losses of both every 10 steps; then the attention layer alone
 # at GPT-2's shape (glia bench layer attention against F.scaled_dot_product_attention), the MLP's fc with and without
 # its fused GELU, and the loss over GPT-2's logits (glia's gradient written in the forward's pass). Under a header naming the GPU,
-# driver and versions. Not a test: run it on an idle GPU from a built tree; commit the raw output.
+# driver and versions. At the first batch size glia also runs with [graph] fuse_pointwise = off (side glia-unfused).
+# Not a test: run it on an idle GPU from a built tree; commit the raw output.
 #   usage: bench/gpt2/run.sh [--data DIR] [--batches "16 32"] [--steps N] [--warmup N] [--peak-tflops X] [--out FILE]
 #   --data: llm.c token files tokens_train_*.bin and tokens_val_*.bin (bench/gpt2/gen_tokens.py DIR makes them from
 #           text; default bench/gpt2/data); --steps: measured steps a side (default 60), after --warmup (default 10)
@@ -43,21 +44,30 @@ ini=share/glia/examples/gpt2-124m.ini
 T=1024
 for b in $batches; do
     echo "== batch $b x $T" | tee -a "$tmp/out"
-    # glia: epoch 1 warms up (kernels compiled, plans built), epoch 2 is timed; a line every 10 steps
-    "$glia" train "$ini" --metrics "$tmp/m.jsonl" --set data.train_tokens="$data/tokens_train_*.bin" \
-        --set data.val_tokens="$data/tokens_val_*.bin" --set data.batch_size="$b" --set data.test_batch_size="$b" \
-        --set train.accumulate=1 --set data.steps_per_epoch="$((steps > warmup ? steps : warmup))" \
-        --set train.epochs=2 --set data.val_batches=1 --set train.log_every=10 \
-        --set train.checkpoint_dir="$tmp/ckpt" > "$tmp/glia.log" 2>&1 || { cat "$tmp/glia.log"; exit 1; }
+    # glia: epoch 1 warms up (kernels compiled, plans built), epoch 2 is timed; a line every 10 steps. At the first
+    # batch size also without [graph] fuse_pointwise (side glia-unfused: no GELU epilogues, GELU gradient hand-off,
+    # residual + layernorm), to show what the fusions give.
     spe=$((steps > warmup ? steps : warmup))
-    awk -v spe="$spe" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
-        split($2, e, "/"); split($4, k, "/"); printf "{\"side\": \"glia\", \"step\": %d, \"loss\": %s}\n", (e[1] - 1) * spe + k[1], $6 }' \
-        "$tmp/glia.log" | tee -a "$tmp/out"
-    tail -n 1 "$tmp/m.jsonl" | awk -v b="$b" -v t="$T" -v pk="$peak" '
-        function num(k,   v) { v = $0; sub(".*\"" k "\": ", "", v); sub(/[,}].*/, "", v); return v + 0 }
-        { s = num("samples_per_s"); tok = s * t; f = 6 * 124475904 + 6 * 12 * 768 * t
-          printf "{\"side\": \"glia\", \"batch\": %d, \"seq_len\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"peak_mb\": %s, \"train_loss\": %s}\n",
-                 b, t, 1e3 * b / s, tok, tok * f / (pk * 1e12), num("device_peak_mb"), num("train_loss") }' | tee -a "$tmp/out"
+    for fuse in auto off; do
+        side=glia
+        if [ $fuse = off ]; then
+            [ "$b" = "${batches%% *}" ] || continue
+            side=glia-unfused
+        fi
+        "$glia" train "$ini" --metrics "$tmp/m.jsonl" --set data.train_tokens="$data/tokens_train_*.bin" \
+            --set data.val_tokens="$data/tokens_val_*.bin" --set data.batch_size="$b" --set data.test_batch_size="$b" \
+            --set train.accumulate=1 --set data.steps_per_epoch="$spe" --set graph.fuse_pointwise=$fuse \
+            --set train.epochs=2 --set data.val_batches=1 --set train.log_every=10 \
+            --set train.checkpoint_dir="$tmp/ckpt" > "$tmp/glia.log" 2>&1 || { cat "$tmp/glia.log"; exit 1; }
+        [ $fuse = off ] || awk -v spe="$spe" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
+            split($2, e, "/"); split($4, k, "/"); printf "{\"side\": \"glia\", \"step\": %d, \"loss\": %s}\n", (e[1] - 1) * spe + k[1], $6 }' \
+            "$tmp/glia.log" | tee -a "$tmp/out"
+        tail -n 1 "$tmp/m.jsonl" | awk -v b="$b" -v t="$T" -v pk="$peak" -v side="$side" '
+            function num(k,   v) { v = $0; sub(".*\"" k "\": ", "", v); sub(/[,}].*/, "", v); return v + 0 }
+            { s = num("samples_per_s"); tok = s * t; f = 6 * 124475904 + 6 * 12 * 768 * t
+              printf "{\"side\": \"%s\", \"batch\": %d, \"seq_len\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"peak_mb\": %s, \"train_loss\": %s}\n",
+                     side, b, t, 1e3 * b / s, tok, tok * f / (pk * 1e12), num("device_peak_mb"), num("train_loss") }' | tee -a "$tmp/out"
+    done
     "$py" bench/gpt2/torch_gpt2.py --train "$data/tokens_train_*.bin" --batch "$b" --steps "$steps" \
         --warmup "$warmup" --peak-tflops "$peak" | tee "$tmp/torch.out" | tee -a "$tmp/out" ||
         echo "pytorch failed at batch $b" | tee -a "$tmp/out"
