@@ -34,7 +34,7 @@ export GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}"
 ls "$data"/tokens_train_*.bin >/dev/null 2>&1 || { echo "run.sh: no $data/tokens_train_*.bin (bench/gpt2/gen_tokens.py $data)" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
-ini=share/glia/examples/gpt2-124m.ini
+ini=${GPT2_INI:-share/glia/examples/gpt2-124m.ini}  # another model (one of the same data) to try the script on
 {
     gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1) || gpu=""
     echo "gpu, driver: ${gpu:-none (nvidia-smi found no GPU)}"
