@@ -167,6 +167,7 @@ struct cuda_conv {
     struct graph_set *set;           /* the set of `key`, or NULL when every set is pinned (none: no graph, built) */
     struct conv_graph *graph;        /* its graphs, graph[dir] */
     struct conv_graph none[N_DIRS];
+    bool told_unfused;               /* the "no fused plan" notice was given at info level (later shapes: debug) */
 };
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
@@ -626,10 +627,12 @@ static void graph_build(struct glia_layer *l, int d)
     cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
     for (int fused = d == FWD && k->epi ? 1 : 0; fused >= 0; fused--) {  /* the fused graph first, where asked */
         if (fused == 0 && q->n == 0 && d == FWD && k->epi) {
-            glia_log(l->ctx, GLIA_LOG_INFO, "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s "
+            glia_log(l->ctx, p->told_unfused ? GLIA_LOG_DEBUG : GLIA_LOG_INFO,
+                     "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s "
                      "at this shape (%s); they run as a second pass over the output", l->name,
                      k->epi & EPI_BIAS ? " + bias" : "", k->epi & EPI_AFFINE ? " + batchnorm (evaluation)" : "",
                      k->epi & EPI_RELU ? " + relu" : "", e != CUDNN_STATUS_SUCCESS ? q->g->what : "no plan");
+            p->told_unfused = true;  /* once a layer: its other shapes (evaluation batches, a last short batch) say it at debug level */
             glia__cg_free(q->g);
             glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);
         }
