@@ -5,6 +5,7 @@
 #include "cuda_internal.h"
 #include "gemm.h"
 #include "dense_kernels.h"
+#include "kernels.h"
 #include <glia/types/linear.h>
 #include <glia/types/softmax_cross_entropy.h>
 #include <glia/types/dropout.h>
@@ -185,11 +186,12 @@ fail:
     return st;
 }
 
-/* dW(O,I) (+)= dy(N,O)^T x(N,I) and db(O) (+)= sum_n dy, in f32 whatever t (the type of dy and x). When both
- * gradients are unset (the first backward after a step) one GEMM writes both: cuBLASLt's BGRADB epilogue sums its B
- * operand, which is dy^T here, over the GEMM's k (the batch). It only writes, so a set bias
- * gradient (or a shape it has no algorithm for) takes the plain GEMM and a column-sum kernel, with part as its
- * chunks' scratch (NULL: the backend's scratch). */
+/* dW(O,I) (+)= dy(N,O)^T x(N,I) and db(O) (+)= sum_n dy, in f32 whatever t (the type of dy and x). One GEMM does
+ * both where the two gradients are both unset (the first backward after a step) or both set (gradient accumulation):
+ * cuBLASLt's BGRADB epilogue sums its B operand, which is dy^T here, over the GEMM's k (the batch). It only writes, so
+ * with set gradients it writes the sums to scratch (part, else the backend's: nothing else of the call is there then)
+ * and a kernel adds those O values to db. A shape it has no algorithm for takes the plain GEMM and a column-sum kernel
+ * over dy, with part as its chunks' scratch (NULL: the backend's scratch). */
 static glia_status linear_param_grads(struct glia_layer *l, const void *dy, const void *x, enum glia_dtype t, int64_t N,
                                       void *part)
 {
@@ -202,9 +204,14 @@ static glia_status linear_param_grads(struct glia_layer *l, const void *dy, cons
     if (N == 0) {  /* an empty sum: the GEMM has k = 0 */
         if (pw->grad_unset) CUDA_TRY(l->ctx, cudaMemsetAsync(dw, 0, (size_t)(O * I) * sizeof(float), c->stream));
     } else {
-        if (pb && pw->grad_unset && pb->grad_unset) {
-            st = glia__cuda_gemm_typed(c, true, false, O, I, N, 1.0f, dy, O, x, I, t, 0.0f, dw, I, GLIA_F32,
-                                       GLIA__GEMM_BGRAD_A, f32(pb->grad));
+        if (pb && pw->grad_unset == pb->grad_unset) {
+            float *sums = f32(pb->grad);
+            void *room = part;
+            if (!pb->grad_unset && !room && (st = glia__cuda_scratch(c, (size_t)O * sizeof(float), &room))) return st;
+            if (!pb->grad_unset) sums = room;
+            st = glia__cuda_gemm_typed(c, true, false, O, I, N, 1.0f, dy, O, x, I, t, glia_param_beta(pw), dw, I,
+                                       GLIA_F32, GLIA__GEMM_BGRAD_A, sums);
+            if (!st && !pb->grad_unset) CUDA_TRY(l->ctx, glia__cuda_axpy(f32(pb->grad), sums, O, 1.0f, c->stream));
             if (st != GLIA_EUNSUPPORTED) return st;
         }
         if ((st = glia__cuda_gemm_typed(c, true, false, O, I, N, 1.0f, dy, O, x, I, t, glia_param_beta(pw), dw, I,
