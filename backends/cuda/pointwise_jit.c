@@ -71,10 +71,10 @@ static const char preamble[] =
  * nearest even (core/half.h's rules, in integers so that no header is needed). */
 static const char bf16_preamble[] =
     "typedef unsigned short glia_t;\n"
-    "__device__ __forceinline__ float glia_ld(const glia_t *p, long long i)\n"
+    "__device__ __forceinline__ float glia_w(glia_t h)\n"
     "{\n"
     "    union { unsigned u; float f; } c;\n"
-    "    c.u = (unsigned)p[i] << 16;\n"
+    "    c.u = (unsigned)h << 16;\n"
     "    return c.f;\n"
     "}\n"
     "__device__ __forceinline__ glia_t glia_st(float v)\n"
@@ -87,9 +87,9 @@ static const char bf16_preamble[] =
     "}\n";
 static const char f16_preamble[] =
     "typedef unsigned short glia_t;\n"
-    "__device__ __forceinline__ float glia_ld(const glia_t *p, long long i)\n"
+    "__device__ __forceinline__ float glia_w(glia_t v)\n"
     "{\n"
-    "    unsigned h = p[i], sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "    unsigned h = v, sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
     "    union { unsigned u; float f; } c;\n"
     "    if (e == 31) c.u = sign | 0x7f800000u | (m << 13);\n"
     "    else if (e != 0) c.u = sign | ((e + 112) << 23) | (m << 13);\n"
@@ -123,6 +123,29 @@ static const char f16_preamble[] =
     "    if (rem > half || (rem == half && (h & 1u))) h++;\n"
     "    return (glia_t)(sign | h);\n"
     "}\n";
+
+/* Half activations, after the type's preamble: glia_ld widens element i of p; glia_ld4 and glia_st4 move quad q
+ * (elements 4q .. 4q + 3) as one 8-byte access, each element widened and rounded as one by one. */
+static const char half_preamble[] =
+    "__device__ __forceinline__ float glia_ld(const glia_t *p, long long i) { return glia_w(p[i]); }\n"
+    "__device__ __forceinline__ float4 glia_ld4(const glia_t *p, long long q)\n"
+    "{\n"
+    "    const uint2 u = reinterpret_cast<const uint2 *>(p)[q];\n"
+    "    float4 r;\n"
+    "    r.x = glia_w((glia_t)(u.x & 0xffffu));\n"
+    "    r.y = glia_w((glia_t)(u.x >> 16));\n"
+    "    r.z = glia_w((glia_t)(u.y & 0xffffu));\n"
+    "    r.w = glia_w((glia_t)(u.y >> 16));\n"
+    "    return r;\n"
+    "}\n"
+    "__device__ __forceinline__ void glia_st4(glia_t *p, long long q, float4 r)\n"
+    "{\n"
+    "    uint2 u;\n"
+    "    u.x = (unsigned)glia_st(r.x) | (unsigned)glia_st(r.y) << 16;\n"
+    "    u.y = (unsigned)glia_st(r.z) | (unsigned)glia_st(r.w) << 16;\n"
+    "    reinterpret_cast<uint2 *>(p)[q] = u;\n"
+    "}\n"
+    "__device__ __forceinline__ bool glia_aligned8(const void *p) { return ((unsigned long long)p & 7) == 0; }\n";
 
 /* dropout(): the dropout layer's mask functions, from the one definition in glia/types/dropout.h */
 static const char dropout_preamble[] =
@@ -261,9 +284,10 @@ static void emit_loads(struct sbuf *b, unsigned mask, bool quad, bool half)
 {
     for (int k = 0; k < GLIA_EXPR_MAX_VARS; k++)
         if (mask >> k & 1)
-            sb_printf(b, quad   ? "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n"
-                         : half ? "        const float in%d = glia_ld(x%d, i);\n"
-                                : "        const float in%d = x%d[i];\n", k, k);
+            sb_printf(b, quad && half ? "        const float4 q%d = glia_ld4(x%d, q);\n"
+                         : quad       ? "        const float4 q%d = reinterpret_cast<const float4 *>(x%d)[q];\n"
+                         : half       ? "        const float in%d = glia_ld(x%d, i);\n"
+                                      : "        const float in%d = x%d[i];\n", k, k);
 }
 
 /* With dropout(): a captured launch's seed, from the step that each replay is handed. */
@@ -282,13 +306,17 @@ static void emit_grid(struct sbuf *b, const char *aligned)
                  "    const long long n4 = %s ? n / 4 : 0;\n", aligned);
 }
 
-/* The aligned() test of the pointers x<k> for the bits of mask, after those in pre (a C condition). */
-static void aligned_test(char *buf, size_t size, const char *pre, unsigned mask)
+/* The alignment test (fn: glia_aligned, 16 bytes for float4; glia_aligned8, 8 for quads of halves) of the pointers
+ * x<k> for the bits of mask, after those in pre (a C condition). */
+static void aligned_test(char *buf, size_t size, const char *pre, unsigned mask, const char *fn)
 {
     size_t len = (size_t)snprintf(buf, size, "%s", pre);
     for (int k = 0; k < GLIA_EXPR_MAX_VARS && len < size; k++)
-        if (mask >> k & 1) len += (size_t)snprintf(buf + len, size - len, " && glia_aligned(x%d)", k);
+        if (mask >> k & 1) len += (size_t)snprintf(buf + len, size - len, " && %s(x%d)", fn, k);
 }
+
+/* The alignment function quads of the spec's type need: 16 bytes for f32's float4, 8 for four halves. */
+static const char *align_fn(const struct glia__pw_spec *s) { return s->dtype != GLIA_F32 ? "glia_aligned8" : "glia_aligned"; }
 
 /* The inputs the backward functions read (without the dy of a grad spec). */
 static unsigned backward_inputs(const struct glia__pw_spec *s)
@@ -306,15 +334,17 @@ static bool any_dropout(const struct glia__pw_spec *s)
     return d;
 }
 
-/* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct glia_expr_site). f32 by
- * quads where aligned, then one by one; half activations one by one through glia_ld and glia_st. */
+/* out(n) = f(x0(n), ..., x3(n)); seed, train, C, HW, key, step_at: dropout()'s mask (struct glia_expr_site). By
+ * quads where every pointer is aligned (f32: float4; half activations: four values in 8 bytes, glia_ld4 and glia_st4),
+ * then one by one (half: glia_ld and glia_st). */
 static void emit_forward(struct sbuf *b, const struct glia__pw_spec *s)
 {
     unsigned in = s->f->vars_used;
     bool half = s->dtype != GLIA_F32;
-    const char *t = half ? "glia_t" : "float";
-    char aligned[160];
-    aligned_test(aligned, sizeof aligned, "glia_aligned(out)", in);
+    const char *t = half ? "glia_t" : "float", *fn = align_fn(s);
+    char aligned[200], pre[40];
+    snprintf(pre, sizeof pre, "%s(out)", fn);
+    aligned_test(aligned, sizeof aligned, pre, in, fn);
     emit_function(b, "glia_pw_f", s->f, false);
     sb_printf(b, "extern \"C\" __global__ void glia_pw_forward(%s *out, const %s *x0, const %s *x1,\n"
                  "                                           const %s *x2, const %s *x3, long long n,\n"
@@ -323,18 +353,16 @@ static void emit_forward(struct sbuf *b, const struct glia__pw_spec *s)
                  "                                           const long long *step_at)\n"
                  "{\n", t, t, t, t, t);
     emit_seed(b, glia_expr_count_op(s->f, GLIA_EXPR_DROPOUT) > 0);
-    emit_grid(b, half ? "false" : aligned);
-    if (!half) {
-        sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n");
-        emit_loads(b, in, true, false);
-        sb_printf(b, "        float4 r;\n");
-        for (int lane = 0; lane < 4; lane++) {
-            sb_printf(b, "        r.%c = ", "xyzw"[lane]);
-            emit_call(b, "glia_pw_f", s->f, -1, false, lane);
-            sb_printf(b, ";\n");
-        }
-        sb_printf(b, "        reinterpret_cast<float4 *>(out)[q] = r;\n    }\n");
+    emit_grid(b, aligned);
+    sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n");
+    emit_loads(b, in, true, half);
+    sb_printf(b, "        float4 r;\n");
+    for (int lane = 0; lane < 4; lane++) {
+        sb_printf(b, "        r.%c = ", "xyzw"[lane]);
+        emit_call(b, "glia_pw_f", s->f, -1, false, lane);
+        sb_printf(b, ";\n");
     }
+    sb_printf(b, half ? "        glia_st4(out, q, r);\n    }\n" : "        reinterpret_cast<float4 *>(out)[q] = r;\n    }\n");
     sb_printf(b, "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
     emit_loads(b, in, false, half);
     sb_printf(b, half ? "        out[i] = glia_st(" : "        out[i] = ");
@@ -349,13 +377,14 @@ static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
     unsigned in = backward_inputs(s);
     int n_in = s->n_in < GLIA_EXPR_MAX_VARS ? s->n_in : GLIA_EXPR_MAX_VARS, dy_var = s->grad ? 1 : -1;
     bool half = s->dtype != GLIA_F32;
-    const char *t = half ? "glia_t" : "float";
-    char aligned[256], name[16];
-    aligned_test(aligned, sizeof aligned, "glia_aligned(dy)", in);
+    const char *t = half ? "glia_t" : "float", *fn = align_fn(s);
+    char aligned[320], name[16], pre[40];
+    snprintf(pre, sizeof pre, "%s(dy)", fn);
+    aligned_test(aligned, sizeof aligned, pre, in, fn);
     for (int k = 0; k < n_in; k++) {
         if (!s->df[k]) continue;
         size_t len = strlen(aligned);
-        snprintf(aligned + len, sizeof aligned - len, " && glia_aligned(d%d)", k);
+        snprintf(aligned + len, sizeof aligned - len, " && %s(d%d)", fn, k);
         snprintf(name, sizeof name, "glia_pw_d%d", k);
         emit_function(b, name, s->df[k], !s->grad);
     }
@@ -367,30 +396,33 @@ static void emit_backward(struct sbuf *b, const struct glia__pw_spec *s)
                  "                                            const long long *step_at)\n"
                  "{\n", t, t, t, t, t, t, t, t, t);
     emit_seed(b, any_dropout(s));
-    emit_grid(b, half ? "false" : aligned);
-    if (!half) {
-        sb_printf(b, "    for (long long q = start; q < n4; q += step) {\n"
-                     "        const float4 gq = reinterpret_cast<const float4 *>(dy)[q];\n");
-        emit_loads(b, in, true, false);
-        for (int k = 0; k < n_in; k++) {
-            if (!s->df[k]) continue;
-            snprintf(name, sizeof name, "glia_pw_d%d", k);
-            sb_printf(b, "        if (d%d) {\n            float4 r;\n", k);
-            for (int lane = 0; lane < 4; lane++) {
-                sb_printf(b, "            r.%c = ", "xyzw"[lane]);
-                emit_call(b, name, s->df[k], dy_var, !s->grad, lane);
-                sb_printf(b, ";\n");
-            }
-            sb_printf(b, "            if (acc & %d) {\n"
-                         "                const float4 o = reinterpret_cast<const float4 *>(d%d)[q];\n"
-                         "                r.x = o.x + r.x;\n                r.y = o.y + r.y;\n"
-                         "                r.z = o.z + r.z;\n                r.w = o.w + r.w;\n"
-                         "            }\n"
-                         "            reinterpret_cast<float4 *>(d%d)[q] = r;\n"
-                         "        }\n", 1 << k, k, k);
+    emit_grid(b, aligned);
+    sb_printf(b, half ? "    for (long long q = start; q < n4; q += step) {\n"
+                        "        const float4 gq = glia_ld4(dy, q);\n"
+                      : "    for (long long q = start; q < n4; q += step) {\n"
+                        "        const float4 gq = reinterpret_cast<const float4 *>(dy)[q];\n");
+    emit_loads(b, in, true, half);
+    for (int k = 0; k < n_in; k++) {
+        if (!s->df[k]) continue;
+        snprintf(name, sizeof name, "glia_pw_d%d", k);
+        sb_printf(b, "        if (d%d) {\n            float4 r;\n", k);
+        for (int lane = 0; lane < 4; lane++) {
+            sb_printf(b, "            r.%c = ", "xyzw"[lane]);
+            emit_call(b, name, s->df[k], dy_var, !s->grad, lane);
+            sb_printf(b, ";\n");
         }
-        sb_printf(b, "    }\n");
+        sb_printf(b, half ? "            if (acc & %d) {\n"
+                            "                const float4 o = glia_ld4(d%d, q);\n"
+                          : "            if (acc & %d) {\n"
+                            "                const float4 o = reinterpret_cast<const float4 *>(d%d)[q];\n",
+                  1 << k, k);
+        sb_printf(b, "                r.x = o.x + r.x;\n                r.y = o.y + r.y;\n"
+                     "                r.z = o.z + r.z;\n                r.w = o.w + r.w;\n"
+                     "            }\n");
+        sb_printf(b, half ? "            glia_st4(d%d, q, r);\n        }\n"
+                          : "            reinterpret_cast<float4 *>(d%d)[q] = r;\n        }\n", k);
     }
+    sb_printf(b, "    }\n");
     sb_printf(b, "    for (long long i = 4 * n4 + start; i < n; i += step) {\n");
     sb_printf(b, half ? "        const float g = glia_ld(dy, i);\n" : "        const float g = dy[i];\n");
     emit_loads(b, in, false, half);
@@ -421,6 +453,7 @@ char *glia__pw_jit_source(const struct glia__pw_spec *s)
     sb_printf(&b, "%s", preamble);
     if (s->dtype == GLIA_BF16) sb_printf(&b, "%s", bf16_preamble);
     if (s->dtype == GLIA_F16) sb_printf(&b, "%s", f16_preamble);
+    if (s->dtype != GLIA_F32) sb_printf(&b, "%s", half_preamble);
     if (any_dropout(s)) sb_printf(&b, "%s", dropout_preamble);
     emit_forward(&b, s);
     emit_backward(&b, s);
