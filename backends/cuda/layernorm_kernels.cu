@@ -1,5 +1,5 @@
 /* backends/cuda/layernorm_kernels.cu — the kernels of the CUDA layernorm: forward and the input gradient one warp
- * per row (statistics by warp shuffles, in registers), the weight and bias gradients a column reduction (per split
+ * per row (statistics by warp shuffles, in registers; rows moved in 16-byte packs where they allow), the weight and bias gradients a column reduction (per split
  * of rows partials, then one thread per column over the splits, as Apex's and llm.c's layernorm backward). Not layer
  * logic: layernorm.c decides what to launch. Sums run in a fixed order (no atomics): the same bits on every run. */
 #include "layernorm_kernels.h"
@@ -38,15 +38,24 @@ static unsigned row_grid(int64_t R)
     return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
 }
 
-/* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row; mean(R), rstd(R) unless NULL. One warp per row: lane k takes
- * the row's elements k, k + 32, ...; two passes over the row for the mean and the squared deviations (the row
- * stays in L1), a third writes y. The mean is the row's first value p plus the mean of x - p: a constant row gets
- * its mean exactly, so var = 0 and y = b exactly (as on the CPU), and a row of large mean loses no bits to it. */
-template <typename T>
+/* V consecutive values of a row, moved as one access: the row kernels take a row as C / V packs, lane k packs k,
+ * k + 32, ...; V = 16 / sizeof(T) (16-byte loads and stores) where C is a multiple of it and every row pointer is
+ * 16-byte aligned, else 1 (one value at a time). */
+template <typename T, int V> struct alignas(sizeof(T) * V) pack {
+    T v[V];
+};
+
+/* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row; mean(R), rstd(R) unless NULL. One warp per row, in packs of V;
+ * two passes over the row for the mean and the squared deviations (the row stays in L1), a third writes y. The mean
+ * is the row's first value p plus the mean of x - p: a constant row gets its mean exactly, so var = 0 and y = b
+ * exactly (as on the CPU), and a row of large mean loses no bits to it. */
+template <typename T, int V>
 __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const T *res, T *sum, const float *w, const float *b,
                        int64_t R, int64_t C, float eps)
 {
+    typedef pack<T, V> P;
     int lane = threadIdx.x % 32;
+    int64_t CV = C / V;
     for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
         const T *xr = x + r * C;
         T *yr = y + r * C;
@@ -55,26 +64,40 @@ __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const T *res,
             const T *rr = res + r * C;
             T *sr = sum + r * C;
             p = to_float(from_float<T>(to_float(xr[0]) + to_float(rr[0])));
-            for (int64_t i = lane; i < C; i += 32) {
-                T v = from_float<T>(to_float(xr[i]) + to_float(rr[i]));
-                sr[i] = v;
-                s += to_float(v) - p;
+            for (int64_t j = lane; j < CV; j += 32) {
+                P a = reinterpret_cast<const P *>(xr)[j], c = reinterpret_cast<const P *>(rr)[j], o;
+                for (int e = 0; e < V; e++) {
+                    o.v[e] = from_float<T>(to_float(a.v[e]) + to_float(c.v[e]));
+                    s += to_float(o.v[e]) - p;
+                }
+                reinterpret_cast<P *>(sr)[j] = o;
             }
             xr = sr;
         } else {
             p = to_float(xr[0]);
-            for (int64_t i = lane; i < C; i += 32) s += to_float(xr[i]) - p;
+            for (int64_t j = lane; j < CV; j += 32) {
+                P a = reinterpret_cast<const P *>(xr)[j];
+                for (int e = 0; e < V; e++) s += to_float(a.v[e]) - p;
+            }
         }
         float m = p + warp_sum(s) / (float)C;
         float q = 0.0f;
-        for (int64_t i = lane; i < C; i += 32) {
-            float d = to_float(xr[i]) - m;
-            q += d * d;
+        for (int64_t j = lane; j < CV; j += 32) {
+            P a = reinterpret_cast<const P *>(xr)[j];
+            for (int e = 0; e < V; e++) {
+                float d = to_float(a.v[e]) - m;
+                q += d * d;
+            }
         }
         float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + eps);
-        for (int64_t i = lane; i < C; i += 32) {
-            float v = (to_float(xr[i]) - m) * rs;
-            yr[i] = from_float<T>(w ? v * w[i] + b[i] : v);
+        for (int64_t j = lane; j < CV; j += 32) {
+            P a = reinterpret_cast<const P *>(xr)[j], o;
+            for (int e = 0; e < V; e++) {
+                int64_t i = j * V + e;
+                float v = (to_float(a.v[e]) - m) * rs;
+                o.v[e] = from_float<T>(w ? v * w[i] + b[i] : v);
+            }
+            reinterpret_cast<P *>(yr)[j] = o;
         }
         if (lane == 0 && mean) {
             mean[r] = m;
@@ -84,28 +107,44 @@ __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const T *res,
 }
 
 /* dx(R, C) (+)= rstd*(g - mean(g) - x_hat*mean(g*x_hat)) per row, g = dy*w, x_hat = (x - mean(R))*rstd(R). One warp
- * per row: a pass for the two sums, a second for dx. */
-template <typename T>
+ * per row, in packs of V: a pass for the two sums, a second for dx. */
+template <typename T, int V>
 __global__ void ln_dx(T *dx, bool add, const T *x, const T *dy, const float *mean, const float *rstd, const float *w,
                       int64_t R, int64_t C)
 {
+    typedef pack<T, V> P;
     int lane = threadIdx.x % 32;
+    int64_t CV = C / V;
     for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
-        const T *xr = x + r * C, *dyr = dy + r * C;
-        T *dxr = dx + r * C;
+        const P *xr = reinterpret_cast<const P *>(x + r * C), *dyr = reinterpret_cast<const P *>(dy + r * C);
+        P *dxr = reinterpret_cast<P *>(dx + r * C);
         float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
-        for (int64_t i = lane; i < C; i += 32) {
-            float g = to_float(dyr[i]) * (w ? w[i] : 1.0f);
-            sg += g;
-            sgx += g * ((to_float(xr[i]) - m) * rs);
+        for (int64_t j = lane; j < CV; j += 32) {
+            P a = xr[j], d = dyr[j];
+            for (int e = 0; e < V; e++) {
+                float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f);
+                sg += g;
+                sgx += g * ((to_float(a.v[e]) - m) * rs);
+            }
         }
         float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
-        for (int64_t i = lane; i < C; i += 32) {
-            float g = to_float(dyr[i]) * (w ? w[i] : 1.0f), xh = (to_float(xr[i]) - m) * rs;
-            float v = rs * (g - mg - xh * mgx);
-            dxr[i] = from_float<T>(add ? to_float(dxr[i]) + v : v);
+        for (int64_t j = lane; j < CV; j += 32) {
+            P a = xr[j], d = dyr[j], o;
+            if (add) o = dxr[j];
+            for (int e = 0; e < V; e++) {
+                float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f), xh = (to_float(a.v[e]) - m) * rs;
+                float v = rs * (g - mg - xh * mgx);
+                o.v[e] = from_float<T>(add ? to_float(o.v[e]) + v : v);
+            }
+            dxr[j] = o;
         }
     }
+}
+
+/* Whether every pointer given (NULL ones aside) is 16-byte aligned: the row kernels' packs of 16 bytes. */
+static bool aligned16(const void *a, const void *b, const void *c = nullptr, const void *d = nullptr)
+{
+    return !(((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15);
 }
 
 /* pw(S, C), pb(S, C) = over the rows of split s (blockIdx.y) of sum dy*x_hat and sum dy, columns
@@ -164,7 +203,11 @@ extern "C" cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float 
     if (R == 0 || C == 0) return cudaSuccess;
     return by_type(t, [&](auto v) {
         using T = decltype(v);
-        ln_fwd<T><<<row_grid(R), THREADS, 0, st>>>((T *)y, mean, rstd, (const T *)x, (const T *)res, (T *)sum, w, b, R, C, eps);
+        constexpr int V = 16 / sizeof(T);
+        if (C % V == 0 && aligned16(y, x, res, sum))
+            ln_fwd<T, V><<<row_grid(R), THREADS, 0, st>>>((T *)y, mean, rstd, (const T *)x, (const T *)res, (T *)sum, w, b, R, C, eps);
+        else
+            ln_fwd<T, 1><<<row_grid(R), THREADS, 0, st>>>((T *)y, mean, rstd, (const T *)x, (const T *)res, (T *)sum, w, b, R, C, eps);
         return cudaGetLastError();
     });
 }
@@ -176,7 +219,11 @@ extern "C" cudaError_t glia__cuda_layernorm_dx(void *dx, bool add, const void *x
     if (R == 0 || C == 0) return cudaSuccess;
     return by_type(t, [&](auto v) {
         using T = decltype(v);
-        ln_dx<T><<<row_grid(R), THREADS, 0, st>>>((T *)dx, add, (const T *)x, (const T *)dy, mean, rstd, w, R, C);
+        constexpr int V = 16 / sizeof(T);
+        if (C % V == 0 && aligned16(dx, x, dy))
+            ln_dx<T, V><<<row_grid(R), THREADS, 0, st>>>((T *)dx, add, (const T *)x, (const T *)dy, mean, rstd, w, R, C);
+        else
+            ln_dx<T, 1><<<row_grid(R), THREADS, 0, st>>>((T *)dx, add, (const T *)x, (const T *)dy, mean, rstd, w, R, C);
         return cudaGetLastError();
     });
 }
