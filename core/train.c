@@ -128,6 +128,13 @@ static glia_status anomaly_backward(struct glia_model *m, const struct glia__nod
     return st;
 }
 
+/* The key of node nd's random masks (glia_fwd.seed_key): its name, the run's seed and the rank; with the step it gives
+ * the seed of a forward's masks. */
+static uint64_t mask_key(const struct glia_model *m, const struct glia__node *nd)
+{
+    return glia__hash_str(m->seed + (uint64_t)m->dist.rank * 0xd1b54a32d192ed03ull, nd->layer.name);
+}
+
 /* Whether node nd's forward runs with its [graph] fuse_pointwise residual partner (res_norm, res_by): not when it runs
  * again during backward (each runs as written then), nor under debug_checks or detect_anomaly, which check each layer's
  * call alone. */
@@ -151,8 +158,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
         if (nd->edge[k] == GLIA__EDGE_CONVERT) st = glia_tensor_convert(nd->cin[k], in[k], false);
         if (nd->edge[k] != GLIA__EDGE_DIRECT) in[k] = nd->cin[k];
     }
-    /* the layer's key (its name, the run's seed, the rank) and the step give the seed of its masks */
-    uint64_t key = glia__hash_str(m->seed + (uint64_t)m->dist.rank * 0xd1b54a32d192ed03ull, nd->layer.name);
+    uint64_t key = mask_key(m, nd);
     struct glia_fwd a = {in,
                          nd->n_in,
                          nd->out,
@@ -180,7 +186,7 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
         a.residual = in[1];
         a.sum = nd->out;
         a.saved = train ? nj->saved : NULL;
-        a.seed_key = glia__hash_str(m->seed + (uint64_t)m->dist.rank * 0xd1b54a32d192ed03ull, nj->layer.name);
+        a.seed_key = mask_key(m, nj);
         a.seed = glia_seed(a.seed_key, m->trainer.step);
         run = nj;
     }
