@@ -621,6 +621,60 @@ static void test_sce_bad_label(void)
     cuda_unbuild(&G);
 }
 
+/* Logits with special values, a row at a time (C = 37: lanes hold one or two values each) on the CPU kernel (two
+ * passes in double) and the CUDA one (one online pass): -inf entries (masked logits) add nothing, a row of -inf, a
+ * +inf and a NaN give NaN on both; finite losses and gradients agree. */
+static void test_sce_special_values(void)
+{
+    need_cpu("softmax_cross_entropy");
+    set_precision(GLIA_PRECISION_FP32);
+    enum { C = 37 };
+    struct glia_shape in = S(2, 1, C, 0, 0), ls = S(1, 1, 0, 0, 0), os = S(1, 1, 0, 0, 0);
+    struct cuda_built B[2];
+    cuda_build("[loss]\ntype = softmax_cross_entropy\n", "cpu", cuda_cpu, &in, 1, &B[0]);
+    cuda_build("[loss]\ntype = softmax_cross_entropy\n", "cuda", cuda_gpu, &in, 1, &B[1]);
+    for (int c = 0; c < 4; c++) {
+        float xv[C], one = 1.0f, loss[2], g[2][C];
+        for (int j = 0; j < C; j++) xv[j] = (float)((j * 7) % 11) * 0.3f - 1.0f;
+        if (c == 0) xv[0] = xv[5] = xv[33] = xv[36] = -INFINITY;   /* masked: finite */
+        if (c == 1) for (int j = 0; j < C; j++) xv[j] = -INFINITY; /* all masked: NaN */
+        if (c == 2) xv[34] = INFINITY;                            /* NaN */
+        if (c == 3) xv[3] = NAN;                                  /* NaN */
+        int32_t label = c == 0 ? 2 : 1;
+        for (int d = 0; d < 2; d++) {
+            struct glia_backend *b = d ? cuda_gpu : cuda_cpu;
+            struct glia_tensor *x = cuda_put(b, in, GLIA_CONTIGUOUS, xv), *out = tensor_as(b, os, GLIA_CONTIGUOUS);
+            struct glia_tensor *dout = cuda_put(b, os, GLIA_CONTIGUOUS, &one), *dx = tensor_as(b, in, GLIA_CONTIGUOUS), *y;
+            CU_ASSERT_FATAL(glia_tensor_new(b, GLIA_I32, &ls, &y) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_from_host(y, &label, sizeof label) == GLIA_OK);
+            const struct glia_tensor *ins[1] = {x};
+            struct glia_tensor *din[1] = {dx};
+            bool acc[1] = {false};
+            struct glia_fwd f = {ins, 1, out, y, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
+            struct glia_bwd bw = {ins, 1, out, dout, din, acc, y, NULL, NULL, NULL, false};
+            CU_ASSERT_EQUAL(B[d].kernel->forward(&B[d].l, &f), GLIA_OK);
+            CU_ASSERT_EQUAL(B[d].kernel->backward(&B[d].l, &bw), GLIA_OK);
+            CU_ASSERT_FATAL(glia_backend_sync(b) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_to_host(out, &loss[d], sizeof loss[d]) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_tensor_to_host(dx, g[d], sizeof g[d]) == GLIA_OK);
+            glia_tensor_release(x), glia_tensor_release(out), glia_tensor_release(dout), glia_tensor_release(dx);
+            glia_tensor_release(y);
+        }
+        if (c == 0) {
+            CU_ASSERT(isfinite(loss[1]) && fabs(loss[1] - loss[0]) <= 1e-6 * fmax(1.0, fabs(loss[0])));
+            double worst = 0;
+            for (int j = 0; j < C; j++) worst = fmax(worst, fabs(g[1][j] - g[0][j]));
+            CU_ASSERT(worst <= 1e-6);
+            CU_ASSERT(g[1][0] == 0.0f && g[1][36] == 0.0f);
+        } else {
+            if (!(isnan(loss[0]) && isnan(loss[1]))) printf("\n  case %d: loss %g on the CPU, %g on CUDA\n", c, loss[0], loss[1]);
+            CU_ASSERT(isnan(loss[0]) && isnan(loss[1]));
+        }
+    }
+    cuda_unbuild(&B[0]);
+    cuda_unbuild(&B[1]);
+}
+
 /* ---- flatten: copies and transposes, so exact ---- */
 
 static void test_flatten(void)
@@ -701,5 +755,5 @@ CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_line
                GLIA_TEST(test_linear_packed_params),
                GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback), GLIA_TEST(test_linear_act),
                GLIA_TEST(test_linear_act_fallback), GLIA_TEST(test_linear_din_act), GLIA_TEST(test_linear_din_act_fallback),
-               GLIA_TEST(test_sce), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_sce), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_sce_special_values), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

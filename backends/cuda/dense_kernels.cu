@@ -154,10 +154,11 @@ __device__ static float warp_max(float v)
 }
 
 /* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) (0 where y_n = ign) and lse(N) = log sum_c exp x[n, c]
- * from x(N,C), y(N): one warp per row (the loop bound is the same for the whole warp, so every
- * shuffle has its 32 lanes), in double like the CPU kernel. A bad label: NaN and *bad lowered. With dx, also the
- * row's gradient as sce_backward_kernel computes it (the same expressions, so the same bits), k = dout[0] / *count
- * (counted before), written over the row once the warp has read it (dx may be x). */
+ * from x(N,C), y(N), reading the row once for lse (twice with label smoothing) and once more for dx: one warp per
+ * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), in double like the CPU
+ * kernel. A bad label: NaN and *bad lowered. With dx, also the row's gradient as sce_backward_kernel computes it (the
+ * same expressions, so the same bits), k = dout[0] / *count (counted before), written over the row once the warp has
+ * read it (dx may be x). */
 __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, float *dx, const float *x,
                                 const int32_t *y, int64_t N, int64_t C, float e, int32_t ign, const float *dout,
                                 const double *count, float off)
@@ -168,12 +169,24 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
     int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t n = warp; n < N; n += warps) {
         const float *r = x + n * C;
-        float mx = -INFINITY;
-        for (int64_t j = lane; j < C; j += 32) mx = fmaxf(mx, r[j]);
-        mx = warp_max(mx);
+        /* the max and the sum of exponentials in one pass over the row (online: a lane's sum is rescaled when its max
+         * grows), then each lane's sum moved to the warp's max. What two passes give for the special values: a NaN
+         * makes the sum NaN, a -inf adds 0, and an infinite max (all -inf, or a +inf: exp(inf - inf)) makes lse NaN. */
+        float m = -INFINITY;
         double s = 0.0;
-        for (int64_t j = lane; j < C; j += 32) s += exp((double)(r[j] - mx));
+        for (int64_t j = lane; j < C; j += 32) {
+            float v = r[j];
+            if (v > m) {
+                s = s * exp((double)(m - v)) + 1.0;
+                m = v;
+            } else if (v != -INFINITY || m != -INFINITY) {
+                s += exp((double)(v - m));
+            }
+        }
+        float mx = warp_max(m);
+        if (m != -INFINITY) s *= exp((double)(m - mx));
         double lse = log(warp_sum(s)) + mx, mean_nll = 0.0;
+        if (isinf(mx)) lse = __longlong_as_double(0x7ff8000000000000LL);
         if (e > 0.0f) {
             for (int64_t j = lane; j < C; j += 32) mean_nll += lse - r[j];
             mean_nll = warp_sum(mean_nll) / (double)C;
