@@ -215,12 +215,18 @@ static const char *cnn_text(const char *device, const char *runtime_extra, const
     return buf;
 }
 
-static void train_run(struct run *r, const char *text, struct glia_epoch_result *res)
+/* Two epochs of the opened run r, which must train. */
+static void train_opened(struct run *r, struct glia_epoch_result *res)
 {
-    open_run(r, text);
     glia_status st = glia_model_train(r->m, &quiet, res, 2);
     if (st) printf("\n  %s\n", glia_context_error(r->ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
+}
+
+static void train_run(struct run *r, const char *text, struct glia_epoch_result *res)
+{
+    open_run(r, text);
+    train_opened(r, res);
 }
 
 /* [graph] fuse_pointwise = auto on the GPU: in evaluation b1 (with r1 fused) runs inside c1's forward, from the CUDA
@@ -291,11 +297,9 @@ static void test_gelu_handoff_on_device(void)
         CU_ASSERT(on.m->graph.nodes[2].din_act == 2 && on.m->graph.nodes[3].din_act == 3);
         for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].din_act = bare.m->graph.nodes[i].dout_preact = 0;
         if (dgelu_runs) dgelu_runs(true);
-        glia_status st = glia_model_train(on.m, &quiet, ra, 2);
-        if (st) printf("\n  %s\n", glia_context_error(on.ctx));
-        CU_ASSERT_FATAL(st == GLIA_OK);
+        train_opened(&on, ra);
         long ran = dgelu_runs ? dgelu_runs(true) : 1;
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, rb, 2), GLIA_OK);
+        train_opened(&bare, rb);
         if (dgelu_runs) CU_ASSERT_EQUAL(dgelu_runs(true), 0);
         CU_ASSERT(ran > 0);
         double worst = weight_diff(&on, &bare), tol = k == 2 ? 2e-2 : 1e-4;
@@ -326,10 +330,8 @@ static void test_residual_layernorm_on_device(void)
         CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 10);
         CU_ASSERT(on.m->graph.nodes[3].res_norm == 5 && on.m->graph.nodes[6].res_norm == 8);
         for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].res_norm = bare.m->graph.nodes[i].res_by = 0;
-        glia_status st = glia_model_train(on.m, &quiet, ra, 2);
-        if (st) printf("\n  %s\n", glia_context_error(on.ctx));
-        CU_ASSERT_FATAL(st == GLIA_OK);
-        CU_ASSERT_EQUAL_FATAL(glia_model_train(bare.m, &quiet, rb, 2), GLIA_OK);
+        train_opened(&on, ra);
+        train_opened(&bare, rb);
         CU_ASSERT(same_weights(&on, &bare));
         CU_ASSERT(ra[1].train_loss == rb[1].train_loss && ra[1].test_loss == rb[1].test_loss);
         CU_ASSERT(ra[1].train_loss < ra[0].train_loss || ra[1].train_loss < log(5.0));

@@ -2022,6 +2022,25 @@ static void test_fuse_dropout(void)
     close_run(&on), close_run(&off);
 }
 
+/* m's summary (glia check) has the line want (printed when it has not) and none of the texts absent (NULL-ended). */
+static void expect_summary(const struct glia_model *m, const char *want, const char *const *absent)
+{
+    char *sum = summary_of(m);
+    if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
+    CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
+    for (; *absent; absent++) CU_ASSERT_PTR_NULL(strstr(sum, *absent));
+    free(sum);
+}
+
+/* Three runs of layers with [graph] fuse_pointwise on (on, and bare, whose fusions the caller clears) and off, graph
+ * after the mode in [graph]. */
+static void open_fused_runs(struct run *on, struct run *bare, struct run *off, const char *graph, const char *layers)
+{
+    open_run(on, fuse_text_in("", "on", graph, layers));
+    open_run(bare, fuse_text_in("", "on", graph, layers));
+    open_run(off, fuse_text_in("", "off", graph, layers));
+}
+
 /* One epoch of the fused model on and the model as written off: the same weights within 1e-6 and test loss, and the
  * fused run's checkpoint loads into the other with its weights; both runs closed. label names the case. */
 static void fused_trains_as_apart(struct run *on, struct run *off, const char *label)
@@ -2071,13 +2090,9 @@ static void test_fuse_bn_relu(void)
         CU_ASSERT(on.m->graph.nodes[1].act_fused && !on.m->graph.nodes[3].act_fused && !on.m->graph.nodes[7].act_fused);
         CU_ASSERT_EQUAL(on.m->graph.nodes[2].in[0], 1);  /* c2 reads b1 */
         CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
-        char *sum = summary_of(on.m);
-        const char *want = "graph pass fuse_pointwise: b1 (batchnorm) + r1 (relu) run as batchnorm b1 with activation = relu\n";
-        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
-        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
-        CU_ASSERT_PTR_NULL(strstr(sum, "b2 (batchnorm) +"));
-        CU_ASSERT_PTR_NULL(strstr(sum, "b3 (batchnorm) +"));
-        free(sum);
+        expect_summary(on.m, "graph pass fuse_pointwise: b1 (batchnorm) + r1 (relu) run as batchnorm b1 with "
+                             "activation = relu\n",
+                       (const char *[]){"b2 (batchnorm) +", "b3 (batchnorm) +", NULL});
         fused_trains_as_apart(&on, &off, f ? "channels_last" : "contiguous");
     }
 }
@@ -2109,12 +2124,9 @@ static void test_fuse_conv_relu(void)
         /* the fused layer's backward reads its output (the relu's mask), the plain one's does not */
         CU_ASSERT(glia__bwd_reads_out(on.m, 0) && !glia__bwd_reads_out(off.m, 0) && !glia__bwd_reads_out(on.m, 2));
         CU_ASSERT_EQUAL(glia__model_fingerprint(on.m), glia__model_fingerprint(off.m));
-        char *sum = summary_of(on.m);
-        const char *want = "graph pass fuse_pointwise: c1 (conv2d) + r1 (relu) run as conv2d c1 with activation = relu\n";
-        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
-        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
-        CU_ASSERT_PTR_NULL(strstr(sum, "c3 (conv2d) +"));
-        free(sum);
+        expect_summary(on.m, "graph pass fuse_pointwise: c1 (conv2d) + r1 (relu) run as conv2d c1 with "
+                             "activation = relu\n",
+                       (const char *[]){"c3 (conv2d) +", NULL});
         fused_trains_as_apart(&on, &off, f ? "channels_last" : "contiguous");
     }
 }
@@ -2163,9 +2175,7 @@ static void test_fuse_dact(void)
         const char *graph = ck ? "checkpoint_segments = 2\n[train]\noptimizer = sgd\nlr = 0.1\n[optimizer]\nmomentum = 0.9\n"
                                : "[train]\noptimizer = sgd\nlr = 0.1\n[optimizer]\nmomentum = 0.9\n";
         struct run on, bare, off;
-        open_run(&on, fuse_text_in("", "on", graph, layers));
-        open_run(&bare, fuse_text_in("", "on", graph, layers));
-        open_run(&off, fuse_text_in("", "off", graph, layers));
+        open_fused_runs(&on, &bare, &off, graph, layers);
         CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 8);  /* flat fc1 fc2 fc3 fc4 a fc5 loss */
         const struct glia__node *n = on.m->graph.nodes;
         CU_ASSERT(n[2].din_act == 2 && n[1].dout_preact == 3);  /* fc2 applies fc1's gelu gradient */
@@ -2174,13 +2184,9 @@ static void test_fuse_dact(void)
         CU_ASSERT(n[6].din_act == 0 && n[5].dout_preact == 0);
         for (int i = 0; i < off.m->graph.n_nodes; i++)
             CU_ASSERT(off.m->graph.nodes[i].din_act == 0 && off.m->graph.nodes[i].dout_preact == 0);
-        char *sum = summary_of(on.m);
-        const char *want = "graph pass fuse_pointwise: in training fc3 (linear) applies the gradient of fc2's activation "
-                           "(gelu_tanh) as it writes that layer's output gradient\n";
-        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
-        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
-        CU_ASSERT_PTR_NULL(strstr(sum, "in training fc4"));
-        free(sum);
+        expect_summary(on.m, "graph pass fuse_pointwise: in training fc3 (linear) applies the gradient of fc2's "
+                             "activation (gelu_tanh) as it writes that layer's output gradient\n",
+                       (const char *[]){"in training fc4", NULL});
         for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].din_act = bare.m->graph.nodes[i].dout_preact = 0;
         fused_trains_as_cleared(&on, &bare, &off, fuse_text_in("", "on", graph, layers), ck,
                                 ck ? "gelu hand-off, checkpointed" : "gelu hand-off");
@@ -2203,21 +2209,15 @@ static void test_fuse_residual(void)
         const char *graph = ck ? "checkpoint_segments = 2\n[train]\noptimizer = sgd\nlr = 0.1\n"
                                : "[train]\noptimizer = sgd\nlr = 0.1\n";
         struct run on, bare, off;
-        open_run(&on, fuse_text_in("", "on", graph, layers));
-        open_run(&bare, fuse_text_in("", "on", graph, layers));
-        open_run(&off, fuse_text_in("", "off", graph, layers));
+        open_fused_runs(&on, &bare, &off, graph, layers);
         CU_ASSERT_EQUAL_FATAL(on.m->graph.n_nodes, 12);
         const struct glia__node *n = on.m->graph.nodes;
         CU_ASSERT(n[3].res_norm == 5 && n[4].res_by == 4);  /* r1 in ln1 */
         CU_ASSERT(n[6].res_norm == 8 && n[7].res_by == 7);  /* r2 in ln2 */
         CU_ASSERT(n[8].res_norm == 0 && n[9].res_by == 0);  /* r3 adds three */
         for (int i = 0; i < off.m->graph.n_nodes; i++) CU_ASSERT(off.m->graph.nodes[i].res_norm == 0);
-        char *sum = summary_of(on.m);
-        const char *want = "graph pass fuse_pointwise: ln1 (layernorm) computes the sum r1 (add) in the same pass\n";
-        if (!strstr(sum, want)) printf("\n  want: %s%s", want, sum);
-        CU_ASSERT_PTR_NOT_NULL(strstr(sum, want));
-        CU_ASSERT_PTR_NULL(strstr(sum, "sum r3"));
-        free(sum);
+        expect_summary(on.m, "graph pass fuse_pointwise: ln1 (layernorm) computes the sum r1 (add) in the same pass\n",
+                       (const char *[]){"sum r3", NULL});
         for (int i = 0; i < bare.m->graph.n_nodes; i++) bare.m->graph.nodes[i].res_norm = bare.m->graph.nodes[i].res_by = 0;
         fused_trains_as_cleared(&on, &bare, &off, fuse_text_in("", "on", graph, layers), ck,  /* test loss: fused too */
                                 ck ? "residual in layernorm, checkpointed" : "residual in layernorm");

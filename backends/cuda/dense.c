@@ -292,13 +292,6 @@ static uint32_t linear_layer_flags(const struct glia_layer *l)
     return LINEAR_CUDA_FLAGS | (p->act ? GLIA_KERNEL_DOUT_PREACT : 0);
 }
 
-/* Backward applies the gradient of a producer's gelu_tanh (cuBLASLt's DGELU epilogue) or gelu to the input gradient */
-static bool linear_din_act(const struct glia_layer *l, const char *act)
-{
-    (void)l;
-    return glia_linear_act_of(act) != GLIA_LINEAR_ACT_NONE;
-}
-
 static const struct glia_kernel linear_cuda = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "linear",
@@ -312,7 +305,7 @@ static const struct glia_kernel linear_cuda = {
     .backward = linear_backward,
     .saved_size = linear_saved,
     .layer_flags = linear_layer_flags,
-    .din_act = linear_din_act,
+    .din_act = glia_linear_din_act,  /* gelu_tanh by cuBLASLt's DGELU epilogue */
 };
 
 /* ---- softmax_cross_entropy ----

@@ -4,6 +4,7 @@
 #define GLIA_TYPES_LINEAR_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <glia/tensor.h>
@@ -20,6 +21,16 @@ static inline int glia_linear_act_of(const char *name)
 {
     return !strcmp(name, "gelu") ? GLIA_LINEAR_ACT_GELU : !strcmp(name, "gelu_tanh") ? GLIA_LINEAR_ACT_GELU_TANH
                                                                                        : GLIA_LINEAR_ACT_NONE;
+}
+
+struct glia_layer;
+
+/* The din_act kernel slot (glia/layer.h) of glia's linear kernels: backward applies the gradient of a producer's gelu or
+ * gelu_tanh to the input gradient it writes. */
+static inline bool glia_linear_din_act(const struct glia_layer *l, const char *act)
+{
+    (void)l;
+    return glia_linear_act_of(act) != GLIA_LINEAR_ACT_NONE;
 }
 
 /* l->attrs of a linear layer: y(..., out) = act(x(..., in) W(out, in)^T + b(out)), one GEMM over the M rows of x.

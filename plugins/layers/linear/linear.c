@@ -168,13 +168,6 @@ static uint32_t linear_layer_flags(const struct glia_layer *l)
     return LINEAR_CPU_FLAGS | (p->act ? GLIA_KERNEL_DOUT_PREACT : 0);
 }
 
-/* Backward applies the gradient of a producer's gelu or gelu_tanh to the input gradient it writes */
-static bool linear_din_act(const struct glia_layer *l, const char *act)
-{
-    (void)l;
-    return glia_linear_act_of(act) != GLIA_LINEAR_ACT_NONE;
-}
-
 static const struct glia_layer_type linear_type = {
     .struct_size = sizeof(struct glia_layer_type),
     .name = "linear",
@@ -202,7 +195,7 @@ static const struct glia_kernel linear_cpu = {
     .backward = linear_backward,
     .saved_size = linear_saved,
     .layer_flags = linear_layer_flags,
-    .din_act = linear_din_act,
+    .din_act = glia_linear_din_act,
 };
 
 static glia_status linear_init(struct glia_registry *r)
