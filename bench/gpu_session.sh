@@ -1,0 +1,55 @@
+#!/bin/sh
+# bench/gpu_session.sh — a short lease on a lent GPU, spent in priority order: the stages named, each under its own
+# time limit and all within one budget, their logs packed at the end into OUTDIR/gpu.tgz (one file comes back where
+# few may) beside OUTDIR/summary.txt. Not the checks themselves: bench/gpu_acceptance.sh and the benches do those.
+#   usage: bench/gpu_session.sh OUTDIR BUDGET_S NAME:LIMIT_S ...
+#   NAME: build, test (the GPU programs), gpt2 (bench/gpt2 at batches $GPT2_BATCHES, $GPT2_STEPS steps), conv
+#   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
+#   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train
+#   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
+set -u
+if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeout (which ends its whole process group)
+    work=$2
+    cd "$(dirname "$0")/.."
+    acc=bench/gpu_acceptance.sh
+    case "$3" in
+    build) $acc build "$work" ;;
+    test) GPU_TESTS=1 TEST_TIMEOUT=${TEST_TIMEOUT:-240} $acc test "$work" ;;
+    train) $acc train "$work" ;;
+    roofline) $acc roofline "$work" ;;
+    gpt2) d=bench/gpt2/data
+        [ -f gpu-kit/gpt2-data/tokens_train_000001.bin ] && d=gpu-kit/gpt2-data
+        bench/gpt2/run.sh --data "$d" --batches "${GPT2_BATCHES:-16 32}" --steps "${GPT2_STEPS:-30}" --out "$work/gpt2.txt" ;;
+    conv) bench/gpu_conv/run.sh 1 ;;
+    conv-relu) RELU=on bench/gpu_conv/run.sh 1 ;;
+    fmnist) bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --cuda-graph on --variants "eager graph" ;;
+    fmnist-nofuse) bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --fuse off --variants eager ;;
+    resnet50) bench/gpu_resnet50/run.sh --steps 20 --variants "eager graph" ;;
+    layer) bench/layer/run.sh ;;
+    *) echo "unknown stage $3" >&2; exit 2 ;;
+    esac
+    exit
+fi
+[ $# -ge 3 ] || { echo "usage: $0 OUTDIR BUDGET_S NAME:LIMIT_S ..." >&2; exit 2; }
+mkdir -p "$1"
+out=$(cd "$1" && pwd) budget=$2
+shift 2
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+export CUDA_ARCHS="${CUDA_ARCHS:-90}" PYTHONUNBUFFERED=1
+work=${GLIA_SESSION_WORK:-/tmp/glia-gpu-session}  # kept across calls on a warm machine
+mkdir -p "$work"
+start=$(date +%s)
+for one in "$@"; do
+    name=${one%%:*} limit=${one#*:}
+    left=$((budget - ($(date +%s) - start)))
+    if [ "$left" -lt 20 ]; then echo "== $name: not run (the budget is spent)" | tee -a "$out/summary.txt"; continue; fi
+    [ "$limit" -le "$left" ] || limit=$left
+    t0=$(date +%s)
+    echo "== $name (at most $limit s)" | tee -a "$out/summary.txt"
+    timeout -k 5 "$limit" "$self" --stage "$work" "$name" > "$work/stage-$name.log" 2>&1
+    rc=$?
+    echo "== $name: exit $rc after $(($(date +%s) - t0)) s$([ $rc = 124 ] && echo ' (its time ran out)')" | tee -a "$out/summary.txt"
+    tail -n 40 "$work/stage-$name.log" >> "$out/summary.txt"
+done
+tar czf "$out/gpu.tgz" -C "$work" . 2>/dev/null
+cat "$out/summary.txt"
