@@ -35,7 +35,10 @@ mkdir -p "$1"
 out=$(cd "$1" && pwd) budget=$2
 shift 2
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$self")/.."
 export CUDA_ARCHS="${CUDA_ARCHS:-90}" PYTHONUNBUFFERED=1
+# the kit's libraries (the build's rpath): a warm machine that got the kit anew lost the unpacked copy
+if [ -f gpu-kit/deps.tar.gz ] && ! [ -d gpu-kit/deps/lib ]; then mkdir -p gpu-kit/deps && tar xzf gpu-kit/deps.tar.gz -C gpu-kit/deps; fi
 work=${GLIA_SESSION_WORK:-/tmp/glia-gpu-session}  # kept across calls on a warm machine
 mkdir -p "$work"
 start=$(date +%s)

@@ -670,6 +670,29 @@ static void test_graph_api(void)
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
 }
 
+/* A nonfused Winograd algorithm (GLIA_EMU_CUDNN_WINOGRAD=1 lists it first and fastest, its results 2e-3 of the
+ * largest value off, as one was for a 5x5 data gradient on an H200): strict fp32 never runs it, chosen by the
+ * heuristics or timed, and holds to the CPU; bf16 may (here it runs, so fp32's count of 0 is not for want of it). The
+ * case's 5x5 at shapes of its own (the choices are cached per shape). On a GPU, the results only. */
+static void test_winograd_refused_fp32(void)
+{
+    graph_runs_fn wino = emu_runs("glia_emu_cudnn_winograd_runs");
+    setenv("GLIA_EMU_CUDNN_WINOGRAD", "1", 1);
+    for (int tune = 0; tune < 2; tune++) {
+        const struct cv c = {2, 3, 11 + tune, 13, 4, 5, 1, 2, 1, 1, true, 5, 2};
+        configure(GLIA_PRECISION_FP32, tune, DEFAULT_WORKSPACE);
+        if (wino) wino(true);
+        conv_check(&c, GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, (struct pass){0}, 7100 + (uint64_t)tune);
+        if (wino) CU_ASSERT_EQUAL(wino(true), 0);
+        configure(GLIA_PRECISION_BF16, tune, DEFAULT_WORKSPACE);
+        conv_check(&c, GLIA_PRECISION_BF16, GLIA_CONTIGUOUS, (struct pass){0}, 7110 + (uint64_t)tune);
+        if (wino) CU_ASSERT(wino(true) > 0);
+    }
+    unsetenv("GLIA_EMU_CUDNN_WINOGRAD");
+    if (!wino) printf("(on a GPU: the algorithms run are not counted) ");
+    configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);
+}
+
 /* G's parameters and their gradients as views one float into arenas *wa and *ga (the caller releases them), as a
  * model packs parameters (fp32 ones aligned to 4 bytes only), holding C's values. */
 static void params_at_offset(const struct cuda_built *C, struct cuda_built *G, struct glia_tensor **wa,
@@ -1060,7 +1083,7 @@ static void test_fused_unaligned_bias(void)
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
-               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api),
+               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api), GLIA_TEST(test_winograd_refused_fp32),
                GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu),
                GLIA_TEST(test_graph_api_fused), GLIA_TEST(test_graph_api_captured),
                GLIA_TEST(test_eval_affine), GLIA_TEST(test_fused_unaligned_bias))

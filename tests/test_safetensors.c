@@ -149,7 +149,7 @@ static void test_export_format(void)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char dt[16];
         int64_t shape[8] = {0}, off[2] = {0, 0};
-        int nd;
+        int nd = -1;
         CU_ASSERT_FATAL(entry(&f, want[i].name, dt, shape, &nd, off));
         CU_ASSERT_STRING_EQUAL(dt, want[i].dtype);
         CU_ASSERT_EQUAL(nd, want[i].nd);

@@ -553,9 +553,18 @@ fail:
     return st;
 }
 
-/* The first of r[0..n) (best first) that succeeded, runs at this precision, is deterministic when
- * [runtime] deterministic asks for it, and whose workspace (asked again for its math type) fits in limit; *ms its
- * time (when r was timed). */
+/* Whether dir's legacy algorithm is one whose sums are less exact than fp32 FMA math: the Winograd transforms that
+ * are not fused (large tiles: on an H200 a 5x5 data gradient came out 2e-3 of its largest value off). */
+static bool reduced_precision_algo(int dir, int algo)
+{
+    return dir == FWD        ? algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED
+           : dir == BWD_DATA ? algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED
+                             : algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+/* The first of r[0..n) (best first) that succeeded, runs at this precision (fp32: no algorithm of reduced precision),
+ * is deterministic when [runtime] deterministic asks for it, and whose workspace (asked again for its math type) fits
+ * in limit; *ms its time (when r was timed). */
 static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, size_t limit, struct algo_choice *out,
                  float *ms)
 {
@@ -566,6 +575,7 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
         size_t need = 0;
         cudnnMathType_t math;
         if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit || !run_math(prec, r[i].math, &math) ||
+            (prec == GLIA_PRECISION_FP32 && reduced_precision_algo(dir, r[i].algo)) ||
             (l->backend->options.deterministic && !r[i].deterministic))
             continue;
         if (cudnnSetConvolutionMathType(p->conv[dir], math) != CUDNN_STATUS_SUCCESS ||
@@ -580,13 +590,18 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
 
 /* ---- cuDNN's graph API ---- */
 
-/* The numerical notes an engine may not have here: strict fp32 refuses tensor cores and inputs rounded down (TF32),
- * as the legacy algorithms run FMA math; [runtime] deterministic refuses the nondeterministic ones (atomics). */
+/* The numerical notes an engine may not have here: strict fp32 refuses tensor cores, inputs rounded down (TF32),
+ * reductions of reduced precision and the large-tile Winograd transforms, as the legacy algorithms it runs are FMA
+ * math without Winograd's nonfused kind (reduced_precision_algo); [runtime] deterministic refuses the nondeterministic
+ * ones (atomics). */
 static uint32_t refused_notes(const struct glia_runtime_options *o)
 {
     uint32_t r = 0;
     if (o->precision == GLIA_PRECISION_FP32)
-        r |= GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) | GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+        r |= GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) | GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) |
+             GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) |
+             GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4) | GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6) |
+             GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13);
     if (o->deterministic) r |= GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
     return r;
 }
@@ -1022,8 +1037,9 @@ static glia_status graph_verify(struct glia_layer *l, const struct call *k, int 
             q->verified = true;
         } else {
             glia_log(l->ctx, GLIA_LOG_WARN,
-                     "[%s] conv2d %s: cuDNN's graph plan %d differs from the legacy algorithm by %.3g (largest value "
-                     "%.3g); this shape runs the legacy API", l->name, dir_name[d], i, worst, big);
+                     "[%s] conv2d %s: cuDNN's graph plan %d differs from the legacy algorithm (%s) by %.3g (largest "
+                     "value %.3g); this shape runs the legacy API", l->name, dir_name[d], i,
+                     algo_name(d, p->choice[d].algo), worst, big);
             struct conv_key key = p->key;
             key.dir = d;
             p->choice[d].plan = -1;

@@ -54,7 +54,7 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x)
         logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def tokens(pattern):
@@ -100,7 +100,7 @@ def main():
     def batch():
         ix = torch.randint(len(data) - T - 1, (o.batch,), device=dev, generator=g)
         w = data[ix[:, None] + offs]
-        return w[:, :-1], w[:, 1:]
+        return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
     def step(k):
         x, y = batch()

@@ -5,8 +5,9 @@
  * does not. Each computing call checks its arguments when called, copies what it needs (descriptors
  * by value, alpha and beta from their host pointers, data pointers) and queues the computation on its
  * stream, so that it runs in the stream's order and can be captured into a CUDA graph and launched
- * again; cudnnFind*AlgorithmEx synchronize and so fail on a capturing stream. Not fast and not cuDNN:
- * two "algorithms" that compute alike, no workspace use, loops in double. */
+ * again; cudnnFind*AlgorithmEx synchronize and so fail on a capturing stream. GLIA_EMU_CUDNN_WINOGRAD=1 lists a
+ * nonfused Winograd algorithm first, whose results are less exact. Not fast and not cuDNN: two "algorithms" that
+ * compute alike (three with that one), no workspace use, loops in double. */
 #include <cublasLt.h>
 #include <cudnn.h>
 #include <math.h>
@@ -710,7 +711,8 @@ static void conv_terms(enum conv_dir dir, const struct cudnnTensorStruct *x, con
 /* A convolution's arguments as they were at the call. */
 struct conv_call {
     enum conv_dir dir;
-    bool racy;  /* an algorithm cuDNN calls non-deterministic (see conv_exec) */
+    bool racy;      /* an algorithm cuDNN calls non-deterministic (see conv_exec) */
+    bool winograd;  /* a nonfused Winograd algorithm: sums less exact than fp32's (see conv_exec) */
     struct cudnnTensorStruct x, y;
     struct cudnnFilterStruct w;
     struct cudnnConvolutionStruct cv;
@@ -740,6 +742,10 @@ static void conv_exec(void *arg)
      * element's, the other way */
     static uint64_t racy_calls;
     uint64_t call = c->racy ? __atomic_fetch_add(&racy_calls, 1, __ATOMIC_RELAXED) : 0;
+    /* a nonfused Winograd algorithm's large tiles: each element off by up to 2e-3 of the largest (seen on a GPU) */
+    double big = 0;
+    for (int64_t i = 0; c->winograd && i < n; i++) big = fmax(big, fabs(acc[i]));
+    for (int64_t i = 0; c->winograd && i < n; i++) acc[i] += (i % 3 - 1) * 2e-3 * big;
     for (int64_t i = 0; i < n; i++) {
         double v = c->al * acc[i] + (c->be != 0 ? c->be * load(type, c->dst, i) : 0);
         store(type, c->dst, i, v);
@@ -754,7 +760,19 @@ static void conv_exec(void *arg)
 }
 
 /* Checks the descriptors now and queues conv_exec on h's stream with a copy of them. */
-static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, const void *alpha, const void *beta,
+static long emu_winograd_runs;
+
+/* Runs of a nonfused Winograd algorithm since the last reset (glia_emu_cudnn_winograd_runs, found with dlsym). */
+long glia_emu_cudnn_winograd_runs(bool reset)
+{
+    GLIA_EMU_GUARD;
+    long n = __atomic_load_n(&emu_winograd_runs, __ATOMIC_RELAXED);
+    if (reset) __atomic_store_n(&emu_winograd_runs, 0, __ATOMIC_RELAXED);
+    return n;
+}
+
+static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, bool winograd, const void *alpha,
+                              const void *beta,
                               const struct cudnnTensorStruct *x, const void *px, const struct cudnnFilterStruct *w,
                               const void *pw, const struct cudnnConvolutionStruct *cv, const struct cudnnTensorStruct *y,
                               const void *py, void *dst)
@@ -762,7 +780,8 @@ static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, con
     if (conv_check(conv_names[dir], x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
     /* alpha and beta are float for float, half and bf16 data (double only for double data); host
      * scalars, read now */
-    struct conv_call c = {dir, racy, *x, *y, *w, *cv, *(const float *)alpha, *(const float *)beta, px, pw, py, dst};
+    struct conv_call c = {dir, racy, winograd, *x, *y, *w, *cv, *(const float *)alpha, *(const float *)beta, px, pw, py, dst};
+    if (winograd) __atomic_fetch_add(&emu_winograd_runs, 1, __ATOMIC_RELAXED);
     void *arg = dup_args(&c, sizeof c);
     if (!arg) return CUDNN_STATUS_ALLOC_FAILED;
     return glia_emu_submit_host(conv_names[dir], h->stream, conv_exec, arg, free) ? CUDNN_STATUS_EXECUTION_FAILED_CUDART
@@ -796,9 +815,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha, const 
                                       const cudnnTensorDescriptor_t yd, void *y)
 {
     GLIA_EMU_GUARD;
-    (void)algo;
     if (ws_bad("cudnnConvolutionForward", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
-    return conv_run(h, FWD, false, alpha, beta, xd, x, wd, w, cd, yd, NULL, y);
+    return conv_run(h, FWD, false, algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, alpha, beta, xd, x, wd, w, cd,
+                    yd, NULL, y);
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, const cudnnFilterDescriptor_t wd, const void *w,
                                            const cudnnTensorDescriptor_t dyd, const void *dy, const cudnnConvolutionDescriptor_t cd,
@@ -807,7 +826,8 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha, c
 {
     GLIA_EMU_GUARD;
     if (ws_bad("cudnnConvolutionBackwardData", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
-    return conv_run(h, BWD_DATA, algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
+    return conv_run(h, BWD_DATA, algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                    algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED, alpha, beta, dxd, NULL, wd, w, cd, dyd, dy, dx);
 }
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha, const cudnnTensorDescriptor_t xd, const void *x,
                                              const cudnnTensorDescriptor_t dyd, const void *dy,
@@ -817,7 +837,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
     GLIA_EMU_GUARD;
     if (ws_bad("cudnnConvolutionBackwardFilter", ws, ws_size)) return CUDNN_STATUS_BAD_PARAM;
     return conv_run(h, BWD_FILTER,
-                    algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
+                    algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,
+                    algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED, alpha, beta, xd, x, dwd, NULL, cd, dyd, dy, dw);
 }
 
 /* A cudnnAddTensor's or cudnnConvolutionBackwardBias's arguments as they were at the call. */
@@ -930,6 +951,22 @@ static int64_t fbytes(const struct cudnnFilterStruct *f) { return (int64_t)f->k 
         }                                                                                             \
     } while (0)
 
+/* With GLIA_EMU_CUDNN_WINOGRAD=1 (and room for three) the direction's nonfused Winograd algorithm comes first, fastest,
+ * deterministic, with EMU_WS of workspace, before PERF_TWO's two (its results are less exact: conv_exec). */
+#define WINOGRAD_FIRST(r, n, got, winograd, cv)                                       \
+    do {                                                                              \
+        if (!getenv("GLIA_EMU_CUDNN_WINOGRAD") || (n) < 3) break;                     \
+        memmove(&(r)[1], &(r)[0], sizeof(r)[0] * (size_t)*(got));                     \
+        memset(&(r)[0], 0, sizeof(r)[0]);                                             \
+        (r)[0].algo = (winograd);                                                     \
+        (r)[0].status = CUDNN_STATUS_SUCCESS;                                         \
+        (r)[0].time = 0.5f;                                                           \
+        (r)[0].memory = EMU_WS;                                                       \
+        (r)[0].determinism = CUDNN_DETERMINISTIC;                                     \
+        (r)[0].mathType = (cv)->math;                                                 \
+        *(got) += 1;                                                                  \
+    } while (0)
+
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
                                                      const cudnnFilterDescriptor_t wd, const cudnnConvolutionDescriptor_t cd,
                                                      const cudnnTensorDescriptor_t yd, const int n, int *got,
@@ -940,6 +977,7 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudn
     if (conv_check("cudnnGetConvolutionForwardAlgorithm_v7", xd, wd, cd, yd)) return CUDNN_STATUS_BAD_PARAM;
     PERF_TWO(r, n, got, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, cd,
              EMU_WS, true);
+    WINOGRAD_FIRST(r, n, got, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, cd);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
@@ -951,6 +989,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardDataAlgorithm_v7", dxd, wd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
     PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, cd, 0, false);
+    WINOGRAD_FIRST(r, n, got, CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED, cd);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -962,6 +1001,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, con
     (void)h;
     if (conv_check("cudnnGetConvolutionBackwardFilterAlgorithm_v7", xd, dwd, cd, dyd)) return CUDNN_STATUS_BAD_PARAM;
     PERF_TWO(r, n, got, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, cd, 0, false);
+    WINOGRAD_FIRST(r, n, got, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED, cd);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x,
