@@ -117,6 +117,37 @@ static glia_status time_loop(struct glia_layer_run *r, bool backward, long n, do
     return st;
 }
 
+/* glia bench layer's (and torch_layer.py's) floor on a GPU: a pass warms up for at least WARM_S seconds (a GPU idle
+ * before it runs at low clocks, which rise only under load) and is timed over at least TIMED_S seconds. */
+#define WARM_S 0.2
+#define TIMED_S 0.1
+
+/* Milliseconds a step of one pass (forward, or forward then backward): `warmup` steps, more on a GPU until WARM_S
+ * seconds have passed, then at least `steps` timed ones, more on a GPU until they fill TIMED_S seconds (the count
+ * estimated from the warm-up's steps); *timed the steps timed. */
+static glia_status pass_ms(struct glia_layer_run *r, bool backward, long warmup, long steps, bool gpu, double *ms,
+                           long *timed)
+{
+    double sec = 0, spent = 0;
+    long done = 0;
+    glia_status st = warmup ? time_loop(r, backward, warmup, &sec) : GLIA_OK;
+    spent += sec, done += warmup;
+    while (!st && gpu && spent < WARM_S) {  /* in rounds of what the warm-up took so far, at least one step */
+        long more = done > 0 ? done : 1;
+        if (!(st = time_loop(r, backward, more, &sec))) spent += sec, done += more;
+    }
+    long n = steps;
+    if (gpu && done > 0 && spent > 0) {
+        double per = spent / (double)done;
+        long fill = (long)(TIMED_S / per) + 1;
+        if (fill > n) n = fill;
+    }
+    if (!st) st = time_loop(r, backward, n, &sec);
+    *ms = 1e3 * sec / (double)n;
+    *timed = n;
+    return st;
+}
+
 /* Both passes of configuration c into rows[PASS_*]. Returns GLIA_OK also when the backend refuses
  * the configuration (rows marked n/a); other errors are the run's. */
 static glia_status measure(struct glia_context *ctx, struct glia_backend *b, const struct conv_args *a, int c,
@@ -455,18 +486,18 @@ static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *i
     if (!a->known) snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "type = %s\n", a->op);
     struct glia_shape in[2] = {a->shape, a->shape};
     if (!st) st = layer_run(ctx, a, ini, in, n_in, act, &r);
-    double sec, fb[N_PASS];
+    double fb[N_PASS];
     if (!st) {
         snprintf(impl, impl_size, "%s", glia_layer_run_layer(r)->kernel->impl);
         pass_bytes(r, n_in, &fb[PASS_FWD], &fb[PASS_FWD_BWD]);
         fb[PASS_FWD_BWD] += fb[PASS_FWD];
     }
     bool bwd = !st && glia_layer_run_input_grad(r, 0) != NULL;
-    if (!st && a->warmup) st = time_loop(r, bwd, a->warmup, &sec);
-    for (int p = 0; p < N_PASS && !st; p++) {
+    for (int p = 0; p < N_PASS && !st; p++) {  /* each pass warmed up and timed on its own, as the PyTorch side does */
         g[p] = (struct side){-1, fb[p], "", (double)glia_layer_run_flops(r) * (p == PASS_FWD_BWD ? 3.0 : 1.0)};
+        long n;
         if (p == PASS_FWD_BWD && !bwd) snprintf(g[p].note, sizeof g[p].note, "n/a (no input gradient)");
-        else if (!(st = time_loop(r, p == PASS_FWD_BWD, a->steps, &sec))) g[p].ms = 1e3 * sec / (double)a->steps;
+        else st = pass_ms(r, p == PASS_FWD_BWD, a->warmup, a->steps, a->dev.type != GLIA_DEVICE_CPU, &g[p].ms, &n);
     }
     if (st) {
         const char *why = glia_context_error(ctx);
@@ -574,8 +605,9 @@ static void print_layer(const struct layer_args *a, const char *impl, enum glia_
     }
     printf("layer %s (impl %s) on %s%s, %s, precision %s, %s activations; device %s\n", a->op, impl, shape,
            a->known && a->known->n_in == 2 ? " (2 inputs)" : "", fmt, prec, glia_dtype_name(act), dev);
-    printf("ms per iteration: mean of %ld steps after %ld warm-up steps, device synchronized before and after\n",
-           a->steps, a->warmup);
+    printf("ms per iteration: mean of %ld steps (on a GPU, as many more as fill %.1f s) after %ld warm-up steps (on a "
+           "GPU, at least %.1f s), each pass on its own, device synchronized before and after\n",
+           a->steps, TIMED_S, a->warmup, WARM_S);
     printf("GB/s = bytes / time; bytes: forward = inputs + output; forward+backward adds output gradient + the inputs\n"
            "and output backward reads + input gradients, each at its element size\n");
     printf("pytorch: %s\n\n", a->torch ? a->torch : "none (--torch FILE, or run from the source tree)");

@@ -96,6 +96,35 @@ def nbytes(t):
     return t.numel() * t.element_size()
 
 
+WARM_S, TIMED_S = 0.2, 0.1  # glia bench layer's floors on a GPU (tools/bench.c): warm-up and timed seconds
+
+
+def warm_then_timed(fn, warmup, steps, dev):
+    """ms per call of fn: warmup calls (on a GPU, more until WARM_S seconds passed: clocks rise only under load), then
+    steps timed ones (on a GPU, as many more as fill TIMED_S seconds, counted from the warm-up's), as glia's side"""
+    import time
+    if dev.type != "cuda":
+        if warmup:
+            timed(fn, warmup, dev)
+        return timed(fn, steps, dev)
+    spent, done = 0.0, 0
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    spent, done = time.perf_counter() - t, warmup
+    while spent < WARM_S:
+        more = done if done > 0 else 1
+        t = time.perf_counter()
+        for _ in range(more):
+            fn()
+        torch.cuda.synchronize()
+        spent, done = spent + time.perf_counter() - t, done + more
+    n = max(steps, int(TIMED_S / (spent / done)) + 1)
+    return timed(fn, n, dev)
+
+
 def timed(fn, n, dev):
     """ms per call of fn over n calls (CUDA events on a GPU)"""
     if dev.type == "cuda":
@@ -143,8 +172,7 @@ def main():
         fn(*xs).backward(dy)
 
     for name, f, b in (("forward", forward, fwd_bytes), ("forward+backward", forward_backward, fwd_bytes + bwd_bytes)):
-        timed(f, a.warmup, dev) if a.warmup else None
-        ms = timed(f, a.steps, dev)
+        ms = warm_then_timed(f, a.warmup, a.steps, dev)
         print(json.dumps({"pass": name, "ms": ms, "bytes": b}), flush=True)
 
 
