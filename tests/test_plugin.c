@@ -1,7 +1,7 @@
 /* tests/test_plugin.c — CUnit tests of the plugin loader against the fixture plugins in
  * tests/fixtures (good, wrong ABI, newer minor, name mismatch, no entry, failing init, probe
- * refusal, not a shared object), and the checks of the register calls. Not a test of any real
- * plugin's features. */
+ * refusal, not a shared object), the checks of the register calls, and a new context's log level
+ * ($GLIA_LOG_LEVEL). Not a test of any real plugin's features. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -609,6 +609,40 @@ static glia_status careless_check(struct glia_context *ctx, const char *ini)
  * GLIA_OK, also when the core refuses the layer afterwards, and never after a failed create (which frees its own
  * state; the core frees the parameters it declared). A create that reads a key its schema does not declare is
  * refused, naming plugin, type, section and key, instead of aborting the program. */
+/* A new context prints on stderr the messages at and above $GLIA_LOG_LEVEL's level (info when unset or unknown). */
+static void test_log_level_env(void)
+{
+    static const struct {
+        const char *value;
+        int shown;  /* of one message at each of the four levels */
+    } cases[] = {{"debug", 4}, {"info", 3}, {"warning", 2}, {"error", 1}, {"loud", 3}, {NULL, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].value) setenv("GLIA_LOG_LEVEL", cases[i].value, 1);
+        else unsetenv("GLIA_LOG_LEVEL");
+        FILE *f = tmpfile();
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fflush(stderr);
+        int saved = dup(2);
+        CU_ASSERT_FATAL(saved >= 0 && dup2(fileno(f), 2) == 2);
+        struct glia_context *ctx = NULL;
+        glia_status st = glia_context_new(&ctx);
+        for (int lv = GLIA_LOG_ERROR; !st && lv <= GLIA_LOG_DEBUG; lv++) glia_log(ctx, (enum glia_log_level)lv, "level %d", lv);
+        glia_context_free(ctx);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        rewind(f);
+        char line[128];
+        int n = 0;
+        while (fgets(line, sizeof line, f)) n += strncmp(line, "glia: ", 6) == 0;
+        fclose(f);
+        if (n != cases[i].shown) printf("\n  GLIA_LOG_LEVEL=%s: %d messages shown\n", cases[i].value ? cases[i].value : "(unset)", n);
+        CU_ASSERT_EQUAL(n, cases[i].shown);
+    }
+    unsetenv("GLIA_LOG_LEVEL");
+}
+
 static void test_create_destroy_and_misread(void)
 {
     struct glia_context *ctx = new_ctx();
@@ -660,4 +694,5 @@ GLIA_TEST_MAIN("plugin",
                GLIA_TEST(test_register_refusals),
                GLIA_TEST(test_register_refuses_duplicate_keys),
                GLIA_TEST(test_create_destroy_and_misread),
+               GLIA_TEST(test_log_level_env),
                GLIA_TEST(test_backend_write))
