@@ -60,6 +60,7 @@ struct algo_choice {
     cudnnMathType_t math;
     size_t workspace;
     int plan;          /* -1: the legacy algorithm */
+    int64_t plan_src;  /* with a plan: where it came from (PLAN_SRC), so that another layer builds that plan alone */
 };
 
 /* ---- the process-wide cache of choices (all layers, all devices; keyed by device) ---- */
@@ -120,6 +121,12 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 #define GRAPH_SETS 16       /* shapes whose graphs a layer keeps */
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
 
+/* A plan's source: the graph fused or plain, the heuristics' mode, and the position in its list of configurations. */
+#define PLAN_SRC(fused, mode, index) ((int64_t)(fused) << 20 | (int64_t)(mode) << 16 | (int64_t)(index))
+#define PLAN_SRC_FUSED(src) ((int)((src) >> 20 & 1))
+#define PLAN_SRC_MODE(src) ((cudnnBackendHeurMode_t)((src) >> 16 & 15))
+#define PLAN_SRC_INDEX(src) ((src) & 0xffff)
+
 /* One direction's graph at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
  * the gradients' graphs as glia__cg_conv names them; a fused forward adds the bias (4), the affine's mean, scale and
  * shift (5, 6, 7) and the relu of key.epi. */
@@ -129,6 +136,7 @@ struct conv_graph {
     struct glia__cg *g;
     cudnnBackendDescriptor_t plan[MAX_GRAPH_PLANS];
     int64_t ws[MAX_GRAPH_PLANS];
+    int64_t src[MAX_GRAPH_PLANS];    /* each plan's PLAN_SRC */
     int n;
     bool verified;                   /* this layer's first run of its chosen plan agreed with the legacy algorithm */
 };
@@ -581,7 +589,7 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
         if (cudnnSetConvolutionMathType(p->conv[dir], math) != CUDNN_STATUS_SUCCESS ||
             workspace_of(c, p, dir, r[i].algo, &need) != CUDNN_STATUS_SUCCESS || need > limit)
             continue;
-        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory, -1};
+        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory, -1, -1};
         *ms = r[i].ms;
         return true;
     }
@@ -615,12 +623,14 @@ static void strides4(const int64_t d[4], bool nhwc, int64_t s[4])
     s[3] = nhwc ? d[1] : 1;
 }
 
-/* Direction d's graph at the layer's key, built once: its plans from the heuristics of the fuller mode (B) when the
- * autotuner times them, of the instant mode (A) otherwise, then (timed, or where those made none) from cuDNN's
- * fallback list, as PyTorch's two sources, each within the workspace the legacy choice may take (the timing's cap, or
- * [runtime] workspace_mb), best first, so that a cached plan index means the same plan in any layer of that key. A
- * graph cuDNN refuses leaves no plan: the legacy algorithm runs. */
-static void graph_build(struct glia_layer *l, int d)
+/* Direction d's graph at the layer's key, built once: with src -1 its plans from the heuristics of the fuller mode (B)
+ * when the autotuner times them (up to MAX_GRAPH_PLANS - FALLBACK_PLANS, then up to FALLBACK_PLANS from cuDNN's
+ * fallback list, as PyTorch's two sources), else the instant mode's (A) first, or where it makes none the fallback
+ * list's first: each within the workspace the legacy choice may take (the timing's cap, or [runtime] workspace_mb),
+ * best first. With src a PLAN_SRC (a choice another layer of the key made, from the cache), that plan alone: building
+ * plans is what costs (cuDNN compiles some engines at run time), and a network repeats its shapes. A graph cuDNN
+ * refuses leaves no plan: the legacy algorithm runs. */
+static void graph_build(struct glia_layer *l, int d, int64_t src)
 {
     struct cuda_conv *p = l->state;
     const struct glia_conv2d_attrs *g = l->attrs;
@@ -640,8 +650,10 @@ static void graph_build(struct glia_layer *l, int d)
     size_t cap = o->cudnn_benchmark && o->workspace_limit > TUNE_WS_CAP ? TUNE_WS_CAP : o->workspace_limit;
     const int64_t pad[2] = {g->ph, g->pw}, stride[2] = {g->s, g->s}, dil[2] = {g->d, g->d};
     cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
+    bool one = src >= 0;
     for (int fused = d == FWD && k->epi ? 1 : 0; fused >= 0; fused--) {  /* the fused graph first, where asked */
-        if (fused == 0 && q->n == 0 && d == FWD && k->epi) {
+        if (one && fused != PLAN_SRC_FUSED(src)) continue;
+        if (!one && fused == 0 && q->n == 0 && d == FWD && k->epi) {
             glia_log(l->ctx, p->told_unfused ? GLIA_LOG_DEBUG : GLIA_LOG_INFO,
                      "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s "
                      "at this shape (%s); they run as a second pass over the output", l->name,
@@ -682,14 +694,20 @@ static void graph_build(struct glia_layer *l, int d)
                 v = o;
             }
         }
-        e = glia__cg_plans(q->g, o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A, refused_notes(o),
-                           (int64_t)cap, MAX_GRAPH_PLANS - FALLBACK_PLANS, q->plan, q->ws, &q->n);
-        if (e == CUDNN_STATUS_SUCCESS && (o->cudnn_benchmark || q->n == 0)) {
+        cudnnBackendHeurMode_t mode = one ? PLAN_SRC_MODE(src) : o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A;
+        int64_t index[MAX_GRAPH_PLANS];
+        e = glia__cg_plans(q->g, mode, refused_notes(o), (int64_t)cap,
+                           one || !o->cudnn_benchmark ? 1 : MAX_GRAPH_PLANS - FALLBACK_PLANS, one ? PLAN_SRC_INDEX(src) : -1,
+                           q->plan, q->ws, index, &q->n);
+        for (int j = 0; j < q->n; j++) q->src[j] = PLAN_SRC(fused, mode, index[j]);
+        if (!one && e == CUDNN_STATUS_SUCCESS && (o->cudnn_benchmark || q->n == 0)) {
             /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner, else
              * where the heuristics' made no plan */
             int more = 0;
             cudnnStatus_t f = glia__cg_plans(q->g, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o), (int64_t)cap,
-                                             FALLBACK_PLANS, q->plan + q->n, q->ws + q->n, &more);
+                                             o->cudnn_benchmark ? FALLBACK_PLANS : 1, -1, q->plan + q->n, q->ws + q->n,
+                                             index, &more);
+            for (int j = 0; j < more; j++) q->src[q->n + j] = PLAN_SRC(fused, CUDNN_HEUR_MODE_FALLBACK, index[j]);
             q->n += more;
             if (q->n == 0) e = f;
         }
@@ -901,7 +919,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             if ((st = tune_workspace(l, d, o->workspace_limit < TUNE_WS_CAP ? o->workspace_limit : TUNE_WS_CAP,
                                      &tune_ws[d])))
                 return st;
-            graph_build(l, d);  /* its plans are timed too, within the same cap */
+            graph_build(l, d, -1);  /* its plans are timed too, within the same cap */
             for (int i = 0; i < p->graph[d].n; i++)
                 if ((size_t)p->graph[d].ws[i] > tune_ws[d]) tune_ws[d] = (size_t)p->graph[d].ws[i];
             size_t need = align_up(output_bytes(k, d)) + tune_ws[d];
@@ -913,9 +931,10 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
         float ms;
         if ((st = heuristics(l, d, r, &n))) return st;
         if (!pick(l, d, r, n, o->workspace_limit, &ch, &ms)) return no_algorithm(l, d);
-        graph_build(l, d);  /* the graph heuristics' first plan, as PyTorch runs a convolution without its benchmark */
+        graph_build(l, d, -1);  /* the graph heuristics' first plan, as PyTorch runs a convolution without its benchmark */
         if (p->graph[d].n > 0) {
             ch.plan = 0;
+            ch.plan_src = p->graph[d].src[0];
             if ((size_t)p->graph[d].ws[0] > ch.workspace) ch.workspace = (size_t)p->graph[d].ws[0];
         }
         cache_put(&key, &ch);
@@ -941,6 +960,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
                 float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
                 if (t >= 0.0f && t < best) best = t, ch.plan = i;
             }
+            if (ch.plan >= 0) ch.plan_src = p->graph[d].src[ch.plan];
             if (ch.plan >= 0 && (size_t)p->graph[d].ws[ch.plan] > ch.workspace)
                 ch.workspace = (size_t)p->graph[d].ws[ch.plan];
             cache_put(&key, &ch);
@@ -1065,7 +1085,10 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
     glia_status st = GLIA_OK;
     int i = p->choice[d].plan;
     bool capturing = glia__cuda_capturing(c);
-    if (i >= 0 && !capturing) graph_build(l, d);  /* a choice from the cache: the same plans, built here */
+    if (i >= 0 && !capturing && !q->built) {  /* a choice from the cache (another layer's): that plan alone, built here */
+        graph_build(l, d, p->choice[d].plan_src);
+        i = p->choice[d].plan = q->n > 0 ? 0 : -1;
+    }
     bool aligned = graph_aligned(l, k, d, out, k->ws);
     if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || (capturing && !q->verified))
         return legacy_run(l, k, d, beta, out);

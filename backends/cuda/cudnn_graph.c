@@ -254,7 +254,8 @@ static bool refused(cudnnBackendDescriptor_t cfg, uint32_t refuse)
 #define CG_MAX_CONFIGS 64  /* heuristic results looked at */
 
 cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, uint32_t refuse, int64_t max_workspace,
-                             int max, cudnnBackendDescriptor_t *plans, int64_t *workspace, int *n)
+                             int max, int64_t only, cudnnBackendDescriptor_t *plans, int64_t *workspace, int64_t *index,
+                             int *n)
 {
     *n = 0;
     cudnnBackendDescriptor_t graph = op_graph(g);
@@ -275,7 +276,7 @@ cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, ui
         ok(g, cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                                        cfg), what);
     if (g->err != CUDNN_STATUS_SUCCESS) return g->err;
-    for (int64_t i = 0; i < got && *n < max; i++) {
+    for (int64_t i = only >= 0 ? only : 0; i < got && *n < max && (only < 0 || i == only); i++) {
         if (refused(cfg[i], refuse)) continue;
         cudnnBackendDescriptor_t p = NULL;
         int64_t ws = 0, k = 0;
@@ -290,6 +291,7 @@ cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, ui
             e = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &k, &ws);
         if (e == CUDNN_STATUS_SUCCESS && ws <= max_workspace) {
             plans[*n] = p;
+            if (index) index[*n] = i;
             workspace[(*n)++] = ws;
         } else if (p) {
             cudnnBackendDestroyDescriptor(p);
@@ -303,7 +305,7 @@ cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, 
     int n = 0;
     *plan = NULL;
     *workspace = 0;
-    cudnnStatus_t e = glia__cg_plans(g, CUDNN_HEUR_MODE_A, 0, INT64_MAX, 1, plan, workspace, &n);
+    cudnnStatus_t e = glia__cg_plans(g, CUDNN_HEUR_MODE_A, 0, INT64_MAX, 1, -1, plan, workspace, NULL, &n);
     if (e == CUDNN_STATUS_SUCCESS && n == 0) {
         ok(g, CUDNN_STATUS_NOT_SUPPORTED, "no engine the heuristics gave makes a plan");
         return g->err;

@@ -71,11 +71,13 @@ cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, 
  * finalize, those whose workspace exceeds max_workspace and the engines with a numerical note in refuse (bit 1 << note:
  * GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) for [runtime] deterministic, TENSOR_CORE and
  * DOWN_CONVERT_INPUTS for strict fp32): plans[0 .. *n) (owned: cudnnBackendDestroyDescriptor) with their workspace
- * bytes. *n may be 0 (CUDNN_STATUS_SUCCESS: the heuristics offered nothing that fits); the graph's first failure
- * otherwise. */
+ * bytes, and where index is not NULL each one's position in the heuristics' list in index[0 .. *n); only >= 0 looks
+ * at that position alone (a plan chosen before, built again without the others). *n may be 0 (CUDNN_STATUS_SUCCESS:
+ * the heuristics offered nothing that fits); the graph's first failure otherwise. */
 #define GLIA__CG_NOTE(note) (1u << (unsigned)(note))
 cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, uint32_t refuse, int64_t max_workspace,
-                             int max, cudnnBackendDescriptor_t *plans, int64_t *workspace, int *n);
+                             int max, int64_t only, cudnnBackendDescriptor_t *plans, int64_t *workspace, int64_t *index,
+                             int *n);
 
 /* Runs plan on handle's stream with the n tensors whose unique ids are uids at ptrs (device memory, or host scalars
  * for by-value tensors) and the workspace. */

@@ -192,6 +192,17 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendA
     return CUDNN_STATUS_SUCCESS;
 }
 
+/* Execution plans finalized since the last reset (glia_emu_cudnn_plans_built, found with dlsym): on a GPU building
+ * a plan is what costs (cuDNN compiles some engines at run time). */
+static long plans_built;
+
+long glia_emu_cudnn_plans_built(bool reset)
+{
+    long n = __atomic_load_n(&plans_built, __ATOMIC_RELAXED);
+    if (reset) __atomic_store_n(&plans_built, 0, __ATOMIC_RELAXED);
+    return n;
+}
+
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d)
 {
     GLIA_EMU_GUARD;
@@ -235,6 +246,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d)
         if (!e->graph || !e->handle) return bad("a plan needs an engine configuration and a handle", 0);
         const char *most = getenv("GLIA_EMU_CUDNN_MAX_OPS");  /* tests: a graph cuDNN refuses, as it may */
         if (most && e->graph->n_ops > atoi(most)) return CUDNN_STATUS_NOT_SUPPORTED;
+        __atomic_fetch_add(&plans_built, 1, __ATOMIC_RELAXED);
         break;
     }
     default: break;
