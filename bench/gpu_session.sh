@@ -5,7 +5,9 @@
 #   usage: bench/gpu_session.sh OUTDIR BUDGET_S NAME:LIMIT_S ...
 #   NAME: build, test (the GPU programs), gpt2 (bench/gpt2 at batches $GPT2_BATCHES, $GPT2_STEPS steps), conv
 #   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
-#   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train
+#   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train,
+#   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
+#   diag-gpt2 (glia profile of GPT-2 124M at batch 16)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
 set -u
 if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeout (which ends its whole process group)
@@ -26,6 +28,19 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
     fmnist-nofuse) bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --fuse off --variants eager ;;
     resnet50) bench/gpu_resnet50/run.sh --steps 20 --variants "eager graph" ;;
     layer) bench/layer/run.sh ;;
+    diag-conv) # which path each configuration of bench conv --relu on takes (debug log), and its kernels' times (ncu)
+        GLIA_LOG_LEVEL=debug ./tools/glia bench conv --relu on --steps 20 --warmup 5 > "$work/diag-conv-relu.txt" 2>&1
+        grep -E 'chose|differs|did not run|no fused plan|^(forward|pass)' "$work/diag-conv-relu.txt" | head -n 80
+        if command -v ncu > /dev/null; then
+            ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 400 \
+                ./tools/glia bench conv --relu on --steps 3 --warmup 1 > "$work/diag-conv-ncu.csv" 2>&1 || true
+            python3 bench/ncu_summary.py "$work/diag-conv-ncu.csv" | head -n 40
+        fi ;;
+    diag-gpt2) # glia profile of GPT-2 124M at batch 16 on the kit's tokens: per-layer times and roofline
+        d=bench/gpt2/data
+        [ -f gpu-kit/gpt2-data/tokens_train_000001.bin ] && d=gpu-kit/gpt2-data
+        ./tools/glia profile share/glia/examples/gpt2-124m.ini --steps 10 --set data.train_tokens="$d/tokens_train_*.bin" \
+            --set data.val_tokens="$d/tokens_val_*.bin" --set data.batch_size=16 --set train.accumulate=1 ;;
     *) echo "unknown stage $3" >&2; exit 2 ;;
     esac
     exit
