@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <glia/types/conv2d.h>
 #include "cuda_internal.h"
 #include "conv_kernels.h"
@@ -623,14 +624,38 @@ static void strides4(const int64_t d[4], bool nhwc, int64_t s[4])
     s[3] = nhwc ? d[1] : 1;
 }
 
+/* Whether direction d's graph at the layer's key was built (tried) already. */
+static bool p_built(struct glia_layer *l, int d) { return ((struct cuda_conv *)l->state)->graph[d].built; }
+
+/* Seconds on a monotonic clock. */
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void graph_build_plans(struct glia_layer *l, int d, int64_t src);
+
 /* Direction d's graph at the layer's key, built once: with src -1 its plans from the heuristics of the fuller mode (B)
  * when the autotuner times them (up to MAX_GRAPH_PLANS - FALLBACK_PLANS, then up to FALLBACK_PLANS from cuDNN's
  * fallback list, as PyTorch's two sources), else the instant mode's (A) first, or where it makes none the fallback
  * list's first: each within the workspace the legacy choice may take (the timing's cap, or [runtime] workspace_mb),
  * best first. With src a PLAN_SRC (a choice another layer of the key made, from the cache), that plan alone: building
  * plans is what costs (cuDNN compiles some engines at run time), and a network repeats its shapes. A graph cuDNN
- * refuses leaves no plan: the legacy algorithm runs. */
+ * refuses leaves no plan: the legacy algorithm runs. The debug log says how many plans it built and in what time. */
 static void graph_build(struct glia_layer *l, int d, int64_t src)
+{
+    if (p_built(l, d)) return;
+    double t0 = seconds_now();
+    graph_build_plans(l, d, src);
+    struct conv_graph *q = &((struct cuda_conv *)l->state)->graph[d];
+    glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: %d graph plan%s built in %.1f ms%s", l->name, dir_name[d], q->n,
+             q->n == 1 ? "" : "s", 1e3 * (seconds_now() - t0), src >= 0 ? " (the cached choice's alone)" : "");
+}
+
+/* graph_build's work. */
+static void graph_build_plans(struct glia_layer *l, int d, int64_t src)
 {
     struct cuda_conv *p = l->state;
     const struct glia_conv2d_attrs *g = l->attrs;

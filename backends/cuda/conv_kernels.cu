@@ -1,20 +1,45 @@
 /* backends/cuda/conv_kernels.cu — the CUDA conv2d's kernels: fp32 <-> fp16/bf16 conversion of
  * activations, filters and gradients around the low-precision cuDNN calls, fused with the
- * filter's KCRS <-> KRSC transpose for channels_last (also the backend's convert slot), and the
- * bias add on half activations. Not the convolution (cuDNN, conv.c). */
+ * filter's KCRS <-> KRSC transpose for channels_last (also the backend's convert slot), the
+ * epilogue pass (bias, batchnorm affine, relu) and the relu's backward mask, the elementwise ones
+ * 16 or 8 bytes a thread where aligned. Not the convolution (cuDNN, conv.c). */
 #include "conv_kernels.h"
 
 #include "half.cuh"
 #include "launch.cuh"
 
-/* dst(n) = src(n) (+ dst(n) when beta is 1), converted from Ti to To */
-template <typename To, typename Ti>
+/* Whether p is aligned to a pack of W values of T (W*sizeof(T) bytes). */
+template <typename T, int W> static bool pack_aligned(const void *p) { return (uintptr_t)p % (sizeof(T) * W) == 0; }
+
+/* dst(n) = src(n) (+ dst(n) when beta is 1), converted from Ti to To, W values a thread (one Pack of each: dst and src
+ * aligned to them; the caller runs the last n % W with W = 1) */
+template <typename To, typename Ti, int W>
 __global__ void convert_kernel(To *dst, const Ti *src, int64_t n, float beta)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = to_float(src[i]);
-        dst[i] = from_float<To>(beta != 0.0f ? to_float(dst[i]) + v : v);
+    typedef Pack<To, W> PO;
+    typedef Pack<Ti, W> PI;
+    int64_t nv = n / W;
+    for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += (int64_t)gridDim.x * blockDim.x) {
+        PI a = ((const PI *)src)[v];
+        PO o;
+        if (beta != 0.0f) o = ((PO *)dst)[v];
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            float x = to_float(a.v[j]);
+            o.v[j] = from_float<To>(beta != 0.0f ? to_float(o.v[j]) + x : x);
+        }
+        ((PO *)dst)[v] = o;
     }
+}
+
+/* The elementwise kernel k over n values in packs of 4 where every pointer is aligned to them (16 bytes of f32, 8 of
+ * a half type), the rest one by one: launch(w, offset, count) runs it with w values a thread from element offset. */
+template <class L> static cudaError_t by_packs(int64_t n, bool aligned, L launch)
+{
+    int64_t head = aligned ? n / 4 * 4 : 0;
+    if (head > 0) launch(4, (int64_t)0, head);
+    if (n > head) launch(1, head, n - head);
+    return cudaGetLastError();
 }
 
 /* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst when beta is 1), converted from Ti to To: one
@@ -37,9 +62,13 @@ static cudaError_t launch(void *dst, const void *src, int64_t B, int64_t rows, i
     int64_t n = B * rows * cols;
     unsigned grid = grid_for(n);
     if (rows == 1 || cols == 1)
-        convert_kernel<To, Ti><<<grid, THREADS, 0, s>>>((To *)dst, (const Ti *)src, n, beta);
-    else
-        transpose_convert_kernel<To, Ti><<<grid, THREADS, 0, s>>>((To *)dst, (const Ti *)src, B, rows, cols, beta);
+        return by_packs(n, pack_aligned<To, 4>(dst) && pack_aligned<Ti, 4>(src), [&](int w, int64_t o, int64_t m) {
+            if (w == 4)
+                convert_kernel<To, Ti, 4><<<grid_for(m / 4), THREADS, 0, s>>>((To *)dst + o, (const Ti *)src + o, m, beta);
+            else
+                convert_kernel<To, Ti, 1><<<grid_for(m), THREADS, 0, s>>>((To *)dst + o, (const Ti *)src + o, m, beta);
+        });
+    transpose_convert_kernel<To, Ti><<<grid, THREADS, 0, s>>>((To *)dst, (const Ti *)src, B, rows, cols, beta);
     return cudaGetLastError();
 }
 
@@ -69,45 +98,87 @@ extern "C" cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_ty
 }
 
 /* y(n) = act(a(y(n) + b(c))), c the element's channel: b NULL adds nothing; a(v) = (v - af(0, c))*af(1, c) +
- * af(2, c) with af, else v; act the relu with relu (a negative value becomes 0, NaN stays NaN), else none */
-template <typename T>
-__global__ void bias_add_kernel(T *y, const float *b, const float *af, int64_t n, int64_t F, int64_t HW, bool nhwc,
-                                bool relu)
+ * af(2, c) with af, else v; act the relu with relu (a negative value becomes 0, NaN stays NaN), else none. W values a
+ * thread (one Pack: y aligned to it, and W consecutive values in one channel (NCHW: HW % W == 0) or in W consecutive
+ * ones (NHWC: F % W == 0)); I the index type (32 bits where n fits: the channel's division is then cheap) */
+template <typename T, int W, typename I>
+__global__ void bias_add_kernel(T *y, const float *b, const float *af, I n, I F, I HW, bool nhwc, bool relu)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = nhwc ? i % F : i / HW % F;
-        float v = to_float(y[i]) + (b ? b[c] : 0.0f);
-        if (af) v = __fadd_rn(__fmul_rn(v - af[c], af[F + c]), af[2 * F + c]);  /* as written: no contraction */
-        y[i] = from_float<T>(relu && v < 0.0f ? 0.0f : v);
+    typedef Pack<T, W> P;
+    I nv = n / W;
+    for (I v = (I)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += (I)gridDim.x * blockDim.x) {
+        I i = v * W, c0 = nhwc ? i % F : i / HW % F;
+        P p = ((P *)y)[v];
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            I c = nhwc ? c0 + j : c0;
+            float x = to_float(p.v[j]) + (b ? b[c] : 0.0f);
+            if (af) x = __fadd_rn(__fmul_rn(x - af[c], af[F + c]), af[2 * F + c]);  /* as written: no contraction */
+            p.v[j] = from_float<T>(relu && x < 0.0f ? 0.0f : x);
+        }
+        ((P *)y)[v] = p;
     }
+}
+
+template <typename T>
+static cudaError_t bias_add_as(T *y, const float *b, const float *af, int64_t n, int64_t F, int64_t HW, bool nhwc,
+                               bool relu, cudaStream_t s)
+{
+    const int W = 16 / sizeof(T);  /* 16 bytes a thread */
+    bool vec = pack_aligned<T, W>(y) && (nhwc ? F % W == 0 : HW % W == 0);
+    bool narrow = n < ((int64_t)1 << 31);
+    if (vec && narrow)
+        bias_add_kernel<T, W, uint32_t><<<grid_for(n / W), THREADS, 0, s>>>(y, b, af, (uint32_t)n, (uint32_t)F,
+                                                                             (uint32_t)HW, nhwc, relu);
+    else if (vec)
+        bias_add_kernel<T, W, int64_t><<<grid_for(n / W), THREADS, 0, s>>>(y, b, af, n, F, HW, nhwc, relu);
+    else if (narrow)
+        bias_add_kernel<T, 1, uint32_t><<<grid_for(n), THREADS, 0, s>>>(y, b, af, (uint32_t)n, (uint32_t)F, (uint32_t)HW,
+                                                                         nhwc, relu);
+    else
+        bias_add_kernel<T, 1, int64_t><<<grid_for(n), THREADS, 0, s>>>(y, b, af, n, F, HW, nhwc, relu);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b, const float *affine,
                                            int64_t n, int64_t F, int64_t HW, bool nhwc, bool relu, cudaStream_t s)
 {
     if (n <= 0) return cudaSuccess;
-    const float *af = affine;
     switch (t) {
-    case GLIA__CONV_F32:
-        bias_add_kernel<float><<<grid_for(n), THREADS, 0, s>>>((float *)y, b, af, n, F, HW, nhwc, relu);
-        break;
-    case GLIA__CONV_F16:
-        bias_add_kernel<__half><<<grid_for(n), THREADS, 0, s>>>((__half *)y, b, af, n, F, HW, nhwc, relu);
-        break;
-    case GLIA__CONV_BF16:
-        bias_add_kernel<__nv_bfloat16><<<grid_for(n), THREADS, 0, s>>>((__nv_bfloat16 *)y, b, af, n, F, HW, nhwc, relu);
-        break;
+    case GLIA__CONV_F32: return bias_add_as((float *)y, b, affine, n, F, HW, nhwc, relu, s);
+    case GLIA__CONV_F16: return bias_add_as((__half *)y, b, affine, n, F, HW, nhwc, relu, s);
+    case GLIA__CONV_BF16: return bias_add_as((__nv_bfloat16 *)y, b, affine, n, F, HW, nhwc, relu, s);
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
 }
 
-/* d(n) = y(n) <= 0 ? 0 : dy(n), converted from Ti to To: the relu's backward over its output */
-template <typename To, typename Ti>
+/* d(n) = y(n) <= 0 ? 0 : dy(n), converted from Ti to To: the relu's backward over its output, W values a thread (one
+ * Pack of each: the pointers aligned to them; the caller runs the last n % W with W = 1) */
+template <typename To, typename Ti, int W>
 __global__ void relu_mask_kernel(To *d, const Ti *dy, const Ti *y, int64_t n)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        d[i] = from_float<To>(to_float(y[i]) <= 0.0f ? 0.0f : to_float(dy[i]));
+    typedef Pack<To, W> PO;
+    typedef Pack<Ti, W> PI;
+    int64_t nv = n / W;
+    for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += (int64_t)gridDim.x * blockDim.x) {
+        PI g = ((const PI *)dy)[v], h = ((const PI *)y)[v];
+        PO o;
+#pragma unroll
+        for (int j = 0; j < W; j++) o.v[j] = from_float<To>(to_float(h.v[j]) <= 0.0f ? 0.0f : to_float(g.v[j]));
+        ((PO *)d)[v] = o;
+    }
+}
+
+template <typename To, typename Ti>
+static cudaError_t mask_as(To *d, const Ti *dy, const Ti *y, int64_t n, cudaStream_t s)
+{
+    bool aligned = pack_aligned<To, 4>(d) && pack_aligned<Ti, 4>(dy) && pack_aligned<Ti, 4>(y);
+    return by_packs(n, aligned, [&](int w, int64_t o, int64_t m) {
+        if (w == 4)
+            relu_mask_kernel<To, Ti, 4><<<grid_for(m / 4), THREADS, 0, s>>>(d + o, dy + o, y + o, m);
+        else
+            relu_mask_kernel<To, Ti, 1><<<grid_for(m), THREADS, 0, s>>>(d + o, dy + o, y + o, m);
+    });
 }
 
 template <typename To>
@@ -116,18 +187,11 @@ static cudaError_t mask_from(void *d, const void *dy, const void *y, enum glia__
 {
     using B = __nv_bfloat16;
     switch (src_type) {
-    case GLIA__CONV_F32:
-        relu_mask_kernel<To, float><<<grid_for(n), THREADS, 0, s>>>((To *)d, (const float *)dy, (const float *)y, n);
-        break;
-    case GLIA__CONV_F16:
-        relu_mask_kernel<To, __half><<<grid_for(n), THREADS, 0, s>>>((To *)d, (const __half *)dy, (const __half *)y, n);
-        break;
-    case GLIA__CONV_BF16:
-        relu_mask_kernel<To, B><<<grid_for(n), THREADS, 0, s>>>((To *)d, (const B *)dy, (const B *)y, n);
-        break;
+    case GLIA__CONV_F32: return mask_as((To *)d, (const float *)dy, (const float *)y, n, s);
+    case GLIA__CONV_F16: return mask_as((To *)d, (const __half *)dy, (const __half *)y, n, s);
+    case GLIA__CONV_BF16: return mask_as((To *)d, (const B *)dy, (const B *)y, n, s);
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
 }
 
 extern "C" cudaError_t glia__conv_relu_mask(void *d, enum glia__conv_type dst_type, const void *dy, const void *y,

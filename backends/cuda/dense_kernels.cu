@@ -153,15 +153,33 @@ __device__ static float warp_max(float v)
     return v;
 }
 
+/* The softmax probability of logit v in a row of log-sum-exp lse, in float as the gradient stores it: the difference
+ * in double, its exponential in float (both kernels that write the gradient use this, so they give the same bits). */
+__device__ __forceinline__ float sce_prob(float v, double lse) { return expf((float)((double)v - lse)); }
+
+/* One logit v into a lane's running max m and sum s of exp(x - m) (the sum rescaled when the max grows; each
+ * exponential in float, the sum in double). What two passes give for the special values: a NaN makes the sum NaN, a
+ * -inf adds 0. */
+__device__ __forceinline__ void sce_online(float v, float &m, double &s)
+{
+    if (v > m) {
+        s = s * (double)expf(m - v) + 1.0;
+        m = v;
+    } else if (v != -INFINITY || m != -INFINITY) {
+        s += (double)expf(v - m);
+    }
+}
+
 /* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) (0 where y_n = ign) and lse(N) = log sum_c exp x[n, c]
  * from x(N,C), y(N), reading the row once for lse (twice with label smoothing) and once more for dx: one warp per
- * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), in double like the CPU
- * kernel. A bad label: NaN and *bad lowered. With dx, also the row's gradient as sce_backward_kernel computes it (the
- * same expressions, so the same bits), k = dout[0] / *count (counted before), written over the row once the warp has
- * read it (dx may be x). */
+ * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), 16 bytes a lane where vec
+ * (C % 4 == 0, x and dx 16-byte aligned), the exponentials in float and the sums in double (the CPU kernel's are in
+ * double: the two differ by float rounding). A bad label: NaN and *bad lowered. With dx, also the row's gradient as
+ * sce_backward_kernel computes it (sce_prob, so the same bits), k = dout[0] / *count (counted before), written over
+ * the row once the warp has read it (dx may be x). */
 __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, float *dx, const float *x,
                                 const int32_t *y, int64_t N, int64_t C, float e, int32_t ign, const float *dout,
-                                const double *count, float off)
+                                const double *count, float off, bool vec)
 {
     float k = dx && *count > 0.0 ? dout[0] / (float)*count : 0.0f;
     int lane = threadIdx.x & 31;
@@ -169,22 +187,23 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
     int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t n = warp; n < N; n += warps) {
         const float *r = x + n * C;
-        /* the max and the sum of exponentials in one pass over the row (online: a lane's sum is rescaled when its max
-         * grows), then each lane's sum moved to the warp's max. What two passes give for the special values: a NaN
-         * makes the sum NaN, a -inf adds 0, and an infinite max (all -inf, or a +inf: exp(inf - inf)) makes lse NaN. */
+        /* the max and the sum of exponentials in one pass over the row, then each lane's sum moved to the warp's
+         * max; an infinite max (all -inf, or a +inf: exp(inf - inf)) makes lse NaN, as two passes would */
         float m = -INFINITY;
         double s = 0.0;
-        for (int64_t j = lane; j < C; j += 32) {
-            float v = r[j];
-            if (v > m) {
-                s = s * exp((double)(m - v)) + 1.0;
-                m = v;
-            } else if (v != -INFINITY || m != -INFINITY) {
-                s += exp((double)(v - m));
+        if (vec) {
+            for (int64_t j = lane; j < C / 4; j += 32) {
+                float4 q = ((const float4 *)r)[j];
+                sce_online(q.x, m, s);
+                sce_online(q.y, m, s);
+                sce_online(q.z, m, s);
+                sce_online(q.w, m, s);
             }
+        } else {
+            for (int64_t j = lane; j < C; j += 32) sce_online(r[j], m, s);
         }
         float mx = warp_max(m);
-        if (m != -INFINITY) s *= exp((double)(m - mx));
+        if (m != -INFINITY) s *= (double)expf(m - mx);
         double lse = log(warp_sum(s)) + mx, mean_nll = 0.0;
         if (isinf(mx)) lse = __longlong_as_double(0x7ff8000000000000LL);
         if (e > 0.0f) {
@@ -207,17 +226,21 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
         if (!dx) continue;
         __syncwarp();  /* lane 0 has read x[n, t] */
         int32_t t = y[n];
-        for (int64_t j = lane; j < C; j += 32) {
-            float g;
-            if (t == ign) {
-                g = 0.0f;
-            } else if (t < 0 || t >= C) {
-                g = __int_as_float(0x7fc00000);
-            } else {
-                float prob = (float)exp((double)r[j] - lse);
-                g = __fmul_rn(k, prob - (j == t ? 1.0f - e : 0.0f) - off);
+        bool good = t != ign && t >= 0 && t < C;
+        float flat = t == ign ? 0.0f : __int_as_float(0x7fc00000);  /* ignored: 0; a bad label: NaN */
+        if (vec) {
+            for (int64_t j = lane; j < C / 4; j += 32) {
+                float4 q = ((const float4 *)r)[j], g;
+                int64_t c = 4 * j;
+                g.x = good ? __fmul_rn(k, sce_prob(q.x, lse) - (c == t ? 1.0f - e : 0.0f) - off) : flat;
+                g.y = good ? __fmul_rn(k, sce_prob(q.y, lse) - (c + 1 == t ? 1.0f - e : 0.0f) - off) : flat;
+                g.z = good ? __fmul_rn(k, sce_prob(q.z, lse) - (c + 2 == t ? 1.0f - e : 0.0f) - off) : flat;
+                g.w = good ? __fmul_rn(k, sce_prob(q.w, lse) - (c + 3 == t ? 1.0f - e : 0.0f) - off) : flat;
+                ((float4 *)(dx + n * C))[j] = g;
             }
-            dx[n * C + j] = g;
+        } else {
+            for (int64_t j = lane; j < C; j += 32)
+                dx[n * C + j] = good ? __fmul_rn(k, sce_prob(r[j], lse) - (j == t ? 1.0f - e : 0.0f) - off) : flat;
         }
     }
 }
@@ -276,8 +299,9 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
         if (err != cudaSuccess) return err;
     }
     if (N > 0) {
+        bool vec = C % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)dx % 16 == 0;
         sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, dx, x, y, N, C, e, ign, dout,
-                                                             (const double *)count, e / (float)C);
+                                                             (const double *)count, e / (float)C, vec);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
@@ -286,8 +310,7 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
 }
 
 /* dx(N,C) = k (softmax(x) - (1-e) onehot(y) - off) + beta dx with k = dout[0] / count (the CPU's float
- * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) in double, rounded to
- * float like the CPU's stored probabilities. */
+ * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) by sce_prob. */
 __global__ void sce_backward_kernel(float *dx, const float *x, const double *lse, const double *count,
                                     const int32_t *y, const float *dout, int64_t N, int64_t C, float e, int32_t ign,
                                     float off, float beta)
@@ -303,8 +326,7 @@ __global__ void sce_backward_kernel(float *dx, const float *x, const double *lse
         } else if (t < 0 || t >= C) {
             g = __int_as_float(0x7fc00000);  /* NaN: the forward flagged this row */
         } else {
-            float prob = (float)exp((double)x[i] - lse[n]);
-            g = __fmul_rn(k, prob - (j == t ? 1.0f - e : 0.0f) - off);
+            g = __fmul_rn(k, sce_prob(x[i], lse[n]) - (j == t ? 1.0f - e : 0.0f) - off);
         }
         dx[i] = beta != 0.0f ? dx[i] + g : g;
     }
