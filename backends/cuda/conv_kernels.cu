@@ -205,3 +205,48 @@ extern "C" cudaError_t glia__conv_relu_mask(void *d, enum glia__conv_type dst_ty
     }
     return cudaErrorInvalidValue;
 }
+
+/* out(2) max-reduced by compare_kernel: as unsigned bits, whose order is the floats' for values >= 0 */
+template <typename T>
+__global__ void compare_kernel(unsigned *out, const T *a, const T *b, int64_t n)
+{
+    __shared__ float worst[THREADS], big[THREADS];
+    float w = 0.0f, g = 0.0f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float x = to_float(a[i]), e = fabsf(to_float(b[i]) - x);
+        if (isnan(e)) e = isnan(x) ? 0.0f : INFINITY;  /* a NaN where the reference has none is as far as can be */
+        w = fmaxf(w, e);
+        if (!isnan(x)) g = fmaxf(g, fabsf(x));
+    }
+    worst[threadIdx.x] = w;
+    big[threadIdx.x] = g;
+    __syncthreads();
+    for (int k = THREADS / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) {
+            worst[threadIdx.x] = fmaxf(worst[threadIdx.x], worst[threadIdx.x + k]);
+            big[threadIdx.x] = fmaxf(big[threadIdx.x], big[threadIdx.x + k]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        atomicMax(&out[0], __float_as_uint(worst[0]));
+        atomicMax(&out[1], __float_as_uint(big[0]));
+    }
+}
+
+extern "C" cudaError_t glia__conv_compare(float *out, const void *a, const void *b, enum glia__conv_type t, int64_t n,
+                                          cudaStream_t s)
+{
+    cudaError_t e = cudaMemsetAsync(out, 0, 2 * sizeof(float), s);
+    if (e != cudaSuccess || n <= 0) return e;
+    unsigned grid = grid_for(n) < 1024 ? grid_for(n) : 1024;
+    switch (t) {
+    case GLIA__CONV_F32: compare_kernel<float><<<grid, THREADS, 0, s>>>((unsigned *)out, (const float *)a, (const float *)b, n); break;
+    case GLIA__CONV_F16: compare_kernel<__half><<<grid, THREADS, 0, s>>>((unsigned *)out, (const __half *)a, (const __half *)b, n); break;
+    case GLIA__CONV_BF16:
+        compare_kernel<__nv_bfloat16><<<grid, THREADS, 0, s>>>((unsigned *)out, (const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, n);
+        break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}

@@ -39,6 +39,11 @@ cudaError_t glia__conv_bias_add(void *y, enum glia__conv_type t, const float *b,
 cudaError_t glia__conv_relu_mask(void *d, enum glia__conv_type dst_type, const void *dy, const void *y,
                                  enum glia__conv_type src_type, int64_t n, cudaStream_t s);
 
+/* How far b(n) is from a(n), both of type t, on the device: out(2) = {the largest |b - a| (+inf where it is NaN
+ * while a is not), the largest |a| (NaN ignored)}, out zeroed first on the stream. */
+cudaError_t glia__conv_compare(float *out, const void *a, const void *b, enum glia__conv_type t, int64_t n,
+                               cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
