@@ -32,7 +32,7 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
         GLIA_LOG_LEVEL=debug ./tools/glia bench conv --relu on --steps 20 --warmup 5 > "$work/diag-conv-relu.txt" 2>&1
         grep -E 'chose|differs|did not run|no fused plan|^(forward|pass)' "$work/diag-conv-relu.txt" | head -n 80
         if command -v ncu > /dev/null; then
-            ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 400 \
+            ncu --clock-control none --target-processes all --metrics gpu__time_duration.sum --csv --launch-count 400 \
                 ./tools/glia bench conv --relu on --steps 3 --warmup 1 > "$work/diag-conv-ncu.csv" 2>&1 || true
             python3 bench/ncu_summary.py "$work/diag-conv-ncu.csv" | head -n 40
         fi ;;

@@ -1103,7 +1103,8 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
     bool capturing = glia__cuda_capturing(c);
     if (i >= 0 && !capturing && !q->built) {  /* a choice from the cache (another layer's): that plan alone, built here */
         graph_build(l, d, p->choice[d].plan_src);
-        i = p->choice[d].plan = q->n > 0 ? 0 : -1;
+        /* the legacy algorithm where cuDNN gave no plan there this time, or one that needs more workspace than chosen */
+        i = p->choice[d].plan = q->n > 0 && (size_t)q->ws[0] <= p->choice[d].workspace ? 0 : -1;
     }
     bool aligned = graph_aligned(l, k, d, out, k->ws);
     if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || (capturing && !q->verified))
