@@ -644,7 +644,8 @@ static graph_runs_fn emu_graph_runs(void) { return emu_runs("glia_emu_cudnn_conv
  * bound. Shapes of their own: the choices are cached per shape. On a GPU, the results only. */
 static void test_graph_api(void)
 {
-    graph_runs_fn runs = emu_graph_runs(), built = emu_runs("glia_emu_cudnn_plans_built");
+    graph_runs_fn runs = emu_graph_runs(), built = emu_runs("glia_emu_cudnn_plans_built"),
+                  legacy = emu_runs("glia_emu_cudnn_legacy_conv_runs");
     for (int mode = 0; mode < 5; mode++) {
         /* 0, 1: a plan runs (heuristics, timed); 2: a skewed plan; 3: a refused graph; 4: the instant heuristics give
          * nothing, the fallback list's plan runs */
@@ -654,9 +655,9 @@ static void test_graph_api(void)
         if (mode == 4) setenv("GLIA_EMU_CUDNN_NO_INSTANT", "1", 1);
         configure(GLIA_PRECISION_FP32, mode == 1, DEFAULT_WORKSPACE);
         for (int layer = 0; layer < 2; layer++) {  /* the second layer takes the cached choice */
-            if (runs) runs(true), built(true);
+            if (runs) runs(true), built(true), legacy(true);
             conv_check(&c, GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, (struct pass){0}, 7000 + (uint64_t)(10 * mode + layer));
-            long n = runs ? runs(true) : -1, b = runs ? built(true) : -1;
+            long n = runs ? runs(true) : -1, b = runs ? built(true) : -1, g = runs ? legacy(true) : -1;
             if (!runs) continue;
             if (mode <= 1 || mode == 4) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: each timed or checked */
             if (mode == 2) CU_ASSERT_EQUAL(n, layer ? 0 : 3);  /* each direction's check only, then never */
@@ -667,6 +668,11 @@ static void test_graph_api(void)
             long want = mode == 3 ? 0 : layer == 0 ? (mode == 1 ? 6 : 3) : mode == 2 ? 0 : 3;
             if (b != want) printf("\n  mode %d layer %d: %ld plans built, %ld expected\n", mode, layer, b, want);
             CU_ASSERT_EQUAL(b, want);
+            /* legacy runs: the first layer's checks (or, refused or skewed, every direction); the second layer runs
+             * the plans the first checked without checking them again */
+            long legacy_want = layer == 1 && (mode <= 1 || mode == 4) ? 0 : 3;
+            if (g != legacy_want) printf("\n  mode %d layer %d: %ld legacy runs, %ld expected\n", mode, layer, g, legacy_want);
+            CU_ASSERT_EQUAL(g, legacy_want);
         }
         unsetenv("GLIA_EMU_CUDNN_CONV_SKEW");
         unsetenv("GLIA_EMU_CUDNN_MAX_OPS");

@@ -62,6 +62,7 @@ struct algo_choice {
     size_t workspace;
     int plan;          /* -1: the legacy algorithm */
     int64_t plan_src;  /* with a plan: where it came from (PLAN_SRC), so that another layer builds that plan alone */
+    bool verified;     /* with a plan: a layer's check of it agreed with the legacy algorithm (others need not check) */
 };
 
 /* ---- the process-wide cache of choices (all layers, all devices; keyed by device) ---- */
@@ -590,7 +591,8 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
         if (cudnnSetConvolutionMathType(p->conv[dir], math) != CUDNN_STATUS_SUCCESS ||
             workspace_of(c, p, dir, r[i].algo, &need) != CUDNN_STATUS_SUCCESS || need > limit)
             continue;
-        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory, -1, -1};
+        *out = (struct algo_choice){r[i].algo, math, need > r[i].memory ? need : r[i].memory, -1, -1,
+                                    false};
         *ms = r[i].ms;
         return true;
     }
@@ -1032,11 +1034,13 @@ fail:
     return st;
 }
 
-/* The first run of direction d's graph plan in this layer, checked: the legacy algorithm writes out, the plan a copy,
- * and the two must agree within what different algorithms' sums differ by (relative to the largest value: 1e-4 at
- * fp32, 2e-2 where tensor cores round the inputs), compared on the device (two floats come back). If they do not,
- * one warning, and this shape runs the legacy algorithm from now on (every layer: the cached choice says so). Waits
- * for the device. */
+/* The first run of direction d's graph plan at this shape (its first layer: the others take it as checked), checked:
+ * the plan writes out, the legacy algorithm a copy (through the epilogue where the plan is fused), and the two must
+ * agree within what different algorithms' sums differ by (relative to the largest value: 1e-4 at fp32, 2e-2 where
+ * tensor cores round the inputs), compared on the device (two floats come back). The output is the plan's, as on every
+ * later run; if they do not agree, the legacy algorithm's instead, one warning, and this shape runs the legacy
+ * algorithm from now on (every layer: the cached choice says so); likewise where the plan does not run. Waits for the
+ * device. */
 static glia_status graph_verify(struct glia_layer *l, const struct call *k, int d, void *out)
 {
     struct cuda_conv *p = l->state;
@@ -1045,43 +1049,44 @@ static glia_status graph_verify(struct glia_layer *l, const struct call *k, int 
     int i = p->choice[d].plan;
     const float zero = 0.0f;
     int64_t n = d == FWD ? k->ny : d == BWD_DATA ? k->nx : k->nw;
-    struct glia_tensor *t = NULL;
-    glia_status st = legacy_run(l, k, d, &zero, out);
-    if (!st && d == FWD && q->fused) {  /* a fused plan: the legacy algorithm's result through the epilogue */
-        CUDA_TRY(l->ctx, epilogue(l, k, out));
-        p->epi_done = true;
-    }
-    size_t half = align_up((size_t)n * k->es);  /* the plan's output, then the two floats of the comparison */
-    if (!st)
-        st = glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {(int64_t)(half / sizeof(float)) + 2}}, &t);
-    cudnnStatus_t ran = CUDNN_STATUS_SUCCESS;
-    if (!st && (ran = graph_run(l, k, d, i, t->data, k->ws)) != CUDNN_STATUS_SUCCESS) {
+    bool fused = d == FWD && q->fused;
+    struct conv_key key = p->key;
+    key.dir = d;
+    cudnnStatus_t ran = graph_run(l, k, d, i, out, k->ws);
+    if (ran != CUDNN_STATUS_SUCCESS) {
         cudaGetLastError();  /* refused at launch: nothing ran */
         glia_log(l->ctx, GLIA_LOG_WARN, "[%s] conv2d %s: cuDNN's graph plan %d did not run (%s); this shape runs the "
                  "legacy API", l->name, dir_name[d], i, cudnnGetErrorString(ran));
-        struct conv_key key = p->key;
-        key.dir = d;
         p->choice[d].plan = -1;
         cache_put(&key, &p->choice[d]);
-    } else if (!st) {
+        return legacy_run(l, k, d, &zero, out);  /* the second pass adds a fused plan's epilogue (epi_done is false) */
+    }
+    if (fused) p->epi_done = true;
+    struct glia_tensor *t = NULL;
+    size_t half = align_up((size_t)n * k->es);  /* the legacy algorithm's output, then the comparison's two floats */
+    glia_status st =
+        glia_tensor_new(l->backend, GLIA_F32, &(struct glia_shape){1, {(int64_t)(half / sizeof(float)) + 2}}, &t);
+    if (!st) st = legacy_run(l, k, d, &zero, t->data);
+    if (!st && fused) CUDA_TRY(l->ctx, epilogue(l, k, t->data));
+    if (!st) {
         float *r = (float *)((char *)t->data + half), h[2];
-        CUDA_TRY(l->ctx, glia__conv_compare(r, out, t->data, k->t, n, c->stream));
+        CUDA_TRY(l->ctx, glia__conv_compare(r, t->data, out, k->t, n, c->stream));
         CUDA_TRY(l->ctx, cudaMemcpyAsync(h, r, sizeof h, cudaMemcpyDeviceToHost, c->stream));
         CUDA_TRY(l->ctx, cudaStreamSynchronize(c->stream));
         double worst = h[0], big = h[1];
         double tol = (l->backend->options.precision == GLIA_PRECISION_FP32 ? 1e-4 : 2e-2) * big + 1e-6;
         if (worst <= tol) {
             q->verified = true;
+            p->choice[d].verified = true;  /* the other layers of this shape take the plan as checked */
         } else {
             glia_log(l->ctx, GLIA_LOG_WARN,
                      "[%s] conv2d %s: cuDNN's graph plan %d differs from the legacy algorithm (%s) by %.3g (largest "
                      "value %.3g); this shape runs the legacy API", l->name, dir_name[d], i,
                      algo_name(d, p->choice[d].algo), worst, big);
-            struct conv_key key = p->key;
-            key.dir = d;
+            CUDA_TRY(l->ctx, cudaMemcpyAsync(out, t->data, (size_t)n * k->es, cudaMemcpyDeviceToDevice, c->stream));
             p->choice[d].plan = -1;
-            cache_put(&key, &p->choice[d]);
         }
+        cache_put(&key, &p->choice[d]);
     }
 fail:
     glia_tensor_release(t);
@@ -1105,6 +1110,7 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
         graph_build(l, d, p->choice[d].plan_src);
         /* the legacy algorithm where cuDNN gave no plan there this time, or one that needs more workspace than chosen */
         i = p->choice[d].plan = q->n > 0 && (size_t)q->ws[0] <= p->choice[d].workspace ? 0 : -1;
+        q->verified = i == 0 && p->choice[d].verified;  /* another layer checked it */
     }
     bool aligned = graph_aligned(l, k, d, out, k->ws);
     if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || (capturing && !q->verified))

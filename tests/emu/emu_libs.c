@@ -760,7 +760,17 @@ static void conv_exec(void *arg)
 }
 
 /* Checks the descriptors now and queues conv_exec on h's stream with a copy of them. */
-static long emu_winograd_runs;
+static long emu_winograd_runs, emu_legacy_runs;
+
+/* Convolutions run through the legacy API (cudnnConvolution*) since the last reset (glia_emu_cudnn_legacy_conv_runs,
+ * found with dlsym). */
+long glia_emu_cudnn_legacy_conv_runs(bool reset)
+{
+    GLIA_EMU_GUARD;
+    long n = __atomic_load_n(&emu_legacy_runs, __ATOMIC_RELAXED);
+    if (reset) __atomic_store_n(&emu_legacy_runs, 0, __ATOMIC_RELAXED);
+    return n;
+}
 
 /* Runs of a nonfused Winograd algorithm since the last reset (glia_emu_cudnn_winograd_runs, found with dlsym). */
 long glia_emu_cudnn_winograd_runs(bool reset)
@@ -782,6 +792,7 @@ static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, boo
      * scalars, read now */
     struct conv_call c = {dir, racy, winograd, *x, *y, *w, *cv, *(const float *)alpha, *(const float *)beta, px, pw, py, dst};
     if (winograd) __atomic_fetch_add(&emu_winograd_runs, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&emu_legacy_runs, 1, __ATOMIC_RELAXED);
     void *arg = dup_args(&c, sizeof c);
     if (!arg) return CUDNN_STATUS_ALLOC_FAILED;
     return glia_emu_submit_host(conv_names[dir], h->stream, conv_exec, arg, free) ? CUDNN_STATUS_EXECUTION_FAILED_CUDART
