@@ -124,9 +124,8 @@ static glia_status time_loop(struct glia_layer_run *r, bool backward, long n, do
 
 /* Milliseconds a step of one pass (forward, or forward then backward): `warmup` steps, more on a GPU until WARM_S
  * seconds have passed, then at least `steps` timed ones, more on a GPU until they fill TIMED_S seconds (the count
- * estimated from the warm-up's steps); *timed the steps timed. */
-static glia_status pass_ms(struct glia_layer_run *r, bool backward, long warmup, long steps, bool gpu, double *ms,
-                           long *timed)
+ * estimated from the warm-up's steps). */
+static glia_status pass_ms(struct glia_layer_run *r, bool backward, long warmup, long steps, bool gpu, double *ms)
 {
     double sec = 0, spent = 0;
     long done = 0;
@@ -144,7 +143,6 @@ static glia_status pass_ms(struct glia_layer_run *r, bool backward, long warmup,
     }
     if (!st) st = time_loop(r, backward, n, &sec);
     *ms = 1e3 * sec / (double)n;
-    *timed = n;
     return st;
 }
 
@@ -495,9 +493,8 @@ static int layer_glia(const struct layer_args *a, struct side g[N_PASS], char *i
     bool bwd = !st && glia_layer_run_input_grad(r, 0) != NULL;
     for (int p = 0; p < N_PASS && !st; p++) {  /* each pass warmed up and timed on its own, as the PyTorch side does */
         g[p] = (struct side){-1, fb[p], "", (double)glia_layer_run_flops(r) * (p == PASS_FWD_BWD ? 3.0 : 1.0)};
-        long n;
         if (p == PASS_FWD_BWD && !bwd) snprintf(g[p].note, sizeof g[p].note, "n/a (no input gradient)");
-        else st = pass_ms(r, p == PASS_FWD_BWD, a->warmup, a->steps, a->dev.type != GLIA_DEVICE_CPU, &g[p].ms, &n);
+        else st = pass_ms(r, p == PASS_FWD_BWD, a->warmup, a->steps, a->dev.type != GLIA_DEVICE_CPU, &g[p].ms);
     }
     if (st) {
         const char *why = glia_context_error(ctx);

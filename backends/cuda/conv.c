@@ -626,9 +626,6 @@ static void strides4(const int64_t d[4], bool nhwc, int64_t s[4])
     s[3] = nhwc ? d[1] : 1;
 }
 
-/* Whether direction d's graph at the layer's key was built (tried) already. */
-static bool p_built(struct glia_layer *l, int d) { return ((struct cuda_conv *)l->state)->graph[d].built; }
-
 /* Seconds on a monotonic clock. */
 static double seconds_now(void)
 {
@@ -648,10 +645,10 @@ static void graph_build_plans(struct glia_layer *l, int d, int64_t src);
  * refuses leaves no plan: the legacy algorithm runs. The debug log says how many plans it built and in what time. */
 static void graph_build(struct glia_layer *l, int d, int64_t src)
 {
-    if (p_built(l, d)) return;
+    struct conv_graph *q = &((struct cuda_conv *)l->state)->graph[d];
+    if (q->built) return;
     double t0 = seconds_now();
     graph_build_plans(l, d, src);
-    struct conv_graph *q = &((struct cuda_conv *)l->state)->graph[d];
     glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: %d graph plan%s built in %.1f ms%s", l->name, dir_name[d], q->n,
              q->n == 1 ? "" : "s", 1e3 * (seconds_now() - t0), src >= 0 ? " (the cached choice's alone)" : "");
 }
@@ -664,7 +661,6 @@ static void graph_build_plans(struct glia_layer *l, int d, int64_t src)
     const struct glia_runtime_options *o = &l->backend->options;
     struct conv_graph *q = &p->graph[d];
     const struct conv_key *k = &p->key;
-    if (q->built) return;
     q->built = true;
     if (!(q->g = malloc(sizeof *q->g))) return;
     glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);

@@ -8,9 +8,6 @@
 #include "half.cuh"
 #include "launch.cuh"
 
-/* Whether p is aligned to a pack of W values of T (W*sizeof(T) bytes). */
-template <typename T, int W> static bool pack_aligned(const void *p) { return (uintptr_t)p % (sizeof(T) * W) == 0; }
-
 /* dst(n) = src(n) (+ dst(n) when beta is 1), converted from Ti to To, W values a thread (one Pack of each: dst and src
  * aligned to them; the caller runs the last n % W with W = 1) */
 template <typename To, typename Ti, int W>

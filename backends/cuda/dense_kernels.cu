@@ -153,9 +153,16 @@ __device__ static float warp_max(float v)
     return v;
 }
 
-/* The softmax probability of logit v in a row of log-sum-exp lse, in float as the gradient stores it: the difference
- * in double, its exponential in float (both kernels that write the gradient use this, so they give the same bits). */
-__device__ __forceinline__ float sce_prob(float v, double lse) { return expf((float)((double)v - lse)); }
+/* The gradient of logit v at column j of a row of log-sum-exp lse labelled t: k (softmax - (1-e) onehot - off), the
+ * probability's exponential in float of the difference in double; 0 on a row labelled ign, NaN on one whose label is
+ * out of [0, C) (the forward flagged it). Both kernels that write the gradient use this, so they give the same bits. */
+__device__ __forceinline__ float sce_grad(float v, double lse, int64_t j, int32_t t, int32_t ign, int64_t C, float k,
+                                          float e, float off)
+{
+    if (t == ign) return 0.0f;
+    if (t < 0 || t >= C) return __int_as_float(0x7fc00000);
+    return __fmul_rn(k, expf((float)((double)v - lse)) - (j == t ? 1.0f - e : 0.0f) - off);
+}
 
 /* One logit v into a lane's running max m and sum s of exp(x - m) (the sum rescaled when the max grows; each
  * exponential in float, the sum in double). What two passes give for the special values: a NaN makes the sum NaN, a
@@ -175,7 +182,7 @@ __device__ __forceinline__ void sce_online(float v, float &m, double &s)
  * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), 16 bytes a lane where vec
  * (C % 4 == 0, x and dx 16-byte aligned), the exponentials in float and the sums in double (the CPU kernel's are in
  * double: the two differ by float rounding). A bad label: NaN and *bad lowered. With dx, also the row's gradient as
- * sce_backward_kernel computes it (sce_prob, so the same bits), k = dout[0] / *count (counted before), written over
+ * sce_backward_kernel computes it (sce_grad, so the same bits), k = dout[0] / *count (counted before), written over
  * the row once the warp has read it (dx may be x). */
 __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, float *dx, const float *x,
                                 const int32_t *y, int64_t N, int64_t C, float e, int32_t ign, const float *dout,
@@ -226,21 +233,18 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
         if (!dx) continue;
         __syncwarp();  /* lane 0 has read x[n, t] */
         int32_t t = y[n];
-        bool good = t != ign && t >= 0 && t < C;
-        float flat = t == ign ? 0.0f : __int_as_float(0x7fc00000);  /* ignored: 0; a bad label: NaN */
         if (vec) {
             for (int64_t j = lane; j < C / 4; j += 32) {
                 float4 q = ((const float4 *)r)[j], g;
                 int64_t c = 4 * j;
-                g.x = good ? __fmul_rn(k, sce_prob(q.x, lse) - (c == t ? 1.0f - e : 0.0f) - off) : flat;
-                g.y = good ? __fmul_rn(k, sce_prob(q.y, lse) - (c + 1 == t ? 1.0f - e : 0.0f) - off) : flat;
-                g.z = good ? __fmul_rn(k, sce_prob(q.z, lse) - (c + 2 == t ? 1.0f - e : 0.0f) - off) : flat;
-                g.w = good ? __fmul_rn(k, sce_prob(q.w, lse) - (c + 3 == t ? 1.0f - e : 0.0f) - off) : flat;
+                g.x = sce_grad(q.x, lse, c, t, ign, C, k, e, off);
+                g.y = sce_grad(q.y, lse, c + 1, t, ign, C, k, e, off);
+                g.z = sce_grad(q.z, lse, c + 2, t, ign, C, k, e, off);
+                g.w = sce_grad(q.w, lse, c + 3, t, ign, C, k, e, off);
                 ((float4 *)(dx + n * C))[j] = g;
             }
         } else {
-            for (int64_t j = lane; j < C; j += 32)
-                dx[n * C + j] = good ? __fmul_rn(k, sce_prob(r[j], lse) - (j == t ? 1.0f - e : 0.0f) - off) : flat;
+            for (int64_t j = lane; j < C; j += 32) dx[n * C + j] = sce_grad(r[j], lse, j, t, ign, C, k, e, off);
         }
     }
 }
@@ -310,7 +314,7 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
 }
 
 /* dx(N,C) = k (softmax(x) - (1-e) onehot(y) - off) + beta dx with k = dout[0] / count (the CPU's float
- * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) by sce_prob. */
+ * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) by sce_grad. */
 __global__ void sce_backward_kernel(float *dx, const float *x, const double *lse, const double *count,
                                     const int32_t *y, const float *dout, int64_t N, int64_t C, float e, int32_t ign,
                                     float off, float beta)
@@ -318,16 +322,8 @@ __global__ void sce_backward_kernel(float *dx, const float *x, const double *lse
     float k = *count > 0.0 ? dout[0] / (float)*count : 0.0f;
     GRID_STRIDE(i, N * C)
     {
-        int64_t n = i / C, j = i % C;
-        int32_t t = y[n];
-        float g;
-        if (t == ign) {
-            g = 0.0f;
-        } else if (t < 0 || t >= C) {
-            g = __int_as_float(0x7fc00000);  /* NaN: the forward flagged this row */
-        } else {
-            g = __fmul_rn(k, sce_prob(x[i], lse[n]) - (j == t ? 1.0f - e : 0.0f) - off);
-        }
+        int64_t n = i / C;
+        float g = sce_grad(x[i], lse[n], i % C, y[n], ign, C, k, e, off);
         dx[i] = beta != 0.0f ? dx[i] + g : g;
     }
 }

@@ -3,6 +3,8 @@
 #ifndef GLIA_CUDA_HALF_CUH
 #define GLIA_CUDA_HALF_CUH
 
+#include <stdint.h>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -23,6 +25,9 @@ template <typename T, int W> struct alignas(sizeof(T) * W) Pack {
     enum { width = W };
     T v[W];
 };
+
+/* Whether p is aligned to a Pack<T, W> (W*sizeof(T) bytes); NULL is. */
+template <typename T, int W> static inline bool pack_aligned(const void *p) { return (uintptr_t)p % (sizeof(T) * W) == 0; }
 
 /* Calls f(T()) with T the element type of t (f32, f16 or bf16): a launch for that type; cudaErrorInvalidValue for
  * another. */

@@ -38,12 +38,9 @@ static unsigned row_grid(int64_t R)
     return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
 }
 
-/* V consecutive values of a row, moved as one access: the row kernels take a row as C / V packs, lane k packs k,
- * k + 32, ...; V = 16 / sizeof(T) (16-byte loads and stores) where C is a multiple of it and every row pointer is
+/* The row kernels take a row as C / V packs of V consecutive values (half.cuh's Pack: one access each), lane k packs
+ * k, k + 32, ...; V = 16 / sizeof(T) (16-byte loads and stores) where C is a multiple of it and every row pointer is
  * 16-byte aligned, else 1 (one value at a time). */
-template <typename T, int V> struct alignas(sizeof(T) * V) pack {
-    T v[V];
-};
 
 /* y(R, C) = (x(R, C) - mean)*rstd*w(C) + b(C) per row; mean(R), rstd(R) unless NULL. One warp per row, in packs of V;
  * two passes over the row for the mean and the squared deviations (the row stays in L1), a third writes y. The mean
@@ -53,7 +50,7 @@ template <typename T, int V>
 __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const T *res, T *sum, const float *w, const float *b,
                        int64_t R, int64_t C, float eps)
 {
-    typedef pack<T, V> P;
+    typedef Pack<T, V> P;
     int lane = threadIdx.x % 32;
     int64_t CV = C / V;
     for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
@@ -112,7 +109,7 @@ template <typename T, int V>
 __global__ void ln_dx(T *dx, bool add, const T *x, const T *dy, const float *mean, const float *rstd, const float *w,
                       int64_t R, int64_t C)
 {
-    typedef pack<T, V> P;
+    typedef Pack<T, V> P;
     int lane = threadIdx.x % 32;
     int64_t CV = C / V;
     for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {

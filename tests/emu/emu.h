@@ -18,6 +18,14 @@ static inline void glia_emu_unlock_(pthread_mutex_t **m) { pthread_mutex_unlock(
     pthread_mutex_t *glia_emu_guard_ __attribute__((cleanup(glia_emu_unlock_), unused)) = \
         (pthread_mutex_lock(&glia_emu_mutex), &glia_emu_mutex)
 
+/* A count the tests read through dlsym (glia_emu_cudnn_*_runs and the like): its value, set back to 0 with reset. */
+static inline long glia_emu_count_take(long *count, bool reset)
+{
+    long n = __atomic_load_n(count, __ATOMIC_RELAXED);
+    if (reset) __atomic_store_n(count, 0, __ATOMIC_RELAXED);
+    return n;
+}
+
 /* Runs what is queued on stream s (every stream for NULL), so that what the caller does next sees it. */
 void glia_emu_flush_stream(cudaStream_t s);
 /* Runs what is queued on stream s (every stream for NULL), as the host waiting for it in `call`

@@ -198,9 +198,7 @@ static long plans_built;
 
 long glia_emu_cudnn_plans_built(bool reset)
 {
-    long n = __atomic_load_n(&plans_built, __ATOMIC_RELAXED);
-    if (reset) __atomic_store_n(&plans_built, 0, __ATOMIC_RELAXED);
-    return n;
+    return glia_emu_count_take(&plans_built, reset);
 }
 
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d)
@@ -416,9 +414,7 @@ static long conv_graph_runs;
 
 long glia_emu_cudnn_conv_graph_runs(bool reset)
 {
-    long n = conv_graph_runs;
-    if (reset) conv_graph_runs = 0;
-    return n;
+    return glia_emu_count_take(&conv_graph_runs, reset);
 }
 
 static void run_conv(struct run *r, const struct desc *op)
@@ -530,9 +526,7 @@ static long fused_conv_runs;
 
 long glia_emu_cudnn_fused_conv_runs(bool reset)
 {
-    long n = fused_conv_runs;
-    if (reset) fused_conv_runs = 0;
-    return n;
+    return glia_emu_count_take(&fused_conv_runs, reset);
 }
 
 static void run_graph(void *arg)

@@ -767,18 +767,14 @@ static long emu_winograd_runs, emu_legacy_runs;
 long glia_emu_cudnn_legacy_conv_runs(bool reset)
 {
     GLIA_EMU_GUARD;
-    long n = __atomic_load_n(&emu_legacy_runs, __ATOMIC_RELAXED);
-    if (reset) __atomic_store_n(&emu_legacy_runs, 0, __ATOMIC_RELAXED);
-    return n;
+    return glia_emu_count_take(&emu_legacy_runs, reset);
 }
 
 /* Runs of a nonfused Winograd algorithm since the last reset (glia_emu_cudnn_winograd_runs, found with dlsym). */
 long glia_emu_cudnn_winograd_runs(bool reset)
 {
     GLIA_EMU_GUARD;
-    long n = __atomic_load_n(&emu_winograd_runs, __ATOMIC_RELAXED);
-    if (reset) __atomic_store_n(&emu_winograd_runs, 0, __ATOMIC_RELAXED);
-    return n;
+    return glia_emu_count_take(&emu_winograd_runs, reset);
 }
 
 static cudnnStatus_t conv_run(cudnnHandle_t h, enum conv_dir dir, bool racy, bool winograd, const void *alpha,
