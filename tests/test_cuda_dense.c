@@ -218,7 +218,7 @@ static void test_linear_packed_params(void)
 
 /* ---- linear with half activations ----
  * x, y, dy and dx in f16 or bf16 (GLIA_KERNEL_HALF), W, b and their gradients f32, against sums in double of the same
- * values: the inputs are half values already and W is rounded to the half type (the copy the kernel multiplies). The
+ * values: the inputs are half values already and W and b are rounded to the half type (the copies the kernel reads). The
  * products of two half values are exact in f32 and the GPU adds them in f32 (the emulator in double), so y and dx
  * equal the exact sum rounded once to the half type within one ulp of it, plus what f32 sums of k terms may lose
  * ((k + 2) 2^-24 of the terms' magnitudes: zero-ish at these sizes); dW and db, f32 sums of N terms, within that f32
@@ -329,7 +329,7 @@ static void linear_half_case(enum glia_dtype t, int64_t N, int64_t I, int64_t O,
     double a0 = acc ? 1.0 : 0.0;
     for (int64_t n = 0; n < N; n++)
         for (int64_t o = 0; o < O; o++) {
-            double s = bias ? b[o] : 0.0, m = fabs(s);
+            double s = bias ? half_round(b[o], t) : 0.0, m = fabs(s);  /* the bias's half copy, as autocast's */
             for (int64_t i = 0; i < I; i++) {
                 double v = (double)x[n * I + i] * half_round(w[o * I + i], t);
                 s += v, m += fabs(v);

@@ -51,21 +51,24 @@ static glia_status need_act_in(const struct glia_layer *l, const struct glia_ten
 
 /* ---- linear ----
  * Activations (x, y, dy, dx of one call) are f32, f16 or bf16 alike (GLIA_KERNEL_HALF); the weights, the bias and
- * their gradients stay f32 (the optimizer's master copy). A half call multiplies a half copy of W that each forward
- * converts on the stream (so a CUDA graph replays it with the step's weights) and backward reuses (the optimizer
- * changes W only after backward); products are exact and sums f32 in cuBLASLt (CUBLAS_COMPUTE_32F), y and dx are
- * rounded once to the half type and dW, db are f32, as torch.autocast runs a linear. */
+ * their gradients stay f32 (the optimizer's master copy). A half call multiplies a half copy of W and adds a half copy
+ * of b, both of which each forward converts on the stream (so a CUDA graph replays it with the step's weights) and
+ * backward reuses W's (the optimizer changes W only after backward); products are exact and sums f32 in cuBLASLt
+ * (CUBLAS_COMPUTE_32F), y and dx are rounded once to the half type and dW, db are f32, as torch.autocast runs a linear
+ * (whose bias is cast to the half type too: the type cuBLASLt's bias epilogue is made for). */
 
 /* l->state */
 struct linear_cuda {
     struct glia_tensor *wh;  /* (O,I) W in the half type of the latest half forward; NULL before one */
+    struct glia_tensor *bh;  /* (O) b likewise (NULL without a bias) */
 };
 
 static void linear_destroy(struct glia_layer *l)
 {
     struct linear_cuda *s = l->state;
     glia_tensor_release(s->wh);
-    s->wh = NULL;
+    glia_tensor_release(s->bh);
+    s->wh = s->bh = NULL;
 }
 
 /* With an activation, a training forward keeps the pre-activation h (N, O), in the activations' type, in the memory
@@ -76,44 +79,59 @@ static size_t linear_saved(const struct glia_layer *l, const struct glia_shape *
     return p->act ? (size_t)(glia_linear_rows(&in[0]) * p->out) * glia_dtype_size(act) : 0;
 }
 
-/* W's half copy in type t: made once (and again if the type changes), then converted from W when `convert`. */
-static glia_status linear_half_w(struct glia_layer *l, enum glia_dtype t, bool convert, const void **out)
+/* *h: parameter v's half copy in type t, made once (and again if the type changes), then converted from v when
+ * `convert`; its data in *out. */
+static glia_status half_copy(struct glia_layer *l, const struct glia_tensor *v, enum glia_dtype t, bool convert,
+                             struct glia_tensor **h, void **out)
 {
-    const struct glia_linear_attrs *p = l->attrs;
-    struct linear_cuda *s = l->state;
-    struct glia_tensor *w = l->params[p->w].value;
     glia_status st;
-    if (s->wh && s->wh->dtype != t) {
-        glia_tensor_release(s->wh);
-        s->wh = NULL;
+    if (*h && (*h)->dtype != t) {
+        glia_tensor_release(*h);
+        *h = NULL;
     }
-    if (!s->wh) {
-        if ((st = glia_tensor_new(l->backend, t, &w->shape, &s->wh))) return st;
+    if (!*h) {
+        if ((st = glia_tensor_new(l->backend, t, &v->shape, h))) return st;
         convert = true;
     }
-    if (convert && (st = glia_tensor_convert(s->wh, w, false))) return st;
-    *out = s->wh->data;
+    if (convert && (st = glia_tensor_convert(*h, v, false))) return st;
+    *out = (*h)->data;
     return GLIA_OK;
 }
 
-/* y(N,O) = x(N,I) W(O,I)^T + b(O) (x, W and y of type t), N the rows of x (..., I): one cuBLASLt GEMM with the
- * bias in its epilogue (or, where cuBLASLt has no such algorithm, the GEMM and a bias-add kernel). */
+/* W's half copy in type t (converted from W when `convert`: each forward), and with bh not NULL b's (converted; NULL
+ * without a bias). */
+static glia_status linear_half_w(struct glia_layer *l, enum glia_dtype t, bool convert, const void **w, void **bh)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct linear_cuda *s = l->state;
+    void *wd = NULL;
+    glia_status st = half_copy(l, l->params[p->w].value, t, convert, &s->wh, &wd);
+    *w = wd;
+    if (!st && bh) {
+        *bh = NULL;
+        if (p->b >= 0) st = half_copy(l, l->params[p->b].value, t, true, &s->bh, bh);
+    }
+    return st;
+}
+
+/* y(N,O) = x(N,I) W(O,I)^T + b(O) (x, W, y and b of type t; b NULL without a bias), N the rows of x (..., I): one
+ * cuBLASLt GEMM with the bias in its epilogue (or, where cuBLASLt has no such algorithm, the GEMM and a bias-add
+ * kernel). */
 static glia_status linear_gemm_bias(struct glia_layer *l, enum glia_dtype t, int64_t N, const void *x, const void *w,
-                                    void *y)
+                                    void *b, void *y)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     int64_t I = p->in, O = p->out;
     glia_status st;
-    if (p->b < 0) return glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t,
-                                               GLIA__GEMM_PLAIN, NULL);
-    float *b = f32(l->params[p->b].value);
+    if (!b) return glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t,
+                                         GLIA__GEMM_PLAIN, NULL);
     st = glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, x, I, w, I, t, 0.0f, y, O, t, GLIA__GEMM_BIAS, b);
     if (st != GLIA_EUNSUPPORTED) return st;
     if (t == GLIA_F32) {
         if ((st = glia__cuda_gemm_ex(c, false, true, N, O, I, 1.0f, x, I, w, I, 0.0f, y, O, GLIA__GEMM_PLAIN, NULL)))
             return st;
-        CUDA_TRY(l->ctx, glia__cuda_bias_add(y, b, N, O, c->stream));
+        CUDA_TRY(l->ctx, glia__cuda_bias_add(y, (const float *)b, N, O, c->stream));
         return GLIA_OK;
     }
     /* half: the GEMM's f32 result in scratch, the bias added and rounded once */
@@ -127,17 +145,16 @@ fail:
     return st;
 }
 
-/* y(N,O) = act(x W^T + b), keeping h = x W^T + b in a->saved in training: with gelu_tanh one cuBLASLt GEMM whose GELU
- * epilogue adds the bias and writes both (eval: y only); otherwise, or where cuBLASLt has no such algorithm, the GEMM
- * with its bias into h (eval: into y) and the activation kernel. */
+/* y(N,O) = act(x W^T + b) (b of type t, or NULL), keeping h = x W^T + b in a->saved in training: with gelu_tanh one
+ * cuBLASLt GEMM whose GELU epilogue adds the bias and writes both (eval: y only); otherwise, or where cuBLASLt has no
+ * such algorithm, the GEMM with its bias into h (eval: into y) and the activation kernel. */
 static glia_status linear_forward_act(struct glia_layer *l, const struct glia_fwd *a, enum glia_dtype t, int64_t N,
-                                      const void *x, const void *w)
+                                      const void *x, const void *w, void *b)
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     int64_t I = p->in, O = p->out;
     void *y = a->out->data, *h = y;
-    float *b = p->b >= 0 ? f32(l->params[p->b].value) : NULL;
     glia_status st;
     if (a->train) {
         if (!a->saved) return glia_error(l->ctx, GLIA_EINVAL, "[%s] a training forward without its saved memory", l->name);
@@ -150,7 +167,7 @@ static glia_status linear_forward_act(struct glia_layer *l, const struct glia_fw
                                  a->train ? h : NULL);
         if (st != GLIA_EUNSUPPORTED) return st;
     }
-    if ((st = linear_gemm_bias(l, t, N, x, w, h))) return st;
+    if ((st = linear_gemm_bias(l, t, N, x, w, b, h))) return st;
     CUDA_TRY(l->ctx, glia__cuda_linear_act(y, h, t, p->act, N * O, c->stream));
 fail:
     return st;
@@ -167,9 +184,10 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
         return st;
     int64_t N = glia_linear_rows(&a->in[0]->shape);
     const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
-    if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w))) return st;
-    if (p->act) return linear_forward_act(l, a, t, N, x, w);
-    return linear_gemm_bias(l, t, N, x, w, a->out->data);
+    void *b = p->b >= 0 ? l->params[p->b].value->data : NULL;
+    if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w, &b))) return st;
+    if (p->act) return linear_forward_act(l, a, t, N, x, w, b);
+    return linear_gemm_bias(l, t, N, x, w, b, a->out->data);
 }
 
 /* db(O) (+)= sum_n dy(N,O) by the column-sum kernel (its chunks' sums in scratch) */
@@ -275,7 +293,7 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward asked to apply the gradient of activation %s", l->name,
                           a->din_act);
     if (a->din[0]) {
-        if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w))) return st;
+        if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w, NULL))) return st;
         if ((st = linear_dx(l, t, N, dy, w, a->din[0]->data, a->din_accumulate[0], din_act, a->din_act_pre))) return st;
     }
     return linear_param_grads(l, dy, a->in[0]->data, t, N, part);

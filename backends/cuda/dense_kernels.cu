@@ -27,18 +27,18 @@ extern "C" cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, 
 
 /* y(N,O) = acc(N,O) + b(O) rounded once to T: the bias add of a half GEMM that cuBLASLt had no epilogue for (acc
  * its f32 result) */
-template <typename T> __global__ void bias_add_round_kernel(T *y, const float *acc, const float *b, int64_t N, int64_t O)
+template <typename T> __global__ void bias_add_round_kernel(T *y, const float *acc, const T *b, int64_t N, int64_t O)
 {
-    GRID_STRIDE(i, N * O) y[i] = from_float<T>(acc[i] + b[i % O]);
+    GRID_STRIDE(i, N * O) y[i] = from_float<T>(acc[i] + to_float(b[i % O]));
 }
 
-extern "C" cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const float *b,
+extern "C" cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const void *b,
                                                  int64_t N, int64_t O, cudaStream_t s)
 {
     if (N * O == 0) return cudaSuccess;
     return by_type(t, [&](auto v) {
         using T = decltype(v);
-        bias_add_round_kernel<T><<<grid_for(N * O), THREADS, 0, s>>>((T *)y, acc, b, N, O);
+        bias_add_round_kernel<T><<<grid_for(N * O), THREADS, 0, s>>>((T *)y, acc, (const T *)b, N, O);
         return cudaGetLastError();
     });
 }

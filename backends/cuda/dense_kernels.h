@@ -21,8 +21,8 @@ extern "C" {
 /* y(N,O) += b(O) */
 cudaError_t glia__cuda_bias_add(float *y, const float *b, int64_t N, int64_t O, cudaStream_t s);
 
-/* y(N,O) = acc(N,O) + b(O), rounded once to y's type t (f32, f16 or bf16) */
-cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const float *b, int64_t N,
+/* y(N,O) = acc(N,O) + b(O), rounded once to y's type t (f32, f16 or bf16); b is of type t too */
+cudaError_t glia__cuda_bias_add_round(void *y, enum glia_dtype t, const float *acc, const void *b, int64_t N,
                                       int64_t O, cudaStream_t s);
 
 /* y(n) = act(h(n)), act an enum glia_linear_act (glia/types/linear.h); y and h of type t (f32, f16 or bf16), y may be

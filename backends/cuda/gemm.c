@@ -100,9 +100,16 @@ static bool plan_matches(const struct glia__cuda_plan *q, const struct gemm_key 
            q->epilogue == k->tag && q->ab_type == k->ab_type && q->c_type == k->c_type;
 }
 
-/* Turn plan p into the record that its epilogue has no algorithm. */
+/* Turn plan p into the record that its epilogue has no algorithm (the caller takes a slower way: the debug log says
+ * so, once a shape, since the record is cached). */
 static void plan_mark_unsupported(struct glia__cuda *c, struct glia__cuda_plan *p, const struct gemm_key *k)
 {
+    glia_log(c->ctx, GLIA_LOG_DEBUG,
+             "cuda:%d: cuBLASLt has no algorithm for epilogue %d on a %lldx%lldx%lld %s GEMM (%s result, %u-byte "
+             "alignment); it runs as the plain GEMM and a kernel", c->device, (int)lt_epilogue(k->ep),
+             (long long)k->M, (long long)k->N, (long long)k->K,
+             k->ab_type == CUDA_R_16BF ? "bf16" : k->ab_type == CUDA_R_16F ? "f16" : "f32",
+             k->c_type == k->ab_type ? "same-type" : "f32", (unsigned)k->align);
     plan_free(p);
     *p = (struct glia__cuda_plan){.valid = true, .ta = k->ta, .tb = k->tb, .M = k->M, .N = k->N, .K = k->K,
                                   .lda = k->lda, .ldb = k->ldb, .ldc = k->ldc, .compute = k->compute,
@@ -112,10 +119,11 @@ static void plan_mark_unsupported(struct glia__cuda *c, struct glia__cuda_plan *
 
 /* Build plan p for k: descriptors and the heuristic's first algorithm. With an epilogue that has
  * no algorithm, p becomes the "unsupported" record and the result is GLIA_EUNSUPPORTED with no
- * context error. vec is the epilogue's vector (its alignment matters to the heuristic).
+ * context error. vec is the epilogue's vector (its alignment matters to the heuristic), of D's type
+ * (cuBLASLt's default bias type, the one PyTorch and llm.c give it: a half D takes a half bias).
  * Row-major C(M,N) = op(A) op(B) is column-major C^T(N,M) = op(B)^T op(A)^T, so cuBLASLt gets
  * B as its first operand and A as its second. */
-static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, const struct gemm_key *k, float *vec)
+static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, const struct gemm_key *k, void *vec)
 {
     glia_status st = GLIA_OK;
     plan_free(p);
@@ -136,11 +144,6 @@ static glia_status plan_build(struct glia__cuda *c, struct glia__cuda_plan *p, c
         if (ep_has_aux(k->ep)) {  /* aux: D's type and layout; its pointer is set per call */
             int64_t ld = k->ldc;
             CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-        }
-        if (ep_has_vec(k->ep) && k->ab_type != CUDA_R_32F) {  /* the vector stays f32 (by default it would be of D's type) */
-            int32_t vt = CUDA_R_32F;
-            CUBLAS_TRY(c->ctx, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vt,
-                                                              sizeof vt));
         }
     }
     /* stored column-major: B is (N x K) untransposed or (K x N) transposed, A likewise */
@@ -185,7 +188,7 @@ fail:
 }
 
 /* The plan for k: a cached one, or a new one in the least recently used slot. */
-static glia_status get_plan(struct glia__cuda *c, const struct gemm_key *k, float *vec, struct glia__cuda_plan **out)
+static glia_status get_plan(struct glia__cuda *c, const struct gemm_key *k, void *vec, struct glia__cuda_plan **out)
 {
     struct glia__cuda_plan *p = &c->plans[0];
     for (int i = 0; i < GLIA__CUDA_N_PLANS; i++) {
@@ -203,7 +206,7 @@ static glia_status get_plan(struct glia__cuda *c, const struct gemm_key *k, floa
 
 glia_status glia__cuda_gemm_aux(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                 const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab, float beta,
-                                void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, float *vec,
+                                void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, void *vec,
                                 void *aux)
 {
     glia_status st = GLIA_OK;
@@ -242,7 +245,7 @@ fail:
 glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                   const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab,
                                   float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
-                                  float *vec)
+                                  void *vec)
 {
     return glia__cuda_gemm_aux(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, ct, ep, vec, NULL);
 }

@@ -40,18 +40,19 @@ glia_status glia__cuda_gemm_ex(struct glia__cuda *c, bool ta, bool tb, int64_t M
 /* glia__cuda_gemm_ex with A and B of element type ab (f32, f16 or bf16: the same for both, as cuBLASLt
  * requires) and C of type ct (f32, or ab). f32 A, B and C are glia__cuda_gemm_ex. Half A and B compute
  * in fp32 (CUBLAS_COMPUTE_32F: exact products, fp32 accumulation, alpha and beta C in fp32, D rounded
- * to ct once, to nearest even), whatever c->options' precision; vec stays f32 (the bias read or the
- * bias gradient written: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE). The same GLIA_EUNSUPPORTED contract. */
+ * to ct once, to nearest even), whatever c->options' precision; vec is of type ct (the bias read, added
+ * in fp32 before the rounding, or the bias gradient written: cuBLASLt's default, as PyTorch's autocast
+ * and llm.c give a half GEMM a half bias). The same GLIA_EUNSUPPORTED contract. */
 glia_status glia__cuda_gemm_typed(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                   const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab,
                                   float beta, void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep,
-                                  float *vec);
+                                  void *vec);
 
 /* glia__cuda_gemm_typed with an aux matrix for the _AUX epilogues and DGELU (NULL for the others). Such an epilogue
  * with ldc not a multiple of 8 is GLIA_EUNSUPPORTED (no context error), like one cuBLASLt has no algorithm for. */
 glia_status glia__cuda_gemm_aux(struct glia__cuda *c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                 const void *A, int64_t lda, const void *B, int64_t ldb, enum glia_dtype ab, float beta,
-                                void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, float *vec,
+                                void *C, int64_t ldc, enum glia_dtype ct, enum glia__gemm_epilogue ep, void *vec,
                                 void *aux);
 
 #endif
