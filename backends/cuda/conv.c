@@ -118,7 +118,7 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 
 /* ---- cuDNN's graph API: one direction's operation graph at the layer's shapes, and its plans ---- */
 
-#define MAX_GRAPH_PLANS 12  /* plans built per direction: the heuristics' best few, then cuDNN's fallback list's */
+#define MAX_GRAPH_PLANS 12  /* plans built per graph: the heuristics' best few, then cuDNN's fallback list's */
 #define FALLBACK_PLANS 4    /* of them at most from the fallback list */
 #define GRAPH_SETS 16       /* shapes whose graphs a layer keeps */
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
@@ -129,25 +129,30 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 #define PLAN_SRC_MODE(src) ((cudnnBackendHeurMode_t)((src) >> 16 & 15))
 #define PLAN_SRC_INDEX(src) ((src) & 0xffff)
 
-/* One direction's graph at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
- * the gradients' graphs as glia__cg_conv names them; a fused forward adds the bias (4), the affine's mean, scale and
- * shift (5, 6, 7) and the relu of key.epi. */
+/* One direction's graphs at the layer's key, written with beta 0: x (uid 1), w (2) and y (3), which are dx, dw, dy in
+ * the gradients' graphs as glia__cg_conv names them; the plain convolution's, and for a forward with an epilogue
+ * (key.epi) the fused one, which adds the bias (4), the affine's mean, scale and shift (5, 6, 7) and the relu. Their
+ * plans in one list, each marked fused or not by its PLAN_SRC. */
 struct conv_graph {
     bool built;                      /* tried at this key: g and plan[0..n) hold what cuDNN gave (n may be 0) */
-    bool fused;                      /* the forward's plans add the key's epilogue in one kernel */
-    struct glia__cg *g;
-    cudnnBackendDescriptor_t plan[MAX_GRAPH_PLANS];
-    int64_t ws[MAX_GRAPH_PLANS];
-    int64_t src[MAX_GRAPH_PLANS];    /* each plan's PLAN_SRC */
+    struct glia__cg *g[2];           /* the plain graph and the fused one, as made */
+    cudnnBackendDescriptor_t plan[2 * MAX_GRAPH_PLANS];
+    int64_t ws[2 * MAX_GRAPH_PLANS];
+    int64_t src[2 * MAX_GRAPH_PLANS];  /* each plan's PLAN_SRC */
     int n;
     bool verified;                   /* this layer's first run of its chosen plan agreed with the legacy algorithm */
 };
 
+/* Whether plan i of q (an index into its list; -1: the legacy algorithm) computes the forward's epilogue too. */
+static bool plan_fused(const struct conv_graph *q, int i) { return i >= 0 && i < q->n && PLAN_SRC_FUSED(q->src[i]); }
+
 static void graph_free(struct conv_graph *q)
 {
     for (int i = 0; i < q->n; i++) cudnnBackendDestroyDescriptor(q->plan[i]);
-    if (q->g) glia__cg_free(q->g);
-    free(q->g);
+    for (int f = 0; f < 2; f++) {
+        if (q->g[f]) glia__cg_free(q->g[f]);
+        free(q->g[f]);
+    }
     memset(q, 0, sizeof *q);
 }
 
@@ -636,34 +641,42 @@ static double seconds_now(void)
 
 static void graph_build_plans(struct glia_layer *l, int d, int64_t src);
 
-/* Direction d's graph at the layer's key, built once: with src -1 its plans from the heuristics of the fuller mode (B)
- * when the autotuner times them (up to MAX_GRAPH_PLANS - FALLBACK_PLANS, then up to FALLBACK_PLANS from cuDNN's
- * fallback list, as PyTorch's two sources), else the instant mode's (A) first, or where it makes none the fallback
- * list's first: each within the workspace the legacy choice may take (the timing's cap, or [runtime] workspace_mb),
- * best first. With src a PLAN_SRC (a choice another layer of the key made, from the cache), that plan alone: building
- * plans is what costs (cuDNN compiles some engines at run time), and a network repeats its shapes. A graph cuDNN
- * refuses leaves no plan: the legacy algorithm runs. The debug log says how many plans it built and in what time. */
+/* Direction d's graphs at the layer's key, built once: with src -1 their plans from the heuristics of the fuller mode
+ * (B) when the autotuner times them (up to MAX_GRAPH_PLANS - FALLBACK_PLANS a graph, then up to FALLBACK_PLANS from
+ * cuDNN's fallback list, as PyTorch's two sources), else the instant mode's (A) first, or where it makes none the
+ * fallback list's first: each within the workspace the legacy choice may take (the timing's cap, or [runtime]
+ * workspace_mb), best first. A forward with an epilogue (key.epi: relu and bias in training, a batchnorm's affine in
+ * evaluation) has two graphs, the fused one's plans listed first: the autotuner times both, each plain plan with the
+ * epilogue's second pass added, since cuDNN's fused engines can be slower than the plain convolution and that pass;
+ * without the autotuner only the plain graph is built (nothing measured says a fused plan would pay). With src a
+ * PLAN_SRC (a choice another layer of the key made, from the cache), that plan alone: building plans is what costs
+ * (cuDNN compiles some engines at run time), and a network repeats its shapes. A graph cuDNN refuses leaves no plan:
+ * the legacy algorithm runs. The debug log says how many plans it built and in what time. */
 static void graph_build(struct glia_layer *l, int d, int64_t src)
 {
     struct conv_graph *q = &((struct cuda_conv *)l->state)->graph[d];
     if (q->built) return;
     double t0 = seconds_now();
     graph_build_plans(l, d, src);
-    glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: %d graph plan%s built in %.1f ms%s", l->name, dir_name[d], q->n,
-             q->n == 1 ? "" : "s", 1e3 * (seconds_now() - t0), src >= 0 ? " (the cached choice's alone)" : "");
+    int nf = 0;
+    for (int i = 0; i < q->n; i++) nf += plan_fused(q, i);
+    glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: %d graph plan%s (%d fused) built in %.1f ms%s", l->name,
+             dir_name[d], q->n, q->n == 1 ? "" : "s", nf, 1e3 * (seconds_now() - t0),
+             src >= 0 ? " (the cached choice's alone)" : "");
 }
 
-/* graph_build's work. */
-static void graph_build_plans(struct glia_layer *l, int d, int64_t src)
+/* graph_build's work: graph `fused` (0 or 1) of direction d made in q->g[fused], its plans appended to q's list. */
+static cudnnStatus_t graph_make(struct glia_layer *l, int d, int fused, int64_t src)
 {
     struct cuda_conv *p = l->state;
     const struct glia_conv2d_attrs *g = l->attrs;
     const struct glia_runtime_options *o = &l->backend->options;
     struct conv_graph *q = &p->graph[d];
     const struct conv_key *k = &p->key;
-    q->built = true;
-    if (!(q->g = malloc(sizeof *q->g))) return;
-    glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);
+    bool one = src >= 0;
+    if (!(q->g[fused] = malloc(sizeof *q->g[fused]))) return CUDNN_STATUS_ALLOC_FAILED;
+    struct glia__cg *cg = q->g[fused];
+    glia__cg_init(cg, glia__cuda_of(l->backend)->dnn);
     cudnnDataType_t dt = data_type((enum glia_precision)k->precision);
     int64_t xd[4] = {k->N, g->C, k->H, k->W}, wd[4] = {g->F, g->C / g->g, g->kh, g->kw};
     int64_t yd[4] = {k->N, g->F, glia_conv2d_out_h(g, k->H), glia_conv2d_out_w(g, k->W)}, xs[4], ws[4], ys[4];
@@ -672,73 +685,79 @@ static void graph_build_plans(struct glia_layer *l, int d, int64_t src)
     strides4(yd, k->nhwc, ys);
     size_t cap = o->cudnn_benchmark && o->workspace_limit > TUNE_WS_CAP ? TUNE_WS_CAP : o->workspace_limit;
     const int64_t pad[2] = {g->ph, g->pw}, stride[2] = {g->s, g->s}, dil[2] = {g->d, g->d};
-    cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
-    bool one = src >= 0;
-    for (int fused = d == FWD && k->epi ? 1 : 0; fused >= 0; fused--) {  /* the fused graph first, where asked */
-        if (one && fused != PLAN_SRC_FUSED(src)) continue;
-        if (!one && fused == 0 && q->n == 0 && d == FWD && k->epi) {
-            glia_log(l->ctx, p->told_unfused ? GLIA_LOG_DEBUG : GLIA_LOG_INFO,
-                     "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s "
-                     "at this shape (%s); they run as a second pass over the output", l->name,
-                     k->epi & EPI_BIAS ? " + bias" : "", k->epi & EPI_AFFINE ? " + batchnorm (evaluation)" : "",
-                     k->epi & EPI_RELU ? " + relu" : "", e != CUDNN_STATUS_SUCCESS ? q->g->what : "no plan");
-            p->told_unfused = true;  /* once a layer: its other shapes (evaluation batches, a last short batch) say it at debug level */
-            glia__cg_free(q->g);
-            glia__cg_init(q->g, glia__cuda_of(l->backend)->dnn);
+    cudnnBackendDescriptor_t x = glia__cg_tensor(cg, 1, dt, xd, xs, false, false, false);
+    cudnnBackendDescriptor_t w = glia__cg_tensor(cg, 2, dt, wd, ws, false, false, false);
+    cudnnBackendDescriptor_t y = glia__cg_tensor(cg, 3, dt, yd, ys, false, false, false);
+    if (!fused) {
+        glia__cg_conv(cg, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
+    } else {  /* conv -> f32 (virtual) [+ b] [- mean, * scale, + shift] [relu] -> y, the vectors (1, F, 1, 1) */
+        const int64_t bd[4] = {1, g->F, 1, 1};
+        int64_t bs[4];
+        strides4(bd, k->nhwc, bs);  /* in the activations' layout, as cuDNN's fusion samples give it */
+        cudnnPointwiseMode_t mode[5];
+        int64_t operand[5];  /* the uid of each operation's second operand, 0: none */
+        int n_pw = 0;
+        if (k->epi & EPI_BIAS) mode[n_pw] = CUDNN_POINTWISE_ADD, operand[n_pw++] = 4;
+        if (k->epi & EPI_AFFINE) {
+            mode[n_pw] = CUDNN_POINTWISE_SUB, operand[n_pw++] = 5;
+            mode[n_pw] = CUDNN_POINTWISE_MUL, operand[n_pw++] = 6;
+            mode[n_pw] = CUDNN_POINTWISE_ADD, operand[n_pw++] = 7;
         }
-        if (fused == 0 && q->n > 0) break;
-        cudnnBackendDescriptor_t x = glia__cg_tensor(q->g, 1, dt, xd, xs, false, false, false);
-        cudnnBackendDescriptor_t w = glia__cg_tensor(q->g, 2, dt, wd, ws, false, false, false);
-        cudnnBackendDescriptor_t y = glia__cg_tensor(q->g, 3, dt, yd, ys, false, false, false);
-        if (!fused) {
-            glia__cg_conv(q->g, (enum glia__cg_conv_dir)d, x, w, y, pad, stride, dil, 1.0f, 0.0f);
-        } else {  /* conv -> f32 (virtual) [+ b] [- mean, * scale, + shift] [relu] -> y, the vectors (1, F, 1, 1) */
-            const int64_t bd[4] = {1, g->F, 1, 1};
-            int64_t bs[4];
-            strides4(bd, k->nhwc, bs);  /* in the activations' layout, as cuDNN's fusion samples give it */
-            cudnnPointwiseMode_t mode[5];
-            int64_t operand[5];  /* the uid of each operation's second operand, 0: none */
-            int n_pw = 0;
-            if (k->epi & EPI_BIAS) mode[n_pw] = CUDNN_POINTWISE_ADD, operand[n_pw++] = 4;
-            if (k->epi & EPI_AFFINE) {
-                mode[n_pw] = CUDNN_POINTWISE_SUB, operand[n_pw++] = 5;
-                mode[n_pw] = CUDNN_POINTWISE_MUL, operand[n_pw++] = 6;
-                mode[n_pw] = CUDNN_POINTWISE_ADD, operand[n_pw++] = 7;
-            }
-            if (k->epi & EPI_RELU) mode[n_pw] = CUDNN_POINTWISE_RELU_FWD, operand[n_pw++] = 0;
-            cudnnBackendDescriptor_t v = glia__cg_tensor(q->g, 10, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
-            glia__cg_conv(q->g, GLIA__CG_CONV_FWD, x, w, v, pad, stride, dil, 1.0f, 0.0f);
-            for (int j = 0; j < n_pw; j++) {  /* each into a virtual f32 tensor of its own, the last into y */
-                cudnnBackendDescriptor_t b =
-                    operand[j] ? glia__cg_tensor(q->g, operand[j], CUDNN_DATA_FLOAT, bd, bs, false, false, false) : NULL;
-                cudnnBackendDescriptor_t o =
-                    j == n_pw - 1 ? y : glia__cg_tensor(q->g, 11 + j, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
-                glia__cg_pointwise(q->g, mode[j], CUDNN_DATA_FLOAT, v, b, NULL, o, -1);
-                v = o;
-            }
+        if (k->epi & EPI_RELU) mode[n_pw] = CUDNN_POINTWISE_RELU_FWD, operand[n_pw++] = 0;
+        cudnnBackendDescriptor_t v = glia__cg_tensor(cg, 10, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
+        glia__cg_conv(cg, GLIA__CG_CONV_FWD, x, w, v, pad, stride, dil, 1.0f, 0.0f);
+        for (int j = 0; j < n_pw; j++) {  /* each into a virtual f32 tensor of its own, the last into y */
+            cudnnBackendDescriptor_t b =
+                operand[j] ? glia__cg_tensor(cg, operand[j], CUDNN_DATA_FLOAT, bd, bs, false, false, false) : NULL;
+            cudnnBackendDescriptor_t out =
+                j == n_pw - 1 ? y : glia__cg_tensor(cg, 11 + j, CUDNN_DATA_FLOAT, yd, ys, true, false, false);
+            glia__cg_pointwise(cg, mode[j], CUDNN_DATA_FLOAT, v, b, NULL, out, -1);
+            v = out;
         }
-        cudnnBackendHeurMode_t mode = one ? PLAN_SRC_MODE(src) : o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A;
-        int64_t index[MAX_GRAPH_PLANS];
-        e = glia__cg_plans(q->g, mode, refused_notes(o), (int64_t)cap,
-                           one || !o->cudnn_benchmark ? 1 : MAX_GRAPH_PLANS - FALLBACK_PLANS, one ? PLAN_SRC_INDEX(src) : -1,
-                           q->plan, q->ws, index, &q->n);
-        for (int j = 0; j < q->n; j++) q->src[j] = PLAN_SRC(fused, mode, index[j]);
-        if (!one && e == CUDNN_STATUS_SUCCESS && (o->cudnn_benchmark || q->n == 0)) {
-            /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner, else
-             * where the heuristics' made no plan */
-            int more = 0;
-            cudnnStatus_t f = glia__cg_plans(q->g, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o), (int64_t)cap,
-                                             o->cudnn_benchmark ? FALLBACK_PLANS : 1, -1, q->plan + q->n, q->ws + q->n,
-                                             index, &more);
-            for (int j = 0; j < more; j++) q->src[q->n + j] = PLAN_SRC(fused, CUDNN_HEUR_MODE_FALLBACK, index[j]);
-            q->n += more;
-            if (q->n == 0) e = f;
-        }
-        q->fused = fused && q->n > 0;
     }
-    if (e != CUDNN_STATUS_SUCCESS || q->n == 0)
-        glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: cuDNN's graph API made no plan (%s); the legacy API runs",
-                 l->name, dir_name[d], e != CUDNN_STATUS_SUCCESS ? q->g->what : "none within the workspace");
+    cudnnBackendHeurMode_t mode = one ? PLAN_SRC_MODE(src) : o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A;
+    int64_t index[MAX_GRAPH_PLANS];
+    int got = 0, more = 0;
+    cudnnStatus_t e = glia__cg_plans(cg, mode, refused_notes(o), (int64_t)cap,
+                                     one || !o->cudnn_benchmark ? 1 : MAX_GRAPH_PLANS - FALLBACK_PLANS,
+                                     one ? PLAN_SRC_INDEX(src) : -1, q->plan + q->n, q->ws + q->n, index, &got);
+    for (int j = 0; j < got; j++) q->src[q->n + j] = PLAN_SRC(fused, mode, index[j]);
+    q->n += got;
+    if (!one && e == CUDNN_STATUS_SUCCESS && (o->cudnn_benchmark || got == 0)) {
+        /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner, else where the
+         * heuristics' made no plan */
+        cudnnStatus_t f = glia__cg_plans(cg, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o), (int64_t)cap,
+                                         o->cudnn_benchmark ? FALLBACK_PLANS : 1, -1, q->plan + q->n, q->ws + q->n,
+                                         index, &more);
+        for (int j = 0; j < more; j++) q->src[q->n + j] = PLAN_SRC(fused, CUDNN_HEUR_MODE_FALLBACK, index[j]);
+        q->n += more;
+        if (got + more == 0) e = f;
+    }
+    return e != CUDNN_STATUS_SUCCESS ? e : got + more == 0 ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
+}
+
+static void graph_build_plans(struct glia_layer *l, int d, int64_t src)
+{
+    struct cuda_conv *p = l->state;
+    struct conv_graph *q = &p->graph[d];
+    const struct conv_key *k = &p->key;
+    bool tuned = l->backend->options.cudnn_benchmark;
+    q->built = true;
+    if (d == FWD && k->epi && (src >= 0 ? PLAN_SRC_FUSED(src) : tuned) &&
+        graph_make(l, d, 1, src) != CUDNN_STATUS_SUCCESS && src < 0) {
+        glia_log(l->ctx, p->told_unfused ? GLIA_LOG_DEBUG : GLIA_LOG_INFO,
+                 "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s at this shape (%s); they "
+                 "run as a second pass over the output", l->name, k->epi & EPI_BIAS ? " + bias" : "",
+                 k->epi & EPI_AFFINE ? " + batchnorm (evaluation)" : "", k->epi & EPI_RELU ? " + relu" : "",
+                 q->g[1] && q->g[1]->err != CUDNN_STATUS_SUCCESS ? q->g[1]->what : "no plan");
+        p->told_unfused = true;  /* once a layer: its other shapes (evaluation batches, a last short batch) say it at debug level */
+    }
+    if (src >= 0 && PLAN_SRC_FUSED(src)) return;
+    cudnnStatus_t e = graph_make(l, d, 0, src);
+    if (e != CUDNN_STATUS_SUCCESS)
+        glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: cuDNN's graph API made no plan for the plain convolution (%s); "
+                 "%s", l->name, dir_name[d], q->g[0] && q->g[0]->err != CUDNN_STATUS_SUCCESS ? q->g[0]->what
+                 : "none within the workspace", q->n ? "its fused plans are timed" : "the legacy API runs");
 }
 
 /* Whether p is NULL or 16-byte aligned, as the graph's tensors say they are (parameters are views into a packed arena:
@@ -753,11 +772,12 @@ static const float *affine_row(const struct call *k, int64_t F, int r)
     return k->caf ? (const float *)((const char *)k->caf + (size_t)r * row) : NULL;
 }
 
-/* Whether direction d's graph can run on k's operands into out with workspace ws: all 16-byte aligned. */
-static bool graph_aligned(const struct glia_layer *l, const struct call *k, int d, const void *out, const void *ws)
+/* Whether direction d's graph plan i can run on k's operands into out with workspace ws: all 16-byte aligned. */
+static bool graph_aligned(const struct glia_layer *l, const struct call *k, int d, int i, const void *out,
+                          const void *ws)
 {
     const struct cuda_conv *p = l->state;
-    bool fused = d == FWD && p->graph[FWD].fused;
+    bool fused = plan_fused(&p->graph[d], i);
     const void *t1 = d == BWD_DATA ? out : k->cx, *t2 = d == BWD_FILTER ? out : k->cw, *t3 = d == FWD ? out : k->cdy;
     return aligned16(t1) && aligned16(t2) && aligned16(t3) && aligned16(ws) &&
            (!fused || !(p->key.epi & EPI_BIAS) || aligned16(k->cb)) &&
@@ -774,8 +794,9 @@ static cudnnStatus_t graph_run(struct glia_layer *l, const struct call *k, int d
     int n = 3;
     if (d == BWD_DATA) ptrs[0] = out, ptrs[2] = (void *)k->cdy;
     if (d == BWD_FILTER) ptrs[1] = out, ptrs[2] = (void *)k->cdy;
-    if (d == FWD && p->graph[d].fused && (p->key.epi & EPI_BIAS)) uids[n] = 4, ptrs[n++] = (void *)k->cb;
-    for (int r = 0; r < 3 && d == FWD && p->graph[d].fused && (p->key.epi & EPI_AFFINE); r++)
+    bool fused = plan_fused(&p->graph[d], i);
+    if (fused && (p->key.epi & EPI_BIAS)) uids[n] = 4, ptrs[n++] = (void *)k->cb;
+    for (int r = 0; r < 3 && fused && (p->key.epi & EPI_AFFINE); r++)
         uids[n] = 5 + r, ptrs[n++] = (void *)affine_row(k, g->F, r);
     return glia__cg_execute(glia__cuda_of(l->backend)->dnn, p->graph[d].plan[i], n, uids, ptrs, ws);
 }
@@ -886,7 +907,8 @@ static void log_choice(struct glia_layer *l, int dir, const struct conv_key *key
              "workspace limit %lld",
              l->name, dir_name[dir], key->benchmark ? "benchmark" : "heuristics",
              key->deterministic ? "deterministic " : "", algo_name(dir, ch->algo), math_name(ch->math), ch->workspace,
-             ch->plan >= 0 ? ", run through its graph API's plan instead" : "",
+             ch->plan < 0 ? "" : PLAN_SRC_FUSED(ch->plan_src) ? ", run through its graph API's fused plan instead"
+                                                               : ", run through its graph API's plan instead",
              (long long)key->N, (long long)key->C, (long long)key->H, (long long)key->W,
              key->nhwc ? "channels_last" : "contiguous", glia_precision_name((enum glia_precision)key->precision),
              (long long)key->F, (long long)key->kh,
@@ -978,10 +1000,13 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             float best;
             if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
             if (!pick(l, d, r, n, tune_ws[d], &ch, &best)) return no_algorithm(l, d);
-            if (d == FWD && p->graph[d].fused) best += epilogue_time(l, k, probe);  /* the legacy path's second pass */
-            for (int i = 0; i < p->graph[d].n && graph_aligned(l, k, d, probe, ws); i++) {  /* a faster graph plan runs */
+            /* the second pass a forward's epilogue takes after the legacy algorithm or a plain plan */
+            float epi = d == FWD && p->key.epi ? epilogue_time(l, k, probe) : 0.0f;
+            best += epi;
+            for (int i = 0; i < p->graph[d].n; i++) {  /* a faster graph plan runs */
+                if (!graph_aligned(l, k, d, i, probe, ws)) continue;
                 float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
-                if (t >= 0.0f && t < best) best = t, ch.plan = i;
+                if (t >= 0.0f && (t += plan_fused(&p->graph[d], i) ? 0.0f : epi) < best) best = t, ch.plan = i;
             }
             if (ch.plan >= 0) ch.plan_src = p->graph[d].src[ch.plan];
             if (ch.plan >= 0 && (size_t)p->graph[d].ws[ch.plan] > ch.workspace)
@@ -1045,7 +1070,7 @@ static glia_status graph_verify(struct glia_layer *l, const struct call *k, int 
     int i = p->choice[d].plan;
     const float zero = 0.0f;
     int64_t n = d == FWD ? k->ny : d == BWD_DATA ? k->nx : k->nw;
-    bool fused = d == FWD && q->fused;
+    bool fused = plan_fused(q, i);
     struct conv_key key = p->key;
     key.dir = d;
     cudnnStatus_t ran = graph_run(l, k, d, i, out, k->ws);
@@ -1108,13 +1133,13 @@ static glia_status run_dir(struct glia_layer *l, const struct call *k, int d, co
         i = p->choice[d].plan = q->n > 0 && (size_t)q->ws[0] <= p->choice[d].workspace ? 0 : -1;
         q->verified = i == 0 && p->choice[d].verified;  /* another layer checked it */
     }
-    bool aligned = graph_aligned(l, k, d, out, k->ws);
+    bool aligned = graph_aligned(l, k, d, i, out, k->ws);
     if (*beta != 0.0f || i < 0 || i >= q->n || !aligned || (capturing && !q->verified))
         return legacy_run(l, k, d, beta, out);
     if (!q->verified) return graph_verify(l, k, d, out);
     if (capturing && p->set) p->set->pinned = true;
     CUDNN_TRY(l->ctx, graph_run(l, k, d, i, out, k->ws));
-    if (d == FWD && q->fused) p->epi_done = true;
+    if (plan_fused(q, i)) p->epi_done = true;
 fail:
     return st;
 }

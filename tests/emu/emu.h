@@ -54,6 +54,10 @@ long glia_emu_cudnn_conv_graph_runs(bool reset);
 long glia_emu_cudnn_fused_conv_runs(bool reset);
 /* cublasLtMatmul calls with the DGELU epilogue since the last reset; for tests, through dlsym. */
 long glia_emu_lt_dgelu_runs(bool reset);
+/* Moves the simulated clock that events read on by ms: cudaEventElapsedTime gives the simulated time queued between
+ * two records (work that says what it would take: the convolution graphs of emu_cudnn_graph.c; everything else
+ * takes none). One clock for every stream: the callers that time work time one stream at a time. */
+void glia_emu_sim_advance(double ms);
 /* The stream a cuDNN handle computes on (emu_libs.c), for the graph API's executions (emu_cudnn_graph.c). */
 struct cudnnContext;
 cudaStream_t glia_emu_cudnn_stream(struct cudnnContext *h);

@@ -8,6 +8,9 @@
  * GLIA_EMU_CUDNN_NONDET=1 notes every engine nondeterministic (the callers' deterministic filters);
  * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan);
  * GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration.
+ * Event timing (glia_emu_sim_advance): a run of a graph with a convolution takes 0.8 simulated ms, or
+ * GLIA_EMU_CUDNN_FUSED_MS (default 0.5) where the graph also holds other operations (a fused convolution), so that
+ * callers timing plans (conv2d's autotuner) meet both a fused plan faster than the plain one and one slower.
  * Destroyed descriptors are kept, marked dead: a queued or captured run of a plan whose graph is gone aborts.
  * Not cuDNN's engines: no fusion, no pattern matching (a graph cuDNN would refuse may run here), loops in double. */
 #include <cudnn.h>
@@ -596,6 +599,15 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
             }
         }
     }
+    bool conv = false;
+    for (int o = 0; o < r->graph->n_ops; o++) {
+        cudnnBackendDescriptorType_t t = r->graph->ops[o]->type;
+        conv = conv || t == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
+               t == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
+               t == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+    }
+    const char *fms = getenv("GLIA_EMU_CUDNN_FUSED_MS");
+    if (conv) glia_emu_sim_advance(r->graph->n_ops > 1 ? (fms ? atof(fms) : 0.5) : 0.8);
     return glia_emu_submit_host("cudnnBackendExecute", glia_emu_cudnn_stream(handle), run_graph, r, run_free)
                ? CUDNN_STATUS_EXECUTION_FAILED
                : CUDNN_STATUS_SUCCESS;

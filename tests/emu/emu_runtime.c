@@ -432,6 +432,7 @@ struct emu_event {
     bool recorded;
     unsigned long long cap_id;                /* recorded last inside capture cap_id (0: outside one) */
     unsigned long long clock[CAP_MEMBERS];    /* then: how much of each stream's captured work it follows */
+    double sim;                               /* the simulated clock when recorded (glia_emu_sim_advance) */
 };
 static struct emu_stream *streams, *destroyed;
 static int n_streams_made, defer = -1;
@@ -1206,6 +1207,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     free(e);
     return cudaSuccess;
 }
+/* The simulated clock (emu.h). */
+static double sim_ms;
+void glia_emu_sim_advance(double ms)
+{
+    GLIA_EMU_GUARD;
+    sim_ms += ms;
+}
+
 /* e marks what stream s (not capturing; NULL: the legacy stream) has been given so far. */
 static cudaError_t record_now(struct emu_event *e, struct emu_stream *s)
 {
@@ -1214,7 +1223,7 @@ static cudaError_t record_now(struct emu_event *e, struct emu_stream *s)
         if (r) return r;
         flush_all();
     }
-    *e = (struct emu_event){.s = s, .at = s ? s->queued : 0, .recorded = true};
+    *e = (struct emu_event){.s = s, .at = s ? s->queued : 0, .recorded = true, .sim = sim_ms};
     return ret();
 }
 
@@ -1277,9 +1286,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     GLIA_EMU_GUARD;
-    (void)a;
-    (void)b;
-    *ms = 0.0f;
+    const struct emu_event *ea = (const struct emu_event *)(void *)a, *eb = (const struct emu_event *)(void *)b;
+    *ms = ea->recorded && eb->recorded && !ea->cap_id && !eb->cap_id ? (float)(eb->sim - ea->sim) : 0.0f;
     return ret();
 }
 
