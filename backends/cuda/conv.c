@@ -120,6 +120,7 @@ static void cache_put(const struct conv_key *k, const struct algo_choice *ch)
 
 #define MAX_GRAPH_PLANS 12  /* plans built per graph: the heuristics' best few, then cuDNN's fallback list's */
 #define FALLBACK_PLANS 4    /* of them at most from the fallback list */
+#define FUSED_PLANS 2       /* plans built of a fused graph: cuDNN compiles its fusion engines at run time */
 #define GRAPH_SETS 16       /* shapes whose graphs a layer keeps */
 #define GRAPH_TIMED_RUNS 3  /* runs each plan is timed over, after one untimed */
 
@@ -183,6 +184,11 @@ struct cuda_conv {
     struct conv_graph *graph;        /* its graphs, graph[dir] */
     struct conv_graph none[N_DIRS];
     bool told_unfused;               /* the "no fused plan" notice was given at info level (later shapes: debug) */
+    /* W as cuDNN reads it where that is not the fp32 KCRS parameter (a half type, or KRSC for channels_last): each
+     * forward converts it here and the backward after it reads it (the optimizer changes W only after backward), as
+     * the linear layer keeps its half W; NULL before the first such forward */
+    struct glia_tensor *wc;
+    bool wc_nhwc;                    /* its layout (its element type is wc's dtype) */
 };
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
@@ -196,6 +202,9 @@ struct call {
     const float *x, *w, *dy;         /* the fp32 operands (dy NULL in forward) */
     int64_t nx, nw, ny;              /* element counts of x, w, y */
     size_t o_x, o_w, o_dy, o_y, o_dx, o_dw;  /* converted operands and low-precision results */
+    void *wc;                        /* W converted into the layer's kept copy (struct cuda_conv.wc) instead of at o_w,
+                                        by convert() where wc_convert, else only read there (a backward) */
+    bool wc_convert;
     size_t o_db;                     /* the bias gradient's partial sums (bias.S x F floats) */
     struct glia__bn_geom bias;       /* dy as the per-channel sums take it */
     size_t end;                      /* bytes of scratch before the workspace */
@@ -297,6 +306,8 @@ static void cuda_conv_destroy(struct glia_layer *l)
     if (plans) cudaStreamSynchronize(glia__cuda_of(l->backend)->stream);  /* queued runs may still use them */
     for (int s = 0; s < GRAPH_SETS; s++)
         for (int i = 0; i < N_DIRS; i++) graph_free(&p->sets[s].g[i]);
+    glia_tensor_release(p->wc);
+    p->wc = NULL;
     memset(p, 0, sizeof *p);
 }
 
@@ -647,11 +658,13 @@ static void graph_build_plans(struct glia_layer *l, int d, int64_t src);
  * fallback list's first: each within the workspace the legacy choice may take (the timing's cap, or [runtime]
  * workspace_mb), best first. A forward with an epilogue (key.epi: relu and bias in training, a batchnorm's affine in
  * evaluation) has two graphs, the fused one's plans listed first: the autotuner times both, each plain plan with the
- * epilogue's second pass added, since cuDNN's fused engines can be slower than the plain convolution and that pass;
- * without the autotuner only the plain graph is built (nothing measured says a fused plan would pay). With src a
- * PLAN_SRC (a choice another layer of the key made, from the cache), that plan alone: building plans is what costs
- * (cuDNN compiles some engines at run time), and a network repeats its shapes. A graph cuDNN refuses leaves no plan:
- * the legacy algorithm runs. The debug log says how many plans it built and in what time. */
+ * epilogue's second pass added, since cuDNN's fused engines can be slower than the plain convolution and that pass.
+ * Of the fused graph only the heuristics' first FUSED_PLANS: its engines compile at run time (a small model's first
+ * epoch took 7x as long with the fusions and CUDA graphs as without either, on an H200). Without the autotuner only
+ * the plain graph is built (nothing measured says a fused plan would pay). With src a PLAN_SRC (a choice another
+ * layer of the key made, from the cache), that plan alone: building plans is what costs, and a network repeats its
+ * shapes. A graph cuDNN refuses leaves no plan: the legacy algorithm runs. The debug log says how many plans it built
+ * and in what time. */
 static void graph_build(struct glia_layer *l, int d, int64_t src)
 {
     struct conv_graph *q = &((struct cuda_conv *)l->state)->graph[d];
@@ -718,17 +731,17 @@ static cudnnStatus_t graph_make(struct glia_layer *l, int d, int fused, int64_t 
     cudnnBackendHeurMode_t mode = one ? PLAN_SRC_MODE(src) : o->cudnn_benchmark ? CUDNN_HEUR_MODE_B : CUDNN_HEUR_MODE_A;
     int64_t index[MAX_GRAPH_PLANS];
     int got = 0, more = 0;
-    cudnnStatus_t e = glia__cg_plans(cg, mode, refused_notes(o), (int64_t)cap,
-                                     one || !o->cudnn_benchmark ? 1 : MAX_GRAPH_PLANS - FALLBACK_PLANS,
-                                     one ? PLAN_SRC_INDEX(src) : -1, q->plan + q->n, q->ws + q->n, index, &got);
+    int max = one || !o->cudnn_benchmark ? 1 : fused ? FUSED_PLANS : MAX_GRAPH_PLANS - FALLBACK_PLANS;
+    cudnnStatus_t e = glia__cg_plans(cg, mode, refused_notes(o), (int64_t)cap, max, one ? PLAN_SRC_INDEX(src) : -1,
+                                     q->plan + q->n, q->ws + q->n, index, &got);
     for (int j = 0; j < got; j++) q->src[q->n + j] = PLAN_SRC(fused, mode, index[j]);
     q->n += got;
-    if (!one && e == CUDNN_STATUS_SUCCESS && (o->cudnn_benchmark || got == 0)) {
-        /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner, else where the
-         * heuristics' made no plan */
+    if (!one && e == CUDNN_STATUS_SUCCESS && ((o->cudnn_benchmark && !fused) || got == 0)) {
+        /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner (a plain graph),
+         * else where the heuristics' made no plan */
         cudnnStatus_t f = glia__cg_plans(cg, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o), (int64_t)cap,
-                                         o->cudnn_benchmark ? FALLBACK_PLANS : 1, -1, q->plan + q->n, q->ws + q->n,
-                                         index, &more);
+                                         o->cudnn_benchmark && !fused ? FALLBACK_PLANS : 1, -1, q->plan + q->n,
+                                         q->ws + q->n, index, &more);
         for (int j = 0; j < more; j++) q->src[q->n + j] = PLAN_SRC(fused, CUDNN_HEUR_MODE_FALLBACK, index[j]);
         q->n += more;
         if (got + more == 0) e = f;
@@ -873,10 +886,13 @@ static glia_status convert(struct glia_layer *l, struct call *k, char *base)
         CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_x, k->t, k->x, GLIA__CONV_F32, 1, 1, k->nx, 0.0f, s));
         k->cx = base + k->o_x;
     }
-    if (k->o_w != NONE) {  /* KCRS (F, C/g, kh*kw) -> KRSC (F, kh*kw, C/g) for NHWC, else a plain copy */
+    if (k->o_w != NONE || k->wc_convert) {  /* KCRS (F, C/g, kh*kw) -> KRSC (F, kh*kw, C/g) for NHWC, else a copy */
         int64_t B = k->nhwc ? g->F : 1, rows = k->nhwc ? g->C / g->g : 1, cols = k->nw / B / rows;
-        CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_w, k->t, k->w, GLIA__CONV_F32, B, rows, cols, 0.0f, s));
-        k->cw = base + k->o_w;
+        void *to = k->wc_convert ? k->wc : base + k->o_w;
+        CUDA_TRY(l->ctx, glia__conv_convert(to, k->t, k->w, GLIA__CONV_F32, B, rows, cols, 0.0f, s));
+        k->cw = to;
+    } else if (k->wc) {
+        k->cw = k->wc;
     }
     if (k->o_dy != NONE) {
         CUDA_TRY(l->ctx, glia__conv_convert(base + k->o_dy, k->t, k->dy, GLIA__CONV_F32, 1, 1, k->ny, 0.0f, s));
@@ -988,7 +1004,7 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
     }
     char *b = NULL;
     if (tune) {
-        if ((st = glia__cuda_scratch(c, k->end + tune_bytes, (void **)&b)) || (st = convert(l, k, b))) return st;
+        if ((st = glia__cuda_scratch_exact(c, k->end + tune_bytes, (void **)&b)) || (st = convert(l, k, b))) return st;
         for (int d = 0; d < N_DIRS; d++) {
             if (!(tune & (1u << d))) continue;
             struct conv_key key = p->key;
@@ -1208,6 +1224,31 @@ static void call_init(struct glia_layer *l, struct call *k, bool nhwc, const str
     k->o_x = k->o_w = k->o_dy = k->o_y = k->o_dx = k->o_dw = k->o_db = k->o_b = k->o_af = NONE;
 }
 
+/* The layer's kept copy of W for call k (a half type, or KRSC): made on the first forward that needs one (and again
+ * if the type or layout changes), converted by that forward's convert(); a backward reads it where the forward before
+ * it made it so (*ready), else converts into scratch as before (st: an allocation that failed). */
+static glia_status kept_w(struct glia_layer *l, struct call *k, bool forward, bool *ready)
+{
+    struct cuda_conv *p = l->state;
+    enum glia_dtype dt = k->t == GLIA__CONV_BF16 ? GLIA_BF16 : k->t == GLIA__CONV_F16 ? GLIA_F16 : GLIA_F32;
+    bool match = p->wc && p->wc->dtype == dt && p->wc_nhwc == k->nhwc && glia_tensor_numel(p->wc) == k->nw;
+    *ready = false;
+    if (!forward) {
+        if (match) k->wc = p->wc->data, *ready = true;
+        return GLIA_OK;
+    }
+    if (!match) {
+        glia_tensor_release(p->wc);
+        p->wc = NULL;
+        glia_status st = glia_tensor_new(l->backend, dt, &(struct glia_shape){1, {k->nw}}, &p->wc);
+        if (st) return st;
+        p->wc_nhwc = k->nhwc;
+    }
+    k->wc = p->wc->data;
+    k->wc_convert = *ready = true;
+    return GLIA_OK;
+}
+
 static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct cuda_conv *p = l->state;
@@ -1236,7 +1277,8 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
         k.o_af = carve(&k, 3 * align_up((size_t)g->F * sizeof(float)));
     p->epi_done = false;
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
-    if (k.lp || k.nhwc) k.o_w = carve(&k, (size_t)k.nw * k.es);
+    bool kept;
+    if ((k.lp || k.nhwc) && (st = kept_w(l, &k, true, &kept))) return st;
     if (copies) k.o_y = carve(&k, (size_t)k.ny * k.es);
     char *base;
     if ((st = setup(l, &k, 1u << FWD, &base))) return st;
@@ -1273,7 +1315,9 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     enum glia__conv_type dyt = k.hio ? k.t : GLIA__CONV_F32;  /* dy's type, and y's */
     size_t o_dym = relu ? carve(&k, (size_t)k.ny * (k.hio ? k.es : sizeof(float))) : NONE;  /* dy past the relu */
     if (copies) k.o_dy = carve(&k, (size_t)k.ny * k.es);
-    if (dx && (k.lp || k.nhwc)) k.o_w = carve(&k, (size_t)k.nw * k.es);
+    bool kept = false;  /* W as the forward converted it */
+    if (dx && (k.lp || k.nhwc) && (st = kept_w(l, &k, false, &kept))) return st;
+    if (dx && (k.lp || k.nhwc) && !kept) k.o_w = carve(&k, (size_t)k.nw * k.es);
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
     if (dx && copies) k.o_dx = carve(&k, (size_t)k.nx * k.es);
     if (k.lp || k.nhwc) k.o_dw = carve(&k, (size_t)k.nw * k.es);

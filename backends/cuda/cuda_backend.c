@@ -150,10 +150,10 @@ fail:
 
 /* ---- scratch, reductions, settings ---- */
 
-glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
+/* The scratch grown to n bytes where it holds fewer than nbytes. */
+static glia_status scratch_grow(struct glia__cuda *c, size_t nbytes, size_t n, void **out)
 {
     if (nbytes > c->scratch_size) {
-        size_t n = nbytes + nbytes / 4;  /* grow by a quarter more, so that growth is rare */
         if (c->scratch) cuda_free(c, c->scratch);
         c->scratch = NULL;
         c->scratch_size = 0;
@@ -163,6 +163,16 @@ glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
     }
     *out = c->scratch;
     return GLIA_OK;
+}
+
+glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out)
+{
+    return scratch_grow(c, nbytes, nbytes + nbytes / 4, out);  /* a quarter more, so that growth is rare */
+}
+
+glia_status glia__cuda_scratch_exact(struct glia__cuda *c, size_t nbytes, void **out)
+{
+    return scratch_grow(c, nbytes, nbytes, out);
 }
 
 glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out)

@@ -81,6 +81,10 @@ glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **o
 /* Scratch device memory of at least nbytes, valid until the next call (all users are ordered on
  * the one stream, so a layer may use it for the duration of its forward or backward). */
 glia_status glia__cuda_scratch(struct glia__cuda *c, size_t nbytes, void **out);
+/* glia__cuda_scratch without the room to grow it takes beside nbytes: for a one-off need larger than a step's (the
+ * autotuner's timing), which glia__cuda_scratch_shrink gives back after; the most device memory in use at once is its
+ * size. */
+glia_status glia__cuda_scratch_exact(struct glia__cuda *c, size_t nbytes, void **out);
 /* Give the scratch back to the driver when it is more than twice nbytes (the next glia__cuda_scratch
  * takes a block of the size asked then); true when it did. For after autotuning, whose workspace
  * may be far larger than what the chosen algorithms run with; it waits for the device, so never
