@@ -7,7 +7,9 @@
 #   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
 #   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train,
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
-#   diag-gpt2 (glia profile of GPT-2 124M at batch 16)
+#   diag-gpt2 (glia profile of GPT-2 124M at batch 16), diag-startup (where fmnist-cnn's first epoch goes: each cuDNN
+#   graph build and pointwise kernel compile from the debug log, summed), diag-fmnist (fmnist-resnet's training
+#   step kernel by kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
 set -u
 if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeout (which ends its whole process group)
@@ -41,6 +43,48 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
         [ -f gpu-kit/gpt2-data/tokens_train_000001.bin ] && d=gpu-kit/gpt2-data
         ./tools/glia profile share/glia/examples/gpt2-124m.ini --steps 10 --set data.train_tokens="$d/tokens_train_*.bin" \
             --set data.val_tokens="$d/tokens_val_*.bin" --set data.batch_size=16 --set train.accumulate=1 ;;
+    diag-startup) # fmnist-cnn, 1 epoch as bench/gpu_fmnist runs it (CUDA graphs on), with the debug log's times
+        d=bench/data
+        [ -f "$d/train-images-idx3-ubyte.gz" ] || d=/usr/share/datasets/fashion-mnist
+        t0=$(date +%s.%N)
+        GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" GLIA_LOG_LEVEL=debug \
+            ./tools/glia train share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set runtime.precision=bf16 \
+            --set runtime.memory_format=channels_last --set runtime.cuda_graph=on --set train.epochs=1 \
+            --set data.train_images="$d/train-images-idx3-ubyte.gz" --set data.train_labels="$d/train-labels-idx1-ubyte.gz" \
+            --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz" \
+            > "$work/diag-startup.txt" 2>&1
+        awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "real %.1f\n", b - a }' >> "$work/diag-startup.txt"
+        python3 - "$work/diag-startup.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+plans = [float(m) for m in re.findall(r"graph plans? \(\d+ fused\) built in ([0-9.]+) ms", text)]
+jit = [float(m) for m in re.findall(r"kernels ready in ([0-9.]+) ms", text)]
+print("cuDNN graph builds: %d, %.2f s in all (largest %.2f s)" % (len(plans), sum(plans) / 1e3, max(plans, default=0) / 1e3))
+print("pointwise kernels: %d layers, %.2f s in all (largest %.2f s)" % (len(jit), sum(jit) / 1e3, max(jit, default=0) / 1e3))
+for line in text.splitlines():
+    if line.startswith("real ") or "epoch" in line and "seconds" in line:
+        print(line[:200])
+PY
+        ;;
+    diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia's kernels of 5 steps (ncu; about 86 launches
+        # a step, counted in the emulator) after 15000 launches, and PyTorch eager's of 5 steps after 50
+        d=bench/data
+        [ -f "$d/train-images-idx3-ubyte.gz" ] || d=/usr/share/datasets/fashion-mnist
+        if command -v ncu > /dev/null; then
+            GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" ncu --clock-control none --target-processes all \
+                --metrics gpu__time_duration.sum --csv --launch-skip 15000 --launch-count 430 \
+                ./tools/glia train share/glia/examples/fmnist-resnet.ini --quiet --set runtime.device=cuda \
+                --set runtime.precision=bf16 --set runtime.memory_format=channels_last --set runtime.cuda_graph=off \
+                --set train.epochs=1 --set data.train_samples=16000 --set data.test_samples=1000 \
+                --set data.train_images="$d/train-images-idx3-ubyte.gz" --set data.train_labels="$d/train-labels-idx1-ubyte.gz" \
+                --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz" \
+                > "$work/diag-fmnist-ncu.csv" 2>&1 || true
+            echo "glia (ncu, 5 steps):"
+            python3 bench/ncu_summary.py "$work/diag-fmnist-ncu.csv" | head -n 45
+        fi
+        echo "pytorch eager:"
+        python3 bench/gpu_fmnist/torch_fmnist_gpu.py "$d" resnet --variant eager --epochs 1 --train-samples 16000 \
+            --test-samples 1000 --profile 5 2>&1 | head -n 55 ;;
     *) echo "unknown stage $3" >&2; exit 2 ;;
     esac
     exit

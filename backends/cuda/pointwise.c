@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <glia/types/activation.h>
 #include <glia/types/pointwise.h>
 #include "cuda_internal.h"
@@ -67,7 +68,8 @@ struct jit_state {
 };
 
 /* The kernels of spec for l's GPU into its state, for f32 tensors and, with precision bf16 or fp16, for that type's
- * too; what is wrong with the expression names it (text). */
+ * too; what is wrong with the expression names it (text). The debug log says how long they took (NVRTC's compiles,
+ * or the process's cache). */
 static glia_status jit_prepare(struct glia_layer *l, const struct glia__pw_spec *spec)
 {
     if (!l->backend || l->backend->ops->device_type != GLIA_DEVICE_CUDA)
@@ -80,8 +82,14 @@ static glia_status jit_prepare(struct glia_layer *l, const struct glia__pw_spec 
     struct glia__pw_spec hs = *spec;
     hs.dtype = js->half;
     char err[512];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     glia_status st = glia__pw_jit_get(spec, c->cc_major, c->cc_minor, &js->k, err, sizeof err);
     if (!st && js->half != GLIA_F32) st = glia__pw_jit_get(&hs, c->cc_major, c->cc_minor, &js->kh, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!st)
+        glia_log(l->ctx, GLIA_LOG_DEBUG, "%s [%s]: kernels ready in %.1f ms", l->type->name, l->name,
+                 1e3 * (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
     if (st) {
         char text[160];
         if (glia_expr_print(spec->f, text, sizeof text) < 0) strcpy(text + sizeof text - 4, "...");

@@ -13,16 +13,20 @@
 #                   an epoch is dropped; CUDA only
 #   compile         eager with torch.compile(model, mode="max-autotune-no-cudagraphs")
 #   compile-graphs  eager with torch.compile(model, mode="reduce-overhead") (its CUDA graphs); CUDA only
-# Prints one JSON line per epoch; a variant that cannot run here prints why on stderr and exits 3.
+# Prints one JSON line per epoch; a variant that cannot run here prints why on stderr and exits 3. --profile N
+# (eager and graph) records N training steps of the first epoch, after PROFILE_WARM steps, with torch.profiler and
+# prints their CUDA kernels on stderr (launches per step, total and mean microseconds): that epoch's time then
+# counts the profiler's.
 # Not a glia test. Hyper-parameters and the data's augmentation and normalization are read from the INI file.
 #   usage: torch_fmnist_gpu.py DATA_DIR cnn|resnet [--variant loader] [--ini FILE] [--epochs N]
 #          [--precision bf16] [--memory-format channels_last] [--cudnn-benchmark on] [--seed 1]
-#          [--device cuda] [--train-samples N] [--test-samples N]
+#          [--device cuda] [--train-samples N] [--test-samples N] [--profile N]
 import argparse
 import configparser
 import gzip
 import json
 import math
+import os
 import sys
 import time
 
@@ -366,10 +370,21 @@ def run(a, s, dev):
         else:
             perm = train.permutation()
             last = n_train - n_train % b if a.variant == 'graph' else n_train  # graph: whole batches only
-            for i in range(0, last, b):
+            prof = None
+            for j, i in enumerate(range(0, last, b)):
+                if a.profile and epoch == 1 and j == PROFILE_WARM:
+                    sync()
+                    act = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+                    prof = torch.profiler.profile(activities=[act])
+                    prof.__enter__()
                 x, y = train.batch(perm[i:i + b], True)
                 loss_sum += step.step(x, y).float() * x.shape[0]  # read once per epoch: no per-step sync
                 trained += x.shape[0]
+                if prof is not None and j == PROFILE_WARM + a.profile - 1:
+                    sync()
+                    prof.__exit__(None, None, None)
+                    print_kernels(prof, a.profile, cuda)
+                    prof = None
         sync()
         train_s = time.perf_counter() - t0
         model.eval()
@@ -392,6 +407,29 @@ def run(a, s, dev):
         print(json.dumps(row), flush=True)
 
 
+PROFILE_WARM = int(os.environ.get("PROFILE_WARM", 50))  # steps before the profiled ones (the benchmark, the capture settled)
+
+
+def print_kernels(prof, steps, cuda):
+    """The CUDA kernels a profile recorded (on the CPU: its operators' own times), summed by name, largest total
+    first, on stderr."""
+    rows = {}
+    for e in prof.events():
+        if cuda and e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        t = (getattr(e, 'device_time', None) or getattr(e, 'cuda_time', 0.0)) if cuda else e.self_cpu_time_total
+        n, total = rows.get(e.name, (0, 0.0))
+        rows[e.name] = (n + 1, total + t)
+    total = sum(t for _, t in rows.values())
+    launches = sum(n for n, _ in rows.values())
+    what = 'kernels' if cuda else 'CPU operators'
+    print(f'torch.profiler: {steps} steps, {launches / steps:.1f} {what} and {total / steps:.1f} us of them a step',
+          file=sys.stderr)
+    print('%8s %12s %10s  kernel' % ('per step', 'total us', 'mean us'), file=sys.stderr)
+    for name, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:50]:
+        print('%8.1f %12.1f %10.2f  %s' % (n / steps, t, t / n, name[:110]), file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('data_dir')
@@ -406,6 +444,7 @@ def main():
     ap.add_argument('--device', default='cuda')
     ap.add_argument('--train-samples', type=int, default=0)
     ap.add_argument('--test-samples', type=int, default=0)
+    ap.add_argument('--profile', type=int, default=0, help='N: profile N steps of the first epoch (eager, graph)')
     a = ap.parse_args()
     s = ini_settings(a.ini or f'share/glia/examples/fmnist-{a.model}.ini')
     if a.epochs:

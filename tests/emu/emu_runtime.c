@@ -193,6 +193,9 @@ static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*f
         }
     }
     n_launches++;
+    static int trace = -1;
+    if (trace < 0) trace = getenv("GLIA_EMU_TRACE") != NULL;
+    if (trace) fprintf(stderr, "emu: launch %s (%u,%u,%u)x(%u,%u,%u)\n", name, g.x, g.y, g.z, b.x, b.y, b.z);
     run_fn = fn;
     run_arg = arg;
     glia_emu_grid_dim = g;

@@ -6,13 +6,15 @@
 # emulated cuda.so and nccl.so share). Not part of make check and not a GPU: it finds wrong indexing,
 # descriptors, layouts, arguments, barriers, missing stream waits (GLIA_EMU_DEFER) and calls a GPU
 # refuses during a stream capture in code that has never met a GPU, not performance problems.
-# Several NCCL ranks cannot run here. GLIA_EMU_STATS=1 prints the kernel and graph launches run.
+# Several NCCL ranks cannot run here. GLIA_EMU_STATS=1 prints the kernel and graph launches run; GLIA_EMU_TRACE=1 prints
+# each launch (its name and grid) as it runs.
 # GLIA_EMU_FAIL_CAPTURE=1 makes every stream capture fail at its end (what a failed capture does).
 # GLIA_EMU_NO_EPILOGUE=1 makes cuBLASLt find no algorithm for any epilogue (bias, GELU, bias gradient), as it may for
 # some types, shapes or alignments, so that the callers' fallbacks run. In cuDNN's graph API (emu_cudnn_graph.c):
 # GLIA_EMU_CUDNN_MAX_OPS=N refuses every graph of more than N operations, GLIA_EMU_CUDNN_NONDET=1 notes every engine
 # nondeterministic, GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution plan's result wrong (1.5 times too large),
-# GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration.
+# GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration, GLIA_EMU_CUDNN_FUSED_MS=T makes
+# a fused convolution graph take T simulated ms in event timing (default 0.5; a plain one takes 0.8).
 #
 #   tests/emu/run.sh [--asan] [TEST...]    (in a built tree configured with CUDA; default: every
 #                                            GPU program, test_cuda_dist without its watchdog test,
