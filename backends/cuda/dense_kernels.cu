@@ -164,6 +164,23 @@ __device__ __forceinline__ float sce_grad(float v, double lse, int64_t j, int32_
     return __fmul_rn(k, expf((float)((double)v - lse)) - (j == t ? 1.0f - e : 0.0f) - off);
 }
 
+/* The labels of y(N) that are not ign, counted by a block of THREADS threads (every thread calls it and gets it). */
+__device__ static long long block_count(const int32_t *y, int64_t N, int32_t ign)
+{
+    __shared__ long long cnt[THREADS];
+    long long c = 0;
+    for (int64_t i = threadIdx.x; i < N; i += THREADS) c += y[i] != ign;
+    cnt[threadIdx.x] = c;
+    __syncthreads();
+    for (int h = THREADS / 2; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h) cnt[threadIdx.x] += cnt[threadIdx.x + h];
+        __syncthreads();
+    }
+    c = cnt[0];
+    __syncthreads();  /* cnt is written again by the next call */
+    return c;
+}
+
 /* One logit v into a lane's running max m and sum s of exp(x - m) (the sum rescaled when the max grows; each
  * exponential in float, the sum in double). What two passes give for the special values: a NaN makes the sum NaN, a
  * -inf adds 0. */
@@ -182,13 +199,20 @@ __device__ __forceinline__ void sce_online(float v, float &m, double &s)
  * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), 16 bytes a lane where vec
  * (C % 4 == 0, x and dx 16-byte aligned), the exponentials in float and the sums in double (the CPU kernel's are in
  * double: the two differ by float rounding). A bad label: NaN and *bad lowered. With dx, also the row's gradient as
- * sce_backward_kernel computes it (sce_grad, so the same bits), k = dout[0] / *count (counted before), written over
- * the row once the warp has read it (dx may be x). */
+ * sce_backward_kernel computes it (sce_grad, so the same bits), k = dout[0] / count, written over the row once the warp
+ * has read it (dx may be x); count is *count (counted before), or with self_count each block's own count of the N
+ * labels (a small batch: N values from L2 a block cost less than a launch). */
 __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, float *dx, const float *x,
                                 const int32_t *y, int64_t N, int64_t C, float e, int32_t ign, const float *dout,
-                                const double *count, float off, bool vec)
+                                const double *count, float off, bool vec, bool self_count)
 {
-    float k = dx && *count > 0.0 ? dout[0] / (float)*count : 0.0f;
+    float k = 0.0f;
+    if (dx && self_count) {  /* uniform over the block */
+        double c = (double)block_count(y, N, ign);
+        k = c > 0.0 ? dout[0] / (float)c : 0.0f;
+    } else if (dx) {
+        k = *count > 0.0 ? dout[0] / (float)*count : 0.0f;
+    }
     int lane = threadIdx.x & 31;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -252,16 +276,8 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
 /* *count = the rows whose label y(N) is not ign (a double), one block, before sce_rows_kernel writes gradients */
 __global__ void sce_count_kernel(double *count, const int32_t *y, int64_t N, int32_t ign)
 {
-    __shared__ long long cnt[THREADS];
-    long long c = 0;
-    for (int64_t i = threadIdx.x; i < N; i += THREADS) c += y[i] != ign;
-    cnt[threadIdx.x] = c;
-    __syncthreads();
-    for (int k = THREADS / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) cnt[threadIdx.x] += cnt[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *count = (double)cnt[0];
+    long long c = block_count(y, N, ign);
+    if (threadIdx.x == 0) *count = (double)c;
 }
 
 /* loss(1) = sum_n row(N) / count and *count = count, the rows whose label y(N) is not ign, one block, in a fixed
@@ -292,12 +308,16 @@ __global__ void sce_mean_kernel(float *loss, double *count, const double *row, c
     }
 }
 
+/* Batches of at most this many rows: sce_rows_kernel's blocks count the labels themselves (no sce_count_kernel) */
+#define SCE_SELF_COUNT 2048
+
 extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, void *count,
                                               unsigned long long *bad, float *dx, const float *dout, const float *x,
                                               const int32_t *y, int64_t N, int64_t C, float e, int32_t ign,
                                               cudaStream_t s)
 {
-    if (dx) {
+    bool self_count = N <= SCE_SELF_COUNT;
+    if (dx && !self_count) {
         sce_count_kernel<<<1, THREADS, 0, s>>>((double *)count, y, N, ign);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
@@ -305,7 +325,7 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
     if (N > 0) {
         bool vec = C % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)dx % 16 == 0;
         sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, dx, x, y, N, C, e, ign, dout,
-                                                             (const double *)count, e / (float)C, vec);
+                                                             (const double *)count, e / (float)C, vec, self_count);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
