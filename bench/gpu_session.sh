@@ -66,13 +66,13 @@ for line in text.splitlines():
         print(line[:200])
 PY
         ;;
-    diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia's kernels of 5 steps (ncu; about 86 launches
+    diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia's kernels of 5 steps (ncu; 85 launches
         # a step, counted in the emulator) after 15000 launches, and PyTorch eager's of 5 steps after 50
         d=bench/data
         [ -f "$d/train-images-idx3-ubyte.gz" ] || d=/usr/share/datasets/fashion-mnist
         if command -v ncu > /dev/null; then
             GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" ncu --clock-control none --target-processes all \
-                --metrics gpu__time_duration.sum --csv --launch-skip 15000 --launch-count 430 \
+                --metrics gpu__time_duration.sum --csv --launch-skip 15000 --launch-count 425 \
                 ./tools/glia train share/glia/examples/fmnist-resnet.ini --quiet --set runtime.device=cuda \
                 --set runtime.precision=bf16 --set runtime.memory_format=channels_last --set runtime.cuda_graph=off \
                 --set train.epochs=1 --set data.train_samples=16000 --set data.test_samples=1000 \
