@@ -1277,8 +1277,8 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
         k.o_af = carve(&k, 3 * align_up((size_t)g->F * sizeof(float)));
     p->epi_done = false;
     if (copies) k.o_x = carve(&k, (size_t)k.nx * k.es);
-    bool kept;
-    if ((k.lp || k.nhwc) && (st = kept_w(l, &k, true, &kept))) return st;
+    bool made;  /* W converted into the layer's kept copy (always, where it is converted at all) */
+    if ((k.lp || k.nhwc) && (st = kept_w(l, &k, true, &made))) return st;
     if (copies) k.o_y = carve(&k, (size_t)k.ny * k.es);
     char *base;
     if ((st = setup(l, &k, 1u << FWD, &base))) return st;
