@@ -7,7 +7,7 @@
 #   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
 #   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train,
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
-#   diag-gpt2 (glia profile of GPT-2 124M at batch 16), diag-startup (where fmnist-cnn's first epoch goes: each cuDNN
+#   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler), diag-startup (where fmnist-cnn's first epoch goes: each cuDNN
 #   graph build and pointwise kernel compile from the debug log, summed), diag-fmnist (fmnist-resnet's training
 #   step kernel by kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
@@ -38,11 +38,22 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
                 ./tools/glia bench conv --relu on --steps 3 --warmup 1 > "$work/diag-conv-ncu.csv" 2>&1 || true
             python3 bench/ncu_summary.py "$work/diag-conv-ncu.csv" | head -n 40
         fi ;;
-    diag-gpt2) # glia profile of GPT-2 124M at batch 16 on the kit's tokens: per-layer times and roofline
+    diag-gpt2) # GPT-2 124M at batch 16 on the kit's tokens: glia profile (per-layer times and roofline), glia's kernels
+        # by ncu (500 launches, about one step, after 3000) and PyTorch's 3 steps by torch.profiler, side by side
         d=bench/gpt2/data
         [ -f gpu-kit/gpt2-data/tokens_train_000001.bin ] && d=gpu-kit/gpt2-data
-        ./tools/glia profile share/glia/examples/gpt2-124m.ini --steps 10 --set data.train_tokens="$d/tokens_train_*.bin" \
-            --set data.val_tokens="$d/tokens_val_*.bin" --set data.batch_size=16 --set train.accumulate=1 ;;
+        set -- share/glia/examples/gpt2-124m.ini --steps 10 --set data.train_tokens="$d/tokens_train_*.bin" \
+            --set data.val_tokens="$d/tokens_val_*.bin" --set data.batch_size=16 --set train.accumulate=1
+        ./tools/glia profile "$@"
+        if command -v ncu > /dev/null; then
+            ncu --clock-control none --target-processes all --metrics gpu__time_duration.sum --csv --launch-skip 3000 \
+                --launch-count 500 ./tools/glia profile "$@" > "$work/diag-gpt2-ncu.csv" 2>&1 || true
+            echo "glia (ncu, 500 launches):"
+            python3 bench/ncu_summary.py "$work/diag-gpt2-ncu.csv" | head -n 40
+        fi
+        echo "pytorch (torch.compile):"
+        python3 bench/gpt2/torch_gpt2.py --train "$d/tokens_train_*.bin" --batch 16 --steps 5 --warmup 5 --profile 3 2>&1 |
+            tail -n 45 ;;
     diag-startup) # fmnist-cnn, 1 epoch as bench/gpu_fmnist runs it (CUDA graphs on), with the debug log's times
         d=bench/data
         [ -f "$d/train-images-idx3-ubyte.gz" ] || d=/usr/share/datasets/fashion-mnist

@@ -4,17 +4,23 @@
 # causal, GPT-2's tanh GELU, tied lm_head, vocab 50304), bf16 autocast, torch.compile, fused AdamW (0.9, 0.95, weight decay
 # 0.1 on the 2-D weights), clipping 1, glia's warmup then cosine, random windows of llm.c token files, the data on
 # the GPU. Prints a JSON line per logged step (loss) and one summary line: ms per step after the warm-up, tokens/s,
-# MFU by 6N + 6·L·C·T FLOPs per token against the given peak, peak memory. Not glia, and not a test.
+# MFU by 6N + 6·L·C·T FLOPs per token against the given peak, peak memory. --profile N then runs N more steps under
+# torch.profiler and prints their CUDA kernels on stderr (bench/torch_kernels.py). Not glia, and not a test.
 import argparse
 import glob
 import json
 import math
+import os
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from torch_kernels import print_kernels  # noqa: E402  (bench/torch_kernels.py)
 
 
 class Block(nn.Module):
@@ -81,6 +87,7 @@ def main():
     a.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak (H100/H200 SXM: 989)")
     a.add_argument("--log-every", type=int, default=10)
     a.add_argument("--seed", type=int, default=1337)
+    a.add_argument("--profile", type=int, default=0, help="N: after the timed steps, N more under torch.profiler")
     o = a.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(o.seed)
@@ -131,6 +138,12 @@ def main():
                       "seq_len": T, "params": n_params, "ms_per_step": ms, "tokens_per_s": tok_s,
                       "mfu": tok_s * flops_per_token / (o.peak_tflops * 1e12),
                       "peak_mb": torch.cuda.max_memory_allocated() / 2**20, "gpu": torch.cuda.get_device_name()}))
+    if o.profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for k in range(o.profile):
+                step(o.warmup + o.steps + 1 + k)
+            torch.cuda.synchronize()
+        print_kernels(prof, o.profile)
 
 
 if __name__ == "__main__":

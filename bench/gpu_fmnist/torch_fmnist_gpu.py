@@ -32,6 +32,9 @@ import time
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+from torch_kernels import print_kernels  # noqa: E402  (bench/torch_kernels.py)
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -408,26 +411,6 @@ def run(a, s, dev):
 
 
 PROFILE_WARM = int(os.environ.get("PROFILE_WARM", 50))  # steps before the profiled ones (the benchmark, the capture settled)
-
-
-def print_kernels(prof, steps, cuda):
-    """The CUDA kernels a profile recorded (on the CPU: its operators' own times), summed by name, largest total
-    first, on stderr."""
-    rows = {}
-    for e in prof.events():
-        if cuda and e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        t = (getattr(e, 'device_time', None) or getattr(e, 'cuda_time', 0.0)) if cuda else e.self_cpu_time_total
-        n, total = rows.get(e.name, (0, 0.0))
-        rows[e.name] = (n + 1, total + t)
-    total = sum(t for _, t in rows.values())
-    launches = sum(n for n, _ in rows.values())
-    what = 'kernels' if cuda else 'CPU operators'
-    print(f'torch.profiler: {steps} steps, {launches / steps:.1f} {what} and {total / steps:.1f} us of them a step',
-          file=sys.stderr)
-    print('%8s %12s %10s  kernel' % ('per step', 'total us', 'mean us'), file=sys.stderr)
-    for name, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:50]:
-        print('%8.1f %12.1f %10.2f  %s' % (n / steps, t, t / n, name[:110]), file=sys.stderr)
 
 
 def main():
