@@ -8,7 +8,7 @@
 #   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train,
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
 #   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler), diag-startup (where fmnist-cnn's first epoch goes: each cuDNN
-#   graph build and pointwise kernel compile from the debug log, summed), diag-fmnist (fmnist-resnet's training
+#   graph build and pointwise kernel compile from the debug log, summed, and the scratch's largest size), diag-fmnist (fmnist-resnet's training
 #   step kernel by kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
 set -u
@@ -72,6 +72,8 @@ plans = [float(m) for m in re.findall(r"graph plans? \(\d+ fused\) built in ([0-
 jit = [float(m) for m in re.findall(r"kernels ready in ([0-9.]+) ms", text)]
 print("cuDNN graph builds: %d, %.2f s in all (largest %.2f s)" % (len(plans), sum(plans) / 1e3, max(plans, default=0) / 1e3))
 print("pointwise kernels: %d layers, %.2f s in all (largest %.2f s)" % (len(jit), sum(jit) / 1e3, max(jit, default=0) / 1e3))
+grows = [float(m) for m in re.findall(r"scratch grows from [0-9.]+ MB to ([0-9.]+) MB", text)]
+print("scratch: grew %d times, largest %.1f MB" % (len(grows), max(grows, default=0)))
 for line in text.splitlines():
     if line.startswith("real ") or "epoch" in line and "seconds" in line:
         print(line[:200])

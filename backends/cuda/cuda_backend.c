@@ -150,10 +150,13 @@ fail:
 
 /* ---- scratch, reductions, settings ---- */
 
-/* The scratch grown to n bytes where it holds fewer than nbytes. */
+/* The scratch grown to n bytes where it holds fewer than nbytes (the debug log says so: the scratch is often the
+ * largest allocation of a small model, the autotuner's timing its peak). */
 static glia_status scratch_grow(struct glia__cuda *c, size_t nbytes, size_t n, void **out)
 {
     if (nbytes > c->scratch_size) {
+        glia_log(c->ctx, GLIA_LOG_DEBUG, "cuda:%d: scratch grows from %.1f MB to %.1f MB", c->device,
+                 (double)c->scratch_size / 1048576.0, (double)n / 1048576.0);
         if (c->scratch) cuda_free(c, c->scratch);
         c->scratch = NULL;
         c->scratch_size = 0;
