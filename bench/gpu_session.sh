@@ -7,13 +7,15 @@
 #   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
 #   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train,
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
-#   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler), diag-startup (where fmnist-cnn's first epoch goes: each cuDNN
-#   graph build and pointwise kernel compile from the debug log, summed, and the scratch's largest size), diag-fmnist (fmnist-resnet's training
-#   step kernel by kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
+#   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler),
+#   diag-startup (where fmnist-cnn's first epoch goes: each cuDNN graph build and pointwise kernel compile from the
+#   debug log, summed, and the scratch's largest size), diag-fmnist (fmnist-resnet's training step kernel by kernel:
+#   glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
 set -u
 if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeout (which ends its whole process group)
     work=$2
+    fmnist_dir() { if [ -f bench/data/train-images-idx3-ubyte.gz ]; then echo bench/data; else echo /usr/share/datasets/fashion-mnist; fi; }
     cd "$(dirname "$0")/.."
     acc=bench/gpu_acceptance.sh
     case "$3" in
@@ -55,8 +57,7 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
         python3 bench/gpt2/torch_gpt2.py --train "$d/tokens_train_*.bin" --batch 16 --steps 5 --warmup 5 --profile 3 2>&1 |
             tail -n 45 ;;
     diag-startup) # fmnist-cnn, 1 epoch as bench/gpu_fmnist runs it (CUDA graphs on), with the debug log's times
-        d=bench/data
-        [ -f "$d/train-images-idx3-ubyte.gz" ] || d=/usr/share/datasets/fashion-mnist
+        d=$(fmnist_dir)
         t0=$(date +%s.%N)
         GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" GLIA_LOG_LEVEL=debug \
             ./tools/glia train share/glia/examples/fmnist-cnn.ini --set runtime.device=cuda --set runtime.precision=bf16 \
@@ -81,8 +82,7 @@ PY
         ;;
     diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia's kernels of 5 steps (ncu; 85 launches
         # a step, counted in the emulator) after 15000 launches, and PyTorch eager's of 5 steps after 50
-        d=bench/data
-        [ -f "$d/train-images-idx3-ubyte.gz" ] || d=/usr/share/datasets/fashion-mnist
+        d=$(fmnist_dir)
         if command -v ncu > /dev/null; then
             GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" ncu --clock-control none --target-processes all \
                 --metrics gpu__time_duration.sum --csv --launch-skip 15000 --launch-count 425 \

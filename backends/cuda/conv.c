@@ -754,10 +754,9 @@ static void graph_build_plans(struct glia_layer *l, int d, int64_t src)
     struct cuda_conv *p = l->state;
     struct conv_graph *q = &p->graph[d];
     const struct conv_key *k = &p->key;
-    bool tuned = l->backend->options.cudnn_benchmark;
+    bool fused = d == FWD && k->epi && (src >= 0 ? PLAN_SRC_FUSED(src) : l->backend->options.cudnn_benchmark);
     q->built = true;
-    if (d == FWD && k->epi && (src >= 0 ? PLAN_SRC_FUSED(src) : tuned) &&
-        graph_make(l, d, 1, src) != CUDNN_STATUS_SUCCESS && src < 0) {
+    if (fused && graph_make(l, d, 1, src) != CUDNN_STATUS_SUCCESS && src < 0) {
         glia_log(l->ctx, p->told_unfused ? GLIA_LOG_DEBUG : GLIA_LOG_INFO,
                  "[%s] conv2d: cuDNN's graph API has no fused plan for the convolution%s%s%s at this shape (%s); they "
                  "run as a second pass over the output", l->name, k->epi & EPI_BIAS ? " + bias" : "",
@@ -1022,7 +1021,9 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             for (int i = 0; i < p->graph[d].n; i++) {  /* a faster graph plan runs */
                 if (!graph_aligned(l, k, d, i, probe, ws)) continue;
                 float t = graph_time(l, k, d, i, probe, tune_ws[d] ? ws : NULL);
-                if (t >= 0.0f && (t += plan_fused(&p->graph[d], i) ? 0.0f : epi) < best) best = t, ch.plan = i;
+                if (t < 0.0f) continue;  /* it did not run */
+                if (!plan_fused(&p->graph[d], i)) t += epi;
+                if (t < best) best = t, ch.plan = i;
             }
             if (ch.plan >= 0) ch.plan_src = p->graph[d].src[ch.plan];
             if (ch.plan >= 0 && (size_t)p->graph[d].ws[ch.plan] > ch.workspace)
