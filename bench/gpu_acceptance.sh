@@ -79,11 +79,12 @@ ensure_built() {
     build
 }
 
-# GPU_TESTS=1 runs only the test programs that use the GPU (the CPU suite runs in CI anyway).
-GPU_PROGRAMS="tests/test_cuda tests/test_cuda_conv tests/test_cuda_dense tests/test_cuda_norm_pool tests/test_cuda_pointwise
+# GPU_TESTS=1 runs only the test programs that use the GPU (the CPU suite runs in CI anyway); GPU_PROGRAMS, where set,
+# names fewer (a rerun of the ones that failed).
+GPU_PROGRAMS=${GPU_PROGRAMS:-"tests/test_cuda tests/test_cuda_conv tests/test_cuda_dense tests/test_cuda_norm_pool tests/test_cuda_pointwise
  tests/test_cuda_optim tests/test_cuda_seq tests/test_cuda_attention tests/test_cuda_layernorm tests/test_cuda_dist tests/test_syncbn
  tests/test_dp tests/test_layer_run tests/test_model tests/test_tensor tests/test_cache tests/test_config tests/test_pw_jit
- tests/test_synthetic tests/test_bench"
+ tests/test_synthetic tests/test_bench"}
 
 tests() {
     ensure_built

@@ -794,7 +794,8 @@ static glia_status abi20_step(struct glia_optimizer *o, const struct glia_opt_st
 }
 
 /* [runtime] cuda_graph = on trains exactly as off: the same kernels in the same order, so (with
- * deterministic = on: cuDNN's atomics-based algorithms round differently each run) the same weights bit for
+ * deterministic = on and cudnn_benchmark = off: cuDNN's atomics-based algorithms round differently each run, and the
+ * autotuner's timing may choose another algorithm or a fused graph in another run) the same weights bit for
  * bit and the same evaluation, while every pass of a batch shape after its first is
  * one graph launch: the full batches and the last, smaller one of an epoch (two shapes), with a
  * dropout and a fused dropout drawing each step's mask from the step a replay is handed, batchnorm
@@ -828,9 +829,9 @@ static void test_cuda_graph_trains_the_same(void)
         snprintf(acc, sizeof acc, "%saccumulate = %d\n", cases[c].train, cases[c].accumulate);
         struct run a, b;
         struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
-        snprintf(rt, sizeof rt, "cuda_graph = off\ndeterministic = on\n%s", cases[c].runtime);
+        snprintf(rt, sizeof rt, "cuda_graph = off\ndeterministic = on\ncudnn_benchmark = off\n%s", cases[c].runtime);
         train_run(&a, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc), ra);
-        snprintf(rt, sizeof rt, "cuda_graph = on\ndeterministic = on\n%s", cases[c].runtime);
+        snprintf(rt, sizeof rt, "cuda_graph = on\ndeterministic = on\ncudnn_benchmark = off\n%s", cases[c].runtime);
         char *log = NULL;
         size_t len = 0;
         open_run(&b, cnn_text_with(rt, cases[c].optimizer, cases[c].batch, acc));
@@ -898,9 +899,9 @@ static void test_cuda_step_equals_training(void)
     static const struct {
         const char *rt, *opt, *train;
     } cases[] = {
-        {"cuda_graph = on\ndeterministic = on\nprecision = fp16", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9",
+        {"cuda_graph = on\ndeterministic = on\ncudnn_benchmark = off\nprecision = fp16", "sgd\nlr = 0.01\n[optimizer]\nmomentum = 0.9",
          "max_steps = 4\n"},
-        {"cuda_graph = on\ndeterministic = on\nprecision = fp32", "adam\nlr = 0.01", "max_steps = 4\nwarmup_steps = 3\n"},
+        {"cuda_graph = on\ndeterministic = on\ncudnn_benchmark = off\nprecision = fp32", "adam\nlr = 0.01", "max_steps = 4\nwarmup_steps = 3\n"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         struct run a, b;
@@ -992,11 +993,11 @@ static void test_cuda_graph_capture_failure_runs_as_it_comes(void)
     make_data();
     struct run a, b;
     struct glia_epoch_result ra[2] = GLIA_TEST_RESULTS, rb[2] = GLIA_TEST_RESULTS;
-    train_run(&a, cnn_text_with("precision = fp32\ndeterministic = on", "sgd\nlr = 0.01", 48, ""), ra);
+    train_run(&a, cnn_text_with("precision = fp32\ndeterministic = on\ncudnn_benchmark = off", "sgd\nlr = 0.01", 48, ""), ra);
     setenv("GLIA_EMU_FAIL_CAPTURE", "1", 1);
     char *log = NULL;
     size_t len = 0;
-    open_run(&b, cnn_text_with("precision = fp32\ndeterministic = on\ncuda_graph = on", "sgd\nlr = 0.01", 48, ""));
+    open_run(&b, cnn_text_with("precision = fp32\ndeterministic = on\ncudnn_benchmark = off\ncuda_graph = on", "sgd\nlr = 0.01", 48, ""));
     FILE *f = open_memstream(&log, &len);
     glia_log_set(b.ctx, f, GLIA_LOG_INFO);
     glia_status st = glia_model_train(b.m, &quiet, rb, 2);
@@ -1205,7 +1206,7 @@ static const char *resident_cnn(const char *resident, const char *runtime_extra,
 {
     static char buf[4096];
     char rt[512];
-    snprintf(rt, sizeof rt, "deterministic = on\n%s", runtime_extra);
+    snprintf(rt, sizeof rt, "deterministic = on\ncudnn_benchmark = off\n%s", runtime_extra);
     const char *text = cnn_text("cuda", rt, optimizer);
     const char *at = strstr(text, "shuffle = off\n");
     CU_ASSERT_FATAL(at != NULL);
@@ -1459,7 +1460,7 @@ static void test_cuda_graph_fp16_scaler_trains_the_same(void)
         FILE *f = NULL;
         struct glia_optimizer_kernel noskip;
         for (int r = 0; r < 2; r++) {
-            snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+            snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\ncudnn_benchmark = off\nprecision = fp16", r ? "on" : "off");
             snprintf(ck[r], sizeof ck[r], "%s/fp16-ckpt-%d", dir, r);  /* where checkpoint_every writes */
             snprintf(tbd[r], sizeof tbd[r], "%s/fp16-tb-%d", dir, r);
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", tbd[r]);
@@ -1542,7 +1543,7 @@ static void test_cuda_graph_fp16_step_matches(void)
     struct run *runs[2] = {&a, &b};
     for (int r = 0; r < 2; r++) {
         char rt[128];
-        snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\nprecision = fp16", r ? "on" : "off");
+        snprintf(rt, sizeof rt, "cuda_graph = %s\ndeterministic = on\ncudnn_benchmark = off\nprecision = fp16", r ? "on" : "off");
         open_run(runs[r], cnn_text_with(rt, "adam\nlr = 0.002", 32, "clip_grad_norm = 1.0\nwarmup_steps = 4\n"));
         runs[r]->m->trainer.scaler_growth = 3;
         runs[r]->m->trainer.scaler.scale = FP16_START;
