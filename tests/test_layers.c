@@ -307,6 +307,32 @@ static void test_linear_refuses_1d_input(void)
     glia_context_free(ctx);
 }
 
+/* linear's init: nn.Linear's U(+-1/sqrt(features)) for weight and bias by default; init_std > 0 gives GPT-2's, weight
+ * N(0, init_std^2) and bias zeros (the bias-less layer too); a negative init_std is refused naming the key. */
+static void test_linear_init(void)
+{
+    struct glia_shape in = S(2, 4, 16, 0, 0);
+    struct built B;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    layer_build(ctx, "[fc]\ntype = linear\noutputs = 3\n", &in, 1, &B);
+    CU_ASSERT_FATAL(B.l.n_params == 2);
+    for (int k = 0; k < 2; k++) CU_ASSERT(B.l.params[k].init.kind == GLIA_INIT_UNIFORM && B.l.params[k].init.a == 0.25);
+    layer_unbuild(&B);
+    layer_build(ctx, "[fc]\ntype = linear\noutputs = 3\ninit_std = 0.02\n", &in, 1, &B);
+    CU_ASSERT_FATAL(B.l.n_params == 2);
+    CU_ASSERT(B.l.params[0].init.kind == GLIA_INIT_NORMAL && B.l.params[0].init.a == 0.02);
+    CU_ASSERT(B.l.params[1].init.kind == GLIA_INIT_ZEROS);
+    layer_unbuild(&B);
+    layer_build(ctx, "[fc]\ntype = linear\noutputs = 3\nbias = off\ninit_std = 0.004\n", &in, 1, &B);
+    CU_ASSERT(B.l.n_params == 1 && B.l.params[0].init.kind == GLIA_INIT_NORMAL && B.l.params[0].init.a == 0.004);
+    layer_unbuild(&B);
+    CU_ASSERT_NOT_EQUAL(glia_layer_gradcheck(ctx, "[fc]\ntype = linear\noutputs = 3\ninit_std = -1\n", &in, 1, 1, 1e-2,
+                                             NULL), GLIA_OK);
+    if (!strstr(glia_context_error(ctx), "[fc] init_std")) printf("\n  %s\n", glia_context_error(ctx));
+    CU_ASSERT_PTR_NOT_NULL(strstr(glia_context_error(ctx), "[fc] init_std"));
+    glia_context_free(ctx);
+}
+
 /* The output shape of linear on 3-D and 4-D inputs: only the last dim changes, and flops count every row. */
 static void test_linear_nd_shape(void)
 {
@@ -553,6 +579,6 @@ GLIA_TEST_MAIN("layers", GLIA_TEST(test_label_smoothing_value), GLIA_TEST(test_d
                GLIA_TEST(test_softmax_cross_entropy), GLIA_TEST(test_sce_ignore_index), GLIA_TEST(test_sigmoid), GLIA_TEST(test_tanh),
                GLIA_TEST(test_gelu), GLIA_TEST(test_leaky_relu), GLIA_TEST(test_leaky_relu_refuses_slope_out_of_range),
                GLIA_TEST(test_activation_forward_values), GLIA_TEST(test_linear_refuses_1d_input),
-               GLIA_TEST(test_linear_nd_shape),
+               GLIA_TEST(test_linear_nd_shape), GLIA_TEST(test_linear_init),
                GLIA_TEST(test_checker_catches_wrong_gradient), GLIA_TEST(test_checker_catches_ignored_accumulate),
                GLIA_TEST(test_checker_catches_write_over_garbage), GLIA_TEST(test_init_param_slot))

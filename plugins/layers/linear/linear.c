@@ -14,10 +14,14 @@ static const struct glia_key linear_keys[] = {
              "apply an activation to the result: gelu (erf form) or gelu_tanh (nn.GELU(approximate='tanh')); "
              "[graph] fuse_pointwise sets it for a gelu layer that reads only this one",
              .choices = "none|gelu|gelu_tanh"),
+    GLIA_KEY("init_std", GLIA_KEY_FLOAT, "0",
+             "0: weight and bias U(-1/sqrt(features), 1/sqrt(features)) like nn.Linear; > 0: weight N(0, std^2) and "
+             "bias zeros, GPT-2's init (0.02; its residual projections 0.02/sqrt(2 layers))",
+             .min = 0, .max = 1e6),
     GLIA_KEY_END};
 
 /* Checks the (..., features) input (2 or more dims), reads the keys and declares "weight" (O, I) and, with bias
- * on, "bias" (O), both U(-1/sqrt(I), 1/sqrt(I)) like PyTorch. */
+ * on, "bias" (O), both U(-1/sqrt(I), 1/sqrt(I)) like PyTorch, or with init_std > 0 N(0, init_std^2) and zeros. */
 static glia_status linear_create(struct glia_layer *l, const struct glia_section *cfg, const struct glia_shape *in,
                                  int n_in)
 {
@@ -31,12 +35,17 @@ static glia_status linear_create(struct glia_layer *l, const struct glia_section
     p->out = glia_section_int(cfg, "outputs");
     const char *act = glia_section_str(cfg, "activation");
     p->act = glia_linear_act_of(act);
-    struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)p->in)};
+    double std = glia_section_float(cfg, "init_std");
+    struct glia_param_init init = {GLIA_INIT_UNIFORM, 1.0 / sqrt((double)p->in)}, binit = init;
+    if (std > 0) {
+        init = (struct glia_param_init){GLIA_INIT_NORMAL, std};
+        binit = (struct glia_param_init){GLIA_INIT_ZEROS, 0};
+    }
     struct glia_shape ws = glia_shape_make(2, (int64_t[]){p->out, p->in});
     struct glia_shape bs = glia_shape_make(1, (int64_t[]){p->out});
     glia_status st = glia_layer_add_param(l, "weight", &ws, init, &p->w);
     p->b = -1;
-    if (!st && glia_section_bool(cfg, "bias")) st = glia_layer_add_param(l, "bias", &bs, init, &p->b);
+    if (!st && glia_section_bool(cfg, "bias")) st = glia_layer_add_param(l, "bias", &bs, binit, &p->b);
     return st;
 }
 
