@@ -57,6 +57,7 @@ static void test_attention_half(void)
     static const struct at_case fused[] = {
         {"[a]\ntype = attention\nheads = 2\n", {3, {2, 37, 96}}},   /* D 16 */
         {"[a]\ntype = attention\nheads = 1\n", {3, {1, 64, 192}}},  /* D 64, GPT-2's */
+        {"[a]\ntype = attention\nheads = 2\n", {3, {5, 37, 96}}},   /* more sequences than the layer's check reads */
     };
     static const struct at_case unfused[] = {
         {"[a]\ntype = attention\nheads = 2\n", {3, {2, 37, 24}}},
@@ -121,6 +122,43 @@ static void test_attention_half_backward_refused(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(log, "cuDNN's fused attention refused"));
     CU_ASSERT_PTR_NOT_NULL(strstr(log, "backward graph"));
     free(log);
+}
+
+/* Under the emulator, cuDNN's fused attention off (GLIA_EMU_CUDNN_MATMUL_SKEW: its matrix products 1.5 times too
+ * large), in the forward and backward graphs (0) or the backward's only (20), over 5 sequences, of which the layer's
+ * check of a fused run reads the first 2: the check catches it with one notice, and the f32 kernels' results of the
+ * whole batch stand (the CPU's within an ulp or two), the forward's and then every later call's (forward), or the
+ * backward's with the fused forward's output (backward). On a GPU the variable means nothing. */
+static void test_attention_half_check_off(void)
+{
+    void *emu = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    if (!emu) {
+        printf("(not the emulator: skipped) ");
+        return;
+    }
+    dlclose(emu);
+    const struct glia_shape sh = {3, {5, 37, 96}};
+    for (int m = 0; m < 2; m++) {
+        setenv("GLIA_EMU_CUDNN_MATMUL_SKEW", m ? "20" : "0", 1);
+        char *log = NULL;
+        size_t log_len = 0;
+        FILE *lf = open_memstream(&log, &log_len);
+        CU_ASSERT_FATAL(lf != NULL);
+        glia_log_set(cuda_ctx, lf, GLIA_LOG_WARN);
+        struct cuda_case k = {.ini = "[a]\ntype = attention\nheads = 2\n", .in = &sh, .n_in = 1, .seed = 91 + m,
+                              .act = GLIA_BF16};
+        struct cuda_diff d = cuda_compare(&k);
+        glia_log_set(cuda_ctx, stderr, GLIA_LOG_WARN);
+        fclose(lf);
+        unsetenv("GLIA_EMU_CUDNN_MATMUL_SKEW");
+        printf("\n  skewed %s: out %g din %g; notices: %s", m ? "backward" : "both", d.out, d.din, log);
+        CU_ASSERT(d.out <= (m ? 3e-2 : 1.0 / 64) && d.din <= 1.0 / 64);
+        const char *said = strstr(log, "differs from the unfused kernels'");
+        CU_ASSERT_PTR_NOT_NULL(said);
+        CU_ASSERT_PTR_NOT_NULL(strstr(log, m ? "fused attention backward differs" : "fused attention training forward"));
+        if (said) CU_ASSERT_PTR_NULL(strstr(said + 1, "differs from the unfused kernels'"));  /* once */
+        free(log);
+    }
 }
 
 /* A cached decode on the GPU (glia_fwd.decode): qkv(2, 37, 3 x 24) in chunks of 5, 1, 1, 13 and 17 positions, the
@@ -285,5 +323,6 @@ static void test_gpt_trains_bf16(void)
 
 CUDA_TEST_MAIN("cuda_attention", GLIA_TEST(test_attention), GLIA_TEST(test_attention_tf32),
                GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_half),
-               GLIA_TEST(test_attention_half_backward_refused), GLIA_TEST(test_attention_decode),
+               GLIA_TEST(test_attention_half_backward_refused),
+               GLIA_TEST(test_attention_half_check_off), GLIA_TEST(test_attention_decode),
                GLIA_TEST(test_model_decode), GLIA_TEST(test_gpt_trains_bf16))

@@ -1,6 +1,6 @@
 /* backends/cuda/attention.c — the CUDA kernel ("cuda") of layer type attention. With bf16 or fp16 activations, causal
  * and without dropout in training, cuDNN's fused flash attention (attention_cudnn.c: plans built once per shape, the
- * first run of each checked against the unfused kernels); otherwise, or when cuDNN refuses (a one-line notice), the
+ * first run of each checked against the unfused kernels on its first sequences); otherwise, or when cuDNN refuses (a one-line notice), the
  * unfused kernels in f32: the heads of qkv split into (3, N, heads, T, D), S = Q Kᵀ / sqrt(D) and Y = P V as
  * strided-batched cuBLASLt GEMMs, one kernel for the causal mask, softmax and dropout, the probabilities (N, heads, T,
  * T) kept for backward; backward the GEMMs of dV, dP, dQ, dK around a softmax-backward kernel. A cached decode keeps
@@ -458,6 +458,105 @@ fail:
     return st;
 }
 
+/* A fused run's check compares its first CHECK_SEQS sequences only: each sequence attends to itself alone, so they
+ * stand for the batch, and the f32 kernels' probabilities (N, heads, T, T) and scratch for the whole batch are never
+ * made (at GPT-2's 32 x 1024, 1.6 GB a layer, which the state would keep). */
+#define CHECK_SEQS 2
+
+/* The first n sequences of t (N, T, ...) as a view; NULL on failure (the context says). */
+static struct glia_tensor *first_seqs(const struct glia_tensor *t, int64_t n)
+{
+    struct glia_shape sh = t->shape;
+    sh.dim[0] = n;
+    struct glia_tensor *v = NULL;
+    return glia_tensor_view((struct glia_tensor *)t, 0, &sh, &v) ? NULL : v;
+}
+
+/* z of its first n sequences */
+static struct dims first_dims(const struct dims *z, int64_t n)
+{
+    struct dims d = *z;
+    d.N = n < z->N ? n : z->N;
+    d.B = d.N * d.H;
+    return d;
+}
+
+/* The f32 kernels' probabilities of a check dropped: the fused backward does not read them. */
+static void drop_probs(struct at_state *s)
+{
+    glia_tensor_release(s->att);
+    s->att = NULL;
+    s->n_att = 0;
+}
+
+/* The first fused forward of this shape (and mode) checked against the f32 kernels on its first sequences; where it
+ * is off (the fused path turned off), the f32 kernels' forward of the whole batch stands, with their state. */
+static glia_status check_forward(struct glia_layer *l, const struct glia_fwd *a, const struct dims *z)
+{
+    struct at_state *s = l->state;
+    struct dims z0 = first_dims(z, CHECK_SEQS);
+    struct glia_tensor *x = first_seqs(a->in[0], z0.N), *y = first_seqs(a->out, z0.N);
+    struct glia_tensor *want = y ? as_f32(l, y, false) : NULL;
+    glia_status st = x && y && want ? GLIA_OK : GLIA_ENOMEM;
+    const struct glia_tensor *in[1] = {x};
+    struct glia_fwd f = *a;
+    f.in = in;
+    f.out = y;
+    if (!st) st = forward_via_f32(l, &f, &z0, want);
+    bool agree = !st && fused_agrees(l, y, want, a->train ? "training forward" : "forward");
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    glia_tensor_release(want);
+    drop_probs(s);
+    if (!st && !agree) st = forward_via_f32(l, a, z, NULL);
+    return st;
+}
+
+/* The first fused backward of this shape, in `into`, checked against the f32 kernels' forward and backward on its
+ * first sequences; where it is off (the fused path turned off), the f32 kernels' gradient of the whole batch goes
+ * into `into`. */
+static glia_status check_backward(struct glia_layer *l, const struct glia_bwd *a, const struct dims *z,
+                                  struct glia_tensor *into)
+{
+    struct at_state *s = l->state;
+    struct dims z0 = first_dims(z, CHECK_SEQS);
+    int64_t n = z0.N;
+    struct glia_tensor *x = first_seqs(a->in[0], n), *y = first_seqs(a->out, n), *dy = first_seqs(a->dout, n);
+    struct glia_tensor *got = first_seqs(into, n), *y32 = y ? as_f32(l, y, false) : NULL;
+    struct glia_tensor *want = got ? as_f32(l, got, false) : NULL;
+    glia_status st = x && y && dy && got && y32 && want ? GLIA_OK : GLIA_ENOMEM;
+    const struct glia_tensor *in[1] = {x};
+    struct glia_tensor *din[1] = {got};
+    const bool acc[1] = {false};
+    struct glia_fwd f = {.in = in, .n_in = 1, .out = y32, .train = true};
+    struct glia_bwd b = *a;
+    b.in = in;
+    b.out = y;
+    b.dout = dy;
+    b.din = din;
+    b.din_accumulate = acc;
+    if (!st) st = forward_via_f32(l, &f, &z0, y32);
+    if (!st) st = backward_via_f32(l, &b, &z0, want);
+    bool agree = !st && fused_agrees(l, got, want, "backward");
+    glia_tensor_release(x);
+    glia_tensor_release(y);
+    glia_tensor_release(dy);
+    glia_tensor_release(got);
+    glia_tensor_release(y32);
+    glia_tensor_release(want);
+    drop_probs(s);
+    if (st || agree) return st;
+    struct glia_tensor *y_all = as_f32(l, a->out, false), *dx_all = as_f32(l, into, false);
+    struct glia_fwd fa = {.in = a->in, .n_in = a->n_in, .out = y_all, .train = true};
+    st = y_all && dx_all ? GLIA_OK : GLIA_ENOMEM;
+    if (!st) st = forward_via_f32(l, &fa, z, y_all);
+    if (!st) st = backward_via_f32(l, a, z, dx_all);
+    if (!st) st = glia_tensor_convert(into, dx_all, false);
+    glia_tensor_release(y_all);
+    glia_tensor_release(dx_all);
+    return st;
+}
+
 static glia_status at_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
     struct at_state *s = l->state;
@@ -470,13 +569,7 @@ static glia_status at_forward(struct glia_layer *l, const struct glia_fwd *a)
     if ((a->decode && !a->train) || !fused_ready(l, &z, dt, a->train, false)) return forward_via_f32(l, a, &z, NULL);
     if ((st = forward_fused(l, a, &z))) return st;
     if (!s->checked[a->train]) {  /* once per shape: the f32 kernels on the same input agree */
-        struct glia_tensor *want = as_f32(l, a->out, false);
-        if (!want) return GLIA_ENOMEM;
-        st = forward_via_f32(l, a, &z, want);
-        if (!st && !fused_agrees(l, a->out, want, a->train ? "training forward" : "forward"))
-            st = glia_tensor_convert(a->out, want, false);  /* the f32 kernels' result stands (and their state) */
-        glia_tensor_release(want);
-        if (st || s->sdpa_off) return st;
+        if ((st = check_forward(l, a, &z)) || s->sdpa_off) return st;
         s->checked[a->train] = true;
     }
     s->fused_last = a->train;
@@ -506,15 +599,8 @@ static glia_status at_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (a->din_accumulate[0] && (st = glia_tensor_new(l->backend, dt, &a->din[0]->shape, &into))) return st;
     st = backward_fused(l, a, &z, into);
     if (!st && !s->checked[2]) {  /* once per shape: the f32 kernels' forward and backward on the same input */
-        struct glia_tensor *want = as_f32(l, a->din[0], false), *y = as_f32(l, a->out, false);
-        struct glia_fwd f = {a->in, a->n_in, y, NULL, true, 0, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
-        st = want && y ? GLIA_OK : GLIA_ENOMEM;
-        if (!st) st = forward_via_f32(l, &f, &z, y);
-        if (!st) st = backward_via_f32(l, a, &z, want);
-        if (!st && !fused_agrees(l, into, want, "backward")) st = glia_tensor_convert(into, want, false);
+        st = check_backward(l, a, &z, into);
         s->checked[2] = !st && !s->sdpa_off;
-        glia_tensor_release(want);
-        glia_tensor_release(y);
     }
     if (!st && into != a->din[0]) st = glia_tensor_convert(a->din[0], into, true);
     if (into != a->din[0]) glia_tensor_release(into);

@@ -7,6 +7,8 @@
  * Convolutions (forward, data and filter gradients; groups, strides, dilations) run as direct loops.
  * GLIA_EMU_CUDNN_NONDET=1 notes every engine nondeterministic (the callers' deterministic filters);
  * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan);
+ * GLIA_EMU_CUDNN_MATMUL_SKEW=N makes every matrix product of a graph of more than N operations 1.5 times too large (0:
+ * attention's forward and backward graphs, 20: its backward only; the layer's check of a fused run);
  * GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration.
  * Event timing (glia_emu_sim_advance): a run of a graph with a convolution takes 0.8 simulated ms, or
  * GLIA_EMU_CUDNN_FUSED_MS (default 0.5) where the graph also holds other operations (a fused convolution), so that
@@ -505,11 +507,13 @@ static void run_op(struct run *r, const struct desc *op)
     case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: {
         struct store *a = store_of(r, op->x), *b = store_of(r, op->b);
         int64_t K = op->x->dim[3];
+        const char *sk = getenv("GLIA_EMU_CUDNN_MATMUL_SKEW");  /* tests: attention's check of a plan */
+        double skew = sk && r->graph->n_ops > atoi(sk) ? 1.5 : 1.0;
         FOR4(d) {
             double s = 0;
             for (int64_t k = 0; k < K; k++)
                 s += get(a, at(op->x, (int64_t[]){i0, i1, i2, k})) * get(b, at(op->b, (int64_t[]){i0, i1, k, i3}));
-            put(y, at(op->y, (int64_t[]){i0, i1, i2, i3}), s);
+            put(y, at(op->y, (int64_t[]){i0, i1, i2, i3}), s * skew);
         }
         break;
     }
