@@ -194,11 +194,23 @@ __device__ __forceinline__ void sce_online(float v, float &m, double &s)
     }
 }
 
+/* A lane's float4 loads of a row issued together before the first is used, so that a warp a row keeps enough bytes
+ * in flight to stream the logits at the memory's rate (one load at a time left it latency-bound) */
+#define SCE_LOADS 4
+
+/* q[u] = r4[j0 + 32 u] for the u whose index is below n4 (the others zero) */
+__device__ __forceinline__ void sce_load(float4 q[SCE_LOADS], const float4 *r4, int64_t j0, int64_t n4)
+{
+#pragma unroll
+    for (int u = 0; u < SCE_LOADS; u++) q[u] = j0 + 32 * u < n4 ? r4[j0 + 32 * u] : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 /* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) (0 where y_n = ign) and lse(N) = log sum_c exp x[n, c]
  * from x(N,C), y(N), reading the row once for lse (twice with label smoothing) and once more for dx: one warp per
  * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), 16 bytes a lane where vec
- * (C % 4 == 0, x and dx 16-byte aligned), the exponentials in float and the sums in double (the CPU kernel's are in
- * double: the two differ by float rounding). A bad label: NaN and *bad lowered. With dx, also the row's gradient as
+ * (C % 4 == 0, x and dx 16-byte aligned; SCE_LOADS of them in flight, each lane's values used in the same order),
+ * the exponentials in float and the sums in double (the CPU kernel's are in double: the two differ by float
+ * rounding). A bad label: NaN and *bad lowered. With dx, also the row's gradient as
  * sce_backward_kernel computes it (sce_grad, so the same bits), k = dout[0] / count, written over the row once the warp
  * has read it (dx may be x); count is *count (counted before), or with self_count each block's own count of the N
  * labels (a small batch: N values from L2 a block cost less than a launch). */
@@ -222,13 +234,18 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
          * max; an infinite max (all -inf, or a +inf: exp(inf - inf)) makes lse NaN, as two passes would */
         float m = -INFINITY;
         double s = 0.0;
-        if (vec) {
-            for (int64_t j = lane; j < C / 4; j += 32) {
-                float4 q = ((const float4 *)r)[j];
-                sce_online(q.x, m, s);
-                sce_online(q.y, m, s);
-                sce_online(q.z, m, s);
-                sce_online(q.w, m, s);
+        if (vec) {  /* SCE_LOADS float4 loads in flight a lane, then used in the order of one at a time */
+            for (int64_t j0 = lane; j0 < C / 4; j0 += 32 * SCE_LOADS) {
+                float4 q[SCE_LOADS];
+                sce_load(q, (const float4 *)r, j0, C / 4);
+#pragma unroll
+                for (int u = 0; u < SCE_LOADS; u++) {
+                    if (j0 + 32 * u >= C / 4) break;
+                    sce_online(q[u].x, m, s);
+                    sce_online(q[u].y, m, s);
+                    sce_online(q[u].z, m, s);
+                    sce_online(q[u].w, m, s);
+                }
             }
         } else {
             for (int64_t j = lane; j < C; j += 32) sce_online(r[j], m, s);
@@ -258,14 +275,20 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
         __syncwarp();  /* lane 0 has read x[n, t] */
         int32_t t = y[n];
         if (vec) {
-            for (int64_t j = lane; j < C / 4; j += 32) {
-                float4 q = ((const float4 *)r)[j], g;
-                int64_t c = 4 * j;
-                g.x = sce_grad(q.x, lse, c, t, ign, C, k, e, off);
-                g.y = sce_grad(q.y, lse, c + 1, t, ign, C, k, e, off);
-                g.z = sce_grad(q.z, lse, c + 2, t, ign, C, k, e, off);
-                g.w = sce_grad(q.w, lse, c + 3, t, ign, C, k, e, off);
-                ((float4 *)(dx + n * C))[j] = g;
+            for (int64_t j0 = lane; j0 < C / 4; j0 += 32 * SCE_LOADS) {
+                float4 q[SCE_LOADS];
+                sce_load(q, (const float4 *)r, j0, C / 4);
+#pragma unroll
+                for (int u = 0; u < SCE_LOADS; u++) {
+                    int64_t j = j0 + 32 * u, c = 4 * j;
+                    if (j >= C / 4) break;
+                    float4 g;
+                    g.x = sce_grad(q[u].x, lse, c, t, ign, C, k, e, off);
+                    g.y = sce_grad(q[u].y, lse, c + 1, t, ign, C, k, e, off);
+                    g.z = sce_grad(q[u].z, lse, c + 2, t, ign, C, k, e, off);
+                    g.w = sce_grad(q[u].w, lse, c + 3, t, ign, C, k, e, off);
+                    ((float4 *)(dx + n * C))[j] = g;
+                }
             }
         } else {
             for (int64_t j = lane; j < C; j += 32) dx[n * C + j] = sce_grad(r[j], lse, j, t, ign, C, k, e, off);
