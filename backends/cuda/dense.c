@@ -6,6 +6,7 @@
 #include "gemm.h"
 #include "dense_kernels.h"
 #include "kernels.h"
+#include "conv_kernels.h"
 #include <glia/types/linear.h>
 #include <glia/types/softmax_cross_entropy.h>
 #include <glia/types/dropout.h>
@@ -173,6 +174,103 @@ fail:
     return st;
 }
 
+/* ---- f32 activations under [runtime] precision = bf16 or fp16 ----
+ * A linear whose neighbours keep f32 activations (the one feeding the loss: its logits stay f32) still multiplies
+ * half operands, as torch.autocast runs every linear: x (and in backward dy) converted to the half type in scratch, W's
+ * half copy, f32 sums and an f32 result, y and dx f32. cuBLASLt's f32 GEMMs in a FAST_16BF/16F compute type would
+ * read f32 operands and may take TF32 kernels at half the half type's rate (GPT-2's classifier: 7.6 TFLOP a step at
+ * 32 x 1024). Backward converts dy by chunks of rows (MIXED_CHUNK bytes of scratch at most with x's), each chunk's
+ * dW added to the last's. */
+
+#define MIXED_CHUNK ((size_t)512 << 20)
+
+static glia_status linear_bias_grad(struct glia_layer *l, struct glia_param *pb, const void *dy, enum glia_dtype t,
+                                    int64_t N, void *part);
+
+/* The half type of the backend's precision (GLIA_F32: none) */
+static enum glia_dtype mixed_half(const struct glia_layer *l)
+{
+    switch (glia__cuda_of(l->backend)->options.precision) {
+    case GLIA_PRECISION_BF16: return GLIA_BF16;
+    case GLIA_PRECISION_FP16: return GLIA_F16;
+    default: return GLIA_F32;
+    }
+}
+
+/* dst(n) of type h = src(n) f32, rounded to nearest even */
+static cudaError_t to_half(void *dst, enum glia_dtype h, const void *src, int64_t n, cudaStream_t s)
+{
+    if (n == 0) return cudaSuccess;
+    return glia__conv_convert(dst, h == GLIA_BF16 ? GLIA__CONV_BF16 : GLIA__CONV_F16, src, GLIA__CONV_F32, 1, 1, n,
+                              0.0f, s);
+}
+
+/* y(N,O) f32 = xh(N,I) Wh(O,I)^T + b(O) f32, xh x's half copy in scratch */
+static glia_status linear_forward_mixed(struct glia_layer *l, const struct glia_fwd *a, int64_t N)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    enum glia_dtype h = mixed_half(l);
+    int64_t I = p->in, O = p->out;
+    float *y = f32(a->out), *b = p->b >= 0 ? f32(l->params[p->b].value) : NULL;
+    const void *w;
+    void *xh;
+    glia_status st;
+    if ((st = linear_half_w(l, h, true, &w, NULL)) ||
+        (st = glia__cuda_scratch(c, (size_t)(N * I > 0 ? N * I : 1) * glia_dtype_size(h), &xh)))
+        return st;
+    CUDA_TRY(l->ctx, to_half(xh, h, a->in[0]->data, N * I, c->stream));
+    st = glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, xh, I, w, I, h, 0.0f, y, O, GLIA_F32,
+                               b ? GLIA__GEMM_BIAS : GLIA__GEMM_PLAIN, b);
+    if (st != GLIA_EUNSUPPORTED || !b) return st;
+    if ((st = glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, xh, I, w, I, h, 0.0f, y, O, GLIA_F32,
+                                    GLIA__GEMM_PLAIN, NULL)))
+        return st;
+    CUDA_TRY(l->ctx, glia__cuda_bias_add(y, b, N, O, c->stream));
+fail:
+    return st;
+}
+
+/* dx(N,I) f32 (+)= dyh Wh and dW(O,I) (+)= dyh^T xh by chunks of rows, dyh and xh the half copies of the chunk's dy
+ * and x; db (+)= the column sums of dy (f32) */
+static glia_status linear_backward_mixed(struct glia_layer *l, const struct glia_bwd *a, int64_t N)
+{
+    const struct glia_linear_attrs *p = l->attrs;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    struct glia_param *pw = &l->params[p->w];
+    enum glia_dtype h = mixed_half(l);
+    int64_t I = p->in, O = p->out;
+    size_t es = glia_dtype_size(h), row = (size_t)(I + O) * es;
+    int64_t R = (int64_t)(MIXED_CHUNK / row) > 0 ? (int64_t)(MIXED_CHUNK / row) : 1;
+    const float *dy = f32(a->dout), *x = f32(a->in[0]);
+    float *dx = a->din[0] ? f32(a->din[0]) : NULL, *dw = f32(pw->grad);
+    const void *w;
+    void *scratch;
+    glia_status st;
+    if (R > N) R = N;
+    if ((st = linear_half_w(l, h, false, &w, NULL)) ||
+        (st = glia__cuda_scratch(c, (size_t)(R > 0 ? R : 1) * row, &scratch)))
+        return st;
+    if (N == 0 && pw->grad_unset) CUDA_TRY(l->ctx, cudaMemsetAsync(dw, 0, (size_t)(O * I) * sizeof(float), c->stream));
+    for (int64_t r0 = 0; r0 < N; r0 += R) {
+        int64_t n = N - r0 < R ? N - r0 : R;
+        void *dyh = scratch, *xh = (char *)scratch + (size_t)(n * O) * es;
+        CUDA_TRY(l->ctx, to_half(dyh, h, dy + r0 * O, n * O, c->stream));
+        CUDA_TRY(l->ctx, to_half(xh, h, x + r0 * I, n * I, c->stream));
+        if (dx && (st = glia__cuda_gemm_typed(c, false, false, n, I, O, 1.0f, dyh, O, w, I, h,
+                                              a->din_accumulate[0] ? 1.0f : 0.0f, dx + r0 * I, I, GLIA_F32,
+                                              GLIA__GEMM_PLAIN, NULL)))
+            return st;
+        if ((st = glia__cuda_gemm_typed(c, true, false, O, I, n, 1.0f, dyh, O, xh, I, h,
+                                        r0 == 0 ? glia_param_beta(pw) : 1.0f, dw, I, GLIA_F32, GLIA__GEMM_PLAIN,
+                                        NULL)))
+            return st;
+    }
+    if (p->b >= 0) return linear_bias_grad(l, &l->params[p->b], dy, GLIA_F32, N, NULL);
+fail:
+    return st;
+}
+
 /* y(N,O) = act(x(N,I) W(O,I)^T + b(O)), N the rows of x (..., I) */
 static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a)
 {
@@ -186,6 +284,7 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
     const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
     void *b = p->b >= 0 ? l->params[p->b].value->data : NULL;
     if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w, &b))) return st;
+    if (t == GLIA_F32 && !p->act && mixed_half(l) != GLIA_F32) return linear_forward_mixed(l, a, N);
     if (p->act) return linear_forward_act(l, a, t, N, x, w, b);
     return linear_gemm_bias(l, t, N, x, w, b, a->out->data);
 }
@@ -292,6 +391,7 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     if (a->din_act && (!din_act || !a->din_act_pre || !a->din[0] || a->din_accumulate[0]))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward asked to apply the gradient of activation %s", l->name,
                           a->din_act);
+    if (t == GLIA_F32 && !p->act && !din_act && mixed_half(l) != GLIA_F32) return linear_backward_mixed(l, a, N);
     if (a->din[0]) {
         if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w, NULL))) return st;
         if ((st = linear_dx(l, t, N, dy, w, a->din[0]->data, a->din_accumulate[0], din_act, a->din_act_pre))) return st;
