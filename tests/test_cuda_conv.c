@@ -602,6 +602,35 @@ static void test_tuning_workspace_bounded(void)
     glia_context_free(ctx);
 }
 
+/* A small layer's timing offers at most 8 times the bytes of its operands, and at least 32 MiB, below the 256 MiB cap
+ * (conv.c's TUNE_WS_PER_DATA, TUNE_WS_MIN): under the emulator, with the fastest forward algorithm wanting 40 MiB
+ * (GLIA_EMU_CUDNN_FWD_WS), a 4x3x27x13 input's timing hands cuDNN no more than 32 MiB and the forward takes another
+ * algorithm. On a GPU the variable means nothing (skipped). */
+static void test_tuning_workspace_per_layer(void)
+{
+    ws_seen_fn seen = emu_ws_seen();
+    if (!seen) {
+        printf("(not the emulator: skipped) ");
+        return;
+    }
+    struct glia_context *ctx;
+    struct glia_backend *b;
+    CU_ASSERT_FATAL(glia_context_new(&ctx) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_plugin_load(ctx, "cuda") == GLIA_OK);
+    CU_ASSERT_FATAL(glia_backend_get(ctx, (struct glia_device){GLIA_DEVICE_CUDA, 0}, &b) == GLIA_OK);
+    setenv("GLIA_EMU_CUDNN_FWD_WS", "41943040", 1);
+    seen(true);
+    size_t chosen;
+    tuned_step(b, DEFAULT_WORKSPACE, S(4, 4, 3, 27, 13), &chosen);  /* a shape no other test tunes */
+    size_t got = seen(false);
+    unsetenv("GLIA_EMU_CUDNN_FWD_WS");
+    if (got > ((size_t)32 << 20) || chosen > ((size_t)32 << 20))
+        printf("\n  cuDNN was handed %zu bytes, the choices take up to %zu\n", got, chosen);
+    CU_ASSERT(got <= ((size_t)32 << 20));
+    CU_ASSERT(chosen <= ((size_t)32 << 20));
+    glia_context_free(ctx);
+}
+
 /* Half activations (precision bf16 or fp16, x, y, dy and dx of that type: GLIA_KERNEL_HALF): cuDNN reads and writes
  * them directly; against the CPU's f32 convolution of the same (rounded) inputs within the precision's tolerance,
  * with and without bias, in both formats, writing and accumulating. */
@@ -1115,7 +1144,7 @@ static void test_fused_unaligned_bias(void)
 CUDA_TEST_MAIN("cuda_conv", GLIA_TEST(test_fp32), GLIA_TEST(test_tf32), GLIA_TEST(test_bf16), GLIA_TEST(test_fp16),
                GLIA_TEST(test_zero_workspace), GLIA_TEST(test_deterministic), GLIA_TEST(test_eval), GLIA_TEST(test_shape_change),
                GLIA_TEST(test_no_input_grad), GLIA_TEST(test_tuning_workspace_given_back),
-               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api), GLIA_TEST(test_winograd_refused_fp32),
+               GLIA_TEST(test_tuning_workspace_bounded), GLIA_TEST(test_tuning_workspace_per_layer), GLIA_TEST(test_half_activations), GLIA_TEST(test_graph_api), GLIA_TEST(test_winograd_refused_fp32),
                GLIA_TEST(test_graph_api_unaligned), GLIA_TEST(test_activation_relu),
                GLIA_TEST(test_graph_api_fused), GLIA_TEST(test_graph_api_captured),
                GLIA_TEST(test_eval_affine), GLIA_TEST(test_fused_unaligned_bias))

@@ -13,6 +13,7 @@
 # some types, shapes or alignments, so that the callers' fallbacks run. In cuDNN's graph API (emu_cudnn_graph.c):
 # GLIA_EMU_CUDNN_MAX_OPS=N refuses every graph of more than N operations, GLIA_EMU_CUDNN_NONDET=1 notes every engine
 # nondeterministic, GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution plan's result wrong (1.5 times too large),
+# GLIA_EMU_CUDNN_FWD_WS=BYTES makes the fastest forward convolution algorithm of the heuristics want that much workspace,
 # GLIA_EMU_CUDNN_MATMUL_SKEW=N makes every matrix product of a graph of more than N operations 1.5 times too large (attention),
 # GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration, GLIA_EMU_CUDNN_FUSED_MS=T makes
 # a fused convolution graph take T simulated ms in event timing (default 0.5; a plain one takes 0.8).
