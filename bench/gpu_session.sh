@@ -80,9 +80,15 @@ for line in text.splitlines():
         print(line[:200])
 PY
         ;;
-    diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia's kernels of 5 steps (ncu; 85 launches
-        # a step, counted in the emulator) after 15000 launches, and PyTorch eager's of 5 steps after 50
+    diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia profile's per-layer times (its algorithms
+        # chosen by a normal timing), glia's kernels of 5 steps (ncu; 85 launches a step, counted in the emulator) after
+        # 15000 launches (ncu skews the autotuner's timing: its choices may differ), and PyTorch eager's of 5 steps after 50
         d=$(fmnist_dir)
+        GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" ./tools/glia profile share/glia/examples/fmnist-resnet.ini \
+            --steps 20 --set runtime.device=cuda --set runtime.precision=bf16 --set runtime.memory_format=channels_last \
+            --set data.train_images="$d/train-images-idx3-ubyte.gz" --set data.train_labels="$d/train-labels-idx1-ubyte.gz" \
+            --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz" \
+            2>&1 | head -n 60
         if command -v ncu > /dev/null; then
             GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" ncu --clock-control none --target-processes all \
                 --metrics gpu__time_duration.sum --csv --launch-skip 15000 --launch-count 425 \
