@@ -98,8 +98,23 @@ static void test_linear_fp32(void)
     }
 }
 
+/* cuda.so's glia__cuda_mixed_min_flop (dense.c: the least forward FLOPs of a linear whose f32 activations multiply in
+ * the half type), found through the linear kernel's address; NULL when it cannot be found. */
+static double *mixed_min_flop(void)
+{
+    const struct glia_kernel *k = glia__find_kernel(cuda_ctx, "linear", "cuda");
+    Dl_info info;
+    if (!k || !dladdr((void *)(uintptr_t)k->forward, &info)) return NULL;
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    double *v = h ? (double *)dlsym(h, "glia__cuda_mixed_min_flop") : NULL;
+    if (h) dlclose(h);  /* the registry still holds it */
+    return v;
+}
+
 /* Low precision rounds every GEMM operand (relative 2^-11 for TF32/fp16, 2^-8 for bf16), so the
- * error of a sum of K products grows like sqrt(K): sizes stay small enough for cuda_tol. */
+ * error of a sum of K products grows like sqrt(K): sizes stay small enough for cuda_tol. f32 activations under bf16 or
+ * fp16 (the layer feeding a loss) run f32 GEMMs at these sizes, and GEMMs of half copies (x, W, dy) with f32 sums and
+ * results once a GEMM is large (glia__cuda_mixed_min_flop, set to 0 for the second pass); both within cuda_tol. */
 static void test_linear_low_precision(void)
 {
     need_cpu("linear");
@@ -111,13 +126,20 @@ static void test_linear_low_precision(void)
         {"[fc]\ntype = linear\noutputs = 17\nbias = off\n", 1, 29},
         {"[fc]\ntype = linear\noutputs = 9\n", 3, 21},
     };
-    for (size_t p = 0; p < sizeof low_precisions / sizeof low_precisions[0]; p++)
-        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
-            struct glia_shape in = S(2, cs[c].n, cs[c].i, 0, 0);
-            expect_both_modes((struct cuda_case){.ini = cs[c].ini, .in = &in, .n_in = 1,
-                                                 .precision = low_precisions[p], .seed = 200 + c},
-                              cuda_tol(low_precisions[p]));
-        }
+    double *min_flop = mixed_min_flop(), keep = min_flop ? *min_flop : 0.0;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(min_flop);
+    CU_ASSERT(keep > 1e6);  /* a small classifier keeps its f32 GEMM */
+    for (int mixed = 0; mixed < 2; mixed++) {
+        *min_flop = mixed ? 0.0 : keep;
+        for (size_t p = 0; p < sizeof low_precisions / sizeof low_precisions[0]; p++)
+            for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+                struct glia_shape in = S(2, cs[c].n, cs[c].i, 0, 0);
+                expect_both_modes((struct cuda_case){.ini = cs[c].ini, .in = &in, .n_in = 1,
+                                                     .precision = low_precisions[p], .seed = 200 + c},
+                                  cuda_tol(low_precisions[p]));
+            }
+    }
+    *min_flop = keep;
     set_precision(GLIA_PRECISION_FP32);
 }
 

@@ -116,6 +116,8 @@ void glia__cuda_gemm_close(struct glia__cuda *c);
 /* The CUDA backend's slots (cuda_backend.c), registered by plugin.c. */
 extern const struct glia_backend_ops glia__cuda_ops;
 extern const struct glia_backend_data_ops glia__cuda_data_ops;  /* data.c: [data] resident */
+extern double glia__cuda_mixed_min_flop;  /* dense.c: the least forward FLOPs of a linear whose f32 activations multiply in
+                                            the half type of precision bf16 or fp16 */
 /* Each op family's CUDA kernels, registered by plugin.c: */
 glia_status glia__cuda_register_conv(struct glia_registry *r);        /* conv.c: conv2d (cuDNN) */
 glia_status glia__cuda_register_dense(struct glia_registry *r);       /* dense.c: linear, softmax_cross_entropy,

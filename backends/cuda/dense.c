@@ -180,16 +180,22 @@ fail:
  * half copy, f32 sums and an f32 result, y and dx f32. cuBLASLt's f32 GEMMs in a FAST_16BF/16F compute type would
  * read f32 operands and may take TF32 kernels at half the half type's rate (GPT-2's classifier: 7.6 TFLOP a step at
  * 32 x 1024). Backward converts dy by chunks of rows (MIXED_CHUNK bytes of scratch at most with x's), each chunk's
- * dW added to the last's. */
+ * dW added to the last's. Only GEMMs of glia__cuda_mixed_min_flop forward FLOPs or more: the conversions are four
+ * launches a step, more than a small classifier's GEMM saves (fmnist's 64 x 64 -> 10). */
 
 #define MIXED_CHUNK ((size_t)512 << 20)
+
+double glia__cuda_mixed_min_flop = 4294967296.0;  /* 2^32; a variable so that tests reach the path at small shapes */
 
 static glia_status linear_bias_grad(struct glia_layer *l, struct glia_param *pb, const void *dy, enum glia_dtype t,
                                     int64_t N, void *part);
 
-/* The half type of the backend's precision (GLIA_F32: none) */
-static enum glia_dtype mixed_half(const struct glia_layer *l)
+/* The half type a GEMM of N rows of l multiplies f32 activations in: that of the backend's precision where the GEMM has
+ * glia__cuda_mixed_min_flop forward FLOPs or more (GLIA_F32: none) */
+static enum glia_dtype mixed_half(const struct glia_layer *l, int64_t N)
 {
+    const struct glia_linear_attrs *p = l->attrs;
+    if (2.0 * (double)N * (double)p->in * (double)p->out < glia__cuda_mixed_min_flop) return GLIA_F32;
     switch (glia__cuda_of(l->backend)->options.precision) {
     case GLIA_PRECISION_BF16: return GLIA_BF16;
     case GLIA_PRECISION_FP16: return GLIA_F16;
@@ -210,7 +216,7 @@ static glia_status linear_forward_mixed(struct glia_layer *l, const struct glia_
 {
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
-    enum glia_dtype h = mixed_half(l);
+    enum glia_dtype h = mixed_half(l, N);
     int64_t I = p->in, O = p->out;
     float *y = f32(a->out), *b = p->b >= 0 ? f32(l->params[p->b].value) : NULL;
     const void *w;
@@ -238,7 +244,7 @@ static glia_status linear_backward_mixed(struct glia_layer *l, const struct glia
     const struct glia_linear_attrs *p = l->attrs;
     struct glia__cuda *c = glia__cuda_of(l->backend);
     struct glia_param *pw = &l->params[p->w];
-    enum glia_dtype h = mixed_half(l);
+    enum glia_dtype h = mixed_half(l, N);
     int64_t I = p->in, O = p->out;
     size_t es = glia_dtype_size(h), row = (size_t)(I + O) * es;
     int64_t R = (int64_t)(MIXED_CHUNK / row) > 0 ? (int64_t)(MIXED_CHUNK / row) : 1;
@@ -284,7 +290,7 @@ static glia_status linear_forward(struct glia_layer *l, const struct glia_fwd *a
     const void *x = a->in[0]->data, *w = l->params[p->w].value->data;
     void *b = p->b >= 0 ? l->params[p->b].value->data : NULL;
     if (t != GLIA_F32 && (st = linear_half_w(l, t, true, &w, &b))) return st;
-    if (t == GLIA_F32 && !p->act && mixed_half(l) != GLIA_F32) return linear_forward_mixed(l, a, N);
+    if (t == GLIA_F32 && !p->act && mixed_half(l, N) != GLIA_F32) return linear_forward_mixed(l, a, N);
     if (p->act) return linear_forward_act(l, a, t, N, x, w, b);
     return linear_gemm_bias(l, t, N, x, w, b, a->out->data);
 }
@@ -391,7 +397,7 @@ static glia_status linear_backward(struct glia_layer *l, const struct glia_bwd *
     if (a->din_act && (!din_act || !a->din_act_pre || !a->din[0] || a->din_accumulate[0]))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward asked to apply the gradient of activation %s", l->name,
                           a->din_act);
-    if (t == GLIA_F32 && !p->act && !din_act && mixed_half(l) != GLIA_F32) return linear_backward_mixed(l, a, N);
+    if (t == GLIA_F32 && !p->act && !din_act && mixed_half(l, N) != GLIA_F32) return linear_backward_mixed(l, a, N);
     if (a->din[0]) {
         if (t != GLIA_F32 && (st = linear_half_w(l, t, false, &w, NULL))) return st;
         if ((st = linear_dx(l, t, N, dy, w, a->din[0]->data, a->din_accumulate[0], din_act, a->din_act_pre))) return st;
