@@ -4,6 +4,7 @@
 #ifndef GLIA_CUDAUTIL_H
 #define GLIA_CUDAUTIL_H
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,14 @@ static int cuda_ignore_every;
 struct cuda_diff {
     double out, din, dparam, buffers;
 };
+
+/* Whether the CUDA backend runs on the emulator (tests/emu: libglia-cudaemu.so is loaded with cuda.so there only). */
+static inline bool cuda_emulated(void)
+{
+    void *h = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    if (h) dlclose(h);
+    return h != NULL;
+}
 
 /* Default tolerances per precision of the CUDA run. */
 static inline double cuda_tol(enum glia_precision p)

@@ -1,7 +1,7 @@
 /* backends/cuda/attention.c — the CUDA kernel ("cuda") of layer type attention. With bf16 or fp16 activations, causal
  * and without dropout in training, cuDNN's fused flash attention (attention_cudnn.c: plans built once per shape, the
- * first run of each checked against the unfused kernels on its first sequences); otherwise, or when cuDNN refuses (a one-line notice), the
- * unfused kernels in f32: the heads of qkv split into (3, N, heads, T, D), S = Q Kᵀ / sqrt(D) and Y = P V as
+ * first run of each checked against the unfused kernels on its first sequences); otherwise, or when cuDNN refuses (a
+ * one-line notice), the unfused kernels in f32: the heads of qkv split into (3, N, heads, T, D), S = Q Kᵀ / sqrt(D) and Y = P V as
  * strided-batched cuBLASLt GEMMs, one kernel for the causal mask, softmax and dropout, the probabilities (N, heads, T,
  * T) kept for backward; backward the GEMMs of dV, dP, dQ, dK around a softmax-backward kernel. A cached decode keeps
  * the keys and values and attends one warp per query. Not the type (plugins/layers/attention registers it). */

@@ -364,11 +364,7 @@ static bool either_format(const struct glia_tensor *t)
 }
 
 /* The half type of the backend's precision (bf16, fp16), or GLIA_F32. */
-static enum glia_dtype half_of(const struct glia_layer *l)
-{
-    enum glia_precision p = l->backend->options.precision;
-    return p == GLIA_PRECISION_BF16 ? GLIA_BF16 : p == GLIA_PRECISION_FP16 ? GLIA_F16 : GLIA_F32;
-}
+static enum glia_dtype half_of(const struct glia_layer *l) { return glia__cuda_half_of(l->backend->options.precision); }
 
 /* The activations' type a call may have, given tensor t of it: f32, or the precision's half type. */
 static enum glia_dtype act_dtype(const struct glia_layer *l, const struct glia_tensor *t)
@@ -546,7 +542,7 @@ static size_t tune_cap(const struct glia_layer *l)
     const struct glia_runtime_options *o = &l->backend->options;
     int64_t n = k->N * g->C * k->H * k->W + g->F * (g->C / g->g) * g->kh * g->kw +
                 k->N * g->F * glia_conv2d_out_h(g, k->H) * glia_conv2d_out_w(g, k->W);
-    size_t es = k->precision == GLIA_PRECISION_BF16 || k->precision == GLIA_PRECISION_FP16 ? 2 : 4;
+    size_t es = glia_dtype_size(glia__cuda_half_of((enum glia_precision)k->precision));
     size_t data = (size_t)n * es * TUNE_WS_PER_DATA, cap = TUNE_WS_CAP;
     if (data < cap) cap = data > TUNE_WS_MIN ? data : TUNE_WS_MIN;
     return o->workspace_limit < cap ? o->workspace_limit : cap;

@@ -66,6 +66,12 @@ static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b)
     return c;
 }
 
+/* The half type activations take under precision p (bf16, fp16), or GLIA_F32. */
+static inline enum glia_dtype glia__cuda_half_of(enum glia_precision p)
+{
+    return p == GLIA_PRECISION_BF16 ? GLIA_BF16 : p == GLIA_PRECISION_FP16 ? GLIA_F16 : GLIA_F32;
+}
+
 /* A device block kept until the backend closes (the cache frees its memory then). */
 struct glia__cuda_kept {
     struct glia__cuda_kept *next;

@@ -6,7 +6,6 @@
 #include "gemm.h"
 #include "dense_kernels.h"
 #include "kernels.h"
-#include "conv_kernels.h"
 #include <glia/types/linear.h>
 #include <glia/types/softmax_cross_entropy.h>
 #include <glia/types/dropout.h>
@@ -196,19 +195,13 @@ static enum glia_dtype mixed_half(const struct glia_layer *l, int64_t N)
 {
     const struct glia_linear_attrs *p = l->attrs;
     if (2.0 * (double)N * (double)p->in * (double)p->out < glia__cuda_mixed_min_flop) return GLIA_F32;
-    switch (glia__cuda_of(l->backend)->options.precision) {
-    case GLIA_PRECISION_BF16: return GLIA_BF16;
-    case GLIA_PRECISION_FP16: return GLIA_F16;
-    default: return GLIA_F32;
-    }
+    return glia__cuda_half_of(l->backend->options.precision);
 }
 
-/* dst(n) of type h = src(n) f32, rounded to nearest even */
-static cudaError_t to_half(void *dst, enum glia_dtype h, const void *src, int64_t n, cudaStream_t s)
+/* dst(n) of type h = src(n) f32, rounded to nearest even (the backend's convert) */
+static glia_status to_half(struct glia_layer *l, void *dst, enum glia_dtype h, const void *src, int64_t n)
 {
-    if (n == 0) return cudaSuccess;
-    return glia__conv_convert(dst, h == GLIA_BF16 ? GLIA__CONV_BF16 : GLIA__CONV_F16, src, GLIA__CONV_F32, 1, 1, n,
-                              0.0f, s);
+    return n ? glia_backend_convert(l->backend, dst, h, src, GLIA_F32, 1, 1, n, 0.0f) : GLIA_OK;
 }
 
 /* y(N,O) f32 = xh(N,I) Wh(O,I)^T + b(O) f32, xh x's half copy in scratch */
@@ -225,7 +218,7 @@ static glia_status linear_forward_mixed(struct glia_layer *l, const struct glia_
     if ((st = linear_half_w(l, h, true, &w, NULL)) ||
         (st = glia__cuda_scratch(c, (size_t)(N * I > 0 ? N * I : 1) * glia_dtype_size(h), &xh)))
         return st;
-    CUDA_TRY(l->ctx, to_half(xh, h, a->in[0]->data, N * I, c->stream));
+    if ((st = to_half(l, xh, h, a->in[0]->data, N * I))) return st;
     st = glia__cuda_gemm_typed(c, false, true, N, O, I, 1.0f, xh, I, w, I, h, 0.0f, y, O, GLIA_F32,
                                b ? GLIA__GEMM_BIAS : GLIA__GEMM_PLAIN, b);
     if (st != GLIA_EUNSUPPORTED || !b) return st;
@@ -261,8 +254,7 @@ static glia_status linear_backward_mixed(struct glia_layer *l, const struct glia
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         int64_t n = N - r0 < R ? N - r0 : R;
         void *dyh = scratch, *xh = (char *)scratch + (size_t)(n * O) * es;
-        CUDA_TRY(l->ctx, to_half(dyh, h, dy + r0 * O, n * O, c->stream));
-        CUDA_TRY(l->ctx, to_half(xh, h, x + r0 * I, n * I, c->stream));
+        if ((st = to_half(l, dyh, h, dy + r0 * O, n * O)) || (st = to_half(l, xh, h, x + r0 * I, n * I))) return st;
         if (dx && (st = glia__cuda_gemm_typed(c, false, false, n, I, O, 1.0f, dyh, O, w, I, h,
                                               a->din_accumulate[0] ? 1.0f : 0.0f, dx + r0 * I, I, GLIA_F32,
                                               GLIA__GEMM_PLAIN, NULL)))

@@ -77,8 +77,7 @@ static glia_status jit_prepare(struct glia_layer *l, const struct glia__pw_spec 
                           l->name);
     struct jit_state *js = l->state;
     const struct glia__cuda *c = glia__cuda_of(l->backend);
-    enum glia_precision p = l->backend->options.precision;
-    js->half = p == GLIA_PRECISION_BF16 ? GLIA_BF16 : p == GLIA_PRECISION_FP16 ? GLIA_F16 : GLIA_F32;
+    js->half = glia__cuda_half_of(l->backend->options.precision);
     struct glia__pw_spec hs = *spec;
     hs.dtype = js->half;
     char err[512];
