@@ -782,10 +782,12 @@ void glia__plan_formats(struct glia_model *m)
 /* ---- half activations ([graph] half_activations) ----
  * With [runtime] precision = bf16 or fp16, on a backend that converts types (the math group's convert, ABI 2.1),
  * activations move between layers in that half type where both sides take it, as torch.autocast keeps them:
- *  - a node outputs half when its kernel has GLIA_KERNEL_HALF, it is not the loss, no loss reads its output (the
- *    logits: the host reads them for the accuracy, and the loss computes its softmax from f32), and it reads no token
- *    batch (ids are not activations); its output gradient has the same type;
- *  - such a node gets every input in half too (the data batch converted); any other node gets f32;
+ *  - a node outputs half when its kernel has GLIA_KERNEL_HALF, it is not the loss, no loss whose kernel lacks the flag
+ *    reads its output (the logits: a loss kernel with it reads half logits as f32 and writes their gradient in half,
+ *    as autocast's bf16 logits and PyTorch's cross-entropy over them; the host widens them for the accuracy), and it
+ *    reads no token batch (ids are not activations); its output gradient has the same type;
+ *  - such a node gets every input in half too (the data batch converted); a loss with the flag gets its logits in
+ *    the type their producer wrote (its loss and the loss scale f32); any other node gets f32;
  *  - where a layer gets another type than its producer wrote, the edge converts (glia_tensor_convert: into cin[k]
  *    in forward, and the gradient back from cdin[k] in backward, added when accumulating), format and type in one
  *    pass. Parameters, their gradients, buffers and the optimizer's state stay f32 (master weights). */
@@ -811,8 +813,21 @@ static bool may_be_half(const struct glia_model *m, int i)
         if (nd->in[k] < 0 && glia__data_dtype(m) != GLIA_F32) return false;
     for (int j = i + 1; j < m->graph.n_nodes; j++)
         for (int k = 0; k < m->graph.nodes[j].n_in; k++)
-            if (m->graph.nodes[j].in[k] == i && (m->graph.nodes[j].layer.type->flags & GLIA_TYPE_LOSS)) return false;
+            if (m->graph.nodes[j].in[k] == i && (m->graph.nodes[j].layer.type->flags & GLIA_TYPE_LOSS) &&
+                !(glia_layer_kernel_flags(&m->graph.nodes[j].layer) & GLIA_KERNEL_HALF))
+                return false;
     return true;
+}
+
+/* The type node i takes its input k in: its output's, but a loss with GLIA_KERNEL_HALF takes its producer's (a
+ * node's: the data batch is no logits). */
+static enum glia_dtype in_dtype_of(const struct glia_model *m, int i, int k)
+{
+    const struct glia__node *nd = &m->graph.nodes[i];
+    int p = nd->in[k];
+    if (p >= 0 && (nd->layer.type->flags & GLIA_TYPE_LOSS) && (glia_layer_kernel_flags(&nd->layer) & GLIA_KERNEL_HALF))
+        return m->graph.nodes[p].out_dtype;
+    return nd->out_dtype;
 }
 
 void glia__plan_dtypes(struct glia_model *m, enum glia_dtype half)
@@ -822,7 +837,7 @@ void glia__plan_dtypes(struct glia_model *m, enum glia_dtype half)
         struct glia__node *nd = &m->graph.nodes[i];
         nd->out_dtype = half != GLIA_F32 && may_be_half(m, i) ? half : GLIA_F32;
         for (int k = 0; k < nd->n_in; k++) {
-            nd->in_dtype[k] = nd->out_dtype;
+            nd->in_dtype[k] = in_dtype_of(m, i, k);
             nd->edge[k] = edge_of(m, nd, k);
         }
     }

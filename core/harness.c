@@ -581,10 +581,11 @@ static glia_status run_tensors(struct glia_layer_run *r, enum glia_memory_format
         if (!st) st = new_typed(r->b, r->dt, &r->in_shape[k], fmt, &r->dx[k]);
         if (!st) st = upload_any(r->x[k], &rng, 0);
     }
-    if (!st) st = new_typed(r->b, r->dt, &os, fmt, &r->out);
+    bool loss = r->l.type->flags & GLIA_TYPE_LOSS;  /* its output (the loss) and the loss scale are f32 */
+    if (!st) st = new_typed(r->b, loss ? GLIA_F32 : r->dt, &os, fmt, &r->out);
     if (!st) st = saved_new(r->b, glia_kernel_saved_size(r->l.kernel, &r->l, r->in_shape, r->n_in, r->dt), &r->saved);
     if (st) return st;
-    if (!(r->l.type->flags & GLIA_TYPE_LOSS)) {
+    if (!loss) {
         if (!(st = new_typed(r->b, r->dt, &os, fmt, &r->dout))) st = upload_any(r->dout, &rng, 0);
         return st;
     }
@@ -626,10 +627,9 @@ static glia_status run_setup(struct glia_layer_run *r, const char *ini, struct g
     if (fmt != GLIA_CONTIGUOUS && !(rl.kernel->flags & GLIA_KERNEL_CHANNELS_LAST))
         return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s tensors", rl.type->name,
                           rl.kernel->impl, glia_memory_format_name(fmt));
-    if (r->dt != GLIA_F32 && (!(rl.kernel->flags & GLIA_KERNEL_HALF) || (rl.type->flags & GLIA_TYPE_LOSS)))
-        return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s activations%s",
-                          rl.type->name, rl.kernel->impl, glia_dtype_name(r->dt),
-                          rl.type->flags & GLIA_TYPE_LOSS ? " (a loss takes f32)" : " (no GLIA_KERNEL_HALF)");
+    if (r->dt != GLIA_F32 && !(rl.kernel->flags & GLIA_KERNEL_HALF))
+        return glia_error(ctx, GLIA_EUNSUPPORTED, "layer type '%s' impl '%s' does not take %s activations (no "
+                          "GLIA_KERNEL_HALF)", rl.type->name, rl.kernel->impl, glia_dtype_name(r->dt));
     r->l = (struct glia_layer){.name = s->name, .type = rl.type, .kernel = rl.kernel, .ctx = ctx, .backend = r->b};
     r->n_in = n_in;
     memcpy(r->in_shape, in, (size_t)n_in * sizeof *in);

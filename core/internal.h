@@ -102,6 +102,9 @@ void glia__backends_close(struct glia_context *ctx);
  * t->data (a multiple of dtype's size), shaped and laid out as glia_tensor_view_as's. *out is (owned). */
 glia_status glia__tensor_view_typed(struct glia_tensor *t, size_t byte_offset, enum glia_dtype dtype,
                                     const struct glia_shape *shape, enum glia_memory_format f, struct glia_tensor **out);
+/* t's n values (its element count; f32, f16 or bf16, dense) into dst as floats: the logits the host reads of a model
+ * whose loss takes half logits. GLIA_EINVAL for another count or type. */
+glia_status glia__tensor_to_host_f32(const struct glia_tensor *t, float *dst, size_t n);
 /* Whether backend b queues its work (a CUDA stream) rather than running each call to its end (the CPU): then
  * batches upload during the step before theirs, and the loss is read a step late. */
 bool glia__backend_queues(struct glia_backend *b);

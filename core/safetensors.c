@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "parts.h"
-#include "half.h"
+#include <glia/half.h>
 #include "train.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 << 20)  /* safetensors' own limit on the header */
@@ -239,8 +239,8 @@ glia_status glia_model_export_safetensors(struct glia_model *m, const char *path
         if ((st = tensor_values(m, &t[i], v, k))) break;
         unsigned char *o = out;
         for (int64_t j = 0; j < k; j++) {  /* little-endian, as the format is */
-            uint32_t u = dtype == GLIA_F32 ? glia__f32_bits(v[j])
-                         : dtype == GLIA_BF16 ? glia__f32_to_bf16(v[j]) : glia__f32_to_f16(v[j]);
+            uint32_t u = dtype == GLIA_F32 ? glia_f32_bits(v[j])
+                         : dtype == GLIA_BF16 ? glia_f32_to_bf16(v[j]) : glia_f32_to_f16(v[j]);
             int64_t es = dtype_size(dtype);
             for (int64_t q = 0; q < es; q++) o[j * es + q] = (unsigned char)(u >> (8 * q));
         }
@@ -550,8 +550,8 @@ static glia_status read_values(struct glia_context *ctx, const char *path, FILE 
         uint32_t u = e->dtype == GLIA_F32 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                                                 (uint32_t)p[3] << 24
                                           : (uint32_t)p[0] | (uint32_t)p[1] << 8;
-        v[i] = e->dtype == GLIA_F32 ? glia__bits_f32(u) : e->dtype == GLIA_BF16 ? glia__bf16_to_f32((uint16_t)u)
-                                                                               : glia__f16_to_f32((uint16_t)u);
+        v[i] = e->dtype == GLIA_F32 ? glia_bits_f32(u) : e->dtype == GLIA_BF16 ? glia_bf16_to_f32((uint16_t)u)
+                                                                               : glia_f16_to_f32((uint16_t)u);
     }
     return GLIA_OK;
 }

@@ -163,7 +163,7 @@ static glia_status logits_run(struct glia_model *m, const struct glia_batch *b, 
     if (!st) st = glia_tensor_from_host(m->act.x, x, glia_tensor_nbytes(m->act.x));
     if (!st) st = glia__logits_forward(m, pos);
     const struct glia__node *lg = &m->graph.nodes[m->graph.nodes[m->graph.n_nodes - 1].in[0]];
-    if (!st) st = glia_tensor_to_host(lg->out, logits, want * sizeof(float));
+    if (!st) st = glia__tensor_to_host_f32(lg->out, logits, want);  /* half logits widened */
     return st;
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
+#include <glia/half.h>
 
 struct glia_storage {
     struct glia_backend *backend;  /* (borrowed) allocator owner */
@@ -245,6 +246,23 @@ glia_status glia_tensor_to_host(const struct glia_tensor *t, void *dst, size_t n
     if (nbytes != glia_tensor_nbytes(t)) return GLIA_EINVAL;
     struct glia_backend *b = glia_tensor_backend(t);
     return glia_backend_copy(b, dst, true, t->data, t->device.type == GLIA_DEVICE_CPU, nbytes);
+}
+
+glia_status glia__tensor_to_host_f32(const struct glia_tensor *t, float *dst, size_t n)
+{
+    if (t->dtype == GLIA_F32) return glia_tensor_to_host(t, dst, n * sizeof(float));
+    if ((t->dtype != GLIA_BF16 && t->dtype != GLIA_F16) || (int64_t)n != glia_tensor_numel(t)) return GLIA_EINVAL;
+    /* the halves into dst's upper half (bytes 2n ..), widened in place front to back: float i, written once half i
+     * is read, ends at byte 4i + 4, not past the 2n + 2i + 2 where the halves still to read begin */
+    unsigned char *b = (unsigned char *)dst;
+    glia_status st = glia_tensor_to_host(t, b + 2 * n, 2 * n);
+    for (size_t i = 0; i < n && !st; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * n + 2 * i, sizeof h);
+        float v = t->dtype == GLIA_BF16 ? glia_bf16_to_f32(h) : glia_f16_to_f32(h);
+        memcpy(b + 4 * i, &v, sizeof v);
+    }
+    return st;
 }
 
 glia_status glia_tensor_fill_zero(struct glia_tensor *t)

@@ -12,7 +12,7 @@
 #include "parts.h"
 #include "act.h"
 #include "train.h"
-#include "half.h"
+#include <glia/half.h>
 
 /* Profiling with a trace: an event for node's forward or backward that ran from t0 to t1. */
 static void trace_layer(struct glia_model *m, enum glia__trace_cat cat, const struct glia__node *nd, double t0, double t1)
@@ -84,7 +84,7 @@ static glia_status first_nonfinite(struct glia_model *m, const struct glia_tenso
         }
     }
     for (int64_t i = 0; i < n; i++) {
-        float x = glia__load_f32(host, t->dtype, i);
+        float x = glia_load_f32(host, t->dtype, i);
         if (!isfinite(x)) {
             *at = i;
             *v = x;
@@ -939,7 +939,7 @@ static glia_status count_correct(struct glia_model *m, int32_t *hy, float *buf, 
     const struct glia__node *loss = &m->graph.nodes[m->graph.n_nodes - 1];
     const struct glia_tensor *logits = m->graph.nodes[loss->in[0]].out;
     int64_t n = logits->shape.dim[0], c = logits->shape.dim[1];
-    glia_status st = glia_tensor_to_host(logits, buf, glia_tensor_nbytes(logits));
+    glia_status st = glia__tensor_to_host_f32(logits, buf, (size_t)glia_tensor_numel(logits));
     if (!st) st = glia_tensor_to_host(m->act.y, hy, glia_tensor_nbytes(m->act.y));
     if (st) return st;
     int64_t ok = 0;

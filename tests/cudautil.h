@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "half.h"
+#include <glia/half.h>
 #include "layerutil.h"
 #include "build-config.h"
 
@@ -25,7 +25,8 @@ struct cuda_case {
     bool accumulate;                  /* backward adds onto gradients of 1 (else writes over NaN) */
     const char *impl;                 /* CUDA impl; NULL: the type's first CUDA impl */
     uint64_t seed;                    /* of inputs, weights, output gradient, labels */
-    enum glia_dtype act;              /* of the CUDA run's activations (inputs, output and their gradients; the
+    enum glia_dtype act;              /* of the CUDA run's activations (inputs, output and their gradients, a loss's
+                                         output and its scale f32; the
                                          kernel needs GLIA_KERNEL_HALF for f16, bf16): the values of the inputs and
                                          the output gradient are rounded to it for both runs, the CPU's computing
                                          on them in f32. 0: GLIA_F32 */
@@ -129,8 +130,8 @@ static inline struct glia_tensor *cuda_put(struct glia_backend *b, struct glia_s
 static inline void cuda_round(float *v, int64_t n, enum glia_dtype t)
 {
     for (int64_t i = 0; i < n && t != GLIA_F32; i++) {
-        uint16_t h = t == GLIA_BF16 ? glia__f32_to_bf16(v[i]) : glia__f32_to_f16(v[i]);
-        v[i] = t == GLIA_BF16 ? glia__bf16_to_f32(h) : glia__f16_to_f32(h);
+        uint16_t h = t == GLIA_BF16 ? glia_f32_to_bf16(v[i]) : glia_f32_to_f16(v[i]);
+        v[i] = t == GLIA_BF16 ? glia_bf16_to_f32(h) : glia_f16_to_f32(h);
     }
 }
 
@@ -256,11 +257,12 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     float *ov = malloc(sizeof(float) * (size_t)(on ? on : 1));
     cuda_randn(&rng, ov, on, 1.0f);
     if (loss) ov[0] = 0.5f;
-    cuda_round(ov, on, at);
+    enum glia_dtype ot = loss ? GLIA_F32 : at;  /* a loss's output and its scale stay f32 (half logits: GLIA_KERNEL_HALF) */
+    cuda_round(ov, on, ot);
     struct glia_tensor *outc = tensor_as(cuda_cpu, os, GLIA_CONTIGUOUS), *outg = tensor_as(cuda_gpu, os, gf);
     struct glia_tensor *doutc = cuda_put(cuda_cpu, os, GLIA_CONTIGUOUS, ov), *doutg = cuda_put(cuda_gpu, os, gf, ov);
-    outg = cuda_swap_dtype(outg, at);  /* its garbage converted: the kernel writes it whole */
-    doutg = cuda_swap_dtype(doutg, at);
+    outg = cuda_swap_dtype(outg, ot);  /* its garbage converted: the kernel writes it whole */
+    doutg = cuda_swap_dtype(doutg, ot);
     free(ov);
     /* forward, with the saved memory each kernel asks for (glia_kernel.saved_size), as a model plans it */
     const struct glia_tensor *inc[GLIA__MAX_INPUTS], *ing[GLIA__MAX_INPUTS];
@@ -280,7 +282,7 @@ static inline struct cuda_diff cuda_compare_ids(const struct cuda_case *k, uint3
     if (st) printf("\n  cuda forward: %s\n", glia_context_error(cuda_ctx));
     CU_ASSERT_FATAL(st == GLIA_OK);
     d.out = cuda_diff_of(outc, outg);
-    if (at != GLIA_F32) {  /* a backward that reads the output gets the rounded one on both sides */
+    if (ot != GLIA_F32) {  /* a backward that reads the output gets the rounded one on both sides */
         struct glia_tensor *g32 = cuda_as_dtype(outg, GLIA_F32), *h = cuda_get(g32);
         CU_ASSERT_FATAL(glia_tensor_convert(outc, h, false) == GLIA_OK);
         glia_tensor_release(g32);

@@ -253,17 +253,17 @@ static float half_round(double v, enum glia_dtype t)
     float f = (float)v;
     if ((double)f != v && isfinite(f)) {
         if (fabs((double)f) > fabs(v)) f = nextafterf(f, 0.0f);
-        f = glia__bits_f32(glia__f32_bits(f) | 1u);
+        f = glia_bits_f32(glia_f32_bits(f) | 1u);
     }
-    return t == GLIA_BF16 ? glia__bf16_to_f32(glia__f32_to_bf16(f)) : glia__f16_to_f32(glia__f32_to_f16(f));
+    return t == GLIA_BF16 ? glia_bf16_to_f32(glia_f32_to_bf16(f)) : glia_f16_to_f32(glia_f32_to_f16(f));
 }
 
 /* The gap between half value h (of type t) and the next one away from zero. */
 static double half_ulp(float h, enum glia_dtype t)
 {
-    uint16_t m = (uint16_t)((t == GLIA_BF16 ? glia__f32_to_bf16(h) : glia__f32_to_f16(h)) & 0x7fffu);
-    double a = t == GLIA_BF16 ? glia__bf16_to_f32(m) : glia__f16_to_f32(m);
-    double b = t == GLIA_BF16 ? glia__bf16_to_f32((uint16_t)(m + 1)) : glia__f16_to_f32((uint16_t)(m + 1));
+    uint16_t m = (uint16_t)((t == GLIA_BF16 ? glia_f32_to_bf16(h) : glia_f32_to_f16(h)) & 0x7fffu);
+    double a = t == GLIA_BF16 ? glia_bf16_to_f32(m) : glia_f16_to_f32(m);
+    double b = t == GLIA_BF16 ? glia_bf16_to_f32((uint16_t)(m + 1)) : glia_f16_to_f32((uint16_t)(m + 1));
     return b - a;
 }
 
@@ -573,6 +573,20 @@ static void test_sce(void)
         cuda_expect(&k, cuda_tol(GLIA_PRECISION_FP32));
     }
     cuda_ignore_every = 0;
+    /* half logits (GLIA_KERNEL_HALF), their gradient rounded once: 1000 classes take the 16-byte loads (8 halves),
+     * 37 one value at a time; accumulated onto gradients of 1 it is the backward kernel that runs */
+    for (int h = 0; h < 2; h++) {
+        static const int64_t shp[][3] = {{4, 3, 1000}, {3, 5, 37}};
+        for (int c = 0; c < 2; c++) {
+            struct glia_shape in = glia_shape_make(3, (int64_t[]){shp[c][0], shp[c][1], shp[c][2]});
+            struct cuda_case k = {.ini = "[loss]\ntype = softmax_cross_entropy\nlabel_smoothing = 0.1\n", .in = &in,
+                                  .n_in = 1, .precision = GLIA_PRECISION_BF16, .act = h ? GLIA_F16 : GLIA_BF16,
+                                  .seed = 580 + c};
+            cuda_ignore_every = 4;
+            expect_both_modes(k, h ? 1.0 / 2048 : 1.0 / 256);
+            cuda_ignore_every = 0;
+        }
+    }
     /* only GEMM and convolution follow the precision: the loss stays fp32 */
     struct glia_shape in = S(2, 9, 13, 0, 0);
     cuda_expect(&(struct cuda_case){.ini = "[loss]\ntype = softmax_cross_entropy\n", .in = &in, .n_in = 1,
@@ -595,6 +609,62 @@ static void test_sce_grad_in_forward(void)
         loss_grad_in_forward_case(&G.l, cuda_gpu, rc[c][0], rc[c][1], (int)rc[c][2], 70 + c);
         cuda_unbuild(&G);
     }
+}
+
+/* Half logits through glia_layer_run_new_typed on the GPU (what `glia bench layer` runs): the loss is the f32 CPU
+ * kernel's on the same values (sums in double on both: float rounding apart), and the gradient written in the forward's
+ * pass is the CPU's rounded once to the half type, within one unit in its last place (expf on two devices). */
+static void test_sce_half_logits(void)
+{
+    need_cpu("softmax_cross_entropy");
+    const enum glia_dtype types[] = {GLIA_BF16, GLIA_F16};
+    const int64_t shp[][3] = {{2, 9, 1000}, {5, 3, 37}, {1, 2100, 8}};
+    const char *ini = "[loss]\ntype = softmax_cross_entropy\n";
+    for (int t = 0; t < 2; t++)
+        for (int c = 0; c < 3; c++) {
+            struct glia_shape in = glia_shape_make(3, (int64_t[]){shp[c][0], shp[c][1], shp[c][2]});
+            struct glia_layer_run *rh = NULL, *rf = NULL;
+            set_precision(GLIA_PRECISION_BF16);
+            CU_ASSERT_FATAL(glia_layer_run_new_typed(cuda_ctx, ini, cuda_gpu->device, &in, 1, GLIA_CONTIGUOUS, types[t],
+                                                     31 + c, &rh) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_new(cuda_ctx, ini, cuda_cpu->device, &in, 1, GLIA_CONTIGUOUS, 31 + c, &rf) ==
+                            GLIA_OK);
+            struct glia_tensor *xh = glia_layer_run_input(rh, 0);
+            CU_ASSERT_EQUAL(xh->dtype, types[t]);
+            CU_ASSERT_EQUAL(glia_layer_run_output(rh)->dtype, GLIA_F32);
+            int64_t n = glia_tensor_numel(xh), rows = n / shp[c][2];
+            uint16_t *hx = malloc(2 * (size_t)n);
+            CU_ASSERT_FATAL(glia_tensor_to_host(xh, hx, 2 * (size_t)n) == GLIA_OK);
+            float *x = glia_tensor_f32(glia_layer_run_input(rf, 0));
+            for (int64_t i = 0; i < n; i++) x[i] = glia_load_f32(hx, types[t], i);
+            int32_t *lab = malloc(sizeof(int32_t) * (size_t)rows);  /* the same labels on both */
+            CU_ASSERT_FATAL(glia_tensor_to_host(glia_layer_run_labels(rh), lab, sizeof(int32_t) * (size_t)rows) ==
+                            GLIA_OK);
+            memcpy(glia_tensor_i32(glia_layer_run_labels(rf)), lab, sizeof(int32_t) * (size_t)rows);
+            CU_ASSERT_FATAL(glia_layer_run_forward(rh, true) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_forward(rf, true) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_sync(rh) == GLIA_OK);
+            float lh, lf = glia_tensor_f32(glia_layer_run_output(rf))[0];
+            CU_ASSERT_FATAL(glia_tensor_to_host(glia_layer_run_output(rh), &lh, sizeof lh) == GLIA_OK);
+            CU_ASSERT(fabsf(lh - lf) <= 1e-6f * fabsf(lf));
+            uint16_t *hg = malloc(2 * (size_t)n);
+            CU_ASSERT_FATAL(glia_tensor_to_host(glia_layer_run_input_grad(rh, 0), hg, 2 * (size_t)n) == GLIA_OK);
+            const float *gf = glia_tensor_f32(glia_layer_run_input_grad(rf, 0));
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                float want = types[t] == GLIA_BF16 ? glia_bf16_to_f32(glia_f32_to_bf16(gf[i]))
+                                                   : glia_f16_to_f32(glia_f32_to_f16(gf[i]));
+                float got = glia_load_f32(hg, types[t], i), ulp = fabsf(want) * (types[t] == GLIA_BF16 ? 0x1p-7f : 0x1p-10f);
+                if (fabsf(got - want) > fmaxf(ulp, types[t] == GLIA_F16 ? 0x1p-24f : 0.0f)) bad++;
+            }
+            if (bad) printf("\n  %s %lld x %lld x %lld: %d of %lld gradients off\n", glia_dtype_name(types[t]),
+                            (long long)shp[c][0], (long long)shp[c][1], (long long)shp[c][2], bad, (long long)n);
+            CU_ASSERT_EQUAL(bad, 0);
+            free(hx), free(hg), free(lab);
+            glia_layer_run_free(rh);
+            glia_layer_run_free(rf);
+        }
+    set_precision(GLIA_PRECISION_FP32);
 }
 
 /* A label out of range: the forward cannot refuse it without waiting for the GPU, so its loss
@@ -778,5 +848,5 @@ CUDA_TEST_MAIN("cuda_dense", GLIA_TEST(test_gemm_unaligned), GLIA_TEST(test_line
                GLIA_TEST(test_linear_packed_params),
                GLIA_TEST(test_linear_half), GLIA_TEST(test_linear_half_fallback), GLIA_TEST(test_linear_act),
                GLIA_TEST(test_linear_act_fallback), GLIA_TEST(test_linear_din_act), GLIA_TEST(test_linear_din_act_fallback),
-               GLIA_TEST(test_sce), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_sce_special_values), GLIA_TEST(test_flatten),
+               GLIA_TEST(test_sce), GLIA_TEST(test_sce_grad_in_forward), GLIA_TEST(test_sce_half_logits), GLIA_TEST(test_sce_bad_label), GLIA_TEST(test_sce_special_values), GLIA_TEST(test_flatten),
                GLIA_TEST(test_dropout_same_mask), GLIA_TEST(test_dropout_half))

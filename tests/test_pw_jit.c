@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <unistd.h>
 #include "testutil.h"
-#include "half.h"
+#include <glia/half.h>
 #include "../backends/cuda/pointwise_jit.h"
 
 /* Expressions that together use every op, constants NaN / inf / -0, and 1 to 4 inputs. */
@@ -351,8 +351,8 @@ typedef void (*bwd16_fn)(const uint16_t *, const uint16_t *, const uint16_t *, c
                          uint16_t *, uint16_t *, uint16_t *, uint16_t *, int, long long, unsigned long long, int,
                          long long, long long, unsigned long long, const long long *);
 
-static uint16_t to16(float v, enum glia_dtype t) { return t == GLIA_BF16 ? glia__f32_to_bf16(v) : glia__f32_to_f16(v); }
-static float from16(uint16_t h, enum glia_dtype t) { return t == GLIA_BF16 ? glia__bf16_to_f32(h) : glia__f16_to_f32(h); }
+static uint16_t to16(float v, enum glia_dtype t) { return t == GLIA_BF16 ? glia_f32_to_bf16(v) : glia_f32_to_f16(v); }
+static float from16(uint16_t h, enum glia_dtype t) { return t == GLIA_BF16 ? glia_bf16_to_f32(h) : glia_f16_to_f32(h); }
 
 /* rows 16-byte aligned: at offset 0 the kernels go by quads (four values in 8 bytes), at offset 1 one by one */
 static uint16_t h_x_[GLIA_EXPR_MAX_VARS][NP] __attribute__((aligned(16))), h_dy_[NP] __attribute__((aligned(16)));

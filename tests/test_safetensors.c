@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include "modelutil.h"
-#include "../core/half.h"
+#include <glia/half.h>
 
 static char dir[512];
 
@@ -103,10 +103,10 @@ static float value(const struct file *f, const char *dtype, int64_t off, int64_t
     if (!strcmp(dtype, "F32")) {
         uint32_t u = (uint32_t)d[4 * i] | (uint32_t)d[4 * i + 1] << 8 | (uint32_t)d[4 * i + 2] << 16 |
                      (uint32_t)d[4 * i + 3] << 24;
-        return glia__bits_f32(u);
+        return glia_bits_f32(u);
     }
     uint16_t h = (uint16_t)(d[2 * i] | d[2 * i + 1] << 8);
-    return !strcmp(dtype, "BF16") ? glia__bf16_to_f32(h) : glia__f16_to_f32(h);
+    return !strcmp(dtype, "BF16") ? glia_bf16_to_f32(h) : glia_f16_to_f32(h);
 }
 
 /* ---- tests ---- */
@@ -201,8 +201,8 @@ static void test_round_trip(void)
         float *wa = weights(&a, &n), *wb = weights(&b, &n);
         double worst = 0;
         for (long long i = 0; i < n; i++) {
-            float want = k == 0 ? wa[i] : k == 1 ? glia__bf16_to_f32(glia__f32_to_bf16(wa[i]))
-                                                 : glia__f16_to_f32(glia__f32_to_f16(wa[i]));
+            float want = k == 0 ? wa[i] : k == 1 ? glia_bf16_to_f32(glia_f32_to_bf16(wa[i]))
+                                                 : glia_f16_to_f32(glia_f32_to_f16(wa[i]));
             worst = fmax(worst, fabs((double)wb[i] - want));
         }
         CU_ASSERT_EQUAL(worst, 0.0);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <oneapi/dnnl/dnnl.h>
-#include "half.h"
+#include <glia/half.h>
 #include "internal.h"
 #include "loader.h"
 
@@ -184,8 +184,8 @@ static glia_status cpu_convert(void *priv, void *dst, enum glia_dtype dt, const 
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) {  /* i: dst's element (b, c, r) */
         int64_t r = i % rows, c = i / rows % cols, b = i / (rows * cols);
-        float v = glia__load_f32(src, st, flat ? i : (b * rows + r) * cols + c);
-        glia__store_f32(dst, dt, i, beta != 0.0f ? glia__load_f32(dst, dt, i) + v : v);
+        float v = glia_load_f32(src, st, flat ? i : (b * rows + r) * cols + c);
+        glia_store_f32(dst, dt, i, beta != 0.0f ? glia_load_f32(dst, dt, i) + v : v);
     }
     return GLIA_OK;
 }

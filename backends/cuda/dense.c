@@ -174,7 +174,8 @@ fail:
 }
 
 /* ---- f32 activations under [runtime] precision = bf16 or fp16 ----
- * A linear whose neighbours keep f32 activations (the one feeding the loss: its logits stay f32) still multiplies
+ * A linear whose neighbours keep f32 activations (one feeding a loss whose kernel takes only f32 logits, or a layer
+ * without GLIA_KERNEL_HALF) still multiplies
  * half operands, as torch.autocast runs every linear: x (and in backward dy) converted to the half type in scratch, W's
  * half copy, f32 sums and an f32 result, y and dx f32. cuBLASLt's f32 GEMMs in a FAST_16BF/16F compute type would
  * read f32 operands and may take TF32 kernels at half the half type's rate (GPT-2's classifier: 7.6 TFLOP a step at
@@ -528,10 +529,11 @@ static void sce_rows(const struct glia_tensor *x, int64_t *N, int64_t *C)
     *N = glia_tensor_numel(x) / (*C > 0 ? *C : 1);
 }
 
-/* logits x(N,C) or (N,T,C) and labels y(N) or (N,T) in CUDA memory, of matching sizes */
+/* logits x(N,C) or (N,T,C) (f32, f16 or bf16: GLIA_KERNEL_HALF) and labels y(N) or (N,T) in CUDA memory, of
+ * matching sizes */
 static glia_status sce_check(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y)
 {
-    glia_status st = need_dense_f32(l, x, "logits");
+    glia_status st = need_act_in(l, x, x ? x->dtype : GLIA_F32, GLIA_CONTIGUOUS, "logits");
     if (st) return st;
     int64_t N, C;
     sce_rows(x, &N, &C);
@@ -566,14 +568,16 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     void *row;
     if ((st = glia__cuda_scratch(c, (size_t)(N > 0 ? N : 1) * sizeof(double), &row))) return st;
     p->classes = C;
+    enum glia_dtype t = a->in[0]->dtype;
     if (a->train && a->din &&
-        ((st = need_dense_f32(l, a->din, "input gradient")) || (st = need_dense_f32(l, a->dout, "loss scale"))))
+        ((st = need_act_in(l, a->din, t, GLIA_CONTIGUOUS, "input gradient")) ||
+         (st = need_dense_f32(l, a->dout, "loss scale"))))
         return st;
-    float *dx = a->train && a->din ? f32(a->din) : NULL;
+    void *dx = a->train && a->din ? a->din->data : NULL;
     p->grad_at = dx;
     CUDA_TRY(l->ctx, glia__cuda_sce_forward(f32(a->out), a->train ? (double *)p->lse->data : NULL, row,
-                                            p->count->data, p->bad->data, dx, dx ? f32(a->dout) : NULL, f32(a->in[0]),
-                                            a->labels->data, N, C, e->smoothing, e->ignore_index, c->stream));
+                                            p->count->data, p->bad->data, dx, dx ? f32(a->dout) : NULL, a->in[0]->data,
+                                            t, a->labels->data, N, C, e->smoothing, e->ignore_index, c->stream));
     CUDA_TRY(l->ctx, cudaMemcpyAsync(p->bad_host, p->bad->data, sizeof *p->bad_host, cudaMemcpyDeviceToHost,
                                      c->stream));
     CUDA_TRY(l->ctx, cudaEventRecordWithFlags(p->copied, c->stream,
@@ -600,7 +604,9 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (p->grad_at && p->grad_at == a->in[0]->data)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] the training forward wrote its gradient over the logits; this "
                           "backward asks for it elsewhere or to add it", l->name);
-    if ((st = sce_check(l, a->in[0], a->labels)) || (st = need_dense_f32(l, a->din[0], "input gradient"))) return st;
+    if ((st = sce_check(l, a->in[0], a->labels)) ||
+        (st = need_act_in(l, a->din[0], a->in[0]->dtype, GLIA_CONTIGUOUS, "input gradient")))
+        return st;
     if (!a->dout || a->dout->dtype != GLIA_F32 || a->dout->device.type != GLIA_DEVICE_CUDA ||
         glia_tensor_numel(a->dout) < 1)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] the loss scale must be one f32 element in CUDA memory", l->name);
@@ -608,7 +614,7 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     sce_rows(a->in[0], &N, &C);
     if (!p->lse || p->cap < N)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] backward without a training forward of this batch", l->name);
-    CUDA_TRY(l->ctx, glia__cuda_sce_backward(f32(a->din[0]), f32(a->in[0]), p->lse->data, p->count->data,
+    CUDA_TRY(l->ctx, glia__cuda_sce_backward(a->din[0]->data, a->in[0]->data, a->in[0]->dtype, p->lse->data, p->count->data,
                                              a->labels->data, f32(a->dout), N, C, e->smoothing, e->ignore_index,
                                              a->din_accumulate[0] ? 1.0f : 0.0f, c->stream));
 fail:
@@ -619,9 +625,11 @@ static const struct glia_kernel sce_cuda = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "softmax_cross_entropy",
     .impl = "cuda",
-    .doc = "a warp per row; labels checked on the GPU; the gradient written over the logits in the forward's pass",
+    .doc = "a warp per row; f32, f16 or bf16 logits read as f32; labels checked on the GPU; the gradient written over "
+           "the logits in the forward's pass",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_GRAD_IN_PLACE | GLIA_KERNEL_GRAD_IN_FORWARD,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_CAPTURABLE | GLIA_KERNEL_GRAD_IN_PLACE | GLIA_KERNEL_GRAD_IN_FORWARD |
+             GLIA_KERNEL_HALF, /* the logits and their gradient; the loss and its scale f32 */
     .state_size = sizeof(struct sce_cuda),
     .destroy = sce_destroy,
     .forward = sce_forward,

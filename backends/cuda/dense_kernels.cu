@@ -1,6 +1,6 @@
 /* backends/cuda/dense_kernels.cu — kernels of the CUDA linear (bias add, activation and its gradient, bias gradient;
  * f32, f16 or bf16),
- * softmax_cross_entropy (loss rows, mean, gradient) and dropout (the CPU kernel's counter-based
+ * softmax_cross_entropy (loss rows, mean, gradient; f32, f16 or bf16 logits) and dropout (the CPU kernel's counter-based
  * mask; f32, f16 or bf16 activations). Not GEMMs. Products that the CPU rounds on their own use __fmul_rn, so that
  * no fused multiply-add changes a bit where CPU and GPU must agree exactly (dropout). */
 #include "dense_kernels.h"
@@ -194,30 +194,41 @@ __device__ __forceinline__ void sce_online(float v, float &m, double &s)
     }
 }
 
-/* A lane's float4 loads of a row issued together before the first is used, so that a warp a row keeps enough bytes
+/* A lane's 16-byte loads of a row issued together before the first is used, so that a warp a row keeps enough bytes
  * in flight to stream the logits at the memory's rate (one load at a time left it latency-bound) */
 #define SCE_LOADS 4
 
-/* q[u] = r4[j0 + 32 u] for the u whose index is below n4 (the others zero) */
-__device__ __forceinline__ void sce_load(float4 q[SCE_LOADS], const float4 *r4, int64_t j0, int64_t n4)
+/* The logits' values one 16-byte load holds: 4 floats, 8 halves */
+template <typename T> struct SceVec {
+    enum { W = 16 / (int)sizeof(T) };
+    typedef Pack<T, W> P;
+};
+
+/* q[u] = r[j0 + 32 u] for the u whose index is below n (the others left as they are: never read) */
+template <typename P> __device__ __forceinline__ void sce_load(P q[SCE_LOADS], const P *r, int64_t j0, int64_t n)
 {
 #pragma unroll
-    for (int u = 0; u < SCE_LOADS; u++) q[u] = j0 + 32 * u < n4 ? r4[j0 + 32 * u] : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int u = 0; u < SCE_LOADS; u++)
+        if (j0 + 32 * u < n) q[u] = r[j0 + 32 * u];
 }
 
 /* row(N) = (1-e)(lse - x[n, y_n]) + e mean_c (lse - x[n, c]) (0 where y_n = ign) and lse(N) = log sum_c exp x[n, c]
- * from x(N,C), y(N), reading the row once for lse (twice with label smoothing) and once more for dx: one warp per
- * row (the loop bound is the same for the whole warp, so every shuffle has its 32 lanes), 16 bytes a lane where vec
- * (C % 4 == 0, x and dx 16-byte aligned; SCE_LOADS of them in flight, each lane's values used in the same order),
- * the exponentials in float and the sums in double (the CPU kernel's are in double: the two differ by float
- * rounding). A bad label: NaN and *bad lowered. With dx, also the row's gradient as
- * sce_backward_kernel computes it (sce_grad, so the same bits), k = dout[0] / count, written over the row once the warp
- * has read it (dx may be x); count is *count (counted before), or with self_count each block's own count of the N
- * labels (a small batch: N values from L2 a block cost less than a launch). */
-__global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, float *dx, const float *x,
+ * from x(N,C) of type T (f32, f16 or bf16: the logits of a half model; each value read as f32), y(N), reading the row
+ * once for lse (twice with label smoothing) and once more for dx: one warp per row (the loop bound is the same for
+ * the whole warp, so every shuffle has its 32 lanes), 16 bytes a load where vec (C a multiple of a load's values, x
+ * and dx 16-byte aligned; SCE_LOADS of them in flight, each lane's values used in the same order), the exponentials
+ * in float and the sums in double (the CPU kernel's are in double: the two differ by float rounding). A bad label:
+ * NaN and *bad lowered. With dx (of type T), also the row's gradient as sce_backward_kernel computes it (sce_grad,
+ * rounded once to T: the same bits), k = dout[0] / count, written over the row once the warp has read it (dx may be
+ * x); count is *count (counted before), or with self_count each block's own count of the N labels (a small batch: N
+ * values from L2 a block cost less than a launch). */
+template <typename T>
+__global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long *bad, T *dx, const T *x,
                                 const int32_t *y, int64_t N, int64_t C, float e, int32_t ign, const float *dout,
                                 const double *count, float off, bool vec, bool self_count)
 {
+    typedef typename SceVec<T>::P P;
+    const int W = SceVec<T>::W;
     float k = 0.0f;
     if (dx && self_count) {  /* uniform over the block */
         double c = (double)block_count(y, N, ign);
@@ -228,34 +239,33 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
     int lane = threadIdx.x & 31;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    int64_t nv = C / W; /* the row's loads where vec */
     for (int64_t n = warp; n < N; n += warps) {
-        const float *r = x + n * C;
+        const T *r = x + n * C;
         /* the max and the sum of exponentials in one pass over the row, then each lane's sum moved to the warp's
          * max; an infinite max (all -inf, or a +inf: exp(inf - inf)) makes lse NaN, as two passes would */
         float m = -INFINITY;
         double s = 0.0;
-        if (vec) {  /* SCE_LOADS float4 loads in flight a lane, then used in the order of one at a time */
-            for (int64_t j0 = lane; j0 < C / 4; j0 += 32 * SCE_LOADS) {
-                float4 q[SCE_LOADS];
-                sce_load(q, (const float4 *)r, j0, C / 4);
+        if (vec) {  /* SCE_LOADS loads in flight a lane, then used in the order of one at a time */
+            for (int64_t j0 = lane; j0 < nv; j0 += 32 * SCE_LOADS) {
+                P q[SCE_LOADS];
+                sce_load(q, (const P *)r, j0, nv);
 #pragma unroll
                 for (int u = 0; u < SCE_LOADS; u++) {
-                    if (j0 + 32 * u >= C / 4) break;
-                    sce_online(q[u].x, m, s);
-                    sce_online(q[u].y, m, s);
-                    sce_online(q[u].z, m, s);
-                    sce_online(q[u].w, m, s);
+                    if (j0 + 32 * u >= nv) break;
+#pragma unroll
+                    for (int w = 0; w < W; w++) sce_online(to_float(q[u].v[w]), m, s);
                 }
             }
         } else {
-            for (int64_t j = lane; j < C; j += 32) sce_online(r[j], m, s);
+            for (int64_t j = lane; j < C; j += 32) sce_online(to_float(r[j]), m, s);
         }
         float mx = warp_max(m);
         if (m != -INFINITY) s *= (double)expf(m - mx);
         double lse = log(warp_sum(s)) + mx, mean_nll = 0.0;
         if (isinf(mx)) lse = __longlong_as_double(0x7ff8000000000000LL);
         if (e > 0.0f) {
-            for (int64_t j = lane; j < C; j += 32) mean_nll += lse - r[j];
+            for (int64_t j = lane; j < C; j += 32) mean_nll += lse - to_float(r[j]);
             mean_nll = warp_sum(mean_nll) / (double)C;
         }
         if (lane == 0) {
@@ -267,7 +277,7 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
                 atomicMin(bad, at << 32 | (unsigned long long)(uint32_t)t);
                 row[n] = __longlong_as_double(0x7ff8000000000000LL);  /* NaN */
             } else {
-                row[n] = (1.0 - (double)e) * (lse - r[t]) + (double)e * mean_nll;
+                row[n] = (1.0 - (double)e) * (lse - to_float(r[t])) + (double)e * mean_nll;
             }
             if (lse_out) lse_out[n] = lse;
         }
@@ -275,23 +285,23 @@ __global__ void sce_rows_kernel(double *row, double *lse_out, unsigned long long
         __syncwarp();  /* lane 0 has read x[n, t] */
         int32_t t = y[n];
         if (vec) {
-            for (int64_t j0 = lane; j0 < C / 4; j0 += 32 * SCE_LOADS) {
-                float4 q[SCE_LOADS];
-                sce_load(q, (const float4 *)r, j0, C / 4);
+            for (int64_t j0 = lane; j0 < nv; j0 += 32 * SCE_LOADS) {
+                P q[SCE_LOADS];
+                sce_load(q, (const P *)r, j0, nv);
 #pragma unroll
                 for (int u = 0; u < SCE_LOADS; u++) {
-                    int64_t j = j0 + 32 * u, c = 4 * j;
-                    if (j >= C / 4) break;
-                    float4 g;
-                    g.x = sce_grad(q[u].x, lse, c, t, ign, C, k, e, off);
-                    g.y = sce_grad(q[u].y, lse, c + 1, t, ign, C, k, e, off);
-                    g.z = sce_grad(q[u].z, lse, c + 2, t, ign, C, k, e, off);
-                    g.w = sce_grad(q[u].w, lse, c + 3, t, ign, C, k, e, off);
-                    ((float4 *)(dx + n * C))[j] = g;
+                    int64_t j = j0 + 32 * u, c = W * j;
+                    if (j >= nv) break;
+                    P g;
+#pragma unroll
+                    for (int w = 0; w < W; w++)
+                        g.v[w] = from_float<T>(sce_grad(to_float(q[u].v[w]), lse, c + w, t, ign, C, k, e, off));
+                    ((P *)(dx + n * C))[j] = g;
                 }
             }
         } else {
-            for (int64_t j = lane; j < C; j += 32) dx[n * C + j] = sce_grad(r[j], lse, j, t, ign, C, k, e, off);
+            for (int64_t j = lane; j < C; j += 32)
+                dx[n * C + j] = from_float<T>(sce_grad(to_float(r[j]), lse, j, t, ign, C, k, e, off));
         }
     }
 }
@@ -335,9 +345,9 @@ __global__ void sce_mean_kernel(float *loss, double *count, const double *row, c
 #define SCE_SELF_COUNT 2048
 
 extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, void *count,
-                                              unsigned long long *bad, float *dx, const float *dout, const float *x,
-                                              const int32_t *y, int64_t N, int64_t C, float e, int32_t ign,
-                                              cudaStream_t s)
+                                              unsigned long long *bad, void *dx, const float *dout, const void *x,
+                                              enum glia_dtype t, const int32_t *y, int64_t N, int64_t C, float e,
+                                              int32_t ign, cudaStream_t s)
 {
     bool self_count = N <= SCE_SELF_COUNT;
     if (dx && !self_count) {
@@ -346,10 +356,14 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
         if (err != cudaSuccess) return err;
     }
     if (N > 0) {
-        bool vec = C % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)dx % 16 == 0;
-        sce_rows_kernel<<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, dx, x, y, N, C, e, ign, dout,
-                                                             (const double *)count, e / (float)C, vec, self_count);
-        cudaError_t err = cudaGetLastError();
+        cudaError_t err = by_type(t, [&](auto v) {
+            using T = decltype(v);
+            bool vec = C % SceVec<T>::W == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)dx % 16 == 0;
+            sce_rows_kernel<T><<<grid_for(N * 32), THREADS, 0, s>>>(row, lse, bad, (T *)dx, (const T *)x, y, N, C, e,
+                                                                    ign, dout, (const double *)count, e / (float)C, vec,
+                                                                    self_count);
+            return cudaGetLastError();
+        });
         if (err != cudaSuccess) return err;
     }
     sce_mean_kernel<<<1, THREADS, 0, s>>>(loss, (double *)count, row, y, N, ign);
@@ -357,29 +371,34 @@ extern "C" cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *
 }
 
 /* dx(N,C) = k (softmax(x) - (1-e) onehot(y) - off) + beta dx with k = dout[0] / count (the CPU's float
- * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) by sce_grad. */
-__global__ void sce_backward_kernel(float *dx, const float *x, const double *lse, const double *count,
-                                    const int32_t *y, const float *dout, int64_t N, int64_t C, float e, int32_t ign,
-                                    float off, float beta)
+ * expressions; count 0: k = 0), 0 on rows labelled ign; softmax from the forward's lse(N) by sce_grad; x and dx of
+ * type T, the sum in f32 rounded once. */
+template <typename T>
+__global__ void sce_backward_kernel(T *dx, const T *x, const double *lse, const double *count, const int32_t *y,
+                                    const float *dout, int64_t N, int64_t C, float e, int32_t ign, float off,
+                                    float beta)
 {
     float k = *count > 0.0 ? dout[0] / (float)*count : 0.0f;
     GRID_STRIDE(i, N * C)
     {
         int64_t n = i / C;
-        float g = sce_grad(x[i], lse[n], i % C, y[n], ign, C, k, e, off);
-        dx[i] = beta != 0.0f ? dx[i] + g : g;
+        float g = sce_grad(to_float(x[i]), lse[n], i % C, y[n], ign, C, k, e, off);
+        dx[i] = from_float<T>(beta != 0.0f ? to_float(dx[i]) + g : g);
     }
 }
 
-extern "C" cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse, const void *count,
-                                               const int32_t *y, const float *dout, int64_t N, int64_t C, float e,
-                                               int32_t ign, float beta, cudaStream_t s)
+extern "C" cudaError_t glia__cuda_sce_backward(void *dx, const void *x, enum glia_dtype t, const double *lse,
+                                               const void *count, const int32_t *y, const float *dout, int64_t N,
+                                               int64_t C, float e, int32_t ign, float beta, cudaStream_t s)
 {
     if (N * C == 0) return cudaSuccess;
     float off = e / (float)C;
-    sce_backward_kernel<<<grid_for(N * C), THREADS, 0, s>>>(dx, x, lse, (const double *)count, y, dout, N, C, e, ign,
-                                                            off, beta);
-    return cudaGetLastError();
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        sce_backward_kernel<T><<<grid_for(N * C), THREADS, 0, s>>>((T *)dx, (const T *)x, lse, (const double *)count,
+                                                                   y, dout, N, C, e, ign, off, beta);
+        return cudaGetLastError();
+    });
 }
 
 /* y(n) = (keep(j) ? x * scale : 0) + beta y, j the logical NCHW index of offset i; x and y of type T, the product and

@@ -44,21 +44,22 @@ cudaError_t glia__cuda_col_sum(float *db, const void *dy, enum glia_dtype t, int
 
 /* loss(1) = sum_n [(1-e)(lse_n - x[n, y_n]) + e mean_c (lse_n - x[n, c])] / count over the rows whose label y_n is
  * not ign, lse_n = log sum_c exp x[n, c], from x(N,C) and labels y(N) (N: every position, N*T of a sequence's
- * logits); count 0 gives 0. row(N) is scratch (doubles); *count (a double) gets count; lse(N) (doubles) is kept for
+ * logits; x and dx of type t: f32, f16 or bf16, the arithmetic f32's and the sums double's, dx rounded once to t);
+ * count 0 gives 0. row(N) is scratch (doubles); *count (a double) gets count; lse(N) (doubles) is kept for
  * backward when not NULL. A label outside [0, C) that is not ign makes its row's loss (so the mean) NaN and lowers
  * *bad to (row << 32 | label) (atomic min; *bad starts at GLIA__SCE_NO_BAD_LABEL). With dx (training, the gradient
  * in the forward's pass: GLIA_KERNEL_GRAD_IN_FORWARD), also dx(N,C) as glia__cuda_sce_backward with beta 0 would
  * write it, scaled by dout[0] (device memory); dx may be x (each row is written once the row is read). */
 cudaError_t glia__cuda_sce_forward(float *loss, double *lse, double *row, void *count, unsigned long long *bad,
-                                   float *dx, const float *dout, const float *x, const int32_t *y, int64_t N, int64_t C,
-                                   float e, int32_t ign, cudaStream_t s);
+                                   void *dx, const float *dout, const void *x, enum glia_dtype t, const int32_t *y,
+                                   int64_t N, int64_t C, float e, int32_t ign, cudaStream_t s);
 
 /* dx(N,C) = dout[0] / count * (softmax(x) - (1-e) onehot(y) - e/C) + beta dx, beta 0 or 1, softmax from
  * x(N,C) and the forward's lse(N) and count (a double; 0: every gradient 0); dout is device memory (1 element).
  * Rows whose label is ign get 0, rows with another label outside [0, C) NaN. */
-cudaError_t glia__cuda_sce_backward(float *dx, const float *x, const double *lse, const void *count, const int32_t *y,
-                                    const float *dout, int64_t N, int64_t C, float e, int32_t ign, float beta,
-                                    cudaStream_t s);
+cudaError_t glia__cuda_sce_backward(void *dx, const void *x, enum glia_dtype t, const double *lse, const void *count,
+                                    const int32_t *y, const float *dout, int64_t N, int64_t C, float e, int32_t ign,
+                                    float beta, cudaStream_t s);
 
 /* y(n) = (keep(j) ? x * scale : 0) + beta y, beta 0 or 1, keep(j) = glia_dropout_uniform(seed, j) >= p
  * with j the element's logical NCHW index: its offset, or for channels_last memory (N,H,W,C)

@@ -239,7 +239,9 @@ enum glia_kernel_flags {
      * gradients and buffers stay f32. It still takes all-f32 calls (the gradient checker, a layer next to the loss).
      * Loads convert to f32, arithmetic and reductions are done in f32 (statistics too), stores round to nearest even;
      * a gradient accumulated (din_accumulate) is read, added in f32 and rounded once. A kernel without this flag only
-     * ever sees f32 activations: the core converts at its edges ([graph] half_activations). */
+     * ever sees f32 activations: the core converts at its edges ([graph] half_activations). A loss kernel
+     * (GLIA_TYPE_LOSS) with it gets its logits in[0] and their gradient din[0] in the type their producer wrote, its
+     * output (the loss) and dout (the loss scale) f32. */
     GLIA_KERNEL_HALF = 1u << 4,
     /* ABI 2.3: runs the eval forwards of a cached decode (glia_fwd.decode; glia_model_decode, what glia sample uses):
      * given positions pos .. pos + T - 1 of each sequence, it computes what a forward over positions 0 .. pos + T - 1
@@ -484,8 +486,8 @@ glia_status glia_layer_run_new(struct glia_context *ctx, const char *ini, struct
 /* ABI 2.2: the same with activations (inputs, their gradients, the output and its gradient) of element type act:
  * GLIA_F32 as glia_layer_run_new, or GLIA_BF16 / GLIA_F16 as a model with [runtime] precision = bf16 / fp16 and
  * [graph] half_activations hands them to a kernel with GLIA_KERNEL_HALF (the values drawn in f32 and rounded once;
- * parameters and their gradients stay f32). GLIA_EUNSUPPORTED naming the layer for a kernel without the flag or a
- * loss, and naming the device where its backend has no convert. */
+ * parameters and their gradients stay f32; a loss's output and its gradient, the loss scale, f32). GLIA_EUNSUPPORTED
+ * naming the layer for a kernel without the flag, and naming the device where its backend has no convert. */
 glia_status glia_layer_run_new_typed(struct glia_context *ctx, const char *ini, struct glia_device dev,
                                      const struct glia_shape *in, int n_in, enum glia_memory_format fmt,
                                      enum glia_dtype act, uint64_t seed, struct glia_layer_run **out);

@@ -2,6 +2,7 @@
  * softmax(logits) against integer labels, per sample or per sequence position) and its CPU kernel. Not a standalone softmax: the output is the
  * scalar loss; the CUDA kernel is in cuda.so. */
 #include <glia/glia.h>
+#include <glia/half.h>
 #include <glia/types/softmax_cross_entropy.h>
 #include <math.h>
 #include <stdlib.h>
@@ -58,6 +59,17 @@ static void sce_cpu_destroy(struct glia_layer *l)
  * the forward's gradient and the backward's are the same bits. */
 static inline float sce_prob(float x, double lse) { return expf((float)((double)x - lse)); }
 
+/* Half logits (GLIA_KERNEL_HALF: bf16 or f16, from a model with half activations) widened to an f32 copy (NULL:
+ * out of memory), on which the f32 code runs; the gradient is computed into such a copy and rounded once into the
+ * half tensor. */
+static float *widen(const struct glia_tensor *t)
+{
+    int64_t n = glia_tensor_numel(t);
+    float *w = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; w && i < n; i++) w[i] = glia_load_f32(t->data, t->dtype, i);
+    return w;
+}
+
 /* The rows R (N, or N*T) and classes C of logits x: every dimension but the last is a position. */
 static void sce_rows(const struct glia_tensor *x, int64_t *R, int64_t *C)
 {
@@ -76,7 +88,7 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     struct sce_cpu *s = l->state;
     int64_t N, C;
     sce_rows(a->in[0], &N, &C);
-    const float *x = glia_tensor_f32(a->in[0]);
+    enum glia_dtype t = a->in[0]->dtype;
     const int32_t *y = glia_tensor_i32(a->labels);
     if (glia_tensor_numel(a->labels) < N)
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] %lld labels for %lld positions", l->name,
@@ -95,10 +107,13 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
         s->lse = q;
         s->cap = N;
     }
+    float *wide = t == GLIA_F32 ? NULL : widen(a->in[0]);  /* half logits as f32, and their gradient */
+    if (t != GLIA_F32 && !wide) return GLIA_ENOMEM;
+    const float *x = wide ? wide : glia_tensor_f32(a->in[0]);
     double total = 0;
-    float *dx = a->train && a->din ? glia_tensor_f32(a->din) : NULL;
+    float *dx = a->train && a->din ? (wide ? wide : glia_tensor_f32(a->din)) : NULL;
     float k = dx && count > 0 ? glia_tensor_f32(a->dout)[0] / (float)count : 0.0f, e = p->smoothing, off = e / (float)C;
-    s->grad_at = dx;
+    s->grad_at = dx ? a->din->data : NULL;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int64_t i = 0; i < N; i++) {
         if (y[i] == p->ignore_index) {  /* its gradient row is 0: lse is not read */
@@ -123,6 +138,8 @@ static glia_status sce_forward(struct glia_layer *l, const struct glia_fwd *a)
     }
     if (a->train) s->count = count;
     glia_tensor_f32(a->out)[0] = count > 0 ? (float)(total / (double)count) : 0.0f;
+    for (int64_t i = 0; wide && dx && i < N * C; i++) glia_store_f32(a->din->data, t, i, dx[i]);  /* rounded once */
+    free(wide);
     return GLIA_OK;
 }
 
@@ -143,8 +160,11 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
     int64_t N, C;
     sce_rows(a->in[0], &N, &C);
     const int32_t *y = glia_tensor_i32(a->labels);
-    const float *x = glia_tensor_f32(a->in[0]);
-    float *dx = glia_tensor_f32(a->din[0]);
+    enum glia_dtype t = a->in[0]->dtype;
+    float *wide = t == GLIA_F32 ? NULL : widen(a->in[0]);
+    if (t != GLIA_F32 && !wide) return GLIA_ENOMEM;
+    const float *x = wide ? wide : glia_tensor_f32(a->in[0]);
+    void *dx = a->din[0]->data;
     float k = s->count > 0 ? glia_tensor_f32(a->dout)[0] / (float)s->count : 0.0f;
     bool add = a->din_accumulate[0];
     float e = p->smoothing, off = e / (float)C;
@@ -154,9 +174,10 @@ static glia_status sce_backward(struct glia_layer *l, const struct glia_bwd *a)
         for (int64_t j = 0; j < C; j++) {
             float pr = ignored ? 0.0f : sce_prob(x[i * C + j], s->lse[i]);
             float g = ignored ? 0.0f : k * (pr - (j == y[i] ? 1.0f - e : 0.0f) - off);
-            dx[i * C + j] = add ? dx[i * C + j] + g : g;
+            glia_store_f32(dx, t, i * C + j, add ? glia_load_f32(dx, t, i * C + j) + g : g);
         }
     }
+    free(wide);
     return GLIA_OK;
 }
 
@@ -178,9 +199,10 @@ static const struct glia_kernel sce_cpu = {
     .struct_size = sizeof(struct glia_kernel),
     .type = "softmax_cross_entropy",
     .impl = "cpu",
-    .doc = "rows summed in double over expf; the gradient written over the logits, in the forward's pass when the core allows",
+    .doc = "rows summed in double over expf; the gradient written over the logits, in the forward's pass when the core "
+           "allows; f32, f16 or bf16 logits (half ones through an f32 copy)",
     .device_type = GLIA_DEVICE_CPU,
-    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_GRAD_IN_PLACE | GLIA_KERNEL_GRAD_IN_FORWARD,
+    .flags = GLIA_KERNEL_BWD_NO_OUTPUT | GLIA_KERNEL_GRAD_IN_PLACE | GLIA_KERNEL_GRAD_IN_FORWARD | GLIA_KERNEL_HALF,
     .state_size = sizeof(struct sce_cpu),
     .destroy = sce_cpu_destroy,
     .forward = sce_forward,
