@@ -88,7 +88,7 @@ for op in linear_gelu linear; do
     "$glia" bench layer $op --shape 16x1024x768 --precision bf16 --device cuda --steps 20 --warmup 5 \
         --torch bench/layer/torch_layer.py 2>&1 | tee -a "$tmp/out"
 done
-echo "== the classifier's loss over 16 x 1024 positions of 50304 logits, fp32 (glia: its gradient in the forward's pass)" |
+echo "== the classifier's loss over 16 x 1024 positions of 50304 bf16 logits (glia: its gradient in the forward's pass, bf16)" |
     tee -a "$tmp/out"
 "$glia" bench layer cross_entropy --shape 16384x50304 --precision bf16 --device cuda --steps 20 --warmup 5 \
     --torch bench/layer/torch_layer.py 2>&1 | tee -a "$tmp/out"
