@@ -695,7 +695,69 @@ static void test_layer_run_half(void)
     }
 }
 
-CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_layer_run_half), GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
+/* The bytes of t on the host (malloc'd). */
+static void *host_bytes(const struct glia_tensor *t)
+{
+    size_t n = glia_tensor_nbytes(t);
+    void *h = malloc(n);
+    CU_ASSERT_FATAL(h != NULL);
+    CU_ASSERT_FATAL(glia_tensor_to_host(t, h, n) == GLIA_OK);
+    return h;
+}
+
+/* One layer's training passes on x, then on 3x + 5, then on x again: batchnorm's output and dgamma do not see the
+ * affine change (to float rounding), which statistics or coefficients left over from the call before would (a pass
+ * that skipped or reused its partials, its finalize or its scratch); the third call gives the first's output, input
+ * gradient and dgamma bit for bit. In the rows layout with 4 channels a load (C = 16, 48), one at a time (C = 5),
+ * and in planes. */
+static void test_batchnorm_repeated(void)
+{
+    static const struct {
+        int64_t d[4];
+        enum glia_memory_format f;
+    } cs[] = {{{4, 16, 10, 10}, GLIA_CHANNELS_LAST}, {{2, 48, 9, 9}, GLIA_CHANNELS_LAST},
+              {{4, 5, 6, 6}, GLIA_CHANNELS_LAST}, {{4, 8, 40, 11}, GLIA_CONTIGUOUS}};
+    const char *ini = "[bn]\ntype = batchnorm\nactivation = relu\n";
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        struct glia_shape in = glia_shape_make(4, cs[c].d);
+        struct glia_layer_run *r = NULL;
+        CU_ASSERT_FATAL(glia_layer_run_new(cuda_ctx, ini, cuda_gpu->device, &in, 1, cs[c].f, 5 + c, &r) == GLIA_OK);
+        struct glia_tensor *x = glia_layer_run_input(r, 0);
+        const struct glia_layer *l = glia_layer_run_layer(r);
+        size_t nb = glia_tensor_nbytes(x);
+        float *x1 = host_bytes(x), *x2 = malloc(nb);
+        CU_ASSERT_FATAL(x2 != NULL);
+        for (size_t i = 0; i < nb / sizeof(float); i++) x2[i] = 3.0f * x1[i] + 5.0f;
+        void *out[3], *dx[3], *dw[3];
+        for (int k = 0; k < 3; k++) {
+            CU_ASSERT_FATAL(glia_tensor_from_host(x, k == 1 ? x2 : x1, nb) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_forward(r, true) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_backward(r) == GLIA_OK);
+            CU_ASSERT_FATAL(glia_layer_run_sync(r) == GLIA_OK);
+            out[k] = host_bytes(glia_layer_run_output(r));
+            dx[k] = host_bytes(glia_layer_run_input_grad(r, 0));
+            dw[k] = host_bytes(l->params[0].grad);
+        }
+        size_t no = glia_tensor_nbytes(glia_layer_run_output(r)), nw = glia_tensor_nbytes(l->params[0].grad);
+        CU_ASSERT_EQUAL(memcmp(out[0], out[2], no), 0);
+        CU_ASSERT_EQUAL(memcmp(dx[0], dx[2], nb), 0);
+        CU_ASSERT_EQUAL(memcmp(dw[0], dw[2], nw), 0);
+        double dout = 0, dgw = 0;
+        for (size_t i = 0; i < no / sizeof(float); i++)
+            dout = fmax(dout, fabs((double)((float *)out[0])[i] - ((float *)out[1])[i]));
+        for (size_t i = 0; i < nw / sizeof(float); i++)
+            dgw = fmax(dgw, fabs((double)((float *)dw[0])[i] - ((float *)dw[1])[i]) /
+                                fmax(1.0, fabs((double)((float *)dw[0])[i])));
+        if (dout > 1e-3 || dgw > 1e-3) printf("\n  case %zu: x and 3x + 5 differ by %g (output), %g (dgamma)\n", c, dout, dgw);
+        CU_ASSERT(dout <= 1e-3);
+        CU_ASSERT(dgw <= 1e-3);
+        for (int k = 0; k < 3; k++) free(out[k]), free(dx[k]), free(dw[k]);
+        free(x1), free(x2);
+        glia_layer_run_free(r);
+    }
+}
+
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_layer_run_half), GLIA_TEST(test_batchnorm_repeated), GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
                GLIA_TEST(test_batchnorm_geometry), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_batchnorm_half), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_pool_half), GLIA_TEST(test_concat_half), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),
