@@ -219,6 +219,7 @@ static glia_status setup_optimizer(struct glia_model *m)
     m->trainer.warmup_steps = glia_section_int(t, "warmup_steps");
     m->trainer.clip_grad_norm = glia_section_float(t, "clip_grad_norm");
     m->trainer.accumulate = (int)glia_section_int(t, "accumulate");
+    m->trainer.eval_every = (int)glia_section_int(t, "eval_every");
     m->trainer.decay_1d = glia_section_bool(t, "weight_decay_1d");
     m->trainer.log_every = (int)glia_section_int(t, "log_every");
     m->trainer.checkpoint_every = glia_section_int(t, "checkpoint_every");

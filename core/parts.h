@@ -261,6 +261,7 @@ struct glia__model_trainer {
     double gamma, min_lr, clip_grad_norm;
     bool decay_1d;                   /* [train] weight_decay_1d */
     int step_epochs, accumulate;
+    int eval_every;                  /* [train] eval_every: evaluate after epochs k*eval_every and the last; 0: never */
     int64_t warmup_steps;
     double power;                    /* poly: the decay's exponent (linear: 1) */
     int64_t total_steps;             /* poly: the run's optimizer steps T, the decay's end (0: other schedules) */

@@ -179,10 +179,13 @@ void glia__report_stopped(struct glia__report *r, const struct glia_model *m, in
 }
 
 static void epoch_lines(struct glia__report *r, const struct glia_model *m, const struct glia_epoch_result *e,
-                        double pad_frac)
+                        double pad_frac, bool evaluated)
 {
     FILE *out = r->out;
-    if (m->data.lm)  /* a language model: the loss per token and its perplexity; no accuracy */
+    if (!evaluated)  /* [train] eval_every: no test figures this epoch */
+        fprintf(out, "epoch %d/%d train_loss %.4f lr %.4g samples/s %.0f seconds %.2f\n", e->epoch, m->trainer.epochs,
+                e->train_loss, e->lr, e->samples_per_s, e->seconds);
+    else if (m->data.lm)  /* a language model: the loss per token and its perplexity; no accuracy */
         fprintf(out, "epoch %d/%d train_loss %.4f val_loss %.4f perplexity %.4g lr %.4g samples/s %.0f seconds %.2f\n",
                 e->epoch, m->trainer.epochs, e->train_loss, e->test_loss, exp(e->test_loss), e->lr, e->samples_per_s,
                 e->seconds);
@@ -201,13 +204,15 @@ static void epoch_lines(struct glia__report *r, const struct glia_model *m, cons
 }
 
 /* One JSON object per epoch (README, Command line: --metrics). */
-static void metrics_record(FILE *f, const struct glia_model *m, const struct glia_epoch_result *e, double pad_frac)
+static void metrics_record(FILE *f, const struct glia_model *m, const struct glia_epoch_result *e, double pad_frac,
+                           bool evaluated)
 {
-    fprintf(f, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g, \"test_loss\": %.9g", e->epoch,
-            (long long)m->trainer.step, e->lr, e->train_loss, e->test_loss);
-    if (m->data.lm)  /* a language model counts no accuracy: its loss per token and perplexity instead */
+    fprintf(f, "{\"epoch\": %d, \"step\": %lld, \"lr\": %.9g, \"train_loss\": %.9g", e->epoch,
+            (long long)m->trainer.step, e->lr, e->train_loss);
+    if (evaluated) fprintf(f, ", \"test_loss\": %.9g", e->test_loss);  /* [train] eval_every: absent when not */
+    if (evaluated && m->data.lm)  /* a language model counts no accuracy: its loss per token and perplexity instead */
         fprintf(f, ", \"val_loss\": %.9g, \"perplexity\": %.9g", e->test_loss, exp(e->test_loss));
-    else
+    else if (evaluated)
         fprintf(f, ", \"test_accuracy\": %.9g", e->test_accuracy);
     fprintf(f, ", \"samples_per_s\": %.6g, \"seconds\": %.6g, \"data_wait_s\": %.6g", e->samples_per_s, e->seconds,
             e->data_wait_s);
@@ -225,11 +230,13 @@ static void metrics_record(FILE *f, const struct glia_model *m, const struct gli
 
 /* An epoch's scalars in the event file, at the step it ended, as the epoch line reports them; flushed, so that a
  * running TensorBoard shows the epoch. */
-static void epoch_scalars(struct glia__tb *tb, const struct glia_model *m, const struct glia_epoch_result *e)
+static void epoch_scalars(struct glia__tb *tb, const struct glia_model *m, const struct glia_epoch_result *e,
+                          bool evaluated)
 {
     int64_t step = m->trainer.step;
     glia__tb_scalar(tb, "epoch/train_loss", step, e->train_loss);
-    if (m->data.lm) {  /* a language model: the loss per token and its perplexity; no accuracy */
+    if (!evaluated) {  /* [train] eval_every: no test figures this epoch */
+    } else if (m->data.lm) {  /* a language model: the loss per token and its perplexity; no accuracy */
         glia__tb_scalar(tb, "epoch/val_loss", step, e->test_loss);
         glia__tb_scalar(tb, "epoch/perplexity", step, exp(e->test_loss));
     } else {
@@ -242,12 +249,12 @@ static void epoch_scalars(struct glia__tb *tb, const struct glia_model *m, const
 }
 
 void glia__report_epoch(struct glia__report *r, const struct glia_model *m, const struct glia_epoch_result *e,
-                        double pad_frac)
+                        double pad_frac, bool evaluated)
 {
     end_line(r);
-    if (r->progress >= 0) epoch_lines(r, m, e, pad_frac);
-    if (r->metrics) metrics_record(r->metrics, m, e, pad_frac);
-    epoch_scalars(&r->tb, m, e);
+    if (r->progress >= 0) epoch_lines(r, m, e, pad_frac, evaluated);
+    if (r->metrics) metrics_record(r->metrics, m, e, pad_frac, evaluated);
+    epoch_scalars(&r->tb, m, e, evaluated);
 }
 
 /* The event file's end: closed; a failed write, or close, is the run's error when it has none. */
@@ -262,7 +269,7 @@ static glia_status tensorboard_finish(struct glia__report *r, const struct glia_
 }
 
 glia_status glia__report_finish(struct glia__report *r, const struct glia_model *m, glia_status st, bool finished,
-                                double test_loss, double test_acc)
+                                bool evaluated, double test_loss, double test_acc)
 {
     if (st && r->line_open) {  /* the caller's error message goes on a line of its own */
         fputc('\n', r->out);
@@ -273,7 +280,10 @@ glia_status glia__report_finish(struct glia__report *r, const struct glia_model 
     r->metrics = NULL;
     if (f && fclose(f) && !st) st = glia_error(m->ctx, GLIA_EIO, "writing the metrics file failed");
     st = tensorboard_finish(r, m, st);
-    if (!st && finished && r->progress >= 0 && m->data.lm)
+    if (!st && finished && r->progress >= 0 && !evaluated)  /* [train] eval_every = 0 */
+        fprintf(r->out, "done: %d epochs, %lld steps, not evaluated, %.1f s\n", m->trainer.epochs,
+                (long long)m->trainer.step, glia__now() - r->t_start);
+    else if (!st && finished && r->progress >= 0 && m->data.lm)
         fprintf(r->out, "done: %d epochs, %lld steps, val_loss %.4f, perplexity %.4g, %.1f s\n", m->trainer.epochs,
                 (long long)m->trainer.step, test_loss, exp(test_loss), glia__now() - r->t_start);
     else if (!st && finished && r->progress >= 0)

@@ -61,13 +61,15 @@ void glia__report_epoch_last_step(struct glia__report *r, const struct glia_mode
  * stop request (interrupted: the caller's error says it). */
 void glia__report_stopped(struct glia__report *r, const struct glia_model *m, int epoch, bool interrupted);
 /* An epoch's lines, metrics record and event-file scalars (at the step it ended, flushed); pad_frac: tokens, the share
- * of its batches' elements that was padding. */
+ * of its batches' elements that was padding; evaluated: the epoch has test figures ([train] eval_every), else they
+ * are left out. */
 void glia__report_epoch(struct glia__report *r, const struct glia_model *m, const struct glia_epoch_result *e,
-                        double pad_frac);
+                        double pad_frac, bool evaluated);
 /* The run's end with status st: a redrawn line left open gets its end (the caller's error follows on a line of its
  * own), the metrics and event files are closed (a failed write is the error when st is not), and a finished run
- * (finished: every epoch done) prints its done line. Returns st or that error. */
+ * (finished: every epoch done) prints its done line, with the last evaluation's figures (evaluated: there was
+ * one). Returns st or that error. */
 glia_status glia__report_finish(struct glia__report *r, const struct glia_model *m, glia_status st, bool finished,
-                                double test_loss, double test_acc);
+                                bool evaluated, double test_loss, double test_acc);
 
 #endif

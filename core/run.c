@@ -131,6 +131,7 @@ struct run {
     struct glia__lagged_loss lag;
     int64_t steps;               /* batches per epoch */
     double test_loss, test_acc;  /* of the last evaluation */
+    bool evaluated;              /* there was one ([train] eval_every) */
     bool done;                   /* a resume that leaves nothing to do: the run ends before it starts */
     bool stopped;                /* within an epoch, at [train] max_steps or ... */
     bool interrupted;            /* ... by glia_model_request_stop */
@@ -268,9 +269,13 @@ static glia_status epoch_end(struct glia_model *m, struct run *t, struct epoch_r
     double train_s = glia__now() - e->t0, wait_s = t->s.train.wait_s;
     struct dist_epoch de;
     st = dist_epoch(m, &t->s.train, e->loss_sum, e->samples, e->samples - e->samples0, train_s, t->steps - e->k0, &de);
-    if (!st) st = glia__evaluate(m, &t->s, &t->test_loss, &t->test_acc);
+    int every = m->trainer.eval_every;
+    bool eval = every > 0 && (e->n % every == 0 || e->n == m->trainer.epochs);
+    if (!st && eval) st = glia__evaluate(m, &t->s, &t->test_loss, &t->test_acc);
     if (st) return st;
-    struct glia_epoch_result r = {sizeof r, e->n, de.samples ? de.loss_sum / de.samples : 0, t->test_loss, t->test_acc,
+    t->evaluated |= eval;
+    struct glia_epoch_result r = {sizeof r, e->n, de.samples ? de.loss_sum / de.samples : 0,
+                                  eval ? t->test_loss : NAN, eval ? t->test_acc : NAN,
                                   de.run_samples / (train_s > 0 ? train_s : 1e-9), glia__now() - e->t0, m->trainer.cur_lr, wait_s,
                                   m->trainer.scaler.skipped, m->trainer.scaler.scale, m->dist.world, de.comm_wait_s, de.step_s_min,
                                   de.step_s_max};
@@ -279,7 +284,7 @@ static glia_status epoch_end(struct glia_model *m, struct run *t, struct epoch_r
         r.struct_size = (uint32_t)n;
         memcpy((char *)results + (size_t)(e->n - 1) * stride, &r, n);
     }
-    glia__report_epoch(&t->rep, m, &r, de.pad_frac);
+    glia__report_epoch(&t->rep, m, &r, de.pad_frac, eval);
     return GLIA_OK;
 }
 
@@ -310,7 +315,7 @@ static glia_status run_end(struct glia_model *m, struct run *t, glia_status st)
         st = glia_error(m->ctx, GLIA_EINTERRUPTED,
                         "interrupted at step %lld: nothing was saved ([train] checkpoint_dir is not set)", (long long)m->trainer.step);
     if (!st && !t->stopped) st = save_checkpoint(m, "final.ckpt", m->trainer.epochs + 1, 0, 0, 0, false);
-    st = glia__report_finish(&t->rep, m, st, !t->stopped, t->test_loss, t->test_acc);
+    st = glia__report_finish(&t->rep, m, st, !t->stopped, t->evaluated, t->test_loss, t->test_acc);
     if (m->trainer.cuda_graph) graphs_done(m);
     glia__scratch_free(&t->s);
     glia__report_close(&t->rep);

@@ -149,6 +149,8 @@ static const struct glia_key train_keys[] = {
              "optimizer steps an epoch of the training set makes)", .min = 0, .max = 1e15),
     GLIA_KEY("clip_grad_norm", GLIA_KEY_FLOAT, "0", "scale gradients so their global L2 norm is at most this (0: off)", .min = 0, .max = 1e30),
     GLIA_KEY("accumulate", GLIA_KEY_INT, "1", "micro-batches per optimizer step (gradients averaged)", .min = 1, .max = 1e6),
+    GLIA_KEY("eval_every", GLIA_KEY_INT, "1", "evaluate after every Nth epoch and after the last (0: never; an epoch not "
+             "evaluated reports no test figures)", .min = 0, .max = 1e9),
     GLIA_KEY("weight_decay_1d", GLIA_KEY_BOOL, "on", "off: the optimizer's weight_decay skips 1-D parameters (biases, "
              "normalization scales and shifts), as many recipes do"),
     GLIA_KEY("metrics", GLIA_KEY_STRING, NULL, "JSON-lines file, one object per epoch (--metrics overrides)"),

@@ -499,8 +499,8 @@ static void test_write_error(void)
         struct glia__report rep = {.out = stdout, .progress = -1, .shown_k = -1};
         CU_ASSERT_EQUAL_FATAL(glia__tb_open_file(&rep.tb, "/dev/full"), 0);
         struct glia_epoch_result er = {sizeof er, 1, 0.5, 0.25, 0.75, 100, 1, 0.05, 0, 0, 0, 1, 0, 0, 0};
-        glia__report_epoch(&rep, r.m, &er, 0);
-        st = glia__report_finish(&rep, r.m, k ? GLIA_ENUMERIC : GLIA_OK, false, 0, 0);
+        glia__report_epoch(&rep, r.m, &er, 0, true);
+        st = glia__report_finish(&rep, r.m, k ? GLIA_ENUMERIC : GLIA_OK, false, true, 0, 0);
         glia__report_close(&rep);
         CU_ASSERT_EQUAL(st, k ? GLIA_ENUMERIC : GLIA_EIO);
         if (!k)
@@ -524,11 +524,11 @@ static void test_epoch_flushed(void)
     struct glia__report rep = {.out = stdout, .progress = -1, .shown_k = -1};
     CU_ASSERT_EQUAL_FATAL(glia__tb_open_file(&rep.tb, path), 0);
     struct glia_epoch_result er = {sizeof er, 1, 0.5, 0.25, 0.75, 100, 1, 0.05, 0.125, 0, 0, 1, 0, 0, 0};
-    glia__report_epoch(&rep, r.m, &er, 0);
+    glia__report_epoch(&rep, r.m, &er, 0, true);
     int count = read_events(path);  /* the run has not ended */
     CU_ASSERT_EQUAL(count, 1 + 5);
     check_classifier_epochs(count, &er, 1, 7);
-    CU_ASSERT_EQUAL(glia__report_finish(&rep, r.m, GLIA_OK, false, 0, 0), GLIA_OK);
+    CU_ASSERT_EQUAL(glia__report_finish(&rep, r.m, GLIA_OK, false, true, 0, 0), GLIA_OK);
     glia__report_close(&rep);
     close_run(&r);
 }

@@ -135,6 +135,59 @@ static void test_metrics_file(void)
     close_run(&r);
 }
 
+/* [train] eval_every = 2 over 5 epochs evaluates after epochs 2, 4 and 5 (the last): the others' results have NaN test
+ * figures and their metrics objects no test keys; training is that of eval_every = 1 bit for bit (an evaluation
+ * leaves the weights alone), and so are the evaluations made. 0 evaluates after none. */
+static void test_eval_every(void)
+{
+    make_data();
+    struct run a, b, c;
+    struct glia_epoch_result ra[5], rb[5], rc[5];
+    for (int e = 0; e < 5; e++) ra[e] = rb[e] = rc[e] = (struct glia_epoch_result)GLIA_TEST_RESULT;
+    char text[4096];
+    open_run(&a, model_text(9, 5));
+    snprintf(text, sizeof text, "%s", model_text(9, 5));
+    char *at = strstr(text, "epochs = 5\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", at + strlen("epochs = 5\n"));
+    snprintf(at, sizeof text - (size_t)(at - text), "epochs = 5\neval_every = 2\n%s", rest);
+    open_run(&b, text);
+    const char *path = glia_test_tmp("eval_every.jsonl");
+    struct glia_train_options o = {sizeof(struct glia_train_options), path, -1, NULL, NULL};
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(a.m, &quiet, ra, 5), GLIA_OK);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(b.m, &o, rb, 5), GLIA_OK);
+    for (int e = 0; e < 5; e++) {
+        bool evaluated = e == 1 || e == 3 || e == 4;
+        CU_ASSERT_EQUAL(rb[e].train_loss, ra[e].train_loss);
+        CU_ASSERT_EQUAL(isnan(rb[e].test_loss), !evaluated);
+        CU_ASSERT_EQUAL(isnan(rb[e].test_accuracy), !evaluated);
+        if (evaluated) CU_ASSERT_EQUAL(rb[e].test_loss, ra[e].test_loss);
+        CU_ASSERT(!isnan(ra[e].test_loss));
+    }
+    FILE *f = fopen(path, "r");
+    CU_ASSERT_FATAL(f != NULL);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        bool evaluated = n == 1 || n == 3 || n == 4;
+        CU_ASSERT_EQUAL(strstr(line, "\"test_loss\": ") != NULL, evaluated);
+        CU_ASSERT_EQUAL(strstr(line, "\"test_accuracy\": ") != NULL, evaluated);
+        CU_ASSERT_PTR_NOT_NULL(strstr(line, "\"train_loss\": "));
+        n++;
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL(n, 5);
+    snprintf(at, sizeof text - (size_t)(at - text), "epochs = 5\neval_every = 0\n%s", rest);
+    open_run(&c, text);
+    CU_ASSERT_EQUAL_FATAL(glia_model_train(c.m, &quiet, rc, 5), GLIA_OK);
+    for (int e = 0; e < 5; e++) {
+        CU_ASSERT(isnan(rc[e].test_loss));
+        CU_ASSERT_EQUAL(rc[e].train_loss, ra[e].train_loss);
+    }
+    close_run(&a), close_run(&b), close_run(&c);
+}
+
 /* The options and results carry struct_size: options or results without one are refused before any training, and a
  * caller's smaller result struct gets only its part, at its own stride. */
 static void test_struct_sizes(void)
@@ -2740,7 +2793,7 @@ static void test_detect_anomaly(void)
 
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
-               GLIA_TEST(test_metrics_file), GLIA_TEST(test_residual_dropout_model),
+               GLIA_TEST(test_metrics_file), GLIA_TEST(test_eval_every), GLIA_TEST(test_residual_dropout_model),
                GLIA_TEST(test_lr_schedules), GLIA_TEST(test_lr_poly), GLIA_TEST(test_lr_poly_training), GLIA_TEST(test_lr_poly_errors), GLIA_TEST(test_large_batch_example), GLIA_TEST(test_clip_grad_norm), GLIA_TEST(test_arena_plan), GLIA_TEST(test_memplan_shapes), GLIA_TEST(test_memplan_random), GLIA_TEST(test_memplan_two_lives),
                GLIA_TEST(test_activation_memory_shared), GLIA_TEST(test_grad_in_place), GLIA_TEST(test_saved_memory), GLIA_TEST(test_fuse_pointwise), GLIA_TEST(test_fuse_dropout), GLIA_TEST(test_fuse_bn_relu), GLIA_TEST(test_fuse_conv_relu), GLIA_TEST(test_fuse_dact), GLIA_TEST(test_fuse_residual), GLIA_TEST(test_fold_bn_eval), GLIA_TEST(test_checkpoint_segments), GLIA_TEST(test_pointwise_shared_input),
                GLIA_TEST(test_arena_alignment), GLIA_TEST(test_weight_decay_off), GLIA_TEST(test_gradient_accumulation),

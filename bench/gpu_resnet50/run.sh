@@ -12,7 +12,8 @@
 #   cuda_graph off and on, cuda (cpu: a check of this script at a tiny --batch and --steps with --precision fp32
 #   --glia-graph off; the CUDA-graph variants fail there)
 #   glia's timing: `glia train` with [train] epochs = 2 of STEPS batches each; epoch 1 is the warm-up (cuDNN
-#   autotuning, CUDA graph capture), epoch 2's training samples/s is the figure (evaluation not counted).
+#   autotuning, CUDA graph capture), epoch 2's training samples/s is the figure; no evaluation ([train]
+#   eval_every = 0: PyTorch's side has none, and its convolution plans would lengthen the start).
 #   Its data are made on the host when the model is built; glia feeds them from the device when this build
 #   has [data] resident (used when `glia plugins --describe data` lists it), else through its loader.
 #   environment: PYTHON (python3) with torch; GLIA (./tools/glia)
@@ -58,7 +59,7 @@ for r in $(seq 1 "$rounds"); do
         "$glia" train share/glia/examples/resnet50.ini --quiet --metrics "$out/glia-$g-$r.jsonl" \
             --set runtime.device="$device" --set runtime.precision="$precision" --set runtime.seed="$r" \
             --set runtime.cuda_graph="$g" --set train.epochs=2 --set data.train_samples="$n" \
-            --set data.test_samples="$batch" --set data.batch_size="$batch" --set data.test_batch_size="$batch" \
+            --set data.test_samples="$batch" --set train.eval_every=0 --set data.batch_size="$batch" --set data.test_batch_size="$batch" \
             $resident > "$out/glia-$g-$r.err" 2>&1 || rc=$?
         if [ "$rc" = 0 ]; then
             echo "round $r glia cuda_graph $g: $(tail -n 1 "$out/glia-$g-$r.jsonl")"

@@ -71,7 +71,8 @@ struct glia_epoch_result {
     int epoch;
     double train_loss, test_loss, test_accuracy, samples_per_s, seconds;  /* a language model's ([data] format =
                                   token_stream, bytes): test_loss per token (its perplexity is exp(test_loss)),
-                                  test_accuracy NaN (not counted) */
+                                  test_accuracy NaN (not counted); an epoch [train] eval_every does not evaluate:
+                                  test_loss and test_accuracy NaN */
     double lr;                 /* learning rate of the epoch's last step */
     double data_wait_s;        /* time training steps waited for the data loader */
     int64_t skipped_steps;     /* precision = fp16: steps skipped for inf/NaN gradients, in all */
