@@ -5,7 +5,8 @@
 #   usage: bench/gpu_session.sh OUTDIR BUDGET_S NAME:LIMIT_S ...
 #   NAME: build, test (the GPU programs), gpt2 (bench/gpt2 at batches $GPT2_BATCHES, $GPT2_STEPS steps), conv
 #   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
-#   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), roofline, train,
+#   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), bn-sweep (batchnorm's
+#   GLIA_CUDA_BN_FUSE and GLIA_CUDA_BN_BLOCKS settings by glia bench layer, and fmnist-resnet fused), roofline, train,
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
 #   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler),
 #   diag-startup (where fmnist-cnn's first epoch goes: each cuDNN graph build and pointwise kernel compile from the
@@ -32,6 +33,21 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
     fmnist-nofuse) bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --fuse off --variants eager ;;
     resnet50) bench/gpu_resnet50/run.sh --steps 20 --variants "eager graph" ;;
     layer) bench/layer/run.sh ;;
+    bn-sweep) # batchnorm's finalize in the pass's launch (GLIA_CUDA_BN_FUSE) and its split target (GLIA_CUDA_BN_BLOCKS):
+        # glia bench layer batchnorm_relu at fmnist-resnet's and ResNet-50's shapes for each setting, PyTorch once a shape,
+        # then fmnist-resnet's 2 epochs (CUDA graphs) fused against not
+        for shape in 64x16x28x28 64x32x14x14 64x32x7x7 256x64x56x56; do
+            ./tools/glia bench layer batchnorm_relu --shape "$shape" --precision bf16 --memory-format channels_last \
+                --device cuda --steps 50 --warmup 10 --torch bench/layer/torch_layer.py 2>&1 | grep -E '^(layer|forward)'
+            for set in "off 4096" "on 4096" "on 1024" "on 512" "on 256"; do
+                f=${set% *} b=${set#* }
+                printf 'fuse %s blocks %s: ' "$f" "$b"
+                GLIA_CUDA_BN_FUSE=$f GLIA_CUDA_BN_BLOCKS=$b ./tools/glia bench layer batchnorm_relu --shape "$shape" \
+                    --precision bf16 --memory-format channels_last --device cuda --steps 50 --warmup 10 --torch off 2>&1 |
+                    awk '/^forward/ { printf "%s %s ms  ", $1, $2 } END { print "" }'
+            done
+        done
+        GLIA_CUDA_BN_FUSE=on bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --cuda-graph on --variants graph --models resnet ;;
     diag-conv) # which path each configuration of bench conv --relu on takes (debug log), and its kernels' times (ncu)
         GLIA_LOG_LEVEL=debug ./tools/glia bench conv --relu on --steps 20 --warmup 5 > "$work/diag-conv-relu.txt" 2>&1
         grep -E 'chose|differs|did not run|no fused plan|^(forward|pass)' "$work/diag-conv-relu.txt" | head -n 80

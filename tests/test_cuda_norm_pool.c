@@ -757,7 +757,68 @@ static void test_batchnorm_repeated(void)
     }
 }
 
-CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_layer_run_half), GLIA_TEST(test_batchnorm_repeated), GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
+/* The output, input gradient and dgamma of one batchnorm layer's training passes (bytes on the host, malloc'd). */
+static void bn_pass(struct glia_layer_run *r, void **out, void **dx, void **dw)
+{
+    CU_ASSERT_FATAL(glia_layer_run_forward(r, true) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_layer_run_backward(r) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_layer_run_sync(r) == GLIA_OK);
+    *out = host_bytes(glia_layer_run_output(r));
+    *dx = host_bytes(glia_layer_run_input_grad(r, 0));
+    *dw = host_bytes(glia_layer_run_layer(r)->params[0].grad);
+}
+
+/* Largest |a - b| / max(1, |a|) over n floats. */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)a[i])));
+    return d;
+}
+
+/* GLIA_CUDA_BN_FUSE=on (the finalizes in the passes' own launches, the last block of each channel group): the same
+ * outputs and gradients as the separate finalizes (to double rounding, then float's), and every batchnorm test again
+ * with it, also at GLIA_CUDA_BN_BLOCKS=64 (few splits, channel groups of many channels). */
+static void test_batchnorm_fused(void)
+{
+    static const struct {
+        int64_t d[4];
+        enum glia_memory_format f;
+    } cs[] = {{{4, 16, 10, 10}, GLIA_CHANNELS_LAST}, {{2, 200, 5, 5}, GLIA_CHANNELS_LAST},
+              {{4, 5, 6, 6}, GLIA_CHANNELS_LAST}, {{4, 8, 40, 11}, GLIA_CONTIGUOUS}};
+    const char *ini = "[bn]\ntype = batchnorm\nactivation = relu\n";
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        struct glia_shape in = glia_shape_make(4, cs[c].d);
+        struct glia_layer_run *r = NULL;
+        CU_ASSERT_FATAL(glia_layer_run_new(cuda_ctx, ini, cuda_gpu->device, &in, 1, cs[c].f, 41 + c, &r) == GLIA_OK);
+        void *o[2], *dx[2], *dw[2];
+        unsetenv("GLIA_CUDA_BN_FUSE");
+        bn_pass(r, &o[0], &dx[0], &dw[0]);
+        setenv("GLIA_CUDA_BN_FUSE", "on", 1);
+        bn_pass(r, &o[1], &dx[1], &dw[1]);
+        unsetenv("GLIA_CUDA_BN_FUSE");
+        size_t n = glia_tensor_numel(glia_layer_run_output(r)), nw = glia_tensor_numel(glia_layer_run_layer(r)->params[0].grad);
+        double d = fmax(rel_diff(o[0], o[1], n), fmax(rel_diff(dx[0], dx[1], n), rel_diff(dw[0], dw[1], nw)));
+        if (d > 1e-5) printf("\n  case %zu: fused and separate finalizes differ by %g\n", c, d);
+        CU_ASSERT(d <= 1e-5);
+        for (int k = 0; k < 2; k++) free(o[k]), free(dx[k]), free(dw[k]);
+        glia_layer_run_free(r);
+    }
+    for (int b = 0; b < 2; b++) {
+        setenv("GLIA_CUDA_BN_FUSE", "on", 1);
+        if (b) setenv("GLIA_CUDA_BN_BLOCKS", "64", 1);
+        test_batchnorm();
+        test_batchnorm_many_splits();
+        test_batchnorm_half();
+        test_batchnorm_large_mean();
+        test_batchnorm_relu_nan();
+        test_batchnorm_repeated();
+        unsetenv("GLIA_CUDA_BN_FUSE");
+        unsetenv("GLIA_CUDA_BN_BLOCKS");
+    }
+}
+
+CUDA_TEST_MAIN("cuda_norm_pool", GLIA_TEST(test_layer_run_half), GLIA_TEST(test_batchnorm_repeated), GLIA_TEST(test_batchnorm_fused), GLIA_TEST(test_same_description), GLIA_TEST(test_batchnorm), GLIA_TEST(test_batchnorm_many_splits),
                GLIA_TEST(test_batchnorm_geometry), GLIA_TEST(test_batchnorm_relu_nan), GLIA_TEST(test_batchnorm_large_mean),
                GLIA_TEST(test_batchnorm_offset), GLIA_TEST(test_batchnorm_batch1_2d), GLIA_TEST(test_batchnorm_half), GLIA_TEST(test_maxpool),
                GLIA_TEST(test_avgpool), GLIA_TEST(test_pool_half), GLIA_TEST(test_concat_half), GLIA_TEST(test_maxpool_ties), GLIA_TEST(test_global_avgpool),

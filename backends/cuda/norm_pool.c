@@ -3,6 +3,8 @@
  * stream) reading the attributes their types' plugins fill (glia/types/), with the CPU kernels' semantics. Not
  * the types (keys, shapes: their plugins), nor the device code (norm_pool_kernels.cu); no cuDNN, so that results
  * follow the CPU kernels' definitions exactly. */
+#include <stdlib.h>
+#include <string.h>
 #include <glia/types/batchnorm.h>
 #include <glia/types/concat.h>
 #include <glia/types/pool2d.h>
@@ -67,6 +69,8 @@ struct cuda_bn {
     bool fresh;                     /* sums hold the statistics the last training forward exchanged, no
                                        backward since: a recompute of it (the same batch) uses them without
                                        exchanging */
+    struct glia_tensor *tickets;    /* GLIA_CUDA_BN_FUSE=on: (C) zeroed unsigned on the device, the tickets of the
+                                       statistics' and gradient sums' channel groups (owned) */
 };
 
 /* x as (N, C, L): NCHW (N, C, H*W); channels_last and 2-D as rows (N*H*W, C, 1); also NCHW with H*W = 1. */
@@ -82,6 +86,30 @@ static void bn_destroy(struct glia_layer *l)
     struct cuda_bn *p = l->state;
     glia_tensor_release(p->saved);
     glia_tensor_release(p->sums);
+    glia_tensor_release(p->tickets);
+}
+
+/* GLIA_CUDA_BN_FUSE=on: the statistics and the gradient sums finalize in their passes' own launches (a launch less
+ * each, the finalize on one block per channel group; docs/cuda.md), with p->tickets made and zeroed on first use (the
+ * kernels leave them zero); *tickets NULL when off. Read at each call: a benchmark or test may switch it. */
+static glia_status bn_fuse(struct glia_layer *l, struct cuda_bn *p, unsigned **tickets)
+{
+    const struct glia_batchnorm_attrs *d = l->attrs;
+    const char *v = getenv("GLIA_CUDA_BN_FUSE");
+    *tickets = NULL;
+    if (!v || strcmp(v, "on")) return GLIA_OK;
+    glia_status st = GLIA_OK;
+    if (!p->tickets) {
+        st = glia_tensor_new(l->backend, GLIA_I32, &(struct glia_shape){1, {d->C}}, &p->tickets);
+        if (!st) st = glia_tensor_fill_zero(p->tickets);
+        if (st) {
+            glia_tensor_release(p->tickets);
+            p->tickets = NULL;
+            return st;
+        }
+    }
+    *tickets = p->tickets->data;
+    return GLIA_OK;
 }
 
 /* p->saved, made on the first training forward: (3, C) floats, or (6, C) with activation = relu. */
@@ -211,9 +239,18 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (a->train && d->relu) coef = dev(p->saved) + 3 * C;  /* kept for backward's mask */
     struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
-    if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, x->data, dt, g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma, t.beta,
-                                            x->data, dt, pmean, pm2, g, use_running, update, d->momentum, d->eps, s));
+    unsigned *tickets;
+    if (!use_running && (st = bn_fuse(l, p, &tickets))) return st;
+    if (!use_running && tickets)
+        CUDA_TRY(l->ctx, glia__cuda_bn_stats_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma,
+                                                      t.beta, x->data, dt, pmean, pm2, tickets, g, update, d->momentum,
+                                                      d->eps, s));
+    else if (!use_running)
+        CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, x->data, dt, g, s));
+    if (use_running || !tickets)
+        CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma,
+                                                t.beta, x->data, dt, pmean, pm2, g, use_running, update, d->momentum,
+                                                d->eps, s));
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(a->out->data, x->data, dt, coef, d->relu, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:
@@ -246,10 +283,19 @@ static glia_status bn_backward(struct glia_layer *l, const struct glia_bwd *a)
     float *pdy = scratch, *pdyx = pdy + g.S * C, *coef = pdyx + g.S * C;
     const float *saved = dev(p->saved), *gamma = pw ? dev(pw->value) : NULL;
     cudaStream_t s = stream_of(l);
-    CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, x->data, a->dout->data, dt, saved, d->relu, g, s));
-    CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
-                                                 pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, saved, pdy,
-                                                 pdyx, g, s));
+    unsigned *tickets;
+    if ((st = bn_fuse(l, p, &tickets))) return st;
+    if (tickets) {
+        CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
+                                                           pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma,
+                                                           saved, x->data, a->dout->data, dt, d->relu, pdy, pdyx,
+                                                           tickets, g, s));
+    } else {
+        CUDA_TRY(l->ctx, glia__cuda_bn_grad_stats(pdy, pdyx, x->data, a->dout->data, dt, saved, d->relu, g, s));
+        CUDA_TRY(l->ctx, glia__cuda_bn_grad_finalize(coef, pw ? dev(pw->grad) : NULL, pw && !pw->grad_unset,
+                                                     pb ? dev(pb->grad) : NULL, pb && !pb->grad_unset, gamma, saved,
+                                                     pdy, pdyx, g, s));
+    }
     if (a->din[0])
         CUDA_TRY(l->ctx, glia__cuda_bn_dx(a->din[0]->data, a->din_accumulate[0], x->data, a->dout->data, dt, saved,
                                           coef, d->relu, g, s));

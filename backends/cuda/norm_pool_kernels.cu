@@ -5,6 +5,7 @@
  * Every reduction runs in an order fixed by the shape (no float atomics), so results are reproducible;
  * the pooling kernels add in the CPU kernels' order with explicit roundings (no contraction into FMAs). */
 #include <math.h>
+#include <stdlib.h>
 #include "norm_pool_kernels.h"
 
 #include "half.cuh"
@@ -216,10 +217,89 @@ template <class Acc> __device__ static typename Acc::State block_merge(typename 
     return v;
 }
 
+/* ---- the finalize in the reduce's own launch (GLIA_CUDA_BN_FUSE=on) ----
+ * Given a finalize (a Fin other than NoFin) and tickets (an unsigned per channel group, blockIdx.x: zero, and left
+ * zero), a reduce finalizes in its own launch, as PyTorch's channels_last statistics do: each block, once it has
+ * written its partials, takes a ticket of its group (after a __threadfence: the partials are visible first); the
+ * group's last block (ticket S - 1) reads the S partials of each of the group's channels and writes their results,
+ * then puts the ticket back to 0 (the next launch, or a CUDA graph's replay). Which block comes last changes nothing:
+ * each channel's partials are read in split order by its lanes (s = lane, lane + lanes, ...) and the lanes' sums
+ * merged in a fixed tree (fin_tree): the same bits on every run. It saves a launch a pass; the last block then does
+ * alone what the finalize launch spreads over C blocks (S partials a channel), which pays at few splits only. */
+
+/* The finalize of a reduce without one. */
+struct NoFin {
+    template <class P> __device__ void operator()(const P *, const P *, int64_t, int64_t, int, int64_t) const {}
+};
+
+/* Whether this block is the last of its group's S to have written its partials (every thread calls it and gets it). */
+__device__ static bool last_of_group(unsigned *tickets, int S)
+{
+    __shared__ bool last;
+    __threadfence();  /* this block's partials before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == (unsigned)S - 1;
+    __syncthreads();
+    if (last) __threadfence();  /* the other blocks' partials after their tickets */
+    return last;
+}
+
+/* The last block's finalize of channels c0 .. c1 - 1, then its ticket back to 0 (every thread calls it). */
+template <class Fin, class P>
+__device__ static void finalize_group(const Fin &fin, unsigned *tickets, const P *pa, const P *pb, int64_t c0,
+                                      int64_t c1, int S, int64_t C)
+{
+    fin(pa, pb, c0, c1, S, C);
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) tickets[blockIdx.x] = 0;
+}
+
+/* The THREADS threads of a block (flat index i) as `slots` channels (a power of two) of `lanes` threads: thread i
+ * takes channel c = c0 + i % slots (on: one of those being finalized) as lane i / slots, so that a warp reads
+ * consecutive channels of a split's partials. */
+struct FinLanes {
+    int i, slot, slots, lane, lanes;
+    int64_t c;
+    bool on;
+};
+
+/* The lanes that finalize channels c0 .. c1 - 1 (at most THREADS of them). */
+__device__ static FinLanes fin_lanes(int64_t c0, int64_t c1)
+{
+    FinLanes f;
+    int n = (int)(c1 - c0);
+    f.slots = 1;
+    while (f.slots < n) f.slots <<= 1;
+    f.i = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    f.lanes = THREADS / f.slots;
+    f.slot = f.i % f.slots;
+    f.lane = f.i / f.slots;
+    f.c = c0 + f.slot;
+    f.on = f.slot < n;
+    return f;
+}
+
+/* The merge of v over the lanes of each channel, in a fixed tree (lane with lane + h for h = lanes/2, ..., 1); every
+ * thread of the block calls it and gets its channel's result. */
+template <class T, class Merge> __device__ static T fin_tree(T v, const FinLanes &f, Merge merge)
+{
+    __shared__ T part[THREADS];
+    part[f.i] = v;
+    __syncthreads();
+    for (int h = f.lanes >> 1; h > 0; h >>= 1) {
+        if (f.lane < h) part[f.i] = merge(part[f.i], part[f.i + h * f.slots]);
+        __syncthreads();
+    }
+    v = part[f.slot];
+    __syncthreads();  /* part is written again by the next call */
+    return v;
+}
+
 /* pa(S, C), pb(S, C) (pb may be NULL) = the state (y, z) of split s = blockIdx.y of channel c = blockIdx.x of
  * x(N, C, L), L > 1: THREADS threads walk the split's values j = n*L + i (consecutive threads, consecutive i). */
-template <class Acc, class P = typename Acc::Part>
-__global__ void bn_reduce_planes(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+template <class Acc, class Fin, class P = typename Acc::Part>
+__global__ void bn_reduce_planes(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S, Fin fin,
+                                 unsigned *tickets)
 {
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
     int V = split_unit(L);
@@ -231,12 +311,14 @@ __global__ void bn_reduce_planes(P *pa, P *pb, Acc acc, int64_t N, int64_t C, in
         v = acc_add(acc, v, (w.o * C + c) * L + w.i, c, k);
     v = block_merge<Acc>(v);
     if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
+    if (tickets && last_of_group(tickets, S)) finalize_group(fin, tickets, pa, pb, c, c + 1, S, C);  /* a channel */
 }
 
 /* The same 4 values a load (L % 4 == 0, x and dy aligned to 4 values): the threads walk the split's groups of 4
  * values u = n*L/4 + i. */
-template <class Acc, class P = typename Acc::Part>
-__global__ void bn_reduce_planes4(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S)
+template <class Acc, class Fin, class P = typename Acc::Part>
+__global__ void bn_reduce_planes4(P *pa, P *pb, Acc acc, int64_t N, int64_t C, int64_t L, int S, Fin fin,
+                                  unsigned *tickets)
 {
     int64_t c = blockIdx.x, s = blockIdx.y, M = N * L;
     int64_t u0 = split_at(s, M, S, 4) / 4, u1 = split_at(s + 1, M, S, 4) / 4;
@@ -247,6 +329,7 @@ __global__ void bn_reduce_planes4(P *pa, P *pb, Acc acc, int64_t N, int64_t C, i
         v = acc_add4(acc, v, (w.o * C + c) * L + 4 * w.i, c, k);
     v = block_merge<Acc>(v);
     if (threadIdx.x == 0) Acc::put(v, pa, pb, s * C + c);
+    if (tickets && last_of_group(tickets, S)) finalize_group(fin, tickets, pa, pb, c, c + 1, S, C);  /* a channel */
 }
 
 #define TILE_C 32  /* channels of a gap_fwd_rows block (threadIdx.x) */
@@ -276,8 +359,8 @@ template <class T, class Merge> __device__ static void rows_tree(T *part, Merge 
 /* pa(S, C), pb(S, C) as above for rows x(M, C): block (TX, TY) (rows_tile) takes channels
  * blockIdx.x*TX + threadIdx.x and rows threadIdx.y, + TY, ... of split s = blockIdx.y; the row lanes merge in
  * a fixed tree (rows_tree). */
-template <class Acc, class P = typename Acc::Part>
-__global__ void bn_reduce_rows(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
+template <class Acc, class Fin, class P = typename Acc::Part>
+__global__ void bn_reduce_rows(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S, Fin fin, unsigned *tickets)
 {
     typedef typename Acc::State T;
     __shared__ T part[THREADS];
@@ -291,12 +374,16 @@ __global__ void bn_reduce_rows(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int 
     part[threadIdx.y * blockDim.x + threadIdx.x] = v;
     rows_tree(part, [](T a, T b) { return Acc::merge(a, b); });
     if (threadIdx.y == 0 && c < C) Acc::put(part[threadIdx.x], pa, pb, s * C + c);
+    if (tickets && last_of_group(tickets, S)) {  /* the block's TX channels */
+        int64_t c0 = (int64_t)blockIdx.x * blockDim.x, c1 = c0 + blockDim.x;
+        finalize_group(fin, tickets, pa, pb, c0, c1 < C ? c1 : C, S, C);
+    }
 }
 
 /* The same 4 values a load over rows x(M, C), C % 4 == 0, x and dy aligned to 4 values: block (TX, TY) with TX =
  * rows_tile(C/4) takes channels 4*(blockIdx.x*TX + threadIdx.x) .. + 3, each with its own state. */
-template <class Acc, class P = typename Acc::Part>
-__global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S)
+template <class Acc, class Fin, class P = typename Acc::Part>
+__global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int S, Fin fin, unsigned *tickets)
 {
     typedef typename Acc::State T;
     __shared__ T part[4][THREADS];
@@ -313,16 +400,22 @@ __global__ void bn_reduce_rows4(P *pa, P *pb, Acc acc, int64_t M, int64_t C, int
     for (int q = 0; q < 4; q++) rows_tree(part[q], [](T a, T b) { return Acc::merge(a, b); });
     if (threadIdx.y == 0 && c < C)
         for (int q = 0; q < 4; q++) Acc::put(part[q][threadIdx.x], pa, pb, s * C + c + q);
+    if (tickets && last_of_group(tickets, S)) {  /* the block's 4*TX channels */
+        int64_t c0 = 4 * (int64_t)blockIdx.x * blockDim.x, c1 = c0 + 4 * blockDim.x;
+        finalize_group(fin, tickets, pa, pb, c0, c1 < C ? c1 : C, S, C);
+    }
 }
 
 /* Whether p (NULL counts) is aligned to n bytes */
 static bool aligned(const void *p, size_t n) { return (uintptr_t)p % n == 0; }
 
-/* The passes over x (and dy) into pa, pb. Halves take the f32 walks, 4 values a thread where f32 takes a float4 (an
- * 8-byte load, not 8 halves in 16 bytes): each thread then adds the same values in the same order as for f32, so
- * half inputs of f32 values give the f32 sums bit for bit (the statistics, dgamma and dbeta). */
-template <class Acc, class P>
-static cudaError_t bn_reduce(P *pa, P *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st)
+/* The passes over x (and dy) into pa, pb, and with fin and tickets (gridDim.x of them, at most C) the finalize in
+ * the same launch (see above). Halves take the f32 walks, 4 values a thread where f32 takes a float4 (an 8-byte load,
+ * not 8 halves in 16 bytes): each thread then adds the same values in the same order as for f32, so half inputs of
+ * f32 values give the f32 sums bit for bit (the statistics, dgamma and dbeta). */
+template <class Acc, class P, class Fin = NoFin>
+static cudaError_t bn_reduce(P *pa, P *pb, Acc acc, struct glia__bn_geom g, cudaStream_t st, Fin fin = NoFin(),
+                             unsigned *tickets = nullptr)
 {
     if (g.N * g.L == 0 || g.C == 0) return cudaSuccess;
     if (g.S < 1 || g.S > 65535) return cudaErrorInvalidValue;
@@ -330,18 +423,18 @@ static cudaError_t bn_reduce(P *pa, P *pb, Acc acc, struct glia__bn_geom g, cuda
     if (g.L == 1 && vec && g.C % 4 == 0) {
         int tx = rows_tile(g.C / 4);
         dim3 grid((unsigned)((g.C / 4 + tx - 1) / tx), (unsigned)g.S);
-        bn_reduce_rows4<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+        bn_reduce_rows4<Acc, Fin><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S, fin, tickets);
     } else if (g.L == 1) {
         int tx = rows_tile(g.C);
         dim3 grid((unsigned)((g.C + tx - 1) / tx), (unsigned)g.S);
-        bn_reduce_rows<Acc><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S);
+        bn_reduce_rows<Acc, Fin><<<grid, dim3(tx, THREADS / tx), 0, st>>>(pa, pb, acc, g.N, g.C, g.S, fin, tickets);
     } else {
         if (g.C > 0x7fffffff) return cudaErrorInvalidValue;
         dim3 grid((unsigned)g.C, (unsigned)g.S);
         if (vec && split_unit(g.L) == 4)
-            bn_reduce_planes4<Acc><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+            bn_reduce_planes4<Acc, Fin><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S, fin, tickets);
         else
-            bn_reduce_planes<Acc><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S);
+            bn_reduce_planes<Acc, Fin><<<grid, THREADS, 0, st>>>(pa, pb, acc, g.N, g.C, g.L, g.S, fin, tickets);
     }
     return cudaGetLastError();
 }
@@ -427,6 +520,27 @@ template <class F> __device__ static double2 split_sums(const F *pa, const F *pb
     return split_tree(v, [](double2 a, double2 b) { return add2(a, b); });
 }
 
+/* Channel c's outputs from its mean and biased variance var over M values: saved(3, C) (unless NULL) = (mean_hi,
+ * mean_lo, invstd), with update the running statistics moved toward mean and var*M/(M-1), coef(3, C) by
+ * normalize_coef with s = invstd*gamma. */
+__device__ static void stats_out(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                                 const float *beta, int64_t c, int64_t C, double mean, double var, int64_t M,
+                                 bool update, double mom, double eps)
+{
+    double invstd = 1.0 / sqrt(var + eps);
+    float hi = (float)mean;
+    if (saved) {
+        saved[c] = hi;
+        saved[C + c] = (float)(mean - (double)hi);
+        saved[2 * C + c] = (float)invstd;
+    }
+    if (update) {
+        rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
+        rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
+    }
+    normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
+}
+
 /* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
  * the pivot x(0, c, 0)) or rmean, rvar: T threads per channel, the splits combined in double (Chan's
  * combination) in a fixed order (see above). */
@@ -456,20 +570,43 @@ __global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar
             mean = (M > 0 ? (double)to_float(x[c * L]) : 0.0) + t.m;  /* the pivot back */
             var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
         }
-        double invstd = 1.0 / sqrt(var + eps);
-        float hi = (float)mean;
-        if (saved) {
-            saved[c] = hi;
-            saved[C + c] = (float)(mean - (double)hi);
-            saved[2 * C + c] = (float)invstd;
-        }
-        if (update) {
-            rmean[c] = (float)((1.0 - mom) * rmean[c] + mom * mean);
-            rvar[c] = (float)((1.0 - mom) * rvar[c] + mom * var * (double)M / (double)(M - 1));
-        }
-        normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
+        stats_out(coef, saved, rmean, rvar, gamma, beta, c, C, mean, var, M, update, mom, eps);
     }
 }
+
+/* The statistics' finalize in the reduce's launch (a Fin; see above): per channel, in double, from the partial
+ * (mean, m2) of each split of x(N, C, L) less the pivot x(0, c, 0): the mean's shift mu = sum_s n_s mean_s / M, then
+ * m2 = sum_s m2_s + n_s (mean_s - mu)^2 (two passes over the partials in split order, with no division in either),
+ * mean = pivot + mu and var = m2 / M (a NaN stays NaN); stats_out's outputs. */
+template <typename T> struct WelfordFin {
+    float *coef, *saved, *rmean, *rvar;
+    const float *gamma, *beta;
+    const T *x;
+    int64_t L, M;
+    bool update;
+    double mom, eps;
+    __device__ void operator()(const float *pm, const float *pm2, int64_t c0, int64_t c1, int S, int64_t C) const
+    {
+        FinLanes f = fin_lanes(c0, c1);
+        int V = split_unit(L);
+        auto add = [](double a, double b) { return a + b; };
+        double t = 0.0;
+        if (f.on)
+            for (int s = f.lane; s < S; s += f.lanes)
+                t += (double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)) * (double)pm[s * C + f.c];
+        double mu = fin_tree(t, f, add) / (double)M;
+        t = 0.0;
+        if (f.on)
+            for (int s = f.lane; s < S; s += f.lanes) {
+                double d = (double)pm[s * C + f.c] - mu;
+                t += (double)pm2[s * C + f.c] + (double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)) * d * d;
+            }
+        double m2 = fin_tree(t, f, add);
+        if (f.on && f.lane == 0)
+            stats_out(coef, saved, rmean, rvar, gamma, beta, f.c, C, (double)to_float(x[f.c * L]) + mu,
+                      m2 < 0 ? 0.0 : m2 / (double)M, M, update, mom, eps);
+    }
+};
 
 /* ---- the elementwise passes: normalize and dx ----
  * x, y, dy, dx of element type T (f32, f16 or bf16), each value converted to float as loaded and the result rounded
@@ -522,6 +659,40 @@ __global__ void bn_normalize_vec(Pack<T, W> *y, const Pack<T, W> *x, const float
     }
 }
 
+/* Channel c's outputs of the gradient sums sdy, sdyx: dgamma(C) (+)= sdyx and dbeta(C) (+)= sdy when not NULL
+ * (add_*: +=, else =), coef(3, C) = k*(M, sdy, sdyx) as float with k = gamma*invstd/M (gamma 1 when NULL, invstd
+ * from saved(3, C)). */
+__device__ static void grad_out(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
+                                const float *gamma, const float *saved, int64_t c, int64_t C, int64_t M, double sdy,
+                                double sdyx)
+{
+    if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
+    if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
+    double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / (double)M;
+    coef[c] = (float)(k * (double)M);
+    coef[C + c] = (float)(k * sdy);
+    coef[2 * C + c] = (float)(k * sdyx);
+}
+
+/* The gradient sums' finalize in the reduce's launch (a Fin; see above): per channel sdy, sdyx in double from the
+ * partials in split order; grad_out's outputs. */
+struct GradFin {
+    float *coef, *dgamma, *dbeta;
+    bool add_dgamma, add_dbeta;
+    const float *gamma, *saved;
+    int64_t M;
+    __device__ void operator()(const float *pdy, const float *pdyx, int64_t c0, int64_t c1, int S, int64_t C) const
+    {
+        FinLanes f = fin_lanes(c0, c1);
+        double2 v = make_double2(0.0, 0.0);
+        if (f.on)
+            for (int s = f.lane; s < S; s += f.lanes) v = add2(v, make_double2(pdy[s * C + f.c], pdyx[s * C + f.c]));
+        v = fin_tree(v, f, [](double2 a, double2 b) { return add2(a, b); });
+        if (f.on && f.lane == 0)
+            grad_out(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, f.c, C, M, v.x, v.y);
+    }
+};
+
 /* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): T threads per channel, in double */
 __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                                  const float *gamma, const float *saved, const float *pdy, const float *pdyx,
@@ -531,13 +702,7 @@ __global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, fl
         int64_t c = c0 + threadIdx.y;
         double2 t = split_sums(pdy, pdyx, c, C, S, c < C);
         if (c >= C || threadIdx.x != 0) continue;
-        double sdy = t.x, sdyx = t.y;
-        if (dgamma) dgamma[c] = add_dgamma ? dgamma[c] + (float)sdyx : (float)sdyx;  /* never 0 * old */
-        if (dbeta) dbeta[c] = add_dbeta ? dbeta[c] + (float)sdy : (float)sdy;
-        double k = (gamma ? gamma[c] : 1.0) * (double)saved[2 * C + c] / (double)M;
-        coef[c] = (float)(k * (double)M);
-        coef[C + c] = (float)(k * sdy);
-        coef[2 * C + c] = (float)(k * sdyx);
+        grad_out(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, c, C, M, t.x, t.y);
     }
 }
 
@@ -942,7 +1107,8 @@ template <typename T, class F> static bool by_width(int w, F f)
 /* About BN_BLOCKS blocks in all (a few waves of 132 SMs at 8 blocks each, so that the statistics pass runs
  * at the memory's rate even for C = 16), at least 2 values of a channel per thread (512 a plane block, 2*TY
  * rows a rows block), at most 2^22 values per block (a block's count stays exact in float); S <= 65535.
- * A function of the shape only: the sums run in the same order on every call. */
+ * A function of the shape only (and of GLIA_CUDA_BN_BLOCKS, which replaces BN_BLOCKS for a benchmark's sweep): the
+ * sums run in the same order on every call. */
 #define BN_BLOCKS 4096
 extern "C" struct glia__bn_geom glia__cuda_bn_geom(int64_t N, int64_t C, int64_t L)
 {
@@ -951,7 +1117,9 @@ extern "C" struct glia__bn_geom glia__cuda_bn_geom(int64_t N, int64_t C, int64_t
     int tx = rows_tile(C);
     int64_t units = rows ? (C + tx - 1) / tx : C, least = rows ? 2 * (THREADS / tx) : 2 * THREADS;
     if (units < 1) units = 1;
-    int64_t S = (BN_BLOCKS + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
+    const char *knob = getenv("GLIA_CUDA_BN_BLOCKS");  /* a benchmark's sweep (docs/cuda.md) */
+    int64_t blocks = knob && atoll(knob) > 0 ? atoll(knob) : BN_BLOCKS;
+    int64_t S = (blocks + units - 1) / units, most = M / least, need = (M + (1 << 22) - 1) >> 22;
     if (S > most) S = most;
     if (S < need) S = need;
     if (S < 1) S = 1;
@@ -986,6 +1154,32 @@ extern "C" cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const v
     return by_type(t, [&](auto v) {
         using T = decltype(v);
         return bn_reduce(pdy, pdyx, GradSums<T>{(const T *)x, (const T *)dy, saved, g.C, relu}, g, st);
+    });
+}
+
+extern "C" cudaError_t glia__cuda_bn_stats_finalize(float *coef, float *saved, float *rmean, float *rvar,
+                                                    const float *gamma, const float *beta, const void *x,
+                                                    enum glia_dtype t, float *pmean, float *pm2, unsigned *tickets,
+                                                    struct glia__bn_geom g, bool update, double momentum, double eps,
+                                                    cudaStream_t st)
+{
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        WelfordFin<T> fin{coef, saved, rmean, rvar, gamma, beta, (const T *)x, g.L, g.N * g.L, update, momentum, eps};
+        return bn_reduce(pmean, pm2, Welford<T>{(const T *)x, g.L}, g, st, fin, tickets);
+    });
+}
+
+extern "C" cudaError_t glia__cuda_bn_grad_stats_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta,
+                                                         bool add_dbeta, const float *gamma, const float *saved,
+                                                         const void *x, const void *dy, enum glia_dtype t, bool relu,
+                                                         float *pdy, float *pdyx, unsigned *tickets,
+                                                         struct glia__bn_geom g, cudaStream_t st)
+{
+    GradFin fin{coef, dgamma, dbeta, add_dgamma, add_dbeta, gamma, saved, g.N * g.L};
+    return by_type(t, [&](auto v) {
+        using T = decltype(v);
+        return bn_reduce(pdy, pdyx, GradSums<T>{(const T *)x, (const T *)dy, saved, g.C, relu}, g, st, fin, tickets);
     });
 }
 

@@ -47,6 +47,15 @@ cudaError_t glia__cuda_channel_sum(float *y, float *part, const float *x, struct
 cudaError_t glia__cuda_bn_stats(float *pmean, float *pm2, const void *x, enum glia_dtype t, struct glia__bn_geom g,
                                 cudaStream_t st);
 
+/* glia__cuda_bn_stats and glia__cuda_bn_finalize (without use_running) in one launch (GLIA_CUDA_BN_FUSE=on): the last
+ * block of each channel group finalizes its channels from the partials in split order (the mean's shift, then the
+ * squared deviations about it, in double), with tickets: at least C unsigned in device memory, zero, which it leaves
+ * zero. The same outputs to double rounding. */
+cudaError_t glia__cuda_bn_stats_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
+                                         const float *beta, const void *x, enum glia_dtype t, float *pmean, float *pm2,
+                                         unsigned *tickets, struct glia__bn_geom g, bool update, double momentum,
+                                         double eps, cudaStream_t st);
+
 /* Per channel c, in double: mean (pivot added back) and biased variance var from the partials (Chan's
  * combination in split order; var = m2/M), or with use_running from rmean(C), rvar(C);
  * invstd = 1/sqrt(var + eps). coef(3, C) = (mean_hi, s, beta - mean_lo*s) as float with s = invstd*gamma
@@ -79,6 +88,13 @@ cudaError_t glia__cuda_bn_grad_stats(float *pdy, float *pdyx, const void *x, con
 cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
                                         const float *gamma, const float *saved, const float *pdy,
                                         const float *pdyx, struct glia__bn_geom g, cudaStream_t st);
+
+/* glia__cuda_bn_grad_stats and glia__cuda_bn_grad_finalize in one launch (GLIA_CUDA_BN_FUSE=on), tickets as for
+ * glia__cuda_bn_stats_finalize. */
+cudaError_t glia__cuda_bn_grad_stats_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta,
+                                              bool add_dbeta, const float *gamma, const float *saved, const void *x,
+                                              const void *dy, enum glia_dtype t, bool relu, float *pdy, float *pdyx,
+                                              unsigned *tickets, struct glia__bn_geom g, cudaStream_t st);
 
 /* dx(N, C, L) (+)= coef(0, C)*dy - coef(1, C) - x_hat*coef(2, C), x_hat from saved(3, C) as above */
 cudaError_t glia__cuda_bn_dx(void *dx, bool add, const void *x, const void *dy, enum glia_dtype t, const float *saved,

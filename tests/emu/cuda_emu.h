@@ -49,6 +49,7 @@ cudaError_t glia_emu_submit(const char *name, dim3 grid, dim3 block, size_t smem
 #define warpSize 32
 
 static inline void __syncthreads(void) { glia_emu_syncthreads(); }
+static inline void __threadfence(void) {} /* blocks run one after another */
 
 template <typename T> static inline T glia_emu_shfl_t(unsigned mask, T v, int mode, int arg, int width)
 {
