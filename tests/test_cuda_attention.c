@@ -317,8 +317,64 @@ static void test_gpt_trains_bf16(void)
     close_run(&r);
 }
 
+/* gpt-bytes at bf16 (the fused attention in every block) with cuda_graph = on: the pass before the capture builds and
+ * checks the fused plans, the captured steps replay them, and training follows the run without graphs (the fused
+ * backward may add in any order on a GPU, so to rounding, not bit for bit); the log says passes were replayed and
+ * none ran as they came. */
+static void test_gpt_cuda_graph(void)
+{
+    char path[600], set[700], ck[700];
+    snprintf(path, sizeof path, "%s", glia_test_tmp("cuda-gpt-graph.txt"));
+    snprintf(ck, sizeof ck, "train.checkpoint_dir=%s", glia_test_tmp("cuda-gpt-graph-ckpt"));
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 6000; i++) fputc("the cat sat on the mat. a dog ran to the cat. "[i % 46], f);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    struct glia_epoch_result res[2][2] = {GLIA_TEST_RESULTS, GLIA_TEST_RESULTS};
+    char *log = NULL;
+    for (int g = 0; g < 2; g++) {
+        size_t log_len = 0;
+        FILE *lf = open_memstream(&log, &log_len);
+        CU_ASSERT_FATAL(lf != NULL);
+        struct run r;
+        CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+        glia_log_set(r.ctx, lf, GLIA_LOG_INFO);
+        CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r.cfg) == GLIA_OK);
+        snprintf(set, sizeof set, "data.train_tokens=%s", path);
+        const char *sets[] = {set, "runtime.device=cuda", "runtime.precision=bf16", "data.steps_per_epoch=4",
+                              "data.val_batches=1", "train.epochs=2", "train.warmup_steps=2", "train.lr=0.003",
+                              g ? "runtime.cuda_graph=on" : "runtime.cuda_graph=off", ck, NULL};
+        for (int i = 0; sets[i]; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
+        glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+        CU_ASSERT_FATAL(st == GLIA_OK);
+        st = glia_model_train(r.m, &quiet, res[g], 2);
+        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+        CU_ASSERT_EQUAL(st, GLIA_OK);
+        close_run(&r);
+        fclose(lf);
+        if (g) {
+            long replays = -1;
+            const char *at = log ? strstr(log, "cuda_graph: ") : NULL;
+            if (at) sscanf(at, "cuda_graph: %ld training passes replayed", &replays);
+            if (replays <= 0) printf("\n  log: %s", log ? log : "");
+            CU_ASSERT(replays > 0);
+            CU_ASSERT_PTR_NULL(strstr(log, "as it comes"));
+            CU_ASSERT_PTR_NULL(strstr(log, "fused attention"));
+        }
+        free(log);
+        log = NULL;
+    }
+    for (int e = 0; e < 2; e++) {
+        printf("\n  epoch %d: train loss %.6f with graphs, %.6f without", e + 1, res[1][e].train_loss, res[0][e].train_loss);
+        CU_ASSERT(fabs(res[1][e].train_loss - res[0][e].train_loss) <= 1e-3 * res[0][e].train_loss);
+        CU_ASSERT(fabs(res[1][e].test_loss - res[0][e].test_loss) <= 1e-3 * res[0][e].test_loss);
+    }
+}
+
 CUDA_TEST_MAIN("cuda_attention", GLIA_TEST(test_attention), GLIA_TEST(test_attention_tf32),
                GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_half),
                GLIA_TEST(test_attention_half_backward_refused),
                GLIA_TEST(test_attention_half_check_off), GLIA_TEST(test_attention_decode),
-               GLIA_TEST(test_model_decode), GLIA_TEST(test_gpt_trains_bf16))
+               GLIA_TEST(test_model_decode), GLIA_TEST(test_gpt_trains_bf16),
+               GLIA_TEST(test_gpt_cuda_graph))

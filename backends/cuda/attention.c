@@ -613,7 +613,9 @@ static const struct glia_kernel at_cuda = {
     .impl = "cuda",
     .doc = "CUDA: bf16/fp16 through cuDNN's fused flash attention, else cuBLASLt batched GEMMs around a softmax kernel",
     .device_type = GLIA_DEVICE_CUDA,
-    .flags = GLIA_KERNEL_DECODE | GLIA_KERNEL_HALF, /* the fused backward reads the output */
+    /* the fused backward reads the output; capturable: a pass before each capture builds and checks the fused plans
+     * (fused_ready), which then stay while the layer lives (fused_captured) */
+    .flags = GLIA_KERNEL_DECODE | GLIA_KERNEL_HALF | GLIA_KERNEL_CAPTURABLE,
     .state_size = sizeof(struct at_state),
     .destroy = at_destroy,
     .forward = at_forward,
