@@ -5,7 +5,8 @@
 # = 124475904, against --peak-tflops), peak memory; the losses of both every 10 steps; then the attention layer alone
 # at GPT-2's shape (glia bench layer attention against F.scaled_dot_product_attention), the MLP's fc with and without
 # its fused GELU, and the loss over GPT-2's logits (glia's gradient written in the forward's pass). Under a header naming the GPU,
-# driver and versions. At the first batch size glia also runs with [graph] fuse_pointwise = off (side glia-unfused).
+# driver and versions. At the first batch size glia also runs with the whole step in a CUDA graph (side glia-graph), and
+# with GPT2_UNFUSED=on with [graph] fuse_pointwise = off (side glia-unfused). glia evaluates nothing (eval_every = 0).
 # Not a test: run it on an idle GPU from a built tree; commit the raw output.
 #   usage: bench/gpt2/run.sh [--data DIR] [--batches "16 32"] [--steps N] [--warmup N] [--peak-tflops X] [--out FILE]
 #   --data: llm.c token files tokens_train_*.bin and tokens_val_*.bin (bench/gpt2/gen_tokens.py DIR makes them from
@@ -45,21 +46,23 @@ T=1024
 for b in $batches; do
     echo "== batch $b x $T" | tee -a "$tmp/out"
     # glia: epoch 1 warms up (kernels compiled, plans built), epoch 2 is timed; a line every 10 steps. At the first
-    # batch size also without [graph] fuse_pointwise (side glia-unfused: no GELU epilogues, GELU gradient hand-off,
+    # batch size also with the whole step in a CUDA graph (side glia-graph: [runtime] cuda_graph = on), and with
+    # GPT2_UNFUSED=on without [graph] fuse_pointwise (side glia-unfused: no GELU epilogues, GELU gradient hand-off,
     # residual + layernorm), to show what the fusions give.
     spe=$((steps > warmup ? steps : warmup))
-    for fuse in auto off; do
-        side=glia
-        if [ $fuse = off ]; then
-            [ "$b" = "${batches%% *}" ] || continue
-            side=glia-unfused
-        fi
+    for side in glia glia-graph glia-unfused; do
+        fuse=auto graph=off
+        case $side in
+        glia-graph) [ "$b" = "${batches%% *}" ] || continue; graph=on ;;
+        glia-unfused) [ "$b" = "${batches%% *}" ] && [ "${GPT2_UNFUSED:-off}" = on ] || continue; fuse=off ;;
+        esac
         "$glia" train "$ini" --metrics "$tmp/m.jsonl" --set data.train_tokens="$data/tokens_train_*.bin" \
             --set data.val_tokens="$data/tokens_val_*.bin" --set data.batch_size="$b" --set data.test_batch_size="$b" \
             --set train.accumulate=1 --set data.steps_per_epoch="$spe" --set graph.fuse_pointwise=$fuse \
-            --set train.epochs=2 --set data.val_batches=1 --set train.log_every=10 \
-            --set train.checkpoint_dir="$tmp/ckpt" > "$tmp/glia.log" 2>&1 || { cat "$tmp/glia.log"; exit 1; }
-        [ $fuse = off ] || awk -v spe="$spe" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
+            --set runtime.cuda_graph=$graph --set train.eval_every=0 --set train.epochs=2 --set data.val_batches=1 \
+            --set train.log_every=10 --set train.checkpoint_dir="$tmp/ckpt" > "$tmp/glia.log" 2>&1 ||
+            { cat "$tmp/glia.log"; exit 1; }
+        [ $side != glia ] || awk -v spe="$spe" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
             split($2, e, "/"); split($4, k, "/"); printf "{\"side\": \"glia\", \"step\": %d, \"loss\": %s}\n", (e[1] - 1) * spe + k[1], $6 }' \
             "$tmp/glia.log" | tee -a "$tmp/out"
         tail -n 1 "$tmp/m.jsonl" | awk -v b="$b" -v t="$T" -v pk="$peak" -v side="$side" '
