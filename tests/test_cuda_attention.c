@@ -157,6 +157,41 @@ static void test_attention_half_check_off(void)
     }
 }
 
+/* [runtime] deterministic = on keeps cuDNN's engines noted nondeterministic out of the fused attention's plans (the
+ * emulator notes every engine so with GLIA_EMU_CUDNN_NONDET=1): then it is refused, with a notice saying why, and the
+ * unfused kernels give the CPU's results; with deterministic off the same engines run fused, with no notice. */
+static void test_attention_deterministic(void)
+{
+    if (!cuda_emulated()) {
+        printf("(not the emulator: skipped) ");
+        return;
+    }
+    const struct glia_shape sh = {3, {3, 21, 96}};
+    setenv("GLIA_EMU_CUDNN_NONDET", "1", 1);
+    for (int det = 0; det < 2; det++) {
+        struct glia_runtime_options o = cuda_gpu->options, keep = o;
+        o.deterministic = det;
+        CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &o) == GLIA_OK);
+        char *log = NULL;
+        size_t log_len = 0;
+        FILE *lf = open_memstream(&log, &log_len);
+        CU_ASSERT_FATAL(lf != NULL);
+        glia_log_set(cuda_ctx, lf, GLIA_LOG_WARN);
+        struct cuda_case k = {.ini = "[a]\ntype = attention\nheads = 2\n", .in = &sh, .n_in = 1, .seed = 97,
+                              .act = GLIA_BF16, .precision = GLIA_PRECISION_BF16};
+        struct cuda_diff d = cuda_compare(&k);
+        glia_log_set(cuda_ctx, stderr, GLIA_LOG_WARN);
+        fclose(lf);
+        CU_ASSERT_FATAL(glia_backend_configure(cuda_gpu, &keep) == GLIA_OK);
+        printf("\n  deterministic %s: out %g din %g; notices: %s", det ? "on" : "off", d.out, d.din, log);
+        CU_ASSERT(d.out <= 1.0 / 64 && d.din <= 1.0 / 64);
+        if (det) CU_ASSERT_PTR_NOT_NULL(strstr(log, "no deterministic engine"));
+        if (!det) CU_ASSERT_PTR_NULL(strstr(log, "fused attention"));
+        free(log);
+    }
+    unsetenv("GLIA_EMU_CUDNN_NONDET");
+}
+
 /* A cached decode on the GPU (glia_fwd.decode): qkv(2, 37, 3 x 24) in chunks of 5, 1, 1, 13 and 17 positions, the
  * kept keys and values outgrowing their room on the way, gives each chunk's rows of the CPU kernel's whole-window
  * eval output; then pos 0 again with one sequence; causal = off is refused. */
@@ -375,6 +410,7 @@ static void test_gpt_cuda_graph(void)
 CUDA_TEST_MAIN("cuda_attention", GLIA_TEST(test_attention), GLIA_TEST(test_attention_tf32),
                GLIA_TEST(test_attention_repeatable), GLIA_TEST(test_attention_half),
                GLIA_TEST(test_attention_half_backward_refused),
-               GLIA_TEST(test_attention_half_check_off), GLIA_TEST(test_attention_decode),
+               GLIA_TEST(test_attention_half_check_off), GLIA_TEST(test_attention_deterministic),
+               GLIA_TEST(test_attention_decode),
                GLIA_TEST(test_model_decode), GLIA_TEST(test_gpt_trains_bf16),
                GLIA_TEST(test_gpt_cuda_graph))

@@ -8,6 +8,7 @@
 #include "cuda_internal.h"
 #include "attention_kernels.h"
 #include "attention_cudnn.h"
+#include "cudnn_graph.h"
 #include <math.h>
 #include <stdlib.h>
 #include <glia/types/attention.h>
@@ -356,7 +357,9 @@ static bool fused_ready(struct glia_layer *l, const struct dims *z, enum glia_dt
         if (s->fused_captured) return false;
         if (q->B) cudaStreamSynchronize(c->stream);  /* queued runs may still use the plans */
         glia__sdpa_free(q);
-        *q = (struct glia__sdpa){.B = z->N, .H = z->H, .T = z->T, .D = z->D, .type = type};
+        *q = (struct glia__sdpa){.B = z->N, .H = z->H, .T = z->T, .D = z->D, .type = type,
+                                 .refuse = l->backend->options.deterministic
+                                               ? GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) : 0u};
         s->checked[0] = s->checked[1] = s->checked[2] = false;
     }
     char why[256] = "", line[400];

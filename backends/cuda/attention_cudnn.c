@@ -160,7 +160,7 @@ cudnnStatus_t glia__sdpa_build_fwd(cudnnHandle_t h, struct glia__sdpa *s, bool t
     cudnnBackendDescriptor_t mask;
     cudnnBackendDescriptor_t Pd = dropout(g, s, &L, &uid, P, &mask);
     glia__cg_matmul(g, Pd, v, o);
-    cudnnStatus_t st = glia__cg_plan(g, &s->fwd[train], &s->fwd_ws[train]);
+    cudnnStatus_t st = glia__cg_plan(g, s->refuse, &s->fwd[train], &s->fwd_ws[train]);
     return done(g, st, train ? "training forward" : "forward", why, n, &s->graph[train]);
 }
 
@@ -228,7 +228,7 @@ cudnnStatus_t glia__sdpa_build_bwd(cudnnHandle_t h, struct glia__sdpa *s, char *
     glia__cg_reshape(g, dSs, dSt);
     glia__cg_matmul(g, dSt, q, dk);
     glia__cg_pointwise(g, CUDNN_POINTWISE_IDENTITY, f32, dq_acc, NULL, NULL, dq, -1);
-    cudnnStatus_t st = glia__cg_plan(g, &s->bwd, &s->bwd_ws);
+    cudnnStatus_t st = glia__cg_plan(g, s->refuse, &s->bwd, &s->bwd_ws);
     return done(g, st, "backward", why, n, &s->graph[2]);
 }
 

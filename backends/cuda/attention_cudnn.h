@@ -15,6 +15,8 @@ struct glia__cg;
 struct glia__sdpa {
     int64_t B, H, T, D;
     cudnnDataType_t type;              /* CUDNN_DATA_BFLOAT16 or CUDNN_DATA_HALF */
+    uint32_t refuse;                   /* engines with these numerical notes make no plan (GLIA__CG_NOTE: the
+                                          nondeterministic ones for [runtime] deterministic) */
     cudnnBackendDescriptor_t fwd[2];   /* [train]: the forward (training keeps the softmax statistics); NULL: none */
     cudnnBackendDescriptor_t bwd;
     int64_t fwd_ws[2], bwd_ws;         /* workspace bytes each runs with */

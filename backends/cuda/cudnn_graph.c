@@ -300,14 +300,16 @@ cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, ui
     return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace)
+cudnnStatus_t glia__cg_plan(struct glia__cg *g, uint32_t refuse, cudnnBackendDescriptor_t *plan, int64_t *workspace)
 {
     int n = 0;
     *plan = NULL;
     *workspace = 0;
-    cudnnStatus_t e = glia__cg_plans(g, CUDNN_HEUR_MODE_A, 0, INT64_MAX, 1, -1, plan, workspace, NULL, &n);
+    cudnnStatus_t e = glia__cg_plans(g, CUDNN_HEUR_MODE_A, refuse, INT64_MAX, 1, -1, plan, workspace, NULL, &n);
     if (e == CUDNN_STATUS_SUCCESS && n == 0) {
-        ok(g, CUDNN_STATUS_NOT_SUPPORTED, "no engine the heuristics gave makes a plan");
+        ok(g, CUDNN_STATUS_NOT_SUPPORTED, refuse & GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
+                                              ? "no deterministic engine the heuristics gave makes a plan"
+                                              : "no engine the heuristics gave makes a plan");
         return g->err;
     }
     return e;

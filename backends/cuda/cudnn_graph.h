@@ -61,9 +61,10 @@ void glia__cg_conv(struct glia__cg *g, enum glia__cg_conv_dir dir, cudnnBackendD
                    const int64_t stride[2], const int64_t dilation[2], float alpha, float beta);
 
 /* The operations so far as one graph, made into an execution plan by the first of the heuristics' (mode A)
- * configurations that finalizes: *plan (owned: cudnnBackendDestroyDescriptor) and the *workspace bytes it runs with.
- * The graph's first failure, or CUDNN_STATUS_NOT_SUPPORTED when no configuration works (what says so). */
-cudnnStatus_t glia__cg_plan(struct glia__cg *g, cudnnBackendDescriptor_t *plan, int64_t *workspace);
+ * configurations that finalizes and whose engine has no numerical note in refuse (as glia__cg_plans): *plan (owned:
+ * cudnnBackendDestroyDescriptor) and the *workspace bytes it runs with. The graph's first failure, or
+ * CUDNN_STATUS_NOT_SUPPORTED when no configuration works (what says so). */
+cudnnStatus_t glia__cg_plan(struct glia__cg *g, uint32_t refuse, cudnnBackendDescriptor_t *plan, int64_t *workspace);
 
 /* The operations so far as one graph (made once; later calls reuse it), and up to max execution plans from the
  * configurations the heuristics of mode give, best first (CUDNN_HEUR_MODE_A: instant; CUDNN_HEUR_MODE_B: the fuller
