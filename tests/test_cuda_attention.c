@@ -310,38 +310,51 @@ static void test_model_decode(void)
     }
 }
 
+/* gpt-bytes.ini trained 2 epochs on the GPU at bf16 (warm-up 2 steps, lr 0.003) on a small repeated text written to
+ * NAME.txt, checkpoints under NAME-ckpt, with the settings in extra (NULL-terminated) and the log at level lvl into
+ * log; the epochs' results into res. */
+static void gpt_bytes_train(const char *name, const char *const *extra, FILE *log, enum glia_log_level lvl,
+                            struct glia_epoch_result res[2])
+{
+    char path[600], file[200], set[700], ck[700];
+    snprintf(file, sizeof file, "%s.txt", name);
+    snprintf(path, sizeof path, "%s", glia_test_tmp(file));
+    snprintf(file, sizeof file, "%s-ckpt", name);
+    snprintf(ck, sizeof ck, "train.checkpoint_dir=%s", glia_test_tmp(file));
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    for (int i = 0; i < 6000; i++) fputc("the cat sat on the mat. a dog ran to the cat. "[i % 46], f);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    struct run r;
+    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
+    glia_log_set(r.ctx, log, lvl);
+    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r.cfg) == GLIA_OK);
+    snprintf(set, sizeof set, "data.train_tokens=%s", path);
+    const char *sets[] = {set, "runtime.device=cuda", "runtime.precision=bf16", "train.epochs=2",
+                          "train.warmup_steps=2", "train.lr=0.003", ck, NULL};
+    for (int i = 0; sets[i]; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
+    for (int i = 0; extra[i]; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, extra[i]) == GLIA_OK);
+    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_FATAL(st == GLIA_OK);
+    st = glia_model_train(r.m, &quiet, res, 2);
+    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
+    CU_ASSERT_EQUAL(st, GLIA_OK);
+    close_run(&r);
+}
+
 /* gpt-bytes trains on the GPU at bf16 (half activations, cuDNN's fused attention in every block, forward and
  * backward, layernorm, gelu, the tied lm_head) with activation checkpointing (the fused forward run again in
  * backward): the loss falls from the first epoch to the second, and no layer falls back from the fused attention. */
 static void test_gpt_trains_bf16(void)
 {
-    char path[600], set[700], ck[700];
-    snprintf(path, sizeof path, "%s", glia_test_tmp("cuda-gpt.txt"));
-    snprintf(ck, sizeof ck, "train.checkpoint_dir=%s", glia_test_tmp("cuda-gpt-ckpt"));
-    FILE *f = fopen(path, "w");
-    CU_ASSERT_FATAL(f != NULL);
-    for (int i = 0; i < 6000; i++) fputc("the cat sat on the mat. a dog ran to the cat. "[i % 46], f);
-    CU_ASSERT_FATAL(fclose(f) == 0);
     char *log = NULL;
     size_t log_len = 0;
     FILE *lf = open_memstream(&log, &log_len);
     CU_ASSERT_FATAL(lf != NULL);
-    struct run r;
-    CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
-    glia_log_set(r.ctx, lf, GLIA_LOG_WARN);
-    CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r.cfg) == GLIA_OK);
-    snprintf(set, sizeof set, "data.train_tokens=%s", path);
-    const char *sets[] = {set, "runtime.device=cuda", "runtime.precision=bf16", "data.steps_per_epoch=8",
-                          "data.val_batches=2", "train.epochs=2", "train.warmup_steps=2", "train.lr=0.003",
-                          "graph.checkpoint_segments=2", ck, NULL};
-    for (int i = 0; sets[i]; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
-    glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
-    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
-    CU_ASSERT_FATAL(st == GLIA_OK);
     struct glia_epoch_result res[2] = GLIA_TEST_RESULTS;
-    st = glia_model_train(r.m, &quiet, res, 2);
-    if (st) printf("\n  %s\n", glia_context_error(r.ctx));
-    CU_ASSERT_EQUAL(st, GLIA_OK);
+    const char *extra[] = {"data.steps_per_epoch=8", "data.val_batches=2", "graph.checkpoint_segments=2", NULL};
+    gpt_bytes_train("cuda-gpt", extra, lf, GLIA_LOG_WARN, res);
     fclose(lf);
     printf("\n  bf16 gpt-bytes: train loss %.3f -> %.3f, val loss %.3f -> %.3f", res[0].train_loss, res[1].train_loss,
            res[0].test_loss, res[1].test_loss);
@@ -349,7 +362,6 @@ static void test_gpt_trains_bf16(void)
     if (log_len) printf("\n  notices: %s", log);
     CU_ASSERT(!log || !strstr(log, "fused attention"));
     free(log);
-    close_run(&r);
 }
 
 /* gpt-bytes at bf16 (the fused attention in every block) with cuda_graph = on: the pass before the capture builds and
@@ -358,35 +370,15 @@ static void test_gpt_trains_bf16(void)
  * none ran as they came. */
 static void test_gpt_cuda_graph(void)
 {
-    char path[600], set[700], ck[700];
-    snprintf(path, sizeof path, "%s", glia_test_tmp("cuda-gpt-graph.txt"));
-    snprintf(ck, sizeof ck, "train.checkpoint_dir=%s", glia_test_tmp("cuda-gpt-graph-ckpt"));
-    FILE *f = fopen(path, "w");
-    CU_ASSERT_FATAL(f != NULL);
-    for (int i = 0; i < 6000; i++) fputc("the cat sat on the mat. a dog ran to the cat. "[i % 46], f);
-    CU_ASSERT_FATAL(fclose(f) == 0);
     struct glia_epoch_result res[2][2] = {GLIA_TEST_RESULTS, GLIA_TEST_RESULTS};
-    char *log = NULL;
     for (int g = 0; g < 2; g++) {
+        char *log = NULL;
         size_t log_len = 0;
         FILE *lf = open_memstream(&log, &log_len);
         CU_ASSERT_FATAL(lf != NULL);
-        struct run r;
-        CU_ASSERT_FATAL(glia_context_new(&r.ctx) == GLIA_OK);
-        glia_log_set(r.ctx, lf, GLIA_LOG_INFO);
-        CU_ASSERT_FATAL(glia_config_load(r.ctx, glia_test_src("share/glia/examples/gpt-bytes.ini"), &r.cfg) == GLIA_OK);
-        snprintf(set, sizeof set, "data.train_tokens=%s", path);
-        const char *sets[] = {set, "runtime.device=cuda", "runtime.precision=bf16", "data.steps_per_epoch=4",
-                              "data.val_batches=1", "train.epochs=2", "train.warmup_steps=2", "train.lr=0.003",
-                              g ? "runtime.cuda_graph=on" : "runtime.cuda_graph=off", ck, NULL};
-        for (int i = 0; sets[i]; i++) CU_ASSERT_FATAL(glia_config_set(r.cfg, sets[i]) == GLIA_OK);
-        glia_status st = glia_model_build(r.ctx, r.cfg, &r.m);
-        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
-        CU_ASSERT_FATAL(st == GLIA_OK);
-        st = glia_model_train(r.m, &quiet, res[g], 2);
-        if (st) printf("\n  %s\n", glia_context_error(r.ctx));
-        CU_ASSERT_EQUAL(st, GLIA_OK);
-        close_run(&r);
+        const char *extra[] = {"data.steps_per_epoch=4", "data.val_batches=1",
+                               g ? "runtime.cuda_graph=on" : "runtime.cuda_graph=off", NULL};
+        gpt_bytes_train(g ? "cuda-gpt-graph" : "cuda-gpt-eager", extra, lf, GLIA_LOG_INFO, res[g]);
         fclose(lf);
         if (g) {
             long replays = -1;
@@ -398,7 +390,6 @@ static void test_gpt_cuda_graph(void)
             CU_ASSERT_PTR_NULL(strstr(log, "fused attention"));
         }
         free(log);
-        log = NULL;
     }
     for (int e = 0; e < 2; e++) {
         printf("\n  epoch %d: train loss %.6f with graphs, %.6f without", e + 1, res[1][e].train_loss, res[0][e].train_loss);
