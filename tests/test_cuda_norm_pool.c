@@ -705,6 +705,25 @@ static void *host_bytes(const struct glia_tensor *t)
     return h;
 }
 
+/* The output, input gradient and dgamma of one batchnorm layer's training passes (bytes on the host, malloc'd). */
+static void bn_pass(struct glia_layer_run *r, void **out, void **dx, void **dw)
+{
+    CU_ASSERT_FATAL(glia_layer_run_forward(r, true) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_layer_run_backward(r) == GLIA_OK);
+    CU_ASSERT_FATAL(glia_layer_run_sync(r) == GLIA_OK);
+    *out = host_bytes(glia_layer_run_output(r));
+    *dx = host_bytes(glia_layer_run_input_grad(r, 0));
+    *dw = host_bytes(glia_layer_run_layer(r)->params[0].grad);
+}
+
+/* Largest |a - b| / max(1, |a|) over n floats. */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)a[i])));
+    return d;
+}
+
 /* One layer's training passes on x, then on 3x + 5, then on x again: batchnorm's output and dgamma do not see the
  * affine change (to float rounding), which statistics or coefficients left over from the call before would (a pass
  * that skipped or reused its partials, its finalize or its scratch); the third call gives the first's output, input
@@ -731,23 +750,15 @@ static void test_batchnorm_repeated(void)
         void *out[3], *dx[3], *dw[3];
         for (int k = 0; k < 3; k++) {
             CU_ASSERT_FATAL(glia_tensor_from_host(x, k == 1 ? x2 : x1, nb) == GLIA_OK);
-            CU_ASSERT_FATAL(glia_layer_run_forward(r, true) == GLIA_OK);
-            CU_ASSERT_FATAL(glia_layer_run_backward(r) == GLIA_OK);
-            CU_ASSERT_FATAL(glia_layer_run_sync(r) == GLIA_OK);
-            out[k] = host_bytes(glia_layer_run_output(r));
-            dx[k] = host_bytes(glia_layer_run_input_grad(r, 0));
-            dw[k] = host_bytes(l->params[0].grad);
+            bn_pass(r, &out[k], &dx[k], &dw[k]);
         }
         size_t no = glia_tensor_nbytes(glia_layer_run_output(r)), nw = glia_tensor_nbytes(l->params[0].grad);
         CU_ASSERT_EQUAL(memcmp(out[0], out[2], no), 0);
         CU_ASSERT_EQUAL(memcmp(dx[0], dx[2], nb), 0);
         CU_ASSERT_EQUAL(memcmp(dw[0], dw[2], nw), 0);
-        double dout = 0, dgw = 0;
+        double dout = 0, dgw = rel_diff(dw[0], dw[1], nw / sizeof(float));
         for (size_t i = 0; i < no / sizeof(float); i++)
             dout = fmax(dout, fabs((double)((float *)out[0])[i] - ((float *)out[1])[i]));
-        for (size_t i = 0; i < nw / sizeof(float); i++)
-            dgw = fmax(dgw, fabs((double)((float *)dw[0])[i] - ((float *)dw[1])[i]) /
-                                fmax(1.0, fabs((double)((float *)dw[0])[i])));
         if (dout > 1e-3 || dgw > 1e-3) printf("\n  case %zu: x and 3x + 5 differ by %g (output), %g (dgamma)\n", c, dout, dgw);
         CU_ASSERT(dout <= 1e-3);
         CU_ASSERT(dgw <= 1e-3);
@@ -755,25 +766,6 @@ static void test_batchnorm_repeated(void)
         free(x1), free(x2);
         glia_layer_run_free(r);
     }
-}
-
-/* The output, input gradient and dgamma of one batchnorm layer's training passes (bytes on the host, malloc'd). */
-static void bn_pass(struct glia_layer_run *r, void **out, void **dx, void **dw)
-{
-    CU_ASSERT_FATAL(glia_layer_run_forward(r, true) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_layer_run_backward(r) == GLIA_OK);
-    CU_ASSERT_FATAL(glia_layer_run_sync(r) == GLIA_OK);
-    *out = host_bytes(glia_layer_run_output(r));
-    *dx = host_bytes(glia_layer_run_input_grad(r, 0));
-    *dw = host_bytes(glia_layer_run_layer(r)->params[0].grad);
-}
-
-/* Largest |a - b| / max(1, |a|) over n floats. */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)a[i])));
-    return d;
 }
 
 /* GLIA_CUDA_BN_FUSE=on (the finalizes in the passes' own launches, the last block of each channel group): the same

@@ -239,18 +239,18 @@ static glia_status bn_forward(struct glia_layer *l, const struct glia_fwd *a)
     if (a->train && d->relu) coef = dev(p->saved) + 3 * C;  /* kept for backward's mask */
     struct glia_batchnorm_tensors t = glia_batchnorm_tensors(l);
     cudaStream_t s = stream_of(l);
-    unsigned *tickets;
+    unsigned *tickets = NULL;  /* the running statistics need no pass over x */
     if (!use_running && (st = bn_fuse(l, p, &tickets))) return st;
-    if (!use_running && tickets)
+    if (tickets) {
         CUDA_TRY(l->ctx, glia__cuda_bn_stats_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma,
                                                       t.beta, x->data, dt, pmean, pm2, tickets, g, update, d->momentum,
                                                       d->eps, s));
-    else if (!use_running)
-        CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, x->data, dt, g, s));
-    if (use_running || !tickets)
+    } else {
+        if (!use_running) CUDA_TRY(l->ctx, glia__cuda_bn_stats(pmean, pm2, x->data, dt, g, s));
         CUDA_TRY(l->ctx, glia__cuda_bn_finalize(coef, a->train ? dev(p->saved) : NULL, t.rmean, t.rvar, t.gamma,
                                                 t.beta, x->data, dt, pmean, pm2, g, use_running, update, d->momentum,
                                                 d->eps, s));
+    }
     CUDA_TRY(l->ctx, glia__cuda_bn_normalize(a->out->data, x->data, dt, coef, d->relu, g, s));
     if (a->train) p->kept = glia_tensor_numel(x);
 fail:

@@ -254,43 +254,45 @@ __device__ static void finalize_group(const Fin &fin, unsigned *tickets, const P
     if (threadIdx.x == 0 && threadIdx.y == 0) tickets[blockIdx.x] = 0;
 }
 
-/* The THREADS threads of a block (flat index i) as `slots` channels (a power of two) of `lanes` threads: thread i
- * takes channel c = c0 + i % slots (on: one of those being finalized) as lane i / slots, so that a warp reads
- * consecutive channels of a split's partials. */
+/* The THREADS threads of a block (flat index i) in groups of `lanes` threads that merge one value: thread i is lane
+ * `lane` of the group whose lane 0 is thread `head`, its lanes `stride` threads apart. For a finalize in the reduce's
+ * launch (fin_lanes) a group is a channel c (on: one of those being finalized) and stride its channels' count, so that
+ * a warp reads consecutive channels of a split's partials; for a finalize launch (split_tree) a group is a row. */
 struct FinLanes {
-    int i, slot, slots, lane, lanes;
+    int i, lane, lanes, stride, head;
     int64_t c;
     bool on;
 };
 
-/* The lanes that finalize channels c0 .. c1 - 1 (at most THREADS of them). */
+/* The lanes that finalize channels c0 .. c1 - 1 (at most THREADS of them): a power of two of channels, thread i
+ * taking channel c0 + i % channels as lane i / channels. */
 __device__ static FinLanes fin_lanes(int64_t c0, int64_t c1)
 {
     FinLanes f;
     int n = (int)(c1 - c0);
-    f.slots = 1;
-    while (f.slots < n) f.slots <<= 1;
+    f.stride = 1;
+    while (f.stride < n) f.stride <<= 1;
     f.i = (int)(threadIdx.y * blockDim.x + threadIdx.x);
-    f.lanes = THREADS / f.slots;
-    f.slot = f.i % f.slots;
-    f.lane = f.i / f.slots;
-    f.c = c0 + f.slot;
-    f.on = f.slot < n;
+    f.lanes = THREADS / f.stride;
+    f.head = f.i % f.stride;
+    f.lane = f.i / f.stride;
+    f.c = c0 + f.head;
+    f.on = f.head < n;
     return f;
 }
 
-/* The merge of v over the lanes of each channel, in a fixed tree (lane with lane + h for h = lanes/2, ..., 1); every
- * thread of the block calls it and gets its channel's result. */
+/* The merge of v over the lanes of each group, in a fixed tree (lane with lane + h for h = lanes/2, ..., 1); every
+ * thread of the block calls it and gets its group's result. */
 template <class T, class Merge> __device__ static T fin_tree(T v, const FinLanes &f, Merge merge)
 {
     __shared__ T part[THREADS];
     part[f.i] = v;
     __syncthreads();
     for (int h = f.lanes >> 1; h > 0; h >>= 1) {
-        if (f.lane < h) part[f.i] = merge(part[f.i], part[f.i + h * f.slots]);
+        if (f.lane < h) part[f.i] = merge(part[f.i], part[f.i + h * f.stride]);
         __syncthreads();
     }
-    v = part[f.slot];
+    v = part[f.head];
     __syncthreads();  /* part is written again by the next call */
     return v;
 }
@@ -473,21 +475,18 @@ static inline unsigned fin_grid(int64_t C, int S)
     return (unsigned)(b < 1 ? 1 : b > MAX_BLOCKS ? MAX_BLOCKS : b);
 }
 
-/* The merge of v over threadIdx.x within each row threadIdx.y of the block, in a fixed tree (x with x + h for
- * h = blockDim.x/2, ..., 1); every thread of the block calls it and gets its row's result. */
+/* The merge of v over threadIdx.x within each row threadIdx.y of the block (blockDim.x a power of two, THREADS
+ * threads in all), in fin_tree's fixed order (x with x + h for h = blockDim.x/2, ..., 1); every thread of the block
+ * calls it and gets its row's result. */
 template <class T, class Merge> __device__ static T split_tree(T v, Merge merge)
 {
-    __shared__ T part[THREADS];
-    int i = threadIdx.y * blockDim.x + threadIdx.x;
-    part[i] = v;
-    __syncthreads();
-    for (int h = blockDim.x >> 1; h > 0; h >>= 1) {
-        if ((int)threadIdx.x < h) part[i] = merge(part[i], part[i + h]);
-        __syncthreads();
-    }
-    v = part[i - threadIdx.x];
-    __syncthreads();  /* part is written again for the next channels */
-    return v;
+    FinLanes f;
+    f.i = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+    f.lane = (int)threadIdx.x;
+    f.lanes = (int)blockDim.x;
+    f.stride = 1;
+    f.head = f.i - f.lane;
+    return fin_tree(v, f, merge);
 }
 
 /* Loops c0 over the first channel of each block's turn; c = c0 + threadIdx.y may be past C (then the thread
