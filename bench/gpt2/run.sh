@@ -5,8 +5,10 @@
 # = 124475904, against --peak-tflops), peak memory; the losses of both every 10 steps; then the attention layer alone
 # at GPT-2's shape (glia bench layer attention against F.scaled_dot_product_attention), the MLP's fc with and without
 # its fused GELU, and the loss over GPT-2's logits (glia's gradient written in the forward's pass). Under a header naming the GPU,
-# driver and versions. At the first batch size glia also runs with the whole step in a CUDA graph (side glia-graph), and
-# with GPT2_UNFUSED=on with [graph] fuse_pointwise = off (side glia-unfused). glia evaluates nothing (eval_every = 0).
+# driver and versions. At the first batch size glia also runs with the whole step in a CUDA graph (side glia-graph),
+# with GPT2_UNFUSED=on with [graph] fuse_pointwise = off (side glia-unfused), and with GPT2_PRECISION=on with f32
+# activations between layers (side glia-f32act) and in tf32 (side glia-tf32). glia evaluates nothing (eval_every = 0)
+# and keeps its rate constant after the warmup, as the PyTorch side does; the loss table has a column per side.
 # Not a test: run it on an idle GPU from a built tree; commit the raw output.
 #   usage: bench/gpt2/run.sh [--data DIR] [--batches "16 32"] [--steps N] [--warmup N] [--peak-tflops X] [--out FILE]
 #   --data: llm.c token files tokens_train_*.bin and tokens_val_*.bin (bench/gpt2/gen_tokens.py DIR makes them from
@@ -45,25 +47,32 @@ ini=${GPT2_INI:-share/glia/examples/gpt2-124m.ini}  # another model (one of the 
 T=1024
 for b in $batches; do
     echo "== batch $b x $T" | tee -a "$tmp/out"
-    # glia: epoch 1 warms up (kernels compiled, plans built), epoch 2 is timed; a line every 10 steps. At the first
-    # batch size also with the whole step in a CUDA graph (side glia-graph: [runtime] cuda_graph = on), and with
-    # GPT2_UNFUSED=on without [graph] fuse_pointwise (side glia-unfused: no GELU epilogues, GELU gradient hand-off,
-    # residual + layernorm), to show what the fusions give.
+    # glia: epoch 1 warms up (kernels compiled, plans built), epoch 2 is timed; a loss line every 10 steps. The
+    # schedule is warmup then constant, as on the PyTorch side (the example's cosine steps down per epoch: at its second
+    # epoch of 2 it would halve the rate and the curves would part for that alone). At the first batch size also with
+    # the whole step in a CUDA graph (side glia-graph: [runtime] cuda_graph = on); with GPT2_UNFUSED=on without
+    # [graph] fuse_pointwise (side glia-unfused: no GELU epilogues, GELU gradient hand-off, residual + layernorm), to
+    # show what the fusions give; with GPT2_PRECISION=on with f32 activations between the layers (side glia-f32act:
+    # [graph] half_activations = off, the GEMMs and attention still bf16) and in tf32 (side glia-tf32: every
+    # activation f32, TF32 GEMMs), for where the loss curve parts from PyTorch's.
     spe=$((steps > warmup ? steps : warmup))
-    for side in glia glia-graph glia-unfused; do
-        fuse=auto graph=off
+    for side in glia glia-graph glia-unfused glia-f32act glia-tf32; do
+        fuse=auto graph=off half=auto prec=bf16
         case $side in
         glia-graph) [ "$b" = "${batches%% *}" ] || continue; graph=on ;;
         glia-unfused) [ "$b" = "${batches%% *}" ] && [ "${GPT2_UNFUSED:-off}" = on ] || continue; fuse=off ;;
+        glia-f32act) [ "$b" = "${batches%% *}" ] && [ "${GPT2_PRECISION:-off}" = on ] || continue; half=off ;;
+        glia-tf32) [ "$b" = "${batches%% *}" ] && [ "${GPT2_PRECISION:-off}" = on ] || continue; prec=tf32 ;;
         esac
         "$glia" train "$ini" --metrics "$tmp/m.jsonl" --set data.train_tokens="$data/tokens_train_*.bin" \
             --set data.val_tokens="$data/tokens_val_*.bin" --set data.batch_size="$b" --set data.test_batch_size="$b" \
             --set train.accumulate=1 --set data.steps_per_epoch="$spe" --set graph.fuse_pointwise=$fuse \
+            --set graph.half_activations=$half --set runtime.precision=$prec --set train.schedule=constant \
             --set runtime.cuda_graph=$graph --set train.eval_every=0 --set train.epochs=2 --set data.val_batches=1 \
             --set train.log_every=10 --set train.checkpoint_dir="$tmp/ckpt" > "$tmp/glia.log" 2>&1 ||
             { cat "$tmp/glia.log"; exit 1; }
-        [ $side != glia ] || awk -v spe="$spe" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
-            split($2, e, "/"); split($4, k, "/"); printf "{\"side\": \"glia\", \"step\": %d, \"loss\": %s}\n", (e[1] - 1) * spe + k[1], $6 }' \
+        awk -v spe="$spe" -v side="$side" '/^epoch [0-9]+\/[0-9]+ step [0-9]+\/[0-9]+ loss/ {
+            split($2, e, "/"); split($4, k, "/"); printf "{\"side\": \"%s\", \"step\": %d, \"loss\": %s}\n", side, (e[1] - 1) * spe + k[1], $6 }' \
             "$tmp/glia.log" | tee -a "$tmp/out"
         tail -n 1 "$tmp/m.jsonl" | awk -v b="$b" -v t="$T" -v pk="$peak" -v side="$side" '
             function num(k,   v) { v = $0; sub(".*\"" k "\": ", "", v); sub(/[,}].*/, "", v); return v + 0 }
@@ -72,15 +81,18 @@ for b in $batches; do
                      side, b, t, 1e3 * b / s, tok, tok * f / (pk * 1e12), num("device_peak_mb"), num("train_loss") }' | tee -a "$tmp/out"
     done
     "$py" bench/gpt2/torch_gpt2.py --train "$data/tokens_train_*.bin" --batch "$b" --steps "$steps" \
-        --warmup "$warmup" --peak-tflops "$peak" | tee "$tmp/torch.out" | tee -a "$tmp/out" ||
-        echo "pytorch failed at batch $b" | tee -a "$tmp/out"
-    # the two loss curves side by side (the same recipe and data; glia's second epoch goes on from its first)
-    echo "step  glia_loss  pytorch_loss  (batch $b)" | tee -a "$tmp/out"
-    cat "$tmp/out" "$tmp/torch.out" | awk -v b="$b" '
-        /"side": "glia", "step"/ && seen_b { s = $0; sub(/.*"step": /, "", s); sub(/,.*/, "", s); l = $0; sub(/.*"loss": /, "", l); sub(/}.*/, "", l); g[s + 0] = l }
-        /^== batch / { seen_b = ($3 == b) }
-        /"side": "pytorch", "step"/ { s = $0; sub(/.*"step": /, "", s); sub(/,.*/, "", s); l = $0; sub(/.*"loss": /, "", l); sub(/}.*/, "", l); p[s + 0] = l }
-        END { for (k = 1; k <= 100000; k++) if ((k in g) || (k in p)) printf "%5d  %9s  %12s\n", k, (k in g) ? g[k] : "-", (k in p) ? p[k] : "-" }' |
+        --warmup "$warmup" --peak-tflops "$peak" > "$tmp/torch.out" 2>&1 || echo "pytorch failed at batch $b" >> "$tmp/torch.out"
+    tee -a "$tmp/out" < "$tmp/torch.out"
+    # the loss curves side by side (the same recipe and data; glia's second epoch goes on from its first): a column for
+    # each side that logged losses at this batch size, in the order they ran
+    awk -v b="$b" '
+        /^== / { on = ($2 == "batch" && $3 == b) }
+        on && /"step": / { sd = $0; sub(/.*"side": "/, "", sd); sub(/".*/, "", sd); s = $0; sub(/.*"step": /, "", s); sub(/,.*/, "", s)
+                     l = $0; sub(/.*"loss": /, "", l); sub(/}.*/, "", l); if (!(sd in seen)) { seen[sd] = 1; col[++n] = sd }
+                     v[sd, s + 0] = l; have[s + 0] = 1 }
+        END { printf "%5s", "step"; for (c = 1; c <= n; c++) printf "  %12s", col[c]; printf "  (batch %d)\n", b
+              for (k = 1; k <= 100000; k++) if (k in have) { printf "%5d", k
+                  for (c = 1; c <= n; c++) printf "  %12s", ((col[c], k) in v) ? sprintf("%.4f", v[col[c], k]) : "-"; printf "\n" } }' "$tmp/out" |
         tee -a "$tmp/out"
 done
 echo "== attention alone, 16 x 1024 x 2304 (12 heads of 64), bf16" | tee -a "$tmp/out"

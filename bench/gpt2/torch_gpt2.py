@@ -2,7 +2,7 @@
 # bench/gpt2/torch_gpt2.py — GPT-2 124M (share/glia/examples/gpt2-124m.ini) in PyTorch at its best on one GPU, the
 # PyTorch side of bench/gpt2/run.sh: nanoGPT's model (pre-norm blocks, fused qkv, F.scaled_dot_product_attention
 # causal, GPT-2's tanh GELU, tied lm_head, vocab 50304), bf16 autocast, torch.compile, fused AdamW (0.9, 0.95, weight decay
-# 0.1 on the 2-D weights), clipping 1, glia's warmup then cosine, random windows of llm.c token files, the data on
+# 0.1 on the 2-D weights), clipping 1, a linear warmup then a constant rate, random windows of llm.c token files, the data on
 # the GPU. Prints a JSON line per logged step (loss) and one summary line: ms per step after the warm-up, tokens/s,
 # MFU by 6N + 6·L·C·T FLOPs per token against the given peak, peak memory. --profile N then runs N more steps under
 # torch.profiler and prints their CUDA kernels on stderr (bench/torch_kernels.py). Not glia, and not a test.

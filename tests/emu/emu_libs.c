@@ -378,6 +378,36 @@ struct lt_call {
  * of half inputs either way; the order of additions is cuBLASLt's choice, so no emulation can match it bit for bit),
  * and D is rounded to f32 (the accumulator's type) and then, for a half D, once more to that type, to nearest even,
  * as cuBLASLt stores its f32 result. The bias gradient is written in the bias vector's type likewise. */
+/* The inner loop of lt_product, built for speed (the rest of the emulator is built -O1): o (n) += a * b (n), in
+ * order, with no contraction into fused multiply-adds, so each sum is the one the plain triple loop gives. */
+__attribute__((optimize("O3", "fp-contract=off"))) static void axpy(double *restrict o, double a,
+                                                                   const double *restrict b, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) o[j] += a * b[j];
+}
+
+/* op(A) (m x k) times op(B) (k x n) in doubles, row-major (m x n): each element the sum over p = 0 .. k - 1 in order of
+ * the products of the elements as loaded (exact in double), as a triple loop gives it, but with op(A) and op(B)
+ * read once into doubles and the sums made a row at a time (GPT-sized products in seconds, not hours). */
+static double *lt_product(int ta, const void *A, bool a_n, int64_t lda, int tb, const void *B, bool b_n, int64_t ldb,
+                          int64_t m, int64_t n, int64_t k)
+{
+    double *a = alloc_acc("cublasLtMatmul", m * k, false), *b = alloc_acc("cublasLtMatmul", k * n, false);
+    double *o = alloc_acc("cublasLtMatmul", m * n, true);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = 0; p < k; p++) a[i * k + p] = load(ta, A, a_n ? i + p * lda : p + i * lda);
+    for (int64_t p = 0; p < k; p++)
+        for (int64_t j = 0; j < n; j++) b[p * n + j] = load(tb, B, b_n ? p + j * ldb : j + p * ldb);
+    enum { J = 1024 };  /* a block of columns: its rows of b and o stay in cache across p */
+    for (int64_t j0 = 0; j0 < n; j0 += J)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t p = 0; p < k; p++)
+                axpy(o + i * n + j0, a[i * k + p], b + p * n + j0, n - j0 < J ? n - j0 : J);
+    free(a);
+    free(b);
+    return o;
+}
+
 static void lt_exec(void *arg)
 {
     const struct lt_call *c = arg;
@@ -403,14 +433,10 @@ static void lt_exec(void *arg)
         return;
     }
     double *out = alloc_acc("cublasLtMatmul", m * n, false);
+    double *prod = lt_product(ta, A, e->ta == CUBLAS_OP_N, la->ld, tb, B, e->tb == CUBLAS_OP_N, lb->ld, m, n, k);
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) {
-            double acc = 0;
-            for (int64_t p = 0; p < k; p++) {
-                double a = load(ta, A, e->ta == CUBLAS_OP_N ? i + p * la->ld : p + i * la->ld);
-                double b = load(tb, B, e->tb == CUBLAS_OP_N ? p + j * lb->ld : j + p * lb->ld);
-                acc += a * b;
-            }
+            double acc = prod[i * n + j];
             double v = al * acc + (be != 0 ? be * load(tc, C, i + j * lc->ld) : 0);
             if (bias) v += load(tv, e->bias, i);
             if (ep.aux) store(td, e->aux, i + j * e->aux_ld, (float)v);  /* the f32 value, rounded as D is */
@@ -428,6 +454,7 @@ static void lt_exec(void *arg)
     for (int64_t j = 0; j < n; j++)
         for (int64_t i = 0; i < m; i++) store(td, c->D, i + j * ld->ld, (float)out[i + j * m]);
     free(out);
+    free(prod);
     /* bias gradients: the sum over the GEMM's k of op(A) (one per row of D) or op(B) (one per column) */
     if (bgrada)
         for (int64_t i = 0; i < m; i++) {

@@ -174,7 +174,8 @@ static int run_block(const char *name, int nt)
     }
 }
 
-static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*fn)(void *), void *arg)
+/* Checks, counts and traces a launch, and runs it unless compute is false (GLIA_EMU_NO_COMPUTE). */
+static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*fn)(void *), void *arg, bool compute)
 {
     unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
     if (!g.x || !g.y || !g.z || !nt || nt > EMU_MAX_THREADS || b.z > 64 || g.x > 0x7fffffffu || g.y > 65535 ||
@@ -184,6 +185,11 @@ static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*f
         last_error = cudaErrorInvalidConfiguration;
         return;
     }
+    n_launches++;
+    static int trace = -1;
+    if (trace < 0) trace = getenv("GLIA_EMU_TRACE") != NULL;
+    if (trace) fprintf(stderr, "emu: launch %s (%u,%u,%u)x(%u,%u,%u)\n", name, g.x, g.y, g.z, b.x, b.y, b.z);
+    if (!compute) return;
     if (!stacks) {
         stacks = mmap(NULL, EMU_MAX_THREADS * EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
@@ -192,10 +198,6 @@ static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*f
             abort();
         }
     }
-    n_launches++;
-    static int trace = -1;
-    if (trace < 0) trace = getenv("GLIA_EMU_TRACE") != NULL;
-    if (trace) fprintf(stderr, "emu: launch %s (%u,%u,%u)x(%u,%u,%u)\n", name, g.x, g.y, g.z, b.x, b.y, b.z);
     run_fn = fn;
     run_arg = arg;
     glia_emu_grid_dim = g;
@@ -505,12 +507,28 @@ static int oplist_append(struct oplist *l, const struct op *o)
 
 static void flush(struct emu_stream *s, unsigned long long upto);
 
+/* GLIA_EMU_NO_COMPUTE=1: kernels (the libraries' calls too), and memsets and device-to-device copies of over 64 KiB, do
+ * nothing, and device memory starts zeroed, so that a large model's step runs its host code and allocations in
+ * moments without touching most of its device memory (glibc maps large blocks lazily): for the peak of the caching
+ * allocator, not for any value (the small ones keep flags such as the loss's bad-label flag armed). */
+static bool no_compute(void)
+{
+    static int on = -1;
+    if (on < 0) on = getenv("GLIA_EMU_NO_COMPUTE") && strcmp(getenv("GLIA_EMU_NO_COMPUTE"), "0");
+    return on;
+}
+
 static void run_op(struct op *o)
 {
+    bool skip = no_compute();
     switch (o->kind) {
-    case OP_KERNEL: glia_emu_run(o->name, o->g, o->b, o->smem, o->fn, o->arg); break;
-    case OP_COPY: memmove(o->dst, o->src, o->n); break;
-    case OP_SET: memset(o->dst, o->value, o->n); break;
+    case OP_KERNEL: glia_emu_run(o->name, o->g, o->b, o->smem, o->fn, o->arg, !skip); break;
+    case OP_COPY:
+        if (!skip || o->n <= 65536 || !range_of(o->dst) || !range_of(o->src) || range_of(o->dst)->kind != M_DEVICE ||
+            range_of(o->src)->kind != M_DEVICE)
+            memmove(o->dst, o->src, o->n);
+        break;
+    case OP_SET: if (!skip || o->n <= 65536) memset(o->dst, o->value, o->n); break;
     case OP_WAIT: flush(o->other, o->upto); break;
     case OP_RECORD: case OP_EVENT_WAIT: break;  /* done when launched (cudaGraphLaunch) */
     }
@@ -800,7 +818,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
     GLIA_EMU_GUARD;
     cudaError_t e = glia_emu_unsafe("cudaMalloc");
     if (e) return e;
-    *p = malloc(n ? n : 1);
+    *p = no_compute() ? calloc(1, n ? n : 1) : malloc(n ? n : 1);  /* zeros: no flag a kernel did not set reads set */
     if (*p && track(*p, n ? n : 1, M_DEVICE)) {
         free(*p);
         *p = NULL;
