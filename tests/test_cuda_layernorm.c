@@ -1,6 +1,6 @@
 /* tests/test_cuda_layernorm.c — the CUDA layernorm against its CPU kernel on a GPU: 2-D, 3-D and 4-D inputs, C below,
- * at and above a warp, affine on and off, write and accumulate, train and eval, many rows (several splits of the
- * parameter gradients' reduction), constant rows, f16 and bf16 activations, repeatability and refusals. Exits 77
+ * at and above a warp, affine on and off, write and accumulate, train and eval, many rows (warps striding in the
+ * fused backward), rows too wide for it, constant rows, f16 and bf16 activations, repeatability and refusals. Exits 77
  * (skipped) without a usable GPU or without the CUDA build. Not a test of the CPU semantics: test_layernorm. */
 #include "cudautil.h"
 
@@ -32,7 +32,7 @@ static void test_layernorm(void)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) expect_all(inis[i], shapes[s], 1e-4);
 }
 
-/* More rows than the reduction's splits (512 of at least 64 rows): the splits take more rows each. C = 16: with
+/* More rows than the fused backward's blocks (512, of 8 warps): each warp takes 9 rows. C = 16: with
  * fewer features some of the N(0, 1) rows come out nearly constant, where the GPU's float statistics and the CPU's
  * double ones give dx apart by more than the tolerance. */
 static void test_many_rows(void)
@@ -40,6 +40,17 @@ static void test_many_rows(void)
     struct cuda_case k = {.ini = "[ln]\ntype = layernorm\n", .in = &(struct glia_shape){2, {36000, 16}}, .n_in = 1,
                           .seed = 3};
     cuda_expect(&k, 1e-4);
+}
+
+/* Rows wider than the fused backward's shared memory takes (6144 features): the input gradient and the parameter
+ * gradients in passes of their own (ln_dx, then the column reduction over 2 splits), written and accumulated. */
+static void test_wide_rows(void)
+{
+    for (int acc = 0; acc < 2; acc++) {
+        struct cuda_case k = {.ini = "[ln]\ntype = layernorm\n", .in = &(struct glia_shape){2, {130, 6200}}, .n_in = 1,
+                              .accumulate = acc, .seed = 5};
+        cuda_expect(&k, 1e-4);
+    }
 }
 
 /* Rows that are constant (var = 0: y = bias exactly on both, even with eps = 1e-12 and a value whose float sum over
@@ -169,5 +180,6 @@ static void test_same_description(void)
     CU_ASSERT(g->flags & GLIA_KERNEL_HALF);
 }
 
-CUDA_TEST_MAIN("cuda_layernorm", GLIA_TEST(test_same_description), GLIA_TEST(test_layernorm), GLIA_TEST(test_many_rows), GLIA_TEST(test_constant_rows),
+CUDA_TEST_MAIN("cuda_layernorm", GLIA_TEST(test_same_description), GLIA_TEST(test_layernorm), GLIA_TEST(test_many_rows), GLIA_TEST(test_wide_rows),
+               GLIA_TEST(test_constant_rows),
                GLIA_TEST(test_half), GLIA_TEST(test_repeatable), GLIA_TEST(test_backward_needs_training))

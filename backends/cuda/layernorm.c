@@ -72,7 +72,8 @@ fail:
 }
 
 /* With the kept statistics: dx (+)= rstd*(dxhat - mean(dxhat) - x_hat*mean(dxhat*x_hat)), dxhat = dy*weight, one warp
- * per row; dweight (+)= sum over rows of dy*x_hat and dbias (+)= sum dy, a column reduction in a fixed order. */
+ * per row; dweight (+)= sum over rows of dy*x_hat and dbias (+)= sum dy, a column reduction in a fixed order. Both in
+ * one pass over x and dy where the rows' column sums fit a block's shared memory (C <= 6144), else two. */
 static glia_status ln_backward(struct glia_layer *l, const struct glia_bwd *a)
 {
     const struct glia_layernorm_attrs *d = l->attrs;
@@ -88,17 +89,23 @@ static glia_status ln_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (st) return st;
     const float *mean = p->stats->data, *rstd = mean + p->cap;
     cudaStream_t s = stream_of(l);
+    void *part = NULL;
+    if (pw && (st = glia__cuda_scratch(glia__cuda_of(l->backend),
+                                       glia__cuda_layernorm_dparams_scratch(R, C) * sizeof(float), &part)))
+        return st;
+    if (pw && a->din[0] && glia__cuda_layernorm_fused_ok(C)) {  /* one pass over x and dy for all three */
+        CUDA_TRY(l->ctx, glia__cuda_layernorm_backward(a->din[0]->data, a->din_accumulate[0], pw->grad->data,
+                                                       !pw->grad_unset, pb->grad->data, !pb->grad_unset, part, x->data,
+                                                       a->dout->data, dt, mean, rstd, glia_layernorm_weight(l), R, C,
+                                                       s));
+        return GLIA_OK;
+    }
     if (a->din[0])
         CUDA_TRY(l->ctx, glia__cuda_layernorm_dx(a->din[0]->data, a->din_accumulate[0], x->data, a->dout->data, dt,
                                                  mean, rstd, glia_layernorm_weight(l), R, C, s));
-    if (pw) {
-        void *part;
-        st = glia__cuda_scratch(glia__cuda_of(l->backend), glia__cuda_layernorm_dparams_scratch(R, C) * sizeof(float),
-                                &part);
-        if (st) return st;
+    if (pw)
         CUDA_TRY(l->ctx, glia__cuda_layernorm_dparams(pw->grad->data, !pw->grad_unset, pb->grad->data, !pb->grad_unset,
                                                       part, x->data, a->dout->data, dt, mean, rstd, R, C, s));
-    }
 fail:
     return st;
 }

@@ -1,6 +1,8 @@
 /* backends/cuda/layernorm_kernels.cu — the kernels of the CUDA layernorm: forward and the input gradient one warp
- * per row (statistics by warp shuffles, in registers; rows moved in 16-byte packs where they allow), the weight and bias gradients a column reduction (per split
- * of rows partials, then one thread per column over the splits, as Apex's and llm.c's layernorm backward). Not layer
+ * per row (statistics by warp shuffles, in registers; rows moved in 16-byte packs where they allow), the weight and
+ * bias gradients summed in the input gradient's pass (per block partials in shared memory, as llm.c's layernorm
+ * backward) or, for rows too wide for that, a column reduction of their own (per split of rows partials); then one
+ * thread per column over the partials. Not layer
  * logic: layernorm.c decides what to launch. Sums run in a fixed order (no atomics): the same bits on every run. */
 #include "layernorm_kernels.h"
 
@@ -191,6 +193,81 @@ __global__ void ln_dparams_total(float *dw, bool add_w, float *db, bool add_b, c
     }
 }
 
+/* The fused backward's per-warp column sums: FUSED_FLOATS floats of shared memory (48 KiB, the static limit), two
+ * rows of C (dw's and db's) a warp, so a block has min(WARPS, FUSED_FLOATS / (2 C)) warps, and C up to
+ * FUSED_FLOATS / 2 takes this path at all. FUSED_BLOCKS caps the grid (about one wave of blocks of this size on an
+ * H100), so that the partials stay few: each warp strides over its rows. */
+#define FUSED_FLOATS 12288
+#define FUSED_BLOCKS 512
+
+static int fused_warps(int64_t C)
+{
+    int64_t w = FUSED_FLOATS / (2 * C);
+    return (int)(w > WARPS ? WARPS : w);
+}
+
+static unsigned fused_grid(int64_t R, int64_t C)
+{
+    int w = fused_warps(C);
+    int64_t b = (R + w - 1) / w;
+    return (unsigned)(b < 1 ? 1 : b > FUSED_BLOCKS ? FUSED_BLOCKS : b);
+}
+
+/* ln_dx with the weight and bias gradients' partials in the same pass over x and dy: dx(R, C) (+)= as ln_dx, and
+ * pw(S, C), pb(S, C) = over the rows of block s = blockIdx.x of sum dy*x_hat and sum dy. Each warp adds its rows'
+ * terms to its own two rows of shared memory (a lane owns its columns there: no atomics), in the order it takes its
+ * rows; the block then adds its warps' rows in warp order. The same bits on every run; other bits than
+ * ln_dparams_part's splits give. */
+template <typename T, int V>
+__global__ void ln_bwd_fused(T *dx, bool add, float *pw, float *pb, const T *x, const T *dy, const float *mean,
+                             const float *rstd, const float *w, int64_t R, int64_t C)
+{
+    typedef Pack<T, V> P;
+    __shared__ float acc[FUSED_FLOATS];
+    int lane = threadIdx.x % 32, wi = threadIdx.x / 32, nw = blockDim.x / 32;
+    int64_t CV = C / V;
+    float *aw = acc + (int64_t)wi * 2 * C, *ab = aw + C;
+    for (int64_t j = lane; j < CV; j += 32)
+        for (int e = 0; e < V; e++) aw[j * V + e] = ab[j * V + e] = 0.0f;
+    for (int64_t r = (int64_t)blockIdx.x * nw + wi; r < R; r += (int64_t)gridDim.x * nw) {
+        const P *xr = reinterpret_cast<const P *>(x + r * C), *dyr = reinterpret_cast<const P *>(dy + r * C);
+        P *dxr = reinterpret_cast<P *>(dx + r * C);
+        float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
+        for (int64_t j = lane; j < CV; j += 32) {
+            P a = xr[j], d = dyr[j];
+            for (int e = 0; e < V; e++) {
+                float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f);
+                sg += g;
+                sgx += g * ((to_float(a.v[e]) - m) * rs);
+            }
+        }
+        float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
+        for (int64_t j = lane; j < CV; j += 32) {
+            P a = xr[j], d = dyr[j], o;
+            if (add) o = dxr[j];
+            for (int e = 0; e < V; e++) {
+                int64_t i = j * V + e;
+                float dv = to_float(d.v[e]), g = dv * (w ? w[i] : 1.0f), xh = (to_float(a.v[e]) - m) * rs;
+                float v = rs * (g - mg - xh * mgx);
+                o.v[e] = from_float<T>(add ? to_float(o.v[e]) + v : v);
+                aw[i] += dv * xh;
+                ab[i] += dv;
+            }
+            dxr[j] = o;
+        }
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < nw; k++) {
+            tw += acc[(int64_t)k * 2 * C + c];
+            tb += acc[(int64_t)k * 2 * C + C + c];
+        }
+        pw[(int64_t)blockIdx.x * C + c] = tw;
+        pb[(int64_t)blockIdx.x * C + c] = tb;
+    }
+}
+
 }  // namespace
 
 extern "C" cudaError_t glia__cuda_layernorm_forward(void *y, float *mean, float *rstd, const void *x, const void *res,
@@ -225,7 +302,39 @@ extern "C" cudaError_t glia__cuda_layernorm_dx(void *dx, bool add, const void *x
     });
 }
 
-extern "C" size_t glia__cuda_layernorm_dparams_scratch(int64_t R, int64_t C) { return (size_t)(2 * n_splits(R) * C); }
+extern "C" size_t glia__cuda_layernorm_dparams_scratch(int64_t R, int64_t C)
+{
+    int64_t S = n_splits(R), F = C > 0 && C <= FUSED_FLOATS / 2 ? (int64_t)fused_grid(R, C) : 0;
+    return (size_t)(2 * (S > F ? S : F) * C);
+}
+
+extern "C" bool glia__cuda_layernorm_fused_ok(int64_t C) { return C > 0 && C <= FUSED_FLOATS / 2; }
+
+extern "C" cudaError_t glia__cuda_layernorm_backward(void *dx, bool add, float *dw, bool add_w, float *db, bool add_b,
+                                                     float *part, const void *x, const void *dy, enum glia_dtype t,
+                                                     const float *mean, const float *rstd, const float *w, int64_t R,
+                                                     int64_t C, cudaStream_t st)
+{
+    if (C == 0) return cudaSuccess;
+    if (C > FUSED_FLOATS / 2) return cudaErrorInvalidValue;
+    unsigned S = fused_grid(R, C);
+    float *pw = part, *pb = part + (int64_t)S * C;
+    cudaError_t e = by_type(t, [&](auto v) {
+        using T = decltype(v);
+        constexpr int V = 16 / sizeof(T);
+        unsigned threads = 32u * (unsigned)fused_warps(C);
+        if (C % V == 0 && aligned16(dx, x, dy))
+            ln_bwd_fused<T, V><<<S, threads, 0, st>>>((T *)dx, add, pw, pb, (const T *)x, (const T *)dy, mean, rstd, w,
+                                                      R, C);
+        else
+            ln_bwd_fused<T, 1><<<S, threads, 0, st>>>((T *)dx, add, pw, pb, (const T *)x, (const T *)dy, mean, rstd, w,
+                                                      R, C);
+        return cudaGetLastError();
+    });
+    if (e != cudaSuccess) return e;
+    ln_dparams_total<<<grid_for(C), THREADS, 0, st>>>(dw, add_w, db, add_b, pw, pb, S, C);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t glia__cuda_layernorm_dparams(float *dw, bool add_w, float *db, bool add_b, float *part,
                                                     const void *x, const void *dy, enum glia_dtype t,

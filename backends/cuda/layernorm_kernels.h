@@ -42,6 +42,18 @@ cudaError_t glia__cuda_layernorm_dparams(float *dw, bool add_w, float *db, bool 
                                          const void *dy, enum glia_dtype t, const float *mean, const float *rstd,
                                          int64_t R, int64_t C, cudaStream_t st);
 
+/* Whether glia__cuda_layernorm_backward takes rows of C features (its column sums fit in a block's shared memory:
+ * C up to 6144). */
+bool glia__cuda_layernorm_fused_ok(int64_t C);
+
+/* glia__cuda_layernorm_dx and glia__cuda_layernorm_dparams in one pass over x and dy (and a second kernel over the
+ * partials): the same results up to the order of the column sums (partials per block of rows, then in block
+ * order, in double). dx, dw and db not NULL; part glia__cuda_layernorm_dparams_scratch floats; C as
+ * glia__cuda_layernorm_fused_ok allows (cudaErrorInvalidValue otherwise). */
+cudaError_t glia__cuda_layernorm_backward(void *dx, bool add, float *dw, bool add_w, float *db, bool add_b, float *part,
+                                          const void *x, const void *dy, enum glia_dtype t, const float *mean,
+                                          const float *rstd, const float *w, int64_t R, int64_t C, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif
