@@ -226,9 +226,9 @@ __global__ void ln_bwd_fused(T *dx, bool add, float *pw, float *pb, const T *x, 
     __shared__ float acc[FUSED_FLOATS];
     int lane = threadIdx.x % 32, wi = threadIdx.x / 32, nw = blockDim.x / 32;
     int64_t CV = C / V;
-    float *aw = acc + (int64_t)wi * 2 * C, *ab = aw + C;
+    float *aw = acc + (int64_t)wi * 2 * C, *ab = aw + C;  /* column j V + e at e CV + j: a warp's lanes on 32 banks */
     for (int64_t j = lane; j < CV; j += 32)
-        for (int e = 0; e < V; e++) aw[j * V + e] = ab[j * V + e] = 0.0f;
+        for (int e = 0; e < V; e++) aw[e * CV + j] = ab[e * CV + j] = 0.0f;
     for (int64_t r = (int64_t)blockIdx.x * nw + wi; r < R; r += (int64_t)gridDim.x * nw) {
         const P *xr = reinterpret_cast<const P *>(x + r * C), *dyr = reinterpret_cast<const P *>(dy + r * C);
         P *dxr = reinterpret_cast<P *>(dx + r * C);
@@ -250,19 +250,20 @@ __global__ void ln_bwd_fused(T *dx, bool add, float *pw, float *pb, const T *x, 
                 float dv = to_float(d.v[e]), g = dv * (w ? w[i] : 1.0f), xh = (to_float(a.v[e]) - m) * rs;
                 float v = rs * (g - mg - xh * mgx);
                 o.v[e] = from_float<T>(add ? to_float(o.v[e]) + v : v);
-                aw[i] += dv * xh;
-                ab[i] += dv;
+                aw[e * CV + j] += dv * xh;
+                ab[e * CV + j] += dv;
             }
             dxr[j] = o;
         }
     }
     __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {  /* slot k holds column (k % CV) V + k / CV */
         float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < nw; k++) {
-            tw += acc[(int64_t)k * 2 * C + c];
-            tb += acc[(int64_t)k * 2 * C + C + c];
+        for (int u = 0; u < nw; u++) {
+            tw += acc[(int64_t)u * 2 * C + k];
+            tb += acc[(int64_t)u * 2 * C + C + k];
         }
+        int64_t c = (k % CV) * V + k / CV;
         pw[(int64_t)blockIdx.x * C + c] = tw;
         pb[(int64_t)blockIdx.x * C + c] = tb;
     }
