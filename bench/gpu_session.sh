@@ -6,7 +6,8 @@
 #   NAME: build, test (the GPU programs), gpt2 (bench/gpt2 at batches $GPT2_BATCHES, $GPT2_STEPS steps), conv
 #   (bench/gpu_conv, one round; conv-relu with RELU=on), fmnist (bench/gpu_fmnist, 2 epochs, glia with CUDA graphs
 #   against PyTorch eager and whole-step graph), fmnist-nofuse, resnet50, layer (bench/layer), bn-sweep (batchnorm's
-#   GLIA_CUDA_BN_FUSE and GLIA_CUDA_BN_BLOCKS settings by glia bench layer, and fmnist-resnet fused), roofline, train,
+#   GLIA_CUDA_BN_FUSE and GLIA_CUDA_BN_BLOCKS settings by glia bench layer, and fmnist-resnet fused), ln-ab (the
+#   layernorm backward in one pass or two, GLIA_CUDA_LN_FUSE, at GPT-2's shapes), roofline, train,
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
 #   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler),
 #   diag-startup (where fmnist-cnn's first epoch goes: each cuDNN graph build and pointwise kernel compile from the
@@ -48,6 +49,16 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
             done
         done
         GLIA_CUDA_BN_FUSE=on bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --cuda-graph on --variants graph --models resnet ;;
+    ln-ab) # the layernorm backward with its parameter gradients in the input gradient's pass (default) against the two
+        # passes (GLIA_CUDA_LN_FUSE=off), at GPT-2's shapes, PyTorch beside
+        for shape in 16x1024x768 32x1024x768; do
+            for f in on off; do
+                echo "GLIA_CUDA_LN_FUSE=$f:"
+                GLIA_CUDA_LN_FUSE=$f ./tools/glia bench layer layernorm --shape "$shape" --precision bf16 --device cuda \
+                    --steps 50 --warmup 10 --torch "$([ $f = on ] && echo bench/layer/torch_layer.py || echo off)" 2>&1 |
+                    grep -E '^(layer|forward)'
+            done
+        done ;;
     diag-conv) # which path each configuration of bench conv --relu on takes (debug log), and its kernels' times (ncu)
         GLIA_LOG_LEVEL=debug ./tools/glia bench conv --relu on --steps 20 --warmup 5 > "$work/diag-conv-relu.txt" 2>&1
         grep -E 'chose|differs|did not run|no fused plan|^(forward|pass)' "$work/diag-conv-relu.txt" | head -n 80

@@ -300,6 +300,7 @@ static const struct layer_op {
     {"attention", "type = attention\nheads = 12\n", 1},  /* GPT-2's 12 heads: --shape N x T x 3C */
     {"linear", "type = linear\noutputs = 3072\n", 1},   /* GPT-2's MLP fc: --shape N x T x 768 */
     {"linear_gelu", "type = linear\noutputs = 3072\nactivation = gelu_tanh\n", 1},  /* fc and its tanh GELU fused */
+    {"layernorm", "type = layernorm\n", 1},  /* over the last dimension: GPT-2's --shape N x T x 768 */
 };
 
 struct layer_args {

@@ -2,6 +2,8 @@
  * statistics kept for backward, scratch, launches on the backend's stream) reading the attributes the type's plugin
  * fills (glia/types/layernorm.h), with the CPU kernel's semantics. Not the type (its plugin registers it) nor the
  * device code (layernorm_kernels.cu). The statistics are summed in float here (in double on the CPU). */
+#include <stdlib.h>
+#include <string.h>
 #include <glia/types/layernorm.h>
 #include "cuda_internal.h"
 #include "layernorm_kernels.h"
@@ -93,7 +95,8 @@ static glia_status ln_backward(struct glia_layer *l, const struct glia_bwd *a)
     if (pw && (st = glia__cuda_scratch(glia__cuda_of(l->backend),
                                        glia__cuda_layernorm_dparams_scratch(R, C) * sizeof(float), &part)))
         return st;
-    if (pw && a->din[0] && glia__cuda_layernorm_fused_ok(C)) {  /* one pass over x and dy for all three */
+    const char *fuse = getenv("GLIA_CUDA_LN_FUSE");  /* off: the two passes, for measuring against (docs/cuda.md) */
+    if (pw && a->din[0] && glia__cuda_layernorm_fused_ok(C) && !(fuse && !strcmp(fuse, "off"))) {
         CUDA_TRY(l->ctx, glia__cuda_layernorm_backward(a->din[0]->data, a->din_accumulate[0], pw->grad->data,
                                                        !pw->grad_unset, pb->grad->data, !pb->grad_unset, part, x->data,
                                                        a->dout->data, dt, mean, rstd, glia_layernorm_weight(l), R, C,

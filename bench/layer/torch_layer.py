@@ -87,6 +87,9 @@ def make(a):
         if op == "linear":
             return fc, [x_()], "x"
         return (lambda x: F.gelu(fc(x), approximate="tanh")), [x_()], "x"
+    if op == "layernorm":  # over the last dimension, f32 weight and bias beside the activations' type
+        ln = torch.nn.LayerNorm(shape[-1]).to(dev)
+        return ln, [x_()], "x"
     if op == "cat":
         return (lambda a_, b_: torch.cat([a_, b_], 1)), [x_(), x_()], ""
     sys.exit("torch_layer.py: unknown op %s" % op)
