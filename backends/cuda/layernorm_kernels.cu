@@ -6,6 +6,8 @@
  * logic: layernorm.c decides what to launch. Sums run in a fixed order (no atomics): the same bits on every run. */
 #include "layernorm_kernels.h"
 
+#include <type_traits>
+
 #include "half.cuh"
 #include "launch.cuh"
 
@@ -193,7 +195,7 @@ __global__ void ln_dparams_total(float *dw, bool add_w, float *db, bool add_b, c
     }
 }
 
-/* The fused backward's per-warp column sums: FUSED_FLOATS floats of shared memory (48 KiB, the static limit), two
+/* The fused backward's per-warp column sums: at most FUSED_FLOATS floats of shared memory (48 KiB, the static limit), two
  * rows of C (dw's and db's) a warp, so a block has min(WARPS, FUSED_FLOATS / (2 C)) warps, and C up to
  * FUSED_FLOATS / 2 takes this path at all. FUSED_BLOCKS caps the grid (about one wave of blocks of this size on an
  * H100), so that the partials stay few: each warp strides over its rows. */
@@ -218,12 +220,12 @@ static unsigned fused_grid(int64_t R, int64_t C)
  * terms to its own two rows of shared memory (a lane owns its columns there: no atomics), in the order it takes its
  * rows; the block then adds its warps' rows in warp order. The same bits on every run; other bits than
  * ln_dparams_part's splits give. */
-template <typename T, int V>
+template <typename T, int V, int F>
 __global__ void ln_bwd_fused(T *dx, bool add, float *pw, float *pb, const T *x, const T *dy, const float *mean,
                              const float *rstd, const float *w, int64_t R, int64_t C)
 {
     typedef Pack<T, V> P;
-    __shared__ float acc[FUSED_FLOATS];
+    __shared__ float acc[F];  /* F >= 2 C a warp: the smallest of 2048, 4096, 8192 and FUSED_FLOATS that holds them */
     int lane = threadIdx.x % 32, wi = threadIdx.x / 32, nw = blockDim.x / 32;
     int64_t CV = C / V;
     float *aw = acc + (int64_t)wi * 2 * C, *ab = aw + C;  /* column j V + e at e CV + j: a warp's lanes on 32 banks */
@@ -324,12 +326,20 @@ extern "C" cudaError_t glia__cuda_layernorm_backward(void *dx, bool add, float *
         using T = decltype(v);
         constexpr int V = 16 / sizeof(T);
         unsigned threads = 32u * (unsigned)fused_warps(C);
-        if (C % V == 0 && aligned16(dx, x, dy))
-            ln_bwd_fused<T, V><<<S, threads, 0, st>>>((T *)dx, add, pw, pb, (const T *)x, (const T *)dy, mean, rstd, w,
-                                                      R, C);
-        else
-            ln_bwd_fused<T, 1><<<S, threads, 0, st>>>((T *)dx, add, pw, pb, (const T *)x, (const T *)dy, mean, rstd, w,
-                                                      R, C);
+        int64_t need = 2 * C * (threads / 32);  /* shared floats: the smaller, the more blocks an SM holds */
+        auto go = [&](auto f) {
+            constexpr int F = decltype(f)::value;
+            if (C % V == 0 && aligned16(dx, x, dy))
+                ln_bwd_fused<T, V, F><<<S, threads, 0, st>>>((T *)dx, add, pw, pb, (const T *)x, (const T *)dy, mean,
+                                                             rstd, w, R, C);
+            else
+                ln_bwd_fused<T, 1, F><<<S, threads, 0, st>>>((T *)dx, add, pw, pb, (const T *)x, (const T *)dy, mean,
+                                                             rstd, w, R, C);
+        };
+        if (need <= 2048) go(std::integral_constant<int, 2048>());
+        else if (need <= 4096) go(std::integral_constant<int, 4096>());
+        else if (need <= 8192) go(std::integral_constant<int, 8192>());
+        else go(std::integral_constant<int, FUSED_FLOATS>());
         return cudaGetLastError();
     });
     if (e != cudaSuccess) return e;
