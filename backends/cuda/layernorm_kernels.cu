@@ -107,39 +107,52 @@ __global__ void ln_fwd(T *y, float *mean, float *rstd, const T *x, const T *res,
     }
 }
 
-/* dx(R, C) (+)= rstd*(g - mean(g) - x_hat*mean(g*x_hat)) per row, g = dy*w, x_hat = (x - mean(R))*rstd(R). One warp
- * per row, in packs of V: a pass for the two sums, a second for dx. */
+/* Row r of dx(R, C) (+)= rstd*(g - mean(g) - x_hat*mean(g*x_hat)), g = dy*w, x_hat = (x - mean(R))*rstd(R), by the
+ * calling warp (this lane's packs j = lane, lane + 32, ... of V values): a pass for the two sums, a second for dx. With
+ * aw not NULL the second pass also adds dy*x_hat and dy of column j V + e into aw and ab at e CV + j (the fused
+ * backward's column sums; CV = C / V). */
+template <typename T, int V>
+__device__ __forceinline__ void ln_dx_row(T *dx, bool add, const T *x, const T *dy, const float *mean,
+                                          const float *rstd, const float *w, int64_t r, int64_t C, int lane, float *aw,
+                                          float *ab)
+{
+    typedef Pack<T, V> P;
+    int64_t CV = C / V;
+    const P *xr = reinterpret_cast<const P *>(x + r * C), *dyr = reinterpret_cast<const P *>(dy + r * C);
+    P *dxr = reinterpret_cast<P *>(dx + r * C);
+    float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
+    for (int64_t j = lane; j < CV; j += 32) {
+        P a = xr[j], d = dyr[j];
+        for (int e = 0; e < V; e++) {
+            float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f);
+            sg += g;
+            sgx += g * ((to_float(a.v[e]) - m) * rs);
+        }
+    }
+    float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
+    for (int64_t j = lane; j < CV; j += 32) {
+        P a = xr[j], d = dyr[j], o;
+        if (add) o = dxr[j];
+        for (int e = 0; e < V; e++) {
+            float dv = to_float(d.v[e]), g = dv * (w ? w[j * V + e] : 1.0f), xh = (to_float(a.v[e]) - m) * rs;
+            float v = rs * (g - mg - xh * mgx);
+            o.v[e] = from_float<T>(add ? to_float(o.v[e]) + v : v);
+            if (aw) {
+                aw[e * CV + j] += dv * xh;
+                ab[e * CV + j] += dv;
+            }
+        }
+        dxr[j] = o;
+    }
+}
+
+/* dx(R, C) (+)= as ln_dx_row, one warp per row. */
 template <typename T, int V>
 __global__ void ln_dx(T *dx, bool add, const T *x, const T *dy, const float *mean, const float *rstd, const float *w,
                       int64_t R, int64_t C)
 {
-    typedef Pack<T, V> P;
-    int lane = threadIdx.x % 32;
-    int64_t CV = C / V;
-    for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS) {
-        const P *xr = reinterpret_cast<const P *>(x + r * C), *dyr = reinterpret_cast<const P *>(dy + r * C);
-        P *dxr = reinterpret_cast<P *>(dx + r * C);
-        float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
-        for (int64_t j = lane; j < CV; j += 32) {
-            P a = xr[j], d = dyr[j];
-            for (int e = 0; e < V; e++) {
-                float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f);
-                sg += g;
-                sgx += g * ((to_float(a.v[e]) - m) * rs);
-            }
-        }
-        float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
-        for (int64_t j = lane; j < CV; j += 32) {
-            P a = xr[j], d = dyr[j], o;
-            if (add) o = dxr[j];
-            for (int e = 0; e < V; e++) {
-                float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f), xh = (to_float(a.v[e]) - m) * rs;
-                float v = rs * (g - mg - xh * mgx);
-                o.v[e] = from_float<T>(add ? to_float(o.v[e]) + v : v);
-            }
-            dxr[j] = o;
-        }
-    }
+    for (int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * WARPS)
+        ln_dx_row<T, V>(dx, add, x, dy, mean, rstd, w, r, C, threadIdx.x % 32, nullptr, nullptr);
 }
 
 /* Whether every pointer given (NULL ones aside) is 16-byte aligned: the row kernels' packs of 16 bytes. */
@@ -224,40 +237,14 @@ template <typename T, int V, int F>
 __global__ void ln_bwd_fused(T *dx, bool add, float *pw, float *pb, const T *x, const T *dy, const float *mean,
                              const float *rstd, const float *w, int64_t R, int64_t C)
 {
-    typedef Pack<T, V> P;
     __shared__ float acc[F];  /* F >= 2 C a warp: the smallest of 2048, 4096, 8192 and FUSED_FLOATS that holds them */
     int lane = threadIdx.x % 32, wi = threadIdx.x / 32, nw = blockDim.x / 32;
     int64_t CV = C / V;
     float *aw = acc + (int64_t)wi * 2 * C, *ab = aw + C;  /* column j V + e at e CV + j: a warp's lanes on 32 banks */
     for (int64_t j = lane; j < CV; j += 32)
         for (int e = 0; e < V; e++) aw[e * CV + j] = ab[e * CV + j] = 0.0f;
-    for (int64_t r = (int64_t)blockIdx.x * nw + wi; r < R; r += (int64_t)gridDim.x * nw) {
-        const P *xr = reinterpret_cast<const P *>(x + r * C), *dyr = reinterpret_cast<const P *>(dy + r * C);
-        P *dxr = reinterpret_cast<P *>(dx + r * C);
-        float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
-        for (int64_t j = lane; j < CV; j += 32) {
-            P a = xr[j], d = dyr[j];
-            for (int e = 0; e < V; e++) {
-                float g = to_float(d.v[e]) * (w ? w[j * V + e] : 1.0f);
-                sg += g;
-                sgx += g * ((to_float(a.v[e]) - m) * rs);
-            }
-        }
-        float mg = warp_sum(sg) / (float)C, mgx = warp_sum(sgx) / (float)C;
-        for (int64_t j = lane; j < CV; j += 32) {
-            P a = xr[j], d = dyr[j], o;
-            if (add) o = dxr[j];
-            for (int e = 0; e < V; e++) {
-                int64_t i = j * V + e;
-                float dv = to_float(d.v[e]), g = dv * (w ? w[i] : 1.0f), xh = (to_float(a.v[e]) - m) * rs;
-                float v = rs * (g - mg - xh * mgx);
-                o.v[e] = from_float<T>(add ? to_float(o.v[e]) + v : v);
-                aw[e * CV + j] += dv * xh;
-                ab[e * CV + j] += dv;
-            }
-            dxr[j] = o;
-        }
-    }
+    for (int64_t r = (int64_t)blockIdx.x * nw + wi; r < R; r += (int64_t)gridDim.x * nw)
+        ln_dx_row<T, V>(dx, add, x, dy, mean, rstd, w, r, C, lane, aw, ab);
     __syncthreads();
     for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {  /* slot k holds column (k % CV) V + k / CV */
         float tw = 0.0f, tb = 0.0f;
