@@ -11,8 +11,10 @@
 #   diag-conv (bench conv --relu on: each configuration's chosen path from the debug log, its kernels' times by ncu),
 #   diag-gpt2 (GPT-2 124M at batch 16: glia profile, glia's kernels by ncu, PyTorch's by torch.profiler),
 #   diag-startup (where fmnist-cnn's first epoch goes: each cuDNN graph build and pointwise kernel compile from the
-#   debug log, summed, and the scratch's largest size), diag-fmnist (fmnist-resnet's training step kernel by kernel:
-#   glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
+#   debug log, summed, and the scratch's largest size: bench/startup_summary.py), diag-r50 (the same for ResNet-50
+#   at batch 256, with cuDNN's engines compiled at run time and without, GLIA_CUDA_CONV_RTC, each run cut at
+#   $R50_LIMIT s, default 100, and summed as far as it went), diag-fmnist (fmnist-resnet's training step kernel by
+#   kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
 set -u
 if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeout (which ends its whole process group)
@@ -93,20 +95,20 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
             --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz" \
             > "$work/diag-startup.txt" 2>&1
         awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "real %.1f\n", b - a }' >> "$work/diag-startup.txt"
-        python3 - "$work/diag-startup.txt" <<'PY'
-import re, sys
-text = open(sys.argv[1], errors="replace").read()
-plans = [float(m) for m in re.findall(r"graph plans? \(\d+ fused\) built in ([0-9.]+) ms", text)]
-jit = [float(m) for m in re.findall(r"kernels ready in ([0-9.]+) ms", text)]
-print("cuDNN graph builds: %d, %.2f s in all (largest %.2f s)" % (len(plans), sum(plans) / 1e3, max(plans, default=0) / 1e3))
-print("pointwise kernels: %d layers, %.2f s in all (largest %.2f s)" % (len(jit), sum(jit) / 1e3, max(jit, default=0) / 1e3))
-grows = [float(m) for m in re.findall(r"scratch grows from [0-9.]+ MB to ([0-9.]+) MB", text)]
-print("scratch: grew %d times, largest %.1f MB" % (len(grows), max(grows, default=0)))
-for line in text.splitlines():
-    if line.startswith("real ") or "epoch" in line and "seconds" in line:
-        print(line[:200])
-PY
-        ;;
+        python3 bench/startup_summary.py "$work/diag-startup.txt" ;;
+    diag-r50) # ResNet-50's start as bench/gpu_resnet50 runs it (bf16, channels_last, batch 256, data on the device,
+        # CUDA graphs off), 2 epochs of 2 steps, with the debug log's times: cuDNN's engines compiled at run time
+        # allowed (glia's default, as PyTorch's) and refused (GLIA_CUDA_CONV_RTC=off)
+        for rtc in on off; do
+            t0=$(date +%s.%N)
+            GLIA_CUDA_CONV_RTC=$rtc GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" GLIA_LOG_LEVEL=debug \
+                timeout "${R50_LIMIT:-100}" ./tools/glia train share/glia/examples/resnet50.ini --set train.epochs=2 \
+                --set data.train_samples=512 --set data.test_samples=256 --set train.eval_every=0 --set data.resident=on \
+                --metrics "$work/diag-r50-$rtc.jsonl" > "$work/diag-r50-$rtc.txt" 2>&1
+            awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "real %.1f\n", b - a }' >> "$work/diag-r50-$rtc.txt"
+            echo "GLIA_CUDA_CONV_RTC=$rtc:"
+            python3 bench/startup_summary.py "$work/diag-r50-$rtc.txt"
+        done ;;
     diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia profile's per-layer times (its algorithms
         # chosen by a normal timing), glia's kernels of 5 steps (ncu; 85 launches a step, counted in the emulator) after
         # 15000 launches (ncu skews the autotuner's timing: its choices may differ), and PyTorch eager's of 5 steps after 50

@@ -669,43 +669,50 @@ static graph_runs_fn emu_graph_runs(void) { return emu_runs("glia_emu_cudnn_conv
  * against the legacy algorithm; a plan whose results are off (GLIA_EMU_CUDNN_CONV_SKEW) is caught by that check,
  * warned about, and the legacy algorithm runs that shape from then on, in this layer and the next; a graph cuDNN
  * refuses (GLIA_EMU_CUDNN_MAX_OPS=0) leaves the legacy algorithm; where the instant heuristics give nothing
- * (GLIA_EMU_CUDNN_NO_INSTANT=1), a plan of the fallback list runs. Every result is held to the CPU's within the usual
- * bound. Shapes of their own: the choices are cached per shape. On a GPU, the results only. */
+ * (GLIA_EMU_CUDNN_NO_INSTANT=1), a plan of the fallback list runs; engines compiled at run time (GLIA_EMU_CUDNN_RTC=1)
+ * make plans as any other, unless GLIA_CUDA_CONV_RTC=off refuses them: then the legacy algorithm runs. Every result is
+ * held to the CPU's within the usual bound. Shapes of their own: the choices are cached per shape. On a GPU, the
+ * results only. */
 static void test_graph_api(void)
 {
     graph_runs_fn runs = emu_graph_runs(), built = emu_runs("glia_emu_cudnn_plans_built"),
                   legacy = emu_runs("glia_emu_cudnn_legacy_conv_runs");
-    for (int mode = 0; mode < 5; mode++) {
+    for (int mode = 0; mode < 7; mode++) {
         /* 0, 1: a plan runs (heuristics, timed); 2: a skewed plan; 3: a refused graph; 4: the instant heuristics give
-         * nothing, the fallback list's plan runs */
+         * nothing, the fallback list's plan runs; 5: engines compiled at run time, taken (as 0); 6: refused (as 3) */
         const struct cv c = {3 + mode, 4, 8, 8, 8, 3, 1, 1, 1, 1, true, 3, 1};
         if (mode == 2) setenv("GLIA_EMU_CUDNN_CONV_SKEW", "1", 1);
         if (mode == 3) setenv("GLIA_EMU_CUDNN_MAX_OPS", "0", 1);
         if (mode == 4) setenv("GLIA_EMU_CUDNN_NO_INSTANT", "1", 1);
+        if (mode >= 5) setenv("GLIA_EMU_CUDNN_RTC", "1", 1);
+        if (mode == 6) setenv("GLIA_CUDA_CONV_RTC", "off", 1);
+        const int as = mode == 5 ? 0 : mode == 6 ? 3 : mode;  /* the mode whose counts it has */
         configure(GLIA_PRECISION_FP32, mode == 1, DEFAULT_WORKSPACE);
         for (int layer = 0; layer < 2; layer++) {  /* the second layer takes the cached choice */
             if (runs) runs(true), built(true), legacy(true);
             conv_check(&c, GLIA_PRECISION_FP32, GLIA_CONTIGUOUS, (struct pass){0}, 7000 + (uint64_t)(10 * mode + layer));
             long n = runs ? runs(true) : -1, b = runs ? built(true) : -1, g = runs ? legacy(true) : -1;
             if (!runs) continue;
-            if (mode <= 1 || mode == 4) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: each timed or checked */
-            if (mode == 2) CU_ASSERT_EQUAL(n, layer ? 0 : 3);  /* each direction's check only, then never */
-            if (mode == 3) CU_ASSERT_EQUAL(n, 0);
+            if (as <= 1 || as == 4) CU_ASSERT(n >= 3);  /* forward, data and filter gradients: each timed or checked */
+            if (as == 2) CU_ASSERT_EQUAL(n, layer ? 0 : 3);  /* each direction's check only, then never */
+            if (as == 3) CU_ASSERT_EQUAL(n, 0);
             /* plans built: the first layer one a direction from the instant heuristics (modes 0, 2; mode 4: the
              * fallback list's), more with the autotuner (mode 1: mode B's and the fallback list's); the second layer
              * builds its cached choice's plan alone (none where that choice is the legacy algorithm: mode 2) */
-            long want = mode == 3 ? 0 : layer == 0 ? (mode == 1 ? 6 : 3) : mode == 2 ? 0 : 3;
+            long want = as == 3 ? 0 : layer == 0 ? (as == 1 ? 6 : 3) : as == 2 ? 0 : 3;
             if (b != want) printf("\n  mode %d layer %d: %ld plans built, %ld expected\n", mode, layer, b, want);
             CU_ASSERT_EQUAL(b, want);
             /* legacy runs: the first layer's checks (or, refused or skewed, every direction); the second layer runs
              * the plans the first checked without checking them again */
-            long legacy_want = layer == 1 && (mode <= 1 || mode == 4) ? 0 : 3;
+            long legacy_want = layer == 1 && (as <= 1 || as == 4) ? 0 : 3;
             if (g != legacy_want) printf("\n  mode %d layer %d: %ld legacy runs, %ld expected\n", mode, layer, g, legacy_want);
             CU_ASSERT_EQUAL(g, legacy_want);
         }
         unsetenv("GLIA_EMU_CUDNN_CONV_SKEW");
         unsetenv("GLIA_EMU_CUDNN_MAX_OPS");
         unsetenv("GLIA_EMU_CUDNN_NO_INSTANT");
+        unsetenv("GLIA_EMU_CUDNN_RTC");
+        unsetenv("GLIA_CUDA_CONV_RTC");
     }
     if (!runs) printf("(on a GPU: the plans run are not counted) ");
     configure(GLIA_PRECISION_FP32, true, DEFAULT_WORKSPACE);

@@ -638,8 +638,9 @@ static bool pick(struct glia_layer *l, int dir, const struct perf *r, int n, siz
 /* The numerical notes an engine may not have here: strict fp32 refuses tensor cores, inputs rounded down (TF32),
  * reductions of reduced precision and the large-tile Winograd transforms, as the legacy algorithms it runs are FMA
  * math without Winograd's nonfused kind (reduced_precision_algo); [runtime] deterministic refuses the nondeterministic
- * ones (atomics). */
-static uint32_t refused_notes(const struct glia_runtime_options *o)
+ * ones (atomics). GLIA_CUDA_CONV_RTC=off refuses, in a plain convolution's graph (not a fused one's), the engines cuDNN
+ * compiles at run time: a measure of what they cost at the start and give in the step (docs/cuda.md). */
+static uint32_t refused_notes(const struct glia_runtime_options *o, bool fused)
 {
     uint32_t r = 0;
     if (o->precision == GLIA_PRECISION_FP32)
@@ -648,6 +649,8 @@ static uint32_t refused_notes(const struct glia_runtime_options *o)
              GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4) | GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6) |
              GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13);
     if (o->deterministic) r |= GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+    const char *rtc = getenv("GLIA_CUDA_CONV_RTC");  /* off: a plain convolution's engines all precompiled (docs/cuda.md) */
+    if (!fused && rtc && !strcmp(rtc, "off")) r |= GLIA__CG_RUNTIME_COMPILED;
     return r;
 }
 
@@ -689,10 +692,11 @@ static void graph_build(struct glia_layer *l, int d, int64_t src)
     if (q->built) return;
     double t0 = seconds_now();
     graph_build_plans(l, d, src);
-    int nf = 0;
+    int nf = 0, nc = 0;
     for (int i = 0; i < q->n; i++) nf += plan_fused(q, i);
-    glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: %d graph plan%s (%d fused) built in %.1f ms%s", l->name,
-             dir_name[d], q->n, q->n == 1 ? "" : "s", nf, 1e3 * (seconds_now() - t0),
+    for (int f = 0; f < 2; f++) nc += q->g[f] ? q->g[f]->n_compiled : 0;
+    glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: %d graph plan%s (%d fused, %d compiled at run time) built in %.1f ms%s",
+             l->name, dir_name[d], q->n, q->n == 1 ? "" : "s", nf, nc, 1e3 * (seconds_now() - t0),
              src >= 0 ? " (the cached choice's alone)" : "");
 }
 
@@ -750,14 +754,14 @@ static cudnnStatus_t graph_make(struct glia_layer *l, int d, int fused, int64_t 
     int64_t index[MAX_GRAPH_PLANS];
     int got = 0, more = 0;
     int max = one || !o->cudnn_benchmark ? 1 : fused ? FUSED_PLANS : MAX_GRAPH_PLANS - FALLBACK_PLANS;
-    cudnnStatus_t e = glia__cg_plans(cg, mode, refused_notes(o), (int64_t)cap, max, one ? PLAN_SRC_INDEX(src) : -1,
+    cudnnStatus_t e = glia__cg_plans(cg, mode, refused_notes(o, fused), (int64_t)cap, max, one ? PLAN_SRC_INDEX(src) : -1,
                                      q->plan + q->n, q->ws + q->n, index, &got);
     for (int j = 0; j < got; j++) q->src[q->n + j] = PLAN_SRC(fused, mode, index[j]);
     q->n += got;
     if (!one && e == CUDNN_STATUS_SUCCESS && ((o->cudnn_benchmark && !fused) || got == 0)) {
         /* PyTorch's second source of configurations: timed beside the heuristics' with the autotuner (a plain graph),
          * else where the heuristics' made no plan */
-        cudnnStatus_t f = glia__cg_plans(cg, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o), (int64_t)cap,
+        cudnnStatus_t f = glia__cg_plans(cg, CUDNN_HEUR_MODE_FALLBACK, refused_notes(o, fused), (int64_t)cap,
                                          o->cudnn_benchmark && !fused ? FALLBACK_PLANS : 1, -1, q->plan + q->n,
                                          q->ws + q->n, index, &more);
         for (int j = 0; j < more; j++) q->src[q->n + j] = PLAN_SRC(fused, CUDNN_HEUR_MODE_FALLBACK, index[j]);
@@ -1030,7 +1034,9 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
             char *probe = b + k->end, *ws = probe + align_up(output_bytes(k, d));
             key.dir = d;
             float best;
+            double t0 = seconds_now();
             if ((st = benchmark(l, k, d, probe, tune_ws[d] ? ws : NULL, tune_ws[d], r, &n))) return st;
+            double t1 = seconds_now();
             if (!pick(l, d, r, n, tune_ws[d], &ch, &best)) return no_algorithm(l, d);
             /* the second pass a forward's epilogue takes after the legacy algorithm or a plain plan */
             float epi = d == FWD && p->key.epi ? epilogue_time(l, k, probe) : 0.0f;
@@ -1042,6 +1048,9 @@ static glia_status setup(struct glia_layer *l, struct call *k, unsigned dirs, ch
                 if (!plan_fused(&p->graph[d], i)) t += epi;
                 if (t < best) best = t, ch.plan = i;
             }
+            glia_log(l->ctx, GLIA_LOG_DEBUG, "[%s] conv2d %s: timed %d legacy algorithm%s in %.1f ms and %d graph plan%s in "
+                     "%.1f ms", l->name, dir_name[d], n, n == 1 ? "" : "s", 1e3 * (t1 - t0), p->graph[d].n,
+                     p->graph[d].n == 1 ? "" : "s", 1e3 * (seconds_now() - t1));
             if (ch.plan >= 0) ch.plan_src = p->graph[d].src[ch.plan];
             if (ch.plan >= 0 && (size_t)p->graph[d].ws[ch.plan] > ch.workspace)
                 ch.workspace = (size_t)p->graph[d].ws[ch.plan];

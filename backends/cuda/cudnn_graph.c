@@ -231,21 +231,29 @@ static cudnnBackendDescriptor_t op_graph(struct glia__cg *g)
     return g->graph;
 }
 
-/* Whether engine configuration cfg's engine has a numerical note in refuse (an error reads as so: not kept). */
-static bool refused(cudnnBackendDescriptor_t cfg, uint32_t refuse)
+/* Whether engine configuration cfg's engine has a numerical note in refuse (an error reads as so: not kept), or
+ * (GLIA__CG_RUNTIME_COMPILED in refuse) is compiled at run time; *compiled: whether it is (false where cuDNN does not
+ * say). */
+static bool refused(cudnnBackendDescriptor_t cfg, uint32_t refuse, bool *compiled)
 {
     cudnnBackendDescriptor_t eng = NULL;
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    cudnnBackendBehaviorNote_t behavior[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
     int64_t n = 0;
-    bool no = true;
-    if (!refuse) return false;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return true;
+    bool no = refuse != 0, got = false;
+    *compiled = false;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return no;
     if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
-            CUDNN_STATUS_SUCCESS &&
-        cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == CUDNN_STATUS_SUCCESS) {
-        no = false;
-        for (int64_t i = 0; i < n; i++) no = no || (notes[i] < 32 && (refuse & GLIA__CG_NOTE(notes[i])));
+        CUDNN_STATUS_SUCCESS) {
+        got = true;
+        if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                     CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, behavior) == CUDNN_STATUS_SUCCESS)
+            for (int64_t i = 0; i < n; i++) *compiled = *compiled || behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    }
+    if (got && refuse && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                                  CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == CUDNN_STATUS_SUCCESS) {
+        no = *compiled && (refuse & GLIA__CG_RUNTIME_COMPILED);
+        for (int64_t i = 0; i < n; i++) no = no || (notes[i] < 31 && (refuse & GLIA__CG_NOTE(notes[i])));
     }
     cudnnBackendDestroyDescriptor(eng);
     return no;
@@ -277,7 +285,8 @@ cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, ui
                                        cfg), what);
     if (g->err != CUDNN_STATUS_SUCCESS) return g->err;
     for (int64_t i = only >= 0 ? only : 0; i < got && *n < max && (only < 0 || i == only); i++) {
-        if (refused(cfg[i], refuse)) continue;
+        bool compiled;
+        if (refused(cfg[i], refuse, &compiled)) continue;
         cudnnBackendDescriptor_t p = NULL;
         int64_t ws = 0, k = 0;
         cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
@@ -293,6 +302,7 @@ cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, ui
             plans[*n] = p;
             if (index) index[*n] = i;
             workspace[(*n)++] = ws;
+            g->n_compiled += compiled;
         } else if (p) {
             cudnnBackendDestroyDescriptor(p);
         }

@@ -21,6 +21,7 @@ struct glia__cg {
     int n_ops;
     cudnnBackendDescriptor_t graph;               /* the operation graph, once made (glia__cg_plans) */
     cudnnStatus_t err;                            /* CUDNN_STATUS_SUCCESS until a call fails */
+    int n_compiled;                               /* plans made of engines cuDNN compiles at run time */
     char what[192];                               /* which call failed, and on what */
 };
 
@@ -71,11 +72,14 @@ cudnnStatus_t glia__cg_plan(struct glia__cg *g, uint32_t refuse, cudnnBackendDes
  * ranking; CUDNN_HEUR_MODE_FALLBACK: engines that work for more graphs, seldom fast), skipping those that do not
  * finalize, those whose workspace exceeds max_workspace and the engines with a numerical note in refuse (bit 1 << note:
  * GLIA__CG_NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) for [runtime] deterministic, TENSOR_CORE and
- * DOWN_CONVERT_INPUTS for strict fp32): plans[0 .. *n) (owned: cudnnBackendDestroyDescriptor) with their workspace
+ * DOWN_CONVERT_INPUTS for strict fp32; GLIA__CG_RUNTIME_COMPILED, the engines compiled at run time): plans[0 .. *n) (owned: cudnnBackendDestroyDescriptor) with their workspace
  * bytes, and where index is not NULL each one's position in the heuristics' list in index[0 .. *n); only >= 0 looks
  * at that position alone (a plan chosen before, built again without the others). *n may be 0 (CUDNN_STATUS_SUCCESS:
  * the heuristics offered nothing that fits); the graph's first failure otherwise. */
 #define GLIA__CG_NOTE(note) (1u << (unsigned)(note))
+/* In refuse beside the numerical notes: the engines cuDNN compiles when their plan is made
+ * (CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION: seconds a plan, where a precompiled engine's takes milliseconds). */
+#define GLIA__CG_RUNTIME_COMPILED (1u << 31)
 cudnnStatus_t glia__cg_plans(struct glia__cg *g, cudnnBackendHeurMode_t mode, uint32_t refuse, int64_t max_workspace,
                              int max, int64_t only, cudnnBackendDescriptor_t *plans, int64_t *workspace, int64_t *index,
                              int *n);

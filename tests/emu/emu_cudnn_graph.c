@@ -6,6 +6,7 @@
  * GLIA_EMU_CUDNN_MAX_OPS=N refuses the plan of every graph of more than N operations (the callers' fallbacks).
  * Convolutions (forward, data and filter gradients; groups, strides, dilations) run as direct loops.
  * GLIA_EMU_CUDNN_NONDET=1 notes every engine nondeterministic (the callers' deterministic filters);
+ * GLIA_EMU_CUDNN_RTC=1 notes every engine compiled at run time (conv2d's GLIA_CUDA_CONV_RTC=off);
  * GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution's result 1.5 times too large (the callers' checks of a plan);
  * GLIA_EMU_CUDNN_MATMUL_SKEW=N makes every matrix product of a graph of more than N operations 1.5 times too large (0:
  * attention's forward and backward graphs, 20: its backward only; the layer's check of a fused run);
@@ -278,6 +279,12 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBa
     }
     if (a == CUDNN_ATTR_ENGINECFG_ENGINE) {  /* the interpreter's one engine */
         *count = 1;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (a == CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE) {  /* none; GLIA_EMU_CUDNN_RTC=1: compiled at run time */
+        bool rtc = getenv("GLIA_EMU_CUDNN_RTC") != NULL;
+        *count = rtc ? 1 : 0;
+        if (rtc && requested >= 1 && v) ((cudnnBackendBehaviorNote_t *)v)[0] = CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
         return CUDNN_STATUS_SUCCESS;
     }
     if (a == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) {  /* none; GLIA_EMU_CUDNN_NONDET=1: nondeterministic, as atomics make */

@@ -9,13 +9,9 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 out=${GLIA_EMU_DIR:-/tmp/glia-emu}
-[ -e "$out/plugins/cuda.so" ] && [ -e "$out/lib/libglia-cudaemu.so" ] ||
+[ -e "$out/plugins/cuda.so" ] && [ -e "$out/lib/libglia-cudaemu.so" ] && [ -e "$out/env.sh" ] ||
     { echo "glia.sh: no emulated CUDA in $out: run tests/emu/run.sh (any test) first" >&2; exit 2; }
-cuda_dir=$(sed -n 's/^CUDA_DIR = //p' "$top/Makefile")
-flags="-O1 -g -fPIC -ffp-contract=off -fno-fast-math"
-# as run.sh sets them: how emu_jit.c builds NVRTC's kernels for the host
-export GLIA_EMU_JIT_CXX="${CXX:-g++} -std=c++17 $flags -shared -w -include $top/tests/emu/cuda_emu.h -I$cuda_dir/include -x c++" \
-    GLIA_EMU_JIT_LIBS="-x none -L$out/lib -Wl,-rpath,$out/lib -lglia-cudaemu" GLIA_EMU_JIT_DIR=$out/tmp
+. "$out/env.sh"  # as run.sh sets it: how emu_jit.c builds NVRTC's kernels for the host
 export GLIA_PLUGIN_PATH=$out/plugins GLIA_PLUGIN_SYSTEM_PATH=
 mkdir -p "$out/tmp"
 exec "$top/tools/glia" "$@"

@@ -12,7 +12,8 @@
 # GLIA_EMU_NO_EPILOGUE=1 makes cuBLASLt find no algorithm for any epilogue (bias, GELU, bias gradient), as it may for
 # some types, shapes or alignments, so that the callers' fallbacks run. In cuDNN's graph API (emu_cudnn_graph.c):
 # GLIA_EMU_CUDNN_MAX_OPS=N refuses every graph of more than N operations, GLIA_EMU_CUDNN_NONDET=1 notes every engine
-# nondeterministic, GLIA_EMU_CUDNN_CONV_SKEW=1 makes every convolution plan's result wrong (1.5 times too large),
+# nondeterministic, GLIA_EMU_CUDNN_RTC=1 notes every engine compiled at run time, GLIA_EMU_CUDNN_CONV_SKEW=1 makes
+# every convolution plan's result wrong (1.5 times too large),
 # GLIA_EMU_CUDNN_FWD_WS=BYTES makes the fastest forward convolution algorithm of the heuristics want that much workspace,
 # GLIA_EMU_CUDNN_MATMUL_SKEW=N makes every matrix product of a graph of more than N operations 1.5 times too large (attention),
 # GLIA_EMU_CUDNN_NO_INSTANT=1 makes the instant heuristics (mode A) give no configuration, GLIA_EMU_CUDNN_FUSED_MS=T makes
@@ -78,9 +79,13 @@ for p in stage/plugins/*.so; do
     [ -e "$out/plugins/$(basename "$p")" ] && [ ! -L "$out/plugins/$(basename "$p")" ] || ln -sfn "$top/$p" "$out/plugins/$(basename "$p")"
 done
 
-# how emu_jit.c builds the source of NVRTC's kernels for the host
-export GLIA_EMU_JIT_CXX="$cxx -std=c++17 ${flags[*]} -shared -w -include $top/tests/emu/cuda_emu.h -I$cuda_dir/include -x c++" \
-    GLIA_EMU_JIT_LIBS="-x none -L$out/lib -Wl,-rpath,$out/lib -lglia-cudaemu" GLIA_EMU_JIT_DIR=$out/tmp
+# how emu_jit.c builds the source of NVRTC's kernels for the host, also for tests/emu/glia.sh (which sources env.sh)
+{
+    printf 'export GLIA_EMU_JIT_CXX=%q\n' "$cxx -std=c++17 ${flags[*]} -shared -w -include $top/tests/emu/cuda_emu.h -I$cuda_dir/include -x c++"
+    printf 'export GLIA_EMU_JIT_LIBS=%q\n' "-x none -L$out/lib -Wl,-rpath,$out/lib -lglia-cudaemu"
+    printf 'export GLIA_EMU_JIT_DIR=%q\n' "$out/tmp"
+} > "$out/env.sh"
+. "$out/env.sh"
 export GLIA_PLUGIN_PATH=$out/plugins GLIA_PLUGIN_SYSTEM_PATH= GLIA_FIXTURES=$top/tests/fixtures/.libs GLIA_SRCDIR=$top GLIA_TMPDIR=$out/tmp \
     GLIA_BIN=$top/tools/glia
 [ -z "$asan" ] || export LD_PRELOAD=$($cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
