@@ -14,7 +14,8 @@
 #   debug log, summed, and the scratch's largest size: bench/startup_summary.py), diag-r50 (the same for ResNet-50
 #   at batch 256, with cuDNN's engines compiled at run time and without, GLIA_CUDA_CONV_RTC, each run cut at
 #   $R50_LIMIT s, default 100, and summed as far as it went), diag-fmnist (fmnist-resnet's training step kernel by
-#   kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler)
+#   kernel: glia's 5 steps by ncu beside PyTorch eager's 5 by torch.profiler), ktrace (each kernel's time in normal runs
+#   of fmnist-resnet and GPT-2, glia's and PyTorch's alike: bench/ktrace)
 #   environment: as bench/gpu_acceptance.sh; CUDA_ARCHS (90 here: one architecture builds fastest)
 set -u
 if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeout (which ends its whole process group)
@@ -109,6 +110,43 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
             echo "GLIA_CUDA_CONV_RTC=$rtc:"
             python3 bench/startup_summary.py "$work/diag-r50-$rtc.txt"
         done ;;
+    ktrace) # each GPU kernel's time in a normal run (CUPTI, bench/ktrace: no replay, caches as they are), the same
+        # tool on both sides, a window of steps each ending at the optimizer's kernels: fmnist-resnet (bf16,
+        # channels_last) 400 steps after 300, glia with CUDA graphs against PyTorch's whole-step graph and eager; GPT-2
+        # 124M at batch 16, 4 steps after 6, glia (without and with CUDA graphs) against PyTorch compiled
+        bench/ktrace/build.sh "$work/libktrace.so" || exit 1
+        export GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" KTRACE_MARK=adam KTRACE_TOP=30
+        kt() {  # kt NAME COMMAND...: COMMAND traced, its report printed (or the end of its log)
+            n=$1
+            shift
+            CUDA_INJECTION64_PATH="$work/libktrace.so" KTRACE_OUT="$work/ktrace-$n.txt" "$@" > "$work/ktrace-$n.log" 2>&1
+            echo "== $n (exit $?)"
+            cat "$work/ktrace-$n.txt" 2>/dev/null || tail -n 3 "$work/ktrace-$n.log"
+        }
+        d=$(fmnist_dir)
+        fm="--set data.train_images=$d/train-images-idx3-ubyte.gz --set data.train_labels=$d/train-labels-idx1-ubyte.gz
+            --set data.test_images=$d/t10k-images-idx3-ubyte.gz --set data.test_labels=$d/t10k-labels-idx1-ubyte.gz"
+        export KTRACE_SKIP=300 KTRACE_STEPS=400
+        # shellcheck disable=SC2086  # $fm is words
+        kt glia-fmnist-resnet-graph ./tools/glia train share/glia/examples/fmnist-resnet.ini --quiet --set runtime.device=cuda \
+            --set runtime.precision=bf16 --set runtime.memory_format=channels_last --set runtime.cuda_graph=on \
+            --set train.epochs=1 --set train.eval_every=0 $fm
+        for v in graph eager; do
+            kt torch-fmnist-resnet-$v python3 bench/gpu_fmnist/torch_fmnist_gpu.py "$d" resnet --variant $v --epochs 1 \
+                --test-samples 1000
+        done
+        g=bench/gpt2/data
+        [ -f gpu-kit/gpt2-data/tokens_train_000001.bin ] && g=gpu-kit/gpt2-data
+        export KTRACE_SKIP=6 KTRACE_STEPS=4
+        for graph in off on; do
+            kt glia-gpt2-graph-$graph ./tools/glia train share/glia/examples/gpt2-124m.ini --quiet \
+                --set data.train_tokens="$g/tokens_train_*.bin" --set data.val_tokens="$g/tokens_val_*.bin" \
+                --set data.batch_size=16 --set data.test_batch_size=16 --set train.accumulate=1 \
+                --set data.steps_per_epoch=10 --set train.epochs=1 --set train.eval_every=0 --set data.val_batches=1 \
+                --set train.schedule=constant --set runtime.cuda_graph=$graph --set train.checkpoint_dir="$work/kt-ckpt"
+        done
+        kt torch-gpt2-compile python3 bench/gpt2/torch_gpt2.py --train "$g/tokens_train_*.bin" --batch 16 --steps 4 \
+            --warmup 6 ;;
     diag-fmnist) # fmnist-resnet, bf16 channels_last, no CUDA graphs: glia profile's per-layer times (its algorithms
         # chosen by a normal timing), glia's kernels of 5 steps (ncu; 85 launches a step, counted in the emulator) after
         # 15000 launches (ncu skews the autotuner's timing: its choices may differ), and PyTorch eager's of 5 steps after 50
