@@ -192,6 +192,17 @@ template <class Acc, class T> __device__ static void acc_add4c(const Acc &a, T *
 __host__ __device__ static inline int split_unit(int64_t L) { return L > 1 && L % 4 == 0 ? 4 : 1; }
 __host__ __device__ static inline int64_t split_at(int64_t s, int64_t M, int S, int V) { return V * (s * (M / V) / S); }
 
+/* split_at(s + 1) - split_at(s) with q = M / V, in 32-bit arithmetic where S*q fits in it (a 64-bit division is a
+ * long subroutine, and a finalize takes the length of each split it merges, twice): the same value either way. */
+__device__ static inline int64_t split_len(int64_t s, int64_t q, int S, int V)
+{
+    if ((uint64_t)q * (uint64_t)S <= 0xffffffffull) {
+        uint32_t u = (uint32_t)q, n = (uint32_t)S;
+        return (int64_t)V * (int64_t)(((uint32_t)s + 1u) * u / n - (uint32_t)s * u / n);
+    }
+    return V * ((s + 1) * q / S - s * q / S);
+}
+
 __device__ static float3 shfl_down_state(float3 v, int off)
 {
     return make_float3(__shfl_down_sync(0xffffffffu, v.x, off), __shfl_down_sync(0xffffffffu, v.y, off),
@@ -453,11 +464,13 @@ __device__ static void normalize_coef(float *coef, int64_t c, int64_t C, double 
 }
 
 /* ---- the finalizes: T threads per channel over its S partials ----
- * Block (T, THREADS/T): row threadIdx.y takes channel c, thread threadIdx.x its splits x, x + T, ... in order,
- * then the row merges in a fixed tree (split_tree): the same order every run (the shape fixes S and T), and S
- * partials of a channel cost about 4 dependent steps and a tree, not S (a thread per channel walking S = 784
- * splits in double, two int64 and two double divisions a step, took longer than the pass over x itself at
- * 64x16x28x28). */
+ * Block (T, THREADS/T), a group of THREADS/T channels at a time: each channel's T lanes take its splits l, l + T, ...
+ * in order, then merge in a fixed tree: the same order every run (the shape fixes S and T), and S partials of a
+ * channel cost about 4 steps and a tree, not S (a thread per channel walking S = 784 splits in double, two int64 and
+ * two double divisions a step, took longer than the pass over x itself at 64x16x28x28). Batchnorm's finalize
+ * launches merge a group as the reduce's last block merges its own in the reduce's launch (WelfordFin, GradFin:
+ * sums in double without division, the lanes of a group interleaved so that a warp reads consecutive channels);
+ * SyncBatchNorm's and the channel totals take a row per channel (split_tree). */
 
 /* Threads per channel: the power of two from 32 to THREADS that is >= S/4. A function of S only. */
 static inline int fin_threads(int S)
@@ -494,18 +507,6 @@ template <class T, class Merge> __device__ static T split_tree(T v, Merge merge)
 #define FOR_CHANNEL_ROWS(c0, C) \
     for (int64_t c0 = (int64_t)blockIdx.x * blockDim.y; c0 < (C); c0 += (int64_t)gridDim.x * blockDim.y)
 
-/* (count, mean, m2) in double: Chan et al.'s statistics of the union of a and b */
-struct Stat {
-    double n, m, m2;
-};
-__device__ static Stat chan(Stat a, Stat b)
-{
-    if (b.n == 0) return a;
-    if (a.n == 0) return b;
-    double n = a.n + b.n, d = b.m - a.m;
-    return Stat{n, a.m + d * b.n / n, a.m2 + b.m2 + d * d * a.n * b.n / n};
-}
-
 __device__ static double2 add2(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
 
 /* The sums (a, b) over splits s of channel c of pa(S, C), pb(S, C) in a fixed order (see above; (0, 0) when
@@ -540,39 +541,6 @@ __device__ static void stats_out(float *coef, float *saved, float *rmean, float 
     normalize_coef(coef, c, C, mean, hi, invstd * (gamma ? gamma[c] : 1.0f), beta ? beta[c] : 0.0f);
 }
 
-/* coef(3, C), saved(3, C), rmean(C), rvar(C) from pmean(S, C), pm2(S, C) (statistics of x(N, C, L) less
- * the pivot x(0, c, 0)) or rmean, rvar: T threads per channel, the splits combined in double (Chan's
- * combination) in a fixed order (see above). */
-template <typename T>
-__global__ void bn_finalize(float *coef, float *saved, float *rmean, float *rvar, const float *gamma,
-                            const float *beta, const T *x, const float *pmean, const float *pm2, int64_t C,
-                            int64_t L, int64_t M, int S, bool use_running, bool update, double mom, double eps)
-{
-    int V = split_unit(L);
-    FOR_CHANNEL_ROWS(c0, C) {
-        int64_t c = c0 + threadIdx.y;
-        bool on = c < C;
-        Stat t{0, 0, 0};
-        if (!use_running) {  /* uniform over the grid */
-            if (on)
-                for (int s = threadIdx.x; s < S; s += blockDim.x)
-                    t = chan(t, Stat{(double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)), pmean[s * C + c],
-                                     pm2[s * C + c]});
-            t = split_tree(t, [](Stat a, Stat b) { return chan(a, b); });
-        }
-        if (!on || threadIdx.x != 0) continue;
-        double mean, var;
-        if (use_running) {
-            mean = rmean[c];
-            var = rvar[c];
-        } else {
-            mean = (M > 0 ? (double)to_float(x[c * L]) : 0.0) + t.m;  /* the pivot back */
-            var = t.m2 < 0 ? 0.0 : t.m2 / (double)M;  /* NaN stays NaN (a NaN input), as on the CPU */
-        }
-        stats_out(coef, saved, rmean, rvar, gamma, beta, c, C, mean, var, M, update, mom, eps);
-    }
-}
-
 /* The statistics' finalize in the reduce's launch (a Fin; see above): per channel, in double, from the partial
  * (mean, m2) of each split of x(N, C, L) less the pivot x(0, c, 0): the mean's shift mu = sum_s n_s mean_s / M, then
  * m2 = sum_s m2_s + n_s (mean_s - mu)^2 (two passes over the partials in split order, with no division in either),
@@ -588,24 +556,48 @@ template <typename T> struct WelfordFin {
     {
         FinLanes f = fin_lanes(c0, c1);
         int V = split_unit(L);
+        int64_t q = M / V;
         auto add = [](double a, double b) { return a + b; };
         double t = 0.0;
         if (f.on)
-            for (int s = f.lane; s < S; s += f.lanes)
-                t += (double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)) * (double)pm[s * C + f.c];
+            for (int s = f.lane; s < S; s += f.lanes) t += (double)split_len(s, q, S, V) * (double)pm[s * C + f.c];
         double mu = fin_tree(t, f, add) / (double)M;
         t = 0.0;
         if (f.on)
             for (int s = f.lane; s < S; s += f.lanes) {
                 double d = (double)pm[s * C + f.c] - mu;
-                t += (double)pm2[s * C + f.c] + (double)(split_at(s + 1, M, S, V) - split_at(s, M, S, V)) * d * d;
+                t += (double)pm2[s * C + f.c] + (double)split_len(s, q, S, V) * d * d;
             }
         double m2 = fin_tree(t, f, add);
         if (f.on && f.lane == 0)
-            stats_out(coef, saved, rmean, rvar, gamma, beta, f.c, C, (double)to_float(x[f.c * L]) + mu,
+            stats_out(coef, saved, rmean, rvar, gamma, beta, f.c, C, (M > 0 ? (double)to_float(x[f.c * L]) : 0.0) + mu,
                       m2 < 0 ? 0.0 : m2 / (double)M, M, update, mom, eps);
     }
 };
+
+/* The loop of a finalize launch (fin_grid, fin_block: blockDim.y channels a block at a time) over the channel groups
+ * [c0, c1), uniform over the block. */
+#define FOR_FIN_GROUPS(c0, c1, C)                                                                             \
+    for (int64_t c0 = (int64_t)blockIdx.x * blockDim.y, c1; c1 = c0 + blockDim.y < (C) ? c0 + blockDim.y : (C), \
+         c0 < (C); c0 += (int64_t)gridDim.x * blockDim.y)
+
+/* The statistics' finalize in a launch of its own: each group of channels merged as the reduce's last block merges
+ * its group in the reduce's launch (fin, a WelfordFin: division-free sums in double, lanes of a channel reading its
+ * partials at once); with use_running, stats_out of rmean and rvar instead (a thread a channel). */
+template <typename T>
+__global__ void bn_finalize(WelfordFin<T> fin, const float *pmean, const float *pm2, int64_t C, int S, bool use_running)
+{
+    FOR_FIN_GROUPS(c0, c1, C) {
+        if (!use_running) {
+            fin(pmean, pm2, c0, c1, S, C);
+            continue;
+        }
+        int64_t c = c0 + threadIdx.y;
+        if (c < c1 && threadIdx.x == 0)
+            stats_out(fin.coef, fin.saved, fin.rmean, fin.rvar, fin.gamma, fin.beta, c, C, fin.rmean[c], fin.rvar[c],
+                      fin.M, fin.update, fin.mom, fin.eps);
+    }
+}
 
 /* ---- the elementwise passes: normalize and dx ----
  * x, y, dy, dx of element type T (f32, f16 or bf16), each value converted to float as loaded and the result rounded
@@ -692,17 +684,11 @@ struct GradFin {
     }
 };
 
-/* coef(3, C), dgamma(C), dbeta(C) from pdy(S, C), pdyx(S, C): T threads per channel, in double */
-__global__ void bn_grad_finalize(float *coef, float *dgamma, bool add_dgamma, float *dbeta, bool add_dbeta,
-                                 const float *gamma, const float *saved, const float *pdy, const float *pdyx,
-                                 int64_t C, int64_t M, int S)
+/* The gradient sums' finalize in a launch of its own: each group of channels merged as GradFin merges the reduce's
+ * last block's group. */
+__global__ void bn_grad_finalize(GradFin fin, const float *pdy, const float *pdyx, int64_t C, int S)
 {
-    FOR_CHANNEL_ROWS(c0, C) {
-        int64_t c = c0 + threadIdx.y;
-        double2 t = split_sums(pdy, pdyx, c, C, S, c < C);
-        if (c >= C || threadIdx.x != 0) continue;
-        grad_out(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, c, C, M, t.x, t.y);
-    }
+    FOR_FIN_GROUPS(c0, c1, C) fin(pdy, pdyx, c0, c1, S, C);
 }
 
 /* coef(0, c)*dy - coef(1, c) - x_hat*coef(2, c) (+ old), x_hat from saved(3, C); dy masked with relu */
@@ -1190,9 +1176,8 @@ extern "C" cudaError_t glia__cuda_bn_finalize(float *coef, float *saved, float *
     if (g.C == 0) return cudaSuccess;
     return by_type(t, [&](auto v) {
         using T = decltype(v);
-        bn_finalize<T><<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, saved, rmean, rvar, gamma, beta,
-                                                                       (const T *)x, pmean, pm2, g.C, g.L, g.N * g.L,
-                                                                       g.S, use_running, update, momentum, eps);
+        WelfordFin<T> fin{coef, saved, rmean, rvar, gamma, beta, (const T *)x, g.L, g.N * g.L, update, momentum, eps};
+        bn_finalize<T><<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(fin, pmean, pm2, g.C, g.S, use_running);
         return cudaGetLastError();
     });
 }
@@ -1222,8 +1207,8 @@ extern "C" cudaError_t glia__cuda_bn_grad_finalize(float *coef, float *dgamma, b
                                                    cudaStream_t st)
 {
     if (g.C == 0) return cudaSuccess;
-    bn_grad_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(coef, dgamma, add_dgamma, dbeta, add_dbeta, gamma, saved, pdy,
-                                                        pdyx, g.C, g.N * g.L, g.S);
+    GradFin fin{coef, dgamma, dbeta, add_dgamma, add_dbeta, gamma, saved, g.N * g.L};
+    bn_grad_finalize<<<fin_grid(g.C, g.S), fin_block(g.S), 0, st>>>(fin, pdy, pdyx, g.C, g.S);
     return cudaGetLastError();
 }
 
