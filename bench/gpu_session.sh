@@ -39,7 +39,7 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
     layer) bench/layer/run.sh ;;
     bn-sweep) # batchnorm's finalize in the pass's launch (GLIA_CUDA_BN_FUSE) and its split target (GLIA_CUDA_BN_BLOCKS):
         # glia bench layer batchnorm_relu at fmnist-resnet's and ResNet-50's shapes for each setting, PyTorch once a shape,
-        # then fmnist-resnet's 2 epochs (CUDA graphs) fused against not
+        # then fmnist-resnet's second epoch (CUDA graphs) under each
         for shape in 64x16x28x28 64x32x14x14 64x32x7x7 256x64x56x56; do
             ./tools/glia bench layer batchnorm_relu --shape "$shape" --precision bf16 --memory-format channels_last \
                 --device cuda --steps 50 --warmup 10 --torch bench/layer/torch_layer.py 2>&1 | grep -E '^(layer|forward)'
@@ -51,7 +51,20 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
                     awk '/^forward/ { printf "%s %s ms  ", $1, $2 } END { print "" }'
             done
         done
-        GLIA_CUDA_BN_FUSE=on bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --cuda-graph on --variants graph --models resnet ;;
+        # fmnist-resnet's second epoch (CUDA graphs, bf16, channels_last) under each setting, glia alone
+        d=$(fmnist_dir)
+        for set in "off 4096" "on 4096" "on 1024" "on 512" "on 256"; do
+            f=${set% *} b=${set#* }
+            GLIA_CUDA_BN_FUSE=$f GLIA_CUDA_BN_BLOCKS=$b GLIA_PLUGIN_PATH="${GLIA_PLUGIN_PATH:-$PWD/stage/plugins}" \
+                ./tools/glia train share/glia/examples/fmnist-resnet.ini --quiet --metrics "$work/bn-sweep-$f-$b.jsonl" \
+                --set runtime.device=cuda --set runtime.precision=bf16 --set runtime.memory_format=channels_last \
+                --set runtime.cuda_graph=on --set train.epochs=2 --set train.eval_every=0 \
+                --set data.train_images="$d/train-images-idx3-ubyte.gz" --set data.train_labels="$d/train-labels-idx1-ubyte.gz" \
+                --set data.test_images="$d/t10k-images-idx3-ubyte.gz" --set data.test_labels="$d/t10k-labels-idx1-ubyte.gz" \
+                > "$work/bn-sweep-$f-$b.log" 2>&1
+            printf 'fmnist-resnet fuse %s blocks %s: epoch 2 %s s\n' "$f" "$b" \
+                "$(tail -n 1 "$work/bn-sweep-$f-$b.jsonl" 2>/dev/null | sed -n 's/.*"seconds": \([0-9.]*\).*/\1/p')"
+        done ;;
     ln-ab) # the layernorm backward with its parameter gradients in the input gradient's pass (default) against the two
         # passes (GLIA_CUDA_LN_FUSE=off), at GPT-2's shapes, PyTorch beside
         for shape in 16x1024x768 32x1024x768; do
