@@ -35,7 +35,9 @@ if [ "${1:-}" = --stage ]; then  # one stage, run by the loop below under timeou
     conv-relu) RELU=on bench/gpu_conv/run.sh 1 ;;
     fmnist) bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --cuda-graph on --variants "eager graph" ;;
     fmnist-nofuse) bench/gpu_fmnist/run.sh --rounds 1 --epochs 2 --fuse off --variants eager ;;
-    resnet50) bench/gpu_resnet50/run.sh --steps 20 --variants "eager graph" ;;
+    resnet50) # the issue's two PyTorch sides (eager, torch.compile); glia with CUDA graphs only (one autotuned start,
+        # not two); R50_GLIA_GRAPH="off on" for both
+        bench/gpu_resnet50/run.sh --steps 20 --variants "eager compile" --glia-graph "${R50_GLIA_GRAPH:-on}" ;;
     layer) bench/layer/run.sh ;;
     bn-sweep) # batchnorm's finalize in the pass's launch (GLIA_CUDA_BN_FUSE) and its split target (GLIA_CUDA_BN_BLOCKS):
         # glia bench layer batchnorm_relu at fmnist-resnet's and ResNet-50's shapes for each setting, PyTorch once a shape,
