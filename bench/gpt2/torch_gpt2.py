@@ -5,7 +5,9 @@
 # 0.1 on the 2-D weights), clipping 1, a linear warmup then a constant rate, random windows of llm.c token files, the data on
 # the GPU. Prints a JSON line per logged step (loss) and one summary line: ms per step after the warm-up, tokens/s,
 # MFU by 6N + 6·L·C·T FLOPs per token against the given peak, peak memory. --profile N then runs N more steps under
-# torch.profiler and prints their CUDA kernels on stderr (bench/torch_kernels.py). Not glia, and not a test.
+# torch.profiler and prints their CUDA kernels on stderr (bench/torch_kernels.py). --device cpu --compile off runs the
+# same recipe in fp32 on the CPU (any PyTorch from 1.13: attention written out where SDPA is missing), to check the
+# script and a few steps without a GPU (124M parameters: seconds a step). Not glia, and not a test.
 import argparse
 import glob
 import json
@@ -35,7 +37,12 @@ class Block(nn.Module):
         n, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(n, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # PyTorch before 2.0 (Debian's, for --device cpu): the same causal softmax attention written out
+            a = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+            a = a.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+            y = a.softmax(dim=-1) @ v
         x = x + self.proj(y.transpose(1, 2).contiguous().view(n, t, c))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
@@ -88,8 +95,14 @@ def main():
     a.add_argument("--log-every", type=int, default=10)
     a.add_argument("--seed", type=int, default=1337)
     a.add_argument("--profile", type=int, default=0, help="N: after the timed steps, N more under torch.profiler")
+    a.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: fp32, no autocast, AdamW unfused, for checking the recipe against glia on the CPU")
+    a.add_argument("--threads", type=int, default=0, help="--device cpu: torch.set_num_threads (0: as it is)")
     o = a.parse_args()
-    dev = torch.device("cuda")
+    dev = torch.device(o.device)
+    cuda = o.device == "cuda"
+    if o.threads:
+        torch.set_num_threads(o.threads)
     torch.manual_seed(o.seed)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     L, C, H, V, T = 12, 768, 12, 50304, o.seq_len
@@ -99,7 +112,7 @@ def main():
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=o.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+                            lr=o.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if cuda else {}))
     step_model = torch.compile(model) if o.compile == "on" else model
     g = torch.Generator(device=dev).manual_seed(o.seed)
     offs = torch.arange(T + 1, device=dev)
@@ -113,7 +126,10 @@ def main():
         x, y = batch()
         for grp in opt.param_groups:
             grp["lr"] = o.lr * min(1.0, k / o.warmup_lr_steps)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        if cuda:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = step_model(x, y)
+        else:
             loss = step_model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -124,20 +140,23 @@ def main():
     t0 = 0.0
     for k in range(1, o.warmup + o.steps + 1):
         if k == o.warmup + 1:  # the timed steps start here, compiled and warm
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
             t0 = time.perf_counter()
         loss = step(k)
         if k % o.log_every == 0:
             print(json.dumps({"side": "pytorch", "step": k, "loss": loss.item()}), flush=True)
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     ms = 1e3 * (time.perf_counter() - t0) / o.steps
     tok_s = o.batch * T / (ms * 1e-3)
     flops_per_token = 6 * n_params + 6 * L * C * T  # the formula, n_params counting wte once
     print(json.dumps({"side": "pytorch", "torch": torch.__version__, "compile": o.compile, "batch": o.batch,
                       "seq_len": T, "params": n_params, "ms_per_step": ms, "tokens_per_s": tok_s,
                       "mfu": tok_s * flops_per_token / (o.peak_tflops * 1e12),
-                      "peak_mb": torch.cuda.max_memory_allocated() / 2**20, "gpu": torch.cuda.get_device_name()}))
+                      "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+                      "gpu": torch.cuda.get_device_name() if cuda else "cpu"}))
     if o.profile:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for k in range(o.profile):
