@@ -887,6 +887,58 @@ static void test_cuda_graph_trains_the_same(void)
                        "the layers (set cuda_graph = off)");
 }
 
+/* The layers' weight copies (conv2d's filters in bf16 and KRSC order for channels_last, the linear's W and b) made for
+ * a whole pass by one launch at its start (the backend's params group, backends/cuda/params.c) rather than by each
+ * layer: training gives the weights and losses of each layer converting its own (GLIA_CUDA_WCOPY=off) bit for bit,
+ * eager and replayed from CUDA graphs (the launch captured with the step), and so does the evaluation after it. The
+ * emulator counts the launches: the batched one at every pass after the first, and fewer filter conversions (the
+ * backward's filter gradients still convert one by one). On a GPU, the results only. */
+static void test_weight_copies_batched(void)
+{
+    make_data();
+    void *emu = dlopen("libglia-cudaemu.so", RTLD_NOW | RTLD_NOLOAD);
+    long (*named)(const char *, bool) = emu ? (long (*)(const char *, bool))(uintptr_t)dlsym(emu, "glia_emu_launches_named")
+                                            : NULL;
+    if (emu) dlclose(emu);
+    const char *rt = "precision = bf16\nmemory_format = channels_last\ndeterministic = on\ncudnn_benchmark = off";
+    char graph_rt[256];
+    snprintf(graph_rt, sizeof graph_rt, "%s\ncuda_graph = on", rt);
+    struct run off, on, graphed;
+    struct glia_epoch_result r0[2] = GLIA_TEST_RESULTS, r1[2] = GLIA_TEST_RESULTS, r2[2] = GLIA_TEST_RESULTS;
+    long many[3] = {0}, transposes[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        if (k == 0) setenv("GLIA_CUDA_WCOPY", "off", 1);  /* read when the backend opens */
+        struct run *r = k == 0 ? &off : k == 1 ? &on : &graphed;
+        open_run(r, cnn_text_with(k == 2 ? graph_rt : rt, "adamw\nlr = 0.002", 32, ""));
+        unsetenv("GLIA_CUDA_WCOPY");
+        if (named) named("convert_many_kernel", true), named("transpose_convert_kernel", true);
+        train_opened(r, k == 0 ? r0 : k == 1 ? r1 : r2);
+        if (named) many[k] = named("convert_many_kernel", true), transposes[k] = named("transpose_convert_kernel", true);
+    }
+    CU_ASSERT(same_weights(&off, &on));
+    CU_ASSERT(same_weights(&off, &graphed));
+    for (int e = 0; e < 2; e++) {
+        CU_ASSERT_EQUAL(r0[e].train_loss, r1[e].train_loss);
+        CU_ASSERT_EQUAL(r0[e].train_loss, r2[e].train_loss);
+        CU_ASSERT_EQUAL(r0[e].test_loss, r1[e].test_loss);
+        CU_ASSERT_EQUAL(r0[e].test_loss, r2[e].test_loss);
+    }
+    if (named) {
+        int64_t steps = on.m->trainer.step;
+        CU_ASSERT_EQUAL(many[0], 0);
+        CU_ASSERT(many[1] >= steps - 1);  /* every training pass after the first, and the evaluations' */
+        CU_ASSERT(many[2] >= steps - 1);  /* replays included */
+        /* c2's filter (KCRS -> KRSC; c1's, of one channel, is a plain conversion) converted at the first pass only */
+        if (!(transposes[1] + steps - 1 <= transposes[0]))
+            printf("\n  filter conversions: %ld batched, %ld each layer's own, %lld steps\n", transposes[1], transposes[0],
+                   (long long)steps);
+        CU_ASSERT(transposes[1] + steps - 1 <= transposes[0]);
+    } else {
+        printf("(on a GPU: the launches are not counted) ");
+    }
+    close_run(&off), close_run(&on), close_run(&graphed);
+}
+
 /* glia_model_step on the GPU is the trainer's step: with cuda_graph = on (a batch shape's first pass runs as it
  * comes, its second is captured, every pass is then a replay), with fp16 loss scaling (the update and the scaler
  * inside the graph, the outcome read right after the pass) and with adam in fp32 (the update inside it, its
@@ -1612,7 +1664,8 @@ int main(void)
                                              GLIA_TEST(test_cuda_graph_fp16_step_matches),
                                              GLIA_TEST(test_fold_bn_eval_on_device),
                                              GLIA_TEST(test_gelu_handoff_on_device),
-                                             GLIA_TEST(test_residual_layernorm_on_device)};
+                                             GLIA_TEST(test_residual_layernorm_on_device),
+                                             GLIA_TEST(test_weight_copies_batched)};
     int rc = glia_test_run("cuda", tests, (int)(sizeof tests / sizeof tests[0]));
     glia_context_free(ctx);
     return rc;

@@ -189,6 +189,7 @@ struct cuda_conv {
      * the linear layer keeps its half W; NULL before the first such forward */
     struct glia_tensor *wc;
     bool wc_nhwc;                    /* its layout (its element type is wc's dtype) */
+    int wc_id;                       /* its record among the backend's weight copies (params.c; 0: none) */
 };
 
 /* What one forward or backward call works on. Scratch offsets are NONE when unused. */
@@ -306,6 +307,7 @@ static void cuda_conv_destroy(struct glia_layer *l)
     if (plans) cudaStreamSynchronize(glia__cuda_of(l->backend)->stream);  /* queued runs may still use them */
     for (int s = 0; s < GRAPH_SETS; s++)
         for (int i = 0; i < N_DIRS; i++) graph_free(&p->sets[s].g[i]);
+    glia__wcopy_drop(glia__cuda_of(l->backend), &p->wc_id);
     glia_tensor_release(p->wc);
     p->wc = NULL;
     memset(p, 0, sizeof *p);
@@ -910,7 +912,11 @@ static glia_status convert(struct glia_layer *l, struct call *k, char *base)
     if (k->o_w != NONE || k->wc_convert) {  /* KCRS (F, C/g, kh*kw) -> KRSC (F, kh*kw, C/g) for NHWC, else a copy */
         int64_t B = k->nhwc ? g->F : 1, rows = k->nhwc ? g->C / g->g : 1, cols = k->nw / B / rows;
         void *to = k->wc_convert ? k->wc : base + k->o_w;
-        CUDA_TRY(l->ctx, glia__conv_convert(to, k->t, k->w, GLIA__CONV_F32, B, rows, cols, 0.0f, s));
+        /* the kept copy: made already where this pass's start made every layer's (params.c) */
+        bool made = k->wc_convert &&
+                    glia__wcopy_take(glia__cuda_of(l->backend), &((struct cuda_conv *)l->state)->wc_id, k->w, to, k->t,
+                                     B, rows, cols);
+        if (!made) CUDA_TRY(l->ctx, glia__conv_convert(to, k->t, k->w, GLIA__CONV_F32, B, rows, cols, 0.0f, s));
         k->cw = to;
     } else if (k->wc) {
         k->cw = k->wc;
@@ -1265,6 +1271,7 @@ static glia_status kept_w(struct glia_layer *l, struct call *k, bool forward, bo
         return GLIA_OK;
     }
     if (!match) {
+        glia__wcopy_drop(glia__cuda_of(l->backend), &p->wc_id);
         glia_tensor_release(p->wc);
         p->wc = NULL;
         glia_status st = glia_tensor_new(l->backend, dt, &(struct glia_shape){1, {k->nw}}, &p->wc);

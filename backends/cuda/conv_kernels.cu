@@ -94,6 +94,54 @@ extern "C" cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_ty
     return cudaErrorInvalidValue;
 }
 
+/* One job's elements i of block bb of its nb: dst(B, cols, rows) = src(B, rows, cols)^T, as transpose_convert_kernel
+ * indexes them (rows == 1 or cols == 1: dst(i) = src(i)). */
+template <typename To>
+__device__ static void convert_job(const struct glia__convert_job &j, int64_t bb, int64_t nb)
+{
+    int64_t rows = j.rows, cols = j.cols, n = j.B * rows * cols;
+    To *dst = (To *)j.dst;
+    for (int64_t i = bb * blockDim.x + threadIdx.x; i < n; i += nb * blockDim.x) {
+        int64_t r = i % rows, c = i / rows % cols, b = i / (rows * cols);
+        dst[i] = from_float<To>(j.src[(b * rows + r) * cols + c]);
+    }
+}
+
+/* The jobs(n) of glia__conv_convert_many: block b runs the job whose blocks hold it (a binary search over firsts). */
+__global__ void convert_many_kernel(const struct glia__convert_job *jobs, int n, int64_t blocks)
+{
+    int lo = 0, hi = n - 1;
+    int64_t b = blockIdx.x;
+    while (lo < hi) {  /* the last job whose first <= b */
+        int mid = (lo + hi + 1) / 2;
+        if (jobs[mid].first <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const struct glia__convert_job &j = jobs[lo];
+    int64_t nb = (lo + 1 < n ? jobs[lo + 1].first : blocks) - j.first;
+    switch (j.type) {
+    case GLIA__CONV_F32: convert_job<float>(j, b - j.first, nb); break;
+    case GLIA__CONV_F16: convert_job<__half>(j, b - j.first, nb); break;
+    case GLIA__CONV_BF16: convert_job<__nv_bfloat16>(j, b - j.first, nb); break;
+    }
+}
+
+#define CONVERT_PER_THREAD 8  /* elements a thread of glia__conv_convert_many */
+
+extern "C" int64_t glia__conv_convert_blocks(int64_t n)
+{
+    int64_t b = (n + THREADS * CONVERT_PER_THREAD - 1) / (THREADS * CONVERT_PER_THREAD);
+    return b < 1 ? 1 : b > 4096 ? 4096 : b;
+}
+
+extern "C" cudaError_t glia__conv_convert_many(const struct glia__convert_job *jobs, int n, int64_t blocks,
+                                               cudaStream_t s)
+{
+    if (n <= 0 || blocks <= 0) return cudaSuccess;
+    convert_many_kernel<<<(unsigned)blocks, THREADS, 0, s>>>(jobs, n, blocks);
+    return cudaGetLastError();
+}
+
 /* y(n) = act(a(y(n) + b(c))), c the element's channel: b NULL adds nothing; a(v) = (v - af(0, c))*af(1, c) +
  * af(2, c) with af, else v; act the relu with relu (a negative value becomes 0, NaN stays NaN), else none. W values a
  * thread (one Pack: y aligned to it, and W consecutive values in one channel (NCHW: HW % W == 0) or in W consecutive

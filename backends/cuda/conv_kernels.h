@@ -27,6 +27,23 @@ cudaError_t glia__conv_convert(void *dst, enum glia__conv_type dst_type, const v
                                enum glia__conv_type src_type, int64_t B, int64_t rows, int64_t cols, float beta,
                                cudaStream_t s);
 
+/* One conversion of glia__conv_convert_many: dst(B, cols, rows) = src(B, rows, cols)^T from f32 to type (B = rows = 1: a
+ * plain conversion of cols elements), run by the launch's blocks first .. the next job's first - 1. */
+struct glia__convert_job {
+    void *dst;
+    const float *src;
+    int64_t B, rows, cols;
+    int64_t first;        /* its first block */
+    int32_t type;         /* enum glia__conv_type of dst */
+    int32_t pad;
+};
+
+/* Every job of jobs(n) (device memory, firsts ascending from 0) in one launch of `blocks` blocks, each element as
+ * glia__conv_convert converts it (the same bits). */
+cudaError_t glia__conv_convert_many(const struct glia__convert_job *jobs, int n, int64_t blocks, cudaStream_t s);
+/* The blocks glia__conv_convert_many gives a job of n elements. */
+int64_t glia__conv_convert_blocks(int64_t n);
+
 /* y(n) = act(a(y(n) + b(c))) over y's n elements of type t (f32 arithmetic, rounded once), c = the element's channel
  * of F: (i / HW) % F in NCHW order, i % F in NHWC (nhwc); b NULL adds nothing; a(v) = (v - affine(0, c))*affine(1, c)
  * + affine(2, c) (a following batchnorm's evaluation, glia_fwd.affine: (3, F) f32), v without it; act is the relu

@@ -196,6 +196,22 @@ glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **o
     return GLIA_OK;
 }
 
+glia_status glia__cuda_kept_alloc(struct glia__cuda *c, size_t nbytes, void **out)
+{
+    struct glia__cuda_kept *k = calloc(1, sizeof *k);
+    if (!k) return glia_error(c->ctx, GLIA_ENOMEM, "cuda:%d: out of host memory", c->device);
+    glia_status st = cuda_alloc(c, nbytes, &k->p);
+    if (st) {
+        free(k);
+        return st;
+    }
+    k->size = nbytes;
+    k->next = c->kept;
+    c->kept = k;
+    *out = k->p;
+    return GLIA_OK;
+}
+
 bool glia__cuda_scratch_shrink(struct glia__cuda *c, size_t nbytes)
 {
     if (!c->scratch || c->scratch_size / 2 <= nbytes) return false;
@@ -341,6 +357,7 @@ static glia_status cuda_capture_begin(void *priv)
     struct glia__cuda *c = priv;
     glia__cuda_use(c);
     glia_status st = GLIA_OK;
+    glia__wcopies_prepare(c);  /* the weight copies' table, which a captured pass_begin cannot make */
     CUDA_TRY(c->ctx, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     pthread_mutex_lock(&c->lock);
     glia__cache_capture_begin(c->cache);
@@ -453,8 +470,13 @@ static void cuda_close(void *priv)
         if (c->copy_events[i]) cudaEventDestroy(c->copy_events[i]);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
-    glia__cache_free(c->cache);  /* with the blocks of opt_scratch */
+    glia__wcopies_close(c);
+    glia__cache_free(c->cache);  /* with the blocks of opt_scratch and kept */
     for (struct glia__cuda_kept *k = c->opt_scratch, *next; k; k = next) {
+        next = k->next;
+        free(k);
+    }
+    for (struct glia__cuda_kept *k = c->kept, *next; k; k = next) {
         next = k->next;
         free(k);
     }
@@ -490,6 +512,7 @@ static glia_status cuda_open(struct glia_context *ctx, int index, void **priv)
     }
     if ((st = cuda_alloc(c, GLIA__CUDA_LT_WORKSPACE, &c->lt_workspace))) goto fail;
     if ((st = cuda_alloc(c, (1 + GLIA__SUMSQ_BLOCKS) * sizeof(double), (void **)&c->reduce))) goto fail;
+    if ((st = glia__wcopies_open(c))) goto fail;
     struct cudaDeviceProp prop;
     CUDA_TRY(ctx, cudaGetDeviceProperties(&prop, index));
     c->cc_major = prop.major;
@@ -624,4 +647,5 @@ const struct glia_backend_ops glia__cuda_ops = {
     .graph = &cuda_graph,
     .data = &glia__cuda_data_ops,
     .trace = &cuda_trace,
+    .params = &glia__cuda_params_ops,
 };

@@ -10,6 +10,7 @@
 #include <glia/cuda.h>
 #include "cache.h"
 #include "check.h"
+#include "conv_kernels.h"
 
 #define GLIA__CUDA_LT_WORKSPACE ((size_t)32 << 20)  /* cuBLASLt workspace (PyTorch's on Hopper) */
 #define GLIA__CUDA_N_PLANS 64
@@ -47,6 +48,8 @@ struct glia__cuda {
     uint64_t uses;
     double *reduce;                  /* device memory for sumsq_f32: the sum, then the blocks' parts */
     struct glia__cuda_kept *opt_scratch;  /* glia__cuda_opt_scratch's blocks, newest first */
+    struct glia__cuda_kept *kept;         /* glia__cuda_kept_alloc's blocks, newest first */
+    struct glia__wcopies *wcopies;        /* params.c: the layers' weight copies; NULL: each layer converts its own */
     struct glia_runtime_options options;
 };
 
@@ -83,6 +86,25 @@ struct glia__cuda_kept {
  * every replay: a larger request takes a new block and keeps the old one (a graph may hold it) until the backend
  * closes; never reused by anything else. */
 glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out);
+
+/* Device memory of nbytes kept until the backend closes (what a captured graph may read at any replay). */
+glia_status glia__cuda_kept_alloc(struct glia__cuda *c, size_t nbytes, void **out);
+
+/* ---- params.c: the layers' weight copies, refreshed for a whole pass by the params group's pass_begin ---- */
+extern const struct glia_backend_params_ops glia__cuda_params_ops;
+glia_status glia__wcopies_open(struct glia__cuda *c);  /* GLIA_CUDA_WCOPY=off: none (each layer converts its own) */
+void glia__wcopies_close(struct glia__cuda *c);
+/* Before a capture: the table of the copies of the last pass's parameters made where it is missing (a captured
+ * pass_begin only finds one). */
+void glia__wcopies_prepare(struct glia__cuda *c);
+/* A layer's forward about to make its copy dst of parameter src (f32) in type t, dst(B, cols, rows) = src(B, rows,
+ * cols)^T (B = rows = 1: plain), as glia__conv_convert would: true when this pass's pass_begin made it already and no
+ * forward took it since (it is taken now: convert nothing); false otherwise, the copy then registered (or its record
+ * brought up to date) under *id (the layer's; 0 at first) for the next passes, and the caller converts it itself. */
+bool glia__wcopy_take(struct glia__cuda *c, int *id, const float *src, void *dst, enum glia__conv_type t, int64_t B,
+                      int64_t rows, int64_t cols);
+/* The copy of *id is freed or made anew: no pass makes it any more; *id = 0. */
+void glia__wcopy_drop(struct glia__cuda *c, int *id);
 
 /* Scratch device memory of at least nbytes, valid until the next call (all users are ordered on
  * the one stream, so a layer may use it for the duration of its forward or backward). */

@@ -61,11 +61,15 @@ static glia_status need_act_in(const struct glia_layer *l, const struct glia_ten
 struct linear_cuda {
     struct glia_tensor *wh;  /* (O,I) W in the half type of the latest half forward; NULL before one */
     struct glia_tensor *bh;  /* (O) b likewise (NULL without a bias) */
+    int wh_id, bh_id;        /* their records among the backend's weight copies (params.c; 0: none) */
 };
 
 static void linear_destroy(struct glia_layer *l)
 {
     struct linear_cuda *s = l->state;
+    struct glia__cuda *c = glia__cuda_of(l->backend);
+    glia__wcopy_drop(c, &s->wh_id);
+    glia__wcopy_drop(c, &s->bh_id);
     glia_tensor_release(s->wh);
     glia_tensor_release(s->bh);
     s->wh = s->bh = NULL;
@@ -80,12 +84,15 @@ static size_t linear_saved(const struct glia_layer *l, const struct glia_shape *
 }
 
 /* *h: parameter v's half copy in type t, made once (and again if the type changes), then converted from v when
- * `convert`; its data in *out. */
+ * `convert`, unless the pass's start converted it with the others (params.c: *id its record there); its data in
+ * *out. */
 static glia_status half_copy(struct glia_layer *l, const struct glia_tensor *v, enum glia_dtype t, bool convert,
-                             struct glia_tensor **h, void **out)
+                             struct glia_tensor **h, int *id, void **out)
 {
+    struct glia__cuda *c = glia__cuda_of(l->backend);
     glia_status st;
     if (*h && (*h)->dtype != t) {
+        glia__wcopy_drop(c, id);
         glia_tensor_release(*h);
         *h = NULL;
     }
@@ -93,7 +100,10 @@ static glia_status half_copy(struct glia_layer *l, const struct glia_tensor *v, 
         if ((st = glia_tensor_new(l->backend, t, &v->shape, h))) return st;
         convert = true;
     }
-    if (convert && (st = glia_tensor_convert(*h, v, false))) return st;
+    enum glia__conv_type ct = t == GLIA_BF16 ? GLIA__CONV_BF16 : t == GLIA_F16 ? GLIA__CONV_F16 : GLIA__CONV_F32;
+    if (convert && !glia__wcopy_take(c, id, v->data, (*h)->data, ct, 1, 1, glia_tensor_numel(v)) &&
+        (st = glia_tensor_convert(*h, v, false)))
+        return st;
     *out = (*h)->data;
     return GLIA_OK;
 }
@@ -105,11 +115,11 @@ static glia_status linear_half_w(struct glia_layer *l, enum glia_dtype t, bool c
     const struct glia_linear_attrs *p = l->attrs;
     struct linear_cuda *s = l->state;
     void *wd = NULL;
-    glia_status st = half_copy(l, l->params[p->w].value, t, convert, &s->wh, &wd);
+    glia_status st = half_copy(l, l->params[p->w].value, t, convert, &s->wh, &s->wh_id, &wd);
     *w = wd;
     if (!st && bh) {
         *bh = NULL;
-        if (p->b >= 0) st = half_copy(l, l->params[p->b].value, t, true, &s->bh, bh);
+        if (p->b >= 0) st = half_copy(l, l->params[p->b].value, t, true, &s->bh, &s->bh_id, bh);
     }
     return st;
 }

@@ -237,6 +237,16 @@ struct glia_backend_trace_ops {
     void (*range_pop)(void *priv);
 };
 
+/* ABI 2.6: what a backend derives from a model's parameters (copies in another type or layout). */
+struct glia_backend_params_ops {
+    uint32_t struct_size;  /* sizeof(struct glia_backend_params_ops) of the builder */
+    /* A forward pass over a model whose parameters lie in [params, params + bytes) (device memory) begins: the
+     * backend may refresh now, at once, what its kernels derive from them, which the layers of this pass then take
+     * instead of deriving it each. Required in the group. The core calls it before each training and evaluation
+     * forward of a model (inside a CUDA graph capture too); a layer run without it derives what it needs itself. */
+    glia_status (*pass_begin)(void *priv, const void *params, size_t bytes);
+};
+
 struct glia_backend_ops {
     uint32_t struct_size;                         /* sizeof(struct glia_backend_ops) of the builder */
     const char *name;                             /* "cpu", "cuda" */
@@ -253,6 +263,9 @@ struct glia_backend_ops {
     /* ABI 2.3: optional: NULL (or a struct_size that ends before it) means no profiler ranges ([runtime] nvtx = on is
      * refused) */
     const struct glia_backend_trace_ops *trace;
+    /* ABI 2.6: optional: NULL (or a struct_size that ends before it) means nothing is derived from the parameters
+     * ahead of a pass (each layer converts its own weights as it runs) */
+    const struct glia_backend_params_ops *params;
 };
 
 /* An opened device: ops + private state. Owned by the context; plugins borrow it and call it through the functions

@@ -174,6 +174,43 @@ static int run_block(const char *name, int nt)
     }
 }
 
+/* Launches counted by the prefix of their kernel's name, for tests (glia_emu_launches_named): up to 8 prefixes. */
+static struct {
+    char prefix[64];
+    long n;
+} named[8];
+static int n_named;
+static pthread_mutex_t named_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The runs of kernels whose name starts with prefix (a CUDA graph's at each replay) since its first call, or since the
+ * last one with reset; -1 when 8 other prefixes are counted already. Tests find it with dlsym. */
+long glia_emu_launches_named(const char *prefix, bool reset)
+{
+    pthread_mutex_lock(&named_lock);
+    int i = 0;
+    while (i < n_named && strcmp(named[i].prefix, prefix)) i++;
+    long n = -1;
+    if (i == n_named && n_named < 8) {
+        snprintf(named[i].prefix, sizeof named[i].prefix, "%s", prefix);
+        named[i].n = 0;
+        n_named++;
+    }
+    if (i < n_named) {
+        n = named[i].n;
+        if (reset) named[i].n = 0;
+    }
+    pthread_mutex_unlock(&named_lock);
+    return n;
+}
+
+static void count_named(const char *name)
+{
+    pthread_mutex_lock(&named_lock);
+    for (int i = 0; i < n_named; i++)
+        if (!strncmp(name, named[i].prefix, strlen(named[i].prefix))) named[i].n++;
+    pthread_mutex_unlock(&named_lock);
+}
+
 /* Checks, counts and traces a launch, and runs it unless compute is false (GLIA_EMU_NO_COMPUTE). */
 static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*fn)(void *), void *arg, bool compute)
 {
@@ -186,6 +223,7 @@ static void glia_emu_run(const char *name, dim3 g, dim3 b, size_t smem, void (*f
         return;
     }
     n_launches++;
+    if (n_named) count_named(name);
     static int trace = -1;
     if (trace < 0) trace = getenv("GLIA_EMU_TRACE") != NULL;
     if (trace) fprintf(stderr, "emu: launch %s (%u,%u,%u)x(%u,%u,%u)\n", name, g.x, g.y, g.z, b.x, b.y, b.z);
