@@ -341,12 +341,12 @@ void glia__range_push(struct glia_backend *b, const char *fmt, ...)
     t->range_push(b->priv, name);
 }
 
-glia_status glia__backend_pass_begin(struct glia_backend *b, const struct glia_tensor *params)
+glia_status glia__backend_pass_begin(struct glia_backend *b, const void *params, size_t bytes)
 {
     const struct glia_backend_params_ops *p =
         b->ops->struct_size >= GLIA__END_OF(struct glia_backend_ops, params) ? b->ops->params : NULL;
     if (!p || p->struct_size < GLIA__END_OF(struct glia_backend_params_ops, pass_begin) || !params) return GLIA_OK;
-    return p->pass_begin(b->priv, params->data, glia_tensor_numel(params) * glia_dtype_size(params->dtype));
+    return p->pass_begin(b->priv, params, bytes);
 }
 
 void glia__range_pop(struct glia_backend *b)

@@ -113,8 +113,9 @@ bool glia__backend_queues(struct glia_backend *b);
 bool glia__backend_can_trace(const struct glia_backend *b);
 void glia__range_push(struct glia_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void glia__range_pop(struct glia_backend *b);
-/* The backend's params group's pass_begin over the parameter arena params (NULL: none), where it has one (ABI 2.6). */
-glia_status glia__backend_pass_begin(struct glia_backend *b, const struct glia_tensor *params);
+/* The backend's params group's pass_begin over the parameter arena [params, params + bytes) (NULL: none), where it has
+ * one (ABI 2.6). */
+glia_status glia__backend_pass_begin(struct glia_backend *b, const void *params, size_t bytes);
 /* Loads the CUDA backend plugin (cuda.so) unless a CUDA backend is registered; on failure the
  * context error says why (not built, or the probe's refusal). */
 glia_status glia__load_cuda(struct glia_context *ctx);

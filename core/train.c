@@ -220,10 +220,17 @@ static glia_status forward_node(struct glia_model *m, int i, bool train, bool re
     return st;
 }
 
-/* A forward pass: the backend told first (what it derives from the parameters, refreshed at once), then each layer. */
+/* The backend told that a forward pass over m's parameters begins (what it derives from them, refreshed at once). */
+static glia_status pass_begin(struct glia_model *m)
+{
+    const struct glia_tensor *w = m->params.w;
+    return w ? glia__backend_pass_begin(m->backend, w->data, glia_tensor_nbytes(w)) : GLIA_OK;
+}
+
+/* A forward pass: the backend told first, then each layer. */
 static glia_status forward(struct glia_model *m, bool train)
 {
-    glia_status st = glia__backend_pass_begin(m->backend, m->params.w);
+    glia_status st = pass_begin(m);
     if (st) glia_error_wrap(m->ctx, st, "%s forward: the backend's pass_begin", train ? "training" : "evaluation");
     for (int i = 0; i < m->graph.n_nodes && !st; i++) st = forward_node(m, i, train, false, -1);
     return st;
@@ -1046,7 +1053,7 @@ glia_status glia__evaluate(struct glia_model *m, struct glia__scratch *s, double
 
 glia_status glia__logits_forward(struct glia_model *m, int64_t pos)
 {
-    glia_status st = glia__backend_pass_begin(m->backend, m->params.w);
+    glia_status st = pass_begin(m);
     if (st) glia_error_wrap(m->ctx, st, "decode forward: the backend's pass_begin");
     for (int i = 0; i < m->graph.n_nodes - 1 && !st; i++) st = forward_node(m, i, false, false, pos);  /* the loss is last */
     return st;

@@ -178,25 +178,8 @@ glia_status glia__cuda_scratch_exact(struct glia__cuda *c, size_t nbytes, void *
     return scratch_grow(c, nbytes, nbytes, out);
 }
 
-glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out)
-{
-    if (!c->opt_scratch || c->opt_scratch->size < nbytes) {
-        struct glia__cuda_kept *k = calloc(1, sizeof *k);
-        if (!k) return glia_error(c->ctx, GLIA_ENOMEM, "cuda:%d: out of host memory", c->device);
-        glia_status st = cuda_alloc(c, nbytes, &k->p);
-        if (st) {
-            free(k);
-            return st;
-        }
-        k->size = nbytes;
-        k->next = c->opt_scratch;
-        c->opt_scratch = k;
-    }
-    *out = c->opt_scratch->p;
-    return GLIA_OK;
-}
-
-glia_status glia__cuda_kept_alloc(struct glia__cuda *c, size_t nbytes, void **out)
+/* A device block of nbytes pushed on *list, kept until the backend closes (the cache frees its memory then). */
+static glia_status keep_block(struct glia__cuda *c, size_t nbytes, struct glia__cuda_kept **list)
 {
     struct glia__cuda_kept *k = calloc(1, sizeof *k);
     if (!k) return glia_error(c->ctx, GLIA_ENOMEM, "cuda:%d: out of host memory", c->device);
@@ -206,10 +189,16 @@ glia_status glia__cuda_kept_alloc(struct glia__cuda *c, size_t nbytes, void **ou
         return st;
     }
     k->size = nbytes;
-    k->next = c->kept;
-    c->kept = k;
-    *out = k->p;
+    k->next = *list;
+    *list = k;
     return GLIA_OK;
+}
+
+glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out)
+{
+    glia_status st = !c->opt_scratch || c->opt_scratch->size < nbytes ? keep_block(c, nbytes, &c->opt_scratch) : GLIA_OK;
+    if (!st) *out = c->opt_scratch->p;
+    return st;
 }
 
 bool glia__cuda_scratch_shrink(struct glia__cuda *c, size_t nbytes)
@@ -471,12 +460,8 @@ static void cuda_close(void *priv)
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
     if (c->stream) cudaStreamDestroy(c->stream);
     glia__wcopies_close(c);
-    glia__cache_free(c->cache);  /* with the blocks of opt_scratch and kept */
+    glia__cache_free(c->cache);  /* with the blocks of opt_scratch */
     for (struct glia__cuda_kept *k = c->opt_scratch, *next; k; k = next) {
-        next = k->next;
-        free(k);
-    }
-    for (struct glia__cuda_kept *k = c->kept, *next; k; k = next) {
         next = k->next;
         free(k);
     }

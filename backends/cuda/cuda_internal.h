@@ -48,7 +48,6 @@ struct glia__cuda {
     uint64_t uses;
     double *reduce;                  /* device memory for sumsq_f32: the sum, then the blocks' parts */
     struct glia__cuda_kept *opt_scratch;  /* glia__cuda_opt_scratch's blocks, newest first */
-    struct glia__cuda_kept *kept;         /* glia__cuda_kept_alloc's blocks, newest first */
     struct glia__wcopies *wcopies;        /* params.c: the layers' weight copies; NULL: each layer converts its own */
     struct glia_runtime_options options;
 };
@@ -86,9 +85,6 @@ struct glia__cuda_kept {
  * every replay: a larger request takes a new block and keeps the old one (a graph may hold it) until the backend
  * closes; never reused by anything else. */
 glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out);
-
-/* Device memory of nbytes kept until the backend closes (what a captured graph may read at any replay). */
-glia_status glia__cuda_kept_alloc(struct glia__cuda *c, size_t nbytes, void **out);
 
 /* ---- params.c: the layers' weight copies, refreshed for a whole pass by the params group's pass_begin ---- */
 extern const struct glia_backend_params_ops glia__cuda_params_ops;

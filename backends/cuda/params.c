@@ -18,8 +18,8 @@ struct wcopy {
     bool live;                /* registered (a dropped one's slot is reused) */
 };
 
-/* The jobs of one launch: the live copies whose parameters lie in [lo, hi), in device memory. Kept until the backend
- * closes: a captured pass_begin reads its table at every replay. */
+/* The jobs of one launch: the live copies whose parameters lie in [lo, hi), in device memory of their own (cudaMalloc:
+ * a few bytes a copy), kept until the backend closes: a captured pass_begin reads its table at every replay. */
 struct table {
     const char *lo, *hi;
     uint64_t version;         /* the registry's when made or last found to match */
@@ -112,14 +112,14 @@ static struct table *table_for(struct glia__cuda *c, const char *lo, const char 
         }
     struct table *t = made < MAX_TABLES && !glia__cuda_capturing(c) ? calloc(1, sizeof *t) : NULL;
     if (t) {
-        void *jobs = NULL;
-        if (glia__cuda_kept_alloc(c, (size_t)n * sizeof *host, &jobs) != GLIA_OK)
-            glia_context_clear_error(c->ctx);  /* not the pass's error: its layers convert their own */
-        else if (cudaMemcpy(jobs, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice) == cudaSuccess) {
+        void *jobs = NULL;  /* a failure is not the pass's: its layers convert their own */
+        if (cudaMalloc(&jobs, (size_t)n * sizeof *host) == cudaSuccess &&
+            cudaMemcpy(jobs, host, (size_t)n * sizeof *host, cudaMemcpyHostToDevice) == cudaSuccess) {
             *t = (struct table){lo, hi, r->version, jobs, host, n, blocks, r->tables};
             r->tables = t;
             return t;
         }
+        if (jobs) cudaFree(jobs);
         cudaGetLastError();
     }
     free(t);
@@ -168,8 +168,9 @@ void glia__wcopies_close(struct glia__cuda *c)
 {
     struct glia__wcopies *r = c->wcopies;
     if (!r) return;
-    for (struct table *t = r->tables, *next; t; t = next) {  /* their device memory: the cache's, freed with it */
+    for (struct table *t = r->tables, *next; t; t = next) {  /* after the stream's work (close syncs it first) */
         next = t->next;
+        cudaFree(t->jobs);
         free(t->host);
         free(t);
     }
