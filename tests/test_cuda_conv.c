@@ -525,9 +525,10 @@ static ws_seen_fn emu_ws_seen(void)
     return f;
 }
 
-/* A training forward and backward of a 3x3 conv2d on input `in` (NCHW) on backend b, which is set to time
- * algorithms with workspace_limit `limit`; the largest workspace logged as chosen into *chosen. */
-static void tuned_step(struct glia_backend *b, size_t limit, struct glia_shape in, size_t *chosen)
+/* A training forward and backward (eval: an evaluation's forward alone) of a 3x3 conv2d on input `in` (NCHW) on
+ * backend b, which is set to time algorithms with workspace_limit `limit`; the largest workspace logged as chosen into
+ * *chosen. */
+static void tuned_pass(struct glia_backend *b, size_t limit, struct glia_shape in, bool eval, size_t *chosen)
 {
     struct glia_runtime_options o = b->options;
     o.precision = GLIA_PRECISION_FP32;
@@ -557,14 +558,14 @@ static void tuned_step(struct glia_backend *b, size_t limit, struct glia_shape i
     const struct glia_tensor *ins[1] = {x};
     struct glia_tensor *dins[1] = {dx};
     bool accs[1] = {false};
-    struct glia_fwd f = {ins, 1, y, NULL, true, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
+    struct glia_fwd f = {ins, 1, y, NULL, !eval, 1, false, 0, NULL, false, 0, NULL, NULL, NULL, NULL, false, NULL, NULL};
     struct glia_bwd bw = {ins, 1, y, dy, dins, accs, NULL, NULL, NULL, NULL, false};
     CU_ASSERT_EQUAL(G.kernel->forward(&G.l, &f), GLIA_OK);
-    CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
+    if (!eval) CU_ASSERT_EQUAL(G.kernel->backward(&G.l, &bw), GLIA_OK);
     glia_log_set(cuda_ctx, stderr, GLIA_LOG_INFO);
     int n;
     *chosen = chosen_workspace(log, &n);
-    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT_EQUAL(n, eval ? 1 : 3);
     fclose(log);
     struct glia_tensor *all[] = {x, dy, y, dx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) glia_tensor_release(all[i]);
@@ -590,7 +591,7 @@ static void test_tuning_workspace_bounded(void)
     for (int i = 0; i < 3; i++) {
         if (seen) seen(true);
         size_t chosen;
-        tuned_step(b, limits[i], S(4, 3, 5, 21 + i, 13), &chosen);  /* shapes no other test tunes */
+        tuned_pass(b, limits[i], S(4, 3, 5, 21 + i, 13), false, &chosen);  /* shapes no other test tunes */
         CU_ASSERT(chosen <= limits[i]);
         if (!seen) continue;
         size_t got = seen(false);
@@ -603,9 +604,10 @@ static void test_tuning_workspace_bounded(void)
 }
 
 /* A small layer's timing offers at most 8 times the bytes of its operands, and at least 32 MiB, below the 256 MiB cap
- * (conv.c's TUNE_WS_PER_DATA, TUNE_WS_MIN): under the emulator, with the fastest forward algorithm wanting 40 MiB
- * (GLIA_EMU_CUDNN_FWD_WS), a 4x3x27x13 input's timing hands cuDNN no more than 32 MiB and the forward takes another
- * algorithm. On a GPU the variable means nothing (skipped). */
+ * (conv.c's TUNE_WS_PER_DATA, TUNE_WS_MIN), and an evaluation's forward at most 32 MiB: under the emulator, with the
+ * fastest forward algorithm wanting 40 MiB (GLIA_EMU_CUDNN_FWD_WS), a 4x3x27x13 input's timing hands cuDNN no more
+ * than 32 MiB and the forward takes another algorithm; a larger one takes it in training, not in evaluation. On a GPU
+ * the variable means nothing (skipped). */
 static void test_tuning_workspace_per_layer(void)
 {
     ws_seen_fn seen = emu_ws_seen();
@@ -621,13 +623,29 @@ static void test_tuning_workspace_per_layer(void)
     setenv("GLIA_EMU_CUDNN_FWD_WS", "41943040", 1);
     seen(true);
     size_t chosen;
-    tuned_step(b, DEFAULT_WORKSPACE, S(4, 4, 3, 27, 13), &chosen);  /* a shape no other test tunes */
+    tuned_pass(b, DEFAULT_WORKSPACE, S(4, 4, 3, 27, 13), false, &chosen);  /* a shape no other test tunes */
     size_t got = seen(false);
     unsetenv("GLIA_EMU_CUDNN_FWD_WS");
     if (got > ((size_t)32 << 20) || chosen > ((size_t)32 << 20))
         printf("\n  cuDNN was handed %zu bytes, the choices take up to %zu\n", got, chosen);
     CU_ASSERT(got <= ((size_t)32 << 20));
     CU_ASSERT(chosen <= ((size_t)32 << 20));
+    /* an evaluation's forward is timed within 32 MiB even where its operands would allow more: a 64x1x64x64 input
+     * (75 MB of operands with its 64x8x64x64 output) takes the 40 MiB algorithm in training, not in evaluation */
+    setenv("GLIA_EMU_CUDNN_FWD_WS", "41943040", 1);
+    size_t train_ws, eval_ws;
+    seen(true);
+    tuned_pass(b, DEFAULT_WORKSPACE, S(4, 64, 1, 64, 64), false, &train_ws);
+    size_t train_got = seen(true);
+    tuned_pass(b, DEFAULT_WORKSPACE, S(4, 64, 1, 64, 64), true, &eval_ws);
+    size_t eval_got = seen(false);
+    unsetenv("GLIA_EMU_CUDNN_FWD_WS");
+    if (train_ws != ((size_t)40 << 20) || eval_ws > ((size_t)32 << 20) || eval_got > ((size_t)32 << 20))
+        printf("\n  training chose %zu bytes (handed %zu), evaluation %zu (handed %zu)\n", train_ws, train_got, eval_ws,
+               eval_got);
+    CU_ASSERT_EQUAL(train_ws, (size_t)40 << 20);
+    CU_ASSERT(eval_ws <= ((size_t)32 << 20));
+    CU_ASSERT(eval_got <= ((size_t)32 << 20));
     glia_context_free(ctx);
 }
 

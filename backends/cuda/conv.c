@@ -47,6 +47,7 @@ struct conv_key {
     int64_t N, C, H, W, F, kh, kw, s, ph, pw, d, g;
     int64_t epi;  /* what the forward's graph adds after the convolution: EPI_* bits (activation = relu, or an
                      evaluation's glia_fwd.affine) */
+    int64_t eval; /* an evaluation's forward (glia_fwd.train false): its timing offers at most TUNE_WS_MIN */
 };
 
 /* y = relu(a(conv(x, w) + b)), a(v) = (v - mean)*scale + shift with EPI_AFFINE (a batchnorm's evaluation) */
@@ -408,7 +409,7 @@ static glia_status call_format(struct glia_layer *l, const struct glia_tensor *c
 
 /* Set the descriptors for input (N, C, H, W) in the given layout under the backend's current
  * options, unless they already hold that; a change forgets the layer's algorithm choices. */
-static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc, int64_t epi)
+static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, bool nhwc, int64_t epi, bool eval)
 {
     struct cuda_conv *p = l->state;
     const struct glia_conv2d_attrs *g = l->attrs;
@@ -418,7 +419,7 @@ static glia_status plan(struct glia_layer *l, int64_t N, int64_t H, int64_t W, b
                                  .nhwc = nhwc, .benchmark = o->cudnn_benchmark,
                                  .workspace_limit = (int64_t)o->workspace_limit, .deterministic = o->deterministic,
                                  .N = N, .C = g->C, .H = H, .W = W, .F = g->F, .kh = g->kh, .kw = g->kw, .s = g->s,
-                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g, .epi = epi};
+                                 .ph = g->ph, .pw = g->pw, .d = g->d, .g = g->g, .epi = epi, .eval = eval};
     if (p->valid && !memcmp(&key, &p->key, sizeof key)) return GLIA_OK;
     p->valid = false;
     memset(p->chosen, 0, sizeof p->chosen);
@@ -535,7 +536,9 @@ fail:
 #define TUNE_WS_MIN ((size_t)32 << 20)
 
 /* The workspace cap of the timing of l's shape (p->key): workspace_mb, TUNE_WS_CAP and its TUNE_WS_PER_DATA, the
- * least */
+ * least; an evaluation's forward (key.eval) at most TUNE_WS_MIN: it runs a few batches an epoch, and its larger batch
+ * (fmnist's 1000) timed with up to TUNE_WS_CAP made the timing's scratch the largest allocation of fmnist-cnn's run
+ * (293.5 MB, the peak 1.27x PyTorch's on an H200) */
 static size_t tune_cap(const struct glia_layer *l)
 {
     const struct cuda_conv *p = l->state;
@@ -547,6 +550,7 @@ static size_t tune_cap(const struct glia_layer *l)
     size_t es = glia_dtype_size(glia__cuda_half_of((enum glia_precision)k->precision));
     size_t data = (size_t)n * es * TUNE_WS_PER_DATA, cap = TUNE_WS_CAP;
     if (data < cap) cap = data > TUNE_WS_MIN ? data : TUNE_WS_MIN;
+    if (k->eval && cap > TUNE_WS_MIN) cap = TUNE_WS_MIN;
     return o->workspace_limit < cap ? o->workspace_limit : cap;
 }
 
@@ -1215,7 +1219,8 @@ static int64_t train_epi(const struct glia_layer *l, const struct glia_tensor *x
  * gradient dx, which may be NULL: dense f32 CUDA tensors of the layer's shapes, in one format, which *nhwc gives),
  * and the descriptors set for them. */
 static glia_status begin_call(struct glia_layer *l, const struct glia_tensor *x, const struct glia_tensor *y,
-                              const struct glia_tensor *dy, const struct glia_tensor *dx, int64_t epi, bool *nhwc)
+                              const struct glia_tensor *dy, const struct glia_tensor *dx, int64_t epi, bool eval,
+                              bool *nhwc)
 {
     const struct glia_conv2d_attrs *g = l->attrs;
     glia_status st;
@@ -1233,7 +1238,7 @@ static glia_status begin_call(struct glia_layer *l, const struct glia_tensor *x,
         (dx && (st = check_tensor(l, dx, "the input gradient", N, g->C, H, W))) ||
         (st = call_format(l, (const struct glia_tensor *[]){x, y, dy, dx}, 4, nhwc)))
         return st;
-    return plan(l, N, H, W, *nhwc, epi);
+    return plan(l, N, H, W, *nhwc, epi, eval);
 }
 
 /* The fields of k every call has: precision, layout, operands, sizes; no scratch yet. */
@@ -1298,7 +1303,7 @@ static glia_status cuda_conv_forward(struct glia_layer *l, const struct glia_fwd
                       a->affine->device.type != GLIA_DEVICE_CUDA))
         return glia_error(l->ctx, GLIA_EINVAL, "[%s] conv2d: the evaluation's affine must be a (3, %lld) f32 CUDA tensor",
                           l->name, (long long)g->F);
-    glia_status st = begin_call(l, x, y, NULL, NULL, epi, &nhwc);
+    glia_status st = begin_call(l, x, y, NULL, NULL, epi, !a->train, &nhwc);
     if (st) return st;
     struct call k;
     call_init(l, &k, nhwc, x, y, NULL);
@@ -1337,7 +1342,7 @@ static glia_status cuda_conv_backward(struct glia_layer *l, const struct glia_bw
     const struct glia_tensor *x = a->in[0], *y = a->out, *dy = a->dout;
     struct glia_tensor *dx = a->din[0];
     bool nhwc;
-    glia_status st = begin_call(l, x, y, dy, dx, train_epi(l, x), &nhwc);
+    glia_status st = begin_call(l, x, y, dy, dx, train_epi(l, x), false, &nhwc);
     if (st) return st;
     int64_t N = x->shape.dim[0], OH = y->shape.dim[2], OW = y->shape.dim[3];
     struct glia_param *pw = &l->params[g->w], *pb = g->b >= 0 ? &l->params[g->b] : NULL;
