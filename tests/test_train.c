@@ -2791,6 +2791,60 @@ static void test_detect_anomaly(void)
     expect_build_error(text, "[runtime] nvtx: the cpu backend names no profiler ranges");
 }
 
+/* The backend's params group (ABI 2.6): the core calls pass_begin once before each forward of the model, training
+ * steps and evaluation batches alike, with the model's parameter arena, and not for the forwards a backward runs again
+ * (checkpoint_segments); a backend whose ops end before the group (built for ABI 2.5) is never called. The CPU
+ * backend's own ops, with the group added, stand in for a device's. */
+static long n_passes;
+static const void *pass_params;
+static size_t pass_bytes;
+static glia_status count_pass(void *priv, const void *params, size_t bytes)
+{
+    (void)priv;
+    n_passes++;
+    pass_params = params;
+    pass_bytes = bytes;
+    return GLIA_OK;
+}
+
+static void test_pass_begin(void)
+{
+    make_data();
+    for (int v = 0; v < 3; v++) {  /* 0: 2 epochs; 1: checkpoint segments, 1 epoch; 2: ops of ABI 2.5 */
+        struct run r;
+        open_run(&r, v == 1 ? ckpt_model_text(3) : model_text(7, 2));
+        int epochs = v == 1 ? 1 : 2;
+        if (v == 1) CU_ASSERT(r.m->graph.ckpt_segments > 1);
+        struct glia_backend_params_ops group = {.struct_size = sizeof group, .pass_begin = count_pass};
+        struct glia_backend_ops ops = *r.m->backend->ops;
+        ops.params = &group;
+        if (v == 2) ops.struct_size = offsetof(struct glia_backend_ops, params);
+        const struct glia_backend_ops *own = r.m->backend->ops;
+        r.m->backend->ops = &ops;
+        n_passes = 0;
+        pass_params = NULL;
+        CU_ASSERT_EQUAL_FATAL(glia_model_train(r.m, &quiet, NULL, epochs), GLIA_OK);
+        long trained = n_passes;
+        double loss, acc;
+        CU_ASSERT_EQUAL_FATAL(glia_model_evaluate(r.m, &loss, &acc), GLIA_OK);
+        long eval = n_passes - trained;  /* one evaluation's batches */
+        if (v == 2) {
+            CU_ASSERT_EQUAL(n_passes, 0);
+        } else {
+            CU_ASSERT(eval > 0);
+            /* every training step, and each epoch's evaluation (eval_every = 1) */
+            if (trained != r.m->trainer.step + epochs * eval)
+                printf("\n  case %d: %ld passes begun in training, %lld steps, %ld a evaluation\n", v, trained,
+                       (long long)r.m->trainer.step, eval);
+            CU_ASSERT_EQUAL(trained, r.m->trainer.step + epochs * eval);
+            CU_ASSERT_PTR_EQUAL(pass_params, r.m->params.w->data);
+            CU_ASSERT_EQUAL(pass_bytes, glia_tensor_nbytes(r.m->params.w));
+        }
+        r.m->backend->ops = own;
+        close_run(&r);
+    }
+}
+
 GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes), GLIA_TEST(test_stateless_optimizer), GLIA_TEST(test_precision_needs_cuda), GLIA_TEST(test_json_string),
                GLIA_TEST(test_profile_trace), GLIA_TEST(test_profile_roofline), GLIA_TEST(test_same_seed_bit_identical), GLIA_TEST(test_loss_goes_down),
                GLIA_TEST(test_metrics_file), GLIA_TEST(test_eval_every), GLIA_TEST(test_residual_dropout_model),
@@ -2803,4 +2857,4 @@ GLIA_TEST_MAIN("train", GLIA_TEST(test_loss_scaler), GLIA_TEST(test_struct_sizes
                GLIA_TEST(test_checkpoint_corrupt_fields), GLIA_TEST(test_checkpoint_header_bits),
                GLIA_TEST(test_checkpoint_dir_made), GLIA_TEST(test_checkpoint_sweep), GLIA_TEST(test_resume_nothing_left),
                GLIA_TEST(test_fashion_mnist_subset), GLIA_TEST(test_resident_same_bits), GLIA_TEST(test_resident_config_errors),
-               GLIA_TEST(test_detect_anomaly))
+               GLIA_TEST(test_detect_anomaly), GLIA_TEST(test_pass_begin))
