@@ -101,6 +101,10 @@ __device__ static void convert_job(const struct glia__convert_job &j, int64_t bb
 {
     int64_t rows = j.rows, cols = j.cols, n = j.B * rows * cols;
     To *dst = (To *)j.dst;
+    if (rows == 1 || cols == 1) {  /* a plain copy (most weights): no index arithmetic */
+        for (int64_t i = bb * blockDim.x + threadIdx.x; i < n; i += nb * blockDim.x) dst[i] = from_float<To>(j.src[i]);
+        return;
+    }
     for (int64_t i = bb * blockDim.x + threadIdx.x; i < n; i += nb * blockDim.x) {
         int64_t r = i % rows, c = i / rows % cols, b = i / (rows * cols);
         dst[i] = from_float<To>(j.src[(b * rows + r) * cols + c]);

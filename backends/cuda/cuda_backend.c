@@ -127,11 +127,6 @@ fail:
     return st;
 }
 
-static enum glia__conv_type conv_type(enum glia_dtype t)
-{
-    return t == GLIA_BF16 ? GLIA__CONV_BF16 : t == GLIA_F16 ? GLIA__CONV_F16 : GLIA__CONV_F32;
-}
-
 /* dst(B, cols, rows) = src(B, rows, cols)^T (+ dst) between f32, f16 and bf16 (glia_backend_convert checked the
  * types): f32 to f32 by the tiled transpose, the rest by the conversion kernels conv2d uses */
 static glia_status cuda_convert(void *priv, void *dst, enum glia_dtype dt, const void *src, enum glia_dtype sdt,
@@ -143,7 +138,8 @@ static glia_status cuda_convert(void *priv, void *dst, enum glia_dtype dt, const
     if (dt == GLIA_F32 && sdt == GLIA_F32)
         CUDA_TRY(c->ctx, glia__cuda_transpose(dst, src, B, rows, cols, beta, c->stream));
     else
-        CUDA_TRY(c->ctx, glia__conv_convert(dst, conv_type(dt), src, conv_type(sdt), B, rows, cols, beta, c->stream));
+        CUDA_TRY(c->ctx, glia__conv_convert(dst, glia__cuda_conv_type(dt), src, glia__cuda_conv_type(sdt), B, rows, cols,
+                                            beta, c->stream));
 fail:
     return st;
 }
@@ -196,7 +192,8 @@ static glia_status keep_block(struct glia__cuda *c, size_t nbytes, struct glia__
 
 glia_status glia__cuda_opt_scratch(struct glia__cuda *c, size_t nbytes, void **out)
 {
-    glia_status st = !c->opt_scratch || c->opt_scratch->size < nbytes ? keep_block(c, nbytes, &c->opt_scratch) : GLIA_OK;
+    glia_status st = GLIA_OK;
+    if (!c->opt_scratch || c->opt_scratch->size < nbytes) st = keep_block(c, nbytes, &c->opt_scratch);
     if (!st) *out = c->opt_scratch->p;
     return st;
 }

@@ -68,6 +68,12 @@ static inline struct glia__cuda *glia__cuda_of(const struct glia_backend *b)
     return c;
 }
 
+/* glia__conv_convert's name for element type t (f32, f16 or bf16). */
+static inline enum glia__conv_type glia__cuda_conv_type(enum glia_dtype t)
+{
+    return t == GLIA_BF16 ? GLIA__CONV_BF16 : t == GLIA_F16 ? GLIA__CONV_F16 : GLIA__CONV_F32;
+}
+
 /* The half type activations take under precision p (bf16, fp16), or GLIA_F32. */
 static inline enum glia_dtype glia__cuda_half_of(enum glia_precision p)
 {

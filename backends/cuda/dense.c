@@ -100,8 +100,7 @@ static glia_status half_copy(struct glia_layer *l, const struct glia_tensor *v, 
         if ((st = glia_tensor_new(l->backend, t, &v->shape, h))) return st;
         convert = true;
     }
-    enum glia__conv_type ct = t == GLIA_BF16 ? GLIA__CONV_BF16 : t == GLIA_F16 ? GLIA__CONV_F16 : GLIA__CONV_F32;
-    if (convert && !glia__wcopy_take(c, id, v->data, (*h)->data, ct, 1, 1, glia_tensor_numel(v)) &&
+    if (convert && !glia__wcopy_take(c, id, v->data, (*h)->data, glia__cuda_conv_type(t), 1, 1, glia_tensor_numel(v)) &&
         (st = glia_tensor_convert(*h, v, false)))
         return st;
     *out = (*h)->data;

@@ -294,7 +294,7 @@ extern "C" cudaError_t glia__cuda_layernorm_dx(void *dx, bool add, const void *x
 
 extern "C" size_t glia__cuda_layernorm_dparams_scratch(int64_t R, int64_t C)
 {
-    int64_t S = n_splits(R), F = C > 0 && C <= FUSED_FLOATS / 2 ? (int64_t)fused_grid(R, C) : 0;
+    int64_t S = n_splits(R), F = glia__cuda_layernorm_fused_ok(C) ? (int64_t)fused_grid(R, C) : 0;
     return (size_t)(2 * (S > F ? S : F) * C);
 }
 

@@ -40,6 +40,12 @@ struct glia__wcopies {
     struct table *tables;     /* newest first */
 };
 
+/* Whether w is live and a copy of a parameter in [lo, hi). */
+static bool in(const struct wcopy *w, const char *lo, const char *hi)
+{
+    return w->live && (const char *)w->src >= lo && (const char *)w->src < hi;
+}
+
 static bool same(const struct wcopy *w, const float *src, void *dst, enum glia__conv_type t, int64_t B, int64_t rows,
                  int64_t cols)
 {
@@ -92,17 +98,19 @@ static struct table *table_for(struct glia__cuda *c, const char *lo, const char 
     int made = 0;
     for (struct table *t = r->tables; t; t = t->next, made++)
         if (t->lo == lo && t->hi == hi && t->version == r->version) return t;
-    int n = 0;
-    for (int i = 0; i < r->n; i++) n += r->e[i].live && (const char *)r->e[i].src >= lo && (const char *)r->e[i].src < hi;
-    struct glia__convert_job *host = n ? calloc((size_t)n, sizeof *host) : NULL;
+    struct glia__convert_job *host = r->n ? calloc((size_t)r->n, sizeof *host) : NULL;
     if (!host) return NULL;
-    int k = 0;
+    int n = 0;
     int64_t blocks = 0;
     for (int i = 0; i < r->n; i++) {
         const struct wcopy *w = &r->e[i];
-        if (!w->live || (const char *)w->src < lo || (const char *)w->src >= hi) continue;
-        host[k++] = (struct glia__convert_job){w->dst, w->src, w->B, w->rows, w->cols, blocks, (int32_t)w->type, 0};
+        if (!in(w, lo, hi)) continue;
+        host[n++] = (struct glia__convert_job){w->dst, w->src, w->B, w->rows, w->cols, blocks, (int32_t)w->type, 0};
         blocks += glia__conv_convert_blocks(w->B * w->rows * w->cols);
+    }
+    if (!n) {
+        free(host);
+        return NULL;
     }
     for (struct table *t = r->tables; t; t = t->next)  /* the same jobs as an earlier state's: its table again */
         if (t->lo == lo && t->hi == hi && t->n == n && !memcmp(t->host, host, (size_t)n * sizeof *host)) {
@@ -145,7 +153,7 @@ static glia_status cuda_pass_begin(void *priv, const void *params, size_t bytes)
     CUDA_TRY(c->ctx, glia__conv_convert_many(t->jobs, t->n, t->blocks, c->stream));
     for (int i = 0; i < r->n; i++) {
         struct wcopy *w = &r->e[i];
-        if (w->live && (const char *)w->src >= lo && (const char *)w->src < hi) w->pass = r->pass, w->taken = false;
+        if (in(w, lo, hi)) w->pass = r->pass, w->taken = false;
     }
 fail:
     return st;
